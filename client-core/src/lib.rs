@@ -1,1 +1,6 @@
-//! Placeholder: filled by a later issue.
+//! Sans-IO SecureChat client core.
+#![forbid(unsafe_code)]
+
+pub mod encoding;
+pub mod keys;
+pub mod pow;
