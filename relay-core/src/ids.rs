@@ -1,0 +1,111 @@
+//! Seeded generation of every server-assigned identifier and secret.
+//!
+//! Formats (decisions the protocol left open):
+//! * user uuid: RFC 4122 version-4 layout, lowercase, 36 chars, 122 random bits;
+//! * alias: `u` + 8 decimal digits (caller retries on collision);
+//! * conversation id: `c-` + 24 lowercase hex chars (96 random bits);
+//! * JWT id: 32 lowercase hex chars (128 bits);
+//! * PoW and auth challenges: 64 lowercase hex chars (256 bits);
+//! * WS ticket: 32 random bytes, base64url without padding (43 URL-safe chars).
+
+use base64::Engine as _;
+use rand_chacha::ChaCha20Rng;
+use rand_core::{Rng as _, SeedableRng as _};
+
+/// The relay's only source of randomness, seeded at construction.
+#[derive(Debug, Clone)]
+pub(crate) struct IdGen {
+    rng: ChaCha20Rng,
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    s
+}
+
+impl IdGen {
+    pub(crate) fn new(seed: u64) -> Self {
+        Self {
+            rng: ChaCha20Rng::seed_from_u64(seed),
+        }
+    }
+
+    pub(crate) fn bytes<const N: usize>(&mut self) -> [u8; N] {
+        let mut b = [0u8; N];
+        self.rng.fill_bytes(&mut b);
+        b
+    }
+
+    pub(crate) fn user_uuid(&mut self) -> String {
+        let mut b: [u8; 16] = self.bytes();
+        b[6] = (b[6] & 0x0f) | 0x40; // version 4
+        b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
+        let h = hex(&b);
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )
+    }
+
+    pub(crate) fn alias_candidate(&mut self) -> String {
+        // Rejection sampling keeps the 8 digits uniform.
+        loop {
+            let x = self.rng.next_u32();
+            if x < 4_200_000_000 {
+                return format!("u{:08}", x % 100_000_000);
+            }
+        }
+    }
+
+    pub(crate) fn conv_id(&mut self) -> String {
+        format!("c-{}", hex(&self.bytes::<12>()))
+    }
+
+    pub(crate) fn jti(&mut self) -> String {
+        hex(&self.bytes::<16>())
+    }
+
+    pub(crate) fn challenge(&mut self) -> String {
+        hex(&self.bytes::<32>())
+    }
+
+    pub(crate) fn ticket(&mut self) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.bytes::<32>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        let mut g = IdGen::new(7);
+        let u = g.user_uuid();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+        assert!(u.chars().all(|c| c == '-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        let a = g.alias_candidate();
+        assert!(a.len() == 9 && a.starts_with('u') && a[1..].chars().all(|c| c.is_ascii_digit()));
+        let t = g.ticket();
+        assert_eq!(t.len(), 43);
+        assert!(t.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+        assert!(g.conv_id().starts_with("c-"));
+    }
+
+    #[test]
+    fn same_seed_same_ids() {
+        let (mut a, mut b) = (IdGen::new(1), IdGen::new(1));
+        assert_eq!(a.user_uuid(), b.user_uuid());
+        assert_eq!(a.ticket(), b.ticket());
+    }
+}

@@ -1,0 +1,82 @@
+//! Every limit of the relay, as a named constant with its unit. Where a value is configurable
+//! the constant is the default of the matching `Config` field.
+
+/// Length of one rate-limit window.
+pub const MINUTE_MS: u64 = 60_000;
+/// One hour.
+pub const HOUR_MS: u64 = 60 * MINUTE_MS;
+
+/// New (non-duplicate) `msg` frames per user per minute; excess: error frame `RATE_LIMITED`, no ack.
+pub const MAX_MSGS_PER_MIN_PER_USER: u32 = 120;
+/// `typing` frames per user per minute; excess silently dropped.
+pub const MAX_TYPING_PER_MIN_PER_USER: u32 = 30;
+/// Any frame per connection per minute; excess: error frame `RATE_LIMITED`, frame dropped.
+pub const MAX_FRAMES_PER_MIN_PER_CONN: u32 = 600;
+/// Successful registrations per client address per hour; excess: 429 `RATE_LIMITED`.
+pub const REGISTRATIONS_PER_HOUR_PER_ADDR: u32 = 10;
+/// PoW challenges per client address per minute; excess: 429 `RATE_LIMITED`.
+pub const POW_CHALLENGES_PER_MIN_PER_ADDR: u32 = 60;
+/// Auth challenges per account per minute; excess: 429 `RATE_LIMITED`.
+pub const AUTH_CHALLENGES_PER_MIN_PER_USER: u32 = 30;
+
+/// Default PoW difficulty in leading zero hex nibbles of SHA-256.
+pub const POW_DIFFICULTY: u32 = 4;
+/// Highest accepted configured difficulty (64 nibbles = the whole digest).
+pub const MAX_POW_DIFFICULTY: u32 = 64;
+/// Lifetime of a PoW challenge.
+pub const POW_CHALLENGE_TTL_MS: u64 = 300_000;
+/// Outstanding PoW challenges kept; when full the oldest is evicted.
+pub const MAX_PENDING_POW_CHALLENGES: usize = 100_000;
+/// Longest accepted `pow_nonce` (the reference clients send at most 8 decimal digits).
+pub const MAX_POW_NONCE_BYTES: usize = 64;
+
+/// Lifetime of an auth challenge.
+pub const AUTH_CHALLENGE_TTL_MS: u64 = 120_000;
+/// Outstanding auth challenges kept; when full the oldest is evicted.
+pub const MAX_PENDING_AUTH_CHALLENGES: usize = 100_000;
+/// Default JWT lifetime.
+pub const JWT_TTL_MS: u64 = 24 * HOUR_MS;
+/// Lifetime of a WebSocket ticket.
+pub const WS_TICKET_TTL_MS: u64 = 30_000;
+/// Outstanding tickets kept; when full the oldest is evicted.
+pub const MAX_PENDING_TICKETS: usize = 100_000;
+/// Longest accepted bearer token / ticket string.
+pub const MAX_TOKEN_BYTES: usize = 4096;
+
+/// Longest nickname, in Unicode scalar values.
+pub const MAX_NICKNAME_CHARS: usize = 64;
+/// Shortest nickname (after trimming), in Unicode scalar values.
+pub const MIN_NICKNAME_CHARS: usize = 1;
+/// Attempts at drawing an unused `u` + 8 digits alias before giving up with 503.
+pub const ALIAS_ATTEMPTS: u32 = 64;
+
+/// Largest accepted HTTP request body; larger: 413 `PAYLOAD_TOO_LARGE`.
+pub const MAX_HTTP_BODY_BYTES: usize = 64 * 1024;
+/// Largest accepted WebSocket text frame; larger: error frame `FRAME_TOO_LARGE`.
+pub const MAX_FRAME_BYTES: usize = 128 * 1024;
+/// Largest accepted `msg.payload` (base64 text); larger: error frame `PAYLOAD_TOO_LARGE`, no ack.
+pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+/// Longest accepted client message id.
+pub const MAX_MESSAGE_ID_BYTES: usize = 128;
+
+/// How long an undelivered message is kept for its recipient.
+pub const OFFLINE_TTL_MS: u64 = 24 * HOUR_MS;
+/// Undelivered messages per (recipient, conversation); when full: error frame `QUEUE_FULL`
+/// to the sender and **no ack**, so the sender's outbox retries later.
+pub const MAX_OFFLINE_QUEUE_PER_CONVERSATION: usize = 1_000;
+/// How long a message id is remembered after its message was accepted (dedup and retract
+/// authorisation). Longer than `OFFLINE_TTL_MS` so a resend-on-reconnect (D-TS-2) after the
+/// message was delivered still gets the original seq.
+pub const TOMBSTONE_TTL_MS: u64 = 7 * 24 * HOUR_MS;
+/// Messages pushed on one connection for one conversation and not yet covered by a
+/// `delivered`; the rest wait until receipts open the window (sync batching).
+pub const MAX_SYNC_BATCH: usize = 100;
+
+/// A connection with no inbound frame for this long is closed (clients ping every 25-30 s).
+pub const IDLE_TIMEOUT_MS: u64 = 90_000;
+/// Frames queued for the shell before the core stops queuing for a connection and closes it
+/// (a consumer that does not drain is treated as dead).
+pub const MAX_OUTPUTS_PER_CONN: usize = 4_096;
+
+/// Entries of a rate-limiter table before expired windows are swept.
+pub const RATE_LIMITER_SWEEP_AT: usize = 10_000;

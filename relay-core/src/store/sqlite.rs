@@ -1,0 +1,116 @@
+//! SQLite store: the default for the real server.
+//!
+//! WAL journal, `synchronous=FULL` (a commit is on disk before `commit` returns), one
+//! `(k TEXT PRIMARY KEY, v BLOB)` table per [`Table`], schema version in `PRAGMA user_version`.
+
+use std::path::Path;
+
+use rusqlite::{Connection, params};
+
+use super::{Mutation, Snapshot, Store, StoreError, Table};
+
+/// Schema version written by this build.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// A [`Store`] on an SQLite database file.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Connection,
+}
+
+fn backend(e: &rusqlite::Error) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and migrates it to [`SCHEMA_VERSION`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let conn = Connection::open(path).map_err(|e| backend(&e))?;
+        Self::init(conn)
+    }
+
+    /// An in-memory SQLite database (tests; not durable).
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        let conn = Connection::open_in_memory().map_err(|e| backend(&e))?;
+        Self::init(conn)
+    }
+
+    fn init(conn: Connection) -> Result<Self, StoreError> {
+        // `journal_mode` returns a row, so it is read rather than executed.
+        let _mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(|e| backend(&e))?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(|e| backend(&e))?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(|e| backend(&e))?;
+        let found: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| backend(&e))?;
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::SchemaVersion {
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        // Version 1: every table. Later versions append steps here.
+        for t in Table::ALL {
+            conn.execute(
+                &format!(
+                    "CREATE TABLE IF NOT EXISTS {} (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL) WITHOUT ROWID",
+                    t.name()
+                ),
+                [],
+            )
+            .map_err(|e| backend(&e))?;
+        }
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(|e| backend(&e))?;
+        Ok(Self { conn })
+    }
+}
+
+impl Store for SqliteStore {
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        let mut out = Snapshot::new();
+        for t in Table::ALL {
+            let mut stmt = self
+                .conn
+                .prepare(&format!("SELECT k, v FROM {} ORDER BY k", t.name()))
+                .map_err(|e| backend(&e))?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))
+                .map_err(|e| backend(&e))?;
+            for row in rows {
+                let (k, v) = row.map_err(|e| backend(&e))?;
+                out.entry(t).or_default().insert(k, v);
+            }
+        }
+        Ok(out)
+    }
+
+    fn commit(&mut self, batch: &[Mutation]) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.transaction().map_err(|e| backend(&e))?;
+        for m in batch {
+            match m {
+                Mutation::Put { table, key, value } => tx.execute(
+                    &format!(
+                        "INSERT INTO {} (k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+                        table.name()
+                    ),
+                    params![key, value],
+                ),
+                Mutation::Delete { table, key } => tx.execute(
+                    &format!("DELETE FROM {} WHERE k = ?1", table.name()),
+                    params![key],
+                ),
+            }
+            .map_err(|e| backend(&e))?;
+        }
+        // Dropping `tx` on the error paths above rolls back.
+        tx.commit().map_err(|e| backend(&e))
+    }
+}
