@@ -744,7 +744,9 @@ fn split_object(text: &str) -> Result<(String, Map<String, Value>), FrameError> 
             });
         }
     };
-    match obj.remove("type") {
+    // `shift_remove`: `remove` is a `swap_remove` under `preserve_order` and would reorder an
+    // unknown frame's fields.
+    match obj.shift_remove("type") {
         Some(Value::String(t)) => Ok((t, obj)),
         _ => Err(FrameError::MissingType),
     }
