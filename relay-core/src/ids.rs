@@ -1,7 +1,8 @@
 //! Seeded generation of every server-assigned identifier and secret.
 //!
 //! Formats (decisions the protocol left open):
-//! * user uuid: RFC 4122 version-4 layout, lowercase, 36 chars, 122 random bits;
+//! * user uuid: RFC 4122 version-4 layout, lowercase, 36 chars, 122 random bits
+//!   (`wire::UserUuid::from_random_bytes` over 16 bytes from here);
 //! * alias: `u` + 8 decimal digits (caller retries on collision);
 //! * conversation id: `c-` + 24 lowercase hex chars (96 random bits);
 //! * JWT id: 32 lowercase hex chars (128 bits);
@@ -41,21 +42,6 @@ impl IdGen {
         b
     }
 
-    pub(crate) fn user_uuid(&mut self) -> String {
-        let mut b: [u8; 16] = self.bytes();
-        b[6] = (b[6] & 0x0f) | 0x40; // version 4
-        b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
-        let h = hex(&b);
-        format!(
-            "{}-{}-{}-{}-{}",
-            &h[0..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..32]
-        )
-    }
-
     pub(crate) fn alias_candidate(&mut self) -> String {
         // Rejection sampling keeps the 8 digits uniform.
         loop {
@@ -90,22 +76,21 @@ mod tests {
     #[test]
     fn formats() {
         let mut g = IdGen::new(7);
-        let u = g.user_uuid();
-        assert_eq!(u.len(), 36);
-        assert_eq!(&u[14..15], "4");
-        assert!(u.chars().all(|c| c == '-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         let a = g.alias_candidate();
         assert!(a.len() == 9 && a.starts_with('u') && a[1..].chars().all(|c| c.is_ascii_digit()));
         let t = g.ticket();
         assert_eq!(t.len(), 43);
-        assert!(t.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+        assert!(
+            t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        );
         assert!(g.conv_id().starts_with("c-"));
     }
 
     #[test]
     fn same_seed_same_ids() {
         let (mut a, mut b) = (IdGen::new(1), IdGen::new(1));
-        assert_eq!(a.user_uuid(), b.user_uuid());
+        assert_eq!(a.conv_id(), b.conv_id());
         assert_eq!(a.ticket(), b.ticket());
     }
 }

@@ -1,10 +1,69 @@
-//! relay-core (in progress)
+//! Sans-IO SecureChat relay: every rule of the service as a state machine over a
+//! transactional store.
+//!
+//! The [`Relay`] never reads a clock, draws from a global RNG, spawns or touches a socket:
+//! every input carries `now` (epoch milliseconds), randomness comes from a seed, and effects
+//! are queued [`Output`]s. Durable state lives behind the [`store::Store`] trait
+//! ([`store::SqliteStore`] for the real server, [`store::MemoryStore`] for the simulator);
+//! every acknowledgement (HTTP 2xx, `ack`) is released only after its write committed.
+//!
+//! # The run loop of a shell
+//!
+//! ```
+//! use relay_core::{Config, ConnId, HttpRequest, Method, Output, Relay, WsConnect};
+//! use relay_core::store::MemoryStore;
+//! use wire::UnixMs;
+//!
+//! let mut relay = Relay::new(Config::default(), Box::new(MemoryStore::new()), 42).unwrap();
+//! let mut now = UnixMs(1_700_000_000_000);
+//!
+//! // An HTTP request: the response is returned directly.
+//! let resp = relay.handle_http(now, &HttpRequest::new(Method::Post, "/api/v1/pow/challenge"));
+//! assert_eq!(resp.status, 200);
+//!
+//! // A WebSocket upgrade: Ok means upgrade, Err is the response to send instead.
+//! let refused = relay.handle_connect(now, ConnId(1), &WsConnect::default());
+//! assert_eq!(refused.unwrap_err().status, 401);
+//!
+//! // After every input: drain the outputs, execute them in order, re-arm the timer.
+//! while let Some(out) = relay.poll_output() {
+//!     match out {
+//!         Output::Send { conn, frame } => { let _text = frame.encode(); /* ws.send(text) */ }
+//!         Output::Close { conn, reason } => { /* ws.close() */ }
+//!     }
+//! }
+//! if let Some(deadline) = relay.poll_timeout() {
+//!     now = deadline; // the shell sleeps until then (or until the next input) …
+//!     relay.handle_timeout(now);
+//! }
+//! // If a commit ever fails the relay stops (fail-stop): rebuild it from the store.
+//! assert!(!relay.is_failed());
+//! ```
+//!
+//! # Modules
+//! One module per sub-machine behind the dispatcher in [`Relay`]: `accounts` (A2, F5, C1,
+//! C2), `auth` (PoW, challenges, JWT, tickets, WS connect), `contacts` (F1-F4),
+//! `messaging` (`msg`, `typing`, `retract`), `receipts`, `sync` (replay and delivery windows),
+//! [`store`], [`limits`], [`token`], [`pow`].
 #![forbid(unsafe_code)]
 
+mod accounts;
+mod auth;
 pub mod config;
+mod contacts;
+pub mod http;
 pub(crate) mod ids;
 pub mod limits;
+mod messaging;
 pub mod pow;
 pub(crate) mod ratelimit;
+mod receipts;
+mod relay;
+mod state;
 pub mod store;
+mod sync;
 pub mod token;
+
+pub use config::Config;
+pub use http::{ApiError, HttpRequest, HttpResponse, Method};
+pub use relay::{Accepted, CloseReason, ConnId, Output, Relay, WsConnect};

@@ -43,21 +43,13 @@ pub const MAX_PENDING_TICKETS: usize = 100_000;
 /// Longest accepted bearer token / ticket string.
 pub const MAX_TOKEN_BYTES: usize = 4096;
 
-/// Longest nickname, in Unicode scalar values.
-pub const MAX_NICKNAME_CHARS: usize = 64;
+/// Longest nickname: `wire::limits::NICKNAME_MAX_CHARS` (32). Bodies: `wire::limits::MAX_JSON_BODY_BYTES`
+/// (32 KiB, 413). Frames: `wire::limits::MAX_FRAME_BYTES` (64 KiB) and `MAX_MSG_PAYLOAD_BYTES` (48 KiB).
+///
 /// Shortest nickname (after trimming), in Unicode scalar values.
 pub const MIN_NICKNAME_CHARS: usize = 1;
 /// Attempts at drawing an unused `u` + 8 digits alias before giving up with 503.
 pub const ALIAS_ATTEMPTS: u32 = 64;
-
-/// Largest accepted HTTP request body; larger: 413 `PAYLOAD_TOO_LARGE`.
-pub const MAX_HTTP_BODY_BYTES: usize = 64 * 1024;
-/// Largest accepted WebSocket text frame; larger: error frame `FRAME_TOO_LARGE`.
-pub const MAX_FRAME_BYTES: usize = 128 * 1024;
-/// Largest accepted `msg.payload` (base64 text); larger: error frame `PAYLOAD_TOO_LARGE`, no ack.
-pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
-/// Longest accepted client message id.
-pub const MAX_MESSAGE_ID_BYTES: usize = 128;
 
 /// How long an undelivered message is kept for its recipient.
 pub const OFFLINE_TTL_MS: u64 = 24 * HOUR_MS;
@@ -74,9 +66,10 @@ pub const MAX_SYNC_BATCH: usize = 100;
 
 /// A connection with no inbound frame for this long is closed (clients ping every 25-30 s).
 pub const IDLE_TIMEOUT_MS: u64 = 90_000;
-/// Frames queued for the shell before the core stops queuing for a connection and closes it
-/// (a consumer that does not drain is treated as dead).
-pub const MAX_OUTPUTS_PER_CONN: usize = 4_096;
 
 /// Entries of a rate-limiter table before expired windows are swept.
 pub const RATE_LIMITER_SWEEP_AT: usize = 10_000;
+/// Outstanding PoW challenges per client address; a new one evicts the oldest.
+pub const MAX_POW_CHALLENGES_PER_ADDR: usize = 8;
+/// Storage quota reported by `storage/estimate` (undelivered messages held for the caller).
+pub const STORAGE_QUOTA_BYTES: u64 = 100 * 1024 * 1024;

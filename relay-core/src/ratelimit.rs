@@ -25,9 +25,7 @@ impl<K: Ord + Clone> RateLimiter<K> {
     /// Whether one more event for `key` is allowed now, without recording it.
     pub(crate) fn check(&self, now: u64, key: &K) -> bool {
         match self.windows.get(key) {
-            Some(&(start, count)) if now < start.saturating_add(self.window_ms) => {
-                count < self.max
-            }
+            Some(&(start, count)) if now < start.saturating_add(self.window_ms) => count < self.max,
             _ => self.max > 0,
         }
     }
@@ -56,7 +54,8 @@ impl<K: Ord + Clone> RateLimiter<K> {
 
     pub(crate) fn sweep(&mut self, now: u64) {
         let w = self.window_ms;
-        self.windows.retain(|_, (start, _)| now < start.saturating_add(w));
+        self.windows
+            .retain(|_, (start, _)| now < start.saturating_add(w));
     }
 }
 

@@ -135,13 +135,16 @@ mod tests {
         let k = TokenKeys::from_seed([7; 32]);
         let t = k.issue("user", "j1", 1_000_000, 60_000).unwrap();
         let c = k.verify(&t, 1_000_000).unwrap();
-        assert_eq!((c.sub.as_str(), c.jti.as_str(), c.exp), ("user", "j1", 1060));
+        assert_eq!(
+            (c.sub.as_str(), c.jti.as_str(), c.exp),
+            ("user", "j1", 1060)
+        );
         assert_eq!(k.verify(&t, 1_060_000), Err(TokenError::Expired));
         let other = TokenKeys::from_seed([8; 32]);
         assert_eq!(other.verify(&t, 1_000_000), Err(TokenError::BadSignature));
         assert_eq!(k.verify("abc.def", 0), Err(TokenError::Malformed));
         assert_eq!(k.verify("", 0), Err(TokenError::Missing));
-        let mut tampered = t.clone();
+        let mut tampered = t;
         tampered.pop();
         tampered.push('A');
         assert!(k.verify(&tampered, 1_000_000).is_err());

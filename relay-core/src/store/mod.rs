@@ -17,7 +17,7 @@ mod suite;
 use std::collections::BTreeMap;
 
 pub use memory::MemoryStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 
 /// The logical tables of the relay. Adding a table is additive (new SQL table, no migration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

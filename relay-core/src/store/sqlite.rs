@@ -79,7 +79,9 @@ impl Store for SqliteStore {
                 .prepare(&format!("SELECT k, v FROM {} ORDER BY k", t.name()))
                 .map_err(|e| backend(&e))?;
             let rows = stmt
-                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))
+                .query_map([], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+                })
                 .map_err(|e| backend(&e))?;
             for row in rows {
                 let (k, v) = row.map_err(|e| backend(&e))?;

@@ -98,12 +98,17 @@ fn memory_commit_then_reopen() {
     let store = crate::store::MemoryStore::new();
     {
         let mut handle = store.clone();
-        handle.commit(&[put(Table::Accounts, "u", "alice")]).unwrap();
+        handle
+            .commit(&[put(Table::Accounts, "u", "alice")])
+            .unwrap();
         store.fail_commits(1);
         assert!(handle.commit(&[put(Table::Accounts, "v", "bob")]).is_err());
     } // "crash": the first handle is gone
-    let mut reopened = store.clone();
-    assert_eq!(get(&mut reopened, Table::Accounts, "u").as_deref(), Some("alice"));
+    let mut reopened = store;
+    assert_eq!(
+        get(&mut reopened, Table::Accounts, "u").as_deref(),
+        Some("alice")
+    );
     assert_eq!(get(&mut reopened, Table::Accounts, "v"), None);
 }
 
@@ -113,8 +118,11 @@ fn sqlite_commit_then_reopen() {
     let path = dir.path().join("relay.db");
     {
         let mut s = crate::store::SqliteStore::open(&path).unwrap();
-        s.commit(&[put(Table::Accounts, "u", "alice"), put(Table::Meta, "jwt", "k")])
-            .unwrap();
+        s.commit(&[
+            put(Table::Accounts, "u", "alice"),
+            put(Table::Meta, "jwt", "k"),
+        ])
+        .unwrap();
         s.commit(&[del(Table::Meta, "jwt")]).unwrap();
     }
     let mut s = crate::store::SqliteStore::open(&path).unwrap();
@@ -131,5 +139,8 @@ fn sqlite_rejects_newer_schema() {
         c.pragma_update(None, "user_version", 99).unwrap();
     }
     let err = crate::store::SqliteStore::open(&path).unwrap_err();
-    assert!(matches!(err, crate::store::StoreError::SchemaVersion { found: 99, .. }));
+    assert!(matches!(
+        err,
+        crate::store::StoreError::SchemaVersion { found: 99, .. }
+    ));
 }

@@ -1,0 +1,508 @@
+//! Proof-of-work challenges, auth challenges, JWT login, bearer checks and WebSocket tickets.
+//!
+//! These credentials are short-lived and kept in memory only (bounded; oldest evicted first):
+//! a relay restart invalidates outstanding PoW challenges, auth challenges and tickets, and
+//! clients simply ask for new ones (every reference client does on failure). JWTs and their
+//! revocation (`current_jti` on the account) are durable.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ed25519_dalek::{Signature, VerifyingKey};
+use wire::frames::goaway_reason;
+use wire::http::{
+    AuthChallengeRequest, AuthChallengeResponse, AuthVerifyRequest, AuthVerifyResponse,
+    PowChallengeResponse, WsTicketResponse, bearer_subprotocol, decode_body,
+};
+use wire::{ErrorCode, IsoTime, UnixMs, UserUuid};
+
+use crate::config::Config;
+use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
+use crate::limits::{
+    AUTH_CHALLENGE_TTL_MS, AUTH_CHALLENGES_PER_MIN_PER_USER, HOUR_MS, MAX_PENDING_AUTH_CHALLENGES,
+    MAX_PENDING_POW_CHALLENGES, MAX_PENDING_TICKETS, MAX_POW_CHALLENGES_PER_ADDR, MAX_TOKEN_BYTES,
+    MINUTE_MS, POW_CHALLENGE_TTL_MS, POW_CHALLENGES_PER_MIN_PER_ADDR, WS_TICKET_TTL_MS,
+};
+use crate::ratelimit::RateLimiter;
+use crate::relay::{Accepted, Conn, ConnId, Relay, WsConnect};
+use crate::token::TokenError;
+
+/// A bounded map whose entries expire; when full, the entry expiring first is evicted.
+#[derive(Debug)]
+pub(crate) struct Expiring<K: Ord + Clone, V> {
+    entries: BTreeMap<K, (V, UnixMs)>,
+    order: BTreeSet<(UnixMs, K)>,
+    capacity: usize,
+}
+
+impl<K: Ord + Clone, V> Expiring<K, V> {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            entries: BTreeMap::new(),
+            order: BTreeSet::new(),
+            capacity,
+        }
+    }
+
+    pub(crate) fn insert(&mut self, key: K, value: V, expires: UnixMs) {
+        while self.entries.len() >= self.capacity {
+            let Some((_, k)) = self.order.pop_first() else {
+                break;
+            };
+            self.entries.remove(&k);
+        }
+        if let Some((_, old)) = self.entries.insert(key.clone(), (value, expires)) {
+            self.order.remove(&(old, key.clone()));
+        }
+        self.order.insert((expires, key));
+    }
+
+    /// Removes `key` (single use) and returns its value if it had not expired.
+    pub(crate) fn take(&mut self, key: &K, now: UnixMs) -> Option<V> {
+        let (v, exp) = self.entries.remove(key)?;
+        self.order.remove(&(exp, key.clone()));
+        (now < exp).then_some(v)
+    }
+
+    pub(crate) fn get(&self, key: &K, now: UnixMs) -> Option<&V> {
+        self.entries
+            .get(key)
+            .filter(|(_, exp)| now < *exp)
+            .map(|(v, _)| v)
+    }
+
+    pub(crate) fn contains(&self, key: &K) -> bool {
+        self.entries.contains_key(key)
+    }
+
+    pub(crate) fn remove(&mut self, key: &K) {
+        if let Some((_, exp)) = self.entries.remove(key) {
+            self.order.remove(&(exp, key.clone()));
+        }
+    }
+
+    pub(crate) fn sweep(&mut self, now: UnixMs) {
+        while let Some((exp, _)) = self.order.first() {
+            if *exp > now {
+                break;
+            }
+            if let Some((_, k)) = self.order.pop_first() {
+                self.entries.remove(&k);
+            }
+        }
+    }
+
+    pub(crate) fn next_expiry(&self) -> Option<UnixMs> {
+        self.order.first().map(|(e, _)| *e)
+    }
+}
+
+/// The in-memory credentials and per-address / per-account limiters.
+#[derive(Debug)]
+pub(crate) struct Ephemeral {
+    /// challenge string -> client address.
+    pub(crate) pow: Expiring<String, String>,
+    /// client address -> its outstanding challenges (oldest first).
+    pub(crate) pow_by_addr: BTreeMap<String, Vec<String>>,
+    /// auth challenge -> account.
+    pub(crate) auth: Expiring<String, UserUuid>,
+    /// ticket -> (account, jti of the token that asked for it).
+    pub(crate) tickets: Expiring<String, (UserUuid, String)>,
+    pub(crate) pow_rate: RateLimiter<String>,
+    pub(crate) register_rate: RateLimiter<String>,
+    pub(crate) auth_rate: RateLimiter<UserUuid>,
+}
+
+impl Ephemeral {
+    pub(crate) fn new(config: &Config) -> Self {
+        Self {
+            pow: Expiring::new(MAX_PENDING_POW_CHALLENGES),
+            pow_by_addr: BTreeMap::new(),
+            auth: Expiring::new(MAX_PENDING_AUTH_CHALLENGES),
+            tickets: Expiring::new(MAX_PENDING_TICKETS),
+            pow_rate: RateLimiter::new(POW_CHALLENGES_PER_MIN_PER_ADDR, MINUTE_MS),
+            register_rate: RateLimiter::new(config.registrations_per_hour_per_addr, HOUR_MS),
+            auth_rate: RateLimiter::new(AUTH_CHALLENGES_PER_MIN_PER_USER, MINUTE_MS),
+        }
+    }
+
+    pub(crate) fn sweep(&mut self, now: UnixMs) {
+        self.pow.sweep(now);
+        let pow = &self.pow;
+        self.pow_by_addr.retain(|_, list| {
+            list.retain(|c| pow.contains(c));
+            !list.is_empty()
+        });
+        self.auth.sweep(now);
+        self.tickets.sweep(now);
+        self.pow_rate.sweep(now.get());
+        self.register_rate.sweep(now.get());
+        self.auth_rate.sweep(now.get());
+    }
+
+    pub(crate) fn next_expiry(&self) -> Option<UnixMs> {
+        [
+            self.pow.next_expiry(),
+            self.auth.next_expiry(),
+            self.tickets.next_expiry(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}
+
+fn token_error(e: TokenError) -> ApiError {
+    let code = match e {
+        TokenError::Missing => ErrorCode::AUTH_REQUIRED,
+        TokenError::Malformed => ErrorCode::TOKEN_INVALID,
+        // TODO(wire): wire has no dedicated code for a JWT whose signature is wrong.
+        TokenError::BadSignature => ErrorCode::other("TOKEN_SIGNATURE_INVALID"),
+        TokenError::Expired => ErrorCode::TOKEN_EXPIRED,
+        TokenError::Revoked => ErrorCode::TOKEN_REVOKED,
+    };
+    ApiError::with_status(401, code, e.to_string())
+}
+
+impl Relay {
+    // ---------------------------------------------------------------- PoW (A1)
+
+    pub(crate) fn http_pow_challenge(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        let addr = req.remote_addr.clone();
+        if !self.eph.pow_rate.allow(now.get(), &addr) {
+            return Err(ApiError::new(
+                ErrorCode::RATE_LIMITED,
+                "too many proof-of-work challenges from this address",
+            ));
+        }
+        let challenge = self.ids.challenge();
+        self.eph.pow.insert(
+            challenge.clone(),
+            addr.clone(),
+            now.plus_ms(POW_CHALLENGE_TTL_MS),
+        );
+        let list = self.eph.pow_by_addr.entry(addr).or_default();
+        list.push(challenge.clone());
+        if list.len() > MAX_POW_CHALLENGES_PER_ADDR {
+            let oldest = list.remove(0);
+            self.eph.pow.remove(&oldest);
+        }
+        Ok(HttpResponse::json(
+            200,
+            &PowChallengeResponse {
+                challenge_string: challenge,
+                difficulty: self.config.pow_difficulty,
+                expires_in: POW_CHALLENGE_TTL_MS / 1000,
+            },
+        ))
+    }
+
+    /// Consumes the outstanding challenge of `addr` that `nonce` solves.
+    pub(crate) fn check_pow(
+        &mut self,
+        now: UnixMs,
+        addr: &str,
+        nonce: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let difficulty = self.config.pow_difficulty;
+        if difficulty == 0 {
+            return Ok(());
+        }
+        let Some(nonce) = nonce else {
+            return Err(ApiError::new(
+                ErrorCode::POW_REQUIRED,
+                "registration needs pow_nonce solving a challenge from /api/v1/pow/challenge",
+            ));
+        };
+        if nonce.len() > crate::limits::MAX_POW_NONCE_BYTES {
+            return Err(ApiError::new(
+                ErrorCode::POW_INVALID,
+                "pow_nonce is too long",
+            ));
+        }
+        let candidates: Vec<String> = self
+            .eph
+            .pow_by_addr
+            .get(addr)
+            .map(|l| {
+                l.iter()
+                    .filter(|c| self.eph.pow.get(c, now).is_some())
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        if candidates.is_empty() {
+            return Err(ApiError::new(
+                ErrorCode::POW_INVALID,
+                "no outstanding proof-of-work challenge for this client (expired or already used)",
+            ));
+        }
+        let solved = candidates
+            .into_iter()
+            .find(|c| crate::pow::verify(c, nonce, difficulty));
+        let Some(solved) = solved else {
+            return Err(ApiError::new(
+                ErrorCode::POW_INVALID,
+                "pow_nonce does not solve the challenge",
+            ));
+        };
+        self.eph.pow.remove(&solved);
+        if let Some(list) = self.eph.pow_by_addr.get_mut(addr) {
+            list.retain(|c| *c != solved);
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- A3 / A4
+
+    pub(crate) fn http_auth_challenge(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        let body: AuthChallengeRequest = decode_body(&req.body)?;
+        if !self.state.accounts.contains_key(&body.user_uuid) {
+            return Err(ApiError::new(
+                ErrorCode::USER_NOT_FOUND,
+                "no account with that user_uuid",
+            ));
+        }
+        if !self.eph.auth_rate.allow(now.get(), &body.user_uuid) {
+            return Err(ApiError::new(
+                ErrorCode::RATE_LIMITED,
+                "too many auth challenges for this account",
+            ));
+        }
+        let challenge = self.ids.challenge();
+        let expires = now.plus_ms(AUTH_CHALLENGE_TTL_MS);
+        self.eph
+            .auth
+            .insert(challenge.clone(), body.user_uuid, expires);
+        Ok(HttpResponse::json(
+            200,
+            &AuthChallengeResponse {
+                challenge,
+                expires_at: IsoTime(expires),
+            },
+        ))
+    }
+
+    pub(crate) fn http_auth_verify(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        let body: AuthVerifyRequest = decode_body(&req.body)?;
+        let owner = self.eph.auth.take(&body.challenge, now);
+        if owner.as_ref() != Some(&body.user_uuid) {
+            return Err(ApiError::new(
+                ErrorCode::CHALLENGE_INVALID,
+                "the challenge is unknown, expired, already used or issued for another account",
+            ));
+        }
+        let Some(account) = self.state.accounts.get(&body.user_uuid).cloned() else {
+            return Err(ApiError::new(
+                ErrorCode::USER_NOT_FOUND,
+                "no account with that user_uuid",
+            ));
+        };
+        let key = VerifyingKey::from_bytes(&account.ed25519_public_key.0).map_err(|_| {
+            ApiError::new(
+                ErrorCode::SIGNATURE_INVALID,
+                "the account's signing key is unusable",
+            )
+        })?;
+        let sig = Signature::from_bytes(&body.signature.0);
+        if key.verify_strict(body.challenge.as_bytes(), &sig).is_err() {
+            return Err(ApiError::new(
+                ErrorCode::SIGNATURE_INVALID,
+                "the signature does not verify",
+            ));
+        }
+        let jti = self.ids.jti();
+        let ttl = self.config.jwt_ttl_ms;
+        let Some(token) = self
+            .tokens
+            .issue(account.uuid.as_str(), &jti, now.get(), ttl)
+        else {
+            return Err(ApiError::with_status(
+                500,
+                ErrorCode::BAD_REQUEST,
+                "token signing failed",
+            ));
+        };
+        // A new login revokes the previous token; its socket is told and closed.
+        let mut updated = account;
+        updated.current_jti = Some(jti);
+        let user = updated.uuid.clone();
+        self.state.put_account(updated);
+        if let Some(conn) = self.online(&user) {
+            self.goaway(conn, goaway_reason::NEW_DEVICE_LOGIN);
+        }
+        Ok(HttpResponse::json(
+            200,
+            &AuthVerifyResponse {
+                token,
+                expires_in: ttl / 1000,
+            },
+        ))
+    }
+
+    // ---------------------------------------------------------------- bearer
+
+    /// Checks a JWT: signature, shape, expiry against `now`, and that it is the account's
+    /// current token. Returns (user, jti).
+    pub(crate) fn check_token(
+        &self,
+        now: UnixMs,
+        token: &str,
+    ) -> Result<(UserUuid, String), ApiError> {
+        let claims = self.tokens.verify(token, now.get()).map_err(token_error)?;
+        let user = UserUuid::parse(&claims.sub).map_err(|_| token_error(TokenError::Malformed))?;
+        match self.state.accounts.get(&user) {
+            Some(a) if a.current_jti.as_deref() == Some(claims.jti.as_str()) => {
+                Ok((user, claims.jti))
+            }
+            _ => Err(token_error(TokenError::Revoked)),
+        }
+    }
+
+    /// Authenticates a REST request by its `Authorization: Bearer` header.
+    pub(crate) fn authenticate(
+        &self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<(UserUuid, String), ApiError> {
+        let Some(header) = req.authorization.as_deref().map(str::trim) else {
+            return Err(token_error(TokenError::Missing));
+        };
+        let token = match header.split_once(' ') {
+            Some((scheme, t)) if scheme.eq_ignore_ascii_case("bearer") => t.trim(),
+            _ if header.is_empty() => return Err(token_error(TokenError::Missing)),
+            _ => return Err(token_error(TokenError::Malformed)),
+        };
+        self.check_token(now, token)
+    }
+
+    // ---------------------------------------------------------------- A5
+
+    pub(crate) fn http_ws_ticket(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        let (user, jti) = self.authenticate(now, req)?;
+        let ticket = self.ids.ticket();
+        self.eph
+            .tickets
+            .insert(ticket.clone(), (user, jti), now.plus_ms(WS_TICKET_TTL_MS));
+        Ok(HttpResponse::json(
+            200,
+            &WsTicketResponse {
+                ticket,
+                expires_in: WS_TICKET_TTL_MS / 1000,
+            },
+        ))
+    }
+
+    // ---------------------------------------------------------------- WS connect
+
+    pub(crate) fn connect(
+        &mut self,
+        now: UnixMs,
+        conn: ConnId,
+        req: &WsConnect,
+    ) -> Result<Accepted, ApiError> {
+        let q = req.query.as_str();
+        let uuid = query_param(q, "user_uuid")
+            .or_else(|| query_param(q, "uuid"))
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| {
+                ApiError::with_status(401, ErrorCode::AUTH_REQUIRED, "user_uuid is required")
+            })?;
+        let user = UserUuid::parse(uuid).map_err(|e| {
+            ApiError::with_status(401, ErrorCode::INVALID_FIELD, format!("user_uuid: {e}"))
+        })?;
+        let ticket = query_param(q, "ticket").filter(|t| !t.is_empty());
+        let token = query_param(q, "token").filter(|t| !t.is_empty());
+        let proto_token = req.protocol.as_deref().and_then(bearer_subprotocol);
+        let (jti, subprotocol) = if let Some(ticket) = ticket {
+            if ticket.len() > MAX_TOKEN_BYTES {
+                return Err(ApiError::new(
+                    ErrorCode::TICKET_INVALID,
+                    "the ticket is unknown, expired or already used",
+                ));
+            }
+            let owner = self.eph.tickets.take(&ticket.to_owned(), now);
+            let Some((owner, jti)) = owner.filter(|(u, _)| *u == user) else {
+                return Err(ApiError::new(
+                    ErrorCode::TICKET_INVALID,
+                    "the ticket is unknown, expired or already used",
+                ));
+            };
+            // The token the ticket was issued for may have been revoked since.
+            if self
+                .state
+                .accounts
+                .get(&owner)
+                .and_then(|a| a.current_jti.as_deref())
+                != Some(jti.as_str())
+            {
+                return Err(token_error(TokenError::Revoked));
+            }
+            (jti, None)
+        } else if let Some(token) = token {
+            let (sub, jti) = self.check_token(now, token)?;
+            if sub != user {
+                return Err(ApiError::with_status(
+                    401,
+                    ErrorCode::TOKEN_INVALID,
+                    "the token belongs to another account",
+                ));
+            }
+            (jti, None)
+        } else if let Some(token) = proto_token {
+            let (sub, jti) = self.check_token(now, token)?;
+            if sub != user {
+                return Err(ApiError::with_status(
+                    401,
+                    ErrorCode::TOKEN_INVALID,
+                    "the token belongs to another account",
+                ));
+            }
+            (jti, Some("bearer"))
+        } else {
+            return Err(token_error(TokenError::Missing));
+        };
+        // Single session: the older socket of this account is told and closed.
+        if let Some(old) = self.online(&user) {
+            let same_token = self.conns.get(&old).is_some_and(|c| c.jti == jti);
+            let reason = if same_token {
+                goaway_reason::SESSION_REPLACED
+            } else {
+                goaway_reason::NEW_DEVICE_LOGIN
+            };
+            self.goaway(old, reason);
+        }
+        if let Some(stale) = self.conns.get(&conn).map(|c| c.user.clone()) {
+            // The shell reused a live ConnId: treat as a disconnect of the old one.
+            let _ = stale;
+            self.drop_conn(conn);
+        }
+        self.conns.insert(
+            conn,
+            Conn {
+                user: user.clone(),
+                jti,
+                last_seen: now,
+                synced: false,
+                pushed: BTreeMap::new(),
+            },
+        );
+        self.conn_of_user.insert(user.clone(), conn);
+        Ok(Accepted { user, subprotocol })
+    }
+}

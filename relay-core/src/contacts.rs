@@ -1,0 +1,259 @@
+//! Contacts (F1-F4): friend requests, accept (creates the conversation), reject, list; and
+//! the `friend_request` / `friend_accepted` pushes to online users.
+//!
+//! Rules: one friendship per pair of accounts. A request to yourself is 400, to an unknown
+//! alias 404, when a pending or accepted friendship exists 409 "already exists". After a
+//! rejection either side may ask again (the row is reused, status back to `pending`). Only the
+//! addressee may accept (idempotent: accepting again returns the same conversation) or reject
+//! (no notification to the requester).
+
+use wire::frames::{FriendAcceptedFrame, FriendRequestFrame};
+use wire::http::{
+    AcceptFriendBody, AcceptFriendResponse, FriendDirection, FriendProfile, FriendRequestBody,
+    FriendRequestResponse, FriendStatus, OkResponse, decode_body,
+};
+use wire::{ErrorCode, FriendshipId, IsoTime, Seq, ServerFrame, UnixMs, UserUuid};
+
+use crate::http::{ApiError, HttpRequest, HttpResponse};
+use crate::relay::Relay;
+use crate::state::{ConversationRow, FriendshipRow, pair};
+
+fn not_found() -> ApiError {
+    ApiError::new(
+        ErrorCode::FRIENDSHIP_NOT_FOUND,
+        "no such friendship for this account",
+    )
+}
+
+impl Relay {
+    /// F1: every friendship of the caller, oldest first, as a bare array.
+    pub(crate) fn http_friends(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        let (user, _) = self.authenticate(now, req)?;
+        let list: Vec<FriendProfile> = self
+            .state
+            .friendships
+            .values()
+            .filter(|f| f.requester == user || f.addressee == user)
+            .filter_map(|f| {
+                let (other, direction) = if f.requester == user {
+                    (&f.addressee, FriendDirection::Sent)
+                } else {
+                    (&f.requester, FriendDirection::Received)
+                };
+                let a = self.state.accounts.get(other)?;
+                Some(FriendProfile {
+                    friendship_id: f.id,
+                    alias_id: a.alias_id.clone(),
+                    nickname: a.nickname.clone(),
+                    status: f.status,
+                    direction,
+                    conversation_id: f.conversation_id.clone(),
+                    x25519_public_key: a.x25519_public_key,
+                    ed25519_public_key: a.ed25519_public_key,
+                    created_at: IsoTime(f.created_at),
+                })
+            })
+            .collect();
+        Ok(HttpResponse::json(200, &list))
+    }
+
+    /// F2.
+    pub(crate) fn http_friend_request(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        let (user, _) = self.authenticate(now, req)?;
+        let body: FriendRequestBody = decode_body(&req.body)?;
+        let target = self
+            .state
+            .by_alias
+            .get(&body.to_alias_id)
+            .cloned()
+            .ok_or_else(|| {
+                ApiError::new(ErrorCode::USER_NOT_FOUND, "no account with that alias_id")
+            })?;
+        if target == user {
+            return Err(ApiError::new(
+                ErrorCode::BAD_REQUEST,
+                "you cannot send a friend request to yourself",
+            ));
+        }
+        let existing = self.state.by_pair.get(&pair(&user, &target)).copied();
+        let id = match existing.and_then(|id| self.state.friendships.get(&id)) {
+            Some(f) if f.status != FriendStatus::Rejected => {
+                return Err(ApiError::new(
+                    ErrorCode::ALREADY_EXISTS,
+                    "a friend request between these accounts already exists",
+                ));
+            }
+            Some(f) => f.id,
+            None => self.state.next_friendship_id(),
+        };
+        self.state.put_friendship(FriendshipRow {
+            id,
+            requester: user.clone(),
+            addressee: target.clone(),
+            status: FriendStatus::Pending,
+            conversation_id: None,
+            created_at: now,
+        });
+        if let (Some(conn), Some(me)) = (self.online(&target), self.state.accounts.get(&user)) {
+            let frame = ServerFrame::FriendRequest(FriendRequestFrame {
+                friendship_id: id,
+                from: me.alias_id.clone(),
+                nickname: me.nickname.clone(),
+            });
+            self.send(conn, frame);
+        }
+        Ok(HttpResponse::json(
+            200,
+            &FriendRequestResponse {
+                friendship_id: id,
+                status: FriendStatus::Pending,
+            },
+        ))
+    }
+
+    /// F3 (`PUT /friends/{id}/accept`).
+    pub(crate) fn http_friend_accept_path(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+        id: &str,
+    ) -> Result<HttpResponse, ApiError> {
+        let (user, _) = self.authenticate(now, req)?;
+        let id = FriendshipId::parse(id).map_err(|_| not_found())?;
+        self.accept(now, &user, id)
+    }
+
+    /// F3, iOS form (`POST /friends/accept {friendship_id}`).
+    pub(crate) fn http_friend_accept_body(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        let (user, _) = self.authenticate(now, req)?;
+        let body: AcceptFriendBody = decode_body(&req.body)?;
+        self.accept(now, &user, body.friendship_id)
+    }
+
+    fn accept(
+        &mut self,
+        now: UnixMs,
+        user: &UserUuid,
+        id: FriendshipId,
+    ) -> Result<HttpResponse, ApiError> {
+        let f = self
+            .state
+            .friendships
+            .get(&id)
+            .cloned()
+            .ok_or_else(not_found)?;
+        if f.addressee != *user && f.requester != *user {
+            return Err(not_found());
+        }
+        if f.status == FriendStatus::Accepted
+            && let Some(conv) = f.conversation_id
+        {
+            return Ok(HttpResponse::json(
+                200,
+                &AcceptFriendResponse {
+                    conversation_id: conv,
+                },
+            ));
+        }
+        if f.addressee != *user {
+            return Err(ApiError::new(
+                ErrorCode::FORBIDDEN,
+                "only the recipient of a friend request can accept it",
+            ));
+        }
+        if f.status != FriendStatus::Pending {
+            return Err(ApiError::new(
+                ErrorCode::INVALID_STATE,
+                "the friend request is not pending",
+            ));
+        }
+        let conv = self.fresh_conv_id();
+        self.state.put_conversation(ConversationRow {
+            id: conv.clone(),
+            members: [f.requester.clone(), f.addressee.clone()],
+            last_seq: Seq(0),
+            last_authored: [Seq(0), Seq(0)],
+        });
+        let requester = f.requester.clone();
+        self.state.put_friendship(FriendshipRow {
+            status: FriendStatus::Accepted,
+            conversation_id: Some(conv.clone()),
+            ..f
+        });
+        let _ = now;
+        if let (Some(conn), Some(me)) =
+            (self.online(&requester), self.state.alias_of(user).cloned())
+        {
+            self.send(
+                conn,
+                ServerFrame::FriendAccepted(FriendAcceptedFrame {
+                    friendship_id: id,
+                    from: me,
+                    conversation_id: conv.clone(),
+                }),
+            );
+        }
+        Ok(HttpResponse::json(
+            200,
+            &AcceptFriendResponse {
+                conversation_id: conv,
+            },
+        ))
+    }
+
+    fn fresh_conv_id(&mut self) -> wire::ConvId {
+        loop {
+            if let Ok(c) = wire::ConvId::parse(&self.ids.conv_id())
+                && !self.state.conversations.contains_key(&c)
+            {
+                return c;
+            }
+        }
+    }
+
+    /// F4: the addressee declines; the requester is not notified.
+    pub(crate) fn http_friend_reject(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+        id: &str,
+    ) -> Result<HttpResponse, ApiError> {
+        let (user, _) = self.authenticate(now, req)?;
+        let id = FriendshipId::parse(id).map_err(|_| not_found())?;
+        let f = self
+            .state
+            .friendships
+            .get(&id)
+            .cloned()
+            .ok_or_else(not_found)?;
+        if f.addressee != user {
+            return Err(not_found());
+        }
+        match f.status {
+            FriendStatus::Rejected => {}
+            FriendStatus::Accepted => {
+                return Err(ApiError::new(
+                    ErrorCode::INVALID_STATE,
+                    "the friendship is already accepted",
+                ));
+            }
+            FriendStatus::Pending => self.state.put_friendship(FriendshipRow {
+                status: FriendStatus::Rejected,
+                ..f
+            }),
+        }
+        Ok(HttpResponse::json(200, &OkResponse::OK))
+    }
+}

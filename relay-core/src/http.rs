@@ -1,0 +1,303 @@
+//! HTTP requests and responses as plain values, routing, and the error body.
+//!
+//! Routing and body parsing live in the core so every shell (tokio, turmoil) and the
+//! conformance suite see identical behaviour. The shell adds transport headers (CORS,
+//! `Content-Type: application/json`) and nothing else.
+
+use serde::Serialize;
+use wire::{ErrorBody, ErrorCode};
+
+/// HTTP methods the relay distinguishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Method {
+    /// `GET`
+    Get,
+    /// `POST`
+    Post,
+    /// `PUT`
+    Put,
+    /// `DELETE`
+    Delete,
+    /// Anything else (answered with 405 on known paths).
+    Other,
+}
+
+impl Method {
+    /// Parses a method name (case-sensitive, as HTTP requires).
+    pub fn parse(name: &str) -> Self {
+        match name {
+            "GET" => Self::Get,
+            "POST" => Self::Post,
+            "PUT" => Self::Put,
+            "DELETE" => Self::Delete,
+            _ => Self::Other,
+        }
+    }
+}
+
+/// One HTTP request, as the shell received it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    /// The method.
+    pub method: Method,
+    /// The path, without the query (`/api/v1/friends`).
+    pub path: String,
+    /// The raw query string without `?` (empty when none).
+    pub query: String,
+    /// The `Authorization` header value, if any.
+    pub authorization: Option<String>,
+    /// The client address used for per-address limits (the shell resolves proxies, e.g.
+    /// `CF-Connecting-IP`).
+    pub remote_addr: String,
+    /// The raw body.
+    pub body: Vec<u8>,
+}
+
+impl std::fmt::Debug for HttpRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print credentials or bodies (they may hold signatures or keys).
+        f.debug_struct("HttpRequest")
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field(
+                "authorization",
+                &self.authorization.as_ref().map(|_| "<redacted>"),
+            )
+            .field("remote_addr", &self.remote_addr)
+            .field("body_len", &self.body.len())
+            .finish()
+    }
+}
+
+impl HttpRequest {
+    /// A request with no query, no credentials and no body.
+    pub fn new(method: Method, path: impl Into<String>) -> Self {
+        let path = path.into();
+        let (path, query) = match path.split_once('?') {
+            Some((p, q)) => (p.to_owned(), q.to_owned()),
+            None => (path, String::new()),
+        };
+        Self {
+            method,
+            path,
+            query,
+            authorization: None,
+            remote_addr: String::from("0.0.0.0"),
+            body: Vec::new(),
+        }
+    }
+
+    /// With a JSON body.
+    #[must_use]
+    pub fn json(mut self, body: &impl Serialize) -> Self {
+        self.body = serde_json::to_vec(body).unwrap_or_default();
+        self
+    }
+
+    /// With a raw body.
+    #[must_use]
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// With `Authorization: Bearer <token>`.
+    #[must_use]
+    pub fn bearer(mut self, token: &str) -> Self {
+        self.authorization = Some(format!("Bearer {token}"));
+        self
+    }
+
+    /// From the client address `addr`.
+    #[must_use]
+    pub fn from_addr(mut self, addr: impl Into<String>) -> Self {
+        self.remote_addr = addr.into();
+        self
+    }
+}
+
+/// One HTTP response: a status and a JSON body (`Content-Type: application/json`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpResponse {
+    /// The status code.
+    pub status: u16,
+    /// The JSON body.
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    /// `status` with `body` serialised as JSON.
+    pub fn json(status: u16, body: &impl Serialize) -> Self {
+        match serde_json::to_vec(body) {
+            Ok(body) => Self { status, body },
+            Err(_) => Self::error(
+                500,
+                &ErrorCode::BAD_REQUEST,
+                "response serialisation failed",
+            ),
+        }
+    }
+
+    /// An error response with the standard body.
+    pub fn error(status: u16, code: &ErrorCode, message: &str) -> Self {
+        let body = serde_json::to_vec(&ErrorBody::new(code.clone(), message)).unwrap_or_default();
+        Self { status, body }
+    }
+
+    /// The body parsed as JSON (tests and shells).
+    pub fn body_json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The `error` code of an error body, if any.
+    pub fn error_code(&self) -> Option<String> {
+        self.body_json()
+            .get("error")
+            .and_then(|e| e.as_str())
+            .map(str::to_owned)
+    }
+}
+
+/// A refusal: status, stable code and a human message (never containing secrets).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{status} {code}: {message}")]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// Stable code.
+    pub code: ErrorCode,
+    /// Human sentence.
+    pub message: String,
+}
+
+impl ApiError {
+    /// With the code's default status.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            status: code.default_status(),
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// With an explicit status.
+    pub fn with_status(status: u16, code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// As a response.
+    pub fn into_response(self) -> HttpResponse {
+        HttpResponse::error(self.status, &self.code, &self.message)
+    }
+}
+
+impl From<wire::http::BodyError> for ApiError {
+    fn from(e: wire::http::BodyError) -> Self {
+        Self::new(e.code(), e.to_string())
+    }
+}
+
+/// The routes of issue 3 (issue 6 adds channels, vanity, orders, media, push, calls).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Route {
+    PowChallenge,
+    Register,
+    AuthChallenge,
+    AuthVerify,
+    WsTicket,
+    Friends,
+    FriendRequest,
+    FriendAcceptPath(String),
+    FriendAcceptBody,
+    FriendReject(String),
+    User(String),
+    ActiveConversations,
+    StorageEstimate,
+}
+
+/// Resolves `method path` to a route, or the 404 / 405 answer.
+pub(crate) fn route(method: Method, path: &str) -> Result<Route, ApiError> {
+    let segs: Vec<&str> = path.split('/').collect();
+    // `segs[0]` is the empty string before the leading slash.
+    let (route, allowed): (Route, &[Method]) = match segs.as_slice() {
+        ["", "api", "v1", "pow", "challenge"] => {
+            (Route::PowChallenge, &[Method::Get, Method::Post])
+        }
+        ["", "api", "v1", "register"] => (Route::Register, &[Method::Post]),
+        ["", "api", "v1", "auth", "challenge"] => (Route::AuthChallenge, &[Method::Post]),
+        ["", "api", "v1", "auth", "verify"] => (Route::AuthVerify, &[Method::Post]),
+        ["", "api", "v1", "ws", "ticket"] => (Route::WsTicket, &[Method::Post]),
+        ["", "api", "v1", "friends"] => (Route::Friends, &[Method::Get]),
+        ["", "api", "v1", "friends", "request"] => (Route::FriendRequest, &[Method::Post]),
+        ["", "api", "v1", "friends", "accept"] => (Route::FriendAcceptBody, &[Method::Post]),
+        ["", "api", "v1", "friends", id, "accept"] => (
+            Route::FriendAcceptPath((*id).to_owned()),
+            &[Method::Put, Method::Post],
+        ),
+        ["", "api", "v1", "friends", id, "reject"] => {
+            (Route::FriendReject((*id).to_owned()), &[Method::Post])
+        }
+        ["", "api", "v1", "users", alias] if !alias.is_empty() => {
+            (Route::User((*alias).to_owned()), &[Method::Get])
+        }
+        ["", "api", "v1", "conversations", "active"] => {
+            (Route::ActiveConversations, &[Method::Get])
+        }
+        ["", "api", "v1", "storage", "estimate"] => (Route::StorageEstimate, &[Method::Get]),
+        _ => {
+            return Err(ApiError::new(ErrorCode::NOT_FOUND, "no such route"));
+        }
+    };
+    if allowed.contains(&method) {
+        Ok(route)
+    } else {
+        Err(ApiError::new(
+            ErrorCode::METHOD_NOT_ALLOWED,
+            "this route does not accept that method",
+        ))
+    }
+}
+
+/// Parses `a=1&b=2` without percent-decoding (the reference clients never encode WS query
+/// values, and every value the relay reads is URL-safe).
+pub(crate) fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing() {
+        assert_eq!(route(Method::Get, "/api/v1/friends"), Ok(Route::Friends));
+        assert_eq!(
+            route(Method::Put, "/api/v1/friends/12/accept"),
+            Ok(Route::FriendAcceptPath("12".into()))
+        );
+        assert_eq!(
+            route(Method::Post, "/api/v1/friends").unwrap_err().status,
+            405
+        );
+        assert_eq!(route(Method::Get, "/api/v1/nope").unwrap_err().status, 404);
+        assert_eq!(
+            route(Method::Get, "/api/v1/users/").unwrap_err().status,
+            404
+        );
+    }
+
+    #[test]
+    fn query() {
+        assert_eq!(query_param("user_uuid=a&ticket=b", "ticket"), Some("b"));
+        assert_eq!(query_param("user_uuid=a&ticket", "ticket"), Some(""));
+        assert_eq!(query_param("", "ticket"), None);
+    }
+}

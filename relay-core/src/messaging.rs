@@ -1,0 +1,223 @@
+//! Messaging: `msg` (dedup, seq, commit, ack, delivery), `typing` and `retract`.
+//!
+//! * A `msg` is accepted only from a member of `conv_id` whose `to` is the other member
+//!   (else error frame `NOT_A_MEMBER`).
+//! * Dedup: every accepted id leaves a tombstone `(author, id) -> (conv, seq)` for
+//!   `TOMBSTONE_TTL_MS` (7 days, longer than the 24 h the message itself is held), so a resend
+//!   with the same id — e.g. the web client's resend-on-reconnect — gets the same `ack` with the
+//!   same `seq` and is never delivered twice. The same id in another conversation is refused
+//!   (`ALREADY_EXISTS`).
+//! * New messages: rate limit (`RATE_LIMITED`, no ack), bounded offline queue (`QUEUE_FULL`,
+//!   no ack: the sender's outbox retries later), next gap-free seq, commit, then `ack` and, if
+//!   the recipient is online and synced, delivery.
+//! * `typing`: members only, ephemeral, 30/min/user, excess silently dropped.
+//! * `retract`: only the author (looked up in the tombstones); a still-queued copy is dropped;
+//!   the `retract` is forwarded, or kept for an offline recipient until its next `sync`.
+
+use wire::frames::{
+    AckFrame, MsgFrame, RetractDelivery, RetractFrame, TypingDelivery, TypingFrame,
+};
+use wire::{AliasId, ConvId, ErrorCode, ServerFrame, UnixMs, UserUuid};
+
+use crate::limits::TOMBSTONE_TTL_MS;
+use crate::relay::{ConnId, Relay};
+use crate::state::{ConversationRow, MessageRow, PendingRetractRow, TombstoneRow};
+
+impl Relay {
+    /// Resolves the conversation and checks that the caller is a member and `to` the other one.
+    pub(crate) fn member_check(
+        &self,
+        user: &UserUuid,
+        conv_id: &ConvId,
+        to: &AliasId,
+    ) -> Result<(ConversationRow, UserUuid), &'static str> {
+        let conv = self
+            .state
+            .conversations
+            .get(conv_id)
+            .ok_or("unknown conversation, or you are not a member of it")?;
+        let other = conv
+            .other(user)
+            .ok_or("unknown conversation, or you are not a member of it")?;
+        if self.state.alias_of(other) != Some(to) {
+            return Err("`to` is not the other member of this conversation");
+        }
+        Ok((conv.clone(), other.clone()))
+    }
+
+    pub(crate) fn conn_user(&self, conn: ConnId) -> Option<UserUuid> {
+        self.conns.get(&conn).map(|c| c.user.clone())
+    }
+
+    pub(crate) fn on_msg(&mut self, now: UnixMs, conn: ConnId, m: MsgFrame) {
+        let Some(user) = self.conn_user(conn) else {
+            return;
+        };
+        let id = Some(m.id.to_string());
+        let refuse = |relay: &mut Self, code: ErrorCode, msg: &str| {
+            relay.send_error(conn, code, msg, Some("msg".into()), id.clone());
+        };
+        let (mut conv, other) = match self.member_check(&user, &m.conv_id, &m.to) {
+            Ok(x) => x,
+            Err(msg) => return refuse(self, ErrorCode::NOT_A_MEMBER, msg),
+        };
+        if let Some(t) = self.state.tombstones.get(&(user.clone(), m.id.clone())) {
+            if t.conv_id == m.conv_id {
+                let ack = ServerFrame::Ack(AckFrame {
+                    id: m.id,
+                    seq: t.seq,
+                });
+                self.send(conn, ack);
+            } else {
+                refuse(
+                    self,
+                    ErrorCode::ALREADY_EXISTS,
+                    "this message id was already used in another conversation",
+                );
+            }
+            return;
+        }
+        if !self.msg_limit.check(now.get(), &user) {
+            return refuse(
+                self,
+                ErrorCode::RATE_LIMITED,
+                "too many messages; retry later",
+            );
+        }
+        let queued = self
+            .state
+            .queues
+            .get(&(other.clone(), m.conv_id.clone()))
+            .map_or(0, |q| q.len());
+        if queued >= self.config.max_offline_queue_per_conversation {
+            return refuse(
+                self,
+                ErrorCode::QUEUE_FULL,
+                "the recipient's offline queue for this conversation is full; retry later",
+            );
+        }
+        self.msg_limit.record(now.get(), &user);
+        let seq = conv.last_seq.next();
+        conv.last_seq = seq;
+        if let Some(i) = conv.index_of(&user) {
+            conv.last_authored[i] = seq;
+        }
+        self.state.put_conversation(conv);
+        self.state.put_tombstone(TombstoneRow {
+            author: user.clone(),
+            id: m.id.clone(),
+            conv_id: m.conv_id.clone(),
+            seq,
+            expires_at: now.plus_ms(TOMBSTONE_TTL_MS.max(self.config.offline_ttl_ms)),
+            retracted: false,
+        });
+        self.state.put_message(
+            MessageRow {
+                recipient: other.clone(),
+                conv_id: m.conv_id.clone(),
+                seq,
+                id: m.id.clone(),
+                from: user,
+                crypto_v: m.crypto_v,
+                payload: m.payload,
+                at: now,
+            },
+            self.config.offline_ttl_ms,
+        );
+        self.send(conn, ServerFrame::Ack(AckFrame { id: m.id, seq }));
+        self.deliver(&other, &m.conv_id);
+    }
+
+    pub(crate) fn on_typing(&mut self, now: UnixMs, conn: ConnId, t: &TypingFrame) {
+        let Some(user) = self.conn_user(conn) else {
+            return;
+        };
+        let other = match self.member_check(&user, &t.conv_id, &t.to) {
+            Ok((_, other)) => other,
+            Err(msg) => {
+                return self.send_error(
+                    conn,
+                    ErrorCode::NOT_A_MEMBER,
+                    msg,
+                    Some("typing".into()),
+                    None,
+                );
+            }
+        };
+        if !self.typing_limit.allow(now.get(), &user) {
+            return; // silently dropped
+        }
+        if let (Some(peer), Some(from)) = (self.online(&other), self.state.alias_of(&user).cloned())
+        {
+            self.send(
+                peer,
+                ServerFrame::Typing(TypingDelivery {
+                    from,
+                    conv_id: t.conv_id.clone(),
+                }),
+            );
+        }
+    }
+
+    pub(crate) fn on_retract(&mut self, now: UnixMs, conn: ConnId, r: &RetractFrame) {
+        let Some(user) = self.conn_user(conn) else {
+            return;
+        };
+        let id = Some(r.id.to_string());
+        let other = match self.member_check(&user, &r.conv_id, &r.to) {
+            Ok((_, other)) => other,
+            Err(msg) => {
+                return self.send_error(
+                    conn,
+                    ErrorCode::NOT_A_MEMBER,
+                    msg,
+                    Some("retract".into()),
+                    id,
+                );
+            }
+        };
+        let tomb = self
+            .state
+            .tombstones
+            .get(&(user.clone(), r.id.clone()))
+            .filter(|t| t.conv_id == r.conv_id)
+            .cloned();
+        let Some(tomb) = tomb else {
+            return self.send_error(
+                conn,
+                ErrorCode::NOT_THE_AUTHOR,
+                "only the author of a message can retract it (unknown id in this conversation)",
+                Some("retract".into()),
+                id,
+            );
+        };
+        self.state.delete_message(&other, &r.conv_id, tomb.seq);
+        if !tomb.retracted {
+            self.state.put_tombstone(TombstoneRow {
+                retracted: true,
+                ..tomb
+            });
+        }
+        let Some(from) = self.state.alias_of(&user).cloned() else {
+            return;
+        };
+        let frame = ServerFrame::Retract(RetractDelivery {
+            id: r.id.clone(),
+            from,
+            conv_id: r.conv_id.clone(),
+        });
+        match self.online(&other) {
+            Some(peer) => self.send(peer, frame),
+            None => self.state.put_pending_retract(
+                PendingRetractRow {
+                    recipient: other,
+                    id: r.id.clone(),
+                    conv_id: r.conv_id.clone(),
+                    from: user,
+                    at: now,
+                },
+                self.config.offline_ttl_ms,
+            ),
+        }
+    }
+}

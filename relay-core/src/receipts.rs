@@ -1,0 +1,108 @@
+//! Receipts: `delivered` / `read` apply "up to seq", are routed to the other member with
+//! `from` injected, never move backwards, and are kept (latest per conversation and kind) for
+//! an offline sender until its next `sync`.
+//!
+//! A receipt is refused with `INVALID_RECEIPT` when its seq was never sent to its author: 0,
+//! beyond the last message the other member wrote, or at/after the first message still queued
+//! for the author that has not been pushed to it yet. Both `delivered` and `read` release the
+//! covered messages from the offline queue (a read message was delivered).
+
+use wire::frames::{ReceiptDelivery, ReceiptFrame};
+use wire::{ErrorCode, Seq, ServerFrame, UnixMs};
+
+use crate::relay::{ConnId, Relay};
+use crate::state::{PendingReceiptRow, ReceiptKind};
+
+pub(crate) fn receipt_frame(kind: ReceiptKind, r: ReceiptDelivery) -> ServerFrame {
+    match kind {
+        ReceiptKind::Delivered => ServerFrame::Delivered(r),
+        ReceiptKind::Read => ServerFrame::Read(r),
+    }
+}
+
+impl Relay {
+    pub(crate) fn on_receipt(
+        &mut self,
+        now: UnixMs,
+        conn: ConnId,
+        kind: ReceiptKind,
+        r: &ReceiptFrame,
+    ) {
+        let Some(user) = self.conn_user(conn) else {
+            return;
+        };
+        let ref_type = Some(
+            match kind {
+                ReceiptKind::Delivered => "delivered",
+                ReceiptKind::Read => "read",
+            }
+            .to_owned(),
+        );
+        let (conv, other) = match self.member_check(&user, &r.conv_id, &r.to) {
+            Ok(x) => x,
+            Err(msg) => return self.send_error(conn, ErrorCode::NOT_A_MEMBER, msg, ref_type, None),
+        };
+        let last_from_other = conv
+            .index_of(&other)
+            .map_or(Seq(0), |i| conv.last_authored[i]);
+        let hwm = self
+            .pushed_hwm
+            .get(&(user.clone(), r.conv_id.clone()))
+            .copied()
+            .unwrap_or(Seq(0));
+        let first_unsent = self
+            .state
+            .queues
+            .get(&(user.clone(), r.conv_id.clone()))
+            .and_then(|q| q.range(hwm.next()..).next().map(|(s, _)| *s));
+        if r.seq == Seq(0) || r.seq > last_from_other || first_unsent.is_some_and(|f| r.seq >= f) {
+            return self.send_error(
+                conn,
+                ErrorCode::INVALID_RECEIPT,
+                "the receipt covers a seq that was never delivered to you",
+                ref_type,
+                None,
+            );
+        }
+        self.state.delete_messages_upto(&user, &r.conv_id, r.seq);
+        if r.seq > self.state.mark(&r.conv_id, &user, kind) {
+            self.state.put_mark(&r.conv_id, &user, kind, r.seq);
+            self.forward_receipt(now, kind, &r.conv_id, r.seq, &user, &other);
+        }
+        // The window may have opened.
+        self.deliver(&user, &r.conv_id);
+    }
+
+    fn forward_receipt(
+        &mut self,
+        now: UnixMs,
+        kind: ReceiptKind,
+        conv: &wire::ConvId,
+        seq: Seq,
+        reader: &wire::UserUuid,
+        author: &wire::UserUuid,
+    ) {
+        match self.online(author) {
+            Some(peer) => {
+                let frame = ReceiptDelivery {
+                    conv_id: conv.clone(),
+                    seq,
+                    from: self.state.alias_of(reader).cloned(),
+                    to: self.state.alias_of(author).cloned(),
+                };
+                self.send(peer, receipt_frame(kind, frame));
+            }
+            None => self.state.put_pending_receipt(
+                PendingReceiptRow {
+                    recipient: author.clone(),
+                    conv_id: conv.clone(),
+                    kind,
+                    seq,
+                    from: reader.clone(),
+                    at: now,
+                },
+                self.config.offline_ttl_ms,
+            ),
+        }
+    }
+}

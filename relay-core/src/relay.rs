@@ -1,0 +1,570 @@
+//! The [`Relay`]: dispatcher over the sub-machines, the commit discipline and the output queue.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use base64::Engine as _;
+use sha2::{Digest as _, Sha256};
+use wire::frames::{ErrorFrame, GoawayFrame};
+use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
+
+use crate::auth::Ephemeral;
+use crate::config::Config;
+use crate::http::{ApiError, HttpRequest, HttpResponse, Route};
+use crate::ids::IdGen;
+use crate::limits::{MAX_FRAMES_PER_MIN_PER_CONN, MINUTE_MS};
+use crate::ratelimit::RateLimiter;
+use crate::state::{State, Timer, meta};
+use crate::store::{Store, StoreError};
+use crate::token::TokenKeys;
+
+/// A WebSocket connection, numbered by the shell (unique for the life of a `Relay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnId(pub u64);
+
+/// Why the relay asks the shell to close a socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// A GOAWAY was sent just before (another session took over, or the token was revoked).
+    Goaway,
+    /// No frame for `idle_timeout_ms`.
+    Idle,
+    /// The store failed: the relay stopped (fail-stop) and must be rebuilt from the store.
+    StorageFailure,
+}
+
+/// An effect for the shell to execute, drained with [`Relay::poll_output`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Send `frame` as one text message on `conn` (`frame.encode()`).
+    Send {
+        /// Target connection.
+        conn: ConnId,
+        /// The frame.
+        frame: ServerFrame,
+    },
+    /// Close `conn` (after sending everything queued before this output).
+    Close {
+        /// Target connection.
+        conn: ConnId,
+        /// Why.
+        reason: CloseReason,
+    },
+}
+
+/// A connection accepted by [`Relay::handle_connect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    /// The account.
+    pub user: UserUuid,
+    /// The `Sec-WebSocket-Protocol` value the shell must echo (`"bearer"` when the iOS
+    /// `bearer,<jwt>` form authenticated the socket), else `None`.
+    pub subprotocol: Option<&'static str>,
+}
+
+/// The WebSocket upgrade request: the raw query and the `Sec-WebSocket-Protocol` header.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct WsConnect {
+    /// Raw query string without `?` (`user_uuid=…&ticket=…`).
+    pub query: String,
+    /// The `Sec-WebSocket-Protocol` request header, if any.
+    pub protocol: Option<String>,
+}
+
+impl std::fmt::Debug for WsConnect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WsConnect { .. }")
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) user: UserUuid,
+    pub(crate) jti: String,
+    pub(crate) last_seen: UnixMs,
+    pub(crate) synced: bool,
+    /// Highest seq pushed on this connection, per conversation (the in-flight window).
+    pub(crate) pushed: BTreeMap<ConvId, Seq>,
+}
+
+/// The sans-IO relay.
+///
+/// # Methods
+/// * **Construction**: [`Relay::new`] loads every committed row from the store (creating the
+///   JWT signing key on first start).
+/// * **Inputs** (`handle_*`, each carries `now`): [`handle_http`](Relay::handle_http),
+///   [`handle_connect`](Relay::handle_connect), [`handle_text`](Relay::handle_text),
+///   [`handle_frame`](Relay::handle_frame), [`handle_disconnect`](Relay::handle_disconnect),
+///   [`handle_timeout`](Relay::handle_timeout).
+/// * **Outputs** (`poll_*`): [`poll_output`](Relay::poll_output) (frames to send, sockets to
+///   close) and [`poll_timeout`](Relay::poll_timeout) (when to call `handle_timeout` next).
+/// * **Getters**: [`is_failed`](Relay::is_failed), [`is_connected`](Relay::is_connected), …
+///
+/// # Drain order
+/// After **every** input the shell drains `poll_output` until `None` and executes the outputs
+/// in that order (they are per-connection FIFO and deterministic), then re-arms its timer with
+/// `poll_timeout`. An input's outputs (and an HTTP response) are released only after the
+/// input's mutations were committed to the store in one transaction.
+///
+/// # Commit failure: fail-stop
+/// If a commit fails, nothing of that input is acknowledged: the HTTP request gets 503
+/// `STORAGE_UNAVAILABLE`, a frame gets an error frame `STORAGE_UNAVAILABLE` (no ack), every
+/// socket is closed with [`CloseReason::StorageFailure`], and from then on the relay answers
+/// every request with 503 and refuses connections. The in-memory state may be ahead of the
+/// store, so the shell must drop this `Relay` and build a new one from the store
+/// ([`is_failed`](Relay::is_failed) tells it to). Never a panic.
+#[derive(Debug)]
+pub struct Relay {
+    pub(crate) config: Config,
+    store: Box<dyn Store>,
+    pub(crate) ids: IdGen,
+    pub(crate) tokens: TokenKeys,
+    pub(crate) state: State,
+    pub(crate) eph: Ephemeral,
+    pub(crate) conns: BTreeMap<ConnId, Conn>,
+    pub(crate) conn_of_user: BTreeMap<UserUuid, ConnId>,
+    /// Highest seq pushed to a user per conversation on any connection since startup.
+    pub(crate) pushed_hwm: BTreeMap<(UserUuid, ConvId), Seq>,
+    pub(crate) frame_limit: RateLimiter<ConnId>,
+    pub(crate) msg_limit: RateLimiter<UserUuid>,
+    pub(crate) typing_limit: RateLimiter<UserUuid>,
+    /// Outputs of the input being handled; released after its commit.
+    staged: Vec<Output>,
+    outputs: VecDeque<Output>,
+    failed: bool,
+}
+
+impl Relay {
+    /// Builds a relay from the committed state of `store`. `seed` and the store's boot counter
+    /// seed the RNG, so a restart never replays ids or tokens of an earlier run.
+    pub fn new(config: Config, store: Box<dyn Store>, seed: u64) -> Result<Self, StoreError> {
+        let mut store = store;
+        let snapshot = store.load()?;
+        let mut state = State::load(&snapshot, config.offline_ttl_ms)?;
+        let boot: u64 = state
+            .meta
+            .get(meta::BOOT_COUNT)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let mut h = Sha256::new();
+        h.update(seed.to_le_bytes());
+        h.update(boot.to_le_bytes());
+        let digest = h.finalize();
+        let mut s = [0u8; 8];
+        s.copy_from_slice(&digest[..8]);
+        let mut ids = IdGen::new(u64::from_le_bytes(s));
+        state.put_meta(meta::BOOT_COUNT, (boot + 1).to_string());
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let existing = state
+            .meta
+            .get(meta::JWT_SIGNING_KEY)
+            .and_then(|k| b64.decode(k).ok())
+            .and_then(|k| <[u8; 32]>::try_from(k.as_slice()).ok());
+        let tokens = match existing {
+            Some(seed) => TokenKeys::from_seed(seed),
+            None => {
+                let key = TokenKeys::from_seed(ids.bytes());
+                state.put_meta(meta::JWT_SIGNING_KEY, b64.encode(key.seed()));
+                key
+            }
+        };
+        let batch = state.take_batch();
+        store.commit(&batch)?;
+        let msg_limit = RateLimiter::new(config.msgs_per_min_per_user, MINUTE_MS);
+        Ok(Self {
+            eph: Ephemeral::new(&config),
+            config,
+            store,
+            ids,
+            tokens,
+            state,
+            conns: BTreeMap::new(),
+            conn_of_user: BTreeMap::new(),
+            pushed_hwm: BTreeMap::new(),
+            frame_limit: RateLimiter::new(MAX_FRAMES_PER_MIN_PER_CONN, MINUTE_MS),
+            msg_limit,
+            typing_limit: RateLimiter::new(crate::limits::MAX_TYPING_PER_MIN_PER_USER, MINUTE_MS),
+            staged: Vec::new(),
+            outputs: VecDeque::new(),
+            failed: false,
+        })
+    }
+
+    // ------------------------------------------------------------------ getters
+
+    /// Whether a commit failed; the relay then refuses everything and must be rebuilt.
+    pub fn is_failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Whether `conn` is an open, authenticated connection.
+    pub fn is_connected(&self, conn: ConnId) -> bool {
+        self.conns.contains_key(&conn)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Number of undelivered messages held (all recipients).
+    pub fn queued_messages(&self) -> usize {
+        self.state.queues.values().map(|q| q.len()).sum()
+    }
+
+    // ------------------------------------------------------------------ inputs
+
+    /// Handles one REST request and returns its response (released after its commit).
+    pub fn handle_http(&mut self, now: UnixMs, req: &HttpRequest) -> HttpResponse {
+        if self.failed {
+            return storage_unavailable().into_response();
+        }
+        let resp = match crate::http::route(req.method, &req.path) {
+            Ok(route) => self.dispatch_http(now, route, req),
+            Err(e) => Err(e),
+        };
+        let resp = resp.unwrap_or_else(ApiError::into_response);
+        match self.finish() {
+            Ok(()) => resp,
+            Err(()) => storage_unavailable().into_response(),
+        }
+    }
+
+    fn dispatch_http(
+        &mut self,
+        now: UnixMs,
+        route: Route,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        match route {
+            Route::PowChallenge => self.http_pow_challenge(now, req),
+            Route::Register => self.http_register(now, req),
+            Route::AuthChallenge => self.http_auth_challenge(now, req),
+            Route::AuthVerify => self.http_auth_verify(now, req),
+            Route::WsTicket => self.http_ws_ticket(now, req),
+            Route::Friends => self.http_friends(now, req),
+            Route::FriendRequest => self.http_friend_request(now, req),
+            Route::FriendAcceptPath(id) => self.http_friend_accept_path(now, req, &id),
+            Route::FriendAcceptBody => self.http_friend_accept_body(now, req),
+            Route::FriendReject(id) => self.http_friend_reject(now, req, &id),
+            Route::User(alias) => self.http_user(now, req, &alias),
+            Route::ActiveConversations => self.http_active_conversations(now, req),
+            Route::StorageEstimate => self.http_storage_estimate(now, req),
+        }
+    }
+
+    /// Authenticates a WebSocket upgrade. `Err` is the response to send instead of upgrading.
+    /// An older socket of the same account gets GOAWAY and is closed.
+    pub fn handle_connect(
+        &mut self,
+        now: UnixMs,
+        conn: ConnId,
+        req: &WsConnect,
+    ) -> Result<Accepted, HttpResponse> {
+        if self.failed {
+            return Err(storage_unavailable().into_response());
+        }
+        let r = self.connect(now, conn, req);
+        match (self.finish(), r) {
+            (Ok(()), Ok(a)) => Ok(a),
+            (Ok(()), Err(e)) => Err(e.into_response()),
+            (Err(()), _) => Err(storage_unavailable().into_response()),
+        }
+    }
+
+    /// Handles one text message from `conn`: decodes it and answers an undecodable frame with
+    /// an error frame (the socket stays open).
+    pub fn handle_text(&mut self, now: UnixMs, conn: ConnId, text: &str) {
+        match wire::ClientFrame::decode(text) {
+            Ok(frame) => self.handle_frame(now, conn, frame),
+            Err(e) => {
+                if self.failed || !self.conns.contains_key(&conn) {
+                    return;
+                }
+                self.touch(now, conn);
+                let frame = ErrorFrame {
+                    error: e.code(),
+                    message: e.to_string(),
+                    ref_type: e.frame_type().map(str::to_owned),
+                    id: e.frame_id().map(str::to_owned),
+                };
+                self.send(conn, ServerFrame::Error(frame));
+                let _ = self.finish();
+            }
+        }
+    }
+
+    /// Handles one decoded frame from `conn`. Frames from unknown connections are ignored.
+    pub fn handle_frame(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
+        if self.failed || !self.conns.contains_key(&conn) {
+            return;
+        }
+        self.touch(now, conn);
+        let ref_type = frame.frame_type().to_owned();
+        let id = match &frame {
+            wire::ClientFrame::Msg(m) => Some(m.id.to_string()),
+            wire::ClientFrame::Retract(r) => Some(r.id.to_string()),
+            _ => None,
+        };
+        if !self.frame_limit.allow(now.get(), &conn) {
+            self.send_error(
+                conn,
+                ErrorCode::RATE_LIMITED,
+                "too many frames on this connection",
+                Some(ref_type),
+                id,
+            );
+            let _ = self.finish();
+            return;
+        }
+        self.dispatch_frame(now, conn, frame);
+        if self.finish().is_err() {
+            // The staged outputs (acks) were discarded; tell the sender nothing was accepted.
+            // `finish` already closed every socket, so this frame is informational only.
+            self.outputs.push_front(Output::Send {
+                conn,
+                frame: ServerFrame::Error(ErrorFrame {
+                    error: ErrorCode::STORAGE_UNAVAILABLE,
+                    message: "the relay could not store this frame; nothing was accepted".into(),
+                    ref_type: Some(ref_type),
+                    id,
+                }),
+            });
+        }
+    }
+
+    fn dispatch_frame(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
+        use wire::ClientFrame as F;
+        match frame {
+            F::Sync(_) => self.on_sync(now, conn),
+            F::Ping(_) => {}
+            F::Msg(m) => self.on_msg(now, conn, m),
+            F::Delivered(r) => self.on_receipt(now, conn, crate::state::ReceiptKind::Delivered, &r),
+            F::Read(r) => self.on_receipt(now, conn, crate::state::ReceiptKind::Read, &r),
+            F::Typing(t) => self.on_typing(now, conn, &t),
+            F::Retract(r) => self.on_retract(now, conn, &r),
+            F::Call(c) => self.send_error(
+                conn,
+                ErrorCode::UNSUPPORTED_FRAME,
+                "call signalling is not enabled on this relay yet",
+                Some(c.kind.as_str().to_owned()),
+                None,
+            ),
+            F::Unknown(u) => {
+                let t = u.frame_type().to_owned();
+                self.send_error(
+                    conn,
+                    ErrorCode::UNSUPPORTED_FRAME,
+                    &format!("frame type {t:?} is not accepted from clients"),
+                    Some(t),
+                    None,
+                );
+            }
+        }
+    }
+
+    /// The shell saw `conn` close (or fail). Nothing is lost: undelivered messages stay queued.
+    pub fn handle_disconnect(&mut self, _now: UnixMs, conn: ConnId) {
+        self.drop_conn(conn);
+    }
+
+    /// Fires every deadline at or before `now`: idle sockets, message / tombstone / pending
+    /// receipt expiry, ephemeral credential expiry.
+    pub fn handle_timeout(&mut self, now: UnixMs) {
+        if self.failed {
+            return;
+        }
+        let idle: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| now >= c.last_seen.plus_ms(self.config.idle_timeout_ms))
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in idle {
+            self.staged.push(Output::Close {
+                conn,
+                reason: CloseReason::Idle,
+            });
+            self.drop_conn(conn);
+        }
+        while let Some((at, timer)) = self.state.timers.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.state.timers.pop_first();
+            self.fire(now, timer);
+        }
+        self.eph.sweep(now);
+        self.frame_limit.sweep(now.get());
+        self.msg_limit.sweep(now.get());
+        self.typing_limit.sweep(now.get());
+        let _ = self.finish();
+    }
+
+    fn fire(&mut self, now: UnixMs, timer: Timer) {
+        let ttl = self.config.offline_ttl_ms;
+        match timer {
+            Timer::Message(user, conv, seq) => {
+                let expired = self
+                    .state
+                    .queues
+                    .get(&(user.clone(), conv.clone()))
+                    .and_then(|q| q.get(&seq))
+                    .is_some_and(|m| now >= m.at.plus_ms(ttl));
+                if expired {
+                    self.state.delete_message(&user, &conv, seq);
+                }
+            }
+            Timer::Tombstone(author, id) => {
+                let expired = self
+                    .state
+                    .tombstones
+                    .get(&(author.clone(), id.clone()))
+                    .is_some_and(|t| now >= t.expires_at);
+                if expired {
+                    self.state.delete_tombstone(&author, &id);
+                }
+            }
+            Timer::PendingReceipt(user, conv, kind) => {
+                let expired = self
+                    .state
+                    .pending_receipts
+                    .get(&(user.clone(), conv.clone(), kind))
+                    .is_some_and(|r| now >= r.at.plus_ms(ttl));
+                if expired {
+                    self.state.delete_pending_receipt(&user, &conv, kind);
+                }
+            }
+            Timer::PendingRetract(user, id) => {
+                let expired = self
+                    .state
+                    .pending_retracts
+                    .get(&(user.clone(), id.clone()))
+                    .is_some_and(|r| now >= r.at.plus_ms(ttl));
+                if expired {
+                    self.state.delete_pending_retract(&user, &id);
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ outputs
+
+    /// The next effect for the shell, in order.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// When [`handle_timeout`](Relay::handle_timeout) must be called next.
+    pub fn poll_timeout(&self) -> Option<UnixMs> {
+        if self.failed {
+            return None;
+        }
+        let timers = self.state.timers.first().map(|(at, _)| *at);
+        let idle = self
+            .conns
+            .values()
+            .map(|c| c.last_seen.plus_ms(self.config.idle_timeout_ms))
+            .min();
+        let eph = self.eph.next_expiry();
+        [timers, idle, eph].into_iter().flatten().min()
+    }
+
+    // ------------------------------------------------------------------ internals
+
+    /// Commits the input's mutations, then releases its outputs. On failure: fail-stop.
+    fn finish(&mut self) -> Result<(), ()> {
+        let batch = self.state.take_batch();
+        let poisoned = std::mem::take(&mut self.state.poisoned);
+        let committed = if poisoned {
+            Err(StoreError::Backend("a record failed to serialise".into()))
+        } else if batch.is_empty() {
+            Ok(())
+        } else {
+            self.store.commit(&batch)
+        };
+        match committed {
+            Ok(()) => {
+                self.outputs.extend(self.staged.drain(..));
+                Ok(())
+            }
+            Err(_) => {
+                self.staged.clear();
+                self.failed = true;
+                let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+                for conn in conns {
+                    self.outputs.push_back(Output::Close {
+                        conn,
+                        reason: CloseReason::StorageFailure,
+                    });
+                }
+                self.conns.clear();
+                self.conn_of_user.clear();
+                Err(())
+            }
+        }
+    }
+
+    pub(crate) fn touch(&mut self, now: UnixMs, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.last_seen = c.last_seen.max(now);
+        }
+    }
+
+    pub(crate) fn send(&mut self, conn: ConnId, frame: ServerFrame) {
+        self.staged.push(Output::Send { conn, frame });
+    }
+
+    pub(crate) fn send_error(
+        &mut self,
+        conn: ConnId,
+        code: ErrorCode,
+        message: &str,
+        ref_type: Option<String>,
+        id: Option<String>,
+    ) {
+        self.send(
+            conn,
+            ServerFrame::Error(ErrorFrame {
+                error: code,
+                message: message.to_owned(),
+                ref_type,
+                id,
+            }),
+        );
+    }
+
+    /// Sends GOAWAY (reason at top level and in `payload`) and closes `conn`.
+    pub(crate) fn goaway(&mut self, conn: ConnId, reason: &str) {
+        self.send(
+            conn,
+            ServerFrame::Goaway(GoawayFrame {
+                reason: reason.to_owned(),
+            }),
+        );
+        self.staged.push(Output::Close {
+            conn,
+            reason: CloseReason::Goaway,
+        });
+        self.drop_conn(conn);
+    }
+
+    pub(crate) fn drop_conn(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.remove(&conn)
+            && self.conn_of_user.get(&c.user) == Some(&conn)
+        {
+            self.conn_of_user.remove(&c.user);
+        }
+    }
+
+    /// The online connection of `user`, if any.
+    pub(crate) fn online(&self, user: &UserUuid) -> Option<ConnId> {
+        self.conn_of_user.get(user).copied()
+    }
+}
+
+pub(crate) fn storage_unavailable() -> ApiError {
+    ApiError::new(
+        ErrorCode::STORAGE_UNAVAILABLE,
+        "the relay's store is unavailable; nothing was changed, retry later",
+    )
+}

@@ -1,0 +1,256 @@
+//! A test world: one relay, in-memory clients, a virtual clock.
+
+use base64::Engine as _;
+use ed25519_dalek::{Signer as _, SigningKey};
+use relay_core::store::{MemoryStore, Store};
+use relay_core::{Config, ConnId, HttpRequest, HttpResponse, Method, Output, Relay, WsConnect};
+use serde_json::{Value, json};
+use wire::{ServerFrame, UnixMs};
+
+pub(crate) const T0: u64 = 1_800_000_000_000;
+
+pub(crate) fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct User {
+    pub(crate) sk: SigningKey,
+    pub(crate) x25519: [u8; 32],
+    pub(crate) uuid: String,
+    pub(crate) alias: String,
+    pub(crate) token: String,
+    pub(crate) conn: Option<ConnId>,
+}
+
+pub(crate) struct World {
+    pub(crate) relay: Relay,
+    pub(crate) mem: MemoryStore,
+    pub(crate) config: Config,
+    pub(crate) now: UnixMs,
+    pub(crate) next_conn: u64,
+    pub(crate) next_key: u8,
+    /// Every output drained so far, in order.
+    pub(crate) log: Vec<Output>,
+}
+
+pub(crate) fn fast_config() -> Config {
+    Config {
+        pow_difficulty: 1,
+        ..Config::default()
+    }
+}
+
+impl World {
+    pub(crate) fn new() -> Self {
+        Self::with_config(fast_config())
+    }
+
+    pub(crate) fn with_config(config: Config) -> Self {
+        let mem = MemoryStore::new();
+        let relay = Relay::new(config.clone(), Box::new(mem.clone()), 1).unwrap();
+        Self {
+            relay,
+            mem,
+            config,
+            now: UnixMs(T0),
+            next_conn: 1,
+            next_key: 1,
+            log: Vec::new(),
+        }
+    }
+
+    /// Drops the relay ("crash") and builds a new one from the same committed store.
+    pub(crate) fn restart(&mut self, store: Box<dyn Store>) {
+        self.relay = Relay::new(self.config.clone(), store, 2).unwrap();
+    }
+
+    pub(crate) fn advance(&mut self, ms: u64) {
+        self.now = self.now.plus_ms(ms);
+        self.relay.handle_timeout(self.now);
+        self.drain();
+    }
+
+    pub(crate) fn drain(&mut self) -> Vec<Output> {
+        let mut out = Vec::new();
+        while let Some(o) = self.relay.poll_output() {
+            out.push(o);
+        }
+        self.log.extend(out.iter().cloned());
+        out
+    }
+
+    pub(crate) fn http(&mut self, req: HttpRequest) -> HttpResponse {
+        self.relay.handle_http(self.now, &req)
+    }
+
+    pub(crate) fn post(&mut self, path: &str, body: Value, token: Option<&str>) -> HttpResponse {
+        let mut req = HttpRequest::new(Method::Post, path).json(&body);
+        if let Some(t) = token {
+            req = req.bearer(t);
+        }
+        self.http(req)
+    }
+
+    pub(crate) fn get(&mut self, path: &str, token: Option<&str>) -> HttpResponse {
+        let mut req = HttpRequest::new(Method::Get, path);
+        if let Some(t) = token {
+            req = req.bearer(t);
+        }
+        self.http(req)
+    }
+
+    pub(crate) fn fresh_keys(&mut self) -> (SigningKey, [u8; 32]) {
+        let k = self.next_key;
+        self.next_key = self.next_key.wrapping_add(1);
+        (SigningKey::from_bytes(&[k; 32]), [k.wrapping_add(128); 32])
+    }
+
+    pub(crate) fn solve_pow(&mut self, addr: &str) -> String {
+        let r = self.http(HttpRequest::new(Method::Post, "/api/v1/pow/challenge").from_addr(addr));
+        assert_eq!(r.status, 200);
+        let v = r.body_json();
+        let c = v["challenge_string"].as_str().unwrap().to_owned();
+        let d = u32::try_from(v["difficulty"].as_u64().unwrap()).unwrap();
+        relay_core::pow::solve(&c, d)
+    }
+
+    pub(crate) fn register_with(&mut self, sk: &SigningKey, x: [u8; 32], nick: &str, addr: &str) -> HttpResponse {
+        let nonce = self.solve_pow(addr);
+        let body = json!({
+            "ed25519_public_key": b64(sk.verifying_key().as_bytes()),
+            "x25519_public_key": b64(&x),
+            "nickname": nick,
+            "pow_nonce": nonce,
+        });
+        self.http(HttpRequest::new(Method::Post, "/api/v1/register").json(&body).from_addr(addr))
+    }
+
+    pub(crate) fn login(&mut self, u: &mut User) -> HttpResponse {
+        let c = self.post("/api/v1/auth/challenge", json!({"user_uuid": u.uuid}), None);
+        assert_eq!(c.status, 200, "{:?}", c.body_json());
+        let challenge = c.body_json()["challenge"].as_str().unwrap().to_owned();
+        let sig = u.sk.sign(challenge.as_bytes());
+        let r = self.post(
+            "/api/v1/auth/verify",
+            json!({"user_uuid": u.uuid, "challenge": challenge, "signature": b64(&sig.to_bytes())}),
+            None,
+        );
+        if r.status == 200 {
+            u.token = r.body_json()["token"].as_str().unwrap().to_owned();
+        }
+        r
+    }
+
+    /// Registers and logs in a new user.
+    pub(crate) fn user(&mut self, nick: &str) -> User {
+        let (sk, x) = self.fresh_keys();
+        let addr = format!("10.0.0.{}", self.next_key);
+        let r = self.register_with(&sk, x, nick, &addr);
+        assert_eq!(r.status, 201, "{:?}", r.body_json());
+        let v = r.body_json();
+        let mut u = User {
+            sk,
+            x25519: x,
+            uuid: v["uuid"].as_str().unwrap().to_owned(),
+            alias: v["alias_id"].as_str().unwrap().to_owned(),
+            token: String::new(),
+            conn: None,
+        };
+        assert_eq!(self.login(&mut u).status, 200);
+        u
+    }
+
+    pub(crate) fn connect_query(&mut self, query: String, protocol: Option<String>) -> Result<ConnId, HttpResponse> {
+        let conn = ConnId(self.next_conn);
+        self.next_conn += 1;
+        let r = self
+            .relay
+            .handle_connect(self.now, conn, &WsConnect { query, protocol })
+            .map(|_| conn);
+        self.drain();
+        r
+    }
+
+    /// Connects with a ticket and syncs.
+    pub(crate) fn connect(&mut self, u: &mut User) -> ConnId {
+        let t = self.post("/api/v1/ws/ticket", json!({}), Some(&u.token.clone()));
+        assert_eq!(t.status, 200);
+        let ticket = t.body_json()["ticket"].as_str().unwrap().to_owned();
+        let conn = self
+            .connect_query(format!("user_uuid={}&ticket={ticket}", u.uuid), None)
+            .unwrap();
+        u.conn = Some(conn);
+        conn
+    }
+
+    pub(crate) fn send(&mut self, conn: ConnId, frame: Value) -> Vec<Output> {
+        self.relay.handle_text(self.now, conn, &frame.to_string());
+        self.drain()
+    }
+
+    pub(crate) fn sync(&mut self, conn: ConnId) -> Vec<Output> {
+        self.send(conn, json!({"type": "sync", "crypto_v": 1}))
+    }
+
+    /// Makes `a` and `b` contacts and returns the conversation id.
+    pub(crate) fn befriend(&mut self, a: &User, b: &User) -> String {
+        let r = self.post("/api/v1/friends/request", json!({"to_alias_id": b.alias}), Some(&a.token));
+        assert_eq!(r.status, 200, "{:?}", r.body_json());
+        let id = r.body_json()["friendship_id"].as_u64().unwrap();
+        let r = self.http(HttpRequest::new(Method::Put, format!("/api/v1/friends/{id}/accept")).bearer(&b.token));
+        assert_eq!(r.status, 200, "{:?}", r.body_json());
+        self.drain();
+        r.body_json()["conversation_id"].as_str().unwrap().to_owned()
+    }
+
+    pub(crate) fn msg(&mut self, from: &User, to: &User, conv: &str, id: &str) -> Vec<Output> {
+        let conn = from.conn.unwrap();
+        self.send(
+            conn,
+            json!({"type":"msg","id":id,"to":to.alias,"conv_id":conv,"crypto_v":1,"payload":format!("p-{id}")}),
+        )
+    }
+}
+
+/// The frames sent to `conn` among `outs`.
+pub(crate) fn frames(outs: &[Output], conn: ConnId) -> Vec<ServerFrame> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::Send { conn: c, frame } if *c == conn => Some(frame.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+pub(crate) fn closed(outs: &[Output], conn: ConnId) -> bool {
+    outs.iter()
+        .any(|o| matches!(o, Output::Close { conn: c, .. } if *c == conn))
+}
+
+pub(crate) fn acks(fs: &[ServerFrame]) -> Vec<(String, u64)> {
+    fs.iter()
+        .filter_map(|f| match f {
+            ServerFrame::Ack(a) => Some((a.id.to_string(), a.seq.get())),
+            _ => None,
+        })
+        .collect()
+}
+
+pub(crate) fn msgs(fs: &[ServerFrame]) -> Vec<(String, u64)> {
+    fs.iter()
+        .filter_map(|f| match f {
+            ServerFrame::Msg(m) => Some((m.id.to_string(), m.seq.get())),
+            _ => None,
+        })
+        .collect()
+}
+
+pub(crate) fn errors(fs: &[ServerFrame]) -> Vec<String> {
+    fs.iter()
+        .filter_map(|f| match f {
+            ServerFrame::Error(e) => Some(e.error.to_string()),
+            _ => None,
+        })
+        .collect()
+}
