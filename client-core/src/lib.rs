@@ -1,6 +1,8 @@
 //! Sans-IO SecureChat client core.
 #![forbid(unsafe_code)]
 
+pub mod crypto;
 pub mod encoding;
 pub mod keys;
 pub mod pow;
+pub mod security;

@@ -186,3 +186,171 @@ fn protocol_8_2_keys() {
         "3fbbe8688bb7e77b8c34cddfa916ada774deed62891ca0947ee7193c9761f866"
     );
 }
+
+mod crypto_vectors {
+    use super::*;
+    use client_core::crypto::content::MessageContent;
+    use client_core::crypto::json::canonical_web;
+    use client_core::crypto::signal::{
+        NonceCache, SignalEnvelope, SignalError, SignatureCoverage, open_signal,
+    };
+    use client_core::crypto::{SessionKey, decrypt_payload_text, session_key};
+
+    fn pair_key(p: &Value) -> SessionKey {
+        let a = derive_identity(s(p, "a_mnemonic"), X25519Path::WebSdk).unwrap();
+        let b_pub = arr32(&from_base64(s(p, "b_x25519_public_b64")).unwrap());
+        let k = session_key(&a.ecdh_key, &b_pub, s(p, "conversation_id"));
+        // both sides derive the same key
+        let b = derive_identity(s(p, "b_mnemonic"), X25519Path::WebSdk).unwrap();
+        assert_eq!(
+            session_key(
+                &b.ecdh_key,
+                &a.ecdh_key.public_key(),
+                s(p, "conversation_id")
+            ),
+            k
+        );
+        k
+    }
+
+    #[test]
+    fn pairs_session_keys_and_every_message() {
+        let v = vectors();
+        for p in v["pairs"].as_array().unwrap() {
+            let k = pair_key(p);
+            assert_eq!(to_hex(k.as_bytes()), s(p, "session_key_hex"));
+            let display = client_core::security::display_code(s(p, "security_code"));
+            assert_eq!(display, s(p, "security_display_code"));
+            for m in p["messages"].as_array().unwrap() {
+                let text = decrypt_payload_text(&k, s(m, "payload_b64")).unwrap();
+                assert_eq!(text, s(m, "plaintext"));
+                // every reference plaintext parses into some content without loss
+                let c = MessageContent::parse(&text);
+                if text.starts_with("{\"text\"") {
+                    assert!(matches!(c, MessageContent::Reply { .. }));
+                    assert_eq!(c.encode(), text);
+                }
+                if text.starts_with("[file]") || text.starts_with("[voice]") {
+                    assert!(matches!(c, MessageContent::Media(_)));
+                    assert_eq!(c.encode(), text);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reference_signals_verify_at_their_ts() {
+        let v = vectors();
+        let pairs = v["pairs"].as_array().unwrap();
+        for sg in v["signals"].as_array().unwrap() {
+            let signed = sg["signed"].as_object().unwrap();
+            let mut unsigned = signed.clone();
+            unsigned.remove("_sig");
+            assert_eq!(canonical_web(&unsigned), s(sg, "canonical_signed_string"));
+            let p = pairs
+                .iter()
+                .find(|p| s(p, "conversation_id") == s(sg, "conversation_id"))
+                .unwrap();
+            let key = pair_key(p);
+            let signer = derive_identity(s(sg, "signer_mnemonic"), X25519Path::WebSdk).unwrap();
+            let pk = signer.signing_key.public_key();
+            let ts = signed["_ts"].as_u64().unwrap();
+            let env = SignalEnvelope {
+                frame_type: signed["type"].as_str().unwrap(),
+                from: signed["from"].as_str().unwrap(),
+                call_id: signed["call_id"].as_str().unwrap(),
+            };
+            let mut cache = NonceCache::new();
+            let payload = s(sg, "encrypted_payload_b64");
+            let ok = open_signal(&key, payload, env, Some(&pk), ts, &mut cache).unwrap();
+            assert_eq!(ok.ts_ms, ts);
+            assert_eq!(ok.fields["type"], signed["type"]);
+            if env.frame_type == "call_ice" {
+                assert_eq!(
+                    ok.coverage,
+                    SignatureCoverage::WebCanonicalOnly {
+                        unsigned_fields: vec![
+                            "candidate.sdpMLineIndex".into(),
+                            "candidate.sdpMid".into()
+                        ]
+                    }
+                );
+            } else {
+                assert_eq!(ok.coverage, SignatureCoverage::Full);
+            }
+            // replay of the same nonce is refused; so are stale/future timestamps
+            assert_eq!(
+                open_signal(&key, payload, env, Some(&pk), ts, &mut cache),
+                Err(SignalError::ReplayedNonce)
+            );
+            let mut fresh = NonceCache::new();
+            assert_eq!(
+                open_signal(&key, payload, env, Some(&pk), ts + 60_001, &mut fresh),
+                Err(SignalError::Stale)
+            );
+            assert!(open_signal(&key, payload, env, Some(&pk), ts + 60_000, &mut fresh).is_ok());
+            let mut fresh = NonceCache::new();
+            assert_eq!(
+                open_signal(&key, payload, env, None, ts, &mut fresh),
+                Err(SignalError::NoPeerKey)
+            );
+            let other = derive_identity(s(p, "b_mnemonic"), X25519Path::WebSdk).unwrap();
+            assert_eq!(
+                open_signal(
+                    &key,
+                    payload,
+                    env,
+                    Some(&other.signing_key.public_key()),
+                    ts,
+                    &mut fresh
+                ),
+                Err(SignalError::BadSignature)
+            );
+            let wrong_from = SignalEnvelope {
+                from: "u99999999",
+                ..env
+            };
+            assert_eq!(
+                open_signal(&key, payload, wrong_from, Some(&pk), ts, &mut fresh),
+                Err(SignalError::FromMismatch)
+            );
+            let wrong_call = SignalEnvelope {
+                call_id: "call-x",
+                ..env
+            };
+            assert_eq!(
+                open_signal(&key, payload, wrong_call, Some(&pk), ts, &mut fresh),
+                Err(SignalError::CallIdMismatch)
+            );
+            let wrong_type = SignalEnvelope {
+                frame_type: "call_reject",
+                ..env
+            };
+            assert_eq!(
+                open_signal(&key, payload, wrong_type, Some(&pk), ts, &mut fresh),
+                Err(SignalError::TypeMismatch)
+            );
+            // failures did not record the nonce
+            assert!(fresh.is_empty());
+        }
+    }
+
+    #[test]
+    fn protocol_8_2_flat_signal_signature() {
+        let a = derive_identity(
+            "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about",
+            X25519Path::Spec,
+        )
+        .unwrap();
+        let inner = serde_json::json!({"call_id":"11111111-2222-3333-4444-555555555555","from":"u12345678","type":"call_hangup","_ts":1700000000000u64,"_nonce":"00112233445566778899aabbccddeeff"});
+        let c = canonical_web(inner.as_object().unwrap());
+        assert_eq!(
+            c,
+            r#"{"_nonce":"00112233445566778899aabbccddeeff","_ts":1700000000000,"call_id":"11111111-2222-3333-4444-555555555555","from":"u12345678","type":"call_hangup"}"#
+        );
+        assert_eq!(
+            to_hex(&a.signing_key.sign(c.as_bytes())),
+            "cfcdd221c9efb0aa1fc2044f07fb7920f61953d722991c91cc2be7e263ceb3957470b249767b75195bbdf328e0dcec6c24fcf9d478592c8c949b1ce014cd4702"
+        );
+    }
+}
