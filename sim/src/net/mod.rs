@@ -1,0 +1,83 @@
+//! The network seam: one listener/connector abstraction, two networks.
+//!
+//! | side   | tokio (production, loopback tests) | turmoil (simulation)   |
+//! |--------|------------------------------------|------------------------|
+//! | server | [`tokio::net::TcpListener`]        | [`TurmoilListener`]    |
+//! | client | [`TokioConnector`]                 | [`TurmoilConnector`]   |
+//!
+//! [`Network`] bundles the two so server and client code can be generic over one type
+//! parameter ([`Tokio`] or [`Turmoil`]). On top of the seam:
+//!
+//! - [`serve`]: runs any axum [`Router`](axum::Router) on any listener, with graceful shutdown
+//!   and the peer address available to handlers as `ConnectInfo<PeerAddr>`;
+//! - [`HttpClient`]: a small HTTP/1.1 client (hyper's connection-level API, a bounded pool of
+//!   idle connections, a timeout on every request) that also opens WebSockets
+//!   ([`HttpClient::connect_ws`], tokio-tungstenite over the same connector).
+//!
+//! Nothing here reads the wall clock: every timeout is a `tokio::time` timer, which turmoil
+//! drives with its own virtual clock.
+
+mod connector;
+mod endpoint;
+mod http;
+mod server;
+mod ws;
+
+use std::{io, net::SocketAddr};
+
+pub use connector::{Connector, TokioConnector, TurmoilConnector};
+pub use endpoint::{Endpoint, EndpointError};
+pub use http::{
+    DEFAULT_REQUEST_TIMEOUT_MS, HttpClient, HttpError, HttpRequest, HttpResponse,
+    MAX_IDLE_CONNECTIONS, MAX_RESPONSE_BYTES,
+};
+pub use server::{PeerAddr, TurmoilListener, serve};
+pub use ws::{WsError, WsMessage, WsRequest, WsStream};
+
+/// A network the shells can run on: how to listen and how to connect.
+pub trait Network: Send + Sync + 'static {
+    /// The server-side listener type, usable by [`serve`].
+    type Listener: axum::serve::Listener<Addr = SocketAddr>;
+    /// The client-side connector type, usable by [`HttpClient`].
+    type Connector: Connector;
+
+    /// Binds a listener on `addr` (port 0 picks a free port).
+    fn bind(addr: SocketAddr) -> impl Future<Output = io::Result<Self::Listener>> + Send;
+
+    /// A connector that opens streams on this network.
+    fn connector() -> Self::Connector;
+}
+
+/// Real sockets through tokio.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tokio;
+
+impl Network for Tokio {
+    type Listener = tokio::net::TcpListener;
+    type Connector = TokioConnector;
+
+    async fn bind(addr: SocketAddr) -> io::Result<Self::Listener> {
+        tokio::net::TcpListener::bind(addr).await
+    }
+
+    fn connector() -> Self::Connector {
+        TokioConnector
+    }
+}
+
+/// turmoil's simulated network; must be used from inside a turmoil host or client.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Turmoil;
+
+impl Network for Turmoil {
+    type Listener = TurmoilListener;
+    type Connector = TurmoilConnector;
+
+    async fn bind(addr: SocketAddr) -> io::Result<Self::Listener> {
+        TurmoilListener::bind(addr).await
+    }
+
+    fn connector() -> Self::Connector {
+        TurmoilConnector
+    }
+}
