@@ -26,7 +26,10 @@ fn register_conflict_returns_existing_account_and_names_the_key() {
     let (sk2, _) = w.fresh_keys();
     let body = json!({"ed25519_public_key": b64(sk2.verifying_key().as_bytes()), "x25519_public_key": b64(&x), "nickname": "x"});
     let r = w.http(HttpRequest::new(Method::Post, "/api/v1/register").json(&body));
-    assert_eq!((r.status, r.body_json()["key"].clone()), (409, json!("x25519")));
+    assert_eq!(
+        (r.status, r.body_json()["key"].clone()),
+        (409, json!("x25519"))
+    );
     let alias = first["alias_id"].as_str().unwrap();
     assert!(alias.len() == 9 && alias.starts_with('u'));
 }
@@ -41,23 +44,42 @@ fn pow_missing_wrong_reused_expired() {
         if let Some(n) = nonce {
             b["pow_nonce"] = json!(n);
         }
-        w.http(HttpRequest::new(Method::Post, "/api/v1/register").json(&b).from_addr("2.2.2.2"))
+        w.http(
+            HttpRequest::new(Method::Post, "/api/v1/register")
+                .json(&b)
+                .from_addr("2.2.2.2"),
+        )
     };
     let r = reg(&mut w, None);
-    assert_eq!((r.status, r.error_code().unwrap().as_str()), (400, "POW_REQUIRED"));
+    assert_eq!(
+        (r.status, r.error_code().unwrap().as_str()),
+        (400, "POW_REQUIRED")
+    );
     let r = reg(&mut w, Some("")); // Android sends "" when unsolved
     assert_eq!(r.error_code().unwrap(), "POW_REQUIRED");
     // GET works too (iOS); default difficulty 4 and expires_in.
     let c = w.http(HttpRequest::new(Method::Get, "/api/v1/pow/challenge").from_addr("2.2.2.2"));
     let v = c.body_json();
-    assert_eq!((v["difficulty"].as_u64(), v["expires_in"].as_u64()), (Some(4), Some(300)));
+    assert_eq!(
+        (v["difficulty"].as_u64(), v["expires_in"].as_u64()),
+        (Some(4), Some(300))
+    );
     let challenge = v["challenge_string"].as_str().unwrap().to_owned();
     let nonce = relay_core::pow::solve(&challenge, 4);
-    let wrong = (0u64..).map(|i| i.to_string()).find(|n| !relay_core::pow::verify(&challenge, n, 4)).unwrap();
-    assert_eq!(reg(&mut w, Some(&wrong)).error_code().unwrap(), "POW_INVALID");
+    let wrong = (0u64..)
+        .map(|i| i.to_string())
+        .find(|n| !relay_core::pow::verify(&challenge, n, 4))
+        .unwrap();
+    assert_eq!(
+        reg(&mut w, Some(&wrong)).error_code().unwrap(),
+        "POW_INVALID"
+    );
     // Expired.
     w.advance(300_001);
-    assert_eq!(reg(&mut w, Some(&nonce)).error_code().unwrap(), "POW_INVALID");
+    assert_eq!(
+        reg(&mut w, Some(&nonce)).error_code().unwrap(),
+        "POW_INVALID"
+    );
     // Fresh, solved, then reused.
     let nonce = w.solve_pow("2.2.2.2");
     let r = w.register_with(&sk, x, "n", "2.2.2.2");
@@ -65,11 +87,19 @@ fn pow_missing_wrong_reused_expired() {
     // The nonce we solved before register_with consumed its own challenge; reuse fails.
     let (sk3, _) = w.fresh_keys();
     let b = json!({"ed25519_public_key": b64(sk3.verifying_key().as_bytes()), "x25519_public_key": b64(&[77; 32]), "nickname": "n", "pow_nonce": nonce});
-    let first = w.http(HttpRequest::new(Method::Post, "/api/v1/register").json(&b).from_addr("2.2.2.2"));
+    let first = w.http(
+        HttpRequest::new(Method::Post, "/api/v1/register")
+            .json(&b)
+            .from_addr("2.2.2.2"),
+    );
     assert_eq!(first.status, 201);
     let (sk4, _) = w.fresh_keys();
     let b = json!({"ed25519_public_key": b64(sk4.verifying_key().as_bytes()), "x25519_public_key": b64(&[78; 32]), "nickname": "n", "pow_nonce": nonce});
-    let again = w.http(HttpRequest::new(Method::Post, "/api/v1/register").json(&b).from_addr("2.2.2.2"));
+    let again = w.http(
+        HttpRequest::new(Method::Post, "/api/v1/register")
+            .json(&b)
+            .from_addr("2.2.2.2"),
+    );
     assert_eq!(again.error_code().unwrap(), "POW_INVALID");
 }
 
@@ -78,11 +108,17 @@ fn registration_rate_limit_per_address_per_hour() {
     let mut w = World::new();
     for i in 0..10 {
         let (sk, x) = w.fresh_keys();
-        assert_eq!(w.register_with(&sk, x, &format!("n{i}"), "3.3.3.3").status, 201);
+        assert_eq!(
+            w.register_with(&sk, x, &format!("n{i}"), "3.3.3.3").status,
+            201
+        );
     }
     let (sk, x) = w.fresh_keys();
     let r = w.register_with(&sk, x, "n", "3.3.3.3");
-    assert_eq!((r.status, r.error_code().unwrap().as_str()), (429, "RATE_LIMITED"));
+    assert_eq!(
+        (r.status, r.error_code().unwrap().as_str()),
+        (429, "RATE_LIMITED")
+    );
     assert_eq!(w.register_with(&sk, x, "n", "4.4.4.4").status, 201);
     w.advance(3_600_000);
     let (sk, x) = w.fresh_keys();
@@ -95,10 +131,17 @@ fn nickname_limits() {
     for bad in ["", "   ", &"x".repeat(33), "a\u{0007}b"] {
         let (sk, x) = w.fresh_keys();
         let r = w.register_with(&sk, x, bad, "5.5.5.5");
-        assert_eq!((r.status, r.error_code().unwrap().as_str()), (400, "INVALID_FIELD"), "{bad:?}");
+        assert_eq!(
+            (r.status, r.error_code().unwrap().as_str()),
+            (400, "INVALID_FIELD"),
+            "{bad:?}"
+        );
     }
     let (sk, x) = w.fresh_keys();
-    assert_eq!(w.register_with(&sk, x, &"é".repeat(32), "5.5.5.5").status, 201);
+    assert_eq!(
+        w.register_with(&sk, x, &"é".repeat(32), "5.5.5.5").status,
+        201
+    );
 }
 
 #[test]
@@ -112,21 +155,40 @@ fn auth_challenge_single_use_expiry_and_bad_signature() {
     use ed25519_dalek::Signer as _;
     let good = b64(&u.sk.sign(ch.as_bytes()).to_bytes());
     let bad = b64(&u.sk.sign(b"other").to_bytes());
-    let r = w.post("/api/v1/auth/verify", json!({"user_uuid": u.uuid, "challenge": ch, "signature": bad}), None);
-    assert_eq!((r.status, r.error_code().unwrap().as_str()), (401, "SIGNATURE_INVALID"));
+    let r = w.post(
+        "/api/v1/auth/verify",
+        json!({"user_uuid": u.uuid, "challenge": ch, "signature": bad}),
+        None,
+    );
+    assert_eq!(
+        (r.status, r.error_code().unwrap().as_str()),
+        (401, "SIGNATURE_INVALID")
+    );
     // Single use: consumed by the failed attempt.
-    let r = w.post("/api/v1/auth/verify", json!({"user_uuid": u.uuid, "challenge": ch, "signature": good}), None);
+    let r = w.post(
+        "/api/v1/auth/verify",
+        json!({"user_uuid": u.uuid, "challenge": ch, "signature": good}),
+        None,
+    );
     assert_eq!(r.error_code().unwrap(), "CHALLENGE_INVALID");
     // Expired.
     let c = w.post("/api/v1/auth/challenge", json!({"user_uuid": u.uuid}), None);
     let ch = c.body_json()["challenge"].as_str().unwrap().to_owned();
     w.advance(120_000);
     let good = b64(&u.sk.sign(ch.as_bytes()).to_bytes());
-    let r = w.post("/api/v1/auth/verify", json!({"user_uuid": u.uuid, "challenge": ch, "signature": good}), None);
+    let r = w.post(
+        "/api/v1/auth/verify",
+        json!({"user_uuid": u.uuid, "challenge": ch, "signature": good}),
+        None,
+    );
     assert_eq!(r.error_code().unwrap(), "CHALLENGE_INVALID");
     let r = w.login(&mut u);
     assert_eq!(r.body_json()["expires_in"], 86_400);
-    let r = w.post("/api/v1/auth/challenge", json!({"user_uuid": "00000000-0000-4000-8000-000000000000"}), None);
+    let r = w.post(
+        "/api/v1/auth/challenge",
+        json!({"user_uuid": "00000000-0000-4000-8000-000000000000"}),
+        None,
+    );
     assert_eq!(r.status, 404);
 }
 
@@ -147,13 +209,24 @@ fn token_errors_have_distinct_codes() {
     assert_eq!(code(&mut w, Some("Bearer not.a.jwt")), "TOKEN_INVALID");
     assert_eq!(code(&mut w, Some("Basic abc")), "TOKEN_INVALID");
     // Signed by another relay's key.
-    let other = World::new().user("u").token;
-    assert_eq!(code(&mut w, Some(&format!("Bearer {other}"))), "TOKEN_SIGNATURE_INVALID");
+    let other = World::with_seed(crate::world::fast_config(), 99)
+        .user("u")
+        .token;
+    assert_eq!(
+        code(&mut w, Some(&format!("Bearer {other}"))),
+        "TOKEN_SIGNATURE_INVALID"
+    );
     let old = u.token.clone();
     w.login(&mut u);
-    assert_eq!(code(&mut w, Some(&format!("Bearer {old}"))), "TOKEN_REVOKED");
+    assert_eq!(
+        code(&mut w, Some(&format!("Bearer {old}"))),
+        "TOKEN_REVOKED"
+    );
     w.advance(24 * 3_600_000);
-    assert_eq!(code(&mut w, Some(&format!("Bearer {}", u.token))), "TOKEN_EXPIRED");
+    assert_eq!(
+        code(&mut w, Some(&format!("Bearer {}", u.token))),
+        "TOKEN_EXPIRED"
+    );
 }
 
 #[test]
@@ -161,20 +234,47 @@ fn routing_errors_and_bodies() {
     let mut w = World::new();
     let u = w.user("u");
     let r = w.get("/api/v1/nothing", None);
-    assert_eq!((r.status, r.error_code().unwrap().as_str()), (404, "NOT_FOUND"));
+    assert_eq!(
+        (r.status, r.error_code().unwrap().as_str()),
+        (404, "NOT_FOUND")
+    );
     let r = w.http(HttpRequest::new(Method::Delete, "/api/v1/register"));
-    assert_eq!((r.status, r.error_code().unwrap().as_str()), (405, "METHOD_NOT_ALLOWED"));
-    let r = w.http(HttpRequest::new(Method::Post, "/api/v1/friends/request").bearer(&u.token).body("{nope"));
-    assert_eq!((r.status, r.error_code().unwrap().as_str()), (400, "INVALID_JSON"));
-    let r = w.http(HttpRequest::new(Method::Post, "/api/v1/friends/request").bearer(&u.token).body(vec![b' '; 40_000]));
-    assert_eq!((r.status, r.error_code().unwrap().as_str()), (413, "BODY_TOO_LARGE"));
+    assert_eq!(
+        (r.status, r.error_code().unwrap().as_str()),
+        (405, "METHOD_NOT_ALLOWED")
+    );
+    let r = w.http(
+        HttpRequest::new(Method::Post, "/api/v1/friends/request")
+            .bearer(&u.token)
+            .body("{nope"),
+    );
+    assert_eq!(
+        (r.status, r.error_code().unwrap().as_str()),
+        (400, "INVALID_JSON")
+    );
+    let r = w.http(
+        HttpRequest::new(Method::Post, "/api/v1/friends/request")
+            .bearer(&u.token)
+            .body(vec![b' '; 40_000]),
+    );
+    assert_eq!(
+        (r.status, r.error_code().unwrap().as_str()),
+        (413, "BODY_TOO_LARGE")
+    );
     // Empty POST bodies are accepted, unknown fields ignored.
     let r = w.http(HttpRequest::new(Method::Post, "/api/v1/pow/challenge"));
     assert_eq!(r.status, 200);
     let r = w.post("/api/v1/ws/ticket", json!({"whatever": 1}), Some(&u.token));
     let t = r.body_json()["ticket"].as_str().unwrap().to_owned();
-    assert!(t.len() == 43 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
-    for r in [w.get("/api/v1/nothing", None), w.get("/api/v1/friends", None)] {
+    assert!(
+        t.len() == 43
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    );
+    for r in [
+        w.get("/api/v1/nothing", None),
+        w.get("/api/v1/friends", None),
+    ] {
         let v = r.body_json();
         assert!(v["error"].is_string() && v["message"].is_string());
     }
@@ -188,19 +288,42 @@ fn contacts_flow_and_pushes() {
     let c = w.user("carol");
     let cb = w.connect(&mut b);
     let ca = w.connect(&mut a);
-    let r = w.post("/api/v1/friends/request", json!({"to_alias_id": a.alias}), Some(&a.token));
-    assert_eq!((r.status, r.error_code().unwrap().as_str()), (400, "BAD_REQUEST"));
-    let r = w.post("/api/v1/friends/request", json!({"to_alias_id": "u00000000"}), Some(&a.token));
+    let r = w.post(
+        "/api/v1/friends/request",
+        json!({"to_alias_id": a.alias}),
+        Some(&a.token),
+    );
+    assert_eq!(
+        (r.status, r.error_code().unwrap().as_str()),
+        (400, "BAD_REQUEST")
+    );
+    let r = w.post(
+        "/api/v1/friends/request",
+        json!({"to_alias_id": "u00000000"}),
+        Some(&a.token),
+    );
     assert_eq!(r.status, 404);
-    let r = w.post("/api/v1/friends/request", json!({"to_alias_id": b.alias}), Some(&a.token));
+    let r = w.post(
+        "/api/v1/friends/request",
+        json!({"to_alias_id": b.alias}),
+        Some(&a.token),
+    );
     assert_eq!(r.status, 200);
     let fid = r.body_json()["friendship_id"].as_u64().unwrap();
     let pushed = frames(&w.drain(), cb);
     assert!(matches!(&pushed[..], [ServerFrame::FriendRequest(f)] if f.from.as_str() == a.alias));
-    let r = w.post("/api/v1/friends/request", json!({"to_alias_id": b.alias}), Some(&a.token));
+    let r = w.post(
+        "/api/v1/friends/request",
+        json!({"to_alias_id": b.alias}),
+        Some(&a.token),
+    );
     assert_eq!(r.status, 409);
     assert!(String::from_utf8_lossy(&r.body).contains("already exists"));
-    let r = w.post("/api/v1/friends/request", json!({"to_alias_id": a.alias}), Some(&b.token));
+    let r = w.post(
+        "/api/v1/friends/request",
+        json!({"to_alias_id": a.alias}),
+        Some(&b.token),
+    );
     assert_eq!(r.status, 409);
     // Pending listing from both sides.
     let la = w.get("/api/v1/friends", Some(&a.token)).body_json();
@@ -209,37 +332,76 @@ fn contacts_flow_and_pushes() {
     assert_eq!(la[0]["conversation_id"], "");
     assert!(la[0]["created_at"].as_str().unwrap().ends_with('Z'));
     let lb = w.get("/api/v1/friends", Some(&b.token)).body_json();
-    assert_eq!((lb[0]["direction"].as_str(), lb[0]["alias_id"].as_str()), (Some("received"), Some(a.alias.as_str())));
+    assert_eq!(
+        (lb[0]["direction"].as_str(), lb[0]["alias_id"].as_str()),
+        (Some("received"), Some(a.alias.as_str()))
+    );
     // Only the addressee accepts; the third party sees 404.
-    let r = w.http(HttpRequest::new(Method::Put, format!("/api/v1/friends/{fid}/accept")).bearer(&c.token));
+    let r = w.http(
+        HttpRequest::new(Method::Put, format!("/api/v1/friends/{fid}/accept")).bearer(&c.token),
+    );
     assert_eq!(r.status, 404);
-    let r = w.http(HttpRequest::new(Method::Put, format!("/api/v1/friends/{fid}/accept")).bearer(&a.token));
+    let r = w.http(
+        HttpRequest::new(Method::Put, format!("/api/v1/friends/{fid}/accept")).bearer(&a.token),
+    );
     assert_eq!(r.status, 403);
     // iOS form.
-    let r = w.post("/api/v1/friends/accept", json!({"friendship_id": fid}), Some(&b.token));
+    let r = w.post(
+        "/api/v1/friends/accept",
+        json!({"friendship_id": fid}),
+        Some(&b.token),
+    );
     assert_eq!(r.status, 200);
-    let conv = r.body_json()["conversation_id"].as_str().unwrap().to_owned();
+    let conv = r.body_json()["conversation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let pushed = frames(&w.drain(), ca);
-    assert!(matches!(&pushed[..], [ServerFrame::FriendAccepted(f)] if f.conversation_id.as_str() == conv));
+    assert!(
+        matches!(&pushed[..], [ServerFrame::FriendAccepted(f)] if f.conversation_id.as_str() == conv)
+    );
     // Idempotent accept.
-    let r = w.http(HttpRequest::new(Method::Put, format!("/api/v1/friends/{fid}/accept")).bearer(&b.token));
+    let r = w.http(
+        HttpRequest::new(Method::Put, format!("/api/v1/friends/{fid}/accept")).bearer(&b.token),
+    );
     assert_eq!(r.body_json()["conversation_id"], conv.as_str());
     let la = w.get("/api/v1/friends", Some(&a.token)).body_json();
-    assert_eq!((la[0]["status"].as_str(), la[0]["conversation_id"].as_str()), (Some("accepted"), Some(conv.as_str())));
+    assert_eq!(
+        (la[0]["status"].as_str(), la[0]["conversation_id"].as_str()),
+        (Some("accepted"), Some(conv.as_str()))
+    );
     assert_eq!(la[0]["x25519_public_key"], b64(&b.x25519));
-    let active = w.get("/api/v1/conversations/active", Some(&a.token)).body_json();
+    let active = w
+        .get("/api/v1/conversations/active", Some(&a.token))
+        .body_json();
     assert_eq!(active["conversations"][0]["conv_id"], conv.as_str());
     // Reject: no notification; rejecting an accepted one is 409.
-    let r = w.post("/api/v1/friends/request", json!({"to_alias_id": c.alias}), Some(&b.token));
+    let r = w.post(
+        "/api/v1/friends/request",
+        json!({"to_alias_id": c.alias}),
+        Some(&b.token),
+    );
     let fid2 = r.body_json()["friendship_id"].as_u64().unwrap();
     w.drain();
-    let r = w.post(&format!("/api/v1/friends/{fid2}/reject"), json!({}), Some(&c.token));
+    let r = w.post(
+        &format!("/api/v1/friends/{fid2}/reject"),
+        json!({}),
+        Some(&c.token),
+    );
     assert_eq!(r.status, 200);
     assert!(frames(&w.drain(), cb).is_empty());
-    let r = w.post(&format!("/api/v1/friends/{fid}/reject"), json!({}), Some(&b.token));
+    let r = w.post(
+        &format!("/api/v1/friends/{fid}/reject"),
+        json!({}),
+        Some(&b.token),
+    );
     assert_eq!(r.status, 409);
     // After a rejection a new request is allowed.
-    let r = w.post("/api/v1/friends/request", json!({"to_alias_id": c.alias}), Some(&b.token));
+    let r = w.post(
+        "/api/v1/friends/request",
+        json!({"to_alias_id": c.alias}),
+        Some(&b.token),
+    );
     assert_eq!(r.status, 200);
     let r = w.post("/api/v1/friends/x/reject", json!({}), Some(&c.token));
     assert_eq!(r.status, 404);
@@ -252,12 +414,26 @@ fn user_lookup_and_storage_estimate() {
     let b = w.user("bob");
     let r = w.get(&format!("/api/v1/users/{}", b.alias), Some(&a.token));
     let v = r.body_json();
-    assert_eq!((v["alias_id"].as_str(), v["nickname"].as_str()), (Some(b.alias.as_str()), Some("bob")));
-    assert_eq!(v["ed25519_public_key"], b64(b.sk.verifying_key().as_bytes()));
+    assert_eq!(
+        (v["alias_id"].as_str(), v["nickname"].as_str()),
+        (Some(b.alias.as_str()), Some("bob"))
+    );
+    assert_eq!(
+        v["ed25519_public_key"],
+        b64(b.sk.verifying_key().as_bytes())
+    );
     assert_eq!(w.get("/api/v1/users/u99999999", Some(&a.token)).status, 404);
-    assert_eq!(w.get("/api/v1/users/NOT..valid", Some(&a.token)).status, 404);
-    let s = w.get("/api/v1/storage/estimate", Some(&a.token)).body_json();
-    assert_eq!((s["used_bytes"].as_u64(), s["message_count"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(
+        w.get("/api/v1/users/NOT..valid", Some(&a.token)).status,
+        404
+    );
+    let s = w
+        .get("/api/v1/storage/estimate", Some(&a.token))
+        .body_json();
+    assert_eq!(
+        (s["used_bytes"].as_u64(), s["message_count"].as_u64()),
+        (Some(0), Some(0))
+    );
 }
 
 #[test]
@@ -266,45 +442,83 @@ fn websocket_auth_variants_and_single_session() {
     let mut u = w.user("u");
     // Missing / bad credentials refuse the upgrade with 401.
     let r = w.connect_query(String::new(), None).unwrap_err();
-    assert_eq!((r.status, r.error_code().unwrap().as_str()), (401, "AUTH_REQUIRED"));
-    let r = w.connect_query(format!("user_uuid={}&ticket=nope", u.uuid), None).unwrap_err();
+    assert_eq!(
+        (r.status, r.error_code().unwrap().as_str()),
+        (401, "AUTH_REQUIRED")
+    );
+    let r = w
+        .connect_query(format!("user_uuid={}&ticket=nope", u.uuid), None)
+        .unwrap_err();
     assert_eq!(r.error_code().unwrap(), "TICKET_INVALID");
     // Token in the query.
-    let c1 = w.connect_query(format!("user_uuid={}&token={}", u.uuid, u.token), None).unwrap();
+    let c1 = w
+        .connect_query(format!("user_uuid={}&token={}", u.uuid, u.token), None)
+        .unwrap();
     // iOS: uuid + Sec-WebSocket-Protocol bearer,<jwt>; echo "bearer". Replaces c1 (same token).
     let conn = relay_core::ConnId(99);
     let acc = w
         .relay
-        .handle_connect(w.now, conn, &relay_core::WsConnect { query: format!("uuid={}", u.uuid), protocol: Some(format!("bearer,{}", u.token)) })
+        .handle_connect(
+            w.now,
+            conn,
+            &relay_core::WsConnect {
+                query: format!("uuid={}", u.uuid),
+                protocol: Some(format!("bearer,{}", u.token)),
+            },
+        )
         .unwrap();
     assert_eq!(acc.subprotocol, Some("bearer"));
     let outs = w.drain();
     let f = frames(&outs, c1);
     assert!(matches!(&f[..], [ServerFrame::Goaway(g)] if g.reason == "session_replaced"));
     assert!(closed(&outs, c1));
-    assert_eq!(f[0].encode(), r#"{"type":"goaway","reason":"session_replaced","payload":{"reason":"session_replaced"}}"#);
+    assert_eq!(
+        f[0].encode(),
+        r#"{"type":"goaway","reason":"session_replaced","payload":{"reason":"session_replaced"}}"#
+    );
     // A new login revokes the token; the socket using it gets GOAWAY new_device_login.
     w.login(&mut u);
     let outs = w.drain();
-    assert!(matches!(&frames(&outs, conn)[..], [ServerFrame::Goaway(g)] if g.reason == "new_device_login"));
+    assert!(
+        matches!(&frames(&outs, conn)[..], [ServerFrame::Goaway(g)] if g.reason == "new_device_login")
+    );
     assert!(closed(&outs, conn));
     // Ticket: single use, 30 s.
-    let t = w.post("/api/v1/ws/ticket", json!({}), Some(&u.token)).body_json()["ticket"].as_str().unwrap().to_owned();
+    let t = w
+        .post("/api/v1/ws/ticket", json!({}), Some(&u.token))
+        .body_json()["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let q = format!("user_uuid={}&ticket={t}", u.uuid);
     assert!(w.connect_query(q.clone(), None).is_ok());
-    assert_eq!(w.connect_query(q, None).unwrap_err().error_code().unwrap(), "TICKET_INVALID");
-    let t = w.post("/api/v1/ws/ticket", json!({}), Some(&u.token)).body_json()["ticket"].as_str().unwrap().to_owned();
+    assert_eq!(
+        w.connect_query(q, None).unwrap_err().error_code().unwrap(),
+        "TICKET_INVALID"
+    );
+    let t = w
+        .post("/api/v1/ws/ticket", json!({}), Some(&u.token))
+        .body_json()["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     w.advance(30_000);
-    let r = w.connect_query(format!("user_uuid={}&ticket={t}", u.uuid), None).unwrap_err();
+    let r = w
+        .connect_query(format!("user_uuid={}&ticket={t}", u.uuid), None)
+        .unwrap_err();
     assert_eq!(r.error_code().unwrap(), "TICKET_INVALID");
     // Old token in the query: revoked.
     let mut other = w.user("o");
     let old = other.token.clone();
     w.login(&mut other);
-    let r = w.connect_query(format!("user_uuid={}&token={old}", other.uuid), None).unwrap_err();
+    let r = w
+        .connect_query(format!("user_uuid={}&token={old}", other.uuid), None)
+        .unwrap_err();
     assert_eq!(r.error_code().unwrap(), "TOKEN_REVOKED");
     // Someone else's token.
-    let r = w.connect_query(format!("user_uuid={}&token={}", u.uuid, other.token), None).unwrap_err();
+    let r = w
+        .connect_query(format!("user_uuid={}&token={}", u.uuid, other.token), None)
+        .unwrap_err();
     assert_eq!(r.status, 401);
 }
 

@@ -47,8 +47,12 @@ impl World {
     }
 
     pub(crate) fn with_config(config: Config) -> Self {
+        Self::with_seed(config, 1)
+    }
+
+    pub(crate) fn with_seed(config: Config, seed: u64) -> Self {
         let mem = MemoryStore::new();
-        let relay = Relay::new(config.clone(), Box::new(mem.clone()), 1).unwrap();
+        let relay = Relay::new(config.clone(), Box::new(mem.clone()), seed).unwrap();
         Self {
             relay,
             mem,
@@ -115,7 +119,13 @@ impl World {
         relay_core::pow::solve(&c, d)
     }
 
-    pub(crate) fn register_with(&mut self, sk: &SigningKey, x: [u8; 32], nick: &str, addr: &str) -> HttpResponse {
+    pub(crate) fn register_with(
+        &mut self,
+        sk: &SigningKey,
+        x: [u8; 32],
+        nick: &str,
+        addr: &str,
+    ) -> HttpResponse {
         let nonce = self.solve_pow(addr);
         let body = json!({
             "ed25519_public_key": b64(sk.verifying_key().as_bytes()),
@@ -123,7 +133,11 @@ impl World {
             "nickname": nick,
             "pow_nonce": nonce,
         });
-        self.http(HttpRequest::new(Method::Post, "/api/v1/register").json(&body).from_addr(addr))
+        self.http(
+            HttpRequest::new(Method::Post, "/api/v1/register")
+                .json(&body)
+                .from_addr(addr),
+        )
     }
 
     pub(crate) fn login(&mut self, u: &mut User) -> HttpResponse {
@@ -161,7 +175,11 @@ impl World {
         u
     }
 
-    pub(crate) fn connect_query(&mut self, query: String, protocol: Option<String>) -> Result<ConnId, HttpResponse> {
+    pub(crate) fn connect_query(
+        &mut self,
+        query: String,
+        protocol: Option<String>,
+    ) -> Result<ConnId, HttpResponse> {
         let conn = ConnId(self.next_conn);
         self.next_conn += 1;
         let r = self
@@ -175,7 +193,7 @@ impl World {
     /// Connects with a ticket and syncs.
     pub(crate) fn connect(&mut self, u: &mut User) -> ConnId {
         let t = self.post("/api/v1/ws/ticket", json!({}), Some(&u.token.clone()));
-        assert_eq!(t.status, 200);
+        assert_eq!(t.status, 200, "{:?}", t.body_json());
         let ticket = t.body_json()["ticket"].as_str().unwrap().to_owned();
         let conn = self
             .connect_query(format!("user_uuid={}&ticket={ticket}", u.uuid), None)
@@ -195,13 +213,22 @@ impl World {
 
     /// Makes `a` and `b` contacts and returns the conversation id.
     pub(crate) fn befriend(&mut self, a: &User, b: &User) -> String {
-        let r = self.post("/api/v1/friends/request", json!({"to_alias_id": b.alias}), Some(&a.token));
+        let r = self.post(
+            "/api/v1/friends/request",
+            json!({"to_alias_id": b.alias}),
+            Some(&a.token),
+        );
         assert_eq!(r.status, 200, "{:?}", r.body_json());
         let id = r.body_json()["friendship_id"].as_u64().unwrap();
-        let r = self.http(HttpRequest::new(Method::Put, format!("/api/v1/friends/{id}/accept")).bearer(&b.token));
+        let r = self.http(
+            HttpRequest::new(Method::Put, format!("/api/v1/friends/{id}/accept")).bearer(&b.token),
+        );
         assert_eq!(r.status, 200, "{:?}", r.body_json());
         self.drain();
-        r.body_json()["conversation_id"].as_str().unwrap().to_owned()
+        r.body_json()["conversation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     }
 
     pub(crate) fn msg(&mut self, from: &User, to: &User, conv: &str, id: &str) -> Vec<Output> {
