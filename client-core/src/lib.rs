@@ -6,3 +6,4 @@ pub mod encoding;
 pub mod keys;
 pub mod pow;
 pub mod security;
+pub mod store;

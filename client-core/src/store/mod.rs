@@ -1,0 +1,602 @@
+//! Local persistent records (SPEC "Locally persisted records") behind the [`ClientStore`] trait,
+//! with an in-memory ([`MemoryStore`]) and a durable SQLite ([`SqliteStore`]) implementation.
+//!
+//! Records serialise with the spec's camelCase field names. Additions beyond the spec, needed for
+//! the guarantees of this client: `StoredIdentity.x25519Path`, `OutboxIntent.attempts`,
+//! `OfflineMessage.id` and `.fromAliasId` (the offline inbox is keyed by message id so two
+//! parked messages without `seq` never collide), `SessionRecord.pendingEcdhPublicKey` (a changed
+//! key announced by the server for a verified session, kept aside and never applied silently).
+//!
+//! History order is `(time, id)` ascending everywhere. [`ClientStore::export_conversation`]
+//! writes NDJSON: one [`StoredMessage`] JSON object per line (fields `id`, `conversationId`,
+//! `text`, `isMe`, `time`, `status`, and when present `msgType`, `mediaUrl`, `caption`, `seq`,
+//! `fromAliasId`, `replyToId`), conversations in id order, each in history order, `\n` after
+//! every line.
+
+mod memory;
+mod sqlite;
+
+pub use memory::MemoryStore;
+pub use sqlite::{SCHEMA_VERSION, SqliteStore};
+
+use serde::{Deserialize, Serialize};
+
+use crate::keys::{SecretString, X25519Path};
+use crate::security::TrustRecord;
+
+impl Serialize for SecretString {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.expose())
+    }
+}
+
+impl<'de> Deserialize<'de> for SecretString {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Self::new)
+    }
+}
+
+/// The one stored identity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredIdentity {
+    /// Account uuid.
+    pub uuid: String,
+    /// Current alias id.
+    pub alias_id: String,
+    /// Nickname.
+    pub nickname: String,
+    /// The mnemonic (secret).
+    pub mnemonic: SecretString,
+    /// Ed25519 public key, base64.
+    pub signing_public_key: String,
+    /// X25519 public key, base64.
+    pub ecdh_public_key: String,
+    /// Which X25519 path the account uses.
+    #[serde(default)]
+    pub x25519_path: X25519PathRecord,
+}
+
+/// Serialisable form of [`X25519Path`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum X25519PathRecord {
+    /// The spec path.
+    #[default]
+    Spec,
+    /// The web client's path.
+    WebSdk,
+}
+
+impl From<X25519Path> for X25519PathRecord {
+    fn from(p: X25519Path) -> Self {
+        match p {
+            X25519Path::Spec => Self::Spec,
+            X25519Path::WebSdk => Self::WebSdk,
+        }
+    }
+}
+
+impl From<X25519PathRecord> for X25519Path {
+    fn from(p: X25519PathRecord) -> Self {
+        match p {
+            X25519PathRecord::Spec => Self::Spec,
+            X25519PathRecord::WebSdk => Self::WebSdk,
+        }
+    }
+}
+
+/// Trust state stored on a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionTrust {
+    /// Not verified.
+    #[default]
+    Unverified,
+    /// Verified.
+    Verified,
+}
+
+/// A conversation's secure session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    /// Conversation id (server-assigned).
+    pub conversation_id: String,
+    /// Peer alias.
+    pub their_alias_id: String,
+    /// Peer X25519 public key, base64.
+    pub their_ecdh_public_key: String,
+    /// Peer Ed25519 public key, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub their_ed25519_public_key: Option<String>,
+    /// Session key, base64 (secret).
+    pub session_key_base64: SecretString,
+    /// Trust state.
+    pub trust_state: SessionTrust,
+    /// Creation time, epoch ms.
+    pub created_at: u64,
+    /// A different X25519 key the server now reports, not applied (see module doc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_ecdh_public_key: Option<String>,
+}
+
+/// An undecryptable or early message parked for retry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OfflineMessage {
+    /// Message id (the key of the inbox).
+    pub id: String,
+    /// Conversation id.
+    pub conversation_id: String,
+    /// Relay seq (0 when absent).
+    pub seq: u64,
+    /// The encrypted payload as received.
+    pub payload_encrypted: String,
+    /// Relay time `at`, epoch ms.
+    pub created_at: u64,
+    /// Sender alias.
+    #[serde(default)]
+    pub from_alias_id: String,
+}
+
+/// Status of a stored message, ordered `sending < sent < delivered < read`; `failed` only from `sending`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageStatus {
+    /// Queued, not acknowledged.
+    Sending,
+    /// Acknowledged by the relay.
+    Sent,
+    /// Delivered to the peer.
+    Delivered,
+    /// Read by the peer.
+    Read,
+    /// Gave up sending.
+    Failed,
+}
+
+impl MessageStatus {
+    /// Wire/string form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sending => "sending",
+            Self::Sent => "sent",
+            Self::Delivered => "delivered",
+            Self::Read => "read",
+            Self::Failed => "failed",
+        }
+    }
+
+    fn rank(self) -> Option<u8> {
+        match self {
+            Self::Sending => Some(0),
+            Self::Sent => Some(1),
+            Self::Delivered => Some(2),
+            Self::Read => Some(3),
+            Self::Failed => None,
+        }
+    }
+
+    /// Whether `self -> next` is allowed: strictly up the order, or `sending -> failed`.
+    pub fn can_advance_to(self, next: Self) -> bool {
+        match (self.rank(), next.rank()) {
+            (Some(a), Some(b)) => b > a,
+            (Some(0), None) => true,
+            _ => false,
+        }
+    }
+}
+
+/// A message in local history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredMessage {
+    /// Message id.
+    pub id: String,
+    /// Conversation id.
+    pub conversation_id: String,
+    /// Display text (plaintext content; media strings for media).
+    pub text: String,
+    /// Sent by us.
+    pub is_me: bool,
+    /// Time, epoch ms.
+    pub time: u64,
+    /// Status.
+    pub status: MessageStatus,
+    /// `retracted`, `image`, `file`, `voice`, or absent for text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub msg_type: Option<String>,
+    /// Media key for media messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_url: Option<String>,
+    /// Caption (file name for files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caption: Option<String>,
+    /// Relay seq.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// Sender alias (inbound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_alias_id: Option<String>,
+    /// Id of the message replied to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to_id: Option<String>,
+}
+
+/// An outgoing message kept until the relay acknowledges it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxIntent {
+    /// Message id (re-sent unchanged).
+    pub internal_id: String,
+    /// Conversation id.
+    pub conversation_id: String,
+    /// Recipient alias.
+    pub to_alias_id: String,
+    /// Plaintext to encrypt (already reply-wrapped).
+    pub text: String,
+    /// When queued, epoch ms.
+    pub added_at: u64,
+    /// Id of the message replied to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to_id: Option<String>,
+    /// Times the frame was handed to a socket.
+    #[serde(default)]
+    pub attempts: u32,
+}
+
+/// Which conversation(s) to export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportScope<'a> {
+    /// One conversation.
+    Conversation(&'a str),
+    /// Every conversation (the spec's literal `all`).
+    All,
+}
+
+impl<'a> ExportScope<'a> {
+    /// Parses the spec's argument: a conversation id or the literal `all`.
+    pub fn parse(arg: &'a str) -> Self {
+        if arg == "all" {
+            Self::All
+        } else {
+            Self::Conversation(arg)
+        }
+    }
+}
+
+/// Store failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The SQLite engine failed.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A stored record could not be (de)serialised.
+    #[error("record encoding: {0}")]
+    Encoding(#[from] serde_json::Error),
+    /// The database has a schema version this code does not know.
+    #[error("unsupported schema version {0}")]
+    SchemaVersion(i64),
+}
+
+/// Synchronous local storage of every client record.
+pub trait ClientStore {
+    /// The stored identity, if any.
+    fn load_identity(&self) -> Result<Option<StoredIdentity>, StoreError>;
+    /// Replaces the stored identity (only one is kept).
+    fn save_identity(&mut self, identity: &StoredIdentity) -> Result<(), StoreError>;
+    /// Removes the identity.
+    fn clear_identity(&mut self) -> Result<(), StoreError>;
+
+    /// Session of a conversation.
+    fn load_session(&self, conversation_id: &str) -> Result<Option<SessionRecord>, StoreError>;
+    /// Session with a peer alias (first by conversation id if several).
+    fn load_session_by_alias(&self, alias_id: &str) -> Result<Option<SessionRecord>, StoreError>;
+    /// Inserts or replaces a session.
+    fn save_session(&mut self, session: &SessionRecord) -> Result<(), StoreError>;
+    /// Removes a session.
+    fn delete_session(&mut self, conversation_id: &str) -> Result<(), StoreError>;
+    /// All sessions, by conversation id.
+    fn list_sessions(&self) -> Result<Vec<SessionRecord>, StoreError>;
+
+    /// A message by id.
+    fn get_message(&self, id: &str) -> Result<Option<StoredMessage>, StoreError>;
+    /// Inserts or replaces a message.
+    fn put_message(&mut self, message: &StoredMessage) -> Result<(), StoreError>;
+    /// Messages of a conversation with `time < before` (if given), the latest `limit` (if given),
+    /// in `(time, id)` order.
+    fn get_history(
+        &self,
+        conversation_id: &str,
+        limit: Option<usize>,
+        before: Option<u64>,
+    ) -> Result<Vec<StoredMessage>, StoreError>;
+    /// Conversation ids that have messages, sorted.
+    fn message_conversations(&self) -> Result<Vec<String>, StoreError>;
+    /// Deletes one conversation's messages.
+    fn clear_history(&mut self, conversation_id: &str) -> Result<(), StoreError>;
+    /// Deletes every message.
+    fn clear_all_history(&mut self) -> Result<(), StoreError>;
+
+    /// Inserts or replaces an outbox intent.
+    fn put_outbox(&mut self, intent: &OutboxIntent) -> Result<(), StoreError>;
+    /// Removes an outbox intent.
+    fn delete_outbox(&mut self, internal_id: &str) -> Result<(), StoreError>;
+    /// All intents in `(addedAt, internalId)` order.
+    fn list_outbox(&self) -> Result<Vec<OutboxIntent>, StoreError>;
+
+    /// Parks a message (keyed by id; re-parking replaces).
+    fn put_offline(&mut self, message: &OfflineMessage) -> Result<(), StoreError>;
+    /// Removes a parked message.
+    fn delete_offline(&mut self, id: &str) -> Result<(), StoreError>;
+    /// All parked messages in `(createdAt, id)` order.
+    fn list_offline(&self) -> Result<Vec<OfflineMessage>, StoreError>;
+
+    /// Inserts or replaces a trust record.
+    fn put_trust(&mut self, record: &TrustRecord) -> Result<(), StoreError>;
+    /// Removes a trust record.
+    fn delete_trust(&mut self, contact_id: &str) -> Result<(), StoreError>;
+    /// All trust records by contact id.
+    fn list_trust(&self) -> Result<Vec<TrustRecord>, StoreError>;
+
+    /// Marks a session verified (SPEC `markSessionVerified`).
+    fn mark_session_verified(&mut self, conversation_id: &str) -> Result<(), StoreError> {
+        if let Some(mut s) = self.load_session(conversation_id)? {
+            s.trust_state = SessionTrust::Verified;
+            self.save_session(&s)?;
+        }
+        Ok(())
+    }
+
+    /// NDJSON export (see the module doc for the format).
+    fn export_conversation(&self, scope: ExportScope<'_>) -> Result<String, StoreError> {
+        let convs = match scope {
+            ExportScope::Conversation(c) => vec![c.to_owned()],
+            ExportScope::All => self.message_conversations()?,
+        };
+        let mut out = String::new();
+        for c in convs {
+            for m in self.get_history(&c, None, None)? {
+                out.push_str(&serde_json::to_string(&m)?);
+                out.push('\n');
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn sort_history(v: &mut [StoredMessage]) {
+    v.sort_by(|a, b| (a.time, &a.id).cmp(&(b.time, &b.id)));
+}
+
+fn apply_limit(mut v: Vec<StoredMessage>, limit: Option<usize>) -> Vec<StoredMessage> {
+    if let Some(l) = limit
+        && v.len() > l
+    {
+        v.drain(..v.len() - l);
+    }
+    v
+}
+
+/// Behaviour every [`ClientStore`] backend must show; run it with [`client_store_tests!`].
+pub mod conformance {
+    #![allow(clippy::unwrap_used, missing_docs)]
+    use super::*;
+
+    /// A sample message.
+    pub fn msg(id: &str, conv: &str, time: u64) -> StoredMessage {
+        StoredMessage {
+            id: id.into(),
+            conversation_id: conv.into(),
+            text: format!("text {id}"),
+            is_me: false,
+            time,
+            status: MessageStatus::Delivered,
+            msg_type: None,
+            media_url: None,
+            caption: None,
+            seq: Some(time),
+            from_alias_id: Some("u2".into()),
+            reply_to_id: None,
+        }
+    }
+
+    /// A sample session.
+    pub fn session(conv: &str, alias: &str) -> SessionRecord {
+        SessionRecord {
+            conversation_id: conv.into(),
+            their_alias_id: alias.into(),
+            their_ecdh_public_key: "AAAA".into(),
+            their_ed25519_public_key: None,
+            session_key_base64: SecretString::new("c2VjcmV0".into()),
+            trust_state: SessionTrust::Unverified,
+            created_at: 1,
+            pending_ecdh_public_key: None,
+        }
+    }
+
+    /// Identity save/load/replace/clear.
+    pub fn identity(s: &mut dyn ClientStore) {
+        assert_eq!(s.load_identity().unwrap(), None);
+        let mut id = StoredIdentity {
+            uuid: "u-1".into(),
+            alias_id: "u10000000".into(),
+            nickname: "n".into(),
+            mnemonic: SecretString::new("secret words".into()),
+            signing_public_key: "S".into(),
+            ecdh_public_key: "E".into(),
+            x25519_path: X25519PathRecord::WebSdk,
+        };
+        s.save_identity(&id).unwrap();
+        assert_eq!(s.load_identity().unwrap(), Some(id.clone()));
+        id.uuid = "u-2".into();
+        s.save_identity(&id).unwrap();
+        assert_eq!(s.load_identity().unwrap(), Some(id));
+        s.clear_identity().unwrap();
+        assert_eq!(s.load_identity().unwrap(), None);
+    }
+
+    /// Sessions CRUD, lookup by alias, mark verified.
+    pub fn sessions(s: &mut dyn ClientStore) {
+        s.save_session(&session("c2", "bob")).unwrap();
+        s.save_session(&session("c1", "alice")).unwrap();
+        assert_eq!(
+            s.list_sessions()
+                .unwrap()
+                .iter()
+                .map(|x| x.conversation_id.clone())
+                .collect::<Vec<_>>(),
+            vec!["c1", "c2"]
+        );
+        assert_eq!(
+            s.load_session_by_alias("bob")
+                .unwrap()
+                .unwrap()
+                .conversation_id,
+            "c2"
+        );
+        assert_eq!(s.load_session_by_alias("carol").unwrap(), None);
+        s.mark_session_verified("c1").unwrap();
+        assert_eq!(
+            s.load_session("c1").unwrap().unwrap().trust_state,
+            SessionTrust::Verified
+        );
+        s.delete_session("c1").unwrap();
+        assert_eq!(s.load_session("c1").unwrap(), None);
+    }
+
+    /// History ordering, limit/before, upsert, clear, export.
+    pub fn messages(s: &mut dyn ClientStore) {
+        for (id, t) in [("b", 20), ("a", 10), ("c", 30), ("d", 30)] {
+            s.put_message(&msg(id, "c1", t)).unwrap();
+        }
+        s.put_message(&msg("x", "c0", 5)).unwrap();
+        let ids = |v: Vec<StoredMessage>| v.into_iter().map(|m| m.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(s.get_history("c1", None, None).unwrap()),
+            ["a", "b", "c", "d"]
+        );
+        assert_eq!(ids(s.get_history("c1", Some(2), None).unwrap()), ["c", "d"]);
+        assert_eq!(
+            ids(s.get_history("c1", None, Some(30)).unwrap()),
+            ["a", "b"]
+        );
+        assert_eq!(ids(s.get_history("c1", Some(1), Some(30)).unwrap()), ["b"]);
+        assert_eq!(
+            ids(s.get_history("c1", Some(0), None).unwrap()),
+            Vec::<String>::new()
+        );
+        let mut m = msg("a", "c1", 10);
+        m.status = MessageStatus::Read;
+        s.put_message(&m).unwrap();
+        assert_eq!(s.get_message("a").unwrap(), Some(m));
+        assert_eq!(s.get_message("zz").unwrap(), None);
+        let one = s.export_conversation(ExportScope::parse("c0")).unwrap();
+        assert_eq!(
+            one,
+            "{\"id\":\"x\",\"conversationId\":\"c0\",\"text\":\"text x\",\"isMe\":false,\"time\":5,\"status\":\"delivered\",\"seq\":5,\"fromAliasId\":\"u2\"}\n"
+        );
+        let all = s.export_conversation(ExportScope::parse("all")).unwrap();
+        assert_eq!(all.lines().count(), 5);
+        assert!(all.starts_with(&one));
+        for l in all.lines() {
+            let _: StoredMessage = serde_json::from_str(l).unwrap();
+        }
+        assert_eq!(s.message_conversations().unwrap(), ["c0", "c1"]);
+        s.clear_history("c1").unwrap();
+        assert!(s.get_history("c1", None, None).unwrap().is_empty());
+        assert_eq!(s.get_history("c0", None, None).unwrap().len(), 1);
+        s.clear_all_history().unwrap();
+        assert_eq!(s.export_conversation(ExportScope::All).unwrap(), "");
+    }
+
+    /// Outbox, offline inbox and trust records.
+    pub fn queues_and_trust(s: &mut dyn ClientStore) {
+        let intent = |id: &str, at: u64| OutboxIntent {
+            internal_id: id.into(),
+            conversation_id: "c1".into(),
+            to_alias_id: "bob".into(),
+            text: "hi".into(),
+            added_at: at,
+            reply_to_id: None,
+            attempts: 0,
+        };
+        s.put_outbox(&intent("m2", 2)).unwrap();
+        s.put_outbox(&intent("m1", 1)).unwrap();
+        let mut i = intent("m2", 2);
+        i.attempts = 3;
+        s.put_outbox(&i).unwrap();
+        let l = s.list_outbox().unwrap();
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[0].internal_id, "m1");
+        assert_eq!(l[1].attempts, 3);
+        s.delete_outbox("m1").unwrap();
+        assert_eq!(s.list_outbox().unwrap().len(), 1);
+
+        let off = |id: &str, at: u64| OfflineMessage {
+            id: id.into(),
+            conversation_id: "c9".into(),
+            seq: 0,
+            payload_encrypted: "p".into(),
+            created_at: at,
+            from_alias_id: "eve".into(),
+        };
+        s.put_offline(&off("o2", 5)).unwrap();
+        s.put_offline(&off("o1", 5)).unwrap();
+        s.put_offline(&off("o1", 5)).unwrap();
+        assert_eq!(
+            s.list_offline()
+                .unwrap()
+                .into_iter()
+                .map(|o| o.id)
+                .collect::<Vec<_>>(),
+            ["o1", "o2"]
+        );
+        s.delete_offline("o1").unwrap();
+        assert_eq!(s.list_offline().unwrap().len(), 1);
+
+        let t = TrustRecord {
+            contact_id: "bob".into(),
+            status: "verified".into(),
+            verified_at: 3,
+            fingerprint_snapshot: "a1b2c3d4".into(),
+        };
+        s.put_trust(&t).unwrap();
+        assert_eq!(s.list_trust().unwrap(), vec![t]);
+        s.delete_trust("bob").unwrap();
+        assert!(s.list_trust().unwrap().is_empty());
+    }
+}
+
+/// Expands to one `#[test]` per conformance check for a store built by `$make` (an expression).
+#[macro_export]
+macro_rules! client_store_tests {
+    ($modname:ident, $make:expr) => {
+        mod $modname {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::store::conformance as c;
+            #[test]
+            fn identity() {
+                let mut s = $make;
+                c::identity(&mut s);
+            }
+            #[test]
+            fn sessions() {
+                let mut s = $make;
+                c::sessions(&mut s);
+            }
+            #[test]
+            fn messages() {
+                let mut s = $make;
+                c::messages(&mut s);
+            }
+            #[test]
+            fn queues_and_trust() {
+                let mut s = $make;
+                c::queues_and_trust(&mut s);
+            }
+        }
+    };
+}
