@@ -487,11 +487,8 @@ impl Relay {
             };
             self.goaway(old, reason);
         }
-        if let Some(stale) = self.conns.get(&conn).map(|c| c.user.clone()) {
-            // The shell reused a live ConnId: treat as a disconnect of the old one.
-            let _ = stale;
-            self.drop_conn(conn);
-        }
+        // A shell reusing a live ConnId: treat it as a disconnect of the old one.
+        self.drop_conn(conn);
         self.conns.insert(
             conn,
             Conn {

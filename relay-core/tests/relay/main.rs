@@ -1,6 +1,12 @@
 //! Tier-1 tests: the relay driven in memory under a virtual clock (no sockets, no sleeps),
 //! tier-2 proptest against a naive model, and durability across a simulated crash.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::needless_pass_by_value
+)]
+
 mod durability;
 mod http;
 mod messaging;

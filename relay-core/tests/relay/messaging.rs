@@ -196,11 +196,6 @@ fn offline_queue_sync_replay_and_receipts() {
     let outs = w.sync(ca);
     let got = frames(&outs, ca);
     assert!(
-        got.iter()
-            .any(|f| matches!(f, ServerFrame::Delivered(r) if r.seq.get() == 3))
-            || true
-    );
-    assert!(
         matches!(got.iter().find(|f| matches!(f, ServerFrame::Read(_))), Some(ServerFrame::Read(r)) if r.seq.get() == 6)
     );
     let s = w
