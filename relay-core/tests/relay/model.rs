@@ -235,7 +235,7 @@ fn run(ops: Vec<Op>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
     #[test]
     fn relay_matches_naive_model(ops in proptest::collection::vec(op(), 1..60)) {
         run(ops);
