@@ -47,6 +47,9 @@ impl fmt::Debug for UnixMs {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct IsoTime(pub UnixMs);
 
+/// 9999-12-31T23:59:59.999Z, the last instant [`IsoTime::render`] can write.
+const MAX_RENDERABLE_MS: u64 = 253_402_300_799_999;
+
 /// Why a timestamp string was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not an RFC 3339 timestamp after 1970: {reason}")]
@@ -124,6 +127,10 @@ impl<'de> Deserialize<'de> for IsoTime {
             Text(std::borrow::Cow<'a, str>),
         }
         match Raw::deserialize(d)? {
+            // Beyond year 9999 cannot be rendered back (see `render`): reject rather than clamp.
+            Raw::Ms(ms) if ms > MAX_RENDERABLE_MS => Err(serde::de::Error::custom(
+                "epoch milliseconds beyond 9999-12-31T23:59:59.999Z",
+            )),
             Raw::Ms(ms) => Ok(Self::from_ms(ms)),
             Raw::Text(text) => Self::parse(&text).map_err(serde::de::Error::custom),
         }
@@ -149,5 +156,8 @@ mod tests {
         assert_eq!(a, b);
         assert!(serde_json::from_str::<IsoTime>("\"yesterday\"").is_err());
         assert!(serde_json::from_str::<IsoTime>("\"1969-12-31T23:59:59Z\"").is_err());
+        let last: IsoTime = serde_json::from_str("253402300799999").unwrap();
+        assert_eq!(last.render(), "9999-12-31T23:59:59.999Z");
+        assert!(serde_json::from_str::<IsoTime>("253402300800000").is_err());
     }
 }
