@@ -3,6 +3,8 @@
 //! Strategies live in `common/`; they respect each id's alphabet and length, keep `IsoTime` within
 //! year 9999 and payloads within their limits. The documented normalisations (empty goaway reason,
 //! `pow_nonce: ""`, `conversation_id: ""`) are excluded from the generators and tested explicitly.
+// `body_round_trip` runs only inside tests; allow-unwrap-in-tests does not see helpers as tests.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

@@ -1,5 +1,7 @@
 //! Snapshots of the exact JSON of every frame (both directions, every call kind) and every HTTP
 //! body. A changed snapshot is a wire change: review key order and field names before accepting.
+// Value builders run only inside tests; allow-unwrap-in-tests does not see helpers as tests.
+#![allow(clippy::unwrap_used)]
 
 use serde::Serialize;
 use wire::frames::{

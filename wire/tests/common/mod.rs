@@ -1,6 +1,8 @@
 //! Proptest strategies shared by the integration tests: every id respects its alphabet and length
 //! limits (`ids.rs`), times stay inside what `IsoTime` can render, payloads inside their limits.
 #![allow(dead_code)]
+// Helpers run only inside tests; clippy.toml's allow-unwrap-in-tests does not see them as such.
+#![allow(clippy::unwrap_used)]
 
 use proptest::collection::vec;
 use proptest::prelude::*;
