@@ -1,22 +1,25 @@
 //! Crypto paths of issue 8 item 1, each next to a `ring` 0.17 baseline (item 2) in the same run.
 //!
 //! Naming: one criterion group per path; inside it the function `client-core` (our public API),
-//! `rustcrypto` (the mandated crates used directly, where client-core has no public function yet)
-//! and `ring` (the baseline doing the same work). Groups whose name starts with `primitive/` bench
-//! a path that client-core does not expose yet: switch them to the client-core function when it
-//! lands (each has a `TODO(client-core)` comment) and drop the prefix.
+//! `rustcrypto` / `jsonwebtoken` (a mandated crate used directly, for primitives below the API or
+//! paths whose owner exposes no public function yet) and `ring` (the baseline doing the same work,
+//! same envelope, same base64 and JSON handling). Groups whose name starts with `primitive/` bench
+//! a path that is not public yet: switch them when it is (each has a `TODO` comment) and drop the
+//! prefix.
 //!
 //! Run: `cargo bench -p benches --bench crypto` (a filter narrows it: `-- 'aes256gcm|ed25519'`).
 
+use std::collections::{BTreeSet, VecDeque};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use aes_gcm::aead::{Aead as _, AeadInOut as _, KeyInit as _};
+use aes_gcm::aead::{AeadInOut as _, KeyInit as _};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use benches::MachineInfo;
+use client_core::crypto::{self, SessionKey, call_frame, json, media, signal};
 use client_core::encoding::{from_base64, from_hex_array, to_base64, to_hex};
 use client_core::keys::{
     self, EcdhKeyPair, SigningKeyPair, X25519Path, compute_security_code, derive_identity,
@@ -24,10 +27,12 @@ use client_core::keys::{
 };
 use client_core::pow::{leading_zero_nibbles, solve_pow};
 use criterion::{
-    BenchmarkGroup, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
-    measurement::WallTime,
+    BatchSize, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group,
+    criterion_main, measurement::WallTime,
 };
 use hmac::{Hmac, Mac as _};
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng as _;
 use ring::{
     aead, agreement, digest, hkdf as rhkdf, hmac as rhmac, pbkdf2, rand as rrand, signature,
 };
@@ -168,16 +173,9 @@ fn key_agreement(c: &mut Criterion) {
     });
     g.finish();
 
-    // TODO(client-core): switch to `client_core::crypto::session_key` when `crypto` is public.
-    let mut g = c.benchmark_group("primitive/session_key");
-    g.bench_function("rustcrypto", |b| {
-        b.iter(|| {
-            let shared = mine.diffie_hellman(black_box(&their_public));
-            rc_hkdf(
-                &shared,
-                &Sha256::digest(black_box(CONVERSATION_ID).as_bytes()),
-            )
-        });
+    let mut g = c.benchmark_group("session_key");
+    g.bench_function("client-core", |b| {
+        b.iter(|| crypto::session_key(&mine, black_box(&their_public), black_box(CONVERSATION_ID)));
     });
     g.bench_function("ring", |b| {
         b.iter(|| {
@@ -343,42 +341,34 @@ fn aes_gcm_raw(c: &mut Criterion) {
                 .expect("seal");
             let input = if seal { pt } else { sealed };
             let mut buf = Vec::with_capacity(len + TAG_BYTES);
-            g.bench_with_input(
-                criterion::BenchmarkId::new("rustcrypto", len),
-                &input,
-                |b, input| {
-                    b.iter(|| {
-                        buf.clear();
-                        buf.extend_from_slice(input);
-                        if seal {
-                            ours.encrypt_in_place(&Nonce::from(iv), b"", &mut buf)
-                        } else {
-                            ours.decrypt_in_place(&Nonce::from(iv), b"", &mut buf)
-                        }
-                        .expect("AES-GCM");
-                    });
-                },
-            );
-            g.bench_with_input(
-                criterion::BenchmarkId::new("ring", len),
-                &input,
-                |b, input| {
-                    b.iter(|| {
-                        buf.clear();
-                        buf.extend_from_slice(input);
-                        let nonce = aead::Nonce::assume_unique_for_key(iv);
-                        if seal {
-                            theirs
-                                .seal_in_place_append_tag(nonce, aead::Aad::empty(), &mut buf)
-                                .expect("seal");
-                        } else {
-                            theirs
-                                .open_in_place(nonce, aead::Aad::empty(), &mut buf)
-                                .expect("open");
-                        }
-                    });
-                },
-            );
+            g.bench_with_input(BenchmarkId::new("rustcrypto", len), &input, |b, input| {
+                b.iter(|| {
+                    buf.clear();
+                    buf.extend_from_slice(input);
+                    if seal {
+                        ours.encrypt_in_place(&Nonce::from(iv), b"", &mut buf)
+                    } else {
+                        ours.decrypt_in_place(&Nonce::from(iv), b"", &mut buf)
+                    }
+                    .expect("AES-GCM");
+                });
+            });
+            g.bench_with_input(BenchmarkId::new("ring", len), &input, |b, input| {
+                b.iter(|| {
+                    buf.clear();
+                    buf.extend_from_slice(input);
+                    let nonce = aead::Nonce::assume_unique_for_key(iv);
+                    if seal {
+                        theirs
+                            .seal_in_place_append_tag(nonce, aead::Aad::empty(), &mut buf)
+                            .expect("seal");
+                    } else {
+                        theirs
+                            .open_in_place(nonce, aead::Aad::empty(), &mut buf)
+                            .expect("open");
+                    }
+                });
+            });
         }
         g.finish();
     }
@@ -392,26 +382,6 @@ fn configure_for_size(g: &mut BenchmarkGroup<'_, WallTime>, len: usize) {
     } else {
         g.sample_size(100).sampling_mode(SamplingMode::Auto);
     }
-}
-
-/// `iv ‖ AES-256-GCM(key, iv, pt)` the way client-core's `seal_raw` does it (key schedule per
-/// call, one allocation for the ciphertext, one for the envelope).
-fn rc_seal(key: &[u8; 32], iv: &[u8; IV_BYTES], pt: &[u8]) -> Vec<u8> {
-    let ct = Aes256Gcm::new(&(*key).into())
-        .encrypt(&Nonce::from(*iv), pt)
-        .expect("plaintext within the AES-GCM limit");
-    let mut out = Vec::with_capacity(IV_BYTES + ct.len());
-    out.extend_from_slice(iv);
-    out.extend_from_slice(&ct);
-    out
-}
-
-fn rc_open(key: &[u8; 32], data: &[u8]) -> Vec<u8> {
-    let (iv, ct) = data.split_at(IV_BYTES);
-    let iv: [u8; IV_BYTES] = iv.try_into().expect("12-byte IV");
-    Aes256Gcm::new(&(*key).into())
-        .decrypt(&Nonce::from(iv), ct)
-        .expect("authentic payload")
 }
 
 fn ring_seal(key: &[u8; 32], iv: &[u8; IV_BYTES], pt: &[u8]) -> Vec<u8> {
@@ -444,41 +414,34 @@ fn ring_open(key: &[u8; 32], data: &[u8]) -> Vec<u8> {
     buf
 }
 
-/// Message payloads (§4.4): base64(iv ‖ ct ‖ tag), key schedule per message. Both rows use
-/// client-core's strict base64 so the ratio isolates the AEAD.
+/// Message payloads (§4.4): base64(iv ‖ ct ‖ tag), key schedule per message. The ring row uses
+/// client-core's strict base64 too, so the ratio isolates the AEAD.
 fn payload(c: &mut Criterion) {
     let key = seed(8);
-    // TODO(client-core): switch to `client_core::crypto::{encrypt_payload, decrypt_payload}`.
-    let mut g = c.benchmark_group("primitive/payload_encrypt");
+    let sk = SessionKey::from_bytes(key);
+    let mut rng = ChaCha20Rng::from_seed([8; 32]);
+    let mut g = c.benchmark_group("payload_encrypt");
     for len in PAYLOAD_SIZES {
         g.throughput(Throughput::Bytes(len as u64));
         let pt = plaintext(len);
+        g.bench_with_input(BenchmarkId::new("client-core", len), &pt, |b, pt| {
+            b.iter(|| crypto::encrypt_payload(&sk, black_box(pt), &mut rng));
+        });
         let mut ivs = IvCounter::default();
-        g.bench_with_input(
-            criterion::BenchmarkId::new("rustcrypto", len),
-            &pt,
-            |b, pt| {
-                b.iter(|| to_base64(&rc_seal(&key, &ivs.next_iv(), black_box(pt))));
-            },
-        );
-        g.bench_with_input(criterion::BenchmarkId::new("ring", len), &pt, |b, pt| {
+        g.bench_with_input(BenchmarkId::new("ring", len), &pt, |b, pt| {
             b.iter(|| to_base64(&ring_seal(&key, &ivs.next_iv(), black_box(pt))));
         });
     }
     g.finish();
 
-    let mut g = c.benchmark_group("primitive/payload_decrypt");
+    let mut g = c.benchmark_group("payload_decrypt");
     for len in PAYLOAD_SIZES {
         g.throughput(Throughput::Bytes(len as u64));
-        let b64 = to_base64(&rc_seal(&key, &[3; IV_BYTES], &plaintext(len)));
-        g.bench_with_input(
-            criterion::BenchmarkId::new("rustcrypto", len),
-            &b64,
-            |b, s| {
-                b.iter(|| rc_open(&key, &from_base64(black_box(s)).expect("base64")));
-            },
-        );
-        g.bench_with_input(criterion::BenchmarkId::new("ring", len), &b64, |b, s| {
+        let b64 = crypto::encrypt_payload(&sk, &plaintext(len), &mut rng);
+        g.bench_with_input(BenchmarkId::new("client-core", len), &b64, |b, s| {
+            b.iter(|| crypto::decrypt_payload(&sk, black_box(s)).expect("authentic payload"));
+        });
+        g.bench_with_input(BenchmarkId::new("ring", len), &b64, |b, s| {
             b.iter(|| ring_open(&key, &from_base64(black_box(s)).expect("base64")));
         });
     }
@@ -488,22 +451,16 @@ fn payload(c: &mut Criterion) {
 /// Media chunk frame (§4.6): `u32_BE(len) ‖ iv ‖ ct ‖ tag` of one 5 MiB chunk.
 fn media(c: &mut Criterion) {
     let key = seed(9);
+    let sk = SessionKey::from_bytes(key);
+    let mut rng = ChaCha20Rng::from_seed([9; 32]);
     let chunk = plaintext(MEDIA_CHUNK_BYTES);
-    let frame_of = |sealed: Vec<u8>| {
-        let len = u32::try_from(sealed.len() - IV_BYTES).expect("chunk below 4 GiB");
-        let mut f = Vec::with_capacity(4 + sealed.len());
-        f.extend_from_slice(&len.to_be_bytes());
-        f.extend_from_slice(&sealed);
-        f
-    };
-    // TODO(client-core): switch to `client_core::crypto::media` when it lands.
-    let mut g = c.benchmark_group("primitive/media_chunk_encrypt");
+    let mut g = c.benchmark_group("media_chunk_encrypt");
     configure_for_size(&mut g, MEDIA_CHUNK_BYTES);
-    let mut ivs = IvCounter::default();
-    g.bench_function("rustcrypto", |b| {
-        b.iter(|| frame_of(rc_seal(&key, &ivs.next_iv(), black_box(&chunk))));
+    g.bench_function("client-core", |b| {
+        b.iter(|| media::encrypt_media(&sk, black_box(&chunk), &mut rng));
     });
     // ring writes the frame in one buffer, as an optimised implementation would.
+    let mut ivs = IvCounter::default();
     g.bench_function("ring", |b| {
         b.iter(|| {
             let iv = ivs.next_iv();
@@ -525,52 +482,71 @@ fn media(c: &mut Criterion) {
     });
     g.finish();
 
-    let frame = frame_of(rc_seal(&key, &[4; IV_BYTES], &chunk));
-    let mut g = c.benchmark_group("primitive/media_chunk_decrypt");
+    let object = media::encrypt_chunk_with_iv(&sk, &[4; IV_BYTES], &chunk);
+    let mut g = c.benchmark_group("media_chunk_decrypt");
     configure_for_size(&mut g, MEDIA_CHUNK_BYTES);
-    g.bench_function("rustcrypto", |b| {
-        b.iter(|| rc_open(&key, &black_box(&frame)[4..]));
+    g.bench_function("client-core", |b| {
+        b.iter(|| media::decrypt_media(&sk, black_box(&object)).expect("authentic chunk"));
     });
     g.bench_function("ring", |b| {
-        b.iter(|| ring_open(&key, &black_box(&frame)[4..]));
+        b.iter(|| ring_open(&key, &black_box(&object)[4..]));
     });
     g.finish();
+}
+
+/// Frames pre-encrypted for the decrypt benches: more than the replay window, so cycling through
+/// them never hits a counter the window still remembers.
+const CALL_FRAMES_CYCLED: usize = 2 * call_frame::REPLAY_WINDOW_FRAMES;
+
+/// The ring baseline's replay window: the same FIFO of distinct counters client-core keeps.
+#[derive(Debug, Default)]
+struct ReplayWindow {
+    seen: BTreeSet<u64>,
+    order: VecDeque<u64>,
+}
+
+impl ReplayWindow {
+    fn accept(&mut self, counter: u64) -> bool {
+        if !self.seen.insert(counter) {
+            return false;
+        }
+        if self.order.len() == call_frame::REPLAY_WINDOW_FRAMES
+            && let Some(old) = self.order.pop_front()
+        {
+            self.seen.remove(&old);
+        }
+        self.order.push_back(counter);
+        true
+    }
 }
 
 /// Call media frames (§4.7): IV = base_iv ^ counter_le, output `counter_be ‖ ct ‖ tag`; the
 /// cipher lives as long as the call direction, so its key schedule is outside the loop.
 fn call_frame(c: &mut Criterion) {
-    let km = [seed(10).as_slice(), &[7u8; IV_BYTES]].concat();
-    let key: [u8; 32] = km[..32].try_into().expect("32-byte frame key");
-    let base_iv: [u8; IV_BYTES] = km[32..44].try_into().expect("12-byte base IV");
-    let frame_iv = |counter: u64| {
-        let mut iv = base_iv;
-        for (b, c) in iv.iter_mut().zip(counter.to_le_bytes()) {
-            *b ^= c;
-        }
-        iv
-    };
-    let ours = Aes256Gcm::new(&key.into());
+    let sk = SessionKey::from_bytes(seed(10));
+    let km = call_frame::derive_call_key_material(
+        &sk,
+        "5f0c6a1e-8b7d-4e2a-9c3f-1d2e3f4a5b6c",
+        call_frame::CallDirection::CallerToCallee,
+    );
+    let key: [u8; 32] = km.as_bytes()[..32].try_into().expect("32-byte frame key");
+    let base_iv: [u8; IV_BYTES] = km.as_bytes()[32..].try_into().expect("12-byte base IV");
     let theirs = ring_key(&key);
     let pt = plaintext(CALL_FRAME_BYTES);
 
-    // TODO(client-core): switch to `client_core::crypto::call_frame` when it lands (it adds the
-    // 2048-entry replay window on decrypt).
-    let mut g = c.benchmark_group("primitive/call_frame_encrypt");
+    let mut g = c.benchmark_group("call_frame_encrypt");
     g.throughput(Throughput::Bytes(CALL_FRAME_BYTES as u64));
-    let mut counter = 0u64;
-    g.bench_function("rustcrypto", |b| {
+    let mut enc = call_frame::FrameEncryptor::new(&km);
+    g.bench_function("client-core", |b| {
         b.iter(|| {
-            counter += 1;
-            let ct = ours
-                .encrypt(&Nonce::from(frame_iv(counter)), black_box(pt.as_slice()))
-                .expect("seal");
-            let mut out = Vec::with_capacity(8 + ct.len());
-            out.extend_from_slice(&counter.to_be_bytes());
-            out.extend_from_slice(&ct);
-            out
+            // Stay far from the 2^24-frame rekey limit however long criterion runs.
+            if enc.frames_sent() >= call_frame::REKEY_MAX_FRAMES / 2 {
+                enc = call_frame::FrameEncryptor::new(&km);
+            }
+            enc.encrypt(black_box(&pt)).expect("key within limits")
         });
     });
+    let mut counter = 0u64;
     g.bench_function("ring", |b| {
         b.iter(|| {
             counter += 1;
@@ -579,7 +555,7 @@ fn call_frame(c: &mut Criterion) {
             out.extend_from_slice(black_box(&pt));
             let tag = theirs
                 .seal_in_place_separate_tag(
-                    aead::Nonce::assume_unique_for_key(frame_iv(counter)),
+                    aead::Nonce::assume_unique_for_key(call_frame::frame_iv(&base_iv, counter)),
                     aead::Aad::empty(),
                     &mut out[8..],
                 )
@@ -590,34 +566,36 @@ fn call_frame(c: &mut Criterion) {
     });
     g.finish();
 
-    let counter = 42u64;
-    let mut frame = counter.to_be_bytes().to_vec();
-    frame.extend(
-        ours.encrypt(&Nonce::from(frame_iv(counter)), pt.as_slice())
-            .expect("seal"),
-    );
-    let header = |f: &[u8]| u64::from_be_bytes(f[..8].try_into().expect("8-byte counter"));
-    let mut g = c.benchmark_group("primitive/call_frame_decrypt");
+    let mut enc = call_frame::FrameEncryptor::new(&km);
+    let frames: Vec<Vec<u8>> = (0..CALL_FRAMES_CYCLED)
+        .map(|_| enc.encrypt(&pt).expect("key within limits").bytes)
+        .collect();
+    let mut g = c.benchmark_group("call_frame_decrypt");
     g.throughput(Throughput::Bytes(CALL_FRAME_BYTES as u64));
-    g.bench_function("rustcrypto", |b| {
+    let mut dec = call_frame::FrameDecryptor::new(&km);
+    let mut next = frames.iter().cycle();
+    g.bench_function("client-core", |b| {
         b.iter(|| {
-            let f = black_box(&frame);
-            ours.decrypt(&Nonce::from(frame_iv(header(f))), &f[8..])
-                .expect("authentic frame")
+            let f = next.next().expect("cycle never ends");
+            dec.decrypt(black_box(f)).expect("fresh authentic frame")
         });
     });
+    let mut window = ReplayWindow::default();
+    let mut next = frames.iter().cycle();
     g.bench_function("ring", |b| {
         b.iter(|| {
-            let f = black_box(&frame);
+            let f = black_box(next.next().expect("cycle never ends"));
+            let counter = u64::from_be_bytes(f[..8].try_into().expect("8-byte counter"));
             let mut buf = f[8..].to_vec();
             let len = theirs
                 .open_in_place(
-                    aead::Nonce::assume_unique_for_key(frame_iv(header(f))),
+                    aead::Nonce::assume_unique_for_key(call_frame::frame_iv(&base_iv, counter)),
                     aead::Aad::empty(),
                     &mut buf,
                 )
                 .expect("authentic frame")
                 .len();
+            assert!(window.accept(counter), "fresh counter");
             buf.truncate(len);
             buf
         });
@@ -738,9 +716,11 @@ fn naive_solve_pow(challenge: &str, difficulty: u32) -> u64 {
 // ---------------------------------------------------------------- call signalling
 
 const SDP_LINE: &str = "a=candidate:842163049 1 udp 1677729535 203.0.113.7 46154 typ srflx raddr 10.0.0.2 rport 46154 generation 0\r\n";
+const CALL_ID: &str = "5f0c6a1e-8b7d-4e2a-9c3f-1d2e3f4a5b6c";
+const SIGNAL_NOW_MS: u64 = 1_767_225_600_000;
 
-/// A `call_offer` inner object without `_sig` (§3.4), with a ~1.5 KB SDP.
-fn call_offer_inner() -> Map<String, Value> {
+/// The caller's fields of a `call_offer` (§3.4), with a ~1.5 KB SDP.
+fn call_offer_fields() -> Map<String, Value> {
     let mut m = Map::new();
     let sdp = format!(
         "v=0\r\no=- 4611731400430051336 2 IN IP4 127.0.0.1\r\n{}",
@@ -748,115 +728,128 @@ fn call_offer_inner() -> Map<String, Value> {
     );
     for (k, v) in [
         ("type", Value::from("call_offer")),
-        (
-            "call_id",
-            Value::from("5f0c6a1e-8b7d-4e2a-9c3f-1d2e3f4a5b6c"),
-        ),
+        ("call_id", Value::from(CALL_ID)),
         ("from", Value::from("alice_01")),
         ("sdp", Value::from(sdp)),
         ("sdp_type", Value::from("offer")),
         ("mode", Value::from("video")),
-        ("_ts", Value::from(1_767_225_600_000_u64)),
-        ("_nonce", Value::from("0123456789abcdef0123456789abcdef")),
     ] {
         m.insert(k.to_owned(), v);
     }
     m
 }
 
-/// Sign (§3.5: sorted keys, no whitespace; serde_json's default map is sorted by key bytes) and
-/// encrypt (§4.4) one inner object; `sign` and `seal` pick the implementation.
-fn signal_seal(
-    inner: &Map<String, Value>,
-    sign: impl FnOnce(&[u8]) -> [u8; 64],
-    seal: impl FnOnce(&[u8]) -> Vec<u8>,
-) -> String {
-    let canonical = serde_json::to_string(inner).expect("JSON of a map");
-    let mut signed = inner.clone();
-    signed.insert(
-        "_sig".to_owned(),
-        Value::from(to_hex(&sign(canonical.as_bytes()))),
-    );
-    let pt = serde_json::to_string(&signed).expect("JSON of a map");
-    to_base64(&seal(pt.as_bytes()))
+fn body_digest_ring(inner: &Map<String, Value>) -> String {
+    let mut m = inner.clone();
+    m.remove(signal::SIG_FIELD);
+    m.remove(signal::BODY_FIELD);
+    let full = json::canonical_full(&Value::Object(m));
+    to_hex(digest::digest(&digest::SHA256, full.as_bytes()).as_ref())
 }
 
-/// Decrypt, parse, strip `_sig`, re-canonicalise and verify.
-fn signal_open(
-    payload: &str,
-    open: impl FnOnce(&[u8]) -> Vec<u8>,
-    verify: impl FnOnce(&[u8], &[u8; 64]) -> bool,
-) -> Map<String, Value> {
-    let pt = open(&from_base64(payload).expect("base64"));
-    let mut inner: Map<String, Value> = serde_json::from_slice(&pt).expect("JSON object");
-    let sig = match inner.remove("_sig") {
-        Some(Value::String(s)) => from_hex_array::<64>(&s).expect("128 hex chars"),
-        _ => panic!("signal without _sig"),
+/// client-core's `seal_signal` with ring's Ed25519, SHA-256 and AES-GCM: same JSON work.
+fn ring_seal_signal(
+    key: &[u8; 32],
+    signer: &signature::Ed25519KeyPair,
+    mut inner: Map<String, Value>,
+    iv: &[u8; IV_BYTES],
+) -> String {
+    inner.insert(signal::TS_FIELD.into(), Value::from(SIGNAL_NOW_MS));
+    inner.insert(signal::NONCE_FIELD.into(), Value::from(to_hex(&iv[..])));
+    let body = body_digest_ring(&inner);
+    inner.insert(signal::BODY_FIELD.into(), Value::from(body));
+    let sig = signer.sign(json::canonical_web(&inner).as_bytes());
+    inner.insert(signal::SIG_FIELD.into(), Value::from(to_hex(sig.as_ref())));
+    let text = json::canonical_full(&Value::Object(inner));
+    to_base64(&ring_seal(key, iv, text.as_bytes()))
+}
+
+/// client-core's `open_signal` checks with ring primitives (nonce cache left out).
+fn ring_open_signal(key: &[u8; 32], public: &[u8; 32], payload: &str) -> Map<String, Value> {
+    let pt = ring_open(key, &from_base64(payload).expect("base64"));
+    let text = String::from_utf8(pt).expect("UTF-8");
+    let Ok(Value::Object(mut inner)) = serde_json::from_str::<Value>(&text) else {
+        panic!("signal is not a JSON object");
     };
-    let canonical = serde_json::to_string(&inner).expect("JSON of a map");
-    assert!(verify(canonical.as_bytes(), &sig), "signal signature");
+    let sig: [u8; 64] = inner
+        .get(signal::SIG_FIELD)
+        .and_then(Value::as_str)
+        .and_then(|s| from_hex_array(s).ok())
+        .expect("128 hex chars");
+    let mut unsigned = inner.clone();
+    unsigned.remove(signal::SIG_FIELD);
+    signature::UnparsedPublicKey::new(&signature::ED25519, public)
+        .verify(json::canonical_web(&unsigned).as_bytes(), &sig)
+        .expect("valid signal signature");
+    let body = inner.get(signal::BODY_FIELD).and_then(Value::as_str);
+    assert_eq!(body, Some(body_digest_ring(&inner).as_str()), "_body");
+    for k in [
+        signal::SIG_FIELD,
+        signal::TS_FIELD,
+        signal::NONCE_FIELD,
+        signal::BODY_FIELD,
+    ] {
+        inner.remove(k);
+    }
     inner
 }
 
 fn call_signal(c: &mut Criterion) {
-    let session = seed(13);
+    let key = seed(13);
+    let sk = SessionKey::from_bytes(key);
     let ours = SigningKeyPair::from_private_bytes(&seed(14));
     let ours_pk = ours.public_key();
     let theirs = ring_ed25519(&seed(14));
-    let inner = call_offer_inner();
-    let mut ivs = IvCounter::default();
-    let payload = signal_seal(&inner, |m| ours.sign(m), |p| rc_seal(&session, &[5; 12], p));
+    let fields = call_offer_fields();
+    let mut rng = ChaCha20Rng::from_seed([13; 32]);
+    let payload = signal::seal_signal(&sk, &ours, fields.clone(), SIGNAL_NOW_MS, &mut rng)
+        .expect("no reserved fields");
+    let envelope = signal::SignalEnvelope {
+        frame_type: "call_offer",
+        from: "alice_01",
+        call_id: CALL_ID,
+    };
 
-    // TODO(client-core): switch to `client_core::crypto::signal` when it lands.
-    let mut g = c.benchmark_group("primitive/call_signal_sign");
-    g.bench_function("rustcrypto", |b| {
-        b.iter(|| {
-            signal_seal(
-                black_box(&inner),
-                |m| ours.sign(m),
-                |p| rc_seal(&session, &ivs.next_iv(), p),
-            )
-        });
+    // The caller's field map is consumed, so its clone is made outside the timing.
+    let mut g = c.benchmark_group("call_signal_sign");
+    g.bench_function("client-core", |b| {
+        b.iter_batched(
+            || fields.clone(),
+            |f| signal::seal_signal(&sk, &ours, f, SIGNAL_NOW_MS, &mut rng).expect("signed"),
+            BatchSize::SmallInput,
+        );
     });
+    let mut ivs = IvCounter::default();
     g.bench_function("ring", |b| {
-        b.iter(|| {
-            signal_seal(
-                black_box(&inner),
-                |m| {
-                    theirs
-                        .sign(m)
-                        .as_ref()
-                        .try_into()
-                        .expect("64-byte signature")
-                },
-                |p| ring_seal(&session, &ivs.next_iv(), p),
-            )
-        });
+        b.iter_batched(
+            || fields.clone(),
+            |f| ring_seal_signal(&key, &theirs, f, &ivs.next_iv()),
+            BatchSize::SmallInput,
+        );
     });
     g.finish();
 
-    let mut g = c.benchmark_group("primitive/call_signal_verify");
-    g.bench_function("rustcrypto", |b| {
-        b.iter(|| {
-            signal_open(
-                black_box(&payload),
-                |d| rc_open(&session, d),
-                |m, s| keys::verify_signature(&ours_pk, m, s).is_ok(),
-            )
-        });
+    // A fresh nonce cache per verification: the same payload is verified again and again.
+    let mut g = c.benchmark_group("call_signal_verify");
+    g.bench_function("client-core", |b| {
+        b.iter_batched_ref(
+            signal::NonceCache::new,
+            |nonces| {
+                signal::open_signal(
+                    &sk,
+                    black_box(&payload),
+                    envelope,
+                    Some(&ours_pk),
+                    SIGNAL_NOW_MS,
+                    nonces,
+                )
+                .expect("valid signal")
+            },
+            BatchSize::SmallInput,
+        );
     });
     g.bench_function("ring", |b| {
-        b.iter(|| {
-            signal_open(
-                black_box(&payload),
-                |d| ring_open(&session, d),
-                |m, s| {
-                    signature::UnparsedPublicKey::new(&signature::ED25519, &ours_pk)
-                        .verify(m, s)
-                        .is_ok()
-                },
-            )
-        });
+        b.iter(|| ring_open_signal(&key, &ours_pk, black_box(&payload)));
     });
     g.finish();
 }
