@@ -4,6 +4,7 @@
 pub mod crypto;
 pub mod encoding;
 pub mod keys;
+pub mod machine;
 pub mod pow;
 pub mod security;
 pub mod store;

@@ -1,0 +1,1553 @@
+//! The [`Client`] machine; see the module doc of [`crate::machine`].
+
+use std::collections::{BTreeMap, VecDeque};
+
+use rand_chacha::ChaCha20Rng;
+use rand_core::{Rng as _, SeedableRng as _};
+use serde_json::{Map, Value, json};
+use wire::frames::{
+    CRYPTO_V_CALL, CRYPTO_V_MESSAGE, CallKind, CallSignal, ClientFrame, MsgDelivery, MsgFrame,
+    PingFrame, ReceiptDelivery, ReceiptFrame, RetractFrame, ServerFrame, SyncFrame, TypingFrame,
+};
+use wire::http::FriendProfile;
+use wire::ids::{AliasId, CallId, ConvId, MessageId, Seq};
+
+use crate::crypto::content::MessageContent;
+use crate::crypto::signal::{
+    NonceCache, SignalEnvelope, SignalError, SignatureCoverage, open_signal, seal_signal,
+};
+use crate::crypto::{SessionKey, decrypt_payload_text, encrypt_payload, session_key};
+use crate::encoding::{from_base64_array, to_base64};
+use crate::keys::{Identity, KeyError, SecretString, X25519Path, derive_identity};
+use crate::pow::{POW_DEFAULT_DIFFICULTY, solve_pow};
+use crate::security::{SecurityModule, SecurityViolationEvent, TrustState};
+use crate::store::{
+    ClientStore, MessageStatus, OfflineMessage, OutboxIntent, SessionRecord, SessionTrust,
+    StoreError, StoredIdentity, StoredMessage,
+};
+
+/// Heartbeat interval (web client value).
+pub const HEARTBEAT_INTERVAL_MS: u64 = 25_000;
+/// First reconnect delay before jitter.
+pub const RECONNECT_BASE_MS: u64 = 1_000;
+/// Largest reconnect delay before jitter.
+pub const RECONNECT_MAX_MS: u64 = 30_000;
+/// Jitter range lower bound, per mille of the delay (0.7).
+pub const RECONNECT_JITTER_MIN_PERMILLE: u64 = 700;
+/// Jitter range width, per mille (upper bound 1.0 exclusive).
+pub const RECONNECT_JITTER_SPAN_PERMILLE: u64 = 300;
+/// Minimum spacing of typing notices per conversation.
+pub const TYPING_DEBOUNCE_MS: u64 = 300;
+/// Default transmissions of one outbox intent before it is marked failed.
+pub const DEFAULT_OUTBOX_MAX_ATTEMPTS: u32 = 5;
+/// Local text of a retracted message (as the reference clients store it).
+pub const RETRACTED_TEXT: &str = "消息已撤回";
+/// `msgType` of a retracted message.
+pub const RETRACTED_MSG_TYPE: &str = "retracted";
+
+/// Tunables of the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// X25519 path used when registering or restoring.
+    pub x25519_path: X25519Path,
+    /// Transmissions before an outbox intent fails.
+    pub outbox_max_attempts: u32,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            x25519_path: X25519Path::Spec,
+            outbox_max_attempts: DEFAULT_OUTBOX_MAX_ATTEMPTS,
+        }
+    }
+}
+
+/// Correlates an HTTP request with its response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// HTTP method of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// GET
+    Get,
+    /// POST
+    Post,
+    /// PUT
+    Put,
+}
+
+/// An HTTP request for the shell to perform.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpRequest {
+    /// Pass back to [`Client::handle_http_response`].
+    pub id: RequestId,
+    /// Method.
+    pub method: Method,
+    /// Path below the base URL.
+    pub path: String,
+    /// JSON body, if any.
+    pub body: Option<Value>,
+    /// Attach `Authorization: Bearer <Client::bearer_token()>`.
+    pub bearer: bool,
+}
+
+/// How the WebSocket authenticates.
+#[derive(Clone, PartialEq, Eq)]
+pub enum WsAuth {
+    /// `?user_uuid=…&ticket=…`
+    Ticket(String),
+    /// `?user_uuid=…&token=…` (fallback).
+    Token(String),
+}
+
+impl std::fmt::Debug for WsAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Ticket(_) => f.write_str("Ticket(<redacted>)"),
+            Self::Token(_) => f.write_str("Token(<redacted>)"),
+        }
+    }
+}
+
+/// Socket commands for the shell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnCommand {
+    /// Open `/ws` with these query values.
+    Connect {
+        /// The account uuid (`user_uuid`).
+        user_uuid: String,
+        /// Ticket or token.
+        auth: WsAuth,
+    },
+    /// Close the socket.
+    Close,
+}
+
+/// Network state reported to the app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkState {
+    /// Socket open.
+    Connected,
+    /// Opening or waiting to retry.
+    Connecting,
+    /// Closed and not retrying.
+    Disconnected,
+}
+
+/// Why authentication failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// Registration refused with this status.
+    Register(u16),
+    /// The 409 account could not be proven ours (see the module doc).
+    RecoveryRejected,
+    /// Challenge or verify refused with this status.
+    Auth(u16),
+    /// A response body was not understood.
+    BadResponse,
+}
+
+/// App events.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A new inbound message was stored.
+    Message(StoredMessage),
+    /// An own message changed status.
+    StatusChange {
+        /// Message id.
+        id: String,
+        /// New status.
+        status: MessageStatus,
+    },
+    /// Network state changed.
+    NetworkState(NetworkState),
+    /// The peer is typing.
+    Typing {
+        /// Who.
+        from_alias_id: String,
+        /// Where.
+        conversation_id: String,
+    },
+    /// A channel post frame, raw.
+    ChannelPost(Value),
+    /// The relay ended the session; no reconnect.
+    Goaway(String),
+    /// A payment was confirmed.
+    PaymentConfirmed {
+        /// Order.
+        order_id: String,
+        /// Alias or channel id.
+        ref_id: String,
+    },
+    /// A verified contact's key changed; the message was not decrypted.
+    SecurityViolation(SecurityViolationEvent),
+    /// Registration or restore finished with a JWT.
+    Authenticated {
+        /// Our alias.
+        alias_id: String,
+        /// Our nickname.
+        nickname: String,
+        /// Recovered through a 409.
+        recovered: bool,
+    },
+    /// Registration or restore failed.
+    AuthFailed(AuthFailure),
+    /// Contacts synced (sessions created as needed).
+    ContactsSynced(Vec<FriendProfile>),
+    /// An unverified contact's key changed and was adopted.
+    PeerKeyChanged {
+        /// Conversation.
+        conversation_id: String,
+        /// Contact alias.
+        alias_id: String,
+    },
+    /// A message was retracted locally (by us or by its author).
+    Retracted {
+        /// Message id.
+        id: String,
+    },
+    /// An inbound message was parked in the offline inbox.
+    Parked {
+        /// Message id.
+        id: String,
+        /// Conversation.
+        conversation_id: String,
+    },
+    /// A verified call signal.
+    CallSignal {
+        /// Kind.
+        kind: CallKind,
+        /// Sender alias.
+        from: String,
+        /// Call id.
+        call_id: String,
+        /// Inner fields.
+        fields: Map<String, Value>,
+        /// Signature coverage.
+        coverage: SignatureCoverage,
+    },
+}
+
+/// Errors of user commands.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No identity / not authenticated.
+    #[error("not registered or not authenticated")]
+    NotAuthenticated,
+    /// No session for this conversation or alias.
+    #[error("no session for {0}")]
+    NoSession(String),
+    /// An id is not valid on the wire.
+    #[error("invalid {0}")]
+    InvalidId(&'static str),
+    /// Message unknown.
+    #[error("message not found")]
+    NotFound,
+    /// Only own messages can be retracted.
+    #[error("not an own message")]
+    NotOwnMessage,
+    /// Not connected.
+    #[error("not connected")]
+    NotConnected,
+    /// Another auth flow runs.
+    #[error("an authentication flow is already running")]
+    Busy,
+    /// Key problems (mnemonic invalid, stored keys mismatch).
+    #[error("keys: {0}")]
+    Key(#[from] KeyError),
+    /// Storage failed.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// Signing failed.
+    #[error("signal: {0}")]
+    Signal(#[from] SignalError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Conn {
+    Idle,
+    FetchingTicket,
+    Connecting,
+    Open,
+    WaitingRetry { at_ms: u64 },
+    Goaway,
+}
+
+#[derive(Debug)]
+enum Pending {
+    Pow,
+    Register,
+    Challenge,
+    Verify,
+    Ticket,
+    Friends,
+}
+
+#[derive(Debug)]
+struct AuthFlow {
+    identity: Identity,
+    nickname: String,
+    uuid: Option<String>,
+    alias: Option<String>,
+    recovered: bool,
+}
+
+/// The sans-IO client. `S` is the local store.
+pub struct Client<S: ClientStore> {
+    store: S,
+    rng: ChaCha20Rng,
+    config: ClientConfig,
+    identity: Option<Identity>,
+    stored: Option<StoredIdentity>,
+    token: Option<SecretString>,
+    flow: Option<AuthFlow>,
+    pending: BTreeMap<RequestId, Pending>,
+    next_request: u64,
+    conn: Conn,
+    want_connected: bool,
+    retries: u32,
+    next_ping_ms: Option<u64>,
+    network: NetworkState,
+    security: SecurityModule,
+    nonces: NonceCache,
+    typing_sent_ms: BTreeMap<String, u64>,
+    receipt_hw: BTreeMap<String, (u64, u64)>,
+    http: VecDeque<HttpRequest>,
+    frames: VecDeque<ClientFrame>,
+    conn_cmds: VecDeque<ConnCommand>,
+    events: VecDeque<Event>,
+}
+
+impl<S: ClientStore> std::fmt::Debug for Client<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("alias", &self.stored.as_ref().map(|s| s.alias_id.clone()))
+            .field("conn", &self.conn)
+            .field("network", &self.network)
+            .finish_non_exhaustive()
+    }
+}
+
+fn ok_status(status: u16) -> bool {
+    (200..300).contains(&status)
+}
+
+fn parse_body(body: &[u8]) -> Option<Value> {
+    if body.is_empty() {
+        return Some(Value::Null);
+    }
+    serde_json::from_slice(body).ok()
+}
+
+impl<S: ClientStore> Client<S> {
+    /// A client over `store`, with randomness from `rng_seed`. Loads trust records and identity.
+    pub fn new(store: S, rng_seed: [u8; 32], config: ClientConfig) -> Result<Self, ClientError> {
+        let security = SecurityModule::from_records(store.list_trust()?);
+        let stored = store.load_identity()?;
+        Ok(Self {
+            store,
+            rng: ChaCha20Rng::from_seed(rng_seed),
+            config,
+            identity: None,
+            stored,
+            token: None,
+            flow: None,
+            pending: BTreeMap::new(),
+            next_request: 0,
+            conn: Conn::Idle,
+            want_connected: false,
+            retries: 0,
+            next_ping_ms: None,
+            network: NetworkState::Disconnected,
+            security,
+            nonces: NonceCache::new(),
+            typing_sent_ms: BTreeMap::new(),
+            receipt_hw: BTreeMap::new(),
+            http: VecDeque::new(),
+            frames: VecDeque::new(),
+            conn_cmds: VecDeque::new(),
+            events: VecDeque::new(),
+        })
+    }
+
+    // ----- getters
+
+    /// The local store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+    /// The local store, mutably (tests and the shell's maintenance).
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
+    }
+    /// The JWT to attach to requests with `bearer: true`.
+    pub fn bearer_token(&self) -> Option<&str> {
+        self.token.as_ref().map(SecretString::expose)
+    }
+    /// Current network state.
+    pub fn network_state(&self) -> NetworkState {
+        self.network
+    }
+    /// Our alias, once known.
+    pub fn alias_id(&self) -> Option<&str> {
+        self.stored.as_ref().map(|s| s.alias_id.as_str())
+    }
+    /// True while the socket is open.
+    pub fn is_connected(&self) -> bool {
+        self.conn == Conn::Open
+    }
+    /// The trust state of a contact.
+    pub fn trust_state(&self, contact_id: &str) -> TrustState {
+        self.security.get_trust_state(contact_id)
+    }
+
+    // ----- outputs
+
+    /// Next HTTP request to perform.
+    pub fn poll_http(&mut self) -> Option<HttpRequest> {
+        self.http.pop_front()
+    }
+    /// Next frame to send on the socket.
+    pub fn poll_transmit(&mut self) -> Option<ClientFrame> {
+        self.frames.pop_front()
+    }
+    /// Next socket command.
+    pub fn poll_connection(&mut self) -> Option<ConnCommand> {
+        self.conn_cmds.pop_front()
+    }
+    /// Next app event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+    /// Earliest time [`Client::handle_timeout`] must be called.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let retry = match self.conn {
+            Conn::WaitingRetry { at_ms } => Some(at_ms),
+            _ => None,
+        };
+        [retry, self.next_ping_ms].into_iter().flatten().min()
+    }
+
+    // ----- helpers
+
+    fn request(
+        &mut self,
+        method: Method,
+        path: String,
+        body: Option<Value>,
+        bearer: bool,
+        p: Pending,
+    ) {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.pending.insert(id, p);
+        self.http.push_back(HttpRequest {
+            id,
+            method,
+            path,
+            body,
+            bearer,
+        });
+    }
+
+    fn set_network(&mut self, state: NetworkState) {
+        if self.network != state {
+            self.network = state;
+            self.events.push_back(Event::NetworkState(state));
+        }
+    }
+
+    fn new_message_id(&mut self) -> String {
+        let mut b = [0u8; 16];
+        self.rng.fill_bytes(&mut b);
+        b[6] = (b[6] & 0x0f) | 0x40;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        let h = crate::encoding::to_hex(&b);
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..]
+        )
+    }
+
+    // ----- accounts
+
+    /// Starts registration (idempotent for the same mnemonic; see the module doc).
+    pub fn register_account(
+        &mut self,
+        _now_ms: u64,
+        mnemonic: &str,
+        nickname: &str,
+    ) -> Result<(), ClientError> {
+        if self.flow.is_some() {
+            return Err(ClientError::Busy);
+        }
+        let identity = derive_identity(mnemonic, self.config.x25519_path)?;
+        self.flow = Some(AuthFlow {
+            identity,
+            nickname: nickname.to_owned(),
+            uuid: None,
+            alias: None,
+            recovered: false,
+        });
+        self.request(
+            Method::Post,
+            wire::http::paths::POW_CHALLENGE.into(),
+            Some(json!({})),
+            false,
+            Pending::Pow,
+        );
+        Ok(())
+    }
+
+    /// Re-authenticates the stored identity; returns `(aliasId, nickname)` or `None` when none is stored.
+    pub fn restore_session(
+        &mut self,
+        _now_ms: u64,
+    ) -> Result<Option<(String, String)>, ClientError> {
+        let Some(stored) = self.store.load_identity()? else {
+            return Ok(None);
+        };
+        if self.flow.is_some() {
+            return Err(ClientError::Busy);
+        }
+        let identity = derive_identity(stored.mnemonic.expose(), stored.x25519_path.into())?;
+        if identity.signing_public_b64() != stored.signing_public_key
+            || identity.ecdh_public_b64() != stored.ecdh_public_key
+        {
+            return Err(ClientError::Key(KeyError::PublicKey));
+        }
+        let out = (stored.alias_id.clone(), stored.nickname.clone());
+        self.flow = Some(AuthFlow {
+            identity,
+            nickname: stored.nickname.clone(),
+            uuid: Some(stored.uuid.clone()),
+            alias: Some(stored.alias_id.clone()),
+            recovered: false,
+        });
+        self.send_challenge(&stored.uuid);
+        Ok(Some(out))
+    }
+
+    fn send_challenge(&mut self, uuid: &str) {
+        self.request(
+            Method::Post,
+            wire::http::paths::AUTH_CHALLENGE.into(),
+            Some(json!({ "user_uuid": uuid })),
+            false,
+            Pending::Challenge,
+        );
+    }
+
+    fn fail_auth(&mut self, f: AuthFailure) {
+        self.flow = None;
+        self.events.push_back(Event::AuthFailed(f));
+    }
+
+    /// Feeds the response of a request from [`Client::poll_http`].
+    pub fn handle_http_response(
+        &mut self,
+        now_ms: u64,
+        id: RequestId,
+        status: u16,
+        body: &[u8],
+    ) -> Result<(), ClientError> {
+        let Some(p) = self.pending.remove(&id) else {
+            return Ok(());
+        };
+        let v = parse_body(body);
+        match p {
+            Pending::Pow => self.on_pow(status, v.as_ref()),
+            Pending::Register => self.on_register(status, v.as_ref()),
+            Pending::Challenge => self.on_challenge(status, v.as_ref()),
+            Pending::Verify => self.on_verify(now_ms, status, v.as_ref())?,
+            Pending::Ticket => self.on_ticket(status, v.as_ref()),
+            Pending::Friends => self.on_friends(now_ms, status, v)?,
+        }
+        Ok(())
+    }
+
+    fn on_pow(&mut self, status: u16, v: Option<&Value>) {
+        let Some(flow) = &self.flow else { return };
+        // As every reference client: a failed PoW fetch registers without a nonce.
+        let nonce = v.filter(|_| ok_status(status)).and_then(|v| {
+            let ch = v.get("challenge_string")?.as_str()?;
+            let d = v
+                .get("difficulty")
+                .and_then(Value::as_u64)
+                .and_then(|d| u32::try_from(d).ok())
+                .filter(|d| *d > 0)
+                .unwrap_or(POW_DEFAULT_DIFFICULTY);
+            solve_pow(ch, d).ok()
+        });
+        let mut body = json!({
+            "ed25519_public_key": flow.identity.signing_public_b64(),
+            "x25519_public_key": flow.identity.ecdh_public_b64(),
+            "nickname": flow.nickname,
+        });
+        if let (Some(n), Some(o)) = (nonce, body.as_object_mut()) {
+            o.insert("pow_nonce".into(), Value::from(n));
+        }
+        self.request(
+            Method::Post,
+            wire::http::paths::REGISTER.into(),
+            Some(body),
+            false,
+            Pending::Register,
+        );
+    }
+
+    fn on_register(&mut self, status: u16, v: Option<&Value>) {
+        let ids = v.and_then(|v| {
+            Some((
+                v.get("uuid")?.as_str()?.to_owned(),
+                v.get("alias_id")?.as_str()?.to_owned(),
+            ))
+        });
+        let recovered = status == 409;
+        if !(ok_status(status) || recovered) {
+            return self.fail_auth(AuthFailure::Register(status));
+        }
+        let Some((uuid, alias)) = ids else {
+            return self.fail_auth(if recovered {
+                AuthFailure::RecoveryRejected
+            } else {
+                AuthFailure::BadResponse
+            });
+        };
+        if let Some(f) = self.flow.as_mut() {
+            f.uuid = Some(uuid.clone());
+            f.alias = Some(alias);
+            f.recovered = recovered;
+        }
+        self.send_challenge(&uuid);
+    }
+
+    fn on_challenge(&mut self, status: u16, v: Option<&Value>) {
+        let Some(flow) = &self.flow else { return };
+        let recovered = flow.recovered;
+        let challenge = v
+            .filter(|_| ok_status(status))
+            .and_then(|v| v.get("challenge")?.as_str().map(str::to_owned));
+        let (Some(ch), Some(uuid)) = (challenge, flow.uuid.clone()) else {
+            return self.fail_auth(if recovered {
+                AuthFailure::RecoveryRejected
+            } else {
+                AuthFailure::Auth(status)
+            });
+        };
+        let sig = flow.identity.sign_challenge(&ch);
+        self.request(
+            Method::Post,
+            wire::http::paths::AUTH_VERIFY.into(),
+            Some(json!({ "user_uuid": uuid, "challenge": ch, "signature": sig })),
+            false,
+            Pending::Verify,
+        );
+    }
+
+    fn on_verify(
+        &mut self,
+        now_ms: u64,
+        status: u16,
+        v: Option<&Value>,
+    ) -> Result<(), ClientError> {
+        let token = v
+            .filter(|_| ok_status(status))
+            .and_then(|v| v.get("token")?.as_str().map(str::to_owned));
+        let Some(flow) = self.flow.take() else {
+            return Ok(());
+        };
+        let Some(token) = token else {
+            self.fail_auth(if flow.recovered {
+                AuthFailure::RecoveryRejected
+            } else {
+                AuthFailure::Auth(status)
+            });
+            return Ok(());
+        };
+        let (Some(uuid), Some(alias)) = (flow.uuid.clone(), flow.alias.clone()) else {
+            self.fail_auth(AuthFailure::BadResponse);
+            return Ok(());
+        };
+        let stored = StoredIdentity {
+            uuid,
+            alias_id: alias.clone(),
+            nickname: flow.nickname.clone(),
+            mnemonic: flow.identity.mnemonic.clone(),
+            signing_public_key: flow.identity.signing_public_b64(),
+            ecdh_public_key: flow.identity.ecdh_public_b64(),
+            x25519_path: flow.identity.x25519_path.into(),
+        };
+        self.store.save_identity(&stored)?;
+        self.stored = Some(stored);
+        self.identity = Some(flow.identity);
+        self.token = Some(SecretString::new(token));
+        self.events.push_back(Event::Authenticated {
+            alias_id: alias,
+            nickname: flow.nickname,
+            recovered: flow.recovered,
+        });
+        if self.want_connected && matches!(self.conn, Conn::Idle) {
+            self.start_connect(now_ms);
+        }
+        Ok(())
+    }
+
+    // ----- connection
+
+    /// Connects (now, or as soon as authenticated).
+    pub fn connect(&mut self, now_ms: u64) {
+        self.want_connected = true;
+        if matches!(self.conn, Conn::Idle | Conn::Goaway) {
+            self.conn = Conn::Idle;
+            self.retries = 0;
+            if self.token.is_some() {
+                self.start_connect(now_ms);
+            }
+        }
+    }
+
+    /// Closes the socket and stops reconnecting.
+    pub fn disconnect(&mut self, _now_ms: u64) {
+        self.want_connected = false;
+        if matches!(
+            self.conn,
+            Conn::Open | Conn::Connecting | Conn::FetchingTicket
+        ) {
+            self.conn_cmds.push_back(ConnCommand::Close);
+        }
+        self.conn = Conn::Idle;
+        self.next_ping_ms = None;
+        self.set_network(NetworkState::Disconnected);
+    }
+
+    fn start_connect(&mut self, _now_ms: u64) {
+        self.conn = Conn::FetchingTicket;
+        self.set_network(NetworkState::Connecting);
+        self.request(
+            Method::Post,
+            wire::http::paths::WS_TICKET.into(),
+            Some(json!({})),
+            true,
+            Pending::Ticket,
+        );
+    }
+
+    fn on_ticket(&mut self, status: u16, v: Option<&Value>) {
+        if self.conn != Conn::FetchingTicket {
+            return;
+        }
+        let (Some(uuid), Some(token)) = (
+            self.stored.as_ref().map(|s| s.uuid.clone()),
+            self.token.as_ref().map(|t| t.expose().to_owned()),
+        ) else {
+            self.conn = Conn::Idle;
+            return;
+        };
+        let ticket = v
+            .filter(|_| ok_status(status))
+            .and_then(|v| v.get("ticket")?.as_str().map(str::to_owned));
+        let auth = match ticket {
+            Some(t) => WsAuth::Ticket(t),
+            None => WsAuth::Token(token),
+        };
+        self.conn = Conn::Connecting;
+        self.conn_cmds.push_back(ConnCommand::Connect {
+            user_uuid: uuid,
+            auth,
+        });
+    }
+
+    /// The socket opened: `sync`, then every unacknowledged outbox intent with its id.
+    pub fn handle_connected(&mut self, now_ms: u64) -> Result<(), ClientError> {
+        if self.conn != Conn::Connecting {
+            return Ok(());
+        }
+        self.conn = Conn::Open;
+        self.retries = 0;
+        self.next_ping_ms = Some(now_ms + HEARTBEAT_INTERVAL_MS);
+        self.set_network(NetworkState::Connected);
+        self.frames.push_back(ClientFrame::Sync(SyncFrame {
+            crypto_v: Some(CRYPTO_V_MESSAGE),
+        }));
+        for intent in self.store.list_outbox()? {
+            self.transmit_intent(intent)?;
+        }
+        Ok(())
+    }
+
+    /// The socket closed (or failed to open).
+    pub fn handle_disconnected(&mut self, now_ms: u64) {
+        self.next_ping_ms = None;
+        if self.conn == Conn::Goaway || !self.want_connected {
+            if self.conn != Conn::Goaway {
+                self.conn = Conn::Idle;
+            }
+            self.set_network(NetworkState::Disconnected);
+            return;
+        }
+        let delay = self.backoff_ms();
+        self.conn = Conn::WaitingRetry {
+            at_ms: now_ms + delay,
+        };
+        self.set_network(NetworkState::Disconnected);
+    }
+
+    /// `min(1 s · 2^retries, 30 s)` scaled by a jitter in `[0.7, 1.0)`.
+    fn backoff_ms(&mut self) -> u64 {
+        let exp = RECONNECT_BASE_MS
+            .checked_shl(self.retries.min(16))
+            .unwrap_or(RECONNECT_MAX_MS)
+            .min(RECONNECT_MAX_MS);
+        let jitter =
+            RECONNECT_JITTER_MIN_PERMILLE + self.rng.next_u64() % RECONNECT_JITTER_SPAN_PERMILLE;
+        exp * jitter / 1000
+    }
+
+    /// Timers: heartbeat and reconnect.
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        if let Conn::WaitingRetry { at_ms } = self.conn
+            && now_ms >= at_ms
+        {
+            self.retries += 1;
+            self.start_connect(now_ms);
+        }
+        if self.conn == Conn::Open
+            && let Some(at) = self.next_ping_ms
+            && now_ms >= at
+        {
+            self.frames
+                .push_back(ClientFrame::Ping(PingFrame { crypto_v: None }));
+            self.next_ping_ms = Some(now_ms + HEARTBEAT_INTERVAL_MS);
+        }
+    }
+
+    // ----- sending
+
+    fn transmit_intent(&mut self, mut intent: OutboxIntent) -> Result<(), ClientError> {
+        if intent.attempts >= self.config.outbox_max_attempts {
+            return self.fail_intent(&intent.internal_id);
+        }
+        let Some(session) = self.store.load_session(&intent.conversation_id)? else {
+            return Ok(()); // kept until a session exists
+        };
+        let key = SessionKey::from_base64(session.session_key_base64.expose())
+            .map_err(|_| ClientError::NoSession(intent.conversation_id.clone()))?;
+        let (Ok(id), Ok(to), Ok(conv)) = (
+            MessageId::parse(&intent.internal_id),
+            AliasId::parse(&intent.to_alias_id),
+            ConvId::parse(&intent.conversation_id),
+        ) else {
+            return self.fail_intent(&intent.internal_id);
+        };
+        let payload = encrypt_payload(&key, intent.text.as_bytes(), &mut self.rng);
+        intent.attempts += 1;
+        self.store.put_outbox(&intent)?;
+        self.frames.push_back(ClientFrame::Msg(MsgFrame {
+            id,
+            to,
+            conv_id: conv,
+            crypto_v: Some(CRYPTO_V_MESSAGE),
+            payload,
+        }));
+        Ok(())
+    }
+
+    fn fail_intent(&mut self, id: &str) -> Result<(), ClientError> {
+        self.store.delete_outbox(id)?;
+        self.set_status(id, MessageStatus::Failed)
+    }
+
+    fn set_status(&mut self, id: &str, status: MessageStatus) -> Result<(), ClientError> {
+        if let Some(mut m) = self.store.get_message(id)?
+            && m.status.can_advance_to(status)
+        {
+            m.status = status;
+            self.store.put_message(&m)?;
+            self.events.push_back(Event::StatusChange {
+                id: id.to_owned(),
+                status,
+            });
+        }
+        Ok(())
+    }
+
+    /// Queues a message (sent now when connected); returns its id.
+    pub fn send_message(
+        &mut self,
+        now_ms: u64,
+        conversation_id: &str,
+        to_alias_id: &str,
+        content: &MessageContent,
+    ) -> Result<String, ClientError> {
+        if self.stored.is_none() {
+            return Err(ClientError::NotAuthenticated);
+        }
+        if self.store.load_session(conversation_id)?.is_none() {
+            return Err(ClientError::NoSession(conversation_id.to_owned()));
+        }
+        ConvId::parse(conversation_id).map_err(|_| ClientError::InvalidId("conversation id"))?;
+        AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
+        let id = self.new_message_id();
+        let text = content.encode();
+        let reply_to_id = match content {
+            MessageContent::Reply { reply_to_id, .. } => Some(reply_to_id.clone()),
+            _ => None,
+        };
+        let intent = OutboxIntent {
+            internal_id: id.clone(),
+            conversation_id: conversation_id.to_owned(),
+            to_alias_id: to_alias_id.to_owned(),
+            text,
+            added_at: now_ms,
+            reply_to_id: reply_to_id.clone(),
+            attempts: 0,
+        };
+        let mut msg = stored_from_content(&id, conversation_id, content, now_ms);
+        msg.is_me = true;
+        msg.status = MessageStatus::Sending;
+        msg.reply_to_id = reply_to_id;
+        self.store.put_message(&msg)?;
+        self.store.put_outbox(&intent)?;
+        if self.conn == Conn::Open {
+            self.transmit_intent(intent)?;
+        }
+        Ok(id)
+    }
+
+    /// Sends a read receipt up to `max_seq`.
+    pub fn mark_as_read(
+        &mut self,
+        _now_ms: u64,
+        conversation_id: &str,
+        max_seq: u64,
+        to_alias_id: &str,
+    ) -> Result<(), ClientError> {
+        let conv = ConvId::parse(conversation_id)
+            .map_err(|_| ClientError::InvalidId("conversation id"))?;
+        let to = AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
+        if self.conn != Conn::Open {
+            return Err(ClientError::NotConnected);
+        }
+        self.frames.push_back(ClientFrame::Read(ReceiptFrame {
+            conv_id: conv,
+            seq: Seq(max_seq),
+            to,
+            crypto_v: Some(CRYPTO_V_MESSAGE),
+        }));
+        Ok(())
+    }
+
+    /// Sends a typing notice, at most one per conversation per [`TYPING_DEBOUNCE_MS`].
+    pub fn send_typing(
+        &mut self,
+        now_ms: u64,
+        conversation_id: &str,
+        to_alias_id: &str,
+    ) -> Result<(), ClientError> {
+        let conv = ConvId::parse(conversation_id)
+            .map_err(|_| ClientError::InvalidId("conversation id"))?;
+        let to = AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
+        if self.conn != Conn::Open {
+            return Ok(());
+        }
+        if let Some(&last) = self.typing_sent_ms.get(conversation_id)
+            && now_ms < last + TYPING_DEBOUNCE_MS
+        {
+            return Ok(());
+        }
+        self.typing_sent_ms
+            .insert(conversation_id.to_owned(), now_ms);
+        self.frames.push_back(ClientFrame::Typing(TypingFrame {
+            to,
+            conv_id: conv,
+            crypto_v: Some(CRYPTO_V_MESSAGE),
+        }));
+        Ok(())
+    }
+
+    /// Retracts an own message: sends `retract` and stores the local placeholder.
+    pub fn retract_message(
+        &mut self,
+        _now_ms: u64,
+        message_id: &str,
+        to_alias_id: &str,
+        conversation_id: &str,
+    ) -> Result<(), ClientError> {
+        let Some(mut m) = self.store.get_message(message_id)? else {
+            return Err(ClientError::NotFound);
+        };
+        if !m.is_me || m.conversation_id != conversation_id {
+            return Err(ClientError::NotOwnMessage);
+        }
+        if self.conn != Conn::Open {
+            return Err(ClientError::NotConnected);
+        }
+        let (Ok(id), Ok(to), Ok(conv)) = (
+            MessageId::parse(message_id),
+            AliasId::parse(to_alias_id),
+            ConvId::parse(conversation_id),
+        ) else {
+            return Err(ClientError::InvalidId("retract target"));
+        };
+        self.frames.push_back(ClientFrame::Retract(RetractFrame {
+            id,
+            to,
+            conv_id: conv,
+            crypto_v: Some(CRYPTO_V_MESSAGE),
+        }));
+        make_placeholder(&mut m);
+        self.store.put_message(&m)?;
+        self.events.push_back(Event::Retracted {
+            id: message_id.to_owned(),
+        });
+        Ok(())
+    }
+
+    /// Signs, encrypts and sends a call signal to `to_alias_id`.
+    pub fn send_call_signal(
+        &mut self,
+        now_ms: u64,
+        kind: CallKind,
+        to_alias_id: &str,
+        call_id: &str,
+        mut fields: Map<String, Value>,
+    ) -> Result<(), ClientError> {
+        let (Some(identity), Some(me)) = (self.identity.as_ref(), self.stored.as_ref()) else {
+            return Err(ClientError::NotAuthenticated);
+        };
+        let session = self
+            .store
+            .load_session_by_alias(to_alias_id)?
+            .ok_or_else(|| ClientError::NoSession(to_alias_id.to_owned()))?;
+        let key = SessionKey::from_base64(session.session_key_base64.expose())
+            .map_err(|_| ClientError::NoSession(to_alias_id.to_owned()))?;
+        let (Ok(to), Ok(cid), Ok(from)) = (
+            AliasId::parse(to_alias_id),
+            CallId::parse(call_id),
+            AliasId::parse(&me.alias_id),
+        ) else {
+            return Err(ClientError::InvalidId("call signal"));
+        };
+        fields.insert("type".into(), Value::from(kind.as_str()));
+        fields.insert("call_id".into(), Value::from(call_id));
+        fields.insert("from".into(), Value::from(me.alias_id.clone()));
+        let payload = seal_signal(&key, &identity.signing_key, fields, now_ms, &mut self.rng)?;
+        self.frames.push_back(ClientFrame::Call(CallSignal {
+            kind,
+            to,
+            call_id: cid,
+            from: Some(from),
+            crypto_v: Some(CRYPTO_V_CALL),
+            payload,
+        }));
+        Ok(())
+    }
+
+    // ----- contacts and trust
+
+    /// Fetches the friends list (F1); sessions are created for accepted friends.
+    pub fn sync_contacts(&mut self, _now_ms: u64) {
+        self.request(
+            Method::Get,
+            wire::http::paths::FRIENDS.into(),
+            None,
+            true,
+            Pending::Friends,
+        );
+    }
+
+    fn on_friends(
+        &mut self,
+        now_ms: u64,
+        status: u16,
+        v: Option<Value>,
+    ) -> Result<(), ClientError> {
+        if !ok_status(status) {
+            return Ok(());
+        }
+        let friends: Vec<FriendProfile> = match v {
+            Some(Value::Null) => Vec::new(),
+            Some(v) => serde_json::from_value(v).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let Some(identity) = self.identity.clone() else {
+            return Ok(());
+        };
+        let mut new_convs = Vec::new();
+        for f in &friends {
+            if f.status != wire::http::FriendStatus::Accepted {
+                continue;
+            }
+            let Some(conv) = &f.conversation_id else {
+                continue;
+            };
+            let their_x = f.x25519_public_key.0;
+            let their_x_b64 = to_base64(&their_x);
+            let their_ed_b64 = to_base64(&f.ed25519_public_key.0);
+            let alias = f.alias_id.as_str().to_owned();
+            match self.store.load_session(conv.as_str())? {
+                None => {
+                    let key = session_key(&identity.ecdh_key, &their_x, conv.as_str());
+                    self.store.save_session(&SessionRecord {
+                        conversation_id: conv.as_str().to_owned(),
+                        their_alias_id: alias,
+                        their_ecdh_public_key: their_x_b64,
+                        their_ed25519_public_key: Some(their_ed_b64),
+                        session_key_base64: SecretString::new(key.to_base64()),
+                        trust_state: SessionTrust::Unverified,
+                        created_at: now_ms,
+                        pending_ecdh_public_key: None,
+                    })?;
+                    new_convs.push(conv.as_str().to_owned());
+                }
+                Some(mut s) => {
+                    let mut changed = false;
+                    if s.their_ed25519_public_key.is_none() {
+                        s.their_ed25519_public_key = Some(their_ed_b64);
+                        changed = true;
+                    }
+                    if s.their_ecdh_public_key != their_x_b64 {
+                        let verified = matches!(
+                            self.security.get_trust_state(&s.their_alias_id),
+                            TrustState::Verified { .. }
+                        );
+                        if verified {
+                            if s.pending_ecdh_public_key.as_deref() != Some(&their_x_b64) {
+                                s.pending_ecdh_public_key = Some(their_x_b64);
+                                changed = true;
+                                if let Some(ev) = self.security.guard_message(
+                                    &s.their_alias_id,
+                                    &identity.ecdh_key.public_key(),
+                                    &their_x,
+                                    now_ms,
+                                ) {
+                                    self.events.push_back(Event::SecurityViolation(ev));
+                                }
+                            }
+                        } else {
+                            let key = session_key(&identity.ecdh_key, &their_x, conv.as_str());
+                            s.their_ecdh_public_key = their_x_b64;
+                            s.session_key_base64 = SecretString::new(key.to_base64());
+                            s.pending_ecdh_public_key = None;
+                            changed = true;
+                            self.events.push_back(Event::PeerKeyChanged {
+                                conversation_id: s.conversation_id.clone(),
+                                alias_id: s.their_alias_id.clone(),
+                            });
+                            new_convs.push(conv.as_str().to_owned());
+                        }
+                    }
+                    if changed {
+                        self.store.save_session(&s)?;
+                    }
+                }
+            }
+        }
+        self.events.push_back(Event::ContactsSynced(friends));
+        self.retry_parked(now_ms, &new_convs)?;
+        Ok(())
+    }
+
+    fn retry_parked(&mut self, now_ms: u64, convs: &[String]) -> Result<(), ClientError> {
+        for off in self.store.list_offline()? {
+            if !convs.contains(&off.conversation_id) {
+                continue;
+            }
+            let (Ok(id), Ok(from), Ok(conv)) = (
+                MessageId::parse(&off.id),
+                AliasId::parse(&off.from_alias_id),
+                ConvId::parse(&off.conversation_id),
+            ) else {
+                continue;
+            };
+            let d = MsgDelivery {
+                id,
+                from,
+                conv_id: conv,
+                seq: Seq(off.seq),
+                at: wire::time::UnixMs(off.created_at),
+                crypto_v: Some(CRYPTO_V_MESSAGE),
+                payload: off.payload_encrypted.clone(),
+            };
+            self.on_msg(now_ms, &d)?;
+        }
+        Ok(())
+    }
+
+    fn my_ecdh_public(&self) -> Option<[u8; 32]> {
+        self.identity.as_ref().map(|i| i.ecdh_key.public_key())
+    }
+
+    fn their_pub(&self, conversation_id: &str) -> Result<[u8; 32], ClientError> {
+        let s = self
+            .store
+            .load_session(conversation_id)?
+            .ok_or_else(|| ClientError::NoSession(conversation_id.to_owned()))?;
+        from_base64_array(&s.their_ecdh_public_key)
+            .map_err(|_| ClientError::NoSession(conversation_id.to_owned()))
+    }
+
+    /// Compares typed input with the contact's code; verifies the session on a match.
+    pub fn verify_input_code(
+        &mut self,
+        now_ms: u64,
+        conversation_id: &str,
+        input: &str,
+    ) -> Result<bool, ClientError> {
+        let mine = self.my_ecdh_public().ok_or(ClientError::NotAuthenticated)?;
+        let theirs = self.their_pub(conversation_id)?;
+        let Some(s) = self.store.load_session(conversation_id)? else {
+            return Err(ClientError::NoSession(conversation_id.to_owned()));
+        };
+        let ok = self
+            .security
+            .verify_input_code(&s.their_alias_id, input, &mine, &theirs, now_ms);
+        if ok {
+            self.persist_verified(&s.their_alias_id, conversation_id)?;
+        }
+        Ok(ok)
+    }
+
+    /// Marks the contact of a conversation verified (manual path).
+    pub fn mark_as_verified(
+        &mut self,
+        now_ms: u64,
+        conversation_id: &str,
+    ) -> Result<(), ClientError> {
+        let mine = self.my_ecdh_public().ok_or(ClientError::NotAuthenticated)?;
+        let theirs = self.their_pub(conversation_id)?;
+        let Some(s) = self.store.load_session(conversation_id)? else {
+            return Err(ClientError::NoSession(conversation_id.to_owned()));
+        };
+        self.security
+            .mark_as_verified(&s.their_alias_id, &mine, &theirs, now_ms);
+        self.persist_verified(&s.their_alias_id, conversation_id)
+    }
+
+    fn persist_verified(&mut self, contact: &str, conv: &str) -> Result<(), ClientError> {
+        if let Some(r) = self.security.records().find(|r| r.contact_id == contact) {
+            let r = r.clone();
+            self.store.put_trust(&r)?;
+        }
+        self.store.mark_session_verified(conv)?;
+        Ok(())
+    }
+
+    /// Back to unverified; a pending changed key (see module doc) is adopted now.
+    pub fn reset_trust_state(
+        &mut self,
+        now_ms: u64,
+        conversation_id: &str,
+    ) -> Result<(), ClientError> {
+        let Some(mut s) = self.store.load_session(conversation_id)? else {
+            return Err(ClientError::NoSession(conversation_id.to_owned()));
+        };
+        self.security.reset_trust_state(&s.their_alias_id);
+        self.store.delete_trust(&s.their_alias_id)?;
+        s.trust_state = SessionTrust::Unverified;
+        if let (Some(p), Some(identity)) =
+            (s.pending_ecdh_public_key.take(), self.identity.as_ref())
+            && let Ok(their) = from_base64_array::<32>(&p)
+        {
+            let key = session_key(&identity.ecdh_key, &their, conversation_id);
+            s.session_key_base64 = SecretString::new(key.to_base64());
+            s.their_ecdh_public_key = p;
+        }
+        self.store.save_session(&s)?;
+        self.retry_parked(now_ms, &[conversation_id.to_owned()])
+    }
+
+    // ----- inbound
+
+    /// Feeds a text frame; unparseable frames are dropped.
+    pub fn handle_text(&mut self, now_ms: u64, text: &str) -> Result<(), ClientError> {
+        match ServerFrame::decode(text) {
+            Ok(f) => self.handle_frame(now_ms, f),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Feeds a decoded frame.
+    pub fn handle_frame(&mut self, now_ms: u64, frame: ServerFrame) -> Result<(), ClientError> {
+        match frame {
+            ServerFrame::Ack(a) => self.on_ack(a.id.as_str(), a.seq.get())?,
+            ServerFrame::Msg(m) => self.on_msg(now_ms, &m)?,
+            ServerFrame::Delivered(r) => self.on_receipt(&r, MessageStatus::Delivered)?,
+            ServerFrame::Read(r) => self.on_receipt(&r, MessageStatus::Read)?,
+            ServerFrame::Typing(t) => self.events.push_back(Event::Typing {
+                from_alias_id: t.from.into_string(),
+                conversation_id: t.conv_id.into_string(),
+            }),
+            ServerFrame::Retract(r) => {
+                self.on_retract(r.id.as_str(), r.from.as_str(), r.conv_id.as_str())?;
+            }
+            ServerFrame::ChannelPost(p) => self.events.push_back(Event::ChannelPost(
+                serde_json::to_value(&p).unwrap_or(Value::Null),
+            )),
+            ServerFrame::PaymentConfirmed(p) => self.events.push_back(Event::PaymentConfirmed {
+                order_id: p.order_id.into_string(),
+                ref_id: p.ref_id,
+            }),
+            ServerFrame::FriendRequest(_) | ServerFrame::FriendAccepted(_) => {
+                self.sync_contacts(now_ms);
+            }
+            ServerFrame::Goaway(g) => {
+                self.conn = Conn::Goaway;
+                self.next_ping_ms = None;
+                self.conn_cmds.push_back(ConnCommand::Close);
+                self.set_network(NetworkState::Disconnected);
+                self.events.push_back(Event::Goaway(g.reason));
+            }
+            ServerFrame::Error(e) => {
+                if let Some(id) = e.id
+                    && self
+                        .store
+                        .list_outbox()?
+                        .iter()
+                        .any(|i| i.internal_id == id)
+                {
+                    self.fail_intent(&id)?;
+                }
+            }
+            ServerFrame::Call(c) => self.on_call(now_ms, &c)?,
+            ServerFrame::Unknown(_) => {}
+        }
+        Ok(())
+    }
+
+    fn on_ack(&mut self, id: &str, seq: u64) -> Result<(), ClientError> {
+        let in_outbox = self
+            .store
+            .list_outbox()?
+            .iter()
+            .any(|i| i.internal_id == id);
+        if in_outbox {
+            self.store.delete_outbox(id)?;
+        }
+        let Some(mut m) = self.store.get_message(id)? else {
+            return Ok(());
+        };
+        if !m.is_me {
+            return Ok(());
+        }
+        if m.seq.is_none() {
+            m.seq = Some(seq);
+            self.store.put_message(&m)?;
+        }
+        self.set_status(id, MessageStatus::Sent)?;
+        let (d, r) = self
+            .receipt_hw
+            .get(&m.conversation_id)
+            .copied()
+            .unwrap_or((0, 0));
+        if seq <= r {
+            self.set_status(id, MessageStatus::Read)?;
+        } else if seq <= d {
+            self.set_status(id, MessageStatus::Delivered)?;
+        }
+        Ok(())
+    }
+
+    fn on_receipt(
+        &mut self,
+        r: &ReceiptDelivery,
+        status: MessageStatus,
+    ) -> Result<(), ClientError> {
+        let conv = r.conv_id.as_str();
+        let seq = r.seq.get();
+        let hw = self.receipt_hw.entry(conv.to_owned()).or_insert((0, 0));
+        match status {
+            MessageStatus::Read => {
+                hw.1 = hw.1.max(seq);
+                hw.0 = hw.0.max(seq);
+            }
+            _ => hw.0 = hw.0.max(seq),
+        }
+        for m in self.store.get_history(conv, None, None)? {
+            if m.is_me && m.seq.is_some_and(|s| s <= seq) && m.status != MessageStatus::Sending {
+                self.set_status(&m.id, status)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn park(&mut self, d: &MsgDelivery) -> Result<(), ClientError> {
+        self.store.put_offline(&OfflineMessage {
+            id: d.id.as_str().to_owned(),
+            conversation_id: d.conv_id.as_str().to_owned(),
+            seq: d.seq.get(),
+            payload_encrypted: d.payload.clone(),
+            created_at: d.at.0,
+            from_alias_id: d.from.as_str().to_owned(),
+        })?;
+        self.events.push_back(Event::Parked {
+            id: d.id.as_str().to_owned(),
+            conversation_id: d.conv_id.as_str().to_owned(),
+        });
+        Ok(())
+    }
+
+    fn send_delivered(&mut self, d: &MsgDelivery) {
+        if self.conn == Conn::Open {
+            self.frames.push_back(ClientFrame::Delivered(ReceiptFrame {
+                conv_id: d.conv_id.clone(),
+                seq: d.seq,
+                to: d.from.clone(),
+                crypto_v: Some(CRYPTO_V_MESSAGE),
+            }));
+        }
+    }
+
+    fn on_msg(&mut self, now_ms: u64, d: &MsgDelivery) -> Result<(), ClientError> {
+        let id = d.id.as_str();
+        if self.store.get_message(id)?.is_some() {
+            self.store.delete_offline(id)?;
+            self.send_delivered(d);
+            return Ok(());
+        }
+        let conv = d.conv_id.as_str();
+        let Some(session) = self.store.load_session(conv)? else {
+            return self.park(d);
+        };
+        if session.their_alias_id != d.from.as_str() {
+            return self.park(d);
+        }
+        let Some(mine) = self.my_ecdh_public() else {
+            return self.park(d);
+        };
+        let current_b64 = session
+            .pending_ecdh_public_key
+            .as_deref()
+            .unwrap_or(&session.their_ecdh_public_key);
+        let Ok(current) = from_base64_array::<32>(current_b64) else {
+            return self.park(d);
+        };
+        if let Some(ev) =
+            self.security
+                .guard_message(&session.their_alias_id, &mine, &current, now_ms)
+        {
+            self.events.push_back(Event::SecurityViolation(ev));
+            return self.park(d);
+        }
+        let Ok(key) = SessionKey::from_base64(session.session_key_base64.expose()) else {
+            return self.park(d);
+        };
+        let Ok(text) = decrypt_payload_text(&key, &d.payload) else {
+            return self.park(d);
+        };
+        let content = MessageContent::parse(&text);
+        let mut m = stored_from_content(id, conv, &content, d.at.0);
+        m.status = MessageStatus::Delivered;
+        m.seq = Some(d.seq.get());
+        m.from_alias_id = Some(d.from.as_str().to_owned());
+        self.store.put_message(&m)?;
+        self.store.delete_offline(id)?;
+        self.send_delivered(d);
+        self.events.push_back(Event::Message(m));
+        Ok(())
+    }
+
+    fn on_retract(&mut self, id: &str, from: &str, conv: &str) -> Result<(), ClientError> {
+        let Some(mut m) = self.store.get_message(id)? else {
+            return Ok(());
+        };
+        if m.is_me || m.conversation_id != conv || m.from_alias_id.as_deref() != Some(from) {
+            return Ok(());
+        }
+        make_placeholder(&mut m);
+        self.store.put_message(&m)?;
+        self.events
+            .push_back(Event::Retracted { id: id.to_owned() });
+        Ok(())
+    }
+
+    fn on_call(&mut self, now_ms: u64, c: &CallSignal) -> Result<(), ClientError> {
+        let Some(from) = c.from.as_ref() else {
+            return Ok(());
+        };
+        let Some(session) = self.store.load_session_by_alias(from.as_str())? else {
+            return Ok(());
+        };
+        let Ok(key) = SessionKey::from_base64(session.session_key_base64.expose()) else {
+            return Ok(());
+        };
+        let peer = session
+            .their_ed25519_public_key
+            .as_deref()
+            .and_then(|k| from_base64_array::<32>(k).ok());
+        let env = SignalEnvelope {
+            frame_type: c.kind.as_str(),
+            from: from.as_str(),
+            call_id: c.call_id.as_str(),
+        };
+        if let Ok(v) = open_signal(
+            &key,
+            &c.payload,
+            env,
+            peer.as_ref(),
+            now_ms,
+            &mut self.nonces,
+        ) {
+            self.events.push_back(Event::CallSignal {
+                kind: c.kind,
+                from: from.as_str().to_owned(),
+                call_id: c.call_id.as_str().to_owned(),
+                fields: v.fields,
+                coverage: v.coverage,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn make_placeholder(m: &mut StoredMessage) {
+    m.text = RETRACTED_TEXT.to_owned();
+    m.msg_type = Some(RETRACTED_MSG_TYPE.to_owned());
+    m.media_url = None;
+    m.caption = None;
+}
+
+fn stored_from_content(id: &str, conv: &str, content: &MessageContent, time: u64) -> StoredMessage {
+    use crate::crypto::content::Media;
+    let (body, reply_to_id) = match content {
+        MessageContent::Reply { reply_to_id, body } => (body.as_ref(), Some(reply_to_id.clone())),
+        c => (c, None),
+    };
+    let (text, msg_type, media_url, caption) = match body {
+        MessageContent::Media(Media::Image { key, .. }) => {
+            (body.encode(), Some("image"), Some(key.clone()), None)
+        }
+        MessageContent::Media(Media::File { key, name, .. }) => (
+            body.encode(),
+            Some("file"),
+            Some(key.clone()),
+            Some(name.clone()),
+        ),
+        MessageContent::Media(Media::Voice { key, .. }) => {
+            (body.encode(), Some("voice"), Some(key.clone()), None)
+        }
+        MessageContent::Text(t) => (t.clone(), None, None, None),
+        MessageContent::Reply { .. } => (body.encode(), None, None, None),
+    };
+    StoredMessage {
+        id: id.to_owned(),
+        conversation_id: conv.to_owned(),
+        text,
+        is_me: false,
+        time,
+        status: MessageStatus::Sending,
+        msg_type: msg_type.map(str::to_owned),
+        media_url,
+        caption,
+        seq: None,
+        from_alias_id: None,
+        reply_to_id,
+    }
+}

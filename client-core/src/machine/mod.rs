@@ -1,0 +1,46 @@
+//! The client state machine (sans-IO): accounts, connection, outbox, inbound processing.
+//!
+//! ```text
+//! inputs  (all carry `now`, epoch ms)          outputs (drain after every input)
+//!   register_account / restore_session           poll_http()       -> HttpRequest
+//!   connect / disconnect                         poll_transmit()   -> ClientFrame
+//!   send_message / mark_as_read / send_typing    poll_connection() -> ConnCommand
+//!   retract_message / sync_contacts / ...        poll_event()      -> Event
+//!   handle_http_response(id, status, body)       poll_timeout()    -> Option<u64>
+//!   handle_connected / handle_disconnected
+//!   handle_frame / handle_text
+//!   handle_timeout
+//! ```
+//!
+//! Decisions (see also the crate README note in the report):
+//! * **Registration** = PoW (A1, failure tolerated as in every reference client) → A2 → A3 → A4.
+//!   The identity is stored only after A4 succeeded. On **409** the returned `uuid` is adopted
+//!   only if A3/A4 with *our* Ed25519 key succeed for it: a relay issues a token only for a
+//!   signature by the account's registered key, so success proves the account is ours; any
+//!   failure ends in [`AuthFailure::RecoveryRejected`] and nothing is stored (S-10).
+//! * **Connection**: ticket (A5) first, JWT in the query when the ticket request fails.
+//!   Heartbeat `ping` every [`HEARTBEAT_INTERVAL_MS`]. Reconnect after
+//!   `min(1 s · 2^n, 30 s) × jitter`, jitter uniform in `[0.7, 1.0)` from the seeded RNG
+//!   (`n` = retries fired since the last open). No reconnect after GOAWAY or `disconnect`.
+//! * **Outbox**: an intent stays until the relay's `ack` for its id; on every open `sync` is sent,
+//!   then every intent is re-sent with the same id in `(addedAt, id)` order. Each transmission
+//!   counts an attempt; an intent that already used [`ClientConfig::outbox_max_attempts`]
+//!   attempts (or that the relay refuses with an `error` frame naming its id) becomes `failed`.
+//! * **Statuses** only move up (`sending < sent < delivered < read`, `failed` only from
+//!   `sending`). Receipts apply to own acknowledged messages with `seq ≤ receipt.seq`; a receipt
+//!   that arrives before the ack is remembered per conversation and applied when the ack lands.
+//! * **Inbound**: deduplicated by id (a duplicate is re-acknowledged with `delivered` but not
+//!   re-emitted); `delivered` is sent only after the message is stored. Messages with no
+//!   session, failing decryption, or from a verified contact whose key changed are parked in the
+//!   offline inbox (never dropped) and retried when a session appears (contacts sync).
+//! * **Trust**: the guard runs on every inbound message from a verified contact. A key change
+//!   reported by contacts sync never replaces a verified session: it is kept as
+//!   `pendingEcdhPublicKey`, a `security_violation` is emitted and decryption is refused until
+//!   the user calls [`Client::reset_trust_state`] (which adopts the new key, unverified). For an
+//!   unverified contact the new key replaces the old one and [`Event::PeerKeyChanged`] is emitted.
+//! * **Retract**: own messages only, locally replaced by the placeholder (`msgType`
+//!   `retracted`); an inbound retract applies only to a message authored by its sender.
+
+mod client;
+
+pub use self::client::*;
