@@ -177,6 +177,8 @@ pub fn uncovered_paths(map: &Map<String, Value>) -> Vec<String> {
             collect_uncovered(v, k, &keys, &mut out);
         }
     }
+    // Independent of serde_json's map order (`preserve_order` may be on in the workspace).
+    out.sort_by(|a, b| utf16_cmp(a, b));
     out
 }
 
