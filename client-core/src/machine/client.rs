@@ -1072,10 +1072,14 @@ impl<S: ClientStore> Client<S> {
         if !ok_status(status) {
             return Ok(());
         }
+        // Entry by entry, from text (some wire types borrow while decoding): a malformed entry
+        // is skipped rather than losing the whole list.
         let friends: Vec<FriendProfile> = match v {
-            Some(Value::Null) => Vec::new(),
-            Some(v) => serde_json::from_value(v).unwrap_or_default(),
-            None => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(|i| serde_json::from_str(&i.to_string()).ok())
+                .collect(),
+            _ => Vec::new(),
         };
         let Some(identity) = self.identity.clone() else {
             return Ok(());

@@ -1,0 +1,588 @@
+//! The client machine under a virtual clock against scripted relay frames and HTTP answers.
+#![allow(clippy::needless_pass_by_value)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use client_core::crypto::content::MessageContent;
+use client_core::crypto::{SessionKey, encrypt_payload, session_key};
+use client_core::keys::{X25519Path, derive_identity};
+use client_core::machine::{
+    AuthFailure, Client, ClientConfig, ConnCommand, Event, HttpRequest, NetworkState, WsAuth,
+};
+use client_core::store::{ClientStore, MemoryStore, MessageStatus};
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng;
+use serde_json::{Value, json};
+use wire::frames::ClientFrame;
+
+const ALICE: &str =
+    "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about";
+const BOB: &str = "legal winner thank year wave sausage worth useful legal winner thank yellow";
+const ALICE_UUID: &str = "11111111-1111-4111-8111-111111111111";
+const CONV: &str = "c-test-conv-id";
+
+type C = Client<MemoryStore>;
+
+fn client(cfg: ClientConfig) -> C {
+    Client::new(MemoryStore::new(), [42; 32], cfg).unwrap()
+}
+
+fn next_http(c: &mut C) -> HttpRequest {
+    c.poll_http().expect("an HTTP request")
+}
+
+fn reply(c: &mut C, now: u64, req: &HttpRequest, status: u16, body: Value) {
+    c.handle_http_response(now, req.id, status, body.to_string().as_bytes())
+        .unwrap();
+}
+
+fn events(c: &mut C) -> Vec<Event> {
+    std::iter::from_fn(|| c.poll_event()).collect()
+}
+
+fn frames(c: &mut C) -> Vec<ClientFrame> {
+    std::iter::from_fn(|| c.poll_transmit()).collect()
+}
+
+/// Registers alice (PoW → register → challenge → verify).
+fn register(c: &mut C, now: u64) {
+    c.register_account(now, ALICE, "alice").unwrap();
+    let r = next_http(c);
+    assert_eq!(r.path, "/api/v1/pow/challenge");
+    reply(
+        c,
+        now,
+        &r,
+        200,
+        json!({"challenge_string": "abc", "difficulty": 4, "expires_in": 300}),
+    );
+    let r = next_http(c);
+    assert_eq!(r.path, "/api/v1/register");
+    let body = r.body.clone().unwrap();
+    assert_eq!(body["pow_nonce"], "93803");
+    assert_eq!(body["nickname"], "alice");
+    reply(
+        c,
+        now,
+        &r,
+        201,
+        json!({"uuid": ALICE_UUID, "alias_id": "u10000001"}),
+    );
+    auth_round(c, now);
+}
+
+fn auth_round(c: &mut C, now: u64) {
+    let r = next_http(c);
+    assert_eq!(r.path, "/api/v1/auth/challenge");
+    assert_eq!(r.body.as_ref().unwrap()["user_uuid"], ALICE_UUID);
+    reply(
+        c,
+        now,
+        &r,
+        200,
+        json!({"challenge": "ch-1", "expires_at": "2026-01-01T00:00:00Z"}),
+    );
+    let r = next_http(c);
+    assert_eq!(r.path, "/api/v1/auth/verify");
+    let id = derive_identity(ALICE, X25519Path::Spec).unwrap();
+    assert_eq!(
+        r.body.as_ref().unwrap()["signature"],
+        id.sign_challenge("ch-1")
+    );
+    reply(
+        c,
+        now,
+        &r,
+        200,
+        json!({"token": "jwt-1", "expires_in": 3600}),
+    );
+}
+
+/// Connects and opens the socket; returns the frames sent on open.
+fn open(c: &mut C, now: u64) -> Vec<ClientFrame> {
+    c.connect(now);
+    let r = next_http(c);
+    assert_eq!(r.path, "/api/v1/ws/ticket");
+    assert!(r.bearer);
+    reply(c, now, &r, 200, json!({"ticket": "t-1", "expires_in": 30}));
+    match c.poll_connection() {
+        Some(ConnCommand::Connect { user_uuid, auth }) => {
+            assert_eq!(user_uuid, ALICE_UUID);
+            assert_eq!(auth, WsAuth::Ticket("t-1".into()));
+        }
+        other => panic!("{other:?}"),
+    }
+    c.handle_connected(now).unwrap();
+    frames(c)
+}
+
+fn friend(key_mnemonic: &str, path: X25519Path) -> Value {
+    let b = derive_identity(key_mnemonic, path).unwrap();
+    json!([{
+        "friendship_id": 7, "alias_id": "u10000002", "nickname": "bob", "status": "accepted",
+        "direction": "sent", "conversation_id": CONV,
+        "x25519_public_key": b.ecdh_public_b64(), "ed25519_public_key": b.signing_public_b64(),
+        "created_at": "2026-01-01T00:00:00Z"
+    }])
+}
+
+fn sync_friends(c: &mut C, now: u64, body: Value) {
+    c.sync_contacts(now);
+    let r = next_http(c);
+    assert_eq!(r.path, "/api/v1/friends");
+    reply(c, now, &r, 200, body);
+}
+
+/// Bob's key for the conversation, as bob derives it.
+fn bob_key(bob_path: X25519Path) -> SessionKey {
+    let a = derive_identity(ALICE, X25519Path::Spec).unwrap();
+    let b = derive_identity(BOB, bob_path).unwrap();
+    session_key(&b.ecdh_key, &a.ecdh_key.public_key(), CONV)
+}
+
+fn inbound(id: &str, seq: u64, text: &str, key: &SessionKey) -> String {
+    let mut rng = ChaCha20Rng::seed_from_u64(seq);
+    let payload = encrypt_payload(key, text.as_bytes(), &mut rng);
+    json!({"type":"msg","id":id,"from":"u10000002","conv_id":CONV,"seq":seq,"at":1000 + seq,"crypto_v":1,"payload":payload}).to_string()
+}
+
+fn ready(now: u64) -> C {
+    let mut c = client(ClientConfig::default());
+    register(&mut c, now);
+    sync_friends(&mut c, now, friend(BOB, X25519Path::Spec));
+    let opened = open(&mut c, now);
+    assert!(matches!(opened[0], ClientFrame::Sync(_)));
+    events(&mut c);
+    c
+}
+
+#[test]
+fn registration_stores_identity_after_verify() {
+    let mut c = client(ClientConfig::default());
+    register(&mut c, 0);
+    let ev = events(&mut c);
+    assert!(ev.contains(&Event::Authenticated {
+        alias_id: "u10000001".into(),
+        nickname: "alice".into(),
+        recovered: false
+    }));
+    let stored = c.store().load_identity().unwrap().unwrap();
+    assert_eq!(stored.uuid, ALICE_UUID);
+    assert_eq!(c.bearer_token(), Some("jwt-1"));
+    assert!(!format!("{stored:?}").contains("abandon"));
+    // restore_session re-runs A3/A4 for the stored identity
+    assert_eq!(
+        c.restore_session(1).unwrap(),
+        Some(("u10000001".into(), "alice".into()))
+    );
+    auth_round(&mut c, 1);
+    assert!(matches!(events(&mut c)[..], [Event::Authenticated { .. }]));
+}
+
+#[test]
+fn conflict_recovery_requires_our_key() {
+    // 409 whose account accepts our signature: recovered
+    let mut c = client(ClientConfig::default());
+    c.register_account(0, ALICE, "alice").unwrap();
+    let r = next_http(&mut c);
+    reply(&mut c, 0, &r, 500, json!({}));
+    let r = next_http(&mut c);
+    assert!(r.body.as_ref().unwrap().get("pow_nonce").is_none());
+    reply(
+        &mut c,
+        0,
+        &r,
+        409,
+        json!({"error":"ALREADY_REGISTERED","message":"x","uuid":ALICE_UUID,"alias_id":"u10000001","key":"ed25519"}),
+    );
+    auth_round(&mut c, 0);
+    assert!(events(&mut c).contains(&Event::Authenticated {
+        alias_id: "u10000001".into(),
+        nickname: "alice".into(),
+        recovered: true
+    }));
+
+    // 409 naming an account our key cannot authenticate: refused, nothing stored
+    let mut c = client(ClientConfig::default());
+    c.register_account(0, ALICE, "alice").unwrap();
+    let r = next_http(&mut c);
+    reply(
+        &mut c,
+        0,
+        &r,
+        200,
+        json!({"challenge_string": "abc", "difficulty": 4}),
+    );
+    let r = next_http(&mut c);
+    reply(
+        &mut c,
+        0,
+        &r,
+        409,
+        json!({"uuid":"22222222-2222-4222-8222-222222222222","alias_id":"u9"}),
+    );
+    let r = next_http(&mut c);
+    reply(&mut c, 0, &r, 200, json!({"challenge": "ch"}));
+    let r = next_http(&mut c);
+    reply(
+        &mut c,
+        0,
+        &r,
+        401,
+        json!({"error":"UNAUTHORIZED","message":"bad signature"}),
+    );
+    assert_eq!(
+        events(&mut c),
+        vec![Event::AuthFailed(AuthFailure::RecoveryRejected)]
+    );
+    assert!(c.store().load_identity().unwrap().is_none());
+    assert!(c.bearer_token().is_none());
+}
+
+#[test]
+fn ticket_failure_falls_back_to_token() {
+    let mut c = client(ClientConfig::default());
+    register(&mut c, 0);
+    c.connect(0);
+    let r = next_http(&mut c);
+    reply(&mut c, 0, &r, 404, json!({}));
+    assert_eq!(
+        c.poll_connection(),
+        Some(ConnCommand::Connect {
+            user_uuid: ALICE_UUID.into(),
+            auth: WsAuth::Token("jwt-1".into())
+        })
+    );
+}
+
+#[test]
+fn reconnect_resends_unacked_outbox_with_same_id_exactly_once() {
+    let mut c = ready(0);
+    let id = c
+        .send_message(10, CONV, "u10000002", &MessageContent::Text("hello".into()))
+        .unwrap();
+    let sent = frames(&mut c);
+    let ClientFrame::Msg(m1) = &sent[0] else {
+        panic!("{sent:?}")
+    };
+    assert_eq!(m1.id.as_str(), id);
+    // socket drops before the ack
+    c.handle_disconnected(20);
+    assert_eq!(c.network_state(), NetworkState::Disconnected);
+    let at = c.poll_timeout().unwrap();
+    assert!((20 + 700..20 + 1000).contains(&at), "{at}");
+    c.handle_timeout(at);
+    let r = next_http(&mut c);
+    reply(&mut c, at, &r, 200, json!({"ticket": "t-2"}));
+    assert!(matches!(
+        c.poll_connection(),
+        Some(ConnCommand::Connect { .. })
+    ));
+    c.handle_connected(at).unwrap();
+    let sent = frames(&mut c);
+    assert!(matches!(sent[0], ClientFrame::Sync(_)));
+    let ClientFrame::Msg(m2) = &sent[1] else {
+        panic!("{sent:?}")
+    };
+    assert_eq!(m2.id.as_str(), id);
+    assert_eq!(sent.len(), 2);
+    c.handle_text(at, &json!({"type":"ack","id":id,"seq":1}).to_string())
+        .unwrap();
+    assert!(c.store().list_outbox().unwrap().is_empty());
+    let hist = c.store().get_history(CONV, None, None).unwrap();
+    assert_eq!(hist.len(), 1);
+    assert_eq!(hist[0].status, MessageStatus::Sent);
+    // a later reconnect resends nothing
+    c.handle_disconnected(at + 1);
+    let t = c.poll_timeout().unwrap();
+    c.handle_timeout(t);
+    let r = next_http(&mut c);
+    reply(&mut c, t, &r, 200, json!({"ticket": "t-3"}));
+    c.poll_connection();
+    c.handle_connected(t).unwrap();
+    assert_eq!(frames(&mut c).len(), 1);
+    // a duplicate ack changes nothing
+    events(&mut c);
+    c.handle_text(t, &json!({"type":"ack","id":id,"seq":1}).to_string())
+        .unwrap();
+    assert!(
+        events(&mut c)
+            .iter()
+            .all(|e| !matches!(e, Event::StatusChange { .. }))
+    );
+}
+
+#[test]
+fn outbox_fails_after_attempt_limit() {
+    let mut c = client(ClientConfig {
+        outbox_max_attempts: 2,
+        ..ClientConfig::default()
+    });
+    register(&mut c, 0);
+    sync_friends(&mut c, 0, friend(BOB, X25519Path::Spec));
+    open(&mut c, 0);
+    let id = c
+        .send_message(1, CONV, "u10000002", &MessageContent::Text("x".into()))
+        .unwrap();
+    let mut now = 1;
+    for _ in 0..2 {
+        c.handle_disconnected(now);
+        now = c.poll_timeout().unwrap();
+        c.handle_timeout(now);
+        let r = next_http(&mut c);
+        reply(&mut c, now, &r, 200, json!({"ticket": "t"}));
+        c.poll_connection();
+        c.handle_connected(now).unwrap();
+    }
+    assert!(events(&mut c).contains(&Event::StatusChange {
+        id,
+        status: MessageStatus::Failed
+    }));
+    assert!(c.store().list_outbox().unwrap().is_empty());
+}
+
+#[test]
+fn duplicate_delivery_is_stored_and_emitted_once() {
+    let mut c = ready(0);
+    let k = bob_key(X25519Path::Spec);
+    let f = inbound("m-1", 3, "hi alice", &k);
+    c.handle_text(5, &f).unwrap();
+    c.handle_text(6, &f).unwrap();
+    let ev = events(&mut c);
+    let msgs: Vec<_> = ev
+        .iter()
+        .filter(|e| matches!(e, Event::Message(_)))
+        .collect();
+    assert_eq!(msgs.len(), 1);
+    let Event::Message(m) = msgs[0] else {
+        unreachable!()
+    };
+    assert_eq!(m.text, "hi alice");
+    assert_eq!(m.seq, Some(3));
+    assert_eq!(m.from_alias_id.as_deref(), Some("u10000002"));
+    // delivered acknowledged twice (the relay may have missed the first), stored once
+    let delivered = frames(&mut c)
+        .into_iter()
+        .filter(|f| matches!(f, ClientFrame::Delivered(_)))
+        .count();
+    assert_eq!(delivered, 2);
+    assert_eq!(c.store().get_history(CONV, None, None).unwrap().len(), 1);
+}
+
+#[test]
+fn receipts_before_acks_and_never_downwards() {
+    let mut c = ready(0);
+    let a = c
+        .send_message(1, CONV, "u10000002", &MessageContent::Text("a".into()))
+        .unwrap();
+    let b = c
+        .send_message(2, CONV, "u10000002", &MessageContent::Text("b".into()))
+        .unwrap();
+    frames(&mut c);
+    // delivered up to 1 arrives before any ack: nothing changes
+    c.handle_text(
+        3,
+        r#"{"type":"delivered","conv_id":"c-test-conv-id","seq":1}"#,
+    )
+    .unwrap();
+    let status = |c: &C, id: &str| c.store().get_message(id).unwrap().unwrap().status;
+    assert_eq!(status(&c, &a), MessageStatus::Sending);
+    // the ack lands: sent, then the remembered receipt applies
+    c.handle_text(4, &json!({"type":"ack","id":a,"seq":1}).to_string())
+        .unwrap();
+    assert_eq!(status(&c, &a), MessageStatus::Delivered);
+    c.handle_text(5, &json!({"type":"ack","id":b,"seq":2}).to_string())
+        .unwrap();
+    assert_eq!(status(&c, &b), MessageStatus::Sent);
+    c.handle_text(6, r#"{"type":"read","conv_id":"c-test-conv-id","seq":2}"#)
+        .unwrap();
+    assert_eq!(status(&c, &a), MessageStatus::Read);
+    assert_eq!(status(&c, &b), MessageStatus::Read);
+    // a late delivered and a duplicate ack never move a status down
+    c.handle_text(
+        7,
+        r#"{"type":"delivered","conv_id":"c-test-conv-id","seq":2}"#,
+    )
+    .unwrap();
+    c.handle_text(8, &json!({"type":"ack","id":b,"seq":2}).to_string())
+        .unwrap();
+    assert_eq!(status(&c, &b), MessageStatus::Read);
+}
+
+#[test]
+fn goaway_stops_reconnection() {
+    let mut c = ready(0);
+    c.handle_text(
+        1,
+        r#"{"type":"goaway","payload":{"reason":"new_device_login"}}"#,
+    )
+    .unwrap();
+    let ev = events(&mut c);
+    assert!(ev.contains(&Event::Goaway("new_device_login".into())));
+    assert!(ev.contains(&Event::NetworkState(NetworkState::Disconnected)));
+    assert_eq!(c.poll_connection(), Some(ConnCommand::Close));
+    c.handle_disconnected(2);
+    assert_eq!(c.poll_timeout(), None);
+    c.handle_timeout(100_000);
+    assert!(c.poll_http().is_none());
+    assert!(c.poll_connection().is_none());
+}
+
+#[test]
+fn key_change_on_verified_contact_refuses_decryption() {
+    let mut c = ready(0);
+    c.mark_as_verified(1, CONV).unwrap();
+    // the relay now reports a different X25519 key for bob
+    sync_friends(&mut c, 2, friend(BOB, X25519Path::WebSdk));
+    let ev = events(&mut c);
+    assert!(ev.iter().any(|e| matches!(e, Event::SecurityViolation(_))));
+    // the verified session is unchanged
+    let s = c.store().load_session(CONV).unwrap().unwrap();
+    let spec_b = derive_identity(BOB, X25519Path::Spec).unwrap();
+    assert_eq!(s.their_ecdh_public_key, spec_b.ecdh_public_b64());
+    // a message under the new key: violation, parked, no message, no delivered
+    c.handle_text(
+        3,
+        &inbound("m-9", 4, "trust me", &bob_key(X25519Path::WebSdk)),
+    )
+    .unwrap();
+    let ev = events(&mut c);
+    let v = ev
+        .iter()
+        .find_map(|e| match e {
+            Event::SecurityViolation(v) => Some(v.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(v.contact_id, "u10000002");
+    assert_eq!(v.detected_at, 3);
+    assert!(v.message.is_none());
+    assert_ne!(v.previous_fingerprint, v.current_fingerprint);
+    assert!(!ev.iter().any(|e| matches!(e, Event::Message(_))));
+    assert!(frames(&mut c).is_empty());
+    assert_eq!(c.store().list_offline().unwrap().len(), 1);
+    // the user resets trust: the new key is adopted and the parked message is delivered
+    c.reset_trust_state(4, CONV).unwrap();
+    let ev = events(&mut c);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Message(m) if m.text == "trust me"))
+    );
+    assert!(c.store().list_offline().unwrap().is_empty());
+}
+
+#[test]
+fn early_message_is_parked_and_retried_after_contacts_sync() {
+    let mut c = client(ClientConfig::default());
+    register(&mut c, 0);
+    open(&mut c, 0);
+    events(&mut c);
+    c.handle_text(1, &inbound("m-1", 1, "early", &bob_key(X25519Path::Spec)))
+        .unwrap();
+    assert!(matches!(events(&mut c)[..], [Event::Parked { .. }]));
+    assert!(
+        frames(&mut c).is_empty(),
+        "no delivered for a parked message"
+    );
+    sync_friends(&mut c, 2, friend(BOB, X25519Path::Spec));
+    let ev = events(&mut c);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Message(m) if m.text == "early"))
+    );
+    assert!(matches!(frames(&mut c)[..], [ClientFrame::Delivered(_)]));
+    assert!(c.store().list_offline().unwrap().is_empty());
+}
+
+#[test]
+fn backoff_is_exponential_capped_and_jittered() {
+    let mut c = client(ClientConfig::default());
+    register(&mut c, 0);
+    c.connect(0);
+    let mut now = 0;
+    let r = next_http(&mut c);
+    reply(&mut c, now, &r, 200, json!({"ticket": "t"}));
+    c.poll_connection();
+    let mut delays = Vec::new();
+    for _ in 0..8 {
+        c.handle_disconnected(now); // the attempt failed
+        let at = c.poll_timeout().unwrap();
+        delays.push(at - now);
+        now = at;
+        c.handle_timeout(now);
+        let r = next_http(&mut c);
+        reply(&mut c, now, &r, 200, json!({"ticket": "t"}));
+        c.poll_connection();
+    }
+    for (n, d) in delays.iter().enumerate() {
+        let base = (1000u64 << n).min(30_000);
+        assert!(
+            *d >= base * 7 / 10 && *d < base,
+            "attempt {n}: {d} vs {base}"
+        );
+    }
+    // same seed, same delays
+    let mut c2 = client(ClientConfig::default());
+    register(&mut c2, 0);
+    c2.connect(0);
+    let r = next_http(&mut c2);
+    reply(&mut c2, 0, &r, 200, json!({"ticket": "t"}));
+    c2.poll_connection();
+    c2.handle_disconnected(0);
+    assert_eq!(c2.poll_timeout().unwrap(), delays[0]);
+}
+
+#[test]
+fn heartbeat_typing_debounce_and_retract() {
+    let mut c = ready(0);
+    assert_eq!(c.poll_timeout(), Some(25_000));
+    c.handle_timeout(25_000);
+    assert!(matches!(frames(&mut c)[..], [ClientFrame::Ping(_)]));
+    assert_eq!(c.poll_timeout(), Some(50_000));
+    c.send_typing(30_000, CONV, "u10000002").unwrap();
+    c.send_typing(30_100, CONV, "u10000002").unwrap();
+    c.send_typing(30_300, CONV, "u10000002").unwrap();
+    let n = frames(&mut c)
+        .into_iter()
+        .filter(|f| matches!(f, ClientFrame::Typing(_)))
+        .count();
+    assert_eq!(n, 2);
+    // retract: own messages only
+    c.handle_text(
+        1,
+        &inbound("m-peer", 1, "theirs", &bob_key(X25519Path::Spec)),
+    )
+    .unwrap();
+    assert!(c.retract_message(2, "m-peer", "u10000002", CONV).is_err());
+    let id = c
+        .send_message(3, CONV, "u10000002", &MessageContent::Text("oops".into()))
+        .unwrap();
+    frames(&mut c);
+    c.retract_message(4, &id, "u10000002", CONV).unwrap();
+    assert!(matches!(frames(&mut c)[..], [ClientFrame::Retract(_)]));
+    let m = c.store().get_message(&id).unwrap().unwrap();
+    assert_eq!(m.msg_type.as_deref(), Some("retracted"));
+    // an inbound retract from someone else than the author is ignored
+    c.handle_text(
+        5,
+        r#"{"type":"retract","id":"m-peer","from":"u10000003","conv_id":"c-test-conv-id"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        c.store().get_message("m-peer").unwrap().unwrap().text,
+        "theirs"
+    );
+    c.handle_text(
+        6,
+        r#"{"type":"retract","id":"m-peer","from":"u10000002","conv_id":"c-test-conv-id"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        c.store()
+            .get_message("m-peer")
+            .unwrap()
+            .unwrap()
+            .msg_type
+            .as_deref(),
+        Some("retracted")
+    );
+}
