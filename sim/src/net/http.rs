@@ -363,3 +363,34 @@ impl<C: fmt::Debug> fmt::Debug for HttpClient<C> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_origin_form_requests_with_host_and_bearer() {
+        let authority = Authority::from_static("server:8080");
+        let request = HttpRequest::post("/v1/echo?x=1")
+            .bearer("t0k")
+            .json(&serde_json::json!({"a": 1}))
+            .unwrap()
+            .to_hyper(&authority)
+            .unwrap();
+        assert_eq!(request.method(), Method::POST);
+        assert_eq!(request.uri(), "/v1/echo?x=1");
+        assert_eq!(request.headers()[HOST], "server:8080");
+        assert_eq!(request.headers()[AUTHORIZATION], "Bearer t0k");
+        assert_eq!(request.headers()[CONTENT_TYPE], "application/json");
+    }
+
+    #[test]
+    fn rejects_header_values_that_would_split_the_request() {
+        let authority = Authority::from_static("server:8080");
+        let error = HttpRequest::get("/")
+            .bearer("evil\r\nX-Injected: 1")
+            .to_hyper(&authority)
+            .unwrap_err();
+        assert!(matches!(error, HttpError::InvalidHeader(name) if name == AUTHORIZATION));
+    }
+}
