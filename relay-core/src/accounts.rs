@@ -118,6 +118,7 @@ impl Relay {
             let candidate = self.ids.alias_candidate();
             if let Ok(alias) = AliasId::parse_alias(&candidate)
                 && !self.state.by_alias.contains_key(&alias)
+                && !self.state.alias_spent(&alias)
             {
                 return Ok(alias);
             }
@@ -198,6 +199,7 @@ impl Relay {
                 }
             }
         }
+        used += self.media_bytes_of(&user);
         Ok(HttpResponse::json(
             200,
             &StorageEstimate {

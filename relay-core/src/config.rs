@@ -21,6 +21,36 @@ pub struct Config {
     pub max_offline_queue_per_conversation: usize,
     /// Messages in flight per connection per conversation.
     pub max_sync_batch: usize,
+    /// Channels an account may create without buying seats.
+    pub free_channel_quota: u32,
+    /// The vanity aliases for sale (default: [`crate::pricing::default_catalog`]).
+    pub vanity_catalog: Vec<wire::AliasId>,
+    /// Base of the payment processor's hosted page; an order's `payment_url` is
+    /// `{payment_page_base}/{order_id}`.
+    pub payment_page_base: String,
+    /// Shared secret of the payment webhook's HMAC-SHA256 signature (never logged).
+    pub payment_webhook_secret: WebhookSecret,
+    /// The VAPID public key (base64url, uncompressed P-256) returned by `push/vapid-key`;
+    /// `None`: the documented placeholder [`crate::push::VAPID_KEY_PLACEHOLDER`].
+    pub vapid_public_key: Option<String>,
+    /// STUN URLs returned by `calls/ice-config` (empty: none).
+    pub stun_urls: Vec<String>,
+    /// TURN URLs (`turn:` / `turns:`); TURN is offered only with these and `turn_secret`.
+    pub turn_urls: Vec<String>,
+    /// The TURN server's shared secret (coturn `static-auth-secret`; never logged).
+    pub turn_secret: Option<crate::calls::TurnSecret>,
+    /// Lifetime of TURN credentials, in seconds (also the `ttl` of `ice-config`).
+    pub turn_ttl_s: u64,
+}
+
+/// The payment webhook's shared secret; `Debug` never prints it.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct WebhookSecret(pub Vec<u8>);
+
+impl std::fmt::Debug for WebhookSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookSecret(<redacted>)")
+    }
 }
 
 impl Default for Config {
@@ -34,6 +64,18 @@ impl Default for Config {
             msgs_per_min_per_user: limits::MAX_MSGS_PER_MIN_PER_USER,
             max_offline_queue_per_conversation: limits::MAX_OFFLINE_QUEUE_PER_CONVERSATION,
             max_sync_batch: limits::MAX_SYNC_BATCH,
+            free_channel_quota: limits::FREE_CHANNEL_QUOTA,
+            vanity_catalog: crate::pricing::default_catalog(),
+            payment_page_base: String::from("https://pay.securechat.invalid/checkout"),
+            payment_webhook_secret: WebhookSecret::default(),
+            vapid_public_key: None,
+            stun_urls: limits::DEFAULT_STUN_URLS
+                .iter()
+                .map(|u| (*u).to_owned())
+                .collect(),
+            turn_urls: Vec::new(),
+            turn_secret: None,
+            turn_ttl_s: limits::TURN_CREDENTIAL_TTL_S,
         }
     }
 }

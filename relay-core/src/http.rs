@@ -51,6 +51,10 @@ pub struct HttpRequest {
     pub remote_addr: String,
     /// The raw body.
     pub body: Vec<u8>,
+    /// Other request headers the relay reads (names in lower case), e.g. the payment
+    /// webhook's `x-payment-signature`. Shells may pass every header; the relay looks up only
+    /// the ones it needs.
+    pub headers: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for HttpRequest {
@@ -65,6 +69,7 @@ impl std::fmt::Debug for HttpRequest {
             )
             .field("remote_addr", &self.remote_addr)
             .field("body_len", &self.body.len())
+            .field("headers", &self.headers.len())
             .finish()
     }
 }
@@ -84,7 +89,23 @@ impl HttpRequest {
             authorization: None,
             remote_addr: String::from("0.0.0.0"),
             body: Vec::new(),
+            headers: Vec::new(),
         }
+    }
+
+    /// With the header `name: value` (`name` is matched case-insensitively).
+    #[must_use]
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// The first value of header `name` (case-insensitive), if any.
+    pub fn header_value(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     /// With a JSON body.
@@ -116,20 +137,32 @@ impl HttpRequest {
     }
 }
 
-/// One HTTP response: a status and a JSON body (`Content-Type: application/json`).
+/// `Content-Type` of JSON bodies (every response but a media download).
+pub const CONTENT_TYPE_JSON: &str = "application/json";
+/// `Content-Type` of raw bytes (media download, M4).
+pub const CONTENT_TYPE_OCTET_STREAM: &str = "application/octet-stream";
+
+/// One HTTP response: a status, a body and its content type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpResponse {
     /// The status code.
     pub status: u16,
-    /// The JSON body.
+    /// The body: JSON unless `content_type` says otherwise.
     pub body: Vec<u8>,
+    /// The `Content-Type` the shell sends: [`CONTENT_TYPE_JSON`] except for raw media bytes
+    /// ([`CONTENT_TYPE_OCTET_STREAM`]).
+    pub content_type: &'static str,
 }
 
 impl HttpResponse {
     /// `status` with `body` serialised as JSON.
     pub fn json(status: u16, body: &impl Serialize) -> Self {
         match serde_json::to_vec(body) {
-            Ok(body) => Self { status, body },
+            Ok(body) => Self {
+                status,
+                body,
+                content_type: CONTENT_TYPE_JSON,
+            },
             Err(_) => Self::error(
                 500,
                 &ErrorCode::BAD_REQUEST,
@@ -141,7 +174,20 @@ impl HttpResponse {
     /// An error response with the standard body.
     pub fn error(status: u16, code: &ErrorCode, message: &str) -> Self {
         let body = serde_json::to_vec(&ErrorBody::new(code.clone(), message)).unwrap_or_default();
-        Self { status, body }
+        Self {
+            status,
+            body,
+            content_type: CONTENT_TYPE_JSON,
+        }
+    }
+
+    /// `status` with raw bytes (`application/octet-stream`).
+    pub fn bytes(status: u16, body: Vec<u8>) -> Self {
+        Self {
+            status,
+            body,
+            content_type: CONTENT_TYPE_OCTET_STREAM,
+        }
     }
 
     /// The body parsed as JSON (tests and shells).
@@ -217,6 +263,33 @@ pub(crate) enum Route {
     User(String),
     ActiveConversations,
     StorageEstimate,
+    // ---- issue 6 part B: media, push, calls
+    MediaInit,
+    MediaChunk(String),
+    MediaComplete(String),
+    MediaDownload,
+    PushVapidKey,
+    PushSubscribe,
+    PushRegister,
+    PushDisable,
+    IceConfig,
+    // ---- issue 6 part A: channels, vanity aliases, payment orders
+    ChannelSearch,
+    ChannelsMine,
+    ChannelCreate,
+    Channel(String),
+    ChannelSubscribe(String),
+    ChannelPosts(String),
+    ChannelForSale(String),
+    ChannelBuy(String),
+    ChannelQuotaBuy,
+    ListChannel,
+    VanitySearch,
+    VanityPurchase,
+    VanityBind,
+    VanityReserve,
+    OrderStatus(String),
+    PaymentWebhook,
 }
 
 /// Resolves `method path` to a route, or the 404 / 405 answer.
@@ -248,6 +321,50 @@ pub(crate) fn route(method: Method, path: &str) -> Result<Route, ApiError> {
             (Route::ActiveConversations, &[Method::Get])
         }
         ["", "api", "v1", "storage", "estimate"] => (Route::StorageEstimate, &[Method::Get]),
+        ["", "api", "v1", "media", "upload-parts", "init"] => (Route::MediaInit, &[Method::Post]),
+        ["", "api", "v1", "media", "upload-parts", id, "chunk"] if !id.is_empty() => (
+            Route::MediaChunk((*id).to_owned()),
+            &[Method::Post, Method::Put],
+        ),
+        ["", "api", "v1", "media", "upload-parts", id, "complete"] if !id.is_empty() => {
+            (Route::MediaComplete((*id).to_owned()), &[Method::Post])
+        }
+        ["", "api", "v1", "media", "download"] => (Route::MediaDownload, &[Method::Get]),
+        ["", "api", "v1", "push", "vapid-key"] => (Route::PushVapidKey, &[Method::Get]),
+        ["", "api", "v1", "push", "subscribe"] => (Route::PushSubscribe, &[Method::Post]),
+        ["", "api", "v1", "push", "register"] => (Route::PushRegister, &[Method::Post]),
+        ["", "api", "v1", "push", "disable"] => (Route::PushDisable, &[Method::Post]),
+        ["", "api", "v1", "calls", "ice-config"] => (Route::IceConfig, &[Method::Get]),
+        ["", "api", "v1", "channels"] => (Route::ChannelCreate, &[Method::Post]),
+        ["", "api", "v1", "channels", "search"] => (Route::ChannelSearch, &[Method::Get]),
+        ["", "api", "v1", "channels", "mine"] => (Route::ChannelsMine, &[Method::Get]),
+        ["", "api", "v1", "channels", "quota", "buy"] => (Route::ChannelQuotaBuy, &[Method::Post]),
+        ["", "api", "v1", "channels", id] if !id.is_empty() => {
+            (Route::Channel((*id).to_owned()), &[Method::Get])
+        }
+        ["", "api", "v1", "channels", id, "subscribe"] => (
+            Route::ChannelSubscribe((*id).to_owned()),
+            &[Method::Post, Method::Delete],
+        ),
+        ["", "api", "v1", "channels", id, "posts"] => (
+            Route::ChannelPosts((*id).to_owned()),
+            &[Method::Post, Method::Get],
+        ),
+        ["", "api", "v1", "channels", id, "forsale"] => {
+            (Route::ChannelForSale((*id).to_owned()), &[Method::Put])
+        }
+        ["", "api", "v1", "channels", id, "buy"] => {
+            (Route::ChannelBuy((*id).to_owned()), &[Method::Post])
+        }
+        ["", "api", "v1", "vanity", "list-channel"] => (Route::ListChannel, &[Method::Post]),
+        ["", "api", "v1", "vanity", "search"] => (Route::VanitySearch, &[Method::Get]),
+        ["", "api", "v1", "vanity", "purchase"] => (Route::VanityPurchase, &[Method::Post]),
+        ["", "api", "v1", "vanity", "bind"] => (Route::VanityBind, &[Method::Post]),
+        ["", "api", "v1", "vanity", "reserve"] => (Route::VanityReserve, &[Method::Post]),
+        ["", "api", "v1", "vanity", "order", id, "status"] => {
+            (Route::OrderStatus((*id).to_owned()), &[Method::Get])
+        }
+        ["", "api", "v1", "payments", "webhook"] => (Route::PaymentWebhook, &[Method::Post]),
         _ => {
             return Err(ApiError::new(ErrorCode::NOT_FOUND, "no such route"));
         }

@@ -30,6 +30,7 @@
 //!     match out {
 //!         Output::Send { conn, frame } => { let _text = frame.encode(); /* ws.send(text) */ }
 //!         Output::Close { conn, reason } => { /* ws.close() */ }
+//!         Output::Push { user, target, payload } => { /* Web Push / FCM / APNs, best effort */ }
 //!     }
 //! }
 //! if let Some(deadline) = relay.poll_timeout() {
@@ -49,13 +50,22 @@
 
 mod accounts;
 mod auth;
+pub mod blob;
+mod calls;
+mod channels;
+mod commerce;
 pub mod config;
 mod contacts;
 pub mod http;
 pub(crate) mod ids;
 pub mod limits;
+mod media;
 mod messaging;
+mod orders;
+pub mod payments;
 pub mod pow;
+pub mod pricing;
+pub mod push;
 pub(crate) mod ratelimit;
 mod receipts;
 mod relay;
@@ -63,7 +73,11 @@ mod state;
 pub mod store;
 mod sync;
 pub mod token;
+mod vanity;
 
+pub use blob::{BlobStore, FsBlobStore, MemoryBlobStore};
+pub use calls::{TurnSecret, turn_credential};
 pub use config::Config;
 pub use http::{ApiError, HttpRequest, HttpResponse, Method};
+pub use push::PushTarget;
 pub use relay::{Accepted, CloseReason, ConnId, Output, Relay, WsConnect};

@@ -73,3 +73,63 @@ pub const RATE_LIMITER_SWEEP_AT: usize = 10_000;
 pub const MAX_POW_CHALLENGES_PER_ADDR: usize = 8;
 /// Storage quota reported by `storage/estimate` (undelivered messages held for the caller).
 pub const STORAGE_QUOTA_BYTES: u64 = 100 * 1024 * 1024;
+
+// ---- commerce (channels, vanity aliases, payment orders; see NOTES.md "Commerce")
+
+/// Channels an account may create for free (`Config::free_channel_quota`); each confirmed
+/// quota purchase adds one seat.
+pub const FREE_CHANNEL_QUOTA: u32 = 3;
+/// Price of one extra channel-creation seat.
+pub const QUOTA_PRICE_USDT: u64 = 5;
+/// Channel search (CH1) results per request.
+pub const MAX_CHANNELS_SEARCH_RESULTS: usize = 50;
+/// Longest accepted search text (CH1, V1), in bytes; longer: 400 `INVALID_FIELD`.
+pub const MAX_SEARCH_QUERY_BYTES: usize = 64;
+/// Default page of post history (CH8).
+pub const POSTS_PAGE_DEFAULT: usize = 50;
+/// Largest page of post history (CH8); a larger `limit` is capped.
+pub const POSTS_PAGE_MAX: usize = 200;
+/// Channels listed by `channels/mine` (owned + subscribed), oldest first.
+pub const MAX_CHANNELS_MINE: usize = 1_000;
+/// Vanity search (V1) results per request.
+pub const VANITY_SEARCH_MAX_RESULTS: usize = 50;
+/// How long a vanity purchase holds its alias (the order's lifetime).
+pub const ALIAS_HOLD_MS: u64 = 15 * MINUTE_MS;
+/// Lifetime of a channel trade or quota order.
+pub const CHANNEL_ORDER_TTL_MS: u64 = 30 * MINUTE_MS;
+/// Highest accepted price of a channel listing, in USDT.
+pub const MAX_CHANNEL_PRICE_USDT: u64 = 1_000_000_000;
+/// Longest accepted webhook `payment_id`, in bytes.
+pub const MAX_PAYMENT_ID_BYTES: usize = 128;
+
+// ---- media, push, calls (see NOTES.md "Media, push, calls"); part, object and part-count
+// limits are `wire::limits::{MAX_MEDIA_PART_BYTES, MAX_MEDIA_OBJECT_BYTES, MAX_MEDIA_PARTS}`.
+
+/// Media upload inits (M1) per user per minute; excess: 429 `RATE_LIMITED`.
+pub const MEDIA_UPLOADS_PER_MIN_PER_USER: u32 = 10;
+/// Unfinished uploads per account; excess M1: 403 `QUOTA_EXCEEDED`.
+pub const MAX_OPEN_UPLOADS_PER_USER: usize = 16;
+/// Media bytes (unfinished and completed) one account may hold; excess M2: 403 `QUOTA_EXCEEDED`.
+pub const MAX_MEDIA_BYTES_PER_USER: u64 = 4 * wire::limits::MAX_MEDIA_OBJECT_BYTES;
+/// Lifetime of a completed media object, from completion.
+pub const MEDIA_TTL_MS: u64 = 24 * HOUR_MS;
+/// Lifetime of an unfinished upload, from init.
+pub const INCOMPLETE_UPLOAD_TTL_MS: u64 = 2 * HOUR_MS;
+/// Push targets (subscriptions and tokens) per account; a new one evicts the oldest.
+pub const MAX_PUSH_TARGETS_PER_USER: usize = 4;
+/// Longest Web Push endpoint URL, in bytes.
+pub const MAX_PUSH_ENDPOINT_BYTES: usize = 2048;
+/// Longest native push token (FCM / APNs), in bytes.
+pub const MAX_PUSH_TOKEN_BYTES: usize = 4096;
+/// At most one push per recipient per this interval (a burst of messages makes one push).
+pub const PUSH_MIN_INTERVAL_MS: u64 = 30_000;
+/// Default lifetime of TURN credentials, in seconds.
+pub const TURN_CREDENTIAL_TTL_S: u64 = 24 * 60 * 60;
+/// Default STUN servers (the ones the reference apps fall back to).
+pub const DEFAULT_STUN_URLS: [&str; 2] = [
+    "stun:stun.l.google.com:19302",
+    "stun:stun1.l.google.com:19302",
+];
+/// Call signals per connection per minute (ICE bursts are legitimate); excess: error frame
+/// `RATE_LIMITED`, signal dropped.
+pub const MAX_CALL_FRAMES_PER_MIN_PER_CONN: u32 = 300;

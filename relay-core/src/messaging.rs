@@ -39,7 +39,10 @@ impl Relay {
         let other = conv
             .other(user)
             .ok_or("unknown conversation, or you are not a member of it")?;
-        if self.state.alias_of(other) != Some(to) {
+        // A retired alias (replaced by a bound vanity alias) still routes to its account.
+        if self.state.alias_of(other) != Some(to)
+            && self.state.retired_alias_owner(to) != Some(other)
+        {
             return Err("`to` is not the other member of this conversation");
         }
         Ok((conv.clone(), other.clone()))
@@ -126,6 +129,7 @@ impl Relay {
         );
         self.send(conn, ServerFrame::Ack(AckFrame { id: m.id, seq }));
         self.deliver(&other, &m.conv_id);
+        self.push_new_msg(now, &other);
     }
 
     pub(crate) fn on_typing(&mut self, now: UnixMs, conn: ConnId, t: &TypingFrame) {

@@ -49,6 +49,18 @@ pub enum Output {
         /// Why.
         reason: CloseReason,
     },
+    /// Deliver a push notification to one of `user`'s push targets (Web Push: encrypt
+    /// `payload`'s JSON for the subscription keys and sign with VAPID; FCM / APNs: a data
+    /// message). Best effort: the relay expects no answer; the message itself stays queued
+    /// for the next `sync`. Emitted after the commit of the message that caused it.
+    Push {
+        /// The recipient account.
+        user: UserUuid,
+        /// Where to deliver (its `Debug` redacts endpoints, keys and tokens).
+        target: crate::push::PushTarget,
+        /// Always `{"type":"new_msg"}`.
+        payload: wire::http::PushPayload,
+    },
 }
 
 /// A connection accepted by [`Relay::handle_connect`].
@@ -127,6 +139,10 @@ pub struct Relay {
     pub(crate) frame_limit: RateLimiter<ConnId>,
     pub(crate) msg_limit: RateLimiter<UserUuid>,
     pub(crate) typing_limit: RateLimiter<UserUuid>,
+    /// Media part bytes (`crate::media`).
+    pub(crate) blobs: Box<dyn crate::blob::BlobStore>,
+    /// Call signals per connection (`crate::calls`).
+    pub(crate) call_limit: RateLimiter<ConnId>,
     /// Outputs of the input being handled; released after its commit.
     staged: Vec<Output>,
     outputs: VecDeque<Output>,
@@ -183,10 +199,33 @@ impl Relay {
             frame_limit: RateLimiter::new(MAX_FRAMES_PER_MIN_PER_CONN, MINUTE_MS),
             msg_limit,
             typing_limit: RateLimiter::new(crate::limits::MAX_TYPING_PER_MIN_PER_USER, MINUTE_MS),
+            blobs: Box::new(crate::blob::MemoryBlobStore::new()),
+            call_limit: RateLimiter::new(
+                crate::limits::MAX_CALL_FRAMES_PER_MIN_PER_CONN,
+                MINUTE_MS,
+            ),
             staged: Vec::new(),
             outputs: VecDeque::new(),
             failed: false,
         })
+    }
+
+    /// Like [`Relay::new`] with media bytes in `blobs` ([`crate::blob::FsBlobStore`] for the
+    /// real server; [`Relay::new`] keeps them in a fresh [`crate::blob::MemoryBlobStore`],
+    /// which is enough only when nothing must survive a restart). Blobs that no committed
+    /// upload names (a crash between a blob write and its commit) are deleted here.
+    pub fn with_blobs(
+        config: Config,
+        store: Box<dyn Store>,
+        blobs: Box<dyn crate::blob::BlobStore>,
+        seed: u64,
+    ) -> Result<Self, StoreError> {
+        let mut relay = Self::new(config, store, seed)?;
+        relay.blobs = blobs;
+        relay
+            .purge_orphan_blobs()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(relay)
     }
 
     // ------------------------------------------------------------------ getters
@@ -249,6 +288,31 @@ impl Relay {
             Route::User(alias) => self.http_user(now, req, &alias),
             Route::ActiveConversations => self.http_active_conversations(now, req),
             Route::StorageEstimate => self.http_storage_estimate(now, req),
+            Route::ChannelSearch => self.http_channel_search(now, req),
+            Route::ChannelsMine => self.http_channels_mine(now, req),
+            Route::ChannelCreate => self.http_channel_create(now, req),
+            Route::Channel(id) => self.http_channel(now, req, &id),
+            Route::ChannelSubscribe(id) => self.http_channel_subscribe(now, req, &id),
+            Route::ChannelPosts(id) => self.http_channel_posts(now, req, &id),
+            Route::ChannelForSale(id) => self.http_channel_for_sale(now, req, &id),
+            Route::ChannelBuy(id) => self.http_channel_buy(now, req, &id),
+            Route::ChannelQuotaBuy => self.http_quota_buy(now, req),
+            Route::ListChannel => self.http_list_channel(now, req),
+            Route::VanitySearch => self.http_vanity_search(now, req),
+            Route::VanityPurchase => self.http_vanity_purchase(now, req),
+            Route::VanityBind => self.http_vanity_bind(now, req),
+            Route::VanityReserve => self.http_vanity_reserve(now, req),
+            Route::OrderStatus(id) => self.http_order_status(now, req, &id),
+            Route::PaymentWebhook => self.http_payment_webhook(now, req),
+            Route::MediaInit => self.http_media_init(now, req),
+            Route::MediaChunk(id) => self.http_media_chunk(now, req, &id),
+            Route::MediaComplete(id) => self.http_media_complete(now, req, &id),
+            Route::MediaDownload => self.http_media_download(now, req),
+            Route::PushVapidKey => self.http_push_vapid_key(now, req),
+            Route::PushSubscribe => self.http_push_subscribe(now, req),
+            Route::PushRegister => self.http_push_register(now, req),
+            Route::PushDisable => self.http_push_disable(now, req),
+            Route::IceConfig => self.http_ice_config(now, req),
         }
     }
 
@@ -342,13 +406,7 @@ impl Relay {
             F::Read(r) => self.on_receipt(now, conn, crate::state::ReceiptKind::Read, &r),
             F::Typing(t) => self.on_typing(now, conn, &t),
             F::Retract(r) => self.on_retract(now, conn, &r),
-            F::Call(c) => self.send_error(
-                conn,
-                ErrorCode::UNSUPPORTED_FRAME,
-                "call signalling is not enabled on this relay yet",
-                Some(c.kind.as_str().to_owned()),
-                None,
-            ),
+            F::Call(c) => self.on_call(now, conn, c),
             F::Unknown(u) => {
                 let t = u.frame_type().to_owned();
                 self.send_error(
@@ -397,7 +455,12 @@ impl Relay {
         self.frame_limit.sweep(now.get());
         self.msg_limit.sweep(now.get());
         self.typing_limit.sweep(now.get());
-        let _ = self.finish();
+        self.call_limit.sweep(now.get());
+        self.state.media.init_limit.sweep(now.get());
+        self.sweep_push(now);
+        if self.finish().is_ok() {
+            self.collect_blobs();
+        }
     }
 
     fn fire(&mut self, now: UnixMs, timer: Timer) {
@@ -444,6 +507,8 @@ impl Relay {
                     self.state.delete_pending_retract(&user, &id);
                 }
             }
+            Timer::Order(id) => self.expire_order(now, &id),
+            Timer::Media(id) => self.fire_media(now, &id),
         }
     }
 
@@ -512,6 +577,11 @@ impl Relay {
 
     pub(crate) fn send(&mut self, conn: ConnId, frame: ServerFrame) {
         self.staged.push(Output::Send { conn, frame });
+    }
+
+    /// Stages any output (released after the input's commit).
+    pub(crate) fn stage(&mut self, out: Output) {
+        self.staged.push(out);
     }
 
     pub(crate) fn send_error(

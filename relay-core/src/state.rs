@@ -141,6 +141,10 @@ pub(crate) enum Timer {
     Tombstone(UserUuid, MessageId),
     PendingReceipt(UserUuid, ConvId, ReceiptKind),
     PendingRetract(UserUuid, MessageId),
+    /// A media upload's or object's expiry (`crate::media`).
+    Media(wire::UploadId),
+    /// A payment order's expiry (`crate::commerce`).
+    Order(wire::OrderId),
 }
 
 pub(crate) type QueueKey = (UserUuid, ConvId);
@@ -166,6 +170,12 @@ pub(crate) struct State {
     pub(crate) pending_receipts: BTreeMap<(UserUuid, ConvId, ReceiptKind), PendingReceiptRow>,
     pub(crate) pending_retracts: BTreeMap<(UserUuid, MessageId), PendingRetractRow>,
     pub(crate) timers: BTreeSet<(UnixMs, Timer)>,
+    /// Media uploads and objects (`crate::media`).
+    pub(crate) media: crate::media::MediaState,
+    /// Push targets (`crate::push`).
+    pub(crate) push: crate::push::PushState,
+    /// Channels, orders, payments and sold aliases (`crate::commerce`).
+    pub(crate) commerce: crate::commerce::Commerce,
     /// Mutations of the input being handled.
     pub(crate) batch: Batch,
     /// Set when a record failed to serialise: the next commit is refused (fail-stop).
@@ -200,7 +210,11 @@ fn pending_receipt_key(recipient: &UserUuid, conv: &ConvId, kind: ReceiptKind) -
     format!("{recipient}/{conv}/{}", kind.as_str())
 }
 
-fn decode<T: DeserializeOwned>(table: Table, key: &str, value: &[u8]) -> Result<T, StoreError> {
+pub(crate) fn decode<T: DeserializeOwned>(
+    table: Table,
+    key: &str,
+    value: &[u8],
+) -> Result<T, StoreError> {
     serde_json::from_slice(value).map_err(|e| {
         StoreError::Backend(format!(
             "corrupt row {key:?} in table {}: {e}",
@@ -267,17 +281,20 @@ impl State {
             s.pending_retracts
                 .insert((r.recipient.clone(), r.id.clone()), r);
         }
+        s.load_commerce(snapshot)?;
+        crate::media::load(&mut s, snapshot)?;
+        crate::push::load(&mut s, snapshot)?;
         Ok(s)
     }
 
-    fn record<T: Serialize>(&mut self, table: Table, key: String, value: &T) {
+    pub(crate) fn record<T: Serialize>(&mut self, table: Table, key: String, value: &T) {
         match serde_json::to_vec(value) {
             Ok(value) => self.batch.push(Mutation::Put { table, key, value }),
             Err(_) => self.poisoned = true,
         }
     }
 
-    fn record_delete(&mut self, table: Table, key: String) {
+    pub(crate) fn record_delete(&mut self, table: Table, key: String) {
         self.batch.push(Mutation::Delete { table, key });
     }
 

@@ -71,6 +71,7 @@ impl Relay {
             }
             self.state.delete_pending_retract(&user, &r.id);
         }
+        self.deliver_pending_confirms(conn, &user);
         for conv in &convs {
             self.pump(conn, conv);
         }

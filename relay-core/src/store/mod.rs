@@ -40,11 +40,31 @@ pub enum Table {
     PendingReceipts,
     /// Retractions waiting for an offline recipient by `recipient/message id`.
     PendingRetracts,
+    /// Channels by channel id.
+    Channels,
+    /// Channel posts by `channel/seq` (zero-padded).
+    ChannelPosts,
+    /// Channel subscriptions by `channel/user`.
+    ChannelSubs,
+    /// Channel-creation seats (created, bought) by user uuid.
+    ChannelQuota,
+    /// Payment orders (vanity, channel trade, quota) by order id.
+    Orders,
+    /// Payment webhook events by the processor's payment id.
+    Payments,
+    /// Aliases sold and bound, or retired, by alias id (never sold again).
+    Aliases,
+    /// `payment_confirmed` frames waiting for an offline buyer by `user/order`.
+    PendingConfirms,
+    /// Media uploads and objects (metadata only; bytes in the blob store) by upload id.
+    Media,
+    /// Push targets (Web Push subscriptions, native tokens) by user uuid.
+    PushTargets,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 19] = [
         Self::Meta,
         Self::Accounts,
         Self::Friendships,
@@ -54,12 +74,24 @@ impl Table {
         Self::ReceiptMarks,
         Self::PendingReceipts,
         Self::PendingRetracts,
+        Self::Channels,
+        Self::ChannelPosts,
+        Self::ChannelSubs,
+        Self::ChannelQuota,
+        Self::Orders,
+        Self::Payments,
+        Self::Aliases,
+        Self::PendingConfirms,
+        Self::Media,
+        Self::PushTargets,
     ];
 
     /// The SQL table name.
     pub fn name(self) -> &'static str {
         match self {
             Self::Meta => "meta",
+            Self::Media => "media",
+            Self::PushTargets => "push_targets",
             Self::Accounts => "accounts",
             Self::Friendships => "friendships",
             Self::Conversations => "conversations",
@@ -68,6 +100,14 @@ impl Table {
             Self::ReceiptMarks => "receipt_marks",
             Self::PendingReceipts => "pending_receipts",
             Self::PendingRetracts => "pending_retracts",
+            Self::Channels => "channels",
+            Self::ChannelPosts => "channel_posts",
+            Self::ChannelSubs => "channel_subs",
+            Self::ChannelQuota => "channel_quota",
+            Self::Orders => "orders",
+            Self::Payments => "payments",
+            Self::Aliases => "aliases",
+            Self::PendingConfirms => "pending_confirms",
         }
     }
 }

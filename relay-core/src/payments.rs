@@ -1,0 +1,169 @@
+//! The payment processor's webhook: `POST /api/v1/payments/webhook`, body
+//! [`wire::http::PaymentWebhook`], signed with `x-payment-signature` = hex
+//! HMAC-SHA256(`Config::payment_webhook_secret`, raw body). The signature is verified in
+//! constant time **before** the body is parsed. Outcomes: NOTES.md, "Commerce".
+
+use hmac::{Hmac, KeyInit as _, Mac as _};
+use sha2::Sha256;
+use wire::http::{OkResponse, OrderState, PAYMENT_SIGNATURE_HEADER, PaymentStatus, PaymentWebhook};
+use wire::{ErrorCode, UnixMs};
+
+use crate::commerce::PaymentRow;
+use crate::http::{ApiError, HttpRequest, HttpResponse};
+use crate::limits::MAX_PAYMENT_ID_BYTES;
+use crate::relay::Relay;
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    if !b.len().is_multiple_of(2) {
+        return None;
+    }
+    b.chunks(2)
+        .map(|p| {
+            let h = std::str::from_utf8(p).ok()?;
+            if !h.bytes().all(|c| c.is_ascii_hexdigit()) {
+                return None;
+            }
+            u8::from_str_radix(h, 16).ok()
+        })
+        .collect()
+}
+
+/// Verifies `signature` (hex, either case) over `body` with `secret`, in constant time.
+/// An empty secret verifies nothing (the webhook is disabled until one is configured).
+pub(crate) fn verify_signature(secret: &[u8], body: &[u8], signature: Option<&str>) -> bool {
+    if secret.is_empty() {
+        return false;
+    }
+    let Some(sig) = signature.map(str::trim).and_then(unhex) else {
+        return false;
+    };
+    let Ok(mut mac) = <Hmac<Sha256>>::new_from_slice(secret) else {
+        return false;
+    };
+    mac.update(body);
+    mac.verify_slice(&sig).is_ok()
+}
+
+/// The signature a processor sends for `body` (tests and the simulator's stand-in).
+pub fn sign_webhook(secret: &[u8], body: &[u8]) -> String {
+    match <Hmac<Sha256>>::new_from_slice(secret) {
+        Ok(mut mac) => {
+            mac.update(body);
+            crate::ids::hex(&mac.finalize().into_bytes())
+        }
+        Err(_) => String::new(),
+    }
+}
+
+impl Relay {
+    /// The payment webhook (processor → relay). Always 200 once the signature verifies and
+    /// the body names a known order, so the processor stops retrying.
+    pub(crate) fn http_payment_webhook(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        if !verify_signature(
+            &self.config.payment_webhook_secret.0,
+            &req.body,
+            req.header_value(PAYMENT_SIGNATURE_HEADER),
+        ) {
+            return Err(ApiError::new(
+                ErrorCode::WEBHOOK_SIGNATURE_INVALID,
+                "missing or invalid x-payment-signature",
+            ));
+        }
+        let body: PaymentWebhook = wire::http::decode_body(&req.body)?;
+        if body.payment_id.is_empty() || body.payment_id.len() > MAX_PAYMENT_ID_BYTES {
+            return Err(ApiError::new(
+                ErrorCode::INVALID_FIELD,
+                format!("payment_id must be 1 to {MAX_PAYMENT_ID_BYTES} bytes"),
+            ));
+        }
+        if !self.state.commerce.orders.contains_key(&body.order_id) {
+            return Err(ApiError::new(ErrorCode::ORDER_NOT_FOUND, "no such order"));
+        }
+        // An order past its deadline is expired first, whether or not its timer fired yet.
+        self.expire_order(now, &body.order_id);
+        let prev = self.state.commerce.payments.get(&body.payment_id).cloned();
+        if let Some(p) = &prev {
+            if p.order_id != body.order_id {
+                return Err(ApiError::new(
+                    ErrorCode::INVALID_FIELD,
+                    "this payment_id was already reported for another order",
+                ));
+            }
+            // Exact replays, and anything after a payment finished, change nothing.
+            if p.status == PaymentStatus::Finished
+                || (p.status == body.payment_status && p.paid_usdt == body.paid_usdt)
+            {
+                return Ok(HttpResponse::json(200, &OkResponse::OK));
+            }
+        }
+        let paid = prev
+            .as_ref()
+            .map_or(body.paid_usdt, |p| p.paid_usdt.max(body.paid_usdt));
+        self.state.put_payment(PaymentRow {
+            payment_id: body.payment_id.clone(),
+            order_id: body.order_id.clone(),
+            status: body.payment_status,
+            paid_usdt: paid,
+            at: now,
+        });
+        let Some(mut o) = self.state.commerce.orders.get(&body.order_id).cloned() else {
+            return Err(ApiError::new(ErrorCode::ORDER_NOT_FOUND, "no such order"));
+        };
+        let total: u64 = self
+            .state
+            .commerce
+            .payments_of
+            .get(&o.id)
+            .into_iter()
+            .flatten()
+            .filter_map(|pid| self.state.commerce.payments.get(pid))
+            .filter(|p| p.status != PaymentStatus::Failed)
+            .map(|p| p.paid_usdt)
+            .fold(0u64, u64::saturating_add);
+        o.paid_usdt = total;
+        let finished = body.payment_status == PaymentStatus::Finished && total >= o.price_usdt;
+        match (o.state, finished) {
+            (OrderState::Pending, true) => self.confirm_order(now, o),
+            (OrderState::Expired, true) if self.still_available(&o) => self.confirm_order(now, o),
+            (OrderState::Expired, true) => {
+                o.refund_needed = true;
+                self.state.put_order(o);
+            }
+            (OrderState::Confirmed, true) => {
+                // A second, separate payment of an order already paid.
+                o.refund_needed = true;
+                self.state.put_order(o);
+            }
+            (_, false) => self.state.put_order(o),
+        }
+        Ok(HttpResponse::json(200, &OkResponse::OK))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures() {
+        let sig = sign_webhook(b"k", b"body");
+        assert_eq!(sig.len(), 64);
+        assert!(verify_signature(b"k", b"body", Some(&sig)));
+        assert!(verify_signature(b"k", b"body", Some(&sig.to_uppercase())));
+        assert!(!verify_signature(b"k", b"body2", Some(&sig)));
+        assert!(!verify_signature(b"k2", b"body", Some(&sig)));
+        assert!(!verify_signature(b"k", b"body", None));
+        assert!(!verify_signature(b"k", b"body", Some("zz")));
+        assert!(!verify_signature(b"k", b"body", Some(&sig[..62])));
+        assert!(!verify_signature(
+            b"",
+            b"body",
+            Some(&sign_webhook(b"", b"body"))
+        ));
+    }
+}

@@ -1,0 +1,258 @@
+//! Vanity aliases (V1-V4): search over the catalog, purchase with a 15-minute hold, the
+//! deprecated reserve, and bind (the alias becomes the account's `alias_id`; the old alias is
+//! retired forever). Prices: [`crate::pricing`]. Decisions: NOTES.md, "Commerce".
+
+use wire::http::{
+    BindRequest, BindResponse, OrderKind, OrderState, PurchaseOrder, PurchaseRequest, ReserveOrder,
+    VanityItem, VanityTier, decode_body,
+};
+use wire::{AliasId, ErrorCode, IsoTime, UnixMs, UserUuid};
+
+use crate::channels::search_text;
+use crate::commerce::{AliasFate, AliasRow, OrderRow};
+use crate::http::{ApiError, HttpRequest, HttpResponse};
+use crate::limits::{ALIAS_HOLD_MS, VANITY_SEARCH_MAX_RESULTS};
+use crate::pricing::price;
+use crate::relay::Relay;
+
+fn taken() -> ApiError {
+    ApiError::new(
+        ErrorCode::ALIAS_TAKEN,
+        "this alias is held or owned by someone else",
+    )
+}
+
+impl Relay {
+    fn in_catalog(&self, alias: &AliasId) -> bool {
+        self.config.vanity_catalog.contains(alias)
+    }
+
+    /// Whether `alias` is free: never sold or retired, no account has it, no live order holds
+    /// it (`except` ignores that order's hold).
+    pub(crate) fn vanity_available(&self, alias: &AliasId, except: Option<&wire::OrderId>) -> bool {
+        !self.state.alias_spent(alias)
+            && !self.state.by_alias.contains_key(alias)
+            && self
+                .state
+                .commerce
+                .alias_hold
+                .get(alias)
+                .is_none_or(|o| Some(o) == except)
+    }
+
+    fn item(alias: &AliasId) -> VanityItem {
+        let (tier, price_usdt) = price(alias);
+        VanityItem {
+            alias_id: alias.clone(),
+            price_usdt,
+            tier,
+            is_featured: tier == VanityTier::Top,
+        }
+    }
+
+    /// V1 (no JWT). Only available aliases are listed (held, owned and sold ones are hidden).
+    pub(crate) fn http_vanity_search(
+        &mut self,
+        _now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        let q = search_text(&req.query)?.to_lowercase();
+        let mut items: Vec<VanityItem> = self
+            .config
+            .vanity_catalog
+            .iter()
+            .filter(|a| a.as_str().starts_with(q.as_str()))
+            .filter(|a| self.vanity_available(a, None))
+            .map(Self::item)
+            .filter(|i| !q.is_empty() || i.is_featured)
+            .collect();
+        if q.is_empty() {
+            items.sort_by(|a, b| (a.price_usdt, &a.alias_id).cmp(&(b.price_usdt, &b.alias_id)));
+        } else {
+            items.sort_by(|a, b| a.alias_id.cmp(&b.alias_id));
+        }
+        items.dedup_by(|a, b| a.alias_id == b.alias_id);
+        items.truncate(VANITY_SEARCH_MAX_RESULTS);
+        Ok(HttpResponse::json(200, &items))
+    }
+
+    /// The checks of V2 and V4; `Ok(Some(order))` is the caller's own pending order.
+    fn vanity_precheck(
+        &self,
+        alias: &AliasId,
+        buyer: Option<&UserUuid>,
+    ) -> Result<Option<OrderRow>, ApiError> {
+        if !self.in_catalog(alias) {
+            return Err(ApiError::new(
+                ErrorCode::ALIAS_NOT_FOUND,
+                "this alias is not for sale",
+            ));
+        }
+        if let Some(oid) = self.state.commerce.alias_hold.get(alias)
+            && let Some(o) = self.state.commerce.orders.get(oid)
+            && o.state == OrderState::Pending
+            && buyer.is_some()
+            && o.buyer.as_ref() == buyer
+        {
+            return Ok(Some(o.clone()));
+        }
+        if !self.vanity_available(alias, None) {
+            return Err(taken());
+        }
+        Ok(None)
+    }
+
+    /// V2 (JWT): a 15-minute hold; the same buyer asking again gets the same order.
+    pub(crate) fn http_vanity_purchase(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        let (user, _) = self.authenticate(now, req)?;
+        let body: PurchaseRequest = decode_body(&req.body)?;
+        let (status, o) = match self.vanity_precheck(&body.alias_id, Some(&user))? {
+            Some(o) => (200, o),
+            None => {
+                let (_, p) = price(&body.alias_id);
+                let o = self.create_order(
+                    now,
+                    OrderKind::Vanity,
+                    Some(user),
+                    body.alias_id.to_string(),
+                    0,
+                    p,
+                    ALIAS_HOLD_MS,
+                );
+                (201, o)
+            }
+        };
+        Ok(HttpResponse::json(
+            status,
+            &PurchaseOrder {
+                order_id: o.id.clone(),
+                alias_id: body.alias_id,
+                price_usdt: o.price_usdt,
+                amount_usdt: o.price_usdt,
+                payment_url: self.payment_url(&o.id),
+                pay_to: Some(o.pay_to.clone()),
+                expired_at: IsoTime(o.expires_at),
+            },
+        ))
+    }
+
+    /// V4 (deprecated, no JWT): an order with no buyer; whoever presents the confirmed order
+    /// id to V3 first binds it.
+    pub(crate) fn http_vanity_reserve(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        let body: PurchaseRequest = decode_body(&req.body)?;
+        self.vanity_precheck(&body.alias_id, None)?;
+        let (_, p) = price(&body.alias_id);
+        let o = self.create_order(
+            now,
+            OrderKind::Vanity,
+            None,
+            body.alias_id.to_string(),
+            0,
+            p,
+            ALIAS_HOLD_MS,
+        );
+        Ok(HttpResponse::json(
+            201,
+            &ReserveOrder {
+                order_id: o.id.clone(),
+                alias_id: body.alias_id,
+                price_usdt: o.price_usdt,
+                price: o.price_usdt,
+                pay_to: o.pay_to.clone(),
+                expired_at: IsoTime(o.expires_at),
+            },
+        ))
+    }
+
+    /// V3 (JWT).
+    pub(crate) fn http_vanity_bind(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        let (user, _) = self.authenticate(now, req)?;
+        let body: BindRequest = decode_body(&req.body)?;
+        let not_found = || {
+            ApiError::new(
+                ErrorCode::ORDER_NOT_FOUND,
+                "no such vanity order for this account",
+            )
+        };
+        let mut o = self
+            .state
+            .commerce
+            .orders
+            .get(&body.order_id)
+            .cloned()
+            .ok_or_else(not_found)?;
+        if o.kind != OrderKind::Vanity || o.buyer.as_ref().is_some_and(|b| *b != user) {
+            return Err(not_found());
+        }
+        let alias = AliasId::parse(&o.target).map_err(|_| not_found())?;
+        if o.used {
+            // A retry after a lost response is answered again; anything else is a conflict.
+            if self.state.alias_of(&user) == Some(&alias) {
+                return Ok(HttpResponse::json(200, &BindResponse { alias_id: alias }));
+            }
+            return Err(ApiError::new(
+                ErrorCode::ORDER_NOT_CONFIRMED,
+                "this order was already used to bind its alias",
+            ));
+        }
+        if o.state != OrderState::Confirmed {
+            return Err(ApiError::new(
+                ErrorCode::ORDER_NOT_CONFIRMED,
+                format!(
+                    "the order is {}; only a confirmed order can be bound",
+                    match o.state {
+                        OrderState::Pending => "pending",
+                        OrderState::Expired => "expired",
+                        OrderState::Confirmed => "confirmed",
+                    }
+                ),
+            ));
+        }
+        if self.state.by_alias.contains_key(&alias)
+            || self
+                .state
+                .commerce
+                .aliases
+                .get(&alias)
+                .is_some_and(|a| a.user != user)
+        {
+            return Err(ApiError::new(
+                ErrorCode::ALIAS_TAKEN,
+                "binding conflict: this alias already belongs to an account",
+            ));
+        }
+        let Some(mut account) = self.state.accounts.get(&user).cloned() else {
+            return Err(not_found());
+        };
+        let old = std::mem::replace(&mut account.alias_id, alias.clone());
+        self.state.put_account(account);
+        self.state.put_alias_row(AliasRow {
+            alias: old,
+            user: user.clone(),
+            fate: AliasFate::Retired,
+            at: now,
+        });
+        self.state.put_alias_row(AliasRow {
+            alias: alias.clone(),
+            user: user.clone(),
+            fate: AliasFate::Bound,
+            at: now,
+        });
+        o.used = true;
+        o.buyer = Some(user);
+        self.state.put_order(o);
+        Ok(HttpResponse::json(200, &BindResponse { alias_id: alias }))
+    }
+}
