@@ -156,7 +156,7 @@ fn token_error(e: TokenError) -> ApiError {
         TokenError::Missing => ErrorCode::AUTH_REQUIRED,
         TokenError::Malformed => ErrorCode::TOKEN_INVALID,
         // TODO(wire): wire has no dedicated code for a JWT whose signature is wrong.
-        TokenError::BadSignature => ErrorCode::other("TOKEN_SIGNATURE_INVALID"),
+        TokenError::BadSignature => ErrorCode::TOKEN_SIGNATURE_INVALID,
         TokenError::Expired => ErrorCode::TOKEN_EXPIRED,
         TokenError::Revoked => ErrorCode::TOKEN_REVOKED,
     };

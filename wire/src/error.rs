@@ -51,6 +51,8 @@ codes! {
     AUTH_REQUIRED = 401;
     /// The bearer token is not a well-formed JWT or its signature is wrong.
     TOKEN_INVALID = 401;
+    /// The bearer token is well formed but its signature does not verify.
+    TOKEN_SIGNATURE_INVALID = 401;
     /// The bearer token has expired.
     TOKEN_EXPIRED = 401;
     /// The bearer token was revoked by a newer login.
