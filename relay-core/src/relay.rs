@@ -263,7 +263,10 @@ impl Relay {
         };
         let resp = resp.unwrap_or_else(ApiError::into_response);
         match self.finish() {
-            Ok(()) => resp,
+            Ok(()) => {
+                self.collect_blobs();
+                resp
+            }
             Err(()) => storage_unavailable().into_response(),
         }
     }

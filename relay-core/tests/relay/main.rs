@@ -7,8 +7,11 @@
     clippy::needless_pass_by_value
 )]
 
+mod calls;
 mod durability;
 mod http;
+mod media;
 mod messaging;
 mod model;
+mod push;
 mod world;

@@ -281,3 +281,66 @@ pub(crate) fn errors(fs: &[ServerFrame]) -> Vec<String> {
         })
         .collect()
 }
+
+// ---- media, push, calls helpers (issue 6 part B)
+
+impl World {
+    /// A world whose relay keeps media bytes in `blobs` (clone it to keep a handle).
+    pub(crate) fn with_blobs(config: Config, blobs: relay_core::MemoryBlobStore) -> Self {
+        let mut w = Self::with_config(config);
+        w.restart_with_blobs(Box::new(w.mem.clone()), Box::new(blobs));
+        w
+    }
+
+    /// Drops the relay and builds a new one from `store` and `blobs`.
+    pub(crate) fn restart_with_blobs(
+        &mut self,
+        store: Box<dyn Store>,
+        blobs: Box<dyn relay_core::BlobStore>,
+    ) {
+        self.relay = Relay::with_blobs(self.config.clone(), store, blobs, 2).unwrap();
+    }
+
+    /// A request with a raw body.
+    pub(crate) fn raw(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+        token: Option<&str>,
+    ) -> HttpResponse {
+        let mut req = HttpRequest::new(method, path).body(body);
+        if let Some(t) = token {
+            req = req.bearer(t);
+        }
+        self.http(req)
+    }
+
+    /// Sends a call signal of `kind` from `from` to the alias `to`.
+    pub(crate) fn call(&mut self, from: &User, kind: &str, to: &str, call_id: &str) -> Vec<Output> {
+        let conn = from.conn.unwrap();
+        self.send(
+            conn,
+            json!({"type": kind, "to": to, "call_id": call_id, "from": "u99999999",
+                   "crypto_v": 2, "payload": "c2lnbmFs"}),
+        )
+    }
+}
+
+/// The pushes among `outs`: (user uuid, target, payload JSON).
+pub(crate) fn pushes(outs: &[Output]) -> Vec<(String, relay_core::PushTarget, Value)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            Output::Push {
+                user,
+                target,
+                payload,
+            } => Some((
+                user.to_string(),
+                target.clone(),
+                serde_json::to_value(payload).unwrap(),
+            )),
+            _ => None,
+        })
+        .collect()
+}

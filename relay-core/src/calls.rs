@@ -1,0 +1,173 @@
+//! Calls: K1 `calls/ice-config` and the routing of `call_*` signals.
+//!
+//! **K1** `GET /api/v1/calls/ice-config[?mode=relay]` (JWT). TURN credentials follow the coturn
+//! REST convention (`use-auth-secret`): `username = "<expiry unix seconds>:<alias>"`,
+//! `credential = base64(HMAC-SHA1(turn secret, username))`, expiry = now + `turn_ttl_s`;
+//! `ttl` in the response is `turn_ttl_s`.
+//! * no mode (or `mode=all`): the STUN servers (if any) plus the TURN server (if configured),
+//!   `ice_transport_policy: "all"`;
+//! * `mode=relay`: the TURN server only, policy `"relay"`; with no TURN configured the answer
+//!   is 503 `TURN_UNAVAILABLE` (TODO(wire): not a wire constant yet): an empty server list
+//!   would look like success and the caller asked precisely not to expose its address;
+//! * any other mode: 400 `INVALID_FIELD`.
+//!
+//! **Signals** (`call_offer`, `call_answer`, `call_ice`, `call_reject`, `call_hangup`,
+//! `call_invite`): routed to the live connection of `to` only when `to` is an accepted contact
+//! of the sender (else error frame `NOT_A_CONTACT`), with `from` overwritten by the sender's
+//! alias and `call_id`, `crypto_v`, `payload` kept. Never stored: a callee with no live
+//! connection makes an error frame `PEER_OFFLINE` back to the caller. Error frames carry
+//! `ref_type` (the signal type) and `id` = the `call_id`. At most
+//! `MAX_CALL_FRAMES_PER_MIN_PER_CONN` signals per connection per minute (ICE bursts are
+//! legitimate), excess: error frame `RATE_LIMITED`, signal dropped.
+
+use base64::Engine as _;
+use hmac::{Hmac, KeyInit, Mac as _};
+use sha1::Sha1;
+use wire::frames::CallSignal;
+use wire::http::{FriendStatus, IceConfig, IcePolicy, IceServer};
+use wire::{AliasId, ErrorCode, ServerFrame, UnixMs};
+
+use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
+use crate::relay::{ConnId, Relay};
+use crate::state::pair;
+
+/// The shared secret of a TURN server (coturn `static-auth-secret`). `Debug` redacts it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TurnSecret(pub String);
+
+impl std::fmt::Debug for TurnSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TurnSecret(<redacted>)")
+    }
+}
+
+/// `TURN_UNAVAILABLE` (503). TODO(wire): add it to `wire::ErrorCode`.
+fn turn_unavailable() -> ApiError {
+    ApiError::with_status(
+        503,
+        ErrorCode::other("TURN_UNAVAILABLE"),
+        "no TURN relay is configured on this server; mode=relay cannot be served",
+    )
+}
+
+/// The coturn REST credential for `username`: base64(HMAC-SHA1(secret, username)).
+pub fn turn_credential(secret: &str, username: &str) -> String {
+    // HMAC accepts keys of any length; the error arm is unreachable but handled.
+    match <Hmac<Sha1> as KeyInit>::new_from_slice(secret.as_bytes()) {
+        Ok(mut mac) => {
+            mac.update(username.as_bytes());
+            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+        }
+        Err(_) => String::new(),
+    }
+}
+
+impl Relay {
+    /// K1.
+    pub(crate) fn http_ice_config(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        let (user, _) = self.authenticate(now, req)?;
+        let relay_only = match query_param(&req.query, "mode") {
+            None | Some("" | "all") => false,
+            Some("relay") => true,
+            Some(_) => {
+                return Err(ApiError::new(
+                    ErrorCode::INVALID_FIELD,
+                    "mode must be `relay` or absent",
+                ));
+            }
+        };
+        let ttl = self.config.turn_ttl_s;
+        let turn = match (&self.config.turn_secret, self.config.turn_urls.is_empty()) {
+            (Some(secret), false) => {
+                let alias = self
+                    .state
+                    .alias_of(&user)
+                    .map(AliasId::to_string)
+                    .unwrap_or_default();
+                let expiry = now.get() / 1000 + ttl;
+                let username = format!("{expiry}:{alias}");
+                let credential = turn_credential(&secret.0, &username);
+                Some(IceServer {
+                    urls: self.config.turn_urls.clone(),
+                    username: Some(username),
+                    credential: Some(credential),
+                })
+            }
+            _ => None,
+        };
+        let (policy, servers) = if relay_only {
+            let turn = turn.ok_or_else(turn_unavailable)?;
+            (IcePolicy::Relay, vec![turn])
+        } else {
+            let stun = (!self.config.stun_urls.is_empty()).then(|| IceServer {
+                urls: self.config.stun_urls.clone(),
+                username: None,
+                credential: None,
+            });
+            (IcePolicy::All, stun.into_iter().chain(turn).collect())
+        };
+        Ok(HttpResponse::json(
+            200,
+            &IceConfig {
+                ttl,
+                ice_transport_policy: policy,
+                ice_servers: servers,
+            },
+        ))
+    }
+
+    /// A `call_*` frame from `conn`.
+    pub(crate) fn on_call(&mut self, now: UnixMs, conn: ConnId, mut c: CallSignal) {
+        let Some(user) = self.conn_user(conn) else {
+            return;
+        };
+        let ref_type = Some(c.kind.as_str().to_owned());
+        let id = Some(c.call_id.to_string());
+        if !self.call_limit.allow(now.get(), &conn) {
+            return self.send_error(
+                conn,
+                ErrorCode::RATE_LIMITED,
+                "too many call signals on this connection",
+                ref_type,
+                id,
+            );
+        }
+        let peer = self
+            .state
+            .by_alias
+            .get(&c.to)
+            .filter(|peer| **peer != user)
+            .filter(|peer| {
+                self.state
+                    .by_pair
+                    .get(&pair(&user, peer))
+                    .and_then(|f| self.state.friendships.get(f))
+                    .is_some_and(|f| f.status == FriendStatus::Accepted)
+            })
+            .cloned();
+        let Some(peer) = peer else {
+            return self.send_error(
+                conn,
+                ErrorCode::NOT_A_CONTACT,
+                "`to` is not an accepted contact of yours",
+                ref_type,
+                id,
+            );
+        };
+        let (Some(peer_conn), Some(from)) = (self.online(&peer), self.state.alias_of(&user)) else {
+            return self.send_error(
+                conn,
+                ErrorCode::PEER_OFFLINE,
+                "the callee is not connected; call signals are never stored",
+                ref_type,
+                id,
+            );
+        };
+        c.from = Some(from.clone());
+        self.send(peer_conn, ServerFrame::Call(c));
+    }
+}
