@@ -88,7 +88,7 @@ impl Relay {
                     .alias_of(&user)
                     .map(AliasId::to_string)
                     .unwrap_or_default();
-                let expiry = now.get() / 1000 + ttl;
+                let expiry = (now.get() / 1000).saturating_add(ttl);
                 let username = format!("{expiry}:{alias}");
                 let credential = turn_credential(&secret.0, &username);
                 Some(IceServer {

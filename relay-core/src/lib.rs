@@ -45,7 +45,11 @@
 //! One module per sub-machine behind the dispatcher in [`Relay`]: `accounts` (A2, F5, C1,
 //! C2), `auth` (PoW, challenges, JWT, tickets, WS connect), `contacts` (F1-F4),
 //! `messaging` (`msg`, `typing`, `retract`), `receipts`, `sync` (replay and delivery windows),
-//! [`store`], [`limits`], [`token`], [`pow`].
+//! [`store`], [`limits`], [`token`], [`pow`]. Issue 6 part B: `media` (M1-M4 over a
+//! [`blob::BlobStore`]: [`Relay::with_blobs`]), [`push`] (P1-P4 and [`Output::Push`]),
+//! `calls` (K1 ice-config and `call_*` routing).
+//! Issue 6 part A: `channels` (CH1-CH11), `vanity` (V1-V4), `orders` (lifecycle, expiry, V5),
+//! [`payments`] (signed webhook), [`pricing`], `commerce` (rows and indexes).
 #![forbid(unsafe_code)]
 
 mod accounts;
