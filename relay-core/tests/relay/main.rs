@@ -8,10 +8,13 @@
 )]
 
 mod calls;
+mod channels;
 mod durability;
 mod http;
 mod media;
 mod messaging;
 mod model;
+mod orders;
 mod push;
+mod vanity;
 mod world;

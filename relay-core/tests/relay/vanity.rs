@@ -1,0 +1,262 @@
+//! Vanity aliases: search, purchase and hold, reserve, bind, retired aliases, restart.
+
+use relay_core::HttpRequest;
+use serde_json::json;
+use wire::ServerFrame;
+
+use crate::orders::{HOLD_MS, confirms, cw, pay, purchase, status_of};
+use crate::world::{frames, msgs};
+
+#[test]
+fn search_featured_by_price_and_prefix() {
+    let mut w = cw();
+    let r = w.get("/api/v1/vanity/search", None);
+    assert_eq!(r.status, 200);
+    let items = r.body_json();
+    let items = items.as_array().unwrap();
+    assert!(!items.is_empty() && items.len() <= 50);
+    assert!(
+        items
+            .iter()
+            .all(|i| i["is_featured"] == true && i["tier"] == "top")
+    );
+    let keys: Vec<(u64, String)> = items
+        .iter()
+        .map(|i| {
+            (
+                i["price_usdt"].as_u64().unwrap(),
+                i["alias_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+    assert_eq!(w.get("/api/v1/vanity/search?q=", None).body, r.body);
+    let p = w.get("/api/v1/vanity/search?q=8888", None).body_json();
+    let p = p.as_array().unwrap();
+    assert!(!p.is_empty());
+    assert!(
+        p.iter()
+            .all(|i| i["alias_id"].as_str().unwrap().starts_with("8888"))
+    );
+    assert!(p.iter().any(|i| i["alias_id"] == "88888888"));
+    let all = w.get("/api/v1/vanity/search?q=1", None).body_json();
+    assert!(all.as_array().unwrap().len() <= 50);
+    assert!(
+        w.get("/api/v1/vanity/search?q=ZZZ", None)
+            .body_json()
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        w.get(&format!("/api/v1/vanity/search?q={}", "1".repeat(65)), None)
+            .status,
+        400
+    );
+}
+
+#[test]
+fn purchase_hold_same_order_conflicts_and_errors() {
+    let mut w = cw();
+    let a = w.user("a");
+    let b = w.user("b");
+    assert_eq!(
+        w.post(
+            "/api/v1/vanity/purchase",
+            json!({"alias_id":"88888888"}),
+            None
+        )
+        .status,
+        401
+    );
+    let r = purchase(&mut w, &a, "zzzzzz");
+    assert_eq!(
+        (r.status, r.error_code().as_deref()),
+        (404, Some("ALIAS_NOT_FOUND"))
+    );
+    assert_eq!(purchase(&mut w, &a, "NOT VALID").status, 400);
+    let r = purchase(&mut w, &a, "88888888");
+    assert_eq!(r.status, 201);
+    let v = r.body_json();
+    let o = v["order_id"].as_str().unwrap().to_owned();
+    assert_eq!(v["price_usdt"], v["amount_usdt"]);
+    assert_eq!(v["price_usdt"], 1500);
+    assert_eq!(
+        v["payment_url"],
+        format!("https://pay.securechat.invalid/checkout/{o}")
+    );
+    let pay_to = v["pay_to"].as_str().unwrap();
+    assert!(pay_to.starts_with('T') && pay_to.len() == 34);
+    let exp = wire::IsoTime::parse(v["expired_at"].as_str().unwrap()).unwrap();
+    assert_eq!(exp.ms(), w.now.get() + HOLD_MS);
+    let again = purchase(&mut w, &a, "88888888");
+    assert_eq!(
+        (again.status, again.body_json()["order_id"].as_str()),
+        (200, Some(o.as_str()))
+    );
+    let r = purchase(&mut w, &b, "88888888");
+    assert_eq!(
+        (r.status, r.error_code().as_deref()),
+        (409, Some("ALIAS_TAKEN"))
+    );
+    // Held aliases are hidden from search.
+    let s = w.get("/api/v1/vanity/search?q=8888", None).body_json();
+    assert!(
+        !s.as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["alias_id"] == "88888888")
+    );
+    // The hold ends after 15 minutes.
+    w.advance(HOLD_MS);
+    assert_eq!(status_of(&mut w, &o)["status"], "expired");
+    assert_eq!(purchase(&mut w, &b, "88888888").status, 201);
+}
+
+#[test]
+fn bind_rules_retire_the_old_alias_and_keep_routing() {
+    let mut w = cw();
+    let mut a = w.user("a");
+    let mut b = w.user("b");
+    let conv = w.befriend(&a, &b);
+    let old = a.alias.clone();
+    let bind = |w: &mut crate::world::World, u: &crate::world::User, o: &str| {
+        w.post(
+            "/api/v1/vanity/bind",
+            json!({"order_id": o}),
+            Some(&u.token),
+        )
+    };
+    let r = bind(&mut w, &a, "o-missing");
+    assert_eq!(
+        (r.status, r.error_code().as_deref()),
+        (404, Some("ORDER_NOT_FOUND"))
+    );
+    let p = purchase(&mut w, &a, "88888888");
+    let o = p.body_json()["order_id"].as_str().unwrap().to_owned();
+    let r = bind(&mut w, &a, &o);
+    assert_eq!(
+        (r.status, r.error_code().as_deref()),
+        (409, Some("ORDER_NOT_CONFIRMED"))
+    );
+    assert_eq!(bind(&mut w, &b, &o).status, 404, "not the caller's order");
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let outs = pay(&mut w, &o, 1500);
+    assert_eq!(
+        confirms(&outs, ca),
+        vec![(o.clone(), "88888888".to_owned())]
+    );
+    // Confirmed but unbound: still not purchasable by anyone else.
+    assert_eq!(purchase(&mut w, &b, "88888888").status, 409);
+    let r = bind(&mut w, &a, &o);
+    assert_eq!(
+        (r.status, r.body_json()["alias_id"].as_str()),
+        (200, Some("88888888"))
+    );
+    a.alias = "88888888".into();
+    // Idempotent retry; another account cannot use the order.
+    assert_eq!(bind(&mut w, &a, &o).status, 200);
+    assert_eq!(bind(&mut w, &b, &o).status, 404);
+    // Lookups: the new alias resolves, the old one is retired (404) and never reassigned.
+    assert_eq!(
+        w.get("/api/v1/users/88888888", Some(&b.token)).body_json()["alias_id"],
+        "88888888"
+    );
+    assert_eq!(
+        w.get(&format!("/api/v1/users/{old}"), Some(&b.token))
+            .status,
+        404
+    );
+    let friends = w.get("/api/v1/friends", Some(&b.token)).body_json();
+    assert_eq!(friends[0]["alias_id"], "88888888");
+    assert_eq!(purchase(&mut w, &b, "88888888").status, 409);
+    // Messages to the new alias and (from a stale client) to the retired one both route.
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    let outs = w.send(
+        cb,
+        json!({"type":"msg","id":"m1","to":"88888888","conv_id":conv,"payload":"x"}),
+    );
+    assert_eq!(msgs(&frames(&outs, ca)).len(), 1);
+    let outs = w.send(
+        cb,
+        json!({"type":"msg","id":"m2","to":old,"conv_id":conv,"payload":"x"}),
+    );
+    let fa = frames(&outs, ca);
+    assert_eq!(msgs(&fa).len(), 1);
+    let Some(ServerFrame::Msg(m)) = fa.first() else {
+        panic!()
+    };
+    assert_eq!(m.from.as_str(), b.alias);
+    // The search no longer lists it.
+    let s = w.get("/api/v1/vanity/search?q=88888888", None).body_json();
+    assert!(s.as_array().unwrap().is_empty());
+}
+
+#[test]
+fn deprecated_reserve_and_status_still_work() {
+    let mut w = cw();
+    let a = w.user("a");
+    let b = w.user("b");
+    let r = w.http(
+        HttpRequest::new(relay_core::Method::Post, "/api/v1/vanity/reserve")
+            .json(&json!({"alias_id":"66668888"})),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body_json());
+    let v = r.body_json();
+    assert_eq!(v["price"], v["price_usdt"]);
+    let o = v["order_id"].as_str().unwrap().to_owned();
+    assert_eq!(status_of(&mut w, &o)["status"], "pending");
+    assert_eq!(status_of(&mut w, &o)["alias_id"], "66668888");
+    assert_eq!(purchase(&mut w, &a, "66668888").status, 409);
+    let price = v["price"].as_u64().unwrap();
+    pay(&mut w, &o, price);
+    assert_eq!(status_of(&mut w, &o)["status"], "confirmed");
+    let r = w.post(
+        "/api/v1/vanity/bind",
+        json!({"order_id": o}),
+        Some(&b.token),
+    );
+    assert_eq!(r.status, 200);
+    let r = w.post(
+        "/api/v1/vanity/bind",
+        json!({"order_id": o}),
+        Some(&a.token),
+    );
+    assert_eq!(r.status, 404, "bound to b now");
+    assert_eq!(
+        w.post("/api/v1/vanity/reserve", json!({"alias_id":"nope_x"}), None)
+            .status,
+        404
+    );
+}
+
+#[test]
+fn memory_restart_keeps_holds_and_bindings() {
+    let mut w = cw();
+    let a = w.user("a");
+    let b = w.user("b");
+    let o = purchase(&mut w, &a, "12345678").body_json()["order_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    w.restart(Box::new(w.mem.clone()));
+    assert_eq!(purchase(&mut w, &b, "12345678").status, 409);
+    pay(&mut w, &o, 300);
+    w.restart(Box::new(w.mem.clone()));
+    assert_eq!(
+        w.post(
+            "/api/v1/vanity/bind",
+            json!({"order_id": o}),
+            Some(&a.token)
+        )
+        .status,
+        200
+    );
+    w.restart(Box::new(w.mem.clone()));
+    assert_eq!(w.get("/api/v1/users/12345678", Some(&b.token)).status, 200);
+    assert_eq!(purchase(&mut w, &b, "12345678").status, 409);
+}
