@@ -541,11 +541,11 @@ impl Relay {
             match known {
                 None => self.blobs.delete(&id)?,
                 Some(row) => {
-                    // Parts dropped at completion whose deletion did not happen.
-                    let doomed: Vec<u32> = match row.completed {
-                        Some(n) => (n + 1..=MAX_MEDIA_PARTS).collect(),
-                        None => Vec::new(),
-                    };
+                    // Parts no committed row names: written before a commit that failed, or
+                    // dropped at completion and not yet deleted.
+                    let doomed: Vec<u32> = (1..=MAX_MEDIA_PARTS)
+                        .filter(|p| !row.parts.contains_key(p))
+                        .collect();
                     for p in doomed {
                         self.blobs.delete_part(&id, p)?;
                     }

@@ -162,6 +162,9 @@ fn three_parts_round_trip_and_any_user_with_the_key_downloads() {
     let r = chunk(&mut w, &a.token, &id, &key, "4", chunk_frame(4, 10));
     assert_eq!((r.status, code(&r).as_str()), (409, "INVALID_STATE"));
     assert_eq!(blobs.part_count(), 3);
+    // The relay's Debug never shows a media key or part bytes.
+    let dbg = format!("{:?}", w.relay);
+    assert!(!dbg.contains(&key), "media key leaked in Debug");
 }
 
 #[test]
@@ -440,4 +443,28 @@ fn completed_objects_survive_a_restart_on_sqlite_and_files() {
     w.login(&mut a);
     assert_eq!(download(&mut w, &a.token, &key).status, 404);
     assert!(!files.path().join(&id).exists());
+}
+
+#[test]
+fn a_failed_metadata_commit_leaves_no_trace_after_restart() {
+    let blobs = MemoryBlobStore::new();
+    let mut w = World::with_blobs(fast_config(), blobs.clone());
+    let mut a = w.user("alice");
+    let (id, key) = init(&mut w, &a);
+    let e1 = etag_of(&chunk(&mut w, &a.token, &id, &key, "1", chunk_frame(1, 64)));
+    // The part's bytes are written, then its metadata commit fails: fail-stop.
+    w.mem.fail_commits(1);
+    let r = chunk(&mut w, &a.token, &id, &key, "2", chunk_frame(2, 64));
+    assert_eq!(r.status, 503);
+    assert!(w.relay.is_failed());
+    assert_eq!(blobs.part_count(), 2);
+    // Rebuilt: the uncommitted part is purged, the committed one kept.
+    w.restart_with_blobs(Box::new(w.mem.clone()), Box::new(blobs.clone()));
+    assert_eq!(blobs.part_count(), 1);
+    w.login(&mut a);
+    let parts = json!([{"etag": e1, "part_number": 1}, {"etag": "x", "part_number": 2}]);
+    assert_eq!(complete(&mut w, &a.token, &id, &key, parts).status, 400);
+    let parts = json!([{"etag": e1, "part_number": 1}]);
+    assert_eq!(complete(&mut w, &a.token, &id, &key, parts).status, 200);
+    assert_eq!(download(&mut w, &a.token, &key).body, chunk_frame(1, 64));
 }
