@@ -1,1 +1,31 @@
-//! Placeholder: filled by a later issue.
+//! A black-box conformance suite for SecureChat relays.
+//!
+//! Every case is tied to a sentence of `SPEC.md` or `PROTOCOL.md` (its id, level, source and
+//! statement) and speaks only raw HTTP and WebSocket JSON, so it checks any relay by base URL.
+//! client-core is used for keys and crypto only, so the suite can act as any number of genuine
+//! end-to-end-encrypting clients.
+//!
+//! ```text
+//!   let transport = NetTransport::new(TokioConnector, endpoint).shared();
+//!   let shared = Arc::new(Shared::new(hooks, seed, wait, quiet));
+//!   let reports = runner::run(&select(cases::all(), &cfg), transport, shared, &cfg, &|_| {}).await;
+//!   println!("{}", report::summary(&reports, &base_url));
+//! ```
+//!
+//! - [`model`]: [`Case`](model::Case), levels, hooks, failures.
+//! - [`ctx`]: what a case works with (HTTP, WebSocket, accounts, contacts, hooks).
+//! - [`cases`]: the registry, one module per area.
+//! - [`runner`]: selection, bounded parallel execution, timeouts, expected failures.
+//! - [`report`]: terminal, JSON, JUnit XML and HTML reports.
+//! - [`embedded`]: starting our own relay in-process through `sim`.
+
+#![forbid(unsafe_code)]
+
+pub mod cases;
+pub mod ctx;
+pub mod embedded;
+pub mod model;
+pub mod report;
+pub mod runner;
+pub mod transcript;
+pub mod transport;

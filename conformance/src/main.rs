@@ -1,0 +1,185 @@
+//! `conformance`: checks a SecureChat relay against SPEC.md and PROTOCOL.md, case by case.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use conformance::ctx::{Hooks, Shared};
+use conformance::runner::{self, RunConfig, Status};
+use conformance::transport::NetTransport;
+use conformance::{cases, embedded, report};
+use indicatif::{ProgressBar, ProgressStyle};
+use sim::net::{Endpoint, TokioConnector};
+
+/// Black-box conformance suite for SecureChat relays.
+///
+/// Without --relay it starts our relay in-process on 127.0.0.1 (memory store, low PoW difficulty,
+/// a known payment webhook secret and the test clock), so every hook is available.
+/// Exit code: 0 when no MUST case failed unexpectedly, 1 otherwise, 2 on a usage or setup error.
+#[derive(Debug, Parser)]
+#[command(name = "conformance", version)]
+struct Cli {
+    /// Base URL of the relay to check (`http://host:port`). Default: start the embedded relay.
+    #[arg(long)]
+    relay: Option<String>,
+    /// Cases run at once.
+    #[arg(long, default_value_t = 4)]
+    jobs: usize,
+    /// Per-case timeout in seconds.
+    #[arg(long, default_value_t = 30)]
+    timeout_secs: u64,
+    /// How long to wait for an expected response or frame, in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    wait_ms: u64,
+    /// How long to watch for a frame that must not arrive, in milliseconds.
+    #[arg(long, default_value_t = 400)]
+    quiet_ms: u64,
+    /// Run only these ids or id prefixes (repeatable, or comma-separated): `--only MSG,E2EE-002`.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Skip these ids or id prefixes.
+    #[arg(long, value_delimiter = ',')]
+    skip: Vec<String>,
+    /// Expected failures: one `ID reason` per line (`#` comments); every entry needs a reason.
+    #[arg(long)]
+    expected_failures: Option<PathBuf>,
+    /// The payment webhook's HMAC secret: the runner acts as the payment processor.
+    #[arg(long)]
+    payment_secret: Option<String>,
+    /// The relay offers the test clock `POST /api/v1/test/advance-clock` (see README.md).
+    #[arg(long)]
+    clock_hook: bool,
+    /// Seed of the accounts' mnemonics and message ids.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Write the JSON report here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the JUnit XML report here.
+    #[arg(long)]
+    junit: Option<PathBuf>,
+    /// Write the HTML report here.
+    #[arg(long)]
+    html: Option<PathBuf>,
+    /// List the selected cases and exit.
+    #[arg(long)]
+    list: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the runtime: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<bool> {
+    let expected = match &cli.expected_failures {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            runner::parse_expected_failures(&text).map_err(anyhow::Error::msg)?
+        }
+        None => Default::default(),
+    };
+    let cfg = RunConfig {
+        jobs: cli.jobs,
+        timeout: Duration::from_secs(cli.timeout_secs),
+        only: cli.only.clone(),
+        skip: cli.skip.clone(),
+        expected,
+    };
+    let selected = runner::select(cases::all(), &cfg);
+    if cli.list {
+        for c in &selected {
+            println!(
+                "{:<12} {:<6} {:<32} {}",
+                c.id, c.level, c.source, c.statement
+            );
+        }
+        return Ok(true);
+    }
+    let (_embedded, base_url, mut hooks) = match &cli.relay {
+        Some(url) => (None, url.clone(), Hooks::default()),
+        None => {
+            let relay = embedded::start_loopback()
+                .await
+                .map_err(anyhow::Error::msg)?;
+            let (url, hooks) = (relay.base_url.clone(), relay.hooks.clone());
+            (Some(relay), url, hooks)
+        }
+    };
+    if let Some(secret) = &cli.payment_secret {
+        hooks.payment_secret = Some(secret.as_bytes().to_vec());
+    }
+    hooks.clock |= cli.clock_hook;
+    let endpoint = Endpoint::parse(&base_url).context("parsing --relay")?;
+    let transport = NetTransport::new(TokioConnector, endpoint).shared();
+    let shared = Arc::new(Shared::new(
+        hooks,
+        cli.seed,
+        Duration::from_millis(cli.wait_ms),
+        Duration::from_millis(cli.quiet_ms),
+    ));
+    if selected.is_empty() {
+        bail!("no case selected");
+    }
+    let bar = if cli.quiet {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(selected.len() as u64);
+        if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}") {
+            bar.set_style(style);
+        }
+        bar
+    };
+    let on_done = |r: &runner::CaseReport| {
+        if r.status == Status::Fail || r.status == Status::UnexpectedPass {
+            bar.println(format!(
+                "{} {} {}",
+                r.status.label(),
+                r.id,
+                r.reason.as_deref().unwrap_or("")
+            ));
+        }
+        bar.set_message(r.id);
+        bar.inc(1);
+    };
+    let reports = runner::run(&selected, transport, shared, &cfg, &on_done).await;
+    bar.finish_and_clear();
+    print!("{}", report::summary(&reports, &base_url));
+    for (path, text) in [
+        (&cli.json, report::json(&reports, &base_url)),
+        (&cli.junit, report::junit(&reports)),
+        (&cli.html, report::html(&reports, &base_url)),
+    ] {
+        if let Some(path) = path {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    Ok(!runner::must_failed(&reports))
+}

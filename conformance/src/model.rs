@@ -1,0 +1,164 @@
+//! The case model: a requirement id, its level, where the spec states it, the sentence it checks,
+//! the optional hooks it needs, and the async check itself.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::Serialize;
+
+use crate::ctx::Ctx;
+
+/// How strongly the spec states a requirement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Level {
+    /// A failure makes the relay non-conformant (non-zero exit code).
+    Must,
+    /// Recommended; a failure is reported but does not fail the run.
+    Should,
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Must => "MUST",
+            Self::Should => "SHOULD",
+        })
+    }
+}
+
+/// An optional test interface a black box cannot offer on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Hook {
+    /// The runner knows the payment webhook secret and acts as the payment processor.
+    PaymentWebhook,
+    /// The relay offers `POST /api/v1/test/advance-clock` (see README.md). Cases using it run
+    /// one at a time after every other case, since the clock is shared.
+    ClockAdvance,
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::PaymentWebhook => "payment webhook (--payment-secret)",
+            Self::ClockAdvance => "test clock (--clock-hook)",
+        })
+    }
+}
+
+/// Why a case did not pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The relay did something the statement forbids (or failed to do what it requires).
+    Fail(String),
+    /// The case could not be run (a precondition the relay or runner does not offer).
+    Skip(String),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Fail(r) => write!(f, "fail: {r}"),
+            Self::Skip(r) => write!(f, "skip: {r}"),
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(reason: String) -> Self {
+        Self::Fail(reason)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(reason: &str) -> Self {
+        Self::Fail(reason.to_owned())
+    }
+}
+
+/// What a case's check returns.
+pub type CaseResult = Result<(), Failure>;
+
+/// A boxed case future borrowing its context.
+pub type CaseFuture<'a> = Pin<Box<dyn Future<Output = CaseResult> + Send + 'a>>;
+
+/// The check of a case.
+pub type CaseFn = for<'a> fn(&'a mut Ctx) -> CaseFuture<'a>;
+
+/// One conformance case.
+#[derive(Clone, Copy)]
+pub struct Case {
+    /// Requirement id, `AREA-NNN`.
+    pub id: &'static str,
+    /// MUST or SHOULD.
+    pub level: Level,
+    /// Where the statement is, e.g. `SPEC §Errors` or `PROTOCOL §1.1 A2`.
+    pub source: &'static str,
+    /// The sentence the case checks.
+    pub statement: &'static str,
+    /// Hooks the case needs; without them it is skipped with the reason.
+    pub needs: &'static [Hook],
+    /// The check.
+    pub run: CaseFn,
+}
+
+impl Case {
+    /// The area prefix of the id (`MSG` of `MSG-004`).
+    pub fn area(&self) -> &'static str {
+        self.id.split('-').next().unwrap_or(self.id)
+    }
+
+    /// Whether the case must run alone (it moves the relay's shared clock).
+    pub fn exclusive(&self) -> bool {
+        self.needs.contains(&Hook::ClockAdvance)
+    }
+}
+
+impl fmt::Debug for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Case")
+            .field("id", &self.id)
+            .field("level", &self.level)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Declares a case: `case!(ID, Must, "source", "statement", [hooks], fn_name)`.
+#[macro_export]
+macro_rules! case {
+    ($id:literal, $level:ident, $source:literal, $statement:literal, [$($hook:ident),*], $f:path) => {
+        $crate::model::Case {
+            id: $id,
+            level: $crate::model::Level::$level,
+            source: $source,
+            statement: $statement,
+            needs: &[$($crate::model::Hook::$hook),*],
+            run: {
+                fn wrap(ctx: &mut $crate::ctx::Ctx) -> $crate::model::CaseFuture<'_> {
+                    Box::pin($f(ctx))
+                }
+                wrap
+            },
+        }
+    };
+}
+
+/// Fails the case with a formatted reason unless the condition holds.
+#[macro_export]
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)+) => {
+        if !$cond {
+            return Err($crate::model::Failure::Fail(format!($($arg)+)));
+        }
+    };
+}
+
+/// Fails the case with a formatted reason.
+#[macro_export]
+macro_rules! fail {
+    ($($arg:tt)+) => {
+        return Err($crate::model::Failure::Fail(format!($($arg)+)))
+    };
+}
