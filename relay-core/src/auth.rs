@@ -155,7 +155,6 @@ fn token_error(e: TokenError) -> ApiError {
     let code = match e {
         TokenError::Missing => ErrorCode::AUTH_REQUIRED,
         TokenError::Malformed => ErrorCode::TOKEN_INVALID,
-        // TODO(wire): wire has no dedicated code for a JWT whose signature is wrong.
         TokenError::BadSignature => ErrorCode::TOKEN_SIGNATURE_INVALID,
         TokenError::Expired => ErrorCode::TOKEN_EXPIRED,
         TokenError::Revoked => ErrorCode::TOKEN_REVOKED,

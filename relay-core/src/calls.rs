@@ -7,7 +7,7 @@
 //! * no mode (or `mode=all`): the STUN servers (if any) plus the TURN server (if configured),
 //!   `ice_transport_policy: "all"`;
 //! * `mode=relay`: the TURN server only, policy `"relay"`; with no TURN configured the answer
-//!   is 503 `TURN_UNAVAILABLE` (TODO(wire): not a wire constant yet): an empty server list
+//!   is 503 `TURN_UNAVAILABLE`: an empty server list
 //!   would look like success and the caller asked precisely not to expose its address;
 //! * any other mode: 400 `INVALID_FIELD`.
 //!
@@ -41,11 +41,11 @@ impl std::fmt::Debug for TurnSecret {
     }
 }
 
-/// `TURN_UNAVAILABLE` (503). TODO(wire): add it to `wire::ErrorCode`.
+/// `TURN_UNAVAILABLE` (503).
 fn turn_unavailable() -> ApiError {
     ApiError::with_status(
         503,
-        ErrorCode::other("TURN_UNAVAILABLE"),
+        ErrorCode::TURN_UNAVAILABLE,
         "no TURN relay is configured on this server; mode=relay cannot be served",
     )
 }

@@ -101,6 +101,8 @@ codes! {
     RATE_LIMITED = 429;
     /// A webhook signature does not verify.
     WEBHOOK_SIGNATURE_INVALID = 401;
+    /// TURN-only ICE servers were asked for and none is configured.
+    TURN_UNAVAILABLE = 503;
     /// The relay's store could not commit the write; nothing was acknowledged.
     STORAGE_UNAVAILABLE = 503;
     // ---- codes used mostly in error frames on the WebSocket
