@@ -197,8 +197,6 @@ pub(crate) struct Commerce {
     pub(crate) alias_hold: BTreeMap<AliasId, OrderId>,
     /// channel -> its pending trade order.
     pub(crate) channel_lock: BTreeMap<ChannelId, OrderId>,
-    /// (buyer, kind, target) -> the buyer's pending order, so asking again returns it.
-    pub(crate) pending_of: BTreeMap<(UserUuid, OrderKind, String), OrderId>,
     pub(crate) payments: BTreeMap<String, PaymentRow>,
     pub(crate) payments_of: BTreeMap<OrderId, BTreeSet<String>>,
     pub(crate) aliases: BTreeMap<AliasId, AliasRow>,
@@ -385,14 +383,6 @@ impl State {
                 c.channel_lock.insert(ch, o.id.clone());
             } else if c.channel_lock.get(&ch) == Some(&o.id) {
                 c.channel_lock.remove(&ch);
-            }
-        }
-        if let Some(buyer) = &o.buyer {
-            let key = (buyer.clone(), o.kind, o.target.clone());
-            if o.state == OrderState::Pending {
-                c.pending_of.insert(key, o.id.clone());
-            } else if c.pending_of.get(&key) == Some(&o.id) {
-                c.pending_of.remove(&key);
             }
         }
         c.orders.insert(o.id.clone(), o);
