@@ -1,6 +1,137 @@
-//! stub
+//! PUSH: push registration (SPEC §What the service does 9; PROTOCOL §1.7 P1-P4).
 
-use crate::model::Case;
+use http::Method;
+use serde_json::json;
+use wire::http::paths;
+
+use crate::ctx::{Ctx, s};
+use crate::model::{Case, CaseResult};
+use crate::{case, ensure};
 
 /// Cases of this area.
-pub const CASES: &[Case] = &[];
+pub const CASES: &[Case] = &[
+    case!(
+        "PUSH-001",
+        Must,
+        "PROTOCOL §1.7 P1",
+        "GET /api/v1/push/vapid-key returns `{vapid_public_key}` in base64url.",
+        [],
+        vapid
+    ),
+    case!(
+        "PUSH-002",
+        Must,
+        "SPEC §What the service does 9; PROTOCOL §1.7 P2",
+        "POST /api/v1/push/subscribe with `PushSubscription.toJSON()` `{endpoint, keys: {p256dh, auth}}` is accepted.",
+        [],
+        subscribe
+    ),
+    case!(
+        "PUSH-003",
+        Must,
+        "PROTOCOL §1.7 P3",
+        "POST /api/v1/push/register accepts Android `{token, platform: android}` and iOS `{device_token, platform: ios}`.",
+        [],
+        register_native
+    ),
+    case!(
+        "PUSH-004",
+        Must,
+        "PROTOCOL §1.7 P4, §0",
+        "POST /api/v1/push/disable with no body is accepted and idempotent.",
+        [],
+        disable
+    ),
+    case!(
+        "PUSH-005",
+        Must,
+        "SPEC §Authentication 8",
+        "Push subscription needs a JWT (401 without).",
+        [],
+        needs_jwt
+    ),
+    case!(
+        "PUSH-006",
+        Should,
+        "PROTOCOL §1.7 P3 (server de-duplicates)",
+        "Registering the same native token again is accepted.",
+        [],
+        register_dedup
+    ),
+];
+
+async fn vapid(ctx: &mut Ctx) -> CaseResult {
+    let a = ctx.account().await?;
+    let v = ctx.get(paths::PUSH_VAPID_KEY, Some(&a.token)).await?.ok()?;
+    let key = s(&v, "vapid_public_key")?;
+    ensure!(
+        !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'='),
+        "vapid_public_key {key:?} is not base64url"
+    );
+    Ok(())
+}
+
+async fn subscribe(ctx: &mut Ctx) -> CaseResult {
+    let a = ctx.account().await?;
+    let sub = json!({"endpoint": "https://push.example.invalid/send/abc", "keys": {"p256dh": "BPx", "auth": "c2VjcmV0"}});
+    ctx.post(paths::PUSH_SUBSCRIBE, Some(&a.token), &sub)
+        .await?
+        .ok()?;
+    Ok(())
+}
+
+async fn register_native(ctx: &mut Ctx) -> CaseResult {
+    let a = ctx.account().await?;
+    ctx.post(
+        paths::PUSH_REGISTER,
+        Some(&a.token),
+        &json!({"token": "fcm-token-1", "platform": "android"}),
+    )
+    .await?
+    .ok()?;
+    ctx.post(
+        paths::PUSH_REGISTER,
+        Some(&a.token),
+        &json!({"device_token": "apns-token-1", "platform": "ios"}),
+    )
+    .await?
+    .ok()?;
+    Ok(())
+}
+
+async fn disable(ctx: &mut Ctx) -> CaseResult {
+    let a = ctx.account().await?;
+    ctx.req(Method::POST, paths::PUSH_DISABLE, Some(&a.token), None)
+        .await?
+        .ok()?;
+    ctx.req(Method::POST, paths::PUSH_DISABLE, Some(&a.token), None)
+        .await?
+        .ok()?;
+    Ok(())
+}
+
+async fn needs_jwt(ctx: &mut Ctx) -> CaseResult {
+    let sub =
+        json!({"endpoint": "https://push.example.invalid/x", "keys": {"p256dh": "a", "auth": "b"}});
+    ctx.post(paths::PUSH_SUBSCRIBE, None, &sub)
+        .await?
+        .expect_error(401)?;
+    Ok(())
+}
+
+async fn register_dedup(ctx: &mut Ctx) -> CaseResult {
+    let a = ctx.account().await?;
+    for _ in 0..2 {
+        ctx.post(
+            paths::PUSH_REGISTER,
+            Some(&a.token),
+            &json!({"token": "fcm-same", "platform": "android"}),
+        )
+        .await?
+        .ok()?;
+    }
+    Ok(())
+}
