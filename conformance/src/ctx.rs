@@ -27,13 +27,32 @@ use crate::{ensure, fail};
 /// The documented test-mode clock endpoint (see README.md).
 pub const ADVANCE_CLOCK_PATH: &str = "/api/v1/test/advance-clock";
 
+/// How the runner advances the relay's clock.
+#[derive(Clone)]
+pub enum ClockControl {
+    /// `POST /api/v1/test/advance-clock` on the relay (see README.md).
+    Http,
+    /// The embedded relay's clock, advanced in-process with the same contract: takes `ms`,
+    /// returns the relay's new `now_ms`.
+    InProcess(Arc<dyn Fn(u64) -> u64 + Send + Sync>),
+}
+
+impl std::fmt::Debug for ClockControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Http => "ClockControl::Http",
+            Self::InProcess(_) => "ClockControl::InProcess",
+        })
+    }
+}
+
 /// Optional hooks the runner was given.
 #[derive(Debug, Clone, Default)]
 pub struct Hooks {
     /// The payment webhook's HMAC secret: the runner acts as the payment processor.
     pub payment_secret: Option<Vec<u8>>,
-    /// The relay offers [`ADVANCE_CLOCK_PATH`].
-    pub clock: bool,
+    /// The test clock, if the relay offers one.
+    pub clock: Option<ClockControl>,
 }
 
 /// State shared by every case of one run.

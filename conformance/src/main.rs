@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use conformance::ctx::{Hooks, Shared};
+use conformance::ctx::{ClockControl, Hooks, Shared};
 use conformance::runner::{self, RunConfig, Status};
 use conformance::transport::NetTransport;
 use conformance::{cases, embedded, report};
@@ -136,7 +136,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     if let Some(secret) = &cli.payment_secret {
         hooks.payment_secret = Some(secret.as_bytes().to_vec());
     }
-    hooks.clock |= cli.clock_hook;
+    if cli.clock_hook {
+        hooks.clock = Some(ClockControl::Http);
+    }
     let endpoint = Endpoint::parse(&base_url).context("parsing --relay")?;
     let transport = NetTransport::new(TokioConnector, endpoint).shared();
     let shared = Arc::new(Shared::new(

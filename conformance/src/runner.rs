@@ -147,7 +147,7 @@ fn wall_clock() -> std::time::Instant {
 fn missing_hook(case: &Case, shared: &Shared) -> Option<Hook> {
     case.needs.iter().copied().find(|h| match h {
         Hook::PaymentWebhook => shared.hooks.payment_secret.is_none(),
-        Hook::ClockAdvance => !shared.hooks.clock,
+        Hook::ClockAdvance => shared.hooks.clock.is_none(),
     })
 }
 
