@@ -14,4 +14,9 @@
 //! Code paths meant for simulation never read the wall clock: timeouts use `tokio::time`, which
 //! turmoil drives with its own virtual clock.
 
+pub mod client;
+pub mod clock;
 pub mod net;
+pub mod server;
+pub mod sim;
+pub mod standins;

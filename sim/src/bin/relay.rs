@@ -1,0 +1,218 @@
+//! `relay`: the SecureChat relay server on real sockets.
+//!
+//! ```text
+//! relay --data ./relay-data                      # durable: ./relay-data/relay.sqlite3 + blobs/
+//! relay --memory --listen 127.0.0.1:9000         # ephemeral
+//! RELAY_PAYMENT_WEBHOOK_SECRET=… relay --data d  # accept signed payment webhooks
+//! ```
+//!
+//! Stops gracefully on Ctrl-C or SIGTERM: GOAWAY `server_shutdown` to every socket, in-flight
+//! requests finish; every acknowledgement was sent after its commit, so nothing is lost.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use clap::Parser;
+use relay_core::{
+    Config, FsBlobStore, MemoryBlobStore, Relay,
+    config::WebhookSecret,
+    store::{MemoryStore, SqliteStore},
+};
+use sim::{
+    net::{Endpoint, Tokio},
+    server::RelayServer,
+};
+use tracing::{info, warn};
+use tracing_subscriber::EnvFilter;
+
+/// File name of the SQLite store inside `--data`.
+const STORE_FILE: &str = "relay.sqlite3";
+/// Directory of media blobs inside `--data`.
+const BLOB_DIR: &str = "blobs";
+
+/// The SecureChat relay: HTTP JSON API under /api/v1 and WebSocket frames on /ws, in the
+/// reference clients' wire format.
+#[derive(Parser)]
+#[command(name = "relay", version, about)]
+struct Args {
+    /// Address to listen on (loopback by default; use 0.0.0.0:PORT to serve other machines).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+
+    /// Directory of the durable store (created on first run): DIR/relay.sqlite3 and DIR/blobs/.
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "memory",
+        conflicts_with = "memory"
+    )]
+    data: Option<PathBuf>,
+
+    /// Keep everything in memory (lost when the process stops).
+    #[arg(long)]
+    memory: bool,
+
+    /// Proof-of-work difficulty for registration, in leading zero hex digits (0 disables).
+    #[arg(long, default_value_t = relay_core::limits::POW_DIFFICULTY)]
+    pow_difficulty: u32,
+
+    /// Lifetime of login tokens (JWT), in seconds.
+    #[arg(long, default_value_t = relay_core::limits::JWT_TTL_MS / 1000)]
+    jwt_ttl_secs: u64,
+
+    /// Shared secret of the payment processor's webhook signatures (HMAC-SHA256). Never
+    /// logged. Without one, every webhook is refused.
+    #[arg(long, env = "RELAY_PAYMENT_WEBHOOK_SECRET", hide_env_values = true)]
+    payment_webhook_secret: Option<String>,
+
+    /// Base URL of the payment processor's hosted invoice page; an order's payment_url is
+    /// BASE/{order_id}.
+    #[arg(long, value_name = "URL")]
+    payment_page_base: Option<String>,
+
+    /// File listing the vanity aliases for sale, one per line (`#` comments and blank lines
+    /// ignored). Default: the built-in catalog.
+    #[arg(long, value_name = "FILE")]
+    vanity_catalog: Option<PathBuf>,
+
+    /// Push gateway (http://host:port) to which pushes are POSTed unencrypted — for the
+    /// push-service stand-in; real Web Push / FCM / APNs delivery is not implemented.
+    #[arg(long, value_name = "URL")]
+    push_gateway: Option<Endpoint>,
+
+    /// Seed of the relay's RNG (ids, tokens); default: drawn from the operating system.
+    #[arg(long)]
+    seed: Option<u64>,
+
+    /// Log filter (tracing EnvFilter syntax), e.g. `info`, `relay_core=debug,info`.
+    #[arg(long, default_value = "info")]
+    log: String,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&args.log).context("invalid --log filter")?)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> Result<()> {
+    let config = config(&args)?;
+    let seed = match args.seed {
+        Some(seed) => seed,
+        None => os_seed()?,
+    };
+    let mut server = match (&args.data, args.memory) {
+        (_, true) => {
+            warn!("--memory: nothing survives a restart");
+            RelayServer::in_memory(config, seed, MemoryStore::new(), MemoryBlobStore::new())
+        }
+        (Some(dir), false) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating the data directory {}", dir.display()))?;
+            let store_path = dir.join(STORE_FILE);
+            let blob_dir = dir.join(BLOB_DIR);
+            info!(store = %store_path.display(), "durable store");
+            RelayServer::new(move || {
+                let store = SqliteStore::open(&store_path)?;
+                let blobs = FsBlobStore::open(&blob_dir)
+                    .map_err(|e| relay_core::store::StoreError::Backend(e.to_string()))?;
+                Relay::with_blobs(config.clone(), Box::new(store), Box::new(blobs), seed)
+            })
+        }
+        (None, false) => bail!("either --data DIR or --memory is required"),
+    };
+    if let Some(gateway) = args.push_gateway.clone() {
+        server = server.with_push_gateway(gateway);
+    }
+    info!(listen = %args.listen, "starting relay");
+    server
+        .run::<Tokio>(args.listen, shutdown_signal())
+        .await
+        .with_context(|| format!("serving on {}", args.listen))
+}
+
+fn config(args: &Args) -> Result<Config> {
+    let mut config = Config {
+        pow_difficulty: args.pow_difficulty,
+        jwt_ttl_ms: args.jwt_ttl_secs.saturating_mul(1000),
+        ..Config::default()
+    };
+    if args.pow_difficulty > relay_core::limits::MAX_POW_DIFFICULTY {
+        bail!(
+            "--pow-difficulty must be at most {}",
+            relay_core::limits::MAX_POW_DIFFICULTY
+        );
+    }
+    match &args.payment_webhook_secret {
+        Some(secret) if !secret.is_empty() => {
+            config.payment_webhook_secret = WebhookSecret(secret.as_bytes().to_vec());
+        }
+        _ => warn!("no payment webhook secret: every payment webhook will be refused"),
+    }
+    if let Some(base) = &args.payment_page_base {
+        config.payment_page_base = base.trim_end_matches('/').to_owned();
+    }
+    if let Some(path) = &args.vanity_catalog {
+        config.vanity_catalog = read_catalog(path)?;
+        info!(
+            aliases = config.vanity_catalog.len(),
+            "vanity catalog loaded"
+        );
+    }
+    Ok(config)
+}
+
+fn read_catalog(path: &PathBuf) -> Result<Vec<wire::AliasId>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the vanity catalog {}", path.display()))?;
+    text.lines()
+        .map(str::trim)
+        .enumerate()
+        .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'))
+        .map(|(n, line)| {
+            wire::AliasId::parse_alias(line)
+                .with_context(|| format!("{}:{}: invalid alias {line:?}", path.display(), n + 1))
+        })
+        .collect()
+}
+
+/// The default seed: the binary's one read of OS randomness (the library never does this:
+/// the simulator passes its own seed).
+fn os_seed() -> Result<u64> {
+    getrandom::u64().map_err(|e| anyhow::anyhow!("reading OS randomness for the seed: {e}"))
+}
+
+/// Ctrl-C or (on Unix) SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            warn!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        biased;
+        () = ctrl_c => info!("Ctrl-C received"),
+        () = term => info!("SIGTERM received"),
+    }
+}

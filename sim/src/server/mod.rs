@@ -1,0 +1,210 @@
+//! The relay server: `relay-core`'s [`Relay`] behind axum, on any [`Network`].
+//!
+//! # Shape
+//!
+//! ```text
+//!  axum handlers ──Input::Http{req, reply}──────┐
+//!  /ws upgrade   ──Input::Connect{ws, reply}────┤  bounded mpsc      ┌──────────────────────┐
+//!  conn tasks    ──Input::Text/Frame/Disconnect─┴─────────────────►  │ core task: owns Relay │
+//!                ◄──Outbound::Text/Close (one bounded mpsc per conn)─│ drains poll_output    │
+//!  push worker   ◄──PushJob (bounded mpsc)───────────────────────────│ timer = poll_timeout  │
+//!                                                                     └──────────────────────┘
+//! ```
+//!
+//! * **One task owns the [`Relay`]** (no lock): handlers and connection tasks send it plain
+//!   messages; after **every** input it drains `poll_output`, routes `Send` to the connection's
+//!   outbound channel (`frame.encode()`), `Close` after everything queued before it, `Push` to
+//!   the push worker; then it re-arms its timer from `poll_timeout` ([`crate::clock`]).
+//! * **Fail-stop**: if the relay reports [`Relay::is_failed`] after an input (a commit failed),
+//!   the core closes every socket, logs at ERROR and rebuilds the relay with the
+//!   [`RelayServer`]'s opener on the same store (the store is the source of truth); while the
+//!   store stays unusable it retries every [`REBUILD_RETRY_MS`].
+//! * **Routes**: every method on `/api/v1/*` goes to `handle_http` with the raw body (limit
+//!   enforced before reading: [`MAX_JSON_BODY_BYTES`](wire::limits::MAX_JSON_BODY_BYTES), or
+//!   [`MAX_MEDIA_PART_BYTES`](wire::limits::MAX_MEDIA_PART_BYTES) on the media chunk route;
+//!   over it: 413 `BODY_TOO_LARGE`); `GET /ws` is the WebSocket (refused with the relay's
+//!   response, e.g. 401, *before* upgrading). Every response carries permissive CORS headers
+//!   and `OPTIONS` is answered as a preflight (the PWA is served from another origin).
+//! * **Graceful shutdown**: when the shutdown future resolves the listener stops accepting,
+//!   the core sends GOAWAY `server_shutdown` to every socket and closes it (relay-core has no
+//!   input for this, so the shell sends the [`wire::ServerFrame::Goaway`] itself and reports
+//!   the sockets disconnected), refuses new upgrades with 503, and keeps serving in-flight
+//!   requests until every handler and socket task is gone. Every ack and 2xx was sent after
+//!   its commit, so nothing acknowledged is lost.
+//!
+//! # Starting one
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use std::net::SocketAddr;
+//! use sim::clock::SimClock;
+//! use sim::net::Turmoil;
+//! use sim::server::RelayServer;
+//! use relay_core::{Config, MemoryBlobStore, store::MemoryStore};
+//!
+//! // Inside a turmoil host (the simulator keeps `store` to rebuild the host after a crash):
+//! let store = MemoryStore::new();
+//! let server = RelayServer::in_memory(Config::default(), 7, store, MemoryBlobStore::new())
+//!     .with_clock(SimClock::default());
+//! server
+//!     .run::<Turmoil>(SocketAddr::from(([0, 0, 0, 0], 8080)), std::future::pending())
+//!     .await
+//! # }
+//! ```
+//!
+//! # Logs
+//! A span per connection (`conn` id and `user` uuid only), per-frame events at TRACE (type and
+//! size, never payloads, tokens or tickets), lifecycle at INFO, failures at WARN / ERROR.
+
+mod driver;
+mod http;
+mod push;
+mod ws;
+
+use std::{fmt, io, net::SocketAddr, sync::Arc};
+
+use axum::{
+    Router,
+    routing::{any, get},
+};
+use relay_core::{
+    Config, MemoryBlobStore, Relay,
+    store::{MemoryStore, StoreError},
+};
+use tokio::sync::{mpsc, watch};
+use tracing::info;
+
+use crate::clock::{Clock, SystemClock};
+use crate::net::{Endpoint, Network, serve};
+
+pub use self::http::OVERSIZE_DRAIN_BYTES;
+pub use self::push::{PUSH_QUEUE_CAPACITY, push_path};
+pub use self::ws::{CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES};
+
+/// Inputs waiting for the core task; when full, handlers and socket readers wait (backpressure).
+pub const INPUT_QUEUE_CAPACITY: usize = 1024;
+/// Frames waiting to be written on one socket; when full the socket is closed (the relay keeps
+/// what it did not deliver, and the client re-syncs on reconnect).
+pub const OUTBOUND_QUEUE_CAPACITY: usize = 1024;
+/// Delay between attempts to rebuild a failed relay from its store.
+pub const REBUILD_RETRY_MS: u64 = 1_000;
+
+/// Builds a fresh [`Relay`] from the durable store; called at start and after a fail-stop.
+pub type RelayOpener = Box<dyn FnMut() -> Result<Relay, StoreError> + Send>;
+
+/// A relay server ready to run: how to open the relay, which clock, where pushes go.
+pub struct RelayServer {
+    open: RelayOpener,
+    clock: Arc<dyn Clock>,
+    push_gateway: Option<Endpoint>,
+}
+
+impl fmt::Debug for RelayServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RelayServer")
+            .field("clock", &self.clock)
+            .field("push_gateway", &self.push_gateway)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RelayServer {
+    /// A server that opens its relay with `open` (called again to rebuild after a
+    /// fail-stop: it must open the **same** store), on the [`SystemClock`], without push
+    /// delivery.
+    pub fn new(open: impl FnMut() -> Result<Relay, StoreError> + Send + 'static) -> Self {
+        Self {
+            open: Box::new(open),
+            clock: Arc::new(SystemClock),
+            push_gateway: None,
+        }
+    }
+
+    /// A server over a [`MemoryStore`] and a [`MemoryBlobStore`] (clones of both survive a
+    /// simulated crash: build the restarted host's server from the same handles).
+    pub fn in_memory(
+        config: Config,
+        seed: u64,
+        store: MemoryStore,
+        blobs: MemoryBlobStore,
+    ) -> Self {
+        Self::new(move || {
+            Relay::with_blobs(
+                config.clone(),
+                Box::new(store.clone()),
+                Box::new(blobs.clone()),
+                seed,
+            )
+        })
+    }
+
+    /// Uses `clock` for `now` (a [`crate::clock::SimClock`] under turmoil).
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Delivers the relay's push outputs as HTTP POSTs to `gateway` (the push-service
+    /// stand-in, [`crate::standins::PushService`]); see [`push_path`] for the paths.
+    #[must_use]
+    pub fn with_push_gateway(mut self, gateway: Endpoint) -> Self {
+        self.push_gateway = Some(gateway);
+        self
+    }
+
+    /// Binds `addr` on network `N` and serves until `shutdown` resolves.
+    pub async fn run<N: Network>(
+        self,
+        addr: SocketAddr,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> io::Result<()> {
+        let listener = N::bind(addr).await?;
+        self.serve::<N>(listener, shutdown).await
+    }
+
+    /// Serves on an already bound `listener` until `shutdown` resolves, then shuts down
+    /// gracefully (see the module doc) and returns once the core task has stopped.
+    ///
+    /// Fails if the relay cannot be opened from its store, or if the listener fails.
+    pub async fn serve<N: Network>(
+        mut self,
+        listener: N::Listener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> io::Result<()> {
+        let relay = (self.open)().map_err(io::Error::other)?;
+        let addr = axum::serve::Listener::local_addr(&listener)?;
+        let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let push = self
+            .push_gateway
+            .take()
+            .map(|gateway| push::spawn_worker(N::connector(), gateway));
+        let core = driver::Core::new(relay, self.open, Arc::clone(&self.clock), push);
+        let core = tokio::spawn(core.run(inputs_rx, stop_rx));
+        info!(%addr, "relay listening");
+        let router = router(http::App { inputs: inputs_tx });
+        let shutdown = async move {
+            shutdown.await;
+            info!("shutdown requested: no new connections");
+            let _ = stop_tx.send(true);
+        };
+        let served = serve(listener, router, shutdown).await;
+        // The core stops once the router and every socket task dropped their senders.
+        if let Err(error) = core.await {
+            tracing::error!(%error, "relay core task ended abnormally");
+        }
+        info!("relay stopped");
+        served
+    }
+}
+
+/// The routes: `/api/v1/*` (any method), `GET /ws`, CORS on everything, JSON 404 elsewhere.
+fn router(app: http::App) -> Router {
+    Router::new()
+        .route("/ws", get(ws::upgrade))
+        .route("/api/v1/{*rest}", any(http::api))
+        .fallback(http::not_found)
+        .layer(axum::middleware::from_fn(http::cors))
+        .with_state(app)
+}

@@ -1,0 +1,208 @@
+//! `GET /ws`: authenticate through the core before upgrading, then one task per socket.
+
+use axum::{
+    extract::{
+        RawQuery, State,
+        ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade},
+    },
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use relay_core::{ConnId, WsConnect};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{Instrument as _, debug, info, info_span, trace};
+use wire::{ClientFrame, ServerFrame, frames::ErrorFrame, limits::MAX_FRAME_BYTES};
+
+use super::driver::{Connected, Input, Outbound};
+use super::http::{App, relay_response, unavailable};
+
+/// Messages larger than this are refused by the WebSocket library itself (the socket is then
+/// closed with 1009). Between [`MAX_FRAME_BYTES`] and this, the relay answers with an
+/// `error` frame `FRAME_TOO_LARGE` and the socket stays open.
+pub const HARD_MAX_MESSAGE_BYTES: usize = 4 * MAX_FRAME_BYTES;
+
+/// After sending a close frame, how long to wait for the client's close reply, in ms.
+pub const CLOSE_LINGER_MS: u64 = 2_000;
+/// RFC 6455 "message too big".
+const CLOSE_TOO_BIG: u16 = 1009;
+/// RFC 6455 "going away".
+const CLOSE_GOING_AWAY: u16 = 1001;
+
+/// The upgrade: ask the core to authenticate (query and `Sec-WebSocket-Protocol`); refuse
+/// with its response, or upgrade (echoing the sub-protocol it chose) and run the socket.
+pub(super) async fn upgrade(
+    State(app): State<App>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    let upgrade = match upgrade {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    #[allow(
+        clippy::needless_update,
+        reason = "relay-core is growing: new WsConnect fields keep their defaults here"
+    )]
+    let ws = WsConnect {
+        query: query.unwrap_or_default(),
+        protocol: headers
+            .get(header::SEC_WEBSOCKET_PROTOCOL)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        ..WsConnect::default()
+    };
+    let (reply, answer) = oneshot::channel();
+    if app.inputs.send(Input::Connect { ws, reply }).await.is_err() {
+        return unavailable();
+    }
+    let connected = match answer.await {
+        Ok(Ok(connected)) => connected,
+        Ok(Err(refusal)) => return relay_response(refusal),
+        Err(_) => return unavailable(),
+    };
+    let guard = DisconnectGuard {
+        conn: connected.conn,
+        inputs: app.inputs.clone(),
+    };
+    let mut upgrade = upgrade
+        .max_message_size(HARD_MAX_MESSAGE_BYTES)
+        .max_frame_size(HARD_MAX_MESSAGE_BYTES);
+    if let Some(protocol) = connected.subprotocol {
+        upgrade = upgrade.protocols([protocol]);
+    }
+    let span = info_span!("ws", conn = connected.conn.0, user = %connected.user);
+    let response = upgrade.on_upgrade(move |socket| {
+        run_socket(socket, connected, app.inputs, guard).instrument(span)
+    });
+    debug_assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
+    response
+}
+
+/// Reports the connection gone to the core when the socket task ends **or never starts**
+/// (a failed upgrade drops the `on_upgrade` closure, and this with it).
+struct DisconnectGuard {
+    conn: ConnId,
+    inputs: mpsc::Sender<Input>,
+}
+
+impl Drop for DisconnectGuard {
+    fn drop(&mut self) {
+        let input = Input::Disconnect { conn: self.conn };
+        match self.inputs.try_send(input) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(input)) => {
+                // The input queue is full: wait for room on a task of its own.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let inputs = self.inputs.clone();
+                    runtime.spawn(async move {
+                        let _ = inputs.send(input).await;
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// One socket: frames in go to the core; the core's outbound queue is written out in order.
+async fn run_socket(
+    mut socket: WebSocket,
+    connected: Connected,
+    inputs: mpsc::Sender<Input>,
+    guard: DisconnectGuard,
+) {
+    let Connected {
+        conn, mut outbound, ..
+    } = connected;
+    info!("websocket open");
+    let why = loop {
+        tokio::select! {
+            biased;
+            out = outbound.recv() => match out {
+                Some(Outbound::Text(text)) => {
+                    if socket.send(Message::text(text)).await.is_err() {
+                        break "write failed";
+                    }
+                }
+                Some(Outbound::Close { code, reason }) => {
+                    close_handshake(&mut socket, code, reason).await;
+                    break reason;
+                }
+                None => {
+                    close_handshake(&mut socket, CLOSE_GOING_AWAY, "closed by the relay").await;
+                    break "closed by the relay";
+                }
+            },
+            message = socket.recv() => match message {
+                Some(Ok(Message::Text(text))) => {
+                    trace!(bytes = text.len(), "text frame in");
+                    let input = Input::Text { conn, text: text.as_str().to_owned() };
+                    if inputs.send(input).await.is_err() {
+                        break "relay gone";
+                    }
+                }
+                Some(Ok(Message::Binary(bytes))) => {
+                    trace!(bytes = bytes.len(), "binary frame in");
+                    match ClientFrame::decode_bytes(&bytes) {
+                        Ok(frame) => {
+                            if inputs.send(Input::Frame { conn, frame }).await.is_err() {
+                                break "relay gone";
+                            }
+                        }
+                        // Answered here, not by the relay: it only decodes text. Same shape
+                        // as the relay's own answer to an undecodable text frame.
+                        Err(error) => {
+                            let frame = ServerFrame::Error(ErrorFrame {
+                                error: error.code(),
+                                message: error.to_string(),
+                                ref_type: error.frame_type().map(str::to_owned),
+                                id: error.frame_id().map(str::to_owned),
+                            });
+                            if socket.send(Message::text(frame.encode())).await.is_err() {
+                                break "write failed";
+                            }
+                        }
+                    }
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                Some(Ok(Message::Close(_))) | None => break "closed by the client",
+                Some(Err(error)) => {
+                    debug!(%error, "websocket read failed");
+                    // Over the library's limit: say why before the socket goes.
+                    // (axum wraps tungstenite's error without exposing its kind; its
+                    // `Capacity` errors render as "Space limit exceeded: …").
+                    if error.to_string().contains("Space limit exceeded") {
+                        close_handshake(&mut socket, CLOSE_TOO_BIG, "message too big").await;
+                    }
+                    break "read failed";
+                }
+            },
+        }
+    };
+    info!(why, "websocket closed");
+    drop(guard);
+}
+
+/// Sends a close frame and waits (at most [`CLOSE_LINGER_MS`]) for the client's close reply,
+/// discarding anything else it still sends: closing the TCP connection with unread input
+/// would reset it, and a reset can destroy frames the client has not read yet (the GOAWAY).
+async fn close_handshake(socket: &mut WebSocket, code: u16, reason: &'static str) {
+    if socket.send(close(code, reason)).await.is_err() {
+        return;
+    }
+    let linger = async {
+        while let Some(Ok(message)) = socket.recv().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(CLOSE_LINGER_MS), linger).await;
+}
+
+fn close(code: u16, reason: &'static str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(reason),
+    }))
+}
