@@ -24,6 +24,9 @@ use crate::transcript::{Direction, Transcript};
 use crate::transport::{Transport, WsIo};
 use crate::{ensure, fail};
 
+/// How often account creation retries a rate-limited PoW challenge (5 s apart).
+const POW_RATE_RETRIES: u32 = 24;
+
 /// The documented test-mode clock endpoint (see README.md).
 pub const ADVANCE_CLOCK_PATH: &str = "/api/v1/test/advance-clock";
 
@@ -495,10 +498,20 @@ impl Ctx {
         identity: &Identity,
         nickname: &str,
     ) -> Result<Value, Failure> {
-        let pow = self
+        // A relay may rate-limit challenges per address: wait politely (virtual time under turmoil).
+        let mut pow = self
             .req(Method::POST, paths::POW_CHALLENGE, None, Some(&json!({})))
-            .await?
-            .ok()?;
+            .await?;
+        for _ in 0..POW_RATE_RETRIES {
+            if pow.status != 429 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            pow = self
+                .req(Method::POST, paths::POW_CHALLENGE, None, Some(&json!({})))
+                .await?;
+        }
+        let pow = pow.ok()?;
         let challenge = s(&pow, "challenge_string")?.to_owned();
         let difficulty = u32::try_from(u(&pow, "difficulty")?).unwrap_or(u32::MAX);
         let mut body = json!({
@@ -747,14 +760,28 @@ impl Ctx {
 
     /// Advances the relay's test clock by `ms`; returns the relay's new `now_ms`.
     pub async fn advance_clock(&mut self, ms: u64) -> Result<u64, Failure> {
-        if !self.shared.hooks.clock {
-            return Err(Failure::Skip("no test clock (--clock-hook)".into()));
+        match self.shared.hooks.clock.clone() {
+            None => Err(Failure::Skip("no test clock (--clock-hook)".into())),
+            Some(ClockControl::Http) => {
+                let v = self
+                    .post(ADVANCE_CLOCK_PATH, None, &json!({"ms": ms}))
+                    .await?
+                    .ok()?;
+                u(&v, "now_ms")
+            }
+            Some(ClockControl::InProcess(advance)) => {
+                let now = advance(ms);
+                self.note(&format!(
+                    "test clock advanced by {ms} ms in-process: now_ms {now}"
+                ));
+                // Any input re-arms the relay's timer against the new time; give it a moment
+                // to run what became due before the case goes on.
+                self.get(paths::VANITY_SEARCH, None).await?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                self.get(paths::VANITY_SEARCH, None).await?;
+                Ok(now)
+            }
         }
-        let v = self
-            .post(ADVANCE_CLOCK_PATH, None, &json!({"ms": ms}))
-            .await?
-            .ok()?;
-        u(&v, "now_ms")
     }
 
     // ------------------------------------------------------------------ commerce helpers

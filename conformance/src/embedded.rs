@@ -71,6 +71,8 @@ pub fn config() -> Config {
         registrations_per_hour_per_addr: 1_000_000,
         msgs_per_min_per_user: 10_000,
         payment_webhook_secret: WebhookSecret(EMBEDDED_WEBHOOK_SECRET.to_vec()),
+        turn_urls: vec!["turn:turn.conformance.invalid:3478".to_owned()],
+        turn_secret: Some(relay_core::TurnSecret("conformance-turn-secret".to_owned())),
         ..Config::default()
     }
 }

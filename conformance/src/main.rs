@@ -9,7 +9,7 @@ use clap::Parser;
 use conformance::ctx::{ClockControl, Hooks, Shared};
 use conformance::runner::{self, RunConfig, Status};
 use conformance::transport::NetTransport;
-use conformance::{cases, embedded, report};
+use conformance::{cases, embedded, report, transport};
 use indicatif::{ProgressBar, ProgressStyle};
 use sim::net::{Endpoint, TokioConnector};
 
@@ -140,7 +140,12 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         hooks.clock = Some(ClockControl::Http);
     }
     let endpoint = Endpoint::parse(&base_url).context("parsing --relay")?;
-    let transport = NetTransport::new(TokioConnector, endpoint).shared();
+    let local = matches!(endpoint.host(), "127.0.0.1" | "localhost");
+    let transports = if local {
+        transport::loopback_factory(endpoint)
+    } else {
+        transport::shared_factory(NetTransport::new(TokioConnector, endpoint).shared())
+    };
     let shared = Arc::new(Shared::new(
         hooks,
         cli.seed,
@@ -171,7 +176,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         bar.set_message(r.id);
         bar.inc(1);
     };
-    let reports = runner::run(&selected, transport, shared, &cfg, &on_done).await;
+    let reports = runner::run(&selected, transports, shared, &cfg, &on_done).await;
     bar.finish_and_clear();
     print!("{}", report::summary(&reports, &base_url));
     for (path, text) in [

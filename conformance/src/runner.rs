@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::ctx::{Ctx, Shared};
 use crate::model::{Case, Failure, Hook, Level};
 use crate::transcript::Entry;
-use crate::transport::Transport;
+use crate::transport::TransportFactory;
 
 /// How a case ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -153,7 +153,7 @@ fn missing_hook(case: &Case, shared: &Shared) -> Option<Hook> {
 
 async fn run_one(
     case: Case,
-    transport: Arc<dyn Transport>,
+    transport: Arc<dyn crate::transport::Transport>,
     shared: Arc<Shared>,
     timeout: Duration,
     expected: Option<String>,
@@ -200,7 +200,7 @@ async fn run_one(
 /// move the relay's clock, one at a time. Reports come back in registry order.
 pub async fn run(
     cases: &[Case],
-    transport: Arc<dyn Transport>,
+    transports: TransportFactory,
     shared: Arc<Shared>,
     cfg: &RunConfig,
     on_done: &(dyn Fn(&CaseReport) + Sync),
@@ -209,12 +209,8 @@ pub async fn run(
     let sem = Arc::new(tokio::sync::Semaphore::new(cfg.jobs.max(1)));
     let mut set = tokio::task::JoinSet::new();
     for (i, case) in cases.iter().enumerate().filter(|(_, c)| !c.exclusive()) {
-        let (case, transport, shared, sem) = (
-            *case,
-            Arc::clone(&transport),
-            Arc::clone(&shared),
-            Arc::clone(&sem),
-        );
+        let (case, transport, shared, sem) =
+            (*case, transports(i), Arc::clone(&shared), Arc::clone(&sem));
         let (timeout, expected) = (cfg.timeout, cfg.expected.get(case.id).cloned());
         set.spawn(async move {
             let _permit = sem.acquire_owned().await;
@@ -233,7 +229,7 @@ pub async fn run(
     for (i, case) in cases.iter().enumerate().filter(|(_, c)| c.exclusive()) {
         let report = run_one(
             *case,
-            Arc::clone(&transport),
+            transports(i),
             Arc::clone(&shared),
             cfg.timeout,
             cfg.expected.get(case.id).cloned(),

@@ -47,6 +47,53 @@ pub trait Transport: Send + Sync {
     fn base_url(&self) -> String;
 }
 
+/// A loopback connector that connects from a chosen source address in `127.0.0.0/8`, so each
+/// case looks like its own client to per-address limits (registration, PoW challenges).
+#[derive(Debug, Clone, Copy)]
+pub struct LoopbackSourceConnector {
+    source: std::net::Ipv4Addr,
+}
+
+impl LoopbackSourceConnector {
+    /// Connects from `127.0.<n / 250>.<n % 250 + 2>`.
+    pub fn nth(n: usize) -> Self {
+        let hi = u8::try_from((n / 250) % 250).unwrap_or(0);
+        let lo = u8::try_from(n % 250).unwrap_or(0) + 2;
+        Self {
+            source: std::net::Ipv4Addr::new(127, 0, hi, lo),
+        }
+    }
+}
+
+impl Connector for LoopbackSourceConnector {
+    type Stream = tokio::net::TcpStream;
+
+    async fn connect(&self, endpoint: &Endpoint) -> std::io::Result<Self::Stream> {
+        let addr = tokio::net::lookup_host((endpoint.host(), endpoint.port()))
+            .await?
+            .find(std::net::SocketAddr::is_ipv4)
+            .ok_or_else(|| std::io::Error::other("no IPv4 address for the relay"))?;
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(std::net::SocketAddr::from((self.source, 0)))?;
+        let stream = socket.connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+}
+
+/// Builds the transport of the `n`th case.
+pub type TransportFactory = Arc<dyn Fn(usize) -> Arc<dyn Transport> + Send + Sync>;
+
+/// Every case on the same transport.
+pub fn shared_factory(transport: Arc<dyn Transport>) -> TransportFactory {
+    Arc::new(move |_| Arc::clone(&transport))
+}
+
+/// Each case from its own loopback source address (the relay must be on loopback).
+pub fn loopback_factory(endpoint: Endpoint) -> TransportFactory {
+    Arc::new(move |n| NetTransport::new(LoopbackSourceConnector::nth(n), endpoint.clone()).shared())
+}
+
 /// [`Transport`] over any [`Connector`] of `sim::net`.
 #[derive(Debug)]
 pub struct NetTransport<C> {

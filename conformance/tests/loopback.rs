@@ -6,15 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conformance::ctx::Shared;
-use conformance::transport::NetTransport;
-use conformance::{cases, embedded, runner};
-use sim::net::{Endpoint, TokioConnector};
+use conformance::{cases, embedded, runner, transport};
+use sim::net::Endpoint;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suite_passes_against_the_embedded_relay_on_loopback() {
     let relay = embedded::start_loopback().await.expect("embedded relay");
     let endpoint = Endpoint::parse(&relay.base_url).expect("endpoint");
-    let transport = NetTransport::new(TokioConnector, endpoint).shared();
+    let transports = transport::loopback_factory(endpoint);
     let shared = Arc::new(Shared::new(
         relay.hooks.clone(),
         common::SEED,
@@ -22,7 +21,7 @@ async fn suite_passes_against_the_embedded_relay_on_loopback() {
         Duration::from_millis(300),
     ));
     let cfg = common::config(8);
-    let reports = runner::run(cases::all(), transport, shared, &cfg, &|_| {}).await;
+    let reports = runner::run(cases::all(), transports, shared, &cfg, &|_| {}).await;
     let url = relay.base_url.clone();
     relay.stop().await;
     common::verdict("loopback", &reports, &url);

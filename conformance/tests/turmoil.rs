@@ -50,7 +50,14 @@ fn suite_passes_against_the_embedded_relay_in_turmoil() {
             Duration::from_millis(300),
         ));
         let cfg = common::config(8);
-        let r = runner::run(cases::all(), transport, shared, &cfg, &|_| {}).await;
+        let r = runner::run(
+            cases::all(),
+            conformance::transport::shared_factory(transport),
+            shared,
+            &cfg,
+            &|_| {},
+        )
+        .await;
         *out.lock().expect("reports") = r;
         Ok(())
     });

@@ -8,6 +8,12 @@ use crate::ctx::{Ctx, s};
 use crate::model::{Case, CaseResult};
 use crate::{case, ensure};
 
+/// A valid uncompressed P-256 point (the generator), base64url, as browsers send `p256dh`.
+const P256DH: &str =
+    "BGsX0fLhLEJH-Lzm5WOkQPJ3A32BLeszoPShOUXYmMKWT-NC4v4af5uO5-tKfA-eFivOM1drMV7Oy7ZAaDe_UfU";
+/// A 16-byte auth secret, base64url.
+const AUTH: &str = "AAECAwQFBgcICQoLDA0ODw";
+
 /// Cases of this area.
 pub const CASES: &[Case] = &[
     case!(
@@ -76,7 +82,7 @@ async fn vapid(ctx: &mut Ctx) -> CaseResult {
 
 async fn subscribe(ctx: &mut Ctx) -> CaseResult {
     let a = ctx.account().await?;
-    let sub = json!({"endpoint": "https://push.example.invalid/send/abc", "keys": {"p256dh": "BPx", "auth": "c2VjcmV0"}});
+    let sub = json!({"endpoint": "https://push.example.invalid/send/abc", "keys": {"p256dh": P256DH, "auth": AUTH}});
     ctx.post(paths::PUSH_SUBSCRIBE, Some(&a.token), &sub)
         .await?
         .ok()?;
@@ -114,8 +120,7 @@ async fn disable(ctx: &mut Ctx) -> CaseResult {
 }
 
 async fn needs_jwt(ctx: &mut Ctx) -> CaseResult {
-    let sub =
-        json!({"endpoint": "https://push.example.invalid/x", "keys": {"p256dh": "a", "auth": "b"}});
+    let sub = json!({"endpoint": "https://push.example.invalid/x", "keys": {"p256dh": P256DH, "auth": AUTH}});
     ctx.post(paths::PUSH_SUBSCRIBE, None, &sub)
         .await?
         .expect_error(401)?;

@@ -95,9 +95,11 @@ async fn no_time_limit(ctx: &mut Ctx) -> CaseResult {
     let (id, m) = ctx.msg(&p.key, &p.b, &p.conv, "old news");
     wa.send_msg(&id, &m).await?;
     wb.expect("msg").await?;
+    drop((wa, wb));
     ctx.advance_clock(3_600_000).await?;
-    wa.send(&json!({"type": "ping"})).await?;
-    wb.send(&json!({"type": "ping"})).await?;
+    // Sockets idle for an hour are gone; the author comes back and retracts.
+    let mut wa = ctx.connect(&p.a, "A2").await?;
+    let mut wb = ctx.connect(&p.b, "B2").await?;
     wa.send(
         &json!({"type": "retract", "id": id, "to": p.b.alias, "conv_id": p.conv, "crypto_v": 1}),
     )
