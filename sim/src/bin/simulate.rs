@@ -15,7 +15,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use sim::sim::faults::FaultSelection;
-use sim::sim::{RunConfig, RunReport, run};
+use sim::sim::{RunConfig, run};
 
 /// Deterministic fault-injection simulation of the relay and its clients.
 ///
@@ -49,6 +49,10 @@ struct Args {
     /// Skips capturing logs (faster; disables the `canary-logs` oracle).
     #[arg(long)]
     no_log_capture: bool,
+
+    /// With `--seed`: machine-readable output for the sweep's child processes.
+    #[arg(long, hide = true, requires = "seed")]
+    machine: bool,
 }
 
 fn parse_range(s: &str) -> Result<Range<u64>, String> {
@@ -102,6 +106,14 @@ fn main() -> anyhow::Result<ExitCode> {
 
 fn one(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
     let report = run(&config(args, seed));
+    if args.machine {
+        println!("SIM_MS\t{}", report.simulated.as_millis());
+        println!("HASH\t{}", report.trace_hash);
+        for v in &report.violations {
+            println!("VIOLATION\t{}\t{}", v.oracle, v.detail.replace(['\n', '\t'], " "));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     println!("seed {seed}\n{}\n{}", report.scenario, report.plan);
     if args.trace {
         for line in &report.trace {
@@ -132,6 +144,67 @@ fn wall_clock() -> std::time::Instant {
     std::time::Instant::now()
 }
 
+/// What a child process reported for one seed.
+struct ChildReport {
+    simulated: Duration,
+    violations: Vec<(String, String)>,
+}
+
+/// Runs one seed in a fresh process of this executable.
+///
+/// Why not in-process: runs in one process are deterministic *as a sequence* but a seed's
+/// trace can depend on which runs came before it (process-global counters in the async
+/// runtime stack, e.g. task ids, change the order in which a crashed host's sockets are
+/// dropped). A fresh process per seed makes the sweep's result exactly what the printed
+/// replay command reproduces.
+fn child_run(exe: &std::path::Path, args: &Args, seed: u64) -> anyhow::Result<ChildReport> {
+    let mut command = std::process::Command::new(exe);
+    command.args([
+        "--seed",
+        &seed.to_string(),
+        "--clients",
+        &args.clients.to_string(),
+        "--faults",
+        &faults_arg(&args.faults),
+        "--machine",
+    ]);
+    if args.no_log_capture {
+        command.arg("--no-log-capture");
+    }
+    let output = command.output().context("running a seed")?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut report = ChildReport {
+        simulated: Duration::ZERO,
+        violations: Vec::new(),
+    };
+    for line in stdout.lines() {
+        let mut fields = line.splitn(3, '\t');
+        match (fields.next(), fields.next(), fields.next()) {
+            (Some("SIM_MS"), Some(ms), _) => {
+                report.simulated = Duration::from_millis(ms.parse().unwrap_or(0));
+            }
+            (Some("VIOLATION"), Some(oracle), detail) => report
+                .violations
+                .push((oracle.to_owned(), detail.unwrap_or("").to_owned())),
+            _ => {}
+        }
+    }
+    if !output.status.success() {
+        report.violations.push((
+            "crash".to_owned(),
+            format!(
+                "process failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            ),
+        ));
+    }
+    Ok(report)
+}
+
 fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> {
     let total = seeds.end - seeds.start;
     let bar = ProgressBar::new(total);
@@ -141,21 +214,23 @@ fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> {
     );
     let started = wall_clock();
     let mut simulated = Duration::ZERO;
-    let mut by_oracle: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut failing: Vec<RunReport> = Vec::new();
+    let mut by_oracle: BTreeMap<String, u64> = BTreeMap::new();
+    let mut failing: Vec<u64> = Vec::new();
+    let exe = std::env::current_exe().context("locating this executable")?;
     for seed in seeds {
-        let report = run(&config(args, seed));
-        simulated += report.simulated;
-        if !report.violations.is_empty() {
-            for v in &report.violations {
-                *by_oracle.entry(v.oracle).or_default() += 1;
+        let child = child_run(&exe, args, seed)?;
+        simulated += child.simulated;
+        if !child.violations.is_empty() {
+            for (oracle, _) in &child.violations {
+                *by_oracle.entry(oracle.clone()).or_default() += 1;
             }
             bar.println(format!(
-                "seed {seed}: {} violation(s), first: {}",
-                report.violations.len(),
-                report.violations[0]
+                "seed {seed}: {} violation(s), first: [{}] {}",
+                child.violations.len(),
+                child.violations[0].0,
+                child.violations[0].1
             ));
-            failing.push(report);
+            failing.push(seed);
             bar.set_message(format!("{} failing", failing.len()));
         }
         bar.inc(1);
@@ -174,8 +249,8 @@ fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> {
         simulated.as_secs_f64() / wall.as_secs_f64().max(1e-9),
         total as f64 / wall.as_secs_f64().max(1e-9)
     );
-    for r in &failing {
-        println!("replay seed {}: {}", r.seed, replay(args, r.seed));
+    for seed in &failing {
+        println!("replay seed {seed}: {}", replay(args, *seed));
     }
     Ok(if failing.is_empty() {
         ExitCode::SUCCESS

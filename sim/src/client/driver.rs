@@ -157,7 +157,10 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
             .socket
             .as_ref()
             .map(|s| s.last_inbound_ms + DEAD_LINK_MS);
-        [self.machine.poll_timeout(), dead].into_iter().flatten().min()
+        [self.machine.poll_timeout(), dead]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn timeout(&mut self) {
@@ -165,7 +168,10 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
         if let Some(socket) = &self.socket
             && now >= socket.last_inbound_ms + DEAD_LINK_MS
         {
-            tracing::debug!(generation = socket.generation, "socket silent: declared dead");
+            tracing::debug!(
+                generation = socket.generation,
+                "socket silent: declared dead"
+            );
             self.close_socket();
             self.machine.handle_disconnected(now);
         }
@@ -291,7 +297,11 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
                 }
             }
             Io::Closed { generation } => {
-                if self.socket.as_ref().is_some_and(|s| s.generation == generation) {
+                if self
+                    .socket
+                    .as_ref()
+                    .is_some_and(|s| s.generation == generation)
+                {
                     self.close_socket();
                     self.machine.handle_disconnected(now);
                 }

@@ -195,7 +195,9 @@ impl EventHub {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (u64, driver::Listeners)> {
-        self.listeners.lock().unwrap_or_else(PoisonError::into_inner)
+        self.listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn on(&self, kind: EventKind, listener: Listener) -> u64 {
@@ -249,7 +251,9 @@ impl Subscription {
 
 impl fmt::Debug for Subscription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Subscription").field("id", &self.id).finish()
+        f.debug_struct("Subscription")
+            .field("id", &self.id)
+            .finish()
     }
 }
 
@@ -358,7 +362,9 @@ impl<N: Network, S: ClientStore + Send + 'static> Client<N, S> {
     }
 
     fn media_rng(&self) -> std::sync::MutexGuard<'_, ChaCha20Rng> {
-        self.media_rng.lock().unwrap_or_else(PoisonError::into_inner)
+        self.media_rng
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     async fn send(&self, command: Command<S>) -> Result<(), ClientError> {

@@ -343,7 +343,11 @@ impl<N: Network, S: ClientStore + Send + 'static> Media<'_, N, S> {
             paths::MEDIA_DOWNLOAD,
             media_key.replace('/', "%2F")
         );
-        let r = check(self.client.rest(http::Method::GET, path, true, None).await?)?;
+        let r = check(
+            self.client
+                .rest(http::Method::GET, path, true, None)
+                .await?,
+        )?;
         client_core::crypto::media::decrypt_media(&key, &r.body)
             .map_err(|e| ClientError::BadResponse(e.to_string()))
     }
@@ -365,7 +369,10 @@ impl<N: Network, S: ClientStore + Send + 'static> Push<'_, N, S> {
         Ok(r.vapid_public_key)
     }
     /// `enablePushNotifications`: registers a Web Push subscription.
-    pub async fn subscribe(&self, subscription: &body::PushSubscribeRequest) -> Result<(), ClientError> {
+    pub async fn subscribe(
+        &self,
+        subscription: &body::PushSubscribeRequest,
+    ) -> Result<(), ClientError> {
         let _: Value = self
             .client
             .post_json(paths::PUSH_SUBSCRIBE.into(), true, subscription)
@@ -400,7 +407,9 @@ impl<N: Network, S: ClientStore + Send + 'static> Channels<'_, N, S> {
     }
     /// `getMine`.
     pub async fn mine(&self) -> Result<Vec<body::ChannelInfo>, ClientError> {
-        self.client.get_json(paths::CHANNELS_MINE.into(), true).await
+        self.client
+            .get_json(paths::CHANNELS_MINE.into(), true)
+            .await
     }
     /// `getDetail(channelId)`.
     pub async fn detail(&self, channel_id: &str) -> Result<body::ChannelInfo, ClientError> {
@@ -433,7 +442,11 @@ impl<N: Network, S: ClientStore + Send + 'static> Channels<'_, N, S> {
     /// `unsubscribe(channelId)`.
     pub async fn unsubscribe(&self, channel_id: &str) -> Result<(), ClientError> {
         let path = fill(paths::CHANNEL_SUBSCRIBE, "channel_id", channel_id);
-        check(self.client.rest(http::Method::DELETE, path, true, None).await?)?;
+        check(
+            self.client
+                .rest(http::Method::DELETE, path, true, None)
+                .await?,
+        )?;
         Ok(())
     }
     /// `postMessage(channelId, content, type)`.
@@ -500,7 +513,11 @@ pub struct Vanity<'a, N, S: ClientStore> {
 impl<N: Network, S: ClientStore + Send + 'static> Vanity<'_, N, S> {
     /// `search(q)` (public).
     pub async fn search(&self, q: &str) -> Result<Vec<body::VanityItem>, ClientError> {
-        let path = format!("{}?q={}", paths::VANITY_SEARCH, q.replace(['&', '#', ' '], "_"));
+        let path = format!(
+            "{}?q={}",
+            paths::VANITY_SEARCH,
+            q.replace(['&', '#', ' '], "_")
+        );
         self.client.get_json(path, false).await
     }
     /// `purchase(aliasId)`.
@@ -649,8 +666,6 @@ pub struct Http<'a, N, S: ClientStore> {
 impl<N: Network, S: ClientStore + Send + 'static> Http<'_, N, S> {
     /// Points every later request and socket at `endpoint`.
     pub async fn set_base(&self, endpoint: crate::net::Endpoint) -> Result<(), ClientError> {
-        self.client
-            .send(super::Command::SetBase { endpoint })
-            .await
+        self.client.send(super::Command::SetBase { endpoint }).await
     }
 }

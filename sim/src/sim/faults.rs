@@ -181,7 +181,8 @@ impl FaultPlan {
             (1, 5)
         };
         let mut events = Vec::new();
-        let client = |rng: &mut ChaCha20Rng| format!("c{}", rng.next_u32() as usize % clients.max(1));
+        let client =
+            |rng: &mut ChaCha20Rng| format!("c{}", rng.next_u32() as usize % clients.max(1));
         // Each fault occupies [start, start + duration) inside the window.
         let span = |rng: &mut ChaCha20Rng, max_ms: u64| {
             let duration = 1_000 + rng.next_u64() % max_ms;
@@ -206,7 +207,10 @@ impl FaultPlan {
                             (RELAY.to_owned(), c)
                         };
                         let (s, e) = span(rng, 80_000);
-                        events.push(ev(s, FaultAction::PartitionOneway(from.clone(), to.clone())));
+                        events.push(ev(
+                            s,
+                            FaultAction::PartitionOneway(from.clone(), to.clone()),
+                        ));
                         events.push(ev(e, FaultAction::RepairOneway(from, to)));
                     }
                     FaultKind::Hold => {

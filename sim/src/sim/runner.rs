@@ -180,9 +180,13 @@ fn run_inner(config: &RunConfig, _logs: &LogCapture) -> Inner {
     {
         let (store, blobs) = (relay_store.clone(), blobs.clone());
         sim.host(RELAY, move || {
-            let server =
-                RelayServer::in_memory(relay_config.clone(), relay_seed, store.clone(), blobs.clone())
-                    .with_clock(SimClock::default());
+            let server = RelayServer::in_memory(
+                relay_config.clone(),
+                relay_seed,
+                store.clone(),
+                blobs.clone(),
+            )
+            .with_clock(SimClock::default());
             async move {
                 server
                     .run::<Turmoil>(
@@ -338,12 +342,7 @@ fn apply(sim: &mut turmoil::Sim<'_>, action: &FaultAction, down: &mut BTreeSet<S
 }
 
 /// Repairs every link, releases every hold, restarts every crashed host, resets latency.
-fn heal(
-    sim: &mut turmoil::Sim<'_>,
-    plan: &FaultPlan,
-    clients: usize,
-    down: &mut BTreeSet<String>,
-) {
+fn heal(sim: &mut turmoil::Sim<'_>, plan: &FaultPlan, clients: usize, down: &mut BTreeSet<String>) {
     for i in 0..clients {
         let c = format!("c{i}");
         sim.repair(c.as_str(), RELAY);
@@ -542,7 +541,13 @@ async fn traffic(ctx: &HostCtx, client: &Client<Turmoil>) {
         .map(|(i, a)| (i, a.clone()))
         .collect();
     for (index, action) in actions {
-        if ctx.world.borrow().next_action.get(&me).is_some_and(|n| index < *n) {
+        if ctx
+            .world
+            .borrow()
+            .next_action
+            .get(&me)
+            .is_some_and(|n| index < *n)
+        {
             continue;
         }
         let due = start + action.at_ms;
@@ -587,8 +592,16 @@ async fn perform(ctx: &HostCtx, client: &Client<Turmoil>, kind: &ActionKind) {
         }
         ActionKind::Read { pair } => {
             let (conv, peer) = target(*pair);
-            let history = client.get_history(&conv, None, None).await.unwrap_or_default();
-            let Some(seq) = history.iter().filter(|m| !m.is_me).filter_map(|m| m.seq).max() else {
+            let history = client
+                .get_history(&conv, None, None)
+                .await
+                .unwrap_or_default();
+            let Some(seq) = history
+                .iter()
+                .filter(|m| !m.is_me)
+                .filter_map(|m| m.seq)
+                .max()
+            else {
                 return;
             };
             match client.mark_as_read(&conv, seq, &peer).await {
@@ -607,7 +620,10 @@ async fn perform(ctx: &HostCtx, client: &Client<Turmoil>, kind: &ActionKind) {
         }
         ActionKind::Retract { pair } => {
             let (conv, peer) = target(*pair);
-            let history = client.get_history(&conv, None, None).await.unwrap_or_default();
+            let history = client
+                .get_history(&conv, None, None)
+                .await
+                .unwrap_or_default();
             let Some(m) = history
                 .iter()
                 .rev()
@@ -666,8 +682,13 @@ pub(super) struct LogCapture {
 
 impl LogCapture {
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-            .into_owned()
+        String::from_utf8_lossy(
+            &self
+                .buf
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+        .into_owned()
     }
 }
 

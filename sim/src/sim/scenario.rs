@@ -127,7 +127,11 @@ impl Scenario {
                 let at_ms = rng.next_u64() % window_ms;
                 let pair_index = rng.next_u32() as usize % pairs.len();
                 let pair = pairs[pair_index];
-                let client = if rng.next_u32() % 2 == 0 { pair.a } else { pair.b };
+                let client = if rng.next_u32() % 2 == 0 {
+                    pair.a
+                } else {
+                    pair.b
+                };
                 let roll = rng.next_u32() % 100;
                 let kind = match roll {
                     0..60 => {

@@ -73,7 +73,12 @@ impl fmt::Display for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Event { t_ms, who, event } => write!(f, "{t_ms:>8} {who} {}", summary(event)),
-            Self::Sent { t_ms, who, id, conv } => {
+            Self::Sent {
+                t_ms,
+                who,
+                id,
+                conv,
+            } => {
                 write!(f, "{t_ms:>8} {who} sent {id} in {conv}")
             }
             Self::ReadMarked {

@@ -1,0 +1,215 @@
+//! The async `Client` against the real relay server on loopback sockets: registration (and 409
+//! recovery), friendship, a message with its receipts, typing, retract, media round trip, a
+//! second device's GOAWAY, and events through `on`/`off`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "shared test helpers outside #[test] fns: a panic is the failure report"
+)]
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use client_core::store::MessageStatus;
+use relay_core::{Config, MemoryBlobStore, store::MemoryStore};
+use sim::client::{Client, ClientEvent, ClientOptions, EventKind, SharedStore};
+use sim::clock::SystemClock;
+use sim::net::{Endpoint, Network, Tokio};
+use sim::server::RelayServer;
+use tokio::sync::oneshot;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn start_relay() -> (Endpoint, oneshot::Sender<()>) {
+    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let config = Config {
+        pow_difficulty: 1,
+        ..Config::default()
+    };
+    let server = RelayServer::in_memory(config, 5, MemoryStore::new(), MemoryBlobStore::new());
+    tokio::spawn(server.serve::<Tokio>(listener, async {
+        let _ = stopped.await;
+    }));
+    (Endpoint::from(addr), stop)
+}
+
+fn client(endpoint: &Endpoint, seed: u8, store: SharedStore) -> Client<Tokio> {
+    let options = ClientOptions::new(endpoint.clone(), Arc::new(SystemClock), [seed; 32]);
+    Client::<Tokio>::start(store, options).unwrap()
+}
+
+fn mnemonic(seed: u8) -> String {
+    use rand_core::SeedableRng as _;
+    let mut rng = rand_chacha::ChaCha20Rng::from_seed([seed; 32]);
+    client_core::keys::new_mnemonic(&mut rng)
+        .expose()
+        .to_owned()
+}
+
+/// Collects every event of one kind.
+fn collect(c: &Client<Tokio>, kind: EventKind) -> Arc<Mutex<Vec<ClientEvent>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    c.on(kind, move |e| sink.lock().unwrap().push(e.clone()));
+    seen
+}
+
+async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::time::Instant::now() < deadline {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Registers two friends and returns `(alice, bob, conv, alice_alias, bob_alias)`.
+async fn friends(endpoint: &Endpoint) -> (Client<Tokio>, Client<Tokio>, String, String, String) {
+    let alice = client(endpoint, 1, SharedStore::new());
+    let bob = client(endpoint, 2, SharedStore::new());
+    let a = alice.register_account(&mnemonic(1), "alice").await.unwrap();
+    let b = bob.register_account(&mnemonic(2), "bob").await.unwrap();
+    alice.contacts().send_friend_request(&b).await.unwrap();
+    let pending = bob.contacts().sync_friends().await.unwrap();
+    let id = pending[0].friendship_id.0.to_string();
+    let accepted = bob.contacts().accept_friend_request(&id).await.unwrap();
+    let conv = accepted.conversation_id.as_str().to_owned();
+    bob.contacts().sync_friends().await.unwrap();
+    alice.contacts().sync_friends().await.unwrap();
+    alice.connect().await.unwrap();
+    bob.connect().await.unwrap();
+    tokio::time::timeout(WAIT, alice.wait_connected())
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(WAIT, bob.wait_connected())
+        .await
+        .unwrap()
+        .unwrap();
+    (alice, bob, conv, a, b)
+}
+
+#[tokio::test]
+async fn message_receipts_typing_retract_and_media_on_loopback() {
+    let (endpoint, stop) = start_relay().await;
+    let (alice, bob, conv, a, b) = friends(&endpoint).await;
+    assert!(alice.is_connected().await.unwrap());
+    let bob_messages = collect(&bob, EventKind::Message);
+    let bob_typing = collect(&bob, EventKind::Typing);
+
+    let id = alice
+        .send_message(&conv, &b, "hello bob", None)
+        .await
+        .unwrap();
+    eventually("bob receives", async || {
+        !bob_messages.lock().unwrap().is_empty()
+    })
+    .await;
+    let got = bob.get_message_data(&id).await.unwrap().unwrap();
+    assert_eq!((got.text.as_str(), got.seq), ("hello bob", Some(1)));
+    eventually("delivered", async || {
+        alice.get_message_data(&id).await.unwrap().unwrap().status == MessageStatus::Delivered
+    })
+    .await;
+    bob.mark_as_read(&conv, 1, &a).await.unwrap();
+    eventually("read", async || {
+        alice.get_message_data(&id).await.unwrap().unwrap().status == MessageStatus::Read
+    })
+    .await;
+
+    alice.send_typing(&conv, &b).await.unwrap();
+    eventually("typing", async || !bob_typing.lock().unwrap().is_empty()).await;
+
+    alice.retract_message(&id, &b, &conv).await.unwrap();
+    eventually("retract applied", async || {
+        bob.get_message_data(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .msg_type
+            .as_deref()
+            == Some("retracted")
+    })
+    .await;
+
+    let image = vec![7u8; 100_000];
+    let img_id = alice.send_image(&conv, &b, &image).await.unwrap();
+    eventually("image message", async || {
+        bob.get_message_data(&img_id).await.unwrap().is_some()
+    })
+    .await;
+    let m = bob.get_message_data(&img_id).await.unwrap().unwrap();
+    let key = m.media_url.unwrap();
+    assert_eq!(
+        bob.media().download_decrypted(&key, &conv).await.unwrap(),
+        image
+    );
+
+    let history = alice.get_history(&conv, None, None).await.unwrap();
+    assert_eq!(history.len(), 2);
+    let export = alice.export_conversation("all").await.unwrap();
+    assert_eq!(export.lines().count(), 2);
+    alice.clear_history(&conv).await.unwrap();
+    assert!(
+        alice
+            .get_history(&conv, None, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let _ = stop.send(());
+}
+
+#[tokio::test]
+async fn second_device_goaway_recovery_and_off() {
+    let (endpoint, stop) = start_relay().await;
+    let (alice, _bob, _conv, a, _b) = friends(&endpoint).await;
+    let goaways = collect(&alice, EventKind::Goaway);
+    let states = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&states);
+    let sub = alice
+        .transport()
+        .on_network_state_change(move |s| sink.lock().unwrap().push(s));
+
+    // Same mnemonic on another device: 409 recovery gives the same alias; GOAWAY to the first.
+    let second = client(&endpoint, 9, SharedStore::new());
+    assert_eq!(
+        second
+            .register_account(&mnemonic(1), "alice")
+            .await
+            .unwrap(),
+        a
+    );
+    second.connect().await.unwrap();
+    eventually("goaway", async || !goaways.lock().unwrap().is_empty()).await;
+    assert!(!alice.is_connected().await.unwrap());
+    second.shutdown().await;
+
+    // Taking the session back: the revoked token is refused, the shell re-authenticates.
+    sub.unsubscribe();
+    alice.connect().await.unwrap();
+    tokio::time::timeout(WAIT, alice.wait_connected())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(alice.calls().is_none());
+    let seen = states.lock().unwrap().clone();
+    assert!(!seen.is_empty());
+
+    // Restoring from the durable store after a "crash".
+    let store = SharedStore::new();
+    let c = client(&endpoint, 3, store.clone());
+    let alias = c.register_account(&mnemonic(3), "carol").await.unwrap();
+    c.shutdown().await;
+    let restarted = client(&endpoint, 4, store);
+    let restored = restarted.restore_session().await.unwrap().unwrap();
+    assert_eq!(restored, (alias, "carol".to_owned()));
+    let _ = stop.send(());
+}
