@@ -1,11 +1,9 @@
 //! Crypto paths of issue 8 item 1, each next to a `ring` 0.17 baseline (item 2) in the same run.
 //!
 //! Naming: one criterion group per path; inside it the function `client-core` (our public API),
-//! `rustcrypto` / `jsonwebtoken` (a mandated crate used directly, for primitives below the API or
-//! paths whose owner exposes no public function yet) and `ring` (the baseline doing the same work,
-//! same envelope, same base64 and JSON handling). Groups whose name starts with `primitive/` bench
-//! a path that is not public yet: switch them when it is (each has a `TODO` comment) and drop the
-//! prefix.
+//! `relay-core` (the relay's own public API, for JWTs), `rustcrypto` (a mandated crate used
+//! directly, for primitives below the API) and `ring` (the baseline doing the same work,
+//! same envelope, same base64 and JSON handling).
 //!
 //! Run: `cargo bench -p benches --bench crypto` (a filter narrows it: `-- 'aes256gcm|ed25519'`).
 
@@ -856,6 +854,7 @@ fn call_signal(c: &mut Criterion) {
 
 // ---------------------------------------------------------------- JWT (relay)
 
+/// The ring rows' claims (same fields and order as `relay_core::token::Claims`).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Claims {
     sub: String,
@@ -864,42 +863,44 @@ struct Claims {
     exp: u64,
 }
 
-/// PKCS#8 v1 prefix of an Ed25519 private key (RFC 8410), as relay-core's token module uses.
-const PKCS8_ED25519_PREFIX: [u8; 16] = [
-    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
-];
 const JWT_HEADER_B64: &str = "eyJ0eXAiOiJKV1QiLCJhbGciOiJFZERTQSJ9";
+const JWT_SUB: &str = "2b0f5c3e-9a7d-4e61-8c2b-5f1a3d9e7b40";
+const JWT_JTI: &str = "8d3e1f0a6b2c4d5e";
+/// Issue time of the benched tokens (epoch ms) and their lifetime (7 days).
+const JWT_NOW_MS: u64 = 1_767_225_600_000;
+const JWT_TTL_MS: u64 = 7 * 86_400_000;
 
 fn claims() -> Claims {
     Claims {
-        sub: "2b0f5c3e-9a7d-4e61-8c2b-5f1a3d9e7b40".to_owned(),
-        jti: "8d3e1f0a6b2c4d5e".to_owned(),
-        iat: 1_767_225_600,
-        exp: 1_767_225_600 + 7 * 86_400,
+        sub: JWT_SUB.to_owned(),
+        jti: JWT_JTI.to_owned(),
+        iat: JWT_NOW_MS / 1000,
+        exp: (JWT_NOW_MS + JWT_TTL_MS) / 1000,
     }
 }
 
+/// `relay_core::token::TokenKeys` (the relay's own issue/verify, `now` injected) next to ring.
 fn jwt(c: &mut Criterion) {
-    use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
     let key_seed = seed(15);
+    let keys = relay_core::token::TokenKeys::from_seed(key_seed);
     let public = SigningKeyPair::from_private_bytes(&key_seed).public_key();
-    let der = [PKCS8_ED25519_PREFIX.as_slice(), &key_seed].concat();
-    let enc = EncodingKey::from_ed_der(&der);
-    let dec = DecodingKey::from_ed_der(&public);
-    let mut validation = Validation::new(Algorithm::EdDSA);
-    validation.validate_exp = false;
-    validation.validate_aud = false;
-    validation.set_required_spec_claims(&["exp", "sub"]);
-    let header = Header::new(Algorithm::EdDSA);
     let theirs = ring_ed25519(&key_seed);
     let claims = claims();
-    let token = jsonwebtoken::encode(&header, &claims, &enc).expect("JWT");
+    let token = keys
+        .issue(JWT_SUB, JWT_JTI, JWT_NOW_MS, JWT_TTL_MS)
+        .expect("JWT");
 
-    // TODO(relay-core): switch to the relay's public issue/verify when it exposes them (the token
-    // keys are crate-private today); this mirrors `relay_core::token::TokenKeys`.
-    let mut g = c.benchmark_group("primitive/jwt_issue");
-    g.bench_function("jsonwebtoken", |b| {
-        b.iter(|| jsonwebtoken::encode(&header, black_box(&claims), &enc).expect("JWT"));
+    let mut g = c.benchmark_group("jwt_issue");
+    g.bench_function("relay-core", |b| {
+        b.iter(|| {
+            keys.issue(
+                black_box(JWT_SUB),
+                black_box(JWT_JTI),
+                JWT_NOW_MS,
+                JWT_TTL_MS,
+            )
+            .expect("JWT")
+        });
     });
     // ring: the same compact JWS by hand (header, claims JSON, base64url, Ed25519).
     g.bench_function("ring", |b| {
@@ -914,12 +915,11 @@ fn jwt(c: &mut Criterion) {
     });
     g.finish();
 
-    let mut g = c.benchmark_group("primitive/jwt_verify");
-    g.bench_function("jsonwebtoken", |b| {
+    let mut g = c.benchmark_group("jwt_verify");
+    g.bench_function("relay-core", |b| {
         b.iter(|| {
-            jsonwebtoken::decode::<Claims>(black_box(&token), &dec, &validation)
+            keys.verify(black_box(&token), JWT_NOW_MS)
                 .expect("valid JWT")
-                .claims
         });
     });
     g.bench_function("ring", |b| {
@@ -932,7 +932,9 @@ fn jwt(c: &mut Criterion) {
                 .verify(signed.as_bytes(), &sig)
                 .expect("valid JWT");
             let body = URL_SAFE_NO_PAD.decode(body).expect("base64url claims");
-            serde_json::from_slice::<Claims>(&body).expect("claims JSON")
+            let c = serde_json::from_slice::<Claims>(&body).expect("claims JSON");
+            assert!(JWT_NOW_MS < c.exp * 1000, "not expired");
+            c
         });
     });
     g.finish();

@@ -5,9 +5,13 @@
 //! * [`spawn_echo_server`]: a bare tokio-tungstenite echo server on loopback, the transport ceiling.
 //! * [`run_load`]: a bounded WebSocket round-trip load generator that takes a `ws://` URL, so the
 //!   same generator measures the echo server now and the relay end to end later.
+//! * [`relay_world`]: a relay-core `Relay` on a `MemoryStore` under a virtual clock, set up through
+//!   its public HTTP/WS inputs, for the relay-core benches.
 //!
 //! Benches measure wall time by design, so this crate reads the real clock (`Instant::now`) in
 //! exactly one place, [`wall_now`]; the workspace ban on ambient clocks is for the sans-IO cores.
+
+pub mod relay_world;
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -53,8 +53,22 @@ impl TokenError {
     }
 }
 
-/// Signs and verifies relay JWTs.
-pub(crate) struct TokenKeys {
+/// Signs and verifies relay JWTs (EdDSA over one Ed25519 key).
+///
+/// Public so benchmarks and tools can exercise the exact code the relay runs; the relay itself
+/// derives its keys from the seed persisted in the store. Neither method reads a clock: both
+/// take `now` in epoch milliseconds.
+///
+/// ```
+/// use relay_core::token::{TokenError, TokenKeys};
+///
+/// let keys = TokenKeys::from_seed([7; 32]);
+/// let now = 1_800_000_000_000;
+/// let jwt = keys.issue("user-uuid", "jti-1", now, 60_000).unwrap();
+/// assert_eq!(keys.verify(&jwt, now).unwrap().sub, "user-uuid");
+/// assert_eq!(keys.verify(&jwt, now + 60_000), Err(TokenError::Expired));
+/// ```
+pub struct TokenKeys {
     seed: [u8; 32],
     encoding: EncodingKey,
     decoding: DecodingKey,
@@ -73,7 +87,8 @@ const PKCS8_ED25519_PREFIX: [u8; 16] = [
 ];
 
 impl TokenKeys {
-    pub(crate) fn from_seed(seed: [u8; 32]) -> Self {
+    /// Keys from a 32-byte Ed25519 seed (the private key).
+    pub fn from_seed(seed: [u8; 32]) -> Self {
         let public = SigningKey::from_bytes(&seed).verifying_key().to_bytes();
         let mut der = PKCS8_ED25519_PREFIX.to_vec();
         der.extend_from_slice(&seed);
@@ -95,8 +110,9 @@ impl TokenKeys {
         &self.seed
     }
 
-    /// Issues a token for `sub` valid from `now_ms` for `ttl_ms`.
-    pub(crate) fn issue(&self, sub: &str, jti: &str, now_ms: u64, ttl_ms: u64) -> Option<String> {
+    /// Issues a token for `sub` with id `jti`, issued at `now_ms` (epoch milliseconds) and
+    /// valid for `ttl_ms`; `iat`/`exp` are whole seconds. `None` only if signing fails.
+    pub fn issue(&self, sub: &str, jti: &str, now_ms: u64, ttl_ms: u64) -> Option<String> {
         let claims = Claims {
             sub: sub.to_owned(),
             jti: jti.to_owned(),
@@ -106,8 +122,13 @@ impl TokenKeys {
         jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &self.encoding).ok()
     }
 
-    /// Verifies signature, shape and expiry. Revocation is the caller's business.
-    pub(crate) fn verify(&self, token: &str, now_ms: u64) -> Result<Claims, TokenError> {
+    /// Verifies signature, shape and expiry against `now_ms` (epoch milliseconds; expired when
+    /// `now_ms >= exp * 1000`). Revocation (the account's current `jti`) is the caller's business.
+    ///
+    /// # Errors
+    /// [`TokenError::Missing`] (empty), [`TokenError::Malformed`], [`TokenError::BadSignature`],
+    /// [`TokenError::Expired`]; never [`TokenError::Revoked`].
+    pub fn verify(&self, token: &str, now_ms: u64) -> Result<Claims, TokenError> {
         if token.is_empty() {
             return Err(TokenError::Missing);
         }

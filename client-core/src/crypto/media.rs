@@ -7,9 +7,11 @@
 //! Decoding is strict: truncated length/IV/ciphertext, a length outside `16..=chunk+16`, and an
 //! authentication failure are distinct errors.
 
+use aes_gcm::aead::AeadInOut as _;
+use aes_gcm::{Nonce, Tag};
 use rand_core::CryptoRng;
 
-use super::{IV_BYTES, PayloadError, SessionKey, TAG_BYTES, open_raw, seal_raw};
+use super::{IV_BYTES, SessionKey, TAG_BYTES};
 
 /// Plaintext bytes per chunk: 5 MiB.
 pub const MEDIA_CHUNK_PLAINTEXT_BYTES: usize = 5 * 1024 * 1024;
@@ -77,18 +79,28 @@ pub fn encrypt_media<R: CryptoRng + ?Sized>(
 }
 
 /// One frame with a caller-chosen IV. Only for test vectors: never reuse an IV with one key.
+///
+/// One allocation: the frame `len ‖ IV ‖ ciphertext ‖ tag` is sized up front, the plaintext is
+/// copied to its place and encrypted in place, then the tag is written after it.
 pub fn encrypt_chunk_with_iv(key: &SessionKey, iv: &[u8; IV_BYTES], chunk: &[u8]) -> Vec<u8> {
-    let sealed = seal_raw(key, iv, chunk);
-    let len = u32::try_from(sealed.len() - IV_BYTES).unwrap_or(u32::MAX);
-    let mut frame = Vec::with_capacity(MEDIA_LEN_PREFIX_BYTES + sealed.len());
+    let len = u32::try_from(chunk.len() + TAG_BYTES).unwrap_or(u32::MAX);
+    let body_at = MEDIA_LEN_PREFIX_BYTES + IV_BYTES;
+    let mut frame = Vec::with_capacity(body_at + chunk.len() + TAG_BYTES);
     frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(&sealed);
+    frame.extend_from_slice(iv);
+    frame.extend_from_slice(chunk);
+    // Encryption only fails for plaintexts above 64 GiB; a chunk is at most 5 MiB.
+    let tag = key
+        .cipher()
+        .encrypt_inout_detached(&Nonce::from(*iv), &[], (&mut frame[body_at..]).into())
+        .expect("AES-GCM plaintext within size limit");
+    frame.extend_from_slice(tag.as_slice());
     frame
 }
 
 /// Decrypts a concatenation of frames.
 pub fn decrypt_media(key: &SessionKey, object: &[u8]) -> Result<Vec<u8>, MediaError> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(object.len());
     let mut offset = 0;
     let mut index = 0;
     while offset < object.len() {
@@ -108,11 +120,17 @@ pub fn decrypt_media(key: &SessionKey, object: &[u8]) -> Result<Vec<u8>, MediaEr
         let Some(sealed) = body.get(..IV_BYTES + len_usize) else {
             return Err(MediaError::TruncatedCiphertext { offset });
         };
-        let plain = open_raw(key, sealed).map_err(|e| match e {
-            PayloadError::TooShort(_) => MediaError::TruncatedCiphertext { offset },
-            _ => MediaError::Auth { index },
-        })?;
-        out.extend_from_slice(&plain);
+        // Decrypt in place at the end of `out`: no per-chunk buffer.
+        let (iv, rest) = sealed.split_at(IV_BYTES);
+        let (ct, tag) = rest.split_at(len_usize - TAG_BYTES);
+        let mut nonce = [0u8; IV_BYTES];
+        nonce.copy_from_slice(iv);
+        let tag = Tag::try_from(tag).map_err(|_| MediaError::TruncatedCiphertext { offset })?;
+        let start = out.len();
+        out.extend_from_slice(ct);
+        key.cipher()
+            .decrypt_inout_detached(&Nonce::from(nonce), &[], (&mut out[start..]).into(), &tag)
+            .map_err(|_| MediaError::Auth { index })?;
         offset += MEDIA_LEN_PREFIX_BYTES + IV_BYTES + len_usize;
         index += 1;
     }

@@ -1,0 +1,170 @@
+//! Issue 8 item 3, memory: the relay's heap per idle connection, and (as a profile of the
+//! routing path) the heap allocations per routed message. A plain `main` with a counting
+//! global allocator, so the timing benches (`relay_core.rs`) do not pay for the counting.
+//!
+//! * **Idle connection**: 10,000 accounts registered and logged in (setup), then for each a
+//!   ticket, `handle_connect` and `sync`, everything drained, no traffic. The number is the
+//!   growth of live heap bytes across that phase divided by 10,000 (it includes whatever the
+//!   ticket path leaves behind, e.g. rate-limiter windows, and the connection's own state).
+//! * **Allocations per routed message**: allocation calls and bytes of `handle_frame(msg)` +
+//!   drain, averaged over 1,000 messages between two online members (after 1,000 warm-up).
+//!
+//! Run: `cargo bench -p benches --bench relay_memory` (under `cargo test --benches` it does a
+//! 100-connection smoke run).
+#![allow(unsafe_code, reason = "counting allocator for a memory benchmark")]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+
+use benches::MachineInfo;
+use benches::relay_world::{Account, FRAME_SPACING_MS, RelayWorld, bench_config, msg_payload};
+use wire::frames::{MsgFrame, ReceiptFrame};
+use wire::{AliasId, ClientFrame, ConvId, MessageId, Seq};
+
+/// [`System`] plus counters of live bytes and allocation calls.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+
+fn delta(bytes: usize) -> isize {
+    isize::try_from(bytes).unwrap_or(isize::MAX)
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the
+// counters are plain atomics and never affect the returned memory.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(delta(layout.size()), Ordering::Relaxed);
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged (the caller upholds `GlobalAlloc::alloc`'s contract).
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(delta(layout.size()), Ordering::Relaxed);
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(delta(layout.size()), Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes through
+        // this allocator).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(delta(new_size) - delta(layout.size()), Ordering::Relaxed);
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as for `dealloc`; `new_size` is the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+fn idle_connections(n: usize) {
+    let mut w = RelayWorld::new(bench_config());
+    let mut accounts: Vec<Account> = (0..n).map(|_| w.account()).collect();
+    let before = live();
+    for a in &mut accounts {
+        let conn = w.connect(a);
+        w.sync(conn);
+    }
+    let after = live();
+    assert!(accounts.iter().all(|a| w.relay.is_connected(a.conn())));
+    let per = (after - before) as f64 / n as f64;
+    println!(
+        "idle connections: {n}, relay heap growth {} bytes, {per:.0} bytes/connection",
+        after - before
+    );
+    // The part the connection itself holds: what closing them all gives back.
+    let before_close = live();
+    for a in &accounts {
+        w.relay.handle_disconnect(w.now, a.conn());
+    }
+    w.drain();
+    let freed = before_close - live();
+    println!(
+        "  freed by handle_disconnect of all: {freed} bytes, {:.0} bytes/connection",
+        freed as f64 / n as f64
+    );
+}
+
+fn allocations_per_message(n: u64) {
+    let mut w = RelayWorld::new(bench_config());
+    let mut a = w.account();
+    let mut b = w.account();
+    let conv = w.befriend(&a, &b);
+    let ca = w.connect(&mut a);
+    let cb = w.connect(&mut b);
+    w.sync(ca);
+    w.sync(cb);
+    let conv = ConvId::parse(&conv).expect("conv");
+    let a_alias = AliasId::parse(&a.alias).expect("alias");
+    let b_alias = AliasId::parse(&b.alias).expect("alias");
+    let payload = msg_payload();
+    let (mut calls, mut bytes, mut outputs) = (0usize, 0isize, 0usize);
+    for i in 1..=2 * n {
+        let m = ClientFrame::Msg(MsgFrame {
+            id: MessageId::parse(&format!("m-{i}")).expect("id"),
+            to: b_alias.clone(),
+            conv_id: conv.clone(),
+            crypto_v: Some(1),
+            payload: payload.clone(),
+        });
+        let (c0, l0) = (CALLS.load(Ordering::Relaxed), live());
+        w.relay.handle_frame(w.now, ca, m);
+        let mut k = 0;
+        while let Some(o) = w.relay.poll_output() {
+            drop(o);
+            k += 1;
+        }
+        if i > n {
+            calls += CALLS.load(Ordering::Relaxed) - c0;
+            bytes += live() - l0;
+            outputs += k;
+        }
+        w.advance(FRAME_SPACING_MS);
+        if i % 50 == 0 {
+            let r = ClientFrame::Delivered(ReceiptFrame {
+                conv_id: conv.clone(),
+                seq: Seq(i),
+                to: a_alias.clone(),
+                crypto_v: Some(1),
+            });
+            w.relay.handle_frame(w.now, cb, r);
+            w.drain();
+        }
+    }
+    assert_eq!(
+        outputs,
+        2 * usize::try_from(n).expect("n"),
+        "ack + msg each"
+    );
+    println!(
+        "routed messages: {n}, {:.1} allocation calls/message, {:.0} bytes live after each \
+         (message row until its receipt, tombstone + timers for 7 days)",
+        calls as f64 / n as f64,
+        bytes as f64 / n as f64
+    );
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    println!("{}", MachineInfo::detect());
+    if full {
+        idle_connections(10_000);
+        allocations_per_message(1_000);
+    } else {
+        idle_connections(100);
+        allocations_per_message(100);
+    }
+}
