@@ -149,7 +149,7 @@ macro_rules! case {
 #[macro_export]
 macro_rules! ensure {
     ($cond:expr, $($arg:tt)+) => {
-        if !$cond {
+        if !($cond) {
             return Err($crate::model::Failure::Fail(format!($($arg)+)));
         }
     };

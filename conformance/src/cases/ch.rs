@@ -175,7 +175,7 @@ async fn mine_owned(ctx: &mut Ctx) -> CaseResult {
     let id = ctx.create_channel(&a, true).await?;
     let list = mine(ctx, &a.token).await?;
     ensure!(
-        list.iter().any(|c| c["id"] == Value::from(id.as_str())),
+        list.iter().any(|c| c["id"] == id.as_str()),
         "mine lacks the owned channel"
     );
     Ok(())
@@ -205,7 +205,7 @@ async fn search(ctx: &mut Ctx) -> CaseResult {
         fail!("CH1 is not an array: {found}")
     };
     ensure!(
-        items.iter().any(|c| c["id"] == Value::from(id.as_str())),
+        items.iter().any(|c| c["id"] == id.as_str()),
         "search for {word:?} does not find the channel"
     );
     Ok(())
@@ -223,7 +223,7 @@ async fn subscribe(ctx: &mut Ctx) -> CaseResult {
     .await?
     .ok()?;
     let list = mine(ctx, &sub.token).await?;
-    let Some(c) = list.iter().find(|c| c["id"] == Value::from(id.as_str())) else {
+    let Some(c) = list.iter().find(|c| c["id"] == id.as_str()) else {
         fail!("the subscribed channel is not in mine")
     };
     ensure!(
@@ -245,7 +245,7 @@ async fn unsubscribe(ctx: &mut Ctx) -> CaseResult {
         .ok()?;
     let list = mine(ctx, &sub.token).await?;
     ensure!(
-        !list.iter().any(|c| c["id"] == Value::from(id.as_str())),
+        !list.iter().any(|c| c["id"] == id.as_str()),
         "the channel is still in mine after unsubscribing"
     );
     Ok(())
@@ -296,7 +296,7 @@ async fn posts_newest_first(ctx: &mut Ctx) -> CaseResult {
         )?;
     }
     ensure!(
-        items[0]["id"] == Value::from(ids[1].as_str()),
+        items[0]["id"] == ids[1].as_str(),
         "posts are not newest first"
     );
     ensure!(
@@ -305,7 +305,7 @@ async fn posts_newest_first(ctx: &mut Ctx) -> CaseResult {
         items[0]
     );
     ensure!(
-        items[0]["author_alias_id"] == Value::from(a.alias.as_str()),
+        items[0]["author_alias_id"] == a.alias.as_str(),
         "author_alias_id is not the owner"
     );
     Ok(())
@@ -355,11 +355,11 @@ async fn channel_post_frame(ctx: &mut Ctx) -> CaseResult {
     let post_id = s(&v, "post_id")?.to_owned();
     let f = ws.expect("channel_post").await?;
     ensure!(
-        f["conv_id"] == Value::from(id.as_str()) && f["channel_id"] == Value::from(id.as_str()),
+        f["conv_id"] == id.as_str() && f["channel_id"] == id.as_str(),
         "channel_post does not name the channel: {f}"
     );
     ensure!(
-        f["post"]["id"] == Value::from(post_id.as_str()) && f["post"]["content"] == "live",
+        f["post"]["id"] == post_id.as_str() && f["post"]["content"] == "live",
         "channel_post.post differs: {f}"
     );
     Ok(())
@@ -424,7 +424,7 @@ async fn private_not_searchable(ctx: &mut Ctx) -> CaseResult {
             .as_array()
             .into_iter()
             .flatten()
-            .any(|c| c["id"] == Value::from(id.as_str())),
+            .any(|c| c["id"] == id.as_str()),
         "a private channel was found by search"
     );
     Ok(())

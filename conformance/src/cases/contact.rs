@@ -217,7 +217,7 @@ async fn accept(ctx: &mut Ctx) -> CaseResult {
             e["status"]
         );
         ensure!(
-            e["conversation_id"] == Value::from(p.conv.as_str()),
+            e["conversation_id"] == p.conv.as_str(),
             "F1 conversation_id {} differs from the accept's {}",
             e["conversation_id"],
             p.conv
@@ -396,7 +396,7 @@ async fn active_conversations(ctx: &mut Ctx) -> CaseResult {
         .as_array()
         .into_iter()
         .flatten()
-        .any(|c| c["conv_id"] == Value::from(p.conv.as_str()));
+        .any(|c| c["conv_id"] == p.conv.as_str());
     ensure!(found, "C1 lacks the accepted conversation {}: {v}", p.conv);
     Ok(())
 }

@@ -129,9 +129,7 @@ async fn refused(ws: &mut crate::ctx::Ws, frame: &Value, id: &str) -> CaseResult
     ws.send(frame).await?;
     let wanted = id.to_owned();
     let v = ws
-        .expect_where_any(&["ack", "error"], move |v| {
-            v["id"] == Value::from(wanted.as_str())
-        })
+        .expect_where_any(&["ack", "error"], move |v| v["id"] == wanted.as_str())
         .await?;
     ensure!(
         v["type"] == "error",

@@ -49,6 +49,16 @@ pub fn all() -> &'static [Case] {
     })
 }
 
+/// Two contacts, both online (ticket sockets, `sync` sent).
+pub(crate) async fn online(
+    ctx: &mut crate::ctx::Ctx,
+) -> Result<(crate::ctx::Pair, crate::ctx::Ws, crate::ctx::Ws), crate::model::Failure> {
+    let p = ctx.pair().await?;
+    let wa = ctx.connect(&p.a, "A").await?;
+    let wb = ctx.connect(&p.b, "B").await?;
+    Ok((p, wa, wb))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -75,14 +85,4 @@ mod tests {
         }
         assert!(all().len() >= 100, "{} cases", all().len());
     }
-}
-
-/// Two contacts, both online (ticket sockets, `sync` sent).
-pub(crate) async fn online(
-    ctx: &mut crate::ctx::Ctx,
-) -> Result<(crate::ctx::Pair, crate::ctx::Ws, crate::ctx::Ws), crate::model::Failure> {
-    let p = ctx.pair().await?;
-    let wa = ctx.connect(&p.a, "A").await?;
-    let wb = ctx.connect(&p.b, "B").await?;
-    Ok((p, wa, wb))
 }

@@ -1,7 +1,7 @@
 //! MSG: messages, exactly-once, offline sync, typing (SPEC §What the service does 4, §Wire
 //! envelope, §Events; PROTOCOL §3.1-3.2, §9; ARCHITECTURE "One message, end to end").
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::online;
 use crate::ctx::{Ctx, Kind, fields, s, u};
@@ -217,9 +217,9 @@ async fn duplicate_id(ctx: &mut Ctx) -> CaseResult {
         "duplicate id acked with seq {second}, first was {first}"
     );
     let wanted = id.clone();
-    wb.expect_where("msg", |v| v["id"] == Value::from(wanted.as_str()))
+    wb.expect_where("msg", |v| v["id"] == wanted.as_str())
         .await?;
-    wb.expect_none_where("msg", |v| v["id"] == Value::from(id.as_str()))
+    wb.expect_none_where("msg", |v| v["id"] == id.as_str())
         .await
 }
 
@@ -359,9 +359,9 @@ async fn resend_after_reconnect(ctx: &mut Ctx) -> CaseResult {
         "re-sent id got seq {second}, first {first}"
     );
     let wanted = id.clone();
-    wb.expect_where("msg", |v| v["id"] == Value::from(wanted.as_str()))
+    wb.expect_where("msg", |v| v["id"] == wanted.as_str())
         .await?;
-    wb.expect_none_where("msg", |v| v["id"] == Value::from(id.as_str()))
+    wb.expect_none_where("msg", |v| v["id"] == id.as_str())
         .await
 }
 
@@ -373,9 +373,7 @@ async fn payload_too_large(ctx: &mut Ctx) -> CaseResult {
     wa.send(&m).await?;
     let wanted = id.clone();
     let e = wa
-        .expect_where_any(&["error", "ack"], move |v| {
-            v["id"] == Value::from(wanted.as_str())
-        })
+        .expect_where_any(&["error", "ack"], move |v| v["id"] == wanted.as_str())
         .await?;
     ensure!(e["type"] == "error", "an oversized payload was acked: {e}");
     wb.expect_none("msg").await
@@ -413,9 +411,7 @@ async fn wrong_to(ctx: &mut Ctx) -> CaseResult {
     wa.send(&m).await?;
     let wanted = id.clone();
     let e = wa
-        .expect_where_any(&["error", "ack"], move |v| {
-            v["id"] == Value::from(wanted.as_str())
-        })
+        .expect_where_any(&["error", "ack"], move |v| v["id"] == wanted.as_str())
         .await?;
     ensure!(e["type"] == "error", "a msg to a non-member was acked: {e}");
     wc.expect_none("msg").await?;
@@ -440,8 +436,8 @@ async fn send_before_sync(ctx: &mut Ctx) -> CaseResult {
     wa.send_msg(&id, &m).await?;
     wb.send(&json!({"type": "sync", "crypto_v": 1})).await?;
     let wanted = id.clone();
-    wb.expect_where("msg", |v| v["id"] == Value::from(wanted.as_str()))
+    wb.expect_where("msg", |v| v["id"] == wanted.as_str())
         .await?;
-    wb.expect_none_where("msg", |v| v["id"] == Value::from(id.as_str()))
+    wb.expect_none_where("msg", |v| v["id"] == id.as_str())
         .await
 }

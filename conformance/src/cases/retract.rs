@@ -1,7 +1,7 @@
 //! RETRACT: withdrawing one's own message (SPEC §Events retract, client `retractMessage`;
 //! PROTOCOL §3.1-3.2, §9).
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::online;
 use crate::ctx::{Ctx, s};
@@ -105,7 +105,7 @@ async fn no_time_limit(ctx: &mut Ctx) -> CaseResult {
     )
     .await?;
     let wanted = id.clone();
-    wb.expect_where("retract", |v| v["id"] == Value::from(wanted.as_str()))
+    wb.expect_where("retract", |v| v["id"] == wanted.as_str())
         .await?;
     Ok(())
 }
@@ -122,7 +122,7 @@ async fn retract_offline(ctx: &mut Ctx) -> CaseResult {
     wa.expect_none("error").await?;
     let mut wb = ctx.connect(&p.b, "B").await?;
     let wanted = id.clone();
-    wb.expect_where("retract", |v| v["id"] == Value::from(wanted.as_str()))
+    wb.expect_where("retract", |v| v["id"] == wanted.as_str())
         .await?;
     Ok(())
 }

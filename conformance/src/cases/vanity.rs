@@ -173,7 +173,10 @@ async fn featured(ctx: &mut Ctx) -> CaseResult {
             it["tier"]
         );
         let p = it["price_usdt"].as_f64().unwrap_or(0.0);
-        ensure!(p >= last, "featured list not ascending by price at {it}");
+        ensure!(
+            p.total_cmp(&last).is_ge(),
+            "featured list not ascending by price at {it}"
+        );
         last = p;
     }
     Ok(())
