@@ -60,12 +60,12 @@ fn collect(c: &Client<Tokio>, kind: EventKind) -> Arc<Mutex<Vec<ClientEvent>>> {
 }
 
 async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while tokio::time::Instant::now() < deadline {
+    const STEP: Duration = Duration::from_millis(20);
+    for _ in 0..WAIT.as_millis() / STEP.as_millis() {
         if f().await {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(STEP).await;
     }
     panic!("timed out waiting for {what}");
 }

@@ -110,7 +110,11 @@ fn one(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
         println!("SIM_MS\t{}", report.simulated.as_millis());
         println!("HASH\t{}", report.trace_hash);
         for v in &report.violations {
-            println!("VIOLATION\t{}\t{}", v.oracle, v.detail.replace(['\n', '\t'], " "));
+            println!(
+                "VIOLATION\t{}\t{}",
+                v.oracle,
+                v.detail.replace(['\n', '\t'], " ")
+            );
         }
         return Ok(ExitCode::SUCCESS);
     }

@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use wire::frames::ClientFrame;
 
-use super::{ClientError, Clock, Command, EventHub, RestCall, RestReply};
+use super::{AuthReply, ClientError, Clock, Command, EventHub, FriendsReply, RestCall, RestReply};
 use crate::net::{
     Connector, HttpClient, HttpRequest, Network, WsError, WsMessage, WsRequest, WsStream,
 };
@@ -50,7 +50,7 @@ enum Io<S> {
     },
     Opened {
         generation: u64,
-        result: Result<WsStream<S>, WsError>,
+        result: Box<Result<WsStream<S>, WsError>>,
     },
     Text {
         generation: u64,
@@ -90,8 +90,8 @@ pub(super) struct Driver<N: Network, S: ClientStore> {
     generation: u64,
     connecting: Option<JoinHandle<()>>,
     socket: Option<Socket>,
-    auth_waiters: Vec<oneshot::Sender<Result<Option<(String, String)>, ClientError>>>,
-    friends_waiters: Vec<oneshot::Sender<Result<Vec<wire::http::FriendProfile>, ClientError>>>,
+    auth_waiters: Vec<AuthReply>,
+    friends_waiters: Vec<FriendsReply>,
     connected_waiters: Vec<oneshot::Sender<()>>,
 }
 
@@ -267,7 +267,7 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
                     return;
                 }
                 self.connecting = None;
-                match result {
+                match *result {
                     Ok(ws) => {
                         self.attach(ws, now);
                         if let Err(e) = self.machine.handle_connected(now) {
@@ -380,7 +380,7 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
         let http = self.http.clone();
         let io = self.io_tx.clone();
         self.connecting = Some(tokio::spawn(async move {
-            let result = http.connect_ws(WsRequest::new(path)).await;
+            let result = Box::new(http.connect_ws(WsRequest::new(path)).await);
             drop(io.send(Io::Opened { generation, result }).await);
         }));
     }
@@ -406,7 +406,7 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
             }
             while let Some(event) = self.machine.poll_event() {
                 progressed = true;
-                self.deliver(event);
+                self.deliver(&event);
             }
             if !progressed {
                 break;
@@ -470,8 +470,8 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
         });
     }
 
-    fn deliver(&mut self, event: Event) {
-        match &event {
+    fn deliver(&mut self, event: &Event) {
+        match event {
             Event::Authenticated {
                 alias_id, nickname, ..
             } => {
@@ -496,7 +496,7 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
             }
             _ => {}
         }
-        self.hub.emit(&event);
+        self.hub.emit(event);
     }
 }
 

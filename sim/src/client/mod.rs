@@ -266,10 +266,10 @@ pub(crate) struct RestCall {
     body: Option<(&'static str, Bytes)>,
 }
 
-type RestReply = Result<HttpResponse, ClientError>;
+pub(crate) type RestReply = Result<HttpResponse, ClientError>;
 type MachineOp<S> = Box<dyn FnOnce(&mut machine::Client<S>, u64) + Send>;
-type AuthReply = oneshot::Sender<Result<Option<(String, String)>, ClientError>>;
-type FriendsReply = oneshot::Sender<Result<Vec<wire::http::FriendProfile>, ClientError>>;
+pub(crate) type AuthReply = oneshot::Sender<Result<Option<(String, String)>, ClientError>>;
+pub(crate) type FriendsReply = oneshot::Sender<Result<Vec<wire::http::FriendProfile>, ClientError>>;
 
 /// Commands from handles to the driver.
 pub(crate) enum Command<S: ClientStore> {

@@ -167,7 +167,7 @@ impl FaultPlan {
             FaultSelection::Swarm => loop {
                 let k: BTreeSet<FaultKind> = FaultKind::ALL
                     .into_iter()
-                    .filter(|_| rng.next_u32() % 2 == 0)
+                    .filter(|_| rng.next_u32().is_multiple_of(2))
                     .collect();
                 if !k.is_empty() {
                     break k;
@@ -201,7 +201,7 @@ impl FaultPlan {
                     }
                     FaultKind::OneWay => {
                         let c = client(rng);
-                        let (from, to) = if rng.next_u32() % 2 == 0 {
+                        let (from, to) = if rng.next_u32().is_multiple_of(2) {
                             (c, RELAY.to_owned())
                         } else {
                             (RELAY.to_owned(), c)

@@ -141,7 +141,10 @@ fn acked_messages(input: &Input<'_>) -> Vec<Acked> {
 }
 
 /// `(device, message id, conv, seq, from)` of every `message` event, in trace order.
-fn received(records: &[Record]) -> Vec<(Device, &str, &str, Option<u64>, Option<&str>)> {
+/// `(device, message id, conv, seq, from)`.
+type Received<'a> = (Device, &'a str, &'a str, Option<u64>, Option<&'a str>);
+
+fn received(records: &[Record]) -> Vec<Received<'_>> {
     records
         .iter()
         .filter_map(|r| match r {

@@ -178,7 +178,7 @@ fn run_inner(config: &RunConfig, _logs: &LogCapture) -> Inner {
     let relay_config = relay_config();
     let relay_seed = rng.next_u64();
     {
-        let (store, blobs) = (relay_store.clone(), blobs.clone());
+        let store = relay_store.clone();
         sim.host(RELAY, move || {
             let server = RelayServer::in_memory(
                 relay_config.clone(),

@@ -127,7 +127,7 @@ impl Scenario {
                 let at_ms = rng.next_u64() % window_ms;
                 let pair_index = rng.next_u32() as usize % pairs.len();
                 let pair = pairs[pair_index];
-                let client = if rng.next_u32() % 2 == 0 {
+                let client = if rng.next_u32().is_multiple_of(2) {
                     pair.a
                 } else {
                     pair.b
