@@ -506,3 +506,159 @@ async fn relay_on_loopback_sockets() {
         .unwrap()
         .unwrap();
 }
+
+// ---- the stand-ins, on turmoil
+
+/// A push for an offline recipient reaches the push-service stand-in; the payment stand-in's
+/// forged webhook is refused (401) while its genuine copies are answered.
+#[test]
+fn standins_on_turmoil() {
+    use sim::standins::{PaymentProcessor, PushService, WebhookPlan};
+    const SECRET: &str = "webhook-secret";
+    let mut sim = sim_builder(21);
+    let push = PushService::new();
+    let payments = PaymentProcessor::new(
+        SECRET,
+        Endpoint::parse(&format!("http://{RELAY}:{PORT}")).unwrap(),
+    );
+    sim.host(RELAY, || async {
+        let config = Config {
+            payment_webhook_secret: relay_core::config::WebhookSecret(SECRET.into()),
+            ..config()
+        };
+        RelayServer::in_memory(config, SEED, MemoryStore::new(), MemoryBlobStore::new())
+            .with_clock(SimClock::default())
+            .with_push_gateway(Endpoint::parse("http://push:9000").unwrap())
+            .run::<Turmoil>(
+                SocketAddr::from((Ipv4Addr::UNSPECIFIED, PORT)),
+                std::future::pending(),
+            )
+            .await?;
+        Ok(())
+    });
+    let service = push.clone();
+    sim.host("push", move || {
+        let service = service.clone();
+        async move {
+            let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 9000));
+            service.run::<Turmoil>(addr, std::future::pending()).await?;
+            Ok(())
+        }
+    });
+    let processor = payments.clone();
+    sim.host("payments", move || {
+        let processor = processor.clone();
+        async move {
+            let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 9100));
+            processor
+                .run::<Turmoil>(addr, std::future::pending())
+                .await?;
+            Ok(())
+        }
+    });
+    let recorded = push.clone();
+    let paying = payments.clone();
+    sim.client("clients", async move {
+        let http = sim_http();
+        let alice = register(&http, 1, "alice").await;
+        let bob = register(&http, 2, "bob").await;
+        let body = json!({"token": "fcm-token-1", "platform": "android"});
+        let (status, v) = post(&http, "/api/v1/push/register", &body, Some(&bob.token)).await;
+        assert_eq!(status, 200, "{v}");
+        let (_, fr) = post(
+            &http,
+            "/api/v1/friends/request",
+            &json!({"to_alias_id": bob.alias}),
+            Some(&alice.token),
+        )
+        .await;
+        let id = fr["friendship_id"].clone();
+        let accept = HttpRequest::new(Method::PUT, format!("/api/v1/friends/{id}/accept"))
+            .bearer(&bob.token);
+        let v: Value = http.send(accept).await.unwrap().json().unwrap();
+        let conv = v["conversation_id"].as_str().unwrap().to_owned();
+        let mut alice_ws = open_ws(&http, &alice).await;
+        let msg = json!({"type": "msg", "id": "m-1", "to": bob.alias, "conv_id": conv, "crypto_v": 1, "payload": "cHVzaA=="});
+        send(&mut alice_ws, &msg).await;
+        assert_eq!(describe(&next_frame(&mut alice_ws).await), "ack seq=1");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let pushes = recorded.received();
+        assert_eq!(pushes.len(), 1, "{pushes:?}");
+        assert_eq!(pushes[0].path, "/fcm/fcm-token-1");
+        assert_eq!(pushes[0].body, r#"{"type":"new_msg"}"#);
+
+        let plan = WebhookPlan {
+            forged: 1,
+            duplicates: 1,
+            duplicate_spacing_ms: 100,
+            ..WebhookPlan::paid(10)
+        };
+        paying
+            .pay(wire::OrderId::parse("order-unknown").unwrap(), plan)
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let deliveries = paying.deliveries();
+        let forged: Vec<_> = deliveries.iter().filter(|d| d.forged).collect();
+        let genuine: Vec<_> = deliveries.iter().filter(|d| !d.forged).collect();
+        assert_eq!(forged.len(), 1, "{deliveries:?}");
+        assert_eq!(forged[0].status, Some(401));
+        assert!(!genuine.is_empty(), "{deliveries:?}");
+        assert!(
+            genuine.iter().all(|d| d.status.is_some_and(|s| s != 401)),
+            "{deliveries:?}"
+        );
+        // The invoice page shows the payment.
+        let invoices = HttpClient::new(
+            Turmoil::connector(),
+            Endpoint::parse("http://payments:9100").unwrap(),
+        );
+        let page: Value = invoices
+            .send(HttpRequest::get("/invoice/order-unknown"))
+            .await
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(page["status"], "paid");
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+/// A failed commit stops the relay (503, nothing acknowledged); the server rebuilds it from
+/// the store and the next request succeeds.
+#[tokio::test]
+async fn failed_commit_rebuilds_the_relay_from_the_store() {
+    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let store = MemoryStore::new();
+    let server = RelayServer::in_memory(config(), SEED, store.clone(), MemoryBlobStore::new());
+    let server = tokio::spawn(server.serve::<Tokio>(listener, std::future::pending()));
+    let http = HttpClient::new(Tokio::connector(), Endpoint::from(addr));
+    let alice = register(&http, 1, "alice").await;
+    let bob = register(&http, 2, "bob").await;
+    let request = json!({"to_alias_id": bob.alias});
+    store.fail_commits(1);
+    let (status, v) = post(
+        &http,
+        "/api/v1/friends/request",
+        &request,
+        Some(&alice.token),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (503, Some("STORAGE_UNAVAILABLE"))
+    );
+    // Rebuilt from the store: the token (signing key, current session) survived.
+    let (status, v) = post(
+        &http,
+        "/api/v1/friends/request",
+        &request,
+        Some(&alice.token),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    server.abort();
+}

@@ -33,7 +33,7 @@ const BLOB_DIR: &str = "blobs";
 /// The SecureChat relay: HTTP JSON API under /api/v1 and WebSocket frames on /ws, in the
 /// reference clients' wire format.
 #[derive(Parser)]
-#[command(name = "relay", version, about)]
+#[command(name = "relay", version)]
 struct Args {
     /// Address to listen on (loopback by default; use 0.0.0.0:PORT to serve other machines).
     #[arg(long, default_value = "127.0.0.1:8080")]
