@@ -56,13 +56,13 @@ impl Relay {
         let Some(user) = self.conn_user(conn) else {
             return;
         };
-        let id = Some(m.id.to_string());
-        let refuse = |relay: &mut Self, code: ErrorCode, msg: &str| {
-            relay.send_error(conn, code, msg, Some("msg".into()), id.clone());
+        // The id string is built only when a refusal needs it (not on the routing path).
+        let refuse = |relay: &mut Self, code: ErrorCode, msg: &str, id: &wire::MessageId| {
+            relay.send_error(conn, code, msg, Some("msg".into()), Some(id.to_string()));
         };
         let (mut conv, other) = match self.member_check(&user, &m.conv_id, &m.to) {
             Ok(x) => x,
-            Err(msg) => return refuse(self, ErrorCode::NOT_A_MEMBER, msg),
+            Err(msg) => return refuse(self, ErrorCode::NOT_A_MEMBER, msg, &m.id),
         };
         if let Some(t) = self.state.tombstones.get(&(user.clone(), m.id.clone())) {
             if t.conv_id == m.conv_id {
@@ -76,6 +76,7 @@ impl Relay {
                     self,
                     ErrorCode::ALREADY_EXISTS,
                     "this message id was already used in another conversation",
+                    &m.id,
                 );
             }
             return;
@@ -85,6 +86,7 @@ impl Relay {
                 self,
                 ErrorCode::RATE_LIMITED,
                 "too many messages; retry later",
+                &m.id,
             );
         }
         let queued = self
@@ -97,6 +99,7 @@ impl Relay {
                 self,
                 ErrorCode::QUEUE_FULL,
                 "the recipient's offline queue for this conversation is full; retry later",
+                &m.id,
             );
         }
         self.msg_limit.record(now.get(), &user);

@@ -36,7 +36,11 @@ impl<K: Ord + Clone> RateLimiter<K> {
             self.sweep(now);
         }
         let w = self.window_ms;
-        let e = self.windows.entry(key.clone()).or_insert((now, 0));
+        // `get_mut` first: the key is cloned only for a new window entry, not on every event.
+        let e = match self.windows.get_mut(key) {
+            Some(e) => e,
+            None => self.windows.entry(key.clone()).or_insert((now, 0)),
+        };
         if now >= e.0.saturating_add(w) {
             *e = (now, 0);
         }

@@ -368,7 +368,12 @@ impl State {
 
     pub(crate) fn put_conversation(&mut self, c: ConversationRow) {
         self.record(Table::Conversations, c.id.to_string(), &c);
-        self.index_conversation(c);
+        match self.conversations.get_mut(&c.id) {
+            // The hot path (every `msg` bumps `last_seq`): same members, so `convs_of` is
+            // already right; replace the row in place without re-indexing or cloning keys.
+            Some(old) if old.members == c.members => *old = c,
+            _ => self.index_conversation(c),
+        }
     }
 
     // ---- messages
