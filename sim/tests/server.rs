@@ -556,8 +556,8 @@ fn standins_on_turmoil() {
             Ok(())
         }
     });
-    let recorded = push.clone();
-    let paying = payments.clone();
+    let recorded = push;
+    let paying = payments;
     sim.client("clients", async move {
         let http = sim_http();
         let alice = register(&http, 1, "alice").await;
