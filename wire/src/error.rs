@@ -101,6 +101,8 @@ codes! {
     RATE_LIMITED = 429;
     /// A webhook signature does not verify.
     WEBHOOK_SIGNATURE_INVALID = 401;
+    /// The relay is shutting down and accepts no new connections or requests.
+    SERVER_SHUTTING_DOWN = 503;
     /// TURN-only ICE servers were asked for and none is configured.
     TURN_UNAVAILABLE = 503;
     /// The relay's store could not commit the write; nothing was acknowledged.

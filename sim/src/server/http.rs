@@ -215,9 +215,9 @@ pub(super) fn unavailable() -> Response {
     )
 }
 
-/// `SERVER_SHUTTING_DOWN` (503): not a `wire` constant yet.
+/// `SERVER_SHUTTING_DOWN` (503).
 pub(super) fn shutting_down_code() -> ErrorCode {
-    ErrorCode::other("SERVER_SHUTTING_DOWN")
+    ErrorCode::SERVER_SHUTTING_DOWN
 }
 
 fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
