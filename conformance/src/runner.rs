@@ -151,7 +151,8 @@ fn missing_hook(case: &Case, shared: &Shared) -> Option<Hook> {
     })
 }
 
-async fn run_one(
+/// Runs one case (hook check, timeout, expected-failure judgement) on `transport`.
+pub async fn run_one(
     case: Case,
     transport: Arc<dyn crate::transport::Transport>,
     shared: Arc<Shared>,
