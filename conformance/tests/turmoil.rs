@@ -91,7 +91,7 @@ fn suite_passes_against_the_embedded_relay_in_turmoil() {
             Ok(())
         });
     }
-    let (out, cfg2, shared2) = (Arc::clone(&reports), cfg.clone(), Arc::clone(&shared));
+    let (out, cfg2, shared2) = (Arc::clone(&reports), cfg, Arc::clone(&shared));
     sim.client("clock", async move {
         clock_of(&slot).await;
         while remaining.load(Ordering::SeqCst) > 0 {
