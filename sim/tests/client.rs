@@ -213,3 +213,60 @@ async fn second_device_goaway_recovery_and_off() {
     assert_eq!(restored, (alias, "carol".to_owned()));
     let _ = stop.send(());
 }
+
+/// Regression for a client-core liveness gap found by the simulator (seed 1, `--faults none`,
+/// before the shell's workaround): after another device's login revoked our JWT, the machine
+/// keeps fetching tickets (401), falls back to the revoked token (WebSocket 401) and backs off
+/// forever, never re-authenticating nor reporting `AuthFailed`. The async `Client` works around
+/// it (`driver::reauthenticate`); the machine itself should handle the 401.
+#[test]
+#[ignore = "bug: client-core machine retries a revoked JWT forever (no re-auth, no AuthFailed)"]
+fn machine_recovers_from_a_revoked_token() {
+    use client_core::machine::{Client as Machine, ClientConfig, ConnCommand, Event};
+    use client_core::store::MemoryStore as ClientMemoryStore;
+    let mut m = Machine::new(ClientMemoryStore::new(), [1; 32], ClientConfig::default()).unwrap();
+    let mut now = 1_000;
+    m.register_account(now, &mnemonic(1), "alice").unwrap();
+    let uuid = "00000000-0000-4000-8000-000000000001";
+    let answers = [
+        (500, "{}".to_owned()),
+        (
+            201,
+            format!(r#"{{"uuid":"{uuid}","alias_id":"u12345678"}}"#),
+        ),
+        (200, r#"{"challenge":"c"}"#.to_owned()),
+        (200, r#"{"token":"t1"}"#.to_owned()),
+    ];
+    for (status, body) in answers {
+        let req = m.poll_http().unwrap();
+        m.handle_http_response(now, req.id, status, body.as_bytes())
+            .unwrap();
+    }
+    assert!(
+        std::iter::from_fn(|| m.poll_event()).any(|e| matches!(e, Event::Authenticated { .. }))
+    );
+    m.connect(now);
+    let mut recovered = false;
+    for _ in 0..20 {
+        while let Some(req) = m.poll_http() {
+            if req.path == wire::http::paths::AUTH_CHALLENGE {
+                recovered = true;
+            }
+            m.handle_http_response(now, req.id, 401, br#"{"error":"UNAUTHORIZED"}"#)
+                .unwrap();
+        }
+        while let Some(c) = m.poll_connection() {
+            if matches!(c, ConnCommand::Connect { .. }) {
+                m.handle_disconnected(now); // the upgrade was refused with 401
+            }
+        }
+        recovered |=
+            std::iter::from_fn(|| m.poll_event()).any(|e| matches!(e, Event::AuthFailed(_)));
+        now = m.poll_timeout().unwrap_or(now + 1_000).max(now + 1);
+        m.handle_timeout(now);
+    }
+    assert!(
+        recovered,
+        "still retrying the revoked token after 20 attempts"
+    );
+}
