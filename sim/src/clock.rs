@@ -12,10 +12,17 @@
 //!   and restart (a restarted host gets a fresh tokio runtime whose own `Instant`s start over,
 //!   which is why the sim's global elapsed time is used rather than `tokio::time::Instant`).
 //!
+//! * [`OffsetClock`] wraps any clock with an offset that only grows: the relay's **test mode**
+//!   (`POST /api/v1/test/advance-clock`, never in production) moves "now" forward with it.
+//!
 //! Deadlines from a core's `poll_timeout` are absolute [`UnixMs`]; [`sleep_until`] maps one to
 //! a `tokio::time::sleep` of the remaining duration, which both networks honour (real time on
 //! tokio, virtual time under turmoil).
 
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
 use std::time::Duration;
 
 use wire::UnixMs;
@@ -79,6 +86,46 @@ impl Clock for SimClock {
     }
 }
 
+/// Any clock plus an offset that only grows (the test-mode clock hook).
+///
+/// Clones share the offset: keep one to [`advance`](Self::advance) the clock the server reads.
+#[derive(Debug, Clone)]
+pub struct OffsetClock {
+    inner: Arc<dyn Clock>,
+    offset_ms: Arc<AtomicU64>,
+}
+
+impl OffsetClock {
+    /// `inner` with a zero offset.
+    pub fn new(inner: Arc<dyn Clock>) -> Self {
+        Self {
+            inner,
+            offset_ms: Arc::default(),
+        }
+    }
+
+    /// Moves this clock (and every clone) forward by `ms` (saturating); returns the new now.
+    pub fn advance(&self, ms: u64) -> UnixMs {
+        let _ = self
+            .offset_ms
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |o| {
+                Some(o.saturating_add(ms))
+            });
+        self.now()
+    }
+
+    /// The offset added so far, in ms.
+    pub fn offset_ms(&self) -> u64 {
+        self.offset_ms.load(Ordering::SeqCst)
+    }
+}
+
+impl Clock for OffsetClock {
+    fn now(&self) -> UnixMs {
+        self.inner.now().plus_ms(self.offset_ms())
+    }
+}
+
 /// How long to sleep from `now` until `deadline`: at least 1 ms (so a deadline that is already
 /// due, but that the core did not clear, cannot spin the loop), at most [`MAX_SLEEP_MS`].
 pub fn duration_until(now: UnixMs, deadline: UnixMs) -> Duration {
@@ -118,6 +165,17 @@ mod tests {
     #[test]
     fn sim_clock_outside_a_sim_reads_its_base() {
         assert_eq!(SimClock::new(UnixMs(7)).now(), UnixMs(7));
+    }
+
+    #[test]
+    fn offset_clock_only_moves_forward_and_clones_share_it() {
+        let clock = OffsetClock::new(Arc::new(SimClock::new(UnixMs(1_000))));
+        let other = clock.clone();
+        assert_eq!(clock.now(), UnixMs(1_000));
+        assert_eq!(clock.advance(500), UnixMs(1_500));
+        assert_eq!(other.now(), UnixMs(1_500));
+        assert_eq!(other.advance(0), UnixMs(1_500));
+        assert_eq!(clock.offset_ms(), 500);
     }
 
     #[test]

@@ -662,3 +662,106 @@ async fn failed_commit_rebuilds_the_relay_from_the_store() {
     assert_eq!(status, 200, "{v}");
     server.abort();
 }
+
+// ---- test mode: the clock hook
+
+/// The test-mode clock route: answers the new time, fires due timers (an idle socket is closed
+/// before the answer) and moves every time-based rule (a token expires).
+async fn clock_hook_check<C: Connector>(http: &HttpClient<C>) {
+    const ADVANCE: &str = sim::server::ADVANCE_CLOCK_PATH;
+    let (status, first) = post(http, ADVANCE, &json!({"ms": 1_000}), None).await;
+    assert_eq!(status, 200, "{first}");
+    let first = first["now_ms"].as_u64().expect("now_ms");
+    let (status, again) = post(http, ADVANCE, &json!({"ms": 0}), None).await;
+    assert_eq!(status, 200, "{again}");
+    assert!(
+        again["now_ms"].as_u64().unwrap() >= first,
+        "never backwards"
+    );
+    let (status, bad) = post(http, ADVANCE, &json!({"ms": -5}), None).await;
+    assert_eq!((status, bad["error"].as_str()), (400, Some("INVALID_JSON")));
+
+    let dave = register(http, 4, "dave").await;
+    let mut ws = open_ws(http, &dave).await;
+    // Past the 90 s idle timeout: the core closes the socket before it answers.
+    let (status, moved) = post(http, ADVANCE, &json!({"ms": 91_000}), None).await;
+    assert_eq!(status, 200, "{moved}");
+    assert!(moved["now_ms"].as_u64().unwrap() >= first + 91_000);
+    let closed = next_frame(&mut ws).await;
+    assert!(
+        closed.get("closed").is_some(),
+        "idle socket closed: {closed}"
+    );
+    // Past the 24 h token lifetime: the token is refused.
+    let (status, _) = post(http, ADVANCE, &json!({"ms": 24 * 3_600_000}), None).await;
+    assert_eq!(status, 200);
+    let (status, refused) = post(http, "/api/v1/ws/ticket", &json!({}), Some(&dave.token)).await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (401, Some("TOKEN_EXPIRED"))
+    );
+}
+
+#[tokio::test]
+async fn test_mode_clock_hook_on_loopback() {
+    use sim::server::embedded::{TestRelayOptions, start_test_relay};
+    let relay = start_test_relay::<Tokio>(TestRelayOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(relay.clock_path, sim::server::ADVANCE_CLOCK_PATH);
+    let http = HttpClient::new(Tokio::connector(), Endpoint::from(relay.addr));
+    clock_hook_check(&http).await;
+    drop(http);
+    relay.stop().await;
+}
+
+#[test]
+fn test_mode_clock_hook_on_turmoil() {
+    use sim::server::embedded::{TestClock, TestRelayOptions, test_relay_server};
+    let mut sim = sim_builder(13);
+    sim.host(RELAY, || async {
+        let options = TestRelayOptions {
+            clock: TestClock::Sim,
+            ..TestRelayOptions::default()
+        };
+        test_relay_server(&options)
+            .run::<Turmoil>(
+                SocketAddr::from((Ipv4Addr::UNSPECIFIED, PORT)),
+                std::future::pending(),
+            )
+            .await?;
+        Ok(())
+    });
+    sim.client("clients", async {
+        clock_hook_check(&sim_http()).await;
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[tokio::test]
+async fn without_test_mode_the_clock_route_is_unknown() {
+    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = RelayServer::in_memory(config(), SEED, MemoryStore::new(), MemoryBlobStore::new());
+    assert!(!server.is_test_mode());
+    let stop = Arc::new(Notify::new());
+    let stopped = Arc::clone(&stop);
+    let task = tokio::spawn(server.serve::<Tokio>(listener, async move {
+        stopped.notified().await;
+    }));
+    let http = HttpClient::new(Tokio::connector(), Endpoint::from(addr));
+    let (status, body) = post(
+        &http,
+        sim::server::ADVANCE_CLOCK_PATH,
+        &json!({"ms": 1_000}),
+        None,
+    )
+    .await;
+    assert_eq!((status, body["error"].as_str()), (404, Some("NOT_FOUND")));
+    drop(http);
+    stop.notify_one();
+    task.await.unwrap().unwrap();
+}

@@ -4,6 +4,7 @@
 //! relay --data ./relay-data                      # durable: ./relay-data/relay.sqlite3 + blobs/
 //! relay --memory --listen 127.0.0.1:9000         # ephemeral
 //! RELAY_PAYMENT_WEBHOOK_SECRET=… relay --data d  # accept signed payment webhooks
+//! relay --memory --test-mode --pow-difficulty 1  # conformance runs (NEVER in production)
 //! ```
 //!
 //! Stops gracefully on Ctrl-C or SIGTERM: GOAWAY `server_shutdown` to every socket, in-flight
@@ -84,6 +85,13 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
 
+    /// Test mode (never in production): serves the unauthenticated
+    /// `POST /api/v1/test/advance-clock {"ms": N}` -> `{"now_ms": …}`, which moves the relay's
+    /// clock forward (expiring holds, orders, tokens, offline messages) for conformance runs
+    /// (`conformance --relay URL --clock-hook`).
+    #[arg(long)]
+    test_mode: bool,
+
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `relay_core=debug,info`.
     #[arg(long, default_value = "info")]
     log: String,
@@ -129,6 +137,10 @@ async fn run(args: Args) -> Result<()> {
     };
     if let Some(gateway) = args.push_gateway.clone() {
         server = server.with_push_gateway(gateway);
+    }
+    if args.test_mode {
+        warn!("--test-mode: anyone can move this relay's clock; never use it in production");
+        server = server.with_test_mode();
     }
     info!(listen = %args.listen, "starting relay");
     server

@@ -9,7 +9,7 @@ use wire::{ClientFrame, ServerFrame, UnixMs, UserUuid, frames::GoawayFrame};
 
 use super::push::PushJob;
 use super::{OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener};
-use crate::clock::{self, Clock};
+use crate::clock::{self, Clock, OffsetClock};
 
 /// A message to the core task.
 pub(super) enum Input {
@@ -29,6 +29,11 @@ pub(super) enum Input {
     Frame { conn: ConnId, frame: ClientFrame },
     /// The socket ended (closed, failed, or its task was dropped).
     Disconnect { conn: ConnId },
+    /// Test mode only: move the clock forward by `ms`, fire due timers, answer the new now.
+    AdvanceClock {
+        ms: u64,
+        reply: oneshot::Sender<UnixMs>,
+    },
 }
 
 impl std::fmt::Debug for Input {
@@ -40,6 +45,7 @@ impl std::fmt::Debug for Input {
             Self::Text { conn, text } => write!(f, "Text({}, {} bytes)", conn.0, text.len()),
             Self::Frame { conn, frame } => write!(f, "Frame({}, {})", conn.0, frame.frame_type()),
             Self::Disconnect { conn } => write!(f, "Disconnect({})", conn.0),
+            Self::AdvanceClock { ms, .. } => write!(f, "AdvanceClock({ms} ms)"),
         }
     }
 }
@@ -94,6 +100,8 @@ pub(super) struct Core {
     /// The relay failed and rebuilding it from the store failed too: retry on the timer.
     rebuild_pending: bool,
     push: Option<mpsc::Sender<PushJob>>,
+    /// Test mode: the offset clock `clock` reads, advanced by [`Input::AdvanceClock`].
+    test_clock: Option<OffsetClock>,
 }
 
 impl Core {
@@ -102,6 +110,7 @@ impl Core {
         open: RelayOpener,
         clock: Arc<dyn Clock>,
         push: Option<mpsc::Sender<PushJob>>,
+        test_clock: Option<OffsetClock>,
     ) -> Self {
         Self {
             relay,
@@ -112,6 +121,7 @@ impl Core {
             draining: false,
             rebuild_pending: false,
             push,
+            test_clock,
         }
     }
 
@@ -172,7 +182,29 @@ impl Core {
                 self.conns.remove(&conn);
                 self.relay.handle_disconnect(now, conn);
             }
+            Input::AdvanceClock { ms, reply } => self.advance_clock(ms, reply),
         }
+    }
+
+    /// Test mode: moves the clock, fires what became due, executes its outputs, then answers.
+    fn advance_clock(&mut self, ms: u64, reply: oneshot::Sender<UnixMs>) {
+        let Some(test_clock) = &self.test_clock else {
+            // The router only sends this in test mode; answer with the unchanged time.
+            let _ = reply.send(self.clock.now());
+            return;
+        };
+        let now = test_clock.advance(ms);
+        info!(
+            ms,
+            now_ms = now.0,
+            offset_ms = test_clock.offset_ms(),
+            "test clock advanced"
+        );
+        if !self.rebuild_pending {
+            self.relay.handle_timeout(now);
+        }
+        self.drain();
+        let _ = reply.send(now);
     }
 
     fn connect(

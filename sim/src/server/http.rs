@@ -23,6 +23,20 @@ use crate::net::PeerAddr;
 #[derive(Clone, Debug)]
 pub(super) struct App {
     pub(super) inputs: mpsc::Sender<Input>,
+    /// Serve [`super::ADVANCE_CLOCK_PATH`] (test mode only; otherwise it is an unknown route).
+    pub(super) test_mode: bool,
+}
+
+/// The body of `POST /api/v1/test/advance-clock`.
+#[derive(Debug, serde::Deserialize)]
+struct AdvanceClock {
+    ms: u64,
+}
+
+/// Its answer.
+#[derive(Debug, serde::Serialize)]
+struct AdvancedClock {
+    now_ms: u64,
 }
 
 /// Methods a preflight allows.
@@ -113,6 +127,12 @@ pub(super) async fn api(
             );
         }
     };
+    if app.test_mode
+        && parts.method == Method::POST
+        && parts.uri.path() == super::ADVANCE_CLOCK_PATH
+    {
+        return advance_clock(&app, &body).await;
+    }
     let mut req = relay_core::HttpRequest::new(
         relay_core::Method::parse(parts.method.as_str()),
         parts.uri.path(),
@@ -137,6 +157,37 @@ pub(super) async fn api(
     }
     match answer.await {
         Ok(response) => relay_response(response),
+        Err(_) => unavailable(),
+    }
+}
+
+/// Test mode: `{"ms": u64}` → the core moves its clock, fires due timers → `{"now_ms": u64}`.
+async fn advance_clock(app: &App, body: &[u8]) -> Response {
+    let Ok(AdvanceClock { ms }) = serde_json::from_slice::<AdvanceClock>(body) else {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::INVALID_JSON,
+            "expected {\"ms\": <non-negative integer>}",
+        );
+    };
+    let (reply, answer) = oneshot::channel();
+    if app
+        .inputs
+        .send(Input::AdvanceClock { ms, reply })
+        .await
+        .is_err()
+    {
+        return unavailable();
+    }
+    match answer.await {
+        Ok(now) => {
+            let body = serde_json::to_vec(&AdvancedClock { now_ms: now.0 }).unwrap_or_default();
+            relay_response(HttpResponse {
+                status: StatusCode::OK.as_u16(),
+                body,
+                content_type: relay_core::http::CONTENT_TYPE_JSON,
+            })
+        }
         Err(_) => unavailable(),
     }
 }

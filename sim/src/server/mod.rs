@@ -25,6 +25,12 @@
 //!   over it: 413 `BODY_TOO_LARGE`); `GET /ws` is the WebSocket (refused with the relay's
 //!   response, e.g. 401, *before* upgrading). Every response carries permissive CORS headers
 //!   and `OPTIONS` is answered as a preflight (the PWA is served from another origin).
+//! * **Test mode** ([`RelayServer::with_test_mode`], `relay --test-mode`; **never in
+//!   production**): the clock becomes an [`OffsetClock`] and
+//!   `POST /api/v1/test/advance-clock {"ms": u64}` answers `200 {"now_ms": u64}` after moving
+//!   it forward by `ms`, firing every timer that became due (`handle_timeout` on the core task)
+//!   and executing their outputs (conformance/README.md, "Test clock"). No authentication.
+//!   Without test mode the path is an unknown route like any other (404).
 //! * **Graceful shutdown**: when the shutdown future resolves the listener stops accepting,
 //!   the core sends GOAWAY `server_shutdown` to every socket and closes it (relay-core has no
 //!   input for this, so the shell sends the [`wire::ServerFrame::Goaway`] itself and reports
@@ -57,6 +63,7 @@
 //! size, never payloads, tokens or tickets), lifecycle at INFO, failures at WARN / ERROR.
 
 mod driver;
+pub mod embedded;
 mod http;
 mod push;
 mod ws;
@@ -74,7 +81,7 @@ use relay_core::{
 use tokio::sync::{mpsc, watch};
 use tracing::info;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, OffsetClock, SystemClock};
 use crate::net::{Endpoint, Network, serve};
 
 pub use self::http::OVERSIZE_DRAIN_BYTES;
@@ -86,6 +93,9 @@ pub const INPUT_QUEUE_CAPACITY: usize = 1024;
 /// Frames waiting to be written on one socket; when full the socket is closed (the relay keeps
 /// what it did not deliver, and the client re-syncs on reconnect).
 pub const OUTBOUND_QUEUE_CAPACITY: usize = 1024;
+/// The test-mode clock route (served only by a server in test mode).
+pub const ADVANCE_CLOCK_PATH: &str = "/api/v1/test/advance-clock";
+
 /// Delay between attempts to rebuild a failed relay from its store.
 pub const REBUILD_RETRY_MS: u64 = 1_000;
 
@@ -97,6 +107,7 @@ pub struct RelayServer {
     open: RelayOpener,
     clock: Arc<dyn Clock>,
     push_gateway: Option<Endpoint>,
+    test_mode: bool,
 }
 
 impl fmt::Debug for RelayServer {
@@ -104,6 +115,7 @@ impl fmt::Debug for RelayServer {
         f.debug_struct("RelayServer")
             .field("clock", &self.clock)
             .field("push_gateway", &self.push_gateway)
+            .field("test_mode", &self.test_mode)
             .finish_non_exhaustive()
     }
 }
@@ -117,6 +129,7 @@ impl RelayServer {
             open: Box::new(open),
             clock: Arc::new(SystemClock),
             push_gateway: None,
+            test_mode: false,
         }
     }
 
@@ -153,6 +166,22 @@ impl RelayServer {
         self
     }
 
+    /// **Test mode — never in production.** Serves the unauthenticated
+    /// `POST /api/v1/test/advance-clock` route ([`ADVANCE_CLOCK_PATH`]), which moves the
+    /// relay's clock (whichever [`with_clock`](Self::with_clock) chose, wrapped in an
+    /// [`OffsetClock`]) forward, fires the timers that became due and answers
+    /// `{"now_ms": u64}` once their outputs were executed.
+    #[must_use]
+    pub fn with_test_mode(mut self) -> Self {
+        self.test_mode = true;
+        self
+    }
+
+    /// Whether [`with_test_mode`](Self::with_test_mode) was called.
+    pub fn is_test_mode(&self) -> bool {
+        self.test_mode
+    }
+
     /// Binds `addr` on network `N` and serves until `shutdown` resolves.
     pub async fn run<N: Network>(
         self,
@@ -180,10 +209,25 @@ impl RelayServer {
             .push_gateway
             .take()
             .map(|gateway| push::spawn_worker(N::connector(), gateway));
-        let core = driver::Core::new(relay, self.open, Arc::clone(&self.clock), push);
+        let test_clock = self
+            .test_mode
+            .then(|| OffsetClock::new(Arc::clone(&self.clock)));
+        let clock: Arc<dyn Clock> = match &test_clock {
+            Some(test_clock) => {
+                tracing::warn!(
+                    "TEST MODE: POST {ADVANCE_CLOCK_PATH} moves the clock (never in production)"
+                );
+                Arc::new(test_clock.clone())
+            }
+            None => Arc::clone(&self.clock),
+        };
+        let core = driver::Core::new(relay, self.open, clock, push, test_clock);
         let core = tokio::spawn(core.run(inputs_rx, stop_rx));
         info!(%addr, "relay listening");
-        let router = router(http::App { inputs: inputs_tx });
+        let router = router(http::App {
+            inputs: inputs_tx,
+            test_mode: self.test_mode,
+        });
         let shutdown = async move {
             shutdown.await;
             info!("shutdown requested: no new connections");
