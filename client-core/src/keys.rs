@@ -21,6 +21,7 @@ use hmac::{Hmac, Mac as _};
 use rand_core::CryptoRng;
 use sha2::{Digest as _, Sha256, Sha512};
 use x25519_dalek::{PublicKey as XPublicKey, StaticSecret};
+use zeroize::Zeroize as _;
 
 use crate::encoding::{from_base64_array, to_base64, to_hex};
 
@@ -102,9 +103,7 @@ impl fmt::Debug for SecretString {
 
 impl Drop for SecretString {
     fn drop(&mut self) {
-        let mut bytes = std::mem::take(&mut self.0).into_bytes();
-        bytes.iter_mut().for_each(|b| *b = 0);
-        std::hint::black_box(&bytes);
+        self.0.zeroize();
     }
 }
 
@@ -124,7 +123,7 @@ pub fn new_mnemonic<R: CryptoRng + ?Sized>(rng: &mut R) -> SecretString {
         idx[i] = (bits & 0x7ff) as usize;
         bits >>= 11;
     }
-    entropy.iter_mut().for_each(|b| *b = 0);
+    entropy.zeroize();
     let sentence: Vec<&str> = idx.iter().map(|&i| words[i]).collect();
     SecretString(sentence.join(" "))
 }
@@ -192,7 +191,7 @@ pub fn slip10_derive(seed: &[u8], path: &[u32]) -> [u8; 32] {
         let i = hmac_sha512(&c, &[&[0u8], &k, &(index | HARDENED).to_be_bytes()]);
         (k, c) = split64(&i);
     }
-    c.iter_mut().for_each(|b| *b = 0);
+    c.zeroize();
     k
 }
 
@@ -308,9 +307,9 @@ pub fn derive_identity(mnemonic: &str, x25519_path: X25519Path) -> Result<Identi
     let mut seed = mnemonic_to_seed(mnemonic)?;
     let mut ed = slip10_derive(&seed, &ED25519_PATH);
     let x = slip10_derive(&seed, &x25519_path.indexes());
-    seed.iter_mut().for_each(|b| *b = 0);
+    seed.zeroize();
     let signing_key = SigningKeyPair::from_private_bytes(&ed);
-    ed.iter_mut().for_each(|b| *b = 0);
+    ed.zeroize();
     Ok(Identity {
         mnemonic: SecretString(mnemonic.to_owned()),
         signing_key,

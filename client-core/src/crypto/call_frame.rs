@@ -31,6 +31,7 @@ use std::fmt;
 use aes_gcm::aead::{Aead as _, KeyInit as _};
 use aes_gcm::{Aes256Gcm, Nonce};
 use sha2::{Digest as _, Sha256};
+use zeroize::Zeroize as _;
 
 use super::{IV_BYTES, SessionKey, TAG_BYTES, hkdf_sha256};
 
@@ -83,7 +84,7 @@ impl CallKeyMaterial {
         let mut iv = [0u8; IV_BYTES];
         iv.copy_from_slice(&self.0[32..]);
         let cipher = Aes256Gcm::new(&key.into());
-        key.iter_mut().for_each(|b| *b = 0);
+        key.zeroize();
         (cipher, iv)
     }
 }
@@ -96,8 +97,7 @@ impl fmt::Debug for CallKeyMaterial {
 
 impl Drop for CallKeyMaterial {
     fn drop(&mut self) {
-        self.0.iter_mut().for_each(|b| *b = 0);
-        std::hint::black_box(&self.0);
+        self.0.zeroize();
     }
 }
 

@@ -17,6 +17,7 @@ use aes_gcm::{Aes256Gcm, Nonce};
 use hkdf::Hkdf;
 use rand_core::CryptoRng;
 use sha2::{Digest as _, Sha256};
+use zeroize::Zeroize as _;
 
 use crate::encoding::{EncodingError, from_base64, from_base64_array, to_base64};
 use crate::keys::EcdhKeyPair;
@@ -64,8 +65,7 @@ impl fmt::Debug for SessionKey {
 
 impl Drop for SessionKey {
     fn drop(&mut self) {
-        self.0.iter_mut().for_each(|b| *b = 0);
-        std::hint::black_box(&self.0);
+        self.0.zeroize();
     }
 }
 
@@ -110,7 +110,7 @@ pub fn session_key(
 ) -> SessionKey {
     let mut shared = my_ecdh.diffie_hellman(their_ecdh_public);
     let key = session_key_from_shared(&shared, conversation_id);
-    shared.iter_mut().for_each(|b| *b = 0);
+    shared.zeroize();
     key
 }
 
