@@ -586,3 +586,28 @@ fn heartbeat_typing_debounce_and_retract() {
         Some("retracted")
     );
 }
+
+#[test]
+fn receipt_before_ack_survives_restart() {
+    let mut c = ready(0);
+    let a = c
+        .send_message(1, CONV, "u10000002", &MessageContent::Text("a".into()))
+        .unwrap();
+    frames(&mut c);
+    c.handle_text(2, r#"{"type":"read","conv_id":"c-test-conv-id","seq":1}"#)
+        .unwrap();
+    assert_eq!(
+        c.store().get_message(&a).unwrap().unwrap().status,
+        MessageStatus::Sending
+    );
+    // the process restarts between the receipt and the ack
+    let store = c.store().clone();
+    drop(c);
+    let mut c = Client::new(store, [7; 32], ClientConfig::default()).unwrap();
+    c.handle_text(3, &json!({"type":"ack","id":a,"seq":1}).to_string())
+        .unwrap();
+    assert_eq!(
+        c.store().get_message(&a).unwrap().unwrap().status,
+        MessageStatus::Read
+    );
+}

@@ -22,8 +22,8 @@ use crate::keys::{Identity, KeyError, SecretString, X25519Path, derive_identity}
 use crate::pow::{POW_DEFAULT_DIFFICULTY, solve_pow};
 use crate::security::{SecurityModule, SecurityViolationEvent, TrustState};
 use crate::store::{
-    ClientStore, MessageStatus, OfflineMessage, OutboxIntent, SessionRecord, SessionTrust,
-    StoreError, StoredIdentity, StoredMessage,
+    ClientStore, MessageStatus, OfflineMessage, OutboxIntent, ReceiptLevel, ReceiptLevelSeqs,
+    SessionRecord, SessionTrust, StoreError, StoredIdentity, StoredMessage,
 };
 
 /// Heartbeat interval (web client value).
@@ -313,7 +313,7 @@ pub struct Client<S: ClientStore> {
     security: SecurityModule,
     nonces: NonceCache,
     typing_sent_ms: BTreeMap<String, u64>,
-    receipt_hw: BTreeMap<String, (u64, u64)>,
+    receipt_hw: BTreeMap<String, ReceiptLevelSeqs>,
     http: VecDeque<HttpRequest>,
     frames: VecDeque<ClientFrame>,
     conn_cmds: VecDeque<ConnCommand>,
@@ -346,6 +346,11 @@ impl<S: ClientStore> Client<S> {
     pub fn new(store: S, rng_seed: [u8; 32], config: ClientConfig) -> Result<Self, ClientError> {
         let security = SecurityModule::from_records(store.list_trust()?);
         let stored = store.load_identity()?;
+        let receipt_hw = store
+            .list_receipt_levels()?
+            .into_iter()
+            .map(|l| (l.conversation_id, l.seqs))
+            .collect();
         Ok(Self {
             store,
             rng: ChaCha20Rng::from_seed(rng_seed),
@@ -364,7 +369,7 @@ impl<S: ClientStore> Client<S> {
             security,
             nonces: NonceCache::new(),
             typing_sent_ms: BTreeMap::new(),
-            receipt_hw: BTreeMap::new(),
+            receipt_hw,
             http: VecDeque::new(),
             frames: VecDeque::new(),
             conn_cmds: VecDeque::new(),
@@ -1346,14 +1351,14 @@ impl<S: ClientStore> Client<S> {
             self.store.put_message(&m)?;
         }
         self.set_status(id, MessageStatus::Sent)?;
-        let (d, r) = self
+        let hw = self
             .receipt_hw
             .get(&m.conversation_id)
             .copied()
-            .unwrap_or((0, 0));
-        if seq <= r {
+            .unwrap_or_default();
+        if seq <= hw.read_seq {
             self.set_status(id, MessageStatus::Read)?;
-        } else if seq <= d {
+        } else if seq <= hw.delivered_seq {
             self.set_status(id, MessageStatus::Delivered)?;
         }
         Ok(())
@@ -1366,13 +1371,18 @@ impl<S: ClientStore> Client<S> {
     ) -> Result<(), ClientError> {
         let conv = r.conv_id.as_str();
         let seq = r.seq.get();
-        let hw = self.receipt_hw.entry(conv.to_owned()).or_insert((0, 0));
-        match status {
-            MessageStatus::Read => {
-                hw.1 = hw.1.max(seq);
-                hw.0 = hw.0.max(seq);
-            }
-            _ => hw.0 = hw.0.max(seq),
+        let hw = self.receipt_hw.entry(conv.to_owned()).or_default();
+        let before = *hw;
+        if status == MessageStatus::Read {
+            hw.read_seq = hw.read_seq.max(seq);
+        }
+        hw.delivered_seq = hw.delivered_seq.max(seq);
+        let after = *hw;
+        if after != before {
+            self.store.put_receipt_level(&ReceiptLevel {
+                conversation_id: conv.to_owned(),
+                seqs: after,
+            })?;
         }
         for m in self.store.get_history(conv, None, None)? {
             if m.is_me && m.seq.is_some_and(|s| s <= seq) && m.status != MessageStatus::Sending {

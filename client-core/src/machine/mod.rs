@@ -28,7 +28,9 @@
 //!   attempts (or that the relay refuses with an `error` frame naming its id) becomes `failed`.
 //! * **Statuses** only move up (`sending < sent < delivered < read`, `failed` only from
 //!   `sending`). Receipts apply to own acknowledged messages with `seq ≤ receipt.seq`; a receipt
-//!   that arrives before the ack is remembered per conversation and applied when the ack lands.
+//!   that arrives before the ack is remembered per conversation (highest `delivered` and `read`
+//!   seq, persisted as [`crate::store::ReceiptLevel`] so a restart between receipt and ack
+//!   still applies it) and applied when the ack lands.
 //! * **Inbound**: deduplicated by id (a duplicate is re-acknowledged with `delivered` but not
 //!   re-emitted); `delivered` is sent only after the message is stored. Messages with no
 //!   session, failing decryption, or from a verified contact whose key changed are parked in the

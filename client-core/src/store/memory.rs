@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::{
-    ClientStore, OfflineMessage, OutboxIntent, SessionRecord, StoreError, StoredIdentity,
-    StoredMessage, apply_limit, sort_history,
+    ClientStore, OfflineMessage, OutboxIntent, ReceiptLevel, SessionRecord, StoreError,
+    StoredIdentity, StoredMessage, apply_limit, sort_history,
 };
 use crate::security::TrustRecord;
 
@@ -17,6 +17,7 @@ pub struct MemoryStore {
     outbox: BTreeMap<String, OutboxIntent>,
     offline: BTreeMap<String, OfflineMessage>,
     trust: BTreeMap<String, TrustRecord>,
+    receipt_levels: BTreeMap<String, ReceiptLevel>,
 }
 
 impl MemoryStore {
@@ -137,5 +138,13 @@ impl ClientStore for MemoryStore {
     }
     fn list_trust(&self) -> Result<Vec<TrustRecord>, StoreError> {
         Ok(self.trust.values().cloned().collect())
+    }
+    fn put_receipt_level(&mut self, level: &ReceiptLevel) -> Result<(), StoreError> {
+        self.receipt_levels
+            .insert(level.conversation_id.clone(), level.clone());
+        Ok(())
+    }
+    fn list_receipt_levels(&self) -> Result<Vec<ReceiptLevel>, StoreError> {
+        Ok(self.receipt_levels.values().cloned().collect())
     }
 }

@@ -5,7 +5,10 @@
 //! the guarantees of this client: `StoredIdentity.x25519Path`, `OutboxIntent.attempts`,
 //! `OfflineMessage.id` and `.fromAliasId` (the offline inbox is keyed by message id so two
 //! parked messages without `seq` never collide), `SessionRecord.pendingEcdhPublicKey` (a changed
-//! key announced by the server for a verified session, kept aside and never applied silently).
+//! key announced by the server for a verified session, kept aside and never applied silently),
+//! and the record [`ReceiptLevel`] (receipts seen before their ack). Trait methods added after
+//! the first release have defaults (not persisted) so external backends keep compiling; every
+//! backend here overrides them and the shared suite checks them.
 //!
 //! History order is `(time, id)` ascending everywhere. [`ClientStore::export_conversation`]
 //! writes NDJSON: one [`StoredMessage`] JSON object per line (fields `id`, `conversationId`,
@@ -246,6 +249,29 @@ pub struct OutboxIntent {
     pub attempts: u32,
 }
 
+/// The highest receipts of a conversation seen so far (`delivered`/`read` up to a seq). Kept so
+/// a receipt that arrives before the relay's `ack` of an own message still applies when the ack
+/// lands, across a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiptLevelSeqs {
+    /// Highest `delivered` (or `read`, which implies it) seq.
+    pub delivered_seq: u64,
+    /// Highest `read` seq.
+    pub read_seq: u64,
+}
+
+/// [`ReceiptLevelSeqs`] of one conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiptLevel {
+    /// Conversation id.
+    pub conversation_id: String,
+    /// The levels.
+    #[serde(flatten)]
+    pub seqs: ReceiptLevelSeqs,
+}
+
 /// Which conversation(s) to export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExportScope<'a> {
@@ -339,6 +365,20 @@ pub trait ClientStore {
     fn delete_trust(&mut self, contact_id: &str) -> Result<(), StoreError>;
     /// All trust records by contact id.
     fn list_trust(&self) -> Result<Vec<TrustRecord>, StoreError>;
+
+    /// Inserts or replaces the receipt level of a conversation.
+    ///
+    /// Default: not persisted (the machine still keeps levels in memory). Every backend of this
+    /// crate overrides it; a backend that does not loses receipts that arrived before their ack
+    /// across a restart.
+    fn put_receipt_level(&mut self, level: &ReceiptLevel) -> Result<(), StoreError> {
+        let _ = level;
+        Ok(())
+    }
+    /// All receipt levels by conversation id. Default: none (see [`Self::put_receipt_level`]).
+    fn list_receipt_levels(&self) -> Result<Vec<ReceiptLevel>, StoreError> {
+        Ok(Vec::new())
+    }
 
     /// Marks a session verified (SPEC `markSessionVerified`).
     fn mark_session_verified(&mut self, conversation_id: &str) -> Result<(), StoreError> {
@@ -567,6 +607,25 @@ pub mod conformance {
         s.delete_trust("bob").unwrap();
         assert!(s.list_trust().unwrap().is_empty());
     }
+
+    /// Receipt levels: upsert by conversation, listed by conversation id.
+    pub fn receipt_levels(s: &mut dyn ClientStore) {
+        assert!(s.list_receipt_levels().unwrap().is_empty());
+        let level = |c: &str, d: u64, r: u64| ReceiptLevel {
+            conversation_id: c.into(),
+            seqs: ReceiptLevelSeqs {
+                delivered_seq: d,
+                read_seq: r,
+            },
+        };
+        s.put_receipt_level(&level("c2", 5, 0)).unwrap();
+        s.put_receipt_level(&level("c1", 3, 1)).unwrap();
+        s.put_receipt_level(&level("c2", 7, 7)).unwrap();
+        assert_eq!(
+            s.list_receipt_levels().unwrap(),
+            vec![level("c1", 3, 1), level("c2", 7, 7)]
+        );
+    }
 }
 
 /// Expands to one `#[test]` per conformance check for a store built by `$make` (an expression).
@@ -596,6 +655,11 @@ macro_rules! client_store_tests {
             fn queues_and_trust() {
                 let mut s = $make;
                 c::queues_and_trust(&mut s);
+            }
+            #[test]
+            fn receipt_levels() {
+                let mut s = $make;
+                c::receipt_levels(&mut s);
             }
         }
     };

@@ -9,13 +9,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    ClientStore, OfflineMessage, OutboxIntent, SessionRecord, StoreError, StoredIdentity,
-    StoredMessage, apply_limit,
+    ClientStore, OfflineMessage, OutboxIntent, ReceiptLevel, SessionRecord, StoreError,
+    StoredIdentity, StoredMessage, apply_limit,
 };
 use crate::security::TrustRecord;
 
-/// Schema version written by this code.
-pub const SCHEMA_VERSION: i64 = 1;
+/// Schema version written by this code (migrations run from any older version).
+pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA_V1: &str = "
 CREATE TABLE identity (id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL);
@@ -27,6 +27,13 @@ CREATE TABLE outbox (internal_id TEXT PRIMARY KEY, added_at INTEGER NOT NULL, do
 CREATE TABLE offline_inbox (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL, doc TEXT NOT NULL);
 CREATE TABLE trust (contact_id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 ";
+
+const SCHEMA_V2: &str = "
+CREATE TABLE receipt_levels (conversation_id TEXT PRIMARY KEY, doc TEXT NOT NULL);
+";
+
+/// `MIGRATIONS[n]` takes the schema from version `n` to `n + 1`.
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
 
 /// SQLite-backed store.
 #[derive(Debug)]
@@ -58,14 +65,12 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        match version {
-            0 => {
-                conn.execute_batch(&format!(
-                    "BEGIN; {SCHEMA_V1} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-                ))?;
-            }
-            SCHEMA_VERSION => {}
-            other => return Err(StoreError::SchemaVersion(other)),
+        if !(0..=SCHEMA_VERSION).contains(&version) {
+            return Err(StoreError::SchemaVersion(version));
+        }
+        for (from, sql) in (0_i64..).zip(MIGRATIONS).skip_while(|(v, _)| *v < version) {
+            let to = from + 1;
+            conn.execute_batch(&format!("BEGIN; {sql} PRAGMA user_version = {to}; COMMIT;"))?;
         }
         Ok(Self { conn })
     }
@@ -229,5 +234,18 @@ impl ClientStore for SqliteStore {
     }
     fn list_trust(&self) -> Result<Vec<TrustRecord>, StoreError> {
         self.many("SELECT doc FROM trust ORDER BY contact_id", [])
+    }
+    fn put_receipt_level(&mut self, level: &ReceiptLevel) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO receipt_levels (conversation_id, doc) VALUES (?1, ?2)",
+            params![level.conversation_id, doc(level)?],
+        )?;
+        Ok(())
+    }
+    fn list_receipt_levels(&self) -> Result<Vec<ReceiptLevel>, StoreError> {
+        self.many(
+            "SELECT doc FROM receipt_levels ORDER BY conversation_id",
+            [],
+        )
     }
 }
