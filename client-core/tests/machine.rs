@@ -6,7 +6,8 @@ use client_core::crypto::content::MessageContent;
 use client_core::crypto::{SessionKey, encrypt_payload, session_key};
 use client_core::keys::{X25519Path, derive_identity};
 use client_core::machine::{
-    AuthFailure, Client, ClientConfig, ConnCommand, Event, HttpRequest, NetworkState, WsAuth,
+    AuthFailure, Client, ClientConfig, ConnCommand, Event, HttpRequest, InboxLimit, NetworkState,
+    WsAuth,
 };
 use client_core::store::{ClientStore, MemoryStore, MessageStatus};
 use rand_chacha::ChaCha20Rng;
@@ -609,5 +610,83 @@ fn receipt_before_ack_survives_restart() {
     assert_eq!(
         c.store().get_message(&a).unwrap().unwrap().status,
         MessageStatus::Read
+    );
+}
+
+fn inbound_in(conv: &str, id: &str, seq: u64, text: &str, key: &SessionKey) -> String {
+    let mut rng = ChaCha20Rng::seed_from_u64(seq);
+    let payload = encrypt_payload(key, text.as_bytes(), &mut rng);
+    json!({"type":"msg","id":id,"from":"u10000002","conv_id":conv,"seq":seq,"at":1000 + seq,"crypto_v":1,"payload":payload}).to_string()
+}
+
+#[test]
+fn full_offline_inbox_refuses_without_acknowledging() {
+    let mut c = client(ClientConfig {
+        offline_max_per_conversation: 2,
+        offline_max_total: 3,
+        ..ClientConfig::default()
+    });
+    register(&mut c, 0);
+    open(&mut c, 0);
+    events(&mut c);
+    let k = bob_key(X25519Path::Spec);
+    for (id, seq) in [("m-1", 1), ("m-2", 2), ("m-3", 3), ("m-4", 4)] {
+        c.handle_text(seq, &inbound(id, seq, id, &k)).unwrap();
+    }
+    // two parked, then one event for the episode; nothing acknowledged
+    let ev = events(&mut c);
+    assert_eq!(
+        ev.iter()
+            .filter(|e| matches!(e, Event::Parked { .. }))
+            .count(),
+        2
+    );
+    assert_eq!(
+        ev.iter()
+            .filter(|e| matches!(e, Event::OfflineInboxFull { .. }))
+            .collect::<Vec<_>>(),
+        [&Event::OfflineInboxFull {
+            conversation_id: CONV.into(),
+            limit: InboxLimit::PerConversation
+        }]
+    );
+    assert!(
+        frames(&mut c).is_empty(),
+        "no delivered: the relay keeps them"
+    );
+    assert_eq!(c.store().count_offline(Some(CONV)).unwrap(), 2);
+    // a re-delivered parked message is replaced, not refused
+    c.handle_text(5, &inbound("m-2", 2, "m-2", &k)).unwrap();
+    assert!(matches!(events(&mut c)[..], [Event::Parked { .. }]));
+    // the total bound, reached through another conversation
+    c.handle_text(6, &inbound_in("c-other", "o-1", 1, "o", &k))
+        .unwrap();
+    c.handle_text(7, &inbound_in("c-other", "o-2", 2, "o", &k))
+        .unwrap();
+    let ev = events(&mut c);
+    assert!(matches!(ev[0], Event::Parked { .. }));
+    assert_eq!(
+        ev[1],
+        Event::OfflineInboxFull {
+            conversation_id: "c-other".into(),
+            limit: InboxLimit::Total
+        }
+    );
+    // the session appears: the parked ones are delivered, then `sync` asks for the rest
+    sync_friends(&mut c, 8, friend(BOB, X25519Path::Spec));
+    let f = frames(&mut c);
+    assert_eq!(
+        f.iter()
+            .filter(|f| matches!(f, ClientFrame::Delivered(_)))
+            .count(),
+        2
+    );
+    assert!(matches!(f.last(), Some(ClientFrame::Sync(_))));
+    // the relay redelivers what it kept
+    c.handle_text(9, &inbound("m-3", 3, "m-3", &k)).unwrap();
+    assert!(
+        events(&mut c)
+            .iter()
+            .any(|e| matches!(e, Event::Message(m) if m.id == "m-3"))
     );
 }

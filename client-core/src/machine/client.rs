@@ -1,6 +1,6 @@
 //! The [`Client`] machine; see the module doc of [`crate::machine`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
@@ -45,6 +45,11 @@ pub const RETRACTED_TEXT: &str = "消息已撤回";
 /// `msgType` of a retracted message.
 pub const RETRACTED_MSG_TYPE: &str = "retracted";
 
+/// Default bound on parked messages of one conversation (see [`ClientConfig`]).
+pub const OFFLINE_INBOX_MAX_PER_CONVERSATION: usize = 256;
+/// Default bound on parked messages of all conversations together.
+pub const OFFLINE_INBOX_MAX_TOTAL: usize = 2_048;
+
 /// Tunables of the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientConfig {
@@ -52,6 +57,10 @@ pub struct ClientConfig {
     pub x25519_path: X25519Path,
     /// Transmissions before an outbox intent fails.
     pub outbox_max_attempts: u32,
+    /// Parked messages per conversation before further ones are refused (left with the relay).
+    pub offline_max_per_conversation: usize,
+    /// Parked messages in total before further ones are refused.
+    pub offline_max_total: usize,
 }
 
 impl Default for ClientConfig {
@@ -59,8 +68,19 @@ impl Default for ClientConfig {
         Self {
             x25519_path: X25519Path::Spec,
             outbox_max_attempts: DEFAULT_OUTBOX_MAX_ATTEMPTS,
+            offline_max_per_conversation: OFFLINE_INBOX_MAX_PER_CONVERSATION,
+            offline_max_total: OFFLINE_INBOX_MAX_TOTAL,
         }
     }
+}
+
+/// Which bound of the offline inbox was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboxLimit {
+    /// [`ClientConfig::offline_max_per_conversation`].
+    PerConversation,
+    /// [`ClientConfig::offline_max_total`].
+    Total,
 }
 
 /// Correlates an HTTP request with its response.
@@ -215,6 +235,16 @@ pub enum Event {
         /// Conversation.
         conversation_id: String,
     },
+    /// The offline inbox is full for this conversation: further messages that would be parked
+    /// are neither stored nor acknowledged (no `delivered`), so the relay keeps them and
+    /// redelivers them on a later `sync`. Emitted once per episode; the machine sends `sync`
+    /// itself when the conversation's parked messages drain.
+    OfflineInboxFull {
+        /// Conversation.
+        conversation_id: String,
+        /// The bound that was reached.
+        limit: InboxLimit,
+    },
     /// A verified call signal.
     CallSignal {
         /// Kind.
@@ -314,6 +344,7 @@ pub struct Client<S: ClientStore> {
     nonces: NonceCache,
     typing_sent_ms: BTreeMap<String, u64>,
     receipt_hw: BTreeMap<String, ReceiptLevelSeqs>,
+    inbox_overflow: BTreeSet<String>,
     http: VecDeque<HttpRequest>,
     frames: VecDeque<ClientFrame>,
     conn_cmds: VecDeque<ConnCommand>,
@@ -370,6 +401,7 @@ impl<S: ClientStore> Client<S> {
             nonces: NonceCache::new(),
             typing_sent_ms: BTreeMap::new(),
             receipt_hw,
+            inbox_overflow: BTreeSet::new(),
             http: VecDeque::new(),
             frames: VecDeque::new(),
             conn_cmds: VecDeque::new(),
@@ -1187,6 +1219,29 @@ impl<S: ClientStore> Client<S> {
             };
             self.on_msg(now_ms, &d)?;
         }
+        self.release_inbox_overflow()
+    }
+
+    /// Conversations whose refused messages can be parked again leave the overflow set; if any
+    /// did, `sync` asks the relay to redeliver what it kept.
+    fn release_inbox_overflow(&mut self) -> Result<(), ClientError> {
+        if self.inbox_overflow.is_empty()
+            || self.store.count_offline(None)? >= self.config.offline_max_total
+        {
+            return Ok(());
+        }
+        let mut released = false;
+        for conv in self.inbox_overflow.clone() {
+            if self.store.count_offline(Some(&conv))? < self.config.offline_max_per_conversation {
+                self.inbox_overflow.remove(&conv);
+                released = true;
+            }
+        }
+        if released && self.conn == Conn::Open {
+            self.frames.push_back(ClientFrame::Sync(SyncFrame {
+                crypto_v: Some(CRYPTO_V_MESSAGE),
+            }));
+        }
         Ok(())
     }
 
@@ -1393,6 +1448,28 @@ impl<S: ClientStore> Client<S> {
     }
 
     fn park(&mut self, d: &MsgDelivery) -> Result<(), ClientError> {
+        let conv = d.conv_id.as_str();
+        if !self.store.has_offline(d.id.as_str())? {
+            let limit = if self.store.count_offline(None)? >= self.config.offline_max_total {
+                Some(InboxLimit::Total)
+            } else if self.store.count_offline(Some(conv))?
+                >= self.config.offline_max_per_conversation
+            {
+                Some(InboxLimit::PerConversation)
+            } else {
+                None
+            };
+            if let Some(limit) = limit {
+                // Refused: not stored and no `delivered`, so the relay keeps it.
+                if self.inbox_overflow.insert(conv.to_owned()) {
+                    self.events.push_back(Event::OfflineInboxFull {
+                        conversation_id: conv.to_owned(),
+                        limit,
+                    });
+                }
+                return Ok(());
+            }
+        }
         self.store.put_offline(&OfflineMessage {
             id: d.id.as_str().to_owned(),
             conversation_id: d.conv_id.as_str().to_owned(),

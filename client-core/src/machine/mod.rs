@@ -35,6 +35,13 @@
 //!   re-emitted); `delivered` is sent only after the message is stored. Messages with no
 //!   session, failing decryption, or from a verified contact whose key changed are parked in the
 //!   offline inbox (never dropped) and retried when a session appears (contacts sync).
+//! * **Offline inbox bound**: at most [`ClientConfig::offline_max_per_conversation`] parked
+//!   messages per conversation ([`OFFLINE_INBOX_MAX_PER_CONVERSATION`]) and
+//!   [`ClientConfig::offline_max_total`] in all ([`OFFLINE_INBOX_MAX_TOTAL`]). A message that
+//!   would exceed a bound is refused: not stored, and no `delivered` is sent, so the relay keeps
+//!   it (the inbox never drops or evicts anything). [`Event::OfflineInboxFull`] is emitted once
+//!   per conversation per episode. When retrying drains the conversation below its bound the
+//!   machine sends `sync` (the relay re-pushes what it kept); every reconnect does too.
 //! * **Trust**: the guard runs on every inbound message from a verified contact. A key change
 //!   reported by contacts sync never replaces a verified session: it is kept as
 //!   `pendingEcdhPublicKey`, a `security_violation` is emitted and decryption is refused until

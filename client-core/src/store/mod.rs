@@ -358,6 +358,19 @@ pub trait ClientStore {
     fn delete_offline(&mut self, id: &str) -> Result<(), StoreError>;
     /// All parked messages in `(createdAt, id)` order.
     fn list_offline(&self) -> Result<Vec<OfflineMessage>, StoreError>;
+    /// Whether a message with this id is parked. Default: scans [`Self::list_offline`].
+    fn has_offline(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.list_offline()?.iter().any(|o| o.id == id))
+    }
+    /// Parked messages of one conversation, or of all when `None`. Default: scans
+    /// [`Self::list_offline`].
+    fn count_offline(&self, conversation_id: Option<&str>) -> Result<usize, StoreError> {
+        Ok(self
+            .list_offline()?
+            .iter()
+            .filter(|o| conversation_id.is_none_or(|c| o.conversation_id == c))
+            .count())
+    }
 
     /// Inserts or replaces a trust record.
     fn put_trust(&mut self, record: &TrustRecord) -> Result<(), StoreError>;
@@ -593,6 +606,15 @@ pub mod conformance {
                 .collect::<Vec<_>>(),
             ["o1", "o2"]
         );
+        let mut other = off("o3", 6);
+        other.conversation_id = "c8".into();
+        s.put_offline(&other).unwrap();
+        assert_eq!(s.count_offline(Some("c9")).unwrap(), 2);
+        assert_eq!(s.count_offline(Some("c8")).unwrap(), 1);
+        assert_eq!(s.count_offline(None).unwrap(), 3);
+        assert!(s.has_offline("o3").unwrap());
+        s.delete_offline("o3").unwrap();
+        assert!(!s.has_offline("o3").unwrap());
         s.delete_offline("o1").unwrap();
         assert_eq!(s.list_offline().unwrap().len(), 1);
 

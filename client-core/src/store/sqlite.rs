@@ -218,6 +218,27 @@ impl ClientStore for SqliteStore {
     fn list_offline(&self) -> Result<Vec<OfflineMessage>, StoreError> {
         self.many("SELECT doc FROM offline_inbox ORDER BY created_at, id", [])
     }
+    fn has_offline(&self, id: &str) -> Result<bool, StoreError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM offline_inbox WHERE id = ?1",
+            params![id],
+            |r| r.get(0),
+        )?;
+        Ok(n > 0)
+    }
+    fn count_offline(&self, conversation_id: Option<&str>) -> Result<usize, StoreError> {
+        let n: i64 = match conversation_id {
+            Some(c) => self.conn.query_row(
+                "SELECT COUNT(*) FROM offline_inbox WHERE json_extract(doc, '$.conversationId') = ?1",
+                params![c],
+                |r| r.get(0),
+            )?,
+            None => self
+                .conn
+                .query_row("SELECT COUNT(*) FROM offline_inbox", [], |r| r.get(0))?,
+        };
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
     fn put_trust(&mut self, record: &TrustRecord) -> Result<(), StoreError> {
         self.conn.execute(
             "INSERT OR REPLACE INTO trust (contact_id, doc) VALUES (?1, ?2)",
