@@ -184,7 +184,7 @@ impl Relay {
             }
         };
         let batch = state.take_batch();
-        store.commit(&batch)?;
+        store.commit(batch)?;
         let msg_limit = RateLimiter::new(config.msgs_per_min_per_user, MINUTE_MS);
         Ok(Self {
             eph: Ephemeral::new(&config),
@@ -548,7 +548,7 @@ impl Relay {
         } else if batch.is_empty() {
             Ok(())
         } else {
-            self.store.commit(&batch)
+            self.store.commit(batch)
         };
         match committed {
             Ok(()) => {

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{Mutation, Snapshot, Store, StoreError};
+use super::{Batch, Mutation, Snapshot, Store, StoreError};
 
 /// An in-memory [`Store`]. Cloning gives another handle to the **same** committed state, so a
 /// test (or the simulator) can drop a `Relay`, keep a clone, and build a new `Relay` from it:
@@ -39,7 +39,7 @@ impl MemoryStore {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A poisoned lock only means another handle panicked mid-test; the data is still the
-        // last committed state because commits are applied to a copy first.
+        // last committed state because `commit` cannot panic while it applies a batch.
         match self.inner.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -52,7 +52,7 @@ impl Store for MemoryStore {
         Ok(self.lock().tables.clone())
     }
 
-    fn commit(&mut self, batch: &[Mutation]) -> Result<(), StoreError> {
+    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
         let mut inner = self.lock();
         if inner.fail_commits > 0 {
             inner.fail_commits -= 1;
@@ -61,17 +61,13 @@ impl Store for MemoryStore {
         for m in batch {
             match m {
                 Mutation::Put { table, key, value } => {
-                    inner
-                        .tables
-                        .entry(*table)
-                        .or_default()
-                        .insert(key.clone(), value.clone());
+                    inner.tables.entry(table).or_default().insert(key, value);
                 }
                 Mutation::Delete { table, key } => {
-                    if let Some(t) = inner.tables.get_mut(table) {
-                        t.remove(key);
+                    if let Some(t) = inner.tables.get_mut(&table) {
+                        t.remove(&key);
                         if t.is_empty() {
-                            inner.tables.remove(table);
+                            inner.tables.remove(&table);
                         }
                     }
                 }

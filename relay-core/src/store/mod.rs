@@ -164,15 +164,17 @@ pub enum StoreError {
 pub trait Store: Send + std::fmt::Debug {
     /// Reads every committed row.
     fn load(&mut self) -> Result<Snapshot, StoreError>;
-    /// Applies `batch` atomically and durably.
-    fn commit(&mut self, batch: &[Mutation]) -> Result<(), StoreError>;
+    /// Applies `batch` atomically and durably. The batch is taken by value so that an
+    /// implementation which keeps rows in memory can move keys and values instead of copying
+    /// them (a networked one just binds them by reference before dropping the batch).
+    fn commit(&mut self, batch: Batch) -> Result<(), StoreError>;
 }
 
 impl<S: Store + ?Sized> Store for Box<S> {
     fn load(&mut self) -> Result<Snapshot, StoreError> {
         (**self).load()
     }
-    fn commit(&mut self, batch: &[Mutation]) -> Result<(), StoreError> {
+    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
         (**self).commit(batch)
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use rusqlite::{Connection, params};
 
-use super::{Mutation, Snapshot, Store, StoreError, Table};
+use super::{Batch, Mutation, Snapshot, Store, StoreError, Table};
 
 /// Schema version written by this build.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -91,12 +91,12 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
-    fn commit(&mut self, batch: &[Mutation]) -> Result<(), StoreError> {
+    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
         }
         let tx = self.conn.transaction().map_err(|e| backend(&e))?;
-        for m in batch {
+        for m in &batch {
             match m {
                 Mutation::Put { table, key, value } => tx.execute(
                     &format!(

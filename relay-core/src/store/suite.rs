@@ -29,7 +29,7 @@ pub(super) fn empty_store_loads_empty(s: &mut dyn Store) {
 }
 
 pub(super) fn batch_applies_in_order(s: &mut dyn Store) {
-    s.commit(&[
+    s.commit(vec![
         put(Table::Accounts, "a", "1"),
         put(Table::Accounts, "a", "2"),
         put(Table::Messages, "x/1", "m1"),
@@ -44,7 +44,7 @@ pub(super) fn batch_applies_in_order(s: &mut dyn Store) {
 }
 
 pub(super) fn tables_are_independent_and_ordered(s: &mut dyn Store) {
-    s.commit(&[
+    s.commit(vec![
         put(Table::Meta, "k", "meta"),
         put(Table::Tombstones, "k", "tomb"),
         put(Table::Tombstones, "b", "2"),
@@ -58,7 +58,7 @@ pub(super) fn tables_are_independent_and_ordered(s: &mut dyn Store) {
 }
 
 pub(super) fn empty_batch_is_ok(s: &mut dyn Store) {
-    s.commit(&[]).unwrap();
+    s.commit(vec![]).unwrap();
 }
 
 macro_rules! store_suite {
@@ -99,10 +99,14 @@ fn memory_commit_then_reopen() {
     {
         let mut handle = store.clone();
         handle
-            .commit(&[put(Table::Accounts, "u", "alice")])
+            .commit(vec![put(Table::Accounts, "u", "alice")])
             .unwrap();
         store.fail_commits(1);
-        assert!(handle.commit(&[put(Table::Accounts, "v", "bob")]).is_err());
+        assert!(
+            handle
+                .commit(vec![put(Table::Accounts, "v", "bob")])
+                .is_err()
+        );
     } // "crash": the first handle is gone
     let mut reopened = store;
     assert_eq!(
@@ -118,12 +122,12 @@ fn sqlite_commit_then_reopen() {
     let path = dir.path().join("relay.db");
     {
         let mut s = crate::store::SqliteStore::open(&path).unwrap();
-        s.commit(&[
+        s.commit(vec![
             put(Table::Accounts, "u", "alice"),
             put(Table::Meta, "jwt", "k"),
         ])
         .unwrap();
-        s.commit(&[del(Table::Meta, "jwt")]).unwrap();
+        s.commit(vec![del(Table::Meta, "jwt")]).unwrap();
     }
     let mut s = crate::store::SqliteStore::open(&path).unwrap();
     assert_eq!(get(&mut s, Table::Accounts, "u").as_deref(), Some("alice"));
