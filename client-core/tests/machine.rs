@@ -690,3 +690,53 @@ fn full_offline_inbox_refuses_without_acknowledging() {
             .any(|e| matches!(e, Event::Message(m) if m.id == "m-3"))
     );
 }
+
+#[test]
+fn read_and_retract_queue_durably_while_offline() {
+    use client_core::store::PendingActionKind;
+    let mut c = ready(0);
+    let id = c
+        .send_message(1, CONV, "u10000002", &MessageContent::Text("oops".into()))
+        .unwrap();
+    frames(&mut c);
+    c.handle_disconnected(10);
+    c.mark_as_read(11, CONV, 3, "u10000002").unwrap();
+    c.retract_message(12, &id, "u10000002", CONV).unwrap();
+    c.mark_as_read(13, CONV, 5, "u10000002").unwrap();
+    c.mark_as_read(14, CONV, 4, "u10000002").unwrap(); // lower: nothing
+    assert!(frames(&mut c).is_empty());
+    let queued: Vec<_> = c
+        .store()
+        .list_pending_actions()
+        .unwrap()
+        .into_iter()
+        .map(|a| a.kind)
+        .collect();
+    assert_eq!(
+        queued,
+        [
+            PendingActionKind::Retract {
+                message_id: id.clone()
+            },
+            PendingActionKind::Read { seq: 5 }
+        ]
+    );
+    // restart, then the next open: sync, the unacked message, then the queue in order
+    let store = c.store().clone();
+    drop(c);
+    let mut c = Client::new(store, [9; 32], ClientConfig::default()).unwrap();
+    c.restore_session(20).unwrap();
+    auth_round(&mut c, 20);
+    let f = open(&mut c, 20);
+    assert_eq!(f.len(), 4, "{f:?}");
+    assert!(matches!(f[0], ClientFrame::Sync(_)));
+    assert!(matches!(&f[1], ClientFrame::Msg(m) if m.id.as_str() == id));
+    assert!(matches!(&f[2], ClientFrame::Retract(r) if r.id.as_str() == id));
+    assert!(matches!(&f[3], ClientFrame::Read(r) if r.seq.get() == 5));
+    assert!(c.store().list_pending_actions().unwrap().is_empty());
+    // online: sent at once, a repeat of a lower or equal seq is not
+    c.mark_as_read(21, CONV, 5, "u10000002").unwrap();
+    assert!(frames(&mut c).is_empty());
+    c.mark_as_read(22, CONV, 6, "u10000002").unwrap();
+    assert!(matches!(frames(&mut c)[..], [ClientFrame::Read(_)]));
+}

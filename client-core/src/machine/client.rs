@@ -22,8 +22,9 @@ use crate::keys::{Identity, KeyError, SecretString, X25519Path, derive_identity}
 use crate::pow::{POW_DEFAULT_DIFFICULTY, solve_pow};
 use crate::security::{SecurityModule, SecurityViolationEvent, TrustState};
 use crate::store::{
-    ClientStore, MessageStatus, OfflineMessage, OutboxIntent, ReceiptLevel, ReceiptLevelSeqs,
-    SessionRecord, SessionTrust, StoreError, StoredIdentity, StoredMessage,
+    ClientStore, MessageStatus, OfflineMessage, OutboxIntent, PendingAction, PendingActionKind,
+    ReceiptLevel, ReceiptLevelSeqs, SessionRecord, SessionTrust, StoreError, StoredIdentity,
+    StoredMessage,
 };
 
 /// Heartbeat interval (web client value).
@@ -345,6 +346,8 @@ pub struct Client<S: ClientStore> {
     typing_sent_ms: BTreeMap<String, u64>,
     receipt_hw: BTreeMap<String, ReceiptLevelSeqs>,
     inbox_overflow: BTreeSet<String>,
+    actions: BTreeMap<u64, PendingAction>,
+    read_sent: BTreeMap<String, u64>,
     http: VecDeque<HttpRequest>,
     frames: VecDeque<ClientFrame>,
     conn_cmds: VecDeque<ConnCommand>,
@@ -382,6 +385,11 @@ impl<S: ClientStore> Client<S> {
             .into_iter()
             .map(|l| (l.conversation_id, l.seqs))
             .collect();
+        let actions = store
+            .list_pending_actions()?
+            .into_iter()
+            .map(|a| (a.order, a))
+            .collect();
         Ok(Self {
             store,
             rng: ChaCha20Rng::from_seed(rng_seed),
@@ -402,6 +410,8 @@ impl<S: ClientStore> Client<S> {
             typing_sent_ms: BTreeMap::new(),
             receipt_hw,
             inbox_overflow: BTreeSet::new(),
+            actions,
+            read_sent: BTreeMap::new(),
             http: VecDeque::new(),
             frames: VecDeque::new(),
             conn_cmds: VecDeque::new(),
@@ -816,12 +826,18 @@ impl<S: ClientStore> Client<S> {
         for intent in self.store.list_outbox()? {
             self.transmit_intent(intent)?;
         }
+        for (order, action) in std::mem::take(&mut self.actions) {
+            self.transmit_action(&action);
+            self.store.delete_pending_action(order)?;
+        }
         Ok(())
     }
 
     /// The socket closed (or failed to open).
     pub fn handle_disconnected(&mut self, now_ms: u64) {
         self.next_ping_ms = None;
+        // A `read` has no ack: after a drop the app's next mark_as_read is sent again.
+        self.read_sent.clear();
         if self.conn == Conn::Goaway || !self.want_connected {
             if self.conn != Conn::Goaway {
                 self.conn = Conn::Idle;
@@ -958,27 +974,99 @@ impl<S: ClientStore> Client<S> {
         Ok(id)
     }
 
-    /// Sends a read receipt up to `max_seq`.
+    /// Sends a read receipt up to `max_seq`, or queues it durably while the socket is closed
+    /// (sent after the next `sync`). Only the highest seq per conversation is kept or sent.
     pub fn mark_as_read(
         &mut self,
-        _now_ms: u64,
+        now_ms: u64,
         conversation_id: &str,
         max_seq: u64,
         to_alias_id: &str,
     ) -> Result<(), ClientError> {
-        let conv = ConvId::parse(conversation_id)
-            .map_err(|_| ClientError::InvalidId("conversation id"))?;
-        let to = AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
-        if self.conn != Conn::Open {
-            return Err(ClientError::NotConnected);
+        ConvId::parse(conversation_id).map_err(|_| ClientError::InvalidId("conversation id"))?;
+        AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
+        if self
+            .read_sent
+            .get(conversation_id)
+            .is_some_and(|&s| s >= max_seq)
+        {
+            return Ok(());
         }
-        self.frames.push_back(ClientFrame::Read(ReceiptFrame {
-            conv_id: conv,
-            seq: Seq(max_seq),
-            to,
-            crypto_v: Some(CRYPTO_V_MESSAGE),
-        }));
+        let queued = self.actions.iter().find_map(|(&o, a)| match a.kind {
+            PendingActionKind::Read { seq } if a.conversation_id == conversation_id => {
+                Some((o, seq))
+            }
+            _ => None,
+        });
+        if let Some((order, seq)) = queued {
+            if seq >= max_seq {
+                return Ok(());
+            }
+            self.actions.remove(&order);
+            self.store.delete_pending_action(order)?;
+        }
+        self.send_or_queue(
+            now_ms,
+            conversation_id,
+            to_alias_id,
+            PendingActionKind::Read { seq: max_seq },
+        )
+    }
+
+    fn send_or_queue(
+        &mut self,
+        now_ms: u64,
+        conversation_id: &str,
+        to_alias_id: &str,
+        kind: PendingActionKind,
+    ) -> Result<(), ClientError> {
+        let order = self.actions.last_key_value().map_or(0, |(&o, _)| o + 1);
+        let action = PendingAction {
+            order,
+            conversation_id: conversation_id.to_owned(),
+            to_alias_id: to_alias_id.to_owned(),
+            added_at: now_ms,
+            kind,
+        };
+        if self.conn == Conn::Open {
+            self.transmit_action(&action);
+        } else {
+            self.store.put_pending_action(&action)?;
+            self.actions.insert(order, action);
+        }
         Ok(())
+    }
+
+    fn transmit_action(&mut self, a: &PendingAction) {
+        let (Ok(conv), Ok(to)) = (
+            ConvId::parse(&a.conversation_id),
+            AliasId::parse(&a.to_alias_id),
+        ) else {
+            return; // validated when queued; a corrupted record is dropped
+        };
+        match &a.kind {
+            PendingActionKind::Read { seq } => {
+                let hw = self.read_sent.entry(a.conversation_id.clone()).or_default();
+                *hw = (*hw).max(*seq);
+                self.frames.push_back(ClientFrame::Read(ReceiptFrame {
+                    conv_id: conv,
+                    seq: Seq(*seq),
+                    to,
+                    crypto_v: Some(CRYPTO_V_MESSAGE),
+                }));
+            }
+            PendingActionKind::Retract { message_id } => {
+                let Ok(id) = MessageId::parse(message_id) else {
+                    return;
+                };
+                self.frames.push_back(ClientFrame::Retract(RetractFrame {
+                    id,
+                    to,
+                    conv_id: conv,
+                    crypto_v: Some(CRYPTO_V_MESSAGE),
+                }));
+            }
+        }
     }
 
     /// Sends a typing notice, at most one per conversation per [`TYPING_DEBOUNCE_MS`].
@@ -1009,10 +1097,11 @@ impl<S: ClientStore> Client<S> {
         Ok(())
     }
 
-    /// Retracts an own message: sends `retract` and stores the local placeholder.
+    /// Retracts an own message: stores the local placeholder and sends `retract`, or queues it
+    /// durably while the socket is closed (sent in order after the next `sync` and the outbox).
     pub fn retract_message(
         &mut self,
-        _now_ms: u64,
+        now_ms: u64,
         message_id: &str,
         to_alias_id: &str,
         conversation_id: &str,
@@ -1023,22 +1112,20 @@ impl<S: ClientStore> Client<S> {
         if !m.is_me || m.conversation_id != conversation_id {
             return Err(ClientError::NotOwnMessage);
         }
-        if self.conn != Conn::Open {
-            return Err(ClientError::NotConnected);
-        }
-        let (Ok(id), Ok(to), Ok(conv)) = (
-            MessageId::parse(message_id),
-            AliasId::parse(to_alias_id),
-            ConvId::parse(conversation_id),
-        ) else {
+        if MessageId::parse(message_id).is_err()
+            || AliasId::parse(to_alias_id).is_err()
+            || ConvId::parse(conversation_id).is_err()
+        {
             return Err(ClientError::InvalidId("retract target"));
-        };
-        self.frames.push_back(ClientFrame::Retract(RetractFrame {
-            id,
-            to,
-            conv_id: conv,
-            crypto_v: Some(CRYPTO_V_MESSAGE),
-        }));
+        }
+        self.send_or_queue(
+            now_ms,
+            conversation_id,
+            to_alias_id,
+            PendingActionKind::Retract {
+                message_id: message_id.to_owned(),
+            },
+        )?;
         make_placeholder(&mut m);
         self.store.put_message(&m)?;
         self.events.push_back(Event::Retracted {

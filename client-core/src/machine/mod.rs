@@ -47,6 +47,13 @@
 //!   `pendingEcdhPublicKey`, a `security_violation` is emitted and decryption is refused until
 //!   the user calls [`Client::reset_trust_state`] (which adopts the new key, unverified). For an
 //!   unverified contact the new key replaces the old one and [`Event::PeerKeyChanged`] is emitted.
+//! * **Read receipts and retracts** need no open socket: while closed they are queued durably
+//!   ([`crate::store::PendingAction`]) and sent on the next open after `sync` and the outbox
+//!   re-sends (so a retract always follows its message), in queue order. Only the highest `read`
+//!   per conversation is queued; while open a `read` not above the last one sent on this socket
+//!   is skipped. Neither frame is acknowledged by the relay, so once handed to an open socket it
+//!   leaves the queue (as every reference client). `mark_as_read`/`retract_message` no longer
+//!   return `NotConnected`.
 //! * **Retract**: own messages only, locally replaced by the placeholder (`msgType`
 //!   `retracted`); an inbound retract applies only to a message authored by its sender.
 

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::{
-    ClientStore, OfflineMessage, OutboxIntent, ReceiptLevel, SessionRecord, StoreError,
-    StoredIdentity, StoredMessage, apply_limit, sort_history,
+    ClientStore, OfflineMessage, OutboxIntent, PendingAction, ReceiptLevel, SessionRecord,
+    StoreError, StoredIdentity, StoredMessage, apply_limit, sort_history,
 };
 use crate::security::TrustRecord;
 
@@ -18,6 +18,7 @@ pub struct MemoryStore {
     offline: BTreeMap<String, OfflineMessage>,
     trust: BTreeMap<String, TrustRecord>,
     receipt_levels: BTreeMap<String, ReceiptLevel>,
+    pending_actions: BTreeMap<u64, PendingAction>,
 }
 
 impl MemoryStore {
@@ -146,5 +147,16 @@ impl ClientStore for MemoryStore {
     }
     fn list_receipt_levels(&self) -> Result<Vec<ReceiptLevel>, StoreError> {
         Ok(self.receipt_levels.values().cloned().collect())
+    }
+    fn put_pending_action(&mut self, action: &PendingAction) -> Result<(), StoreError> {
+        self.pending_actions.insert(action.order, action.clone());
+        Ok(())
+    }
+    fn delete_pending_action(&mut self, order: u64) -> Result<(), StoreError> {
+        self.pending_actions.remove(&order);
+        Ok(())
+    }
+    fn list_pending_actions(&self) -> Result<Vec<PendingAction>, StoreError> {
+        Ok(self.pending_actions.values().cloned().collect())
     }
 }

@@ -6,7 +6,7 @@
 //! `OfflineMessage.id` and `.fromAliasId` (the offline inbox is keyed by message id so two
 //! parked messages without `seq` never collide), `SessionRecord.pendingEcdhPublicKey` (a changed
 //! key announced by the server for a verified session, kept aside and never applied silently),
-//! and the record [`ReceiptLevel`] (receipts seen before their ack). Trait methods added after
+//! and the records [`ReceiptLevel`] and [`PendingAction`] (receipts seen before their ack; `read`/`retract` queued offline). Trait methods added after
 //! the first release have defaults (not persisted) so external backends keep compiling; every
 //! backend here overrides them and the shared suite checks them.
 //!
@@ -272,6 +272,39 @@ pub struct ReceiptLevel {
     pub seqs: ReceiptLevelSeqs,
 }
 
+/// A control frame queued while the socket was closed, sent in `order` after the next `sync`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingAction {
+    /// Queue position; ascending is send order.
+    pub order: u64,
+    /// Conversation id.
+    pub conversation_id: String,
+    /// Recipient alias.
+    pub to_alias_id: String,
+    /// When queued, epoch ms.
+    pub added_at: u64,
+    /// What to send.
+    pub kind: PendingActionKind,
+}
+
+/// The frame a [`PendingAction`] sends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum PendingActionKind {
+    /// `read` up to `seq` (one per conversation: only the highest is kept).
+    Read {
+        /// Highest peer seq read.
+        seq: u64,
+    },
+    /// `retract` of an own message.
+    Retract {
+        /// The retracted message.
+        #[serde(rename = "messageId")]
+        message_id: String,
+    },
+}
+
 /// Which conversation(s) to export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExportScope<'a> {
@@ -390,6 +423,22 @@ pub trait ClientStore {
     }
     /// All receipt levels by conversation id. Default: none (see [`Self::put_receipt_level`]).
     fn list_receipt_levels(&self) -> Result<Vec<ReceiptLevel>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    /// Inserts or replaces a queued control frame (keyed by `order`). Default: not persisted
+    /// (the machine still queues in memory); every backend of this crate overrides it.
+    fn put_pending_action(&mut self, action: &PendingAction) -> Result<(), StoreError> {
+        let _ = action;
+        Ok(())
+    }
+    /// Removes a queued control frame. Default: nothing (see [`Self::put_pending_action`]).
+    fn delete_pending_action(&mut self, order: u64) -> Result<(), StoreError> {
+        let _ = order;
+        Ok(())
+    }
+    /// Queued control frames in `order`. Default: none (see [`Self::put_pending_action`]).
+    fn list_pending_actions(&self) -> Result<Vec<PendingAction>, StoreError> {
         Ok(Vec::new())
     }
 
@@ -630,6 +679,34 @@ pub mod conformance {
         assert!(s.list_trust().unwrap().is_empty());
     }
 
+    /// Pending actions: upsert by order, listed in order, delete.
+    pub fn pending_actions(s: &mut dyn ClientStore) {
+        assert!(s.list_pending_actions().unwrap().is_empty());
+        let a = |order: u64, kind: PendingActionKind| PendingAction {
+            order,
+            conversation_id: "c1".into(),
+            to_alias_id: "bob".into(),
+            added_at: 9,
+            kind,
+        };
+        s.put_pending_action(&a(10, PendingActionKind::Read { seq: 4 }))
+            .unwrap();
+        s.put_pending_action(&a(
+            2,
+            PendingActionKind::Retract {
+                message_id: "m1".into(),
+            },
+        ))
+        .unwrap();
+        s.put_pending_action(&a(10, PendingActionKind::Read { seq: 5 }))
+            .unwrap();
+        let l = s.list_pending_actions().unwrap();
+        assert_eq!(l.iter().map(|x| x.order).collect::<Vec<_>>(), [2, 10]);
+        assert_eq!(l[1].kind, PendingActionKind::Read { seq: 5 });
+        s.delete_pending_action(2).unwrap();
+        assert_eq!(s.list_pending_actions().unwrap().len(), 1);
+    }
+
     /// Receipt levels: upsert by conversation, listed by conversation id.
     pub fn receipt_levels(s: &mut dyn ClientStore) {
         assert!(s.list_receipt_levels().unwrap().is_empty());
@@ -677,6 +754,11 @@ macro_rules! client_store_tests {
             fn queues_and_trust() {
                 let mut s = $make;
                 c::queues_and_trust(&mut s);
+            }
+            #[test]
+            fn pending_actions() {
+                let mut s = $make;
+                c::pending_actions(&mut s);
             }
             #[test]
             fn receipt_levels() {

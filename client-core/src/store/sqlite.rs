@@ -9,13 +9,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    ClientStore, OfflineMessage, OutboxIntent, ReceiptLevel, SessionRecord, StoreError,
-    StoredIdentity, StoredMessage, apply_limit,
+    ClientStore, OfflineMessage, OutboxIntent, PendingAction, ReceiptLevel, SessionRecord,
+    StoreError, StoredIdentity, StoredMessage, apply_limit,
 };
 use crate::security::TrustRecord;
 
 /// Schema version written by this code (migrations run from any older version).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA_V1: &str = "
 CREATE TABLE identity (id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL);
@@ -32,8 +32,12 @@ const SCHEMA_V2: &str = "
 CREATE TABLE receipt_levels (conversation_id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 ";
 
+const SCHEMA_V3: &str = "
+CREATE TABLE pending_actions (ord INTEGER PRIMARY KEY, doc TEXT NOT NULL);
+";
+
 /// `MIGRATIONS[n]` takes the schema from version `n` to `n + 1`.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
 
 /// SQLite-backed store.
 #[derive(Debug)]
@@ -268,5 +272,22 @@ impl ClientStore for SqliteStore {
             "SELECT doc FROM receipt_levels ORDER BY conversation_id",
             [],
         )
+    }
+    fn put_pending_action(&mut self, action: &PendingAction) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO pending_actions (ord, doc) VALUES (?1, ?2)",
+            params![ms(action.order), doc(action)?],
+        )?;
+        Ok(())
+    }
+    fn delete_pending_action(&mut self, order: u64) -> Result<(), StoreError> {
+        self.conn.execute(
+            "DELETE FROM pending_actions WHERE ord = ?1",
+            params![ms(order)],
+        )?;
+        Ok(())
+    }
+    fn list_pending_actions(&self) -> Result<Vec<PendingAction>, StoreError> {
+        self.many("SELECT doc FROM pending_actions ORDER BY ord", [])
     }
 }
