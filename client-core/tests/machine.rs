@@ -740,3 +740,40 @@ fn read_and_retract_queue_durably_while_offline() {
     c.mark_as_read(22, CONV, 6, "u10000002").unwrap();
     assert!(matches!(frames(&mut c)[..], [ClientFrame::Read(_)]));
 }
+
+#[test]
+fn mark_as_read_marks_inbound_messages_locally() {
+    let mut c = ready(0);
+    let k = bob_key(X25519Path::Spec);
+    for seq in 1..=3 {
+        c.handle_text(seq, &inbound(&format!("m-{seq}"), seq, "hi", &k))
+            .unwrap();
+    }
+    let own = c
+        .send_message(4, CONV, "u10000002", &MessageContent::Text("mine".into()))
+        .unwrap();
+    events(&mut c);
+    assert_eq!(c.unread_count(CONV).unwrap(), 3);
+    c.mark_as_read(5, CONV, 2, "u10000002").unwrap();
+    let status = |c: &C, id: &str| c.store().get_message(id).unwrap().unwrap().status;
+    assert_eq!(status(&c, "m-1"), MessageStatus::Read);
+    assert_eq!(status(&c, "m-2"), MessageStatus::Read);
+    assert_eq!(status(&c, "m-3"), MessageStatus::Delivered);
+    assert_eq!(
+        status(&c, &own),
+        MessageStatus::Sending,
+        "own messages untouched"
+    );
+    assert_eq!(c.unread_count(CONV).unwrap(), 1);
+    assert!(
+        events(&mut c)
+            .iter()
+            .all(|e| !matches!(e, Event::StatusChange { .. }))
+    );
+    // offline too, and never downwards
+    c.handle_disconnected(6);
+    c.mark_as_read(7, CONV, 3, "u10000002").unwrap();
+    c.mark_as_read(8, CONV, 1, "u10000002").unwrap();
+    assert_eq!(c.unread_count(CONV).unwrap(), 0);
+    assert_eq!(status(&c, "m-1"), MessageStatus::Read);
+}

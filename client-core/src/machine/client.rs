@@ -985,6 +985,7 @@ impl<S: ClientStore> Client<S> {
     ) -> Result<(), ClientError> {
         ConvId::parse(conversation_id).map_err(|_| ClientError::InvalidId("conversation id"))?;
         AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
+        self.mark_inbound_read(conversation_id, max_seq)?;
         if self
             .read_sent
             .get(conversation_id)
@@ -1011,6 +1012,35 @@ impl<S: ClientStore> Client<S> {
             to_alias_id,
             PendingActionKind::Read { seq: max_seq },
         )
+    }
+
+    /// Local read marker: inbound messages of the conversation with `seq ≤ max_seq` move
+    /// `delivered → read` in the store (no event: the app asked for it).
+    fn mark_inbound_read(
+        &mut self,
+        conversation_id: &str,
+        max_seq: u64,
+    ) -> Result<(), ClientError> {
+        for mut m in self.store.get_history(conversation_id, None, None)? {
+            if !m.is_me
+                && m.seq.is_some_and(|s| s <= max_seq)
+                && m.status.can_advance_to(MessageStatus::Read)
+            {
+                m.status = MessageStatus::Read;
+                self.store.put_message(&m)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Inbound messages of a conversation not yet marked read locally.
+    pub fn unread_count(&self, conversation_id: &str) -> Result<usize, ClientError> {
+        Ok(self
+            .store
+            .get_history(conversation_id, None, None)?
+            .iter()
+            .filter(|m| !m.is_me && m.status != MessageStatus::Read)
+            .count())
     }
 
     fn send_or_queue(

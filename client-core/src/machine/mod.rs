@@ -47,6 +47,10 @@
 //!   `pendingEcdhPublicKey`, a `security_violation` is emitted and decryption is refused until
 //!   the user calls [`Client::reset_trust_state`] (which adopts the new key, unverified). For an
 //!   unverified contact the new key replaces the old one and [`Event::PeerKeyChanged`] is emitted.
+//! * **Local read marker**: `mark_as_read(conv, max_seq)` also stores status `read` on our
+//!   copy of every inbound message of `conv` with `seq ≤ max_seq` (inbound messages are stored
+//!   `delivered`; the status never moves down, and no `StatusChange` is emitted, that event
+//!   stays about own messages). [`Client::unread_count`] counts inbound messages not `read`.
 //! * **Read receipts and retracts** need no open socket: while closed they are queued durably
 //!   ([`crate::store::PendingAction`]) and sent on the next open after `sync` and the outbox
 //!   re-sends (so a retract always follows its message), in queue order. Only the highest `read`
