@@ -12,6 +12,10 @@ use wire::frames::{
 use wire::http::FriendProfile;
 use wire::ids::{AliasId, CallId, ConvId, MessageId, Seq};
 
+use super::call::{
+    ActiveCall, CALL_REJECT_REASON_BUSY, CALL_RING_TIMEOUT_MS, CallEndReason, CallEvent, CallInfo,
+    CallOptions, CallState, sdp_has_video,
+};
 use crate::crypto::content::MessageContent;
 use crate::crypto::signal::{
     NonceCache, SignalEnvelope, SignalError, SignatureCoverage, open_signal, seal_signal,
@@ -246,7 +250,9 @@ pub enum Event {
         /// The bound that was reached.
         limit: InboxLimit,
     },
-    /// A verified call signal.
+    /// Call state machine events.
+    Call(CallEvent),
+    /// A verified call signal (low level; the call state machine consumes the same signals).
     CallSignal {
         /// Kind.
         kind: CallKind,
@@ -294,6 +300,12 @@ pub enum ClientError {
     /// Signing failed.
     #[error("signal: {0}")]
     Signal(#[from] SignalError),
+    /// No call in a state that allows this command.
+    #[error("no call in a state that allows this")]
+    NoCall,
+    /// A call is already in progress.
+    #[error("a call is already in progress")]
+    CallBusy,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -347,6 +359,7 @@ pub struct Client<S: ClientStore> {
     receipt_hw: BTreeMap<String, ReceiptLevelSeqs>,
     inbox_overflow: BTreeSet<String>,
     actions: BTreeMap<u64, PendingAction>,
+    call: Option<ActiveCall>,
     read_sent: BTreeMap<String, u64>,
     http: VecDeque<HttpRequest>,
     frames: VecDeque<ClientFrame>,
@@ -411,6 +424,7 @@ impl<S: ClientStore> Client<S> {
             receipt_hw,
             inbox_overflow: BTreeSet::new(),
             actions,
+            call: None,
             read_sent: BTreeMap::new(),
             http: VecDeque::new(),
             frames: VecDeque::new(),
@@ -474,7 +488,12 @@ impl<S: ClientStore> Client<S> {
             Conn::WaitingRetry { at_ms } => Some(at_ms),
             _ => None,
         };
-        [retry, self.next_ping_ms].into_iter().flatten().min()
+        let call = self
+            .call
+            .as_ref()
+            .filter(|c| c.info.state.is_active())
+            .and_then(|c| c.deadline_ms);
+        [retry, self.next_ping_ms, call].into_iter().flatten().min()
     }
 
     // ----- helpers
@@ -863,8 +882,9 @@ impl<S: ClientStore> Client<S> {
         exp * jitter / 1000
     }
 
-    /// Timers: heartbeat and reconnect.
+    /// Timers: heartbeat, reconnect and the call timeout.
     pub fn handle_timeout(&mut self, now_ms: u64) {
+        self.call_timeout(now_ms);
         if let Conn::WaitingRetry { at_ms } = self.conn
             && now_ms >= at_ms
         {
@@ -1695,7 +1715,7 @@ impl<S: ClientStore> Client<S> {
             from: from.as_str(),
             call_id: c.call_id.as_str(),
         };
-        if let Ok(v) = open_signal(
+        match open_signal(
             &key,
             &c.payload,
             env,
@@ -1703,15 +1723,294 @@ impl<S: ClientStore> Client<S> {
             now_ms,
             &mut self.nonces,
         ) {
-            self.events.push_back(Event::CallSignal {
-                kind: c.kind,
+            Ok(v) => {
+                self.events.push_back(Event::CallSignal {
+                    kind: c.kind,
+                    from: from.as_str().to_owned(),
+                    call_id: c.call_id.as_str().to_owned(),
+                    fields: v.fields.clone(),
+                    coverage: v.coverage,
+                });
+                self.on_verified_signal(
+                    now_ms,
+                    c.kind,
+                    from.as_str(),
+                    c.call_id.as_str(),
+                    &v.fields,
+                );
+            }
+            Err(error) => self.events.push_back(Event::Call(CallEvent::SignalRefused {
                 from: from.as_str().to_owned(),
                 call_id: c.call_id.as_str().to_owned(),
-                fields: v.fields,
-                coverage: v.coverage,
-            });
+                kind: c.kind,
+                error,
+            })),
         }
         Ok(())
+    }
+
+    // ----- calls
+
+    /// The current (or last) call.
+    pub fn current_call(&self) -> Option<&CallInfo> {
+        self.call.as_ref().map(|c| &c.info)
+    }
+
+    /// State of the current call ([`CallState::Idle`] before the first one).
+    pub fn call_state(&self) -> CallState {
+        self.call.as_ref().map_or(CallState::Idle, |c| c.info.state)
+    }
+
+    fn active_call(&self) -> Option<&CallInfo> {
+        self.current_call().filter(|c| c.state.is_active())
+    }
+
+    fn set_call_state(
+        &mut self,
+        state: CallState,
+        reason: Option<CallEndReason>,
+        deadline: Option<u64>,
+    ) {
+        let Some(c) = self.call.as_mut() else { return };
+        c.info.state = state;
+        c.info.end_reason = reason;
+        c.deadline_ms = deadline;
+        self.events.push_back(Event::Call(CallEvent::StateChanged {
+            call_id: c.info.call_id.clone(),
+            peer: c.info.peer.clone(),
+            state,
+            reason,
+        }));
+    }
+
+    fn signal_current(
+        &mut self,
+        now_ms: u64,
+        kind: CallKind,
+        fields: Map<String, Value>,
+    ) -> Result<(), ClientError> {
+        let Some(c) = self.active_call() else {
+            return Err(ClientError::NoCall);
+        };
+        let (peer, id) = (c.peer.clone(), c.call_id.clone());
+        self.send_call_signal(now_ms, kind, &peer, &id, fields)
+    }
+
+    /// Places a call (SPEC `call(toAliasId, CallOptions)`): sends `call_offer` with the app's
+    /// SDP and `mode`; state `calling` until answered, rejected or [`CALL_RING_TIMEOUT_MS`].
+    /// Returns the call id.
+    pub fn call(
+        &mut self,
+        now_ms: u64,
+        to_alias_id: &str,
+        options: &CallOptions,
+    ) -> Result<String, ClientError> {
+        if self.active_call().is_some() {
+            return Err(ClientError::CallBusy);
+        }
+        if self.conn != Conn::Open {
+            return Err(ClientError::NotConnected);
+        }
+        let call_id = self.new_message_id();
+        let mut fields = Map::new();
+        fields.insert("sdp".into(), Value::from(options.sdp.clone()));
+        fields.insert("sdp_type".into(), Value::from("offer"));
+        fields.insert(
+            "mode".into(),
+            Value::from(if options.video { "video" } else { "audio" }),
+        );
+        self.send_call_signal(now_ms, CallKind::Offer, to_alias_id, &call_id, fields)?;
+        self.call = Some(ActiveCall {
+            info: CallInfo {
+                call_id: call_id.clone(),
+                peer: to_alias_id.to_owned(),
+                outgoing: true,
+                video: options.video,
+                state: CallState::Idle,
+                end_reason: None,
+            },
+            deadline_ms: None,
+        });
+        self.set_call_state(
+            CallState::Calling,
+            None,
+            Some(now_ms + CALL_RING_TIMEOUT_MS),
+        );
+        Ok(call_id)
+    }
+
+    /// Answers the ringing call with the app's SDP answer: `call_answer`, state `connecting`.
+    pub fn answer_call(&mut self, now_ms: u64, sdp: &str) -> Result<(), ClientError> {
+        if self.call_state() != CallState::Ringing {
+            return Err(ClientError::NoCall);
+        }
+        let mut fields = Map::new();
+        fields.insert("sdp".into(), Value::from(sdp));
+        fields.insert("sdp_type".into(), Value::from("answer"));
+        self.signal_current(now_ms, CallKind::Answer, fields)?;
+        self.set_call_state(
+            CallState::Connecting,
+            None,
+            Some(now_ms + CALL_RING_TIMEOUT_MS),
+        );
+        Ok(())
+    }
+
+    /// Declines the ringing call: `call_reject`, state `rejected`.
+    pub fn reject_call(&mut self, now_ms: u64) -> Result<(), ClientError> {
+        if self.call_state() != CallState::Ringing {
+            return Err(ClientError::NoCall);
+        }
+        // The call ends locally even if the signal cannot be sent (the caller times out).
+        let sent = self.signal_current(now_ms, CallKind::Reject, Map::new());
+        self.set_call_state(CallState::Rejected, Some(CallEndReason::LocalReject), None);
+        sent
+    }
+
+    /// Ends the current call: `call_hangup`, state `hangup` (while ringing: same as
+    /// [`Client::reject_call`]).
+    pub fn hangup_call(&mut self, now_ms: u64) -> Result<(), ClientError> {
+        match self.call_state() {
+            CallState::Ringing => self.reject_call(now_ms),
+            s if s.is_active() => {
+                let sent = self.signal_current(now_ms, CallKind::Hangup, Map::new());
+                self.set_call_state(CallState::Hangup, Some(CallEndReason::LocalHangup), None);
+                sent
+            }
+            _ => Err(ClientError::NoCall),
+        }
+    }
+
+    /// Sends one local ICE candidate (opaque JSON from the app) for the current call.
+    pub fn send_ice_candidate(&mut self, now_ms: u64, candidate: Value) -> Result<(), ClientError> {
+        let mut fields = Map::new();
+        fields.insert("candidate".into(), candidate);
+        self.signal_current(now_ms, CallKind::Ice, fields)
+    }
+
+    /// The app's media connection is up: `connecting → connected`.
+    pub fn call_media_connected(&mut self, _now_ms: u64) -> Result<(), ClientError> {
+        if self.call_state() != CallState::Connecting {
+            return Err(ClientError::NoCall);
+        }
+        self.set_call_state(CallState::Connected, None, None);
+        Ok(())
+    }
+
+    fn call_timeout(&mut self, now_ms: u64) {
+        let Some(c) = self.call.as_ref() else { return };
+        if !c.info.state.is_active() || c.deadline_ms.is_none_or(|d| now_ms < d) {
+            return;
+        }
+        let kind = if c.info.state == CallState::Ringing {
+            CallKind::Reject
+        } else {
+            CallKind::Hangup
+        };
+        // Best effort: the peer also times out if the signal cannot be sent.
+        let _ = self.signal_current(now_ms, kind, Map::new());
+        self.set_call_state(CallState::Ended, Some(CallEndReason::Timeout), None);
+    }
+
+    fn on_verified_signal(
+        &mut self,
+        now_ms: u64,
+        kind: CallKind,
+        from: &str,
+        call_id: &str,
+        fields: &Map<String, Value>,
+    ) {
+        let current = self.active_call().map(|c| {
+            (
+                c.state,
+                c.peer == from && c.call_id == call_id,
+                c.peer == from,
+            )
+        });
+        let str_field = |k: &str| fields.get(k).and_then(Value::as_str).unwrap_or_default();
+        match (kind, current) {
+            (CallKind::Offer, Some((_, true, _))) => {} // a retransmitted offer of this call
+            (CallKind::Offer, Some((CallState::Calling, false, true)))
+                if self.alias_id().is_some_and(|me| me < from) => {} // glare: our call wins
+            (CallKind::Offer, Some((CallState::Calling, false, true))) => {
+                // glare: their call wins; ours is dropped silently (they ignore our offer)
+                self.set_call_state(CallState::Ended, Some(CallEndReason::Glare), None);
+                self.ring(now_ms, from, call_id, fields);
+            }
+            (CallKind::Offer, Some(_)) => {
+                let mut f = Map::new();
+                f.insert("reason".into(), Value::from(CALL_REJECT_REASON_BUSY));
+                let _ = self.send_call_signal(now_ms, CallKind::Reject, from, call_id, f);
+                self.events
+                    .push_back(Event::Call(CallEvent::MissedWhileBusy {
+                        from: from.to_owned(),
+                        call_id: call_id.to_owned(),
+                    }));
+            }
+            (CallKind::Offer, None) => self.ring(now_ms, from, call_id, fields),
+            (CallKind::Answer, Some((CallState::Calling, true, _))) => {
+                self.events.push_back(Event::Call(CallEvent::RemoteAnswer {
+                    call_id: call_id.to_owned(),
+                    sdp: str_field("sdp").to_owned(),
+                }));
+                self.set_call_state(
+                    CallState::Connecting,
+                    None,
+                    Some(now_ms + CALL_RING_TIMEOUT_MS),
+                );
+            }
+            (CallKind::Ice, Some((_, true, _))) => {
+                self.events.push_back(Event::Call(CallEvent::RemoteIce {
+                    call_id: call_id.to_owned(),
+                    candidate: fields.get("candidate").cloned().unwrap_or(Value::Null),
+                }));
+            }
+            (CallKind::Reject, Some((_, true, _))) => {
+                let reason = if str_field("reason") == CALL_REJECT_REASON_BUSY {
+                    CallEndReason::Busy
+                } else {
+                    CallEndReason::RemoteReject
+                };
+                self.set_call_state(CallState::Rejected, Some(reason), None);
+            }
+            (CallKind::Hangup, Some((_, true, _))) => {
+                self.set_call_state(CallState::Ended, Some(CallEndReason::RemoteHangup), None);
+            }
+            // another call id, no call, an answer out of turn, `call_invite`: ignored (S-4)
+            _ => {}
+        }
+    }
+
+    fn ring(&mut self, now_ms: u64, from: &str, call_id: &str, fields: &Map<String, Value>) {
+        let sdp = fields
+            .get("sdp")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let video =
+            fields.get("mode").and_then(Value::as_str) == Some("video") || sdp_has_video(&sdp);
+        self.call = Some(ActiveCall {
+            info: CallInfo {
+                call_id: call_id.to_owned(),
+                peer: from.to_owned(),
+                outgoing: false,
+                video,
+                state: CallState::Idle,
+                end_reason: None,
+            },
+            deadline_ms: None,
+        });
+        self.set_call_state(
+            CallState::Ringing,
+            None,
+            Some(now_ms + CALL_RING_TIMEOUT_MS),
+        );
+        self.events.push_back(Event::Call(CallEvent::Incoming {
+            call_id: call_id.to_owned(),
+            from: from.to_owned(),
+            video,
+            sdp,
+        }));
     }
 }
 

@@ -6,6 +6,8 @@
 //!   connect / disconnect                         poll_transmit()   -> ClientFrame
 //!   send_message / mark_as_read / send_typing    poll_connection() -> ConnCommand
 //!   retract_message / sync_contacts / ...        poll_event()      -> Event
+//!   call / answer_call / reject_call / hangup_call
+//!   send_ice_candidate / call_media_connected
 //!   handle_http_response(id, status, body)       poll_timeout()    -> Option<u64>
 //!   handle_connected / handle_disconnected
 //!   handle_frame / handle_text
@@ -60,7 +62,26 @@
 //!   return `NotConnected`.
 //! * **Retract**: own messages only, locally replaced by the placeholder (`msgType`
 //!   `retracted`); an inbound retract applies only to a message authored by its sender.
+//! * **Calls** (PROTOCOL §3.7, SPEC `CallState`): one call at a time. `call(to, options)` sends
+//!   `call_offer` (`sdp`, `sdp_type`, `mode`; SDP/ICE are opaque app strings) → `calling`; an
+//!   offer → `ringing` + [`CallEvent::Incoming`]; `answer_call` / a matching `call_answer` →
+//!   `connecting`; the app's `call_media_connected` → `connected`. Final states: `hangup` (we
+//!   hung up), `rejected` (declined either way, reason `busy` when the callee was busy),
+//!   `ended` (peer hangup, timeout, lost glare); a new call may start from any final state.
+//!   Every signal is sealed/opened with `seal_signal`/`open_signal` (signature, 60 s window,
+//!   nonce cache); a refused one emits [`CallEvent::SignalRefused`] and changes nothing.
+//!   Answer/ICE/reject/hangup apply only when `call_id` **and** sender match the current call,
+//!   otherwise they are ignored (fixes S-4). **Timeout**: [`CALL_RING_TIMEOUT_MS`] (30 s) in
+//!   `calling` (we send `call_hangup`), `ringing` (we send `call_reject`) and `connecting`
+//!   (`call_hangup`), then `ended`/`Timeout`. **Glare** (an offer from the peer we are
+//!   calling): the call placed by the lexicographically lower alias wins on both sides; the
+//!   winner ignores the losing offer, the loser ends its own call (`Glare`, nothing sent) and
+//!   rings for the winner's. Any other offer during a call is refused with `call_reject`
+//!   (`reason: "busy"`) and [`CallEvent::MissedWhileBusy`]; it never replaces the call.
+//!   [`Event::CallSignal`] is still emitted for every verified signal (low level).
 
+mod call;
 mod client;
 
+pub use self::call::*;
 pub use self::client::*;
