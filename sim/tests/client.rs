@@ -270,3 +270,35 @@ fn machine_recovers_from_a_revoked_token() {
         "still retrying the revoked token after 20 attempts"
     );
 }
+
+// The simulator's crash-surviving store passes the shared store suite, and a clone (the
+// restarted client's handle) sees everything the first handle wrote, the queues included.
+client_core::client_store_tests!(shared_store, SharedStore::new());
+
+#[test]
+fn shared_store_clone_keeps_receipt_levels_and_pending_actions() {
+    use client_core::store::{
+        ClientStore as _, PendingAction, PendingActionKind, ReceiptLevel, ReceiptLevelSeqs,
+    };
+    let mut first = SharedStore::new();
+    let level = ReceiptLevel {
+        conversation_id: "c1".into(),
+        seqs: ReceiptLevelSeqs {
+            delivered_seq: 3,
+            read_seq: 2,
+        },
+    };
+    let action = PendingAction {
+        order: 0,
+        conversation_id: "c1".into(),
+        to_alias_id: "u10000002".into(),
+        added_at: 1,
+        kind: PendingActionKind::Read { seq: 2 },
+    };
+    first.put_receipt_level(&level).unwrap();
+    first.put_pending_action(&action).unwrap();
+    let restarted = first.clone();
+    drop(first);
+    assert_eq!(restarted.list_receipt_levels().unwrap(), vec![level]);
+    assert_eq!(restarted.list_pending_actions().unwrap(), vec![action]);
+}

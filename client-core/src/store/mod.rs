@@ -6,9 +6,16 @@
 //! `OfflineMessage.id` and `.fromAliasId` (the offline inbox is keyed by message id so two
 //! parked messages without `seq` never collide), `SessionRecord.pendingEcdhPublicKey` (a changed
 //! key announced by the server for a verified session, kept aside and never applied silently),
-//! and the records [`ReceiptLevel`] and [`PendingAction`] (receipts seen before their ack; `read`/`retract` queued offline). Trait methods added after
-//! the first release have defaults (not persisted) so external backends keep compiling; every
-//! backend here overrides them and the shared suite checks them.
+//! and the records [`ReceiptLevel`] and [`PendingAction`] (receipts seen before their ack;
+//! `read`/`retract` queued offline).
+//!
+//! Every method that stores or reads records is required: a backend that silently forgot a
+//! record would break the machine's guarantees across a restart, so there are no
+//! "not persisted" defaults. Only helpers derived from other methods have default bodies
+//! ([`ClientStore::has_offline`], [`ClientStore::count_offline`],
+//! [`ClientStore::mark_session_verified`], [`ClientStore::export_conversation`]); a backend may
+//! override them with a faster equivalent. The shared suite ([`conformance`], run with
+//! [`client_store_tests!`](crate::client_store_tests)) checks every backend.
 //!
 //! History order is `(time, id)` ascending everywhere. [`ClientStore::export_conversation`]
 //! writes NDJSON: one [`StoredMessage`] JSON object per line (fields `id`, `conversationId`,
@@ -413,34 +420,16 @@ pub trait ClientStore {
     fn list_trust(&self) -> Result<Vec<TrustRecord>, StoreError>;
 
     /// Inserts or replaces the receipt level of a conversation.
-    ///
-    /// Default: not persisted (the machine still keeps levels in memory). Every backend of this
-    /// crate overrides it; a backend that does not loses receipts that arrived before their ack
-    /// across a restart.
-    fn put_receipt_level(&mut self, level: &ReceiptLevel) -> Result<(), StoreError> {
-        let _ = level;
-        Ok(())
-    }
-    /// All receipt levels by conversation id. Default: none (see [`Self::put_receipt_level`]).
-    fn list_receipt_levels(&self) -> Result<Vec<ReceiptLevel>, StoreError> {
-        Ok(Vec::new())
-    }
+    fn put_receipt_level(&mut self, level: &ReceiptLevel) -> Result<(), StoreError>;
+    /// All receipt levels by conversation id.
+    fn list_receipt_levels(&self) -> Result<Vec<ReceiptLevel>, StoreError>;
 
-    /// Inserts or replaces a queued control frame (keyed by `order`). Default: not persisted
-    /// (the machine still queues in memory); every backend of this crate overrides it.
-    fn put_pending_action(&mut self, action: &PendingAction) -> Result<(), StoreError> {
-        let _ = action;
-        Ok(())
-    }
-    /// Removes a queued control frame. Default: nothing (see [`Self::put_pending_action`]).
-    fn delete_pending_action(&mut self, order: u64) -> Result<(), StoreError> {
-        let _ = order;
-        Ok(())
-    }
-    /// Queued control frames in `order`. Default: none (see [`Self::put_pending_action`]).
-    fn list_pending_actions(&self) -> Result<Vec<PendingAction>, StoreError> {
-        Ok(Vec::new())
-    }
+    /// Inserts or replaces a queued control frame (keyed by `order`).
+    fn put_pending_action(&mut self, action: &PendingAction) -> Result<(), StoreError>;
+    /// Removes a queued control frame.
+    fn delete_pending_action(&mut self, order: u64) -> Result<(), StoreError>;
+    /// Queued control frames in `order`.
+    fn list_pending_actions(&self) -> Result<Vec<PendingAction>, StoreError>;
 
     /// Marks a session verified (SPEC `markSessionVerified`).
     fn mark_session_verified(&mut self, conversation_id: &str) -> Result<(), StoreError> {

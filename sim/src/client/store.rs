@@ -5,11 +5,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use client_core::security::TrustRecord;
 use client_core::store::{
-    ClientStore, MemoryStore, OfflineMessage, OutboxIntent, SessionRecord, StoreError,
-    StoredIdentity, StoredMessage,
+    ClientStore, ExportScope, MemoryStore, OfflineMessage, OutboxIntent, PendingAction,
+    ReceiptLevel, SessionRecord, StoreError, StoredIdentity, StoredMessage,
 };
 
 /// A [`MemoryStore`] behind a shared handle; clones see the same records.
+///
+/// Every [`ClientStore`] method is forwarded, the derived ones too (`has_offline`,
+/// `count_offline`, `mark_session_verified`, `export_conversation`), so each call runs under
+/// one lock on the inner store and nothing falls back to a trait default.
 ///
 /// Only the client task writes through it while the client runs; other holders (the
 /// simulator's oracles, a restarted client) read or take over after it stopped.
@@ -101,6 +105,12 @@ impl ClientStore for SharedStore {
     fn list_offline(&self) -> Result<Vec<OfflineMessage>, StoreError> {
         self.lock().list_offline()
     }
+    fn has_offline(&self, id: &str) -> Result<bool, StoreError> {
+        self.lock().has_offline(id)
+    }
+    fn count_offline(&self, conversation_id: Option<&str>) -> Result<usize, StoreError> {
+        self.lock().count_offline(conversation_id)
+    }
     fn put_trust(&mut self, record: &TrustRecord) -> Result<(), StoreError> {
         self.lock().put_trust(record)
     }
@@ -109,5 +119,26 @@ impl ClientStore for SharedStore {
     }
     fn list_trust(&self) -> Result<Vec<TrustRecord>, StoreError> {
         self.lock().list_trust()
+    }
+    fn put_receipt_level(&mut self, level: &ReceiptLevel) -> Result<(), StoreError> {
+        self.lock().put_receipt_level(level)
+    }
+    fn list_receipt_levels(&self) -> Result<Vec<ReceiptLevel>, StoreError> {
+        self.lock().list_receipt_levels()
+    }
+    fn put_pending_action(&mut self, action: &PendingAction) -> Result<(), StoreError> {
+        self.lock().put_pending_action(action)
+    }
+    fn delete_pending_action(&mut self, order: u64) -> Result<(), StoreError> {
+        self.lock().delete_pending_action(order)
+    }
+    fn list_pending_actions(&self) -> Result<Vec<PendingAction>, StoreError> {
+        self.lock().list_pending_actions()
+    }
+    fn mark_session_verified(&mut self, conversation_id: &str) -> Result<(), StoreError> {
+        self.lock().mark_session_verified(conversation_id)
+    }
+    fn export_conversation(&self, scope: ExportScope<'_>) -> Result<String, StoreError> {
+        self.lock().export_conversation(scope)
     }
 }
