@@ -192,7 +192,7 @@ impl Relay {
             .cloned()
             .collect();
         for conv in convs {
-            if let Some(q) = self.state.queues.get(&(user.clone(), conv)) {
+            if let Some(q) = self.state.queue(&user, &conv) {
                 for m in q.values() {
                     used += m.payload.len() as u64;
                     count += 1;

@@ -21,7 +21,7 @@ use wire::{AliasId, ConvId, ErrorCode, ServerFrame, UnixMs, UserUuid};
 
 use crate::limits::TOMBSTONE_TTL_MS;
 use crate::relay::{ConnId, Relay};
-use crate::state::{ConversationRow, MessageRow, PendingRetractRow, TombstoneRow};
+use crate::state::{ConversationRow, MessageRow, PendingRetractRow, Tombstone};
 
 impl Relay {
     /// Resolves the conversation and checks that the caller is a member and `to` the other one.
@@ -30,7 +30,7 @@ impl Relay {
         user: &UserUuid,
         conv_id: &ConvId,
         to: &AliasId,
-    ) -> Result<(ConversationRow, UserUuid), &'static str> {
+    ) -> Result<(&ConversationRow, &UserUuid), &'static str> {
         let conv = self
             .state
             .conversations
@@ -45,7 +45,7 @@ impl Relay {
         {
             return Err("`to` is not the other member of this conversation");
         }
-        Ok((conv.clone(), other.clone()))
+        Ok((conv, other))
     }
 
     pub(crate) fn conn_user(&self, conn: ConnId) -> Option<UserUuid> {
@@ -60,11 +60,11 @@ impl Relay {
         let refuse = |relay: &mut Self, code: ErrorCode, msg: &str, id: &wire::MessageId| {
             relay.send_error(conn, code, msg, Some("msg".into()), Some(id.to_string()));
         };
-        let (mut conv, other) = match self.member_check(&user, &m.conv_id, &m.to) {
-            Ok(x) => x,
+        let other = match self.member_check(&user, &m.conv_id, &m.to) {
+            Ok((_, other)) => other.clone(),
             Err(msg) => return refuse(self, ErrorCode::NOT_A_MEMBER, msg, &m.id),
         };
-        if let Some(t) = self.state.tombstones.get(&(user.clone(), m.id.clone())) {
+        if let Some(t) = self.state.tombstone(&user, &m.id) {
             if t.conv_id == m.conv_id {
                 let ack = ServerFrame::Ack(AckFrame {
                     id: m.id,
@@ -89,11 +89,7 @@ impl Relay {
                 &m.id,
             );
         }
-        let queued = self
-            .state
-            .queues
-            .get(&(other.clone(), m.conv_id.clone()))
-            .map_or(0, |q| q.len());
+        let queued = self.state.queue(&other, &m.conv_id).map_or(0, |q| q.len());
         if queued >= self.config.max_offline_queue_per_conversation {
             return refuse(
                 self,
@@ -102,21 +98,21 @@ impl Relay {
                 &m.id,
             );
         }
+        // `member_check` found `user` in the conversation, so this is always `Some`.
+        let Some(seq) = self.state.next_seq(&m.conv_id, &user) else {
+            return;
+        };
         self.msg_limit.record(now.get(), &user);
-        let seq = conv.last_seq.next();
-        conv.last_seq = seq;
-        if let Some(i) = conv.index_of(&user) {
-            conv.last_authored[i] = seq;
-        }
-        self.state.put_conversation(conv);
-        self.state.put_tombstone(TombstoneRow {
-            author: user.clone(),
-            id: m.id.clone(),
-            conv_id: m.conv_id.clone(),
-            seq,
-            expires_at: now.plus_ms(TOMBSTONE_TTL_MS.max(self.config.offline_ttl_ms)),
-            retracted: false,
-        });
+        self.state.put_tombstone(
+            &user,
+            m.id.clone(),
+            Tombstone {
+                conv_id: m.conv_id.clone(),
+                seq,
+                expires_at: now.plus_ms(TOMBSTONE_TTL_MS.max(self.config.offline_ttl_ms)),
+                retracted: false,
+            },
+        );
         self.state.put_message(
             MessageRow {
                 recipient: other.clone(),
@@ -140,7 +136,7 @@ impl Relay {
             return;
         };
         let other = match self.member_check(&user, &t.conv_id, &t.to) {
-            Ok((_, other)) => other,
+            Ok((_, other)) => other.clone(),
             Err(msg) => {
                 return self.send_error(
                     conn,
@@ -172,7 +168,7 @@ impl Relay {
         };
         let id = Some(r.id.to_string());
         let other = match self.member_check(&user, &r.conv_id, &r.to) {
-            Ok((_, other)) => other,
+            Ok((_, other)) => other.clone(),
             Err(msg) => {
                 return self.send_error(
                     conn,
@@ -185,8 +181,7 @@ impl Relay {
         };
         let tomb = self
             .state
-            .tombstones
-            .get(&(user.clone(), r.id.clone()))
+            .tombstone(&user, &r.id)
             .filter(|t| t.conv_id == r.conv_id)
             .cloned();
         let Some(tomb) = tomb else {
@@ -200,10 +195,14 @@ impl Relay {
         };
         self.state.delete_message(&other, &r.conv_id, tomb.seq);
         if !tomb.retracted {
-            self.state.put_tombstone(TombstoneRow {
-                retracted: true,
-                ..tomb
-            });
+            self.state.put_tombstone(
+                &user,
+                r.id.clone(),
+                Tombstone {
+                    retracted: true,
+                    ..tomb
+                },
+            );
         }
         let Some(from) = self.state.alias_of(&user).cloned() else {
             return;

@@ -38,22 +38,22 @@ impl Relay {
             }
             .to_owned(),
         );
-        let (conv, other) = match self.member_check(&user, &r.conv_id, &r.to) {
-            Ok(x) => x,
+        let (last_from_other, other) = match self.member_check(&user, &r.conv_id, &r.to) {
+            Ok((conv, other)) => (
+                conv.index_of(other)
+                    .map_or(Seq(0), |i| conv.last_authored[i]),
+                other.clone(),
+            ),
             Err(msg) => return self.send_error(conn, ErrorCode::NOT_A_MEMBER, msg, ref_type, None),
         };
-        let last_from_other = conv
-            .index_of(&other)
-            .map_or(Seq(0), |i| conv.last_authored[i]);
         let hwm = self
             .pushed_hwm
-            .get(&(user.clone(), r.conv_id.clone()))
+            .get(&user, &r.conv_id)
             .copied()
             .unwrap_or(Seq(0));
         let first_unsent = self
             .state
-            .queues
-            .get(&(user.clone(), r.conv_id.clone()))
+            .queue(&user, &r.conv_id)
             .and_then(|q| q.range(hwm.next()..).next().map(|(s, _)| *s));
         if r.seq == Seq(0) || r.seq > last_from_other || first_unsent.is_some_and(|f| r.seq >= f) {
             return self.send_error(

@@ -13,7 +13,7 @@ use crate::http::{ApiError, HttpRequest, HttpResponse, Route};
 use crate::ids::IdGen;
 use crate::limits::{MAX_FRAMES_PER_MIN_PER_CONN, MINUTE_MS};
 use crate::ratelimit::RateLimiter;
-use crate::state::{State, Timer, meta};
+use crate::state::{PairMap, State, Timer, meta};
 use crate::store::{Store, StoreError};
 use crate::token::TokenKeys;
 
@@ -135,7 +135,7 @@ pub struct Relay {
     pub(crate) conns: BTreeMap<ConnId, Conn>,
     pub(crate) conn_of_user: BTreeMap<UserUuid, ConnId>,
     /// Highest seq pushed to a user per conversation on any connection since startup.
-    pub(crate) pushed_hwm: BTreeMap<(UserUuid, ConvId), Seq>,
+    pub(crate) pushed_hwm: PairMap<UserUuid, ConvId, Seq>,
     pub(crate) frame_limit: RateLimiter<ConnId>,
     pub(crate) msg_limit: RateLimiter<UserUuid>,
     pub(crate) typing_limit: RateLimiter<UserUuid>,
@@ -144,7 +144,7 @@ pub struct Relay {
     /// Call signals per connection (`crate::calls`).
     pub(crate) call_limit: RateLimiter<ConnId>,
     /// Outputs of the input being handled; released after its commit.
-    staged: Vec<Output>,
+    pub(crate) staged: Vec<Output>,
     outputs: VecDeque<Output>,
     failed: bool,
 }
@@ -195,7 +195,7 @@ impl Relay {
             state,
             conns: BTreeMap::new(),
             conn_of_user: BTreeMap::new(),
-            pushed_hwm: BTreeMap::new(),
+            pushed_hwm: PairMap::default(),
             frame_limit: RateLimiter::new(MAX_FRAMES_PER_MIN_PER_CONN, MINUTE_MS),
             msg_limit,
             typing_limit: RateLimiter::new(crate::limits::MAX_TYPING_PER_MIN_PER_USER, MINUTE_MS),
@@ -472,8 +472,7 @@ impl Relay {
             Timer::Message(user, conv, seq) => {
                 let expired = self
                     .state
-                    .queues
-                    .get(&(user.clone(), conv.clone()))
+                    .queue(&user, &conv)
                     .and_then(|q| q.get(&seq))
                     .is_some_and(|m| now >= m.at.plus_ms(ttl));
                 if expired {
@@ -483,8 +482,7 @@ impl Relay {
             Timer::Tombstone(author, id) => {
                 let expired = self
                     .state
-                    .tombstones
-                    .get(&(author.clone(), id.clone()))
+                    .tombstone(&author, &id)
                     .is_some_and(|t| now >= t.expires_at);
                 if expired {
                     self.state.delete_tombstone(&author, &id);

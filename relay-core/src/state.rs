@@ -69,7 +69,8 @@ pub(crate) struct MessageRow {
     pub(crate) at: UnixMs,
 }
 
-/// What the relay remembers of an accepted message id after the message itself is gone.
+/// What the relay remembers of an accepted message id after the message itself is gone (the
+/// stored row, as decoded at load).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct TombstoneRow {
     pub(crate) author: UserUuid,
@@ -78,6 +79,27 @@ pub(crate) struct TombstoneRow {
     pub(crate) seq: Seq,
     pub(crate) expires_at: UnixMs,
     pub(crate) retracted: bool,
+}
+
+/// A tombstone in memory, keyed by `(author, id)` in [`State::tombstones`] (so the key is not
+/// stored twice: ~2 KB live per message for 7 days made the key copies worth removing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tombstone {
+    pub(crate) conv_id: ConvId,
+    pub(crate) seq: Seq,
+    pub(crate) expires_at: UnixMs,
+    pub(crate) retracted: bool,
+}
+
+/// The serialised form of a [`Tombstone`]: the same fields as [`TombstoneRow`], borrowed.
+#[derive(Serialize)]
+struct TombstoneRecord<'a> {
+    author: &'a UserUuid,
+    id: &'a MessageId,
+    conv_id: &'a ConvId,
+    seq: Seq,
+    expires_at: UnixMs,
+    retracted: bool,
 }
 
 /// Receipt kinds.
@@ -147,7 +169,49 @@ pub(crate) enum Timer {
     Order(wire::OrderId),
 }
 
-pub(crate) type QueueKey = (UserUuid, ConvId);
+/// A map keyed by `(a, b)`, held as two levels so that a lookup borrows both parts of the key
+/// (a tuple-keyed `BTreeMap` needs an owned tuple, i.e. two `String` clones, per lookup) while
+/// iterating in the same `(a, b)` order. Empty inner maps are removed.
+#[derive(Debug)]
+pub(crate) struct PairMap<A, B, V>(BTreeMap<A, BTreeMap<B, V>>);
+
+impl<A, B, V> Default for PairMap<A, B, V> {
+    fn default() -> Self {
+        Self(BTreeMap::new())
+    }
+}
+
+impl<A: Ord + Clone, B: Ord, V> PairMap<A, B, V> {
+    pub(crate) fn get(&self, a: &A, b: &B) -> Option<&V> {
+        self.0.get(a)?.get(b)
+    }
+
+    pub(crate) fn get_mut(&mut self, a: &A, b: &B) -> Option<&mut V> {
+        self.0.get_mut(a)?.get_mut(b)
+    }
+
+    /// The inner map of `a`, created (cloning `a`) when absent.
+    pub(crate) fn inner_mut(&mut self, a: &A) -> &mut BTreeMap<B, V> {
+        if !self.0.contains_key(a) {
+            self.0.insert(a.clone(), BTreeMap::new());
+        }
+        self.0.get_mut(a).expect("inserted above")
+    }
+
+    pub(crate) fn remove(&mut self, a: &A, b: &B) -> Option<V> {
+        let inner = self.0.get_mut(a)?;
+        let v = inner.remove(b)?;
+        if inner.is_empty() {
+            self.0.remove(a);
+        }
+        Some(v)
+    }
+
+    /// Every value, in `(a, b)` order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
+        self.0.values().flat_map(BTreeMap::values)
+    }
+}
 
 /// All durable state plus its indexes.
 #[derive(Debug, Default)]
@@ -164,8 +228,9 @@ pub(crate) struct State {
     /// user -> their conversations.
     pub(crate) convs_of: BTreeMap<UserUuid, BTreeSet<ConvId>>,
     /// (recipient, conv) -> seq -> message.
-    pub(crate) queues: BTreeMap<QueueKey, BTreeMap<Seq, MessageRow>>,
-    pub(crate) tombstones: BTreeMap<(UserUuid, MessageId), TombstoneRow>,
+    pub(crate) queues: PairMap<UserUuid, ConvId, BTreeMap<Seq, MessageRow>>,
+    /// (author, message id) -> tombstone.
+    pub(crate) tombstones: PairMap<UserUuid, MessageId, Tombstone>,
     pub(crate) marks: BTreeMap<(ConvId, UserUuid, ReceiptKind), Seq>,
     pub(crate) pending_receipts: BTreeMap<(UserUuid, ConvId, ReceiptKind), PendingReceiptRow>,
     pub(crate) pending_retracts: BTreeMap<(UserUuid, MessageId), PendingRetractRow>,
@@ -178,6 +243,8 @@ pub(crate) struct State {
     pub(crate) commerce: crate::commerce::Commerce,
     /// Mutations of the input being handled.
     pub(crate) batch: Batch,
+    /// Reused serialisation buffer: each row is encoded here, then copied out at its exact size.
+    scratch: Vec<u8>,
     /// Set when a record failed to serialise: the next commit is refused (fail-stop).
     pub(crate) poisoned: bool,
 }
@@ -190,16 +257,36 @@ pub(crate) fn pair(a: &UserUuid, b: &UserUuid) -> (UserUuid, UserUuid) {
     }
 }
 
-fn seq_key(seq: Seq) -> String {
-    format!("{:020}", seq.get())
+/// Digits of a zero-padded `u64` (`{:020}`): keys sort numerically.
+const SEQ_DIGITS: usize = 20;
+
+/// `parts` joined with `/`, then `/` + the zero-padded `seq` if any, in one allocation of the
+/// exact size (these keys are built for every routed message).
+fn row_key(parts: &[&str], seq: Option<Seq>) -> String {
+    let seq_len = seq.map_or(0, |_| 1 + SEQ_DIGITS);
+    let len = parts.iter().map(|p| p.len() + 1).sum::<usize>() - 1 + seq_len;
+    let mut k = String::with_capacity(len);
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            k.push('/');
+        }
+        k.push_str(p);
+    }
+    if let Some(seq) = seq {
+        use std::fmt::Write as _;
+        // Writing to a `String` cannot fail.
+        let _ = write!(k, "/{:0width$}", seq.get(), width = SEQ_DIGITS);
+    }
+    debug_assert_eq!(k.len(), len);
+    k
 }
 
 fn message_key(recipient: &UserUuid, conv: &ConvId, seq: Seq) -> String {
-    format!("{recipient}/{conv}/{}", seq_key(seq))
+    row_key(&[recipient.as_str(), conv.as_str()], Some(seq))
 }
 
 fn tombstone_key(author: &UserUuid, id: &MessageId) -> String {
-    format!("{author}/{id}")
+    row_key(&[author.as_str(), id.as_str()], None)
 }
 
 fn mark_key(conv: &ConvId, reader: &UserUuid, kind: ReceiptKind) -> String {
@@ -208,6 +295,14 @@ fn mark_key(conv: &ConvId, reader: &UserUuid, kind: ReceiptKind) -> String {
 
 fn pending_receipt_key(recipient: &UserUuid, conv: &ConvId, kind: ReceiptKind) -> String {
     format!("{recipient}/{conv}/{}", kind.as_str())
+}
+
+/// Serialises `value` into `scratch` (reused across rows), then copies it out at its exact
+/// size: one allocation per row, none of `to_vec`'s regrowth. `None` if it cannot be encoded.
+fn encode<T: Serialize + ?Sized>(scratch: &mut Vec<u8>, value: &T) -> Option<Vec<u8>> {
+    scratch.clear();
+    serde_json::to_writer(&mut *scratch, value).ok()?;
+    Some(scratch.as_slice().to_vec())
 }
 
 pub(crate) fn decode<T: DeserializeOwned>(
@@ -242,22 +337,20 @@ impl State {
         }
         for (k, v) in rows(Table::Messages) {
             let m: MessageRow = decode(Table::Messages, k, v)?;
-            s.timers.insert((
-                m.at.plus_ms(offline_ttl_ms),
-                Timer::Message(m.recipient.clone(), m.conv_id.clone(), m.seq),
-            ));
-            s.queues
-                .entry((m.recipient.clone(), m.conv_id.clone()))
-                .or_default()
-                .insert(m.seq, m);
+            s.index_message(m, offline_ttl_ms);
         }
         for (k, v) in rows(Table::Tombstones) {
             let t: TombstoneRow = decode(Table::Tombstones, k, v)?;
-            s.timers.insert((
-                t.expires_at,
-                Timer::Tombstone(t.author.clone(), t.id.clone()),
-            ));
-            s.tombstones.insert((t.author.clone(), t.id.clone()), t);
+            s.index_tombstone(
+                &t.author,
+                t.id,
+                Tombstone {
+                    conv_id: t.conv_id,
+                    seq: t.seq,
+                    expires_at: t.expires_at,
+                    retracted: t.retracted,
+                },
+            );
         }
         for (k, v) in rows(Table::ReceiptMarks) {
             let m: ReceiptMarkRow = decode(Table::ReceiptMarks, k, v)?;
@@ -288,9 +381,14 @@ impl State {
     }
 
     pub(crate) fn record<T: Serialize>(&mut self, table: Table, key: String, value: &T) {
-        match serde_json::to_vec(value) {
-            Ok(value) => self.batch.push(Mutation::Put { table, key, value }),
-            Err(_) => self.poisoned = true,
+        let value = encode(&mut self.scratch, value);
+        self.record_encoded(table, key, value);
+    }
+
+    fn record_encoded(&mut self, table: Table, key: String, value: Option<Vec<u8>>) {
+        match value {
+            Some(value) => self.batch.push(Mutation::Put { table, key, value }),
+            None => self.poisoned = true,
         }
     }
 
@@ -366,6 +464,20 @@ impl State {
         self.conversations.insert(c.id.clone(), c);
     }
 
+    /// Assigns the next seq of `conv` to a message written by `author`, updating the row in
+    /// place. `None` when `conv` is unknown or `author` is not a member.
+    pub(crate) fn next_seq(&mut self, conv: &ConvId, author: &UserUuid) -> Option<Seq> {
+        let c = self.conversations.get_mut(conv)?;
+        let i = c.index_of(author)?;
+        let seq = c.last_seq.next();
+        c.last_seq = seq;
+        c.last_authored[i] = seq;
+        let value = encode(&mut self.scratch, &*c);
+        let key = c.id.as_str().to_owned();
+        self.record_encoded(Table::Conversations, key, value);
+        Some(seq)
+    }
+
     pub(crate) fn put_conversation(&mut self, c: ConversationRow) {
         self.record(Table::Conversations, c.id.to_string(), &c);
         match self.conversations.get_mut(&c.id) {
@@ -378,32 +490,49 @@ impl State {
 
     // ---- messages
 
+    /// The messages queued for `recipient` in `conv`, by seq.
+    pub(crate) fn queue(
+        &self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+    ) -> Option<&BTreeMap<Seq, MessageRow>> {
+        self.queues.get(recipient, conv)
+    }
+
+    fn index_message(&mut self, m: MessageRow, offline_ttl_ms: u64) {
+        self.timers.insert((
+            m.at.plus_ms(offline_ttl_ms),
+            Timer::Message(m.recipient.clone(), m.conv_id.clone(), m.seq),
+        ));
+        let convs = self.queues.inner_mut(&m.recipient);
+        match convs.get_mut(&m.conv_id) {
+            Some(q) => {
+                q.insert(m.seq, m);
+            }
+            None => {
+                convs.insert(m.conv_id.clone(), BTreeMap::from([(m.seq, m)]));
+            }
+        }
+    }
+
     pub(crate) fn put_message(&mut self, m: MessageRow, offline_ttl_ms: u64) {
         self.record(
             Table::Messages,
             message_key(&m.recipient, &m.conv_id, m.seq),
             &m,
         );
-        self.timers.insert((
-            m.at.plus_ms(offline_ttl_ms),
-            Timer::Message(m.recipient.clone(), m.conv_id.clone(), m.seq),
-        ));
-        self.queues
-            .entry((m.recipient.clone(), m.conv_id.clone()))
-            .or_default()
-            .insert(m.seq, m);
+        self.index_message(m, offline_ttl_ms);
     }
 
     pub(crate) fn delete_message(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
-        let key = (recipient.clone(), conv.clone());
-        let Some(q) = self.queues.get_mut(&key) else {
+        let Some(q) = self.queues.get_mut(recipient, conv) else {
             return false;
         };
         if q.remove(&seq).is_none() {
             return false;
         }
         if q.is_empty() {
-            self.queues.remove(&key);
+            self.queues.remove(recipient, conv);
         }
         self.record_delete(Table::Messages, message_key(recipient, conv, seq));
         true
@@ -412,8 +541,7 @@ impl State {
     /// Deletes every message queued for `recipient` in `conv` with seq <= `upto`.
     pub(crate) fn delete_messages_upto(&mut self, recipient: &UserUuid, conv: &ConvId, upto: Seq) {
         let seqs: Vec<Seq> = self
-            .queues
-            .get(&(recipient.clone(), conv.clone()))
+            .queue(recipient, conv)
             .map(|q| q.range(..=upto).map(|(s, _)| *s).collect())
             .unwrap_or_default();
         for s in seqs {
@@ -423,21 +551,31 @@ impl State {
 
     // ---- tombstones
 
-    pub(crate) fn put_tombstone(&mut self, t: TombstoneRow) {
-        self.record(Table::Tombstones, tombstone_key(&t.author, &t.id), &t);
-        self.timers.insert((
-            t.expires_at,
-            Timer::Tombstone(t.author.clone(), t.id.clone()),
-        ));
-        self.tombstones.insert((t.author.clone(), t.id.clone()), t);
+    pub(crate) fn tombstone(&self, author: &UserUuid, id: &MessageId) -> Option<&Tombstone> {
+        self.tombstones.get(author, id)
+    }
+
+    fn index_tombstone(&mut self, author: &UserUuid, id: MessageId, t: Tombstone) {
+        self.timers
+            .insert((t.expires_at, Timer::Tombstone(author.clone(), id.clone())));
+        self.tombstones.inner_mut(author).insert(id, t);
+    }
+
+    pub(crate) fn put_tombstone(&mut self, author: &UserUuid, id: MessageId, t: Tombstone) {
+        let record = TombstoneRecord {
+            author,
+            id: &id,
+            conv_id: &t.conv_id,
+            seq: t.seq,
+            expires_at: t.expires_at,
+            retracted: t.retracted,
+        };
+        self.record(Table::Tombstones, tombstone_key(author, &id), &record);
+        self.index_tombstone(author, id, t);
     }
 
     pub(crate) fn delete_tombstone(&mut self, author: &UserUuid, id: &MessageId) {
-        if self
-            .tombstones
-            .remove(&(author.clone(), id.clone()))
-            .is_some()
-        {
+        if self.tombstones.remove(author, id).is_some() {
             self.record_delete(Table::Tombstones, tombstone_key(author, id));
         }
     }
@@ -522,5 +660,53 @@ impl State {
         {
             self.record_delete(Table::PendingRetracts, tombstone_key(recipient, id));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tombstone_record_decodes_as_row() {
+        let (author, id) = (
+            UserUuid::parse("00000000-0000-4000-8000-000000000001").unwrap(),
+            MessageId::parse("m-1").unwrap(),
+        );
+        let t = Tombstone {
+            conv_id: ConvId::parse("c-1").unwrap(),
+            seq: Seq(7),
+            expires_at: UnixMs(9),
+            retracted: true,
+        };
+        let mut s = State::default();
+        s.put_tombstone(&author, id.clone(), t.clone());
+        let Some(Mutation::Put { key, value, .. }) = s.batch.first() else {
+            panic!("one put");
+        };
+        assert_eq!(key, "00000000-0000-4000-8000-000000000001/m-1");
+        let row: TombstoneRow = decode(Table::Tombstones, key, value).unwrap();
+        assert_eq!(
+            row,
+            TombstoneRow {
+                author,
+                id,
+                conv_id: t.conv_id,
+                seq: t.seq,
+                expires_at: t.expires_at,
+                retracted: true,
+            }
+        );
+    }
+
+    #[test]
+    fn message_key_is_zero_padded() {
+        let r = UserUuid::parse("00000000-0000-4000-8000-000000000001").unwrap();
+        let c = ConvId::parse("c-1").unwrap();
+        assert_eq!(message_key(&r, &c, Seq(42)), format!("{r}/{c}/{:020}", 42));
+        assert_eq!(
+            message_key(&r, &c, Seq(u64::MAX)),
+            format!("{r}/{c}/{}", u64::MAX)
+        );
     }
 }

@@ -12,7 +12,7 @@ use wire::frames::{MsgDelivery, ReceiptDelivery, RetractDelivery};
 use wire::{ConvId, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::receipts::receipt_frame;
-use crate::relay::{ConnId, Relay};
+use crate::relay::{ConnId, Output, Relay};
 use crate::state::ReceiptKind;
 
 impl Relay {
@@ -86,51 +86,55 @@ impl Relay {
 
     fn pump(&mut self, conn: ConnId, conv: &ConvId) {
         let window = self.config.max_sync_batch;
-        let Some(c) = self.conns.get(&conn) else {
+        // Disjoint fields: the connection, the queue (read), the staged outputs (appended to).
+        let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
         if !c.synced {
             return;
         }
-        let user = c.user.clone();
-        let pushed = c.pushed.get(conv).copied().unwrap_or(Seq(0));
-        let Some(q) = self.state.queues.get(&(user.clone(), conv.clone())) else {
+        let Some(q) = self.state.queue(&c.user, conv) else {
             return;
         };
+        let pushed = c.pushed.get(conv).copied().unwrap_or(Seq(0));
         let in_flight = q.range(..=pushed).count();
         let room = window.saturating_sub(in_flight);
-        let batch: Vec<_> = q
-            .range(pushed.next()..)
-            .take(room)
-            .map(|(_, m)| m.clone())
-            .collect();
-        let Some(last) = batch.last().map(|m| m.seq) else {
-            return;
-        };
-        for m in batch {
-            let Some(from) = self.state.alias_of(&m.from).cloned() else {
+        let mut last = None;
+        for m in q.range(pushed.next()..).take(room).map(|(_, m)| m) {
+            last = Some(m.seq);
+            let Some(from) = self.state.alias_of(&m.from) else {
                 continue;
             };
-            self.send(
+            self.staged.push(Output::Send {
                 conn,
-                ServerFrame::Msg(MsgDelivery {
-                    id: m.id,
-                    from,
-                    conv_id: m.conv_id,
+                frame: ServerFrame::Msg(MsgDelivery {
+                    id: m.id.clone(),
+                    from: from.clone(),
+                    conv_id: m.conv_id.clone(),
                     seq: m.seq,
                     at: m.at,
                     crypto_v: m.crypto_v,
-                    payload: m.payload,
+                    payload: m.payload.clone(),
                 }),
-            );
+            });
         }
-        if let Some(c) = self.conns.get_mut(&conn) {
-            c.pushed.insert(conv.clone(), last);
+        let Some(last) = last else {
+            return;
+        };
+        // Keys are cloned only for a conversation's first push.
+        match c.pushed.get_mut(conv) {
+            Some(p) => *p = last,
+            None => {
+                c.pushed.insert(conv.clone(), last);
+            }
         }
-        let hwm = self
-            .pushed_hwm
-            .entry((user, conv.clone()))
-            .or_insert(Seq(0));
-        *hwm = (*hwm).max(last);
+        match self.pushed_hwm.get_mut(&c.user, conv) {
+            Some(hwm) => *hwm = (*hwm).max(last),
+            None => {
+                self.pushed_hwm
+                    .inner_mut(&c.user)
+                    .insert(conv.clone(), last);
+            }
+        }
     }
 }
