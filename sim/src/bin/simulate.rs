@@ -19,8 +19,9 @@ use sim::sim::{RunConfig, run};
 
 /// Deterministic fault-injection simulation of the relay and its clients.
 ///
-/// Each seed draws a scenario (accounts, friendships, scripted traffic, second-device logins)
-/// and a fault plan (swarm testing: a random subset of fault kinds), runs it on turmoil, heals
+/// Each seed draws a scenario (accounts, friendships, scripted traffic, second-device logins,
+/// vanity purchases, channel trades and quota buys paid through the payment stand-in) and a
+/// fault plan (swarm testing: a random subset of fault kinds), runs it on turmoil, heals
 /// everything, lets it converge and checks the oracles. The same seed replays the same run.
 #[derive(Debug, Parser)]
 #[command(name = "simulate", version)]
@@ -42,13 +43,17 @@ struct Args {
     clients: usize,
 
     /// Fault kinds: `swarm` (random subset per seed), `all`, `none`, or a comma-separated list
-    /// of partition, oneway, hold, latency, relay-crash, client-crash.
+    /// of partition, oneway, hold, latency, relay-crash, client-crash, webhook.
     #[arg(long, default_value = "swarm")]
     faults: FaultSelection,
 
     /// Skips capturing logs (faster; disables the `canary-logs` oracle).
     #[arg(long)]
     no_log_capture: bool,
+
+    /// Never binds a bought vanity alias (the buyer keeps its alias; orders stay unbound).
+    #[arg(long)]
+    no_bind: bool,
 
     /// With `--seed`: machine-readable output for the sweep's child processes.
     #[arg(long, hide = true, requires = "seed")]
@@ -77,9 +82,10 @@ fn faults_arg(f: &FaultSelection) -> String {
 
 fn replay(args: &Args, seed: u64) -> String {
     format!(
-        "cargo run --release -p sim --bin simulate -- --seed {seed} --clients {} --faults {} --trace",
+        "cargo run --release -p sim --bin simulate -- --seed {seed} --clients {} --faults {}{} --trace",
         args.clients,
-        faults_arg(&args.faults)
+        faults_arg(&args.faults),
+        if args.no_bind { " --no-bind" } else { "" }
     )
 }
 
@@ -89,6 +95,7 @@ fn config(args: &Args, seed: u64) -> RunConfig {
         clients: args.clients,
         faults: args.faults.clone(),
         capture_logs: !args.no_log_capture,
+        bind_vanity: !args.no_bind,
     }
 }
 
@@ -174,6 +181,9 @@ fn child_run(exe: &std::path::Path, args: &Args, seed: u64) -> anyhow::Result<Ch
     ]);
     if args.no_log_capture {
         command.arg("--no-log-capture");
+    }
+    if args.no_bind {
+        command.arg("--no-bind");
     }
     let output = command.output().context("running a seed")?;
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -27,17 +27,22 @@ pub enum FaultKind {
     RelayCrash,
     /// Client host crashed and restarted on its durable store.
     ClientCrash,
+    /// Payment webhooks duplicated, delayed (reordered), forged, split into an underpayment
+    /// and a top-up, cut off from the relay for a while; the relay's clock jumps past the
+    /// 15-minute hold (and sometimes the 30-minute trade order) so payments arrive late.
+    Webhook,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Partition,
         Self::OneWay,
         Self::Hold,
         Self::Latency,
         Self::RelayCrash,
         Self::ClientCrash,
+        Self::Webhook,
     ];
 
     /// CLI name.
@@ -49,6 +54,7 @@ impl FaultKind {
             Self::Latency => "latency",
             Self::RelayCrash => "relay-crash",
             Self::ClientCrash => "client-crash",
+            Self::Webhook => "webhook",
         }
     }
 }
@@ -125,6 +131,9 @@ pub enum FaultAction {
     Crash(String),
     /// Starts a crashed host again.
     Restart(String),
+    /// The relay's clock jumps forward by this many ms (an NTP step; pending orders whose
+    /// deadline it passes expire, so their payments arrive late).
+    ClockJump(u64),
 }
 
 impl fmt::Display for FaultAction {
@@ -139,6 +148,7 @@ impl fmt::Display for FaultAction {
             Self::MaxLatency(ms) => write!(f, "max latency {ms} ms"),
             Self::Crash(h) => write!(f, "crash {h}"),
             Self::Restart(h) => write!(f, "restart {h}"),
+            Self::ClockJump(ms) => write!(f, "relay clock jumps +{} s", ms / 1_000),
         }
     }
 }
@@ -152,6 +162,38 @@ pub struct FaultPlan {
     pub latency_ms: (u64, u64),
     /// Events in time order.
     pub events: Vec<FaultEvent>,
+    /// How payment webhooks misbehave (all zero without the `webhook` kind).
+    pub webhook: WebhookFaults,
+}
+
+/// Bounds of the per-payment webhook faults; each payment draws its own
+/// [`WebhookPlan`](crate::standins::WebhookPlan) within them (see `runner`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WebhookFaults {
+    /// Most extra identical copies per payment.
+    pub max_duplicates: u32,
+    /// Most forged copies (wrong signature) per payment.
+    pub max_forged: u32,
+    /// Longest delay before the first genuine copy, in ms (delays reorder payments).
+    pub max_delay_ms: u64,
+    /// Percent of payments split into an underpayment and a later top-up.
+    pub underpay_pct: u32,
+    /// Percent of unpaid orders that get a forged-only payment from a forger.
+    pub forge_only_pct: u32,
+}
+
+impl fmt::Display for WebhookFaults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "webhooks: duplicates <= {}, forged <= {}, delay <= {} ms, underpay {}%, forged-only {}%",
+            self.max_duplicates,
+            self.max_forged,
+            self.max_delay_ms,
+            self.underpay_pct,
+            self.forge_only_pct
+        )
+    }
 }
 
 impl FaultPlan {
@@ -236,16 +278,52 @@ impl FaultPlan {
                         events.push(ev(s, FaultAction::Crash(c.clone())));
                         events.push(ev(e, FaultAction::Restart(c)));
                     }
+                    FaultKind::Webhook => {
+                        // The processor cut off from the relay: retries must carry the
+                        // payments through.
+                        let (s, e) = span(rng, 30_000);
+                        events.push(ev(s, FaultAction::Partition(PAY.into(), RELAY.into())));
+                        events.push(ev(e, FaultAction::Repair(PAY.into(), RELAY.into())));
+                    }
                 }
             }
         }
+        let webhook = if kinds.contains(&FaultKind::Webhook) {
+            // One clock jump past the alias hold (sometimes past the trade order too), in
+            // the second half of the window so orders exist before it.
+            let minutes = if rng.next_u32().is_multiple_of(3) {
+                31
+            } else {
+                16
+            };
+            let at = window_ms / 2 + rng.next_u64() % (window_ms / 3).max(1);
+            events.push(ev(at, FaultAction::ClockJump(minutes * 60_000)));
+            WebhookFaults {
+                max_duplicates: 1 + rng.next_u32() % 3,
+                max_forged: rng.next_u32() % 3,
+                max_delay_ms: 1_000 + rng.next_u64() % 40_000,
+                underpay_pct: 10 + rng.next_u32() % 40,
+                forge_only_pct: 20 + rng.next_u32() % 60,
+            }
+        } else {
+            WebhookFaults::default()
+        };
         // Stable: by time, then by insertion order.
         events.sort_by_key(|e| e.at_ms);
         Self {
             kinds,
             latency_ms,
             events,
+            webhook,
         }
+    }
+
+    /// Times (offsets from the start of traffic) of the relay clock jumps.
+    pub fn clock_jumps(&self) -> impl Iterator<Item = u64> + '_ {
+        self.events
+            .iter()
+            .filter(|e| matches!(e.action, FaultAction::ClockJump(_)))
+            .map(|e| e.at_ms)
     }
 }
 
@@ -260,6 +338,9 @@ impl fmt::Display for FaultPlan {
             self.latency_ms.1,
             self.events.len()
         )?;
+        if self.kinds.contains(&FaultKind::Webhook) {
+            writeln!(f, "  {}", self.webhook)?;
+        }
         for e in &self.events {
             writeln!(f, "  +{:>6} ms  {}", e.at_ms, e.action)?;
         }
@@ -273,3 +354,5 @@ fn ev(at_ms: u64, action: FaultAction) -> FaultEvent {
 
 /// Host name of the relay.
 pub const RELAY: &str = "relay";
+/// Host name of the payment processor stand-in.
+pub const PAY: &str = "pay";

@@ -9,9 +9,12 @@
 //! ```
 //!
 //! Modules: [`scenario`] (accounts, friendships, timed actions), [`faults`] (kinds, swarm
-//! selection, plan), [`oracles`] (named invariants), [`trace`] (app-level records and their
-//! hash); the runner steps turmoil, applies faults, heals and checks.
+//! selection, plan), [`commerce`] (purchases, trades, quota buys, payments through the
+//! stand-in, binds, the end-of-run audit), [`oracles`] (named invariants), [`trace`]
+//! (app-level records and their hash); the runner steps turmoil, applies faults, heals and
+//! checks.
 
+pub mod commerce;
 pub mod faults;
 pub mod oracles;
 pub mod scenario;
@@ -20,5 +23,6 @@ pub mod trace;
 mod runner;
 
 pub use runner::{
-    LIVENESS_BOUND_MS, RELAY_PORT, RunConfig, RunReport, SETUP_BOUND_MS, TRAFFIC_WINDOW_MS, run,
+    AUDIT, FORGER_PORT, LIVENESS_BOUND_MS, PAY_PORT, RELAY_PORT, RunConfig, RunReport,
+    SETUP_BOUND_MS, TRAFFIC_WINDOW_MS, run,
 };

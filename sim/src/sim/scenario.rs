@@ -1,7 +1,10 @@
 //! The scenario drawn from a seed: accounts, friendships and a timed script of app actions.
 //!
-//! New behaviour is a new [`ActionKind`] (commerce — alias purchases, channel trades and quota
-//! buys paid through the payment stand-in — lands that way once its stand-in is wired in).
+//! New behaviour is a new [`ActionKind`]. Commerce: vanity purchases (a small pool of
+//! catalog aliases, so buyers race, sometimes in bursts a few ms apart), channel creation and
+//! listing, channel buys (racing buyers of the same listing), quota buys. Each order is paid
+//! through the payment stand-in (or abandoned, or only "paid" by a forger); the webhook's
+//! faults come from the fault plan, drawn per payment from the action's `pay_roll`.
 
 use std::fmt;
 
@@ -70,6 +73,71 @@ pub enum ActionKind {
         /// How long the second device stays.
         stay_ms: u64,
     },
+    /// Buys a vanity alias (then, once confirmed, binds it).
+    BuyAlias {
+        /// Catalog alias.
+        alias: String,
+        /// How the order gets paid.
+        pay: Pay,
+    },
+    /// Creates a channel and lists it for sale.
+    CreateChannel {
+        /// Listing price in whole USDT.
+        price_usdt: u64,
+    },
+    /// Buys the `slot`-th listed channel (in listing order, modulo the count) not owned by
+    /// this client.
+    BuyChannel {
+        /// Which listing.
+        slot: usize,
+        /// How the order gets paid.
+        pay: Pay,
+    },
+    /// Buys one channel-creation seat (5 USDT).
+    BuyQuota {
+        /// How the order gets paid.
+        pay: Pay,
+    },
+}
+
+/// How an order is paid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pay {
+    /// Paid through the stand-in; the webhook plan is drawn from `roll` and the fault plan.
+    Paid {
+        /// Per-payment randomness.
+        roll: u64,
+    },
+    /// Never paid (the hold must be released once it expires); with the `webhook` fault a
+    /// forger may still send it a forged webhook (`roll` decides).
+    Abandoned {
+        /// Per-order randomness.
+        roll: u64,
+    },
+}
+
+impl Pay {
+    fn draw(rng: &mut ChaCha20Rng) -> Self {
+        let roll = rng.next_u64();
+        if rng.next_u32() % 100 < 75 {
+            Self::Paid { roll }
+        } else {
+            Self::Abandoned { roll }
+        }
+    }
+}
+
+impl ActionKind {
+    /// Whether this is a commerce action.
+    pub fn is_commerce(&self) -> bool {
+        matches!(
+            self,
+            Self::BuyAlias { .. }
+                | Self::CreateChannel { .. }
+                | Self::BuyChannel { .. }
+                | Self::BuyQuota { .. }
+        )
+    }
 }
 
 /// A scripted action.
@@ -94,6 +162,8 @@ pub struct Scenario {
     pub actions: Vec<Action>,
     /// Canary strings planted in message texts.
     pub canaries: Vec<String>,
+    /// The catalog aliases buyers compete for.
+    pub alias_pool: Vec<String>,
 }
 
 impl Scenario {
@@ -156,12 +226,14 @@ impl Scenario {
                 });
             }
         }
+        let alias_pool = draw_commerce(rng, clients, window_ms, &mut actions);
         actions.sort_by_key(|a| a.at_ms);
         Self {
             accounts,
             pairs,
             actions,
             canaries,
+            alias_pool,
         }
     }
 
@@ -173,6 +245,75 @@ impl Scenario {
             .enumerate()
             .filter(move |(_, p)| p.has(me))
     }
+}
+
+/// Commerce actions; returns the alias pool.
+fn draw_commerce(
+    rng: &mut ChaCha20Rng,
+    clients: usize,
+    window_ms: u64,
+    actions: &mut Vec<Action>,
+) -> Vec<String> {
+    let catalog = relay_core::pricing::default_catalog();
+    let mut alias_pool = Vec::new();
+    while alias_pool.len() < 3 && !catalog.is_empty() {
+        let a = catalog[rng.next_u32() as usize % catalog.len()].to_string();
+        if !alias_pool.contains(&a) {
+            alias_pool.push(a);
+        }
+    }
+    if clients == 0 || alias_pool.is_empty() {
+        return alias_pool;
+    }
+    let client = |rng: &mut ChaCha20Rng| rng.next_u32() as usize % clients;
+    // Listings early, so buyers find them.
+    for _ in 0..1 + rng.next_u32() % 2 {
+        actions.push(Action {
+            at_ms: rng.next_u64() % (window_ms / 4).max(1),
+            client: client(rng),
+            kind: ActionKind::CreateChannel {
+                price_usdt: 1 + rng.next_u64() % 500,
+            },
+        });
+    }
+    let count = clients + rng.next_u32() as usize % (2 * clients);
+    for _ in 0..count {
+        let at_ms = window_ms / 8 + rng.next_u64() % (window_ms - window_ms / 8).max(1);
+        let roll = rng.next_u32() % 100;
+        // A burst: several clients act on the same target within a few ms.
+        let racers = if rng.next_u32().is_multiple_of(3) {
+            2 + rng.next_u32() as usize % clients.max(2).saturating_sub(1).max(1)
+        } else {
+            1
+        };
+        let alias = alias_pool[rng.next_u32() as usize % alias_pool.len()].clone();
+        let slot = rng.next_u32() as usize;
+        let first = client(rng);
+        for r in 0..racers.min(clients) {
+            let kind = match roll {
+                0..45 => ActionKind::BuyAlias {
+                    alias: alias.clone(),
+                    pay: Pay::draw(rng),
+                },
+                45..75 => ActionKind::BuyChannel {
+                    slot,
+                    pay: Pay::draw(rng),
+                },
+                75..92 => ActionKind::BuyQuota {
+                    pay: Pay::draw(rng),
+                },
+                _ => ActionKind::CreateChannel {
+                    price_usdt: 1 + rng.next_u64() % 500,
+                },
+            };
+            actions.push(Action {
+                at_ms: (at_ms + rng.next_u64() % 20).min(window_ms - 1),
+                client: (first + r) % clients,
+                kind,
+            });
+        }
+    }
+    alias_pool
 }
 
 impl fmt::Display for Scenario {
@@ -192,12 +333,14 @@ impl fmt::Display for Scenario {
             .iter()
             .filter(|a| matches!(a.kind, ActionKind::SecondDevice { .. }))
             .count();
+        let commerce = self.actions.iter().filter(|a| a.kind.is_commerce()).count();
         write!(
             f,
-            "scenario: {} accounts, friendships [{}], {} actions ({sends} sends, {second} second-device logins)",
+            "scenario: {} accounts, friendships [{}], {} actions ({sends} sends, {second} second-device logins, {commerce} commerce; aliases [{}])",
             self.accounts.len(),
             pairs.join(" "),
-            self.actions.len()
+            self.actions.len(),
+            self.alias_pool.join(" ")
         )
     }
 }

@@ -128,6 +128,11 @@ fn summary(event: &Event) -> String {
         Event::SecurityViolation(_) => "security violation".to_owned(),
         Event::PeerKeyChanged { alias_id, .. } => format!("peer key changed {alias_id}"),
         Event::CallSignal { kind, from, .. } => format!("call signal {kind:?} from {from}"),
+        Event::Call(call) => format!("call {call:?}"),
+        Event::OfflineInboxFull {
+            conversation_id,
+            limit,
+        } => format!("offline inbox full in {conversation_id} ({limit:?})"),
     }
 }
 
