@@ -31,22 +31,11 @@ const POW_RATE_RETRIES: u32 = 24;
 pub const ADVANCE_CLOCK_PATH: &str = "/api/v1/test/advance-clock";
 
 /// How the runner advances the relay's clock.
-#[derive(Clone)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClockControl {
-    /// `POST /api/v1/test/advance-clock` on the relay (see README.md).
+    /// `POST /api/v1/test/advance-clock` on the relay (see README.md); the embedded relay
+    /// serves it too (test mode).
     Http,
-    /// The embedded relay's clock, advanced in-process with the same contract: takes `ms`,
-    /// returns the relay's new `now_ms`.
-    InProcess(Arc<dyn Fn(u64) -> u64 + Send + Sync>),
-}
-
-impl std::fmt::Debug for ClockControl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Http => "ClockControl::Http",
-            Self::InProcess(_) => "ClockControl::InProcess",
-        })
-    }
 }
 
 /// Optional hooks the runner was given.
@@ -760,7 +749,7 @@ impl Ctx {
 
     /// Advances the relay's test clock by `ms`; returns the relay's new `now_ms`.
     pub async fn advance_clock(&mut self, ms: u64) -> Result<u64, Failure> {
-        match self.shared.hooks.clock.clone() {
+        match self.shared.hooks.clock {
             None => Err(Failure::Skip("no test clock (--clock-hook)".into())),
             Some(ClockControl::Http) => {
                 let v = self
@@ -768,18 +757,6 @@ impl Ctx {
                     .await?
                     .ok()?;
                 u(&v, "now_ms")
-            }
-            Some(ClockControl::InProcess(advance)) => {
-                let now = advance(ms);
-                self.note(&format!(
-                    "test clock advanced by {ms} ms in-process: now_ms {now}"
-                ));
-                // Any input re-arms the relay's timer against the new time; give it a moment
-                // to run what became due before the case goes on.
-                self.get(paths::VANITY_SEARCH, None).await?;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                self.get(paths::VANITY_SEARCH, None).await?;
-                Ok(now)
             }
         }
     }
@@ -1048,6 +1025,14 @@ impl Ws {
                 self.pending.push_back(v);
             }
         }
+    }
+
+    /// How many already received, not yet consumed frames are of `frame_type`.
+    pub fn queued(&self, frame_type: &str) -> usize {
+        self.pending
+            .iter()
+            .filter(|v| v.get("type").and_then(Value::as_str) == Some(frame_type))
+            .count()
     }
 
     /// Whether the relay has closed the socket.

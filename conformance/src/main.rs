@@ -129,8 +129,8 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             let relay = embedded::start_loopback()
                 .await
                 .map_err(anyhow::Error::msg)?;
-            let (url, hooks) = (relay.base_url.clone(), relay.hooks.clone());
-            (Some(relay), url, hooks)
+            let url = relay.base_url.clone();
+            (Some(relay), url, embedded::hooks())
         }
     };
     if let Some(secret) = &cli.payment_secret {

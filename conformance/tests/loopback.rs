@@ -15,7 +15,7 @@ async fn suite_passes_against_the_embedded_relay_on_loopback() {
     let endpoint = Endpoint::parse(&relay.base_url).expect("endpoint");
     let transports = transport::loopback_factory(endpoint);
     let shared = Arc::new(Shared::new(
-        relay.hooks.clone(),
+        embedded::hooks(),
         common::SEED,
         Duration::from_secs(5),
         Duration::from_millis(300),

@@ -80,7 +80,7 @@ pub const CASES: &[Case] = &[
 ];
 
 /// Percent-encodes a query value.
-fn enc(v: &str) -> String {
+pub(crate) fn enc(v: &str) -> String {
     v.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
@@ -131,7 +131,11 @@ async fn put_chunk(
     .await
 }
 
-async fn upload(ctx: &mut Ctx, a: &Account, frames: Vec<Vec<u8>>) -> Result<String, Failure> {
+pub(crate) async fn upload(
+    ctx: &mut Ctx,
+    a: &Account,
+    frames: Vec<Vec<u8>>,
+) -> Result<String, Failure> {
     let (upload, key) = init_upload(ctx, a).await?;
     let mut parts = Vec::new();
     for (i, f) in frames.into_iter().enumerate() {

@@ -11,6 +11,7 @@ pub mod contact;
 pub mod e2ee;
 pub mod err;
 pub mod goaway;
+pub mod limits;
 pub mod media;
 pub mod msg;
 pub mod pay;
@@ -44,6 +45,7 @@ pub fn all() -> &'static [Case] {
             call::CASES,
             err::CASES,
             e2ee::CASES,
+            limits::CASES,
         ]
         .concat()
     })
