@@ -777,3 +777,157 @@ fn mark_as_read_marks_inbound_messages_locally() {
     assert_eq!(c.unread_count(CONV).unwrap(), 0);
     assert_eq!(status(&c, "m-1"), MessageStatus::Read);
 }
+
+/// Drops the open socket and fires the reconnect timer; returns the time and the ticket request.
+fn drop_and_retry(c: &mut C, now: u64) -> (u64, HttpRequest) {
+    c.handle_disconnected(now);
+    let at = c.poll_timeout().unwrap();
+    c.handle_timeout(at);
+    let r = next_http(c);
+    assert_eq!(r.path, "/api/v1/ws/ticket");
+    (at, r)
+}
+
+fn assert_stopped(c: &mut C, now: u64) {
+    assert_eq!(c.network_state(), NetworkState::Disconnected);
+    assert_eq!(c.poll_timeout(), None);
+    c.handle_timeout(now + 10 * 60_000);
+    assert!(c.poll_http().is_none());
+    assert!(c.poll_connection().is_none());
+}
+
+#[test]
+fn revoked_token_reauthenticates_once_then_reconnects() {
+    let mut c = ready(0);
+    let mut now = 1;
+    for round in 0..2 {
+        // the socket died before any GOAWAY; the relay now refuses the JWT
+        let (at, r) = drop_and_retry(&mut c, now);
+        now = at;
+        reply(
+            &mut c,
+            now,
+            &r,
+            401,
+            json!({"error": "TOKEN_REVOKED", "message": "revoked"}),
+        );
+        assert!(
+            c.poll_connection().is_none(),
+            "no upgrade with the revoked JWT"
+        );
+        assert_eq!(c.bearer_token(), None);
+        auth_round(&mut c, now); // challenge + verify with the stored identity
+        let r = next_http(&mut c);
+        assert_eq!(r.path, "/api/v1/ws/ticket");
+        reply(&mut c, now, &r, 200, json!({"ticket": "t-fresh"}));
+        assert_eq!(
+            c.poll_connection(),
+            Some(ConnCommand::Connect {
+                user_uuid: ALICE_UUID.into(),
+                auth: WsAuth::Ticket("t-fresh".into())
+            })
+        );
+        c.handle_connected(now).unwrap();
+        let ev = events(&mut c);
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::Authenticated { .. })),
+            "round {round}: {ev:?}"
+        );
+        assert!(!ev.iter().any(|e| matches!(e, Event::AuthFailed(_))));
+        assert!(c.is_connected());
+        frames(&mut c);
+        now += 1; // the open socket restored the budget: the next revocation re-auths again
+    }
+}
+
+#[test]
+fn refused_upgrade_reauthenticates_and_a_second_refusal_is_terminal() {
+    let mut c = ready(0);
+    // the ticket request failed in transport: JWT fallback, whose upgrade gets 401
+    let (now, r) = drop_and_retry(&mut c, 1);
+    reply(&mut c, now, &r, 502, json!({}));
+    assert!(matches!(
+        c.poll_connection(),
+        Some(ConnCommand::Connect {
+            auth: WsAuth::Token(_),
+            ..
+        })
+    ));
+    c.handle_connect_refused(now, 401);
+    auth_round(&mut c, now);
+    // the fresh token is refused as well: terminal, no loop
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/ws/ticket");
+    reply(&mut c, now, &r, 200, json!({"ticket": "t-2"}));
+    assert!(c.poll_connection().is_some());
+    c.handle_connect_refused(now, 401);
+    let ev = events(&mut c);
+    assert!(ev.contains(&Event::AuthFailed(AuthFailure::TokenRefused(401))));
+    assert_stopped(&mut c, now);
+    // the app may authenticate and connect again
+    c.restore_session(now).unwrap();
+    auth_round(&mut c, now);
+    c.connect(now);
+    assert_eq!(next_http(&mut c).path, "/api/v1/ws/ticket");
+}
+
+#[test]
+fn failed_reauthentication_is_terminal() {
+    let mut c = ready(0);
+    let (now, r) = drop_and_retry(&mut c, 1);
+    reply(&mut c, now, &r, 401, json!({"error": "TOKEN_EXPIRED"}));
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/auth/challenge");
+    reply(&mut c, now, &r, 401, json!({"error": "UNAUTHORIZED"}));
+    let ev = events(&mut c);
+    assert!(
+        ev.contains(&Event::AuthFailed(AuthFailure::Auth(401))),
+        "{ev:?}"
+    );
+    assert_stopped(&mut c, now);
+}
+
+#[test]
+fn unanswered_reauthentication_is_retried_on_the_backoff() {
+    let mut c = ready(0);
+    let (now, r) = drop_and_retry(&mut c, 1);
+    reply(&mut c, now, &r, 401, json!({"error": "TOKEN_REVOKED"}));
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/auth/challenge");
+    reply(&mut c, now, &r, 503, json!({}));
+    assert!(
+        events(&mut c)
+            .iter()
+            .all(|e| !matches!(e, Event::AuthFailed(_)))
+    );
+    let at = c.poll_timeout().expect("a retry is scheduled");
+    assert!(at > now);
+    c.handle_timeout(at);
+    auth_round(&mut c, at);
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/ws/ticket");
+    reply(&mut c, at, &r, 200, json!({"ticket": "t-3"}));
+    assert!(c.poll_connection().is_some());
+    c.handle_connected(at).unwrap();
+    assert!(c.is_connected());
+}
+
+#[test]
+fn goaway_never_reauthenticates_on_its_own() {
+    let mut c = ready(0);
+    c.handle_text(
+        1,
+        r#"{"type":"goaway","payload":{"reason":"new_device_login"}}"#,
+    )
+    .unwrap();
+    assert_eq!(c.poll_connection(), Some(ConnCommand::Close));
+    c.handle_disconnected(2);
+    c.handle_connect_refused(3, 401); // a late refusal changes nothing
+    assert_stopped(&mut c, 3);
+    assert!(c.bearer_token().is_some());
+    // the app taking the session back: its connect may re-authenticate once
+    c.connect(10);
+    let r = next_http(&mut c);
+    reply(&mut c, 10, &r, 401, json!({"error": "TOKEN_REVOKED"}));
+    assert_eq!(next_http(&mut c).path, "/api/v1/auth/challenge");
+}

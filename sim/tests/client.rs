@@ -216,11 +216,11 @@ async fn second_device_goaway_recovery_and_off() {
 
 /// Regression for a client-core liveness gap found by the simulator (seed 1, `--faults none`,
 /// before the shell's workaround): after another device's login revoked our JWT, the machine
-/// keeps fetching tickets (401), falls back to the revoked token (WebSocket 401) and backs off
-/// forever, never re-authenticating nor reporting `AuthFailed`. The async `Client` works around
-/// it (`driver::reauthenticate`); the machine itself should handle the 401.
+/// kept fetching tickets (401), fell back to the revoked token (WebSocket 401) and backed off
+/// forever, never re-authenticating nor reporting `AuthFailed`. Fixed in the machine (module
+/// doc, "Refused token"): the ticket 401 starts challenge/verify once; here the relay refuses
+/// that too, so the machine reports `AuthFailed` and stops.
 #[test]
-#[ignore = "bug: client-core machine retries a revoked JWT forever (no re-auth, no AuthFailed)"]
 fn machine_recovers_from_a_revoked_token() {
     use client_core::machine::{Client as Machine, ClientConfig, ConnCommand, Event};
     use client_core::store::MemoryStore as ClientMemoryStore;

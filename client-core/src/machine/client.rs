@@ -172,6 +172,9 @@ pub enum AuthFailure {
     Auth(u16),
     /// A response body was not understood.
     BadResponse,
+    /// The relay refused the token (this status, 401, on the ticket request or the WebSocket
+    /// upgrade) again right after the machine re-authenticated: terminal, no reconnect.
+    TokenRefused(u16),
 }
 
 /// App events.
@@ -217,7 +220,8 @@ pub enum Event {
         /// Recovered through a 409.
         recovered: bool,
     },
-    /// Registration or restore failed.
+    /// Registration or restore failed, or the machine's own re-authentication after a refused
+    /// token failed (then the machine stopped reconnecting; see the module doc).
     AuthFailed(AuthFailure),
     /// Contacts synced (sessions created as needed).
     ContactsSynced(Vec<FriendProfile>),
@@ -335,6 +339,8 @@ struct AuthFlow {
     uuid: Option<String>,
     alias: Option<String>,
     recovered: bool,
+    /// Started by the machine after the relay refused the token (not by the app).
+    reauth: bool,
 }
 
 /// The sans-IO client. `S` is the local store.
@@ -351,6 +357,8 @@ pub struct Client<S: ClientStore> {
     conn: Conn,
     want_connected: bool,
     retries: u32,
+    /// The machine re-authenticated after a refused token since the last open (or `connect`).
+    reauth_spent: bool,
     next_ping_ms: Option<u64>,
     network: NetworkState,
     security: SecurityModule,
@@ -416,6 +424,7 @@ impl<S: ClientStore> Client<S> {
             conn: Conn::Idle,
             want_connected: false,
             retries: 0,
+            reauth_spent: false,
             next_ping_ms: None,
             network: NetworkState::Disconnected,
             security,
@@ -560,6 +569,7 @@ impl<S: ClientStore> Client<S> {
             uuid: None,
             alias: None,
             recovered: false,
+            reauth: false,
         });
         self.request(
             Method::Post,
@@ -582,22 +592,33 @@ impl<S: ClientStore> Client<S> {
         if self.flow.is_some() {
             return Err(ClientError::Busy);
         }
+        let out = (stored.alias_id.clone(), stored.nickname.clone());
+        self.start_auth_round(&stored, false)?;
+        Ok(Some(out))
+    }
+
+    /// Challenge/verify (A3/A4) for a stored identity, after checking its keys.
+    fn start_auth_round(
+        &mut self,
+        stored: &StoredIdentity,
+        reauth: bool,
+    ) -> Result<(), ClientError> {
         let identity = derive_identity(stored.mnemonic.expose(), stored.x25519_path.into())?;
         if identity.signing_public_b64() != stored.signing_public_key
             || identity.ecdh_public_b64() != stored.ecdh_public_key
         {
             return Err(ClientError::Key(KeyError::PublicKey));
         }
-        let out = (stored.alias_id.clone(), stored.nickname.clone());
         self.flow = Some(AuthFlow {
             identity,
             nickname: stored.nickname.clone(),
             uuid: Some(stored.uuid.clone()),
             alias: Some(stored.alias_id.clone()),
             recovered: false,
+            reauth,
         });
         self.send_challenge(&stored.uuid);
-        Ok(Some(out))
+        Ok(())
     }
 
     fn send_challenge(&mut self, uuid: &str) {
@@ -610,9 +631,42 @@ impl<S: ClientStore> Client<S> {
         );
     }
 
-    fn fail_auth(&mut self, f: AuthFailure) {
-        self.flow = None;
+    fn fail_auth(&mut self, now_ms: u64, f: AuthFailure) {
+        let reauth = self.flow.take().is_some_and(|f| f.reauth);
+        self.auth_failed(now_ms, reauth, f);
+    }
+
+    /// An auth flow ended without a token. A re-authentication the machine started itself is
+    /// retried later when the relay could not answer (transport error `0`, 408, 429, 5xx) and
+    /// the app still wants to be connected; any other failure of it is terminal.
+    fn auth_failed(&mut self, now_ms: u64, reauth: bool, f: AuthFailure) {
+        if reauth && self.want_connected {
+            let transient = match f {
+                AuthFailure::Auth(status) => {
+                    matches!(status, 0 | 408 | 429) || (500..600).contains(&status)
+                }
+                _ => false,
+            };
+            if transient && matches!(self.conn, Conn::Idle) {
+                let delay = self.backoff_ms();
+                self.conn = Conn::WaitingRetry {
+                    at_ms: now_ms + delay,
+                };
+                self.set_network(NetworkState::Disconnected);
+                return;
+            }
+            self.stop_reconnecting();
+        }
         self.events.push_back(Event::AuthFailed(f));
+    }
+
+    /// Terminal: no token that works, so no more attempts until the app authenticates and
+    /// calls [`Client::connect`] again.
+    fn stop_reconnecting(&mut self) {
+        self.want_connected = false;
+        self.conn = Conn::Idle;
+        self.next_ping_ms = None;
+        self.set_network(NetworkState::Disconnected);
     }
 
     /// Feeds the response of a request from [`Client::poll_http`].
@@ -629,10 +683,10 @@ impl<S: ClientStore> Client<S> {
         let v = parse_body(body);
         match p {
             Pending::Pow => self.on_pow(status, v.as_ref()),
-            Pending::Register => self.on_register(status, v.as_ref()),
-            Pending::Challenge => self.on_challenge(status, v.as_ref()),
+            Pending::Register => self.on_register(now_ms, status, v.as_ref()),
+            Pending::Challenge => self.on_challenge(now_ms, status, v.as_ref()),
             Pending::Verify => self.on_verify(now_ms, status, v.as_ref())?,
-            Pending::Ticket => self.on_ticket(status, v.as_ref()),
+            Pending::Ticket => self.on_ticket(now_ms, status, v.as_ref()),
             Pending::Friends => self.on_friends(now_ms, status, v)?,
         }
         Ok(())
@@ -668,7 +722,7 @@ impl<S: ClientStore> Client<S> {
         );
     }
 
-    fn on_register(&mut self, status: u16, v: Option<&Value>) {
+    fn on_register(&mut self, now_ms: u64, status: u16, v: Option<&Value>) {
         let ids = v.and_then(|v| {
             Some((
                 v.get("uuid")?.as_str()?.to_owned(),
@@ -677,14 +731,17 @@ impl<S: ClientStore> Client<S> {
         });
         let recovered = status == 409;
         if !(ok_status(status) || recovered) {
-            return self.fail_auth(AuthFailure::Register(status));
+            return self.fail_auth(now_ms, AuthFailure::Register(status));
         }
         let Some((uuid, alias)) = ids else {
-            return self.fail_auth(if recovered {
-                AuthFailure::RecoveryRejected
-            } else {
-                AuthFailure::BadResponse
-            });
+            return self.fail_auth(
+                now_ms,
+                if recovered {
+                    AuthFailure::RecoveryRejected
+                } else {
+                    AuthFailure::BadResponse
+                },
+            );
         };
         if let Some(f) = self.flow.as_mut() {
             f.uuid = Some(uuid.clone());
@@ -694,18 +751,21 @@ impl<S: ClientStore> Client<S> {
         self.send_challenge(&uuid);
     }
 
-    fn on_challenge(&mut self, status: u16, v: Option<&Value>) {
+    fn on_challenge(&mut self, now_ms: u64, status: u16, v: Option<&Value>) {
         let Some(flow) = &self.flow else { return };
         let recovered = flow.recovered;
         let challenge = v
             .filter(|_| ok_status(status))
             .and_then(|v| v.get("challenge")?.as_str().map(str::to_owned));
         let (Some(ch), Some(uuid)) = (challenge, flow.uuid.clone()) else {
-            return self.fail_auth(if recovered {
-                AuthFailure::RecoveryRejected
-            } else {
-                AuthFailure::Auth(status)
-            });
+            return self.fail_auth(
+                now_ms,
+                if recovered {
+                    AuthFailure::RecoveryRejected
+                } else {
+                    AuthFailure::Auth(status)
+                },
+            );
         };
         let sig = flow.identity.sign_challenge(&ch);
         self.request(
@@ -730,15 +790,16 @@ impl<S: ClientStore> Client<S> {
             return Ok(());
         };
         let Some(token) = token else {
-            self.fail_auth(if flow.recovered {
+            let f = if flow.recovered {
                 AuthFailure::RecoveryRejected
             } else {
                 AuthFailure::Auth(status)
-            });
+            };
+            self.auth_failed(now_ms, flow.reauth, f);
             return Ok(());
         };
         let (Some(uuid), Some(alias)) = (flow.uuid.clone(), flow.alias.clone()) else {
-            self.fail_auth(AuthFailure::BadResponse);
+            self.auth_failed(now_ms, flow.reauth, AuthFailure::BadResponse);
             return Ok(());
         };
         let stored = StoredIdentity {
@@ -773,6 +834,7 @@ impl<S: ClientStore> Client<S> {
         if matches!(self.conn, Conn::Idle | Conn::Goaway) {
             self.conn = Conn::Idle;
             self.retries = 0;
+            self.reauth_spent = false;
             if self.token.is_some() {
                 self.start_connect(now_ms);
             }
@@ -805,9 +867,13 @@ impl<S: ClientStore> Client<S> {
         );
     }
 
-    fn on_ticket(&mut self, status: u16, v: Option<&Value>) {
+    fn on_ticket(&mut self, now_ms: u64, status: u16, v: Option<&Value>) {
         if self.conn != Conn::FetchingTicket {
             return;
+        }
+        if status == 401 {
+            // The bearer token itself was refused: the token fallback would be refused too.
+            return self.token_refused(now_ms, status);
         }
         let (Some(uuid), Some(token)) = (
             self.stored.as_ref().map(|s| s.uuid.clone()),
@@ -830,6 +896,52 @@ impl<S: ClientStore> Client<S> {
         });
     }
 
+    /// The relay refused our token (401 on the ticket request or the upgrade), without a
+    /// GOAWAY on this connection (after one `conn` is [`Conn::Goaway`] and nothing gets here):
+    /// re-authenticate once with the stored identity, then reconnect; a second refusal before
+    /// a socket opened is terminal (see the module doc).
+    fn token_refused(&mut self, now_ms: u64, status: u16) {
+        self.token = None;
+        self.conn = Conn::Idle;
+        if self.reauth_spent || self.stored.is_none() {
+            self.stop_reconnecting();
+            self.events
+                .push_back(Event::AuthFailed(AuthFailure::TokenRefused(status)));
+            return;
+        }
+        self.reauth_spent = true;
+        self.reauthenticate(now_ms);
+    }
+
+    /// Runs challenge/verify for the stored identity (unless an auth flow already runs: its
+    /// token serves as well); `on_verify` reconnects.
+    fn reauthenticate(&mut self, now_ms: u64) {
+        self.conn = Conn::Idle;
+        self.set_network(NetworkState::Connecting);
+        if self.flow.is_some() {
+            return;
+        }
+        let started = match self.stored.clone() {
+            Some(stored) => self.start_auth_round(&stored, true).is_ok(),
+            None => false,
+        };
+        if !started {
+            self.auth_failed(now_ms, true, AuthFailure::BadResponse);
+        }
+    }
+
+    /// The WebSocket upgrade was answered with an HTTP `status` instead of `101` (the shell
+    /// reports a transport failure with [`Client::handle_disconnected`]). A 401 means the
+    /// ticket or token was refused and starts the re-authentication of the module doc; any
+    /// other status is an ordinary failed attempt (backoff and retry).
+    pub fn handle_connect_refused(&mut self, now_ms: u64, status: u16) {
+        if status == 401 && self.conn == Conn::Connecting && self.want_connected {
+            self.token_refused(now_ms, status);
+        } else {
+            self.handle_disconnected(now_ms);
+        }
+    }
+
     /// The socket opened: `sync`, then every unacknowledged outbox intent with its id.
     pub fn handle_connected(&mut self, now_ms: u64) -> Result<(), ClientError> {
         if self.conn != Conn::Connecting {
@@ -837,6 +949,7 @@ impl<S: ClientStore> Client<S> {
         }
         self.conn = Conn::Open;
         self.retries = 0;
+        self.reauth_spent = false;
         self.next_ping_ms = Some(now_ms + HEARTBEAT_INTERVAL_MS);
         self.set_network(NetworkState::Connected);
         self.frames.push_back(ClientFrame::Sync(SyncFrame {
@@ -889,7 +1002,12 @@ impl<S: ClientStore> Client<S> {
             && now_ms >= at_ms
         {
             self.retries += 1;
-            self.start_connect(now_ms);
+            if self.token.is_some() {
+                self.start_connect(now_ms);
+            } else {
+                // A re-authentication the relay could not answer: try it again.
+                self.reauthenticate(now_ms);
+            }
         }
         if self.conn == Conn::Open
             && let Some(at) = self.next_ping_ms

@@ -10,6 +10,7 @@
 //!   send_ice_candidate / call_media_connected
 //!   handle_http_response(id, status, body)       poll_timeout()    -> Option<u64>
 //!   handle_connected / handle_disconnected
+//!   handle_connect_refused(status)
 //!   handle_frame / handle_text
 //!   handle_timeout
 //! ```
@@ -24,6 +25,25 @@
 //!   Heartbeat `ping` every [`HEARTBEAT_INTERVAL_MS`]. Reconnect after
 //!   `min(1 s · 2^n, 30 s) × jitter`, jitter uniform in `[0.7, 1.0)` from the seeded RNG
 //!   (`n` = retries fired since the last open). No reconnect after GOAWAY or `disconnect`.
+//! * **Refused token** (401 on the ticket request, e.g. `TOKEN_REVOKED`/`TOKEN_EXPIRED`/
+//!   `TOKEN_INVALID`/`AUTH_REQUIRED`, or on the WebSocket upgrade, reported by the shell with
+//!   [`Client::handle_connect_refused`], e.g. `TICKET_INVALID` or a refused fallback token):
+//!   the token is dropped and the machine **re-authenticates once** with the stored identity
+//!   (challenge + verify, what `restore_session` does; [`Event::Authenticated`] is emitted),
+//!   then reconnects with the fresh token. A 401 on the ticket request goes straight to
+//!   re-authentication (the JWT fallback would be refused too); other ticket failures still
+//!   fall back to the JWT. "Once" = per episode: the budget is restored only by an open socket
+//!   or an app `connect`. Terminal, with [`Event::AuthFailed`], `NetworkState::Disconnected`
+//!   and no further attempt until the app authenticates and calls `connect` again: the relay
+//!   refuses challenge/verify (any 4xx but 408/429, or a body not understood), or refuses the
+//!   fresh token as well ([`AuthFailure::TokenRefused`]). When the relay cannot answer the
+//!   re-authentication (transport error, 408, 429, 5xx) it is retried on the reconnect backoff,
+//!   like any failed attempt. **GOAWAY wins** (PROTOCOL S-12): after a GOAWAY the machine
+//!   neither reconnects nor re-authenticates on its own (late ticket/upgrade answers are
+//!   ignored), otherwise two devices of one account would keep revoking each other. The re-auth
+//!   path is for a 401 without a preceding GOAWAY (the socket died before the GOAWAY arrived,
+//!   the token expired); an app `connect` after a GOAWAY is the user taking the session back,
+//!   so a 401 then re-authenticates too (and the other device gets the GOAWAY).
 //! * **Outbox**: an intent stays until the relay's `ack` for its id; on every open `sync` is sent,
 //!   then every intent is re-sent with the same id in `(addedAt, id)` order. Each transmission
 //!   counts an attempt; an intent that already used [`ClientConfig::outbox_max_attempts`]
