@@ -1,5 +1,5 @@
-//! Limits and expiries across areas (PROTOCOL §1.9 "Limits", SPEC §States "Payment order"):
-//! rate limits that need many requests from one client, and lifetimes that need the test clock.
+//! Limits and expiries across areas (PROTOCOL §1.10 "Server-side limits", SPEC §States
+//! "Payment order"): rate limits that need many requests from one client, and lifetimes that need the test clock.
 //! The ids belong to their areas (REG, MSG, MEDIA, TRADE); they live together here because they
 //! share how they are driven.
 
@@ -16,7 +16,7 @@ pub const CASES: &[Case] = &[
     case!(
         "REG-012",
         Should,
-        "PROTOCOL §1.1 A2 (429 = registration rate limit, README: 10/IP/hour), §1.9",
+        "PROTOCOL §1.1 A2 (429 = registration rate limit, README: 10/IP/hour), §1.10",
         "More than 10 registrations from one client address within an hour are refused with 429 and the error body.",
         [],
         registration_limit
@@ -32,7 +32,7 @@ pub const CASES: &[Case] = &[
     case!(
         "MSG-019",
         Should,
-        "PROTOCOL §1.9 (message rate limit 120 per user per minute), §3.1 msg; ARCHITECTURE wire",
+        "PROTOCOL §1.10 (message rate limit 120 per user per minute), §3.1 msg; ARCHITECTURE wire",
         "More than 120 new `msg` per user per minute are refused: the excess message gets an `error` frame `RATE_LIMITED` carrying its id, and no ack.",
         [],
         msg_rate_limit
@@ -40,7 +40,7 @@ pub const CASES: &[Case] = &[
     case!(
         "MSG-020",
         Should,
-        "PROTOCOL §1.9 (typing rate limit 30 per user per minute), §3.1 typing",
+        "PROTOCOL §1.10 (typing rate limit 30 per user per minute), §3.1 typing",
         "More than 30 `typing` per user per minute: the excess is dropped silently (the peer gets at most 30, the sender no `error` frame).",
         [],
         typing_rate_limit
@@ -48,7 +48,7 @@ pub const CASES: &[Case] = &[
     case!(
         "MSG-021",
         Should,
-        "PROTOCOL §1.9 (message TTL on relay 24 h, then purged), §9",
+        "PROTOCOL §1.10 (message TTL on relay 24 h, then purged), §9",
         "An undelivered message is kept 24 h: one sent 24 h + 1 ms before the recipient syncs is not replayed, one sent a minute before is.",
         [ClockAdvance],
         offline_ttl
@@ -56,7 +56,7 @@ pub const CASES: &[Case] = &[
     case!(
         "MEDIA-009",
         Should,
-        "PROTOCOL §1.6 notes (upload rate limit 10 per user per minute, README), §1.9",
+        "PROTOCOL §1.6 notes (upload rate limit 10 per user per minute, README), §1.10",
         "More than 10 upload inits per user per minute are refused with 429 and the error body.",
         [],
         upload_rate_limit
@@ -64,7 +64,7 @@ pub const CASES: &[Case] = &[
     case!(
         "MEDIA-010",
         Should,
-        "PROTOCOL §1.6 notes (media TTL 24 h), §1.9",
+        "PROTOCOL §1.6 notes (media TTL 24 h), §1.10",
         "A completed media object can be downloaded until 24 h after completion and not after (404).",
         [ClockAdvance],
         media_ttl
@@ -112,15 +112,15 @@ async fn burst(
     Ok(ids)
 }
 
-/// PROTOCOL §1.9: 10 registrations per address per hour.
+/// PROTOCOL §1.10: 10 registrations per address per hour.
 const REGISTRATIONS_PER_HOUR: usize = 10;
-/// PROTOCOL §1.9: 120 messages per user per minute.
+/// PROTOCOL §1.10: 120 messages per user per minute.
 const MSGS_PER_MIN: usize = 120;
-/// PROTOCOL §1.9: 30 typing notices per user per minute.
+/// PROTOCOL §1.10: 30 typing notices per user per minute.
 const TYPING_PER_MIN: usize = 30;
-/// PROTOCOL §1.9: 10 uploads per user per minute.
+/// PROTOCOL §1.10: 10 uploads per user per minute.
 const UPLOADS_PER_MIN: usize = 10;
-/// PROTOCOL §1.9: messages and media live 24 h.
+/// PROTOCOL §1.10: messages and media live 24 h.
 const DAY_MS: u64 = 24 * 3_600_000;
 
 async fn registration_limit(ctx: &mut Ctx) -> CaseResult {
