@@ -470,7 +470,8 @@ fn apply_limit(mut v: Vec<StoredMessage>, limit: Option<usize>) -> Vec<StoredMes
     v
 }
 
-/// Behaviour every [`ClientStore`] backend must show; run it with [`client_store_tests!`].
+/// Behaviour every [`ClientStore`] backend must show; run it with
+/// [`client_store_tests!`](crate::client_store_tests).
 pub mod conformance {
     #![allow(clippy::unwrap_used, missing_docs)]
     use super::*;
