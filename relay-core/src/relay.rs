@@ -469,16 +469,7 @@ impl Relay {
     fn fire(&mut self, now: UnixMs, timer: Timer) {
         let ttl = self.config.offline_ttl_ms;
         match timer {
-            Timer::Message(user, conv, seq) => {
-                let expired = self
-                    .state
-                    .queue(&user, &conv)
-                    .and_then(|q| q.get(&seq))
-                    .is_some_and(|m| now >= m.at.plus_ms(ttl));
-                if expired {
-                    self.state.delete_message(&user, &conv, seq);
-                }
-            }
+            Timer::Messages(user, conv) => self.state.expire_messages(now, &user, &conv, ttl),
             Timer::Tombstone(author, id) => {
                 let expired = self
                     .state

@@ -159,7 +159,11 @@ pub(crate) mod meta {
 /// Deadlines kept in one ordered set; entries are checked against the state when they fire.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Timer {
-    Message(UserUuid, ConvId, Seq),
+    /// The queue `(recipient, conv)` may hold an expired message. One timer per queue, not per
+    /// message: every queued message has a `Messages` timer at or before its expiry (armed when
+    /// it is queued unless the queue's first message is no younger, re-armed for the oldest
+    /// survivor when the timer fires), so none outlives its TTL past a `handle_timeout`.
+    Messages(UserUuid, ConvId),
     Tombstone(UserUuid, MessageId),
     PendingReceipt(UserUuid, ConvId, ReceiptKind),
     PendingRetract(UserUuid, MessageId),
@@ -500,10 +504,13 @@ impl State {
     }
 
     fn index_message(&mut self, m: MessageRow, offline_ttl_ms: u64) {
-        self.timers.insert((
-            m.at.plus_ms(offline_ttl_ms),
-            Timer::Message(m.recipient.clone(), m.conv_id.clone(), m.seq),
-        ));
+        let covered = self
+            .queue(&m.recipient, &m.conv_id)
+            .and_then(|q| q.values().next())
+            .is_some_and(|first| first.at <= m.at);
+        if !covered {
+            self.arm_queue_timer(&m.recipient, &m.conv_id, m.at, offline_ttl_ms);
+        }
         let convs = self.queues.inner_mut(&m.recipient);
         match convs.get_mut(&m.conv_id) {
             Some(q) => {
@@ -522,6 +529,41 @@ impl State {
             &m,
         );
         self.index_message(m, offline_ttl_ms);
+    }
+
+    fn arm_queue_timer(&mut self, recipient: &UserUuid, conv: &ConvId, at: UnixMs, ttl_ms: u64) {
+        self.timers.insert((
+            at.plus_ms(ttl_ms),
+            Timer::Messages(recipient.clone(), conv.clone()),
+        ));
+    }
+
+    /// Deletes the messages of the queue `(recipient, conv)` whose TTL ended at `now`, then
+    /// re-arms its timer for the oldest one left.
+    pub(crate) fn expire_messages(
+        &mut self,
+        now: UnixMs,
+        recipient: &UserUuid,
+        conv: &ConvId,
+        ttl_ms: u64,
+    ) {
+        let Some(q) = self.queue(recipient, conv) else {
+            return;
+        };
+        let expired: Vec<Seq> = q
+            .values()
+            .filter(|m| now >= m.at.plus_ms(ttl_ms))
+            .map(|m| m.seq)
+            .collect();
+        for seq in expired {
+            self.delete_message(recipient, conv, seq);
+        }
+        let oldest = self
+            .queue(recipient, conv)
+            .and_then(|q| q.values().map(|m| m.at).min());
+        if let Some(at) = oldest {
+            self.arm_queue_timer(recipient, conv, at, ttl_ms);
+        }
     }
 
     pub(crate) fn delete_message(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {

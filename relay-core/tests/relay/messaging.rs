@@ -405,3 +405,59 @@ fn commit_failure_is_fail_stop() {
     let outs = w.msg(&a, &b, &conv, "m1");
     assert_eq!(acks(&frames(&outs, ca)), [("m1".into(), 1)]);
 }
+
+/// One expiry timer per queue (not per message): every message still expires at its own
+/// `at + offline_ttl`, also after a restart and when the shell's clock stepped back.
+#[test]
+fn queued_messages_expire_one_by_one_across_restart_and_clock_step() {
+    let store = relay_core::store::MemoryStore::new();
+    let mut w = World::new();
+    w.restart(Box::new(store.clone()));
+    let ttl = w.relay.config().offline_ttl_ms;
+    let mut a = w.user("alice");
+    let b = w.user("bob");
+    let conv = w.befriend(&a, &b);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let t0 = w.now;
+    w.msg(&a, &b, &conv, "m1");
+    w.now = t0.plus_ms(1_000);
+    w.msg(&a, &b, &conv, "m2");
+    w.now = t0.plus_ms(400); // the clock stepped back: m3 is older than m2
+    w.msg(&a, &b, &conv, "m3");
+    assert_eq!(w.relay.queued_messages(), 3);
+    w.restart(Box::new(store));
+    w.now = t0;
+    w.advance(ttl - 1);
+    assert_eq!(w.relay.queued_messages(), 3);
+    w.advance(1);
+    assert_eq!(w.relay.queued_messages(), 2, "m1 at its TTL");
+    w.advance(400);
+    assert_eq!(w.relay.queued_messages(), 1, "m3 at its TTL, before m2");
+    w.advance(599);
+    assert_eq!(w.relay.queued_messages(), 1);
+    w.advance(1);
+    assert_eq!(w.relay.queued_messages(), 0, "m2 at its TTL");
+}
+
+#[test]
+fn an_older_message_queued_behind_a_younger_one_expires_first() {
+    let mut w = World::new();
+    let ttl = w.relay.config().offline_ttl_ms;
+    let mut a = w.user("alice");
+    let b = w.user("bob");
+    let conv = w.befriend(&a, &b);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let t0 = w.now;
+    w.now = t0.plus_ms(1_000);
+    w.msg(&a, &b, &conv, "young");
+    w.now = t0; // the clock stepped back
+    w.msg(&a, &b, &conv, "old");
+    w.advance(ttl);
+    assert_eq!(w.relay.queued_messages(), 1, "the older message at its TTL");
+    w.advance(999);
+    assert_eq!(w.relay.queued_messages(), 1);
+    w.advance(1);
+    assert_eq!(w.relay.queued_messages(), 0);
+}
