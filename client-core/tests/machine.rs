@@ -931,3 +931,37 @@ fn goaway_never_reauthenticates_on_its_own() {
     reply(&mut c, 10, &r, 401, json!({"error": "TOKEN_REVOKED"}));
     assert_eq!(next_http(&mut c).path, "/api/v1/auth/challenge");
 }
+
+fn inbound_at(id: &str, seq: u64, at: u64, text: &str, key: &SessionKey) -> String {
+    let mut rng = ChaCha20Rng::seed_from_u64(seq);
+    let payload = encrypt_payload(key, text.as_bytes(), &mut rng);
+    json!({"type":"msg","id":id,"from":"u10000002","conv_id":CONV,"seq":seq,"at":at,"crypto_v":1,"payload":payload}).to_string()
+}
+
+#[test]
+fn parked_messages_are_released_in_seq_order() {
+    let mut c = client(ClientConfig::default());
+    register(&mut c, 0);
+    open(&mut c, 0);
+    events(&mut c);
+    let k = bob_key(X25519Path::Spec);
+    // arrival, id and relay-time orders all disagree with the seq order
+    c.handle_text(1, &inbound_at("m-a", 4, 1000, "four", &k))
+        .unwrap();
+    c.handle_text(2, &inbound_at("m-b", 3, 1000, "three", &k))
+        .unwrap();
+    c.handle_text(3, &inbound_at("m-0", 5, 900, "five", &k))
+        .unwrap();
+    assert_eq!(c.store().count_offline(Some(CONV)).unwrap(), 3);
+    events(&mut c);
+    sync_friends(&mut c, 4, friend(BOB, X25519Path::Spec));
+    let seqs: Vec<Option<u64>> = events(&mut c)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Message(m) => Some(m.seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seqs, [Some(3), Some(4), Some(5)]);
+    assert!(c.store().list_offline().unwrap().is_empty());
+}

@@ -152,7 +152,6 @@ fn payment_confirmed_survives_a_dead_connection() {
 /// released by `retry_parked` in message-id order, not seq order, so the app sees seq 4
 /// before seq 3. Seed 2, `--faults all` (c0/d1).
 #[test]
-#[ignore = "bug: client-core releases parked messages in id order, not seq order (seq-order); seed 2 --faults all"]
 fn parked_messages_release_in_seq_order() {
     let report = run(&config(2, "all"));
     assert!(

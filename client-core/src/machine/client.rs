@@ -1451,11 +1451,25 @@ impl<S: ClientStore> Client<S> {
         Ok(())
     }
 
+    /// Retries the parked messages of `convs`, per conversation in seq order (the store lists
+    /// them by `(createdAt, id)`; a message without a seq, stored as 0, comes after those with
+    /// one, by id), so the app sees them in the order the relay assigned.
     fn retry_parked(&mut self, now_ms: u64, convs: &[String]) -> Result<(), ClientError> {
-        for off in self.store.list_offline()? {
-            if !convs.contains(&off.conversation_id) {
-                continue;
-            }
+        let mut parked: Vec<OfflineMessage> = self
+            .store
+            .list_offline()?
+            .into_iter()
+            .filter(|o| convs.contains(&o.conversation_id))
+            .collect();
+        parked.sort_by(|a, b| {
+            (&a.conversation_id, a.seq == 0, a.seq, &a.id).cmp(&(
+                &b.conversation_id,
+                b.seq == 0,
+                b.seq,
+                &b.id,
+            ))
+        });
+        for off in parked {
             let (Ok(id), Ok(from), Ok(conv)) = (
                 MessageId::parse(&off.id),
                 AliasId::parse(&off.from_alias_id),
