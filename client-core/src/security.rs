@@ -200,6 +200,15 @@ impl SecurityModule {
         }
     }
 
+    /// Moves a contact's record to a new contact id (the peer bound a new alias with the same
+    /// keys); returns the moved record, to persist. Nothing happens when there is none.
+    pub fn rename_contact(&mut self, old_id: &str, new_id: &str) -> Option<TrustRecord> {
+        let mut r = self.trust.remove(old_id)?;
+        r.contact_id = new_id.to_owned();
+        self.trust.insert(new_id.to_owned(), r.clone());
+        Some(r)
+    }
+
     /// Back to unverified (from any state).
     pub fn reset_trust_state(&mut self, contact_id: &str) {
         self.trust.remove(contact_id);

@@ -965,3 +965,135 @@ fn parked_messages_are_released_in_seq_order() {
     assert_eq!(seqs, [Some(3), Some(4), Some(5)]);
     assert!(c.store().list_offline().unwrap().is_empty());
 }
+
+/// Bob's friends entry after binding the vanity alias `4000` (same conversation), under the
+/// keys of `key_mnemonic`.
+fn friend_bound(key_mnemonic: &str) -> Value {
+    let mut v = friend(key_mnemonic, X25519Path::Spec);
+    v[0]["alias_id"] = json!("4000");
+    v
+}
+
+fn inbound_from(from: &str, id: &str, seq: u64, text: &str, key: &SessionKey) -> String {
+    let mut v: Value = serde_json::from_str(&inbound(id, seq, text, key)).unwrap();
+    v["from"] = json!(from);
+    v.to_string()
+}
+
+#[test]
+fn friend_binding_a_vanity_alias_keeps_messages_flowing() {
+    let mut c = ready(0);
+    c.mark_as_verified(1, CONV).unwrap();
+    let k = bob_key(X25519Path::Spec);
+    // bob bound `4000`: his next message comes from it; parked, and contacts are synced
+    c.handle_text(2, &inbound_from("4000", "m-1", 1, "hi from 4000", &k))
+        .unwrap();
+    assert!(matches!(events(&mut c)[..], [Event::Parked { .. }]));
+    // a second one while the friends request is in flight: no second request yet
+    c.handle_text(3, &inbound_from("4000", "m-2", 2, "again", &k))
+        .unwrap();
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/friends");
+    assert!(c.poll_http().is_none());
+    reply(&mut c, 4, &r, 200, friend_bound(BOB));
+    let ev = events(&mut c);
+    let texts: Vec<&str> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Message(m) => Some(m.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, ["hi from 4000", "again"]);
+    assert!(
+        !ev.iter().any(|e| matches!(
+            e,
+            Event::SecurityViolation(_) | Event::PeerKeyChanged { .. }
+        )),
+        "a rename with the same keys is not a trust event: {ev:?}"
+    );
+    let s = c.store().load_session(CONV).unwrap().unwrap();
+    assert_eq!(s.their_alias_id, "4000");
+    // the verification follows the alias, in memory and in the store
+    assert!(matches!(
+        c.trust_state("4000"),
+        client_core::security::TrustState::Verified { .. }
+    ));
+    let trust = c.store().list_trust().unwrap();
+    assert_eq!(trust.len(), 1);
+    assert_eq!(trust[0].contact_id, "4000");
+    assert!(c.store().list_offline().unwrap().is_empty());
+    // the second message asked for a resync (its request may have predated the bind)
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/friends");
+    reply(&mut c, 5, &r, 200, friend_bound(BOB));
+    assert!(c.poll_http().is_none());
+    // later messages flow directly
+    c.handle_text(6, &inbound_from("4000", "m-3", 3, "direct", &k))
+        .unwrap();
+    assert!(
+        events(&mut c)
+            .iter()
+            .any(|e| matches!(e, Event::Message(m) if m.text == "direct"))
+    );
+}
+
+#[test]
+fn alias_change_with_different_keys_is_a_key_change_not_a_rename() {
+    let mut c = ready(0);
+    c.mark_as_verified(1, CONV).unwrap();
+    let new_key = bob_key(X25519Path::WebSdk);
+    c.handle_text(2, &inbound_from("4000", "m-1", 1, "who?", &new_key))
+        .unwrap();
+    events(&mut c);
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/friends");
+    // the entry under the new alias carries another X25519 key: the alias follows, but as a
+    // key change of a verified contact (violation, the message stays parked)
+    let mut changed = friend(BOB, X25519Path::WebSdk);
+    changed[0]["alias_id"] = json!("4000");
+    reply(&mut c, 3, &r, 200, changed);
+    let ev = events(&mut c);
+    assert!(!ev.iter().any(|e| matches!(e, Event::Message(_))), "{ev:?}");
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::SecurityViolation(v) if v.contact_id == "4000")),
+        "{ev:?}"
+    );
+    assert_eq!(c.store().list_offline().unwrap().len(), 1);
+    let s = c.store().load_session(CONV).unwrap().unwrap();
+    assert_eq!(s.their_alias_id, "4000");
+    assert!(s.pending_ecdh_public_key.is_some());
+    // the user accepts the new key: the parked message is delivered
+    c.reset_trust_state(4, CONV).unwrap();
+    assert!(
+        events(&mut c)
+            .iter()
+            .any(|e| matches!(e, Event::Message(m) if m.text == "who?"))
+    );
+}
+
+#[test]
+fn alias_change_with_another_signing_key_is_not_accepted() {
+    let mut c = ready(0);
+    let k = bob_key(X25519Path::Spec);
+    c.handle_text(2, &inbound_from("4000", "m-1", 1, "who?", &k))
+        .unwrap();
+    events(&mut c);
+    let r = next_http(&mut c);
+    let mut forged = friend_bound(BOB);
+    forged[0]["ed25519_public_key"] = json!(
+        derive_identity(ALICE, X25519Path::Spec)
+            .unwrap()
+            .signing_public_b64()
+    );
+    reply(&mut c, 3, &r, 200, forged);
+    assert!(
+        !events(&mut c)
+            .iter()
+            .any(|e| matches!(e, Event::Message(_)))
+    );
+    assert_eq!(c.store().list_offline().unwrap().len(), 1);
+    let s = c.store().load_session(CONV).unwrap().unwrap();
+    assert_eq!(s.their_alias_id, "u10000002");
+}

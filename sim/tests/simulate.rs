@@ -20,12 +20,12 @@ const SEEDS: [(u64, &str); 9] = [
     (8, "swarm"),
 ];
 
-/// CI runs without vanity binds until client-core follows a friend's new alias (see
+/// CI runs with vanity binds (client-core follows a friend's new alias, see
 /// [`bind_keeps_friend_messages_flowing`]).
 fn config(seed: u64, faults: &str) -> RunConfig {
     RunConfig {
         faults: faults.parse::<FaultSelection>().expect("valid fault list"),
-        bind_vanity: false,
+        bind_vanity: true,
         ..RunConfig::new(seed)
     }
 }
@@ -119,12 +119,8 @@ fn fault_selection_parses() {
 /// from that friend forever. Seed 7, `--faults webhook` (c1 binds `4000`; c1 -> c0 seq 9 is
 /// acknowledged and never delivered).
 #[test]
-#[ignore = "bug: client-core parks every message from a friend who bound a vanity alias (session their_alias_id never updated); seed 7 --faults webhook"]
 fn bind_keeps_friend_messages_flowing() {
-    let report = run(&RunConfig {
-        bind_vanity: true,
-        ..config(7, "webhook")
-    });
+    let report = run(&config(7, "webhook"));
     assert!(
         violations_of(&report, "delivered-exactly-once").is_empty(),
         "{}",

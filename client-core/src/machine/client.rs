@@ -366,6 +366,9 @@ pub struct Client<S: ClientStore> {
     typing_sent_ms: BTreeMap<String, u64>,
     receipt_hw: BTreeMap<String, ReceiptLevelSeqs>,
     inbox_overflow: BTreeSet<String>,
+    /// A message came from an unknown alias while a friends request was in flight: sync again
+    /// when it answers (its list may predate the peer's bind).
+    contacts_resync: bool,
     actions: BTreeMap<u64, PendingAction>,
     call: Option<ActiveCall>,
     read_sent: BTreeMap<String, u64>,
@@ -432,6 +435,7 @@ impl<S: ClientStore> Client<S> {
             typing_sent_ms: BTreeMap::new(),
             receipt_hw,
             inbox_overflow: BTreeSet::new(),
+            contacts_resync: false,
             actions,
             call: None,
             read_sent: BTreeMap::new(),
@@ -687,7 +691,12 @@ impl<S: ClientStore> Client<S> {
             Pending::Challenge => self.on_challenge(now_ms, status, v.as_ref()),
             Pending::Verify => self.on_verify(now_ms, status, v.as_ref())?,
             Pending::Ticket => self.on_ticket(now_ms, status, v.as_ref()),
-            Pending::Friends => self.on_friends(now_ms, status, v)?,
+            Pending::Friends => {
+                self.on_friends(now_ms, status, v)?;
+                if std::mem::take(&mut self.contacts_resync) {
+                    self.sync_contacts(now_ms);
+                }
+            }
         }
         Ok(())
     }
@@ -1405,6 +1414,29 @@ impl<S: ClientStore> Client<S> {
                 }
                 Some(mut s) => {
                     let mut changed = false;
+                    if s.their_alias_id != alias {
+                        // The peer bound a new alias (the relay retired the old one; the
+                        // conversation is the same). With the same keys it is just a rename
+                        // (trust record included), not a trust event. With a different X25519
+                        // key the alias follows too, but only through the key-change path below
+                        // (violation for a verified contact, `PeerKeyChanged` otherwise), never
+                        // silently. A different Ed25519 key with the same X25519 key is not
+                        // accepted: the session keeps the old alias (messages stay parked).
+                        let same_ed = s
+                            .their_ed25519_public_key
+                            .as_deref()
+                            .is_none_or(|e| e == their_ed_b64);
+                        if same_ed || s.their_ecdh_public_key != their_x_b64 {
+                            if let Some(r) = self.security.rename_contact(&s.their_alias_id, &alias)
+                            {
+                                self.store.put_trust(&r)?;
+                                self.store.delete_trust(&s.their_alias_id)?;
+                            }
+                            s.their_alias_id.clone_from(&alias);
+                            changed = true;
+                            new_convs.push(conv.as_str().to_owned());
+                        }
+                    }
                     if s.their_ed25519_public_key.is_none() {
                         s.their_ed25519_public_key = Some(their_ed_b64);
                         changed = true;
@@ -1777,7 +1809,17 @@ impl<S: ClientStore> Client<S> {
             return self.park(d);
         };
         if session.their_alias_id != d.from.as_str() {
-            return self.park(d);
+            // A known conversation from another alias: the peer may have bound a new alias.
+            // Contacts sync decides (same keys: the session follows; see `on_friends`) and
+            // retries what is parked here.
+            self.park(d)?;
+            if self.pending.values().any(|p| matches!(p, Pending::Friends)) {
+                // The answer in flight may predate the bind: ask again after it.
+                self.contacts_resync = true;
+            } else {
+                self.sync_contacts(now_ms);
+            }
+            return Ok(());
         }
         let Some(mine) = self.my_ecdh_public() else {
             return self.park(d);

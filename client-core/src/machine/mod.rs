@@ -57,6 +57,14 @@
 //!   re-emitted); `delivered` is sent only after the message is stored. Messages with no
 //!   session, failing decryption, or from a verified contact whose key changed are parked in the
 //!   offline inbox (never dropped) and retried when a session appears (contacts sync).
+//!   Parked messages are released per conversation in seq order (seq-less ones last, by id).
+//! * **Peer alias change** (the peer bound a vanity alias: same conversation, old alias
+//!   retired): a message on a known conversation from another alias is parked and triggers a
+//!   contacts sync (again after an answer already in flight). When the sync shows the
+//!   conversation under a new alias with the same keys, the session (and a trust record) follows
+//!   the alias silently and the parked messages are retried; with another X25519 key the alias
+//!   follows only through the key-change path below; with another Ed25519 key and the same
+//!   X25519 key it is not accepted.
 //! * **Offline inbox bound**: at most [`ClientConfig::offline_max_per_conversation`] parked
 //!   messages per conversation ([`OFFLINE_INBOX_MAX_PER_CONVERSATION`]) and
 //!   [`ClientConfig::offline_max_total`] in all ([`OFFLINE_INBOX_MAX_TOTAL`]). A message that
