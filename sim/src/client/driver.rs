@@ -276,9 +276,11 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
                     }
                     Err(error) => {
                         tracing::debug!(%error, "WebSocket open failed");
-                        self.machine.handle_disconnected(now);
                         if unauthorized(&error) {
-                            self.reauthenticate(now);
+                            // The machine re-authenticates once, or ends in `AuthFailed`.
+                            self.machine.handle_connect_refused(now, 401);
+                        } else {
+                            self.machine.handle_disconnected(now);
                         }
                     }
                 }
@@ -306,16 +308,6 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
                     self.machine.handle_disconnected(now);
                 }
             }
-        }
-    }
-
-    /// The relay refused our token (revoked by a login elsewhere, or expired): the machine
-    /// would retry it forever, so the shell runs challenge/verify again (the spec's
-    /// `restoreSession`); the next reconnect uses the fresh token.
-    fn reauthenticate(&mut self, now: u64) {
-        match self.machine.restore_session(now) {
-            Ok(_) => tracing::debug!("token refused: re-authenticating"),
-            Err(e) => tracing::debug!(error = %e, "token refused; re-authentication not started"),
         }
     }
 
