@@ -1097,3 +1097,30 @@ fn alias_change_with_another_signing_key_is_not_accepted() {
     let s = c.store().load_session(CONV).unwrap().unwrap();
     assert_eq!(s.their_alias_id, "u10000002");
 }
+
+#[test]
+fn payment_confirmed_reaches_the_app_once_per_order_across_restarts() {
+    let confirmed = |c: &mut C| {
+        events(c)
+            .into_iter()
+            .filter(|e| matches!(e, Event::PaymentConfirmed { .. }))
+            .count()
+    };
+    let frame =
+        |o: &str| json!({"type":"payment_confirmed","order_id":o,"ref_id":"4000"}).to_string();
+    let mut c = ready(0);
+    c.handle_text(1, &frame("o-1")).unwrap();
+    assert_eq!(confirmed(&mut c), 1);
+    // re-sent on the next sync: not reported again
+    c.handle_text(2, &frame("o-1")).unwrap();
+    assert_eq!(confirmed(&mut c), 0);
+    c.handle_text(3, &frame("o-2")).unwrap();
+    assert_eq!(confirmed(&mut c), 1);
+    // after a restart too
+    let store = c.store().clone();
+    drop(c);
+    let mut c = Client::new(store, [7; 32], ClientConfig::default()).unwrap();
+    c.handle_text(4, &frame("o-1")).unwrap();
+    c.handle_text(4, &frame("o-2")).unwrap();
+    assert_eq!(confirmed(&mut c), 0);
+}

@@ -46,6 +46,7 @@ fn sqlite_v1_database_is_migrated() {
     let mut s = SqliteStore::open(&path).unwrap();
     conformance::receipt_levels(&mut s);
     conformance::pending_actions(&mut s);
+    conformance::confirmed_orders(&mut s);
     let v: i64 = rusqlite::Connection::open(&path)
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))

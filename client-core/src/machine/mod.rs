@@ -72,6 +72,10 @@
 //!   it (the inbox never drops or evicts anything). [`Event::OfflineInboxFull`] is emitted once
 //!   per conversation per episode. When retrying drains the conversation below its bound the
 //!   machine sends `sync` (the relay re-pushes what it kept); every reconnect does too.
+//! * **`payment_confirmed`** is deduplicated by `order_id` durably
+//!   ([`crate::store::ClientStore::put_confirmed_order`]): the relay re-sends it on every `sync`
+//!   for a while (at least once on the wire), the app sees one [`Event::PaymentConfirmed`] per
+//!   order across reconnects and restarts.
 //! * **Trust**: the guard runs on every inbound message from a verified contact. A key change
 //!   reported by contacts sync never replaces a verified session: it is kept as
 //!   `pendingEcdhPublicKey`, a `security_violation` is emitted and decryption is refused until

@@ -1,6 +1,6 @@
 //! In-memory [`ClientStore`] (tests and the simulator).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     ClientStore, OfflineMessage, OutboxIntent, PendingAction, ReceiptLevel, SessionRecord,
@@ -19,6 +19,7 @@ pub struct MemoryStore {
     trust: BTreeMap<String, TrustRecord>,
     receipt_levels: BTreeMap<String, ReceiptLevel>,
     pending_actions: BTreeMap<u64, PendingAction>,
+    confirmed_orders: BTreeSet<String>,
 }
 
 impl MemoryStore {
@@ -158,5 +159,12 @@ impl ClientStore for MemoryStore {
     }
     fn list_pending_actions(&self) -> Result<Vec<PendingAction>, StoreError> {
         Ok(self.pending_actions.values().cloned().collect())
+    }
+    fn put_confirmed_order(&mut self, order_id: &str) -> Result<(), StoreError> {
+        self.confirmed_orders.insert(order_id.to_owned());
+        Ok(())
+    }
+    fn has_confirmed_order(&self, order_id: &str) -> Result<bool, StoreError> {
+        Ok(self.confirmed_orders.contains(order_id))
     }
 }

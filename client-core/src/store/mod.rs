@@ -7,7 +7,8 @@
 //! parked messages without `seq` never collide), `SessionRecord.pendingEcdhPublicKey` (a changed
 //! key announced by the server for a verified session, kept aside and never applied silently),
 //! and the records [`ReceiptLevel`] and [`PendingAction`] (receipts seen before their ack;
-//! `read`/`retract` queued offline).
+//! `read`/`retract` queued offline), and the set of confirmed order ids already reported to the
+//! app (`payment_confirmed` is redelivered by the relay; the app sees one per order).
 //!
 //! Every method that stores or reads records is required: a backend that silently forgot a
 //! record would break the machine's guarantees across a restart, so there are no
@@ -431,6 +432,12 @@ pub trait ClientStore {
     /// Queued control frames in `order`.
     fn list_pending_actions(&self) -> Result<Vec<PendingAction>, StoreError>;
 
+    /// Remembers that the app was told about the confirmation of `order_id` (the relay re-sends
+    /// `payment_confirmed` on every sync for a while; idempotent).
+    fn put_confirmed_order(&mut self, order_id: &str) -> Result<(), StoreError>;
+    /// Whether [`Self::put_confirmed_order`] was called for `order_id`.
+    fn has_confirmed_order(&self, order_id: &str) -> Result<bool, StoreError>;
+
     /// Marks a session verified (SPEC `markSessionVerified`).
     fn mark_session_verified(&mut self, conversation_id: &str) -> Result<(), StoreError> {
         if let Some(mut s) = self.load_session(conversation_id)? {
@@ -697,6 +704,17 @@ pub mod conformance {
         assert_eq!(s.list_pending_actions().unwrap().len(), 1);
     }
 
+    /// Confirmed orders: idempotent insert, membership.
+    pub fn confirmed_orders(s: &mut dyn ClientStore) {
+        assert!(!s.has_confirmed_order("o-1").unwrap());
+        s.put_confirmed_order("o-1").unwrap();
+        s.put_confirmed_order("o-1").unwrap();
+        s.put_confirmed_order("o-2").unwrap();
+        assert!(s.has_confirmed_order("o-1").unwrap());
+        assert!(s.has_confirmed_order("o-2").unwrap());
+        assert!(!s.has_confirmed_order("o-3").unwrap());
+    }
+
     /// Receipt levels: upsert by conversation, listed by conversation id.
     pub fn receipt_levels(s: &mut dyn ClientStore) {
         assert!(s.list_receipt_levels().unwrap().is_empty());
@@ -749,6 +767,11 @@ macro_rules! client_store_tests {
             fn pending_actions() {
                 let mut s = $make;
                 c::pending_actions(&mut s);
+            }
+            #[test]
+            fn confirmed_orders() {
+                let mut s = $make;
+                c::confirmed_orders(&mut s);
             }
             #[test]
             fn receipt_levels() {

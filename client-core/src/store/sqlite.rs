@@ -15,7 +15,7 @@ use super::{
 use crate::security::TrustRecord;
 
 /// Schema version written by this code (migrations run from any older version).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA_V1: &str = "
 CREATE TABLE identity (id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL);
@@ -36,8 +36,12 @@ const SCHEMA_V3: &str = "
 CREATE TABLE pending_actions (ord INTEGER PRIMARY KEY, doc TEXT NOT NULL);
 ";
 
+const SCHEMA_V4: &str = "
+CREATE TABLE confirmed_orders (order_id TEXT PRIMARY KEY);
+";
+
 /// `MIGRATIONS[n]` takes the schema from version `n` to `n + 1`.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
 
 /// SQLite-backed store.
 #[derive(Debug)]
@@ -289,5 +293,23 @@ impl ClientStore for SqliteStore {
     }
     fn list_pending_actions(&self) -> Result<Vec<PendingAction>, StoreError> {
         self.many("SELECT doc FROM pending_actions ORDER BY ord", [])
+    }
+    fn put_confirmed_order(&mut self, order_id: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO confirmed_orders (order_id) VALUES (?1)",
+            params![order_id],
+        )?;
+        Ok(())
+    }
+    fn has_confirmed_order(&self, order_id: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT 1 FROM confirmed_orders WHERE order_id = ?1",
+                params![order_id],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
     }
 }

@@ -135,6 +135,12 @@ impl ClientStore for SharedStore {
     fn list_pending_actions(&self) -> Result<Vec<PendingAction>, StoreError> {
         self.lock().list_pending_actions()
     }
+    fn put_confirmed_order(&mut self, order_id: &str) -> Result<(), StoreError> {
+        self.lock().put_confirmed_order(order_id)
+    }
+    fn has_confirmed_order(&self, order_id: &str) -> Result<bool, StoreError> {
+        self.lock().has_confirmed_order(order_id)
+    }
     fn mark_session_verified(&mut self, conversation_id: &str) -> Result<(), StoreError> {
         self.lock().mark_session_verified(conversation_id)
     }
