@@ -87,7 +87,7 @@ impl ClientStore for MemoryStore {
         Ok(apply_limit(v, limit))
     }
     fn message_conversations(&self) -> Result<Vec<String>, StoreError> {
-        let set: std::collections::BTreeSet<String> = self
+        let set: BTreeSet<String> = self
             .messages
             .values()
             .map(|m| m.conversation_id.clone())
