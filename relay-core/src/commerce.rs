@@ -173,13 +173,26 @@ pub(crate) struct AliasRow {
     pub(crate) at: UnixMs,
 }
 
-/// A `payment_confirmed` frame kept for an offline buyer.
+/// How long a confirmation is kept for redelivery: `payment_confirmed` is not acknowledged, so
+/// it is re-sent on every `sync` of the buyer for this long after the confirmation (at least
+/// once on the wire; clients deduplicate by order id), then purged by `handle_timeout`.
+pub(crate) const CONFIRM_REDELIVERY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// At most this many kept confirmations per buyer; beyond it the oldest is dropped.
+pub(crate) const MAX_PENDING_CONFIRMS_PER_USER: usize = 64;
+
+/// A `payment_confirmed` frame kept for redelivery on the buyer's `sync` (see
+/// [`CONFIRM_REDELIVERY_TTL_MS`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PendingConfirmRow {
     pub(crate) user: UserUuid,
     pub(crate) order_id: OrderId,
     pub(crate) ref_id: String,
     pub(crate) at: UnixMs,
+    /// The token id (device session) it was first sent to: redelivered only to connections of
+    /// that session (another device of the account was never owed it), to any before a send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) jti: Option<String>,
 }
 
 /// Commerce maps and their indexes.
@@ -250,6 +263,10 @@ impl State {
         }
         for (k, v) in rows(Table::PendingConfirms) {
             let p: PendingConfirmRow = decode(Table::PendingConfirms, k, v)?;
+            self.timers.insert((
+                p.at.plus_ms(CONFIRM_REDELIVERY_TTL_MS),
+                Timer::Order(p.order_id.clone()),
+            ));
             self.commerce
                 .pending_confirms
                 .insert((p.user.clone(), p.order_id.clone()), p);
@@ -431,11 +448,45 @@ impl State {
             .map(|a| &a.user)
     }
 
+    /// Keeps a confirmation for redelivery (purged by the order's timer after
+    /// [`CONFIRM_REDELIVERY_TTL_MS`]); drops the user's oldest beyond
+    /// [`MAX_PENDING_CONFIRMS_PER_USER`].
     pub(crate) fn put_pending_confirm(&mut self, p: PendingConfirmRow) {
         self.record(Table::PendingConfirms, pair_key(&p.user, &p.order_id), &p);
+        self.timers.insert((
+            p.at.plus_ms(CONFIRM_REDELIVERY_TTL_MS),
+            Timer::Order(p.order_id.clone()),
+        ));
+        let user = p.user.clone();
         self.commerce
             .pending_confirms
             .insert((p.user.clone(), p.order_id.clone()), p);
+        let mut mine: Vec<(UnixMs, OrderId)> = self
+            .commerce
+            .pending_confirms
+            .values()
+            .filter(|r| r.user == user)
+            .map(|r| (r.at, r.order_id.clone()))
+            .collect();
+        if mine.len() > MAX_PENDING_CONFIRMS_PER_USER {
+            mine.sort();
+            let excess = mine.len() - MAX_PENDING_CONFIRMS_PER_USER;
+            for (_, order) in mine.into_iter().take(excess) {
+                self.delete_pending_confirm(&user, &order);
+            }
+        }
+    }
+
+    /// Purges `user`'s kept confirmation of `order` once its redelivery time is over.
+    pub(crate) fn expire_pending_confirm(&mut self, now: UnixMs, user: &UserUuid, order: &OrderId) {
+        let over = self
+            .commerce
+            .pending_confirms
+            .get(&(user.clone(), order.clone()))
+            .is_some_and(|p| now >= p.at.plus_ms(CONFIRM_REDELIVERY_TTL_MS));
+        if over {
+            self.delete_pending_confirm(user, order);
+        }
     }
 
     pub(crate) fn delete_pending_confirm(&mut self, user: &UserUuid, order: &OrderId) {

@@ -1,7 +1,8 @@
 //! Payment orders of every kind (vanity, channel trade, channel quota): creation, the one
 //! lifecycle `pending → confirmed | expired` (plus `expired → confirmed` for an honoured late
 //! payment), expiry on `handle_timeout`, what a confirmation applies, `payment_confirmed`
-//! delivery (live, or kept for an offline buyer until its next `sync`), and V5.
+//! delivery (live when connected, and re-sent on every `sync` of the buyer for
+//! `CONFIRM_REDELIVERY_TTL_MS`), and V5.
 
 use wire::frames::PaymentConfirmedFrame;
 use wire::http::{OrderKind, OrderState, OrderStatusResponse};
@@ -80,11 +81,16 @@ impl Relay {
         o
     }
 
-    /// Timer: `pending → expired` when due; releases the alias hold or the channel lock.
+    /// Timer: `pending → expired` when due; releases the alias hold or the channel lock. Also
+    /// purges the buyer's kept `payment_confirmed` of this order once its redelivery time is
+    /// over (same timer, armed by `put_pending_confirm`).
     pub(crate) fn expire_order(&mut self, now: UnixMs, id: &OrderId) {
         let Some(mut o) = self.state.commerce.orders.get(id).cloned() else {
             return;
         };
+        if let Some(buyer) = &o.buyer {
+            self.state.expire_pending_confirm(now, buyer, id);
+        }
         if o.expire(now) == Transition::Expired {
             self.state.put_order(o);
         }
@@ -149,32 +155,48 @@ impl Relay {
         let frame = o.buyer.clone().map(|b| (b, o.id.clone(), o.ref_id()));
         self.state.put_order(o);
         if let Some((buyer, order_id, ref_id)) = frame {
-            match self.online(&buyer) {
-                Some(conn) => self.send(
+            // Live when the buyer has a connection (it may be silently dead: no ack exists),
+            // and kept either way for redelivery on every later `sync` of the buyer.
+            let live = self.online(&buyer);
+            let jti = live.and_then(|c| self.conns.get(&c)).map(|c| c.jti.clone());
+            if let Some(conn) = live {
+                self.send(
                     conn,
-                    ServerFrame::PaymentConfirmed(PaymentConfirmedFrame { order_id, ref_id }),
-                ),
-                None => self.state.put_pending_confirm(PendingConfirmRow {
-                    user: buyer,
-                    order_id,
-                    ref_id,
-                    at: now,
-                }),
+                    ServerFrame::PaymentConfirmed(PaymentConfirmedFrame {
+                        order_id: order_id.clone(),
+                        ref_id: ref_id.clone(),
+                    }),
+                );
             }
+            self.state.put_pending_confirm(PendingConfirmRow {
+                user: buyer,
+                order_id,
+                ref_id,
+                at: now,
+                jti,
+            });
         }
     }
 
-    /// On `sync`: every kept `payment_confirmed` of the user, once, in order id order.
+    /// On `sync`: every kept `payment_confirmed` of the user, in order id order. Kept rows stay
+    /// (re-sent on every `sync` until purged after `CONFIRM_REDELIVERY_TTL_MS`).
     pub(crate) fn deliver_pending_confirms(&mut self, conn: ConnId, user: &UserUuid) {
+        let Some(jti) = self.conns.get(&conn).map(|c| c.jti.clone()) else {
+            return;
+        };
         let kept: Vec<PendingConfirmRow> = self
             .state
             .commerce
             .pending_confirms
             .iter()
-            .filter(|((u, _), _)| u == user)
+            .filter(|((u, _), p)| u == user && p.jti.as_ref().is_none_or(|j| *j == jti))
             .map(|(_, p)| p.clone())
             .collect();
-        for p in kept {
+        for mut p in kept {
+            if p.jti.is_none() {
+                p.jti = Some(jti.clone());
+                self.state.put_pending_confirm(p.clone());
+            }
             self.send(
                 conn,
                 ServerFrame::PaymentConfirmed(PaymentConfirmedFrame {
@@ -182,7 +204,6 @@ impl Relay {
                     ref_id: p.ref_id.clone(),
                 }),
             );
-            self.state.delete_pending_confirm(user, &p.order_id);
         }
     }
 

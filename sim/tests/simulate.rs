@@ -134,7 +134,6 @@ fn bind_keeps_friend_messages_flowing() {
 /// with no connection). Seed 3, swarm: c0's trade order confirms during a two-way partition
 /// of c0; c0 never gets its `payment_confirmed`.
 #[test]
-#[ignore = "bug: relay-core loses payment_confirmed sent live into a silently broken connection (no ack, no redelivery); seed 3 --faults swarm"]
 fn payment_confirmed_survives_a_dead_connection() {
     let report = run(&config(3, "swarm"));
     assert!(

@@ -9,6 +9,7 @@
 
 mod calls;
 mod channels;
+mod confirm_redelivery;
 mod durability;
 mod http;
 mod media;
