@@ -11,6 +11,7 @@
 //! Benches measure wall time by design, so this crate reads the real clock (`Instant::now`) in
 //! exactly one place, [`wall_now`]; the workspace ban on ambient clocks is for the sans-IO cores.
 
+pub mod relay_load;
 pub mod relay_world;
 
 use std::fmt;
