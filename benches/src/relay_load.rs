@@ -217,8 +217,8 @@ impl fmt::Debug for BenchRelay {
 impl BenchRelay {
     /// Binds `127.0.0.1:0` and serves the relay ([`bench_config`], memory stores, no test mode).
     pub async fn start() -> Result<Self, RelayLoadError> {
-        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
-        let addr = listener.local_addr()?;
+        let listener = <Tokio as sim::net::Network>::bind((Ipv4Addr::LOCALHOST, 0).into()).await?;
+        let addr = sim::net::Listener::local_addr(&listener)?;
         let clock = DilatedClock::new();
         let server = RelayServer::in_memory(
             bench_config(),

@@ -15,7 +15,7 @@ use client_core::store::MessageStatus;
 use relay_core::{Config, MemoryBlobStore, store::MemoryStore};
 use sim::client::{Client, ClientEvent, ClientOptions, EventKind, SharedStore};
 use sim::clock::SystemClock;
-use sim::net::{Endpoint, Network, Tokio};
+use sim::net::{Endpoint, Listener as _, Network, Tokio};
 use sim::server::RelayServer;
 use tokio::sync::oneshot;
 

@@ -28,8 +28,8 @@ use axum::{
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use sim::net::{
-    Connector, Endpoint, HttpClient, HttpError, HttpRequest, Network, PeerAddr, Tokio, Turmoil,
-    WsMessage, WsRequest, WsStream, serve,
+    Connector, Endpoint, HttpClient, HttpError, HttpRequest, Listener as _, Network, PeerAddr,
+    Tokio, Turmoil, WsMessage, WsRequest, WsStream, serve,
 };
 
 const PORT: u16 = 8080;

@@ -25,8 +25,8 @@ use sha2::{Digest as _, Sha256};
 use sim::{
     clock::SimClock,
     net::{
-        Connector, Endpoint, HttpClient, HttpRequest, Network, Tokio, Turmoil, WsError, WsMessage,
-        WsRequest, WsStream,
+        Connector, Endpoint, HttpClient, HttpRequest, Listener as _, Network, Tokio, Turmoil,
+        WsError, WsMessage, WsRequest, WsStream,
     },
     server::RelayServer,
 };

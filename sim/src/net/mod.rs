@@ -37,7 +37,7 @@ pub use ws::{WsError, WsMessage, WsRequest, WsStream};
 /// A network the shells can run on: how to listen and how to connect.
 pub trait Network: Send + Sync + 'static {
     /// The server-side listener type, usable by [`serve`].
-    type Listener: axum::serve::Listener<Addr = SocketAddr>;
+    type Listener: Listener<Addr = SocketAddr>;
     /// The client-side connector type, usable by [`HttpClient`].
     type Connector: Connector;
 
@@ -52,12 +52,28 @@ pub trait Network: Send + Sync + 'static {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Tokio;
 
+/// axum's listener trait, re-exported so callers can ask a listener for its `local_addr`.
+pub use axum::serve::Listener;
+
+/// A tokio listener whose accepted sockets have `TCP_NODELAY` set: frames are small and
+/// latency-sensitive, and Nagle's algorithm would hold some of them back ~40 ms.
+pub type TokioListener =
+    axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)>;
+
+fn set_nodelay(stream: &mut tokio::net::TcpStream) {
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "could not set TCP_NODELAY on an accepted socket");
+    }
+}
+
 impl Network for Tokio {
-    type Listener = tokio::net::TcpListener;
+    type Listener = TokioListener;
     type Connector = TokioConnector;
 
     async fn bind(addr: SocketAddr) -> io::Result<Self::Listener> {
-        tokio::net::TcpListener::bind(addr).await
+        use axum::serve::ListenerExt as _;
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        Ok(listener.tap_io(set_nodelay as fn(&mut tokio::net::TcpStream)))
     }
 
     fn connector() -> Self::Connector {
