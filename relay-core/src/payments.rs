@@ -114,7 +114,7 @@ impl Relay {
         let Some(mut o) = self.state.commerce.orders.get(&body.order_id).cloned() else {
             return Err(ApiError::new(ErrorCode::ORDER_NOT_FOUND, "no such order"));
         };
-        let total: u64 = self
+        let live: Vec<&PaymentRow> = self
             .state
             .commerce
             .payments_of
@@ -123,23 +123,33 @@ impl Relay {
             .flatten()
             .filter_map(|pid| self.state.commerce.payments.get(pid))
             .filter(|p| p.status != PaymentStatus::Failed)
+            .collect();
+        let total = live
+            .iter()
             .map(|p| p.paid_usdt)
             .fold(0u64, u64::saturating_add);
+        // Paid in full once the total covers the price and one of its payments finished,
+        // whichever copy arrives last: a `finished` top-up may overtake the `partially_paid`
+        // underpayment it completes.
+        let any_finished = live.iter().any(|p| p.status == PaymentStatus::Finished);
         o.paid_usdt = total;
-        let finished = body.payment_status == PaymentStatus::Finished && total >= o.price_usdt;
-        match (o.state, finished) {
-            (OrderState::Pending, true) => self.confirm_order(now, o),
-            (OrderState::Expired, true) if self.still_available(&o) => self.confirm_order(now, o),
-            (OrderState::Expired, true) => {
+        let paid_in_full = any_finished && total >= o.price_usdt;
+        let finished = body.payment_status == PaymentStatus::Finished && paid_in_full;
+        match (o.state, paid_in_full, finished) {
+            (OrderState::Pending, true, _) => self.confirm_order(now, o),
+            (OrderState::Expired, true, _) if self.still_available(&o) => {
+                self.confirm_order(now, o);
+            }
+            (OrderState::Expired, true, _) => {
                 o.refund_needed = true;
                 self.state.put_order(o);
             }
-            (OrderState::Confirmed, true) => {
+            (OrderState::Confirmed, _, true) => {
                 // A second, separate payment of an order already paid.
                 o.refund_needed = true;
                 self.state.put_order(o);
             }
-            (_, false) => self.state.put_order(o),
+            _ => self.state.put_order(o),
         }
         Ok(HttpResponse::json(200, &OkResponse::OK))
     }

@@ -367,6 +367,46 @@ enum Op {
     Restart,
 }
 
+/// Simulator seed 80: the underpayment (`partially_paid`) and its `finished` top-up are two
+/// payments retried across a partition; the top-up lands first (short), then the
+/// underpayment completes the total. Before the deadline, and late after a clock jump with
+/// the expiry timer not yet fired, the order is paid in full either way.
+#[test]
+fn a_top_up_that_overtakes_its_underpayment_still_pays_the_order() {
+    let mut w = cw();
+    let a = w.user("a");
+    let r = purchase(&mut w, &a, "66668888");
+    let (o1, price) = (order_id(&r), price_of(&r));
+    let part = price / 2;
+    assert_eq!(
+        webhook(&mut w, &o1, "top-up", "finished", price - part).status,
+        200
+    );
+    assert_eq!(status_of(&mut w, &o1)["status"], "pending");
+    assert_eq!(
+        webhook(&mut w, &o1, "under", "partially_paid", part).status,
+        200
+    );
+    assert_eq!(status_of(&mut w, &o1)["status"], "confirmed");
+
+    // Late: the relay's clock jumps past the deadline before either copy arrives.
+    let r = purchase(&mut w, &a, "12345678");
+    let (o2, price) = (order_id(&r), price_of(&r));
+    let part = price / 2;
+    w.now = w.now.plus_ms(HOLD_MS + 31 * 60_000);
+    assert_eq!(
+        webhook(&mut w, &o2, "top-up2", "finished", price - part).status,
+        200
+    );
+    assert_eq!(status_of(&mut w, &o2)["status"], "expired");
+    assert_eq!(
+        webhook(&mut w, &o2, "under2", "partially_paid", part).status,
+        200
+    );
+    assert_eq!(status_of(&mut w, &o2)["status"], "confirmed");
+    w.drain();
+}
+
 const ALIASES: [&str; 3] = ["88888888", "66668888", "12345678"];
 
 fn op() -> impl Strategy<Value = Op> {
