@@ -25,6 +25,7 @@
 //! [`store`] (records, trait, memory and SQLite backends), [`machine`] (the client machine).
 //! Each module doc lists the decisions it takes and where it differs from the reference clients.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod crypto;
 pub mod encoding;

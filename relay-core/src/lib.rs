@@ -51,6 +51,7 @@
 //! Issue 6 part A: `channels` (CH1-CH11), `vanity` (V1-V4), `orders` (lifecycle, expiry, V5),
 //! [`payments`] (signed webhook), [`pricing`], `commerce` (rows and indexes).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod accounts;
 mod auth;
