@@ -41,7 +41,7 @@ pub const CASES: &[Case] = &[
         "SPEC §Errors vanity bind 404",
         "vanity bind: 404 when the order does not exist or is not the caller's.",
         [],
-        bind_404
+        super::vanity::bind_unknown
     ),
     case!(
         "ERR-005",
@@ -177,15 +177,6 @@ async fn vanity_404(ctx: &mut Ctx) -> CaseResult {
     )
     .await?
     .expect_error(404)?;
-    Ok(())
-}
-
-async fn bind_404(ctx: &mut Ctx) -> CaseResult {
-    let a = ctx.account().await?;
-    let id = ctx.uuid();
-    ctx.post(paths::VANITY_BIND, Some(&a.token), &json!({"order_id": id}))
-        .await?
-        .expect_error(404)?;
     Ok(())
 }
 

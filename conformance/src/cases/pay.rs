@@ -95,32 +95,16 @@ async fn confirmed_order(
     ctx.pay(&id, "finished", price).await?.ok()?;
     let f = ws.expect("payment_confirmed").await?;
     ensure!(
-        s(&f, "order_id")? == id,
-        "payment_confirmed names another order: {f}"
+        s(&f, "order_id")? == id && f["ref_id"] == item["alias_id"],
+        "payment_confirmed {f} does not name order {id} and alias {}",
+        item["alias_id"]
     );
     Ok((a, ws, item, id))
 }
 
+/// The frame names the order and, as `ref_id`, the alias (checked in [`confirmed_order`]).
 async fn confirmed_frame(ctx: &mut Ctx) -> CaseResult {
-    let a = ctx.account().await?;
-    let mut ws = ctx.connect(&a, "buyer").await?;
-    let item = ctx.free_alias().await?;
-    let order = ctx
-        .post(
-            paths::VANITY_PURCHASE,
-            Some(&a.token),
-            &json!({"alias_id": item["alias_id"]}),
-        )
-        .await?
-        .ok()?;
-    let id = s(&order, "order_id")?.to_owned();
-    let price = order["price_usdt"].as_f64().unwrap_or(0.0) as u64;
-    ctx.pay(&id, "finished", price).await?.ok()?;
-    let f = ws.expect("payment_confirmed").await?;
-    ensure!(
-        s(&f, "order_id")? == id && f["ref_id"] == item["alias_id"],
-        "payment_confirmed {f}"
-    );
+    confirmed_order(ctx).await?;
     Ok(())
 }
 

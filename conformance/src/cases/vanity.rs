@@ -326,7 +326,7 @@ async fn bind_others(ctx: &mut Ctx) -> CaseResult {
     Ok(())
 }
 
-async fn bind_unknown(ctx: &mut Ctx) -> CaseResult {
+pub(super) async fn bind_unknown(ctx: &mut Ctx) -> CaseResult {
     let a = ctx.account().await?;
     let id = ctx.uuid();
     ctx.post(paths::VANITY_BIND, Some(&a.token), &json!({"order_id": id}))
