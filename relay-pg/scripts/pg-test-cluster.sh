@@ -20,6 +20,22 @@ dir=$2
 
 bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 
+# A free TCP port on 127.0.0.1 (the kernel's choice; without python3, a random unused one).
+free_port() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    return
+  fi
+  local port
+  while :; do
+    port=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return
+    fi
+  done
+}
+
 as_owner() {
   if [ "$(id -u)" = 0 ]; then
     runuser -u "$owner" -- "$@"
@@ -51,7 +67,7 @@ start)
   mkdir -p "$dir"
   chmod 700 "$dir"
   [ "$(id -u)" = 0 ] && chown "$owner:" "$dir"
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   password=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
   as_owner sh -c "umask 077; printf '%s\n' '$password' > '$dir/pwfile'"
   as_owner "$bin/initdb" -D "$dir/data" -U relay_test --pwfile="$dir/pwfile" \

@@ -4,6 +4,10 @@
 //!
 //! Needs `RELAY_TEST_POSTGRES_URL` (see `common`); each test skips with a printed reason without it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// A real server in real time: takeovers are waited for and timed with the wall clock.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::{

@@ -3,6 +3,8 @@
 //!
 //! The tests that need a server skip with a printed reason without `RELAY_TEST_POSTGRES_URL`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::{

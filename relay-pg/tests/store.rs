@@ -4,6 +4,8 @@
 //!
 //! Needs `RELAY_TEST_POSTGRES_URL` (see `common`); each test skips with a printed reason without it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::collections::BTreeMap;

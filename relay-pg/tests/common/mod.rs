@@ -6,7 +6,7 @@
 //! test prints why it is skipped, to the real stderr (not captured by the test harness), and
 //! passes; with `RELAY_TEST_POSTGRES_REQUIRED=1` (CI) it fails instead.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     io::Write as _,
