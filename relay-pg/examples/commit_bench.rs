@@ -206,7 +206,7 @@ fn main() {
     for size in BATCH_SIZES {
         let n = if size >= 100 { commits / 4 } else { commits };
         report(
-            "PgStore (pipelined, unnest per table)",
+            "PgStore (pipelined; unnest per table, VALUES for one row)",
             size,
             measure(n, size, |b| store.commit(b).unwrap()),
         );

@@ -4,7 +4,9 @@
 //! (same final state as applying it in order), then sent as one pipeline of prepared statements
 //! on the store's connection: `BEGIN`, `SELECT relay_fence(epoch)`, per touched table one
 //! `INSERT … SELECT FROM unnest($keys, $values) ON CONFLICT (k) DO UPDATE` and one
-//! `DELETE … WHERE k = ANY($keys)`, then `COMMIT`. Any failing statement aborts the transaction
+//! `DELETE … WHERE k = ANY($keys)` (a single row uses the plain `VALUES ($1, $2)` / `k = $1`
+//! forms, ~50 µs cheaper: a routed message touches three tables with one row each), then
+//! `COMMIT`. Any failing statement aborts the transaction
 //! (PostgreSQL turns the final `COMMIT` into a rollback), so `Err` means nothing was applied,
 //! except after a timeout or a lost connection, where the outcome is unknown (the relay then
 //! rebuilds from the database, which holds the truth; clients re-send with the same ids).
@@ -243,6 +245,8 @@ struct Statements {
     load_all: Statement,
     upsert: BTreeMap<Table, Statement>,
     delete: BTreeMap<Table, Statement>,
+    upsert_one: BTreeMap<Table, Statement>,
+    delete_one: BTreeMap<Table, Statement>,
 }
 
 /// A store connection and its statements (lives on the crate's thread).
@@ -285,13 +289,27 @@ impl DataConn {
             c.execute_raw(&s.fence, [&epoch_param as &(dyn ToSql + Sync)]),
         ));
         for (table, ops) in &plan.0 {
-            if !ops.put_keys.is_empty() {
-                let params: [&(dyn ToSql + Sync); 2] = [&ops.put_keys, &ops.put_values];
-                steps.push(Box::pin(c.execute_raw(&s.upsert[table], params)));
+            match (ops.put_keys.as_slice(), ops.put_values.as_slice()) {
+                ([], _) => {}
+                ([key], [value]) => {
+                    let params: [&(dyn ToSql + Sync); 2] = [key, value];
+                    steps.push(Box::pin(c.execute_raw(&s.upsert_one[table], params)));
+                }
+                _ => {
+                    let params: [&(dyn ToSql + Sync); 2] = [&ops.put_keys, &ops.put_values];
+                    steps.push(Box::pin(c.execute_raw(&s.upsert[table], params)));
+                }
             }
-            if !ops.delete_keys.is_empty() {
-                let params: [&(dyn ToSql + Sync); 1] = [&ops.delete_keys];
-                steps.push(Box::pin(c.execute_raw(&s.delete[table], params)));
+            match ops.delete_keys.as_slice() {
+                [] => {}
+                [key] => {
+                    let params: [&(dyn ToSql + Sync); 1] = [key];
+                    steps.push(Box::pin(c.execute_raw(&s.delete_one[table], params)));
+                }
+                _ => {
+                    let params: [&(dyn ToSql + Sync); 1] = [&ops.delete_keys];
+                    steps.push(Box::pin(c.execute_raw(&s.delete[table], params)));
+                }
             }
         }
         steps.push(Box::pin(c.execute_raw(&s.commit, NO_PARAMS)));
@@ -383,6 +401,11 @@ async fn prepare(client: &Client) -> Result<Statements, PgError> {
             "DELETE FROM {} WHERE k = ANY($1::text[])",
             t.name()
         ));
+        texts.push(format!(
+            "INSERT INTO {} (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
+            t.name()
+        ));
+        texts.push(format!("DELETE FROM {} WHERE k = $1", t.name()));
     }
     let prepared = join_all(texts.iter().map(|t| client.prepare(t))).await;
     let mut prepared = prepared
@@ -397,11 +420,13 @@ async fn prepare(client: &Client) -> Result<Statements, PgError> {
     };
     let (begin, commit, fence, begin_snapshot, epoch, load_all) =
         (next()?, next()?, next()?, next()?, next()?, next()?);
-    let mut upsert = BTreeMap::new();
-    let mut delete = BTreeMap::new();
+    let (mut upsert, mut delete) = (BTreeMap::new(), BTreeMap::new());
+    let (mut upsert_one, mut delete_one) = (BTreeMap::new(), BTreeMap::new());
     for t in Table::ALL {
         upsert.insert(t, next()?);
         delete.insert(t, next()?);
+        upsert_one.insert(t, next()?);
+        delete_one.insert(t, next()?);
     }
     Ok(Statements {
         begin,
@@ -412,6 +437,8 @@ async fn prepare(client: &Client) -> Result<Statements, PgError> {
         load_all,
         upsert,
         delete,
+        upsert_one,
+        delete_one,
     })
 }
 
