@@ -118,9 +118,10 @@ impl LeaderWatch {
         self.epoch
     }
 
-    /// Whether it still leads (no I/O: the last known status).
+    /// Whether it still leads (no I/O: the last known status). False as well if the task that
+    /// watches the lock session is gone, whatever it last published.
     pub fn is_leading(&self) -> bool {
-        matches!(*self.status.borrow(), LeaderStatus::Leading)
+        matches!(*self.status.borrow(), LeaderStatus::Leading) && self.status.has_changed().is_ok()
     }
 
     /// The last known status.
