@@ -20,7 +20,7 @@
 //! | `batch-crash` | the relay powers off in the middle of a batch (nothing of it is applied) |
 //! | `slow-consumer` | a raw WebSocket client stops reading for a while or for good while provoking answers |
 //! | `storm` | every client host restarts at once, and a raw host opens many sockets at once |
-//! | `clock-skew` | client clocks are stepped away from the relay's (both ways) |
+//! | `clock-skew` | client clocks run minutes away from the relay's (both ways), from the start |
 //! | `abuse` | a raw client sends malformed frames at a high rate |
 //! | `dishonest` | a raw client makes requests no honest client makes (others' conversations, orders, channels, friendships, identities) |
 
@@ -350,7 +350,10 @@ pub enum FaultAction {
         /// Milliseconds.
         ms: u64,
     },
-    /// A client host's clock is set `skew_ms` away from true time (negative: behind).
+    /// A client host's clock runs `skew_ms` away from true time (negative: behind) for the
+    /// whole run, setup included (the runner applies every skew before starting: a step of
+    /// the clock mid-run would stretch the client's timers by the step, since client-core
+    /// computes its deadlines from the wall clock).
     SetSkew {
         /// Host name.
         host: String,
@@ -832,7 +835,7 @@ impl Drawer<'_> {
                 }
                 FaultKind::ClockSkew => {
                     let c = self.client();
-                    let at = self.at();
+                    let at = 0;
                     // Up to 3 minutes either way: call signals (60 s window) between hosts
                     // skewed apart by more than that are refused, as they must be.
                     let skew_ms = i64::try_from(self.rng.next_u64() % 360_000).unwrap_or(0)

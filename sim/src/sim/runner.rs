@@ -79,6 +79,8 @@ const TICK_MS: u64 = 2;
 /// turmoil's per-stream window and accept queue, in segments (turmoil panics when more
 /// connection attempts than this reach a listener within one step).
 const TCP_CAPACITY: usize = 256;
+/// A relay that exits (it could not open its store) is started again after this long.
+const RELAY_RESTART_MS: u64 = 1_000;
 /// Pause between retries of a failed setup call.
 const RETRY_MS: u64 = 500;
 /// Port of the payment processor stand-in on the `pay` host.
@@ -559,11 +561,8 @@ impl Sim<'_> {
             FaultAction::ClockJump { ms } => {
                 self.relay_clock.advance(*ms);
             }
-            FaultAction::SetSkew { host, skew_ms } => {
-                for clock in self.skews.get(host).into_iter().flatten() {
-                    clock.set(*skew_ms);
-                }
-            }
+            // Applied before the run started (see `FaultAction::SetSkew`).
+            FaultAction::SetSkew { .. } => {}
             FaultAction::FailCommits { commits } => self.store.fail_commits(*commits),
             FaultAction::StoreDown { ms } => self.store.down_until(now + ms),
             FaultAction::StallCommit { ms } => self.stall(now + ms),
@@ -719,25 +718,34 @@ fn run_inner(replay: &Replay) -> Inner {
         sim.hosts.push(RELAY.to_owned());
         sim.sim.host(RELAY, move || {
             let (store, blobs, config) = (store.clone(), blobs.clone(), relay_config.clone());
-            let open = move || {
-                Relay::with_blobs(
-                    config.clone(),
-                    Box::new(store.open()?),
-                    Box::new(blobs.clone()),
-                    relay_seed,
-                )
-            };
-            let server = RelayServer::new(open)
-                .with_clock(clock.clone())
-                .with_push_gateway(push_endpoint());
+            let clock = clock.clone();
             async move {
-                server
-                    .run::<Turmoil>(
-                        SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
-                        std::future::pending(),
-                    )
-                    .await?;
-                Ok(())
+                // A supervisor: the relay binary exits when it cannot open its store at
+                // start (e.g. the store is down), and is started again.
+                loop {
+                    let (store, blobs, config) = (store.clone(), blobs.clone(), config.clone());
+                    let open = move || {
+                        Relay::with_blobs(
+                            config.clone(),
+                            Box::new(store.open()?),
+                            Box::new(blobs.clone()),
+                            relay_seed,
+                        )
+                    };
+                    let server = RelayServer::new(open)
+                        .with_clock(clock.clone())
+                        .with_push_gateway(push_endpoint());
+                    let served = server
+                        .run::<Turmoil>(
+                            SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
+                            std::future::pending(),
+                        )
+                        .await;
+                    if let Err(error) = served {
+                        tracing::warn!(%error, "relay exited; the supervisor restarts it");
+                    }
+                    sleep_ms(RELAY_RESTART_MS).await;
+                }
             }
         });
     }
@@ -857,6 +865,15 @@ fn run_inner(replay: &Replay) -> Inner {
                 Ok(())
             }
         });
+    }
+
+    // Clock skews hold from the start.
+    for e in &plan.events {
+        if let FaultAction::SetSkew { host, skew_ms } = &e.action {
+            for clock in sim.skews.get(host).into_iter().flatten() {
+                clock.set(*skew_ms);
+            }
+        }
     }
 
     // Step: setup, traffic with faults, heal, liveness.
