@@ -633,7 +633,7 @@ fn receipts_clear(
     let mut early: Vec<String> = Vec::new();
     for m in input.history.messages.values() {
         let Some(deleted) = m.deleted_ms else { continue };
-        if input.history.retracted_ids.contains(&m.id) {
+        if input.history.retracted_ids.contains_key(&m.id) {
             continue;
         }
         let Some(&recipient) = client_of.get(m.recipient.as_str()) else {
@@ -872,14 +872,45 @@ fn retract_lands(
             _ => None,
         })
         .collect();
-    for a in acked {
-        if !input.history.retracted_ids.contains(&a.id) {
-            continue;
+    // Spells of second devices: the relay gives a retract to the account's connection of the
+    // moment, and a second device that never had the message has nothing to show.
+    let mut second: BTreeMap<usize, Vec<(u64, u64)>> = BTreeMap::new();
+    for r in input.records {
+        match r {
+            Record::Event {
+                t_ms,
+                who,
+                event: Event::Authenticated { .. },
+            } if who.device == 1 => second.entry(who.client).or_default().push((*t_ms, u64::MAX)),
+            Record::Note { t_ms, text } if text.ends_with("/d1 left") => {
+                let client = text
+                    .strip_prefix('c')
+                    .and_then(|t| t.split('/').next())
+                    .and_then(|n| n.parse::<usize>().ok());
+                if let Some(spell) = client
+                    .and_then(|c| second.get_mut(&c))
+                    .and_then(|v| v.last_mut())
+                {
+                    spell.1 = *t_ms;
+                }
+            }
+            _ => {}
         }
+    }
+    for a in acked {
+        let Some(&accepted) = input.history.retracted_ids.get(&a.id) else {
+            continue;
+        };
         let Some(&pair) = conv_pair.get(a.conv.as_str()) else {
             continue;
         };
         let recipient = input.scenario.pairs[pair].peer(a.sender);
+        if second
+            .get(&recipient)
+            .is_some_and(|v| v.iter().any(|(from, to)| *from <= accepted && accepted <= *to))
+        {
+            continue;
+        }
         // The primary device must hear of it; a second device that already left cannot.
         if on_primary.contains(&(recipient, a.id.as_str()))
             && !landed.contains(&(recipient, a.id.as_str()))

@@ -66,8 +66,8 @@ pub struct History {
     /// Every message id with a committed tombstone (accepted ids).
     pub accepted_ids: BTreeSet<String>,
     /// Message ids whose tombstone was committed as retracted (the relay accepted the
-    /// retract).
-    pub retracted_ids: BTreeSet<String>,
+    /// retract), with the simulated ms of that commit.
+    pub retracted_ids: BTreeMap<String, u64>,
     /// Every order id with a committed row.
     pub orders: BTreeSet<String>,
     /// Every receipt-mark row key ever committed (`conv/reader/kind`).
@@ -220,7 +220,7 @@ impl Ctl {
                         if let Some(v) = json(value) {
                             let id = text(&v, "id");
                             if v.get("retracted").and_then(serde_json::Value::as_bool) == Some(true) {
-                                self.history.retracted_ids.insert(id.clone());
+                                self.history.retracted_ids.entry(id.clone()).or_insert(at);
                             }
                             self.history.accepted_ids.insert(id);
                         }
