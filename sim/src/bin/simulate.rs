@@ -80,6 +80,11 @@ struct Args {
     #[arg(long)]
     no_log_capture: bool,
 
+    /// With `--seed` or `--replay`: prints the run's logs to stderr with this `tracing`
+    /// filter (e.g. `debug`, `sim::server=trace,relay_core=debug`) instead of scanning them.
+    #[arg(long, value_name = "FILTER")]
+    log: Option<String>,
+
     /// Never binds a bought vanity alias (the buyer keeps its alias; orders stay unbound).
     #[arg(long)]
     no_bind: bool,
@@ -175,6 +180,7 @@ fn config(args: &Args, seed: u64) -> RunConfig {
         faults: args.faults.clone(),
         store: args.store,
         capture_logs: !args.no_log_capture,
+        log: args.log.clone(),
         bind_vanity: !args.no_bind,
         replay: None,
     }
@@ -192,6 +198,7 @@ fn main() -> anyhow::Result<ExitCode> {
             .with_context(|| format!("parsing replay file {}", path.display()))?;
         let config = RunConfig {
             capture_logs: !args.no_log_capture,
+            log: args.log.clone(),
             ..RunConfig::replaying(replay)
         };
         return one(&args, &config, &format!("--replay {}", path.display()));
@@ -300,7 +307,10 @@ struct SeedResult {
 /// Runs one seed, turning a panic into a violation.
 fn run_seed(args: &Args, seed: u64) -> SeedResult {
     let started = wall_clock();
-    let config = config(args, seed);
+    let config = RunConfig {
+        log: None,
+        ..config(args, seed)
+    };
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&config)));
     let wall = started.elapsed();
     match outcome {

@@ -3,7 +3,7 @@
 //! | oracle | checks |
 //! |---|---|
 //! | `delivered-exactly-once` | every message the relay acknowledged (the sender's store has its seq) reaches an app of the recipient's account; no app sees one message twice |
-//! | `liveness` | every acknowledged message reaches its recipient within `DELIVERY_BOUND_MS` (60 s) of healing, or of its ack if later, however large the backlog |
+//! | `liveness` | every acknowledged message reaches its recipient within `DELIVERY_BOUND_MS` (80 s: a dead socket is noticed after 60 s of silence) of healing, or of its ack if later, however large the backlog |
 //! | `seq-order` | per device and conversation, `message` events come in strictly increasing seq |
 //! | `seq-gap-free` | per conversation, the seqs seen (sender acks ∪ recipient messages) are exactly `1..=max` |
 //! | `non-participant` | no message or typing event reaches a device outside the conversation, or claims a sender other than the peer |
@@ -918,7 +918,7 @@ fn retract_lands(
             out.push(Violation::new(
                 "retract-lands",
                 format!(
-                    "c{} retracted {} (accepted by the relay) but c{recipient}, who had it, never saw the retract",
+                    "c{} retracted {} (the relay accepted it at {accepted} ms) but c{recipient}, who had it, never saw the retract",
                     a.sender, a.id
                 ),
             ));

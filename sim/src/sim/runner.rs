@@ -5,7 +5,7 @@
 //!                      sessions, push tokens                                ─┐ gated on every
 //! traffic (window)   : scripted actions + the fault plan                    │ client's setup
 //! heal               : every link repaired, every host up, store faults off │
-//!   heal + 60 s      : probe round: a message, a typing notice and a call   │
+//!   heal + 75 s      : probe round: a message, a typing notice and a call   │
 //!                      per client and peer, each due within PROBE_BOUND_MS  │
 //!   end - 40 s       : the relay's clock jumps 31 min (every unpaid order    │
 //!                      expires), then the commerce audit ([`super::commerce`])┘
@@ -14,9 +14,9 @@
 //! ```
 //!
 //! Hosts: `relay`, client hosts (`c0`.. one account each; `h0`.. several accounts each at the
-//! large scale), strangers `x0`.. (raw clients, [`super::hostile`]), `pay` (the payment
-//! processor stand-in on [`PAY_PORT`] and a forger on [`FORGER_PORT`]), `push` (the
-//! push-service stand-in on [`PUSH_PORT`]), `audit` (an account that audits commerce).
+//! large scale), strangers `x0`.. (raw clients, [`super::hostile`]), and `pay`, the outside
+//! world: the payment processor stand-in on [`PAY_PORT`], a forger on [`FORGER_PORT`], the
+//! push-service stand-in on [`PUSH_PORT`] and the app of an account that audits commerce.
 //! The relay reads an [`OffsetClock`] the runner keeps (clock-jump faults; it survives relay
 //! restarts); each client reads a [`SkewClock`] (clock-skew faults).
 //!
@@ -65,17 +65,23 @@ pub const TRAFFIC_WINDOW_MS: u64 = 120_000;
 /// After healing, the run goes on this long (delivery, probes, commerce audit).
 pub const LIVENESS_BOUND_MS: u64 = 120_000;
 /// Every acknowledged message must reach its recipient within this long after healing (or
-/// after its ack, if later), however large the backlog.
-pub const DELIVERY_BOUND_MS: u64 = 60_000;
-/// The probe round starts this long after healing.
-pub const PROBE_AFTER_HEAL_MS: u64 = 60_000;
+/// after its ack, if later), however large the backlog: a client learns that a socket died
+/// silently in a partition only after [`DEAD_LINK_MS`](crate::client::DEAD_LINK_MS) of
+/// silence (60 s), then reconnects and syncs.
+pub const DELIVERY_BOUND_MS: u64 = crate::client::DEAD_LINK_MS + 20_000;
+/// The probe round starts this long after healing (every client has noticed a dead socket
+/// by then, see [`DELIVERY_BOUND_MS`]).
+pub const PROBE_AFTER_HEAL_MS: u64 = crate::client::DEAD_LINK_MS + 15_000;
 /// A probe (message, typing notice, call offer and its answer) must arrive within this long.
 pub const PROBE_BOUND_MS: u64 = 10_000;
 /// Setup (registration, friendships) must finish within this much simulated time at the
 /// small and medium scales (see [`Scale::setup_bound_ms`]).
 pub const SETUP_BOUND_MS: u64 = 120_000;
-/// Simulated time per turmoil step.
-const TICK_MS: u64 = 2;
+/// Simulated time per turmoil step. Every step costs the same for every host whatever
+/// happens in it (turmoil polls each host's runtime and scans every link), so this is the
+/// simulator's main speed knob: 4 ms halves the steps of 2 ms (the link latency of a healthy
+/// link, 1-12 ms, spans several ticks, so deliveries still interleave).
+const TICK_MS: u64 = 4;
 /// turmoil's per-stream window and accept queue, in segments (turmoil panics when more
 /// connection attempts than this reach a listener within one step).
 const TCP_CAPACITY: usize = 256;
@@ -89,8 +95,9 @@ pub const PAY_PORT: u16 = 9090;
 pub const FORGER_PORT: u16 = 9091;
 /// Port of the push-service stand-in on the `push` host.
 pub const PUSH_PORT: u16 = 9100;
-/// Host name of the commerce auditor.
-pub const AUDIT: &str = "audit";
+/// Host of the commerce auditor's app (it shares the `pay` host with the payment and push
+/// stand-ins).
+pub const AUDIT: &str = PAY;
 /// The webhook secret the relay and the processor share.
 const WEBHOOK_SECRET: &[u8] = b"sim-webhook-secret";
 /// Probes go to at most this many peers per client.
@@ -111,6 +118,9 @@ pub struct RunConfig {
     pub store: StoreChoice,
     /// Scan every log event (DEBUG and above) for the canary oracle.
     pub capture_logs: bool,
+    /// Print the run's logs to stderr with this `tracing` filter (e.g. `debug`,
+    /// `sim::server=trace`) instead of scanning them (debugging one run).
+    pub log: Option<String>,
     /// Bind confirmed vanity orders (the buyer's alias changes).
     pub bind_vanity: bool,
     /// An explicit scenario and plan (a replay file, a shrinking step) instead of drawing
@@ -128,6 +138,7 @@ impl RunConfig {
             faults: FaultSelection::Swarm,
             store: StoreChoice::Drawn,
             capture_logs: true,
+            log: None,
             bind_vanity: true,
             replay: None,
         }
@@ -372,9 +383,18 @@ pub fn run(config: &RunConfig) -> RunReport {
     let replay = config.draw();
     let scan = LogScan::default();
     let go = || run_inner(&replay);
-    let mut inner = if config.capture_logs {
+    let mut inner = if let Some(filter) = &config.log {
         let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_ansi(false)
+            .with_writer(std::io::stderr)
+            .finish();
+        tracing::subscriber::with_default(subscriber, go)
+    } else if config.capture_logs {
+        // Everything at DEBUG but turmoil's own per-step spans (a span per host per step,
+        // formatted: they cost more than the rest of the run's logging).
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(LOG_FILTER))
             .with_ansi(false)
             .without_time()
             .with_writer(scan.clone())
@@ -383,7 +403,7 @@ pub fn run(config: &RunConfig) -> RunReport {
     } else {
         go()
     };
-    if config.capture_logs {
+    if config.capture_logs && config.log.is_none() {
         oracles::logs_free_of_canaries(
             &scan.suspects(),
             &replay.scenario.canaries(),
@@ -750,54 +770,16 @@ fn run_inner(replay: &Replay) -> Inner {
         });
     }
 
-    // The payment processor and a forger (wrong secret), on the `pay` host.
+    // The outside world on one host (turmoil scans every link per host per step, so fewer
+    // hosts is faster): the payment processor and a forger (wrong secret), the push service,
+    // and the commerce auditor's app.
     let payments = Payments {
         processor: PaymentProcessor::new(WEBHOOK_SECRET, endpoint()),
         forger: PaymentProcessor::new(b"forger-guess".as_slice(), endpoint()),
         faults: plan.webhook,
         enabled: plan.kinds.contains(&FaultKind::Webhook),
     };
-    {
-        let processor = payments.processor.clone();
-        let forger = payments.forger.clone();
-        sim.hosts.push(PAY.to_owned());
-        sim.sim.host(PAY, move || {
-            let processor = processor.clone();
-            let forger = forger.clone();
-            async move {
-                let genuine = processor.run::<Turmoil>(
-                    SocketAddr::from((Ipv4Addr::UNSPECIFIED, PAY_PORT)),
-                    std::future::pending(),
-                );
-                let forged = forger.run::<Turmoil>(
-                    SocketAddr::from((Ipv4Addr::UNSPECIFIED, FORGER_PORT)),
-                    std::future::pending(),
-                );
-                let (a, b) = tokio::join!(genuine, forged);
-                a?;
-                b?;
-                Ok(())
-            }
-        });
-    }
     let pushes = PushService::new();
-    {
-        let pushes = pushes.clone();
-        sim.hosts.push(PUSH.to_owned());
-        sim.sim.host(PUSH, move || {
-            let pushes = pushes.clone();
-            async move {
-                pushes
-                    .run::<Turmoil>(
-                        SocketAddr::from((Ipv4Addr::UNSPECIFIED, PUSH_PORT)),
-                        std::future::pending(),
-                    )
-                    .await?;
-                Ok(())
-            }
-        });
-    }
-
     let clients = scenario.accounts.len();
     let stores: Vec<SharedStore> = (0..clients).map(|_| SharedStore::new()).collect();
     let clocks: Vec<SkewClock> = (0..clients).map(|_| SkewClock::default()).collect();
@@ -820,14 +802,33 @@ fn run_inner(replay: &Replay) -> Inner {
         })
     };
     {
+        let processor = payments.processor.clone();
+        let forger = payments.forger.clone();
+        let pushes = pushes.clone();
         let ctx = host_ctx(clients, &audit_store, &SkewClock::default());
         let mnemonic = auditor_mnemonic;
-        sim.hosts.push(AUDIT.to_owned());
-        sim.sim.host(AUDIT, move || {
+        sim.hosts.push(PAY.to_owned());
+        sim.sim.host(PAY, move || {
+            let (processor, forger, pushes) = (processor.clone(), forger.clone(), pushes.clone());
             let ctx = Rc::clone(&ctx);
             let mnemonic = mnemonic.clone();
             async move {
-                auditor_host(ctx, &mnemonic).await;
+                let genuine = processor.run::<Turmoil>(
+                    SocketAddr::from((Ipv4Addr::UNSPECIFIED, PAY_PORT)),
+                    std::future::pending(),
+                );
+                let forged = forger.run::<Turmoil>(
+                    SocketAddr::from((Ipv4Addr::UNSPECIFIED, FORGER_PORT)),
+                    std::future::pending(),
+                );
+                let push = pushes.run::<Turmoil>(
+                    SocketAddr::from((Ipv4Addr::UNSPECIFIED, PUSH_PORT)),
+                    std::future::pending(),
+                );
+                let (a, b, c, ()) = tokio::join!(genuine, forged, push, auditor_host(ctx, &mnemonic));
+                a?;
+                b?;
+                c?;
                 Ok(())
             }
         });
@@ -856,6 +857,16 @@ fn run_inner(replay: &Replay) -> Inner {
         });
     }
     for (i, s) in scenario.strangers.iter().enumerate() {
+        // A stranger with nothing to do (no request to reject, no act in the plan) costs a
+        // host per step for nothing.
+        let busy = scenario.rejections.iter().any(|r| r.stranger == i)
+            || plan
+                .events
+                .iter()
+                .any(|e| e.action.hosts().contains(&s.host.as_str()));
+        if !busy {
+            continue;
+        }
         let ctx = host_ctx(i, &SharedStore::new(), &SkewClock::default());
         sim.hosts.push(s.host.clone());
         sim.sim.host(s.host.as_str(), move || {
@@ -1121,7 +1132,10 @@ async fn client_app(ctx: Rc<HostCtx>) {
     let identity = ctx.store.load_identity().ok().flatten();
     authenticate(&client, &account.mnemonic, &account.nickname, identity.is_none()).await;
     if let Ok(Some(id)) = ctx.store.load_identity() {
-        ctx.world.borrow_mut().uuids.insert(me, id.uuid.clone());
+        let known = ctx.world.borrow_mut().uuids.insert(me, id.uuid.clone());
+        if known.is_none() {
+            note(&ctx, format!("{who} is account {}", id.uuid));
+        }
     }
     if let Ok(Some(alias)) = client.alias_id().await {
         client.init_calls(&alias, false);
@@ -1683,6 +1697,9 @@ async fn second_device(ctx: &HostCtx, client: &Client<Turmoil>, stay_ms: u64) {
 pub(super) struct LogScan {
     suspects: Arc<std::sync::Mutex<Vec<String>>>,
 }
+
+/// What the canary scan hears: DEBUG and above from every crate but the simulator framework.
+const LOG_FILTER: &str = "debug,turmoil=warn";
 
 /// Every canary starts with this.
 const CANARY_PREFIX: &[u8] = b"CANARY";

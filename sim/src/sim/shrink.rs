@@ -41,18 +41,22 @@ pub struct ShrinkOptions {
     pub capture_logs: bool,
 }
 
+/// Runs a candidate; `Some` with its violation of the target oracle when it still fails.
+pub type Check<'a> = dyn FnMut(&Replay) -> Option<Violation> + 'a;
+
 struct Shrinker<'a> {
     oracle: &'static str,
-    options: ShrinkOptions,
+    max_runs: u32,
     runs: u32,
     best: Replay,
     violation: Violation,
+    check: &'a mut Check<'a>,
     progress: &'a mut dyn FnMut(&str),
 }
 
 impl Shrinker<'_> {
     fn budget_left(&self) -> bool {
-        self.runs < self.options.max_runs
+        self.runs < self.max_runs
     }
 
     /// Runs `candidate`; keeps it if it still fails the oracle.
@@ -61,17 +65,7 @@ impl Shrinker<'_> {
             return false;
         }
         self.runs += 1;
-        let config = RunConfig {
-            capture_logs: self.options.capture_logs,
-            ..RunConfig::replaying(candidate.clone())
-        };
-        let report = run(&config);
-        let hit = report
-            .violations
-            .iter()
-            .find(|v| v.oracle == self.oracle)
-            .cloned();
-        match hit {
+        match (self.check)(&candidate) {
             Some(v) => {
                 self.best = candidate;
                 self.violation = v;
@@ -229,19 +223,44 @@ pub fn size(r: &Replay) -> String {
 }
 
 /// Shrinks `start`, which fails with `violation`, to a smaller replay that still violates the
-/// same oracle. `progress` hears about every step that kept a smaller run.
+/// same oracle (each candidate is one full simulation). `progress` hears about every step
+/// that kept a smaller run.
 pub fn shrink(
     start: Replay,
     violation: Violation,
     options: ShrinkOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Shrunk {
+    let oracle = violation.oracle;
+    let mut check = |candidate: &Replay| {
+        let config = RunConfig {
+            capture_logs: options.capture_logs,
+            ..RunConfig::replaying(candidate.clone())
+        };
+        run(&config)
+            .violations
+            .into_iter()
+            .find(|v| v.oracle == oracle)
+    };
+    shrink_with(start, violation, options.max_runs, &mut check, progress)
+}
+
+/// [`shrink`] with the check given: `check` runs a candidate and returns its violation of the
+/// target oracle, if it still has one.
+pub fn shrink_with<'a>(
+    start: Replay,
+    violation: Violation,
+    max_runs: u32,
+    check: &'a mut Check<'a>,
+    progress: &'a mut dyn FnMut(&str),
+) -> Shrunk {
     let mut s = Shrinker {
         oracle: violation.oracle,
-        options,
+        max_runs,
         runs: 0,
         best: start,
         violation,
+        check,
         progress,
     };
     loop {
