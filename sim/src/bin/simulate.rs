@@ -391,13 +391,19 @@ fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> {
         for r in rx {
             if !r.violations.is_empty() {
                 failing += 1;
-                bar.println(format!(
+                let line = format!(
                     "seed {}: {} violation(s), first: [{}] {}",
                     r.seed,
                     r.violations.len(),
                     r.violations[0].0,
                     r.violations[0].1
-                ));
+                );
+                // A hidden bar (no terminal: CI logs) drops `println`.
+                if bar.is_hidden() {
+                    eprintln!("{line}");
+                } else {
+                    bar.println(line);
+                }
                 bar.set_message(format!("{failing} failing"));
             }
             bar.inc(1);

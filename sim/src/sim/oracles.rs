@@ -1008,6 +1008,20 @@ fn push(
         if relay_trouble.iter().any(|t| *t + 30_000 >= from && *t <= to) {
             continue;
         }
+        // A client whose link was faulty shortly before may have left without the relay
+        // noticing (no FIN through a partition): to the relay it is still online until its
+        // idle timeout.
+        let host = &input.scenario.accounts[client].host;
+        let idle = relay_core::Config::default().idle_timeout_ms;
+        let link_trouble = input.start_ms.is_some_and(|s| {
+            input.plan.events.iter().any(|e| {
+                let t = s + e.at_ms;
+                e.action.hosts().contains(&host.as_str()) && t + idle >= from && t <= to
+            })
+        });
+        if link_trouble {
+            continue;
+        }
         let waiting = acked.iter().find(|a| {
             conv_pair
                 .get(a.conv.as_str())

@@ -387,6 +387,7 @@ pub fn run(config: &RunConfig) -> RunReport {
         let subscriber = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .with_ansi(false)
+            .with_timer(SimTime)
             .with_writer(std::io::stderr)
             .finish();
         tracing::subscriber::with_default(subscriber, go)
@@ -1696,6 +1697,15 @@ async fn second_device(ctx: &HostCtx, client: &Client<Turmoil>, stay_ms: u64) {
 #[derive(Debug, Clone, Default)]
 pub(super) struct LogScan {
     suspects: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// Log lines stamped with simulated ms (as the trace is).
+struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        write!(w, "{:>8}", sim_ms())
+    }
 }
 
 /// What the canary scan hears: DEBUG and above from every crate but the simulator framework.
