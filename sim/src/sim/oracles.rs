@@ -360,11 +360,41 @@ fn delivery(
     out: &mut Vec<Violation>,
 ) {
     let got = received(input.records);
-    let mut per_device: BTreeMap<(Device, &str), usize> = BTreeMap::new();
-    let mut last_seq: BTreeMap<(Device, &str), u64> = BTreeMap::new();
-    for &(who, id, conv, seq, from) in &got {
-        *per_device.entry((who, id)).or_default() += 1;
-        if per_device[&(who, id)] == 2 {
+    // Each second-device login is a new device with an empty store (it may be given what an
+    // earlier one already had): keyed by login, counted from its `authenticated` event.
+    let mut login: BTreeMap<Device, u32> = BTreeMap::new();
+    let mut per_device: BTreeMap<(Device, u32, &str), usize> = BTreeMap::new();
+    let mut last_seq: BTreeMap<(Device, u32, &str), u64> = BTreeMap::new();
+    for r in input.records {
+        let (who, id, conv, seq, from) = match r {
+            Record::Event {
+                who,
+                event: Event::Authenticated { .. },
+                ..
+            } => {
+                *login.entry(*who).or_default() += 1;
+                continue;
+            }
+            Record::Event {
+                who,
+                event: Event::Message(m),
+                ..
+            } => (
+                *who,
+                m.id.as_str(),
+                m.conversation_id.as_str(),
+                m.seq,
+                m.from_alias_id.as_deref(),
+            ),
+            _ => continue,
+        };
+        let session = if who.device == 0 {
+            0
+        } else {
+            login.get(&who).copied().unwrap_or(0)
+        };
+        *per_device.entry((who, session, id)).or_default() += 1;
+        if per_device[&(who, session, id)] == 2 {
             out.push(Violation::new(
                 "delivered-exactly-once",
                 format!("{who} got message {id} twice"),
@@ -385,7 +415,7 @@ fn delivery(
             ));
         }
         if let Some(seq) = seq {
-            let last = last_seq.entry((who, conv)).or_insert(0);
+            let last = last_seq.entry((who, session, conv)).or_insert(0);
             if seq <= *last {
                 out.push(Violation::new(
                     "seq-order",
@@ -786,6 +816,7 @@ fn probes(input: &Input<'_>, out: &mut Vec<Violation>) {
     /// largest latency of a healed link.
     const SIGNAL_WINDOW_MS: i64 = client_core::crypto::signal::SIGNAL_MAX_AGE_MS as i64;
     const UNCERTAIN_MS: i64 = 5_000;
+    let mut late = Vec::new();
     for p in &input.world.probes {
         let due = p.sent_ms + PROBE_BOUND_MS;
         let at_peer = |f: &dyn Fn(&Event) -> bool| {
@@ -837,14 +868,21 @@ fn probes(input: &Input<'_>, out: &mut Vec<Violation>) {
             _ => None,
         };
         if let Some(what) = missing {
-            out.push(Violation::new(
-                "probes",
-                format!(
-                    "{what} c{} -> c{} sent at {} ms did not arrive within {PROBE_BOUND_MS} ms",
-                    p.from, p.to, p.sent_ms
-                ),
+            late.push(format!(
+                "{what} c{} -> c{} sent at {} ms",
+                p.from, p.to, p.sent_ms
             ));
         }
+    }
+    if let Some(first) = late.first() {
+        out.push(Violation::new(
+            "probes",
+            format!(
+                "{} of {} probe(s) did not arrive within {PROBE_BOUND_MS} ms; first: {first}",
+                late.len(),
+                input.world.probes.len()
+            ),
+        ));
     }
 }
 
