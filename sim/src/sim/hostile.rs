@@ -773,6 +773,10 @@ async fn stop_reading(
             closed_at = Some(sim_ms());
             break;
         }
+        // A small write each round: once the relay dropped its end, the write is answered
+        // with a reset and the socket disappears here, however the relay closed it (a FIN
+        // would wait behind the unread data).
+        let _ = writer.send(op::PING, b"").await;
         sleep_ms(250).await;
     }
     let must_close = resume.is_none_or(|r| r >= deadline);
