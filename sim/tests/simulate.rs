@@ -104,7 +104,10 @@ fn fixed_seeds_pass_every_oracle_and_cover_every_fault_kind() {
         missing.is_empty(),
         "the fixed seeds must exercise every fault kind; missing {missing:?}"
     );
-    assert!(sqlite, "a fixed seed must restart the relay on the SQLite store");
+    assert!(
+        sqlite,
+        "a fixed seed must restart the relay on the SQLite store"
+    );
 }
 
 /// Two runs of one seed in one process, with other runs and a varying number of tokio tasks
@@ -209,10 +212,21 @@ fn shrinking_keeps_only_what_the_failure_needs() {
     let violation = Violation::new("fail-stop", "stand-in");
     let mut check = |r: &Replay| fails(r).then(|| violation.clone());
     let mut quiet = |_: &str| {};
-    let shrunk = shrink_with(start.clone(), violation.clone(), 10_000, &mut check, &mut quiet);
+    let shrunk = shrink_with(
+        start.clone(),
+        violation.clone(),
+        10_000,
+        &mut check,
+        &mut quiet,
+    );
     let r = &shrunk.replay;
     assert!(fails(r), "the result still fails");
-    assert_eq!(r.plan.events.len(), 1, "one fault event left: {:?}", r.plan.events);
+    assert_eq!(
+        r.plan.events.len(),
+        1,
+        "one fault event left: {:?}",
+        r.plan.events
+    );
     let bursts: Vec<_> = r.scenario.actions.iter().collect();
     assert_eq!(bursts.len(), 1, "one action left: {bursts:?}");
     assert!(
@@ -222,7 +236,10 @@ fn shrinking_keeps_only_what_the_failure_needs() {
     );
     assert_eq!(r.scenario.strangers.len(), 0, "no stranger needed");
     assert!(
-        matches!(r.scenario.actions[0].kind, ActionKind::Burst { count: 1, .. }),
+        matches!(
+            r.scenario.actions[0].kind,
+            ActionKind::Burst { count: 1, .. }
+        ),
         "the burst halved down to one message"
     );
     assert!(shrunk.runs > 10 && shrunk.runs < 10_000);

@@ -153,7 +153,10 @@ fn parse_shard(s: &str) -> Result<(u64, u64), String> {
 }
 
 fn options_line(args: &Args) -> String {
-    let mut s = format!("--scale {} --faults {} --store {}", args.scale, args.faults, args.store);
+    let mut s = format!(
+        "--scale {} --faults {} --store {}",
+        args.scale, args.faults, args.store
+    );
     if let Some(c) = args.clients {
         let _ = write!(s, " --clients {c}");
     }
@@ -174,9 +177,7 @@ fn config(args: &Args, seed: u64) -> RunConfig {
     RunConfig {
         seed,
         scale: args.scale,
-        clients: args
-            .clients
-            .or((args.scale == Scale::Small).then_some(4)),
+        clients: args.clients.or((args.scale == Scale::Small).then_some(4)),
         faults: args.faults.clone(),
         store: args.store,
         capture_logs: !args.no_log_capture,
@@ -192,8 +193,8 @@ fn main() -> anyhow::Result<ExitCode> {
         bail!("--clients must be at least 2");
     }
     if let Some(path) = &args.replay {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let replay: Replay = serde_json::from_str(&text)
             .with_context(|| format!("parsing replay file {}", path.display()))?;
         let config = RunConfig {
@@ -414,7 +415,10 @@ fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> {
     results.sort_by_key(|r| r.seed);
     let wall = started.elapsed();
     let simulated: Duration = results.iter().map(|r| r.simulated).sum();
-    let failing: Vec<&SeedResult> = results.iter().filter(|r| !r.violations.is_empty()).collect();
+    let failing: Vec<&SeedResult> = results
+        .iter()
+        .filter(|r| !r.violations.is_empty())
+        .collect();
     let mut by_oracle: BTreeMap<&str, u64> = BTreeMap::new();
     for r in &failing {
         for (oracle, _) in &r.violations {

@@ -35,9 +35,7 @@ use serde::{Deserialize, Serialize};
 use super::scenario::{Scale, Scenario};
 
 /// A kind of fault.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
     /// Two-way partition between a client host and the relay, later repaired.
@@ -449,22 +447,10 @@ impl FaultAction {
     pub fn rename(&self, map: &dyn Fn(&str) -> Option<String>) -> Option<Self> {
         let m = |h: &String| map(h);
         Some(match self {
-            Self::Partition { a, b } => Self::Partition {
-                a: m(a)?,
-                b: m(b)?,
-            },
-            Self::Repair { a, b } => Self::Repair {
-                a: m(a)?,
-                b: m(b)?,
-            },
-            Self::Hold { a, b } => Self::Hold {
-                a: m(a)?,
-                b: m(b)?,
-            },
-            Self::Release { a, b } => Self::Release {
-                a: m(a)?,
-                b: m(b)?,
-            },
+            Self::Partition { a, b } => Self::Partition { a: m(a)?, b: m(b)? },
+            Self::Repair { a, b } => Self::Repair { a: m(a)?, b: m(b)? },
+            Self::Hold { a, b } => Self::Hold { a: m(a)?, b: m(b)? },
+            Self::Release { a, b } => Self::Release { a: m(a)?, b: m(b)? },
             Self::PartitionOneway { from, to } => Self::PartitionOneway {
                 from: m(from)?,
                 to: m(to)?,
@@ -590,7 +576,7 @@ impl FaultPlan {
                 }
             },
         };
-        let drawn_store = if rng.next_u32() % 3 == 0 {
+        let drawn_store = if rng.next_u32().is_multiple_of(3) {
             StoreKind::Sqlite
         } else {
             StoreKind::Memory
@@ -699,7 +685,10 @@ impl Drawer<'_> {
     /// A random client host.
     fn client(&mut self) -> String {
         let i = self.rng.next_u32() as usize % self.hosts.len().max(1);
-        self.hosts.get(i).cloned().unwrap_or_else(|| "c0".to_owned())
+        self.hosts
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| "c0".to_owned())
     }
 
     fn raw(&mut self) -> Option<String> {
@@ -725,7 +714,13 @@ impl Drawer<'_> {
                     let c = self.client();
                     let (s, e) = self.span(80_000);
                     let r = RELAY.to_owned();
-                    self.push(s, FaultAction::Partition { a: c.clone(), b: r.clone() });
+                    self.push(
+                        s,
+                        FaultAction::Partition {
+                            a: c.clone(),
+                            b: r.clone(),
+                        },
+                    );
                     self.push(e, FaultAction::Repair { a: c, b: r });
                 }
                 FaultKind::OneWay => {
@@ -744,7 +739,13 @@ impl Drawer<'_> {
                     let c = self.client();
                     let (s, e) = self.span(90_000);
                     let r = RELAY.to_owned();
-                    self.push(s, FaultAction::Hold { a: c.clone(), b: r.clone() });
+                    self.push(
+                        s,
+                        FaultAction::Hold {
+                            a: c.clone(),
+                            b: r.clone(),
+                        },
+                    );
                     self.push(e, FaultAction::Release { a: c, b: r });
                 }
                 FaultKind::Latency => {
@@ -769,7 +770,13 @@ impl Drawer<'_> {
                     // payments through.
                     let (s, e) = self.span(30_000);
                     let (p, r) = (PAY.to_owned(), RELAY.to_owned());
-                    self.push(s, FaultAction::Partition { a: p.clone(), b: r.clone() });
+                    self.push(
+                        s,
+                        FaultAction::Partition {
+                            a: p.clone(),
+                            b: r.clone(),
+                        },
+                    );
                     self.push(e, FaultAction::Repair { a: p, b: r });
                 }
                 FaultKind::CommitFail => {
@@ -842,8 +849,8 @@ impl Drawer<'_> {
                     let at = 0;
                     // Up to 3 minutes either way: call signals (60 s window) between hosts
                     // skewed apart by more than that are refused, as they must be.
-                    let skew_ms = i64::try_from(self.rng.next_u64() % 360_000).unwrap_or(0)
-                        - 180_000;
+                    let skew_ms =
+                        i64::try_from(self.rng.next_u64() % 360_000).unwrap_or(0) - 180_000;
                     self.push(at, FaultAction::SetSkew { host: c, skew_ms });
                 }
                 FaultKind::Abuse => {

@@ -16,7 +16,7 @@
 //!     storm        many sockets at once: authenticated, bad tokens, silent TCP
 //! ```
 //!
-//! What they observe goes to [`Findings`] (violations named `authz`, `stuck-client`,
+//! What they observe goes to the run's findings (violations named `authz`, `stuck-client`,
 //! `bad-input`); what they cannot observe is left to the oracles (a message of theirs
 //! committed or delivered, a retract of someone else's message landing, a receipt mark in
 //! their name).
@@ -85,11 +85,7 @@ async fn post(
     Some((r.status.as_u16(), v))
 }
 
-async fn get(
-    http: &HttpClient<TurmoilConnector>,
-    path: &str,
-    token: &str,
-) -> Option<(u16, Value)> {
+async fn get(http: &HttpClient<TurmoilConnector>, path: &str, token: &str) -> Option<(u16, Value)> {
     let r = http.send(HttpRequest::get(path).bearer(token)).await.ok()?;
     let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     Some((r.status.as_u16(), v))
@@ -197,9 +193,7 @@ impl std::fmt::Debug for RawWriter {
 
 /// Opens `/ws?{query}` by hand: `Ok(Some(..))` upgraded, `Ok(None)` refused (with the
 /// status), `Err` when the TCP connection failed.
-pub(super) async fn open_ws(
-    query: &str,
-) -> std::io::Result<Result<(RawReader, RawWriter), u16>> {
+pub(super) async fn open_ws(query: &str) -> std::io::Result<Result<(RawReader, RawWriter), u16>> {
     let stream = TcpStream::connect((RELAY, RELAY_PORT)).await?;
     let (read, mut write) = tokio::io::split(stream);
     let request = format!(
@@ -219,10 +213,13 @@ pub(super) async fn open_ws(
     if status != 101 {
         return Ok(Err(status));
     }
-    Ok(Ok((reader, RawWriter {
-        half: write,
-        mask: 0x5a5a_0001,
-    })))
+    Ok(Ok((
+        reader,
+        RawWriter {
+            half: write,
+            mask: 0x5a5a_0001,
+        },
+    )))
 }
 
 impl RawReader {
@@ -268,7 +265,10 @@ impl RawReader {
                 if !self.need(4).await? {
                     return Ok(None);
                 }
-                (usize::from(u16::from_be_bytes([self.buf[2], self.buf[3]])), 4)
+                (
+                    usize::from(u16::from_be_bytes([self.buf[2], self.buf[3]])),
+                    4,
+                )
             }
             127 => {
                 if !self.need(10).await? {
@@ -276,7 +276,10 @@ impl RawReader {
                 }
                 let mut b = [0u8; 8];
                 b.copy_from_slice(&self.buf[2..10]);
-                (usize::try_from(u64::from_be_bytes(b)).unwrap_or(usize::MAX), 10)
+                (
+                    usize::try_from(u64::from_be_bytes(b)).unwrap_or(usize::MAX),
+                    10,
+                )
             }
             n => (n, 2),
         };
@@ -367,9 +370,7 @@ pub(super) async fn stranger_host(ctx: std::rc::Rc<HostCtx>) {
         note(&ctx, format!("{} {act}", stranger.host));
         let found = match act {
             HostileAct::Flood { frames, roll } => flood(&account, frames, roll).await,
-            HostileAct::Dishonest { count, roll } => {
-                dishonest(&ctx, &account, count, roll).await
-            }
+            HostileAct::Dishonest { count, roll } => dishonest(&ctx, &account, count, roll).await,
             HostileAct::StopReading { provoke, pause_ms } => {
                 stop_reading(&ctx, &stranger.host, &account, provoke, pause_ms).await
             }
@@ -462,7 +463,10 @@ async fn flood(account: &RawAccount, frames: u32, roll: u64) -> Findings {
                 s.close = Some(0);
                 break;
             }
-            if frame.json().is_some_and(|v| field(&v, "type").as_deref() == Some("error")) {
+            if frame
+                .json()
+                .is_some_and(|v| field(&v, "type").as_deref() == Some("error"))
+            {
                 s.errors += 1;
             }
         }
@@ -516,7 +520,11 @@ fn bad_frame(rng: &mut ChaCha20Rng, i: u32) -> (u8, Vec<u8>, bool) {
             format!(r#"{{"type":"msg","id":{i},"to":[],"conv_id":null,"payload":7}}"#).into_bytes(),
             true,
         ),
-        4 => (op::TEXT, br#"{"type":"delivered","conv_id":"c","seq":"x"}"#.to_vec(), true),
+        4 => (
+            op::TEXT,
+            br#"{"type":"delivered","conv_id":"c","seq":"x"}"#.to_vec(),
+            true,
+        ),
         5 => {
             let big = "A".repeat(OVERSIZE_FRAME_BYTES);
             (
@@ -560,7 +568,12 @@ fn targets(ctx: &HostCtx) -> Targets {
     for (id, (conv, to)) in &w.sent_ids {
         t.messages.push((id.clone(), conv.clone(), to.clone()));
     }
-    t.orders = w.commerce.orders.iter().map(|o| o.order_id.clone()).collect();
+    t.orders = w
+        .commerce
+        .orders
+        .iter()
+        .map(|o| o.order_id.clone())
+        .collect();
     t.channels = w.commerce.channels.iter().map(|c| c.id.clone()).collect();
     t.uuids = w.uuids.values().cloned().collect();
     t.friendships = ctx.scenario.pairs.len() as u64 + ctx.scenario.rejections.len() as u64 + 4;
@@ -587,7 +600,10 @@ async fn dishonest(ctx: &HostCtx, account: &RawAccount, count: u32, roll: u64) -
     }
     let mut evil_ids = Vec::new();
     let bad = |what: String, status: u16| {
-        Violation::new("authz", format!("relay answered {status} to a dishonest {what}"))
+        Violation::new(
+            "authz",
+            format!("relay answered {status} to a dishonest {what}"),
+        )
     };
     for n in 0..count {
         match rng.next_u32() % 10 {
@@ -606,7 +622,11 @@ async fn dishonest(ctx: &HostCtx, account: &RawAccount, count: u32, roll: u64) -
                 let (Some(w), Some((conv, to))) = (&mut writer, pick(&mut rng, &t.convs)) else {
                     continue;
                 };
-                let kind = if rng.next_u32().is_multiple_of(2) { "delivered" } else { "read" };
+                let kind = if rng.next_u32().is_multiple_of(2) {
+                    "delivered"
+                } else {
+                    "read"
+                };
                 w.text(&json!({"type": kind, "conv_id": conv, "seq": 1_000_000, "to": to, "crypto_v": 1}))
                     .await;
             }
@@ -615,8 +635,10 @@ async fn dishonest(ctx: &HostCtx, account: &RawAccount, count: u32, roll: u64) -
                 else {
                     continue;
                 };
-                w.text(&json!({"type": "retract", "id": id, "to": to, "conv_id": conv, "crypto_v": 1}))
-                    .await;
+                w.text(
+                    &json!({"type": "retract", "id": id, "to": to, "conv_id": conv, "crypto_v": 1}),
+                )
+                .await;
             }
             4 => {
                 let (Some(w), Some((conv, to))) = (&mut writer, pick(&mut rng, &t.convs)) else {
@@ -641,7 +663,9 @@ async fn dishonest(ctx: &HostCtx, account: &RawAccount, count: u32, roll: u64) -
                 }
             }
             6 => {
-                let Some(order) = pick(&mut rng, &t.orders) else { continue };
+                let Some(order) = pick(&mut rng, &t.orders) else {
+                    continue;
+                };
                 let body = json!({ "order_id": order });
                 if let Some((s, _)) =
                     post(&http, paths::VANITY_BIND, Some(&account.token), &body).await
@@ -651,7 +675,9 @@ async fn dishonest(ctx: &HostCtx, account: &RawAccount, count: u32, roll: u64) -
                 }
             }
             7 => {
-                let Some(channel) = pick(&mut rng, &t.channels) else { continue };
+                let Some(channel) = pick(&mut rng, &t.channels) else {
+                    continue;
+                };
                 let (what, path, body) = if rng.next_u32().is_multiple_of(2) {
                     (
                         "listing",
@@ -668,11 +694,16 @@ async fn dishonest(ctx: &HostCtx, account: &RawAccount, count: u32, roll: u64) -
                 if let Some((s, _)) = post(&http, &path, Some(&account.token), &body).await
                     && (200..300).contains(&s)
                 {
-                    found.push(bad(format!("{what} on someone else's channel {channel}"), s));
+                    found.push(bad(
+                        format!("{what} on someone else's channel {channel}"),
+                        s,
+                    ));
                 }
             }
             8 => {
-                let Some(uuid) = pick(&mut rng, &t.uuids) else { continue };
+                let Some(uuid) = pick(&mut rng, &t.uuids) else {
+                    continue;
+                };
                 let query = format!("user_uuid={uuid}&token={}", account.token);
                 if let Ok(Ok(_)) = open_ws(&query).await {
                     found.push(bad(
@@ -718,7 +749,10 @@ async fn dishonest(ctx: &HostCtx, account: &RawAccount, count: u32, roll: u64) -
                 && let Some(id) = field(&v, "id")
                 && evil_ids.contains(&id)
             {
-                found.push(bad(format!("msg {id} into someone else's conversation (ack)"), 200));
+                found.push(bad(
+                    format!("msg {id} into someone else's conversation (ack)"),
+                    200,
+                ));
             }
         }
     }
@@ -728,7 +762,11 @@ async fn dishonest(ctx: &HostCtx, account: &RawAccount, count: u32, roll: u64) -
 
 /// Whether friendship `id` involves this account (a stranger's own rejected request is its
 /// own to reject again).
-async fn own_friendship(http: &HttpClient<TurmoilConnector>, account: &RawAccount, id: u64) -> bool {
+async fn own_friendship(
+    http: &HttpClient<TurmoilConnector>,
+    account: &RawAccount,
+    id: u64,
+) -> bool {
     let Some((200, Value::Array(friends))) = get(http, paths::FRIENDS, &account.token).await else {
         return false;
     };
@@ -853,11 +891,8 @@ async fn storm(account: &RawAccount, sockets: u32, hold_ms: u64) -> Findings {
                 }
             }
             _ => {
-                if let Ok(s) = TcpStream::connect(SocketAddr::from((
-                    turmoil::lookup(RELAY),
-                    RELAY_PORT,
-                )))
-                .await
+                if let Ok(s) =
+                    TcpStream::connect(SocketAddr::from((turmoil::lookup(RELAY), RELAY_PORT))).await
                 {
                     silent.push(s);
                 }

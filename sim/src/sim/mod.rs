@@ -30,6 +30,6 @@ mod runner;
 
 pub use runner::{
     AUDIT, DELIVERY_BOUND_MS, FORGER_PORT, LIVENESS_BOUND_MS, PAY_PORT, PROBE_AFTER_HEAL_MS,
-    PROBE_BOUND_MS, PUSH_PORT, RELAY_PORT, Replay, RunConfig, RunReport, RunStats,
-    SETUP_BOUND_MS, SkewClock, TRAFFIC_WINDOW_MS, run,
+    PROBE_BOUND_MS, PUSH_PORT, RELAY_PORT, Replay, RunConfig, RunReport, RunStats, SETUP_BOUND_MS,
+    SkewClock, TRAFFIC_WINDOW_MS, run,
 };

@@ -21,7 +21,7 @@
 //! | `stuck-client` | a client that stopped reading is closed by the relay within `STUCK_CLOSE_BOUND_MS`, and one that reads again gets a working socket |
 //! | `resources` | (with a relay stats source) buffered outbound bytes per connection stay under the limit and connections are freed; today only what is observable from outside (`stuck-client`) |
 //! | `canary-store` / `canary-logs` | no planted plaintext in the relay's committed rows or in any log line |
-//! | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model` | commerce: see [`check_commerce`] |
+//! | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model` | commerce, after the public-API audit of [`super::commerce`]: paid orders confirmed (or late and refund-flagged), one owner per alias and channel, holds released, seats counted, refund flags only on orders a genuine payment reached |
 //!
 //! Retracted messages are exempt from delivery and receipt checks: the relay drops a
 //! still-queued copy on `retract`, and a later receipt "up to seq" covers it.
@@ -30,9 +30,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use client_core::machine::Event;
-use wire::frames::CallKind;
 use client_core::store::{ClientStore as _, MessageStatus};
 use relay_core::store::{Snapshot, Table};
+use wire::frames::CallKind;
 use wire::http::{OrderKind, OrderState};
 
 use super::commerce::{CommerceWorld, OrderRec};
@@ -510,7 +510,8 @@ fn liveness(
             Some(t) if *t <= due => {}
             other => {
                 let e = late.entry(recipient).or_insert((0, Vec::new()));
-                e.0 = e.0.max(other.copied().unwrap_or(u64::MAX).saturating_sub(due));
+                e.0 =
+                    e.0.max(other.copied().unwrap_or(u64::MAX).saturating_sub(due));
                 e.1.push(a);
             }
         }
@@ -649,11 +650,7 @@ fn receipts(
 
 /// The relay deletes a queued message only after its recipient's app had it, or when its
 /// author retracted it.
-fn receipts_clear(
-    input: &Input<'_>,
-    got: &BTreeMap<(usize, &str), u64>,
-    out: &mut Vec<Violation>,
-) {
+fn receipts_clear(input: &Input<'_>, got: &BTreeMap<(usize, &str), u64>, out: &mut Vec<Violation>) {
     let client_of: BTreeMap<&str, usize> = input
         .world
         .uuids
@@ -662,7 +659,9 @@ fn receipts_clear(
         .collect();
     let mut early: Vec<String> = Vec::new();
     for m in input.history.messages.values() {
-        let Some(deleted) = m.deleted_ms else { continue };
+        let Some(deleted) = m.deleted_ms else {
+            continue;
+        };
         if input.history.retracted_ids.contains_key(&m.id) {
             continue;
         }
@@ -919,7 +918,10 @@ fn retract_lands(
                 t_ms,
                 who,
                 event: Event::Authenticated { .. },
-            } if who.device == 1 => second.entry(who.client).or_default().push((*t_ms, u64::MAX)),
+            } if who.device == 1 => second
+                .entry(who.client)
+                .or_default()
+                .push((*t_ms, u64::MAX)),
             Record::Note { t_ms, text } if text.ends_with("/d1 left") => {
                 let client = text
                     .strip_prefix('c')
@@ -943,10 +945,10 @@ fn retract_lands(
             continue;
         };
         let recipient = input.scenario.pairs[pair].peer(a.sender);
-        if second
-            .get(&recipient)
-            .is_some_and(|v| v.iter().any(|(from, to)| *from <= accepted && accepted <= *to))
-        {
+        if second.get(&recipient).is_some_and(|v| {
+            v.iter()
+                .any(|(from, to)| *from <= accepted && accepted <= *to)
+        }) {
             continue;
         }
         // The primary device must hear of it; a second device that already left cannot.
@@ -999,7 +1001,10 @@ fn push(
         if !zero_knowledge {
             out.push(Violation::new(
                 "push",
-                format!("a push to {} carried more than {{\"type\":\"new_msg\"}}", p.path),
+                format!(
+                    "a push to {} carried more than {{\"type\":\"new_msg\"}}",
+                    p.path
+                ),
             ));
         }
         match tokens.get(&p.path) {
@@ -1043,7 +1048,10 @@ fn push(
         if !input.world.push_registered.contains(&client) || pushed.contains(&client) {
             continue;
         }
-        if relay_trouble.iter().any(|t| *t + 30_000 >= from && *t <= to) {
+        if relay_trouble
+            .iter()
+            .any(|t| *t + 30_000 >= from && *t <= to)
+        {
             continue;
         }
         // A client whose link was faulty shortly before may have left without the relay
@@ -1300,7 +1308,10 @@ fn payments_once(
         if st == OrderState::Confirmed && refund {
             out.push(Violation::new(
                 "commerce-model",
-                format!("order {id} ({:?} {}) both confirmed and flagged for refund", o.kind, o.target),
+                format!(
+                    "order {id} ({:?} {}) both confirmed and flagged for refund",
+                    o.kind, o.target
+                ),
             ));
         }
         let got = events.get(id).cloned().unwrap_or_default();

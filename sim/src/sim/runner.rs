@@ -523,7 +523,9 @@ impl Sim<'_> {
     /// Puts the direction `from → to` back to its tracked state (after a power-off cut it).
     fn restore(&mut self, from: &str, to: &str) {
         match self.links.get(from, to) {
-            Dir::Healthy if self.links.stalled.contains(to) || self.links.stalled.contains(from) => {
+            Dir::Healthy
+                if self.links.stalled.contains(to) || self.links.stalled.contains(from) =>
+            {
                 self.sim.hold(from, to);
             }
             Dir::Healthy => self.sim.repair_oneway(from, to),
@@ -574,8 +576,7 @@ impl Sim<'_> {
                 self.sim.release(a.as_str(), b.as_str());
             }
             FaultAction::MaxLatency { ms } => {
-                self.sim
-                    .set_max_message_latency(Duration::from_millis(*ms));
+                self.sim.set_max_message_latency(Duration::from_millis(*ms));
             }
             FaultAction::Crash { host } => self.power_off(host),
             FaultAction::Restart { host } => self.power_on(host),
@@ -620,7 +621,8 @@ impl Sim<'_> {
 
     fn end_stall(&mut self) {
         for h in std::mem::take(&mut self.links.stalled) {
-            if self.links.get(RELAY, &h) == Dir::Healthy && self.links.get(&h, RELAY) == Dir::Healthy
+            if self.links.get(RELAY, &h) == Dir::Healthy
+                && self.links.get(&h, RELAY) == Dir::Healthy
             {
                 self.sim.release(RELAY, h.as_str());
             }
@@ -636,7 +638,10 @@ impl Sim<'_> {
                 req.restart_after_ms
             ));
             self.power_off(RELAY);
-            self.schedule(now + req.restart_after_ms, Internal::Restart(RELAY.to_owned()));
+            self.schedule(
+                now + req.restart_after_ms,
+                Internal::Restart(RELAY.to_owned()),
+            );
         }
         while let Some(entry) = self.internal.first_entry() {
             if *entry.key() > now {
@@ -787,7 +792,9 @@ fn run_inner(replay: &Replay) -> Inner {
     let audit_store = SharedStore::new();
     let auditor_mnemonic = {
         let mut rng = ChaCha20Rng::from_seed(derive_seed(seed, TAG_AUDITOR, 0));
-        client_core::keys::new_mnemonic(&mut rng).expose().to_owned()
+        client_core::keys::new_mnemonic(&mut rng)
+            .expose()
+            .to_owned()
     };
     let host_ctx = |me: usize, store: &SharedStore, clock: &SkewClock| {
         Rc::new(HostCtx {
@@ -826,7 +833,8 @@ fn run_inner(replay: &Replay) -> Inner {
                     SocketAddr::from((Ipv4Addr::UNSPECIFIED, PUSH_PORT)),
                     std::future::pending(),
                 );
-                let (a, b, c, ()) = tokio::join!(genuine, forged, push, auditor_host(ctx, &mnemonic));
+                let (a, b, c, ()) =
+                    tokio::join!(genuine, forged, push, auditor_host(ctx, &mnemonic));
                 a?;
                 b?;
                 c?;
@@ -1131,7 +1139,13 @@ async fn client_app(ctx: Rc<HostCtx>) {
     };
     let account = &ctx.scenario.accounts[me];
     let identity = ctx.store.load_identity().ok().flatten();
-    authenticate(&client, &account.mnemonic, &account.nickname, identity.is_none()).await;
+    authenticate(
+        &client,
+        &account.mnemonic,
+        &account.nickname,
+        identity.is_none(),
+    )
+    .await;
     if let Ok(Some(id)) = ctx.store.load_identity() {
         let known = ctx.world.borrow_mut().uuids.insert(me, id.uuid.clone());
         if known.is_none() {
@@ -1725,7 +1739,10 @@ impl LogScan {
 
 impl std::io::Write for LogScan {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        if data.windows(CANARY_PREFIX.len()).any(|w| w == CANARY_PREFIX) {
+        if data
+            .windows(CANARY_PREFIX.len())
+            .any(|w| w == CANARY_PREFIX)
+        {
             self.suspects
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)

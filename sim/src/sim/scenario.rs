@@ -86,7 +86,10 @@ impl Scale {
     fn hubs(self, rng: &mut ChaCha20Rng) -> usize {
         match self {
             Self::Small => usize::from(rng.next_u32().is_multiple_of(2)),
-            Self::Medium => usize::from(rng.next_u32() % 4 != 0) + usize::from(rng.next_u32() % 4 == 0),
+            Self::Medium => {
+                usize::from(!rng.next_u32().is_multiple_of(4))
+                    + usize::from(rng.next_u32().is_multiple_of(4))
+            }
             Self::Large => 1 + rng.next_u32() as usize % 3,
         }
     }
@@ -142,7 +145,8 @@ impl fmt::Display for Scale {
     }
 }
 
-/// Most client hosts at the large scale (see [`Scale::clients_per_host`]).
+/// Most client hosts at the large scale: turmoil links every pair of hosts and scans every
+/// link for every host on every step, so larger worlds put several accounts on one host.
 pub const MAX_CLIENT_HOSTS: usize = 32;
 
 fn pick<T>(rng: &mut ChaCha20Rng, range: RangeInclusive<T>) -> T
@@ -437,12 +441,14 @@ impl Scenario {
         draw_traffic(rng, p, clients, &pairs, &mut actions);
         let mut rejections = Vec::new();
         for client in 0..clients {
-            if !strangers.is_empty() && rng.next_u32() % 3 == 0 {
+            if !strangers.is_empty() && rng.next_u32().is_multiple_of(3) {
                 let stranger = rng.next_u32() as usize % strangers.len();
                 rejections.push(Rejection { client, stranger });
             }
         }
-        let push_clients = (0..clients).filter(|_| rng.next_u32() % 2 == 0).collect();
+        let push_clients = (0..clients)
+            .filter(|_| rng.next_u32().is_multiple_of(2))
+            .collect();
         let alias_pool = draw_commerce(rng, clients, p.window_ms, &mut actions);
         actions.sort_by_key(|a| a.at_ms);
         Self {
@@ -812,9 +818,8 @@ fn draw_commerce(
 
 impl fmt::Display for Scenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let count = |pred: fn(&ActionKind) -> bool| {
-            self.actions.iter().filter(|a| pred(&a.kind)).count()
-        };
+        let count =
+            |pred: fn(&ActionKind) -> bool| self.actions.iter().filter(|a| pred(&a.kind)).count();
         let sends = count(|k| matches!(k, ActionKind::Send { .. }));
         let burst_msgs: u64 = self
             .actions

@@ -209,7 +209,10 @@ impl Ctl {
                                 .or_insert(CommittedMessage {
                                     id: text(&v, "id"),
                                     conv: text(&v, "conv_id"),
-                                    seq: v.get("seq").and_then(serde_json::Value::as_u64).unwrap_or(0),
+                                    seq: v
+                                        .get("seq")
+                                        .and_then(serde_json::Value::as_u64)
+                                        .unwrap_or(0),
                                     recipient: text(&v, "recipient"),
                                     at_ms: at,
                                     deleted_ms: None,
@@ -219,7 +222,8 @@ impl Ctl {
                     Table::Tombstones => {
                         if let Some(v) = json(value) {
                             let id = text(&v, "id");
-                            if v.get("retracted").and_then(serde_json::Value::as_bool) == Some(true) {
+                            if v.get("retracted").and_then(serde_json::Value::as_bool) == Some(true)
+                            {
                                 self.history.retracted_ids.entry(id.clone()).or_insert(at);
                             }
                             self.history.accepted_ids.insert(id);
