@@ -807,9 +807,10 @@ impl Drawer<'_> {
                 FaultKind::SlowConsumer => {
                     let Some(host) = self.raw() else { return };
                     let at = self.at();
-                    // More answers than the transport's window (256 segments) holds, so the
-                    // relay's writes to it block.
-                    let provoke = 300 + self.rng.next_u32() % 300;
+                    // More answers than the transport's window holds, so the relay's writes
+                    // to it block.
+                    let provoke =
+                        super::hostile::STUCK_MIN_PROVOKE + self.rng.next_u32() % 300;
                     let pause_ms = match self.rng.next_u32() % 3 {
                         0 => None,
                         1 => Some(5_000 + self.rng.next_u64() % 30_000),

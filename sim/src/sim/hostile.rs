@@ -41,6 +41,11 @@ use crate::net::{HttpClient, HttpRequest, TurmoilConnector};
 /// A socket that stopped reading must be closed by the relay within this much simulated time
 /// (the relay's writes to it block after the transport's window fills).
 pub const STUCK_CLOSE_BOUND_MS: u64 = 60_000;
+/// A slow consumer must provoke at least this many answers for the relay to be held to
+/// [`STUCK_CLOSE_BOUND_MS`]: more than the transport's window (in segments, one answer
+/// each) takes, so the relay's writes to it block (with fewer, every write completes and the
+/// relay has no reason to drop it).
+pub const STUCK_MIN_PROVOKE: u32 = super::runner::TCP_CAPACITY as u32 + 44;
 /// How long a flood waits for the answers to its last frames.
 pub const FLOOD_ANSWER_WAIT_MS: u64 = 10_000;
 /// Pause between the stranger's polls for friend requests.
@@ -817,7 +822,7 @@ async fn stop_reading(
         let _ = writer.send(op::PING, b"").await;
         sleep_ms(250).await;
     }
-    let must_close = resume.is_none_or(|r| r >= deadline);
+    let must_close = resume.is_none_or(|r| r >= deadline) && provoke >= STUCK_MIN_PROVOKE;
     ctx.world.borrow_mut().stuck.push(super::runner::StuckRec {
         host: host.to_owned(),
         stopped_ms: stopped,

@@ -84,7 +84,7 @@ pub const SETUP_BOUND_MS: u64 = 120_000;
 const TICK_MS: u64 = 4;
 /// turmoil's per-stream window and accept queue, in segments (turmoil panics when more
 /// connection attempts than this reach a listener within one step).
-const TCP_CAPACITY: usize = 256;
+pub(super) const TCP_CAPACITY: usize = 256;
 /// A relay that exits (it could not open its store) is started again after this long.
 const RELAY_RESTART_MS: u64 = 1_000;
 /// Pause between retries of a failed setup call.
@@ -100,6 +100,8 @@ pub const PUSH_PORT: u16 = 9100;
 pub const AUDIT: &str = PAY;
 /// The webhook secret the relay and the processor share.
 const WEBHOOK_SECRET: &[u8] = b"sim-webhook-secret";
+/// Attempts of one media download in the probe round.
+const MEDIA_ATTEMPTS: u32 = 3;
 /// Probes go to at most this many peers per client.
 const PROBE_PEERS: usize = 3;
 
@@ -1641,10 +1643,18 @@ async fn check_media(ctx: &HostCtx, client: &Client<Turmoil>) {
             .unwrap_or(m.text.as_str())
             .trim_start_matches("[img]")
             .to_owned();
-        let outcome = match client.media().download_decrypted(&key, &conv).await {
-            Ok(data) => Ok(sha256_hex(&data) == want),
-            Err(e) => Err(e.to_string()),
-        };
+        // A lost response is retried; a refusal or undecryptable bytes are final.
+        let mut outcome = Err(String::new());
+        for _ in 0..MEDIA_ATTEMPTS {
+            outcome = match client.media().download_decrypted(&key, &conv).await {
+                Ok(data) => Ok(sha256_hex(&data) == want),
+                Err(e) => Err(e.to_string()),
+            };
+            if outcome.is_ok() {
+                break;
+            }
+            sleep_ms(RETRY_MS).await;
+        }
         ctx.world.borrow_mut().media_checks.push((me, id, outcome));
     }
 }

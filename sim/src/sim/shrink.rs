@@ -8,14 +8,15 @@
 //!     clients        drop each client (its pairs, actions, rejections; events on a host
 //!                    left without clients)
 //!     actions        ddmin over the scripted actions
-//!     sizes          halve bursts, media and offline spells
+//!     rejections, push tokens   ddmin over each list
+//!     sizes          halve bursts, media, offline spells and raw clients' acts
 //! ```
 //!
 //! "Still fails" means: the run has a violation of the same oracle as the original's first.
 //! The seed stays (turmoil's and every client's randomness derive from it), so the result
 //! replays exactly: `simulate --replay FILE`.
 
-use super::faults::FaultPlan;
+use super::faults::{FaultAction, FaultPlan, HostileAct};
 use super::oracles::Violation;
 use super::runner::{Replay, RunConfig, run};
 use super::scenario::ActionKind;
@@ -187,6 +188,38 @@ impl Shrinker<'_> {
     }
 }
 
+impl Shrinker<'_> {
+    /// Halves the numbers in raw clients' acts (frames, requests, answers provoked, sockets).
+    fn halve_acts(&mut self) -> bool {
+        let mut changed = false;
+        for i in 0..self.best.plan.events.len() {
+            if !self.budget_left() {
+                break;
+            }
+            let mut candidate = self.best.clone();
+            let smaller = match &mut candidate.plan.events[i].action {
+                FaultAction::Hostile { act, .. } => match act {
+                    HostileAct::Flood { frames: n, .. }
+                    | HostileAct::Dishonest { count: n, .. }
+                    | HostileAct::StopReading { provoke: n, .. }
+                    | HostileAct::Storm { sockets: n, .. }
+                        if *n > 1 =>
+                    {
+                        *n /= 2;
+                        true
+                    }
+                    _ => false,
+                },
+                _ => false,
+            };
+            if smaller {
+                changed |= self.try_keep(candidate);
+            }
+        }
+        changed
+    }
+}
+
 fn rename_plan(plan: &FaultPlan, rename: &dyn Fn(&str) -> Option<String>) -> FaultPlan {
     let mut out = plan.clone();
     out.events = plan
@@ -283,7 +316,24 @@ pub fn shrink_with<'a>(
                 r
             },
         );
+        changed |= s.ddmin(
+            |r| r.scenario.rejections.clone(),
+            |r, rejections| {
+                let mut r = r.clone();
+                r.scenario.rejections = rejections;
+                r
+            },
+        );
+        changed |= s.ddmin(
+            |r| r.scenario.push_clients.clone(),
+            |r, push_clients| {
+                let mut r = r.clone();
+                r.scenario.push_clients = push_clients;
+                r
+            },
+        );
         changed |= s.halve_sizes();
+        changed |= s.halve_acts();
         if !changed || !s.budget_left() {
             break;
         }
