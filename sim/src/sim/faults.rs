@@ -809,8 +809,7 @@ impl Drawer<'_> {
                     let at = self.at();
                     // More answers than the transport's window holds, so the relay's writes
                     // to it block.
-                    let provoke =
-                        super::hostile::STUCK_MIN_PROVOKE + self.rng.next_u32() % 300;
+                    let provoke = super::hostile::STUCK_MIN_PROVOKE + self.rng.next_u32() % 300;
                     let pause_ms = match self.rng.next_u32() % 3 {
                         0 => None,
                         1 => Some(5_000 + self.rng.next_u64() % 30_000),
