@@ -810,18 +810,7 @@ async fn stop_reading(
         Some(r) if r < deadline => r,
         _ => deadline,
     };
-    let mut closed_at = None;
-    while sim_ms() < check_until {
-        if turmoil::established_tcp_stream_count() < before {
-            closed_at = Some(sim_ms());
-            break;
-        }
-        // A small write each round: once the relay dropped its end, the write is answered
-        // with a reset and the socket disappears here, however the relay closed it (a FIN
-        // would wait behind the unread data).
-        let _ = writer.send(op::PING, b"").await;
-        sleep_ms(250).await;
-    }
+    let closed_at = wait_for_reset(&mut writer, before, check_until).await;
     let must_close = resume.is_none_or(|r| r >= deadline) && provoke >= STUCK_MIN_PROVOKE;
     ctx.world.borrow_mut().stuck.push(super::runner::StuckRec {
         host: host.to_owned(),
@@ -868,6 +857,22 @@ async fn stop_reading(
     found
 }
 
+/// Watches this host's sockets until simulated `until_ms`: `Some(ms)` when the count fell
+/// below `before` (the relay dropped its end of the watched socket: turmoil removes a socket
+/// when a reset arrives). A small write each round makes sure a close is seen however the
+/// relay closed: after a reset it fails at once; after a FIN (which would wait behind the
+/// unread data) the write reaches a host without that socket and is answered by a reset.
+async fn wait_for_reset(writer: &mut RawWriter, before: usize, until_ms: u64) -> Option<u64> {
+    while sim_ms() < until_ms {
+        if turmoil::established_tcp_stream_count() < before {
+            return Some(sim_ms());
+        }
+        let _ = writer.send(op::PING, b"").await;
+        sleep_ms(250).await;
+    }
+    None
+}
+
 /// Many sockets at once (in waves turmoil's accept queue takes): a third authenticated (the
 /// same account, so each kicks the previous one), a third with a bad token (must be refused),
 /// a third silent TCP connections.
@@ -908,4 +913,101 @@ async fn storm(account: &RawAccount, sockets: u32, hold_ms: u64) -> Findings {
     drop(held);
     drop(silent);
     found
+}
+
+#[cfg(test)]
+mod tests {
+    //! The slow-consumer oracle's instrument, checked on a bare turmoil socket: a peer that
+    //! drops a socket it can no longer write to is seen (both ways it can close), and one that
+    //! keeps it is not.
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use turmoil::net::{TcpListener, TcpStream};
+
+    use super::{RawWriter, wait_for_reset};
+
+    /// How the peer behaves once its writes block.
+    #[derive(Clone, Copy)]
+    enum Peer {
+        /// Drops the socket, never having read what the client sent (a reset goes out).
+        DropsUnread,
+        /// Reads everything, then drops the socket (a FIN goes out, behind the unread data).
+        DropsAfterReading,
+        /// Keeps the socket forever.
+        Keeps,
+    }
+
+    fn watch(peer: Peer) -> Option<u64> {
+        let mut sim = turmoil::Builder::new()
+            .tcp_capacity(super::super::runner::TCP_CAPACITY)
+            .simulation_duration(Duration::from_secs(120))
+            .build();
+        sim.host("peer", move || async move {
+            let listener = TcpListener::bind("0.0.0.0:9000").await?;
+            let (stream, _) = listener.accept().await?;
+            let (mut read, mut write) = tokio::io::split(stream);
+            let (mut held, mut reader) = (None, None);
+            if matches!(peer, Peer::DropsAfterReading) {
+                reader = Some(tokio::task::spawn_local(async move {
+                    let mut buf = [0u8; 1024];
+                    while matches!(read.read(&mut buf).await, Ok(n) if n > 0) {}
+                    read
+                }));
+            } else {
+                held = Some(read);
+            }
+            // Write until the window is full and the write blocks; give up after 2 s.
+            let fill = async {
+                loop {
+                    if write.write_all(&[0u8; 32]).await.is_err() {
+                        return;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(2), fill).await;
+            if matches!(peer, Peer::Keeps) {
+                std::future::pending::<()>().await;
+            }
+            // Both halves go (as when the relay drops a socket task).
+            drop(held);
+            if let Some(reader) = reader {
+                reader.abort();
+                let _ = reader.await;
+            }
+            drop(write);
+            std::future::pending::<()>().await;
+            Ok(())
+        });
+        let seen = std::rc::Rc::new(std::cell::Cell::new(None));
+        let out = std::rc::Rc::clone(&seen);
+        sim.client("stuck", async move {
+            let stream = TcpStream::connect("peer:9000").await?;
+            let (_read, write) = tokio::io::split(stream);
+            let mut writer = RawWriter {
+                half: write,
+                mask: 1,
+            };
+            let before = turmoil::established_tcp_stream_count();
+            out.set(wait_for_reset(&mut writer, before, 60_000).await);
+            Ok(())
+        });
+        sim.run().expect("simulation");
+        seen.get()
+    }
+
+    #[test]
+    fn a_reset_from_a_peer_that_never_read_is_seen() {
+        assert!(watch(Peer::DropsUnread).is_some_and(|t| t < 10_000));
+    }
+
+    #[test]
+    fn a_fin_behind_unread_data_is_seen_by_the_next_write() {
+        assert!(watch(Peer::DropsAfterReading).is_some_and(|t| t < 10_000));
+    }
+
+    #[test]
+    fn a_peer_that_keeps_the_socket_is_not_seen_closed() {
+        assert_eq!(watch(Peer::Keeps), None);
+    }
 }
