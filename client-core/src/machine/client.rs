@@ -16,19 +16,17 @@ use super::call::{
     ActiveCall, CALL_REJECT_REASON_BUSY, CALL_RING_TIMEOUT_MS, CallEndReason, CallEvent, CallInfo,
     CallOptions, CallState, sdp_has_video,
 };
+use super::event::{ClientError, Event};
 use crate::crypto::content::MessageContent;
-use crate::crypto::signal::{
-    NonceCache, SignalEnvelope, SignalError, SignatureCoverage, open_signal, seal_signal,
-};
+use crate::crypto::signal::{NonceCache, SignalEnvelope, open_signal, seal_signal};
 use crate::crypto::{SessionKey, decrypt_payload_text, encrypt_payload, session_key};
 use crate::encoding::{from_base64_array, to_base64};
 use crate::keys::{Identity, KeyError, SecretString, X25519Path, derive_identity};
 use crate::pow::{POW_DEFAULT_DIFFICULTY, solve_pow};
-use crate::security::{SecurityModule, SecurityViolationEvent, TrustState};
+use crate::security::{SecurityModule, TrustState};
 use crate::store::{
     ClientStore, MessageStatus, OfflineMessage, OutboxIntent, PendingAction, PendingActionKind,
-    ReceiptLevel, ReceiptLevelSeqs, SessionRecord, SessionTrust, StoreError, StoredIdentity,
-    StoredMessage,
+    ReceiptLevel, ReceiptLevelSeqs, SessionRecord, SessionTrust, StoredIdentity, StoredMessage,
 };
 
 /// Heartbeat interval (web client value).
@@ -177,143 +175,8 @@ pub enum AuthFailure {
     TokenRefused(u16),
 }
 
-/// App events.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    /// A new inbound message was stored.
-    Message(StoredMessage),
-    /// An own message changed status.
-    StatusChange {
-        /// Message id.
-        id: String,
-        /// New status.
-        status: MessageStatus,
-    },
-    /// Network state changed.
-    NetworkState(NetworkState),
-    /// The peer is typing.
-    Typing {
-        /// Who.
-        from_alias_id: String,
-        /// Where.
-        conversation_id: String,
-    },
-    /// A channel post frame, raw.
-    ChannelPost(Value),
-    /// The relay ended the session; no reconnect.
-    Goaway(String),
-    /// A payment was confirmed.
-    PaymentConfirmed {
-        /// Order.
-        order_id: String,
-        /// Alias or channel id.
-        ref_id: String,
-    },
-    /// A verified contact's key changed; the message was not decrypted.
-    SecurityViolation(SecurityViolationEvent),
-    /// Registration or restore finished with a JWT.
-    Authenticated {
-        /// Our alias.
-        alias_id: String,
-        /// Our nickname.
-        nickname: String,
-        /// Recovered through a 409.
-        recovered: bool,
-    },
-    /// Registration or restore failed, or the machine's own re-authentication after a refused
-    /// token failed (then the machine stopped reconnecting; see the module doc).
-    AuthFailed(AuthFailure),
-    /// Contacts synced (sessions created as needed).
-    ContactsSynced(Vec<FriendProfile>),
-    /// An unverified contact's key changed and was adopted.
-    PeerKeyChanged {
-        /// Conversation.
-        conversation_id: String,
-        /// Contact alias.
-        alias_id: String,
-    },
-    /// A message was retracted locally (by us or by its author).
-    Retracted {
-        /// Message id.
-        id: String,
-    },
-    /// An inbound message was parked in the offline inbox.
-    Parked {
-        /// Message id.
-        id: String,
-        /// Conversation.
-        conversation_id: String,
-    },
-    /// The offline inbox is full for this conversation: further messages that would be parked
-    /// are neither stored nor acknowledged (no `delivered`), so the relay keeps them and
-    /// redelivers them on a later `sync`. Emitted once per episode; the machine sends `sync`
-    /// itself when the conversation's parked messages drain.
-    OfflineInboxFull {
-        /// Conversation.
-        conversation_id: String,
-        /// The bound that was reached.
-        limit: InboxLimit,
-    },
-    /// Call state machine events.
-    Call(CallEvent),
-    /// A verified call signal (low level; the call state machine consumes the same signals).
-    CallSignal {
-        /// Kind.
-        kind: CallKind,
-        /// Sender alias.
-        from: String,
-        /// Call id.
-        call_id: String,
-        /// Inner fields.
-        fields: Map<String, Value>,
-        /// Signature coverage.
-        coverage: SignatureCoverage,
-    },
-}
-
-/// Errors of user commands.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// No identity / not authenticated.
-    #[error("not registered or not authenticated")]
-    NotAuthenticated,
-    /// No session for this conversation or alias.
-    #[error("no session for {0}")]
-    NoSession(String),
-    /// An id is not valid on the wire.
-    #[error("invalid {0}")]
-    InvalidId(&'static str),
-    /// Message unknown.
-    #[error("message not found")]
-    NotFound,
-    /// Only own messages can be retracted.
-    #[error("not an own message")]
-    NotOwnMessage,
-    /// Not connected.
-    #[error("not connected")]
-    NotConnected,
-    /// Another auth flow runs.
-    #[error("an authentication flow is already running")]
-    Busy,
-    /// Key problems (mnemonic invalid, stored keys mismatch).
-    #[error("keys: {0}")]
-    Key(#[from] KeyError),
-    /// Storage failed.
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-    /// Signing failed.
-    #[error("signal: {0}")]
-    Signal(#[from] SignalError),
-    /// No call in a state that allows this command.
-    #[error("no call in a state that allows this")]
-    NoCall,
-    /// A call is already in progress.
-    #[error("a call is already in progress")]
-    CallBusy,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Conn {
+pub(super) enum Conn {
     Idle,
     FetchingTicket,
     Connecting,
@@ -323,7 +186,7 @@ enum Conn {
 }
 
 #[derive(Debug)]
-enum Pending {
+pub(super) enum Pending {
     Pow,
     Register,
     Challenge,
@@ -333,7 +196,7 @@ enum Pending {
 }
 
 #[derive(Debug)]
-struct AuthFlow {
+pub(super) struct AuthFlow {
     identity: Identity,
     nickname: String,
     uuid: Option<String>,
@@ -345,37 +208,37 @@ struct AuthFlow {
 
 /// The sans-IO client. `S` is the local store.
 pub struct Client<S: ClientStore> {
-    store: S,
-    rng: ChaCha20Rng,
-    config: ClientConfig,
-    identity: Option<Identity>,
-    stored: Option<StoredIdentity>,
-    token: Option<SecretString>,
-    flow: Option<AuthFlow>,
-    pending: BTreeMap<RequestId, Pending>,
-    next_request: u64,
-    conn: Conn,
-    want_connected: bool,
-    retries: u32,
+    pub(super) store: S,
+    pub(super) rng: ChaCha20Rng,
+    pub(super) config: ClientConfig,
+    pub(super) identity: Option<Identity>,
+    pub(super) stored: Option<StoredIdentity>,
+    pub(super) token: Option<SecretString>,
+    pub(super) flow: Option<AuthFlow>,
+    pub(super) pending: BTreeMap<RequestId, Pending>,
+    pub(super) next_request: u64,
+    pub(super) conn: Conn,
+    pub(super) want_connected: bool,
+    pub(super) retries: u32,
     /// The machine re-authenticated after a refused token since the last open (or `connect`).
-    reauth_spent: bool,
-    next_ping_ms: Option<u64>,
-    network: NetworkState,
-    security: SecurityModule,
-    nonces: NonceCache,
-    typing_sent_ms: BTreeMap<String, u64>,
-    receipt_hw: BTreeMap<String, ReceiptLevelSeqs>,
-    inbox_overflow: BTreeSet<String>,
+    pub(super) reauth_spent: bool,
+    pub(super) next_ping_ms: Option<u64>,
+    pub(super) network: NetworkState,
+    pub(super) security: SecurityModule,
+    pub(super) nonces: NonceCache,
+    pub(super) typing_sent_ms: BTreeMap<String, u64>,
+    pub(super) receipt_hw: BTreeMap<String, ReceiptLevelSeqs>,
+    pub(super) inbox_overflow: BTreeSet<String>,
     /// A message came from an unknown alias while a friends request was in flight: sync again
     /// when it answers (its list may predate the peer's bind).
-    contacts_resync: bool,
-    actions: BTreeMap<u64, PendingAction>,
-    call: Option<ActiveCall>,
-    read_sent: BTreeMap<String, u64>,
-    http: VecDeque<HttpRequest>,
-    frames: VecDeque<ClientFrame>,
-    conn_cmds: VecDeque<ConnCommand>,
-    events: VecDeque<Event>,
+    pub(super) contacts_resync: bool,
+    pub(super) actions: BTreeMap<u64, PendingAction>,
+    pub(super) call: Option<ActiveCall>,
+    pub(super) read_sent: BTreeMap<String, u64>,
+    pub(super) http: VecDeque<HttpRequest>,
+    pub(super) frames: VecDeque<ClientFrame>,
+    pub(super) conn_cmds: VecDeque<ConnCommand>,
+    pub(super) events: VecDeque<Event>,
 }
 
 impl<S: ClientStore> std::fmt::Debug for Client<S> {
@@ -388,11 +251,11 @@ impl<S: ClientStore> std::fmt::Debug for Client<S> {
     }
 }
 
-fn ok_status(status: u16) -> bool {
+pub(super) fn ok_status(status: u16) -> bool {
     (200..300).contains(&status)
 }
 
-fn parse_body(body: &[u8]) -> Option<Value> {
+pub(super) fn parse_body(body: &[u8]) -> Option<Value> {
     if body.is_empty() {
         return Some(Value::Null);
     }

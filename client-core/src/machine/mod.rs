@@ -114,6 +114,8 @@
 
 mod call;
 mod client;
+mod event;
 
 pub use self::call::*;
 pub use self::client::*;
+pub use self::event::{ClientError, Event};
