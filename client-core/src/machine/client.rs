@@ -1476,18 +1476,7 @@ impl<S: ClientStore> Client<S> {
             ServerFrame::ChannelPost(p) => self.events.push_back(Event::ChannelPost(
                 serde_json::to_value(&p).unwrap_or(Value::Null),
             )),
-            ServerFrame::PaymentConfirmed(p) => {
-                // The relay re-sends it on every sync for a while (no ack on the wire):
-                // reported to the app once per order, durably.
-                let order_id = p.order_id.into_string();
-                if !self.store.has_confirmed_order(&order_id)? {
-                    self.store.put_confirmed_order(&order_id)?;
-                    self.events.push_back(Event::PaymentConfirmed {
-                        order_id,
-                        ref_id: p.ref_id,
-                    });
-                }
-            }
+            ServerFrame::PaymentConfirmed(p) => self.on_payment_confirmed(p)?,
             ServerFrame::FriendRequest(_) | ServerFrame::FriendAccepted(_) => {
                 self.sync_contacts(now_ms);
             }

@@ -115,6 +115,7 @@
 mod call;
 mod client;
 mod event;
+mod payments;
 
 pub use self::call::*;
 pub use self::client::*;
