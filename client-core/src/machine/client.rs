@@ -7,11 +7,12 @@ use rand_core::{Rng as _, SeedableRng as _};
 use serde_json::{Value, json};
 use wire::frames::{
     CRYPTO_V_MESSAGE, ClientFrame, MsgDelivery, MsgFrame, PingFrame, ReceiptDelivery, ReceiptFrame,
-    RetractFrame, ServerFrame, SyncFrame, TypingFrame,
+    ServerFrame, SyncFrame, TypingFrame,
 };
 use wire::http::FriendProfile;
 use wire::ids::{AliasId, ConvId, MessageId, Seq};
 
+use super::actions::Actions;
 use super::call::ActiveCall;
 use super::event::{ClientError, Event};
 use crate::crypto::content::MessageContent;
@@ -22,8 +23,8 @@ use crate::keys::{Identity, KeyError, SecretString, X25519Path, derive_identity}
 use crate::pow::{POW_DEFAULT_DIFFICULTY, solve_pow};
 use crate::security::{SecurityModule, TrustState};
 use crate::store::{
-    ClientStore, MessageStatus, OfflineMessage, OutboxIntent, PendingAction, PendingActionKind,
-    ReceiptLevel, ReceiptLevelSeqs, SessionRecord, SessionTrust, StoredIdentity, StoredMessage,
+    ClientStore, MessageStatus, OfflineMessage, OutboxIntent, ReceiptLevel, ReceiptLevelSeqs,
+    SessionRecord, SessionTrust, StoredIdentity, StoredMessage,
 };
 
 /// Heartbeat interval (web client value).
@@ -40,10 +41,6 @@ pub const RECONNECT_JITTER_SPAN_PERMILLE: u64 = 300;
 pub const TYPING_DEBOUNCE_MS: u64 = 300;
 /// Default transmissions of one outbox intent before it is marked failed.
 pub const DEFAULT_OUTBOX_MAX_ATTEMPTS: u32 = 5;
-/// Local text of a retracted message (as the reference clients store it).
-pub const RETRACTED_TEXT: &str = "消息已撤回";
-/// `msgType` of a retracted message.
-pub const RETRACTED_MSG_TYPE: &str = "retracted";
 
 /// Default bound on parked messages of one conversation (see [`ClientConfig`]).
 pub const OFFLINE_INBOX_MAX_PER_CONVERSATION: usize = 256;
@@ -229,9 +226,8 @@ pub struct Client<S: ClientStore> {
     /// A message came from an unknown alias while a friends request was in flight: sync again
     /// when it answers (its list may predate the peer's bind).
     pub(super) contacts_resync: bool,
-    pub(super) actions: BTreeMap<u64, PendingAction>,
+    pub(super) actions: Actions,
     pub(super) call: Option<ActiveCall>,
-    pub(super) read_sent: BTreeMap<String, u64>,
     pub(super) http: VecDeque<HttpRequest>,
     pub(super) frames: VecDeque<ClientFrame>,
     pub(super) conn_cmds: VecDeque<ConnCommand>,
@@ -296,9 +292,11 @@ impl<S: ClientStore> Client<S> {
             receipt_hw,
             inbox_overflow: BTreeSet::new(),
             contacts_resync: false,
-            actions,
+            actions: Actions {
+                queued: actions,
+                read_sent: BTreeMap::new(),
+            },
             call: None,
-            read_sent: BTreeMap::new(),
             http: VecDeque::new(),
             frames: VecDeque::new(),
             conn_cmds: VecDeque::new(),
@@ -827,18 +825,13 @@ impl<S: ClientStore> Client<S> {
         for intent in self.store.list_outbox()? {
             self.transmit_intent(intent)?;
         }
-        for (order, action) in std::mem::take(&mut self.actions) {
-            self.transmit_action(&action);
-            self.store.delete_pending_action(order)?;
-        }
-        Ok(())
+        self.send_queued_actions()
     }
 
     /// The socket closed (or failed to open).
     pub fn handle_disconnected(&mut self, now_ms: u64) {
         self.next_ping_ms = None;
-        // A `read` has no ack: after a drop the app's next mark_as_read is sent again.
-        self.read_sent.clear();
+        self.actions.socket_closed();
         if self.conn == Conn::Goaway || !self.want_connected {
             if self.conn != Conn::Goaway {
                 self.conn = Conn::Idle;
@@ -981,131 +974,6 @@ impl<S: ClientStore> Client<S> {
         Ok(id)
     }
 
-    /// Sends a read receipt up to `max_seq`, or queues it durably while the socket is closed
-    /// (sent after the next `sync`). Only the highest seq per conversation is kept or sent.
-    pub fn mark_as_read(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-        max_seq: u64,
-        to_alias_id: &str,
-    ) -> Result<(), ClientError> {
-        ConvId::parse(conversation_id).map_err(|_| ClientError::InvalidId("conversation id"))?;
-        AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
-        self.mark_inbound_read(conversation_id, max_seq)?;
-        if self
-            .read_sent
-            .get(conversation_id)
-            .is_some_and(|&s| s >= max_seq)
-        {
-            return Ok(());
-        }
-        let queued = self.actions.iter().find_map(|(&o, a)| match a.kind {
-            PendingActionKind::Read { seq } if a.conversation_id == conversation_id => {
-                Some((o, seq))
-            }
-            _ => None,
-        });
-        if let Some((order, seq)) = queued {
-            if seq >= max_seq {
-                return Ok(());
-            }
-            self.actions.remove(&order);
-            self.store.delete_pending_action(order)?;
-        }
-        self.send_or_queue(
-            now_ms,
-            conversation_id,
-            to_alias_id,
-            PendingActionKind::Read { seq: max_seq },
-        )
-    }
-
-    /// Local read marker: inbound messages of the conversation with `seq ≤ max_seq` move
-    /// `delivered → read` in the store (no event: the app asked for it).
-    fn mark_inbound_read(
-        &mut self,
-        conversation_id: &str,
-        max_seq: u64,
-    ) -> Result<(), ClientError> {
-        for mut m in self.store.get_history(conversation_id, None, None)? {
-            if !m.is_me
-                && m.seq.is_some_and(|s| s <= max_seq)
-                && m.status.can_advance_to(MessageStatus::Read)
-            {
-                m.status = MessageStatus::Read;
-                self.store.put_message(&m)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Inbound messages of a conversation not yet marked read locally.
-    pub fn unread_count(&self, conversation_id: &str) -> Result<usize, ClientError> {
-        Ok(self
-            .store
-            .get_history(conversation_id, None, None)?
-            .iter()
-            .filter(|m| !m.is_me && m.status != MessageStatus::Read)
-            .count())
-    }
-
-    fn send_or_queue(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-        to_alias_id: &str,
-        kind: PendingActionKind,
-    ) -> Result<(), ClientError> {
-        let order = self.actions.last_key_value().map_or(0, |(&o, _)| o + 1);
-        let action = PendingAction {
-            order,
-            conversation_id: conversation_id.to_owned(),
-            to_alias_id: to_alias_id.to_owned(),
-            added_at: now_ms,
-            kind,
-        };
-        if self.conn == Conn::Open {
-            self.transmit_action(&action);
-        } else {
-            self.store.put_pending_action(&action)?;
-            self.actions.insert(order, action);
-        }
-        Ok(())
-    }
-
-    fn transmit_action(&mut self, a: &PendingAction) {
-        let (Ok(conv), Ok(to)) = (
-            ConvId::parse(&a.conversation_id),
-            AliasId::parse(&a.to_alias_id),
-        ) else {
-            return; // validated when queued; a corrupted record is dropped
-        };
-        match &a.kind {
-            PendingActionKind::Read { seq } => {
-                let hw = self.read_sent.entry(a.conversation_id.clone()).or_default();
-                *hw = (*hw).max(*seq);
-                self.frames.push_back(ClientFrame::Read(ReceiptFrame {
-                    conv_id: conv,
-                    seq: Seq(*seq),
-                    to,
-                    crypto_v: Some(CRYPTO_V_MESSAGE),
-                }));
-            }
-            PendingActionKind::Retract { message_id } => {
-                let Ok(id) = MessageId::parse(message_id) else {
-                    return;
-                };
-                self.frames.push_back(ClientFrame::Retract(RetractFrame {
-                    id,
-                    to,
-                    conv_id: conv,
-                    crypto_v: Some(CRYPTO_V_MESSAGE),
-                }));
-            }
-        }
-    }
-
     /// Sends a typing notice, at most one per conversation per [`TYPING_DEBOUNCE_MS`].
     pub fn send_typing(
         &mut self,
@@ -1131,43 +999,6 @@ impl<S: ClientStore> Client<S> {
             conv_id: conv,
             crypto_v: Some(CRYPTO_V_MESSAGE),
         }));
-        Ok(())
-    }
-
-    /// Retracts an own message: stores the local placeholder and sends `retract`, or queues it
-    /// durably while the socket is closed (sent in order after the next `sync` and the outbox).
-    pub fn retract_message(
-        &mut self,
-        now_ms: u64,
-        message_id: &str,
-        to_alias_id: &str,
-        conversation_id: &str,
-    ) -> Result<(), ClientError> {
-        let Some(mut m) = self.store.get_message(message_id)? else {
-            return Err(ClientError::NotFound);
-        };
-        if !m.is_me || m.conversation_id != conversation_id {
-            return Err(ClientError::NotOwnMessage);
-        }
-        if MessageId::parse(message_id).is_err()
-            || AliasId::parse(to_alias_id).is_err()
-            || ConvId::parse(conversation_id).is_err()
-        {
-            return Err(ClientError::InvalidId("retract target"));
-        }
-        self.send_or_queue(
-            now_ms,
-            conversation_id,
-            to_alias_id,
-            PendingActionKind::Retract {
-                message_id: message_id.to_owned(),
-            },
-        )?;
-        make_placeholder(&mut m);
-        self.store.put_message(&m)?;
-        self.events.push_back(Event::Retracted {
-            id: message_id.to_owned(),
-        });
         Ok(())
     }
 
@@ -1672,27 +1503,6 @@ impl<S: ClientStore> Client<S> {
         self.events.push_back(Event::Message(m));
         Ok(())
     }
-
-    fn on_retract(&mut self, id: &str, from: &str, conv: &str) -> Result<(), ClientError> {
-        let Some(mut m) = self.store.get_message(id)? else {
-            return Ok(());
-        };
-        if m.is_me || m.conversation_id != conv || m.from_alias_id.as_deref() != Some(from) {
-            return Ok(());
-        }
-        make_placeholder(&mut m);
-        self.store.put_message(&m)?;
-        self.events
-            .push_back(Event::Retracted { id: id.to_owned() });
-        Ok(())
-    }
-}
-
-fn make_placeholder(m: &mut StoredMessage) {
-    m.text = RETRACTED_TEXT.to_owned();
-    m.msg_type = Some(RETRACTED_MSG_TYPE.to_owned());
-    m.media_url = None;
-    m.caption = None;
 }
 
 fn stored_from_content(id: &str, conv: &str, content: &MessageContent, time: u64) -> StoredMessage {

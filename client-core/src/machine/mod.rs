@@ -112,11 +112,15 @@
 //!   (`reason: "busy"`) and [`CallEvent::MissedWhileBusy`]; it never replaces the call.
 //!   [`Event::CallSignal`] is still emitted for every verified signal (low level).
 
+mod actions;
 mod call;
 mod client;
 mod event;
 mod payments;
+mod read_markers;
+mod retract;
 
 pub use self::call::*;
 pub use self::client::*;
 pub use self::event::{ClientError, Event};
+pub use self::retract::{RETRACTED_MSG_TYPE, RETRACTED_TEXT};
