@@ -6,8 +6,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
 use serde_json::{Value, json};
 use wire::frames::{
-    CRYPTO_V_MESSAGE, ClientFrame, MsgDelivery, MsgFrame, PingFrame, ReceiptDelivery, ReceiptFrame,
-    ServerFrame, SyncFrame, TypingFrame,
+    CRYPTO_V_MESSAGE, ClientFrame, MsgDelivery, PingFrame, ReceiptFrame, ServerFrame, SyncFrame,
 };
 use wire::http::FriendProfile;
 use wire::ids::{AliasId, ConvId, MessageId, Seq};
@@ -15,16 +14,18 @@ use wire::ids::{AliasId, ConvId, MessageId, Seq};
 use super::actions::Actions;
 use super::call::ActiveCall;
 use super::event::{ClientError, Event};
+use super::outbox::DEFAULT_OUTBOX_MAX_ATTEMPTS;
+use super::receipts::ReceiptLevels;
 use crate::crypto::content::MessageContent;
 use crate::crypto::signal::NonceCache;
-use crate::crypto::{SessionKey, decrypt_payload_text, encrypt_payload, session_key};
+use crate::crypto::{SessionKey, decrypt_payload_text, session_key};
 use crate::encoding::{from_base64_array, to_base64};
 use crate::keys::{Identity, KeyError, SecretString, X25519Path, derive_identity};
 use crate::pow::{POW_DEFAULT_DIFFICULTY, solve_pow};
 use crate::security::{SecurityModule, TrustState};
 use crate::store::{
-    ClientStore, MessageStatus, OfflineMessage, OutboxIntent, ReceiptLevel, ReceiptLevelSeqs,
-    SessionRecord, SessionTrust, StoredIdentity, StoredMessage,
+    ClientStore, MessageStatus, OfflineMessage, SessionRecord, SessionTrust, StoredIdentity,
+    StoredMessage,
 };
 
 /// Heartbeat interval (web client value).
@@ -37,10 +38,6 @@ pub const RECONNECT_MAX_MS: u64 = 30_000;
 pub const RECONNECT_JITTER_MIN_PERMILLE: u64 = 700;
 /// Jitter range width, per mille (upper bound 1.0 exclusive).
 pub const RECONNECT_JITTER_SPAN_PERMILLE: u64 = 300;
-/// Minimum spacing of typing notices per conversation.
-pub const TYPING_DEBOUNCE_MS: u64 = 300;
-/// Default transmissions of one outbox intent before it is marked failed.
-pub const DEFAULT_OUTBOX_MAX_ATTEMPTS: u32 = 5;
 
 /// Default bound on parked messages of one conversation (see [`ClientConfig`]).
 pub const OFFLINE_INBOX_MAX_PER_CONVERSATION: usize = 256;
@@ -221,7 +218,7 @@ pub struct Client<S: ClientStore> {
     pub(super) security: SecurityModule,
     pub(super) nonces: NonceCache,
     pub(super) typing_sent_ms: BTreeMap<String, u64>,
-    pub(super) receipt_hw: BTreeMap<String, ReceiptLevelSeqs>,
+    pub(super) receipt_hw: ReceiptLevels,
     pub(super) inbox_overflow: BTreeSet<String>,
     /// A message came from an unknown alias while a friends request was in flight: sync again
     /// when it answers (its list may predate the peer's bind).
@@ -822,9 +819,7 @@ impl<S: ClientStore> Client<S> {
         self.frames.push_back(ClientFrame::Sync(SyncFrame {
             crypto_v: Some(CRYPTO_V_MESSAGE),
         }));
-        for intent in self.store.list_outbox()? {
-            self.transmit_intent(intent)?;
-        }
+        self.resend_outbox()?;
         self.send_queued_actions()
     }
 
@@ -879,127 +874,6 @@ impl<S: ClientStore> Client<S> {
                 .push_back(ClientFrame::Ping(PingFrame { crypto_v: None }));
             self.next_ping_ms = Some(now_ms + HEARTBEAT_INTERVAL_MS);
         }
-    }
-
-    // ----- sending
-
-    fn transmit_intent(&mut self, mut intent: OutboxIntent) -> Result<(), ClientError> {
-        if intent.attempts >= self.config.outbox_max_attempts {
-            return self.fail_intent(&intent.internal_id);
-        }
-        let Some(session) = self.store.load_session(&intent.conversation_id)? else {
-            return Ok(()); // kept until a session exists
-        };
-        let key = SessionKey::from_base64(session.session_key_base64.expose())
-            .map_err(|_| ClientError::NoSession(intent.conversation_id.clone()))?;
-        let (Ok(id), Ok(to), Ok(conv)) = (
-            MessageId::parse(&intent.internal_id),
-            AliasId::parse(&intent.to_alias_id),
-            ConvId::parse(&intent.conversation_id),
-        ) else {
-            return self.fail_intent(&intent.internal_id);
-        };
-        let payload = encrypt_payload(&key, intent.text.as_bytes(), &mut self.rng);
-        intent.attempts += 1;
-        self.store.put_outbox(&intent)?;
-        self.frames.push_back(ClientFrame::Msg(MsgFrame {
-            id,
-            to,
-            conv_id: conv,
-            crypto_v: Some(CRYPTO_V_MESSAGE),
-            payload,
-        }));
-        Ok(())
-    }
-
-    fn fail_intent(&mut self, id: &str) -> Result<(), ClientError> {
-        self.store.delete_outbox(id)?;
-        self.set_status(id, MessageStatus::Failed)
-    }
-
-    fn set_status(&mut self, id: &str, status: MessageStatus) -> Result<(), ClientError> {
-        if let Some(mut m) = self.store.get_message(id)?
-            && m.status.can_advance_to(status)
-        {
-            m.status = status;
-            self.store.put_message(&m)?;
-            self.events.push_back(Event::StatusChange {
-                id: id.to_owned(),
-                status,
-            });
-        }
-        Ok(())
-    }
-
-    /// Queues a message (sent now when connected); returns its id.
-    pub fn send_message(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-        to_alias_id: &str,
-        content: &MessageContent,
-    ) -> Result<String, ClientError> {
-        if self.stored.is_none() {
-            return Err(ClientError::NotAuthenticated);
-        }
-        if self.store.load_session(conversation_id)?.is_none() {
-            return Err(ClientError::NoSession(conversation_id.to_owned()));
-        }
-        ConvId::parse(conversation_id).map_err(|_| ClientError::InvalidId("conversation id"))?;
-        AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
-        let id = self.new_message_id();
-        let text = content.encode();
-        let reply_to_id = match content {
-            MessageContent::Reply { reply_to_id, .. } => Some(reply_to_id.clone()),
-            _ => None,
-        };
-        let intent = OutboxIntent {
-            internal_id: id.clone(),
-            conversation_id: conversation_id.to_owned(),
-            to_alias_id: to_alias_id.to_owned(),
-            text,
-            added_at: now_ms,
-            reply_to_id: reply_to_id.clone(),
-            attempts: 0,
-        };
-        let mut msg = stored_from_content(&id, conversation_id, content, now_ms);
-        msg.is_me = true;
-        msg.status = MessageStatus::Sending;
-        msg.reply_to_id = reply_to_id;
-        self.store.put_message(&msg)?;
-        self.store.put_outbox(&intent)?;
-        if self.conn == Conn::Open {
-            self.transmit_intent(intent)?;
-        }
-        Ok(id)
-    }
-
-    /// Sends a typing notice, at most one per conversation per [`TYPING_DEBOUNCE_MS`].
-    pub fn send_typing(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-        to_alias_id: &str,
-    ) -> Result<(), ClientError> {
-        let conv = ConvId::parse(conversation_id)
-            .map_err(|_| ClientError::InvalidId("conversation id"))?;
-        let to = AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
-        if self.conn != Conn::Open {
-            return Ok(());
-        }
-        if let Some(&last) = self.typing_sent_ms.get(conversation_id)
-            && now_ms < last + TYPING_DEBOUNCE_MS
-        {
-            return Ok(());
-        }
-        self.typing_sent_ms
-            .insert(conversation_id.to_owned(), now_ms);
-        self.frames.push_back(ClientFrame::Typing(TypingFrame {
-            to,
-            conv_id: conv,
-            crypto_v: Some(CRYPTO_V_MESSAGE),
-        }));
-        Ok(())
     }
 
     // ----- contacts and trust
@@ -1318,80 +1192,9 @@ impl<S: ClientStore> Client<S> {
                 self.set_network(NetworkState::Disconnected);
                 self.events.push_back(Event::Goaway(g.reason));
             }
-            ServerFrame::Error(e) => {
-                if let Some(id) = e.id
-                    && self
-                        .store
-                        .list_outbox()?
-                        .iter()
-                        .any(|i| i.internal_id == id)
-                {
-                    self.fail_intent(&id)?;
-                }
-            }
+            ServerFrame::Error(e) => self.on_error_frame(e.id)?,
             ServerFrame::Call(c) => self.on_call(now_ms, &c)?,
             ServerFrame::Unknown(_) => {}
-        }
-        Ok(())
-    }
-
-    fn on_ack(&mut self, id: &str, seq: u64) -> Result<(), ClientError> {
-        let in_outbox = self
-            .store
-            .list_outbox()?
-            .iter()
-            .any(|i| i.internal_id == id);
-        if in_outbox {
-            self.store.delete_outbox(id)?;
-        }
-        let Some(mut m) = self.store.get_message(id)? else {
-            return Ok(());
-        };
-        if !m.is_me {
-            return Ok(());
-        }
-        if m.seq.is_none() {
-            m.seq = Some(seq);
-            self.store.put_message(&m)?;
-        }
-        self.set_status(id, MessageStatus::Sent)?;
-        let hw = self
-            .receipt_hw
-            .get(&m.conversation_id)
-            .copied()
-            .unwrap_or_default();
-        if seq <= hw.read_seq {
-            self.set_status(id, MessageStatus::Read)?;
-        } else if seq <= hw.delivered_seq {
-            self.set_status(id, MessageStatus::Delivered)?;
-        }
-        Ok(())
-    }
-
-    fn on_receipt(
-        &mut self,
-        r: &ReceiptDelivery,
-        status: MessageStatus,
-    ) -> Result<(), ClientError> {
-        let conv = r.conv_id.as_str();
-        let seq = r.seq.get();
-        let hw = self.receipt_hw.entry(conv.to_owned()).or_default();
-        let before = *hw;
-        if status == MessageStatus::Read {
-            hw.read_seq = hw.read_seq.max(seq);
-        }
-        hw.delivered_seq = hw.delivered_seq.max(seq);
-        let after = *hw;
-        if after != before {
-            self.store.put_receipt_level(&ReceiptLevel {
-                conversation_id: conv.to_owned(),
-                seqs: after,
-            })?;
-        }
-        for m in self.store.get_history(conv, None, None)? {
-            if m.is_me && m.seq.is_some_and(|s| s <= seq) && m.status != MessageStatus::Sending {
-                self.set_status(&m.id, status)?;
-            }
         }
         Ok(())
     }
@@ -1505,7 +1308,12 @@ impl<S: ClientStore> Client<S> {
     }
 }
 
-fn stored_from_content(id: &str, conv: &str, content: &MessageContent, time: u64) -> StoredMessage {
+pub(super) fn stored_from_content(
+    id: &str,
+    conv: &str,
+    content: &MessageContent,
+    time: u64,
+) -> StoredMessage {
     use crate::crypto::content::Media;
     let (body, reply_to_id) = match content {
         MessageContent::Reply { reply_to_id, body } => (body.as_ref(), Some(reply_to_id.clone())),

@@ -116,11 +116,14 @@ mod actions;
 mod call;
 mod client;
 mod event;
+mod outbox;
 mod payments;
 mod read_markers;
+mod receipts;
 mod retract;
 
 pub use self::call::*;
 pub use self::client::*;
 pub use self::event::{ClientError, Event};
+pub use self::outbox::{DEFAULT_OUTBOX_MAX_ATTEMPTS, TYPING_DEBOUNCE_MS};
 pub use self::retract::{RETRACTED_MSG_TYPE, RETRACTED_TEXT};
