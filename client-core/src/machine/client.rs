@@ -1,32 +1,26 @@
 //! The [`Client`] machine; see the module doc of [`crate::machine`].
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
 use serde_json::{Value, json};
-use wire::frames::{
-    CRYPTO_V_MESSAGE, ClientFrame, MsgDelivery, PingFrame, ReceiptFrame, ServerFrame, SyncFrame,
-};
+use wire::frames::{CRYPTO_V_MESSAGE, ClientFrame, PingFrame, ServerFrame, SyncFrame};
 use wire::http::FriendProfile;
-use wire::ids::{AliasId, ConvId, MessageId, Seq};
 
 use super::actions::Actions;
 use super::call::ActiveCall;
 use super::event::{ClientError, Event};
+use super::inbox::{InboxOverflow, OFFLINE_INBOX_MAX_PER_CONVERSATION, OFFLINE_INBOX_MAX_TOTAL};
 use super::outbox::DEFAULT_OUTBOX_MAX_ATTEMPTS;
 use super::receipts::ReceiptLevels;
-use crate::crypto::content::MessageContent;
+use crate::crypto::session_key;
 use crate::crypto::signal::NonceCache;
-use crate::crypto::{SessionKey, decrypt_payload_text, session_key};
 use crate::encoding::{from_base64_array, to_base64};
 use crate::keys::{Identity, KeyError, SecretString, X25519Path, derive_identity};
 use crate::pow::{POW_DEFAULT_DIFFICULTY, solve_pow};
 use crate::security::{SecurityModule, TrustState};
-use crate::store::{
-    ClientStore, MessageStatus, OfflineMessage, SessionRecord, SessionTrust, StoredIdentity,
-    StoredMessage,
-};
+use crate::store::{ClientStore, MessageStatus, SessionRecord, SessionTrust, StoredIdentity};
 
 /// Heartbeat interval (web client value).
 pub const HEARTBEAT_INTERVAL_MS: u64 = 25_000;
@@ -38,11 +32,6 @@ pub const RECONNECT_MAX_MS: u64 = 30_000;
 pub const RECONNECT_JITTER_MIN_PERMILLE: u64 = 700;
 /// Jitter range width, per mille (upper bound 1.0 exclusive).
 pub const RECONNECT_JITTER_SPAN_PERMILLE: u64 = 300;
-
-/// Default bound on parked messages of one conversation (see [`ClientConfig`]).
-pub const OFFLINE_INBOX_MAX_PER_CONVERSATION: usize = 256;
-/// Default bound on parked messages of all conversations together.
-pub const OFFLINE_INBOX_MAX_TOTAL: usize = 2_048;
 
 /// Tunables of the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,15 +55,6 @@ impl Default for ClientConfig {
             offline_max_total: OFFLINE_INBOX_MAX_TOTAL,
         }
     }
-}
-
-/// Which bound of the offline inbox was reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InboxLimit {
-    /// [`ClientConfig::offline_max_per_conversation`].
-    PerConversation,
-    /// [`ClientConfig::offline_max_total`].
-    Total,
 }
 
 /// Correlates an HTTP request with its response.
@@ -219,7 +199,7 @@ pub struct Client<S: ClientStore> {
     pub(super) nonces: NonceCache,
     pub(super) typing_sent_ms: BTreeMap<String, u64>,
     pub(super) receipt_hw: ReceiptLevels,
-    pub(super) inbox_overflow: BTreeSet<String>,
+    pub(super) inbox_overflow: InboxOverflow,
     /// A message came from an unknown alias while a friends request was in flight: sync again
     /// when it answers (its list may predate the peer's bind).
     pub(super) contacts_resync: bool,
@@ -287,7 +267,7 @@ impl<S: ClientStore> Client<S> {
             nonces: NonceCache::new(),
             typing_sent_ms: BTreeMap::new(),
             receipt_hw,
-            inbox_overflow: BTreeSet::new(),
+            inbox_overflow: InboxOverflow::new(),
             contacts_resync: false,
             actions: Actions {
                 queued: actions,
@@ -1008,70 +988,7 @@ impl<S: ClientStore> Client<S> {
         Ok(())
     }
 
-    /// Retries the parked messages of `convs`, per conversation in seq order (the store lists
-    /// them by `(createdAt, id)`; a message without a seq, stored as 0, comes after those with
-    /// one, by id), so the app sees them in the order the relay assigned.
-    fn retry_parked(&mut self, now_ms: u64, convs: &[String]) -> Result<(), ClientError> {
-        let mut parked: Vec<OfflineMessage> = self
-            .store
-            .list_offline()?
-            .into_iter()
-            .filter(|o| convs.contains(&o.conversation_id))
-            .collect();
-        parked.sort_by(|a, b| {
-            (&a.conversation_id, a.seq == 0, a.seq, &a.id).cmp(&(
-                &b.conversation_id,
-                b.seq == 0,
-                b.seq,
-                &b.id,
-            ))
-        });
-        for off in parked {
-            let (Ok(id), Ok(from), Ok(conv)) = (
-                MessageId::parse(&off.id),
-                AliasId::parse(&off.from_alias_id),
-                ConvId::parse(&off.conversation_id),
-            ) else {
-                continue;
-            };
-            let d = MsgDelivery {
-                id,
-                from,
-                conv_id: conv,
-                seq: Seq(off.seq),
-                at: wire::time::UnixMs(off.created_at),
-                crypto_v: Some(CRYPTO_V_MESSAGE),
-                payload: off.payload_encrypted.clone(),
-            };
-            self.on_msg(now_ms, &d)?;
-        }
-        self.release_inbox_overflow()
-    }
-
-    /// Conversations whose refused messages can be parked again leave the overflow set; if any
-    /// did, `sync` asks the relay to redeliver what it kept.
-    fn release_inbox_overflow(&mut self) -> Result<(), ClientError> {
-        if self.inbox_overflow.is_empty()
-            || self.store.count_offline(None)? >= self.config.offline_max_total
-        {
-            return Ok(());
-        }
-        let mut released = false;
-        for conv in self.inbox_overflow.clone() {
-            if self.store.count_offline(Some(&conv))? < self.config.offline_max_per_conversation {
-                self.inbox_overflow.remove(&conv);
-                released = true;
-            }
-        }
-        if released && self.conn == Conn::Open {
-            self.frames.push_back(ClientFrame::Sync(SyncFrame {
-                crypto_v: Some(CRYPTO_V_MESSAGE),
-            }));
-        }
-        Ok(())
-    }
-
-    fn my_ecdh_public(&self) -> Option<[u8; 32]> {
+    pub(super) fn my_ecdh_public(&self) -> Option<[u8; 32]> {
         self.identity.as_ref().map(|i| i.ecdh_key.public_key())
     }
 
@@ -1154,8 +1071,6 @@ impl<S: ClientStore> Client<S> {
         self.retry_parked(now_ms, &[conversation_id.to_owned()])
     }
 
-    // ----- inbound
-
     /// Feeds a text frame; unparseable frames are dropped.
     pub fn handle_text(&mut self, now_ms: u64, text: &str) -> Result<(), ClientError> {
         match ServerFrame::decode(text) {
@@ -1197,156 +1112,5 @@ impl<S: ClientStore> Client<S> {
             ServerFrame::Unknown(_) => {}
         }
         Ok(())
-    }
-
-    fn park(&mut self, d: &MsgDelivery) -> Result<(), ClientError> {
-        let conv = d.conv_id.as_str();
-        if !self.store.has_offline(d.id.as_str())? {
-            let limit = if self.store.count_offline(None)? >= self.config.offline_max_total {
-                Some(InboxLimit::Total)
-            } else if self.store.count_offline(Some(conv))?
-                >= self.config.offline_max_per_conversation
-            {
-                Some(InboxLimit::PerConversation)
-            } else {
-                None
-            };
-            if let Some(limit) = limit {
-                // Refused: not stored and no `delivered`, so the relay keeps it.
-                if self.inbox_overflow.insert(conv.to_owned()) {
-                    self.events.push_back(Event::OfflineInboxFull {
-                        conversation_id: conv.to_owned(),
-                        limit,
-                    });
-                }
-                return Ok(());
-            }
-        }
-        self.store.put_offline(&OfflineMessage {
-            id: d.id.as_str().to_owned(),
-            conversation_id: d.conv_id.as_str().to_owned(),
-            seq: d.seq.get(),
-            payload_encrypted: d.payload.clone(),
-            created_at: d.at.0,
-            from_alias_id: d.from.as_str().to_owned(),
-        })?;
-        self.events.push_back(Event::Parked {
-            id: d.id.as_str().to_owned(),
-            conversation_id: d.conv_id.as_str().to_owned(),
-        });
-        Ok(())
-    }
-
-    fn send_delivered(&mut self, d: &MsgDelivery) {
-        if self.conn == Conn::Open {
-            self.frames.push_back(ClientFrame::Delivered(ReceiptFrame {
-                conv_id: d.conv_id.clone(),
-                seq: d.seq,
-                to: d.from.clone(),
-                crypto_v: Some(CRYPTO_V_MESSAGE),
-            }));
-        }
-    }
-
-    fn on_msg(&mut self, now_ms: u64, d: &MsgDelivery) -> Result<(), ClientError> {
-        let id = d.id.as_str();
-        if self.store.get_message(id)?.is_some() {
-            self.store.delete_offline(id)?;
-            self.send_delivered(d);
-            return Ok(());
-        }
-        let conv = d.conv_id.as_str();
-        let Some(session) = self.store.load_session(conv)? else {
-            return self.park(d);
-        };
-        if session.their_alias_id != d.from.as_str() {
-            // A known conversation from another alias: the peer may have bound a new alias.
-            // Contacts sync decides (same keys: the session follows; see `on_friends`) and
-            // retries what is parked here.
-            self.park(d)?;
-            if self.pending.values().any(|p| matches!(p, Pending::Friends)) {
-                // The answer in flight may predate the bind: ask again after it.
-                self.contacts_resync = true;
-            } else {
-                self.sync_contacts(now_ms);
-            }
-            return Ok(());
-        }
-        let Some(mine) = self.my_ecdh_public() else {
-            return self.park(d);
-        };
-        let current_b64 = session
-            .pending_ecdh_public_key
-            .as_deref()
-            .unwrap_or(&session.their_ecdh_public_key);
-        let Ok(current) = from_base64_array::<32>(current_b64) else {
-            return self.park(d);
-        };
-        if let Some(ev) =
-            self.security
-                .guard_message(&session.their_alias_id, &mine, &current, now_ms)
-        {
-            self.events.push_back(Event::SecurityViolation(ev));
-            return self.park(d);
-        }
-        let Ok(key) = SessionKey::from_base64(session.session_key_base64.expose()) else {
-            return self.park(d);
-        };
-        let Ok(text) = decrypt_payload_text(&key, &d.payload) else {
-            return self.park(d);
-        };
-        let content = MessageContent::parse(&text);
-        let mut m = stored_from_content(id, conv, &content, d.at.0);
-        m.status = MessageStatus::Delivered;
-        m.seq = Some(d.seq.get());
-        m.from_alias_id = Some(d.from.as_str().to_owned());
-        self.store.put_message(&m)?;
-        self.store.delete_offline(id)?;
-        self.send_delivered(d);
-        self.events.push_back(Event::Message(m));
-        Ok(())
-    }
-}
-
-pub(super) fn stored_from_content(
-    id: &str,
-    conv: &str,
-    content: &MessageContent,
-    time: u64,
-) -> StoredMessage {
-    use crate::crypto::content::Media;
-    let (body, reply_to_id) = match content {
-        MessageContent::Reply { reply_to_id, body } => (body.as_ref(), Some(reply_to_id.clone())),
-        c => (c, None),
-    };
-    let (text, msg_type, media_url, caption) = match body {
-        MessageContent::Media(Media::Image { key, .. }) => {
-            (body.encode(), Some("image"), Some(key.clone()), None)
-        }
-        MessageContent::Media(Media::File { key, name, .. }) => (
-            body.encode(),
-            Some("file"),
-            Some(key.clone()),
-            Some(name.clone()),
-        ),
-        MessageContent::Media(Media::Voice { key, .. }) => {
-            (body.encode(), Some("voice"), Some(key.clone()), None)
-        }
-        MessageContent::Text(t) => (t.clone(), None, None, None),
-        MessageContent::Reply { .. } => (body.encode(), None, None, None),
-    };
-    StoredMessage {
-        id: id.to_owned(),
-        conversation_id: conv.to_owned(),
-        text,
-        is_me: false,
-        time,
-        status: MessageStatus::Sending,
-        msg_type: msg_type.map(str::to_owned),
-        media_url,
-        caption,
-        seq: None,
-        from_alias_id: None,
-        reply_to_id,
     }
 }

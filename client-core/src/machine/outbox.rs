@@ -17,8 +17,9 @@
 use wire::frames::{CRYPTO_V_MESSAGE, ClientFrame, MsgFrame, TypingFrame};
 use wire::ids::{AliasId, ConvId, MessageId};
 
-use super::client::{Client, Conn, stored_from_content};
+use super::client::{Client, Conn};
 use super::event::{ClientError, Event};
+use super::inbound::stored_from_content;
 use crate::crypto::content::MessageContent;
 use crate::crypto::{SessionKey, encrypt_payload};
 use crate::store::{ClientStore, MessageStatus, OutboxIntent};
