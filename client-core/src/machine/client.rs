@@ -6,7 +6,6 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
 use serde_json::{Value, json};
 use wire::frames::{CRYPTO_V_MESSAGE, ClientFrame, PingFrame, ServerFrame, SyncFrame};
-use wire::http::FriendProfile;
 
 use super::actions::Actions;
 use super::call::ActiveCall;
@@ -14,13 +13,11 @@ use super::event::{ClientError, Event};
 use super::inbox::{InboxOverflow, OFFLINE_INBOX_MAX_PER_CONVERSATION, OFFLINE_INBOX_MAX_TOTAL};
 use super::outbox::DEFAULT_OUTBOX_MAX_ATTEMPTS;
 use super::receipts::ReceiptLevels;
-use crate::crypto::session_key;
 use crate::crypto::signal::NonceCache;
-use crate::encoding::{from_base64_array, to_base64};
 use crate::keys::{Identity, KeyError, SecretString, X25519Path, derive_identity};
 use crate::pow::{POW_DEFAULT_DIFFICULTY, solve_pow};
-use crate::security::{SecurityModule, TrustState};
-use crate::store::{ClientStore, MessageStatus, SessionRecord, SessionTrust, StoredIdentity};
+use crate::security::SecurityModule;
+use crate::store::{ClientStore, MessageStatus, StoredIdentity};
 
 /// Heartbeat interval (web client value).
 pub const HEARTBEAT_INTERVAL_MS: u64 = 25_000;
@@ -307,10 +304,6 @@ impl<S: ClientStore> Client<S> {
     pub fn is_connected(&self) -> bool {
         self.conn == Conn::Open
     }
-    /// The trust state of a contact.
-    pub fn trust_state(&self, contact_id: &str) -> TrustState {
-        self.security.get_trust_state(contact_id)
-    }
 
     // ----- outputs
 
@@ -526,12 +519,7 @@ impl<S: ClientStore> Client<S> {
             Pending::Challenge => self.on_challenge(now_ms, status, v.as_ref()),
             Pending::Verify => self.on_verify(now_ms, status, v.as_ref())?,
             Pending::Ticket => self.on_ticket(now_ms, status, v.as_ref()),
-            Pending::Friends => {
-                self.on_friends(now_ms, status, v)?;
-                if std::mem::take(&mut self.contacts_resync) {
-                    self.sync_contacts(now_ms);
-                }
-            }
+            Pending::Friends => self.on_friends_response(now_ms, status, v)?,
         }
         Ok(())
     }
@@ -854,221 +842,6 @@ impl<S: ClientStore> Client<S> {
                 .push_back(ClientFrame::Ping(PingFrame { crypto_v: None }));
             self.next_ping_ms = Some(now_ms + HEARTBEAT_INTERVAL_MS);
         }
-    }
-
-    // ----- contacts and trust
-
-    /// Fetches the friends list (F1); sessions are created for accepted friends.
-    pub fn sync_contacts(&mut self, _now_ms: u64) {
-        self.request(
-            Method::Get,
-            wire::http::paths::FRIENDS.into(),
-            None,
-            true,
-            Pending::Friends,
-        );
-    }
-
-    fn on_friends(
-        &mut self,
-        now_ms: u64,
-        status: u16,
-        v: Option<Value>,
-    ) -> Result<(), ClientError> {
-        if !ok_status(status) {
-            return Ok(());
-        }
-        // Entry by entry, from text (some wire types borrow while decoding): a malformed entry
-        // is skipped rather than losing the whole list.
-        let friends: Vec<FriendProfile> = match v {
-            Some(Value::Array(items)) => items
-                .iter()
-                .filter_map(|i| serde_json::from_str(&i.to_string()).ok())
-                .collect(),
-            _ => Vec::new(),
-        };
-        let Some(identity) = self.identity.clone() else {
-            return Ok(());
-        };
-        let mut new_convs = Vec::new();
-        for f in &friends {
-            if f.status != wire::http::FriendStatus::Accepted {
-                continue;
-            }
-            let Some(conv) = &f.conversation_id else {
-                continue;
-            };
-            let their_x = f.x25519_public_key.0;
-            let their_x_b64 = to_base64(&their_x);
-            let their_ed_b64 = to_base64(&f.ed25519_public_key.0);
-            let alias = f.alias_id.as_str().to_owned();
-            match self.store.load_session(conv.as_str())? {
-                None => {
-                    let key = session_key(&identity.ecdh_key, &their_x, conv.as_str());
-                    self.store.save_session(&SessionRecord {
-                        conversation_id: conv.as_str().to_owned(),
-                        their_alias_id: alias,
-                        their_ecdh_public_key: their_x_b64,
-                        their_ed25519_public_key: Some(their_ed_b64),
-                        session_key_base64: SecretString::new(key.to_base64()),
-                        trust_state: SessionTrust::Unverified,
-                        created_at: now_ms,
-                        pending_ecdh_public_key: None,
-                    })?;
-                    new_convs.push(conv.as_str().to_owned());
-                }
-                Some(mut s) => {
-                    let mut changed = false;
-                    if s.their_alias_id != alias {
-                        // The peer bound a new alias (the relay retired the old one; the
-                        // conversation is the same). With the same keys it is just a rename
-                        // (trust record included), not a trust event. With a different X25519
-                        // key the alias follows too, but only through the key-change path below
-                        // (violation for a verified contact, `PeerKeyChanged` otherwise), never
-                        // silently. A different Ed25519 key with the same X25519 key is not
-                        // accepted: the session keeps the old alias (messages stay parked).
-                        let same_ed = s
-                            .their_ed25519_public_key
-                            .as_deref()
-                            .is_none_or(|e| e == their_ed_b64);
-                        if same_ed || s.their_ecdh_public_key != their_x_b64 {
-                            if let Some(r) = self.security.rename_contact(&s.their_alias_id, &alias)
-                            {
-                                self.store.put_trust(&r)?;
-                                self.store.delete_trust(&s.their_alias_id)?;
-                            }
-                            s.their_alias_id.clone_from(&alias);
-                            changed = true;
-                            new_convs.push(conv.as_str().to_owned());
-                        }
-                    }
-                    if s.their_ed25519_public_key.is_none() {
-                        s.their_ed25519_public_key = Some(their_ed_b64);
-                        changed = true;
-                    }
-                    if s.their_ecdh_public_key != their_x_b64 {
-                        let verified = matches!(
-                            self.security.get_trust_state(&s.their_alias_id),
-                            TrustState::Verified { .. }
-                        );
-                        if verified {
-                            if s.pending_ecdh_public_key.as_deref() != Some(&their_x_b64) {
-                                s.pending_ecdh_public_key = Some(their_x_b64);
-                                changed = true;
-                                if let Some(ev) = self.security.guard_message(
-                                    &s.their_alias_id,
-                                    &identity.ecdh_key.public_key(),
-                                    &their_x,
-                                    now_ms,
-                                ) {
-                                    self.events.push_back(Event::SecurityViolation(ev));
-                                }
-                            }
-                        } else {
-                            let key = session_key(&identity.ecdh_key, &their_x, conv.as_str());
-                            s.their_ecdh_public_key = their_x_b64;
-                            s.session_key_base64 = SecretString::new(key.to_base64());
-                            s.pending_ecdh_public_key = None;
-                            changed = true;
-                            self.events.push_back(Event::PeerKeyChanged {
-                                conversation_id: s.conversation_id.clone(),
-                                alias_id: s.their_alias_id.clone(),
-                            });
-                            new_convs.push(conv.as_str().to_owned());
-                        }
-                    }
-                    if changed {
-                        self.store.save_session(&s)?;
-                    }
-                }
-            }
-        }
-        self.events.push_back(Event::ContactsSynced(friends));
-        self.retry_parked(now_ms, &new_convs)?;
-        Ok(())
-    }
-
-    pub(super) fn my_ecdh_public(&self) -> Option<[u8; 32]> {
-        self.identity.as_ref().map(|i| i.ecdh_key.public_key())
-    }
-
-    fn their_pub(&self, conversation_id: &str) -> Result<[u8; 32], ClientError> {
-        let s = self
-            .store
-            .load_session(conversation_id)?
-            .ok_or_else(|| ClientError::NoSession(conversation_id.to_owned()))?;
-        from_base64_array(&s.their_ecdh_public_key)
-            .map_err(|_| ClientError::NoSession(conversation_id.to_owned()))
-    }
-
-    /// Compares typed input with the contact's code; verifies the session on a match.
-    pub fn verify_input_code(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-        input: &str,
-    ) -> Result<bool, ClientError> {
-        let mine = self.my_ecdh_public().ok_or(ClientError::NotAuthenticated)?;
-        let theirs = self.their_pub(conversation_id)?;
-        let Some(s) = self.store.load_session(conversation_id)? else {
-            return Err(ClientError::NoSession(conversation_id.to_owned()));
-        };
-        let ok = self
-            .security
-            .verify_input_code(&s.their_alias_id, input, &mine, &theirs, now_ms);
-        if ok {
-            self.persist_verified(&s.their_alias_id, conversation_id)?;
-        }
-        Ok(ok)
-    }
-
-    /// Marks the contact of a conversation verified (manual path).
-    pub fn mark_as_verified(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-    ) -> Result<(), ClientError> {
-        let mine = self.my_ecdh_public().ok_or(ClientError::NotAuthenticated)?;
-        let theirs = self.their_pub(conversation_id)?;
-        let Some(s) = self.store.load_session(conversation_id)? else {
-            return Err(ClientError::NoSession(conversation_id.to_owned()));
-        };
-        self.security
-            .mark_as_verified(&s.their_alias_id, &mine, &theirs, now_ms);
-        self.persist_verified(&s.their_alias_id, conversation_id)
-    }
-
-    fn persist_verified(&mut self, contact: &str, conv: &str) -> Result<(), ClientError> {
-        if let Some(r) = self.security.records().find(|r| r.contact_id == contact) {
-            let r = r.clone();
-            self.store.put_trust(&r)?;
-        }
-        self.store.mark_session_verified(conv)?;
-        Ok(())
-    }
-
-    /// Back to unverified; a pending changed key (see module doc) is adopted now.
-    pub fn reset_trust_state(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-    ) -> Result<(), ClientError> {
-        let Some(mut s) = self.store.load_session(conversation_id)? else {
-            return Err(ClientError::NoSession(conversation_id.to_owned()));
-        };
-        self.security.reset_trust_state(&s.their_alias_id);
-        self.store.delete_trust(&s.their_alias_id)?;
-        s.trust_state = SessionTrust::Unverified;
-        if let (Some(p), Some(identity)) =
-            (s.pending_ecdh_public_key.take(), self.identity.as_ref())
-            && let Ok(their) = from_base64_array::<32>(&p)
-        {
-            let key = session_key(&identity.ecdh_key, &their, conversation_id);
-            s.session_key_base64 = SecretString::new(key.to_base64());
-            s.their_ecdh_public_key = p;
-        }
-        self.store.save_session(&s)?;
-        self.retry_parked(now_ms, &[conversation_id.to_owned()])
     }
 
     /// Feeds a text frame; unparseable frames are dropped.

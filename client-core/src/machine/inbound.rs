@@ -12,11 +12,10 @@
 
 use wire::frames::{CRYPTO_V_MESSAGE, ClientFrame, MsgDelivery, ReceiptFrame};
 
-use super::client::{Client, Conn, Pending};
+use super::client::{Client, Conn};
 use super::event::{ClientError, Event};
 use crate::crypto::content::MessageContent;
 use crate::crypto::{SessionKey, decrypt_payload_text};
-use crate::encoding::from_base64_array;
 use crate::store::{ClientStore, MessageStatus, StoredMessage};
 
 impl<S: ClientStore> Client<S> {
@@ -32,33 +31,9 @@ impl<S: ClientStore> Client<S> {
             return self.park(d);
         };
         if session.their_alias_id != d.from.as_str() {
-            // A known conversation from another alias: the peer may have bound a new alias.
-            // Contacts sync decides (same keys: the session follows; see `on_friends`) and
-            // retries what is parked here.
-            self.park(d)?;
-            if self.pending.values().any(|p| matches!(p, Pending::Friends)) {
-                // The answer in flight may predate the bind: ask again after it.
-                self.contacts_resync = true;
-            } else {
-                self.sync_contacts(now_ms);
-            }
-            return Ok(());
+            return self.on_msg_from_other_alias(now_ms, d);
         }
-        let Some(mine) = self.my_ecdh_public() else {
-            return self.park(d);
-        };
-        let current_b64 = session
-            .pending_ecdh_public_key
-            .as_deref()
-            .unwrap_or(&session.their_ecdh_public_key);
-        let Ok(current) = from_base64_array::<32>(current_b64) else {
-            return self.park(d);
-        };
-        if let Some(ev) =
-            self.security
-                .guard_message(&session.their_alias_id, &mine, &current, now_ms)
-        {
-            self.events.push_back(Event::SecurityViolation(ev));
+        if !self.guard_inbound(now_ms, &session) {
             return self.park(d);
         }
         let Ok(key) = SessionKey::from_base64(session.session_key_base64.expose()) else {

@@ -115,6 +115,7 @@
 mod actions;
 mod call;
 mod client;
+mod contacts;
 mod event;
 mod inbound;
 mod inbox;
@@ -123,6 +124,8 @@ mod payments;
 mod read_markers;
 mod receipts;
 mod retract;
+mod trust;
+mod vanity;
 
 pub use self::call::*;
 pub use self::client::*;
