@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use wire::frames::{CRYPTO_V_MESSAGE, ClientFrame, ReceiptFrame, RetractFrame};
 use wire::ids::{AliasId, ConvId, MessageId, Seq};
 
-use super::client::{Client, Conn};
+use super::client::Client;
 use super::event::ClientError;
 use crate::store::{ClientStore, PendingAction, PendingActionKind};
 
@@ -64,7 +64,7 @@ impl<S: ClientStore> Client<S> {
             added_at: now_ms,
             kind,
         };
-        if self.conn == Conn::Open {
+        if self.is_connected() {
             self.transmit_action(&action);
         } else {
             self.store.put_pending_action(&action)?;

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 use wire::frames::{CRYPTO_V_CALL, CallKind, CallSignal, ClientFrame};
 use wire::ids::{AliasId, CallId};
 
-use super::client::{Client, Conn};
+use super::client::Client;
 use super::event::{ClientError, Event};
 use crate::crypto::SessionKey;
 use crate::crypto::signal::{SignalEnvelope, SignalError, open_signal, seal_signal};
@@ -328,7 +328,7 @@ impl<S: ClientStore> Client<S> {
         if self.active_call().is_some() {
             return Err(ClientError::CallBusy);
         }
-        if self.conn != Conn::Open {
+        if !self.is_connected() {
             return Err(ClientError::NotConnected);
         }
         let call_id = self.new_message_id();

@@ -5,10 +5,11 @@ use std::collections::{BTreeMap, VecDeque};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
 use serde_json::{Value, json};
-use wire::frames::{CRYPTO_V_MESSAGE, ClientFrame, PingFrame, ServerFrame, SyncFrame};
+use wire::frames::{ClientFrame, ServerFrame};
 
 use super::actions::Actions;
 use super::call::ActiveCall;
+use super::connection::{Conn, ConnCommand, Link, NetworkState};
 use super::event::{ClientError, Event};
 use super::inbox::{InboxOverflow, OFFLINE_INBOX_MAX_PER_CONVERSATION, OFFLINE_INBOX_MAX_TOTAL};
 use super::outbox::DEFAULT_OUTBOX_MAX_ATTEMPTS;
@@ -18,17 +19,6 @@ use crate::keys::{Identity, KeyError, SecretString, X25519Path, derive_identity}
 use crate::pow::{POW_DEFAULT_DIFFICULTY, solve_pow};
 use crate::security::SecurityModule;
 use crate::store::{ClientStore, MessageStatus, StoredIdentity};
-
-/// Heartbeat interval (web client value).
-pub const HEARTBEAT_INTERVAL_MS: u64 = 25_000;
-/// First reconnect delay before jitter.
-pub const RECONNECT_BASE_MS: u64 = 1_000;
-/// Largest reconnect delay before jitter.
-pub const RECONNECT_MAX_MS: u64 = 30_000;
-/// Jitter range lower bound, per mille of the delay (0.7).
-pub const RECONNECT_JITTER_MIN_PERMILLE: u64 = 700;
-/// Jitter range width, per mille (upper bound 1.0 exclusive).
-pub const RECONNECT_JITTER_SPAN_PERMILLE: u64 = 300;
 
 /// Tunables of the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,49 +74,6 @@ pub struct HttpRequest {
     pub bearer: bool,
 }
 
-/// How the WebSocket authenticates.
-#[derive(Clone, PartialEq, Eq)]
-pub enum WsAuth {
-    /// `?user_uuid=…&ticket=…`
-    Ticket(String),
-    /// `?user_uuid=…&token=…` (fallback).
-    Token(String),
-}
-
-impl std::fmt::Debug for WsAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Ticket(_) => f.write_str("Ticket(<redacted>)"),
-            Self::Token(_) => f.write_str("Token(<redacted>)"),
-        }
-    }
-}
-
-/// Socket commands for the shell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConnCommand {
-    /// Open `/ws` with these query values.
-    Connect {
-        /// The account uuid (`user_uuid`).
-        user_uuid: String,
-        /// Ticket or token.
-        auth: WsAuth,
-    },
-    /// Close the socket.
-    Close,
-}
-
-/// Network state reported to the app.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NetworkState {
-    /// Socket open.
-    Connected,
-    /// Opening or waiting to retry.
-    Connecting,
-    /// Closed and not retrying.
-    Disconnected,
-}
-
 /// Why authentication failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthFailure {
@@ -141,16 +88,6 @@ pub enum AuthFailure {
     /// The relay refused the token (this status, 401, on the ticket request or the WebSocket
     /// upgrade) again right after the machine re-authenticated: terminal, no reconnect.
     TokenRefused(u16),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Conn {
-    Idle,
-    FetchingTicket,
-    Connecting,
-    Open,
-    WaitingRetry { at_ms: u64 },
-    Goaway,
 }
 
 #[derive(Debug)]
@@ -185,13 +122,7 @@ pub struct Client<S: ClientStore> {
     pub(super) flow: Option<AuthFlow>,
     pub(super) pending: BTreeMap<RequestId, Pending>,
     pub(super) next_request: u64,
-    pub(super) conn: Conn,
-    pub(super) want_connected: bool,
-    pub(super) retries: u32,
-    /// The machine re-authenticated after a refused token since the last open (or `connect`).
-    pub(super) reauth_spent: bool,
-    pub(super) next_ping_ms: Option<u64>,
-    pub(super) network: NetworkState,
+    pub(super) link: Link,
     pub(super) security: SecurityModule,
     pub(super) nonces: NonceCache,
     pub(super) typing_sent_ms: BTreeMap<String, u64>,
@@ -212,8 +143,8 @@ impl<S: ClientStore> std::fmt::Debug for Client<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("alias", &self.stored.as_ref().map(|s| s.alias_id.clone()))
-            .field("conn", &self.conn)
-            .field("network", &self.network)
+            .field("conn", &self.link.state)
+            .field("network", &self.link.network)
             .finish_non_exhaustive()
     }
 }
@@ -254,12 +185,7 @@ impl<S: ClientStore> Client<S> {
             flow: None,
             pending: BTreeMap::new(),
             next_request: 0,
-            conn: Conn::Idle,
-            want_connected: false,
-            retries: 0,
-            reauth_spent: false,
-            next_ping_ms: None,
-            network: NetworkState::Disconnected,
+            link: Link::default(),
             security,
             nonces: NonceCache::new(),
             typing_sent_ms: BTreeMap::new(),
@@ -294,7 +220,7 @@ impl<S: ClientStore> Client<S> {
     }
     /// Current network state.
     pub fn network_state(&self) -> NetworkState {
-        self.network
+        self.link.network
     }
     /// Our alias, once known.
     pub fn alias_id(&self) -> Option<&str> {
@@ -302,7 +228,7 @@ impl<S: ClientStore> Client<S> {
     }
     /// True while the socket is open.
     pub fn is_connected(&self) -> bool {
-        self.conn == Conn::Open
+        self.link.state == Conn::Open
     }
 
     // ----- outputs
@@ -325,7 +251,7 @@ impl<S: ClientStore> Client<S> {
     }
     /// Earliest time [`Client::handle_timeout`] must be called.
     pub fn poll_timeout(&self) -> Option<u64> {
-        let retry = match self.conn {
+        let retry = match self.link.state {
             Conn::WaitingRetry { at_ms } => Some(at_ms),
             _ => None,
         };
@@ -334,7 +260,10 @@ impl<S: ClientStore> Client<S> {
             .as_ref()
             .filter(|c| c.info.state.is_active())
             .and_then(|c| c.deadline_ms);
-        [retry, self.next_ping_ms, call].into_iter().flatten().min()
+        [retry, self.link.next_ping_ms, call]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     // ----- helpers
@@ -357,13 +286,6 @@ impl<S: ClientStore> Client<S> {
             body,
             bearer,
         });
-    }
-
-    pub(super) fn set_network(&mut self, state: NetworkState) {
-        if self.network != state {
-            self.network = state;
-            self.events.push_back(Event::NetworkState(state));
-        }
     }
 
     pub(super) fn new_message_id(&mut self) -> String {
@@ -430,7 +352,7 @@ impl<S: ClientStore> Client<S> {
     }
 
     /// Challenge/verify (A3/A4) for a stored identity, after checking its keys.
-    fn start_auth_round(
+    pub(super) fn start_auth_round(
         &mut self,
         stored: &StoredIdentity,
         reauth: bool,
@@ -471,34 +393,11 @@ impl<S: ClientStore> Client<S> {
     /// An auth flow ended without a token. A re-authentication the machine started itself is
     /// retried later when the relay could not answer (transport error `0`, 408, 429, 5xx) and
     /// the app still wants to be connected; any other failure of it is terminal.
-    fn auth_failed(&mut self, now_ms: u64, reauth: bool, f: AuthFailure) {
-        if reauth && self.want_connected {
-            let transient = match f {
-                AuthFailure::Auth(status) => {
-                    matches!(status, 0 | 408 | 429) || (500..600).contains(&status)
-                }
-                _ => false,
-            };
-            if transient && matches!(self.conn, Conn::Idle) {
-                let delay = self.backoff_ms();
-                self.conn = Conn::WaitingRetry {
-                    at_ms: now_ms + delay,
-                };
-                self.set_network(NetworkState::Disconnected);
-                return;
-            }
-            self.stop_reconnecting();
+    pub(super) fn auth_failed(&mut self, now_ms: u64, reauth: bool, f: AuthFailure) {
+        if reauth && self.reauth_failed(now_ms, &f) {
+            return;
         }
         self.events.push_back(Event::AuthFailed(f));
-    }
-
-    /// Terminal: no token that works, so no more attempts until the app authenticates and
-    /// calls [`Client::connect`] again.
-    fn stop_reconnecting(&mut self) {
-        self.want_connected = false;
-        self.conn = Conn::Idle;
-        self.next_ping_ms = None;
-        self.set_network(NetworkState::Disconnected);
     }
 
     /// Feeds the response of a request from [`Client::poll_http`].
@@ -652,196 +551,14 @@ impl<S: ClientStore> Client<S> {
             nickname: flow.nickname,
             recovered: flow.recovered,
         });
-        if self.want_connected && matches!(self.conn, Conn::Idle) {
-            self.start_connect(now_ms);
-        }
+        self.connect_if_wanted(now_ms);
         Ok(())
-    }
-
-    // ----- connection
-
-    /// Connects (now, or as soon as authenticated).
-    pub fn connect(&mut self, now_ms: u64) {
-        self.want_connected = true;
-        if matches!(self.conn, Conn::Idle | Conn::Goaway) {
-            self.conn = Conn::Idle;
-            self.retries = 0;
-            self.reauth_spent = false;
-            if self.token.is_some() {
-                self.start_connect(now_ms);
-            }
-        }
-    }
-
-    /// Closes the socket and stops reconnecting.
-    pub fn disconnect(&mut self, _now_ms: u64) {
-        self.want_connected = false;
-        if matches!(
-            self.conn,
-            Conn::Open | Conn::Connecting | Conn::FetchingTicket
-        ) {
-            self.conn_cmds.push_back(ConnCommand::Close);
-        }
-        self.conn = Conn::Idle;
-        self.next_ping_ms = None;
-        self.set_network(NetworkState::Disconnected);
-    }
-
-    fn start_connect(&mut self, _now_ms: u64) {
-        self.conn = Conn::FetchingTicket;
-        self.set_network(NetworkState::Connecting);
-        self.request(
-            Method::Post,
-            wire::http::paths::WS_TICKET.into(),
-            Some(json!({})),
-            true,
-            Pending::Ticket,
-        );
-    }
-
-    fn on_ticket(&mut self, now_ms: u64, status: u16, v: Option<&Value>) {
-        if self.conn != Conn::FetchingTicket {
-            return;
-        }
-        if status == 401 {
-            // The bearer token itself was refused: the token fallback would be refused too.
-            return self.token_refused(now_ms, status);
-        }
-        let (Some(uuid), Some(token)) = (
-            self.stored.as_ref().map(|s| s.uuid.clone()),
-            self.token.as_ref().map(|t| t.expose().to_owned()),
-        ) else {
-            self.conn = Conn::Idle;
-            return;
-        };
-        let ticket = v
-            .filter(|_| ok_status(status))
-            .and_then(|v| v.get("ticket")?.as_str().map(str::to_owned));
-        let auth = match ticket {
-            Some(t) => WsAuth::Ticket(t),
-            None => WsAuth::Token(token),
-        };
-        self.conn = Conn::Connecting;
-        self.conn_cmds.push_back(ConnCommand::Connect {
-            user_uuid: uuid,
-            auth,
-        });
-    }
-
-    /// The relay refused our token (401 on the ticket request or the upgrade), without a
-    /// GOAWAY on this connection (after one `conn` is [`Conn::Goaway`] and nothing gets here):
-    /// re-authenticate once with the stored identity, then reconnect; a second refusal before
-    /// a socket opened is terminal (see the module doc).
-    fn token_refused(&mut self, now_ms: u64, status: u16) {
-        self.token = None;
-        self.conn = Conn::Idle;
-        if self.reauth_spent || self.stored.is_none() {
-            self.stop_reconnecting();
-            self.events
-                .push_back(Event::AuthFailed(AuthFailure::TokenRefused(status)));
-            return;
-        }
-        self.reauth_spent = true;
-        self.reauthenticate(now_ms);
-    }
-
-    /// Runs challenge/verify for the stored identity (unless an auth flow already runs: its
-    /// token serves as well); `on_verify` reconnects.
-    fn reauthenticate(&mut self, now_ms: u64) {
-        self.conn = Conn::Idle;
-        self.set_network(NetworkState::Connecting);
-        if self.flow.is_some() {
-            return;
-        }
-        let started = match self.stored.clone() {
-            Some(stored) => self.start_auth_round(&stored, true).is_ok(),
-            None => false,
-        };
-        if !started {
-            self.auth_failed(now_ms, true, AuthFailure::BadResponse);
-        }
-    }
-
-    /// The WebSocket upgrade was answered with an HTTP `status` instead of `101` (the shell
-    /// reports a transport failure with [`Client::handle_disconnected`]). A 401 means the
-    /// ticket or token was refused and starts the re-authentication of the module doc; any
-    /// other status is an ordinary failed attempt (backoff and retry).
-    pub fn handle_connect_refused(&mut self, now_ms: u64, status: u16) {
-        if status == 401 && self.conn == Conn::Connecting && self.want_connected {
-            self.token_refused(now_ms, status);
-        } else {
-            self.handle_disconnected(now_ms);
-        }
-    }
-
-    /// The socket opened: `sync`, then every unacknowledged outbox intent with its id.
-    pub fn handle_connected(&mut self, now_ms: u64) -> Result<(), ClientError> {
-        if self.conn != Conn::Connecting {
-            return Ok(());
-        }
-        self.conn = Conn::Open;
-        self.retries = 0;
-        self.reauth_spent = false;
-        self.next_ping_ms = Some(now_ms + HEARTBEAT_INTERVAL_MS);
-        self.set_network(NetworkState::Connected);
-        self.frames.push_back(ClientFrame::Sync(SyncFrame {
-            crypto_v: Some(CRYPTO_V_MESSAGE),
-        }));
-        self.resend_outbox()?;
-        self.send_queued_actions()
-    }
-
-    /// The socket closed (or failed to open).
-    pub fn handle_disconnected(&mut self, now_ms: u64) {
-        self.next_ping_ms = None;
-        self.actions.socket_closed();
-        if self.conn == Conn::Goaway || !self.want_connected {
-            if self.conn != Conn::Goaway {
-                self.conn = Conn::Idle;
-            }
-            self.set_network(NetworkState::Disconnected);
-            return;
-        }
-        let delay = self.backoff_ms();
-        self.conn = Conn::WaitingRetry {
-            at_ms: now_ms + delay,
-        };
-        self.set_network(NetworkState::Disconnected);
-    }
-
-    /// `min(1 s · 2^retries, 30 s)` scaled by a jitter in `[0.7, 1.0)`.
-    fn backoff_ms(&mut self) -> u64 {
-        let exp = RECONNECT_BASE_MS
-            .checked_shl(self.retries.min(16))
-            .unwrap_or(RECONNECT_MAX_MS)
-            .min(RECONNECT_MAX_MS);
-        let jitter =
-            RECONNECT_JITTER_MIN_PERMILLE + self.rng.next_u64() % RECONNECT_JITTER_SPAN_PERMILLE;
-        exp * jitter / 1000
     }
 
     /// Timers: heartbeat, reconnect and the call timeout.
     pub fn handle_timeout(&mut self, now_ms: u64) {
         self.call_timeout(now_ms);
-        if let Conn::WaitingRetry { at_ms } = self.conn
-            && now_ms >= at_ms
-        {
-            self.retries += 1;
-            if self.token.is_some() {
-                self.start_connect(now_ms);
-            } else {
-                // A re-authentication the relay could not answer: try it again.
-                self.reauthenticate(now_ms);
-            }
-        }
-        if self.conn == Conn::Open
-            && let Some(at) = self.next_ping_ms
-            && now_ms >= at
-        {
-            self.frames
-                .push_back(ClientFrame::Ping(PingFrame { crypto_v: None }));
-            self.next_ping_ms = Some(now_ms + HEARTBEAT_INTERVAL_MS);
-        }
+        self.connection_timers(now_ms);
     }
 
     /// Feeds a text frame; unparseable frames are dropped.
@@ -873,13 +590,7 @@ impl<S: ClientStore> Client<S> {
             ServerFrame::FriendRequest(_) | ServerFrame::FriendAccepted(_) => {
                 self.sync_contacts(now_ms);
             }
-            ServerFrame::Goaway(g) => {
-                self.conn = Conn::Goaway;
-                self.next_ping_ms = None;
-                self.conn_cmds.push_back(ConnCommand::Close);
-                self.set_network(NetworkState::Disconnected);
-                self.events.push_back(Event::Goaway(g.reason));
-            }
+            ServerFrame::Goaway(g) => self.on_goaway(g),
             ServerFrame::Error(e) => self.on_error_frame(e.id)?,
             ServerFrame::Call(c) => self.on_call(now_ms, &c)?,
             ServerFrame::Unknown(_) => {}

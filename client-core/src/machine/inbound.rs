@@ -12,7 +12,7 @@
 
 use wire::frames::{CRYPTO_V_MESSAGE, ClientFrame, MsgDelivery, ReceiptFrame};
 
-use super::client::{Client, Conn};
+use super::client::Client;
 use super::event::{ClientError, Event};
 use crate::crypto::content::MessageContent;
 use crate::crypto::{SessionKey, decrypt_payload_text};
@@ -55,7 +55,7 @@ impl<S: ClientStore> Client<S> {
     }
 
     fn send_delivered(&mut self, d: &MsgDelivery) {
-        if self.conn == Conn::Open {
+        if self.is_connected() {
             self.frames.push_back(ClientFrame::Delivered(ReceiptFrame {
                 conv_id: d.conv_id.clone(),
                 seq: d.seq,

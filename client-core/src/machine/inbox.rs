@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use wire::frames::{CRYPTO_V_MESSAGE, ClientFrame, MsgDelivery, SyncFrame};
 use wire::ids::{AliasId, ConvId, MessageId, Seq};
 
-use super::client::{Client, Conn};
+use super::client::Client;
 use super::event::{ClientError, Event};
 use crate::store::{ClientStore, OfflineMessage};
 
@@ -128,7 +128,7 @@ impl<S: ClientStore> Client<S> {
                 released = true;
             }
         }
-        if released && self.conn == Conn::Open {
+        if released && self.is_connected() {
             self.frames.push_back(ClientFrame::Sync(SyncFrame {
                 crypto_v: Some(CRYPTO_V_MESSAGE),
             }));

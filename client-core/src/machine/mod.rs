@@ -115,6 +115,7 @@
 mod actions;
 mod call;
 mod client;
+mod connection;
 mod contacts;
 mod event;
 mod inbound;
@@ -129,6 +130,10 @@ mod vanity;
 
 pub use self::call::*;
 pub use self::client::*;
+pub use self::connection::{
+    ConnCommand, HEARTBEAT_INTERVAL_MS, NetworkState, RECONNECT_BASE_MS,
+    RECONNECT_JITTER_MIN_PERMILLE, RECONNECT_JITTER_SPAN_PERMILLE, RECONNECT_MAX_MS, WsAuth,
+};
 pub use self::event::{ClientError, Event};
 pub use self::inbox::{InboxLimit, OFFLINE_INBOX_MAX_PER_CONVERSATION, OFFLINE_INBOX_MAX_TOTAL};
 pub use self::outbox::{DEFAULT_OUTBOX_MAX_ATTEMPTS, TYPING_DEBOUNCE_MS};

@@ -17,7 +17,7 @@
 use wire::frames::{CRYPTO_V_MESSAGE, ClientFrame, MsgFrame, TypingFrame};
 use wire::ids::{AliasId, ConvId, MessageId};
 
-use super::client::{Client, Conn};
+use super::client::Client;
 use super::event::{ClientError, Event};
 use super::inbound::stored_from_content;
 use crate::crypto::content::MessageContent;
@@ -75,7 +75,7 @@ impl<S: ClientStore> Client<S> {
         msg.reply_to_id = reply_to_id;
         self.store.put_message(&msg)?;
         self.store.put_outbox(&intent)?;
-        if self.conn == Conn::Open {
+        if self.is_connected() {
             self.transmit_intent(intent)?;
         }
         Ok(id)
@@ -166,7 +166,7 @@ impl<S: ClientStore> Client<S> {
         let conv = ConvId::parse(conversation_id)
             .map_err(|_| ClientError::InvalidId("conversation id"))?;
         let to = AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
-        if self.conn != Conn::Open {
+        if !self.is_connected() {
             return Ok(());
         }
         if let Some(&last) = self.typing_sent_ms.get(conversation_id)
