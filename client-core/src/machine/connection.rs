@@ -22,7 +22,7 @@ use rand_core::Rng as _;
 use serde_json::{Value, json};
 use wire::frames::{CRYPTO_V_MESSAGE, ClientFrame, GoawayFrame, PingFrame, SyncFrame};
 
-use super::AuthFailure;
+use super::auth::AuthFailure;
 use super::client::{Client, Method, Pending, ok_status};
 use super::event::{ClientError, Event};
 use crate::store::ClientStore;

@@ -10,8 +10,10 @@ use serde_json::{Map, Value};
 use wire::frames::CallKind;
 use wire::http::FriendProfile;
 
+use super::auth::AuthFailure;
 use super::call::CallEvent;
-use super::{AuthFailure, InboxLimit, NetworkState};
+use super::connection::NetworkState;
+use super::inbox::InboxLimit;
 use crate::crypto::signal::{SignalError, SignatureCoverage};
 use crate::keys::KeyError;
 use crate::security::SecurityViolationEvent;

@@ -113,6 +113,7 @@
 //!   [`Event::CallSignal`] is still emitted for every verified signal (low level).
 
 mod actions;
+mod auth;
 mod call;
 mod client;
 mod connection;
@@ -128,8 +129,12 @@ mod retract;
 mod trust;
 mod vanity;
 
-pub use self::call::*;
-pub use self::client::*;
+pub use self::auth::AuthFailure;
+pub use self::call::{
+    CALL_REJECT_REASON_BUSY, CALL_RING_TIMEOUT_MS, CallEndReason, CallEvent, CallInfo, CallOptions,
+    CallState,
+};
+pub use self::client::{Client, ClientConfig, HttpRequest, Method, RequestId};
 pub use self::connection::{
     ConnCommand, HEARTBEAT_INTERVAL_MS, NetworkState, RECONNECT_BASE_MS,
     RECONNECT_JITTER_MIN_PERMILLE, RECONNECT_JITTER_SPAN_PERMILLE, RECONNECT_MAX_MS, WsAuth,
