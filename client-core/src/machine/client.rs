@@ -1,4 +1,11 @@
-//! The [`Client`] machine; see the module doc of [`crate::machine`].
+//! The dispatcher: [`Client`]'s state, its output queues and the routing of every input to
+//! the sub-machine that owns it.
+//!
+//! Rules enforced here: an HTTP response is routed by the request it answers (an unknown or
+//! already answered id is ignored); an undecodable text frame is dropped; a frame type the
+//! machine does not know is ignored; `handle_timeout` runs the call timeout before the
+//! connection timers. Everything else lives in the sub-machine modules listed in
+//! [`crate::machine`].
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -74,6 +81,7 @@ pub struct HttpRequest {
     pub bearer: bool,
 }
 
+/// What an outstanding HTTP request is for (routes its answer).
 #[derive(Debug)]
 pub(super) enum Pending {
     Pow,
@@ -84,28 +92,91 @@ pub(super) enum Pending {
     Friends,
 }
 
-/// The sans-IO client. `S` is the local store.
+/// The sans-IO client machine. `S` is the local store.
+///
+/// # Inputs
+/// Every input carries `now` (epoch ms); none blocks or performs IO.
+/// * App commands: [`register_account`](Self::register_account),
+///   [`restore_session`](Self::restore_session), [`connect`](Self::connect),
+///   [`disconnect`](Self::disconnect), [`send_message`](Self::send_message),
+///   [`send_typing`](Self::send_typing), [`mark_as_read`](Self::mark_as_read),
+///   [`retract_message`](Self::retract_message), [`sync_contacts`](Self::sync_contacts),
+///   [`verify_input_code`](Self::verify_input_code),
+///   [`mark_as_verified`](Self::mark_as_verified),
+///   [`reset_trust_state`](Self::reset_trust_state), [`call`](Self::call),
+///   [`answer_call`](Self::answer_call), [`reject_call`](Self::reject_call),
+///   [`hangup_call`](Self::hangup_call), [`send_ice_candidate`](Self::send_ice_candidate),
+///   [`call_media_connected`](Self::call_media_connected),
+///   [`send_call_signal`](Self::send_call_signal).
+/// * What the shell observed: [`handle_http_response`](Self::handle_http_response) (the answer
+///   to a request from `poll_http`; status `0` for a transport error),
+///   [`handle_connected`](Self::handle_connected),
+///   [`handle_disconnected`](Self::handle_disconnected) (closed, or failed to open),
+///   [`handle_connect_refused`](Self::handle_connect_refused) (the upgrade answered with an
+///   HTTP status), [`handle_text`](Self::handle_text) / [`handle_frame`](Self::handle_frame)
+///   (one WebSocket text message), [`handle_timeout`](Self::handle_timeout).
+///
+/// # Outputs
+/// * [`poll_http`](Self::poll_http) → [`HttpRequest`]: perform it (with
+///   [`bearer_token`](Self::bearer_token) when `bearer`), then feed the answer back.
+/// * [`poll_connection`](Self::poll_connection) → [`ConnCommand`]: open or close the socket.
+/// * [`poll_transmit`](Self::poll_transmit) → `ClientFrame`: send `frame.encode()` on the
+///   open socket.
+/// * [`poll_event`](Self::poll_event) → [`Event`]: hand it to the app.
+/// * [`poll_timeout`](Self::poll_timeout): when to call `handle_timeout` next (heartbeat,
+///   reconnect, call timeout).
+///
+/// Queries that change nothing: [`network_state`](Self::network_state),
+/// [`is_connected`](Self::is_connected), [`alias_id`](Self::alias_id),
+/// [`trust_state`](Self::trust_state), [`unread_count`](Self::unread_count),
+/// [`current_call`](Self::current_call), [`call_state`](Self::call_state),
+/// [`store`](Self::store).
+///
+/// # Drain order
+/// After **every** input, drain the queues completely, in this order: `poll_http`,
+/// `poll_connection`, `poll_transmit`, `poll_event`; then re-arm the timer from
+/// `poll_timeout` (any input may move it or clear it). Events come last, so an app that
+/// reacts to one with a new command finds the effects of the input that caused it already
+/// handed to the shell. The crate doc shows the loop.
 pub struct Client<S: ClientStore> {
+    // Shared by every sub-machine: the store, randomness, tunables and who we are.
     pub(super) store: S,
     pub(super) rng: ChaCha20Rng,
     pub(super) config: ClientConfig,
+    /// Our keys, once authenticated (written by `auth`).
     pub(super) identity: Option<Identity>,
+    /// The stored identity (written by `auth`).
     pub(super) stored: Option<StoredIdentity>,
+    /// The JWT (written by `auth`, dropped by `connection` when the relay refuses it).
     pub(super) token: Option<SecretString>,
-    pub(super) flow: Option<AuthFlow>,
+    /// Requests handed to the shell and not answered yet, by what the answer is for.
     pub(super) pending: BTreeMap<RequestId, Pending>,
     pub(super) next_request: u64,
+
+    // Sub-machine state, each owned by its module.
+    /// `auth`: the registration or login in progress.
+    pub(super) flow: Option<AuthFlow>,
+    /// `connection`.
     pub(super) link: Link,
-    pub(super) security: SecurityModule,
-    pub(super) nonces: NonceCache,
+    /// `outbox`: the last typing notice per conversation.
     pub(super) typing_sent_ms: BTreeMap<String, u64>,
+    /// `receipts`: receipts that may overtake an ack.
     pub(super) receipt_hw: ReceiptLevels,
+    /// `inbox`: conversations over a bound.
     pub(super) inbox_overflow: InboxOverflow,
-    /// A message came from an unknown alias while a friends request was in flight: sync again
-    /// when it answers (its list may predate the peer's bind).
+    /// `contacts`: a message came from an unknown alias while a friends request was in
+    /// flight: sync again when it answers (its list may predate the peer's bind).
     pub(super) contacts_resync: bool,
+    /// `trust`: the trust table.
+    pub(super) security: SecurityModule,
+    /// `actions`: queued `read` / `retract` frames.
     pub(super) actions: Actions,
+    /// `call`: the current (or last) call.
     pub(super) call: Option<ActiveCall>,
+    /// `call`: replay protection of call signals.
+    pub(super) nonces: NonceCache,
+
+    // Output queues, drained by the `poll_*` methods.
     pub(super) http: VecDeque<HttpRequest>,
     pub(super) frames: VecDeque<ClientFrame>,
     pub(super) conn_cmds: VecDeque<ConnCommand>,
@@ -122,10 +193,12 @@ impl<S: ClientStore> std::fmt::Debug for Client<S> {
     }
 }
 
+/// A 2xx status.
 pub(super) fn ok_status(status: u16) -> bool {
     (200..300).contains(&status)
 }
 
+/// A response body as JSON (`Null` when empty, `None` when not JSON).
 pub(super) fn parse_body(body: &[u8]) -> Option<Value> {
     if body.is_empty() {
         return Some(Value::Null);
@@ -155,21 +228,21 @@ impl<S: ClientStore> Client<S> {
             identity: None,
             stored,
             token: None,
-            flow: None,
             pending: BTreeMap::new(),
             next_request: 0,
+            flow: None,
             link: Link::default(),
-            security,
-            nonces: NonceCache::new(),
             typing_sent_ms: BTreeMap::new(),
             receipt_hw,
             inbox_overflow: InboxOverflow::new(),
             contacts_resync: false,
+            security,
             actions: Actions {
                 queued: actions,
                 read_sent: BTreeMap::new(),
             },
             call: None,
+            nonces: NonceCache::new(),
             http: VecDeque::new(),
             frames: VecDeque::new(),
             conn_cmds: VecDeque::new(),
@@ -177,7 +250,7 @@ impl<S: ClientStore> Client<S> {
         })
     }
 
-    // ----- getters
+    // ----- queries
 
     /// The local store.
     pub fn store(&self) -> &S {
@@ -239,8 +312,9 @@ impl<S: ClientStore> Client<S> {
             .min()
     }
 
-    // ----- helpers
+    // ----- helpers of the sub-machines
 
+    /// Queues an HTTP request whose answer goes to the sub-machine named by `p`.
     pub(super) fn request(
         &mut self,
         method: Method,
@@ -261,6 +335,7 @@ impl<S: ClientStore> Client<S> {
         });
     }
 
+    /// A random UUID v4 (message and call ids).
     pub(super) fn new_message_id(&mut self) -> String {
         let mut b = [0u8; 16];
         self.rng.fill_bytes(&mut b);
@@ -277,6 +352,8 @@ impl<S: ClientStore> Client<S> {
         )
     }
 
+    // ----- inputs routed to the sub-machines (app commands live in their modules)
+
     /// Feeds the response of a request from [`Client::poll_http`].
     pub fn handle_http_response(
         &mut self,
@@ -290,11 +367,14 @@ impl<S: ClientStore> Client<S> {
         };
         let v = parse_body(body);
         match p {
+            // auth
             Pending::Pow => self.on_pow(status, v.as_ref()),
             Pending::Register => self.on_register(now_ms, status, v.as_ref()),
             Pending::Challenge => self.on_challenge(now_ms, status, v.as_ref()),
             Pending::Verify => self.on_verify(now_ms, status, v.as_ref())?,
+            // connection
             Pending::Ticket => self.on_ticket(now_ms, status, v.as_ref()),
+            // contacts
             Pending::Friends => self.on_friends_response(now_ms, status, v)?,
         }
         Ok(())
@@ -316,6 +396,9 @@ impl<S: ClientStore> Client<S> {
 
     /// Feeds a decoded frame.
     pub fn handle_frame(&mut self, now_ms: u64, frame: ServerFrame) -> Result<(), ClientError> {
+        // ack, error → outbox; msg → inbound; delivered/read → receipts; retract → retract;
+        // payment_confirmed → payments; friend_* → contacts; goaway → connection; call_* →
+        // call; typing and channel posts go to the app as they are.
         match frame {
             ServerFrame::Ack(a) => self.on_ack(a.id.as_str(), a.seq.get())?,
             ServerFrame::Msg(m) => self.on_msg(now_ms, &m)?,

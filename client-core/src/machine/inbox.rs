@@ -7,11 +7,11 @@
 //! * Retried when a session appears or changes (contacts sync, `reset_trust_state`), per
 //!   conversation in seq order (seq-less ones last, by id), through the ordinary inbound path.
 //! * Bounded: at most `offline_max_per_conversation` parked messages per conversation and
-//!   `offline_max_total` in all ([`ClientConfig`](super::ClientConfig)). A message that would
-//!   exceed a bound is refused: not stored and no `delivered`, so the relay keeps it. The inbox
-//!   never drops or evicts. [`Event::OfflineInboxFull`] is emitted once per conversation per
-//!   episode; when retrying drains the conversation below its bound the machine sends `sync`
-//!   so the relay re-pushes what it kept.
+//!   `offline_max_total` in all ([`super::ClientConfig`]). A message that would exceed a bound
+//!   is refused: not stored and no `delivered`, so the relay keeps it. The inbox never drops
+//!   or evicts. [`Event::OfflineInboxFull`] is emitted once per conversation per episode;
+//!   when retrying drains the conversation below its bound the machine sends `sync` so the
+//!   relay re-pushes what it kept.
 
 use std::collections::BTreeSet;
 

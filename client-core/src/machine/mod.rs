@@ -15,6 +15,28 @@
 //!   handle_timeout
 //! ```
 //!
+//! [`Client`] (in `client.rs`) is the dispatcher: the shared state, the output queues and the
+//! routing of every input. Behind it, one private module per sub-machine owns its part of the
+//! state and starts with a short doc of the rules it enforces:
+//!
+//! | module | sub-machine | decisions below |
+//! |---|---|---|
+//! | `auth` | registration, 409 recovery, challenge/verify | Registration |
+//! | `connection` | ticket, socket, heartbeat, backoff, GOAWAY, re-auth | Connection, Refused token |
+//! | `outbox` | sending, statuses, `ack`, `error` frames, typing notices | Outbox, Statuses |
+//! | `receipts` | `delivered` / `read`, receipts that overtake the `ack` | Statuses |
+//! | `inbound` | dedup, trust guard, decryption, storage, `delivered` | Inbound |
+//! | `inbox` | the offline inbox: parking, bounds, retries | Inbound, Offline inbox bound |
+//! | `contacts` | the friends list and the sessions it creates | Trust, Peer alias change |
+//! | `vanity` | following a peer's new alias | Peer alias change |
+//! | `trust` | the guard, verification, key changes | Trust |
+//! | `actions` | the durable queue of `read` and `retract` frames | Read receipts and retracts |
+//! | `read_markers` | `mark_as_read`, unread counts | Local read marker |
+//! | `retract` | retracts, ours and the peer's | Retract |
+//! | `payments` | `payment_confirmed`, once per order | `payment_confirmed` |
+//! | `call` | the call state machine and its signals | Calls |
+//! | `event` | [`Event`] and [`ClientError`] | |
+//!
 //! Decisions (see also the crate README note in the report):
 //! * **Registration** = PoW (A1, failure tolerated as in every reference client) → A2 → A3 → A4.
 //!   The identity is stored only after A4 succeeded. On **409** the returned `uuid` is adopted
