@@ -4,6 +4,9 @@
 //! * One call at a time. `call` → `calling`; an offer → `ringing`; `answer_call` or the
 //!   matching `call_answer` → `connecting`; `call_media_connected` → `connected`. Final states
 //!   (`hangup`, `rejected`, `ended`) allow a new call.
+//! * Signals are never queued: with the socket closed a command that sends one fails with
+//!   `NotConnected` (`answer_call` then changes nothing; `reject_call` and `hangup_call` still
+//!   end the call locally, and the peer times out).
 //! * Every signal is sealed and opened with the conversation's session key and the peer's
 //!   Ed25519 key (60 s window, nonce cache); a refused one emits `SignalRefused` and changes
 //!   nothing. Answer, ICE, reject and hangup apply only when `call_id` **and** sender match the
@@ -178,7 +181,8 @@ pub(super) fn sdp_has_video(sdp: &str) -> bool {
 }
 
 impl<S: ClientStore> Client<S> {
-    /// Signs, encrypts and sends a call signal to `to_alias_id`.
+    /// Signs, encrypts and sends a call signal to `to_alias_id`. Signals are not queued: with
+    /// no open socket this is [`ClientError::NotConnected`] and nothing is sent.
     pub fn send_call_signal(
         &mut self,
         now_ms: u64,
@@ -190,6 +194,10 @@ impl<S: ClientStore> Client<S> {
         let (Some(identity), Some(me)) = (self.identity.as_ref(), self.stored.as_ref()) else {
             return Err(ClientError::NotAuthenticated);
         };
+        if !self.is_connected() {
+            // The shell has no socket to send it on and would drop it.
+            return Err(ClientError::NotConnected);
+        }
         let session = self
             .store
             .load_session_by_alias(to_alias_id)?

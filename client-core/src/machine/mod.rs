@@ -122,6 +122,9 @@
 //!   `connecting`; the app's `call_media_connected` → `connected`. Final states: `hangup` (we
 //!   hung up), `rejected` (declined either way, reason `busy` when the callee was busy),
 //!   `ended` (peer hangup, timeout, lost glare); a new call may start from any final state.
+//!   Signals need an open socket (they are never queued): while closed, a command that sends
+//!   one returns [`ClientError::NotConnected`]; `reject_call`/`hangup_call` still end the call
+//!   locally.
 //!   Every signal is sealed/opened with `seal_signal`/`open_signal` (signature, 60 s window,
 //!   nonce cache); a refused one emits [`CallEvent::SignalRefused`] and changes nothing.
 //!   Answer/ICE/reject/hangup apply only when `call_id` **and** sender match the current call,
