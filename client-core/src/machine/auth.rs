@@ -22,7 +22,7 @@ use crate::pow::{POW_DEFAULT_DIFFICULTY, solve_pow};
 use crate::store::{ClientStore, StoredIdentity};
 
 impl<S: ClientStore> Client<S> {
-    /// Starts registration (idempotent for the same mnemonic; see the module doc).
+    /// Starts registration (idempotent for the same mnemonic; see the [machine doc](crate::machine)).
     pub fn register_account(
         &mut self,
         _now_ms: u64,
@@ -254,7 +254,7 @@ impl<S: ClientStore> Client<S> {
 pub enum AuthFailure {
     /// Registration refused with this status.
     Register(u16),
-    /// The 409 account could not be proven ours (see the module doc).
+    /// The 409 account could not be proven ours (see the [machine doc](crate::machine)).
     RecoveryRejected,
     /// Challenge or verify refused with this status.
     Auth(u16),

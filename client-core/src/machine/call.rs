@@ -80,7 +80,7 @@ pub enum CallEndReason {
     Busy,
     /// No answer / no user action / no media within [`CALL_RING_TIMEOUT_MS`].
     Timeout,
-    /// Both called each other; the other call won (see the module doc).
+    /// Both called each other; the other call won (see the [machine doc](crate::machine)).
     Glare,
 }
 

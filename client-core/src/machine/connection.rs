@@ -108,9 +108,9 @@ impl<S: ClientStore> Client<S> {
     }
 
     /// The relay refused our token (401 on the ticket request or the upgrade), without a
-    /// GOAWAY on this connection (after one `conn` is [`Conn::Goaway`] and nothing gets here):
-    /// re-authenticate once with the stored identity, then reconnect; a second refusal before
-    /// a socket opened is terminal (see the module doc).
+    /// GOAWAY on this connection (after one `link.state` is [`Conn::Goaway`] and nothing gets
+    /// here): re-authenticate once with the stored identity, then reconnect; a second refusal
+    /// before a socket opened is terminal (see the module doc).
     fn token_refused(&mut self, now_ms: u64, status: u16) {
         self.token = None;
         self.link.state = Conn::Idle;
@@ -143,8 +143,9 @@ impl<S: ClientStore> Client<S> {
 
     /// The WebSocket upgrade was answered with an HTTP `status` instead of `101` (the shell
     /// reports a transport failure with [`Client::handle_disconnected`]). A 401 means the
-    /// ticket or token was refused and starts the re-authentication of the module doc; any
-    /// other status is an ordinary failed attempt (backoff and retry).
+    /// ticket or token was refused and starts the re-authentication of the
+    /// [machine doc](crate::machine); any other status is an ordinary failed attempt (backoff
+    /// and retry).
     pub fn handle_connect_refused(&mut self, now_ms: u64, status: u16) {
         if status == 401 && self.link.state == Conn::Connecting && self.link.want_connected {
             self.token_refused(now_ms, status);

@@ -63,7 +63,7 @@ pub enum Event {
         recovered: bool,
     },
     /// Registration or restore failed, or the machine's own re-authentication after a refused
-    /// token failed (then the machine stopped reconnecting; see the module doc).
+    /// token failed (then the machine stopped reconnecting; see the [machine doc](crate::machine)).
     AuthFailed(AuthFailure),
     /// Contacts synced (sessions created as needed).
     ContactsSynced(Vec<FriendProfile>),

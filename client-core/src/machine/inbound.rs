@@ -19,6 +19,7 @@ use crate::crypto::{SessionKey, decrypt_payload_text};
 use crate::store::{ClientStore, MessageStatus, StoredMessage};
 
 impl<S: ClientStore> Client<S> {
+    /// A `msg` frame, or a parked message retried (see the module doc).
     pub(super) fn on_msg(&mut self, now_ms: u64, d: &MsgDelivery) -> Result<(), ClientError> {
         let id = d.id.as_str();
         if self.store.get_message(id)?.is_some() {

@@ -84,7 +84,8 @@ impl<S: ClientStore> Client<S> {
         Ok(())
     }
 
-    /// Back to unverified; a pending changed key (see module doc) is adopted now.
+    /// Back to unverified; a pending changed key (see the [machine doc](crate::machine)) is
+    /// adopted now.
     pub fn reset_trust_state(
         &mut self,
         now_ms: u64,
