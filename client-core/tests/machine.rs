@@ -1124,3 +1124,105 @@ fn payment_confirmed_reaches_the_app_once_per_order_across_restarts() {
     c.handle_text(4, &frame("o-2")).unwrap();
     assert_eq!(confirmed(&mut c), 0);
 }
+
+/// The friendship was accepted while we were away (its `friend_accepted` frame missed): the
+/// first message of the conversation must fetch the friends list, not wait for a reconnect.
+#[test]
+fn message_for_an_unknown_conversation_syncs_contacts() {
+    let mut c = client(ClientConfig::default());
+    register(&mut c, 0);
+    open(&mut c, 0);
+    events(&mut c);
+    c.handle_text(1, &inbound("m-1", 1, "first", &bob_key(X25519Path::Spec)))
+        .unwrap();
+    assert!(matches!(events(&mut c)[..], [Event::Parked { .. }]));
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/friends");
+    reply(&mut c, 2, &r, 200, friend(BOB, X25519Path::Spec));
+    assert!(
+        events(&mut c)
+            .iter()
+            .any(|e| matches!(e, Event::Message(m) if m.text == "first"))
+    );
+    assert!(c.store().list_offline().unwrap().is_empty());
+}
+
+fn retract_frame(id: &str, from: &str) -> String {
+    json!({"type":"retract","id":id,"from":from,"conv_id":CONV}).to_string()
+}
+
+fn msg_type(c: &C, id: &str) -> Option<String> {
+    c.store().get_message(id).unwrap().unwrap().msg_type
+}
+
+/// Bob bound `4000` after sending `m-1`: his retract comes from the new alias. It waits for
+/// the contacts sync that shows the rename, then lands; a retract from an alias the sync does
+/// not give to the conversation's peer never does.
+#[test]
+fn retract_from_a_friend_who_bound_a_vanity_alias_lands() {
+    let mut c = ready(0);
+    let k = bob_key(X25519Path::Spec);
+    c.handle_text(1, &inbound("m-1", 1, "one", &k)).unwrap();
+    c.handle_text(2, &inbound("m-2", 2, "two", &k)).unwrap();
+    events(&mut c);
+    // from a stranger's alias: the friends list still gives the conversation to u10000002
+    c.handle_text(3, &retract_frame("m-1", "u10000003"))
+        .unwrap();
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/friends");
+    reply(&mut c, 4, &r, 200, friend(BOB, X25519Path::Spec));
+    assert_eq!(msg_type(&c, "m-1"), None);
+    // from bob's new alias, before we know it: held, then applied once the sync follows it
+    c.handle_text(5, &retract_frame("m-1", "4000")).unwrap();
+    assert_eq!(msg_type(&c, "m-1"), None);
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/friends");
+    reply(&mut c, 6, &r, 200, friend_bound(BOB));
+    assert_eq!(msg_type(&c, "m-1").as_deref(), Some("retracted"));
+    assert!(
+        events(&mut c)
+            .iter()
+            .any(|e| matches!(e, Event::Retracted { id } if id == "m-1"))
+    );
+    // once the session follows, a retract of an older message from the new alias lands at once
+    c.handle_text(7, &retract_frame("m-2", "4000")).unwrap();
+    assert_eq!(msg_type(&c, "m-2").as_deref(), Some("retracted"));
+    assert!(c.poll_http().is_none());
+}
+
+/// The contacts sync a parked message asked for fails (a stale pooled connection, the relay
+/// restarting): it is retried on a doubling timer until one answers, not at the next reconnect.
+#[test]
+fn failed_contacts_sync_is_retried_while_messages_wait() {
+    let mut c = ready(0);
+    let k = bob_key(X25519Path::Spec);
+    c.handle_text(1, &inbound_from("4000", "m-1", 1, "hi", &k))
+        .unwrap();
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/friends");
+    reply(&mut c, 2, &r, 0, Value::Null);
+    assert!(c.poll_http().is_none());
+    assert_eq!(
+        c.poll_timeout(),
+        Some(2 + client_core::machine::CONTACTS_RETRY_BASE_MS)
+    );
+    c.handle_timeout(2 + client_core::machine::CONTACTS_RETRY_BASE_MS);
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/friends");
+    reply(&mut c, 1_010, &r, 503, Value::Null);
+    // doubled
+    assert_eq!(
+        c.poll_timeout(),
+        Some(1_010 + 2 * client_core::machine::CONTACTS_RETRY_BASE_MS)
+    );
+    c.handle_timeout(1_010 + 2 * client_core::machine::CONTACTS_RETRY_BASE_MS);
+    let r = next_http(&mut c);
+    reply(&mut c, 3_100, &r, 200, friend_bound(BOB));
+    assert!(
+        events(&mut c)
+            .iter()
+            .any(|e| matches!(e, Event::Message(m) if m.text == "hi"))
+    );
+    // nothing waits any more: no retry timer left (only the heartbeat)
+    assert_eq!(c.poll_timeout(), Some(25_000));
+}

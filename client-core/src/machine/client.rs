@@ -18,10 +18,12 @@ use super::actions::Actions;
 use super::auth::AuthFlow;
 use super::call::ActiveCall;
 use super::connection::{Conn, ConnCommand, Link, NetworkState};
+use super::contacts::ContactsRetry;
 use super::event::{ClientError, Event};
 use super::inbox::{InboxOverflow, OFFLINE_INBOX_MAX_PER_CONVERSATION, OFFLINE_INBOX_MAX_TOTAL};
 use super::outbox::DEFAULT_OUTBOX_MAX_ATTEMPTS;
 use super::receipts::ReceiptLevels;
+use super::retract::HeldRetracts;
 use crate::crypto::signal::NonceCache;
 use crate::keys::{Identity, SecretString, X25519Path};
 use crate::security::SecurityModule;
@@ -124,7 +126,7 @@ pub(super) enum Pending {
 ///   open socket.
 /// * [`poll_event`](Self::poll_event) → [`Event`]: hand it to the app.
 /// * [`poll_timeout`](Self::poll_timeout): when to call `handle_timeout` next (heartbeat,
-///   reconnect, call timeout).
+///   reconnect, call timeout, contacts retry).
 ///
 /// Queries that change nothing: [`network_state`](Self::network_state),
 /// [`is_connected`](Self::is_connected), [`alias_id`](Self::alias_id),
@@ -167,8 +169,13 @@ pub struct Client<S: ClientStore> {
     /// `contacts`: a message came from an unknown alias while a friends request was in
     /// flight: sync again when it answers (its list may predate the peer's bind).
     pub(super) contacts_resync: bool,
+    /// `contacts`: when to retry a failed sync that parked messages or held retracts wait for.
+    pub(super) contacts_retry: ContactsRetry,
     /// `trust`: the trust table.
     pub(super) security: SecurityModule,
+    /// `retract`: inbound retracts from an alias the session does not know yet, until the
+    /// contacts sync they asked for answers.
+    pub(super) held_retracts: HeldRetracts,
     /// `actions`: queued `read` / `retract` frames.
     pub(super) actions: Actions,
     /// `call`: the current (or last) call.
@@ -236,6 +243,8 @@ impl<S: ClientStore> Client<S> {
             receipt_hw,
             inbox_overflow: InboxOverflow::new(),
             contacts_resync: false,
+            contacts_retry: ContactsRetry::default(),
+            held_retracts: HeldRetracts::default(),
             security,
             actions: Actions {
                 queued: actions,
@@ -306,10 +315,15 @@ impl<S: ClientStore> Client<S> {
             .as_ref()
             .filter(|c| c.info.state.is_active())
             .and_then(|c| c.deadline_ms);
-        [retry, self.link.next_ping_ms, call]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            retry,
+            self.link.next_ping_ms,
+            call,
+            self.contacts_retry.at_ms,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     // ----- helpers of the sub-machines
@@ -380,10 +394,11 @@ impl<S: ClientStore> Client<S> {
         Ok(())
     }
 
-    /// Timers: heartbeat, reconnect and the call timeout.
+    /// Timers: heartbeat, reconnect, the call timeout and the contacts retry.
     pub fn handle_timeout(&mut self, now_ms: u64) {
         self.call_timeout(now_ms);
         self.connection_timers(now_ms);
+        self.contacts_timer(now_ms);
     }
 
     /// Feeds a text frame; unparseable frames are dropped.
@@ -409,7 +424,7 @@ impl<S: ClientStore> Client<S> {
                 conversation_id: t.conv_id.into_string(),
             }),
             ServerFrame::Retract(r) => {
-                self.on_retract(r.id.as_str(), r.from.as_str(), r.conv_id.as_str())?;
+                self.on_retract(now_ms, r.id.as_str(), r.from.as_str(), r.conv_id.as_str())?;
             }
             ServerFrame::ChannelPost(p) => self.events.push_back(Event::ChannelPost(
                 serde_json::to_value(&p).unwrap_or(Value::Null),

@@ -9,7 +9,11 @@
 //!   filled in, a new X25519 key ([`super::trust`]).
 //! * Then [`Event::ContactsSynced`], and the parked messages of every new or changed
 //!   conversation are retried ([`super::inbox`]).
-//! * A sync asked for while one is in flight whose answer may be stale runs again after it.
+//! * A sync asked for while one is in flight whose answer may be stale runs again after it;
+//!   the last successful answer settles the held retracts ([`super::retract`]).
+//! * A failed sync (no answer, a 5xx) while messages are parked or retracts held is retried
+//!   after [`CONTACTS_RETRY_BASE_MS`], doubling up to [`CONTACTS_RETRY_MAX_MS`], until one
+//!   succeeds: what waits for it must not wait for the next reconnect.
 
 use serde_json::Value;
 use wire::http::FriendProfile;
@@ -20,6 +24,30 @@ use crate::crypto::session_key;
 use crate::encoding::to_base64;
 use crate::keys::{Identity, SecretString};
 use crate::store::{ClientStore, SessionRecord, SessionTrust};
+
+/// First delay before a failed contacts sync is retried (doubles per failure).
+pub const CONTACTS_RETRY_BASE_MS: u64 = 1_000;
+/// Longest delay between retries of a failed contacts sync.
+pub const CONTACTS_RETRY_MAX_MS: u64 = 60_000;
+
+/// The retry timer of a failed contacts sync.
+#[derive(Debug, Default)]
+pub(super) struct ContactsRetry {
+    /// Consecutive failures.
+    failures: u32,
+    /// When to retry, if one is due.
+    pub(super) at_ms: Option<u64>,
+}
+
+impl ContactsRetry {
+    fn schedule(&mut self, now_ms: u64) {
+        let delay = CONTACTS_RETRY_BASE_MS
+            .saturating_mul(1 << self.failures.min(16))
+            .min(CONTACTS_RETRY_MAX_MS);
+        self.failures = self.failures.saturating_add(1);
+        self.at_ms = Some(now_ms.saturating_add(delay));
+    }
+}
 
 /// One accepted friend of the list, as the session reconciliation sees it.
 pub(super) struct Peer<'a> {
@@ -67,6 +95,19 @@ impl<S: ClientStore> Client<S> {
         }
     }
 
+    /// The contacts retry timer: a failed sync that something waits for is asked again.
+    pub(super) fn contacts_timer(&mut self, now_ms: u64) {
+        if self.contacts_retry.at_ms.is_some_and(|at| at <= now_ms) {
+            self.contacts_retry.at_ms = None;
+            self.sync_contacts_again(now_ms);
+        }
+    }
+
+    /// Messages parked or retracts held: a contacts sync may release them.
+    fn awaits_contacts(&self) -> Result<bool, ClientError> {
+        Ok(!self.held_retracts_is_empty() || self.store.count_offline(None)? > 0)
+    }
+
     /// The answer to [`Client::sync_contacts`].
     pub(super) fn on_friends_response(
         &mut self,
@@ -74,9 +115,15 @@ impl<S: ClientStore> Client<S> {
         status: u16,
         v: Option<Value>,
     ) -> Result<(), ClientError> {
+        let listed = ok_status(status);
         self.on_friends(now_ms, status, v)?;
         if std::mem::take(&mut self.contacts_resync) {
             self.sync_contacts(now_ms);
+        } else if listed {
+            self.contacts_retry = ContactsRetry::default();
+            self.settle_held_retracts()?;
+        } else if self.awaits_contacts()? {
+            self.contacts_retry.schedule(now_ms);
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! * `delivered` is sent only after the message is stored, and only on an open socket (the
 //!   relay re-pushes on the next `sync` what was not acknowledged).
 //! * A message is parked ([`super::inbox`]), never dropped, when its conversation has no
-//!   session, its sender's alias is not the session's ([`super::vanity`]), the trust guard
+//!   session (a contacts sync is then asked for), its sender's alias is not the session's ([`super::vanity`]), the trust guard
 //!   refuses the sender's key ([`super::trust`]), or it does not decrypt.
 //! * A stored inbound message has status `delivered`, its `seq` and sender, and is reported as
 //!   [`Event::Message`].
@@ -29,7 +29,11 @@ impl<S: ClientStore> Client<S> {
         }
         let conv = d.conv_id.as_str();
         let Some(session) = self.store.load_session(conv)? else {
-            return self.park(d);
+            // A friendship we have not heard of (its `friend_accepted` came while we were
+            // away): the friends list gives the session, and the retry releases the message.
+            self.park(d)?;
+            self.sync_contacts_again(now_ms);
+            return Ok(());
         };
         if session.their_alias_id != d.from.as_str() {
             return self.on_msg_from_other_alias(now_ms, d);

@@ -115,7 +115,8 @@
 //!   leaves the queue (as every reference client). `mark_as_read`/`retract_message` no longer
 //!   return `NotConnected`.
 //! * **Retract**: own messages only, locally replaced by the placeholder (`msgType`
-//!   `retracted`); an inbound retract applies only to a message authored by its sender.
+//!   `retracted`); an inbound retract applies only to an inbound message of its conversation
+//!   whose peer sent it (under the message's alias or the session's, after a vanity bind).
 //! * **Calls** (PROTOCOL §3.7, SPEC `CallState`): one call at a time. `call(to, options)` sends
 //!   `call_offer` (`sdp`, `sdp_type`, `mode`; SDP/ICE are opaque app strings) → `calling`; an
 //!   offer → `ringing` + [`CallEvent::Incoming`]; `answer_call` / a matching `call_answer` →
@@ -164,7 +165,8 @@ pub use self::connection::{
     ConnCommand, HEARTBEAT_INTERVAL_MS, NetworkState, RECONNECT_BASE_MS,
     RECONNECT_JITTER_MIN_PERMILLE, RECONNECT_JITTER_SPAN_PERMILLE, RECONNECT_MAX_MS, WsAuth,
 };
+pub use self::contacts::{CONTACTS_RETRY_BASE_MS, CONTACTS_RETRY_MAX_MS};
 pub use self::event::{ClientError, Event};
 pub use self::inbox::{InboxLimit, OFFLINE_INBOX_MAX_PER_CONVERSATION, OFFLINE_INBOX_MAX_TOTAL};
 pub use self::outbox::{DEFAULT_OUTBOX_MAX_ATTEMPTS, TYPING_DEBOUNCE_MS};
-pub use self::retract::{RETRACTED_MSG_TYPE, RETRACTED_TEXT};
+pub use self::retract::{HELD_RETRACTS_MAX, RETRACTED_MSG_TYPE, RETRACTED_TEXT};

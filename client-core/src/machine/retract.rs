@@ -4,7 +4,15 @@
 //!   stores the placeholder ([`RETRACTED_TEXT`], `msgType` [`RETRACTED_MSG_TYPE`], no media)
 //!   and sends `retract`, or queues it durably while closed ([`super::actions`]).
 //! * An inbound `retract` applies only to an inbound message of the same conversation authored
-//!   by the retract's sender; anything else is ignored.
+//!   by the conversation's peer: the frame's `from` is the alias the message came from, or the
+//!   peer's alias in the session. Anything else is ignored.
+//! * A retract from an alias the session does not know yet (the peer may have bound a vanity
+//!   alias since the message) is held in memory, at most [`HELD_RETRACTS_MAX`], and asks for a
+//!   contacts sync; when a successful sync answers with nothing more to follow, each held
+//!   retract lands if the session now carries its alias and is dropped otherwise. Held
+//!   retracts do not survive a restart (the relay does not redeliver a retract it delivered).
+
+use std::collections::VecDeque;
 
 use wire::ids::{AliasId, ConvId, MessageId};
 
@@ -16,6 +24,21 @@ use crate::store::{ClientStore, PendingActionKind, StoredMessage};
 pub const RETRACTED_TEXT: &str = "消息已撤回";
 /// `msgType` of a retracted message.
 pub const RETRACTED_MSG_TYPE: &str = "retracted";
+
+/// Most inbound retracts held for a contacts sync at once; past it a new one is ignored.
+pub const HELD_RETRACTS_MAX: usize = 256;
+
+/// Inbound retracts waiting for a contacts sync to show their sender's alias.
+#[derive(Debug, Default)]
+pub(super) struct HeldRetracts(VecDeque<HeldRetract>);
+
+/// One held inbound retract.
+#[derive(Debug)]
+struct HeldRetract {
+    id: String,
+    from: String,
+    conv: String,
+}
 
 impl<S: ClientStore> Client<S> {
     /// Retracts an own message: stores the local placeholder and sends `retract`, or queues it
@@ -57,22 +80,76 @@ impl<S: ClientStore> Client<S> {
 
     pub(super) fn on_retract(
         &mut self,
+        now_ms: u64,
         id: &str,
         from: &str,
         conv: &str,
     ) -> Result<(), ClientError> {
-        let Some(mut m) = self.store.get_message(id)? else {
-            return Ok(());
-        };
-        if m.is_me || m.conversation_id != conv || m.from_alias_id.as_deref() != Some(from) {
-            return Ok(());
+        match self.retract_target(id, from, conv)? {
+            Target::Ignore => {}
+            Target::Apply(m) => self.apply_retract(*m)?,
+            Target::UnknownAlias => {
+                if self.held_retracts.0.len() < HELD_RETRACTS_MAX {
+                    self.held_retracts.0.push_back(HeldRetract {
+                        id: id.to_owned(),
+                        from: from.to_owned(),
+                        conv: conv.to_owned(),
+                    });
+                    self.sync_contacts_again(now_ms);
+                }
+            }
         }
-        make_placeholder(&mut m);
-        self.store.put_message(&m)?;
-        self.events
-            .push_back(Event::Retracted { id: id.to_owned() });
         Ok(())
     }
+
+    /// After a successful contacts sync with no other one to follow: each held retract lands
+    /// if the session now carries its alias, and is dropped otherwise.
+    pub(super) fn settle_held_retracts(&mut self) -> Result<(), ClientError> {
+        for h in std::mem::take(&mut self.held_retracts.0) {
+            if let Target::Apply(m) = self.retract_target(&h.id, &h.from, &h.conv)? {
+                self.apply_retract(*m)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn held_retracts_is_empty(&self) -> bool {
+        self.held_retracts.0.is_empty()
+    }
+
+    fn retract_target(&self, id: &str, from: &str, conv: &str) -> Result<Target, ClientError> {
+        let Some(m) = self.store.get_message(id)? else {
+            return Ok(Target::Ignore);
+        };
+        if m.is_me || m.conversation_id != conv {
+            return Ok(Target::Ignore);
+        }
+        if m.from_alias_id.as_deref() == Some(from) {
+            return Ok(Target::Apply(Box::new(m)));
+        }
+        Ok(match self.store.load_session(conv)? {
+            Some(s) if s.their_alias_id == from => Target::Apply(Box::new(m)),
+            Some(_) => Target::UnknownAlias,
+            None => Target::Ignore,
+        })
+    }
+
+    fn apply_retract(&mut self, mut m: StoredMessage) -> Result<(), ClientError> {
+        make_placeholder(&mut m);
+        self.store.put_message(&m)?;
+        self.events.push_back(Event::Retracted { id: m.id });
+        Ok(())
+    }
+}
+
+/// What an inbound retract does.
+enum Target {
+    /// Not an inbound message of this conversation's peer.
+    Ignore,
+    /// Replace it by the placeholder.
+    Apply(Box<StoredMessage>),
+    /// The sender's alias is not the session's: wait for a contacts sync.
+    UnknownAlias,
 }
 
 fn make_placeholder(m: &mut StoredMessage) {
