@@ -1226,3 +1226,29 @@ fn failed_contacts_sync_is_retried_while_messages_wait() {
     // nothing waits any more: no retry timer left (only the heartbeat)
     assert_eq!(c.poll_timeout(), Some(25_000));
 }
+
+/// The message is parked (bob's new alias is not known yet) when bob retracts it: the parked
+/// copy must not be released later as if never retracted.
+#[test]
+fn retract_of_a_parked_message_replaces_it() {
+    let mut c = ready(0);
+    let k = bob_key(X25519Path::Spec);
+    c.handle_text(1, &inbound_from("4000", "m-1", 1, "oops", &k))
+        .unwrap();
+    assert_eq!(c.store().count_offline(Some(CONV)).unwrap(), 1);
+    c.handle_text(2, &retract_frame("m-1", "4000")).unwrap();
+    assert_eq!(c.store().count_offline(Some(CONV)).unwrap(), 0);
+    assert_eq!(msg_type(&c, "m-1").as_deref(), Some("retracted"));
+    let r = next_http(&mut c);
+    reply(&mut c, 3, &r, 200, friend_bound(BOB));
+    let ev = events(&mut c);
+    assert!(
+        !ev.iter()
+            .any(|e| matches!(e, Event::Message(m) if m.text == "oops")),
+        "{ev:?}"
+    );
+    // a redelivery of the original is a duplicate of the placeholder
+    c.handle_text(4, &inbound_from("4000", "m-1", 1, "oops", &k))
+        .unwrap();
+    assert_eq!(msg_type(&c, "m-1").as_deref(), Some("retracted"));
+}

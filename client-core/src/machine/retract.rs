@@ -6,6 +6,8 @@
 //! * An inbound `retract` applies only to an inbound message of the same conversation authored
 //!   by the conversation's peer: the frame's `from` is the alias the message came from, or the
 //!   peer's alias in the session. Anything else is ignored.
+//! * A retract of a message still parked in the offline inbox ([`super::inbox`]) stores the
+//!   placeholder in its place and takes it out of the inbox, under the same sender rule.
 //! * A retract from an alias the session does not know yet (the peer may have bound a vanity
 //!   alias since the message) is held in memory, at most [`HELD_RETRACTS_MAX`], and asks for a
 //!   contacts sync; when a successful sync answers with nothing more to follow, each held
@@ -18,7 +20,7 @@ use wire::ids::{AliasId, ConvId, MessageId};
 
 use super::client::Client;
 use super::event::{ClientError, Event};
-use crate::store::{ClientStore, PendingActionKind, StoredMessage};
+use crate::store::{ClientStore, MessageStatus, OfflineMessage, PendingActionKind, StoredMessage};
 
 /// Local text of a retracted message (as the reference clients store it).
 pub const RETRACTED_TEXT: &str = "消息已撤回";
@@ -118,8 +120,12 @@ impl<S: ClientStore> Client<S> {
     }
 
     fn retract_target(&self, id: &str, from: &str, conv: &str) -> Result<Target, ClientError> {
-        let Some(m) = self.store.get_message(id)? else {
-            return Ok(Target::Ignore);
+        let m = match self.store.get_message(id)? {
+            Some(m) => m,
+            None => match self.store.list_offline()?.into_iter().find(|p| p.id == id) {
+                Some(parked) => from_parked(parked),
+                None => return Ok(Target::Ignore),
+            },
         };
         if m.is_me || m.conversation_id != conv {
             return Ok(Target::Ignore);
@@ -137,6 +143,7 @@ impl<S: ClientStore> Client<S> {
     fn apply_retract(&mut self, mut m: StoredMessage) -> Result<(), ClientError> {
         make_placeholder(&mut m);
         self.store.put_message(&m)?;
+        self.store.delete_offline(&m.id)?;
         self.events.push_back(Event::Retracted { id: m.id });
         Ok(())
     }
@@ -150,6 +157,25 @@ enum Target {
     Apply(Box<StoredMessage>),
     /// The sender's alias is not the session's: wait for a contacts sync.
     UnknownAlias,
+}
+
+/// A parked message the peer retracts before it could be shown: it is stored as the
+/// placeholder (and leaves the inbox), so a later redelivery is a duplicate.
+fn from_parked(p: OfflineMessage) -> StoredMessage {
+    StoredMessage {
+        id: p.id,
+        conversation_id: p.conversation_id,
+        text: String::new(),
+        is_me: false,
+        time: p.created_at,
+        status: MessageStatus::Delivered,
+        msg_type: None,
+        media_url: None,
+        caption: None,
+        seq: (p.seq > 0).then_some(p.seq),
+        from_alias_id: Some(p.from_alias_id),
+        reply_to_id: None,
+    }
 }
 
 fn make_placeholder(m: &mut StoredMessage) {
