@@ -1252,3 +1252,22 @@ fn retract_of_a_parked_message_replaces_it() {
         .unwrap();
     assert_eq!(msg_type(&c, "m-1").as_deref(), Some("retracted"));
 }
+
+/// A relay may deliver a retract again (after a crash it cannot know the first arrived): the
+/// second changes nothing and is not a second event.
+#[test]
+fn a_retract_delivered_twice_is_one_event() {
+    let mut c = ready(0);
+    c.handle_text(1, &inbound("m-1", 1, "one", &bob_key(X25519Path::Spec)))
+        .unwrap();
+    events(&mut c);
+    c.handle_text(2, &retract_frame("m-1", "u10000002"))
+        .unwrap();
+    c.handle_text(3, &retract_frame("m-1", "u10000002"))
+        .unwrap();
+    let n = events(&mut c)
+        .iter()
+        .filter(|e| matches!(e, Event::Retracted { .. }))
+        .count();
+    assert_eq!(n, 1);
+}

@@ -127,7 +127,10 @@ impl<S: ClientStore> Client<S> {
                 None => return Ok(Target::Ignore),
             },
         };
-        if m.is_me || m.conversation_id != conv {
+        let already = m.msg_type.as_deref() == Some(RETRACTED_MSG_TYPE);
+        if m.is_me || m.conversation_id != conv || already {
+            // A retract delivered again (the relay re-sends what it cannot know arrived) is
+            // not a second event.
             return Ok(Target::Ignore);
         }
         if m.from_alias_id.as_deref() == Some(from) {
