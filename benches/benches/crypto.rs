@@ -446,6 +446,50 @@ fn payload(c: &mut Criterion) {
     g.finish();
 }
 
+/// The label of client-core's media rows: which AEAD provider it was built with.
+const MEDIA_PROVIDER: &str = if cfg!(feature = "aws-lc") {
+    "client-core[aws-lc]"
+} else {
+    "client-core"
+};
+
+/// aws-lc-rs sealing one frame in one buffer (the `aws-lc` feature's baseline).
+#[cfg(feature = "aws-lc")]
+fn aws_lc_seal_frame(key: &[u8; 32], iv: [u8; IV_BYTES], chunk: &[u8]) -> Vec<u8> {
+    use aws_lc_rs::aead as a;
+    let k = a::LessSafeKey::new(a::UnboundKey::new(&a::AES_256_GCM, key).expect("key"));
+    let len = u32::try_from(chunk.len() + TAG_BYTES).expect("below 4 GiB");
+    let mut f = Vec::with_capacity(4 + IV_BYTES + chunk.len() + TAG_BYTES);
+    f.extend_from_slice(&len.to_be_bytes());
+    f.extend_from_slice(&iv);
+    f.extend_from_slice(chunk);
+    let tag = k
+        .seal_in_place_separate_tag(
+            a::Nonce::assume_unique_for_key(iv),
+            a::Aad::empty(),
+            &mut f[4 + IV_BYTES..],
+        )
+        .expect("seal");
+    f.extend_from_slice(tag.as_ref());
+    f
+}
+
+/// aws-lc-rs opening one frame (`iv ‖ ct ‖ tag`) into a new buffer.
+#[cfg(feature = "aws-lc")]
+fn aws_lc_open_frame(key: &[u8; 32], sealed: &[u8]) -> Vec<u8> {
+    use aws_lc_rs::aead as a;
+    let k = a::LessSafeKey::new(a::UnboundKey::new(&a::AES_256_GCM, key).expect("key"));
+    let (iv, rest) = sealed.split_at(IV_BYTES);
+    let mut buf = rest.to_vec();
+    let nonce = a::Nonce::try_assume_unique_for_key(iv).expect("iv");
+    let n = k
+        .open_in_place(nonce, a::Aad::empty(), &mut buf)
+        .expect("authentic")
+        .len();
+    buf.truncate(n);
+    buf
+}
+
 /// Media chunk frame (§4.6): `u32_BE(len) ‖ iv ‖ ct ‖ tag` of one 5 MiB chunk.
 fn media(c: &mut Criterion) {
     let key = seed(9);
@@ -454,9 +498,16 @@ fn media(c: &mut Criterion) {
     let chunk = plaintext(MEDIA_CHUNK_BYTES);
     let mut g = c.benchmark_group("media_chunk_encrypt");
     configure_for_size(&mut g, MEDIA_CHUNK_BYTES);
-    g.bench_function("client-core", |b| {
+    g.bench_function(MEDIA_PROVIDER, |b| {
         b.iter(|| media::encrypt_media(&sk, black_box(&chunk), &mut rng));
     });
+    #[cfg(feature = "aws-lc")]
+    {
+        let mut ivs = IvCounter::default();
+        g.bench_function("aws-lc-rs", |b| {
+            b.iter(|| aws_lc_seal_frame(&key, ivs.next_iv(), black_box(&chunk)));
+        });
+    }
     // ring writes the frame in one buffer, as an optimised implementation would.
     let mut ivs = IvCounter::default();
     g.bench_function("ring", |b| {
@@ -483,8 +534,12 @@ fn media(c: &mut Criterion) {
     let object = media::encrypt_chunk_with_iv(&sk, &[4; IV_BYTES], &chunk);
     let mut g = c.benchmark_group("media_chunk_decrypt");
     configure_for_size(&mut g, MEDIA_CHUNK_BYTES);
-    g.bench_function("client-core", |b| {
+    g.bench_function(MEDIA_PROVIDER, |b| {
         b.iter(|| media::decrypt_media(&sk, black_box(&object)).expect("authentic chunk"));
+    });
+    #[cfg(feature = "aws-lc")]
+    g.bench_function("aws-lc-rs", |b| {
+        b.iter(|| aws_lc_open_frame(&key, &black_box(&object)[4..]));
     });
     g.bench_function("ring", |b| {
         b.iter(|| ring_open(&key, &black_box(&object)[4..]));

@@ -6,9 +6,10 @@
 //! an empty object (no frames, as the Android client uploads) decodes to empty plaintext.
 //! Decoding is strict: truncated length/IV/ciphertext, a length outside `16..=chunk+16`, and an
 //! authentication failure are distinct errors.
+//!
+//! The AEAD behind the chunks is the `aes-gcm` crate, or AWS-LC with the `aws-lc` feature
+//! ([`aead`] holds both; the bytes are the same, the tests of this module run on either).
 
-use aes_gcm::aead::AeadInOut as _;
-use aes_gcm::{Nonce, Tag};
 use rand_core::CryptoRng;
 
 use super::{IV_BYTES, SessionKey, TAG_BYTES};
@@ -89,12 +90,8 @@ pub fn encrypt_chunk_with_iv(key: &SessionKey, iv: &[u8; IV_BYTES], chunk: &[u8]
     frame.extend_from_slice(&len.to_be_bytes());
     frame.extend_from_slice(iv);
     frame.extend_from_slice(chunk);
-    // Encryption only fails for plaintexts above 64 GiB; a chunk is at most 5 MiB.
-    let tag = key
-        .cipher()
-        .encrypt_inout_detached(&Nonce::from(*iv), &[], (&mut frame[body_at..]).into())
-        .expect("AES-GCM plaintext within size limit");
-    frame.extend_from_slice(tag.as_slice());
+    let tag = aead::seal(key, iv, &mut frame[body_at..]);
+    frame.extend_from_slice(&tag);
     frame
 }
 
@@ -125,16 +122,89 @@ pub fn decrypt_media(key: &SessionKey, object: &[u8]) -> Result<Vec<u8>, MediaEr
         let (ct, tag) = rest.split_at(len_usize - TAG_BYTES);
         let mut nonce = [0u8; IV_BYTES];
         nonce.copy_from_slice(iv);
-        let tag = Tag::try_from(tag).map_err(|_| MediaError::TruncatedCiphertext { offset })?;
+        let tag: [u8; TAG_BYTES] = tag
+            .try_into()
+            .map_err(|_| MediaError::TruncatedCiphertext { offset })?;
         let start = out.len();
         out.extend_from_slice(ct);
-        key.cipher()
-            .decrypt_inout_detached(&Nonce::from(nonce), &[], (&mut out[start..]).into(), &tag)
-            .map_err(|_| MediaError::Auth { index })?;
+        if aead::open(key, &nonce, &mut out[start..], &tag).is_err() {
+            out.truncate(start);
+            return Err(MediaError::Auth { index });
+        }
         offset += MEDIA_LEN_PREFIX_BYTES + IV_BYTES + len_usize;
         index += 1;
     }
     Ok(out)
+}
+
+/// AES-256-GCM with an empty AAD over a buffer in place, tag detached: the two providers.
+mod aead {
+    use super::super::{IV_BYTES, SessionKey, TAG_BYTES};
+
+    /// Authentication failed (the buffer content is then unspecified).
+    pub(super) struct AuthFailed;
+
+    /// Encrypts `buf` in place; returns the tag.
+    #[cfg(not(feature = "aws-lc"))]
+    pub(super) fn seal(key: &SessionKey, iv: &[u8; IV_BYTES], buf: &mut [u8]) -> [u8; TAG_BYTES] {
+        use aes_gcm::Nonce;
+        use aes_gcm::aead::AeadInOut as _;
+        // Encryption only fails for plaintexts above 64 GiB; a chunk is at most 5 MiB.
+        key.cipher()
+            .encrypt_inout_detached(&Nonce::from(*iv), &[], buf.into())
+            .expect("AES-GCM plaintext within size limit")
+            .into()
+    }
+
+    /// Decrypts `buf` in place if `tag` authenticates it.
+    #[cfg(not(feature = "aws-lc"))]
+    pub(super) fn open(
+        key: &SessionKey,
+        iv: &[u8; IV_BYTES],
+        buf: &mut [u8],
+        tag: &[u8; TAG_BYTES],
+    ) -> Result<(), AuthFailed> {
+        use aes_gcm::aead::AeadInOut as _;
+        use aes_gcm::{Nonce, Tag};
+        key.cipher()
+            .decrypt_inout_detached(&Nonce::from(*iv), &[], buf.into(), &Tag::from(*tag))
+            .map_err(|_| AuthFailed)
+    }
+
+    #[cfg(feature = "aws-lc")]
+    fn aws_key(key: &SessionKey) -> aws_lc_rs::aead::LessSafeKey {
+        let unbound =
+            aws_lc_rs::aead::UnboundKey::new(&aws_lc_rs::aead::AES_256_GCM, key.as_bytes())
+                .expect("a 32-byte AES-256 key");
+        aws_lc_rs::aead::LessSafeKey::new(unbound)
+    }
+
+    /// Encrypts `buf` in place; returns the tag.
+    #[cfg(feature = "aws-lc")]
+    pub(super) fn seal(key: &SessionKey, iv: &[u8; IV_BYTES], buf: &mut [u8]) -> [u8; TAG_BYTES] {
+        use aws_lc_rs::aead::{Aad, Nonce};
+        let tag = aws_key(key)
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(*iv), Aad::empty(), buf)
+            .expect("AES-GCM plaintext within size limit");
+        let mut out = [0u8; TAG_BYTES];
+        out.copy_from_slice(tag.as_ref());
+        out
+    }
+
+    /// Decrypts `buf` in place if `tag` authenticates it.
+    #[cfg(feature = "aws-lc")]
+    pub(super) fn open(
+        key: &SessionKey,
+        iv: &[u8; IV_BYTES],
+        buf: &mut [u8],
+        tag: &[u8; TAG_BYTES],
+    ) -> Result<(), AuthFailed> {
+        use aws_lc_rs::aead::{Aad, Nonce};
+        aws_key(key)
+            .open_in_place_separate_tag(Nonce::assume_unique_for_key(*iv), Aad::empty(), tag, buf)
+            .map(|_| ())
+            .map_err(|_| AuthFailed)
+    }
 }
 
 #[cfg(test)]
