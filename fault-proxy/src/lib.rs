@@ -98,7 +98,44 @@ impl FaultProxy {
             source,
         })?;
         let log = Arc::new(Mutex::new(Vec::new()));
+        let upstream = Upstream {
+            addr: upstream,
+            keep_source_ip: false,
+        };
         let accept = tokio::spawn(accept_loop(listener, upstream, plan, seed, log.clone()));
+        Ok(Self { local, log, accept })
+    }
+
+    /// Like [`FaultProxy::start`], but binds synchronously (inside a tokio runtime), for
+    /// callers that cannot await. With `keep_source_ip`, each upstream connection is made from
+    /// the client's own IP address when client and upstream are both on loopback, so a relay's
+    /// per-address limits see the clients, not the proxy.
+    pub fn bind(
+        listen: SocketAddr,
+        upstream: SocketAddr,
+        plan: Plan,
+        seed: u64,
+        keep_source_ip: bool,
+    ) -> Result<Self, ProxyError> {
+        let bind_error = |source| ProxyError::Bind {
+            addr: listen,
+            source,
+        };
+        let std_listener = std::net::TcpListener::bind(listen).map_err(bind_error)?;
+        std_listener.set_nonblocking(true).map_err(bind_error)?;
+        let listener = TcpListener::from_std(std_listener).map_err(bind_error)?;
+        let local = listener.local_addr().map_err(bind_error)?;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            Upstream {
+                addr: upstream,
+                keep_source_ip,
+            },
+            plan,
+            seed,
+            log.clone(),
+        ));
         Ok(Self { local, log, accept })
     }
 
@@ -119,9 +156,36 @@ impl Drop for FaultProxy {
     }
 }
 
+/// Where connections go, and from which source address.
+#[derive(Clone, Copy, Debug)]
+struct Upstream {
+    addr: SocketAddr,
+    keep_source_ip: bool,
+}
+
+impl Upstream {
+    /// Connects for a client at `peer`: from the client's IP when asked and both are loopback.
+    async fn connect(self, peer: SocketAddr) -> std::io::Result<TcpStream> {
+        let same_ip = self.keep_source_ip
+            && peer.ip().is_loopback()
+            && self.addr.ip().is_loopback()
+            && peer.is_ipv4() == self.addr.is_ipv4();
+        if !same_ip {
+            return TcpStream::connect(self.addr).await;
+        }
+        let socket = if self.addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.bind(SocketAddr::new(peer.ip(), 0))?;
+        socket.connect(self.addr).await
+    }
+}
+
 async fn accept_loop(
     listener: TcpListener,
-    upstream: SocketAddr,
+    upstream: Upstream,
     plan: Plan,
     seed: u64,
     log: Arc<Mutex<Vec<ConnectionFaults>>>,
@@ -130,7 +194,7 @@ async fn accept_loop(
     let mut conns = tokio::task::JoinSet::new();
     let mut index = 0u64;
     loop {
-        let (client, _peer) = match listener.accept().await {
+        let (client, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(error) => {
                 tracing::warn!(%error, "fault proxy: accept failed");
@@ -147,7 +211,7 @@ async fn accept_loop(
             });
         }
         tracing::debug!(index, toxics = toxics.len(), "fault proxy: connection");
-        conns.spawn(proxy_connection(client, upstream, toxics, rng));
+        conns.spawn(proxy_connection(client, peer, upstream, toxics, rng));
         index += 1;
         while conns.try_join_next().is_some() {}
     }
@@ -163,11 +227,12 @@ fn connection_rng(seed: u64, index: u64) -> ChaCha20Rng {
 
 async fn proxy_connection(
     mut client: TcpStream,
-    upstream: SocketAddr,
+    peer: SocketAddr,
+    upstream: Upstream,
     toxics: Vec<ToxicSpec>,
     mut rng: ChaCha20Rng,
 ) {
-    let mut server = match TcpStream::connect(upstream).await {
+    let mut server = match upstream.connect(peer).await {
         Ok(s) => s,
         Err(error) => {
             tracing::debug!(%error, "fault proxy: upstream connect failed");

@@ -1,6 +1,7 @@
 //! The toxics against a loopback echo server, through real sockets on 127.0.0.1.
 
-#![allow(clippy::unwrap_used)] // test helpers
+#![allow(clippy::unwrap_used)]
+// test helpers
 // Loopback tests read the wall clock to check the delay a toxic adds (lower bounds only).
 #![allow(clippy::disallowed_methods)]
 
@@ -192,4 +193,19 @@ async fn toxicity_per_connection_is_reproducible_from_the_seed() {
     assert_eq!(seen[0], seen[1]);
     let applied = seen[0].iter().filter(|c| !c.toxics.is_empty()).count();
     assert!((1..8).contains(&applied), "{applied} of 8 at toxicity 0.5");
+}
+
+#[tokio::test]
+async fn upstream_connections_keep_the_clients_loopback_address() {
+    let l = TcpListener::bind(LOOPBACK).await.unwrap();
+    let server = l.local_addr().unwrap();
+    let p = FaultProxy::bind(LOOPBACK.parse().unwrap(), server, Plan::none(), 0, true).unwrap();
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.9:0".parse().unwrap()).unwrap();
+    let _client = sock.connect(p.local_addr()).await.unwrap();
+    let (_s, seen) = timeout(Duration::from_secs(5), l.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen.ip().to_string(), "127.0.0.9");
 }
