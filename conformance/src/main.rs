@@ -63,6 +63,17 @@ struct Cli {
     /// Write the HTML report here.
     #[arg(long)]
     html: Option<PathBuf>,
+    /// Network faults on every case's connections, through a fault proxy per case in this
+    /// process: `none`, `all`, toxic names (`latency,bandwidth,slicer,timeout,reset_peer,
+    /// limit_data,hold,half_open`, defaults, both directions) or a JSON plan (`@FILE` reads
+    /// one). Cases that move the relay's clock are skipped. Each case's plan, seed and per-
+    /// connection draws go into the JSON, JUnit and HTML reports.
+    #[arg(long, default_value = "none")]
+    faults: String,
+    /// Seed of the fault draws; case number `i` of the selection uses `SEED + i` (its report
+    /// shows it: rerun one case with `--only ID --fault-seed <that seed>`).
+    #[arg(long, default_value_t = 0)]
+    fault_seed: u64,
     /// List the selected cases and exit.
     #[arg(long)]
     list: bool,
@@ -141,7 +152,24 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     }
     let endpoint = Endpoint::parse(&base_url).context("parsing --relay")?;
     let local = matches!(endpoint.host(), "127.0.0.1" | "localhost");
-    let transports = if local {
+    let plan = match cli.faults.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
+        None => cli.faults.clone(),
+    };
+    let plan = fault_proxy::Plan::parse(&plan).context("--faults")?;
+    let transports = if !plan.toxics.is_empty() {
+        let upstream =
+            std::net::ToSocketAddrs::to_socket_addrs(&(endpoint.host(), endpoint.port()))
+                .with_context(|| format!("resolving {base_url}"))?
+                .find(std::net::SocketAddr::is_ipv4)
+                .with_context(|| format!("{base_url} has no IPv4 address"))?;
+        eprintln!(
+            "faults: {} (seed {} + case number)",
+            serde_json::to_string(&plan)?,
+            cli.fault_seed
+        );
+        transport::faulted_factory(endpoint, upstream, plan, cli.fault_seed)
+    } else if local {
         transport::loopback_factory(endpoint)
     } else {
         transport::shared_factory(NetTransport::new(TokioConnector, endpoint).shared())

@@ -182,6 +182,13 @@ pub fn junit(reports: &[CaseReport]) -> String {
                 escape(r.statement),
                 r.duration_ms as f64 / 1000.0
             );
+            if let Some(f) = &r.faults {
+                let _ = write!(
+                    out,
+                    "<properties><property name=\"faults\" value=\"{}\"/></properties>",
+                    escape(&serde_json::to_string(f).unwrap_or_default())
+                );
+            }
             let reason = escape(r.reason.as_deref().unwrap_or(""));
             match r.status {
                 Status::Pass => {}
@@ -272,6 +279,14 @@ pub fn html(reports: &[CaseReport], relay: &str) -> String {
             r.status.label(),
             id = escape(r.id)
         );
+        if let Some(f) = &r.faults {
+            let _ = write!(
+                out,
+                "<div>faults (seed {}): <code>{}</code></div>",
+                f.seed,
+                escape(&serde_json::to_string(&f.connections).unwrap_or_default())
+            );
+        }
         if let Some(reason) = &r.reason {
             let _ = write!(out, "<div>{}</div>", escape(reason));
         }

@@ -64,6 +64,9 @@ pub struct CaseReport {
     pub duration_ms: u64,
     /// Wire transcript, secrets redacted.
     pub transcript: Vec<Entry>,
+    /// The network faults the case ran under (`--faults`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<crate::transport::CaseFaults>,
 }
 
 /// The expected-failures list: id → reason.
@@ -160,9 +163,15 @@ pub async fn run_one(
     expected: Option<String>,
 ) -> CaseReport {
     let start = wall_clock();
+    let faulted = transport.faults().is_some();
     let (outcome, transcript) = if let Some(hook) = missing_hook(&case, &shared) {
         (Err(Failure::Skip(format!("needs the {hook}"))), Vec::new())
+    } else if faulted && case.needs.contains(&Hook::ClockAdvance) {
+        let why = "not meaningful under network faults: it moves the relay's clock for every \
+                   case and times its frames";
+        (Err(Failure::Skip(why.to_owned())), Vec::new())
     } else {
+        let transport = Arc::clone(&transport);
         let mut ctx = Ctx::new(transport, shared, case.id);
         let r = match tokio::time::timeout(timeout, (case.run)(&mut ctx)).await {
             Ok(r) => r,
@@ -194,6 +203,7 @@ pub async fn run_one(
         expected_reason: expected,
         duration_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
         transcript,
+        faults: transport.faults(),
     }
 }
 

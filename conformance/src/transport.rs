@@ -5,7 +5,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use fault_proxy::{ConnectionFaults, FaultProxy, Plan};
 use futures_util::{SinkExt as _, StreamExt as _};
+use serde::Serialize;
 use sim::net::{
     Connector, Endpoint, HttpClient, HttpError, HttpRequest, HttpResponse, WsError, WsMessage,
     WsRequest, WsStream,
@@ -45,6 +47,80 @@ pub trait Transport: Send + Sync {
     fn ws(&self, req: WsRequest) -> BoxFuture<'_, Result<Box<dyn WsIo>, WsError>>;
     /// `http://host:port` of the relay.
     fn base_url(&self) -> String;
+    /// The network faults this transport put on the case's connections, if any.
+    fn faults(&self) -> Option<CaseFaults> {
+        None
+    }
+}
+
+/// The network faults one case ran under: enough to reproduce it (`--only ID --faults PLAN
+/// --fault-seed SEED` gives the case the same draws, connection by connection).
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseFaults {
+    /// The case's proxy seed.
+    pub seed: u64,
+    /// The plan.
+    pub plan: Plan,
+    /// What each of the case's connections got, in accept order.
+    pub connections: Vec<ConnectionFaults>,
+}
+
+/// A case's own fault proxy in front of the relay, and a transport through it.
+struct FaultedTransport {
+    inner: Arc<dyn Transport>,
+    proxy: FaultProxy,
+    plan: Plan,
+    seed: u64,
+    relay: String,
+}
+
+impl Transport for FaultedTransport {
+    fn http(&self, req: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, HttpError>> {
+        self.inner.http(req)
+    }
+
+    fn ws(&self, req: WsRequest) -> BoxFuture<'_, Result<Box<dyn WsIo>, WsError>> {
+        self.inner.ws(req)
+    }
+
+    fn base_url(&self) -> String {
+        self.relay.clone()
+    }
+
+    fn faults(&self) -> Option<CaseFaults> {
+        Some(CaseFaults {
+            seed: self.seed,
+            plan: self.plan.clone(),
+            connections: self.proxy.connections(),
+        })
+    }
+}
+
+/// Case `n` through its own fault proxy (seed `seed + n`) to `relay` at `upstream`, from the
+/// loopback source address of [`loopback_factory`] (the proxy keeps it upstream).
+///
+/// Must be called inside the tokio runtime. Panics if no loopback port can be bound.
+pub fn faulted_factory(
+    relay: Endpoint,
+    upstream: std::net::SocketAddr,
+    plan: Plan,
+    seed: u64,
+) -> TransportFactory {
+    Arc::new(move |n| {
+        let case_seed = seed.wrapping_add(n as u64);
+        let listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let proxy = FaultProxy::bind(listen, upstream, plan.clone(), case_seed, true)
+            .expect("binding a loopback port for the case's fault proxy");
+        let endpoint = Endpoint::parse(&format!("http://{}", proxy.local_addr()))
+            .expect("a loopback socket address is a valid endpoint");
+        Arc::new(FaultedTransport {
+            inner: NetTransport::new(LoopbackSourceConnector::nth(n), endpoint).shared(),
+            proxy,
+            plan: plan.clone(),
+            seed: case_seed,
+            relay: relay.to_string(),
+        })
+    })
 }
 
 /// A loopback connector that connects from a chosen source address in `127.0.0.0/8`, so each

@@ -26,3 +26,69 @@ async fn suite_passes_against_the_embedded_relay_on_loopback() {
     relay.stop().await;
     common::verdict("loopback", &reports, &url);
 }
+
+/// Runs the cases with ids starting with `only` through a fault proxy per case.
+async fn run_faulted(only: &[&str], plan: &str, seed: u64) -> (Vec<runner::CaseReport>, String) {
+    let relay = embedded::start_loopback().await.expect("embedded relay");
+    let endpoint = Endpoint::parse(&relay.base_url).expect("endpoint");
+    let upstream = format!("{}:{}", endpoint.host(), endpoint.port())
+        .parse()
+        .expect("loopback address");
+    let plan = fault_proxy::Plan::parse(plan).expect("plan");
+    let transports = transport::faulted_factory(endpoint, upstream, plan, seed);
+    let shared = Arc::new(Shared::new(
+        embedded::hooks(),
+        common::SEED,
+        Duration::from_secs(5),
+        Duration::from_millis(300),
+    ));
+    let cfg = runner::RunConfig {
+        only: only.iter().map(|s| (*s).to_owned()).collect(),
+        ..common::config(8)
+    };
+    let selected = runner::select(cases::all(), &cfg);
+    let reports = runner::run(&selected, transports, shared, &cfg, &|_| {}).await;
+    let url = relay.base_url.clone();
+    relay.stop().await;
+    (reports, url)
+}
+
+/// Latency, sliced frames, a bandwidth cap and a stalled-then-released link on every
+/// connection: a conforming relay passes, and every report carries its plan and draws.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cases_pass_through_the_fault_proxy_with_slow_links() {
+    let (reports, url) = run_faulted(
+        &["MSG-00", "RCPT", "WS-00", "AUTH-01"],
+        "latency,slicer,bandwidth,hold",
+        3,
+    )
+    .await;
+    assert!(reports.len() >= 10, "{} cases selected", reports.len());
+    for r in &reports {
+        let f = r.faults.as_ref().expect("every case ran through its proxy");
+        if r.status != runner::Status::Skip {
+            assert!(
+                !f.connections.is_empty(),
+                "{}: no connection went through",
+                r.id
+            );
+        }
+    }
+    common::verdict("loopback-faults", &reports, &url);
+}
+
+/// The proxy really is in the path: with the client-to-relay direction dead, cases fail
+/// (and say which faults they ran under).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_link_fails_cases_and_the_report_names_the_faults() {
+    let (reports, _) = run_faulted(
+        &["REG-001"],
+        r#"{"toxics":[{"type":"half_open","stream":"upstream"}]}"#,
+        0,
+    )
+    .await;
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].status, runner::Status::Fail);
+    let json = conformance::report::json(&reports, "relay");
+    assert!(json.contains("half_open"), "{json}");
+}
