@@ -189,8 +189,8 @@ pub(crate) struct PendingConfirmRow {
     pub(crate) order_id: OrderId,
     pub(crate) ref_id: String,
     pub(crate) at: UnixMs,
-    /// The token id (device session) it was first sent to: redelivered only to connections of
-    /// that session (another device of the account was never owed it), to any before a send.
+    /// The token id (device session) it was first sent to live, for the record only: it is
+    /// redelivered to every connection of the buyer (kept so rows written before stay readable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) jti: Option<String>,
 }

@@ -178,25 +178,21 @@ impl Relay {
         }
     }
 
-    /// On `sync`: every kept `payment_confirmed` of the user, in order id order. Kept rows stay
-    /// (re-sent on every `sync` until purged after `CONFIRM_REDELIVERY_TTL_MS`).
+    /// On `sync`: every kept `payment_confirmed` of the user, in order id order, whatever the
+    /// token: a re-login of the same device (an expired or revoked token) cannot be told from
+    /// another device, and a device that never got it must not lose it. Kept rows stay
+    /// (re-sent on every `sync` until purged after `CONFIRM_REDELIVERY_TTL_MS`); clients
+    /// deduplicate by `order_id`.
     pub(crate) fn deliver_pending_confirms(&mut self, conn: ConnId, user: &UserUuid) {
-        let Some(jti) = self.conns.get(&conn).map(|c| c.jti.clone()) else {
-            return;
-        };
         let kept: Vec<PendingConfirmRow> = self
             .state
             .commerce
             .pending_confirms
             .iter()
-            .filter(|((u, _), p)| u == user && p.jti.as_ref().is_none_or(|j| *j == jti))
+            .filter(|((u, _), _)| u == user)
             .map(|(_, p)| p.clone())
             .collect();
-        for mut p in kept {
-            if p.jti.is_none() {
-                p.jti = Some(jti.clone());
-                self.state.put_pending_confirm(p.clone());
-            }
+        for p in kept {
             self.send(
                 conn,
                 ServerFrame::PaymentConfirmed(PaymentConfirmedFrame {
