@@ -12,7 +12,9 @@
 //!   the recipient is online and synced, delivery.
 //! * `typing`: members only, ephemeral, 30/min/user, excess silently dropped.
 //! * `retract`: only the author (looked up in the tombstones); a still-queued copy is dropped;
-//!   the `retract` is forwarded, or kept for an offline recipient until its next `sync`.
+//!   the `retract` is forwarded live when the recipient is connected, and kept either way and
+//!   re-sent on every `sync` of the recipient until the offline TTL (it has no ack: a live
+//!   frame may be lost in a dead socket or a crash after the commit). Clients deduplicate.
 
 use wire::frames::{
     AckFrame, MsgFrame, RetractDelivery, RetractFrame, TypingDelivery, TypingFrame,
@@ -212,18 +214,21 @@ impl Relay {
             from,
             conv_id: r.conv_id.clone(),
         });
-        match self.online(&other) {
-            Some(peer) => self.send(peer, frame),
-            None => self.state.put_pending_retract(
-                PendingRetractRow {
-                    recipient: other,
-                    id: r.id.clone(),
-                    conv_id: r.conv_id.clone(),
-                    from: user,
-                    at: now,
-                },
-                self.config.offline_ttl_ms,
-            ),
+        // Live when the recipient has a connection (it may be silently dead, or the relay may
+        // stop before the frame leaves: a retract has no ack), and kept either way for
+        // redelivery on every later `sync` of the recipient until the offline TTL.
+        if let Some(peer) = self.online(&other) {
+            self.send(peer, frame);
         }
+        self.state.put_pending_retract(
+            PendingRetractRow {
+                recipient: other,
+                id: r.id.clone(),
+                conv_id: r.conv_id.clone(),
+                from: user,
+                at: now,
+            },
+            self.config.offline_ttl_ms,
+        );
     }
 }

@@ -69,7 +69,7 @@ impl Relay {
                     }),
                 );
             }
-            self.state.delete_pending_retract(&user, &r.id);
+            // Kept until the offline TTL: no ack says the frame arrived.
         }
         self.deliver_pending_confirms(conn, &user);
         for conv in &convs {

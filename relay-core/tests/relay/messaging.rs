@@ -461,3 +461,39 @@ fn an_older_message_queued_behind_a_younger_one_expires_first() {
     w.advance(1);
     assert_eq!(w.relay.queued_messages(), 0);
 }
+
+/// A retract has no ack: one sent live may die in a silently dead socket or with a relay that
+/// stops after its commit. It is kept and re-sent on every sync of the recipient (also after a
+/// restart) until the offline TTL, then purged.
+#[test]
+fn a_live_retract_is_resent_on_every_sync_until_the_ttl() {
+    let mut w = World::new();
+    let ttl = w.relay.config().offline_ttl_ms;
+    let (a, mut b, conv) = pair(&mut w);
+    let (ca, cb) = (a.conn.unwrap(), b.conn.unwrap());
+    w.msg(&a, &b, &conv, "m1");
+    let outs = w.send(
+        ca,
+        json!({"type":"retract","id":"m1","to":b.alias,"conv_id":conv,"crypto_v":1}),
+    );
+    // Sent live (into what may be a dead socket).
+    assert!(matches!(&frames(&outs, cb)[..], [ServerFrame::Retract(r)] if r.id.as_str() == "m1"));
+    let retracts = |outs: &_, c| {
+        frames(outs, c)
+            .into_iter()
+            .filter(|f| matches!(f, ServerFrame::Retract(r) if r.id.as_str() == "m1"))
+            .count()
+    };
+    // Bob reconnects: again; and again on a later sync, and after a restart.
+    let cb = w.connect(&mut b);
+    assert_eq!(retracts(&w.sync(cb), cb), 1);
+    assert_eq!(retracts(&w.sync(cb), cb), 1);
+    w.restart(Box::new(w.mem.clone()));
+    let cb = w.connect(&mut b);
+    assert_eq!(retracts(&w.sync(cb), cb), 1);
+    // Past the TTL: purged.
+    w.advance(ttl);
+    w.login(&mut b);
+    let cb = w.connect(&mut b);
+    assert_eq!(retracts(&w.sync(cb), cb), 0);
+}
