@@ -1,31 +1,39 @@
-//! The simulator in CI: a fixed handful of seeds that together exercise every fault kind
-//! (`webhook` included) and commerce, and the determinism check (one seed twice, same trace).
-//! Ignored tests pin bugs the simulator found in the cores (each names its seed).
+//! The simulator in CI: a fixed handful of small-scale seeds that together exercise every fault
+//! kind (and a relay restart on the SQLite store), in-process determinism, replay files, the
+//! shrinker, and the sweep CLI's shards and reports.
+//!
+//! Ignored tests pin defects the simulator finds in today's relay and clients; each names its
+//! seed and the command that replays it, and is to be un-ignored once the fix is in.
 
 use std::collections::BTreeSet;
 
-use sim::sim::faults::{FaultKind, FaultSelection};
-use sim::sim::{RunConfig, RunReport, run};
+use sim::sim::faults::{FaultAction, FaultKind, FaultSelection, StoreChoice, StoreKind};
+use sim::sim::oracles::Violation;
+use sim::sim::scenario::{ActionKind, Scale};
+use sim::sim::shrink::shrink_with;
+use sim::sim::{Replay, RunConfig, RunReport, run};
 
-/// `(seed, faults)`: explicit selections cover every kind; two swarm seeds add mixes.
-const SEEDS: [(u64, &str); 9] = [
-    (1, "none"),
-    (11, "all"),
-    (3, "partition,oneway"),
-    (4, "hold,latency"),
-    (5, "relay-crash,client-crash"),
-    (6, "client-crash,partition"),
-    (9, "webhook"),
-    (10, "webhook,relay-crash"),
-    (8, "swarm"),
+/// `(seed, faults, store)`: explicit selections cover every kind (a relay crash on SQLite
+/// included); two swarm seeds add mixes. Chosen among seeds that pass on today's relay: a
+/// slow consumer here pauses for less than the close bound (one that stops for good finds
+/// D2, see [`d2_a_client_that_stops_reading_is_closed`]).
+const SEEDS: [(u64, &str, StoreKind); 10] = [
+    (1, "none", StoreKind::Memory),
+    (2, "partition,oneway,hold,latency", StoreKind::Memory),
+    (3, "relay-crash,client-crash", StoreKind::Sqlite),
+    (0, "webhook,relay-crash", StoreKind::Memory),
+    (5, "commit-fail,commit-slow", StoreKind::Memory),
+    (1, "commit-crash,batch-crash", StoreKind::Sqlite),
+    (4, "slow-consumer,abuse", StoreKind::Memory),
+    (2, "storm,clock-skew,dishonest", StoreKind::Memory),
+    (3, "swarm", StoreKind::Memory),
+    (0, "all", StoreKind::Sqlite),
 ];
 
-/// CI runs with vanity binds (client-core follows a friend's new alias, see
-/// [`bind_keeps_friend_messages_flowing`]).
-fn config(seed: u64, faults: &str) -> RunConfig {
+fn config(seed: u64, faults: &str, store: StoreKind) -> RunConfig {
     RunConfig {
         faults: faults.parse::<FaultSelection>().expect("valid fault list"),
-        bind_vanity: true,
+        store: StoreChoice::Fixed(store),
         ..RunConfig::new(seed)
     }
 }
@@ -39,68 +47,202 @@ fn violations_of(report: &RunReport, oracle: &str) -> Vec<String> {
         .collect()
 }
 
-fn describe(report: &RunReport) -> String {
+fn describe(report: &RunReport, faults: &str, store: StoreKind) -> String {
     let violations: Vec<String> = report.violations.iter().map(ToString::to_string).collect();
     format!(
-        "seed {}\n{}\n{}violations:\n{}\nreplay: cargo run --release -p sim --bin simulate -- --seed {} --trace",
+        "seed {}\n{}\n{}violations:\n{}\nreplay: cargo run --release -p sim --bin simulate -- --seed {} --faults {faults} --store {} --trace",
         report.seed,
         report.scenario,
         report.plan,
         violations.join("\n"),
-        report.seed
+        report.seed,
+        store.name()
     )
 }
 
-#[test]
-fn fixed_seeds_pass_every_oracle_and_cover_every_fault_kind() {
+/// Runs `seeds`, asserts they pass, returns the fault kinds their plans exercised and whether
+/// a relay restart happened on SQLite.
+fn run_fixed(seeds: &[(u64, &str, StoreKind)]) -> (BTreeSet<FaultKind>, bool) {
     let mut covered = BTreeSet::new();
+    let mut sqlite_restart = false;
     let mut failures = Vec::new();
-    for (seed, faults) in SEEDS {
-        let report = run(&config(seed, faults));
-        covered.extend(report.plan.kinds.iter().copied());
+    for &(seed, faults, store) in seeds {
+        let report = run(&config(seed, faults, store));
+        covered.extend(report.plan.exercised());
+        sqlite_restart |= store == StoreKind::Sqlite
+            && report.plan.events.iter().any(|e| {
+                matches!(&e.action, FaultAction::Crash { host } if host == "relay")
+                    || matches!(
+                        e.action,
+                        FaultAction::CrashAfterCommit { .. } | FaultAction::CrashMidBatch { .. }
+                    )
+            });
         // Every enabled kind produced at least one event.
         assert!(
             report.plan.kinds.is_empty() || !report.plan.events.is_empty(),
             "{}",
-            describe(&report)
+            describe(&report, faults, store)
         );
         if !report.violations.is_empty() {
-            failures.push(describe(&report));
+            failures.push(describe(&report, faults, store));
         }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    (covered, sqlite_restart)
+}
+
+// Split in two so the test harness runs them on both cores.
+#[test]
+fn fixed_seeds_pass_every_oracle_and_cover_every_fault_kind() {
+    let (mut covered, mut sqlite) = run_fixed(&SEEDS[..5]);
+    let (more, more_sqlite) = run_fixed(&SEEDS[5..]);
+    covered.extend(more);
+    sqlite |= more_sqlite;
     let all: BTreeSet<FaultKind> = FaultKind::ALL.into_iter().collect();
-    assert_eq!(
-        covered, all,
-        "the fixed seeds must exercise every fault kind"
+    let missing: Vec<&FaultKind> = all.difference(&covered).collect();
+    assert!(
+        missing.is_empty(),
+        "the fixed seeds must exercise every fault kind; missing {missing:?}"
     );
     assert!(
-        covered.contains(&FaultKind::Webhook),
-        "the webhook fault kind must be exercised"
+        sqlite,
+        "a fixed seed must restart the relay on the SQLite store"
     );
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// Runs one seed in a fresh `simulate` process (see the CLI's `child_run` for why a process per
-/// seed) and returns its trace hash.
-fn hash_in_fresh_process(seed: u64, faults: &str) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_simulate"))
-        .args(["--seed", &seed.to_string(), "--faults", faults, "--machine"])
-        .output()
-        .expect("simulate runs");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("HASH\t"))
-        .map(str::to_owned)
-        .unwrap_or_else(|| panic!("no hash in {stdout}"))
-}
-
+/// Two runs of one seed in one process, with other runs and a varying number of tokio tasks
+/// spawned in between, give the same trace (crashes are power-offs: the order in which a
+/// crashed host's tasks are dropped never reaches the network).
 #[test]
-fn same_seed_same_trace() {
-    let first = hash_in_fresh_process(2, "all");
-    let second = hash_in_fresh_process(2, "all");
-    assert_eq!(first, second, "seed 2 must replay bit for bit");
-    assert_ne!(first, hash_in_fresh_process(3, "all"), "the seed matters");
+fn same_seed_same_trace_in_one_process() {
+    let faults = "relay-crash,client-crash,storm,commit-crash";
+    let first = run(&config(5, faults, StoreKind::Memory));
+    for extra in 1..=3 {
+        // Shift tokio's process-global task-id counter (the old source of divergence).
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            for _ in 0..extra {
+                tokio::spawn(async {}).await.expect("task");
+            }
+        });
+    }
+    let second = run(&config(5, faults, StoreKind::Memory));
+    assert_eq!(
+        first.trace_hash, second.trace_hash,
+        "seed 5 must replay bit for bit in one process"
+    );
+    let other_thread = std::thread::spawn(|| run(&config(5, faults, StoreKind::Memory)))
+        .join()
+        .expect("thread");
+    assert_eq!(
+        first.trace_hash, other_thread.trace_hash,
+        "and on another thread"
+    );
+    assert_ne!(
+        first.trace_hash,
+        run(&config(6, faults, StoreKind::Memory)).trace_hash,
+        "the seed matters"
+    );
+}
+
+/// A replay file (serde JSON of the drawn scenario and plan) runs exactly what the seed ran.
+#[test]
+fn replay_file_reproduces_its_seed() {
+    let config = config(8, "partition,relay-crash,dishonest", StoreKind::Memory);
+    let drawn = config.draw();
+    let text = serde_json::to_string_pretty(&drawn).expect("encode");
+    let back: Replay = serde_json::from_str(&text).expect("decode");
+    assert_eq!(back, drawn, "the replay file round-trips");
+    let seeded = run(&config);
+    let replayed = run(&RunConfig::replaying(back));
+    assert_eq!(seeded.trace_hash, replayed.trace_hash);
+    assert_eq!(seeded.violations, replayed.violations);
+}
+
+/// The shrinker's delta debugging over the explicit data, with a cheap check standing in for
+/// a run: "fails" while the plan still has a commit-crash event and client 1 still bursts.
+#[test]
+fn shrinking_keeps_only_what_the_failure_needs() {
+    let start = RunConfig {
+        scale: Scale::Medium,
+        clients: None,
+        ..config(11, "all", StoreKind::Memory)
+    }
+    .draw();
+    let fails = |r: &Replay| {
+        let crash = r
+            .plan
+            .events
+            .iter()
+            .any(|e| matches!(e.action, FaultAction::CrashAfterCommit { .. }));
+        let burst = r
+            .scenario
+            .actions
+            .iter()
+            .any(|a| a.client == 1 && matches!(a.kind, ActionKind::Burst { .. }));
+        crash && burst
+    };
+    // Make sure the start fails: add what the check wants if the draw lacks it.
+    let mut start = start;
+    if !fails(&start) {
+        start.plan.events.push(sim::sim::faults::FaultEvent {
+            at_ms: 1_000,
+            action: FaultAction::CrashAfterCommit {
+                restart_after_ms: 1_000,
+            },
+        });
+        start.scenario.actions.push(sim::sim::scenario::Action {
+            at_ms: 2_000,
+            client: 1,
+            kind: ActionKind::Burst {
+                pair: start
+                    .scenario
+                    .pairs
+                    .iter()
+                    .position(|p| p.has(1))
+                    .unwrap_or(0),
+                count: 64,
+                canary: "CANARYshrink".into(),
+            },
+        });
+    }
+    assert!(fails(&start));
+    let violation = Violation::new("fail-stop", "stand-in");
+    let mut check = |r: &Replay| fails(r).then(|| violation.clone());
+    let mut quiet = |_: &str| {};
+    let shrunk = shrink_with(
+        start.clone(),
+        violation.clone(),
+        10_000,
+        &mut check,
+        &mut quiet,
+    );
+    let r = &shrunk.replay;
+    assert!(fails(r), "the result still fails");
+    assert_eq!(
+        r.plan.events.len(),
+        1,
+        "one fault event left: {:?}",
+        r.plan.events
+    );
+    let bursts: Vec<_> = r.scenario.actions.iter().collect();
+    assert_eq!(bursts.len(), 1, "one action left: {bursts:?}");
+    assert!(
+        r.scenario.accounts.len() <= 2,
+        "clients shrunk to the pair the burst needs ({})",
+        r.scenario.accounts.len()
+    );
+    assert_eq!(r.scenario.strangers.len(), 0, "no stranger needed");
+    assert!(
+        matches!(
+            r.scenario.actions[0].kind,
+            ActionKind::Burst { count: 1, .. }
+        ),
+        "the burst halved down to one message"
+    );
+    assert!(shrunk.runs > 10 && shrunk.runs < 10_000);
 }
 
 #[test]
@@ -111,47 +253,156 @@ fn fault_selection_parses() {
     };
     assert_eq!(all.len(), FaultKind::ALL.len());
     assert!("partition,bogus".parse::<FaultSelection>().is_err());
+    for kind in FaultKind::ALL {
+        assert_eq!(kind.name().parse::<FaultKind>(), Ok(kind));
+    }
 }
 
-/// Bug (client-core): after a friend binds a vanity alias, the relay delivers that friend's
-/// messages `from` the new alias, but the conversation's session keeps the old
-/// `their_alias_id` (contacts sync never updates it), so `on_msg` parks every later message
-/// from that friend forever. Seed 7, `--faults webhook` (c1 binds `4000`; c1 -> c0 seq 9 is
-/// acknowledged and never delivered).
+/// `simulate --shard 2/2 --json --junit`: the shard's seeds only, both reports written.
 #[test]
-fn bind_keeps_friend_messages_flowing() {
-    let report = run(&config(7, "webhook"));
+fn sweep_cli_runs_its_shard_and_writes_reports() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("shard.json");
+    let junit = dir.path().join("shard.xml");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_simulate"))
+        .args(["--seeds", "10..14", "--shard", "2/2", "--faults", "none"])
+        .args(["--store", "memory", "-j", "2", "--no-log-capture"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--junit")
+        .arg(&junit)
+        .output()
+        .expect("simulate runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("seeds run: 2 of 2 (shard 2/2)"), "{stdout}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+            .expect("valid JSON");
+    let seeds: Vec<u64> = doc["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["seed"].as_u64().expect("seed"))
+        .collect();
+    assert_eq!(seeds, [11, 13], "shard 2/2 of 10..14");
+    assert_eq!(doc["shard"], "2/2");
+    let xml = std::fs::read_to_string(&junit).expect("junit written");
+    assert!(xml.starts_with("<?xml"), "{xml}");
+    assert_eq!(xml.matches("<testcase ").count(), 2, "{xml}");
+    assert!(xml.contains("name=\"seed 11\"") && xml.contains("name=\"seed 13\""));
+}
+
+/// D1 (issue 17): a recipient who comes back to a large backlog can never finish `sync`: the
+/// relay pushes up to 100 messages per conversation with no overall cap, overflows its own
+/// 1,024-frame outbound queue, closes the socket, and every reconnect repeats it.
+///
+/// Found by `cargo run --release -p sim --bin simulate -- --seed 1 --scale medium --faults none`:
+/// hub c2 (15 friends bursting while it is offline) comes back to 1,327 queued messages; its
+/// socket is closed ~30 ms after every reconnect; `[liveness] 293 acknowledged message(s) to
+/// c2 not delivered within 80000 ms of healing (backlog of 1327 queued for it at healing)`.
+#[test]
+#[ignore = "D1: relay sync overflows its own outbound queue (issue 17); un-ignore after the fix"]
+fn d1_a_large_backlog_reaches_a_returning_client() {
+    let report = run(&RunConfig {
+        scale: Scale::Medium,
+        clients: None,
+        ..config(1, "none", StoreKind::Memory)
+    });
+    for oracle in ["liveness", "delivered-exactly-once", "probes"] {
+        assert!(
+            violations_of(&report, oracle).is_empty(),
+            "{}",
+            describe(&report, "none", StoreKind::Memory)
+        );
+    }
+}
+
+/// D2 (issue 17): a client that stops reading is never released: the relay's socket task
+/// blocks in its write, with no deadline, and the connection is held forever.
+///
+/// Found by `cargo run --release -p sim --bin simulate -- --seed 1 --faults slow-consumer --store memory`:
+/// `[stuck-client] x0 stopped reading ... and provoked ... answers; the relay had not closed
+/// its socket 60000 ms later`.
+#[test]
+#[ignore = "D2: a stuck client's socket is never closed (issue 17); un-ignore after the fix"]
+fn d2_a_client_that_stops_reading_is_closed() {
+    let report = run(&config(1, "slow-consumer", StoreKind::Memory));
     assert!(
-        violations_of(&report, "delivered-exactly-once").is_empty(),
+        report.plan.events.iter().any(|e| matches!(
+            &e.action,
+            FaultAction::Hostile {
+                act: sim::sim::faults::HostileAct::StopReading { .. },
+                ..
+            }
+        )),
+        "the seed must stop a reader"
+    );
+    assert!(
+        violations_of(&report, "stuck-client").is_empty(),
         "{}",
-        describe(&report)
+        describe(&report, "slow-consumer", StoreKind::Memory)
     );
 }
 
-/// Bug (relay-core): `payment_confirmed` is sent live to an open connection without an ack;
-/// if that TCP connection is silently dead (a partition the relay has not noticed yet) the
-/// frame is lost and never redelivered (it is kept in `pending_confirms` only for a buyer
-/// with no connection). Seed 3, swarm: c0's trade order confirms during a two-way partition
-/// of c0; c0 never gets its `payment_confirmed`.
+/// Bug (client-core): a retract from a friend who bound a vanity alias after sending the
+/// message is ignored (`on_retract` compares the retract's `from` with the alias stored on
+/// the message). `simulate --seed 9 --faults none --store memory`: c3 binds `8888`, then
+/// retracts two earlier messages; c0 keeps them.
 #[test]
-fn payment_confirmed_survives_a_dead_connection() {
-    let report = run(&config(3, "swarm"));
+#[ignore = "client-core: retract after the author's vanity bind is ignored"]
+fn retract_after_a_bind_lands() {
+    let report = run(&config(9, "none", StoreKind::Memory));
     assert!(
-        violations_of(&report, "payment-applied-once").is_empty(),
+        violations_of(&report, "retract-lands").is_empty(),
         "{}",
-        describe(&report)
+        describe(&report, "none", StoreKind::Memory)
     );
 }
 
-/// Bug (client-core): messages parked before the contacts sync (a fresh second device) are
-/// released by `retry_parked` in message-id order, not seq order, so the app sees seq 4
-/// before seq 3. Seed 2, `--faults all` (c0/d1).
+/// Bug (relay-core): a retract forwarded live is not durable. The commit marks the tombstone
+/// retracted but keeps a pending retract only for an *offline* recipient; when the relay
+/// dies after that commit and before the frame left (or the recipient's socket is silently
+/// dead), the recipient never learns of it. `simulate --seed 13 --store memory` (swarm): the
+/// relay powers off after committing c1's retract; c0, online, keeps the message.
 #[test]
-fn parked_messages_release_in_seq_order() {
-    let report = run(&config(2, "all"));
+#[ignore = "relay-core: a live-forwarded retract is lost by a crash after its commit"]
+fn retract_survives_a_crash_after_its_commit() {
+    let report = run(&config(13, "swarm", StoreKind::Memory));
     assert!(
-        violations_of(&report, "seq-order").is_empty(),
+        violations_of(&report, "retract-lands").is_empty(),
         "{}",
-        describe(&report)
+        describe(&report, "swarm", StoreKind::Memory)
+    );
+}
+
+/// Bug (sim server shell, `server/driver.rs`): after a fail-stop whose rebuild failed, the
+/// rebuild is retried on a `REBUILD_RETRY_MS` timer that is re-armed from "now" on every
+/// input, so clients retrying faster than that (each answered 503) starve the rebuild and the
+/// relay never comes back, not even after the store is healthy again.
+/// `simulate --seed 43 --store memory` (swarm): commits fail at +82 s; 503s to the end.
+#[test]
+#[ignore = "server shell: a failed rebuild is starved by inputs arriving faster than its retry timer"]
+fn relay_recovers_after_a_failed_rebuild() {
+    let report = run(&config(43, "swarm", StoreKind::Memory));
+    assert!(
+        report.violations.is_empty(),
+        "{}",
+        describe(&report, "swarm", StoreKind::Memory)
+    );
+}
+
+/// Bug (client-core): a message from a friend who bound a vanity alias is parked until a
+/// contacts sync, but no sync runs until the next reconnect (here ~16 s later, after the
+/// relay's idle timeout closed every socket). `simulate --seed 7 --faults
+/// relay-crash,client-crash --store sqlite`: c2 binds `signal`; its probe to c1 is parked at
+/// 195,404 ms and released only at 211,180 ms.
+#[test]
+#[ignore = "client-core: a message from a friend's new alias stays parked until a reconnect"]
+fn message_from_a_new_alias_is_released_promptly() {
+    let report = run(&config(7, "relay-crash,client-crash", StoreKind::Sqlite));
+    assert!(
+        violations_of(&report, "probes").is_empty(),
+        "{}",
+        describe(&report, "relay-crash,client-crash", StoreKind::Sqlite)
     );
 }

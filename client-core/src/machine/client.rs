@@ -1,59 +1,31 @@
-//! The [`Client`] machine; see the module doc of [`crate::machine`].
+//! The dispatcher: [`Client`]'s state, its output queues and the routing of every input to
+//! the sub-machine that owns it.
+//!
+//! Rules enforced here: an HTTP response is routed by the request it answers (an unknown or
+//! already answered id is ignored); an undecodable text frame is dropped; a frame type the
+//! machine does not know is ignored; `handle_timeout` runs the call timeout before the
+//! connection timers. Everything else lives in the sub-machine modules listed in
+//! [`crate::machine`].
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
-use serde_json::{Map, Value, json};
-use wire::frames::{
-    CRYPTO_V_CALL, CRYPTO_V_MESSAGE, CallKind, CallSignal, ClientFrame, MsgDelivery, MsgFrame,
-    PingFrame, ReceiptDelivery, ReceiptFrame, RetractFrame, ServerFrame, SyncFrame, TypingFrame,
-};
-use wire::http::FriendProfile;
-use wire::ids::{AliasId, CallId, ConvId, MessageId, Seq};
+use serde_json::Value;
+use wire::frames::{ClientFrame, ServerFrame};
 
-use super::call::{
-    ActiveCall, CALL_REJECT_REASON_BUSY, CALL_RING_TIMEOUT_MS, CallEndReason, CallEvent, CallInfo,
-    CallOptions, CallState, sdp_has_video,
-};
-use crate::crypto::content::MessageContent;
-use crate::crypto::signal::{
-    NonceCache, SignalEnvelope, SignalError, SignatureCoverage, open_signal, seal_signal,
-};
-use crate::crypto::{SessionKey, decrypt_payload_text, encrypt_payload, session_key};
-use crate::encoding::{from_base64_array, to_base64};
-use crate::keys::{Identity, KeyError, SecretString, X25519Path, derive_identity};
-use crate::pow::{POW_DEFAULT_DIFFICULTY, solve_pow};
-use crate::security::{SecurityModule, SecurityViolationEvent, TrustState};
-use crate::store::{
-    ClientStore, MessageStatus, OfflineMessage, OutboxIntent, PendingAction, PendingActionKind,
-    ReceiptLevel, ReceiptLevelSeqs, SessionRecord, SessionTrust, StoreError, StoredIdentity,
-    StoredMessage,
-};
-
-/// Heartbeat interval (web client value).
-pub const HEARTBEAT_INTERVAL_MS: u64 = 25_000;
-/// First reconnect delay before jitter.
-pub const RECONNECT_BASE_MS: u64 = 1_000;
-/// Largest reconnect delay before jitter.
-pub const RECONNECT_MAX_MS: u64 = 30_000;
-/// Jitter range lower bound, per mille of the delay (0.7).
-pub const RECONNECT_JITTER_MIN_PERMILLE: u64 = 700;
-/// Jitter range width, per mille (upper bound 1.0 exclusive).
-pub const RECONNECT_JITTER_SPAN_PERMILLE: u64 = 300;
-/// Minimum spacing of typing notices per conversation.
-pub const TYPING_DEBOUNCE_MS: u64 = 300;
-/// Default transmissions of one outbox intent before it is marked failed.
-pub const DEFAULT_OUTBOX_MAX_ATTEMPTS: u32 = 5;
-/// Local text of a retracted message (as the reference clients store it).
-pub const RETRACTED_TEXT: &str = "消息已撤回";
-/// `msgType` of a retracted message.
-pub const RETRACTED_MSG_TYPE: &str = "retracted";
-
-/// Default bound on parked messages of one conversation (see [`ClientConfig`]).
-pub const OFFLINE_INBOX_MAX_PER_CONVERSATION: usize = 256;
-/// Default bound on parked messages of all conversations together.
-pub const OFFLINE_INBOX_MAX_TOTAL: usize = 2_048;
+use super::actions::Actions;
+use super::auth::AuthFlow;
+use super::call::ActiveCall;
+use super::connection::{Conn, ConnCommand, Link, NetworkState};
+use super::event::{ClientError, Event};
+use super::inbox::{InboxOverflow, OFFLINE_INBOX_MAX_PER_CONVERSATION, OFFLINE_INBOX_MAX_TOTAL};
+use super::outbox::DEFAULT_OUTBOX_MAX_ATTEMPTS;
+use super::receipts::ReceiptLevels;
+use crate::crypto::signal::NonceCache;
+use crate::keys::{Identity, SecretString, X25519Path};
+use crate::security::SecurityModule;
+use crate::store::{ClientStore, MessageStatus, StoredIdentity};
 
 /// Tunables of the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,15 +49,6 @@ impl Default for ClientConfig {
             offline_max_total: OFFLINE_INBOX_MAX_TOTAL,
         }
     }
-}
-
-/// Which bound of the offline inbox was reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InboxLimit {
-    /// [`ClientConfig::offline_max_per_conversation`].
-    PerConversation,
-    /// [`ClientConfig::offline_max_total`].
-    Total,
 }
 
 /// Correlates an HTTP request with its response.
@@ -118,212 +81,9 @@ pub struct HttpRequest {
     pub bearer: bool,
 }
 
-/// How the WebSocket authenticates.
-#[derive(Clone, PartialEq, Eq)]
-pub enum WsAuth {
-    /// `?user_uuid=…&ticket=…`
-    Ticket(String),
-    /// `?user_uuid=…&token=…` (fallback).
-    Token(String),
-}
-
-impl std::fmt::Debug for WsAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Ticket(_) => f.write_str("Ticket(<redacted>)"),
-            Self::Token(_) => f.write_str("Token(<redacted>)"),
-        }
-    }
-}
-
-/// Socket commands for the shell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConnCommand {
-    /// Open `/ws` with these query values.
-    Connect {
-        /// The account uuid (`user_uuid`).
-        user_uuid: String,
-        /// Ticket or token.
-        auth: WsAuth,
-    },
-    /// Close the socket.
-    Close,
-}
-
-/// Network state reported to the app.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NetworkState {
-    /// Socket open.
-    Connected,
-    /// Opening or waiting to retry.
-    Connecting,
-    /// Closed and not retrying.
-    Disconnected,
-}
-
-/// Why authentication failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AuthFailure {
-    /// Registration refused with this status.
-    Register(u16),
-    /// The 409 account could not be proven ours (see the module doc).
-    RecoveryRejected,
-    /// Challenge or verify refused with this status.
-    Auth(u16),
-    /// A response body was not understood.
-    BadResponse,
-    /// The relay refused the token (this status, 401, on the ticket request or the WebSocket
-    /// upgrade) again right after the machine re-authenticated: terminal, no reconnect.
-    TokenRefused(u16),
-}
-
-/// App events.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    /// A new inbound message was stored.
-    Message(StoredMessage),
-    /// An own message changed status.
-    StatusChange {
-        /// Message id.
-        id: String,
-        /// New status.
-        status: MessageStatus,
-    },
-    /// Network state changed.
-    NetworkState(NetworkState),
-    /// The peer is typing.
-    Typing {
-        /// Who.
-        from_alias_id: String,
-        /// Where.
-        conversation_id: String,
-    },
-    /// A channel post frame, raw.
-    ChannelPost(Value),
-    /// The relay ended the session; no reconnect.
-    Goaway(String),
-    /// A payment was confirmed.
-    PaymentConfirmed {
-        /// Order.
-        order_id: String,
-        /// Alias or channel id.
-        ref_id: String,
-    },
-    /// A verified contact's key changed; the message was not decrypted.
-    SecurityViolation(SecurityViolationEvent),
-    /// Registration or restore finished with a JWT.
-    Authenticated {
-        /// Our alias.
-        alias_id: String,
-        /// Our nickname.
-        nickname: String,
-        /// Recovered through a 409.
-        recovered: bool,
-    },
-    /// Registration or restore failed, or the machine's own re-authentication after a refused
-    /// token failed (then the machine stopped reconnecting; see the module doc).
-    AuthFailed(AuthFailure),
-    /// Contacts synced (sessions created as needed).
-    ContactsSynced(Vec<FriendProfile>),
-    /// An unverified contact's key changed and was adopted.
-    PeerKeyChanged {
-        /// Conversation.
-        conversation_id: String,
-        /// Contact alias.
-        alias_id: String,
-    },
-    /// A message was retracted locally (by us or by its author).
-    Retracted {
-        /// Message id.
-        id: String,
-    },
-    /// An inbound message was parked in the offline inbox.
-    Parked {
-        /// Message id.
-        id: String,
-        /// Conversation.
-        conversation_id: String,
-    },
-    /// The offline inbox is full for this conversation: further messages that would be parked
-    /// are neither stored nor acknowledged (no `delivered`), so the relay keeps them and
-    /// redelivers them on a later `sync`. Emitted once per episode; the machine sends `sync`
-    /// itself when the conversation's parked messages drain.
-    OfflineInboxFull {
-        /// Conversation.
-        conversation_id: String,
-        /// The bound that was reached.
-        limit: InboxLimit,
-    },
-    /// Call state machine events.
-    Call(CallEvent),
-    /// A verified call signal (low level; the call state machine consumes the same signals).
-    CallSignal {
-        /// Kind.
-        kind: CallKind,
-        /// Sender alias.
-        from: String,
-        /// Call id.
-        call_id: String,
-        /// Inner fields.
-        fields: Map<String, Value>,
-        /// Signature coverage.
-        coverage: SignatureCoverage,
-    },
-}
-
-/// Errors of user commands.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// No identity / not authenticated.
-    #[error("not registered or not authenticated")]
-    NotAuthenticated,
-    /// No session for this conversation or alias.
-    #[error("no session for {0}")]
-    NoSession(String),
-    /// An id is not valid on the wire.
-    #[error("invalid {0}")]
-    InvalidId(&'static str),
-    /// Message unknown.
-    #[error("message not found")]
-    NotFound,
-    /// Only own messages can be retracted.
-    #[error("not an own message")]
-    NotOwnMessage,
-    /// Not connected.
-    #[error("not connected")]
-    NotConnected,
-    /// Another auth flow runs.
-    #[error("an authentication flow is already running")]
-    Busy,
-    /// Key problems (mnemonic invalid, stored keys mismatch).
-    #[error("keys: {0}")]
-    Key(#[from] KeyError),
-    /// Storage failed.
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-    /// Signing failed.
-    #[error("signal: {0}")]
-    Signal(#[from] SignalError),
-    /// No call in a state that allows this command.
-    #[error("no call in a state that allows this")]
-    NoCall,
-    /// A call is already in progress.
-    #[error("a call is already in progress")]
-    CallBusy,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Conn {
-    Idle,
-    FetchingTicket,
-    Connecting,
-    Open,
-    WaitingRetry { at_ms: u64 },
-    Goaway,
-}
-
+/// What an outstanding HTTP request is for (routes its answer).
 #[derive(Debug)]
-enum Pending {
+pub(super) enum Pending {
     Pow,
     Register,
     Challenge,
@@ -332,67 +92,114 @@ enum Pending {
     Friends,
 }
 
-#[derive(Debug)]
-struct AuthFlow {
-    identity: Identity,
-    nickname: String,
-    uuid: Option<String>,
-    alias: Option<String>,
-    recovered: bool,
-    /// Started by the machine after the relay refused the token (not by the app).
-    reauth: bool,
-}
-
-/// The sans-IO client. `S` is the local store.
+/// The sans-IO client machine. `S` is the local store.
+///
+/// # Inputs
+/// Every input carries `now` (epoch ms); none blocks or performs IO.
+/// * App commands: [`register_account`](Self::register_account),
+///   [`restore_session`](Self::restore_session), [`connect`](Self::connect),
+///   [`disconnect`](Self::disconnect), [`send_message`](Self::send_message),
+///   [`send_typing`](Self::send_typing), [`mark_as_read`](Self::mark_as_read),
+///   [`retract_message`](Self::retract_message), [`sync_contacts`](Self::sync_contacts),
+///   [`verify_input_code`](Self::verify_input_code),
+///   [`mark_as_verified`](Self::mark_as_verified),
+///   [`reset_trust_state`](Self::reset_trust_state), [`call`](Self::call),
+///   [`answer_call`](Self::answer_call), [`reject_call`](Self::reject_call),
+///   [`hangup_call`](Self::hangup_call), [`send_ice_candidate`](Self::send_ice_candidate),
+///   [`call_media_connected`](Self::call_media_connected),
+///   [`send_call_signal`](Self::send_call_signal).
+/// * What the shell observed: [`handle_http_response`](Self::handle_http_response) (the answer
+///   to a request from `poll_http`; status `0` for a transport error),
+///   [`handle_connected`](Self::handle_connected),
+///   [`handle_disconnected`](Self::handle_disconnected) (closed, or failed to open),
+///   [`handle_connect_refused`](Self::handle_connect_refused) (the upgrade answered with an
+///   HTTP status), [`handle_text`](Self::handle_text) / [`handle_frame`](Self::handle_frame)
+///   (one WebSocket text message), [`handle_timeout`](Self::handle_timeout).
+///
+/// # Outputs
+/// * [`poll_http`](Self::poll_http) → [`HttpRequest`]: perform it (with
+///   [`bearer_token`](Self::bearer_token) when `bearer`), then feed the answer back.
+/// * [`poll_connection`](Self::poll_connection) → [`ConnCommand`]: open or close the socket.
+/// * [`poll_transmit`](Self::poll_transmit) → `ClientFrame`: send `frame.encode()` on the
+///   open socket.
+/// * [`poll_event`](Self::poll_event) → [`Event`]: hand it to the app.
+/// * [`poll_timeout`](Self::poll_timeout): when to call `handle_timeout` next (heartbeat,
+///   reconnect, call timeout).
+///
+/// Queries that change nothing: [`network_state`](Self::network_state),
+/// [`is_connected`](Self::is_connected), [`alias_id`](Self::alias_id),
+/// [`trust_state`](Self::trust_state), [`unread_count`](Self::unread_count),
+/// [`current_call`](Self::current_call), [`call_state`](Self::call_state),
+/// [`store`](Self::store).
+///
+/// # Drain order
+/// After **every** input, drain the queues completely, in this order: `poll_http`,
+/// `poll_connection`, `poll_transmit`, `poll_event`; then re-arm the timer from
+/// `poll_timeout` (any input may move it or clear it). Events come last, so an app that
+/// reacts to one with a new command finds the effects of the input that caused it already
+/// handed to the shell. The crate doc shows the loop.
 pub struct Client<S: ClientStore> {
-    store: S,
-    rng: ChaCha20Rng,
-    config: ClientConfig,
-    identity: Option<Identity>,
-    stored: Option<StoredIdentity>,
-    token: Option<SecretString>,
-    flow: Option<AuthFlow>,
-    pending: BTreeMap<RequestId, Pending>,
-    next_request: u64,
-    conn: Conn,
-    want_connected: bool,
-    retries: u32,
-    /// The machine re-authenticated after a refused token since the last open (or `connect`).
-    reauth_spent: bool,
-    next_ping_ms: Option<u64>,
-    network: NetworkState,
-    security: SecurityModule,
-    nonces: NonceCache,
-    typing_sent_ms: BTreeMap<String, u64>,
-    receipt_hw: BTreeMap<String, ReceiptLevelSeqs>,
-    inbox_overflow: BTreeSet<String>,
-    /// A message came from an unknown alias while a friends request was in flight: sync again
-    /// when it answers (its list may predate the peer's bind).
-    contacts_resync: bool,
-    actions: BTreeMap<u64, PendingAction>,
-    call: Option<ActiveCall>,
-    read_sent: BTreeMap<String, u64>,
-    http: VecDeque<HttpRequest>,
-    frames: VecDeque<ClientFrame>,
-    conn_cmds: VecDeque<ConnCommand>,
-    events: VecDeque<Event>,
+    // Shared by every sub-machine: the store, randomness, tunables and who we are.
+    pub(super) store: S,
+    pub(super) rng: ChaCha20Rng,
+    pub(super) config: ClientConfig,
+    /// Our keys, once authenticated (written by `auth`).
+    pub(super) identity: Option<Identity>,
+    /// The stored identity (written by `auth`).
+    pub(super) stored: Option<StoredIdentity>,
+    /// The JWT (written by `auth`, dropped by `connection` when the relay refuses it).
+    pub(super) token: Option<SecretString>,
+    /// Requests handed to the shell and not answered yet, by what the answer is for.
+    pub(super) pending: BTreeMap<RequestId, Pending>,
+    pub(super) next_request: u64,
+
+    // Sub-machine state, each owned by its module.
+    /// `auth`: the registration or login in progress.
+    pub(super) flow: Option<AuthFlow>,
+    /// `connection`.
+    pub(super) link: Link,
+    /// `outbox`: the last typing notice per conversation.
+    pub(super) typing_sent_ms: BTreeMap<String, u64>,
+    /// `receipts`: receipts that may overtake an ack.
+    pub(super) receipt_hw: ReceiptLevels,
+    /// `inbox`: conversations over a bound.
+    pub(super) inbox_overflow: InboxOverflow,
+    /// `contacts`: a message came from an unknown alias while a friends request was in
+    /// flight: sync again when it answers (its list may predate the peer's bind).
+    pub(super) contacts_resync: bool,
+    /// `trust`: the trust table.
+    pub(super) security: SecurityModule,
+    /// `actions`: queued `read` / `retract` frames.
+    pub(super) actions: Actions,
+    /// `call`: the current (or last) call.
+    pub(super) call: Option<ActiveCall>,
+    /// `call`: replay protection of call signals.
+    pub(super) nonces: NonceCache,
+
+    // Output queues, drained by the `poll_*` methods.
+    pub(super) http: VecDeque<HttpRequest>,
+    pub(super) frames: VecDeque<ClientFrame>,
+    pub(super) conn_cmds: VecDeque<ConnCommand>,
+    pub(super) events: VecDeque<Event>,
 }
 
 impl<S: ClientStore> std::fmt::Debug for Client<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("alias", &self.stored.as_ref().map(|s| s.alias_id.clone()))
-            .field("conn", &self.conn)
-            .field("network", &self.network)
+            .field("conn", &self.link.state)
+            .field("network", &self.link.network)
             .finish_non_exhaustive()
     }
 }
 
-fn ok_status(status: u16) -> bool {
+/// A 2xx status.
+pub(super) fn ok_status(status: u16) -> bool {
     (200..300).contains(&status)
 }
 
-fn parse_body(body: &[u8]) -> Option<Value> {
+/// A response body as JSON (`Null` when empty, `None` when not JSON).
+pub(super) fn parse_body(body: &[u8]) -> Option<Value> {
     if body.is_empty() {
         return Some(Value::Null);
     }
@@ -421,24 +228,21 @@ impl<S: ClientStore> Client<S> {
             identity: None,
             stored,
             token: None,
-            flow: None,
             pending: BTreeMap::new(),
             next_request: 0,
-            conn: Conn::Idle,
-            want_connected: false,
-            retries: 0,
-            reauth_spent: false,
-            next_ping_ms: None,
-            network: NetworkState::Disconnected,
-            security,
-            nonces: NonceCache::new(),
+            flow: None,
+            link: Link::default(),
             typing_sent_ms: BTreeMap::new(),
             receipt_hw,
-            inbox_overflow: BTreeSet::new(),
+            inbox_overflow: InboxOverflow::new(),
             contacts_resync: false,
-            actions,
+            security,
+            actions: Actions {
+                queued: actions,
+                read_sent: BTreeMap::new(),
+            },
             call: None,
-            read_sent: BTreeMap::new(),
+            nonces: NonceCache::new(),
             http: VecDeque::new(),
             frames: VecDeque::new(),
             conn_cmds: VecDeque::new(),
@@ -446,7 +250,7 @@ impl<S: ClientStore> Client<S> {
         })
     }
 
-    // ----- getters
+    // ----- queries
 
     /// The local store.
     pub fn store(&self) -> &S {
@@ -462,7 +266,7 @@ impl<S: ClientStore> Client<S> {
     }
     /// Current network state.
     pub fn network_state(&self) -> NetworkState {
-        self.network
+        self.link.network
     }
     /// Our alias, once known.
     pub fn alias_id(&self) -> Option<&str> {
@@ -470,11 +274,7 @@ impl<S: ClientStore> Client<S> {
     }
     /// True while the socket is open.
     pub fn is_connected(&self) -> bool {
-        self.conn == Conn::Open
-    }
-    /// The trust state of a contact.
-    pub fn trust_state(&self, contact_id: &str) -> TrustState {
-        self.security.get_trust_state(contact_id)
+        self.link.state == Conn::Open
     }
 
     // ----- outputs
@@ -497,7 +297,7 @@ impl<S: ClientStore> Client<S> {
     }
     /// Earliest time [`Client::handle_timeout`] must be called.
     pub fn poll_timeout(&self) -> Option<u64> {
-        let retry = match self.conn {
+        let retry = match self.link.state {
             Conn::WaitingRetry { at_ms } => Some(at_ms),
             _ => None,
         };
@@ -506,12 +306,16 @@ impl<S: ClientStore> Client<S> {
             .as_ref()
             .filter(|c| c.info.state.is_active())
             .and_then(|c| c.deadline_ms);
-        [retry, self.next_ping_ms, call].into_iter().flatten().min()
+        [retry, self.link.next_ping_ms, call]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    // ----- helpers
+    // ----- helpers of the sub-machines
 
-    fn request(
+    /// Queues an HTTP request whose answer goes to the sub-machine named by `p`.
+    pub(super) fn request(
         &mut self,
         method: Method,
         path: String,
@@ -531,14 +335,8 @@ impl<S: ClientStore> Client<S> {
         });
     }
 
-    fn set_network(&mut self, state: NetworkState) {
-        if self.network != state {
-            self.network = state;
-            self.events.push_back(Event::NetworkState(state));
-        }
-    }
-
-    fn new_message_id(&mut self) -> String {
+    /// A random UUID v4 (message and call ids).
+    pub(super) fn new_message_id(&mut self) -> String {
         let mut b = [0u8; 16];
         self.rng.fill_bytes(&mut b);
         b[6] = (b[6] & 0x0f) | 0x40;
@@ -554,124 +352,7 @@ impl<S: ClientStore> Client<S> {
         )
     }
 
-    // ----- accounts
-
-    /// Starts registration (idempotent for the same mnemonic; see the module doc).
-    pub fn register_account(
-        &mut self,
-        _now_ms: u64,
-        mnemonic: &str,
-        nickname: &str,
-    ) -> Result<(), ClientError> {
-        if self.flow.is_some() {
-            return Err(ClientError::Busy);
-        }
-        let identity = derive_identity(mnemonic, self.config.x25519_path)?;
-        self.flow = Some(AuthFlow {
-            identity,
-            nickname: nickname.to_owned(),
-            uuid: None,
-            alias: None,
-            recovered: false,
-            reauth: false,
-        });
-        self.request(
-            Method::Post,
-            wire::http::paths::POW_CHALLENGE.into(),
-            Some(json!({})),
-            false,
-            Pending::Pow,
-        );
-        Ok(())
-    }
-
-    /// Re-authenticates the stored identity; returns `(aliasId, nickname)` or `None` when none is stored.
-    pub fn restore_session(
-        &mut self,
-        _now_ms: u64,
-    ) -> Result<Option<(String, String)>, ClientError> {
-        let Some(stored) = self.store.load_identity()? else {
-            return Ok(None);
-        };
-        if self.flow.is_some() {
-            return Err(ClientError::Busy);
-        }
-        let out = (stored.alias_id.clone(), stored.nickname.clone());
-        self.start_auth_round(&stored, false)?;
-        Ok(Some(out))
-    }
-
-    /// Challenge/verify (A3/A4) for a stored identity, after checking its keys.
-    fn start_auth_round(
-        &mut self,
-        stored: &StoredIdentity,
-        reauth: bool,
-    ) -> Result<(), ClientError> {
-        let identity = derive_identity(stored.mnemonic.expose(), stored.x25519_path.into())?;
-        if identity.signing_public_b64() != stored.signing_public_key
-            || identity.ecdh_public_b64() != stored.ecdh_public_key
-        {
-            return Err(ClientError::Key(KeyError::PublicKey));
-        }
-        self.flow = Some(AuthFlow {
-            identity,
-            nickname: stored.nickname.clone(),
-            uuid: Some(stored.uuid.clone()),
-            alias: Some(stored.alias_id.clone()),
-            recovered: false,
-            reauth,
-        });
-        self.send_challenge(&stored.uuid);
-        Ok(())
-    }
-
-    fn send_challenge(&mut self, uuid: &str) {
-        self.request(
-            Method::Post,
-            wire::http::paths::AUTH_CHALLENGE.into(),
-            Some(json!({ "user_uuid": uuid })),
-            false,
-            Pending::Challenge,
-        );
-    }
-
-    fn fail_auth(&mut self, now_ms: u64, f: AuthFailure) {
-        let reauth = self.flow.take().is_some_and(|f| f.reauth);
-        self.auth_failed(now_ms, reauth, f);
-    }
-
-    /// An auth flow ended without a token. A re-authentication the machine started itself is
-    /// retried later when the relay could not answer (transport error `0`, 408, 429, 5xx) and
-    /// the app still wants to be connected; any other failure of it is terminal.
-    fn auth_failed(&mut self, now_ms: u64, reauth: bool, f: AuthFailure) {
-        if reauth && self.want_connected {
-            let transient = match f {
-                AuthFailure::Auth(status) => {
-                    matches!(status, 0 | 408 | 429) || (500..600).contains(&status)
-                }
-                _ => false,
-            };
-            if transient && matches!(self.conn, Conn::Idle) {
-                let delay = self.backoff_ms();
-                self.conn = Conn::WaitingRetry {
-                    at_ms: now_ms + delay,
-                };
-                self.set_network(NetworkState::Disconnected);
-                return;
-            }
-            self.stop_reconnecting();
-        }
-        self.events.push_back(Event::AuthFailed(f));
-    }
-
-    /// Terminal: no token that works, so no more attempts until the app authenticates and
-    /// calls [`Client::connect`] again.
-    fn stop_reconnecting(&mut self) {
-        self.want_connected = false;
-        self.conn = Conn::Idle;
-        self.next_ping_ms = None;
-        self.set_network(NetworkState::Disconnected);
-    }
+    // ----- inputs routed to the sub-machines (app commands live in their modules)
 
     /// Feeds the response of a request from [`Client::poll_http`].
     pub fn handle_http_response(
@@ -686,950 +367,24 @@ impl<S: ClientStore> Client<S> {
         };
         let v = parse_body(body);
         match p {
+            // auth
             Pending::Pow => self.on_pow(status, v.as_ref()),
             Pending::Register => self.on_register(now_ms, status, v.as_ref()),
             Pending::Challenge => self.on_challenge(now_ms, status, v.as_ref()),
             Pending::Verify => self.on_verify(now_ms, status, v.as_ref())?,
+            // connection
             Pending::Ticket => self.on_ticket(now_ms, status, v.as_ref()),
-            Pending::Friends => {
-                self.on_friends(now_ms, status, v)?;
-                if std::mem::take(&mut self.contacts_resync) {
-                    self.sync_contacts(now_ms);
-                }
-            }
+            // contacts
+            Pending::Friends => self.on_friends_response(now_ms, status, v)?,
         }
         Ok(())
-    }
-
-    fn on_pow(&mut self, status: u16, v: Option<&Value>) {
-        let Some(flow) = &self.flow else { return };
-        // As every reference client: a failed PoW fetch registers without a nonce.
-        let nonce = v.filter(|_| ok_status(status)).and_then(|v| {
-            let ch = v.get("challenge_string")?.as_str()?;
-            let d = v
-                .get("difficulty")
-                .and_then(Value::as_u64)
-                .and_then(|d| u32::try_from(d).ok())
-                .filter(|d| *d > 0)
-                .unwrap_or(POW_DEFAULT_DIFFICULTY);
-            solve_pow(ch, d).ok()
-        });
-        let mut body = json!({
-            "ed25519_public_key": flow.identity.signing_public_b64(),
-            "x25519_public_key": flow.identity.ecdh_public_b64(),
-            "nickname": flow.nickname,
-        });
-        if let (Some(n), Some(o)) = (nonce, body.as_object_mut()) {
-            o.insert("pow_nonce".into(), Value::from(n));
-        }
-        self.request(
-            Method::Post,
-            wire::http::paths::REGISTER.into(),
-            Some(body),
-            false,
-            Pending::Register,
-        );
-    }
-
-    fn on_register(&mut self, now_ms: u64, status: u16, v: Option<&Value>) {
-        let ids = v.and_then(|v| {
-            Some((
-                v.get("uuid")?.as_str()?.to_owned(),
-                v.get("alias_id")?.as_str()?.to_owned(),
-            ))
-        });
-        let recovered = status == 409;
-        if !(ok_status(status) || recovered) {
-            return self.fail_auth(now_ms, AuthFailure::Register(status));
-        }
-        let Some((uuid, alias)) = ids else {
-            return self.fail_auth(
-                now_ms,
-                if recovered {
-                    AuthFailure::RecoveryRejected
-                } else {
-                    AuthFailure::BadResponse
-                },
-            );
-        };
-        if let Some(f) = self.flow.as_mut() {
-            f.uuid = Some(uuid.clone());
-            f.alias = Some(alias);
-            f.recovered = recovered;
-        }
-        self.send_challenge(&uuid);
-    }
-
-    fn on_challenge(&mut self, now_ms: u64, status: u16, v: Option<&Value>) {
-        let Some(flow) = &self.flow else { return };
-        let recovered = flow.recovered;
-        let challenge = v
-            .filter(|_| ok_status(status))
-            .and_then(|v| v.get("challenge")?.as_str().map(str::to_owned));
-        let (Some(ch), Some(uuid)) = (challenge, flow.uuid.clone()) else {
-            return self.fail_auth(
-                now_ms,
-                if recovered {
-                    AuthFailure::RecoveryRejected
-                } else {
-                    AuthFailure::Auth(status)
-                },
-            );
-        };
-        let sig = flow.identity.sign_challenge(&ch);
-        self.request(
-            Method::Post,
-            wire::http::paths::AUTH_VERIFY.into(),
-            Some(json!({ "user_uuid": uuid, "challenge": ch, "signature": sig })),
-            false,
-            Pending::Verify,
-        );
-    }
-
-    fn on_verify(
-        &mut self,
-        now_ms: u64,
-        status: u16,
-        v: Option<&Value>,
-    ) -> Result<(), ClientError> {
-        let token = v
-            .filter(|_| ok_status(status))
-            .and_then(|v| v.get("token")?.as_str().map(str::to_owned));
-        let Some(flow) = self.flow.take() else {
-            return Ok(());
-        };
-        let Some(token) = token else {
-            let f = if flow.recovered {
-                AuthFailure::RecoveryRejected
-            } else {
-                AuthFailure::Auth(status)
-            };
-            self.auth_failed(now_ms, flow.reauth, f);
-            return Ok(());
-        };
-        let (Some(uuid), Some(alias)) = (flow.uuid.clone(), flow.alias.clone()) else {
-            self.auth_failed(now_ms, flow.reauth, AuthFailure::BadResponse);
-            return Ok(());
-        };
-        let stored = StoredIdentity {
-            uuid,
-            alias_id: alias.clone(),
-            nickname: flow.nickname.clone(),
-            mnemonic: flow.identity.mnemonic.clone(),
-            signing_public_key: flow.identity.signing_public_b64(),
-            ecdh_public_key: flow.identity.ecdh_public_b64(),
-            x25519_path: flow.identity.x25519_path.into(),
-        };
-        self.store.save_identity(&stored)?;
-        self.stored = Some(stored);
-        self.identity = Some(flow.identity);
-        self.token = Some(SecretString::new(token));
-        self.events.push_back(Event::Authenticated {
-            alias_id: alias,
-            nickname: flow.nickname,
-            recovered: flow.recovered,
-        });
-        if self.want_connected && matches!(self.conn, Conn::Idle) {
-            self.start_connect(now_ms);
-        }
-        Ok(())
-    }
-
-    // ----- connection
-
-    /// Connects (now, or as soon as authenticated).
-    pub fn connect(&mut self, now_ms: u64) {
-        self.want_connected = true;
-        if matches!(self.conn, Conn::Idle | Conn::Goaway) {
-            self.conn = Conn::Idle;
-            self.retries = 0;
-            self.reauth_spent = false;
-            if self.token.is_some() {
-                self.start_connect(now_ms);
-            }
-        }
-    }
-
-    /// Closes the socket and stops reconnecting.
-    pub fn disconnect(&mut self, _now_ms: u64) {
-        self.want_connected = false;
-        if matches!(
-            self.conn,
-            Conn::Open | Conn::Connecting | Conn::FetchingTicket
-        ) {
-            self.conn_cmds.push_back(ConnCommand::Close);
-        }
-        self.conn = Conn::Idle;
-        self.next_ping_ms = None;
-        self.set_network(NetworkState::Disconnected);
-    }
-
-    fn start_connect(&mut self, _now_ms: u64) {
-        self.conn = Conn::FetchingTicket;
-        self.set_network(NetworkState::Connecting);
-        self.request(
-            Method::Post,
-            wire::http::paths::WS_TICKET.into(),
-            Some(json!({})),
-            true,
-            Pending::Ticket,
-        );
-    }
-
-    fn on_ticket(&mut self, now_ms: u64, status: u16, v: Option<&Value>) {
-        if self.conn != Conn::FetchingTicket {
-            return;
-        }
-        if status == 401 {
-            // The bearer token itself was refused: the token fallback would be refused too.
-            return self.token_refused(now_ms, status);
-        }
-        let (Some(uuid), Some(token)) = (
-            self.stored.as_ref().map(|s| s.uuid.clone()),
-            self.token.as_ref().map(|t| t.expose().to_owned()),
-        ) else {
-            self.conn = Conn::Idle;
-            return;
-        };
-        let ticket = v
-            .filter(|_| ok_status(status))
-            .and_then(|v| v.get("ticket")?.as_str().map(str::to_owned));
-        let auth = match ticket {
-            Some(t) => WsAuth::Ticket(t),
-            None => WsAuth::Token(token),
-        };
-        self.conn = Conn::Connecting;
-        self.conn_cmds.push_back(ConnCommand::Connect {
-            user_uuid: uuid,
-            auth,
-        });
-    }
-
-    /// The relay refused our token (401 on the ticket request or the upgrade), without a
-    /// GOAWAY on this connection (after one `conn` is [`Conn::Goaway`] and nothing gets here):
-    /// re-authenticate once with the stored identity, then reconnect; a second refusal before
-    /// a socket opened is terminal (see the module doc).
-    fn token_refused(&mut self, now_ms: u64, status: u16) {
-        self.token = None;
-        self.conn = Conn::Idle;
-        if self.reauth_spent || self.stored.is_none() {
-            self.stop_reconnecting();
-            self.events
-                .push_back(Event::AuthFailed(AuthFailure::TokenRefused(status)));
-            return;
-        }
-        self.reauth_spent = true;
-        self.reauthenticate(now_ms);
-    }
-
-    /// Runs challenge/verify for the stored identity (unless an auth flow already runs: its
-    /// token serves as well); `on_verify` reconnects.
-    fn reauthenticate(&mut self, now_ms: u64) {
-        self.conn = Conn::Idle;
-        self.set_network(NetworkState::Connecting);
-        if self.flow.is_some() {
-            return;
-        }
-        let started = match self.stored.clone() {
-            Some(stored) => self.start_auth_round(&stored, true).is_ok(),
-            None => false,
-        };
-        if !started {
-            self.auth_failed(now_ms, true, AuthFailure::BadResponse);
-        }
-    }
-
-    /// The WebSocket upgrade was answered with an HTTP `status` instead of `101` (the shell
-    /// reports a transport failure with [`Client::handle_disconnected`]). A 401 means the
-    /// ticket or token was refused and starts the re-authentication of the module doc; any
-    /// other status is an ordinary failed attempt (backoff and retry).
-    pub fn handle_connect_refused(&mut self, now_ms: u64, status: u16) {
-        if status == 401 && self.conn == Conn::Connecting && self.want_connected {
-            self.token_refused(now_ms, status);
-        } else {
-            self.handle_disconnected(now_ms);
-        }
-    }
-
-    /// The socket opened: `sync`, then every unacknowledged outbox intent with its id.
-    pub fn handle_connected(&mut self, now_ms: u64) -> Result<(), ClientError> {
-        if self.conn != Conn::Connecting {
-            return Ok(());
-        }
-        self.conn = Conn::Open;
-        self.retries = 0;
-        self.reauth_spent = false;
-        self.next_ping_ms = Some(now_ms + HEARTBEAT_INTERVAL_MS);
-        self.set_network(NetworkState::Connected);
-        self.frames.push_back(ClientFrame::Sync(SyncFrame {
-            crypto_v: Some(CRYPTO_V_MESSAGE),
-        }));
-        for intent in self.store.list_outbox()? {
-            self.transmit_intent(intent)?;
-        }
-        for (order, action) in std::mem::take(&mut self.actions) {
-            self.transmit_action(&action);
-            self.store.delete_pending_action(order)?;
-        }
-        Ok(())
-    }
-
-    /// The socket closed (or failed to open).
-    pub fn handle_disconnected(&mut self, now_ms: u64) {
-        self.next_ping_ms = None;
-        // A `read` has no ack: after a drop the app's next mark_as_read is sent again.
-        self.read_sent.clear();
-        if self.conn == Conn::Goaway || !self.want_connected {
-            if self.conn != Conn::Goaway {
-                self.conn = Conn::Idle;
-            }
-            self.set_network(NetworkState::Disconnected);
-            return;
-        }
-        let delay = self.backoff_ms();
-        self.conn = Conn::WaitingRetry {
-            at_ms: now_ms + delay,
-        };
-        self.set_network(NetworkState::Disconnected);
-    }
-
-    /// `min(1 s · 2^retries, 30 s)` scaled by a jitter in `[0.7, 1.0)`.
-    fn backoff_ms(&mut self) -> u64 {
-        let exp = RECONNECT_BASE_MS
-            .checked_shl(self.retries.min(16))
-            .unwrap_or(RECONNECT_MAX_MS)
-            .min(RECONNECT_MAX_MS);
-        let jitter =
-            RECONNECT_JITTER_MIN_PERMILLE + self.rng.next_u64() % RECONNECT_JITTER_SPAN_PERMILLE;
-        exp * jitter / 1000
     }
 
     /// Timers: heartbeat, reconnect and the call timeout.
     pub fn handle_timeout(&mut self, now_ms: u64) {
         self.call_timeout(now_ms);
-        if let Conn::WaitingRetry { at_ms } = self.conn
-            && now_ms >= at_ms
-        {
-            self.retries += 1;
-            if self.token.is_some() {
-                self.start_connect(now_ms);
-            } else {
-                // A re-authentication the relay could not answer: try it again.
-                self.reauthenticate(now_ms);
-            }
-        }
-        if self.conn == Conn::Open
-            && let Some(at) = self.next_ping_ms
-            && now_ms >= at
-        {
-            self.frames
-                .push_back(ClientFrame::Ping(PingFrame { crypto_v: None }));
-            self.next_ping_ms = Some(now_ms + HEARTBEAT_INTERVAL_MS);
-        }
+        self.connection_timers(now_ms);
     }
-
-    // ----- sending
-
-    fn transmit_intent(&mut self, mut intent: OutboxIntent) -> Result<(), ClientError> {
-        if intent.attempts >= self.config.outbox_max_attempts {
-            return self.fail_intent(&intent.internal_id);
-        }
-        let Some(session) = self.store.load_session(&intent.conversation_id)? else {
-            return Ok(()); // kept until a session exists
-        };
-        let key = SessionKey::from_base64(session.session_key_base64.expose())
-            .map_err(|_| ClientError::NoSession(intent.conversation_id.clone()))?;
-        let (Ok(id), Ok(to), Ok(conv)) = (
-            MessageId::parse(&intent.internal_id),
-            AliasId::parse(&intent.to_alias_id),
-            ConvId::parse(&intent.conversation_id),
-        ) else {
-            return self.fail_intent(&intent.internal_id);
-        };
-        let payload = encrypt_payload(&key, intent.text.as_bytes(), &mut self.rng);
-        intent.attempts += 1;
-        self.store.put_outbox(&intent)?;
-        self.frames.push_back(ClientFrame::Msg(MsgFrame {
-            id,
-            to,
-            conv_id: conv,
-            crypto_v: Some(CRYPTO_V_MESSAGE),
-            payload,
-        }));
-        Ok(())
-    }
-
-    fn fail_intent(&mut self, id: &str) -> Result<(), ClientError> {
-        self.store.delete_outbox(id)?;
-        self.set_status(id, MessageStatus::Failed)
-    }
-
-    fn set_status(&mut self, id: &str, status: MessageStatus) -> Result<(), ClientError> {
-        if let Some(mut m) = self.store.get_message(id)?
-            && m.status.can_advance_to(status)
-        {
-            m.status = status;
-            self.store.put_message(&m)?;
-            self.events.push_back(Event::StatusChange {
-                id: id.to_owned(),
-                status,
-            });
-        }
-        Ok(())
-    }
-
-    /// Queues a message (sent now when connected); returns its id.
-    pub fn send_message(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-        to_alias_id: &str,
-        content: &MessageContent,
-    ) -> Result<String, ClientError> {
-        if self.stored.is_none() {
-            return Err(ClientError::NotAuthenticated);
-        }
-        if self.store.load_session(conversation_id)?.is_none() {
-            return Err(ClientError::NoSession(conversation_id.to_owned()));
-        }
-        ConvId::parse(conversation_id).map_err(|_| ClientError::InvalidId("conversation id"))?;
-        AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
-        let id = self.new_message_id();
-        let text = content.encode();
-        let reply_to_id = match content {
-            MessageContent::Reply { reply_to_id, .. } => Some(reply_to_id.clone()),
-            _ => None,
-        };
-        let intent = OutboxIntent {
-            internal_id: id.clone(),
-            conversation_id: conversation_id.to_owned(),
-            to_alias_id: to_alias_id.to_owned(),
-            text,
-            added_at: now_ms,
-            reply_to_id: reply_to_id.clone(),
-            attempts: 0,
-        };
-        let mut msg = stored_from_content(&id, conversation_id, content, now_ms);
-        msg.is_me = true;
-        msg.status = MessageStatus::Sending;
-        msg.reply_to_id = reply_to_id;
-        self.store.put_message(&msg)?;
-        self.store.put_outbox(&intent)?;
-        if self.conn == Conn::Open {
-            self.transmit_intent(intent)?;
-        }
-        Ok(id)
-    }
-
-    /// Sends a read receipt up to `max_seq`, or queues it durably while the socket is closed
-    /// (sent after the next `sync`). Only the highest seq per conversation is kept or sent.
-    pub fn mark_as_read(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-        max_seq: u64,
-        to_alias_id: &str,
-    ) -> Result<(), ClientError> {
-        ConvId::parse(conversation_id).map_err(|_| ClientError::InvalidId("conversation id"))?;
-        AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
-        self.mark_inbound_read(conversation_id, max_seq)?;
-        if self
-            .read_sent
-            .get(conversation_id)
-            .is_some_and(|&s| s >= max_seq)
-        {
-            return Ok(());
-        }
-        let queued = self.actions.iter().find_map(|(&o, a)| match a.kind {
-            PendingActionKind::Read { seq } if a.conversation_id == conversation_id => {
-                Some((o, seq))
-            }
-            _ => None,
-        });
-        if let Some((order, seq)) = queued {
-            if seq >= max_seq {
-                return Ok(());
-            }
-            self.actions.remove(&order);
-            self.store.delete_pending_action(order)?;
-        }
-        self.send_or_queue(
-            now_ms,
-            conversation_id,
-            to_alias_id,
-            PendingActionKind::Read { seq: max_seq },
-        )
-    }
-
-    /// Local read marker: inbound messages of the conversation with `seq ≤ max_seq` move
-    /// `delivered → read` in the store (no event: the app asked for it).
-    fn mark_inbound_read(
-        &mut self,
-        conversation_id: &str,
-        max_seq: u64,
-    ) -> Result<(), ClientError> {
-        for mut m in self.store.get_history(conversation_id, None, None)? {
-            if !m.is_me
-                && m.seq.is_some_and(|s| s <= max_seq)
-                && m.status.can_advance_to(MessageStatus::Read)
-            {
-                m.status = MessageStatus::Read;
-                self.store.put_message(&m)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Inbound messages of a conversation not yet marked read locally.
-    pub fn unread_count(&self, conversation_id: &str) -> Result<usize, ClientError> {
-        Ok(self
-            .store
-            .get_history(conversation_id, None, None)?
-            .iter()
-            .filter(|m| !m.is_me && m.status != MessageStatus::Read)
-            .count())
-    }
-
-    fn send_or_queue(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-        to_alias_id: &str,
-        kind: PendingActionKind,
-    ) -> Result<(), ClientError> {
-        let order = self.actions.last_key_value().map_or(0, |(&o, _)| o + 1);
-        let action = PendingAction {
-            order,
-            conversation_id: conversation_id.to_owned(),
-            to_alias_id: to_alias_id.to_owned(),
-            added_at: now_ms,
-            kind,
-        };
-        if self.conn == Conn::Open {
-            self.transmit_action(&action);
-        } else {
-            self.store.put_pending_action(&action)?;
-            self.actions.insert(order, action);
-        }
-        Ok(())
-    }
-
-    fn transmit_action(&mut self, a: &PendingAction) {
-        let (Ok(conv), Ok(to)) = (
-            ConvId::parse(&a.conversation_id),
-            AliasId::parse(&a.to_alias_id),
-        ) else {
-            return; // validated when queued; a corrupted record is dropped
-        };
-        match &a.kind {
-            PendingActionKind::Read { seq } => {
-                let hw = self.read_sent.entry(a.conversation_id.clone()).or_default();
-                *hw = (*hw).max(*seq);
-                self.frames.push_back(ClientFrame::Read(ReceiptFrame {
-                    conv_id: conv,
-                    seq: Seq(*seq),
-                    to,
-                    crypto_v: Some(CRYPTO_V_MESSAGE),
-                }));
-            }
-            PendingActionKind::Retract { message_id } => {
-                let Ok(id) = MessageId::parse(message_id) else {
-                    return;
-                };
-                self.frames.push_back(ClientFrame::Retract(RetractFrame {
-                    id,
-                    to,
-                    conv_id: conv,
-                    crypto_v: Some(CRYPTO_V_MESSAGE),
-                }));
-            }
-        }
-    }
-
-    /// Sends a typing notice, at most one per conversation per [`TYPING_DEBOUNCE_MS`].
-    pub fn send_typing(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-        to_alias_id: &str,
-    ) -> Result<(), ClientError> {
-        let conv = ConvId::parse(conversation_id)
-            .map_err(|_| ClientError::InvalidId("conversation id"))?;
-        let to = AliasId::parse(to_alias_id).map_err(|_| ClientError::InvalidId("alias id"))?;
-        if self.conn != Conn::Open {
-            return Ok(());
-        }
-        if let Some(&last) = self.typing_sent_ms.get(conversation_id)
-            && now_ms < last + TYPING_DEBOUNCE_MS
-        {
-            return Ok(());
-        }
-        self.typing_sent_ms
-            .insert(conversation_id.to_owned(), now_ms);
-        self.frames.push_back(ClientFrame::Typing(TypingFrame {
-            to,
-            conv_id: conv,
-            crypto_v: Some(CRYPTO_V_MESSAGE),
-        }));
-        Ok(())
-    }
-
-    /// Retracts an own message: stores the local placeholder and sends `retract`, or queues it
-    /// durably while the socket is closed (sent in order after the next `sync` and the outbox).
-    pub fn retract_message(
-        &mut self,
-        now_ms: u64,
-        message_id: &str,
-        to_alias_id: &str,
-        conversation_id: &str,
-    ) -> Result<(), ClientError> {
-        let Some(mut m) = self.store.get_message(message_id)? else {
-            return Err(ClientError::NotFound);
-        };
-        if !m.is_me || m.conversation_id != conversation_id {
-            return Err(ClientError::NotOwnMessage);
-        }
-        if MessageId::parse(message_id).is_err()
-            || AliasId::parse(to_alias_id).is_err()
-            || ConvId::parse(conversation_id).is_err()
-        {
-            return Err(ClientError::InvalidId("retract target"));
-        }
-        self.send_or_queue(
-            now_ms,
-            conversation_id,
-            to_alias_id,
-            PendingActionKind::Retract {
-                message_id: message_id.to_owned(),
-            },
-        )?;
-        make_placeholder(&mut m);
-        self.store.put_message(&m)?;
-        self.events.push_back(Event::Retracted {
-            id: message_id.to_owned(),
-        });
-        Ok(())
-    }
-
-    /// Signs, encrypts and sends a call signal to `to_alias_id`.
-    pub fn send_call_signal(
-        &mut self,
-        now_ms: u64,
-        kind: CallKind,
-        to_alias_id: &str,
-        call_id: &str,
-        mut fields: Map<String, Value>,
-    ) -> Result<(), ClientError> {
-        let (Some(identity), Some(me)) = (self.identity.as_ref(), self.stored.as_ref()) else {
-            return Err(ClientError::NotAuthenticated);
-        };
-        let session = self
-            .store
-            .load_session_by_alias(to_alias_id)?
-            .ok_or_else(|| ClientError::NoSession(to_alias_id.to_owned()))?;
-        let key = SessionKey::from_base64(session.session_key_base64.expose())
-            .map_err(|_| ClientError::NoSession(to_alias_id.to_owned()))?;
-        let (Ok(to), Ok(cid), Ok(from)) = (
-            AliasId::parse(to_alias_id),
-            CallId::parse(call_id),
-            AliasId::parse(&me.alias_id),
-        ) else {
-            return Err(ClientError::InvalidId("call signal"));
-        };
-        fields.insert("type".into(), Value::from(kind.as_str()));
-        fields.insert("call_id".into(), Value::from(call_id));
-        fields.insert("from".into(), Value::from(me.alias_id.clone()));
-        let payload = seal_signal(&key, &identity.signing_key, fields, now_ms, &mut self.rng)?;
-        self.frames.push_back(ClientFrame::Call(CallSignal {
-            kind,
-            to,
-            call_id: cid,
-            from: Some(from),
-            crypto_v: Some(CRYPTO_V_CALL),
-            payload,
-        }));
-        Ok(())
-    }
-
-    // ----- contacts and trust
-
-    /// Fetches the friends list (F1); sessions are created for accepted friends.
-    pub fn sync_contacts(&mut self, _now_ms: u64) {
-        self.request(
-            Method::Get,
-            wire::http::paths::FRIENDS.into(),
-            None,
-            true,
-            Pending::Friends,
-        );
-    }
-
-    fn on_friends(
-        &mut self,
-        now_ms: u64,
-        status: u16,
-        v: Option<Value>,
-    ) -> Result<(), ClientError> {
-        if !ok_status(status) {
-            return Ok(());
-        }
-        // Entry by entry, from text (some wire types borrow while decoding): a malformed entry
-        // is skipped rather than losing the whole list.
-        let friends: Vec<FriendProfile> = match v {
-            Some(Value::Array(items)) => items
-                .iter()
-                .filter_map(|i| serde_json::from_str(&i.to_string()).ok())
-                .collect(),
-            _ => Vec::new(),
-        };
-        let Some(identity) = self.identity.clone() else {
-            return Ok(());
-        };
-        let mut new_convs = Vec::new();
-        for f in &friends {
-            if f.status != wire::http::FriendStatus::Accepted {
-                continue;
-            }
-            let Some(conv) = &f.conversation_id else {
-                continue;
-            };
-            let their_x = f.x25519_public_key.0;
-            let their_x_b64 = to_base64(&their_x);
-            let their_ed_b64 = to_base64(&f.ed25519_public_key.0);
-            let alias = f.alias_id.as_str().to_owned();
-            match self.store.load_session(conv.as_str())? {
-                None => {
-                    let key = session_key(&identity.ecdh_key, &their_x, conv.as_str());
-                    self.store.save_session(&SessionRecord {
-                        conversation_id: conv.as_str().to_owned(),
-                        their_alias_id: alias,
-                        their_ecdh_public_key: their_x_b64,
-                        their_ed25519_public_key: Some(their_ed_b64),
-                        session_key_base64: SecretString::new(key.to_base64()),
-                        trust_state: SessionTrust::Unverified,
-                        created_at: now_ms,
-                        pending_ecdh_public_key: None,
-                    })?;
-                    new_convs.push(conv.as_str().to_owned());
-                }
-                Some(mut s) => {
-                    let mut changed = false;
-                    if s.their_alias_id != alias {
-                        // The peer bound a new alias (the relay retired the old one; the
-                        // conversation is the same). With the same keys it is just a rename
-                        // (trust record included), not a trust event. With a different X25519
-                        // key the alias follows too, but only through the key-change path below
-                        // (violation for a verified contact, `PeerKeyChanged` otherwise), never
-                        // silently. A different Ed25519 key with the same X25519 key is not
-                        // accepted: the session keeps the old alias (messages stay parked).
-                        let same_ed = s
-                            .their_ed25519_public_key
-                            .as_deref()
-                            .is_none_or(|e| e == their_ed_b64);
-                        if same_ed || s.their_ecdh_public_key != their_x_b64 {
-                            if let Some(r) = self.security.rename_contact(&s.their_alias_id, &alias)
-                            {
-                                self.store.put_trust(&r)?;
-                                self.store.delete_trust(&s.their_alias_id)?;
-                            }
-                            s.their_alias_id.clone_from(&alias);
-                            changed = true;
-                            new_convs.push(conv.as_str().to_owned());
-                        }
-                    }
-                    if s.their_ed25519_public_key.is_none() {
-                        s.their_ed25519_public_key = Some(their_ed_b64);
-                        changed = true;
-                    }
-                    if s.their_ecdh_public_key != their_x_b64 {
-                        let verified = matches!(
-                            self.security.get_trust_state(&s.their_alias_id),
-                            TrustState::Verified { .. }
-                        );
-                        if verified {
-                            if s.pending_ecdh_public_key.as_deref() != Some(&their_x_b64) {
-                                s.pending_ecdh_public_key = Some(their_x_b64);
-                                changed = true;
-                                if let Some(ev) = self.security.guard_message(
-                                    &s.their_alias_id,
-                                    &identity.ecdh_key.public_key(),
-                                    &their_x,
-                                    now_ms,
-                                ) {
-                                    self.events.push_back(Event::SecurityViolation(ev));
-                                }
-                            }
-                        } else {
-                            let key = session_key(&identity.ecdh_key, &their_x, conv.as_str());
-                            s.their_ecdh_public_key = their_x_b64;
-                            s.session_key_base64 = SecretString::new(key.to_base64());
-                            s.pending_ecdh_public_key = None;
-                            changed = true;
-                            self.events.push_back(Event::PeerKeyChanged {
-                                conversation_id: s.conversation_id.clone(),
-                                alias_id: s.their_alias_id.clone(),
-                            });
-                            new_convs.push(conv.as_str().to_owned());
-                        }
-                    }
-                    if changed {
-                        self.store.save_session(&s)?;
-                    }
-                }
-            }
-        }
-        self.events.push_back(Event::ContactsSynced(friends));
-        self.retry_parked(now_ms, &new_convs)?;
-        Ok(())
-    }
-
-    /// Retries the parked messages of `convs`, per conversation in seq order (the store lists
-    /// them by `(createdAt, id)`; a message without a seq, stored as 0, comes after those with
-    /// one, by id), so the app sees them in the order the relay assigned.
-    fn retry_parked(&mut self, now_ms: u64, convs: &[String]) -> Result<(), ClientError> {
-        let mut parked: Vec<OfflineMessage> = self
-            .store
-            .list_offline()?
-            .into_iter()
-            .filter(|o| convs.contains(&o.conversation_id))
-            .collect();
-        parked.sort_by(|a, b| {
-            (&a.conversation_id, a.seq == 0, a.seq, &a.id).cmp(&(
-                &b.conversation_id,
-                b.seq == 0,
-                b.seq,
-                &b.id,
-            ))
-        });
-        for off in parked {
-            let (Ok(id), Ok(from), Ok(conv)) = (
-                MessageId::parse(&off.id),
-                AliasId::parse(&off.from_alias_id),
-                ConvId::parse(&off.conversation_id),
-            ) else {
-                continue;
-            };
-            let d = MsgDelivery {
-                id,
-                from,
-                conv_id: conv,
-                seq: Seq(off.seq),
-                at: wire::time::UnixMs(off.created_at),
-                crypto_v: Some(CRYPTO_V_MESSAGE),
-                payload: off.payload_encrypted.clone(),
-            };
-            self.on_msg(now_ms, &d)?;
-        }
-        self.release_inbox_overflow()
-    }
-
-    /// Conversations whose refused messages can be parked again leave the overflow set; if any
-    /// did, `sync` asks the relay to redeliver what it kept.
-    fn release_inbox_overflow(&mut self) -> Result<(), ClientError> {
-        if self.inbox_overflow.is_empty()
-            || self.store.count_offline(None)? >= self.config.offline_max_total
-        {
-            return Ok(());
-        }
-        let mut released = false;
-        for conv in self.inbox_overflow.clone() {
-            if self.store.count_offline(Some(&conv))? < self.config.offline_max_per_conversation {
-                self.inbox_overflow.remove(&conv);
-                released = true;
-            }
-        }
-        if released && self.conn == Conn::Open {
-            self.frames.push_back(ClientFrame::Sync(SyncFrame {
-                crypto_v: Some(CRYPTO_V_MESSAGE),
-            }));
-        }
-        Ok(())
-    }
-
-    fn my_ecdh_public(&self) -> Option<[u8; 32]> {
-        self.identity.as_ref().map(|i| i.ecdh_key.public_key())
-    }
-
-    fn their_pub(&self, conversation_id: &str) -> Result<[u8; 32], ClientError> {
-        let s = self
-            .store
-            .load_session(conversation_id)?
-            .ok_or_else(|| ClientError::NoSession(conversation_id.to_owned()))?;
-        from_base64_array(&s.their_ecdh_public_key)
-            .map_err(|_| ClientError::NoSession(conversation_id.to_owned()))
-    }
-
-    /// Compares typed input with the contact's code; verifies the session on a match.
-    pub fn verify_input_code(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-        input: &str,
-    ) -> Result<bool, ClientError> {
-        let mine = self.my_ecdh_public().ok_or(ClientError::NotAuthenticated)?;
-        let theirs = self.their_pub(conversation_id)?;
-        let Some(s) = self.store.load_session(conversation_id)? else {
-            return Err(ClientError::NoSession(conversation_id.to_owned()));
-        };
-        let ok = self
-            .security
-            .verify_input_code(&s.their_alias_id, input, &mine, &theirs, now_ms);
-        if ok {
-            self.persist_verified(&s.their_alias_id, conversation_id)?;
-        }
-        Ok(ok)
-    }
-
-    /// Marks the contact of a conversation verified (manual path).
-    pub fn mark_as_verified(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-    ) -> Result<(), ClientError> {
-        let mine = self.my_ecdh_public().ok_or(ClientError::NotAuthenticated)?;
-        let theirs = self.their_pub(conversation_id)?;
-        let Some(s) = self.store.load_session(conversation_id)? else {
-            return Err(ClientError::NoSession(conversation_id.to_owned()));
-        };
-        self.security
-            .mark_as_verified(&s.their_alias_id, &mine, &theirs, now_ms);
-        self.persist_verified(&s.their_alias_id, conversation_id)
-    }
-
-    fn persist_verified(&mut self, contact: &str, conv: &str) -> Result<(), ClientError> {
-        if let Some(r) = self.security.records().find(|r| r.contact_id == contact) {
-            let r = r.clone();
-            self.store.put_trust(&r)?;
-        }
-        self.store.mark_session_verified(conv)?;
-        Ok(())
-    }
-
-    /// Back to unverified; a pending changed key (see module doc) is adopted now.
-    pub fn reset_trust_state(
-        &mut self,
-        now_ms: u64,
-        conversation_id: &str,
-    ) -> Result<(), ClientError> {
-        let Some(mut s) = self.store.load_session(conversation_id)? else {
-            return Err(ClientError::NoSession(conversation_id.to_owned()));
-        };
-        self.security.reset_trust_state(&s.their_alias_id);
-        self.store.delete_trust(&s.their_alias_id)?;
-        s.trust_state = SessionTrust::Unverified;
-        if let (Some(p), Some(identity)) =
-            (s.pending_ecdh_public_key.take(), self.identity.as_ref())
-            && let Ok(their) = from_base64_array::<32>(&p)
-        {
-            let key = session_key(&identity.ecdh_key, &their, conversation_id);
-            s.session_key_base64 = SecretString::new(key.to_base64());
-            s.their_ecdh_public_key = p;
-        }
-        self.store.save_session(&s)?;
-        self.retry_parked(now_ms, &[conversation_id.to_owned()])
-    }
-
-    // ----- inbound
 
     /// Feeds a text frame; unparseable frames are dropped.
     pub fn handle_text(&mut self, now_ms: u64, text: &str) -> Result<(), ClientError> {
@@ -1641,6 +396,9 @@ impl<S: ClientStore> Client<S> {
 
     /// Feeds a decoded frame.
     pub fn handle_frame(&mut self, now_ms: u64, frame: ServerFrame) -> Result<(), ClientError> {
+        // ack, error → outbox; msg → inbound; delivered/read → receipts; retract → retract;
+        // payment_confirmed → payments; friend_* → contacts; goaway → connection; call_* →
+        // call; typing and channel posts go to the app as they are.
         match frame {
             ServerFrame::Ack(a) => self.on_ack(a.id.as_str(), a.seq.get())?,
             ServerFrame::Msg(m) => self.on_msg(now_ms, &m)?,
@@ -1656,587 +414,15 @@ impl<S: ClientStore> Client<S> {
             ServerFrame::ChannelPost(p) => self.events.push_back(Event::ChannelPost(
                 serde_json::to_value(&p).unwrap_or(Value::Null),
             )),
-            ServerFrame::PaymentConfirmed(p) => {
-                // The relay re-sends it on every sync for a while (no ack on the wire):
-                // reported to the app once per order, durably.
-                let order_id = p.order_id.into_string();
-                if !self.store.has_confirmed_order(&order_id)? {
-                    self.store.put_confirmed_order(&order_id)?;
-                    self.events.push_back(Event::PaymentConfirmed {
-                        order_id,
-                        ref_id: p.ref_id,
-                    });
-                }
-            }
+            ServerFrame::PaymentConfirmed(p) => self.on_payment_confirmed(p)?,
             ServerFrame::FriendRequest(_) | ServerFrame::FriendAccepted(_) => {
                 self.sync_contacts(now_ms);
             }
-            ServerFrame::Goaway(g) => {
-                self.conn = Conn::Goaway;
-                self.next_ping_ms = None;
-                self.conn_cmds.push_back(ConnCommand::Close);
-                self.set_network(NetworkState::Disconnected);
-                self.events.push_back(Event::Goaway(g.reason));
-            }
-            ServerFrame::Error(e) => {
-                if let Some(id) = e.id
-                    && self
-                        .store
-                        .list_outbox()?
-                        .iter()
-                        .any(|i| i.internal_id == id)
-                {
-                    self.fail_intent(&id)?;
-                }
-            }
+            ServerFrame::Goaway(g) => self.on_goaway(g),
+            ServerFrame::Error(e) => self.on_error_frame(e.id)?,
             ServerFrame::Call(c) => self.on_call(now_ms, &c)?,
             ServerFrame::Unknown(_) => {}
         }
         Ok(())
-    }
-
-    fn on_ack(&mut self, id: &str, seq: u64) -> Result<(), ClientError> {
-        let in_outbox = self
-            .store
-            .list_outbox()?
-            .iter()
-            .any(|i| i.internal_id == id);
-        if in_outbox {
-            self.store.delete_outbox(id)?;
-        }
-        let Some(mut m) = self.store.get_message(id)? else {
-            return Ok(());
-        };
-        if !m.is_me {
-            return Ok(());
-        }
-        if m.seq.is_none() {
-            m.seq = Some(seq);
-            self.store.put_message(&m)?;
-        }
-        self.set_status(id, MessageStatus::Sent)?;
-        let hw = self
-            .receipt_hw
-            .get(&m.conversation_id)
-            .copied()
-            .unwrap_or_default();
-        if seq <= hw.read_seq {
-            self.set_status(id, MessageStatus::Read)?;
-        } else if seq <= hw.delivered_seq {
-            self.set_status(id, MessageStatus::Delivered)?;
-        }
-        Ok(())
-    }
-
-    fn on_receipt(
-        &mut self,
-        r: &ReceiptDelivery,
-        status: MessageStatus,
-    ) -> Result<(), ClientError> {
-        let conv = r.conv_id.as_str();
-        let seq = r.seq.get();
-        let hw = self.receipt_hw.entry(conv.to_owned()).or_default();
-        let before = *hw;
-        if status == MessageStatus::Read {
-            hw.read_seq = hw.read_seq.max(seq);
-        }
-        hw.delivered_seq = hw.delivered_seq.max(seq);
-        let after = *hw;
-        if after != before {
-            self.store.put_receipt_level(&ReceiptLevel {
-                conversation_id: conv.to_owned(),
-                seqs: after,
-            })?;
-        }
-        for m in self.store.get_history(conv, None, None)? {
-            if m.is_me && m.seq.is_some_and(|s| s <= seq) && m.status != MessageStatus::Sending {
-                self.set_status(&m.id, status)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn park(&mut self, d: &MsgDelivery) -> Result<(), ClientError> {
-        let conv = d.conv_id.as_str();
-        if !self.store.has_offline(d.id.as_str())? {
-            let limit = if self.store.count_offline(None)? >= self.config.offline_max_total {
-                Some(InboxLimit::Total)
-            } else if self.store.count_offline(Some(conv))?
-                >= self.config.offline_max_per_conversation
-            {
-                Some(InboxLimit::PerConversation)
-            } else {
-                None
-            };
-            if let Some(limit) = limit {
-                // Refused: not stored and no `delivered`, so the relay keeps it.
-                if self.inbox_overflow.insert(conv.to_owned()) {
-                    self.events.push_back(Event::OfflineInboxFull {
-                        conversation_id: conv.to_owned(),
-                        limit,
-                    });
-                }
-                return Ok(());
-            }
-        }
-        self.store.put_offline(&OfflineMessage {
-            id: d.id.as_str().to_owned(),
-            conversation_id: d.conv_id.as_str().to_owned(),
-            seq: d.seq.get(),
-            payload_encrypted: d.payload.clone(),
-            created_at: d.at.0,
-            from_alias_id: d.from.as_str().to_owned(),
-        })?;
-        self.events.push_back(Event::Parked {
-            id: d.id.as_str().to_owned(),
-            conversation_id: d.conv_id.as_str().to_owned(),
-        });
-        Ok(())
-    }
-
-    fn send_delivered(&mut self, d: &MsgDelivery) {
-        if self.conn == Conn::Open {
-            self.frames.push_back(ClientFrame::Delivered(ReceiptFrame {
-                conv_id: d.conv_id.clone(),
-                seq: d.seq,
-                to: d.from.clone(),
-                crypto_v: Some(CRYPTO_V_MESSAGE),
-            }));
-        }
-    }
-
-    fn on_msg(&mut self, now_ms: u64, d: &MsgDelivery) -> Result<(), ClientError> {
-        let id = d.id.as_str();
-        if self.store.get_message(id)?.is_some() {
-            self.store.delete_offline(id)?;
-            self.send_delivered(d);
-            return Ok(());
-        }
-        let conv = d.conv_id.as_str();
-        let Some(session) = self.store.load_session(conv)? else {
-            return self.park(d);
-        };
-        if session.their_alias_id != d.from.as_str() {
-            // A known conversation from another alias: the peer may have bound a new alias.
-            // Contacts sync decides (same keys: the session follows; see `on_friends`) and
-            // retries what is parked here.
-            self.park(d)?;
-            if self.pending.values().any(|p| matches!(p, Pending::Friends)) {
-                // The answer in flight may predate the bind: ask again after it.
-                self.contacts_resync = true;
-            } else {
-                self.sync_contacts(now_ms);
-            }
-            return Ok(());
-        }
-        let Some(mine) = self.my_ecdh_public() else {
-            return self.park(d);
-        };
-        let current_b64 = session
-            .pending_ecdh_public_key
-            .as_deref()
-            .unwrap_or(&session.their_ecdh_public_key);
-        let Ok(current) = from_base64_array::<32>(current_b64) else {
-            return self.park(d);
-        };
-        if let Some(ev) =
-            self.security
-                .guard_message(&session.their_alias_id, &mine, &current, now_ms)
-        {
-            self.events.push_back(Event::SecurityViolation(ev));
-            return self.park(d);
-        }
-        let Ok(key) = SessionKey::from_base64(session.session_key_base64.expose()) else {
-            return self.park(d);
-        };
-        let Ok(text) = decrypt_payload_text(&key, &d.payload) else {
-            return self.park(d);
-        };
-        let content = MessageContent::parse(&text);
-        let mut m = stored_from_content(id, conv, &content, d.at.0);
-        m.status = MessageStatus::Delivered;
-        m.seq = Some(d.seq.get());
-        m.from_alias_id = Some(d.from.as_str().to_owned());
-        self.store.put_message(&m)?;
-        self.store.delete_offline(id)?;
-        self.send_delivered(d);
-        self.events.push_back(Event::Message(m));
-        Ok(())
-    }
-
-    fn on_retract(&mut self, id: &str, from: &str, conv: &str) -> Result<(), ClientError> {
-        let Some(mut m) = self.store.get_message(id)? else {
-            return Ok(());
-        };
-        if m.is_me || m.conversation_id != conv || m.from_alias_id.as_deref() != Some(from) {
-            return Ok(());
-        }
-        make_placeholder(&mut m);
-        self.store.put_message(&m)?;
-        self.events
-            .push_back(Event::Retracted { id: id.to_owned() });
-        Ok(())
-    }
-
-    fn on_call(&mut self, now_ms: u64, c: &CallSignal) -> Result<(), ClientError> {
-        let Some(from) = c.from.as_ref() else {
-            return Ok(());
-        };
-        let Some(session) = self.store.load_session_by_alias(from.as_str())? else {
-            return Ok(());
-        };
-        let Ok(key) = SessionKey::from_base64(session.session_key_base64.expose()) else {
-            return Ok(());
-        };
-        let peer = session
-            .their_ed25519_public_key
-            .as_deref()
-            .and_then(|k| from_base64_array::<32>(k).ok());
-        let env = SignalEnvelope {
-            frame_type: c.kind.as_str(),
-            from: from.as_str(),
-            call_id: c.call_id.as_str(),
-        };
-        match open_signal(
-            &key,
-            &c.payload,
-            env,
-            peer.as_ref(),
-            now_ms,
-            &mut self.nonces,
-        ) {
-            Ok(v) => {
-                self.events.push_back(Event::CallSignal {
-                    kind: c.kind,
-                    from: from.as_str().to_owned(),
-                    call_id: c.call_id.as_str().to_owned(),
-                    fields: v.fields.clone(),
-                    coverage: v.coverage,
-                });
-                self.on_verified_signal(
-                    now_ms,
-                    c.kind,
-                    from.as_str(),
-                    c.call_id.as_str(),
-                    &v.fields,
-                );
-            }
-            Err(error) => self.events.push_back(Event::Call(CallEvent::SignalRefused {
-                from: from.as_str().to_owned(),
-                call_id: c.call_id.as_str().to_owned(),
-                kind: c.kind,
-                error,
-            })),
-        }
-        Ok(())
-    }
-
-    // ----- calls
-
-    /// The current (or last) call.
-    pub fn current_call(&self) -> Option<&CallInfo> {
-        self.call.as_ref().map(|c| &c.info)
-    }
-
-    /// State of the current call ([`CallState::Idle`] before the first one).
-    pub fn call_state(&self) -> CallState {
-        self.call.as_ref().map_or(CallState::Idle, |c| c.info.state)
-    }
-
-    fn active_call(&self) -> Option<&CallInfo> {
-        self.current_call().filter(|c| c.state.is_active())
-    }
-
-    fn set_call_state(
-        &mut self,
-        state: CallState,
-        reason: Option<CallEndReason>,
-        deadline: Option<u64>,
-    ) {
-        let Some(c) = self.call.as_mut() else { return };
-        c.info.state = state;
-        c.info.end_reason = reason;
-        c.deadline_ms = deadline;
-        self.events.push_back(Event::Call(CallEvent::StateChanged {
-            call_id: c.info.call_id.clone(),
-            peer: c.info.peer.clone(),
-            state,
-            reason,
-        }));
-    }
-
-    fn signal_current(
-        &mut self,
-        now_ms: u64,
-        kind: CallKind,
-        fields: Map<String, Value>,
-    ) -> Result<(), ClientError> {
-        let Some(c) = self.active_call() else {
-            return Err(ClientError::NoCall);
-        };
-        let (peer, id) = (c.peer.clone(), c.call_id.clone());
-        self.send_call_signal(now_ms, kind, &peer, &id, fields)
-    }
-
-    /// Places a call (SPEC `call(toAliasId, CallOptions)`): sends `call_offer` with the app's
-    /// SDP and `mode`; state `calling` until answered, rejected or [`CALL_RING_TIMEOUT_MS`].
-    /// Returns the call id.
-    pub fn call(
-        &mut self,
-        now_ms: u64,
-        to_alias_id: &str,
-        options: &CallOptions,
-    ) -> Result<String, ClientError> {
-        if self.active_call().is_some() {
-            return Err(ClientError::CallBusy);
-        }
-        if self.conn != Conn::Open {
-            return Err(ClientError::NotConnected);
-        }
-        let call_id = self.new_message_id();
-        let mut fields = Map::new();
-        fields.insert("sdp".into(), Value::from(options.sdp.clone()));
-        fields.insert("sdp_type".into(), Value::from("offer"));
-        fields.insert(
-            "mode".into(),
-            Value::from(if options.video { "video" } else { "audio" }),
-        );
-        self.send_call_signal(now_ms, CallKind::Offer, to_alias_id, &call_id, fields)?;
-        self.call = Some(ActiveCall {
-            info: CallInfo {
-                call_id: call_id.clone(),
-                peer: to_alias_id.to_owned(),
-                outgoing: true,
-                video: options.video,
-                state: CallState::Idle,
-                end_reason: None,
-            },
-            deadline_ms: None,
-        });
-        self.set_call_state(
-            CallState::Calling,
-            None,
-            Some(now_ms + CALL_RING_TIMEOUT_MS),
-        );
-        Ok(call_id)
-    }
-
-    /// Answers the ringing call with the app's SDP answer: `call_answer`, state `connecting`.
-    pub fn answer_call(&mut self, now_ms: u64, sdp: &str) -> Result<(), ClientError> {
-        if self.call_state() != CallState::Ringing {
-            return Err(ClientError::NoCall);
-        }
-        let mut fields = Map::new();
-        fields.insert("sdp".into(), Value::from(sdp));
-        fields.insert("sdp_type".into(), Value::from("answer"));
-        self.signal_current(now_ms, CallKind::Answer, fields)?;
-        self.set_call_state(
-            CallState::Connecting,
-            None,
-            Some(now_ms + CALL_RING_TIMEOUT_MS),
-        );
-        Ok(())
-    }
-
-    /// Declines the ringing call: `call_reject`, state `rejected`.
-    pub fn reject_call(&mut self, now_ms: u64) -> Result<(), ClientError> {
-        if self.call_state() != CallState::Ringing {
-            return Err(ClientError::NoCall);
-        }
-        // The call ends locally even if the signal cannot be sent (the caller times out).
-        let sent = self.signal_current(now_ms, CallKind::Reject, Map::new());
-        self.set_call_state(CallState::Rejected, Some(CallEndReason::LocalReject), None);
-        sent
-    }
-
-    /// Ends the current call: `call_hangup`, state `hangup` (while ringing: same as
-    /// [`Client::reject_call`]).
-    pub fn hangup_call(&mut self, now_ms: u64) -> Result<(), ClientError> {
-        match self.call_state() {
-            CallState::Ringing => self.reject_call(now_ms),
-            s if s.is_active() => {
-                let sent = self.signal_current(now_ms, CallKind::Hangup, Map::new());
-                self.set_call_state(CallState::Hangup, Some(CallEndReason::LocalHangup), None);
-                sent
-            }
-            _ => Err(ClientError::NoCall),
-        }
-    }
-
-    /// Sends one local ICE candidate (opaque JSON from the app) for the current call.
-    pub fn send_ice_candidate(&mut self, now_ms: u64, candidate: Value) -> Result<(), ClientError> {
-        let mut fields = Map::new();
-        fields.insert("candidate".into(), candidate);
-        self.signal_current(now_ms, CallKind::Ice, fields)
-    }
-
-    /// The app's media connection is up: `connecting → connected`.
-    pub fn call_media_connected(&mut self, _now_ms: u64) -> Result<(), ClientError> {
-        if self.call_state() != CallState::Connecting {
-            return Err(ClientError::NoCall);
-        }
-        self.set_call_state(CallState::Connected, None, None);
-        Ok(())
-    }
-
-    fn call_timeout(&mut self, now_ms: u64) {
-        let Some(c) = self.call.as_ref() else { return };
-        if !c.info.state.is_active() || c.deadline_ms.is_none_or(|d| now_ms < d) {
-            return;
-        }
-        let kind = if c.info.state == CallState::Ringing {
-            CallKind::Reject
-        } else {
-            CallKind::Hangup
-        };
-        // Best effort: the peer also times out if the signal cannot be sent.
-        let _ = self.signal_current(now_ms, kind, Map::new());
-        self.set_call_state(CallState::Ended, Some(CallEndReason::Timeout), None);
-    }
-
-    fn on_verified_signal(
-        &mut self,
-        now_ms: u64,
-        kind: CallKind,
-        from: &str,
-        call_id: &str,
-        fields: &Map<String, Value>,
-    ) {
-        let current = self.active_call().map(|c| {
-            (
-                c.state,
-                c.peer == from && c.call_id == call_id,
-                c.peer == from,
-            )
-        });
-        let str_field = |k: &str| fields.get(k).and_then(Value::as_str).unwrap_or_default();
-        match (kind, current) {
-            (CallKind::Offer, Some((_, true, _))) => {} // a retransmitted offer of this call
-            (CallKind::Offer, Some((CallState::Calling, false, true)))
-                if self.alias_id().is_some_and(|me| me < from) => {} // glare: our call wins
-            (CallKind::Offer, Some((CallState::Calling, false, true))) => {
-                // glare: their call wins; ours is dropped silently (they ignore our offer)
-                self.set_call_state(CallState::Ended, Some(CallEndReason::Glare), None);
-                self.ring(now_ms, from, call_id, fields);
-            }
-            (CallKind::Offer, Some(_)) => {
-                let mut f = Map::new();
-                f.insert("reason".into(), Value::from(CALL_REJECT_REASON_BUSY));
-                let _ = self.send_call_signal(now_ms, CallKind::Reject, from, call_id, f);
-                self.events
-                    .push_back(Event::Call(CallEvent::MissedWhileBusy {
-                        from: from.to_owned(),
-                        call_id: call_id.to_owned(),
-                    }));
-            }
-            (CallKind::Offer, None) => self.ring(now_ms, from, call_id, fields),
-            (CallKind::Answer, Some((CallState::Calling, true, _))) => {
-                self.events.push_back(Event::Call(CallEvent::RemoteAnswer {
-                    call_id: call_id.to_owned(),
-                    sdp: str_field("sdp").to_owned(),
-                }));
-                self.set_call_state(
-                    CallState::Connecting,
-                    None,
-                    Some(now_ms + CALL_RING_TIMEOUT_MS),
-                );
-            }
-            (CallKind::Ice, Some((_, true, _))) => {
-                self.events.push_back(Event::Call(CallEvent::RemoteIce {
-                    call_id: call_id.to_owned(),
-                    candidate: fields.get("candidate").cloned().unwrap_or(Value::Null),
-                }));
-            }
-            (CallKind::Reject, Some((_, true, _))) => {
-                let reason = if str_field("reason") == CALL_REJECT_REASON_BUSY {
-                    CallEndReason::Busy
-                } else {
-                    CallEndReason::RemoteReject
-                };
-                self.set_call_state(CallState::Rejected, Some(reason), None);
-            }
-            (CallKind::Hangup, Some((_, true, _))) => {
-                self.set_call_state(CallState::Ended, Some(CallEndReason::RemoteHangup), None);
-            }
-            // another call id, no call, an answer out of turn, `call_invite`: ignored (S-4)
-            _ => {}
-        }
-    }
-
-    fn ring(&mut self, now_ms: u64, from: &str, call_id: &str, fields: &Map<String, Value>) {
-        let sdp = fields
-            .get("sdp")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let video =
-            fields.get("mode").and_then(Value::as_str) == Some("video") || sdp_has_video(&sdp);
-        self.call = Some(ActiveCall {
-            info: CallInfo {
-                call_id: call_id.to_owned(),
-                peer: from.to_owned(),
-                outgoing: false,
-                video,
-                state: CallState::Idle,
-                end_reason: None,
-            },
-            deadline_ms: None,
-        });
-        self.set_call_state(
-            CallState::Ringing,
-            None,
-            Some(now_ms + CALL_RING_TIMEOUT_MS),
-        );
-        self.events.push_back(Event::Call(CallEvent::Incoming {
-            call_id: call_id.to_owned(),
-            from: from.to_owned(),
-            video,
-            sdp,
-        }));
-    }
-}
-
-fn make_placeholder(m: &mut StoredMessage) {
-    m.text = RETRACTED_TEXT.to_owned();
-    m.msg_type = Some(RETRACTED_MSG_TYPE.to_owned());
-    m.media_url = None;
-    m.caption = None;
-}
-
-fn stored_from_content(id: &str, conv: &str, content: &MessageContent, time: u64) -> StoredMessage {
-    use crate::crypto::content::Media;
-    let (body, reply_to_id) = match content {
-        MessageContent::Reply { reply_to_id, body } => (body.as_ref(), Some(reply_to_id.clone())),
-        c => (c, None),
-    };
-    let (text, msg_type, media_url, caption) = match body {
-        MessageContent::Media(Media::Image { key, .. }) => {
-            (body.encode(), Some("image"), Some(key.clone()), None)
-        }
-        MessageContent::Media(Media::File { key, name, .. }) => (
-            body.encode(),
-            Some("file"),
-            Some(key.clone()),
-            Some(name.clone()),
-        ),
-        MessageContent::Media(Media::Voice { key, .. }) => {
-            (body.encode(), Some("voice"), Some(key.clone()), None)
-        }
-        MessageContent::Text(t) => (t.clone(), None, None, None),
-        MessageContent::Reply { .. } => (body.encode(), None, None, None),
-    };
-    StoredMessage {
-        id: id.to_owned(),
-        conversation_id: conv.to_owned(),
-        text,
-        is_me: false,
-        time,
-        status: MessageStatus::Sending,
-        msg_type: msg_type.map(str::to_owned),
-        media_url,
-        caption,
-        seq: None,
-        from_alias_id: None,
-        reply_to_id,
     }
 }

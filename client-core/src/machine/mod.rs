@@ -15,6 +15,28 @@
 //!   handle_timeout
 //! ```
 //!
+//! [`Client`] (in `client.rs`) is the dispatcher: the shared state, the output queues and the
+//! routing of every input. Behind it, one private module per sub-machine owns its part of the
+//! state and starts with a short doc of the rules it enforces:
+//!
+//! | module | sub-machine | decisions below |
+//! |---|---|---|
+//! | `auth` | registration, 409 recovery, challenge/verify | Registration |
+//! | `connection` | ticket, socket, heartbeat, backoff, GOAWAY, re-auth | Connection, Refused token |
+//! | `outbox` | sending, statuses, `ack`, `error` frames, typing notices | Outbox, Statuses |
+//! | `receipts` | `delivered` / `read`, receipts that overtake the `ack` | Statuses |
+//! | `inbound` | dedup, trust guard, decryption, storage, `delivered` | Inbound |
+//! | `inbox` | the offline inbox: parking, bounds, retries | Inbound, Offline inbox bound |
+//! | `contacts` | the friends list and the sessions it creates | Trust, Peer alias change |
+//! | `vanity` | following a peer's new alias | Peer alias change |
+//! | `trust` | the guard, verification, key changes | Trust |
+//! | `actions` | the durable queue of `read` and `retract` frames | Read receipts and retracts |
+//! | `read_markers` | `mark_as_read`, unread counts | Local read marker |
+//! | `retract` | retracts, ours and the peer's | Retract |
+//! | `payments` | `payment_confirmed`, once per order | `payment_confirmed` |
+//! | `call` | the call state machine and its signals | Calls |
+//! | `event` | [`Event`] and [`ClientError`] | |
+//!
 //! Decisions (see also the crate README note in the report):
 //! * **Registration** = PoW (A1, failure tolerated as in every reference client) → A2 → A3 → A4.
 //!   The identity is stored only after A4 succeeded. On **409** the returned `uuid` is adopted
@@ -100,6 +122,9 @@
 //!   `connecting`; the app's `call_media_connected` → `connected`. Final states: `hangup` (we
 //!   hung up), `rejected` (declined either way, reason `busy` when the callee was busy),
 //!   `ended` (peer hangup, timeout, lost glare); a new call may start from any final state.
+//!   Signals need an open socket (they are never queued): while closed, a command that sends
+//!   one returns [`ClientError::NotConnected`]; `reject_call`/`hangup_call` still end the call
+//!   locally.
 //!   Every signal is sealed/opened with `seal_signal`/`open_signal` (signature, 60 s window,
 //!   nonce cache); a refused one emits [`CallEvent::SignalRefused`] and changes nothing.
 //!   Answer/ICE/reject/hangup apply only when `call_id` **and** sender match the current call,
@@ -112,8 +137,34 @@
 //!   (`reason: "busy"`) and [`CallEvent::MissedWhileBusy`]; it never replaces the call.
 //!   [`Event::CallSignal`] is still emitted for every verified signal (low level).
 
+mod actions;
+mod auth;
 mod call;
 mod client;
+mod connection;
+mod contacts;
+mod event;
+mod inbound;
+mod inbox;
+mod outbox;
+mod payments;
+mod read_markers;
+mod receipts;
+mod retract;
+mod trust;
+mod vanity;
 
-pub use self::call::*;
-pub use self::client::*;
+pub use self::auth::AuthFailure;
+pub use self::call::{
+    CALL_REJECT_REASON_BUSY, CALL_RING_TIMEOUT_MS, CallEndReason, CallEvent, CallInfo, CallOptions,
+    CallState,
+};
+pub use self::client::{Client, ClientConfig, HttpRequest, Method, RequestId};
+pub use self::connection::{
+    ConnCommand, HEARTBEAT_INTERVAL_MS, NetworkState, RECONNECT_BASE_MS,
+    RECONNECT_JITTER_MIN_PERMILLE, RECONNECT_JITTER_SPAN_PERMILLE, RECONNECT_MAX_MS, WsAuth,
+};
+pub use self::event::{ClientError, Event};
+pub use self::inbox::{InboxLimit, OFFLINE_INBOX_MAX_PER_CONVERSATION, OFFLINE_INBOX_MAX_TOTAL};
+pub use self::outbox::{DEFAULT_OUTBOX_MAX_ATTEMPTS, TYPING_DEBOUNCE_MS};
+pub use self::retract::{RETRACTED_MSG_TYPE, RETRACTED_TEXT};

@@ -11,8 +11,8 @@
 
 mod memory;
 mod sqlite;
-#[cfg(test)]
-mod suite;
+#[cfg(any(test, feature = "test-suite"))]
+pub mod suite;
 
 use std::collections::BTreeMap;
 
@@ -152,6 +152,17 @@ pub enum StoreError {
         found: i64,
         /// Highest version this build knows.
         supported: i64,
+    },
+    /// This writer was fenced off: another relay process took over the shared database (it holds
+    /// a newer leadership epoch), or this process lost its leadership. Nothing of the batch was
+    /// applied, and no later commit through this store can succeed: the relay must stop serving
+    /// (fail-stop) and campaign again rather than rebuild from the same store.
+    #[error(
+        "fenced: this relay's leadership (epoch {epoch}) has ended; another relay may have taken over"
+    )]
+    Fenced {
+        /// The leadership epoch this store was writing under.
+        epoch: u64,
     },
 }
 

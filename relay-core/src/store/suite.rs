@@ -1,4 +1,12 @@
 //! The shared test suite every [`Store`] implementation must pass.
+//!
+//! Public (behind the `test-suite` feature) so that a store in another crate runs exactly these
+//! checks: `relay_core::store_suite!(my_store, MyStore::new())` expands to one `#[test]` per check,
+//! each building a fresh store with the given expression (which may `return` early to skip a test,
+//! e.g. when the store's server is not available). The functions panic on a failed check.
+
+// Test code: a panic is how a check fails.
+#![allow(clippy::unwrap_used)]
 
 use super::{Mutation, Store, Table};
 
@@ -24,11 +32,14 @@ fn get(s: &mut dyn Store, table: Table, key: &str) -> Option<String> {
         .map(|v| String::from_utf8(v.clone()).unwrap())
 }
 
-pub(super) fn empty_store_loads_empty(s: &mut dyn Store) {
+/// A fresh store loads no rows.
+pub fn empty_store_loads_empty(s: &mut dyn Store) {
     assert!(s.load().unwrap().values().all(|t| t.is_empty()));
 }
 
-pub(super) fn batch_applies_in_order(s: &mut dyn Store) {
+/// A batch applies in order: a later put of the same key wins, a delete after a put removes it,
+/// deleting a missing key is a no-op.
+pub fn batch_applies_in_order(s: &mut dyn Store) {
     s.commit(vec![
         put(Table::Accounts, "a", "1"),
         put(Table::Accounts, "a", "2"),
@@ -43,7 +54,8 @@ pub(super) fn batch_applies_in_order(s: &mut dyn Store) {
     assert_eq!(get(s, Table::Messages, "x/2").as_deref(), Some("m2"));
 }
 
-pub(super) fn tables_are_independent_and_ordered(s: &mut dyn Store) {
+/// The same key lives independently in two tables, and keys load in lexicographic order.
+pub fn tables_are_independent_and_ordered(s: &mut dyn Store) {
     s.commit(vec![
         put(Table::Meta, "k", "meta"),
         put(Table::Tombstones, "k", "tomb"),
@@ -57,10 +69,14 @@ pub(super) fn tables_are_independent_and_ordered(s: &mut dyn Store) {
     assert_eq!(keys, ["a", "b", "k"]);
 }
 
-pub(super) fn empty_batch_is_ok(s: &mut dyn Store) {
+/// Committing an empty batch succeeds.
+pub fn empty_batch_is_ok(s: &mut dyn Store) {
     s.commit(vec![]).unwrap();
 }
 
+/// Expands to a module `$modname` with one `#[test]` per check of [`crate::store::suite`], each on a
+/// fresh store built by `$make` (an expression evaluated inside the test; it may `return` to skip).
+#[macro_export]
 macro_rules! store_suite {
     ($modname:ident, $make:expr) => {
         mod $modname {
@@ -90,61 +106,67 @@ macro_rules! store_suite {
     };
 }
 
-store_suite!(memory, crate::store::MemoryStore::new());
-store_suite!(sqlite, crate::store::SqliteStore::open_in_memory().unwrap());
+#[cfg(test)]
+mod tests {
+    use super::{del, get, put};
+    use crate::store::{Store, Table};
 
-#[test]
-fn memory_commit_then_reopen() {
-    let store = crate::store::MemoryStore::new();
-    {
-        let mut handle = store.clone();
-        handle
-            .commit(vec![put(Table::Accounts, "u", "alice")])
-            .unwrap();
-        store.fail_commits(1);
-        assert!(
+    store_suite!(memory, crate::store::MemoryStore::new());
+    store_suite!(sqlite, crate::store::SqliteStore::open_in_memory().unwrap());
+
+    #[test]
+    fn memory_commit_then_reopen() {
+        let store = crate::store::MemoryStore::new();
+        {
+            let mut handle = store.clone();
             handle
-                .commit(vec![put(Table::Accounts, "v", "bob")])
-                .is_err()
+                .commit(vec![put(Table::Accounts, "u", "alice")])
+                .unwrap();
+            store.fail_commits(1);
+            assert!(
+                handle
+                    .commit(vec![put(Table::Accounts, "v", "bob")])
+                    .is_err()
+            );
+        } // "crash": the first handle is gone
+        let mut reopened = store;
+        assert_eq!(
+            get(&mut reopened, Table::Accounts, "u").as_deref(),
+            Some("alice")
         );
-    } // "crash": the first handle is gone
-    let mut reopened = store;
-    assert_eq!(
-        get(&mut reopened, Table::Accounts, "u").as_deref(),
-        Some("alice")
-    );
-    assert_eq!(get(&mut reopened, Table::Accounts, "v"), None);
-}
+        assert_eq!(get(&mut reopened, Table::Accounts, "v"), None);
+    }
 
-#[test]
-fn sqlite_commit_then_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("relay.db");
-    {
+    #[test]
+    fn sqlite_commit_then_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.db");
+        {
+            let mut s = crate::store::SqliteStore::open(&path).unwrap();
+            s.commit(vec![
+                put(Table::Accounts, "u", "alice"),
+                put(Table::Meta, "jwt", "k"),
+            ])
+            .unwrap();
+            s.commit(vec![del(Table::Meta, "jwt")]).unwrap();
+        }
         let mut s = crate::store::SqliteStore::open(&path).unwrap();
-        s.commit(vec![
-            put(Table::Accounts, "u", "alice"),
-            put(Table::Meta, "jwt", "k"),
-        ])
-        .unwrap();
-        s.commit(vec![del(Table::Meta, "jwt")]).unwrap();
+        assert_eq!(get(&mut s, Table::Accounts, "u").as_deref(), Some("alice"));
+        assert_eq!(get(&mut s, Table::Meta, "jwt"), None);
     }
-    let mut s = crate::store::SqliteStore::open(&path).unwrap();
-    assert_eq!(get(&mut s, Table::Accounts, "u").as_deref(), Some("alice"));
-    assert_eq!(get(&mut s, Table::Meta, "jwt"), None);
-}
 
-#[test]
-fn sqlite_rejects_newer_schema() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("relay.db");
-    {
-        let c = rusqlite::Connection::open(&path).unwrap();
-        c.pragma_update(None, "user_version", 99).unwrap();
+    #[test]
+    fn sqlite_rejects_newer_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.db");
+        {
+            let c = rusqlite::Connection::open(&path).unwrap();
+            c.pragma_update(None, "user_version", 99).unwrap();
+        }
+        let err = crate::store::SqliteStore::open(&path).unwrap_err();
+        assert!(matches!(
+            err,
+            crate::store::StoreError::SchemaVersion { found: 99, .. }
+        ));
     }
-    let err = crate::store::SqliteStore::open(&path).unwrap_err();
-    assert!(matches!(
-        err,
-        crate::store::StoreError::SchemaVersion { found: 99, .. }
-    ));
 }

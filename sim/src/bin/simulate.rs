@@ -1,62 +1,130 @@
 //! `simulate`: runs the deterministic simulator over a range of seeds (or one seed with its
-//! trace) and reports violations by oracle; every failing seed gets the command that replays it.
+//! trace, or a replay file), reports violations by oracle, and shrinks a failing seed to a
+//! small replayable one; every failing seed gets the command that replays it.
 //!
 //! ```text
-//! cargo run --release -p sim --bin simulate -- --seeds 0..1000
+//! cargo run --release -p sim --bin simulate -- --seeds 0..1000 --scale medium -j 2
+//! cargo run --release -p sim --bin simulate -- --seeds 0..1000000 --shard 3/16 --json s3.json --junit s3.xml
+//! cargo run --release -p sim --bin simulate -- --seeds 0..1000000 --time-budget 600
 //! cargo run --release -p sim --bin simulate -- --seed 17 --trace
+//! cargo run --release -p sim --bin simulate -- --seed 17 --shrink --out seed17.json
+//! cargo run --release -p sim --bin simulate -- --replay seed17.json --trace
 //! ```
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use sim::sim::faults::FaultSelection;
-use sim::sim::{RunConfig, run};
+use sim::sim::faults::{FaultSelection, StoreChoice};
+use sim::sim::scenario::Scale;
+use sim::sim::shrink::{ShrinkOptions, shrink, size};
+use sim::sim::{Replay, RunConfig, RunReport, run};
 
 /// Deterministic fault-injection simulation of the relay and its clients.
 ///
-/// Each seed draws a scenario (accounts, friendships, scripted traffic, second-device logins,
-/// vanity purchases, channel trades and quota buys paid through the payment stand-in) and a
-/// fault plan (swarm testing: a random subset of fault kinds), runs it on turmoil, heals
-/// everything, lets it converge and checks the oracles. The same seed replays the same run.
+/// Each seed draws a scenario (accounts, friendships, scripted traffic with bursts and
+/// offline spells, second-device logins, media, calls, friend requests to raw clients that
+/// reject them, vanity purchases, channel trades and quota buys paid through the payment
+/// stand-in) and a fault plan (swarm testing: a random subset of fault kinds), runs it on
+/// turmoil, heals everything, lets it converge and checks the oracles. The same seed replays
+/// the same run; a scenario and plan can also be read from a replay file.
 #[derive(Debug, Parser)]
 #[command(name = "simulate", version)]
+#[allow(clippy::struct_excessive_bools, reason = "CLI flags")]
 struct Args {
     /// Seeds to run, as a half-open range `START..END` (e.g. `0..1000`).
-    #[arg(long, value_parser = parse_range, conflicts_with = "seed")]
+    #[arg(long, value_parser = parse_range, conflicts_with_all = ["seed", "replay"])]
     seeds: Option<Range<u64>>,
 
     /// Runs one seed (prints its scenario and fault plan).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "replay")]
     seed: Option<u64>,
 
-    /// With `--seed`: prints the application-level trace.
-    #[arg(long, requires = "seed")]
+    /// Runs the scenario and fault plan of a replay file (written by `--shrink`).
+    #[arg(long, value_name = "FILE")]
+    replay: Option<PathBuf>,
+
+    /// With `--seed` or `--replay`: prints the application-level trace.
+    #[arg(long)]
     trace: bool,
 
-    /// Client hosts per run.
-    #[arg(long, default_value_t = 4)]
-    clients: usize,
+    /// World size: `small` (3-5 clients, CI), `medium` (6-24 clients, backlogs of thousands
+    /// for a hub), `large` (40-200 clients, several per host).
+    #[arg(long, default_value = "small")]
+    scale: Scale,
 
-    /// Fault kinds: `swarm` (random subset per seed), `all`, `none`, or a comma-separated list
-    /// of partition, oneway, hold, latency, relay-crash, client-crash, webhook.
+    /// Client accounts per run (default: drawn from the scale; 4 at the small scale).
+    #[arg(long)]
+    clients: Option<usize>,
+
+    /// Fault kinds: `swarm` (random subset per seed), `all`, `none`, or a comma-separated
+    /// list of partition, oneway, hold, latency, relay-crash, client-crash, webhook,
+    /// commit-fail, commit-slow, commit-crash, batch-crash, slow-consumer, storm,
+    /// clock-skew, abuse, dishonest.
     #[arg(long, default_value = "swarm")]
     faults: FaultSelection,
 
-    /// Skips capturing logs (faster; disables the `canary-logs` oracle).
+    /// The relay's store: `drawn` (SQLite in about a third of the seeds), `memory`, `sqlite`.
+    #[arg(long, default_value = "drawn")]
+    store: StoreChoice,
+
+    /// Skips scanning logs (faster; disables the `canary-logs` oracle).
     #[arg(long)]
     no_log_capture: bool,
+
+    /// With `--seed` or `--replay`: prints the run's logs to stderr with this `tracing`
+    /// filter (e.g. `debug`, `sim::server=trace,relay_core=debug`) instead of scanning them.
+    #[arg(long, value_name = "FILTER")]
+    log: Option<String>,
 
     /// Never binds a bought vanity alias (the buyer keeps its alias; orders stay unbound).
     #[arg(long)]
     no_bind: bool,
 
-    /// With `--seed`: machine-readable output for the sweep's child processes.
-    #[arg(long, hide = true, requires = "seed")]
+    /// With `--seed` or `--replay`: if it fails, shrinks it to a smaller run that fails the
+    /// same oracle and writes it as a replay file.
+    #[arg(long)]
+    shrink: bool,
+
+    /// Most runs `--shrink` spends.
+    #[arg(long, default_value_t = 200, requires = "shrink")]
+    shrink_runs: u32,
+
+    /// Where `--shrink` writes the replay file (default `shrunk-seed-<N>.json`).
+    #[arg(long, value_name = "FILE", requires = "shrink")]
+    out: Option<PathBuf>,
+
+    /// Runs only the seeds of shard `I` of `N` (1-based; seed `s` belongs to shard
+    /// `(s - START) % N + 1`), like `cargo nextest --partition count:I/N`.
+    #[arg(long, value_parser = parse_shard)]
+    shard: Option<(u64, u64)>,
+
+    /// Stops handing out seeds after this many seconds of wall time ("as many as fit").
+    #[arg(long, value_name = "SECONDS")]
+    time_budget: Option<u64>,
+
+    /// Seeds run in parallel (threads; default: the available cores).
+    #[arg(short = 'j', long)]
+    jobs: Option<usize>,
+
+    /// Writes the sweep's results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+
+    /// Writes the sweep's results as JUnit XML (one test case per seed).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+
+    /// With `--seed`: machine-readable output (`SIM_MS`, `HASH`, `VIOLATION` lines).
+    #[arg(long, hide = true)]
     machine: bool,
 }
 
@@ -72,47 +140,82 @@ fn parse_range(s: &str) -> Result<Range<u64>, String> {
     Ok(start..end)
 }
 
-fn faults_arg(f: &FaultSelection) -> String {
-    match f {
-        FaultSelection::Swarm => "swarm".into(),
-        FaultSelection::Only(k) if k.is_empty() => "none".into(),
-        FaultSelection::Only(k) => k.iter().map(|k| k.name()).collect::<Vec<_>>().join(","),
+fn parse_shard(s: &str) -> Result<(u64, u64), String> {
+    let (i, n) = s
+        .split_once('/')
+        .ok_or_else(|| format!("expected I/N, got {s:?}"))?;
+    let i: u64 = i.parse().map_err(|e| format!("shard index: {e}"))?;
+    let n: u64 = n.parse().map_err(|e| format!("shard count: {e}"))?;
+    if n == 0 || i == 0 || i > n {
+        return Err(format!("shard {i}/{n}: need 1 <= I <= N"));
     }
+    Ok((i, n))
 }
 
-fn replay(args: &Args, seed: u64) -> String {
+fn options_line(args: &Args) -> String {
+    let mut s = format!(
+        "--scale {} --faults {} --store {}",
+        args.scale, args.faults, args.store
+    );
+    if let Some(c) = args.clients {
+        let _ = write!(s, " --clients {c}");
+    }
+    if args.no_bind {
+        s.push_str(" --no-bind");
+    }
+    s
+}
+
+fn replay_command(args: &Args, seed: u64) -> String {
     format!(
-        "cargo run --release -p sim --bin simulate -- --seed {seed} --clients {} --faults {}{} --trace",
-        args.clients,
-        faults_arg(&args.faults),
-        if args.no_bind { " --no-bind" } else { "" }
+        "cargo run --release -p sim --bin simulate -- --seed {seed} {} --trace",
+        options_line(args)
     )
 }
 
 fn config(args: &Args, seed: u64) -> RunConfig {
     RunConfig {
         seed,
-        clients: args.clients,
+        scale: args.scale,
+        clients: args.clients.or((args.scale == Scale::Small).then_some(4)),
         faults: args.faults.clone(),
+        store: args.store,
         capture_logs: !args.no_log_capture,
+        log: args.log.clone(),
         bind_vanity: !args.no_bind,
+        replay: None,
     }
 }
 
 fn main() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
-    if args.clients < 2 {
+    if args.clients.is_some_and(|c| c < 2) {
         bail!("--clients must be at least 2");
     }
+    if let Some(path) = &args.replay {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let replay: Replay = serde_json::from_str(&text)
+            .with_context(|| format!("parsing replay file {}", path.display()))?;
+        let config = RunConfig {
+            capture_logs: !args.no_log_capture,
+            log: args.log.clone(),
+            ..RunConfig::replaying(replay)
+        };
+        return one(&args, &config, &format!("--replay {}", path.display()));
+    }
     if let Some(seed) = args.seed {
-        return one(&args, seed);
+        return one(&args, &config(&args, seed), &replay_command(&args, seed));
+    }
+    if args.shrink {
+        bail!("--shrink needs --seed or --replay");
     }
     let seeds = args.seeds.clone().unwrap_or(0..100);
     sweep(&args, seeds)
 }
 
-fn one(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
-    let report = run(&config(args, seed));
+fn one(args: &Args, config: &RunConfig, again: &str) -> anyhow::Result<ExitCode> {
+    let report = run(config);
     if args.machine {
         println!("SIM_MS\t{}", report.simulated.as_millis());
         println!("HASH\t{}", report.trace_hash);
@@ -125,150 +228,346 @@ fn one(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    println!("seed {seed}\n{}\n{}", report.scenario, report.plan);
+    println!("seed {}\n{}\n{}", report.seed, report.scenario, report.plan);
     if args.trace {
         for line in &report.trace {
             println!("{line}");
         }
     }
     println!(
-        "simulated {:.1} s, trace sha256 {}",
+        "simulated {:.1} s in {} steps ({} messages acked, {} commits, {} injected commit failures, {} store loads), trace sha256 {}",
         report.simulated.as_secs_f64(),
+        report.stats.steps,
+        report.stats.acked,
+        report.stats.commits,
+        report.stats.failed_commits,
+        report.stats.loads,
         report.trace_hash
     );
     for v in &report.violations {
         println!("VIOLATION {v}");
     }
-    Ok(if report.violations.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        println!("replay: {}", replay(args, seed));
-        ExitCode::FAILURE
-    })
+    if report.violations.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("replay: {again}");
+    if args.shrink {
+        shrink_and_write(args, config, &report)?;
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+fn shrink_and_write(args: &Args, config: &RunConfig, report: &RunReport) -> anyhow::Result<()> {
+    let start = report.replay(config.bind_vanity);
+    let target = report.violations[0].clone();
+    println!(
+        "shrinking: target [{}], start {} (at most {} runs)",
+        target.oracle,
+        size(&start),
+        args.shrink_runs
+    );
+    let options = ShrinkOptions {
+        max_runs: args.shrink_runs,
+        capture_logs: target.oracle == "canary-logs",
+    };
+    let shrunk = shrink(start, target, options, &mut |line| println!("  {line}"));
+    let path = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("shrunk-seed-{}.json", report.seed)));
+    let json = serde_json::to_string_pretty(&shrunk.replay).context("encoding the replay")?;
+    std::fs::write(&path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+    println!(
+        "shrunk in {} runs to {}\n  still fails: {}\n  written to {}\n  replay: cargo run --release -p sim --bin simulate -- --replay {} --trace",
+        shrunk.runs,
+        size(&shrunk.replay),
+        shrunk.violation,
+        path.display(),
+        path.display()
+    );
+    Ok(())
 }
 
 #[allow(
     clippy::disallowed_methods,
-    reason = "wall time of the sweep, for the seeds-per-second summary only; never reaches a run"
+    reason = "wall time of the sweep, for the seeds-per-second summary and --time-budget only; never reaches a run"
 )]
 fn wall_clock() -> std::time::Instant {
     std::time::Instant::now()
 }
 
-/// What a child process reported for one seed.
-struct ChildReport {
+/// What one seed of a sweep gave.
+struct SeedResult {
+    seed: u64,
+    hash: String,
     simulated: Duration,
+    wall: Duration,
     violations: Vec<(String, String)>,
 }
 
-/// Runs one seed in a fresh process of this executable.
-///
-/// Why not in-process: runs in one process are deterministic *as a sequence* but a seed's
-/// trace can depend on which runs came before it (process-global counters in the async
-/// runtime stack, e.g. task ids, change the order in which a crashed host's sockets are
-/// dropped). A fresh process per seed makes the sweep's result exactly what the printed
-/// replay command reproduces.
-fn child_run(exe: &std::path::Path, args: &Args, seed: u64) -> anyhow::Result<ChildReport> {
-    let mut command = std::process::Command::new(exe);
-    command.args([
-        "--seed",
-        &seed.to_string(),
-        "--clients",
-        &args.clients.to_string(),
-        "--faults",
-        &faults_arg(&args.faults),
-        "--machine",
-    ]);
-    if args.no_log_capture {
-        command.arg("--no-log-capture");
-    }
-    if args.no_bind {
-        command.arg("--no-bind");
-    }
-    let output = command.output().context("running a seed")?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let mut report = ChildReport {
-        simulated: Duration::ZERO,
-        violations: Vec::new(),
+/// Runs one seed, turning a panic into a violation.
+fn run_seed(args: &Args, seed: u64) -> SeedResult {
+    let started = wall_clock();
+    let config = RunConfig {
+        log: None,
+        ..config(args, seed)
     };
-    for line in stdout.lines() {
-        let mut fields = line.splitn(3, '\t');
-        match (fields.next(), fields.next(), fields.next()) {
-            (Some("SIM_MS"), Some(ms), _) => {
-                report.simulated = Duration::from_millis(ms.parse().unwrap_or(0));
-            }
-            (Some("VIOLATION"), Some(oracle), detail) => report
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&config)));
+    let wall = started.elapsed();
+    match outcome {
+        Ok(r) => SeedResult {
+            seed,
+            hash: r.trace_hash,
+            simulated: r.simulated,
+            wall,
+            violations: r
                 .violations
-                .push((oracle.to_owned(), detail.unwrap_or("").to_owned())),
-            _ => {}
+                .into_iter()
+                .map(|v| (v.oracle.to_owned(), v.detail))
+                .collect(),
+        },
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "unknown panic".to_owned());
+            SeedResult {
+                seed,
+                hash: String::new(),
+                simulated: Duration::ZERO,
+                wall,
+                violations: vec![("panic".to_owned(), what)],
+            }
         }
     }
-    if !output.status.success() {
-        report.violations.push((
-            "crash".to_owned(),
-            format!(
-                "process failed ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-                    .lines()
-                    .last()
-                    .unwrap_or("")
-            ),
-        ));
-    }
-    Ok(report)
 }
 
+fn in_shard(shard: Option<(u64, u64)>, start: u64, seed: u64) -> bool {
+    shard.is_none_or(|(i, n)| (seed - start) % n == i - 1)
+}
+
+#[allow(clippy::too_many_lines, reason = "the sweep's report, in order")]
 fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> {
-    let total = seeds.end - seeds.start;
+    let mine: Vec<u64> = seeds
+        .clone()
+        .filter(|s| in_shard(args.shard, seeds.start, *s))
+        .collect();
+    let total = mine.len() as u64;
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
+        .max(1);
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} seeds  {per_sec}  eta {eta}  {msg}")
             .context("progress template")?,
     );
     let started = wall_clock();
-    let mut simulated = Duration::ZERO;
-    let mut by_oracle: BTreeMap<String, u64> = BTreeMap::new();
-    let mut failing: Vec<u64> = Vec::new();
-    let exe = std::env::current_exe().context("locating this executable")?;
-    for seed in seeds {
-        let child = child_run(&exe, args, seed)?;
-        simulated += child.simulated;
-        if !child.violations.is_empty() {
-            for (oracle, _) in &child.violations {
-                *by_oracle.entry(oracle.clone()).or_default() += 1;
-            }
-            bar.println(format!(
-                "seed {seed}: {} violation(s), first: [{}] {}",
-                child.violations.len(),
-                child.violations[0].0,
-                child.violations[0].1
-            ));
-            failing.push(seed);
-            bar.set_message(format!("{} failing", failing.len()));
+    let budget = args.time_budget.map(Duration::from_secs);
+    let next = Arc::new(AtomicU64::new(0));
+    let mine = Arc::new(mine);
+    let (tx, rx) = mpsc::channel::<SeedResult>();
+    let mut results: Vec<SeedResult> = Vec::new();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            let (next, mine, tx) = (Arc::clone(&next), Arc::clone(&mine), tx.clone());
+            scope.spawn(move || {
+                loop {
+                    if budget.is_some_and(|b| started.elapsed() >= b) {
+                        return;
+                    }
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(&seed) = mine.get(usize::try_from(i).unwrap_or(usize::MAX)) else {
+                        return;
+                    };
+                    if tx.send(run_seed(args, seed)).is_err() {
+                        return;
+                    }
+                }
+            });
         }
-        bar.inc(1);
-    }
+        drop(tx);
+        let mut failing = 0;
+        for r in rx {
+            if !r.violations.is_empty() {
+                failing += 1;
+                let line = format!(
+                    "seed {}: {} violation(s), first: [{}] {}",
+                    r.seed,
+                    r.violations.len(),
+                    r.violations[0].0,
+                    r.violations[0].1
+                );
+                // A hidden bar (no terminal: CI logs) drops `println`.
+                if bar.is_hidden() {
+                    eprintln!("{line}");
+                } else {
+                    bar.println(line);
+                }
+                bar.set_message(format!("{failing} failing"));
+            }
+            bar.inc(1);
+            results.push(r);
+        }
+    });
     bar.finish();
+    results.sort_by_key(|r| r.seed);
     let wall = started.elapsed();
-    println!("\nseeds run: {total}");
+    let simulated: Duration = results.iter().map(|r| r.simulated).sum();
+    let failing: Vec<&SeedResult> = results
+        .iter()
+        .filter(|r| !r.violations.is_empty())
+        .collect();
+    let mut by_oracle: BTreeMap<&str, u64> = BTreeMap::new();
+    for r in &failing {
+        for (oracle, _) in &r.violations {
+            *by_oracle.entry(oracle.as_str()).or_default() += 1;
+        }
+    }
+    let shard = args
+        .shard
+        .map_or_else(String::new, |(i, n)| format!(" (shard {i}/{n})"));
+    println!(
+        "\nseeds run: {} of {total}{shard}{}",
+        results.len(),
+        if (results.len() as u64) < total {
+            " (time budget reached)"
+        } else {
+            ""
+        }
+    );
     println!("failing seeds: {}", failing.len());
     for (oracle, n) in &by_oracle {
         println!("  {oracle}: {n} violation(s)");
     }
+    let seeds_per_s = results.len() as f64 / wall.as_secs_f64().max(1e-9);
     println!(
-        "simulated {:.0} s in {:.1} s wall ({:.0}x), {:.2} seeds/s",
+        "simulated {:.0} s in {:.1} s wall ({:.0}x) on {jobs} thread(s), {seeds_per_s:.2} seeds/s",
         simulated.as_secs_f64(),
         wall.as_secs_f64(),
         simulated.as_secs_f64() / wall.as_secs_f64().max(1e-9),
-        total as f64 / wall.as_secs_f64().max(1e-9)
     );
-    for seed in &failing {
-        println!("replay seed {seed}: {}", replay(args, *seed));
+    for r in &failing {
+        println!("replay seed {}: {}", r.seed, replay_command(args, r.seed));
+    }
+    if let Some(path) = &args.json {
+        write_json(args, path, &seeds, &results, wall, seeds_per_s)?;
+    }
+    if let Some(path) = &args.junit {
+        write_junit(args, path, &results, wall)?;
     }
     Ok(if failing.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn write_json(
+    args: &Args,
+    path: &Path,
+    seeds: &Range<u64>,
+    results: &[SeedResult],
+    wall: Duration,
+    seeds_per_s: f64,
+) -> anyhow::Result<()> {
+    let seeds_json: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "seed": r.seed,
+                "trace_sha256": r.hash,
+                "simulated_ms": u64::try_from(r.simulated.as_millis()).unwrap_or(u64::MAX),
+                "wall_ms": u64::try_from(r.wall.as_millis()).unwrap_or(u64::MAX),
+                "violations": r.violations.iter().map(|(o, d)| serde_json::json!({"oracle": o, "detail": d})).collect::<Vec<_>>(),
+                "replay": (!r.violations.is_empty()).then(|| replay_command(args, r.seed)),
+            })
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "seeds": { "start": seeds.start, "end": seeds.end },
+        "shard": args.shard.map(|(i, n)| format!("{i}/{n}")),
+        "scale": args.scale.name(),
+        "faults": args.faults.to_string(),
+        "store": args.store.to_string(),
+        "ran": results.len(),
+        "failing": results.iter().filter(|r| !r.violations.is_empty()).map(|r| r.seed).collect::<Vec<_>>(),
+        "wall_s": wall.as_secs_f64(),
+        "seeds_per_s": seeds_per_s,
+        "results": seeds_json,
+    });
+    let text = serde_json::to_string_pretty(&doc).context("encoding JSON")?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\t' | '\r') => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn write_junit(
+    args: &Args,
+    path: &Path,
+    results: &[SeedResult],
+    wall: Duration,
+) -> anyhow::Result<()> {
+    let failures = results.iter().filter(|r| !r.violations.is_empty()).count();
+    let name = args.shard.map_or_else(
+        || format!("simulate {}", options_line(args)),
+        |(i, n)| format!("simulate {} shard {i}/{n}", options_line(args)),
+    );
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        xml,
+        "<testsuites tests=\"{}\" failures=\"{failures}\" time=\"{:.3}\">",
+        results.len(),
+        wall.as_secs_f64()
+    );
+    let _ = writeln!(
+        xml,
+        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" time=\"{:.3}\">",
+        xml_escape(&name),
+        results.len(),
+        wall.as_secs_f64()
+    );
+    for r in results {
+        let _ = write!(
+            xml,
+            "    <testcase classname=\"simulate.{}\" name=\"seed {}\" time=\"{:.3}\"",
+            args.scale,
+            r.seed,
+            r.wall.as_secs_f64()
+        );
+        if r.violations.is_empty() {
+            xml.push_str("/>\n");
+            continue;
+        }
+        let (oracle, detail) = &r.violations[0];
+        let mut body = String::new();
+        for (o, d) in &r.violations {
+            let _ = writeln!(body, "[{o}] {d}");
+        }
+        let _ = writeln!(body, "replay: {}", replay_command(args, r.seed));
+        let _ = writeln!(
+            xml,
+            ">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>",
+            xml_escape(&format!("[{oracle}] {detail}")),
+            xml_escape(oracle),
+            xml_escape(&body)
+        );
+    }
+    xml.push_str("  </testsuite>\n</testsuites>\n");
+    std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))
 }

@@ -1,5 +1,6 @@
-//! The deterministic simulator: the relay server, N scripted async clients and the outside
-//! world on turmoil, a scenario and a fault plan drawn from one seed, and oracles at the end.
+//! The deterministic simulator: the relay server, N scripted async clients, raw (hostile)
+//! clients and the outside world on turmoil, a scenario and a fault plan drawn from one seed
+//! (or read from a replay file), and oracles at the end.
 //!
 //! ```text
 //!   let report = sim::sim::run(&RunConfig::new(42));
@@ -8,21 +9,27 @@
 //!   println!("trace {}", report.trace_hash); // same seed, same hash
 //! ```
 //!
-//! Modules: [`scenario`] (accounts, friendships, timed actions), [`faults`] (kinds, swarm
-//! selection, plan), [`commerce`] (purchases, trades, quota buys, payments through the
-//! stand-in, binds, the end-of-run audit), [`oracles`] (named invariants), [`trace`]
-//! (app-level records and their hash); the runner steps turmoil, applies faults, heals and
-//! checks.
+//! Modules: [`scenario`] (scales, accounts, friendships, timed actions), [`faults`] (kinds,
+//! swarm selection, plan), [`store`] (the relay's store with storage faults and its commit
+//! history), [`hostile`] (raw clients: floods, dishonest requests, slow consumers, storms),
+//! [`commerce`] (purchases, trades, quota buys, payments through the stand-in, binds, the
+//! end-of-run audit), [`oracles`] (named invariants), [`trace`] (app-level records and their
+//! hash), [`shrink`] (delta debugging of a failing run); the runner steps turmoil, applies
+//! faults, heals and checks.
 
 pub mod commerce;
 pub mod faults;
+pub mod hostile;
 pub mod oracles;
 pub mod scenario;
+pub mod shrink;
+pub mod store;
 pub mod trace;
 
 mod runner;
 
 pub use runner::{
-    AUDIT, FORGER_PORT, LIVENESS_BOUND_MS, PAY_PORT, RELAY_PORT, RunConfig, RunReport,
-    SETUP_BOUND_MS, TRAFFIC_WINDOW_MS, run,
+    AUDIT, DELIVERY_BOUND_MS, FORGER_PORT, LIVENESS_BOUND_MS, PAY_PORT, PROBE_AFTER_HEAL_MS,
+    PROBE_BOUND_MS, PUSH_PORT, RELAY_PORT, Replay, RunConfig, RunReport, RunStats, SETUP_BOUND_MS,
+    SkewClock, TRAFFIC_WINDOW_MS, run,
 };

@@ -3,34 +3,46 @@
 //! | oracle | checks |
 //! |---|---|
 //! | `delivered-exactly-once` | every message the relay acknowledged (the sender's store has its seq) reaches an app of the recipient's account; no app sees one message twice |
+//! | `liveness` | every acknowledged message reaches its recipient within `DELIVERY_BOUND_MS` (80 s: a dead socket is noticed after 60 s of silence) of healing, or of its ack if later, however large the backlog |
 //! | `seq-order` | per device and conversation, `message` events come in strictly increasing seq |
 //! | `seq-gap-free` | per conversation, the seqs seen (sender acks ∪ recipient messages) are exactly `1..=max` |
 //! | `non-participant` | no message or typing event reaches a device outside the conversation, or claims a sender other than the peer |
 //! | `receipts` | `delivered`/`read` only for messages the recipient's account received (and, for `read`, marked read); a status never moves down |
+//! | `receipts-clear` | the relay deletes a queued message (a receipt, a retract) only after an app of the recipient received it, or its author retracted it |
+//! | `fail-stop` | every message acknowledged and every order handed out was committed first (the store's history has it) |
+//! | `store-intact` | every reopen of the store (restart, rebuild) loads exactly what was committed, every table and row (SQLite); nothing is committed while the relay is powered off |
+//! | `outbox-drained` | after the liveness phase no primary device has an unacknowledged outbox intent |
+//! | `probes` | after healing, every probe message, typing notice and call offer (and its answer) arrives within `PROBE_BOUND_MS`; a call between clocks skewed more than the 60 s signal window apart is refused instead |
+//! | `retract-lands` | a retract the relay accepted reaches the recipient of the message (if it got the message) |
+//! | `media` | media a recipient downloads decrypts to what its sender uploaded |
+//! | `push` | pushes carry only `{"type":"new_msg"}`, go only to registered tokens, and a client offline with a token while messages arrive for it gets one |
+//! | `authz` | requests an honest client never makes are refused: no message of a stranger in someone else's conversation is acked, committed or delivered, no receipt mark in a stranger's name, no retract by anyone but the author lands, no friendship, order, channel or identity of someone else is taken, a rejected request stays rejected |
+//! | `bad-input` | every malformed frame gets an error frame, or the socket is closed with a code |
+//! | `stuck-client` | a client that stopped reading is closed by the relay within `STUCK_CLOSE_BOUND_MS`, and one that reads again gets a working socket |
+//! | `resources` | (with a relay stats source) buffered outbound bytes per connection stay under the limit and connections are freed; today only what is observable from outside (`stuck-client`) |
+//! | `canary-store` / `canary-logs` | no planted plaintext in the relay's committed rows or in any log line |
+//! | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model` | commerce, after the public-API audit of [`super::commerce`]: paid orders confirmed (or late and refund-flagged), one owner per alias and channel, holds released, seats counted, refund flags only on orders a genuine payment reached |
 //!
 //! Retracted messages are exempt from delivery and receipt checks: the relay drops a
 //! still-queued copy on `retract`, and a later receipt "up to seq" covers it.
-//! | `outbox-drained` | after the liveness phase no primary device has an unacknowledged outbox intent |
-//! | `canary-store` / `canary-logs` | no planted plaintext in the relay's committed rows or in any log line |
-//! | `payment-applied-once` | every order paid in full through the stand-in ends confirmed (or, when a clock jump made it late, expired *and* flagged for refund), never pending; unpaid and forged-only orders never confirm; a forged webhook is never accepted; exactly one `payment_confirmed` reaches the buyer's account per confirmed order (none otherwise, none to anyone else), across reconnects and crashes; no webhook copy given up |
-//! | `alias-unique` | no alias bound to two accounts, at most one confirmed order per alias, current aliases distinct, bound and retired aliases never searchable or bound again |
-//! | `channel-single-owner` | every listed channel has exactly one owner (`channels/mine`), the buyer of its one confirmed trade order or else its creator; a sold channel is no longer for sale |
-//! | `holds-released` | after the final clock jump no order is pending, every pool alias without a confirmed order is searchable, every still-listed channel without a confirmed trade can be bought |
-//! | `quota` | seats bought (relay row) = confirmed quota orders; channels created (relay row and 2xx seen) <= free quota + seats |
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use client_core::machine::Event;
 use client_core::store::{ClientStore as _, MessageStatus};
-use relay_core::store::{MemoryStore as RelayStore, Store as _, Table};
+use relay_core::store::{Snapshot, Table};
+use wire::frames::CallKind;
 use wire::http::{OrderKind, OrderState};
 
 use super::commerce::{CommerceWorld, OrderRec};
+use super::faults::{FaultAction, FaultPlan};
+use super::runner::{DELIVERY_BOUND_MS, PROBE_BOUND_MS, World, push_token};
 use super::scenario::Scenario;
+use super::store::History;
 use super::trace::{Device, Record};
 use crate::client::SharedStore;
-use crate::standins::PaymentProcessor;
+use crate::standins::{PaymentProcessor, RecordedPush};
 
 /// One broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -58,35 +70,60 @@ impl fmt::Display for Violation {
 }
 
 /// Every oracle name (for summaries).
-pub const ORACLES: [&str; 15] = [
+pub const ORACLES: [&str; 30] = [
     "delivered-exactly-once",
+    "liveness",
     "seq-order",
     "seq-gap-free",
     "non-participant",
     "receipts",
+    "receipts-clear",
+    "fail-stop",
+    "store-intact",
     "outbox-drained",
+    "probes",
+    "retract-lands",
+    "media",
+    "push",
+    "authz",
+    "bad-input",
+    "stuck-client",
+    "resources",
     "canary-store",
     "canary-logs",
     "setup",
     "host-error",
+    "panic",
     "payment-applied-once",
     "alias-unique",
     "channel-single-owner",
     "holds-released",
     "quota",
+    "commerce-model",
+    "crash",
 ];
 
 /// What the oracles read.
 #[derive(Debug)]
 pub(super) struct Input<'a> {
     pub(super) scenario: &'a Scenario,
+    pub(super) plan: &'a FaultPlan,
     pub(super) records: &'a [Record],
     pub(super) stores: &'a [SharedStore],
     pub(super) second_stores: &'a [(Device, SharedStore)],
     pub(super) convs: &'a BTreeMap<usize, String>,
     /// Every alias each client had (a bind adds one).
     pub(super) aliases: &'a BTreeMap<usize, Vec<String>>,
-    pub(super) relay_store: &'a RelayStore,
+    /// The relay store's committed content at the end.
+    pub(super) snapshot: &'a Snapshot,
+    /// What was committed over the run.
+    pub(super) history: &'a History,
+    pub(super) world: &'a World,
+    pub(super) pushes: &'a [RecordedPush],
+    pub(super) start_ms: Option<u64>,
+    pub(super) heal_ms: Option<u64>,
+    /// Final clock skew of each client.
+    pub(super) skews: &'a [i64],
 }
 
 /// A message as acknowledged to its sender.
@@ -98,8 +135,64 @@ struct Acked {
     sender: usize,
 }
 
+/// A relay stats sample: the resource oracle's input once the relay server exposes one (open
+/// connections, bytes buffered for sockets). Nothing provides it yet; see [`resources`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RelayStats {
+    /// Sockets the relay holds.
+    pub open_connections: u64,
+    /// Bytes queued for sockets, over all of them.
+    pub buffered_outbound_bytes: u64,
+    /// The largest queue of one socket, in bytes.
+    pub max_buffered_per_connection_bytes: u64,
+}
+
+/// Limits the resource oracle holds a stats source to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceLimits {
+    /// Most bytes queued for one socket.
+    pub per_connection_bytes: u64,
+    /// Most sockets beyond the run's own (clients, strangers' sockets).
+    pub slack_connections: u64,
+}
+
+/// The resource oracle over stats samples `(simulated ms, stats)`: per-connection buffers
+/// under the limit at every sample; after every stuck client was closed, the relay holds no
+/// more sockets than the run opened. An empty sample list checks nothing (today's relay
+/// exposes no stats; the stuck-client oracle covers what is visible from outside).
+pub fn resources(
+    samples: &[(u64, RelayStats)],
+    limits: ResourceLimits,
+    expected_connections: u64,
+    out: &mut Vec<Violation>,
+) {
+    for (t, s) in samples {
+        if s.max_buffered_per_connection_bytes > limits.per_connection_bytes {
+            out.push(Violation::new(
+                "resources",
+                format!(
+                    "at {t} ms a socket had {} bytes queued (limit {})",
+                    s.max_buffered_per_connection_bytes, limits.per_connection_bytes
+                ),
+            ));
+        }
+    }
+    if let Some((t, s)) = samples.last()
+        && s.open_connections > expected_connections + limits.slack_connections
+    {
+        out.push(Violation::new(
+            "resources",
+            format!(
+                "at {t} ms the relay held {} sockets, {expected_connections} expected",
+                s.open_connections
+            ),
+        ));
+    }
+}
+
 /// Runs every store/trace oracle.
 pub(super) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
+    out.extend(input.world.findings.iter().cloned());
     if out.iter().any(|v| v.oracle == "setup") {
         return;
     }
@@ -109,7 +202,6 @@ pub(super) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
         .map(|(pair, conv)| (conv.as_str(), *pair))
         .collect();
     let all_acked = acked_messages(input);
-    let acked = all_acked.clone();
     // The relay drops a still-queued copy of a retracted message (relay-core `messaging`): a
     // retracted message need not be delivered, and receipts may cover it.
     let retracted: BTreeSet<&str> = input
@@ -122,16 +214,63 @@ pub(super) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
             } => Some(id.as_str()),
             _ => None,
         })
+        .chain(input.world.honest_retracts.iter().map(String::as_str))
         .collect();
-    let acked: Vec<Acked> = acked
-        .into_iter()
+    let acked: Vec<Acked> = all_acked
+        .iter()
         .filter(|a| !retracted.contains(a.id.as_str()))
+        .cloned()
         .collect();
+    let got = first_received(input.records);
     delivery(input, &conv_pair, &acked, out);
+    liveness(input, &conv_pair, &acked, &got, out);
     gap_free(input, &all_acked, out);
     receipts(input, &conv_pair, &acked, out);
+    receipts_clear(input, &got, out);
+    fail_stop(input, &all_acked, out);
+    store_intact(input, out);
     outbox(input, out);
     store_canaries(input, out);
+    probes(input, out);
+    retract_lands(input, &conv_pair, &all_acked, out);
+    media(input, out);
+    push(input, &conv_pair, &acked, out);
+    authz(input, &got, out);
+    stuck_clients(input, out);
+}
+
+/// A client that stopped reading was closed within the bound (seen from outside: its host's
+/// socket was reset).
+fn stuck_clients(input: &Input<'_>, out: &mut Vec<Violation>) {
+    use super::hostile::STUCK_CLOSE_BOUND_MS;
+    for s in &input.world.stuck {
+        if s.must_close && s.closed_ms.is_none() {
+            out.push(Violation::new(
+                "stuck-client",
+                format!(
+                    "{} stopped reading at {} ms and provoked {} answers ({}); the relay had not closed its socket {STUCK_CLOSE_BOUND_MS} ms later",
+                    s.host,
+                    s.stopped_ms,
+                    s.provoke,
+                    s.blocked_ms.map_or_else(
+                        || "its writes never blocked".to_owned(),
+                        |b| format!("the relay stopped reading it at {b} ms")
+                    )
+                ),
+            ));
+        }
+    }
+    // Resource bounds beyond what is visible from outside need the relay's stats (not
+    // exposed yet): the samples are empty and check nothing.
+    resources(
+        &[],
+        ResourceLimits {
+            per_connection_bytes: u64::MAX,
+            slack_connections: 0,
+        },
+        0,
+        out,
+    );
 }
 
 fn acked_messages(input: &Input<'_>) -> Vec<Acked> {
@@ -155,7 +294,6 @@ fn acked_messages(input: &Input<'_>) -> Vec<Acked> {
 }
 
 /// `(device, message id, conv, seq, from)` of every `message` event, in trace order.
-/// `(device, message id, conv, seq, from)`.
 type Received<'a> = (Device, &'a str, &'a str, Option<u64>, Option<&'a str>);
 
 fn received(records: &[Record]) -> Vec<Received<'_>> {
@@ -178,6 +316,43 @@ fn received(records: &[Record]) -> Vec<Received<'_>> {
         .collect()
 }
 
+/// `(client, message id) -> simulated ms` of the first app receipt on any device.
+fn first_received(records: &[Record]) -> BTreeMap<(usize, &str), u64> {
+    let mut out = BTreeMap::new();
+    for r in records {
+        if let Record::Event {
+            t_ms,
+            who,
+            event: Event::Message(m),
+        } = r
+        {
+            out.entry((who.client, m.id.as_str())).or_insert(*t_ms);
+        }
+    }
+    out
+}
+
+/// `message id -> simulated ms` the sender saw its ack (`sent` status).
+fn ack_times(records: &[Record]) -> BTreeMap<&str, u64> {
+    let mut out = BTreeMap::new();
+    for r in records {
+        if let Record::Event {
+            t_ms,
+            who,
+            event:
+                Event::StatusChange {
+                    id,
+                    status: MessageStatus::Sent,
+                },
+        } = r
+            && who.device == 0
+        {
+            out.entry(id.as_str()).or_insert(*t_ms);
+        }
+    }
+    out
+}
+
 fn delivery(
     input: &Input<'_>,
     conv_pair: &BTreeMap<&str, usize>,
@@ -185,11 +360,41 @@ fn delivery(
     out: &mut Vec<Violation>,
 ) {
     let got = received(input.records);
-    let mut per_device: BTreeMap<(Device, &str), usize> = BTreeMap::new();
-    let mut last_seq: BTreeMap<(Device, &str), u64> = BTreeMap::new();
-    for &(who, id, conv, seq, from) in &got {
-        *per_device.entry((who, id)).or_default() += 1;
-        if per_device[&(who, id)] == 2 {
+    // Each second-device login is a new device with an empty store (it may be given what an
+    // earlier one already had): keyed by login, counted from its `authenticated` event.
+    let mut login: BTreeMap<Device, u32> = BTreeMap::new();
+    let mut per_device: BTreeMap<(Device, u32, &str), usize> = BTreeMap::new();
+    let mut last_seq: BTreeMap<(Device, u32, &str), u64> = BTreeMap::new();
+    for r in input.records {
+        let (who, id, conv, seq, from) = match r {
+            Record::Event {
+                who,
+                event: Event::Authenticated { .. },
+                ..
+            } => {
+                *login.entry(*who).or_default() += 1;
+                continue;
+            }
+            Record::Event {
+                who,
+                event: Event::Message(m),
+                ..
+            } => (
+                *who,
+                m.id.as_str(),
+                m.conversation_id.as_str(),
+                m.seq,
+                m.from_alias_id.as_deref(),
+            ),
+            _ => continue,
+        };
+        let session = if who.device == 0 {
+            0
+        } else {
+            login.get(&who).copied().unwrap_or(0)
+        };
+        *per_device.entry((who, session, id)).or_default() += 1;
+        if per_device[&(who, session, id)] == 2 {
             out.push(Violation::new(
                 "delivered-exactly-once",
                 format!("{who} got message {id} twice"),
@@ -210,7 +415,7 @@ fn delivery(
             ));
         }
         if let Some(seq) = seq {
-            let last = last_seq.entry((who, conv)).or_insert(0);
+            let last = last_seq.entry((who, session, conv)).or_insert(0);
             if seq <= *last {
                 out.push(Violation::new(
                     "seq-order",
@@ -246,9 +451,10 @@ fn delivery(
             }
         }
     }
-    // Liveness: every acknowledged message reached some app of the recipient's account.
+    // Every acknowledged message reached some app of the recipient's account.
     let by_account: BTreeSet<(usize, &str)> =
         got.iter().map(|&(who, id, ..)| (who.client, id)).collect();
+    let mut missing: BTreeMap<usize, Vec<&Acked>> = BTreeMap::new();
     for a in acked {
         let Some(&pair) = conv_pair.get(a.conv.as_str()) else {
             continue;
@@ -261,14 +467,77 @@ fn delivery(
             .flatten()
             .is_some();
         if !by_account.contains(&(recipient, a.id.as_str())) && !in_store {
-            out.push(Violation::new(
-                "delivered-exactly-once",
-                format!(
-                    "message {} (c{} -> c{recipient}, {} seq {}) acknowledged but never delivered",
-                    a.id, a.sender, a.conv, a.seq
-                ),
-            ));
+            missing.entry(recipient).or_default().push(a);
         }
+    }
+    for (recipient, lost) in missing {
+        let first = lost[0];
+        let convs: BTreeSet<&str> = lost.iter().map(|a| a.conv.as_str()).collect();
+        out.push(Violation::new(
+            "delivered-exactly-once",
+            format!(
+                "{} message(s) to c{recipient} in {} conversation(s) acknowledged but never delivered; first: {} (c{} -> c{recipient}, {} seq {})",
+                lost.len(),
+                convs.len(),
+                first.id,
+                first.sender,
+                first.conv,
+                first.seq
+            ),
+        ));
+    }
+}
+
+/// Every acknowledged message arrives within [`DELIVERY_BOUND_MS`] of healing (or of its ack).
+fn liveness(
+    input: &Input<'_>,
+    conv_pair: &BTreeMap<&str, usize>,
+    acked: &[Acked],
+    got: &BTreeMap<(usize, &str), u64>,
+    out: &mut Vec<Violation>,
+) {
+    let Some(heal) = input.heal_ms else { return };
+    let acks = ack_times(input.records);
+    let mut late: BTreeMap<usize, (u64, Vec<&Acked>)> = BTreeMap::new();
+    for a in acked {
+        let Some(&pair) = conv_pair.get(a.conv.as_str()) else {
+            continue;
+        };
+        let recipient = input.scenario.pairs[pair].peer(a.sender);
+        let acked_at = acks.get(a.id.as_str()).copied().unwrap_or(heal);
+        let due = heal.max(acked_at) + DELIVERY_BOUND_MS;
+        match got.get(&(recipient, a.id.as_str())) {
+            Some(t) if *t <= due => {}
+            other => {
+                let e = late.entry(recipient).or_insert((0, Vec::new()));
+                e.0 =
+                    e.0.max(other.copied().unwrap_or(u64::MAX).saturating_sub(due));
+                e.1.push(a);
+            }
+        }
+    }
+    for (recipient, (_, lost)) in late {
+        let backlog = input
+            .history
+            .messages
+            .values()
+            .filter(|m| {
+                input.world.uuids.get(&recipient) == Some(&m.recipient)
+                    && m.deleted_ms.is_none_or(|d| d > heal)
+                    && m.at_ms <= heal
+            })
+            .count();
+        let first = lost[0];
+        out.push(Violation::new(
+            "liveness",
+            format!(
+                "{} acknowledged message(s) to c{recipient} not delivered within {DELIVERY_BOUND_MS} ms of healing (backlog of {backlog} queued for it at healing); first: {} (c{} -> c{recipient}, seq {})",
+                lost.len(),
+                first.id,
+                first.sender,
+                first.seq
+            ),
+        ));
     }
 }
 
@@ -286,9 +555,13 @@ fn gap_free(input: &Input<'_>, acked: &[Acked], out: &mut Vec<Violation>) {
         let max = set.last().copied().unwrap_or(0);
         let missing: Vec<u64> = (1..=max).filter(|s| !set.contains(s)).collect();
         if !missing.is_empty() {
+            let shown: Vec<u64> = missing.iter().copied().take(10).collect();
             out.push(Violation::new(
                 "seq-gap-free",
-                format!("{conv}: seqs {missing:?} of 1..={max} never seen"),
+                format!(
+                    "{conv}: {} seq(s) of 1..={max} never seen, first {shown:?}",
+                    missing.len()
+                ),
             ));
         }
     }
@@ -375,14 +648,125 @@ fn receipts(
     }
 }
 
+/// The relay deletes a queued message only after its recipient's app had it, or when its
+/// author retracted it.
+fn receipts_clear(input: &Input<'_>, got: &BTreeMap<(usize, &str), u64>, out: &mut Vec<Violation>) {
+    let client_of: BTreeMap<&str, usize> = input
+        .world
+        .uuids
+        .iter()
+        .map(|(c, u)| (u.as_str(), *c))
+        .collect();
+    let mut early: Vec<String> = Vec::new();
+    for m in input.history.messages.values() {
+        let Some(deleted) = m.deleted_ms else {
+            continue;
+        };
+        if input.history.retracted_ids.contains_key(&m.id) {
+            continue;
+        }
+        let Some(&recipient) = client_of.get(m.recipient.as_str()) else {
+            continue;
+        };
+        match got.get(&(recipient, m.id.as_str())) {
+            Some(t) if *t <= deleted => {}
+            other => early.push(format!(
+                "{} (to c{recipient}, {} seq {}) deleted at {deleted} ms, {}",
+                m.id,
+                m.conv,
+                m.seq,
+                other.map_or_else(
+                    || "never received".to_owned(),
+                    |t| format!("received at {t} ms")
+                )
+            )),
+        }
+    }
+    if let Some(first) = early.first() {
+        out.push(Violation::new(
+            "receipts-clear",
+            format!(
+                "{} queued message(s) deleted before their recipient had them; first: {first}",
+                early.len()
+            ),
+        ));
+    }
+}
+
+/// Every ack and every order handed out was committed first.
+fn fail_stop(input: &Input<'_>, acked: &[Acked], out: &mut Vec<Violation>) {
+    let committed_seq: BTreeMap<&str, u64> = input
+        .history
+        .messages
+        .values()
+        .map(|m| (m.id.as_str(), m.seq))
+        .collect();
+    for a in acked {
+        let known = input.history.accepted_ids.contains(&a.id);
+        match committed_seq.get(a.id.as_str()) {
+            Some(seq) if *seq != a.seq => out.push(Violation::new(
+                "fail-stop",
+                format!(
+                    "c{} was acked {} with seq {}, but seq {seq} was committed",
+                    a.sender, a.id, a.seq
+                ),
+            )),
+            None if !known => out.push(Violation::new(
+                "fail-stop",
+                format!(
+                    "c{} was acked {} (seq {}) but the relay never committed it",
+                    a.sender, a.id, a.seq
+                ),
+            )),
+            _ => {}
+        }
+    }
+    for o in &input.world.commerce.orders {
+        if !input.history.orders.contains(&o.order_id) {
+            out.push(Violation::new(
+                "fail-stop",
+                format!(
+                    "c{} was handed order {} but the relay never committed it",
+                    o.client, o.order_id
+                ),
+            ));
+        }
+    }
+}
+
+fn store_intact(input: &Input<'_>, out: &mut Vec<Violation>) {
+    for (t, diff) in &input.history.load_mismatches {
+        out.push(Violation::new(
+            "store-intact",
+            format!("the store reopened at {t} ms did not load what was committed: {diff}"),
+        ));
+    }
+    if let Some(t) = input.history.commits_while_off.first() {
+        out.push(Violation::new(
+            "store-intact",
+            format!(
+                "{} commit(s) while the relay was powered off, first at {t} ms",
+                input.history.commits_while_off.len()
+            ),
+        ));
+    }
+}
+
 fn outbox(input: &Input<'_>, out: &mut Vec<Violation>) {
     for (client, store) in input.stores.iter().enumerate() {
         let pending = store.snapshot().list_outbox().unwrap_or_default();
         if !pending.is_empty() {
-            let ids: Vec<&str> = pending.iter().map(|i| i.internal_id.as_str()).collect();
+            let ids: Vec<&str> = pending
+                .iter()
+                .take(5)
+                .map(|i| i.internal_id.as_str())
+                .collect();
             out.push(Violation::new(
                 "outbox-drained",
-                format!("c{client} still has unacknowledged {ids:?} after the liveness phase"),
+                format!(
+                    "c{client} still has {} unacknowledged intent(s) after the liveness phase, first {ids:?}",
+                    pending.len()
+                ),
             ));
         }
     }
@@ -391,14 +775,13 @@ fn outbox(input: &Input<'_>, out: &mut Vec<Violation>) {
 }
 
 fn store_canaries(input: &Input<'_>, out: &mut Vec<Violation>) {
-    let mut store = input.relay_store.clone();
-    let Ok(snapshot) = store.load() else {
-        out.push(Violation::new("canary-store", "relay store unreadable"));
-        return;
-    };
-    for (table, rows) in &snapshot {
+    let canaries = input.scenario.canaries();
+    for (table, rows) in input.snapshot {
         for (key, value) in rows {
-            for canary in &input.scenario.canaries {
+            if !contains(value, b"CANARY") && !key.contains("CANARY") {
+                continue;
+            }
+            for canary in &canaries {
                 let c = canary.as_bytes();
                 if contains(key.as_bytes(), c) || contains(value, c) {
                     out.push(Violation::new(
@@ -411,13 +794,364 @@ fn store_canaries(input: &Input<'_>, out: &mut Vec<Violation>) {
     }
 }
 
-/// Checks captured log text for canaries.
+/// Checks the lines that mention a canary prefix for actual canaries.
 pub(super) fn logs_free_of_canaries(text: &str, canaries: &[String], out: &mut Vec<Violation>) {
+    if text.is_empty() {
+        return;
+    }
     for canary in canaries {
         if text.contains(canary.as_str()) {
             out.push(Violation::new(
                 "canary-logs",
                 format!("{canary} appears in the logs"),
+            ));
+        }
+    }
+}
+
+/// After healing, probes arrive within [`PROBE_BOUND_MS`].
+fn probes(input: &Input<'_>, out: &mut Vec<Violation>) {
+    /// Call signals older or newer than this are refused (client-core's window), plus the
+    /// largest latency of a healed link.
+    const SIGNAL_WINDOW_MS: i64 = client_core::crypto::signal::SIGNAL_MAX_AGE_MS as i64;
+    const UNCERTAIN_MS: i64 = 5_000;
+    let mut late = Vec::new();
+    for p in &input.world.probes {
+        let due = p.sent_ms + PROBE_BOUND_MS;
+        let at_peer = |f: &dyn Fn(&Event) -> bool| {
+            input.records.iter().any(|r| match r {
+                Record::Event { t_ms, who, event } => {
+                    who.client == p.to && *t_ms >= p.sent_ms && *t_ms <= due && f(event)
+                }
+                _ => false,
+            })
+        };
+        let at_me = |f: &dyn Fn(&Event) -> bool| {
+            input.records.iter().any(|r| match r {
+                Record::Event { t_ms, who, event } => {
+                    who.client == p.from && *t_ms >= p.sent_ms && *t_ms <= due && f(event)
+                }
+                _ => false,
+            })
+        };
+        let missing = match p.kind {
+            "message" => (!at_peer(&|e| matches!(e, Event::Message(m) if m.id == p.id)))
+                .then(|| "message".to_owned()),
+            "typing" => (!at_peer(&|e| {
+                matches!(e, Event::Typing { conversation_id, .. } if *conversation_id == p.conv)
+            }))
+            .then(|| "typing notice".to_owned()),
+            "call" => {
+                let skew = input.skews.get(p.from).copied().unwrap_or(0)
+                    - input.skews.get(p.to).copied().unwrap_or(0);
+                let incoming = at_peer(&|e| {
+                    matches!(e, Event::CallSignal { kind: CallKind::Offer, call_id, .. } if *call_id == p.id)
+                });
+                if skew.abs() > SIGNAL_WINDOW_MS + UNCERTAIN_MS {
+                    incoming.then(|| {
+                        format!("refusal of a call offer from a clock {skew} ms apart (it rang)")
+                    })
+                } else if skew.abs() + UNCERTAIN_MS < SIGNAL_WINDOW_MS {
+                    let answered = at_me(&|e| {
+                        matches!(e, Event::CallSignal { kind: CallKind::Answer, call_id, .. } if *call_id == p.id)
+                    });
+                    match (incoming, answered) {
+                        (false, _) => Some("call offer".to_owned()),
+                        (true, false) => Some("call answer".to_owned()),
+                        _ => None,
+                    }
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        if let Some(what) = missing {
+            late.push(format!(
+                "{what} c{} -> c{} sent at {} ms",
+                p.from, p.to, p.sent_ms
+            ));
+        }
+    }
+    if let Some(first) = late.first() {
+        out.push(Violation::new(
+            "probes",
+            format!(
+                "{} of {} probe(s) did not arrive within {PROBE_BOUND_MS} ms; first: {first}",
+                late.len(),
+                input.world.probes.len()
+            ),
+        ));
+    }
+}
+
+/// A retract the relay accepted reaches the recipient of the message, if it got the message.
+fn retract_lands(
+    input: &Input<'_>,
+    conv_pair: &BTreeMap<&str, usize>,
+    acked: &[Acked],
+    out: &mut Vec<Violation>,
+) {
+    let on_primary: BTreeSet<(usize, &str)> = received(input.records)
+        .into_iter()
+        .filter(|(who, ..)| who.device == 0)
+        .map(|(who, id, ..)| (who.client, id))
+        .collect();
+    let landed: BTreeSet<(usize, &str)> = input
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Event {
+                who,
+                event: Event::Retracted { id },
+                ..
+            } => Some((who.client, id.as_str())),
+            _ => None,
+        })
+        .collect();
+    // Spells of second devices: the relay gives a retract to the account's connection of the
+    // moment, and a second device that never had the message has nothing to show.
+    let mut second: BTreeMap<usize, Vec<(u64, u64)>> = BTreeMap::new();
+    for r in input.records {
+        match r {
+            Record::Event {
+                t_ms,
+                who,
+                event: Event::Authenticated { .. },
+            } if who.device == 1 => second
+                .entry(who.client)
+                .or_default()
+                .push((*t_ms, u64::MAX)),
+            Record::Note { t_ms, text } if text.ends_with("/d1 left") => {
+                let client = text
+                    .strip_prefix('c')
+                    .and_then(|t| t.split('/').next())
+                    .and_then(|n| n.parse::<usize>().ok());
+                if let Some(spell) = client
+                    .and_then(|c| second.get_mut(&c))
+                    .and_then(|v| v.last_mut())
+                {
+                    spell.1 = *t_ms;
+                }
+            }
+            _ => {}
+        }
+    }
+    for a in acked {
+        let Some(&accepted) = input.history.retracted_ids.get(&a.id) else {
+            continue;
+        };
+        let Some(&pair) = conv_pair.get(a.conv.as_str()) else {
+            continue;
+        };
+        let recipient = input.scenario.pairs[pair].peer(a.sender);
+        if second.get(&recipient).is_some_and(|v| {
+            v.iter()
+                .any(|(from, to)| *from <= accepted && accepted <= *to)
+        }) {
+            continue;
+        }
+        // The primary device must hear of it; a second device that already left cannot.
+        if on_primary.contains(&(recipient, a.id.as_str()))
+            && !landed.contains(&(recipient, a.id.as_str()))
+        {
+            out.push(Violation::new(
+                "retract-lands",
+                format!(
+                    "c{} retracted {} (the relay accepted it at {accepted} ms) but c{recipient}, who had it, never saw the retract",
+                    a.sender, a.id
+                ),
+            ));
+        }
+    }
+}
+
+fn media(input: &Input<'_>, out: &mut Vec<Violation>) {
+    for (client, id, outcome) in &input.world.media_checks {
+        match outcome {
+            Ok(true) => {}
+            Ok(false) => out.push(Violation::new(
+                "media",
+                format!("c{client} downloaded media of {id} that differs from what was sent"),
+            )),
+            Err(e) => out.push(Violation::new(
+                "media",
+                format!("c{client} could not download media of {id}: {e}"),
+            )),
+        }
+    }
+}
+
+fn push(
+    input: &Input<'_>,
+    conv_pair: &BTreeMap<&str, usize>,
+    acked: &[Acked],
+    out: &mut Vec<Violation>,
+) {
+    let tokens: BTreeMap<String, usize> = input
+        .world
+        .push_registered
+        .iter()
+        .map(|c| (format!("/fcm/{}", push_token(*c)), *c))
+        .collect();
+    let mut pushed: BTreeSet<usize> = BTreeSet::new();
+    for p in input.pushes {
+        let zero_knowledge = serde_json::from_str::<serde_json::Value>(&p.body).ok()
+            == Some(serde_json::json!({"type": "new_msg"}));
+        if !zero_knowledge {
+            out.push(Violation::new(
+                "push",
+                format!(
+                    "a push to {} carried more than {{\"type\":\"new_msg\"}}",
+                    p.path
+                ),
+            ));
+        }
+        match tokens.get(&p.path) {
+            Some(c) => {
+                pushed.insert(*c);
+            }
+            None => out.push(Violation::new(
+                "push",
+                format!("a push went to {}, which no client registered", p.path),
+            )),
+        }
+    }
+    // A client offline with a token while a message is acked for it gets a push, unless the
+    // relay was down or its store faulty meanwhile.
+    let acks = ack_times(input.records);
+    let relay_trouble: Vec<u64> = input
+        .start_ms
+        .map(|s| {
+            input
+                .plan
+                .events
+                .iter()
+                .filter(|e| {
+                    matches!(
+                        &e.action,
+                        FaultAction::Crash { host } if host == super::faults::RELAY
+                    ) || matches!(
+                        e.action,
+                        FaultAction::FailCommits { .. }
+                            | FaultAction::StoreDown { .. }
+                            | FaultAction::CrashAfterCommit { .. }
+                            | FaultAction::CrashMidBatch { .. }
+                            | FaultAction::StallCommit { .. }
+                    ) || e.action.hosts().contains(&super::faults::PUSH)
+                })
+                .map(|e| s + e.at_ms)
+                .collect()
+        })
+        .unwrap_or_default();
+    for &(client, from, to) in &input.world.offline {
+        if !input.world.push_registered.contains(&client) || pushed.contains(&client) {
+            continue;
+        }
+        if relay_trouble
+            .iter()
+            .any(|t| *t + 30_000 >= from && *t <= to)
+        {
+            continue;
+        }
+        // A client whose link was faulty shortly before may have left without the relay
+        // noticing (no FIN through a partition): to the relay it is still online until its
+        // idle timeout.
+        let host = &input.scenario.accounts[client].host;
+        let idle = relay_core::Config::default().idle_timeout_ms;
+        let link_trouble = input.start_ms.is_some_and(|s| {
+            input.plan.events.iter().any(|e| {
+                let t = s + e.at_ms;
+                e.action.hosts().contains(&host.as_str()) && t + idle >= from && t <= to
+            })
+        });
+        if link_trouble {
+            continue;
+        }
+        let waiting = acked.iter().find(|a| {
+            conv_pair
+                .get(a.conv.as_str())
+                .is_some_and(|&pair| input.scenario.pairs[pair].peer(a.sender) == client)
+                && acks
+                    .get(a.id.as_str())
+                    .is_some_and(|t| *t >= from + 1_000 && *t + 5_000 <= to)
+        });
+        if let Some(a) = waiting {
+            out.push(Violation::new(
+                "push",
+                format!(
+                    "c{client} was offline {from}..{to} ms with a push token while {} was acked for it, and never got a push",
+                    a.id
+                ),
+            ));
+        }
+    }
+}
+
+/// What strangers must never achieve.
+fn authz(input: &Input<'_>, got: &BTreeMap<(usize, &str), u64>, out: &mut Vec<Violation>) {
+    let evil: BTreeSet<&str> = input.world.evil_ids.iter().map(String::as_str).collect();
+    for id in &evil {
+        if input.history.accepted_ids.contains(*id) {
+            out.push(Violation::new(
+                "authz",
+                format!("{id}, sent by a stranger into someone else's conversation, was committed"),
+            ));
+        }
+    }
+    for (client, id) in got.keys() {
+        if evil.contains(id) {
+            out.push(Violation::new(
+                "authz",
+                format!("c{client} received {id}, sent by a stranger into its conversation"),
+            ));
+        }
+    }
+    let strangers: BTreeSet<&str> = input
+        .world
+        .strangers
+        .values()
+        .map(|(uuid, _)| uuid.as_str())
+        .collect();
+    for key in &input.history.receipt_marks {
+        if key.split('/').any(|part| strangers.contains(part)) {
+            out.push(Violation::new(
+                "authz",
+                format!("a receipt mark in a stranger's name was committed ({key})"),
+            ));
+        }
+    }
+    for r in input.records {
+        if let Record::Event {
+            who,
+            event: Event::Retracted { id },
+            ..
+        } = r
+            && !input.world.honest_retracts.contains(id)
+            && input.world.sent_ids.contains_key(id)
+        {
+            out.push(Violation::new(
+                "authz",
+                format!("{who} saw {id} retracted, but its author never retracted it"),
+            ));
+        }
+    }
+    // A rejected friend request leaves no session with the stranger.
+    for r in &input.scenario.rejections {
+        let Some((_, alias)) = input.world.strangers.get(&r.stranger) else {
+            continue;
+        };
+        if input.world.rejected.get(&r.stranger).copied().unwrap_or(0) == 0 {
+            continue;
+        }
+        let store = input.stores[r.client].snapshot();
+        if store.load_session_by_alias(alias).ok().flatten().is_some() {
+            out.push(Violation::new(
+                "authz",
+                format!(
+                    "c{} has a session with stranger {alias} who rejected its request",
+                    r.client
+                ),
             ));
         }
     }
@@ -444,7 +1178,7 @@ pub(super) struct CommerceInput<'a> {
     pub(super) records: &'a [Record],
     pub(super) processor: &'a PaymentProcessor,
     pub(super) forger: &'a PaymentProcessor,
-    pub(super) relay_store: &'a RelayStore,
+    pub(super) snapshot: &'a Snapshot,
     /// Simulated ms of the mid-run relay clock jumps.
     pub(super) jumps_ms: &'a [u64],
     pub(super) free_quota: u32,
@@ -457,9 +1191,7 @@ struct Rows {
     quota: BTreeMap<String, serde_json::Value>,
 }
 
-fn rows(store: &RelayStore) -> Option<Rows> {
-    let mut store = store.clone();
-    let snapshot = store.load().ok()?;
+fn rows(snapshot: &Snapshot) -> Option<Rows> {
     let json = |t: Table| -> BTreeMap<String, serde_json::Value> {
         snapshot
             .get(&t)
@@ -491,7 +1223,7 @@ pub(super) fn check_commerce(input: &CommerceInput<'_>, out: &mut Vec<Violation>
         ));
         return;
     }
-    let Some(rows) = rows(input.relay_store) else {
+    let Some(rows) = rows(input.snapshot) else {
         out.push(Violation::new("quota", "relay store unreadable"));
         return;
     };
@@ -562,6 +1294,24 @@ fn payments_once(
             out.push(Violation::new(
                 O,
                 format!("order {id} confirmed with {why}"),
+            ));
+        }
+        if !o.paid && refund {
+            out.push(Violation::new(
+                "commerce-model",
+                format!(
+                    "order {id} ({:?} {}) flagged for refund though no genuine payment reached it",
+                    o.kind, o.target
+                ),
+            ));
+        }
+        if st == OrderState::Confirmed && refund {
+            out.push(Violation::new(
+                "commerce-model",
+                format!(
+                    "order {id} ({:?} {}) both confirmed and flagged for refund",
+                    o.kind, o.target
+                ),
             ));
         }
         let got = events.get(id).cloned().unwrap_or_default();

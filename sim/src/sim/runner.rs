@@ -1,93 +1,206 @@
 //! One simulation run: build the turmoil world, step it, apply the fault plan, heal, check.
 //!
 //! ```text
-//! setup (no faults)  : register, friend requests, accepts, sessions      ─┐ gated on every
-//! traffic (window)   : scripted actions + the fault plan                   │ client's setup
-//! liveness (bound)   : every link repaired, every host up; must converge   │
-//!   bound - 40 s     : the relay's clock jumps 31 min (every unpaid order   │
-//!                      expires), then the commerce audit ([`super::commerce`])─┘
-//! oracles            : over the trace, the client stores, the relay store, the stand-ins
-//!                      and the logs
+//! setup (no faults)  : register, friend requests (some to strangers, rejected), accepts,
+//!                      sessions, push tokens                                ─┐ gated on every
+//! traffic (window)   : scripted actions + the fault plan                    │ client's setup
+//! heal               : every link repaired, every host up, store faults off │
+//!   heal + 75 s      : probe round: a message, a typing notice and a call   │
+//!                      per client and peer, each due within PROBE_BOUND_MS  │
+//!   end - 40 s       : the relay's clock jumps 31 min (every unpaid order    │
+//!                      expires), then the commerce audit ([`super::commerce`])┘
+//! oracles            : over the trace, the client stores, the relay store's history, the
+//!                      stand-ins, the raw clients' findings and the logs
 //! ```
 //!
-//! Hosts: `relay`, `c0`..`cN-1` (scripted clients), `pay` (the payment processor stand-in on
-//! [`PAY_PORT`] and a forger on [`FORGER_PORT`]), `audit` (an account that audits commerce).
+//! Hosts: `relay`, client hosts (`c0`.. one account each; `h0`.. several accounts each at the
+//! large scale), strangers `x0`.. (raw clients, [`super::hostile`]), and `pay`, the outside
+//! world: the payment processor stand-in on [`PAY_PORT`], a forger on [`FORGER_PORT`], the
+//! push-service stand-in on [`PUSH_PORT`] and the app of an account that audits commerce.
 //! The relay reads an [`OffsetClock`] the runner keeps (clock-jump faults; it survives relay
-//! restarts).
+//! restarts); each client reads a [`SkewClock`] (clock-skew faults).
+//!
+//! **Crashes are power-offs**: before turmoil drops a host's runtime, every link *from* that
+//! host is cut (and restored right after), so the FIN/RST segments its dropped sockets would
+//! send never leave, and in-flight segments from it are lost. A crashed machine sends nothing;
+//! and the order in which tokio drops the tasks (it depends on a process-global task id) can
+//! no longer reach the network, so a run does not depend on what the process ran before
+//! (runs can share a process, and a sweep runs seeds on threads).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use client_core::store::ClientStore as _;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
-use relay_core::store::MemoryStore as RelayStore;
-use relay_core::{Config, MemoryBlobStore};
+use relay_core::{Config, MemoryBlobStore, Relay};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use wire::UnixMs;
 
 use super::commerce::{self, CommerceWorld, Payments};
-use super::faults::{FaultAction, FaultKind, FaultPlan, FaultSelection, PAY, RELAY};
+use super::faults::{
+    FaultAction, FaultKind, FaultPlan, FaultSelection, HostileAct, PAY, PUSH, RELAY, STORM_WAVE,
+    STORM_WAVE_MS, StoreChoice,
+};
 use super::oracles::{self, Violation};
-use super::scenario::{ActionKind, Scenario};
+use super::scenario::{ActionKind, DrawParams, Scale, Scenario};
+use super::store::{SimStore, StoreCtl};
 use super::trace::{self, Device, Record, Trace};
 use crate::client::{Client, ClientOptions, EventKind, SharedStore};
-use crate::clock::{OffsetClock, SimClock};
+use crate::clock::{Clock, OffsetClock, SimClock};
 use crate::net::{Endpoint, Turmoil};
 use crate::server::RelayServer;
-use crate::standins::PaymentProcessor;
+use crate::standins::{PaymentProcessor, PushService};
 
 /// Port of the relay host.
 pub const RELAY_PORT: u16 = 8080;
 /// Traffic window (faults happen inside it).
 pub const TRAFFIC_WINDOW_MS: u64 = 120_000;
-/// After healing, everything must converge within this much simulated time.
+/// After healing, the run goes on this long (delivery, probes, commerce audit).
 pub const LIVENESS_BOUND_MS: u64 = 120_000;
-/// Setup (registration, friendships) must finish within this much simulated time.
+/// Every acknowledged message must reach its recipient within this long after healing (or
+/// after its ack, if later), however large the backlog: a client learns that a socket died
+/// silently in a partition only after [`DEAD_LINK_MS`](crate::client::DEAD_LINK_MS) of
+/// silence (60 s), then reconnects and syncs.
+pub const DELIVERY_BOUND_MS: u64 = crate::client::DEAD_LINK_MS + 20_000;
+/// The probe round starts this long after healing (every client has noticed a dead socket
+/// by then, see [`DELIVERY_BOUND_MS`]).
+pub const PROBE_AFTER_HEAL_MS: u64 = crate::client::DEAD_LINK_MS + 15_000;
+/// A probe (message, typing notice, call offer and its answer) must arrive within this long.
+pub const PROBE_BOUND_MS: u64 = 10_000;
+/// Setup (registration, friendships) must finish within this much simulated time at the
+/// small and medium scales (see [`Scale::setup_bound_ms`]).
 pub const SETUP_BOUND_MS: u64 = 120_000;
-/// Simulated time per turmoil step.
-const TICK_MS: u64 = 2;
+/// Simulated time per turmoil step. Every step costs the same for every host whatever
+/// happens in it (turmoil polls each host's runtime and scans every link), so this is the
+/// simulator's main speed knob: 4 ms halves the steps of 2 ms (the link latency of a healthy
+/// link, 1-12 ms, spans several ticks, so deliveries still interleave).
+const TICK_MS: u64 = 4;
+/// turmoil's per-stream window and accept queue, in segments (turmoil panics when more
+/// connection attempts than this reach a listener within one step).
+pub(super) const TCP_CAPACITY: usize = 256;
+/// A relay that exits (it could not open its store) is started again after this long.
+const RELAY_RESTART_MS: u64 = 1_000;
 /// Pause between retries of a failed setup call.
 const RETRY_MS: u64 = 500;
 /// Port of the payment processor stand-in on the `pay` host.
 pub const PAY_PORT: u16 = 9090;
 /// Port of the forger (wrong secret) on the `pay` host.
 pub const FORGER_PORT: u16 = 9091;
-/// Host name of the commerce auditor.
-pub const AUDIT: &str = "audit";
+/// Port of the push-service stand-in on the `push` host.
+pub const PUSH_PORT: u16 = 9100;
+/// Host of the commerce auditor's app (it shares the `pay` host with the payment and push
+/// stand-ins).
+pub const AUDIT: &str = PAY;
 /// The webhook secret the relay and the processor share.
 const WEBHOOK_SECRET: &[u8] = b"sim-webhook-secret";
+/// Attempts of one media download in the probe round.
+const MEDIA_ATTEMPTS: u32 = 3;
+/// Probes go to at most this many peers per client.
+const PROBE_PEERS: usize = 3;
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     /// The seed: scenario, fault plan, turmoil and every client RNG derive from it.
     pub seed: u64,
-    /// Client hosts.
-    pub clients: usize,
+    /// World size (when the scenario is drawn).
+    pub scale: Scale,
+    /// Client count (`None`: drawn from the scale).
+    pub clients: Option<usize>,
     /// Which fault kinds may be used.
     pub faults: FaultSelection,
-    /// Capture every log event (DEBUG and above) for the canary oracle.
+    /// Which store the relay uses.
+    pub store: StoreChoice,
+    /// Scan every log event (DEBUG and above) for the canary oracle.
     pub capture_logs: bool,
-    /// Bind confirmed vanity orders (the buyer's alias changes). Off in CI until client-core
-    /// follows a friend's new alias: today it parks every later message from that friend
-    /// (`sim/tests/simulate.rs`, ignored test `bind_keeps_friend_messages_flowing`).
+    /// Print the run's logs to stderr with this `tracing` filter (e.g. `debug`,
+    /// `sim::server=trace`) instead of scanning them (debugging one run).
+    pub log: Option<String>,
+    /// Bind confirmed vanity orders (the buyer's alias changes).
     pub bind_vanity: bool,
+    /// An explicit scenario and plan (a replay file, a shrinking step) instead of drawing
+    /// them from the seed.
+    pub replay: Option<Replay>,
 }
 
 impl RunConfig {
-    /// Defaults: 4 clients, swarm faults, logs captured.
+    /// Defaults: small scale, 4 clients, swarm faults, drawn store, logs captured.
     pub fn new(seed: u64) -> Self {
         Self {
             seed,
-            clients: 4,
+            scale: Scale::Small,
+            clients: Some(4),
             faults: FaultSelection::Swarm,
+            store: StoreChoice::Drawn,
             capture_logs: true,
+            log: None,
             bind_vanity: true,
+            replay: None,
         }
     }
+
+    /// A run of exactly `replay`.
+    pub fn replaying(replay: Replay) -> Self {
+        Self {
+            seed: replay.seed,
+            scale: replay.scenario.scale,
+            clients: Some(replay.scenario.accounts.len()),
+            bind_vanity: replay.bind_vanity,
+            replay: Some(replay),
+            ..Self::new(0)
+        }
+    }
+
+    /// The scenario and plan this configuration runs.
+    pub fn draw(&self) -> Replay {
+        if let Some(r) = &self.replay {
+            return r.clone();
+        }
+        let mut rng = ChaCha20Rng::from_seed(derive_seed(self.seed, TAG_SCENARIO, 0));
+        let scenario = Scenario::draw(
+            &mut rng,
+            DrawParams {
+                seed: self.seed,
+                scale: self.scale,
+                clients: self.clients,
+                window_ms: TRAFFIC_WINDOW_MS,
+            },
+        );
+        let mut rng = ChaCha20Rng::from_seed(derive_seed(self.seed, TAG_PLAN, 0));
+        let plan = FaultPlan::draw(
+            &mut rng,
+            &self.faults,
+            self.store,
+            &scenario,
+            TRAFFIC_WINDOW_MS,
+        );
+        Replay {
+            seed: self.seed,
+            bind_vanity: self.bind_vanity,
+            scenario,
+            plan,
+        }
+    }
+}
+
+/// A run as explicit data: what `simulate --replay FILE` reads and `--shrink` writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replay {
+    /// The seed (turmoil's RNG, every client's and the relay's RNG derive from it).
+    pub seed: u64,
+    /// Bind confirmed vanity orders.
+    pub bind_vanity: bool,
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The fault plan.
+    pub plan: FaultPlan,
 }
 
 /// The outcome of one run.
@@ -95,9 +208,9 @@ impl RunConfig {
 pub struct RunReport {
     /// The seed.
     pub seed: u64,
-    /// The scenario summary line.
-    pub scenario: String,
-    /// The fault plan as printed.
+    /// The scenario that ran (its `Display` is the summary line).
+    pub scenario: Scenario,
+    /// The fault plan that ran.
     pub plan: FaultPlan,
     /// Application-level trace lines.
     pub trace: Vec<String>,
@@ -107,6 +220,63 @@ pub struct RunReport {
     pub violations: Vec<Violation>,
     /// Simulated time of the run.
     pub simulated: Duration,
+    /// Counters of the run.
+    pub stats: RunStats,
+}
+
+impl RunReport {
+    /// The run as a replay file's content.
+    pub fn replay(&self, bind_vanity: bool) -> Replay {
+        Replay {
+            seed: self.seed,
+            bind_vanity,
+            scenario: self.scenario.clone(),
+            plan: self.plan.clone(),
+        }
+    }
+}
+
+/// Counters of one run (for the summaries and the benchmarks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// turmoil steps.
+    pub steps: u64,
+    /// Messages acknowledged to their senders.
+    pub acked: u64,
+    /// Store commits, injected commit failures, loads.
+    pub commits: u64,
+    /// Injected commit failures.
+    pub failed_commits: u64,
+    /// Relay opens and rebuilds.
+    pub loads: u64,
+}
+
+/// A raw client's slow-consumer episode.
+#[derive(Debug, Clone)]
+pub(super) struct StuckRec {
+    pub(super) host: String,
+    /// When it stopped reading (and started provoking answers).
+    pub(super) stopped_ms: u64,
+    /// When its own writes blocked (the relay stopped reading it), if they did.
+    pub(super) blocked_ms: Option<u64>,
+    /// When its socket disappeared (the relay reset it), if it did within the bound.
+    pub(super) closed_ms: Option<u64>,
+    /// Frames sent to provoke answers.
+    pub(super) provoke: u32,
+    /// The pause outlasted the bound (or never ended): the relay had to close it.
+    pub(super) must_close: bool,
+}
+
+/// A probe sent in the probe round.
+#[derive(Debug, Clone)]
+pub(super) struct ProbeRec {
+    pub(super) kind: &'static str,
+    pub(super) from: usize,
+    pub(super) to: usize,
+    pub(super) conv: String,
+    /// Message id or call id.
+    pub(super) id: String,
+    pub(super) sent_ms: u64,
 }
 
 /// State shared between the runner and the scripted hosts (single-threaded: turmoil runs every
@@ -114,6 +284,7 @@ pub struct RunReport {
 #[derive(Debug, Default)]
 pub(super) struct World {
     pub(super) aliases: BTreeMap<usize, String>,
+    pub(super) uuids: BTreeMap<usize, String>,
     pub(super) requested: BTreeSet<usize>,
     pub(super) accepted: BTreeSet<usize>,
     pub(super) ready: BTreeSet<usize>,
@@ -121,6 +292,8 @@ pub(super) struct World {
     pub(super) convs: BTreeMap<usize, String>,
     /// Simulated ms at which traffic starts.
     pub(super) traffic_start_ms: Option<u64>,
+    /// Simulated ms at which everything was healed.
+    pub(super) heal_ms: Option<u64>,
     /// Next action index per client (survives client crashes).
     pub(super) next_action: BTreeMap<usize, usize>,
     /// Host incarnations (seed derivation across restarts).
@@ -131,6 +304,32 @@ pub(super) struct World {
     pub(super) alias_history: BTreeMap<usize, Vec<String>>,
     /// Orders, listings, binds and the audit.
     pub(super) commerce: CommerceWorld,
+    /// Strangers' `(uuid, alias)` by index.
+    pub(super) strangers: BTreeMap<usize, (String, String)>,
+    /// Friend requests each stranger rejected.
+    pub(super) rejected: BTreeMap<usize, usize>,
+    /// Acts for the raw hosts, by host name.
+    pub(super) hostile_inbox: BTreeMap<String, VecDeque<HostileAct>>,
+    /// Raw clients' direct observations.
+    pub(super) findings: Vec<Violation>,
+    /// Slow-consumer episodes.
+    pub(super) stuck: Vec<StuckRec>,
+    /// Ids of messages a stranger tried to put into someone else's conversation.
+    pub(super) evil_ids: Vec<String>,
+    /// Honest messages sent: id -> (conv, recipient alias).
+    pub(super) sent_ids: BTreeMap<String, (String, String)>,
+    /// Ids retracted by their own authors.
+    pub(super) honest_retracts: BTreeSet<String>,
+    /// Media sent: message id -> (conv, sha256 of the plaintext).
+    pub(super) media_sent: BTreeMap<String, (String, String)>,
+    /// Media downloads by recipients: (client, message id, outcome).
+    pub(super) media_checks: Vec<(usize, String, Result<bool, String>)>,
+    /// Probes sent.
+    pub(super) probes: Vec<ProbeRec>,
+    /// Offline spells: (client, from ms, to ms).
+    pub(super) offline: Vec<(usize, u64, u64)>,
+    /// Clients whose push token the relay took.
+    pub(super) push_registered: BTreeSet<usize>,
 }
 
 type Shared = Rc<RefCell<World>>;
@@ -143,7 +342,13 @@ pub(super) async fn sleep_ms(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 
-fn derive_seed(seed: u64, tag: u64, n: u64) -> [u8; 32] {
+const TAG_SCENARIO: u64 = 1;
+const TAG_PLAN: u64 = 2;
+const TAG_RELAY: u64 = 3;
+const TAG_AUDITOR: u64 = 4;
+const TAG_MEDIA: u64 = 5;
+
+pub(super) fn derive_seed(seed: u64, tag: u64, n: u64) -> [u8; 32] {
     let mut out = [0u8; 32];
     out[..8].copy_from_slice(&seed.to_le_bytes());
     out[8..16].copy_from_slice(&tag.to_le_bytes());
@@ -151,96 +356,472 @@ fn derive_seed(seed: u64, tag: u64, n: u64) -> [u8; 32] {
     out
 }
 
-/// Runs one seed.
+/// A client's clock: simulated time plus a skew the runner sets (clock-skew faults).
+#[derive(Debug, Clone, Default)]
+pub struct SkewClock {
+    skew_ms: Arc<AtomicI64>,
+}
+
+impl SkewClock {
+    /// Sets the skew (negative: behind).
+    pub fn set(&self, skew_ms: i64) {
+        self.skew_ms.store(skew_ms, Ordering::SeqCst);
+    }
+    /// The current skew.
+    pub fn get(&self) -> i64 {
+        self.skew_ms.load(Ordering::SeqCst)
+    }
+}
+
+impl Clock for SkewClock {
+    fn now(&self) -> UnixMs {
+        let base = i64::try_from(SimClock::default().now().0).unwrap_or(i64::MAX);
+        UnixMs(u64::try_from(base.saturating_add(self.get()).max(0)).unwrap_or(0))
+    }
+}
+
+/// Runs one seed (or the replay in `config`).
 pub fn run(config: &RunConfig) -> RunReport {
-    let logs = LogCapture::default();
-    let run = || run_inner(config, &logs);
-    let mut report = if config.capture_logs {
+    let replay = config.draw();
+    let scan = LogScan::default();
+    let go = || run_inner(&replay);
+    let mut inner = if let Some(filter) = &config.log {
         let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_ansi(false)
+            .with_timer(SimTime)
+            .with_writer(std::io::stderr)
+            .finish();
+        tracing::subscriber::with_default(subscriber, go)
+    } else if config.capture_logs {
+        // Everything at DEBUG but turmoil's own per-step spans (a span per host per step,
+        // formatted: they cost more than the rest of the run's logging).
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(LOG_FILTER))
             .with_ansi(false)
             .without_time()
-            .with_writer(logs.clone())
+            .with_writer(scan.clone())
             .finish();
-        tracing::subscriber::with_default(subscriber, run)
+        tracing::subscriber::with_default(subscriber, go)
     } else {
-        run()
+        go()
     };
-    if config.capture_logs {
-        let text = logs.text();
-        oracles::logs_free_of_canaries(&text, &report.canaries, &mut report.report.violations);
+    if config.capture_logs && config.log.is_none() {
+        oracles::logs_free_of_canaries(
+            &scan.suspects(),
+            &replay.scenario.canaries(),
+            &mut inner.violations,
+        );
     }
-    report.report
+    let lines = trace::lines(&inner.records);
+    let trace_hash = trace::hash(&lines);
+    RunReport {
+        seed: replay.seed,
+        scenario: replay.scenario,
+        plan: replay.plan,
+        trace: lines,
+        trace_hash,
+        violations: inner.violations,
+        simulated: Duration::from_millis(inner.end_ms),
+        stats: inner.stats,
+    }
 }
 
 struct Inner {
-    report: RunReport,
-    canaries: Vec<String>,
+    records: Vec<Record>,
+    violations: Vec<Violation>,
+    end_ms: u64,
+    stats: RunStats,
 }
 
-fn run_inner(config: &RunConfig, _logs: &LogCapture) -> Inner {
-    let mut rng = ChaCha20Rng::seed_from_u64(config.seed);
-    let scenario = Rc::new(Scenario::draw(
-        &mut rng,
-        config.seed,
-        config.clients,
-        TRAFFIC_WINDOW_MS,
-    ));
-    let plan = FaultPlan::draw(&mut rng, &config.faults, config.clients, TRAFFIC_WINDOW_MS);
+/// Per-direction link state, as turmoil has it (so a power-off can restore it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Dir {
+    #[default]
+    Healthy,
+    Held,
+    Cut,
+}
+
+/// The fault state of every link the plan touched, plus what the runner itself holds.
+#[derive(Debug, Default)]
+struct Links {
+    dirs: BTreeMap<(String, String), Dir>,
+    /// Hosts currently powered off.
+    down: BTreeSet<String>,
+    /// Relay links held by a commit stall (restored when it ends).
+    stalled: BTreeSet<String>,
+}
+
+impl Links {
+    fn get(&self, from: &str, to: &str) -> Dir {
+        self.dirs
+            .get(&(from.to_owned(), to.to_owned()))
+            .copied()
+            .unwrap_or_default()
+    }
+    fn set(&mut self, from: &str, to: &str, d: Dir) {
+        self.dirs.insert((from.to_owned(), to.to_owned()), d);
+    }
+    fn both(&mut self, a: &str, b: &str, d: Dir) {
+        self.set(a, b, d);
+        self.set(b, a, d);
+    }
+}
+
+/// Something the runner itself scheduled.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Internal {
+    Restart(String),
+    EndStall,
+}
+
+/// The turmoil world plus the runner's bookkeeping.
+struct Sim<'a> {
+    sim: turmoil::Sim<'a>,
+    hosts: Vec<String>,
+    links: Links,
+    relay_clock: OffsetClock,
+    skews: BTreeMap<String, Vec<SkewClock>>,
+    store: StoreCtl,
+    internal: BTreeMap<u64, Vec<Internal>>,
+    trace: Trace,
+}
+
+impl Sim<'_> {
+    fn now(&self) -> u64 {
+        u64::try_from(self.sim.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn note(&self, text: String) {
+        self.trace.push(Record::Note {
+            t_ms: self.now(),
+            text,
+        });
+    }
+
+    fn schedule(&mut self, at: u64, what: Internal) {
+        self.internal.entry(at).or_default().push(what);
+    }
+
+    /// Cuts every link from `host`, drops its runtime, restores the links.
+    fn power_off(&mut self, host: &str) {
+        if !self.links.down.insert(host.to_owned()) {
+            return;
+        }
+        let others: Vec<String> = self.hosts.iter().filter(|h| *h != host).cloned().collect();
+        for h in &others {
+            self.sim.partition_oneway(host, h.as_str());
+        }
+        if host == RELAY {
+            self.store.set_powered_off(true);
+        }
+        self.sim.crash(host);
+        for h in &others {
+            self.restore(host, h);
+        }
+    }
+
+    /// Puts the direction `from → to` back to its tracked state (after a power-off cut it).
+    fn restore(&mut self, from: &str, to: &str) {
+        match self.links.get(from, to) {
+            Dir::Healthy
+                if self.links.stalled.contains(to) || self.links.stalled.contains(from) =>
+            {
+                self.sim.hold(from, to);
+            }
+            Dir::Healthy => self.sim.repair_oneway(from, to),
+            Dir::Cut => {}
+            Dir::Held => {
+                self.sim.hold(from, to);
+                if self.links.get(to, from) == Dir::Cut {
+                    self.sim.partition_oneway(to, from);
+                }
+            }
+        }
+    }
+
+    fn power_on(&mut self, host: &str) {
+        if self.links.down.remove(host) {
+            if host == RELAY {
+                self.store.set_powered_off(false);
+            }
+            self.sim.bounce(host);
+        }
+    }
+
+    fn apply(&mut self, action: &FaultAction, world: &Shared) {
+        let now = self.now();
+        match action {
+            FaultAction::Partition { a, b } => {
+                self.links.both(a, b, Dir::Cut);
+                self.sim.partition(a.as_str(), b.as_str());
+            }
+            FaultAction::Repair { a, b } => {
+                self.links.both(a, b, Dir::Healthy);
+                self.sim.repair(a.as_str(), b.as_str());
+            }
+            FaultAction::PartitionOneway { from, to } => {
+                self.links.set(from, to, Dir::Cut);
+                self.sim.partition_oneway(from.as_str(), to.as_str());
+            }
+            FaultAction::RepairOneway { from, to } => {
+                self.links.set(from, to, Dir::Healthy);
+                self.sim.repair_oneway(from.as_str(), to.as_str());
+            }
+            FaultAction::Hold { a, b } => {
+                self.links.both(a, b, Dir::Held);
+                self.sim.hold(a.as_str(), b.as_str());
+            }
+            FaultAction::Release { a, b } => {
+                self.links.both(a, b, Dir::Healthy);
+                self.sim.release(a.as_str(), b.as_str());
+            }
+            FaultAction::MaxLatency { ms } => {
+                self.sim.set_max_message_latency(Duration::from_millis(*ms));
+            }
+            FaultAction::Crash { host } => self.power_off(host),
+            FaultAction::Restart { host } => self.power_on(host),
+            FaultAction::ClockJump { ms } => {
+                self.relay_clock.advance(*ms);
+            }
+            // Applied before the run started (see `FaultAction::SetSkew`).
+            FaultAction::SetSkew { .. } => {}
+            FaultAction::FailCommits { commits } => self.store.fail_commits(*commits),
+            FaultAction::StoreDown { ms } => self.store.down_until(now + ms),
+            FaultAction::StallCommit { ms } => self.stall(now + ms),
+            FaultAction::CrashAfterCommit { restart_after_ms } => {
+                self.store.crash_after_commit(*restart_after_ms);
+            }
+            FaultAction::CrashMidBatch { restart_after_ms } => {
+                self.store.crash_mid_batch(*restart_after_ms);
+            }
+            FaultAction::Hostile { host, act } => {
+                world
+                    .borrow_mut()
+                    .hostile_inbox
+                    .entry(host.clone())
+                    .or_default()
+                    .push_back(act.clone());
+            }
+        }
+    }
+
+    /// Holds every healthy relay link until `until` (the relay's loop is blocked on a slow
+    /// commit: nothing goes in or out).
+    fn stall(&mut self, until: u64) {
+        let others: Vec<String> = self.hosts.iter().filter(|h| *h != RELAY).cloned().collect();
+        for h in others {
+            let healthy = self.links.get(RELAY, &h) == Dir::Healthy
+                && self.links.get(&h, RELAY) == Dir::Healthy;
+            if healthy && self.links.stalled.insert(h.clone()) {
+                self.sim.hold(RELAY, h.as_str());
+            }
+        }
+        self.schedule(until, Internal::EndStall);
+    }
+
+    fn end_stall(&mut self) {
+        for h in std::mem::take(&mut self.links.stalled) {
+            if self.links.get(RELAY, &h) == Dir::Healthy
+                && self.links.get(&h, RELAY) == Dir::Healthy
+            {
+                self.sim.release(RELAY, h.as_str());
+            }
+        }
+    }
+
+    /// Runs what the runner scheduled for now or earlier, and power-offs the store asked for.
+    fn housekeeping(&mut self) {
+        let now = self.now();
+        if let Some(req) = self.store.take_crash_request() {
+            self.note(format!(
+                "relay powers off (store fault); restart in {} ms",
+                req.restart_after_ms
+            ));
+            self.power_off(RELAY);
+            self.schedule(
+                now + req.restart_after_ms,
+                Internal::Restart(RELAY.to_owned()),
+            );
+        }
+        while let Some(entry) = self.internal.first_entry() {
+            if *entry.key() > now {
+                break;
+            }
+            for what in entry.remove() {
+                match what {
+                    Internal::Restart(h) => self.power_on(&h),
+                    Internal::EndStall => self.end_stall(),
+                }
+            }
+        }
+    }
+
+    /// Repairs every link, releases every hold, restarts every powered-off host, turns the
+    /// store faults off, resets latency.
+    fn heal(&mut self, plan: &FaultPlan) {
+        self.end_stall();
+        self.store.heal();
+        let hosts = self.hosts.clone();
+        for h in hosts.iter().filter(|h| *h != RELAY) {
+            self.sim.repair(h.as_str(), RELAY);
+            self.sim.release(h.as_str(), RELAY);
+        }
+        self.links.dirs.clear();
+        self.sim
+            .set_max_message_latency(Duration::from_millis(plan.latency_ms.1));
+        self.internal.retain(|_, v| {
+            v.retain(|i| !matches!(i, Internal::EndStall));
+            !v.is_empty()
+        });
+        for h in std::mem::take(&mut self.links.down) {
+            if h == RELAY {
+                self.store.set_powered_off(false);
+            }
+            self.sim.bounce(h.as_str());
+        }
+    }
+}
+
+#[allow(
+    clippy::too_many_lines,
+    reason = "the run's phases in order; each step is a call"
+)]
+fn run_inner(replay: &Replay) -> Inner {
+    let scenario = Rc::new(replay.scenario.clone());
+    let plan = &replay.plan;
+    let seed = replay.seed;
     let trace = Trace::default();
     let world: Shared = Rc::default();
     let mut violations = Vec::new();
+    let setup_bound = scenario.scale.setup_bound_ms();
 
-    let mut sim = turmoil::Builder::new()
-        .rng_seed(config.seed)
+    let turmoil = turmoil::Builder::new()
+        .rng_seed(seed)
         .min_message_latency(Duration::from_millis(plan.latency_ms.0))
         .max_message_latency(Duration::from_millis(plan.latency_ms.1))
         .tick_duration(Duration::from_millis(TICK_MS))
-        .simulation_duration(Duration::from_secs(3_600))
+        .tcp_capacity(TCP_CAPACITY)
+        .simulation_duration(Duration::from_secs(7_200))
         .build();
 
+    let store = match SimStore::new(plan.store) {
+        Ok(s) => s,
+        Err(e) => {
+            return Inner {
+                records: Vec::new(),
+                violations: vec![Violation::new(
+                    "host-error",
+                    format!("cannot create the relay's store: {e}"),
+                )],
+                end_ms: 0,
+                stats: RunStats::default(),
+            };
+        }
+    };
+    let relay_clock = OffsetClock::new(Arc::new(SimClock::default()));
+    let mut sim = Sim {
+        sim: turmoil,
+        hosts: Vec::new(),
+        links: Links::default(),
+        relay_clock: relay_clock.clone(),
+        skews: BTreeMap::new(),
+        store: store.ctl().clone(),
+        internal: BTreeMap::new(),
+        trace: trace.clone(),
+    };
+
     // The relay: its store and blobs outlive crashes.
-    let relay_store = RelayStore::new();
     let blobs = MemoryBlobStore::new();
     let relay_config = relay_config();
-    let relay_seed = rng.next_u64();
-    let relay_clock = OffsetClock::new(Arc::new(SimClock::default()));
+    let relay_seed = u64::from_le_bytes(
+        derive_seed(seed, TAG_RELAY, 0)[..8]
+            .try_into()
+            .unwrap_or([0; 8]),
+    );
     {
-        let store = relay_store.clone();
+        let store = store.clone();
         let clock = relay_clock.clone();
-        sim.host(RELAY, move || {
-            let server = RelayServer::in_memory(
-                relay_config.clone(),
-                relay_seed,
-                store.clone(),
-                blobs.clone(),
-            )
-            .with_clock(clock.clone());
+        sim.hosts.push(RELAY.to_owned());
+        sim.sim.host(RELAY, move || {
+            let (store, blobs, config) = (store.clone(), blobs.clone(), relay_config.clone());
+            let clock = clock.clone();
             async move {
-                server
-                    .run::<Turmoil>(
-                        SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
-                        std::future::pending(),
-                    )
-                    .await?;
-                Ok(())
+                // A supervisor: the relay binary exits when it cannot open its store at
+                // start (e.g. the store is down), and is started again.
+                loop {
+                    let (store, blobs, config) = (store.clone(), blobs.clone(), config.clone());
+                    let open = move || {
+                        Relay::with_blobs(
+                            config.clone(),
+                            Box::new(store.open()?),
+                            Box::new(blobs.clone()),
+                            relay_seed,
+                        )
+                    };
+                    let server = RelayServer::new(open)
+                        .with_clock(clock.clone())
+                        .with_push_gateway(push_endpoint());
+                    let served = server
+                        .run::<Turmoil>(
+                            SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
+                            std::future::pending(),
+                        )
+                        .await;
+                    if let Err(error) = served {
+                        tracing::warn!(%error, "relay exited; the supervisor restarts it");
+                    }
+                    sleep_ms(RELAY_RESTART_MS).await;
+                }
             }
         });
     }
 
-    // The payment processor and a forger (wrong secret), on the `pay` host.
+    // The outside world on one host (turmoil scans every link per host per step, so fewer
+    // hosts is faster): the payment processor and a forger (wrong secret), the push service,
+    // and the commerce auditor's app.
     let payments = Payments {
         processor: PaymentProcessor::new(WEBHOOK_SECRET, endpoint()),
         forger: PaymentProcessor::new(b"forger-guess".as_slice(), endpoint()),
         faults: plan.webhook,
         enabled: plan.kinds.contains(&FaultKind::Webhook),
     };
+    let pushes = PushService::new();
+    let clients = scenario.accounts.len();
+    let stores: Vec<SharedStore> = (0..clients).map(|_| SharedStore::new()).collect();
+    let clocks: Vec<SkewClock> = (0..clients).map(|_| SkewClock::default()).collect();
+    let audit_store = SharedStore::new();
+    let auditor_mnemonic = {
+        let mut rng = ChaCha20Rng::from_seed(derive_seed(seed, TAG_AUDITOR, 0));
+        client_core::keys::new_mnemonic(&mut rng)
+            .expose()
+            .to_owned()
+    };
+    let host_ctx = |me: usize, store: &SharedStore, clock: &SkewClock| {
+        Rc::new(HostCtx {
+            me,
+            seed,
+            scenario: Rc::clone(&scenario),
+            world: Rc::clone(&world),
+            trace: trace.clone(),
+            store: store.clone(),
+            clock: clock.clone(),
+            payments: payments.clone(),
+            bind_vanity: replay.bind_vanity,
+        })
+    };
     {
         let processor = payments.processor.clone();
         let forger = payments.forger.clone();
-        sim.host(PAY, move || {
-            let processor = processor.clone();
-            let forger = forger.clone();
+        let pushes = pushes.clone();
+        let ctx = host_ctx(clients, &audit_store, &SkewClock::default());
+        let mnemonic = auditor_mnemonic;
+        sim.hosts.push(PAY.to_owned());
+        sim.sim.host(PAY, move || {
+            let (processor, forger, pushes) = (processor.clone(), forger.clone(), pushes.clone());
+            let ctx = Rc::clone(&ctx);
+            let mnemonic = mnemonic.clone();
             async move {
                 let genuine = processor.run::<Turmoil>(
                     SocketAddr::from((Ipv4Addr::UNSPECIFIED, PAY_PORT)),
@@ -250,79 +831,100 @@ fn run_inner(config: &RunConfig, _logs: &LogCapture) -> Inner {
                     SocketAddr::from((Ipv4Addr::UNSPECIFIED, FORGER_PORT)),
                     std::future::pending(),
                 );
-                let (a, b) = tokio::join!(genuine, forged);
+                let push = pushes.run::<Turmoil>(
+                    SocketAddr::from((Ipv4Addr::UNSPECIFIED, PUSH_PORT)),
+                    std::future::pending(),
+                );
+                let (a, b, c, ()) =
+                    tokio::join!(genuine, forged, push, auditor_host(ctx, &mnemonic));
                 a?;
                 b?;
+                c?;
+                Ok(())
+            }
+        });
+    }
+    for host in scenario.client_hosts() {
+        let ctxs: Vec<Rc<HostCtx>> = scenario
+            .clients_on(&host)
+            .into_iter()
+            .map(|i| host_ctx(i, &stores[i], &clocks[i]))
+            .collect();
+        sim.skews.insert(
+            host.clone(),
+            scenario
+                .clients_on(&host)
+                .into_iter()
+                .map(|i| clocks[i].clone())
+                .collect(),
+        );
+        sim.hosts.push(host.clone());
+        sim.sim.host(host.as_str(), move || {
+            let ctxs = ctxs.clone();
+            async move {
+                futures_util::future::join_all(ctxs.into_iter().map(client_app)).await;
+                Ok(())
+            }
+        });
+    }
+    for (i, s) in scenario.strangers.iter().enumerate() {
+        // A stranger with nothing to do (no request to reject, no act in the plan) costs a
+        // host per step for nothing.
+        let busy = scenario.rejections.iter().any(|r| r.stranger == i)
+            || plan
+                .events
+                .iter()
+                .any(|e| e.action.hosts().contains(&s.host.as_str()));
+        if !busy {
+            continue;
+        }
+        let ctx = host_ctx(i, &SharedStore::new(), &SkewClock::default());
+        sim.hosts.push(s.host.clone());
+        sim.sim.host(s.host.as_str(), move || {
+            let ctx = Rc::clone(&ctx);
+            async move {
+                super::hostile::stranger_host(ctx).await;
                 Ok(())
             }
         });
     }
 
-    let stores: Vec<SharedStore> = (0..config.clients).map(|_| SharedStore::new()).collect();
-    let audit_store = SharedStore::new();
-    let auditor_mnemonic = client_core::keys::new_mnemonic(&mut rng)
-        .expose()
-        .to_owned();
-    let host_ctx = |me: usize, store: &SharedStore| {
-        Rc::new(HostCtx {
-            me,
-            seed: config.seed,
-            scenario: Rc::clone(&scenario),
-            world: Rc::clone(&world),
-            trace: trace.clone(),
-            store: store.clone(),
-            payments: payments.clone(),
-            bind_vanity: config.bind_vanity,
-        })
-    };
-    {
-        let ctx = host_ctx(config.clients, &audit_store);
-        let mnemonic = auditor_mnemonic;
-        sim.host(AUDIT, move || {
-            let ctx = Rc::clone(&ctx);
-            let mnemonic = mnemonic.clone();
-            async move {
-                auditor_host(ctx, &mnemonic).await;
-                Ok(())
+    // Clock skews hold from the start.
+    for e in &plan.events {
+        if let FaultAction::SetSkew { host, skew_ms } = &e.action {
+            for clock in sim.skews.get(host).into_iter().flatten() {
+                clock.set(*skew_ms);
             }
-        });
-    }
-    for (i, store) in stores.iter().enumerate() {
-        let ctx = host_ctx(i, store);
-        sim.host(scenario.accounts[i].host.as_str(), move || {
-            let ctx = Rc::clone(&ctx);
-            async move {
-                client_host(ctx).await;
-                Ok(())
-            }
-        });
+        }
     }
 
     // Step: setup, traffic with faults, heal, liveness.
     let mut next_fault = 0;
     let mut healed = false;
-    let mut down: BTreeSet<String> = BTreeSet::new();
     let mut final_jump = false;
+    let mut steps = 0u64;
     let end_ms;
     loop {
-        if let Err(e) = sim.step() {
+        steps += 1;
+        if let Err(e) = sim.sim.step() {
             violations.push(Violation::new("host-error", e.to_string()));
-            end_ms = sim_ms_of(&sim);
+            end_ms = sim.now();
             break;
         }
-        let now = sim_ms_of(&sim);
+        sim.housekeeping();
+        let now = sim.now();
         let start = world.borrow().traffic_start_ms;
         let Some(start) = start else {
-            if world.borrow().ready.len() == config.clients {
+            if world.borrow().ready.len() == clients {
                 world.borrow_mut().traffic_start_ms = Some(now);
-                trace.push(Record::Note {
-                    t_ms: now,
-                    text: "setup done: traffic starts".into(),
-                });
-            } else if now > SETUP_BOUND_MS {
+                sim.note("setup done: traffic starts".into());
+            } else if now > setup_bound {
                 violations.push(Violation::new(
                     "setup",
-                    format!("setup not done within {SETUP_BOUND_MS} ms"),
+                    format!(
+                        "setup not done within {setup_bound} ms ({} of {clients} clients ready)",
+                        world.borrow().ready.len()
+                    ),
                 ));
                 end_ms = now;
                 break;
@@ -332,32 +934,26 @@ fn run_inner(config: &RunConfig, _logs: &LogCapture) -> Inner {
         while let Some(fault) = plan.events.get(next_fault)
             && start + fault.at_ms <= now
         {
-            apply(&mut sim, &fault.action, &mut down, &relay_clock);
-            trace.push(Record::Note {
-                t_ms: now,
-                text: format!("fault: {}", fault.action),
-            });
+            sim.apply(&fault.action, &world);
+            sim.note(format!("fault: {}", fault.action));
             next_fault += 1;
         }
         if !healed && now >= start + TRAFFIC_WINDOW_MS {
-            heal(&mut sim, &plan, config.clients, &mut down);
+            // Faults scheduled past the window never happen.
+            next_fault = plan.events.len();
+            sim.heal(plan);
             healed = true;
-            trace.push(Record::Note {
-                t_ms: now,
-                text: "healed: liveness phase".into(),
-            });
+            world.borrow_mut().heal_ms = Some(now);
+            sim.note("healed: liveness phase".into());
         }
         let end = start + TRAFFIC_WINDOW_MS + LIVENESS_BOUND_MS;
         if !final_jump && now + commerce::FINAL_JUMP_BEFORE_END_MS >= end {
             final_jump = true;
             let late = commerce::in_flight_orders(&payments.processor);
-            trace.push(Record::Note {
-                t_ms: now,
-                text: format!(
-                    "final relay clock jump +{} s; orders with webhooks in flight: {late:?}",
-                    commerce::FINAL_JUMP_MS / 1_000
-                ),
-            });
+            sim.note(format!(
+                "final relay clock jump +{} s; orders with webhooks in flight: {late:?}",
+                commerce::FINAL_JUMP_MS / 1_000
+            ));
             world.borrow_mut().commerce.audit.late_at_final_jump = late;
             relay_clock.advance(commerce::FINAL_JUMP_MS);
         }
@@ -371,62 +967,79 @@ fn run_inner(config: &RunConfig, _logs: &LogCapture) -> Inner {
         text: "end".into(),
     });
 
-    let traffic_start = world.borrow().traffic_start_ms;
     let records = trace.records();
-    let second = world.borrow().second_stores.clone();
-    let convs = world.borrow().convs.clone();
-    let aliases = world.borrow().alias_history.clone();
+    let history = store.ctl().history();
+    let snapshot = store.snapshot().unwrap_or_default();
+    let w = world.borrow();
     let input = oracles::Input {
         scenario: &scenario,
+        plan,
         records: &records,
         stores: &stores,
-        second_stores: &second,
-        convs: &convs,
-        aliases: &aliases,
-        relay_store: &relay_store,
+        second_stores: &w.second_stores,
+        convs: &w.convs,
+        aliases: &w.alias_history,
+        snapshot: &snapshot,
+        history: &history,
+        world: &w,
+        pushes: &pushes.received(),
+        start_ms: w.traffic_start_ms,
+        heal_ms: w.heal_ms,
+        skews: &clocks.iter().map(SkewClock::get).collect::<Vec<_>>(),
     };
     oracles::check_all(&input, &mut violations);
     if !violations.iter().any(|v| v.oracle == "setup") {
-        let jumps: Vec<u64> = traffic_start
+        let jumps: Vec<u64> = w
+            .traffic_start_ms
             .map(|s| plan.clock_jumps().map(|j| s + j).collect())
             .unwrap_or_default();
-        let w = world.borrow();
         let commerce_input = oracles::CommerceInput {
             world: &w.commerce,
             alias_history: &w.alias_history,
             records: &records,
             processor: &payments.processor,
             forger: &payments.forger,
-            relay_store: &relay_store,
+            snapshot: &snapshot,
             jumps_ms: &jumps,
             free_quota: relay_config_quota(),
         };
         oracles::check_commerce(&commerce_input, &mut violations);
     }
-    let lines = trace::lines(&records);
-    let trace_hash = trace::hash(&lines);
+    violations.sort();
+    violations.dedup();
+    let acked = records
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                Record::Event {
+                    event: client_core::machine::Event::StatusChange {
+                        status: client_core::store::MessageStatus::Sent,
+                        ..
+                    },
+                    ..
+                }
+            )
+        })
+        .count() as u64;
     Inner {
-        report: RunReport {
-            seed: config.seed,
-            scenario: scenario.to_string(),
-            plan,
-            trace: lines,
-            trace_hash,
-            violations,
-            simulated: Duration::from_millis(end_ms),
+        records,
+        violations,
+        end_ms,
+        stats: RunStats {
+            steps,
+            acked,
+            commits: history.counts.commits,
+            failed_commits: history.counts.failed,
+            loads: history.counts.loads,
         },
-        canaries: scenario.canaries.clone(),
     }
-}
-
-fn sim_ms_of(sim: &turmoil::Sim<'_>) -> u64 {
-    u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 fn relay_config() -> Config {
     Config {
         pow_difficulty: 1,
-        registrations_per_hour_per_addr: 1_000,
+        registrations_per_hour_per_addr: 100_000,
         msgs_per_min_per_user: 10_000,
         payment_webhook_secret: relay_core::config::WebhookSecret(WEBHOOK_SECRET.to_vec()),
         payment_page_base: format!("http://{PAY}:{PAY_PORT}/invoice"),
@@ -438,50 +1051,6 @@ fn relay_config_quota() -> u32 {
     relay_config().free_channel_quota
 }
 
-fn apply(
-    sim: &mut turmoil::Sim<'_>,
-    action: &FaultAction,
-    down: &mut BTreeSet<String>,
-    relay_clock: &OffsetClock,
-) {
-    match action {
-        FaultAction::Partition(a, b) => sim.partition(a.as_str(), b.as_str()),
-        FaultAction::Repair(a, b) => sim.repair(a.as_str(), b.as_str()),
-        FaultAction::PartitionOneway(a, b) => sim.partition_oneway(a.as_str(), b.as_str()),
-        FaultAction::RepairOneway(a, b) => sim.repair_oneway(a.as_str(), b.as_str()),
-        FaultAction::Hold(a, b) => sim.hold(a.as_str(), b.as_str()),
-        FaultAction::Release(a, b) => sim.release(a.as_str(), b.as_str()),
-        FaultAction::MaxLatency(ms) => sim.set_max_message_latency(Duration::from_millis(*ms)),
-        FaultAction::Crash(h) => {
-            if down.insert(h.clone()) {
-                sim.crash(h.as_str());
-            }
-        }
-        FaultAction::Restart(h) => {
-            if down.remove(h) {
-                sim.bounce(h.as_str());
-            }
-        }
-        FaultAction::ClockJump(ms) => {
-            relay_clock.advance(*ms);
-        }
-    }
-}
-
-/// Repairs every link, releases every hold, restarts every crashed host, resets latency.
-fn heal(sim: &mut turmoil::Sim<'_>, plan: &FaultPlan, clients: usize, down: &mut BTreeSet<String>) {
-    for i in 0..clients {
-        let c = format!("c{i}");
-        sim.repair(c.as_str(), RELAY);
-        sim.release(c.as_str(), RELAY);
-    }
-    sim.repair(PAY, RELAY);
-    sim.set_max_message_latency(Duration::from_millis(plan.latency_ms.1));
-    for h in std::mem::take(down) {
-        sim.bounce(h.as_str());
-    }
-}
-
 /// What a client host's script needs.
 pub(super) struct HostCtx {
     pub(super) me: usize,
@@ -490,12 +1059,18 @@ pub(super) struct HostCtx {
     pub(super) world: Shared,
     pub(super) trace: Trace,
     pub(super) store: SharedStore,
+    pub(super) clock: SkewClock,
     pub(super) payments: Payments,
     pub(super) bind_vanity: bool,
 }
 
-fn endpoint() -> Endpoint {
+pub(super) fn endpoint() -> Endpoint {
     Endpoint::parse(&format!("http://{RELAY}:{RELAY_PORT}"))
+        .unwrap_or_else(|_| unreachable!("a static, valid base URL"))
+}
+
+fn push_endpoint() -> Endpoint {
+    Endpoint::parse(&format!("http://{PUSH}:{PUSH_PORT}"))
         .unwrap_or_else(|_| unreachable!("a static, valid base URL"))
 }
 
@@ -508,7 +1083,7 @@ fn start_client(
     let tag = (who.client as u64) << 8 | u64::from(who.device);
     let options = ClientOptions::new(
         endpoint(),
-        Arc::new(SimClock::default()),
+        Arc::new(ctx.clock.clone()),
         derive_seed(ctx.seed, tag, incarnation),
     );
     let client = Client::<Turmoil>::start(store, options)?;
@@ -545,9 +1120,11 @@ async fn authenticate(client: &Client<Turmoil>, mnemonic: &str, nickname: &str, 
     }
 }
 
-/// The script of one client host; runs again from the top after a crash.
-async fn client_host(ctx: Rc<HostCtx>) {
+/// One client app; runs again from the top after its host restarts.
+async fn client_app(ctx: Rc<HostCtx>) {
     let me = ctx.me;
+    // Many apps starting at once come up in waves turmoil's accept queue takes.
+    sleep_ms((me / STORM_WAVE) as u64 * STORM_WAVE_MS).await;
     let incarnation = {
         let mut w = ctx.world.borrow_mut();
         let n = w.incarnations.entry(me).or_insert(0);
@@ -558,14 +1135,27 @@ async fn client_host(ctx: Rc<HostCtx>) {
         client: me,
         device: 0,
     };
-    let Ok(client) = start_client(&ctx, who, ctx.store.clone(), incarnation) else {
+    let Ok(mut client) = start_client(&ctx, who, ctx.store.clone(), incarnation) else {
         note(&ctx, format!("{who} could not start"));
         return;
     };
     let account = &ctx.scenario.accounts[me];
-    let fresh = ctx.store.load_identity().ok().flatten().is_none();
-    authenticate(&client, &account.mnemonic, &account.nickname, fresh).await;
+    let identity = ctx.store.load_identity().ok().flatten();
+    authenticate(
+        &client,
+        &account.mnemonic,
+        &account.nickname,
+        identity.is_none(),
+    )
+    .await;
+    if let Ok(Some(id)) = ctx.store.load_identity() {
+        let known = ctx.world.borrow_mut().uuids.insert(me, id.uuid.clone());
+        if known.is_none() {
+            note(&ctx, format!("{who} is account {}", id.uuid));
+        }
+    }
     if let Ok(Some(alias)) = client.alias_id().await {
+        client.init_calls(&alias, false);
         // A restarted host may still hold the alias a bind retired: the world keeps the
         // newest one.
         let mut w = ctx.world.borrow_mut();
@@ -581,9 +1171,14 @@ async fn client_host(ctx: Rc<HostCtx>) {
     let audit_at = audit_times(&ctx).await.0;
     let script = async {
         traffic(&ctx, &client).await;
+        probe_round(&ctx, &client).await;
         std::future::pending::<()>().await;
     };
-    tokio::join!(script, commerce::bind_loop(&ctx, &client, audit_at));
+    tokio::join!(
+        script,
+        commerce::bind_loop(&ctx, &client, audit_at),
+        answer_calls(&client)
+    );
 }
 
 /// `(audit, probes)` in simulated ms, once traffic started.
@@ -612,14 +1207,15 @@ async fn auditor_host(ctx: Rc<HostCtx>, mnemonic: &str) {
     std::future::pending::<()>().await;
 }
 
-async fn wait_until(ctx: &HostCtx, f: impl Fn(&World) -> bool) {
+pub(super) async fn wait_until(ctx: &HostCtx, f: impl Fn(&World) -> bool) {
     while !f(&ctx.world.borrow()) {
         sleep_ms(100).await;
     }
 }
 
-/// Friend requests, accepts and sessions; idempotent (a crash cannot happen during setup, but
-/// a relay answer can be lost, so every step is retried until its effect is visible).
+/// Friend requests (to friends, and to strangers who reject them), accepts, sessions, the
+/// push token; idempotent (a crash cannot happen during setup, but a relay answer can be
+/// lost, so every step is retried until its effect is visible).
 async fn setup(ctx: &HostCtx, client: &Client<Turmoil>) {
     let me = ctx.me;
     let n = ctx.scenario.accounts.len();
@@ -628,6 +1224,27 @@ async fn setup(ctx: &HostCtx, client: &Client<Turmoil>) {
     for (_, pair) in ctx.scenario.pairs_of(me).filter(|(_, p)| p.a == me) {
         let to = &aliases[&pair.b];
         while client.contacts().send_friend_request(to).await.is_err() {
+            sleep_ms(RETRY_MS).await;
+        }
+    }
+    for r in ctx.scenario.rejections.iter().filter(|r| r.client == me) {
+        wait_until(ctx, |w| w.strangers.contains_key(&r.stranger)).await;
+        let to = ctx.world.borrow().strangers[&r.stranger].1.clone();
+        while client.contacts().send_friend_request(&to).await.is_err() {
+            sleep_ms(RETRY_MS).await;
+        }
+    }
+    if ctx.scenario.push_clients.contains(&me) {
+        let request = wire::http::PushRegisterRequest {
+            token: Some(push_token(me)),
+            device_token: None,
+            platform: "android".to_owned(),
+        };
+        for _ in 0..10 {
+            if client.push().register(&request).await.is_ok() {
+                ctx.world.borrow_mut().push_registered.insert(me);
+                break;
+            }
             sleep_ms(RETRY_MS).await;
         }
     }
@@ -692,6 +1309,11 @@ async fn setup(ctx: &HostCtx, client: &Client<Turmoil>) {
     ctx.world.borrow_mut().ready.insert(me);
 }
 
+/// The native push token client `me` registers.
+pub(super) fn push_token(me: usize) -> String {
+    format!("simtoken-c{me}")
+}
+
 /// Runs this client's scripted actions at their times; actions due while the host was down
 /// are skipped.
 async fn traffic(ctx: &HostCtx, client: &Client<Turmoil>) {
@@ -718,18 +1340,50 @@ async fn traffic(ctx: &HostCtx, client: &Client<Turmoil>) {
         }
         let due = start + action.at_ms;
         let now = sim_ms();
-        if due + 1_000 < now {
+        if due + 1_000 < now || ctx.world.borrow().heal_ms.is_some() {
             note(ctx, format!("c{me} skipped action {index} (host was down)"));
             ctx.world.borrow_mut().next_action.insert(me, index + 1);
             continue;
         }
         sleep_ms(due.saturating_sub(now)).await;
-        perform(ctx, client, &action.kind).await;
+        perform(ctx, client, index, &action.kind).await;
         ctx.world.borrow_mut().next_action.insert(me, index + 1);
     }
 }
 
-async fn perform(ctx: &HostCtx, client: &Client<Turmoil>, kind: &ActionKind) {
+fn record_sent(ctx: &HostCtx, who: Device, id: String, conv: String, peer: &str) {
+    ctx.world
+        .borrow_mut()
+        .sent_ids
+        .insert(id.clone(), (conv.clone(), peer.to_owned()));
+    ctx.trace.push(Record::Sent {
+        t_ms: sim_ms(),
+        who,
+        id,
+        conv,
+    });
+}
+
+/// The plaintext of media action `index`.
+fn media_bytes(seed: u64, index: usize, len: u32) -> Vec<u8> {
+    let mut rng = ChaCha20Rng::from_seed(derive_seed(seed, TAG_MEDIA, index as u64));
+    let mut out = vec![0u8; len as usize];
+    rng.fill_bytes(&mut out);
+    out
+}
+
+pub(super) fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[allow(
+    clippy::too_many_lines,
+    reason = "one arm per action kind; each is short"
+)]
+async fn perform(ctx: &HostCtx, client: &Client<Turmoil>, index: usize, kind: &ActionKind) {
     let me = ctx.me;
     let who = Device {
         client: me,
@@ -747,13 +1401,56 @@ async fn perform(ctx: &HostCtx, client: &Client<Turmoil>, kind: &ActionKind) {
         ActionKind::Send { pair, text } => {
             let (conv, peer) = target(*pair);
             match client.send_message(&conv, &peer, text, None).await {
-                Ok(id) => ctx.trace.push(Record::Sent {
-                    t_ms: sim_ms(),
-                    who,
-                    id,
-                    conv,
-                }),
+                Ok(id) => record_sent(ctx, who, id, conv, &peer),
                 Err(e) => note(ctx, format!("{who} send refused: {e}")),
+            }
+        }
+        ActionKind::Burst {
+            pair,
+            count,
+            canary,
+        } => {
+            let (conv, peer) = target(*pair);
+            for i in 0..*count {
+                let text = if i == 0 {
+                    format!("burst {index}: {canary}")
+                } else {
+                    format!("burst {index} #{i}")
+                };
+                match client.send_message(&conv, &peer, &text, None).await {
+                    Ok(id) => record_sent(ctx, who, id, conv.clone(), &peer),
+                    Err(e) => {
+                        note(ctx, format!("{who} burst refused at #{i}: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        ActionKind::Offline { stay_ms } => {
+            drop(client.disconnect().await);
+            let from = sim_ms();
+            note(ctx, format!("{who} goes offline for {stay_ms} ms"));
+            tokio::select! {
+                biased;
+                () = sleep_ms(*stay_ms) => {}
+                () = wait_until(ctx, |w| w.heal_ms.is_some()) => {}
+            }
+            drop(client.connect().await);
+            ctx.world.borrow_mut().offline.push((me, from, sim_ms()));
+            note(ctx, format!("{who} back online"));
+        }
+        ActionKind::Media { pair, bytes } => {
+            let (conv, peer) = target(*pair);
+            let data = media_bytes(ctx.seed, index, *bytes);
+            match client.send_image(&conv, &peer, &data).await {
+                Ok(id) => {
+                    ctx.world
+                        .borrow_mut()
+                        .media_sent
+                        .insert(id.clone(), (conv.clone(), sha256_hex(&data)));
+                    record_sent(ctx, who, id, conv, &peer);
+                }
+                Err(e) => note(ctx, format!("{who} media refused: {e}")),
             }
         }
         ActionKind::Read { pair } => {
@@ -798,7 +1495,10 @@ async fn perform(ctx: &HostCtx, client: &Client<Turmoil>, kind: &ActionKind) {
                 return;
             };
             match client.retract_message(&m.id, &peer, &conv).await {
-                Ok(()) => note(ctx, format!("{who} retracted {}", m.id)),
+                Ok(()) => {
+                    ctx.world.borrow_mut().honest_retracts.insert(m.id.clone());
+                    note(ctx, format!("{who} retracted {}", m.id));
+                }
                 Err(e) => note(ctx, format!("{who} retract refused: {e}")),
             }
         }
@@ -811,6 +1511,174 @@ async fn perform(ctx: &HostCtx, client: &Client<Turmoil>, kind: &ActionKind) {
             commerce::buy_channel(ctx, client, *slot, *pay).await;
         }
         ActionKind::BuyQuota { pay } => commerce::buy_quota(ctx, client, *pay).await,
+    }
+}
+
+/// After healing: a message and a typing notice to each of up to [`PROBE_PEERS`] peers, and
+/// a call if its pair is in the call matching; then each media message received is downloaded and
+/// checked against what its sender uploaded.
+async fn probe_round(ctx: &HostCtx, client: &Client<Turmoil>) {
+    let me = ctx.me;
+    wait_until(ctx, |w| w.heal_ms.is_some()).await;
+    let heal = ctx.world.borrow().heal_ms.unwrap_or(0);
+    let at = heal + PROBE_AFTER_HEAL_MS + (me / STORM_WAVE) as u64 * STORM_WAVE_MS;
+    sleep_ms(at.saturating_sub(sim_ms())).await;
+    let who = Device {
+        client: me,
+        device: 0,
+    };
+    let peers: Vec<(usize, usize)> = ctx
+        .scenario
+        .pairs_of(me)
+        .take(PROBE_PEERS)
+        .map(|(i, p)| (i, p.peer(me)))
+        .collect();
+    let calls_to = call_matching(&ctx.scenario)
+        .into_iter()
+        .find(|p| ctx.scenario.pairs[*p].a == me);
+    for (pair, peer) in peers {
+        let (conv, alias) = {
+            let w = ctx.world.borrow();
+            (
+                w.convs.get(&pair).cloned().unwrap_or_default(),
+                w.aliases.get(&peer).cloned().unwrap_or_default(),
+            )
+        };
+        let sent_ms = sim_ms();
+        let text = format!("probe c{me} -> c{peer}");
+        if let Ok(id) = client.send_message(&conv, &alias, &text, None).await {
+            record_sent(ctx, who, id.clone(), conv.clone(), &alias);
+            ctx.world.borrow_mut().probes.push(ProbeRec {
+                kind: "message",
+                from: me,
+                to: peer,
+                conv: conv.clone(),
+                id,
+                sent_ms,
+            });
+        }
+        if client.send_typing(&conv, &alias).await.is_ok() {
+            ctx.world.borrow_mut().probes.push(ProbeRec {
+                kind: "typing",
+                from: me,
+                to: peer,
+                conv: conv.clone(),
+                id: String::new(),
+                sent_ms: sim_ms(),
+            });
+        }
+    }
+    // client-core signs call signals with the alias given to `init_calls`; after a vanity
+    // bind the relay names the new alias and the peer refuses the signal (`FromMismatch`),
+    // so clients whose alias changed sit the call out.
+    let rebound = |c: usize| {
+        ctx.world
+            .borrow()
+            .alias_history
+            .get(&c)
+            .is_some_and(|h| h.len() > 1)
+    };
+    if let Some(pair) = calls_to
+        && let Some(calls) = client.calls()
+        && !rebound(me)
+        && !rebound(ctx.scenario.pairs[pair].peer(me))
+    {
+        let peer = ctx.scenario.pairs[pair].peer(me);
+        let (conv, alias) = {
+            let w = ctx.world.borrow();
+            (
+                w.convs.get(&pair).cloned().unwrap_or_default(),
+                w.aliases.get(&peer).cloned().unwrap_or_default(),
+            )
+        };
+        let call_id = format!("call-c{me}-c{peer}");
+        let mut options = crate::client::CallOptions::default();
+        options
+            .fields
+            .insert("sdp".to_owned(), serde_json::Value::from("v=0 offer"));
+        let sent_ms = sim_ms();
+        if calls.call(&alias, &call_id, options).await.is_ok() {
+            ctx.world.borrow_mut().probes.push(ProbeRec {
+                kind: "call",
+                from: me,
+                to: peer,
+                conv,
+                id: call_id,
+                sent_ms,
+            });
+        }
+    }
+    check_media(ctx, client).await;
+}
+
+/// The pairs whose requester calls in the probe round: a matching (no client in two calls,
+/// or the second offer would find it busy), greedy in pair order.
+fn call_matching(scenario: &Scenario) -> Vec<usize> {
+    let mut busy = BTreeSet::new();
+    let mut out = Vec::new();
+    for (i, p) in scenario.pairs.iter().enumerate() {
+        if !busy.contains(&p.a) && !busy.contains(&p.b) {
+            busy.insert(p.a);
+            busy.insert(p.b);
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// Downloads every media message this client received and compares it with what was sent.
+async fn check_media(ctx: &HostCtx, client: &Client<Turmoil>) {
+    let me = ctx.me;
+    let sent = ctx.world.borrow().media_sent.clone();
+    for (id, (conv, want)) in sent {
+        let Ok(Some(m)) = client.get_message_data(&id).await else {
+            continue;
+        };
+        if m.is_me {
+            continue;
+        }
+        let key = m
+            .media_url
+            .as_deref()
+            .unwrap_or(m.text.as_str())
+            .trim_start_matches("[img]")
+            .to_owned();
+        // A lost response is retried; a refusal or undecryptable bytes are final.
+        let mut outcome = Err(String::new());
+        for _ in 0..MEDIA_ATTEMPTS {
+            outcome = match client.media().download_decrypted(&key, &conv).await {
+                Ok(data) => Ok(sha256_hex(&data) == want),
+                Err(e) => Err(e.to_string()),
+            };
+            if outcome.is_ok() {
+                break;
+            }
+            sleep_ms(RETRY_MS).await;
+        }
+        ctx.world.borrow_mut().media_checks.push((me, id, outcome));
+    }
+}
+
+/// Answers every incoming call (the call probes need a callee).
+async fn answer_calls(client: &Client<Turmoil>) {
+    let mut events = client.subscribe();
+    loop {
+        let event = match events.recv().await {
+            Ok(e) => e,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        if let client_core::machine::Event::Call(client_core::machine::CallEvent::Incoming {
+            call_id,
+            from,
+            ..
+        }) = event
+            && let Some(calls) = client.calls()
+        {
+            let mut fields = serde_json::Map::new();
+            fields.insert("sdp".to_owned(), serde_json::Value::from("v=0 answer"));
+            drop(calls.answer(&from, &call_id, fields).await);
+        }
     }
 }
 
@@ -848,30 +1716,48 @@ async fn second_device(ctx: &HostCtx, client: &Client<Turmoil>, stay_ms: u64) {
     drop(client.connect().await);
 }
 
-/// A `MakeWriter` collecting every formatted log line in memory.
+/// A `MakeWriter` that scans every formatted log line for planted plaintext: lines holding
+/// the canary prefix are kept (the rest is dropped at once, so the capture costs no memory).
 #[derive(Debug, Clone, Default)]
-pub(super) struct LogCapture {
-    buf: Arc<std::sync::Mutex<Vec<u8>>>,
+pub(super) struct LogScan {
+    suspects: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
-impl LogCapture {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(
-            &self
-                .buf
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
-        .into_owned()
+/// Log lines stamped with simulated ms (as the trace is).
+struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        write!(w, "{:>8}", sim_ms())
     }
 }
 
-impl std::io::Write for LogCapture {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.buf
+/// What the canary scan hears: DEBUG and above from every crate but the simulator framework.
+const LOG_FILTER: &str = "debug,turmoil=warn";
+
+/// Every canary starts with this.
+const CANARY_PREFIX: &[u8] = b"CANARY";
+
+impl LogScan {
+    fn suspects(&self) -> String {
+        self.suspects
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(data);
+            .join("\n")
+    }
+}
+
+impl std::io::Write for LogScan {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if data
+            .windows(CANARY_PREFIX.len())
+            .any(|w| w == CANARY_PREFIX)
+        {
+            self.suspects
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(String::from_utf8_lossy(data).into_owned());
+        }
         Ok(data.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -879,7 +1765,7 @@ impl std::io::Write for LogCapture {
     }
 }
 
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogScan {
     type Writer = Self;
     fn make_writer(&'a self) -> Self::Writer {
         self.clone()

@@ -1,0 +1,103 @@
+//! Hooks: what the runner can do to the relay besides speaking its API, when it was given the
+//! means.
+//!
+//! * The payment processor: with the webhook secret the case posts HMAC-SHA256-signed webhooks
+//!   ([`Ctx::pay`], [`Ctx::pay_raw`]). Without it, a case that needs it is skipped, not failed.
+//! * The test clock: with `--clock-hook`, [`Ctx::advance_clock`] posts to
+//!   [`ADVANCE_CLOCK_PATH`]. Without it, a case that needs it is skipped.
+
+use bytes::Bytes;
+use hmac::{Hmac, KeyInit as _, Mac as _};
+use http::{HeaderName, Method};
+use serde_json::json;
+use sha2::Sha256;
+use wire::http::paths;
+
+use super::Ctx;
+use super::http::{Resp, u};
+use crate::model::Failure;
+
+/// The documented test-mode clock endpoint (see README.md).
+pub const ADVANCE_CLOCK_PATH: &str = "/api/v1/test/advance-clock";
+
+impl Ctx {
+    /// Acts as the payment processor: posts a signed webhook for `order_id`.
+    pub async fn pay(
+        &mut self,
+        order_id: &str,
+        status: &str,
+        paid_usdt: u64,
+    ) -> Result<Resp, Failure> {
+        let Some(secret) = self.shared.hooks.payment_secret.clone() else {
+            return Err(Failure::Skip(
+                "no payment webhook secret (--payment-secret)".into(),
+            ));
+        };
+        let payment_id = format!("pay-{}", self.uuid());
+        let body = json!({"payment_id": payment_id, "order_id": order_id, "payment_status": status, "paid_usdt": paid_usdt}).to_string();
+        self.pay_raw(&secret, body.into_bytes()).await
+    }
+
+    /// Posts a webhook body signed with `secret`.
+    pub async fn pay_raw(&mut self, secret: &[u8], body: Vec<u8>) -> Result<Resp, Failure> {
+        let mut mac = <Hmac<Sha256>>::new_from_slice(secret)
+            .map_err(|e| Failure::Fail(format!("HMAC key: {e}")))?;
+        mac.update(&body);
+        let sig: String = mac
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let header = HeaderName::from_static(wire::http::PAYMENT_SIGNATURE_HEADER);
+        self.req_raw(
+            Method::POST,
+            paths::PAYMENT_WEBHOOK,
+            None,
+            Bytes::from(body),
+            Some("application/json"),
+            &[(header, sig)],
+        )
+        .await
+    }
+
+    /// The payment webhook secret (cases that forge signatures need it to exist).
+    pub fn payment_secret(&self) -> Result<Vec<u8>, Failure> {
+        self.shared
+            .hooks
+            .payment_secret
+            .clone()
+            .ok_or_else(|| Failure::Skip("no payment webhook secret (--payment-secret)".into()))
+    }
+
+    /// Advances the relay's test clock by `ms`; returns the relay's new `now_ms`.
+    pub async fn advance_clock(&mut self, ms: u64) -> Result<u64, Failure> {
+        match self.shared.hooks.clock {
+            None => Err(Failure::Skip("no test clock (--clock-hook)".into())),
+            Some(ClockControl::Http) => {
+                let v = self
+                    .post(ADVANCE_CLOCK_PATH, None, &json!({"ms": ms}))
+                    .await?
+                    .ok()?;
+                u(&v, "now_ms")
+            }
+        }
+    }
+}
+
+/// How the runner advances the relay's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockControl {
+    /// `POST /api/v1/test/advance-clock` on the relay (see README.md); the embedded relay
+    /// serves it too (test mode).
+    Http,
+}
+
+/// Optional hooks the runner was given.
+#[derive(Debug, Clone, Default)]
+pub struct Hooks {
+    /// The payment webhook's HMAC secret: the runner acts as the payment processor.
+    pub payment_secret: Option<Vec<u8>>,
+    /// The test clock, if the relay offers one.
+    pub clock: Option<ClockControl>,
+}

@@ -1,0 +1,278 @@
+//! HTTP: every request goes through [`Ctx::req_raw`], which records it and its answer in the
+//! case's transcript, and [`Resp`] checks what came back.
+//!
+//! * Bearer tokens are never written to the transcript (`[Bearer <redacted>]`); a request body
+//!   that is not JSON and an `application/octet-stream` response are shown by size only.
+//! * Every request carries the run's wait period as its timeout; a transport error fails the
+//!   case with the request named.
+//! * An error body must be `{error: "UPPER_SNAKE", message: "..."}` ([`check_error_body`]).
+
+use bytes::Bytes;
+use http::{HeaderName, Method, header::CONTENT_TYPE};
+use serde_json::Value;
+use sim::net::HttpRequest;
+
+use super::Ctx;
+use crate::model::{CaseResult, Failure};
+use crate::transcript::Direction;
+use crate::{ensure, fail};
+
+impl Ctx {
+    /// Sends a request with an optional bearer token and optional JSON body.
+    pub async fn req(
+        &mut self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<Resp, Failure> {
+        let (bytes, ctype) = match body {
+            Some(v) => (Bytes::from(v.to_string()), Some("application/json")),
+            None => (Bytes::new(), None),
+        };
+        self.req_raw(method, path, token, bytes, ctype, &[]).await
+    }
+
+    /// Sends a request with a raw body and extra headers.
+    pub async fn req_raw(
+        &mut self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Bytes,
+        content_type: Option<&str>,
+        headers: &[(HeaderName, String)],
+    ) -> Result<Resp, Failure> {
+        let what = format!("{method} {path}");
+        let shown = if body.is_empty() {
+            String::new()
+        } else if content_type == Some("application/json") {
+            format!(" {}", String::from_utf8_lossy(&body))
+        } else {
+            format!(" <{} bytes>", body.len())
+        };
+        let auth = if token.is_some() {
+            " [Bearer <redacted>]"
+        } else {
+            ""
+        };
+        self.transcript
+            .record(Direction::Out, "http", &format!("{what}{auth}{shown}"));
+        let mut req = HttpRequest::new(method, path).timeout(self.shared.wait);
+        if let Some(t) = token {
+            req = req.bearer(t);
+        }
+        if let Some(ct) = content_type {
+            req = req.header(CONTENT_TYPE, ct);
+        }
+        for (name, value) in headers {
+            req = req.header(name.clone(), value.clone());
+        }
+        let req = req.body(body);
+        let resp = self
+            .transport
+            .http(req)
+            .await
+            .map_err(|e| Failure::Fail(format!("{what}: transport error: {e}")))?;
+        let status = resp.status.as_u16();
+        let text = if resp
+            .headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/octet-stream"))
+        {
+            format!("<{} bytes>", resp.body.len())
+        } else {
+            String::from_utf8_lossy(&resp.body).into_owned()
+        };
+        self.transcript
+            .record(Direction::In, "http", &format!("{status} {text}"));
+        Ok(Resp {
+            status,
+            headers: resp.headers,
+            body: resp.body,
+            what,
+        })
+    }
+
+    /// `GET` with an optional token.
+    pub async fn get(&mut self, path: &str, token: Option<&str>) -> Result<Resp, Failure> {
+        self.req(Method::GET, path, token, None).await
+    }
+
+    /// `POST` with an optional token and JSON body.
+    pub async fn post(
+        &mut self,
+        path: &str,
+        token: Option<&str>,
+        body: &Value,
+    ) -> Result<Resp, Failure> {
+        self.req(Method::POST, path, token, Some(body)).await
+    }
+}
+
+/// An HTTP response as the case saw it.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    /// Status code.
+    pub status: u16,
+    /// Headers.
+    pub headers: http::HeaderMap,
+    /// Raw body.
+    pub body: Bytes,
+    /// What was asked (for failure messages).
+    pub what: String,
+}
+
+impl Resp {
+    /// The body as JSON (`null` for an empty body).
+    pub fn json(&self) -> Result<Value, Failure> {
+        if self.body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&self.body).map_err(|e| {
+            Failure::Fail(format!(
+                "{}: body is not JSON ({e}): {}",
+                self.what,
+                String::from_utf8_lossy(&self.body)
+            ))
+        })
+    }
+
+    /// Requires a 2xx status; returns the JSON body.
+    pub fn ok(&self) -> Result<Value, Failure> {
+        ensure!(
+            (200..300).contains(&self.status),
+            "{}: expected 2xx, got {} {}",
+            self.what,
+            self.status,
+            String::from_utf8_lossy(&self.body)
+        );
+        self.json()
+    }
+
+    /// Requires exactly `status`; returns the JSON body.
+    pub fn expect(&self, status: u16) -> Result<Value, Failure> {
+        ensure!(
+            self.status == status,
+            "{}: expected {status}, got {} {}",
+            self.what,
+            self.status,
+            String::from_utf8_lossy(&self.body)
+        );
+        self.json()
+    }
+
+    /// Requires `status` and the error body `{error: UPPER_SNAKE, message: string}`.
+    pub fn expect_error(&self, status: u16) -> Result<Value, Failure> {
+        let body = self.expect(status)?;
+        check_error_body(&body).map_err(|r| Failure::Fail(format!("{}: {r}", self.what)))?;
+        Ok(body)
+    }
+
+    /// Requires a 4xx status with the error body.
+    pub fn expect_client_error(&self) -> Result<Value, Failure> {
+        ensure!(
+            (400..500).contains(&self.status),
+            "{}: expected a 4xx refusal, got {} {}",
+            self.what,
+            self.status,
+            String::from_utf8_lossy(&self.body)
+        );
+        let body = self.json()?;
+        check_error_body(&body).map_err(|r| Failure::Fail(format!("{}: {r}", self.what)))?;
+        Ok(body)
+    }
+}
+
+/// Checks the error body shape `{error: "UPPER_SNAKE", message: "..."}`.
+pub fn check_error_body(body: &Value) -> Result<(), String> {
+    let Some(code) = body.get("error").and_then(Value::as_str) else {
+        return Err(format!("error body has no string `error`: {body}"));
+    };
+    if code.is_empty()
+        || !code
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return Err(format!("`error` is not an UPPER_SNAKE code: {code:?}"));
+    }
+    if body.get("message").and_then(Value::as_str).is_none() {
+        return Err(format!("error body has no string `message`: {body}"));
+    }
+    Ok(())
+}
+
+/// The JSON type a field must have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A string.
+    Str,
+    /// A non-empty string.
+    NonEmpty,
+    /// An unsigned integer.
+    Uint,
+    /// Any number.
+    Num,
+    /// A boolean.
+    Bool,
+    /// An array.
+    Arr,
+    /// An object.
+    Obj,
+    /// An RFC 3339 / ISO 8601 date-time string.
+    Iso,
+}
+
+fn kind_ok(v: &Value, k: Kind) -> bool {
+    match k {
+        Kind::Str => v.is_string(),
+        Kind::NonEmpty => v.as_str().is_some_and(|s| !s.is_empty()),
+        Kind::Uint => v.is_u64(),
+        Kind::Num => v.is_number(),
+        Kind::Bool => v.is_boolean(),
+        Kind::Arr => v.is_array(),
+        Kind::Obj => v.is_object(),
+        Kind::Iso => v.as_str().is_some_and(|s| {
+            s.len() >= 20
+                && s.as_bytes().get(4) == Some(&b'-')
+                && s.as_bytes().get(10) == Some(&b'T')
+        }),
+    }
+}
+
+/// Requires each named field to be present with its kind.
+pub fn fields(what: &str, v: &Value, spec: &[(&str, Kind)]) -> CaseResult {
+    for (name, kind) in spec {
+        match v.get(*name) {
+            None => fail!("{what}: field `{name}` is missing in {v}"),
+            Some(f) if !kind_ok(f, *kind) => {
+                fail!("{what}: field `{name}` should be {kind:?}, got {f}")
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The string field `name` of `v`.
+pub fn s<'a>(v: &'a Value, name: &str) -> Result<&'a str, Failure> {
+    v.get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| Failure::Fail(format!("no string `{name}` in {v}")))
+}
+
+/// The unsigned integer field `name` of `v`.
+pub fn u(v: &Value, name: &str) -> Result<u64, Failure> {
+    v.get(name)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| Failure::Fail(format!("no unsigned integer `{name}` in {v}")))
+}
+
+/// A JSON id (number or string) as path text.
+pub fn id_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,117 @@
+//! The relay on PostgreSQL: [`PgStore`], relay-core's [`Store`](relay_core::store::Store) over a
+//! networked database, and **active/standby leadership with epoch fencing** so that many relay
+//! processes can point at one database while exactly one of them serves.
+//!
+//! # How a shell uses it
+//!
+//! ```no_run
+//! # async fn serve_until_lost(_: relay_pg::Leader) {}
+//! use relay_pg::{CampaignOptions, PgConfig, campaign};
+//!
+//! # async fn run() -> Result<(), relay_pg::PgError> {
+//! let config = PgConfig::from_env()?; // DATABASE_URL (+ RELAY_POSTGRES_PASSWORD_FILE or PGPASSWORD)
+//! loop {
+//!     // Standby: /healthz live, /readyz not ready, WebSockets refused, until this returns.
+//!     let leader = match campaign(config.clone(), CampaignOptions::default()).await {
+//!         Ok(leader) => leader,
+//!         Err(e) => {
+//!             // database unreachable, newer schema, …: log and retry with a backoff
+//! #           let _ = e;
+//!             continue;
+//!         }
+//!     };
+//!     // Active: build the relay from `leader.store()?` (its opener calls `leader.store()` again
+//!     // after a fail-stop), serve, and watch `leader.lost()`: when it resolves, or when a commit
+//!     // fails with `StoreError::Fenced`, stop serving at once (close every socket) and campaign
+//!     // again (or exit and let the supervisor restart the process as a standby).
+//!     serve_until_lost(leader).await;
+//! }
+//! # }
+//! ```
+//!
+//! [`campaign`] is async but runs on the crate's own thread, so it can be awaited on any
+//! executor; [`campaign_blocking`], [`Leader::store`] and every [`PgStore`] call block the calling
+//! thread and are safe on a tokio worker (see [the threading model](#threading)).
+//!
+//! # Guarantees
+//!
+//! * **At most one writer per epoch, and no write of an old epoch after a new one began.** Every
+//!   new leader increments the epoch row (the fencing token) in a transaction and only then loads
+//!   the state. Every [`PgStore`] commit runs `relay_fence(epoch)` first inside its own
+//!   transaction: `SELECT … FOR SHARE` on the epoch row, abort unless the epoch is still its own.
+//!   The share lock conflicts with the successor's `UPDATE`, so each commit of epoch *E* either
+//!   commits before the increment to *E+1* (and the successor's load, which comes after, sees
+//!   it), or sees *E+1* and applies nothing ([`StoreError::Fenced`](relay_core::store::StoreError)).
+//!   A leader that was paused (SIGSTOP, GC, VM migration) or partitioned and resumes after a
+//!   takeover therefore commits nothing, whatever it believes.
+//! * **Mutual exclusion of campaigns**: a session-level advisory lock, keyed by the schema's OID,
+//!   held on a dedicated lock session for the whole leadership. Safety does not depend on it
+//!   (the fence does); it only keeps candidates from taking turns bumping the epoch.
+//! * **Takeover**: the lock is released when the leader's lock session ends. A killed process
+//!   closes its sockets at once, so a standby waiting in `pg_advisory_lock` leads within
+//!   milliseconds, plus the time to load the state. A dead machine or a network partition sends
+//!   no FIN: the server's TCP keepalive on the lock session (set per session:
+//!   [`LOCK_KEEPALIVE_IDLE_S`] + [`LOCK_KEEPALIVE_COUNT`] × [`LOCK_KEEPALIVE_INTERVAL_S`], and
+//!   `tcp_user_timeout` [`LOCK_TCP_USER_TIMEOUT_MS`]) drops it after about 5 s.
+//! * **The old leader learns it lost** within [`HEARTBEAT_INTERVAL_MS`] +
+//!   [`HEARTBEAT_TIMEOUT_MS`] (or at once when its lock session's connection ends), and at the
+//!   latest at its next commit (fenced by the database). Until then it may still *read* its
+//!   in-memory state (e.g. push a message that was committed under its epoch to a client still
+//!   connected to it); it cannot commit, so it acknowledges nothing new.
+//!
+//! These rely on: a single PostgreSQL primary whose committed transactions survive (with a
+//! replica failover, synchronous replication — an asynchronously replicated commit can be lost
+//! with the primary, acknowledged or not); nobody editing the `leader` row or the relay's tables
+//! by hand; every writer of the schema being a [`PgStore`]. They do not rely on clocks.
+//!
+//! A commit whose answer is lost (timeout, connection cut after `COMMIT` was sent) has an
+//! unknown outcome: the store reports an error, the relay fails stop and rebuilds from the
+//! database, and clients re-send with the same message ids (the relay's dedup makes it harmless).
+//!
+//! # Threading
+//!
+//! The `Store` trait is synchronous and the relay shell calls it from a task on its own tokio
+//! runtime. The sync `postgres` crate would `block_on` its runtime there and panic, so this crate
+//! runs the async driver (`tokio-postgres`) on **one dedicated thread per leadership** (a
+//! single-threaded tokio runtime owning the lock session, the heartbeat and every store
+//! connection). Callers hand it a future and wait on a plain channel (blocking calls) or a
+//! oneshot (async calls). The driver also gives what the sync crate cannot: pipelining (a whole
+//! commit in one round trip) and a connection future that resolves the moment the lock session
+//! dies.
+//!
+//! # Schema
+//!
+//! Tables live in their own schema (default [`DEFAULT_SCHEMA`], see [`PgConfig::with_schema`]):
+//! one `(k TEXT COLLATE "C" PRIMARY KEY, v BYTEA)` table per relay-core
+//! [`Table`](relay_core::store::Table), the layout of `SqliteStore`, `schema_migrations`, and the
+//! one-row `leader` table. Migrations are the embedded files `migrations/NNNN_*.sql`
+//! ([`MIGRATIONS`]); only a new leader applies them, and a schema newer than [`SCHEMA_VERSION`] is
+//! refused.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+mod error;
+mod leader;
+mod runtime;
+mod schema;
+mod store;
+
+pub use config::{
+    APPLICATION_NAME, CLIENT_KEEPALIVE_IDLE_MS, CONNECT_TIMEOUT_MS, DEFAULT_SCHEMA,
+    MAX_PASSWORD_FILE_BYTES, MAX_SCHEMA_NAME_BYTES, PASSWORD_ENV, PASSWORD_FILE_ENV, PgConfig,
+    URL_ENV,
+};
+pub use error::PgError;
+pub use leader::{
+    CAMPAIGN_LOCK_WAIT_MS, CampaignOptions, HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS,
+    LEADER_LOCK_CLASS, LOCK_KEEPALIVE_COUNT, LOCK_KEEPALIVE_IDLE_S, LOCK_KEEPALIVE_INTERVAL_S,
+    LOCK_TCP_USER_TIMEOUT_MS, Leader, LeaderStatus, LeaderWatch, LostReason, MAX_HOLDER_BYTES,
+    campaign, campaign_blocking,
+};
+pub use schema::{MIGRATIONS, Migration, SCHEMA_VERSION};
+pub use store::{
+    COMMIT_TIMEOUT_MS, IDLE_IN_TRANSACTION_TIMEOUT_MS, LOAD_TIMEOUT_MS, MAX_ROW_BYTES, PgStore,
+    STORE_KEEPALIVE_IDLE_S,
+};

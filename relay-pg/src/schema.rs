@@ -1,0 +1,241 @@
+//! Schema creation and versioned migrations (`relay-pg/migrations/NNNN_*.sql`, embedded).
+//!
+//! * **Bootstrap** (any candidate, before campaigning): creates the schema and the
+//!   `schema_migrations` bookkeeping table if missing, under a transaction-level advisory lock so
+//!   that two relays starting together do not race, and refuses a newer schema early.
+//! * **Migrate** (the new leader only, holding the leadership lock): in one transaction, bumps
+//!   the epoch first when the `leader` table already exists (which waits for, then fences off, the
+//!   previous leader's in-flight commits), applies the pending migrations, creates any relay table
+//!   the migrations do not know yet (tables are additive, as for `SqliteStore`), and bumps the
+//!   epoch if it could not do so before. A standby running a newer build therefore never changes
+//!   the schema under a running older leader.
+
+use std::collections::BTreeSet;
+
+use relay_core::store::Table;
+use tokio_postgres::Client;
+
+use crate::{PgError, error::describe};
+
+/// One embedded migration file.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    /// Version it brings the schema to (1, 2, … without gaps).
+    pub version: i64,
+    /// File name without `.sql`, recorded in `schema_migrations`.
+    pub name: &'static str,
+    /// The SQL, run in the relay's schema inside the migrating transaction.
+    pub sql: &'static str,
+}
+
+/// Every migration, in order.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_kv_tables",
+        sql: include_str!("../migrations/0001_kv_tables.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_leadership",
+        sql: include_str!("../migrations/0002_leadership.sql"),
+    },
+];
+
+/// Schema version written by this build (the last migration's).
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// First version that has the `leader` row and `relay_fence`.
+const LEADER_VERSION: i64 = 2;
+
+/// Advisory-lock class of the bootstrap transaction lock (`'RLYM'`); the low half is the
+/// schema name's hash.
+const BOOTSTRAP_LOCK_CLASS: i64 = 0x524C_594D;
+
+fn backend(e: &tokio_postgres::Error) -> PgError {
+    PgError::Backend(describe(e))
+}
+
+/// Creates the schema and the bookkeeping table when missing; returns the current version.
+pub(crate) async fn bootstrap(client: &mut Client, schema: &str) -> Result<i64, PgError> {
+    let tx = client.transaction().await.map_err(|e| backend(&e))?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(($1::bigint << 32) | (hashtext($2)::bigint & 4294967295))",
+        &[&BOOTSTRAP_LOCK_CLASS, &schema],
+    )
+    .await
+    .map_err(|e| backend(&e))?;
+    let exists = tx
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
+        .await
+        .map_err(|e| backend(&e))?
+        .is_some();
+    if !exists {
+        // `schema` is validated to [a-z0-9_] by `PgConfig::with_schema`.
+        tx.batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
+            .await
+            .map_err(|e| backend(&e))?;
+        tracing::info!(schema, "created the relay schema");
+    }
+    let has_bookkeeping = tx
+        .query_one(
+            "SELECT to_regclass(format('%I.schema_migrations', $1::text)) IS NOT NULL",
+            &[&schema],
+        )
+        .await
+        .map_err(|e| backend(&e))?
+        .get::<_, bool>(0);
+    if !has_bookkeeping {
+        tx.batch_execute(&format!(
+            "CREATE TABLE \"{schema}\".schema_migrations (
+                version    BIGINT PRIMARY KEY,
+                name       TEXT NOT NULL,
+                applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+            )"
+        ))
+        .await
+        .map_err(|e| backend(&e))?;
+    }
+    let found = current_version(&tx, schema).await?;
+    tx.commit().await.map_err(|e| backend(&e))?;
+    refuse_newer(found)?;
+    Ok(found)
+}
+
+async fn current_version(
+    tx: &tokio_postgres::Transaction<'_>,
+    schema: &str,
+) -> Result<i64, PgError> {
+    let row = tx
+        .query_one(
+            &format!("SELECT coalesce(max(version), 0) FROM \"{schema}\".schema_migrations"),
+            &[],
+        )
+        .await
+        .map_err(|e| backend(&e))?;
+    Ok(row.get(0))
+}
+
+fn refuse_newer(found: i64) -> Result<(), PgError> {
+    if found > SCHEMA_VERSION {
+        return Err(PgError::SchemaVersion {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// The leader's transaction: migrate to [`SCHEMA_VERSION`] and take the next epoch (see the
+/// module doc for the order). The session's `search_path` is the relay's schema.
+pub(crate) async fn migrate_and_bump(
+    client: &mut Client,
+    schema: &str,
+    holder: &str,
+) -> Result<i64, PgError> {
+    let tx = client.transaction().await.map_err(|e| backend(&e))?;
+    let found = current_version(&tx, schema).await?;
+    refuse_newer(found)?;
+    let mut epoch = None;
+    if found >= LEADER_VERSION {
+        epoch = Some(bump(&tx, holder).await?);
+    }
+    for m in MIGRATIONS.iter().filter(|m| m.version > found) {
+        tx.batch_execute(m.sql)
+            .await
+            .map_err(|e| PgError::Backend(format!("migration {}: {}", m.name, describe(&e))))?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+            &[&m.version, &m.name],
+        )
+        .await
+        .map_err(|e| backend(&e))?;
+        tracing::info!(schema, migration = m.name, "applied migration");
+    }
+    create_missing_tables(&tx, schema).await?;
+    let epoch = match epoch {
+        Some(epoch) => epoch,
+        None => bump(&tx, holder).await?,
+    };
+    tx.commit().await.map_err(|e| backend(&e))?;
+    Ok(epoch)
+}
+
+async fn bump(tx: &tokio_postgres::Transaction<'_>, holder: &str) -> Result<i64, PgError> {
+    let row = tx
+        .query_one(
+            "UPDATE leader SET epoch = epoch + 1, holder = $1, backend_pid = pg_backend_pid(), since = now()
+             WHERE id = 1 RETURNING epoch",
+            &[&holder],
+        )
+        .await
+        .map_err(|e| backend(&e))?;
+    Ok(row.get(0))
+}
+
+/// Creates the table of every [`Table`] the migrations did not create (a table added to
+/// relay-core after the last migration): `(k TEXT COLLATE "C" PRIMARY KEY, v BYTEA NOT NULL)`.
+async fn create_missing_tables(
+    tx: &tokio_postgres::Transaction<'_>,
+    schema: &str,
+) -> Result<(), PgError> {
+    let existing: BTreeSet<String> = tx
+        .query(
+            "SELECT tablename::text FROM pg_tables WHERE schemaname = $1",
+            &[&schema],
+        )
+        .await
+        .map_err(|e| backend(&e))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for table in Table::ALL {
+        if !existing.contains(table.name()) {
+            tx.batch_execute(&format!(
+                "CREATE TABLE {} (k TEXT COLLATE \"C\" PRIMARY KEY, v BYTEA NOT NULL)",
+                table.name()
+            ))
+            .await
+            .map_err(|e| backend(&e))?;
+            tracing::info!(
+                schema,
+                table = table.name(),
+                "created a table no migration knows"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_numbered_without_gaps_and_match_their_files() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i as i64 + 1);
+            assert!(
+                m.name.starts_with(&format!("{:04}_", m.version)),
+                "{}",
+                m.name
+            );
+            assert!(!m.sql.trim().is_empty());
+        }
+        assert_eq!(MIGRATIONS.last().map(|m| m.version), Some(SCHEMA_VERSION));
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        files.sort();
+        let names: Vec<String> = MIGRATIONS
+            .iter()
+            .map(|m| format!("{}.sql", m.name))
+            .collect();
+        assert_eq!(
+            files, names,
+            "every file in migrations/ is embedded, in order"
+        );
+    }
+}

@@ -1,0 +1,469 @@
+//! The relay's store in the simulator: a fault-injecting [`Store`] wrapper around a
+//! [`MemoryStore`] or an [`SqliteStore`] on a temporary file, and the history of what was
+//! committed (for the storage oracles).
+//!
+//! ```text
+//!   relay host ── opener() ──► Relay::with_blobs(config, Box<FaultyStore>, ..)
+//!                                   │ commit(batch) / load()
+//!                                   ▼
+//!                          FaultyStore ── StoreCtl (shared with the runner) ──┐
+//!                                   │                                           │ arm faults,
+//!                                   ▼                                           │ read history,
+//!                   MemoryStore (shared)  |  SqliteStore::open(tmp file)        │ crash requests
+//! ```
+//!
+//! Faults (armed by the runner from the fault plan):
+//! * **fail** the next `n` commits (nothing applied; the relay fail-stops and the shell
+//!   rebuilds it from the store);
+//! * **down**: every commit and load fails until a simulated time (the rebuild keeps failing
+//!   and is retried);
+//! * **crash after commit**: the next commit is applied durably, then reported failed (so
+//!   the relay releases none of its outputs) and the store goes down until the runner has
+//!   powered the relay off and on again (a crash between commit and send);
+//! * **crash mid-batch**: the next commit is not applied, the store goes down, and the relay
+//!   is powered off (a crash during a batch: an atomic store leaves nothing of it).
+//!
+//! A slow commit cannot be expressed here: `Store::commit` is synchronous and simulated time
+//! only advances between turmoil steps, so the runner models it as a stall of the relay
+//! (every link of the relay held for the duration).
+//!
+//! History: every committed `Messages` row (id, seq, recipient, when), every deletion of one
+//! (when), every committed order id, and for SQLite a model of the committed content that
+//! every `load` must return exactly (every table, every row).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use relay_core::store::{
+    Batch, MemoryStore, Mutation, Snapshot, SqliteStore, Store, StoreError, Table,
+};
+
+use super::faults::StoreKind;
+
+/// A committed `Messages` row, as the oracles need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedMessage {
+    /// Message id.
+    pub id: String,
+    /// Conversation.
+    pub conv: String,
+    /// Sequence number.
+    pub seq: u64,
+    /// Recipient account uuid.
+    pub recipient: String,
+    /// Simulated ms of the commit.
+    pub at_ms: u64,
+    /// Simulated ms the row was deleted (delivered, retracted, expired), if it was.
+    pub deleted_ms: Option<u64>,
+}
+
+/// What the storage oracles read.
+#[derive(Debug, Default, Clone)]
+pub struct History {
+    /// Messages rows by key (`recipient/conv/seq`).
+    pub messages: BTreeMap<String, CommittedMessage>,
+    /// Every message id with a committed tombstone (accepted ids).
+    pub accepted_ids: BTreeSet<String>,
+    /// Message ids whose tombstone was committed as retracted (the relay accepted the
+    /// retract), with the simulated ms of that commit.
+    pub retracted_ids: BTreeMap<String, u64>,
+    /// Every order id with a committed row.
+    pub orders: BTreeSet<String>,
+    /// Every receipt-mark row key ever committed (`conv/reader/kind`).
+    pub receipt_marks: BTreeSet<String>,
+    /// Loads whose content differed from the committed model (SQLite): `(ms, detail)`.
+    pub load_mismatches: Vec<(u64, String)>,
+    /// Commits attempted while the relay was powered off: `(ms)`.
+    pub commits_while_off: Vec<u64>,
+    /// Commits that succeeded, failed by injection, and loads.
+    pub counts: Counts,
+}
+
+/// Counters of store calls.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Successful commits.
+    pub commits: u64,
+    /// Commits failed by an injected fault.
+    pub failed: u64,
+    /// Loads (relay opened or rebuilt).
+    pub loads: u64,
+    /// Loads failed by an injected fault.
+    pub failed_loads: u64,
+}
+
+/// A power-off the store asks the runner for (crash after commit / mid-batch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CrashRequest {
+    /// Delay of the restart, in ms.
+    pub restart_after_ms: u64,
+}
+
+#[derive(Debug, Default)]
+struct Ctl {
+    fail_next: u32,
+    down_until_ms: Option<u64>,
+    down_until_restart: bool,
+    crash_after_commit: Option<u64>,
+    crash_mid_batch: Option<u64>,
+    crash_request: Option<CrashRequest>,
+    powered_off: bool,
+    history: History,
+    /// SQLite: the committed content as a model (memory: the store is its own model).
+    model: Option<Snapshot>,
+}
+
+/// The runner's handle on the store faults and history (clones share them).
+#[derive(Debug, Clone, Default)]
+pub struct StoreCtl {
+    inner: Arc<Mutex<Ctl>>,
+}
+
+impl StoreCtl {
+    fn lock(&self) -> MutexGuard<'_, Ctl> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next `n` commits fail.
+    pub fn fail_commits(&self, n: u32) {
+        self.lock().fail_next += n;
+    }
+
+    /// Every commit and load fails until simulated `until_ms`.
+    pub fn down_until(&self, until_ms: u64) {
+        let mut c = self.lock();
+        c.down_until_ms = Some(c.down_until_ms.map_or(until_ms, |u| u.max(until_ms)));
+    }
+
+    /// The next commit is durable, then fails, and the relay is powered off.
+    pub fn crash_after_commit(&self, restart_after_ms: u64) {
+        self.lock().crash_after_commit = Some(restart_after_ms);
+    }
+
+    /// The next commit is not applied and the relay is powered off.
+    pub fn crash_mid_batch(&self, restart_after_ms: u64) {
+        self.lock().crash_mid_batch = Some(restart_after_ms);
+    }
+
+    /// A power-off the store asked for since the last call.
+    pub fn take_crash_request(&self) -> Option<CrashRequest> {
+        self.lock().crash_request.take()
+    }
+
+    /// The runner powered the relay off (`true`) or on again (`false`); powering on ends a
+    /// crash's store outage.
+    pub fn set_powered_off(&self, off: bool) {
+        let mut c = self.lock();
+        c.powered_off = off;
+        if !off {
+            c.down_until_restart = false;
+        }
+    }
+
+    /// Heals: no armed faults, store up.
+    pub fn heal(&self) {
+        let mut c = self.lock();
+        c.fail_next = 0;
+        c.down_until_ms = None;
+        c.crash_after_commit = None;
+        c.crash_mid_batch = None;
+    }
+
+    /// A copy of the history.
+    pub fn history(&self) -> History {
+        self.lock().history.clone()
+    }
+}
+
+fn now_ms() -> u64 {
+    super::runner::sim_ms()
+}
+
+fn json(value: &[u8]) -> Option<serde_json::Value> {
+    serde_json::from_slice(value).ok()
+}
+
+fn text(v: &serde_json::Value, field: &str) -> String {
+    v.get(field)
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+impl Ctl {
+    fn is_down(&self) -> bool {
+        self.down_until_restart || self.down_until_ms.is_some_and(|u| now_ms() < u)
+    }
+
+    fn record(&mut self, batch: &Batch) {
+        let at = now_ms();
+        for m in batch {
+            match m {
+                Mutation::Put { table, key, value } => match table {
+                    Table::Messages => {
+                        if let Some(v) = json(value) {
+                            self.history
+                                .messages
+                                .entry(key.clone())
+                                .or_insert(CommittedMessage {
+                                    id: text(&v, "id"),
+                                    conv: text(&v, "conv_id"),
+                                    seq: v
+                                        .get("seq")
+                                        .and_then(serde_json::Value::as_u64)
+                                        .unwrap_or(0),
+                                    recipient: text(&v, "recipient"),
+                                    at_ms: at,
+                                    deleted_ms: None,
+                                });
+                        }
+                    }
+                    Table::Tombstones => {
+                        if let Some(v) = json(value) {
+                            let id = text(&v, "id");
+                            if v.get("retracted").and_then(serde_json::Value::as_bool) == Some(true)
+                            {
+                                self.history.retracted_ids.entry(id.clone()).or_insert(at);
+                            }
+                            self.history.accepted_ids.insert(id);
+                        }
+                    }
+                    Table::Orders => {
+                        self.history.orders.insert(key.clone());
+                    }
+                    Table::ReceiptMarks => {
+                        self.history.receipt_marks.insert(key.clone());
+                    }
+                    _ => {}
+                },
+                Mutation::Delete {
+                    table: Table::Messages,
+                    key,
+                } => {
+                    if let Some(row) = self.history.messages.get_mut(key) {
+                        row.deleted_ms.get_or_insert(at);
+                    }
+                }
+                Mutation::Delete { .. } => {}
+            }
+        }
+        if let Some(model) = &mut self.model {
+            apply(model, batch);
+        }
+    }
+}
+
+fn apply(model: &mut Snapshot, batch: &Batch) {
+    for m in batch {
+        match m {
+            Mutation::Put { table, key, value } => {
+                model
+                    .entry(*table)
+                    .or_default()
+                    .insert(key.clone(), value.clone());
+            }
+            Mutation::Delete { table, key } => {
+                if let Some(t) = model.get_mut(table) {
+                    t.remove(key);
+                    if t.is_empty() {
+                        model.remove(table);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The first difference between two snapshots (table, key), or `None`.
+fn first_difference(want: &Snapshot, got: &Snapshot) -> Option<String> {
+    let empty = BTreeMap::new();
+    for table in Table::ALL {
+        let w = want.get(&table).unwrap_or(&empty);
+        let g = got.get(&table).unwrap_or(&empty);
+        if w == g {
+            continue;
+        }
+        for (k, v) in w {
+            match g.get(k) {
+                None => return Some(format!("{table:?} row {k} committed but missing")),
+                Some(x) if x != v => return Some(format!("{table:?} row {k} differs")),
+                Some(_) => {}
+            }
+        }
+        for k in g.keys() {
+            if !w.contains_key(k) {
+                return Some(format!("{table:?} row {k} present but never committed"));
+            }
+        }
+    }
+    None
+}
+
+/// The backend behind the wrapper.
+#[derive(Debug)]
+enum Backend {
+    Memory(MemoryStore),
+    Sqlite(SqliteStore),
+}
+
+/// A [`Store`] that injects the faults its [`StoreCtl`] arms and records what was committed.
+#[derive(Debug)]
+pub struct FaultyStore {
+    backend: Backend,
+    ctl: StoreCtl,
+}
+
+impl FaultyStore {
+    fn inner(&mut self) -> &mut dyn Store {
+        match &mut self.backend {
+            Backend::Memory(s) => s,
+            Backend::Sqlite(s) => s,
+        }
+    }
+}
+
+impl Store for FaultyStore {
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        let ctl = self.ctl.clone();
+        if ctl.lock().is_down() {
+            ctl.lock().history.counts.failed_loads += 1;
+            return Err(StoreError::Backend("injected: store down".into()));
+        }
+        let snapshot = self.inner().load()?;
+        let mut c = ctl.lock();
+        c.history.counts.loads += 1;
+        if let Some(model) = &c.model
+            && let Some(diff) = first_difference(model, &snapshot)
+        {
+            c.history.load_mismatches.push((now_ms(), diff));
+        }
+        Ok(snapshot)
+    }
+
+    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
+        let ctl = self.ctl.clone();
+        {
+            let mut c = ctl.lock();
+            if c.powered_off {
+                let at = now_ms();
+                c.history.commits_while_off.push(at);
+            }
+            if c.is_down() {
+                c.history.counts.failed += 1;
+                return Err(StoreError::Backend("injected: store down".into()));
+            }
+            if c.fail_next > 0 {
+                c.fail_next -= 1;
+                c.history.counts.failed += 1;
+                return Err(StoreError::Backend("injected: commit failed".into()));
+            }
+            if let Some(restart_after_ms) = c.crash_mid_batch.take() {
+                c.history.counts.failed += 1;
+                c.down_until_restart = true;
+                c.crash_request = Some(CrashRequest { restart_after_ms });
+                return Err(StoreError::Backend("injected: power lost mid-batch".into()));
+            }
+        }
+        let recorded = batch.clone();
+        self.inner().commit(batch)?;
+        let mut c = ctl.lock();
+        c.history.counts.commits += 1;
+        c.record(&recorded);
+        if let Some(restart_after_ms) = c.crash_after_commit.take() {
+            // Durable, but the process dies before it can release anything.
+            c.down_until_restart = true;
+            c.crash_request = Some(CrashRequest { restart_after_ms });
+            return Err(StoreError::Backend(
+                "injected: power lost after the commit".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The relay's durable store for one run, and how to open it (again).
+#[derive(Debug, Clone)]
+pub struct SimStore {
+    kind: StoreKind,
+    memory: MemoryStore,
+    path: Option<Arc<TempPath>>,
+    ctl: StoreCtl,
+}
+
+/// A temporary SQLite database (and its WAL files), removed when the last handle goes.
+#[derive(Debug)]
+struct TempPath(PathBuf);
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = self.0.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(PathBuf::from(p));
+        }
+    }
+}
+
+impl SimStore {
+    /// A fresh store of `kind`; SQLite goes to a temporary file (on `/dev/shm` when it
+    /// exists: a tmpfs makes its `fsync`s cheap, and the crash model is the process's, not
+    /// the disk's).
+    pub fn new(kind: StoreKind) -> std::io::Result<Self> {
+        let ctl = StoreCtl::default();
+        let path = match kind {
+            StoreKind::Memory => None,
+            StoreKind::Sqlite => {
+                let dir = ["/dev/shm"]
+                    .into_iter()
+                    .map(PathBuf::from)
+                    .find(|d| d.is_dir())
+                    .unwrap_or_else(std::env::temp_dir);
+                let file = tempfile::Builder::new()
+                    .prefix("sim-relay-")
+                    .suffix(".sqlite3")
+                    .tempfile_in(dir)?;
+                let (_, path) = file.keep().map_err(|e| e.error)?;
+                ctl.lock().model = Some(Snapshot::new());
+                Some(Arc::new(TempPath(path)))
+            }
+        };
+        Ok(Self {
+            kind,
+            memory: MemoryStore::new(),
+            path,
+            ctl,
+        })
+    }
+
+    /// The fault and history handle.
+    pub fn ctl(&self) -> &StoreCtl {
+        &self.ctl
+    }
+
+    /// Which backend.
+    pub fn kind(&self) -> StoreKind {
+        self.kind
+    }
+
+    /// Opens the store (again) behind a fault-injecting wrapper: the same memory store, or a
+    /// new connection to the same SQLite file.
+    pub fn open(&self) -> Result<FaultyStore, StoreError> {
+        let backend = match &self.path {
+            None => Backend::Memory(self.memory.clone()),
+            Some(path) => Backend::Sqlite(SqliteStore::open(&path.0)?),
+        };
+        Ok(FaultyStore {
+            backend,
+            ctl: self.ctl.clone(),
+        })
+    }
+
+    /// The committed content, read through a separate handle (no faults, not recorded).
+    pub fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        match &self.path {
+            None => self.memory.clone().load(),
+            Some(path) => SqliteStore::open(&path.0)?.load(),
+        }
+    }
+}
