@@ -272,7 +272,9 @@ impl Relay {
         if !self.eph.auth_rate.allow(now.get(), &body.user_uuid) {
             return Err(ApiError::rate_limited(
                 "too many auth challenges for this account",
-                self.eph.auth_rate.retry_after_ms(now.get(), &body.user_uuid),
+                self.eph
+                    .auth_rate
+                    .retry_after_ms(now.get(), &body.user_uuid),
             ));
         }
         let challenge = self.ids.challenge();

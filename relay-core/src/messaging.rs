@@ -32,7 +32,10 @@ use crate::state::{ConversationRow, MessageRow, PendingRetractRow, Tombstone};
 /// Checked without decoding (no allocation on the routing path).
 pub(crate) fn is_base64(text: &str) -> bool {
     let bytes = text.as_bytes();
-    let body = bytes.strip_suffix(b"==").or_else(|| bytes.strip_suffix(b"=")).unwrap_or(bytes);
+    let body = bytes
+        .strip_suffix(b"==")
+        .or_else(|| bytes.strip_suffix(b"="))
+        .unwrap_or(bytes);
     let padding = bytes.len() - body.len();
     let alphabet = |b: &u8| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/';
     if !body.iter().all(alphabet) || body.len() % 4 == 1 {

@@ -122,7 +122,10 @@ impl<K: Ord + Clone> TokenBucket<K> {
         };
         if units < TOKEN_UNITS {
             if let Some(b) = self.buckets.get_mut(key) {
-                *b = Bucket { units, at_ms: now.max(b.at_ms) };
+                *b = Bucket {
+                    units,
+                    at_ms: now.max(b.at_ms),
+                };
             }
             return false;
         }

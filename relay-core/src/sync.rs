@@ -70,7 +70,11 @@ impl Delivery {
 }
 
 fn cost(m: &MessageRow) -> usize {
-    msg_frame_bytes(m.id.as_str().len(), m.conv_id.as_str().len(), m.payload.len())
+    msg_frame_bytes(
+        m.id.as_str().len(),
+        m.conv_id.as_str().len(),
+        m.payload.len(),
+    )
 }
 
 impl Relay {
@@ -252,7 +256,8 @@ impl Relay {
 
     /// Pushes the oldest unpushed message of `conv` on `conn` if the window has room for it.
     fn push_next(&mut self, conn: ConnId, conv: &ConvId) -> bool {
-        let (window_msgs, window_bytes) = (self.config.sync_window_msgs, self.config.sync_window_bytes);
+        let (window_msgs, window_bytes) =
+            (self.config.sync_window_msgs, self.config.sync_window_bytes);
         // Disjoint fields: the connection, the queue (read), the staged outputs (appended to).
         let Some(c) = self.conns.get_mut(&conn) else {
             return false;

@@ -236,7 +236,11 @@ fn the_window_is_bounded_in_bytes() {
     }
     let cr = w.connect(&mut r);
     let outs = w.sync(cr);
-    assert_eq!(msgs_of(&outs, cr).len(), 2, "2 × 40 KiB fit in 100 KiB, 3 do not");
+    assert_eq!(
+        msgs_of(&outs, cr).len(),
+        2,
+        "2 × 40 KiB fit in 100 KiB, 3 do not"
+    );
     let outs = w.send(
         cr,
         json!({"type":"delivered","conv_id":conv,"seq":2,"to":a.alias}),
@@ -275,14 +279,14 @@ fn expired_and_retracted_messages_free_the_window() {
     w.msg(&a, &r, &conv, "m1");
     w.msg(&a, &r, &conv, "m2");
     w.advance(ttl / 2);
+    // Alice's socket went idle meanwhile: she reconnects.
+    let ca = w.connect(&mut a);
+    w.sync(ca);
     w.msg(&a, &r, &conv, "m3");
     w.msg(&a, &r, &conv, "m4");
     let cr = w.connect(&mut r);
     let outs = w.sync(cr);
-    assert_eq!(
-        msgs_of(&outs, cr),
-        [(conv.clone(), 1), (conv.clone(), 2)]
-    );
+    assert_eq!(msgs_of(&outs, cr), [(conv.clone(), 1), (conv.clone(), 2)]);
     // Retracting m2 (in flight) frees its slot: m3 is pushed.
     let outs = w.send(
         ca,
@@ -299,7 +303,10 @@ fn expired_and_retracted_messages_free_the_window() {
     let outs = w.drain();
     let mut later = msgs_of(&outs, cr);
     later.extend(msgs_of(&w.log.clone(), cr).into_iter().filter(|m| m.1 == 4));
-    assert!(later.contains(&(conv.clone(), 4)), "m4 pushed once m1 expired");
+    assert!(
+        later.contains(&(conv.clone(), 4)),
+        "m4 pushed once m1 expired"
+    );
 }
 
 fn msgs_of(outs: &[Output], conn: ConnId) -> Vec<(String, u64)> {
@@ -335,7 +342,10 @@ fn binary_floods_are_cut_off_and_the_budget_survives_reconnecting() {
     let ca = w.connect(&mut a);
     w.relay.handle_binary(w.now, ca, b"{\"type\":\"ping\"}");
     let outs = w.drain();
-    assert!(closed(&outs, ca), "a new connection of the account starts with no budget");
+    assert!(
+        closed(&outs, ca),
+        "a new connection of the account starts with no budget"
+    );
     // One token per second comes back.
     w.now = w.now.plus_ms(1_000);
     let ca = w.connect(&mut a);
@@ -348,26 +358,28 @@ fn binary_floods_are_cut_off_and_the_budget_survives_reconnecting() {
 /// Receipts that release pushed messages are free; any other frame costs its token.
 #[test]
 fn receipts_for_pushed_messages_are_free_other_frames_are_not() {
+    // A budget of 61 frames and no refill: the sender's `sync` and 60 messages use all of its
+    // own; the reader's `sync` leaves it 60.
     let config = Config {
-        frame_burst_per_conn: 20,
+        frame_burst_per_conn: 61,
         frames_per_min_per_conn: 0,
         ..crate::world::fast_config()
     };
     let mut b = backlog(config, 1, 60);
     let s = read_like_the_web_client(&mut b);
-    assert!(!s.closed, "60 receipts on a budget of 20");
+    assert!(!s.closed, "60 free receipts");
     assert_eq!(s.got.len(), 60);
-    // A receipt that releases nothing (a repeat) is not free.
+    // A receipt that releases nothing (a repeat) is not free: 60 are answered, the 61st closes.
     let conn = b.reader.conn.unwrap();
     let (conv, sender) = b.contacts[0].clone();
-    let mut left = 0;
+    let mut sent = 0;
     while b.w.relay.is_connected(conn) {
         b.w.send(
             conn,
             json!({"type":"delivered","conv_id":conv,"seq":60,"to":sender.alias}),
         );
-        left += 1;
-        assert!(left <= 20);
+        sent += 1;
+        assert!(sent <= 61);
     }
-    assert!(left <= 20, "repeated receipts spend the budget");
+    assert_eq!(sent, 61, "repeated receipts spend the budget");
 }

@@ -64,7 +64,10 @@ fn a_legacy_key_row_is_read_once_then_deleted() {
         ..fast_config()
     };
     let _relay = Relay::new(config, Box::new(store.clone()), 1).unwrap();
-    assert_eq!(relay_core::legacy_jwt_signing_key(&mut store).unwrap(), None);
+    assert_eq!(
+        relay_core::legacy_jwt_signing_key(&mut store).unwrap(),
+        None
+    );
     let meta = store.load().unwrap();
     assert!(
         meta.get(&Table::Meta)
@@ -113,7 +116,8 @@ fn registration_refuses_invalid_and_low_order_keys() {
     let good_ed = ed25519_dalek::SigningKey::from_bytes(&[3; 32])
         .verifying_key()
         .to_bytes();
-    let good_x = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from([4; 32])).to_bytes();
+    let good_x =
+        x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from([4; 32])).to_bytes();
     // The Ed25519 identity (small order) and a y-coordinate that is not on the curve.
     let mut identity = [0u8; 32];
     identity[0] = 1;
@@ -170,9 +174,17 @@ fn a_non_base64_payload_is_refused() {
     w.sync(ca);
     let cb = w.connect(&mut b);
     w.sync(cb);
-    for (i, bad) in ["hello world", "a", "abc=d", "ab$=", "YQ===", "YWJj=", "Y Q=="]
-        .into_iter()
-        .enumerate()
+    for (i, bad) in [
+        "hello world",
+        "a",
+        "abc=d",
+        "ab$=",
+        "YQ===",
+        "YWJj=",
+        "Y Q==",
+    ]
+    .into_iter()
+    .enumerate()
     {
         let outs = w.send(
             ca,
@@ -184,9 +196,15 @@ fn a_non_base64_payload_is_refused() {
         assert!(frames(&outs, cb).is_empty(), "{bad} was forwarded");
     }
     // The reference clients' payload (PROTOCOL.md §4.4 vector) and unpadded base64 pass.
-    for (i, good) in ["AAECAwQFBgcICQoL0jHajt/mT28D3zDaW8b+jHAC9lOL", "YQ", "YWI", "YWJj", ""]
-        .into_iter()
-        .enumerate()
+    for (i, good) in [
+        "AAECAwQFBgcICQoL0jHajt/mT28D3zDaW8b+jHAC9lOL",
+        "YQ",
+        "YWI",
+        "YWJj",
+        "",
+    ]
+    .into_iter()
+    .enumerate()
     {
         let outs = w.send(
             ca,
