@@ -37,8 +37,82 @@ pub(crate) fn check_nickname(raw: &str) -> Result<String, ApiError> {
     Ok(nick.to_owned())
 }
 
+/// X25519 u-coordinates of small order (and their non-canonical encodings, u + p), compared
+/// with the top bit cleared as RFC 7748 decoding does: a Diffie-Hellman with any of them gives
+/// an all-zero or attacker-known shared secret. The list libsodium rejects.
+const X25519_LOW_ORDER: [[u8; 32]; 7] = [
+    // 0
+    [0; 32],
+    // 1
+    [
+        1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0,
+    ],
+    // 325606250916557431795983626356110631294008115727848805560023387167927233504 (order 8)
+    [
+        0xe0, 0xeb, 0x7a, 0x7c, 0x3b, 0x41, 0xb8, 0xae, 0x16, 0x56, 0xe3, 0xfa, 0xf1, 0x9f, 0xc4,
+        0x6a, 0xda, 0x09, 0x8d, 0xeb, 0x9c, 0x32, 0xb1, 0xfd, 0x86, 0x62, 0x05, 0x16, 0x5f, 0x49,
+        0xb8, 0x00,
+    ],
+    // 39382357235489614581723060781553021112529911719440698176882885853963445705823 (order 8)
+    [
+        0x5f, 0x9c, 0x95, 0xbc, 0xa3, 0x50, 0x8c, 0x24, 0xb1, 0xd0, 0xb1, 0x55, 0x9c, 0x83, 0xef,
+        0x5b, 0x04, 0x44, 0x5c, 0xc4, 0x58, 0x1c, 0x8e, 0x86, 0xd8, 0x22, 0x4e, 0xdd, 0xd0, 0x9f,
+        0x11, 0x57,
+    ],
+    // p - 1
+    [
+        0xec, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0x7f,
+    ],
+    // p (= 0)
+    [
+        0xed, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0x7f,
+    ],
+    // p + 1 (= 1)
+    [
+        0xee, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0x7f,
+    ],
+];
+
+/// Whether `u` (an X25519 public key) is one of the small-order points.
+pub(crate) fn x25519_is_low_order(u: &[u8; 32]) -> bool {
+    let mut masked = *u;
+    masked[31] &= 0x7f;
+    X25519_LOW_ORDER.contains(&masked)
+}
+
+/// 400 `INVALID_KEY` unless the Ed25519 key is a valid point of large order and the X25519 key
+/// is not a small-order point.
+fn check_keys(body: &RegisterRequest) -> Result<(), ApiError> {
+    let ed = ed25519_dalek::VerifyingKey::from_bytes(&body.ed25519_public_key.0).map_err(|_| {
+        ApiError::new(
+            ErrorCode::INVALID_KEY,
+            "ed25519_public_key is not a valid Ed25519 point",
+        )
+    })?;
+    if ed.is_weak() {
+        return Err(ApiError::new(
+            ErrorCode::INVALID_KEY,
+            "ed25519_public_key is a small-order point",
+        ));
+    }
+    if x25519_is_low_order(&body.x25519_public_key.0) {
+        return Err(ApiError::new(
+            ErrorCode::INVALID_KEY,
+            "x25519_public_key is a small-order point (all-zero keys included)",
+        ));
+    }
+    Ok(())
+}
+
 impl Relay {
-    /// A2. Order of checks: body, duplicate key (409, before PoW so a recovering client
+    /// A2. Order of checks: body, public keys (400 `INVALID_KEY`), duplicate key (409, before PoW so a recovering client
     /// without a nonce is answered), nickname, rate limit (429), PoW (400), then commit (201).
     pub(crate) fn http_register(
         &mut self,
@@ -46,6 +120,7 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let body: RegisterRequest = decode_body(&req.body)?;
+        check_keys(&body)?;
         let existing = self
             .state
             .by_ed25519
@@ -80,9 +155,9 @@ impl Relay {
         let nickname = check_nickname(&body.nickname)?;
         let addr = req.remote_addr.clone();
         if !self.eph.register_rate.check(now.get(), &addr) {
-            return Err(ApiError::new(
-                ErrorCode::RATE_LIMITED,
+            return Err(ApiError::rate_limited(
                 "too many registrations from this address; try again later",
+                self.eph.register_rate.retry_after_ms(now.get(), &addr),
             ));
         }
         self.check_pow(now, &addr, body.pow_nonce.as_deref())?;

@@ -172,9 +172,9 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let addr = req.remote_addr.clone();
         if !self.eph.pow_rate.allow(now.get(), &addr) {
-            return Err(ApiError::new(
-                ErrorCode::RATE_LIMITED,
+            return Err(ApiError::rate_limited(
                 "too many proof-of-work challenges from this address",
+                self.eph.pow_rate.retry_after_ms(now.get(), &addr),
             ));
         }
         let challenge = self.ids.challenge();
@@ -270,9 +270,11 @@ impl Relay {
             ));
         }
         if !self.eph.auth_rate.allow(now.get(), &body.user_uuid) {
-            return Err(ApiError::new(
-                ErrorCode::RATE_LIMITED,
+            return Err(ApiError::rate_limited(
                 "too many auth challenges for this account",
+                self.eph
+                    .auth_rate
+                    .retry_after_ms(now.get(), &body.user_uuid),
             ));
         }
         let challenge = self.ids.challenge();
@@ -495,7 +497,7 @@ impl Relay {
                 jti,
                 last_seen: now,
                 synced: false,
-                pushed: BTreeMap::new(),
+                delivery: crate::sync::Delivery::default(),
             },
         );
         self.conn_of_user.insert(user.clone(), conn);

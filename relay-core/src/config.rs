@@ -19,8 +19,19 @@ pub struct Config {
     pub msgs_per_min_per_user: u32,
     /// Undelivered messages per (recipient, conversation).
     pub max_offline_queue_per_conversation: usize,
-    /// Messages in flight per connection per conversation.
-    pub max_sync_batch: usize,
+    /// Messages pushed to a connection and not yet released by a receipt, across all its
+    /// conversations (the sync window; see `crate::limits::SYNC_WINDOW_MSGS`).
+    pub sync_window_msgs: usize,
+    /// Bytes of `msg` frames in the sync window (`crate::limits::SYNC_WINDOW_BYTES`).
+    pub sync_window_bytes: usize,
+    /// Sustained inbound frames per connection per minute (the refill of its frame budget).
+    pub frames_per_min_per_conn: u32,
+    /// Capacity of a connection's frame budget, in frames.
+    pub frame_burst_per_conn: u32,
+    /// The JWT signing key. `None`: derived from the relay's seed — for tests and simulations
+    /// only (anyone who knows the seed can mint tokens); the `relay` binary keeps the key in a
+    /// file of its own (mode 0600) and passes it here.
+    pub jwt_signing_key: Option<JwtSigningKey>,
     /// Channels an account may create without buying seats.
     pub free_channel_quota: u32,
     /// The vanity aliases for sale (default: [`crate::pricing::default_catalog`]).
@@ -53,6 +64,16 @@ impl std::fmt::Debug for WebhookSecret {
     }
 }
 
+/// The 32-byte Ed25519 seed that signs the relay's JWTs; `Debug` never prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JwtSigningKey(pub [u8; 32]);
+
+impl std::fmt::Debug for JwtSigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JwtSigningKey(<redacted>)")
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -63,7 +84,11 @@ impl Default for Config {
             idle_timeout_ms: limits::IDLE_TIMEOUT_MS,
             msgs_per_min_per_user: limits::MAX_MSGS_PER_MIN_PER_USER,
             max_offline_queue_per_conversation: limits::MAX_OFFLINE_QUEUE_PER_CONVERSATION,
-            max_sync_batch: limits::MAX_SYNC_BATCH,
+            sync_window_msgs: limits::SYNC_WINDOW_MSGS,
+            sync_window_bytes: limits::SYNC_WINDOW_BYTES,
+            frames_per_min_per_conn: limits::MAX_FRAMES_PER_MIN_PER_CONN,
+            frame_burst_per_conn: limits::MAX_FRAME_BURST_PER_CONN,
+            jwt_signing_key: None,
             free_channel_quota: limits::FREE_CHANNEL_QUOTA,
             vanity_catalog: crate::pricing::default_catalog(),
             payment_page_base: String::from("https://pay.securechat.invalid/checkout"),

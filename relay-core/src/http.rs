@@ -152,6 +152,8 @@ pub struct HttpResponse {
     /// The `Content-Type` the shell sends: [`CONTENT_TYPE_JSON`] except for raw media bytes
     /// ([`CONTENT_TYPE_OCTET_STREAM`]).
     pub content_type: &'static str,
+    /// The `Retry-After` header the shell sends, in seconds: set on every 429.
+    pub retry_after_s: Option<u64>,
 }
 
 impl HttpResponse {
@@ -162,6 +164,7 @@ impl HttpResponse {
                 status,
                 body,
                 content_type: CONTENT_TYPE_JSON,
+                retry_after_s: None,
             },
             Err(_) => Self::error(
                 500,
@@ -178,6 +181,7 @@ impl HttpResponse {
             status,
             body,
             content_type: CONTENT_TYPE_JSON,
+            retry_after_s: (status == 429).then_some(crate::limits::DEFAULT_RETRY_AFTER_S),
         }
     }
 
@@ -187,6 +191,7 @@ impl HttpResponse {
             status,
             body,
             content_type: CONTENT_TYPE_OCTET_STREAM,
+            retry_after_s: None,
         }
     }
 
@@ -214,6 +219,9 @@ pub struct ApiError {
     pub code: ErrorCode,
     /// Human sentence.
     pub message: String,
+    /// Seconds until a retry can succeed (`Retry-After`); 429s without one get
+    /// [`DEFAULT_RETRY_AFTER_S`](crate::limits::DEFAULT_RETRY_AFTER_S).
+    pub retry_after_s: Option<u64>,
 }
 
 impl ApiError {
@@ -223,6 +231,7 @@ impl ApiError {
             status: code.default_status(),
             code,
             message: message.into(),
+            retry_after_s: None,
         }
     }
 
@@ -232,12 +241,26 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after_s: None,
+        }
+    }
+
+    /// 429 `RATE_LIMITED` that may be retried after `retry_after_ms` (rounded up to whole
+    /// seconds, at least 1).
+    pub fn rate_limited(message: impl Into<String>, retry_after_ms: u64) -> Self {
+        Self {
+            retry_after_s: Some(retry_after_ms.div_ceil(1000).max(1)),
+            ..Self::new(ErrorCode::RATE_LIMITED, message)
         }
     }
 
     /// As a response.
     pub fn into_response(self) -> HttpResponse {
-        HttpResponse::error(self.status, &self.code, &self.message)
+        let mut response = HttpResponse::error(self.status, &self.code, &self.message);
+        if self.retry_after_s.is_some() {
+            response.retry_after_s = self.retry_after_s;
+        }
+        response
     }
 }
 

@@ -82,7 +82,7 @@ mod vanity;
 
 pub use blob::{BlobStore, FsBlobStore, MemoryBlobStore};
 pub use calls::{TurnSecret, turn_credential};
-pub use config::Config;
+pub use config::{Config, JwtSigningKey};
 pub use http::{ApiError, HttpRequest, HttpResponse, Method};
 pub use push::PushTarget;
-pub use relay::{Accepted, CloseReason, ConnId, Output, Relay, WsConnect};
+pub use relay::{Accepted, CloseReason, ConnId, Output, Relay, WsConnect, legacy_jwt_signing_key};

@@ -10,8 +10,21 @@ pub const HOUR_MS: u64 = 60 * MINUTE_MS;
 pub const MAX_MSGS_PER_MIN_PER_USER: u32 = 120;
 /// `typing` frames per user per minute; excess silently dropped.
 pub const MAX_TYPING_PER_MIN_PER_USER: u32 = 30;
-/// Any frame per connection per minute; excess: error frame `RATE_LIMITED`, frame dropped.
+/// Sustained inbound WebSocket frames per connection per minute (`Config::frames_per_min_per_conn`):
+/// the refill rate of the connection's frame budget, a token bucket of
+/// [`MAX_FRAME_BURST_PER_CONN`] frames. Every text or binary frame costs one token **before it is
+/// decoded** (malformed, oversized and unknown frames included); a `delivered`/`read` that
+/// releases messages pushed to the connection gets its token back (a client may answer every
+/// pushed `msg`). With no token left the relay stops answering and closes the socket
+/// ([`crate::CloseReason::RateLimited`]). The budget belongs to the account (it has one live
+/// connection), so reconnecting does not refill it.
 pub const MAX_FRAMES_PER_MIN_PER_CONN: u32 = 600;
+/// Capacity of a connection's frame budget, in frames (`Config::frame_burst_per_conn`): what a
+/// client may send at once, e.g. the web client re-sending every message of its last session
+/// on reconnect (PROTOCOL.md §5.2).
+pub const MAX_FRAME_BURST_PER_CONN: u32 = 2_000;
+/// `Retry-After` of a 429 whose limiter cannot say when it frees up, in seconds.
+pub const DEFAULT_RETRY_AFTER_S: u64 = 60;
 /// Successful registrations per client address per hour; excess: 429 `RATE_LIMITED`.
 pub const REGISTRATIONS_PER_HOUR_PER_ADDR: u32 = 10;
 /// PoW challenges per client address per minute; excess: 429 `RATE_LIMITED`.
@@ -60,9 +73,23 @@ pub const MAX_OFFLINE_QUEUE_PER_CONVERSATION: usize = 1_000;
 /// authorisation). Longer than `OFFLINE_TTL_MS` so a resend-on-reconnect (D-TS-2) after the
 /// message was delivered still gets the original seq.
 pub const TOMBSTONE_TTL_MS: u64 = 7 * 24 * HOUR_MS;
-/// Messages pushed on one connection for one conversation and not yet covered by a
-/// `delivered`; the rest wait until receipts open the window (sync batching).
-pub const MAX_SYNC_BATCH: usize = 100;
+/// Messages pushed on one connection (across all its conversations) and not yet released by a
+/// `delivered`/`read` (`Config::sync_window_msgs`); the rest wait until receipts open the window.
+/// A shell's outbound queue must hold at least twice this many frames.
+pub const SYNC_WINDOW_MSGS: usize = 200;
+/// Bytes of `msg` frames (as [`msg_frame_bytes`] bounds them) pushed on one connection and not
+/// yet released (`Config::sync_window_bytes`). A message is pushed only when it fits, except
+/// that one message may always be in flight. A shell's outbound buffer must hold at least
+/// twice this many bytes, so the relay's own replay never overflows it.
+pub const SYNC_WINDOW_BYTES: usize = 512 * 1024;
+/// Upper bound of the bytes a server `msg` frame adds to its `id`, `conv_id` and `payload`
+/// (keys, `type`, the sender's alias, `seq`, `at`, `crypto_v`, quotes and commas).
+pub const MSG_FRAME_OVERHEAD_BYTES: usize = 192;
+
+/// Upper bound of the encoded size of a server `msg` frame with these variable parts, in bytes.
+pub const fn msg_frame_bytes(id_bytes: usize, conv_id_bytes: usize, payload_bytes: usize) -> usize {
+    id_bytes + conv_id_bytes + payload_bytes + MSG_FRAME_OVERHEAD_BYTES
+}
 
 /// A connection with no inbound frame for this long is closed (clients ping every 25-30 s).
 pub const IDLE_TIMEOUT_MS: u64 = 90_000;

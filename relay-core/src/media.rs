@@ -305,9 +305,9 @@ impl Relay {
         // The content type is informative only (always application/octet-stream by design).
         let _body: UploadInitRequest = decode_body(&req.body)?;
         if !self.state.media.init_limit.check(now.get(), &user) {
-            return Err(ApiError::new(
-                ErrorCode::RATE_LIMITED,
+            return Err(ApiError::rate_limited(
                 format!("at most {MEDIA_UPLOADS_PER_MIN_PER_USER} uploads per minute; retry later"),
+                self.state.media.init_limit.retry_after_ms(now.get(), &user),
             ));
         }
         let open = self

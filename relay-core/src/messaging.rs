@@ -10,6 +10,8 @@
 //! * New messages: rate limit (`RATE_LIMITED`, no ack), bounded offline queue (`QUEUE_FULL`,
 //!   no ack: the sender's outbox retries later), next gap-free seq, commit, then `ack` and, if
 //!   the recipient is online and synced, delivery.
+//! * The `payload` must be standard base64 (else error frame `BAD_FRAME`, no ack); the relay
+//!   never looks further into it.
 //! * `typing`: members only, ephemeral, 30/min/user, excess silently dropped.
 //! * `retract`: only the author (looked up in the tombstones); a still-queued copy is dropped;
 //!   the `retract` is forwarded live when the recipient is connected, and kept either way and
@@ -24,6 +26,25 @@ use wire::{AliasId, ConvId, ErrorCode, ServerFrame, UnixMs, UserUuid};
 use crate::limits::TOMBSTONE_TTL_MS;
 use crate::relay::{ConnId, Relay};
 use crate::state::{ConversationRow, MessageRow, PendingRetractRow, Tombstone};
+
+/// Whether `text` is standard-alphabet base64 (RFC 4648 §4): `A-Z a-z 0-9 + /` in groups of
+/// four, the last group possibly short; `=` padding optional (none, part or all of what the
+/// last group needs; the base64 crate's `Indifferent` mode).
+/// Every reference client's payload (`b64(IV ‖ ciphertext ‖ tag)`, PROTOCOL.md §4.4) is.
+/// Checked without decoding (no allocation on the routing path).
+pub(crate) fn is_base64(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let body = bytes
+        .strip_suffix(b"==")
+        .or_else(|| bytes.strip_suffix(b"="))
+        .unwrap_or(bytes);
+    let padding = bytes.len() - body.len();
+    let alphabet = |b: &u8| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/';
+    if !body.iter().all(alphabet) || body.len() % 4 == 1 {
+        return false;
+    }
+    padding <= (4 - body.len() % 4) % 4
+}
 
 impl Relay {
     /// Resolves the conversation and checks that the caller is a member and `to` the other one.
@@ -66,6 +87,14 @@ impl Relay {
             Ok((_, other)) => other.clone(),
             Err(msg) => return refuse(self, ErrorCode::NOT_A_MEMBER, msg, &m.id),
         };
+        if !is_base64(&m.payload) {
+            return refuse(
+                self,
+                ErrorCode::BAD_FRAME,
+                "payload is not base64 (standard alphabet)",
+                &m.id,
+            );
+        }
         if let Some(t) = self.state.tombstone(&user, &m.id) {
             if t.conv_id == m.conv_id {
                 let ack = ServerFrame::Ack(AckFrame {
@@ -195,7 +224,7 @@ impl Relay {
                 id,
             );
         };
-        self.state.delete_message(&other, &r.conv_id, tomb.seq);
+        let dropped = self.state.delete_message(&other, &r.conv_id, tomb.seq);
         if !tomb.retracted {
             self.state.put_tombstone(
                 &user,
@@ -219,6 +248,10 @@ impl Relay {
         // redelivery on every later `sync` of the recipient until the offline TTL.
         if let Some(peer) = self.online(&other) {
             self.send(peer, frame);
+            if dropped {
+                // The copy may have been in flight on the peer's connection.
+                self.recount(&other, &r.conv_id);
+            }
         }
         self.state.put_pending_retract(
             PendingRetractRow {
@@ -230,5 +263,38 @@ impl Relay {
             },
             self.config.offline_ttl_ms,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine as _;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    use proptest::prelude::*;
+
+    use super::is_base64;
+
+    /// The base64 crate, as lenient as `is_base64`: padding optional, trailing bits allowed.
+    fn lenient() -> GeneralPurpose {
+        GeneralPurpose::new(
+            &base64::alphabet::STANDARD,
+            GeneralPurposeConfig::new()
+                .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+                .with_decode_allow_trailing_bits(true),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn agrees_with_the_base64_crate(text in "[A-Za-z0-9+/=_ -]{0,12}") {
+            prop_assert_eq!(is_base64(&text), lenient().decode(&text).is_ok(), "{:?}", text);
+        }
+
+        #[test]
+        fn accepts_every_encoding(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let padded = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            prop_assert!(is_base64(&padded));
+            prop_assert!(is_base64(padded.trim_end_matches('=')));
+        }
     }
 }

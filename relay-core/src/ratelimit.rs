@@ -63,9 +63,151 @@ impl<K: Ord + Clone> RateLimiter<K> {
     }
 }
 
+impl<K: Ord + Clone> RateLimiter<K> {
+    /// Milliseconds until `key` may have one more event (0 when it may now).
+    pub(crate) fn retry_after_ms(&self, now: u64, key: &K) -> u64 {
+        match self.windows.get(key) {
+            Some(&(start, count)) if count >= self.max => {
+                start.saturating_add(self.window_ms).saturating_sub(now)
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// A token bucket per key on the injected clock: `burst` tokens, refilled at `per_min` tokens
+/// per minute (exactly: fractions of a token are kept). Keys whose bucket is full hold no entry
+/// (a full bucket is the default), so memory is what recently active keys use.
+#[derive(Debug, Clone)]
+pub(crate) struct TokenBucket<K: Ord> {
+    per_min: u64,
+    /// Capacity in units (one token is `MINUTE_MS` units; refill adds `per_min` units per ms).
+    capacity: u64,
+    buckets: BTreeMap<K, Bucket>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    units: u64,
+    at_ms: u64,
+}
+
+/// Units of one token: refilling `per_min` tokens per minute adds `per_min` units per ms.
+const TOKEN_UNITS: u64 = crate::limits::MINUTE_MS;
+
+impl<K: Ord + Clone> TokenBucket<K> {
+    pub(crate) fn new(per_min: u32, burst: u32) -> Self {
+        Self {
+            per_min: u64::from(per_min),
+            capacity: u64::from(burst).saturating_mul(TOKEN_UNITS),
+            buckets: BTreeMap::new(),
+        }
+    }
+
+    fn refilled(&self, b: Bucket, now: u64) -> u64 {
+        let elapsed = now.saturating_sub(b.at_ms);
+        b.units
+            .saturating_add(elapsed.saturating_mul(self.per_min))
+            .min(self.capacity)
+    }
+
+    /// Takes one token for `key`; `false` (nothing taken) when its bucket is empty.
+    pub(crate) fn take(&mut self, now: u64, key: &K) -> bool {
+        if self.capacity < TOKEN_UNITS {
+            return false;
+        }
+        let units = match self.buckets.get(key) {
+            Some(b) => self.refilled(*b, now),
+            None => self.capacity,
+        };
+        if units < TOKEN_UNITS {
+            if let Some(b) = self.buckets.get_mut(key) {
+                *b = Bucket {
+                    units,
+                    at_ms: now.max(b.at_ms),
+                };
+            }
+            return false;
+        }
+        let bucket = Bucket {
+            units: units - TOKEN_UNITS,
+            at_ms: now,
+        };
+        match self.buckets.get_mut(key) {
+            Some(b) => {
+                b.units = bucket.units;
+                b.at_ms = b.at_ms.max(now);
+            }
+            None => {
+                if self.buckets.len() >= RATE_LIMITER_SWEEP_AT {
+                    self.sweep(now);
+                }
+                self.buckets.insert(key.clone(), bucket);
+            }
+        }
+        true
+    }
+
+    /// Gives one token back to `key` (never above the capacity).
+    pub(crate) fn refund(&mut self, key: &K) {
+        if let Some(b) = self.buckets.get_mut(key) {
+            b.units = b.units.saturating_add(TOKEN_UNITS).min(self.capacity);
+        }
+    }
+
+    /// Forgets every bucket that has refilled completely.
+    pub(crate) fn sweep(&mut self, now: u64) {
+        let (per_min, capacity) = (self.per_min, self.capacity);
+        self.buckets.retain(|_, b| {
+            let elapsed = now.saturating_sub(b.at_ms);
+            b.units.saturating_add(elapsed.saturating_mul(per_min)) < capacity
+        });
+    }
+
+    /// Keys with a bucket that is not full.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.buckets.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bucket_allows_its_burst_then_refills_at_its_rate() {
+        let mut b = TokenBucket::new(600, 3);
+        assert!(b.take(0, &1));
+        assert!(b.take(0, &1));
+        assert!(b.take(0, &1));
+        assert!(!b.take(0, &1), "burst used up");
+        assert!(b.take(0, &2), "per key");
+        assert!(!b.take(99, &1), "600/min is one token per 100 ms");
+        assert!(b.take(100, &1));
+        assert!(!b.take(100, &1));
+        b.refund(&1);
+        assert!(b.take(100, &1), "a refunded token");
+        // Fractions are kept: 3 × 50 ms is one and a half tokens.
+        assert!(!b.take(150, &1));
+        assert!(b.take(200, &1));
+        // A long pause refills to the burst, never above.
+        for _ in 0..3 {
+            assert!(b.take(1_000_000, &1));
+        }
+        assert!(!b.take(1_000_000, &1));
+        b.sweep(10_000_000);
+        assert_eq!(b.len(), 0, "full buckets are forgotten");
+    }
+
+    #[test]
+    fn a_zero_rate_bucket_never_refills() {
+        let mut b = TokenBucket::new(0, 1);
+        assert!(b.take(0, &1));
+        assert!(!b.take(u64::MAX, &1));
+        let mut none = TokenBucket::new(600, 0);
+        assert!(!none.take(0, &1));
+    }
 
     #[test]
     fn window_resets() {

@@ -5,7 +5,9 @@
 //! A receipt is refused with `INVALID_RECEIPT` when its seq was never sent to its author: 0,
 //! beyond the last message the other member wrote, or at/after the first message still queued
 //! for the author that has not been pushed to it yet. Both `delivered` and `read` release the
-//! covered messages from the offline queue (a read message was delivered).
+//! covered messages from the offline queue (a read message was delivered) and from the
+//! connection's sync window (`crate::sync`); a receipt that releases messages pushed to the
+//! connection costs nothing from its frame budget.
 
 use wire::frames::{ReceiptDelivery, ReceiptFrame};
 use wire::{ErrorCode, Seq, ServerFrame, UnixMs};
@@ -64,13 +66,17 @@ impl Relay {
                 None,
             );
         }
+        // Messages in flight on this connection leave the window: the receipt was free.
+        if self.release(conn, &r.conv_id, r.seq) > 0 {
+            self.refund_frame(conn);
+        }
         self.state.delete_messages_upto(&user, &r.conv_id, r.seq);
         if r.seq > self.state.mark(&r.conv_id, &user, kind) {
             self.state.put_mark(&r.conv_id, &user, kind, r.seq);
             self.forward_receipt(now, kind, &r.conv_id, r.seq, &user, &other);
         }
         // The window may have opened.
-        self.deliver(&user, &r.conv_id);
+        self.pump(conn);
     }
 
     fn forward_receipt(

@@ -11,8 +11,8 @@ use crate::auth::Ephemeral;
 use crate::config::Config;
 use crate::http::{ApiError, HttpRequest, HttpResponse, Route};
 use crate::ids::IdGen;
-use crate::limits::{MAX_FRAMES_PER_MIN_PER_CONN, MINUTE_MS};
-use crate::ratelimit::RateLimiter;
+use crate::limits::MINUTE_MS;
+use crate::ratelimit::{RateLimiter, TokenBucket};
 use crate::state::{PairMap, State, Timer, meta};
 use crate::store::{Store, StoreError};
 use crate::token::TokenKeys;
@@ -30,6 +30,10 @@ pub enum CloseReason {
     Idle,
     /// The store failed: the relay stopped (fail-stop) and must be rebuilt from the store.
     StorageFailure,
+    /// The connection used up its frame budget (`Config::frame_burst_per_conn`, refilled at
+    /// `Config::frames_per_min_per_conn`): the relay stopped answering it. Shells close with
+    /// 1008 (policy violation), reason `rate limit`.
+    RateLimited,
 }
 
 /// An effect for the shell to execute, drained with [`Relay::poll_output`].
@@ -94,8 +98,8 @@ pub(crate) struct Conn {
     pub(crate) jti: String,
     pub(crate) last_seen: UnixMs,
     pub(crate) synced: bool,
-    /// Highest seq pushed on this connection, per conversation (the in-flight window).
-    pub(crate) pushed: BTreeMap<ConvId, Seq>,
+    /// What is in flight on this connection and whose turn is next (`crate::sync`).
+    pub(crate) delivery: crate::sync::Delivery,
 }
 
 /// The sans-IO relay.
@@ -136,7 +140,8 @@ pub struct Relay {
     pub(crate) conn_of_user: BTreeMap<UserUuid, ConnId>,
     /// Highest seq pushed to a user per conversation on any connection since startup.
     pub(crate) pushed_hwm: PairMap<UserUuid, ConvId, Seq>,
-    pub(crate) frame_limit: RateLimiter<ConnId>,
+    /// Every inbound frame, before decoding, per account (`crate::limits::MAX_FRAMES_PER_MIN_PER_CONN`).
+    pub(crate) frame_budget: TokenBucket<UserUuid>,
     pub(crate) msg_limit: RateLimiter<UserUuid>,
     pub(crate) typing_limit: RateLimiter<UserUuid>,
     /// Media part bytes (`crate::media`).
@@ -167,25 +172,22 @@ impl Relay {
         let digest = h.finalize();
         let mut s = [0u8; 8];
         s.copy_from_slice(&digest[..8]);
-        let mut ids = IdGen::new(u64::from_le_bytes(s));
+        let ids = IdGen::new(u64::from_le_bytes(s));
         state.put_meta(meta::BOOT_COUNT, (boot + 1).to_string());
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let existing = state
-            .meta
-            .get(meta::JWT_SIGNING_KEY)
-            .and_then(|k| b64.decode(k).ok())
-            .and_then(|k| <[u8; 32]>::try_from(k.as_slice()).ok());
-        let tokens = match existing {
-            Some(seed) => TokenKeys::from_seed(seed),
-            None => {
-                let key = TokenKeys::from_seed(ids.bytes());
-                state.put_meta(meta::JWT_SIGNING_KEY, b64.encode(key.seed()));
-                key
-            }
-        };
+        let tokens = TokenKeys::from_seed(match &config.jwt_signing_key {
+            Some(key) => key.0,
+            None => derived_jwt_seed(seed),
+        });
+        // Keys are no longer kept in the store (issue 17, D3): the caller owns the key (a file
+        // of its own); a row left by an older version is forgotten.
+        if state.meta.contains_key(meta::JWT_SIGNING_KEY) {
+            state.delete_meta(meta::JWT_SIGNING_KEY);
+        }
         let batch = state.take_batch();
         store.commit(batch)?;
         let msg_limit = RateLimiter::new(config.msgs_per_min_per_user, MINUTE_MS);
+        let frame_budget =
+            TokenBucket::new(config.frames_per_min_per_conn, config.frame_burst_per_conn);
         Ok(Self {
             eph: Ephemeral::new(&config),
             config,
@@ -196,7 +198,7 @@ impl Relay {
             conns: BTreeMap::new(),
             conn_of_user: BTreeMap::new(),
             pushed_hwm: PairMap::default(),
-            frame_limit: RateLimiter::new(MAX_FRAMES_PER_MIN_PER_CONN, MINUTE_MS),
+            frame_budget,
             msg_limit,
             typing_limit: RateLimiter::new(crate::limits::MAX_TYPING_PER_MIN_PER_USER, MINUTE_MS),
             blobs: Box::new(crate::blob::MemoryBlobStore::new()),
@@ -338,33 +340,81 @@ impl Relay {
         }
     }
 
-    /// Handles one text message from `conn`: decodes it and answers an undecodable frame with
-    /// an error frame (the socket stays open).
+    /// Handles one text message from `conn`: charges it to the connection's frame budget
+    /// (closing the socket when the budget is used up), decodes it, and answers an
+    /// undecodable frame with an error frame (the socket stays open).
     pub fn handle_text(&mut self, now: UnixMs, conn: ConnId, text: &str) {
+        if !self.admit(now, conn) {
+            return;
+        }
         match wire::ClientFrame::decode(text) {
-            Ok(frame) => self.handle_frame(now, conn, frame),
-            Err(e) => {
-                if self.failed || !self.conns.contains_key(&conn) {
-                    return;
-                }
-                self.touch(now, conn);
-                let frame = ErrorFrame {
-                    error: e.code(),
-                    message: e.to_string(),
-                    ref_type: e.frame_type().map(str::to_owned),
-                    id: e.frame_id().map(str::to_owned),
-                };
-                self.send(conn, ServerFrame::Error(frame));
-                let _ = self.finish();
-            }
+            Ok(frame) => self.handle_admitted(now, conn, frame),
+            Err(e) => self.refuse_undecodable(now, conn, &e),
         }
     }
 
-    /// Handles one decoded frame from `conn`. Frames from unknown connections are ignored.
-    pub fn handle_frame(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
-        if self.failed || !self.conns.contains_key(&conn) {
+    /// Handles one binary message from `conn` (iOS sends UTF-8 JSON in binary frames), like
+    /// [`handle_text`](Relay::handle_text).
+    pub fn handle_binary(&mut self, now: UnixMs, conn: ConnId, bytes: &[u8]) {
+        if !self.admit(now, conn) {
             return;
         }
+        match wire::ClientFrame::decode_bytes(bytes) {
+            Ok(frame) => self.handle_admitted(now, conn, frame),
+            Err(e) => self.refuse_undecodable(now, conn, &e),
+        }
+    }
+
+    /// Handles one frame the shell decoded itself; charged to the frame budget like
+    /// [`handle_text`](Relay::handle_text). Frames from unknown connections are ignored.
+    pub fn handle_frame(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
+        if self.admit(now, conn) {
+            self.handle_admitted(now, conn, frame);
+        }
+    }
+
+    /// Charges one frame of `conn` to its account's frame budget. `false`: ignore the frame —
+    /// the connection is unknown, or its budget is used up (then the socket is closed here).
+    fn admit(&mut self, now: UnixMs, conn: ConnId) -> bool {
+        if self.failed {
+            return false;
+        }
+        let Some(c) = self.conns.get(&conn) else {
+            return false;
+        };
+        if self.frame_budget.take(now.get(), &c.user) {
+            return true;
+        }
+        self.staged.push(Output::Close {
+            conn,
+            reason: CloseReason::RateLimited,
+        });
+        self.drop_conn(conn);
+        let _ = self.finish();
+        false
+    }
+
+    fn refuse_undecodable(&mut self, now: UnixMs, conn: ConnId, e: &wire::FrameError) {
+        self.touch(now, conn);
+        let frame = ErrorFrame {
+            error: e.code(),
+            message: e.to_string(),
+            ref_type: e.frame_type().map(str::to_owned),
+            id: e.frame_id().map(str::to_owned),
+        };
+        self.send(conn, ServerFrame::Error(frame));
+        let _ = self.finish();
+    }
+
+    /// A `delivered`/`read` of `conn` released messages pushed to it: the frame was free
+    /// (a client may answer every pushed `msg` without spending its budget).
+    pub(crate) fn refund_frame(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get(&conn) {
+            self.frame_budget.refund(&c.user);
+        }
+    }
+
+    fn handle_admitted(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
         self.touch(now, conn);
         let ref_type = frame.frame_type().to_owned();
         let id = match &frame {
@@ -372,17 +422,6 @@ impl Relay {
             wire::ClientFrame::Retract(r) => Some(r.id.to_string()),
             _ => None,
         };
-        if !self.frame_limit.allow(now.get(), &conn) {
-            self.send_error(
-                conn,
-                ErrorCode::RATE_LIMITED,
-                "too many frames on this connection",
-                Some(ref_type),
-                id,
-            );
-            let _ = self.finish();
-            return;
-        }
         self.dispatch_frame(now, conn, frame);
         if self.finish().is_err() {
             // The staged outputs (acks) were discarded; tell the sender nothing was accepted.
@@ -455,7 +494,7 @@ impl Relay {
             self.fire(now, timer);
         }
         self.eph.sweep(now);
-        self.frame_limit.sweep(now.get());
+        self.frame_budget.sweep(now.get());
         self.msg_limit.sweep(now.get());
         self.typing_limit.sweep(now.get());
         self.call_limit.sweep(now.get());
@@ -469,7 +508,10 @@ impl Relay {
     fn fire(&mut self, now: UnixMs, timer: Timer) {
         let ttl = self.config.offline_ttl_ms;
         match timer {
-            Timer::Messages(user, conv) => self.state.expire_messages(now, &user, &conv, ttl),
+            Timer::Messages(user, conv) => {
+                self.state.expire_messages(now, &user, &conv, ttl);
+                self.recount(&user, &conv);
+            }
             Timer::Tombstone(author, id) => {
                 let expired = self
                     .state
@@ -622,6 +664,38 @@ impl Relay {
     pub(crate) fn online(&self, user: &UserUuid) -> Option<ConnId> {
         self.conn_of_user.get(user).copied()
     }
+}
+
+/// The JWT signing seed of a relay without a configured key: SHA-256 of a domain label and the
+/// relay's seed (stable across restarts of the same seed; tests and simulations only).
+fn derived_jwt_seed(seed: u64) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"securechat-relay-jwt-signing-key-v1");
+    h.update(seed.to_le_bytes());
+    h.finalize().into()
+}
+
+/// The JWT signing key an older relay kept in the `meta` table of `store`, if any (issue 17,
+/// D3: keys now live outside the store). A shell migrating a data directory writes it to its
+/// key file first; the next [`Relay::new`] then deletes the row.
+pub fn legacy_jwt_signing_key(
+    store: &mut dyn Store,
+) -> Result<Option<crate::config::JwtSigningKey>, StoreError> {
+    let snapshot = store.load()?;
+    let Some(raw) = snapshot
+        .get(&crate::store::Table::Meta)
+        .and_then(|rows| rows.get(meta::JWT_SIGNING_KEY))
+    else {
+        return Ok(None);
+    };
+    let text: String = serde_json::from_slice(raw)
+        .map_err(|_| StoreError::Backend("the stored JWT signing key is not a string".into()))?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .ok()
+        .and_then(|k| <[u8; 32]>::try_from(k.as_slice()).ok())
+        .ok_or_else(|| StoreError::Backend("the stored JWT signing key is malformed".into()))?;
+    Ok(Some(crate::config::JwtSigningKey(bytes)))
 }
 
 pub(crate) fn storage_unavailable() -> ApiError {

@@ -151,6 +151,7 @@ pub(crate) struct PendingRetractRow {
 
 /// Keys of the `meta` table.
 pub(crate) mod meta {
+    /// Where relays before issue 17 kept the JWT signing key (deleted at startup now).
     pub(crate) const JWT_SIGNING_KEY: &str = "jwt_signing_key";
     pub(crate) const BOOT_COUNT: &str = "boot_count";
     pub(crate) const NEXT_FRIENDSHIP_ID: &str = "next_friendship_id";
@@ -195,6 +196,10 @@ impl<A: Ord + Clone, B: Ord, V> PairMap<A, B, V> {
     }
 
     /// The inner map of `a`, created (cloning `a`) when absent.
+    pub(crate) fn inner(&self, a: &A) -> Option<&BTreeMap<B, V>> {
+        self.0.get(a)
+    }
+
     pub(crate) fn inner_mut(&mut self, a: &A) -> &mut BTreeMap<B, V> {
         if !self.0.contains_key(a) {
             self.0.insert(a.clone(), BTreeMap::new());
@@ -409,6 +414,11 @@ impl State {
     pub(crate) fn put_meta(&mut self, key: &str, value: String) {
         self.record(Table::Meta, key.to_owned(), &value);
         self.meta.insert(key.to_owned(), value);
+    }
+
+    pub(crate) fn delete_meta(&mut self, key: &str) {
+        self.record_delete(Table::Meta, key.to_owned());
+        self.meta.remove(key);
     }
 
     pub(crate) fn next_friendship_id(&mut self) -> FriendshipId {

@@ -1,19 +1,81 @@
-//! `sync` and delivery: replay of everything undelivered as ordinary `msg` frames, in seq
-//! order per conversation, in bounded batches.
+//! `sync` and delivery: replay of everything undelivered as ordinary `msg` frames, paced by one
+//! window per connection, oldest first and fair across conversations.
 //!
-//! A connection receives `msg` frames only after its `sync` (a message arriving earlier stays
-//! queued and is part of the replay). Per connection and conversation at most
-//! `max_sync_batch` (100) pushed messages may be waiting for a `delivered`; the next ones are
-//! pushed as receipts open the window. A new `sync` replays the whole undelivered suffix again
-//! (clients dedup by id). Kept receipts and retractions for the user are delivered (once) on
-//! `sync`.
+//! * A connection receives `msg` frames only after its `sync` (a message arriving earlier stays
+//!   queued and is part of the replay). A new `sync` replays the whole undelivered suffix again
+//!   (clients dedup by id). Kept receipts, retractions and payment confirmations are sent first.
+//! * **The window** ([`Config::sync_window_msgs`](crate::Config) messages and
+//!   [`Config::sync_window_bytes`](crate::Config) bytes, [`crate::limits::msg_frame_bytes`]
+//!   each) covers every conversation of the connection: a message is *in flight* from its push
+//!   until a `delivered`/`read` of the connection covers it (or it expires, or is retracted).
+//!   Nothing more is pushed while the window is full; receipts refill it. The shell's outbound
+//!   buffer holds at least twice the window, so the relay's own replay never overflows it.
+//! * **Fairness**: conversations with messages not pushed yet take turns (round robin); each
+//!   turn pushes that conversation's oldest unpushed message. At `sync` the turn order is the
+//!   age of each conversation's oldest message, so the oldest backlog starts first; a
+//!   conversation that gets a new message joins the end of the order. A live conversation whose
+//!   window has room is served at once.
+
+use std::collections::{BTreeMap, VecDeque};
 
 use wire::frames::{MsgDelivery, ReceiptDelivery, RetractDelivery};
 use wire::{ConvId, Seq, ServerFrame, UnixMs, UserUuid};
 
+use crate::limits::msg_frame_bytes;
 use crate::receipts::receipt_frame;
 use crate::relay::{ConnId, Output, Relay};
-use crate::state::ReceiptKind;
+use crate::state::{MessageRow, PairMap, ReceiptKind};
+
+/// The delivery state of one synced connection: what is in flight and whose turn is next.
+#[derive(Debug, Default)]
+pub(crate) struct Delivery {
+    /// Per conversation this connection pushed to (or will), its in-flight part.
+    convs: BTreeMap<ConvId, Flight>,
+    /// Conversations with messages not pushed yet, in turn order.
+    turns: VecDeque<ConvId>,
+    /// Messages in flight, all conversations.
+    msgs: usize,
+    /// Their bytes ([`msg_frame_bytes`]).
+    bytes: usize,
+}
+
+/// One conversation's part of a connection's window.
+#[derive(Debug)]
+struct Flight {
+    /// Highest seq pushed on this connection.
+    pushed: Seq,
+    /// Queued messages with seq <= `pushed` (pushed, not yet released).
+    msgs: usize,
+    /// Their bytes.
+    bytes: usize,
+    /// Whether the conversation is in `turns`.
+    waiting: bool,
+}
+
+impl Default for Flight {
+    fn default() -> Self {
+        Self {
+            pushed: Seq(0),
+            msgs: 0,
+            bytes: 0,
+            waiting: false,
+        }
+    }
+}
+
+impl Delivery {
+    fn has_room(&self, window_msgs: usize, window_bytes: usize, cost: usize) -> bool {
+        self.msgs == 0 || (self.msgs < window_msgs && self.bytes + cost <= window_bytes)
+    }
+}
+
+fn cost(m: &MessageRow) -> usize {
+    msg_frame_bytes(
+        m.id.as_str().len(),
+        m.conv_id.as_str().len(),
+        m.payload.len(),
+    )
+}
 
 impl Relay {
     pub(crate) fn on_sync(&mut self, _now: UnixMs, conn: ConnId) {
@@ -21,7 +83,7 @@ impl Relay {
             return;
         };
         c.synced = true;
-        c.pushed.clear();
+        c.delivery = Delivery::default();
         let user = c.user.clone();
         let convs: Vec<ConvId> = self
             .state
@@ -72,39 +134,146 @@ impl Relay {
             // Kept until the offline TTL: no ack says the frame arrived.
         }
         self.deliver_pending_confirms(conn, &user);
-        for conv in &convs {
-            self.pump(conn, conv);
+        // Turn order: the conversation holding the oldest message first.
+        let mut backlog: Vec<(UnixMs, ConvId)> = self
+            .state
+            .queues
+            .inner(&user)
+            .map(|qs| {
+                qs.iter()
+                    .filter_map(|(conv, q)| {
+                        q.values().map(|m| m.at).min().map(|at| (at, conv.clone()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        backlog.sort();
+        if let Some(c) = self.conns.get_mut(&conn) {
+            for (_, conv) in backlog {
+                c.delivery.convs.insert(
+                    conv.clone(),
+                    Flight {
+                        waiting: true,
+                        ..Flight::default()
+                    },
+                );
+                c.delivery.turns.push_back(conv);
+            }
         }
+        self.pump(conn);
     }
 
-    /// Pushes what fits in the window of `user`'s synced connection for `conv`.
+    /// A message was queued for `user` in `conv`: pushes it if the window of `user`'s synced
+    /// connection has room (at once when no other conversation is waiting), else it waits for
+    /// its turn.
     pub(crate) fn deliver(&mut self, user: &UserUuid, conv: &ConvId) {
-        if let Some(conn) = self.online(user) {
-            self.pump(conn, conv);
-        }
-    }
-
-    fn pump(&mut self, conn: ConnId, conv: &ConvId) {
-        let window = self.config.max_sync_batch;
-        // Disjoint fields: the connection, the queue (read), the staged outputs (appended to).
+        let Some(conn) = self.online(user) else {
+            return;
+        };
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
         if !c.synced {
             return;
         }
-        let Some(q) = self.state.queue(&c.user, conv) else {
+        if c.delivery.turns.is_empty() {
+            // Nobody else is waiting: this conversation's turn, as long as there is room.
+            while self.push_next(conn, conv) {}
+        }
+        self.wait_turn(conn, conv);
+        self.pump(conn);
+    }
+
+    /// Puts `conv` in the turn order of `conn` if it has unpushed messages and is not there yet.
+    fn wait_turn(&mut self, conn: ConnId, conv: &ConvId) {
+        let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
-        let pushed = c.pushed.get(conv).copied().unwrap_or(Seq(0));
-        let in_flight = q.range(..=pushed).count();
-        let room = window.saturating_sub(in_flight);
-        let mut last = None;
-        for m in q.range(pushed.next()..).take(room).map(|(_, m)| m) {
-            last = Some(m.seq);
-            let Some(from) = self.state.alias_of(&m.from) else {
-                continue;
+        let pushed = c.delivery.convs.get(conv).map_or(Seq(0), |f| f.pushed);
+        let unpushed = self
+            .state
+            .queue(&c.user, conv)
+            .is_some_and(|q| q.range(pushed.next()..).next().is_some());
+        if !unpushed {
+            return;
+        }
+        match c.delivery.convs.get_mut(conv) {
+            Some(f) if f.waiting => return,
+            Some(f) => f.waiting = true,
+            None => {
+                c.delivery.convs.insert(
+                    conv.clone(),
+                    Flight {
+                        waiting: true,
+                        ..Flight::default()
+                    },
+                );
+            }
+        }
+        c.delivery.turns.push_back(conv.clone());
+    }
+
+    /// Gives turns while the window has room: each turn pushes the oldest unpushed message of
+    /// the conversation at the front, which then goes to the back if it has more.
+    pub(crate) fn pump(&mut self, conn: ConnId) {
+        loop {
+            let Some(conv) = self
+                .conns
+                .get_mut(&conn)
+                .filter(|c| c.synced)
+                .and_then(|c| c.delivery.turns.pop_front())
+            else {
+                return;
             };
+            if !self.push_next(conn, &conv) && self.has_unpushed(conn, &conv) {
+                // No room: the conversation keeps its place at the front.
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.delivery.turns.push_front(conv);
+                }
+                return;
+            }
+            let more = self.has_unpushed(conn, &conv);
+            let Some(c) = self.conns.get_mut(&conn) else {
+                return;
+            };
+            if more {
+                c.delivery.turns.push_back(conv);
+            } else if let Some(f) = c.delivery.convs.get_mut(&conv) {
+                f.waiting = false;
+            }
+        }
+    }
+
+    fn has_unpushed(&self, conn: ConnId, conv: &ConvId) -> bool {
+        let Some(c) = self.conns.get(&conn) else {
+            return false;
+        };
+        let pushed = c.delivery.convs.get(conv).map_or(Seq(0), |f| f.pushed);
+        self.state
+            .queue(&c.user, conv)
+            .is_some_and(|q| q.range(pushed.next()..).next().is_some())
+    }
+
+    /// Pushes the oldest unpushed message of `conv` on `conn` if the window has room for it.
+    fn push_next(&mut self, conn: ConnId, conv: &ConvId) -> bool {
+        let (window_msgs, window_bytes) =
+            (self.config.sync_window_msgs, self.config.sync_window_bytes);
+        // Disjoint fields: the connection, the queue (read), the staged outputs (appended to).
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return false;
+        };
+        let Some(q) = self.state.queue(&c.user, conv) else {
+            return false;
+        };
+        let pushed = c.delivery.convs.get(conv).map_or(Seq(0), |f| f.pushed);
+        let Some((_, m)) = q.range(pushed.next()..).next() else {
+            return false;
+        };
+        let bytes = cost(m);
+        if !c.delivery.has_room(window_msgs, window_bytes, bytes) {
+            return false;
+        }
+        if let Some(from) = self.state.alias_of(&m.from) {
             self.staged.push(Output::Send {
                 conn,
                 frame: ServerFrame::Msg(MsgDelivery {
@@ -118,23 +287,77 @@ impl Relay {
                 }),
             });
         }
-        let Some(last) = last else {
+        let seq = m.seq;
+        // Keys are cloned only for a conversation's first push on this connection.
+        let flight = match c.delivery.convs.get_mut(conv) {
+            Some(f) => f,
+            None => c.delivery.convs.entry(conv.clone()).or_default(),
+        };
+        flight.pushed = seq;
+        flight.msgs += 1;
+        flight.bytes += bytes;
+        c.delivery.msgs += 1;
+        c.delivery.bytes += bytes;
+        raise_hwm(&mut self.pushed_hwm, &c.user, conv, seq);
+        true
+    }
+
+    /// Before the messages of `conv` up to `upto` are deleted by a receipt of `conn`: releases
+    /// the ones in flight. Returns how many were.
+    pub(crate) fn release(&mut self, conn: ConnId, conv: &ConvId, upto: Seq) -> usize {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return 0;
+        };
+        let Some(f) = c.delivery.convs.get_mut(conv) else {
+            return 0;
+        };
+        let Some(q) = self.state.queue(&c.user, conv) else {
+            return 0;
+        };
+        let (mut n, mut bytes) = (0, 0);
+        for (_, m) in q.range(..=upto.min(f.pushed)) {
+            n += 1;
+            bytes += cost(m);
+        }
+        f.msgs = f.msgs.saturating_sub(n);
+        f.bytes = f.bytes.saturating_sub(bytes);
+        c.delivery.msgs = c.delivery.msgs.saturating_sub(n);
+        c.delivery.bytes = c.delivery.bytes.saturating_sub(bytes);
+        n
+    }
+
+    /// Messages of `user` in `conv` left the queue some other way (expiry, retraction): counts
+    /// the in-flight part again and lets the window refill.
+    pub(crate) fn recount(&mut self, user: &UserUuid, conv: &ConvId) {
+        let Some(conn) = self.online(user) else {
             return;
         };
-        // Keys are cloned only for a conversation's first push.
-        match c.pushed.get_mut(conv) {
-            Some(p) => *p = last,
-            None => {
-                c.pushed.insert(conv.clone(), last);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let Some(f) = c.delivery.convs.get_mut(conv) else {
+            return;
+        };
+        let (mut n, mut bytes) = (0, 0);
+        if let Some(q) = self.state.queue(&c.user, conv) {
+            for (_, m) in q.range(..=f.pushed) {
+                n += 1;
+                bytes += cost(m);
             }
         }
-        match self.pushed_hwm.get_mut(&c.user, conv) {
-            Some(hwm) => *hwm = (*hwm).max(last),
-            None => {
-                self.pushed_hwm
-                    .inner_mut(&c.user)
-                    .insert(conv.clone(), last);
-            }
+        c.delivery.msgs = c.delivery.msgs - f.msgs.min(c.delivery.msgs) + n;
+        c.delivery.bytes = c.delivery.bytes - f.bytes.min(c.delivery.bytes) + bytes;
+        f.msgs = n;
+        f.bytes = bytes;
+        self.pump(conn);
+    }
+}
+
+fn raise_hwm(hwm: &mut PairMap<UserUuid, ConvId, Seq>, user: &UserUuid, conv: &ConvId, seq: Seq) {
+    match hwm.get_mut(user, conv) {
+        Some(h) => *h = (*h).max(seq),
+        None => {
+            hwm.inner_mut(user).insert(conv.clone(), seq);
         }
     }
 }

@@ -1,7 +1,8 @@
 //! JWTs: EdDSA (Ed25519) via `jsonwebtoken`, claims `sub` = user uuid, `jti`, `iat`, `exp`
 //! (seconds). Validation never reads the system clock: `exp` is checked against the injected
-//! `now` here. The signing key is drawn from the seeded RNG on first start and persisted in the
-//! store (`meta/jwt_signing_key`), so tokens survive a restart.
+//! `now` here. The signing key comes from the caller (`Config::jwt_signing_key`: the `relay`
+//! binary keeps it in a 0600 file of its own, never in the store) or, in tests and simulations,
+//! is derived from the relay's seed; either way tokens survive a restart.
 
 use ed25519_dalek::SigningKey;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, errors::ErrorKind};
@@ -56,7 +57,7 @@ impl TokenError {
 /// Signs and verifies relay JWTs (EdDSA over one Ed25519 key).
 ///
 /// Public so benchmarks and tools can exercise the exact code the relay runs; the relay itself
-/// derives its keys from the seed persisted in the store. Neither method reads a clock: both
+/// builds its keys from `Config::jwt_signing_key`. Neither method reads a clock: both
 /// take `now` in epoch milliseconds.
 ///
 /// ```
@@ -69,7 +70,6 @@ impl TokenError {
 /// assert_eq!(keys.verify(&jwt, now + 60_000), Err(TokenError::Expired));
 /// ```
 pub struct TokenKeys {
-    seed: [u8; 32],
     encoding: EncodingKey,
     decoding: DecodingKey,
     validation: Validation,
@@ -99,15 +99,10 @@ impl TokenKeys {
         validation.leeway = 0;
         validation.set_required_spec_claims(&["exp", "sub"]);
         Self {
-            seed,
             encoding: EncodingKey::from_ed_der(&der),
             decoding: DecodingKey::from_ed_der(&public),
             validation,
         }
-    }
-
-    pub(crate) fn seed(&self) -> &[u8; 32] {
-        &self.seed
     }
 
     /// Issues a token for `sub` with id `jti`, issued at `now_ms` (epoch milliseconds) and

@@ -343,8 +343,8 @@ fn run(users: usize, keep_rows: bool) -> Vec<Phase> {
     );
 
     let cb = w.connect(b, 2);
-    // The relay pushes MAX_SYNC_BATCH messages at a time; each receipt opens the next window.
-    let batch = relay_core::limits::MAX_SYNC_BATCH;
+    // The relay pushes SYNC_WINDOW_MSGS messages at a time; each receipt opens the next window.
+    let batch = relay_core::limits::SYNC_WINDOW_MSGS;
     for upto in (batch..=messages).step_by(batch).chain([messages]) {
         w.now = w.now.plus_ms(101);
         w.text(

@@ -37,6 +37,8 @@ codes! {
     INVALID_JSON = 400;
     /// A field has a value outside its allowed range or format (the message names the field).
     INVALID_FIELD = 400;
+    /// A public key is not a valid curve point or has small order (registration).
+    INVALID_KEY = 400;
     /// The request body exceeds the route's limit.
     BODY_TOO_LARGE = 413;
     /// Registration needs a proof-of-work nonce and none was sent.

@@ -209,9 +209,11 @@ fn token_errors_have_distinct_codes() {
     assert_eq!(code(&mut w, Some("Bearer not.a.jwt")), "TOKEN_INVALID");
     assert_eq!(code(&mut w, Some("Basic abc")), "TOKEN_INVALID");
     // Signed by another relay's key.
-    let other = World::with_seed(crate::world::fast_config(), 99)
-        .user("u")
-        .token;
+    let other_key = relay_core::Config {
+        jwt_signing_key: Some(relay_core::JwtSigningKey([0x99; 32])),
+        ..crate::world::fast_config()
+    };
+    let other = World::with_seed(other_key, 99).user("u").token;
     assert_eq!(
         code(&mut w, Some(&format!("Bearer {other}"))),
         "TOKEN_SIGNATURE_INVALID"

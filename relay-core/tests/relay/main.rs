@@ -7,10 +7,12 @@
     clippy::needless_pass_by_value
 )]
 
+mod backlog;
 mod calls;
 mod channels;
 mod confirm_redelivery;
 mod durability;
+mod hardening;
 mod http;
 mod media;
 mod messaging;

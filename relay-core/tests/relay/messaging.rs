@@ -4,7 +4,7 @@ use relay_core::Config;
 use serde_json::json;
 use wire::ServerFrame;
 
-use crate::world::{User, World, acks, errors, frames, msgs};
+use crate::world::{User, World, acks, b64, errors, frames, msgs};
 
 fn pair(w: &mut World) -> (User, User, String) {
     let mut a = w.user("alice");
@@ -30,7 +30,7 @@ fn msg_ack_seq_and_live_delivery() {
     };
     assert_eq!(
         (m.from.as_str(), m.seq.get(), m.at, m.payload.as_str()),
-        (a.alias.as_str(), 1, w.now, "p-m1")
+        (a.alias.as_str(), 1, w.now, b64(b"p-m1").as_str())
     );
     assert_eq!(m.crypto_v, Some(1));
     // Seqs are per conversation and shared by both directions.
@@ -38,7 +38,7 @@ fn msg_ack_seq_and_live_delivery() {
     assert_eq!(acks(&frames(&outs, cb)), [("m2".into(), 2)]);
     assert_eq!(msgs(&frames(&outs, ca)), [("m2".into(), 2)]);
     // from is the authenticated sender even if the client claims otherwise.
-    let outs = w.send(ca, json!({"type":"msg","id":"m3","from":"u00000000","to":b.alias,"conv_id":conv,"payload":"x"}));
+    let outs = w.send(ca, json!({"type":"msg","id":"m3","from":"u00000000","to":b.alias,"conv_id":conv,"payload":"eA=="}));
     let ServerFrame::Msg(m) = &frames(&outs, cb)[0] else {
         panic!()
     };
@@ -79,13 +79,13 @@ fn non_members_and_wrong_recipient_are_refused() {
     w.sync(cc);
     let outs = w.send(
         cc,
-        json!({"type":"msg","id":"x","to":b.alias,"conv_id":conv,"payload":"p"}),
+        json!({"type":"msg","id":"x","to":b.alias,"conv_id":conv,"payload":"cA=="}),
     );
     assert_eq!(errors(&frames(&outs, cc)), ["NOT_A_MEMBER"]);
     assert!(frames(&outs, b.conn.unwrap()).is_empty());
     let outs = w.send(
         a.conn.unwrap(),
-        json!({"type":"msg","id":"y","to":c.alias,"conv_id":conv,"payload":"p"}),
+        json!({"type":"msg","id":"y","to":c.alias,"conv_id":conv,"payload":"cA=="}),
     );
     assert_eq!(errors(&frames(&outs, a.conn.unwrap())), ["NOT_A_MEMBER"]);
     let outs = w.send(cc, json!({"type":"typing","to":b.alias,"conv_id":conv}));
@@ -207,7 +207,7 @@ fn offline_queue_sync_replay_and_receipts() {
 #[test]
 fn sync_is_batched_and_refilled_by_receipts() {
     let mut w = World::with_config(Config {
-        max_sync_batch: 3,
+        sync_window_msgs: 3,
         pow_difficulty: 1,
         ..Config::default()
     });

@@ -85,7 +85,7 @@ fn run(ops: Vec<Op>) {
                 let to = users[1 - from].alias.clone();
                 let outs = w.send(
                     conn,
-                    json!({"type":"msg","id":id,"to":to,"conv_id":conv,"payload":"p"}),
+                    json!({"type":"msg","id":id,"to":to,"conv_id":conv,"payload":"cA=="}),
                 );
                 for f in frames(&outs, conn) {
                     if let ServerFrame::Ack(a) = f {
@@ -173,7 +173,7 @@ fn run(ops: Vec<Op>) {
                 let to = users[1].alias.clone();
                 w.send(
                     oc,
-                    json!({"type":"msg","id":"evil","to":to,"conv_id":conv,"payload":"p"}),
+                    json!({"type":"msg","id":"evil","to":to,"conv_id":conv,"payload":"cA=="}),
                 )
             }
             Op::Advance { ms } => {

@@ -96,7 +96,7 @@ fn no_push_when_online_or_without_a_target() {
     w.advance(30_000);
     let outs = w.send(
         a.conn.unwrap(),
-        json!({"type":"msg","id":"x1","to":a.alias,"conv_id":conv,"crypto_v":1,"payload":"p"}),
+        json!({"type":"msg","id":"x1","to":a.alias,"conv_id":conv,"crypto_v":1,"payload":"cA=="}),
     );
     assert!(pushes(&outs).is_empty());
     assert!(pushes(&w.log).len() == 1);

@@ -178,12 +178,12 @@ fn bind_rules_retire_the_old_alias_and_keep_routing() {
     w.sync(cb);
     let outs = w.send(
         cb,
-        json!({"type":"msg","id":"m1","to":"88888888","conv_id":conv,"payload":"x"}),
+        json!({"type":"msg","id":"m1","to":"88888888","conv_id":conv,"payload":"eA=="}),
     );
     assert_eq!(msgs(&frames(&outs, ca)).len(), 1);
     let outs = w.send(
         cb,
-        json!({"type":"msg","id":"m2","to":old,"conv_id":conv,"payload":"x"}),
+        json!({"type":"msg","id":"m2","to":old,"conv_id":conv,"payload":"eA=="}),
     );
     let fa = frames(&outs, ca);
     assert_eq!(msgs(&fa).len(), 1);

@@ -51,6 +51,11 @@ impl World {
     }
 
     pub(crate) fn with_seed(config: Config, seed: u64) -> Self {
+        // The key a real relay keeps in its key file: tokens survive `restart` (another seed).
+        let mut config = config;
+        if config.jwt_signing_key.is_none() {
+            config.jwt_signing_key = Some(relay_core::JwtSigningKey([0x5e; 32]));
+        }
         let mem = MemoryStore::new();
         let relay = Relay::new(config.clone(), Box::new(mem.clone()), seed).unwrap();
         Self {
@@ -207,6 +212,12 @@ impl World {
         self.drain()
     }
 
+    /// Sends raw text (not necessarily JSON) on `conn`.
+    pub(crate) fn send_raw(&mut self, conn: ConnId, text: &str) -> Vec<Output> {
+        self.relay.handle_text(self.now, conn, text);
+        self.drain()
+    }
+
     pub(crate) fn sync(&mut self, conn: ConnId) -> Vec<Output> {
         self.send(conn, json!({"type": "sync", "crypto_v": 1}))
     }
@@ -235,7 +246,7 @@ impl World {
         let conn = from.conn.unwrap();
         self.send(
             conn,
-            json!({"type":"msg","id":id,"to":to.alias,"conv_id":conv,"crypto_v":1,"payload":format!("p-{id}")}),
+            json!({"type":"msg","id":id,"to":to.alias,"conv_id":conv,"crypto_v":1,"payload":b64(format!("p-{id}").as_bytes())}),
         )
     }
 }

@@ -73,6 +73,7 @@ mod close_code {
     pub(crate) const NORMAL: u16 = 1000;
     pub(crate) const GOING_AWAY: u16 = 1001;
     pub(crate) const INTERNAL_ERROR: u16 = 1011;
+    pub(crate) const POLICY_VIOLATION: u16 = 1008;
     pub(crate) const TRY_AGAIN_LATER: u16 = 1013;
 }
 
@@ -81,6 +82,7 @@ fn close_for(reason: CloseReason) -> Outbound {
         CloseReason::Goaway => (close_code::NORMAL, "goaway"),
         CloseReason::Idle => (close_code::GOING_AWAY, "idle timeout"),
         CloseReason::StorageFailure => (close_code::INTERNAL_ERROR, "relay restarting"),
+        CloseReason::RateLimited => (close_code::POLICY_VIOLATION, "frame rate limit exceeded"),
     };
     Outbound::Close { code, reason }
 }

@@ -186,6 +186,7 @@ async fn advance_clock(app: &App, body: &[u8]) -> Response {
                 status: StatusCode::OK.as_u16(),
                 body,
                 content_type: relay_core::http::CONTENT_TYPE_JSON,
+                retry_after_s: None,
             })
         }
         Err(_) => unavailable(),
@@ -236,6 +237,10 @@ pub(super) fn relay_response(response: HttpResponse) -> Response {
     let mut out = Response::new(Body::from(response.body));
     *out.status_mut() = status;
     out.headers_mut().insert(header::CONTENT_TYPE, content_type);
+    if let Some(s) = response.retry_after_s {
+        out.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
     out
 }
 
@@ -246,6 +251,8 @@ pub(super) fn error_response(status: StatusCode, code: ErrorCode, message: &str)
         status: status.as_u16(),
         body,
         content_type: relay_core::http::CONTENT_TYPE_JSON,
+        retry_after_s: (status == StatusCode::TOO_MANY_REQUESTS)
+            .then_some(relay_core::limits::DEFAULT_RETRY_AFTER_S),
     })
 }
 
