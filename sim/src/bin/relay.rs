@@ -21,7 +21,7 @@ use relay_core::{
 };
 use sim::{
     net::{Endpoint, Tokio},
-    server::RelayServer,
+    server::{RelayServer, secrets},
 };
 use tracing::{info, warn};
 use tracing_subscriber::EnvFilter;
@@ -81,6 +81,11 @@ struct Args {
     #[arg(long, value_name = "URL")]
     push_gateway: Option<Endpoint>,
 
+    /// Writes a new JWT signing key to DIR/jwt-signing.key before starting: every token signed
+    /// with the old key is refused from then on (users log in again). See README "Secrets".
+    #[arg(long, requires = "data")]
+    rotate_jwt_key: bool,
+
     /// Seed of the relay's RNG (ids, tokens); default: drawn from the operating system.
     #[arg(long)]
     seed: Option<u64>,
@@ -110,7 +115,7 @@ fn main() -> Result<()> {
 }
 
 async fn run(args: Args) -> Result<()> {
-    let config = config(&args)?;
+    let mut config = config(&args)?;
     let seed = match args.seed {
         Some(seed) => seed,
         None => os_seed()?,
@@ -118,13 +123,33 @@ async fn run(args: Args) -> Result<()> {
     let mut server = match (&args.data, args.memory) {
         (_, true) => {
             warn!("--memory: nothing survives a restart");
+            // A fresh random key per process (a seed-derived one could be recomputed).
+            let mut key = [0u8; 32];
+            getrandom::fill(&mut key)
+                .map_err(|e| anyhow::anyhow!("reading OS randomness for the JWT key: {e}"))?;
+            config.jwt_signing_key = Some(relay_core::JwtSigningKey(key));
             RelayServer::in_memory(config, seed, MemoryStore::new(), MemoryBlobStore::new())
         }
         (Some(dir), false) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating the data directory {}", dir.display()))?;
+            secrets::create_private_dir(dir)?;
             let store_path = dir.join(STORE_FILE);
             let blob_dir = dir.join(BLOB_DIR);
+            // An older version kept the key in the store: moved to the key file once.
+            let legacy = if store_path.exists() && !dir.join(secrets::JWT_KEY_FILE).exists() {
+                let mut store = SqliteStore::open(&store_path)
+                    .with_context(|| format!("opening {}", store_path.display()))?;
+                relay_core::legacy_jwt_signing_key(&mut store)
+                    .context("reading the JWT key an older version kept in the store")?
+            } else {
+                None
+            };
+            let key = secrets::load_or_create_jwt_key(dir, legacy, args.rotate_jwt_key)?;
+            if args.rotate_jwt_key {
+                warn!(
+                    "--rotate-jwt-key: a new JWT signing key; every earlier token is now refused"
+                );
+            }
+            config.jwt_signing_key = Some(key);
             info!(store = %store_path.display(), "durable store");
             RelayServer::new(move || {
                 let store = SqliteStore::open(&store_path)?;

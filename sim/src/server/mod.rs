@@ -66,6 +66,7 @@ mod driver;
 pub mod embedded;
 mod http;
 mod push;
+pub mod secrets;
 mod ws;
 
 use std::{fmt, io, net::SocketAddr, sync::Arc};
