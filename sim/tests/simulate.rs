@@ -292,7 +292,7 @@ fn sweep_cli_runs_its_shard_and_writes_reports() {
     assert!(xml.contains("name=\"seed 11\"") && xml.contains("name=\"seed 13\""));
 }
 
-/// D1 (issue 17): a recipient who comes back to a large backlog can never finish `sync`: the
+/// D1 (issue 17, fixed by the relay-wide sync window): a recipient who comes back to a large backlog can never finish `sync`: the
 /// relay pushes up to 100 messages per conversation with no overall cap, overflows its own
 /// 1,024-frame outbound queue, closes the socket, and every reconnect repeats it.
 ///
@@ -301,7 +301,6 @@ fn sweep_cli_runs_its_shard_and_writes_reports() {
 /// socket is closed ~30 ms after every reconnect; `[liveness] 293 acknowledged message(s) to
 /// c2 not delivered within 80000 ms of healing (backlog of 1327 queued for it at healing)`.
 #[test]
-#[ignore = "D1: relay sync overflows its own outbound queue (issue 17); un-ignore after the fix"]
 fn d1_a_large_backlog_reaches_a_returning_client() {
     let report = run(&RunConfig {
         scale: Scale::Medium,
@@ -349,7 +348,6 @@ fn d2_a_client_that_stops_reading_is_closed() {
 /// the message). `simulate --seed 9 --faults none --store memory`: c3 binds `8888`, then
 /// retracts two earlier messages; c0 keeps them.
 #[test]
-#[ignore = "client-core: retract after the author's vanity bind is ignored"]
 fn retract_after_a_bind_lands() {
     let report = run(&config(9, "none", StoreKind::Memory));
     assert!(
@@ -365,7 +363,6 @@ fn retract_after_a_bind_lands() {
 /// dead), the recipient never learns of it. `simulate --seed 13 --store memory` (swarm): the
 /// relay powers off after committing c1's retract; c0, online, keeps the message.
 #[test]
-#[ignore = "relay-core: a live-forwarded retract is lost by a crash after its commit"]
 fn retract_survives_a_crash_after_its_commit() {
     let report = run(&config(13, "swarm", StoreKind::Memory));
     assert!(
@@ -397,7 +394,6 @@ fn relay_recovers_after_a_failed_rebuild() {
 /// relay-crash,client-crash --store sqlite`: c2 binds `signal`; its probe to c1 is parked at
 /// 195,404 ms and released only at 211,180 ms.
 #[test]
-#[ignore = "client-core: a message from a friend's new alias stays parked until a reconnect"]
 fn message_from_a_new_alias_is_released_promptly() {
     let report = run(&config(7, "relay-crash,client-crash", StoreKind::Sqlite));
     assert!(

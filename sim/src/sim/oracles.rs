@@ -21,7 +21,7 @@
 //! | `stuck-client` | a client that stopped reading is closed by the relay within `STUCK_CLOSE_BOUND_MS`, and one that reads again gets a working socket |
 //! | `resources` | (with a relay stats source) buffered outbound bytes per connection stay under the limit and connections are freed; today only what is observable from outside (`stuck-client`) |
 //! | `canary-store` / `canary-logs` | no planted plaintext in the relay's committed rows or in any log line |
-//! | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model` | commerce, after the public-API audit of [`super::commerce`]: paid orders confirmed (or late and refund-flagged) and their `payment_confirmed` seen at least once by the buyer and at most once per device, one owner per alias and channel, holds released, seats counted, refund flags only on orders a genuine payment reached |
+//! | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model` | commerce, after the public-API audit of [`super::commerce`]: paid orders confirmed (or late and refund-flagged) and their `payment_confirmed` seen at least once by the buyer and at most once by its primary device, one owner per alias and channel, holds released, seats counted, refund flags only on orders a genuine payment reached |
 //!
 //! Retracted messages are exempt from delivery and receipt checks: the relay drops a
 //! still-queued copy on `retract`, and a later receipt "up to seq" covers it.
@@ -1324,12 +1324,11 @@ fn payments_once(
                 ),
             ));
         }
-        // At most once per device (each deduplicates by order id in its store); at least once
-        // for a confirmed order (the relay re-sends it to every device of the buyer).
-        let mut per_device = got.clone();
-        per_device.sort();
-        per_device.dedup();
-        let once_per_device = per_device.len() == got.len();
+        // At most once on the primary device (its store deduplicates by order id for the whole
+        // run; a second-device login is a fresh install with a store of its own, so it may see
+        // it again); at least once for a confirmed order (the relay re-sends it to every
+        // device of the buyer).
+        let once_per_device = got.iter().filter(|d| d.device == 0).count() <= 1;
         let expected = usize::from(st == OrderState::Confirmed);
         if !once_per_device || got.is_empty() != (expected == 0) {
             out.push(Violation::new(
