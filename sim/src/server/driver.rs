@@ -101,6 +101,9 @@ pub(super) struct Core {
     draining: bool,
     /// The relay failed and rebuilding it from the store failed too: retry on the timer.
     rebuild_pending: bool,
+    /// When that retry is due: fixed when the rebuild fails, so inputs arriving faster than
+    /// [`REBUILD_RETRY_MS`] cannot push it back forever.
+    rebuild_at: UnixMs,
     push: Option<mpsc::Sender<PushJob>>,
     /// Test mode: the offset clock `clock` reads, advanced by [`Input::AdvanceClock`].
     test_clock: Option<OffsetClock>,
@@ -122,6 +125,7 @@ impl Core {
             next_conn: 1,
             draining: false,
             rebuild_pending: false,
+            rebuild_at: UnixMs(0),
             push,
             test_clock,
         }
@@ -136,7 +140,7 @@ impl Core {
         info!("relay core started");
         loop {
             let deadline = if self.rebuild_pending {
-                Some(self.clock.now().plus_ms(REBUILD_RETRY_MS))
+                Some(self.rebuild_at)
             } else {
                 self.relay.poll_timeout()
             };
@@ -396,6 +400,7 @@ impl Core {
             }
             Err(err) => {
                 self.rebuild_pending = true;
+                self.rebuild_at = self.clock.now().plus_ms(REBUILD_RETRY_MS);
                 error!(error = %err, retry_ms = REBUILD_RETRY_MS, "rebuilding the relay from the store failed");
             }
         }

@@ -87,7 +87,7 @@ use crate::net::{Endpoint, Network, serve};
 
 pub use self::http::OVERSIZE_DRAIN_BYTES;
 pub use self::push::{PUSH_QUEUE_CAPACITY, push_path};
-pub use self::ws::{CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES};
+pub use self::ws::{CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES, WRITE_DEADLINE_MS};
 
 /// Inputs waiting for the core task; when full, handlers and socket readers wait (backpressure).
 pub const INPUT_QUEUE_CAPACITY: usize = 1024;

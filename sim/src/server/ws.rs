@@ -23,6 +23,12 @@ pub const HARD_MAX_MESSAGE_BYTES: usize = 4 * MAX_FRAME_BYTES;
 
 /// After sending a close frame, how long to wait for the client's close reply, in ms.
 pub const CLOSE_LINGER_MS: u64 = 2_000;
+/// Longest a single write to a socket may take, in ms (issue 17, D2). A client that stops
+/// reading fills its TCP window and then the library's write buffer; the write that does not
+/// finish within this is the end of the connection: the socket task ends, the socket and
+/// everything queued for it are freed, and the core forgets the connection. What the client
+/// had not acknowledged stays queued in the core for its next `sync`.
+pub const WRITE_DEADLINE_MS: u64 = 15_000;
 /// RFC 6455 "message too big".
 const CLOSE_TOO_BIG: u16 = 1009;
 /// RFC 6455 "going away".
@@ -120,8 +126,8 @@ async fn run_socket(
             biased;
             out = outbound.recv() => match out {
                 Some(Outbound::Text(text)) => {
-                    if socket.send(Message::text(text)).await.is_err() {
-                        break "write failed";
+                    if let Err(why) = send_within(&mut socket, Message::text(text)).await {
+                        break why;
                     }
                 }
                 Some(Outbound::Close { code, reason }) => {
@@ -158,8 +164,9 @@ async fn run_socket(
                                 ref_type: error.frame_type().map(str::to_owned),
                                 id: error.frame_id().map(str::to_owned),
                             });
-                            if socket.send(Message::text(frame.encode())).await.is_err() {
-                                break "write failed";
+                            let answer = Message::text(frame.encode());
+                            if let Err(why) = send_within(&mut socket, answer).await {
+                                break why;
                             }
                         }
                     }
@@ -187,7 +194,7 @@ async fn run_socket(
 /// discarding anything else it still sends: closing the TCP connection with unread input
 /// would reset it, and a reset can destroy frames the client has not read yet (the GOAWAY).
 async fn close_handshake(socket: &mut WebSocket, code: u16, reason: &'static str) {
-    if socket.send(close(code, reason)).await.is_err() {
+    if send_within(socket, close(code, reason)).await.is_err() {
         return;
     }
     let linger = async {
@@ -198,6 +205,22 @@ async fn close_handshake(socket: &mut WebSocket, code: u16, reason: &'static str
         }
     };
     let _ = tokio::time::timeout(std::time::Duration::from_millis(CLOSE_LINGER_MS), linger).await;
+}
+
+/// Writes one message within [`WRITE_DEADLINE_MS`]; the error says why the socket must go.
+async fn send_within(socket: &mut WebSocket, message: Message) -> Result<(), &'static str> {
+    let deadline = std::time::Duration::from_millis(WRITE_DEADLINE_MS);
+    match tokio::time::timeout(deadline, socket.send(message)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err("write failed"),
+        Err(_) => {
+            debug!(
+                deadline_ms = WRITE_DEADLINE_MS,
+                "write deadline passed: the client is not reading"
+            );
+            Err("write deadline passed")
+        }
+    }
 }
 
 fn close(code: u16, reason: &'static str) -> Message {
