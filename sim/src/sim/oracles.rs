@@ -18,7 +18,7 @@
 //! | `push` | pushes carry only `{"type":"new_msg"}`, go only to registered tokens, and a client offline with a token while messages arrive for it gets one |
 //! | `authz` | requests an honest client never makes are refused: no message of a stranger in someone else's conversation is acked, committed or delivered, no receipt mark in a stranger's name, no retract by anyone but the author lands, no friendship, order, channel or identity of someone else is taken, a rejected request stays rejected |
 //! | `bad-input` | every malformed frame gets an error frame, or the socket is closed with a code |
-//! | `stuck-client` | a client that stopped reading is closed by the relay within `STUCK_CLOSE_BOUND_MS`, and one that reads again gets a working socket |
+//! | `stuck-client` | a client that stopped reading is closed by the relay within `STUCK_CLOSE_BOUND_MS` (unless the relay was powered off meanwhile: the socket died with it), and one that reads again gets a working socket |
 //! | `resources` | (with a relay stats source) buffered outbound bytes per connection stay under the limit and connections are freed; today only what is observable from outside (`stuck-client`) |
 //! | `canary-store` / `canary-logs` | no planted plaintext in the relay's committed rows or in any log line |
 //! | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model` | commerce, after the public-API audit of [`super::commerce`]: paid orders confirmed (or late and refund-flagged) and their `payment_confirmed` seen at least once by the buyer and at most once by its primary device, one owner per alias and channel, holds released, seats counted, refund flags only on orders a genuine payment reached |
@@ -243,7 +243,25 @@ pub(super) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
 /// socket was reset).
 fn stuck_clients(input: &Input<'_>, out: &mut Vec<Violation>) {
     use super::hostile::STUCK_CLOSE_BOUND_MS;
+    // A relay powered off while the client was stuck took the socket with it: the restarted
+    // relay never knew it, and turmoil sends the client no reset.
+    let start = input.start_ms.unwrap_or(0);
+    let relay_off: Vec<u64> = input
+        .plan
+        .events
+        .iter()
+        .filter(|e| match &e.action {
+            FaultAction::Crash { host } => host == "relay",
+            FaultAction::CrashAfterCommit { .. } | FaultAction::CrashMidBatch { .. } => true,
+            _ => false,
+        })
+        .map(|e| start + e.at_ms)
+        .collect();
     for s in &input.world.stuck {
+        let window = s.stopped_ms..=s.stopped_ms + STUCK_CLOSE_BOUND_MS;
+        if relay_off.iter().any(|t| window.contains(t)) {
+            continue;
+        }
         if s.must_close && s.closed_ms.is_none() {
             out.push(Violation::new(
                 "stuck-client",
