@@ -97,6 +97,20 @@ struct Args {
     #[arg(long)]
     test_mode: bool,
 
+    /// Each request's headers must arrive within this many milliseconds of the connection
+    /// opening or of the previous response (slow-header and silent connections are closed; a
+    /// WebSocket authenticates in its upgrade request, so this bounds that too).
+    #[arg(long, value_name = "MS", default_value_t = sim::net::HEADER_READ_TIMEOUT_MS)]
+    header_read_timeout_ms: u64,
+
+    /// Open connections in total (HTTP and WebSocket); new ones past it are closed at once.
+    #[arg(long, value_name = "N", default_value_t = sim::net::MAX_CONNECTIONS)]
+    max_connections: usize,
+
+    /// Open connections from one IP address; new ones past it are closed at once.
+    #[arg(long, value_name = "N", default_value_t = sim::net::MAX_CONNECTIONS_PER_ADDR)]
+    max_connections_per_addr: usize,
+
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `relay_core=debug,info`.
     #[arg(long, default_value = "info")]
     log: String,
@@ -163,6 +177,11 @@ async fn run(args: Args) -> Result<()> {
     if let Some(gateway) = args.push_gateway.clone() {
         server = server.with_push_gateway(gateway);
     }
+    server = server.with_limits(sim::net::ServeLimits {
+        header_read_timeout_ms: args.header_read_timeout_ms,
+        max_connections: args.max_connections,
+        max_connections_per_addr: args.max_connections_per_addr,
+    });
     if args.test_mode {
         warn!("--test-mode: anyone can move this relay's clock; never use it in production");
         server = server.with_test_mode();

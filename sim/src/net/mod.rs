@@ -31,7 +31,10 @@ pub use http::{
     DEFAULT_REQUEST_TIMEOUT_MS, HttpClient, HttpError, HttpRequest, HttpResponse,
     MAX_IDLE_CONNECTIONS, MAX_RESPONSE_BYTES,
 };
-pub use server::{PeerAddr, TurmoilListener, serve};
+pub use server::{
+    ConnectionCounter, HEADER_READ_TIMEOUT_MS, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDR, PeerAddr,
+    ServeLimits, TurmoilListener, serve, serve_with_limits,
+};
 pub use ws::{WsError, WsMessage, WsRequest, WsStream};
 
 /// A network the shells can run on: how to listen and how to connect.

@@ -83,7 +83,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::info;
 
 use crate::clock::{Clock, OffsetClock, SystemClock};
-use crate::net::{Endpoint, Network, serve};
+use crate::net::{ConnectionCounter, Endpoint, Network, ServeLimits, serve_with_limits};
 
 pub use self::http::OVERSIZE_DRAIN_BYTES;
 pub use self::push::{PUSH_QUEUE_CAPACITY, push_path};
@@ -109,6 +109,8 @@ pub struct RelayServer {
     clock: Arc<dyn Clock>,
     push_gateway: Option<Endpoint>,
     test_mode: bool,
+    limits: ServeLimits,
+    connections: ConnectionCounter,
 }
 
 impl fmt::Debug for RelayServer {
@@ -117,6 +119,7 @@ impl fmt::Debug for RelayServer {
             .field("clock", &self.clock)
             .field("push_gateway", &self.push_gateway)
             .field("test_mode", &self.test_mode)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
@@ -131,6 +134,8 @@ impl RelayServer {
             clock: Arc::new(SystemClock),
             push_gateway: None,
             test_mode: false,
+            limits: ServeLimits::default(),
+            connections: ConnectionCounter::default(),
         }
     }
 
@@ -176,6 +181,18 @@ impl RelayServer {
     pub fn with_test_mode(mut self) -> Self {
         self.test_mode = true;
         self
+    }
+
+    /// Connection limits (header-read deadline, caps in total and per address); default
+    /// [`ServeLimits::default`].
+    pub fn with_limits(mut self, limits: ServeLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Counts the connections this server holds open (shared: read it while it runs).
+    pub fn connections(&self) -> ConnectionCounter {
+        self.connections.clone()
     }
 
     /// Whether [`with_test_mode`](Self::with_test_mode) was called.
@@ -234,7 +251,8 @@ impl RelayServer {
             info!("shutdown requested: no new connections");
             let _ = stop_tx.send(true);
         };
-        let served = serve(listener, router, shutdown).await;
+        let served =
+            serve_with_limits(listener, router, shutdown, self.limits, self.connections).await;
         // The core stops once the router and every socket task dropped their senders.
         if let Err(error) = core.await {
             tracing::error!(%error, "relay core task ended abnormally");
