@@ -209,7 +209,7 @@ fn token_errors_have_distinct_codes() {
     assert_eq!(code(&mut w, Some("Bearer not.a.jwt")), "TOKEN_INVALID");
     assert_eq!(code(&mut w, Some("Basic abc")), "TOKEN_INVALID");
     // Signed by another relay's key.
-    let other_key = relay_core::Config {
+    let other_key = Config {
         jwt_signing_key: Some(relay_core::JwtSigningKey([0x99; 32])),
         ..crate::world::fast_config()
     };
