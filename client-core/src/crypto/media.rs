@@ -8,7 +8,7 @@
 //! authentication failure are distinct errors.
 //!
 //! The AEAD behind the chunks is the `aes-gcm` crate, or AWS-LC with the `aws-lc` feature
-//! ([`aead`] holds both; the bytes are the same, the tests of this module run on either).
+//! (a private `aead` module holds both; the bytes are the same, the tests of this module run on either).
 
 use rand_core::CryptoRng;
 
