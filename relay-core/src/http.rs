@@ -59,7 +59,8 @@ pub struct HttpRequest {
 
 impl std::fmt::Debug for HttpRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print credentials or bodies (they may hold signatures or keys).
+        // Never print credentials, bodies (they may hold signatures or keys) or the client's
+        // address.
         f.debug_struct("HttpRequest")
             .field("method", &self.method)
             .field("path", &self.path)
@@ -67,7 +68,11 @@ impl std::fmt::Debug for HttpRequest {
                 "authorization",
                 &self.authorization.as_ref().map(|_| "<redacted>"),
             )
-            .field("remote_addr", &self.remote_addr)
+            // Client addresses stay out of logs (issue 17, D7).
+            .field(
+                "remote_addr",
+                &(!self.remote_addr.is_empty()).then_some("<redacted>"),
+            )
             .field("body_len", &self.body.len())
             .field("headers", &self.headers.len())
             .finish()
@@ -415,6 +420,22 @@ pub(crate) fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the shell logs at trace level never holds the client's address, its token, its
+    /// query (tickets) or its body (issue 17, D7).
+    #[test]
+    fn debug_of_a_request_redacts_address_credentials_query_and_body() {
+        let mut r = HttpRequest::new(Method::Post, "/api/v1/ws/ticket");
+        r.remote_addr = "203.0.113.7:51000".into();
+        r.authorization = Some("Bearer eyJ-secret-token".into());
+        r.query = "ticket=t-secret".into();
+        r.body = b"{\"payload\":\"CANARY-body\"}".to_vec();
+        let text = format!("{r:?}");
+        for secret in ["203.0.113.7", "eyJ-secret-token", "t-secret", "CANARY-body"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert!(text.contains("/api/v1/ws/ticket"), "{text}");
+    }
 
     #[test]
     fn routing() {
