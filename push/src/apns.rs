@@ -341,10 +341,19 @@ mod tests {
     fn classification() {
         let c = |s, b: &str| classify(&PushResponse::new(s, b.to_owned()));
         assert_eq!(c(200, ""), Outcome::Delivered);
-        assert_eq!(c(410, r#"{"reason":"Unregistered","timestamp":1}"#), Outcome::Gone);
+        assert_eq!(
+            c(410, r#"{"reason":"Unregistered","timestamp":1}"#),
+            Outcome::Gone
+        );
         assert_eq!(c(400, r#"{"reason":"BadDeviceToken"}"#), Outcome::Gone);
-        assert_eq!(c(403, r#"{"reason":"ExpiredProviderToken"}"#), Outcome::Reauth);
-        assert_eq!(c(429, r#"{"reason":"TooManyRequests"}"#), Outcome::Retry { after: None });
+        assert_eq!(
+            c(403, r#"{"reason":"ExpiredProviderToken"}"#),
+            Outcome::Reauth
+        );
+        assert_eq!(
+            c(429, r#"{"reason":"TooManyRequests"}"#),
+            Outcome::Retry { after: None }
+        );
         assert_eq!(c(503, ""), Outcome::Retry { after: None });
         assert_eq!(
             c(400, r#"{"reason":"BadTopic"}"#),

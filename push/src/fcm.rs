@@ -179,7 +179,9 @@ pub(crate) fn read_secret_file(path: &Path) -> Result<Zeroizing<String>, Credent
     if meta.len() > MAX_CREDENTIALS_BYTES {
         return Err(CredentialsError::Malformed("file too large"));
     }
-    std::fs::read_to_string(path).map(Zeroizing::new).map_err(io)
+    std::fs::read_to_string(path)
+        .map(Zeroizing::new)
+        .map_err(io)
 }
 
 /// FCM delivery settings.
@@ -298,18 +300,14 @@ struct TokenAnswer {
 
 /// Reads the token endpoint's answer at `now`: the token, or what to do (retry on 429/5xx,
 /// failed otherwise: the credentials are wrong and every FCM push fails until fixed).
-pub fn parse_token_response(
-    response: &PushResponse,
-    now: UnixMs,
-) -> Result<AccessToken, Outcome> {
+pub fn parse_token_response(response: &PushResponse, now: UnixMs) -> Result<AccessToken, Outcome> {
     if response.status.is_success() {
         let answer: TokenAnswer =
             serde_json::from_slice(&response.body).map_err(|_| Outcome::Failed {
                 status: response.status.as_u16(),
                 reason: "token_answer_unreadable".into(),
             })?;
-        if answer.access_token.is_empty() || HeaderValue::from_str(&answer.access_token).is_err()
-        {
+        if answer.access_token.is_empty() || HeaderValue::from_str(&answer.access_token).is_err() {
             return Err(Outcome::Failed {
                 status: response.status.as_u16(),
                 reason: "token_answer_unreadable".into(),
@@ -424,7 +422,9 @@ pub(crate) mod tests {
     }
 
     fn config() -> FcmConfig {
-        FcmConfig::new(ServiceAccount::from_json(&account_json("https://oauth.example/token")).unwrap())
+        FcmConfig::new(
+            ServiceAccount::from_json(&account_json("https://oauth.example/token")).unwrap(),
+        )
     }
 
     fn jwt_part(jwt: &str, i: usize) -> serde_json::Value {
@@ -439,7 +439,10 @@ pub(crate) mod tests {
         let now = UnixMs(1_767_225_600_000);
         let req = token_request(&c, now).unwrap();
         assert_eq!(req.uri(), "https://oauth.example/token");
-        assert_eq!(req.headers()[CONTENT_TYPE], "application/x-www-form-urlencoded");
+        assert_eq!(
+            req.headers()[CONTENT_TYPE],
+            "application/x-www-form-urlencoded"
+        );
         let body = std::str::from_utf8(req.body()).unwrap();
         let (grant, assertion) = body.split_once('&').unwrap();
         assert_eq!(
@@ -479,7 +482,9 @@ pub(crate) mod tests {
         );
         let t = parse_token_response(&ok, now).unwrap();
         assert!(t.is_fresh(now));
-        assert!(!t.is_fresh(UnixMs(now.get() + (3599 - FCM_TOKEN_REFRESH_MARGIN_S) * 1000)));
+        assert!(!t.is_fresh(UnixMs(
+            now.get() + (3599 - FCM_TOKEN_REFRESH_MARGIN_S) * 1000
+        )));
         assert!(!format!("{t:?}").contains("ya29"));
         assert_eq!(
             parse_token_response(&PushResponse::new(503, ""), now).unwrap_err(),
@@ -520,7 +525,10 @@ pub(crate) mod tests {
     #[test]
     fn classification() {
         let c = |s, b: &str| classify(&PushResponse::new(s, b.to_owned()));
-        assert_eq!(c(200, r#"{"name":"projects/p/messages/1"}"#), Outcome::Delivered);
+        assert_eq!(
+            c(200, r#"{"name":"projects/p/messages/1"}"#),
+            Outcome::Delivered
+        );
         let unregistered = r#"{"error":{"code":404,"status":"NOT_FOUND","details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"UNREGISTERED"}]}}"#;
         assert_eq!(c(404, unregistered), Outcome::Gone);
         assert_eq!(c(404, ""), Outcome::Gone);

@@ -70,7 +70,10 @@ mod tests {
             "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
         );
         assert_eq!(retry_after(&r), None);
-        assert_eq!(safe_code("Bad Device-Token: https://x/y"), "BadDeviceTokenhttpsxy");
+        assert_eq!(
+            safe_code("Bad Device-Token: https://x/y"),
+            "BadDeviceTokenhttpsxy"
+        );
         assert_eq!(safe_code(&"A".repeat(100)).len(), 48);
     }
 }

@@ -150,7 +150,10 @@ mod tests {
         let req = http::Request::post("http://127.0.0.1:9/x")
             .body(Bytes::new())
             .unwrap();
-        assert_eq!(t.send(req).await.unwrap_err(), TransportError::SchemeNotAllowed);
+        assert_eq!(
+            t.send(req).await.unwrap_err(),
+            TransportError::SchemeNotAllowed
+        );
 
         // A one-shot HTTP/1.1 server on loopback answers 201.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

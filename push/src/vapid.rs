@@ -236,9 +236,9 @@ impl VapidSubject {
         let s = subject.trim();
         let printable = s.bytes().all(|b| b.is_ascii_graphic());
         let ok = match (s.strip_prefix("mailto:"), s.strip_prefix("https://")) {
-            (Some(addr), _) => addr.split_once('@').is_some_and(|(l, d)| {
-                !l.is_empty() && !d.is_empty() && !d.contains('@')
-            }),
+            (Some(addr), _) => addr
+                .split_once('@')
+                .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty() && !d.contains('@')),
             (None, Some(rest)) => !rest.is_empty() && !rest.starts_with('/'),
             (None, None) => false,
         };
@@ -395,8 +395,7 @@ mod tests {
             .verify(signing_input.as_bytes(), &sig)
             .unwrap();
         let (h, c) = signing_input.split_once('.').unwrap();
-        let header: serde_json::Value =
-            serde_json::from_slice(&b64url_decode(h).unwrap()).unwrap();
+        let header: serde_json::Value = serde_json::from_slice(&b64url_decode(h).unwrap()).unwrap();
         assert_eq!(header["alg"], "ES256");
         serde_json::from_slice(&b64url_decode(c).unwrap()).unwrap()
     }
@@ -425,7 +424,10 @@ mod tests {
         let sec1 = k.secret.to_sec1_pem(LineEnding::LF).unwrap();
         assert_eq!(VapidKey::parse(&sec1).unwrap(), k);
         assert!(VapidKey::parse("not a key").is_none());
-        assert!(VapidKey::parse(&b64url(&[0u8; 32])).is_none(), "zero scalar");
+        assert!(
+            VapidKey::parse(&b64url(&[0u8; 32])).is_none(),
+            "zero scalar"
+        );
         assert!(VapidKey::parse(&b64url(&[1u8; 31])).is_none());
     }
 
@@ -446,7 +448,10 @@ mod tests {
         assert_eq!(VapidKey::load(&path).unwrap(), k1);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
         let e = VapidKey::load_or_create(&path, &mut rng).unwrap_err();
-        assert!(matches!(e, KeyFileError::TooOpen { mode: 0o640, .. }), "{e}");
+        assert!(
+            matches!(e, KeyFileError::TooOpen { mode: 0o640, .. }),
+            "{e}"
+        );
         assert!(e.to_string().contains("chmod 600"));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::write(&path, "garbage").unwrap();
@@ -517,8 +522,13 @@ mod tests {
 
         // Cached per origin until near expiry; another origin gets its own token.
         let later = UnixMs(now.get() + 3_600_000);
-        assert_eq!(signer.authorization("https://push.example", later).unwrap(), header);
-        let other = signer.authorization("https://other.example", later).unwrap();
+        assert_eq!(
+            signer.authorization("https://push.example", later).unwrap(),
+            header
+        );
+        let other = signer
+            .authorization("https://other.example", later)
+            .unwrap();
         assert_ne!(other, header);
         assert_eq!(signer.cached_origins(), 2);
         let near_expiry =
@@ -527,7 +537,12 @@ mod tests {
             .authorization("https://push.example", near_expiry)
             .unwrap();
         assert_ne!(renewed, header);
-        let t2 = renewed.strip_prefix("vapid t=").unwrap().split(',').next().unwrap();
+        let t2 = renewed
+            .strip_prefix("vapid t=")
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap();
         let exp2 = verify(t2, &public)["exp"].as_u64().unwrap();
         assert_eq!(exp2, near_expiry.get() / 1000 + VAPID_JWT_LIFETIME_S);
     }

@@ -269,7 +269,11 @@ mod tests {
             "http://127.0.0.1:9"
         );
         for bad in ["ftp://p/x", "/x", "https://user@p.example/x", "p.example/x"] {
-            assert_eq!(parse_endpoint(bad, true), Err(WebPushError::BadEndpoint), "{bad}");
+            assert_eq!(
+                parse_endpoint(bad, true),
+                Err(WebPushError::BadEndpoint),
+                "{bad}"
+            );
         }
         let long = format!("https://p.example/{}", "a".repeat(MAX_ENDPOINT_BYTES));
         assert_eq!(parse_endpoint(&long, false), Err(WebPushError::BadEndpoint));

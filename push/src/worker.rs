@@ -238,7 +238,11 @@ impl PushWorker {
             }
             signer.ok()
         });
-        let enabled = [signer.is_some(), config.fcm.is_some(), config.apns.is_some()];
+        let enabled = [
+            signer.is_some(),
+            config.fcm.is_some(),
+            config.apns.is_some(),
+        ];
         if config.web_push.is_none() {
             warn!(
                 "push: Web Push not configured (no VAPID subject); browser subscriptions are skipped"
@@ -455,7 +459,10 @@ impl<T: PushTransport> Ctx<T> {
                     }
                     let Ok(slot) = self.retry_slots.clone().try_acquire_owned() else {
                         bump(&self.counters.gave_up);
-                        warn!(kind, attempt, "push not delivered: too many pushes retrying");
+                        warn!(
+                            kind,
+                            attempt, "push not delivered: too many pushes retrying"
+                        );
                         return;
                     };
                     drop(permit);
@@ -602,10 +609,13 @@ impl<T: PushTransport> Ctx<T> {
                         }
                     }
                 };
-                apns::send_request(&apns.config, &provider, token, &job.payload, now).map_err(
-                    |e| match e {
+                apns::send_request(&apns.config, &provider, token, &job.payload, now).map_err(|e| {
+                    match e {
                         ApnsError::BadDeviceToken => {
-                            warn!(kind = "apns", "push target unusable: device token is not hex");
+                            warn!(
+                                kind = "apns",
+                                "push target unusable: device token is not hex"
+                            );
                             AttemptError::Decided(Outcome::Gone)
                         }
                         ApnsError::Sign | ApnsError::BadEndpoint => {
@@ -614,8 +624,8 @@ impl<T: PushTransport> Ctx<T> {
                                 reason: "bad_request".into(),
                             })
                         }
-                    },
-                )
+                    }
+                })
             }
         }
     }
@@ -644,7 +654,10 @@ impl<T: PushTransport> Ctx<T> {
             }
             Err(outcome) => {
                 if let Outcome::Failed { status, reason } = &outcome {
-                    warn!(status, reason, "FCM refused the service account's token request");
+                    warn!(
+                        status,
+                        reason, "FCM refused the service account's token request"
+                    );
                 }
                 Err(AttemptError::Decided(outcome))
             }
