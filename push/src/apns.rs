@@ -129,6 +129,14 @@ impl ApnsConfig {
         Self::new(&pem, key_id, team_id, topic)
     }
 
+    /// Sends to `endpoint` instead (`--apns-endpoint`: the sandbox, or a stand-in).
+    pub fn with_endpoint(mut self, endpoint: &str) -> Self {
+        endpoint
+            .trim_end_matches('/')
+            .clone_into(&mut self.endpoint);
+        self
+    }
+
     /// The signing key's public point (stand-ins verify provider tokens with it).
     pub fn public_key(&self) -> [u8; 65] {
         self.public
