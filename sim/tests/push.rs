@@ -274,11 +274,11 @@ async fn web_push_410_and_404_are_reported_gone_and_a_wrong_key_is_refused() {
     let (worker, mut gone) = PushWorker::spawn(config, transport, clock_fn(clock), [2; 32]);
     worker.submit(user(1), web_target(&unsubscribed), PushPayload::new_msg());
     worker.submit(user(2), unknown.clone(), PushPayload::new_msg());
-    let mut reports = vec![gone.recv().await.unwrap(), gone.recv().await.unwrap()];
+    let mut reports = [gone.recv().await.unwrap(), gone.recv().await.unwrap()];
     reports.sort_by(|a, b| a.user.cmp(&b.user));
     assert_eq!(
         reports,
-        vec![
+        [
             GoneTarget {
                 user: user(1),
                 target: web_target(&unsubscribed)
@@ -519,7 +519,7 @@ async fn apns_over_loopback_provider_token_request_shape_and_gone() {
     service.unregister("0a1b2c");
     worker.submit(user(1), target("0a1b2c"), PushPayload::new_msg());
     worker.submit(user(2), target("not-hex"), PushPayload::new_msg());
-    let mut reports = vec![gone.recv().await.unwrap(), gone.recv().await.unwrap()];
+    let mut reports = [gone.recv().await.unwrap(), gone.recv().await.unwrap()];
     reports.sort_by(|a, b| a.user.cmp(&b.user));
     assert_eq!(reports[0].target, target("0a1b2c"));
     assert_eq!(reports[1].target, target("not-hex"));
@@ -609,7 +609,6 @@ fn every_kind_on_turmoil() {
     fcm.unregister("fcm-gone");
     web.fail_next(&[503], None);
 
-    let (w, f, a) = (web.clone(), fcm.clone(), apns.clone());
     sim.client("relay", async move {
         let (worker, mut gone) = PushWorker::spawn(
             config,
@@ -664,7 +663,7 @@ fn every_kind_on_turmoil() {
             },
             PushPayload::new_msg(),
         );
-        let mut reports = vec![gone.recv().await.unwrap(), gone.recv().await.unwrap()];
+        let mut reports = [gone.recv().await.unwrap(), gone.recv().await.unwrap()];
         reports.sort_by_key(|r| r.target.kind());
         assert_eq!(
             reports[0].target,
@@ -679,7 +678,7 @@ fn every_kind_on_turmoil() {
 
     // Every delivered Web Push decrypted to exactly the payload and carried a VAPID JWT for
     // the served key and this service's origin; nothing else reached any service.
-    let pushes = w.received();
+    let pushes = web.received();
     let delivered: Vec<_> = pushes.iter().filter(|p| p.status == 201).collect();
     assert_eq!(delivered.len(), 2);
     for p in &delivered {
@@ -692,12 +691,12 @@ fn every_kind_on_turmoil() {
     }
     assert!(pushes.iter().any(|p| p.status == 503) && pushes.iter().any(|p| p.status == 410));
     assert!(
-        f.received()
+        fcm.received()
             .iter()
             .all(|r| r.authorized && r.message["data"] == serde_json::json!({"type": "new_msg"}))
     );
-    assert_eq!(f.token_requests(), vec![Ok(())]);
-    let apns_ok: Vec<_> = a
+    assert_eq!(fcm.token_requests(), vec![Ok(())]);
+    let apns_ok: Vec<_> = apns
         .received()
         .into_iter()
         .filter(|r| r.status == 200)
