@@ -58,18 +58,65 @@ pub(super) struct Connected {
     pub(super) user: UserUuid,
     pub(super) subprotocol: Option<&'static str>,
     pub(super) outbound: mpsc::Receiver<Outbound>,
-    /// Bytes of [`Outbound::Text`] queued and not yet written; the socket task subtracts
-    /// what it wrote.
-    pub(super) queued: Arc<AtomicUsize>,
 }
 
 /// What the core asks a socket task to do, in order.
-#[derive(Debug)]
 pub(super) enum Outbound {
-    /// Write one text message.
-    Text(String),
+    /// Write one text message; its [`Charge`] gives its bytes back once written or dropped.
+    Text(String, Charge),
     /// Write a close frame (after everything before it) and end.
     Close { code: u16, reason: &'static str },
+}
+
+impl std::fmt::Debug for Outbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the text: it may carry a payload.
+        match self {
+            Self::Text(text, _) => write!(f, "Text({} bytes)", text.len()),
+            Self::Close { code, reason } => write!(f, "Close({code}, {reason})"),
+        }
+    }
+}
+
+/// Bytes of encoded frames queued for sockets and not yet written, over all sockets
+/// ([`super::RelayServer::outbound_bytes`]; the bound per socket is
+/// [`crate::net::ServeLimits::outbound_queue_bytes`]).
+#[derive(Clone, Debug, Default)]
+pub struct OutboundBytes(Arc<AtomicUsize>);
+
+impl OutboundBytes {
+    /// Bytes queued now.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The bytes of one queued frame, counted against its socket's queue and the total while it
+/// lives: written, dropped with a closed socket's queue, or refused by a full queue, it gives
+/// them back exactly once.
+pub(super) struct Charge {
+    len: usize,
+    socket: Arc<AtomicUsize>,
+    total: Arc<AtomicUsize>,
+}
+
+impl Charge {
+    fn new(len: usize, socket: &Arc<AtomicUsize>, total: &OutboundBytes) -> Self {
+        socket.fetch_add(len, Ordering::Relaxed);
+        total.0.fetch_add(len, Ordering::Relaxed);
+        Self {
+            len,
+            socket: Arc::clone(socket),
+            total: Arc::clone(&total.0),
+        }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.socket.fetch_sub(self.len, Ordering::Relaxed);
+        self.total.fetch_sub(self.len, Ordering::Relaxed);
+    }
 }
 
 /// WebSocket close codes (RFC 6455 §7.4.1).
@@ -81,19 +128,25 @@ mod close_code {
     pub(crate) const TRY_AGAIN_LATER: u16 = 1013;
 }
 
-fn close_for(reason: CloseReason) -> Outbound {
-    let (code, reason) = match reason {
+/// The close code and reason of `reason`.
+fn close_for(reason: CloseReason) -> (u16, &'static str) {
+    match reason {
         CloseReason::Goaway => (close_code::NORMAL, "goaway"),
         CloseReason::Idle => (close_code::GOING_AWAY, "idle timeout"),
         CloseReason::StorageFailure => (close_code::INTERNAL_ERROR, "relay restarting"),
         CloseReason::RateLimited => (close_code::POLICY_VIOLATION, "frame rate limit exceeded"),
-    };
-    Outbound::Close { code, reason }
+    }
+}
+
+/// What every socket is sent when all are closed at once (shutdown, fail-stop).
+enum Last {
+    Text(String),
+    Close { code: u16, reason: &'static str },
 }
 
 struct ConnEntry {
     tx: mpsc::Sender<Outbound>,
-    /// Shared with the socket task: bytes queued on `tx` and not yet written.
+    /// Bytes queued on `tx` and not yet written (each frame's [`Charge`]).
     queued: Arc<AtomicUsize>,
 }
 
@@ -115,6 +168,8 @@ pub(super) struct Core {
     test_clock: Option<OffsetClock>,
     /// [`crate::net::ServeLimits::outbound_queue_bytes`].
     queue_bytes: usize,
+    /// Bytes queued over all sockets.
+    outbound_bytes: OutboundBytes,
 }
 
 impl Core {
@@ -125,6 +180,7 @@ impl Core {
         push: Option<mpsc::Sender<PushJob>>,
         test_clock: Option<OffsetClock>,
         queue_bytes: usize,
+        outbound_bytes: OutboundBytes,
     ) -> Self {
         Self {
             relay,
@@ -138,6 +194,7 @@ impl Core {
             push,
             test_clock,
             queue_bytes,
+            outbound_bytes,
         }
     }
 
@@ -243,12 +300,11 @@ impl Core {
         match self.relay.handle_connect(now, conn, ws) {
             Ok(accepted) => {
                 let (tx, outbound) = mpsc::channel(OUTBOUND_QUEUE_CAPACITY);
-                let queued = Arc::new(AtomicUsize::new(0));
                 self.conns.insert(
                     conn,
                     ConnEntry {
                         tx,
-                        queued: Arc::clone(&queued),
+                        queued: Arc::default(),
                     },
                 );
                 let connected = Connected {
@@ -256,7 +312,6 @@ impl Core {
                     user: accepted.user,
                     subprotocol: accepted.subprotocol,
                     outbound,
-                    queued,
                 };
                 if reply.send(Ok(connected)).is_err() {
                     // The upgrade handler went away (client gone) before the answer.
@@ -286,7 +341,8 @@ impl Core {
                     Output::Close { conn, reason } => {
                         if let Some(entry) = self.conns.remove(&conn) {
                             debug!(conn = conn.0, ?reason, "closing socket");
-                            let _ = entry.tx.try_send(close_for(reason));
+                            let (code, reason) = close_for(reason);
+                            let _ = entry.tx.try_send(Outbound::Close { code, reason });
                         }
                     }
                     Output::Push {
@@ -323,12 +379,17 @@ impl Core {
         let len = text.len();
         let queued = entry.queued.load(Ordering::Relaxed);
         let result = if queued > 0 && queued + len > self.queue_bytes {
-            Err(mpsc::error::TrySendError::Full(Outbound::Text(text)))
+            Err(mpsc::error::TrySendError::Full(()))
         } else {
-            entry.queued.fetch_add(len, Ordering::Relaxed);
-            entry.tx.try_send(Outbound::Text(text)).inspect_err(|_| {
-                entry.queued.fetch_sub(len, Ordering::Relaxed);
-            })
+            let charge = Charge::new(len, &entry.queued, &self.outbound_bytes);
+            // A refused frame is dropped with its charge.
+            entry
+                .tx
+                .try_send(Outbound::Text(text, charge))
+                .map_err(|e| match e {
+                    mpsc::error::TrySendError::Full(_) => mpsc::error::TrySendError::Full(()),
+                    mpsc::error::TrySendError::Closed(_) => mpsc::error::TrySendError::Closed(()),
+                })
         };
         match result {
             Ok(()) => true,
@@ -382,16 +443,19 @@ impl Core {
         }
     }
 
-    /// Closes every socket with the given outbound messages and reports them disconnected.
-    fn close_all(&mut self, last: &[Outbound]) -> usize {
+    /// Closes every socket with the given last messages and reports them disconnected.
+    fn close_all(&mut self, last: &[Last]) -> usize {
         let now = self.clock.now();
         let conns = mem::take(&mut self.conns);
         let n = conns.len();
         for (conn, entry) in conns {
             for out in last {
                 let out = match out {
-                    Outbound::Text(t) => Outbound::Text(t.clone()),
-                    Outbound::Close { code, reason } => Outbound::Close {
+                    Last::Text(t) => Outbound::Text(
+                        t.clone(),
+                        Charge::new(t.len(), &entry.queued, &self.outbound_bytes),
+                    ),
+                    Last::Close { code, reason } => Outbound::Close {
                         code: *code,
                         reason,
                     },
@@ -411,8 +475,8 @@ impl Core {
         })
         .encode();
         let sockets = self.close_all(&[
-            Outbound::Text(goaway),
-            Outbound::Close {
+            Last::Text(goaway),
+            Last::Close {
                 code: close_code::GOING_AWAY,
                 reason: "server shutdown",
             },
@@ -422,7 +486,8 @@ impl Core {
 
     /// Fail-stop recovery: drop the failed relay and open a new one from the store.
     fn rebuild(&mut self) {
-        self.close_all(&[close_for(CloseReason::StorageFailure)]);
+        let (code, reason) = close_for(CloseReason::StorageFailure);
+        self.close_all(&[Last::Close { code, reason }]);
         match (self.open)() {
             Ok(relay) => {
                 self.relay = relay;

@@ -86,6 +86,7 @@ use tracing::info;
 use crate::clock::{Clock, OffsetClock, SystemClock};
 use crate::net::{ConnectionCounter, Endpoint, Network, ServeLimits, serve_with_limits};
 
+pub use self::driver::OutboundBytes;
 pub use self::http::OVERSIZE_DRAIN_BYTES;
 pub use self::push::{PUSH_QUEUE_CAPACITY, push_path};
 pub use self::ws::{
@@ -117,6 +118,7 @@ pub struct RelayServer {
     test_mode: bool,
     limits: ServeLimits,
     connections: ConnectionCounter,
+    outbound_bytes: OutboundBytes,
 }
 
 impl fmt::Debug for RelayServer {
@@ -142,6 +144,7 @@ impl RelayServer {
             test_mode: false,
             limits: ServeLimits::default(),
             connections: ConnectionCounter::default(),
+            outbound_bytes: OutboundBytes::default(),
         }
     }
 
@@ -201,6 +204,12 @@ impl RelayServer {
         self.connections.clone()
     }
 
+    /// Bytes of frames queued for its sockets and not yet written, over all sockets (shared:
+    /// read it while it runs).
+    pub fn outbound_bytes(&self) -> OutboundBytes {
+        self.outbound_bytes.clone()
+    }
+
     /// Whether [`with_test_mode`](Self::with_test_mode) was called.
     pub fn is_test_mode(&self) -> bool {
         self.test_mode
@@ -252,6 +261,7 @@ impl RelayServer {
             push,
             test_clock,
             self.limits.outbound_queue_bytes,
+            self.outbound_bytes.clone(),
         );
         let core = tokio::spawn(core.run(inputs_rx, stop_rx));
         info!(%addr, "relay listening");

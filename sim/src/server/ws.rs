@@ -1,6 +1,5 @@
 //! `GET /ws`: authenticate through the core before upgrading, then one task per socket.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::{
@@ -140,20 +139,18 @@ async fn run_socket(
     deadline: Duration,
 ) {
     let Connected {
-        conn,
-        mut outbound,
-        queued,
-        ..
+        conn, mut outbound, ..
     } = connected;
     info!("websocket open");
     let why = loop {
         tokio::select! {
             biased;
             out = outbound.recv() => match out {
-                Some(Outbound::Text(text)) => {
-                    let len = text.len();
+                Some(Outbound::Text(text, charge)) => {
                     let sent = send_within(&mut socket, Message::text(text), deadline).await;
-                    queued.fetch_sub(len, Ordering::Relaxed);
+                    // Written (or failed): its bytes leave the queue. Frames still queued when
+                    // this task ends are dropped with `outbound`, and give theirs back then.
+                    drop(charge);
                     if let Err(why) = sent {
                         break why;
                     }
