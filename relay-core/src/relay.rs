@@ -408,6 +408,26 @@ impl Relay {
         }
     }
 
+    /// Handles what a shell got from decoding a frame itself (off the relay's task, say):
+    /// the frame, or why it could not be decoded. Either is charged to the frame budget first,
+    /// exactly as [`handle_text`](Relay::handle_text) charges text before decoding it, so a
+    /// malformed frame costs a client as much as a valid one; an undecodable one is answered
+    /// with the same error frame.
+    pub fn handle_decoded(
+        &mut self,
+        now: UnixMs,
+        conn: ConnId,
+        decoded: Result<wire::ClientFrame, wire::FrameError>,
+    ) {
+        if !self.admit(now, conn) {
+            return;
+        }
+        match decoded {
+            Ok(frame) => self.handle_admitted(now, conn, frame),
+            Err(e) => self.refuse_undecodable(now, conn, &e),
+        }
+    }
+
     /// Handles one frame the shell decoded itself; charged to the frame budget like
     /// [`handle_text`](Relay::handle_text). Frames from unknown connections are ignored.
     pub fn handle_frame(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
