@@ -1,10 +1,11 @@
-//! Push delivery end to end with real cryptography, without the relay server: the
-//! `relay-push` worker against the push-service stand-ins, over loopback (the production
-//! rustls/hyper transport, speaking plain HTTP as in test mode) and inside turmoil (the
-//! server's network-seam transport, `sim::server::NetPushTransport`). What the stand-ins check is independent code
-//! (`sim::standins::pushcrypto`): every Web Push body is decrypted with the subscription's
-//! private key, every VAPID JWT verified against the served key and the push service's
-//! origin, the FCM OAuth assertion and the APNs provider token verified.
+//! Push delivery end to end with real cryptography, without the relay server (that is
+//! `tests/push_server.rs`): the `relay-push` worker against the push-service stand-ins, over
+//! loopback (the production rustls/hyper transport, speaking plain HTTP as in test mode) and
+//! inside turmoil (the server's network-seam transport, `sim::server::NetPushTransport`).
+//! What the stand-ins check is independent code (`sim::standins::pushcrypto`): every Web Push
+//! body is decrypted with the subscription's private key, every VAPID JWT verified against
+//! the served key and the push service's origin, the FCM OAuth assertion and the APNs
+//! provider token verified.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -417,7 +417,8 @@ fn vapid_key(args: &Args) -> Result<VapidKey> {
     match &args.data {
         Some(dir) => {
             let path = dir.join(VAPID_KEY_FILE);
-            let (key, created) = VapidKey::load_or_create(&path, &mut rng)?;
+            let (key, created) =
+                VapidKey::load_or_create(&path, &mut rng).context("the VAPID key file")?;
             if created {
                 info!(file = %path.display(), "push: new VAPID key written (mode 0600); back it up with the data: browsers subscribed under it");
             } else {
