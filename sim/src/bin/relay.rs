@@ -125,7 +125,7 @@ struct Args {
     )]
     fcm_credentials: Option<PathBuf>,
 
-    /// FCM API base URL (default https://fcm.googleapis.com).
+    /// FCM API base URL (default `https://fcm.googleapis.com`).
     #[arg(
         long,
         value_name = "URL",
@@ -186,8 +186,8 @@ struct Args {
     )]
     apns_topic: Option<String>,
 
-    /// APNs base URL (default https://api.push.apple.com; development builds of the app:
-    /// https://api.sandbox.push.apple.com).
+    /// APNs base URL (default `https://api.push.apple.com`; development builds of the
+    /// app: `https://api.sandbox.push.apple.com`).
     #[arg(
         long,
         value_name = "URL",
