@@ -337,8 +337,9 @@ impl Relay {
     /// report about old keys never deletes a re-subscription to the same endpoint.
     ///
     /// `now` (the relay's clock at the report) is unused today, as in
-    /// [`handle_disconnect`](Relay::handle_disconnect): a deletion sets no deadline. A failed
-    /// commit stops the relay like any other input's (fail-stop: [`Relay::is_failed`]). Drain
+    /// [`handle_disconnect`](Relay::handle_disconnect): a deletion sets no deadline. Inside a
+    /// [batch](Relay#group-commit) the deletion is committed with the batch; a failed commit
+    /// stops the relay like any other input's (fail-stop: [`Relay::is_failed`]). Drain
     /// `poll_output` afterwards, as after any input.
     pub fn handle_push_gone(&mut self, _now: UnixMs, user: &UserUuid, target: &PushTarget) {
         if self.is_failed() {
