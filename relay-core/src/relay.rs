@@ -688,8 +688,9 @@ impl Relay {
     // ------------------------------------------------------------------ internals
 
     /// Commits the input's mutations, then releases its outputs; inside a batch, hands both to
-    /// the batch instead. On failure: fail-stop.
-    fn finish(&mut self) -> Result<(), ()> {
+    /// the batch instead. On failure: fail-stop. Every input ends with it (inputs in other
+    /// modules too, e.g. `handle_push_gone`).
+    pub(crate) fn finish(&mut self) -> Result<(), ()> {
         let batch = self.state.take_batch();
         let poisoned = std::mem::take(&mut self.state.poisoned);
         if let Some(group) = &mut self.group

@@ -4,11 +4,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::{collections::BTreeMap, mem, sync::Arc};
 
 use relay_core::{CloseReason, ConnId, HttpResponse, Output, Relay, WsConnect};
+use relay_push::{GoneTarget, PushWorker, Submitted};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, trace, warn};
 use wire::{ClientFrame, ServerFrame, UnixMs, UserUuid, frames::GoawayFrame};
 
-use super::push::PushJob;
+use super::push_gateway::PushJob;
 use super::{OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener};
 use crate::clock::{self, Clock, OffsetClock};
 
@@ -150,6 +151,27 @@ struct ConnEntry {
     queued: Arc<AtomicUsize>,
 }
 
+/// Where the relay's push outputs go.
+pub(super) enum PushSink {
+    /// Real delivery ([`super::PushDelivery`]); gone reports come back to [`Core::run`].
+    Worker(PushWorker),
+    /// The simulator's legacy plain-HTTP gateway ([`super::push_gateway`]).
+    Gateway(mpsc::Sender<PushJob>),
+}
+
+/// The next gone report; pends forever once the channel is closed (or without a worker).
+async fn next_gone(gone: &mut Option<mpsc::Receiver<GoneTarget>>) -> GoneTarget {
+    loop {
+        match gone {
+            Some(rx) => match rx.recv().await {
+                Some(report) => return report,
+                None => *gone = None,
+            },
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
 /// The state of the core task.
 pub(super) struct Core {
     relay: Relay,
@@ -163,7 +185,7 @@ pub(super) struct Core {
     /// When that retry is due: fixed when the rebuild fails, so inputs arriving faster than
     /// [`REBUILD_RETRY_MS`] cannot push it back forever.
     rebuild_at: UnixMs,
-    push: Option<mpsc::Sender<PushJob>>,
+    push: Option<PushSink>,
     /// Test mode: the offset clock `clock` reads, advanced by [`Input::AdvanceClock`].
     test_clock: Option<OffsetClock>,
     /// [`crate::net::ServeLimits::outbound_queue_bytes`].
@@ -177,7 +199,7 @@ impl Core {
         relay: Relay,
         open: RelayOpener,
         clock: Arc<dyn Clock>,
-        push: Option<mpsc::Sender<PushJob>>,
+        push: Option<PushSink>,
         test_clock: Option<OffsetClock>,
         queue_bytes: usize,
         outbound_bytes: OutboundBytes,
@@ -199,10 +221,12 @@ impl Core {
     }
 
     /// Runs until every input sender is gone (after shutdown: the router and all sockets).
+    /// `gone`: the push worker's reports of targets that no longer exist.
     pub(super) async fn run(
         mut self,
         mut inputs: mpsc::Receiver<Input>,
         mut stop: watch::Receiver<bool>,
+        mut gone: Option<mpsc::Receiver<GoneTarget>>,
     ) {
         info!("relay core started");
         loop {
@@ -223,6 +247,7 @@ impl Core {
                         self.relay.handle_timeout(now);
                     }
                 }
+                report = next_gone(&mut gone) => self.push_gone(&report),
                 input = inputs.recv() => match input {
                     Some(input) => self.handle(input),
                     None => break,
@@ -418,29 +443,46 @@ impl Core {
         }
     }
 
+    /// Hands a push to the worker; never waits (a full queue drops it, counted by the worker:
+    /// pushes are best effort, the message waits in the relay for the next `sync`).
     fn push(
         &mut self,
         user: UserUuid,
         target: relay_core::PushTarget,
         payload: wire::http::PushPayload,
     ) {
-        let Some(push) = &self.push else {
+        let kind = target.kind();
+        match &self.push {
+            None => debug!(kind, "push output dropped: push delivery not configured"),
+            Some(PushSink::Worker(worker)) => match worker.submit(user, target, payload) {
+                // Unconfigured kinds were warned about once at startup; a full queue is
+                // warned about by the worker (rate-limited).
+                Submitted::Queued | Submitted::Unconfigured | Submitted::QueueFull => {}
+                Submitted::Closed => warn!(kind, "push worker stopped: push dropped"),
+            },
+            Some(PushSink::Gateway(queue)) => {
+                if queue.try_send(PushJob { target, payload }).is_err() {
+                    warn!("push queue full or worker gone: push dropped (best effort)");
+                }
+            }
+        }
+    }
+
+    /// A push service said a target no longer exists: the relay deletes it (an input,
+    /// committed like any other; its outputs are drained by the loop).
+    fn push_gone(&mut self, report: &GoneTarget) {
+        let kind = report.target.kind();
+        if self.rebuild_pending {
             debug!(
-                kind = target.kind(),
-                "push output dropped: no push gateway configured"
+                kind,
+                "gone report dropped: the relay is being rebuilt (the next push reports it again)"
             );
             return;
-        };
-        if push
-            .try_send(PushJob {
-                user,
-                target,
-                payload,
-            })
-            .is_err()
-        {
-            warn!("push queue full or worker gone: push dropped (best effort)");
         }
+        let now = self.clock.now();
+        self.relay
+            .handle_push_gone(now, &report.user, &report.target);
+        info!(kind, "push target reported gone: deleted");
     }
 
     /// Closes every socket with the given last messages and reports them disconnected.
