@@ -1,16 +1,23 @@
 //! The core task: owns the [`Relay`], executes its outputs, drives its timer.
+//!
+//! Inputs are handled in batches: the task waits for one, takes every other one already
+//! queued (up to [`MAX_BATCH_INPUTS`]), handles them inside one group commit
+//! ([`Relay::begin_batch`] / [`Relay::commit_batch`]: one store transaction), and only then
+//! answers their HTTP requests and upgrades and hands their frames to the sockets. A batch
+//! whose commit fails answers every request with 503 and accepts no upgrade (fail-stop).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::{collections::BTreeMap, mem, sync::Arc};
 
+use axum::extract::ws::Utf8Bytes;
 use relay_core::{CloseReason, ConnId, HttpResponse, Output, Relay, WsConnect};
 use relay_push::{GoneTarget, PushWorker, Submitted};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, trace, warn};
-use wire::{ClientFrame, ServerFrame, UnixMs, UserUuid, frames::GoawayFrame};
+use wire::{ClientFrame, FrameError, ServerFrame, UnixMs, UserUuid, frames::GoawayFrame};
 
 use super::push_gateway::PushJob;
-use super::{OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener};
+use super::{MAX_BATCH_INPUTS, OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener};
 use crate::clock::{self, Clock, OffsetClock};
 
 /// A message to the core task.
@@ -25,10 +32,12 @@ pub(super) enum Input {
         ws: WsConnect,
         reply: oneshot::Sender<Result<Connected, HttpResponse>>,
     },
-    /// A text message from a socket.
-    Text { conn: ConnId, text: String },
-    /// A frame a socket task decoded itself (binary messages holding UTF-8 JSON).
-    Frame { conn: ConnId, frame: ClientFrame },
+    /// A frame a socket task decoded (text, or binary holding UTF-8 JSON), or why it could
+    /// not; the relay charges either to the connection's frame budget.
+    Frame {
+        conn: ConnId,
+        decoded: Result<ClientFrame, FrameError>,
+    },
     /// The socket ended (closed, failed, or its task was dropped).
     Disconnect { conn: ConnId },
     /// Test mode only: move the clock forward by `ms`, fire due timers, answer the new now.
@@ -44,8 +53,10 @@ impl std::fmt::Debug for Input {
         match self {
             Self::Http { req, .. } => write!(f, "Http({req:?})"),
             Self::Connect { .. } => f.write_str("Connect"),
-            Self::Text { conn, text } => write!(f, "Text({}, {} bytes)", conn.0, text.len()),
-            Self::Frame { conn, frame } => write!(f, "Frame({}, {})", conn.0, frame.frame_type()),
+            Self::Frame { conn, decoded } => match decoded {
+                Ok(frame) => write!(f, "Frame({}, {})", conn.0, frame.frame_type()),
+                Err(e) => write!(f, "Frame({}, undecodable: {})", conn.0, e.code()),
+            },
             Self::Disconnect { conn } => write!(f, "Disconnect({})", conn.0),
             Self::AdvanceClock { ms, .. } => write!(f, "AdvanceClock({ms} ms)"),
         }
@@ -63,8 +74,9 @@ pub(super) struct Connected {
 
 /// What the core asks a socket task to do, in order.
 pub(super) enum Outbound {
-    /// Write one text message; its [`Charge`] gives its bytes back once written or dropped.
-    Text(String, Charge),
+    /// Write one text message (shared: a frame sent to many sockets is encoded once); its
+    /// [`Charge`] gives its bytes back once written or dropped.
+    Text(Utf8Bytes, Charge),
     /// Write a close frame (after everything before it) and end.
     Close { code: u16, reason: &'static str },
 }
@@ -141,7 +153,7 @@ fn close_for(reason: CloseReason) -> (u16, &'static str) {
 
 /// What every socket is sent when all are closed at once (shutdown, fail-stop).
 enum Last {
-    Text(String),
+    Text(Utf8Bytes),
     Close { code: u16, reason: &'static str },
 }
 
@@ -229,6 +241,7 @@ impl Core {
         mut gone: Option<mpsc::Receiver<GoneTarget>>,
     ) {
         info!("relay core started");
+        let mut batch: Vec<Input> = Vec::with_capacity(MAX_BATCH_INPUTS);
         loop {
             let deadline = if self.rebuild_pending {
                 Some(self.rebuild_at)
@@ -249,7 +262,16 @@ impl Core {
                 }
                 report = next_gone(&mut gone) => self.push_gone(&report),
                 input = inputs.recv() => match input {
-                    Some(input) => self.handle(input),
+                    Some(input) => {
+                        batch.push(input);
+                        while batch.len() < MAX_BATCH_INPUTS {
+                            match inputs.try_recv() {
+                                Ok(input) => batch.push(input),
+                                Err(_) => break,
+                            }
+                        }
+                        self.handle_batch(&mut batch);
+                    }
                     None => break,
                 },
             }
@@ -264,18 +286,61 @@ impl Core {
         info!("relay core stopped");
     }
 
-    fn handle(&mut self, input: Input) {
+    /// Handles `batch` (emptied) inside one group commit, then sends its answers: as they
+    /// are when the commit succeeded, 503 (and no upgrade) when it failed. A test-mode clock
+    /// move ends the batch before it and is handled on its own (its answer waits for the
+    /// outputs of the timers it fired).
+    fn handle_batch(&mut self, batch: &mut Vec<Input>) {
+        let mut answers = Answers::default();
+        self.relay.begin_batch();
+        for input in batch.drain(..) {
+            if let Input::AdvanceClock { ms, reply } = input {
+                self.end_batch(&mut answers);
+                self.advance_clock(ms, reply);
+                self.relay.begin_batch();
+            } else {
+                self.handle(input, &mut answers);
+            }
+        }
+        self.end_batch(&mut answers);
+    }
+
+    /// Commits the open batch and sends its answers.
+    fn end_batch(&mut self, answers: &mut Answers) {
+        let committed = self.relay.commit_batch().is_ok();
+        for (reply, response) in answers.http.drain(..) {
+            let response = if committed {
+                response
+            } else {
+                relay_core::storage_unavailable_response()
+            };
+            let _ = reply.send(response);
+        }
+        let now = self.clock.now();
+        for (reply, connected) in answers.connects.drain(..) {
+            let conn = connected.conn;
+            if !committed {
+                self.conns.remove(&conn);
+                let _ = reply.send(Err(relay_core::storage_unavailable_response()));
+            } else if reply.send(Ok(connected)).is_err() {
+                // The upgrade handler went away (client gone) before the answer.
+                self.conns.remove(&conn);
+                self.relay.handle_disconnect(now, conn);
+            }
+        }
+    }
+
+    fn handle(&mut self, input: Input, answers: &mut Answers) {
         let now = self.clock.now();
         trace!(?input, "input");
         match input {
             Input::Http { req, reply } => {
                 let response = self.relay.handle_http(now, &req);
                 debug!(path = req.path, status = response.status, "http response");
-                let _ = reply.send(response);
+                answers.http.push((reply, response));
             }
-            Input::Connect { ws, reply } => self.connect(now, &ws, reply),
-            Input::Text { conn, text } => self.relay.handle_text(now, conn, &text),
-            Input::Frame { conn, frame } => self.relay.handle_frame(now, conn, frame),
+            Input::Connect { ws, reply } => self.connect(now, &ws, reply, answers),
+            Input::Frame { conn, decoded } => self.relay.handle_decoded(now, conn, decoded),
             Input::Disconnect { conn } => {
                 self.conns.remove(&conn);
                 self.relay.handle_disconnect(now, conn);
@@ -310,6 +375,7 @@ impl Core {
         now: UnixMs,
         ws: &WsConnect,
         reply: oneshot::Sender<Result<Connected, HttpResponse>>,
+        answers: &mut Answers,
     ) {
         if self.draining {
             let refusal = HttpResponse::error(
@@ -338,11 +404,8 @@ impl Core {
                     subprotocol: accepted.subprotocol,
                     outbound,
                 };
-                if reply.send(Ok(connected)).is_err() {
-                    // The upgrade handler went away (client gone) before the answer.
-                    self.conns.remove(&conn);
-                    self.relay.handle_disconnect(now, conn);
-                }
+                // Answered once the batch is committed.
+                answers.connects.push((reply, connected));
             }
             Err(refusal) => {
                 debug!(status = refusal.status, "websocket refused");
@@ -354,12 +417,28 @@ impl Core {
     /// Executes every queued output, in order; sockets whose queue is full are closed and
     /// reported disconnected (which may queue more outputs, drained in the same call).
     fn drain(&mut self) {
+        // The last frame encoded: the same frame to many sockets (a channel post's fan-out,
+        // the same receipt to several) is encoded once and shared.
+        let mut last: Option<(ServerFrame, Utf8Bytes)> = None;
         loop {
             let mut overflowed = Vec::new();
             while let Some(output) = self.relay.poll_output() {
                 match output {
                     Output::Send { conn, frame } => {
-                        if !self.deliver(conn, &frame) {
+                        if !self.conns.contains_key(&conn) {
+                            trace!(conn = conn.0, "frame for a socket already gone");
+                            continue;
+                        }
+                        trace!(conn = conn.0, frame = frame.frame_type(), "frame out");
+                        let text = match &last {
+                            Some((f, text)) if *f == frame => text.clone(),
+                            _ => {
+                                let text = Utf8Bytes::from(frame.encode());
+                                last = Some((frame, text.clone()));
+                                text
+                            }
+                        };
+                        if !self.deliver(conn, text) {
                             overflowed.push(conn);
                         }
                     }
@@ -392,15 +471,12 @@ impl Core {
         }
     }
 
-    /// Queues `frame` on `conn`; `false` when the queue is full, in frames or in bytes (the
-    /// socket is then dropped).
-    fn deliver(&mut self, conn: ConnId, frame: &ServerFrame) -> bool {
+    /// Queues an encoded frame on `conn`; `false` when the queue is full, in frames or in
+    /// bytes (the socket is then dropped).
+    fn deliver(&mut self, conn: ConnId, text: Utf8Bytes) -> bool {
         let Some(entry) = self.conns.get(&conn) else {
-            trace!(conn = conn.0, "frame for a socket already gone");
             return true;
         };
-        trace!(conn = conn.0, frame = frame.frame_type(), "frame out");
-        let text = frame.encode();
         let len = text.len();
         let queued = entry.queued.load(Ordering::Relaxed);
         let result = if queued > 0 && queued + len > self.queue_bytes {
@@ -512,10 +588,12 @@ impl Core {
     /// Shutdown: GOAWAY `server_shutdown` to every socket, close them, refuse new upgrades.
     fn begin_shutdown(&mut self) {
         self.draining = true;
-        let goaway = ServerFrame::Goaway(GoawayFrame {
-            reason: wire::frames::goaway_reason::SERVER_SHUTDOWN.to_owned(),
-        })
-        .encode();
+        let goaway = Utf8Bytes::from(
+            ServerFrame::Goaway(GoawayFrame {
+                reason: wire::frames::goaway_reason::SERVER_SHUTDOWN.to_owned(),
+            })
+            .encode(),
+        );
         let sockets = self.close_all(&[
             Last::Text(goaway),
             Last::Close {
@@ -543,4 +621,11 @@ impl Core {
             }
         }
     }
+}
+
+/// The answers of a batch's inputs, sent once the batch is committed.
+#[derive(Default)]
+struct Answers {
+    http: Vec<(oneshot::Sender<HttpResponse>, HttpResponse)>,
+    connects: Vec<(oneshot::Sender<Result<Connected, HttpResponse>>, Connected)>,
 }

@@ -98,13 +98,16 @@ pub use self::http::OVERSIZE_DRAIN_BYTES;
 pub use self::push::{NET_PUSH_MAX_IDLE, NetPushTransport, PushDelivery};
 pub use self::push_gateway::{PUSH_QUEUE_CAPACITY, push_path};
 pub use self::ws::{
-    CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES, WS_MAX_WRITE_BUFFER_BYTES, WS_READ_BUFFER_BYTES,
-    WS_WRITE_BUFFER_BYTES,
+    CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES, MAX_WRITE_BATCH, WS_MAX_WRITE_BUFFER_BYTES,
+    WS_READ_BUFFER_BYTES, WS_WRITE_BUFFER_BYTES,
 };
 pub use crate::net::{OUTBOUND_QUEUE_BYTES, WRITE_DEADLINE_MS};
 
 /// Inputs waiting for the core task; when full, handlers and socket readers wait (backpressure).
 pub const INPUT_QUEUE_CAPACITY: usize = 1024;
+/// Inputs the core task handles in one batch at most (one group commit, then their answers
+/// and frames go out); a batch is whatever is queued when the task gets to it.
+pub const MAX_BATCH_INPUTS: usize = 256;
 /// Frames waiting to be written on one socket; when full the socket is closed (the relay keeps
 /// what it did not deliver, and the client re-syncs on reconnect). Their bytes are bounded too,
 /// by [`ServeLimits::outbound_queue_bytes`] ([`OUTBOUND_QUEUE_BYTES`] by default).
