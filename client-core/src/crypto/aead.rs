@@ -14,10 +14,10 @@
 
 use super::{IV_BYTES, TAG_BYTES};
 
-/// Which implementation [`AeadKey`] is (for diagnostics and benchmark labels).
+/// The AES-256-GCM implementation of this build: `"aes-gcm"` or `"aws-lc-rs"`.
 #[cfg(not(feature = "aws-lc"))]
 pub const PROVIDER: &str = "aes-gcm";
-/// Which implementation [`AeadKey`] is (for diagnostics and benchmark labels).
+/// The AES-256-GCM implementation of this build: `"aes-gcm"` or `"aws-lc-rs"`.
 #[cfg(feature = "aws-lc")]
 pub const PROVIDER: &str = "aws-lc-rs";
 

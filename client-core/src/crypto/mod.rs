@@ -21,8 +21,8 @@ use zeroize::Zeroize as _;
 use crate::encoding::{EncodingError, from_base64, from_base64_array, to_base64};
 use crate::keys::EcdhKeyPair;
 
-/// The AES-256-GCM implementation this build uses: `"aes-gcm"` (the default, RustCrypto) or
-/// `"aws-lc-rs"` (feature `aws-lc`). Either gives the same bytes on the wire.
+/// `"aes-gcm"` is the default (RustCrypto); `"aws-lc-rs"` comes with the feature `aws-lc`. Either
+/// gives the same bytes on the wire.
 pub use aead::PROVIDER as AEAD_PROVIDER;
 
 /// HKDF info of the conversation session key.
