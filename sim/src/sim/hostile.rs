@@ -46,6 +46,9 @@ pub const STUCK_CLOSE_BOUND_MS: u64 = 60_000;
 /// each) takes, so the relay's writes to it block (with fewer, every write completes and the
 /// relay has no reason to drop it).
 pub const STUCK_MIN_PROVOKE: u32 = super::runner::TCP_CAPACITY as u32 + 44;
+/// Pause between a slow consumer's provoking frames (longer than a link's latency, so the
+/// relay answers each before the next arrives).
+pub const STUCK_PROVOKE_PACE_MS: u64 = 20;
 /// How long a flood waits for the answers to its last frames.
 pub const FLOOD_ANSWER_WAIT_MS: u64 = 10_000;
 /// Pause between the stranger's polls for friend requests.
@@ -803,6 +806,10 @@ async fn stop_reading(
             blocked_at = Some(sim_ms());
             break;
         }
+        // Paced so that each answer leaves the relay in a write of its own: the relay writes
+        // every frame already queued for a socket with one flush, and turmoil's window
+        // counts writes (segments), not bytes.
+        sleep_ms(STUCK_PROVOKE_PACE_MS).await;
     }
     let deadline = stopped + STUCK_CLOSE_BOUND_MS;
     let resume = pause_ms.map(|p| stopped + p);
