@@ -214,6 +214,19 @@ struct Args {
     #[arg(long)]
     test_mode: bool,
 
+    /// `msg` frames one account may send per minute (more get an error frame RATE_LIMITED).
+    #[arg(long, value_name = "N", default_value_t = relay_core::limits::MAX_MSGS_PER_MIN_PER_USER)]
+    msgs_per_min_per_user: u32,
+
+    /// Frames of any kind, malformed ones included, one account's connection may send per
+    /// minute once its burst is used up; past it the socket is closed (1008).
+    #[arg(long, value_name = "N", default_value_t = relay_core::limits::MAX_FRAMES_PER_MIN_PER_CONN)]
+    frames_per_min_per_conn: u32,
+
+    /// Frames a connection may send at once before the per-minute rate applies.
+    #[arg(long, value_name = "N", default_value_t = relay_core::limits::MAX_FRAME_BURST_PER_CONN)]
+    frame_burst_per_conn: u32,
+
     /// Each request's headers must arrive within this many milliseconds of the connection
     /// opening or of the previous response (slow-header and silent connections are closed; a
     /// WebSocket authenticates in its upgrade request, so this bounds that too).
@@ -462,6 +475,9 @@ fn config(args: &Args) -> Result<Config> {
     let mut config = Config {
         pow_difficulty: args.pow_difficulty,
         jwt_ttl_ms: args.jwt_ttl_secs.saturating_mul(1000),
+        msgs_per_min_per_user: args.msgs_per_min_per_user,
+        frames_per_min_per_conn: args.frames_per_min_per_conn,
+        frame_burst_per_conn: args.frame_burst_per_conn,
         ..Config::default()
     };
     if args.pow_difficulty > relay_core::limits::MAX_POW_DIFFICULTY {
