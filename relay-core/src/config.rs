@@ -52,6 +52,10 @@ pub struct Config {
     pub turn_secret: Option<crate::calls::TurnSecret>,
     /// Lifetime of TURN credentials, in seconds (also the `ttl` of `ice-config`).
     pub turn_ttl_s: u64,
+    /// A defect to plant, for the simulator's detection test only (feature `planted-bugs`,
+    /// which no production build enables; see [`crate::PlantedBug`]). `None` by default.
+    #[cfg(feature = "planted-bugs")]
+    pub planted_bug: Option<crate::PlantedBug>,
 }
 
 /// The payment webhook's shared secret; `Debug` never prints it.
@@ -101,6 +105,8 @@ impl Default for Config {
             turn_urls: Vec::new(),
             turn_secret: None,
             turn_ttl_s: limits::TURN_CREDENTIAL_TTL_S,
+            #[cfg(feature = "planted-bugs")]
+            planted_bug: None,
         }
     }
 }

@@ -68,6 +68,7 @@ mod media;
 mod messaging;
 mod orders;
 pub mod payments;
+mod planted;
 pub mod pow;
 pub mod pricing;
 pub mod push;
@@ -84,5 +85,7 @@ pub use blob::{BlobStore, FsBlobStore, MemoryBlobStore};
 pub use calls::{TurnSecret, turn_credential};
 pub use config::{Config, JwtSigningKey};
 pub use http::{ApiError, HttpRequest, HttpResponse, Method};
+#[cfg(feature = "planted-bugs")]
+pub use planted::PlantedBug;
 pub use push::PushTarget;
 pub use relay::{Accepted, CloseReason, ConnId, Output, Relay, WsConnect, legacy_jwt_signing_key};

@@ -24,6 +24,7 @@ use wire::frames::{
 use wire::{AliasId, ConvId, ErrorCode, ServerFrame, UnixMs, UserUuid};
 
 use crate::limits::TOMBSTONE_TTL_MS;
+use crate::planted::planted;
 use crate::relay::{ConnId, Relay};
 use crate::state::{ConversationRow, MessageRow, PendingRetractRow, Tombstone};
 
@@ -95,7 +96,9 @@ impl Relay {
                 &m.id,
             );
         }
-        if let Some(t) = self.state.tombstone(&user, &m.id) {
+        // PLANTED BUG (test-only) when `NoMessageDedup`: the tombstone is never looked up.
+        let dedup = !planted!(self.config, NoMessageDedup);
+        if let Some(t) = self.state.tombstone(&user, &m.id).filter(|_| dedup) {
             if t.conv_id == m.conv_id {
                 let ack = ServerFrame::Ack(AckFrame {
                     id: m.id,

@@ -12,6 +12,7 @@
 use wire::frames::{ReceiptDelivery, ReceiptFrame};
 use wire::{ErrorCode, Seq, ServerFrame, UnixMs};
 
+use crate::planted::planted;
 use crate::relay::{ConnId, Relay};
 use crate::state::{PendingReceiptRow, ReceiptKind};
 
@@ -70,7 +71,14 @@ impl Relay {
         if self.release(conn, &r.conv_id, r.seq) > 0 {
             self.refund_frame(conn);
         }
-        self.state.delete_messages_upto(&user, &r.conv_id, r.seq);
+        let upto =
+            if planted!(self.config, ReceiptClearsBeyondSeq) && kind == ReceiptKind::Delivered {
+                // PLANTED BUG (test-only): clears all the other member wrote, not only up to `seq`.
+                last_from_other
+            } else {
+                r.seq
+            };
+        self.state.delete_messages_upto(&user, &r.conv_id, upto);
         if r.seq > self.state.mark(&r.conv_id, &user, kind) {
             self.state.put_mark(&r.conv_id, &user, kind, r.seq);
             self.forward_receipt(now, kind, &r.conv_id, r.seq, &user, &other);

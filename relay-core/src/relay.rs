@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::http::{ApiError, HttpRequest, HttpResponse, Route};
 use crate::ids::IdGen;
 use crate::limits::MINUTE_MS;
+use crate::planted::planted;
 use crate::ratelimit::{RateLimiter, TokenBucket};
 use crate::state::{PairMap, State, Timer, meta};
 use crate::store::{Store, StoreError};
@@ -161,6 +162,10 @@ impl Relay {
         let mut store = store;
         let snapshot = store.load()?;
         let mut state = State::load(&snapshot, config.offline_ttl_ms)?;
+        #[cfg(feature = "planted-bugs")]
+        {
+            state.planted_bug = config.planted_bug;
+        }
         let boot: u64 = state
             .meta
             .get(meta::BOOT_COUNT)
@@ -587,6 +592,10 @@ impl Relay {
                 Ok(())
             }
             Err(_) => {
+                if planted!(self.config, AckWithoutCommit) {
+                    // PLANTED BUG (test-only): the outputs (acks) leave although nothing was stored.
+                    self.outputs.extend(self.staged.drain(..));
+                }
                 self.staged.clear();
                 self.failed = true;
                 let conns: Vec<ConnId> = self.conns.keys().copied().collect();

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use wire::http::{FriendStatus, PublicKeyB64};
 use wire::{AliasId, ConvId, FriendshipId, MessageId, Seq, UnixMs, UserUuid};
 
+use crate::planted::planted;
 use crate::store::{Batch, Mutation, Snapshot, StoreError, Table};
 
 /// An account.
@@ -256,6 +257,9 @@ pub(crate) struct State {
     scratch: Vec<u8>,
     /// Set when a record failed to serialise: the next commit is refused (fail-stop).
     pub(crate) poisoned: bool,
+    /// `Config::planted_bug`, for the planted bugs that live here (test-only).
+    #[cfg(feature = "planted-bugs")]
+    pub(crate) planted_bug: Option<crate::PlantedBug>,
 }
 
 pub(crate) fn pair(a: &UserUuid, b: &UserUuid) -> (UserUuid, UserUuid) {
@@ -486,6 +490,10 @@ impl State {
         let seq = c.last_seq.next();
         c.last_seq = seq;
         c.last_authored[i] = seq;
+        if planted!(self, SeqNotPersisted) {
+            // PLANTED BUG (test-only): the new counter stays in memory; a restart reuses seqs.
+            return Some(seq);
+        }
         let value = encode(&mut self.scratch, &*c);
         let key = c.id.as_str().to_owned();
         self.record_encoded(Table::Conversations, key, value);

@@ -22,6 +22,7 @@ use wire::frames::{MsgDelivery, ReceiptDelivery, RetractDelivery};
 use wire::{ConvId, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::limits::msg_frame_bytes;
+use crate::planted::planted;
 use crate::receipts::receipt_frame;
 use crate::relay::{ConnId, Output, Relay};
 use crate::state::{MessageRow, PairMap, ReceiptKind};
@@ -147,6 +148,15 @@ impl Relay {
                     .collect()
             })
             .unwrap_or_default();
+        if planted!(self.config, SyncStopsAtEmptyConversation) {
+            // PLANTED BUG (test-only): the replay walks the account's conversations and stops
+            // at the first one with nothing queued.
+            let stop = convs
+                .iter()
+                .position(|c| self.state.queue(&user, c).is_none())
+                .unwrap_or(convs.len());
+            backlog.retain(|(_, c)| convs[..stop].contains(c));
+        }
         backlog.sort();
         if let Some(c) = self.conns.get_mut(&conn) {
             for (_, conv) in backlog {
@@ -270,7 +280,10 @@ impl Relay {
             return false;
         };
         let bytes = cost(m);
-        if !c.delivery.has_room(window_msgs, window_bytes, bytes) {
+        // PLANTED BUG (test-only) when `SyncIgnoresWindow`: no pacing (issue 17, D1).
+        if !c.delivery.has_room(window_msgs, window_bytes, bytes)
+            && !planted!(self.config, SyncIgnoresWindow)
+        {
             return false;
         }
         if let Some(from) = self.state.alias_of(&m.from) {

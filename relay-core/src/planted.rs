@@ -1,0 +1,73 @@
+//! **Test-only planted bugs** (cargo feature `planted-bugs`): realistic defects that can be
+//! switched on one at a time, so a test can show that the simulator (`sim`) catches each one.
+//!
+//! The switch is `Config::planted_bug`, and both the field and `PlantedBug` exist only when
+//! the feature is on. Nothing enables the feature but the `sim`
+//! crate's own dev-dependency (its detection test) and an explicit `--features planted-bugs`:
+//! a build of the relay for users (`cargo build -p sim --bin relay`, `relay-pg`, …) has no
+//! such field to set, and every planted branch compiles to `if false` (see `planted!`).
+//! Even in a build with the feature the default is `None`, and no binary sets it.
+//!
+//! Each mutation sits where such a bug would really live and is marked `PLANTED BUG` at the
+//! site (`grep -rn 'planted!(' relay-core/src`).
+
+/// One planted defect of the relay core (feature `planted-bugs`, for the simulator's detection
+/// test only): set [`Config::planted_bug`](crate::Config::planted_bug) to switch it on. The
+/// field and this enum do not exist without the feature, so a production build cannot plant
+/// anything; with it, the default is `None`.
+#[cfg(feature = "planted-bugs")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PlantedBug {
+    /// `Relay::finish`: when the commit of an input fails, its staged outputs (the `ack` of a
+    /// `msg` among them) are released anyway. The sender believes the message is stored.
+    AckWithoutCommit,
+    /// `receipts`: a `delivered` receipt deletes everything the other member wrote in the
+    /// conversation from the queue, not only what is covered by its seq (messages still in
+    /// flight or never pushed are lost).
+    ReceiptClearsBeyondSeq,
+    /// `messaging`: the message-id dedup is gone; a resend after a lost `ack` is stored again
+    /// under a new seq.
+    NoMessageDedup,
+    /// `sync`: the replay walks the account's conversations and stops at the first one with
+    /// nothing queued; backlogs of later conversations wait for a new message or the next sync.
+    SyncStopsAtEmptyConversation,
+    /// `state`: assigning a seq updates the conversation's counter in memory only; after a
+    /// restart the counter starts again from the last persisted value and seqs are reused.
+    SeqNotPersisted,
+    /// `sync` (issue 17, D1 re-planted): backlog replay ignores the connection's window and
+    /// pushes everything at once, overflowing the shell's outbound queue on every reconnect.
+    SyncIgnoresWindow,
+}
+
+#[cfg(feature = "planted-bugs")]
+impl PlantedBug {
+    /// Every planted bug.
+    pub const ALL: [Self; 6] = [
+        Self::AckWithoutCommit,
+        Self::ReceiptClearsBeyondSeq,
+        Self::NoMessageDedup,
+        Self::SyncStopsAtEmptyConversation,
+        Self::SeqNotPersisted,
+        Self::SyncIgnoresWindow,
+    ];
+}
+
+/// Whether `$bug` is planted in `$config` (anything with a `planted_bug` field). Without the
+/// `planted-bugs` feature this is the literal `false` and `$config` is not even evaluated, so
+/// the mutation is dead code the compiler removes.
+#[cfg(feature = "planted-bugs")]
+macro_rules! planted {
+    ($config:expr, $bug:ident) => {
+        $config.planted_bug == Some($crate::planted::PlantedBug::$bug)
+    };
+}
+
+/// Without the `planted-bugs` feature: always `false` (see the feature's version).
+#[cfg(not(feature = "planted-bugs"))]
+macro_rules! planted {
+    ($config:expr, $bug:ident) => {
+        false
+    };
+}
+
+pub(crate) use planted;
