@@ -21,6 +21,8 @@ pub mod commerce;
 pub mod faults;
 pub mod hostile;
 pub mod oracles;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 pub mod scenario;
 pub mod shrink;
 pub mod store;
@@ -31,5 +33,5 @@ mod runner;
 pub use runner::{
     AUDIT, DELIVERY_BOUND_MS, FORGER_PORT, LIVENESS_BOUND_MS, PAY_PORT, PROBE_AFTER_HEAL_MS,
     PROBE_BOUND_MS, PUSH_PORT, RELAY_PORT, Replay, RunConfig, RunReport, RunStats, SETUP_BOUND_MS,
-    SkewClock, TRAFFIC_WINDOW_MS, run,
+    SYNC_BOUND_MS, SkewClock, TRAFFIC_WINDOW_MS, run,
 };

@@ -72,6 +72,10 @@ pub const DELIVERY_BOUND_MS: u64 = crate::client::DEAD_LINK_MS + 20_000;
 /// The probe round starts this long after healing (every client has noticed a dead socket
 /// by then, see [`DELIVERY_BOUND_MS`]).
 pub const PROBE_AFTER_HEAL_MS: u64 = crate::client::DEAD_LINK_MS + 15_000;
+/// A client that connects on a healthy network must have everything queued for it at that
+/// moment within this long (the `sync-complete` oracle): a backlog of thousands is replayed in
+/// windows of `relay_core::limits::SYNC_WINDOW_MSGS`, each released by the client's receipts.
+pub const SYNC_BOUND_MS: u64 = 20_000;
 /// A probe (message, typing notice, call offer and its answer) must arrive within this long.
 pub const PROBE_BOUND_MS: u64 = 10_000;
 /// Setup (registration, friendships) must finish within this much simulated time at the
@@ -128,6 +132,10 @@ pub struct RunConfig {
     /// An explicit scenario and plan (a replay file, a shrinking step) instead of drawing
     /// them from the seed.
     pub replay: Option<Replay>,
+    /// A bug planted in the relay (test-only, feature `planted-bugs`; see
+    /// [`super::planted`]).
+    #[cfg(feature = "planted-bugs")]
+    pub planted: Option<super::planted::Planted>,
 }
 
 impl RunConfig {
@@ -143,6 +151,8 @@ impl RunConfig {
             log: None,
             bind_vanity: true,
             replay: None,
+            #[cfg(feature = "planted-bugs")]
+            planted: None,
         }
     }
 
@@ -384,7 +394,8 @@ impl Clock for SkewClock {
 pub fn run(config: &RunConfig) -> RunReport {
     let replay = config.draw();
     let scan = LogScan::default();
-    let go = || run_inner(&replay);
+    let relay = RelaySetup::of(config);
+    let go = || run_inner(&replay, &relay);
     let mut inner = if let Some(filter) = &config.log {
         let subscriber = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
@@ -688,7 +699,7 @@ impl Sim<'_> {
     clippy::too_many_lines,
     reason = "the run's phases in order; each step is a call"
 )]
-fn run_inner(replay: &Replay) -> Inner {
+fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
     let scenario = Rc::new(replay.scenario.clone());
     let plan = &replay.plan;
     let seed = replay.seed;
@@ -734,7 +745,7 @@ fn run_inner(replay: &Replay) -> Inner {
 
     // The relay: its store and blobs outlive crashes.
     let blobs = MemoryBlobStore::new();
-    let relay_config = relay_config();
+    let relay_config = relay.config.clone();
     let relay_seed = u64::from_le_bytes(
         derive_seed(seed, TAG_RELAY, 0)[..8]
             .try_into()
@@ -985,6 +996,7 @@ fn run_inner(replay: &Replay) -> Inner {
         pushes: &pushes.received(),
         start_ms: w.traffic_start_ms,
         heal_ms: w.heal_ms,
+        end_ms,
         skews: &clocks.iter().map(SkewClock::get).collect::<Vec<_>>(),
     };
     oracles::check_all(&input, &mut violations);
@@ -1033,6 +1045,28 @@ fn run_inner(replay: &Replay) -> Inner {
             failed_commits: history.counts.failed,
             loads: history.counts.loads,
         },
+    }
+}
+
+/// How the relay of a run is configured (the same in every run but for planted bugs).
+#[derive(Debug, Clone)]
+struct RelaySetup {
+    config: Config,
+}
+
+impl RelaySetup {
+    #[cfg_attr(
+        not(feature = "planted-bugs"),
+        allow(unused_variables, reason = "only planted bugs change the relay")
+    )]
+    fn of(run: &RunConfig) -> Self {
+        Self {
+            config: Config {
+                #[cfg(feature = "planted-bugs")]
+                planted_bug: run.planted.and_then(super::planted::Planted::relay_bug),
+                ..relay_config()
+            },
+        }
     }
 }
 
