@@ -9,14 +9,27 @@
 //! * **Allocations per routed message**: allocation calls and bytes of `handle_frame(msg)` +
 //!   drain, averaged over 1,000 messages between two online members (after 1,000 warm-up).
 //!
-//! Run: `cargo bench -p benches --bench relay_memory` (under `cargo test --benches` it does a
-//! 100-connection smoke run).
+//! * **Idle sockets, whole process** (issue 17, D6): the release `relay` binary as a child
+//!   process (`--memory`), `N` accounts each with one authenticated, synced WebSocket from its
+//!   own loopback address, heartbeats only (`{"type":"ping"}` every 25 s, as the reference
+//!   clients send). The number is the growth of the relay process's resident set (`VmRSS`)
+//!   across opening the sockets, divided by `N`: the shell's socket, WebSocket buffers, task and
+//!   queues, and the core's connection state, as an operator would see it. Accounts are
+//!   registered and logged in before the first reading, so their rows are not counted.
+//!
+//! Run: `cargo build --release -p sim --bin relay && cargo bench -p benches --bench
+//! relay_memory` (under `cargo test --benches` it does a 100-connection smoke run, and skips the
+//! process part if the release `relay` is not built).
 #![allow(unsafe_code, reason = "counting allocator for a memory benchmark")]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
+use std::time::Duration;
+
 use benches::MachineInfo;
+use benches::relay_load::BenchRelay;
+use benches::relay_process::{RelayProcess, relay_binary};
 use benches::relay_world::{Account, FRAME_SPACING_MS, RelayWorld, bench_config, msg_payload};
 use wire::frames::{MsgFrame, ReceiptFrame};
 use wire::{AliasId, ClientFrame, ConvId, MessageId, Seq};
@@ -157,14 +170,118 @@ fn allocations_per_message(n: u64) {
     );
 }
 
+/// The reference clients' heartbeat period.
+const HEARTBEAT: Duration = Duration::from_secs(25);
+
+/// Sends a heartbeat on every socket if the last round is older than [`HEARTBEAT`].
+async fn heartbeat_if_due(
+    sockets: &mut [benches::relay_load::IdleSocket],
+    last: &mut std::time::Instant,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if last.elapsed() >= HEARTBEAT {
+        for s in sockets.iter_mut() {
+            s.ping().await?;
+        }
+        *last = benches::wall_now();
+    }
+    Ok(())
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// Accounts first (not measured), then `n` idle sockets: the relay process's RSS per socket.
+async fn idle_sockets_in_process(
+    relay: &RelayProcess,
+    n: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut bench = BenchRelay::external(relay.addr)?;
+    // Warm-up: the runtime's threads, the allocator's arenas, a first round of sockets.
+    for account in bench.idle_accounts(50).await? {
+        account.connect().await?.close().await?;
+    }
+    let start = benches::wall_now();
+    let accounts = bench.idle_accounts(n).await?;
+    let registered = start.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let base = relay.rss_bytes()?;
+    let start = benches::wall_now();
+    let mut last_beat = benches::wall_now();
+    let mut sockets = Vec::with_capacity(n);
+    for account in accounts {
+        sockets.push(account.connect().await?);
+        if sockets.len() % 500 == 0 {
+            heartbeat_if_due(&mut sockets, &mut last_beat).await?;
+        }
+    }
+    let connected = start.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    heartbeat_if_due(&mut sockets, &mut last_beat).await?;
+    let open = relay.rss_bytes()?;
+    let per = open.saturating_sub(base) as f64 / n as f64;
+    println!(
+        "relay process: {n} accounts registered in {:.1} s, RSS {:.1} MiB; {n} idle \
+         authenticated sockets opened in {:.1} s: RSS {:.1} MiB, {per:.0} bytes per socket",
+        registered.as_secs_f64(),
+        mib(base),
+        connected.as_secs_f64(),
+        mib(open)
+    );
+    for s in sockets {
+        s.close().await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let closed = relay.rss_bytes()?;
+    println!(
+        "  after closing them all: RSS {:.1} MiB ({:.0} bytes per socket not given back to the \
+         system: what the allocator keeps)",
+        mib(closed),
+        closed.saturating_sub(base) as f64 / n as f64
+    );
+    Ok(())
+}
+
+/// The release relay binary under `n` idle sockets (skipped when it is not built).
+fn idle_sockets_whole_process(n: usize) {
+    let Some(binary) = relay_binary() else {
+        println!(
+            "relay process: skipped (build it first: cargo build --release -p sim --bin relay)"
+        );
+        return;
+    };
+    let relay = match RelayProcess::spawn(
+        &binary,
+        &["--memory", "--pow-difficulty", "1", "--log", "warn"],
+    ) {
+        Ok(relay) => relay,
+        Err(error) => {
+            println!(
+                "relay process: could not start {}: {error}",
+                binary.display()
+            );
+            return;
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(error) = runtime.block_on(idle_sockets_in_process(&relay, n)) {
+        println!("relay process: run failed: {error}");
+    }
+}
+
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     println!("{}", MachineInfo::detect());
     if full {
         idle_connections(10_000);
         allocations_per_message(1_000);
+        idle_sockets_whole_process(10_000);
     } else {
         idle_connections(100);
         allocations_per_message(100);
+        idle_sockets_whole_process(100);
     }
 }

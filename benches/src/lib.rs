@@ -12,6 +12,7 @@
 //! exactly one place, [`wall_now`]; the workspace ban on ambient clocks is for the sans-IO cores.
 
 pub mod relay_load;
+pub mod relay_process;
 pub mod relay_world;
 
 use std::fmt;

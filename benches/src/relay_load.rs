@@ -200,7 +200,8 @@ pub struct BenchRelay {
     /// The bound address (`127.0.0.1:port`).
     pub addr: SocketAddr,
     endpoint: Endpoint,
-    clock: DilatedClock,
+    /// `None` for a relay this process does not run ([`BenchRelay::external`]).
+    clock: Option<DilatedClock>,
     next_account: u32,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<io::Result<()>>>,
@@ -236,11 +237,40 @@ impl BenchRelay {
         Ok(Self {
             addr,
             endpoint,
-            clock,
+            clock: Some(clock),
             next_account: 0,
             stop: Some(stop),
             task: Some(task),
         })
+    }
+
+    /// A relay another process serves on `addr` (e.g. the release `relay` binary), driven
+    /// exactly as a client would; its clock and limits are its own.
+    pub fn external(addr: SocketAddr) -> Result<Self, RelayLoadError> {
+        let endpoint = Endpoint::parse(&format!("http://{addr}"))
+            .map_err(|e| protocol(format!("endpoint: {e}")))?;
+        Ok(Self {
+            addr,
+            endpoint,
+            clock: None,
+            next_account: 0,
+            stop: None,
+            task: None,
+        })
+    }
+
+    /// Creates `n` fresh accounts without contacts (PoW, register, login), each talking to
+    /// the relay from its own loopback address.
+    pub async fn idle_accounts(&mut self, n: usize) -> Result<Vec<IdleAccount>, RelayLoadError> {
+        let mut accounts = Vec::with_capacity(n);
+        for _ in 0..n {
+            let account = self.account().await?;
+            // No keep-alive connection is left open per account (10,000 of them would sit in
+            // the relay until its header-read deadline).
+            account.http.clear_idle();
+            accounts.push(IdleAccount(account));
+        }
+        Ok(accounts)
     }
 
     /// Stops the server gracefully and waits for it.
@@ -380,6 +410,50 @@ struct Account {
     alias: String,
     token: String,
     ecdh: EcdhKeyPair,
+}
+
+/// A logged-in account without contacts ([`BenchRelay::idle_accounts`]).
+pub struct IdleAccount(Account);
+
+impl fmt::Debug for IdleAccount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdleAccount").finish_non_exhaustive()
+    }
+}
+
+impl IdleAccount {
+    /// A ticket, the WebSocket and `sync`; the account's HTTP client is dropped, so only the
+    /// socket stays open.
+    pub async fn connect(self) -> Result<IdleSocket, RelayLoadError> {
+        let ws = connect(&self.0).await?;
+        Ok(IdleSocket { ws })
+    }
+}
+
+/// An authenticated, synced socket that only sends heartbeats ([`IdleAccount::connect`]).
+pub struct IdleSocket {
+    ws: RelayWs,
+}
+
+impl fmt::Debug for IdleSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdleSocket").finish_non_exhaustive()
+    }
+}
+
+impl IdleSocket {
+    /// The heartbeat the reference clients send every 25 s (`{"type":"ping"}`), which keeps
+    /// the relay's idle timeout (90 s) from closing the socket.
+    pub async fn ping(&mut self) -> Result<(), RelayLoadError> {
+        self.ws.send(WsMessage::text(r#"{"type":"ping"}"#)).await?;
+        Ok(())
+    }
+
+    /// Closes the socket (close frame, then the TCP connection).
+    pub async fn close(mut self) -> Result<(), RelayLoadError> {
+        self.ws.close(None).await?;
+        Ok(())
+    }
 }
 
 /// One side of a pair: its alias, session key and open, synced socket.
@@ -539,9 +613,13 @@ pub async fn run_relay_load(
     let frame_bytes = pairs
         .first()
         .map_or(0, |p| msg_frame_len(p, cfg.plaintext_bytes));
-    relay.clock.set_factor(LOAD_DILATION);
+    if let Some(clock) = &relay.clock {
+        clock.set_factor(LOAD_DILATION);
+    }
     let result = tokio::time::timeout(cfg.deadline, run_pairs(pairs, cfg)).await;
-    relay.clock.set_factor(1);
+    if let Some(clock) = &relay.clock {
+        clock.set_factor(1);
+    }
     let runs = result.map_err(|_| RelayLoadError::Deadline(cfg.deadline))??;
     let mut delivery = Vec::with_capacity(n * cfg.msgs_per_pair);
     let mut ack = Vec::with_capacity(n * cfg.msgs_per_pair);

@@ -19,11 +19,14 @@ use sim::server::embedded::{TestClock, TestRelayOptions, start_test_relay, test_
 
 use crate::ctx::{ClockControl, Hooks};
 
-/// The hooks of an embedded relay: the known webhook secret and the HTTP test clock.
+/// The hooks of an embedded relay: the known webhook secret and the HTTP test clock. (No push
+/// probe yet: the embedded relay delivers no Web Push until `relay-push` is wired into the
+/// server, issue 12.)
 pub fn hooks() -> Hooks {
     Hooks {
         payment_secret: Some(EMBEDDED_WEBHOOK_SECRET.to_vec()),
         clock: Some(ClockControl::Http),
+        push_probe: None,
     }
 }
 

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use conformance::ctx::{ClockControl, Hooks, Shared};
+use conformance::ctx::{ClockControl, Hooks, PushProbe, Shared};
 use conformance::runner::{self, RunConfig, Status};
 use conformance::transport::NetTransport;
 use conformance::{cases, embedded, report, transport};
 use indicatif::{ProgressBar, ProgressStyle};
-use sim::net::{Endpoint, TokioConnector};
+use sim::clock::SystemClock;
+use sim::net::{Endpoint, Network as _, Tokio, TokioConnector};
+use sim::standins::WebPushService;
 
 /// Black-box conformance suite for SecureChat relays.
 ///
@@ -51,6 +53,11 @@ struct Cli {
     /// The relay offers the test clock `POST /api/v1/test/advance-clock` (see README.md).
     #[arg(long)]
     clock_hook: bool,
+    /// Act as a Web Push service listening at URL (`http://127.0.0.1:PORT`): cases subscribe
+    /// with endpoints under it and check what the relay delivers. The relay must accept and
+    /// deliver to `http://` endpoints (its test mode; see README.md).
+    #[arg(long, value_name = "URL")]
+    push_probe: Option<String>,
     /// Seed of the accounts' mnemonics and message ids.
     #[arg(long, default_value_t = 7)]
     seed: u64,
@@ -80,6 +87,29 @@ struct Cli {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+}
+
+/// Starts the push probe's Web Push service at `url` (it serves until the process exits).
+async fn start_push_probe(url: &str) -> anyhow::Result<PushProbe> {
+    let endpoint = Endpoint::parse(url).context("parsing --push-probe")?;
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&(endpoint.host(), endpoint.port()))
+        .with_context(|| format!("resolving {url}"))?
+        .next()
+        .with_context(|| format!("{url} has no address"))?;
+    let service = WebPushService::new(0x5eed, Arc::new(SystemClock));
+    let listener = Tokio::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr} for --push-probe"))?;
+    let router = service.router();
+    tokio::spawn(async move {
+        if let Err(e) = sim::net::serve(listener, router, std::future::pending()).await {
+            eprintln!("push probe stopped: {e}");
+        }
+    });
+    Ok(PushProbe {
+        base: endpoint.to_string(),
+        service,
+    })
 }
 
 fn main() -> std::process::ExitCode {
@@ -149,6 +179,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     }
     if cli.clock_hook {
         hooks.clock = Some(ClockControl::Http);
+    }
+    if let Some(url) = &cli.push_probe {
+        hooks.push_probe = Some(start_push_probe(url).await?);
     }
     let endpoint = Endpoint::parse(&base_url).context("parsing --relay")?;
     let local = matches!(endpoint.host(), "127.0.0.1" | "localhost");

@@ -36,6 +36,9 @@ pub enum Hook {
     /// The relay offers `POST /api/v1/test/advance-clock` (see README.md). Cases using it run
     /// one at a time after every other case, since the clock is shared.
     ClockAdvance,
+    /// The runner listens at `--push-probe URL` as a Web Push service, and the relay accepts
+    /// (and delivers to) `http://` subscription endpoints under it (see README.md).
+    PushProbe,
 }
 
 impl fmt::Display for Hook {
@@ -43,6 +46,7 @@ impl fmt::Display for Hook {
         f.write_str(match self {
             Self::PaymentWebhook => "payment webhook (--payment-secret)",
             Self::ClockAdvance => "test clock (--clock-hook)",
+            Self::PushProbe => "push probe (--push-probe URL)",
         })
     }
 }

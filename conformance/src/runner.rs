@@ -151,6 +151,7 @@ fn missing_hook(case: &Case, shared: &Shared) -> Option<Hook> {
     case.needs.iter().copied().find(|h| match h {
         Hook::PaymentWebhook => shared.hooks.payment_secret.is_none(),
         Hook::ClockAdvance => shared.hooks.clock.is_none(),
+        Hook::PushProbe => shared.hooks.push_probe.is_none(),
     })
 }
 

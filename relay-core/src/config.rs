@@ -44,6 +44,11 @@ pub struct Config {
     /// The VAPID public key (base64url, uncompressed P-256) returned by `push/vapid-key`;
     /// `None`: the documented placeholder [`crate::push::VAPID_KEY_PLACEHOLDER`].
     pub vapid_public_key: Option<String>,
+    /// Accept `http://` Web Push endpoints at `push/subscribe` (default `false`: `https://`
+    /// only). For a relay's **test mode** only: the conformance push probe and push-service
+    /// stand-ins listen on plain HTTP. Never in production (it lets accounts aim the relay's
+    /// push requests at unencrypted URLs).
+    pub allow_http_push_endpoints: bool,
     /// STUN URLs returned by `calls/ice-config` (empty: none).
     pub stun_urls: Vec<String>,
     /// TURN URLs (`turn:` / `turns:`); TURN is offered only with these and `turn_secret`.
@@ -98,6 +103,7 @@ impl Default for Config {
             payment_page_base: String::from("https://pay.securechat.invalid/checkout"),
             payment_webhook_secret: WebhookSecret::default(),
             vapid_public_key: None,
+            allow_http_push_endpoints: false,
             stun_urls: limits::DEFAULT_STUN_URLS
                 .iter()
                 .map(|u| (*u).to_owned())

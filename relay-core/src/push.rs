@@ -6,7 +6,8 @@
 //!   so a browser's `pushManager.subscribe` fails cleanly instead of subscribing under a key
 //!   no shell can sign for). The real server's configuration provides the key.
 //! * **P2** `subscribe` (JWT): a Web Push subscription; `endpoint` must be an `https://` URL
-//!   (≤ `MAX_PUSH_ENDPOINT_BYTES`), `keys.p256dh` base64url of 65 bytes, `keys.auth` base64url
+//!   (`http://` too when [`Config::allow_http_push_endpoints`](crate::Config), test mode
+//!   only) (≤ `MAX_PUSH_ENDPOINT_BYTES`), `keys.p256dh` base64url of 65 bytes, `keys.auth` base64url
 //!   of 16 bytes. Deduplicated by endpoint (a repeat replaces the keys).
 //! * **P3** `register` (JWT): a native token; `device_token` is an APNs token, `token` is an
 //!   FCM token (or APNs when `platform` is `ios`); 400 `INVALID_FIELD` when neither is present.
@@ -20,7 +21,10 @@
 //! least one target, the relay emits one [`Output::Push`] per target with the payload
 //! `{"type":"new_msg"}` (nothing else: no sender, no conversation), at most once per
 //! `PUSH_MIN_INTERVAL_MS` (30 s) per recipient, so a burst of messages makes one push. The
-//! interval is in memory (a restart may push once more). Secrets of targets (endpoint URLs,
+//! interval is in memory (a restart may push once more).
+//!
+//! **Gone targets**: [`Relay::handle_push_gone`] deletes a target the push service reported
+//! as gone (the shell's push worker reports it), durably and idempotently. Secrets of targets (endpoint URLs,
 //! keys, tokens) are never logged: [`PushTarget`]'s `Debug` redacts them.
 
 use std::collections::BTreeMap;
@@ -159,15 +163,17 @@ fn b64url_len(value: &str) -> Option<usize> {
         .map(|b| b.len())
 }
 
-fn check_endpoint(endpoint: &str) -> Result<(), ApiError> {
+fn check_endpoint(endpoint: &str, allow_http: bool) -> Result<(), ApiError> {
     if endpoint.len() > MAX_PUSH_ENDPOINT_BYTES {
         return Err(invalid(format!(
             "endpoint is {} bytes, the limit is {MAX_PUSH_ENDPOINT_BYTES}",
             endpoint.len()
         )));
     }
-    let host = endpoint
+    let after_scheme = endpoint
         .strip_prefix("https://")
+        .or_else(|| endpoint.strip_prefix("http://").filter(|_| allow_http));
+    let host = after_scheme
         .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or(""))
         .unwrap_or("");
     let clean = endpoint
@@ -218,7 +224,7 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
         let body: PushSubscribeRequest = decode_body(&req.body)?;
-        check_endpoint(&body.endpoint)?;
+        check_endpoint(&body.endpoint, self.config.allow_http_push_endpoints)?;
         if b64url_len(&body.keys.p256dh) != Some(65) {
             return Err(invalid(
                 "keys.p256dh must be a base64url P-256 public key (65 bytes)",
@@ -321,6 +327,29 @@ impl Relay {
                 payload: PushPayload::new_msg(),
             });
         }
+    }
+
+    /// Input: the push service said `target` of `user` no longer exists (Web Push 404/410,
+    /// FCM `UNREGISTERED`, APNs 410 / `BadDeviceToken` / `Unregistered`); the shell's push
+    /// worker reports it. The target is deleted durably, committed like any other input.
+    /// Idempotent: an unknown account or a target already gone (deleted, replaced by a newer
+    /// subscription with other keys, or evicted) changes nothing. Matching is exact, so a
+    /// report about old keys never deletes a re-subscription to the same endpoint.
+    ///
+    /// Like every input it ends with [`handle_timeout`](Relay::handle_timeout)'s commit:
+    /// deadlines due at `now` fire too (as the shell's timer would have fired them). Drain
+    /// `poll_output` afterwards, as after any input.
+    pub fn handle_push_gone(&mut self, now: UnixMs, user: &UserUuid, target: &PushTarget) {
+        if self.is_failed() {
+            return;
+        }
+        if let Some(targets) = self.state.push.targets.get(user)
+            && targets.contains(target)
+        {
+            let kept: Vec<PushTarget> = targets.iter().filter(|t| *t != target).cloned().collect();
+            self.state.put_push_targets(user, kept);
+        }
+        self.handle_timeout(now);
     }
 
     /// Forgets push intervals that ended (memory bound).

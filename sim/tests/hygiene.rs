@@ -42,6 +42,7 @@ async fn start() -> Running {
         header_read_timeout_ms: HEADER_MS,
         max_connections: 100,
         max_connections_per_addr: PER_ADDR,
+        ..ServeLimits::default()
     });
     let connections = server.connections();
     let stop = Arc::new(Notify::new());

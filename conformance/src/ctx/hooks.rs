@@ -5,6 +5,9 @@
 //!   ([`Ctx::pay`], [`Ctx::pay_raw`]). Without it, a case that needs it is skipped, not failed.
 //! * The test clock: with `--clock-hook`, [`Ctx::advance_clock`] posts to
 //!   [`ADVANCE_CLOCK_PATH`]. Without it, a case that needs it is skipped.
+//! * The push probe: with `--push-probe URL` the runner is a Web Push service listening at
+//!   URL ([`PushProbe`]); cases subscribe with endpoints under it and check what the relay
+//!   delivers. Without it, a case that needs it is skipped.
 
 use bytes::Bytes;
 use hmac::{Hmac, KeyInit as _, Mac as _};
@@ -93,9 +96,38 @@ pub enum ClockControl {
     Http,
 }
 
+/// The runner acting as a Web Push service (`--push-probe URL`): it creates subscriptions
+/// under `base` (`{base}/wpush/{id}`), decrypts every RFC 8291 body it receives with the
+/// subscription's private key and verifies the VAPID JWT (`sim::standins::WebPushService`).
+#[derive(Debug, Clone)]
+pub struct PushProbe {
+    /// `http://host:port` as the relay reaches the probe.
+    pub base: String,
+    /// The service (shared with its listener task).
+    pub service: sim::standins::WebPushService,
+}
+
+impl Ctx {
+    /// The push probe, or a skip.
+    pub fn push_probe(&self) -> Result<PushProbe, Failure> {
+        self.shared
+            .hooks
+            .push_probe
+            .clone()
+            .ok_or_else(|| Failure::Skip("no push probe (--push-probe URL)".into()))
+    }
+
+    /// How long to wait for something expected (`--wait-ms`).
+    pub fn wait(&self) -> std::time::Duration {
+        self.shared.wait
+    }
+}
+
 /// Optional hooks the runner was given.
 #[derive(Debug, Clone, Default)]
 pub struct Hooks {
+    /// The push probe: the runner is a Web Push service the relay delivers to.
+    pub push_probe: Option<PushProbe>,
     /// The payment webhook's HMAC secret: the runner acts as the payment processor.
     pub payment_secret: Option<Vec<u8>>,
     /// The test clock, if the relay offers one.

@@ -19,5 +19,6 @@ mod messaging;
 mod model;
 mod orders;
 mod push;
+mod push_gone;
 mod vanity;
 mod world;

@@ -24,7 +24,6 @@ use sim::{
     server::{RelayServer, secrets},
 };
 use tracing::{info, warn};
-use tracing_subscriber::EnvFilter;
 
 /// File name of the SQLite store inside `--data`.
 const STORE_FILE: &str = "relay.sqlite3";
@@ -111,16 +110,30 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = sim::net::MAX_CONNECTIONS_PER_ADDR)]
     max_connections_per_addr: usize,
 
-    /// Log filter (tracing EnvFilter syntax), e.g. `info`, `relay_core=debug,info`.
+    /// Longest one write to a WebSocket may take; a client that does not read for this long is
+    /// disconnected (what it had not acknowledged stays queued for its next sync).
+    #[arg(long, value_name = "MS", default_value_t = sim::net::WRITE_DEADLINE_MS)]
+    write_deadline_ms: u64,
+
+    /// Bytes of frames waiting to be written to one WebSocket; a client whose queue would
+    /// pass this is disconnected (nothing acknowledged is lost: it re-syncs).
+    #[arg(long, value_name = "BYTES", default_value_t = sim::net::OUTBOUND_QUEUE_BYTES)]
+    outbound_queue_bytes: usize,
+
+    /// Log filter (tracing EnvFilter syntax), e.g. `info`, `relay_core=debug,info`. At no
+    /// level are payloads, tokens, tickets or client addresses logged: the WebSocket and HTTP
+    /// libraries, which would print frames at TRACE, never log below INFO.
     #[arg(long, default_value = "info")]
     log: String,
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&args.log).context("invalid --log filter")?)
-        .init();
+    let subscriber = sim::server::logging::subscriber(&args.log, std::io::stdout)
+        .context("invalid --log filter")?;
+    // Also forwards the `log` records of libraries that use it (tungstenite) through the filter.
+    tracing_subscriber::util::SubscriberInitExt::try_init(subscriber)
+        .context("installing the logger")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -181,6 +194,8 @@ async fn run(args: Args) -> Result<()> {
         header_read_timeout_ms: args.header_read_timeout_ms,
         max_connections: args.max_connections,
         max_connections_per_addr: args.max_connections_per_addr,
+        write_deadline_ms: args.write_deadline_ms,
+        outbound_queue_bytes: args.outbound_queue_bytes,
     });
     if args.test_mode {
         warn!("--test-mode: anyone can move this relay's clock; never use it in production");

@@ -32,8 +32,9 @@ pub use http::{
     MAX_IDLE_CONNECTIONS, MAX_RESPONSE_BYTES,
 };
 pub use server::{
-    ConnectionCounter, HEADER_READ_TIMEOUT_MS, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDR, PeerAddr,
-    ServeLimits, TurmoilListener, serve, serve_with_limits,
+    ConnectionCounter, HEADER_READ_TIMEOUT_MS, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDR,
+    OUTBOUND_QUEUE_BYTES, PeerAddr, ServeLimits, TurmoilListener, WRITE_DEADLINE_MS, serve,
+    serve_with_limits,
 };
 pub use ws::{WsError, WsMessage, WsRequest, WsStream};
 

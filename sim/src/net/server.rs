@@ -94,6 +94,13 @@ pub struct ServeLimits {
     pub max_connections: usize,
     /// Open connections from one IP address; past it, new ones from it are closed at once.
     pub max_connections_per_addr: usize,
+    /// Longest a single write to a WebSocket may take, in ms: a client that stops reading is
+    /// closed when it passes (used by the relay server's socket tasks, issue 17 D2).
+    pub write_deadline_ms: u64,
+    /// Bytes of encoded frames waiting to be written to one WebSocket; a frame that would
+    /// take the queue past it closes the socket instead (one frame is always admitted to an
+    /// empty queue). Bounds what a slow reader can hold (issue 17 D2).
+    pub outbound_queue_bytes: usize,
 }
 
 /// Default of [`ServeLimits::header_read_timeout_ms`].
@@ -103,6 +110,12 @@ pub const MAX_CONNECTIONS: usize = 20_000;
 /// Default of [`ServeLimits::max_connections_per_addr`] (a NAT or a load generator may put many
 /// clients behind one address).
 pub const MAX_CONNECTIONS_PER_ADDR: usize = 512;
+/// Default of [`ServeLimits::write_deadline_ms`].
+pub const WRITE_DEADLINE_MS: u64 = 15_000;
+/// Default of [`ServeLimits::outbound_queue_bytes`]: twice the relay core's backlog window
+/// (`relay_core::limits::SYNC_WINDOW_BYTES`, 512 KiB), so a replay never fills it and only a
+/// client that stops reading live traffic does.
+pub const OUTBOUND_QUEUE_BYTES: usize = 1024 * 1024;
 
 impl Default for ServeLimits {
     fn default() -> Self {
@@ -110,6 +123,8 @@ impl Default for ServeLimits {
             header_read_timeout_ms: HEADER_READ_TIMEOUT_MS,
             max_connections: MAX_CONNECTIONS,
             max_connections_per_addr: MAX_CONNECTIONS_PER_ADDR,
+            write_deadline_ms: WRITE_DEADLINE_MS,
+            outbound_queue_bytes: OUTBOUND_QUEUE_BYTES,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The core task: owns the [`Relay`], executes its outputs, drives its timer.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::{collections::BTreeMap, mem, sync::Arc};
 
 use relay_core::{CloseReason, ConnId, HttpResponse, Output, Relay, WsConnect};
@@ -57,6 +58,9 @@ pub(super) struct Connected {
     pub(super) user: UserUuid,
     pub(super) subprotocol: Option<&'static str>,
     pub(super) outbound: mpsc::Receiver<Outbound>,
+    /// Bytes of [`Outbound::Text`] queued and not yet written; the socket task subtracts
+    /// what it wrote.
+    pub(super) queued: Arc<AtomicUsize>,
 }
 
 /// What the core asks a socket task to do, in order.
@@ -89,6 +93,8 @@ fn close_for(reason: CloseReason) -> Outbound {
 
 struct ConnEntry {
     tx: mpsc::Sender<Outbound>,
+    /// Shared with the socket task: bytes queued on `tx` and not yet written.
+    queued: Arc<AtomicUsize>,
 }
 
 /// The state of the core task.
@@ -107,6 +113,8 @@ pub(super) struct Core {
     push: Option<mpsc::Sender<PushJob>>,
     /// Test mode: the offset clock `clock` reads, advanced by [`Input::AdvanceClock`].
     test_clock: Option<OffsetClock>,
+    /// [`crate::net::ServeLimits::outbound_queue_bytes`].
+    queue_bytes: usize,
 }
 
 impl Core {
@@ -116,6 +124,7 @@ impl Core {
         clock: Arc<dyn Clock>,
         push: Option<mpsc::Sender<PushJob>>,
         test_clock: Option<OffsetClock>,
+        queue_bytes: usize,
     ) -> Self {
         Self {
             relay,
@@ -128,6 +137,7 @@ impl Core {
             rebuild_at: UnixMs(0),
             push,
             test_clock,
+            queue_bytes,
         }
     }
 
@@ -233,12 +243,20 @@ impl Core {
         match self.relay.handle_connect(now, conn, ws) {
             Ok(accepted) => {
                 let (tx, outbound) = mpsc::channel(OUTBOUND_QUEUE_CAPACITY);
-                self.conns.insert(conn, ConnEntry { tx });
+                let queued = Arc::new(AtomicUsize::new(0));
+                self.conns.insert(
+                    conn,
+                    ConnEntry {
+                        tx,
+                        queued: Arc::clone(&queued),
+                    },
+                );
                 let connected = Connected {
                     conn,
                     user: accepted.user,
                     subprotocol: accepted.subprotocol,
                     outbound,
+                    queued,
                 };
                 if reply.send(Ok(connected)).is_err() {
                     // The upgrade handler went away (client gone) before the answer.
@@ -293,14 +311,26 @@ impl Core {
         }
     }
 
-    /// Queues `frame` on `conn`; `false` when the queue is full (the socket is then dropped).
+    /// Queues `frame` on `conn`; `false` when the queue is full, in frames or in bytes (the
+    /// socket is then dropped).
     fn deliver(&mut self, conn: ConnId, frame: &ServerFrame) -> bool {
         let Some(entry) = self.conns.get(&conn) else {
             trace!(conn = conn.0, "frame for a socket already gone");
             return true;
         };
         trace!(conn = conn.0, frame = frame.frame_type(), "frame out");
-        match entry.tx.try_send(Outbound::Text(frame.encode())) {
+        let text = frame.encode();
+        let len = text.len();
+        let queued = entry.queued.load(Ordering::Relaxed);
+        let result = if queued > 0 && queued + len > self.queue_bytes {
+            Err(mpsc::error::TrySendError::Full(Outbound::Text(text)))
+        } else {
+            entry.queued.fetch_add(len, Ordering::Relaxed);
+            entry.tx.try_send(Outbound::Text(text)).inspect_err(|_| {
+                entry.queued.fetch_sub(len, Ordering::Relaxed);
+            })
+        };
+        match result {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 // The socket task ended; its Disconnect input is on its way.
@@ -310,7 +340,8 @@ impl Core {
             Err(mpsc::error::TrySendError::Full(_)) => {
                 warn!(
                     conn = conn.0,
-                    capacity = OUTBOUND_QUEUE_CAPACITY,
+                    frames = OUTBOUND_QUEUE_CAPACITY,
+                    bytes = self.queue_bytes,
                     "socket is not reading: outbound queue full, closing it"
                 );
                 if let Some(entry) = self.conns.remove(&conn) {

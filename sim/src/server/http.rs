@@ -25,6 +25,8 @@ pub(super) struct App {
     pub(super) inputs: mpsc::Sender<Input>,
     /// Serve [`super::ADVANCE_CLOCK_PATH`] (test mode only; otherwise it is an unknown route).
     pub(super) test_mode: bool,
+    /// Per-connection limits (the WebSocket's write deadline).
+    pub(super) limits: crate::net::ServeLimits,
 }
 
 /// The body of `POST /api/v1/test/advance-clock`.

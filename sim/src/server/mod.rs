@@ -65,6 +65,7 @@
 mod driver;
 pub mod embedded;
 mod http;
+pub mod logging;
 mod push;
 pub mod secrets;
 mod ws;
@@ -87,12 +88,17 @@ use crate::net::{ConnectionCounter, Endpoint, Network, ServeLimits, serve_with_l
 
 pub use self::http::OVERSIZE_DRAIN_BYTES;
 pub use self::push::{PUSH_QUEUE_CAPACITY, push_path};
-pub use self::ws::{CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES, WRITE_DEADLINE_MS};
+pub use self::ws::{
+    CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES, WS_MAX_WRITE_BUFFER_BYTES, WS_READ_BUFFER_BYTES,
+    WS_WRITE_BUFFER_BYTES,
+};
+pub use crate::net::{OUTBOUND_QUEUE_BYTES, WRITE_DEADLINE_MS};
 
 /// Inputs waiting for the core task; when full, handlers and socket readers wait (backpressure).
 pub const INPUT_QUEUE_CAPACITY: usize = 1024;
 /// Frames waiting to be written on one socket; when full the socket is closed (the relay keeps
-/// what it did not deliver, and the client re-syncs on reconnect).
+/// what it did not deliver, and the client re-syncs on reconnect). Their bytes are bounded too,
+/// by [`ServeLimits::outbound_queue_bytes`] ([`OUTBOUND_QUEUE_BYTES`] by default).
 pub const OUTBOUND_QUEUE_CAPACITY: usize = 1024;
 /// The test-mode clock route (served only by a server in test mode).
 pub const ADVANCE_CLOCK_PATH: &str = "/api/v1/test/advance-clock";
@@ -183,8 +189,8 @@ impl RelayServer {
         self
     }
 
-    /// Connection limits (header-read deadline, caps in total and per address); default
-    /// [`ServeLimits::default`].
+    /// Connection limits (header-read deadline, caps in total and per address, the write
+    /// deadline and outbound queue bytes of a WebSocket); default [`ServeLimits::default`].
     pub fn with_limits(mut self, limits: ServeLimits) -> Self {
         self.limits = limits;
         self
@@ -239,12 +245,20 @@ impl RelayServer {
             }
             None => Arc::clone(&self.clock),
         };
-        let core = driver::Core::new(relay, self.open, clock, push, test_clock);
+        let core = driver::Core::new(
+            relay,
+            self.open,
+            clock,
+            push,
+            test_clock,
+            self.limits.outbound_queue_bytes,
+        );
         let core = tokio::spawn(core.run(inputs_rx, stop_rx));
         info!(%addr, "relay listening");
         let router = router(http::App {
             inputs: inputs_tx,
             test_mode: self.test_mode,
+            limits: self.limits,
         });
         let shutdown = async move {
             shutdown.await;

@@ -1,5 +1,8 @@
 //! `GET /ws`: authenticate through the core before upgrading, then one task per socket.
 
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
 use axum::{
     extract::{
         RawQuery, State,
@@ -23,12 +26,17 @@ pub const HARD_MAX_MESSAGE_BYTES: usize = 4 * MAX_FRAME_BYTES;
 
 /// After sending a close frame, how long to wait for the client's close reply, in ms.
 pub const CLOSE_LINGER_MS: u64 = 2_000;
-/// Longest a single write to a socket may take, in ms (issue 17, D2). A client that stops
-/// reading fills its TCP window and then the library's write buffer; the write that does not
-/// finish within this is the end of the connection: the socket task ends, the socket and
-/// everything queued for it are freed, and the core forgets the connection. What the client
-/// had not acknowledged stays queued in the core for its next `sync`.
-pub const WRITE_DEADLINE_MS: u64 = 15_000;
+/// What the WebSocket library reserves per socket to read frames into (its default is 128 KiB,
+/// which made an idle connection cost ~136 KB: issue 17, D6). A larger frame grows the buffer
+/// to its size, up to [`HARD_MAX_MESSAGE_BYTES`].
+pub const WS_READ_BUFFER_BYTES: usize = 4 * 1024;
+/// Encoded frames are collected up to this many bytes before the library writes them to the
+/// socket (a flush writes whatever is collected).
+pub const WS_WRITE_BUFFER_BYTES: usize = 4 * 1024;
+/// The library's write buffer never grows past this (one frame of the largest size the relay
+/// sends, plus [`WS_WRITE_BUFFER_BYTES`]); the per-socket queue in front of it is bounded by
+/// [`ServeLimits::outbound_queue_bytes`](crate::net::ServeLimits::outbound_queue_bytes).
+pub const WS_MAX_WRITE_BUFFER_BYTES: usize = WS_WRITE_BUFFER_BYTES + HARD_MAX_MESSAGE_BYTES;
 /// RFC 6455 "message too big".
 const CLOSE_TOO_BIG: u16 = 1009;
 /// RFC 6455 "going away".
@@ -72,14 +80,18 @@ pub(super) async fn upgrade(
         inputs: app.inputs.clone(),
     };
     let mut upgrade = upgrade
+        .read_buffer_size(WS_READ_BUFFER_BYTES)
+        .write_buffer_size(WS_WRITE_BUFFER_BYTES)
+        .max_write_buffer_size(WS_MAX_WRITE_BUFFER_BYTES)
         .max_message_size(HARD_MAX_MESSAGE_BYTES)
         .max_frame_size(HARD_MAX_MESSAGE_BYTES);
     if let Some(protocol) = connected.subprotocol {
         upgrade = upgrade.protocols([protocol]);
     }
     let span = info_span!("ws", conn = connected.conn.0, user = %connected.user);
+    let deadline = Duration::from_millis(app.limits.write_deadline_ms);
     let response = upgrade.on_upgrade(move |socket| {
-        run_socket(socket, connected, app.inputs, guard).instrument(span)
+        run_socket(socket, connected, app.inputs, guard, deadline).instrument(span)
     });
     debug_assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
     response
@@ -111,14 +123,27 @@ impl Drop for DisconnectGuard {
 }
 
 /// One socket: frames in go to the core; the core's outbound queue is written out in order.
+///
+/// Every write must finish within `deadline` ([`ServeLimits::write_deadline_ms`]): a client
+/// that stops reading fills its TCP window and then the library's write buffer, and the write
+/// that does not finish in time is the end of the connection (issue 17, D2). The socket task
+/// ends, the socket and everything queued for it are freed, and the core forgets the
+/// connection; what the client had not acknowledged stays queued in the core for its next
+/// `sync`.
+///
+/// [`ServeLimits::write_deadline_ms`]: crate::net::ServeLimits::write_deadline_ms
 async fn run_socket(
     mut socket: WebSocket,
     connected: Connected,
     inputs: mpsc::Sender<Input>,
     guard: DisconnectGuard,
+    deadline: Duration,
 ) {
     let Connected {
-        conn, mut outbound, ..
+        conn,
+        mut outbound,
+        queued,
+        ..
     } = connected;
     info!("websocket open");
     let why = loop {
@@ -126,16 +151,20 @@ async fn run_socket(
             biased;
             out = outbound.recv() => match out {
                 Some(Outbound::Text(text)) => {
-                    if let Err(why) = send_within(&mut socket, Message::text(text)).await {
+                    let len = text.len();
+                    let sent = send_within(&mut socket, Message::text(text), deadline).await;
+                    queued.fetch_sub(len, Ordering::Relaxed);
+                    if let Err(why) = sent {
                         break why;
                     }
                 }
                 Some(Outbound::Close { code, reason }) => {
-                    close_handshake(&mut socket, code, reason).await;
+                    close_handshake(&mut socket, code, reason, deadline).await;
                     break reason;
                 }
                 None => {
-                    close_handshake(&mut socket, CLOSE_GOING_AWAY, "closed by the relay").await;
+                    close_handshake(&mut socket, CLOSE_GOING_AWAY, "closed by the relay", deadline)
+                        .await;
                     break "closed by the relay";
                 }
             },
@@ -165,7 +194,7 @@ async fn run_socket(
                                 id: error.frame_id().map(str::to_owned),
                             });
                             let answer = Message::text(frame.encode());
-                            if let Err(why) = send_within(&mut socket, answer).await {
+                            if let Err(why) = send_within(&mut socket, answer, deadline).await {
                                 break why;
                             }
                         }
@@ -179,7 +208,8 @@ async fn run_socket(
                     // (axum wraps tungstenite's error without exposing its kind; its
                     // `Capacity` errors render as "Space limit exceeded: …").
                     if error.to_string().contains("Space limit exceeded") {
-                        close_handshake(&mut socket, CLOSE_TOO_BIG, "message too big").await;
+                        close_handshake(&mut socket, CLOSE_TOO_BIG, "message too big", deadline)
+                            .await;
                     }
                     break "read failed";
                 }
@@ -193,8 +223,16 @@ async fn run_socket(
 /// Sends a close frame and waits (at most [`CLOSE_LINGER_MS`]) for the client's close reply,
 /// discarding anything else it still sends: closing the TCP connection with unread input
 /// would reset it, and a reset can destroy frames the client has not read yet (the GOAWAY).
-async fn close_handshake(socket: &mut WebSocket, code: u16, reason: &'static str) {
-    if send_within(socket, close(code, reason)).await.is_err() {
+async fn close_handshake(
+    socket: &mut WebSocket,
+    code: u16,
+    reason: &'static str,
+    deadline: Duration,
+) {
+    if send_within(socket, close(code, reason), deadline)
+        .await
+        .is_err()
+    {
         return;
     }
     let linger = async {
@@ -204,18 +242,21 @@ async fn close_handshake(socket: &mut WebSocket, code: u16, reason: &'static str
             }
         }
     };
-    let _ = tokio::time::timeout(std::time::Duration::from_millis(CLOSE_LINGER_MS), linger).await;
+    let _ = tokio::time::timeout(Duration::from_millis(CLOSE_LINGER_MS), linger).await;
 }
 
-/// Writes one message within [`WRITE_DEADLINE_MS`]; the error says why the socket must go.
-async fn send_within(socket: &mut WebSocket, message: Message) -> Result<(), &'static str> {
-    let deadline = std::time::Duration::from_millis(WRITE_DEADLINE_MS);
+/// Writes one message within `deadline`; the error says why the socket must go.
+async fn send_within(
+    socket: &mut WebSocket,
+    message: Message,
+    deadline: Duration,
+) -> Result<(), &'static str> {
     match tokio::time::timeout(deadline, socket.send(message)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err("write failed"),
         Err(_) => {
             debug!(
-                deadline_ms = WRITE_DEADLINE_MS,
+                deadline_ms = deadline.as_millis(),
                 "write deadline passed: the client is not reading"
             );
             Err("write deadline passed")

@@ -2,17 +2,38 @@
 //!
 //! * [`PaymentProcessor`]: hosted invoice page, then signed webhooks to the relay, with fault
 //!   knobs ([`WebhookPlan`]: delay, duplicates, forged signatures, retries);
-//! * [`PushService`]: records every push the relay server delivers.
+//! * [`PushService`]: records every push the relay server delivers (the plain-HTTP gateway);
+//! * [`WebPushService`], [`FcmService`], [`ApnsService`]: the real push services' contracts
+//!   with real cryptography: the Web Push one creates subscriptions, decrypts every RFC 8291
+//!   body and verifies the VAPID JWT; FCM checks the OAuth grant and the data message; APNs
+//!   the ES256 provider token and the request shape ([`pushcrypto`] holds the receiving
+//!   side's cryptography, written independently of the relay's `relay-push`).
 //!
 //! Both are cheap clonable handles: run one clone inside a host
 //! (`processor.clone().run::<Turmoil>(addr, shutdown)`), keep another to drive it and to read
 //! what happened.
 
+mod apns;
+mod fcm;
 mod payments;
 mod push;
+pub mod pushcrypto;
+mod webpush;
 
+pub use apns::{
+    APNS_PROVIDER_TOKEN_MAX_AGE_S, ApnsService, MAX_APNS_BODY_BYTES, MAX_RECORDED_APNS,
+    ReceivedApns,
+};
+pub use fcm::{
+    FCM_SCOPE, FCM_TEST_CLIENT_EMAIL, FCM_TEST_KEY_PEM, FCM_TEST_PROJECT, FCM_TOKEN_LIFETIME_S,
+    FcmService, MAX_RECORDED_FCM, ReceivedFcm,
+};
 pub use payments::{
     MAX_PENDING_PAYMENTS, PayError, Payment, PaymentProcessor, WEBHOOK_TIMEOUT_MS, WebhookDelivery,
     WebhookPlan, sign,
 };
 pub use push::{MAX_PUSH_BODY_BYTES, MAX_RECORDED_PUSHES, PushService, RecordedPush};
+pub use webpush::{
+    MAX_RECORDED_WEB_PUSHES, MAX_WEB_PUSH_BODY_BYTES, ReceivedWebPush, WebPushService,
+    WebPushSubscription,
+};
