@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 6] = [
+const CASES: [Case; 7] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -69,6 +69,13 @@ const CASES: [Case; 6] = [
         scale: Scale::Medium,
         faults: "none",
         oracles: &["liveness", "delivered-exactly-once"],
+    },
+    // D2 needs a raw client that stops reading (one swarm seed in ten has one).
+    Case {
+        bug: Planted::NoWriteDeadline,
+        scale: Scale::Small,
+        faults: "slow-consumer",
+        oracles: &["stuck-client"],
     },
 ];
 
@@ -189,4 +196,11 @@ fn catches_a_seq_counter_not_persisted() {
 #[test]
 fn catches_d1_sync_not_paced_by_the_window() {
     detects(Planted::Relay(PlantedBug::SyncIgnoresWindow));
+}
+
+/// D2 re-planted (issue 17): a client that stops reading is never released (the relay
+/// server's write deadline is infinite).
+#[test]
+fn catches_d2_a_stuck_reader_never_released() {
+    detects(Planted::NoWriteDeadline);
 }

@@ -129,7 +129,8 @@ struct Args {
 
     /// Plants one known bug in the relay (test builds only: feature `planted-bugs`), to see
     /// which seeds catch it: ack-without-commit, receipt-clears-beyond-seq, no-message-dedup,
-    /// sync-stops-at-empty-conversation, seq-not-persisted, sync-ignores-window.
+    /// sync-stops-at-empty-conversation, seq-not-persisted, sync-ignores-window (D1),
+    /// no-write-deadline (D2).
     #[cfg(feature = "planted-bugs")]
     #[arg(long, value_name = "BUG")]
     plant: Option<sim::sim::planted::Planted>,

@@ -54,7 +54,7 @@ use super::store::{SimStore, StoreCtl};
 use super::trace::{self, Device, Record, Trace};
 use crate::client::{Client, ClientOptions, EventKind, SharedStore};
 use crate::clock::{Clock, OffsetClock, SimClock};
-use crate::net::{Endpoint, Turmoil};
+use crate::net::{Endpoint, ServeLimits, Turmoil};
 use crate::server::RelayServer;
 use crate::standins::{PaymentProcessor, PushService};
 
@@ -746,6 +746,7 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
     // The relay: its store and blobs outlive crashes.
     let blobs = MemoryBlobStore::new();
     let relay_config = relay.config.clone();
+    let limits = relay.limits;
     let relay_seed = u64::from_le_bytes(
         derive_seed(seed, TAG_RELAY, 0)[..8]
             .try_into()
@@ -772,6 +773,7 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
                         )
                     };
                     let server = RelayServer::new(open)
+                        .with_limits(limits)
                         .with_clock(clock.clone())
                         .with_push_gateway(push_endpoint());
                     let served = server
@@ -1052,6 +1054,7 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
 #[derive(Debug, Clone)]
 struct RelaySetup {
     config: Config,
+    limits: ServeLimits,
 }
 
 impl RelaySetup {
@@ -1066,6 +1069,12 @@ impl RelaySetup {
                 planted_bug: run.planted.and_then(super::planted::Planted::relay_bug),
                 ..relay_config()
             },
+            #[cfg(feature = "planted-bugs")]
+            limits: run.planted.map_or_else(ServeLimits::default, |p| {
+                p.serve_limits(ServeLimits::default())
+            }),
+            #[cfg(not(feature = "planted-bugs"))]
+            limits: ServeLimits::default(),
         }
     }
 }
