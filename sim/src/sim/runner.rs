@@ -308,6 +308,12 @@ pub(super) struct World {
     pub(super) next_action: BTreeMap<usize, usize>,
     /// Host incarnations (seed derivation across restarts).
     pub(super) incarnations: BTreeMap<usize, u64>,
+    /// Clients whose second device is logged in (or logging in) right now: their primary
+    /// device leaves the session to it (see [`keep_session`]).
+    pub(super) second_device_on: BTreeSet<usize>,
+    /// When the relay host actually powered off, in simulated ms (a crash the plan names, or
+    /// one a store fault asked for at a later commit than its plan event).
+    pub(super) relay_off_ms: Vec<u64>,
     /// Second-device stores.
     pub(super) second_stores: Vec<(Device, SharedStore)>,
     /// Every alias each client had, oldest first (a bind retires the previous one).
@@ -497,6 +503,8 @@ struct Sim<'a> {
     store: StoreCtl,
     internal: BTreeMap<u64, Vec<Internal>>,
     trace: Trace,
+    /// Where power-offs of the relay are recorded ([`World::relay_off_ms`]).
+    world: Shared,
 }
 
 impl Sim<'_> {
@@ -526,6 +534,8 @@ impl Sim<'_> {
         }
         if host == RELAY {
             self.store.set_powered_off(true);
+            let now = self.now();
+            self.world.borrow_mut().relay_off_ms.push(now);
         }
         self.sim.crash(host);
         for h in &others {
@@ -741,6 +751,7 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
         store: store.ctl().clone(),
         internal: BTreeMap::new(),
         trace: trace.clone(),
+        world: world.clone(),
     };
 
     // The relay: its store and blobs outlive crashes.
@@ -1170,6 +1181,8 @@ async fn client_app(ctx: Rc<HostCtx>) {
     sleep_ms((me / STORM_WAVE) as u64 * STORM_WAVE_MS).await;
     let incarnation = {
         let mut w = ctx.world.borrow_mut();
+        // A second device on this host went down with it.
+        w.second_device_on.remove(&me);
         let n = w.incarnations.entry(me).or_insert(0);
         *n += 1;
         *n
@@ -1220,7 +1233,8 @@ async fn client_app(ctx: Rc<HostCtx>) {
     tokio::join!(
         script,
         commerce::bind_loop(&ctx, &client, audit_at),
-        answer_calls(&client)
+        answer_calls(&client),
+        keep_session(&ctx, &client)
     );
 }
 
@@ -1737,9 +1751,11 @@ async fn second_device(ctx: &HostCtx, client: &Client<Turmoil>, stay_ms: u64) {
     let incarnation = {
         let mut w = ctx.world.borrow_mut();
         w.second_stores.push((who, store.clone()));
+        w.second_device_on.insert(me);
         w.second_stores.len() as u64
     };
     let Ok(second) = start_client(ctx, who, store, incarnation) else {
+        ctx.world.borrow_mut().second_device_on.remove(&me);
         return;
     };
     let account = &ctx.scenario.accounts[me];
@@ -1756,6 +1772,71 @@ async fn second_device(ctx: &HostCtx, client: &Client<Turmoil>, stay_ms: u64) {
     }
     second.shutdown().await;
     note(ctx, format!("{who} left"));
+    ctx.world.borrow_mut().second_device_on.remove(&me);
+    take_session_back(ctx, client).await;
+}
+
+/// The primary device keeps its session: a GOAWAY or a terminal token refusal that comes while
+/// no second device of the script is on (the login of a second device that already left, still
+/// on its way to the relay when it left, say) is answered as the user of a primary device
+/// would: [`take_session_back`].
+async fn keep_session(ctx: &HostCtx, client: &Client<Turmoil>) {
+    let mut events = client.subscribe();
+    loop {
+        let event = match events.recv().await {
+            Ok(e) => e,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        let kicked = matches!(
+            event,
+            client_core::machine::Event::Goaway(_) | client_core::machine::Event::AuthFailed(_)
+        );
+        if kicked && !ctx.world.borrow().second_device_on.contains(&ctx.me) {
+            note(
+                ctx,
+                format!("c{}/d0 lost its session with no second device on", ctx.me),
+            );
+            take_session_back(ctx, client).await;
+        }
+    }
+}
+
+/// The first device takes the session back after a second device left (the user opens the app
+/// on it again). `connect` re-authenticates once when the relay refuses the old token; but if
+/// the relay refused the fresh token too (the account logged in elsewhere between the first
+/// device's re-authentication and its socket: the next second device, say), client-core has
+/// stopped for good (terminal `AuthFailed`, "Refused token" in its machine doc) and `connect`
+/// alone does nothing. The app then logs in again with the stored identity, as a real one
+/// would when its user comes back to it.
+async fn take_session_back(ctx: &HostCtx, client: &Client<Turmoil>) {
+    let primary = Device {
+        client: ctx.me,
+        device: 0,
+    };
+    let last_auth = ctx.trace.last(|r| {
+        matches!(r, Record::Event {
+            who,
+            event: client_core::machine::Event::Authenticated { .. }
+                | client_core::machine::Event::AuthFailed(_),
+            ..
+        } if *who == primary)
+    });
+    let signed_out = matches!(
+        last_auth,
+        Some(Record::Event {
+            event: client_core::machine::Event::AuthFailed(_),
+            ..
+        })
+    );
+    if signed_out {
+        note(
+            ctx,
+            format!("{primary} was signed out meanwhile: logs in again"),
+        );
+        let account = &ctx.scenario.accounts[ctx.me];
+        authenticate(client, &account.mnemonic, &account.nickname, false).await;
+    }
     drop(client.connect().await);
 }
 
