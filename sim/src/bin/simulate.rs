@@ -9,6 +9,8 @@
 //! cargo run --release -p sim --bin simulate -- --seed 17 --trace
 //! cargo run --release -p sim --bin simulate -- --seed 17 --shrink --out seed17.json
 //! cargo run --release -p sim --bin simulate -- --replay seed17.json --trace
+//! # with a known bug planted (test builds only), to see which seeds catch it:
+//! cargo run --release -p sim --features planted-bugs --bin simulate -- --plant seq-not-persisted --seeds 0..40
 //! ```
 
 use std::collections::BTreeMap;

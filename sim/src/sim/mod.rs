@@ -14,8 +14,9 @@
 //! history), [`hostile`] (raw clients: floods, dishonest requests, slow consumers, storms),
 //! [`commerce`] (purchases, trades, quota buys, payments through the stand-in, binds, the
 //! end-of-run audit), [`oracles`] (named invariants), [`trace`] (app-level records and their
-//! hash), [`shrink`] (delta debugging of a failing run); the runner steps turmoil, applies
-//! faults, heals and checks.
+//! hash), [`shrink`] (delta debugging of a failing run), `planted` (only with the test-only
+//! feature `planted-bugs`: known bugs to plant, for the detection test); the runner steps
+//! turmoil, applies faults, heals and checks.
 
 pub mod commerce;
 pub mod faults;
