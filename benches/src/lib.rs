@@ -24,6 +24,7 @@ use futures_util::{SinkExt as _, StreamExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
 use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 /// CPU flags that decide which code paths the crypto crates can take.
@@ -195,6 +196,16 @@ pub fn text_frame(len: usize) -> String {
         .collect()
 }
 
+/// The WebSocket configuration of every socket in the benches, both ends, echo and relay
+/// clients alike: the relay's own read buffer size (`sim::server::WS_READ_BUFFER_BYTES`).
+///
+/// tungstenite zero-fills its whole read buffer before every `read` syscall, so its default
+/// 128 KiB would make each side spend more time in `memset` than in the socket: a load
+/// generator (or an echo) with that default measures itself, not the server.
+pub fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default().read_buffer_size(sim::server::WS_READ_BUFFER_BYTES)
+}
+
 /// Runs `cfg.connections` closed-loop clients against `url` and collects every round-trip latency.
 ///
 /// Every connection connects and warms up first; the measured loops start together behind a
@@ -247,7 +258,8 @@ async fn connection_loop(
     cfg: &LoadConfig,
     barrier: &Barrier,
 ) -> Result<ConnectionRun, LoadError> {
-    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true).await?;
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async_with_config(url, Some(ws_config()), true).await?;
     let frame = text_frame(cfg.frame_bytes);
     for _ in 0..cfg.warmup_round_trips {
         round_trip_once(id, &mut ws, &frame).await?;
@@ -325,7 +337,8 @@ async fn echo_connection(stream: TcpStream) {
     if stream.set_nodelay(true).is_err() {
         return;
     }
-    let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+    let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(stream, Some(ws_config())).await
+    else {
         return;
     };
     while let Some(Ok(msg)) = ws.next().await {

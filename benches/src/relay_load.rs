@@ -32,8 +32,7 @@ use relay_core::{Config, MemoryBlobStore};
 use serde_json::{Value, json};
 use sim::clock::Clock;
 use sim::net::{
-    Connector, Endpoint, HttpClient, HttpError, HttpRequest, Tokio, WsError, WsMessage, WsRequest,
-    WsStream,
+    Connector, Endpoint, HttpClient, HttpError, HttpRequest, Tokio, WsError, WsMessage, WsStream,
 };
 use sim::server::RelayServer;
 use tokio::net::{TcpSocket, TcpStream};
@@ -522,13 +521,14 @@ async fn connect(acct: &Account) -> Result<RelayWs, RelayLoadError> {
     )
     .await?;
     let ticket = str_field(&v, "ticket")?;
-    let mut ws = acct
-        .http
-        .connect_ws(WsRequest::new(format!(
-            "/ws?user_uuid={}&ticket={ticket}",
-            acct.uuid
-        )))
-        .await?;
+    let url = format!(
+        "ws://{}/ws?user_uuid={}&ticket={ticket}",
+        acct.http.endpoint().authority(),
+        acct.uuid
+    );
+    let stream = acct.http.connector().connect(acct.http.endpoint()).await?;
+    let (mut ws, _) =
+        tokio_tungstenite::client_async_with_config(url, stream, Some(crate::ws_config())).await?;
     ws.send(WsMessage::text(r#"{"type":"sync","crypto_v":1}"#))
         .await?;
     Ok(ws)

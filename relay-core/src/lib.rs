@@ -88,4 +88,7 @@ pub use http::{ApiError, HttpRequest, HttpResponse, Method};
 #[cfg(feature = "planted-bugs")]
 pub use planted::PlantedBug;
 pub use push::PushTarget;
-pub use relay::{Accepted, CloseReason, ConnId, Output, Relay, WsConnect, legacy_jwt_signing_key};
+pub use relay::{
+    Accepted, BatchFailed, CloseReason, ConnId, Output, Relay, WsConnect, legacy_jwt_signing_key,
+    storage_unavailable_response,
+};

@@ -122,6 +122,18 @@ pub(crate) struct Conn {
 /// `poll_timeout`. An input's outputs (and an HTTP response) are released only after the
 /// input's mutations were committed to the store in one transaction.
 ///
+/// # Group commit
+/// A shell that handles several inputs at a time may commit them together: after
+/// [`begin_batch`](Relay::begin_batch), each input's mutations and outputs are held back
+/// instead of committed, and [`commit_batch`](Relay::commit_batch) commits all of them in **one**
+/// store transaction and only then releases their outputs. Nothing of a batch is released
+/// before its commit, so nothing is acknowledged before it is durable. What `handle_http` and
+/// `handle_connect` return inside a batch is **provisional**: the shell must hold those answers
+/// until `commit_batch` returns `Ok(())`, and answer every one of them with
+/// [`storage_unavailable_response`] if it returns [`BatchFailed`] (the relay then fails stop, as
+/// below).
+/// Inputs of one batch see each other's effects, as they would one by one.
+///
 /// # Commit failure: fail-stop
 /// If a commit fails, nothing of that input is acknowledged: the HTTP request gets 503
 /// `STORAGE_UNAVAILABLE`, a frame gets an error frame `STORAGE_UNAVAILABLE` (no ack), every
@@ -151,8 +163,31 @@ pub struct Relay {
     pub(crate) call_limit: RateLimiter<ConnId>,
     /// Outputs of the input being handled; released after its commit.
     pub(crate) staged: Vec<Output>,
+    /// Between [`Relay::begin_batch`] and [`Relay::commit_batch`]: what the batch's inputs
+    /// committed and released so far, held back until the batch's one commit.
+    group: Option<Group>,
     outputs: VecDeque<Output>,
     failed: bool,
+}
+
+/// [`Relay::commit_batch`] failed: nothing of the batch was stored or released, and the relay
+/// stopped (fail-stop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchFailed;
+
+impl std::fmt::Display for BatchFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the batch's commit failed: nothing of it was stored, the relay stopped")
+    }
+}
+
+impl std::error::Error for BatchFailed {}
+
+/// The inputs of a group commit: their mutations and outputs, in input order.
+#[derive(Debug, Default)]
+struct Group {
+    mutations: crate::store::Batch,
+    outputs: Vec<Output>,
 }
 
 impl Relay {
@@ -212,6 +247,7 @@ impl Relay {
                 MINUTE_MS,
             ),
             staged: Vec::new(),
+            group: None,
             outputs: VecDeque::new(),
             failed: false,
         })
@@ -271,7 +307,9 @@ impl Relay {
         let resp = resp.unwrap_or_else(ApiError::into_response);
         match self.finish() {
             Ok(()) => {
-                self.collect_blobs();
+                if self.group.is_none() {
+                    self.collect_blobs();
+                }
                 resp
             }
             Err(()) => storage_unavailable().into_response(),
@@ -365,6 +403,26 @@ impl Relay {
             return;
         }
         match wire::ClientFrame::decode_bytes(bytes) {
+            Ok(frame) => self.handle_admitted(now, conn, frame),
+            Err(e) => self.refuse_undecodable(now, conn, &e),
+        }
+    }
+
+    /// Handles what a shell got from decoding a frame itself (off the relay's task, say):
+    /// the frame, or why it could not be decoded. Either is charged to the frame budget first,
+    /// exactly as [`handle_text`](Relay::handle_text) charges text before decoding it, so a
+    /// malformed frame costs a client as much as a valid one; an undecodable one is answered
+    /// with the same error frame.
+    pub fn handle_decoded(
+        &mut self,
+        now: UnixMs,
+        conn: ConnId,
+        decoded: Result<wire::ClientFrame, wire::FrameError>,
+    ) {
+        if !self.admit(now, conn) {
+            return;
+        }
+        match decoded {
             Ok(frame) => self.handle_admitted(now, conn, frame),
             Err(e) => self.refuse_undecodable(now, conn, &e),
         }
@@ -505,7 +563,7 @@ impl Relay {
         self.call_limit.sweep(now.get());
         self.state.media.init_limit.sweep(now.get());
         self.sweep_push(now);
-        if self.finish().is_ok() {
+        if self.finish().is_ok() && self.group.is_none() {
             self.collect_blobs();
         }
     }
@@ -573,12 +631,75 @@ impl Relay {
         [timers, idle, eph].into_iter().flatten().min()
     }
 
+    // ------------------------------------------------------------------ group commit
+
+    /// Starts a group commit (see [the type's doc](Relay#group-commit)): the inputs handled from
+    /// now on are committed together by [`commit_batch`](Relay::commit_batch). A no-op when a
+    /// batch is already open.
+    pub fn begin_batch(&mut self) {
+        if self.group.is_none() {
+            self.group = Some(Group::default());
+        }
+    }
+
+    /// Commits every input handled since [`begin_batch`](Relay::begin_batch) in one store
+    /// transaction, then releases their outputs in input order. `Err`: nothing of the batch
+    /// was stored or released; the relay failed stop (every socket is closed, see
+    /// [`is_failed`](Relay::is_failed)), and every provisional answer of the batch must become
+    /// [`storage_unavailable_response`]. Without an open batch: `Ok(())`, or `Err` if the
+    /// relay has failed.
+    pub fn commit_batch(&mut self) -> Result<(), BatchFailed> {
+        if self.failed {
+            // Failed before or during the batch (a record that could not be serialised).
+            self.group = None;
+            return Err(BatchFailed);
+        }
+        let Some(group) = self.group.take() else {
+            return Ok(());
+        };
+        let committed = if group.mutations.is_empty() {
+            Ok(())
+        } else {
+            self.store.commit(group.mutations)
+        };
+        match committed {
+            Ok(()) => {
+                self.outputs.extend(group.outputs);
+                self.collect_blobs();
+                Ok(())
+            }
+            Err(_) => {
+                if planted!(self.config, AckWithoutCommit) {
+                    // PLANTED BUG (test-only): the outputs (acks) leave although nothing was stored.
+                    self.outputs.extend(group.outputs);
+                }
+                self.fail_stop();
+                Err(BatchFailed)
+            }
+        }
+    }
+
+    /// Whether a batch is open ([`begin_batch`](Relay::begin_batch) without its
+    /// [`commit_batch`](Relay::commit_batch)).
+    pub fn in_batch(&self) -> bool {
+        self.group.is_some()
+    }
+
     // ------------------------------------------------------------------ internals
 
-    /// Commits the input's mutations, then releases its outputs. On failure: fail-stop.
-    fn finish(&mut self) -> Result<(), ()> {
+    /// Commits the input's mutations, then releases its outputs; inside a batch, hands both to
+    /// the batch instead. On failure: fail-stop. Every input ends with it (inputs in other
+    /// modules too, e.g. `handle_push_gone`).
+    pub(crate) fn finish(&mut self) -> Result<(), ()> {
         let batch = self.state.take_batch();
         let poisoned = std::mem::take(&mut self.state.poisoned);
+        if let Some(group) = &mut self.group
+            && !poisoned
+        {
+            group.mutations.extend(batch);
+            group.outputs.append(&mut self.staged);
+            return Ok(());
+        }
         let committed = if poisoned {
             Err(StoreError::Backend("a record failed to serialise".into()))
         } else if batch.is_empty() {
@@ -596,20 +717,27 @@ impl Relay {
                     // PLANTED BUG (test-only): the outputs (acks) leave although nothing was stored.
                     self.outputs.extend(self.staged.drain(..));
                 }
-                self.staged.clear();
-                self.failed = true;
-                let conns: Vec<ConnId> = self.conns.keys().copied().collect();
-                for conn in conns {
-                    self.outputs.push_back(Output::Close {
-                        conn,
-                        reason: CloseReason::StorageFailure,
-                    });
-                }
-                self.conns.clear();
-                self.conn_of_user.clear();
+                self.fail_stop();
                 Err(())
             }
         }
+    }
+
+    /// A commit failed: drop whatever was staged or held for a batch, close every socket and
+    /// refuse everything from now on.
+    fn fail_stop(&mut self) {
+        self.staged.clear();
+        self.group = None;
+        self.failed = true;
+        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        for conn in conns {
+            self.outputs.push_back(Output::Close {
+                conn,
+                reason: CloseReason::StorageFailure,
+            });
+        }
+        self.conns.clear();
+        self.conn_of_user.clear();
     }
 
     pub(crate) fn touch(&mut self, now: UnixMs, conn: ConnId) {
@@ -705,6 +833,13 @@ pub fn legacy_jwt_signing_key(
         .and_then(|k| <[u8; 32]>::try_from(k.as_slice()).ok())
         .ok_or_else(|| StoreError::Backend("the stored JWT signing key is malformed".into()))?;
     Ok(Some(crate::config::JwtSigningKey(bytes)))
+}
+
+/// The answer to a request whose input was not stored: 503 `STORAGE_UNAVAILABLE` (what
+/// [`Relay::handle_http`] answers when its commit fails; a shell answers with it every
+/// provisional response of a batch whose [`Relay::commit_batch`] failed).
+pub fn storage_unavailable_response() -> HttpResponse {
+    storage_unavailable().into_response()
 }
 
 pub(crate) fn storage_unavailable() -> ApiError {

@@ -1,6 +1,7 @@
-//! Connection hygiene of the relay server (issue 17, D4), on real loopback sockets: slow-header
-//! and silent connections are closed after the header-read deadline; connections over the cap
-//! per address are closed at once; every closed connection frees its place.
+//! Connection hygiene of the relay server (issue 17, D2 and D4), on real loopback sockets:
+//! slow-header and silent connections are closed after the header-read deadline; connections
+//! over the cap per address are closed at once; every closed connection frees its place; a
+//! client that stops reading is closed and everything queued for it is freed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,10 +11,13 @@ use std::time::Duration;
 
 use relay_core::{Config, MemoryBlobStore, store::MemoryStore};
 use sim::net::{ConnectionCounter, Listener as _, Network, ServeLimits, Tokio};
-use sim::server::RelayServer;
+use sim::server::{OutboundBytes, RelayServer};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
+
+mod common;
+use common::{FromAddr, account, call, client, connect_with};
 
 /// Header-read deadline of these tests.
 const HEADER_MS: u64 = 300;
@@ -23,28 +27,33 @@ const PER_ADDR: usize = 4;
 struct Running {
     addr: SocketAddr,
     connections: ConnectionCounter,
+    outbound: OutboundBytes,
     stop: Arc<Notify>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 async fn start() -> Running {
+    start_with(
+        Config::default(),
+        ServeLimits {
+            header_read_timeout_ms: HEADER_MS,
+            max_connections: 100,
+            max_connections_per_addr: PER_ADDR,
+            ..ServeLimits::default()
+        },
+    )
+    .await
+}
+
+async fn start_with(config: Config, limits: ServeLimits) -> Running {
     let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .await
         .unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = RelayServer::in_memory(
-        Config::default(),
-        5,
-        MemoryStore::new(),
-        MemoryBlobStore::new(),
-    )
-    .with_limits(ServeLimits {
-        header_read_timeout_ms: HEADER_MS,
-        max_connections: 100,
-        max_connections_per_addr: PER_ADDR,
-        ..ServeLimits::default()
-    });
+    let server = RelayServer::in_memory(config, 5, MemoryStore::new(), MemoryBlobStore::new())
+        .with_limits(limits);
     let connections = server.connections();
+    let outbound = server.outbound_bytes();
     let stop = Arc::new(Notify::new());
     let stopped = Arc::clone(&stop);
     let task = tokio::spawn(server.serve::<Tokio>(listener, async move {
@@ -53,6 +62,7 @@ async fn start() -> Running {
     Running {
         addr,
         connections,
+        outbound,
         stop,
         task,
     }
@@ -145,5 +155,91 @@ async fn connections_over_the_per_address_cap_are_closed_and_places_come_back() 
     assert!(buf[..n].starts_with(b"HTTP/1.1 404"));
     r.stop.notify_one();
     drop(again);
+    r.task.await.unwrap().unwrap();
+}
+
+/// D2: a subscriber that stops reading while its channel floods it. Its kernel buffers fill,
+/// then the relay's queue; the relay must close it within the write deadline (or at the
+/// queue's byte bound) and free everything: the connection's place and every queued byte.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_closed_and_freed() {
+    const DEADLINE_MS: u64 = 500;
+    let r = start_with(
+        Config {
+            pow_difficulty: 0,
+            ..Config::default()
+        },
+        ServeLimits {
+            write_deadline_ms: DEADLINE_MS,
+            ..ServeLimits::default()
+        },
+    )
+    .await;
+    let owner = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 1)), 1).await;
+    let reader = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 2)), 2).await;
+    let post = http::Method::POST;
+    let created = call(
+        &client(r.addr, owner.from),
+        post.clone(),
+        "/api/v1/channels",
+        &serde_json::json!({"name": "flood", "description": "", "is_public": true}),
+        Some(&owner.token),
+    )
+    .await;
+    let channel = created["channel_id"].as_str().unwrap().to_owned();
+    call(
+        &client(r.addr, reader.from),
+        post.clone(),
+        &format!("/api/v1/channels/{channel}/subscribe"),
+        &serde_json::json!({}),
+        Some(&reader.token),
+    )
+    .await;
+    // The reader's socket: a 4 KiB receive buffer, and nobody ever reads it.
+    let (stuck, _) = connect_with(r.addr, &reader, Some(4096)).await;
+    wait_open(&r.connections, 1).await;
+
+    // 16 KiB posts until the relay gives up on the reader (or 8 MiB went out).
+    let content = "x".repeat(16 * 1024 - 64);
+    let owner_http = client(r.addr, owner.from);
+    let mut posts = 0;
+    let mut peak = 0;
+    while posts < 512 {
+        call(
+            &owner_http,
+            post.clone(),
+            &format!("/api/v1/channels/{channel}/posts"),
+            &serde_json::json!({"type": "text", "content": content}),
+            Some(&owner.token),
+        )
+        .await;
+        posts += 1;
+        peak = peak.max(r.outbound.get());
+        // The owner's keep-alive connection is the only other one.
+        if r.connections.open() <= 1 && r.outbound.get() == 0 && posts > 16 {
+            break;
+        }
+    }
+    owner_http.clear_idle();
+    assert!(peak > 0, "the flood never queued anything for the reader");
+    // Closed: its place is free and nothing stays queued for it.
+    for _ in 0..200 {
+        if r.connections.open() == 0 && r.outbound.get() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        r.connections.open(),
+        0,
+        "the stuck reader was not closed after {posts} posts"
+    );
+    assert_eq!(
+        r.outbound.get(),
+        0,
+        "bytes still queued for a closed socket"
+    );
+    drop(stuck);
+    r.stop.notify_one();
     r.task.await.unwrap().unwrap();
 }

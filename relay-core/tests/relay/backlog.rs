@@ -175,6 +175,37 @@ fn a_flood_of_malformed_frames_is_cut_off_and_closed() {
     let _ = b64(&[]);
 }
 
+/// D5, frames a shell decodes itself (`handle_decoded`): an undecodable one is answered with
+/// the same error frame as undecodable text, and charged to the same budget, so a flood of
+/// them is cut off and closed just the same.
+#[test]
+fn undecodable_frames_decoded_by_the_shell_are_charged_too() {
+    let mut w = World::new();
+    let mut a = w.user("alice");
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let error = wire::ClientFrame::decode_bytes(b"{not json").unwrap_err();
+    w.relay.handle_decoded(w.now, ca, Err(error.clone()));
+    let first = w.drain();
+    let text_answer = w.send_raw(ca, "{not json");
+    assert_eq!(
+        frames(&first, ca),
+        frames(&text_answer, ca),
+        "the same answer as for undecodable text"
+    );
+    let mut closed_after = None;
+    for i in 0..10_000 {
+        w.relay.handle_decoded(w.now, ca, Err(error.clone()));
+        if closed(&w.drain(), ca) {
+            closed_after = Some(i + 1);
+            break;
+        }
+    }
+    let n = closed_after.expect("a flood of undecodable frames was never cut off");
+    assert!(n <= 5_000, "closed only after {n} frames");
+    assert!(!w.relay.is_connected(ca));
+}
+
 /// The window spans conversations: with three backlogs and a window of three, one message of
 /// each is pushed, the conversation with the oldest message first; each receipt gives the
 /// next turn.

@@ -12,6 +12,7 @@ mod calls;
 mod channels;
 mod confirm_redelivery;
 mod durability;
+mod group_commit;
 mod hardening;
 mod http;
 mod media;

@@ -124,6 +124,15 @@ pub(crate) async fn connect(
     relay: SocketAddr,
     a: &Account,
 ) -> (WebSocketStream<TcpStream>, String) {
+    connect_with(relay, a, None).await
+}
+
+/// [`connect`], with the client socket's kernel receive buffer set to `rcvbuf` bytes.
+pub(crate) async fn connect_with(
+    relay: SocketAddr,
+    a: &Account,
+    rcvbuf: Option<u32>,
+) -> (WebSocketStream<TcpStream>, String) {
     let http = client(relay, a.from);
     let v = call(
         &http,
@@ -140,11 +149,13 @@ pub(crate) async fn connect(
         .read_buffer_size(1024)
         .write_buffer_size(0)
         .max_write_buffer_size(64 * 1024);
-    let tcp = a
-        .from
-        .connect(&Endpoint::parse(&format!("http://{relay}")).expect("endpoint"))
-        .await
-        .expect("tcp");
+    let socket = TcpSocket::new_v4().expect("socket");
+    if let Some(size) = rcvbuf {
+        socket.set_recv_buffer_size(size).expect("SO_RCVBUF");
+    }
+    socket.bind(SocketAddr::from((a.from.0, 0))).expect("bind");
+    let tcp = socket.connect(relay).await.expect("tcp");
+    tcp.set_nodelay(true).expect("nodelay");
     let (mut ws, _) = tokio_tungstenite::client_async_with_config(url, tcp, Some(config))
         .await
         .expect("upgrade");
