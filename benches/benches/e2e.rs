@@ -277,11 +277,10 @@ const RELAY_LOAD_ARGS: [&str; 10] = [
 
 async fn one_process(
     store: &str,
-    relay: &RelayProcess,
+    bench: &mut BenchRelay,
     echo: &EchoProcess,
     s: &Scenario,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let mut bench = BenchRelay::external(relay.addr)?;
     let pairs = bench.pairs(s.pairs).await?;
     let frame_bytes = pairs
         .first()
@@ -293,7 +292,7 @@ async fn one_process(
         receipt_batch: RECEIPT_BATCH,
         deadline: RUN_DEADLINE,
     };
-    let report = run_relay_load(&bench, pairs, &cfg).await?;
+    let report = run_relay_load(bench, pairs, &cfg).await?;
     let echo_report = run_load(
         &echo.url,
         &LoadConfig {
@@ -342,8 +341,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 all.extend(RELAY_LOAD_ARGS);
                 let relay = RelayProcess::spawn(&binary, &all)?;
                 rt.block_on(async {
+                    // One load generator per relay process: its accounts are numbered on
+                    // from scenario to scenario (the relay keeps those it registered).
+                    let mut bench = BenchRelay::external(relay.addr)?;
                     for s in scenarios(full) {
-                        one_process(store, &relay, &echo, &s).await?;
+                        one_process(store, &mut bench, &echo, &s).await?;
                     }
                     Ok::<(), Box<dyn std::error::Error>>(())
                 })?;
