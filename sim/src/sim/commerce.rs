@@ -104,6 +104,9 @@ pub struct Audit {
     pub probes: BTreeMap<String, Result<String, String>>,
     /// Orders with webhook copies still in flight at the final clock jump.
     pub late_at_final_jump: BTreeSet<String>,
+    /// The relay's clock (Unix ms) just after the final jump: an order created at or after
+    /// it (a dishonest client still at work) has had no time to expire.
+    pub final_jump_relay_ms: Option<u64>,
     /// The audit finished.
     pub done: bool,
 }

@@ -814,6 +814,11 @@ async fn stop_reading(
     let stopped = sim_ms();
     let mut blocked_at = None;
     for _ in 0..provoke {
+        // Not while the relay's links are held (a slow commit): the held frames would reach
+        // it in one clump and be answered with one write.
+        while ctx.world.borrow().relay_stalled {
+            sleep_ms(POLL_MS).await;
+        }
         // Each malformed frame makes the relay answer with an error frame nobody reads.
         if !writer.send(op::TEXT, b"{stuck").await {
             blocked_at = Some(sim_ms());

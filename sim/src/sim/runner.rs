@@ -314,6 +314,8 @@ pub(super) struct World {
     /// When the relay host actually powered off, in simulated ms (a crash the plan names, or
     /// one a store fault asked for at a later commit than its plan event).
     pub(super) relay_off_ms: Vec<u64>,
+    /// The relay's links are held right now (a slow commit: see `Sim::stall`).
+    pub(super) relay_stalled: bool,
     /// Second-device stores.
     pub(super) second_stores: Vec<(Device, SharedStore)>,
     /// Every alias each client had, oldest first (a bind retires the previous one).
@@ -505,6 +507,9 @@ struct Sim<'a> {
     trace: Trace,
     /// Where power-offs of the relay are recorded ([`World::relay_off_ms`]).
     world: Shared,
+    /// The plan's minimum link latency: a slow consumer's link is pinned to it (see
+    /// [`FaultAction::Hostile`] in `apply`).
+    steady_latency_ms: u64,
 }
 
 impl Sim<'_> {
@@ -618,6 +623,18 @@ impl Sim<'_> {
                 self.store.crash_mid_batch(*restart_after_ms);
             }
             FaultAction::Hostile { host, act } => {
+                if matches!(act, HostileAct::StopReading { .. }) {
+                    // The slow consumer's link gets a steady latency from now on. Under
+                    // jitter, its paced frames reach the relay in clumps, the relay answers a
+                    // clump with one write, and turmoil's window counts writes: the relay's
+                    // writes might then never block, and the stuck-client oracle would hold it
+                    // to a close it has no reason to make (seed 8, `--faults all`).
+                    self.sim.set_link_latency(
+                        host.as_str(),
+                        RELAY,
+                        Duration::from_millis(self.steady_latency_ms),
+                    );
+                }
                 world
                     .borrow_mut()
                     .hostile_inbox
@@ -640,9 +657,11 @@ impl Sim<'_> {
             }
         }
         self.schedule(until, Internal::EndStall);
+        self.world.borrow_mut().relay_stalled = true;
     }
 
     fn end_stall(&mut self) {
+        self.world.borrow_mut().relay_stalled = false;
         for h in std::mem::take(&mut self.links.stalled) {
             if self.links.get(RELAY, &h) == Dir::Healthy
                 && self.links.get(&h, RELAY) == Dir::Healthy
@@ -752,6 +771,7 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
         internal: BTreeMap::new(),
         trace: trace.clone(),
         world: world.clone(),
+        steady_latency_ms: plan.latency_ms.0,
     };
 
     // The relay: its store and blobs outlive crashes.
@@ -978,8 +998,10 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
                 "final relay clock jump +{} s; orders with webhooks in flight: {late:?}",
                 commerce::FINAL_JUMP_MS / 1_000
             ));
-            world.borrow_mut().commerce.audit.late_at_final_jump = late;
-            relay_clock.advance(commerce::FINAL_JUMP_MS);
+            let after = relay_clock.advance(commerce::FINAL_JUMP_MS);
+            let mut w = world.borrow_mut();
+            w.commerce.audit.late_at_final_jump = late;
+            w.commerce.audit.final_jump_relay_ms = Some(after.0);
         }
         if now >= end {
             end_ms = now;
