@@ -1718,10 +1718,11 @@ fn holds_released(
         let pending = field(Some(row), "state").and_then(|s| s.as_str()) == Some("pending");
         let created = field(Some(row), "created_at").and_then(serde_json::Value::as_u64);
         let after_jump = matches!((created, jump), (Some(c), Some(j)) if c >= j);
-        if pending && after_jump {
-            if let Some(t) = field(Some(row), "target").and_then(|t| t.as_str()) {
-                fresh_holds.insert(t);
-            }
+        if pending
+            && after_jump
+            && let Some(t) = field(Some(row), "target").and_then(|t| t.as_str())
+        {
+            fresh_holds.insert(t);
         }
         if pending && !probes.contains(id.as_str()) && !late.contains(id) && !after_jump {
             out.push(Violation::new(
