@@ -63,6 +63,7 @@ pub mod config;
 mod contacts;
 pub mod http;
 pub(crate) mod ids;
+mod json;
 pub mod limits;
 mod media;
 mod messaging;

@@ -49,21 +49,19 @@ pub(crate) fn is_base64(text: &str) -> bool {
 
 /// Whether every byte is in the standard base64 alphabet (`A-Z a-z 0-9 + /`).
 fn all_base64_alphabet(bytes: &[u8]) -> bool {
-    fn alphabet(b: u8) -> bool {
-        // Non-short-circuit `|` and `&`: no branch, so a block of them vectorises.
-        (b.wrapping_sub(b'A') < 26)
-            | (b.wrapping_sub(b'a') < 26)
-            | (b.wrapping_sub(b'0') < 10)
-            | (b == b'+')
-            | (b == b'/')
+    fn outside(block: &[u8; crate::json::BLOCK]) -> bool {
+        // Non-short-circuit `|` and `&`: no branch per byte, so the block becomes vector
+        // compares.
+        let inside = block.iter().fold(true, |all, &b| {
+            all & ((b.wrapping_sub(b'A') < 26)
+                | (b.wrapping_sub(b'a') < 26)
+                | (b.wrapping_sub(b'0') < 10)
+                | (b == b'+')
+                | (b == b'/'))
+        });
+        !inside
     }
-    let mut blocks = bytes.chunks_exact(32);
-    for block in &mut blocks {
-        if !block.iter().fold(true, |ok, &b| ok & alphabet(b)) {
-            return false;
-        }
-    }
-    blocks.remainder().iter().all(|&b| alphabet(b))
+    !crate::json::any_block(bytes, b'A', outside)
 }
 
 impl Relay {

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use wire::http::{FriendStatus, PublicKeyB64};
 use wire::{AliasId, ConvId, FriendshipId, MessageId, Seq, UnixMs, UserUuid};
 
+use crate::json;
 use crate::planted::planted;
 use crate::store::{Batch, Mutation, Snapshot, StoreError, Table};
 
@@ -55,6 +56,23 @@ impl ConversationRow {
     pub(crate) fn other(&self, user: &UserUuid) -> Option<&UserUuid> {
         self.index_of(user).map(|i| &self.members[1 - i])
     }
+
+    /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"id\":");
+        json::string(out, self.id.as_str());
+        out.extend_from_slice(b",\"members\":[");
+        json::string(out, self.members[0].as_str());
+        out.push(b',');
+        json::string(out, self.members[1].as_str());
+        out.extend_from_slice(b"],\"last_seq\":");
+        json::uint(out, self.last_seq.get());
+        out.extend_from_slice(b",\"last_authored\":[");
+        json::uint(out, self.last_authored[0].get());
+        out.push(b',');
+        json::uint(out, self.last_authored[1].get());
+        out.extend_from_slice(b"]}");
+    }
 }
 
 /// An undelivered message, held for `recipient`.
@@ -68,6 +86,29 @@ pub(crate) struct MessageRow {
     pub(crate) crypto_v: Option<u32>,
     pub(crate) payload: String,
     pub(crate) at: UnixMs,
+}
+
+impl MessageRow {
+    /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"recipient\":");
+        json::string(out, self.recipient.as_str());
+        out.extend_from_slice(b",\"conv_id\":");
+        json::string(out, self.conv_id.as_str());
+        out.extend_from_slice(b",\"seq\":");
+        json::uint(out, self.seq.get());
+        out.extend_from_slice(b",\"id\":");
+        json::string(out, self.id.as_str());
+        out.extend_from_slice(b",\"from\":");
+        json::string(out, self.from.as_str());
+        out.extend_from_slice(b",\"crypto_v\":");
+        json::opt_uint(out, self.crypto_v.map(u64::from));
+        out.extend_from_slice(b",\"payload\":");
+        json::string(out, &self.payload);
+        out.extend_from_slice(b",\"at\":");
+        json::uint(out, self.at.get());
+        out.push(b'}');
+    }
 }
 
 /// What the relay remembers of an accepted message id after the message itself is gone (the
@@ -101,6 +142,25 @@ struct TombstoneRecord<'a> {
     seq: Seq,
     expires_at: UnixMs,
     retracted: bool,
+}
+
+impl TombstoneRecord<'_> {
+    /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"author\":");
+        json::string(out, self.author.as_str());
+        out.extend_from_slice(b",\"id\":");
+        json::string(out, self.id.as_str());
+        out.extend_from_slice(b",\"conv_id\":");
+        json::string(out, self.conv_id.as_str());
+        out.extend_from_slice(b",\"seq\":");
+        json::uint(out, self.seq.get());
+        out.extend_from_slice(b",\"expires_at\":");
+        json::uint(out, self.expires_at.get());
+        out.extend_from_slice(b",\"retracted\":");
+        json::boolean(out, self.retracted);
+        out.push(b'}');
+    }
 }
 
 /// Receipt kinds.
@@ -286,9 +346,11 @@ fn row_key(parts: &[&str], seq: Option<Seq>) -> String {
         k.push_str(p);
     }
     if let Some(seq) = seq {
-        use std::fmt::Write as _;
-        // Writing to a `String` cannot fail.
-        let _ = write!(k, "/{:0width$}", seq.get(), width = SEQ_DIGITS);
+        // `/{:020}` without the formatting machinery: a `u64` has at most 20 digits.
+        let mut buf = [b'0'; SEQ_DIGITS];
+        json::digits(&mut buf, seq.get());
+        k.push('/');
+        k.push_str(std::str::from_utf8(&buf).unwrap_or_default());
     }
     debug_assert_eq!(k.len(), len);
     k
@@ -316,6 +378,13 @@ fn encode<T: Serialize + ?Sized>(scratch: &mut Vec<u8>, value: &T) -> Option<Vec
     scratch.clear();
     serde_json::to_writer(&mut *scratch, value).ok()?;
     Some(scratch.as_slice().to_vec())
+}
+
+/// Like [`encode`] with a hand-written encoder ([`crate::json`]), which cannot fail.
+fn encode_with(scratch: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    scratch.clear();
+    write(scratch);
+    scratch.as_slice().to_vec()
 }
 
 pub(crate) fn decode<T: DeserializeOwned>(
@@ -494,14 +563,15 @@ impl State {
             // PLANTED BUG (test-only): the new counter stays in memory; a restart reuses seqs.
             return Some(seq);
         }
-        let value = encode(&mut self.scratch, &*c);
+        let value = encode_with(&mut self.scratch, |out| c.write_json(out));
         let key = c.id.as_str().to_owned();
-        self.record_encoded(Table::Conversations, key, value);
+        self.record_encoded(Table::Conversations, key, Some(value));
         Some(seq)
     }
 
     pub(crate) fn put_conversation(&mut self, c: ConversationRow) {
-        self.record(Table::Conversations, c.id.to_string(), &c);
+        let value = encode_with(&mut self.scratch, |out| c.write_json(out));
+        self.record_encoded(Table::Conversations, c.id.to_string(), Some(value));
         match self.conversations.get_mut(&c.id) {
             // The hot path (every `msg` bumps `last_seq`): same members, so `convs_of` is
             // already right; replace the row in place without re-indexing or cloning keys.
@@ -541,10 +611,11 @@ impl State {
     }
 
     pub(crate) fn put_message(&mut self, m: MessageRow, offline_ttl_ms: u64) {
-        self.record(
+        let value = encode_with(&mut self.scratch, |out| m.write_json(out));
+        self.record_encoded(
             Table::Messages,
             message_key(&m.recipient, &m.conv_id, m.seq),
-            &m,
+            Some(value),
         );
         self.index_message(m, offline_ttl_ms);
     }
@@ -630,7 +701,8 @@ impl State {
             expires_at: t.expires_at,
             retracted: t.retracted,
         };
-        self.record(Table::Tombstones, tombstone_key(author, &id), &record);
+        let value = encode_with(&mut self.scratch, |out| record.write_json(out));
+        self.record_encoded(Table::Tombstones, tombstone_key(author, &id), Some(value));
         self.index_tombstone(author, id, t);
     }
 
@@ -725,7 +797,79 @@ impl State {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    fn uuid() -> impl Strategy<Value = UserUuid> {
+        any::<[u8; 16]>().prop_map(UserUuid::from_random_bytes)
+    }
+
+    fn token() -> impl Strategy<Value = String> {
+        "[A-Za-z0-9._:-]{1,128}"
+    }
+
+    proptest! {
+        /// The hand-written rows are `serde_json`'s bytes: stored rows did not change.
+        #[test]
+        fn message_rows_are_serde_json(
+            (recipient, from) in (uuid(), uuid()),
+            (conv, id) in (token(), token()),
+            (seq, at, crypto_v) in (any::<u64>(), any::<u64>(), any::<Option<u32>>()),
+            payload in any::<String>(),
+        ) {
+            let m = MessageRow {
+                recipient,
+                conv_id: ConvId::parse(&conv).unwrap(),
+                seq: Seq(seq),
+                id: MessageId::parse(&id).unwrap(),
+                from,
+                crypto_v,
+                payload,
+                at: UnixMs(at),
+            };
+            let mut out = Vec::new();
+            m.write_json(&mut out);
+            prop_assert_eq!(out, serde_json::to_vec(&m).unwrap());
+        }
+
+        #[test]
+        fn tombstone_rows_are_serde_json(
+            author in uuid(),
+            (conv, id) in (token(), token()),
+            (seq, expires_at, retracted) in (any::<u64>(), any::<u64>(), any::<bool>()),
+        ) {
+            let (id, conv_id) = (MessageId::parse(&id).unwrap(), ConvId::parse(&conv).unwrap());
+            let record = TombstoneRecord {
+                author: &author,
+                id: &id,
+                conv_id: &conv_id,
+                seq: Seq(seq),
+                expires_at: UnixMs(expires_at),
+                retracted,
+            };
+            let mut out = Vec::new();
+            record.write_json(&mut out);
+            prop_assert_eq!(out, serde_json::to_vec(&record).unwrap());
+        }
+
+        #[test]
+        fn conversation_rows_are_serde_json(
+            members in (uuid(), uuid()),
+            conv in token(),
+            seqs in any::<(u64, u64, u64)>(),
+        ) {
+            let c = ConversationRow {
+                id: ConvId::parse(&conv).unwrap(),
+                members: [members.0, members.1],
+                last_seq: Seq(seqs.0),
+                last_authored: [Seq(seqs.1), Seq(seqs.2)],
+            };
+            let mut out = Vec::new();
+            c.write_json(&mut out);
+            prop_assert_eq!(out, serde_json::to_vec(&c).unwrap());
+        }
+    }
 
     #[test]
     fn tombstone_record_decodes_as_row() {
