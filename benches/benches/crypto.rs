@@ -5,7 +5,13 @@
 //! directly, for primitives below the API) and `ring` (the baseline doing the same work,
 //! same envelope, same base64 and JSON handling).
 //!
-//! Run: `cargo bench -p benches --bench crypto` (a filter narrows it: `-- 'aes256gcm|ed25519'`).
+//! With `--features aws-lc`, client-core seals and opens AES-GCM with aws-lc-rs: its rows are then
+//! labelled `client-core[aws-lc]`, and the payload, media chunk and call frame groups gain an
+//! `aws-lc-rs` row (the provider alone, same work as the ring row). `--features aws-lc-baseline`
+//! adds only the `aws-lc-rs` rows, next to client-core on its default provider.
+//!
+//! Run: `cargo bench -p benches --bench crypto` (a filter narrows it: `-- 'aes256gcm|ed25519'`;
+//! `--features aws-lc -- 'payload|call_frame|media_chunk'` for the provider comparison).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::hint::black_box;
@@ -412,8 +418,112 @@ fn ring_open(key: &[u8; 32], data: &[u8]) -> Vec<u8> {
     buf
 }
 
-/// Message payloads (§4.4): base64(iv ‖ ct ‖ tag), key schedule per message. The ring row uses
-/// client-core's strict base64 too, so the ratio isolates the AEAD.
+/// The label of client-core's AES-GCM rows (payloads, media chunks, call frames, call signals):
+/// which AEAD provider client-core was built with.
+const CLIENT_CORE: &str = match crypto::AEAD_PROVIDER.as_bytes() {
+    b"aws-lc-rs" => "client-core[aws-lc]",
+    _ => "client-core",
+};
+
+/// The `aws-lc` (and `aws-lc-baseline`) feature's rows: aws-lc-rs doing the same work as the ring
+/// rows, so `client-core[aws-lc]` can be read against the provider it wraps.
+#[cfg(feature = "aws-lc-baseline")]
+mod aws_lc {
+    use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+    use client_core::crypto::call_frame::frame_iv;
+
+    use super::{IV_BYTES, TAG_BYTES};
+
+    pub(crate) fn key(key: &[u8; 32]) -> LessSafeKey {
+        LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).expect("32-byte AES-256-GCM key"))
+    }
+
+    /// `iv ‖ ct ‖ tag` in one buffer, key schedule included (a payload's work).
+    pub(crate) fn seal(key_bytes: &[u8; 32], iv: &[u8; IV_BYTES], pt: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(IV_BYTES + pt.len() + TAG_BYTES);
+        out.extend_from_slice(iv);
+        out.extend_from_slice(pt);
+        let tag = key(key_bytes)
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(*iv),
+                Aad::empty(),
+                &mut out[IV_BYTES..],
+            )
+            .expect("seal");
+        out.extend_from_slice(tag.as_ref());
+        out
+    }
+
+    /// Opens `iv ‖ ct ‖ tag` into a new buffer, key schedule included.
+    pub(crate) fn open(key_bytes: &[u8; 32], data: &[u8]) -> Vec<u8> {
+        let (iv, rest) = data.split_at(IV_BYTES);
+        let mut buf = rest.to_vec();
+        let nonce = Nonce::try_assume_unique_for_key(iv).expect("12-byte IV");
+        let n = key(key_bytes)
+            .open_in_place(nonce, Aad::empty(), &mut buf)
+            .expect("authentic")
+            .len();
+        buf.truncate(n);
+        buf
+    }
+
+    /// One media frame `len ‖ iv ‖ ct ‖ tag` in one buffer.
+    pub(crate) fn seal_frame(key_bytes: &[u8; 32], iv: [u8; IV_BYTES], chunk: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(chunk.len() + TAG_BYTES).expect("below 4 GiB");
+        let mut f = Vec::with_capacity(4 + IV_BYTES + chunk.len() + TAG_BYTES);
+        f.extend_from_slice(&len.to_be_bytes());
+        f.extend_from_slice(&iv);
+        f.extend_from_slice(chunk);
+        let tag = key(key_bytes)
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(iv),
+                Aad::empty(),
+                &mut f[4 + IV_BYTES..],
+            )
+            .expect("seal");
+        f.extend_from_slice(tag.as_ref());
+        f
+    }
+
+    /// One call frame `counter_be ‖ ct ‖ tag` with the call's long-lived key.
+    pub(crate) fn seal_call_frame(
+        key: &LessSafeKey,
+        base_iv: &[u8; IV_BYTES],
+        counter: u64,
+        pt: &[u8],
+    ) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + pt.len() + TAG_BYTES);
+        out.extend_from_slice(&counter.to_be_bytes());
+        out.extend_from_slice(pt);
+        let nonce = Nonce::assume_unique_for_key(frame_iv(base_iv, counter));
+        let tag = key
+            .seal_in_place_separate_tag(nonce, Aad::empty(), &mut out[8..])
+            .expect("seal");
+        out.extend_from_slice(tag.as_ref());
+        out
+    }
+
+    /// Opens one call frame into a new buffer; returns its counter and plaintext.
+    pub(crate) fn open_call_frame(
+        key: &LessSafeKey,
+        base_iv: &[u8; IV_BYTES],
+        frame: &[u8],
+    ) -> (u64, Vec<u8>) {
+        let counter = u64::from_be_bytes(frame[..8].try_into().expect("8-byte counter"));
+        let mut buf = frame[8..].to_vec();
+        let nonce = Nonce::assume_unique_for_key(frame_iv(base_iv, counter));
+        let n = key
+            .open_in_place(nonce, Aad::empty(), &mut buf)
+            .expect("authentic frame")
+            .len();
+        buf.truncate(n);
+        (counter, buf)
+    }
+}
+
+/// Message payloads (§4.4): base64(iv ‖ ct ‖ tag), key schedule per message. The ring (and,
+/// with the `aws-lc` feature, aws-lc-rs) rows use client-core's strict base64 too, so the ratio
+/// isolates the AEAD.
 fn payload(c: &mut Criterion) {
     let key = seed(8);
     let sk = SessionKey::from_bytes(key);
@@ -422,9 +532,16 @@ fn payload(c: &mut Criterion) {
     for len in PAYLOAD_SIZES {
         g.throughput(Throughput::Bytes(len as u64));
         let pt = plaintext(len);
-        g.bench_with_input(BenchmarkId::new("client-core", len), &pt, |b, pt| {
+        g.bench_with_input(BenchmarkId::new(CLIENT_CORE, len), &pt, |b, pt| {
             b.iter(|| crypto::encrypt_payload(&sk, black_box(pt), &mut rng));
         });
+        #[cfg(feature = "aws-lc-baseline")]
+        {
+            let mut ivs = IvCounter::default();
+            g.bench_with_input(BenchmarkId::new("aws-lc-rs", len), &pt, |b, pt| {
+                b.iter(|| to_base64(&aws_lc::seal(&key, &ivs.next_iv(), black_box(pt))));
+            });
+        }
         let mut ivs = IvCounter::default();
         g.bench_with_input(BenchmarkId::new("ring", len), &pt, |b, pt| {
             b.iter(|| to_base64(&ring_seal(&key, &ivs.next_iv(), black_box(pt))));
@@ -436,58 +553,18 @@ fn payload(c: &mut Criterion) {
     for len in PAYLOAD_SIZES {
         g.throughput(Throughput::Bytes(len as u64));
         let b64 = crypto::encrypt_payload(&sk, &plaintext(len), &mut rng);
-        g.bench_with_input(BenchmarkId::new("client-core", len), &b64, |b, s| {
+        g.bench_with_input(BenchmarkId::new(CLIENT_CORE, len), &b64, |b, s| {
             b.iter(|| crypto::decrypt_payload(&sk, black_box(s)).expect("authentic payload"));
+        });
+        #[cfg(feature = "aws-lc-baseline")]
+        g.bench_with_input(BenchmarkId::new("aws-lc-rs", len), &b64, |b, s| {
+            b.iter(|| aws_lc::open(&key, &from_base64(black_box(s)).expect("base64")));
         });
         g.bench_with_input(BenchmarkId::new("ring", len), &b64, |b, s| {
             b.iter(|| ring_open(&key, &from_base64(black_box(s)).expect("base64")));
         });
     }
     g.finish();
-}
-
-/// The label of client-core's media rows: which AEAD provider it was built with.
-const MEDIA_PROVIDER: &str = if cfg!(feature = "aws-lc") {
-    "client-core[aws-lc]"
-} else {
-    "client-core"
-};
-
-/// aws-lc-rs sealing one frame in one buffer (the `aws-lc` feature's baseline).
-#[cfg(feature = "aws-lc")]
-fn aws_lc_seal_frame(key: &[u8; 32], iv: [u8; IV_BYTES], chunk: &[u8]) -> Vec<u8> {
-    use aws_lc_rs::aead as a;
-    let k = a::LessSafeKey::new(a::UnboundKey::new(&a::AES_256_GCM, key).expect("key"));
-    let len = u32::try_from(chunk.len() + TAG_BYTES).expect("below 4 GiB");
-    let mut f = Vec::with_capacity(4 + IV_BYTES + chunk.len() + TAG_BYTES);
-    f.extend_from_slice(&len.to_be_bytes());
-    f.extend_from_slice(&iv);
-    f.extend_from_slice(chunk);
-    let tag = k
-        .seal_in_place_separate_tag(
-            a::Nonce::assume_unique_for_key(iv),
-            a::Aad::empty(),
-            &mut f[4 + IV_BYTES..],
-        )
-        .expect("seal");
-    f.extend_from_slice(tag.as_ref());
-    f
-}
-
-/// aws-lc-rs opening one frame (`iv ‖ ct ‖ tag`) into a new buffer.
-#[cfg(feature = "aws-lc")]
-fn aws_lc_open_frame(key: &[u8; 32], sealed: &[u8]) -> Vec<u8> {
-    use aws_lc_rs::aead as a;
-    let k = a::LessSafeKey::new(a::UnboundKey::new(&a::AES_256_GCM, key).expect("key"));
-    let (iv, rest) = sealed.split_at(IV_BYTES);
-    let mut buf = rest.to_vec();
-    let nonce = a::Nonce::try_assume_unique_for_key(iv).expect("iv");
-    let n = k
-        .open_in_place(nonce, a::Aad::empty(), &mut buf)
-        .expect("authentic")
-        .len();
-    buf.truncate(n);
-    buf
 }
 
 /// Media chunk frame (§4.6): `u32_BE(len) ‖ iv ‖ ct ‖ tag` of one 5 MiB chunk.
@@ -498,14 +575,14 @@ fn media(c: &mut Criterion) {
     let chunk = plaintext(MEDIA_CHUNK_BYTES);
     let mut g = c.benchmark_group("media_chunk_encrypt");
     configure_for_size(&mut g, MEDIA_CHUNK_BYTES);
-    g.bench_function(MEDIA_PROVIDER, |b| {
+    g.bench_function(CLIENT_CORE, |b| {
         b.iter(|| media::encrypt_media(&sk, black_box(&chunk), &mut rng));
     });
-    #[cfg(feature = "aws-lc")]
+    #[cfg(feature = "aws-lc-baseline")]
     {
         let mut ivs = IvCounter::default();
         g.bench_function("aws-lc-rs", |b| {
-            b.iter(|| aws_lc_seal_frame(&key, ivs.next_iv(), black_box(&chunk)));
+            b.iter(|| aws_lc::seal_frame(&key, ivs.next_iv(), black_box(&chunk)));
         });
     }
     // ring writes the frame in one buffer, as an optimised implementation would.
@@ -534,12 +611,12 @@ fn media(c: &mut Criterion) {
     let object = media::encrypt_chunk_with_iv(&sk, &[4; IV_BYTES], &chunk);
     let mut g = c.benchmark_group("media_chunk_decrypt");
     configure_for_size(&mut g, MEDIA_CHUNK_BYTES);
-    g.bench_function(MEDIA_PROVIDER, |b| {
+    g.bench_function(CLIENT_CORE, |b| {
         b.iter(|| media::decrypt_media(&sk, black_box(&object)).expect("authentic chunk"));
     });
-    #[cfg(feature = "aws-lc")]
+    #[cfg(feature = "aws-lc-baseline")]
     g.bench_function("aws-lc-rs", |b| {
-        b.iter(|| aws_lc_open_frame(&key, &black_box(&object)[4..]));
+        b.iter(|| aws_lc::open(&key, &black_box(&object)[4..]));
     });
     g.bench_function("ring", |b| {
         b.iter(|| ring_open(&key, &black_box(&object)[4..]));
@@ -590,7 +667,7 @@ fn call_frame(c: &mut Criterion) {
     let mut g = c.benchmark_group("call_frame_encrypt");
     g.throughput(Throughput::Bytes(CALL_FRAME_BYTES as u64));
     let mut enc = call_frame::FrameEncryptor::new(&km);
-    g.bench_function("client-core", |b| {
+    g.bench_function(CLIENT_CORE, |b| {
         b.iter(|| {
             // Stay far from the 2^24-frame rekey limit however long criterion runs.
             if enc.frames_sent() >= call_frame::REKEY_MAX_FRAMES / 2 {
@@ -599,6 +676,17 @@ fn call_frame(c: &mut Criterion) {
             enc.encrypt(black_box(&pt)).expect("key within limits")
         });
     });
+    #[cfg(feature = "aws-lc-baseline")]
+    {
+        let aws = aws_lc::key(&key);
+        let mut counter = 0u64;
+        g.bench_function("aws-lc-rs", |b| {
+            b.iter(|| {
+                counter += 1;
+                aws_lc::seal_call_frame(&aws, &base_iv, counter, black_box(&pt))
+            });
+        });
+    }
     let mut counter = 0u64;
     g.bench_function("ring", |b| {
         b.iter(|| {
@@ -627,12 +715,26 @@ fn call_frame(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(CALL_FRAME_BYTES as u64));
     let mut dec = call_frame::FrameDecryptor::new(&km);
     let mut next = frames.iter().cycle();
-    g.bench_function("client-core", |b| {
+    g.bench_function(CLIENT_CORE, |b| {
         b.iter(|| {
             let f = next.next().expect("cycle never ends");
             dec.decrypt(black_box(f)).expect("fresh authentic frame")
         });
     });
+    #[cfg(feature = "aws-lc-baseline")]
+    {
+        let aws = aws_lc::key(&key);
+        let mut window = ReplayWindow::default();
+        let mut next = frames.iter().cycle();
+        g.bench_function("aws-lc-rs", |b| {
+            b.iter(|| {
+                let f = black_box(next.next().expect("cycle never ends"));
+                let (counter, plain) = aws_lc::open_call_frame(&aws, &base_iv, f);
+                assert!(window.accept(counter), "fresh counter");
+                plain
+            });
+        });
+    }
     let mut window = ReplayWindow::default();
     let mut next = frames.iter().cycle();
     g.bench_function("ring", |b| {
@@ -865,7 +967,7 @@ fn call_signal(c: &mut Criterion) {
 
     // The caller's field map is consumed, so its clone is made outside the timing.
     let mut g = c.benchmark_group("call_signal_sign");
-    g.bench_function("client-core", |b| {
+    g.bench_function(CLIENT_CORE, |b| {
         b.iter_batched(
             || fields.clone(),
             |f| signal::seal_signal(&sk, &ours, f, SIGNAL_NOW_MS, &mut rng).expect("signed"),
@@ -884,7 +986,7 @@ fn call_signal(c: &mut Criterion) {
 
     // A fresh nonce cache per verification: the same payload is verified again and again.
     let mut g = c.benchmark_group("call_signal_verify");
-    g.bench_function("client-core", |b| {
+    g.bench_function(CLIENT_CORE, |b| {
         b.iter_batched_ref(
             signal::NonceCache::new,
             |nonces| {

@@ -1,13 +1,19 @@
-//! End to end (issue 8 item 4): messages per second and p50/p99 latency through the real relay
-//! (`sim::server::RelayServer`, memory store) over loopback WebSockets with 1 and 100 connected
-//! pairs, next to the bare tokio-tungstenite echo (`benches::run_load`) measured in the same run
-//! with the same frame size and the same number of closed loops; then simulator seeds per second
-//! (the release `simulate` binary, if built).
+//! End to end (issues 8 and 11): messages per second and p50/p99 latency through the real relay
+//! over loopback WebSockets with 1 and 100 connected pairs, next to a bare tokio-tungstenite
+//! echo measured in the same run with the same frame size and the same number of closed loops;
+//! then simulator seeds per second (the release `simulate` binary, if built).
+//!
+//! Measured as an outsider: the release `relay` binary runs as a child process, once on the
+//! memory store (`--memory`) and once on the durable SQLite store (`--data`, WAL,
+//! `synchronous=FULL`), with production limits except those a load must lift (PoW difficulty
+//! 1; messages and frames per minute unlimited); the echo server runs as a child process too
+//! (this bench's own executable with `--echo-server`). The load generator is this process, on a
+//! 2-worker tokio runtime, so every row shares the same two cores the same way.
 //!
 //! Not a criterion bench (per-message p99 is the point). Run with
-//! `cargo bench -p benches --bench e2e`; build `simulate` first for the seeds/s rows
-//! (`cargo build --release -p sim --bin simulate`). Without `--bench` (as `cargo test --benches`
-//! runs it) it does a tiny smoke run only and skips the simulator.
+//! `cargo build --release -p sim --bin relay --bin simulate && cargo bench -p benches --bench e2e`.
+//! Without the release `relay` it measures the relay in process (memory store) instead. Without
+//! `--bench` (as `cargo test --benches` runs it) it does a tiny in-process smoke run only.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -16,6 +22,7 @@ use std::time::Duration;
 use benches::relay_load::{
     BenchRelay, RelayLoadConfig, RelayLoadReport, msg_frame_len, run_relay_load,
 };
+use benches::relay_process::{RelayProcess, relay_binary};
 use benches::{LoadConfig, LoadReport, MachineInfo, run_load, spawn_echo_server, wall_now};
 
 /// Plaintext bytes of each message (encrypted with AES-256-GCM, ~460 B `msg` frame).
@@ -129,6 +136,19 @@ async fn one(relay: &mut BenchRelay, s: &Scenario) -> Result<(), Box<dyn std::er
     .await?;
     print_relay(&report);
     print_echo(s.pairs, &echo_report);
+    print_ratio(&report, &echo_report);
+    Ok(())
+}
+
+/// A fresh directory for the SQLite relay's data (under the system's temp dir).
+fn tempfile_dir() -> Result<String, Box<dyn std::error::Error>> {
+    let dir = std::env::temp_dir().join(format!("e2e-relay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir.to_string_lossy().into_owned())
+}
+
+fn print_ratio(report: &RelayLoadReport, echo_report: &LoadReport) {
     let rate = report.msgs_per_sec() / echo_report.round_trips_per_sec().max(f64::MIN_POSITIVE);
     let p99 = report.delivery_quantile(0.99).as_secs_f64()
         / echo_report
@@ -139,7 +159,6 @@ async fn one(relay: &mut BenchRelay, s: &Scenario) -> Result<(), Box<dyn std::er
         "|   relay / echo ({} B frame) | | {rate:>8.2}x | | {p99:>8.2}x (one-way p99 / echo rt p99) | | |",
         report.frame_bytes
     );
-    Ok(())
 }
 
 /// `target/release/simulate`, next to this bench's `target/release/deps/e2e-*`.
@@ -195,7 +214,108 @@ fn simulate(path: &PathBuf, faults: &str) -> Result<(), Box<dyn std::error::Erro
     Ok(())
 }
 
+/// `--echo-server`: serves the echo on `127.0.0.1:0` (a 2-worker runtime, like the relay's on
+/// this machine), prints `ECHO <addr>` and runs until killed.
+fn echo_server() -> Result<(), Box<dyn std::error::Error>> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let echo = spawn_echo_server().await?;
+        println!("ECHO {}", echo.url());
+        std::future::pending::<()>().await;
+        Ok::<(), Box<dyn std::error::Error>>(())
+    })
+}
+
+/// A child process running [`echo_server`]; killed when dropped.
+struct EchoProcess {
+    child: std::process::Child,
+    url: String,
+}
+
+impl EchoProcess {
+    fn spawn() -> Result<Self, Box<dyn std::error::Error>> {
+        use std::io::BufRead as _;
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("--echo-server")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut line = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut line)?;
+        let url = line
+            .strip_prefix("ECHO ")
+            .ok_or_else(|| format!("echo server said {line:?}"))?
+            .trim()
+            .to_owned();
+        Ok(Self { child, url })
+    }
+}
+
+impl Drop for EchoProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The relay binary's arguments for a load: production limits but those a load must lift.
+const RELAY_LOAD_ARGS: [&str; 10] = [
+    "--pow-difficulty",
+    "1",
+    "--msgs-per-min-per-user",
+    "4294967295",
+    "--frames-per-min-per-conn",
+    "4294967295",
+    "--frame-burst-per-conn",
+    "4294967295",
+    "--log",
+    "warn",
+];
+
+async fn one_process(
+    store: &str,
+    relay: &RelayProcess,
+    echo: &EchoProcess,
+    s: &Scenario,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut bench = BenchRelay::external(relay.addr)?;
+    let pairs = bench.pairs(s.pairs).await?;
+    let frame_bytes = pairs
+        .first()
+        .map_or(PLAINTEXT_BYTES, |p| msg_frame_len(p, PLAINTEXT_BYTES));
+    let cfg = RelayLoadConfig {
+        warmup_msgs_per_pair: s.warmup,
+        msgs_per_pair: s.per_pair,
+        plaintext_bytes: PLAINTEXT_BYTES,
+        receipt_batch: RECEIPT_BATCH,
+        deadline: RUN_DEADLINE,
+    };
+    let report = run_relay_load(&bench, pairs, &cfg).await?;
+    let echo_report = run_load(
+        &echo.url,
+        &LoadConfig {
+            connections: s.pairs,
+            warmup_round_trips: s.warmup,
+            round_trips_per_connection: s.per_pair,
+            frame_bytes,
+            deadline: RUN_DEADLINE,
+        },
+    )
+    .await?;
+    println!("| {store:<6} store, relay process:");
+    print_relay(&report);
+    print_echo(s.pairs, &echo_report);
+    print_ratio(&report, &echo_report);
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::args().any(|a| a == "--echo-server") {
+        return echo_server();
+    }
     // cargo passes `--bench` when benchmarking; `cargo test --benches` does not.
     let full = std::env::args().any(|a| a == "--bench");
     println!("{}", MachineInfo::detect());
@@ -210,14 +330,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "|{:-<29}|{:-<10}|{:-<11}|{:-<11}|{:-<11}|{:-<11}|{:-<11}|",
         "", "", "", "", "", "", ""
     );
-    rt.block_on(async {
-        let mut relay = BenchRelay::start().await?;
-        for s in scenarios(full) {
-            one(&mut relay, &s).await?;
+    match relay_binary().filter(|_| full) {
+        Some(binary) => {
+            let echo = EchoProcess::spawn()?;
+            let data = tempfile_dir()?;
+            for (store, args) in [
+                ("memory", vec!["--memory".to_owned()]),
+                ("sqlite", vec!["--data".to_owned(), data.clone()]),
+            ] {
+                let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
+                all.extend(RELAY_LOAD_ARGS);
+                let relay = RelayProcess::spawn(&binary, &all)?;
+                rt.block_on(async {
+                    for s in scenarios(full) {
+                        one_process(store, &relay, &echo, &s).await?;
+                    }
+                    Ok::<(), Box<dyn std::error::Error>>(())
+                })?;
+            }
+            let _ = std::fs::remove_dir_all(&data);
         }
-        relay.stop().await;
-        Ok::<(), Box<dyn std::error::Error>>(())
-    })?;
+        None => {
+            if full {
+                println!(
+                    "(release relay not built: `cargo build --release -p sim --bin relay`; \
+                     measuring the relay in process, memory store)"
+                );
+            }
+            rt.block_on(async {
+                let mut relay = BenchRelay::start().await?;
+                for s in scenarios(full) {
+                    one(&mut relay, &s).await?;
+                }
+                relay.stop().await;
+                Ok::<(), Box<dyn std::error::Error>>(())
+            })?;
+        }
+    }
     if !full {
         return Ok(());
     }

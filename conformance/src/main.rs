@@ -171,7 +171,15 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 .await
                 .map_err(anyhow::Error::msg)?;
             let url = relay.base_url.clone();
-            (Some(relay), url, embedded::hooks())
+            // The embedded relay delivers Web Push: be its push service unless told where.
+            let hooks = if cli.push_probe.is_some() {
+                embedded::hooks()
+            } else {
+                embedded::loopback_hooks()
+                    .await
+                    .map_err(anyhow::Error::msg)?
+            };
+            (Some(relay), url, hooks)
         }
     };
     if let Some(secret) = &cli.payment_secret {

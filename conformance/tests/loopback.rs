@@ -14,8 +14,10 @@ async fn suite_passes_against_the_embedded_relay_on_loopback() {
     let relay = embedded::start_loopback().await.expect("embedded relay");
     let endpoint = Endpoint::parse(&relay.base_url).expect("endpoint");
     let transports = transport::loopback_factory(endpoint);
+    // Every hook, the push probe included: PUSH-008 runs.
+    let hooks = embedded::loopback_hooks().await.expect("push probe");
     let shared = Arc::new(Shared::new(
-        embedded::hooks(),
+        hooks,
         common::SEED,
         Duration::from_secs(5),
         Duration::from_millis(300),

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use conformance::ctx::Shared;
+use conformance::ctx::{Hooks, Shared};
 use conformance::model::Case;
 use conformance::runner::{self, CaseReport};
 use conformance::transport::NetTransport;
@@ -58,6 +58,8 @@ fn run_in_turmoil(seed: u64, selected: &[usize], faults: Faults) -> Vec<CaseRepo
         embedded::serve_turmoil(SocketAddr::from(([0, 0, 0, 0], RELAY_PORT))).await?;
         Ok(())
     });
+    // The runner is the relay's Web Push service too (PUSH-008).
+    let probe = embedded::turmoil_push_probe(&mut sim);
     let cfg = common::config(1);
     let reports: Arc<Mutex<Vec<(usize, CaseReport)>>> = Arc::default();
     let all: &'static [Case] = cases::all();
@@ -73,8 +75,12 @@ fn run_in_turmoil(seed: u64, selected: &[usize], faults: Faults) -> Vec<CaseRepo
         .collect();
     let remaining = Arc::new(AtomicUsize::new(parallel.len()));
     // One shared state for every case (the vanity alias pool must not hand an alias out twice).
+    let hooks = Hooks {
+        push_probe: Some(probe),
+        ..embedded::hooks()
+    };
     let shared = Arc::new(Shared::new(
-        embedded::hooks(),
+        hooks,
         common::SEED,
         Duration::from_secs(5),
         Duration::from_millis(300),

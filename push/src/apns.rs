@@ -10,10 +10,11 @@
 //! * **Send**: `POST <endpoint>/3/device/<device token>` with `authorization: bearer <JWT>`,
 //!   `apns-topic`, `apns-push-type: alert`, `apns-priority: 10`, `apns-expiration` and a
 //!   constant `apns-collapse-id` (a burst collapses). Body:
-//!   `{"aps":{"alert":{"loc-key":"NEW_MESSAGE"},"sound":"default","mutable-content":1},"type":"new_msg"}`:
-//!   the app's own data is exactly the push payload; the alert is a fixed localisation key
-//!   from the app bundle (no sender, no text) and `mutable-content` lets a notification
-//!   service extension replace it after fetching over the relay's normal, encrypted path.
+//!   `{"aps":{"alert":{"title":"SecureChat","body":"New message"},"sound":"default","mutable-content":1},"type":"new_msg"}`:
+//!   the app's own data is exactly the push payload; the alert is a fixed text (no sender, no
+//!   content: the reference iOS app ships no `Localizable.strings`, so a localisation key would
+//!   be shown verbatim) and `mutable-content` lets a notification service extension replace
+//!   it after fetching over the relay's normal, encrypted path.
 //! * The endpoint defaults to production ([`DEFAULT_APNS_ENDPOINT`]; sandbox builds use
 //!   [`SANDBOX_APNS_ENDPOINT`]) and can be overridden (`--apns-endpoint`).
 
@@ -45,8 +46,10 @@ pub const APNS_TOKEN_REFRESH_S: u64 = 40 * 60;
 pub const APNS_TTL_S: u32 = 24 * 3600;
 /// The constant `apns-collapse-id`.
 pub const APNS_COLLAPSE_ID: &str = "new_msg";
-/// The alert's localisation key (the app bundle's `Localizable.strings` holds the text).
-pub const APNS_ALERT_LOC_KEY: &str = "NEW_MESSAGE";
+/// The alert's fixed title (the same for every push: nothing about the sender or content).
+pub const APNS_ALERT_TITLE: &str = "SecureChat";
+/// The alert's fixed body.
+pub const APNS_ALERT_BODY: &str = "New message";
 /// Longest device token accepted (hex; Apple's are 64 characters today, and may grow).
 pub const MAX_DEVICE_TOKEN_CHARS: usize = 200;
 
@@ -208,7 +211,7 @@ pub fn provider_token(config: &ApnsConfig, now: UnixMs) -> Result<ProviderToken,
 pub fn body(payload: &PushPayload) -> serde_json::Value {
     json!({
         "aps": {
-            "alert": { "loc-key": APNS_ALERT_LOC_KEY },
+            "alert": { "title": APNS_ALERT_TITLE, "body": APNS_ALERT_BODY },
             "sound": "default",
             "mutable-content": 1,
         },

@@ -336,10 +336,12 @@ impl Relay {
     /// subscription with other keys, or evicted) changes nothing. Matching is exact, so a
     /// report about old keys never deletes a re-subscription to the same endpoint.
     ///
-    /// Like every input it ends with [`handle_timeout`](Relay::handle_timeout)'s commit:
-    /// deadlines due at `now` fire too (as the shell's timer would have fired them). Drain
+    /// `now` (the relay's clock at the report) is unused today, as in
+    /// [`handle_disconnect`](Relay::handle_disconnect): a deletion sets no deadline. Inside a
+    /// [batch](Relay#group-commit) the deletion is committed with the batch; a failed commit
+    /// stops the relay like any other input's (fail-stop: [`Relay::is_failed`]). Drain
     /// `poll_output` afterwards, as after any input.
-    pub fn handle_push_gone(&mut self, now: UnixMs, user: &UserUuid, target: &PushTarget) {
+    pub fn handle_push_gone(&mut self, _now: UnixMs, user: &UserUuid, target: &PushTarget) {
         if self.is_failed() {
             return;
         }
@@ -349,7 +351,7 @@ impl Relay {
             let kept: Vec<PushTarget> = targets.iter().filter(|t| *t != target).cloned().collect();
             self.state.put_push_targets(user, kept);
         }
-        self.handle_timeout(now);
+        let _ = self.finish();
     }
 
     /// Forgets push intervals that ended (memory bound).

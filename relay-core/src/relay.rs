@@ -708,8 +708,9 @@ impl Relay {
     // ------------------------------------------------------------------ internals
 
     /// Commits the input's mutations, then releases its outputs; inside a batch, hands both to
-    /// the batch instead. On failure: fail-stop.
-    fn finish(&mut self) -> Result<(), ()> {
+    /// the batch instead. On failure: fail-stop. Every input ends with it (inputs in other
+    /// modules too, e.g. `handle_push_gone`).
+    pub(crate) fn finish(&mut self) -> Result<(), ()> {
         self.finish_staged().map_err(drop)
     }
 

@@ -1,16 +1,16 @@
-//! Push delivery end to end with real cryptography, without the relay server: the
-//! `relay-push` worker against the push-service stand-ins, over loopback (the production
-//! rustls/hyper transport, speaking plain HTTP as in test mode) and inside turmoil (the
-//! network seam's client). What the stand-ins check is independent code
-//! (`sim::standins::pushcrypto`): every Web Push body is decrypted with the subscription's
-//! private key, every VAPID JWT verified against the served key and the push service's
-//! origin, the FCM OAuth assertion and the APNs provider token verified.
+//! Push delivery end to end with real cryptography, without the relay server (that is
+//! `tests/push_server.rs`): the `relay-push` worker against the push-service stand-ins, over
+//! loopback (the production rustls/hyper transport, speaking plain HTTP as in test mode) and
+//! inside turmoil (the server's network-seam transport, `sim::server::NetPushTransport`).
+//! What the stand-ins check is independent code (`sim::standins::pushcrypto`): every Web Push
+//! body is decrypted with the subscription's private key, every VAPID JWT verified against
+//! the served key and the push service's origin, the FCM OAuth assertion and the APNs
+//! provider token verified.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand_chacha::ChaCha20Rng;
@@ -22,7 +22,8 @@ use relay_push::{
     WorkerConfig, WorkerLimits,
 };
 use sim::clock::{Clock, SimClock, SystemClock};
-use sim::net::{Connector, Endpoint, HttpClient, HttpRequest, Network, Tokio, Turmoil};
+use sim::net::{Network, Tokio, Turmoil};
+use sim::server::NetPushTransport;
 use sim::standins::{ApnsService, FcmService, WebPushService, pushcrypto};
 use wire::UserUuid;
 use wire::http::PushPayload;
@@ -94,65 +95,7 @@ fn web_target(sub: &sim::standins::WebPushSubscription) -> PushTarget {
     }
 }
 
-// ------------------------------------------------------------------ the sim::net transport
-
-/// `PushTransport` over the network seam (`sim::net`): plain HTTP/1.1 to `http://` URIs on
-/// tokio or turmoil, one pooled client per authority. (The relay shell's turmoil wiring is
-/// this adapter.)
-#[derive(Clone)]
-struct NetTransport<C: Connector> {
-    connector: C,
-    clients: Arc<Mutex<BTreeMap<String, HttpClient<C>>>>,
-}
-
-impl<C: Connector> NetTransport<C> {
-    fn new(connector: C) -> Self {
-        Self {
-            connector,
-            clients: Arc::default(),
-        }
-    }
-}
-
-impl<C: Connector> PushTransport for NetTransport<C> {
-    async fn send(&self, request: relay_push::PushRequest) -> Result<PushResponse, TransportError> {
-        if request.uri().scheme_str() != Some("http") {
-            return Err(TransportError::SchemeNotAllowed);
-        }
-        let authority = request
-            .uri()
-            .authority()
-            .ok_or(TransportError::SchemeNotAllowed)?
-            .to_string();
-        let client = {
-            let mut clients = self.clients.lock().unwrap();
-            let connector = self.connector.clone();
-            clients
-                .entry(authority.clone())
-                .or_insert_with(|| HttpClient::new(connector, Endpoint::parse(&authority).unwrap()))
-                .clone()
-        };
-        let path = request
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_owned();
-        let (parts, body) = request.into_parts();
-        let mut req = HttpRequest::new(parts.method, path).body(body);
-        for (name, value) in &parts.headers {
-            req = req.header(name.clone(), value.to_str().unwrap_or_default());
-        }
-        let resp = client
-            .send(req)
-            .await
-            .map_err(|e| TransportError::Exchange(e.to_string()))?;
-        Ok(PushResponse {
-            status: resp.status,
-            headers: resp.headers,
-            body: resp.body,
-        })
-    }
-}
+// ------------------------------------------------------------------ transports
 
 /// A push service that never answers.
 struct BlackHole;
@@ -612,7 +555,7 @@ fn every_kind_on_turmoil() {
     sim.client("relay", async move {
         let (worker, mut gone) = PushWorker::spawn(
             config,
-            NetTransport::new(Turmoil::connector()),
+            NetPushTransport::new(Turmoil::connector()),
             clock_fn(Arc::new(SimClock::default())),
             [9; 32],
         );

@@ -28,11 +28,10 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 
-use aes_gcm::aead::{Aead as _, KeyInit as _};
-use aes_gcm::{Aes256Gcm, Nonce};
 use sha2::{Digest as _, Sha256};
 use zeroize::Zeroize as _;
 
+use super::aead::AeadKey;
 use super::{IV_BYTES, SessionKey, TAG_BYTES, hkdf_sha256};
 
 /// Key material length: 32-byte key plus 12-byte base IV.
@@ -78,12 +77,12 @@ impl CallKeyMaterial {
     pub fn as_bytes(&self) -> &[u8; CALL_KEY_MATERIAL_BYTES] {
         &self.0
     }
-    fn split(&self) -> (Aes256Gcm, [u8; IV_BYTES]) {
+    fn split(&self) -> (AeadKey, [u8; IV_BYTES]) {
         let mut key = [0u8; 32];
         key.copy_from_slice(&self.0[..32]);
         let mut iv = [0u8; IV_BYTES];
         iv.copy_from_slice(&self.0[32..]);
-        let cipher = Aes256Gcm::new(&key.into());
+        let cipher = AeadKey::new(&key);
         key.zeroize();
         (cipher, iv)
     }
@@ -173,7 +172,7 @@ pub struct SealedFrame {
 
 /// Sender half of the frame cipher.
 pub struct FrameEncryptor {
-    cipher: Aes256Gcm,
+    cipher: AeadKey,
     base_iv: [u8; IV_BYTES],
     counter: u64,
     ciphertext_bytes: u64,
@@ -223,13 +222,13 @@ impl FrameEncryptor {
             return Err(CallFrameError::KeyExhausted);
         }
         let iv = frame_iv(&self.base_iv, self.counter);
-        let ct = self
-            .cipher
-            .encrypt(&Nonce::from(iv), frame)
-            .map_err(|_| CallFrameError::KeyExhausted)?;
-        let mut bytes = Vec::with_capacity(CALL_FRAME_HEADER_BYTES + ct.len());
+        let mut bytes = Vec::with_capacity(CALL_FRAME_HEADER_BYTES + frame.len() + TAG_BYTES);
         bytes.extend_from_slice(&self.counter.to_be_bytes());
-        bytes.extend_from_slice(&ct);
+        bytes.extend_from_slice(frame);
+        let tag = self
+            .cipher
+            .seal_in_place(&iv, &mut bytes[CALL_FRAME_HEADER_BYTES..]);
+        bytes.extend_from_slice(&tag);
         self.counter += 1;
         self.ciphertext_bytes += ct_len;
         let warn = self.counter.saturating_mul(100)
@@ -250,7 +249,7 @@ impl FrameEncryptor {
 
 /// Receiver half of the frame cipher, with the replay window.
 pub struct FrameDecryptor {
-    cipher: Aes256Gcm,
+    cipher: AeadKey,
     base_iv: [u8; IV_BYTES],
     seen: BTreeSet<u64>,
     order: VecDeque<u64>,
@@ -289,9 +288,12 @@ impl FrameDecryptor {
             return Err(CallFrameError::Replay(counter));
         }
         let iv = frame_iv(&self.base_iv, counter);
-        let plain = self
-            .cipher
-            .decrypt(&Nonce::from(iv), ct)
+        let (ct, tag) = ct.split_at(ct.len() - TAG_BYTES);
+        let mut tag_arr = [0u8; TAG_BYTES];
+        tag_arr.copy_from_slice(tag);
+        let mut plain = ct.to_vec();
+        self.cipher
+            .open_in_place(&iv, &mut plain, &tag_arr)
             .map_err(|_| CallFrameError::Auth)?;
         if self.order.len() == REPLAY_WINDOW_FRAMES
             && let Some(old) = self.order.pop_front()
@@ -326,6 +328,38 @@ mod tests {
         assert_eq!(headers[0], "0000000000000000");
         assert_eq!(headers[1], "0000000000000001");
         assert_eq!(headers[258], "0000000000000102");
+    }
+
+    /// Whole frames pinned by values computed outside this crate (Python `cryptography`, i.e.
+    /// OpenSSL, from the module doc's layout), so either AEAD provider must produce them.
+    #[test]
+    fn frame_bytes_known_answers() {
+        let mut km = [0u8; 44];
+        for (i, b) in km.iter_mut().enumerate() {
+            *b = u8::try_from(i).unwrap();
+        }
+        let km = CallKeyMaterial::from_bytes(km);
+        let mut e = FrameEncryptor::new(&km);
+        let mut d = FrameDecryptor::new(&km);
+        let sealed: Vec<String> = (0..259)
+            .map(|_| to_hex(&e.encrypt(b"frame").unwrap().bytes))
+            .collect();
+        assert_eq!(
+            sealed[0],
+            "0000000000000000b448c71d099ad5025943dbb6397986fa4054f00dba"
+        );
+        assert_eq!(
+            sealed[1],
+            "00000000000000015a79087cd548879e367eed6b96fa57c40fb3c34e2a"
+        );
+        assert_eq!(
+            sealed[258],
+            "000000000000010201040f7bec21f8788ace80d1b2c6a9b823105e221e"
+        );
+        for s in [&sealed[258], &sealed[0]] {
+            let bytes = crate::encoding::from_hex(s).unwrap();
+            assert_eq!(d.decrypt(&bytes).unwrap(), b"frame");
+        }
     }
 
     #[test]

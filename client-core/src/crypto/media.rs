@@ -7,11 +7,12 @@
 //! Decoding is strict: truncated length/IV/ciphertext, a length outside `16..=chunk+16`, and an
 //! authentication failure are distinct errors.
 //!
-//! The AEAD behind the chunks is the `aes-gcm` crate, or AWS-LC with the `aws-lc` feature
-//! (a private `aead` module holds both; the bytes are the same, the tests of this module run on either).
+//! The AEAD behind the chunks is the crate's provider seam (`aes-gcm`, or aws-lc-rs with the
+//! `aws-lc` feature; the bytes are the same, the tests of this module run on either).
 
 use rand_core::CryptoRng;
 
+use super::aead::AeadKey;
 use super::{IV_BYTES, SessionKey, TAG_BYTES};
 
 /// Plaintext bytes per chunk: 5 MiB.
@@ -69,12 +70,13 @@ pub fn encrypt_media<R: CryptoRng + ?Sized>(
     } else {
         plaintext.chunks(MEDIA_CHUNK_PLAINTEXT_BYTES).collect()
     };
+    let aead = key.aead();
     chunks
         .into_iter()
         .map(|c| {
             let mut iv = [0u8; IV_BYTES];
             rng.fill_bytes(&mut iv);
-            encrypt_chunk_with_iv(key, &iv, c)
+            seal_frame(&aead, &iv, c)
         })
         .collect()
 }
@@ -84,19 +86,24 @@ pub fn encrypt_media<R: CryptoRng + ?Sized>(
 /// One allocation: the frame `len ‖ IV ‖ ciphertext ‖ tag` is sized up front, the plaintext is
 /// copied to its place and encrypted in place, then the tag is written after it.
 pub fn encrypt_chunk_with_iv(key: &SessionKey, iv: &[u8; IV_BYTES], chunk: &[u8]) -> Vec<u8> {
+    seal_frame(&key.aead(), iv, chunk)
+}
+
+fn seal_frame(aead: &AeadKey, iv: &[u8; IV_BYTES], chunk: &[u8]) -> Vec<u8> {
     let len = u32::try_from(chunk.len() + TAG_BYTES).unwrap_or(u32::MAX);
     let body_at = MEDIA_LEN_PREFIX_BYTES + IV_BYTES;
     let mut frame = Vec::with_capacity(body_at + chunk.len() + TAG_BYTES);
     frame.extend_from_slice(&len.to_be_bytes());
     frame.extend_from_slice(iv);
     frame.extend_from_slice(chunk);
-    let tag = aead::seal(key, iv, &mut frame[body_at..]);
+    let tag = aead.seal_in_place(iv, &mut frame[body_at..]);
     frame.extend_from_slice(&tag);
     frame
 }
 
 /// Decrypts a concatenation of frames.
 pub fn decrypt_media(key: &SessionKey, object: &[u8]) -> Result<Vec<u8>, MediaError> {
+    let aead = key.aead();
     let mut out = Vec::with_capacity(object.len());
     let mut offset = 0;
     let mut index = 0;
@@ -127,7 +134,7 @@ pub fn decrypt_media(key: &SessionKey, object: &[u8]) -> Result<Vec<u8>, MediaEr
             .map_err(|_| MediaError::TruncatedCiphertext { offset })?;
         let start = out.len();
         out.extend_from_slice(ct);
-        if aead::open(key, &nonce, &mut out[start..], &tag).is_err() {
+        if aead.open_in_place(&nonce, &mut out[start..], &tag).is_err() {
             out.truncate(start);
             return Err(MediaError::Auth { index });
         }
@@ -135,76 +142,6 @@ pub fn decrypt_media(key: &SessionKey, object: &[u8]) -> Result<Vec<u8>, MediaEr
         index += 1;
     }
     Ok(out)
-}
-
-/// AES-256-GCM with an empty AAD over a buffer in place, tag detached: the two providers.
-mod aead {
-    use super::super::{IV_BYTES, SessionKey, TAG_BYTES};
-
-    /// Authentication failed (the buffer content is then unspecified).
-    pub(super) struct AuthFailed;
-
-    /// Encrypts `buf` in place; returns the tag.
-    #[cfg(not(feature = "aws-lc"))]
-    pub(super) fn seal(key: &SessionKey, iv: &[u8; IV_BYTES], buf: &mut [u8]) -> [u8; TAG_BYTES] {
-        use aes_gcm::Nonce;
-        use aes_gcm::aead::AeadInOut as _;
-        // Encryption only fails for plaintexts above 64 GiB; a chunk is at most 5 MiB.
-        key.cipher()
-            .encrypt_inout_detached(&Nonce::from(*iv), &[], buf.into())
-            .expect("AES-GCM plaintext within size limit")
-            .into()
-    }
-
-    /// Decrypts `buf` in place if `tag` authenticates it.
-    #[cfg(not(feature = "aws-lc"))]
-    pub(super) fn open(
-        key: &SessionKey,
-        iv: &[u8; IV_BYTES],
-        buf: &mut [u8],
-        tag: &[u8; TAG_BYTES],
-    ) -> Result<(), AuthFailed> {
-        use aes_gcm::aead::AeadInOut as _;
-        use aes_gcm::{Nonce, Tag};
-        key.cipher()
-            .decrypt_inout_detached(&Nonce::from(*iv), &[], buf.into(), &Tag::from(*tag))
-            .map_err(|_| AuthFailed)
-    }
-
-    #[cfg(feature = "aws-lc")]
-    fn aws_key(key: &SessionKey) -> aws_lc_rs::aead::LessSafeKey {
-        let unbound =
-            aws_lc_rs::aead::UnboundKey::new(&aws_lc_rs::aead::AES_256_GCM, key.as_bytes())
-                .expect("a 32-byte AES-256 key");
-        aws_lc_rs::aead::LessSafeKey::new(unbound)
-    }
-
-    /// Encrypts `buf` in place; returns the tag.
-    #[cfg(feature = "aws-lc")]
-    pub(super) fn seal(key: &SessionKey, iv: &[u8; IV_BYTES], buf: &mut [u8]) -> [u8; TAG_BYTES] {
-        use aws_lc_rs::aead::{Aad, Nonce};
-        let tag = aws_key(key)
-            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(*iv), Aad::empty(), buf)
-            .expect("AES-GCM plaintext within size limit");
-        let mut out = [0u8; TAG_BYTES];
-        out.copy_from_slice(tag.as_ref());
-        out
-    }
-
-    /// Decrypts `buf` in place if `tag` authenticates it.
-    #[cfg(feature = "aws-lc")]
-    pub(super) fn open(
-        key: &SessionKey,
-        iv: &[u8; IV_BYTES],
-        buf: &mut [u8],
-        tag: &[u8; TAG_BYTES],
-    ) -> Result<(), AuthFailed> {
-        use aws_lc_rs::aead::{Aad, Nonce};
-        aws_key(key)
-            .open_in_place_separate_tag(Nonce::assume_unique_for_key(*iv), Aad::empty(), tag, buf)
-            .map(|_| ())
-            .map_err(|_| AuthFailed)
-    }
 }
 
 #[cfg(test)]

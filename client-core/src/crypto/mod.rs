@@ -4,6 +4,7 @@
 //! Everything here is deterministic given its inputs: IVs and nonces come from an injected
 //! [`CryptoRng`], time from a `now_ms` argument.
 
+mod aead;
 pub mod call_frame;
 pub mod content;
 pub mod json;
@@ -12,8 +13,6 @@ pub mod signal;
 
 use std::fmt;
 
-use aes_gcm::aead::{Aead as _, KeyInit as _};
-use aes_gcm::{Aes256Gcm, Nonce};
 use hkdf::Hkdf;
 use rand_core::CryptoRng;
 use sha2::{Digest as _, Sha256};
@@ -21,6 +20,10 @@ use zeroize::Zeroize as _;
 
 use crate::encoding::{EncodingError, from_base64, from_base64_array, to_base64};
 use crate::keys::EcdhKeyPair;
+
+/// `"aes-gcm"` is the default (RustCrypto); `"aws-lc-rs"` comes with the feature `aws-lc`. Either
+/// gives the same bytes on the wire.
+pub use aead::PROVIDER as AEAD_PROVIDER;
 
 /// HKDF info of the conversation session key.
 pub const SESSION_KEY_INFO: &[u8] = b"securechat-session-v1";
@@ -52,8 +55,9 @@ impl SessionKey {
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
-    fn cipher(&self) -> Aes256Gcm {
-        Aes256Gcm::new(&self.0.into())
+    /// The expanded AES-256-GCM key of the build's provider.
+    pub(crate) fn aead(&self) -> aead::AeadKey {
+        aead::AeadKey::new(&self.0)
     }
 }
 
@@ -114,17 +118,14 @@ pub fn session_key(
     key
 }
 
-/// AES-256-GCM with an explicit IV; returns `iv ‖ ciphertext ‖ tag`.
+/// AES-256-GCM with an explicit IV; returns `iv ‖ ciphertext ‖ tag` (one allocation, sealed in
+/// place).
 pub(crate) fn seal_raw(key: &SessionKey, iv: &[u8; IV_BYTES], plaintext: &[u8]) -> Vec<u8> {
-    let nonce = Nonce::from(*iv);
-    // Encryption only fails for plaintexts above 64 GiB, which callers never pass.
-    let ct = key
-        .cipher()
-        .encrypt(&nonce, plaintext)
-        .expect("AES-GCM plaintext within size limit");
-    let mut out = Vec::with_capacity(IV_BYTES + ct.len());
+    let mut out = Vec::with_capacity(IV_BYTES + plaintext.len() + TAG_BYTES);
     out.extend_from_slice(iv);
-    out.extend_from_slice(&ct);
+    out.extend_from_slice(plaintext);
+    let tag = key.aead().seal_in_place(iv, &mut out[IV_BYTES..]);
+    out.extend_from_slice(&tag);
     out
 }
 
@@ -133,12 +134,17 @@ pub(crate) fn open_raw(key: &SessionKey, data: &[u8]) -> Result<Vec<u8>, Payload
     if data.len() < MIN_PAYLOAD_BYTES {
         return Err(PayloadError::TooShort(data.len()));
     }
-    let (iv, ct) = data.split_at(IV_BYTES);
+    let (iv, rest) = data.split_at(IV_BYTES);
+    let (ct, tag) = rest.split_at(rest.len() - TAG_BYTES);
     let mut iv_arr = [0u8; IV_BYTES];
     iv_arr.copy_from_slice(iv);
-    key.cipher()
-        .decrypt(&Nonce::from(iv_arr), ct)
-        .map_err(|_| PayloadError::Auth)
+    let mut tag_arr = [0u8; TAG_BYTES];
+    tag_arr.copy_from_slice(tag);
+    let mut plain = ct.to_vec();
+    key.aead()
+        .open_in_place(&iv_arr, &mut plain, &tag_arr)
+        .map_err(|_| PayloadError::Auth)?;
+    Ok(plain)
 }
 
 /// Encrypts a message payload: `base64(iv ‖ ciphertext ‖ tag)` with a random IV (PROTOCOL §4.4).

@@ -5,23 +5,39 @@
 //! relay --memory --listen 127.0.0.1:9000         # ephemeral
 //! RELAY_PAYMENT_WEBHOOK_SECRET=… relay --data d  # accept signed payment webhooks
 //! relay --memory --test-mode --pow-difficulty 1  # conformance runs (NEVER in production)
+//! relay --data d --vapid-subject mailto:ops@example.org          # + Web Push (key: d/vapid.pem)
+//! relay --data d --fcm-credentials fcm.json                      # + FCM (Android)
+//! relay --data d --apns-key AuthKey.p8 --apns-key-id K --apns-team-id T --apns-topic org.app
 //! ```
+//!
+//! Push (README "Push delivery"): each kind is enabled by its credentials; a kind without them
+//! is skipped, with one warning at startup. Every key file must be mode 0600 (refused
+//! otherwise).
 //!
 //! Stops gracefully on Ctrl-C or SIGTERM: GOAWAY `server_shutdown` to every socket, in-flight
 //! requests finish; every acknowledgement was sent after its commit, so nothing is lost.
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng as _;
 use relay_core::{
     Config, FsBlobStore, MemoryBlobStore, Relay,
     config::WebhookSecret,
     store::{MemoryStore, SqliteStore},
 };
+use relay_push::{
+    ApnsConfig, FcmConfig, HttpsTransport, ServiceAccount, VapidKey, VapidSubject, WebPushConfig,
+    WorkerConfig,
+};
 use sim::{
-    net::{Endpoint, Tokio},
-    server::{RelayServer, secrets},
+    net::Tokio,
+    server::{PushDelivery, RelayServer, secrets},
 };
 use tracing::{info, warn};
 
@@ -29,6 +45,8 @@ use tracing::{info, warn};
 const STORE_FILE: &str = "relay.sqlite3";
 /// Directory of media blobs inside `--data`.
 const BLOB_DIR: &str = "blobs";
+/// File name of the VAPID key inside `--data` (next to `jwt-signing.key`).
+const VAPID_KEY_FILE: &str = "vapid.pem";
 
 /// The SecureChat relay: HTTP JSON API under /api/v1 and WebSocket frames on /ws, in the
 /// reference clients' wire format.
@@ -75,10 +93,109 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     vanity_catalog: Option<PathBuf>,
 
-    /// Push gateway (http://host:port) to which pushes are POSTed unencrypted — for the
-    /// push-service stand-in; real Web Push / FCM / APNs delivery is not implemented.
-    #[arg(long, value_name = "URL")]
-    push_gateway: Option<Endpoint>,
+    /// Enables Web Push: the VAPID `sub` contact the push services may use to reach the
+    /// operator, `mailto:ADDRESS` or an `https://` URL. The VAPID key is DIR/vapid.pem (created
+    /// mode 0600 on first start) or --vapid-key; its public half is served at
+    /// GET /api/v1/push/vapid-key. Without it browser subscriptions get no pushes.
+    #[arg(
+        long,
+        value_name = "mailto:…|https://…",
+        env = "RELAY_VAPID_SUBJECT",
+        help_heading = "Push"
+    )]
+    vapid_subject: Option<String>,
+
+    /// The VAPID private key (P-256; PKCS#8 or SEC1 PEM, or base64url of the 32-byte scalar),
+    /// instead of DIR/vapid.pem. Must be mode 0600. Needs --vapid-subject.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "RELAY_VAPID_KEY",
+        requires = "vapid_subject",
+        help_heading = "Push"
+    )]
+    vapid_key: Option<PathBuf>,
+
+    /// Enables FCM (Android): the Firebase service-account key file (JSON, mode 0600).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "RELAY_FCM_CREDENTIALS",
+        help_heading = "Push"
+    )]
+    fcm_credentials: Option<PathBuf>,
+
+    /// FCM API base URL (default `https://fcm.googleapis.com`).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "RELAY_FCM_ENDPOINT",
+        requires = "fcm_credentials",
+        help_heading = "Push"
+    )]
+    fcm_endpoint: Option<String>,
+
+    /// OAuth token URL of the FCM service account (default: the key file's `token_uri`).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "RELAY_FCM_TOKEN_URL",
+        requires = "fcm_credentials",
+        help_heading = "Push"
+    )]
+    fcm_token_url: Option<String>,
+
+    /// Enables APNs (iOS): the `.p8` token signing key from Apple (mode 0600). Needs
+    /// --apns-key-id, --apns-team-id and --apns-topic.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "RELAY_APNS_KEY",
+        requires_all = ["apns_key_id", "apns_team_id", "apns_topic"],
+        help_heading = "Push"
+    )]
+    apns_key: Option<PathBuf>,
+
+    /// The APNs key's id (10 characters, Apple developer account).
+    #[arg(
+        long,
+        value_name = "ID",
+        env = "RELAY_APNS_KEY_ID",
+        requires = "apns_key",
+        help_heading = "Push"
+    )]
+    apns_key_id: Option<String>,
+
+    /// The Apple developer team id.
+    #[arg(
+        long,
+        value_name = "ID",
+        env = "RELAY_APNS_TEAM_ID",
+        requires = "apns_key",
+        help_heading = "Push"
+    )]
+    apns_team_id: Option<String>,
+
+    /// The iOS app's bundle id (`apns-topic`).
+    #[arg(
+        long,
+        value_name = "BUNDLE_ID",
+        env = "RELAY_APNS_TOPIC",
+        requires = "apns_key",
+        help_heading = "Push"
+    )]
+    apns_topic: Option<String>,
+
+    /// APNs base URL (default `https://api.push.apple.com`; development builds of the
+    /// app: `https://api.sandbox.push.apple.com`).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "RELAY_APNS_ENDPOINT",
+        requires = "apns_key",
+        help_heading = "Push"
+    )]
+    apns_endpoint: Option<String>,
 
     /// Writes a new JWT signing key to DIR/jwt-signing.key before starting: every token signed
     /// with the old key is refused from then on (users log in again). See README "Secrets".
@@ -92,9 +209,23 @@ struct Args {
     /// Test mode (never in production): serves the unauthenticated
     /// `POST /api/v1/test/advance-clock {"ms": N}` -> `{"now_ms": …}`, which moves the relay's
     /// clock forward (expiring holds, orders, tokens, offline messages) for conformance runs
-    /// (`conformance --relay URL --clock-hook`).
+    /// (`conformance --relay URL --clock-hook`); also accepts `http://` Web Push subscriptions
+    /// and push service URLs (`conformance --push-probe URL`).
     #[arg(long)]
     test_mode: bool,
+
+    /// `msg` frames one account may send per minute (more get an error frame RATE_LIMITED).
+    #[arg(long, value_name = "N", default_value_t = relay_core::limits::MAX_MSGS_PER_MIN_PER_USER)]
+    msgs_per_min_per_user: u32,
+
+    /// Frames of any kind, malformed ones included, one account's connection may send per
+    /// minute once its burst is used up; past it the socket is closed (1008).
+    #[arg(long, value_name = "N", default_value_t = relay_core::limits::MAX_FRAMES_PER_MIN_PER_CONN)]
+    frames_per_min_per_conn: u32,
+
+    /// Frames a connection may send at once before the per-minute rate applies.
+    #[arg(long, value_name = "N", default_value_t = relay_core::limits::MAX_FRAME_BURST_PER_CONN)]
+    frame_burst_per_conn: u32,
 
     /// Each request's headers must arrive within this many milliseconds of the connection
     /// opening or of the previous response (slow-header and silent connections are closed; a
@@ -147,6 +278,15 @@ async fn run(args: Args) -> Result<()> {
         Some(seed) => seed,
         None => os_seed()?,
     };
+    if let Some(dir) = &args.data {
+        secrets::create_private_dir(dir)?;
+    }
+    let push = push_delivery(&args)?;
+    push.configure(&mut config);
+    if args.test_mode {
+        // The conformance push probe is an `http://` service (never in production).
+        config.allow_http_push_endpoints = true;
+    }
     let mut server = match (&args.data, args.memory) {
         (_, true) => {
             warn!("--memory: nothing survives a restart");
@@ -158,7 +298,6 @@ async fn run(args: Args) -> Result<()> {
             RelayServer::in_memory(config, seed, MemoryStore::new(), MemoryBlobStore::new())
         }
         (Some(dir), false) => {
-            secrets::create_private_dir(dir)?;
             let store_path = dir.join(STORE_FILE);
             let blob_dir = dir.join(BLOB_DIR);
             // An older version kept the key in the store: moved to the key file once.
@@ -187,9 +326,7 @@ async fn run(args: Args) -> Result<()> {
         }
         (None, false) => bail!("either --data DIR or --memory is required"),
     };
-    if let Some(gateway) = args.push_gateway.clone() {
-        server = server.with_push_gateway(gateway);
-    }
+    server = server.with_push(push);
     server = server.with_limits(sim::net::ServeLimits {
         header_read_timeout_ms: args.header_read_timeout_ms,
         max_connections: args.max_connections,
@@ -208,10 +345,139 @@ async fn run(args: Args) -> Result<()> {
         .with_context(|| format!("serving on {}", args.listen))
 }
 
+/// Push delivery from the flags: each kind with credentials is enabled (the worker warns
+/// once about each kind without). TLS to the push services; `http://` only in test mode.
+fn push_delivery(args: &Args) -> Result<PushDelivery> {
+    let test_mode = args.test_mode;
+    let web_push = match &args.vapid_subject {
+        None => None,
+        Some(subject) => {
+            let subject = VapidSubject::parse(subject).context("--vapid-subject")?;
+            let key = vapid_key(args)?;
+            info!("push: Web Push enabled (public key at GET /api/v1/push/vapid-key)");
+            Some(WebPushConfig {
+                allow_http: test_mode,
+                ..WebPushConfig::new(key, subject)
+            })
+        }
+    };
+    let fcm = match &args.fcm_credentials {
+        None => None,
+        Some(path) => {
+            let account = ServiceAccount::load(path)
+                .with_context(|| format!("--fcm-credentials {}", path.display()))?;
+            let mut fcm = FcmConfig::new(account);
+            if let Some(url) = &args.fcm_endpoint {
+                fcm.endpoint = url.clone();
+            }
+            if let Some(url) = &args.fcm_token_url {
+                fcm.token_url = url.clone();
+            }
+            fcm.endpoint = push_service_url("--fcm-endpoint", &fcm.endpoint, test_mode)?;
+            fcm.token_url = push_service_url(
+                "the FCM token URL (--fcm-token-url or the key file's token_uri)",
+                &fcm.token_url,
+                test_mode,
+            )?;
+            info!(project = fcm.account.project_id(), "push: FCM enabled");
+            Some(fcm)
+        }
+    };
+    let apns = match &args.apns_key {
+        None => None,
+        Some(path) => {
+            let field = |v: &Option<String>| v.clone().unwrap_or_default();
+            let mut apns = ApnsConfig::load(
+                path,
+                &field(&args.apns_key_id),
+                &field(&args.apns_team_id),
+                &field(&args.apns_topic),
+            )
+            .with_context(|| format!("--apns-key {}", path.display()))?;
+            if let Some(url) = &args.apns_endpoint {
+                apns = apns.with_endpoint(url);
+            }
+            let endpoint = push_service_url("--apns-endpoint", &apns.endpoint, test_mode)?;
+            apns = apns.with_endpoint(&endpoint);
+            info!(topic = %apns.topic, "push: APNs enabled");
+            Some(apns)
+        }
+    };
+    let transport = HttpsTransport::new().context("setting up TLS for push delivery")?;
+    let transport = if test_mode {
+        transport.allowing_http()
+    } else {
+        transport
+    };
+    let config = WorkerConfig {
+        web_push,
+        fcm,
+        apns,
+        ..WorkerConfig::default()
+    };
+    Ok(PushDelivery::over_https(config, transport, os_bytes()?))
+}
+
+/// The VAPID key: `--vapid-key FILE`, else DIR/vapid.pem (created on first start), else (with
+/// `--memory`) a key for this process only.
+fn vapid_key(args: &Args) -> Result<VapidKey> {
+    if let Some(path) = &args.vapid_key {
+        let key = VapidKey::load(path).context("--vapid-key")?;
+        info!(file = %path.display(), "push: VAPID key loaded");
+        return Ok(key);
+    }
+    let mut rng = ChaCha20Rng::from_seed(os_bytes()?);
+    match &args.data {
+        Some(dir) => {
+            let path = dir.join(VAPID_KEY_FILE);
+            let (key, created) =
+                VapidKey::load_or_create(&path, &mut rng).context("the VAPID key file")?;
+            if created {
+                info!(file = %path.display(), "push: new VAPID key written (mode 0600); back it up with the data: browsers subscribed under it");
+            } else {
+                info!(file = %path.display(), "push: VAPID key loaded");
+            }
+            Ok(key)
+        }
+        None => {
+            warn!(
+                "--memory without --vapid-key: a VAPID key for this process only; browser \
+                 subscriptions made under it get no pushes after a restart"
+            );
+            Ok(VapidKey::generate(&mut rng))
+        }
+    }
+}
+
+/// `url` without a trailing `/`, refused unless `https://` with a host (`http://` too in test
+/// mode, for stand-ins).
+fn push_service_url(what: &str, url: &str, test_mode: bool) -> Result<String> {
+    let uri: http::Uri = url.parse().with_context(|| format!("{what}: not a URL"))?;
+    let scheme_ok = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => test_mode,
+        _ => false,
+    };
+    if !scheme_ok || uri.host().is_none_or(str::is_empty) {
+        bail!(
+            "{what} must be an https:// URL{}",
+            if test_mode {
+                " (or http:// in test mode)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
 fn config(args: &Args) -> Result<Config> {
     let mut config = Config {
         pow_difficulty: args.pow_difficulty,
         jwt_ttl_ms: args.jwt_ttl_secs.saturating_mul(1000),
+        msgs_per_min_per_user: args.msgs_per_min_per_user,
+        frames_per_min_per_conn: args.frames_per_min_per_conn,
+        frame_burst_per_conn: args.frame_burst_per_conn,
         ..Config::default()
     };
     if args.pow_difficulty > relay_core::limits::MAX_POW_DIFFICULTY {
@@ -239,7 +505,7 @@ fn config(args: &Args) -> Result<Config> {
     Ok(config)
 }
 
-fn read_catalog(path: &PathBuf) -> Result<Vec<wire::AliasId>> {
+fn read_catalog(path: &Path) -> Result<Vec<wire::AliasId>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the vanity catalog {}", path.display()))?;
     text.lines()
@@ -253,10 +519,17 @@ fn read_catalog(path: &PathBuf) -> Result<Vec<wire::AliasId>> {
         .collect()
 }
 
-/// The default seed: the binary's one read of OS randomness (the library never does this:
-/// the simulator passes its own seed).
+/// The default seed: the binary reads OS randomness (the library never does this: the
+/// simulator passes its own seed).
 fn os_seed() -> Result<u64> {
     getrandom::u64().map_err(|e| anyhow::anyhow!("reading OS randomness for the seed: {e}"))
+}
+
+/// 32 bytes of OS randomness (the push worker's CSPRNG seed, a new VAPID key).
+fn os_bytes() -> Result<[u8; 32]> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("reading OS randomness: {e}"))?;
+    Ok(bytes)
 }
 
 /// Ctrl-C or (on Unix) SIGTERM.

@@ -9,6 +9,8 @@
 //! cargo run --release -p sim --bin simulate -- --seed 17 --trace
 //! cargo run --release -p sim --bin simulate -- --seed 17 --shrink --out seed17.json
 //! cargo run --release -p sim --bin simulate -- --replay seed17.json --trace
+//! # with a known bug planted (test builds only), to see which seeds catch it:
+//! cargo run --release -p sim --features planted-bugs --bin simulate -- --plant seq-not-persisted --seeds 0..40
 //! ```
 
 use std::collections::BTreeMap;
@@ -126,6 +128,14 @@ struct Args {
     /// With `--seed`: machine-readable output (`SIM_MS`, `HASH`, `VIOLATION` lines).
     #[arg(long, hide = true)]
     machine: bool,
+
+    /// Plants one known bug in the relay (test builds only: feature `planted-bugs`), to see
+    /// which seeds catch it: ack-without-commit, receipt-clears-beyond-seq, no-message-dedup,
+    /// sync-stops-at-empty-conversation, seq-not-persisted, sync-ignores-window (D1),
+    /// no-write-deadline (D2).
+    #[cfg(feature = "planted-bugs")]
+    #[arg(long, value_name = "BUG")]
+    plant: Option<sim::sim::planted::Planted>,
 }
 
 fn parse_range(s: &str) -> Result<Range<u64>, String> {
@@ -163,12 +173,36 @@ fn options_line(args: &Args) -> String {
     if args.no_bind {
         s.push_str(" --no-bind");
     }
+    s.push_str(&plant_option(args));
     s
+}
+
+/// ` --plant BUG` when a bug is planted.
+fn plant_option(
+    #[allow(unused_variables, reason = "only planted bugs need it")] args: &Args,
+) -> String {
+    #[cfg(feature = "planted-bugs")]
+    if let Some(bug) = args.plant {
+        return format!(" --plant {bug}");
+    }
+    String::new()
+}
+
+/// `cargo run` with the features this sweep needs.
+fn cargo_run(
+    #[allow(unused_variables, reason = "only planted bugs need a feature")] args: &Args,
+) -> &'static str {
+    #[cfg(feature = "planted-bugs")]
+    if args.plant.is_some() {
+        return "cargo run --release -p sim --features planted-bugs --bin simulate --";
+    }
+    "cargo run --release -p sim --bin simulate --"
 }
 
 fn replay_command(args: &Args, seed: u64) -> String {
     format!(
-        "cargo run --release -p sim --bin simulate -- --seed {seed} {} --trace",
+        "{} --seed {seed} {} --trace",
+        cargo_run(args),
         options_line(args)
     )
 }
@@ -184,6 +218,8 @@ fn config(args: &Args, seed: u64) -> RunConfig {
         log: args.log.clone(),
         bind_vanity: !args.no_bind,
         replay: None,
+        #[cfg(feature = "planted-bugs")]
+        planted: args.plant,
     }
 }
 
@@ -200,6 +236,8 @@ fn main() -> anyhow::Result<ExitCode> {
         let config = RunConfig {
             capture_logs: !args.no_log_capture,
             log: args.log.clone(),
+            #[cfg(feature = "planted-bugs")]
+            planted: args.plant,
             ..RunConfig::replaying(replay)
         };
         return one(&args, &config, &format!("--replay {}", path.display()));
@@ -269,6 +307,8 @@ fn shrink_and_write(args: &Args, config: &RunConfig, report: &RunReport) -> anyh
     let options = ShrinkOptions {
         max_runs: args.shrink_runs,
         capture_logs: target.oracle == "canary-logs",
+        #[cfg(feature = "planted-bugs")]
+        planted: args.plant,
     };
     let shrunk = shrink(start, target, options, &mut |line| println!("  {line}"));
     let path = args
@@ -278,12 +318,14 @@ fn shrink_and_write(args: &Args, config: &RunConfig, report: &RunReport) -> anyh
     let json = serde_json::to_string_pretty(&shrunk.replay).context("encoding the replay")?;
     std::fs::write(&path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
     println!(
-        "shrunk in {} runs to {}\n  still fails: {}\n  written to {}\n  replay: cargo run --release -p sim --bin simulate -- --replay {} --trace",
+        "shrunk in {} runs to {}\n  still fails: {}\n  written to {}\n  replay: {} --replay {}{} --trace",
         shrunk.runs,
         size(&shrunk.replay),
         shrunk.violation,
         path.display(),
-        path.display()
+        cargo_run(args),
+        path.display(),
+        plant_option(args),
     );
     Ok(())
 }

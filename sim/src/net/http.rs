@@ -25,7 +25,8 @@ use super::{Connector, Endpoint};
 
 /// Timeout of a request (connect, send, and read the whole response) unless it sets its own.
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 10_000;
-/// Largest response body accepted; a larger one fails with [`HttpError::BodyTooLarge`].
+/// Default largest response body accepted ([`HttpClient::with_max_response_bytes`]); a larger
+/// one fails with [`HttpError::BodyTooLarge`].
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 /// Default bound of the idle-connection pool; when full, the oldest idle connection is closed.
 pub const MAX_IDLE_CONNECTIONS: usize = 4;
@@ -157,8 +158,8 @@ pub enum HttpError {
         /// The timeout that elapsed.
         timeout_ms: u64,
     },
-    /// The response body exceeded [`MAX_RESPONSE_BYTES`].
-    #[error("response body larger than {MAX_RESPONSE_BYTES} bytes")]
+    /// The response body exceeded the client's limit ([`MAX_RESPONSE_BYTES`] by default).
+    #[error("response body larger than the client's limit")]
     BodyTooLarge,
     /// Reading the response body failed (connection closed or reset mid-body).
     #[error("reading the response body failed: {0}")]
@@ -188,6 +189,7 @@ pub struct HttpClient<C> {
     endpoint: Endpoint,
     timeout: Duration,
     max_idle: usize,
+    max_response_bytes: usize,
     idle: Arc<Mutex<Vec<(Authority, Sender)>>>,
 }
 
@@ -200,6 +202,7 @@ impl<C: Connector> HttpClient<C> {
             endpoint,
             timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
             max_idle: MAX_IDLE_CONNECTIONS,
+            max_response_bytes: MAX_RESPONSE_BYTES,
             idle: Arc::default(),
         }
     }
@@ -213,6 +216,13 @@ impl<C: Connector> HttpClient<C> {
     /// Bounds the idle pool; 0 opens a fresh connection for every request.
     pub fn with_max_idle(mut self, max_idle: usize) -> Self {
         self.max_idle = max_idle;
+        self
+    }
+
+    /// Largest response body read; a larger one fails with [`HttpError::BodyTooLarge`]
+    /// (default [`MAX_RESPONSE_BYTES`]).
+    pub fn with_max_response_bytes(mut self, max: usize) -> Self {
+        self.max_response_bytes = max;
         self
     }
 
@@ -283,7 +293,7 @@ impl<C: Connector> HttpClient<C> {
         response: http::Response<hyper::body::Incoming>,
     ) -> Result<HttpResponse, HttpError> {
         let (parts, body) = response.into_parts();
-        let body = Limited::new(body, MAX_RESPONSE_BYTES)
+        let body = Limited::new(body, self.max_response_bytes)
             .collect()
             .await
             .map_err(|error| {
@@ -360,6 +370,7 @@ impl<C: fmt::Debug> fmt::Debug for HttpClient<C> {
             .field("endpoint", &self.endpoint)
             .field("timeout", &self.timeout)
             .field("max_idle", &self.max_idle)
+            .field("max_response_bytes", &self.max_response_bytes)
             .finish_non_exhaustive()
     }
 }

@@ -1,15 +1,23 @@
 //! The core task: owns the [`Relay`], executes its outputs, drives its timer.
+//!
+//! Inputs are handled in batches: the task waits for one, takes every other one already
+//! queued (up to [`MAX_BATCH_INPUTS`]), handles them inside one group commit
+//! ([`Relay::begin_batch`] / [`Relay::commit_batch`]: one store transaction), and only then
+//! answers their HTTP requests and upgrades and hands their frames to the sockets. A batch
+//! whose commit fails answers every request with 503 and accepts no upgrade (fail-stop).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::{collections::BTreeMap, mem, sync::Arc};
 
+use axum::extract::ws::Utf8Bytes;
 use relay_core::{CloseReason, ConnId, HttpResponse, Output, Relay, WsConnect};
+use relay_push::{GoneTarget, PushWorker, Submitted};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, trace, warn};
-use wire::{ClientFrame, ServerFrame, UnixMs, UserUuid, frames::GoawayFrame};
+use wire::{ClientFrame, FrameError, ServerFrame, UnixMs, UserUuid, frames::GoawayFrame};
 
-use super::push::PushJob;
-use super::{OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener};
+use super::push_gateway::PushJob;
+use super::{MAX_BATCH_INPUTS, OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener};
 use crate::clock::{self, Clock, OffsetClock};
 
 /// A message to the core task.
@@ -24,10 +32,12 @@ pub(super) enum Input {
         ws: WsConnect,
         reply: oneshot::Sender<Result<Connected, HttpResponse>>,
     },
-    /// A text message from a socket.
-    Text { conn: ConnId, text: String },
-    /// A frame a socket task decoded itself (binary messages holding UTF-8 JSON).
-    Frame { conn: ConnId, frame: ClientFrame },
+    /// A frame a socket task decoded (text, or binary holding UTF-8 JSON), or why it could
+    /// not; the relay charges either to the connection's frame budget.
+    Frame {
+        conn: ConnId,
+        decoded: Result<ClientFrame, FrameError>,
+    },
     /// The socket ended (closed, failed, or its task was dropped).
     Disconnect { conn: ConnId },
     /// Test mode only: move the clock forward by `ms`, fire due timers, answer the new now.
@@ -43,8 +53,10 @@ impl std::fmt::Debug for Input {
         match self {
             Self::Http { req, .. } => write!(f, "Http({req:?})"),
             Self::Connect { .. } => f.write_str("Connect"),
-            Self::Text { conn, text } => write!(f, "Text({}, {} bytes)", conn.0, text.len()),
-            Self::Frame { conn, frame } => write!(f, "Frame({}, {})", conn.0, frame.frame_type()),
+            Self::Frame { conn, decoded } => match decoded {
+                Ok(frame) => write!(f, "Frame({}, {})", conn.0, frame.frame_type()),
+                Err(e) => write!(f, "Frame({}, undecodable: {})", conn.0, e.code()),
+            },
             Self::Disconnect { conn } => write!(f, "Disconnect({})", conn.0),
             Self::AdvanceClock { ms, .. } => write!(f, "AdvanceClock({ms} ms)"),
         }
@@ -62,8 +74,9 @@ pub(super) struct Connected {
 
 /// What the core asks a socket task to do, in order.
 pub(super) enum Outbound {
-    /// Write one text message; its [`Charge`] gives its bytes back once written or dropped.
-    Text(String, Charge),
+    /// Write one text message (shared: a frame sent to many sockets is encoded once); its
+    /// [`Charge`] gives its bytes back once written or dropped.
+    Text(Utf8Bytes, Charge),
     /// Write a close frame (after everything before it) and end.
     Close { code: u16, reason: &'static str },
 }
@@ -140,7 +153,7 @@ fn close_for(reason: CloseReason) -> (u16, &'static str) {
 
 /// What every socket is sent when all are closed at once (shutdown, fail-stop).
 enum Last {
-    Text(String),
+    Text(Utf8Bytes),
     Close { code: u16, reason: &'static str },
 }
 
@@ -148,6 +161,27 @@ struct ConnEntry {
     tx: mpsc::Sender<Outbound>,
     /// Bytes queued on `tx` and not yet written (each frame's [`Charge`]).
     queued: Arc<AtomicUsize>,
+}
+
+/// Where the relay's push outputs go.
+pub(super) enum PushSink {
+    /// Real delivery ([`super::PushDelivery`]); gone reports come back to [`Core::run`].
+    Worker(PushWorker),
+    /// The simulator's legacy plain-HTTP gateway ([`super::push_gateway`]).
+    Gateway(mpsc::Sender<PushJob>),
+}
+
+/// The next gone report; pends forever once the channel is closed (or without a worker).
+async fn next_gone(gone: &mut Option<mpsc::Receiver<GoneTarget>>) -> GoneTarget {
+    loop {
+        match gone {
+            Some(rx) => match rx.recv().await {
+                Some(report) => return report,
+                None => *gone = None,
+            },
+            None => std::future::pending::<()>().await,
+        }
+    }
 }
 
 /// The state of the core task.
@@ -163,7 +197,7 @@ pub(super) struct Core {
     /// When that retry is due: fixed when the rebuild fails, so inputs arriving faster than
     /// [`REBUILD_RETRY_MS`] cannot push it back forever.
     rebuild_at: UnixMs,
-    push: Option<mpsc::Sender<PushJob>>,
+    push: Option<PushSink>,
     /// Test mode: the offset clock `clock` reads, advanced by [`Input::AdvanceClock`].
     test_clock: Option<OffsetClock>,
     /// [`crate::net::ServeLimits::outbound_queue_bytes`].
@@ -177,7 +211,7 @@ impl Core {
         relay: Relay,
         open: RelayOpener,
         clock: Arc<dyn Clock>,
-        push: Option<mpsc::Sender<PushJob>>,
+        push: Option<PushSink>,
         test_clock: Option<OffsetClock>,
         queue_bytes: usize,
         outbound_bytes: OutboundBytes,
@@ -199,12 +233,15 @@ impl Core {
     }
 
     /// Runs until every input sender is gone (after shutdown: the router and all sockets).
+    /// `gone`: the push worker's reports of targets that no longer exist.
     pub(super) async fn run(
         mut self,
         mut inputs: mpsc::Receiver<Input>,
         mut stop: watch::Receiver<bool>,
+        mut gone: Option<mpsc::Receiver<GoneTarget>>,
     ) {
         info!("relay core started");
+        let mut batch: Vec<Input> = Vec::with_capacity(MAX_BATCH_INPUTS);
         loop {
             let deadline = if self.rebuild_pending {
                 Some(self.rebuild_at)
@@ -223,8 +260,18 @@ impl Core {
                         self.relay.handle_timeout(now);
                     }
                 }
+                report = next_gone(&mut gone) => self.push_gone(&report),
                 input = inputs.recv() => match input {
-                    Some(input) => self.handle(input),
+                    Some(input) => {
+                        batch.push(input);
+                        while batch.len() < MAX_BATCH_INPUTS {
+                            match inputs.try_recv() {
+                                Ok(input) => batch.push(input),
+                                Err(_) => break,
+                            }
+                        }
+                        self.handle_batch(&mut batch);
+                    }
                     None => break,
                 },
             }
@@ -239,18 +286,61 @@ impl Core {
         info!("relay core stopped");
     }
 
-    fn handle(&mut self, input: Input) {
+    /// Handles `batch` (emptied) inside one group commit, then sends its answers: as they
+    /// are when the commit succeeded, 503 (and no upgrade) when it failed. A test-mode clock
+    /// move ends the batch before it and is handled on its own (its answer waits for the
+    /// outputs of the timers it fired).
+    fn handle_batch(&mut self, batch: &mut Vec<Input>) {
+        let mut answers = Answers::default();
+        self.relay.begin_batch();
+        for input in batch.drain(..) {
+            if let Input::AdvanceClock { ms, reply } = input {
+                self.end_batch(&mut answers);
+                self.advance_clock(ms, reply);
+                self.relay.begin_batch();
+            } else {
+                self.handle(input, &mut answers);
+            }
+        }
+        self.end_batch(&mut answers);
+    }
+
+    /// Commits the open batch and sends its answers.
+    fn end_batch(&mut self, answers: &mut Answers) {
+        let committed = self.relay.commit_batch().is_ok();
+        for (reply, response) in answers.http.drain(..) {
+            let response = if committed {
+                response
+            } else {
+                relay_core::storage_unavailable_response()
+            };
+            let _ = reply.send(response);
+        }
+        let now = self.clock.now();
+        for (reply, connected) in answers.connects.drain(..) {
+            let conn = connected.conn;
+            if !committed {
+                self.conns.remove(&conn);
+                let _ = reply.send(Err(relay_core::storage_unavailable_response()));
+            } else if reply.send(Ok(connected)).is_err() {
+                // The upgrade handler went away (client gone) before the answer.
+                self.conns.remove(&conn);
+                self.relay.handle_disconnect(now, conn);
+            }
+        }
+    }
+
+    fn handle(&mut self, input: Input, answers: &mut Answers) {
         let now = self.clock.now();
         trace!(?input, "input");
         match input {
             Input::Http { req, reply } => {
                 let response = self.relay.handle_http(now, &req);
                 debug!(path = req.path, status = response.status, "http response");
-                let _ = reply.send(response);
+                answers.http.push((reply, response));
             }
-            Input::Connect { ws, reply } => self.connect(now, &ws, reply),
-            Input::Text { conn, text } => self.relay.handle_text(now, conn, &text),
-            Input::Frame { conn, frame } => self.relay.handle_frame(now, conn, frame),
+            Input::Connect { ws, reply } => self.connect(now, &ws, reply, answers),
+            Input::Frame { conn, decoded } => self.relay.handle_decoded(now, conn, decoded),
             Input::Disconnect { conn } => {
                 self.conns.remove(&conn);
                 self.relay.handle_disconnect(now, conn);
@@ -285,6 +375,7 @@ impl Core {
         now: UnixMs,
         ws: &WsConnect,
         reply: oneshot::Sender<Result<Connected, HttpResponse>>,
+        answers: &mut Answers,
     ) {
         if self.draining {
             let refusal = HttpResponse::error(
@@ -313,11 +404,8 @@ impl Core {
                     subprotocol: accepted.subprotocol,
                     outbound,
                 };
-                if reply.send(Ok(connected)).is_err() {
-                    // The upgrade handler went away (client gone) before the answer.
-                    self.conns.remove(&conn);
-                    self.relay.handle_disconnect(now, conn);
-                }
+                // Answered once the batch is committed.
+                answers.connects.push((reply, connected));
             }
             Err(refusal) => {
                 debug!(status = refusal.status, "websocket refused");
@@ -329,12 +417,28 @@ impl Core {
     /// Executes every queued output, in order; sockets whose queue is full are closed and
     /// reported disconnected (which may queue more outputs, drained in the same call).
     fn drain(&mut self) {
+        // The last frame encoded: the same frame to many sockets (a channel post's fan-out,
+        // the same receipt to several) is encoded once and shared.
+        let mut last: Option<(ServerFrame, Utf8Bytes)> = None;
         loop {
             let mut overflowed = Vec::new();
             while let Some(output) = self.relay.poll_output() {
                 match output {
                     Output::Send { conn, frame } => {
-                        if !self.deliver(conn, &frame) {
+                        if !self.conns.contains_key(&conn) {
+                            trace!(conn = conn.0, "frame for a socket already gone");
+                            continue;
+                        }
+                        trace!(conn = conn.0, frame = frame.frame_type(), "frame out");
+                        let text = match &last {
+                            Some((f, text)) if *f == frame => text.clone(),
+                            _ => {
+                                let text = Utf8Bytes::from(frame.encode());
+                                last = Some((frame, text.clone()));
+                                text
+                            }
+                        };
+                        if !self.deliver(conn, text) {
                             overflowed.push(conn);
                         }
                     }
@@ -367,15 +471,12 @@ impl Core {
         }
     }
 
-    /// Queues `frame` on `conn`; `false` when the queue is full, in frames or in bytes (the
-    /// socket is then dropped).
-    fn deliver(&mut self, conn: ConnId, frame: &ServerFrame) -> bool {
+    /// Queues an encoded frame on `conn`; `false` when the queue is full, in frames or in
+    /// bytes (the socket is then dropped).
+    fn deliver(&mut self, conn: ConnId, text: Utf8Bytes) -> bool {
         let Some(entry) = self.conns.get(&conn) else {
-            trace!(conn = conn.0, "frame for a socket already gone");
             return true;
         };
-        trace!(conn = conn.0, frame = frame.frame_type(), "frame out");
-        let text = frame.encode();
         let len = text.len();
         let queued = entry.queued.load(Ordering::Relaxed);
         let result = if queued > 0 && queued + len > self.queue_bytes {
@@ -418,29 +519,46 @@ impl Core {
         }
     }
 
+    /// Hands a push to the worker; never waits (a full queue drops it, counted by the worker:
+    /// pushes are best effort, the message waits in the relay for the next `sync`).
     fn push(
         &mut self,
         user: UserUuid,
         target: relay_core::PushTarget,
         payload: wire::http::PushPayload,
     ) {
-        let Some(push) = &self.push else {
+        let kind = target.kind();
+        match &self.push {
+            None => debug!(kind, "push output dropped: push delivery not configured"),
+            Some(PushSink::Worker(worker)) => match worker.submit(user, target, payload) {
+                // Unconfigured kinds were warned about once at startup; a full queue is
+                // warned about by the worker (rate-limited).
+                Submitted::Queued | Submitted::Unconfigured | Submitted::QueueFull => {}
+                Submitted::Closed => warn!(kind, "push worker stopped: push dropped"),
+            },
+            Some(PushSink::Gateway(queue)) => {
+                if queue.try_send(PushJob { target, payload }).is_err() {
+                    warn!("push queue full or worker gone: push dropped (best effort)");
+                }
+            }
+        }
+    }
+
+    /// A push service said a target no longer exists: the relay deletes it (an input,
+    /// committed like any other; its outputs are drained by the loop).
+    fn push_gone(&mut self, report: &GoneTarget) {
+        let kind = report.target.kind();
+        if self.rebuild_pending {
             debug!(
-                kind = target.kind(),
-                "push output dropped: no push gateway configured"
+                kind,
+                "gone report dropped: the relay is being rebuilt (the next push reports it again)"
             );
             return;
-        };
-        if push
-            .try_send(PushJob {
-                user,
-                target,
-                payload,
-            })
-            .is_err()
-        {
-            warn!("push queue full or worker gone: push dropped (best effort)");
         }
+        let now = self.clock.now();
+        self.relay
+            .handle_push_gone(now, &report.user, &report.target);
+        info!(kind, "push target reported gone: deleted");
     }
 
     /// Closes every socket with the given last messages and reports them disconnected.
@@ -470,10 +588,12 @@ impl Core {
     /// Shutdown: GOAWAY `server_shutdown` to every socket, close them, refuse new upgrades.
     fn begin_shutdown(&mut self) {
         self.draining = true;
-        let goaway = ServerFrame::Goaway(GoawayFrame {
-            reason: wire::frames::goaway_reason::SERVER_SHUTDOWN.to_owned(),
-        })
-        .encode();
+        let goaway = Utf8Bytes::from(
+            ServerFrame::Goaway(GoawayFrame {
+                reason: wire::frames::goaway_reason::SERVER_SHUTDOWN.to_owned(),
+            })
+            .encode(),
+        );
         let sockets = self.close_all(&[
             Last::Text(goaway),
             Last::Close {
@@ -501,4 +621,11 @@ impl Core {
             }
         }
     }
+}
+
+/// The answers of a batch's inputs, sent once the batch is committed.
+#[derive(Default)]
+struct Answers {
+    http: Vec<(oneshot::Sender<HttpResponse>, HttpResponse)>,
+    connects: Vec<(oneshot::Sender<Result<Connected, HttpResponse>>, Connected)>,
 }

@@ -9,6 +9,11 @@
 //! * registrations per address per hour raised to [`TEST_REGISTRATIONS_PER_HOUR_PER_ADDR`]
 //!   (many accounts from one address); every other limit at the production default (so rate
 //!   limits such as 120 messages per user per minute can be checked);
+//! * Web Push delivery ([`TestRelayOptions::web_push`], on by default): a VAPID key derived
+//!   from the seed ([`TestRelayOptions::vapid_key`], served at `GET /api/v1/push/vapid-key`),
+//!   subject [`TEST_VAPID_SUBJECT`], `http://` subscription endpoints accepted and delivered
+//!   to over the server's own network (stand-ins on loopback or turmoil), JWTs signed with the
+//!   wrapped clock (never the test-mode offset); no FCM or APNs credentials;
 //! * memory store and memory blob store;
 //! * test mode: `POST /api/v1/test/advance-clock` ([`super::ADVANCE_CLOCK_PATH`]) moves the clock.
 //!
@@ -28,10 +33,14 @@
 
 use std::{fmt, io, net::SocketAddr, sync::Arc};
 
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng as _;
 use relay_core::{Config, MemoryBlobStore, TurnSecret, config::WebhookSecret, store::MemoryStore};
+use relay_push::{VapidKey, VapidSubject, WebPushConfig, WorkerConfig};
+use sha2::{Digest as _, Sha256};
 use tokio::{sync::oneshot, task::JoinHandle};
 
-use super::{ADVANCE_CLOCK_PATH, RelayServer};
+use super::{ADVANCE_CLOCK_PATH, PushDelivery, RelayServer};
 use crate::clock::{Clock, SimClock, SystemClock};
 use crate::net::Network;
 
@@ -47,6 +56,17 @@ pub const TEST_SEED: u64 = 0x00c0_ffee;
 pub const TEST_TURN_URL: &str = "turn:turn.test.invalid:3478";
 /// The TURN shared secret of a test relay.
 pub const TEST_TURN_SECRET: &str = "conformance-turn-secret";
+/// The VAPID `sub` of a test relay's Web Push JWTs.
+pub const TEST_VAPID_SUBJECT: &str = "mailto:conformance@test.invalid";
+
+/// 32 bytes for `tag` from the relay's seed (the VAPID key, the push worker's RNG).
+fn derive_seed(seed: u64, tag: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"securechat-test-relay/");
+    h.update(tag.as_bytes());
+    h.update(seed.to_le_bytes());
+    h.finalize().into()
+}
 
 /// Which clock the test relay's offset clock wraps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -75,6 +95,9 @@ pub struct TestRelayOptions {
     pub msgs_per_min_per_user: u32,
     /// The clock under the test clock.
     pub clock: TestClock,
+    /// Delivers Web Push (see the module doc); off: no push delivery, and the VAPID route
+    /// serves the placeholder.
+    pub web_push: bool,
 }
 
 impl fmt::Debug for TestRelayOptions {
@@ -89,6 +112,7 @@ impl fmt::Debug for TestRelayOptions {
             )
             .field("msgs_per_min_per_user", &self.msgs_per_min_per_user)
             .field("clock", &self.clock)
+            .field("web_push", &self.web_push)
             .finish_non_exhaustive()
     }
 }
@@ -103,6 +127,7 @@ impl Default for TestRelayOptions {
             registrations_per_hour_per_addr: TEST_REGISTRATIONS_PER_HOUR_PER_ADDR,
             msgs_per_min_per_user: Config::default().msgs_per_min_per_user,
             clock: TestClock::System,
+            web_push: true,
         }
     }
 }
@@ -110,7 +135,7 @@ impl Default for TestRelayOptions {
 impl TestRelayOptions {
     /// The relay configuration these options describe.
     pub fn config(&self) -> Config {
-        Config {
+        let mut config = Config {
             pow_difficulty: self.pow_difficulty,
             registrations_per_hour_per_addr: self.registrations_per_hour_per_addr,
             msgs_per_min_per_user: self.msgs_per_min_per_user,
@@ -118,7 +143,37 @@ impl TestRelayOptions {
             turn_urls: vec![TEST_TURN_URL.to_owned()],
             turn_secret: Some(TurnSecret(TEST_TURN_SECRET.to_owned())),
             ..Config::default()
+        };
+        if let Some(push) = self.push_delivery() {
+            push.configure(&mut config);
         }
+        config
+    }
+
+    /// The relay's VAPID key: derived from [`seed`](Self::seed) (a test relay's only; a real
+    /// relay's comes from the operating system's randomness).
+    pub fn vapid_key(&self) -> VapidKey {
+        VapidKey::generate(&mut ChaCha20Rng::from_seed(derive_seed(self.seed, "vapid")))
+    }
+
+    /// The push delivery these options describe (`None` without [`web_push`](Self::web_push)).
+    pub fn push_delivery(&self) -> Option<PushDelivery> {
+        if !self.web_push {
+            return None;
+        }
+        let subject = VapidSubject::parse(TEST_VAPID_SUBJECT).expect("a valid mailto: subject");
+        let web = WebPushConfig {
+            allow_http: true,
+            ..WebPushConfig::new(self.vapid_key(), subject)
+        };
+        let config = WorkerConfig {
+            web_push: Some(web),
+            ..WorkerConfig::default()
+        };
+        Some(PushDelivery::over_network(
+            config,
+            derive_seed(self.seed, "push-worker"),
+        ))
     }
 }
 
@@ -135,6 +190,9 @@ pub fn test_relay_server(options: &TestRelayOptions) -> RelayServer {
         MemoryBlobStore::new(),
     )
     .with_test_mode();
+    if let Some(push) = options.push_delivery() {
+        server = server.with_push(push);
+    }
     server.clock = clock;
     server
 }

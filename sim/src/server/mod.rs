@@ -7,7 +7,8 @@
 //!  /ws upgrade   ──Input::Connect{ws, reply}────┤  bounded mpsc      ┌──────────────────────┐
 //!  conn tasks    ──Input::Text/Frame/Disconnect─┴─────────────────►  │ core task: owns Relay │
 //!                ◄──Outbound::Text/Close (one bounded mpsc per conn)─│ drains poll_output    │
-//!  push worker   ◄──PushJob (bounded mpsc)───────────────────────────│ timer = poll_timeout  │
+//!  PushWorker    ◄──submit (bounded queue, never waits)──────────────│ timer = poll_timeout  │
+//!  (relay-push)  ──GoneTarget (bounded mpsc)──► handle_push_gone ───►│                       │
 //!                                                                     └──────────────────────┘
 //! ```
 //!
@@ -15,6 +16,11 @@
 //!   messages; after **every** input it drains `poll_output`, routes `Send` to the connection's
 //!   outbound channel (`frame.encode()`), `Close` after everything queued before it, `Push` to
 //!   the push worker; then it re-arms its timer from `poll_timeout` ([`crate::clock`]).
+//! * **Push** ([`RelayServer::with_push`], [`PushDelivery`]): a [`relay_push::PushWorker`]
+//!   delivers Web Push (RFC 8291 + VAPID), FCM and APNs; a push service's "gone" answer comes
+//!   back as [`Relay::handle_push_gone`] on the core task. A slow or dead push service never
+//!   delays routing: submitting never waits, and the worker's queue and concurrency are
+//!   bounded. Without push delivery the outputs are dropped (logged at DEBUG).
 //! * **Fail-stop**: if the relay reports [`Relay::is_failed`] after an input (a commit failed),
 //!   the core closes every socket, logs at ERROR and rebuilds the relay with the
 //!   [`RelayServer`]'s opener on the same store (the store is the source of truth); while the
@@ -67,6 +73,7 @@ pub mod embedded;
 mod http;
 pub mod logging;
 mod push;
+mod push_gateway;
 pub mod secrets;
 mod ws;
 
@@ -88,15 +95,19 @@ use crate::net::{ConnectionCounter, Endpoint, Network, ServeLimits, serve_with_l
 
 pub use self::driver::OutboundBytes;
 pub use self::http::OVERSIZE_DRAIN_BYTES;
-pub use self::push::{PUSH_QUEUE_CAPACITY, push_path};
+pub use self::push::{NET_PUSH_MAX_IDLE, NetPushTransport, PushDelivery};
+pub use self::push_gateway::{PUSH_QUEUE_CAPACITY, push_path};
 pub use self::ws::{
-    CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES, WS_MAX_WRITE_BUFFER_BYTES, WS_READ_BUFFER_BYTES,
-    WS_WRITE_BUFFER_BYTES,
+    CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES, MAX_WRITE_BATCH, WS_MAX_WRITE_BUFFER_BYTES,
+    WS_READ_BUFFER_BYTES, WS_WRITE_BUFFER_BYTES,
 };
 pub use crate::net::{OUTBOUND_QUEUE_BYTES, WRITE_DEADLINE_MS};
 
 /// Inputs waiting for the core task; when full, handlers and socket readers wait (backpressure).
 pub const INPUT_QUEUE_CAPACITY: usize = 1024;
+/// Inputs the core task handles in one batch at most (one group commit, then their answers
+/// and frames go out); a batch is whatever is queued when the task gets to it.
+pub const MAX_BATCH_INPUTS: usize = 256;
 /// Frames waiting to be written on one socket; when full the socket is closed (the relay keeps
 /// what it did not deliver, and the client re-syncs on reconnect). Their bytes are bounded too,
 /// by [`ServeLimits::outbound_queue_bytes`] ([`OUTBOUND_QUEUE_BYTES`] by default).
@@ -114,6 +125,7 @@ pub type RelayOpener = Box<dyn FnMut() -> Result<Relay, StoreError> + Send>;
 pub struct RelayServer {
     open: RelayOpener,
     clock: Arc<dyn Clock>,
+    push: Option<PushDelivery>,
     push_gateway: Option<Endpoint>,
     test_mode: bool,
     limits: ServeLimits,
@@ -125,6 +137,7 @@ impl fmt::Debug for RelayServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RelayServer")
             .field("clock", &self.clock)
+            .field("push", &self.push)
             .field("push_gateway", &self.push_gateway)
             .field("test_mode", &self.test_mode)
             .field("limits", &self.limits)
@@ -140,6 +153,7 @@ impl RelayServer {
         Self {
             open: Box::new(open),
             clock: Arc::new(SystemClock),
+            push: None,
             push_gateway: None,
             test_mode: false,
             limits: ServeLimits::default(),
@@ -173,8 +187,21 @@ impl RelayServer {
         self
     }
 
-    /// Delivers the relay's push outputs as HTTP POSTs to `gateway` (the push-service
-    /// stand-in, [`crate::standins::PushService`]); see [`push_path`] for the paths.
+    /// Delivers the relay's push outputs for real (Web Push, FCM, APNs; see [`PushDelivery`])
+    /// and deletes the targets the push services report gone. The relay's [`Config`] must
+    /// agree ([`PushDelivery::configure`]). Takes precedence over
+    /// [`with_push_gateway`](Self::with_push_gateway).
+    #[must_use]
+    pub fn with_push(mut self, delivery: PushDelivery) -> Self {
+        self.push = Some(delivery);
+        self
+    }
+
+    /// **The simulator's legacy path**, kept until `sim::sim` moves to
+    /// [`with_push`](Self::with_push): POSTs the relay's push outputs as plain, unencrypted
+    /// JSON to `gateway` (the recording stand-in [`crate::standins::PushService`]); see
+    /// [`push_path`] for the paths. No encryption, no VAPID, no gone reports; the `relay`
+    /// binary no longer offers it.
     #[must_use]
     pub fn with_push_gateway(mut self, gateway: Endpoint) -> Self {
         self.push_gateway = Some(gateway);
@@ -238,10 +265,18 @@ impl RelayServer {
         let addr = axum::serve::Listener::local_addr(&listener)?;
         let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
         let (stop_tx, stop_rx) = watch::channel(false);
-        let push = self
-            .push_gateway
-            .take()
-            .map(|gateway| push::spawn_worker(N::connector(), gateway));
+        // The worker signs with the base clock, never the test-mode offset (see `push`).
+        let (push, gone) = match (self.push.take(), self.push_gateway.take()) {
+            (Some(delivery), _) => {
+                let (worker, gone) = delivery.spawn::<N>(Arc::clone(&self.clock));
+                (Some(driver::PushSink::Worker(worker)), Some(gone))
+            }
+            (None, Some(gateway)) => {
+                let queue = push_gateway::spawn_worker(N::connector(), gateway);
+                (Some(driver::PushSink::Gateway(queue)), None)
+            }
+            (None, None) => (None, None),
+        };
         let test_clock = self
             .test_mode
             .then(|| OffsetClock::new(Arc::clone(&self.clock)));
@@ -263,7 +298,7 @@ impl RelayServer {
             self.limits.outbound_queue_bytes,
             self.outbound_bytes.clone(),
         );
-        let core = tokio::spawn(core.run(inputs_rx, stop_rx));
+        let core = tokio::spawn(core.run(inputs_rx, stop_rx, gone));
         info!(%addr, "relay listening");
         let router = router(http::App {
             inputs: inputs_tx,

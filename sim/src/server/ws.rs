@@ -10,10 +10,11 @@ use axum::{
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use futures_util::SinkExt as _;
 use relay_core::{ConnId, WsConnect};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{Instrument as _, debug, info, info_span, trace};
-use wire::{ClientFrame, ServerFrame, frames::ErrorFrame, limits::MAX_FRAME_BYTES};
+use wire::{ClientFrame, limits::MAX_FRAME_BYTES};
 
 use super::driver::{Connected, Input, Outbound};
 use super::http::{App, relay_response, unavailable};
@@ -146,19 +147,14 @@ async fn run_socket(
         tokio::select! {
             biased;
             out = outbound.recv() => match out {
-                Some(Outbound::Text(text, charge)) => {
-                    let sent = send_within(&mut socket, Message::text(text), deadline).await;
-                    // Written (or failed): its bytes leave the queue. Frames still queued when
-                    // this task ends are dropped with `outbound`, and give theirs back then.
-                    drop(charge);
-                    if let Err(why) = sent {
-                        break why;
+                Some(first) => match write_batch(&mut socket, &mut outbound, first, deadline).await {
+                    Ok(None) => {}
+                    Ok(Some((code, reason))) => {
+                        close_handshake(&mut socket, code, reason, deadline).await;
+                        break reason;
                     }
-                }
-                Some(Outbound::Close { code, reason }) => {
-                    close_handshake(&mut socket, code, reason, deadline).await;
-                    break reason;
-                }
+                    Err(why) => break why,
+                },
                 None => {
                     close_handshake(&mut socket, CLOSE_GOING_AWAY, "closed by the relay", deadline)
                         .await;
@@ -166,35 +162,20 @@ async fn run_socket(
                 }
             },
             message = socket.recv() => match message {
+                // Decoded here, on the socket's task, not on the relay's: the relay charges
+                // the frame (or the failure) to the connection's budget before anything else.
                 Some(Ok(Message::Text(text))) => {
                     trace!(bytes = text.len(), "text frame in");
-                    let input = Input::Text { conn, text: text.as_str().to_owned() };
-                    if inputs.send(input).await.is_err() {
+                    let decoded = ClientFrame::decode(text.as_str());
+                    if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
                         break "relay gone";
                     }
                 }
                 Some(Ok(Message::Binary(bytes))) => {
                     trace!(bytes = bytes.len(), "binary frame in");
-                    match ClientFrame::decode_bytes(&bytes) {
-                        Ok(frame) => {
-                            if inputs.send(Input::Frame { conn, frame }).await.is_err() {
-                                break "relay gone";
-                            }
-                        }
-                        // Answered here, not by the relay: it only decodes text. Same shape
-                        // as the relay's own answer to an undecodable text frame.
-                        Err(error) => {
-                            let frame = ServerFrame::Error(ErrorFrame {
-                                error: error.code(),
-                                message: error.to_string(),
-                                ref_type: error.frame_type().map(str::to_owned),
-                                id: error.frame_id().map(str::to_owned),
-                            });
-                            let answer = Message::text(frame.encode());
-                            if let Err(why) = send_within(&mut socket, answer, deadline).await {
-                                break why;
-                            }
-                        }
+                    let decoded = ClientFrame::decode_bytes(&bytes);
+                    if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
+                        break "relay gone";
                     }
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
@@ -215,6 +196,53 @@ async fn run_socket(
     };
     info!(why, "websocket closed");
     drop(guard);
+}
+
+/// Frames written with one flush at most (whatever is queued, up to this).
+pub const MAX_WRITE_BATCH: usize = 64;
+
+/// Writes `first` and every frame already queued after it (up to [`MAX_WRITE_BATCH`]) with a
+/// single flush, all within `deadline`. `Ok(Some(close))`: a close came after them (the
+/// frames before it were written). `Err`: why the socket must go.
+async fn write_batch(
+    socket: &mut WebSocket,
+    outbound: &mut mpsc::Receiver<Outbound>,
+    first: Outbound,
+    deadline: Duration,
+) -> Result<Option<(u16, &'static str)>, &'static str> {
+    let mut close = None;
+    // Each frame's bytes stay charged to the queue until the flush that writes it is done.
+    let mut charges = Vec::new();
+    let write = async {
+        let mut next = Some(first);
+        while let Some(out) = next.take() {
+            match out {
+                Outbound::Text(text, charge) => {
+                    socket.feed(Message::Text(text)).await?;
+                    charges.push(charge);
+                }
+                Outbound::Close { code, reason } => {
+                    close = Some((code, reason));
+                    break;
+                }
+            }
+            if charges.len() < MAX_WRITE_BATCH {
+                next = outbound.try_recv().ok();
+            }
+        }
+        socket.flush().await
+    };
+    match tokio::time::timeout(deadline, write).await {
+        Ok(Ok(())) => Ok(close),
+        Ok(Err(_)) => Err("write failed"),
+        Err(_) => {
+            debug!(
+                deadline_ms = deadline.as_millis(),
+                "write deadline passed: the client is not reading"
+            );
+            Err("write deadline passed")
+        }
+    }
 }
 
 /// Sends a close frame and waits (at most [`CLOSE_LINGER_MS`]) for the client's close reply,

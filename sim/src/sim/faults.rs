@@ -540,6 +540,12 @@ impl FromStr for StoreChoice {
     }
 }
 
+impl From<StoreKind> for StoreChoice {
+    fn from(kind: StoreKind) -> Self {
+        Self::Fixed(kind)
+    }
+}
+
 impl fmt::Display for StoreChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -41,11 +41,18 @@ use crate::net::{HttpClient, HttpRequest, TurmoilConnector};
 /// A socket that stopped reading must be closed by the relay within this much simulated time
 /// (the relay's writes to it block after the transport's window fills).
 pub const STUCK_CLOSE_BOUND_MS: u64 = 60_000;
+/// A slow consumer that reads again and finds its socket closed must get a working new one
+/// within this long (the relay may be restarting after a power-off: up to ~8 s, plus
+/// rebuilds).
+pub const RESUME_RECONNECT_MS: u64 = 30_000;
 /// A slow consumer must provoke at least this many answers for the relay to be held to
 /// [`STUCK_CLOSE_BOUND_MS`]: more than the transport's window (in segments, one answer
 /// each) takes, so the relay's writes to it block (with fewer, every write completes and the
 /// relay has no reason to drop it).
 pub const STUCK_MIN_PROVOKE: u32 = super::runner::TCP_CAPACITY as u32 + 44;
+/// Pause between a slow consumer's provoking frames (longer than a link's latency, so the
+/// relay answers each before the next arrives).
+pub const STUCK_PROVOKE_PACE_MS: u64 = 20;
 /// How long a flood waits for the answers to its last frames.
 pub const FLOOD_ANSWER_WAIT_MS: u64 = 10_000;
 /// Pause between the stranger's polls for friend requests.
@@ -374,7 +381,7 @@ pub(super) async fn stranger_host(ctx: std::rc::Rc<HostCtx>) {
         };
         note(&ctx, format!("{} {act}", stranger.host));
         let found = match act {
-            HostileAct::Flood { frames, roll } => flood(&account, frames, roll).await,
+            HostileAct::Flood { frames, roll } => flood(&ctx, &account, frames, roll).await,
             HostileAct::Dishonest { count, roll } => dishonest(&ctx, &account, count, roll).await,
             HostileAct::StopReading { provoke, pause_ms } => {
                 stop_reading(&ctx, &stranger.host, &account, provoke, pause_ms).await
@@ -449,8 +456,9 @@ async fn reject_requests(ctx: &HostCtx, index: usize, account: &RawAccount) {
 
 /// Malformed frames as fast as the link takes them; every one must be answered with an error
 /// frame, unless the relay closed the socket with a close code.
-async fn flood(account: &RawAccount, frames: u32, roll: u64) -> Findings {
+async fn flood(ctx: &HostCtx, account: &RawAccount, frames: u32, roll: u64) -> Findings {
     let mut found = Findings::new();
+    let started = sim_ms();
     let Ok(Ok((mut reader, mut writer))) = open_ws(&ws_query(account)).await else {
         return found;
     };
@@ -493,7 +501,15 @@ async fn flood(account: &RawAccount, frames: u32, roll: u64) -> Findings {
         sleep_ms(100).await;
     }
     let s = *counter.borrow();
-    if s.errors < expected && s.close.is_none() {
+    // A relay that powered off meanwhile took the socket with it, unanswered frames and all
+    // (and turmoil tells no one: the socket looks open).
+    let relay_died = ctx
+        .world
+        .borrow()
+        .relay_off_ms
+        .iter()
+        .any(|t| (started..=sim_ms()).contains(t));
+    if s.errors < expected && s.close.is_none() && !relay_died {
         found.push(Violation::new(
             "bad-input",
             format!(
@@ -803,6 +819,10 @@ async fn stop_reading(
             blocked_at = Some(sim_ms());
             break;
         }
+        // Paced so that each answer leaves the relay in a write of its own: the relay writes
+        // every frame already queued for a socket with one flush, and turmoil's window
+        // counts writes (segments), not bytes.
+        sleep_ms(STUCK_PROVOKE_PACE_MS).await;
     }
     let deadline = stopped + STUCK_CLOSE_BOUND_MS;
     let resume = pause_ms.map(|p| stopped + p);
@@ -835,18 +855,26 @@ async fn stop_reading(
             Ok(Ok(Some(_)))
         );
     if !works {
-        // Closed meanwhile (allowed): a new socket must work.
-        let again = open_ws(&ws_query(account)).await.ok().and_then(Result::ok);
-        let fresh = match again {
-            Some((mut r, mut w)) => {
-                w.send(op::TEXT, b"{again").await
-                    && matches!(
-                        tokio::time::timeout(Duration::from_millis(5_000), r.next()).await,
-                        Ok(Ok(Some(_)))
-                    )
+        // Closed meanwhile (allowed): a new socket must work, once the relay is up (it may be
+        // powered off or rebuilding right now: retried for RESUME_RECONNECT_MS).
+        let give_up = sim_ms() + RESUME_RECONNECT_MS;
+        let mut fresh = false;
+        while !fresh && sim_ms() < give_up {
+            let again = open_ws(&ws_query(account)).await.ok().and_then(Result::ok);
+            fresh = match again {
+                Some((mut r, mut w)) => {
+                    w.send(op::TEXT, b"{again").await
+                        && matches!(
+                            tokio::time::timeout(Duration::from_millis(5_000), r.next()).await,
+                            Ok(Ok(Some(_)))
+                        )
+                }
+                None => false,
+            };
+            if !fresh {
+                sleep_ms(1_000).await;
             }
-            None => false,
-        };
+        }
         if !fresh {
             found.push(Violation::new(
                 "stuck-client",

@@ -14,13 +14,16 @@
 //! history), [`hostile`] (raw clients: floods, dishonest requests, slow consumers, storms),
 //! [`commerce`] (purchases, trades, quota buys, payments through the stand-in, binds, the
 //! end-of-run audit), [`oracles`] (named invariants), [`trace`] (app-level records and their
-//! hash), [`shrink`] (delta debugging of a failing run); the runner steps turmoil, applies
-//! faults, heals and checks.
+//! hash), [`shrink`] (delta debugging of a failing run), `planted` (only with the test-only
+//! feature `planted-bugs`: known bugs to plant, for the detection test); the runner steps
+//! turmoil, applies faults, heals and checks.
 
 pub mod commerce;
 pub mod faults;
 pub mod hostile;
 pub mod oracles;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 pub mod scenario;
 pub mod shrink;
 pub mod store;
@@ -31,5 +34,5 @@ mod runner;
 pub use runner::{
     AUDIT, DELIVERY_BOUND_MS, FORGER_PORT, LIVENESS_BOUND_MS, PAY_PORT, PROBE_AFTER_HEAL_MS,
     PROBE_BOUND_MS, PUSH_PORT, RELAY_PORT, Replay, RunConfig, RunReport, RunStats, SETUP_BOUND_MS,
-    SkewClock, TRAFFIC_WINDOW_MS, run,
+    SYNC_BOUND_MS, SkewClock, TRAFFIC_WINDOW_MS, run,
 };

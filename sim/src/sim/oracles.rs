@@ -6,6 +6,8 @@
 //! | `liveness` | every acknowledged message reaches its recipient within `DELIVERY_BOUND_MS` (80 s: a dead socket is noticed after 60 s of silence) of healing, or of its ack if later, however large the backlog |
 //! | `seq-order` | per device and conversation, `message` events come in strictly increasing seq |
 //! | `seq-gap-free` | per conversation, the seqs seen (sender acks ∪ recipient messages) are exactly `1..=max` |
+//! | `seq-unique` | in the relay's committed rows, a message (author, id) has one seq (a resend is deduplicated, never stored again) and a seq of a conversation belongs to one message (never reused, e.g. after a restart) |
+//! | `sync-complete` | a client that connects while the network is healthy (a run without fault events, or after healing) and stays connected gets everything queued for it at that moment within `SYNC_BOUND_MS` (20 s), whatever later traffic does |
 //! | `non-participant` | no message or typing event reaches a device outside the conversation, or claims a sender other than the peer |
 //! | `receipts` | `delivered`/`read` only for messages the recipient's account received (and, for `read`, marked read); a status never moves down |
 //! | `receipts-clear` | the relay deletes a queued message (a receipt, a retract) only after an app of the recipient received it, or its author retracted it |
@@ -37,7 +39,7 @@ use wire::http::{OrderKind, OrderState};
 
 use super::commerce::{CommerceWorld, OrderRec};
 use super::faults::{FaultAction, FaultPlan};
-use super::runner::{DELIVERY_BOUND_MS, PROBE_BOUND_MS, World, push_token};
+use super::runner::{DELIVERY_BOUND_MS, PROBE_BOUND_MS, SYNC_BOUND_MS, World, push_token};
 use super::scenario::Scenario;
 use super::store::History;
 use super::trace::{Device, Record};
@@ -70,11 +72,13 @@ impl fmt::Display for Violation {
 }
 
 /// Every oracle name (for summaries).
-pub const ORACLES: [&str; 30] = [
+pub const ORACLES: [&str; 32] = [
     "delivered-exactly-once",
     "liveness",
     "seq-order",
     "seq-gap-free",
+    "seq-unique",
+    "sync-complete",
     "non-participant",
     "receipts",
     "receipts-clear",
@@ -122,6 +126,8 @@ pub(super) struct Input<'a> {
     pub(super) pushes: &'a [RecordedPush],
     pub(super) start_ms: Option<u64>,
     pub(super) heal_ms: Option<u64>,
+    /// When the run ended.
+    pub(super) end_ms: u64,
     /// Final clock skew of each client.
     pub(super) skews: &'a [i64],
 }
@@ -225,6 +231,8 @@ pub(super) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
     delivery(input, &conv_pair, &acked, out);
     liveness(input, &conv_pair, &acked, &got, out);
     gap_free(input, &all_acked, out);
+    seq_unique(input, out);
+    sync_complete(input, &got, out);
     receipts(input, &conv_pair, &acked, out);
     receipts_clear(input, &got, out);
     fail_stop(input, &all_acked, out);
@@ -244,22 +252,11 @@ pub(super) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
 fn stuck_clients(input: &Input<'_>, out: &mut Vec<Violation>) {
     use super::hostile::STUCK_CLOSE_BOUND_MS;
     // A relay powered off while the client was stuck took the socket with it: the restarted
-    // relay never knew it, and turmoil sends the client no reset.
-    let start = input.start_ms.unwrap_or(0);
-    let relay_off: Vec<u64> = input
-        .plan
-        .events
-        .iter()
-        .filter(|e| match &e.action {
-            FaultAction::Crash { host } => host == "relay",
-            FaultAction::CrashAfterCommit { .. } | FaultAction::CrashMidBatch { .. } => true,
-            _ => false,
-        })
-        .map(|e| start + e.at_ms)
-        .collect();
+    // relay never knew it, and turmoil sends the client no reset. (When it really powered
+    // off: a store fault's crash happens at a later commit than its plan event.)
     for s in &input.world.stuck {
         let window = s.stopped_ms..=s.stopped_ms + STUCK_CLOSE_BOUND_MS;
-        if relay_off.iter().any(|t| window.contains(t)) {
+        if input.world.relay_off_ms.iter().any(|t| window.contains(t)) {
             continue;
         }
         if s.must_close && s.closed_ms.is_none() {
@@ -581,6 +578,145 @@ fn gap_free(input: &Input<'_>, acked: &[Acked], out: &mut Vec<Violation>) {
                     missing.len()
                 ),
             ));
+        }
+    }
+}
+
+/// One seq per message, one message per seq, over every `Messages` row the relay committed.
+fn seq_unique(input: &Input<'_>, out: &mut Vec<Violation>) {
+    let mut seqs_of: BTreeMap<(&str, &str), BTreeSet<(&str, u64)>> = BTreeMap::new();
+    let mut ids_at: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
+    for (from, id, conv, seq) in &input.history.assigned {
+        seqs_of
+            .entry((from.as_str(), id.as_str()))
+            .or_default()
+            .insert((conv.as_str(), *seq));
+        ids_at
+            .entry((conv.as_str(), *seq))
+            .or_default()
+            .insert(id.as_str());
+    }
+    let twice: Vec<String> = seqs_of
+        .iter()
+        .filter(|(_, s)| s.len() > 1)
+        .map(|((_, id), s)| format!("{id} stored as {s:?}"))
+        .collect();
+    if let Some(first) = twice.first() {
+        out.push(Violation::new(
+            "seq-unique",
+            format!(
+                "{} message(s) stored under more than one seq (a resend was not deduplicated); first: {first}",
+                twice.len()
+            ),
+        ));
+    }
+    let reused: Vec<String> = ids_at
+        .iter()
+        .filter(|(_, ids)| ids.len() > 1)
+        .map(|((conv, seq), ids)| format!("{conv} seq {seq} given to {ids:?}"))
+        .collect();
+    if let Some(first) = reused.first() {
+        out.push(Violation::new(
+            "seq-unique",
+            format!(
+                "{} seq(s) given to more than one message; first: {first}",
+                reused.len()
+            ),
+        ));
+    }
+}
+
+/// `sync-complete`: a `sync` on a healthy network hands over the whole backlog.
+///
+/// A connection counts if it opened while the network was healthy (the plan has no fault
+/// events but clock skews, or it opened after healing) and no device of the account changed
+/// its network state during the next [`SYNC_BOUND_MS`]. Every message the relay had committed
+/// for the account before the connection opened, and still held then, must reach an app of
+/// the account by the end of that bound (unless its author retracted it meanwhile). Later
+/// traffic in a conversation releases a backlog the relay forgot; [`liveness`] with its long
+/// bound (and the probe round after healing) cannot tell the two apart, this oracle can.
+fn sync_complete(input: &Input<'_>, got: &BTreeMap<(usize, &str), u64>, out: &mut Vec<Violation>) {
+    let eventful = input
+        .plan
+        .events
+        .iter()
+        .any(|e| !matches!(e.action, FaultAction::SetSkew { .. }));
+    let healthy_from = if eventful {
+        match input.heal_ms {
+            Some(h) => h,
+            None => return,
+        }
+    } else {
+        0
+    };
+    // Network state changes per client, in time order.
+    let mut changes: BTreeMap<usize, Vec<(u64, Device, bool)>> = BTreeMap::new();
+    for r in input.records {
+        if let Record::Event {
+            t_ms,
+            who,
+            event: Event::NetworkState(state),
+        } = r
+        {
+            let connected = matches!(state, client_core::machine::NetworkState::Connected);
+            changes
+                .entry(who.client)
+                .or_default()
+                .push((*t_ms, *who, connected));
+        }
+    }
+    let client_of: BTreeMap<&str, usize> = input
+        .world
+        .uuids
+        .iter()
+        .map(|(c, u)| (u.as_str(), *c))
+        .collect();
+    let mut backlog: BTreeMap<usize, Vec<&super::store::CommittedMessage>> = BTreeMap::new();
+    for m in input.history.messages.values() {
+        if let Some(&c) = client_of.get(m.recipient.as_str()) {
+            backlog.entry(c).or_default().push(m);
+        }
+    }
+    for (client, list) in &changes {
+        for (i, &(t, who, connected)) in list.iter().enumerate() {
+            let until = t + SYNC_BOUND_MS;
+            let undisturbed = list.get(i + 1).is_none_or(|&(next, _, _)| next > until);
+            if !connected || t < healthy_from || !undisturbed || input.end_ms < until {
+                continue;
+            }
+            let missing: Vec<&super::store::CommittedMessage> = backlog
+                .get(client)
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|m| m.at_ms < t && m.deleted_ms.is_none_or(|d| d > t))
+                .filter(|m| {
+                    input
+                        .history
+                        .retracted_ids
+                        .get(&m.id)
+                        .is_none_or(|r| *r > until)
+                })
+                .filter(|m| {
+                    got.get(&(*client, m.id.as_str()))
+                        .is_none_or(|g| *g > until)
+                })
+                .collect();
+            if let Some(first) = missing.first() {
+                out.push(Violation::new(
+                    "sync-complete",
+                    format!(
+                        "{who} connected at {t} ms on a healthy network with {} queued message(s) that had not arrived {SYNC_BOUND_MS} ms later; first: {} ({} seq {}, committed at {} ms, {})",
+                        missing.len(),
+                        first.id,
+                        first.conv,
+                        first.seq,
+                        first.at_ms,
+                        got.get(&(*client, first.id.as_str()))
+                            .map_or_else(|| "never received".to_owned(), |g| format!("received at {g} ms"))
+                    ),
+                ));
+            }
         }
     }
 }

@@ -54,7 +54,7 @@ use super::store::{SimStore, StoreCtl};
 use super::trace::{self, Device, Record, Trace};
 use crate::client::{Client, ClientOptions, EventKind, SharedStore};
 use crate::clock::{Clock, OffsetClock, SimClock};
-use crate::net::{Endpoint, Turmoil};
+use crate::net::{Endpoint, ServeLimits, Turmoil};
 use crate::server::RelayServer;
 use crate::standins::{PaymentProcessor, PushService};
 
@@ -72,6 +72,10 @@ pub const DELIVERY_BOUND_MS: u64 = crate::client::DEAD_LINK_MS + 20_000;
 /// The probe round starts this long after healing (every client has noticed a dead socket
 /// by then, see [`DELIVERY_BOUND_MS`]).
 pub const PROBE_AFTER_HEAL_MS: u64 = crate::client::DEAD_LINK_MS + 15_000;
+/// A client that connects on a healthy network must have everything queued for it at that
+/// moment within this long (the `sync-complete` oracle): a backlog of thousands is replayed in
+/// windows of `relay_core::limits::SYNC_WINDOW_MSGS`, each released by the client's receipts.
+pub const SYNC_BOUND_MS: u64 = 20_000;
 /// A probe (message, typing notice, call offer and its answer) must arrive within this long.
 pub const PROBE_BOUND_MS: u64 = 10_000;
 /// Setup (registration, friendships) must finish within this much simulated time at the
@@ -128,6 +132,10 @@ pub struct RunConfig {
     /// An explicit scenario and plan (a replay file, a shrinking step) instead of drawing
     /// them from the seed.
     pub replay: Option<Replay>,
+    /// A bug planted in the relay (test-only, feature `planted-bugs`; see
+    /// [`super::planted`]).
+    #[cfg(feature = "planted-bugs")]
+    pub planted: Option<super::planted::Planted>,
 }
 
 impl RunConfig {
@@ -143,6 +151,8 @@ impl RunConfig {
             log: None,
             bind_vanity: true,
             replay: None,
+            #[cfg(feature = "planted-bugs")]
+            planted: None,
         }
     }
 
@@ -298,6 +308,12 @@ pub(super) struct World {
     pub(super) next_action: BTreeMap<usize, usize>,
     /// Host incarnations (seed derivation across restarts).
     pub(super) incarnations: BTreeMap<usize, u64>,
+    /// Clients whose second device is logged in (or logging in) right now: their primary
+    /// device leaves the session to it (see [`keep_session`]).
+    pub(super) second_device_on: BTreeSet<usize>,
+    /// When the relay host actually powered off, in simulated ms (a crash the plan names, or
+    /// one a store fault asked for at a later commit than its plan event).
+    pub(super) relay_off_ms: Vec<u64>,
     /// Second-device stores.
     pub(super) second_stores: Vec<(Device, SharedStore)>,
     /// Every alias each client had, oldest first (a bind retires the previous one).
@@ -384,7 +400,8 @@ impl Clock for SkewClock {
 pub fn run(config: &RunConfig) -> RunReport {
     let replay = config.draw();
     let scan = LogScan::default();
-    let go = || run_inner(&replay);
+    let relay = RelaySetup::of(config);
+    let go = || run_inner(&replay, &relay);
     let mut inner = if let Some(filter) = &config.log {
         let subscriber = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
@@ -486,6 +503,8 @@ struct Sim<'a> {
     store: StoreCtl,
     internal: BTreeMap<u64, Vec<Internal>>,
     trace: Trace,
+    /// Where power-offs of the relay are recorded ([`World::relay_off_ms`]).
+    world: Shared,
 }
 
 impl Sim<'_> {
@@ -515,6 +534,8 @@ impl Sim<'_> {
         }
         if host == RELAY {
             self.store.set_powered_off(true);
+            let now = self.now();
+            self.world.borrow_mut().relay_off_ms.push(now);
         }
         self.sim.crash(host);
         for h in &others {
@@ -688,7 +709,7 @@ impl Sim<'_> {
     clippy::too_many_lines,
     reason = "the run's phases in order; each step is a call"
 )]
-fn run_inner(replay: &Replay) -> Inner {
+fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
     let scenario = Rc::new(replay.scenario.clone());
     let plan = &replay.plan;
     let seed = replay.seed;
@@ -730,11 +751,13 @@ fn run_inner(replay: &Replay) -> Inner {
         store: store.ctl().clone(),
         internal: BTreeMap::new(),
         trace: trace.clone(),
+        world: world.clone(),
     };
 
     // The relay: its store and blobs outlive crashes.
     let blobs = MemoryBlobStore::new();
-    let relay_config = relay_config();
+    let relay_config = relay.config.clone();
+    let limits = relay.limits;
     let relay_seed = u64::from_le_bytes(
         derive_seed(seed, TAG_RELAY, 0)[..8]
             .try_into()
@@ -761,6 +784,7 @@ fn run_inner(replay: &Replay) -> Inner {
                         )
                     };
                     let server = RelayServer::new(open)
+                        .with_limits(limits)
                         .with_clock(clock.clone())
                         .with_push_gateway(push_endpoint());
                     let served = server
@@ -985,6 +1009,7 @@ fn run_inner(replay: &Replay) -> Inner {
         pushes: &pushes.received(),
         start_ms: w.traffic_start_ms,
         heal_ms: w.heal_ms,
+        end_ms,
         skews: &clocks.iter().map(SkewClock::get).collect::<Vec<_>>(),
     };
     oracles::check_all(&input, &mut violations);
@@ -1033,6 +1058,35 @@ fn run_inner(replay: &Replay) -> Inner {
             failed_commits: history.counts.failed,
             loads: history.counts.loads,
         },
+    }
+}
+
+/// How the relay of a run is configured (the same in every run but for planted bugs).
+#[derive(Debug, Clone)]
+struct RelaySetup {
+    config: Config,
+    limits: ServeLimits,
+}
+
+impl RelaySetup {
+    #[cfg_attr(
+        not(feature = "planted-bugs"),
+        allow(unused_variables, reason = "only planted bugs change the relay")
+    )]
+    fn of(run: &RunConfig) -> Self {
+        Self {
+            config: Config {
+                #[cfg(feature = "planted-bugs")]
+                planted_bug: run.planted.and_then(super::planted::Planted::relay_bug),
+                ..relay_config()
+            },
+            #[cfg(feature = "planted-bugs")]
+            limits: run.planted.map_or_else(ServeLimits::default, |p| {
+                p.serve_limits(ServeLimits::default())
+            }),
+            #[cfg(not(feature = "planted-bugs"))]
+            limits: ServeLimits::default(),
+        }
     }
 }
 
@@ -1127,6 +1181,8 @@ async fn client_app(ctx: Rc<HostCtx>) {
     sleep_ms((me / STORM_WAVE) as u64 * STORM_WAVE_MS).await;
     let incarnation = {
         let mut w = ctx.world.borrow_mut();
+        // A second device on this host went down with it.
+        w.second_device_on.remove(&me);
         let n = w.incarnations.entry(me).or_insert(0);
         *n += 1;
         *n
@@ -1177,7 +1233,8 @@ async fn client_app(ctx: Rc<HostCtx>) {
     tokio::join!(
         script,
         commerce::bind_loop(&ctx, &client, audit_at),
-        answer_calls(&client)
+        answer_calls(&client),
+        keep_session(&ctx, &client)
     );
 }
 
@@ -1694,9 +1751,11 @@ async fn second_device(ctx: &HostCtx, client: &Client<Turmoil>, stay_ms: u64) {
     let incarnation = {
         let mut w = ctx.world.borrow_mut();
         w.second_stores.push((who, store.clone()));
+        w.second_device_on.insert(me);
         w.second_stores.len() as u64
     };
     let Ok(second) = start_client(ctx, who, store, incarnation) else {
+        ctx.world.borrow_mut().second_device_on.remove(&me);
         return;
     };
     let account = &ctx.scenario.accounts[me];
@@ -1713,6 +1772,71 @@ async fn second_device(ctx: &HostCtx, client: &Client<Turmoil>, stay_ms: u64) {
     }
     second.shutdown().await;
     note(ctx, format!("{who} left"));
+    ctx.world.borrow_mut().second_device_on.remove(&me);
+    take_session_back(ctx, client).await;
+}
+
+/// The primary device keeps its session: a GOAWAY or a terminal token refusal that comes while
+/// no second device of the script is on (the login of a second device that already left, still
+/// on its way to the relay when it left, say) is answered as the user of a primary device
+/// would: [`take_session_back`].
+async fn keep_session(ctx: &HostCtx, client: &Client<Turmoil>) {
+    let mut events = client.subscribe();
+    loop {
+        let event = match events.recv().await {
+            Ok(e) => e,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        let kicked = matches!(
+            event,
+            client_core::machine::Event::Goaway(_) | client_core::machine::Event::AuthFailed(_)
+        );
+        if kicked && !ctx.world.borrow().second_device_on.contains(&ctx.me) {
+            note(
+                ctx,
+                format!("c{}/d0 lost its session with no second device on", ctx.me),
+            );
+            take_session_back(ctx, client).await;
+        }
+    }
+}
+
+/// The first device takes the session back after a second device left (the user opens the app
+/// on it again). `connect` re-authenticates once when the relay refuses the old token; but if
+/// the relay refused the fresh token too (the account logged in elsewhere between the first
+/// device's re-authentication and its socket: the next second device, say), client-core has
+/// stopped for good (terminal `AuthFailed`, "Refused token" in its machine doc) and `connect`
+/// alone does nothing. The app then logs in again with the stored identity, as a real one
+/// would when its user comes back to it.
+async fn take_session_back(ctx: &HostCtx, client: &Client<Turmoil>) {
+    let primary = Device {
+        client: ctx.me,
+        device: 0,
+    };
+    let last_auth = ctx.trace.last(|r| {
+        matches!(r, Record::Event {
+            who,
+            event: client_core::machine::Event::Authenticated { .. }
+                | client_core::machine::Event::AuthFailed(_),
+            ..
+        } if *who == primary)
+    });
+    let signed_out = matches!(
+        last_auth,
+        Some(Record::Event {
+            event: client_core::machine::Event::AuthFailed(_),
+            ..
+        })
+    );
+    if signed_out {
+        note(
+            ctx,
+            format!("{primary} was signed out meanwhile: logs in again"),
+        );
+        let account = &ctx.scenario.accounts[ctx.me];
+        authenticate(client, &account.mnemonic, &account.nickname, false).await;
+    }
     drop(client.connect().await);
 }
 

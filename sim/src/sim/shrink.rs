@@ -40,6 +40,9 @@ pub struct ShrinkOptions {
     /// Scan logs for canaries in every run (only needed when the target oracle is
     /// `canary-logs`).
     pub capture_logs: bool,
+    /// The bug planted in every run (test-only, feature `planted-bugs`).
+    #[cfg(feature = "planted-bugs")]
+    pub planted: Option<super::planted::Planted>,
 }
 
 /// Runs a candidate; `Some` with its violation of the target oracle when it still fails.
@@ -268,6 +271,8 @@ pub fn shrink(
     let mut check = |candidate: &Replay| {
         let config = RunConfig {
             capture_logs: options.capture_logs,
+            #[cfg(feature = "planted-bugs")]
+            planted: options.planted,
             ..RunConfig::replaying(candidate.clone())
         };
         run(&config)

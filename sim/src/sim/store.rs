@@ -63,6 +63,10 @@ pub struct CommittedMessage {
 pub struct History {
     /// Messages rows by key (`recipient/conv/seq`).
     pub messages: BTreeMap<String, CommittedMessage>,
+    /// Every `(author uuid, message id, conversation, seq)` a committed `Messages` row ever
+    /// carried (a row key reused for another message adds an entry; `messages` keeps the
+    /// first).
+    pub assigned: BTreeSet<(String, String, String, u64)>,
     /// Every message id with a committed tombstone (accepted ids).
     pub accepted_ids: BTreeSet<String>,
     /// Message ids whose tombstone was committed as retracted (the relay accepted the
@@ -203,6 +207,14 @@ impl Ctl {
                 Mutation::Put { table, key, value } => match table {
                     Table::Messages => {
                         if let Some(v) = json(value) {
+                            self.history.assigned.insert((
+                                text(&v, "from"),
+                                text(&v, "id"),
+                                text(&v, "conv_id"),
+                                v.get("seq")
+                                    .and_then(serde_json::Value::as_u64)
+                                    .unwrap_or(0),
+                            ));
                             self.history
                                 .messages
                                 .entry(key.clone())

@@ -151,6 +151,17 @@ impl Trace {
             .push(record);
     }
 
+    /// The newest record `select` accepts (searched from the end; only it is cloned).
+    pub fn last(&self, select: impl Fn(&Record) -> bool) -> Option<Record> {
+        self.records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .rev()
+            .find(|r| select(r))
+            .cloned()
+    }
+
     /// Every record so far.
     pub fn records(&self) -> Vec<Record> {
         self.records

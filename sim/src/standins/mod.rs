@@ -2,7 +2,8 @@
 //!
 //! * [`PaymentProcessor`]: hosted invoice page, then signed webhooks to the relay, with fault
 //!   knobs ([`WebhookPlan`]: delay, duplicates, forged signatures, retries);
-//! * [`PushService`]: records every push the relay server delivers (the plain-HTTP gateway);
+//! * [`PushService`]: records every push the relay server POSTs to its plain-HTTP gateway
+//!   (the simulator's legacy push path, until it uses real delivery);
 //! * [`WebPushService`], [`FcmService`], [`ApnsService`]: the real push services' contracts
 //!   with real cryptography: the Web Push one creates subscriptions, decrypts every RFC 8291
 //!   body and verifies the VAPID JWT; FCM checks the OAuth grant and the data message; APNs

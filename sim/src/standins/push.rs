@@ -1,4 +1,8 @@
-//! The push-service stand-in: records every push it receives, for the oracles.
+//! The plain-HTTP push gateway stand-in — **the simulator's legacy push path**: records every
+//! push it receives, for the simulator's oracles, until `sim::sim` moves to real delivery
+//! ([`RelayServer::with_push`](crate::server::RelayServer::with_push) with
+//! [`WebPushService`](super::WebPushService), [`FcmService`](super::FcmService),
+//! [`ApnsService`](super::ApnsService)). Nothing it receives is encrypted or signed.
 //!
 //! The relay server, given this service's address as its push gateway
 //! ([`RelayServer::with_push_gateway`](crate::server::RelayServer::with_push_gateway)), POSTs
