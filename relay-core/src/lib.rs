@@ -73,6 +73,7 @@ mod planted;
 pub mod pow;
 pub mod pricing;
 pub mod push;
+mod queue;
 pub(crate) mod ratelimit;
 mod receipts;
 mod relay;

@@ -25,8 +25,9 @@ use wire::{AliasId, ConvId, ErrorCode, ServerFrame, UnixMs, UserUuid};
 
 use crate::limits::TOMBSTONE_TTL_MS;
 use crate::planted::planted;
+use crate::queue::Queued;
 use crate::relay::{ConnId, Relay};
-use crate::state::{ConversationRow, MessageRow, PendingRetractRow, Tombstone};
+use crate::state::{ConversationRow, PendingRetractRow, Tombstone};
 
 /// Whether `text` is standard-alphabet base64 (RFC 4648 §4): `A-Z a-z 0-9 + /` in groups of
 /// four, the last group possibly short; `=` padding optional (none, part or all of what the
@@ -72,11 +73,12 @@ impl Relay {
         conv_id: &ConvId,
         to: &AliasId,
     ) -> Result<(&ConversationRow, &UserUuid), &'static str> {
-        let conv = self
+        let conv = &self
             .state
             .conversations
             .get(conv_id)
-            .ok_or("unknown conversation, or you are not a member of it")?;
+            .ok_or("unknown conversation, or you are not a member of it")?
+            .row;
         let other = conv
             .other(user)
             .ok_or("unknown conversation, or you are not a member of it")?;
@@ -165,12 +167,11 @@ impl Relay {
             },
         );
         self.state.put_message(
-            MessageRow {
-                recipient: other.clone(),
-                conv_id: m.conv_id.clone(),
+            &m.conv_id,
+            &user,
+            Queued {
                 seq,
                 id: m.id.clone(),
-                from: user,
                 crypto_v: m.crypto_v,
                 payload: m.payload,
                 at: now,

@@ -62,7 +62,7 @@ impl Relay {
         let first_unsent = self
             .state
             .queue(&user, &r.conv_id)
-            .and_then(|q| q.range(hwm.next()..).next().map(|(s, _)| *s));
+            .and_then(|q| q.starting_at(hwm.next()).next().map(|m| m.seq));
         if r.seq == Seq(0) || r.seq > last_from_other || first_unsent.is_some_and(|f| r.seq >= f) {
             return self.send_error(
                 conn,

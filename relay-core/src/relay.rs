@@ -291,7 +291,12 @@ impl Relay {
 
     /// Number of undelivered messages held (all recipients).
     pub fn queued_messages(&self) -> usize {
-        self.state.queues.values().map(|q| q.len()).sum()
+        self.state
+            .conversations
+            .values()
+            .flat_map(|c| &c.queues)
+            .map(crate::queue::Queue::len)
+            .sum()
     }
 
     // ------------------------------------------------------------------ inputs
