@@ -27,7 +27,7 @@ use crate::limits::TOMBSTONE_TTL_MS;
 use crate::planted::planted;
 use crate::queue::Queued;
 use crate::relay::{ConnId, Relay};
-use crate::state::{ConversationRow, PendingRetractRow, Tombstone};
+use crate::state::{ConversationRow, PendingRetractRow, State, Tombstone};
 
 /// Whether `text` is standard-alphabet base64 (RFC 4648 §4): `A-Z a-z 0-9 + /` in groups of
 /// four, the last group possibly short; `=` padding optional (none, part or all of what the
@@ -65,6 +65,29 @@ fn all_base64_alphabet(bytes: &[u8]) -> bool {
     !crate::json::any_block(bytes, b'A', outside)
 }
 
+/// [`Relay::member_check`] on the state alone, so that the routing path can hold the caller's
+/// uuid (borrowed from its connection) while it checks.
+fn member_check<'s>(
+    state: &'s State,
+    user: &UserUuid,
+    conv_id: &ConvId,
+    to: &AliasId,
+) -> Result<(&'s ConversationRow, &'s UserUuid), &'static str> {
+    let conv = &state
+        .conversations
+        .get(conv_id)
+        .ok_or("unknown conversation, or you are not a member of it")?
+        .row;
+    let other = conv
+        .other(user)
+        .ok_or("unknown conversation, or you are not a member of it")?;
+    // A retired alias (replaced by a bound vanity alias) still routes to its account.
+    if state.alias_of(other) != Some(to) && state.retired_alias_owner(to) != Some(other) {
+        return Err("`to` is not the other member of this conversation");
+    }
+    Ok((conv, other))
+}
+
 impl Relay {
     /// Resolves the conversation and checks that the caller is a member and `to` the other one.
     pub(crate) fn member_check(
@@ -73,22 +96,7 @@ impl Relay {
         conv_id: &ConvId,
         to: &AliasId,
     ) -> Result<(&ConversationRow, &UserUuid), &'static str> {
-        let conv = &self
-            .state
-            .conversations
-            .get(conv_id)
-            .ok_or("unknown conversation, or you are not a member of it")?
-            .row;
-        let other = conv
-            .other(user)
-            .ok_or("unknown conversation, or you are not a member of it")?;
-        // A retired alias (replaced by a bound vanity alias) still routes to its account.
-        if self.state.alias_of(other) != Some(to)
-            && self.state.retired_alias_owner(to) != Some(other)
-        {
-            return Err("`to` is not the other member of this conversation");
-        }
-        Ok((conv, other))
+        member_check(&self.state, user, conv_id, to)
     }
 
     pub(crate) fn conn_user(&self, conn: ConnId) -> Option<UserUuid> {
@@ -96,17 +104,20 @@ impl Relay {
     }
 
     pub(crate) fn on_msg(&mut self, now: UnixMs, conn: ConnId, m: MsgFrame) {
-        let Some(user) = self.conn_user(conn) else {
+        // The caller's uuid stays borrowed from its connection (no copy per message): only
+        // `self.state`, `self.msg_limit` and `self.config` are touched until the ack.
+        let Some(user) = self.conns.get(&conn).map(|c| &c.user) else {
             return;
         };
         // The id string is built only when a refusal needs it (not on the routing path).
         let refuse = |relay: &mut Self, code: ErrorCode, msg: &str, id: &wire::MessageId| {
             relay.send_error(conn, code, msg, Some("msg".into()), Some(id.to_string()));
         };
-        let other = match self.member_check(&user, &m.conv_id, &m.to) {
-            Ok((_, other)) => other.clone(),
+        let (recipient, peer) = match member_check(&self.state, user, &m.conv_id, &m.to) {
+            Ok((_, other)) => (self.state.queue(other, &m.conv_id), self.online(other)),
             Err(msg) => return refuse(self, ErrorCode::NOT_A_MEMBER, msg, &m.id),
         };
+        let queued = recipient.map_or(0, |q| q.len());
         if !is_base64(&m.payload) {
             return refuse(
                 self,
@@ -117,7 +128,7 @@ impl Relay {
         }
         // PLANTED BUG (test-only) when `NoMessageDedup`: the tombstone is never looked up.
         let dedup = !planted!(self.config, NoMessageDedup);
-        if let Some(t) = self.state.tombstone(&user, &m.id).filter(|_| dedup) {
+        if let Some(t) = self.state.tombstone(user, &m.id).filter(|_| dedup) {
             if t.conv_id == m.conv_id {
                 let ack = ServerFrame::Ack(AckFrame {
                     id: m.id,
@@ -134,7 +145,7 @@ impl Relay {
             }
             return;
         }
-        if !self.msg_limit.check(now.get(), &user) {
+        if !self.msg_limit.check(now.get(), user) {
             return refuse(
                 self,
                 ErrorCode::RATE_LIMITED,
@@ -142,7 +153,6 @@ impl Relay {
                 &m.id,
             );
         }
-        let queued = self.state.queue(&other, &m.conv_id).map_or(0, |q| q.len());
         if queued >= self.config.max_offline_queue_per_conversation {
             return refuse(
                 self,
@@ -152,12 +162,12 @@ impl Relay {
             );
         }
         // `member_check` found `user` in the conversation, so this is always `Some`.
-        let Some(seq) = self.state.next_seq(&m.conv_id, &user) else {
+        let Some(seq) = self.state.next_seq(&m.conv_id, user) else {
             return;
         };
-        self.msg_limit.record(now.get(), &user);
+        self.msg_limit.record(now.get(), user);
         self.state.put_tombstone(
-            &user,
+            user,
             m.id.clone(),
             Tombstone {
                 conv_id: m.conv_id.clone(),
@@ -166,21 +176,25 @@ impl Relay {
                 retracted: false,
             },
         );
-        self.state.put_message(
-            &m.conv_id,
-            &user,
-            Queued {
-                seq,
-                id: m.id.clone(),
-                crypto_v: m.crypto_v,
-                payload: m.payload,
-                at: now,
-            },
-            self.config.offline_ttl_ms,
-        );
+        let ttl = self.config.offline_ttl_ms;
+        let queued = Queued {
+            seq,
+            id: m.id.clone(),
+            crypto_v: m.crypto_v,
+            payload: m.payload,
+            at: now,
+        };
+        let Some(recipient) = self.state.put_message(&m.conv_id, user, queued, ttl) else {
+            return;
+        };
+        // Offline: the recipient is copied for the push (not on the routing path).
+        let offline = peer.is_none().then(|| recipient.clone());
         self.send(conn, ServerFrame::Ack(AckFrame { id: m.id, seq }));
-        self.deliver(&other, &m.conv_id);
-        self.push_new_msg(now, &other);
+        match (peer, offline) {
+            (Some(peer), _) => self.deliver_on(peer, &m.conv_id),
+            (None, Some(recipient)) => self.push_new_msg(now, &recipient),
+            (None, None) => {}
+        }
     }
 
     pub(crate) fn on_typing(&mut self, now: UnixMs, conn: ConnId, t: &TypingFrame) {

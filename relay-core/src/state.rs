@@ -659,21 +659,17 @@ impl State {
         }
     }
 
-    /// Stores and queues `m`, written by `author` in `conv` for its other member. `false` when
-    /// `author` is not a member of `conv`.
+    /// Stores and queues `m`, written by `author` in `conv` for its other member; returns that
+    /// member. `None` when `author` is not a member of `conv`.
     pub(crate) fn put_message(
         &mut self,
         conv: &ConvId,
         author: &UserUuid,
         m: Queued,
         offline_ttl_ms: u64,
-    ) -> bool {
-        let Some(c) = self.conversations.get(conv) else {
-            return false;
-        };
-        let Some(a) = c.row.index_of(author) else {
-            return false;
-        };
+    ) -> Option<&UserUuid> {
+        let c = self.conversations.get(conv)?;
+        let a = c.row.index_of(author)?;
         let recipient = &c.row.members[1 - a];
         let record = MessageRecord {
             recipient,
@@ -689,7 +685,7 @@ impl State {
         let key = message_key(recipient, conv, m.seq);
         self.record_encoded(Table::Messages, key, Some(value));
         self.index_message(conv, 1 - a, m, offline_ttl_ms);
-        true
+        self.conversations.get(conv).map(|c| &c.row.members[1 - a])
     }
 
     fn arm_queue_timer(&mut self, recipient: &UserUuid, conv: &ConvId, at: UnixMs, ttl_ms: u64) {

@@ -165,13 +165,10 @@ impl Relay {
         self.pump(conn);
     }
 
-    /// A message was queued for `user` in `conv`: pushes it if the window of `user`'s synced
-    /// connection has room (at once when no other conversation is waiting), else it waits for
-    /// its turn.
-    pub(crate) fn deliver(&mut self, user: &UserUuid, conv: &ConvId) {
-        let Some(conn) = self.online(user) else {
-            return;
-        };
+    /// A message was queued in `conv` for the user of connection `conn`: pushes it if the
+    /// window of that (synced) connection has room (at once when no other conversation is
+    /// waiting), else it waits for its turn.
+    pub(crate) fn deliver_on(&mut self, conn: ConnId, conv: &ConvId) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
