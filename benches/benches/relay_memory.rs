@@ -8,6 +8,12 @@
 //!   ticket path leaves behind, e.g. rate-limiter windows, and the connection's own state).
 //! * **Allocations per routed message**: allocation calls and bytes of `handle_frame(msg)` +
 //!   drain, averaged over 1,000 messages between two online members (after 1,000 warm-up).
+//!   The inputs are built before the run. `--route-only N` runs only this part (N messages
+//!   after N warm-up), for an instruction count of the routing path that does not depend on
+//!   the machine's load:
+//!   `valgrind --tool=callgrind --toggle-collect='*route_measured*' <relay_memory binary>
+//!   --route-only 1000` counts `handle_frame` + drain of the N measured messages and of B's
+//!   `delivered` receipts among them (one per 50 messages).
 //!
 //! * **Idle sockets, whole process** (issue 17, D6): the release `relay` binary as a child
 //!   process (`--memory`), `N` accounts each with one authenticated, synced WebSocket from its
@@ -31,6 +37,7 @@ use benches::MachineInfo;
 use benches::relay_load::BenchRelay;
 use benches::relay_process::{RelayProcess, relay_binary};
 use benches::relay_world::{Account, FRAME_SPACING_MS, RelayWorld, bench_config, msg_payload};
+use relay_core::ConnId;
 use wire::frames::{MsgFrame, ReceiptFrame};
 use wire::{AliasId, ClientFrame, ConvId, MessageId, Seq};
 
@@ -111,7 +118,22 @@ fn idle_connections(n: usize) {
     );
 }
 
-fn allocations_per_message(n: u64) {
+/// One input of the routing run: a `msg` from A (counted), or B's `delivered` (not counted).
+struct RoutedInput {
+    conn: ConnId,
+    frame: ClientFrame,
+    counted: bool,
+}
+
+/// Two online, synced friends and their `msg` inputs, built ahead so that neither the
+/// allocation count nor an instruction count (`--route-only`) includes building them.
+struct Routing {
+    w: RelayWorld,
+    inputs: Vec<RoutedInput>,
+}
+
+/// `2 * n` messages A → B (the first `n` are warm-up), with B's `delivered` after every 50th.
+fn routing(n: u64) -> Routing {
     let mut w = RelayWorld::new(bench_config());
     let mut a = w.account();
     let mut b = w.account();
@@ -124,49 +146,95 @@ fn allocations_per_message(n: u64) {
     let a_alias = AliasId::parse(&a.alias).expect("alias");
     let b_alias = AliasId::parse(&b.alias).expect("alias");
     let payload = msg_payload();
-    let (mut calls, mut bytes, mut outputs) = (0usize, 0isize, 0usize);
+    let mut inputs = Vec::new();
     for i in 1..=2 * n {
-        let m = ClientFrame::Msg(MsgFrame {
-            id: MessageId::parse(&format!("m-{i}")).expect("id"),
-            to: b_alias.clone(),
-            conv_id: conv.clone(),
-            crypto_v: Some(1),
-            payload: payload.clone(),
+        inputs.push(RoutedInput {
+            conn: ca,
+            frame: ClientFrame::Msg(MsgFrame {
+                id: MessageId::parse(&format!("m-{i}")).expect("id"),
+                to: b_alias.clone(),
+                conv_id: conv.clone(),
+                crypto_v: Some(1),
+                payload: payload.clone(),
+            }),
+            counted: true,
         });
+        if i % 50 == 0 {
+            inputs.push(RoutedInput {
+                conn: cb,
+                frame: ClientFrame::Delivered(ReceiptFrame {
+                    conv_id: conv.clone(),
+                    seq: Seq(i),
+                    to: a_alias.clone(),
+                    crypto_v: Some(1),
+                }),
+                counted: false,
+            });
+        }
+    }
+    Routing { w, inputs }
+}
+
+/// What [`route`] counted over its `msg` inputs.
+#[derive(Default)]
+struct RouteCount {
+    msgs: usize,
+    calls: usize,
+    bytes: isize,
+    outputs: usize,
+}
+
+/// Handles `inputs` (each followed by draining every output, one frame spacing apart) and
+/// counts the allocations of the `msg` ones. The warm-up and the measured half go through
+/// different functions so that `valgrind --tool=callgrind --toggle-collect` can select the
+/// measured one (see `--route-only`).
+#[inline(always)]
+fn route(w: &mut RelayWorld, inputs: Vec<RoutedInput>, measured: bool) -> RouteCount {
+    let mut count = RouteCount::default();
+    for input in inputs {
         let (c0, l0) = (CALLS.load(Ordering::Relaxed), live());
-        w.relay.handle_frame(w.now, ca, m);
+        w.relay.handle_frame(w.now, input.conn, input.frame);
         let mut k = 0;
         while let Some(o) = w.relay.poll_output() {
             drop(o);
             k += 1;
         }
-        if i > n {
-            calls += CALLS.load(Ordering::Relaxed) - c0;
-            bytes += live() - l0;
-            outputs += k;
+        if input.counted {
+            w.advance(FRAME_SPACING_MS);
         }
-        w.advance(FRAME_SPACING_MS);
-        if i % 50 == 0 {
-            let r = ClientFrame::Delivered(ReceiptFrame {
-                conv_id: conv.clone(),
-                seq: Seq(i),
-                to: a_alias.clone(),
-                crypto_v: Some(1),
-            });
-            w.relay.handle_frame(w.now, cb, r);
-            w.drain();
+        if input.counted && measured {
+            count.msgs += 1;
+            count.calls += CALLS.load(Ordering::Relaxed) - c0;
+            count.bytes += live() - l0;
+            count.outputs += k;
         }
     }
-    assert_eq!(
-        outputs,
-        2 * usize::try_from(n).expect("n"),
-        "ack + msg each"
-    );
+    count
+}
+
+#[inline(never)]
+fn route_warm_up(w: &mut RelayWorld, inputs: Vec<RoutedInput>) -> RouteCount {
+    route(w, inputs, false)
+}
+
+#[inline(never)]
+fn route_measured(w: &mut RelayWorld, inputs: Vec<RoutedInput>) -> RouteCount {
+    route(w, inputs, true)
+}
+
+fn allocations_per_message(n: u64) {
+    let Routing { mut w, mut inputs } = routing(n);
+    let half = inputs.len() / 2;
+    let measured = inputs.split_off(half);
+    route_warm_up(&mut w, inputs);
+    let c = route_measured(&mut w, measured);
+    assert_eq!(c.msgs, usize::try_from(n).expect("n"));
+    assert_eq!(c.outputs, 2 * c.msgs, "ack + msg each");
     println!(
         "routed messages: {n}, {:.1} allocation calls/message, {:.0} bytes live after each \
          (message row until its receipt, tombstone + timers for 7 days)",
-        calls as f64 / n as f64,
-        bytes as f64 / n as f64
+        c.calls as f64 / c.msgs as f64,
+        c.bytes as f64 / c.msgs as f64
     );
 }
 
@@ -273,8 +341,17 @@ fn idle_sockets_whole_process(n: usize) {
 }
 
 fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
+    let args: Vec<String> = std::env::args().collect();
+    let full = args.iter().any(|a| a == "--bench");
     println!("{}", MachineInfo::detect());
+    if let Some(i) = args.iter().position(|a| a == "--route-only") {
+        let n = args
+            .get(i + 1)
+            .and_then(|n| n.parse().ok())
+            .expect("--route-only N");
+        allocations_per_message(n);
+        return;
+    }
     if full {
         idle_connections(10_000);
         allocations_per_message(1_000);

@@ -268,7 +268,7 @@ impl Relay {
             .collect();
         for conv in convs {
             if let Some(q) = self.state.queue(&user, &conv) {
-                for m in q.values() {
+                for m in q.iter() {
                     used += m.payload.len() as u64;
                     count += 1;
                 }

@@ -25,14 +25,16 @@ use wire::{AliasId, ConvId, ErrorCode, ServerFrame, UnixMs, UserUuid};
 
 use crate::limits::TOMBSTONE_TTL_MS;
 use crate::planted::planted;
+use crate::queue::Queued;
 use crate::relay::{ConnId, Relay};
-use crate::state::{ConversationRow, MessageRow, PendingRetractRow, Tombstone};
+use crate::state::{ConversationRow, PendingRetractRow, State, Tombstone};
 
 /// Whether `text` is standard-alphabet base64 (RFC 4648 §4): `A-Z a-z 0-9 + /` in groups of
 /// four, the last group possibly short; `=` padding optional (none, part or all of what the
 /// last group needs; the base64 crate's `Indifferent` mode).
 /// Every reference client's payload (`b64(IV ‖ ciphertext ‖ tag)`, PROTOCOL.md §4.4) is.
-/// Checked without decoding (no allocation on the routing path).
+/// Checked without decoding (no allocation on the routing path), 32 bytes at a time without
+/// a branch per byte (the compiler turns each block into vector compares).
 pub(crate) fn is_base64(text: &str) -> bool {
     let bytes = text.as_bytes();
     let body = bytes
@@ -40,11 +42,50 @@ pub(crate) fn is_base64(text: &str) -> bool {
         .or_else(|| bytes.strip_suffix(b"="))
         .unwrap_or(bytes);
     let padding = bytes.len() - body.len();
-    let alphabet = |b: &u8| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/';
-    if !body.iter().all(alphabet) || body.len() % 4 == 1 {
+    if !all_base64_alphabet(body) || body.len() % 4 == 1 {
         return false;
     }
     padding <= (4 - body.len() % 4) % 4
+}
+
+/// Whether every byte is in the standard base64 alphabet (`A-Z a-z 0-9 + /`).
+fn all_base64_alphabet(bytes: &[u8]) -> bool {
+    fn outside(block: &[u8; crate::json::BLOCK]) -> bool {
+        // Non-short-circuit `|` and `&`: no branch per byte, so the block becomes vector
+        // compares.
+        let inside = block.iter().fold(true, |all, &b| {
+            all & ((b.wrapping_sub(b'A') < 26)
+                | (b.wrapping_sub(b'a') < 26)
+                | (b.wrapping_sub(b'0') < 10)
+                | (b == b'+')
+                | (b == b'/'))
+        });
+        !inside
+    }
+    !crate::json::any_block(bytes, b'A', outside)
+}
+
+/// [`Relay::member_check`] on the state alone, so that the routing path can hold the caller's
+/// uuid (borrowed from its connection) while it checks.
+fn member_check<'s>(
+    state: &'s State,
+    user: &UserUuid,
+    conv_id: &ConvId,
+    to: &AliasId,
+) -> Result<(&'s ConversationRow, &'s UserUuid), &'static str> {
+    let conv = &state
+        .conversations
+        .get(conv_id)
+        .ok_or("unknown conversation, or you are not a member of it")?
+        .row;
+    let other = conv
+        .other(user)
+        .ok_or("unknown conversation, or you are not a member of it")?;
+    // A retired alias (replaced by a bound vanity alias) still routes to its account.
+    if state.alias_of(other) != Some(to) && state.retired_alias_owner(to) != Some(other) {
+        return Err("`to` is not the other member of this conversation");
+    }
+    Ok((conv, other))
 }
 
 impl Relay {
@@ -55,21 +96,7 @@ impl Relay {
         conv_id: &ConvId,
         to: &AliasId,
     ) -> Result<(&ConversationRow, &UserUuid), &'static str> {
-        let conv = self
-            .state
-            .conversations
-            .get(conv_id)
-            .ok_or("unknown conversation, or you are not a member of it")?;
-        let other = conv
-            .other(user)
-            .ok_or("unknown conversation, or you are not a member of it")?;
-        // A retired alias (replaced by a bound vanity alias) still routes to its account.
-        if self.state.alias_of(other) != Some(to)
-            && self.state.retired_alias_owner(to) != Some(other)
-        {
-            return Err("`to` is not the other member of this conversation");
-        }
-        Ok((conv, other))
+        member_check(&self.state, user, conv_id, to)
     }
 
     pub(crate) fn conn_user(&self, conn: ConnId) -> Option<UserUuid> {
@@ -77,17 +104,20 @@ impl Relay {
     }
 
     pub(crate) fn on_msg(&mut self, now: UnixMs, conn: ConnId, m: MsgFrame) {
-        let Some(user) = self.conn_user(conn) else {
+        // The caller's uuid stays borrowed from its connection (no copy per message): only
+        // `self.state`, `self.msg_limit` and `self.config` are touched until the ack.
+        let Some(user) = self.conns.get(&conn).map(|c| &c.user) else {
             return;
         };
         // The id string is built only when a refusal needs it (not on the routing path).
         let refuse = |relay: &mut Self, code: ErrorCode, msg: &str, id: &wire::MessageId| {
             relay.send_error(conn, code, msg, Some("msg".into()), Some(id.to_string()));
         };
-        let other = match self.member_check(&user, &m.conv_id, &m.to) {
-            Ok((_, other)) => other.clone(),
+        let (recipient, peer) = match member_check(&self.state, user, &m.conv_id, &m.to) {
+            Ok((_, other)) => (self.state.queue(other, &m.conv_id), self.online(other)),
             Err(msg) => return refuse(self, ErrorCode::NOT_A_MEMBER, msg, &m.id),
         };
+        let queued = recipient.map_or(0, |q| q.len());
         if !is_base64(&m.payload) {
             return refuse(
                 self,
@@ -98,7 +128,7 @@ impl Relay {
         }
         // PLANTED BUG (test-only) when `NoMessageDedup`: the tombstone is never looked up.
         let dedup = !planted!(self.config, NoMessageDedup);
-        if let Some(t) = self.state.tombstone(&user, &m.id).filter(|_| dedup) {
+        if let Some(t) = self.state.tombstone(user, &m.id).filter(|_| dedup) {
             if t.conv_id == m.conv_id {
                 let ack = ServerFrame::Ack(AckFrame {
                     id: m.id,
@@ -115,7 +145,7 @@ impl Relay {
             }
             return;
         }
-        if !self.msg_limit.check(now.get(), &user) {
+        if !self.msg_limit.check(now.get(), user) {
             return refuse(
                 self,
                 ErrorCode::RATE_LIMITED,
@@ -123,7 +153,6 @@ impl Relay {
                 &m.id,
             );
         }
-        let queued = self.state.queue(&other, &m.conv_id).map_or(0, |q| q.len());
         if queued >= self.config.max_offline_queue_per_conversation {
             return refuse(
                 self,
@@ -133,12 +162,12 @@ impl Relay {
             );
         }
         // `member_check` found `user` in the conversation, so this is always `Some`.
-        let Some(seq) = self.state.next_seq(&m.conv_id, &user) else {
+        let Some(seq) = self.state.next_seq(&m.conv_id, user) else {
             return;
         };
-        self.msg_limit.record(now.get(), &user);
+        self.msg_limit.record(now.get(), user);
         self.state.put_tombstone(
-            &user,
+            user,
             m.id.clone(),
             Tombstone {
                 conv_id: m.conv_id.clone(),
@@ -147,22 +176,25 @@ impl Relay {
                 retracted: false,
             },
         );
-        self.state.put_message(
-            MessageRow {
-                recipient: other.clone(),
-                conv_id: m.conv_id.clone(),
-                seq,
-                id: m.id.clone(),
-                from: user,
-                crypto_v: m.crypto_v,
-                payload: m.payload,
-                at: now,
-            },
-            self.config.offline_ttl_ms,
-        );
+        let ttl = self.config.offline_ttl_ms;
+        let queued = Queued {
+            seq,
+            id: m.id.clone(),
+            crypto_v: m.crypto_v,
+            payload: m.payload,
+            at: now,
+        };
+        let Some(recipient) = self.state.put_message(&m.conv_id, user, queued, ttl) else {
+            return;
+        };
+        // Offline: the recipient is copied for the push (not on the routing path).
+        let offline = peer.is_none().then(|| recipient.clone());
         self.send(conn, ServerFrame::Ack(AckFrame { id: m.id, seq }));
-        self.deliver(&other, &m.conv_id);
-        self.push_new_msg(now, &other);
+        match (peer, offline) {
+            (Some(peer), _) => self.deliver_on(peer, &m.conv_id),
+            (None, Some(recipient)) => self.push_new_msg(now, &recipient),
+            (None, None) => {}
+        }
     }
 
     pub(crate) fn on_typing(&mut self, now: UnixMs, conn: ConnId, t: &TypingFrame) {
@@ -298,6 +330,24 @@ mod tests {
             let padded = base64::engine::general_purpose::STANDARD.encode(&bytes);
             prop_assert!(is_base64(&padded));
             prop_assert!(is_base64(padded.trim_end_matches('=')));
+        }
+
+        /// Long texts go through the 32-byte blocks: an encoding with one byte replaced by
+        /// any ASCII byte, anywhere (in a block or in the remainder).
+        #[test]
+        fn agrees_with_the_base64_crate_on_long_texts(
+            bytes in proptest::collection::vec(any::<u8>(), 0..160),
+            at in any::<proptest::sample::Index>(),
+            replacement in 0u8..128,
+            corrupt in any::<bool>(),
+        ) {
+            let mut text = base64::engine::general_purpose::STANDARD.encode(&bytes).into_bytes();
+            if corrupt && !text.is_empty() {
+                let i = at.index(text.len());
+                text[i] = replacement;
+            }
+            let text = String::from_utf8(text).expect("ASCII");
+            prop_assert_eq!(is_base64(&text), lenient().decode(&text).is_ok(), "{:?}", text);
         }
     }
 }

@@ -34,20 +34,25 @@ impl Relay {
         let Some(user) = self.conn_user(conn) else {
             return;
         };
-        let ref_type = Some(
-            match kind {
-                ReceiptKind::Delivered => "delivered",
-                ReceiptKind::Read => "read",
-            }
-            .to_owned(),
-        );
+        // Built only for an error frame (not on the routing path).
+        let ref_type = || {
+            Some(
+                match kind {
+                    ReceiptKind::Delivered => "delivered",
+                    ReceiptKind::Read => "read",
+                }
+                .to_owned(),
+            )
+        };
         let (last_from_other, other) = match self.member_check(&user, &r.conv_id, &r.to) {
             Ok((conv, other)) => (
                 conv.index_of(other)
                     .map_or(Seq(0), |i| conv.last_authored[i]),
                 other.clone(),
             ),
-            Err(msg) => return self.send_error(conn, ErrorCode::NOT_A_MEMBER, msg, ref_type, None),
+            Err(msg) => {
+                return self.send_error(conn, ErrorCode::NOT_A_MEMBER, msg, ref_type(), None);
+            }
         };
         let hwm = self
             .pushed_hwm
@@ -57,13 +62,13 @@ impl Relay {
         let first_unsent = self
             .state
             .queue(&user, &r.conv_id)
-            .and_then(|q| q.range(hwm.next()..).next().map(|(s, _)| *s));
+            .and_then(|q| q.starting_at(hwm.next()).next().map(|m| m.seq));
         if r.seq == Seq(0) || r.seq > last_from_other || first_unsent.is_some_and(|f| r.seq >= f) {
             return self.send_error(
                 conn,
                 ErrorCode::INVALID_RECEIPT,
                 "the receipt covers a seq that was never delivered to you",
-                ref_type,
+                ref_type(),
                 None,
             );
         }

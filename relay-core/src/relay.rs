@@ -1,5 +1,6 @@
 //! The [`Relay`]: dispatcher over the sub-machines, the commit discipline and the output queue.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 
 use base64::Engine as _;
@@ -290,7 +291,12 @@ impl Relay {
 
     /// Number of undelivered messages held (all recipients).
     pub fn queued_messages(&self) -> usize {
-        self.state.queues.values().map(|q| q.len()).sum()
+        self.state
+            .conversations
+            .values()
+            .flat_map(|c| &c.queues)
+            .map(crate::queue::Queue::len)
+            .sum()
     }
 
     // ------------------------------------------------------------------ inputs
@@ -478,15 +484,34 @@ impl Relay {
     }
 
     fn handle_admitted(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
+        use wire::ClientFrame as F;
         self.touch(now, conn);
-        let ref_type = frame.frame_type().to_owned();
-        let id = match &frame {
-            wire::ClientFrame::Msg(m) => Some(m.id.to_string()),
-            wire::ClientFrame::Retract(r) => Some(r.id.to_string()),
+        // What the error frame needs if the commit fails, kept without copying anything on
+        // the routing path: a `msg` that committed something was accepted, so its id is in
+        // the ack staged for it (see `failed_frame_id`).
+        let ref_type: Cow<'static, str> = match &frame {
+            F::Sync(_) => Cow::Borrowed("sync"),
+            F::Ping(_) => Cow::Borrowed("ping"),
+            F::Msg(_) => Cow::Borrowed("msg"),
+            F::Delivered(_) => Cow::Borrowed("delivered"),
+            F::Read(_) => Cow::Borrowed("read"),
+            F::Typing(_) => Cow::Borrowed("typing"),
+            F::Retract(_) => Cow::Borrowed("retract"),
+            F::Call(c) => Cow::Borrowed(c.kind.as_str()),
+            F::Unknown(u) => Cow::Owned(u.frame_type().to_owned()),
+        };
+        let retract_id = match &frame {
+            F::Retract(r) => Some(r.id.to_string()),
             _ => None,
         };
+        let is_msg = matches!(frame, F::Msg(_));
         self.dispatch_frame(now, conn, frame);
-        if self.finish().is_err() {
+        if let Err(discarded) = self.finish_staged() {
+            let id = if is_msg {
+                failed_frame_id(&discarded, conn)
+            } else {
+                retract_id
+            };
             // The staged outputs (acks) were discarded; tell the sender nothing was accepted.
             // `finish` already closed every socket, so this frame is informational only.
             self.outputs.push_front(Output::Send {
@@ -494,7 +519,7 @@ impl Relay {
                 frame: ServerFrame::Error(ErrorFrame {
                     error: ErrorCode::STORAGE_UNAVAILABLE,
                     message: "the relay could not store this frame; nothing was accepted".into(),
-                    ref_type: Some(ref_type),
+                    ref_type: Some(ref_type.into_owned()),
                     id,
                 }),
             });
@@ -691,6 +716,11 @@ impl Relay {
     /// the batch instead. On failure: fail-stop. Every input ends with it (inputs in other
     /// modules too, e.g. `handle_push_gone`).
     pub(crate) fn finish(&mut self) -> Result<(), ()> {
+        self.finish_staged().map_err(drop)
+    }
+
+    /// [`finish`](Self::finish), returning on failure the outputs it discarded.
+    fn finish_staged(&mut self) -> Result<(), Vec<Output>> {
         let batch = self.state.take_batch();
         let poisoned = std::mem::take(&mut self.state.poisoned);
         if let Some(group) = &mut self.group
@@ -717,8 +747,9 @@ impl Relay {
                     // PLANTED BUG (test-only): the outputs (acks) leave although nothing was stored.
                     self.outputs.extend(self.staged.drain(..));
                 }
+                let discarded = std::mem::take(&mut self.staged);
                 self.fail_stop();
-                Err(())
+                Err(discarded)
             }
         }
     }
@@ -801,6 +832,18 @@ impl Relay {
     pub(crate) fn online(&self, user: &UserUuid) -> Option<ConnId> {
         self.conn_of_user.get(user).copied()
     }
+}
+
+/// The id of the `msg` whose commit failed: the id of the ack staged for it on `conn` (a `msg`
+/// commits something only when it is accepted, and then its ack is staged).
+fn failed_frame_id(discarded: &[Output], conn: ConnId) -> Option<String> {
+    discarded.iter().find_map(|o| match o {
+        Output::Send {
+            conn: c,
+            frame: ServerFrame::Ack(ack),
+        } if *c == conn => Some(ack.id.to_string()),
+        _ => None,
+    })
 }
 
 /// The JWT signing seed of a relay without a configured key: SHA-256 of a domain label and the

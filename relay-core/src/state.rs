@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use wire::http::{FriendStatus, PublicKeyB64};
 use wire::{AliasId, ConvId, FriendshipId, MessageId, Seq, UnixMs, UserUuid};
 
+use crate::json;
 use crate::planted::planted;
+use crate::queue::{Queue, Queued};
 use crate::store::{Batch, Mutation, Snapshot, StoreError, Table};
 
 /// An account.
@@ -55,9 +57,27 @@ impl ConversationRow {
     pub(crate) fn other(&self, user: &UserUuid) -> Option<&UserUuid> {
         self.index_of(user).map(|i| &self.members[1 - i])
     }
+
+    /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"id\":");
+        json::string(out, self.id.as_str());
+        out.extend_from_slice(b",\"members\":[");
+        json::string(out, self.members[0].as_str());
+        out.push(b',');
+        json::string(out, self.members[1].as_str());
+        out.extend_from_slice(b"],\"last_seq\":");
+        json::uint(out, self.last_seq.get());
+        out.extend_from_slice(b",\"last_authored\":[");
+        json::uint(out, self.last_authored[0].get());
+        out.push(b',');
+        json::uint(out, self.last_authored[1].get());
+        out.extend_from_slice(b"]}");
+    }
 }
 
-/// An undelivered message, held for `recipient`.
+/// An undelivered message, held for `recipient` (the stored row, as decoded at load; in memory
+/// it is a [`Queued`] in its conversation's queue).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct MessageRow {
     pub(crate) recipient: UserUuid,
@@ -68,6 +88,58 @@ pub(crate) struct MessageRow {
     pub(crate) crypto_v: Option<u32>,
     pub(crate) payload: String,
     pub(crate) at: UnixMs,
+}
+
+/// The stored form of a queued message: the same fields as [`MessageRow`] (what load decodes),
+/// borrowed from the conversation and the [`Queued`] message.
+#[derive(Serialize)]
+struct MessageRecord<'a> {
+    recipient: &'a UserUuid,
+    conv_id: &'a ConvId,
+    seq: Seq,
+    id: &'a MessageId,
+    from: &'a UserUuid,
+    crypto_v: Option<u32>,
+    payload: &'a str,
+    at: UnixMs,
+}
+
+impl MessageRecord<'_> {
+    /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"recipient\":");
+        json::string(out, self.recipient.as_str());
+        out.extend_from_slice(b",\"conv_id\":");
+        json::string(out, self.conv_id.as_str());
+        out.extend_from_slice(b",\"seq\":");
+        json::uint(out, self.seq.get());
+        out.extend_from_slice(b",\"id\":");
+        json::string(out, self.id.as_str());
+        out.extend_from_slice(b",\"from\":");
+        json::string(out, self.from.as_str());
+        out.extend_from_slice(b",\"crypto_v\":");
+        json::opt_uint(out, self.crypto_v.map(u64::from));
+        out.extend_from_slice(b",\"payload\":");
+        json::string(out, self.payload);
+        out.extend_from_slice(b",\"at\":");
+        json::uint(out, self.at.get());
+        out.push(b'}');
+    }
+}
+
+/// A conversation in memory: its stored row and the messages held for each member.
+#[derive(Debug)]
+pub(crate) struct Conversation {
+    pub(crate) row: ConversationRow,
+    /// `queues[i]`: the messages held for `row.members[i]` (written by the other member).
+    pub(crate) queues: [Queue; 2],
+}
+
+impl Conversation {
+    /// The messages held for `recipient`, if it is a member.
+    pub(crate) fn queue_of(&self, recipient: &UserUuid) -> Option<&Queue> {
+        self.row.index_of(recipient).map(|i| &self.queues[i])
+    }
 }
 
 /// What the relay remembers of an accepted message id after the message itself is gone (the
@@ -101,6 +173,25 @@ struct TombstoneRecord<'a> {
     seq: Seq,
     expires_at: UnixMs,
     retracted: bool,
+}
+
+impl TombstoneRecord<'_> {
+    /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"author\":");
+        json::string(out, self.author.as_str());
+        out.extend_from_slice(b",\"id\":");
+        json::string(out, self.id.as_str());
+        out.extend_from_slice(b",\"conv_id\":");
+        json::string(out, self.conv_id.as_str());
+        out.extend_from_slice(b",\"seq\":");
+        json::uint(out, self.seq.get());
+        out.extend_from_slice(b",\"expires_at\":");
+        json::uint(out, self.expires_at.get());
+        out.extend_from_slice(b",\"retracted\":");
+        json::boolean(out, self.retracted);
+        out.push(b'}');
+    }
 }
 
 /// Receipt kinds.
@@ -197,10 +288,6 @@ impl<A: Ord + Clone, B: Ord, V> PairMap<A, B, V> {
     }
 
     /// The inner map of `a`, created (cloning `a`) when absent.
-    pub(crate) fn inner(&self, a: &A) -> Option<&BTreeMap<B, V>> {
-        self.0.get(a)
-    }
-
     pub(crate) fn inner_mut(&mut self, a: &A) -> &mut BTreeMap<B, V> {
         if !self.0.contains_key(a) {
             self.0.insert(a.clone(), BTreeMap::new());
@@ -216,11 +303,6 @@ impl<A: Ord + Clone, B: Ord, V> PairMap<A, B, V> {
         }
         Some(v)
     }
-
-    /// Every value, in `(a, b)` order.
-    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
-        self.0.values().flat_map(BTreeMap::values)
-    }
 }
 
 /// All durable state plus its indexes.
@@ -234,11 +316,9 @@ pub(crate) struct State {
     pub(crate) friendships: BTreeMap<FriendshipId, FriendshipRow>,
     /// (lower uuid, higher uuid) -> friendship.
     pub(crate) by_pair: BTreeMap<(UserUuid, UserUuid), FriendshipId>,
-    pub(crate) conversations: BTreeMap<ConvId, ConversationRow>,
+    pub(crate) conversations: BTreeMap<ConvId, Conversation>,
     /// user -> their conversations.
     pub(crate) convs_of: BTreeMap<UserUuid, BTreeSet<ConvId>>,
-    /// (recipient, conv) -> seq -> message.
-    pub(crate) queues: PairMap<UserUuid, ConvId, BTreeMap<Seq, MessageRow>>,
     /// (author, message id) -> tombstone.
     pub(crate) tombstones: PairMap<UserUuid, MessageId, Tombstone>,
     pub(crate) marks: BTreeMap<(ConvId, UserUuid, ReceiptKind), Seq>,
@@ -286,9 +366,11 @@ fn row_key(parts: &[&str], seq: Option<Seq>) -> String {
         k.push_str(p);
     }
     if let Some(seq) = seq {
-        use std::fmt::Write as _;
-        // Writing to a `String` cannot fail.
-        let _ = write!(k, "/{:0width$}", seq.get(), width = SEQ_DIGITS);
+        // `/{:020}` without the formatting machinery: a `u64` has at most 20 digits.
+        let mut buf = [b'0'; SEQ_DIGITS];
+        json::digits(&mut buf, seq.get());
+        k.push('/');
+        k.push_str(std::str::from_utf8(&buf).unwrap_or_default());
     }
     debug_assert_eq!(k.len(), len);
     k
@@ -316,6 +398,13 @@ fn encode<T: Serialize + ?Sized>(scratch: &mut Vec<u8>, value: &T) -> Option<Vec
     scratch.clear();
     serde_json::to_writer(&mut *scratch, value).ok()?;
     Some(scratch.as_slice().to_vec())
+}
+
+/// Like [`encode`] with a hand-written encoder ([`crate::json`]), which cannot fail.
+fn encode_with(scratch: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    scratch.clear();
+    write(scratch);
+    scratch.as_slice().to_vec()
 }
 
 pub(crate) fn decode<T: DeserializeOwned>(
@@ -350,7 +439,38 @@ impl State {
         }
         for (k, v) in rows(Table::Messages) {
             let m: MessageRow = decode(Table::Messages, k, v)?;
-            s.index_message(m, offline_ttl_ms);
+            let MessageRow {
+                recipient,
+                conv_id,
+                seq,
+                id,
+                from,
+                crypto_v,
+                payload,
+                at,
+            } = m;
+            // Written only for a member of an existing conversation, by its other member
+            // (conversations are never deleted): anything else is a corrupt store.
+            let member = s
+                .conversations
+                .get(&conv_id)
+                .and_then(|c| c.row.index_of(&recipient).zip(c.row.index_of(&from)))
+                .filter(|(r, f)| r != f);
+            let Some((r, _)) = member else {
+                return Err(StoreError::Backend(format!(
+                    "corrupt row {k:?} in table {}: not a message between the members of a \
+                     conversation",
+                    Table::Messages.name()
+                )));
+            };
+            let queued = Queued {
+                seq,
+                id,
+                crypto_v,
+                payload,
+                at,
+            };
+            s.index_message(&conv_id, r, queued, offline_ttl_ms);
         }
         for (k, v) in rows(Table::Tombstones) {
             let t: TombstoneRow = decode(Table::Tombstones, k, v)?;
@@ -479,13 +599,17 @@ impl State {
                 .or_default()
                 .insert(c.id.clone());
         }
-        self.conversations.insert(c.id.clone(), c);
+        let conv = Conversation {
+            row: c,
+            queues: Default::default(),
+        };
+        self.conversations.insert(conv.row.id.clone(), conv);
     }
 
     /// Assigns the next seq of `conv` to a message written by `author`, updating the row in
     /// place. `None` when `conv` is unknown or `author` is not a member.
     pub(crate) fn next_seq(&mut self, conv: &ConvId, author: &UserUuid) -> Option<Seq> {
-        let c = self.conversations.get_mut(conv)?;
+        let c = &mut self.conversations.get_mut(conv)?.row;
         let i = c.index_of(author)?;
         let seq = c.last_seq.next();
         c.last_seq = seq;
@@ -494,59 +618,74 @@ impl State {
             // PLANTED BUG (test-only): the new counter stays in memory; a restart reuses seqs.
             return Some(seq);
         }
-        let value = encode(&mut self.scratch, &*c);
+        let value = encode_with(&mut self.scratch, |out| c.write_json(out));
         let key = c.id.as_str().to_owned();
-        self.record_encoded(Table::Conversations, key, value);
+        self.record_encoded(Table::Conversations, key, Some(value));
         Some(seq)
     }
 
     pub(crate) fn put_conversation(&mut self, c: ConversationRow) {
-        self.record(Table::Conversations, c.id.to_string(), &c);
+        let value = encode_with(&mut self.scratch, |out| c.write_json(out));
+        self.record_encoded(Table::Conversations, c.id.to_string(), Some(value));
         match self.conversations.get_mut(&c.id) {
-            // The hot path (every `msg` bumps `last_seq`): same members, so `convs_of` is
-            // already right; replace the row in place without re-indexing or cloning keys.
-            Some(old) if old.members == c.members => *old = c,
+            // Same members: `convs_of` and the queues stay; replace the row in place.
+            Some(old) if old.row.members == c.members => old.row = c,
             _ => self.index_conversation(c),
         }
     }
 
     // ---- messages
 
-    /// The messages queued for `recipient` in `conv`, by seq.
-    pub(crate) fn queue(
-        &self,
-        recipient: &UserUuid,
-        conv: &ConvId,
-    ) -> Option<&BTreeMap<Seq, MessageRow>> {
-        self.queues.get(recipient, conv)
+    /// The messages queued for `recipient` in `conv`, by seq; `None` when there are none.
+    pub(crate) fn queue(&self, recipient: &UserUuid, conv: &ConvId) -> Option<&Queue> {
+        self.conversations
+            .get(conv)?
+            .queue_of(recipient)
+            .filter(|q| !q.is_empty())
     }
 
-    fn index_message(&mut self, m: MessageRow, offline_ttl_ms: u64) {
-        let covered = self
-            .queue(&m.recipient, &m.conv_id)
-            .and_then(|q| q.values().next())
-            .is_some_and(|first| first.at <= m.at);
+    /// Queues `m` for member `recipient` (an index into the members) of `conv`.
+    fn index_message(&mut self, conv: &ConvId, recipient: usize, m: Queued, offline_ttl_ms: u64) {
+        let Some(c) = self.conversations.get_mut(conv) else {
+            return;
+        };
+        let q = &mut c.queues[recipient];
+        let covered = q.first().is_some_and(|first| first.at <= m.at);
+        let at = m.at;
+        q.insert(m);
         if !covered {
-            self.arm_queue_timer(&m.recipient, &m.conv_id, m.at, offline_ttl_ms);
-        }
-        let convs = self.queues.inner_mut(&m.recipient);
-        match convs.get_mut(&m.conv_id) {
-            Some(q) => {
-                q.insert(m.seq, m);
-            }
-            None => {
-                convs.insert(m.conv_id.clone(), BTreeMap::from([(m.seq, m)]));
-            }
+            let user = c.row.members[recipient].clone();
+            self.arm_queue_timer(&user, conv, at, offline_ttl_ms);
         }
     }
 
-    pub(crate) fn put_message(&mut self, m: MessageRow, offline_ttl_ms: u64) {
-        self.record(
-            Table::Messages,
-            message_key(&m.recipient, &m.conv_id, m.seq),
-            &m,
-        );
-        self.index_message(m, offline_ttl_ms);
+    /// Stores and queues `m`, written by `author` in `conv` for its other member; returns that
+    /// member. `None` when `author` is not a member of `conv`.
+    pub(crate) fn put_message(
+        &mut self,
+        conv: &ConvId,
+        author: &UserUuid,
+        m: Queued,
+        offline_ttl_ms: u64,
+    ) -> Option<&UserUuid> {
+        let c = self.conversations.get(conv)?;
+        let a = c.row.index_of(author)?;
+        let recipient = &c.row.members[1 - a];
+        let record = MessageRecord {
+            recipient,
+            conv_id: conv,
+            seq: m.seq,
+            id: &m.id,
+            from: author,
+            crypto_v: m.crypto_v,
+            payload: &m.payload,
+            at: m.at,
+        };
+        let value = encode_with(&mut self.scratch, |out| record.write_json(out));
+        let key = message_key(recipient, conv, m.seq);
+        self.record_encoded(Table::Messages, key, Some(value));
+        self.index_message(conv, 1 - a, m, offline_ttl_ms);
+        self.conversations.get(conv).map(|c| &c.row.members[1 - a])
     }
 
     fn arm_queue_timer(&mut self, recipient: &UserUuid, conv: &ConvId, at: UnixMs, ttl_ms: u64) {
@@ -569,7 +708,7 @@ impl State {
             return;
         };
         let expired: Vec<Seq> = q
-            .values()
+            .iter()
             .filter(|m| now >= m.at.plus_ms(ttl_ms))
             .map(|m| m.seq)
             .collect();
@@ -578,34 +717,36 @@ impl State {
         }
         let oldest = self
             .queue(recipient, conv)
-            .and_then(|q| q.values().map(|m| m.at).min());
+            .and_then(|q| q.iter().map(|m| m.at).min());
         if let Some(at) = oldest {
             self.arm_queue_timer(recipient, conv, at, ttl_ms);
         }
     }
 
+    fn queue_mut(&mut self, recipient: &UserUuid, conv: &ConvId) -> Option<&mut Queue> {
+        let c = self.conversations.get_mut(conv)?;
+        let i = c.row.index_of(recipient)?;
+        Some(&mut c.queues[i])
+    }
+
     pub(crate) fn delete_message(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
-        let Some(q) = self.queues.get_mut(recipient, conv) else {
-            return false;
-        };
-        if q.remove(&seq).is_none() {
-            return false;
+        let removed = self
+            .queue_mut(recipient, conv)
+            .and_then(|q| q.remove(seq))
+            .is_some();
+        if removed {
+            self.record_delete(Table::Messages, message_key(recipient, conv, seq));
         }
-        if q.is_empty() {
-            self.queues.remove(recipient, conv);
-        }
-        self.record_delete(Table::Messages, message_key(recipient, conv, seq));
-        true
+        removed
     }
 
     /// Deletes every message queued for `recipient` in `conv` with seq <= `upto`.
     pub(crate) fn delete_messages_upto(&mut self, recipient: &UserUuid, conv: &ConvId, upto: Seq) {
-        let seqs: Vec<Seq> = self
-            .queue(recipient, conv)
-            .map(|q| q.range(..=upto).map(|(s, _)| *s).collect())
-            .unwrap_or_default();
-        for s in seqs {
-            self.delete_message(recipient, conv, s);
+        while let Some(m) = self
+            .queue_mut(recipient, conv)
+            .and_then(|q| q.pop_upto(upto))
+        {
+            self.record_delete(Table::Messages, message_key(recipient, conv, m.seq));
         }
     }
 
@@ -630,7 +771,8 @@ impl State {
             expires_at: t.expires_at,
             retracted: t.retracted,
         };
-        self.record(Table::Tombstones, tombstone_key(author, &id), &record);
+        let value = encode_with(&mut self.scratch, |out| record.write_json(out));
+        self.record_encoded(Table::Tombstones, tombstone_key(author, &id), Some(value));
         self.index_tombstone(author, id, t);
     }
 
@@ -725,7 +867,90 @@ impl State {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    fn uuid() -> impl Strategy<Value = UserUuid> {
+        any::<[u8; 16]>().prop_map(UserUuid::from_random_bytes)
+    }
+
+    fn token() -> impl Strategy<Value = String> {
+        "[A-Za-z0-9._:-]{1,128}"
+    }
+
+    proptest! {
+        /// The hand-written rows are `serde_json`'s bytes: stored rows did not change.
+        #[test]
+        fn message_rows_are_serde_json(
+            (recipient, from) in (uuid(), uuid()),
+            (conv, id) in (token(), token()),
+            (seq, at, crypto_v) in (any::<u64>(), any::<u64>(), any::<Option<u32>>()),
+            payload in any::<String>(),
+        ) {
+            let m = MessageRow {
+                recipient,
+                conv_id: ConvId::parse(&conv).unwrap(),
+                seq: Seq(seq),
+                id: MessageId::parse(&id).unwrap(),
+                from,
+                crypto_v,
+                payload,
+                at: UnixMs(at),
+            };
+            let record = MessageRecord {
+                recipient: &m.recipient,
+                conv_id: &m.conv_id,
+                seq: m.seq,
+                id: &m.id,
+                from: &m.from,
+                crypto_v: m.crypto_v,
+                payload: &m.payload,
+                at: m.at,
+            };
+            let mut out = Vec::new();
+            record.write_json(&mut out);
+            prop_assert_eq!(&out, &serde_json::to_vec(&m).unwrap());
+            prop_assert_eq!(decode::<MessageRow>(Table::Messages, "k", &out).unwrap(), m);
+        }
+
+        #[test]
+        fn tombstone_rows_are_serde_json(
+            author in uuid(),
+            (conv, id) in (token(), token()),
+            (seq, expires_at, retracted) in (any::<u64>(), any::<u64>(), any::<bool>()),
+        ) {
+            let (id, conv_id) = (MessageId::parse(&id).unwrap(), ConvId::parse(&conv).unwrap());
+            let record = TombstoneRecord {
+                author: &author,
+                id: &id,
+                conv_id: &conv_id,
+                seq: Seq(seq),
+                expires_at: UnixMs(expires_at),
+                retracted,
+            };
+            let mut out = Vec::new();
+            record.write_json(&mut out);
+            prop_assert_eq!(out, serde_json::to_vec(&record).unwrap());
+        }
+
+        #[test]
+        fn conversation_rows_are_serde_json(
+            members in (uuid(), uuid()),
+            conv in token(),
+            seqs in any::<(u64, u64, u64)>(),
+        ) {
+            let c = ConversationRow {
+                id: ConvId::parse(&conv).unwrap(),
+                members: [members.0, members.1],
+                last_seq: Seq(seqs.0),
+                last_authored: [Seq(seqs.1), Seq(seqs.2)],
+            };
+            let mut out = Vec::new();
+            c.write_json(&mut out);
+            prop_assert_eq!(out, serde_json::to_vec(&c).unwrap());
+        }
+    }
 
     #[test]
     fn tombstone_record_decodes_as_row() {

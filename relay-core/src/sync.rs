@@ -23,9 +23,10 @@ use wire::{ConvId, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::limits::msg_frame_bytes;
 use crate::planted::planted;
+use crate::queue::Queued;
 use crate::receipts::receipt_frame;
 use crate::relay::{ConnId, Output, Relay};
-use crate::state::{MessageRow, PairMap, ReceiptKind};
+use crate::state::{PairMap, ReceiptKind};
 
 /// The delivery state of one synced connection: what is in flight and whose turn is next.
 #[derive(Debug, Default)]
@@ -70,12 +71,8 @@ impl Delivery {
     }
 }
 
-fn cost(m: &MessageRow) -> usize {
-    msg_frame_bytes(
-        m.id.as_str().len(),
-        m.conv_id.as_str().len(),
-        m.payload.len(),
-    )
+fn cost(conv: &ConvId, m: &Queued) -> usize {
+    msg_frame_bytes(m.id.as_str().len(), conv.as_str().len(), m.payload.len())
 }
 
 impl Relay {
@@ -136,18 +133,13 @@ impl Relay {
         }
         self.deliver_pending_confirms(conn, &user);
         // Turn order: the conversation holding the oldest message first.
-        let mut backlog: Vec<(UnixMs, ConvId)> = self
-            .state
-            .queues
-            .inner(&user)
-            .map(|qs| {
-                qs.iter()
-                    .filter_map(|(conv, q)| {
-                        q.values().map(|m| m.at).min().map(|at| (at, conv.clone()))
-                    })
-                    .collect()
+        let mut backlog: Vec<(UnixMs, ConvId)> = convs
+            .iter()
+            .filter_map(|conv| {
+                let q = self.state.queue(&user, conv)?;
+                q.iter().map(|m| m.at).min().map(|at| (at, conv.clone()))
             })
-            .unwrap_or_default();
+            .collect();
         if planted!(self.config, SyncStopsAtEmptyConversation) {
             // PLANTED BUG (test-only): the replay walks the account's conversations and stops
             // at the first one with nothing queued.
@@ -173,13 +165,10 @@ impl Relay {
         self.pump(conn);
     }
 
-    /// A message was queued for `user` in `conv`: pushes it if the window of `user`'s synced
-    /// connection has room (at once when no other conversation is waiting), else it waits for
-    /// its turn.
-    pub(crate) fn deliver(&mut self, user: &UserUuid, conv: &ConvId) {
-        let Some(conn) = self.online(user) else {
-            return;
-        };
+    /// A message was queued in `conv` for the user of connection `conn`: pushes it if the
+    /// window of that (synced) connection has room (at once when no other conversation is
+    /// waiting), else it waits for its turn.
+    pub(crate) fn deliver_on(&mut self, conn: ConnId, conv: &ConvId) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -203,7 +192,7 @@ impl Relay {
         let unpushed = self
             .state
             .queue(&c.user, conv)
-            .is_some_and(|q| q.range(pushed.next()..).next().is_some());
+            .is_some_and(|q| q.starting_at(pushed.next()).next().is_some());
         if !unpushed {
             return;
         }
@@ -261,7 +250,7 @@ impl Relay {
         let pushed = c.delivery.convs.get(conv).map_or(Seq(0), |f| f.pushed);
         self.state
             .queue(&c.user, conv)
-            .is_some_and(|q| q.range(pushed.next()..).next().is_some())
+            .is_some_and(|q| q.starting_at(pushed.next()).next().is_some())
     }
 
     /// Pushes the oldest unpushed message of `conv` on `conn` if the window has room for it.
@@ -272,27 +261,35 @@ impl Relay {
         let Some(c) = self.conns.get_mut(&conn) else {
             return false;
         };
-        let Some(q) = self.state.queue(&c.user, conv) else {
+        let Some(conversation) = self.state.conversations.get(conv) else {
+            return false;
+        };
+        let Some(q) = conversation.queue_of(&c.user) else {
             return false;
         };
         let pushed = c.delivery.convs.get(conv).map_or(Seq(0), |f| f.pushed);
-        let Some((_, m)) = q.range(pushed.next()..).next() else {
+        let Some(m) = q.starting_at(pushed.next()).next() else {
             return false;
         };
-        let bytes = cost(m);
+        let bytes = cost(conv, m);
         // PLANTED BUG (test-only) when `SyncIgnoresWindow`: no pacing (issue 17, D1).
         if !c.delivery.has_room(window_msgs, window_bytes, bytes)
             && !planted!(self.config, SyncIgnoresWindow)
         {
             return false;
         }
-        if let Some(from) = self.state.alias_of(&m.from) {
+        // The sender is the other member (a queue holds what the other member wrote).
+        let from = conversation
+            .row
+            .other(&c.user)
+            .and_then(|author| self.state.alias_of(author));
+        if let Some(from) = from {
             self.staged.push(Output::Send {
                 conn,
                 frame: ServerFrame::Msg(MsgDelivery {
                     id: m.id.clone(),
                     from: from.clone(),
-                    conv_id: m.conv_id.clone(),
+                    conv_id: conv.clone(),
                     seq: m.seq,
                     at: m.at,
                     crypto_v: m.crypto_v,
@@ -328,9 +325,9 @@ impl Relay {
             return 0;
         };
         let (mut n, mut bytes) = (0, 0);
-        for (_, m) in q.range(..=upto.min(f.pushed)) {
+        for m in q.upto(upto.min(f.pushed)) {
             n += 1;
-            bytes += cost(m);
+            bytes += cost(conv, m);
         }
         f.msgs = f.msgs.saturating_sub(n);
         f.bytes = f.bytes.saturating_sub(bytes);
@@ -353,9 +350,9 @@ impl Relay {
         };
         let (mut n, mut bytes) = (0, 0);
         if let Some(q) = self.state.queue(&c.user, conv) {
-            for (_, m) in q.range(..=f.pushed) {
+            for m in q.upto(f.pushed) {
                 n += 1;
-                bytes += cost(m);
+                bytes += cost(conv, m);
             }
         }
         c.delivery.msgs = c.delivery.msgs - f.msgs.min(c.delivery.msgs) + n;

@@ -390,6 +390,12 @@ fn commit_failure_is_fail_stop() {
     let f = frames(&outs, ca);
     assert!(acks(&f).is_empty());
     assert_eq!(errors(&f), ["STORAGE_UNAVAILABLE"]);
+    // The error names the frame it refuses.
+    assert!(
+        matches!(&f[..], [ServerFrame::Error(e)]
+            if e.ref_type.as_deref() == Some("msg") && e.id.as_deref() == Some("m1")),
+        "{f:?}"
+    );
     assert!(w.relay.is_failed());
     let r = w.get("/api/v1/friends", Some(&a.token));
     assert_eq!(
@@ -404,6 +410,40 @@ fn commit_failure_is_fail_stop() {
     w.sync(ca);
     let outs = w.msg(&a, &b, &conv, "m1");
     assert_eq!(acks(&frames(&outs, ca)), [("m1".into(), 1)]);
+}
+
+/// The error frame of a failed commit names the refused frame: its type, and its id when it
+/// has one (`msg` above, `retract` here; a receipt has none).
+#[test]
+fn commit_failure_names_the_refused_frame() {
+    for (frame_type, id) in [("retract", Some("m1")), ("delivered", None)] {
+        let mut w = World::new();
+        let (a, b, conv) = pair(&mut w);
+        let (ca, cb) = (a.conn.unwrap(), b.conn.unwrap());
+        w.msg(&a, &b, &conv, "m1");
+        w.mem.fail_commits(1);
+        let (conn, frame) = if frame_type == "retract" {
+            (
+                ca,
+                json!({"type":"retract","id":"m1","to":b.alias,"conv_id":conv}),
+            )
+        } else {
+            (
+                cb,
+                json!({"type":"delivered","seq":1,"to":a.alias,"conv_id":conv}),
+            )
+        };
+        let outs = w.send(conn, frame);
+        let f = frames(&outs, conn);
+        assert!(
+            matches!(&f[..], [ServerFrame::Error(e)]
+                if e.error.to_string() == "STORAGE_UNAVAILABLE"
+                    && e.ref_type.as_deref() == Some(frame_type)
+                    && e.id.as_deref() == id),
+            "{f:?}"
+        );
+        assert!(w.relay.is_failed());
+    }
 }
 
 /// One expiry timer per queue (not per message): every message still expires at its own
