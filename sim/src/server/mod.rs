@@ -82,6 +82,7 @@ pub mod embedded;
 mod http;
 pub mod leadership;
 pub mod logging;
+pub mod postgres;
 mod push;
 mod push_gateway;
 pub mod secrets;
