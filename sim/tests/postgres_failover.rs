@@ -27,7 +27,7 @@ use http::Method;
 use serde_json::{Value, json};
 use sim::net::{HttpClient, HttpRequest};
 use tokio::net::TcpStream;
-use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_tungstenite::tungstenite::Message;
 
 mod common;
@@ -196,7 +196,7 @@ async fn befriend(addr: SocketAddr, a: &Account, b: &Account) -> String {
     v["conversation_id"].as_str().unwrap().to_owned()
 }
 
-type Ws = WebSocketStream<TcpStream>;
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Ticket, upgrade and `sync` on whichever of `addrs` accepts (a client behind a load balancer
 /// that follows `/readyz`); retries with a short backoff until one does.
