@@ -529,3 +529,65 @@ async fn a_paused_leader_resumed_after_the_takeover_commits_and_acknowledges_not
         relay_pg::LOCK_IDLE_SESSION_TIMEOUT_MS
     );
 }
+
+/// Without PostgreSQL: the probes of a single relay (always ready once serving), the flags in
+/// `--help`, and `--postgres` without a shared secrets directory refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_relay_is_live_and_ready_and_postgres_needs_a_secrets_dir() {
+    let addr = free_addr();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("memory.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["--memory", "--listen", &addr.to_string()])
+        .stdout(Stdio::from(out.try_clone().unwrap()))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .unwrap();
+    let relay = Relay { child, addr, log };
+    let ready = wait_ready(&relay).await;
+    assert_eq!(ready, json!({"status": "ready", "role": "active"}));
+    let (status, live) = probe(addr, "/healthz").await.unwrap();
+    assert_eq!((status, live), (200, json!({"status": "live", "role": "active"})));
+    drop(relay);
+
+    let help = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in [
+        "--postgres",
+        "--pg-schema",
+        "--secrets-dir",
+        "--blob-dir",
+        "DATABASE_URL",
+        "RELAY_POSTGRES_PASSWORD_FILE",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+    let secret = "pw-XYZZY-never-printed";
+    let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args([
+            "--postgres",
+            &format!("postgresql://relay:{secret}@127.0.0.1:9/chat"),
+            "--listen",
+            &free_addr().to_string(),
+        ])
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("--secrets-dir"), "{text}");
+    assert!(!text.contains(secret), "the password was printed: {text}");
+    let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["--memory", "--postgres", "postgresql://x@127.0.0.1/db"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "--memory and --postgres together");
+}
