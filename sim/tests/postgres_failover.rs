@@ -27,8 +27,8 @@ use http::Method;
 use serde_json::{Value, json};
 use sim::net::{HttpClient, HttpRequest};
 use tokio::net::TcpStream;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 mod common;
 use common::{Account, FromAddr, account, call, client};
@@ -241,9 +241,11 @@ async fn try_connect(addr: SocketAddr, a: &Account) -> Option<Ws> {
     .await
     .ok()?
     .ok()?;
-    ws.send(Message::text(json!({"type": "sync", "crypto_v": 1}).to_string()))
-        .await
-        .ok()?;
+    ws.send(Message::text(
+        json!({"type": "sync", "crypto_v": 1}).to_string(),
+    ))
+    .await
+    .ok()?;
     Some(ws)
 }
 
@@ -307,10 +309,10 @@ async fn recipient(
     let mut ids = BTreeSet::new();
     let mut ws = connect_any(&addrs, &me).await;
     loop {
-        if let Some(want) = &*expected.lock().unwrap() {
-            if want.is_subset(&ids) {
-                return got;
-            }
+        if let Some(want) = &*expected.lock().unwrap()
+            && want.is_subset(&ids)
+        {
+            return got;
         }
         let frame = tokio::time::timeout(Duration::from_millis(200), ws.next()).await;
         match frame {
@@ -334,8 +336,7 @@ async fn recipient(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_standby_takes_over_a_killed_leader_and_no_acknowledged_message_is_lost_or_doubled()
-{
+async fn the_standby_takes_over_a_killed_leader_and_no_acknowledged_message_is_lost_or_doubled() {
     let Some(url) = database("failover") else {
         return;
     };
@@ -404,7 +405,10 @@ async fn the_standby_takes_over_a_killed_leader_and_no_acknowledged_message_is_l
     let mut redelivered = 0usize;
     let mut total = 0usize;
     for (recipient, acks) in recipients.into_iter().zip(&all_acks) {
-        let got = tokio::time::timeout(WAIT, recipient).await.unwrap().unwrap();
+        let got = tokio::time::timeout(WAIT, recipient)
+            .await
+            .unwrap()
+            .unwrap();
         let mut seqs: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
         for (id, seq) in &got {
             seqs.entry(id).or_default().insert(*seq);
@@ -421,7 +425,10 @@ async fn the_standby_takes_over_a_killed_leader_and_no_acknowledged_message_is_l
             );
         }
         for id in seqs.keys() {
-            assert!(acks.contains_key(*id), "{id} delivered but never acknowledged");
+            assert!(
+                acks.contains_key(*id),
+                "{id} delivered but never acknowledged"
+            );
         }
         total += acks.len();
     }
@@ -430,11 +437,7 @@ async fn the_standby_takes_over_a_killed_leader_and_no_acknowledged_message_is_l
         "failover: SIGKILL of the active relay after {acked_before} acks; the standby led (/readyz 200) {} ms later; {total} acknowledged messages, each delivered once (0 lost, 0 duplicated; {redelivered} same-seq redeliveries after reconnects)",
         takeover.as_millis()
     );
-    assert!(
-        b.log().contains("active: serving clients"),
-        "{}",
-        b.log()
-    );
+    assert!(b.log().contains("active: serving clients"), "{}", b.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -548,7 +551,10 @@ async fn a_single_relay_is_live_and_ready_and_postgres_needs_a_secrets_dir() {
     let ready = wait_ready(&relay).await;
     assert_eq!(ready, json!({"status": "ready", "role": "active"}));
     let (status, live) = probe(addr, "/healthz").await.unwrap();
-    assert_eq!((status, live), (200, json!({"status": "live", "role": "active"})));
+    assert_eq!(
+        (status, live),
+        (200, json!({"status": "live", "role": "active"}))
+    );
     drop(relay);
 
     let help = Command::new(env!("CARGO_BIN_EXE_relay"))

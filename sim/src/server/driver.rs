@@ -230,7 +230,10 @@ pub(super) struct Core {
 }
 
 impl Core {
-    #[allow(clippy::too_many_arguments, reason = "internal; one call site per server mode")]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "internal; one call site per server mode"
+    )]
     pub(super) fn new(
         relay: Relay,
         open: RelayOpener,

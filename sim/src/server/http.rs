@@ -59,17 +59,16 @@ pub(super) struct App {
 }
 
 impl App {
-    /// The current core's inputs, or the refusal to answer instead.
-    pub(super) fn inputs(&self) -> Result<mpsc::Sender<Input>, Response> {
+    /// The current core's inputs; `None` when there is none (answer [`Self::refusal`]).
+    pub(super) fn inputs(&self) -> Option<mpsc::Sender<Input>> {
         match &*self.phase.borrow() {
-            Phase::Active { inputs, .. } => Ok(inputs.clone()),
-            Phase::Standby => Err(not_leader()),
-            Phase::Stopping => Err(unavailable()),
+            Phase::Active { inputs, .. } => Some(inputs.clone()),
+            Phase::Standby | Phase::Stopping => None,
         }
     }
 
-    /// The answer when the core went away under a request: the term ended (`NOT_LEADER`) or
-    /// the server is shutting down.
+    /// The answer when there is no core, or it went away under a request: a standby (the term
+    /// ended: `NOT_LEADER`) or a server shutting down.
     pub(super) fn refusal(&self) -> Response {
         match &*self.phase.borrow() {
             Phase::Standby => not_leader(),
@@ -279,9 +278,8 @@ pub(super) async fn api(
         })
         .collect();
     tracing::debug!(method = %parts.method, path = parts.uri.path(), "http request");
-    let inputs = match app.inputs() {
-        Ok(inputs) => inputs,
-        Err(refusal) => return refusal,
+    let Some(inputs) = app.inputs() else {
+        return app.refusal();
     };
     let (reply, answer) = oneshot::channel();
     if inputs.send(Input::Http { req, reply }).await.is_err() {
@@ -302,12 +300,15 @@ async fn advance_clock(app: &App, body: &[u8]) -> Response {
             "expected {\"ms\": <non-negative integer>}",
         );
     };
-    let inputs = match app.inputs() {
-        Ok(inputs) => inputs,
-        Err(refusal) => return refusal,
+    let Some(inputs) = app.inputs() else {
+        return app.refusal();
     };
     let (reply, answer) = oneshot::channel();
-    if inputs.send(Input::AdvanceClock { ms, reply }).await.is_err() {
+    if inputs
+        .send(Input::AdvanceClock { ms, reply })
+        .await
+        .is_err()
+    {
         return app.refusal();
     }
     match answer.await {

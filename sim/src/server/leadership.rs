@@ -49,7 +49,8 @@ pub const NOT_LEADER: &str = "NOT_LEADER";
 pub const CLOSE_NOT_LEADER: u16 = 1012;
 
 /// The boxed future of [`Leadership::campaign`].
-pub type CampaignFuture<'a> = Pin<Box<dyn Future<Output = Result<Term, CampaignError>> + Send + 'a>>;
+pub type CampaignFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Term, CampaignError>> + Send + 'a>>;
 
 /// A way to become the one active relay among several (a database lock, a test's channel).
 pub trait Leadership: Send + 'static {

@@ -528,7 +528,9 @@ impl Supervisor {
                 end: end.clone(),
                 phase: Arc::clone(&self.phase),
             };
-            let core = self.ctx.core(relay, open, parts.push, store_down, Some(term));
+            let core = self
+                .ctx
+                .core(relay, open, parts.push, store_down, Some(term));
             parts = core.run(inputs_rx, self.stop.clone(), parts.gone).await;
             // The core is gone: end the term (if shutdown ended it) and resign.
             end.end("the relay stopped serving");
@@ -536,7 +538,6 @@ impl Supervisor {
         }
         info!("campaigning stopped");
     }
-
 }
 
 /// Waits `retry_ms` (doubled for next time, up to the maximum); false on shutdown.
@@ -558,7 +559,10 @@ fn router(app: http::App) -> Router {
         .route(HEALTHZ_PATH, get(http::healthz))
         .route(READYZ_PATH, get(http::readyz))
         .fallback(http::not_found)
-        .layer(axum::middleware::from_fn_with_state(app.clone(), http::gate))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            http::gate,
+        ))
         .layer(axum::middleware::from_fn(http::cors))
         .with_state(app)
 }

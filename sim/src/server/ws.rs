@@ -67,9 +67,8 @@ pub(super) async fn upgrade(
         ..WsConnect::default()
     };
     // The inputs of the core serving now: this socket belongs to its term, and ends with it.
-    let inputs = match app.inputs() {
-        Ok(inputs) => inputs,
-        Err(refusal) => return refusal,
+    let Some(inputs) = app.inputs() else {
+        return app.refusal();
     };
     let (reply, answer) = oneshot::channel();
     if inputs.send(Input::Connect { ws, reply }).await.is_err() {
