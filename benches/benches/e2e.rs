@@ -4,8 +4,11 @@
 //! then simulator seeds per second (the release `simulate` binary, if built).
 //!
 //! Measured as an outsider: the release `relay` binary runs as a child process, once on the
-//! memory store (`--memory`) and once on the durable SQLite store (`--data`, WAL,
-//! `synchronous=FULL`), with production limits except those a load must lift (PoW difficulty
+//! memory store (`--memory`), once on the durable SQLite store (`--data`, WAL,
+//! `synchronous=FULL`) and, when `RELAY_BENCH_POSTGRES_URL` names a database, once on
+//! PostgreSQL (`--postgres URL`, a fresh schema `bench_<pid>`; e.g. a cluster from
+//! `PG_TEST_DURABLE=1 relay-pg/scripts/pg-test-cluster.sh start DIR`, whose URL it prints as
+//! `RELAY_TEST_POSTGRES_URL`), with production limits except those a load must lift (PoW difficulty
 //! 1; messages and frames per minute unlimited); the echo server runs as a child process too
 //! (this bench's own executable with `--echo-server`). The load generator is this process, on a
 //! 2-worker tokio runtime, so every row shares the same two cores the same way.
@@ -25,6 +28,8 @@ use benches::relay_load::{
 use benches::relay_process::{RelayProcess, relay_binary};
 use benches::{LoadConfig, LoadReport, MachineInfo, run_load, spawn_echo_server, wall_now};
 
+/// The database of the PostgreSQL row (skipped when unset).
+const POSTGRES_URL_ENV: &str = "RELAY_BENCH_POSTGRES_URL";
 /// Plaintext bytes of each message (encrypted with AES-256-GCM, ~460 B `msg` frame).
 const PLAINTEXT_BYTES: usize = 200;
 /// The recipient sends one `delivered` per this many messages.
@@ -333,13 +338,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(binary) => {
             let echo = EchoProcess::spawn()?;
             let data = tempfile_dir()?;
-            for (store, args) in [
+            let mut stores = vec![
                 ("memory", vec!["--memory".to_owned()]),
                 ("sqlite", vec!["--data".to_owned(), data.clone()]),
-            ] {
+            ];
+            match std::env::var(POSTGRES_URL_ENV) {
+                Ok(url) if !url.is_empty() => stores.push((
+                    "pg",
+                    vec![
+                        "--postgres".to_owned(),
+                        url,
+                        "--pg-schema".to_owned(),
+                        format!("bench_{}", std::process::id()),
+                        "--secrets-dir".to_owned(),
+                        format!("{data}/pg-secrets"),
+                    ],
+                )),
+                _ => println!(
+                    "(PostgreSQL row skipped: set {POSTGRES_URL_ENV} to a database URL to measure it)"
+                ),
+            }
+            for (store, args) in stores {
                 let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
                 all.extend(RELAY_LOAD_ARGS);
-                let relay = RelayProcess::spawn(&binary, &all)?;
+                let mut relay = RelayProcess::spawn(&binary, &all)?;
+                relay.wait_ready()?;
                 rt.block_on(async {
                     // One load generator per relay process: its accounts are numbered on
                     // from scenario to scenario (the relay keeps those it registered).

@@ -63,6 +63,32 @@ impl RelayProcess {
         }
     }
 
+    /// Waits until `GET /readyz` answers 200: a relay on PostgreSQL listens at once but serves
+    /// only once it leads.
+    pub fn wait_ready(&mut self) -> io::Result<()> {
+        use std::io::{Read as _, Write as _};
+        let start = wall_now();
+        loop {
+            let ready = TcpStream::connect(self.addr).and_then(|mut stream| {
+                stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+                stream.write_all(b"GET /readyz HTTP/1.0\r\nHost: relay\r\n\r\n")?;
+                let mut answer = String::new();
+                stream.read_to_string(&mut answer)?;
+                Ok(answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"))
+            });
+            if matches!(ready, Ok(true)) {
+                return Ok(());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                return Err(io::Error::other(format!("relay exited at start: {status}")));
+            }
+            if start.elapsed() > START_DEADLINE {
+                return Err(io::Error::other("relay did not become ready in time"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

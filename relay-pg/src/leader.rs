@@ -39,6 +39,11 @@ pub const LOCK_KEEPALIVE_INTERVAL_S: u32 = 1;
 pub const LOCK_KEEPALIVE_COUNT: u32 = 3;
 /// Server-side `tcp_user_timeout` of the lock session: unacknowledged data for this long drops it.
 pub const LOCK_TCP_USER_TIMEOUT_MS: u32 = 5_000;
+/// Server-side `idle_session_timeout` of the lock session once it leads: a leader whose heartbeats
+/// stop for this long (the process is paused — SIGSTOP, a debugger, a frozen VM — while its
+/// kernel still acknowledges TCP, so keepalives see nothing wrong) has its lock session ended by
+/// the server, which releases the lock to a standby. Well above [`HEARTBEAT_INTERVAL_MS`].
+pub const LOCK_IDLE_SESSION_TIMEOUT_MS: u32 = 3_000;
 /// Longest `holder` label kept in the `leader` row.
 pub const MAX_HOLDER_BYTES: usize = 200;
 
@@ -306,6 +311,14 @@ async fn campaign_task(config: PgConfig, options: CampaignOptions) -> Result<Ele
     tracing::info!(target_db = %config, "standby: waiting for leadership");
     wait_for_lock(&client, key, options.lock_wait_ms).await?;
     let epoch = schema::migrate_and_bump(&mut client, &schema, &holder).await?;
+    // From now on the heartbeat keeps the session busy: if it stops (a paused process), the
+    // server ends the session and the lock goes to a standby.
+    client
+        .batch_execute(&format!(
+            "SET idle_session_timeout = {LOCK_IDLE_SESSION_TIMEOUT_MS}"
+        ))
+        .await
+        .map_err(|e| PgError::Backend(describe(&e)))?;
     let epoch = u64::try_from(epoch)
         .map_err(|_| PgError::Backend(format!("negative epoch {epoch} in the leader row")))?;
     let pid: i32 = client

@@ -52,7 +52,10 @@
 //!   milliseconds, plus the time to load the state. A dead machine or a network partition sends
 //!   no FIN: the server's TCP keepalive on the lock session (set per session:
 //!   [`LOCK_KEEPALIVE_IDLE_S`] + [`LOCK_KEEPALIVE_COUNT`] × [`LOCK_KEEPALIVE_INTERVAL_S`], and
-//!   `tcp_user_timeout` [`LOCK_TCP_USER_TIMEOUT_MS`]) drops it after about 5 s.
+//!   `tcp_user_timeout` [`LOCK_TCP_USER_TIMEOUT_MS`]) drops it after about 5 s. A *paused*
+//!   leader (SIGSTOP, a frozen VM) still has a kernel that acknowledges TCP, so keepalives see
+//!   nothing; its heartbeats stop, and the server's `idle_session_timeout` on the lock session
+//!   ([`LOCK_IDLE_SESSION_TIMEOUT_MS`]) ends it, releasing the lock.
 //! * **The old leader learns it lost** within [`HEARTBEAT_INTERVAL_MS`] +
 //!   [`HEARTBEAT_TIMEOUT_MS`] (or at once when its lock session's connection ends), and at the
 //!   latest at its next commit (fenced by the database). Until then it may still *read* its
@@ -106,9 +109,9 @@ pub use config::{
 pub use error::PgError;
 pub use leader::{
     CAMPAIGN_LOCK_WAIT_MS, CampaignOptions, HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS,
-    LEADER_LOCK_CLASS, LOCK_KEEPALIVE_COUNT, LOCK_KEEPALIVE_IDLE_S, LOCK_KEEPALIVE_INTERVAL_S,
-    LOCK_TCP_USER_TIMEOUT_MS, Leader, LeaderStatus, LeaderWatch, LostReason, MAX_HOLDER_BYTES,
-    campaign, campaign_blocking,
+    LEADER_LOCK_CLASS, LOCK_IDLE_SESSION_TIMEOUT_MS, LOCK_KEEPALIVE_COUNT, LOCK_KEEPALIVE_IDLE_S,
+    LOCK_KEEPALIVE_INTERVAL_S, LOCK_TCP_USER_TIMEOUT_MS, Leader, LeaderStatus, LeaderWatch,
+    LostReason, MAX_HOLDER_BYTES, campaign, campaign_blocking,
 };
 pub use schema::{MIGRATIONS, Migration, SCHEMA_VERSION};
 pub use store::{

@@ -5,6 +5,8 @@
 //! relay --memory --listen 127.0.0.1:9000         # ephemeral
 //! RELAY_PAYMENT_WEBHOOK_SECRET=… relay --data d  # accept signed payment webhooks
 //! relay --memory --test-mode --pow-difficulty 1  # conformance runs (NEVER in production)
+//! DATABASE_URL=postgresql://relay@db/chat RELAY_POSTGRES_PASSWORD_FILE=/run/secrets/pg \
+//!   relay --secrets-dir /etc/relay/secrets       # PostgreSQL: run two, one is active
 //! relay --data d --vapid-subject mailto:ops@example.org          # + Web Push (key: d/vapid.pem)
 //! relay --data d --fcm-credentials fcm.json                      # + FCM (Android)
 //! relay --data d --apns-key AuthKey.p8 --apns-key-id K --apns-team-id T --apns-topic org.app
@@ -14,8 +16,16 @@
 //! is skipped, with one warning at startup. Every key file must be mode 0600 (refused
 //! otherwise).
 //!
+//! PostgreSQL (README "Two relays on one PostgreSQL database"): every relay pointed at the same
+//! database and schema campaigns; one is active, the others stand by (`/readyz` 503
+//! `NOT_LEADER`) and take over when it dies. A relay that loses its leadership closes every
+//! socket at once and stands by again. The JWT signing key (and VAPID key) are files in
+//! `--secrets-dir`, which every relay of the database must share (copy the directory), so that
+//! tokens survive a failover.
+//!
 //! Stops gracefully on Ctrl-C or SIGTERM: GOAWAY `server_shutdown` to every socket, in-flight
-//! requests finish; every acknowledgement was sent after its commit, so nothing is lost.
+//! requests finish; every acknowledgement was sent after its commit, so nothing is lost. On
+//! PostgreSQL the active relay then resigns: a standby takes over at once.
 
 use std::{
     net::SocketAddr,
@@ -31,13 +41,18 @@ use relay_core::{
     config::WebhookSecret,
     store::{MemoryStore, SqliteStore},
 };
+use relay_pg::{CampaignOptions, PgConfig};
 use relay_push::{
     ApnsConfig, FcmConfig, HttpsTransport, ServiceAccount, VapidKey, VapidSubject, WebPushConfig,
     WorkerConfig,
 };
 use sim::{
     net::Tokio,
-    server::{PushDelivery, RelayServer, secrets},
+    server::{
+        PushDelivery, RelayServer,
+        postgres::{BlobOpener, PgLeadership},
+        secrets,
+    },
 };
 use tracing::{info, warn};
 
@@ -45,7 +60,7 @@ use tracing::{info, warn};
 const STORE_FILE: &str = "relay.sqlite3";
 /// Directory of media blobs inside `--data`.
 const BLOB_DIR: &str = "blobs";
-/// File name of the VAPID key inside `--data` (next to `jwt-signing.key`).
+/// File name of the VAPID key inside `--data` or `--secrets-dir` (next to `jwt-signing.key`).
 const VAPID_KEY_FILE: &str = "vapid.pem";
 
 /// The SecureChat relay: HTTP JSON API under /api/v1 and WebSocket frames on /ws, in the
@@ -57,18 +72,42 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
 
-    /// Directory of the durable store (created on first run): DIR/relay.sqlite3 and DIR/blobs/.
-    #[arg(
-        long,
-        value_name = "DIR",
-        required_unless_present = "memory",
-        conflicts_with = "memory"
-    )]
+    /// Directory of the durable store (created on first run): DIR/relay.sqlite3 and DIR/blobs/,
+    /// with the JWT signing key DIR/jwt-signing.key. One of --data, --memory, --postgres (or
+    /// DATABASE_URL) is required.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["memory", "postgres"])]
     data: Option<PathBuf>,
 
     /// Keep everything in memory (lost when the process stops).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "postgres")]
     memory: bool,
+
+    /// Store everything in this PostgreSQL database (`postgresql://USER@HOST:PORT/DB` or libpq
+    /// `key=value` pairs). Without --data, --memory or --postgres, the DATABASE_URL environment
+    /// variable is used. Prefer a URL without the password (command lines are visible to every
+    /// local user): the password comes from the file named by RELAY_POSTGRES_PASSWORD_FILE, or
+    /// from PGPASSWORD. It is never logged. Many relays may use one database: one is active, the
+    /// others stand by and take over when it dies (`/readyz` tells which). Needs --secrets-dir.
+    #[arg(long, value_name = "URL", help_heading = "PostgreSQL")]
+    postgres: Option<String>,
+
+    /// The schema of the relay's tables (created on first start). Each schema is one
+    /// deployment with its own leadership.
+    #[arg(long, value_name = "NAME", default_value = relay_pg::DEFAULT_SCHEMA, help_heading = "PostgreSQL")]
+    pg_schema: String,
+
+    /// Directory of the secrets every relay of the database shares: DIR/jwt-signing.key (and
+    /// DIR/vapid.pem with --vapid-subject), created mode 0600 on first start. Copy the same
+    /// files to every relay of the database, or tokens issued by one are refused by the next
+    /// after a failover.
+    #[arg(long, value_name = "DIR", help_heading = "PostgreSQL")]
+    secrets_dir: Option<PathBuf>,
+
+    /// Directory of media parts on PostgreSQL (every relay of the database must see the same
+    /// one, e.g. a shared volume). Without it media parts are kept in memory and lost at a
+    /// failover or restart.
+    #[arg(long, value_name = "DIR", help_heading = "PostgreSQL")]
+    blob_dir: Option<PathBuf>,
 
     /// Proof-of-work difficulty for registration, in leading zero hex digits (0 disables).
     #[arg(long, default_value_t = relay_core::limits::POW_DIFFICULTY)]
@@ -106,7 +145,7 @@ struct Args {
     vapid_subject: Option<String>,
 
     /// The VAPID private key (P-256; PKCS#8 or SEC1 PEM, or base64url of the 32-byte scalar),
-    /// instead of DIR/vapid.pem. Must be mode 0600. Needs --vapid-subject.
+    /// instead of DIR/vapid.pem (--data or --secrets-dir). Must be mode 0600. Needs --vapid-subject.
     #[arg(
         long,
         value_name = "FILE",
@@ -197,9 +236,10 @@ struct Args {
     )]
     apns_endpoint: Option<String>,
 
-    /// Writes a new JWT signing key to DIR/jwt-signing.key before starting: every token signed
-    /// with the old key is refused from then on (users log in again). See README "Secrets".
-    #[arg(long, requires = "data")]
+    /// Writes a new JWT signing key to DIR/jwt-signing.key (--data or --secrets-dir) before
+    /// starting: every token signed with the old key is refused from then on (users log in
+    /// again). See README "Secrets". On PostgreSQL, copy the new key to every relay.
+    #[arg(long)]
     rotate_jwt_key: bool,
 
     /// Seed of the relay's RNG (ids, tokens); default: drawn from the operating system.
@@ -272,23 +312,90 @@ fn main() -> Result<()> {
     runtime.block_on(run(args))
 }
 
+/// Where the relay keeps its state.
+enum StoreChoice {
+    Memory,
+    Sqlite(PathBuf),
+    Postgres(Box<PgConfig>),
+}
+
+/// The store from the flags (or DATABASE_URL when no store flag is given).
+fn store_choice(args: &Args) -> Result<StoreChoice> {
+    if args.memory {
+        return Ok(StoreChoice::Memory);
+    }
+    if let Some(dir) = &args.data {
+        return Ok(StoreChoice::Sqlite(dir.clone()));
+    }
+    let url = match &args.postgres {
+        Some(url) => url.clone(),
+        None => match std::env::var(relay_pg::URL_ENV) {
+            Ok(url) if !url.is_empty() => url,
+            _ => bail!(
+                "a store is required: --data DIR, --memory, or --postgres URL (or {})",
+                relay_pg::URL_ENV
+            ),
+        },
+    };
+    // The URL is never repeated in errors or logs: it may hold a password.
+    let mut database = PgConfig::from_url(&url)?.with_schema(&args.pg_schema)?;
+    if let Some(file) = std::env::var_os(relay_pg::PASSWORD_FILE_ENV) {
+        database = database.with_password_file(Path::new(&file))?;
+    } else if let Ok(password) = std::env::var(relay_pg::PASSWORD_ENV) {
+        database = database.with_password(password);
+    }
+    Ok(StoreChoice::Postgres(Box::new(database)))
+}
+
+/// The directory of the key files: --data, or --secrets-dir on PostgreSQL.
+fn secrets_dir(args: &Args, store: &StoreChoice) -> Result<Option<PathBuf>> {
+    match store {
+        StoreChoice::Memory => {
+            if args.secrets_dir.is_some() || args.blob_dir.is_some() {
+                bail!("--secrets-dir and --blob-dir are for --postgres");
+            }
+            if args.rotate_jwt_key {
+                bail!("--rotate-jwt-key needs --data DIR or --secrets-dir DIR");
+            }
+            Ok(None)
+        }
+        StoreChoice::Sqlite(dir) => {
+            if args.secrets_dir.is_some() || args.blob_dir.is_some() {
+                bail!(
+                    "--secrets-dir and --blob-dir are for --postgres (with --data the keys are in DIR)"
+                );
+            }
+            Ok(Some(dir.clone()))
+        }
+        StoreChoice::Postgres(_) => match &args.secrets_dir {
+            Some(dir) => Ok(Some(dir.clone())),
+            None => bail!(
+                "--postgres needs --secrets-dir DIR: the JWT signing key every relay of the database \
+                 shares (created in DIR on first start; copy DIR to the other relays)"
+            ),
+        },
+    }
+}
+
 async fn run(args: Args) -> Result<()> {
     let mut config = config(&args)?;
     let seed = match args.seed {
         Some(seed) => seed,
         None => os_seed()?,
     };
-    if let Some(dir) = &args.data {
+    let store = store_choice(&args)?;
+    let secrets = secrets_dir(&args, &store)?;
+    if let Some(dir) = &secrets {
         secrets::create_private_dir(dir)?;
     }
-    let push = push_delivery(&args)?;
+    let push = push_delivery(&args, secrets.as_deref())?;
     push.configure(&mut config);
     if args.test_mode {
         // The conformance push probe is an `http://` service (never in production).
         config.allow_http_push_endpoints = true;
     }
-    let mut server = match (&args.data, args.memory) {
-        (_, true) => {
+    let mut server = match store {
+        StoreChoice::Memory => {
             warn!("--memory: nothing survives a restart");
             // A fresh random key per process (a seed-derived one could be recomputed).
             let mut key = [0u8; 32];
@@ -297,7 +404,7 @@ async fn run(args: Args) -> Result<()> {
             config.jwt_signing_key = Some(relay_core::JwtSigningKey(key));
             RelayServer::in_memory(config, seed, MemoryStore::new(), MemoryBlobStore::new())
         }
-        (Some(dir), false) => {
+        StoreChoice::Sqlite(dir) => {
             let store_path = dir.join(STORE_FILE);
             let blob_dir = dir.join(BLOB_DIR);
             // An older version kept the key in the store: moved to the key file once.
@@ -309,13 +416,7 @@ async fn run(args: Args) -> Result<()> {
             } else {
                 None
             };
-            let key = secrets::load_or_create_jwt_key(dir, legacy, args.rotate_jwt_key)?;
-            if args.rotate_jwt_key {
-                warn!(
-                    "--rotate-jwt-key: a new JWT signing key; every earlier token is now refused"
-                );
-            }
-            config.jwt_signing_key = Some(key);
+            config.jwt_signing_key = Some(jwt_key(&args, &dir, legacy)?);
             info!(store = %store_path.display(), "durable store");
             RelayServer::new(move || {
                 let store = SqliteStore::open(&store_path)?;
@@ -324,7 +425,44 @@ async fn run(args: Args) -> Result<()> {
                 Relay::with_blobs(config.clone(), Box::new(store), Box::new(blobs), seed)
             })
         }
-        (None, false) => bail!("either --data DIR or --memory is required"),
+        StoreChoice::Postgres(database) => {
+            let dir = secrets.as_deref().context("no secrets directory")?;
+            let existed = dir.join(secrets::JWT_KEY_FILE).exists();
+            config.jwt_signing_key = Some(jwt_key(&args, dir, None)?);
+            if !existed {
+                warn!(
+                    file = %dir.join(secrets::JWT_KEY_FILE).display(),
+                    "new JWT signing key: copy it to every relay of this database, or tokens \
+                     issued here are refused after a failover"
+                );
+            }
+            let blobs: BlobOpener = match &args.blob_dir {
+                Some(blob_dir) => {
+                    let blob_dir = blob_dir.clone();
+                    std::sync::Arc::new(move || {
+                        let blobs = FsBlobStore::open(&blob_dir)
+                            .map_err(|e| relay_core::store::StoreError::Backend(e.to_string()))?;
+                        Ok(Box::new(blobs) as Box<dyn relay_core::BlobStore>)
+                    })
+                }
+                None => {
+                    warn!(
+                        "--postgres without --blob-dir: media parts are kept in this process's \
+                         memory and lost at a failover or restart"
+                    );
+                    let blobs = MemoryBlobStore::new();
+                    std::sync::Arc::new(move || {
+                        Ok(Box::new(blobs.clone()) as Box<dyn relay_core::BlobStore>)
+                    })
+                }
+            };
+            let options = CampaignOptions {
+                holder: format!("relay pid {} listen {}", std::process::id(), args.listen),
+                ..CampaignOptions::default()
+            };
+            info!(database = %database, "PostgreSQL store: standing by until this relay leads");
+            RelayServer::campaigning(PgLeadership::new(*database, options, config, seed, blobs))
+        }
     };
     server = server.with_push(push);
     server = server.with_limits(sim::net::ServeLimits {
@@ -345,15 +483,28 @@ async fn run(args: Args) -> Result<()> {
         .with_context(|| format!("serving on {}", args.listen))
 }
 
+/// The JWT signing key of the key directory `dir` (rotated first with --rotate-jwt-key).
+fn jwt_key(
+    args: &Args,
+    dir: &Path,
+    legacy: Option<relay_core::JwtSigningKey>,
+) -> Result<relay_core::JwtSigningKey> {
+    let key = secrets::load_or_create_jwt_key(dir, legacy, args.rotate_jwt_key)?;
+    if args.rotate_jwt_key {
+        warn!("--rotate-jwt-key: a new JWT signing key; every earlier token is now refused");
+    }
+    Ok(key)
+}
+
 /// Push delivery from the flags: each kind with credentials is enabled (the worker warns
 /// once about each kind without). TLS to the push services; `http://` only in test mode.
-fn push_delivery(args: &Args) -> Result<PushDelivery> {
+fn push_delivery(args: &Args, key_dir: Option<&Path>) -> Result<PushDelivery> {
     let test_mode = args.test_mode;
     let web_push = match &args.vapid_subject {
         None => None,
         Some(subject) => {
             let subject = VapidSubject::parse(subject).context("--vapid-subject")?;
-            let key = vapid_key(args)?;
+            let key = vapid_key(args, key_dir)?;
             info!("push: Web Push enabled (public key at GET /api/v1/push/vapid-key)");
             Some(WebPushConfig {
                 allow_http: test_mode,
@@ -418,16 +569,16 @@ fn push_delivery(args: &Args) -> Result<PushDelivery> {
     Ok(PushDelivery::over_https(config, transport, os_bytes()?))
 }
 
-/// The VAPID key: `--vapid-key FILE`, else DIR/vapid.pem (created on first start), else (with
-/// `--memory`) a key for this process only.
-fn vapid_key(args: &Args) -> Result<VapidKey> {
+/// The VAPID key: `--vapid-key FILE`, else DIR/vapid.pem (`--data` or `--secrets-dir`; created
+/// on first start), else (with `--memory`) a key for this process only.
+fn vapid_key(args: &Args, key_dir: Option<&Path>) -> Result<VapidKey> {
     if let Some(path) = &args.vapid_key {
         let key = VapidKey::load(path).context("--vapid-key")?;
         info!(file = %path.display(), "push: VAPID key loaded");
         return Ok(key);
     }
     let mut rng = ChaCha20Rng::from_seed(os_bytes()?);
-    match &args.data {
+    match key_dir {
         Some(dir) => {
             let path = dir.join(VAPID_KEY_FILE);
             let (key, created) =

@@ -5,8 +5,11 @@
 //! ([`Relay::begin_batch`] / [`Relay::commit_batch`]: one store transaction), and only then
 //! answers their HTTP requests and upgrades and hands their frames to the sockets. A batch
 //! whose commit fails answers every request with 503 and accepts no upgrade (fail-stop).
+//!
+//! A core serving one leadership term ([`super::leadership`]) also stops when the term ends:
+//! at once, before anything else queued, closing every socket (see [`Core::end_term`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::{collections::BTreeMap, mem, sync::Arc};
 
 use axum::extract::ws::Utf8Bytes;
@@ -16,6 +19,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, trace, warn};
 use wire::{ClientFrame, FrameError, ServerFrame, UnixMs, UserUuid, frames::GoawayFrame};
 
+use super::http::Phase;
+use super::leadership::{CLOSE_NOT_LEADER, TermEnd};
 use super::push_gateway::PushJob;
 use super::{MAX_BATCH_INPUTS, OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener};
 use crate::clock::{self, Clock, OffsetClock};
@@ -184,6 +189,20 @@ async fn next_gone(gone: &mut Option<mpsc::Receiver<GoneTarget>>) -> GoneTarget 
     }
 }
 
+/// What outlives one core (a term): the push worker and its gone reports.
+pub(super) struct CoreParts {
+    pub(super) push: Option<PushSink>,
+    pub(super) gone: Option<mpsc::Receiver<GoneTarget>>,
+}
+
+/// The term a core serves, for a campaigning server.
+pub(super) struct TermCtx {
+    /// Ends the core when it ends.
+    pub(super) end: TermEnd,
+    /// Set to [`Phase::Standby`] the moment the term ends.
+    pub(super) phase: Arc<watch::Sender<Phase>>,
+}
+
 /// The state of the core task.
 pub(super) struct Core {
     relay: Relay,
@@ -204,9 +223,17 @@ pub(super) struct Core {
     queue_bytes: usize,
     /// Bytes queued over all sockets.
     outbound_bytes: OutboundBytes,
+    /// Set while the relay failed and could not be rebuilt (`/readyz` answers 503).
+    store_down: Arc<AtomicBool>,
+    /// The leadership term served, if the server campaigns.
+    term: Option<TermCtx>,
 }
 
 impl Core {
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "internal; one call site per server mode"
+    )]
     pub(super) fn new(
         relay: Relay,
         open: RelayOpener,
@@ -215,6 +242,8 @@ impl Core {
         test_clock: Option<OffsetClock>,
         queue_bytes: usize,
         outbound_bytes: OutboundBytes,
+        store_down: Arc<AtomicBool>,
+        term: Option<TermCtx>,
     ) -> Self {
         Self {
             relay,
@@ -229,18 +258,29 @@ impl Core {
             test_clock,
             queue_bytes,
             outbound_bytes,
+            store_down,
+            term,
         }
     }
 
-    /// Runs until every input sender is gone (after shutdown: the router and all sockets).
-    /// `gone`: the push worker's reports of targets that no longer exist.
+    /// Runs until every input sender is gone (after shutdown: the router and all sockets), or
+    /// until its term ends. `gone`: the push worker's reports of targets that no longer exist.
+    /// Returns what the next term's core reuses.
     pub(super) async fn run(
         mut self,
         mut inputs: mpsc::Receiver<Input>,
         mut stop: watch::Receiver<bool>,
         mut gone: Option<mpsc::Receiver<GoneTarget>>,
-    ) {
+    ) -> CoreParts {
         info!("relay core started");
+        let term_end = self.term.as_ref().map(|t| t.end.clone());
+        let ended = async {
+            match &term_end {
+                Some(end) => end.wait().await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut ended = std::pin::pin!(ended);
         let mut batch: Vec<Input> = Vec::with_capacity(MAX_BATCH_INPUTS);
         loop {
             let deadline = if self.rebuild_pending {
@@ -251,6 +291,10 @@ impl Core {
             let sleep = clock::sleep_until(&*self.clock, deadline);
             tokio::select! {
                 biased;
+                why = &mut ended => {
+                    self.end_term(&why, &mut inputs);
+                    break;
+                }
                 _ = stop.changed(), if !self.draining => self.begin_shutdown(),
                 () = sleep => {
                     if self.rebuild_pending {
@@ -276,6 +320,11 @@ impl Core {
                 },
             }
             self.drain();
+            if let Some(why) = term_end.as_ref().and_then(TermEnd::ended) {
+                // Never rebuild on a store of an ended term: stop here.
+                self.end_term(&why, &mut inputs);
+                break;
+            }
             if self.relay.is_failed() && !self.rebuild_pending {
                 error!(
                     "a commit failed: the relay stopped (fail-stop); rebuilding it from the store"
@@ -284,6 +333,52 @@ impl Core {
             }
         }
         info!("relay core stopped");
+        CoreParts {
+            push: self.push.take(),
+            gone,
+        }
+    }
+
+    /// The term ended (leadership lost, or a commit fenced): fail-stop at once. The server
+    /// turns standby (new requests get `NOT_LEADER`), every socket is closed, every input still
+    /// queued is refused with `NOT_LEADER`, and the relay is dropped with the core: nothing
+    /// more is committed or acknowledged by this term.
+    fn end_term(&mut self, why: &str, inputs: &mut mpsc::Receiver<Input>) {
+        if let Some(term) = &self.term {
+            term.phase.send_if_modified(|phase| {
+                if matches!(phase, Phase::Active { .. }) {
+                    *phase = Phase::Standby;
+                    true
+                } else {
+                    false
+                }
+            });
+        }
+        let sockets = self.close_all(&[Last::Close {
+            code: CLOSE_NOT_LEADER,
+            reason: "not the leader",
+        }]);
+        inputs.close();
+        let mut refused = 0usize;
+        while let Ok(input) = inputs.try_recv() {
+            match input {
+                Input::Http { reply, .. } => {
+                    refused += 1;
+                    let _ = reply.send(not_leader_response());
+                }
+                Input::Connect { reply, .. } => {
+                    refused += 1;
+                    let _ = reply.send(Err(not_leader_response()));
+                }
+                // Dropping the reply: the handler answers with the server's refusal.
+                Input::AdvanceClock { .. } | Input::Frame { .. } | Input::Disconnect { .. } => {}
+            }
+        }
+        self.store_down.store(false, Ordering::Relaxed);
+        error!(
+            reason = why,
+            sockets, refused, "leadership ended: fail-stop, every socket closed; standing by"
+        );
     }
 
     /// Handles `batch` (emptied) inside one group commit, then sends its answers: as they
@@ -612,15 +707,28 @@ impl Core {
             Ok(relay) => {
                 self.relay = relay;
                 self.rebuild_pending = false;
+                self.store_down.store(false, Ordering::Relaxed);
                 tracing::warn!("relay rebuilt from the store after a failed commit");
             }
             Err(err) => {
                 self.rebuild_pending = true;
+                self.store_down.store(true, Ordering::Relaxed);
                 self.rebuild_at = self.clock.now().plus_ms(REBUILD_RETRY_MS);
                 error!(error = %err, retry_ms = REBUILD_RETRY_MS, "rebuilding the relay from the store failed");
             }
         }
     }
+}
+
+/// The refusal of an input that reached a core whose term ended.
+fn not_leader_response() -> HttpResponse {
+    let mut response = HttpResponse::error(
+        503,
+        &wire::ErrorCode::other(super::leadership::NOT_LEADER),
+        "this relay just stopped being the active relay; retry shortly",
+    );
+    response.retry_after_s = Some(super::leadership::NOT_LEADER_RETRY_AFTER_S);
+    response
 }
 
 /// The answers of a batch's inputs, sent once the batch is committed.

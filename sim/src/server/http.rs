@@ -1,5 +1,10 @@
 //! REST: `/api/v1/*` to the core task, body limits, CORS, and the relay's response to axum's.
 
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
+
 use axum::{
     body::Body,
     extract::{ConnectInfo, Request, State},
@@ -10,23 +15,143 @@ use axum::{
 use http_body_util::BodyExt as _;
 use hyper::body::Body as _;
 use relay_core::HttpResponse;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use wire::{
     ErrorBody, ErrorCode,
     limits::{MAX_JSON_BODY_BYTES, MAX_MEDIA_PART_BYTES},
 };
 
 use super::driver::Input;
+use super::leadership::{NOT_LEADER, NOT_LEADER_RETRY_AFTER_S};
 use crate::net::PeerAddr;
+
+/// The liveness probe's path: 200 for as long as the process serves HTTP.
+pub const HEALTHZ_PATH: &str = "/healthz";
+/// The readiness probe's path: 200 only while this relay serves clients (the active one).
+pub const READYZ_PATH: &str = "/readyz";
+
+/// What the server is doing, as the handlers see it.
+#[derive(Clone, Debug)]
+pub(super) enum Phase {
+    /// Not leading (a campaigning server before it leads, or between terms): every route but
+    /// the probes answers 503 `NOT_LEADER`.
+    Standby,
+    /// Serving: the way to the current core task.
+    Active {
+        inputs: mpsc::Sender<Input>,
+        /// The term's fencing token (campaigning servers).
+        epoch: Option<u64>,
+        /// The relay failed and could not yet be rebuilt from its store.
+        store_down: Arc<AtomicBool>,
+    },
+    /// Shut down: the core task is gone or going.
+    Stopping,
+}
 
 /// What every handler holds: the way to the core task.
 #[derive(Clone, Debug)]
 pub(super) struct App {
-    pub(super) inputs: mpsc::Sender<Input>,
+    pub(super) phase: watch::Receiver<Phase>,
     /// Serve [`super::ADVANCE_CLOCK_PATH`] (test mode only; otherwise it is an unknown route).
     pub(super) test_mode: bool,
     /// Per-connection limits (the WebSocket's write deadline).
     pub(super) limits: crate::net::ServeLimits,
+}
+
+impl App {
+    /// The current core's inputs; `None` when there is none (answer [`Self::refusal`]).
+    pub(super) fn inputs(&self) -> Option<mpsc::Sender<Input>> {
+        match &*self.phase.borrow() {
+            Phase::Active { inputs, .. } => Some(inputs.clone()),
+            Phase::Standby | Phase::Stopping => None,
+        }
+    }
+
+    /// The answer when there is no core, or it went away under a request: a standby (the term
+    /// ended: `NOT_LEADER`) or a server shutting down.
+    pub(super) fn refusal(&self) -> Response {
+        match &*self.phase.borrow() {
+            Phase::Standby => not_leader(),
+            Phase::Active { .. } | Phase::Stopping => unavailable(),
+        }
+    }
+
+    fn is_standby(&self) -> bool {
+        matches!(&*self.phase.borrow(), Phase::Standby)
+    }
+}
+
+/// `GET /healthz`: the process is alive and answers HTTP (200 on a standby too), with its role.
+pub(super) async fn healthz(State(app): State<App>) -> Response {
+    let role = match &*app.phase.borrow() {
+        Phase::Standby => "standby",
+        Phase::Active { .. } => "active",
+        Phase::Stopping => "stopping",
+    };
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({"status": "live", "role": role}),
+    )
+}
+
+/// `GET /readyz`: 200 while this relay serves clients; 503 with the wire error body otherwise
+/// (`NOT_LEADER` on a standby, `STORAGE_UNAVAILABLE` while its store is down,
+/// `SERVER_SHUTTING_DOWN`).
+pub(super) async fn readyz(State(app): State<App>) -> Response {
+    let phase = app.phase.borrow().clone();
+    match phase {
+        Phase::Standby => not_leader(),
+        Phase::Stopping => unavailable(),
+        Phase::Active { store_down, .. } if store_down.load(Ordering::Relaxed) => {
+            let mut response = relay_response(relay_core::storage_unavailable_response());
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(NOT_LEADER_RETRY_AFTER_S),
+            );
+            response
+        }
+        Phase::Active { epoch, .. } => {
+            let mut body = serde_json::json!({"status": "ready", "role": "active"});
+            if let Some(epoch) = epoch {
+                body["epoch"] = epoch.into();
+            }
+            json_response(StatusCode::OK, &body)
+        }
+    }
+}
+
+/// On a standby, every route but the probes (and CORS preflights, answered outside) is refused
+/// with 503 `NOT_LEADER` and `Retry-After`, WebSocket upgrades included.
+pub(super) async fn gate(State(app): State<App>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if app.is_standby() && path != HEALTHZ_PATH && path != READYZ_PATH {
+        return not_leader();
+    }
+    next.run(request).await
+}
+
+/// 503 `NOT_LEADER` with `Retry-After`: this relay is a standby (another one is active, or
+/// none yet); a load balancer sends clients to the active one, which `/readyz` names.
+pub(super) fn not_leader() -> Response {
+    let mut response = error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::other(NOT_LEADER),
+        "this relay is a standby, not the active relay; retry shortly (or another address)",
+    );
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(NOT_LEADER_RETRY_AFTER_S),
+    );
+    response
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
+    relay_response(HttpResponse {
+        status: status.as_u16(),
+        body: serde_json::to_vec(body).unwrap_or_default(),
+        content_type: relay_core::http::CONTENT_TYPE_JSON,
+        retry_after_s: None,
+    })
 }
 
 /// The body of `POST /api/v1/test/advance-clock`.
@@ -153,13 +278,16 @@ pub(super) async fn api(
         })
         .collect();
     tracing::debug!(method = %parts.method, path = parts.uri.path(), "http request");
+    let Some(inputs) = app.inputs() else {
+        return app.refusal();
+    };
     let (reply, answer) = oneshot::channel();
-    if app.inputs.send(Input::Http { req, reply }).await.is_err() {
-        return unavailable();
+    if inputs.send(Input::Http { req, reply }).await.is_err() {
+        return app.refusal();
     }
     match answer.await {
         Ok(response) => relay_response(response),
-        Err(_) => unavailable(),
+        Err(_) => app.refusal(),
     }
 }
 
@@ -172,14 +300,16 @@ async fn advance_clock(app: &App, body: &[u8]) -> Response {
             "expected {\"ms\": <non-negative integer>}",
         );
     };
+    let Some(inputs) = app.inputs() else {
+        return app.refusal();
+    };
     let (reply, answer) = oneshot::channel();
-    if app
-        .inputs
+    if inputs
         .send(Input::AdvanceClock { ms, reply })
         .await
         .is_err()
     {
-        return unavailable();
+        return app.refusal();
     }
     match answer.await {
         Ok(now) => {
@@ -191,7 +321,7 @@ async fn advance_clock(app: &App, body: &[u8]) -> Response {
                 retry_after_s: None,
             })
         }
-        Err(_) => unavailable(),
+        Err(_) => app.refusal(),
     }
 }
 

@@ -31,6 +31,15 @@
 //!   over it: 413 `BODY_TOO_LARGE`); `GET /ws` is the WebSocket (refused with the relay's
 //!   response, e.g. 401, *before* upgrading). Every response carries permissive CORS headers
 //!   and `OPTIONS` is answered as a preflight (the PWA is served from another origin).
+//! * **Probes**: `GET /healthz` answers 200 `{"status":"live","role":…}` while the process
+//!   serves HTTP; `GET /readyz` answers 200 `{"status":"ready","role":"active"}` while it
+//!   serves clients, else 503 with the wire error body: `NOT_LEADER` (a standby),
+//!   `STORAGE_UNAVAILABLE` (the store is down and the relay could not be rebuilt),
+//!   `SERVER_SHUTTING_DOWN`. Point a load balancer's health check at `/readyz`.
+//! * **Active/standby** ([`RelayServer::campaigning`], [`leadership`]): the server binds at once
+//!   and stands by (every route but the probes: 503 `NOT_LEADER` with `Retry-After`) until it
+//!   leads; it then opens the relay and serves; when the term ends it goes fail-stop at once
+//!   (every socket closed) and stands by again.
 //! * **Test mode** ([`RelayServer::with_test_mode`], `relay --test-mode`; **never in
 //!   production**): the clock becomes an [`OffsetClock`] and
 //!   `POST /api/v1/test/advance-clock {"ms": u64}` answers `200 {"now_ms": u64}` after moving
@@ -71,13 +80,20 @@
 mod driver;
 pub mod embedded;
 mod http;
+pub mod leadership;
 pub mod logging;
+pub mod postgres;
 mod push;
 mod push_gateway;
 pub mod secrets;
 mod ws;
 
-use std::{fmt, io, net::SocketAddr, sync::Arc};
+use std::{
+    fmt, io,
+    net::SocketAddr,
+    sync::{Arc, atomic::AtomicBool},
+    time::Duration,
+};
 
 use axum::{
     Router,
@@ -87,14 +103,18 @@ use relay_core::{
     Config, MemoryBlobStore, Relay,
     store::{MemoryStore, StoreError},
 };
-use tokio::sync::{mpsc, watch};
-use tracing::info;
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{error, info, warn};
 
 use crate::clock::{Clock, OffsetClock, SystemClock};
 use crate::net::{ConnectionCounter, Endpoint, Network, ServeLimits, serve_with_limits};
 
+use self::driver::{CoreParts, PushSink, TermCtx};
+use self::http::Phase;
+use self::leadership::{CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, Leadership, Term};
+
 pub use self::driver::OutboundBytes;
-pub use self::http::OVERSIZE_DRAIN_BYTES;
+pub use self::http::{HEALTHZ_PATH, OVERSIZE_DRAIN_BYTES, READYZ_PATH};
 pub use self::push::{NET_PUSH_MAX_IDLE, NetPushTransport, PushDelivery};
 pub use self::push_gateway::{PUSH_QUEUE_CAPACITY, push_path};
 pub use self::ws::{
@@ -121,9 +141,17 @@ pub const REBUILD_RETRY_MS: u64 = 1_000;
 /// Builds a fresh [`Relay`] from the durable store; called at start and after a fail-stop.
 pub type RelayOpener = Box<dyn FnMut() -> Result<Relay, StoreError> + Send>;
 
+/// How a server gets its relay.
+enum Mode {
+    /// Opens it at start and serves until shutdown.
+    Single(RelayOpener),
+    /// Campaigns; serves while it leads ([`leadership`]).
+    Campaign(Box<dyn Leadership>),
+}
+
 /// A relay server ready to run: how to open the relay, which clock, where pushes go.
 pub struct RelayServer {
-    open: RelayOpener,
+    mode: Mode,
     clock: Arc<dyn Clock>,
     push: Option<PushDelivery>,
     push_gateway: Option<Endpoint>,
@@ -150,8 +178,20 @@ impl RelayServer {
     /// fail-stop: it must open the **same** store), on the [`SystemClock`], without push
     /// delivery.
     pub fn new(open: impl FnMut() -> Result<Relay, StoreError> + Send + 'static) -> Self {
+        Self::with_mode(Mode::Single(Box::new(open)))
+    }
+
+    /// A server that serves only while it leads among several (active/standby; see
+    /// [`leadership`]): it binds at once, stands by while `leadership` campaigns, opens the
+    /// relay with the won [`Term`]'s opener, and goes fail-stop and stands by again when the
+    /// term ends.
+    pub fn campaigning(leadership: impl Leadership) -> Self {
+        Self::with_mode(Mode::Campaign(Box::new(leadership)))
+    }
+
+    fn with_mode(mode: Mode) -> Self {
         Self {
-            open: Box::new(open),
+            mode,
             clock: Arc::new(SystemClock),
             push: None,
             push_gateway: None,
@@ -255,28 +295,18 @@ impl RelayServer {
     /// Serves on an already bound `listener` until `shutdown` resolves, then shuts down
     /// gracefully (see the module doc) and returns once the core task has stopped.
     ///
-    /// Fails if the relay cannot be opened from its store, or if the listener fails.
+    /// Fails if the relay cannot be opened from its store (a single server, at start), if a
+    /// campaigning server's leadership fails for good ([`CampaignError::Fatal`]), or if the
+    /// listener fails.
     pub async fn serve<N: Network>(
         mut self,
         listener: N::Listener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
-        let relay = (self.open)().map_err(io::Error::other)?;
         let addr = axum::serve::Listener::local_addr(&listener)?;
-        let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
         let (stop_tx, stop_rx) = watch::channel(false);
-        // The worker signs with the base clock, never the test-mode offset (see `push`).
-        let (push, gone) = match (self.push.take(), self.push_gateway.take()) {
-            (Some(delivery), _) => {
-                let (worker, gone) = delivery.spawn::<N>(Arc::clone(&self.clock));
-                (Some(driver::PushSink::Worker(worker)), Some(gone))
-            }
-            (None, Some(gateway)) => {
-                let queue = push_gateway::spawn_worker(N::connector(), gateway);
-                (Some(driver::PushSink::Gateway(queue)), None)
-            }
-            (None, None) => (None, None),
-        };
+        let (phase_tx, phase_rx) = watch::channel(Phase::Standby);
+        let phase_tx = Arc::new(phase_tx);
         let test_clock = self
             .test_mode
             .then(|| OffsetClock::new(Arc::clone(&self.clock)));
@@ -289,44 +319,250 @@ impl RelayServer {
             }
             None => Arc::clone(&self.clock),
         };
-        let core = driver::Core::new(
-            relay,
-            self.open,
+        let ctx = CoreCtx {
             clock,
-            push,
             test_clock,
-            self.limits.outbound_queue_bytes,
-            self.outbound_bytes.clone(),
-        );
-        let core = tokio::spawn(core.run(inputs_rx, stop_rx, gone));
+            queue_bytes: self.limits.outbound_queue_bytes,
+            outbound_bytes: self.outbound_bytes.clone(),
+        };
+        let (fatal_tx, fatal_rx) = oneshot::channel::<String>();
+        let mode = std::mem::replace(&mut self.mode, Mode::Single(Box::new(no_relay)));
+        let core = match mode {
+            Mode::Single(mut open) => {
+                let relay = open().map_err(io::Error::other)?;
+                let parts = self.start_push::<N>();
+                let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
+                let store_down = Arc::new(AtomicBool::new(false));
+                phase_tx.send_replace(Phase::Active {
+                    inputs: inputs_tx,
+                    epoch: None,
+                    store_down: Arc::clone(&store_down),
+                });
+                let core = ctx.core(relay, open, parts.push, store_down, None);
+                tokio::spawn(async move {
+                    core.run(inputs_rx, stop_rx, parts.gone).await;
+                })
+            }
+            Mode::Campaign(leadership) => {
+                let parts = self.start_push::<N>();
+                let supervisor = Supervisor {
+                    leadership,
+                    ctx,
+                    phase: Arc::clone(&phase_tx),
+                    stop: stop_rx,
+                };
+                tokio::spawn(supervisor.run(parts, fatal_tx))
+            }
+        };
         info!(%addr, "relay listening");
         let router = router(http::App {
-            inputs: inputs_tx,
+            phase: phase_rx,
             test_mode: self.test_mode,
             limits: self.limits,
         });
+        let (fatal_seen_tx, fatal_seen) = oneshot::channel::<String>();
         let shutdown = async move {
-            shutdown.await;
-            info!("shutdown requested: no new connections");
+            tokio::select! {
+                () = shutdown => info!("shutdown requested: no new connections"),
+                Ok(why) = fatal_rx => {
+                    error!(reason = %why, "leadership failed for good: shutting down");
+                    let _ = fatal_seen_tx.send(why);
+                }
+            }
             let _ = stop_tx.send(true);
         };
         let served =
             serve_with_limits(listener, router, shutdown, self.limits, self.connections).await;
-        // The core stops once the router and every socket task dropped their senders.
+        // Drops the last inputs sender the router shared: the core stops once every socket
+        // task dropped its own.
+        phase_tx.send_replace(Phase::Stopping);
         if let Err(error) = core.await {
             tracing::error!(%error, "relay core task ended abnormally");
         }
         info!("relay stopped");
-        served
+        served?;
+        match fatal_seen.await {
+            Ok(why) => Err(io::Error::other(why)),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Starts push delivery (once per server: it outlives the terms of a campaigning one).
+    fn start_push<N: Network>(&mut self) -> CoreParts {
+        // The worker signs with the base clock, never the test-mode offset (see `push`).
+        match (self.push.take(), self.push_gateway.take()) {
+            (Some(delivery), _) => {
+                let (worker, gone) = delivery.spawn::<N>(Arc::clone(&self.clock));
+                CoreParts {
+                    push: Some(PushSink::Worker(worker)),
+                    gone: Some(gone),
+                }
+            }
+            (None, Some(gateway)) => {
+                let queue = push_gateway::spawn_worker(N::connector(), gateway);
+                CoreParts {
+                    push: Some(PushSink::Gateway(queue)),
+                    gone: None,
+                }
+            }
+            (None, None) => CoreParts {
+                push: None,
+                gone: None,
+            },
+        }
     }
 }
 
-/// The routes: `/api/v1/*` (any method), `GET /ws`, CORS on everything, JSON 404 elsewhere.
+/// The placeholder left in a [`RelayServer`] whose mode was taken by `serve`.
+fn no_relay() -> Result<Relay, StoreError> {
+    Err(StoreError::Backend("this server is already serving".into()))
+}
+
+/// What every core of a server shares.
+struct CoreCtx {
+    clock: Arc<dyn Clock>,
+    test_clock: Option<OffsetClock>,
+    queue_bytes: usize,
+    outbound_bytes: OutboundBytes,
+}
+
+impl CoreCtx {
+    fn core(
+        &self,
+        relay: Relay,
+        open: RelayOpener,
+        push: Option<PushSink>,
+        store_down: Arc<AtomicBool>,
+        term: Option<TermCtx>,
+    ) -> driver::Core {
+        driver::Core::new(
+            relay,
+            open,
+            Arc::clone(&self.clock),
+            push,
+            self.test_clock.clone(),
+            self.queue_bytes,
+            self.outbound_bytes.clone(),
+            store_down,
+            term,
+        )
+    }
+}
+
+/// A campaigning server's loop: standby, campaign, serve the term, fail-stop, standby again.
+struct Supervisor {
+    leadership: Box<dyn Leadership>,
+    ctx: CoreCtx,
+    phase: Arc<watch::Sender<Phase>>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Supervisor {
+    async fn run(mut self, mut parts: CoreParts, fatal: oneshot::Sender<String>) {
+        let mut retry_ms = CAMPAIGN_RETRY_MS;
+        loop {
+            if *self.stop.borrow() {
+                break;
+            }
+            info!("standby: campaigning for leadership (/readyz answers 503 NOT_LEADER)");
+            let mut stop = self.stop.clone();
+            let campaigned = tokio::select! {
+                _ = stop.wait_for(|stop| *stop) => break,
+                result = self.leadership.campaign() => result,
+            };
+            let term = match campaigned {
+                Ok(term) => term,
+                Err(CampaignError::Fatal(why)) => {
+                    let _ = fatal.send(why);
+                    break;
+                }
+                Err(CampaignError::Retry(why)) => {
+                    warn!(reason = %why, retry_ms, "campaign failed; retrying");
+                    if !pause(self.stop.clone(), &mut retry_ms).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            retry_ms = CAMPAIGN_RETRY_MS;
+            let Term {
+                mut open,
+                end,
+                epoch,
+                holder,
+            } = term;
+            info!(?epoch, "leading: loading the state");
+            let relay = match open() {
+                Ok(relay) => relay,
+                Err(e) => {
+                    error!(error = %e, ?epoch, "taking over: loading the state failed; resigning");
+                    drop(holder);
+                    if !pause(self.stop.clone(), &mut retry_ms).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            if let Some(why) = end.ended() {
+                warn!(reason = %why, ?epoch, "the term ended while loading the state");
+                continue;
+            }
+            let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
+            let store_down = Arc::new(AtomicBool::new(false));
+            let activated = self.phase.send_if_modified(|phase| {
+                if matches!(phase, Phase::Stopping) {
+                    return false;
+                }
+                *phase = Phase::Active {
+                    inputs: inputs_tx,
+                    epoch,
+                    store_down: Arc::clone(&store_down),
+                };
+                true
+            });
+            if !activated {
+                break;
+            }
+            info!(?epoch, "active: serving clients (/readyz answers 200)");
+            let term = TermCtx {
+                end: end.clone(),
+                phase: Arc::clone(&self.phase),
+            };
+            let core = self
+                .ctx
+                .core(relay, open, parts.push, store_down, Some(term));
+            parts = core.run(inputs_rx, self.stop.clone(), parts.gone).await;
+            // The core is gone: end the term (if shutdown ended it) and resign.
+            end.end("the relay stopped serving");
+            drop(holder);
+        }
+        info!("campaigning stopped");
+    }
+}
+
+/// Waits `retry_ms` (doubled for next time, up to the maximum); false on shutdown.
+async fn pause(mut stop: watch::Receiver<bool>, retry_ms: &mut u64) -> bool {
+    let delay = Duration::from_millis(*retry_ms);
+    *retry_ms = (*retry_ms * 2).min(CAMPAIGN_RETRY_MAX_MS);
+    tokio::select! {
+        _ = stop.wait_for(|stop| *stop) => false,
+        () = tokio::time::sleep(delay) => true,
+    }
+}
+
+/// The routes: `/api/v1/*` (any method), `GET /ws`, the probes, CORS on everything, JSON 404
+/// elsewhere; on a standby everything but the probes is refused first (`http::gate`).
 fn router(app: http::App) -> Router {
     Router::new()
         .route("/ws", get(ws::upgrade))
         .route("/api/v1/{*rest}", any(http::api))
+        .route(HEALTHZ_PATH, get(http::healthz))
+        .route(READYZ_PATH, get(http::readyz))
         .fallback(http::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            http::gate,
+        ))
         .layer(axum::middleware::from_fn(http::cors))
         .with_state(app)
 }

@@ -17,7 +17,7 @@ use tracing::{Instrument as _, debug, info, info_span, trace};
 use wire::{ClientFrame, limits::MAX_FRAME_BYTES};
 
 use super::driver::{Connected, Input, Outbound};
-use super::http::{App, relay_response, unavailable};
+use super::http::{App, relay_response};
 
 /// Messages larger than this are refused by the WebSocket library itself (the socket is then
 /// closed with 1009). Between [`MAX_FRAME_BYTES`] and this, the relay answers with an
@@ -66,18 +66,22 @@ pub(super) async fn upgrade(
             .map(str::to_owned),
         ..WsConnect::default()
     };
+    // The inputs of the core serving now: this socket belongs to its term, and ends with it.
+    let Some(inputs) = app.inputs() else {
+        return app.refusal();
+    };
     let (reply, answer) = oneshot::channel();
-    if app.inputs.send(Input::Connect { ws, reply }).await.is_err() {
-        return unavailable();
+    if inputs.send(Input::Connect { ws, reply }).await.is_err() {
+        return app.refusal();
     }
     let connected = match answer.await {
         Ok(Ok(connected)) => connected,
         Ok(Err(refusal)) => return relay_response(refusal),
-        Err(_) => return unavailable(),
+        Err(_) => return app.refusal(),
     };
     let guard = DisconnectGuard {
         conn: connected.conn,
-        inputs: app.inputs.clone(),
+        inputs: inputs.clone(),
     };
     let mut upgrade = upgrade
         .read_buffer_size(WS_READ_BUFFER_BYTES)
@@ -91,7 +95,7 @@ pub(super) async fn upgrade(
     let span = info_span!("ws", conn = connected.conn.0, user = %connected.user);
     let deadline = Duration::from_millis(app.limits.write_deadline_ms);
     let response = upgrade.on_upgrade(move |socket| {
-        run_socket(socket, connected, app.inputs, guard, deadline).instrument(span)
+        run_socket(socket, connected, inputs, guard, deadline).instrument(span)
     });
     debug_assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
     response
