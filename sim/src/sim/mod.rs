@@ -22,6 +22,7 @@
 pub mod commerce;
 pub mod faults;
 pub mod hostile;
+pub mod jepsen;
 pub mod oracles;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
