@@ -710,7 +710,8 @@ fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
             (None, None) => None,
         };
         if let Some(p) = &path {
-            jepsen::write_history(&report, p).with_context(|| format!("writing {}", p.display()))?;
+            jepsen::write_history(&report, p)
+                .with_context(|| format!("writing {}", p.display()))?;
         }
         let written = path.map_or_else(String::new, |p| format!("; history {}", p.display()));
         println!(

@@ -473,7 +473,10 @@ async fn run_async(config: &JepsenConfig) -> anyhow::Result<JepsenReport> {
         }
     };
     wait_listening(upstream, &mut relay).await?;
-    history.push(None, json!({"relay": "listening", "at": upstream.to_string()}));
+    history.push(
+        None,
+        json!({"relay": "listening", "at": upstream.to_string()}),
+    );
     let mut proxy = Proxy {
         listen: free_port()?,
         upstream,
@@ -571,7 +574,10 @@ async fn run_async(config: &JepsenConfig) -> anyhow::Result<JepsenReport> {
     let deadline = heal + JEPSEN_LIVENESS_MS;
     loop {
         let (acked, received) = tally(&apps, &convs);
-        if acked.iter().all(|(id, _)| received.contains_key(id.as_str())) || history.now() >= deadline
+        if acked
+            .iter()
+            .all(|(id, _)| received.contains_key(id.as_str()))
+            || history.now() >= deadline
         {
             break;
         }
