@@ -9,7 +9,7 @@
 //! Not bit-deterministic (real timing): the assertions hold for any timing, not one trace.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 
 use relay_core::store::SqliteStore;
 use relay_core::{Config, FsBlobStore, PlantedBug, Relay};
@@ -98,8 +98,8 @@ fn planted_relay_process() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
         let server = RelayServer::new(move || {
-            let store = SqliteStore::open(&dir.join("relay.sqlite3"))?;
-            let blobs = FsBlobStore::open(&dir.join("blobs"))
+            let store = SqliteStore::open(dir.join("relay.sqlite3"))?;
+            let blobs = FsBlobStore::open(dir.join("blobs"))
                 .map_err(|e| relay_core::store::StoreError::Backend(e.to_string()))?;
             Relay::with_blobs(config.clone(), Box::new(store), Box::new(blobs), seed)
         });

@@ -1141,7 +1141,7 @@ fn media(input: &Input<'_>, out: &mut Vec<Violation>) {
 /// commit and reaches the stand-in a link latency later.
 pub const PUSH_SLACK_MS: u64 = 3_000;
 
-/// What the `push` oracle reads, in simulated ms (built from a run by [`push`]; unit tests
+/// What the `push` oracle reads, in simulated ms (the runner builds it from a run; unit tests
 /// build it by hand).
 #[derive(Debug, Clone, Default)]
 pub struct PushFacts {
