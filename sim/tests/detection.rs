@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 7] = [
+const CASES: [Case; 8] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -76,6 +76,14 @@ const CASES: [Case; 7] = [
         scale: Scale::Small,
         faults: "slow-consumer",
         oracles: &["stuck-client"],
+    },
+    // Issue 12: the relay server delivers no pushes (an offline client with a push target is
+    // never woken).
+    Case {
+        bug: Planted::NoPushDelivery,
+        scale: Scale::Small,
+        faults: "none",
+        oracles: &["push"],
     },
 ];
 
@@ -203,4 +211,10 @@ fn catches_d1_sync_not_paced_by_the_window() {
 #[test]
 fn catches_d2_a_stuck_reader_never_released() {
     detects(Planted::NoWriteDeadline);
+}
+
+/// Issue 12: push delivery never wired up in the relay server.
+#[test]
+fn catches_a_relay_that_delivers_no_pushes() {
+    detects(Planted::NoPushDelivery);
 }

@@ -11,6 +11,9 @@
 //! cargo run --release -p sim --bin simulate -- --replay seed17.json --trace
 //! # with a known bug planted (test builds only), to see which seeds catch it:
 //! cargo run --release -p sim --features planted-bugs --bin simulate -- --plant seq-not-persisted --seeds 0..40
+//! # Jepsen mode: real sockets, a relay process the harness starts, kills and pauses:
+//! simulate --relay-cmd 'target/release/relay --listen {listen} --data {data} --pow-difficulty 0' --seeds 0..20 --history-dir h/
+//! simulate --relay-url http://127.0.0.1:8080 --seed 3 --history h3.json
 //! ```
 
 use std::collections::BTreeMap;
@@ -136,6 +139,39 @@ struct Args {
     #[cfg(feature = "planted-bugs")]
     #[arg(long, value_name = "BUG")]
     plant: Option<sim::sim::planted::Planted>,
+
+    /// Jepsen mode: runs the scenario on real sockets (127.0.0.1) against a relay process
+    /// started from this command (run by `sh -c`; `{listen}` becomes its `IP:PORT`, `{data}`
+    /// its data directory, kept across restarts), through a fault proxy, with kill -9 and
+    /// restart and SIGSTOP/SIGCONT of the process. Not bit-deterministic: the seed fixes the
+    /// scenario and the plan, not the timing. See README "Jepsen mode".
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["replay", "relay_url"])]
+    relay_cmd: Option<String>,
+
+    /// Jepsen mode against a relay someone else runs (no process faults).
+    #[arg(long, value_name = "URL", conflicts_with = "replay")]
+    relay_url: Option<String>,
+
+    /// Jepsen mode: writes the run's report with its full history (JSON) here (`--seed`).
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
+
+    /// Jepsen mode: writes each seed's report and history as `seed-N.json` into this directory.
+    #[arg(long, value_name = "DIR")]
+    history_dir: Option<PathBuf>,
+
+    /// Jepsen mode: the proxy toxics the plan draws from (comma list; `none` for no proxy
+    /// faults). Default: latency,bandwidth,slicer,reset_peer,hold.
+    #[arg(long, value_name = "TOXICS")]
+    proxy_toxics: Option<String>,
+
+    /// Jepsen mode: no kill -9 / SIGSTOP of the relay process.
+    #[arg(long)]
+    no_process_faults: bool,
+
+    /// Jepsen mode: length of the traffic window, in ms.
+    #[arg(long, value_name = "MS", default_value_t = 20_000)]
+    window_ms: u64,
 }
 
 fn parse_range(s: &str) -> Result<Range<u64>, String> {
@@ -227,6 +263,9 @@ fn main() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
     if args.clients.is_some_and(|c| c < 2) {
         bail!("--clients must be at least 2");
+    }
+    if args.relay_cmd.is_some() || args.relay_url.is_some() {
+        return jepsen(&args);
     }
     if let Some(path) = &args.replay {
         let text =
@@ -612,4 +651,88 @@ fn write_junit(
     }
     xml.push_str("  </testsuite>\n</testsuites>\n");
     std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Jepsen mode: each seed against the relay process (or URL); prints the seed, the plan and
+/// the verdict, writes the histories, exits 1 on a violation.
+fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
+    use sim::sim::jepsen::{self, JepsenConfig, RelayTarget};
+    let target = match (&args.relay_cmd, &args.relay_url) {
+        (Some(cmd), _) => RelayTarget::Command(cmd.clone()),
+        (None, Some(url)) => RelayTarget::Url(url.clone()),
+        (None, None) => bail!("--relay-cmd or --relay-url"),
+    };
+    let seeds = match (args.seed, &args.seeds) {
+        (Some(s), _) => s..s + 1,
+        (None, Some(r)) => r.clone(),
+        (None, None) => 0..1,
+    };
+    if let Some(dir) = &args.history_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    println!(
+        "Jepsen mode: real sockets and processes, NOT bit-deterministic (the seed fixes the scenario, the fault plan and the proxy's draws; timing differs between runs)"
+    );
+    let mut failed = Vec::new();
+    let mut oracles_line = false;
+    for seed in seeds {
+        let mut config = JepsenConfig::new(seed, target.clone());
+        config.clients = args.clients.unwrap_or(4);
+        config.window_ms = args.window_ms;
+        config.process_faults = !args.no_process_faults;
+        if let Some(t) = &args.proxy_toxics {
+            config.toxics = match t.trim() {
+                "" | "none" => Vec::new(),
+                list => list.split(',').map(|s| s.trim().to_owned()).collect(),
+            };
+            for name in &config.toxics {
+                if fault_proxy::Toxic::named(name).is_none() {
+                    bail!("--proxy-toxics: unknown toxic {name:?}");
+                }
+            }
+        }
+        println!("seed {seed}: plan");
+        for e in jepsen::draw_plan(&config) {
+            println!("  +{:>6} ms  {}", e.at_ms, serde_json::to_string(&e.fault)?);
+        }
+        let report = jepsen::run(&config).with_context(|| format!("seed {seed}"))?;
+        if !oracles_line {
+            println!("oracles: {}", report.oracles.join(", "));
+            println!("not applicable: {}", report.not_applicable.join("; "));
+            oracles_line = true;
+        }
+        let path = match (&args.history, &args.history_dir) {
+            (Some(p), _) => Some(p.clone()),
+            (None, Some(d)) => Some(d.join(format!("seed-{seed}.json"))),
+            (None, None) if !report.violations.is_empty() => {
+                Some(std::env::temp_dir().join(format!("jepsen-seed-{seed}.json")))
+            }
+            (None, None) => None,
+        };
+        if let Some(p) = &path {
+            jepsen::write_history(&report, p)
+                .with_context(|| format!("writing {}", p.display()))?;
+        }
+        let written = path.map_or_else(String::new, |p| format!("; history {}", p.display()));
+        println!(
+            "seed {seed}: {} acked, {} received, {} relay restart(s), {} violation(s){written}",
+            report.acked,
+            report.received,
+            report.restarts,
+            report.violations.len()
+        );
+        for v in &report.violations {
+            println!("VIOLATION seed {seed} {v}");
+        }
+        if !report.violations.is_empty() {
+            failed.push(seed);
+        }
+    }
+    if failed.is_empty() {
+        println!("0 violations");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("violations in seeds {failed:?}");
+        Ok(ExitCode::FAILURE)
+    }
 }

@@ -13,7 +13,8 @@
 //! swarm selection, plan), [`store`] (the relay's store with storage faults and its commit
 //! history), [`hostile`] (raw clients: floods, dishonest requests, slow consumers, storms),
 //! [`commerce`] (purchases, trades, quota buys, payments through the stand-in, binds, the
-//! end-of-run audit), [`oracles`] (named invariants), [`trace`] (app-level records and their
+//! end-of-run audit), [`pushworld`] (the push services the relay delivers to for real),
+//! [`oracles`] (named invariants), [`trace`] (app-level records and their
 //! hash), [`shrink`] (delta debugging of a failing run), `planted` (only with the test-only
 //! feature `planted-bugs`: known bugs to plant, for the detection test); the runner steps
 //! turmoil, applies faults, heals and checks.
@@ -21,9 +22,11 @@
 pub mod commerce;
 pub mod faults;
 pub mod hostile;
+pub mod jepsen;
 pub mod oracles;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
+pub mod pushworld;
 pub mod scenario;
 pub mod shrink;
 pub mod store;

@@ -17,7 +17,7 @@
 //! | `probes` | after healing, every probe message, typing notice and call offer (and its answer) arrives within `PROBE_BOUND_MS`; a call between clocks skewed more than the 60 s signal window apart is refused instead |
 //! | `retract-lands` | a retract the relay accepted reaches the recipient of the message (if it got the message) |
 //! | `media` | media a recipient downloads decrypts to what its sender uploaded |
-//! | `push` | pushes carry only `{"type":"new_msg"}`, go only to registered tokens, and a client offline with a token while messages arrive for it gets one |
+//! | `push` | (real delivery to the Web Push, FCM and APNs stand-ins, see [`super::pushworld`]) every push reaches a registered target, decrypts / verifies, and carries exactly `{"type":"new_msg"}` and no alias, id or text; at most one per target per 30 s window; none after the target's push service answered 404/410; a client offline with a target while a message is acked for it is pushed ([`check_push`]) |
 //! | `authz` | requests an honest client never makes are refused: no message of a stranger in someone else's conversation is acked, committed or delivered, no receipt mark in a stranger's name, no retract by anyone but the author lands, no friendship, order, channel or identity of someone else is taken, a rejected request stays rejected |
 //! | `bad-input` | every malformed frame gets an error frame, or the socket is closed with a code |
 //! | `stuck-client` | a client that stopped reading is closed by the relay within `STUCK_CLOSE_BOUND_MS` (unless the relay was powered off meanwhile: the socket died with it), and one that reads again gets a working socket |
@@ -39,12 +39,13 @@ use wire::http::{OrderKind, OrderState};
 
 use super::commerce::{CommerceWorld, OrderRec};
 use super::faults::{FaultAction, FaultPlan};
-use super::runner::{DELIVERY_BOUND_MS, PROBE_BOUND_MS, SYNC_BOUND_MS, World, push_token};
+use super::pushworld::{SeenPush, zero_knowledge};
+use super::runner::{DELIVERY_BOUND_MS, PROBE_BOUND_MS, SYNC_BOUND_MS, World};
 use super::scenario::Scenario;
 use super::store::History;
 use super::trace::{Device, Record};
 use crate::client::SharedStore;
-use crate::standins::{PaymentProcessor, RecordedPush};
+use crate::standins::PaymentProcessor;
 
 /// One broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -123,7 +124,7 @@ pub(super) struct Input<'a> {
     /// What was committed over the run.
     pub(super) history: &'a History,
     pub(super) world: &'a World,
-    pub(super) pushes: &'a [RecordedPush],
+    pub(super) pushes: &'a [SeenPush],
     pub(super) start_ms: Option<u64>,
     pub(super) heal_ms: Option<u64>,
     /// When the run ended.
@@ -1136,110 +1137,251 @@ fn media(input: &Input<'_>, out: &mut Vec<Violation>) {
     }
 }
 
+/// Slack of the push timing checks: a push leaves the relay right after the message's
+/// commit and reaches the stand-in a link latency later.
+pub const PUSH_SLACK_MS: u64 = 3_000;
+
+/// What the `push` oracle reads, in simulated ms (the runner builds it from a run; unit tests
+/// build it by hand).
+#[derive(Debug, Clone, Default)]
+pub struct PushFacts {
+    /// Every push the stand-ins received, by arrival.
+    pub pushes: Vec<SeenPush>,
+    /// Registered targets of each client.
+    pub targets: BTreeMap<usize, Vec<String>>,
+    /// Offline spells of push clients: `(client, from, to)`.
+    pub offline: Vec<(usize, u64, u64)>,
+    /// Ack times of the messages to each client.
+    pub acked_for: BTreeMap<usize, Vec<(u64, String)>>,
+    /// When the relay's memory of recent pushes may have been lost or its clock moved (crash,
+    /// store fault, stall, clock jump) or pushes may have been retried or delayed (faults on
+    /// the push host's links, latency spikes).
+    pub trouble_ms: Vec<u64>,
+    /// Per client: when faults hit its host's links (the relay may think it online).
+    pub link_trouble_ms: BTreeMap<usize, Vec<u64>>,
+    /// Strings no push may carry: aliases, account and conversation ids, message canaries.
+    pub secrets: Vec<String>,
+    /// The relay's idle timeout: a client whose link was faulty this long before a spell may
+    /// still be online to the relay (no FIN through a partition).
+    pub idle_ms: u64,
+}
+
+/// The `push` oracle over [`PushFacts`]:
+///
+/// 1. **zero knowledge**: every push reaches a registered target, is accepted by its stand-in
+///    (Web Push body decrypts, VAPID JWT verifies against the served key; FCM OAuth; APNs
+///    provider token), carries exactly `{"type":"new_msg"}` ([`zero_knowledge`]) and none of
+///    the run's aliases, ids or message texts;
+/// 2. **one per window**: two pushes to one target at least `PUSH_MIN_INTERVAL_MS` (30 s,
+///    less [`PUSH_SLACK_MS`]) apart, unless trouble came between;
+/// 3. **gone is gone**: after a target's push service answered 404/410 (`UNREGISTERED`), no
+///    push reaches it later than [`PUSH_SLACK_MS`] unless the relay crashed or its store
+///    failed meanwhile (the deletion may not have been committed);
+/// 4. **offline users are woken**: a client offline with a target while a message is acked
+///    for it (at least 1 s into the spell, 5 s before its end) gets a push between 30 s before
+///    that message (a push in the window covers it) and the end of the spell.
+pub fn check_push(facts: &PushFacts, out: &mut Vec<Violation>) {
+    const O: &str = "push";
+    let interval = relay_core::limits::PUSH_MIN_INTERVAL_MS;
+    let owner: BTreeMap<&str, usize> = facts
+        .targets
+        .iter()
+        .flat_map(|(c, ts)| ts.iter().map(move |t| (t.as_str(), *c)))
+        .collect();
+    let troubled = |from: u64, to: u64, list: &[u64]| list.iter().any(|t| *t >= from && *t <= to);
+    let mut by_target: BTreeMap<&str, Vec<&SeenPush>> = BTreeMap::new();
+    for p in &facts.pushes {
+        let Some(c) = owner.get(p.target.as_str()) else {
+            out.push(Violation::new(
+                O,
+                format!(
+                    "a {:?} push at {} ms went to a target no client registered",
+                    p.kind, p.at_ms
+                ),
+            ));
+            continue;
+        };
+        by_target.entry(p.target.as_str()).or_default().push(p);
+        let payload = match &p.payload {
+            Ok(payload) => payload,
+            Err(why) => {
+                out.push(Violation::new(
+                    O,
+                    format!(
+                        "c{c}'s {:?} push at {} ms was refused by its push service ({}): {why}",
+                        p.kind, p.at_ms, p.status
+                    ),
+                ));
+                continue;
+            }
+        };
+        if let Err(why) = zero_knowledge(p.kind, payload) {
+            out.push(Violation::new(
+                O,
+                format!("c{c}'s {:?} push at {} ms: {why}", p.kind, p.at_ms),
+            ));
+        }
+        if facts
+            .secrets
+            .iter()
+            .any(|s| !s.is_empty() && payload.contains(s.as_str()))
+        {
+            out.push(Violation::new(
+                O,
+                format!(
+                    "c{c}'s {:?} push at {} ms carries an alias, id or message text",
+                    p.kind, p.at_ms
+                ),
+            ));
+        }
+    }
+    for (target, pushes) in &by_target {
+        let c = owner[target];
+        for w in pushes.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            if b.at_ms < a.at_ms + interval.saturating_sub(PUSH_SLACK_MS)
+                && !troubled(a.at_ms.saturating_sub(interval), b.at_ms, &facts.trouble_ms)
+            {
+                out.push(Violation::new(
+                    O,
+                    format!(
+                        "c{c}'s {:?} target was pushed at {} and {} ms: more than one push per {interval} ms window",
+                        a.kind, a.at_ms, b.at_ms
+                    ),
+                ));
+            }
+        }
+        if let Some(gone) = pushes.iter().find(|p| p.gone)
+            && let Some(later) = pushes.iter().find(|p| p.at_ms > gone.at_ms + PUSH_SLACK_MS)
+            && !troubled(gone.at_ms, later.at_ms, &facts.trouble_ms)
+        {
+            out.push(Violation::new(
+                O,
+                format!(
+                    "c{c}'s {:?} target answered {} at {} ms (gone) and was pushed again at {} ms",
+                    gone.kind, gone.status, gone.at_ms, later.at_ms
+                ),
+            ));
+        }
+    }
+    for &(c, from, to) in &facts.offline {
+        let Some(targets) = facts.targets.get(&c) else {
+            continue;
+        };
+        // Every target gone before the spell: nothing left to push to.
+        let live = targets.iter().any(|t| {
+            by_target
+                .get(t.as_str())
+                .is_none_or(|ps| !ps.iter().any(|p| p.gone && p.at_ms < to))
+        });
+        if !live
+            || troubled(from.saturating_sub(interval), to, &facts.trouble_ms)
+            || facts
+                .link_trouble_ms
+                .get(&c)
+                .is_some_and(|l| troubled(from.saturating_sub(facts.idle_ms), to, l))
+        {
+            continue;
+        }
+        let pushed_between = |lo: u64, hi: u64| {
+            targets.iter().any(|t| {
+                by_target
+                    .get(t.as_str())
+                    .is_some_and(|ps| ps.iter().any(|p| p.at_ms >= lo && p.at_ms <= hi))
+            })
+        };
+        let missed = facts.acked_for.get(&c).and_then(|acks| {
+            acks.iter().find(|(t, _)| {
+                *t >= from + 1_000
+                    && *t + 5_000 <= to
+                    && !pushed_between(
+                        t.saturating_sub(interval + PUSH_SLACK_MS),
+                        to + PUSH_SLACK_MS,
+                    )
+            })
+        });
+        if let Some((t, id)) = missed {
+            out.push(Violation::new(
+                O,
+                format!(
+                    "c{c} was offline {from}..{to} ms with a push target while {id} was acked for it at {t} ms, and was never pushed"
+                ),
+            ));
+        }
+    }
+}
+
 fn push(
     input: &Input<'_>,
     conv_pair: &BTreeMap<&str, usize>,
     acked: &[Acked],
     out: &mut Vec<Violation>,
 ) {
-    let tokens: BTreeMap<String, usize> = input
-        .world
-        .push_registered
-        .iter()
-        .map(|c| (format!("/fcm/{}", push_token(*c)), *c))
-        .collect();
-    let mut pushed: BTreeSet<usize> = BTreeSet::new();
-    for p in input.pushes {
-        let zero_knowledge = serde_json::from_str::<serde_json::Value>(&p.body).ok()
-            == Some(serde_json::json!({"type": "new_msg"}));
-        if !zero_knowledge {
-            out.push(Violation::new(
-                "push",
-                format!(
-                    "a push to {} carried more than {{\"type\":\"new_msg\"}}",
-                    p.path
-                ),
-            ));
-        }
-        match tokens.get(&p.path) {
-            Some(c) => {
-                pushed.insert(*c);
-            }
-            None => out.push(Violation::new(
-                "push",
-                format!("a push went to {}, which no client registered", p.path),
-            )),
-        }
-    }
-    // A client offline with a token while a message is acked for it gets a push, unless the
-    // relay was down or its store faulty meanwhile.
     let acks = ack_times(input.records);
-    let relay_trouble: Vec<u64> = input
-        .start_ms
-        .map(|s| {
-            input
+    let start = input.start_ms.unwrap_or(0);
+    let mut trouble_ms: Vec<u64> = input
+        .plan
+        .events
+        .iter()
+        .filter(|e| {
+            matches!(
+                &e.action,
+                FaultAction::Crash { host } if host == super::faults::RELAY
+            ) || matches!(
+                e.action,
+                FaultAction::FailCommits { .. }
+                    | FaultAction::StoreDown { .. }
+                    | FaultAction::CrashAfterCommit { .. }
+                    | FaultAction::CrashMidBatch { .. }
+                    | FaultAction::StallCommit { .. }
+                    | FaultAction::ClockJump { .. }
+                    | FaultAction::MaxLatency { .. }
+            ) || e.action.hosts().contains(&super::faults::PUSH)
+        })
+        .map(|e| start + e.at_ms)
+        .collect();
+    trouble_ms.extend(input.world.relay_off_ms.iter().copied());
+    trouble_ms.extend(input.world.final_jump_ms);
+    let link_trouble_ms: BTreeMap<usize, Vec<u64>> = input
+        .world
+        .push_targets
+        .keys()
+        .map(|&c| {
+            let host = input.scenario.accounts[c].host.as_str();
+            let times = input
                 .plan
                 .events
                 .iter()
-                .filter(|e| {
-                    matches!(
-                        &e.action,
-                        FaultAction::Crash { host } if host == super::faults::RELAY
-                    ) || matches!(
-                        e.action,
-                        FaultAction::FailCommits { .. }
-                            | FaultAction::StoreDown { .. }
-                            | FaultAction::CrashAfterCommit { .. }
-                            | FaultAction::CrashMidBatch { .. }
-                            | FaultAction::StallCommit { .. }
-                    ) || e.action.hosts().contains(&super::faults::PUSH)
-                })
-                .map(|e| s + e.at_ms)
-                .collect()
+                .filter(|e| e.action.hosts().contains(&host))
+                .map(|e| start + e.at_ms)
+                .collect();
+            (c, times)
         })
-        .unwrap_or_default();
-    for &(client, from, to) in &input.world.offline {
-        if !input.world.push_registered.contains(&client) || pushed.contains(&client) {
-            continue;
-        }
-        if relay_trouble
-            .iter()
-            .any(|t| *t + 30_000 >= from && *t <= to)
+        .collect();
+    let mut acked_for: BTreeMap<usize, Vec<(u64, String)>> = BTreeMap::new();
+    for a in acked {
+        if let Some(&pair) = conv_pair.get(a.conv.as_str())
+            && let Some(&t) = acks.get(a.id.as_str())
         {
-            continue;
-        }
-        // A client whose link was faulty shortly before may have left without the relay
-        // noticing (no FIN through a partition): to the relay it is still online until its
-        // idle timeout.
-        let host = &input.scenario.accounts[client].host;
-        let idle = relay_core::Config::default().idle_timeout_ms;
-        let link_trouble = input.start_ms.is_some_and(|s| {
-            input.plan.events.iter().any(|e| {
-                let t = s + e.at_ms;
-                e.action.hosts().contains(&host.as_str()) && t + idle >= from && t <= to
-            })
-        });
-        if link_trouble {
-            continue;
-        }
-        let waiting = acked.iter().find(|a| {
-            conv_pair
-                .get(a.conv.as_str())
-                .is_some_and(|&pair| input.scenario.pairs[pair].peer(a.sender) == client)
-                && acks
-                    .get(a.id.as_str())
-                    .is_some_and(|t| *t >= from + 1_000 && *t + 5_000 <= to)
-        });
-        if let Some(a) = waiting {
-            out.push(Violation::new(
-                "push",
-                format!(
-                    "c{client} was offline {from}..{to} ms with a push token while {} was acked for it, and never got a push",
-                    a.id
-                ),
-            ));
+            let to = input.scenario.pairs[pair].peer(a.sender);
+            acked_for.entry(to).or_default().push((t, a.id.clone()));
         }
     }
+    let mut secrets: Vec<String> = input.aliases.values().flatten().cloned().collect();
+    secrets.extend(input.world.uuids.values().cloned());
+    secrets.extend(input.convs.values().cloned());
+    secrets.extend(input.scenario.canaries());
+    let facts = PushFacts {
+        pushes: input.pushes.to_vec(),
+        targets: input.world.push_targets.clone(),
+        offline: input.world.offline.clone(),
+        acked_for,
+        trouble_ms,
+        link_trouble_ms,
+        secrets,
+        idle_ms: relay_core::Config::default().idle_timeout_ms,
+    };
+    check_push(&facts, out);
 }
 
 /// What strangers must never achieve.
@@ -1821,5 +1963,129 @@ fn quota(
                 ),
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod push_oracle_tests {
+    //! The `push` oracle on hand-built facts: each rule fires on the defect it guards against,
+    //! and stays quiet on a clean history.
+
+    use super::{PushFacts, Violation, check_push};
+    use crate::sim::pushworld::{PushKind, SeenPush};
+
+    const NEW_MSG: &str = r#"{"type":"new_msg"}"#;
+
+    fn web(target: &str, at_ms: u64, status: u16, payload: &str) -> SeenPush {
+        SeenPush {
+            kind: PushKind::Web,
+            target: target.to_owned(),
+            at_ms,
+            status,
+            gone: matches!(status, 404 | 410),
+            payload: Ok(payload.to_owned()),
+        }
+    }
+
+    /// c0 (two subscriptions `s1`, `s2`) offline 10..100 s; a message acked for it at 20 s.
+    fn facts(pushes: Vec<SeenPush>) -> PushFacts {
+        PushFacts {
+            pushes,
+            targets: [(0, vec!["s1".to_owned(), "s2".to_owned()])].into(),
+            offline: vec![(0, 10_000, 100_000)],
+            acked_for: [(0, vec![(20_000, "m1".to_owned())])].into(),
+            secrets: vec!["alias-4444".to_owned(), "c-conv1".to_owned()],
+            idle_ms: 90_000,
+            ..PushFacts::default()
+        }
+    }
+
+    fn check(f: &PushFacts) -> Vec<Violation> {
+        let mut out = Vec::new();
+        check_push(f, &mut out);
+        out
+    }
+
+    #[test]
+    fn a_clean_history_passes() {
+        let f = facts(vec![
+            web("s1", 20_010, 201, NEW_MSG),
+            web("s2", 20_012, 201, NEW_MSG),
+            web("s1", 60_000, 201, NEW_MSG),
+        ]);
+        assert_eq!(check(&f), Vec::new());
+    }
+
+    #[test]
+    fn an_offline_recipient_never_pushed_is_caught() {
+        let v = check(&facts(Vec::new()));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].detail.contains("never pushed"), "{v:?}");
+    }
+
+    #[test]
+    fn content_in_a_push_is_caught() {
+        for payload in [
+            r#"{"type":"new_msg","from":"x"}"#,
+            r#"{"type":"new_msg"} "#,
+            r#"{"type":"alias-4444"}"#,
+        ] {
+            let v = check(&facts(vec![web("s1", 20_010, 201, payload)]));
+            assert!(!v.is_empty(), "{payload}: not caught");
+            assert!(v.iter().all(|v| v.oracle == "push"));
+        }
+        // Secrets anywhere in a native payload.
+        let mut apns = web("s2", 20_010, 200, "");
+        apns.kind = PushKind::Apns;
+        apns.payload = Ok(r#"{"aps":{"alert":{"body":"c-conv1"}},"type":"new_msg"}"#.to_owned());
+        let v = check(&facts(vec![apns]));
+        assert!(v.iter().any(|v| v.detail.contains("carries")), "{v:?}");
+    }
+
+    #[test]
+    fn a_push_the_service_refused_is_caught() {
+        let mut bad = web("s1", 20_010, 401, NEW_MSG);
+        bad.payload = Err("VAPID: bad signature".to_owned());
+        let v = check(&facts(vec![bad]));
+        assert!(v.iter().any(|v| v.detail.contains("refused")), "{v:?}");
+    }
+
+    #[test]
+    fn two_pushes_in_one_window_are_caught_unless_excused() {
+        let pushes = vec![
+            web("s1", 20_010, 201, NEW_MSG),
+            web("s1", 30_000, 201, NEW_MSG),
+        ];
+        let v = check(&facts(pushes.clone()));
+        assert!(v.iter().any(|v| v.detail.contains("window")), "{v:?}");
+        let excused = PushFacts {
+            trouble_ms: vec![25_000],
+            ..facts(pushes)
+        };
+        assert_eq!(check(&excused), Vec::new(), "a relay restart between");
+    }
+
+    #[test]
+    fn a_push_after_gone_is_caught() {
+        let v = check(&facts(vec![
+            web("s1", 20_010, 201, NEW_MSG),
+            web("s2", 20_012, 410, NEW_MSG),
+            web("s1", 60_000, 201, NEW_MSG),
+            web("s2", 60_002, 410, NEW_MSG),
+        ]));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].detail.contains("gone"), "{v:?}");
+    }
+
+    #[test]
+    fn a_push_to_an_unregistered_target_is_caught() {
+        let v = check(&facts(vec![
+            web("s1", 20_010, 201, NEW_MSG),
+            web("s9", 20_012, 404, NEW_MSG),
+        ]));
+        assert!(
+            v.iter().any(|v| v.detail.contains("no client registered")),
+            "{v:?}"
+        );
     }
 }

@@ -2,8 +2,9 @@
 //! switched on one at a time through [`RunConfig::planted`](super::RunConfig::planted).
 //!
 //! The relay-core ones are [`relay_core::PlantedBug`] (the relay's `Config` carries the
-//! switch); the shell's one ([`Planted::NoWriteDeadline`]) is planted in the simulator's relay
-//! server through its [`ServeLimits`]. The
+//! switch); the shell's ones are planted in the simulator's relay server: through its
+//! [`ServeLimits`] ([`Planted::NoWriteDeadline`]) or by leaving its push delivery out
+//! ([`Planted::NoPushDelivery`]). The
 //! detection test (`sim/tests/detection.rs`) sweeps seeds with each one planted and asserts
 //! that an oracle catches it; `simulate --plant NAME` runs any sweep with one planted:
 //!
@@ -35,11 +36,15 @@ pub enum Planted {
     /// forever (the server's write deadline, [`ServeLimits::write_deadline_ms`], is set to
     /// [`NO_WRITE_DEADLINE_MS`]).
     NoWriteDeadline,
+    /// The relay server shell (issue 12): push delivery is never wired up
+    /// ([`RelayServer::with_push`](crate::server::RelayServer::with_push) not called), so the
+    /// relay's push outputs are dropped and offline users are never woken.
+    NoPushDelivery,
 }
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -47,6 +52,7 @@ impl Planted {
         Self::Relay(PlantedBug::SeqNotPersisted),
         Self::Relay(PlantedBug::SyncIgnoresWindow),
         Self::NoWriteDeadline,
+        Self::NoPushDelivery,
     ];
 
     /// CLI name.
@@ -61,6 +67,7 @@ impl Planted {
             Self::Relay(PlantedBug::SeqNotPersisted) => "seq-not-persisted",
             Self::Relay(PlantedBug::SyncIgnoresWindow) => "sync-ignores-window",
             Self::NoWriteDeadline => "no-write-deadline",
+            Self::NoPushDelivery => "no-push-delivery",
         }
     }
 
@@ -68,7 +75,7 @@ impl Planted {
     pub fn relay_bug(self) -> Option<PlantedBug> {
         match self {
             Self::Relay(bug) => Some(bug),
-            Self::NoWriteDeadline => None,
+            Self::NoWriteDeadline | Self::NoPushDelivery => None,
         }
     }
 
@@ -79,7 +86,7 @@ impl Planted {
                 write_deadline_ms: NO_WRITE_DEADLINE_MS,
                 ..limits
             },
-            Self::Relay(_) => limits,
+            Self::Relay(_) | Self::NoPushDelivery => limits,
         }
     }
 }

@@ -16,7 +16,8 @@
 //! Hosts: `relay`, client hosts (`c0`.. one account each; `h0`.. several accounts each at the
 //! large scale), strangers `x0`.. (raw clients, [`super::hostile`]), and `pay`, the outside
 //! world: the payment processor stand-in on [`PAY_PORT`], a forger on [`FORGER_PORT`], the
-//! push-service stand-in on [`PUSH_PORT`] and the app of an account that audits commerce.
+//! push services (Web Push on [`PUSH_PORT`], FCM and APNs next to it; the relay delivers to
+//! them for real, see [`super::pushworld`]) and the app of an account that audits commerce.
 //! The relay reads an [`OffsetClock`] the runner keeps (clock-jump faults; it survives relay
 //! restarts); each client reads a [`SkewClock`] (clock-skew faults).
 //!
@@ -45,10 +46,11 @@ use wire::UnixMs;
 
 use super::commerce::{self, CommerceWorld, Payments};
 use super::faults::{
-    FaultAction, FaultKind, FaultPlan, FaultSelection, HostileAct, PAY, PUSH, RELAY, STORM_WAVE,
+    FaultAction, FaultKind, FaultPlan, FaultSelection, HostileAct, PAY, RELAY, STORM_WAVE,
     STORM_WAVE_MS, StoreChoice,
 };
 use super::oracles::{self, Violation};
+use super::pushworld::{self, PushKind, PushWorld};
 use super::scenario::{ActionKind, DrawParams, Scale, Scenario};
 use super::store::{SimStore, StoreCtl};
 use super::trace::{self, Device, Record, Trace};
@@ -56,7 +58,7 @@ use crate::client::{Client, ClientOptions, EventKind, SharedStore};
 use crate::clock::{Clock, OffsetClock, SimClock};
 use crate::net::{Endpoint, ServeLimits, Turmoil};
 use crate::server::RelayServer;
-use crate::standins::{PaymentProcessor, PushService};
+use crate::standins::PaymentProcessor;
 
 /// Port of the relay host.
 pub const RELAY_PORT: u16 = 8080;
@@ -97,7 +99,7 @@ const RETRY_MS: u64 = 500;
 pub const PAY_PORT: u16 = 9090;
 /// Port of the forger (wrong secret) on the `pay` host.
 pub const FORGER_PORT: u16 = 9091;
-/// Port of the push-service stand-in on the `push` host.
+/// Port of the Web Push stand-in on the `pay` host (FCM and APNs take the next two ports).
 pub const PUSH_PORT: u16 = 9100;
 /// Host of the commerce auditor's app (it shares the `pay` host with the payment and push
 /// stand-ins).
@@ -346,8 +348,14 @@ pub(super) struct World {
     pub(super) probes: Vec<ProbeRec>,
     /// Offline spells: (client, from ms, to ms).
     pub(super) offline: Vec<(usize, u64, u64)>,
-    /// Clients whose push token the relay took.
+    /// Clients whose push targets the relay took.
     pub(super) push_registered: BTreeSet<usize>,
+    /// Push targets (Web Push subscription ids, FCM and APNs tokens) of each client.
+    pub(super) push_targets: BTreeMap<usize, Vec<String>>,
+    /// The subscription whose browser unsubscribed, and when (simulated ms).
+    pub(super) revoked: Option<(String, u64)>,
+    /// When the final relay clock jump happened (simulated ms).
+    pub(super) final_jump_ms: Option<u64>,
 }
 
 type Shared = Rc<RefCell<World>>;
@@ -729,6 +737,11 @@ impl Sim<'_> {
     reason = "the run's phases in order; each step is a call"
 )]
 fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
+    let relay_clock = OffsetClock::new(Arc::new(SimClock::default()));
+    let push = PushWorld::new(
+        replay.seed,
+        &(Arc::new(relay_clock.clone()) as Arc<dyn Clock>),
+    );
     let scenario = Rc::new(replay.scenario.clone());
     let plan = &replay.plan;
     let seed = replay.seed;
@@ -760,7 +773,6 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
             };
         }
     };
-    let relay_clock = OffsetClock::new(Arc::new(SimClock::default()));
     let mut sim = Sim {
         sim: turmoil,
         hosts: Vec::new(),
@@ -778,6 +790,7 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
     let blobs = MemoryBlobStore::new();
     let relay_config = relay.config.clone();
     let limits = relay.limits;
+    let deliver_pushes = relay.push;
     let relay_seed = u64::from_le_bytes(
         derive_seed(seed, TAG_RELAY, 0)[..8]
             .try_into()
@@ -786,15 +799,18 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
     {
         let store = store.clone();
         let clock = relay_clock.clone();
+        let push = push.clone();
         sim.hosts.push(RELAY.to_owned());
         sim.sim.host(RELAY, move || {
             let (store, blobs, config) = (store.clone(), blobs.clone(), relay_config.clone());
             let clock = clock.clone();
+            let push = push.clone();
             async move {
                 // A supervisor: the relay binary exits when it cannot open its store at
                 // start (e.g. the store is down), and is started again.
                 loop {
-                    let (store, blobs, config) = (store.clone(), blobs.clone(), config.clone());
+                    let (store, blobs, mut config) = (store.clone(), blobs.clone(), config.clone());
+                    let delivery = push.delivery(&mut config);
                     let open = move || {
                         Relay::with_blobs(
                             config.clone(),
@@ -803,10 +819,12 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
                             relay_seed,
                         )
                     };
-                    let server = RelayServer::new(open)
+                    let mut server = RelayServer::new(open)
                         .with_limits(limits)
-                        .with_clock(clock.clone())
-                        .with_push_gateway(push_endpoint());
+                        .with_clock(clock.clone());
+                    if deliver_pushes {
+                        server = server.with_push(delivery);
+                    }
                     let served = server
                         .run::<Turmoil>(
                             SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
@@ -831,7 +849,6 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
         faults: plan.webhook,
         enabled: plan.kinds.contains(&FaultKind::Webhook),
     };
-    let pushes = PushService::new();
     let clients = scenario.accounts.len();
     let stores: Vec<SharedStore> = (0..clients).map(|_| SharedStore::new()).collect();
     let clocks: Vec<SkewClock> = (0..clients).map(|_| SkewClock::default()).collect();
@@ -852,18 +869,19 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
             store: store.clone(),
             clock: clock.clone(),
             payments: payments.clone(),
+            push: push.clone(),
             bind_vanity: replay.bind_vanity,
         })
     };
     {
         let processor = payments.processor.clone();
         let forger = payments.forger.clone();
-        let pushes = pushes.clone();
+        let push = push.clone();
         let ctx = host_ctx(clients, &audit_store, &SkewClock::default());
         let mnemonic = auditor_mnemonic;
         sim.hosts.push(PAY.to_owned());
         sim.sim.host(PAY, move || {
-            let (processor, forger, pushes) = (processor.clone(), forger.clone(), pushes.clone());
+            let (processor, forger, push) = (processor.clone(), forger.clone(), push.clone());
             let ctx = Rc::clone(&ctx);
             let mnemonic = mnemonic.clone();
             async move {
@@ -875,15 +893,29 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
                     SocketAddr::from((Ipv4Addr::UNSPECIFIED, FORGER_PORT)),
                     std::future::pending(),
                 );
-                let push = pushes.run::<Turmoil>(
-                    SocketAddr::from((Ipv4Addr::UNSPECIFIED, PUSH_PORT)),
-                    std::future::pending(),
+                let on = |port| SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
+                let web = push
+                    .web
+                    .run::<Turmoil>(on(pushworld::WEB_PUSH_PORT), std::future::pending());
+                let fcm = push
+                    .fcm
+                    .run::<Turmoil>(on(pushworld::FCM_PORT), std::future::pending());
+                let apns = push
+                    .apns
+                    .run::<Turmoil>(on(pushworld::APNS_PORT), std::future::pending());
+                let (a, b, c, d, e, ()) = tokio::join!(
+                    genuine,
+                    forged,
+                    web,
+                    fcm,
+                    apns,
+                    auditor_host(ctx, &mnemonic)
                 );
-                let (a, b, c, ()) =
-                    tokio::join!(genuine, forged, push, auditor_host(ctx, &mnemonic));
                 a?;
                 b?;
                 c?;
+                d?;
+                e?;
                 Ok(())
             }
         });
@@ -962,6 +994,9 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
             if world.borrow().ready.len() == clients {
                 world.borrow_mut().traffic_start_ms = Some(now);
                 sim.note("setup done: traffic starts".into());
+                if push.revoke_one {
+                    revoke_one(&push, &scenario, &world, &sim, now);
+                }
             } else if now > setup_bound {
                 violations.push(Violation::new(
                     "setup",
@@ -1002,12 +1037,25 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
             let mut w = world.borrow_mut();
             w.commerce.audit.late_at_final_jump = late;
             w.commerce.audit.final_jump_relay_ms = Some(after.0);
+            w.final_jump_ms = Some(now);
         }
         if now >= end {
             end_ms = now;
             break;
         }
     }
+    let seen = push.seen();
+    let count = |k: PushKind| seen.iter().filter(|p| p.kind == k).count();
+    trace.push(Record::Note {
+        t_ms: end_ms,
+        text: format!(
+            "pushes received: web {}, fcm {}, apns {}; answered gone: {}",
+            count(PushKind::Web),
+            count(PushKind::Fcm),
+            count(PushKind::Apns),
+            seen.iter().filter(|p| p.gone).count()
+        ),
+    });
     trace.push(Record::Note {
         t_ms: end_ms,
         text: "end".into(),
@@ -1028,7 +1076,7 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
         snapshot: &snapshot,
         history: &history,
         world: &w,
-        pushes: &pushes.received(),
+        pushes: &seen,
         start_ms: w.traffic_start_ms,
         heal_ms: w.heal_ms,
         end_ms,
@@ -1088,6 +1136,8 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
 struct RelaySetup {
     config: Config,
     limits: ServeLimits,
+    /// Push delivery on (off only with a planted bug).
+    push: bool,
 }
 
 impl RelaySetup {
@@ -1108,6 +1158,10 @@ impl RelaySetup {
             }),
             #[cfg(not(feature = "planted-bugs"))]
             limits: ServeLimits::default(),
+            #[cfg(feature = "planted-bugs")]
+            push: run.planted != Some(super::planted::Planted::NoPushDelivery),
+            #[cfg(not(feature = "planted-bugs"))]
+            push: true,
         }
     }
 }
@@ -1137,6 +1191,7 @@ pub(super) struct HostCtx {
     pub(super) store: SharedStore,
     pub(super) clock: SkewClock,
     pub(super) payments: Payments,
+    pub(super) push: PushWorld,
     pub(super) bind_vanity: bool,
 }
 
@@ -1145,9 +1200,32 @@ pub(super) fn endpoint() -> Endpoint {
         .unwrap_or_else(|_| unreachable!("a static, valid base URL"))
 }
 
-fn push_endpoint() -> Endpoint {
-    Endpoint::parse(&format!("http://{PUSH}:{PUSH_PORT}"))
-        .unwrap_or_else(|_| unreachable!("a static, valid base URL"))
+/// One browser of the first Web Push client unsubscribes (its push service answers 410 from
+/// now on); see [`pushworld`].
+fn revoke_one(push: &PushWorld, scenario: &Scenario, world: &Shared, sim: &Sim<'_>, now: u64) {
+    let mut w = world.borrow_mut();
+    // Preferably a client that will go offline (only offline users are pushed).
+    let goes_offline = |c: usize| {
+        scenario
+            .actions
+            .iter()
+            .any(|a| a.client == c && matches!(a.kind, ActionKind::Offline { .. }))
+    };
+    let candidates = || {
+        w.push_targets
+            .iter()
+            .filter(|(c, t)| PushKind::of(**c) == PushKind::Web && t.len() > 1)
+    };
+    let victim = candidates()
+        .find(|(c, _)| goes_offline(**c))
+        .or_else(|| candidates().next())
+        .map(|(c, t)| (*c, t[1].clone()));
+    if let Some((c, sub)) = victim {
+        push.web.unsubscribe(&sub);
+        w.revoked = Some((sub, now));
+        drop(w);
+        sim.note(format!("c{c}'s second browser unsubscribed from Web Push"));
+    }
 }
 
 fn start_client(
@@ -1314,18 +1392,7 @@ async fn setup(ctx: &HostCtx, client: &Client<Turmoil>) {
         }
     }
     if ctx.scenario.push_clients.contains(&me) {
-        let request = wire::http::PushRegisterRequest {
-            token: Some(push_token(me)),
-            device_token: None,
-            platform: "android".to_owned(),
-        };
-        for _ in 0..10 {
-            if client.push().register(&request).await.is_ok() {
-                ctx.world.borrow_mut().push_registered.insert(me);
-                break;
-            }
-            sleep_ms(RETRY_MS).await;
-        }
+        register_push(ctx, client).await;
     }
     ctx.world.borrow_mut().requested.insert(me);
     wait_until(ctx, |w| w.requested.len() == n).await;
@@ -1388,10 +1455,69 @@ async fn setup(ctx: &HostCtx, client: &Client<Turmoil>) {
     ctx.world.borrow_mut().ready.insert(me);
 }
 
-/// The native push token client `me` registers.
-pub(super) fn push_token(me: usize) -> String {
-    format!("simtoken-c{me}")
+/// Registers this client's push targets ([`PushKind::of`]): two Web Push subscriptions (two
+/// browsers, each subscribed with the key the relay serves), or an FCM or APNs token. A
+/// target counts once the relay acknowledged it.
+async fn register_push(ctx: &HostCtx, client: &Client<Turmoil>) {
+    let me = ctx.me;
+    let mut targets = Vec::new();
+    match PushKind::of(me) {
+        PushKind::Web => {
+            // A browser passes the served key to `pushManager.subscribe`; the stand-in checks
+            // every VAPID JWT against the key the relay was configured with.
+            if client.push().vapid_key().await.is_err() {
+                note(ctx, format!("c{me} could not read the VAPID key"));
+            }
+            for _ in 0..2 {
+                let sub = ctx.push.subscribe();
+                let request = wire::http::PushSubscribeRequest {
+                    endpoint: sub.endpoint.clone(),
+                    keys: wire::http::PushKeys {
+                        p256dh: sub.p256dh.clone(),
+                        auth: sub.auth.clone(),
+                    },
+                };
+                for _ in 0..SETUP_ATTEMPTS {
+                    if client.push().subscribe(&request).await.is_ok() {
+                        targets.push(sub.id);
+                        break;
+                    }
+                    sleep_ms(RETRY_MS).await;
+                }
+            }
+        }
+        kind => {
+            let request = if kind == PushKind::Fcm {
+                wire::http::PushRegisterRequest {
+                    token: Some(pushworld::fcm_token(me)),
+                    device_token: None,
+                    platform: "android".to_owned(),
+                }
+            } else {
+                wire::http::PushRegisterRequest {
+                    token: None,
+                    device_token: Some(pushworld::apns_token(me)),
+                    platform: "ios".to_owned(),
+                }
+            };
+            for _ in 0..SETUP_ATTEMPTS {
+                if client.push().register(&request).await.is_ok() {
+                    targets.extend(request.token.or(request.device_token));
+                    break;
+                }
+                sleep_ms(RETRY_MS).await;
+            }
+        }
+    }
+    if !targets.is_empty() {
+        let mut w = ctx.world.borrow_mut();
+        w.push_registered.insert(me);
+        w.push_targets.insert(me, targets);
+    }
 }
+
+/// Attempts of a push registration in setup.
+const SETUP_ATTEMPTS: u32 = 10;
 
 /// Runs this client's scripted actions at their times; actions due while the host was down
 /// are skipped.

@@ -35,6 +35,8 @@ use rand_core::{Rng as _, SeedableRng as _};
 use serde_json::{Value, json};
 
 use super::pushcrypto::{uncompressed, verify_es256};
+use wire::UnixMs;
+
 use crate::clock::Clock;
 use crate::net::{Network, serve};
 
@@ -68,6 +70,8 @@ pub struct ReceivedApns {
     pub expiration: Option<String>,
     /// The body.
     pub body: Value,
+    /// When it arrived, by the service's stamp clock ([`ApnsService::with_stamp_clock`]).
+    pub at: UnixMs,
 }
 
 struct Inner {
@@ -81,6 +85,7 @@ struct Inner {
 pub struct ApnsService {
     inner: Arc<Mutex<Inner>>,
     clock: Arc<dyn Clock>,
+    stamp: Arc<dyn Clock>,
     key: SecretKey,
     key_id: String,
     team_id: String,
@@ -122,12 +127,20 @@ impl ApnsService {
                 script: VecDeque::new(),
                 received: VecDeque::new(),
             })),
+            stamp: Arc::clone(&clock),
             clock,
             key,
             key_id: key_id.to_owned(),
             team_id: team_id.to_owned(),
             topic: topic.to_owned(),
         }
+    }
+
+    /// Stamps the records' [`ReceivedApns::at`] with `stamp` instead of the checking clock.
+    #[must_use]
+    pub fn with_stamp_clock(mut self, stamp: Arc<dyn Clock>) -> Self {
+        self.stamp = stamp;
+        self
     }
 
     /// The `.p8` signing key (PKCS#8 PEM) the relay is configured with.
@@ -253,6 +266,7 @@ async fn push(
         collapse_id: header_str(&headers, "apns-collapse-id"),
         expiration: header_str(&headers, "apns-expiration"),
         body: parsed.unwrap_or(Value::Null),
+        at: service.stamp.now(),
     });
     drop(inner);
     match reason {

@@ -32,6 +32,8 @@ use rsa::pkcs1::EncodeRsaPublicKey as _;
 use rsa::pkcs8::DecodePrivateKey as _;
 use serde_json::{Value, json};
 
+use wire::UnixMs;
+
 use crate::clock::Clock;
 use crate::net::{Network, serve};
 
@@ -61,6 +63,8 @@ pub struct ReceivedFcm {
     pub token: Option<String>,
     /// The whole `message` object.
     pub message: Value,
+    /// When it arrived, by the service's stamp clock ([`FcmService::with_stamp_clock`]).
+    pub at: UnixMs,
 }
 
 struct Inner {
@@ -78,6 +82,7 @@ struct Inner {
 pub struct FcmService {
     inner: Arc<Mutex<Inner>>,
     clock: Arc<dyn Clock>,
+    stamp: Arc<dyn Clock>,
     decoding: Arc<DecodingKey>,
 }
 
@@ -107,9 +112,17 @@ impl FcmService {
                 token_requests: Vec::new(),
                 next_token: 1,
             })),
+            stamp: Arc::clone(&clock),
             clock,
             decoding: Arc::new(DecodingKey::from_rsa_der(public.as_bytes())),
         }
+    }
+
+    /// Stamps the records' [`ReceivedFcm::at`] with `stamp` instead of the checking clock.
+    #[must_use]
+    pub fn with_stamp_clock(mut self, stamp: Arc<dyn Clock>) -> Self {
+        self.stamp = stamp;
+        self
     }
 
     /// The service-account key file for a relay that reaches this service at `base`
@@ -321,6 +334,7 @@ async fn send(
         authorized,
         token,
         message,
+        at: service.stamp.now(),
     });
     drop(inner);
     match status {

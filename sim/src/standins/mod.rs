@@ -2,8 +2,10 @@
 //!
 //! * [`PaymentProcessor`]: hosted invoice page, then signed webhooks to the relay, with fault
 //!   knobs ([`WebhookPlan`]: delay, duplicates, forged signatures, retries);
-//! * [`PushService`]: records every push the relay server POSTs to its plain-HTTP gateway
-//!   (the simulator's legacy push path, until it uses real delivery);
+//! * [`PushService`]: records every push the relay server POSTs to its legacy plain-HTTP
+//!   gateway ([`RelayServer::with_push_gateway`](crate::server::RelayServer::with_push_gateway));
+//!   nothing in the simulator uses it any more (it delivers for real, `sim::sim::pushworld`),
+//!   it goes when the gateway does;
 //! * [`WebPushService`], [`FcmService`], [`ApnsService`]: the real push services' contracts
 //!   with real cryptography: the Web Push one creates subscriptions, decrypts every RFC 8291
 //!   body and verifies the VAPID JWT; FCM checks the OAuth grant and the data message; APNs

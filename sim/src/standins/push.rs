@@ -1,5 +1,5 @@
-//! The plain-HTTP push gateway stand-in — **the simulator's legacy push path**: records every
-//! push it receives, for the simulator's oracles, until `sim::sim` moves to real delivery
+//! The plain-HTTP push gateway stand-in — **legacy**: records every push it receives. The
+//! simulator no longer uses it: it delivers for real
 //! ([`RelayServer::with_push`](crate::server::RelayServer::with_push) with
 //! [`WebPushService`](super::WebPushService), [`FcmService`](super::FcmService),
 //! [`ApnsService`](super::ApnsService)). Nothing it receives is encrypted or signed.

@@ -34,6 +34,8 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
 
 use super::pushcrypto::{VapidClaims, b64url, decrypt_aes128gcm, uncompressed, verify_vapid};
+use wire::UnixMs;
+
 use crate::clock::Clock;
 use crate::net::{Network, serve};
 
@@ -76,6 +78,8 @@ pub struct ReceivedWebPush {
     pub content_encoding: Option<String>,
     /// Body length.
     pub body_len: usize,
+    /// When it arrived, by the service's stamp clock ([`WebPushService::with_stamp_clock`]).
+    pub at: UnixMs,
 }
 
 struct Sub {
@@ -100,6 +104,7 @@ struct Inner {
 pub struct WebPushService {
     inner: Arc<Mutex<Inner>>,
     clock: Arc<dyn Clock>,
+    stamp: Arc<dyn Clock>,
 }
 
 impl fmt::Debug for WebPushService {
@@ -132,8 +137,18 @@ impl WebPushService {
                 rng: ChaCha20Rng::seed_from_u64(seed),
                 next_id: 1,
             })),
+            stamp: Arc::clone(&clock),
             clock,
         }
+    }
+
+    /// Stamps the records' [`ReceivedWebPush::at`] with `stamp` instead of the checking clock
+    /// (the simulator checks against the relay's clock, which jumps, and times arrivals in
+    /// simulated time).
+    #[must_use]
+    pub fn with_stamp_clock(mut self, stamp: Arc<dyn Clock>) -> Self {
+        self.stamp = stamp;
+        self
     }
 
     /// Creates a subscription whose endpoint is `{base}/wpush/{id}` (`base` is how the relay
@@ -285,6 +300,7 @@ impl WebPushService {
             topic: header_str(headers, "topic"),
             content_encoding: encoding,
             body_len: body.len(),
+            at: self.stamp.now(),
         };
         if inner.received.len() >= MAX_RECORDED_WEB_PUSHES {
             inner.received.pop_front();

@@ -1,0 +1,165 @@
+//! Jepsen mode (`simulate --relay-cmd` / `--relay-url`, `sim::sim::jepsen`) on real sockets:
+//!
+//! * against our `relay` binary (the test build), started from a command template on a data
+//!   directory, with kill -9 + restart, SIGSTOP/SIGCONT and proxy faults: no violations;
+//! * against a deliberately broken relay process (ours with `SeqNotPersisted` planted, run
+//!   from this test binary, [`planted_relay_process`]) killed and restarted on its data
+//!   directory: the violation is reported, with the seed, the plan and the history.
+//!
+//! Not bit-deterministic (real timing): the assertions hold for any timing, not one trace.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+use std::net::SocketAddr;
+
+use relay_core::store::SqliteStore;
+use relay_core::{Config, FsBlobStore, PlantedBug, Relay};
+use sim::net::Tokio;
+use sim::server::RelayServer;
+use sim::sim::jepsen::{self, JepsenConfig, JepsenFault, RelayTarget};
+
+fn relay_cmd() -> String {
+    format!(
+        "{} --listen {{listen}} --data {{data}} --pow-difficulty 0 --log warn",
+        env!("CARGO_BIN_EXE_relay")
+    )
+}
+
+/// Two seeds whose plans kill and pause the relay and run proxy phases: nothing acknowledged
+/// is lost, duplicated or reordered, and everything arrives after healing.
+#[test]
+fn our_relay_binary_survives_kills_pauses_and_proxy_faults() {
+    let cfg = |seed| JepsenConfig {
+        window_ms: 10_000,
+        ..JepsenConfig::new(seed, RelayTarget::Command(relay_cmd()))
+    };
+    let kinds = |seed| -> Vec<&'static str> {
+        jepsen::draw_plan(&cfg(seed))
+            .iter()
+            .map(|e| match e.fault {
+                JepsenFault::Kill { .. } => "kill",
+                JepsenFault::Pause { .. } => "pause",
+                JepsenFault::ProxyPhase { .. } => "proxy",
+                JepsenFault::ProxyClear => "clear",
+            })
+            .collect()
+    };
+    // The first seed whose plan kills, pauses and runs a proxy phase, and the next that kills.
+    let all = (0..200)
+        .find(|&s| {
+            ["kill", "pause", "proxy"]
+                .iter()
+                .all(|k| kinds(s).contains(k))
+        })
+        .expect("a seed with every fault");
+    let kill = (all + 1..all + 200)
+        .find(|&s| kinds(s).contains(&"kill"))
+        .expect("another seed that kills");
+    for seed in [all, kill] {
+        let report = jepsen::run(&cfg(seed)).expect("the harness runs");
+        assert!(report.acked > 0, "no traffic:\n{}", report.to_json());
+        assert!(report.restarts > 0, "seed {seed}: the relay was killed");
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed}: {:?}\n{}",
+            report.violations,
+            report.to_json()
+        );
+        assert_eq!(report.acked, report.received, "seed {seed}");
+    }
+}
+
+const LISTEN_ENV: &str = "SIM_JEPSEN_PLANTED_LISTEN";
+const DATA_ENV: &str = "SIM_JEPSEN_PLANTED_DATA";
+
+/// The deliberately broken relay **process**: this test binary run as
+/// `env SIM_JEPSEN_PLANTED_LISTEN=… SIM_JEPSEN_PLANTED_DATA=… <test binary>
+/// planted_relay_process --exact --ignored` serves our relay (SQLite in the data directory,
+/// as the `relay` binary) with `SeqNotPersisted` planted: the per-conversation seq counter is
+/// not stored, so after a kill -9 and restart new messages reuse seqs. Not a test on its own
+/// (ignored; it serves until killed).
+#[test]
+#[ignore = "the planted relay process of a_broken_relay_process_is_reported_with_the_seed_and_the_history"]
+fn planted_relay_process() {
+    let (Ok(listen), Ok(data)) = (std::env::var(LISTEN_ENV), std::env::var(DATA_ENV)) else {
+        return;
+    };
+    let addr: SocketAddr = listen.parse().unwrap();
+    let dir = std::path::PathBuf::from(data);
+    let config = Config {
+        pow_difficulty: 0,
+        registrations_per_hour_per_addr: 10_000,
+        msgs_per_min_per_user: 10_000,
+        jwt_signing_key: Some(relay_core::JwtSigningKey([7; 32])),
+        planted_bug: Some(PlantedBug::SeqNotPersisted),
+        ..Config::default()
+    };
+    // A fresh RNG stream per process start (ids and tokens must not repeat after a restart).
+    let seed = u64::from(std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let server = RelayServer::new(move || {
+            let store = SqliteStore::open(dir.join("relay.sqlite3"))?;
+            let blobs = FsBlobStore::open(dir.join("blobs"))
+                .map_err(|e| relay_core::store::StoreError::Backend(e.to_string()))?;
+            Relay::with_blobs(config.clone(), Box::new(store), Box::new(blobs), seed)
+        });
+        server
+            .run::<Tokio>(addr, std::future::pending())
+            .await
+            .unwrap();
+    });
+}
+
+/// Jepsen mode against the planted relay process: kills and restarts make it reuse seqs, and
+/// the run reports the violation with its seed and its history.
+#[test]
+fn a_broken_relay_process_is_reported_with_the_seed_and_the_history() {
+    let cmd = format!(
+        "env {LISTEN_ENV}={{listen}} {DATA_ENV}={{data}} {} planted_relay_process --exact --ignored --nocapture",
+        std::env::current_exe().unwrap().display()
+    );
+    // Seeds whose plans kill the relay.
+    let seeds = (0..100).filter(|&s| {
+        let c = JepsenConfig::new(s, RelayTarget::Command(cmd.clone()));
+        let c = JepsenConfig {
+            window_ms: 10_000,
+            ..c
+        };
+        jepsen::draw_plan(&c)
+            .iter()
+            .any(|e| matches!(e.fault, JepsenFault::Kill { .. }))
+    });
+    let mut caught = None;
+    for seed in seeds.take(3) {
+        let config = JepsenConfig {
+            window_ms: 10_000,
+            toxics: Vec::new(),
+            ..JepsenConfig::new(seed, RelayTarget::Command(cmd.clone()))
+        };
+        let report = jepsen::run(&config).expect("the harness runs");
+        if !report.violations.is_empty() {
+            caught = Some(report);
+            break;
+        }
+    }
+    let report = caught.expect("the planted bug is caught within 3 seeds that kill the relay");
+    let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+    assert_eq!(json["seed"], report.seed);
+    assert!(
+        json["history"].as_array().is_some_and(|h| !h.is_empty()),
+        "the history is in the report"
+    );
+    assert!(
+        json["plan"].as_array().is_some_and(|p| !p.is_empty()),
+        "the plan is in the report"
+    );
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.contains("seq-") || v.contains("exactly-once")),
+        "{:?}",
+        report.violations
+    );
+    println!("caught at seed {}: {:?}", report.seed, report.violations);
+}
