@@ -912,6 +912,31 @@ fn unanswered_reauthentication_is_retried_on_the_backoff() {
     assert!(c.is_connected());
 }
 
+/// A re-authentication the relay could not answer (503 while it rebuilds) is pending on the
+/// backoff when the app goes offline; the app's next `connect` must re-authenticate and
+/// reconnect, not wait for a token it no longer has (simulator seed 43 found a client that
+/// never came back).
+#[test]
+fn connect_after_an_unanswered_reauthentication_reauthenticates() {
+    let mut c = ready(0);
+    let (now, r) = drop_and_retry(&mut c, 1);
+    reply(&mut c, now, &r, 401, json!({"error": "TOKEN_EXPIRED"}));
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/auth/challenge");
+    reply(&mut c, now, &r, 503, json!({}));
+    assert!(c.bearer_token().is_none());
+    c.disconnect(now + 1);
+    assert!(c.poll_http().is_none());
+    c.connect(now + 2);
+    auth_round(&mut c, now + 2);
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/ws/ticket");
+    reply(&mut c, now + 2, &r, 200, json!({"ticket": "t-9"}));
+    assert!(c.poll_connection().is_some());
+    c.handle_connected(now + 3).unwrap();
+    assert!(c.is_connected());
+}
+
 #[test]
 fn goaway_never_reauthenticates_on_its_own() {
     let mut c = ready(0);

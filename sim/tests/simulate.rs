@@ -379,15 +379,12 @@ fn retract_survives_a_crash_after_its_commit() {
 /// relay never comes back, not even after the store is healthy again.
 /// `simulate --seed 43 --store memory` (swarm): commits fail at +82 s; 503s to the end.
 ///
-/// Ignored until a client-core fix (found by this seed once the relay delivered pushes for
-/// real, which moved the schedule): the relay recovers, but c0's re-authentication hits the
-/// 503s (`reauth_failed`: token dropped, `WaitingRetry`); the app's `disconnect()` for an
-/// offline spell moves the machine to `Idle`, and its later `connect()` does nothing because
-/// `connect` only reconnects when a token is present (`machine/connection.rs`), so c0 never
-/// comes back. Fix: `connect` re-authenticates with the stored identity when it has no
-/// token.
+/// Since the relay delivers pushes for real (which moved the schedule) this seed also found a
+/// client-core bug: c0's re-authentication hit the 503s (token dropped, retry on the backoff),
+/// the app's `disconnect()` for an offline spell and its later `connect()` then did nothing,
+/// as `connect` only reconnected with a token. Fixed: `connect` re-authenticates with the
+/// stored identity (`machine.rs::connect_after_an_unanswered_reauthentication_reauthenticates`).
 #[test]
-#[ignore = "client-core: connect() after a transient re-auth failure never reconnects"]
 fn relay_recovers_after_a_failed_rebuild() {
     let report = run(&config(43, "swarm", StoreKind::Memory));
     assert!(

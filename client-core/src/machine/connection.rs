@@ -48,6 +48,12 @@ impl<S: ClientStore> Client<S> {
             self.link.reauth_spent = false;
             if self.token.is_some() {
                 self.start_connect(now_ms);
+            } else if self.stored.is_some() {
+                // The token was dropped (refused, or a re-authentication the relay could not
+                // answer was pending when the app went offline): get a new one with the
+                // stored identity; `on_verify` connects.
+                self.link.reauth_spent = true;
+                self.reauthenticate(now_ms);
             }
         }
     }
