@@ -32,6 +32,16 @@ async fn suite_passes_against_the_embedded_relay_on_loopback() {
 /// Runs the cases with ids starting with `only` through a fault proxy per case.
 async fn run_faulted(only: &[&str], plan: &str, seed: u64) -> (Vec<runner::CaseReport>, String) {
     let relay = embedded::start_loopback().await.expect("embedded relay");
+    run_faulted_on(relay, only, plan, seed).await
+}
+
+/// [`run_faulted`] against `relay`.
+async fn run_faulted_on(
+    relay: embedded::EmbeddedRelay,
+    only: &[&str],
+    plan: &str,
+    seed: u64,
+) -> (Vec<runner::CaseReport>, String) {
     let endpoint = Endpoint::parse(&relay.base_url).expect("endpoint");
     let upstream = format!("{}:{}", endpoint.host(), endpoint.port())
         .parse()
@@ -93,4 +103,37 @@ async fn a_dead_link_fails_cases_and_the_report_names_the_faults() {
     assert_eq!(reports[0].status, runner::Status::Fail);
     let json = conformance::report::json(&reports, "relay");
     assert!(json.contains("half_open"), "{json}");
+}
+
+/// A deliberately broken relay (relay-core's planted bug: message-id dedup removed, so a
+/// resend gets a new seq) under network faults: the resend case fails, and the JSON, JUnit
+/// and HTML reports all name the plan and the seed that reproduce the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_relay_under_faults_is_reported_with_its_plan_and_seed() {
+    use sim::net::Tokio;
+    use sim::server::embedded::{TestRelayOptions, start_test_relay_with};
+    let options = TestRelayOptions::default();
+    let mut config = options.config();
+    config.planted_bug = Some(relay_core::PlantedBug::NoMessageDedup);
+    let relay = start_test_relay_with::<Tokio>(options, config)
+        .await
+        .expect("planted relay");
+    let (reports, url) = run_faulted_on(relay, &["MSG-013"], "latency,slicer", 17).await;
+    assert_eq!(reports.len(), 1);
+    let r = &reports[0];
+    assert_eq!(r.status, runner::Status::Fail, "{:?}", r.reason);
+    let faults = r.faults.as_ref().expect("the case ran through its proxy");
+    assert!(!faults.connections.is_empty());
+    let json = conformance::report::json(&reports, &url);
+    let junit = conformance::report::junit(&reports);
+    let html = conformance::report::html(&reports, &url);
+    for (name, text) in [("json", &json), ("junit", &junit), ("html", &html)] {
+        assert!(text.contains("MSG-013"), "{name}: {text}");
+        assert!(text.contains("slicer"), "{name} lacks the plan: {text}");
+        assert!(
+            text.contains(&faults.seed.to_string()),
+            "{name} lacks the seed {}: {text}",
+            faults.seed
+        );
+    }
 }

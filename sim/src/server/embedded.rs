@@ -179,12 +179,18 @@ impl TestRelayOptions {
 
 /// The test relay's server (memory stores, test mode), ready to `run` or `serve` on any network.
 pub fn test_relay_server(options: &TestRelayOptions) -> RelayServer {
+    test_relay_server_with(options, options.config())
+}
+
+/// [`test_relay_server`] with `config` instead of [`TestRelayOptions::config`] (e.g. that
+/// config with one field changed: a limit, or a bug planted for a harness's detection test).
+pub fn test_relay_server_with(options: &TestRelayOptions, config: Config) -> RelayServer {
     let clock: Arc<dyn Clock> = match options.clock {
         TestClock::System => Arc::new(SystemClock),
         TestClock::Sim => Arc::new(SimClock::default()),
     };
     let mut server = RelayServer::in_memory(
-        options.config(),
+        config,
         options.seed,
         MemoryStore::new(),
         MemoryBlobStore::new(),
@@ -234,9 +240,19 @@ impl Drop for TestRelay {
 
 /// Binds `options.listen` on network `N` and serves a test relay on a spawned task.
 pub async fn start_test_relay<N: Network>(options: TestRelayOptions) -> io::Result<TestRelay> {
+    let config = options.config();
+    start_test_relay_with::<N>(options, config).await
+}
+
+/// [`start_test_relay`] with `config` instead of [`TestRelayOptions::config`] (see
+/// [`test_relay_server_with`]).
+pub async fn start_test_relay_with<N: Network>(
+    options: TestRelayOptions,
+    config: Config,
+) -> io::Result<TestRelay> {
     let listener = N::bind(options.listen).await?;
     let addr = axum::serve::Listener::local_addr(&listener)?;
-    let server = test_relay_server(&options);
+    let server = test_relay_server_with(&options, config);
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(server.serve::<N>(listener, async move {
         let _ = stopped.await;
