@@ -1221,15 +1221,11 @@ pub fn check_push(facts: &PushFacts, out: &mut Vec<Violation>) {
                 format!("c{c}'s {:?} push at {} ms: {why}", p.kind, p.at_ms),
             ));
         }
-        if facts
-            .secrets
-            .iter()
-            .any(|s| !s.is_empty() && payload.contains(s.as_str()))
-        {
+        if let Some(found) = facts.secrets.iter().find(|s| contains_word(payload, s)) {
             out.push(Violation::new(
                 O,
                 format!(
-                    "c{c}'s {:?} push at {} ms carries an alias, id or message text",
+                    "c{c}'s {:?} push at {} ms carries an alias, id or message text of the run ({found:?} in {payload})",
                     p.kind, p.at_ms
                 ),
             ));
@@ -1501,6 +1497,18 @@ fn rows(snapshot: &Snapshot) -> Option<Rows> {
     Some(Rows {
         orders: json(Table::Orders),
         quota: json(Table::ChannelQuota),
+    })
+}
+
+/// Whether `needle` occurs in `hay` as a whole word: not inside a longer run of letters and
+/// digits (a vanity alias `400` is not leaked by a TTL of `86400s`).
+fn contains_word(hay: &str, needle: &str) -> bool {
+    if needle.is_empty() {
+        return false;
+    }
+    let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    hay.match_indices(needle).any(|(i, _)| {
+        !word(hay[..i].chars().next_back()) && !word(hay[i + needle.len()..].chars().next())
     })
 }
 
@@ -1971,8 +1979,18 @@ mod push_oracle_tests {
     //! The `push` oracle on hand-built facts: each rule fires on the defect it guards against,
     //! and stays quiet on a clean history.
 
-    use super::{PushFacts, Violation, check_push};
+    use super::{PushFacts, Violation, check_push, contains_word};
     use crate::sim::pushworld::{PushKind, SeenPush};
+
+    /// Seed 20 at the medium scale: the vanity alias `400` "found" in an FCM TTL of `86400s`.
+    #[test]
+    fn a_secret_is_matched_as_a_whole_word_only() {
+        let fcm = r#"{"token":"simfcm-c1","data":{"type":"new_msg"},"android":{"ttl":"86400s"}}"#;
+        assert!(!contains_word(fcm, "400"));
+        assert!(contains_word(r#"{"from":"400"}"#, "400"));
+        assert!(contains_word("alias-4444 x", "alias-4444"));
+        assert!(!contains_word("x", ""));
+    }
 
     const NEW_MSG: &str = r#"{"type":"new_msg"}"#;
 
