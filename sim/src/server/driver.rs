@@ -21,7 +21,6 @@ use wire::{ClientFrame, FrameError, ServerFrame, UnixMs, UserUuid, frames::Goawa
 
 use super::http::Phase;
 use super::leadership::{CLOSE_NOT_LEADER, TermEnd};
-use super::push_gateway::PushJob;
 use super::{MAX_BATCH_INPUTS, OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener};
 use crate::clock::{self, Clock, OffsetClock};
 
@@ -168,13 +167,9 @@ struct ConnEntry {
     queued: Arc<AtomicUsize>,
 }
 
-/// Where the relay's push outputs go.
-pub(super) enum PushSink {
-    /// Real delivery ([`super::PushDelivery`]); gone reports come back to [`Core::run`].
-    Worker(PushWorker),
-    /// The simulator's legacy plain-HTTP gateway ([`super::push_gateway`]).
-    Gateway(mpsc::Sender<PushJob>),
-}
+/// Where the relay's push outputs go: the delivery worker ([`super::PushDelivery`]); gone
+/// reports come back to [`Core::run`].
+pub(super) struct PushSink(pub(super) PushWorker);
 
 /// The next gone report; pends forever once the channel is closed (or without a worker).
 async fn next_gone(gone: &mut Option<mpsc::Receiver<GoneTarget>>) -> GoneTarget {
@@ -625,17 +620,12 @@ impl Core {
         let kind = target.kind();
         match &self.push {
             None => debug!(kind, "push output dropped: push delivery not configured"),
-            Some(PushSink::Worker(worker)) => match worker.submit(user, target, payload) {
+            Some(PushSink(worker)) => match worker.submit(user, target, payload) {
                 // Unconfigured kinds were warned about once at startup; a full queue is
                 // warned about by the worker (rate-limited).
                 Submitted::Queued | Submitted::Unconfigured | Submitted::QueueFull => {}
                 Submitted::Closed => warn!(kind, "push worker stopped: push dropped"),
             },
-            Some(PushSink::Gateway(queue)) => {
-                if queue.try_send(PushJob { target, payload }).is_err() {
-                    warn!("push queue full or worker gone: push dropped (best effort)");
-                }
-            }
         }
     }
 

@@ -84,7 +84,6 @@ pub mod leadership;
 pub mod logging;
 pub mod postgres;
 mod push;
-mod push_gateway;
 pub mod secrets;
 mod ws;
 
@@ -107,7 +106,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{error, info, warn};
 
 use crate::clock::{Clock, OffsetClock, SystemClock};
-use crate::net::{ConnectionCounter, Endpoint, Network, ServeLimits, serve_with_limits};
+use crate::net::{ConnectionCounter, Network, ServeLimits, serve_with_limits};
 
 use self::driver::{CoreParts, PushSink, TermCtx};
 use self::http::Phase;
@@ -116,7 +115,6 @@ use self::leadership::{CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, 
 pub use self::driver::OutboundBytes;
 pub use self::http::{HEALTHZ_PATH, OVERSIZE_DRAIN_BYTES, READYZ_PATH};
 pub use self::push::{NET_PUSH_MAX_IDLE, NetPushTransport, PushDelivery};
-pub use self::push_gateway::{PUSH_QUEUE_CAPACITY, push_path};
 pub use self::ws::{
     CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES, MAX_WRITE_BATCH, WS_MAX_WRITE_BUFFER_BYTES,
     WS_READ_BUFFER_BYTES, WS_WRITE_BUFFER_BYTES,
@@ -154,7 +152,6 @@ pub struct RelayServer {
     mode: Mode,
     clock: Arc<dyn Clock>,
     push: Option<PushDelivery>,
-    push_gateway: Option<Endpoint>,
     test_mode: bool,
     limits: ServeLimits,
     connections: ConnectionCounter,
@@ -166,7 +163,6 @@ impl fmt::Debug for RelayServer {
         f.debug_struct("RelayServer")
             .field("clock", &self.clock)
             .field("push", &self.push)
-            .field("push_gateway", &self.push_gateway)
             .field("test_mode", &self.test_mode)
             .field("limits", &self.limits)
             .finish_non_exhaustive()
@@ -194,7 +190,6 @@ impl RelayServer {
             mode,
             clock: Arc::new(SystemClock),
             push: None,
-            push_gateway: None,
             test_mode: false,
             limits: ServeLimits::default(),
             connections: ConnectionCounter::default(),
@@ -229,22 +224,10 @@ impl RelayServer {
 
     /// Delivers the relay's push outputs for real (Web Push, FCM, APNs; see [`PushDelivery`])
     /// and deletes the targets the push services report gone. The relay's [`Config`] must
-    /// agree ([`PushDelivery::configure`]). Takes precedence over
-    /// [`with_push_gateway`](Self::with_push_gateway).
+    /// agree ([`PushDelivery::configure`]).
     #[must_use]
     pub fn with_push(mut self, delivery: PushDelivery) -> Self {
         self.push = Some(delivery);
-        self
-    }
-
-    /// **The simulator's legacy path**, kept until `sim::sim` moves to
-    /// [`with_push`](Self::with_push): POSTs the relay's push outputs as plain, unencrypted
-    /// JSON to `gateway` (the recording stand-in [`crate::standins::PushService`]); see
-    /// [`push_path`] for the paths. No encryption, no VAPID, no gone reports; the `relay`
-    /// binary no longer offers it.
-    #[must_use]
-    pub fn with_push_gateway(mut self, gateway: Endpoint) -> Self {
-        self.push_gateway = Some(gateway);
         self
     }
 
@@ -390,22 +373,15 @@ impl RelayServer {
     /// Starts push delivery (once per server: it outlives the terms of a campaigning one).
     fn start_push<N: Network>(&mut self) -> CoreParts {
         // The worker signs with the base clock, never the test-mode offset (see `push`).
-        match (self.push.take(), self.push_gateway.take()) {
-            (Some(delivery), _) => {
+        match self.push.take() {
+            Some(delivery) => {
                 let (worker, gone) = delivery.spawn::<N>(Arc::clone(&self.clock));
                 CoreParts {
-                    push: Some(PushSink::Worker(worker)),
+                    push: Some(PushSink(worker)),
                     gone: Some(gone),
                 }
             }
-            (None, Some(gateway)) => {
-                let queue = push_gateway::spawn_worker(N::connector(), gateway);
-                CoreParts {
-                    push: Some(PushSink::Gateway(queue)),
-                    gone: None,
-                }
-            }
-            (None, None) => CoreParts {
+            None => CoreParts {
                 push: None,
                 gone: None,
             },

@@ -2,10 +2,6 @@
 //!
 //! * [`PaymentProcessor`]: hosted invoice page, then signed webhooks to the relay, with fault
 //!   knobs ([`WebhookPlan`]: delay, duplicates, forged signatures, retries);
-//! * [`PushService`]: records every push the relay server POSTs to its legacy plain-HTTP
-//!   gateway ([`RelayServer::with_push_gateway`](crate::server::RelayServer::with_push_gateway));
-//!   nothing in the simulator uses it any more (it delivers for real, `sim::sim::pushworld`),
-//!   it goes when the gateway does;
 //! * [`WebPushService`], [`FcmService`], [`ApnsService`]: the real push services' contracts
 //!   with real cryptography: the Web Push one creates subscriptions, decrypts every RFC 8291
 //!   body and verifies the VAPID JWT; FCM checks the OAuth grant and the data message; APNs
@@ -19,7 +15,6 @@
 mod apns;
 mod fcm;
 mod payments;
-mod push;
 pub mod pushcrypto;
 mod webpush;
 
@@ -35,7 +30,6 @@ pub use payments::{
     MAX_PENDING_PAYMENTS, PayError, Payment, PaymentProcessor, WEBHOOK_TIMEOUT_MS, WebhookDelivery,
     WebhookPlan, sign,
 };
-pub use push::{MAX_PUSH_BODY_BYTES, MAX_RECORDED_PUSHES, PushService, RecordedPush};
 pub use webpush::{
     MAX_RECORDED_WEB_PUSHES, MAX_WEB_PUSH_BODY_BYTES, ReceivedWebPush, WebPushService,
     WebPushSubscription,
