@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 8] = [
+const CASES: [Case; 9] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -84,6 +84,20 @@ const CASES: [Case; 8] = [
         scale: Scale::Small,
         faults: "none",
         oracles: &["push"],
+    },
+    // Issue 14: the store two relays share checks no fencing epoch, so a frozen leader that
+    // resumes after the standby took over writes next to it (split brain). Caught by what
+    // clients see, not by a look at the epochs.
+    Case {
+        bug: Planted::UnfencedStore,
+        scale: Scale::Small,
+        faults: "failover",
+        oracles: &[
+            "seq-unique",
+            "delivered-exactly-once",
+            "seq-order",
+            "receipts-clear",
+        ],
     },
 ];
 
@@ -217,4 +231,10 @@ fn catches_d2_a_stuck_reader_never_released() {
 #[test]
 fn catches_a_relay_that_delivers_no_pushes() {
     detects(Planted::NoPushDelivery);
+}
+
+/// Issue 14: active/standby relays on a store that does not fence a paused old leader.
+#[test]
+fn catches_a_store_that_fences_nothing() {
+    detects(Planted::UnfencedStore);
 }

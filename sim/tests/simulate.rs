@@ -17,7 +17,7 @@ use sim::sim::{Replay, RunConfig, RunReport, run};
 /// included); two swarm seeds add mixes. Chosen among seeds that pass on today's relay: a
 /// slow consumer here pauses for less than the close bound (one that stops for good finds
 /// D2, see [`d2_a_client_that_stops_reading_is_closed`]).
-const SEEDS: [(u64, &str, StoreKind); 10] = [
+const SEEDS: [(u64, &str, StoreKind); 11] = [
     (1, "none", StoreKind::Memory),
     (2, "partition,oneway,hold,latency", StoreKind::Memory),
     (3, "relay-crash,client-crash", StoreKind::Sqlite),
@@ -27,6 +27,7 @@ const SEEDS: [(u64, &str, StoreKind); 10] = [
     (4, "slow-consumer,abuse", StoreKind::Memory),
     (2, "storm,clock-skew,dishonest", StoreKind::Memory),
     (3, "swarm", StoreKind::Memory),
+    (2, "failover", StoreKind::Sqlite),
     (0, "all", StoreKind::Sqlite),
 ];
 
@@ -117,7 +118,12 @@ fn fixed_seeds_pass_every_oracle_and_cover_every_fault_kind() {
 /// crashed host's tasks are dropped never reaches the network).
 #[test]
 fn same_seed_same_trace_in_one_process() {
-    let faults = "relay-crash,client-crash,storm,commit-crash";
+    same_trace_in_one_process("relay-crash,client-crash,storm,commit-crash");
+    // Two relays behind a load balancer, takeovers, a fenced old leader.
+    same_trace_in_one_process("failover,relay-crash");
+}
+
+fn same_trace_in_one_process(faults: &'static str) {
     let first = run(&config(5, faults, StoreKind::Memory));
     for extra in 1..=3 {
         // Shift tokio's process-global task-id counter (the old source of divergence).
@@ -135,7 +141,7 @@ fn same_seed_same_trace_in_one_process() {
         first.trace_hash, second.trace_hash,
         "seed 5 must replay bit for bit in one process"
     );
-    let other_thread = std::thread::spawn(|| run(&config(5, faults, StoreKind::Memory)))
+    let other_thread = std::thread::spawn(move || run(&config(5, faults, StoreKind::Memory)))
         .join()
         .expect("thread");
     assert_eq!(
@@ -482,4 +488,42 @@ fn a_revoked_web_push_subscription_is_answered_gone_and_never_pushed_again() {
         "{}",
         describe(&report, "swarm", StoreKind::Memory)
     );
+}
+
+/// Issue 14 without PostgreSQL: two relays on one store behind a load balancer; the active
+/// one freezes past its lease (twice in this plan), the standby takes over, and the frozen one
+/// resumes with frames in flight: its commits are fenced, nothing acknowledged is lost or
+/// duplicated, and every oracle passes.
+#[test]
+fn a_frozen_leader_is_replaced_and_fenced() {
+    let report = run(&config(0, "failover", StoreKind::Memory));
+    let freezes = report
+        .plan
+        .events
+        .iter()
+        .filter(
+            |e| matches!(e.action, FaultAction::Freeze { ms } if ms > sim::sim::failover::LEASE_MS),
+        )
+        .count();
+    assert!(
+        freezes > 0,
+        "{}",
+        describe(&report, "failover", StoreKind::Memory)
+    );
+    assert!(
+        report.violations.is_empty(),
+        "{}",
+        describe(&report, "failover", StoreKind::Memory)
+    );
+    assert!(
+        report.stats.terms > freezes as u64,
+        "a standby took over after each freeze: {:?}",
+        report.stats
+    );
+    assert!(
+        report.stats.fenced > 0,
+        "the resumed leader's commits were fenced: {:?}",
+        report.stats
+    );
+    assert!(report.stats.acked > 0, "{:?}", report.stats);
 }

@@ -321,6 +321,12 @@ fn one(args: &Args, config: &RunConfig, again: &str) -> anyhow::Result<ExitCode>
         report.stats.loads,
         report.trace_hash
     );
+    if report.stats.terms > 0 {
+        println!(
+            "failover: {} leadership terms, {} commits and loads fenced",
+            report.stats.terms, report.stats.fenced
+        );
+    }
     for v in &report.violations {
         println!("VIOLATION {v}");
     }

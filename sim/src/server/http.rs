@@ -121,13 +121,29 @@ pub(super) async fn readyz(State(app): State<App>) -> Response {
 }
 
 /// On a standby, every route but the probes (and CORS preflights, answered outside) is refused
-/// with 503 `NOT_LEADER` and `Retry-After`, WebSocket upgrades included.
+/// with 503 `NOT_LEADER` and `Retry-After`, WebSocket upgrades included, and the connection is
+/// closed after the answer (`Connection: close`), also when the term ended while the request
+/// was in flight: behind a TCP load balancer a kept-alive connection stays with the relay it
+/// was first sent to, so a client would otherwise ask the old leader forever (found by the
+/// simulator's failover topology, `--faults all` seed 0).
 pub(super) async fn gate(State(app): State<App>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
-    if app.is_standby() && path != HEALTHZ_PATH && path != READYZ_PATH {
-        return not_leader();
+    let probe = path == HEALTHZ_PATH || path == READYZ_PATH;
+    if app.is_standby() && !probe {
+        return close_after(not_leader());
     }
-    next.run(request).await
+    let response = next.run(request).await;
+    if !probe && app.is_standby() && response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return close_after(response);
+    }
+    response
+}
+
+fn close_after(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// 503 `NOT_LEADER` with `Retry-After`: this relay is a standby (another one is active, or

@@ -23,6 +23,7 @@
 //! | `clock-skew` | client clocks run minutes away from the relay's (both ways), from the start |
 //! | `abuse` | a raw client sends malformed frames at a high rate |
 //! | `dishonest` | a raw client makes requests no honest client makes (others' conversations, orders, channels, friendships, identities) |
+//! | `failover` | two relays share the store, one active (a lease and a fencing epoch), behind a load balancer; the active one freezes (SIGSTOP-like) past its lease or powers off, and the standby takes over (see `super::failover`) |
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -73,11 +74,16 @@ pub enum FaultKind {
     Abuse,
     /// Requests an honest client never makes.
     Dishonest,
+    /// Active/standby relays on one shared store (lease + fencing epoch) behind a load
+    /// balancer: the active relay freezes past its lease (a paused process) or powers off, the
+    /// standby takes over, and a frozen relay that resumes must commit nothing. With this
+    /// kind, every relay crash of the plan hits the active relay.
+    Failover,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::Partition,
         Self::OneWay,
         Self::Hold,
@@ -94,6 +100,7 @@ impl FaultKind {
         Self::ClockSkew,
         Self::Abuse,
         Self::Dishonest,
+        Self::Failover,
     ];
 
     /// CLI name.
@@ -115,6 +122,7 @@ impl FaultKind {
             Self::ClockSkew => "clock-skew",
             Self::Abuse => "abuse",
             Self::Dishonest => "dishonest",
+            Self::Failover => "failover",
         }
     }
 
@@ -385,6 +393,12 @@ pub enum FaultAction {
         /// Delay of the restart.
         restart_after_ms: u64,
     },
+    /// The active relay's process freezes for `ms` (SIGSTOP, then SIGCONT): every link of
+    /// its host held, its lease calls unanswered (failover topology only).
+    Freeze {
+        /// Milliseconds.
+        ms: u64,
+    },
     /// Tells a raw client host to do something.
     Hostile {
         /// Host name (`x0`, ...).
@@ -419,6 +433,7 @@ impl fmt::Display for FaultAction {
                 f,
                 "relay powers off mid-batch (restart +{restart_after_ms} ms)"
             ),
+            Self::Freeze { ms } => write!(f, "active relay freezes for {ms} ms"),
             Self::Hostile { host, act } => write!(f, "{host} {act}"),
         }
     }
@@ -655,6 +670,7 @@ impl FaultPlan {
                 FaultAction::StallCommit { .. } => FaultKind::CommitSlow,
                 FaultAction::CrashAfterCommit { .. } => FaultKind::CommitCrash,
                 FaultAction::CrashMidBatch { .. } => FaultKind::BatchCrash,
+                FaultAction::Freeze { .. } => FaultKind::Failover,
                 FaultAction::Hostile { act, .. } => match act {
                     HostileAct::Flood { .. } => FaultKind::Abuse,
                     HostileAct::Dishonest { .. } => FaultKind::Dishonest,
@@ -867,6 +883,19 @@ impl Drawer<'_> {
                     let act = HostileAct::Flood { frames, roll };
                     self.push(at, FaultAction::Hostile { host, act });
                 }
+                FaultKind::Failover => {
+                    // Shorter and longer than the lease: a freeze the leader survives, and
+                    // one it does not (the standby takes over; the frozen relay resumes
+                    // with frames in flight and must commit nothing). Sometimes the active
+                    // relay powers off instead.
+                    let (s, e) = self.span(super::failover::LEASE_MS * 4);
+                    if self.rng.next_u32().is_multiple_of(3) {
+                        self.push(s, FaultAction::Crash { host: RELAY.into() });
+                        self.push(e, FaultAction::Restart { host: RELAY.into() });
+                    } else {
+                        self.push(s, FaultAction::Freeze { ms: e - s });
+                    }
+                }
                 FaultKind::Dishonest => {
                     let Some(host) = self.raw() else { return };
                     // After setup gave the world something to steal.
@@ -927,8 +956,13 @@ impl fmt::Display for FaultPlan {
     }
 }
 
-/// Host name of the relay.
+/// Host name of the relay (with the `failover` kind: of the load balancer in front of
+/// [`RELAY_A`] and [`RELAY_B`]).
 pub const RELAY: &str = "relay";
+/// The first relay of the failover topology.
+pub const RELAY_A: &str = "relay-a";
+/// The second relay of the failover topology.
+pub const RELAY_B: &str = "relay-b";
 /// Host name of the payment processor stand-in.
 pub const PAY: &str = "pay";
 /// Host name of the push-service stand-in (it shares the `pay` host).

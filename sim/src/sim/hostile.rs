@@ -206,7 +206,15 @@ impl std::fmt::Debug for RawWriter {
 /// Opens `/ws?{query}` by hand: `Ok(Some(..))` upgraded, `Ok(None)` refused (with the
 /// status), `Err` when the TCP connection failed.
 pub(super) async fn open_ws(query: &str) -> std::io::Result<Result<(RawReader, RawWriter), u16>> {
-    let stream = TcpStream::connect((RELAY, RELAY_PORT)).await?;
+    open_ws_at(RELAY, query).await
+}
+
+/// [`open_ws`] on `host` (the active relay itself, past the failover topology's balancer).
+async fn open_ws_at(
+    host: &str,
+    query: &str,
+) -> std::io::Result<Result<(RawReader, RawWriter), u16>> {
+    let stream = TcpStream::connect((host, RELAY_PORT)).await?;
     let (read, mut write) = tokio::io::split(stream);
     let request = format!(
         "GET /ws?{query} HTTP/1.1\r\nHost: {RELAY}:{RELAY_PORT}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: c2ltdWxhdGVkLXJhdy1rZXk=\r\nSec-WebSocket-Version: 13\r\n\r\n"
@@ -807,7 +815,10 @@ async fn stop_reading(
     pause_ms: Option<u64>,
 ) -> Findings {
     let mut found = Findings::new();
-    let Ok(Ok((mut reader, mut writer))) = open_ws(&ws_query(account)).await else {
+    // Straight to the active relay in the failover topology: the bound is the relay's, and
+    // the balancer's buffers in between would only need more answers to fill.
+    let target = ctx.world.borrow().active_relay();
+    let Ok(Ok((mut reader, mut writer))) = open_ws_at(&target, &ws_query(account)).await else {
         return found;
     };
     let before = turmoil::established_tcp_stream_count();

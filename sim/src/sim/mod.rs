@@ -14,12 +14,14 @@
 //! history), [`hostile`] (raw clients: floods, dishonest requests, slow consumers, storms),
 //! [`commerce`] (purchases, trades, quota buys, payments through the stand-in, binds, the
 //! end-of-run audit), [`pushworld`] (the push services the relay delivers to for real),
-//! [`oracles`] (named invariants), [`trace`] (app-level records and their
+//! [`failover`] (active/standby relays on a shared store with a lease and a fencing epoch,
+//! behind a load balancer), [`oracles`] (named invariants), [`trace`] (app-level records and their
 //! hash), [`shrink`] (delta debugging of a failing run), `planted` (only with the test-only
 //! feature `planted-bugs`: known bugs to plant, for the detection test); the runner steps
 //! turmoil, applies faults, heals and checks.
 
 pub mod commerce;
+pub mod failover;
 pub mod faults;
 pub mod hostile;
 pub mod jepsen;

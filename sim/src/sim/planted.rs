@@ -40,11 +40,15 @@ pub enum Planted {
     /// ([`RelayServer::with_push`](crate::server::RelayServer::with_push) not called), so the
     /// relay's push outputs are dropped and offline users are never woken.
     NoPushDelivery,
+    /// The shared store of the failover topology (issue 14, `super::failover`) checks no
+    /// fencing epoch: a frozen leader that resumes after the standby took over still commits,
+    /// next to the new leader (split brain).
+    UnfencedStore,
 }
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -53,6 +57,7 @@ impl Planted {
         Self::Relay(PlantedBug::SyncIgnoresWindow),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
+        Self::UnfencedStore,
     ];
 
     /// CLI name.
@@ -68,6 +73,7 @@ impl Planted {
             Self::Relay(PlantedBug::SyncIgnoresWindow) => "sync-ignores-window",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
+            Self::UnfencedStore => "unfenced-store",
         }
     }
 
@@ -75,7 +81,7 @@ impl Planted {
     pub fn relay_bug(self) -> Option<PlantedBug> {
         match self {
             Self::Relay(bug) => Some(bug),
-            Self::NoWriteDeadline | Self::NoPushDelivery => None,
+            Self::NoWriteDeadline | Self::NoPushDelivery | Self::UnfencedStore => None,
         }
     }
 
@@ -86,7 +92,7 @@ impl Planted {
                 write_deadline_ms: NO_WRITE_DEADLINE_MS,
                 ..limits
             },
-            Self::Relay(_) | Self::NoPushDelivery => limits,
+            Self::Relay(_) | Self::NoPushDelivery | Self::UnfencedStore => limits,
         }
     }
 }

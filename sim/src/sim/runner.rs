@@ -45,9 +45,10 @@ use sha2::{Digest as _, Sha256};
 use wire::UnixMs;
 
 use super::commerce::{self, CommerceWorld, Payments};
+use super::failover::{self, SimLeadership};
 use super::faults::{
-    FaultAction, FaultKind, FaultPlan, FaultSelection, HostileAct, PAY, RELAY, STORM_WAVE,
-    STORM_WAVE_MS, StoreChoice,
+    FaultAction, FaultKind, FaultPlan, FaultSelection, HostileAct, PAY, RELAY, RELAY_A, RELAY_B,
+    STORM_WAVE, STORM_WAVE_MS, StoreChoice,
 };
 use super::oracles::{self, Violation};
 use super::pushworld::{self, PushKind, PushWorld};
@@ -261,6 +262,10 @@ pub struct RunStats {
     pub failed_commits: u64,
     /// Relay opens and rebuilds.
     pub loads: u64,
+    /// Leadership terms (failover topology; 0 otherwise).
+    pub terms: u64,
+    /// Commits and loads refused by the fence (failover topology).
+    pub fenced: u64,
 }
 
 /// A raw client's slow-consumer episode.
@@ -356,6 +361,19 @@ pub(super) struct World {
     pub(super) revoked: Option<(String, u64)>,
     /// When the final relay clock jump happened (simulated ms).
     pub(super) final_jump_ms: Option<u64>,
+    /// The failover topology's lease (who is active).
+    pub(super) lease: Option<StoreCtl>,
+}
+
+impl World {
+    /// The host of the active relay: `relay`, or in the failover topology the lease holder
+    /// (`relay`, the balancer, while nobody holds it).
+    pub(super) fn active_relay(&self) -> String {
+        self.lease
+            .as_ref()
+            .and_then(StoreCtl::leader)
+            .unwrap_or_else(|| RELAY.to_owned())
+    }
 }
 
 type Shared = Rc<RefCell<World>>;
@@ -478,6 +496,8 @@ struct Links {
     down: BTreeSet<String>,
     /// Relay links held by a commit stall (restored when it ends).
     stalled: BTreeSet<String>,
+    /// Relay hosts frozen right now (failover): every link of theirs held.
+    frozen: BTreeSet<String>,
 }
 
 impl Links {
@@ -501,6 +521,8 @@ impl Links {
 enum Internal {
     Restart(String),
     EndStall,
+    /// A frozen relay host resumes (failover).
+    Thaw(String),
 }
 
 /// The turmoil world plus the runner's bookkeeping.
@@ -518,6 +540,12 @@ struct Sim<'a> {
     /// The plan's minimum link latency: a slow consumer's link is pinned to it (see
     /// [`FaultAction::Hostile`] in `apply`).
     steady_latency_ms: u64,
+    /// The failover topology: `relay` is a load balancer in front of `relay-a` and `relay-b`
+    /// (see [`super::failover`]); a crash or restart of `relay` hits one of them.
+    failover: bool,
+    /// Relay hosts powered off by a crash of `relay` (failover), oldest first: a restart of
+    /// `relay` starts the oldest.
+    relay_down: VecDeque<String>,
 }
 
 impl Sim<'_> {
@@ -536,8 +564,25 @@ impl Sim<'_> {
         self.internal.entry(at).or_default().push(what);
     }
 
-    /// Cuts every link from `host`, drops its runtime, restores the links.
+    /// Cuts every link from `host`, drops its runtime, restores the links. In the failover
+    /// topology, `relay` means the active relay (the lease holder; else the first relay up).
     fn power_off(&mut self, host: &str) {
+        if self.failover && host == RELAY {
+            let up = |h: &String| !self.links.down.contains(h);
+            let target = self
+                .store
+                .holder()
+                .filter(up)
+                .or_else(|| [RELAY_A, RELAY_B].map(str::to_owned).into_iter().find(up));
+            let Some(target) = target else {
+                self.note("no relay up to power off".into());
+                return;
+            };
+            self.note(format!("the active relay is {target}"));
+            self.relay_down.push_back(target.clone());
+            self.power_off(&target);
+            return;
+        }
         if !self.links.down.insert(host.to_owned()) {
             return;
         }
@@ -549,6 +594,10 @@ impl Sim<'_> {
             self.store.set_powered_off(true);
             let now = self.now();
             self.world.borrow_mut().relay_off_ms.push(now);
+        } else if host == RELAY_A || host == RELAY_B {
+            self.store.set_dead(host, true);
+            let now = self.now();
+            self.world.borrow_mut().relay_off_ms.push(now);
         }
         self.sim.crash(host);
         for h in &others {
@@ -558,9 +607,12 @@ impl Sim<'_> {
 
     /// Puts the direction `from → to` back to its tracked state (after a power-off cut it).
     fn restore(&mut self, from: &str, to: &str) {
+        let frozen = self.links.frozen.contains(from) || self.links.frozen.contains(to);
         match self.links.get(from, to) {
             Dir::Healthy
-                if self.links.stalled.contains(to) || self.links.stalled.contains(from) =>
+                if frozen
+                    || self.links.stalled.contains(to)
+                    || self.links.stalled.contains(from) =>
             {
                 self.sim.hold(from, to);
             }
@@ -576,11 +628,61 @@ impl Sim<'_> {
     }
 
     fn power_on(&mut self, host: &str) {
+        if self.failover && host == RELAY {
+            if let Some(target) = self.relay_down.pop_front() {
+                self.power_on(&target);
+            }
+            return;
+        }
         if self.links.down.remove(host) {
             if host == RELAY {
                 self.store.set_powered_off(false);
+            } else if host == RELAY_A || host == RELAY_B {
+                self.store.set_dead(host, false);
             }
             self.sim.bounce(host);
+        }
+    }
+
+    /// Freezes the active relay (failover): every link of its host held, its lease calls
+    /// unanswered, until `until`.
+    fn freeze(&mut self, until: u64) {
+        if !self.failover {
+            return;
+        }
+        let target = self
+            .store
+            .holder()
+            .filter(|h| !self.links.down.contains(h) && !self.links.frozen.contains(h));
+        let Some(target) = target else {
+            self.note("no active relay to freeze".into());
+            return;
+        };
+        self.note(format!("the active relay is {target}"));
+        self.links.frozen.insert(target.clone());
+        self.store.set_frozen(&target, true);
+        let others: Vec<String> = self
+            .hosts
+            .iter()
+            .filter(|h| **h != target)
+            .cloned()
+            .collect();
+        for h in &others {
+            self.sim.hold(target.as_str(), h.as_str());
+        }
+        let now = self.now();
+        self.world.borrow_mut().relay_off_ms.push(now);
+        self.schedule(until, Internal::Thaw(target));
+    }
+
+    fn thaw(&mut self, host: &str) {
+        if !self.links.frozen.remove(host) {
+            return;
+        }
+        self.store.set_frozen(host, false);
+        let others: Vec<String> = self.hosts.iter().filter(|h| *h != host).cloned().collect();
+        for h in &others {
+            self.sim.release(host, h.as_str());
         }
     }
 
@@ -630,6 +732,7 @@ impl Sim<'_> {
             FaultAction::CrashMidBatch { restart_after_ms } => {
                 self.store.crash_mid_batch(*restart_after_ms);
             }
+            FaultAction::Freeze { ms } => self.freeze(now + ms),
             FaultAction::Hostile { host, act } => {
                 if matches!(act, HostileAct::StopReading { .. }) {
                     // The slow consumer's link gets a steady latency from now on. Under
@@ -637,11 +740,19 @@ impl Sim<'_> {
                     // clump with one write, and turmoil's window counts writes: the relay's
                     // writes might then never block, and the stuck-client oracle would hold it
                     // to a close it has no reason to make (seed 8, `--faults all`).
-                    self.sim.set_link_latency(
-                        host.as_str(),
-                        RELAY,
-                        Duration::from_millis(self.steady_latency_ms),
-                    );
+                    // (It goes straight to the active relay in the failover topology.)
+                    let relays: &[&str] = if self.failover {
+                        &[RELAY, RELAY_A, RELAY_B]
+                    } else {
+                        &[RELAY]
+                    };
+                    for &relay in relays {
+                        self.sim.set_link_latency(
+                            host.as_str(),
+                            relay,
+                            Duration::from_millis(self.steady_latency_ms),
+                        );
+                    }
                 }
                 world
                     .borrow_mut()
@@ -701,6 +812,7 @@ impl Sim<'_> {
                 match what {
                     Internal::Restart(h) => self.power_on(&h),
                     Internal::EndStall => self.end_stall(),
+                    Internal::Thaw(h) => self.thaw(&h),
                 }
             }
         }
@@ -710,6 +822,9 @@ impl Sim<'_> {
     /// store faults off, resets latency.
     fn heal(&mut self, plan: &FaultPlan) {
         self.end_stall();
+        for h in self.links.frozen.clone() {
+            self.thaw(&h);
+        }
         self.store.heal();
         let hosts = self.hosts.clone();
         for h in hosts.iter().filter(|h| *h != RELAY) {
@@ -723,9 +838,12 @@ impl Sim<'_> {
             v.retain(|i| !matches!(i, Internal::EndStall));
             !v.is_empty()
         });
+        self.relay_down.clear();
         for h in std::mem::take(&mut self.links.down) {
             if h == RELAY {
                 self.store.set_powered_off(false);
+            } else if h == RELAY_A || h == RELAY_B {
+                self.store.set_dead(&h, false);
             }
             self.sim.bounce(h.as_str());
         }
@@ -784,7 +902,16 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
         trace: trace.clone(),
         world: world.clone(),
         steady_latency_ms: plan.latency_ms.0,
+        failover: plan.kinds.contains(&FaultKind::Failover),
+        relay_down: VecDeque::new(),
     };
+    if sim.failover {
+        world.borrow_mut().lease = Some(store.ctl().clone());
+    }
+    #[cfg(feature = "planted-bugs")]
+    if relay.unfenced {
+        store.ctl().set_unfenced();
+    }
 
     // The relay: its store and blobs outlive crashes.
     let blobs = MemoryBlobStore::new();
@@ -796,7 +923,64 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
             .try_into()
             .unwrap_or([0; 8]),
     );
-    {
+    if sim.failover {
+        let ctl = store.ctl().clone();
+        sim.hosts.push(RELAY.to_owned());
+        sim.sim.host(RELAY, move || {
+            let ctl = ctl.clone();
+            async move {
+                failover::balancer(ctl, RELAY_PORT).await?;
+                Ok(())
+            }
+        });
+        for (n, host) in [RELAY_A, RELAY_B].into_iter().enumerate() {
+            let relay_seed = u64::from_le_bytes(
+                derive_seed(seed, TAG_RELAY, n as u64 + 1)[..8]
+                    .try_into()
+                    .unwrap_or([0; 8]),
+            );
+            let (store, blobs, config) = (store.clone(), blobs.clone(), relay_config.clone());
+            let clock = relay_clock.clone();
+            let push = push.clone();
+            sim.hosts.push(host.to_owned());
+            sim.sim.host(host, move || {
+                let (store, blobs, config) = (store.clone(), blobs.clone(), config.clone());
+                let (clock, push) = (clock.clone(), push.clone());
+                async move {
+                    loop {
+                        let mut config = config.clone();
+                        let delivery = push.delivery(&mut config);
+                        let blobs = blobs.clone();
+                        let make: failover::MakeRelay = Arc::new(move |fenced| {
+                            Relay::with_blobs(
+                                config.clone(),
+                                Box::new(fenced),
+                                Box::new(blobs.clone()),
+                                relay_seed,
+                            )
+                        });
+                        let leadership = SimLeadership::new(host, store.clone(), make);
+                        let mut server = RelayServer::campaigning(leadership)
+                            .with_limits(limits)
+                            .with_clock(clock.clone());
+                        if deliver_pushes {
+                            server = server.with_push(delivery);
+                        }
+                        let served = server
+                            .run::<Turmoil>(
+                                SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
+                                std::future::pending(),
+                            )
+                            .await;
+                        if let Err(error) = served {
+                            tracing::warn!(%error, "relay exited; the supervisor restarts it");
+                        }
+                        sleep_ms(RELAY_RESTART_MS).await;
+                    }
+                }
+            });
+        }
+    } else {
         let store = store.clone();
         let clock = relay_clock.clone();
         let push = push.clone();
@@ -1056,6 +1240,22 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
             seen.iter().filter(|p| p.gone).count()
         ),
     });
+    if sim.failover {
+        let history = store.ctl().history();
+        let terms: Vec<String> = history
+            .terms
+            .iter()
+            .map(|(at, host, epoch)| format!("{host} epoch {epoch} at {at} ms"))
+            .collect();
+        trace.push(Record::Note {
+            t_ms: end_ms,
+            text: format!(
+                "failover: terms [{}]; commits and loads fenced: {}",
+                terms.join(", "),
+                history.counts.fenced
+            ),
+        });
+    }
     trace.push(Record::Note {
         t_ms: end_ms,
         text: "end".into(),
@@ -1127,6 +1327,8 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
             commits: history.counts.commits,
             failed_commits: history.counts.failed,
             loads: history.counts.loads,
+            terms: history.terms.len() as u64,
+            fenced: history.counts.fenced,
         },
     }
 }
@@ -1138,6 +1340,9 @@ struct RelaySetup {
     limits: ServeLimits,
     /// Push delivery on (off only with a planted bug).
     push: bool,
+    /// Planted: the shared store of the failover topology checks no epoch.
+    #[cfg(feature = "planted-bugs")]
+    unfenced: bool,
 }
 
 impl RelaySetup {
@@ -1162,6 +1367,8 @@ impl RelaySetup {
             push: run.planted != Some(super::planted::Planted::NoPushDelivery),
             #[cfg(not(feature = "planted-bugs"))]
             push: true,
+            #[cfg(feature = "planted-bugs")]
+            unfenced: run.planted == Some(super::planted::Planted::UnfencedStore),
         }
     }
 }

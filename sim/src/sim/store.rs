@@ -27,6 +27,13 @@
 //! only advances between turmoil steps, so the runner models it as a stall of the relay
 //! (every link of the relay held for the duration).
 //!
+//! **Failover** (the `failover` fault kind, see `super::failover`): the store is the database
+//! two relays share. It keeps a lease (holder, expiry in simulated ms) and the fencing epoch,
+//! which every leadership win increments; a store opened by a leader with
+//! [`SimStore::open_fenced`] checks, in the same step as the write, that its epoch is still
+//! the current one, and refuses with [`StoreError::Fenced`] otherwise (loads too). A frozen
+//! host's lease calls go unanswered; a powered-off host's lease lapses (it never resigns).
+//!
 //! History: every committed `Messages` row (id, seq, recipient, when), every deletion of one
 //! (when), every committed order id, and for SQLite a model of the committed content that
 //! every `load` must return exactly (every table, every row).
@@ -80,6 +87,8 @@ pub struct History {
     pub load_mismatches: Vec<(u64, String)>,
     /// Commits attempted while the relay was powered off: `(ms)`.
     pub commits_while_off: Vec<u64>,
+    /// Leadership wins (failover topology): `(ms, host, epoch)`.
+    pub terms: Vec<(u64, String, u64)>,
     /// Commits that succeeded, failed by injection, and loads.
     pub counts: Counts,
 }
@@ -95,6 +104,8 @@ pub struct Counts {
     pub loads: u64,
     /// Loads failed by an injected fault.
     pub failed_loads: u64,
+    /// Commits and loads refused because their epoch was over (failover topology).
+    pub fenced: u64,
 }
 
 /// A power-off the store asks the runner for (crash after commit / mid-batch).
@@ -116,6 +127,34 @@ struct Ctl {
     history: History,
     /// SQLite: the committed content as a model (memory: the store is its own model).
     model: Option<Snapshot>,
+    /// Failover topology: the leadership lease and the fencing epoch.
+    lease: Lease,
+}
+
+/// The leadership lease of the failover topology (see the module docs).
+#[derive(Debug, Default)]
+struct Lease {
+    holder: Option<String>,
+    /// The current epoch (0: nobody ever led).
+    epoch: u64,
+    until_ms: u64,
+    /// Hosts whose process is frozen: their lease calls go unanswered.
+    frozen: BTreeSet<String>,
+    /// Hosts powered off: their runtime is dropped without resigning.
+    dead: BTreeSet<String>,
+    /// Planted (test-only): commits and loads are not checked against the epoch.
+    unfenced: bool,
+}
+
+/// The answer to a lease renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Renewal {
+    /// Still the leader, until `now + lease`.
+    Renewed,
+    /// No answer (the host is frozen; it learns nothing and tries again).
+    Unanswered,
+    /// The term is over (the lease lapsed and another relay took over, or it resigned).
+    Lost(String),
 }
 
 /// The runner's handle on the store faults and history (clones share them).
@@ -178,6 +217,95 @@ impl StoreCtl {
     pub fn history(&self) -> History {
         self.lock().history.clone()
     }
+
+    /// Failover: `host` campaigns; it wins when nobody holds a live lease (the epoch moves
+    /// on). `None`: not now (someone leads, or `host` is frozen).
+    pub fn try_lead(&self, host: &str, lease_ms: u64) -> Option<u64> {
+        let now = now_ms();
+        let mut c = self.lock();
+        let l = &mut c.lease;
+        if l.frozen.contains(host) || l.dead.contains(host) {
+            return None;
+        }
+        if l.holder.is_some() && now < l.until_ms {
+            return None;
+        }
+        l.holder = Some(host.to_owned());
+        l.epoch += 1;
+        l.until_ms = now + lease_ms;
+        let epoch = l.epoch;
+        c.history.terms.push((now, host.to_owned(), epoch));
+        Some(epoch)
+    }
+
+    /// Failover: the leader of `epoch` renews its lease.
+    pub fn renew(&self, host: &str, epoch: u64, lease_ms: u64) -> Renewal {
+        let now = now_ms();
+        let mut c = self.lock();
+        let l = &mut c.lease;
+        if l.frozen.contains(host) {
+            return Renewal::Unanswered;
+        }
+        if l.epoch != epoch || l.holder.as_deref() != Some(host) {
+            return Renewal::Lost(format!(
+                "epoch {epoch} is over (the current one is {})",
+                l.epoch
+            ));
+        }
+        // Also when the lease lapsed but nobody took over yet: the epoch is still this
+        // leader's, so what it committed meanwhile is safe.
+        l.until_ms = now + lease_ms;
+        Renewal::Renewed
+    }
+
+    /// Failover: the leader of `epoch` steps down (its term ended or its server stopped). A
+    /// powered-off host never resigns: its lease lapses.
+    pub fn resign(&self, host: &str, epoch: u64) {
+        let mut c = self.lock();
+        let l = &mut c.lease;
+        if !l.dead.contains(host) && l.epoch == epoch && l.holder.as_deref() == Some(host) {
+            l.holder = None;
+        }
+    }
+
+    /// Failover: where the load balancer sends new connections (the lease holder, unless it
+    /// powered off: an instant health check; a frozen one still gets them).
+    pub fn leader(&self) -> Option<String> {
+        let c = self.lock();
+        c.lease.holder.clone().filter(|h| !c.lease.dead.contains(h))
+    }
+
+    /// Failover: the holder of the lease, live or lapsed (the relay a crash fault hits).
+    pub fn holder(&self) -> Option<String> {
+        self.lock().lease.holder.clone()
+    }
+
+    /// Failover: `host`'s process freezes (`true`) or resumes.
+    pub fn set_frozen(&self, host: &str, frozen: bool) {
+        let mut c = self.lock();
+        if frozen {
+            c.lease.frozen.insert(host.to_owned());
+        } else {
+            c.lease.frozen.remove(host);
+        }
+    }
+
+    /// Failover: `host` powers off (`true`) or on. A relay that dies ends its store's crash
+    /// outage (the database itself is fine; the standby may commit).
+    pub fn set_dead(&self, host: &str, dead: bool) {
+        let mut c = self.lock();
+        if dead {
+            c.lease.dead.insert(host.to_owned());
+            c.down_until_restart = false;
+        } else {
+            c.lease.dead.remove(host);
+        }
+    }
+
+    /// Planted (test-only): the store stops checking epochs.
+    pub fn set_unfenced(&self) {
+        self.lock().lease.unfenced = true;
+    }
 }
 
 fn now_ms() -> u64 {
@@ -198,6 +326,21 @@ fn text(v: &serde_json::Value, field: &str) -> String {
 impl Ctl {
     fn is_down(&self) -> bool {
         self.down_until_restart || self.down_until_ms.is_some_and(|u| now_ms() < u)
+    }
+
+    /// The fence: `Err` when a store opened for `fence` (host, epoch) may no longer write.
+    fn fenced(&mut self, fence: Option<&(String, u64)>) -> Result<(), StoreError> {
+        let Some((host, epoch)) = fence else {
+            return Ok(());
+        };
+        if self.lease.dead.contains(host) {
+            self.history.commits_while_off.push(now_ms());
+        }
+        if self.lease.unfenced || self.lease.epoch == *epoch {
+            return Ok(());
+        }
+        self.history.counts.fenced += 1;
+        Err(StoreError::Fenced { epoch: *epoch })
     }
 
     fn record(&mut self, batch: &Batch) {
@@ -324,6 +467,8 @@ enum Backend {
 pub struct FaultyStore {
     backend: Backend,
     ctl: StoreCtl,
+    /// Failover: the (host, epoch) this store was opened for.
+    fence: Option<(String, u64)>,
 }
 
 impl FaultyStore {
@@ -338,6 +483,7 @@ impl FaultyStore {
 impl Store for FaultyStore {
     fn load(&mut self) -> Result<Snapshot, StoreError> {
         let ctl = self.ctl.clone();
+        ctl.lock().fenced(self.fence.as_ref())?;
         if ctl.lock().is_down() {
             ctl.lock().history.counts.failed_loads += 1;
             return Err(StoreError::Backend("injected: store down".into()));
@@ -357,6 +503,7 @@ impl Store for FaultyStore {
         let ctl = self.ctl.clone();
         {
             let mut c = ctl.lock();
+            c.fenced(self.fence.as_ref())?;
             if c.powered_off {
                 let at = now_ms();
                 c.history.commits_while_off.push(at);
@@ -468,7 +615,16 @@ impl SimStore {
         Ok(FaultyStore {
             backend,
             ctl: self.ctl.clone(),
+            fence: None,
         })
+    }
+
+    /// Opens the store for the leader of `epoch` on `host` (failover): every commit and load
+    /// first checks that `epoch` is still the current one.
+    pub fn open_fenced(&self, host: &str, epoch: u64) -> Result<FaultyStore, StoreError> {
+        let mut store = self.open()?;
+        store.fence = Some((host.to_owned(), epoch));
+        Ok(store)
     }
 
     /// The committed content, read through a separate handle (no faults, not recorded).
