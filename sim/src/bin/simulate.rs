@@ -73,7 +73,8 @@ struct Args {
     /// Fault kinds: `swarm` (random subset per seed), `all`, `none`, or a comma-separated
     /// list of partition, oneway, hold, latency, relay-crash, client-crash, webhook,
     /// commit-fail, commit-slow, commit-crash, batch-crash, slow-consumer, storm,
-    /// clock-skew, abuse, dishonest.
+    /// clock-skew, abuse, dishonest, failover (two relays on one store behind a load
+    /// balancer; the active one freezes or dies and the standby takes over).
     #[arg(long, default_value = "swarm")]
     faults: FaultSelection,
 

@@ -13,7 +13,8 @@
 //!                      stand-ins, the raw clients' findings and the logs
 //! ```
 //!
-//! Hosts: `relay`, client hosts (`c0`.. one account each; `h0`.. several accounts each at the
+//! Hosts: `relay` (with the `failover` fault kind: a load balancer in front of `relay-a` and
+//! `relay-b`, see [`super::failover`]), client hosts (`c0`.. one account each; `h0`.. several accounts each at the
 //! large scale), strangers `x0`.. (raw clients, [`super::hostile`]), and `pay`, the outside
 //! world: the payment processor stand-in on [`PAY_PORT`], a forger on [`FORGER_PORT`], the
 //! push services (Web Push on [`PUSH_PORT`], FCM and APNs next to it; the relay delivers to
