@@ -462,12 +462,13 @@ fn a_relay_power_off_armed_by_a_store_fault_is_exempt_when_it_happens() {
 }
 
 /// Issue 12: the relay delivers pushes for real (Web Push, FCM, APNs stand-ins; see
-/// `sim::sim::pushworld`). In seed 4 one of c0's two browsers unsubscribes when traffic
-/// starts; c0 goes offline and is pushed: the unsubscribed one answers 410 once, the relay
-/// deletes it, and the `push` oracle finds no later push to it (nor any other push defect).
+/// `sim::sim::pushworld`). In seed 11 (swarm: partitions, relay crashes, storage faults, raw
+/// clients) one of c0's two browsers unsubscribes when traffic starts; c0 goes offline and is
+/// pushed: the unsubscribed one answers 410 once, the relay deletes it, and the `push` oracle
+/// finds no later push to it (nor any other push defect).
 #[test]
 fn a_revoked_web_push_subscription_is_answered_gone_and_never_pushed_again() {
-    let report = run(&config(4, "swarm", StoreKind::Memory));
+    let report = run(&config(11, "swarm", StoreKind::Memory));
     let summary = report
         .trace
         .iter()
