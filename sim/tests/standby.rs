@@ -80,7 +80,7 @@ fn a_standby_refuses_with_not_leader_and_closes_the_connection() {
     let (switch, on) = watch::channel(false);
     let term: Arc<Mutex<Option<TermEnd>>> = Arc::default();
     {
-        let (on, term) = (on.clone(), Arc::clone(&term));
+        let term = Arc::clone(&term);
         sim.host(RELAY, move || {
             let leadership = Switch {
                 on: on.clone(),
