@@ -15,7 +15,9 @@
 //!     let leader = match campaign(config.clone(), CampaignOptions::default()).await {
 //!         Ok(leader) => leader,
 //!         Err(e) => {
-//!             // database unreachable, newer schema, …: log and retry with a backoff
+//!             // database unreachable, …: log and retry with a backoff; a newer schema
+//!             // (`PgError::SchemaVersion`) or keys other than the recorded ones
+//!             // (`PgError::KeysDiffer`): stop, retrying cannot help
 //! #           let _ = e;
 //!             continue;
 //!         }

@@ -169,7 +169,7 @@ fn a_leader_with_another_jwt_key_refuses_to_lead_writes_nothing_and_frees_the_lo
         assert!(text.contains(part), "{part}: {text}");
     }
     // Short prefixes only, in the text and in Debug.
-    for shown in [text.clone(), format!("{err:?}")] {
+    for shown in [text, format!("{err:?}")] {
         for fp in [JWT_A, JWT_B] {
             assert!(!shown.contains(&hex(fp)[..16]), "{shown}");
         }

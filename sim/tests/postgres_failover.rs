@@ -721,6 +721,52 @@ async fn a_rotation_records_the_new_keys_and_refuses_relays_left_on_the_old_ones
     wait_ready(&b).await;
 }
 
+/// `--rotate-jwt-key` replaces the record in the first term the process wins only: a rotating
+/// relay that lost its term (paused past the server's idle timeout) and then wins again after
+/// another relay rotated once more does not put its key back; it refuses to lead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_is_recorded_once_and_never_undoes_a_later_one() {
+    let Some(url) = database("rotation_once") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let schema = format!("rotation_once_{}", std::process::id());
+    let dir_r = tmp.path().join("r");
+    let mut r = Relay::start_with(
+        &url,
+        &schema,
+        &dir_r,
+        tmp.path().join("r.log"),
+        &["--rotate-jwt-key"],
+    );
+    let first = wait_ready(&r).await;
+    // A second rotation, from a copy, on a standby that takes over while R is paused.
+    let dir_x = tmp.path().join("x");
+    copy_secrets(&dir_r, &dir_x);
+    let mut x = Relay::start_with(
+        &url,
+        &schema,
+        &dir_x,
+        tmp.path().join("x.log"),
+        &["--rotate-jwt-key"],
+    );
+    wait_standby(&x).await;
+    r.signal("-STOP");
+    let second = wait_ready(&x).await;
+    assert!(second["epoch"].as_u64() > first["epoch"].as_u64());
+    r.signal("-CONT");
+    wait_standby(&r).await;
+    // R campaigns again; when X dies, R wins the lock and must refuse (X's key is the record).
+    x.kill();
+    let status = r.exited().await;
+    let log = r.log();
+    assert!(!status.success(), "{status}:\n{log}");
+    assert!(
+        log.contains("refusing to lead") && log.contains("the jwt key here"),
+        "{log}"
+    );
+}
+
 /// Without PostgreSQL: the probes of a single relay (always ready once serving), the flags in
 /// `--help`, and `--postgres` without a shared secrets directory refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -755,6 +801,8 @@ async fn a_single_relay_is_live_and_ready_and_postgres_needs_a_secrets_dir() {
         "--pg-schema",
         "--secrets-dir",
         "--blob-dir",
+        "--rotate-jwt-key",
+        "--rotate-vapid-key",
         "DATABASE_URL",
         "RELAY_POSTGRES_PASSWORD_FILE",
     ] {
@@ -784,4 +832,28 @@ async fn a_single_relay_is_live_and_ready_and_postgres_needs_a_secrets_dir() {
         .output()
         .unwrap();
     assert!(!out.status.success(), "--memory and --postgres together");
+    // A rotation needs a key that outlives the process (and, for VAPID, Web Push).
+    for flags in [
+        &["--memory", "--rotate-jwt-key"][..],
+        &[
+            "--memory",
+            "--rotate-vapid-key",
+            "--vapid-subject",
+            "mailto:ops@example.org",
+        ],
+        &["--memory", "--rotate-vapid-key"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+            .args(flags)
+            .args(["--listen", &free_addr().to_string()])
+            .env_remove("RELAY_VAPID_SUBJECT")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?}: {text}");
+        assert!(
+            text.contains("--data DIR or --postgres") || text.contains("--vapid-subject"),
+            "{flags:?}: {text}"
+        );
+    }
 }
