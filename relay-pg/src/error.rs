@@ -33,6 +33,11 @@ pub enum PgError {
         /// The epoch this writer held.
         epoch: u64,
     },
+    /// A key of this relay is not the one the relays of this schema use (its fingerprint differs
+    /// from the recorded one): the candidate refused to lead and wrote nothing. Every mismatch
+    /// is listed; fingerprints are shown as short prefixes.
+    #[error("this relay's keys are not the ones recorded for this database: {}", crate::keys::describe_mismatches(.0))]
+    KeysDiffer(Vec<crate::KeyMismatch>),
     /// The store's background thread is gone (it panicked or the process is shutting down).
     #[error("the PostgreSQL worker thread has stopped")]
     Stopped,

@@ -10,13 +10,14 @@
 //!
 //! See the crate documentation for the guarantees and what they rely on.
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
 
 use tokio::sync::{oneshot, watch};
 use tokio_postgres::{Client, NoTls, error::SqlState};
 
 use crate::{
-    PgConfig, PgError, PgStore, error::describe, runtime::PgRuntime, schema, store::session_options,
+    KeyClaim, KeyKind, PgConfig, PgError, PgStore, error::describe, keys, runtime::PgRuntime,
+    schema, store::session_options,
 };
 
 /// Advisory-lock class of leadership (`'RLY1'`): the lock key is `class << 32 | schema oid`, so
@@ -59,6 +60,10 @@ pub struct CampaignOptions {
     pub heartbeat_interval_ms: u64,
     /// See [`HEARTBEAT_TIMEOUT_MS`].
     pub heartbeat_timeout_ms: u64,
+    /// Fingerprints of the keys this relay uses, checked against (or recorded as) the ones of
+    /// every relay of the schema when it wins (see [the crate doc](crate#keys-shared-by-every-relay)).
+    /// Empty by default: nothing checked.
+    pub keys: BTreeMap<KeyKind, KeyClaim>,
 }
 
 impl Default for CampaignOptions {
@@ -68,6 +73,7 @@ impl Default for CampaignOptions {
             lock_wait_ms: CAMPAIGN_LOCK_WAIT_MS,
             heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
             heartbeat_timeout_ms: HEARTBEAT_TIMEOUT_MS,
+            keys: BTreeMap::new(),
         }
     }
 }
@@ -177,7 +183,9 @@ impl fmt::Debug for Leader {
 /// be awaited on any executor; dropping it abandons the campaign (and its connection).
 ///
 /// Fails on a connection or SQL error (the caller retries with its own backoff; a standby that
-/// loses its database connection while waiting fails too) or on a newer schema.
+/// loses its database connection while waiting fails too), on a newer schema, or, once it would
+/// lead, with [`PgError::KeysDiffer`] when one of [`CampaignOptions::keys`] is not the recorded
+/// one (nothing written; retrying cannot help).
 pub async fn campaign(config: PgConfig, options: CampaignOptions) -> Result<Leader, PgError> {
     let runtime = Arc::new(PgRuntime::start()?);
     let task = campaign_task(config.clone(), options);
@@ -307,10 +315,15 @@ async fn campaign_task(config: PgConfig, options: CampaignOptions) -> Result<Ele
         let _ = ended_tx.send(why);
     });
     schema::bootstrap(&mut client, &schema).await?;
+    keys::warn_early(&client, &schema, &options.keys).await?;
     let key = lock_key(&client, &schema).await?;
     tracing::info!(target_db = %config, "standby: waiting for leadership");
     wait_for_lock(&client, key, options.lock_wait_ms).await?;
-    let epoch = schema::migrate_and_bump(&mut client, &schema, &holder).await?;
+    let (epoch, key_events) =
+        schema::migrate_and_bump(&mut client, &schema, &holder, &options.keys).await?;
+    for event in &key_events {
+        event.log();
+    }
     // From now on the heartbeat keeps the session busy: if it stops (a paused process), the
     // server ends the session and the lock goes to a standby.
     client

@@ -15,7 +15,9 @@
 //!     let leader = match campaign(config.clone(), CampaignOptions::default()).await {
 //!         Ok(leader) => leader,
 //!         Err(e) => {
-//!             // database unreachable, newer schema, …: log and retry with a backoff
+//!             // database unreachable, …: log and retry with a backoff; a newer schema
+//!             // (`PgError::SchemaVersion`) or keys other than the recorded ones
+//!             // (`PgError::KeysDiffer`): stop, retrying cannot help
 //! #           let _ = e;
 //!             continue;
 //!         }
@@ -71,6 +73,17 @@
 //! unknown outcome: the store reports an error, the relay fails stop and rebuilds from the
 //! database, and clients re-send with the same message ids (the relay's dedup makes it harmless).
 //!
+//! # Keys shared by every relay
+//!
+//! The relays of one schema must use the same keys (the shell's JWT signing key: tokens issued
+//! by one must verify on the next; its VAPID key: browsers' push subscriptions are bound to it),
+//! which are files, never rows. The shell passes a [`KeyFingerprint`] of each in
+//! [`CampaignOptions::keys`]; a new leader compares them with the recorded ones in the
+//! transaction that takes its epoch, records them when none are, and refuses to lead
+//! ([`PgError::KeysDiffer`], nothing written) when one differs, unless its [`KeyClaim`] replaces
+//! the recorded value (a key rotation). A standby warns early about a difference. Fingerprints
+//! are never the keys and are shown only as short hex prefixes.
+//!
 //! # Threading
 //!
 //! The `Store` trait is synchronous and the relay shell calls it from a task on its own tokio
@@ -87,7 +100,8 @@
 //! Tables live in their own schema (default [`DEFAULT_SCHEMA`], see [`PgConfig::with_schema`]):
 //! one `(k TEXT COLLATE "C" PRIMARY KEY, v BYTEA)` table per relay-core
 //! [`Table`](relay_core::store::Table), the layout of `SqliteStore`, `schema_migrations`, and the
-//! one-row `leader` table. Migrations are the embedded files `migrations/NNNN_*.sql`
+//! one-row `leader` table, and `key_fingerprints` (see [below](#keys-shared-by-every-relay)).
+//! Migrations are the embedded files `migrations/NNNN_*.sql`
 //! ([`MIGRATIONS`]); only a new leader applies them, and a schema newer than [`SCHEMA_VERSION`] is
 //! refused.
 
@@ -96,6 +110,7 @@
 
 mod config;
 mod error;
+mod keys;
 mod leader;
 mod runtime;
 mod schema;
@@ -107,6 +122,9 @@ pub use config::{
     URL_ENV,
 };
 pub use error::PgError;
+pub use keys::{
+    KEY_FINGERPRINT_BYTES, KeyClaim, KeyFingerprint, KeyKind, KeyMismatch, SHORT_FINGERPRINT_HEX,
+};
 pub use leader::{
     CAMPAIGN_LOCK_WAIT_MS, CampaignOptions, HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS,
     LEADER_LOCK_CLASS, LOCK_IDLE_SESSION_TIMEOUT_MS, LOCK_KEEPALIVE_COUNT, LOCK_KEEPALIVE_IDLE_S,

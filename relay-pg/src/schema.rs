@@ -7,15 +7,21 @@
 //!   the epoch first when the `leader` table already exists (which waits for, then fences off, the
 //!   previous leader's in-flight commits), applies the pending migrations, creates any relay table
 //!   the migrations do not know yet (tables are additive, as for `SqliteStore`), and bumps the
-//!   epoch if it could not do so before. A standby running a newer build therefore never changes
-//!   the schema under a running older leader.
+//!   epoch if it could not do so before, and finally checks and records the fingerprints of the
+//!   relay's keys ([`crate::keys`]), all in the same transaction. A standby running a newer build
+//!   therefore never changes the schema under a running older leader, and a candidate whose keys
+//!   are refused leaves nothing behind.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use relay_core::store::Table;
 use tokio_postgres::Client;
 
-use crate::{PgError, error::describe};
+use crate::{
+    PgError,
+    error::describe,
+    keys::{self, KeyClaim, KeyEvent, KeyKind},
+};
 
 /// One embedded migration file.
 #[derive(Debug, Clone, Copy)]
@@ -40,10 +46,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0002_leadership",
         sql: include_str!("../migrations/0002_leadership.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_key_fingerprints",
+        sql: include_str!("../migrations/0003_key_fingerprints.sql"),
+    },
 ];
 
 /// Schema version written by this build (the last migration's).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// First version that has the `leader` row and `relay_fence`.
 const LEADER_VERSION: i64 = 2;
@@ -126,13 +137,15 @@ fn refuse_newer(found: i64) -> Result<(), PgError> {
     Ok(())
 }
 
-/// The leader's transaction: migrate to [`SCHEMA_VERSION`] and take the next epoch (see the
-/// module doc for the order). The session's `search_path` is the relay's schema.
+/// The leader's transaction: migrate to [`SCHEMA_VERSION`], take the next epoch and check the
+/// key fingerprints (see the module doc for the order). The session's `search_path` is the
+/// relay's schema. Returns the epoch and what the key check did (to log once committed).
 pub(crate) async fn migrate_and_bump(
     client: &mut Client,
     schema: &str,
     holder: &str,
-) -> Result<i64, PgError> {
+    claims: &BTreeMap<KeyKind, KeyClaim>,
+) -> Result<(i64, Vec<KeyEvent>), PgError> {
     let tx = client.transaction().await.map_err(|e| backend(&e))?;
     let found = current_version(&tx, schema).await?;
     refuse_newer(found)?;
@@ -157,8 +170,11 @@ pub(crate) async fn migrate_and_bump(
         Some(epoch) => epoch,
         None => bump(&tx, holder).await?,
     };
+    // After the bump: the epoch row's update lock, held to the commit, serializes this with
+    // every other candidate's transaction. On an error the transaction rolls back when dropped.
+    let events = keys::check_and_record(&tx, schema, claims, holder, epoch).await?;
     tx.commit().await.map_err(|e| backend(&e))?;
-    Ok(epoch)
+    Ok((epoch, events))
 }
 
 async fn bump(tx: &tokio_postgres::Transaction<'_>, holder: &str) -> Result<i64, PgError> {

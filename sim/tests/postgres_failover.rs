@@ -9,6 +9,12 @@
 //!   ends the paused leader's lock session), then the old one is resumed with a message frame
 //!   and a request waiting in its sockets: it acknowledges nothing, commits nothing (the new
 //!   leader's database never sees them), closes its sockets and stands by.
+//! * **keys checked by the database**: a standby started with another `--secrets-dir` (another
+//!   JWT signing key and VAPID key) warns at once, and when the active relay dies and it would
+//!   lead, it refuses, exits non-zero naming both keys, their short fingerprints and the fix;
+//!   a standby with the same directory then takes over and accepts the first relay's tokens.
+//!   A relay started with `--rotate-jwt-key --rotate-vapid-key` records its new keys when it
+//!   leads; relays on the old keys are refused from then on, relays given the new files lead.
 //!
 //! They need `RELAY_TEST_POSTGRES_URL` (`relay-pg/scripts/pg-test-cluster.sh`); without it they
 //! print `SKIPPED <test>: …` and pass, unless `RELAY_TEST_POSTGRES_REQUIRED=1` (CI), where they
@@ -85,6 +91,10 @@ struct Relay {
 
 impl Relay {
     fn start(url: &str, schema: &str, secrets: &Path, log: PathBuf) -> Self {
+        Self::start_with(url, schema, secrets, log, &[])
+    }
+
+    fn start_with(url: &str, schema: &str, secrets: &Path, log: PathBuf, extra: &[&str]) -> Self {
         let addr = free_addr();
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_relay"))
@@ -92,6 +102,7 @@ impl Relay {
             .arg(secrets)
             .args(["--pow-difficulty", "0", "--log", "info", "--listen"])
             .arg(addr.to_string())
+            .args(extra)
             .stdout(Stdio::from(out.try_clone().unwrap()))
             .stderr(Stdio::from(out))
             .spawn()
@@ -113,6 +124,23 @@ impl Relay {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for the process to exit on its own.
+    async fn exited(&mut self) -> std::process::ExitStatus {
+        for _ in 0..(WAIT.as_millis() / 10) {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{} never exited:\n{}", self.addr, self.log());
+    }
+
+    /// Kills it (SIGKILL) and waits for it.
+    fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
     }
 }
 
@@ -533,6 +561,212 @@ async fn a_paused_leader_resumed_after_the_takeover_commits_and_acknowledges_not
     );
 }
 
+/// Web Push on (a VAPID key in the secrets directory, nothing is ever pushed in these tests).
+const WEB_PUSH: [&str; 2] = ["--vapid-subject", "mailto:ops@example.org"];
+
+/// Short fingerprints `(jwt, vapid)` of the keys in a secrets directory, as the relay computes
+/// them.
+fn fingerprints(dir: &Path) -> (String, String) {
+    use base64::Engine as _;
+    let text = std::fs::read_to_string(dir.join(sim::server::secrets::JWT_KEY_FILE)).unwrap();
+    let seed: [u8; 32] = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let jwt = sim::server::secrets::jwt_key_fingerprint(&relay_core::JwtSigningKey(seed));
+    let vapid = relay_push::VapidKey::load(&dir.join("vapid.pem")).unwrap();
+    let vapid = sim::server::secrets::vapid_key_fingerprint(&vapid);
+    (jwt.short_hex(), vapid.short_hex())
+}
+
+/// Copies the key files of `from` to a new directory `to` (modes kept: 0600).
+fn copy_secrets(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// The VAPID public key a relay serves (to a logged-in user).
+async fn vapid_public_key(relay: &Relay, user: &Account) -> String {
+    let http = client(relay.addr, user.from);
+    let body = call(
+        &http,
+        Method::GET,
+        "/api/v1/push/vapid-key",
+        &json!({}),
+        Some(&user.token),
+    )
+    .await;
+    body.to_string()
+}
+
+/// Asserts that `relay` exited non-zero refusing to lead for both keys, naming the short
+/// fingerprints (`ours` its own, `recorded` the database's) and the fix.
+async fn assert_refused(relay: &mut Relay, ours: &(String, String), recorded: &(String, String)) {
+    let status = relay.exited().await;
+    let log = relay.log();
+    assert!(!status.success(), "{status}:\n{log}");
+    for part in [
+        "refusing to lead",
+        &format!("the jwt key here has fingerprint {}", ours.0),
+        &format!("with fingerprint {}", recorded.0),
+        &format!("the vapid key here has fingerprint {}", ours.1),
+        &format!("with fingerprint {}", recorded.1),
+        "--secrets-dir",
+        "--rotate-jwt-key",
+        "--rotate-vapid-key",
+    ] {
+        assert!(log.contains(part), "{part:?} missing:\n{log}");
+    }
+    assert!(
+        !log.contains("active: serving clients"),
+        "it served before refusing:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_with_other_keys_refuses_to_lead_and_one_with_the_same_keys_takes_over() {
+    let Some(url) = database("other_keys") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let schema = format!("keys_{}", std::process::id());
+    let shared = tmp.path().join("shared");
+    let other = tmp.path().join("other");
+    let mut a = Relay::start_with(&url, &schema, &shared, tmp.path().join("a.log"), &WEB_PUSH);
+    let first = wait_ready(&a).await;
+    let alice = account(a.addr, FromAddr(Ipv4Addr::LOCALHOST), 1).await;
+    let vapid_of_a = vapid_public_key(&a, &alice).await;
+    let mut c = Relay::start_with(&url, &schema, &other, tmp.path().join("c.log"), &WEB_PUSH);
+    wait_standby(&c).await;
+    let (recorded, ours) = (fingerprints(&shared), fingerprints(&other));
+    assert_ne!(recorded, ours);
+    // Told at once, while standing by: not only at the failover.
+    let warned = |log: &str| {
+        log.lines().any(|l| {
+            l.contains("ERROR")
+                && l.contains("refuse to lead")
+                && l.contains(&ours.0)
+                && l.contains(&recorded.0)
+        })
+    };
+    for _ in 0..(WAIT.as_millis() / 10) {
+        if warned(&c.log()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(warned(&c.log()), "no early warning:\n{}", c.log());
+
+    // The active relay dies; the standby with other keys wins the lock and refuses.
+    a.kill();
+    assert_refused(&mut c, &ours, &recorded).await;
+
+    // A standby with the same secrets directory takes over: the next epoch (the refused relay
+    // took none), the first relay's tokens and VAPID key.
+    let b = Relay::start_with(&url, &schema, &shared, tmp.path().join("b.log"), &WEB_PUSH);
+    let second = wait_ready(&b).await;
+    assert_eq!(
+        second["epoch"].as_u64().unwrap(),
+        first["epoch"].as_u64().unwrap() + 1,
+        "{first} then {second}"
+    );
+    // (`try_connect` panics on a 401: a token the first relay issued refused.)
+    let ws = try_connect(b.addr, &alice).await;
+    assert!(ws.is_some(), "{}", b.log());
+    assert_eq!(vapid_public_key(&b, &alice).await, vapid_of_a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_records_the_new_keys_and_refuses_relays_left_on_the_old_ones() {
+    let Some(url) = database("rotation") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let schema = format!("rotation_{}", std::process::id());
+    let old = tmp.path().join("old");
+    let mut a = Relay::start_with(&url, &schema, &old, tmp.path().join("a.log"), &WEB_PUSH);
+    wait_ready(&a).await;
+    let old_keys = fingerprints(&old);
+
+    // Rotate both keys from a copy of the directory, on a standby that then takes over.
+    let new = tmp.path().join("new");
+    copy_secrets(&old, &new);
+    let rotate = [&WEB_PUSH[..], &["--rotate-jwt-key", "--rotate-vapid-key"]].concat();
+    let mut r = Relay::start_with(&url, &schema, &new, tmp.path().join("r.log"), &rotate);
+    wait_standby(&r).await;
+    let new_keys = fingerprints(&new);
+    assert_ne!(new_keys.0, old_keys.0);
+    assert_ne!(new_keys.1, old_keys.1);
+    a.kill();
+    wait_ready(&r).await;
+    assert!(
+        r.log().contains("replaced the recorded key fingerprint"),
+        "{}",
+        r.log()
+    );
+
+    // A relay left on the old keys is refused once it would lead …
+    let mut stale = Relay::start_with(&url, &schema, &old, tmp.path().join("s.log"), &WEB_PUSH);
+    wait_standby(&stale).await;
+    r.kill();
+    assert_refused(&mut stale, &old_keys, &new_keys).await;
+    // … and one given the new files leads.
+    let copied = tmp.path().join("copied");
+    copy_secrets(&new, &copied);
+    let b = Relay::start_with(&url, &schema, &copied, tmp.path().join("b.log"), &WEB_PUSH);
+    wait_ready(&b).await;
+}
+
+/// `--rotate-jwt-key` replaces the record in the first term the process wins only: a rotating
+/// relay that lost its term (paused past the server's idle timeout) and then wins again after
+/// another relay rotated once more does not put its key back; it refuses to lead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_is_recorded_once_and_never_undoes_a_later_one() {
+    let Some(url) = database("rotation_once") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let schema = format!("rotation_once_{}", std::process::id());
+    let dir_r = tmp.path().join("r");
+    let mut r = Relay::start_with(
+        &url,
+        &schema,
+        &dir_r,
+        tmp.path().join("r.log"),
+        &["--rotate-jwt-key"],
+    );
+    let first = wait_ready(&r).await;
+    // A second rotation, from a copy, on a standby that takes over while R is paused.
+    let dir_x = tmp.path().join("x");
+    copy_secrets(&dir_r, &dir_x);
+    let mut x = Relay::start_with(
+        &url,
+        &schema,
+        &dir_x,
+        tmp.path().join("x.log"),
+        &["--rotate-jwt-key"],
+    );
+    wait_standby(&x).await;
+    r.signal("-STOP");
+    let second = wait_ready(&x).await;
+    assert!(second["epoch"].as_u64() > first["epoch"].as_u64());
+    r.signal("-CONT");
+    wait_standby(&r).await;
+    // R campaigns again; when X dies, R wins the lock and must refuse (X's key is the record).
+    x.kill();
+    let status = r.exited().await;
+    let log = r.log();
+    assert!(!status.success(), "{status}:\n{log}");
+    assert!(
+        log.contains("refusing to lead") && log.contains("the jwt key here"),
+        "{log}"
+    );
+}
+
 /// Without PostgreSQL: the probes of a single relay (always ready once serving), the flags in
 /// `--help`, and `--postgres` without a shared secrets directory refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -567,6 +801,8 @@ async fn a_single_relay_is_live_and_ready_and_postgres_needs_a_secrets_dir() {
         "--pg-schema",
         "--secrets-dir",
         "--blob-dir",
+        "--rotate-jwt-key",
+        "--rotate-vapid-key",
         "DATABASE_URL",
         "RELAY_POSTGRES_PASSWORD_FILE",
     ] {
@@ -596,4 +832,28 @@ async fn a_single_relay_is_live_and_ready_and_postgres_needs_a_secrets_dir() {
         .output()
         .unwrap();
     assert!(!out.status.success(), "--memory and --postgres together");
+    // A rotation needs a key that outlives the process (and, for VAPID, Web Push).
+    for flags in [
+        &["--memory", "--rotate-jwt-key"][..],
+        &[
+            "--memory",
+            "--rotate-vapid-key",
+            "--vapid-subject",
+            "mailto:ops@example.org",
+        ],
+        &["--memory", "--rotate-vapid-key"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+            .args(flags)
+            .args(["--listen", &free_addr().to_string()])
+            .env_remove("RELAY_VAPID_SUBJECT")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?}: {text}");
+        assert!(
+            text.contains("--data DIR or --postgres") || text.contains("--vapid-subject"),
+            "{flags:?}: {text}"
+        );
+    }
 }

@@ -21,13 +21,16 @@
 //! `NOT_LEADER`) and take over when it dies. A relay that loses its leadership closes every
 //! socket at once and stands by again. The JWT signing key (and VAPID key) are files in
 //! `--secrets-dir`, which every relay of the database must share (copy the directory), so that
-//! tokens survive a failover.
+//! tokens survive a failover. The database records their fingerprints: a relay whose keys
+//! differ refuses to lead and exits non-zero, saying how to fix it (`--rotate-jwt-key` /
+//! `--rotate-vapid-key` record a new key on purpose).
 //!
 //! Stops gracefully on Ctrl-C or SIGTERM: GOAWAY `server_shutdown` to every socket, in-flight
 //! requests finish; every acknowledgement was sent after its commit, so nothing is lost. On
 //! PostgreSQL the active relay then resigns: a standby takes over at once.
 
 use std::{
+    collections::BTreeMap,
     net::SocketAddr,
     path::{Path, PathBuf},
 };
@@ -41,7 +44,7 @@ use relay_core::{
     config::WebhookSecret,
     store::{MemoryStore, SqliteStore},
 };
-use relay_pg::{CampaignOptions, PgConfig};
+use relay_pg::{CampaignOptions, KeyClaim, KeyFingerprint, KeyKind, PgConfig};
 use relay_push::{
     ApnsConfig, FcmConfig, HttpsTransport, ServiceAccount, VapidKey, VapidSubject, WebPushConfig,
     WorkerConfig,
@@ -238,9 +241,19 @@ struct Args {
 
     /// Writes a new JWT signing key to DIR/jwt-signing.key (--data or --secrets-dir) before
     /// starting: every token signed with the old key is refused from then on (users log in
-    /// again). See README "Secrets". On PostgreSQL, copy the new key to every relay.
+    /// again). See README "Secrets". On PostgreSQL, this relay records the new key in the
+    /// database when it leads (relays still on the old key then refuse to lead): copy the new
+    /// file to every relay.
     #[arg(long)]
     rotate_jwt_key: bool,
+
+    /// Writes a new VAPID key to DIR/vapid.pem (--data or --secrets-dir) before starting; with
+    /// --vapid-key FILE, FILE (which you replaced) is taken as the new key. Browsers subscribed
+    /// under the old key get no pushes until the app subscribes again. On PostgreSQL, this relay
+    /// records the new key in the database when it leads (relays still on the old key then
+    /// refuse to lead): copy the new key to every relay.
+    #[arg(long, requires = "vapid_subject", help_heading = "Push")]
+    rotate_vapid_key: bool,
 
     /// Seed of the relay's RNG (ids, tokens); default: drawn from the operating system.
     #[arg(long)]
@@ -354,8 +367,8 @@ fn secrets_dir(args: &Args, store: &StoreChoice) -> Result<Option<PathBuf>> {
             if args.secrets_dir.is_some() || args.blob_dir.is_some() {
                 bail!("--secrets-dir and --blob-dir are for --postgres");
             }
-            if args.rotate_jwt_key {
-                bail!("--rotate-jwt-key needs --data DIR or --secrets-dir DIR");
+            if args.rotate_jwt_key || args.rotate_vapid_key {
+                bail!("--rotate-jwt-key and --rotate-vapid-key need --data DIR or --postgres");
             }
             Ok(None)
         }
@@ -388,7 +401,7 @@ async fn run(args: Args) -> Result<()> {
     if let Some(dir) = &secrets {
         secrets::create_private_dir(dir)?;
     }
-    let push = push_delivery(&args, secrets.as_deref())?;
+    let (push, vapid_fingerprint) = push_delivery(&args, secrets.as_deref())?;
     push.configure(&mut config);
     if args.test_mode {
         // The conformance push probe is an `http://` service (never in production).
@@ -428,7 +441,9 @@ async fn run(args: Args) -> Result<()> {
         StoreChoice::Postgres(database) => {
             let dir = secrets.as_deref().context("no secrets directory")?;
             let existed = dir.join(secrets::JWT_KEY_FILE).exists();
-            config.jwt_signing_key = Some(jwt_key(&args, dir, None)?);
+            let jwt = jwt_key(&args, dir, None)?;
+            let jwt_fingerprint = secrets::jwt_key_fingerprint(&jwt);
+            config.jwt_signing_key = Some(jwt);
             if !existed {
                 warn!(
                     file = %dir.join(secrets::JWT_KEY_FILE).display(),
@@ -456,8 +471,27 @@ async fn run(args: Args) -> Result<()> {
                     })
                 }
             };
+            // Checked against (or recorded as) the database's when this relay leads.
+            let claim = |fingerprint, rotate| {
+                if rotate {
+                    KeyClaim::replacing(fingerprint)
+                } else {
+                    KeyClaim::new(fingerprint)
+                }
+            };
+            let mut keys =
+                BTreeMap::from([(KeyKind::Jwt, claim(jwt_fingerprint, args.rotate_jwt_key))]);
+            if let Some(fingerprint) = vapid_fingerprint {
+                keys.insert(KeyKind::Vapid, claim(fingerprint, args.rotate_vapid_key));
+            }
+            info!(
+                jwt = %jwt_fingerprint,
+                vapid = %vapid_fingerprint.map_or_else(|| "none (no Web Push)".to_owned(), |f| f.to_string()),
+                "key fingerprints (every relay of the database must show the same)"
+            );
             let options = CampaignOptions {
                 holder: format!("relay pid {} listen {}", std::process::id(), args.listen),
+                keys,
                 ..CampaignOptions::default()
             };
             info!(database = %database, "PostgreSQL store: standing by until this relay leads");
@@ -498,13 +532,19 @@ fn jwt_key(
 
 /// Push delivery from the flags: each kind with credentials is enabled (the worker warns
 /// once about each kind without). TLS to the push services; `http://` only in test mode.
-fn push_delivery(args: &Args, key_dir: Option<&Path>) -> Result<PushDelivery> {
+/// Also returns the VAPID key's fingerprint when Web Push is enabled.
+fn push_delivery(
+    args: &Args,
+    key_dir: Option<&Path>,
+) -> Result<(PushDelivery, Option<KeyFingerprint>)> {
     let test_mode = args.test_mode;
+    let mut vapid_fingerprint = None;
     let web_push = match &args.vapid_subject {
         None => None,
         Some(subject) => {
             let subject = VapidSubject::parse(subject).context("--vapid-subject")?;
             let key = vapid_key(args, key_dir)?;
+            vapid_fingerprint = Some(secrets::vapid_key_fingerprint(&key));
             info!("push: Web Push enabled (public key at GET /api/v1/push/vapid-key)");
             Some(WebPushConfig {
                 allow_http: test_mode,
@@ -566,19 +606,40 @@ fn push_delivery(args: &Args, key_dir: Option<&Path>) -> Result<PushDelivery> {
         apns,
         ..WorkerConfig::default()
     };
-    Ok(PushDelivery::over_https(config, transport, os_bytes()?))
+    Ok((
+        PushDelivery::over_https(config, transport, os_bytes()?),
+        vapid_fingerprint,
+    ))
 }
 
 /// The VAPID key: `--vapid-key FILE`, else DIR/vapid.pem (`--data` or `--secrets-dir`; created
-/// on first start), else (with `--memory`) a key for this process only.
+/// on first start, replaced with `--rotate-vapid-key`), else (with `--memory`) a key for this
+/// process only.
 fn vapid_key(args: &Args, key_dir: Option<&Path>) -> Result<VapidKey> {
     if let Some(path) = &args.vapid_key {
         let key = VapidKey::load(path).context("--vapid-key")?;
         info!(file = %path.display(), "push: VAPID key loaded");
+        if args.rotate_vapid_key {
+            warn!(
+                file = %path.display(),
+                "--rotate-vapid-key: this file is taken as the new VAPID key; browsers subscribed \
+                 under the old key get no pushes until they subscribe again"
+            );
+        }
         return Ok(key);
     }
     let mut rng = ChaCha20Rng::from_seed(os_bytes()?);
     match key_dir {
+        Some(dir) if args.rotate_vapid_key => {
+            let path = dir.join(VAPID_KEY_FILE);
+            let key = secrets::rotate_vapid_key(&path, &mut rng)?;
+            warn!(
+                file = %path.display(),
+                "--rotate-vapid-key: a new VAPID key (mode 0600); browsers subscribed under the \
+                 old key get no pushes until they subscribe again"
+            );
+            Ok(key)
+        }
         Some(dir) => {
             let path = dir.join(VAPID_KEY_FILE);
             let (key, created) =

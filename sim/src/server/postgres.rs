@@ -12,13 +12,19 @@
 //! * holds the [`relay_pg::Leader`]: dropping it when the term ends (or at shutdown) resigns,
 //!   so a standby takes over at once.
 //!
-//! A newer schema or an invalid configuration is fatal (the process exits non-zero); anything
-//! else (database down, connection lost while standing by) is retried with a backoff.
+//! A newer schema, an invalid configuration or keys that are not the ones the relays of the
+//! database use ([`PgError::KeysDiffer`]: [`CampaignOptions::keys`] holds the fingerprints of
+//! this relay's JWT and VAPID keys, see [`super::secrets`]) are fatal (the process exits
+//! non-zero, with the fix in the message); anything else (database down, connection lost while
+//! standing by) is retried with a backoff. A key rotation ([`relay_pg::KeyClaim::replacing`],
+//! from `--rotate-jwt-key` / `--rotate-vapid-key`) replaces the recorded fingerprint in the
+//! first term this process wins only: a later term of the same process checks like any other
+//! relay, so it never undoes a rotation another relay made since.
 
 use std::sync::Arc;
 
 use relay_core::{Config, Relay, blob::BlobStore, store::StoreError};
-use relay_pg::{CampaignOptions, PgConfig, PgError};
+use relay_pg::{CampaignOptions, KeyKind, KeyMismatch, PgConfig, PgError};
 
 use super::leadership::{CampaignError, CampaignFuture, Leadership, Term, TermEnd, TermStore};
 
@@ -73,8 +79,15 @@ impl Leadership for PgLeadership {
                     PgError::Config(_) | PgError::SchemaVersion { .. } => {
                         CampaignError::Fatal(e.to_string())
                     }
+                    PgError::KeysDiffer(mismatches) => {
+                        CampaignError::Fatal(refusal_to_lead(&mismatches))
+                    }
                     other => CampaignError::Retry(other.to_string()),
                 })?;
+            // A rotation is recorded now; later terms of this process only check.
+            for claim in self.options.keys.values_mut() {
+                claim.replace = false;
+            }
             let epoch = leader.epoch();
             let end = TermEnd::new();
             let mut watch = leader.watch();
@@ -101,5 +114,74 @@ impl Leadership for PgLeadership {
                 holder: Box::new(leader),
             })
         })
+    }
+}
+
+/// The fatal message of a relay whose keys are not the database's: each key, both short
+/// fingerprints, and how to fix it.
+fn refusal_to_lead(mismatches: &[KeyMismatch]) -> String {
+    let mut text = String::from(
+        "refusing to lead: this relay's keys are not the ones the relays of this database use",
+    );
+    for m in mismatches {
+        text.push_str(&format!("\n  * {m}.\n    Fix: {}", fix(m.kind)));
+    }
+    text
+}
+
+fn fix(kind: KeyKind) -> &'static str {
+    match kind {
+        KeyKind::Jwt => {
+            "start every relay of this database with the same JWT signing key (the same \
+             --secrets-dir DIR/jwt-signing.key file; with another key, every user would be \
+             logged out at this failover). To rotate the key on purpose, start one relay with \
+             --rotate-jwt-key (it records the new key when it leads), then copy its \
+             DIR/jwt-signing.key to the others."
+        }
+        KeyKind::Vapid => {
+            "start every relay of this database with the same VAPID key (DIR/vapid.pem of the \
+             same --secrets-dir, or the same --vapid-key FILE; with another key, every browser's \
+             push subscription would silently stop working). To rotate the key on purpose, start \
+             one relay with --rotate-vapid-key (it records the new key when it leads; browsers \
+             get pushes again once they subscribe to the new key), then copy the new key to the \
+             others. A relay without --vapid-subject is not checked."
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use relay_pg::KeyFingerprint;
+
+    use super::*;
+
+    #[test]
+    fn the_refusal_names_each_key_both_fingerprints_and_the_fix() {
+        let mismatch = |kind, ours: u8, recorded: u8| KeyMismatch {
+            kind,
+            ours: KeyFingerprint::from_bytes([ours; 32]),
+            recorded: KeyFingerprint::from_bytes([recorded; 32]),
+            recorded_by: "relay pid 9 listen 10.0.0.1:8080".into(),
+            recorded_epoch: 4,
+            recorded_at: "2030-01-01 00:00:00+00".into(),
+        };
+        let text = refusal_to_lead(&[
+            mismatch(KeyKind::Jwt, 0x11, 0x22),
+            mismatch(KeyKind::Vapid, 0x33, 0x44),
+        ]);
+        for part in [
+            "the jwt key here has fingerprint 111111111111",
+            "222222222222",
+            "--secrets-dir",
+            "--rotate-jwt-key",
+            "the vapid key here has fingerprint 333333333333",
+            "444444444444",
+            "--vapid-key",
+            "--rotate-vapid-key",
+            "relay pid 9",
+        ] {
+            assert!(text.contains(part), "{part}:\n{text}");
+        }
+        assert!(!text.contains(&"11".repeat(7)), "{text}");
     }
 }

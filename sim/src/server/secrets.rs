@@ -9,13 +9,22 @@
 //!   others (`chmod 600` it), and creates the data directory 0700.
 //! * Rotation: [`load_or_create_jwt_key`] with `rotate` writes a new key (atomically, through a
 //!   0600 temporary file and a rename); every token signed with the old key is refused from
-//!   then on (users log in again). The `relay` binary's `--rotate-jwt-key` does this.
+//!   then on (users log in again). The `relay` binary's `--rotate-jwt-key` does this;
+//!   [`rotate_vapid_key`] (`--rotate-vapid-key`) does the same for the Web Push key.
+//! * Fingerprints ([`jwt_key_fingerprint`], [`vapid_key_fingerprint`]): what the relays of one
+//!   PostgreSQL database record and compare (`relay_pg::KeyFingerprint`, README "Two relays on
+//!   one PostgreSQL database"), so that a relay with other keys refuses to lead. Never the key,
+//!   nothing that helps recover it; logs and errors show a short prefix only.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+use hmac::{Hmac, KeyInit, Mac as _};
 use relay_core::config::JwtSigningKey;
+use relay_pg::KeyFingerprint;
+use relay_push::VapidKey;
+use sha2::{Digest as _, Sha256};
 
 /// Name of the key file in the data directory.
 pub const JWT_KEY_FILE: &str = "jwt-signing.key";
@@ -103,6 +112,50 @@ pub fn load_or_create_jwt_key(
     Ok(key)
 }
 
+/// Domain tag of the JWT signing key's fingerprint: the HMAC message.
+pub const JWT_FINGERPRINT_TAG: &[u8] = b"securechat relay key fingerprint v1: jwt signing key";
+/// Domain tag of the VAPID key's fingerprint: hashed before the public point.
+pub const VAPID_FINGERPRINT_TAG: &[u8] = b"securechat relay key fingerprint v1: vapid public key\0";
+
+/// The fingerprint of the JWT signing key: HMAC-SHA256 keyed by the key (the Ed25519 seed),
+/// over [`JWT_FINGERPRINT_TAG`].
+///
+/// Keyed by the secret rather than a hash of it: HMAC is a pseudorandom function of its key, so
+/// the value says nothing about the key to anyone without it (no shortcut, no length extension;
+/// only a search of all 2^256 keys could test a guess), and the domain tag makes it a value no
+/// other part of the relay computes with that key (which only ever signs tokens with Ed25519).
+pub fn jwt_key_fingerprint(key: &JwtSigningKey) -> KeyFingerprint {
+    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(&key.0) else {
+        // HMAC takes keys of any length: unreachable, but never a panic in the relay.
+        return KeyFingerprint::from_bytes(Sha256::digest(JWT_FINGERPRINT_TAG).into());
+    };
+    mac.update(JWT_FINGERPRINT_TAG);
+    KeyFingerprint::from_bytes(mac.finalize().into_bytes().into())
+}
+
+/// The fingerprint of the VAPID key: SHA-256 over [`VAPID_FINGERPRINT_TAG`] and the 65-byte
+/// uncompressed public point, the very value browsers' subscriptions are bound to (public, so a
+/// hash of it reveals nothing secret; the same key in another file format has the same
+/// fingerprint).
+pub fn vapid_key_fingerprint(key: &VapidKey) -> KeyFingerprint {
+    let mut hash = Sha256::new();
+    hash.update(VAPID_FINGERPRINT_TAG);
+    hash.update(key.public_key());
+    KeyFingerprint::from_bytes(hash.finalize().into())
+}
+
+/// Writes a new VAPID key from `rng` to `path` (PKCS#8 PEM, mode 0600, atomically through a
+/// temporary file and a rename), replacing the one there: every browser subscription made under
+/// the old key gets no more pushes until it subscribes again.
+pub fn rotate_vapid_key(
+    path: &Path,
+    rng: &mut impl rand_core::CryptoRng,
+) -> Result<VapidKey, SecretsError> {
+    let key = VapidKey::generate(rng);
+    write_private(path, &key.to_pem())?;
+    Ok(key)
+}
+
 /// Writes `text` to `path` through a 0600 temporary file and a rename.
 fn write_private(path: &Path, text: &str) -> Result<(), SecretsError> {
     let tmp = path.with_extension("key.tmp");
@@ -153,6 +206,96 @@ fn check_private(path: &Path) -> Result<(), SecretsError> {
 #[cfg(not(unix))]
 fn check_private(_path: &Path) -> Result<(), SecretsError> {
     Ok(())
+}
+
+#[cfg(test)]
+mod fingerprint_tests {
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::SeedableRng as _;
+
+    use super::*;
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn the_jwt_fingerprint_is_stable_per_key_and_never_the_key() {
+        let key = JwtSigningKey([7; 32]);
+        let fp = jwt_key_fingerprint(&key);
+        assert_eq!(fp, jwt_key_fingerprint(&JwtSigningKey([7; 32])));
+        // A known value: any change of the construction (tag, algorithm) breaks every
+        // database's record, so it is pinned (HMAC-SHA256(key = 32 × 0x07, tag), computed
+        // independently with Python's hmac module).
+        assert_eq!(
+            hex(fp.as_bytes()),
+            "ed0c292bdbac8e202eccc785aa964b01c0b937526d9f40bdfe008f175f1aeb89"
+        );
+        assert_ne!(fp, jwt_key_fingerprint(&JwtSigningKey([8; 32])));
+        let mut one_bit = [7; 32];
+        one_bit[31] ^= 1;
+        assert_ne!(fp, jwt_key_fingerprint(&JwtSigningKey(one_bit)));
+        // Not the key, not a plain hash of it, and no 4-byte run of the key in it.
+        let random = JwtSigningKey(std::array::from_fn(|i| (i as u8).wrapping_mul(37) ^ 0x5a));
+        let fp = jwt_key_fingerprint(&random);
+        assert_ne!(fp.as_bytes(), &random.0);
+        assert_ne!(
+            fp.as_bytes().as_slice(),
+            Sha256::digest(random.0).as_slice()
+        );
+        for window in random.0.windows(4) {
+            assert!(!fp.as_bytes().windows(4).any(|w| w == window));
+        }
+        assert!(!hex(fp.as_bytes()).contains(&hex(&random.0[..4])));
+        assert_eq!(fp.to_string().len(), relay_pg::SHORT_FINGERPRINT_HEX);
+    }
+
+    #[test]
+    fn the_vapid_fingerprint_follows_the_public_key_whatever_the_file_format() {
+        let mut rng = ChaCha20Rng::seed_from_u64(1);
+        let key = VapidKey::generate(&mut rng);
+        let other = VapidKey::generate(&mut rng);
+        let fp = vapid_key_fingerprint(&key);
+        assert_ne!(fp, vapid_key_fingerprint(&other));
+        let reparsed = VapidKey::parse(&key.to_pem()).unwrap();
+        assert_eq!(vapid_key_fingerprint(&reparsed), fp);
+        // Domain-separated: not the plain hash of the public point, nor the point itself.
+        assert_ne!(
+            fp.as_bytes().as_slice(),
+            Sha256::digest(key.public_key()).as_slice()
+        );
+        assert!(!hex(&key.public_key()).contains(&hex(&fp.as_bytes()[..8])));
+        // Pinned like the JWT one: the key whose scalar is 1 has the P-256 generator as its
+        // public point; SHA-256(tag ‖ 04 ‖ Gx ‖ Gy) computed independently with Python's hashlib.
+        let one = VapidKey::parse("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAE").unwrap();
+        assert_eq!(
+            hex(&one.public_key()[..9]),
+            "046b17d1f2e12c4247",
+            "the generator"
+        );
+        assert_eq!(
+            hex(vapid_key_fingerprint(&one).as_bytes()),
+            "a629231f92c5911702ad3500cac13ab51b7264c8172d2d4078470d283b1ede97"
+        );
+        // A JWT key and a VAPID key never share a fingerprint construction.
+        assert_ne!(
+            JWT_FINGERPRINT_TAG,
+            &VAPID_FINGERPRINT_TAG[..JWT_FINGERPRINT_TAG.len()]
+        );
+    }
+
+    #[test]
+    fn a_vapid_rotation_writes_a_new_private_key_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("vapid.pem");
+        let mut rng = ChaCha20Rng::seed_from_u64(2);
+        let (old, created) = VapidKey::load_or_create(&path, &mut rng).unwrap();
+        assert!(created);
+        let new = rotate_vapid_key(&path, &mut rng).unwrap();
+        assert_ne!(vapid_key_fingerprint(&new), vapid_key_fingerprint(&old));
+        let loaded = VapidKey::load(&path).unwrap();
+        assert_eq!(vapid_key_fingerprint(&loaded), vapid_key_fingerprint(&new));
+    }
 }
 
 #[cfg(all(test, unix))]
