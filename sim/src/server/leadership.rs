@@ -64,8 +64,8 @@ pub trait Leadership: Send + 'static {
 pub enum CampaignError {
     /// Try again later (the database is unreachable, a connection dropped).
     Retry(String),
-    /// Never going to work (e.g. the database's schema is newer than this build): the server
-    /// stops.
+    /// Never going to work (e.g. the database's schema is newer than this build, or this
+    /// relay's keys differ from the ones the database recorded): the server stops.
     Fatal(String),
 }
 
