@@ -961,22 +961,9 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
                             )
                         });
                         let leadership = SimLeadership::new(host, store.clone(), make);
-                        let mut server = RelayServer::campaigning(leadership)
-                            .with_limits(limits)
-                            .with_clock(clock.clone());
-                        if deliver_pushes {
-                            server = server.with_push(delivery);
-                        }
-                        let served = server
-                            .run::<Turmoil>(
-                                SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
-                                std::future::pending(),
-                            )
-                            .await;
-                        if let Err(error) = served {
-                            tracing::warn!(%error, "relay exited; the supervisor restarts it");
-                        }
-                        sleep_ms(RELAY_RESTART_MS).await;
+                        let server = RelayServer::campaigning(leadership);
+                        let delivery = deliver_pushes.then_some(delivery);
+                        serve_relay(server, limits, &clock, delivery).await;
                     }
                 }
             });
@@ -1004,22 +991,8 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
                             relay_seed,
                         )
                     };
-                    let mut server = RelayServer::new(open)
-                        .with_limits(limits)
-                        .with_clock(clock.clone());
-                    if deliver_pushes {
-                        server = server.with_push(delivery);
-                    }
-                    let served = server
-                        .run::<Turmoil>(
-                            SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
-                            std::future::pending(),
-                        )
-                        .await;
-                    if let Err(error) = served {
-                        tracing::warn!(%error, "relay exited; the supervisor restarts it");
-                    }
-                    sleep_ms(RELAY_RESTART_MS).await;
+                    let delivery = deliver_pushes.then_some(delivery);
+                    serve_relay(RelayServer::new(open), limits, &clock, delivery).await;
                 }
             }
         });
@@ -1332,6 +1305,31 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
             fenced: history.counts.fenced,
         },
     }
+}
+
+/// One start of a relay host's server, configured as every relay of a run is; returns once
+/// the server exited (it could not open its store, or its leadership failed for good) and the
+/// restart delay passed: the host's supervisor loop starts it again.
+async fn serve_relay(
+    server: RelayServer,
+    limits: ServeLimits,
+    clock: &OffsetClock,
+    delivery: Option<crate::server::PushDelivery>,
+) {
+    let mut server = server.with_limits(limits).with_clock(clock.clone());
+    if let Some(delivery) = delivery {
+        server = server.with_push(delivery);
+    }
+    let served = server
+        .run::<Turmoil>(
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
+            std::future::pending(),
+        )
+        .await;
+    if let Err(error) = served {
+        tracing::warn!(%error, "relay exited; the supervisor restarts it");
+    }
+    sleep_ms(RELAY_RESTART_MS).await;
 }
 
 /// How the relay of a run is configured (the same in every run but for planted bugs).
