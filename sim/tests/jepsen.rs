@@ -65,7 +65,49 @@ fn our_relay_binary_survives_kills_pauses_and_proxy_faults() {
             report.to_json()
         );
         assert_eq!(report.acked, report.received, "seed {seed}");
+        assert!(
+            report.oracles.contains(&"order-confirmed"),
+            "commerce ran: {:?}",
+            report.not_applicable
+        );
     }
+}
+
+/// Commerce in Jepsen mode can fail: a relay started with another webhook secret than the
+/// harness's refuses every genuine payment (401), so a paid order is never confirmed, and the
+/// run says so.
+#[test]
+fn a_relay_that_refuses_genuine_payments_is_reported() {
+    let cmd = format!(
+        "{} --payment-webhook-secret not-the-harness-secret",
+        relay_cmd()
+    );
+    for seed in 0..5 {
+        let config = JepsenConfig {
+            window_ms: 6_000,
+            toxics: Vec::new(),
+            process_faults: false,
+            ..JepsenConfig::new(seed, RelayTarget::Command(cmd.clone()))
+        };
+        let report = jepsen::run(&config).expect("the harness runs");
+        if !report
+            .orders
+            .iter()
+            .any(|o| matches!(o.paid, jepsen::Paid::Genuine { .. }))
+        {
+            continue;
+        }
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.contains("order-confirmed")),
+            "seed {seed}: {:?}",
+            report.violations
+        );
+        return;
+    }
+    panic!("no seed of 0..5 paid an order genuinely");
 }
 
 const LISTEN_ENV: &str = "SIM_JEPSEN_PLANTED_LISTEN";
@@ -90,6 +132,13 @@ fn planted_relay_process() {
         registrations_per_hour_per_addr: 10_000,
         msgs_per_min_per_user: 10_000,
         jwt_signing_key: Some(relay_core::JwtSigningKey([7; 32])),
+        // The harness's payment secret, as the `relay` binary takes it: only the planted bug
+        // is wrong with this relay.
+        payment_webhook_secret: relay_core::config::WebhookSecret(
+            std::env::var("RELAY_PAYMENT_WEBHOOK_SECRET")
+                .unwrap_or_default()
+                .into_bytes(),
+        ),
         planted_bug: Some(PlantedBug::SeqNotPersisted),
         ..Config::default()
     };

@@ -17,9 +17,15 @@
 //!   restart on the **same data directory**, `SIGSTOP` … `SIGCONT`.
 //! * **Heal**: no toxics, the relay running; every acknowledged message must arrive within
 //!   [`JEPSEN_LIVENESS_MS`].
-//! * **Oracles** over what the clients saw ([`JEPSEN_ORACLES`]): exactly-once delivery,
-//!   liveness after healing, seq order and gaps, receipts, non-participant. Those that need
-//!   the relay's internals are reported as not applicable ([`NOT_APPLICABLE`]).
+//! * **Commerce** (when the relay shares the harness's payment secret): every client buys a
+//!   vanity alias from a pool one smaller than the clients (they compete), paid through the payment-processor
+//!   stand-in with duplicated and forged webhook copies, abandoned, or "paid" by a forger
+//!   (see `commerce`).
+//! * **Oracles** over what the clients saw ([`JEPSEN_ORACLES`], and [`COMMERCE_ORACLES`]):
+//!   exactly-once delivery, liveness after healing, seq order and gaps, receipts,
+//!   non-participant; paid orders confirmed and bindable, unpaid and forged ones never, one
+//!   owner per alias. Those that need the relay's internals are reported as not applicable
+//!   ([`NOT_APPLICABLE`]).
 //!
 //! **Not bit-deterministic**, and says so: the seed fixes the scenario, the fault plan and the
 //! proxy's per-connection draws, but real scheduling and timing differ from run to run. Every
@@ -28,7 +34,9 @@
 //!
 //! The relay command must serve the HTTP/WebSocket API on `{listen}` and keep its durable
 //! store in `{data}` (kill -9 and restart must lose nothing acknowledged). PoW should be off or
-//! cheap (`--pow-difficulty 0`). Payments and push are not exercised in this mode yet.
+//! cheap (`--pow-difficulty 0`). The payment webhook secret is `{payment_secret}` in the
+//! command and `RELAY_PAYMENT_WEBHOOK_SECRET` in the process's environment. Push, media and
+//! channel trades are not exercised in this mode yet.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -46,9 +54,12 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::oracles::Violation;
+
+mod commerce;
 use crate::client::{Client, ClientOptions, EventKind, SharedStore};
 use crate::clock::{Clock as _, SystemClock};
 use crate::net::{Endpoint, Tokio};
+pub use commerce::{JEPSEN_COMMERCE_MS, JepsenOrder, Paid};
 
 /// After healing, every acknowledged message must arrive within this long.
 pub const JEPSEN_LIVENESS_MS: u64 = 30_000;
@@ -71,6 +82,8 @@ pub const JEPSEN_ORACLES: [&str; 7] = [
     "non-participant",
     "setup",
 ];
+/// The commerce oracles (run when the relay shares the harness's payment secret).
+pub const COMMERCE_ORACLES: [&str; 3] = ["order-confirmed", "forged-refused", "alias-unique"];
 /// Oracles of the turmoil simulator that need the relay's internals or stand-ins this mode
 /// does not run.
 pub const NOT_APPLICABLE: [&str; 11] = [
@@ -82,7 +95,7 @@ pub const NOT_APPLICABLE: [&str; 11] = [
     "resources (needs the relay's memory)",
     "receipts-clear (needs the relay's queue)",
     "push (no push stand-ins in this mode)",
-    "payment-applied-once / alias-unique / channel-single-owner (commerce not run in this mode)",
+    "payment-applied-once / holds-released / channel-single-owner (need the relay's rows; channel trades and quota buys are not run in this mode)",
     "authz / bad-input / stuck-client (no raw clients in this mode)",
     "probes / media (not run in this mode)",
 ];
@@ -113,13 +126,20 @@ pub struct JepsenConfig {
     pub toxics: Vec<String>,
     /// Kill and pause the relay process (only with [`RelayTarget::Command`]).
     pub process_faults: bool,
+    /// The payment webhook secret the relay takes: commerce runs only with one. For a
+    /// [`RelayTarget::Command`] it defaults to a throwaway secret the harness passes to the
+    /// process; for a [`RelayTarget::Url`] it must be that relay's (none by default).
+    pub payment_secret: Option<String>,
 }
 
 impl JepsenConfig {
-    /// Defaults: 4 clients, a 20 s window, [`DEFAULT_TOXICS`], process faults on.
+    /// Defaults: 4 clients, a 20 s window, [`DEFAULT_TOXICS`], process faults on, commerce on
+    /// for a relay the harness starts.
     pub fn new(seed: u64, target: RelayTarget) -> Self {
         Self {
             seed,
+            payment_secret: matches!(target, RelayTarget::Command(_))
+                .then(|| commerce::run_secret(seed)),
             target,
             clients: 4,
             window_ms: 20_000,
@@ -252,6 +272,8 @@ pub struct JepsenReport {
     pub received: usize,
     /// Relay process restarts (kill -9).
     pub restarts: u32,
+    /// Orders placed (empty when commerce did not run).
+    pub orders: Vec<JepsenOrder>,
     /// Every event, in order.
     pub history: Vec<HistoryEntry>,
 }
@@ -302,6 +324,7 @@ impl History {
 /// A relay process the harness owns.
 struct RelayProcess {
     template: String,
+    payment_secret: Option<String>,
     listen: SocketAddr,
     data: PathBuf,
     log: PathBuf,
@@ -315,13 +338,21 @@ impl RelayProcess {
         let cmd = self
             .template
             .replace("{listen}", &self.listen.to_string())
-            .replace("{data}", &self.data.display().to_string());
+            .replace("{data}", &self.data.display().to_string())
+            .replace(
+                "{payment_secret}",
+                self.payment_secret.as_deref().unwrap_or_default(),
+            );
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)?;
         // `exec`: the child is the relay itself, so kill -9 and SIGSTOP reach it.
-        let child = Command::new("sh")
+        let mut command = Command::new("sh");
+        if let Some(secret) = &self.payment_secret {
+            command.env("RELAY_PAYMENT_WEBHOOK_SECRET", secret);
+        }
+        let child = command
             .arg("-c")
             .arg(format!("exec {cmd}"))
             .stdin(Stdio::null())
@@ -453,6 +484,7 @@ async fn run_async(config: &JepsenConfig) -> anyhow::Result<JepsenReport> {
             std::fs::create_dir_all(&data)?;
             let mut process = RelayProcess {
                 template: template.clone(),
+                payment_secret: config.payment_secret.clone(),
                 listen,
                 data,
                 log: tmp.path().join("relay.log"),
@@ -515,22 +547,47 @@ async fn run_async(config: &JepsenConfig) -> anyhow::Result<JepsenReport> {
     } else {
         ring_convs(&apps).await
     };
+    let commerce = match (&config.payment_secret, apps.first()) {
+        (Some(secret), Some(first)) => {
+            let started =
+                commerce::Commerce::start(secret.as_bytes(), &endpoint, &first.client, n).await;
+            match started {
+                Ok(c) => {
+                    history.push(None, json!({"commerce": {"pool": c.pool()}}));
+                    Some(Arc::new(c))
+                }
+                Err(e) => {
+                    violations.push(Violation::new("setup", format!("commerce: {e}")).to_string());
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let apps = Arc::new(apps);
 
     // Traffic and faults.
     let traffic_start = history.now();
     history.push(None, json!({"phase": "traffic"}));
     let mut senders = Vec::new();
-    for (i, app) in apps.iter().enumerate() {
-        let _ = app;
-        let apps = Arc::clone(&apps);
-        let convs = convs.clone();
-        let history = history.clone();
-        let seed = config.seed;
-        let window = config.window_ms;
-        senders.push(tokio::spawn(async move {
-            traffic(i, &apps, &convs, &history, seed, window).await;
-        }));
+    let (seed, window) = (config.seed, config.window_ms);
+    for i in 0..apps.len() {
+        {
+            let (apps, convs, history) = (Arc::clone(&apps), convs.clone(), history.clone());
+            senders.push(tokio::spawn(async move {
+                traffic(i, &apps, &convs, &history, seed, window).await;
+            }));
+        }
+        if let Some(commerce) = &commerce {
+            let (commerce, apps, history) =
+                (Arc::clone(commerce), Arc::clone(&apps), history.clone());
+            senders.push(tokio::spawn(async move {
+                let mut rng = ChaCha20Rng::from_seed(derive(seed, 3_000 + i as u64));
+                let at = rng.next_u64() % (window * 3 / 4).max(1);
+                tokio::time::sleep(Duration::from_millis(at)).await;
+                commerce.buy(i, &apps[i].client, &mut rng, &history).await;
+            }));
+        }
     }
     for event in &plan {
         let due = traffic_start + event.at_ms;
@@ -584,11 +641,23 @@ async fn run_async(config: &JepsenConfig) -> anyhow::Result<JepsenReport> {
     }
     // A little longer: a duplicate would show up now.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
+    if let Some(commerce) = &commerce {
+        commerce.check(&apps, &history, &mut violations).await;
+    }
     history.push(None, json!({"phase": "end"}));
 
     let entries = history.take();
     let (acked, received) = tally(&apps, &convs);
     check(&apps, &convs, &entries, &mut violations);
+    let mut oracles = JEPSEN_ORACLES.to_vec();
+    let mut not_applicable = NOT_APPLICABLE.to_vec();
+    if commerce.is_some() {
+        oracles.extend(COMMERCE_ORACLES);
+    } else {
+        not_applicable.push(
+            "order-confirmed / forged-refused / alias-unique (no payment secret shared with the relay: commerce not run)",
+        );
+    }
     for app in apps.iter() {
         app.client.shutdown().await;
     }
@@ -598,12 +667,13 @@ async fn run_async(config: &JepsenConfig) -> anyhow::Result<JepsenReport> {
         seed: config.seed,
         target,
         plan,
-        oracles: JEPSEN_ORACLES.to_vec(),
-        not_applicable: NOT_APPLICABLE.to_vec(),
+        oracles,
+        not_applicable,
         violations,
         acked: acked.len(),
         received: received.len(),
         restarts: relay.as_ref().map_or(0, |r| r.restarts),
+        orders: commerce.as_ref().map(|c| c.orders()).unwrap_or_default(),
         history: entries,
     })
 }
