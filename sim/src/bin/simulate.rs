@@ -170,6 +170,17 @@ struct Args {
     #[arg(long)]
     no_process_faults: bool,
 
+    /// Jepsen mode: the relay's payment webhook secret, for commerce (vanity purchases paid
+    /// through the payment stand-in). With `--relay-cmd` the harness makes one up and passes
+    /// it as `{payment_secret}` and `RELAY_PAYMENT_WEBHOOK_SECRET`; with `--relay-url` give
+    /// that relay's, or commerce is not run. Never printed.
+    #[arg(long, value_name = "SECRET", env = "SIM_JEPSEN_PAYMENT_SECRET", hide_env_values = true)]
+    payment_secret: Option<String>,
+
+    /// Jepsen mode: no commerce (purchases, payments, binds).
+    #[arg(long)]
+    no_payments: bool,
+
     /// Jepsen mode: length of the traffic window, in ms.
     #[arg(long, value_name = "MS", default_value_t = 20_000)]
     window_ms: u64,
@@ -687,6 +698,12 @@ fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
         config.clients = args.clients.unwrap_or(4);
         config.window_ms = args.window_ms;
         config.process_faults = !args.no_process_faults;
+        if let Some(secret) = &args.payment_secret {
+            config.payment_secret = Some(secret.clone());
+        }
+        if args.no_payments {
+            config.payment_secret = None;
+        }
         if let Some(t) = &args.proxy_toxics {
             config.toxics = match t.trim() {
                 "" | "none" => Vec::new(),
