@@ -74,7 +74,10 @@ struct Cli {
     /// process: `none`, `all`, toxic names (`latency,bandwidth,slicer,timeout,reset_peer,
     /// limit_data,hold,half_open`, defaults, both directions) or a JSON plan (`@FILE` reads
     /// one). Cases that move the relay's clock are skipped. Each case's plan, seed and per-
-    /// connection draws go into the JSON, JUnit and HTML reports.
+    /// connection draws go into the JSON, JUnit and HTML reports. A case that fails after a
+    /// destructive toxic (timeout, reset_peer, limit_data, half_open) was drawn is run once
+    /// more without them; its report keeps the first attempt. `all` draws the destructive
+    /// toxics on about one connection in ten each.
     #[arg(long, default_value = "none")]
     faults: String,
     /// Seed of the fault draws; case number `i` of the selection uses `SEED + i` (its report

@@ -183,9 +183,15 @@ pub fn junit(reports: &[CaseReport]) -> String {
                 r.duration_ms as f64 / 1000.0
             );
             if let Some(f) = &r.faults {
+                let first = r.first_attempt.as_ref().map_or_else(String::new, |a| {
+                    format!(
+                        "<property name=\"first_attempt\" value=\"{}\"/>",
+                        escape(&serde_json::to_string(a).unwrap_or_default())
+                    )
+                });
                 let _ = write!(
                     out,
-                    "<properties><property name=\"faults\" value=\"{}\"/></properties>",
+                    "<properties><property name=\"faults\" value=\"{}\"/>{first}</properties>",
                     escape(&serde_json::to_string(f).unwrap_or_default())
                 );
             }
@@ -285,6 +291,15 @@ pub fn html(reports: &[CaseReport], relay: &str) -> String {
                 "<div>faults (seed {}): <code>{}</code></div>",
                 f.seed,
                 escape(&serde_json::to_string(&f.connections).unwrap_or_default())
+            );
+        }
+        if let Some(a) = &r.first_attempt {
+            let _ = write!(
+                out,
+                "<div>first attempt (seed {}, a destructive toxic drawn: <code>{}</code>) failed: {}; run again without the destructive toxics</div>",
+                a.faults.seed,
+                escape(&serde_json::to_string(&a.faults.connections).unwrap_or_default()),
+                escape(&a.reason)
             );
         }
         if let Some(reason) = &r.reason {

@@ -64,9 +64,23 @@ pub struct CaseReport {
     pub duration_ms: u64,
     /// Wire transcript, secrets redacted.
     pub transcript: Vec<Entry>,
-    /// The network faults the case ran under (`--faults`).
+    /// The network faults the case ran under (`--faults`); for a rerun, the rerun's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<crate::transport::CaseFaults>,
+    /// Under faults: the first attempt, when it failed on connections that drew a destructive
+    /// toxic and the case was run again with the destructive toxics off (the verdict is the
+    /// rerun's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_attempt: Option<FirstAttempt>,
+}
+
+/// A failed first attempt under destructive toxics (see [`run_one`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct FirstAttempt {
+    /// Why it failed.
+    pub reason: String,
+    /// The faults it ran under.
+    pub faults: crate::transport::CaseFaults,
 }
 
 /// The expected-failures list: id → reason.
@@ -155,7 +169,34 @@ fn missing_hook(case: &Case, shared: &Shared) -> Option<Hook> {
     })
 }
 
+/// One run of a case's body on `transport`, within `timeout`.
+async fn attempt(
+    case: Case,
+    transport: Arc<dyn crate::transport::Transport>,
+    shared: Arc<Shared>,
+    timeout: Duration,
+    n: u64,
+) -> (Result<(), Failure>, Vec<Entry>) {
+    let mut ctx = Ctx::attempt(transport, shared, case.id, n);
+    let r = match tokio::time::timeout(timeout, (case.run)(&mut ctx)).await {
+        Ok(r) => r,
+        Err(_) => Err(Failure::Fail(format!(
+            "timed out after {} s",
+            timeout.as_secs()
+        ))),
+    };
+    (r, ctx.transcript.entries())
+}
+
 /// Runs one case (hook check, timeout, expected-failure judgement) on `transport`.
+///
+/// Under faults, a case that fails after one of its connections drew a destructive toxic (a
+/// reset, a timeout, a data limit, a half-open socket: the case's own client does not
+/// reconnect and retry) is run once more on a fresh proxy with only the toxics that slow,
+/// slice and stall; the verdict is the rerun's, and the report keeps the first attempt's
+/// reason and faults ([`CaseReport::first_attempt`]). So every case ends with a verdict on a
+/// relay that has just been through the resets, and a relay that breaks under them (crashes,
+/// loses state, stops answering) fails the rerun or the cases after it.
 pub async fn run_one(
     case: Case,
     transport: Arc<dyn crate::transport::Transport>,
@@ -165,6 +206,8 @@ pub async fn run_one(
 ) -> CaseReport {
     let start = wall_clock();
     let faulted = transport.faults().is_some();
+    let mut transport = transport;
+    let mut first_attempt = None;
     let (outcome, transcript) = if let Some(hook) = missing_hook(&case, &shared) {
         (Err(Failure::Skip(format!("needs the {hook}"))), Vec::new())
     } else if faulted && case.needs.contains(&Hook::ClockAdvance) {
@@ -172,16 +215,25 @@ pub async fn run_one(
                    case and times its frames";
         (Err(Failure::Skip(why.to_owned())), Vec::new())
     } else {
-        let transport = Arc::clone(&transport);
-        let mut ctx = Ctx::new(transport, shared, case.id);
-        let r = match tokio::time::timeout(timeout, (case.run)(&mut ctx)).await {
-            Ok(r) => r,
-            Err(_) => Err(Failure::Fail(format!(
-                "timed out after {} s",
-                timeout.as_secs()
-            ))),
-        };
-        (r, ctx.transcript.entries())
+        let (r, transcript) = attempt(
+            case,
+            Arc::clone(&transport),
+            Arc::clone(&shared),
+            timeout,
+            0,
+        )
+        .await;
+        let faults = transport.faults();
+        match (r, faults, transport.calmer()) {
+            (Err(Failure::Fail(reason)), Some(faults), Some(calmer))
+                if faults.drew_destructive() =>
+            {
+                first_attempt = Some(FirstAttempt { reason, faults });
+                transport = calmer;
+                attempt(case, Arc::clone(&transport), shared, timeout, 1).await
+            }
+            (r, _, _) => (r, transcript),
+        }
     };
     let (status, reason) = match (outcome, expected.is_some()) {
         (Ok(()), false) => (Status::Pass, None),
@@ -205,6 +257,7 @@ pub async fn run_one(
         duration_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
         transcript,
         faults: transport.faults(),
+        first_attempt,
     }
 }
 

@@ -51,6 +51,11 @@ pub trait Transport: Send + Sync {
     fn faults(&self) -> Option<CaseFaults> {
         None
     }
+    /// A fresh transport for the same case with the destructive toxics off (a rerun after a
+    /// failure a toxic may have caused), if this one has faults.
+    fn calmer(&self) -> Option<Arc<dyn Transport>> {
+        None
+    }
 }
 
 /// The network faults one case ran under: enough to reproduce it (`--only ID --faults PLAN
@@ -65,13 +70,56 @@ pub struct CaseFaults {
     pub connections: Vec<ConnectionFaults>,
 }
 
+impl CaseFaults {
+    /// Whether a connection of the case drew a toxic that can make a request fail (a reset, a
+    /// timeout, a data limit, a half-open socket).
+    pub fn drew_destructive(&self) -> bool {
+        self.connections
+            .iter()
+            .any(|c| c.toxics.iter().any(|t| t.toxic.is_destructive()))
+    }
+}
+
+/// Offset of a rerun's loopback source address (see [`LoopbackSourceConnector::nth`]): a rerun
+/// registers its accounts from another address than its first attempt, so per-address limits
+/// do not count both.
+const RERUN_SOURCE_OFFSET: usize = 50_000;
+
 /// A case's own fault proxy in front of the relay, and a transport through it.
 struct FaultedTransport {
     inner: Arc<dyn Transport>,
     proxy: FaultProxy,
     plan: Plan,
     seed: u64,
-    relay: String,
+    relay: Endpoint,
+    upstream: std::net::SocketAddr,
+    source: usize,
+}
+
+impl FaultedTransport {
+    /// Case `source`'s transport through a new proxy with `plan` (seed `seed`) to `upstream`.
+    fn new(
+        relay: Endpoint,
+        upstream: std::net::SocketAddr,
+        plan: Plan,
+        seed: u64,
+        source: usize,
+    ) -> Self {
+        let listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let proxy = FaultProxy::bind(listen, upstream, plan.clone(), seed, true)
+            .expect("binding a loopback port for the case's fault proxy");
+        let endpoint = Endpoint::parse(&format!("http://{}", proxy.local_addr()))
+            .expect("a loopback socket address is a valid endpoint");
+        Self {
+            inner: NetTransport::new(LoopbackSourceConnector::nth(source), endpoint).shared(),
+            proxy,
+            plan,
+            seed,
+            relay,
+            upstream,
+            source,
+        }
+    }
 }
 
 impl Transport for FaultedTransport {
@@ -84,7 +132,7 @@ impl Transport for FaultedTransport {
     }
 
     fn base_url(&self) -> String {
-        self.relay.clone()
+        self.relay.to_string()
     }
 
     fn faults(&self) -> Option<CaseFaults> {
@@ -93,6 +141,16 @@ impl Transport for FaultedTransport {
             plan: self.plan.clone(),
             connections: self.proxy.connections(),
         })
+    }
+
+    fn calmer(&self) -> Option<Arc<dyn Transport>> {
+        Some(Arc::new(Self::new(
+            self.relay.clone(),
+            self.upstream,
+            self.plan.without_destructive(),
+            self.seed,
+            self.source + RERUN_SOURCE_OFFSET,
+        )))
     }
 }
 
@@ -108,18 +166,13 @@ pub fn faulted_factory(
 ) -> TransportFactory {
     Arc::new(move |n| {
         let case_seed = seed.wrapping_add(n as u64);
-        let listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        let proxy = FaultProxy::bind(listen, upstream, plan.clone(), case_seed, true)
-            .expect("binding a loopback port for the case's fault proxy");
-        let endpoint = Endpoint::parse(&format!("http://{}", proxy.local_addr()))
-            .expect("a loopback socket address is a valid endpoint");
-        Arc::new(FaultedTransport {
-            inner: NetTransport::new(LoopbackSourceConnector::nth(n), endpoint).shared(),
-            proxy,
-            plan: plan.clone(),
-            seed: case_seed,
-            relay: relay.to_string(),
-        })
+        Arc::new(FaultedTransport::new(
+            relay.clone(),
+            upstream,
+            plan.clone(),
+            case_seed,
+            n,
+        ))
     })
 }
 

@@ -89,10 +89,11 @@ async fn cases_pass_through_the_fault_proxy_with_slow_links() {
     common::verdict("loopback-faults", &reports, &url);
 }
 
-/// The proxy really is in the path: with the client-to-relay direction dead, cases fail
-/// (and say which faults they ran under).
+/// The proxy really is in the path: with the client-to-relay direction dead, the case fails
+/// (and says which faults it ran under); since half-open is destructive, the case is run
+/// again without it and passes, and the report keeps the first attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_link_fails_cases_and_the_report_names_the_faults() {
+async fn a_dead_link_fails_the_first_attempt_and_the_report_names_the_faults() {
     let (reports, _) = run_faulted(
         &["REG-001"],
         r#"{"toxics":[{"type":"half_open","stream":"upstream"}]}"#,
@@ -100,9 +101,39 @@ async fn a_dead_link_fails_cases_and_the_report_names_the_faults() {
     )
     .await;
     assert_eq!(reports.len(), 1);
-    assert_eq!(reports[0].status, runner::Status::Fail);
+    let first = reports[0]
+        .first_attempt
+        .as_ref()
+        .expect("the first attempt failed on the dead link");
+    assert!(first.faults.drew_destructive(), "{first:?}");
+    assert_eq!(
+        reports[0].status,
+        runner::Status::Pass,
+        "{:?}",
+        reports[0].reason
+    );
     let json = conformance::report::json(&reports, "relay");
     assert!(json.contains("half_open"), "{json}");
+    assert!(json.contains("first_attempt"), "{json}");
+}
+
+/// `--faults all`: every connection is slowed, sliced and stalled, and some are also reset,
+/// cut short, timed out or half-open. Cases whose connections drew a destructive toxic and
+/// failed are run again without the destructive toxics: a conforming relay passes every case,
+/// on a relay that went through the resets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_case_passes_under_all_faults_with_reruns_after_destructive_draws() {
+    let (reports, url) = run_faulted(&["REG-00", "MSG-00", "WS-00", "RCPT"], "all", 5).await;
+    assert!(reports.len() >= 20, "{} cases selected", reports.len());
+    assert!(
+        reports.iter().any(|r| r.first_attempt.is_some()),
+        "some first attempt drew a destructive toxic and failed"
+    );
+    for r in reports.iter().filter(|r| r.first_attempt.is_some()) {
+        let f = r.faults.as_ref().expect("faults");
+        assert!(!f.plan.is_destructive(), "{}: the rerun is calm", r.id);
+    }
+    common::verdict("loopback-all-faults", &reports, &url);
 }
 
 /// A deliberately broken relay (relay-core's planted bug: message-id dedup removed, so a

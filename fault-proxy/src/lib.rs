@@ -40,7 +40,9 @@ use tokio::time::{Instant, sleep, sleep_until};
 
 mod plan;
 
-pub use plan::{Direction, Plan, PlanError, TOXIC_NAMES, Toxic, ToxicSpec};
+pub use plan::{
+    ALL_DESTRUCTIVE_TOXICITY, Direction, Plan, PlanError, TOXIC_NAMES, Toxic, ToxicSpec,
+};
 
 /// Largest read from one side before it is passed through the toxics.
 pub const READ_CHUNK_BYTES: usize = 16 * 1024;

@@ -2,7 +2,10 @@
 //!
 //! A plan is data (serde JSON, as in a report) or a name list on a command line:
 //! `none`, `all`, or comma-separated toxic names (`latency,slicer,reset_peer`), each with the
-//! defaults of [`Toxic::named`] on both directions and toxicity 1.0 (every connection).
+//! defaults of [`Toxic::named`] on both directions and toxicity 1.0 (every connection). `all`
+//! is every toxic, the destructive ones (those that can make a request fail) at
+//! [`ALL_DESTRUCTIVE_TOXICITY`] per direction, so that a connection gets a mix: always slowed,
+//! sliced and stalled, sometimes reset, cut short, timed out or half-open.
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::Rng as _;
@@ -73,6 +76,10 @@ pub enum Toxic {
     /// bytes are read and dropped.
     HalfOpen,
 }
+
+/// Toxicity of each destructive toxic (per direction) in the `all` plan: a connection is
+/// spared all of them with probability 0.9^8, about 43 %.
+pub const ALL_DESTRUCTIVE_TOXICITY: f64 = 0.1;
 
 /// Every toxic name [`Toxic::named`] knows, in the order `all` applies them.
 pub const TOXIC_NAMES: [&str; 8] = [
@@ -177,6 +184,7 @@ impl Plan {
             plan.validate()?;
             return Ok(plan);
         }
+        let all = s == "all";
         let names: Vec<&str> = match s {
             "" | "none" => Vec::new(),
             "all" => TOXIC_NAMES.to_vec(),
@@ -185,15 +193,32 @@ impl Plan {
         let mut toxics = Vec::new();
         for name in names {
             let toxic = Toxic::named(name).ok_or_else(|| PlanError::UnknownToxic(name.into()))?;
+            let toxicity = if all && toxic.is_destructive() {
+                ALL_DESTRUCTIVE_TOXICITY
+            } else {
+                1.0
+            };
             for stream in [Direction::Upstream, Direction::Downstream] {
                 toxics.push(ToxicSpec {
                     toxic: toxic.clone(),
                     stream,
-                    toxicity: 1.0,
+                    toxicity,
                 });
             }
         }
         Ok(Self { toxics })
+    }
+
+    /// The same plan without the destructive toxics (only slowed, sliced and stalled links).
+    pub fn without_destructive(&self) -> Self {
+        Self {
+            toxics: self
+                .toxics
+                .iter()
+                .filter(|t| !t.toxic.is_destructive())
+                .cloned()
+                .collect(),
+        }
     }
 
     /// Checks every toxicity is a probability.
@@ -240,6 +265,17 @@ mod tests {
         assert!(Plan::parse("none").unwrap().toxics.is_empty());
         let all = Plan::parse("all").unwrap();
         assert_eq!(all.toxics.len(), 2 * TOXIC_NAMES.len());
+        for t in &all.toxics {
+            let want = if t.toxic.is_destructive() {
+                ALL_DESTRUCTIVE_TOXICITY
+            } else {
+                1.0
+            };
+            assert!((t.toxicity - want).abs() < f64::EPSILON, "{t:?}");
+        }
+        let calm = all.without_destructive();
+        assert!(!calm.is_destructive());
+        assert_eq!(calm.toxics.len(), 2 * 4, "latency, bandwidth, slicer, hold");
         let two = Plan::parse("latency, slicer").unwrap();
         assert_eq!(two.toxics.len(), 4);
         assert!(!two.is_destructive());

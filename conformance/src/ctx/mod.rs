@@ -89,7 +89,14 @@ fn seed_for(seed: u64, id: &str) -> u64 {
 impl Ctx {
     /// A context for case `id`.
     pub fn new(transport: Arc<dyn Transport>, shared: Arc<Shared>, id: &str) -> Self {
-        let rng = ChaCha20Rng::seed_from_u64(seed_for(shared.seed, id));
+        Self::attempt(transport, shared, id, 0)
+    }
+
+    /// A context for attempt `n` of case `id` (0: the first; a rerun under faults draws other
+    /// keys and names, since its first attempt may have registered them already).
+    pub fn attempt(transport: Arc<dyn Transport>, shared: Arc<Shared>, id: &str, n: u64) -> Self {
+        let seed = seed_for(shared.seed, id) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let rng = ChaCha20Rng::seed_from_u64(seed);
         Self {
             transport,
             shared,

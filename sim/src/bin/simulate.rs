@@ -174,7 +174,12 @@ struct Args {
     /// through the payment stand-in). With `--relay-cmd` the harness makes one up and passes
     /// it as `{payment_secret}` and `RELAY_PAYMENT_WEBHOOK_SECRET`; with `--relay-url` give
     /// that relay's, or commerce is not run. Never printed.
-    #[arg(long, value_name = "SECRET", env = "SIM_JEPSEN_PAYMENT_SECRET", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "SIM_JEPSEN_PAYMENT_SECRET",
+        hide_env_values = true
+    )]
     payment_secret: Option<String>,
 
     /// Jepsen mode: no commerce (purchases, payments, binds).
