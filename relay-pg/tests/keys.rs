@@ -10,15 +10,9 @@
 
 mod common;
 
-use std::{
-    collections::BTreeMap,
-    io::Write,
-    sync::{Arc, Mutex, OnceLock, mpsc},
-    thread,
-    time::Duration,
-};
+use std::{collections::BTreeMap, sync::mpsc, thread, time::Duration};
 
-use common::TestDb;
+use common::{TestDb, logged};
 use relay_pg::{
     CampaignOptions, KeyClaim, KeyFingerprint, KeyKind, Leader, MIGRATIONS, PgError,
     SCHEMA_VERSION, SHORT_FINGERPRINT_HEX,
@@ -31,39 +25,6 @@ const JWT_A: KeyFingerprint = KeyFingerprint::from_bytes([0xa1; 32]);
 const JWT_B: KeyFingerprint = KeyFingerprint::from_bytes([0xb2; 32]);
 const VAPID_A: KeyFingerprint = KeyFingerprint::from_bytes([0xc3; 32]);
 const VAPID_B: KeyFingerprint = KeyFingerprint::from_bytes([0xd4; 32]);
-
-/// Every log line of this test binary (one global subscriber: the crate logs from its own
-/// thread, which a thread-local subscriber would miss).
-fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&buffer);
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Sink(Arc::clone(&sink)))
-            .init();
-        buffer
-    })
-    .clone()
-}
-
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Sink {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn logged() -> String {
-    String::from_utf8(logs().lock().unwrap().clone()).unwrap()
-}
 
 fn options(holder: &str, keys: &[(KeyKind, KeyClaim)]) -> CampaignOptions {
     CampaignOptions {
@@ -219,7 +180,7 @@ fn every_differing_key_is_reported_at_once() {
 #[test]
 fn a_standby_with_another_key_warns_at_once_and_fails_only_once_it_would_lead() {
     let Some(db) = TestDb::new() else { return };
-    logs();
+    common::capture_logs();
     const JWT_E: KeyFingerprint = KeyFingerprint::from_bytes([0xe5; 32]);
     let leader = campaign(&db, "relay one", &[(KeyKind::Jwt, KeyClaim::new(JWT_E))]).unwrap();
     let (tx, rx) = mpsc::channel();

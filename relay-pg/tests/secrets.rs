@@ -7,10 +7,7 @@
 
 mod common;
 
-use std::{
-    io::Write,
-    sync::{Arc, Mutex, OnceLock},
-};
+use std::io::Write as _;
 
 use common::TestDb;
 use relay_core::store::{Mutation, Store, StoreError, Table};
@@ -18,41 +15,12 @@ use relay_pg::{CampaignOptions, PgConfig, PgError, PgStore};
 
 const SECRET: &str = "hunter2-Sup3r-s3cret";
 
-/// Every log line of this test binary, at every level (one global subscriber: the crate logs
-/// from its own thread, which a thread-local subscriber would miss).
-fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&buffer);
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(move || Sink(Arc::clone(&sink)))
-            .init();
-        buffer
-    })
-    .clone()
-}
-
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Sink {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn assert_hidden(what: &str, text: &str, secret: &str) {
     assert!(!text.contains(secret), "{what} shows the password: {text}");
 }
 
 fn assert_logs_hide(secret: &str) {
-    let logs = String::from_utf8(logs().lock().unwrap().clone()).unwrap();
-    assert_hidden("the logs", &logs, secret);
+    assert_hidden("the logs", &common::logged(), secret);
 }
 
 #[test]
@@ -116,7 +84,7 @@ fn url_errors_do_not_repeat_the_url() {
 
 #[test]
 fn connection_errors_hide_the_password() {
-    logs();
+    common::capture_logs();
     // Nothing listens on port 1.
     let config =
         PgConfig::from_url(&format!("postgresql://relay:{SECRET}@127.0.0.1:1/chat")).unwrap();
@@ -137,7 +105,7 @@ fn connection_errors_hide_the_password() {
 #[test]
 fn a_wrong_password_is_an_authentication_error_without_the_password() {
     let Some(db) = TestDb::new() else { return };
-    logs();
+    common::capture_logs();
     let wrong = db.config.clone().with_password(SECRET);
     let err = relay_pg::campaign_blocking(wrong, CampaignOptions::default()).unwrap_err();
     let text = format!("{err} {err:?}");
@@ -153,7 +121,7 @@ fn a_wrong_password_is_an_authentication_error_without_the_password() {
 #[test]
 fn a_whole_leadership_never_logs_or_shows_the_real_password() {
     let Some(db) = TestDb::new() else { return };
-    logs();
+    common::capture_logs();
     let real = common::url()
         .and_then(|url| {
             PgConfig::from_url(&url).ok()?;

@@ -9,8 +9,11 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
-    io::Write as _,
-    sync::atomic::{AtomicU32, Ordering},
+    io::Write,
+    sync::{
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicU32, Ordering},
+    },
 };
 
 use relay_pg::PgConfig;
@@ -167,5 +170,43 @@ impl Admin {
             .expect("NULL")
             .parse()
             .expect("an integer")
+    }
+}
+
+/// Installs, once per test binary, a global subscriber that keeps every log line at every
+/// level (the crate logs from its own thread, which a thread-local subscriber would miss).
+pub fn capture_logs() {
+    logs();
+}
+
+/// Everything logged in this test binary so far (see [`capture_logs`]).
+pub fn logged() -> String {
+    String::from_utf8_lossy(&logs().lock().unwrap()).into_owned()
+}
+
+fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&buffer);
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || Sink(Arc::clone(&sink)))
+            .init();
+        buffer
+    })
+    .clone()
+}
+
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
