@@ -38,6 +38,11 @@ fn campaign(db: &TestDb, holder: &str, keys: &[(KeyKind, KeyClaim)]) -> Result<L
     relay_pg::campaign_blocking(db.config.clone(), options(holder, keys))
 }
 
+/// `holder` leads with `keys`, then resigns at once.
+fn lead_and_resign(db: &TestDb, holder: &str, keys: &[(KeyKind, KeyClaim)]) {
+    campaign(db, holder, keys).unwrap().resign();
+}
+
 fn both(jwt: KeyClaim, vapid: KeyClaim) -> [(KeyKind, KeyClaim); 2] {
     [(KeyKind::Jwt, jwt), (KeyKind::Vapid, vapid)]
 }
@@ -94,13 +99,11 @@ fn the_first_leader_records_its_fingerprints_and_the_same_keys_lead_again() {
 #[test]
 fn a_leader_with_another_jwt_key_refuses_to_lead_writes_nothing_and_frees_the_lock() {
     let Some(db) = TestDb::new() else { return };
-    campaign(
+    lead_and_resign(
         &db,
         "relay one",
         &both(KeyClaim::new(JWT_A), KeyClaim::new(VAPID_A)),
-    )
-    .unwrap()
-    .resign();
+    );
     let before = recorded(&db);
     let epoch_before = epoch(&db);
 
@@ -157,13 +160,11 @@ fn a_leader_with_another_jwt_key_refuses_to_lead_writes_nothing_and_frees_the_lo
 #[test]
 fn every_differing_key_is_reported_at_once() {
     let Some(db) = TestDb::new() else { return };
-    campaign(
+    lead_and_resign(
         &db,
         "relay one",
         &both(KeyClaim::new(JWT_A), KeyClaim::new(VAPID_A)),
-    )
-    .unwrap()
-    .resign();
+    );
     let err = campaign(
         &db,
         "relay two",
@@ -223,20 +224,16 @@ fn a_standby_with_another_key_warns_at_once_and_fails_only_once_it_would_lead() 
 #[test]
 fn a_rotation_replaces_the_recorded_key_and_the_old_key_is_then_refused() {
     let Some(db) = TestDb::new() else { return };
-    campaign(
+    lead_and_resign(
         &db,
         "old",
         &both(KeyClaim::new(JWT_A), KeyClaim::new(VAPID_A)),
-    )
-    .unwrap()
-    .resign();
-    campaign(
+    );
+    lead_and_resign(
         &db,
         "rotating",
         &both(KeyClaim::replacing(JWT_B), KeyClaim::new(VAPID_A)),
-    )
-    .unwrap()
-    .resign();
+    );
     let rows = recorded(&db);
     assert_eq!(rows["jwt"], (hex(JWT_B), "rotating".into(), 2));
     assert_eq!(rows["vapid"], (hex(VAPID_A), "old".into(), 1));
@@ -262,20 +259,16 @@ fn a_rotation_replaces_the_recorded_key_and_the_old_key_is_then_refused() {
 #[test]
 fn a_vapid_rotation_replaces_only_the_vapid_record() {
     let Some(db) = TestDb::new() else { return };
-    campaign(
+    lead_and_resign(
         &db,
         "old",
         &both(KeyClaim::new(JWT_A), KeyClaim::new(VAPID_A)),
-    )
-    .unwrap()
-    .resign();
-    campaign(
+    );
+    lead_and_resign(
         &db,
         "rotating",
         &both(KeyClaim::new(JWT_A), KeyClaim::replacing(VAPID_B)),
-    )
-    .unwrap()
-    .resign();
+    );
     let rows = recorded(&db);
     assert_eq!(rows["vapid"], (hex(VAPID_B), "rotating".into(), 2));
     assert_eq!(rows["jwt"], (hex(JWT_A), "old".into(), 1));
@@ -284,25 +277,21 @@ fn a_vapid_rotation_replaces_only_the_vapid_record() {
 #[test]
 fn a_relay_without_a_vapid_key_leads_and_leaves_the_vapid_record_alone() {
     let Some(db) = TestDb::new() else { return };
-    campaign(
+    lead_and_resign(
         &db,
         "web push",
         &both(KeyClaim::new(JWT_A), KeyClaim::new(VAPID_A)),
-    )
-    .unwrap()
-    .resign();
+    );
     let leader = campaign(&db, "no web push", &[(KeyKind::Jwt, KeyClaim::new(JWT_A))]).unwrap();
     assert_eq!(leader.epoch(), 2);
     assert_eq!(recorded(&db)["vapid"], (hex(VAPID_A), "web push".into(), 1));
     leader.resign();
     // Nothing claimed at all (relay-pg's default): nothing checked, nothing written.
-    campaign(&db, "no keys", &[]).unwrap().resign();
+    lead_and_resign(&db, "no keys", &[]);
     assert_eq!(recorded(&db).len(), 2);
     // A relay that only has the VAPID key (recorded first by a relay without one) records it.
     let db2 = TestDb::new().unwrap();
-    campaign(&db2, "jwt only", &[(KeyKind::Jwt, KeyClaim::new(JWT_A))])
-        .unwrap()
-        .resign();
+    lead_and_resign(&db2, "jwt only", &[(KeyKind::Jwt, KeyClaim::new(JWT_A))]);
     assert_eq!(recorded(&db2).len(), 1);
     campaign(
         &db2,

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 mod common;
-use common::{FromAddr, account, call, client, connect};
+use common::{FromAddr, account, befriend, connect};
 
 /// Every formatted line, kept in memory.
 #[derive(Clone, Default)]
@@ -89,24 +89,7 @@ async fn run_flow() -> Secrets {
 
     let alice = account(relay, FromAddr(ALICE_ADDR), 1).await;
     let bob = account(relay, FromAddr(BOB_ADDR), 2).await;
-    let request = call(
-        &client(relay, alice.from),
-        http::Method::POST,
-        "/api/v1/friends/request",
-        &json!({"to_alias_id": bob.alias}),
-        Some(&alice.token),
-    )
-    .await;
-    let id = request["friendship_id"].as_u64().unwrap();
-    let accepted = call(
-        &client(relay, bob.from),
-        http::Method::PUT,
-        &format!("/api/v1/friends/{id}/accept"),
-        &json!({}),
-        Some(&bob.token),
-    )
-    .await;
-    let conv = accepted["conversation_id"].as_str().unwrap().to_owned();
+    let conv = befriend(relay, &alice, &bob).await;
     let (mut a_ws, a_ticket) = connect(relay, &alice).await;
     let (mut b_ws, b_ticket) = connect(relay, &bob).await;
 

@@ -37,7 +37,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 mod common;
-use common::{Account, FromAddr, account, call, client};
+use common::{Account, FromAddr, account, befriend, call, client};
 
 /// Bound of every wait; only keeps a broken build from hanging.
 const WAIT: Duration = Duration::from_secs(60);
@@ -198,30 +198,6 @@ async fn wait_standby(relay: &Relay) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("{} never answered:\n{}", relay.addr, relay.log());
-}
-
-/// Makes `a` and `b` friends; returns their conversation id.
-async fn befriend(addr: SocketAddr, a: &Account, b: &Account) -> String {
-    let http = client(addr, a.from);
-    let fr = call(
-        &http,
-        Method::POST,
-        "/api/v1/friends/request",
-        &json!({"to_alias_id": b.alias}),
-        Some(&a.token),
-    )
-    .await;
-    let id = &fr["friendship_id"];
-    let id = id.as_str().map_or_else(|| id.to_string(), str::to_owned);
-    let v = call(
-        &http,
-        Method::PUT,
-        &format!("/api/v1/friends/{id}/accept"),
-        &json!({}),
-        Some(&b.token),
-    )
-    .await;
-    v["conversation_id"].as_str().unwrap().to_owned()
 }
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;

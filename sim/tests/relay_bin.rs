@@ -26,7 +26,7 @@ use sim::standins::{ApnsService, FcmService, WebPushService};
 use tokio_tungstenite::tungstenite::Message;
 
 mod common;
-use common::{FromAddr, account, call, client, connect};
+use common::{FromAddr, account, befriend, call, client, connect};
 
 const SUBJECT: &str = "mailto:ops@example.org";
 const KEY_ID: &str = "KEYID12345";
@@ -365,25 +365,7 @@ async fn the_binary_delivers_web_push_fcm_and_apns_to_the_stand_ins() {
     .await;
     let mut convs = Vec::new();
     for friend in [&browser, &android, &ios] {
-        let fr = call(
-            &http,
-            post.clone(),
-            "/api/v1/friends/request",
-            &json!({"to_alias_id": friend.alias}),
-            Some(&alice.token),
-        )
-        .await;
-        let id = &fr["friendship_id"];
-        let id = id.as_str().map_or_else(|| id.to_string(), str::to_owned);
-        let v = call(
-            &http,
-            Method::PUT,
-            &format!("/api/v1/friends/{id}/accept"),
-            &json!({}),
-            Some(&friend.token),
-        )
-        .await;
-        convs.push(v["conversation_id"].as_str().unwrap().to_owned());
+        convs.push(befriend(addr, &alice, friend).await);
     }
     let (mut ws, _) = connect(addr, &alice).await;
     for (n, (friend, conv)) in [&browser, &android, &ios].iter().zip(&convs).enumerate() {

@@ -591,12 +591,13 @@ impl Sim<'_> {
         for h in &others {
             self.sim.partition_oneway(host, h.as_str());
         }
+        let relay = host == RELAY || host == RELAY_A || host == RELAY_B;
         if host == RELAY {
             self.store.set_powered_off(true);
-            let now = self.now();
-            self.world.borrow_mut().relay_off_ms.push(now);
-        } else if host == RELAY_A || host == RELAY_B {
+        } else if relay {
             self.store.set_dead(host, true);
+        }
+        if relay {
             let now = self.now();
             self.world.borrow_mut().relay_off_ms.push(now);
         }

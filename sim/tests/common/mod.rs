@@ -63,6 +63,33 @@ pub(crate) async fn call(
     serde_json::from_slice(&resp.body).expect("json answer")
 }
 
+/// Makes `a` and `b` friends (`a` asks, `b` accepts, each from its own address); returns
+/// their conversation id.
+pub(crate) async fn befriend(relay: SocketAddr, a: &Account, b: &Account) -> String {
+    let request = call(
+        &client(relay, a.from),
+        http::Method::POST,
+        "/api/v1/friends/request",
+        &json!({"to_alias_id": b.alias}),
+        Some(&a.token),
+    )
+    .await;
+    let id = &request["friendship_id"];
+    let id = id.as_str().map_or_else(|| id.to_string(), str::to_owned);
+    let accepted = call(
+        &client(relay, b.from),
+        http::Method::PUT,
+        &format!("/api/v1/friends/{id}/accept"),
+        &json!({}),
+        Some(&b.token),
+    )
+    .await;
+    accepted["conversation_id"]
+        .as_str()
+        .expect("the accept answers the conversation id")
+        .to_owned()
+}
+
 /// Registers account number `k` (keys derived from it) from `from` on a relay whose PoW is
 /// off, and logs it in.
 pub(crate) async fn account(relay: SocketAddr, from: FromAddr, k: u8) -> Account {

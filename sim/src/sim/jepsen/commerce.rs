@@ -15,6 +15,8 @@
 //! environment; for `--relay-url`, `--payment-secret` must be the relay's (without one,
 //! commerce is not run and says so).
 
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -99,17 +101,9 @@ impl Commerce {
         first: &Client<Tokio>,
         clients: usize,
     ) -> anyhow::Result<Self> {
-        let mut featured = Vec::new();
-        for _ in 0..CALL_ATTEMPTS {
-            match first.vanity().search("").await {
-                Ok(items) => {
-                    featured = items;
-                    break;
-                }
-                Err(e) if !transient(&e) => anyhow::bail!("vanity search refused: {e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
-            }
-        }
+        let featured = retried(|| async { first.vanity().search("").await })
+            .await
+            .map_err(|e| anyhow::anyhow!("vanity search failed: {e}"))?;
         let pool: Vec<String> = featured
             .iter()
             .take(clients.saturating_sub(1).max(1))
@@ -161,17 +155,7 @@ impl Commerce {
         history: &History,
     ) {
         let alias = self.pool[rng.next_u32() as usize % self.pool.len()].clone();
-        let mut answer = Err(ClientError::Stopped);
-        for _ in 0..CALL_ATTEMPTS {
-            answer = client.vanity().purchase(&alias).await;
-            match &answer {
-                Err(e) if transient(e) => {
-                    tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
-                }
-                _ => break,
-            }
-        }
-        let order = match answer {
+        let order = match retried(|| async { client.vanity().purchase(&alias).await }).await {
             Ok(order) => order,
             Err(e) => {
                 // Taken by another client (409), or no answer at all.
@@ -265,8 +249,7 @@ impl Commerce {
             }
             tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
         }
-        let mut confirmed_per_alias: std::collections::BTreeMap<&str, Vec<&str>> =
-            std::collections::BTreeMap::new();
+        let mut confirmed_per_alias: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for (o, state) in orders.iter().zip(&states) {
             history.push(
                 Some(o.client),
@@ -318,8 +301,7 @@ impl Commerce {
                 );
             }
         }
-        let mut owners: std::collections::BTreeMap<String, Vec<usize>> =
-            std::collections::BTreeMap::new();
+        let mut owners: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (i, app) in apps.iter().enumerate() {
             if let Ok(Some(alias)) = app.client.alias_id().await {
                 owners.entry(alias).or_default().push(i);
@@ -365,17 +347,7 @@ impl Commerce {
         history: &History,
         violations: &mut Vec<String>,
     ) {
-        let mut answer = Err(ClientError::Stopped);
-        for _ in 0..CALL_ATTEMPTS {
-            answer = client.vanity().bind(&o.order_id).await;
-            match &answer {
-                Err(e) if transient(e) => {
-                    tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
-                }
-                _ => break,
-            }
-        }
-        match answer {
+        match retried(|| async { client.vanity().bind(&o.order_id).await }).await {
             Ok(bound) if bound.alias_id.as_str() == o.alias => {
                 history.push(Some(o.client), json!({"bound": o.alias}));
             }
@@ -404,6 +376,26 @@ fn is_genuine(o: &JepsenOrder) -> bool {
 fn transient(e: &ClientError) -> bool {
     matches!(e, ClientError::Transport(_) | ClientError::NotAuthenticated)
         || matches!(e, ClientError::Status(s) if *s >= 500)
+}
+
+/// `call` until it gets an answer (a success, or a refusal that is not [`transient`]), at most
+/// [`CALL_ATTEMPTS`] times, [`RETRY_MS`] apart.
+async fn retried<T, F, Fut>(call: F) -> Result<T, ClientError>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, ClientError>>,
+{
+    let mut answer = call().await;
+    for _ in 1..CALL_ATTEMPTS {
+        match &answer {
+            Err(e) if transient(e) => {
+                tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+                answer = call().await;
+            }
+            _ => break,
+        }
+    }
+    answer
 }
 
 /// The secret a run's relay and processor share, from the seed (not a real secret: the relay
