@@ -14,7 +14,7 @@
 //! 2-worker tokio runtime, so every row shares the same two cores the same way.
 //!
 //! Not a criterion bench (per-message p99 is the point). Run with
-//! `cargo build --release -p sim --bin relay --bin simulate && cargo bench -p benches --bench e2e`.
+//! `cargo build --release -p relay-server --bin relay --bin simulate && cargo bench -p benches --bench e2e`.
 //! Without the release `relay` it measures the relay in process (memory store) instead. Without
 //! `--bench` (as `cargo test --benches` runs it) it does a tiny in-process smoke run only.
 
@@ -378,7 +378,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => {
             if full {
                 println!(
-                    "(release relay not built: `cargo build --release -p sim --bin relay`; \
+                    "(release relay not built: `cargo build --release -p relay-server --bin relay`; \
                      measuring the relay in process, memory store)"
                 );
             }

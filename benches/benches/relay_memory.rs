@@ -23,7 +23,7 @@
 //!   queues, and the core's connection state, as an operator would see it. Accounts are
 //!   registered and logged in before the first reading, so their rows are not counted.
 //!
-//! Run: `cargo build --release -p sim --bin relay && cargo bench -p benches --bench
+//! Run: `cargo build --release -p relay-server --bin relay && cargo bench -p benches --bench
 //! relay_memory` (under `cargo test --benches` it does a 100-connection smoke run, and skips the
 //! process part if the release `relay` is not built).
 #![allow(unsafe_code, reason = "counting allocator for a memory benchmark")]
@@ -314,7 +314,7 @@ async fn idle_sockets_in_process(
 fn idle_sockets_whole_process(n: usize) {
     let Some(binary) = relay_binary() else {
         println!(
-            "relay process: skipped (build it first: cargo build --release -p sim --bin relay)"
+            "relay process: skipped (build it first: cargo build --release -p relay-server --bin relay)"
         );
         return;
     };

@@ -197,13 +197,13 @@ pub fn text_frame(len: usize) -> String {
 }
 
 /// The WebSocket configuration of every socket in the benches, both ends, echo and relay
-/// clients alike: the relay's own read buffer size (`sim::server::WS_READ_BUFFER_BYTES`).
+/// clients alike: the relay's own read buffer size (`relay_server::WS_READ_BUFFER_BYTES`).
 ///
 /// tungstenite zero-fills its whole read buffer before every `read` syscall, so its default
 /// 128 KiB would make each side spend more time in `memset` than in the socket: a load
 /// generator (or an echo) with that default measures itself, not the server.
 pub fn ws_config() -> WebSocketConfig {
-    WebSocketConfig::default().read_buffer_size(sim::server::WS_READ_BUFFER_BYTES)
+    WebSocketConfig::default().read_buffer_size(relay_server::WS_READ_BUFFER_BYTES)
 }
 
 /// Runs `cfg.connections` closed-loop clients against `url` and collects every round-trip latency.

@@ -1,4 +1,4 @@
-//! End-to-end load through the real relay (issue 8 item 4): `sim::server::RelayServer` on a
+//! End-to-end load through the real relay (issue 8 item 4): `relay_server::RelayServer` on a
 //! `MemoryStore`, over loopback WebSockets, driven by genuine clients.
 //!
 //! * [`BenchRelay::start`]: the relay on `127.0.0.1:0` with [`bench_config`] and a
@@ -29,12 +29,12 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng as _;
 use relay_core::store::MemoryStore;
 use relay_core::{Config, MemoryBlobStore};
-use serde_json::{Value, json};
-use sim::clock::Clock;
-use sim::net::{
+use relay_server::RelayServer;
+use seam::clock::Clock;
+use seam::net::{
     Connector, Endpoint, HttpClient, HttpError, HttpRequest, Tokio, WsError, WsMessage, WsStream,
 };
-use sim::server::RelayServer;
+use serde_json::{Value, json};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{Barrier, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -121,7 +121,7 @@ struct Dilation {
 impl DilatedClock {
     /// Starts at the system time, at factor 1.
     pub fn new() -> Self {
-        let start = sim::clock::SystemClock.now().get();
+        let start = seam::clock::SystemClock.now().get();
         Self {
             inner: Arc::new(Mutex::new(Dilation {
                 real_at: wall_now(),
@@ -217,8 +217,8 @@ impl fmt::Debug for BenchRelay {
 impl BenchRelay {
     /// Binds `127.0.0.1:0` and serves the relay ([`bench_config`], memory stores, no test mode).
     pub async fn start() -> Result<Self, RelayLoadError> {
-        let listener = <Tokio as sim::net::Network>::bind((Ipv4Addr::LOCALHOST, 0).into()).await?;
-        let addr = sim::net::Listener::local_addr(&listener)?;
+        let listener = <Tokio as seam::net::Network>::bind((Ipv4Addr::LOCALHOST, 0).into()).await?;
+        let addr = seam::net::Listener::local_addr(&listener)?;
         let clock = DilatedClock::new();
         let server = RelayServer::in_memory(
             bench_config(),

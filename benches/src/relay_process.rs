@@ -2,7 +2,7 @@
 //! would: started on a free loopback port with the flags a bench needs, its resident memory
 //! read from `/proc/<pid>/status`, killed when dropped.
 //!
-//! Build it first: `cargo build --release -p sim --bin relay` (benches look for it next to
+//! Build it first: `cargo build --release -p relay-server --bin relay` (benches look for it next to
 //! their own executable, in `target/release/`).
 
 use std::io;

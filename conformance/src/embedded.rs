@@ -1,4 +1,4 @@
-//! Our relay, started in-process through `sim::server::embedded` (test mode, memory store, low
+//! Our relay, started in-process through `relay_server::embedded` (test mode, memory store, low
 //! PoW difficulty, a known webhook secret, TURN configured, generous registration limit, Web
 //! Push to `http://` push services) on loopback or on a turmoil host.
 //!
@@ -6,20 +6,20 @@
 //! in `sim`. The embedded relay is driven like any third-party relay in test mode: the runner
 //! advances its clock over HTTP (`POST /api/v1/test/advance-clock`, README.md "Hooks"), acts as
 //! its payment processor with the known secret, and acts as its Web Push service (the push
-//! probe: a `sim::standins::WebPushService` on loopback, or on a turmoil host of its own).
+//! probe: a `standins::WebPushService` on loopback, or on a turmoil host of its own).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use sim::clock::{SimClock, SystemClock};
-use sim::net::{Listener as _, Network, Tokio, Turmoil};
-pub use sim::server::embedded::{
+pub use relay_server::embedded::{
     TEST_POW_DIFFICULTY as EMBEDDED_POW_DIFFICULTY,
     TEST_REGISTRATIONS_PER_HOUR_PER_ADDR as EMBEDDED_REGISTRATIONS_PER_HOUR_PER_ADDR,
     TEST_WEBHOOK_SECRET as EMBEDDED_WEBHOOK_SECRET, TestRelay as EmbeddedRelay,
 };
-use sim::server::embedded::{TestClock, TestRelayOptions, start_test_relay, test_relay_server};
-use sim::standins::WebPushService;
+use relay_server::embedded::{TestClock, TestRelayOptions, start_test_relay, test_relay_server};
+use seam::clock::{SimClock, SystemClock};
+use seam::net::{Listener as _, Network, Tokio, Turmoil};
+use standins::WebPushService;
 
 use crate::ctx::{ClockControl, Hooks, PushProbe};
 
@@ -62,7 +62,7 @@ pub async fn start_loopback_push_probe() -> Result<PushProbe, String> {
     let service = WebPushService::new(PROBE_SEED, Arc::new(SystemClock));
     let router = service.router();
     tokio::spawn(async move {
-        if let Err(e) = sim::net::serve(listener, router, std::future::pending()).await {
+        if let Err(e) = seam::net::serve(listener, router, std::future::pending()).await {
             tracing::warn!(error = %e, "push probe stopped");
         }
     });

@@ -17,12 +17,14 @@
 //! - [`cases`]: the registry, one module per area.
 //! - [`runner`]: selection, bounded parallel execution, timeouts, expected failures.
 //! - [`report`]: terminal, JSON, JUnit XML and HTML reports.
-//! - [`embedded`]: starting our own relay in-process through `sim`.
+//! - `embedded` (feature `embedded`, on by default): starting our own relay in-process
+//!   through `relay-server`.
 
 #![forbid(unsafe_code)]
 
 pub mod cases;
 pub mod ctx;
+#[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod model;
 pub mod report;

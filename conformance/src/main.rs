@@ -7,13 +7,15 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use conformance::ctx::{ClockControl, Hooks, PushProbe, Shared};
+#[cfg(feature = "embedded")]
+use conformance::embedded;
 use conformance::runner::{self, RunConfig, Status};
 use conformance::transport::NetTransport;
-use conformance::{cases, embedded, report, transport};
+use conformance::{cases, report, transport};
 use indicatif::{ProgressBar, ProgressStyle};
-use sim::clock::SystemClock;
-use sim::net::{Endpoint, Network as _, Tokio, TokioConnector};
-use sim::standins::WebPushService;
+use seam::clock::SystemClock;
+use seam::net::{Endpoint, Network as _, Tokio, TokioConnector};
+use standins::WebPushService;
 
 /// Black-box conformance suite for SecureChat relays.
 ///
@@ -105,7 +107,7 @@ async fn start_push_probe(url: &str) -> anyhow::Result<PushProbe> {
         .with_context(|| format!("listening on {addr} for --push-probe"))?;
     let router = service.router();
     tokio::spawn(async move {
-        if let Err(e) = sim::net::serve(listener, router, std::future::pending()).await {
+        if let Err(e) = seam::net::serve(listener, router, std::future::pending()).await {
             eprintln!("push probe stopped: {e}");
         }
     });
@@ -167,8 +169,18 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         return Ok(true);
     }
-    let (_embedded, base_url, mut hooks) = match &cli.relay {
+    #[cfg(feature = "embedded")]
+    type Embedded = Option<embedded::EmbeddedRelay>;
+    #[cfg(not(feature = "embedded"))]
+    type Embedded = Option<std::convert::Infallible>;
+    let (_embedded, base_url, mut hooks): (Embedded, String, Hooks) = match &cli.relay {
         Some(url) => (None, url.clone(), Hooks::default()),
+        #[cfg(not(feature = "embedded"))]
+        None => anyhow::bail!(
+            "this build has no embedded relay: give the relay to check with --relay URL \
+             (or build with the default feature `embedded`)"
+        ),
+        #[cfg(feature = "embedded")]
         None => {
             let relay = embedded::start_loopback()
                 .await

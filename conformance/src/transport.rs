@@ -1,5 +1,5 @@
 //! The network under the cases, type-erased so the same cases run over real loopback sockets
-//! ([`sim::net::Tokio`]) and over turmoil ([`sim::net::Turmoil`]).
+//! ([`seam::net::Tokio`]) and over turmoil ([`seam::net::Turmoil`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use fault_proxy::{ConnectionFaults, FaultProxy, Plan};
 use futures_util::{SinkExt as _, StreamExt as _};
-use serde::Serialize;
-use sim::net::{
+use seam::net::{
     Connector, Endpoint, HttpClient, HttpError, HttpRequest, HttpResponse, WsError, WsMessage,
     WsRequest, WsStream,
 };
+use serde::Serialize;
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -223,7 +223,7 @@ pub fn loopback_factory(endpoint: Endpoint) -> TransportFactory {
     Arc::new(move |n| NetTransport::new(LoopbackSourceConnector::nth(n), endpoint.clone()).shared())
 }
 
-/// [`Transport`] over any [`Connector`] of `sim::net`.
+/// [`Transport`] over any [`Connector`] of `seam::net`.
 #[derive(Debug)]
 pub struct NetTransport<C> {
     client: HttpClient<C>,

@@ -1,4 +1,4 @@
-//! The whole suite against our relay on 127.0.0.1 (real sockets), started through sim::server.
+//! The whole suite against our relay on 127.0.0.1 (real sockets), started through relay_server.
 
 mod common;
 
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use conformance::ctx::Shared;
 use conformance::{cases, embedded, runner, transport};
-use sim::net::Endpoint;
+use seam::net::Endpoint;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suite_passes_against_the_embedded_relay_on_loopback() {
@@ -141,8 +141,8 @@ async fn every_case_passes_under_all_faults_with_reruns_after_destructive_draws(
 /// and HTML reports all name the plan and the seed that reproduce the run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_relay_under_faults_is_reported_with_its_plan_and_seed() {
-    use sim::net::Tokio;
-    use sim::server::embedded::{TestRelayOptions, start_test_relay_with};
+    use relay_server::embedded::{TestRelayOptions, start_test_relay_with};
+    use seam::net::Tokio;
     let options = TestRelayOptions::default();
     let mut config = options.config();
     config.planted_bug = Some(relay_core::PlantedBug::NoMessageDedup);

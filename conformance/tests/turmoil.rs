@@ -1,6 +1,6 @@
 //! The suite inside deterministic turmoil simulations: the relay on host `relay` (test mode,
-//! via `sim::server::embedded`), each case on its own client host (its own address, as
-//! per-address limits expect distinct clients) through sim::net's turmoil connector. Cases that
+//! via `relay_server::embedded`), each case on its own client host (its own address, as
+//! per-address limits expect distinct clients) through seam::net's turmoil connector. Cases that
 //! move the relay's clock (over HTTP, like against any relay in test mode) run last, one at a
 //! time, on host `clock`.
 //!
@@ -23,7 +23,7 @@ use conformance::model::Case;
 use conformance::runner::{self, CaseReport};
 use conformance::transport::NetTransport;
 use conformance::{cases, embedded};
-use sim::net::{Endpoint, TurmoilConnector};
+use seam::net::{Endpoint, TurmoilConnector};
 
 const RELAY_PORT: u16 = 8080;
 /// How long the chaos host holds one case's link to the relay.

@@ -4,7 +4,7 @@
 //! The switch is `Config::planted_bug`, and both the field and `PlantedBug` exist only when
 //! the feature is on. Nothing enables the feature but the `sim`
 //! crate's own dev-dependency (its detection test) and an explicit `--features planted-bugs`:
-//! a build of the relay for users (`cargo build -p sim --bin relay`, `relay-pg`, …) has no
+//! a build of the relay for users (`cargo build -p relay-server --bin relay`, `relay-pg`, …) has no
 //! such field to set, and every planted branch compiles to `if false` (see `planted!`).
 //! Even in a build with the feature the default is `None`, and no binary sets it.
 //!

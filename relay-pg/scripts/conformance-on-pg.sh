@@ -4,7 +4,7 @@
 # from an empty relay). Every hook: test clock, payment webhook secret, Web Push push probe.
 #
 #   eval "$(relay-pg/scripts/pg-test-cluster.sh start /tmp/pg)"
-#   cargo build -p sim --bin relay && cargo build -p conformance --bin conformance
+#   cargo build -p relay-server --bin relay && cargo build -p conformance --bin conformance
 #   relay-pg/scripts/conformance-on-pg.sh [target/debug]
 #
 # Exits with the runner's code (0: every MUST case passed or is an expected failure). The

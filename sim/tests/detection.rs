@@ -1,5 +1,5 @@
 //! Detection power: known bugs are planted one at a time (feature `planted-bugs`, switched on
-//! for `sim`'s tests by its own dev-dependency; see `sim::sim::planted`), and a sweep of seeds
+//! for `sim`'s tests by its own dev-dependency; see `sim::planted`), and a sweep of seeds
 //! must catch each one with the oracle that guards against it — within [`N`] seeds, stopping
 //! at the first catch. The same seeds must pass with nothing planted, so a catch is the bug's
 //! doing and not noise. Each test prints its row of the table in BENCHMARKS.md ("Simulator:
@@ -13,10 +13,10 @@
 use std::ops::Range;
 
 use relay_core::PlantedBug;
-use sim::sim::faults::{FaultSelection, StoreChoice};
-use sim::sim::planted::Planted;
-use sim::sim::scenario::Scale;
-use sim::sim::{RunConfig, RunReport, run};
+use sim::faults::{FaultSelection, StoreChoice};
+use sim::planted::Planted;
+use sim::scenario::Scale;
+use sim::{RunConfig, RunReport, run};
 
 /// Seeds a sweep may spend on one bug before the test fails (the issue's aim: every planted bug
 /// caught within 40 seeds).

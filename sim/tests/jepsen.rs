@@ -1,4 +1,4 @@
-//! Jepsen mode (`simulate --relay-cmd` / `--relay-url`, `sim::sim::jepsen`) on real sockets:
+//! Jepsen mode (`simulate --relay-cmd` / `--relay-url`, `sim::jepsen`) on real sockets:
 //!
 //! * against our `relay` binary (the test build), started from a command template on a data
 //!   directory, with kill -9 + restart, SIGSTOP/SIGCONT and proxy faults: no violations;
@@ -10,17 +10,71 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use relay_core::store::SqliteStore;
 use relay_core::{Config, FsBlobStore, PlantedBug, Relay};
-use sim::net::Tokio;
-use sim::server::RelayServer;
-use sim::sim::jepsen::{self, JepsenConfig, JepsenFault, RelayTarget};
+use relay_server::RelayServer;
+use seam::net::Tokio;
+use sim::jepsen::{self, JepsenConfig, JepsenFault, RelayTarget};
+
+/// The crates the `relay` binary is built from (relative to the workspace root): a binary
+/// older than any of their files is stale.
+const RELAY_SOURCES: &[&str] = &[
+    "relay-server",
+    "relay-core",
+    "relay-pg",
+    "push",
+    "wire",
+    "seam",
+];
+
+/// Newest modification time of any file under `dir`.
+fn newest(dir: &Path) -> SystemTime {
+    let mut newest = SystemTime::UNIX_EPOCH;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let time = if path.is_dir() {
+            newest_or_skip(&path)
+        } else {
+            entry.metadata().and_then(|m| m.modified()).ok()
+        };
+        newest = newest.max(time.unwrap_or(SystemTime::UNIX_EPOCH));
+    }
+    newest
+}
+
+fn newest_or_skip(dir: &Path) -> Option<SystemTime> {
+    (dir.file_name() != Some("target".as_ref())).then(|| newest(dir))
+}
+
+/// Our `relay` binary, built by `cargo test --workspace` next to this test's own target
+/// directory (cargo gives integration tests only their own package's binaries). A missing or
+/// stale binary fails the test with the command that builds it, rather than testing old code.
+fn relay_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+    let binary = profile_dir.join(format!("relay{}", std::env::consts::EXE_SUFFIX));
+    let build = "cargo build -p relay-server --bin relay (cargo test --workspace builds it)";
+    let built = std::fs::metadata(&binary)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| panic!("{} is missing: {build}", binary.display()));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    for krate in RELAY_SOURCES {
+        assert!(
+            newest(&root.join(krate)) <= built,
+            "{} is older than {krate}'s sources: {build}",
+            binary.display()
+        );
+    }
+    binary
+}
 
 fn relay_cmd() -> String {
     format!(
         "{} --listen {{listen}} --data {{data}} --pow-difficulty 0 --log warn",
-        env!("CARGO_BIN_EXE_relay")
+        relay_binary().display()
     )
 }
 
@@ -126,7 +180,7 @@ fn planted_relay_process() {
         return;
     };
     let addr: SocketAddr = listen.parse().unwrap();
-    let dir = std::path::PathBuf::from(data);
+    let dir = PathBuf::from(data);
     let config = Config {
         pow_difficulty: 0,
         registrations_per_hour_per_addr: 10_000,

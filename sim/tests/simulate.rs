@@ -7,11 +7,11 @@
 
 use std::collections::BTreeSet;
 
-use sim::sim::faults::{FaultAction, FaultKind, FaultSelection, StoreChoice, StoreKind};
-use sim::sim::oracles::Violation;
-use sim::sim::scenario::{ActionKind, Scale};
-use sim::sim::shrink::shrink_with;
-use sim::sim::{Replay, RunConfig, RunReport, run};
+use sim::faults::{FaultAction, FaultKind, FaultSelection, StoreChoice, StoreKind};
+use sim::oracles::Violation;
+use sim::scenario::{ActionKind, Scale};
+use sim::shrink::shrink_with;
+use sim::{Replay, RunConfig, RunReport, run};
 
 /// `(seed, faults, store)`: explicit selections cover every kind (a relay crash on SQLite
 /// included); two swarm seeds add mixes. Chosen among seeds that pass on today's relay: a
@@ -195,13 +195,13 @@ fn shrinking_keeps_only_what_the_failure_needs() {
     // Make sure the start fails: add what the check wants if the draw lacks it.
     let mut start = start;
     if !fails(&start) {
-        start.plan.events.push(sim::sim::faults::FaultEvent {
+        start.plan.events.push(sim::faults::FaultEvent {
             at_ms: 1_000,
             action: FaultAction::CrashAfterCommit {
                 restart_after_ms: 1_000,
             },
         });
-        start.scenario.actions.push(sim::sim::scenario::Action {
+        start.scenario.actions.push(sim::scenario::Action {
             at_ms: 2_000,
             client: 1,
             kind: ActionKind::Burst {
@@ -337,7 +337,7 @@ fn d2_a_client_that_stops_reading_is_closed() {
         report.plan.events.iter().any(|e| matches!(
             &e.action,
             FaultAction::Hostile {
-                act: sim::sim::faults::HostileAct::StopReading { .. },
+                act: sim::faults::HostileAct::StopReading { .. },
                 ..
             }
         )),
@@ -462,7 +462,7 @@ fn a_relay_power_off_armed_by_a_store_fault_is_exempt_when_it_happens() {
 }
 
 /// Issue 12: the relay delivers pushes for real (Web Push, FCM, APNs stand-ins; see
-/// `sim::sim::pushworld`). In seed 11 (swarm: partitions, relay crashes, storage faults, raw
+/// `sim::pushworld`). In seed 11 (swarm: partitions, relay crashes, storage faults, raw
 /// clients) one of c0's two browsers unsubscribes when traffic starts; c0 goes offline and is
 /// pushed: the unsubscribed one answers 410 once, the relay deletes it, and the `push` oracle
 /// finds no later push to it (nor any other push defect).
@@ -502,9 +502,7 @@ fn a_frozen_leader_is_replaced_and_fenced() {
         .plan
         .events
         .iter()
-        .filter(
-            |e| matches!(e.action, FaultAction::Freeze { ms } if ms > sim::sim::failover::LEASE_MS),
-        )
+        .filter(|e| matches!(e.action, FaultAction::Freeze { ms } if ms > sim::failover::LEASE_MS))
         .count();
     assert!(
         freezes > 0,

@@ -328,11 +328,11 @@ async fn ticket_single_use(ctx: &mut Ctx) -> CaseResult {
     ctx.transcript.secret(&t);
     let path = format!("{}?user_uuid={}&ticket={t}", paths::WS, a.uuid);
     let _first = ctx
-        .open_ws(sim::net::WsRequest::new(path.clone()), &path, "first")
+        .open_ws(seam::net::WsRequest::new(path.clone()), &path, "first")
         .await
         .map_err(|e| format!("the first upgrade with a fresh ticket failed: {e}"))?;
     let second = ctx
-        .open_ws(sim::net::WsRequest::new(path.clone()), &path, "second")
+        .open_ws(seam::net::WsRequest::new(path.clone()), &path, "second")
         .await;
     ensure!(
         second.is_err(),
@@ -387,7 +387,7 @@ async fn ticket_expires(ctx: &mut Ctx) -> CaseResult {
     ctx.advance_clock(31_000).await?;
     let path = format!("{}?user_uuid={}&ticket={t}", paths::WS, a.uuid);
     let r = ctx
-        .open_ws(sim::net::WsRequest::new(path.clone()), &path, "late")
+        .open_ws(seam::net::WsRequest::new(path.clone()), &path, "late")
         .await;
     ensure!(r.is_err(), "an upgrade with a 31 s old ticket was accepted");
     Ok(())

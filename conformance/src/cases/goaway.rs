@@ -114,7 +114,7 @@ async fn revoked_token_cannot_connect(ctx: &mut Ctx) -> CaseResult {
     let _newer = ctx.login(&a.uuid, &a.identity).await?;
     let path = format!("/ws?user_uuid={}&token={}", a.uuid, a.token);
     let r = ctx
-        .open_ws(sim::net::WsRequest::new(path.clone()), &path, "revoked")
+        .open_ws(seam::net::WsRequest::new(path.clone()), &path, "revoked")
         .await;
     ensure!(r.is_err(), "a revoked token opened a socket");
     Ok(())

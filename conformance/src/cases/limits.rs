@@ -143,7 +143,7 @@ async fn registration_limit(ctx: &mut Ctx) -> CaseResult {
         "{} registrations from one address within the hour were all accepted: this relay allows \
          more than the documented {REGISTRATIONS_PER_HOUR} (the embedded relay raises \
          Config::registrations_per_hour_per_addr to 1,000,000 — \
-         sim::server::embedded::TEST_REGISTRATIONS_PER_HOUR_PER_ADDR — so the suite can create \
+         relay_server::embedded::TEST_REGISTRATIONS_PER_HOUR_PER_ADDR — so the suite can create \
          its accounts; its clock cases share one address)",
         REGISTRATIONS_PER_HOUR + 1
     )))

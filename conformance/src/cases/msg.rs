@@ -429,7 +429,7 @@ async fn send_before_sync(ctx: &mut Ctx) -> CaseResult {
     ctx.transcript.secret(&t);
     let path = format!("/ws?user_uuid={}&ticket={t}", p.b.uuid);
     let mut wb = ctx
-        .open_ws(sim::net::WsRequest::new(path.clone()), &path, "B")
+        .open_ws(seam::net::WsRequest::new(path.clone()), &path, "B")
         .await
         .map_err(|e| format!("B refused: {e}"))?;
     let (id, m) = ctx.msg(&p.key, &p.b, &p.conv, "early");

@@ -5,7 +5,7 @@ use http::Method;
 use serde_json::json;
 use wire::http::paths;
 
-use sim::standins::pushcrypto::{b64url_decode, is_uncompressed_p256_point};
+use standins::pushcrypto::{b64url_decode, is_uncompressed_p256_point};
 
 use crate::ctx::{Ctx, s};
 use crate::model::{Case, CaseResult};
@@ -202,7 +202,7 @@ async fn probe_delivery(ctx: &mut Ctx) -> CaseResult {
         let (id, m) = ctx.msg(&p.key, &p.b, &p.conv, text);
         wa.send_msg(&id, &m).await?;
     }
-    let mine = |service: &sim::standins::WebPushService| {
+    let mine = |service: &standins::WebPushService| {
         service
             .received()
             .into_iter()

@@ -1,8 +1,8 @@
 //! WS: the WebSocket transport (PROTOCOL §2.1-2.3, §3.1, §9; ARCHITECTURE "Decisions in wire").
 
 use http::HeaderName;
+use seam::net::WsRequest;
 use serde_json::{Value, json};
-use sim::net::WsRequest;
 use wire::http::paths;
 
 use super::online;

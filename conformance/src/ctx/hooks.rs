@@ -98,13 +98,13 @@ pub enum ClockControl {
 
 /// The runner acting as a Web Push service (`--push-probe URL`): it creates subscriptions
 /// under `base` (`{base}/wpush/{id}`), decrypts every RFC 8291 body it receives with the
-/// subscription's private key and verifies the VAPID JWT (`sim::standins::WebPushService`).
+/// subscription's private key and verifies the VAPID JWT (`standins::WebPushService`).
 #[derive(Debug, Clone)]
 pub struct PushProbe {
     /// `http://host:port` as the relay reaches the probe.
     pub base: String,
     /// The service (shared with its listener task).
-    pub service: sim::standins::WebPushService,
+    pub service: standins::WebPushService,
 }
 
 impl Ctx {

@@ -9,8 +9,8 @@
 
 use bytes::Bytes;
 use http::{HeaderName, Method, header::CONTENT_TYPE};
+use seam::net::HttpRequest;
 use serde_json::Value;
-use sim::net::HttpRequest;
 
 use super::Ctx;
 use crate::model::{CaseResult, Failure};

@@ -12,8 +12,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use seam::net::{WsMessage, WsRequest};
 use serde_json::{Value, json};
-use sim::net::{WsMessage, WsRequest};
 use wire::http::paths;
 
 use super::Ctx;

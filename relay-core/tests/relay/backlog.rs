@@ -14,7 +14,7 @@ use wire::ServerFrame;
 
 use crate::world::{User, World, b64, closed, errors, frames};
 
-/// Frames the relay shell's outbound queue holds per socket (`sim::server`): a replay that puts
+/// Frames the relay shell's outbound queue holds per socket (`relay_server`): a replay that puts
 /// more than this in flight overflows it, and the shell closes the socket.
 const SHELL_OUTBOUND_FRAMES: usize = 1024;
 /// The reader handles one `msg` every this many ms (2,000 receipts in 20 s).

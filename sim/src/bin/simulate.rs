@@ -28,10 +28,10 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use sim::sim::faults::{FaultSelection, StoreChoice};
-use sim::sim::scenario::Scale;
-use sim::sim::shrink::{ShrinkOptions, shrink, size};
-use sim::sim::{Replay, RunConfig, RunReport, run};
+use sim::faults::{FaultSelection, StoreChoice};
+use sim::scenario::Scale;
+use sim::shrink::{ShrinkOptions, shrink, size};
+use sim::{Replay, RunConfig, RunReport, run};
 
 /// Deterministic fault-injection simulation of the relay and its clients.
 ///
@@ -87,7 +87,7 @@ struct Args {
     no_log_capture: bool,
 
     /// With `--seed` or `--replay`: prints the run's logs to stderr with this `tracing`
-    /// filter (e.g. `debug`, `sim::server=trace,relay_core=debug`) instead of scanning them.
+    /// filter (e.g. `debug`, `relay_server=trace,relay_core=debug`) instead of scanning them.
     #[arg(long, value_name = "FILTER")]
     log: Option<String>,
 
@@ -139,7 +139,7 @@ struct Args {
     /// no-write-deadline (D2).
     #[cfg(feature = "planted-bugs")]
     #[arg(long, value_name = "BUG")]
-    plant: Option<sim::sim::planted::Planted>,
+    plant: Option<sim::planted::Planted>,
 
     /// Jepsen mode: runs the scenario on real sockets (127.0.0.1) against a relay process
     /// started from this command (run by `sh -c`; `{listen}` becomes its `IP:PORT`, `{data}`
@@ -679,7 +679,7 @@ fn write_junit(
 /// Jepsen mode: each seed against the relay process (or URL); prints the seed, the plan and
 /// the verdict, writes the histories, exits 1 on a violation.
 fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
-    use sim::sim::jepsen::{self, JepsenConfig, RelayTarget};
+    use sim::jepsen::{self, JepsenConfig, RelayTarget};
     let target = match (&args.relay_cmd, &args.relay_url) {
         (Some(cmd), _) => RelayTarget::Command(cmd.clone()),
         (None, Some(url)) => RelayTarget::Url(url.clone()),

@@ -1,0 +1,452 @@
+//! REST: `/api/v1/*` to the core task, body limits, CORS, and the relay's response to axum's.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
+
+use axum::{
+    body::Body,
+    extract::{ConnectInfo, Request, State},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use http_body_util::BodyExt as _;
+use hyper::body::Body as _;
+use relay_core::HttpResponse;
+use tokio::sync::{mpsc, oneshot, watch};
+use wire::{
+    ErrorBody, ErrorCode,
+    limits::{MAX_JSON_BODY_BYTES, MAX_MEDIA_PART_BYTES},
+};
+
+use super::driver::Input;
+use super::leadership::{NOT_LEADER, NOT_LEADER_RETRY_AFTER_S};
+use seam::net::PeerAddr;
+
+/// The liveness probe's path: 200 for as long as the process serves HTTP.
+pub const HEALTHZ_PATH: &str = "/healthz";
+/// The readiness probe's path: 200 only while this relay serves clients (the active one).
+pub const READYZ_PATH: &str = "/readyz";
+
+/// What the server is doing, as the handlers see it.
+#[derive(Clone, Debug)]
+pub(super) enum Phase {
+    /// Not leading (a campaigning server before it leads, or between terms): every route but
+    /// the probes answers 503 `NOT_LEADER`.
+    Standby,
+    /// Serving: the way to the current core task.
+    Active {
+        inputs: mpsc::Sender<Input>,
+        /// The term's fencing token (campaigning servers).
+        epoch: Option<u64>,
+        /// The relay failed and could not yet be rebuilt from its store.
+        store_down: Arc<AtomicBool>,
+    },
+    /// Shut down: the core task is gone or going.
+    Stopping,
+}
+
+/// What every handler holds: the way to the core task.
+#[derive(Clone, Debug)]
+pub(super) struct App {
+    pub(super) phase: watch::Receiver<Phase>,
+    /// Serve [`super::ADVANCE_CLOCK_PATH`] (test mode only; otherwise it is an unknown route).
+    pub(super) test_mode: bool,
+    /// Per-connection limits (the WebSocket's write deadline).
+    pub(super) limits: seam::net::ServeLimits,
+}
+
+impl App {
+    /// The current core's inputs; `None` when there is none (answer [`Self::refusal`]).
+    pub(super) fn inputs(&self) -> Option<mpsc::Sender<Input>> {
+        match &*self.phase.borrow() {
+            Phase::Active { inputs, .. } => Some(inputs.clone()),
+            Phase::Standby | Phase::Stopping => None,
+        }
+    }
+
+    /// The answer when there is no core, or it went away under a request: a standby (the term
+    /// ended: `NOT_LEADER`) or a server shutting down.
+    pub(super) fn refusal(&self) -> Response {
+        match &*self.phase.borrow() {
+            Phase::Standby => not_leader(),
+            Phase::Active { .. } | Phase::Stopping => unavailable(),
+        }
+    }
+
+    fn is_standby(&self) -> bool {
+        matches!(&*self.phase.borrow(), Phase::Standby)
+    }
+}
+
+/// `GET /healthz`: the process is alive and answers HTTP (200 on a standby too), with its role.
+pub(super) async fn healthz(State(app): State<App>) -> Response {
+    let role = match &*app.phase.borrow() {
+        Phase::Standby => "standby",
+        Phase::Active { .. } => "active",
+        Phase::Stopping => "stopping",
+    };
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({"status": "live", "role": role}),
+    )
+}
+
+/// `GET /readyz`: 200 while this relay serves clients; 503 with the wire error body otherwise
+/// (`NOT_LEADER` on a standby, `STORAGE_UNAVAILABLE` while its store is down,
+/// `SERVER_SHUTTING_DOWN`).
+pub(super) async fn readyz(State(app): State<App>) -> Response {
+    let phase = app.phase.borrow().clone();
+    match phase {
+        Phase::Standby => not_leader(),
+        Phase::Stopping => unavailable(),
+        Phase::Active { store_down, .. } if store_down.load(Ordering::Relaxed) => {
+            let mut response = relay_response(relay_core::storage_unavailable_response());
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(NOT_LEADER_RETRY_AFTER_S),
+            );
+            response
+        }
+        Phase::Active { epoch, .. } => {
+            let mut body = serde_json::json!({"status": "ready", "role": "active"});
+            if let Some(epoch) = epoch {
+                body["epoch"] = epoch.into();
+            }
+            json_response(StatusCode::OK, &body)
+        }
+    }
+}
+
+/// On a standby, every route but the probes (and CORS preflights, answered outside) is refused
+/// with 503 `NOT_LEADER` and `Retry-After`, WebSocket upgrades included, and the connection is
+/// closed after the answer (`Connection: close`), also when the term ended while the request
+/// was in flight: behind a TCP load balancer a kept-alive connection stays with the relay it
+/// was first sent to, so a client would otherwise ask the old leader forever (found by the
+/// simulator's failover topology, `--faults all` seed 0).
+pub(super) async fn gate(State(app): State<App>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let probe = path == HEALTHZ_PATH || path == READYZ_PATH;
+    if app.is_standby() && !probe {
+        return close_after(not_leader());
+    }
+    let response = next.run(request).await;
+    if !probe && app.is_standby() && response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return close_after(response);
+    }
+    response
+}
+
+fn close_after(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// 503 `NOT_LEADER` with `Retry-After`: this relay is a standby (another one is active, or
+/// none yet); a load balancer sends clients to the active one, which `/readyz` names.
+pub(super) fn not_leader() -> Response {
+    let mut response = error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::other(NOT_LEADER),
+        "this relay is a standby, not the active relay; retry shortly (or another address)",
+    );
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(NOT_LEADER_RETRY_AFTER_S),
+    );
+    response
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
+    relay_response(HttpResponse {
+        status: status.as_u16(),
+        body: serde_json::to_vec(body).unwrap_or_default(),
+        content_type: relay_core::http::CONTENT_TYPE_JSON,
+        retry_after_s: None,
+    })
+}
+
+/// The body of `POST /api/v1/test/advance-clock`.
+#[derive(Debug, serde::Deserialize)]
+struct AdvanceClock {
+    ms: u64,
+}
+
+/// Its answer.
+#[derive(Debug, serde::Serialize)]
+struct AdvancedClock {
+    now_ms: u64,
+}
+
+/// Methods a preflight allows.
+const CORS_ALLOW_METHODS: &str = "GET, POST, PUT, DELETE, OPTIONS";
+/// Request headers a preflight allows when the browser names none (`Authorization` must be
+/// listed explicitly: the `*` wildcard does not cover it).
+const CORS_ALLOW_HEADERS: &str = "authorization, content-type, x-payment-signature";
+/// How long a browser may cache a preflight, in seconds.
+const CORS_MAX_AGE_S: &str = "600";
+
+/// The body limit of `path`: a media part on the chunk route, JSON everywhere else.
+fn body_limit(path: &str) -> usize {
+    let segs: Vec<&str> = path.split('/').collect();
+    match segs.as_slice() {
+        ["", "api", "v1", "media", "upload-parts", _, "chunk"] => MAX_MEDIA_PART_BYTES,
+        _ => MAX_JSON_BODY_BYTES,
+    }
+}
+
+/// After refusing an oversize body, at most this much more of it is read and discarded
+/// before answering, so that a client still writing its body reads the 413 instead of a
+/// connection reset (a server that closes with unread input resets the connection).
+pub const OVERSIZE_DRAIN_BYTES: usize = 1024 * 1024;
+/// How long that discarding may take, in ms.
+const OVERSIZE_DRAIN_MS: u64 = 1_000;
+
+enum BodyRead {
+    Complete(Vec<u8>),
+    TooLarge,
+    Failed,
+}
+
+/// Reads at most `limit` bytes of `body` (refusing at once when `Content-Length` already
+/// says more), then drains a bounded excess (see [`OVERSIZE_DRAIN_BYTES`]).
+async fn read_body(body: Body, limit: usize) -> BodyRead {
+    let mut body = body;
+    if body.size_hint().lower() > limit as u64 {
+        drain(body).await;
+        return BodyRead::TooLarge;
+    }
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return BodyRead::Failed;
+        };
+        if let Some(data) = frame.data_ref() {
+            if bytes.len() + data.len() > limit {
+                drain(body).await;
+                return BodyRead::TooLarge;
+            }
+            bytes.extend_from_slice(data);
+        }
+    }
+    BodyRead::Complete(bytes)
+}
+
+async fn drain(body: Body) {
+    let mut body = body;
+    let discard = async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, bytes::Bytes::len);
+            if seen > OVERSIZE_DRAIN_BYTES {
+                break;
+            }
+        }
+    };
+    let _ =
+        tokio::time::timeout(std::time::Duration::from_millis(OVERSIZE_DRAIN_MS), discard).await;
+}
+
+/// Every `/api/v1/*` request: limit and read the body, hand it to the relay, return its answer.
+pub(super) async fn api(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<PeerAddr>,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let limit = body_limit(parts.uri.path());
+    let body = match read_body(body, limit).await {
+        BodyRead::Complete(body) => body,
+        BodyRead::TooLarge => return too_large(limit),
+        BodyRead::Failed => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::BAD_REQUEST,
+                "the request body could not be read",
+            );
+        }
+    };
+    if app.test_mode
+        && parts.method == Method::POST
+        && parts.uri.path() == super::ADVANCE_CLOCK_PATH
+    {
+        return advance_clock(&app, &body).await;
+    }
+    let mut req = relay_core::HttpRequest::new(
+        relay_core::Method::parse(parts.method.as_str()),
+        parts.uri.path(),
+    );
+    req.query = parts.uri.query().unwrap_or_default().to_owned();
+    req.authorization = header_str(&parts.headers, header::AUTHORIZATION.as_str());
+    // The client's IP only: PoW challenges are bound to the address, and a client's port
+    // differs per connection.
+    req.remote_addr = peer.0.ip().to_string();
+    req.body = body;
+    req.headers = parts
+        .headers
+        .iter()
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+        })
+        .collect();
+    tracing::debug!(method = %parts.method, path = parts.uri.path(), "http request");
+    let Some(inputs) = app.inputs() else {
+        return app.refusal();
+    };
+    let (reply, answer) = oneshot::channel();
+    if inputs.send(Input::Http { req, reply }).await.is_err() {
+        return app.refusal();
+    }
+    match answer.await {
+        Ok(response) => relay_response(response),
+        Err(_) => app.refusal(),
+    }
+}
+
+/// Test mode: `{"ms": u64}` → the core moves its clock, fires due timers → `{"now_ms": u64}`.
+async fn advance_clock(app: &App, body: &[u8]) -> Response {
+    let Ok(AdvanceClock { ms }) = serde_json::from_slice::<AdvanceClock>(body) else {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::INVALID_JSON,
+            "expected {\"ms\": <non-negative integer>}",
+        );
+    };
+    let Some(inputs) = app.inputs() else {
+        return app.refusal();
+    };
+    let (reply, answer) = oneshot::channel();
+    if inputs
+        .send(Input::AdvanceClock { ms, reply })
+        .await
+        .is_err()
+    {
+        return app.refusal();
+    }
+    match answer.await {
+        Ok(now) => {
+            let body = serde_json::to_vec(&AdvancedClock { now_ms: now.0 }).unwrap_or_default();
+            relay_response(HttpResponse {
+                status: StatusCode::OK.as_u16(),
+                body,
+                content_type: relay_core::http::CONTENT_TYPE_JSON,
+                retry_after_s: None,
+            })
+        }
+        Err(_) => app.refusal(),
+    }
+}
+
+/// Any path outside `/api/v1/*` and `/ws`.
+pub(super) async fn not_found() -> Response {
+    error_response(StatusCode::NOT_FOUND, ErrorCode::NOT_FOUND, "no such route")
+}
+
+/// CORS for every origin: answers `OPTIONS` preflights with 204 and adds the CORS headers to
+/// every other response.
+pub(super) async fn cors(request: Request, next: Next) -> Response {
+    let requested_headers = request
+        .headers()
+        .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+        .cloned();
+    let mut response = if request.method() == Method::OPTIONS {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        next.run(request).await
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static(CORS_ALLOW_METHODS),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        requested_headers.unwrap_or_else(|| HeaderValue::from_static(CORS_ALLOW_HEADERS)),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static(CORS_MAX_AGE_S),
+    );
+    response
+}
+
+/// The relay's response as an axum response (status, content type, body).
+pub(super) fn relay_response(response: HttpResponse) -> Response {
+    let status = StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let content_type = HeaderValue::from_static(response.content_type);
+    let mut out = Response::new(Body::from(response.body));
+    *out.status_mut() = status;
+    out.headers_mut().insert(header::CONTENT_TYPE, content_type);
+    if let Some(s) = response.retry_after_s {
+        out.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    out
+}
+
+/// A JSON error response with the wire error body.
+pub(super) fn error_response(status: StatusCode, code: ErrorCode, message: &str) -> Response {
+    let body = serde_json::to_vec(&ErrorBody::new(code, message)).unwrap_or_default();
+    relay_response(HttpResponse {
+        status: status.as_u16(),
+        body,
+        content_type: relay_core::http::CONTENT_TYPE_JSON,
+        retry_after_s: (status == StatusCode::TOO_MANY_REQUESTS)
+            .then_some(relay_core::limits::DEFAULT_RETRY_AFTER_S),
+    })
+}
+
+fn too_large(limit: usize) -> Response {
+    error_response(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::BODY_TOO_LARGE,
+        &format!("the request body is larger than this route's limit of {limit} bytes"),
+    )
+}
+
+/// 503 while the server shuts down (the core task is gone or refuses new work).
+pub(super) fn unavailable() -> Response {
+    error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        shutting_down_code(),
+        "the relay is shutting down; retry shortly",
+    )
+}
+
+/// `SERVER_SHUTTING_DOWN` (503).
+pub(super) fn shutting_down_code() -> ErrorCode {
+    ErrorCode::SERVER_SHUTTING_DOWN
+}
+
+fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn media_chunks_get_the_media_limit() {
+        assert_eq!(
+            body_limit("/api/v1/media/upload-parts/u1/chunk"),
+            MAX_MEDIA_PART_BYTES
+        );
+        assert_eq!(body_limit("/api/v1/register"), MAX_JSON_BODY_BYTES);
+        assert_eq!(
+            body_limit("/api/v1/media/upload-parts/u1/complete"),
+            MAX_JSON_BODY_BYTES
+        );
+    }
+}

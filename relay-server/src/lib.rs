@@ -1,0 +1,544 @@
+//! The relay server: `relay-core`'s [`Relay`] behind axum, on any [`Network`].
+//!
+//! # Shape
+//!
+//! ```text
+//!  axum handlers ──Input::Http{req, reply}──────┐
+//!  /ws upgrade   ──Input::Connect{ws, reply}────┤  bounded mpsc      ┌──────────────────────┐
+//!  conn tasks    ──Input::Text/Frame/Disconnect─┴─────────────────►  │ core task: owns Relay │
+//!                ◄──Outbound::Text/Close (one bounded mpsc per conn)─│ drains poll_output    │
+//!  PushWorker    ◄──submit (bounded queue, never waits)──────────────│ timer = poll_timeout  │
+//!  (relay-push)  ──GoneTarget (bounded mpsc)──► handle_push_gone ───►│                       │
+//!                                                                     └──────────────────────┘
+//! ```
+//!
+//! * **One task owns the [`Relay`]** (no lock): handlers and connection tasks send it plain
+//!   messages; after **every** input it drains `poll_output`, routes `Send` to the connection's
+//!   outbound channel (`frame.encode()`), `Close` after everything queued before it, `Push` to
+//!   the push worker; then it re-arms its timer from `poll_timeout` ([`seam::clock`]).
+//! * **Push** ([`RelayServer::with_push`], [`PushDelivery`]): a [`relay_push::PushWorker`]
+//!   delivers Web Push (RFC 8291 + VAPID), FCM and APNs; a push service's "gone" answer comes
+//!   back as [`Relay::handle_push_gone`] on the core task. A slow or dead push service never
+//!   delays routing: submitting never waits, and the worker's queue and concurrency are
+//!   bounded. Without push delivery the outputs are dropped (logged at DEBUG).
+//! * **Fail-stop**: if the relay reports [`Relay::is_failed`] after an input (a commit failed),
+//!   the core closes every socket, logs at ERROR and rebuilds the relay with the
+//!   [`RelayServer`]'s opener on the same store (the store is the source of truth); while the
+//!   store stays unusable it retries every [`REBUILD_RETRY_MS`].
+//! * **Routes**: every method on `/api/v1/*` goes to `handle_http` with the raw body (limit
+//!   enforced before reading: [`MAX_JSON_BODY_BYTES`](wire::limits::MAX_JSON_BODY_BYTES), or
+//!   [`MAX_MEDIA_PART_BYTES`](wire::limits::MAX_MEDIA_PART_BYTES) on the media chunk route;
+//!   over it: 413 `BODY_TOO_LARGE`); `GET /ws` is the WebSocket (refused with the relay's
+//!   response, e.g. 401, *before* upgrading). Every response carries permissive CORS headers
+//!   and `OPTIONS` is answered as a preflight (the PWA is served from another origin).
+//! * **Probes**: `GET /healthz` answers 200 `{"status":"live","role":…}` while the process
+//!   serves HTTP; `GET /readyz` answers 200 `{"status":"ready","role":"active"}` while it
+//!   serves clients, else 503 with the wire error body: `NOT_LEADER` (a standby),
+//!   `STORAGE_UNAVAILABLE` (the store is down and the relay could not be rebuilt),
+//!   `SERVER_SHUTTING_DOWN`. Point a load balancer's health check at `/readyz`.
+//! * **Active/standby** ([`RelayServer::campaigning`], [`leadership`]): the server binds at once
+//!   and stands by (every route but the probes: 503 `NOT_LEADER` with `Retry-After`) until it
+//!   leads; it then opens the relay and serves; when the term ends it goes fail-stop at once
+//!   (every socket closed) and stands by again.
+//! * **Test mode** ([`RelayServer::with_test_mode`], `relay --test-mode`; **never in
+//!   production**): the clock becomes an [`OffsetClock`] and
+//!   `POST /api/v1/test/advance-clock {"ms": u64}` answers `200 {"now_ms": u64}` after moving
+//!   it forward by `ms`, firing every timer that became due (`handle_timeout` on the core task)
+//!   and executing their outputs (conformance/README.md, "Test clock"). No authentication.
+//!   Without test mode the path is an unknown route like any other (404).
+//! * **Graceful shutdown**: when the shutdown future resolves the listener stops accepting,
+//!   the core sends GOAWAY `server_shutdown` to every socket and closes it (relay-core has no
+//!   input for this, so the shell sends the [`wire::ServerFrame::Goaway`] itself and reports
+//!   the sockets disconnected), refuses new upgrades with 503, and keeps serving in-flight
+//!   requests until every handler and socket task is gone. Every ack and 2xx was sent after
+//!   its commit, so nothing acknowledged is lost.
+//!
+//! # Starting one
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use std::net::SocketAddr;
+//! use seam::clock::SimClock;
+//! use seam::net::Turmoil;
+//! use crate::RelayServer;
+//! use relay_core::{Config, MemoryBlobStore, store::MemoryStore};
+//!
+//! // Inside a turmoil host (the simulator keeps `store` to rebuild the host after a crash):
+//! let store = MemoryStore::new();
+//! let server = RelayServer::in_memory(Config::default(), 7, store, MemoryBlobStore::new())
+//!     .with_clock(SimClock::default());
+//! server
+//!     .run::<Turmoil>(SocketAddr::from(([0, 0, 0, 0], 8080)), std::future::pending())
+//!     .await
+//! # }
+//! ```
+//!
+//! # Logs
+//! A span per connection (`conn` id and `user` uuid only), per-frame events at TRACE (type and
+//! size, never payloads, tokens or tickets), lifecycle at INFO, failures at WARN / ERROR.
+
+mod driver;
+pub mod embedded;
+mod http;
+pub mod leadership;
+pub mod logging;
+pub mod postgres;
+mod push;
+pub mod secrets;
+mod ws;
+
+use std::{
+    fmt, io,
+    net::SocketAddr,
+    sync::{Arc, atomic::AtomicBool},
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    routing::{any, get},
+};
+use relay_core::{
+    Config, MemoryBlobStore, Relay,
+    store::{MemoryStore, StoreError},
+};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{error, info, warn};
+
+use seam::clock::{Clock, OffsetClock, SystemClock};
+use seam::net::{ConnectionCounter, Network, ServeLimits, serve_with_limits};
+
+use self::driver::{CoreParts, PushSink, TermCtx};
+use self::http::Phase;
+use self::leadership::{CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, Leadership, Term};
+
+pub use self::driver::OutboundBytes;
+pub use self::http::{HEALTHZ_PATH, OVERSIZE_DRAIN_BYTES, READYZ_PATH};
+pub use self::push::{NET_PUSH_MAX_IDLE, NetPushTransport, PushDelivery};
+pub use self::ws::{
+    CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES, MAX_WRITE_BATCH, WS_MAX_WRITE_BUFFER_BYTES,
+    WS_READ_BUFFER_BYTES, WS_WRITE_BUFFER_BYTES,
+};
+pub use seam::net::{OUTBOUND_QUEUE_BYTES, WRITE_DEADLINE_MS};
+
+/// Inputs waiting for the core task; when full, handlers and socket readers wait (backpressure).
+pub const INPUT_QUEUE_CAPACITY: usize = 1024;
+/// Inputs the core task handles in one batch at most (one group commit, then their answers
+/// and frames go out); a batch is whatever is queued when the task gets to it.
+pub const MAX_BATCH_INPUTS: usize = 256;
+/// Frames waiting to be written on one socket; when full the socket is closed (the relay keeps
+/// what it did not deliver, and the client re-syncs on reconnect). Their bytes are bounded too,
+/// by [`ServeLimits::outbound_queue_bytes`] ([`OUTBOUND_QUEUE_BYTES`] by default).
+pub const OUTBOUND_QUEUE_CAPACITY: usize = 1024;
+/// The test-mode clock route (served only by a server in test mode).
+pub const ADVANCE_CLOCK_PATH: &str = "/api/v1/test/advance-clock";
+
+/// Delay between attempts to rebuild a failed relay from its store.
+pub const REBUILD_RETRY_MS: u64 = 1_000;
+
+/// Builds a fresh [`Relay`] from the durable store; called at start and after a fail-stop.
+pub type RelayOpener = Box<dyn FnMut() -> Result<Relay, StoreError> + Send>;
+
+/// How a server gets its relay.
+enum Mode {
+    /// Opens it at start and serves until shutdown.
+    Single(RelayOpener),
+    /// Campaigns; serves while it leads ([`leadership`]).
+    Campaign(Box<dyn Leadership>),
+}
+
+/// A relay server ready to run: how to open the relay, which clock, where pushes go.
+pub struct RelayServer {
+    mode: Mode,
+    clock: Arc<dyn Clock>,
+    push: Option<PushDelivery>,
+    test_mode: bool,
+    limits: ServeLimits,
+    connections: ConnectionCounter,
+    outbound_bytes: OutboundBytes,
+}
+
+impl fmt::Debug for RelayServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RelayServer")
+            .field("clock", &self.clock)
+            .field("push", &self.push)
+            .field("test_mode", &self.test_mode)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RelayServer {
+    /// A server that opens its relay with `open` (called again to rebuild after a
+    /// fail-stop: it must open the **same** store), on the [`SystemClock`], without push
+    /// delivery.
+    pub fn new(open: impl FnMut() -> Result<Relay, StoreError> + Send + 'static) -> Self {
+        Self::with_mode(Mode::Single(Box::new(open)))
+    }
+
+    /// A server that serves only while it leads among several (active/standby; see
+    /// [`leadership`]): it binds at once, stands by while `leadership` campaigns, opens the
+    /// relay with the won [`Term`]'s opener, and goes fail-stop and stands by again when the
+    /// term ends.
+    pub fn campaigning(leadership: impl Leadership) -> Self {
+        Self::with_mode(Mode::Campaign(Box::new(leadership)))
+    }
+
+    fn with_mode(mode: Mode) -> Self {
+        Self {
+            mode,
+            clock: Arc::new(SystemClock),
+            push: None,
+            test_mode: false,
+            limits: ServeLimits::default(),
+            connections: ConnectionCounter::default(),
+            outbound_bytes: OutboundBytes::default(),
+        }
+    }
+
+    /// A server over a [`MemoryStore`] and a [`MemoryBlobStore`] (clones of both survive a
+    /// simulated crash: build the restarted host's server from the same handles).
+    pub fn in_memory(
+        config: Config,
+        seed: u64,
+        store: MemoryStore,
+        blobs: MemoryBlobStore,
+    ) -> Self {
+        Self::new(move || {
+            Relay::with_blobs(
+                config.clone(),
+                Box::new(store.clone()),
+                Box::new(blobs.clone()),
+                seed,
+            )
+        })
+    }
+
+    /// Uses `clock` for `now` (a [`seam::clock::SimClock`] under turmoil).
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Delivers the relay's push outputs for real (Web Push, FCM, APNs; see [`PushDelivery`])
+    /// and deletes the targets the push services report gone. The relay's [`Config`] must
+    /// agree ([`PushDelivery::configure`]).
+    #[must_use]
+    pub fn with_push(mut self, delivery: PushDelivery) -> Self {
+        self.push = Some(delivery);
+        self
+    }
+
+    /// **Test mode — never in production.** Serves the unauthenticated
+    /// `POST /api/v1/test/advance-clock` route ([`ADVANCE_CLOCK_PATH`]), which moves the
+    /// relay's clock (whichever [`with_clock`](Self::with_clock) chose, wrapped in an
+    /// [`OffsetClock`]) forward, fires the timers that became due and answers
+    /// `{"now_ms": u64}` once their outputs were executed.
+    #[must_use]
+    pub fn with_test_mode(mut self) -> Self {
+        self.test_mode = true;
+        self
+    }
+
+    /// Connection limits (header-read deadline, caps in total and per address, the write
+    /// deadline and outbound queue bytes of a WebSocket); default [`ServeLimits::default`].
+    pub fn with_limits(mut self, limits: ServeLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Counts the connections this server holds open (shared: read it while it runs).
+    pub fn connections(&self) -> ConnectionCounter {
+        self.connections.clone()
+    }
+
+    /// Bytes of frames queued for its sockets and not yet written, over all sockets (shared:
+    /// read it while it runs).
+    pub fn outbound_bytes(&self) -> OutboundBytes {
+        self.outbound_bytes.clone()
+    }
+
+    /// Whether [`with_test_mode`](Self::with_test_mode) was called.
+    pub fn is_test_mode(&self) -> bool {
+        self.test_mode
+    }
+
+    /// Binds `addr` on network `N` and serves until `shutdown` resolves.
+    pub async fn run<N: Network>(
+        self,
+        addr: SocketAddr,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> io::Result<()> {
+        let listener = N::bind(addr).await?;
+        self.serve::<N>(listener, shutdown).await
+    }
+
+    /// Serves on an already bound `listener` until `shutdown` resolves, then shuts down
+    /// gracefully (see the module doc) and returns once the core task has stopped.
+    ///
+    /// Fails if the relay cannot be opened from its store (a single server, at start), if a
+    /// campaigning server's leadership fails for good ([`CampaignError::Fatal`]), or if the
+    /// listener fails.
+    pub async fn serve<N: Network>(
+        mut self,
+        listener: N::Listener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> io::Result<()> {
+        let addr = axum::serve::Listener::local_addr(&listener)?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (phase_tx, phase_rx) = watch::channel(Phase::Standby);
+        let phase_tx = Arc::new(phase_tx);
+        let test_clock = self
+            .test_mode
+            .then(|| OffsetClock::new(Arc::clone(&self.clock)));
+        let clock: Arc<dyn Clock> = match &test_clock {
+            Some(test_clock) => {
+                tracing::warn!(
+                    "TEST MODE: POST {ADVANCE_CLOCK_PATH} moves the clock (never in production)"
+                );
+                Arc::new(test_clock.clone())
+            }
+            None => Arc::clone(&self.clock),
+        };
+        let ctx = CoreCtx {
+            clock,
+            test_clock,
+            queue_bytes: self.limits.outbound_queue_bytes,
+            outbound_bytes: self.outbound_bytes.clone(),
+        };
+        let (fatal_tx, fatal_rx) = oneshot::channel::<String>();
+        let mode = std::mem::replace(&mut self.mode, Mode::Single(Box::new(no_relay)));
+        let core = match mode {
+            Mode::Single(mut open) => {
+                let relay = open().map_err(io::Error::other)?;
+                let parts = self.start_push::<N>();
+                let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
+                let store_down = Arc::new(AtomicBool::new(false));
+                phase_tx.send_replace(Phase::Active {
+                    inputs: inputs_tx,
+                    epoch: None,
+                    store_down: Arc::clone(&store_down),
+                });
+                let core = ctx.core(relay, open, parts.push, store_down, None);
+                tokio::spawn(async move {
+                    core.run(inputs_rx, stop_rx, parts.gone).await;
+                })
+            }
+            Mode::Campaign(leadership) => {
+                let parts = self.start_push::<N>();
+                let supervisor = Supervisor {
+                    leadership,
+                    ctx,
+                    phase: Arc::clone(&phase_tx),
+                    stop: stop_rx,
+                };
+                tokio::spawn(supervisor.run(parts, fatal_tx))
+            }
+        };
+        info!(%addr, "relay listening");
+        let router = router(http::App {
+            phase: phase_rx,
+            test_mode: self.test_mode,
+            limits: self.limits,
+        });
+        let (fatal_seen_tx, fatal_seen) = oneshot::channel::<String>();
+        let shutdown = async move {
+            tokio::select! {
+                () = shutdown => info!("shutdown requested: no new connections"),
+                Ok(why) = fatal_rx => {
+                    error!(reason = %why, "leadership failed for good: shutting down");
+                    let _ = fatal_seen_tx.send(why);
+                }
+            }
+            let _ = stop_tx.send(true);
+        };
+        let served =
+            serve_with_limits(listener, router, shutdown, self.limits, self.connections).await;
+        // Drops the last inputs sender the router shared: the core stops once every socket
+        // task dropped its own.
+        phase_tx.send_replace(Phase::Stopping);
+        if let Err(error) = core.await {
+            tracing::error!(%error, "relay core task ended abnormally");
+        }
+        info!("relay stopped");
+        served?;
+        match fatal_seen.await {
+            Ok(why) => Err(io::Error::other(why)),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Starts push delivery (once per server: it outlives the terms of a campaigning one).
+    fn start_push<N: Network>(&mut self) -> CoreParts {
+        // The worker signs with the base clock, never the test-mode offset (see `push`).
+        match self.push.take() {
+            Some(delivery) => {
+                let (worker, gone) = delivery.spawn::<N>(Arc::clone(&self.clock));
+                CoreParts {
+                    push: Some(PushSink(worker)),
+                    gone: Some(gone),
+                }
+            }
+            None => CoreParts {
+                push: None,
+                gone: None,
+            },
+        }
+    }
+}
+
+/// The placeholder left in a [`RelayServer`] whose mode was taken by `serve`.
+fn no_relay() -> Result<Relay, StoreError> {
+    Err(StoreError::Backend("this server is already serving".into()))
+}
+
+/// What every core of a server shares.
+struct CoreCtx {
+    clock: Arc<dyn Clock>,
+    test_clock: Option<OffsetClock>,
+    queue_bytes: usize,
+    outbound_bytes: OutboundBytes,
+}
+
+impl CoreCtx {
+    fn core(
+        &self,
+        relay: Relay,
+        open: RelayOpener,
+        push: Option<PushSink>,
+        store_down: Arc<AtomicBool>,
+        term: Option<TermCtx>,
+    ) -> driver::Core {
+        driver::Core::new(
+            relay,
+            open,
+            Arc::clone(&self.clock),
+            push,
+            self.test_clock.clone(),
+            self.queue_bytes,
+            self.outbound_bytes.clone(),
+            store_down,
+            term,
+        )
+    }
+}
+
+/// A campaigning server's loop: standby, campaign, serve the term, fail-stop, standby again.
+struct Supervisor {
+    leadership: Box<dyn Leadership>,
+    ctx: CoreCtx,
+    phase: Arc<watch::Sender<Phase>>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Supervisor {
+    async fn run(mut self, mut parts: CoreParts, fatal: oneshot::Sender<String>) {
+        let mut retry_ms = CAMPAIGN_RETRY_MS;
+        loop {
+            if *self.stop.borrow() {
+                break;
+            }
+            info!("standby: campaigning for leadership (/readyz answers 503 NOT_LEADER)");
+            let mut stop = self.stop.clone();
+            let campaigned = tokio::select! {
+                _ = stop.wait_for(|stop| *stop) => break,
+                result = self.leadership.campaign() => result,
+            };
+            let term = match campaigned {
+                Ok(term) => term,
+                Err(CampaignError::Fatal(why)) => {
+                    let _ = fatal.send(why);
+                    break;
+                }
+                Err(CampaignError::Retry(why)) => {
+                    warn!(reason = %why, retry_ms, "campaign failed; retrying");
+                    if !pause(self.stop.clone(), &mut retry_ms).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            retry_ms = CAMPAIGN_RETRY_MS;
+            let Term {
+                mut open,
+                end,
+                epoch,
+                holder,
+            } = term;
+            info!(?epoch, "leading: loading the state");
+            let relay = match open() {
+                Ok(relay) => relay,
+                Err(e) => {
+                    error!(error = %e, ?epoch, "taking over: loading the state failed; resigning");
+                    drop(holder);
+                    if !pause(self.stop.clone(), &mut retry_ms).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            if let Some(why) = end.ended() {
+                warn!(reason = %why, ?epoch, "the term ended while loading the state");
+                continue;
+            }
+            let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
+            let store_down = Arc::new(AtomicBool::new(false));
+            let activated = self.phase.send_if_modified(|phase| {
+                if matches!(phase, Phase::Stopping) {
+                    return false;
+                }
+                *phase = Phase::Active {
+                    inputs: inputs_tx,
+                    epoch,
+                    store_down: Arc::clone(&store_down),
+                };
+                true
+            });
+            if !activated {
+                break;
+            }
+            info!(?epoch, "active: serving clients (/readyz answers 200)");
+            let term = TermCtx {
+                end: end.clone(),
+                phase: Arc::clone(&self.phase),
+            };
+            let core = self
+                .ctx
+                .core(relay, open, parts.push, store_down, Some(term));
+            parts = core.run(inputs_rx, self.stop.clone(), parts.gone).await;
+            // The core is gone: end the term (if shutdown ended it) and resign.
+            end.end("the relay stopped serving");
+            drop(holder);
+        }
+        info!("campaigning stopped");
+    }
+}
+
+/// Waits `retry_ms` (doubled for next time, up to the maximum); false on shutdown.
+async fn pause(mut stop: watch::Receiver<bool>, retry_ms: &mut u64) -> bool {
+    let delay = Duration::from_millis(*retry_ms);
+    *retry_ms = (*retry_ms * 2).min(CAMPAIGN_RETRY_MAX_MS);
+    tokio::select! {
+        _ = stop.wait_for(|stop| *stop) => false,
+        () = tokio::time::sleep(delay) => true,
+    }
+}
+
+/// The routes: `/api/v1/*` (any method), `GET /ws`, the probes, CORS on everything, JSON 404
+/// elsewhere; on a standby everything but the probes is refused first (`http::gate`).
+fn router(app: http::App) -> Router {
+    Router::new()
+        .route("/ws", get(ws::upgrade))
+        .route("/api/v1/{*rest}", any(http::api))
+        .route(HEALTHZ_PATH, get(http::healthz))
+        .route(READYZ_PATH, get(http::readyz))
+        .fallback(http::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            http::gate,
+        ))
+        .layer(axum::middleware::from_fn(http::cors))
+        .with_state(app)
+}

@@ -1,0 +1,109 @@
+//! The relay's log subscriber: the operator's filter, with the libraries that would print
+//! frames or bodies capped at INFO whatever it asks (issue 17, D7).
+//!
+//! Our own events never carry payloads, tokens, tickets or client addresses at any level (frame
+//! events name the type and size only; `relay_core::HttpRequest`'s `Debug` redacts the body,
+//! headers and address). The WebSocket and HTTP libraries do not follow that rule: at TRACE,
+//! tungstenite prints every frame it reads or writes with its payload. So a `--log trace` could
+//! leak what the relay must never write down; [`PAYLOAD_BEARING_TARGETS`] below INFO are
+//! dropped before the operator's filter is even asked.
+
+use tracing::{Level, Metadata, Subscriber};
+use tracing_subscriber::filter::{EnvFilter, FilterFn, ParseError};
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::{Layer as _, Registry};
+
+/// Log targets (crates) whose DEBUG and TRACE events may contain frame payloads, bodies or
+/// peer addresses; they never log below INFO in the relay.
+pub const PAYLOAD_BEARING_TARGETS: &[&str] = &[
+    "tungstenite",
+    "tokio_tungstenite",
+    "hyper",
+    "hyper_util",
+    "h2",
+    "axum",
+    "tower",
+    "tower_http",
+];
+
+/// Whether an event or span may be recorded at all: everything at INFO and above, and below
+/// INFO only outside [`PAYLOAD_BEARING_TARGETS`].
+pub fn allowed(meta: &Metadata<'_>) -> bool {
+    if *meta.level() <= Level::INFO {
+        return true;
+    }
+    let target = meta.target();
+    !PAYLOAD_BEARING_TARGETS.iter().any(|t| {
+        target == *t
+            || target
+                .strip_prefix(t)
+                .is_some_and(|rest| rest.starts_with("::"))
+    })
+}
+
+/// A subscriber writing formatted lines to `writer`, filtered by `directives` (tracing's
+/// `EnvFilter` syntax, e.g. `info` or `relay_core=debug,info`) and by [`allowed`].
+pub fn subscriber<W>(
+    directives: &str,
+    writer: W,
+) -> Result<impl Subscriber + Send + Sync, ParseError>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let filter = EnvFilter::try_new(directives)?;
+    // The directives' most verbose level, passed on: without it the `FilterFn` (no hint of
+    // its own) made the whole subscriber's hint TRACE, so the `log` crate's max level was
+    // TRACE and every `log::trace!` of tungstenite built a record and went through both
+    // filters (~3 % of the relay's CPU under load, measured with perf).
+    let allowed_fn = match filter.max_level_hint() {
+        Some(hint) => FilterFn::new(allowed).with_max_level_hint(hint),
+        None => FilterFn::new(allowed),
+    };
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_filter(filter)
+        .with_filter(allowed_fn);
+    Ok(Registry::default().with(layer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::allowed;
+    use tracing::Level;
+
+    fn meta_allowed(target: &'static str, level: Level) -> bool {
+        struct Cs;
+        impl tracing::callsite::Callsite for Cs {
+            fn set_interest(&self, _: tracing::subscriber::Interest) {}
+            fn metadata(&self) -> &tracing::Metadata<'_> {
+                unreachable!("not registered")
+            }
+        }
+        static CS: Cs = Cs;
+        let meta = tracing::Metadata::new(
+            "event",
+            target,
+            level,
+            None,
+            None,
+            None,
+            tracing::field::FieldSet::new(&[], tracing::callsite::Identifier(&CS)),
+            tracing::metadata::Kind::EVENT,
+        );
+        allowed(&meta)
+    }
+
+    #[test]
+    fn payload_bearing_crates_are_capped_at_info() {
+        assert!(!meta_allowed("tungstenite::protocol", Level::TRACE));
+        assert!(!meta_allowed("tokio_tungstenite", Level::DEBUG));
+        assert!(!meta_allowed("hyper::proto::h1::io", Level::TRACE));
+        assert!(meta_allowed("hyper", Level::INFO));
+        assert!(meta_allowed("tungstenite", Level::WARN));
+        // Only whole crate names: `hyperion` or our own crates are not capped.
+        assert!(meta_allowed("hyperion", Level::TRACE));
+        assert!(meta_allowed("relay_server::ws", Level::TRACE));
+        assert!(meta_allowed("relay_core::relay", Level::TRACE));
+    }
+}

@@ -1,0 +1,301 @@
+//! `GET /ws`: authenticate through the core before upgrading, then one task per socket.
+
+use std::time::Duration;
+
+use axum::{
+    extract::{
+        RawQuery, State,
+        ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade},
+    },
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use futures_util::SinkExt as _;
+use relay_core::{ConnId, WsConnect};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{Instrument as _, debug, info, info_span, trace};
+use wire::{ClientFrame, limits::MAX_FRAME_BYTES};
+
+use super::driver::{Connected, Input, Outbound};
+use super::http::{App, relay_response};
+
+/// Messages larger than this are refused by the WebSocket library itself (the socket is then
+/// closed with 1009). Between [`MAX_FRAME_BYTES`] and this, the relay answers with an
+/// `error` frame `FRAME_TOO_LARGE` and the socket stays open.
+pub const HARD_MAX_MESSAGE_BYTES: usize = 4 * MAX_FRAME_BYTES;
+
+/// After sending a close frame, how long to wait for the client's close reply, in ms.
+pub const CLOSE_LINGER_MS: u64 = 2_000;
+/// What the WebSocket library reserves per socket to read frames into (its default is 128 KiB,
+/// which made an idle connection cost ~136 KB: issue 17, D6). A larger frame grows the buffer
+/// to its size, up to [`HARD_MAX_MESSAGE_BYTES`].
+pub const WS_READ_BUFFER_BYTES: usize = 4 * 1024;
+/// Encoded frames are collected up to this many bytes before the library writes them to the
+/// socket (a flush writes whatever is collected).
+pub const WS_WRITE_BUFFER_BYTES: usize = 4 * 1024;
+/// The library's write buffer never grows past this (one frame of the largest size the relay
+/// sends, plus [`WS_WRITE_BUFFER_BYTES`]); the per-socket queue in front of it is bounded by
+/// [`ServeLimits::outbound_queue_bytes`](seam::net::ServeLimits::outbound_queue_bytes).
+pub const WS_MAX_WRITE_BUFFER_BYTES: usize = WS_WRITE_BUFFER_BYTES + HARD_MAX_MESSAGE_BYTES;
+/// RFC 6455 "message too big".
+const CLOSE_TOO_BIG: u16 = 1009;
+/// RFC 6455 "going away".
+const CLOSE_GOING_AWAY: u16 = 1001;
+
+/// The upgrade: ask the core to authenticate (query and `Sec-WebSocket-Protocol`); refuse
+/// with its response, or upgrade (echoing the sub-protocol it chose) and run the socket.
+pub(super) async fn upgrade(
+    State(app): State<App>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    let upgrade = match upgrade {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    #[allow(
+        clippy::needless_update,
+        reason = "relay-core is growing: new WsConnect fields keep their defaults here"
+    )]
+    let ws = WsConnect {
+        query: query.unwrap_or_default(),
+        protocol: headers
+            .get(header::SEC_WEBSOCKET_PROTOCOL)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        ..WsConnect::default()
+    };
+    // The inputs of the core serving now: this socket belongs to its term, and ends with it.
+    let Some(inputs) = app.inputs() else {
+        return app.refusal();
+    };
+    let (reply, answer) = oneshot::channel();
+    if inputs.send(Input::Connect { ws, reply }).await.is_err() {
+        return app.refusal();
+    }
+    let connected = match answer.await {
+        Ok(Ok(connected)) => connected,
+        Ok(Err(refusal)) => return relay_response(refusal),
+        Err(_) => return app.refusal(),
+    };
+    let guard = DisconnectGuard {
+        conn: connected.conn,
+        inputs: inputs.clone(),
+    };
+    let mut upgrade = upgrade
+        .read_buffer_size(WS_READ_BUFFER_BYTES)
+        .write_buffer_size(WS_WRITE_BUFFER_BYTES)
+        .max_write_buffer_size(WS_MAX_WRITE_BUFFER_BYTES)
+        .max_message_size(HARD_MAX_MESSAGE_BYTES)
+        .max_frame_size(HARD_MAX_MESSAGE_BYTES);
+    if let Some(protocol) = connected.subprotocol {
+        upgrade = upgrade.protocols([protocol]);
+    }
+    let span = info_span!("ws", conn = connected.conn.0, user = %connected.user);
+    let deadline = Duration::from_millis(app.limits.write_deadline_ms);
+    let response = upgrade.on_upgrade(move |socket| {
+        run_socket(socket, connected, inputs, guard, deadline).instrument(span)
+    });
+    debug_assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
+    response
+}
+
+/// Reports the connection gone to the core when the socket task ends **or never starts**
+/// (a failed upgrade drops the `on_upgrade` closure, and this with it).
+struct DisconnectGuard {
+    conn: ConnId,
+    inputs: mpsc::Sender<Input>,
+}
+
+impl Drop for DisconnectGuard {
+    fn drop(&mut self) {
+        let input = Input::Disconnect { conn: self.conn };
+        match self.inputs.try_send(input) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(input)) => {
+                // The input queue is full: wait for room on a task of its own.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let inputs = self.inputs.clone();
+                    runtime.spawn(async move {
+                        let _ = inputs.send(input).await;
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// One socket: frames in go to the core; the core's outbound queue is written out in order.
+///
+/// Every write must finish within `deadline` ([`ServeLimits::write_deadline_ms`]): a client
+/// that stops reading fills its TCP window and then the library's write buffer, and the write
+/// that does not finish in time is the end of the connection (issue 17, D2). The socket task
+/// ends, the socket and everything queued for it are freed, and the core forgets the
+/// connection; what the client had not acknowledged stays queued in the core for its next
+/// `sync`.
+///
+/// [`ServeLimits::write_deadline_ms`]: seam::net::ServeLimits::write_deadline_ms
+async fn run_socket(
+    mut socket: WebSocket,
+    connected: Connected,
+    inputs: mpsc::Sender<Input>,
+    guard: DisconnectGuard,
+    deadline: Duration,
+) {
+    let Connected {
+        conn, mut outbound, ..
+    } = connected;
+    info!("websocket open");
+    let why = loop {
+        tokio::select! {
+            biased;
+            out = outbound.recv() => match out {
+                Some(first) => match write_batch(&mut socket, &mut outbound, first, deadline).await {
+                    Ok(None) => {}
+                    Ok(Some((code, reason))) => {
+                        close_handshake(&mut socket, code, reason, deadline).await;
+                        break reason;
+                    }
+                    Err(why) => break why,
+                },
+                None => {
+                    close_handshake(&mut socket, CLOSE_GOING_AWAY, "closed by the relay", deadline)
+                        .await;
+                    break "closed by the relay";
+                }
+            },
+            message = socket.recv() => match message {
+                // Decoded here, on the socket's task, not on the relay's: the relay charges
+                // the frame (or the failure) to the connection's budget before anything else.
+                Some(Ok(Message::Text(text))) => {
+                    trace!(bytes = text.len(), "text frame in");
+                    let decoded = ClientFrame::decode(text.as_str());
+                    if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
+                        break "relay gone";
+                    }
+                }
+                Some(Ok(Message::Binary(bytes))) => {
+                    trace!(bytes = bytes.len(), "binary frame in");
+                    let decoded = ClientFrame::decode_bytes(&bytes);
+                    if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
+                        break "relay gone";
+                    }
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                Some(Ok(Message::Close(_))) | None => break "closed by the client",
+                Some(Err(error)) => {
+                    debug!(%error, "websocket read failed");
+                    // Over the library's limit: say why before the socket goes.
+                    // (axum wraps tungstenite's error without exposing its kind; its
+                    // `Capacity` errors render as "Space limit exceeded: …").
+                    if error.to_string().contains("Space limit exceeded") {
+                        close_handshake(&mut socket, CLOSE_TOO_BIG, "message too big", deadline)
+                            .await;
+                    }
+                    break "read failed";
+                }
+            },
+        }
+    };
+    info!(why, "websocket closed");
+    drop(guard);
+}
+
+/// Frames written with one flush at most (whatever is queued, up to this).
+pub const MAX_WRITE_BATCH: usize = 64;
+
+/// Writes `first` and every frame already queued after it (up to [`MAX_WRITE_BATCH`]) with a
+/// single flush, all within `deadline`. `Ok(Some(close))`: a close came after them (the
+/// frames before it were written). `Err`: why the socket must go.
+async fn write_batch(
+    socket: &mut WebSocket,
+    outbound: &mut mpsc::Receiver<Outbound>,
+    first: Outbound,
+    deadline: Duration,
+) -> Result<Option<(u16, &'static str)>, &'static str> {
+    let mut close = None;
+    // Each frame's bytes stay charged to the queue until the flush that writes it is done.
+    let mut charges = Vec::new();
+    let write = async {
+        let mut next = Some(first);
+        while let Some(out) = next.take() {
+            match out {
+                Outbound::Text(text, charge) => {
+                    socket.feed(Message::Text(text)).await?;
+                    charges.push(charge);
+                }
+                Outbound::Close { code, reason } => {
+                    close = Some((code, reason));
+                    break;
+                }
+            }
+            if charges.len() < MAX_WRITE_BATCH {
+                next = outbound.try_recv().ok();
+            }
+        }
+        socket.flush().await
+    };
+    match tokio::time::timeout(deadline, write).await {
+        Ok(Ok(())) => Ok(close),
+        Ok(Err(_)) => Err("write failed"),
+        Err(_) => {
+            debug!(
+                deadline_ms = deadline.as_millis(),
+                "write deadline passed: the client is not reading"
+            );
+            Err("write deadline passed")
+        }
+    }
+}
+
+/// Sends a close frame and waits (at most [`CLOSE_LINGER_MS`]) for the client's close reply,
+/// discarding anything else it still sends: closing the TCP connection with unread input
+/// would reset it, and a reset can destroy frames the client has not read yet (the GOAWAY).
+async fn close_handshake(
+    socket: &mut WebSocket,
+    code: u16,
+    reason: &'static str,
+    deadline: Duration,
+) {
+    if send_within(socket, close(code, reason), deadline)
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let linger = async {
+        while let Some(Ok(message)) = socket.recv().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(CLOSE_LINGER_MS), linger).await;
+}
+
+/// Writes one message within `deadline`; the error says why the socket must go.
+async fn send_within(
+    socket: &mut WebSocket,
+    message: Message,
+    deadline: Duration,
+) -> Result<(), &'static str> {
+    match tokio::time::timeout(deadline, socket.send(message)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err("write failed"),
+        Err(_) => {
+            debug!(
+                deadline_ms = deadline.as_millis(),
+                "write deadline passed: the client is not reading"
+            );
+            Err("write deadline passed")
+        }
+    }
+}
+
+fn close(code: u16, reason: &'static str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(reason),
+    }))
+}

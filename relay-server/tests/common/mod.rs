@@ -1,0 +1,193 @@
+//! A minimal raw client for the server tests on loopback that need exact bytes or their own
+//! allocations: accounts over HTTP (PoW off), tickets, WebSockets with chosen buffer sizes,
+//! each from a chosen loopback source address.
+#![allow(dead_code, reason = "each test binary uses part of it")]
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use client_core::encoding::to_base64;
+use client_core::keys::{EcdhKeyPair, SigningKeyPair};
+use futures_util::SinkExt as _;
+use seam::net::{Connector, Endpoint, HttpClient, HttpRequest};
+use serde_json::{Value, json};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+
+/// Connects from a chosen loopback source address (so a test can look for it in logs, or
+/// stay under per-address limits).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FromAddr(pub(crate) Ipv4Addr);
+
+impl Connector for FromAddr {
+    type Stream = TcpStream;
+
+    async fn connect(&self, endpoint: &Endpoint) -> io::Result<TcpStream> {
+        let ip: IpAddr = endpoint.host().parse().map_err(io::Error::other)?;
+        let socket = TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::from((self.0, 0)))?;
+        let stream = socket
+            .connect(SocketAddr::from((ip, endpoint.port())))
+            .await?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+}
+
+/// A registered, logged-in account.
+#[derive(Debug)]
+pub(crate) struct Account {
+    pub(crate) uuid: String,
+    pub(crate) alias: String,
+    pub(crate) token: String,
+    pub(crate) from: FromAddr,
+}
+
+/// A JSON request that must answer 2xx; returns the body.
+pub(crate) async fn call(
+    http: &HttpClient<FromAddr>,
+    method: http::Method,
+    path: &str,
+    body: &Value,
+    token: Option<&str>,
+) -> Value {
+    let mut req = HttpRequest::new(method, path)
+        .json(body)
+        .expect("json body");
+    if let Some(token) = token {
+        req = req.bearer(token);
+    }
+    let resp = http.send(req).await.expect("http response");
+    assert!(resp.status.is_success(), "{path}: {}", resp.status);
+    serde_json::from_slice(&resp.body).expect("json answer")
+}
+
+/// Makes `a` and `b` friends (`a` asks, `b` accepts, each from its own address); returns
+/// their conversation id.
+pub(crate) async fn befriend(relay: SocketAddr, a: &Account, b: &Account) -> String {
+    let request = call(
+        &client(relay, a.from),
+        http::Method::POST,
+        "/api/v1/friends/request",
+        &json!({"to_alias_id": b.alias}),
+        Some(&a.token),
+    )
+    .await;
+    let id = &request["friendship_id"];
+    let id = id.as_str().map_or_else(|| id.to_string(), str::to_owned);
+    let accepted = call(
+        &client(relay, b.from),
+        http::Method::PUT,
+        &format!("/api/v1/friends/{id}/accept"),
+        &json!({}),
+        Some(&b.token),
+    )
+    .await;
+    accepted["conversation_id"]
+        .as_str()
+        .expect("the accept answers the conversation id")
+        .to_owned()
+}
+
+/// Registers account number `k` (keys derived from it) from `from` on a relay whose PoW is
+/// off, and logs it in.
+pub(crate) async fn account(relay: SocketAddr, from: FromAddr, k: u8) -> Account {
+    let http = client(relay, from);
+    let signing = SigningKeyPair::from_private_bytes(&[k; 32]);
+    let mut x = [0x5a; 32];
+    x[8] = k;
+    let ecdh = EcdhKeyPair::from_private_bytes(x);
+    let post = http::Method::POST;
+    let reg = call(
+        &http,
+        post.clone(),
+        "/api/v1/register",
+        &json!({
+            "ed25519_public_key": to_base64(&signing.public_key()),
+            "x25519_public_key": to_base64(&ecdh.public_key()),
+            "nickname": format!("user{k}"),
+            "pow_nonce": "0",
+        }),
+        None,
+    )
+    .await;
+    let uuid = reg["uuid"].as_str().expect("uuid").to_owned();
+    let alias = reg["alias_id"].as_str().expect("alias").to_owned();
+    let ch = call(
+        &http,
+        post.clone(),
+        "/api/v1/auth/challenge",
+        &json!({"user_uuid": uuid}),
+        None,
+    )
+    .await;
+    let challenge = ch["challenge"].as_str().expect("challenge");
+    let signature = to_base64(&signing.sign(challenge.as_bytes()));
+    let v = call(
+        &http,
+        post,
+        "/api/v1/auth/verify",
+        &json!({"user_uuid": uuid, "challenge": challenge, "signature": signature}),
+        None,
+    )
+    .await;
+    Account {
+        uuid,
+        alias,
+        token: v["token"].as_str().expect("token").to_owned(),
+        from,
+    }
+}
+
+/// An HTTP client to `relay` from `from`.
+pub(crate) fn client(relay: SocketAddr, from: FromAddr) -> HttpClient<FromAddr> {
+    let endpoint = Endpoint::parse(&format!("http://{relay}")).expect("endpoint");
+    HttpClient::new(from, endpoint)
+}
+
+/// Ticket, upgrade with 1 KiB client buffers, `sync`; also returns the ticket.
+pub(crate) async fn connect(
+    relay: SocketAddr,
+    a: &Account,
+) -> (WebSocketStream<TcpStream>, String) {
+    connect_with(relay, a, None).await
+}
+
+/// [`connect`], with the client socket's kernel receive buffer set to `rcvbuf` bytes.
+pub(crate) async fn connect_with(
+    relay: SocketAddr,
+    a: &Account,
+    rcvbuf: Option<u32>,
+) -> (WebSocketStream<TcpStream>, String) {
+    let http = client(relay, a.from);
+    let v = call(
+        &http,
+        http::Method::POST,
+        "/api/v1/ws/ticket",
+        &json!({}),
+        Some(&a.token),
+    )
+    .await;
+    drop(http);
+    let ticket = v["ticket"].as_str().expect("ticket").to_owned();
+    let url = format!("ws://{relay}/ws?user_uuid={}&ticket={ticket}", a.uuid);
+    let config = WebSocketConfig::default()
+        .read_buffer_size(1024)
+        .write_buffer_size(0)
+        .max_write_buffer_size(64 * 1024);
+    let socket = TcpSocket::new_v4().expect("socket");
+    if let Some(size) = rcvbuf {
+        socket.set_recv_buffer_size(size).expect("SO_RCVBUF");
+    }
+    socket.bind(SocketAddr::from((a.from.0, 0))).expect("bind");
+    let tcp = socket.connect(relay).await.expect("tcp");
+    tcp.set_nodelay(true).expect("nodelay");
+    let (mut ws, _) = tokio_tungstenite::client_async_with_config(url, tcp, Some(config))
+        .await
+        .expect("upgrade");
+    ws.send(r#"{"type":"sync","crypto_v":1}"#.into())
+        .await
+        .expect("sync");
+    (ws, ticket)
+}

@@ -1,0 +1,279 @@
+//! Server side of the seam: axum's router on any listener, through hyper with per-connection
+//! limits (header-read deadline, connection caps).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::{io, net::SocketAddr, time::Duration};
+
+use axum::{
+    Router,
+    extract::{ConnectInfo, Request},
+    serve::Listener,
+};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
+use tower::ServiceExt as _;
+
+/// The remote address of a connection, given to handlers as
+/// `axum::extract::ConnectInfo<PeerAddr>` on every listener [`serve`] accepts.
+///
+/// (axum's own `ConnectInfo<SocketAddr>` exists for tokio's listener only, and the orphan and
+/// coherence rules forbid adding it for ours, so [`serve`] inserts this into every request.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// Limits of [`serve_with_limits`] on every connection, whatever it carries (issue 17, D4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// A connection must deliver the complete headers of each request within this, in ms
+    /// (slow-header clients, silent connections, idle keep-alive connections): past it, it
+    /// is closed. A WebSocket is upgraded inside its first request, so this is also the
+    /// deadline to authenticate.
+    pub header_read_timeout_ms: u64,
+    /// Open connections in total (HTTP and WebSocket); past it, new ones are closed at once.
+    pub max_connections: usize,
+    /// Open connections from one IP address; past it, new ones from it are closed at once.
+    pub max_connections_per_addr: usize,
+    /// Longest a single write to a WebSocket may take, in ms: a client that stops reading is
+    /// closed when it passes (used by the relay server's socket tasks, issue 17 D2).
+    pub write_deadline_ms: u64,
+    /// Bytes of encoded frames waiting to be written to one WebSocket; a frame that would
+    /// take the queue past it closes the socket instead (one frame is always admitted to an
+    /// empty queue). Bounds what a slow reader can hold (issue 17 D2).
+    pub outbound_queue_bytes: usize,
+}
+
+/// Default of [`ServeLimits::header_read_timeout_ms`].
+pub const HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// Default of [`ServeLimits::max_connections`].
+pub const MAX_CONNECTIONS: usize = 20_000;
+/// Default of [`ServeLimits::max_connections_per_addr`] (a NAT or a load generator may put many
+/// clients behind one address).
+pub const MAX_CONNECTIONS_PER_ADDR: usize = 512;
+/// Default of [`ServeLimits::write_deadline_ms`].
+pub const WRITE_DEADLINE_MS: u64 = 15_000;
+/// Default of [`ServeLimits::outbound_queue_bytes`]: twice the relay core's backlog window
+/// (`relay_core::limits::SYNC_WINDOW_BYTES`, 512 KiB), so a replay never fills it and only a
+/// client that stops reading live traffic does.
+pub const OUTBOUND_QUEUE_BYTES: usize = 1024 * 1024;
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout_ms: HEADER_READ_TIMEOUT_MS,
+            max_connections: MAX_CONNECTIONS,
+            max_connections_per_addr: MAX_CONNECTIONS_PER_ADDR,
+            write_deadline_ms: WRITE_DEADLINE_MS,
+            outbound_queue_bytes: OUTBOUND_QUEUE_BYTES,
+        }
+    }
+}
+
+/// Open connections, in total and per IP address; shared by the accept loop and the guards.
+#[derive(Debug, Default)]
+struct Counts {
+    total: usize,
+    per_addr: BTreeMap<IpAddr, usize>,
+}
+
+/// How many connections [`serve_with_limits`] holds open, for tests and stats.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionCounter(Arc<Mutex<Counts>>);
+
+impl ConnectionCounter {
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.0.lock().map(|c| c.total).unwrap_or(0)
+    }
+
+    fn admit(&self, ip: IpAddr, limits: &ServeLimits) -> Option<ConnGuard> {
+        let mut c = self.0.lock().ok()?;
+        let from_ip = c.per_addr.get(&ip).copied().unwrap_or(0);
+        if c.total >= limits.max_connections || from_ip >= limits.max_connections_per_addr {
+            return None;
+        }
+        c.total += 1;
+        c.per_addr.insert(ip, from_ip + 1);
+        Some(ConnGuard {
+            counter: self.clone(),
+            ip,
+        })
+    }
+}
+
+/// One admitted connection; dropping it (with the socket, also after an upgrade) frees its
+/// place.
+#[derive(Debug)]
+struct ConnGuard {
+    counter: ConnectionCounter,
+    ip: IpAddr,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.counter.0.lock() {
+            c.total = c.total.saturating_sub(1);
+            let left = c
+                .per_addr
+                .get(&self.ip)
+                .copied()
+                .unwrap_or(1)
+                .saturating_sub(1);
+            if left == 0 {
+                c.per_addr.remove(&self.ip);
+            } else {
+                c.per_addr.insert(self.ip, left);
+            }
+        }
+    }
+}
+
+/// A socket that carries its [`ConnGuard`]: the place is freed when the socket is dropped,
+/// whoever holds it then (hyper, or the WebSocket task after an upgrade).
+struct Guarded<I> {
+    io: I,
+    _guard: ConnGuard,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Guarded<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Guarded<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// Serves `router` on `listener` with the default [`ServeLimits`] until `shutdown` resolves,
+/// then stops accepting and waits for in-flight HTTP requests to finish.
+///
+/// Handlers may extract `ConnectInfo<PeerAddr>`. WebSocket connections are detached from
+/// hyper once upgraded, so graceful shutdown does not wait for them: whoever owns the socket
+/// tasks must close them.
+pub async fn serve<L, F>(listener: L, router: Router, shutdown: F) -> io::Result<()>
+where
+    L: Listener<Addr = SocketAddr>,
+    L::Io: Unpin,
+    F: Future<Output = ()> + Send + 'static,
+{
+    serve_with_limits(
+        listener,
+        router,
+        shutdown,
+        ServeLimits::default(),
+        ConnectionCounter::default(),
+    )
+    .await
+}
+
+/// [`serve`] with explicit `limits`, counting open connections in `counter`.
+///
+/// HTTP/1.1 through hyper with its header-read timer on tokio's clock (so on turmoil's too);
+/// a connection over a cap is closed before a byte is read; nothing logs client addresses.
+pub async fn serve_with_limits<L, F>(
+    mut listener: L,
+    router: Router,
+    shutdown: F,
+    limits: ServeLimits,
+    counter: ConnectionCounter,
+) -> io::Result<()>
+where
+    L: Listener<Addr = SocketAddr>,
+    L::Io: Unpin,
+    F: Future<Output = ()> + Send + 'static,
+{
+    // Every connection task holds a clone of `open_rx`; `open_tx.closed()` resolves when the
+    // last one ended. `stop_tx` asks them to shut down gracefully.
+    let (open_tx, open_rx) = watch::channel(());
+    let (stop_tx, _) = watch::channel(false);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (io, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let Some(guard) = counter.admit(peer.ip(), &limits) else {
+            tracing::debug!(
+                open = counter.open(),
+                "connection refused: over the total or per-address connection cap"
+            );
+            drop(io);
+            continue;
+        };
+        let info = ConnectInfo(PeerAddr(peer));
+        let service = router.clone().map_request(move |mut request: Request| {
+            request.extensions_mut().insert(info);
+            request
+        });
+        let service = TowerToHyperService::new(
+            service.map_request(|req: http::Request<Incoming>| req.map(axum::body::Body::new)),
+        );
+        let io = TokioIo::new(Guarded { io, _guard: guard });
+        let mut stop = stop_tx.subscribe();
+        let open = open_rx.clone();
+        let header_timeout = Duration::from_millis(limits.header_read_timeout_ms);
+        tokio::spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            let mut conn = std::pin::pin!(builder.serve_connection(io, service).with_upgrades());
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(error) = result {
+                        tracing::trace!(%error, "HTTP connection ended with an error");
+                    }
+                }
+                _ = stop.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    if let Err(error) = conn.await {
+                        tracing::trace!(%error, "HTTP connection ended with an error");
+                    }
+                }
+            }
+            drop(open);
+        });
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    drop(open_rx);
+    open_tx.closed().await;
+    Ok(())
+}
