@@ -1,4 +1,4 @@
-//! Crypto paths of issue 8 item 1, each next to a `ring` 0.17 baseline (item 2) in the same run.
+//! The client's crypto paths, each next to a `ring` 0.17 baseline in the same run.
 //!
 //! Naming: one criterion group per path; inside it the function `client-core` (our public API),
 //! `relay-core` (the relay's own public API, for JWTs), `rustcrypto` (a mandated crate used
@@ -9,6 +9,9 @@
 //! labelled `client-core[aws-lc]`, and the payload, media chunk and call frame groups gain an
 //! `aws-lc-rs` row (the provider alone, same work as the ring row). `--features aws-lc-baseline`
 //! adds only the `aws-lc-rs` rows, next to client-core on its default provider.
+//!
+//! One file, over the usual size: each group holds our row and its baselines side by side, so
+//! that what is compared with what is read in one place.
 //!
 //! Run: `cargo bench -p benches --bench crypto` (a filter narrows it: `-- 'aes256gcm|ed25519'`;
 //! `--features aws-lc -- 'payload|call_frame|media_chunk'` for the provider comparison).

@@ -15,7 +15,7 @@
 //!   --route-only 1000` counts `handle_frame` + drain of the N measured messages and of B's
 //!   `delivered` receipts among them (one per 50 messages).
 //!
-//! * **Idle sockets, whole process** (issue 17, D6): the release `relay` binary as a child
+//! * **Idle sockets, whole process**: the release `relay` binary as a child
 //!   process (`--memory`), `N` accounts each with one authenticated, synced WebSocket from its
 //!   own loopback address, heartbeats only (`{"type":"ping"}` every 25 s, as the reference
 //!   clients send). The number is the growth of the relay process's resident set (`VmRSS`)

@@ -1,4 +1,4 @@
-//! Transport ceiling (issue 8 item 4, echo part): a bare tokio-tungstenite echo server on loopback,
+//! Transport ceiling: a bare tokio-tungstenite echo server on loopback,
 //! driven by the reusable load generator of `benches::run_load` with 1 and with 100 concurrent
 //! connections. Prints round trips per second and p50/p99 latency of a ~200-byte text frame.
 //!

@@ -1,4 +1,4 @@
-//! Shared helpers of the benchmarks (issue 8).
+//! Shared helpers of the benchmarks.
 //!
 //! * [`MachineInfo`]: the CPU model and the crypto-relevant CPU flags, printed at the top of every
 //!   bench run so a table of numbers always says where it was taken.

@@ -1,4 +1,4 @@
-//! End-to-end load through the real relay (issue 8 item 4): `relay_server::RelayServer` on a
+//! End-to-end load through the real relay: `relay_server::RelayServer` on a
 //! `MemoryStore`, over loopback WebSockets, driven by genuine clients.
 //!
 //! * [`BenchRelay::start`]: the relay on `127.0.0.1:0` with [`bench_config`] and a

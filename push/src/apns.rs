@@ -32,7 +32,9 @@ use wire::UnixMs;
 use wire::http::PushPayload;
 use zeroize::Zeroizing;
 
-use crate::fcm::{CredentialsError, read_secret_file};
+use private_files::read_private;
+
+use crate::fcm::CredentialsError;
 use crate::outcome::{Outcome, safe_code, transient};
 use crate::transport::{PushRequest, PushResponse};
 
@@ -128,7 +130,7 @@ impl ApnsConfig {
         team_id: &str,
         topic: &str,
     ) -> Result<Self, CredentialsError> {
-        let pem = read_secret_file(p8_path)?;
+        let pem = read_private(p8_path)?;
         Self::new(&pem, key_id, team_id, topic)
     }
 

@@ -15,12 +15,13 @@
 //!   `notification` block: nothing for the OS to display that the app did not decide.
 //! * Both URLs can be overridden (`--fcm-endpoint`, `--fcm-token-url`) for stand-ins.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_TYPE};
 use http::{HeaderValue, Method};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use private_files::{PrivateFileError, read_private};
 use rsa::pkcs1::EncodeRsaPrivateKey as _;
 use rsa::pkcs8::DecodePrivateKey as _;
 use serde::{Deserialize, Serialize};
@@ -54,22 +55,9 @@ pub const MAX_CREDENTIALS_BYTES: u64 = 64 * 1024;
 /// Why FCM credentials were refused. Messages never contain key material.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
-    /// Reading the file failed.
-    #[error("reading {}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The file is accessible to group or others.
-    #[error("{} is accessible to group or others (mode {mode:o}); run `chmod 600` on it", path.display())]
-    TooOpen {
-        /// The file.
-        path: PathBuf,
-        /// Its permission bits.
-        mode: u32,
-    },
+    /// The file could not be read, is open to group or others, or is too large.
+    #[error(transparent)]
+    File(#[from] PrivateFileError),
     /// Not a service-account key file.
     #[error("not a service-account key file: {0}")]
     Malformed(&'static str),
@@ -143,7 +131,7 @@ impl ServiceAccount {
 
     /// Reads a key file; refuses one open to group or others.
     pub fn load(path: &Path) -> Result<Self, CredentialsError> {
-        let text = read_secret_file(path)?;
+        let text = read_private(path)?;
         Self::from_json(&text)
     }
 
@@ -156,32 +144,6 @@ impl ServiceAccount {
     pub fn token_uri(&self) -> &str {
         &self.token_uri
     }
-}
-
-/// Reads a small secret file (mode must not give group or others any access).
-pub(crate) fn read_secret_file(path: &Path) -> Result<Zeroizing<String>, CredentialsError> {
-    let io = |source| CredentialsError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let meta = std::fs::metadata(path).map_err(io)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(CredentialsError::TooOpen {
-                path: path.to_owned(),
-                mode,
-            });
-        }
-    }
-    if meta.len() > MAX_CREDENTIALS_BYTES {
-        return Err(CredentialsError::Malformed("file too large"));
-    }
-    std::fs::read_to_string(path)
-        .map(Zeroizing::new)
-        .map_err(io)
 }
 
 /// FCM delivery settings.

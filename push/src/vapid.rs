@@ -14,12 +14,12 @@
 //!   `now` is an argument: nothing here reads a clock.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use p256::SecretKey;
 use p256::pkcs8::{DecodePrivateKey as _, EncodePrivateKey as _, LineEnding};
+use private_files::{PrivateFileError, read_private, write_private};
 use rand_core::CryptoRng;
 use serde::Serialize;
 use wire::UnixMs;
@@ -37,27 +37,9 @@ pub const MAX_VAPID_CACHED_ORIGINS: usize = 256;
 /// Why a VAPID key file could not be read or written. Messages name files, never key material.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyFileError {
-    /// Reading, writing or setting the mode of a file failed.
-    #[error("{what} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The key file can be read or written by someone other than its owner.
-    #[error(
-        "{} is accessible to group or others (mode {mode:o}); run `chmod 600` on it",
-        path.display()
-    )]
-    TooOpen {
-        /// The file.
-        path: PathBuf,
-        /// Its permission bits.
-        mode: u32,
-    },
+    /// The file could not be read or written, or is open to group or others.
+    #[error(transparent)]
+    File(#[from] PrivateFileError),
     /// The file holds no P-256 private key in a format we read.
     #[error(
         "{} does not hold a P-256 private key (PKCS#8 or SEC1 PEM, or base64url of 32 bytes)",
@@ -67,11 +49,6 @@ pub enum KeyFileError {
         /// The file.
         path: PathBuf,
     },
-}
-
-fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> KeyFileError {
-    let path = path.to_owned();
-    move |source| KeyFileError::Io { what, path, source }
 }
 
 /// The relay's VAPID key pair. `Debug` shows the public key only.
@@ -154,8 +131,7 @@ impl VapidKey {
 
     /// Reads the key file at `path` (`--vapid-key FILE`); refuses one open to group or others.
     pub fn load(path: &Path) -> Result<Self, KeyFileError> {
-        check_private(path)?;
-        let text = Zeroizing::new(std::fs::read_to_string(path).map_err(io("reading", path))?);
+        let text = read_private(path)?;
         Self::parse(&text).ok_or_else(|| KeyFileError::Malformed {
             path: path.to_owned(),
         })
@@ -171,54 +147,9 @@ impl VapidKey {
             return Self::load(path).map(|k| (k, false));
         }
         let key = Self::generate(rng);
-        write_private(path, &key.to_pem())?;
+        write_private(path, key.to_pem().as_bytes())?;
         Ok((key, true))
     }
-}
-
-/// Writes `text` to `path` through a 0600 temporary file, an fsync and a rename.
-fn write_private(path: &Path, text: &str) -> Result<(), KeyFileError> {
-    let tmp = path.with_extension("tmp");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        options.mode(0o600);
-    }
-    let mut f = options.open(&tmp).map_err(io("creating", &tmp))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
-            .map_err(io("setting the mode of", &tmp))?;
-    }
-    f.write_all(text.as_bytes()).map_err(io("writing", &tmp))?;
-    f.sync_all().map_err(io("syncing", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(io("renaming into place", path))?;
-    Ok(())
-}
-
-#[cfg(unix)]
-fn check_private(path: &Path) -> Result<(), KeyFileError> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let mode = std::fs::metadata(path)
-        .map_err(io("reading the mode of", path))?
-        .permissions()
-        .mode()
-        & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(KeyFileError::TooOpen {
-            path: path.to_owned(),
-            mode,
-        });
-    }
-    Ok(())
-}
-
-#[cfg(not(unix))]
-fn check_private(_path: &Path) -> Result<(), KeyFileError> {
-    Ok(())
 }
 
 /// The `sub` claim: a contact for the push service operator (`mailto:` or `https:` URL).
@@ -449,7 +380,10 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
         let e = VapidKey::load_or_create(&path, &mut rng).unwrap_err();
         assert!(
-            matches!(e, KeyFileError::TooOpen { mode: 0o640, .. }),
+            matches!(
+                e,
+                KeyFileError::File(PrivateFileError::TooOpen { mode: 0o640, .. })
+            ),
             "{e}"
         );
         assert!(e.to_string().contains("chmod 600"));

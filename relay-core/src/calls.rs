@@ -31,16 +31,6 @@ use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::relay::{ConnId, Relay};
 use crate::state::pair;
 
-/// The shared secret of a TURN server (coturn `static-auth-secret`). `Debug` redacts it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct TurnSecret(pub String);
-
-impl std::fmt::Debug for TurnSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TurnSecret(<redacted>)")
-    }
-}
-
 /// `TURN_UNAVAILABLE` (503).
 fn turn_unavailable() -> ApiError {
     ApiError::with_status(

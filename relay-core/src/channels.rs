@@ -10,7 +10,7 @@ use wire::http::{
 use wire::limits::{CHANNEL_DESCRIPTION_MAX_CHARS, CHANNEL_NAME_MAX_CHARS, MAX_CHANNEL_POST_BYTES};
 use wire::{ChannelId, ErrorCode, IsoTime, PostId, ServerFrame, UnixMs, UserUuid};
 
-use crate::commerce::{ChannelRow, PostRow};
+use crate::commerce_state::{ChannelRow, PostRow};
 use crate::http::{ApiError, HttpRequest, HttpResponse, Method, query_param};
 use crate::ids::hex;
 use crate::limits::{
@@ -591,7 +591,7 @@ impl Relay {
         Ok(HttpResponse::json(201, &self.trade_order_view(&o)))
     }
 
-    fn trade_order_view(&self, o: &crate::commerce::OrderRow) -> ChannelTradeOrder {
+    fn trade_order_view(&self, o: &crate::commerce_state::OrderRow) -> ChannelTradeOrder {
         ChannelTradeOrder {
             order_id: o.id.clone(),
             price_usdt: o.price_usdt,

@@ -54,7 +54,7 @@ pub struct Config {
     /// TURN URLs (`turn:` / `turns:`); TURN is offered only with these and `turn_secret`.
     pub turn_urls: Vec<String>,
     /// The TURN server's shared secret (coturn `static-auth-secret`; never logged).
-    pub turn_secret: Option<crate::calls::TurnSecret>,
+    pub turn_secret: Option<TurnSecret>,
     /// Lifetime of TURN credentials, in seconds (also the `ttl` of `ice-config`).
     pub turn_ttl_s: u64,
     /// A defect to plant, for the simulator's detection test only (feature `planted-bugs`,
@@ -70,6 +70,16 @@ pub struct WebhookSecret(pub Vec<u8>);
 impl std::fmt::Debug for WebhookSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("WebhookSecret(<redacted>)")
+    }
+}
+
+/// The shared secret of a TURN server (coturn `static-auth-secret`). `Debug` redacts it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TurnSecret(pub String);
+
+impl std::fmt::Debug for TurnSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TurnSecret(<redacted>)")
     }
 }
 

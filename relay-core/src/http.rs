@@ -68,7 +68,7 @@ impl std::fmt::Debug for HttpRequest {
                 "authorization",
                 &self.authorization.as_ref().map(|_| "<redacted>"),
             )
-            // Client addresses stay out of logs (issue 17, D7).
+            // Client addresses stay out of logs.
             .field(
                 "remote_addr",
                 &(!self.remote_addr.is_empty()).then_some("<redacted>"),
@@ -275,7 +275,7 @@ impl From<wire::http::BodyError> for ApiError {
     }
 }
 
-/// The routes of issue 3 (issue 6 adds channels, vanity, orders, media, push, calls).
+/// Every route the relay serves, by area.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Route {
     PowChallenge,
@@ -291,7 +291,7 @@ pub(crate) enum Route {
     User(String),
     ActiveConversations,
     StorageEstimate,
-    // ---- issue 6 part B: media, push, calls
+    // ---- media, push, calls
     MediaInit,
     MediaChunk(String),
     MediaComplete(String),
@@ -301,7 +301,7 @@ pub(crate) enum Route {
     PushRegister,
     PushDisable,
     IceConfig,
-    // ---- issue 6 part A: channels, vanity aliases, payment orders
+    // ---- channels, vanity aliases, payment orders
     ChannelSearch,
     ChannelsMine,
     ChannelCreate,
@@ -422,7 +422,7 @@ mod tests {
     use super::*;
 
     /// What the shell logs at trace level never holds the client's address, its token, its
-    /// query (tickets) or its body (issue 17, D7).
+    /// query (tickets) or its body.
     #[test]
     fn debug_of_a_request_redacts_address_credentials_query_and_body() {
         let mut r = HttpRequest::new(Method::Post, "/api/v1/ws/ticket");

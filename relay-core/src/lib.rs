@@ -58,7 +58,7 @@ mod auth;
 pub mod blob;
 mod calls;
 mod channels;
-mod commerce;
+mod commerce_state;
 pub mod config;
 mod contacts;
 pub mod http;
@@ -84,7 +84,8 @@ pub mod token;
 mod vanity;
 
 pub use blob::{BlobStore, FsBlobStore, MemoryBlobStore};
-pub use calls::{TurnSecret, turn_credential};
+pub use calls::turn_credential;
+pub use config::TurnSecret;
 pub use config::{Config, JwtSigningKey};
 pub use http::{ApiError, HttpRequest, HttpResponse, Method};
 #[cfg(feature = "planted-bugs")]

@@ -8,7 +8,7 @@ use wire::frames::PaymentConfirmedFrame;
 use wire::http::{OrderKind, OrderState, OrderStatusResponse};
 use wire::{AliasId, ChannelId, ErrorCode, OrderId, ServerFrame, UnixMs, UserUuid};
 
-use crate::commerce::{ChannelRow, OrderRow, PendingConfirmRow, Transition};
+use crate::commerce_state::{ChannelRow, OrderRow, PendingConfirmRow, Transition};
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::ids::hex;
 use crate::relay::{ConnId, Relay};

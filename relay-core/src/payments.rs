@@ -8,7 +8,7 @@ use sha2::Sha256;
 use wire::http::{OkResponse, OrderState, PAYMENT_SIGNATURE_HEADER, PaymentStatus, PaymentWebhook};
 use wire::{ErrorCode, UnixMs};
 
-use crate::commerce::PaymentRow;
+use crate::commerce_state::PaymentRow;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::MAX_PAYMENT_ID_BYTES;
 use crate::relay::Relay;

@@ -34,7 +34,7 @@ pub enum PlantedBug {
     /// `state`: assigning a seq updates the conversation's counter in memory only; after a
     /// restart the counter starts again from the last persisted value and seqs are reused.
     SeqNotPersisted,
-    /// `sync` (issue 17, D1 re-planted): backlog replay ignores the connection's window and
+    /// `sync`: backlog replay ignores the connection's window and
     /// pushes everything at once, overflowing the shell's outbound queue on every reconnect.
     SyncIgnoresWindow,
 }

@@ -176,6 +176,11 @@ pub struct Relay {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchFailed;
 
+/// An input's commit failed: nothing it staged was released, and the relay stopped
+/// (fail-stop). Inside a batch the input never fails on its own; the batch does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InputFailed;
+
 impl std::fmt::Display for BatchFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("the batch's commit failed: nothing of it was stored, the relay stopped")
@@ -219,8 +224,8 @@ impl Relay {
             Some(key) => key.0,
             None => derived_jwt_seed(seed),
         });
-        // Keys are no longer kept in the store (issue 17, D3): the caller owns the key (a file
-        // of its own); a row left by an older version is forgotten.
+        // Keys are not kept in the store: the caller owns the key (a file of its own); a row
+        // left by an older version is forgotten.
         if state.meta.contains_key(meta::JWT_SIGNING_KEY) {
             state.delete_meta(meta::JWT_SIGNING_KEY);
         }
@@ -318,7 +323,7 @@ impl Relay {
                 }
                 resp
             }
-            Err(()) => storage_unavailable().into_response(),
+            Err(InputFailed) => storage_unavailable().into_response(),
         }
     }
 
@@ -385,7 +390,7 @@ impl Relay {
         match (self.finish(), r) {
             (Ok(()), Ok(a)) => Ok(a),
             (Ok(()), Err(e)) => Err(e.into_response()),
-            (Err(()), _) => Err(storage_unavailable().into_response()),
+            (Err(InputFailed), _) => Err(storage_unavailable().into_response()),
         }
     }
 
@@ -715,8 +720,8 @@ impl Relay {
     /// Commits the input's mutations, then releases its outputs; inside a batch, hands both to
     /// the batch instead. On failure: fail-stop. Every input ends with it (inputs in other
     /// modules too, e.g. `handle_push_gone`).
-    pub(crate) fn finish(&mut self) -> Result<(), ()> {
-        self.finish_staged().map_err(drop)
+    pub(crate) fn finish(&mut self) -> Result<(), InputFailed> {
+        self.finish_staged().map_err(|_discarded| InputFailed)
     }
 
     /// [`finish`](Self::finish), returning on failure the outputs it discarded.
@@ -855,8 +860,8 @@ fn derived_jwt_seed(seed: u64) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// The JWT signing key an older relay kept in the `meta` table of `store`, if any (issue 17,
-/// D3: keys now live outside the store). A shell migrating a data directory writes it to its
+/// The JWT signing key an older relay kept in the `meta` table of `store`, if any (keys live
+/// outside the store). A shell migrating a data directory writes it to its
 /// key file first; the next [`Relay::new`] then deletes the row.
 pub fn legacy_jwt_signing_key(
     store: &mut dyn Store,

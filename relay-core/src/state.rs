@@ -243,7 +243,7 @@ pub(crate) struct PendingRetractRow {
 
 /// Keys of the `meta` table.
 pub(crate) mod meta {
-    /// Where relays before issue 17 kept the JWT signing key (deleted at startup now).
+    /// Where older relays kept the JWT signing key (deleted at startup: keys live in files).
     pub(crate) const JWT_SIGNING_KEY: &str = "jwt_signing_key";
     pub(crate) const BOOT_COUNT: &str = "boot_count";
     pub(crate) const NEXT_FRIENDSHIP_ID: &str = "next_friendship_id";
@@ -330,7 +330,7 @@ pub(crate) struct State {
     /// Push targets (`crate::push`).
     pub(crate) push: crate::push::PushState,
     /// Channels, orders, payments and sold aliases (`crate::commerce`).
-    pub(crate) commerce: crate::commerce::Commerce,
+    pub(crate) commerce: crate::commerce_state::Commerce,
     /// Mutations of the input being handled.
     pub(crate) batch: Batch,
     /// Reused serialisation buffer: each row is encoded here, then copied out at its exact size.

@@ -272,7 +272,7 @@ impl Relay {
             return false;
         };
         let bytes = cost(conv, m);
-        // PLANTED BUG (test-only) when `SyncIgnoresWindow`: no pacing (issue 17, D1).
+        // PLANTED BUG (test-only) when `SyncIgnoresWindow`: no pacing.
         if !c.delivery.has_room(window_msgs, window_bytes, bytes)
             && !planted!(self.config, SyncIgnoresWindow)
         {

@@ -9,7 +9,7 @@ use wire::http::{
 use wire::{AliasId, ErrorCode, IsoTime, UnixMs, UserUuid};
 
 use crate::channels::search_text;
-use crate::commerce::{AliasFate, AliasRow, OrderRow};
+use crate::commerce_state::{AliasFate, AliasRow, OrderRow};
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{ALIAS_HOLD_MS, VANITY_SEARCH_MAX_RESULTS};
 use crate::pricing::price;

@@ -19,8 +19,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, trace, warn};
 use wire::{ClientFrame, FrameError, ServerFrame, UnixMs, UserUuid, frames::GoawayFrame};
 
-use super::http::Phase;
 use super::leadership::{CLOSE_NOT_LEADER, TermEnd};
+use super::rest::Phase;
 use super::{MAX_BATCH_INPUTS, OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener};
 use seam::clock::{self, Clock, OffsetClock};
 
@@ -470,7 +470,7 @@ impl Core {
         if self.draining {
             let refusal = HttpResponse::error(
                 503,
-                &super::http::shutting_down_code(),
+                &super::rest::shutting_down_code(),
                 "the relay is shutting down; reconnect shortly",
             );
             let _ = reply.send(Err(refusal));

@@ -5,7 +5,7 @@
 //! ```text
 //!  axum handlers ──Input::Http{req, reply}──────┐
 //!  /ws upgrade   ──Input::Connect{ws, reply}────┤  bounded mpsc      ┌──────────────────────┐
-//!  conn tasks    ──Input::Text/Frame/Disconnect─┴─────────────────►  │ core task: owns Relay │
+//!  conn tasks    ──Input::Frame/Disconnect──────┴─────────────────►  │ core task: owns Relay │
 //!                ◄──Outbound::Text/Close (one bounded mpsc per conn)─│ drains poll_output    │
 //!  PushWorker    ◄──submit (bounded queue, never waits)──────────────│ timer = poll_timeout  │
 //!  (relay-push)  ──GoneTarget (bounded mpsc)──► handle_push_gone ───►│                       │
@@ -79,11 +79,11 @@
 
 mod driver;
 pub mod embedded;
-mod http;
 pub mod leadership;
 pub mod logging;
 pub mod postgres;
 mod push;
+mod rest;
 pub mod secrets;
 mod ws;
 
@@ -109,12 +109,12 @@ use seam::clock::{Clock, OffsetClock, SystemClock};
 use seam::net::{ConnectionCounter, Network, ServeLimits, serve_with_limits};
 
 use self::driver::{CoreParts, PushSink, TermCtx};
-use self::http::Phase;
 use self::leadership::{CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, Leadership, Term};
+use self::rest::Phase;
 
 pub use self::driver::OutboundBytes;
-pub use self::http::{HEALTHZ_PATH, OVERSIZE_DRAIN_BYTES, READYZ_PATH};
 pub use self::push::{NET_PUSH_MAX_IDLE, NetPushTransport, PushDelivery};
+pub use self::rest::{HEALTHZ_PATH, OVERSIZE_DRAIN_BYTES, READYZ_PATH};
 pub use self::ws::{
     CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES, MAX_WRITE_BATCH, WS_MAX_WRITE_BUFFER_BYTES,
     WS_READ_BUFFER_BYTES, WS_WRITE_BUFFER_BYTES,
@@ -338,7 +338,7 @@ impl RelayServer {
             }
         };
         info!(%addr, "relay listening");
-        let router = router(http::App {
+        let router = router(rest::App {
             phase: phase_rx,
             test_mode: self.test_mode,
             limits: self.limits,
@@ -527,18 +527,18 @@ async fn pause(mut stop: watch::Receiver<bool>, retry_ms: &mut u64) -> bool {
 }
 
 /// The routes: `/api/v1/*` (any method), `GET /ws`, the probes, CORS on everything, JSON 404
-/// elsewhere; on a standby everything but the probes is refused first (`http::gate`).
-fn router(app: http::App) -> Router {
+/// elsewhere; on a standby everything but the probes is refused first (`rest::gate`).
+fn router(app: rest::App) -> Router {
     Router::new()
         .route("/ws", get(ws::upgrade))
-        .route("/api/v1/{*rest}", any(http::api))
-        .route(HEALTHZ_PATH, get(http::healthz))
-        .route(READYZ_PATH, get(http::readyz))
-        .fallback(http::not_found)
+        .route("/api/v1/{*rest}", any(rest::api))
+        .route(HEALTHZ_PATH, get(rest::healthz))
+        .route(READYZ_PATH, get(rest::readyz))
+        .fallback(rest::not_found)
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
-            http::gate,
+            rest::gate,
         ))
-        .layer(axum::middleware::from_fn(http::cors))
+        .layer(axum::middleware::from_fn(rest::cors))
         .with_state(app)
 }

@@ -1,5 +1,5 @@
 //! The relay's log subscriber: the operator's filter, with the libraries that would print
-//! frames or bodies capped at INFO whatever it asks (issue 17, D7).
+//! frames or bodies capped at INFO whatever it asks.
 //!
 //! Our own events never carry payloads, tokens, tickets or client addresses at any level (frame
 //! events name the type and size only; `relay_core::HttpRequest`'s `Debug` redacts the body,

@@ -1,5 +1,7 @@
-//! Secrets at rest of the `relay` binary (issue 17, D3): the JWT signing key lives in a key
-//! file of its own next to the store, never in the store.
+//! Secrets at rest of the `relay` binary: the JWT signing key lives in a key file of its own
+//! next to the store, never in the store. Files are read and written through
+//! [`private_files`] (0600, atomic, refused when open to group or others), as the push crate's
+//! VAPID key and credentials are.
 //!
 //! * `DIR/jwt-signing.key`: 32 random bytes, base64, created mode 0600 on first start. A relay
 //!   whose data directory still has the key in the store's `meta` table (an older version)
@@ -16,15 +18,16 @@
 //!   one PostgreSQL database"), so that a relay with other keys refuses to lead. Never the key,
 //!   nothing that helps recover it; logs and errors show a short prefix only.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use hmac::{Hmac, KeyInit, Mac as _};
+use private_files::{PrivateFileError, read_private, write_private};
 use relay_core::config::JwtSigningKey;
 use relay_pg::KeyFingerprint;
 use relay_push::VapidKey;
 use sha2::{Digest as _, Sha256};
+use zeroize::Zeroizing;
 
 /// Name of the key file in the data directory.
 pub const JWT_KEY_FILE: &str = "jwt-signing.key";
@@ -32,27 +35,9 @@ pub const JWT_KEY_FILE: &str = "jwt-signing.key";
 /// Why the key could not be loaded or written. Messages name files, never key material.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretsError {
-    /// Reading, writing or setting the mode of a file failed.
-    #[error("{what} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The key file can be read or written by someone other than its owner.
-    #[error(
-        "{} is accessible to group or others (mode {mode:o}); run `chmod 600` on it",
-        path.display()
-    )]
-    TooOpen {
-        /// The file.
-        path: PathBuf,
-        /// Its permission bits.
-        mode: u32,
-    },
+    /// The key file could not be read or written, or is open to group or others.
+    #[error(transparent)]
+    File(#[from] PrivateFileError),
     /// The key file does not hold 32 bytes of base64.
     #[error("{} does not hold a base64 32-byte key", path.display())]
     Malformed {
@@ -64,18 +49,9 @@ pub enum SecretsError {
     Random(String),
 }
 
-fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SecretsError {
-    let path = path.to_owned();
-    move |source| SecretsError::Io { what, path, source }
-}
-
 /// Creates `dir` (and parents) if needed, mode 0700 when this call creates it.
 pub fn create_private_dir(dir: &Path) -> Result<(), SecretsError> {
-    if dir.exists() {
-        return Ok(());
-    }
-    std::fs::create_dir_all(dir).map_err(io("creating the data directory", dir))?;
-    set_mode(dir, 0o700)
+    Ok(private_files::create_private_dir(dir)?)
 }
 
 /// The JWT signing key of the data directory `dir`: read from its key file, or moved there
@@ -88,8 +64,7 @@ pub fn load_or_create_jwt_key(
 ) -> Result<JwtSigningKey, SecretsError> {
     let path = dir.join(JWT_KEY_FILE);
     if !rotate && path.exists() {
-        check_private(&path)?;
-        let text = std::fs::read_to_string(&path).map_err(io("reading", &path))?;
+        let text = read_private(&path)?;
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(text.trim())
             .ok()
@@ -105,10 +80,8 @@ pub fn load_or_create_jwt_key(
             JwtSigningKey(bytes)
         }
     };
-    write_private(
-        &path,
-        &base64::engine::general_purpose::STANDARD.encode(key.0),
-    )?;
+    let text = Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(key.0));
+    write_private(&path, text.as_bytes())?;
     Ok(key)
 }
 
@@ -152,60 +125,8 @@ pub fn rotate_vapid_key(
     rng: &mut impl rand_core::CryptoRng,
 ) -> Result<VapidKey, SecretsError> {
     let key = VapidKey::generate(rng);
-    write_private(path, &key.to_pem())?;
+    write_private(path, key.to_pem().as_bytes())?;
     Ok(key)
-}
-
-/// Writes `text` to `path` through a 0600 temporary file and a rename.
-fn write_private(path: &Path, text: &str) -> Result<(), SecretsError> {
-    let tmp = path.with_extension("key.tmp");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        options.mode(0o600);
-    }
-    let mut f = options.open(&tmp).map_err(io("creating", &tmp))?;
-    set_mode(&tmp, 0o600)?;
-    f.write_all(text.as_bytes()).map_err(io("writing", &tmp))?;
-    f.sync_all().map_err(io("syncing", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(io("renaming into place", path))?;
-    Ok(())
-}
-
-#[cfg(unix)]
-fn set_mode(path: &Path, mode: u32) -> Result<(), SecretsError> {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(io("setting the mode of", path))
-}
-
-#[cfg(not(unix))]
-fn set_mode(_path: &Path, _mode: u32) -> Result<(), SecretsError> {
-    Ok(())
-}
-
-#[cfg(unix)]
-fn check_private(path: &Path) -> Result<(), SecretsError> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let mode = std::fs::metadata(path)
-        .map_err(io("reading the mode of", path))?
-        .permissions()
-        .mode()
-        & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(SecretsError::TooOpen {
-            path: path.to_owned(),
-            mode,
-        });
-    }
-    Ok(())
-}
-
-#[cfg(not(unix))]
-fn check_private(_path: &Path) -> Result<(), SecretsError> {
-    Ok(())
 }
 
 #[cfg(test)]
@@ -341,7 +262,10 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         let e = load_or_create_jwt_key(tmp.path(), None, false).unwrap_err();
         assert!(
-            matches!(e, SecretsError::TooOpen { mode: 0o644, .. }),
+            matches!(
+                e,
+                SecretsError::File(PrivateFileError::TooOpen { mode: 0o644, .. })
+            ),
             "{e}"
         );
         let text = e.to_string();

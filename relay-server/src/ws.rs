@@ -17,7 +17,7 @@ use tracing::{Instrument as _, debug, info, info_span, trace};
 use wire::{ClientFrame, limits::MAX_FRAME_BYTES};
 
 use super::driver::{Connected, Input, Outbound};
-use super::http::{App, relay_response};
+use super::rest::{App, relay_response};
 
 /// Messages larger than this are refused by the WebSocket library itself (the socket is then
 /// closed with 1009). Between [`MAX_FRAME_BYTES`] and this, the relay answers with an
@@ -26,8 +26,8 @@ pub const HARD_MAX_MESSAGE_BYTES: usize = 4 * MAX_FRAME_BYTES;
 
 /// After sending a close frame, how long to wait for the client's close reply, in ms.
 pub const CLOSE_LINGER_MS: u64 = 2_000;
-/// What the WebSocket library reserves per socket to read frames into (its default is 128 KiB,
-/// which made an idle connection cost ~136 KB: issue 17, D6). A larger frame grows the buffer
+/// What the WebSocket library reserves per socket to read frames into (its default, 128 KiB,
+/// would make an idle connection cost ~136 KB). A larger frame grows the buffer
 /// to its size, up to [`HARD_MAX_MESSAGE_BYTES`].
 pub const WS_READ_BUFFER_BYTES: usize = 4 * 1024;
 /// Encoded frames are collected up to this many bytes before the library writes them to the
@@ -130,7 +130,7 @@ impl Drop for DisconnectGuard {
 ///
 /// Every write must finish within `deadline` ([`ServeLimits::write_deadline_ms`]): a client
 /// that stops reading fills its TCP window and then the library's write buffer, and the write
-/// that does not finish in time is the end of the connection (issue 17, D2). The socket task
+/// that does not finish in time is the end of the connection. The socket task
 /// ends, the socket and everything queued for it are freed, and the core forgets the
 /// connection; what the client had not acknowledged stays queued in the core for its next
 /// `sync`.

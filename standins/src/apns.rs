@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::{fmt, io};
 
 use axum::Router;
@@ -38,7 +38,9 @@ use super::pushcrypto::{uncompressed, verify_es256};
 use wire::UnixMs;
 
 use seam::clock::Clock;
-use seam::net::{Network, serve};
+use seam::net::Network;
+
+use crate::service::{Recorded, lock, serve_on};
 
 /// A provider token older than this is expired (Apple: one hour).
 pub const APNS_PROVIDER_TOKEN_MAX_AGE_S: u64 = 3600;
@@ -77,7 +79,7 @@ pub struct ReceivedApns {
 struct Inner {
     unregistered: BTreeSet<String>,
     script: VecDeque<u16>,
-    received: VecDeque<ReceivedApns>,
+    received: Recorded<ReceivedApns>,
 }
 
 /// The service; clones share state.
@@ -125,7 +127,7 @@ impl ApnsService {
             inner: Arc::new(Mutex::new(Inner {
                 unregistered: BTreeSet::new(),
                 script: VecDeque::new(),
-                received: VecDeque::new(),
+                received: Recorded::new(MAX_RECORDED_APNS),
             })),
             stamp: Arc::clone(&clock),
             clock,
@@ -163,7 +165,7 @@ impl ApnsService {
 
     /// Every push, in order.
     pub fn received(&self) -> Vec<ReceivedApns> {
-        self.lock().received.iter().cloned().collect()
+        self.lock().received.to_vec()
     }
 
     /// The HTTP app.
@@ -180,13 +182,11 @@ impl ApnsService {
         addr: SocketAddr,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
-        let listener = N::bind(addr).await?;
-        serve(listener, self.router(), shutdown).await
+        serve_on::<N>(addr, self.router(), shutdown).await
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // Records only; nothing a panicking holder leaves half-done.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner)
     }
 
     fn provider_token(
@@ -252,10 +252,7 @@ async fn push(
         },
     };
     let status = reason.map_or(200, |(s, _)| s);
-    if inner.received.len() >= MAX_RECORDED_APNS {
-        inner.received.pop_front();
-    }
-    inner.received.push_back(ReceivedApns {
+    inner.received.push(ReceivedApns {
         status,
         reason: reason.map(|(_, r)| r.to_owned()),
         device_token,

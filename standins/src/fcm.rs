@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::{fmt, io};
 
 use axum::Router;
@@ -35,7 +35,9 @@ use serde_json::{Value, json};
 use wire::UnixMs;
 
 use seam::clock::Clock;
-use seam::net::{Network, serve};
+use seam::net::Network;
+
+use crate::service::{Recorded, lock, serve_on};
 
 /// The RSA test key of the fake service account (PKCS#8 PEM; grants nothing anywhere).
 pub const FCM_TEST_KEY_PEM: &str = include_str!("fcm-test-key.pem");
@@ -72,8 +74,8 @@ struct Inner {
     issued: BTreeMap<String, u64>,
     unregistered: BTreeSet<String>,
     script: VecDeque<u16>,
-    received: VecDeque<ReceivedFcm>,
-    token_requests: Vec<Result<(), String>>,
+    received: Recorded<ReceivedFcm>,
+    token_requests: Recorded<Result<(), String>>,
     next_token: u64,
 }
 
@@ -108,8 +110,8 @@ impl FcmService {
                 issued: BTreeMap::new(),
                 unregistered: BTreeSet::new(),
                 script: VecDeque::new(),
-                received: VecDeque::new(),
-                token_requests: Vec::new(),
+                received: Recorded::new(MAX_RECORDED_FCM),
+                token_requests: Recorded::new(MAX_RECORDED_FCM),
                 next_token: 1,
             })),
             stamp: Arc::clone(&clock),
@@ -158,12 +160,12 @@ impl FcmService {
 
     /// Every `messages:send`, in order.
     pub fn received(&self) -> Vec<ReceivedFcm> {
-        self.lock().received.iter().cloned().collect()
+        self.lock().received.to_vec()
     }
 
     /// Every token request: `Ok` when the assertion was valid, else why not.
     pub fn token_requests(&self) -> Vec<Result<(), String>> {
-        self.lock().token_requests.clone()
+        self.lock().token_requests.to_vec()
     }
 
     /// The HTTP app.
@@ -181,13 +183,11 @@ impl FcmService {
         addr: SocketAddr,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
-        let listener = N::bind(addr).await?;
-        serve(listener, self.router(), shutdown).await
+        serve_on::<N>(addr, self.router(), shutdown).await
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // Records and tokens only; nothing a panicking holder leaves half-done.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner)
     }
 
     fn check_assertion(&self, form: &str, now_s: u64) -> Result<(), String> {
@@ -325,10 +325,7 @@ async fn send(
         }
         None => 200,
     };
-    if inner.received.len() >= MAX_RECORDED_FCM {
-        inner.received.pop_front();
-    }
-    inner.received.push_back(ReceivedFcm {
+    inner.received.push(ReceivedFcm {
         status,
         project: project.clone(),
         authorized,

@@ -8,14 +8,16 @@
 //!   the ES256 provider token and the request shape ([`pushcrypto`] holds the receiving
 //!   side's cryptography, written independently of the relay's `relay-push`).
 //!
-//! Both are cheap clonable handles: run one clone inside a host
+//! Each is a cheap clonable handle: run one clone inside a host
 //! (`processor.clone().run::<Turmoil>(addr, shutdown)`), keep another to drive it and to read
-//! what happened.
+//! what happened. What they share (serving on either network, the lock on their state, the
+//! bounded record of what they received) is in one private module, `service`.
 
 mod apns;
 mod fcm;
 mod payments;
 pub mod pushcrypto;
+mod service;
 mod webpush;
 
 pub use apns::{

@@ -24,7 +24,7 @@
 use std::{
     fmt, io,
     net::SocketAddr,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -46,6 +46,8 @@ use wire::{
 };
 
 use seam::net::{Connector, Endpoint, HttpClient, HttpRequest, Network, serve};
+
+use crate::service::lock;
 
 /// Most payments waiting for the processor's worker; [`PaymentProcessor::pay`] refuses more.
 pub const MAX_PENDING_PAYMENTS: usize = 4096;
@@ -332,8 +334,7 @@ impl PaymentProcessor {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // No invariant spans a panic: the state is append-only records and a queue.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner)
     }
 }
 

@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::{fmt, io};
 
 use axum::Router;
@@ -37,7 +37,9 @@ use super::pushcrypto::{VapidClaims, b64url, decrypt_aes128gcm, uncompressed, ve
 use wire::UnixMs;
 
 use seam::clock::Clock;
-use seam::net::{Network, serve};
+use seam::net::Network;
+
+use crate::service::{Recorded, lock, serve_on};
 
 /// Largest body a push service accepts (RFC 8030 §7.2: at least 4096 must be).
 pub const MAX_WEB_PUSH_BODY_BYTES: usize = 4096;
@@ -93,8 +95,7 @@ struct Inner {
     subs: BTreeMap<String, Sub>,
     expected_key: Option<String>,
     script: VecDeque<(u16, Option<u64>)>,
-    received: VecDeque<ReceivedWebPush>,
-    dropped: u64,
+    received: Recorded<ReceivedWebPush>,
     rng: ChaCha20Rng,
     next_id: u64,
 }
@@ -132,8 +133,7 @@ impl WebPushService {
                 subs: BTreeMap::new(),
                 expected_key: None,
                 script: VecDeque::new(),
-                received: VecDeque::new(),
-                dropped: 0,
+                received: Recorded::new(MAX_RECORDED_WEB_PUSHES),
                 rng: ChaCha20Rng::seed_from_u64(seed),
                 next_id: 1,
             })),
@@ -223,12 +223,12 @@ impl WebPushService {
 
     /// Every push received, in arrival order.
     pub fn received(&self) -> Vec<ReceivedWebPush> {
-        self.lock().received.iter().cloned().collect()
+        self.lock().received.to_vec()
     }
 
     /// Records dropped past [`MAX_RECORDED_WEB_PUSHES`].
     pub fn dropped(&self) -> u64 {
-        self.lock().dropped
+        self.lock().received.dropped()
     }
 
     /// The HTTP app.
@@ -247,13 +247,11 @@ impl WebPushService {
         addr: SocketAddr,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
-        let listener = N::bind(addr).await?;
-        serve(listener, self.router(), shutdown).await
+        serve_on::<N>(addr, self.router(), shutdown).await
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // Records and keys only; nothing a panicking holder leaves half-done.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner)
     }
 
     fn handle(&self, id: &str, headers: &HeaderMap, body: &[u8]) -> (u16, Option<u64>) {
@@ -302,11 +300,7 @@ impl WebPushService {
             body_len: body.len(),
             at: self.stamp.now(),
         };
-        if inner.received.len() >= MAX_RECORDED_WEB_PUSHES {
-            inner.received.pop_front();
-            inner.dropped += 1;
-        }
-        inner.received.push_back(record);
+        inner.received.push(record);
         (status, retry_after)
     }
 }

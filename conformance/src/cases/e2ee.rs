@@ -1,5 +1,5 @@
 //! E2EE: what a relay must do, and must never do, for end-to-end encryption to mean anything
-//! (SPEC §What the service does 1, 5; PROTOCOL §3.3, §9; issue 7 item 2).
+//! (SPEC §What the service does 1, 5; PROTOCOL §3.3, §9).
 
 use serde_json::{Value, json};
 use wire::http::paths;

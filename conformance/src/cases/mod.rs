@@ -1,4 +1,5 @@
-//! The case registry, one module per area. Ids are stable: a case keeps its id forever.
+//! The case registry, one module per area (a module's doc names its id prefix: `channels` holds
+//! the `CH-` cases). Ids are stable: a case keeps its id forever.
 
 use std::sync::OnceLock;
 
@@ -6,18 +7,18 @@ use crate::model::Case;
 
 pub mod auth;
 pub mod call;
-pub mod ch;
+pub mod channels;
 pub mod contact;
 pub mod e2ee;
-pub mod err;
+pub mod errors;
 pub mod goaway;
 pub mod limits;
 pub mod media;
-pub mod msg;
-pub mod pay;
+pub mod messaging;
+pub mod payments;
 pub mod push;
-pub mod rcpt;
-pub mod reg;
+pub mod receipts;
+pub mod registration;
 pub mod retract;
 pub mod trade;
 pub mod vanity;
@@ -28,22 +29,22 @@ pub fn all() -> &'static [Case] {
     static ALL: OnceLock<Vec<Case>> = OnceLock::new();
     ALL.get_or_init(|| {
         [
-            reg::CASES,
+            registration::CASES,
             auth::CASES,
             ws::CASES,
             contact::CASES,
-            msg::CASES,
-            rcpt::CASES,
+            messaging::CASES,
+            receipts::CASES,
             retract::CASES,
             goaway::CASES,
-            ch::CASES,
+            channels::CASES,
             trade::CASES,
             vanity::CASES,
-            pay::CASES,
+            payments::CASES,
             media::CASES,
             push::CASES,
             call::CASES,
-            err::CASES,
+            errors::CASES,
             e2ee::CASES,
             limits::CASES,
         ]

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use wire::http::paths;
 
 use super::Ctx;
-use super::http::{id_text, s, u};
+use super::requests::{id_text, s, u};
 use crate::fail;
 use crate::model::Failure;
 

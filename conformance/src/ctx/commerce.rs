@@ -12,7 +12,7 @@ use wire::http::paths;
 
 use super::Ctx;
 use super::accounts::Account;
-use super::http::{Resp, s};
+use super::requests::{Resp, s};
 use crate::model::Failure;
 
 impl Ctx {

@@ -17,7 +17,7 @@ use sha2::Sha256;
 use wire::http::paths;
 
 use super::Ctx;
-use super::http::{Resp, u};
+use super::requests::{Resp, u};
 use crate::model::Failure;
 
 /// The documented test-mode clock endpoint (see README.md).

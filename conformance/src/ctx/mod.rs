@@ -5,19 +5,19 @@
 //! [`Ctx`] is one case's context: its transport, the run's [`Shared`] state, an RNG seeded
 //! from the run seed and the case id (so the ids, keys and names a case generates are the
 //! same on every run with the same seed), and the case's [`Transcript`]. Its methods are
-//! grouped by area, one file each: `http` ([`Resp`], field checks), `accounts` ([`Account`],
+//! grouped by area, one file each: `requests` ([`Resp`], field checks), `accounts` ([`Account`],
 //! [`Pair`]), `ws` ([`Ws`]), `hooks` (payment webhook, test clock, push probe: [`Hooks`]) and `commerce`
 //! (vanity aliases, channels).
 
 mod accounts;
 mod commerce;
 mod hooks;
-mod http;
+mod requests;
 mod ws;
 
 pub use self::accounts::{Account, Pair};
 pub use self::hooks::{ADVANCE_CLOCK_PATH, ClockControl, Hooks, PushProbe};
-pub use self::http::{Kind, Resp, check_error_body, fields, id_text, s, u};
+pub use self::requests::{Kind, Resp, check_error_body, fields, id_text, s, u};
 pub use self::ws::Ws;
 
 use std::collections::VecDeque;

@@ -18,7 +18,7 @@ use wire::http::paths;
 
 use super::Ctx;
 use super::accounts::Account;
-use super::http::{check_error_body, s};
+use super::requests::{check_error_body, s};
 use crate::model::{CaseResult, Failure};
 use crate::transcript::{Direction, Transcript};
 use crate::transport::WsIo;

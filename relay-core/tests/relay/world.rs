@@ -293,7 +293,7 @@ pub(crate) fn errors(fs: &[ServerFrame]) -> Vec<String> {
         .collect()
 }
 
-// ---- media, push, calls helpers (issue 6 part B)
+// ---- media, push, calls helpers
 
 impl World {
     /// A world whose relay keeps media bytes in `blobs` (clone it to keep a handle).

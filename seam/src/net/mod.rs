@@ -17,9 +17,9 @@
 //! Nothing here reads the wall clock: every timeout is a `tokio::time` timer, which turmoil
 //! drives with its own virtual clock.
 
+mod client;
 mod connector;
 mod endpoint;
-mod http;
 mod server;
 #[cfg(feature = "turmoil")]
 mod turmoil_listener;
@@ -27,14 +27,14 @@ mod ws;
 
 use std::{io, net::SocketAddr};
 
+pub use client::{
+    DEFAULT_REQUEST_TIMEOUT_MS, HttpClient, HttpError, HttpRequest, HttpResponse,
+    MAX_IDLE_CONNECTIONS, MAX_RESPONSE_BYTES,
+};
 #[cfg(feature = "turmoil")]
 pub use connector::TurmoilConnector;
 pub use connector::{Connector, TokioConnector};
 pub use endpoint::{Endpoint, EndpointError};
-pub use http::{
-    DEFAULT_REQUEST_TIMEOUT_MS, HttpClient, HttpError, HttpRequest, HttpResponse,
-    MAX_IDLE_CONNECTIONS, MAX_RESPONSE_BYTES,
-};
 pub use server::{
     ConnectionCounter, HEADER_READ_TIMEOUT_MS, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDR,
     OUTBOUND_QUEUE_BYTES, PeerAddr, ServeLimits, WRITE_DEADLINE_MS, serve, serve_with_limits,

@@ -28,7 +28,7 @@ use tower::ServiceExt as _;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PeerAddr(pub SocketAddr);
 
-/// Limits of [`serve_with_limits`] on every connection, whatever it carries (issue 17, D4).
+/// Limits of [`serve_with_limits`] on every connection, whatever it carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServeLimits {
     /// A connection must deliver the complete headers of each request within this, in ms
@@ -41,11 +41,11 @@ pub struct ServeLimits {
     /// Open connections from one IP address; past it, new ones from it are closed at once.
     pub max_connections_per_addr: usize,
     /// Longest a single write to a WebSocket may take, in ms: a client that stops reading is
-    /// closed when it passes (used by the relay server's socket tasks, issue 17 D2).
+    /// closed when it passes (used by the relay server's socket tasks).
     pub write_deadline_ms: u64,
     /// Bytes of encoded frames waiting to be written to one WebSocket; a frame that would
     /// take the queue past it closes the socket instead (one frame is always admitted to an
-    /// empty queue). Bounds what a slow reader can hold (issue 17 D2).
+    /// empty queue). Bounds what a slow reader can hold.
     pub outbound_queue_bytes: usize,
 }
 

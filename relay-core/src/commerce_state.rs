@@ -1,4 +1,4 @@
-//! Durable state of channels, payment orders, payments and sold aliases (issue 6, part A):
+//! Durable state of channels, payment orders, payments and sold aliases:
 //! the rows, their derived indexes, and the `put_*` methods that record every change in the
 //! input's batch (same discipline as [`crate::state`]).
 //!
