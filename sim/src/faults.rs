@@ -33,7 +33,8 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::Rng as _;
 use serde::{Deserialize, Serialize};
 
-use super::scenario::{Scale, Scenario};
+use crate::bounds::{LEASE_MS, PAY, RELAY, STORM_WAVE, STORM_WAVE_MS, STUCK_MIN_PROVOKE};
+use crate::scenario::{Scale, Scenario};
 
 /// A kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -570,12 +571,6 @@ impl fmt::Display for StoreChoice {
     }
 }
 
-/// Most sockets a storm opens per wave: turmoil panics when more than its accept-queue
-/// capacity (64) of connection attempts reach a listener within one tick.
-pub const STORM_WAVE: usize = 24;
-/// Pause between storm waves, in ms (two ticks).
-pub const STORM_WAVE_MS: u64 = 4;
-
 impl FaultPlan {
     /// Draws a plan for `scenario` over a traffic window of `window_ms`.
     pub fn draw(
@@ -831,7 +826,7 @@ impl Drawer<'_> {
                     let at = self.at();
                     // More answers than the transport's window holds, so the relay's writes
                     // to it block.
-                    let provoke = super::hostile::STUCK_MIN_PROVOKE + self.rng.next_u32() % 300;
+                    let provoke = STUCK_MIN_PROVOKE + self.rng.next_u32() % 300;
                     let pause_ms = match self.rng.next_u32() % 3 {
                         0 => None,
                         1 => Some(5_000 + self.rng.next_u64() % 30_000),
@@ -888,7 +883,7 @@ impl Drawer<'_> {
                     // one it does not (the standby takes over; the frozen relay resumes
                     // with frames in flight and must commit nothing). Sometimes the active
                     // relay powers off instead.
-                    let (s, e) = self.span(super::failover::LEASE_MS * 4);
+                    let (s, e) = self.span(LEASE_MS * 4);
                     if self.rng.next_u32().is_multiple_of(3) {
                         self.push(s, FaultAction::Crash { host: RELAY.into() });
                         self.push(e, FaultAction::Restart { host: RELAY.into() });
@@ -955,15 +950,3 @@ impl fmt::Display for FaultPlan {
         Ok(())
     }
 }
-
-/// Host name of the relay (with the `failover` kind: of the load balancer in front of
-/// [`RELAY_A`] and [`RELAY_B`]).
-pub const RELAY: &str = "relay";
-/// The first relay of the failover topology.
-pub const RELAY_A: &str = "relay-a";
-/// The second relay of the failover topology.
-pub const RELAY_B: &str = "relay-b";
-/// Host name of the payment processor stand-in.
-pub const PAY: &str = "pay";
-/// Host name of the push-service stand-in (it shares the `pay` host).
-pub const PUSH: &str = PAY;

@@ -33,23 +33,19 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, ReadHalf, WriteHalf};
 use turmoil::net::TcpStream;
 use wire::http::paths;
 
-use super::faults::{HostileAct, RELAY, STORM_WAVE, STORM_WAVE_MS};
-use super::oracles::Violation;
-use super::runner::{HostCtx, RELAY_PORT, note, sim_ms, sleep_ms};
+use crate::bounds::{
+    RELAY, RELAY_PORT, STORM_WAVE, STORM_WAVE_MS, STUCK_CLOSE_BOUND_MS, STUCK_MIN_PROVOKE,
+};
+use crate::faults::HostileAct;
+use crate::time::{sim_ms, sleep_ms};
+use crate::violation::Violation;
+use crate::world::{HostCtx, StuckRec, note, relay_endpoint};
 use seam::net::{HttpClient, HttpRequest, TurmoilConnector};
 
-/// A socket that stopped reading must be closed by the relay within this much simulated time
-/// (the relay's writes to it block after the transport's window fills).
-pub const STUCK_CLOSE_BOUND_MS: u64 = 60_000;
 /// A slow consumer that reads again and finds its socket closed must get a working new one
 /// within this long (the relay may be restarting after a power-off: up to ~8 s, plus
 /// rebuilds).
 pub const RESUME_RECONNECT_MS: u64 = 30_000;
-/// A slow consumer must provoke at least this many answers for the relay to be held to
-/// [`STUCK_CLOSE_BOUND_MS`]: more than the transport's window (in segments, one answer
-/// each) takes, so the relay's writes to it block (with fewer, every write completes and the
-/// relay has no reason to drop it).
-pub const STUCK_MIN_PROVOKE: u32 = super::runner::TCP_CAPACITY as u32 + 44;
 /// Pause between a slow consumer's provoking frames (longer than a link's latency, so the
 /// relay answers each before the next arrives).
 pub const STUCK_PROVOKE_PACE_MS: u64 = 20;
@@ -77,7 +73,7 @@ pub(super) struct RawAccount {
 pub(super) type Findings = Vec<Violation>;
 
 fn http() -> HttpClient<TurmoilConnector> {
-    HttpClient::new(TurmoilConnector, super::runner::endpoint())
+    HttpClient::new(TurmoilConnector, relay_endpoint())
         .with_max_idle(0)
         .with_timeout(Duration::from_millis(5_000))
 }
@@ -597,13 +593,8 @@ fn targets(ctx: &HostCtx) -> Targets {
     for (id, (conv, to)) in &w.sent_ids {
         t.messages.push((id.clone(), conv.clone(), to.clone()));
     }
-    t.orders = w
-        .commerce
-        .orders
-        .iter()
-        .map(|o| o.order_id.clone())
-        .collect();
-    t.channels = w.commerce.channels.iter().map(|c| c.id.clone()).collect();
+    t.orders = w.ledger.orders.iter().map(|o| o.order_id.clone()).collect();
+    t.channels = w.ledger.channels.iter().map(|c| c.id.clone()).collect();
     t.uuids = w.uuids.values().cloned().collect();
     t.friendships = ctx.scenario.pairs.len() as u64 + ctx.scenario.rejections.len() as u64 + 4;
     t
@@ -848,7 +839,7 @@ async fn stop_reading(
     };
     let closed_at = wait_for_reset(&mut writer, before, check_until).await;
     let must_close = resume.is_none_or(|r| r >= deadline) && provoke >= STUCK_MIN_PROVOKE;
-    ctx.world.borrow_mut().stuck.push(super::runner::StuckRec {
+    ctx.world.borrow_mut().stuck.push(StuckRec {
         host: host.to_owned(),
         stopped_ms: stopped,
         blocked_ms: blocked_at,
@@ -984,7 +975,7 @@ mod tests {
 
     fn watch(peer: Peer) -> Option<u64> {
         let mut sim = turmoil::Builder::new()
-            .tcp_capacity(super::super::runner::TCP_CAPACITY)
+            .tcp_capacity(crate::bounds::TCP_CAPACITY)
             .simulation_duration(Duration::from_secs(120))
             .build();
         sim.host("peer", move || async move {

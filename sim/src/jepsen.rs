@@ -53,7 +53,7 @@ use rand_core::{Rng as _, SeedableRng as _};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::oracles::Violation;
+use crate::violation::Violation;
 
 mod commerce;
 use client::{Client, ClientOptions, EventKind, SharedStore};

@@ -29,7 +29,6 @@
 //! still-queued copy on `retract`, and a later receipt "up to seq" covers it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use client_core::machine::Event;
 use client_core::store::{ClientStore as _, MessageStatus};
@@ -37,40 +36,19 @@ use relay_core::store::{Snapshot, Table};
 use wire::frames::CallKind;
 use wire::http::{OrderKind, OrderState};
 
-use super::commerce::{CommerceWorld, OrderRec};
-use super::faults::{FaultAction, FaultPlan};
-use super::pushworld::{SeenPush, zero_knowledge};
-use super::runner::{DELIVERY_BOUND_MS, PROBE_BOUND_MS, SYNC_BOUND_MS, World};
-use super::scenario::Scenario;
-use super::store::History;
-use super::trace::{Device, Record};
+use crate::bounds::{
+    DELIVERY_BOUND_MS, PROBE_BOUND_MS, PUSH, RELAY, STUCK_CLOSE_BOUND_MS, SYNC_BOUND_MS,
+};
+use crate::faults::{FaultAction, FaultPlan};
+use crate::pushworld::{SeenPush, zero_knowledge};
+use crate::scenario::Scenario;
+use crate::store::History;
+use crate::trace::{Device, Record};
+pub use crate::violation::Violation;
+use crate::world::World;
+use crate::world::ledger::{Ledger, OrderRec};
 use client::SharedStore;
 use standins::PaymentProcessor;
-
-/// One broken invariant.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Violation {
-    /// Oracle name.
-    pub oracle: &'static str,
-    /// What was seen.
-    pub detail: String,
-}
-
-impl Violation {
-    /// A violation of `oracle`.
-    pub fn new(oracle: &'static str, detail: impl Into<String>) -> Self {
-        Self {
-            oracle,
-            detail: detail.into(),
-        }
-    }
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}] {}", self.oracle, self.detail)
-    }
-}
 
 /// Every oracle name (for summaries).
 pub const ORACLES: [&str; 32] = [
@@ -110,27 +88,27 @@ pub const ORACLES: [&str; 32] = [
 
 /// What the oracles read.
 #[derive(Debug)]
-pub(super) struct Input<'a> {
-    pub(super) scenario: &'a Scenario,
-    pub(super) plan: &'a FaultPlan,
-    pub(super) records: &'a [Record],
-    pub(super) stores: &'a [SharedStore],
-    pub(super) second_stores: &'a [(Device, SharedStore)],
-    pub(super) convs: &'a BTreeMap<usize, String>,
+pub(crate) struct Input<'a> {
+    pub(crate) scenario: &'a Scenario,
+    pub(crate) plan: &'a FaultPlan,
+    pub(crate) records: &'a [Record],
+    pub(crate) stores: &'a [SharedStore],
+    pub(crate) second_stores: &'a [(Device, SharedStore)],
+    pub(crate) convs: &'a BTreeMap<usize, String>,
     /// Every alias each client had (a bind adds one).
-    pub(super) aliases: &'a BTreeMap<usize, Vec<String>>,
+    pub(crate) aliases: &'a BTreeMap<usize, Vec<String>>,
     /// The relay store's committed content at the end.
-    pub(super) snapshot: &'a Snapshot,
+    pub(crate) snapshot: &'a Snapshot,
     /// What was committed over the run.
-    pub(super) history: &'a History,
-    pub(super) world: &'a World,
-    pub(super) pushes: &'a [SeenPush],
-    pub(super) start_ms: Option<u64>,
-    pub(super) heal_ms: Option<u64>,
+    pub(crate) history: &'a History,
+    pub(crate) world: &'a World,
+    pub(crate) pushes: &'a [SeenPush],
+    pub(crate) start_ms: Option<u64>,
+    pub(crate) heal_ms: Option<u64>,
     /// When the run ended.
-    pub(super) end_ms: u64,
+    pub(crate) end_ms: u64,
     /// Final clock skew of each client.
-    pub(super) skews: &'a [i64],
+    pub(crate) skews: &'a [i64],
 }
 
 /// A message as acknowledged to its sender.
@@ -198,7 +176,7 @@ pub fn resources(
 }
 
 /// Runs every store/trace oracle.
-pub(super) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
+pub(crate) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
     out.extend(input.world.findings.iter().cloned());
     if out.iter().any(|v| v.oracle == "setup") {
         return;
@@ -251,7 +229,6 @@ pub(super) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
 /// A client that stopped reading was closed within the bound (seen from outside: its host's
 /// socket was reset).
 fn stuck_clients(input: &Input<'_>, out: &mut Vec<Violation>) {
-    use super::hostile::STUCK_CLOSE_BOUND_MS;
     // A relay powered off while the client was stuck took the socket with it: the restarted
     // relay never knew it, and turmoil sends the client no reset. (When it really powered
     // off: a store fault's crash happens at a later commit than its plan event.)
@@ -672,7 +649,7 @@ fn sync_complete(input: &Input<'_>, got: &BTreeMap<(usize, &str), u64>, out: &mu
         .iter()
         .map(|(c, u)| (u.as_str(), *c))
         .collect();
-    let mut backlog: BTreeMap<usize, Vec<&super::store::CommittedMessage>> = BTreeMap::new();
+    let mut backlog: BTreeMap<usize, Vec<&crate::store::CommittedMessage>> = BTreeMap::new();
     for m in input.history.messages.values() {
         if let Some(&c) = client_of.get(m.recipient.as_str()) {
             backlog.entry(c).or_default().push(m);
@@ -685,7 +662,7 @@ fn sync_complete(input: &Input<'_>, got: &BTreeMap<(usize, &str), u64>, out: &mu
             if !connected || t < healthy_from || !undisturbed || input.end_ms < until {
                 continue;
             }
-            let missing: Vec<&super::store::CommittedMessage> = backlog
+            let missing: Vec<&crate::store::CommittedMessage> = backlog
                 .get(client)
                 .into_iter()
                 .flatten()
@@ -876,7 +853,7 @@ fn fail_stop(input: &Input<'_>, acked: &[Acked], out: &mut Vec<Violation>) {
             _ => {}
         }
     }
-    for o in &input.world.commerce.orders {
+    for o in &input.world.ledger.orders {
         if !input.history.orders.contains(&o.order_id) {
             out.push(Violation::new(
                 "fail-stop",
@@ -950,7 +927,7 @@ fn store_canaries(input: &Input<'_>, out: &mut Vec<Violation>) {
 }
 
 /// Checks the lines that mention a canary prefix for actual canaries.
-pub(super) fn logs_free_of_canaries(text: &str, canaries: &[String], out: &mut Vec<Violation>) {
+pub(crate) fn logs_free_of_canaries(text: &str, canaries: &[String], out: &mut Vec<Violation>) {
     if text.is_empty() {
         return;
     }
@@ -1322,7 +1299,7 @@ fn push(
         .filter(|e| {
             matches!(
                 &e.action,
-                FaultAction::Crash { host } if host == super::faults::RELAY
+                FaultAction::Crash { host } if host == RELAY
             ) || matches!(
                 e.action,
                 FaultAction::FailCommits { .. }
@@ -1332,7 +1309,7 @@ fn push(
                     | FaultAction::StallCommit { .. }
                     | FaultAction::ClockJump { .. }
                     | FaultAction::MaxLatency { .. }
-            ) || e.action.hosts().contains(&super::faults::PUSH)
+            ) || e.action.hosts().contains(&PUSH)
         })
         .map(|e| start + e.at_ms)
         .collect();
@@ -1464,16 +1441,16 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// What the commerce oracles read.
 #[derive(Debug)]
-pub(super) struct CommerceInput<'a> {
-    pub(super) world: &'a CommerceWorld,
-    pub(super) alias_history: &'a BTreeMap<usize, Vec<String>>,
-    pub(super) records: &'a [Record],
-    pub(super) processor: &'a PaymentProcessor,
-    pub(super) forger: &'a PaymentProcessor,
-    pub(super) snapshot: &'a Snapshot,
+pub(crate) struct MarketInput<'a> {
+    pub(crate) ledger: &'a Ledger,
+    pub(crate) alias_history: &'a BTreeMap<usize, Vec<String>>,
+    pub(crate) records: &'a [Record],
+    pub(crate) processor: &'a PaymentProcessor,
+    pub(crate) forger: &'a PaymentProcessor,
+    pub(crate) snapshot: &'a Snapshot,
     /// Simulated ms of the mid-run relay clock jumps.
-    pub(super) jumps_ms: &'a [u64],
-    pub(super) free_quota: u32,
+    pub(crate) jumps_ms: &'a [u64],
+    pub(crate) free_quota: u32,
 }
 
 /// The relay's order and quota rows, as JSON (scanned only where the public API cannot
@@ -1517,8 +1494,8 @@ fn field<'v>(row: Option<&'v serde_json::Value>, name: &str) -> Option<&'v serde
 }
 
 /// Runs the commerce oracles.
-pub(super) fn check_commerce(input: &CommerceInput<'_>, out: &mut Vec<Violation>) {
-    let w = input.world;
+pub(crate) fn check_market(input: &MarketInput<'_>, out: &mut Vec<Violation>) {
+    let w = input.ledger;
     let audit = &w.audit;
     if !audit.done {
         out.push(Violation::new(
@@ -1555,13 +1532,13 @@ fn confirm_events(records: &[Record]) -> BTreeMap<&str, Vec<Device>> {
 }
 
 fn payments_once(
-    input: &CommerceInput<'_>,
+    input: &MarketInput<'_>,
     rows: &Rows,
     state: &dyn Fn(&str) -> Option<OrderState>,
     out: &mut Vec<Violation>,
 ) {
     const O: &str = "payment-applied-once";
-    let w = input.world;
+    let w = input.ledger;
     let events = confirm_events(input.records);
     for o in &w.orders {
         let id = o.order_id.as_str();
@@ -1706,12 +1683,12 @@ fn payments_once(
 }
 
 fn confirmed_orders<'w>(
-    input: &'w CommerceInput<'_>,
+    input: &'w MarketInput<'_>,
     kind: OrderKind,
     state: &dyn Fn(&str) -> Option<OrderState>,
 ) -> Vec<&'w OrderRec> {
     input
-        .world
+        .ledger
         .orders
         .iter()
         .filter(|o| o.kind == kind && state(&o.order_id) == Some(OrderState::Confirmed))
@@ -1719,12 +1696,12 @@ fn confirmed_orders<'w>(
 }
 
 fn aliases_unique(
-    input: &CommerceInput<'_>,
+    input: &MarketInput<'_>,
     state: &dyn Fn(&str) -> Option<OrderState>,
     out: &mut Vec<Violation>,
 ) {
     const O: &str = "alias-unique";
-    let w = input.world;
+    let w = input.ledger;
     let mut bound: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
     for b in &w.binds {
         bound.entry(b.alias.as_str()).or_default().insert(b.client);
@@ -1793,12 +1770,12 @@ fn aliases_unique(
 }
 
 fn channels_owned(
-    input: &CommerceInput<'_>,
+    input: &MarketInput<'_>,
     state: &dyn Fn(&str) -> Option<OrderState>,
     out: &mut Vec<Violation>,
 ) {
     const O: &str = "channel-single-owner";
-    let w = input.world;
+    let w = input.ledger;
     let trades = confirmed_orders(input, OrderKind::ChannelTrade, state);
     for c in &w.channels {
         let sold: Vec<&&OrderRec> = trades.iter().filter(|o| o.target == c.id).collect();
@@ -1846,13 +1823,13 @@ fn channels_owned(
 }
 
 fn holds_released(
-    input: &CommerceInput<'_>,
+    input: &MarketInput<'_>,
     rows: &Rows,
     state: &dyn Fn(&str) -> Option<OrderState>,
     out: &mut Vec<Violation>,
 ) {
     const O: &str = "holds-released";
-    let w = input.world;
+    let w = input.ledger;
     let late = &w.audit.late_at_final_jump;
     let probes: BTreeSet<&str> = w
         .audit
@@ -1918,13 +1895,13 @@ fn holds_released(
 }
 
 fn quota(
-    input: &CommerceInput<'_>,
+    input: &MarketInput<'_>,
     rows: &Rows,
     state: &dyn Fn(&str) -> Option<OrderState>,
     out: &mut Vec<Violation>,
 ) {
     const O: &str = "quota";
-    let w = input.world;
+    let w = input.ledger;
     let confirmed = confirmed_orders(input, OrderKind::ChannelQuota, state);
     // client -> account uuid, from the buyer of any of its orders.
     let mut uuid: BTreeMap<usize, String> = BTreeMap::new();

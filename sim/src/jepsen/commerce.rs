@@ -27,7 +27,7 @@ use serde_json::json;
 use wire::http::OrderState;
 
 use super::{App, History, free_port};
-use crate::oracles::Violation;
+use crate::violation::Violation;
 use client::{Client, ClientError};
 use seam::net::{Endpoint, Tokio};
 use standins::{PaymentProcessor, WebhookPlan};
