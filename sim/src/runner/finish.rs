@@ -118,7 +118,6 @@ fn check(
         plan,
         records,
         stores: &parts.stores,
-        second_stores: &w.second_stores,
         convs: &w.convs,
         aliases: &w.alias_history,
         snapshot: &snapshot,
