@@ -502,7 +502,7 @@ fn a_frozen_leader_is_replaced_and_fenced() {
         .plan
         .events
         .iter()
-        .filter(|e| matches!(e.action, FaultAction::Freeze { ms } if ms > sim::failover::LEASE_MS))
+        .filter(|e| matches!(e.action, FaultAction::Freeze { ms } if ms > sim::bounds::LEASE_MS))
         .count();
     assert!(
         freezes > 0,

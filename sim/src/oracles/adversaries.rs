@@ -19,7 +19,11 @@ use crate::trace::Record;
 use crate::violation::Violation;
 
 /// What strangers must never achieve.
-pub(super) fn authz(input: &Input<'_>, got: &BTreeMap<(usize, &str), u64>, out: &mut Vec<Violation>) {
+pub(super) fn authz(
+    input: &Input<'_>,
+    got: &BTreeMap<(usize, &str), u64>,
+    out: &mut Vec<Violation>,
+) {
     let evil: BTreeSet<&str> = input.world.evil_ids.iter().map(String::as_str).collect();
     for id in &evil {
         if input.history.accepted_ids.contains(*id) {
@@ -181,4 +185,3 @@ pub fn resources(
         ));
     }
 }
-

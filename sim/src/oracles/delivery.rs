@@ -80,7 +80,11 @@ pub fn non_participant(h: &Observed<'_>, out: &mut Vec<Violation>) {
     for e in &h.events {
         match *e {
             Seen::Message {
-                who, id, conv, from, ..
+                who,
+                id,
+                conv,
+                from,
+                ..
             } => match h.members.get(conv) {
                 None => out.push(Violation::new(
                     "non-participant",

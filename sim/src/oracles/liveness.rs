@@ -222,24 +222,27 @@ fn missing_probe(input: &Input<'_>, p: &ProbeRec) -> Option<String> {
     match p.kind {
         "message" => (!seen_by(p.to, &|e| matches!(e, Event::Message(m) if m.id == p.id)))
             .then(|| "message".to_owned()),
-        "typing" => (!seen_by(p.to, &|e| {
-            matches!(e, Event::Typing { conversation_id, .. } if *conversation_id == p.conv)
-        }))
+        "typing" => (!seen_by(
+            p.to,
+            &|e| matches!(e, Event::Typing { conversation_id, .. } if *conversation_id == p.conv),
+        ))
         .then(|| "typing notice".to_owned()),
         "call" => {
             let skew = input.skews.get(p.from).copied().unwrap_or(0)
                 - input.skews.get(p.to).copied().unwrap_or(0);
-            let incoming = seen_by(p.to, &|e| {
-                matches!(e, Event::CallSignal { kind: CallKind::Offer, call_id, .. } if *call_id == p.id)
-            });
+            let incoming = seen_by(
+                p.to,
+                &|e| matches!(e, Event::CallSignal { kind: CallKind::Offer, call_id, .. } if *call_id == p.id),
+            );
             if skew.abs() > SIGNAL_WINDOW_MS + UNCERTAIN_MS {
                 incoming.then(|| {
                     format!("refusal of a call offer from a clock {skew} ms apart (it rang)")
                 })
             } else if skew.abs() + UNCERTAIN_MS < SIGNAL_WINDOW_MS {
-                let answered = seen_by(p.from, &|e| {
-                    matches!(e, Event::CallSignal { kind: CallKind::Answer, call_id, .. } if *call_id == p.id)
-                });
+                let answered = seen_by(
+                    p.from,
+                    &|e| matches!(e, Event::CallSignal { kind: CallKind::Answer, call_id, .. } if *call_id == p.id),
+                );
                 match (incoming, answered) {
                     (false, _) => Some("call offer".to_owned()),
                     (true, false) => Some("call answer".to_owned()),

@@ -115,7 +115,10 @@ fn payments_once(
     for o in &input.ledger.orders {
         let id = o.order_id.as_str();
         let Some(st) = state(id) else {
-            out.push(Violation::new(PAID_ONCE, format!("no V5 answer for order {id}")));
+            out.push(Violation::new(
+                PAID_ONCE,
+                format!("no V5 answer for order {id}"),
+            ));
             continue;
         };
         order_applied_once(input, rows, o, st, out);
@@ -145,9 +148,9 @@ fn order_applied_once(
     let what = |text: &str| format!("order {id} ({:?} {}) {text}", o.kind, o.target);
     if o.paid {
         let wrong = match st {
-            OrderState::Pending => {
-                Some(what("paid in full but still pending after the liveness phase"))
-            }
+            OrderState::Pending => Some(what(
+                "paid in full but still pending after the liveness phase",
+            )),
             OrderState::Expired if !exposed => {
                 Some(what("paid in full before its deadline but expired"))
             }
@@ -377,11 +380,7 @@ fn aliases_held_once(input: &MarketInput<'_>, out: &mut Vec<Violation>) {
     }
 }
 
-fn channels_owned(
-    input: &MarketInput<'_>,
-    state: &StateOf<'_>,
-    out: &mut Vec<Violation>,
-) {
+fn channels_owned(input: &MarketInput<'_>, state: &StateOf<'_>, out: &mut Vec<Violation>) {
     const O: &str = "channel-single-owner";
     let w = input.ledger;
     let trades = confirmed_orders(input, OrderKind::ChannelTrade, state);
@@ -517,12 +516,7 @@ fn pending_after_jump<'r>(
     fresh_holds
 }
 
-fn quota(
-    input: &MarketInput<'_>,
-    rows: &Rows,
-    state: &StateOf<'_>,
-    out: &mut Vec<Violation>,
-) {
+fn quota(input: &MarketInput<'_>, rows: &Rows, state: &StateOf<'_>, out: &mut Vec<Violation>) {
     const O: &str = "quota";
     let w = input.ledger;
     let confirmed = confirmed_orders(input, OrderKind::ChannelQuota, state);
@@ -573,4 +567,3 @@ fn quota(
         }
     }
 }
-

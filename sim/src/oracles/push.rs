@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use super::Input;
-use super::observed::Observed;
 use super::ack_times;
+use super::observed::Observed;
 use crate::bounds::{PUSH, RELAY};
 use crate::faults::FaultAction;
 use crate::pushworld::{SeenPush, zero_knowledge};
@@ -140,7 +140,11 @@ fn once_per_window_and_gone(
     for w in pushes.windows(2) {
         let (a, b) = (w[0], w[1]);
         if b.at_ms < a.at_ms + INTERVAL_MS.saturating_sub(PUSH_SLACK_MS)
-            && !troubled(a.at_ms.saturating_sub(INTERVAL_MS), b.at_ms, &facts.trouble_ms)
+            && !troubled(
+                a.at_ms.saturating_sub(INTERVAL_MS),
+                b.at_ms,
+                &facts.trouble_ms,
+            )
         {
             out.push(Violation::new(
                 O,
@@ -308,7 +312,6 @@ fn contains_word(hay: &str, needle: &str) -> bool {
         !word(hay[..i].chars().next_back()) && !word(hay[i + needle.len()..].chars().next())
     })
 }
-
 
 #[cfg(test)]
 mod tests {

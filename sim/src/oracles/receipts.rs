@@ -88,7 +88,11 @@ pub fn receipts(h: &Observed<'_>, out: &mut Vec<Violation>) {
 
 /// The relay deletes a queued message only after its recipient's app had it, or when its
 /// author retracted it.
-pub(super) fn receipts_clear(input: &Input<'_>, got: &BTreeMap<(usize, &str), u64>, out: &mut Vec<Violation>) {
+pub(super) fn receipts_clear(
+    input: &Input<'_>,
+    got: &BTreeMap<(usize, &str), u64>,
+    out: &mut Vec<Violation>,
+) {
     let client_of: BTreeMap<&str, usize> = input
         .world
         .uuids

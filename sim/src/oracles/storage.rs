@@ -158,4 +158,3 @@ pub(crate) fn logs_free_of_canaries(text: &str, canaries: &[String], out: &mut V
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
-
