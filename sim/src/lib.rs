@@ -13,7 +13,7 @@
 pub mod bounds;
 pub mod failover;
 pub mod faults;
-pub mod hostile;
+mod hostile;
 pub mod jepsen;
 pub mod oracles;
 #[cfg(feature = "planted-bugs")]
