@@ -97,8 +97,8 @@ pub(super) async fn dishonest(
             }
             8 => d.upgrade_as(pick(&mut rng, &t.uuids)).await,
             _ => {
-                d.bind_unpaid(pick(&mut rng, &ctx.scenario.alias_pool))
-                    .await
+                let alias = pick(&mut rng, &ctx.scenario.alias_pool);
+                d.bind_unpaid(alias).await;
             }
         }
     }
@@ -128,7 +128,7 @@ struct Dishonest<'a> {
 const NOT_YOURS: &str = "bm90IHlvdXJz";
 
 /// A violation: the relay accepted (`status`) a dishonest `what`.
-fn bad(what: String, status: u16) -> Violation {
+fn bad(what: &str, status: u16) -> Violation {
     Violation::new(
         "authz",
         format!("relay answered {status} to a dishonest {what}"),
@@ -199,7 +199,7 @@ impl Dishonest<'_> {
             && !own_friendship(&self.http, self.account, id).await
         {
             self.found
-                .push(bad(format!("{what} of someone else's friendship {id}"), s));
+                .push(bad(&format!("{what} of someone else's friendship {id}"), s));
         }
     }
 
@@ -216,7 +216,7 @@ impl Dishonest<'_> {
         .await;
         if let Some(s) = accepted(answer.as_ref()) {
             self.found
-                .push(bad(format!("bind of someone else's order {order}"), s));
+                .push(bad(&format!("bind of someone else's order {order}"), s));
         }
     }
 
@@ -239,7 +239,7 @@ impl Dishonest<'_> {
         let answer = post(&self.http, &path, Some(&self.account.token), &body).await;
         if let Some(s) = accepted(answer.as_ref()) {
             self.found.push(bad(
-                format!("{what} on someone else's channel {channel}"),
+                &format!("{what} on someone else's channel {channel}"),
                 s,
             ));
         }
@@ -251,7 +251,7 @@ impl Dishonest<'_> {
         let query = format!("user_uuid={uuid}&token={}", self.account.token);
         if let Ok(Ok(_)) = open_ws(&query).await {
             self.found.push(bad(
-                format!("WebSocket upgrade as {uuid} with its own token"),
+                &format!("WebSocket upgrade as {uuid} with its own token"),
                 101,
             ));
         }
@@ -272,7 +272,7 @@ impl Dishonest<'_> {
         let answer = post(&self.http, paths::VANITY_BIND, token, &body).await;
         if let Some(s) = accepted(answer.as_ref()) {
             self.found
-                .push(bad(format!("bind of its own unpaid order {order}"), s));
+                .push(bad(&format!("bind of its own unpaid order {order}"), s));
         }
     }
 }
@@ -295,7 +295,7 @@ async fn acked_evil(reader: &mut RawReader, evil_ids: &[String]) -> Findings {
             && evil_ids.contains(&id)
         {
             found.push(bad(
-                format!("msg {id} into someone else's conversation (ack)"),
+                &format!("msg {id} into someone else's conversation (ack)"),
                 200,
             ));
         }

@@ -35,7 +35,8 @@ pub(super) fn check(
     out: &mut Vec<String>,
 ) {
     let stores: Vec<SharedStore> = apps.iter().map(|a| a.store.clone()).collect();
-    let acked = acked_in(&stores, convs.values().map(String::as_str));
+    let conv_ids: Vec<&str> = convs.values().map(String::as_str).collect();
+    let acked = acked_in(&stores, &conv_ids);
     let aliases = aliases(history);
     let observed = Observed {
         members: convs

@@ -70,7 +70,11 @@ pub(super) fn authz(
             ));
         }
     }
-    // A rejected friend request leaves no session with the stranger.
+    rejections_stand(input, out);
+}
+
+/// A rejected friend request leaves no session with the stranger.
+fn rejections_stand(input: &Input<'_>, out: &mut Vec<Violation>) {
     for r in &input.scenario.rejections {
         let Some((_, alias)) = input.world.strangers.get(&r.stranger) else {
             continue;

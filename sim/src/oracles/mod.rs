@@ -116,7 +116,8 @@ pub(crate) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
     if out.iter().any(|v| v.oracle == "setup") {
         return;
     }
-    let acked = acked_in(input.stores, input.convs.values().map(String::as_str));
+    let convs: Vec<&str> = input.convs.values().map(String::as_str).collect();
+    let acked = acked_in(input.stores, &convs);
     let observed = observe(input, &acked);
     let got = first_received(input.records);
     delivery::exactly_once(&observed, out);

@@ -140,14 +140,11 @@ impl Observed<'_> {
 
 /// Every message the senders' stores hold with a seq (`stores` by client index), searched
 /// conversation by conversation in `convs` order.
-pub fn acked_in<'c>(
-    stores: &[SharedStore],
-    convs: impl Iterator<Item = &'c str> + Clone,
-) -> Vec<Ack> {
+pub fn acked_in(stores: &[SharedStore], convs: &[&str]) -> Vec<Ack> {
     let mut out = Vec::new();
     for (client, store) in stores.iter().enumerate() {
         let snapshot = store.snapshot();
-        for conv in convs.clone() {
+        for &conv in convs {
             for m in snapshot.get_history(conv, None, None).unwrap_or_default() {
                 if let (true, Some(seq)) = (m.is_me, m.seq) {
                     out.push(Ack {
