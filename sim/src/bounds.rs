@@ -70,7 +70,7 @@ pub const SYNC_BOUND_MS: u64 = 20_000;
 /// A probe (message, typing notice, call offer and its answer) must arrive within this long.
 pub const PROBE_BOUND_MS: u64 = 10_000;
 /// Setup (registration, friendships) must finish within this much simulated time at the
-/// small and medium scales (see `Scale::setup_bound_ms`).
+/// small and medium scales (see [`Scale::setup_bound_ms`](crate::scenario::Scale::setup_bound_ms)).
 pub const SETUP_BOUND_MS: u64 = 120_000;
 /// Setup at the large scale (hundreds of accounts befriend each other).
 pub const LARGE_SETUP_BOUND_MS: u64 = 400_000;
@@ -91,7 +91,7 @@ pub const STUCK_MIN_PROVOKE: u32 = TCP_CAPACITY as u32 + 44;
 /// Most sockets a storm opens per wave: turmoil panics when more than its accept-queue
 /// capacity (64) of connection attempts reach a listener within one tick.
 pub const STORM_WAVE: usize = 24;
-/// Pause between storm waves, in ms (two ticks).
+/// Pause between storm waves, in ms (one turmoil tick).
 pub const STORM_WAVE_MS: u64 = 4;
 /// How long a failover lease lasts without renewal (PostgreSQL: the lock session's
 /// `idle_session_timeout`, 3 s in `relay_pg`).

@@ -9,11 +9,37 @@
 //!   assert!(report.violations.is_empty(), "{:?}", report.violations);
 //!   println!("trace {}", report.trace_hash); // same seed, same hash
 //! ```
+//!
+//! # Modules
+//!
+//! Listed from the leaves up; a module imports only modules listed above it (the import
+//! graph has no cycle; every constant two modules share lives in [`bounds`]).
+//!
+//! | module | owns | may import |
+//! |---|---|---|
+//! | [`bounds`] | hosts, ports, the run's timeline, the oracles' bounds, the network's limits | — |
+//! | `time` | simulated ms, sleeps, the clients' [`SkewClock`] | — |
+//! | `seeds` | the derivation of every random stream from the seed, one tag per stream | — |
+//! | [`trace`] | the app-level records of a run, their lines and hash | — |
+//! | [`violation`] | [`Violation`](violation::Violation): a broken invariant named by its oracle | — |
+//! | `planted` | (feature `planted-bugs`) known bugs to plant, for the detection test | — |
+//! | [`scenario`] | the scenario drawn from a seed: accounts, pairs, strangers, timed actions | `bounds` |
+//! | [`faults`] | fault kinds, swarm selection, the fault plan and its draw | `bounds`, `scenario` |
+//! | [`store`] | the relay's store with storage faults, the failover lease, the commit history | `faults`, `time` |
+//! | [`pushworld`] | the push stand-ins the relay delivers to for real | `bounds`, `seeds` |
+//! | [`failover`] | active/standby relays: [`SimLeadership`](failover::SimLeadership), the load balancer | `bounds`, `store`, `time` |
+//! | `world` | the state the hosts share (`World`, `HostCtx`) and the commerce ledger | `bounds`, `faults`, `pushworld`, `scenario`, `store`, `time`, `trace`, `violation` |
+//! | `market` | the scripted purchases, listings, buys, payments, binds and the commerce audit | `scenario`, `time`, `world` |
+//! | `hostile` | raw clients: floods, dishonest requests, slow consumers, storms | `bounds`, `faults`, `time`, `violation`, `world` |
+//! | `apps` | the client apps: setup, traffic, probes, second devices, the auditor's app | `bounds`, `market`, `pushworld`, `scenario`, `seeds`, `time`, `trace`, `world` |
+//! | [`oracles`] | the invariants checked at the end, one module per family; [`oracles::observed`], the client-visible history | `bounds`, `faults`, `pushworld`, `scenario`, `store`, `trace`, `violation`, `world` |
+//! | `runner` | one run: [`RunConfig`], [`run`], the hosts, the step loop, the log scan | everything above |
+//! | [`shrink`] | delta debugging of a failing run | `faults`, `planted`, `runner`, `scenario`, `violation` |
+//! | [`jepsen`] | Jepsen mode: real sockets, a relay process, the same client-visible oracles | `oracles`, `scenario`, `trace`, `violation` |
 
 pub mod bounds;
 pub mod failover;
 pub mod faults;
-mod hostile;
 pub mod jepsen;
 pub mod oracles;
 #[cfg(feature = "planted-bugs")]
@@ -26,6 +52,7 @@ pub mod trace;
 pub mod violation;
 
 mod apps;
+mod hostile;
 mod market;
 mod runner;
 mod seeds;

@@ -25,7 +25,7 @@
 //! | `dishonest` | a raw client makes requests no honest client makes (others' conversations, orders, channels, friendships, identities) |
 //! | `failover` | two relays share the store, one active (a lease and a fencing epoch), behind a load balancer; the active one freezes (SIGSTOP-like) past its lease or powers off, and the standby takes over (see `super::failover`) |
 //!
-//! Modules: [`action`] (what one event does), [`plan`] (the plan and its draw).
+//! Modules: `action` (what one event does), `plan` (the plan and its draw).
 
 mod action;
 mod plan;

@@ -1,4 +1,4 @@
-//! The oracles of what raw clients ("strangers", [`crate::hostile`]) must never achieve and
+//! The oracles of what raw clients ("strangers", `hostile`) must never achieve and
 //! what the relay owes a client that stops reading:
 //!
 //! | oracle | checks |

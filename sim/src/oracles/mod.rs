@@ -13,7 +13,7 @@
 //!
 //! and `setup`, `host-error`, `panic` from the runner and the sweep. [`observed`] is the
 //! history type the client-visible oracles read: the simulator builds it here from its trace
-//! ([`Input`]), Jepsen mode from its own history.
+//! (`Input`), Jepsen mode from its own history.
 //!
 //! Retracted messages are exempt from delivery and receipt checks: the relay drops a
 //! still-queued copy on `retract`, and a later receipt "up to seq" covers it.

@@ -1,5 +1,5 @@
 //! What the clients observed: the history type the client-visible oracles read. The
-//! simulator builds it from its trace and the client stores ([`super::Input`]); Jepsen mode
+//! simulator builds it from its trace and the client stores (`oracles::Input`); Jepsen mode
 //! builds it from its history and the client stores of real processes; both then call the
 //! same oracles ([`super::delivery`], [`super::receipts`]).
 //!

@@ -97,13 +97,13 @@ pub(super) struct Sim<'a> {
     store: StoreCtl,
     internal: BTreeMap<u64, Vec<Internal>>,
     trace: Trace,
-    /// Where power-offs of the relay are recorded ([`World::relay_off_ms`]).
+    /// Where power-offs of the relay are recorded ([`World::relay_off_ms`](crate::world::World::relay_off_ms)).
     world: Shared,
     /// The plan's minimum link latency: a slow consumer's link is pinned to it (see
     /// [`FaultAction::Hostile`] in `apply`).
     steady_latency_ms: u64,
     /// The failover topology: `relay` is a load balancer in front of `relay-a` and `relay-b`
-    /// (see [`super::failover`]); a crash or restart of `relay` hits one of them.
+    /// (see [`crate::failover`]); a crash or restart of `relay` hits one of them.
     pub(super) failover: bool,
     /// Relay hosts powered off by a crash of `relay` (failover), oldest first: a restart of
     /// `relay` starts the oldest.
