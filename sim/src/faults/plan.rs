@@ -32,7 +32,7 @@ pub struct FaultPlan {
 }
 
 /// Bounds of the per-payment webhook faults; each payment draws its own
-/// [`WebhookPlan`](standins::WebhookPlan) within them (see `commerce`).
+/// [`WebhookPlan`](standins::WebhookPlan) within them (see `market`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WebhookFaults {
     /// Most extra identical copies per payment.
