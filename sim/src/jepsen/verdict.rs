@@ -47,6 +47,7 @@ pub(super) fn check(
         acked: &acked,
         retracted: BTreeSet::new(),
         events: history.iter().filter_map(seen).collect(),
+        causal: false,
         stores: &stores,
     };
     let mut found = Vec::new();

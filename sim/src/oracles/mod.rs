@@ -168,6 +168,7 @@ fn observe<'a>(input: &Input<'a>, acked: &'a [Ack]) -> Observed<'a> {
         acked,
         retracted,
         events: input.records.iter().filter_map(seen).collect(),
+        causal: true,
         stores: input.stores,
     }
 }

@@ -97,8 +97,13 @@ pub struct Observed<'a> {
     /// (the relay drops a still-queued copy on `retract`, and a later receipt "up to seq"
     /// covers it).
     pub retracted: BTreeSet<&'a str>,
-    /// What the apps saw, in history order.
+    /// What the apps saw, in history order (each device's events in the order it saw them).
     pub events: Vec<Seen<'a>>,
+    /// Whether events of different clients are in the order they happened too: so in the
+    /// simulator (one thread, simulated time); not in Jepsen mode, where each app records
+    /// its events from its own task, so a receipt can be recorded a moment before the
+    /// message event it answers (a client sends `delivered`, then runs its listeners).
+    pub causal: bool,
     /// Each client's (primary device's) store, by client index.
     pub stores: &'a [SharedStore],
 }

@@ -28,61 +28,77 @@ fn rank(s: MessageStatus) -> u8 {
 
 /// `receipts`, over what the clients observed: a sender's status of a live acknowledged
 /// message moves up only, to `delivered` or `read` only once its recipient's account had the
-/// message, and to `read` only once the recipient marked it read.
+/// message, and to `read` only once the recipient marked it read. ("Once": earlier in the
+/// history when it is [`causal`](Observed::causal), anywhere in it otherwise.)
 pub fn receipts(h: &Observed<'_>, out: &mut Vec<Violation>) {
     let by_id: BTreeMap<&str, &Ack> = h.live_acks().map(|a| (a.id.as_str(), a)).collect();
     let mut delivered: BTreeSet<(usize, &str)> = BTreeSet::new();
     let mut read_hw: BTreeMap<(usize, &str), u64> = BTreeMap::new();
+    if !h.causal {
+        for e in &h.events {
+            had(e, &mut delivered, &mut read_hw);
+        }
+    }
     let mut last: BTreeMap<(Device, &str), MessageStatus> = BTreeMap::new();
     for e in &h.events {
-        match *e {
-            Seen::Message { who, id, .. } => {
-                delivered.insert((who.client, id));
-            }
-            Seen::ReadMarked { who, conv, seq } => {
-                let hw = read_hw.entry((who.client, conv)).or_insert(0);
-                *hw = (*hw).max(seq);
-            }
-            Seen::Status { who, id, status } => {
-                if let Some(prev) = last.insert((who, id), status)
-                    && rank(status) <= rank(prev)
-                {
-                    out.push(Violation::new(
-                        "receipts",
-                        format!("{who} status of {id} moved {prev:?} -> {status:?}"),
-                    ));
-                }
-                if !matches!(status, MessageStatus::Delivered | MessageStatus::Read) {
-                    continue;
-                }
-                let Some(a) = by_id.get(id) else {
-                    continue;
-                };
-                let Some(recipient) = h.recipient(a) else {
-                    continue;
-                };
-                if !delivered.contains(&(recipient, id)) {
-                    out.push(Violation::new(
-                        "receipts",
-                        format!("{who} {status:?} for {id} before c{recipient} received it"),
-                    ));
-                }
-                if status == MessageStatus::Read
-                    && read_hw
-                        .get(&(recipient, a.conv.as_str()))
-                        .is_none_or(|hw| *hw < a.seq)
-                {
-                    out.push(Violation::new(
-                        "receipts",
-                        format!(
-                            "{who} read for {id} (seq {}) not marked read by c{recipient}",
-                            a.seq
-                        ),
-                    ));
-                }
-            }
-            Seen::Login { .. } | Seen::Typing { .. } => {}
+        had(e, &mut delivered, &mut read_hw);
+        let Seen::Status { who, id, status } = *e else {
+            continue;
+        };
+        if let Some(prev) = last.insert((who, id), status)
+            && rank(status) <= rank(prev)
+        {
+            out.push(Violation::new(
+                "receipts",
+                format!("{who} status of {id} moved {prev:?} -> {status:?}"),
+            ));
         }
+        if !matches!(status, MessageStatus::Delivered | MessageStatus::Read) {
+            continue;
+        }
+        let Some(a) = by_id.get(id) else {
+            continue;
+        };
+        let Some(recipient) = h.recipient(a) else {
+            continue;
+        };
+        if !delivered.contains(&(recipient, id)) {
+            out.push(Violation::new(
+                "receipts",
+                format!("{who} {status:?} for {id} before c{recipient} received it"),
+            ));
+        }
+        if status == MessageStatus::Read
+            && read_hw
+                .get(&(recipient, a.conv.as_str()))
+                .is_none_or(|hw| *hw < a.seq)
+        {
+            out.push(Violation::new(
+                "receipts",
+                format!(
+                    "{who} read for {id} (seq {}) not marked read by c{recipient}",
+                    a.seq
+                ),
+            ));
+        }
+    }
+}
+
+/// Notes what a recipient had: a message its account received, a read mark.
+fn had<'a>(
+    e: &Seen<'a>,
+    delivered: &mut BTreeSet<(usize, &'a str)>,
+    read_hw: &mut BTreeMap<(usize, &'a str), u64>,
+) {
+    match *e {
+        Seen::Message { who, id, .. } => {
+            delivered.insert((who.client, id));
+        }
+        Seen::ReadMarked { who, conv, seq } => {
+            let hw = read_hw.entry((who.client, conv)).or_insert(0);
+            *hw = (*hw).max(seq);
+        }
+        Seen::Login { .. } | Seen::Status { .. } | Seen::Typing { .. } => {}
     }
 }
 
