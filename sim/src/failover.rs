@@ -36,13 +36,11 @@ use relay_core::Relay;
 use relay_core::store::StoreError;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use super::runner::sleep_ms;
-use super::store::{FaultyStore, Renewal, SimStore, StoreCtl};
+use crate::bounds::LEASE_MS;
+use crate::store::{FaultyStore, Renewal, SimStore, StoreCtl};
+use crate::time::sleep_ms;
 use relay_server::leadership::{CampaignFuture, Leadership, Term, TermEnd, TermStore};
 
-/// How long a lease lasts without renewal (PostgreSQL: the lock session's
-/// `idle_session_timeout`, 3 s in `relay_pg`).
-pub const LEASE_MS: u64 = 3_000;
 /// How often the leader renews its lease.
 pub const RENEW_MS: u64 = 500;
 /// How often a standby tries to take the lease.

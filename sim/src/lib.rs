@@ -10,21 +10,36 @@
 //!   println!("trace {}", report.trace_hash); // same seed, same hash
 //! ```
 //!
-//! Modules: [`scenario`] (scales, accounts, friendships, timed actions), [`faults`] (kinds,
-//! swarm selection, plan), [`store`] (the relay's store with storage faults and its commit
-//! history), [`hostile`] (raw clients: floods, dishonest requests, slow consumers, storms),
-//! [`commerce`] (purchases, trades, quota buys, payments through the stand-in, binds, the
-//! end-of-run audit), [`pushworld`] (the push services the relay delivers to for real),
-//! [`failover`] (active/standby relays on a shared store with a lease and a fencing epoch,
-//! behind a load balancer), [`oracles`] (named invariants), [`trace`] (app-level records and their
-//! hash), [`shrink`] (delta debugging of a failing run), `planted` (only with the test-only
-//! feature `planted-bugs`: known bugs to plant, for the detection test); the runner steps
-//! turmoil, applies faults, heals and checks.
+//! # Modules
+//!
+//! Listed from the leaves up; a module imports only modules listed above it (the import
+//! graph has no cycle; every constant two modules share lives in [`bounds`]).
+//!
+//! | module | owns | may import |
+//! |---|---|---|
+//! | [`bounds`] | hosts, ports, the run's timeline, the oracles' bounds, the network's limits | — |
+//! | `time` | simulated ms, sleeps, the clients' [`SkewClock`] | — |
+//! | `seeds` | the derivation of every random stream from the seed, one tag per stream | — |
+//! | [`trace`] | the app-level records of a run, their lines and hash | — |
+//! | [`violation`] | [`Violation`](violation::Violation): a broken invariant named by its oracle | — |
+//! | `planted` | (feature `planted-bugs`) known bugs to plant, for the detection test | — |
+//! | [`scenario`] | the scenario drawn from a seed: accounts, pairs, strangers, timed actions | `bounds` |
+//! | [`faults`] | fault kinds, swarm selection, the fault plan and its draw | `bounds`, `scenario` |
+//! | [`store`] | the relay's store with storage faults, the failover lease, the commit history | `faults`, `time` |
+//! | [`pushworld`] | the push stand-ins the relay delivers to for real | `bounds`, `seeds` |
+//! | [`failover`] | active/standby relays: [`SimLeadership`](failover::SimLeadership), the load balancer | `bounds`, `store`, `time` |
+//! | `world` | the state the hosts share (`World`, `HostCtx`) and the commerce ledger | `bounds`, `faults`, `pushworld`, `scenario`, `store`, `time`, `trace`, `violation` |
+//! | `market` | the scripted purchases, listings, buys, payments, binds and the commerce audit | `scenario`, `time`, `world` |
+//! | `hostile` | raw clients: floods, dishonest requests, slow consumers, storms | `bounds`, `faults`, `time`, `violation`, `world` |
+//! | `apps` | the client apps: setup, traffic, probes, second devices, the auditor's app | `bounds`, `market`, `pushworld`, `scenario`, `seeds`, `time`, `trace`, `world` |
+//! | [`oracles`] | the invariants checked at the end, one module per family; [`oracles::observed`], the client-visible history | `bounds`, `faults`, `pushworld`, `scenario`, `store`, `trace`, `violation`, `world` |
+//! | `runner` | one run: [`RunConfig`], [`run`], the hosts, the step loop, the log scan | everything above |
+//! | [`shrink`] | delta debugging of a failing run | `faults`, `planted`, `runner`, `scenario`, `violation` |
+//! | [`jepsen`] | Jepsen mode: real sockets, a relay process, the same client-visible oracles | `oracles`, `scenario`, `trace`, `violation` |
 
-pub mod commerce;
+pub mod bounds;
 pub mod failover;
 pub mod faults;
-pub mod hostile;
 pub mod jepsen;
 pub mod oracles;
 #[cfg(feature = "planted-bugs")]
@@ -34,11 +49,15 @@ pub mod scenario;
 pub mod shrink;
 pub mod store;
 pub mod trace;
+pub mod violation;
 
+mod apps;
+mod hostile;
+mod market;
 mod runner;
+mod seeds;
+mod time;
+mod world;
 
-pub use runner::{
-    AUDIT, DELIVERY_BOUND_MS, FORGER_PORT, LIVENESS_BOUND_MS, PAY_PORT, PROBE_AFTER_HEAL_MS,
-    PROBE_BOUND_MS, PUSH_PORT, RELAY_PORT, Replay, RunConfig, RunReport, RunStats, SETUP_BOUND_MS,
-    SYNC_BOUND_MS, SkewClock, TRAFFIC_WINDOW_MS, run,
-};
+pub use runner::{Replay, RunConfig, RunReport, RunStats, run};
+pub use time::SkewClock;

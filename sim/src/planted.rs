@@ -1,5 +1,5 @@
 //! Planted bugs (feature `planted-bugs`, test-only): realistic defects the simulator must catch,
-//! switched on one at a time through [`RunConfig::planted`](super::RunConfig::planted).
+//! switched on one at a time through [`RunConfig::planted`](crate::RunConfig::planted).
 //!
 //! The relay-core ones are [`relay_core::PlantedBug`] (the relay's `Config` carries the
 //! switch); the shell's ones are planted in the simulator's relay server: through its
@@ -31,18 +31,17 @@ pub const NO_WRITE_DEADLINE_MS: u64 = 1_000_000_000;
 pub enum Planted {
     /// A bug planted in relay-core (see [`PlantedBug`]).
     Relay(PlantedBug),
-    /// The relay server shell (issue 17, D2 re-planted): a write to a client that stopped
-    /// reading never times out, so the socket task blocks in it and the connection is held
-    /// forever (the server's write deadline, [`ServeLimits::write_deadline_ms`], is set to
-    /// [`NO_WRITE_DEADLINE_MS`]).
+    /// The relay server shell: a write to a client that stopped reading never times out, so
+    /// the socket task blocks in it and the connection is held forever (the server's write
+    /// deadline, [`ServeLimits::write_deadline_ms`], is set to [`NO_WRITE_DEADLINE_MS`]).
     NoWriteDeadline,
-    /// The relay server shell (issue 12): push delivery is never wired up
+    /// The relay server shell: push delivery is never wired up
     /// ([`RelayServer::with_push`](relay_server::RelayServer::with_push) not called), so the
     /// relay's push outputs are dropped and offline users are never woken.
     NoPushDelivery,
-    /// The shared store of the failover topology (issue 14, `super::failover`) checks no
-    /// fencing epoch: a frozen leader that resumes after the standby took over still commits,
-    /// next to the new leader (split brain).
+    /// The shared store of the failover topology ([`crate::failover`]) checks no fencing
+    /// epoch: a frozen leader that resumes after the standby took over still commits, next to
+    /// the new leader (split brain).
     UnfencedStore,
 }
 

@@ -26,14 +26,14 @@ use relay_push::{
     ApnsConfig, FcmConfig, ServiceAccount, VapidKey, VapidSubject, WebPushConfig, WorkerConfig,
 };
 
-use super::faults::PUSH;
-use super::runner::derive_seed;
+use crate::bounds::{PUSH, PUSH_PORT};
+use crate::seeds::{TAG_PUSH, derive_seed};
 use relay_server::PushDelivery;
 use seam::clock::{Clock, SIM_EPOCH_BASE, SimClock};
 use standins::{ApnsService, FcmService, WebPushService, WebPushSubscription};
 
 /// Port of the Web Push stand-in on the [`PUSH`] host.
-pub const WEB_PUSH_PORT: u16 = super::runner::PUSH_PORT;
+pub const WEB_PUSH_PORT: u16 = PUSH_PORT;
 /// Port of the FCM stand-in on the [`PUSH`] host.
 pub const FCM_PORT: u16 = WEB_PUSH_PORT + 1;
 /// Port of the APNs stand-in on the [`PUSH`] host.
@@ -42,8 +42,6 @@ pub const APNS_PORT: u16 = WEB_PUSH_PORT + 2;
 pub const VAPID_SUBJECT: &str = "mailto:sim@example.org";
 /// APNs key id, team id and bundle id of the run.
 const APNS_IDS: (&str, &str, &str) = ("SIMKEY0001", "SIMTEAM001", "org.example.securechat");
-/// Seed tag of the push world.
-const TAG_PUSH: u64 = 6;
 
 /// Which push service a client registers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -23,6 +23,8 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::Rng as _;
 use serde::{Deserialize, Serialize};
 
+use crate::bounds::{LARGE_SETUP_BOUND_MS, SETUP_BOUND_MS};
+
 /// How big a world a seed draws.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -121,8 +123,8 @@ impl Scale {
     /// Setup (registration, friendships) must finish within this much simulated time.
     pub fn setup_bound_ms(self) -> u64 {
         match self {
-            Self::Small | Self::Medium => 120_000,
-            Self::Large => 400_000,
+            Self::Small | Self::Medium => SETUP_BOUND_MS,
+            Self::Large => LARGE_SETUP_BOUND_MS,
         }
     }
 }

@@ -16,10 +16,10 @@
 //! The seed stays (turmoil's and every client's randomness derive from it), so the result
 //! replays exactly: `simulate --replay FILE`.
 
-use super::faults::{FaultAction, FaultPlan, HostileAct};
-use super::oracles::Violation;
-use super::runner::{Replay, RunConfig, run};
-use super::scenario::ActionKind;
+use crate::faults::{FaultAction, FaultEvent, FaultPlan, HostileAct};
+use crate::runner::{Replay, RunConfig, run};
+use crate::scenario::ActionKind;
+use crate::violation::Violation;
 
 /// The result of [`shrink`].
 #[derive(Debug, Clone)]
@@ -42,7 +42,7 @@ pub struct ShrinkOptions {
     pub capture_logs: bool,
     /// The bug planted in every run (test-only, feature `planted-bugs`).
     #[cfg(feature = "planted-bugs")]
-    pub planted: Option<super::planted::Planted>,
+    pub planted: Option<crate::planted::Planted>,
 }
 
 /// Runs a candidate; `Some` with its violation of the target oracle when it still fails.
@@ -229,7 +229,7 @@ fn rename_plan(plan: &FaultPlan, rename: &dyn Fn(&str) -> Option<String>) -> Fau
         .events
         .iter()
         .filter_map(|e| {
-            Some(super::faults::FaultEvent {
+            Some(FaultEvent {
                 at_ms: e.at_ms,
                 action: e.action.rename(rename)?,
             })

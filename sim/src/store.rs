@@ -46,7 +46,8 @@ use relay_core::store::{
     Batch, MemoryStore, Mutation, Snapshot, SqliteStore, Store, StoreError, Table,
 };
 
-use super::faults::StoreKind;
+use crate::faults::StoreKind;
+use crate::time::sim_ms;
 
 /// A committed `Messages` row, as the oracles need it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,7 +222,7 @@ impl StoreCtl {
     /// Failover: `host` campaigns; it wins when nobody holds a live lease (the epoch moves
     /// on). `None`: not now (someone leads, or `host` is frozen).
     pub fn try_lead(&self, host: &str, lease_ms: u64) -> Option<u64> {
-        let now = now_ms();
+        let now = sim_ms();
         let mut c = self.lock();
         let l = &mut c.lease;
         if l.frozen.contains(host) || l.dead.contains(host) {
@@ -240,7 +241,7 @@ impl StoreCtl {
 
     /// Failover: the leader of `epoch` renews its lease.
     pub fn renew(&self, host: &str, epoch: u64, lease_ms: u64) -> Renewal {
-        let now = now_ms();
+        let now = sim_ms();
         let mut c = self.lock();
         let l = &mut c.lease;
         if l.frozen.contains(host) {
@@ -308,10 +309,6 @@ impl StoreCtl {
     }
 }
 
-fn now_ms() -> u64 {
-    super::runner::sim_ms()
-}
-
 fn json(value: &[u8]) -> Option<serde_json::Value> {
     serde_json::from_slice(value).ok()
 }
@@ -325,7 +322,7 @@ fn text(v: &serde_json::Value, field: &str) -> String {
 
 impl Ctl {
     fn is_down(&self) -> bool {
-        self.down_until_restart || self.down_until_ms.is_some_and(|u| now_ms() < u)
+        self.down_until_restart || self.down_until_ms.is_some_and(|u| sim_ms() < u)
     }
 
     /// The fence: `Err` when a store opened for `fence` (host, epoch) may no longer write.
@@ -334,7 +331,7 @@ impl Ctl {
             return Ok(());
         };
         if self.lease.dead.contains(host) {
-            self.history.commits_while_off.push(now_ms());
+            self.history.commits_while_off.push(sim_ms());
         }
         if self.lease.unfenced || self.lease.epoch == *epoch {
             return Ok(());
@@ -344,7 +341,7 @@ impl Ctl {
     }
 
     fn record(&mut self, batch: &Batch) {
-        let at = now_ms();
+        let at = sim_ms();
         for m in batch {
             match m {
                 Mutation::Put { table, key, value } => match table {
@@ -494,7 +491,7 @@ impl Store for FaultyStore {
         if let Some(model) = &c.model
             && let Some(diff) = first_difference(model, &snapshot)
         {
-            c.history.load_mismatches.push((now_ms(), diff));
+            c.history.load_mismatches.push((sim_ms(), diff));
         }
         Ok(snapshot)
     }
@@ -505,7 +502,7 @@ impl Store for FaultyStore {
             let mut c = ctl.lock();
             c.fenced(self.fence.as_ref())?;
             if c.powered_off {
-                let at = now_ms();
+                let at = sim_ms();
                 c.history.commits_while_off.push(at);
             }
             if c.is_down() {

@@ -18,7 +18,7 @@ use sim::planted::Planted;
 use sim::scenario::Scale;
 use sim::{RunConfig, RunReport, run};
 
-/// Seeds a sweep may spend on one bug before the test fails (the issue's aim: every planted bug
+/// Seeds a sweep may spend on one bug before the test fails (the aim: every planted bug
 /// caught within 40 seeds).
 const N: u64 = 40;
 
@@ -63,21 +63,21 @@ const CASES: [Case; 9] = [
         faults: "swarm",
         oracles: &["seq-unique"],
     },
-    // D1 needs a hub coming back to a backlog larger than the shell's outbound queue.
+    // An unpaced sync needs a hub coming back to a backlog larger than the shell's outbound queue.
     Case {
         bug: Planted::Relay(PlantedBug::SyncIgnoresWindow),
         scale: Scale::Medium,
         faults: "none",
         oracles: &["liveness", "delivered-exactly-once"],
     },
-    // D2 needs a raw client that stops reading (one swarm seed in ten has one).
+    // A missing write deadline needs a raw client that stops reading (one swarm seed in ten has one).
     Case {
         bug: Planted::NoWriteDeadline,
         scale: Scale::Small,
         faults: "slow-consumer",
         oracles: &["stuck-client"],
     },
-    // Issue 12: the relay server delivers no pushes (an offline client with a push target is
+    // The relay server delivers no pushes (an offline client with a push target is
     // never woken).
     Case {
         bug: Planted::NoPushDelivery,
@@ -85,7 +85,7 @@ const CASES: [Case; 9] = [
         faults: "none",
         oracles: &["push"],
     },
-    // Issue 14: the store two relays share checks no fencing epoch, so a frozen leader that
+    // The store two relays share checks no fencing epoch, so a frozen leader that
     // resumes after the standby took over writes next to it (split brain). Caught by what
     // clients see, not by a look at the epochs.
     Case {
@@ -214,26 +214,26 @@ fn catches_a_seq_counter_not_persisted() {
     detects(Planted::Relay(PlantedBug::SeqNotPersisted));
 }
 
-/// D1 re-planted (issue 17): backlog replay not paced by the connection's window.
+/// Backlog replay not paced by the connection's window.
 #[test]
-fn catches_d1_sync_not_paced_by_the_window() {
+fn catches_a_sync_not_paced_by_the_window() {
     detects(Planted::Relay(PlantedBug::SyncIgnoresWindow));
 }
 
-/// D2 re-planted (issue 17): a client that stops reading is never released (the relay
-/// server's write deadline is infinite).
+/// A client that stops reading is never released (the relay server's write deadline is
+/// infinite).
 #[test]
-fn catches_d2_a_stuck_reader_never_released() {
+fn catches_a_stuck_reader_never_released() {
     detects(Planted::NoWriteDeadline);
 }
 
-/// Issue 12: push delivery never wired up in the relay server.
+/// Push delivery never wired up in the relay server.
 #[test]
 fn catches_a_relay_that_delivers_no_pushes() {
     detects(Planted::NoPushDelivery);
 }
 
-/// Issue 14: active/standby relays on a store that does not fence a paused old leader.
+/// Active/standby relays on a store that does not fence a paused old leader.
 #[test]
 fn catches_a_store_that_fences_nothing() {
     detects(Planted::UnfencedStore);

@@ -15,8 +15,8 @@ use sim::{Replay, RunConfig, RunReport, run};
 
 /// `(seed, faults, store)`: explicit selections cover every kind (a relay crash on SQLite
 /// included); two swarm seeds add mixes. Chosen among seeds that pass on today's relay: a
-/// slow consumer here pauses for less than the close bound (one that stops for good finds
-/// D2, see [`d2_a_client_that_stops_reading_is_closed`]).
+/// slow consumer here pauses for less than the close bound (one that stops for good is
+/// [`d2_a_client_that_stops_reading_is_closed`]).
 const SEEDS: [(u64, &str, StoreKind); 11] = [
     (1, "none", StoreKind::Memory),
     (2, "partition,oneway,hold,latency", StoreKind::Memory),
@@ -300,11 +300,12 @@ fn sweep_cli_runs_its_shard_and_writes_reports() {
     assert!(xml.contains("name=\"seed 11\"") && xml.contains("name=\"seed 13\""));
 }
 
-/// D1 (issue 17, fixed by the relay-wide sync window): a recipient who comes back to a large backlog can never finish `sync`: the
-/// relay pushes up to 100 messages per conversation with no overall cap, overflows its own
-/// 1,024-frame outbound queue, closes the socket, and every reconnect repeats it.
+/// A recipient who comes back to a large backlog finishes `sync`: the relay-wide sync window
+/// paces the replay. Without it, the relay pushes up to 100 messages per conversation with no
+/// overall cap, overflows its own 1,024-frame outbound queue, closes the socket, and every
+/// reconnect repeats it.
 ///
-/// Found by `cargo run --release -p sim --bin simulate -- --seed 1 --scale medium --faults none`:
+/// Seen with `cargo run --release -p sim --bin simulate -- --seed 1 --scale medium --faults none`:
 /// hub c2 (15 friends bursting while it is offline) comes back to 1,327 queued messages; its
 /// socket is closed ~30 ms after every reconnect; `[liveness] 293 acknowledged message(s) to
 /// c2 not delivered within 80000 ms of healing (backlog of 1327 queued for it at healing)`.
@@ -324,10 +325,11 @@ fn d1_a_large_backlog_reaches_a_returning_client() {
     }
 }
 
-/// D2 (issue 17, fixed by `WRITE_DEADLINE_MS`): a client that stopped reading was never released: the socket task
-/// blocks in its write, with no deadline, and the connection is held forever.
+/// A client that stopped reading is released: the relay's writes have a deadline
+/// (`WRITE_DEADLINE_MS`). Without one, the socket task blocks in its write and the connection
+/// is held forever.
 ///
-/// Found by `cargo run --release -p sim --bin simulate -- --seed 1 --faults slow-consumer --store memory`:
+/// Seen with `cargo run --release -p sim --bin simulate -- --seed 1 --faults slow-consumer --store memory`:
 /// `[stuck-client] x0 stopped reading ... and provoked ... answers; the relay had not closed
 /// its socket 60000 ms later`.
 #[test]
@@ -461,7 +463,7 @@ fn a_relay_power_off_armed_by_a_store_fault_is_exempt_when_it_happens() {
     }
 }
 
-/// Issue 12: the relay delivers pushes for real (Web Push, FCM, APNs stand-ins; see
+/// The relay delivers pushes for real (Web Push, FCM, APNs stand-ins; see
 /// `sim::pushworld`). In seed 11 (swarm: partitions, relay crashes, storage faults, raw
 /// clients) one of c0's two browsers unsubscribes when traffic starts; c0 goes offline and is
 /// pushed: the unsubscribed one answers 410 once, the relay deletes it, and the `push` oracle
@@ -491,7 +493,7 @@ fn a_revoked_web_push_subscription_is_answered_gone_and_never_pushed_again() {
     );
 }
 
-/// Issue 14 without PostgreSQL: two relays on one store behind a load balancer; the active
+/// Failover without PostgreSQL: two relays on one store behind a load balancer; the active
 /// one freezes past its lease (twice in this plan), the standby takes over, and the frozen one
 /// resumes with frames in flight: its commits are fenced, nothing acknowledged is lost or
 /// duplicated, and every oracle passes.
@@ -502,7 +504,7 @@ fn a_frozen_leader_is_replaced_and_fenced() {
         .plan
         .events
         .iter()
-        .filter(|e| matches!(e.action, FaultAction::Freeze { ms } if ms > sim::failover::LEASE_MS))
+        .filter(|e| matches!(e.action, FaultAction::Freeze { ms } if ms > sim::bounds::LEASE_MS))
         .count();
     assert!(
         freezes > 0,

@@ -29,6 +29,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use sim::faults::{FaultSelection, StoreChoice};
+use sim::jepsen::{self, JepsenConfig, JepsenReport, RelayTarget};
 use sim::scenario::Scale;
 use sim::shrink::{ShrinkOptions, shrink, size};
 use sim::{Replay, RunConfig, RunReport, run};
@@ -135,8 +136,8 @@ struct Args {
 
     /// Plants one known bug in the relay (test builds only: feature `planted-bugs`), to see
     /// which seeds catch it: ack-without-commit, receipt-clears-beyond-seq, no-message-dedup,
-    /// sync-stops-at-empty-conversation, seq-not-persisted, sync-ignores-window (D1),
-    /// no-write-deadline (D2).
+    /// sync-stops-at-empty-conversation, seq-not-persisted, sync-ignores-window,
+    /// no-write-deadline, no-push-delivery, unfenced-store.
     #[cfg(feature = "planted-bugs")]
     #[arg(long, value_name = "BUG")]
     plant: Option<sim::planted::Planted>,
@@ -451,7 +452,8 @@ fn in_shard(shard: Option<(u64, u64)>, start: u64, seed: u64) -> bool {
     shard.is_none_or(|(i, n)| (seed - start) % n == i - 1)
 }
 
-#[allow(clippy::too_many_lines, reason = "the sweep's report, in order")]
+/// Runs the seeds of the sweep (this shard's, until the time budget), reports, writes the
+/// JSON and JUnit files.
 fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> {
     let mine: Vec<u64> = seeds
         .clone()
@@ -468,21 +470,49 @@ fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> {
             .context("progress template")?,
     );
     let started = wall_clock();
+    let mut results = run_seeds(args, mine, jobs, started, &bar);
+    bar.finish();
+    results.sort_by_key(|r| r.seed);
+    let wall = started.elapsed();
+    let seeds_per_s = results.len() as f64 / wall.as_secs_f64().max(1e-9);
+    let failing = summarize(args, &results, total, wall, jobs);
+    if let Some(path) = &args.json {
+        write_json(args, path, &seeds, &results, wall, seeds_per_s)?;
+    }
+    if let Some(path) = &args.junit {
+        write_junit(args, path, &results, wall)?;
+    }
+    Ok(if failing == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Runs `seeds` on `jobs` threads (each takes the next seed until none is left or the time
+/// budget is spent), reporting each failing seed as it comes.
+fn run_seeds(
+    args: &Args,
+    seeds: Vec<u64>,
+    jobs: usize,
+    started: std::time::Instant,
+    bar: &ProgressBar,
+) -> Vec<SeedResult> {
     let budget = args.time_budget.map(Duration::from_secs);
     let next = Arc::new(AtomicU64::new(0));
-    let mine = Arc::new(mine);
+    let seeds = Arc::new(seeds);
     let (tx, rx) = mpsc::channel::<SeedResult>();
     let mut results: Vec<SeedResult> = Vec::new();
     std::thread::scope(|scope| {
         for _ in 0..jobs {
-            let (next, mine, tx) = (Arc::clone(&next), Arc::clone(&mine), tx.clone());
+            let (next, seeds, tx) = (Arc::clone(&next), Arc::clone(&seeds), tx.clone());
             scope.spawn(move || {
                 loop {
                     if budget.is_some_and(|b| started.elapsed() >= b) {
                         return;
                     }
                     let i = next.fetch_add(1, Ordering::SeqCst);
-                    let Some(&seed) = mine.get(usize::try_from(i).unwrap_or(usize::MAX)) else {
+                    let Some(&seed) = seeds.get(usize::try_from(i).unwrap_or(usize::MAX)) else {
                         return;
                     };
                     if tx.send(run_seed(args, seed)).is_err() {
@@ -496,28 +526,42 @@ fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> {
         for r in rx {
             if !r.violations.is_empty() {
                 failing += 1;
-                let line = format!(
-                    "seed {}: {} violation(s), first: [{}] {}",
-                    r.seed,
-                    r.violations.len(),
-                    r.violations[0].0,
-                    r.violations[0].1
-                );
-                // A hidden bar (no terminal: CI logs) drops `println`.
-                if bar.is_hidden() {
-                    eprintln!("{line}");
-                } else {
-                    bar.println(line);
-                }
-                bar.set_message(format!("{failing} failing"));
+                report_failing(bar, &r, failing);
             }
             bar.inc(1);
             results.push(r);
         }
     });
-    bar.finish();
-    results.sort_by_key(|r| r.seed);
-    let wall = started.elapsed();
+    results
+}
+
+/// One line for a failing seed, above the progress bar.
+fn report_failing(bar: &ProgressBar, r: &SeedResult, failing: u64) {
+    let line = format!(
+        "seed {}: {} violation(s), first: [{}] {}",
+        r.seed,
+        r.violations.len(),
+        r.violations[0].0,
+        r.violations[0].1
+    );
+    // A hidden bar (no terminal: CI logs) drops `println`.
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+    bar.set_message(format!("{failing} failing"));
+}
+
+/// Prints the sweep's summary: seeds run, failing seeds by oracle, speed, replay commands.
+/// Returns the number of failing seeds.
+fn summarize(
+    args: &Args,
+    results: &[SeedResult],
+    total: u64,
+    wall: Duration,
+    jobs: usize,
+) -> usize {
     let simulated: Duration = results.iter().map(|r| r.simulated).sum();
     let failing: Vec<&SeedResult> = results
         .iter()
@@ -555,17 +599,7 @@ fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> {
     for r in &failing {
         println!("replay seed {}: {}", r.seed, replay_command(args, r.seed));
     }
-    if let Some(path) = &args.json {
-        write_json(args, path, &seeds, &results, wall, seeds_per_s)?;
-    }
-    if let Some(path) = &args.junit {
-        write_junit(args, path, &results, wall)?;
-    }
-    Ok(if failing.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    failing.len()
 }
 
 fn write_json(
@@ -679,7 +713,6 @@ fn write_junit(
 /// Jepsen mode: each seed against the relay process (or URL); prints the seed, the plan and
 /// the verdict, writes the histories, exits 1 on a violation.
 fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
-    use sim::jepsen::{self, JepsenConfig, RelayTarget};
     let target = match (&args.relay_cmd, &args.relay_url) {
         (Some(cmd), _) => RelayTarget::Command(cmd.clone()),
         (None, Some(url)) => RelayTarget::Url(url.clone()),
@@ -699,27 +732,7 @@ fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
     let mut failed = Vec::new();
     let mut oracles_line = false;
     for seed in seeds {
-        let mut config = JepsenConfig::new(seed, target.clone());
-        config.clients = args.clients.unwrap_or(4);
-        config.window_ms = args.window_ms;
-        config.process_faults = !args.no_process_faults;
-        if let Some(secret) = &args.payment_secret {
-            config.payment_secret = Some(secret.clone());
-        }
-        if args.no_payments {
-            config.payment_secret = None;
-        }
-        if let Some(t) = &args.proxy_toxics {
-            config.toxics = match t.trim() {
-                "" | "none" => Vec::new(),
-                list => list.split(',').map(|s| s.trim().to_owned()).collect(),
-            };
-            for name in &config.toxics {
-                if fault_proxy::Toxic::named(name).is_none() {
-                    bail!("--proxy-toxics: unknown toxic {name:?}");
-                }
-            }
-        }
+        let config = jepsen_config(args, seed, target.clone())?;
         println!("seed {seed}: plan");
         for e in jepsen::draw_plan(&config) {
             println!("  +{:>6} ms  {}", e.at_ms, serde_json::to_string(&e.fault)?);
@@ -730,29 +743,7 @@ fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
             println!("not applicable: {}", report.not_applicable.join("; "));
             oracles_line = true;
         }
-        let path = match (&args.history, &args.history_dir) {
-            (Some(p), _) => Some(p.clone()),
-            (None, Some(d)) => Some(d.join(format!("seed-{seed}.json"))),
-            (None, None) if !report.violations.is_empty() => {
-                Some(std::env::temp_dir().join(format!("jepsen-seed-{seed}.json")))
-            }
-            (None, None) => None,
-        };
-        if let Some(p) = &path {
-            jepsen::write_history(&report, p)
-                .with_context(|| format!("writing {}", p.display()))?;
-        }
-        let written = path.map_or_else(String::new, |p| format!("; history {}", p.display()));
-        println!(
-            "seed {seed}: {} acked, {} received, {} relay restart(s), {} violation(s){written}",
-            report.acked,
-            report.received,
-            report.restarts,
-            report.violations.len()
-        );
-        for v in &report.violations {
-            println!("VIOLATION seed {seed} {v}");
-        }
+        jepsen_report(args, &report)?;
         if !report.violations.is_empty() {
             failed.push(seed);
         }
@@ -764,4 +755,59 @@ fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
         println!("violations in seeds {failed:?}");
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// The Jepsen-mode configuration of `seed` from the flags.
+fn jepsen_config(args: &Args, seed: u64, target: RelayTarget) -> anyhow::Result<JepsenConfig> {
+    let mut config = JepsenConfig::new(seed, target);
+    config.clients = args.clients.unwrap_or(4);
+    config.window_ms = args.window_ms;
+    config.process_faults = !args.no_process_faults;
+    if let Some(secret) = &args.payment_secret {
+        config.payment_secret = Some(secret.clone());
+    }
+    if args.no_payments {
+        config.payment_secret = None;
+    }
+    if let Some(t) = &args.proxy_toxics {
+        config.toxics = match t.trim() {
+            "" | "none" => Vec::new(),
+            list => list.split(',').map(|s| s.trim().to_owned()).collect(),
+        };
+        for name in &config.toxics {
+            if fault_proxy::Toxic::named(name).is_none() {
+                bail!("--proxy-toxics: unknown toxic {name:?}");
+            }
+        }
+    }
+    Ok(config)
+}
+
+/// Prints one seed's verdict and writes its history (always with `--history` or
+/// `--history-dir`; to the temporary directory when it failed).
+fn jepsen_report(args: &Args, report: &JepsenReport) -> anyhow::Result<()> {
+    let seed = report.seed;
+    let path = match (&args.history, &args.history_dir) {
+        (Some(p), _) => Some(p.clone()),
+        (None, Some(d)) => Some(d.join(format!("seed-{seed}.json"))),
+        (None, None) if !report.violations.is_empty() => {
+            Some(std::env::temp_dir().join(format!("jepsen-seed-{seed}.json")))
+        }
+        (None, None) => None,
+    };
+    if let Some(p) = &path {
+        jepsen::write_history(report, p).with_context(|| format!("writing {}", p.display()))?;
+    }
+    let written = path.map_or_else(String::new, |p| format!("; history {}", p.display()));
+    println!(
+        "seed {seed}: {} acked, {} received, {} relay restart(s), {} violation(s){written}",
+        report.acked,
+        report.received,
+        report.restarts,
+        report.violations.len()
+    );
+    for v in &report.violations {
+        println!("VIOLATION seed {seed} {v}");
+    }
+    Ok(())
 }

@@ -1,5 +1,6 @@
-//! Commerce in Jepsen mode: vanity aliases bought by every client from a pool one smaller
-//! than the clients (at least two compete for one alias), paid through the payment-processor stand-in on 127.0.0.1,
+//! The vanity-alias order flow of Jepsen mode: vanity aliases bought by every client from a
+//! pool one smaller than the clients (at least two compete for one alias), paid through the
+//! payment-processor stand-in on 127.0.0.1,
 //! whose webhooks go through the fault proxy, with duplicated and forged copies; some orders
 //! are abandoned, and some are "paid" only by a forger signing with the wrong secret. Checked
 //! after healing through the public API only:
@@ -26,8 +27,9 @@ use serde::Serialize;
 use serde_json::json;
 use wire::http::OrderState;
 
-use super::{App, History, free_port};
-use crate::oracles::Violation;
+use super::apps::{App, History};
+use super::process::free_port;
+use crate::violation::Violation;
 use client::{Client, ClientError};
 use seam::net::{Endpoint, Tokio};
 use standins::{PaymentProcessor, WebhookPlan};
@@ -74,8 +76,22 @@ pub struct JepsenOrder {
     pub paid: Paid,
 }
 
+/// Why the order flow could not start (reported as a `setup` violation).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StartError {
+    /// The featured aliases could not be read.
+    #[error("vanity search failed: {0}")]
+    Search(ClientError),
+    /// The relay sells no alias.
+    #[error("the relay lists no vanity alias for sale (GET vanity search with an empty query)")]
+    NothingForSale,
+    /// A stand-in could not get a port.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// The processor, the forger and the orders of one run.
-pub(super) struct Commerce {
+pub(super) struct VanityOrders {
     processor: PaymentProcessor,
     forger: PaymentProcessor,
     servers: Vec<tokio::task::JoinHandle<()>>,
@@ -83,7 +99,7 @@ pub(super) struct Commerce {
     orders: Arc<Mutex<Vec<JepsenOrder>>>,
 }
 
-impl Drop for Commerce {
+impl Drop for VanityOrders {
     fn drop(&mut self) {
         for server in &self.servers {
             server.abort();
@@ -91,7 +107,7 @@ impl Drop for Commerce {
     }
 }
 
-impl Commerce {
+impl VanityOrders {
     /// Starts the processor (signing with `secret`) and a forger, both sending webhooks to
     /// `relay`, and picks a pool of `clients - 1` aliases (at least one) from the relay's
     /// featured ones.
@@ -100,19 +116,18 @@ impl Commerce {
         relay: &Endpoint,
         first: &Client<Tokio>,
         clients: usize,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, StartError> {
         let featured = retried(|| async { first.vanity().search("").await })
             .await
-            .map_err(|e| anyhow::anyhow!("vanity search failed: {e}"))?;
+            .map_err(StartError::Search)?;
         let pool: Vec<String> = featured
             .iter()
             .take(clients.saturating_sub(1).max(1))
             .map(|i| i.alias_id.as_str().to_owned())
             .collect();
-        anyhow::ensure!(
-            !pool.is_empty(),
-            "the relay lists no vanity alias for sale (GET vanity search with an empty query)"
-        );
+        if pool.is_empty() {
+            return Err(StartError::NothingForSale);
+        }
         let processor = PaymentProcessor::new(secret.to_vec(), relay.clone());
         let forger = PaymentProcessor::new(b"a-forger-guess".to_vec(), relay.clone());
         let mut servers = Vec::new();
@@ -224,31 +239,7 @@ impl Commerce {
         violations: &mut Vec<String>,
     ) {
         let orders = self.orders();
-        let deadline = history.now() + JEPSEN_COMMERCE_MS;
-        let mut states: Vec<Option<OrderState>> = vec![None; orders.len()];
-        // Poll until every genuinely paid order is confirmed (or the deadline); the others
-        // are read once at the end.
-        loop {
-            for (o, state) in orders.iter().zip(states.iter_mut()) {
-                if *state != Some(OrderState::Confirmed)
-                    && let Ok(s) = apps[o.client]
-                        .client
-                        .vanity()
-                        .order_status(&o.order_id)
-                        .await
-                {
-                    *state = Some(s.status);
-                }
-            }
-            let waiting = orders
-                .iter()
-                .zip(&states)
-                .any(|(o, s)| is_genuine(o) && *s != Some(OrderState::Confirmed));
-            if !waiting || history.now() >= deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
-        }
+        let states = poll_states(&orders, apps, history).await;
         let mut confirmed_per_alias: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for (o, state) in orders.iter().zip(&states) {
             history.push(
@@ -261,61 +252,44 @@ impl Commerce {
                     .or_default()
                     .push(o.order_id.as_str());
             }
-            if is_genuine(o) {
-                if *state != Some(OrderState::Confirmed) {
-                    violations.push(
-                        Violation::new(
-                            "order-confirmed",
-                            format!(
-                                "order {} (alias {}, client {}) was paid ({:?}) but is {state:?} {JEPSEN_COMMERCE_MS} ms after healing",
-                                o.order_id, o.alias, o.client, o.paid
-                            ),
-                        )
-                        .to_string(),
-                    );
-                    continue;
-                }
-                self.bind(o, &apps[o.client].client, history, violations)
-                    .await;
-            } else if *state == Some(OrderState::Confirmed) {
-                violations.push(
-                    Violation::new(
+            if !is_genuine(o) {
+                if *state == Some(OrderState::Confirmed) {
+                    violations.push(violation(
                         "forged-refused",
                         format!(
                             "order {} (alias {}) is confirmed although nobody paid it genuinely ({:?})",
                             o.order_id, o.alias, o.paid
                         ),
-                    )
-                    .to_string(),
-                );
+                    ));
+                }
+            } else if *state == Some(OrderState::Confirmed) {
+                self.bind(o, &apps[o.client].client, history, violations)
+                    .await;
+            } else {
+                violations.push(violation(
+                    "order-confirmed",
+                    format!(
+                        "order {} (alias {}, client {}) was paid ({:?}) but is {state:?} {JEPSEN_COMMERCE_MS} ms after healing",
+                        o.order_id, o.alias, o.client, o.paid
+                    ),
+                ));
             }
         }
         for (alias, ids) in &confirmed_per_alias {
             if ids.len() > 1 {
-                violations.push(
-                    Violation::new(
-                        "alias-unique",
-                        format!("alias {alias} was sold twice: confirmed orders {ids:?}"),
-                    )
-                    .to_string(),
-                );
-            }
-        }
-        let mut owners: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (i, app) in apps.iter().enumerate() {
-            if let Ok(Some(alias)) = app.client.alias_id().await {
-                owners.entry(alias).or_default().push(i);
-            }
-        }
-        for (alias, clients) in owners.iter().filter(|(_, c)| c.len() > 1) {
-            violations.push(
-                Violation::new(
+                violations.push(violation(
                     "alias-unique",
-                    format!("clients {clients:?} all have alias {alias}"),
-                )
-                .to_string(),
-            );
+                    format!("alias {alias} was sold twice: confirmed orders {ids:?}"),
+                ));
+            }
         }
+        one_owner_per_alias(apps, violations).await;
+        self.forged_refused(violations);
+    }
+
+    /// Every webhook signed with a wrong secret (the forger's, and the processor's forged
+    /// copies) was answered 401.
+    fn forged_refused(&self, violations: &mut Vec<String>) {
         for d in self
             .forger
             .deliveries()
@@ -325,16 +299,13 @@ impl Commerce {
             if let Some(status) = d.status
                 && status != 401
             {
-                violations.push(
-                    Violation::new(
-                        "forged-refused",
-                        format!(
-                            "a webhook for order {} signed with a wrong secret was answered {status}, not 401",
-                            d.order_id
-                        ),
-                    )
-                    .to_string(),
-                );
+                violations.push(violation(
+                    "forged-refused",
+                    format!(
+                        "a webhook for order {} signed with a wrong secret was answered {status}, not 401",
+                        d.order_id
+                    ),
+                ));
             }
         }
     }
@@ -351,21 +322,71 @@ impl Commerce {
             Ok(bound) if bound.alias_id.as_str() == o.alias => {
                 history.push(Some(o.client), json!({"bound": o.alias}));
             }
-            other => violations.push(
-                Violation::new(
-                    "order-confirmed",
-                    format!(
-                        "client {} could not bind its confirmed order {} for {}: {:?}",
-                        o.client,
-                        o.order_id,
-                        o.alias,
-                        other.map(|b| b.alias_id)
-                    ),
-                )
-                .to_string(),
-            ),
+            other => violations.push(violation(
+                "order-confirmed",
+                format!(
+                    "client {} could not bind its confirmed order {} for {}: {:?}",
+                    o.client,
+                    o.order_id,
+                    o.alias,
+                    other.map(|b| b.alias_id)
+                ),
+            )),
         }
     }
+}
+
+/// The V5 state of every order: polled until every genuinely paid order is confirmed (or
+/// [`JEPSEN_COMMERCE_MS`] passed); the others are read along.
+async fn poll_states(
+    orders: &[JepsenOrder],
+    apps: &[App],
+    history: &History,
+) -> Vec<Option<OrderState>> {
+    let deadline = history.now() + JEPSEN_COMMERCE_MS;
+    let mut states: Vec<Option<OrderState>> = vec![None; orders.len()];
+    loop {
+        for (o, state) in orders.iter().zip(states.iter_mut()) {
+            if *state != Some(OrderState::Confirmed)
+                && let Ok(s) = apps[o.client]
+                    .client
+                    .vanity()
+                    .order_status(&o.order_id)
+                    .await
+            {
+                *state = Some(s.status);
+            }
+        }
+        let waiting = orders
+            .iter()
+            .zip(&states)
+            .any(|(o, s)| is_genuine(o) && *s != Some(OrderState::Confirmed));
+        if !waiting || history.now() >= deadline {
+            return states;
+        }
+        tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+    }
+}
+
+/// After the binds, no two accounts have the same alias.
+async fn one_owner_per_alias(apps: &[App], violations: &mut Vec<String>) {
+    let mut owners: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, app) in apps.iter().enumerate() {
+        if let Ok(Some(alias)) = app.client.alias_id().await {
+            owners.entry(alias).or_default().push(i);
+        }
+    }
+    for (alias, clients) in owners.iter().filter(|(_, c)| c.len() > 1) {
+        violations.push(violation(
+            "alias-unique",
+            format!("clients {clients:?} all have alias {alias}"),
+        ));
+    }
+}
+
+/// A violation as the report's text.
+fn violation(oracle: &'static str, detail: String) -> String {
+    Violation::new(oracle, detail).to_string()
 }
 
 fn is_genuine(o: &JepsenOrder) -> bool {

@@ -1,0 +1,109 @@
+//! Accounts made over plain HTTP, by hand: registration (proof of work, keys from the
+//! mnemonic), login (the challenge signed), and the requests of a raw client.
+
+use std::time::Duration;
+
+use client_core::keys::{X25519Path, derive_identity};
+use serde_json::{Value, json};
+use wire::http::paths;
+
+use crate::world::relay_endpoint;
+use seam::net::{HttpClient, HttpRequest, TurmoilConnector};
+
+/// Timeout of one raw HTTP request.
+const REQUEST_TIMEOUT_MS: u64 = 5_000;
+
+/// What a raw client knows about its own account.
+#[derive(Debug, Clone)]
+pub(super) struct RawAccount {
+    pub(super) uuid: String,
+    pub(super) alias: String,
+    pub(super) token: String,
+}
+
+/// A fresh HTTP client to the relay (no pooled connections).
+pub(super) fn http() -> HttpClient<TurmoilConnector> {
+    HttpClient::new(TurmoilConnector, relay_endpoint())
+        .with_max_idle(0)
+        .with_timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
+}
+
+/// POSTs `body` (with `token`, if any); `(status, JSON body)`, `None` without an answer.
+pub(super) async fn post(
+    http: &HttpClient<TurmoilConnector>,
+    path: &str,
+    token: Option<&str>,
+    body: &Value,
+) -> Option<(u16, Value)> {
+    let mut req = HttpRequest::post(path).json(body).ok()?;
+    if let Some(t) = token {
+        req = req.bearer(t);
+    }
+    let r = http.send(req).await.ok()?;
+    let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    Some((r.status.as_u16(), v))
+}
+
+/// GETs `path` with `token`; `(status, JSON body)`, `None` without an answer.
+pub(super) async fn get(
+    http: &HttpClient<TurmoilConnector>,
+    path: &str,
+    token: &str,
+) -> Option<(u16, Value)> {
+    let r = http.send(HttpRequest::get(path).bearer(token)).await.ok()?;
+    let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    Some((r.status.as_u16(), v))
+}
+
+/// String field `name` of `v`.
+pub(super) fn field(v: &Value, name: &str) -> Option<String> {
+    v.get(name).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// Registers (or recovers, on 409) the account of `mnemonic` and logs in; `None` when the
+/// relay did not answer (the caller retries).
+pub(super) async fn register(mnemonic: &str, nickname: &str) -> Option<RawAccount> {
+    let http = http();
+    let identity = derive_identity(mnemonic, X25519Path::Spec).ok()?;
+    let (_, pow) = post(&http, paths::POW_CHALLENGE, None, &json!({})).await?;
+    let challenge = field(&pow, "challenge_string")?;
+    let difficulty = pow.get("difficulty").and_then(Value::as_u64).unwrap_or(0);
+    let nonce =
+        client_core::pow::solve_pow(&challenge, u32::try_from(difficulty).unwrap_or(0)).ok()?;
+    let body = json!({
+        "ed25519_public_key": identity.signing_public_b64(),
+        "x25519_public_key": identity.ecdh_public_b64(),
+        "nickname": nickname,
+        "pow_nonce": nonce,
+    });
+    let (status, reg) = post(&http, paths::REGISTER, None, &body).await?;
+    if !(200..300).contains(&status) && status != 409 {
+        return None;
+    }
+    let uuid = field(&reg, "uuid")?;
+    let alias = field(&reg, "alias_id")?;
+    let token = login(&http, &uuid, &identity).await?;
+    Some(RawAccount { uuid, alias, token })
+}
+
+async fn login(
+    http: &HttpClient<TurmoilConnector>,
+    uuid: &str,
+    identity: &client_core::keys::Identity,
+) -> Option<String> {
+    let (_, ch) = post(
+        http,
+        paths::AUTH_CHALLENGE,
+        None,
+        &json!({ "user_uuid": uuid }),
+    )
+    .await?;
+    let challenge = field(&ch, "challenge")?;
+    let body = json!({
+        "user_uuid": uuid,
+        "challenge": challenge,
+        "signature": identity.sign_challenge(&challenge),
+    });
+    let (status, v) = post(http, paths::AUTH_VERIFY, None, &body).await?;
+    (status == 200).then(|| field(&v, "token")).flatten()
+}

@@ -1,0 +1,472 @@
+//! **Jepsen mode**: a seeded scenario on real sockets (127.0.0.1) against a relay process the
+//! harness starts from a command template (`simulate --relay-cmd 'CMD … {listen} … {data}'`),
+//! or against a relay someone else runs (`--relay-url URL`, no process faults then).
+//!
+//! ```text
+//!  client-core apps (real tokio, seeded) ──► fault proxy (fault-proxy crate) ──► relay process
+//!        ▲ events → history (JSON)              toxics in phases                  kill -9 + restart
+//!        └─ oracles over what the clients saw                                     SIGSTOP / SIGCONT
+//! ```
+//!
+//! * **Setup** (no faults): `clients` accounts register, befriend in a ring (client `i` and
+//!   `i+1`), learn their conversations, connect.
+//! * **Traffic window** (`window_ms`): every client sends to a random friend every 0.2-1.2 s;
+//!   the fault plan, drawn from the seed, runs meanwhile: proxy phases (toxics from the
+//!   conformance vocabulary, [`fault_proxy::Plan`]: every connection through the proxy is cut
+//!   when a phase starts and new ones get the phase's toxics), `kill -9` of the relay and a
+//!   restart on the **same data directory**, `SIGSTOP` … `SIGCONT`.
+//! * **Heal**: no toxics, the relay running; every acknowledged message must arrive within
+//!   [`JEPSEN_LIVENESS_MS`].
+//! * **Commerce** (when the relay shares the harness's payment secret): every client buys a
+//!   vanity alias from a pool one smaller than the clients (they compete), paid through the
+//!   payment-processor stand-in with duplicated and forged webhook copies, abandoned, or
+//!   "paid" by a forger (see `vanity_orders`).
+//! * **Oracles** over what the clients saw ([`JEPSEN_ORACLES`], and [`COMMERCE_ORACLES`]):
+//!   exactly-once delivery, liveness after healing, seq order and gaps, receipts,
+//!   non-participant (the simulator's own oracles, [`crate::oracles::delivery`] and
+//!   [`crate::oracles::receipts`], over the history and the client stores); paid orders
+//!   confirmed and bindable, unpaid and forged ones never, one owner per alias. Those that
+//!   need the relay's internals are reported as not applicable ([`NOT_APPLICABLE`]).
+//!
+//! **Not bit-deterministic**, and says so: the seed fixes the scenario, the fault plan and the
+//! proxy's per-connection draws, but real scheduling and timing differ from run to run. Every
+//! report prints the seed and the plan and can write the full history (JSON) so a failure can
+//! be studied.
+//!
+//! The relay command must serve the HTTP/WebSocket API on `{listen}` and keep its durable
+//! store in `{data}` (kill -9 and restart must lose nothing acknowledged). PoW should be off or
+//! cheap (`--pow-difficulty 0`). The payment webhook secret is `{payment_secret}` in the
+//! command and `RELAY_PAYMENT_WEBHOOK_SECRET` in the process's environment. Push, media and
+//! channel trades are not exercised in this mode yet.
+
+//!
+//! Modules: `plan` (the fault plan), `process` (the relay process and the fault proxy),
+//! `apps` (the clients, their traffic and the history), `verdict` (the client-visible
+//! oracles), `vanity_orders` (the vanity-alias order flow and its oracles).
+
+mod apps;
+mod plan;
+mod process;
+mod vanity_orders;
+mod verdict;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand_chacha::ChaCha20Rng;
+use rand_core::{Rng as _, SeedableRng as _};
+use serde::Serialize;
+use serde_json::json;
+
+use self::apps::{App, History, ring_convs, setup, tally, traffic};
+use self::process::{Proxy, RelayProcess, start_relay, wait_listening};
+use self::vanity_orders::VanityOrders;
+use crate::violation::Violation;
+use seam::net::Endpoint;
+
+pub use self::apps::HistoryEntry;
+pub use self::plan::{DEFAULT_TOXICS, JepsenEvent, JepsenFault, draw_plan};
+pub use self::vanity_orders::{JEPSEN_COMMERCE_MS, JepsenOrder, Paid};
+
+/// After healing, every acknowledged message must arrive within this long.
+pub const JEPSEN_LIVENESS_MS: u64 = 30_000;
+/// The relay must accept connections within this long of its start.
+pub const RELAY_START_MS: u64 = 30_000;
+/// Setup (registration, friendships) must finish within this long.
+pub const JEPSEN_SETUP_MS: u64 = 60_000;
+/// The oracles this mode runs.
+pub const JEPSEN_ORACLES: [&str; 7] = [
+    "delivered-exactly-once",
+    "liveness",
+    "seq-order",
+    "seq-gap-free",
+    "receipts",
+    "non-participant",
+    "setup",
+];
+/// The commerce oracles (run when the relay shares the harness's payment secret).
+pub const COMMERCE_ORACLES: [&str; 3] = ["order-confirmed", "forged-refused", "alias-unique"];
+/// Oracles of the turmoil simulator that need the relay's internals or stand-ins this mode
+/// does not run.
+pub const NOT_APPLICABLE: [&str; 11] = [
+    "fail-stop (needs the relay's commit history)",
+    "store-intact (needs the relay's store)",
+    "seq-unique (needs the relay's committed rows)",
+    "canary-store (needs the relay's store)",
+    "canary-logs (needs the relay's logs)",
+    "resources (needs the relay's memory)",
+    "receipts-clear (needs the relay's queue)",
+    "push (no push stand-ins in this mode)",
+    "payment-applied-once / holds-released / channel-single-owner (need the relay's rows; channel trades and quota buys are not run in this mode)",
+    "authz / bad-input / stuck-client (no raw clients in this mode)",
+    "probes / media (not run in this mode)",
+];
+
+/// The relay under test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayTarget {
+    /// Started by the harness from a command template with `{listen}` (e.g. `127.0.0.1:40123`)
+    /// and `{data}` (a fresh directory kept across restarts); run through `sh -c`.
+    Command(String),
+    /// Already running at this base URL (`http://127.0.0.1:8080`); no process faults.
+    Url(String),
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct JepsenConfig {
+    /// Seed of the scenario, the plan, the proxy and the clients.
+    pub seed: u64,
+    /// The relay.
+    pub target: RelayTarget,
+    /// Accounts (one app each).
+    pub clients: usize,
+    /// Length of the traffic window.
+    pub window_ms: u64,
+    /// Toxics the proxy phases may use (names of [`fault_proxy::Toxic::named`]); empty: no
+    /// proxy faults.
+    pub toxics: Vec<String>,
+    /// Kill and pause the relay process (only with [`RelayTarget::Command`]).
+    pub process_faults: bool,
+    /// The payment webhook secret the relay takes: commerce runs only with one. For a
+    /// [`RelayTarget::Command`] it defaults to a throwaway secret the harness passes to the
+    /// process; for a [`RelayTarget::Url`] it must be that relay's (none by default).
+    pub payment_secret: Option<String>,
+}
+
+impl JepsenConfig {
+    /// Defaults: 4 clients, a 20 s window, [`DEFAULT_TOXICS`], process faults on, commerce on
+    /// for a relay the harness starts.
+    pub fn new(seed: u64, target: RelayTarget) -> Self {
+        Self {
+            seed,
+            payment_secret: matches!(target, RelayTarget::Command(_))
+                .then(|| vanity_orders::run_secret(seed)),
+            target,
+            clients: 4,
+            window_ms: 20_000,
+            toxics: DEFAULT_TOXICS.iter().map(|s| (*s).to_owned()).collect(),
+            process_faults: true,
+        }
+    }
+}
+
+/// Why a run could not be carried out: a failure of the harness or of the relay process,
+/// not a violation (violations are in the [`JepsenReport`]).
+#[derive(Debug, thiserror::Error)]
+pub enum JepsenError {
+    /// A file, directory, port or process of the harness.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The relay process exited while the harness waited for it to listen.
+    #[error("the relay exited ({status}):\n{log}")]
+    RelayExited {
+        /// Its exit status.
+        status: String,
+        /// Its log.
+        log: String,
+    },
+    /// The relay did not accept connections within [`RELAY_START_MS`].
+    #[error("the relay did not accept connections on {addr} within {RELAY_START_MS} ms")]
+    RelayNotListening {
+        /// Where it should listen.
+        addr: SocketAddr,
+    },
+    /// The fault proxy could not bind its port again for a new phase.
+    #[error("cannot re-bind the fault proxy on {addr}")]
+    ProxyBind {
+        /// The proxy's address.
+        addr: SocketAddr,
+    },
+    /// `--relay-url` is not a relay's base URL.
+    #[error("{url}: {why}")]
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+/// The outcome of one Jepsen-mode run.
+#[derive(Debug, Clone, Serialize)]
+pub struct JepsenReport {
+    /// The seed.
+    pub seed: u64,
+    /// `--relay-cmd` or `--relay-url`, as given.
+    pub target: String,
+    /// The plan that ran.
+    pub plan: Vec<JepsenEvent>,
+    /// Oracles run.
+    pub oracles: Vec<&'static str>,
+    /// Oracles not applicable in this mode, with why.
+    pub not_applicable: Vec<&'static str>,
+    /// Violations found.
+    pub violations: Vec<String>,
+    /// Messages acknowledged to their senders.
+    pub acked: usize,
+    /// Messages received by their recipients.
+    pub received: usize,
+    /// Relay process restarts (kill -9).
+    pub restarts: u32,
+    /// Orders placed (empty when commerce did not run).
+    pub orders: Vec<JepsenOrder>,
+    /// Every event, in order.
+    pub history: Vec<HistoryEntry>,
+}
+
+impl JepsenReport {
+    /// The report as pretty JSON (the history file).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+/// Runs one seed; an error is a harness failure (the relay did not start), not a violation.
+pub fn run(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(run_async(config))
+}
+
+/// The relay of a run and the proxy in front of it.
+struct Relay {
+    /// Where the relay listens.
+    upstream: SocketAddr,
+    /// The process, if the harness owns it.
+    process: Option<RelayProcess>,
+    proxy: Proxy,
+}
+
+async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
+    let history = History::new();
+    let plan = draw_plan(config);
+    let tmp = tempfile::tempdir()?;
+    let (upstream, mut process, target) = start_relay(config, tmp.path()).await?;
+    wait_listening(upstream, &mut process).await?;
+    history.push(
+        None,
+        json!({"relay": "listening", "at": upstream.to_string()}),
+    );
+    let proxy = Proxy::start(upstream, config.seed).await?;
+    let endpoint = proxy.endpoint();
+    let mut relay = Relay {
+        upstream,
+        process,
+        proxy,
+    };
+    let mut violations = Vec::new();
+    let apps = setup_apps(config, &endpoint, &history, &mut violations).await;
+    let convs = if apps.is_empty() {
+        BTreeMap::new()
+    } else {
+        ring_convs(&apps).await
+    };
+    let orders = start_orders(config, &endpoint, &apps, &history, &mut violations).await;
+    let apps = Arc::new(apps);
+    let traffic_start = history.now();
+    history.push(None, json!({"phase": "traffic"}));
+    let senders = spawn_clients(config, &apps, &convs, &history, orders.as_ref());
+    run_plan(&plan, traffic_start, &history, &mut relay).await?;
+    for s in senders {
+        drop(s.await);
+    }
+    heal(&mut relay, &history, &apps, &convs).await?;
+    if let Some(orders) = &orders {
+        orders.check(&apps, &history, &mut violations).await;
+    }
+    history.push(None, json!({"phase": "end"}));
+    let entries = history.take();
+    let (acked, received) = tally(&apps, &convs);
+    verdict::check(&apps, &convs, &entries, &mut violations);
+    for app in apps.iter() {
+        app.client.shutdown().await;
+    }
+    violations.sort();
+    violations.dedup();
+    let (oracles, not_applicable) = oracle_lists(orders.is_some());
+    Ok(JepsenReport {
+        seed: config.seed,
+        target,
+        plan,
+        oracles,
+        not_applicable,
+        violations,
+        acked: acked.len(),
+        received: received.len(),
+        restarts: relay.process.as_ref().map_or(0, |r| r.restarts),
+        orders: orders.as_ref().map(|c| c.orders()).unwrap_or_default(),
+        history: entries,
+    })
+}
+
+/// Setup without faults, within [`JEPSEN_SETUP_MS`]; a failure is a `setup` violation (and
+/// no apps).
+async fn setup_apps(
+    config: &JepsenConfig,
+    endpoint: &Endpoint,
+    history: &History,
+    violations: &mut Vec<String>,
+) -> Vec<App> {
+    let setup = setup(config, endpoint, history);
+    match tokio::time::timeout(Duration::from_millis(JEPSEN_SETUP_MS), setup).await {
+        Ok(Ok(apps)) => apps,
+        Ok(Err(e)) => {
+            violations.push(Violation::new("setup", e.to_string()).to_string());
+            Vec::new()
+        }
+        Err(_) => {
+            violations.push(
+                Violation::new("setup", format!("not done within {JEPSEN_SETUP_MS} ms"))
+                    .to_string(),
+            );
+            Vec::new()
+        }
+    }
+}
+
+/// The vanity-alias order flow, when the relay shares the harness's payment secret and
+/// setup gave apps; a failure to start it is a `setup` violation.
+async fn start_orders(
+    config: &JepsenConfig,
+    endpoint: &Endpoint,
+    apps: &[App],
+    history: &History,
+    violations: &mut Vec<String>,
+) -> Option<Arc<VanityOrders>> {
+    let (Some(secret), Some(first)) = (&config.payment_secret, apps.first()) else {
+        return None;
+    };
+    match VanityOrders::start(secret.as_bytes(), endpoint, &first.client, apps.len()).await {
+        Ok(c) => {
+            history.push(None, json!({"commerce": {"pool": c.pool()}}));
+            Some(Arc::new(c))
+        }
+        Err(e) => {
+            violations.push(Violation::new("setup", format!("commerce: {e}")).to_string());
+            None
+        }
+    }
+}
+
+/// Each client's traffic, and (with the order flow) its purchase at a time drawn from the
+/// seed in the first three quarters of the window.
+fn spawn_clients(
+    config: &JepsenConfig,
+    apps: &Arc<Vec<App>>,
+    convs: &BTreeMap<(usize, usize), String>,
+    history: &History,
+    orders: Option<&Arc<VanityOrders>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    let (seed, window) = (config.seed, config.window_ms);
+    for i in 0..apps.len() {
+        let (apps_i, convs, history_i) = (Arc::clone(apps), convs.clone(), history.clone());
+        tasks.push(tokio::spawn(async move {
+            traffic(i, &apps_i, &convs, &history_i, seed, window).await;
+        }));
+        if let Some(orders) = orders {
+            let (orders, apps, history) = (Arc::clone(orders), Arc::clone(apps), history.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut rng = ChaCha20Rng::from_seed(derive(seed, 3_000 + i as u64));
+                let at = rng.next_u64() % (window * 3 / 4).max(1);
+                tokio::time::sleep(Duration::from_millis(at)).await;
+                orders.buy(i, &apps[i].client, &mut rng, &history).await;
+            }));
+        }
+    }
+    tasks
+}
+
+/// Carries out the fault plan, each fault at its time after `traffic_start`.
+async fn run_plan(
+    plan: &[JepsenEvent],
+    traffic_start: u64,
+    history: &History,
+    relay: &mut Relay,
+) -> Result<(), JepsenError> {
+    for event in plan {
+        let due = traffic_start + event.at_ms;
+        let now = history.now();
+        tokio::time::sleep(Duration::from_millis(due.saturating_sub(now))).await;
+        history.push(None, json!({"fault": event.fault}));
+        match &event.fault {
+            JepsenFault::ProxyPhase { toxics } => relay.proxy.set_toxics(Some(toxics)).await?,
+            JepsenFault::ProxyClear => relay.proxy.set_toxics(None).await?,
+            JepsenFault::Kill { restart_after_ms } => {
+                if let Some(r) = relay.process.as_mut() {
+                    r.kill_and_restart(*restart_after_ms).await?;
+                    history.push(None, json!({"relay": "restarted"}));
+                }
+                wait_listening(relay.upstream, &mut relay.process).await?;
+            }
+            JepsenFault::Pause { for_ms } => {
+                if let Some(r) = relay.process.as_mut() {
+                    r.pause(*for_ms).await;
+                    history.push(None, json!({"relay": "continued"}));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Heals (no toxics, the relay up), then waits for delivery: until every acked message was
+/// received and every received one acked, or [`JEPSEN_LIVENESS_MS`] passed; then a little
+/// longer, so that a duplicate would show up.
+async fn heal(
+    relay: &mut Relay,
+    history: &History,
+    apps: &[App],
+    convs: &BTreeMap<(usize, usize), String>,
+) -> Result<(), JepsenError> {
+    relay.proxy.set_toxics(None).await?;
+    wait_listening(relay.upstream, &mut relay.process).await?;
+    history.push(None, json!({"phase": "healed"}));
+    let deadline = history.now() + JEPSEN_LIVENESS_MS;
+    loop {
+        // Quiet when every acked message was received and every received one acked: a
+        // message the relay committed before a kill reaches its recipient while its sender
+        // still waits for the ack of its resend (the dedup answers it).
+        let (acked, received) = tally(apps, convs);
+        if acked.keys().eq(received.keys()) || history.now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    Ok(())
+}
+
+/// The oracles run and those not applicable (commerce's among them when it did not run).
+fn oracle_lists(commerce: bool) -> (Vec<&'static str>, Vec<&'static str>) {
+    let mut oracles = JEPSEN_ORACLES.to_vec();
+    let mut not_applicable = NOT_APPLICABLE.to_vec();
+    if commerce {
+        oracles.extend(COMMERCE_ORACLES);
+    } else {
+        not_applicable.push(
+            "order-confirmed / forged-refused / alias-unique (no payment secret shared with the relay: commerce not run)",
+        );
+    }
+    (oracles, not_applicable)
+}
+
+/// The seed of stream `tag` of a run.
+fn derive(seed: u64, tag: u64) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out[..8].copy_from_slice(&seed.to_le_bytes());
+    out[8..16].copy_from_slice(&tag.to_le_bytes());
+    out[16..24].copy_from_slice(b"jepsen!!");
+    out
+}
+
+/// Writes `report` as JSON to `path`.
+pub fn write_history(report: &JepsenReport, path: &Path) -> std::io::Result<()> {
+    std::fs::write(path, report.to_json())
+}

@@ -1,0 +1,238 @@
+//! The processes and sockets the harness controls: the relay process (started from its
+//! command template, `kill -9`ed and restarted on the same data directory, `SIGSTOP`ped and
+//! `SIGCONT`inued) or a relay someone else runs, and the fault proxy in front of it.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fault_proxy::{FaultProxy, Plan};
+
+use super::{JepsenConfig, JepsenError, RELAY_START_MS, RelayTarget};
+use seam::net::Endpoint;
+
+/// Pause between two attempts to connect to the relay (or to bind the proxy again).
+const POLL_MS: u64 = 20;
+/// Attempts to bind the proxy's port again for a new phase.
+const PROXY_BIND_ATTEMPTS: u32 = 100;
+
+/// A relay process the harness owns.
+pub(super) struct RelayProcess {
+    template: String,
+    payment_secret: Option<String>,
+    listen: SocketAddr,
+    data: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    paused: bool,
+    /// Restarts after a `kill -9`.
+    pub(super) restarts: u32,
+}
+
+impl RelayProcess {
+    fn spawn(&mut self) -> Result<(), JepsenError> {
+        let cmd = self
+            .template
+            .replace("{listen}", &self.listen.to_string())
+            .replace("{data}", &self.data.display().to_string())
+            .replace(
+                "{payment_secret}",
+                self.payment_secret.as_deref().unwrap_or_default(),
+            );
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        // `exec`: the child is the relay itself, so kill -9 and SIGSTOP reach it.
+        let mut command = Command::new("sh");
+        if let Some(secret) = &self.payment_secret {
+            command.env("RELAY_PAYMENT_WEBHOOK_SECRET", secret);
+        }
+        let child = command
+            .arg("-c")
+            .arg(format!("exec {cmd}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(child) = &self.child {
+            let status = Command::new("kill")
+                .args([sig, &child.id().to_string()])
+                .status();
+            if let Err(e) = status {
+                tracing::warn!(%e, sig, "could not signal the relay");
+            }
+        }
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Child::kill is SIGKILL on Unix.
+            drop(child.kill());
+            drop(child.wait());
+        }
+        self.paused = false;
+    }
+
+    /// `kill -9`, then a restart on the same data directory after `down_ms`.
+    pub(super) async fn kill_and_restart(&mut self, down_ms: u64) -> Result<(), JepsenError> {
+        self.kill9();
+        tokio::time::sleep(Duration::from_millis(down_ms)).await;
+        self.spawn()?;
+        self.restarts += 1;
+        Ok(())
+    }
+
+    /// `SIGSTOP`, then `SIGCONT` after `for_ms`.
+    pub(super) async fn pause(&mut self, for_ms: u64) {
+        self.signal("-STOP");
+        self.paused = true;
+        tokio::time::sleep(Duration::from_millis(for_ms)).await;
+        self.signal("-CONT");
+        self.paused = false;
+    }
+
+    fn exited(&mut self) -> Option<String> {
+        let child = self.child.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        if self.paused {
+            self.signal("-CONT");
+        }
+        self.kill9();
+    }
+}
+
+/// The relay of a run: `(its address, the process if the harness owns one, the target as
+/// given)`. A relay the harness starts keeps its data in `dir`.
+pub(super) async fn start_relay(
+    config: &JepsenConfig,
+    dir: &Path,
+) -> Result<(SocketAddr, Option<RelayProcess>, String), JepsenError> {
+    match &config.target {
+        RelayTarget::Command(template) => {
+            let listen = free_port()?;
+            let data = dir.join("data");
+            std::fs::create_dir_all(&data)?;
+            let mut process = RelayProcess {
+                template: template.clone(),
+                payment_secret: config.payment_secret.clone(),
+                listen,
+                data,
+                log: dir.join("relay.log"),
+                child: None,
+                paused: false,
+                restarts: 0,
+            };
+            process.spawn()?;
+            Ok((listen, Some(process), format!("--relay-cmd {template}")))
+        }
+        RelayTarget::Url(url) => {
+            let bad = |why: String| JepsenError::BadUrl {
+                url: url.clone(),
+                why,
+            };
+            let endpoint = Endpoint::parse(url).map_err(|e| bad(e.to_string()))?;
+            let addr: SocketAddr = tokio::net::lookup_host((endpoint.host(), endpoint.port()))
+                .await?
+                .next()
+                .ok_or_else(|| bad("no address".to_owned()))?;
+            Ok((addr, None, format!("--relay-url {url}")))
+        }
+    }
+}
+
+/// Waits until the relay accepts connections on `addr` (a relay process that exits
+/// meanwhile is an error, with its log).
+pub(super) async fn wait_listening(
+    addr: SocketAddr,
+    relay: &mut Option<RelayProcess>,
+) -> Result<(), JepsenError> {
+    for _ in 0..RELAY_START_MS / POLL_MS {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return Ok(());
+        }
+        if let Some(r) = relay.as_mut()
+            && let Some(status) = r.exited()
+        {
+            let log = std::fs::read_to_string(&r.log).unwrap_or_default();
+            return Err(JepsenError::RelayExited { status, log });
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+    Err(JepsenError::RelayNotListening { addr })
+}
+
+/// A free port on 127.0.0.1.
+pub(super) fn free_port() -> std::io::Result<SocketAddr> {
+    std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()
+}
+
+/// The proxy, restarted on the same port for each phase.
+pub(super) struct Proxy {
+    listen: SocketAddr,
+    upstream: SocketAddr,
+    seed: u64,
+    phase: u64,
+    running: Option<FaultProxy>,
+}
+
+impl Proxy {
+    /// A proxy on a free port in front of `upstream`, forwarding without faults.
+    pub(super) async fn start(upstream: SocketAddr, seed: u64) -> Result<Self, JepsenError> {
+        let mut proxy = Self {
+            listen: free_port()?,
+            upstream,
+            seed,
+            phase: 0,
+            running: None,
+        };
+        proxy.set(Plan::none()).await?;
+        Ok(proxy)
+    }
+
+    /// The base URL clients reach the relay by.
+    pub(super) fn endpoint(&self) -> Endpoint {
+        Endpoint::parse(&format!("http://{}", self.listen))
+            .unwrap_or_else(|e| unreachable!("a socket address is a valid base URL: {e}"))
+    }
+
+    /// Starts a new phase with `toxics` (a comma list; `None`: no faults): every connection
+    /// through the proxy is cut.
+    pub(super) async fn set_toxics(&mut self, toxics: Option<&str>) -> Result<(), JepsenError> {
+        let plan = toxics.map_or_else(Plan::none, |names| {
+            Plan::parse(names).unwrap_or_else(|_| Plan::none())
+        });
+        self.set(plan).await
+    }
+
+    async fn set(&mut self, plan: Plan) -> Result<(), JepsenError> {
+        // Dropping the running proxy cuts every connection through it.
+        self.running = None;
+        self.phase += 1;
+        let seed = self.seed.wrapping_mul(1_000).wrapping_add(self.phase);
+        for _ in 0..PROXY_BIND_ATTEMPTS {
+            match FaultProxy::start(self.listen, self.upstream, plan.clone(), seed).await {
+                Ok(p) => {
+                    self.running = Some(p);
+                    return Ok(());
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(POLL_MS)).await,
+            }
+        }
+        Err(JepsenError::ProxyBind { addr: self.listen })
+    }
+}

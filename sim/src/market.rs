@@ -1,0 +1,507 @@
+//! The simulator's market: the scripted vanity purchases, channel listings, channel buys and
+//! quota buys, their payments through the stand-in (with the fault plan's webhook faults),
+//! the background bind loop, and the end-of-run audit through the relay's public API. What
+//! they learn goes to the world's [`Ledger`](crate::world::ledger::Ledger); the commerce
+//! oracles read it.
+//!
+//! ```text
+//! action     : purchase / buy / quota buy (retried on a lost response: same order back)
+//! pay        : PaymentProcessor::pay with a WebhookPlan drawn from the action's roll,
+//!              or abandoned (sometimes "paid" by a forger signing with the wrong secret)
+//! bind loop  : every client polls V5 for its paid vanity orders and binds the confirmed
+//!              ones (a bind whose answer was lost is repeated: 200 for the owner)
+//! final jump : FINAL_JUMP_BEFORE_END_MS before the end, the relay's clock jumps 31 min:
+//!              every unpaid order expires
+//! audit      : AUDIT_BEFORE_END_MS before the end, V5 of every order, vanity search for
+//!              every alias, channel detail; each client records `channels/mine`; then buy
+//!              probes on the channels whose trade orders all expired
+//! ```
+
+use std::collections::BTreeSet;
+
+use rand_chacha::ChaCha20Rng;
+use rand_core::{Rng as _, SeedableRng as _};
+use wire::OrderId;
+use wire::http::{ChannelRole, OrderKind, OrderState, PaymentStatus};
+
+use crate::scenario::Pay;
+use crate::time::{sim_ms, sleep_ms};
+use crate::world::ledger::{BindRec, ChannelRec, OrderRec, Payments};
+use crate::world::{HostCtx, note};
+use client::{Client, ClientError};
+use seam::net::Turmoil;
+use standins::{PaymentProcessor, WebhookPlan};
+
+/// Attempts of one webhook copy in the simulator (enough to outlast any partition or crash of
+/// the fault plan, so paid orders converge in the liveness phase).
+const WEBHOOK_ATTEMPTS: u32 = 60;
+/// Pause between webhook attempts.
+const WEBHOOK_RETRY_MS: u64 = 2_000;
+/// Attempts of one scripted commerce call when its response is lost.
+const CALL_ATTEMPTS: u32 = 5;
+/// Attempts of a forger's copy of an abandoned order.
+const FORGER_ATTEMPTS: u32 = 5;
+
+fn base_plan(paid_usdt: u64) -> WebhookPlan {
+    WebhookPlan {
+        max_attempts: WEBHOOK_ATTEMPTS,
+        retry_delay_ms: WEBHOOK_RETRY_MS,
+        ..WebhookPlan::paid(paid_usdt)
+    }
+}
+
+/// Pays `order` as `pay` says; returns `(paid in full, forged only)` and a note.
+fn pay_order(payments: &Payments, order: &str, price: u64, pay: Pay) -> (bool, bool, String) {
+    let Ok(id) = OrderId::parse(order) else {
+        return (false, false, format!("order id {order} unparsable"));
+    };
+    match pay {
+        Pay::Abandoned { roll } => {
+            let mut r = ChaCha20Rng::seed_from_u64(roll);
+            if payments.enabled && r.next_u32() % 100 < payments.faults.forge_only_pct {
+                let plan = WebhookPlan {
+                    max_attempts: FORGER_ATTEMPTS,
+                    ..base_plan(price)
+                };
+                let _ = payments.forger.pay(id, plan);
+                (false, true, format!("{order} forged-only payment"))
+            } else {
+                (false, false, format!("{order} abandoned"))
+            }
+        }
+        Pay::Paid { roll } => {
+            if !payments.enabled {
+                let _ = payments.processor.pay(id, base_plan(price));
+                return (true, false, format!("{order} paid {price}"));
+            }
+            let text = pay_with_faults(payments, id, order, price, roll);
+            (true, false, text)
+        }
+    }
+}
+
+/// A genuine payment under the plan's webhook faults, drawn from `roll`: duplicated, forged,
+/// delayed copies, sometimes an underpayment topped up later. Returns the note.
+fn pay_with_faults(payments: &Payments, id: OrderId, order: &str, price: u64, roll: u64) -> String {
+    let mut r = ChaCha20Rng::seed_from_u64(roll);
+    let f = payments.faults;
+    let plan = WebhookPlan {
+        duplicates: r.next_u32() % (f.max_duplicates + 1),
+        duplicate_spacing_ms: 100 + r.next_u64() % 5_000,
+        forged: r.next_u32() % (f.max_forged + 1),
+        delay_ms: r.next_u64() % f.max_delay_ms.max(1),
+        ..base_plan(price)
+    };
+    let underpay = price >= 2 && r.next_u32() % 100 < f.underpay_pct;
+    if !underpay {
+        let text = format!(
+            "{order} paid {price} (dup {}, forged {}, delay {} ms)",
+            plan.duplicates, plan.forged, plan.delay_ms
+        );
+        let _ = payments.processor.pay(id, plan);
+        return text;
+    }
+    let part = price / 2;
+    let first = WebhookPlan {
+        payment_status: PaymentStatus::PartiallyPaid,
+        paid_usdt: part,
+        ..plan
+    };
+    // The top-up goes out well after the underpayment's last copy.
+    let after = plan.delay_ms
+        + plan.duplicate_spacing_ms * u64::from(plan.duplicates)
+        + 2_000
+        + r.next_u64() % f.max_delay_ms.max(1);
+    let top_up = WebhookPlan {
+        paid_usdt: price - part,
+        delay_ms: after,
+        ..plan
+    };
+    let text = format!(
+        "{order} underpaid {part} (dup {}, forged {}, delay {} ms) then topped up {} at +{after} ms",
+        plan.duplicates,
+        plan.forged,
+        plan.delay_ms,
+        price - part
+    );
+    let _ = payments.processor.pay(id.clone(), first);
+    let _ = payments.processor.pay(id, top_up);
+    text
+}
+
+/// Retries a client call while its response is lost (transport errors); a relay status is
+/// final. (A macro: the module handles the calls borrow are temporaries.)
+macro_rules! retried {
+    ($call:expr) => {{
+        let mut last = ClientError::Stopped;
+        let mut result = None;
+        for _ in 0..CALL_ATTEMPTS {
+            match $call.await {
+                Ok(v) => {
+                    result = Some(Ok(v));
+                    break;
+                }
+                Err(e @ (ClientError::Status(_) | ClientError::BadResponse(_))) => {
+                    result = Some(Err(e));
+                    break;
+                }
+                Err(e) => last = e,
+            }
+            sleep_ms(500).await;
+        }
+        result.unwrap_or(Err(last))
+    }};
+}
+
+/// An order just placed, before its payment.
+fn new_order(ctx: &HostCtx, order_id: &OrderId, kind: OrderKind, target: String) -> OrderRec {
+    OrderRec {
+        order_id: order_id.to_string(),
+        kind,
+        client: ctx.me,
+        target,
+        price: 0,
+        requested_ms: 0,
+        paid: false,
+        forged_only: false,
+        settled: false,
+    }
+}
+
+fn record_order(ctx: &HostCtx, mut rec: OrderRec, pay: Pay) {
+    let known = ctx
+        .world
+        .borrow()
+        .ledger
+        .orders
+        .iter()
+        .any(|o| o.order_id == rec.order_id);
+    if known {
+        note(
+            ctx,
+            format!("c{} got its pending order {} again", ctx.me, rec.order_id),
+        );
+        return;
+    }
+    let (paid, forged_only, text) = pay_order(&ctx.payments, &rec.order_id, rec.price, pay);
+    rec.paid = paid;
+    rec.forged_only = forged_only;
+    note(
+        ctx,
+        format!("c{} order {:?} {}: {text}", ctx.me, rec.kind, rec.target),
+    );
+    ctx.world.borrow_mut().ledger.orders.push(rec);
+}
+
+/// Purchases `alias` and pays for it.
+pub(crate) async fn buy_alias(ctx: &HostCtx, client: &Client<Turmoil>, alias: &str, pay: Pay) {
+    let requested_ms = sim_ms();
+    match retried!(client.vanity().purchase(alias)) {
+        Ok(order) => {
+            let rec = OrderRec {
+                price: order.price_usdt,
+                requested_ms,
+                ..new_order(ctx, &order.order_id, OrderKind::Vanity, alias.to_owned())
+            };
+            record_order(ctx, rec, pay);
+        }
+        Err(e) => note(ctx, format!("c{} purchase {alias} refused: {e}", ctx.me)),
+    }
+}
+
+/// Creates a channel and lists it.
+pub(crate) async fn create_channel(ctx: &HostCtx, client: &Client<Turmoil>, price: u64) {
+    let me = ctx.me;
+    // Not retried: a create whose answer was lost may still have used a seat.
+    let created = match client
+        .channels()
+        .create(&format!("ch of c{me}"), "", true)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            note(ctx, format!("c{me} channel create refused: {e}"));
+            return;
+        }
+    };
+    let id = created.channel_id.to_string();
+    *ctx.world.borrow_mut().ledger.created.entry(me).or_default() += 1;
+    match retried!(client.channels().list_for_sale(&id, price, None)) {
+        Ok(_) => {
+            note(ctx, format!("c{me} listed {id} for {price}"));
+            ctx.world
+                .borrow_mut()
+                .ledger
+                .channels
+                .push(ChannelRec { id, creator: me });
+        }
+        Err(e) => note(ctx, format!("c{me} listing {id} refused: {e}")),
+    }
+}
+
+/// Buys a listed channel created by someone else.
+pub(crate) async fn buy_channel(ctx: &HostCtx, client: &Client<Turmoil>, slot: usize, pay: Pay) {
+    let me = ctx.me;
+    let candidates: Vec<String> = ctx
+        .world
+        .borrow()
+        .ledger
+        .channels
+        .iter()
+        .filter(|c| c.creator != me)
+        .map(|c| c.id.clone())
+        .collect();
+    if candidates.is_empty() {
+        return;
+    }
+    let id = candidates[slot % candidates.len()].clone();
+    let requested_ms = sim_ms();
+    match retried!(client.channels().buy(&id)) {
+        Ok(order) => {
+            let rec = OrderRec {
+                price: order.price_usdt,
+                requested_ms,
+                ..new_order(ctx, &order.order_id, OrderKind::ChannelTrade, id)
+            };
+            record_order(ctx, rec, pay);
+        }
+        Err(e) => note(ctx, format!("c{me} buy {id} refused: {e}")),
+    }
+}
+
+/// Buys a channel seat.
+pub(crate) async fn buy_quota(ctx: &HostCtx, client: &Client<Turmoil>, pay: Pay) {
+    let requested_ms = sim_ms();
+    // Not retried: every call is a new order.
+    match client.channels().buy_quota().await {
+        Ok(order) => {
+            let rec = OrderRec {
+                price: order.price_usdt,
+                requested_ms,
+                ..new_order(ctx, &order.order_id, OrderKind::ChannelQuota, String::new())
+            };
+            record_order(ctx, rec, pay);
+        }
+        Err(e) => note(ctx, format!("c{} quota buy refused: {e}", ctx.me)),
+    }
+}
+
+/// Binds this client's confirmed vanity orders (polling V5), and records `channels/mine` at
+/// audit time. Runs beside the traffic script for the host's whole life.
+pub(crate) async fn bind_loop(ctx: &HostCtx, client: &Client<Turmoil>, audit_at_ms: u64) {
+    loop {
+        sleep_ms(1_000).await;
+        for order_id in paid_unsettled(ctx) {
+            let Ok(status) = client.vanity().order_status(&order_id).await else {
+                continue;
+            };
+            match status.status {
+                OrderState::Pending => {}
+                OrderState::Expired => settle(ctx, &order_id),
+                OrderState::Confirmed => bind(ctx, client, &order_id).await,
+            }
+        }
+        record_owned(ctx, client, audit_at_ms).await;
+    }
+}
+
+/// This client's paid vanity orders the bind loop is not done with (none without binding).
+fn paid_unsettled(ctx: &HostCtx) -> Vec<String> {
+    ctx.world
+        .borrow()
+        .ledger
+        .orders
+        .iter()
+        .filter(|o| {
+            ctx.bind_vanity
+                && o.client == ctx.me
+                && o.kind == OrderKind::Vanity
+                && o.paid
+                && !o.settled
+        })
+        .map(|o| o.order_id.clone())
+        .collect()
+}
+
+/// Binds a confirmed order: the alias becomes this client's (a refusal settles it too; a lost
+/// answer is tried again on the next round).
+async fn bind(ctx: &HostCtx, client: &Client<Turmoil>, order_id: &str) {
+    let me = ctx.me;
+    match client.vanity().bind(order_id).await {
+        Ok(bound) => {
+            let alias = bound.alias_id.to_string();
+            let mut w = ctx.world.borrow_mut();
+            let old = w.aliases.get(&me).cloned().unwrap_or_default();
+            if old != alias {
+                w.aliases.insert(me, alias.clone());
+                w.alias_history.entry(me).or_default().push(alias.clone());
+            }
+            w.ledger.binds.push(BindRec {
+                client: me,
+                alias: alias.clone(),
+            });
+            drop(w);
+            note(
+                ctx,
+                format!("c{me} bound {alias} (was {old}) by {order_id}"),
+            );
+            settle(ctx, order_id);
+        }
+        Err(ClientError::Status(s)) => {
+            note(ctx, format!("c{me} bind {order_id} refused: {s}"));
+            settle(ctx, order_id);
+        }
+        Err(_) => {}
+    }
+}
+
+/// Once audit time came, records the channels this client owns (`channels/mine`), once.
+async fn record_owned(ctx: &HostCtx, client: &Client<Turmoil>, audit_at_ms: u64) {
+    let me = ctx.me;
+    let recorded = ctx.world.borrow().ledger.audit.owned.contains_key(&me);
+    if !recorded
+        && sim_ms() >= audit_at_ms
+        && let Ok(mine) = client.channels().mine().await
+    {
+        let owned = mine
+            .iter()
+            .filter(|c| c.role == Some(ChannelRole::Owner))
+            .map(|c| c.id.to_string())
+            .collect();
+        ctx.world.borrow_mut().ledger.audit.owned.insert(me, owned);
+    }
+}
+
+fn settle(ctx: &HostCtx, order_id: &str) {
+    if let Some(o) = ctx
+        .world
+        .borrow_mut()
+        .ledger
+        .orders
+        .iter_mut()
+        .find(|o| o.order_id == order_id)
+    {
+        o.settled = true;
+    }
+}
+
+/// The auditor's script (its own account on its own host): waits for the audit time, reads
+/// every order, alias and channel through the public API, then probes expired channel orders
+/// by buying.
+pub(crate) async fn audit(
+    ctx: &HostCtx,
+    client: &Client<Turmoil>,
+    audit_at_ms: u64,
+    probe_at_ms: u64,
+) {
+    sleep_ms(audit_at_ms.saturating_sub(sim_ms())).await;
+    // Any input lets the relay fire the timers the final clock jump made due.
+    drop(client.vanity().search("").await);
+    sleep_ms(2_000).await;
+    let (orders, channels, aliases) = audit_targets(ctx);
+    read_public_state(ctx, client, orders, aliases, &channels).await;
+    sleep_ms(probe_at_ms.saturating_sub(sim_ms())).await;
+    probe_channels(ctx, client, &channels).await;
+    ctx.world.borrow_mut().ledger.audit.done = true;
+    note(ctx, "audit done".to_owned());
+}
+
+/// `(orders, channels, aliases)` the audit reads: every order and listed channel of the
+/// ledger, and every alias of the pool or of a client.
+fn audit_targets(ctx: &HostCtx) -> (Vec<String>, Vec<String>, BTreeSet<String>) {
+    let w = ctx.world.borrow();
+    let orders: Vec<String> = w.ledger.orders.iter().map(|o| o.order_id.clone()).collect();
+    let channels: Vec<String> = w.ledger.channels.iter().map(|c| c.id.clone()).collect();
+    let mut aliases: BTreeSet<String> = ctx.scenario.alias_pool.iter().cloned().collect();
+    for history in w.alias_history.values() {
+        aliases.extend(history.iter().cloned());
+    }
+    (orders, channels, aliases)
+}
+
+/// V5 of every order, vanity search for every alias, detail of every channel.
+async fn read_public_state(
+    ctx: &HostCtx,
+    client: &Client<Turmoil>,
+    orders: Vec<String>,
+    aliases: BTreeSet<String>,
+    channels: &[String],
+) {
+    for id in orders {
+        let state = retried!(client.vanity().order_status(&id))
+            .ok()
+            .map(|s| s.status);
+        ctx.world.borrow_mut().ledger.audit.states.insert(id, state);
+    }
+    for alias in aliases {
+        if let Ok(items) = retried!(client.vanity().search(&alias)) {
+            let listed = items.iter().any(|i| i.alias_id.as_str() == alias);
+            ctx.world
+                .borrow_mut()
+                .ledger
+                .audit
+                .searchable
+                .insert(alias, listed);
+        }
+    }
+    for id in channels {
+        if let Ok(detail) = retried!(client.channels().detail(id)) {
+            ctx.world
+                .borrow_mut()
+                .ledger
+                .audit
+                .for_sale
+                .insert(id.clone(), detail.for_sale == Some(true));
+        }
+    }
+}
+
+/// Tries to buy every channel still for sale whose trade orders were never confirmed: the
+/// relay must hand out a new order (every hold expired).
+async fn probe_channels(ctx: &HostCtx, client: &Client<Turmoil>, channels: &[String]) {
+    for id in channels {
+        let probe = {
+            let w = ctx.world.borrow();
+            let a = &w.ledger.audit;
+            let confirmed = w.ledger.orders.iter().any(|o| {
+                o.target == *id && a.states.get(&o.order_id) == Some(&Some(OrderState::Confirmed))
+            });
+            a.for_sale.get(id) == Some(&true) && !confirmed
+        };
+        if probe {
+            let answer = match retried!(client.channels().buy(id)) {
+                Ok(order) => Ok(order.order_id.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            ctx.world
+                .borrow_mut()
+                .ledger
+                .audit
+                .probes
+                .insert(id.clone(), answer);
+        }
+    }
+}
+
+/// Orders with a genuine webhook copy not yet answered for good (2xx/401) nor given up.
+pub(crate) fn in_flight_orders(processor: &PaymentProcessor) -> BTreeSet<String> {
+    let deliveries = processor.deliveries();
+    let mut out = BTreeSet::new();
+    for p in processor.payments() {
+        for copy in 0..=i64::from(p.plan.duplicates) {
+            let done = deliveries.iter().any(|d| {
+                d.payment_id == p.payment_id
+                    && d.copy == copy
+                    && !d.forged
+                    && (d
+                        .status
+                        .is_some_and(|s| (200..300).contains(&s) || s == 401)
+                        || d.attempt >= p.plan.max_attempts.max(1))
+            });
+            if !done {
+                out.insert(p.order_id.to_string());
+            }
+        }
+    }
+    out
+}

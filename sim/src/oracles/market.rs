@@ -1,0 +1,569 @@
+//! The commerce oracles, after the public-API audit of [`crate::market`]:
+//!
+//! | oracle | checks |
+//! |---|---|
+//! | `payment-applied-once` | paid orders confirmed (or late and refund-flagged) and their `payment_confirmed` seen at least once by the buyer and at most once by its primary device; nothing confirmed without a genuine payment; forged webhooks refused; no genuine copy given up |
+//! | `alias-unique` | one owner per alias; a bound or retired alias is not for sale; no alias sold twice |
+//! | `channel-single-owner` | one owner per channel, the creator or the buyer of its one confirmed trade |
+//! | `holds-released` | every order expired after the final clock jump, and what it held is for sale again |
+//! | `quota` | channels created within the free quota plus the seats bought; the relay counts the seats confirmed |
+//! | `commerce-model` | refund flags only on orders a genuine payment reached, never on confirmed ones |
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use client_core::machine::Event;
+use relay_core::store::{Snapshot, Table};
+use wire::http::{OrderKind, OrderState};
+
+use crate::trace::{Device, Record};
+use crate::violation::Violation;
+use crate::world::ledger::{Ledger, OrderRec};
+use standins::PaymentProcessor;
+
+/// What the commerce oracles read.
+#[derive(Debug)]
+pub(crate) struct MarketInput<'a> {
+    pub(crate) ledger: &'a Ledger,
+    pub(crate) alias_history: &'a BTreeMap<usize, Vec<String>>,
+    pub(crate) records: &'a [Record],
+    pub(crate) processor: &'a PaymentProcessor,
+    pub(crate) forger: &'a PaymentProcessor,
+    pub(crate) snapshot: &'a Snapshot,
+    /// Simulated ms of the mid-run relay clock jumps.
+    pub(crate) jumps_ms: &'a [u64],
+    pub(crate) free_quota: u32,
+}
+
+/// The relay's order and quota rows, as JSON (scanned only where the public API cannot
+/// tell: refund flags, buyers, seat counters, pending orders nobody learned about).
+struct Rows {
+    orders: BTreeMap<String, serde_json::Value>,
+    quota: BTreeMap<String, serde_json::Value>,
+}
+
+fn rows(snapshot: &Snapshot) -> Option<Rows> {
+    let json = |t: Table| -> BTreeMap<String, serde_json::Value> {
+        snapshot
+            .get(&t)
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), serde_json::from_slice(v).ok()?)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Some(Rows {
+        orders: json(Table::Orders),
+        quota: json(Table::ChannelQuota),
+    })
+}
+
+fn field<'v>(row: Option<&'v serde_json::Value>, name: &str) -> Option<&'v serde_json::Value> {
+    row.and_then(|r| r.get(name))
+}
+
+/// Runs the commerce oracles.
+pub(crate) fn check_market(input: &MarketInput<'_>, out: &mut Vec<Violation>) {
+    let w = input.ledger;
+    let audit = &w.audit;
+    if !audit.done {
+        out.push(Violation::new(
+            "payment-applied-once",
+            "the commerce audit did not finish within the liveness bound",
+        ));
+        return;
+    }
+    let Some(rows) = rows(input.snapshot) else {
+        out.push(Violation::new("quota", "relay store unreadable"));
+        return;
+    };
+    let state = |order: &str| audit.states.get(order).copied().flatten();
+    payments_once(input, &rows, &state, out);
+    aliases_unique(input, &state, out);
+    channels_owned(input, &state, out);
+    holds_released(input, &rows, &state, out);
+    quota(input, &rows, &state, out);
+}
+
+fn confirm_events(records: &[Record]) -> BTreeMap<&str, Vec<Device>> {
+    let mut by_order: BTreeMap<&str, Vec<Device>> = BTreeMap::new();
+    for r in records {
+        if let Record::Event {
+            who,
+            event: Event::PaymentConfirmed { order_id, .. },
+            ..
+        } = r
+        {
+            by_order.entry(order_id.as_str()).or_default().push(*who);
+        }
+    }
+    by_order
+}
+
+/// The V5 state the audit read for each order (`None`: no answer).
+type StateOf<'s> = dyn Fn(&str) -> Option<OrderState> + 's;
+
+/// `payment-applied-once` (and `commerce-model`'s refund flags), order by order, then over
+/// the confirmations nobody ordered and the webhooks' answers.
+fn payments_once(
+    input: &MarketInput<'_>,
+    rows: &Rows,
+    state: &StateOf<'_>,
+    out: &mut Vec<Violation>,
+) {
+    let events = confirm_events(input.records);
+    for o in &input.ledger.orders {
+        let id = o.order_id.as_str();
+        let Some(st) = state(id) else {
+            out.push(Violation::new(
+                PAID_ONCE,
+                format!("no V5 answer for order {id}"),
+            ));
+            continue;
+        };
+        order_applied_once(input, rows, o, st, out);
+        let got = events.get(id).cloned().unwrap_or_default();
+        confirmed_to_buyer(o, st, &got, out);
+    }
+    unordered_confirmations(input, rows, &events, out);
+    webhooks_answered(input, out);
+}
+
+const PAID_ONCE: &str = "payment-applied-once";
+
+/// A paid order is confirmed (or, paid late, flagged for refund); an unpaid one is not; a
+/// refund flag only where a genuine payment arrived and the order was not confirmed.
+fn order_applied_once(
+    input: &MarketInput<'_>,
+    rows: &Rows,
+    o: &OrderRec,
+    st: OrderState,
+    out: &mut Vec<Violation>,
+) {
+    let id = o.order_id.as_str();
+    let exposed = input.jumps_ms.iter().any(|j| o.requested_ms < *j)
+        || input.ledger.audit.late_at_final_jump.contains(id);
+    let refund =
+        field(rows.orders.get(id), "refund_needed") == Some(&serde_json::Value::Bool(true));
+    let what = |text: &str| format!("order {id} ({:?} {}) {text}", o.kind, o.target);
+    if o.paid {
+        let wrong = match st {
+            OrderState::Pending => Some(what(
+                "paid in full but still pending after the liveness phase",
+            )),
+            OrderState::Expired if !exposed => {
+                Some(what("paid in full before its deadline but expired"))
+            }
+            OrderState::Expired if !refund => {
+                Some(what("paid late: neither honoured nor flagged for refund"))
+            }
+            _ => None,
+        };
+        out.extend(wrong.map(|w| Violation::new(PAID_ONCE, w)));
+    } else if st == OrderState::Confirmed {
+        let why = if o.forged_only {
+            "only forged webhooks"
+        } else {
+            "never paid"
+        };
+        out.push(Violation::new(
+            PAID_ONCE,
+            format!("order {id} confirmed with {why}"),
+        ));
+    }
+    if !o.paid && refund {
+        out.push(Violation::new(
+            "commerce-model",
+            what("flagged for refund though no genuine payment reached it"),
+        ));
+    }
+    if st == OrderState::Confirmed && refund {
+        out.push(Violation::new(
+            "commerce-model",
+            what("both confirmed and flagged for refund"),
+        ));
+    }
+}
+
+/// `payment_confirmed` of order `o` reached only its buyer: at most once on the primary
+/// device (its store deduplicates by order id for the whole run; a second-device login is a
+/// fresh install with a store of its own, so it may see it again); at least once for a
+/// confirmed order (the relay re-sends it to every device of the buyer).
+fn confirmed_to_buyer(o: &OrderRec, st: OrderState, got: &[Device], out: &mut Vec<Violation>) {
+    let id = o.order_id.as_str();
+    if let Some(d) = got.iter().find(|d| d.client != o.client) {
+        out.push(Violation::new(
+            PAID_ONCE,
+            format!(
+                "payment_confirmed of c{}'s order {id} reached {d}",
+                o.client
+            ),
+        ));
+    }
+    let once_per_device = got.iter().filter(|d| d.device == 0).count() <= 1;
+    let expected = usize::from(st == OrderState::Confirmed);
+    if !once_per_device || got.is_empty() != (expected == 0) {
+        out.push(Violation::new(
+            PAID_ONCE,
+            format!(
+                "order {id} ({st:?}) got {} payment_confirmed at c{} (expected {}): {got:?}",
+                got.len(),
+                o.client,
+                if expected == 0 {
+                    "none"
+                } else {
+                    "one per device, at least one"
+                }
+            ),
+        ));
+    }
+}
+
+/// No `payment_confirmed` for an order nobody placed; no order confirmed in the relay that
+/// was never paid.
+fn unordered_confirmations(
+    input: &MarketInput<'_>,
+    rows: &Rows,
+    events: &BTreeMap<&str, Vec<Device>>,
+    out: &mut Vec<Violation>,
+) {
+    let orders = &input.ledger.orders;
+    for id in events.keys() {
+        if !orders.iter().any(|o| o.order_id == *id) {
+            out.push(Violation::new(
+                PAID_ONCE,
+                format!("payment_confirmed for unknown order {id}"),
+            ));
+        }
+    }
+    for (id, row) in &rows.orders {
+        let confirmed = field(Some(row), "state").and_then(|s| s.as_str()) == Some("confirmed");
+        if confirmed && !orders.iter().any(|o| o.order_id == *id && o.paid) {
+            out.push(Violation::new(
+                PAID_ONCE,
+                format!("order {id} confirmed in the relay but never paid"),
+            ));
+        }
+    }
+}
+
+/// Every forged webhook refused; no genuine copy given up unanswered.
+fn webhooks_answered(input: &MarketInput<'_>, out: &mut Vec<Violation>) {
+    for d in input.forger.deliveries() {
+        if d.status.is_some_and(|s| (200..300).contains(&s)) {
+            out.push(Violation::new(
+                PAID_ONCE,
+                format!(
+                    "forged webhook for {} accepted ({:?})",
+                    d.order_id, d.status
+                ),
+            ));
+        }
+    }
+    let payments = input.processor.payments();
+    for d in input.processor.deliveries() {
+        // 401, or 503 when the copy shared a batch whose group commit failed (the relay then
+        // answers every input of the batch 503, as it cannot tell which answers the lost
+        // writes would have changed; nothing is applied).
+        if d.forged && d.status.is_some_and(|s| s != 401 && s != 503) {
+            out.push(Violation::new(
+                PAID_ONCE,
+                format!("forged copy for {} answered {:?}", d.order_id, d.status),
+            ));
+        }
+        let max = payments
+            .iter()
+            .find(|p| p.payment_id == d.payment_id)
+            .map_or(1, |p| p.plan.max_attempts.max(1));
+        if !d.forged && d.attempt >= max && !d.status.is_some_and(|s| (200..300).contains(&s)) {
+            out.push(Violation::new(
+                PAID_ONCE,
+                format!(
+                    "webhook {} copy {} for {} given up: {:?}",
+                    d.payment_id, d.copy, d.order_id, d.status
+                ),
+            ));
+        }
+    }
+}
+
+fn confirmed_orders<'w>(
+    input: &'w MarketInput<'_>,
+    kind: OrderKind,
+    state: &StateOf<'_>,
+) -> Vec<&'w OrderRec> {
+    input
+        .ledger
+        .orders
+        .iter()
+        .filter(|o| o.kind == kind && state(&o.order_id) == Some(OrderState::Confirmed))
+        .collect()
+}
+
+/// `alias-unique`: one client per bound alias, none for sale again; no alias sold twice; no
+/// two clients with one alias; a retired alias neither for sale nor bound by another.
+fn aliases_unique(input: &MarketInput<'_>, state: &StateOf<'_>, out: &mut Vec<Violation>) {
+    let w = input.ledger;
+    let mut bound: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
+    for b in &w.binds {
+        bound.entry(b.alias.as_str()).or_default().insert(b.client);
+    }
+    for (alias, who) in &bound {
+        if who.len() > 1 {
+            out.push(Violation::new(
+                ALIAS_UNIQUE,
+                format!("{alias} bound to clients {who:?}"),
+            ));
+        }
+        if w.audit.searchable.get(*alias) == Some(&true) {
+            out.push(Violation::new(
+                ALIAS_UNIQUE,
+                format!("bound alias {alias} is for sale again"),
+            ));
+        }
+    }
+    let mut confirmed: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for o in confirmed_orders(input, OrderKind::Vanity, state) {
+        confirmed
+            .entry(o.target.as_str())
+            .or_default()
+            .push(o.order_id.as_str());
+    }
+    for (alias, orders) in confirmed {
+        if orders.len() > 1 {
+            out.push(Violation::new(
+                ALIAS_UNIQUE,
+                format!("{alias} sold twice: orders {orders:?}"),
+            ));
+        }
+    }
+    aliases_held_once(input, out);
+}
+
+const ALIAS_UNIQUE: &str = "alias-unique";
+
+/// No two clients end with one alias; a client's retired aliases are neither for sale nor
+/// bound by another client.
+fn aliases_held_once(input: &MarketInput<'_>, out: &mut Vec<Violation>) {
+    let w = input.ledger;
+    let mut current: BTreeMap<&str, usize> = BTreeMap::new();
+    for (client, history) in input.alias_history {
+        if let Some(a) = history.last()
+            && let Some(other) = current.insert(a.as_str(), *client)
+        {
+            out.push(Violation::new(
+                ALIAS_UNIQUE,
+                format!("c{client} and c{other} both have alias {a}"),
+            ));
+        }
+        for retired in history.iter().rev().skip(1) {
+            if w.audit.searchable.get(retired) == Some(&true) {
+                out.push(Violation::new(
+                    ALIAS_UNIQUE,
+                    format!("retired alias {retired} of c{client} is for sale"),
+                ));
+            }
+            if let Some(b) = w
+                .binds
+                .iter()
+                .find(|b| b.alias == *retired && b.client != *client)
+            {
+                out.push(Violation::new(
+                    ALIAS_UNIQUE,
+                    format!(
+                        "retired alias {retired} of c{client} bound by c{}",
+                        b.client
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+fn channels_owned(input: &MarketInput<'_>, state: &StateOf<'_>, out: &mut Vec<Violation>) {
+    const O: &str = "channel-single-owner";
+    let w = input.ledger;
+    let trades = confirmed_orders(input, OrderKind::ChannelTrade, state);
+    for c in &w.channels {
+        let sold: Vec<&&OrderRec> = trades.iter().filter(|o| o.target == c.id).collect();
+        if sold.len() > 1 {
+            let ids: Vec<&str> = sold.iter().map(|o| o.order_id.as_str()).collect();
+            out.push(Violation::new(
+                O,
+                format!(
+                    "channel {} sold by several confirmed orders {ids:?} (listed once)",
+                    c.id
+                ),
+            ));
+        }
+        let expected = sold.first().map_or(c.creator, |o| o.client);
+        let owners: BTreeSet<usize> = w
+            .audit
+            .owned
+            .iter()
+            .filter(|(_, ids)| ids.contains(&c.id))
+            .map(|(client, _)| *client)
+            .collect();
+        if owners.len() != 1 || !owners.contains(&expected) {
+            out.push(Violation::new(
+                O,
+                format!("channel {} owned by {owners:?}, expected c{expected} (creator c{}, {} confirmed trade(s))", c.id, c.creator, sold.len()),
+            ));
+        }
+        if !sold.is_empty() && w.audit.for_sale.get(&c.id) == Some(&true) {
+            out.push(Violation::new(
+                O,
+                format!("channel {} still for sale after its trade", c.id),
+            ));
+        }
+    }
+    let clients = input.alias_history.len();
+    if w.audit.owned.len() < clients {
+        out.push(Violation::new(
+            O,
+            format!(
+                "only {} of {clients} clients answered channels/mine",
+                w.audit.owned.len()
+            ),
+        ));
+    }
+}
+
+/// `holds-released`: after the final clock jump no order placed before it is pending, and
+/// what every expired order held is for sale again.
+fn holds_released(
+    input: &MarketInput<'_>,
+    rows: &Rows,
+    state: &StateOf<'_>,
+    out: &mut Vec<Violation>,
+) {
+    let fresh_holds = pending_after_jump(input, rows, out);
+    let w = input.ledger;
+    let late = &w.audit.late_at_final_jump;
+    let mut pool: BTreeSet<&str> = BTreeSet::new();
+    for o in &w.orders {
+        if o.kind == OrderKind::Vanity {
+            pool.insert(o.target.as_str());
+        }
+    }
+    for alias in pool {
+        let taken = w.orders.iter().any(|o| {
+            o.target == alias
+                && (state(&o.order_id) == Some(OrderState::Confirmed) || late.contains(&o.order_id))
+        });
+        if !taken && !fresh_holds.contains(alias) && w.audit.searchable.get(alias) != Some(&true) {
+            out.push(Violation::new(
+                HOLDS_RELEASED,
+                format!("alias {alias}: every order expired, yet not for sale"),
+            ));
+        }
+    }
+    for (channel, probe) in &w.audit.probes {
+        if let Err(e) = probe {
+            let late_trade = w
+                .orders
+                .iter()
+                .any(|o| o.target == *channel && late.contains(&o.order_id));
+            if !late_trade {
+                out.push(Violation::new(
+                    HOLDS_RELEASED,
+                    format!(
+                        "channel {channel}: every trade order expired, yet a buyer was refused: {e}"
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+const HOLDS_RELEASED: &str = "holds-released";
+
+/// Flags every order still pending after the final jump that was placed before it (neither
+/// an audit probe nor one with webhooks in flight); returns the targets held by orders
+/// placed after it (a dishonest client still at work: not expired yet, rightly).
+fn pending_after_jump<'r>(
+    input: &MarketInput<'_>,
+    rows: &'r Rows,
+    out: &mut Vec<Violation>,
+) -> BTreeSet<&'r str> {
+    let w = input.ledger;
+    let late = &w.audit.late_at_final_jump;
+    let probes: BTreeSet<&str> = w
+        .audit
+        .probes
+        .values()
+        .filter_map(|p| p.as_ref().ok().map(String::as_str))
+        .collect();
+    let jump = w.audit.final_jump_relay_ms;
+    let mut fresh_holds: BTreeSet<&str> = BTreeSet::new();
+    for (id, row) in &rows.orders {
+        let pending = field(Some(row), "state").and_then(|s| s.as_str()) == Some("pending");
+        let created = field(Some(row), "created_at").and_then(serde_json::Value::as_u64);
+        let after_jump = matches!((created, jump), (Some(c), Some(j)) if c >= j);
+        if pending
+            && after_jump
+            && let Some(t) = field(Some(row), "target").and_then(|t| t.as_str())
+        {
+            fresh_holds.insert(t);
+        }
+        if pending && !probes.contains(id.as_str()) && !late.contains(id) && !after_jump {
+            out.push(Violation::new(
+                HOLDS_RELEASED,
+                format!("order {id} still pending after the final clock jump"),
+            ));
+        }
+    }
+    fresh_holds
+}
+
+fn quota(input: &MarketInput<'_>, rows: &Rows, state: &StateOf<'_>, out: &mut Vec<Violation>) {
+    const O: &str = "quota";
+    let w = input.ledger;
+    let confirmed = confirmed_orders(input, OrderKind::ChannelQuota, state);
+    // client -> account uuid, from the buyer of any of its orders.
+    let mut uuid: BTreeMap<usize, String> = BTreeMap::new();
+    for o in &w.orders {
+        if let Some(b) = field(rows.orders.get(&o.order_id), "buyer").and_then(|b| b.as_str()) {
+            uuid.insert(o.client, b.to_owned());
+        }
+    }
+    for client in input.alias_history.keys() {
+        let seats = confirmed.iter().filter(|o| o.client == *client).count() as u64;
+        let free = u64::from(input.free_quota);
+        let seen = u64::from(w.created.get(client).copied().unwrap_or(0));
+        if seen > free + seats {
+            out.push(Violation::new(
+                O,
+                format!(
+                    "c{client} created {seen} channels with {free} free + {seats} bought seats"
+                ),
+            ));
+        }
+        let Some(u) = uuid.get(client) else { continue };
+        let row = rows.quota.get(u);
+        let num = |name: &str| {
+            field(row, name)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        if num("bought") != seats {
+            out.push(Violation::new(
+                O,
+                format!(
+                    "c{client}: relay counts {} bought seats, {seats} quota orders confirmed",
+                    num("bought")
+                ),
+            ));
+        }
+        if num("created") > free + num("bought") {
+            out.push(Violation::new(
+                O,
+                format!(
+                    "c{client}: relay counts {} created channels over {free} + {} seats",
+                    num("created"),
+                    num("bought")
+                ),
+            ));
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The oracles over what the relay committed (its store's history and final content) and
+//! over its logs:
+//!
+//! | oracle | checks |
+//! |---|---|
+//! | `seq-unique` | in the relay's committed rows, a message (author, id) has one seq (a resend is deduplicated, never stored again) and a seq of a conversation belongs to one message (never reused, e.g. after a restart) |
+//! | `fail-stop` | every message acknowledged and every order handed out was committed first (the store's history has it) |
+//! | `store-intact` | every reopen of the store (restart, rebuild) loads exactly what was committed, every table and row (SQLite); nothing is committed while the relay is powered off |
+//! | `canary-store` / `canary-logs` | no planted plaintext in the relay's committed rows or in any log line |
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::Input;
+use super::observed::Ack;
+use crate::violation::Violation;
+
+/// One seq per message, one message per seq, over every `Messages` row the relay committed.
+pub(super) fn seq_unique(input: &Input<'_>, out: &mut Vec<Violation>) {
+    let mut seqs_of: BTreeMap<(&str, &str), BTreeSet<(&str, u64)>> = BTreeMap::new();
+    let mut ids_at: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
+    for (from, id, conv, seq) in &input.history.assigned {
+        seqs_of
+            .entry((from.as_str(), id.as_str()))
+            .or_default()
+            .insert((conv.as_str(), *seq));
+        ids_at
+            .entry((conv.as_str(), *seq))
+            .or_default()
+            .insert(id.as_str());
+    }
+    let twice: Vec<String> = seqs_of
+        .iter()
+        .filter(|(_, s)| s.len() > 1)
+        .map(|((_, id), s)| format!("{id} stored as {s:?}"))
+        .collect();
+    if let Some(first) = twice.first() {
+        out.push(Violation::new(
+            "seq-unique",
+            format!(
+                "{} message(s) stored under more than one seq (a resend was not deduplicated); first: {first}",
+                twice.len()
+            ),
+        ));
+    }
+    let reused: Vec<String> = ids_at
+        .iter()
+        .filter(|(_, ids)| ids.len() > 1)
+        .map(|((conv, seq), ids)| format!("{conv} seq {seq} given to {ids:?}"))
+        .collect();
+    if let Some(first) = reused.first() {
+        out.push(Violation::new(
+            "seq-unique",
+            format!(
+                "{} seq(s) given to more than one message; first: {first}",
+                reused.len()
+            ),
+        ));
+    }
+}
+
+/// Every ack and every order handed out was committed first.
+pub(super) fn fail_stop(input: &Input<'_>, acked: &[Ack], out: &mut Vec<Violation>) {
+    let committed_seq: BTreeMap<&str, u64> = input
+        .history
+        .messages
+        .values()
+        .map(|m| (m.id.as_str(), m.seq))
+        .collect();
+    for a in acked {
+        let known = input.history.accepted_ids.contains(&a.id);
+        match committed_seq.get(a.id.as_str()) {
+            Some(seq) if *seq != a.seq => out.push(Violation::new(
+                "fail-stop",
+                format!(
+                    "c{} was acked {} with seq {}, but seq {seq} was committed",
+                    a.sender, a.id, a.seq
+                ),
+            )),
+            None if !known => out.push(Violation::new(
+                "fail-stop",
+                format!(
+                    "c{} was acked {} (seq {}) but the relay never committed it",
+                    a.sender, a.id, a.seq
+                ),
+            )),
+            _ => {}
+        }
+    }
+    for o in &input.world.ledger.orders {
+        if !input.history.orders.contains(&o.order_id) {
+            out.push(Violation::new(
+                "fail-stop",
+                format!(
+                    "c{} was handed order {} but the relay never committed it",
+                    o.client, o.order_id
+                ),
+            ));
+        }
+    }
+}
+
+/// Every reopen loaded what was committed; nothing was committed while powered off.
+pub(super) fn store_intact(input: &Input<'_>, out: &mut Vec<Violation>) {
+    for (t, diff) in &input.history.load_mismatches {
+        out.push(Violation::new(
+            "store-intact",
+            format!("the store reopened at {t} ms did not load what was committed: {diff}"),
+        ));
+    }
+    if let Some(t) = input.history.commits_while_off.first() {
+        out.push(Violation::new(
+            "store-intact",
+            format!(
+                "{} commit(s) while the relay was powered off, first at {t} ms",
+                input.history.commits_while_off.len()
+            ),
+        ));
+    }
+}
+
+/// No canary in any key or value of the relay's final rows.
+pub(super) fn store_canaries(input: &Input<'_>, out: &mut Vec<Violation>) {
+    let canaries = input.scenario.canaries();
+    for (table, rows) in input.snapshot {
+        for (key, value) in rows {
+            if !contains(value, b"CANARY") && !key.contains("CANARY") {
+                continue;
+            }
+            for canary in &canaries {
+                let c = canary.as_bytes();
+                if contains(key.as_bytes(), c) || contains(value, c) {
+                    out.push(Violation::new(
+                        "canary-store",
+                        format!("{canary} in relay table {table:?}"),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Checks the lines that mention a canary prefix for actual canaries.
+pub(crate) fn logs_free_of_canaries(text: &str, canaries: &[String], out: &mut Vec<Violation>) {
+    if text.is_empty() {
+        return;
+    }
+    for canary in canaries {
+        if text.contains(canary.as_str()) {
+            out.push(Violation::new(
+                "canary-logs",
+                format!("{canary} appears in the logs"),
+            ));
+        }
+    }
+}
+
+/// Whether `needle` (non-empty) occurs in `haystack`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+}

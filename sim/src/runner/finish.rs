@@ -1,0 +1,170 @@
+//! The end of a run: the closing notes of the trace (pushes received, failover terms), the
+//! oracles over everything the run left, and the run's counters.
+
+use client_core::machine::Event;
+use client_core::store::MessageStatus;
+
+use super::relay::free_channel_quota;
+use super::step::Ended;
+use super::{Inner, Parts, RunStats};
+use crate::oracles;
+use crate::pushworld::{PushKind, SeenPush};
+use crate::store::SimStore;
+use crate::time::SkewClock;
+use crate::trace::Record;
+use crate::violation::Violation;
+
+/// The outcome of a run whose relay store could not even be created.
+pub(super) fn no_store(e: &std::io::Error) -> Inner {
+    Inner {
+        records: Vec::new(),
+        violations: vec![Violation::new(
+            "host-error",
+            format!("cannot create the relay's store: {e}"),
+        )],
+        end_ms: 0,
+        stats: RunStats::default(),
+    }
+}
+
+/// Closes the trace, runs the oracles, counts.
+pub(super) fn finish(
+    parts: &Parts<'_>,
+    store: &SimStore,
+    failover: bool,
+    ended: Ended,
+    mut violations: Vec<Violation>,
+) -> Inner {
+    let seen = parts.push.seen();
+    closing_notes(parts, store, failover, ended.end_ms, &seen);
+    let records = parts.trace.records();
+    check(parts, store, &records, &seen, ended.end_ms, &mut violations);
+    violations.sort();
+    violations.dedup();
+    let history = store.ctl().history();
+    let stats = RunStats {
+        steps: ended.steps,
+        acked: acked(&records),
+        commits: history.counts.commits,
+        failed_commits: history.counts.failed,
+        loads: history.counts.loads,
+        terms: history.terms.len() as u64,
+        fenced: history.counts.fenced,
+    };
+    Inner {
+        records,
+        violations,
+        end_ms: ended.end_ms,
+        stats,
+    }
+}
+
+/// The pushes the stand-ins received; the failover topology's terms; the end.
+fn closing_notes(
+    parts: &Parts<'_>,
+    store: &SimStore,
+    failover: bool,
+    end_ms: u64,
+    seen: &[SeenPush],
+) {
+    let count = |k: PushKind| seen.iter().filter(|p| p.kind == k).count();
+    parts.trace.push(Record::Note {
+        t_ms: end_ms,
+        text: format!(
+            "pushes received: web {}, fcm {}, apns {}; answered gone: {}",
+            count(PushKind::Web),
+            count(PushKind::Fcm),
+            count(PushKind::Apns),
+            seen.iter().filter(|p| p.gone).count()
+        ),
+    });
+    if failover {
+        let history = store.ctl().history();
+        let terms: Vec<String> = history
+            .terms
+            .iter()
+            .map(|(at, host, epoch)| format!("{host} epoch {epoch} at {at} ms"))
+            .collect();
+        parts.trace.push(Record::Note {
+            t_ms: end_ms,
+            text: format!(
+                "failover: terms [{}]; commits and loads fenced: {}",
+                terms.join(", "),
+                history.counts.fenced
+            ),
+        });
+    }
+    parts.trace.push(Record::Note {
+        t_ms: end_ms,
+        text: "end".into(),
+    });
+}
+
+/// Every oracle over what the run left (the commerce ones only after a complete setup).
+fn check(
+    parts: &Parts<'_>,
+    store: &SimStore,
+    records: &[Record],
+    seen: &[SeenPush],
+    end_ms: u64,
+    violations: &mut Vec<Violation>,
+) {
+    let plan = &parts.replay.plan;
+    let history = store.ctl().history();
+    let snapshot = store.snapshot().unwrap_or_default();
+    let w = parts.world.borrow();
+    let input = oracles::Input {
+        scenario: &parts.scenario,
+        plan,
+        records,
+        stores: &parts.stores,
+        convs: &w.convs,
+        aliases: &w.alias_history,
+        snapshot: &snapshot,
+        history: &history,
+        world: &w,
+        pushes: seen,
+        start_ms: w.traffic_start_ms,
+        heal_ms: w.heal_ms,
+        end_ms,
+        skews: &parts.clocks.iter().map(SkewClock::get).collect::<Vec<_>>(),
+    };
+    oracles::check_all(&input, violations);
+    if violations.iter().any(|v| v.oracle == "setup") {
+        return;
+    }
+    let jumps: Vec<u64> = w
+        .traffic_start_ms
+        .map(|s| plan.clock_jumps().map(|j| s + j).collect())
+        .unwrap_or_default();
+    let market = oracles::MarketInput {
+        ledger: &w.ledger,
+        alias_history: &w.alias_history,
+        records,
+        processor: &parts.payments.processor,
+        forger: &parts.payments.forger,
+        snapshot: &snapshot,
+        jumps_ms: &jumps,
+        free_quota: free_channel_quota(),
+    };
+    oracles::check_market(&market, violations);
+}
+
+/// Messages acknowledged to their senders (`sent` status events).
+fn acked(records: &[Record]) -> u64 {
+    records
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                Record::Event {
+                    event: Event::StatusChange {
+                        status: MessageStatus::Sent,
+                        ..
+                    },
+                    ..
+                }
+            )
+        })
+        .count() as u64
+}

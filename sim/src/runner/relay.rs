@@ -1,0 +1,223 @@
+//! The relay hosts of a run: the relay's configuration (the same in every run but for
+//! planted bugs), and its host, a supervisor that starts the relay server again whenever it
+//! exits. With the `failover` fault kind, `relay` is a load balancer in front of `relay-a`
+//! and `relay-b`, both campaigning for the shared store's lease (see [`crate::failover`]).
+//! The store and the media blobs outlive every power-off; so does the relay's clock.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use relay_core::{Config, MemoryBlobStore, Relay};
+
+use super::step::Sim;
+use super::{Parts, RunConfig};
+use crate::bounds::{PAY, PAY_PORT, RELAY, RELAY_A, RELAY_B, RELAY_PORT};
+use crate::failover::{self, SimLeadership};
+use crate::pushworld::PushWorld;
+use crate::seeds::{TAG_RELAY, derive_u64};
+use crate::store::SimStore;
+use crate::time::sleep_ms;
+use relay_server::{PushDelivery, RelayServer};
+use seam::clock::OffsetClock;
+use seam::net::{ServeLimits, Turmoil};
+
+/// The webhook secret the relay and the payment processor stand-in share.
+pub(super) const WEBHOOK_SECRET: &[u8] = b"sim-webhook-secret";
+/// A relay that exits (it could not open its store) is started again after this long.
+const RELAY_RESTART_MS: u64 = 1_000;
+
+/// How the relay of a run is configured (the same in every run but for planted bugs).
+#[derive(Debug, Clone)]
+pub(super) struct RelaySetup {
+    config: Config,
+    limits: ServeLimits,
+    /// Push delivery on (off only with a planted bug).
+    push: bool,
+    /// Planted: the shared store of the failover topology checks no epoch.
+    #[cfg(feature = "planted-bugs")]
+    pub(super) unfenced: bool,
+}
+
+impl RelaySetup {
+    #[cfg_attr(
+        not(feature = "planted-bugs"),
+        allow(unused_variables, reason = "only planted bugs change the relay")
+    )]
+    pub(super) fn of(run: &RunConfig) -> Self {
+        Self {
+            config: Config {
+                #[cfg(feature = "planted-bugs")]
+                planted_bug: run.planted.and_then(crate::planted::Planted::relay_bug),
+                ..relay_config()
+            },
+            #[cfg(feature = "planted-bugs")]
+            limits: run.planted.map_or_else(ServeLimits::default, |p| {
+                p.serve_limits(ServeLimits::default())
+            }),
+            #[cfg(not(feature = "planted-bugs"))]
+            limits: ServeLimits::default(),
+            #[cfg(feature = "planted-bugs")]
+            push: run.planted != Some(crate::planted::Planted::NoPushDelivery),
+            #[cfg(not(feature = "planted-bugs"))]
+            push: true,
+            #[cfg(feature = "planted-bugs")]
+            unfenced: run.planted == Some(crate::planted::Planted::UnfencedStore),
+        }
+    }
+}
+
+/// The relay's configuration in every run (but for a planted bug).
+fn relay_config() -> Config {
+    Config {
+        pow_difficulty: 1,
+        registrations_per_hour_per_addr: 100_000,
+        msgs_per_min_per_user: 10_000,
+        payment_webhook_secret: relay_core::config::WebhookSecret(WEBHOOK_SECRET.to_vec()),
+        payment_page_base: format!("http://{PAY}:{PAY_PORT}/invoice"),
+        ..Config::default()
+    }
+}
+
+/// Channels an account may create before it buys seats.
+pub(super) fn free_channel_quota() -> u32 {
+    relay_config().free_channel_quota
+}
+
+/// What every relay host of a run is built from.
+#[derive(Clone)]
+struct RelayParts {
+    store: SimStore,
+    blobs: MemoryBlobStore,
+    config: Config,
+    limits: ServeLimits,
+    deliver_pushes: bool,
+    clock: OffsetClock,
+    push: PushWorld,
+}
+
+/// Adds the relay host (or, in the failover topology, the balancer and both relays).
+pub(super) fn add_relay_hosts(
+    sim: &mut Sim<'_>,
+    parts: &Parts<'_>,
+    store: &SimStore,
+    setup: &RelaySetup,
+) {
+    let relay = RelayParts {
+        store: store.clone(),
+        blobs: MemoryBlobStore::new(),
+        config: setup.config.clone(),
+        limits: setup.limits,
+        deliver_pushes: setup.push,
+        clock: parts.relay_clock.clone(),
+        push: parts.push.clone(),
+    };
+    let seed = parts.replay.seed;
+    if sim.failover {
+        add_balancer(sim, store);
+        for (n, host) in [RELAY_A, RELAY_B].into_iter().enumerate() {
+            add_campaigning_relay(sim, host, &relay, derive_u64(seed, TAG_RELAY, n as u64 + 1));
+        }
+    } else {
+        add_relay(sim, relay, derive_u64(seed, TAG_RELAY, 0));
+    }
+}
+
+/// The one relay of a run: a supervisor that starts the relay again when it exits (the
+/// relay binary exits when it cannot open its store at start, e.g. the store is down).
+fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64) {
+    sim.host(RELAY, move || {
+        let relay = relay.clone();
+        async move {
+            loop {
+                let RelayParts {
+                    store,
+                    blobs,
+                    mut config,
+                    ..
+                } = relay.clone();
+                let delivery = relay.push.delivery(&mut config);
+                let open = move || {
+                    Relay::with_blobs(
+                        config.clone(),
+                        Box::new(store.open()?),
+                        Box::new(blobs.clone()),
+                        relay_seed,
+                    )
+                };
+                let delivery = relay.deliver_pushes.then_some(delivery);
+                let server = RelayServer::new(open);
+                serve_relay(server, relay.limits, &relay.clock, delivery).await;
+            }
+        }
+    });
+}
+
+/// The failover topology's load balancer on the `relay` host.
+fn add_balancer(sim: &mut Sim<'_>, store: &SimStore) {
+    let ctl = store.ctl().clone();
+    sim.host(RELAY, move || {
+        let ctl = ctl.clone();
+        async move {
+            failover::balancer(ctl, RELAY_PORT).await?;
+            Ok(())
+        }
+    });
+}
+
+/// One relay of the failover topology: it campaigns for the shared store's lease, serves
+/// while it leads, and campaigns again when its term ends.
+fn add_campaigning_relay(
+    sim: &mut Sim<'_>,
+    host: &'static str,
+    relay: &RelayParts,
+    relay_seed: u64,
+) {
+    let relay = relay.clone();
+    sim.host(host, move || {
+        let relay = relay.clone();
+        async move {
+            loop {
+                let mut config = relay.config.clone();
+                let delivery = relay.push.delivery(&mut config);
+                let blobs = relay.blobs.clone();
+                let make: failover::MakeRelay = Arc::new(move |fenced| {
+                    Relay::with_blobs(
+                        config.clone(),
+                        Box::new(fenced),
+                        Box::new(blobs.clone()),
+                        relay_seed,
+                    )
+                });
+                let leadership = SimLeadership::new(host, relay.store.clone(), make);
+                let server = RelayServer::campaigning(leadership);
+                let delivery = relay.deliver_pushes.then_some(delivery);
+                serve_relay(server, relay.limits, &relay.clock, delivery).await;
+            }
+        }
+    });
+}
+
+/// One start of a relay host's server, configured as every relay of a run is; returns once
+/// the server exited (it could not open its store, or its leadership failed for good) and the
+/// restart delay passed: the host's supervisor loop starts it again.
+async fn serve_relay(
+    server: RelayServer,
+    limits: ServeLimits,
+    clock: &OffsetClock,
+    delivery: Option<PushDelivery>,
+) {
+    let mut server = server.with_limits(limits).with_clock(clock.clone());
+    if let Some(delivery) = delivery {
+        server = server.with_push(delivery);
+    }
+    let served = server
+        .run::<Turmoil>(
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
+            std::future::pending(),
+        )
+        .await;
+    if let Err(error) = served {
+        tracing::warn!(%error, "relay exited; the supervisor restarts it");
+    }
+    sleep_ms(RELAY_RESTART_MS).await;
+}

@@ -1,0 +1,46 @@
+//! Every random stream of a run derives from its seed through [`derive_seed`]: one tag per
+//! consumer, listed here so no two consumers share a stream. A leaf of the crate.
+//!
+//! | tag | stream |
+//! |---|---|
+//! | [`TAG_SCENARIO`] | the scenario's draw |
+//! | [`TAG_PLAN`] | the fault plan's draw |
+//! | [`TAG_RELAY`] | the relay's RNG (`n`: 0 for `relay`, 1 and 2 for the failover topology's relays) |
+//! | [`TAG_AUDITOR`] | the commerce auditor's mnemonic |
+//! | [`TAG_MEDIA`] | the plaintext of media action `n` |
+//! | [`TAG_PUSH`] | the push stand-ins' keys and the relay's push worker |
+//! | [`client_tag`] | client `c`'s device `d` (`n`: its incarnation, from 1): `c << 8 \| d` |
+
+/// The scenario's draw.
+pub(crate) const TAG_SCENARIO: u64 = 1;
+/// The fault plan's draw.
+pub(crate) const TAG_PLAN: u64 = 2;
+/// The relay's RNG.
+pub(crate) const TAG_RELAY: u64 = 3;
+/// The commerce auditor's mnemonic.
+pub(crate) const TAG_AUDITOR: u64 = 4;
+/// The plaintext of media actions.
+pub(crate) const TAG_MEDIA: u64 = 5;
+/// The push world.
+pub(crate) const TAG_PUSH: u64 = 6;
+
+/// The 32-byte seed of stream `(tag, n)` of run `seed`.
+pub(crate) fn derive_seed(seed: u64, tag: u64, n: u64) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out[..8].copy_from_slice(&seed.to_le_bytes());
+    out[8..16].copy_from_slice(&tag.to_le_bytes());
+    out[16..24].copy_from_slice(&n.to_le_bytes());
+    out
+}
+
+/// The tag of client `client`'s device `device` (its incarnations are the `n` of
+/// [`derive_seed`], counted from 1, so client 0's second device never meets
+/// `(TAG_SCENARIO, 0)`).
+pub(crate) fn client_tag(client: usize, device: u8) -> u64 {
+    (client as u64) << 8 | u64::from(device)
+}
+
+/// The first 8 bytes of stream `(tag, n)` as a number (a seed for an API that takes a `u64`).
+pub(crate) fn derive_u64(seed: u64, tag: u64, n: u64) -> u64 {
+    u64::from_le_bytes(derive_seed(seed, tag, n)[..8].try_into().unwrap_or([0; 8]))
+}

@@ -1,0 +1,176 @@
+//! The state a run's hosts share: the runner, the client apps, the raw clients, the
+//! commerce scripts and, at the end, the oracles read and write one [`World`]
+//! (single-threaded: turmoil runs every host on the runner's thread), and each scripted host
+//! gets a [`HostCtx`].
+//!
+//! [`ledger`] holds the commerce records (orders, listings, binds, the audit) and the payment
+//! stand-ins the scripts pay through.
+
+pub(crate) mod ledger;
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
+
+use client::SharedStore;
+use seam::net::Endpoint;
+
+use self::ledger::{Ledger, Payments};
+use crate::bounds::{RELAY, RELAY_PORT};
+use crate::faults::HostileAct;
+use crate::pushworld::PushWorld;
+use crate::scenario::Scenario;
+use crate::store::StoreCtl;
+use crate::time::{SkewClock, sim_ms, sleep_ms};
+use crate::trace::{Device, Record, Trace};
+use crate::violation::Violation;
+
+/// A raw client's slow-consumer episode.
+#[derive(Debug, Clone)]
+pub(crate) struct StuckRec {
+    pub(crate) host: String,
+    /// When it stopped reading (and started provoking answers).
+    pub(crate) stopped_ms: u64,
+    /// When its own writes blocked (the relay stopped reading it), if they did.
+    pub(crate) blocked_ms: Option<u64>,
+    /// When its socket disappeared (the relay reset it), if it did within the bound.
+    pub(crate) closed_ms: Option<u64>,
+    /// Frames sent to provoke answers.
+    pub(crate) provoke: u32,
+    /// The pause outlasted the bound (or never ended): the relay had to close it.
+    pub(crate) must_close: bool,
+}
+
+/// A probe sent in the probe round.
+#[derive(Debug, Clone)]
+pub(crate) struct ProbeRec {
+    pub(crate) kind: &'static str,
+    pub(crate) from: usize,
+    pub(crate) to: usize,
+    pub(crate) conv: String,
+    /// Message id or call id.
+    pub(crate) id: String,
+    pub(crate) sent_ms: u64,
+}
+
+/// State shared between the runner and the scripted hosts (single-threaded: turmoil runs every
+/// host on the runner's thread).
+#[derive(Debug, Default)]
+pub(crate) struct World {
+    pub(crate) aliases: BTreeMap<usize, String>,
+    pub(crate) uuids: BTreeMap<usize, String>,
+    pub(crate) requested: BTreeSet<usize>,
+    pub(crate) accepted: BTreeSet<usize>,
+    pub(crate) ready: BTreeSet<usize>,
+    /// Conversation of each pair, as learned by its members.
+    pub(crate) convs: BTreeMap<usize, String>,
+    /// Simulated ms at which traffic starts.
+    pub(crate) traffic_start_ms: Option<u64>,
+    /// Simulated ms at which everything was healed.
+    pub(crate) heal_ms: Option<u64>,
+    /// Next action index per client (survives client crashes).
+    pub(crate) next_action: BTreeMap<usize, usize>,
+    /// Host incarnations (seed derivation across restarts).
+    pub(crate) incarnations: BTreeMap<usize, u64>,
+    /// Clients whose second device is logged in (or logging in) right now: their primary
+    /// device leaves the session to it (see `apps::keep_session`).
+    pub(crate) second_device_on: BTreeSet<usize>,
+    /// When the relay host actually powered off, in simulated ms (a crash the plan names, or
+    /// one a store fault asked for at a later commit than its plan event).
+    pub(crate) relay_off_ms: Vec<u64>,
+    /// The relay's links are held right now (a slow commit: see `Sim::stall`).
+    pub(crate) relay_stalled: bool,
+    /// Second-device stores.
+    pub(crate) second_stores: Vec<(Device, SharedStore)>,
+    /// Every alias each client had, oldest first (a bind retires the previous one).
+    pub(crate) alias_history: BTreeMap<usize, Vec<String>>,
+    /// Orders, listings, binds and the audit.
+    pub(crate) ledger: Ledger,
+    /// Strangers' `(uuid, alias)` by index.
+    pub(crate) strangers: BTreeMap<usize, (String, String)>,
+    /// Friend requests each stranger rejected.
+    pub(crate) rejected: BTreeMap<usize, usize>,
+    /// Acts for the raw hosts, by host name.
+    pub(crate) hostile_inbox: BTreeMap<String, VecDeque<HostileAct>>,
+    /// Raw clients' direct observations.
+    pub(crate) findings: Vec<Violation>,
+    /// Slow-consumer episodes.
+    pub(crate) stuck: Vec<StuckRec>,
+    /// Ids of messages a stranger tried to put into someone else's conversation.
+    pub(crate) evil_ids: Vec<String>,
+    /// Honest messages sent: id -> (conv, recipient alias).
+    pub(crate) sent_ids: BTreeMap<String, (String, String)>,
+    /// Ids retracted by their own authors.
+    pub(crate) honest_retracts: BTreeSet<String>,
+    /// Media sent: message id -> (conv, sha256 of the plaintext).
+    pub(crate) media_sent: BTreeMap<String, (String, String)>,
+    /// Media downloads by recipients: (client, message id, outcome).
+    pub(crate) media_checks: Vec<(usize, String, Result<bool, String>)>,
+    /// Probes sent.
+    pub(crate) probes: Vec<ProbeRec>,
+    /// Offline spells: (client, from ms, to ms).
+    pub(crate) offline: Vec<(usize, u64, u64)>,
+    /// Clients whose push targets the relay took.
+    pub(crate) push_registered: BTreeSet<usize>,
+    /// Push targets (Web Push subscription ids, FCM and APNs tokens) of each client.
+    pub(crate) push_targets: BTreeMap<usize, Vec<String>>,
+    /// The subscription whose browser unsubscribed, and when (simulated ms).
+    pub(crate) revoked: Option<(String, u64)>,
+    /// When the final relay clock jump happened (simulated ms).
+    pub(crate) final_jump_ms: Option<u64>,
+    /// The failover topology's lease (who is active).
+    pub(crate) lease: Option<StoreCtl>,
+}
+
+impl World {
+    /// The host of the active relay: `relay`, or in the failover topology the lease holder
+    /// (`relay`, the balancer, while nobody holds it).
+    pub(crate) fn active_relay(&self) -> String {
+        self.lease
+            .as_ref()
+            .and_then(StoreCtl::leader)
+            .unwrap_or_else(|| RELAY.to_owned())
+    }
+}
+
+/// The world, shared by every host of a run.
+pub(crate) type Shared = Rc<RefCell<World>>;
+
+/// What a scripted host (a client app, a raw client, the auditor) needs.
+pub(crate) struct HostCtx {
+    /// The host's client (or stranger) index.
+    pub(crate) me: usize,
+    /// The run's seed.
+    pub(crate) seed: u64,
+    pub(crate) scenario: Rc<Scenario>,
+    pub(crate) world: Shared,
+    pub(crate) trace: Trace,
+    /// The client's durable store (it survives the host's power-offs).
+    pub(crate) store: SharedStore,
+    pub(crate) clock: SkewClock,
+    pub(crate) payments: Payments,
+    pub(crate) push: PushWorld,
+    /// Bind confirmed vanity orders.
+    pub(crate) bind_vanity: bool,
+}
+
+/// Appends a note to the trace, stamped with simulated time.
+pub(crate) fn note(ctx: &HostCtx, text: String) {
+    ctx.trace.push(Record::Note {
+        t_ms: sim_ms(),
+        text,
+    });
+}
+
+/// Waits (polling every 100 ms) until `f` holds of the world.
+pub(crate) async fn wait_until(ctx: &HostCtx, f: impl Fn(&World) -> bool) {
+    while !f(&ctx.world.borrow()) {
+        sleep_ms(100).await;
+    }
+}
+
+/// The relay's base URL as every host reaches it.
+pub(crate) fn relay_endpoint() -> Endpoint {
+    Endpoint::parse(&format!("http://{RELAY}:{RELAY_PORT}"))
+        .unwrap_or_else(|_| unreachable!("a static, valid base URL"))
+}
