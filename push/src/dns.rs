@@ -29,7 +29,7 @@ pub const RESOLVE_TIMEOUT_MS: u64 = 5_000;
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Resolves host names to addresses.
-pub trait Resolve: Send + Sync + 'static {
+pub trait Resolve: std::fmt::Debug + Send + Sync + 'static {
     /// Every address of `host` (a DNS name, without brackets or port).
     fn resolve<'a>(&'a self, host: &'a str) -> BoxFuture<'a, io::Result<Vec<IpAddr>>>;
 }

@@ -10,9 +10,11 @@ use axum::{
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use bytes::Bytes;
 use futures_util::SinkExt as _;
 use relay_core::{ConnId, WsConnect};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tracing::{Instrument as _, debug, info, info_span, trace};
 use wire::{ClientFrame, limits::MAX_FRAME_BYTES};
 
@@ -130,10 +132,17 @@ impl Drop for DisconnectGuard {
 ///
 /// Every write must finish within `deadline` ([`ServeLimits::write_deadline_ms`]): a client
 /// that stops reading fills its TCP window and then the library's write buffer, and the write
-/// that does not finish in time is the end of the connection. The socket task
-/// ends, the socket and everything queued for it are freed, and the core forgets the
-/// connection; what the client had not acknowledged stays queued in the core for its next
+/// that does not finish in time is the end of the connection. A client that stops reading
+/// *before* that (its buffers absorb a few frames, so every write completes) is found with a
+/// ping: after a write the task sends a Ping unless one is already unanswered, and a client
+/// that neither answers it (every WebSocket client answers pings as it reads, RFC 6455 §5.5.2)
+/// nor sends anything at all within `deadline` is taken to have stopped reading. Either way the
+/// socket task ends, the socket and everything queued for it are freed, and the core forgets
+/// the connection; what the client had not acknowledged stays queued in the core for its next
 /// `sync`.
+///
+/// A client's Close is answered with a Close echoing its code (RFC 6455 §5.5.1), then the
+/// relay closes the TCP connection.
 ///
 /// [`ServeLimits::write_deadline_ms`]: seam::net::ServeLimits::write_deadline_ms
 async fn run_socket(
@@ -147,12 +156,23 @@ async fn run_socket(
         conn, mut outbound, ..
     } = connected;
     info!("websocket open");
+    // When the unanswered ping was sent; the last time anything arrived from the client.
+    let mut unanswered: Option<Instant> = None;
+    let mut last_heard = Instant::now();
     let why = loop {
+        let stuck_at = unanswered.map(|sent| sent.max(last_heard) + deadline);
         tokio::select! {
             biased;
             out = outbound.recv() => match out {
                 Some(first) => match write_batch(&mut socket, &mut outbound, first, deadline).await {
-                    Ok(None) => {}
+                    Ok(None) => {
+                        if unanswered.is_none() {
+                            if let Err(why) = send_within(&mut socket, Message::Ping(Bytes::new()), deadline).await {
+                                break why;
+                            }
+                            unanswered = Some(Instant::now());
+                        }
+                    }
                     Ok(Some((code, reason))) => {
                         close_handshake(&mut socket, code, reason, deadline).await;
                         break reason;
@@ -165,41 +185,66 @@ async fn run_socket(
                     break "closed by the relay";
                 }
             },
-            message = socket.recv() => match message {
-                // Decoded here, on the socket's task, not on the relay's: the relay charges
-                // the frame (or the failure) to the connection's budget before anything else.
-                Some(Ok(Message::Text(text))) => {
-                    trace!(bytes = text.len(), "text frame in");
-                    let decoded = ClientFrame::decode(text.as_str());
-                    if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
-                        break "relay gone";
+            () = sleep_until_opt(stuck_at) => {
+                debug!(
+                    deadline_ms = deadline.as_millis(),
+                    "no answer to a ping and nothing received: the client is not reading"
+                );
+                break "not reading";
+            }
+            message = socket.recv() => {
+                last_heard = Instant::now();
+                match message {
+                    // Decoded here, on the socket's task, not on the relay's: the relay charges
+                    // the frame (or the failure) to the connection's budget before anything else.
+                    Some(Ok(Message::Text(text))) => {
+                        trace!(bytes = text.len(), "text frame in");
+                        let decoded = ClientFrame::decode(text.as_str());
+                        if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
+                            break "relay gone";
+                        }
                     }
-                }
-                Some(Ok(Message::Binary(bytes))) => {
-                    trace!(bytes = bytes.len(), "binary frame in");
-                    let decoded = ClientFrame::decode_bytes(&bytes);
-                    if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
-                        break "relay gone";
+                    Some(Ok(Message::Binary(bytes))) => {
+                        trace!(bytes = bytes.len(), "binary frame in");
+                        let decoded = ClientFrame::decode_bytes(&bytes);
+                        if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
+                            break "relay gone";
+                        }
                     }
-                }
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                Some(Ok(Message::Close(_))) | None => break "closed by the client",
-                Some(Err(error)) => {
-                    debug!(%error, "websocket read failed");
-                    // Over the library's limit: say why before the socket goes.
-                    // (axum wraps tungstenite's error without exposing its kind; its
-                    // `Capacity` errors render as "Space limit exceeded: …").
-                    if error.to_string().contains("Space limit exceeded") {
-                        close_handshake(&mut socket, CLOSE_TOO_BIG, "message too big", deadline)
-                            .await;
+                    Some(Ok(Message::Pong(_))) => unanswered = None,
+                    Some(Ok(Message::Ping(_))) => {}
+                    Some(Ok(Message::Close(_))) => {
+                        // The library queued the reply (the client's code echoed); writing it
+                        // out completes the handshake, and dropping the socket closes TCP.
+                        let _ = tokio::time::timeout(deadline, socket.flush()).await;
+                        break "closed by the client";
                     }
-                    break "read failed";
+                    None => break "closed by the client",
+                    Some(Err(error)) => {
+                        debug!(%error, "websocket read failed");
+                        // Over the library's limit: say why before the socket goes.
+                        // (axum wraps tungstenite's error without exposing its kind; its
+                        // `Capacity` errors render as "Space limit exceeded: …").
+                        if error.to_string().contains("Space limit exceeded") {
+                            close_handshake(&mut socket, CLOSE_TOO_BIG, "message too big", deadline)
+                                .await;
+                        }
+                        break "read failed";
+                    }
                 }
             },
         }
     };
     info!(why, "websocket closed");
     drop(guard);
+}
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Frames written with one flush at most (whatever is queued, up to this).
