@@ -20,7 +20,7 @@
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
 //! use seam::net::Tokio;
-//! use crate::embedded::{TestRelayOptions, start_test_relay};
+//! use relay_server::embedded::{TestRelayOptions, start_test_relay};
 //!
 //! let relay = start_test_relay::<Tokio>(TestRelayOptions::default()).await?;
 //! println!("{} (webhook secret: {} bytes)", relay.base_url, relay.payment_secret.len());

@@ -60,7 +60,7 @@
 //! use std::net::SocketAddr;
 //! use seam::clock::SimClock;
 //! use seam::net::Turmoil;
-//! use crate::RelayServer;
+//! use relay_server::RelayServer;
 //! use relay_core::{Config, MemoryBlobStore, store::MemoryStore};
 //!
 //! // Inside a turmoil host (the simulator keeps `store` to rebuild the host after a crash):

@@ -403,3 +403,117 @@ async fn a_name_rebound_to_loopback_is_never_connected_to() {
     drop(ws);
     r.stop().await;
 }
+
+/// A store whose commits are fenced once the test says so (another relay took over).
+#[derive(Debug)]
+struct Fenceable {
+    inner: MemoryStore,
+    fenced: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl relay_core::store::Store for Fenceable {
+    fn load(&mut self) -> Result<relay_core::store::Snapshot, relay_core::store::StoreError> {
+        self.inner.load()
+    }
+    fn commit(
+        &mut self,
+        batch: relay_core::store::Batch,
+    ) -> Result<(), relay_core::store::StoreError> {
+        if self.fenced.load(Ordering::SeqCst) {
+            return Err(relay_core::store::StoreError::Fenced { epoch: 1 });
+        }
+        self.inner.commit(batch)
+    }
+}
+
+/// Leads once (then stands by for good) over a [`Fenceable`] store.
+struct OneTerm {
+    fenced: Arc<std::sync::atomic::AtomicBool>,
+    led: bool,
+}
+
+impl relay_server::leadership::Leadership for OneTerm {
+    fn campaign(&mut self) -> relay_server::leadership::CampaignFuture<'_> {
+        Box::pin(async move {
+            if self.led {
+                std::future::pending::<()>().await;
+            }
+            self.led = true;
+            let end = relay_server::leadership::TermEnd::new();
+            let (store, fenced, term_end) =
+                (MemoryStore::new(), Arc::clone(&self.fenced), end.clone());
+            let open = move || {
+                let store = relay_server::leadership::TermStore::new(
+                    Fenceable {
+                        inner: store.clone(),
+                        fenced: Arc::clone(&fenced),
+                    },
+                    term_end.clone(),
+                );
+                relay_core::Relay::with_blobs(
+                    Config {
+                        pow_difficulty: 0,
+                        ..Config::default()
+                    },
+                    Box::new(store),
+                    Box::new(MemoryBlobStore::new()),
+                    7,
+                )
+            };
+            Ok(relay_server::leadership::Term {
+                open: Box::new(open),
+                end,
+                epoch: Some(1),
+                holder: Box::new(()),
+            })
+        })
+    }
+}
+
+/// A leader whose commit is fenced closes its sockets with 1012 "not the leader", as the
+/// README says (not 1011 "relay restarting").
+#[tokio::test]
+async fn a_fenced_leader_closes_its_sockets_with_1012() {
+    let fenced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let r = start(RelayServer::campaigning(OneTerm {
+        fenced: Arc::clone(&fenced),
+        led: false,
+    }))
+    .await;
+    let http = client(r.addr, FromAddr(Ipv4Addr::LOCALHOST));
+    for _ in 0..500 {
+        let ready = http
+            .send(seam::net::HttpRequest::new(http::Method::GET, "/readyz"))
+            .await
+            .is_ok_and(|r| r.status == 200);
+        if ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let a = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 1)), 1).await;
+    let b = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 2)), 2).await;
+    let conv = befriend(r.addr, &a, &b).await;
+    let (mut ws, _) = connect(r.addr, &a).await;
+    fenced.store(true, Ordering::SeqCst);
+    ws.send(Message::text(
+        json!({"type":"msg","id":"m1","to":b.alias,"conv_id":conv,"crypto_v":1,"payload":"aGk="})
+            .to_string(),
+    ))
+    .await
+    .unwrap();
+    let mut code = None;
+    let read = async {
+        while let Some(Ok(m)) = ws.next().await {
+            if let Message::Close(frame) = m {
+                code = frame.map(|f| u16::from(f.code));
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .expect("a close frame");
+    assert_eq!(code, Some(1012));
+    r.stop().await;
+}
