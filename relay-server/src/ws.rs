@@ -43,6 +43,8 @@ pub const WS_MAX_WRITE_BUFFER_BYTES: usize = WS_WRITE_BUFFER_BYTES + HARD_MAX_ME
 const CLOSE_TOO_BIG: u16 = 1009;
 /// RFC 6455 "going away".
 const CLOSE_GOING_AWAY: u16 = 1001;
+/// RFC 6455 "try again later": the client stopped reading.
+const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
 
 /// The upgrade: ask the core to authenticate (query and `Sec-WebSocket-Protocol`); refuse
 /// with its response, or upgrade (echoing the sub-protocol it chose) and run the socket.
@@ -190,6 +192,10 @@ async fn run_socket(
                     deadline_ms = deadline.as_millis(),
                     "no answer to a ping and nothing received: the client is not reading"
                 );
+                // Said once, briefly: a client that does not read will not see it.
+                let linger = Duration::from_millis(CLOSE_LINGER_MS);
+                let _ = send_within(&mut socket, close(CLOSE_TRY_AGAIN_LATER, "not reading"), linger)
+                    .await;
                 break "not reading";
             }
             message = socket.recv() => {
