@@ -269,6 +269,17 @@ pub fn classify(ip: IpAddr) -> Option<AddressKind> {
     }
 }
 
+/// Reserved IPv4 /24s: IETF protocol assignments (192.0.0.0/24), the three documentation
+/// networks (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24) and the 6to4 relay anycast
+/// (192.88.99.0/24).
+const RESERVED_V4_24: [[u8; 3]; 5] = [
+    [192, 0, 0],
+    [192, 0, 2],
+    [198, 51, 100],
+    [203, 0, 113],
+    [192, 88, 99],
+];
+
 fn classify_v4(ip: Ipv4Addr) -> Option<AddressKind> {
     let [a, b, c, _] = ip.octets();
     let kind = if a == 0 {
@@ -281,12 +292,8 @@ fn classify_v4(ip: Ipv4Addr) -> Option<AddressKind> {
         AddressKind::LinkLocal
     } else if ip.is_multicast() || ip.is_broadcast() {
         AddressKind::Multicast
-    } else if (a == 192 && b == 0 && c == 0)      // IETF protocol assignments
-        || (a == 192 && b == 0 && c == 2)         // TEST-NET-1
-        || (a == 198 && (b & 0xfe) == 18)         // benchmarking
-        || (a == 198 && b == 51 && c == 100)      // TEST-NET-2
-        || (a == 203 && b == 0 && c == 113)       // TEST-NET-3
-        || (a == 192 && b == 88 && c == 99)       // 6to4 relay anycast
+    } else if RESERVED_V4_24.contains(&[a, b, c])
+        || (a == 198 && (b & 0xfe) == 18) // benchmarking, 198.18.0.0/15
         || a >= 240
     {
         AddressKind::Reserved
@@ -296,6 +303,19 @@ fn classify_v4(ip: Ipv4Addr) -> Option<AddressKind> {
     Some(kind)
 }
 
+/// IPv6 forms that carry an IPv4 address: IPv4-mapped `::ffff:0:0/96` and IPv4-compatible
+/// `::/96`, IPv4-translated `::ffff:0:0:0/96`, NAT64 `64:ff9b::/32`, 6to4 `2002::/16` and
+/// Teredo `2001::/32`.
+fn embeds_ipv4(s: &[u16; 8]) -> bool {
+    let mapped_or_compatible = s[..5] == [0; 5] && (s[5] == 0xffff || s[5] == 0);
+    let translated = s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0;
+    let nat64 = s[0] == 0x0064 && s[1] == 0xff9b;
+    let six_to_four = s[0] == 0x2002;
+    let teredo = s[0] == 0x2001 && s[1] == 0;
+    mapped_or_compatible || translated || nat64 || six_to_four || teredo
+}
+
+/// Classifies an IPv6 address; anything outside `2000::/3` (global unicast) is reserved.
 fn classify_v6(ip: Ipv6Addr) -> Option<AddressKind> {
     let s = ip.segments();
     let kind = if ip.is_unspecified() {
@@ -308,18 +328,12 @@ fn classify_v6(ip: Ipv6Addr) -> Option<AddressKind> {
         AddressKind::LinkLocal
     } else if (s[0] & 0xfe00) == 0xfc00 || (s[0] & 0xffc0) == 0xfec0 {
         AddressKind::UniqueLocal
-    } else if s[..5] == [0; 5] && (s[5] == 0xffff || s[5] == 0)  // mapped, compatible
-        || (s[0] == 0x0064 && s[1] == 0xff9b)                     // NAT64 (and local use)
-        || s[0] == 0x2002                                         // 6to4
-        || (s[0] == 0x2001 && s[1] == 0)                          // Teredo
-        || (s[0] == 0 && s[1] == 0 && s[2] == 0 && s[3] == 0 && s[4] == 0xffff && s[5] == 0)
-    {
+    } else if embeds_ipv4(&s) {
         AddressKind::Embedded
-    } else if (s[0] == 0x2001 && s[1] == 0x0db8)                  // documentation
-        || (s[0] == 0x0100 && s[1..4] == [0; 3])                  // discard-only
-        || (s[0] == 0x2001 && s[1] < 0x0200)                      // IETF protocol assignments
+    } else if (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
+        || (s[0] == 0x0100 && s[1..4] == [0; 3]) // discard-only
+        || (s[0] == 0x2001 && s[1] < 0x0200) // IETF protocol assignments
         || (s[0] & 0xe000) != 0x2000
-    // outside 2000::/3, the global unicast space
     {
         AddressKind::Reserved
     } else {

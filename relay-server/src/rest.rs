@@ -226,16 +226,21 @@ async fn read_body(body: Body, limit: usize, limits: &seam::net::ServeLimits) ->
         drain(body).await;
         return BodyRead::TooLarge;
     }
-    let start = tokio::time::Instant::now();
+    // The deadline starts at the body's allowance and moves later with every byte received:
+    // `Sleep::deadline` plus what the bytes earned (no clock read of our own).
+    let mut deadline = std::pin::pin!(tokio::time::sleep(std::time::Duration::from_millis(
+        limits.body_deadline_ms(0)
+    )));
     let mut bytes = Vec::new();
     loop {
-        let deadline =
-            start + std::time::Duration::from_millis(limits.body_deadline_ms(bytes.len() as u64));
-        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
-            Err(_) => return BodyRead::TooSlow,
-            Ok(None) => break,
-            Ok(Some(Err(_))) => return BodyRead::Failed,
-            Ok(Some(Ok(frame))) => frame,
+        let frame = tokio::select! {
+            () = &mut deadline => return BodyRead::TooSlow,
+            frame = body.frame() => frame,
+        };
+        let frame = match frame {
+            None => break,
+            Some(Err(_)) => return BodyRead::Failed,
+            Some(Ok(frame)) => frame,
         };
         if let Some(data) = frame.data_ref() {
             if bytes.len() + data.len() > limit {
@@ -243,6 +248,9 @@ async fn read_body(body: Body, limit: usize, limits: &seam::net::ServeLimits) ->
                 return BodyRead::TooLarge;
             }
             bytes.extend_from_slice(data);
+            let earned = limits.body_deadline_ms(data.len() as u64) - limits.body_deadline_ms(0);
+            let later = deadline.deadline() + std::time::Duration::from_millis(earned);
+            deadline.as_mut().reset(later);
         }
     }
     BodyRead::Complete(bytes)

@@ -14,7 +14,6 @@ use bytes::Bytes;
 use futures_util::SinkExt as _;
 use relay_core::{ConnId, WsConnect};
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
 use tracing::{Instrument as _, debug, info, info_span, trace};
 use wire::{ClientFrame, limits::MAX_FRAME_BYTES};
 
@@ -158,11 +157,9 @@ async fn run_socket(
         conn, mut outbound, ..
     } = connected;
     info!("websocket open");
-    // When the unanswered ping was sent; the last time anything arrived from the client.
-    let mut unanswered: Option<Instant> = None;
-    let mut last_heard = Instant::now();
+    // While a ping is unanswered: the write deadline, restarted by anything the client sends.
+    let mut unanswered: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     let why = loop {
-        let stuck_at = unanswered.map(|sent| sent.max(last_heard) + deadline);
         tokio::select! {
             biased;
             out = outbound.recv() => match out {
@@ -172,7 +169,7 @@ async fn run_socket(
                             if let Err(why) = send_within(&mut socket, Message::Ping(Bytes::new()), deadline).await {
                                 break why;
                             }
-                            unanswered = Some(Instant::now());
+                            unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
                         }
                     }
                     Ok(Some((code, reason))) => {
@@ -187,7 +184,7 @@ async fn run_socket(
                     break "closed by the relay";
                 }
             },
-            () = sleep_until_opt(stuck_at) => {
+            () = stuck(&mut unanswered) => {
                 debug!(
                     deadline_ms = deadline.as_millis(),
                     "no answer to a ping and nothing received: the client is not reading"
@@ -199,7 +196,9 @@ async fn run_socket(
                 break "not reading";
             }
             message = socket.recv() => {
-                last_heard = Instant::now();
+                if unanswered.is_some() {
+                    unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
+                }
                 match message {
                     // Decoded here, on the socket's task, not on the relay's: the relay charges
                     // the frame (or the failure) to the connection's budget before anything else.
@@ -245,10 +244,10 @@ async fn run_socket(
     drop(guard);
 }
 
-/// Sleeps until `at`, or forever without one.
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
+/// Resolves when the unanswered ping's deadline passes; pends forever without one.
+async fn stuck(unanswered: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>) {
+    match unanswered {
+        Some(sleep) => sleep.as_mut().await,
         None => std::future::pending().await,
     }
 }

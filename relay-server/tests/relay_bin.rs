@@ -137,12 +137,18 @@ async fn data_directory_store_files_and_piped_logs() {
         log.clone(),
     )
     .await;
-    for file in [
+    let files = [
         "relay.sqlite3",
         "relay.sqlite3-wal",
         "relay.sqlite3-shm",
         "jwt-signing.key",
-    ] {
+    ];
+    // The listener is bound before the store is opened: wait for the relay to say it listens.
+    until("the relay to listen", || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("relay listening"))
+    })
+    .await;
+    for file in files {
         assert_eq!(mode(&data.join(file)), 0o600, "{file}");
     }
     assert_eq!(mode(&data), 0o700);
