@@ -8,6 +8,10 @@
 //!   or others may read or write it; the text is wiped from memory when dropped.
 //! * [`check_private`]: that refusal on its own.
 //! * [`create_private_dir`]: a directory (and its parents) created with mode 0700.
+//! * [`make_private`]: a file another program creates (a database and its journals) made
+//!   0600: created empty with that mode when missing, or narrowed when open to others.
+//! * [`check_dir_not_shared`]: refuses a directory the group or others may write to (they
+//!   could replace or delete the files in it).
 //!
 //! Errors name the file and what was being done, never its contents. On platforms without Unix
 //! permissions the mode checks pass and files get the platform's defaults.
@@ -47,6 +51,17 @@ pub enum PrivateFileError {
     )]
     TooOpen {
         /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A directory the group or others may write to.
+    #[error(
+        "{} can be written by group or others (mode {mode:o}); run `chmod 700` on it",
+        path.display()
+    )]
+    DirTooOpen {
+        /// The directory.
         path: PathBuf,
         /// Its permission bits.
         mode: u32,
@@ -130,6 +145,47 @@ pub fn create_private_dir(dir: &Path) -> Result<(), PrivateFileError> {
     }
     std::fs::create_dir_all(dir).map_err(io("creating the directory", dir))?;
     set_mode(dir, PRIVATE_DIR_MODE)
+}
+
+/// Makes `path` its owner's alone: creates it empty with mode 0600 when it does not exist
+/// (so that a program opening it afterwards, e.g. SQLite, keeps that mode and gives it to
+/// the journals it creates next to it), and removes every group and other permission from an
+/// existing one. Returns whether an existing file's mode was narrowed.
+pub fn make_private(path: &Path) -> Result<bool, PrivateFileError> {
+    if !path.exists() {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            options.mode(PRIVATE_FILE_MODE);
+        }
+        match options.open(path) {
+            Ok(_) => {}
+            // Created meanwhile by someone else: narrowed below like any existing file.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io("creating", path)(e)),
+        }
+        set_mode(path, PRIVATE_FILE_MODE)?;
+    }
+    match mode_of(path)? {
+        Some(mode) if mode & GROUP_OR_OTHERS != 0 => {
+            set_mode(path, mode & !GROUP_OR_OTHERS)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// Refuses the directory `dir` when the group or others may write to it.
+pub fn check_dir_not_shared(dir: &Path) -> Result<(), PrivateFileError> {
+    match mode_of(dir)? {
+        Some(mode) if mode & 0o022 != 0 => Err(PrivateFileError::DirTooOpen {
+            path: dir.to_owned(),
+            mode,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The permission bits of `path` (`None` where the platform has none).
@@ -254,6 +310,45 @@ mod tests {
         std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o755)).unwrap();
         create_private_dir(&existing).unwrap();
         assert_eq!(mode_of(&existing).unwrap(), Some(0o755));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn make_private_creates_0600_and_narrows_an_open_file() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let new = dir.path().join("db");
+        assert!(!make_private(&new).unwrap());
+        assert_eq!(mode_of(&new).unwrap(), Some(PRIVATE_FILE_MODE));
+        assert_eq!(std::fs::metadata(&new).unwrap().len(), 0);
+        let open = dir.path().join("old");
+        std::fs::write(&open, b"rows").unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o664)).unwrap();
+        assert!(make_private(&open).unwrap());
+        assert_eq!(mode_of(&open).unwrap(), Some(0o600));
+        assert_eq!(std::fs::read(&open).unwrap(), b"rows", "contents kept");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_directory_others_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        for (mode, ok) in [
+            (0o700, true),
+            (0o755, true),
+            (0o770, false),
+            (0o777, false),
+            (0o702, false),
+        ] {
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+            let result = check_dir_not_shared(dir.path());
+            assert_eq!(result.is_ok(), ok, "{mode:o}");
+            if let Err(e) = result {
+                assert!(e.to_string().contains("chmod 700"), "{e}");
+            }
+        }
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     }
 
     #[test]

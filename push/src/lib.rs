@@ -22,6 +22,7 @@
 //! | [`apns`] | `.p8` key, ES256 provider token, `/3/device/<token>` request |
 //! | [`outcome`] | delivered / gone / retry / re-authenticate / failed, per service |
 //! | [`transport`] | the [`PushTransport`] trait (the only IO seam) |
+//! | [`dns`] | name resolution ([`dns::Resolve`]) and the connector's checked, pinned resolver |
 //! | [`tls`] | [`HttpsTransport`]: hyper + rustls (ring, webpki roots), HTTP/2 and HTTP/1.1 |
 //! | [`worker`] | [`PushWorker`]: bounded queue, bounded concurrency, retries, gone reports |
 //!
@@ -54,6 +55,7 @@
 #![warn(missing_docs)]
 
 pub mod apns;
+pub mod dns;
 pub mod ece;
 pub mod fcm;
 pub mod outcome;

@@ -11,6 +11,13 @@
 //!   multiplexed.
 //! * `http://` URIs are refused unless [`HttpsTransport::allowing_http`] (a relay's test mode:
 //!   stand-ins and the conformance push probe on loopback).
+//! * **Destinations** ([`relay_core::destination`]): before any connection, the URI's host must
+//!   pass the transport's [`PushDestinations`] policy — no loopback, private, link-local,
+//!   unique-local, multicast or otherwise non-public address, no non-canonical numeric host,
+//!   no local name, and (when set) only allowlisted hosts. A literal address is checked as it
+//!   is; a name is resolved **once** by the connector's [`CheckedResolver`], every address is
+//!   checked, and the connection goes to one of exactly those addresses (no second lookup).
+//!   A refused destination is [`TransportError::Refused`], and nothing is sent anywhere.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +29,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use relay_core::destination::PushDestinations;
+
+use crate::dns::{CheckedResolver, DestinationRefused, Resolve, SystemResolver};
 use crate::transport::{
     MAX_PUSH_RESPONSE_BYTES, PushRequest, PushResponse, PushTransport, TransportError,
 };
@@ -38,31 +48,40 @@ pub const POOL_MAX_IDLE_PER_HOST: usize = 8;
 #[error("setting up TLS: {0}")]
 pub struct TlsSetupError(String);
 
-/// HTTPS (and, in test mode, HTTP) to push services. Cheap to clone.
+/// HTTPS (and, in test mode, HTTP) to push services that pass its destination policy.
+/// Cheap to clone.
 #[derive(Clone)]
 pub struct HttpsTransport {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
-    allow_http: bool,
+    client: Client<HttpsConnector<HttpConnector<CheckedResolver>>, Full<Bytes>>,
+    policy: Arc<PushDestinations>,
+    resolver: Arc<dyn Resolve>,
 }
 
 impl std::fmt::Debug for HttpsTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpsTransport")
-            .field("allow_http", &self.allow_http)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }
 
 impl HttpsTransport {
-    /// A client that speaks HTTPS only.
+    /// A client that speaks HTTPS only, to public addresses only, resolving names with the
+    /// operating system's resolver.
     pub fn new() -> Result<Self, TlsSetupError> {
+        Self::build(PushDestinations::default(), Arc::new(SystemResolver))
+    }
+
+    fn build(policy: PushDestinations, resolver: Arc<dyn Resolve>) -> Result<Self, TlsSetupError> {
+        let policy = Arc::new(policy);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsSetupError(e.to_string()))?
             .with_webpki_roots()
             .with_no_client_auth();
-        let mut tcp = HttpConnector::new();
+        let checked = CheckedResolver::new(Arc::clone(&resolver), Arc::clone(&policy));
+        let mut tcp = HttpConnector::new_with_resolver(checked);
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
         tcp.set_connect_timeout(Some(Duration::from_millis(CONNECT_TIMEOUT_MS)));
@@ -78,31 +97,69 @@ impl HttpsTransport {
             .build(connector);
         Ok(Self {
             client,
-            allow_http: false,
+            policy,
+            resolver,
         })
     }
 
-    /// Also sends to `http://` URIs: **test mode only** (stand-ins, the conformance probe).
-    pub fn allowing_http(mut self) -> Self {
-        self.allow_http = true;
-        self
+    /// The same transport under `policy` (e.g. an operator's allowlist, or private addresses
+    /// for a lab): rebuilt, with an empty connection pool.
+    pub fn with_destinations(self, policy: PushDestinations) -> Result<Self, TlsSetupError> {
+        Self::build(policy, self.resolver)
+    }
+
+    /// The same transport resolving names with `resolver` (tests: a [`crate::dns::StaticResolver`]).
+    pub fn with_resolver(self, resolver: Arc<dyn Resolve>) -> Result<Self, TlsSetupError> {
+        Self::build((*self.policy).clone(), resolver)
+    }
+
+    /// Also sends to `http://` URIs and to any address: **test mode only** (stand-ins and the
+    /// conformance probe on loopback).
+    pub fn allowing_http(self) -> Self {
+        let resolver = Arc::clone(&self.resolver);
+        Self::build(PushDestinations::permissive(), resolver).unwrap_or(self)
+    }
+
+    /// The destination policy.
+    pub fn destinations(&self) -> &PushDestinations {
+        &self.policy
+    }
+
+    /// The resolver (the relay shell checks subscriptions with the same one).
+    pub fn resolver(&self) -> Arc<dyn Resolve> {
+        Arc::clone(&self.resolver)
+    }
+
+    /// The checks that need no DNS: scheme, host syntax, literal address, local names,
+    /// allowlist.
+    fn check_uri(&self, uri: &http::Uri) -> Result<(), TransportError> {
+        match uri.scheme_str() {
+            Some("https") => {}
+            Some("http") if self.policy.allow_http => {}
+            _ => return Err(TransportError::SchemeNotAllowed),
+        }
+        let host = uri.host().ok_or(TransportError::SchemeNotAllowed)?;
+        let refused =
+            |e: relay_core::destination::DestinationError| TransportError::Refused(e.to_string());
+        let host = relay_core::destination::parse_host(host).map_err(refused)?;
+        // A literal address bypasses the connector's resolver: it is checked here, and
+        // connected to as it is. A name is checked by the resolver, address by address.
+        self.policy.check_host(&host).map_err(refused)
     }
 }
 
 impl PushTransport for HttpsTransport {
     async fn send(&self, request: PushRequest) -> Result<PushResponse, TransportError> {
-        match request.uri().scheme_str() {
-            Some("https") => {}
-            Some("http") if self.allow_http => {}
-            _ => return Err(TransportError::SchemeNotAllowed),
-        }
+        self.check_uri(request.uri())?;
         let response = self
             .client
             .request(request.map(Full::new))
             .await
             .map_err(|e| {
                 // hyper-util's errors name no URL; keep only the error kinds.
-                if e.is_connect() {
+                if let Some(refused) = find_source::<DestinationRefused>(&e) {
+                    TransportError::Refused(refused.0.to_string())
+                } else if e.is_connect() {
                     TransportError::Connect(error_chain(&e))
                 } else {
                     TransportError::Exchange(error_chain(&e))
@@ -126,6 +183,20 @@ impl PushTransport for HttpsTransport {
             body,
         })
     }
+}
+
+/// The first error of type `E` in `error`'s source chain.
+fn find_source<'a, E: std::error::Error + 'static>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a E> {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(found) = e.downcast_ref::<E>() {
+            return Some(found);
+        }
+        current = e.source();
+    }
+    None
 }
 
 /// The error and its sources, joined (none of them carries the URI).

@@ -49,6 +49,10 @@ pub enum TransportError {
     /// The URI's scheme is not allowed by this transport (e.g. `http` in production).
     #[error("scheme not allowed")]
     SchemeNotAllowed,
+    /// The destination policy refused the host or an address it resolved to (nothing was
+    /// sent); the reason names the rule, never the host.
+    #[error("destination refused: {0}")]
+    Refused(String),
 }
 
 /// Sends push requests. Implementations are cheap to share (`Arc`) and may be called from

@@ -521,6 +521,19 @@ impl<T: PushTransport> Ctx<T> {
         };
         let response = match self.send(request).await {
             Ok(response) => response,
+            Err(error @ (TransportError::Refused(_) | TransportError::SchemeNotAllowed)) => {
+                // Never reachable under the destination policy: no retry. A Web Push
+                // subscription is the subscriber's choice, so it is deleted; a service URL
+                // is the operator's, so it is only reported.
+                warn!(kind = job.target.kind(), %error, "push destination refused");
+                return match &job.target {
+                    PushTarget::WebPush { .. } => Outcome::Gone,
+                    PushTarget::Fcm { .. } | PushTarget::Apns { .. } => Outcome::Failed {
+                        status: 0,
+                        reason: "destination_refused".into(),
+                    },
+                };
+            }
             Err(error) => {
                 debug!(kind = job.target.kind(), %error, "push request failed");
                 return Outcome::Retry { after: None };

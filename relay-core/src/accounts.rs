@@ -8,13 +8,25 @@ use wire::limits::NICKNAME_MAX_CHARS;
 use wire::{AliasId, ErrorCode, UnixMs, UserUuid};
 
 use crate::http::{ApiError, HttpRequest, HttpResponse};
-use crate::limits::{ALIAS_ATTEMPTS, MIN_NICKNAME_CHARS, STORAGE_QUOTA_BYTES};
+use crate::limits::{
+    ALIAS_ATTEMPTS, MAX_NICKNAME_COMBINING_MARKS, MIN_NICKNAME_CHARS, STORAGE_QUOTA_BYTES,
+};
 use crate::relay::Relay;
 use crate::state::AccountRow;
 
-/// Validates a nickname: trimmed, 1..=32 Unicode scalar values, no control characters.
+/// Validates a nickname and returns the form stored: NFC-normalised, trimmed,
+/// 1..=32 Unicode scalar values, words separated by ASCII spaces only, and nothing a reader
+/// cannot see or that reorders what they see: no control characters, no format characters
+/// (bidi controls such as U+202E, zero-width space, joiner and non-joiner, word joiner, BOM,
+/// …), no other default-ignorable or blank-looking characters (Hangul fillers, variation
+/// selectors, tags, U+2800), no line or paragraph separators, private-use or unassigned code
+/// points, and no run of more than [`MAX_NICKNAME_COMBINING_MARKS`] combining marks (nor one at the
+/// start). Emoji keep working: U+200D may join two emoji, U+FE0F may follow one, and tag
+/// characters may follow U+1F3F4 (subdivision flags).
 pub(crate) fn check_nickname(raw: &str) -> Result<String, ApiError> {
-    let nick = raw.trim();
+    use unicode_normalization::UnicodeNormalization as _;
+    let nfc: String = raw.nfc().collect();
+    let nick = nfc.trim();
     let n = nick.chars().count();
     if n < MIN_NICKNAME_CHARS {
         return Err(ApiError::new(
@@ -28,13 +40,99 @@ pub(crate) fn check_nickname(raw: &str) -> Result<String, ApiError> {
             format!("nickname is {n} characters, the limit is {NICKNAME_MAX_CHARS}"),
         ));
     }
-    if nick.chars().any(char::is_control) {
-        return Err(ApiError::new(
-            ErrorCode::INVALID_FIELD,
-            "nickname must not contain control characters",
-        ));
+    let chars: Vec<char> = nick.chars().collect();
+    let mut marks = 0usize;
+    for (i, &c) in chars.iter().enumerate() {
+        if unicode_normalization::char::is_combining_mark(c) {
+            marks += 1;
+            if i == 0 || marks > MAX_NICKNAME_COMBINING_MARKS {
+                return Err(ApiError::new(
+                    ErrorCode::INVALID_FIELD,
+                    format!(
+                        "nickname must not start with a combining mark or stack more than \
+                         {MAX_NICKNAME_COMBINING_MARKS} of them"
+                    ),
+                ));
+            }
+            continue;
+        }
+        marks = 0;
+        if c.is_control() {
+            return Err(ApiError::new(
+                ErrorCode::INVALID_FIELD,
+                "nickname must not contain control characters",
+            ));
+        }
+        if c.is_whitespace() && c != ' ' {
+            return Err(ApiError::new(
+                ErrorCode::INVALID_FIELD,
+                format!(
+                    "nickname may separate words with spaces only (U+{:04X} is not allowed)",
+                    u32::from(c)
+                ),
+            ));
+        }
+        if is_invisible(c) && !emoji_sequence_part(&chars, i) {
+            return Err(ApiError::new(
+                ErrorCode::INVALID_FIELD,
+                format!(
+                    "nickname must not contain invisible or direction-changing characters \
+                     (U+{:04X})",
+                    u32::from(c)
+                ),
+            ));
+        }
     }
     Ok(nick.to_owned())
+}
+
+/// Characters that render as nothing (or as blank space) or change the order of what is
+/// shown: format characters (Cf), separators, private-use and unassigned code points, and the
+/// other default-ignorable or blank-looking ones.
+fn is_invisible(c: char) -> bool {
+    use unicode_properties::{GeneralCategory as G, UnicodeGeneralCategory as _};
+    matches!(
+        c.general_category(),
+        G::Format
+            | G::LineSeparator
+            | G::ParagraphSeparator
+            | G::PrivateUse
+            | G::Unassigned
+            | G::Surrogate
+    ) || matches!(
+        c,
+        '\u{034F}'                        // combining grapheme joiner
+            | '\u{115F}'..='\u{1160}'     // Hangul choseong / jungseong fillers
+            | '\u{17B4}'..='\u{17B5}'     // Khmer inherent vowels
+            | '\u{180B}'..='\u{180F}'     // Mongolian variation selectors, vowel separator
+            | '\u{2800}'                   // Braille blank
+            | '\u{3164}'                   // Hangul filler
+            | '\u{FE00}'..='\u{FE0F}'     // variation selectors
+            | '\u{FFA0}'                   // halfwidth Hangul filler
+            | '\u{1D159}'                  // musical symbol null notehead
+            | '\u{1D173}'..='\u{1D17A}'   // musical formatting
+            | '\u{E0000}'..='\u{E0FFF}'   // tags and variation selectors supplement
+    )
+}
+
+/// Whether the invisible character at `i` is part of an emoji sequence: U+200D between two
+/// emoji, U+FE0F after an emoji, a tag character after U+1F3F4 (or another tag).
+fn emoji_sequence_part(chars: &[char], i: usize) -> bool {
+    use unicode_properties::UnicodeEmoji as _;
+    // ASCII digits, `#` and `*` have the emoji property (keycaps) but are not pictures.
+    let emoji = |c: char| !c.is_ascii() && c.is_emoji_char();
+    let modifier = |c: char| c == '\u{FE0F}' || ('\u{1F3FB}'..='\u{1F3FF}').contains(&c);
+    let before = chars[..i].iter().rev().find(|c| !modifier(**c)).copied();
+    match chars[i] {
+        '\u{200D}' => before.is_some_and(emoji) && chars.get(i + 1).is_some_and(|c| emoji(*c)),
+        '\u{FE0F}' => i > 0 && emoji(chars[i - 1]),
+        '\u{E0020}'..='\u{E007F}' => {
+            i > 0
+                && (chars[i - 1] == '\u{1F3F4}'
+                    || ('\u{E0020}'..='\u{E007F}').contains(&chars[i - 1]))
+        }
+        _ => false,
+    }
 }
 
 /// X25519 u-coordinates of small order (and their non-canonical encodings, u + p), compared

@@ -44,11 +44,33 @@ pub struct Config {
     /// The VAPID public key (base64url, uncompressed P-256) returned by `push/vapid-key`;
     /// `None`: the documented placeholder [`crate::push::VAPID_KEY_PLACEHOLDER`].
     pub vapid_public_key: Option<String>,
-    /// Accept `http://` Web Push endpoints at `push/subscribe` (default `false`: `https://`
-    /// only). For a relay's **test mode** only: the conformance push probe and push-service
-    /// stand-ins listen on plain HTTP. Never in production (it lets accounts aim the relay's
-    /// push requests at unencrypted URLs).
-    pub allow_http_push_endpoints: bool,
+    /// Which Web Push endpoints `push/subscribe` accepts ([`crate::destination`]): by default
+    /// `https://` to public addresses only, names only with the addresses the shell resolved.
+    /// A relay's **test mode** uses [`PushDestinations::permissive`](crate::destination::PushDestinations::permissive)
+    /// (the conformance push probe and push-service stand-ins listen on plain HTTP on loopback
+    /// or a simulated network). The shell's push transport must apply the same policy.
+    pub push_destinations: crate::destination::PushDestinations,
+    /// Undelivered messages one recipient may have queued over all its conversations.
+    pub max_offline_queue_per_recipient: usize,
+    /// Bytes (as [`crate::limits::queued_message_bytes`] counts them) one recipient may have
+    /// queued over all its conversations.
+    pub max_offline_queue_bytes_per_recipient: u64,
+    /// Bytes one sender may have queued in one conversation, i.e. its share of the other
+    /// member's queue.
+    pub max_offline_queue_bytes_per_conversation: u64,
+    /// Bytes one sender may have queued over all recipients.
+    pub max_offline_queue_bytes_per_sender: u64,
+    /// Bytes queued over every recipient: the relay's bound on undelivered messages in memory.
+    pub max_offline_queue_bytes_total: u64,
+    /// User lookups (`GET /api/v1/users/{alias}`) per account: burst and refill per hour.
+    pub lookups: limits::Budget,
+    /// Friend requests per account: burst and refill per hour.
+    pub friend_requests: limits::Budget,
+    /// Every other authenticated route per account: burst and refill per minute.
+    pub account_requests: limits::Budget,
+    /// Unauthenticated routes (vanity search, reserve, order status) per client address: burst
+    /// and refill per minute.
+    pub public_requests: limits::Budget,
     /// STUN URLs returned by `calls/ice-config` (empty: none).
     pub stun_urls: Vec<String>,
     /// TURN URLs (`turn:` / `turns:`); TURN is offered only with these and `turn_secret`.
@@ -113,7 +135,17 @@ impl Default for Config {
             payment_page_base: String::from("https://pay.securechat.invalid/checkout"),
             payment_webhook_secret: WebhookSecret::default(),
             vapid_public_key: None,
-            allow_http_push_endpoints: false,
+            push_destinations: crate::destination::PushDestinations::default(),
+            max_offline_queue_per_recipient: limits::MAX_OFFLINE_QUEUE_PER_RECIPIENT,
+            max_offline_queue_bytes_per_recipient: limits::MAX_OFFLINE_QUEUE_BYTES_PER_RECIPIENT,
+            max_offline_queue_bytes_per_conversation:
+                limits::MAX_OFFLINE_QUEUE_BYTES_PER_CONVERSATION,
+            max_offline_queue_bytes_per_sender: limits::MAX_OFFLINE_QUEUE_BYTES_PER_SENDER,
+            max_offline_queue_bytes_total: limits::MAX_OFFLINE_QUEUE_BYTES_TOTAL,
+            lookups: limits::USER_LOOKUPS,
+            friend_requests: limits::FRIEND_REQUESTS,
+            account_requests: limits::ACCOUNT_REQUESTS,
+            public_requests: limits::PUBLIC_REQUESTS_PER_ADDR,
             stun_urls: limits::DEFAULT_STUN_URLS
                 .iter()
                 .map(|u| (*u).to_owned())

@@ -55,6 +55,30 @@ pub struct HttpRequest {
     /// webhook's `x-payment-signature`. Shells may pass every header; the relay looks up only
     /// the ones it needs.
     pub headers: Vec<(String, String)>,
+    /// The addresses the shell resolved for a host named in the body, when the route needs
+    /// them (`POST /api/v1/push/subscribe`: the endpoint's host; see
+    /// [`crate::destination`]). relay-core never resolves names itself.
+    pub resolved: Option<Resolution>,
+}
+
+/// A host name and the addresses a shell's resolver returned for it (empty: it did not
+/// resolve).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Resolution {
+    /// The name, as it appears in the request (compared case-insensitively, trailing dot
+    /// ignored).
+    pub host: String,
+    /// Every address it resolved to.
+    pub addrs: Vec<std::net::IpAddr>,
+}
+
+impl std::fmt::Debug for Resolution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The host belongs to a push endpoint, which is a capability: never printed.
+        f.debug_struct("Resolution")
+            .field("addrs", &self.addrs.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for HttpRequest {
@@ -75,6 +99,7 @@ impl std::fmt::Debug for HttpRequest {
             )
             .field("body_len", &self.body.len())
             .field("headers", &self.headers.len())
+            .field("resolved", &self.resolved)
             .finish()
     }
 }
@@ -95,6 +120,7 @@ impl HttpRequest {
             remote_addr: String::from("0.0.0.0"),
             body: Vec::new(),
             headers: Vec::new(),
+            resolved: None,
         }
     }
 
@@ -124,6 +150,16 @@ impl HttpRequest {
     #[must_use]
     pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
         self.body = body.into();
+        self
+    }
+
+    /// With the addresses `host` resolved to (see [`HttpRequest::resolved`]).
+    #[must_use]
+    pub fn resolved(mut self, host: impl Into<String>, addrs: Vec<std::net::IpAddr>) -> Self {
+        self.resolved = Some(Resolution {
+            host: host.into(),
+            addrs,
+        });
         self
     }
 

@@ -61,6 +61,7 @@ mod channels;
 mod commerce_state;
 pub mod config;
 mod contacts;
+pub mod destination;
 pub mod http;
 pub(crate) mod ids;
 mod json;
@@ -87,7 +88,7 @@ pub use blob::{BlobStore, FsBlobStore, MemoryBlobStore};
 pub use calls::turn_credential;
 pub use config::TurnSecret;
 pub use config::{Config, JwtSigningKey};
-pub use http::{ApiError, HttpRequest, HttpResponse, Method};
+pub use http::{ApiError, HttpRequest, HttpResponse, Method, Resolution};
 #[cfg(feature = "planted-bugs")]
 pub use planted::PlantedBug;
 pub use push::PushTarget;

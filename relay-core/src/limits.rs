@@ -32,6 +32,48 @@ pub const POW_CHALLENGES_PER_MIN_PER_ADDR: u32 = 60;
 /// Auth challenges per account per minute; excess: 429 `RATE_LIMITED`.
 pub const AUTH_CHALLENGES_PER_MIN_PER_USER: u32 = 30;
 
+/// A request budget: a token bucket of `burst` requests, refilled at `per_window` requests
+/// per `window_ms` (fractions kept). A request past it: 429 `RATE_LIMITED` with `Retry-After`
+/// = the seconds until the next token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Requests allowed at once.
+    pub burst: u32,
+    /// Requests refilled per window.
+    pub per_window: u32,
+    /// The refill window, in ms.
+    pub window_ms: u64,
+}
+
+/// `GET /api/v1/users/{alias}` per account (`Config::lookups`): 30 at once, 120 per hour.
+/// Aliases are `u` + 8 digits, so enumerating them takes ~830,000 account-hours.
+pub const USER_LOOKUPS: Budget = Budget {
+    burst: 30,
+    per_window: 120,
+    window_ms: HOUR_MS,
+};
+/// `POST /api/v1/friends/request` per account (`Config::friend_requests`): 50 at once, 60 per
+/// hour.
+pub const FRIEND_REQUESTS: Budget = Budget {
+    burst: 50,
+    per_window: 60,
+    window_ms: HOUR_MS,
+};
+/// Every other authenticated route per account (`Config::account_requests`): 600 at once,
+/// 600 per minute.
+pub const ACCOUNT_REQUESTS: Budget = Budget {
+    burst: 600,
+    per_window: 600,
+    window_ms: MINUTE_MS,
+};
+/// Unauthenticated routes without a limit of their own (vanity search and reserve, order
+/// status) per client address (`Config::public_requests`): 600 at once, 600 per minute.
+pub const PUBLIC_REQUESTS_PER_ADDR: Budget = Budget {
+    burst: 600,
+    per_window: 600,
+    window_ms: MINUTE_MS,
+};
+
 /// Default PoW difficulty in leading zero hex nibbles of SHA-256.
 pub const POW_DIFFICULTY: u32 = 4;
 /// Highest accepted configured difficulty (64 nibbles = the whole digest).
@@ -56,11 +98,15 @@ pub const MAX_PENDING_TICKETS: usize = 100_000;
 /// Longest accepted bearer token / ticket string.
 pub const MAX_TOKEN_BYTES: usize = 4096;
 
-/// Longest nickname: `wire::limits::NICKNAME_MAX_CHARS` (32). Bodies: `wire::limits::MAX_JSON_BODY_BYTES`
+/// Longest nickname: `wire::limits::NICKNAME_MAX_CHARS` (32), counted after NFC
+/// normalisation. Bodies: `wire::limits::MAX_JSON_BODY_BYTES`
 /// (32 KiB, 413). Frames: `wire::limits::MAX_FRAME_BYTES` (64 KiB) and `MAX_MSG_PAYLOAD_BYTES` (48 KiB).
 ///
 /// Shortest nickname (after trimming), in Unicode scalar values.
 pub const MIN_NICKNAME_CHARS: usize = 1;
+/// Combining marks allowed in a row after one base character in a nickname (enough for every
+/// script's stacked diacritics; more is "Zalgo" text that covers its neighbours).
+pub const MAX_NICKNAME_COMBINING_MARKS: usize = 4;
 /// Attempts at drawing an unused `u` + 8 digits alias before giving up with 503.
 pub const ALIAS_ATTEMPTS: u32 = 64;
 
@@ -69,6 +115,32 @@ pub const OFFLINE_TTL_MS: u64 = 24 * HOUR_MS;
 /// Undelivered messages per (recipient, conversation); when full: error frame `QUEUE_FULL`
 /// to the sender and **no ack**, so the sender's outbox retries later.
 pub const MAX_OFFLINE_QUEUE_PER_CONVERSATION: usize = 1_000;
+/// Bytes one sender may have queued in one conversation (`Config::max_offline_queue_bytes_per_conversation`):
+/// its share of the other member's queue. When full: error frame `QUEUE_FULL`, no ack.
+pub const MAX_OFFLINE_QUEUE_BYTES_PER_CONVERSATION: u64 = 2 * 1024 * 1024;
+/// Undelivered messages per recipient over all its conversations
+/// (`Config::max_offline_queue_per_recipient`). When full: error frame `RECIPIENT_QUEUE_FULL`
+/// to the sender, no ack.
+pub const MAX_OFFLINE_QUEUE_PER_RECIPIENT: usize = 20_000;
+/// Bytes queued per recipient over all its conversations
+/// (`Config::max_offline_queue_bytes_per_recipient`). When full: `RECIPIENT_QUEUE_FULL`.
+pub const MAX_OFFLINE_QUEUE_BYTES_PER_RECIPIENT: u64 = 32 * 1024 * 1024;
+/// Bytes one sender may have queued over all its recipients
+/// (`Config::max_offline_queue_bytes_per_sender`). When full: error frame `SENDER_QUEUE_FULL`,
+/// no ack. What an attacker's accounts can park is this times their number.
+pub const MAX_OFFLINE_QUEUE_BYTES_PER_SENDER: u64 = 4 * 1024 * 1024;
+/// Bytes queued over every recipient (`Config::max_offline_queue_bytes_total`). When full:
+/// error frame `RELAY_QUEUE_FULL`, no ack.
+pub const MAX_OFFLINE_QUEUE_BYTES_TOTAL: u64 = 1024 * 1024 * 1024;
+/// What a queued message costs besides its payload and id, in bytes: an estimate of the
+/// relay's heap per queued message (queue slot, expiry timer, row bookkeeping).
+pub const QUEUED_MESSAGE_OVERHEAD_BYTES: u64 = 256;
+
+/// The bytes a queued message counts against the queue bounds.
+pub const fn queued_message_bytes(id_bytes: usize, payload_bytes: usize) -> u64 {
+    (id_bytes + payload_bytes) as u64 + QUEUED_MESSAGE_OVERHEAD_BYTES
+}
+
 /// How long a message id is remembered after its message was accepted (dedup and retract
 /// authorisation). Longer than `OFFLINE_TTL_MS` so a resend-on-reconnect (D-TS-2) after the
 /// message was delivered still gets the original seq.

@@ -7,9 +7,12 @@
 //!   with the same id — e.g. the web client's resend-on-reconnect — gets the same `ack` with the
 //!   same `seq` and is never delivered twice. The same id in another conversation is refused
 //!   (`ALREADY_EXISTS`).
-//! * New messages: rate limit (`RATE_LIMITED`, no ack), bounded offline queue (`QUEUE_FULL`,
-//!   no ack: the sender's outbox retries later), next gap-free seq, commit, then `ack` and, if
-//!   the recipient is online and synced, delivery.
+//! * New messages: rate limit (`RATE_LIMITED`, no ack), bounded queues (no ack: the
+//!   conversation's share of the recipient's queue `QUEUE_FULL`, the recipient's whole backlog
+//!   `RECIPIENT_QUEUE_FULL`, the sender's undelivered bytes `SENDER_QUEUE_FULL`, the relay's
+//!   total `RELAY_QUEUE_FULL`; a message is refused before it is stored, so nothing acknowledged
+//!   is ever dropped to make room), next gap-free seq, commit, then `ack` and, if the recipient
+//!   is online and synced, delivery.
 //! * The `payload` must be standard base64 (else error frame `BAD_FRAME`, no ack); the relay
 //!   never looks further into it.
 //! * `typing`: members only, ephemeral, 30/min/user, excess silently dropped.
@@ -99,6 +102,56 @@ impl Relay {
         member_check(&self.state, user, conv_id, to)
     }
 
+    /// Whether one more message of `charge` bytes from `sender` to `recipient` in `conv` fits
+    /// every queue bound (see `crate::limits`): the conversation's (the sender's share of the
+    /// recipient's queue), the recipient's over all conversations, the sender's over all
+    /// recipients, and the relay's total. `Err`: the code and message of the refusal.
+    fn queue_bounds(
+        &self,
+        sender: &UserUuid,
+        recipient: &UserUuid,
+        conv: &ConvId,
+        charge: u64,
+    ) -> Result<(), (ErrorCode, &'static str)> {
+        let c = &self.config;
+        let (conv_msgs, conv_bytes) = self
+            .state
+            .queue(recipient, conv)
+            .map_or((0, 0), |q| (q.len(), q.bytes()));
+        if conv_msgs >= c.max_offline_queue_per_conversation
+            || conv_bytes + charge > c.max_offline_queue_bytes_per_conversation
+        {
+            return Err((
+                ErrorCode::QUEUE_FULL,
+                "the recipient's offline queue for this conversation is full; retry later",
+            ));
+        }
+        let to = self.state.backlog.of_recipient(recipient);
+        if to.msgs >= c.max_offline_queue_per_recipient
+            || to.bytes + charge > c.max_offline_queue_bytes_per_recipient
+        {
+            return Err((
+                ErrorCode::RECIPIENT_QUEUE_FULL,
+                "the recipient has too many undelivered messages; retry later",
+            ));
+        }
+        if self.state.backlog.of_sender(sender).bytes + charge
+            > c.max_offline_queue_bytes_per_sender
+        {
+            return Err((
+                ErrorCode::SENDER_QUEUE_FULL,
+                "you have too many undelivered messages; retry when your contacts have received some",
+            ));
+        }
+        if self.state.backlog.total.bytes + charge > c.max_offline_queue_bytes_total {
+            return Err((
+                ErrorCode::RELAY_QUEUE_FULL,
+                "the relay holds as many undelivered messages as it may; retry later",
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn conn_user(&self, conn: ConnId) -> Option<UserUuid> {
         self.conns.get(&conn).map(|c| c.user.clone())
     }
@@ -114,10 +167,9 @@ impl Relay {
             relay.send_error(conn, code, msg, Some("msg".into()), Some(id.to_string()));
         };
         let (recipient, peer) = match member_check(&self.state, user, &m.conv_id, &m.to) {
-            Ok((_, other)) => (self.state.queue(other, &m.conv_id), self.online(other)),
+            Ok((_, other)) => (other, self.online(other)),
             Err(msg) => return refuse(self, ErrorCode::NOT_A_MEMBER, msg, &m.id),
         };
-        let queued = recipient.map_or(0, |q| q.len());
         if !is_base64(&m.payload) {
             return refuse(
                 self,
@@ -153,13 +205,9 @@ impl Relay {
                 &m.id,
             );
         }
-        if queued >= self.config.max_offline_queue_per_conversation {
-            return refuse(
-                self,
-                ErrorCode::QUEUE_FULL,
-                "the recipient's offline queue for this conversation is full; retry later",
-                &m.id,
-            );
+        let charge = crate::limits::queued_message_bytes(m.id.as_str().len(), m.payload.len());
+        if let Err((code, msg)) = self.queue_bounds(user, recipient, &m.conv_id, charge) {
+            return refuse(self, code, msg, &m.id);
         }
         // `member_check` found `user` in the conversation, so this is always `Some`.
         let Some(seq) = self.state.next_seq(&m.conv_id, user) else {

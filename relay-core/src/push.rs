@@ -5,10 +5,12 @@
 //!   the documented placeholder [`VAPID_KEY_PLACEHOLDER`] is returned (not a valid P-256 key,
 //!   so a browser's `pushManager.subscribe` fails cleanly instead of subscribing under a key
 //!   no shell can sign for). The real server's configuration provides the key.
-//! * **P2** `subscribe` (JWT): a Web Push subscription; `endpoint` must be an `https://` URL
-//!   (`http://` too when [`Config::allow_http_push_endpoints`](crate::Config), test mode
-//!   only) (≤ `MAX_PUSH_ENDPOINT_BYTES`), `keys.p256dh` base64url of 65 bytes, `keys.auth` base64url
-//!   of 16 bytes. Deduplicated by endpoint (a repeat replaces the keys).
+//! * **P2** `subscribe` (JWT): a Web Push subscription; `endpoint` (≤ `MAX_PUSH_ENDPOINT_BYTES`)
+//!   must pass [`Config::push_destinations`](crate::Config) ([`crate::destination`]: `https://`
+//!   to a public address; a host name only with the shell's resolution of it, every address
+//!   public; 400 `PUSH_ENDPOINT_FORBIDDEN` / `PUSH_ENDPOINT_UNRESOLVABLE` otherwise),
+//!   `keys.p256dh` base64url of 65 bytes, `keys.auth` base64url of 16 bytes. Deduplicated by
+//!   endpoint (a repeat replaces the keys).
 //! * **P3** `register` (JWT): a native token; `device_token` is an APNs token, `token` is an
 //!   FCM token (or APNs when `platform` is `ios`); 400 `INVALID_FIELD` when neither is present.
 //!   Deduplicated by token (clients retry at 0 s / 5 s / 30 s / 300 s).
@@ -163,24 +165,37 @@ fn b64url_len(value: &str) -> Option<usize> {
         .map(|b| b.len())
 }
 
-fn check_endpoint(endpoint: &str, allow_http: bool) -> Result<(), ApiError> {
+/// P2's endpoint check (see [`crate::destination`]): length, printable ASCII, then the
+/// policy; a host given by name needs the shell's resolution of that very name when the policy
+/// checks addresses, and every address it resolved to must pass.
+fn check_endpoint(
+    endpoint: &str,
+    policy: &crate::destination::PushDestinations,
+    resolved: Option<&crate::http::Resolution>,
+) -> Result<(), ApiError> {
+    use crate::destination::{DestinationError, Host};
     if endpoint.len() > MAX_PUSH_ENDPOINT_BYTES {
         return Err(invalid(format!(
             "endpoint is {} bytes, the limit is {MAX_PUSH_ENDPOINT_BYTES}",
             endpoint.len()
         )));
     }
-    let after_scheme = endpoint
-        .strip_prefix("https://")
-        .or_else(|| endpoint.strip_prefix("http://").filter(|_| allow_http));
-    let host = after_scheme
-        .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or(""))
-        .unwrap_or("");
     let clean = endpoint
         .bytes()
         .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
-    if host.is_empty() || host.contains('@') || !clean {
+    if !clean {
         return Err(invalid("endpoint must be an https:// URL with a host"));
+    }
+    let refuse = |e: DestinationError| ApiError::new(e.code(), e.to_string());
+    let dest = policy.check_url(endpoint).map_err(refuse)?;
+    if let Host::Name(name) = &dest.host
+        && policy.requires_resolution()
+    {
+        let addrs = resolved
+            .filter(|r| r.host.trim_end_matches('.').eq_ignore_ascii_case(name))
+            .map(|r| r.addrs.as_slice())
+            .ok_or_else(|| refuse(DestinationError::Unresolvable))?;
+        policy.check_resolved(addrs).map_err(refuse)?;
     }
     Ok(())
 }
@@ -224,7 +239,11 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
         let body: PushSubscribeRequest = decode_body(&req.body)?;
-        check_endpoint(&body.endpoint, self.config.allow_http_push_endpoints)?;
+        check_endpoint(
+            &body.endpoint,
+            &self.config.push_destinations,
+            req.resolved.as_ref(),
+        )?;
         if b64url_len(&body.keys.p256dh) != Some(65) {
             return Err(invalid(
                 "keys.p256dh must be a base64url P-256 public key (65 bytes)",

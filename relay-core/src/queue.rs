@@ -21,9 +21,17 @@ pub(crate) struct Queued {
     pub(crate) at: UnixMs,
 }
 
-/// Queued messages in strictly increasing seq order.
+impl Queued {
+    /// What this message counts against the queue bounds
+    /// ([`crate::limits::queued_message_bytes`]).
+    pub(crate) fn charge(&self) -> u64 {
+        crate::limits::queued_message_bytes(self.id.as_str().len(), self.payload.len())
+    }
+}
+
+/// Queued messages in strictly increasing seq order, and the bytes they count.
 #[derive(Debug, Default)]
-pub(crate) struct Queue(VecDeque<Queued>);
+pub(crate) struct Queue(VecDeque<Queued>, u64);
 
 /// An empty queue gives its buffer back above this capacity (so an idle conversation holds
 /// little), and keeps it below (so a conversation that is emptied by every receipt does not
@@ -39,15 +47,31 @@ impl Queue {
         self.0.is_empty()
     }
 
-    /// Queues `m`, replacing a message with the same seq.
-    pub(crate) fn insert(&mut self, m: Queued) {
-        match self.0.back() {
+    /// The bytes of every queued message ([`Queued::charge`]).
+    pub(crate) fn bytes(&self) -> u64 {
+        self.1
+    }
+
+    /// Queues `m`, replacing (and returning) a message with the same seq.
+    pub(crate) fn insert(&mut self, m: Queued) -> Option<Queued> {
+        self.1 += m.charge();
+        let replaced = match self.0.back() {
             Some(last) if last.seq >= m.seq => match self.position(m.seq) {
-                Ok(i) => self.0[i] = m,
-                Err(i) => self.0.insert(i, m),
+                Ok(i) => Some(std::mem::replace(&mut self.0[i], m)),
+                Err(i) => {
+                    self.0.insert(i, m);
+                    None
+                }
             },
-            _ => self.0.push_back(m),
+            _ => {
+                self.0.push_back(m);
+                None
+            }
+        };
+        if let Some(old) = &replaced {
+            self.1 -= old.charge();
         }
+        replaced
     }
 
     fn position(&self, seq: Seq) -> Result<usize, usize> {
@@ -58,6 +82,9 @@ impl Queue {
     pub(crate) fn remove(&mut self, seq: Seq) -> Option<Queued> {
         let i = self.position(seq).ok()?;
         let m = self.0.remove(i);
+        if let Some(m) = &m {
+            self.1 -= m.charge();
+        }
         self.trim();
         m
     }
@@ -66,6 +93,9 @@ impl Queue {
     pub(crate) fn pop_upto(&mut self, upto: Seq) -> Option<Queued> {
         if self.0.front().is_some_and(|m| m.seq <= upto) {
             let m = self.0.pop_front();
+            if let Some(m) = &m {
+                self.1 -= m.charge();
+            }
             self.trim();
             m
         } else {
@@ -145,8 +175,10 @@ mod tests {
             for (version, op) in ops.into_iter().enumerate() {
                 match op {
                     Op::Insert(s) => {
-                        q.insert(queued(s, version));
-                        model.insert(Seq(s), queued(s, version));
+                        prop_assert_eq!(
+                            q.insert(queued(s, version)),
+                            model.insert(Seq(s), queued(s, version))
+                        );
                     }
                     Op::Remove(s) => prop_assert_eq!(q.remove(Seq(s)), model.remove(&Seq(s))),
                     Op::PopUpto(s) => {
@@ -157,6 +189,7 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(q.len(), model.len());
+                prop_assert_eq!(q.bytes(), model.values().map(Queued::charge).sum::<u64>());
                 prop_assert!(q.iter().eq(model.values()));
                 prop_assert_eq!(q.first(), model.values().next());
                 for s in [0, 10, 20, 39] {

@@ -64,6 +64,12 @@ impl<K: Ord + Clone> RateLimiter<K> {
 }
 
 impl<K: Ord + Clone> RateLimiter<K> {
+    /// Restores `key`'s window: `count` events in the window that started at `start` (a
+    /// relay rebuilding its limits from its store).
+    pub(crate) fn restore(&mut self, key: K, start: u64, count: u32) {
+        self.windows.insert(key, (start, count));
+    }
+
     /// Milliseconds until `key` may have one more event (0 when it may now).
     pub(crate) fn retry_after_ms(&self, now: u64, key: &K) -> u64 {
         match self.windows.get(key) {
@@ -75,13 +81,16 @@ impl<K: Ord + Clone> RateLimiter<K> {
     }
 }
 
-/// A token bucket per key on the injected clock: `burst` tokens, refilled at `per_min` tokens
-/// per minute (exactly: fractions of a token are kept). Keys whose bucket is full hold no entry
-/// (a full bucket is the default), so memory is what recently active keys use.
+/// A token bucket per key on the injected clock: `burst` tokens, refilled at `per_window`
+/// tokens per `window_ms` (exactly: fractions of a token are kept). Keys whose bucket is full
+/// hold no entry (a full bucket is the default), so memory is what recently active keys use.
 #[derive(Debug, Clone)]
 pub(crate) struct TokenBucket<K: Ord> {
-    per_min: u64,
-    /// Capacity in units (one token is `MINUTE_MS` units; refill adds `per_min` units per ms).
+    /// Units added per ms (one token is `token_units` units).
+    per_ms: u64,
+    /// Units of one token: the window, in ms.
+    token_units: u64,
+    /// Capacity in units.
     capacity: u64,
     buckets: BTreeMap<K, Bucket>,
 }
@@ -92,14 +101,23 @@ struct Bucket {
     at_ms: u64,
 }
 
-/// Units of one token: refilling `per_min` tokens per minute adds `per_min` units per ms.
-const TOKEN_UNITS: u64 = crate::limits::MINUTE_MS;
-
 impl<K: Ord + Clone> TokenBucket<K> {
+    /// `burst` tokens refilled at `per_min` tokens per minute.
     pub(crate) fn new(per_min: u32, burst: u32) -> Self {
+        Self::with_window(burst, per_min, crate::limits::MINUTE_MS)
+    }
+
+    /// The bucket of a [`crate::limits::Budget`].
+    pub(crate) fn budget(b: crate::limits::Budget) -> Self {
+        Self::with_window(b.burst, b.per_window, b.window_ms)
+    }
+
+    fn with_window(burst: u32, per_window: u32, window_ms: u64) -> Self {
+        let token_units = window_ms.max(1);
         Self {
-            per_min: u64::from(per_min),
-            capacity: u64::from(burst).saturating_mul(TOKEN_UNITS),
+            per_ms: u64::from(per_window),
+            token_units,
+            capacity: u64::from(burst).saturating_mul(token_units),
             buckets: BTreeMap::new(),
         }
     }
@@ -107,20 +125,36 @@ impl<K: Ord + Clone> TokenBucket<K> {
     fn refilled(&self, b: Bucket, now: u64) -> u64 {
         let elapsed = now.saturating_sub(b.at_ms);
         b.units
-            .saturating_add(elapsed.saturating_mul(self.per_min))
+            .saturating_add(elapsed.saturating_mul(self.per_ms))
             .min(self.capacity)
+    }
+
+    /// Milliseconds until `key` has a token again (0 when it has one now).
+    pub(crate) fn retry_after_ms(&self, now: u64, key: &K) -> u64 {
+        let units = match self.buckets.get(key) {
+            Some(b) => self.refilled(*b, now),
+            None => self.capacity,
+        };
+        if units >= self.token_units {
+            return 0;
+        }
+        if self.per_ms == 0 {
+            return u64::MAX;
+        }
+        (self.token_units - units).div_ceil(self.per_ms)
     }
 
     /// Takes one token for `key`; `false` (nothing taken) when its bucket is empty.
     pub(crate) fn take(&mut self, now: u64, key: &K) -> bool {
-        if self.capacity < TOKEN_UNITS {
+        let token = self.token_units;
+        if self.capacity < token {
             return false;
         }
         let units = match self.buckets.get(key) {
             Some(b) => self.refilled(*b, now),
             None => self.capacity,
         };
-        if units < TOKEN_UNITS {
+        if units < token {
             if let Some(b) = self.buckets.get_mut(key) {
                 *b = Bucket {
                     units,
@@ -130,7 +164,7 @@ impl<K: Ord + Clone> TokenBucket<K> {
             return false;
         }
         let bucket = Bucket {
-            units: units - TOKEN_UNITS,
+            units: units - token,
             at_ms: now,
         };
         match self.buckets.get_mut(key) {
@@ -151,16 +185,16 @@ impl<K: Ord + Clone> TokenBucket<K> {
     /// Gives one token back to `key` (never above the capacity).
     pub(crate) fn refund(&mut self, key: &K) {
         if let Some(b) = self.buckets.get_mut(key) {
-            b.units = b.units.saturating_add(TOKEN_UNITS).min(self.capacity);
+            b.units = b.units.saturating_add(self.token_units).min(self.capacity);
         }
     }
 
     /// Forgets every bucket that has refilled completely.
     pub(crate) fn sweep(&mut self, now: u64) {
-        let (per_min, capacity) = (self.per_min, self.capacity);
+        let (per_ms, capacity) = (self.per_ms, self.capacity);
         self.buckets.retain(|_, b| {
             let elapsed = now.saturating_sub(b.at_ms);
-            b.units.saturating_add(elapsed.saturating_mul(per_min)) < capacity
+            b.units.saturating_add(elapsed.saturating_mul(per_ms)) < capacity
         });
     }
 
@@ -198,6 +232,23 @@ mod tests {
         assert!(!b.take(1_000_000, &1));
         b.sweep(10_000_000);
         assert_eq!(b.len(), 0, "full buckets are forgotten");
+    }
+
+    #[test]
+    fn an_hourly_budget_refills_by_the_hour_and_says_when() {
+        let mut b = TokenBucket::budget(crate::limits::Budget {
+            burst: 2,
+            per_window: 60,
+            window_ms: crate::limits::HOUR_MS,
+        });
+        assert!(b.take(0, &1));
+        assert!(b.take(0, &1));
+        assert!(!b.take(0, &1));
+        assert_eq!(b.retry_after_ms(0, &1), 60_000, "60 per hour: one a minute");
+        assert_eq!(b.retry_after_ms(0, &2), 0);
+        assert!(!b.take(59_999, &1));
+        assert_eq!(b.retry_after_ms(59_999, &1), 1);
+        assert!(b.take(60_000, &1));
     }
 
     #[test]

@@ -162,6 +162,12 @@ pub struct Relay {
     pub(crate) blobs: Box<dyn crate::blob::BlobStore>,
     /// Call signals per connection (`crate::calls`).
     pub(crate) call_limit: RateLimiter<ConnId>,
+    /// Request budgets (`Config::lookups`, `friend_requests`, `account_requests`,
+    /// `public_requests`).
+    budgets: Budgets,
+    /// The caller of the request being handled, once [`Relay::dispatch_http`] verified its
+    /// token (every handler's `authenticate` then reuses it: one verification per request).
+    pub(crate) verified: Option<(UserUuid, String)>,
     /// Outputs of the input being handled; released after its commit.
     pub(crate) staged: Vec<Output>,
     /// Between [`Relay::begin_batch`] and [`Relay::commit_batch`]: what the batch's inputs
@@ -231,9 +237,10 @@ impl Relay {
         }
         let batch = state.take_batch();
         store.commit(batch)?;
-        let msg_limit = RateLimiter::new(config.msgs_per_min_per_user, MINUTE_MS);
+        let msg_limit = restored_msg_limit(&state, &config);
         let frame_budget =
             TokenBucket::new(config.frames_per_min_per_conn, config.frame_burst_per_conn);
+        let budgets = Budgets::new(&config);
         Ok(Self {
             eph: Ephemeral::new(&config),
             config,
@@ -252,6 +259,8 @@ impl Relay {
                 crate::limits::MAX_CALL_FRAMES_PER_MIN_PER_CONN,
                 MINUTE_MS,
             ),
+            budgets,
+            verified: None,
             staged: Vec::new(),
             group: None,
             outputs: VecDeque::new(),
@@ -304,6 +313,13 @@ impl Relay {
             .sum()
     }
 
+    /// Bytes of undelivered messages held, as the queue bounds count them
+    /// ([`crate::limits::queued_message_bytes`]; bounded by
+    /// [`Config::max_offline_queue_bytes_total`]).
+    pub fn queued_bytes(&self) -> u64 {
+        self.state.backlog.total.bytes
+    }
+
     // ------------------------------------------------------------------ inputs
 
     /// Handles one REST request and returns its response (released after its commit).
@@ -328,6 +344,70 @@ impl Relay {
     }
 
     fn dispatch_http(
+        &mut self,
+        now: UnixMs,
+        route: Route,
+        req: &HttpRequest,
+    ) -> Result<HttpResponse, ApiError> {
+        self.verified = None;
+        self.charge_budget(now, &route, req)?;
+        let result = self.route_http(now, route, req);
+        self.verified = None;
+        result
+    }
+
+    /// Charges `req` to its budget (see [`Budgets`]); 429 `RATE_LIMITED` with `Retry-After`
+    /// when it is used up. A request whose token does not verify is not charged: its handler
+    /// answers 401.
+    fn charge_budget(
+        &mut self,
+        now: UnixMs,
+        route: &Route,
+        req: &HttpRequest,
+    ) -> Result<(), ApiError> {
+        let class = BudgetClass::of(route);
+        if class == BudgetClass::Exempt {
+            return Ok(());
+        }
+        let authenticated = match class {
+            BudgetClass::Exempt | BudgetClass::Public => None,
+            _ => match self.authenticate(now, req) {
+                Ok(caller) => Some(caller),
+                Err(_) => return Ok(()),
+            },
+        };
+        let (bucket, what) = match class {
+            BudgetClass::Exempt => return Ok(()),
+            BudgetClass::Public => {
+                let addr = &req.remote_addr;
+                if self.budgets.public.take(now.get(), addr) {
+                    return Ok(());
+                }
+                let wait = self.budgets.public.retry_after_ms(now.get(), addr);
+                return Err(ApiError::rate_limited(
+                    "too many requests from this address; slow down",
+                    wait,
+                ));
+            }
+            BudgetClass::Lookup => (&mut self.budgets.lookups, "user lookups"),
+            BudgetClass::FriendRequest => (&mut self.budgets.friend_requests, "friend requests"),
+            BudgetClass::Account => (&mut self.budgets.account, "requests"),
+        };
+        let Some((user, jti)) = authenticated else {
+            return Ok(());
+        };
+        if !bucket.take(now.get(), &user) {
+            let wait = bucket.retry_after_ms(now.get(), &user);
+            return Err(ApiError::rate_limited(
+                format!("too many {what} from this account; slow down"),
+                wait,
+            ));
+        }
+        self.verified = Some((user, jti));
+        Ok(())
+    }
+
+    fn route_http(
         &mut self,
         now: UnixMs,
         route: Route,
@@ -591,6 +671,7 @@ impl Relay {
         self.msg_limit.sweep(now.get());
         self.typing_limit.sweep(now.get());
         self.call_limit.sweep(now.get());
+        self.budgets.sweep(now.get());
         self.state.media.init_limit.sweep(now.get());
         self.sweep_push(now);
         if self.finish().is_ok() && self.group.is_none() {
@@ -839,6 +920,67 @@ impl Relay {
     }
 }
 
+/// Which budget a route's requests are charged to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BudgetClass {
+    /// Limited by rules of their own (PoW, registration, auth challenges) or authenticated
+    /// otherwise (the signed payment webhook).
+    Exempt,
+    /// Unauthenticated, charged to the client address (vanity search and reserve, order
+    /// status).
+    Public,
+    /// `GET /users/{alias}`.
+    Lookup,
+    /// `POST /friends/request`.
+    FriendRequest,
+    /// Every other authenticated route.
+    Account,
+}
+
+impl BudgetClass {
+    fn of(route: &Route) -> Self {
+        match route {
+            Route::PowChallenge
+            | Route::Register
+            | Route::AuthChallenge
+            | Route::AuthVerify
+            | Route::PaymentWebhook => Self::Exempt,
+            Route::VanitySearch | Route::VanityReserve | Route::OrderStatus(_) => Self::Public,
+            Route::User(_) => Self::Lookup,
+            Route::FriendRequest => Self::FriendRequest,
+            _ => Self::Account,
+        }
+    }
+}
+
+/// The request budgets of every account and client address (memory only: a restart refills
+/// them).
+#[derive(Debug)]
+struct Budgets {
+    lookups: TokenBucket<UserUuid>,
+    friend_requests: TokenBucket<UserUuid>,
+    account: TokenBucket<UserUuid>,
+    public: TokenBucket<String>,
+}
+
+impl Budgets {
+    fn new(config: &Config) -> Self {
+        Self {
+            lookups: TokenBucket::budget(config.lookups),
+            friend_requests: TokenBucket::budget(config.friend_requests),
+            account: TokenBucket::budget(config.account_requests),
+            public: TokenBucket::budget(config.public_requests),
+        }
+    }
+
+    fn sweep(&mut self, now: u64) {
+        self.lookups.sweep(now);
+        self.friend_requests.sweep(now);
+        self.account.sweep(now);
+        self.public.sweep(now);
+    }
+}
+
 /// The id of the `msg` whose commit failed: the id of the ack staged for it on `conn` (a `msg`
 /// commits something only when it is accepted, and then its ack is staged).
 fn failed_frame_id(discarded: &[Output], conn: ConnId) -> Option<String> {
@@ -849,6 +991,35 @@ fn failed_frame_id(discarded: &[Output], conn: ConnId) -> Option<String> {
         } if *c == conn => Some(ack.id.to_string()),
         _ => None,
     })
+}
+
+/// The per-user message limit as the store shows it: every accepted message left a tombstone
+/// stamped with its acceptance time (its expiry minus the tombstone lifetime), so the windows
+/// of the last minute before the latest message are rebuilt from them, and a restart does not
+/// hand every sender a fresh allowance. (Taken relative to the latest message in the store, the
+/// relay's last known time: windows that ended before the restart have expired on the first
+/// message after it.)
+fn restored_msg_limit(state: &State, config: &Config) -> RateLimiter<UserUuid> {
+    let mut limit = RateLimiter::new(config.msgs_per_min_per_user, MINUTE_MS);
+    let ttl = crate::limits::TOMBSTONE_TTL_MS.max(config.offline_ttl_ms);
+    let accepted = |t: &crate::state::Tombstone| t.expires_at.get().saturating_sub(ttl);
+    let Some(latest) = state.tombstones.iter().map(|(_, _, t)| accepted(t)).max() else {
+        return limit;
+    };
+    let since = latest.saturating_sub(MINUTE_MS - 1);
+    let mut windows: BTreeMap<&UserUuid, (u64, u32)> = BTreeMap::new();
+    for (author, _, t) in state.tombstones.iter() {
+        let at = accepted(t);
+        if at >= since {
+            let w = windows.entry(author).or_insert((at, 0));
+            w.0 = w.0.min(at);
+            w.1 += 1;
+        }
+    }
+    for (author, (start, count)) in windows {
+        limit.restore(author.clone(), start, count);
+    }
+    limit
 }
 
 /// The JWT signing seed of a relay without a configured key: SHA-256 of a domain label and the

@@ -279,6 +279,13 @@ impl<A, B, V> Default for PairMap<A, B, V> {
 }
 
 impl<A: Ord + Clone, B: Ord, V> PairMap<A, B, V> {
+    /// Every entry, by `a` then `b`.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&A, &B, &V)> {
+        self.0
+            .iter()
+            .flat_map(|(a, inner)| inner.iter().map(move |(b, v)| (a, b, v)))
+    }
+
     pub(crate) fn get(&self, a: &A, b: &B) -> Option<&V> {
         self.0.get(a)?.get(b)
     }
@@ -325,6 +332,8 @@ pub(crate) struct State {
     pub(crate) pending_receipts: BTreeMap<(UserUuid, ConvId, ReceiptKind), PendingReceiptRow>,
     pub(crate) pending_retracts: BTreeMap<(UserUuid, MessageId), PendingRetractRow>,
     pub(crate) timers: BTreeSet<(UnixMs, Timer)>,
+    /// What is queued per recipient, per sender and in total (the queue bounds).
+    pub(crate) backlog: Backlog,
     /// Media uploads and objects (`crate::media`).
     pub(crate) media: crate::media::MediaState,
     /// Push targets (`crate::push`).
@@ -340,6 +349,72 @@ pub(crate) struct State {
     /// `Config::planted_bug`, for the planted bugs that live here (test-only).
     #[cfg(feature = "planted-bugs")]
     pub(crate) planted_bug: Option<crate::PlantedBug>,
+}
+
+/// Messages and bytes ([`Queued::charge`]) of some queues.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Usage {
+    pub(crate) msgs: usize,
+    pub(crate) bytes: u64,
+}
+
+impl Usage {
+    fn add(&mut self, m: &Queued) {
+        self.msgs += 1;
+        self.bytes += m.charge();
+    }
+
+    fn sub(&mut self, m: &Queued) {
+        self.msgs -= 1;
+        self.bytes -= m.charge();
+    }
+}
+
+/// Undelivered messages counted per recipient (all its conversations), per sender (all its
+/// recipients) and in total, kept exact by every queue insert and removal; accounts with
+/// nothing queued hold no entry.
+#[derive(Debug, Default)]
+pub(crate) struct Backlog {
+    pub(crate) by_recipient: BTreeMap<UserUuid, Usage>,
+    pub(crate) by_sender: BTreeMap<UserUuid, Usage>,
+    pub(crate) total: Usage,
+}
+
+impl Backlog {
+    fn add(&mut self, recipient: &UserUuid, sender: &UserUuid, m: &Queued) {
+        self.by_recipient
+            .entry(recipient.clone())
+            .or_default()
+            .add(m);
+        self.by_sender.entry(sender.clone()).or_default().add(m);
+        self.total.add(m);
+    }
+
+    fn sub(&mut self, recipient: &UserUuid, sender: &UserUuid, m: &Queued) {
+        for (map, user) in [
+            (&mut self.by_recipient, recipient),
+            (&mut self.by_sender, sender),
+        ] {
+            if let Some(u) = map.get_mut(user) {
+                u.sub(m);
+                if u.msgs == 0 {
+                    debug_assert_eq!(u.bytes, 0);
+                    map.remove(user);
+                }
+            }
+        }
+        self.total.sub(m);
+    }
+
+    /// What `user` has queued for it.
+    pub(crate) fn of_recipient(&self, user: &UserUuid) -> Usage {
+        self.by_recipient.get(user).copied().unwrap_or_default()
+    }
+
+    /// What `user` has queued for others.
+    pub(crate) fn of_sender(&self, user: &UserUuid) -> Usage {
+        self.by_sender.get(user).copied().unwrap_or_default()
+    }
 }
 
 pub(crate) fn pair(a: &UserUuid, b: &UserUuid) -> (UserUuid, UserUuid) {
@@ -652,7 +727,11 @@ impl State {
         let q = &mut c.queues[recipient];
         let covered = q.first().is_some_and(|first| first.at <= m.at);
         let at = m.at;
-        q.insert(m);
+        let [to, from] = [&c.row.members[recipient], &c.row.members[1 - recipient]];
+        self.backlog.add(to, from, &m);
+        if let Some(old) = q.insert(m) {
+            self.backlog.sub(to, from, &old);
+        }
         if !covered {
             let user = c.row.members[recipient].clone();
             self.arm_queue_timer(&user, conv, at, offline_ttl_ms);
@@ -723,28 +802,40 @@ impl State {
         }
     }
 
-    fn queue_mut(&mut self, recipient: &UserUuid, conv: &ConvId) -> Option<&mut Queue> {
+    /// The queue of `recipient` in `conv`, with the backlog and the sender (the other member).
+    fn queue_mut(
+        &mut self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+    ) -> Option<(&mut Queue, &mut Backlog, &UserUuid)> {
         let c = self.conversations.get_mut(conv)?;
         let i = c.row.index_of(recipient)?;
-        Some(&mut c.queues[i])
+        Some((&mut c.queues[i], &mut self.backlog, &c.row.members[1 - i]))
     }
 
     pub(crate) fn delete_message(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
         let removed = self
             .queue_mut(recipient, conv)
-            .and_then(|q| q.remove(seq))
-            .is_some();
-        if removed {
+            .and_then(|(q, backlog, from)| {
+                let m = q.remove(seq)?;
+                backlog.sub(recipient, from, &m);
+                Some(m)
+            });
+        if removed.is_some() {
             self.record_delete(Table::Messages, message_key(recipient, conv, seq));
         }
-        removed
+        removed.is_some()
     }
 
     /// Deletes every message queued for `recipient` in `conv` with seq <= `upto`.
     pub(crate) fn delete_messages_upto(&mut self, recipient: &UserUuid, conv: &ConvId, upto: Seq) {
         while let Some(m) = self
             .queue_mut(recipient, conv)
-            .and_then(|q| q.pop_upto(upto))
+            .and_then(|(q, backlog, from)| {
+                let m = q.pop_upto(upto)?;
+                backlog.sub(recipient, from, &m);
+                Some(m)
+            })
         {
             self.record_delete(Table::Messages, message_key(recipient, conv, m.seq));
         }

@@ -535,7 +535,7 @@ impl Core {
                     Output::Close { conn, reason } => {
                         if let Some(entry) = self.conns.remove(&conn) {
                             debug!(conn = conn.0, ?reason, "closing socket");
-                            let (code, reason) = close_for(reason);
+                            let (code, reason) = self.close_for(reason);
                             let _ = entry.tx.try_send(Outbound::Close { code, reason });
                         }
                     }
@@ -559,6 +559,17 @@ impl Core {
                 self.relay.handle_disconnect(now, conn);
             }
         }
+    }
+
+    /// The close code and reason of `reason`; a commit that failed because this relay's term
+    /// ended (it was fenced: another relay leads now) closes like the end of the term, with
+    /// 1012 "not the leader", not 1011.
+    fn close_for(&self, reason: CloseReason) -> (u16, &'static str) {
+        let term_ended = self.term.as_ref().is_some_and(|t| t.end.ended().is_some());
+        if reason == CloseReason::StorageFailure && term_ended {
+            return (CLOSE_NOT_LEADER, "not the leader");
+        }
+        close_for(reason)
     }
 
     /// Queues an encoded frame on `conn`; `false` when the queue is full, in frames or in

@@ -156,6 +156,7 @@ pub struct RelayServer {
     limits: ServeLimits,
     connections: ConnectionCounter,
     outbound_bytes: OutboundBytes,
+    resolver: Option<Arc<dyn relay_push::dns::Resolve>>,
 }
 
 impl fmt::Debug for RelayServer {
@@ -194,6 +195,7 @@ impl RelayServer {
             limits: ServeLimits::default(),
             connections: ConnectionCounter::default(),
             outbound_bytes: OutboundBytes::default(),
+            resolver: None,
         }
     }
 
@@ -225,9 +227,23 @@ impl RelayServer {
     /// Delivers the relay's push outputs for real (Web Push, FCM, APNs; see [`PushDelivery`])
     /// and deletes the targets the push services report gone. The relay's [`Config`] must
     /// agree ([`PushDelivery::configure`]).
+    /// Over HTTPS with a policy that checks addresses, the transport's resolver also checks
+    /// push subscriptions ([`with_endpoint_resolver`](Self::with_endpoint_resolver)).
     #[must_use]
     pub fn with_push(mut self, delivery: PushDelivery) -> Self {
+        if let Some(resolver) = delivery.endpoint_resolver() {
+            self.resolver = Some(resolver);
+        }
         self.push = Some(delivery);
+        self
+    }
+
+    /// Resolves the host of every push subscription's endpoint with `resolver` before the
+    /// relay checks it (`relay_core::destination`: a relay whose policy checks addresses
+    /// refuses a name that comes without its resolution).
+    #[must_use]
+    pub fn with_endpoint_resolver(mut self, resolver: Arc<dyn relay_push::dns::Resolve>) -> Self {
+        self.resolver = Some(resolver);
         self
     }
 
@@ -342,6 +358,7 @@ impl RelayServer {
             phase: phase_rx,
             test_mode: self.test_mode,
             limits: self.limits,
+            resolver: self.resolver.clone(),
         });
         let (fatal_seen_tx, fatal_seen) = oneshot::channel::<String>();
         let shutdown = async move {

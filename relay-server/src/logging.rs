@@ -42,11 +42,29 @@ pub fn allowed(meta: &Metadata<'_>) -> bool {
     })
 }
 
+/// Whether log lines may carry ANSI colour codes: only on a terminal, and never when the
+/// `NO_COLOR` environment variable is set to anything but the empty string
+/// (<https://no-color.org>).
+pub fn use_color(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
+}
+
+/// [`use_color`] for the process's standard output.
+pub fn stdout_color() -> bool {
+    use std::io::IsTerminal as _;
+    use_color(
+        std::io::stdout().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    )
+}
+
 /// A subscriber writing formatted lines to `writer`, filtered by `directives` (tracing's
-/// `EnvFilter` syntax, e.g. `info` or `relay_core=debug,info`) and by [`allowed`].
+/// `EnvFilter` syntax, e.g. `info` or `relay_core=debug,info`) and by [`allowed`]; with ANSI
+/// colours only when `color` ([`stdout_color`] for standard output).
 pub fn subscriber<W>(
     directives: &str,
     writer: W,
+    color: bool,
 ) -> Result<impl Subscriber + Send + Sync, ParseError>
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
@@ -61,6 +79,7 @@ where
         None => FilterFn::new(allowed),
     };
     let layer = tracing_subscriber::fmt::layer()
+        .with_ansi(color)
         .with_writer(writer)
         .with_filter(filter)
         .with_filter(allowed_fn);
@@ -92,6 +111,19 @@ mod tests {
             tracing::metadata::Kind::EVENT,
         );
         allowed(&meta)
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        use super::use_color;
+        use std::ffi::OsStr;
+        assert!(use_color(true, None));
+        assert!(
+            use_color(true, Some(OsStr::new(""))),
+            "an empty NO_COLOR is unset"
+        );
+        assert!(!use_color(true, Some(OsStr::new("1"))));
+        assert!(!use_color(false, None), "piped: no colour");
     }
 
     #[test]

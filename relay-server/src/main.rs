@@ -302,6 +302,56 @@ struct Args {
     #[arg(long, value_name = "BYTES", default_value_t = seam::net::OUTBOUND_QUEUE_BYTES)]
     outbound_queue_bytes: usize,
 
+    /// A request body must start arriving within this many milliseconds of its headers; every
+    /// byte received adds 1/--body-min-bytes-per-s seconds. Past it: 408 BODY_TIMEOUT and the
+    /// connection is closed (slow-body clients).
+    #[arg(long, value_name = "MS", default_value_t = seam::net::BODY_READ_TIMEOUT_MS)]
+    body_read_timeout_ms: u64,
+
+    /// The minimum average rate of a request body, in bytes per second (see
+    /// --body-read-timeout-ms).
+    #[arg(long, value_name = "BYTES", default_value_t = seam::net::BODY_MIN_BYTES_PER_S)]
+    body_min_bytes_per_s: u64,
+
+    /// Bytes of undelivered messages the relay holds in memory over all recipients; past it
+    /// new messages get the error frame RELAY_QUEUE_FULL (nothing acknowledged is dropped).
+    #[arg(long, value_name = "BYTES", default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_TOTAL)]
+    max_queued_bytes: u64,
+
+    /// Undelivered messages one recipient may have queued over all its conversations; past it:
+    /// error frame RECIPIENT_QUEUE_FULL to the sender.
+    #[arg(long, value_name = "N", default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_PER_RECIPIENT)]
+    max_queued_msgs_per_recipient: usize,
+
+    /// Bytes one recipient may have queued over all its conversations; past it: error frame
+    /// RECIPIENT_QUEUE_FULL to the sender.
+    #[arg(long, value_name = "BYTES", default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_PER_RECIPIENT)]
+    max_queued_bytes_per_recipient: u64,
+
+    /// Bytes one sender may have queued for one recipient (its share of the recipient's
+    /// queue); past it: error frame QUEUE_FULL.
+    #[arg(long, value_name = "BYTES", default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_PER_CONVERSATION)]
+    max_queued_bytes_per_conversation: u64,
+
+    /// Bytes one sender may have queued over all its recipients; past it: error frame
+    /// SENDER_QUEUE_FULL.
+    #[arg(long, value_name = "BYTES", default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_PER_SENDER)]
+    max_queued_bytes_per_sender: u64,
+
+    /// Web Push services the relay may deliver to (repeatable): a host (`fcm.googleapis.com`)
+    /// or a `*.`-prefixed suffix (`*.push.services.mozilla.com`). Without it any public host
+    /// is allowed. The hosts of --fcm-endpoint, the FCM token URL and --apns-endpoint are
+    /// added. Subscriptions to other hosts get 400 PUSH_ENDPOINT_FORBIDDEN.
+    #[arg(long, value_name = "HOST", help_heading = "Push")]
+    push_allow_host: Vec<String>,
+
+    /// Lets push go to private, loopback and link-local addresses and local names (a lab
+    /// whose push service runs on a private network). Never on a relay that serves the
+    /// internet: any account could then make the relay connect into its own network.
+    /// --test-mode implies it.
+    #[arg(long, help_heading = "Push")]
+    push_allow_private: bool,
+
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `relay_core=debug,info`. At no
     /// level are payloads, tokens, tickets or client addresses logged: the WebSocket and HTTP
     /// libraries, which would print frames at TRACE, never log below INFO.
@@ -311,8 +361,12 @@ struct Args {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    let subscriber = relay_server::logging::subscriber(&args.log, std::io::stdout)
-        .context("invalid --log filter")?;
+    let subscriber = relay_server::logging::subscriber(
+        &args.log,
+        std::io::stdout,
+        relay_server::logging::stdout_color(),
+    )
+    .context("invalid --log filter")?;
     // Also forwards the `log` records of libraries that use it (tungstenite) through the filter.
     tracing_subscriber::util::SubscriberInitExt::try_init(subscriber)
         .context("installing the logger")?;
@@ -400,11 +454,8 @@ async fn run(args: Args) -> Result<()> {
         secrets::create_private_dir(dir)?;
     }
     let (push, vapid_fingerprint) = push_delivery(&args, secrets.as_deref())?;
+    // The subscription check and the transport share one destination policy.
     push.configure(&mut config);
-    if args.test_mode {
-        // The conformance push probe is an `http://` service (never in production).
-        config.allow_http_push_endpoints = true;
-    }
     let mut server = match store {
         StoreChoice::Memory => {
             warn!("--memory: nothing survives a restart");
@@ -503,6 +554,8 @@ async fn run(args: Args) -> Result<()> {
         max_connections_per_addr: args.max_connections_per_addr,
         write_deadline_ms: args.write_deadline_ms,
         outbound_queue_bytes: args.outbound_queue_bytes,
+        body_read_timeout_ms: args.body_read_timeout_ms,
+        body_min_bytes_per_s: args.body_min_bytes_per_s,
     });
     if args.test_mode {
         warn!("--test-mode: anyone can move this relay's clock; never use it in production");
@@ -592,12 +645,16 @@ fn push_delivery(
             Some(apns)
         }
     };
-    let transport = HttpsTransport::new().context("setting up TLS for push delivery")?;
-    let transport = if test_mode {
-        transport.allowing_http()
-    } else {
-        transport
-    };
+    let transport = HttpsTransport::new()
+        .context("setting up TLS for push delivery")?
+        .with_destinations(push_destinations(args, fcm.as_ref(), apns.as_ref())?)
+        .context("setting up TLS for push delivery")?;
+    if transport.destinations().allow_private && !test_mode {
+        warn!(
+            "--push-allow-private: pushes may go to private and loopback addresses; never on a \
+             relay that serves the internet"
+        );
+    }
     let config = WorkerConfig {
         web_push,
         fcm,
@@ -659,6 +716,49 @@ fn vapid_key(args: &Args, key_dir: Option<&Path>) -> Result<VapidKey> {
     }
 }
 
+/// The push destination policy from the flags: test mode accepts `http://` and any address
+/// (stand-ins); otherwise `https://` to public addresses, `--push-allow-private` for a lab,
+/// and `--push-allow-host` (plus the configured FCM and APNs hosts) as an allowlist.
+fn push_destinations(
+    args: &Args,
+    fcm: Option<&FcmConfig>,
+    apns: Option<&ApnsConfig>,
+) -> Result<relay_core::destination::PushDestinations> {
+    use relay_core::destination::PushDestinations;
+    if args.test_mode {
+        return Ok(PushDestinations::permissive());
+    }
+    let mut allowed_hosts: Vec<String> = Vec::new();
+    for host in &args.push_allow_host {
+        let host = host.trim().trim_end_matches('.').to_ascii_lowercase();
+        let name = host.strip_prefix("*.").unwrap_or(&host);
+        match relay_core::destination::parse_host(name) {
+            Ok(relay_core::destination::Host::Name(_)) => allowed_hosts.push(host),
+            _ => bail!("--push-allow-host {host}: expected a host name or *.suffix"),
+        }
+    }
+    if !allowed_hosts.is_empty() {
+        let configured = fcm
+            .into_iter()
+            .flat_map(|f| [f.endpoint.as_str(), f.token_url.as_str()])
+            .chain(apns.map(|a| a.endpoint.as_str()));
+        for url in configured {
+            if let Some(host) = url
+                .parse::<http::Uri>()
+                .ok()
+                .and_then(|u| u.host().map(str::to_ascii_lowercase))
+            {
+                allowed_hosts.push(host);
+            }
+        }
+    }
+    Ok(PushDestinations {
+        allow_http: false,
+        allow_private: args.push_allow_private,
+        allowed_hosts,
+    })
+}
+
 /// `url` without a trailing `/`, refused unless `https://` with a host (`http://` too in test
 /// mode, for stand-ins).
 fn push_service_url(what: &str, url: &str, test_mode: bool) -> Result<String> {
@@ -688,6 +788,11 @@ fn config(args: &Args) -> Result<Config> {
         msgs_per_min_per_user: args.msgs_per_min_per_user,
         frames_per_min_per_conn: args.frames_per_min_per_conn,
         frame_burst_per_conn: args.frame_burst_per_conn,
+        max_offline_queue_bytes_total: args.max_queued_bytes,
+        max_offline_queue_per_recipient: args.max_queued_msgs_per_recipient,
+        max_offline_queue_bytes_per_recipient: args.max_queued_bytes_per_recipient,
+        max_offline_queue_bytes_per_conversation: args.max_queued_bytes_per_conversation,
+        max_offline_queue_bytes_per_sender: args.max_queued_bytes_per_sender,
         ..Config::default()
     };
     if args.pow_difficulty > relay_core::limits::MAX_POW_DIFFICULTY {

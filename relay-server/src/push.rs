@@ -45,8 +45,8 @@ pub const NET_PUSH_MAX_IDLE: usize = 16;
 /// ([`with_push`](super::RelayServer::with_push)): what the worker can deliver to, how it
 /// reaches the push services, and the seed of its CSPRNG.
 ///
-/// The relay's own [`Config`] must agree with it (the served VAPID key, `http://`
-/// subscriptions in test mode): [`PushDelivery::configure`] sets both.
+/// The relay's own [`Config`] must agree with it (the served VAPID key, the push destination
+/// policy): [`PushDelivery::configure`] sets both.
 pub struct PushDelivery {
     config: WorkerConfig,
     https: Option<HttpsTransport>,
@@ -94,14 +94,29 @@ impl PushDelivery {
     }
 
     /// Makes `config` agree with this delivery: serves the VAPID public key when Web Push is
-    /// configured (else `vapid_public_key` is left as it is: `None` serves the placeholder),
-    /// and accepts `http://` subscription endpoints exactly when Web Push may deliver to them
-    /// (test mode).
+    /// configured (else `vapid_public_key` is left as it is: `None` serves the placeholder);
+    /// subscriptions are checked with the HTTPS transport's destination policy, or accepted
+    /// on any `http://` address when Web Push delivers to stand-ins (test mode).
     pub fn configure(&self, config: &mut Config) {
         if let Some(web) = &self.config.web_push {
             config.vapid_public_key = Some(web.key.public_key_b64url().to_owned());
-            config.allow_http_push_endpoints = web.allow_http;
+            if web.allow_http {
+                // Test mode: stand-ins on plain HTTP, on loopback or a simulated network.
+                config.push_destinations = relay_core::destination::PushDestinations::permissive();
+            }
         }
+        if let Some(https) = &self.https {
+            config.push_destinations = https.destinations().clone();
+        }
+    }
+
+    /// The resolver the server checks subscriptions with (the transport's own, so both
+    /// checks see the same names), when the transport's policy checks addresses.
+    pub fn endpoint_resolver(&self) -> Option<Arc<dyn relay_push::dns::Resolve>> {
+        self.https
+            .as_ref()
+            .filter(|https| https.destinations().requires_resolution())
+            .map(HttpsTransport::resolver)
     }
 
     /// Starts the worker on network `N`; JWTs are signed with `clock`.

@@ -54,8 +54,11 @@ pub(super) struct App {
     pub(super) phase: watch::Receiver<Phase>,
     /// Serve [`super::ADVANCE_CLOCK_PATH`] (test mode only; otherwise it is an unknown route).
     pub(super) test_mode: bool,
-    /// Per-connection limits (the WebSocket's write deadline).
+    /// Per-connection limits (the WebSocket's write deadline, the body deadline).
     pub(super) limits: seam::net::ServeLimits,
+    /// Resolves the host of a push subscription's endpoint before the relay checks it
+    /// (`None`: the relay's policy needs no resolution, e.g. test mode).
+    pub(super) resolver: Option<Arc<dyn relay_push::dns::Resolve>>,
 }
 
 impl App {
@@ -209,21 +212,35 @@ const OVERSIZE_DRAIN_MS: u64 = 1_000;
 enum BodyRead {
     Complete(Vec<u8>),
     TooLarge,
+    TooSlow,
     Failed,
 }
 
 /// Reads at most `limit` bytes of `body` (refusing at once when `Content-Length` already
-/// says more), then drains a bounded excess (see [`OVERSIZE_DRAIN_BYTES`]).
-async fn read_body(body: Body, limit: usize) -> BodyRead {
+/// says more), then drains a bounded excess (see [`OVERSIZE_DRAIN_BYTES`]). The body must
+/// keep to `limits`' deadline ([`seam::net::ServeLimits::body_deadline_ms`]: an initial
+/// allowance plus time earned by every byte at the minimum rate), else [`BodyRead::TooSlow`].
+async fn read_body(body: Body, limit: usize, limits: &seam::net::ServeLimits) -> BodyRead {
     let mut body = body;
     if body.size_hint().lower() > limit as u64 {
         drain(body).await;
         return BodyRead::TooLarge;
     }
+    // The deadline starts at the body's allowance and moves later with every byte received:
+    // `Sleep::deadline` plus what the bytes earned (no clock read of our own).
+    let mut deadline = std::pin::pin!(tokio::time::sleep(std::time::Duration::from_millis(
+        limits.body_deadline_ms(0)
+    )));
     let mut bytes = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else {
-            return BodyRead::Failed;
+    loop {
+        let frame = tokio::select! {
+            () = &mut deadline => return BodyRead::TooSlow,
+            frame = body.frame() => frame,
+        };
+        let frame = match frame {
+            None => break,
+            Some(Err(_)) => return BodyRead::Failed,
+            Some(Ok(frame)) => frame,
         };
         if let Some(data) = frame.data_ref() {
             if bytes.len() + data.len() > limit {
@@ -231,6 +248,9 @@ async fn read_body(body: Body, limit: usize) -> BodyRead {
                 return BodyRead::TooLarge;
             }
             bytes.extend_from_slice(data);
+            let earned = limits.body_deadline_ms(data.len() as u64) - limits.body_deadline_ms(0);
+            let later = deadline.deadline() + std::time::Duration::from_millis(earned);
+            deadline.as_mut().reset(later);
         }
     }
     BodyRead::Complete(bytes)
@@ -259,9 +279,21 @@ pub(super) async fn api(
 ) -> Response {
     let (parts, body) = request.into_parts();
     let limit = body_limit(parts.uri.path());
-    let body = match read_body(body, limit).await {
+    let body = match read_body(body, limit, &app.limits).await {
         BodyRead::Complete(body) => body,
         BodyRead::TooLarge => return too_large(limit),
+        BodyRead::TooSlow => {
+            tracing::debug!(path = parts.uri.path(), "request body too slow: 408");
+            return close_after(error_response(
+                StatusCode::REQUEST_TIMEOUT,
+                ErrorCode::BODY_TIMEOUT,
+                &format!(
+                    "the request body did not arrive in time ({} ms, plus 1 s per {} bytes \
+                     received)",
+                    app.limits.body_read_timeout_ms, app.limits.body_min_bytes_per_s
+                ),
+            ));
+        }
         BodyRead::Failed => {
             return error_response(
                 StatusCode::BAD_REQUEST,
@@ -286,6 +318,13 @@ pub(super) async fn api(
     // differs per connection.
     req.remote_addr = peer.0.ip().to_string();
     req.body = body;
+    if let Some(resolver) = &app.resolver
+        && req.method == relay_core::Method::Post
+        && req.path == wire::http::paths::PUSH_SUBSCRIBE
+        && req.authorization.is_some()
+    {
+        req.resolved = resolve_endpoint(&**resolver, &req.body).await;
+    }
     req.headers = parts
         .headers
         .iter()
@@ -305,6 +344,24 @@ pub(super) async fn api(
         Ok(response) => relay_response(response),
         Err(_) => app.refusal(),
     }
+}
+
+/// The resolution of a push subscription's endpoint host, when the body names one (the relay
+/// checks every address; see `relay_core::destination`). Resolved here, off the relay's task,
+/// within [`relay_push::dns::RESOLVE_TIMEOUT_MS`]; a name that does not resolve gets an empty
+/// list (the relay answers `PUSH_ENDPOINT_UNRESOLVABLE`). Anything unparsable is left to the
+/// relay's own checks.
+async fn resolve_endpoint(
+    resolver: &dyn relay_push::dns::Resolve,
+    body: &[u8],
+) -> Option<relay_core::Resolution> {
+    use relay_core::destination::{Host, parse_endpoint};
+    let request: wire::http::PushSubscribeRequest = serde_json::from_slice(body).ok()?;
+    let Host::Name(host) = parse_endpoint(&request.endpoint).ok()?.host else {
+        return None;
+    };
+    let addrs = relay_push::dns::resolve_within(resolver, &host).await;
+    Some(relay_core::Resolution { host, addrs })
 }
 
 /// Test mode: `{"ms": u64}` → the core moves its clock, fires due timers → `{"now_ms": u64}`.

@@ -50,8 +50,12 @@ pub enum SecretsError {
 }
 
 /// Creates `dir` (and parents) if needed, mode 0700 when this call creates it.
+///
+/// An existing directory that the group or others may write to is refused (they could replace
+/// the store, the key files or the blobs in it): `chmod 700` it.
 pub fn create_private_dir(dir: &Path) -> Result<(), SecretsError> {
-    Ok(private_files::create_private_dir(dir)?)
+    private_files::create_private_dir(dir)?;
+    Ok(private_files::check_dir_not_shared(dir)?)
 }
 
 /// The JWT signing key of the data directory `dir`: read from its key file, or moved there

@@ -10,6 +10,7 @@ use axum::{
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use bytes::Bytes;
 use futures_util::SinkExt as _;
 use relay_core::{ConnId, WsConnect};
 use tokio::sync::{mpsc, oneshot};
@@ -41,6 +42,8 @@ pub const WS_MAX_WRITE_BUFFER_BYTES: usize = WS_WRITE_BUFFER_BYTES + HARD_MAX_ME
 const CLOSE_TOO_BIG: u16 = 1009;
 /// RFC 6455 "going away".
 const CLOSE_GOING_AWAY: u16 = 1001;
+/// RFC 6455 "try again later": the client stopped reading.
+const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
 
 /// The upgrade: ask the core to authenticate (query and `Sec-WebSocket-Protocol`); refuse
 /// with its response, or upgrade (echoing the sub-protocol it chose) and run the socket.
@@ -130,10 +133,17 @@ impl Drop for DisconnectGuard {
 ///
 /// Every write must finish within `deadline` ([`ServeLimits::write_deadline_ms`]): a client
 /// that stops reading fills its TCP window and then the library's write buffer, and the write
-/// that does not finish in time is the end of the connection. The socket task
-/// ends, the socket and everything queued for it are freed, and the core forgets the
-/// connection; what the client had not acknowledged stays queued in the core for its next
+/// that does not finish in time is the end of the connection. A client that stops reading
+/// *before* that (its buffers absorb a few frames, so every write completes) is found with a
+/// ping: after a write the task sends a Ping unless one is already unanswered, and a client
+/// that neither answers it (every WebSocket client answers pings as it reads, RFC 6455 §5.5.2)
+/// nor sends anything at all within `deadline` is taken to have stopped reading. Either way the
+/// socket task ends, the socket and everything queued for it are freed, and the core forgets
+/// the connection; what the client had not acknowledged stays queued in the core for its next
 /// `sync`.
+///
+/// A client's Close is answered with a Close echoing its code (RFC 6455 §5.5.1), then the
+/// relay closes the TCP connection.
 ///
 /// [`ServeLimits::write_deadline_ms`]: seam::net::ServeLimits::write_deadline_ms
 async fn run_socket(
@@ -147,12 +157,21 @@ async fn run_socket(
         conn, mut outbound, ..
     } = connected;
     info!("websocket open");
+    // While a ping is unanswered: the write deadline, restarted by anything the client sends.
+    let mut unanswered: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     let why = loop {
         tokio::select! {
             biased;
             out = outbound.recv() => match out {
                 Some(first) => match write_batch(&mut socket, &mut outbound, first, deadline).await {
-                    Ok(None) => {}
+                    Ok(None) => {
+                        if unanswered.is_none() {
+                            if let Err(why) = send_within(&mut socket, Message::Ping(Bytes::new()), deadline).await {
+                                break why;
+                            }
+                            unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
+                        }
+                    }
                     Ok(Some((code, reason))) => {
                         close_handshake(&mut socket, code, reason, deadline).await;
                         break reason;
@@ -165,41 +184,72 @@ async fn run_socket(
                     break "closed by the relay";
                 }
             },
-            message = socket.recv() => match message {
-                // Decoded here, on the socket's task, not on the relay's: the relay charges
-                // the frame (or the failure) to the connection's budget before anything else.
-                Some(Ok(Message::Text(text))) => {
-                    trace!(bytes = text.len(), "text frame in");
-                    let decoded = ClientFrame::decode(text.as_str());
-                    if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
-                        break "relay gone";
-                    }
+            () = stuck(&mut unanswered) => {
+                debug!(
+                    deadline_ms = deadline.as_millis(),
+                    "no answer to a ping and nothing received: the client is not reading"
+                );
+                // Said once, briefly: a client that does not read will not see it.
+                let linger = Duration::from_millis(CLOSE_LINGER_MS);
+                let _ = send_within(&mut socket, close(CLOSE_TRY_AGAIN_LATER, "not reading"), linger)
+                    .await;
+                break "not reading";
+            }
+            message = socket.recv() => {
+                if unanswered.is_some() {
+                    unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
                 }
-                Some(Ok(Message::Binary(bytes))) => {
-                    trace!(bytes = bytes.len(), "binary frame in");
-                    let decoded = ClientFrame::decode_bytes(&bytes);
-                    if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
-                        break "relay gone";
+                match message {
+                    // Decoded here, on the socket's task, not on the relay's: the relay charges
+                    // the frame (or the failure) to the connection's budget before anything else.
+                    Some(Ok(Message::Text(text))) => {
+                        trace!(bytes = text.len(), "text frame in");
+                        let decoded = ClientFrame::decode(text.as_str());
+                        if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
+                            break "relay gone";
+                        }
                     }
-                }
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                Some(Ok(Message::Close(_))) | None => break "closed by the client",
-                Some(Err(error)) => {
-                    debug!(%error, "websocket read failed");
-                    // Over the library's limit: say why before the socket goes.
-                    // (axum wraps tungstenite's error without exposing its kind; its
-                    // `Capacity` errors render as "Space limit exceeded: …").
-                    if error.to_string().contains("Space limit exceeded") {
-                        close_handshake(&mut socket, CLOSE_TOO_BIG, "message too big", deadline)
-                            .await;
+                    Some(Ok(Message::Binary(bytes))) => {
+                        trace!(bytes = bytes.len(), "binary frame in");
+                        let decoded = ClientFrame::decode_bytes(&bytes);
+                        if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
+                            break "relay gone";
+                        }
                     }
-                    break "read failed";
+                    Some(Ok(Message::Pong(_))) => unanswered = None,
+                    Some(Ok(Message::Ping(_))) => {}
+                    Some(Ok(Message::Close(_))) => {
+                        // The library queued the reply (the client's code echoed); writing it
+                        // out completes the handshake, and dropping the socket closes TCP.
+                        let _ = tokio::time::timeout(deadline, socket.flush()).await;
+                        break "closed by the client";
+                    }
+                    None => break "closed by the client",
+                    Some(Err(error)) => {
+                        debug!(%error, "websocket read failed");
+                        // Over the library's limit: say why before the socket goes.
+                        // (axum wraps tungstenite's error without exposing its kind; its
+                        // `Capacity` errors render as "Space limit exceeded: …").
+                        if error.to_string().contains("Space limit exceeded") {
+                            close_handshake(&mut socket, CLOSE_TOO_BIG, "message too big", deadline)
+                                .await;
+                        }
+                        break "read failed";
+                    }
                 }
             },
         }
     };
     info!(why, "websocket closed");
     drop(guard);
+}
+
+/// Resolves when the unanswered ping's deadline passes; pends forever without one.
+async fn stuck(unanswered: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>) {
+    match unanswered {
+        Some(sleep) => sleep.as_mut().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Frames written with one flush at most (whatever is queued, up to this).

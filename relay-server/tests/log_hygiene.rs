@@ -149,7 +149,7 @@ fn leaks(log: &str, secrets: &Secrets) -> Vec<String> {
 #[tokio::test(flavor = "current_thread")]
 async fn nothing_secret_reaches_the_log_at_trace() {
     let capture = Capture::default();
-    let subscriber = relay_server::logging::subscriber("trace", capture.clone()).unwrap();
+    let subscriber = relay_server::logging::subscriber("trace", capture.clone(), false).unwrap();
     let guard = subscriber.set_default();
     let secrets = run_flow().await;
     drop(guard);

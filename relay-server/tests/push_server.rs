@@ -278,6 +278,12 @@ async fn send_msg(ws: &mut Ws, to: &User, conv: &str, id: &str) {
     assert_eq!(ack["id"], id, "{ack}");
 }
 
+/// Waits `d` while reading (and so answering the relay's pings, as every client does): a
+/// client that reads nothing for the write deadline is taken to be stuck and closed.
+async fn idle(ws: &mut Ws, d: Duration) {
+    let _ = tokio::time::timeout(d, async { while let Some(Ok(_)) = ws.next().await {} }).await;
+}
+
 /// Subscribes `user` to Web Push with a new subscription of `service` (as a browser would).
 async fn subscribe(http: &Http, user: &User, service: &WebPushService) -> String {
     let sub = service.subscribe(&base(WEB));
@@ -391,7 +397,7 @@ fn web_push_from_the_relay_server_decrypts_and_a_410_deletes_the_subscription() 
 
         // The browser unsubscribed one: its push service answers 410, the relay deletes it.
         service.unsubscribe(&dropped);
-        tokio::time::sleep(PAST_PUSH_INTERVAL).await;
+        idle(&mut alice_ws, PAST_PUSH_INTERVAL).await;
         send_msg(&mut alice_ws, &bob, &conv, "m4").await;
         until("the 410 and the other subscription's second push", || {
             pushes_to(&service, &dropped).len() == 2 && pushes_to(&service, &kept).len() == 2
@@ -401,7 +407,7 @@ fn web_push_from_the_relay_server_decrypts_and_a_410_deletes_the_subscription() 
         assert_good_push(&pushes_to(&service, &kept)[1], &served);
 
         // From now on only the kept subscription is pushed to: the relay deleted the other.
-        tokio::time::sleep(PAST_PUSH_INTERVAL).await;
+        idle(&mut alice_ws, PAST_PUSH_INTERVAL).await;
         send_msg(&mut alice_ws, &bob, &conv, "m5").await;
         until("the third push", || pushes_to(&service, &kept).len() == 3).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -493,10 +499,10 @@ fn fcm_and_apns_tokens_registered_over_rest_reach_their_stand_ins() {
 
         // The app was uninstalled: UNREGISTERED, and the relay deletes the token.
         fcm.unregister("fcm-token-1");
-        tokio::time::sleep(PAST_PUSH_INTERVAL).await;
+        idle(&mut ws, PAST_PUSH_INTERVAL).await;
         send_msg(&mut ws, &android, &to_android, "a2").await;
         until("the UNREGISTERED answer", || fcm.received().len() == 2).await;
-        tokio::time::sleep(PAST_PUSH_INTERVAL).await;
+        idle(&mut ws, PAST_PUSH_INTERVAL).await;
         send_msg(&mut ws, &android, &to_android, "a3").await;
         send_msg(&mut ws, &ios, &to_ios, "i2").await;
         until("the second APNs push", || apns.received().len() == 2).await;

@@ -98,10 +98,67 @@ fn help_lists_the_push_flags_and_no_plaintext_gateway() {
         "--apns-topic",
         "--apns-endpoint",
         "RELAY_VAPID_SUBJECT",
+        "--push-allow-host",
+        "--push-allow-private",
+        "--body-read-timeout-ms",
+        "--body-min-bytes-per-s",
+        "--max-queued-bytes ",
+        "--max-queued-msgs-per-recipient",
+        "--max-queued-bytes-per-recipient",
+        "--max-queued-bytes-per-conversation",
+        "--max-queued-bytes-per-sender",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
     }
     assert!(!help.contains("--push-gateway"), "{help}");
+}
+
+/// A data directory the group or others may write to is refused at startup; in a private one
+/// the store, its WAL and shared-memory files are created 0600; and log lines written to a
+/// pipe (or with `NO_COLOR`) carry no ANSI colour codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_directory_store_files_and_piped_logs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shared = tmp.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    for open in [0o777, 0o770, 0o722] {
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(open)).unwrap();
+        let out = refused(&["--data", shared.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert!(err.contains("chmod 700"), "{open:o}: {err}");
+        assert!(!shared.join("relay.sqlite3").exists(), "nothing written");
+    }
+    let data = tmp.path().join("data");
+    let addr = free_addr();
+    let log = tmp.path().join("relay.log");
+    let relay = start_relay(
+        &["--data".into(), data.to_str().unwrap().into()],
+        addr,
+        log.clone(),
+    )
+    .await;
+    let files = [
+        "relay.sqlite3",
+        "relay.sqlite3-wal",
+        "relay.sqlite3-shm",
+        "jwt-signing.key",
+    ];
+    // The listener is bound before the store is opened: wait for the relay to say it listens.
+    until("the relay to listen", || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("relay listening"))
+    })
+    .await;
+    for file in files {
+        assert_eq!(mode(&data.join(file)), 0o600, "{file}");
+    }
+    assert_eq!(mode(&data), 0o700);
+    drop(relay);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("relay listening"), "{text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "ANSI codes in a piped log:\n{text}"
+    );
 }
 
 #[test]

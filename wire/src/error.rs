@@ -101,6 +101,14 @@ codes! {
     OWN_CHANNEL = 400;
     /// The request is over a rate limit.
     RATE_LIMITED = 429;
+    /// The request body did not arrive in time (too slow, or stalled).
+    BODY_TIMEOUT = 408;
+    /// A push endpoint the relay will not connect to: not `https://`, a loopback, private,
+    /// link-local or otherwise non-public address, a non-canonical numeric host, a local name,
+    /// or a host outside the operator's allowlist.
+    PUSH_ENDPOINT_FORBIDDEN = 400;
+    /// The push endpoint's host name does not resolve to any address.
+    PUSH_ENDPOINT_UNRESOLVABLE = 400;
     /// A webhook signature does not verify.
     WEBHOOK_SIGNATURE_INVALID = 401;
     /// The relay is shutting down and accepts no new connections or requests.
@@ -126,8 +134,17 @@ codes! {
     NOT_THE_AUTHOR = 403;
     /// The receipt names a sequence number that was never delivered to the caller.
     INVALID_RECEIPT = 400;
-    /// The recipient's offline queue for this conversation is full; the message was not accepted.
+    /// The recipient's offline queue for this conversation is full (messages or bytes); the
+    /// message was not accepted.
     QUEUE_FULL = 429;
+    /// Everything queued for the recipient, over all conversations, is at its bound (messages
+    /// or bytes); the message was not accepted.
+    RECIPIENT_QUEUE_FULL = 429;
+    /// The sender's undelivered messages, over all recipients, are at their bound; the message
+    /// was not accepted.
+    SENDER_QUEUE_FULL = 429;
+    /// The relay holds as many undelivered bytes as it may; the message was not accepted.
+    RELAY_QUEUE_FULL = 503;
     /// A call signal for a peer that is not connected; calls are never stored.
     PEER_OFFLINE = 404;
 }

@@ -24,9 +24,28 @@ fn backend(e: &rusqlite::Error) -> StoreError {
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and migrates it to [`SCHEMA_VERSION`].
+    ///
+    /// The database and its `-wal` / `-shm` files are the owner's alone (mode 0600): a new
+    /// database file is created with that mode before SQLite opens it (SQLite gives its
+    /// journals the database file's mode), and existing files open to the group or others are
+    /// narrowed to it.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        let private = |p: &Path| {
+            private_files::make_private(p).map_err(|e| StoreError::Backend(e.to_string()))
+        };
+        private(path)?;
         let conn = Connection::open(path).map_err(|e| backend(&e))?;
-        Self::init(conn)
+        let store = Self::init(conn)?;
+        for suffix in ["-wal", "-shm"] {
+            let mut journal = path.as_os_str().to_owned();
+            journal.push(suffix);
+            let journal = std::path::PathBuf::from(journal);
+            if journal.exists() {
+                private(&journal)?;
+            }
+        }
+        Ok(store)
     }
 
     /// An in-memory SQLite database (tests; not durable).

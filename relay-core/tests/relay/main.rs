@@ -7,7 +7,9 @@
     clippy::needless_pass_by_value
 )]
 
+mod abuse;
 mod backlog;
+mod bounds;
 mod calls;
 mod channels;
 mod confirm_redelivery;

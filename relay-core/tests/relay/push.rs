@@ -188,13 +188,17 @@ fn subscriptions_are_validated() {
     let mut w = World::new();
     let u = w.user("alice");
     let t = Some(u.token.as_str());
-    for bad in [
-        "http://push.example.net/x",
-        "https://",
-        "push.example.net",
-        "https://a b",
-        "https://@x/",
-    ] {
+    let r = w.post(
+        "/api/v1/push/subscribe",
+        subscription("http://push.example.net/x"),
+        t,
+    );
+    assert_eq!(
+        (r.status, r.error_code().unwrap().as_str()),
+        (400, "PUSH_ENDPOINT_FORBIDDEN"),
+        "http:// outside test mode"
+    );
+    for bad in ["https://", "push.example.net", "https://a b", "https://@x/"] {
         let r = w.post("/api/v1/push/subscribe", subscription(bad), t);
         assert_eq!(
             (r.status, r.error_code().unwrap().as_str()),

@@ -166,7 +166,7 @@ fn http_endpoints_only_when_the_config_allows_them() {
     assert_eq!(subscribe(&mut w, &u, "http://127.0.0.1:9000/w/1", 7), 400);
 
     let mut w = World::with_config(Config {
-        allow_http_push_endpoints: true,
+        push_destinations: relay_core::destination::PushDestinations::permissive(),
         ..fast_config()
     });
     let u = w.user("carol");

@@ -9,6 +9,10 @@ use wire::{ServerFrame, UnixMs};
 
 pub(crate) const T0: u64 = 1_800_000_000_000;
 
+/// The address the test world's "shell" resolves every push endpoint name to (a public
+/// address; nothing ever connects to it: relay-core does no IO).
+pub(crate) const PUBLIC_IP: &str = "93.184.216.34";
+
 pub(crate) fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
@@ -93,10 +97,19 @@ impl World {
         self.relay.handle_http(self.now, &req)
     }
 
+    /// A POST; a push subscription's endpoint host, when it is a name, comes with the
+    /// resolution a shell would attach: [`PUBLIC_IP`] (a relay never resolves names itself).
     pub(crate) fn post(&mut self, path: &str, body: Value, token: Option<&str>) -> HttpResponse {
         let mut req = HttpRequest::new(Method::Post, path).json(&body);
         if let Some(t) = token {
             req = req.bearer(t);
+        }
+        let endpoint = body["endpoint"].as_str().unwrap_or_default();
+        if path == "/api/v1/push/subscribe"
+            && let Ok(dest) = relay_core::destination::parse_endpoint(endpoint)
+            && let relay_core::destination::Host::Name(name) = dest.host
+        {
+            req = req.resolved(name, vec![PUBLIC_IP.parse().unwrap()]);
         }
         self.http(req)
     }

@@ -36,8 +36,9 @@ pub use connector::TurmoilConnector;
 pub use connector::{Connector, TokioConnector};
 pub use endpoint::{Endpoint, EndpointError};
 pub use server::{
-    ConnectionCounter, HEADER_READ_TIMEOUT_MS, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDR,
-    OUTBOUND_QUEUE_BYTES, PeerAddr, ServeLimits, WRITE_DEADLINE_MS, serve, serve_with_limits,
+    BODY_MIN_BYTES_PER_S, BODY_READ_TIMEOUT_MS, ConnectionCounter, HEADER_READ_TIMEOUT_MS,
+    MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDR, OUTBOUND_QUEUE_BYTES, PeerAddr, ServeLimits,
+    WRITE_DEADLINE_MS, serve, serve_with_limits,
 };
 #[cfg(feature = "turmoil")]
 pub use turmoil_listener::TurmoilListener;

@@ -47,6 +47,27 @@ pub struct ServeLimits {
     /// take the queue past it closes the socket instead (one frame is always admitted to an
     /// empty queue). Bounds what a slow reader can hold.
     pub outbound_queue_bytes: usize,
+    /// A request body must start arriving within this, in ms, counted from the end of its
+    /// headers; every byte received extends the deadline by `1 / body_min_bytes_per_s`
+    /// seconds (a minimum average rate, as Apache's `mod_reqtimeout` `body=…,MinRate=…`).
+    /// Past it the request is answered 408 `BODY_TIMEOUT` and the connection closed (used by
+    /// the relay server's request handler).
+    pub body_read_timeout_ms: u64,
+    /// The minimum average rate of a request body, in bytes per second (see
+    /// [`body_read_timeout_ms`](Self::body_read_timeout_ms)).
+    pub body_min_bytes_per_s: u64,
+}
+
+impl ServeLimits {
+    /// How long a body of which `received` bytes arrived may still take, counted from the end
+    /// of the headers, in ms.
+    pub fn body_deadline_ms(&self, received: u64) -> u64 {
+        let earned = received
+            .saturating_mul(1_000)
+            .checked_div(self.body_min_bytes_per_s)
+            .unwrap_or(u64::MAX);
+        self.body_read_timeout_ms.saturating_add(earned)
+    }
 }
 
 /// Default of [`ServeLimits::header_read_timeout_ms`].
@@ -58,6 +79,13 @@ pub const MAX_CONNECTIONS: usize = 20_000;
 pub const MAX_CONNECTIONS_PER_ADDR: usize = 512;
 /// Default of [`ServeLimits::write_deadline_ms`].
 pub const WRITE_DEADLINE_MS: u64 = 15_000;
+/// Default of [`ServeLimits::body_read_timeout_ms`]: a body must start arriving (and a small
+/// JSON body must arrive whole) within 10 s of its headers.
+pub const BODY_READ_TIMEOUT_MS: u64 = 10_000;
+/// Default of [`ServeLimits::body_min_bytes_per_s`]: 4 KiB/s on average (a 32 KiB JSON body
+/// may take 18 s; a 5 MiB media part 22 minutes, at a 32 kbit/s trickle); a client dripping
+/// a byte a second is answered 408 after 10 s.
+pub const BODY_MIN_BYTES_PER_S: u64 = 4 * 1024;
 /// Default of [`ServeLimits::outbound_queue_bytes`]: twice the relay core's backlog window
 /// (`relay_core::limits::SYNC_WINDOW_BYTES`, 512 KiB), so a replay never fills it and only a
 /// client that stops reading live traffic does.
@@ -71,6 +99,8 @@ impl Default for ServeLimits {
             max_connections_per_addr: MAX_CONNECTIONS_PER_ADDR,
             write_deadline_ms: WRITE_DEADLINE_MS,
             outbound_queue_bytes: OUTBOUND_QUEUE_BYTES,
+            body_read_timeout_ms: BODY_READ_TIMEOUT_MS,
+            body_min_bytes_per_s: BODY_MIN_BYTES_PER_S,
         }
     }
 }
