@@ -222,12 +222,15 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
     /// A thin REST call: the bearer token and endpoint of the moment, performed off-task.
     fn rest(&mut self, call: RestCall, reply: oneshot::Sender<RestReply>) {
         let mut request = HttpRequest::new(call.method, call.path);
-        if call.bearer {
-            let Some(token) = self.machine.bearer_token() else {
+        // As every reference client: the token goes on every request once there is one,
+        // public routes included; a route that needs it is not sent without one.
+        match self.machine.bearer_token() {
+            Some(token) => request = request.bearer(token),
+            None if call.bearer => {
                 drop(reply.send(Err(ClientError::NotAuthenticated)));
                 return;
-            };
-            request = request.bearer(token);
+            }
+            None => {}
         }
         if let Some((content_type, body)) = call.body {
             request = request

@@ -19,8 +19,23 @@ use seam::net::{HttpResponse, Network};
 const JSON: &str = "application/json";
 const OCTETS: &str = "application/octet-stream";
 
+/// `template` with `{name}` replaced by `value`, percent-encoded as the web client's
+/// `encodeURIComponent` does (path segments and query values).
 fn fill(template: &str, name: &str, value: &str) -> String {
-    template.replace(&format!("{{{name}}}"), value)
+    template.replace(&format!("{{{name}}}"), &encode_component(value))
+}
+
+/// `encodeURIComponent`: every byte but `A-Z a-z 0-9 - _ . ! ~ * ' ( )` as `%XX`.
+pub(crate) fn encode_component(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn check(response: HttpResponse) -> Result<HttpResponse, ClientError> {
@@ -213,13 +228,19 @@ impl<N: Network, S: ClientStore + Send + 'static> Contacts<'_, N, S> {
             )
             .await
     }
-    /// `acceptFriendRequest` (F3, path form).
+    /// `acceptFriendRequest` (F3 as the web and Android clients send it: `PUT`, no body, no
+    /// `Content-Type`).
     pub async fn accept_friend_request(
         &self,
         friendship_id: &str,
     ) -> Result<body::AcceptFriendResponse, ClientError> {
         let path = fill(paths::FRIEND_ACCEPT, "friendship_id", friendship_id);
-        self.client.post_json(path, true, &Map::new()).await
+        let r = check(
+            self.client
+                .rest(http::Method::PUT, path, true, None)
+                .await?,
+        )?;
+        decode(&r)
     }
     /// `lookupUser`.
     pub async fn lookup_user(&self, alias_id: &str) -> Result<body::UserProfile, ClientError> {
@@ -263,7 +284,7 @@ impl<N: Network, S: ClientStore + Send + 'static> Media<'_, N, S> {
             let path = format!(
                 "{}?mediaKey={}&partNumber={part_number}",
                 fill(paths::MEDIA_CHUNK, "upload_id", &upload_id),
-                media_key.replace('/', "%2F")
+                encode_component(&media_key)
             );
             let r = check(
                 self.client
@@ -341,7 +362,7 @@ impl<N: Network, S: ClientStore + Send + 'static> Media<'_, N, S> {
         let path = format!(
             "{}?key={}",
             paths::MEDIA_DOWNLOAD,
-            media_key.replace('/', "%2F")
+            encode_component(media_key)
         );
         let r = check(
             self.client
@@ -396,13 +417,13 @@ pub struct Channels<'a, N, S: ClientStore> {
 }
 
 impl<N: Network, S: ClientStore + Send + 'static> Channels<'_, N, S> {
-    /// `search(query)`.
+    /// `search(query)`: as the web client, a blank query is not sent (no channel matches it)
+    /// and a query is URL-encoded.
     pub async fn search(&self, query: &str) -> Result<Vec<body::ChannelInfo>, ClientError> {
-        let path = format!(
-            "{}?q={}",
-            paths::CHANNEL_SEARCH,
-            query.replace(['&', '#', ' ', '%'], "_")
-        );
+        if query.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let path = format!("{}?q={}", paths::CHANNEL_SEARCH, encode_component(query));
         self.client.get_json(path, true).await
     }
     /// `getMine`.
@@ -473,19 +494,19 @@ impl<N: Network, S: ClientStore + Send + 'static> Channels<'_, N, S> {
     pub fn can_post(channel: Option<&body::ChannelInfo>) -> bool {
         channel.is_some_and(|c| c.role == Some(body::ChannelRole::Owner))
     }
-    /// `listForSale(channelId, priceUsdt)`, with the optimistic-lock version when known.
+    /// `listForSale(channelId, priceUsdt)`: `{channel_id, price_usdt}`, the body the web and
+    /// Android clients send (no compare-and-swap version: no reference client sends one).
     pub async fn list_for_sale(
         &self,
         channel_id: &str,
         price_usdt: u64,
-        expected_version: Option<u64>,
     ) -> Result<body::ListChannelResponse, ClientError> {
         let id = wire::ids::ChannelId::parse(channel_id)
             .map_err(|e| ClientError::Machine(e.to_string()))?;
         let request = body::ListChannelRequest {
             channel_id: id,
             price_usdt,
-            expected_version,
+            expected_version: None,
         };
         self.client
             .post_json(paths::LIST_CHANNEL.into(), true, &request)
@@ -511,13 +532,13 @@ pub struct Vanity<'a, N, S: ClientStore> {
 }
 
 impl<N: Network, S: ClientStore + Send + 'static> Vanity<'_, N, S> {
-    /// `search(q)` (public).
+    /// `search(q)` (public): as the web client, `q` is left out when empty and URL-encoded.
     pub async fn search(&self, q: &str) -> Result<Vec<body::VanityItem>, ClientError> {
-        let path = format!(
-            "{}?q={}",
-            paths::VANITY_SEARCH,
-            q.replace(['&', '#', ' '], "_")
-        );
+        let path = if q.is_empty() {
+            paths::VANITY_SEARCH.to_owned()
+        } else {
+            format!("{}?q={}", paths::VANITY_SEARCH, encode_component(q))
+        };
         self.client.get_json(path, false).await
     }
     /// `purchase(aliasId)`.

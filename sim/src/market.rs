@@ -226,7 +226,7 @@ pub(crate) async fn create_channel(ctx: &HostCtx, client: &Client<Turmoil>, pric
     };
     let id = created.channel_id.to_string();
     *ctx.world.borrow_mut().ledger.created.entry(me).or_default() += 1;
-    match retried!(client.channels().list_for_sale(&id, price, None)) {
+    match retried!(client.channels().list_for_sale(&id, price)) {
         Ok(_) => {
             note(ctx, format!("c{me} listed {id} for {price}"));
             ctx.world
