@@ -172,6 +172,14 @@ impl RelayProcess {
     /// returns once it listens again.
     pub async fn kill_and_restart(&mut self) -> Result<(), ProcessError> {
         self.kill();
+        // The group's processes die asynchronously: start again once nothing listens, or the
+        // new relay could find its port still taken.
+        for _ in 0..RELAY_START_MS / POLL_MS {
+            if tokio::net::TcpStream::connect(self.listen).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
         self.spawn()?;
         self.restarts += 1;
         self.wait_listening().await

@@ -73,11 +73,13 @@ impl Ctx {
             req = req.header(name.clone(), value.clone());
         }
         let req = req.body(body);
-        let resp = self
-            .transport
-            .http(req)
-            .await
-            .map_err(|e| Failure::Fail(format!("{what}: transport error: {e}")))?;
+        let mut resp = self.transport.http(req.clone()).await;
+        if resp.is_err() && self.steps().is_some() {
+            // After a restart of the relay a pooled connection to the killed process is dead:
+            // one more try on a fresh one.
+            resp = self.transport.http(req).await;
+        }
+        let resp = resp.map_err(|e| Failure::Fail(format!("{what}: transport error: {e}")))?;
         let status = resp.status.as_u16();
         let text = if resp
             .headers
