@@ -261,7 +261,7 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
                 }
                 if friends && !(200..300).contains(&status) {
                     for w in self.friends_waiters.drain(..) {
-                        drop(w.send(Err(ClientError::Status(status))));
+                        drop(w.send(Err(ClientError::Status(status, String::new()))));
                     }
                 }
             }

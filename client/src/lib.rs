@@ -40,6 +40,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 pub use self::driver::DEAD_LINK_MS;
 pub use self::modules::{
+    OrderStatus,
     Auth, CallOptions, Calls, Channels, Contacts, Http, Media, Messaging, Push, Transport, Vanity,
 };
 pub use self::store::SharedStore;
@@ -108,13 +109,13 @@ pub enum ClientError {
     /// No JWT yet (register or restore first).
     #[error("not authenticated")]
     NotAuthenticated,
-    /// The relay answered with a non-2xx status.
-    #[error("HTTP status {0}")]
-    Status(u16),
+    /// The relay answered with a non-2xx status (and this body, shortened).
+    #[error("HTTP status {0}: {1}")]
+    Status(u16, String),
     /// No response (connect refused, timeout, reset).
     #[error("transport: {0}")]
     Transport(String),
-    /// A response body was not what the wire format says.
+    /// A response body was not what the wire format says (the reason quotes the body).
     #[error("bad response: {0}")]
     BadResponse(String),
     /// The client task is gone.

@@ -141,7 +141,7 @@ macro_rules! retried {
                     result = Some(Ok(v));
                     break;
                 }
-                Err(e @ (ClientError::Status(_) | ClientError::BadResponse(_))) => {
+                Err(e @ (ClientError::Status(..) | ClientError::BadResponse(_))) => {
                     result = Some(Err(e));
                     break;
                 }
@@ -347,7 +347,7 @@ async fn bind(ctx: &HostCtx, client: &Client<Turmoil>, order_id: &str) {
             );
             settle(ctx, order_id);
         }
-        Err(ClientError::Status(s)) => {
+        Err(ClientError::Status(s, _)) => {
             note(ctx, format!("c{me} bind {order_id} refused: {s}"));
             settle(ctx, order_id);
         }

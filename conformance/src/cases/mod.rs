@@ -131,7 +131,7 @@ mod tests {
                 } else {
                     continue;
                 };
-                let head = rest.split([' ', ',', '(']).next().unwrap_or_default();
+                let head = rest.split([' ', ',', '(', '-']).next().unwrap_or_default();
                 let found = if head.starts_with(|ch: char| ch.is_ascii_digit()) {
                     doc.contains(&format!("## {head}"))
                         || doc.contains(&format!("### {head}"))

@@ -396,7 +396,7 @@ fn is_genuine(o: &JepsenOrder) -> bool {
 /// A call that got no answer (worth repeating: the relay returns the same order or bind).
 fn transient(e: &ClientError) -> bool {
     matches!(e, ClientError::Transport(_) | ClientError::NotAuthenticated)
-        || matches!(e, ClientError::Status(s) if *s >= 500)
+        || matches!(e, ClientError::Status(s, _) if *s >= 500)
 }
 
 /// `call` until it gets an answer (a success, or a refusal that is not [`transient`]), at most
