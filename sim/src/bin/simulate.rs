@@ -143,10 +143,12 @@ struct Args {
     plant: Option<sim::planted::Planted>,
 
     /// Jepsen mode: runs the scenario on real sockets (127.0.0.1) against a relay process
-    /// started from this command (run by `sh -c`; `{listen}` becomes its `IP:PORT`, `{data}`
-    /// its data directory, kept across restarts), through a fault proxy, with kill -9 and
-    /// restart and SIGSTOP/SIGCONT of the process. Not bit-deterministic: the seed fixes the
-    /// scenario and the plan, not the timing. See README "Jepsen mode".
+    /// started from this command (run by `sh -c` in a process group of its own, so `exec` is
+    /// optional; `{listen}` becomes its `IP:PORT`, `{data}` its data directory, kept across
+    /// restarts, `{payment_secret}` the webhook secret), through a fault proxy, with kill -9
+    /// and restart and SIGSTOP/SIGCONT of the process. Not bit-deterministic: the seed fixes
+    /// the scenario and the plan, not the timing. Exit 3 when a seed's scenario did not
+    /// happen (verdict `setup`). See README "Testing another relay implementation".
     #[arg(long, value_name = "CMD", conflicts_with_all = ["replay", "relay_url"])]
     relay_cmd: Option<String>,
 
@@ -277,13 +279,25 @@ fn config(args: &Args, seed: u64) -> RunConfig {
     }
 }
 
-fn main() -> anyhow::Result<ExitCode> {
+/// Exit codes: 0 every seed passed; 1 a violation; 2 a usage error or a harness failure (one
+/// line on stderr, with the fix); 3 (Jepsen mode) a seed whose scenario did not happen.
+fn main() -> ExitCode {
     let args = Args::parse();
+    match run_main(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_main(args: &Args) -> anyhow::Result<ExitCode> {
     if args.clients.is_some_and(|c| c < 2) {
         bail!("--clients must be at least 2");
     }
     if args.relay_cmd.is_some() || args.relay_url.is_some() {
-        return jepsen(&args);
+        return jepsen(args);
     }
     if let Some(path) = &args.replay {
         let text =
@@ -297,16 +311,16 @@ fn main() -> anyhow::Result<ExitCode> {
             planted: args.plant,
             ..RunConfig::replaying(replay)
         };
-        return one(&args, &config, &format!("--replay {}", path.display()));
+        return one(args, &config, &format!("--replay {}", path.display()));
     }
     if let Some(seed) = args.seed {
-        return one(&args, &config(&args, seed), &replay_command(&args, seed));
+        return one(args, &config(args, seed), &replay_command(args, seed));
     }
     if args.shrink {
         bail!("--shrink needs --seed or --replay");
     }
     let seeds = args.seeds.clone().unwrap_or(0..100);
-    sweep(&args, seeds)
+    sweep(args, seeds)
 }
 
 fn one(args: &Args, config: &RunConfig, again: &str) -> anyhow::Result<ExitCode> {
@@ -730,6 +744,7 @@ fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
         "Jepsen mode: real sockets and processes, NOT bit-deterministic (the seed fixes the scenario, the fault plan and the proxy's draws; timing differs between runs)"
     );
     let mut failed = Vec::new();
+    let mut setup = Vec::new();
     let mut oracles_line = false;
     for seed in seeds {
         let config = jepsen_config(args, seed, target.clone())?;
@@ -737,23 +752,33 @@ fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
         for e in jepsen::draw_plan(&config) {
             println!("  +{:>6} ms  {}", e.at_ms, serde_json::to_string(&e.fault)?);
         }
-        let report = jepsen::run(&config).with_context(|| format!("seed {seed}"))?;
+        let report = jepsen::run(&config).with_context(|| format!("seed {seed}: the harness could not run"))?;
         if !oracles_line {
             println!("oracles: {}", report.oracles.join(", "));
             println!("not applicable: {}", report.not_applicable.join("; "));
             oracles_line = true;
         }
         jepsen_report(args, &report)?;
-        if !report.violations.is_empty() {
-            failed.push(seed);
+        match report.verdict {
+            jepsen::Verdict::Pass => {}
+            jepsen::Verdict::Fail => failed.push(seed),
+            jepsen::Verdict::Setup => setup.push(seed),
         }
     }
-    if failed.is_empty() {
-        println!("0 violations");
-        Ok(ExitCode::SUCCESS)
-    } else {
-        println!("violations in seeds {failed:?}");
+    if !failed.is_empty() {
+        println!("verdict: fail: violations in seeds {failed:?}");
+        if !setup.is_empty() {
+            println!("(and the scenario did not happen in seeds {setup:?}: verdict setup)");
+        }
         Ok(ExitCode::FAILURE)
+    } else if !setup.is_empty() {
+        println!(
+            "verdict: setup: the scenario did not happen in seeds {setup:?} (nothing was judged there; see the refusals above)"
+        );
+        Ok(ExitCode::from(3))
+    } else {
+        println!("verdict: pass: 0 violations");
+        Ok(ExitCode::SUCCESS)
     }
 }
 
@@ -799,13 +824,45 @@ fn jepsen_report(args: &Args, report: &JepsenReport) -> anyhow::Result<()> {
         jepsen::write_history(report, p).with_context(|| format!("writing {}", p.display()))?;
     }
     let written = path.map_or_else(String::new, |p| format!("; history {}", p.display()));
+    let c = &report.counts;
     println!(
-        "seed {seed}: {} acked, {} received, {} relay restart(s), {} violation(s){written}",
+        "seed {seed}: verdict {:?}: {} accounts, {} of {} conversations, {} sent, {} acked ({} ack frames), {} received ({} msg frames), {} receipts, {} orders ({} paid), {} kills, {} pauses, {} proxy phases, {} violation(s){written}",
+        report.verdict,
+        c.accounts,
+        c.conversations,
+        c.conversations_wanted,
+        c.sent,
         report.acked,
+        c.acks_seen,
         report.received,
-        report.restarts,
+        c.msgs_seen,
+        c.receipts_seen,
+        c.orders,
+        c.orders_paid,
+        c.kills,
+        c.pauses,
+        c.proxy_phases,
         report.violations.len()
     );
+    let refusals: Vec<_> = report
+        .routes
+        .iter()
+        .filter(|(_, r)| !r.refused.is_empty())
+        .collect();
+    if !refusals.is_empty() {
+        println!("  refusals by route (requests, then answers that were not 2xx):");
+        for (route, r) in refusals {
+            let by: Vec<String> = r
+                .refused
+                .iter()
+                .map(|(status, n)| {
+                    let body = r.first_body.get(status).map_or("", String::as_str);
+                    format!("{status} ×{n} (first: {body})")
+                })
+                .collect();
+            println!("    {route}: {} request(s); {}", r.requests, by.join("; "));
+        }
+    }
     for v in &report.violations {
         println!("VIOLATION seed {seed} {v}");
     }

@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::JEPSEN_LIVENESS_MS;
 use super::apps::{App, HistoryEntry};
 use crate::oracles::observed::{Observed, Seen, acked_in, undelivered};
+use crate::oracles::wire::{self as wire_oracles, WireSeen};
 use crate::oracles::{delivery, receipts};
 use crate::scenario::Pair;
 use crate::trace::Device;
@@ -32,6 +33,7 @@ pub(super) fn check(
     apps: &[App],
     convs: &BTreeMap<(usize, usize), String>,
     history: &[HistoryEntry],
+    wire: &WireSeen,
     out: &mut Vec<String>,
 ) {
     let stores: Vec<SharedStore> = apps.iter().map(|a| a.store.clone()).collect();
@@ -51,10 +53,12 @@ pub(super) fn check(
         stores: &stores,
     };
     let mut found = Vec::new();
+    wire_oracles::duplicate_delivery(wire, &mut found);
+    wire_oracles::seq_reused(wire, &mut found);
+    wire_oracles::ack_lost(wire, &observed.members, &mut found);
     delivery::exactly_once(&observed, &mut found);
     delivery::non_participant(&observed, &mut found);
     delivery::seq_order(&observed, &mut found);
-    delivery::seq_gap_free(&observed, &mut found);
     receipts::receipts(&observed, &mut found);
     liveness(&observed, &mut found);
     out.extend(found.iter().map(ToString::to_string));
@@ -75,6 +79,18 @@ fn liveness(h: &Observed<'_>, out: &mut Vec<Violation>) {
             ),
         ));
     }
+}
+
+/// Message id → the conversation its app sent it in (every `send` of the history).
+pub(super) fn sent_in(history: &[HistoryEntry]) -> BTreeMap<String, String> {
+    history
+        .iter()
+        .filter_map(|e| {
+            let id = e.what.get("send")?.as_str()?;
+            let conv = e.what.get("conv")?.as_str()?;
+            Some((id.to_owned(), conv.to_owned()))
+        })
+        .collect()
 }
 
 /// Every alias each client had: the one it registered with, then any it bound.

@@ -10,6 +10,7 @@
 //! | [`push`] | `push` (real delivery to the Web Push, FCM and APNs stand-ins, see [`crate::pushworld`]) |
 //! | [`adversaries`] | `authz`, `bad-input`, `stuck-client`, `resources` |
 //! | `market` | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model` |
+//! | [`wire`] | `duplicate-delivery`, `seq-reused`, `ack-lost`: over the frames each socket received, before the client's dedup (Jepsen mode) |
 //!
 //! and `setup`, `host-error`, `panic` from the runner and the sweep. [`observed`] is the
 //! history type the client-visible oracles read: the simulator builds it here from its trace
@@ -26,6 +27,7 @@ pub mod observed;
 pub mod push;
 pub mod receipts;
 mod storage;
+pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
 
