@@ -250,7 +250,7 @@ pub async fn run_one(
         .await;
         let faults = transport.faults();
         match (r, faults, transport.calmer()) {
-            (Err(Failure::Fail(reason)), Some(faults), Some(calmer))
+            (Err(Failure::Fail(reason) | Failure::Error(reason)), Some(faults), Some(calmer))
                 if faults.drew_destructive() =>
             {
                 first_attempt = Some(FirstAttempt { reason, faults });
