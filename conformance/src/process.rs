@@ -162,7 +162,11 @@ impl RelayProcess {
     fn signal_group(&self, signal: &str) {
         if let Some(child) = &self.child {
             let group = format!("-{}", child.id());
-            if let Err(e) = Command::new("kill").args([signal, "--", &group]).status() {
+            let status = Command::new("kill")
+                .args([signal, "--", &group])
+                .stderr(Stdio::null())
+                .status();
+            if let Err(e) = status {
                 tracing::warn!(%e, signal, "could not signal the relay");
             }
         }

@@ -354,6 +354,8 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
     } else {
         None
     };
+    // Preconditions of the traffic: without them nothing is judged.
+    let setup_failed = !violations.is_empty();
     let apps = Arc::new(apps);
     let traffic_start = history.now();
     history.push(None, json!({"phase": "traffic"}));
@@ -381,6 +383,8 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
     counts.acks_seen = seen.acks.len();
     counts.msgs_seen = seen.msgs.len();
     counts.receipts_seen = wire.receipts();
+    // Denominators of the traffic: too few and the oracles judged too little.
+    let mut thin = Vec::new();
     if let Some(o) = &orders {
         let placed = o.orders();
         counts.orders = placed.len();
@@ -389,7 +393,7 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
             .filter(|o| matches!(o.paid, Paid::Genuine { .. }))
             .count();
         if placed.is_empty() {
-            violations.push(setup_violation(
+            thin.push(setup_violation(
                 format!(
                     "commerce ran but no order was placed (every purchase of {:?} refused)",
                     o.pool()
@@ -399,23 +403,29 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
         }
     }
     if !convs.is_empty() {
-        short_conversations(&convs, &seen, &wire, &mut violations);
+        short_conversations(&convs, &seen, &wire, &mut thin);
     }
-    if !violations.iter().any(|v| v.starts_with("[setup]")) {
+    if !setup_failed {
         verdict::check(&apps, &convs, &entries, &seen, &mut violations);
+        verdict::unexpected_refusals(&wire.routes(), &mut violations);
     }
+    // A scenario that happened and broke an oracle fails; one that did not happen is `setup`.
+    let broken = violations.iter().any(|v| !v.starts_with("[setup]"));
+    violations.extend(thin);
     for app in apps.iter() {
         app.client.shutdown().await;
     }
     violations.sort();
     violations.dedup();
     let (oracles, not_applicable) = oracle_lists(orders.is_some());
-    let verdict = if violations.iter().any(|v| v.starts_with("[setup]")) {
+    let verdict = if setup_failed {
         Verdict::Setup
+    } else if broken {
+        Verdict::Fail
     } else if violations.is_empty() {
         Verdict::Pass
     } else {
-        Verdict::Fail
+        Verdict::Setup
     };
     Ok(JepsenReport {
         seed: config.seed,

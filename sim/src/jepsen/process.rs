@@ -69,7 +69,11 @@ impl RelayProcess {
             return false;
         };
         let group = format!("-{}", child.id());
-        match Command::new("kill").args([sig, "--", &group]).status() {
+        let status = Command::new("kill")
+            .args([sig, "--", &group])
+            .stderr(Stdio::null())
+            .status();
+        match status {
             Ok(status) => status.success(),
             Err(e) => {
                 tracing::warn!(%e, sig, "could not signal the relay");

@@ -81,6 +81,38 @@ fn liveness(h: &Observed<'_>, out: &mut Vec<Violation>) {
     }
 }
 
+/// `unexpected-answer`: a refusal the scenario gives the relay no reason for: a status
+/// other than 401 (a token superseded or expired: the client logs in again), 409 on a
+/// purchase (another client holds the alias), 429 (a rate limit) and 5xx (a relay
+/// restarting); no answer at all and refused upgrades are the faults'. Quotes the first body.
+pub(super) fn unexpected_refusals(
+    routes: &BTreeMap<String, super::RouteCount>,
+    out: &mut Vec<String>,
+) {
+    for (route, r) in routes {
+        if route == "WS error frame" || route.starts_with("GET /ws") {
+            continue;
+        }
+        for (status, n) in &r.refused {
+            let Ok(code) = status.parse::<u16>() else {
+                continue;
+            };
+            let legit = matches!(code, 401 | 429 | 500..=599)
+                || (code == 409 && route == "POST /api/v1/vanity/purchase");
+            if !legit {
+                let body = r.first_body.get(status).map_or("", String::as_str);
+                out.push(
+                    Violation::new(
+                        "unexpected-answer",
+                        format!("{route} answered {status} ×{n} of {}: {body}", r.requests),
+                    )
+                    .to_string(),
+                );
+            }
+        }
+    }
+}
+
 /// Message id → the conversation its app sent it in (every `send` of the history).
 pub(super) fn sent_in(history: &[HistoryEntry]) -> BTreeMap<String, String> {
     history
