@@ -103,7 +103,13 @@ class Relay:
         if args.data:
             os.makedirs(args.data, exist_ok=True)
         self.plants = set(args.plant or [])
-        self.db = Store(path, "ack-before-durable" in self.plants)
+        self.db = Store(path, False)
+        # Messages and their seq counters: the same store, or (planted `ack-before-durable`)
+        # a file of their own whose writes a background task commits after they were acked.
+        if "ack-before-durable" in self.plants:
+            self.mdb = Store(path + "-messages" if path else None, True)
+        else:
+            self.mdb = self.db
         self.offset_ms = 0
         self.secret = (args.payment_secret or os.environ.get("RELAY_PAYMENT_WEBHOOK_SECRET") or "").encode()
         self.vanity = inventory()
@@ -418,7 +424,7 @@ class Relay:
 
     def storage(self, req):
         me = self.caller(req)["uuid"]
-        row = self.db.one("SELECT COUNT(*) AS n, COALESCE(SUM(LENGTH(payload)), 0) AS b FROM messages WHERE recipient = ? AND pending = 1", me)
+        row = self.mdb.one("SELECT COUNT(*) AS n, COALESCE(SUM(LENGTH(payload)), 0) AS b FROM messages WHERE recipient = ? AND pending = 1", me)
         return {"used_bytes": row["b"], "quota_bytes": 100 * 1024 * 1024, "message_count": row["n"]}
 
     # ------------------------------------------------------------------ channels
@@ -774,6 +780,7 @@ class Relay:
             print(f"error: frame {kind!r}: {e!r}", file=sys.stderr, flush=True)
             conn.send({"type": "error", "code": "INTERNAL", "detail": "internal error"})
         self.db.durable()
+        self.mdb.durable()
 
     def refuse(self, conn, code, detail, f):
         frame = {"type": "error", "code": code, "detail": detail}
@@ -790,8 +797,8 @@ class Relay:
 
     def ws_sync(self, conn, f):
         conn.synced = True
-        self.db.x("DELETE FROM messages WHERE pending = 1 AND at_ms < ?", self.now() - MESSAGE_TTL_MS)
-        for m in self.db.q("SELECT * FROM messages WHERE recipient = ? AND pending = 1 ORDER BY conv_id, seq", conn.uuid):
+        self.mdb.x("DELETE FROM messages WHERE pending = 1 AND at_ms < ?", self.now() - MESSAGE_TTL_MS)
+        for m in self.mdb.q("SELECT * FROM messages WHERE recipient = ? AND pending = 1 ORDER BY conv_id, seq", conn.uuid):
             conn.send(self.msg_frame(m))
         rows = self.db.q("SELECT n, frame FROM outbox WHERE uuid = ? ORDER BY n", conn.uuid)
         for r in rows:
@@ -808,22 +815,22 @@ class Relay:
         if fr is None or self.alias_of(self.peer(fr, conn.uuid)) != to:
             return self.refuse(conn, "NOT_A_MEMBER", "no accepted conversation with this recipient", f)
         if "no-dedup" not in self.plants:
-            same = self.db.one("SELECT seq FROM messages WHERE conv_id = ? AND id = ?", conv_id, mid)
+            same = self.mdb.one("SELECT seq FROM messages WHERE conv_id = ? AND id = ?", conv_id, mid)
             if same:
                 conn.send({"type": "ack", "id": mid, "seq": same["seq"]})
                 return
         if self.limited("msg", conn.uuid, MSGS_PER_MIN):
             return self.refuse(conn, "RATE_LIMITED", f"more than {MSGS_PER_MIN} messages a minute", f)
-        row = self.db.one("SELECT last_seq FROM counters WHERE conv_id = ?", conv_id)
+        row = self.mdb.one("SELECT last_seq FROM counters WHERE conv_id = ?", conv_id)
         seq = (row["last_seq"] if row else 0) + 1
-        self.db.x("INSERT OR REPLACE INTO counters (conv_id, last_seq) VALUES (?, ?)", conv_id, seq)
+        self.mdb.x("INSERT OR REPLACE INTO counters (conv_id, last_seq) VALUES (?, ?)", conv_id, seq)
         recipient = self.peer(fr, conn.uuid)
         cv = f.get("crypto_v") if isinstance(f.get("crypto_v"), int) else None
-        self.db.x("INSERT INTO messages (conv_id, seq, id, sender, recipient, payload, crypto_v, at_ms, pending) VALUES (?,?,?,?,?,?,?,?,1)",
+        self.mdb.x("INSERT INTO messages (conv_id, seq, id, sender, recipient, payload, crypto_v, at_ms, pending) VALUES (?,?,?,?,?,?,?,?,1)",
                   conv_id, seq, mid, conn.uuid, recipient, payload, cv, self.now())
-        self.db.durable()
+        self.mdb.durable()
         conn.send({"type": "ack", "id": mid, "seq": seq})
-        m = self.db.one("SELECT * FROM messages WHERE conv_id = ? AND seq = ?", conv_id, seq)
+        m = self.mdb.one("SELECT * FROM messages WHERE conv_id = ? AND seq = ?", conv_id, seq)
         for c in self.conns.get(recipient, []):
             if c.open and c.synced:
                 c.send(self.msg_frame(m))
@@ -839,7 +846,7 @@ class Relay:
         if to is not None and self.alias_of(other) != to:
             return
         if f["type"] == "delivered":
-            self.db.x("UPDATE messages SET pending = 0 WHERE conv_id = ? AND recipient = ? AND seq <= ?", conv_id, conn.uuid, seq)
+            self.mdb.x("UPDATE messages SET pending = 0 WHERE conv_id = ? AND recipient = ? AND seq <= ?", conv_id, conn.uuid, seq)
         self.push(other, {"type": f["type"], "conv_id": conv_id, "seq": seq, "from": self.alias_of(conn.uuid)}, keep=True)
 
     def ws_typing(self, conn, f):
@@ -852,12 +859,12 @@ class Relay:
     def ws_retract(self, conn, f):
         mid, conv_id = f.get("id"), f.get("conv_id")
         fr = self.conv(conv_id, conn.uuid) if isinstance(conv_id, str) else None
-        m = self.db.one("SELECT * FROM messages WHERE conv_id = ? AND id = ?", conv_id, mid) if fr else None
+        m = self.mdb.one("SELECT * FROM messages WHERE conv_id = ? AND id = ?", conv_id, mid) if fr else None
         if m is None:
             return self.refuse(conn, "UNKNOWN_MESSAGE", "no such message in this conversation", f)
         if m["sender"] != conn.uuid:
             return self.refuse(conn, "NOT_AUTHOR", "only the author retracts a message", f)
-        self.db.x("UPDATE messages SET pending = 0 WHERE conv_id = ? AND id = ?", conv_id, mid)
+        self.mdb.x("UPDATE messages SET pending = 0 WHERE conv_id = ? AND id = ?", conv_id, mid)
         self.push(self.peer(fr, conn.uuid), {"type": "retract", "id": mid, "from": self.alias_of(conn.uuid), "conv_id": conv_id}, keep=True)
 
     def ws_call(self, conn, f):
@@ -947,7 +954,7 @@ class Relay:
 async def committer(relay):
     while True:
         await asyncio.sleep(COMMIT_EVERY_S)
-        relay.db.flush()
+        relay.mdb.flush()
 
 
 async def main(args):

@@ -1,8 +1,9 @@
 """The relay's durable state: one SQLite file (WAL, synchronous=FULL).
 
 Every write that is acknowledged to a client is committed first (`Store.durable`). With the
-planted bug `ack-before-durable` the commit is skipped there and done by a background task
-every COMMIT_EVERY_S seconds instead, so a kill -9 loses what was acknowledged meanwhile.
+planted bug `ack-before-durable` messages and their seq counters live in a second file whose
+commit is skipped there and done by a background task every COMMIT_EVERY_S seconds instead,
+so a kill -9 loses the messages acked meanwhile and the restarted relay gives their seqs again.
 """
 
 import sqlite3
