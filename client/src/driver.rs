@@ -251,7 +251,10 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
         let http = self.http.clone();
         let tap = self.tap.clone();
         tokio::spawn(async move {
-            let (method, path) = (request.method().clone(), request.path_and_query().to_owned());
+            let (method, path) = (
+                request.method().clone(),
+                request.path_and_query().to_owned(),
+            );
             let result = http
                 .send(request)
                 .await

@@ -40,8 +40,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 pub use self::driver::DEAD_LINK_MS;
 pub use self::modules::{
-    OrderStatus,
-    Auth, CallOptions, Calls, Channels, Contacts, Http, Media, Messaging, Push, Transport, Vanity,
+    Auth, CallOptions, Calls, Channels, Contacts, Http, Media, Messaging, OrderStatus, Push,
+    Transport, Vanity,
 };
 pub use self::store::SharedStore;
 pub use client_core::machine::{Event as ClientEvent, NetworkState};

@@ -66,9 +66,8 @@ fn json_value(response: &HttpResponse) -> Result<Value, ClientError> {
     if response.body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Object(Map::new()));
     }
-    serde_json::from_slice(&response.body).map_err(|e| {
-        ClientError::BadResponse(format!("{e}; the body: {}", quoted(&response.body)))
-    })
+    serde_json::from_slice(&response.body)
+        .map_err(|e| ClientError::BadResponse(format!("{e}; the body: {}", quoted(&response.body))))
 }
 
 fn decode<T: DeserializeOwned>(response: &HttpResponse) -> Result<T, ClientError> {

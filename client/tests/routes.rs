@@ -44,40 +44,215 @@ enum Body {
 
 /// PROTOCOL.md §1, as the web client (TS SDK) sends it.
 const TABLE: &[Row] = &[
-    Row { id: "A1", method: "POST", path: "/api/v1/pow/challenge", body: Body::Json(&[]) },
-    Row { id: "A2", method: "POST", path: "/api/v1/register", body: Body::Json(&["ed25519_public_key", "x25519_public_key", "nickname", "pow_nonce?"]) },
-    Row { id: "A3", method: "POST", path: "/api/v1/auth/challenge", body: Body::Json(&["user_uuid"]) },
-    Row { id: "A4", method: "POST", path: "/api/v1/auth/verify", body: Body::Json(&["user_uuid", "challenge", "signature"]) },
-    Row { id: "A5", method: "POST", path: "/api/v1/ws/ticket", body: Body::Json(&[]) },
-    Row { id: "F1", method: "GET", path: "/api/v1/friends", body: Body::None },
-    Row { id: "F2", method: "POST", path: "/api/v1/friends/request", body: Body::Json(&["to_alias_id"]) },
-    Row { id: "F3", method: "PUT", path: "/api/v1/friends/{friendship_id}/accept", body: Body::None },
-    Row { id: "F5", method: "GET", path: "/api/v1/users/{alias_id}", body: Body::None },
-    Row { id: "CH1", method: "GET", path: "/api/v1/channels/search?q", body: Body::None },
-    Row { id: "CH2", method: "GET", path: "/api/v1/channels/mine", body: Body::None },
-    Row { id: "CH3", method: "GET", path: "/api/v1/channels/{id}", body: Body::None },
-    Row { id: "CH4", method: "POST", path: "/api/v1/channels", body: Body::Json(&["name", "description", "is_public"]) },
-    Row { id: "CH5", method: "POST", path: "/api/v1/channels/{id}/subscribe", body: Body::Json(&[]) },
-    Row { id: "CH6", method: "DELETE", path: "/api/v1/channels/{id}/subscribe", body: Body::None },
-    Row { id: "CH7", method: "POST", path: "/api/v1/channels/{id}/posts", body: Body::Json(&["type", "content"]) },
-    Row { id: "CH8", method: "GET", path: "/api/v1/channels/{id}/posts", body: Body::None },
-    Row { id: "CH9", method: "POST", path: "/api/v1/vanity/list-channel", body: Body::Json(&["channel_id", "price_usdt"]) },
-    Row { id: "CH10", method: "POST", path: "/api/v1/channels/{id}/buy", body: Body::Json(&[]) },
-    Row { id: "CH11", method: "POST", path: "/api/v1/channels/quota/buy", body: Body::Json(&[]) },
-    Row { id: "V1", method: "GET", path: "/api/v1/vanity/search", body: Body::None },
-    Row { id: "V1 (q)", method: "GET", path: "/api/v1/vanity/search?q", body: Body::None },
-    Row { id: "V2", method: "POST", path: "/api/v1/vanity/purchase", body: Body::Json(&["alias_id"]) },
-    Row { id: "V3", method: "POST", path: "/api/v1/vanity/bind", body: Body::Json(&["order_id"]) },
-    Row { id: "V4", method: "POST", path: "/api/v1/vanity/reserve", body: Body::Json(&["alias_id"]) },
-    Row { id: "V5", method: "GET", path: "/api/v1/vanity/order/{order_id}/status", body: Body::None },
-    Row { id: "M1", method: "POST", path: "/api/v1/media/upload-parts/init", body: Body::Json(&["content_type"]) },
-    Row { id: "M2", method: "POST", path: "/api/v1/media/upload-parts/{upload_id}/chunk?mediaKey&partNumber", body: Body::Octets },
-    Row { id: "M3", method: "POST", path: "/api/v1/media/upload-parts/{upload_id}/complete", body: Body::Json(&["media_key", "parts"]) },
-    Row { id: "M4", method: "GET", path: "/api/v1/media/download?key", body: Body::None },
-    Row { id: "P1", method: "GET", path: "/api/v1/push/vapid-key", body: Body::None },
-    Row { id: "P2", method: "POST", path: "/api/v1/push/subscribe", body: Body::Json(&["endpoint", "keys"]) },
-    Row { id: "K1", method: "GET", path: "/api/v1/calls/ice-config", body: Body::None },
-    Row { id: "WS", method: "GET", path: "/ws?user_uuid&ticket", body: Body::None },
+    Row {
+        id: "A1",
+        method: "POST",
+        path: "/api/v1/pow/challenge",
+        body: Body::Json(&[]),
+    },
+    Row {
+        id: "A2",
+        method: "POST",
+        path: "/api/v1/register",
+        body: Body::Json(&[
+            "ed25519_public_key",
+            "x25519_public_key",
+            "nickname",
+            "pow_nonce?",
+        ]),
+    },
+    Row {
+        id: "A3",
+        method: "POST",
+        path: "/api/v1/auth/challenge",
+        body: Body::Json(&["user_uuid"]),
+    },
+    Row {
+        id: "A4",
+        method: "POST",
+        path: "/api/v1/auth/verify",
+        body: Body::Json(&["user_uuid", "challenge", "signature"]),
+    },
+    Row {
+        id: "A5",
+        method: "POST",
+        path: "/api/v1/ws/ticket",
+        body: Body::Json(&[]),
+    },
+    Row {
+        id: "F1",
+        method: "GET",
+        path: "/api/v1/friends",
+        body: Body::None,
+    },
+    Row {
+        id: "F2",
+        method: "POST",
+        path: "/api/v1/friends/request",
+        body: Body::Json(&["to_alias_id"]),
+    },
+    Row {
+        id: "F3",
+        method: "PUT",
+        path: "/api/v1/friends/{friendship_id}/accept",
+        body: Body::None,
+    },
+    Row {
+        id: "F5",
+        method: "GET",
+        path: "/api/v1/users/{alias_id}",
+        body: Body::None,
+    },
+    Row {
+        id: "CH1",
+        method: "GET",
+        path: "/api/v1/channels/search?q",
+        body: Body::None,
+    },
+    Row {
+        id: "CH2",
+        method: "GET",
+        path: "/api/v1/channels/mine",
+        body: Body::None,
+    },
+    Row {
+        id: "CH3",
+        method: "GET",
+        path: "/api/v1/channels/{id}",
+        body: Body::None,
+    },
+    Row {
+        id: "CH4",
+        method: "POST",
+        path: "/api/v1/channels",
+        body: Body::Json(&["name", "description", "is_public"]),
+    },
+    Row {
+        id: "CH5",
+        method: "POST",
+        path: "/api/v1/channels/{id}/subscribe",
+        body: Body::Json(&[]),
+    },
+    Row {
+        id: "CH6",
+        method: "DELETE",
+        path: "/api/v1/channels/{id}/subscribe",
+        body: Body::None,
+    },
+    Row {
+        id: "CH7",
+        method: "POST",
+        path: "/api/v1/channels/{id}/posts",
+        body: Body::Json(&["type", "content"]),
+    },
+    Row {
+        id: "CH8",
+        method: "GET",
+        path: "/api/v1/channels/{id}/posts",
+        body: Body::None,
+    },
+    Row {
+        id: "CH9",
+        method: "POST",
+        path: "/api/v1/vanity/list-channel",
+        body: Body::Json(&["channel_id", "price_usdt"]),
+    },
+    Row {
+        id: "CH10",
+        method: "POST",
+        path: "/api/v1/channels/{id}/buy",
+        body: Body::Json(&[]),
+    },
+    Row {
+        id: "CH11",
+        method: "POST",
+        path: "/api/v1/channels/quota/buy",
+        body: Body::Json(&[]),
+    },
+    Row {
+        id: "V1",
+        method: "GET",
+        path: "/api/v1/vanity/search",
+        body: Body::None,
+    },
+    Row {
+        id: "V1 (q)",
+        method: "GET",
+        path: "/api/v1/vanity/search?q",
+        body: Body::None,
+    },
+    Row {
+        id: "V2",
+        method: "POST",
+        path: "/api/v1/vanity/purchase",
+        body: Body::Json(&["alias_id"]),
+    },
+    Row {
+        id: "V3",
+        method: "POST",
+        path: "/api/v1/vanity/bind",
+        body: Body::Json(&["order_id"]),
+    },
+    Row {
+        id: "V4",
+        method: "POST",
+        path: "/api/v1/vanity/reserve",
+        body: Body::Json(&["alias_id"]),
+    },
+    Row {
+        id: "V5",
+        method: "GET",
+        path: "/api/v1/vanity/order/{order_id}/status",
+        body: Body::None,
+    },
+    Row {
+        id: "M1",
+        method: "POST",
+        path: "/api/v1/media/upload-parts/init",
+        body: Body::Json(&["content_type"]),
+    },
+    Row {
+        id: "M2",
+        method: "POST",
+        path: "/api/v1/media/upload-parts/{upload_id}/chunk?mediaKey&partNumber",
+        body: Body::Octets,
+    },
+    Row {
+        id: "M3",
+        method: "POST",
+        path: "/api/v1/media/upload-parts/{upload_id}/complete",
+        body: Body::Json(&["media_key", "parts"]),
+    },
+    Row {
+        id: "M4",
+        method: "GET",
+        path: "/api/v1/media/download?key",
+        body: Body::None,
+    },
+    Row {
+        id: "P1",
+        method: "GET",
+        path: "/api/v1/push/vapid-key",
+        body: Body::None,
+    },
+    Row {
+        id: "P2",
+        method: "POST",
+        path: "/api/v1/push/subscribe",
+        body: Body::Json(&["endpoint", "keys"]),
+    },
+    Row {
+        id: "K1",
+        method: "GET",
+        path: "/api/v1/calls/ice-config",
+        body: Body::None,
+    },
+    Row {
+        id: "WS",
+        method: "GET",
+        path: "/ws?user_uuid&ticket",
+        body: Body::None,
+    },
 ];
 
 fn path_matches(template: &str, path: &str) -> bool {
@@ -123,7 +298,9 @@ fn row_of(seen: &Seen) -> Result<&'static str, String> {
     match row.body {
         Body::None => {
             if !seen.body.is_empty() || seen.content_type.is_some() {
-                return Err(format!("{what}: sends a body or Content-Type; the web client sends neither"));
+                return Err(format!(
+                    "{what}: sends a body or Content-Type; the web client sends neither"
+                ));
             }
         }
         Body::Octets => {
@@ -148,7 +325,9 @@ fn row_of(seen: &Seen) -> Result<&'static str, String> {
                 .copied()
                 .collect();
             if !got.is_subset(&allowed) || !required.is_subset(&got) {
-                return Err(format!("{what}: body fields {got:?}, PROTOCOL.md: {fields:?}"));
+                return Err(format!(
+                    "{what}: body fields {got:?}, PROTOCOL.md: {fields:?}"
+                ));
             }
         }
     }
@@ -185,14 +364,21 @@ async fn recording_proxy(upstream: SocketAddr, log: Arc<Mutex<Vec<Seen>>>) -> So
                     let text = String::from_utf8_lossy(&head).into_owned();
                     let mut lines = text.split("\r\n");
                     let mut first = lines.next().unwrap_or_default().split(' ');
-                    let (method, path) = (first.next().unwrap_or_default(), first.next().unwrap_or_default());
+                    let (method, path) = (
+                        first.next().unwrap_or_default(),
+                        first.next().unwrap_or_default(),
+                    );
                     let header = |name: &str| {
                         text.split("\r\n").skip(1).find_map(|l| {
                             let (k, v) = l.split_once(':')?;
-                            k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+                            k.trim()
+                                .eq_ignore_ascii_case(name)
+                                .then(|| v.trim().to_owned())
                         })
                     };
-                    let n: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+                    let n: usize = header("content-length")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
                     let mut body = vec![0; n];
                     if cr.read_exact(&mut body).await.is_err() {
                         return;
@@ -220,12 +406,16 @@ async fn recording_proxy(upstream: SocketAddr, log: Arc<Mutex<Vec<Seen>>>) -> So
 fn mnemonic(seed: u8) -> String {
     use rand_core::SeedableRng as _;
     let mut rng = rand_chacha::ChaCha20Rng::from_seed([seed; 32]);
-    client_core::keys::new_mnemonic(&mut rng).expose().to_owned()
+    client_core::keys::new_mnemonic(&mut rng)
+        .expose()
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_matches_protocol_md() {
-    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await.unwrap();
+    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
     let relay = listener.local_addr().unwrap();
     let config = Config {
         pow_difficulty: 1,
@@ -254,8 +444,16 @@ async fn every_request_matches_protocol_md() {
     // Vanity: search (with and without q), purchase, status, bind (409: unpaid), reserve.
     let items = alice.vanity().search("").await.unwrap();
     drop(alice.vanity().search("8").await);
-    let order = alice.vanity().purchase(items[0].alias_id.as_str()).await.unwrap();
-    alice.vanity().order_status(order.order_id.as_str()).await.unwrap();
+    let order = alice
+        .vanity()
+        .purchase(items[0].alias_id.as_str())
+        .await
+        .unwrap();
+    alice
+        .vanity()
+        .order_status(order.order_id.as_str())
+        .await
+        .unwrap();
     drop(alice.vanity().bind(order.order_id.as_str()).await);
     drop(bob.vanity().reserve(items[1].alias_id.as_str()).await);
     // Channels.
@@ -266,7 +464,11 @@ async fn every_request_matches_protocol_md() {
     alice.channels().detail(&ch).await.unwrap();
     bob.channels().subscribe(&ch).await.unwrap();
     bob.channels().unsubscribe(&ch).await.unwrap();
-    alice.channels().post(&ch, "hi", wire::http::PostType::Text).await.unwrap();
+    alice
+        .channels()
+        .post(&ch, "hi", wire::http::PostType::Text)
+        .await
+        .unwrap();
     bob.channels().posts(&ch).await.unwrap();
     alice.channels().list_for_sale(&ch, 7).await.unwrap();
     bob.channels().buy(&ch).await.unwrap();
@@ -297,11 +499,18 @@ async fn every_request_matches_protocol_md() {
             Err(why) => wrong.push(why),
         }
     }
-    assert!(wrong.is_empty(), "requests unlike PROTOCOL.md:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "requests unlike PROTOCOL.md:\n{}",
+        wrong.join("\n")
+    );
     let missing: Vec<&str> = TABLE
         .iter()
         .map(|r| r.id)
         .filter(|id| !rows.contains(id))
         .collect();
-    assert!(missing.is_empty(), "rows the client never sent: {missing:?} (sent {rows:?})");
+    assert!(
+        missing.is_empty(),
+        "rows the client never sent: {missing:?} (sent {rows:?})"
+    );
 }

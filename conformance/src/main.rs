@@ -7,10 +7,10 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use conformance::ctx::{ClockControl, Hooks, Limits, PushProbe, Shared};
-use conformance::model::Profile;
-use conformance::process::RelayProcess;
 #[cfg(feature = "embedded")]
 use conformance::embedded;
+use conformance::model::Profile;
+use conformance::process::RelayProcess;
 use conformance::runner::{self, RunConfig, Status};
 use conformance::transport::NetTransport;
 use conformance::{cases, report, transport};
@@ -201,41 +201,44 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     type Embedded = Option<std::convert::Infallible>;
     let relay_dir = tempfile::tempdir().context("creating a directory for the relay's data")?;
     let mut secret = cli.payment_secret.clone();
-    let (_embedded, base_url, mut hooks): (Embedded, String, Hooks) = match (&cli.relay, &cli.relay_cmd) {
-        (Some(url), _) => (None, url.clone(), Hooks::default()),
-        (None, Some(cmd)) => {
-            let made_up = secret.get_or_insert_with(|| format!("conformance-{}", cli.seed)).clone();
-            let process = RelayProcess::start(cmd, Some(made_up), relay_dir.path()).await?;
-            eprintln!("relay started: {}", process.shown_command());
-            let url = process.base_url();
-            let hooks = Hooks {
-                process: Some(Arc::new(tokio::sync::Mutex::new(process))),
-                ..Hooks::default()
-            };
-            (None, url, hooks)
-        }
-        #[cfg(not(feature = "embedded"))]
-        (None, None) => anyhow::bail!(
-            "this build has no embedded relay: give the relay to check with --relay URL \
+    let (_embedded, base_url, mut hooks): (Embedded, String, Hooks) =
+        match (&cli.relay, &cli.relay_cmd) {
+            (Some(url), _) => (None, url.clone(), Hooks::default()),
+            (None, Some(cmd)) => {
+                let made_up = secret
+                    .get_or_insert_with(|| format!("conformance-{}", cli.seed))
+                    .clone();
+                let process = RelayProcess::start(cmd, Some(made_up), relay_dir.path()).await?;
+                eprintln!("relay started: {}", process.shown_command());
+                let url = process.base_url();
+                let hooks = Hooks {
+                    process: Some(Arc::new(tokio::sync::Mutex::new(process))),
+                    ..Hooks::default()
+                };
+                (None, url, hooks)
+            }
+            #[cfg(not(feature = "embedded"))]
+            (None, None) => anyhow::bail!(
+                "this build has no embedded relay: give the relay to check with --relay URL \
              (or build with the default feature `embedded`)"
-        ),
-        #[cfg(feature = "embedded")]
-        (None, None) => {
-            let relay = embedded::start_loopback()
-                .await
-                .map_err(anyhow::Error::msg)?;
-            let url = relay.base_url.clone();
-            // The embedded relay delivers Web Push: be its push service unless told where.
-            let hooks = if cli.push_probe.is_some() {
-                embedded::hooks()
-            } else {
-                embedded::loopback_hooks()
+            ),
+            #[cfg(feature = "embedded")]
+            (None, None) => {
+                let relay = embedded::start_loopback()
                     .await
-                    .map_err(anyhow::Error::msg)?
-            };
-            (Some(relay), url, hooks)
-        }
-    };
+                    .map_err(anyhow::Error::msg)?;
+                let url = relay.base_url.clone();
+                // The embedded relay delivers Web Push: be its push service unless told where.
+                let hooks = if cli.push_probe.is_some() {
+                    embedded::hooks()
+                } else {
+                    embedded::loopback_hooks()
+                        .await
+                        .map_err(anyhow::Error::msg)?
+                };
+                (Some(relay), url, hooks)
+            }
+        };
     if let Some(secret) = &secret {
         hooks.payment_secret = Some(secret.as_bytes().to_vec());
     }
@@ -299,7 +302,10 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         bar
     };
     let on_done = |r: &runner::CaseReport| {
-        if matches!(r.status, Status::Fail | Status::UnexpectedPass | Status::Error) {
+        if matches!(
+            r.status,
+            Status::Fail | Status::UnexpectedPass | Status::Error
+        ) {
             bar.println(format!(
                 "{} {} {}",
                 r.status.label(),

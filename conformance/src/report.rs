@@ -84,7 +84,10 @@ pub fn summary(reports: &[CaseReport], relay: &str, profile: Profile) -> String 
     );
     for (title, status) in [
         ("failures", Status::Fail),
-        ("errors (a setup step failed: the statement was not checked)", Status::Error),
+        (
+            "errors (a setup step failed: the statement was not checked)",
+            Status::Error,
+        ),
         ("expected failures that passed", Status::UnexpectedPass),
         ("skipped", Status::Skip),
     ] {

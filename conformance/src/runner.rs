@@ -177,10 +177,12 @@ fn missing_hook(case: &Case, shared: &Shared) -> Option<Hook> {
 /// Why a case that needs `hook` is skipped, and how to enable it.
 fn skip_reason(hook: Hook) -> String {
     match hook {
-        Hook::RelayProcess => "needs the relay process: give --relay-cmd 'CMD … {listen} … {data}' \
+        Hook::RelayProcess => {
+            "needs the relay process: give --relay-cmd 'CMD … {listen} … {data}' \
              so the runner starts your relay, kills it (-9) and restarts it on the same data \
              directory"
-            .to_owned(),
+                .to_owned()
+        }
         other => format!("needs the {other}"),
     }
 }
@@ -203,7 +205,9 @@ async fn attempt(
     };
     // A reason names what the case did to the relay before it (a clock advance, a restart).
     let r = match (r, ctx.steps()) {
-        (Err(Failure::Fail(why)), Some(steps)) => Err(Failure::Fail(format!("{steps}, then: {why}"))),
+        (Err(Failure::Fail(why)), Some(steps)) => {
+            Err(Failure::Fail(format!("{steps}, then: {why}")))
+        }
         (Err(Failure::Error(why)), Some(steps)) => {
             Err(Failure::Error(format!("{steps}, then: {why}")))
         }

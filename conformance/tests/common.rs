@@ -42,7 +42,12 @@ pub fn verdict(name: &str, reports: &[CaseReport], relay: &str, profile: Profile
     println!("reports in {}", dir.display());
     let bad: Vec<String> = reports
         .iter()
-        .filter(|r| matches!(r.status, Status::Fail | Status::UnexpectedPass | Status::Error))
+        .filter(|r| {
+            matches!(
+                r.status,
+                Status::Fail | Status::UnexpectedPass | Status::Error
+            )
+        })
         .map(|r| {
             format!(
                 "{} {}: {}",

@@ -93,9 +93,20 @@ async fn the_independent_relay_passes_every_must_case_of_the_documents() {
         .filter(|r| {
             r.status == Status::Error || (r.status == Status::Fail && r.level == Level::Must)
         })
-        .map(|r| format!("{} {}: {}", r.id, r.status.label(), r.reason.as_deref().unwrap_or("")))
+        .map(|r| {
+            format!(
+                "{} {}: {}",
+                r.id,
+                r.status.label(),
+                r.reason.as_deref().unwrap_or("")
+            )
+        })
         .collect();
-    assert!(bad.is_empty(), "MUST failures or errors:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "MUST failures or errors:\n{}",
+        bad.join("\n")
+    );
     assert!(
         !runner::must_failed(&reports),
         "the run would exit non-zero"
@@ -121,7 +132,11 @@ async fn conformance_catches_the_planted_missing_dedup() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_with_relay_cmd_catches_the_planted_ack_before_the_commit() {
-    let (reports, _) = run(Some("ack-before-durable"), &["DURABILITY-001", "DURABILITY-002", "DURABILITY-007"]).await;
+    let (reports, _) = run(
+        Some("ack-before-durable"),
+        &["DURABILITY-001", "DURABILITY-002", "DURABILITY-007"],
+    )
+    .await;
     let f = failed(&reports);
     assert!(f.contains(&"DURABILITY-001"), "{reports:#?}");
     let reason = reports[0].reason.as_deref().unwrap_or("");

@@ -17,12 +17,15 @@ async fn suite_passes_against_the_embedded_relay_on_loopback() {
     let transports = transport::loopback_factory(endpoint);
     // Every hook, the push probe included: PUSH-008 runs.
     let hooks = embedded::loopback_hooks().await.expect("push probe");
-    let shared = Arc::new(Shared::new(
-        hooks,
-        common::SEED,
-        Duration::from_secs(5),
-        Duration::from_millis(300),
-    ).with_profile(Profile::Reference));
+    let shared = Arc::new(
+        Shared::new(
+            hooks,
+            common::SEED,
+            Duration::from_secs(5),
+            Duration::from_millis(300),
+        )
+        .with_profile(Profile::Reference),
+    );
     let cfg = common::config(8);
     let reports = runner::run(cases::all(), transports, shared, &cfg, &|_| {}).await;
     let url = relay.base_url.clone();
@@ -49,12 +52,15 @@ async fn run_faulted_on(
         .expect("loopback address");
     let plan = fault_proxy::Plan::parse(plan).expect("plan");
     let transports = transport::faulted_factory(endpoint, upstream, plan, seed);
-    let shared = Arc::new(Shared::new(
-        embedded::hooks(),
-        common::SEED,
-        Duration::from_secs(5),
-        Duration::from_millis(300),
-    ).with_profile(Profile::Reference));
+    let shared = Arc::new(
+        Shared::new(
+            embedded::hooks(),
+            common::SEED,
+            Duration::from_secs(5),
+            Duration::from_millis(300),
+        )
+        .with_profile(Profile::Reference),
+    );
     let cfg = runner::RunConfig {
         only: only.iter().map(|s| (*s).to_owned()).collect(),
         ..common::config(8)

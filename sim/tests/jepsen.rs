@@ -323,7 +323,10 @@ fn the_independent_relay_passes_jepsen_mode() {
     let c = &report.counts;
     assert_eq!(c.conversations, c.conversations_wanted);
     assert!(c.kills > 0 && report.restarts > 0, "seed {seed}: {c:?}");
-    assert!(c.acks_seen >= 8 && c.msgs_seen >= 8 && c.receipts_seen > 0, "{c:?}");
+    assert!(
+        c.acks_seen >= 8 && c.msgs_seen >= 8 && c.receipts_seen > 0,
+        "{c:?}"
+    );
     assert!(c.orders > 0, "commerce ran: {c:?}");
     println!("seed {seed}: {c:?}");
 }
@@ -387,7 +390,12 @@ fn a_relay_that_refuses_everything_is_a_setup_verdict() {
         .output()
         .expect("simulate runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(3), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("verdict: setup"), "{stdout}");
     assert!(stdout.contains("[setup]"), "{stdout}");
     assert!(stdout.contains("405 ×"), "the refusals by route: {stdout}");
@@ -410,6 +418,9 @@ fn a_bad_relay_command_is_one_line_with_the_fix() {
         assert_eq!(out.status.code(), Some(2), "{cmd}: {stderr}");
         assert!(stderr.starts_with("error: "), "{cmd}: {stderr}");
         assert!(stderr.contains(says), "{cmd}: {stderr}");
-        assert!(!stderr.contains("stack backtrace") && !stderr.contains("panicked"), "{stderr}");
+        assert!(
+            !stderr.contains("stack backtrace") && !stderr.contains("panicked"),
+            "{stderr}"
+        );
     }
 }

@@ -78,9 +78,9 @@ async fn back(ctx: &mut Ctx, acct: &mut Account) -> CaseResult {
         .login(&acct.uuid, &acct.identity)
         .await
         .map_err(|f| match f {
-            Failure::Fail(r) | Failure::Error(r) => {
-                Failure::Fail(format!("an account registered before the kill cannot log in: {r}"))
-            }
+            Failure::Fail(r) | Failure::Error(r) => Failure::Fail(format!(
+                "an account registered before the kill cannot log in: {r}"
+            )),
             skip => skip,
         })?;
     Ok(())
@@ -246,10 +246,7 @@ async fn binding(ctx: &mut Ctx) -> CaseResult {
         u.status
     );
     ensure!(
-        u.json()?
-            .get("ed25519_public_key")
-            .and_then(Value::as_str)
-            == Some(a.ed_b64().as_str()),
+        u.json()?.get("ed25519_public_key").and_then(Value::as_str) == Some(a.ed_b64().as_str()),
         "after the restart alias {alias} no longer resolves to its buyer"
     );
     Ok(())
@@ -277,7 +274,11 @@ async fn receipt(ctx: &mut Ctx) -> CaseResult {
             "the read receipt (seq {seq}) B sent for offline A before the kill did not reach A after the restart"
         ))
     })?;
-    ensure!(u(&r, "seq")? == seq, "the kept receipt has seq {}", r["seq"]);
+    ensure!(
+        u(&r, "seq")? == seq,
+        "the kept receipt has seq {}",
+        r["seq"]
+    );
     Ok(())
 }
 
@@ -302,7 +303,10 @@ async fn repeated_kills(ctx: &mut Ctx) -> CaseResult {
         let Ok(d) = wb.expect("msg").await else { break };
         got.insert(s(&d, "id")?.to_owned(), u(&d, "seq")?);
     }
-    let lost: Vec<&(String, u64)> = acked.iter().filter(|(id, _)| !got.contains_key(id)).collect();
+    let lost: Vec<&(String, u64)> = acked
+        .iter()
+        .filter(|(id, _)| !got.contains_key(id))
+        .collect();
     ensure!(
         lost.is_empty(),
         "ack-lost: {} of {} acked messages never reached B after the kills; first {} (acked seq {})",

@@ -210,7 +210,11 @@ async fn msg_rate_limit(ctx: &mut Ctx) -> CaseResult {
                 "message {} of the burst got an error frame {}: expected one naming a stable code{}",
                 round_acked + refused.len() + 1,
                 v,
-                if ctx.reference() { " RATE_LIMITED in `error`" } else { " (in `error` or `code`)" }
+                if ctx.reference() {
+                    " RATE_LIMITED in `error`"
+                } else {
+                    " (in `error` or `code`)"
+                }
             );
             if let Some((field, c)) = code {
                 ctx.note(&format!("refused with code {c} (in `{field}`)"));

@@ -56,9 +56,7 @@ pub fn all() -> &'static [Case] {
 
 /// Cases that are SHOULD by the documents but MUST under `--profile reference` (our relay's
 /// own choices: what it refuses, how, and with which code).
-pub const REFERENCE_MUST: &[&str] = &[
-    "MSG-017", "ERR-011", "PAY-005", "CALL-012", "TRADE-014",
-];
+pub const REFERENCE_MUST: &[&str] = &["MSG-017", "ERR-011", "PAY-005", "CALL-012", "TRADE-014"];
 
 /// Two contacts, both online (ticket sockets, `sync` sent).
 pub(crate) async fn online(
@@ -107,7 +105,10 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{name} beside the workspace ({e})"))
         };
         let (spec, protocol) = (read("SPEC.md"), read("PROTOCOL.md"));
-        for c in all().iter().filter(|c| c.level == crate::model::Level::Must) {
+        for c in all()
+            .iter()
+            .filter(|c| c.level == crate::model::Level::Must)
+        {
             assert!(
                 c.source.contains("SPEC §") || c.source.contains("PROTOCOL §"),
                 "{}: a MUST cites SPEC or PROTOCOL: {}",
@@ -137,15 +138,20 @@ mod tests {
                         || doc.contains(&format!("### {head}"))
                         || doc.contains(&format!("#### {head}"))
                 } else {
-                    doc.lines()
-                        .any(|l| l.starts_with('#') && l.contains(head))
+                    doc.lines().any(|l| l.starts_with('#') && l.contains(head))
                 };
-                assert!(found, "{}: section `{head}` is not in the document ({part})", c.id);
+                assert!(
+                    found,
+                    "{}: section `{head}` is not in the document ({part})",
+                    c.id
+                );
                 for row in rest.split([' ', ',']).filter(|w| {
                     w.len() >= 2
                         && w.len() <= 4
                         && w.starts_with(|ch: char| ch.is_ascii_uppercase())
-                        && w[1..].bytes().all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+                        && w[1..]
+                            .bytes()
+                            .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
                         && w.bytes().any(|b| b.is_ascii_digit())
                 }) {
                     assert!(

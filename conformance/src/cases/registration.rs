@@ -271,6 +271,8 @@ async fn pow_single_use(ctx: &mut Ctx) -> CaseResult {
     let mut again = body.clone();
     again["ed25519_public_key"] = Value::from(second.signing_public_b64());
     again["x25519_public_key"] = Value::from(second.ecdh_public_b64());
-    ctx.post(paths::REGISTER, None, &again).await?.refused(400)?;
+    ctx.post(paths::REGISTER, None, &again)
+        .await?
+        .refused(400)?;
     Ok(())
 }

@@ -215,8 +215,7 @@ async fn not_json(ctx: &mut Ctx) -> CaseResult {
     ws.send_text("{not json").await?;
     if ctx.reference() {
         let e = ws.expect("error").await?;
-        crate::ctx::check_error_body(&e, ctx.profile())
-            .map_err(|r| format!("error frame: {r}"))?;
+        crate::ctx::check_error_body(&e, ctx.profile()).map_err(|r| format!("error frame: {r}"))?;
     }
     ws.send(&json!({"type": "ping"})).await?;
     ensure!(

@@ -89,7 +89,10 @@ impl Ctx {
                 .await
                 .map_err(|f| f.in_setup("advancing the test clock"))?;
                 if ms > 0 {
-                    self.step(format!("the relay's clock was advanced by {}", human_ms(ms)));
+                    self.step(format!(
+                        "the relay's clock was advanced by {}",
+                        human_ms(ms)
+                    ));
                 }
                 Ok(now)
             }
@@ -103,9 +106,9 @@ impl Ctx {
             return Err(Failure::Skip("no relay process (--relay-cmd)".into()));
         };
         let mut p = process.lock().await;
-        p.kill_and_restart()
-            .await
-            .map_err(|e| Failure::Fail(format!("the relay did not come back after kill -9: {e}")))?;
+        p.kill_and_restart().await.map_err(|e| {
+            Failure::Fail(format!("the relay did not come back after kill -9: {e}"))
+        })?;
         self.step("the relay was killed (kill -9) and restarted on its data directory");
         Ok(())
     }

@@ -752,7 +752,8 @@ fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
         for e in jepsen::draw_plan(&config) {
             println!("  +{:>6} ms  {}", e.at_ms, serde_json::to_string(&e.fault)?);
         }
-        let report = jepsen::run(&config).with_context(|| format!("seed {seed}: the harness could not run"))?;
+        let report = jepsen::run(&config)
+            .with_context(|| format!("seed {seed}: the harness could not run"))?;
         if !oracles_line {
             println!("oracles: {}", report.oracles.join(", "));
             println!("not applicable: {}", report.not_applicable.join("; "));

@@ -342,7 +342,7 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
     let wanted = ring_size(apps.len());
     if !apps.is_empty() && convs.len() < wanted {
         violations.push(setup_violation(
-            format!(
+            &format!(
                 "only {} of the {wanted} friendships of the ring became conversations",
                 convs.len()
             ),
@@ -394,7 +394,7 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
             .count();
         if placed.is_empty() {
             thin.push(setup_violation(
-                format!(
+                &format!(
                     "commerce ran but no order was placed (every purchase of {:?} refused)",
                     o.pool()
                 ),
@@ -459,12 +459,12 @@ async fn setup_apps(
     match tokio::time::timeout(Duration::from_millis(JEPSEN_SETUP_MS), setup).await {
         Ok(Ok(apps)) => apps,
         Ok(Err(e)) => {
-            violations.push(setup_violation(e.to_string(), wire));
+            violations.push(setup_violation(&e.to_string(), wire));
             Vec::new()
         }
         Err(_) => {
             violations.push(setup_violation(
-                format!("not done within {JEPSEN_SETUP_MS} ms"),
+                &format!("not done within {JEPSEN_SETUP_MS} ms"),
                 wire,
             ));
             Vec::new()
@@ -482,7 +482,7 @@ fn ring_size(n: usize) -> usize {
 }
 
 /// A `setup` violation: what did not happen, and the refusals that explain it.
-fn setup_violation(what: String, wire: &WireLog) -> String {
+fn setup_violation(what: &str, wire: &WireLog) -> String {
     let refusals = wire.refusal_lines();
     let why = if refusals.is_empty() {
         String::new()
@@ -504,7 +504,7 @@ fn short_conversations(
         let acked = seen.acks.iter().filter(|x| &x.conv == conv).count();
         if acked < MIN_ACKED_PER_CONVERSATION {
             violations.push(setup_violation(
-                format!(
+                &format!(
                     "conversation {conv} (c{a}, c{b}): {acked} message(s) acknowledged, fewer than the {MIN_ACKED_PER_CONVERSATION} the oracles need"
                 ),
                 wire,

@@ -254,7 +254,10 @@ impl VanityOrders {
             if let Some(e) = e {
                 violations.push(violation(
                     "unexpected-answer",
-                    format!("the status of order {} (V5) could not be read: {e}", o.order_id),
+                    format!(
+                        "the status of order {} (V5) could not be read: {e}",
+                        o.order_id
+                    ),
                 ));
             }
         }

@@ -178,7 +178,11 @@ impl WireLog {
                 if route == "WS error frame" {
                     format!("{route}: {total} ({})", by.join("; "))
                 } else {
-                    format!("{route}: {total} of {} refused ({})", r.requests, by.join("; "))
+                    format!(
+                        "{route}: {total} of {} refused ({})",
+                        r.requests,
+                        by.join("; ")
+                    )
                 }
             })
             .collect()
@@ -249,7 +253,10 @@ impl WireTap for Tap {
                 ("delivered" | "read", _, _) => l.receipts += 1,
                 ("error", _, _) => {
                     let code = error_code(&v);
-                    let e = l.error_frames.entry(code).or_insert((0, shown(text.as_bytes())));
+                    let e = l
+                        .error_frames
+                        .entry(code)
+                        .or_insert((0, shown(text.as_bytes())));
                     e.0 += 1;
                 }
                 _ => {}

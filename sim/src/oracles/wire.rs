@@ -54,7 +54,9 @@ pub fn duplicate_delivery(seen: &WireSeen, out: &mut Vec<Violation>) {
     let mut seqs: BTreeMap<(usize, &str), BTreeSet<u64>> = BTreeMap::new();
     for m in &seen.msgs {
         if let Some(seq) = m.seq {
-            seqs.entry((m.client, m.id.as_str())).or_default().insert(seq);
+            seqs.entry((m.client, m.id.as_str()))
+                .or_default()
+                .insert(seq);
         }
     }
     let twice: Vec<_> = seqs.iter().filter(|(_, s)| s.len() > 1).collect();
