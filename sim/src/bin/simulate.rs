@@ -122,11 +122,11 @@ struct Args {
     #[arg(short = 'j', long)]
     jobs: Option<usize>,
 
-    /// Writes the sweep's results as JSON.
+    /// Writes the sweep's results as JSON (Jepsen mode: each seed's verdict, counts, routes, violations).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
 
-    /// Writes the sweep's results as JUnit XML (one test case per seed).
+    /// Writes the sweep's results as JUnit XML (one test case per seed; Jepsen mode: `setup` is an error).
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
 
@@ -344,6 +344,14 @@ fn one(args: &Args, config: &RunConfig, again: &str) -> anyhow::Result<ExitCode>
         }
     }
     println!(
+        "denominators: {} of {} conversations set up, {} messages acked, {} received, {} receipts applied",
+        report.stats.conversations,
+        report.stats.pairs,
+        report.stats.acked,
+        report.stats.received,
+        report.stats.receipts
+    );
+    println!(
         "simulated {:.1} s in {} steps ({} messages acked, {} commits, {} injected commit failures, {} store loads), trace sha256 {}",
         report.simulated.as_secs_f64(),
         report.stats.steps,
@@ -422,6 +430,7 @@ struct SeedResult {
     simulated: Duration,
     wall: Duration,
     violations: Vec<(String, String)>,
+    stats: sim::RunStats,
 }
 
 /// Runs one seed, turning a panic into a violation.
@@ -439,6 +448,7 @@ fn run_seed(args: &Args, seed: u64) -> SeedResult {
             hash: r.trace_hash,
             simulated: r.simulated,
             wall,
+            stats: r.stats,
             violations: r
                 .violations
                 .into_iter()
@@ -456,6 +466,7 @@ fn run_seed(args: &Args, seed: u64) -> SeedResult {
                 hash: String::new(),
                 simulated: Duration::ZERO,
                 wall,
+                stats: sim::RunStats::default(),
                 violations: vec![("panic".to_owned(), what)],
             }
         }
@@ -598,6 +609,16 @@ fn summarize(
         } else {
             ""
         }
+    );
+    let sum = |f: fn(&sim::RunStats) -> u64| results.iter().map(|r| f(&r.stats)).sum::<u64>();
+    println!(
+        "denominators: {} of {} conversations set up, {} messages acked, {} received, {} receipts applied; fewest acked in one seed: {}",
+        sum(|s| s.conversations),
+        sum(|s| s.pairs),
+        sum(|s| s.acked),
+        sum(|s| s.received),
+        sum(|s| s.receipts),
+        results.iter().map(|r| r.stats.acked).min().unwrap_or(0)
     );
     println!("failing seeds: {}", failing.len());
     for (oracle, n) in &by_oracle {
@@ -746,6 +767,7 @@ fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
     let mut failed = Vec::new();
     let mut setup = Vec::new();
     let mut oracles_line = false;
+    let mut reports = Vec::new();
     for seed in seeds {
         let config = jepsen_config(args, seed, target.clone())?;
         println!("seed {seed}: plan");
@@ -765,7 +787,9 @@ fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
             jepsen::Verdict::Fail => failed.push(seed),
             jepsen::Verdict::Setup => setup.push(seed),
         }
+        reports.push(report);
     }
+    jepsen_files(args, &reports)?;
     if !failed.is_empty() {
         println!("verdict: fail: violations in seeds {failed:?}");
         if !setup.is_empty() {
@@ -781,6 +805,68 @@ fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
         println!("verdict: pass: 0 violations");
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// `--json` (every seed's verdict, counts, routes and violations, without the histories) and
+/// `--junit` (one test case per seed; a `setup` verdict is an error, a violation a failure).
+fn jepsen_files(args: &Args, reports: &[JepsenReport]) -> anyhow::Result<()> {
+    if let Some(path) = &args.json {
+        let seeds: Vec<serde_json::Value> = reports
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "seed": r.seed, "verdict": r.verdict, "counts": r.counts, "routes": r.routes,
+                    "frames": r.frames, "violations": r.violations, "plan": r.plan,
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "mode": "jepsen",
+            "target": reports.first().map(|r| r.target.clone()),
+            "oracles": reports.first().map(|r| r.oracles.clone()),
+            "not_applicable": reports.first().map(|r| r.not_applicable.clone()),
+            "seeds": seeds,
+        });
+        let text = serde_json::to_string_pretty(&doc).context("encoding JSON")?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.junit {
+        let count = |v: jepsen::Verdict| reports.iter().filter(|r| r.verdict == v).count();
+        let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+        let _ = writeln!(
+            xml,
+            "<testsuite name=\"simulate jepsen\" tests=\"{}\" failures=\"{}\" errors=\"{}\">",
+            reports.len(),
+            count(jepsen::Verdict::Fail),
+            count(jepsen::Verdict::Setup)
+        );
+        for r in reports {
+            let _ = write!(
+                xml,
+                "  <testcase classname=\"jepsen\" name=\"seed {}\"",
+                r.seed
+            );
+            let body = xml_escape(&r.violations.join("\n"));
+            match r.verdict {
+                jepsen::Verdict::Pass => xml.push_str("/>\n"),
+                jepsen::Verdict::Fail => {
+                    let _ = writeln!(
+                        xml,
+                        "><failure message=\"violations\">{body}</failure></testcase>"
+                    );
+                }
+                jepsen::Verdict::Setup => {
+                    let _ = writeln!(
+                        xml,
+                        "><error message=\"setup: the scenario did not happen\">{body}</error></testcase>"
+                    );
+                }
+            }
+        }
+        xml.push_str("</testsuite>\n");
+        std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// The Jepsen-mode configuration of `seed` from the flags.

@@ -22,11 +22,20 @@
 //!   payment-processor stand-in with duplicated and forged webhook copies, abandoned, or
 //!   "paid" by a forger (see `vanity_orders`).
 //! * **Oracles** over what the clients saw ([`JEPSEN_ORACLES`], and [`COMMERCE_ORACLES`]):
-//!   exactly-once delivery, liveness after healing, seq order and gaps, receipts,
+//!   at the wire, before the clients' own dedup (a [`client::WireTap`] per app,
+//!   [`crate::oracles::wire`]): `duplicate-delivery`, `seq-reused`, `ack-lost`; over what
+//!   the apps showed: exactly-once delivery, liveness after healing, seq order, receipts,
 //!   non-participant (the simulator's own oracles, [`crate::oracles::delivery`] and
-//!   [`crate::oracles::receipts`], over the history and the client stores); paid orders
+//!   [`crate::oracles::receipts`], over the history and the client stores); a refusal the
+//!   scenario gives no reason for (`unexpected-answer`, quoting the body); paid orders
 //!   confirmed and bindable, unpaid and forged ones never, one owner per alias. Those that
-//!   need the relay's internals are reported as not applicable ([`NOT_APPLICABLE`]).
+//!   need the relay's internals, or rest on our relay's own choices, are reported as not
+//!   applicable ([`NOT_APPLICABLE`]).
+//! * **Verdict** ([`Verdict`]): `pass`, `fail`, or `setup` when the scenario did not happen
+//!   (an account, a friendship or the commerce could not be set up: nothing is judged; or too
+//!   little traffic: fewer than [`MIN_ACKED_PER_CONVERSATION`] acks in a conversation, no order
+//!   placed, and no oracle broke). Every report carries its denominators ([`Counts`]) and
+//!   every route's requests and refusals with the first body ([`RouteCount`]).
 //!
 //! **Not bit-deterministic**, and says so: the seed fixes the scenario, the fault plan and the
 //! proxy's per-connection draws, but real scheduling and timing differ from run to run. Every
@@ -40,9 +49,10 @@
 //! channel trades are not exercised in this mode yet.
 
 //!
-//! Modules: `plan` (the fault plan), `process` (the relay process and the fault proxy),
-//! `apps` (the clients, their traffic and the history), `verdict` (the client-visible
-//! oracles), `vanity_orders` (the vanity-alias order flow and its oracles).
+//! Modules: `plan` (the fault plan), `process` (the relay process, in a process group of its
+//! own, and the fault proxy), `apps` (the clients, their traffic and the history), `wire`
+//! (the clients' taps: routes, refusals, frames), `verdict` (the client-visible oracles),
+//! `vanity_orders` (the vanity-alias order flow and its oracles).
 
 mod apps;
 mod plan;

@@ -169,7 +169,7 @@ mod tests {
         };
         duplicate_delivery(&seen, &mut out);
         assert_eq!(out[0].oracle, "duplicate-delivery");
-        assert!(out[0].detail.contains("[13, 14]"), "{}", out[0].detail);
+        assert!(out[0].detail.contains("{13, 14}"), "{}", out[0].detail);
     }
 
     #[test]

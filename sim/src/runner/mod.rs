@@ -208,6 +208,14 @@ pub struct RunStats {
     pub steps: u64,
     /// Messages acknowledged to their senders.
     pub acked: u64,
+    /// Conversations set up (friendships accepted) of the scenario's pairs.
+    pub conversations: u64,
+    /// The scenario's pairs.
+    pub pairs: u64,
+    /// Messages that reached a recipient's app (distinct per recipient).
+    pub received: u64,
+    /// Receipts the senders' apps applied (`delivered` and `read` status changes).
+    pub receipts: u64,
     /// Store commits, injected commit failures, loads.
     pub commits: u64,
     /// Injected commit failures.
