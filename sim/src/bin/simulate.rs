@@ -343,6 +343,24 @@ fn one(args: &Args, config: &RunConfig, again: &str) -> anyhow::Result<ExitCode>
             println!("{line}");
         }
     }
+    let refusals: Vec<_> = report
+        .routes
+        .iter()
+        .filter(|(_, r)| !r.refused.is_empty())
+        .collect();
+    if !refusals.is_empty() {
+        println!(
+            "refusals the honest clients got, by route (the scenario's strangers and faults cause some):"
+        );
+        for (route, r) in refusals {
+            let by: Vec<String> = r
+                .refused
+                .iter()
+                .map(|(status, n)| format!("{status} ×{n}"))
+                .collect();
+            println!("  {route}: {} request(s); {}", r.requests, by.join(", "));
+        }
+    }
     println!(
         "denominators: {} of {} conversations set up, {} messages acked, {} received, {} receipts applied",
         report.stats.conversations,

@@ -14,8 +14,8 @@ use rand_core::{Rng as _, SeedableRng as _};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::wire::WireLog;
 use super::{JepsenConfig, derive};
+use crate::wiretap::WireLog;
 use client::{Client, ClientError, ClientOptions, EventKind, SharedStore};
 use seam::clock::{Clock as _, SystemClock};
 use seam::net::{Endpoint, Tokio};

@@ -50,8 +50,8 @@
 
 //!
 //! Modules: `plan` (the fault plan), `process` (the relay process, in a process group of its
-//! own, and the fault proxy), `apps` (the clients, their traffic and the history), `wire`
-//! (the clients' taps: routes, refusals, frames), `verdict` (the client-visible oracles),
+//! own, and the fault proxy), `apps` (the clients, their traffic and the history) with
+//! [`crate::wiretap`] (the clients' taps: routes, refusals, frames), `verdict` (the client-visible oracles),
 //! `vanity_orders` (the vanity-alias order flow and its oracles).
 
 mod apps;
@@ -59,7 +59,6 @@ mod plan;
 mod process;
 mod vanity_orders;
 mod verdict;
-mod wire;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -75,14 +74,14 @@ use serde_json::json;
 use self::apps::{App, History, ring_convs, setup, tally, traffic};
 use self::process::{Proxy, RelayProcess, start_relay, wait_listening};
 use self::vanity_orders::VanityOrders;
-use self::wire::WireLog;
 use crate::violation::Violation;
+use crate::wiretap::WireLog;
 use seam::net::Endpoint;
 
 pub use self::apps::HistoryEntry;
 pub use self::plan::{DEFAULT_TOXICS, JepsenEvent, JepsenFault, draw_plan};
 pub use self::vanity_orders::{JEPSEN_COMMERCE_MS, JepsenOrder, Paid};
-pub use self::wire::RouteCount;
+pub use crate::wiretap::RouteCount;
 
 /// After healing, every acknowledged message must arrive within this long.
 pub const JEPSEN_LIVENESS_MS: u64 = 30_000;

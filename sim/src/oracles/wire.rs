@@ -11,43 +11,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use crate::wiretap::{WireAck, WireMsg, WireSeen};
+
 use crate::scenario::Pair;
 use crate::violation::Violation;
-
-/// A `msg` frame a client received.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WireMsg {
-    /// The recipient (client index).
-    pub client: usize,
-    /// Message id.
-    pub id: String,
-    /// Conversation.
-    pub conv: String,
-    /// Its seq, if it carried one.
-    pub seq: Option<u64>,
-}
-
-/// An `ack` frame a sender received, with the conversation of the message it acks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WireAck {
-    /// The sender (client index).
-    pub client: usize,
-    /// Message id.
-    pub id: String,
-    /// The conversation the sender sent it in.
-    pub conv: String,
-    /// The seq the relay gave it.
-    pub seq: u64,
-}
-
-/// What the sockets received.
-#[derive(Debug, Default, Clone)]
-pub struct WireSeen {
-    /// Every `msg` frame, in the order each client received them.
-    pub msgs: Vec<WireMsg>,
-    /// Every `ack` frame whose message's conversation is known.
-    pub acks: Vec<WireAck>,
-}
 
 /// `duplicate-delivery`: one message id delivered to its recipient under two seqs.
 pub fn duplicate_delivery(seen: &WireSeen, out: &mut Vec<Violation>) {

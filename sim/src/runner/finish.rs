@@ -24,6 +24,7 @@ pub(super) fn no_store(e: &std::io::Error) -> Inner {
         )],
         end_ms: 0,
         stats: RunStats::default(),
+        routes: std::collections::BTreeMap::new(),
     }
 }
 
@@ -65,11 +66,13 @@ pub(super) fn finish(
         terms: history.terms.len() as u64,
         fenced: history.counts.fenced,
     };
+    let routes = parts.world.borrow().wire.routes();
     Inner {
         records,
         violations,
         end_ms: ended.end_ms,
         stats,
+        routes,
     }
 }
 

@@ -187,6 +187,8 @@ pub struct RunReport {
     pub simulated: Duration,
     /// Counters of the run.
     pub stats: RunStats,
+    /// What the honest clients' connections carried: requests and refusals by route.
+    pub routes: std::collections::BTreeMap<String, crate::wiretap::RouteCount>,
 }
 
 impl RunReport {
@@ -252,6 +254,7 @@ pub fn run(config: &RunConfig) -> RunReport {
         violations: inner.violations,
         simulated: Duration::from_millis(inner.end_ms),
         stats: inner.stats,
+        routes: inner.routes,
     }
 }
 
@@ -261,6 +264,7 @@ struct Inner {
     violations: Vec<Violation>,
     end_ms: u64,
     stats: RunStats,
+    routes: std::collections::BTreeMap<String, crate::wiretap::RouteCount>,
 }
 
 /// What every host of a run shares, made before the hosts.

@@ -1,7 +1,8 @@
-//! What each client's connections carried (a [`WireTap`] per app): every HTTP exchange and
-//! WebSocket upgrade by route with its status, every refusal with the first body that came
-//! with it, and the frames the oracles of [`crate::oracles::wire`] read (`msg`, `ack`, receipts,
-//! `error`), as the socket received them.
+//! What each client's connections carried (a [`WireTap`] per app, in the simulator and in
+//! Jepsen mode): every HTTP exchange and WebSocket upgrade by route with its status, every
+//! refusal with the first body that came with it, and the frames the oracles of
+//! [`crate::oracles::wire`] read (`msg`, `ack`, receipts, `error`), as the socket received
+//! them, before the client's own deduplication. A leaf: it imports nothing of the crate.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -9,12 +10,46 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::oracles::wire::{WireAck, WireMsg, WireSeen};
 use client::WireTap;
 use wire::http::paths;
 
 /// How much of a refusal's body the report keeps.
 const BODY_SHOWN: usize = 240;
+
+/// A `msg` frame a client received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireMsg {
+    /// The recipient (client index).
+    pub client: usize,
+    /// Message id.
+    pub id: String,
+    /// Conversation.
+    pub conv: String,
+    /// Its seq, if it carried one.
+    pub seq: Option<u64>,
+}
+
+/// An `ack` frame a sender received, with the conversation of the message it acks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireAck {
+    /// The sender (client index).
+    pub client: usize,
+    /// Message id.
+    pub id: String,
+    /// The conversation the sender sent it in.
+    pub conv: String,
+    /// The seq the relay gave it.
+    pub seq: u64,
+}
+
+/// What the sockets received.
+#[derive(Debug, Default, Clone)]
+pub struct WireSeen {
+    /// Every `msg` frame, in the order each client received them.
+    pub msgs: Vec<WireMsg>,
+    /// Every `ack` frame whose message's conversation is known.
+    pub acks: Vec<WireAck>,
+}
 
 /// Every route the clients use, as PROTOCOL.md writes it.
 const ROUTES: &[&str] = &[
@@ -57,7 +92,7 @@ const ROUTES: &[&str] = &[
 ];
 
 /// `PUT /api/v1/friends/{friendship_id}/accept` for `PUT /api/v1/friends/17/accept?x=1`.
-pub(super) fn route(method: &str, path: &str) -> String {
+pub fn route(method: &str, path: &str) -> String {
     let path = path.split('?').next().unwrap_or(path);
     let segments: Vec<&str> = path.split('/').collect();
     let template = ROUTES.iter().find(|t| {
@@ -95,7 +130,7 @@ struct Log {
 
 /// The taps of a run's clients, sharing one log.
 #[derive(Debug, Clone, Default)]
-pub(super) struct WireLog(Arc<Mutex<Log>>);
+pub struct WireLog(Arc<Mutex<Log>>);
 
 /// One client's tap.
 #[derive(Debug)]
@@ -106,7 +141,7 @@ struct Tap {
 
 impl WireLog {
     /// The tap of client `client`.
-    pub(super) fn tap(&self, client: usize) -> Arc<dyn WireTap> {
+    pub fn tap(&self, client: usize) -> Arc<dyn WireTap> {
         Arc::new(Tap {
             client,
             log: self.clone(),
@@ -118,7 +153,7 @@ impl WireLog {
     }
 
     /// Requests and refusals by route, HTTP and WebSocket (`error` frames by code).
-    pub(super) fn routes(&self) -> BTreeMap<String, RouteCount> {
+    pub fn routes(&self) -> BTreeMap<String, RouteCount> {
         self.with(|l| {
             let mut out = l.routes.clone();
             for (code, (n, body)) in &l.error_frames {
@@ -131,18 +166,18 @@ impl WireLog {
     }
 
     /// Frames received, by type.
-    pub(super) fn frames(&self) -> BTreeMap<String, u64> {
+    pub fn frames(&self) -> BTreeMap<String, u64> {
         self.with(|l| l.frames.clone())
     }
 
     /// Receipts (`delivered`, `read`) the senders' sockets received.
-    pub(super) fn receipts(&self) -> u64 {
+    pub fn receipts(&self) -> u64 {
         self.with(|l| l.receipts)
     }
 
     /// What the oracles read: the acks are placed in the conversation their message was sent
     /// in (`conv_of`: message id → conversation).
-    pub(super) fn seen(&self, conv_of: &BTreeMap<String, String>) -> WireSeen {
+    pub fn seen(&self, conv_of: &BTreeMap<String, String>) -> WireSeen {
         self.with(|l| WireSeen {
             msgs: l.msgs.clone(),
             acks: l
@@ -161,7 +196,7 @@ impl WireLog {
     }
 
     /// One line per route with refusals: `PUT /api/v1/friends/{friendship_id}/accept: 40 of 40 refused (405 ×40: {…})`.
-    pub(super) fn refusal_lines(&self) -> Vec<String> {
+    pub fn refusal_lines(&self) -> Vec<String> {
         self.routes()
             .iter()
             .filter(|(_, r)| !r.refused.is_empty())
