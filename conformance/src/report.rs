@@ -281,14 +281,15 @@ pub fn html(reports: &[CaseReport], relay: &str, profile: Profile) -> String {
             .filter(|r| matches!(r.status, Status::Fail | Status::Error) && r.level == Level::Must)
             .count()
     );
-    out.push_str("<table><tr><th>area</th><th>pass</th><th>fail</th><th>xfail</th><th>xpass</th><th>skip</th></tr>");
+    out.push_str("<table><tr><th>area</th><th>pass</th><th>fail</th><th>error</th><th>xfail</th><th>xpass</th><th>skip</th></tr>");
     for (area, c) in &per {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(area),
             c.pass,
             c.fail,
+            c.error,
             c.xfail,
             c.xpass,
             c.skip
