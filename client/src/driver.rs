@@ -19,6 +19,7 @@
 //! and reconnects as for any other drop.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,7 +30,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use wire::frames::ClientFrame;
 
-use super::{AuthReply, ClientError, Clock, Command, EventHub, FriendsReply, RestCall, RestReply};
+use super::{
+    AuthReply, ClientError, Clock, Command, EventHub, FriendsReply, RestCall, RestReply, WireTap,
+};
 use seam::net::{
     Connector, HttpClient, HttpRequest, Network, WsError, WsMessage, WsRequest, WsStream,
 };
@@ -93,6 +96,7 @@ pub(super) struct Driver<N: Network, S: ClientStore> {
     auth_waiters: Vec<AuthReply>,
     friends_waiters: Vec<FriendsReply>,
     connected_waiters: Vec<oneshot::Sender<()>>,
+    tap: Option<Arc<dyn WireTap>>,
 }
 
 impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
@@ -118,7 +122,14 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
             auth_waiters: Vec::new(),
             friends_waiters: Vec::new(),
             connected_waiters: Vec::new(),
+            tap: None,
         }
+    }
+
+    /// The same, reporting the wire to `tap`.
+    pub(super) fn with_tap(mut self, tap: Option<Arc<dyn WireTap>>) -> Self {
+        self.tap = tap;
+        self
     }
 
     fn now(&self) -> u64 {
@@ -222,12 +233,15 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
     /// A thin REST call: the bearer token and endpoint of the moment, performed off-task.
     fn rest(&mut self, call: RestCall, reply: oneshot::Sender<RestReply>) {
         let mut request = HttpRequest::new(call.method, call.path);
-        if call.bearer {
-            let Some(token) = self.machine.bearer_token() else {
+        // As every reference client: the token goes on every request once there is one,
+        // public routes included; a route that needs it is not sent without one.
+        match self.machine.bearer_token() {
+            Some(token) => request = request.bearer(token),
+            None if call.bearer => {
                 drop(reply.send(Err(ClientError::NotAuthenticated)));
                 return;
-            };
-            request = request.bearer(token);
+            }
+            None => {}
         }
         if let Some((content_type, body)) = call.body {
             request = request
@@ -235,11 +249,22 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
                 .body(body);
         }
         let http = self.http.clone();
+        let tap = self.tap.clone();
         tokio::spawn(async move {
+            let (method, path) = (
+                request.method().clone(),
+                request.path_and_query().to_owned(),
+            );
             let result = http
                 .send(request)
                 .await
                 .map_err(|e| ClientError::Transport(e.to_string()));
+            if let Some(tap) = &tap {
+                match &result {
+                    Ok(r) => tap.http(&method, &path, r.status.as_u16(), &r.body),
+                    Err(_) => tap.http(&method, &path, 0, &[]),
+                }
+            }
             drop(reply.send(result));
         });
     }
@@ -258,7 +283,7 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
                 }
                 if friends && !(200..300).contains(&status) {
                     for w in self.friends_waiters.drain(..) {
-                        drop(w.send(Err(ClientError::Status(status))));
+                        drop(w.send(Err(ClientError::Status(status, String::new()))));
                     }
                 }
             }
@@ -276,6 +301,9 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
                     }
                     Err(error) => {
                         tracing::debug!(%error, "WebSocket open failed");
+                        if let Some(tap) = &self.tap {
+                            tap.upgrade_failed(&error.to_string());
+                        }
                         if unauthorized(&error) {
                             // The machine re-authenticates once, or ends in `AuthFailed`.
                             self.machine.handle_connect_refused(now, 401);
@@ -286,6 +314,9 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
                 }
             }
             Io::Text { generation, text } => {
+                if let Some(tap) = &self.tap {
+                    tap.frame_in(&text);
+                }
                 if let Some(s) = self.socket.as_mut().filter(|s| s.generation == generation) {
                     s.last_inbound_ms = now;
                     if let Err(e) = self.machine.handle_text(now, &text) {
@@ -445,12 +476,18 @@ impl<N: Network, S: ClientStore + Send + 'static> Driver<N, S> {
         let http = self.http.clone();
         let io = self.io_tx.clone();
         let id = request.id;
+        let tap = self.tap.clone();
         tokio::spawn(async move {
+            let (method, path) = (out.method().clone(), out.path_and_query().to_owned());
             let result = http
                 .send(out)
                 .await
                 .ok()
                 .map(|r| (r.status.as_u16(), r.body));
+            if let Some(tap) = &tap {
+                let (status, body) = result.as_ref().map_or((0, &[][..]), |(s, b)| (*s, &b[..]));
+                tap.http(&method, &path, status, body);
+            }
             drop(
                 io.send(Io::Http {
                     id,

@@ -40,7 +40,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 pub use self::driver::DEAD_LINK_MS;
 pub use self::modules::{
-    Auth, CallOptions, Calls, Channels, Contacts, Http, Media, Messaging, Push, Transport, Vanity,
+    Auth, CallOptions, Calls, Channels, Contacts, Http, Media, Messaging, OrderStatus, Push,
+    Transport, Vanity,
 };
 pub use self::store::SharedStore;
 pub use client_core::machine::{Event as ClientEvent, NetworkState};
@@ -73,6 +74,8 @@ pub struct ClientOptions {
     pub rng_seed: [u8; 32],
     /// Machine tunables.
     pub config: ClientConfig,
+    /// Sees every HTTP answer and every frame as they came, before the machine (harnesses).
+    pub tap: Option<Arc<dyn WireTap>>,
 }
 
 impl ClientOptions {
@@ -83,8 +86,28 @@ impl ClientOptions {
             clock,
             rng_seed,
             config: ClientConfig::default(),
+            tap: None,
         }
     }
+
+    /// The same, with `tap` watching the wire.
+    pub fn with_tap(mut self, tap: Arc<dyn WireTap>) -> Self {
+        self.tap = Some(tap);
+        self
+    }
+}
+
+/// What a client's connections carried, as it came and before the machine handled it: for
+/// harnesses that judge a relay by what it sent (a message delivered twice, a refusal), not by
+/// what the client shows after its own deduplication. Called from the client's tasks: keep it
+/// quick.
+pub trait WireTap: Send + Sync {
+    /// An HTTP exchange: the request line and the answer (`status` 0 when none came).
+    fn http(&self, method: &http::Method, path: &str, status: u16, body: &[u8]);
+    /// A WebSocket upgrade that did not open, and why.
+    fn upgrade_failed(&self, why: &str);
+    /// A text frame the relay sent.
+    fn frame_in(&self, text: &str);
 }
 
 impl fmt::Debug for ClientOptions {
@@ -108,13 +131,13 @@ pub enum ClientError {
     /// No JWT yet (register or restore first).
     #[error("not authenticated")]
     NotAuthenticated,
-    /// The relay answered with a non-2xx status.
-    #[error("HTTP status {0}")]
-    Status(u16),
+    /// The relay answered with a non-2xx status (and this body, shortened).
+    #[error("HTTP status {0}: {1}")]
+    Status(u16, String),
     /// No response (connect refused, timeout, reset).
     #[error("transport: {0}")]
     Transport(String),
-    /// A response body was not what the wire format says.
+    /// A response body was not what the wire format says (the reason quotes the body).
     #[error("bad response: {0}")]
     BadResponse(String),
     /// The client task is gone.
@@ -350,7 +373,8 @@ impl<N: Network, S: ClientStore + Send + 'static> Client<N, S> {
         let (commands, rx) = mpsc::channel(MAX_QUEUED_COMMANDS);
         let hub = EventHub::new();
         let http = HttpClient::new(N::connector(), options.endpoint);
-        let driver = driver::Driver::<N, S>::new(machine, http, options.clock, hub.clone(), rx);
+        let driver = driver::Driver::<N, S>::new(machine, http, options.clock, hub.clone(), rx)
+            .with_tap(options.tap);
         tokio::spawn(driver.run());
         Ok(Self {
             commands,

@@ -19,25 +19,76 @@ use seam::net::{HttpResponse, Network};
 const JSON: &str = "application/json";
 const OCTETS: &str = "application/octet-stream";
 
+/// `template` with `{name}` replaced by `value`, percent-encoded as the web client's
+/// `encodeURIComponent` does (path segments and query values).
 fn fill(template: &str, name: &str, value: &str) -> String {
-    template.replace(&format!("{{{name}}}"), value)
+    template.replace(&format!("{{{name}}}"), &encode_component(value))
+}
+
+/// `encodeURIComponent`: every byte but `A-Z a-z 0-9 - _ . ! ~ * ' ( )` as `%XX`.
+pub(crate) fn encode_component(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// How much of a body an error quotes.
+const QUOTED_BODY_BYTES: usize = 300;
+
+/// The body as text for an error message (shortened).
+fn quoted(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    match text.char_indices().nth(QUOTED_BODY_BYTES) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.into_owned(),
+    }
 }
 
 fn check(response: HttpResponse) -> Result<HttpResponse, ClientError> {
     if response.status.is_success() {
         Ok(response)
     } else {
-        Err(ClientError::Status(response.status.as_u16()))
+        Err(ClientError::Status(
+            response.status.as_u16(),
+            quoted(&response.body),
+        ))
     }
 }
 
+/// The body as JSON (`{}` when empty).
+fn json_value(response: &HttpResponse) -> Result<Value, ClientError> {
+    if response.body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Object(Map::new()));
+    }
+    serde_json::from_slice(&response.body)
+        .map_err(|e| ClientError::BadResponse(format!("{e}; the body: {}", quoted(&response.body))))
+}
+
 fn decode<T: DeserializeOwned>(response: &HttpResponse) -> Result<T, ClientError> {
-    let text = if response.body.is_empty() {
-        "{}"
-    } else {
-        std::str::from_utf8(&response.body).map_err(|e| ClientError::BadResponse(e.to_string()))?
-    };
-    serde_json::from_str(text).map_err(|e| ClientError::BadResponse(e.to_string()))
+    decode_value(json_value(response)?)
+}
+
+fn decode_value<T: DeserializeOwned>(value: Value) -> Result<T, ClientError> {
+    let shown = quoted(value.to_string().as_bytes());
+    serde_json::from_value(value)
+        .map_err(|e| ClientError::BadResponse(format!("{e}; the body: {shown}")))
+}
+
+/// Copies `from` into `to` when the relay left out `to` (a field only some reference clients
+/// read, e.g. Android's `amount_usdt`, filled from the documented `price_usdt`).
+fn default_from(value: &mut Value, to: &str, from: &str) {
+    if let Some(o) = value.as_object_mut()
+        && !o.contains_key(to)
+        && let Some(v) = o.get(from).cloned()
+    {
+        o.insert(to.to_owned(), v);
+    }
 }
 
 fn json_body<T: Serialize>(value: &T) -> Result<Option<(&'static str, Bytes)>, ClientError> {
@@ -198,11 +249,9 @@ impl<N: Network, S: ClientStore + Send + 'static> Contacts<'_, N, S> {
             .ask(|reply| super::Command::SyncFriends { reply })
             .await?
     }
-    /// `sendFriendRequest` (F2).
-    pub async fn send_friend_request(
-        &self,
-        to_alias_id: &str,
-    ) -> Result<body::FriendRequestResponse, ClientError> {
+    /// `sendFriendRequest` (F2); returns the body as it came (the reference clients ignore
+    /// it, so its shape is the relay's).
+    pub async fn send_friend_request(&self, to_alias_id: &str) -> Result<Value, ClientError> {
         let to = wire::ids::AliasId::parse(to_alias_id)
             .map_err(|e| ClientError::Machine(e.to_string()))?;
         self.client
@@ -213,13 +262,19 @@ impl<N: Network, S: ClientStore + Send + 'static> Contacts<'_, N, S> {
             )
             .await
     }
-    /// `acceptFriendRequest` (F3, path form).
+    /// `acceptFriendRequest` (F3 as the web and Android clients send it: `PUT`, no body, no
+    /// `Content-Type`).
     pub async fn accept_friend_request(
         &self,
         friendship_id: &str,
     ) -> Result<body::AcceptFriendResponse, ClientError> {
         let path = fill(paths::FRIEND_ACCEPT, "friendship_id", friendship_id);
-        self.client.post_json(path, true, &Map::new()).await
+        let r = check(
+            self.client
+                .rest(http::Method::PUT, path, true, None)
+                .await?,
+        )?;
+        decode(&r)
     }
     /// `lookupUser`.
     pub async fn lookup_user(&self, alias_id: &str) -> Result<body::UserProfile, ClientError> {
@@ -263,7 +318,7 @@ impl<N: Network, S: ClientStore + Send + 'static> Media<'_, N, S> {
             let path = format!(
                 "{}?mediaKey={}&partNumber={part_number}",
                 fill(paths::MEDIA_CHUNK, "upload_id", &upload_id),
-                media_key.replace('/', "%2F")
+                encode_component(&media_key)
             );
             let r = check(
                 self.client
@@ -341,7 +396,7 @@ impl<N: Network, S: ClientStore + Send + 'static> Media<'_, N, S> {
         let path = format!(
             "{}?key={}",
             paths::MEDIA_DOWNLOAD,
-            media_key.replace('/', "%2F")
+            encode_component(media_key)
         );
         let r = check(
             self.client
@@ -396,13 +451,13 @@ pub struct Channels<'a, N, S: ClientStore> {
 }
 
 impl<N: Network, S: ClientStore + Send + 'static> Channels<'_, N, S> {
-    /// `search(query)`.
+    /// `search(query)`: as the web client, a blank query is not sent (no channel matches it)
+    /// and a query is URL-encoded.
     pub async fn search(&self, query: &str) -> Result<Vec<body::ChannelInfo>, ClientError> {
-        let path = format!(
-            "{}?q={}",
-            paths::CHANNEL_SEARCH,
-            query.replace(['&', '#', ' ', '%'], "_")
-        );
+        if query.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let path = format!("{}?q={}", paths::CHANNEL_SEARCH, encode_component(query));
         self.client.get_json(path, true).await
     }
     /// `getMine`.
@@ -473,19 +528,20 @@ impl<N: Network, S: ClientStore + Send + 'static> Channels<'_, N, S> {
     pub fn can_post(channel: Option<&body::ChannelInfo>) -> bool {
         channel.is_some_and(|c| c.role == Some(body::ChannelRole::Owner))
     }
-    /// `listForSale(channelId, priceUsdt)`, with the optimistic-lock version when known.
+    /// `listForSale(channelId, priceUsdt)`: `{channel_id, price_usdt}`, the body the web and
+    /// Android clients send (no compare-and-swap version: no reference client sends one).
+    /// Returns the answer as it came (the reference clients ignore it).
     pub async fn list_for_sale(
         &self,
         channel_id: &str,
         price_usdt: u64,
-        expected_version: Option<u64>,
-    ) -> Result<body::ListChannelResponse, ClientError> {
+    ) -> Result<Value, ClientError> {
         let id = wire::ids::ChannelId::parse(channel_id)
             .map_err(|e| ClientError::Machine(e.to_string()))?;
         let request = body::ListChannelRequest {
             channel_id: id,
             price_usdt,
-            expected_version,
+            expected_version: None,
         };
         self.client
             .post_json(paths::LIST_CHANNEL.into(), true, &request)
@@ -511,26 +567,30 @@ pub struct Vanity<'a, N, S: ClientStore> {
 }
 
 impl<N: Network, S: ClientStore + Send + 'static> Vanity<'_, N, S> {
-    /// `search(q)` (public).
+    /// `search(q)` (public): as the web client, `q` is left out when empty and URL-encoded.
     pub async fn search(&self, q: &str) -> Result<Vec<body::VanityItem>, ClientError> {
-        let path = format!(
-            "{}?q={}",
-            paths::VANITY_SEARCH,
-            q.replace(['&', '#', ' '], "_")
-        );
+        let path = if q.is_empty() {
+            paths::VANITY_SEARCH.to_owned()
+        } else {
+            format!("{}?q={}", paths::VANITY_SEARCH, encode_component(q))
+        };
         self.client.get_json(path, false).await
     }
-    /// `purchase(aliasId)`.
+    /// `purchase(aliasId)`: the web client's PurchaseOrder (Android's `amount_usdt`, when the
+    /// relay leaves it out, is the documented `price_usdt`).
     pub async fn purchase(&self, alias_id: &str) -> Result<body::PurchaseOrder, ClientError> {
         let alias =
             wire::ids::AliasId::parse(alias_id).map_err(|e| ClientError::Machine(e.to_string()))?;
-        self.client
+        let mut order: Value = self
+            .client
             .post_json(
                 paths::VANITY_PURCHASE.into(),
                 true,
                 &body::PurchaseRequest { alias_id: alias },
             )
-            .await
+            .await?;
+        default_from(&mut order, "amount_usdt", "price_usdt");
+        decode_value(order)
     }
     /// `bind(orderId)`.
     pub async fn bind(&self, order_id: &str) -> Result<body::BindResponse, ClientError> {
@@ -544,23 +604,26 @@ impl<N: Network, S: ClientStore + Send + 'static> Vanity<'_, N, S> {
             )
             .await
     }
-    /// `reserve(aliasId)` (deprecated, public).
+    /// `reserve(aliasId)` (deprecated, public): `price` and `price_usdt` (the clients read one
+    /// or the other) each filled from the other when the relay sends one.
     pub async fn reserve(&self, alias_id: &str) -> Result<body::ReserveOrder, ClientError> {
         let alias =
             wire::ids::AliasId::parse(alias_id).map_err(|e| ClientError::Machine(e.to_string()))?;
-        self.client
+        let mut order: Value = self
+            .client
             .post_json(
                 paths::VANITY_RESERVE.into(),
                 false,
                 &body::PurchaseRequest { alias_id: alias },
             )
-            .await
+            .await?;
+        default_from(&mut order, "price", "price_usdt");
+        default_from(&mut order, "price_usdt", "price");
+        decode_value(order)
     }
-    /// `orderStatus(orderId)` (deprecated, public).
-    pub async fn order_status(
-        &self,
-        order_id: &str,
-    ) -> Result<body::OrderStatusResponse, ClientError> {
+    /// `orderStatus(orderId)` (deprecated, public): `{status, alias_id}` as the reference
+    /// clients read it, and the relay's `kind` and `ref_id` when it sends them.
+    pub async fn order_status(&self, order_id: &str) -> Result<OrderStatus, ClientError> {
         self.client
             .get_json(fill(paths::ORDER_STATUS, "order_id", order_id), false)
             .await
@@ -576,6 +639,23 @@ impl<N: Network, S: ClientStore + Send + 'static> Vanity<'_, N, S> {
             }
         })
     }
+}
+
+/// An order's status (V5) as the reference clients read it: `status` and `alias_id` (`""` for
+/// orders that are not for an alias); what the order buys and refers to when the relay says.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct OrderStatus {
+    /// `pending`, `confirmed` or `expired`.
+    pub status: body::OrderState,
+    /// The alias of a vanity order.
+    #[serde(default)]
+    pub alias_id: String,
+    /// What the order buys (an extension some relays send).
+    #[serde(default)]
+    pub kind: Option<body::OrderKind>,
+    /// What the order refers to (an extension some relays send).
+    #[serde(default)]
+    pub ref_id: Option<String>,
 }
 
 /// Options of an outgoing call.

@@ -37,6 +37,7 @@ pub fn hooks() -> Hooks {
         payment_secret: Some(EMBEDDED_WEBHOOK_SECRET.to_vec()),
         clock: Some(ClockControl::Http),
         push_probe: None,
+        process: None,
     }
 }
 

@@ -17,6 +17,8 @@
 //! - [`cases`]: the registry, one module per area.
 //! - [`runner`]: selection, bounded parallel execution, timeouts, expected failures.
 //! - [`report`]: terminal, JSON, JUnit XML and HTML reports.
+//! - [`process`]: the relay as a process the runner starts, kills and restarts
+//!   (`--relay-cmd`, the DURABILITY cases).
 //! - `embedded` (feature `embedded`, on by default): starting our own relay in-process
 //!   through `relay-server`.
 
@@ -27,6 +29,7 @@ pub mod ctx;
 #[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod model;
+pub mod process;
 pub mod report;
 pub mod runner;
 pub mod transcript;

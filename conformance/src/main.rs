@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use conformance::ctx::{ClockControl, Hooks, PushProbe, Shared};
+use conformance::ctx::{ClockControl, Hooks, Limits, PushProbe, Shared};
 #[cfg(feature = "embedded")]
 use conformance::embedded;
+use conformance::model::Profile;
+use conformance::process::RelayProcess;
 use conformance::runner::{self, RunConfig, Status};
 use conformance::transport::NetTransport;
 use conformance::{cases, report, transport};
@@ -19,15 +21,38 @@ use standins::WebPushService;
 
 /// Black-box conformance suite for SecureChat relays.
 ///
-/// Without --relay it starts our relay in-process on 127.0.0.1 (memory store, low PoW difficulty,
-/// a known payment webhook secret and the test clock), so every hook is available.
-/// Exit code: 0 when no MUST case failed unexpectedly, 1 otherwise, 2 on a usage or setup error.
+/// Checks a relay by URL (--relay), or a relay process it starts, kills and restarts
+/// (--relay-cmd: adds the DURABILITY cases), or, with neither, our relay in-process.
+/// Profiles: `documents` (default) holds the relay to what SPEC.md and PROTOCOL.md require;
+/// `reference` also to our relay's own choices. Every case is pass, fail, error (a setup step
+/// failed: not checked), skip (with the reason and how to enable it) or an expected failure.
+/// Exit code: 0 when no MUST case failed or errored, 1 otherwise, 2 on a usage or setup error.
 #[derive(Debug, Parser)]
 #[command(name = "conformance", version)]
 struct Cli {
     /// Base URL of the relay to check (`http://host:port`). Default: start the embedded relay.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "relay_cmd")]
     relay: Option<String>,
+    /// Start the relay to check from this command (run by `sh -c`, with or without `exec`):
+    /// `{listen}` becomes `127.0.0.1:PORT`, `{data}` a data directory kept across restarts,
+    /// `{payment_secret}` the payment webhook secret (also `RELAY_PAYMENT_WEBHOOK_SECRET` in its
+    /// environment). Adds the DURABILITY cases, which kill -9 and restart it.
+    #[arg(long, value_name = "CMD")]
+    relay_cmd: Option<String>,
+    /// `documents`: what SPEC.md and PROTOCOL.md require (statuses they do not give are any
+    /// 4xx, error codes in `error` or `code`); `reference`: our relay's own choices too
+    /// (error body `{error, message}`, its statuses, codes and limits, channel versions).
+    #[arg(long, default_value = "documents")]
+    profile: Profile,
+    /// The relay's largest WebSocket frame in bytes (WS-012; the documents give none).
+    #[arg(long, value_name = "BYTES")]
+    max_frame_bytes: Option<usize>,
+    /// The relay's largest `msg` payload in bytes (MSG-014; the documents give none).
+    #[arg(long, value_name = "BYTES")]
+    max_payload_bytes: Option<usize>,
+    /// The relay's largest JSON request body in bytes (ERR-014; the documents give none).
+    #[arg(long, value_name = "BYTES")]
+    max_body_bytes: Option<usize>,
     /// Cases run at once.
     #[arg(long, default_value_t = 4)]
     jobs: usize,
@@ -49,8 +74,9 @@ struct Cli {
     /// Expected failures: one `ID reason` per line (`#` comments); every entry needs a reason.
     #[arg(long)]
     expected_failures: Option<PathBuf>,
-    /// The payment webhook's HMAC secret: the runner acts as the payment processor.
-    #[arg(long)]
+    /// The payment webhook's HMAC secret: the runner acts as the payment processor. With
+    /// --relay-cmd the runner makes one up unless given.
+    #[arg(long, env = "CONFORMANCE_PAYMENT_SECRET", hide_env_values = true)]
     payment_secret: Option<String>,
     /// The relay offers the test clock `POST /api/v1/test/advance-clock` (see README.md).
     #[arg(long)]
@@ -173,31 +199,47 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     type Embedded = Option<embedded::EmbeddedRelay>;
     #[cfg(not(feature = "embedded"))]
     type Embedded = Option<std::convert::Infallible>;
-    let (_embedded, base_url, mut hooks): (Embedded, String, Hooks) = match &cli.relay {
-        Some(url) => (None, url.clone(), Hooks::default()),
-        #[cfg(not(feature = "embedded"))]
-        None => anyhow::bail!(
-            "this build has no embedded relay: give the relay to check with --relay URL \
+    let relay_dir = tempfile::tempdir().context("creating a directory for the relay's data")?;
+    let mut secret = cli.payment_secret.clone();
+    let (_embedded, base_url, mut hooks): (Embedded, String, Hooks) =
+        match (&cli.relay, &cli.relay_cmd) {
+            (Some(url), _) => (None, url.clone(), Hooks::default()),
+            (None, Some(cmd)) => {
+                let made_up = secret
+                    .get_or_insert_with(|| format!("conformance-{}", cli.seed))
+                    .clone();
+                let process = RelayProcess::start(cmd, Some(made_up), relay_dir.path()).await?;
+                eprintln!("relay started: {}", process.shown_command());
+                let url = process.base_url();
+                let hooks = Hooks {
+                    process: Some(Arc::new(tokio::sync::Mutex::new(process))),
+                    ..Hooks::default()
+                };
+                (None, url, hooks)
+            }
+            #[cfg(not(feature = "embedded"))]
+            (None, None) => anyhow::bail!(
+                "this build has no embedded relay: give the relay to check with --relay URL \
              (or build with the default feature `embedded`)"
-        ),
-        #[cfg(feature = "embedded")]
-        None => {
-            let relay = embedded::start_loopback()
-                .await
-                .map_err(anyhow::Error::msg)?;
-            let url = relay.base_url.clone();
-            // The embedded relay delivers Web Push: be its push service unless told where.
-            let hooks = if cli.push_probe.is_some() {
-                embedded::hooks()
-            } else {
-                embedded::loopback_hooks()
+            ),
+            #[cfg(feature = "embedded")]
+            (None, None) => {
+                let relay = embedded::start_loopback()
                     .await
-                    .map_err(anyhow::Error::msg)?
-            };
-            (Some(relay), url, hooks)
-        }
-    };
-    if let Some(secret) = &cli.payment_secret {
+                    .map_err(anyhow::Error::msg)?;
+                let url = relay.base_url.clone();
+                // The embedded relay delivers Web Push: be its push service unless told where.
+                let hooks = if cli.push_probe.is_some() {
+                    embedded::hooks()
+                } else {
+                    embedded::loopback_hooks()
+                        .await
+                        .map_err(anyhow::Error::msg)?
+                };
+                (Some(relay), url, hooks)
+            }
+        };
+    if let Some(secret) = &secret {
         hooks.payment_secret = Some(secret.as_bytes().to_vec());
     }
     if cli.clock_hook {
@@ -206,7 +248,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     if let Some(url) = &cli.push_probe {
         hooks.push_probe = Some(start_push_probe(url).await?);
     }
-    let endpoint = Endpoint::parse(&base_url).context("parsing --relay")?;
+    let endpoint = Endpoint::parse(&base_url).with_context(|| {
+        format!("--relay {base_url:?} is not a base URL: give http://HOST:PORT")
+    })?;
     let local = matches!(endpoint.host(), "127.0.0.1" | "localhost");
     let plan = match cli.faults.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
@@ -230,12 +274,21 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     } else {
         transport::shared_factory(NetTransport::new(TokioConnector, endpoint).shared())
     };
-    let shared = Arc::new(Shared::new(
-        hooks,
-        cli.seed,
-        Duration::from_millis(cli.wait_ms),
-        Duration::from_millis(cli.quiet_ms),
-    ));
+    let limits = Limits {
+        max_frame_bytes: cli.max_frame_bytes,
+        max_payload_bytes: cli.max_payload_bytes,
+        max_body_bytes: cli.max_body_bytes,
+    };
+    let shared = Arc::new(
+        Shared::new(
+            hooks,
+            cli.seed,
+            Duration::from_millis(cli.wait_ms),
+            Duration::from_millis(cli.quiet_ms),
+        )
+        .with_limits(limits)
+        .with_profile(cli.profile),
+    );
     if selected.is_empty() {
         bail!("no case selected");
     }
@@ -249,7 +302,10 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         bar
     };
     let on_done = |r: &runner::CaseReport| {
-        if r.status == Status::Fail || r.status == Status::UnexpectedPass {
+        if matches!(
+            r.status,
+            Status::Fail | Status::UnexpectedPass | Status::Error
+        ) {
             bar.println(format!(
                 "{} {} {}",
                 r.status.label(),
@@ -262,11 +318,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     };
     let reports = runner::run(&selected, transports, shared, &cfg, &on_done).await;
     bar.finish_and_clear();
-    print!("{}", report::summary(&reports, &base_url));
+    print!("{}", report::summary(&reports, &base_url, cli.profile));
     for (path, text) in [
-        (&cli.json, report::json(&reports, &base_url)),
+        (&cli.json, report::json(&reports, &base_url, cli.profile)),
         (&cli.junit, report::junit(&reports)),
-        (&cli.html, report::html(&reports, &base_url)),
+        (&cli.html, report::html(&reports, &base_url, cli.profile)),
     ] {
         if let Some(path) = path {
             std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;

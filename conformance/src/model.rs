@@ -28,6 +28,44 @@ impl fmt::Display for Level {
     }
 }
 
+/// Whose expectations the run holds a relay to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    /// What SPEC.md and PROTOCOL.md require, and nothing else: statuses the documents do not
+    /// give are any 4xx, an error's code may be in `error` or `code`, limits and lifetimes come
+    /// from the relay or from flags, and what only our relay chose is not checked (the default).
+    #[default]
+    Documents,
+    /// Today's expectations of our own relay on top: its error body `{error, message}`, its
+    /// statuses and error codes, its limits (64 KiB frames, 48 KiB payloads, 32 KiB bodies),
+    /// channel versions, the `channel_post` shape of ARCHITECTURE.md. Some SHOULD cases are MUST.
+    Reference,
+}
+
+impl Profile {
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Documents => "documents",
+            Self::Reference => "reference",
+        }
+    }
+}
+
+impl std::str::FromStr for Profile {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "documents" | "default" => Ok(Self::Documents),
+            "reference" => Ok(Self::Reference),
+            other => Err(format!(
+                "unknown profile {other:?}: `documents` (what SPEC.md and PROTOCOL.md require) or `reference` (our relay's own choices too)"
+            )),
+        }
+    }
+}
+
 /// An optional test interface a black box cannot offer on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum Hook {
@@ -39,6 +77,9 @@ pub enum Hook {
     /// The runner listens at `--push-probe URL` as a Web Push service, and the relay accepts
     /// (and delivers to) `http://` subscription endpoints under it (see README.md).
     PushProbe,
+    /// The runner started the relay from `--relay-cmd` and may `kill -9` and restart it on its
+    /// data directory. Cases using it run one at a time after every other case.
+    RelayProcess,
 }
 
 impl fmt::Display for Hook {
@@ -47,6 +88,7 @@ impl fmt::Display for Hook {
             Self::PaymentWebhook => "payment webhook (--payment-secret)",
             Self::ClockAdvance => "test clock (--clock-hook)",
             Self::PushProbe => "push probe (--push-probe URL)",
+            Self::RelayProcess => "relay process (--relay-cmd CMD)",
         })
     }
 }
@@ -58,6 +100,27 @@ pub enum Failure {
     Fail(String),
     /// The case could not be run (a precondition the relay or runner does not offer).
     Skip(String),
+    /// A step that sets the case up (an account, a friendship, a socket, a listing…) failed:
+    /// the statement was never checked. Never a pass.
+    Error(String),
+}
+
+impl Failure {
+    /// A failure of a setup step: `Fail` becomes `Error`, naming the step.
+    pub fn in_setup(self, step: &str) -> Self {
+        match self {
+            Self::Fail(r) | Self::Error(r) => Self::Error(format!("setup ({step}): {r}")),
+            skip @ Self::Skip(_) => skip,
+        }
+    }
+
+    /// The step that failed is the one the case checks: `Error` becomes `Fail`.
+    pub fn checked(self) -> Self {
+        match self {
+            Self::Error(r) | Self::Fail(r) => Self::Fail(r),
+            skip @ Self::Skip(_) => skip,
+        }
+    }
 }
 
 impl fmt::Display for Failure {
@@ -65,6 +128,7 @@ impl fmt::Display for Failure {
         match self {
             Self::Fail(r) => write!(f, "fail: {r}"),
             Self::Skip(r) => write!(f, "skip: {r}"),
+            Self::Error(r) => write!(f, "error: {r}"),
         }
     }
 }
@@ -97,7 +161,8 @@ pub struct Case {
     pub id: &'static str,
     /// MUST or SHOULD.
     pub level: Level,
-    /// Where the statement is, e.g. `SPEC §Errors` or `PROTOCOL §1.1 A2`.
+    /// Where the statement is, e.g. `SPEC §Errors` or `PROTOCOL §1.1 A2`: for a MUST case a
+    /// section (and row) of SPEC.md or PROTOCOL.md, checked by a test.
     pub source: &'static str,
     /// The sentence the case checks.
     pub statement: &'static str,
@@ -115,7 +180,17 @@ impl Case {
 
     /// Whether the case must run alone (it moves the relay's shared clock).
     pub fn exclusive(&self) -> bool {
-        self.needs.contains(&Hook::ClockAdvance)
+        self.needs.contains(&Hook::ClockAdvance) || self.needs.contains(&Hook::RelayProcess)
+    }
+
+    /// The case's level under `profile` (a few SHOULD cases of the documents are MUST under
+    /// [`Profile::Reference`], see [`crate::cases::REFERENCE_MUST`]).
+    pub fn level_in(&self, profile: Profile) -> Level {
+        if profile == Profile::Reference && crate::cases::REFERENCE_MUST.contains(&self.id) {
+            Level::Must
+        } else {
+            self.level
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use crate::model::Level;
+use crate::model::{Level, Profile};
 use crate::runner::{CaseReport, Status};
 use crate::transcript::Direction;
 
@@ -22,6 +22,8 @@ pub struct Counts {
     pub xpass: usize,
     /// Skipped.
     pub skip: usize,
+    /// A setup step failed: not checked.
+    pub error: usize,
 }
 
 impl Counts {
@@ -32,12 +34,13 @@ impl Counts {
             Status::ExpectedFail => self.xfail += 1,
             Status::UnexpectedPass => self.xpass += 1,
             Status::Skip => self.skip += 1,
+            Status::Error => self.error += 1,
         }
     }
 
     /// Cases counted.
     pub fn total(&self) -> usize {
-        self.pass + self.fail + self.xfail + self.xpass + self.skip
+        self.pass + self.fail + self.xfail + self.xpass + self.skip + self.error
     }
 }
 
@@ -53,29 +56,38 @@ pub fn counts(reports: &[CaseReport]) -> (BTreeMap<&'static str, Counts>, Counts
 }
 
 /// The terminal summary: per-area counts, then failures, unexpected passes and skips with reasons.
-pub fn summary(reports: &[CaseReport], relay: &str) -> String {
+pub fn summary(reports: &[CaseReport], relay: &str, profile: Profile) -> String {
     let (per, all) = counts(reports);
     let mut out = String::new();
-    let _ = writeln!(out, "conformance against {relay}: {} cases", all.total());
     let _ = writeln!(
         out,
-        "{:<8} {:>5} {:>5} {:>5} {:>5} {:>5}",
-        "area", "pass", "fail", "xfail", "xpass", "skip"
+        "conformance against {relay} (profile {}): {} cases",
+        profile.name(),
+        all.total()
+    );
+    let _ = writeln!(
+        out,
+        "{:<11} {:>5} {:>5} {:>5} {:>5} {:>5} {:>5}",
+        "area", "pass", "fail", "error", "xfail", "xpass", "skip"
     );
     for (area, c) in &per {
         let _ = writeln!(
             out,
-            "{area:<8} {:>5} {:>5} {:>5} {:>5} {:>5}",
-            c.pass, c.fail, c.xfail, c.xpass, c.skip
+            "{area:<11} {:>5} {:>5} {:>5} {:>5} {:>5} {:>5}",
+            c.pass, c.fail, c.error, c.xfail, c.xpass, c.skip
         );
     }
     let _ = writeln!(
         out,
-        "{:<8} {:>5} {:>5} {:>5} {:>5} {:>5}",
-        "total", all.pass, all.fail, all.xfail, all.xpass, all.skip
+        "{:<11} {:>5} {:>5} {:>5} {:>5} {:>5} {:>5}",
+        "total", all.pass, all.fail, all.error, all.xfail, all.xpass, all.skip
     );
     for (title, status) in [
         ("failures", Status::Fail),
+        (
+            "errors (a setup step failed: the statement was not checked)",
+            Status::Error,
+        ),
         ("expected failures that passed", Status::UnexpectedPass),
         ("skipped", Status::Skip),
     ] {
@@ -99,20 +111,21 @@ pub fn summary(reports: &[CaseReport], relay: &str) -> String {
 }
 
 /// The JSON report.
-pub fn json(reports: &[CaseReport], relay: &str) -> String {
+pub fn json(reports: &[CaseReport], relay: &str, profile: Profile) -> String {
     let (per, all) = counts(reports);
     let areas: serde_json::Map<String, serde_json::Value> = per
         .iter()
         .map(|(a, c)| {
             (
                 (*a).to_owned(),
-                json!({"pass": c.pass, "fail": c.fail, "expected_fail": c.xfail, "unexpected_pass": c.xpass, "skip": c.skip}),
+                json!({"pass": c.pass, "fail": c.fail, "error": c.error, "expected_fail": c.xfail, "unexpected_pass": c.xpass, "skip": c.skip}),
             )
         })
         .collect();
     let v = json!({
         "relay": relay,
-        "totals": {"cases": all.total(), "pass": all.pass, "fail": all.fail, "expected_fail": all.xfail, "unexpected_pass": all.xpass, "skip": all.skip},
+        "profile": profile,
+        "totals": {"cases": all.total(), "pass": all.pass, "fail": all.fail, "error": all.error, "expected_fail": all.xfail, "unexpected_pass": all.xpass, "skip": all.skip},
         "must_failed": crate::runner::must_failed(reports),
         "areas": areas,
         "cases": reports,
@@ -158,18 +171,20 @@ pub fn junit(reports: &[CaseReport]) -> String {
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         out,
-        "<testsuites name=\"conformance\" tests=\"{}\" failures=\"{}\" skipped=\"{}\">",
+        "<testsuites name=\"conformance\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
         all.total(),
         all.fail + all.xpass,
+        all.error,
         all.skip + all.xfail
     );
     for (area, c) in &per {
         let _ = writeln!(
             out,
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" skipped=\"{}\">",
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
             escape(area),
             c.total(),
             c.fail + c.xpass,
+            c.error,
             c.skip + c.xfail
         );
         for r in reports.iter().filter(|r| r.area == *area) {
@@ -215,6 +230,13 @@ pub fn junit(reports: &[CaseReport]) -> String {
                 Status::Skip => {
                     let _ = write!(out, "<skipped message=\"{reason}\"/>");
                 }
+                Status::Error => {
+                    let _ = write!(
+                        out,
+                        "<error message=\"{reason}\">{}</error>",
+                        escape(&transcript_text(r))
+                    );
+                }
             }
             let _ = writeln!(
                 out,
@@ -230,12 +252,12 @@ pub fn junit(reports: &[CaseReport]) -> String {
 
 const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
 table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}\
-.pass{color:#1a7f37}.fail,.unexpected_pass{color:#cf222e;font-weight:bold}.expected_fail{color:#9a6700}.skip{color:#6e7781}\
+.pass{color:#1a7f37}.fail,.unexpected_pass,.error{color:#cf222e;font-weight:bold}.expected_fail{color:#9a6700}.skip{color:#6e7781}\
 details{margin:2px 0}pre{background:#f6f8fa;padding:6px;white-space:pre-wrap;word-break:break-all;font-size:12px}\
 code{font-size:12px}";
 
 /// The self-contained HTML report (inline CSS, transcripts in `<details>`).
-pub fn html(reports: &[CaseReport], relay: &str) -> String {
+pub fn html(reports: &[CaseReport], relay: &str, profile: Profile) -> String {
     let (per, all) = counts(reports);
     let mut out = String::new();
     let _ = write!(
@@ -244,27 +266,30 @@ pub fn html(reports: &[CaseReport], relay: &str) -> String {
     );
     let _ = write!(
         out,
-        "<h1>Conformance report</h1><p>Relay: <code>{}</code>. {} cases: {} pass, {} fail, {} expected failures, {} unexpected passes, {} skipped. MUST failures: {}.</p>",
+        "<h1>Conformance report</h1><p>Relay: <code>{}</code>, profile <code>{}</code>. {} cases: {} pass, {} fail, {} errors (not checked: a setup step failed), {} expected failures, {} unexpected passes, {} skipped. MUST failures: {}.</p>",
         escape(relay),
+        profile.name(),
         all.total(),
         all.pass,
         all.fail,
+        all.error,
         all.xfail,
         all.xpass,
         all.skip,
         reports
             .iter()
-            .filter(|r| r.status == Status::Fail && r.level == Level::Must)
+            .filter(|r| matches!(r.status, Status::Fail | Status::Error) && r.level == Level::Must)
             .count()
     );
-    out.push_str("<table><tr><th>area</th><th>pass</th><th>fail</th><th>xfail</th><th>xpass</th><th>skip</th></tr>");
+    out.push_str("<table><tr><th>area</th><th>pass</th><th>fail</th><th>error</th><th>xfail</th><th>xpass</th><th>skip</th></tr>");
     for (area, c) in &per {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(area),
             c.pass,
             c.fail,
+            c.error,
             c.xfail,
             c.xpass,
             c.skip

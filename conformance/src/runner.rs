@@ -26,6 +26,9 @@ pub enum Status {
     UnexpectedPass,
     /// Not run (missing hook, or the case found a precondition missing).
     Skip,
+    /// A step that sets the case up failed (an account, a friendship, a socket…): the
+    /// statement was never checked.
+    Error,
 }
 
 impl Status {
@@ -37,6 +40,7 @@ impl Status {
             Self::ExpectedFail => "xfail",
             Self::UnexpectedPass => "XPASS",
             Self::Skip => "skip",
+            Self::Error => "ERROR",
         }
     }
 }
@@ -48,7 +52,7 @@ pub struct CaseReport {
     pub id: &'static str,
     /// Area prefix.
     pub area: &'static str,
-    /// MUST / SHOULD.
+    /// MUST / SHOULD under the run's profile.
     pub level: Level,
     /// Spec section.
     pub source: &'static str,
@@ -166,7 +170,21 @@ fn missing_hook(case: &Case, shared: &Shared) -> Option<Hook> {
         Hook::PaymentWebhook => shared.hooks.payment_secret.is_none(),
         Hook::ClockAdvance => shared.hooks.clock.is_none(),
         Hook::PushProbe => shared.hooks.push_probe.is_none(),
+        Hook::RelayProcess => shared.hooks.process.is_none(),
     })
+}
+
+/// Why a case that needs `hook` is skipped, and how to enable it.
+fn skip_reason(hook: Hook) -> String {
+    match hook {
+        Hook::RelayProcess => {
+            "needs the relay process: give --relay-cmd 'CMD … {listen} … {data}' \
+             so the runner starts your relay, kills it (-9) and restarts it on the same data \
+             directory"
+                .to_owned()
+        }
+        other => format!("needs the {other}"),
+    }
 }
 
 /// One run of a case's body on `transport`, within `timeout`.
@@ -184,6 +202,16 @@ async fn attempt(
             "timed out after {} s",
             timeout.as_secs()
         ))),
+    };
+    // A reason names what the case did to the relay before it (a clock advance, a restart).
+    let r = match (r, ctx.steps()) {
+        (Err(Failure::Fail(why)), Some(steps)) => {
+            Err(Failure::Fail(format!("{steps}, then: {why}")))
+        }
+        (Err(Failure::Error(why)), Some(steps)) => {
+            Err(Failure::Error(format!("{steps}, then: {why}")))
+        }
+        (r, _) => r,
     };
     (r, ctx.transcript.entries())
 }
@@ -208,11 +236,12 @@ pub async fn run_one(
     let faulted = transport.faults().is_some();
     let mut transport = transport;
     let mut first_attempt = None;
+    let level = case.level_in(shared.profile);
     let (outcome, transcript) = if let Some(hook) = missing_hook(&case, &shared) {
-        (Err(Failure::Skip(format!("needs the {hook}"))), Vec::new())
-    } else if faulted && case.needs.contains(&Hook::ClockAdvance) {
-        let why = "not meaningful under network faults: it moves the relay's clock for every \
-                   case and times its frames";
+        (Err(Failure::Skip(skip_reason(hook))), Vec::new())
+    } else if faulted && case.exclusive() {
+        let why = "not meaningful under network faults: it moves the relay's clock or restarts \
+                   the relay for every case, and times its frames";
         (Err(Failure::Skip(why.to_owned())), Vec::new())
     } else {
         let (r, transcript) = attempt(
@@ -225,7 +254,7 @@ pub async fn run_one(
         .await;
         let faults = transport.faults();
         match (r, faults, transport.calmer()) {
-            (Err(Failure::Fail(reason)), Some(faults), Some(calmer))
+            (Err(Failure::Fail(reason) | Failure::Error(reason)), Some(faults), Some(calmer))
                 if faults.drew_destructive() =>
             {
                 first_attempt = Some(FirstAttempt { reason, faults });
@@ -242,13 +271,14 @@ pub async fn run_one(
             Some("listed as an expected failure but passed".to_owned()),
         ),
         (Err(Failure::Skip(r)), _) => (Status::Skip, Some(r)),
+        (Err(Failure::Error(r)), _) => (Status::Error, Some(r)),
         (Err(Failure::Fail(r)), false) => (Status::Fail, Some(r)),
         (Err(Failure::Fail(r)), true) => (Status::ExpectedFail, Some(r)),
     };
     CaseReport {
         id: case.id,
         area: case.area(),
-        level: case.level,
+        level,
         source: case.source,
         statement: case.statement,
         status,
@@ -306,11 +336,12 @@ pub async fn run(
     reports.into_values().collect()
 }
 
-/// Whether a run is a failure: any MUST case failed unexpectedly.
+/// Whether a run is a failure: any MUST case failed unexpectedly, or any MUST case could not
+/// be set up (an `error` is never a pass).
 pub fn must_failed(reports: &[CaseReport]) -> bool {
     reports
         .iter()
-        .any(|r| r.status == Status::Fail && r.level == Level::Must)
+        .any(|r| matches!(r.status, Status::Fail | Status::Error) && r.level == Level::Must)
 }
 
 #[cfg(test)]

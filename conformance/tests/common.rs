@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use conformance::model::Profile;
 use conformance::report;
 use conformance::runner::{self, CaseReport, RunConfig, Status};
 
@@ -23,25 +24,30 @@ pub fn config(jobs: usize) -> RunConfig {
 }
 
 /// Writes the reports next to the test binaries and asserts zero unexpected outcomes.
-pub fn verdict(name: &str, reports: &[CaseReport], relay: &str) {
+pub fn verdict(name: &str, reports: &[CaseReport], relay: &str, profile: Profile) {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("conformance");
     std::fs::create_dir_all(&dir).expect("report dir");
     std::fs::write(
         dir.join(format!("{name}.json")),
-        report::json(reports, relay),
+        report::json(reports, relay, profile),
     )
     .expect("json");
     std::fs::write(dir.join(format!("{name}.xml")), report::junit(reports)).expect("junit");
     std::fs::write(
         dir.join(format!("{name}.html")),
-        report::html(reports, relay),
+        report::html(reports, relay, profile),
     )
     .expect("html");
-    println!("{}", report::summary(reports, relay));
+    println!("{}", report::summary(reports, relay, profile));
     println!("reports in {}", dir.display());
     let bad: Vec<String> = reports
         .iter()
-        .filter(|r| matches!(r.status, Status::Fail | Status::UnexpectedPass))
+        .filter(|r| {
+            matches!(
+                r.status,
+                Status::Fail | Status::UnexpectedPass | Status::Error
+            )
+        })
         .map(|r| {
             format!(
                 "{} {}: {}",

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conformance::ctx::Shared;
+use conformance::model::Profile;
 use conformance::{cases, embedded, runner, transport};
 use seam::net::Endpoint;
 
@@ -16,17 +17,20 @@ async fn suite_passes_against_the_embedded_relay_on_loopback() {
     let transports = transport::loopback_factory(endpoint);
     // Every hook, the push probe included: PUSH-008 runs.
     let hooks = embedded::loopback_hooks().await.expect("push probe");
-    let shared = Arc::new(Shared::new(
-        hooks,
-        common::SEED,
-        Duration::from_secs(5),
-        Duration::from_millis(300),
-    ));
+    let shared = Arc::new(
+        Shared::new(
+            hooks,
+            common::SEED,
+            Duration::from_secs(5),
+            Duration::from_millis(300),
+        )
+        .with_profile(Profile::Reference),
+    );
     let cfg = common::config(8);
     let reports = runner::run(cases::all(), transports, shared, &cfg, &|_| {}).await;
     let url = relay.base_url.clone();
     relay.stop().await;
-    common::verdict("loopback", &reports, &url);
+    common::verdict("loopback", &reports, &url, Profile::Reference);
 }
 
 /// Runs the cases with ids starting with `only` through a fault proxy per case.
@@ -48,12 +52,15 @@ async fn run_faulted_on(
         .expect("loopback address");
     let plan = fault_proxy::Plan::parse(plan).expect("plan");
     let transports = transport::faulted_factory(endpoint, upstream, plan, seed);
-    let shared = Arc::new(Shared::new(
-        embedded::hooks(),
-        common::SEED,
-        Duration::from_secs(5),
-        Duration::from_millis(300),
-    ));
+    let shared = Arc::new(
+        Shared::new(
+            embedded::hooks(),
+            common::SEED,
+            Duration::from_secs(5),
+            Duration::from_millis(300),
+        )
+        .with_profile(Profile::Reference),
+    );
     let cfg = runner::RunConfig {
         only: only.iter().map(|s| (*s).to_owned()).collect(),
         ..common::config(8)
@@ -86,7 +93,7 @@ async fn cases_pass_through_the_fault_proxy_with_slow_links() {
             );
         }
     }
-    common::verdict("loopback-faults", &reports, &url);
+    common::verdict("loopback-faults", &reports, &url, Profile::Reference);
 }
 
 /// The proxy really is in the path: with the client-to-relay direction dead, the case fails
@@ -112,7 +119,7 @@ async fn a_dead_link_fails_the_first_attempt_and_the_report_names_the_faults() {
         "{:?}",
         reports[0].reason
     );
-    let json = conformance::report::json(&reports, "relay");
+    let json = conformance::report::json(&reports, "relay", Profile::Reference);
     assert!(json.contains("half_open"), "{json}");
     assert!(json.contains("first_attempt"), "{json}");
 }
@@ -133,7 +140,7 @@ async fn every_case_passes_under_all_faults_with_reruns_after_destructive_draws(
         let f = r.faults.as_ref().expect("faults");
         assert!(!f.plan.is_destructive(), "{}: the rerun is calm", r.id);
     }
-    common::verdict("loopback-all-faults", &reports, &url);
+    common::verdict("loopback-all-faults", &reports, &url, Profile::Reference);
 }
 
 /// A deliberately broken relay (relay-core's planted bug: message-id dedup removed, so a
@@ -155,9 +162,9 @@ async fn a_broken_relay_under_faults_is_reported_with_its_plan_and_seed() {
     assert_eq!(r.status, runner::Status::Fail, "{:?}", r.reason);
     let faults = r.faults.as_ref().expect("the case ran through its proxy");
     assert!(!faults.connections.is_empty());
-    let json = conformance::report::json(&reports, &url);
+    let json = conformance::report::json(&reports, &url, Profile::Reference);
     let junit = conformance::report::junit(&reports);
-    let html = conformance::report::html(&reports, &url);
+    let html = conformance::report::html(&reports, &url, Profile::Reference);
     for (name, text) in [("json", &json), ("junit", &junit), ("html", &html)] {
         assert!(text.contains("MSG-013"), "{name}: {text}");
         assert!(text.contains("slicer"), "{name} lacks the plan: {text}");

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use conformance::ctx::{Hooks, Shared};
 use conformance::model::Case;
+use conformance::model::Profile;
 use conformance::runner::{self, CaseReport};
 use conformance::transport::NetTransport;
 use conformance::{cases, embedded};
@@ -79,12 +80,15 @@ fn run_in_turmoil(seed: u64, selected: &[usize], faults: Faults) -> Vec<CaseRepo
         push_probe: Some(probe),
         ..embedded::hooks()
     };
-    let shared = Arc::new(Shared::new(
-        hooks,
-        common::SEED,
-        Duration::from_secs(5),
-        Duration::from_millis(300),
-    ));
+    let shared = Arc::new(
+        Shared::new(
+            hooks,
+            common::SEED,
+            Duration::from_secs(5),
+            Duration::from_millis(300),
+        )
+        .with_profile(Profile::Reference),
+    );
     let endpoint = || Endpoint::parse(&format!("http://relay:{RELAY_PORT}"));
     for &i in &parallel {
         let (out, remaining, cfg, shared) = (
@@ -164,7 +168,12 @@ fn suite_passes_against_the_embedded_relay_in_turmoil() {
         hold_links: false,
     };
     let reports = run_in_turmoil(common::SEED, &selected, faults);
-    common::verdict("turmoil", &reports, "turmoil://relay:8080");
+    common::verdict(
+        "turmoil",
+        &reports,
+        "turmoil://relay:8080",
+        Profile::Reference,
+    );
 }
 
 #[test]
@@ -185,5 +194,10 @@ fn fault_subset_passes_with_latency_and_held_links() {
         hold_links: true,
     };
     let reports = run_in_turmoil(common::SEED + 1, &selected, faults);
-    common::verdict("turmoil-faults", &reports, "turmoil://relay:8080 (faults)");
+    common::verdict(
+        "turmoil-faults",
+        &reports,
+        "turmoil://relay:8080 (faults)",
+        Profile::Reference,
+    );
 }

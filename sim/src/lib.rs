@@ -23,6 +23,7 @@
 //! | [`trace`] | the app-level records of a run, their lines and hash | — |
 //! | [`violation`] | [`Violation`](violation::Violation): a broken invariant named by its oracle | — |
 //! | `planted` | (feature `planted-bugs`) known bugs to plant, for the detection test | — |
+//! | [`wiretap`] | what the clients' connections carried: requests and refusals by route, frames as received | — |
 //! | [`scenario`] | the scenario drawn from a seed: accounts, pairs, strangers, timed actions | `bounds` |
 //! | [`faults`] | fault kinds, swarm selection, the fault plan and its draw | `bounds`, `scenario` |
 //! | [`store`] | the relay's store with storage faults, the failover lease, the commit history | `faults`, `time` |
@@ -35,7 +36,7 @@
 //! | [`oracles`] | the invariants checked at the end, one module per family; [`oracles::observed`], the client-visible history | `bounds`, `faults`, `pushworld`, `scenario`, `store`, `trace`, `violation`, `world` |
 //! | `runner` | one run: [`RunConfig`], [`run`], the hosts, the step loop, the log scan | everything above |
 //! | [`shrink`] | delta debugging of a failing run | `faults`, `planted`, `runner`, `scenario`, `violation` |
-//! | [`jepsen`] | Jepsen mode: real sockets, a relay process, the same client-visible oracles | `oracles`, `scenario`, `trace`, `violation` |
+//! | [`jepsen`] | Jepsen mode: real sockets, a relay process, the same client-visible oracles | `oracles`, `scenario`, `trace`, `violation`, `wiretap` |
 
 pub mod bounds;
 pub mod failover;
@@ -50,6 +51,7 @@ pub mod shrink;
 pub mod store;
 pub mod trace;
 pub mod violation;
+pub mod wiretap;
 
 mod apps;
 mod hostile;

@@ -141,7 +141,7 @@ macro_rules! retried {
                     result = Some(Ok(v));
                     break;
                 }
-                Err(e @ (ClientError::Status(_) | ClientError::BadResponse(_))) => {
+                Err(e @ (ClientError::Status(..) | ClientError::BadResponse(_))) => {
                     result = Some(Err(e));
                     break;
                 }
@@ -226,7 +226,7 @@ pub(crate) async fn create_channel(ctx: &HostCtx, client: &Client<Turmoil>, pric
     };
     let id = created.channel_id.to_string();
     *ctx.world.borrow_mut().ledger.created.entry(me).or_default() += 1;
-    match retried!(client.channels().list_for_sale(&id, price, None)) {
+    match retried!(client.channels().list_for_sale(&id, price)) {
         Ok(_) => {
             note(ctx, format!("c{me} listed {id} for {price}"));
             ctx.world
@@ -347,7 +347,7 @@ async fn bind(ctx: &HostCtx, client: &Client<Turmoil>, order_id: &str) {
             );
             settle(ctx, order_id);
         }
-        Err(ClientError::Status(s)) => {
+        Err(ClientError::Status(s, _)) => {
             note(ctx, format!("c{me} bind {order_id} refused: {s}"));
             settle(ctx, order_id);
         }

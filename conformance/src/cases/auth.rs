@@ -5,7 +5,7 @@ use serde_json::json;
 use wire::http::paths;
 
 use crate::ctx::{Ctx, Kind, fields, s, u};
-use crate::model::{Case, CaseResult};
+use crate::model::{Case, CaseResult, Failure};
 use crate::{case, ensure};
 
 /// Cases of this area.
@@ -46,7 +46,7 @@ pub const CASES: &[Case] = &[
         "AUTH-005",
         Must,
         "SPEC §Authentication 3",
-        "A signature by another key does not yield a token (401 with an error body).",
+        "A signature by another key does not yield a token (a 4xx with an error body; our relay: 401).",
         [],
         verify_wrong_key
     ),
@@ -70,7 +70,7 @@ pub const CASES: &[Case] = &[
         "AUTH-008",
         Must,
         "SPEC §Authentication 8; PROTOCOL §0",
-        "Operations that need a JWT answer 401 when none is presented (friends, storage, ticket, media, push, calls).",
+        "Operations that need a JWT refuse a caller without one: 401 for those SPEC lists (vanity purchase and bind, listing, buy quota), a 4xx for the others PROTOCOL marks JWT (our relay: 401).",
         [],
         jwt_required
     ),
@@ -219,7 +219,7 @@ async fn verify_wrong_key(ctx: &mut Ctx) -> CaseResult {
         &json!({"user_uuid": a.uuid, "challenge": challenge, "signature": sig}),
     )
     .await?
-    .expect_error(401)?;
+    .refused(401)?;
     Ok(())
 }
 
@@ -239,7 +239,7 @@ async fn challenge_single_use(ctx: &mut Ctx) -> CaseResult {
     }
     ctx.post(paths::AUTH_VERIFY, None, &body)
         .await?
-        .expect_error(401)?;
+        .refused(401)?;
     Ok(())
 }
 
@@ -252,6 +252,17 @@ async fn challenge_unknown_user(ctx: &mut Ctx) -> CaseResult {
 }
 
 async fn jwt_required(ctx: &mut Ctx) -> CaseResult {
+    // SPEC §Authentication 8: "(401 when missing)".
+    for p in [
+        paths::VANITY_PURCHASE,
+        paths::VANITY_BIND,
+        paths::LIST_CHANNEL,
+        paths::CHANNEL_QUOTA_BUY,
+    ] {
+        ctx.req(Method::POST, p, None, Some(&json!({})))
+            .await?
+            .expect_error(401)?;
+    }
     let routes: &[(Method, &str)] = &[
         (Method::GET, paths::FRIENDS),
         (Method::POST, paths::FRIEND_REQUEST),
@@ -260,8 +271,6 @@ async fn jwt_required(ctx: &mut Ctx) -> CaseResult {
         (Method::POST, paths::WS_TICKET),
         (Method::GET, paths::CHANNELS_MINE),
         (Method::POST, paths::CHANNELS),
-        (Method::POST, paths::VANITY_PURCHASE),
-        (Method::POST, paths::VANITY_BIND),
         (Method::POST, paths::MEDIA_INIT),
         (Method::POST, paths::PUSH_SUBSCRIBE),
         (Method::POST, paths::PUSH_DISABLE),
@@ -271,7 +280,7 @@ async fn jwt_required(ctx: &mut Ctx) -> CaseResult {
         let body = (*m == Method::POST).then(|| json!({}));
         ctx.req(m.clone(), p, None, body.as_ref())
             .await?
-            .expect_error(401)?;
+            .refused(401)?;
     }
     Ok(())
 }
@@ -343,7 +352,10 @@ async fn ticket_single_use(ctx: &mut Ctx) -> CaseResult {
 
 async fn restore(ctx: &mut Ctx) -> CaseResult {
     let a = ctx.account().await?;
-    let fresh = ctx.login(&a.uuid, &a.identity).await?;
+    let fresh = ctx
+        .login(&a.uuid, &a.identity)
+        .await
+        .map_err(Failure::checked)?;
     ensure!(fresh != a.token, "the restore returned the same token");
     ctx.get(paths::FRIENDS, Some(&fresh)).await?.ok()?;
     Ok(())

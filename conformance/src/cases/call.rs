@@ -98,16 +98,16 @@ pub const CASES: &[Case] = &[
     case!(
         "CALL-011",
         Should,
-        "ARCHITECTURE wire: PEER_OFFLINE",
-        "A call signal for an offline peer is refused and never stored for later.",
+        "PROTOCOL §3.3 (relayed transparently); ARCHITECTURE wire: PEER_OFFLINE",
+        "A call signal for an offline peer is never stored for later (our relay answers error PEER_OFFLINE).",
         [],
         offline_peer
     ),
     case!(
         "CALL-012",
-        Must,
-        "SPEC §What the service does 10; issue E2EE",
-        "Call signals between non-contacts are refused and not relayed.",
+        Should,
+        "SPEC §What the service does 5, 10; ARCHITECTURE (only contacts call each other)",
+        "Call signals between non-contacts are not relayed (our relay also answers an error frame).",
         [],
         non_contacts
     ),
@@ -284,7 +284,7 @@ async fn offline_peer(ctx: &mut Ctx) -> CaseResult {
             ("sdp_type", Value::from("offer")),
         ],
     )?;
-    wa.expect_error_for(&f, None).await?;
+    wa.expect_error_for(&f, Some("PEER_OFFLINE")).await?;
     let mut wb = ctx.connect(&p.b, "B").await?;
     wb.expect_none("call_offer").await
 }

@@ -41,7 +41,7 @@ pub const CASES: &[Case] = &[
         "MEDIA-004",
         Must,
         "SPEC §What the service does 8",
-        "A download with a key that was never uploaded answers 404.",
+        "A download with a key that was never uploaded is refused (a 4xx; our relay: 404).",
         [],
         unknown_key
     ),
@@ -57,7 +57,7 @@ pub const CASES: &[Case] = &[
         "MEDIA-006",
         Must,
         "SPEC §Authentication 8",
-        "Media download needs a JWT (401 without).",
+        "Media download needs a JWT (a 4xx without; our relay: 401).",
         [],
         download_needs_jwt
     ),
@@ -212,7 +212,7 @@ async fn unknown_key(ctx: &mut Ctx) -> CaseResult {
         Some(&a.token),
     )
     .await?
-    .expect_error(404)?;
+    .refused(404)?;
     Ok(())
 }
 
@@ -234,7 +234,7 @@ async fn foreign_upload(ctx: &mut Ctx) -> CaseResult {
 async fn download_needs_jwt(ctx: &mut Ctx) -> CaseResult {
     ctx.get(&format!("{}?key=anything", paths::MEDIA_DOWNLOAD), None)
         .await?
-        .expect_error(401)?;
+        .refused(401)?;
     Ok(())
 }
 

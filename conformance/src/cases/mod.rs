@@ -9,6 +9,7 @@ pub mod auth;
 pub mod call;
 pub mod channels;
 pub mod contact;
+pub mod durability;
 pub mod e2ee;
 pub mod errors;
 pub mod goaway;
@@ -47,10 +48,15 @@ pub fn all() -> &'static [Case] {
             errors::CASES,
             e2ee::CASES,
             limits::CASES,
+            durability::CASES,
         ]
         .concat()
     })
 }
+
+/// Cases that are SHOULD by the documents but MUST under `--profile reference` (our relay's
+/// own choices: what it refuses, how, and with which code).
+pub const REFERENCE_MUST: &[&str] = &["MSG-017", "ERR-011", "PAY-005", "CALL-012", "TRADE-014"];
 
 /// Two contacts, both online (ticket sockets, `sync` sent).
 pub(crate) async fn online(
@@ -87,5 +93,74 @@ mod tests {
             assert!(!c.statement.is_empty() && !c.source.is_empty(), "{}", c.id);
         }
         assert!(all().len() >= 100, "{} cases", all().len());
+    }
+
+    /// Every MUST case (documents profile) cites only sections of SPEC.md or PROTOCOL.md that
+    /// exist, and nothing of our own relay (ARCHITECTURE.md, `wire::`, an issue).
+    #[test]
+    fn must_cases_cite_the_documents() {
+        let shared = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared");
+        let read = |name: &str| {
+            std::fs::read_to_string(shared.join(name))
+                .unwrap_or_else(|e| panic!("{name} beside the workspace ({e})"))
+        };
+        let (spec, protocol) = (read("SPEC.md"), read("PROTOCOL.md"));
+        for c in all()
+            .iter()
+            .filter(|c| c.level == crate::model::Level::Must)
+        {
+            assert!(
+                c.source.contains("SPEC §") || c.source.contains("PROTOCOL §"),
+                "{}: a MUST cites SPEC or PROTOCOL: {}",
+                c.id,
+                c.source
+            );
+            for ours in ["ARCHITECTURE", "wire::", "issue", "DESIGN"] {
+                assert!(
+                    !c.source.contains(ours),
+                    "{}: a MUST never rests on our own choices ({ours}): {}",
+                    c.id,
+                    c.source
+                );
+            }
+            for part in c.source.split(';') {
+                let part = part.trim();
+                let (doc, rest) = if let Some(r) = part.strip_prefix("SPEC §") {
+                    (&spec, r)
+                } else if let Some(r) = part.strip_prefix("PROTOCOL §") {
+                    (&protocol, r)
+                } else {
+                    continue;
+                };
+                let head = rest.split([' ', ',', '(', '-']).next().unwrap_or_default();
+                let found = if head.starts_with(|ch: char| ch.is_ascii_digit()) {
+                    doc.contains(&format!("## {head}"))
+                        || doc.contains(&format!("### {head}"))
+                        || doc.contains(&format!("#### {head}"))
+                } else {
+                    doc.lines().any(|l| l.starts_with('#') && l.contains(head))
+                };
+                assert!(
+                    found,
+                    "{}: section `{head}` is not in the document ({part})",
+                    c.id
+                );
+                for row in rest.split([' ', ',']).filter(|w| {
+                    w.len() >= 2
+                        && w.len() <= 4
+                        && w.starts_with(|ch: char| ch.is_ascii_uppercase())
+                        && w[1..]
+                            .bytes()
+                            .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+                        && w.bytes().any(|b| b.is_ascii_digit())
+                }) {
+                    assert!(
+                        doc.contains(&format!("| {row} |")),
+                        "{}: row {row} is not in the document ({part})",
+                        c.id
+                    );
+                }
+            }
+        }
     }
 }

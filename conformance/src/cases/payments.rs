@@ -44,8 +44,8 @@ pub const CASES: &[Case] = &[
     ),
     case!(
         "PAY-005",
-        Must,
-        "ARCHITECTURE wire: payment webhook",
+        Should,
+        "conformance README Hooks (payment webhook); ARCHITECTURE wire: payment webhook",
         "A webhook whose signature does not verify is refused with 401 and the order stays pending.",
         [PaymentWebhook],
         bad_signature

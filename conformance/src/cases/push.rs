@@ -55,7 +55,7 @@ pub const CASES: &[Case] = &[
         "PUSH-005",
         Must,
         "SPEC §Authentication 8",
-        "Push subscription needs a JWT (401 without).",
+        "Push subscription needs a JWT (a 4xx without; our relay: 401).",
         [],
         needs_jwt
     ),
@@ -142,7 +142,7 @@ async fn needs_jwt(ctx: &mut Ctx) -> CaseResult {
     let sub = json!({"endpoint": "https://push.example.invalid/x", "keys": {"p256dh": P256DH, "auth": AUTH}});
     ctx.post(paths::PUSH_SUBSCRIBE, None, &sub)
         .await?
-        .expect_error(401)?;
+        .refused(401)?;
     Ok(())
 }
 

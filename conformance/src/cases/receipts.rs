@@ -28,7 +28,7 @@ pub const CASES: &[Case] = &[
     case!(
         "RCPT-003",
         Must,
-        "PROTOCOL §9; ARCHITECTURE wire: server receipts",
+        "PROTOCOL §9",
         "A routed receipt carries `from` = the authenticated receipt sender.",
         [],
         receipt_from
@@ -45,7 +45,7 @@ pub const CASES: &[Case] = &[
         "RCPT-005",
         Should,
         "ARCHITECTURE wire: receipts without seq",
-        "A receipt without `seq` is answered with error BAD_FRAME and routed nowhere.",
+        "A receipt without `seq` is routed nowhere (our relay answers error BAD_FRAME).",
         [],
         receipt_without_seq
     ),

@@ -62,7 +62,7 @@ pub const CASES: &[Case] = &[
         "REG-007",
         Must,
         "PROTOCOL §1.1 A2",
-        "Public keys are standard padded base64 of 32 bytes; a malformed key is refused with 400 and an error body.",
+        "Public keys are standard padded base64 of 32 bytes; a malformed key is refused (4xx; our relay: 400) with an error body.",
         [],
         register_malformed_key
     ),
@@ -209,9 +209,7 @@ async fn register_malformed_key(ctx: &mut Ctx) -> CaseResult {
     let id = ctx.identity()?;
     let mut body = ctx.register_body(&id, "badkey").await?;
     body["ed25519_public_key"] = Value::from("AAAA");
-    ctx.post(paths::REGISTER, None, &body)
-        .await?
-        .expect_error(400)?;
+    ctx.post(paths::REGISTER, None, &body).await?.refused(400)?;
     Ok(())
 }
 
@@ -275,6 +273,6 @@ async fn pow_single_use(ctx: &mut Ctx) -> CaseResult {
     again["x25519_public_key"] = Value::from(second.ecdh_public_b64());
     ctx.post(paths::REGISTER, None, &again)
         .await?
-        .expect_error(400)?;
+        .refused(400)?;
     Ok(())
 }

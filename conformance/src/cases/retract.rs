@@ -97,7 +97,15 @@ async fn no_time_limit(ctx: &mut Ctx) -> CaseResult {
     wb.expect("msg").await?;
     drop((wa, wb));
     ctx.advance_clock(3_600_000).await?;
-    // Sockets idle for an hour are gone; the author comes back and retracts.
+    // Sockets idle for an hour are gone, and tokens may have expired (lifetimes are the
+    // relay's choice): both log in again, the author comes back and retracts.
+    let mut p = p;
+    for acct in [&mut p.a, &mut p.b] {
+        acct.token = ctx
+            .login(&acct.uuid, &acct.identity)
+            .await
+            .map_err(|f| f.in_setup("logging in again after the clock advance"))?;
+    }
     let mut wa = ctx.connect(&p.a, "A2").await?;
     let mut wb = ctx.connect(&p.b, "B2").await?;
     wa.send(

@@ -47,7 +47,7 @@ pub const CASES: &[Case] = &[
         "TRADE-005",
         Must,
         "SPEC §Limits channel sale price",
-        "The sale price is an integer number of USDT: a fractional price is refused with 400.",
+        "The sale price is an integer number of USDT: a fractional price is refused (a 4xx; our relay: 400).",
         [],
         fractional_price
     ),
@@ -195,7 +195,7 @@ async fn fractional_price(ctx: &mut Ctx) -> CaseResult {
         &json!({"channel_id": id, "price_usdt": 9.5}),
     )
     .await?
-    .expect_error(400)?;
+    .refused(400)?;
     Ok(())
 }
 
@@ -294,7 +294,7 @@ async fn buy_confirmed_transfers(ctx: &mut Ctx) -> CaseResult {
         &json!({"type": "text", "content": "old owner"}),
     )
     .await?
-    .expect_error(403)?;
+    .refused(403)?;
     Ok(())
 }
 

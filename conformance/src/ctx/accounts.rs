@@ -7,6 +7,9 @@
 //!   then logs in (A3, A4).
 //! * Contacts are made through the real friend request and accept (F2, F3); the session key is
 //!   derived as a client would, so payloads are end-to-end encrypted for real.
+//! * These are the cases' setup steps: a failure is an `error` naming the step
+//!   ([`Failure::in_setup`]), never a failed or passed statement. A case whose statement is the
+//!   step itself turns it back into a failure ([`Failure::checked`]).
 
 use std::time::Duration;
 
@@ -91,8 +94,14 @@ impl Ctx {
         Ok(token)
     }
 
-    /// Registers and logs in a fresh account.
+    /// Registers and logs in a fresh account (a setup step).
     pub async fn account(&mut self) -> Result<Account, Failure> {
+        self.account_unchecked()
+            .await
+            .map_err(|f| f.in_setup("registering and logging in an account"))
+    }
+
+    async fn account_unchecked(&mut self) -> Result<Account, Failure> {
         let identity = self.identity()?;
         self.nick += 1;
         let nickname = format!("conf{}{}", self.word(), self.nick);
@@ -127,8 +136,18 @@ impl Ctx {
             .cloned())
     }
 
-    /// `a` asks `b`; returns the friendship id as `b` sees it.
+    /// `a` asks `b`; returns the friendship id as `b` sees it (a setup step).
     pub async fn request_friend(&mut self, a: &Account, b: &Account) -> Result<Value, Failure> {
+        self.request_friend_unchecked(a, b)
+            .await
+            .map_err(|f| f.in_setup("a friend request (F2) and the recipient's list (F1)"))
+    }
+
+    async fn request_friend_unchecked(
+        &mut self,
+        a: &Account,
+        b: &Account,
+    ) -> Result<Value, Failure> {
         self.post(
             paths::FRIEND_REQUEST,
             Some(&a.token),
@@ -145,14 +164,18 @@ impl Ctx {
             .ok_or_else(|| Failure::Fail(format!("no friendship_id in {entry}")))
     }
 
-    /// F3 (PUT, no body): `b` accepts; returns the conversation id.
+    /// F3 (PUT, no body): `b` accepts; returns the conversation id (a setup step).
     pub async fn accept(&mut self, b: &Account, friendship_id: &Value) -> Result<String, Failure> {
         let path = format!("/api/v1/friends/{}/accept", id_text(friendship_id));
-        let v = self
-            .req(Method::PUT, &path, Some(&b.token), None)
-            .await?
-            .ok()?;
-        Ok(s(&v, "conversation_id")?.to_owned())
+        async {
+            let v = self
+                .req(Method::PUT, &path, Some(&b.token), None)
+                .await?
+                .ok()?;
+            Ok(s(&v, "conversation_id")?.to_owned())
+        }
+        .await
+        .map_err(|f: Failure| f.in_setup("accepting a friend request (F3, PUT)"))
     }
 
     /// Makes `a` and `b` contacts.

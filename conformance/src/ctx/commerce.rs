@@ -16,8 +16,14 @@ use super::requests::{Resp, s};
 use crate::model::Failure;
 
 impl Ctx {
-    /// A vanity alias for sale that no other case of this run was handed.
+    /// A vanity alias for sale that no other case of this run was handed (a setup step).
     pub async fn free_alias(&mut self) -> Result<Value, Failure> {
+        self.free_alias_unchecked()
+            .await
+            .map_err(|f| f.in_setup("finding a vanity alias for sale (V1)"))
+    }
+
+    async fn free_alias_unchecked(&mut self) -> Result<Value, Failure> {
         let shared = Arc::clone(&self.shared);
         let mut pool = shared.alias_pool.lock().await;
         if pool.is_none() {
@@ -48,22 +54,26 @@ impl Ctx {
         })
     }
 
-    /// Creates a channel owned by `owner`; returns its id.
+    /// Creates a channel owned by `owner`; returns its id (a setup step).
     pub async fn create_channel(
         &mut self,
         owner: &Account,
         public: bool,
     ) -> Result<String, Failure> {
         let name = format!("conf {}", self.word());
-        let v = self
-            .post(
-                paths::CHANNELS,
-                Some(&owner.token),
-                &json!({"name": name, "description": "conformance", "is_public": public}),
-            )
-            .await?
-            .ok()?;
-        Ok(s(&v, "channel_id")?.to_owned())
+        async {
+            let v = self
+                .post(
+                    paths::CHANNELS,
+                    Some(&owner.token),
+                    &json!({"name": name, "description": "conformance", "is_public": public}),
+                )
+                .await?
+                .ok()?;
+            Ok(s(&v, "channel_id")?.to_owned())
+        }
+        .await
+        .map_err(|f: Failure| f.in_setup("creating a channel (CH4)"))
     }
 
     /// Lists `channel` for sale at `price` by `owner` (web/Android path).

@@ -73,18 +73,54 @@ impl Ctx {
             .ok_or_else(|| Failure::Skip("no payment webhook secret (--payment-secret)".into()))
     }
 
-    /// Advances the relay's test clock by `ms`; returns the relay's new `now_ms`.
+    /// Advances the relay's test clock by `ms`; returns the relay's new `now_ms`. A later
+    /// failure reason says the clock was advanced.
     pub async fn advance_clock(&mut self, ms: u64) -> Result<u64, Failure> {
         match self.shared.hooks.clock {
             None => Err(Failure::Skip("no test clock (--clock-hook)".into())),
             Some(ClockControl::Http) => {
-                let v = self
-                    .post(ADVANCE_CLOCK_PATH, None, &json!({"ms": ms}))
-                    .await?
-                    .ok()?;
-                u(&v, "now_ms")
+                let now = async {
+                    let v = self
+                        .post(ADVANCE_CLOCK_PATH, None, &json!({"ms": ms}))
+                        .await?
+                        .ok()?;
+                    u(&v, "now_ms")
+                }
+                .await
+                .map_err(|f| f.in_setup("advancing the test clock"))?;
+                if ms > 0 {
+                    self.step(format!(
+                        "the relay's clock was advanced by {}",
+                        human_ms(ms)
+                    ));
+                }
+                Ok(now)
             }
         }
+    }
+
+    /// `kill -9` of the relay process and a restart on its data directory (`--relay-cmd`); a
+    /// later failure reason says so.
+    pub async fn restart_relay(&mut self) -> Result<(), Failure> {
+        let Some(process) = self.shared.hooks.process.clone() else {
+            return Err(Failure::Skip("no relay process (--relay-cmd)".into()));
+        };
+        let mut p = process.lock().await;
+        p.kill_and_restart().await.map_err(|e| {
+            Failure::Fail(format!("the relay did not come back after kill -9: {e}"))
+        })?;
+        self.step("the relay was killed (kill -9) and restarted on its data directory");
+        Ok(())
+    }
+}
+
+/// `3600000` as `1 h`, `61000` as `61 s`, `1500` as `1500 ms`.
+fn human_ms(ms: u64) -> String {
+    match ms {
+        m if m % 3_600_000 == 0 => format!("{} h", m / 3_600_000),
+        m if m % 60_000 == 0 => format!("{} min", m / 60_000),
+        m if m % 1_000 == 0 => format!("{} s", m / 1_000),
+        m => format!("{m} ms"),
     }
 }
 
@@ -126,6 +162,9 @@ impl Ctx {
 /// Optional hooks the runner was given.
 #[derive(Debug, Clone, Default)]
 pub struct Hooks {
+    /// The relay process the runner started (`--relay-cmd`): the DURABILITY cases kill and
+    /// restart it.
+    pub process: Option<std::sync::Arc<tokio::sync::Mutex<crate::process::RelayProcess>>>,
     /// The push probe: the runner is a Web Push service the relay delivers to.
     pub push_probe: Option<PushProbe>,
     /// The payment webhook's HMAC secret: the runner acts as the payment processor.

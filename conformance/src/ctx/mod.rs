@@ -17,7 +17,7 @@ mod ws;
 
 pub use self::accounts::{Account, Pair};
 pub use self::hooks::{ADVANCE_CLOCK_PATH, ClockControl, Hooks, PushProbe};
-pub use self::requests::{Kind, Resp, check_error_body, fields, id_text, s, u};
+pub use self::requests::{Kind, Resp, check_error_body, error_code, fields, id_text, s, u};
 pub use self::ws::Ws;
 
 use std::collections::VecDeque;
@@ -29,7 +29,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
 use serde_json::Value;
 
-use crate::model::Failure;
+use crate::model::{Failure, Profile};
 use crate::transcript::Transcript;
 use crate::transport::Transport;
 
@@ -44,7 +44,34 @@ pub struct Shared {
     pub wait: Duration,
     /// How long to watch for a frame that must not arrive.
     pub quiet: Duration,
+    /// Whose expectations the run holds the relay to.
+    pub profile: Profile,
+    /// The relay's size limits, where known.
+    pub limits: Limits,
     alias_pool: tokio::sync::Mutex<Option<VecDeque<Value>>>,
+}
+
+/// Size limits the documents leave open: given by flags (`--max-frame-bytes`, …), or our
+/// relay's under [`Profile::Reference`]; a case whose limit is unknown is skipped.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    /// Largest WebSocket frame the relay accepts.
+    pub max_frame_bytes: Option<usize>,
+    /// Largest `msg` payload the relay accepts.
+    pub max_payload_bytes: Option<usize>,
+    /// Largest JSON request body the relay accepts.
+    pub max_body_bytes: Option<usize>,
+}
+
+impl Limits {
+    /// Our relay's limits (`wire::limits`).
+    pub fn reference() -> Self {
+        Self {
+            max_frame_bytes: Some(wire::limits::MAX_FRAME_BYTES),
+            max_payload_bytes: Some(wire::limits::MAX_MSG_PAYLOAD_BYTES),
+            max_body_bytes: Some(wire::limits::MAX_JSON_BODY_BYTES),
+        }
+    }
 }
 
 impl Shared {
@@ -55,8 +82,35 @@ impl Shared {
             seed,
             wait,
             quiet,
+            profile: Profile::Documents,
+            limits: Limits::default(),
             alias_pool: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// The same, under `profile` (with our relay's limits under [`Profile::Reference`] unless
+    /// [`Shared::with_limits`] says otherwise).
+    pub fn with_profile(mut self, profile: Profile) -> Self {
+        self.profile = profile;
+        if profile == Profile::Reference {
+            let ours = Limits::reference();
+            self.limits = Limits {
+                max_frame_bytes: self.limits.max_frame_bytes.or(ours.max_frame_bytes),
+                max_payload_bytes: self.limits.max_payload_bytes.or(ours.max_payload_bytes),
+                max_body_bytes: self.limits.max_body_bytes.or(ours.max_body_bytes),
+            };
+        }
+        self
+    }
+
+    /// The same, with the relay's size limits where given.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = Limits {
+            max_frame_bytes: limits.max_frame_bytes.or(self.limits.max_frame_bytes),
+            max_payload_bytes: limits.max_payload_bytes.or(self.limits.max_payload_bytes),
+            max_body_bytes: limits.max_body_bytes.or(self.limits.max_body_bytes),
+        };
+        self
     }
 }
 
@@ -68,6 +122,7 @@ pub struct Ctx {
     /// The case's wire transcript.
     pub transcript: Transcript,
     nick: u32,
+    steps: Vec<String>,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -103,7 +158,36 @@ impl Ctx {
             rng,
             transcript: Transcript::default(),
             nick: 0,
+            steps: Vec::new(),
         }
+    }
+
+    /// Records something the case did to the relay (a clock advance, a restart): a failure
+    /// reason after it names it.
+    pub fn step(&mut self, what: impl Into<String>) {
+        let what = what.into();
+        self.transcript.note(&what);
+        self.steps.push(what);
+    }
+
+    /// What the case did to the relay so far, if anything (`"A, B"`).
+    pub fn steps(&self) -> Option<String> {
+        (!self.steps.is_empty()).then(|| self.steps.join(", "))
+    }
+
+    /// The run's profile.
+    pub fn profile(&self) -> Profile {
+        self.shared.profile
+    }
+
+    /// Whether the run holds the relay to our relay's own choices too.
+    pub fn reference(&self) -> bool {
+        self.shared.profile == Profile::Reference
+    }
+
+    /// The relay's size limits, where known.
+    pub fn limits(&self) -> Limits {
+        self.shared.limits
     }
 
     /// `http://host:port` of the relay.

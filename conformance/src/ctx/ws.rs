@@ -19,14 +19,21 @@ use wire::http::paths;
 use super::Ctx;
 use super::accounts::Account;
 use super::requests::{check_error_body, s};
-use crate::model::{CaseResult, Failure};
+use crate::model::{CaseResult, Failure, Profile};
 use crate::transcript::{Direction, Transcript};
 use crate::transport::WsIo;
 use crate::{ensure, fail};
 
 impl Ctx {
-    /// Opens a socket for `acct` (A5 ticket, falling back to the token), then sends `sync`.
+    /// Opens a socket for `acct` (A5 ticket, falling back to the token), then sends `sync`
+    /// (a setup step).
     pub async fn connect(&mut self, acct: &Account, label: &str) -> Result<Ws, Failure> {
+        self.connect_unchecked(acct, label)
+            .await
+            .map_err(|f| f.in_setup(&format!("opening {label}'s WebSocket")))
+    }
+
+    async fn connect_unchecked(&mut self, acct: &Account, label: &str) -> Result<Ws, Failure> {
         let ticket = self
             .post(paths::WS_TICKET, Some(&acct.token), &json!({}))
             .await?;
@@ -67,6 +74,7 @@ impl Ctx {
                     closed: false,
                     wait: self.shared.wait,
                     quiet: self.shared.quiet,
+                    profile: self.shared.profile,
                 })
             }
             Err(e) => {
@@ -88,6 +96,7 @@ pub struct Ws {
     closed: bool,
     wait: Duration,
     quiet: Duration,
+    profile: Profile,
 }
 
 impl std::fmt::Debug for Ws {
@@ -337,23 +346,91 @@ impl Ws {
         }
     }
 
-    /// Sends `frame` and requires an `error` frame in answer (optionally with `code`); returns it.
+    /// The first frame of one of `types` matching `pred` within `within` (others stay queued).
+    async fn first_within(
+        &mut self,
+        types: &[&str],
+        pred: impl Fn(&Value) -> bool,
+        within: Duration,
+    ) -> Option<Value> {
+        let matches = |v: &Value| {
+            v.get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| types.contains(&t))
+                && pred(v)
+        };
+        if let Some(pos) = self.pending.iter().position(matches) {
+            return self.pending.remove(pos);
+        }
+        let deadline = tokio::time::sleep(within);
+        tokio::pin!(deadline);
+        loop {
+            let v = tokio::select! {
+                () = &mut deadline => return None,
+                v = self.read(within) => v,
+            };
+            match v {
+                Some(v) if matches(&v) => return Some(v),
+                Some(v) => self.pending.push_back(v),
+                None if self.closed => return None,
+                None => {}
+            }
+        }
+    }
+
+    /// Sends `frame`, which the relay must refuse (the caller then checks it was not acted
+    /// on). An `error` frame in answer must carry a stable code (in `error` or `code`).
+    ///
+    /// * Documents profile: PROTOCOL.md defines no error frame ("how a WS-level 429 is
+    ///   signalled is not determinable"), so silence within the quiet period is a refusal too;
+    ///   `ours` (our relay's code) is not required. Returns the error frame if one came.
+    /// * Reference profile: an `error` frame within the wait, with code `ours` when given.
+    ///
+    /// A frame with an `id` must never be acked.
     pub async fn expect_error_for(
         &mut self,
         frame: &Value,
-        code: Option<&str>,
-    ) -> Result<Value, Failure> {
+        ours: Option<&str>,
+    ) -> Result<Option<Value>, Failure> {
+        let id = frame.get("id").and_then(Value::as_str).map(str::to_owned);
         self.send(frame).await?;
-        let e = self.expect("error").await?;
-        check_error_body(&e)
+        let about = |v: &Value| match (&id, v.get("id").and_then(Value::as_str)) {
+            (Some(want), Some(got)) => want == got,
+            _ => true,
+        };
+        let within = match self.profile {
+            Profile::Documents => self.quiet,
+            Profile::Reference => self.wait,
+        };
+        let answer = self.first_within(&["error", "ack"], about, within).await;
+        let Some(e) = answer else {
+            ensure!(
+                self.profile == Profile::Documents,
+                "{}: no `error` frame within {} ms",
+                self.channel,
+                within.as_millis()
+            );
+            return Ok(None);
+        };
+        ensure!(
+            e["type"] == "error",
+            "{}: the relay acked a frame it must refuse: {e}",
+            self.channel
+        );
+        check_error_body(&e, self.profile)
             .map_err(|r| Failure::Fail(format!("{}: error frame: {r}", self.channel)))?;
-        if let Some(code) = code {
+        if let (Some(code), Profile::Reference) = (ours, self.profile) {
             ensure!(
                 e.get("error").and_then(Value::as_str) == Some(code),
                 "{}: expected error {code}, got {e}",
                 self.channel
             );
         }
-        Ok(e)
+        Ok(Some(e))
+    }
+
+    /// Whether the run holds the relay to our relay's own choices too.
+    pub fn reference(&self) -> bool {
+        self.profile == Profile::Reference
     }
 }

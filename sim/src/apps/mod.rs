@@ -118,11 +118,13 @@ fn start_client(
     store: SharedStore,
     incarnation: u64,
 ) -> Result<Client<Turmoil>, client::ClientError> {
+    let tap = ctx.world.borrow().wire.tap(who.client);
     let options = ClientOptions::new(
         relay_endpoint(),
         Arc::new(ctx.clock.clone()),
         derive_seed(ctx.seed, client_tag(who.client, who.device), incarnation),
-    );
+    )
+    .with_tap(tap);
     let client = Client::<Turmoil>::start(store, options)?;
     let trace = ctx.trace.clone();
     client.on(EventKind::Any, move |event| {

@@ -122,11 +122,11 @@ struct Args {
     #[arg(short = 'j', long)]
     jobs: Option<usize>,
 
-    /// Writes the sweep's results as JSON.
+    /// Writes the sweep's results as JSON (Jepsen mode: each seed's verdict, counts, routes, violations).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
 
-    /// Writes the sweep's results as JUnit XML (one test case per seed).
+    /// Writes the sweep's results as JUnit XML (one test case per seed; Jepsen mode: `setup` is an error).
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
 
@@ -143,10 +143,12 @@ struct Args {
     plant: Option<sim::planted::Planted>,
 
     /// Jepsen mode: runs the scenario on real sockets (127.0.0.1) against a relay process
-    /// started from this command (run by `sh -c`; `{listen}` becomes its `IP:PORT`, `{data}`
-    /// its data directory, kept across restarts), through a fault proxy, with kill -9 and
-    /// restart and SIGSTOP/SIGCONT of the process. Not bit-deterministic: the seed fixes the
-    /// scenario and the plan, not the timing. See README "Jepsen mode".
+    /// started from this command (run by `sh -c` in a process group of its own, so `exec` is
+    /// optional; `{listen}` becomes its `IP:PORT`, `{data}` its data directory, kept across
+    /// restarts, `{payment_secret}` the webhook secret), through a fault proxy, with kill -9
+    /// and restart and SIGSTOP/SIGCONT of the process. Not bit-deterministic: the seed fixes
+    /// the scenario and the plan, not the timing. Exit 3 when a seed's scenario did not
+    /// happen (verdict `setup`). See README "Testing another relay implementation".
     #[arg(long, value_name = "CMD", conflicts_with_all = ["replay", "relay_url"])]
     relay_cmd: Option<String>,
 
@@ -277,13 +279,25 @@ fn config(args: &Args, seed: u64) -> RunConfig {
     }
 }
 
-fn main() -> anyhow::Result<ExitCode> {
+/// Exit codes: 0 every seed passed; 1 a violation; 2 a usage error or a harness failure (one
+/// line on stderr, with the fix); 3 (Jepsen mode) a seed whose scenario did not happen.
+fn main() -> ExitCode {
     let args = Args::parse();
+    match run_main(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_main(args: &Args) -> anyhow::Result<ExitCode> {
     if args.clients.is_some_and(|c| c < 2) {
         bail!("--clients must be at least 2");
     }
     if args.relay_cmd.is_some() || args.relay_url.is_some() {
-        return jepsen(&args);
+        return jepsen(args);
     }
     if let Some(path) = &args.replay {
         let text =
@@ -297,16 +311,16 @@ fn main() -> anyhow::Result<ExitCode> {
             planted: args.plant,
             ..RunConfig::replaying(replay)
         };
-        return one(&args, &config, &format!("--replay {}", path.display()));
+        return one(args, &config, &format!("--replay {}", path.display()));
     }
     if let Some(seed) = args.seed {
-        return one(&args, &config(&args, seed), &replay_command(&args, seed));
+        return one(args, &config(args, seed), &replay_command(args, seed));
     }
     if args.shrink {
         bail!("--shrink needs --seed or --replay");
     }
     let seeds = args.seeds.clone().unwrap_or(0..100);
-    sweep(&args, seeds)
+    sweep(args, seeds)
 }
 
 fn one(args: &Args, config: &RunConfig, again: &str) -> anyhow::Result<ExitCode> {
@@ -329,6 +343,32 @@ fn one(args: &Args, config: &RunConfig, again: &str) -> anyhow::Result<ExitCode>
             println!("{line}");
         }
     }
+    let refusals: Vec<_> = report
+        .routes
+        .iter()
+        .filter(|(_, r)| !r.refused.is_empty())
+        .collect();
+    if !refusals.is_empty() {
+        println!(
+            "refusals the honest clients got, by route (the scenario's strangers and faults cause some):"
+        );
+        for (route, r) in refusals {
+            let by: Vec<String> = r
+                .refused
+                .iter()
+                .map(|(status, n)| format!("{status} ×{n}"))
+                .collect();
+            println!("  {route}: {} request(s); {}", r.requests, by.join(", "));
+        }
+    }
+    println!(
+        "denominators: {} of {} conversations set up, {} messages acked, {} received, {} receipts applied",
+        report.stats.conversations,
+        report.stats.pairs,
+        report.stats.acked,
+        report.stats.received,
+        report.stats.receipts
+    );
     println!(
         "simulated {:.1} s in {} steps ({} messages acked, {} commits, {} injected commit failures, {} store loads), trace sha256 {}",
         report.simulated.as_secs_f64(),
@@ -408,6 +448,7 @@ struct SeedResult {
     simulated: Duration,
     wall: Duration,
     violations: Vec<(String, String)>,
+    stats: sim::RunStats,
 }
 
 /// Runs one seed, turning a panic into a violation.
@@ -425,6 +466,7 @@ fn run_seed(args: &Args, seed: u64) -> SeedResult {
             hash: r.trace_hash,
             simulated: r.simulated,
             wall,
+            stats: r.stats,
             violations: r
                 .violations
                 .into_iter()
@@ -442,6 +484,7 @@ fn run_seed(args: &Args, seed: u64) -> SeedResult {
                 hash: String::new(),
                 simulated: Duration::ZERO,
                 wall,
+                stats: sim::RunStats::default(),
                 violations: vec![("panic".to_owned(), what)],
             }
         }
@@ -584,6 +627,16 @@ fn summarize(
         } else {
             ""
         }
+    );
+    let sum = |f: fn(&sim::RunStats) -> u64| results.iter().map(|r| f(&r.stats)).sum::<u64>();
+    println!(
+        "denominators: {} of {} conversations set up, {} messages acked, {} received, {} receipts applied; fewest acked in one seed: {}",
+        sum(|s| s.conversations),
+        sum(|s| s.pairs),
+        sum(|s| s.acked),
+        sum(|s| s.received),
+        sum(|s| s.receipts),
+        results.iter().map(|r| r.stats.acked).min().unwrap_or(0)
     );
     println!("failing seeds: {}", failing.len());
     for (oracle, n) in &by_oracle {
@@ -730,31 +783,108 @@ fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
         "Jepsen mode: real sockets and processes, NOT bit-deterministic (the seed fixes the scenario, the fault plan and the proxy's draws; timing differs between runs)"
     );
     let mut failed = Vec::new();
+    let mut setup = Vec::new();
     let mut oracles_line = false;
+    let mut reports = Vec::new();
     for seed in seeds {
         let config = jepsen_config(args, seed, target.clone())?;
         println!("seed {seed}: plan");
         for e in jepsen::draw_plan(&config) {
             println!("  +{:>6} ms  {}", e.at_ms, serde_json::to_string(&e.fault)?);
         }
-        let report = jepsen::run(&config).with_context(|| format!("seed {seed}"))?;
+        let report = jepsen::run(&config)
+            .with_context(|| format!("seed {seed}: the harness could not run"))?;
         if !oracles_line {
             println!("oracles: {}", report.oracles.join(", "));
             println!("not applicable: {}", report.not_applicable.join("; "));
             oracles_line = true;
         }
         jepsen_report(args, &report)?;
-        if !report.violations.is_empty() {
-            failed.push(seed);
+        match report.verdict {
+            jepsen::Verdict::Pass => {}
+            jepsen::Verdict::Fail => failed.push(seed),
+            jepsen::Verdict::Setup => setup.push(seed),
         }
+        reports.push(report);
     }
-    if failed.is_empty() {
-        println!("0 violations");
-        Ok(ExitCode::SUCCESS)
-    } else {
-        println!("violations in seeds {failed:?}");
+    jepsen_files(args, &reports)?;
+    if !failed.is_empty() {
+        println!("verdict: fail: violations in seeds {failed:?}");
+        if !setup.is_empty() {
+            println!("(and the scenario did not happen in seeds {setup:?}: verdict setup)");
+        }
         Ok(ExitCode::FAILURE)
+    } else if !setup.is_empty() {
+        println!(
+            "verdict: setup: the scenario did not happen in seeds {setup:?} (nothing was judged there; see the refusals above)"
+        );
+        Ok(ExitCode::from(3))
+    } else {
+        println!("verdict: pass: 0 violations");
+        Ok(ExitCode::SUCCESS)
     }
+}
+
+/// `--json` (every seed's verdict, counts, routes and violations, without the histories) and
+/// `--junit` (one test case per seed; a `setup` verdict is an error, a violation a failure).
+fn jepsen_files(args: &Args, reports: &[JepsenReport]) -> anyhow::Result<()> {
+    if let Some(path) = &args.json {
+        let seeds: Vec<serde_json::Value> = reports
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "seed": r.seed, "verdict": r.verdict, "counts": r.counts, "routes": r.routes,
+                    "frames": r.frames, "violations": r.violations, "plan": r.plan,
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "mode": "jepsen",
+            "target": reports.first().map(|r| r.target.clone()),
+            "oracles": reports.first().map(|r| r.oracles.clone()),
+            "not_applicable": reports.first().map(|r| r.not_applicable.clone()),
+            "seeds": seeds,
+        });
+        let text = serde_json::to_string_pretty(&doc).context("encoding JSON")?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.junit {
+        let count = |v: jepsen::Verdict| reports.iter().filter(|r| r.verdict == v).count();
+        let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+        let _ = writeln!(
+            xml,
+            "<testsuite name=\"simulate jepsen\" tests=\"{}\" failures=\"{}\" errors=\"{}\">",
+            reports.len(),
+            count(jepsen::Verdict::Fail),
+            count(jepsen::Verdict::Setup)
+        );
+        for r in reports {
+            let _ = write!(
+                xml,
+                "  <testcase classname=\"jepsen\" name=\"seed {}\"",
+                r.seed
+            );
+            let body = xml_escape(&r.violations.join("\n"));
+            match r.verdict {
+                jepsen::Verdict::Pass => xml.push_str("/>\n"),
+                jepsen::Verdict::Fail => {
+                    let _ = writeln!(
+                        xml,
+                        "><failure message=\"violations\">{body}</failure></testcase>"
+                    );
+                }
+                jepsen::Verdict::Setup => {
+                    let _ = writeln!(
+                        xml,
+                        "><error message=\"setup: the scenario did not happen\">{body}</error></testcase>"
+                    );
+                }
+            }
+        }
+        xml.push_str("</testsuite>\n");
+        std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// The Jepsen-mode configuration of `seed` from the flags.
@@ -799,13 +929,45 @@ fn jepsen_report(args: &Args, report: &JepsenReport) -> anyhow::Result<()> {
         jepsen::write_history(report, p).with_context(|| format!("writing {}", p.display()))?;
     }
     let written = path.map_or_else(String::new, |p| format!("; history {}", p.display()));
+    let c = &report.counts;
     println!(
-        "seed {seed}: {} acked, {} received, {} relay restart(s), {} violation(s){written}",
+        "seed {seed}: verdict {:?}: {} accounts, {} of {} conversations, {} sent, {} acked ({} ack frames), {} received ({} msg frames), {} receipts, {} orders ({} paid), {} kills, {} pauses, {} proxy phases, {} violation(s){written}",
+        report.verdict,
+        c.accounts,
+        c.conversations,
+        c.conversations_wanted,
+        c.sent,
         report.acked,
+        c.acks_seen,
         report.received,
-        report.restarts,
+        c.msgs_seen,
+        c.receipts_seen,
+        c.orders,
+        c.orders_paid,
+        c.kills,
+        c.pauses,
+        c.proxy_phases,
         report.violations.len()
     );
+    let refusals: Vec<_> = report
+        .routes
+        .iter()
+        .filter(|(_, r)| !r.refused.is_empty())
+        .collect();
+    if !refusals.is_empty() {
+        println!("  refusals by route (requests, then answers that were not 2xx):");
+        for (route, r) in refusals {
+            let by: Vec<String> = r
+                .refused
+                .iter()
+                .map(|(status, n)| {
+                    let body = r.first_body.get(status).map_or("", String::as_str);
+                    format!("{status} ×{n} (first: {body})")
+                })
+                .collect();
+            println!("    {route}: {} request(s); {}", r.requests, by.join("; "));
+        }
+    }
     for v in &report.violations {
         println!("VIOLATION seed {seed} {v}");
     }

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use wire::http::paths;
 
 use super::Findings;
-use super::http::{RawAccount, field, get, http, post};
+use super::http::{RawAccount, field, get, http, post, put_empty};
 use super::ws::{RawReader, RawWriter, open_ws, ws_query};
 use crate::time::sim_ms;
 use crate::violation::Violation;
@@ -194,7 +194,12 @@ impl Dishonest<'_> {
             ("reject", paths::FRIEND_REJECT)
         };
         let path = path.replace("{friendship_id}", &id.to_string());
-        let answer = post(&self.http, &path, Some(&self.account.token), &json!({})).await;
+        // F3 is a bodiless PUT (web, Android); F4 a POST with `{}` (web, iOS).
+        let answer = if what == "accept" {
+            put_empty(&self.http, &path, &self.account.token).await
+        } else {
+            post(&self.http, &path, Some(&self.account.token), &json!({})).await
+        };
         if let Some(s) = accepted(answer.as_ref())
             && !own_friendship(&self.http, self.account, id).await
         {

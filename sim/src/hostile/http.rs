@@ -44,6 +44,19 @@ pub(super) async fn post(
     Some((r.status.as_u16(), v))
 }
 
+/// PUTs `path` with no body (F3 as the web and Android clients send it) and `token`;
+/// `(status, JSON body)`, `None` without an answer.
+pub(super) async fn put_empty(
+    http: &HttpClient<TurmoilConnector>,
+    path: &str,
+    token: &str,
+) -> Option<(u16, Value)> {
+    let req = HttpRequest::new(http::Method::PUT, path).bearer(token);
+    let r = http.send(req).await.ok()?;
+    let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    Some((r.status.as_u16(), v))
+}
+
 /// GETs `path` with `token`; `(status, JSON body)`, `None` without an answer.
 pub(super) async fn get(
     http: &HttpClient<TurmoilConnector>,

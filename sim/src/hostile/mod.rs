@@ -37,7 +37,7 @@ use std::rc::Rc;
 use serde_json::{Value, json};
 use wire::http::paths;
 
-use self::http::{RawAccount, field, get, post, register};
+use self::http::{RawAccount, field, get, post, put_empty, register};
 use crate::faults::HostileAct;
 use crate::time::{sim_ms, sleep_ms};
 use crate::violation::Violation;
@@ -144,7 +144,7 @@ async fn reject_requests(ctx: &HostCtx, index: usize, account: &RawAccount) {
     let mut found = Findings::new();
     for id in &rejected {
         let path = paths::FRIEND_ACCEPT.replace("{friendship_id}", id);
-        if let Some((s, _)) = post(&http, &path, Some(&account.token), &json!({})).await
+        if let Some((s, _)) = put_empty(&http, &path, &account.token).await
             && (200..300).contains(&s)
         {
             found.push(Violation::new(

@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{JepsenConfig, derive};
+use crate::wiretap::WireLog;
 use client::{Client, ClientError, ClientOptions, EventKind, SharedStore};
 use seam::clock::{Clock as _, SystemClock};
 use seam::net::{Endpoint, Tokio};
@@ -96,8 +97,8 @@ pub(super) enum SetupError {
     #[error(transparent)]
     Client(#[from] ClientError),
     /// The relay refused every registration attempt.
-    #[error("client {0} could not register")]
-    Register(usize),
+    #[error("client {0} could not register in {1} attempts; the last: {2}")]
+    Register(usize, u32, ClientError),
     /// The relay gave no alias.
     #[error("client {0} has no alias")]
     NoAlias(usize),
@@ -108,10 +109,11 @@ pub(super) async fn setup(
     config: &JepsenConfig,
     endpoint: &Endpoint,
     history: &History,
+    wire: &WireLog,
 ) -> Result<Vec<App>, SetupError> {
     let mut apps = Vec::new();
     for i in 0..config.clients {
-        apps.push(register(config.seed, i, endpoint, history).await?);
+        apps.push(register(config.seed, i, endpoint, history, wire).await?);
     }
     let n = apps.len();
     if n < 2 {
@@ -140,13 +142,15 @@ async fn register(
     i: usize,
     endpoint: &Endpoint,
     history: &History,
+    wire: &WireLog,
 ) -> Result<App, SetupError> {
     let store = SharedStore::new();
     let options = ClientOptions::new(
         endpoint.clone(),
         Arc::new(SystemClock),
         derive(seed, i as u64),
-    );
+    )
+    .with_tap(wire.tap(i));
     let client = Client::<Tokio>::start(store.clone(), options)?;
     let h = history.clone();
     client.on(EventKind::Any, move |event| {
@@ -156,20 +160,22 @@ async fn register(
     });
     let mut rng = ChaCha20Rng::from_seed(derive(seed, 1_000 + i as u64));
     let mnemonic = client_core::keys::new_mnemonic(&mut rng);
-    let mut registered = false;
+    let mut last = None;
     for _ in 0..REGISTER_ATTEMPTS {
-        if client
+        match client
             .register_account(mnemonic.expose(), &format!("j{i}"))
             .await
-            .is_ok()
         {
-            registered = true;
-            break;
+            Ok(_) => {
+                last = None;
+                break;
+            }
+            Err(e) => last = Some(e),
         }
         tokio::time::sleep(Duration::from_millis(REGISTER_RETRY_MS)).await;
     }
-    if !registered {
-        return Err(SetupError::Register(i));
+    if let Some(e) = last {
+        return Err(SetupError::Register(i, REGISTER_ATTEMPTS, e));
     }
     let alias = client.alias_id().await?.ok_or(SetupError::NoAlias(i))?;
     history.push(Some(i), json!({"registered": alias}));
@@ -181,15 +187,18 @@ async fn register(
     })
 }
 
-/// Accepts every pending friend request of `app`, until none is left (at most
-/// [`SYNC_ROUNDS`] rounds).
+/// Accepts every friend request `app` received and has not answered, until none is left (at
+/// most [`SYNC_ROUNDS`] rounds).
 async fn accept_all(app: &App) -> Result<(), SetupError> {
     for _ in 0..SYNC_ROUNDS {
         let friends = app.client.contacts().sync_friends().await?;
         let mut pending = 0;
         for f in &friends {
-            if f.status != wire::http::FriendStatus::Accepted {
+            let waiting = f.status == wire::http::FriendStatus::Pending
+                && f.direction == wire::http::FriendDirection::Received;
+            if waiting {
                 pending += 1;
+                // A refusal is counted by the tap and reported with the setup verdict.
                 drop(
                     app.client
                         .contacts()

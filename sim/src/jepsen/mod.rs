@@ -22,11 +22,20 @@
 //!   payment-processor stand-in with duplicated and forged webhook copies, abandoned, or
 //!   "paid" by a forger (see `vanity_orders`).
 //! * **Oracles** over what the clients saw ([`JEPSEN_ORACLES`], and [`COMMERCE_ORACLES`]):
-//!   exactly-once delivery, liveness after healing, seq order and gaps, receipts,
+//!   at the wire, before the clients' own dedup (a [`client::WireTap`] per app,
+//!   [`crate::oracles::wire`]): `duplicate-delivery`, `seq-reused`, `ack-lost`; over what
+//!   the apps showed: exactly-once delivery, liveness after healing, seq order, receipts,
 //!   non-participant (the simulator's own oracles, [`crate::oracles::delivery`] and
-//!   [`crate::oracles::receipts`], over the history and the client stores); paid orders
+//!   [`crate::oracles::receipts`], over the history and the client stores); a refusal the
+//!   scenario gives no reason for (`unexpected-answer`, quoting the body); paid orders
 //!   confirmed and bindable, unpaid and forged ones never, one owner per alias. Those that
-//!   need the relay's internals are reported as not applicable ([`NOT_APPLICABLE`]).
+//!   need the relay's internals, or rest on our relay's own choices, are reported as not
+//!   applicable ([`NOT_APPLICABLE`]).
+//! * **Verdict** ([`Verdict`]): `pass`, `fail`, or `setup` when the scenario did not happen
+//!   (an account, a friendship or the commerce could not be set up: nothing is judged; or too
+//!   little traffic: fewer than [`MIN_ACKED_PER_CONVERSATION`] acks in a conversation, no order
+//!   placed, and no oracle broke). Every report carries its denominators ([`Counts`]) and
+//!   every route's requests and refusals with the first body ([`RouteCount`]).
 //!
 //! **Not bit-deterministic**, and says so: the seed fixes the scenario, the fault plan and the
 //! proxy's per-connection draws, but real scheduling and timing differ from run to run. Every
@@ -40,9 +49,10 @@
 //! channel trades are not exercised in this mode yet.
 
 //!
-//! Modules: `plan` (the fault plan), `process` (the relay process and the fault proxy),
-//! `apps` (the clients, their traffic and the history), `verdict` (the client-visible
-//! oracles), `vanity_orders` (the vanity-alias order flow and its oracles).
+//! Modules: `plan` (the fault plan), `process` (the relay process, in a process group of its
+//! own, and the fault proxy), `apps` (the clients, their traffic and the history) with
+//! [`crate::wiretap`] (the clients' taps: routes, refusals, frames), `verdict` (the client-visible oracles),
+//! `vanity_orders` (the vanity-alias order flow and its oracles).
 
 mod apps;
 mod plan;
@@ -65,11 +75,13 @@ use self::apps::{App, History, ring_convs, setup, tally, traffic};
 use self::process::{Proxy, RelayProcess, start_relay, wait_listening};
 use self::vanity_orders::VanityOrders;
 use crate::violation::Violation;
+use crate::wiretap::WireLog;
 use seam::net::Endpoint;
 
 pub use self::apps::HistoryEntry;
 pub use self::plan::{DEFAULT_TOXICS, JepsenEvent, JepsenFault, draw_plan};
 pub use self::vanity_orders::{JEPSEN_COMMERCE_MS, JepsenOrder, Paid};
+pub use crate::wiretap::RouteCount;
 
 /// After healing, every acknowledged message must arrive within this long.
 pub const JEPSEN_LIVENESS_MS: u64 = 30_000;
@@ -77,21 +89,28 @@ pub const JEPSEN_LIVENESS_MS: u64 = 30_000;
 pub const RELAY_START_MS: u64 = 30_000;
 /// Setup (registration, friendships) must finish within this long.
 pub const JEPSEN_SETUP_MS: u64 = 60_000;
+/// A conversation with fewer messages acknowledged than this (both directions together) did
+/// not see the traffic the oracles need: the run's verdict is `setup`.
+pub const MIN_ACKED_PER_CONVERSATION: usize = 2;
 /// The oracles this mode runs.
-pub const JEPSEN_ORACLES: [&str; 7] = [
+pub const JEPSEN_ORACLES: [&str; 10] = [
+    "duplicate-delivery",
+    "seq-reused",
+    "ack-lost",
     "delivered-exactly-once",
     "liveness",
     "seq-order",
-    "seq-gap-free",
     "receipts",
     "non-participant",
+    "unexpected-answer",
     "setup",
 ];
 /// The commerce oracles (run when the relay shares the harness's payment secret).
 pub const COMMERCE_ORACLES: [&str; 3] = ["order-confirmed", "forged-refused", "alias-unique"];
 /// Oracles of the turmoil simulator that need the relay's internals or stand-ins this mode
 /// does not run.
-pub const NOT_APPLICABLE: [&str; 11] = [
+pub const NOT_APPLICABLE: [&str; 12] = [
+    "seq-gap-free (gap-free seqs from 1 are our relay's choice; the documents ask for increasing seqs only)",
     "fail-stop (needs the relay's commit history)",
     "store-intact (needs the relay's store)",
     "seq-unique (needs the relay's committed rows)",
@@ -162,19 +181,30 @@ pub enum JepsenError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
     /// The relay process exited while the harness waited for it to listen.
-    #[error("the relay exited ({status}):\n{log}")]
+    #[error(
+        "the relay command exited ({status}) before accepting connections on {listen}; check --relay-cmd (it must start a relay listening on {{listen}}; `exec` is optional). Its last output:\n{log}"
+    )]
     RelayExited {
         /// Its exit status.
         status: String,
-        /// Its log.
+        /// Where it should have listened.
+        listen: SocketAddr,
+        /// The end of its log.
         log: String,
     },
     /// The relay did not accept connections within [`RELAY_START_MS`].
-    #[error("the relay did not accept connections on {addr} within {RELAY_START_MS} ms")]
+    #[error(
+        "the relay did not accept connections on {addr} within {RELAY_START_MS} ms: does --relay-cmd make it listen on {{listen}}?"
+    )]
     RelayNotListening {
         /// Where it should listen.
         addr: SocketAddr,
     },
+    /// The command template has no `{listen}`.
+    #[error(
+        "--relay-cmd has no {{listen}}: the harness picks a free port and puts `127.0.0.1:PORT` where {{listen}} is (e.g. --relay-cmd './relay --addr {{listen}} --db {{data}}/db')"
+    )]
+    NoListen,
     /// The fault proxy could not bind its port again for a new phase.
     #[error("cannot re-bind the fault proxy on {addr}")]
     ProxyBind {
@@ -204,6 +234,9 @@ pub struct JepsenReport {
     pub oracles: Vec<&'static str>,
     /// Oracles not applicable in this mode, with why.
     pub not_applicable: Vec<&'static str>,
+    /// `pass`, `fail` (a violation), or `setup` (the scenario did not happen: no friendship,
+    /// too few messages acknowledged, no order placed; the other oracles judged nothing).
+    pub verdict: Verdict,
     /// Violations found.
     pub violations: Vec<String>,
     /// Messages acknowledged to their senders.
@@ -212,10 +245,57 @@ pub struct JepsenReport {
     pub received: usize,
     /// Relay process restarts (kill -9).
     pub restarts: u32,
+    /// What the run did and saw: the denominators of its verdict.
+    pub counts: Counts,
+    /// Every route the clients used: requests, and refusals by status with the first body.
+    pub routes: BTreeMap<String, RouteCount>,
+    /// Frames the clients' sockets received, by type.
+    pub frames: BTreeMap<String, u64>,
     /// Orders placed (empty when commerce did not run).
     pub orders: Vec<JepsenOrder>,
     /// Every event, in order.
     pub history: Vec<HistoryEntry>,
+}
+
+/// The verdict of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every oracle held, over a scenario that happened.
+    Pass,
+    /// An oracle found a violation.
+    Fail,
+    /// The scenario did not happen (see the `setup` violations): nothing was judged.
+    Setup,
+}
+
+/// The denominators of a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Counts {
+    /// Clients registered.
+    pub accounts: usize,
+    /// Friendships that became conversations.
+    pub conversations: usize,
+    /// Conversations the ring needs.
+    pub conversations_wanted: usize,
+    /// Messages the apps sent.
+    pub sent: usize,
+    /// `ack` frames the senders' sockets received.
+    pub acks_seen: usize,
+    /// `msg` frames the recipients' sockets received.
+    pub msgs_seen: usize,
+    /// Receipts (`delivered`, `read`) the senders' sockets received.
+    pub receipts_seen: u64,
+    /// Orders placed (commerce).
+    pub orders: usize,
+    /// Orders paid genuinely.
+    pub orders_paid: usize,
+    /// Kills (kill -9 + restart) that happened.
+    pub kills: u32,
+    /// Pauses (SIGSTOP … SIGCONT) that happened.
+    pub pauses: u32,
+    /// Proxy phases run.
+    pub proxy_phases: u32,
 }
 
 impl JepsenReport {
@@ -245,6 +325,7 @@ struct Relay {
 
 async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
     let history = History::new();
+    let wire = WireLog::default();
     let plan = draw_plan(config);
     let tmp = tempfile::tempdir()?;
     let (upstream, mut process, target) = start_relay(config, tmp.path()).await?;
@@ -261,18 +342,40 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
         proxy,
     };
     let mut violations = Vec::new();
-    let apps = setup_apps(config, &endpoint, &history, &mut violations).await;
+    let apps = setup_apps(config, &endpoint, &history, &wire, &mut violations).await;
     let convs = if apps.is_empty() {
         BTreeMap::new()
     } else {
         ring_convs(&apps).await
     };
-    let orders = start_orders(config, &endpoint, &apps, &history, &mut violations).await;
+    let wanted = ring_size(apps.len());
+    if !apps.is_empty() && convs.len() < wanted {
+        violations.push(setup_violation(
+            &format!(
+                "only {} of the {wanted} friendships of the ring became conversations",
+                convs.len()
+            ),
+            &wire,
+        ));
+    }
+    let orders = if violations.is_empty() {
+        start_orders(config, &endpoint, &apps, &history, &mut violations).await
+    } else {
+        None
+    };
+    // Preconditions of the traffic: without them nothing is judged.
+    let setup_failed = !violations.is_empty();
     let apps = Arc::new(apps);
     let traffic_start = history.now();
     history.push(None, json!({"phase": "traffic"}));
     let senders = spawn_clients(config, &apps, &convs, &history, orders.as_ref());
-    run_plan(&plan, traffic_start, &history, &mut relay).await?;
+    let mut counts = Counts {
+        accounts: apps.len(),
+        conversations: convs.len(),
+        conversations_wanted: wanted,
+        ..Counts::default()
+    };
+    run_plan(&plan, traffic_start, &history, &mut relay, &mut counts).await?;
     for s in senders {
         drop(s.await);
     }
@@ -283,23 +386,70 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
     history.push(None, json!({"phase": "end"}));
     let entries = history.take();
     let (acked, received) = tally(&apps, &convs);
-    verdict::check(&apps, &convs, &entries, &mut violations);
+    let conv_of = verdict::sent_in(&entries);
+    let seen = wire.seen(&conv_of);
+    counts.sent = conv_of.len();
+    counts.acks_seen = seen.acks.len();
+    counts.msgs_seen = seen.msgs.len();
+    counts.receipts_seen = wire.receipts();
+    // Denominators of the traffic: too few and the oracles judged too little.
+    let mut thin = Vec::new();
+    if let Some(o) = &orders {
+        let placed = o.orders();
+        counts.orders = placed.len();
+        counts.orders_paid = placed
+            .iter()
+            .filter(|o| matches!(o.paid, Paid::Genuine { .. }))
+            .count();
+        if placed.is_empty() {
+            thin.push(setup_violation(
+                &format!(
+                    "commerce ran but no order was placed (every purchase of {:?} refused)",
+                    o.pool()
+                ),
+                &wire,
+            ));
+        }
+    }
+    if !convs.is_empty() {
+        short_conversations(&convs, &seen, &wire, &mut thin);
+    }
+    if !setup_failed {
+        verdict::check(&apps, &convs, &entries, &seen, &mut violations);
+        verdict::unexpected_refusals(&wire.routes(), &mut violations);
+    }
+    // A scenario that happened and broke an oracle fails; one that did not happen is `setup`.
+    let broken = violations.iter().any(|v| !v.starts_with("[setup]"));
+    violations.extend(thin);
     for app in apps.iter() {
         app.client.shutdown().await;
     }
     violations.sort();
     violations.dedup();
     let (oracles, not_applicable) = oracle_lists(orders.is_some());
+    let verdict = if setup_failed {
+        Verdict::Setup
+    } else if broken {
+        Verdict::Fail
+    } else if violations.is_empty() {
+        Verdict::Pass
+    } else {
+        Verdict::Setup
+    };
     Ok(JepsenReport {
         seed: config.seed,
         target,
         plan,
         oracles,
         not_applicable,
+        verdict,
         violations,
         acked: acked.len(),
         received: received.len(),
         restarts: relay.process.as_ref().map_or(0, |r| r.restarts),
+        counts,
+        routes: wire.routes(),
+        frames: wire.frames(),
         orders: orders.as_ref().map(|c| c.orders()).unwrap_or_default(),
         history: entries,
     })
@@ -311,21 +461,63 @@ async fn setup_apps(
     config: &JepsenConfig,
     endpoint: &Endpoint,
     history: &History,
+    wire: &WireLog,
     violations: &mut Vec<String>,
 ) -> Vec<App> {
-    let setup = setup(config, endpoint, history);
+    let setup = setup(config, endpoint, history, wire);
     match tokio::time::timeout(Duration::from_millis(JEPSEN_SETUP_MS), setup).await {
         Ok(Ok(apps)) => apps,
         Ok(Err(e)) => {
-            violations.push(Violation::new("setup", e.to_string()).to_string());
+            violations.push(setup_violation(&e.to_string(), wire));
             Vec::new()
         }
         Err(_) => {
-            violations.push(
-                Violation::new("setup", format!("not done within {JEPSEN_SETUP_MS} ms"))
-                    .to_string(),
-            );
+            violations.push(setup_violation(
+                &format!("not done within {JEPSEN_SETUP_MS} ms"),
+                wire,
+            ));
             Vec::new()
+        }
+    }
+}
+
+/// Conversations the ring of `n` clients needs (`i` and `i+1`).
+fn ring_size(n: usize) -> usize {
+    match n {
+        0 | 1 => 0,
+        2 => 1,
+        n => n,
+    }
+}
+
+/// A `setup` violation: what did not happen, and the refusals that explain it.
+fn setup_violation(what: &str, wire: &WireLog) -> String {
+    let refusals = wire.refusal_lines();
+    let why = if refusals.is_empty() {
+        String::new()
+    } else {
+        format!("; refusals the clients got: {}", refusals.join(" | "))
+    };
+    Violation::new("setup", format!("{what}{why}")).to_string()
+}
+
+/// A `setup` violation for each conversation with fewer than [`MIN_ACKED_PER_CONVERSATION`]
+/// messages acknowledged (the oracles would judge nothing there).
+fn short_conversations(
+    convs: &BTreeMap<(usize, usize), String>,
+    seen: &crate::oracles::wire::WireSeen,
+    wire: &WireLog,
+    violations: &mut Vec<String>,
+) {
+    for (&(a, b), conv) in convs {
+        let acked = seen.acks.iter().filter(|x| &x.conv == conv).count();
+        if acked < MIN_ACKED_PER_CONVERSATION {
+            violations.push(setup_violation(
+                &format!(
+                    "conversation {conv} (c{a}, c{b}): {acked} message(s) acknowledged, fewer than the {MIN_ACKED_PER_CONVERSATION} the oracles need"
+                ),
+                wire,
+            ));
         }
     }
 }
@@ -389,6 +581,7 @@ async fn run_plan(
     traffic_start: u64,
     history: &History,
     relay: &mut Relay,
+    counts: &mut Counts,
 ) -> Result<(), JepsenError> {
     for event in plan {
         let due = traffic_start + event.at_ms;
@@ -396,18 +589,24 @@ async fn run_plan(
         tokio::time::sleep(Duration::from_millis(due.saturating_sub(now))).await;
         history.push(None, json!({"fault": event.fault}));
         match &event.fault {
-            JepsenFault::ProxyPhase { toxics } => relay.proxy.set_toxics(Some(toxics)).await?,
+            JepsenFault::ProxyPhase { toxics } => {
+                relay.proxy.set_toxics(Some(toxics)).await?;
+                counts.proxy_phases += 1;
+            }
             JepsenFault::ProxyClear => relay.proxy.set_toxics(None).await?,
             JepsenFault::Kill { restart_after_ms } => {
                 if let Some(r) = relay.process.as_mut() {
                     r.kill_and_restart(*restart_after_ms).await?;
+                    counts.kills += 1;
                     history.push(None, json!({"relay": "restarted"}));
                 }
                 wait_listening(relay.upstream, &mut relay.process).await?;
             }
             JepsenFault::Pause { for_ms } => {
-                if let Some(r) = relay.process.as_mut() {
-                    r.pause(*for_ms).await;
+                if let Some(r) = relay.process.as_mut()
+                    && r.pause(*for_ms).await
+                {
+                    counts.pauses += 1;
                     history.push(None, json!({"relay": "continued"}));
                 }
             }

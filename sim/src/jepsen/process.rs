@@ -3,6 +3,7 @@
 //! `SIGCONT`inued) or a relay someone else runs, and the fault proxy in front of it.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -44,58 +45,81 @@ impl RelayProcess {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        // `exec`: the child is the relay itself, so kill -9 and SIGSTOP reach it.
+        // A process group of its own: kill -9, SIGSTOP and SIGCONT go to the whole group, so
+        // they reach the relay whether or not the command `exec`s it (or is `cd d && ./relay`).
         let mut command = Command::new("sh");
         if let Some(secret) = &self.payment_secret {
             command.env("RELAY_PAYMENT_WEBHOOK_SECRET", secret);
         }
         let child = command
             .arg("-c")
-            .arg(format!("exec {cmd}"))
+            .arg(cmd)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))
+            .process_group(0)
             .spawn()?;
         self.child = Some(child);
         Ok(())
     }
 
-    fn signal(&self, sig: &str) {
-        if let Some(child) = &self.child {
-            let status = Command::new("kill")
-                .args([sig, &child.id().to_string()])
-                .status();
-            if let Err(e) = status {
+    /// Sends `sig` to the relay's process group; whether it was delivered.
+    fn signal(&self, sig: &str) -> bool {
+        let Some(child) = &self.child else {
+            return false;
+        };
+        let group = format!("-{}", child.id());
+        let status = Command::new("kill")
+            .args([sig, "--", &group])
+            .stderr(Stdio::null())
+            .status();
+        match status {
+            Ok(status) => status.success(),
+            Err(e) => {
                 tracing::warn!(%e, sig, "could not signal the relay");
+                false
             }
         }
     }
 
     fn kill9(&mut self) {
+        self.signal("-KILL");
         if let Some(mut child) = self.child.take() {
-            // Child::kill is SIGKILL on Unix.
             drop(child.kill());
             drop(child.wait());
         }
         self.paused = false;
     }
 
-    /// `kill -9`, then a restart on the same data directory after `down_ms`.
+    /// `kill -9`, then a restart on the same data directory after `down_ms` (and once the
+    /// killed relay's port is closed).
     pub(super) async fn kill_and_restart(&mut self, down_ms: u64) -> Result<(), JepsenError> {
         self.kill9();
         tokio::time::sleep(Duration::from_millis(down_ms)).await;
+        for _ in 0..RELAY_START_MS / POLL_MS {
+            if tokio::net::TcpStream::connect(self.listen).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
         self.spawn()?;
         self.restarts += 1;
         Ok(())
     }
 
-    /// `SIGSTOP`, then `SIGCONT` after `for_ms`.
-    pub(super) async fn pause(&mut self, for_ms: u64) {
-        self.signal("-STOP");
-        self.paused = true;
+    /// `SIGSTOP`, then `SIGCONT` after `for_ms`; whether the pause happened.
+    pub(super) async fn pause(&mut self, for_ms: u64) -> bool {
+        let stopped = self.signal("-STOP");
+        self.paused = stopped;
         tokio::time::sleep(Duration::from_millis(for_ms)).await;
         self.signal("-CONT");
         self.paused = false;
+        stopped
+    }
+
+    /// The end of the relay's log.
+    pub(super) fn log_tail(&self) -> String {
+        log_tail(&self.log)
     }
 
     fn exited(&mut self) -> Option<String> {
@@ -137,6 +161,9 @@ pub(super) async fn start_relay(
                 paused: false,
                 restarts: 0,
             };
+            if !template.contains("{listen}") {
+                return Err(JepsenError::NoListen);
+            }
             process.spawn()?;
             Ok((listen, Some(process), format!("--relay-cmd {template}")))
         }
@@ -168,12 +195,29 @@ pub(super) async fn wait_listening(
         if let Some(r) = relay.as_mut()
             && let Some(status) = r.exited()
         {
-            let log = std::fs::read_to_string(&r.log).unwrap_or_default();
-            return Err(JepsenError::RelayExited { status, log });
+            return Err(JepsenError::RelayExited {
+                status,
+                listen: addr,
+                log: r.log_tail(),
+            });
         }
         tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
     }
     Err(JepsenError::RelayNotListening { addr })
+}
+
+/// The last lines of the relay's log, indented.
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.is_empty() {
+        return "  (nothing)".to_owned();
+    }
+    lines[lines.len().saturating_sub(12)..]
+        .iter()
+        .map(|l| format!("  {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A free port on 127.0.0.1.

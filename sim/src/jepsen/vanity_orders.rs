@@ -10,6 +10,7 @@
 //! | `order-confirmed` | every genuinely paid order is `confirmed` within [`JEPSEN_COMMERCE_MS`] of healing, and its buyer can bind it (the alias becomes theirs) |
 //! | `forged-refused` | an order nobody paid genuinely is never `confirmed`; every forged webhook copy is answered 401 |
 //! | `alias-unique` | at most one confirmed order per alias; after the binds no two accounts have the same alias |
+//! | `unexpected-answer` | a purchase is answered with the order or 409 (the alias is another buyer's); an order's status can be read; any other status, or a body the client cannot read, is quoted |
 //!
 //! The relay must take the processor's shared secret: the harness passes it to a relay it
 //! starts as `{payment_secret}` in the command and as `RELAY_PAYMENT_WEBHOOK_SECRET` in its
@@ -97,6 +98,7 @@ pub(super) struct VanityOrders {
     servers: Vec<tokio::task::JoinHandle<()>>,
     pool: Vec<String>,
     orders: Arc<Mutex<Vec<JepsenOrder>>>,
+    unexpected: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drop for VanityOrders {
@@ -145,6 +147,7 @@ impl VanityOrders {
             servers,
             pool,
             orders: Arc::default(),
+            unexpected: Arc::default(),
         })
     }
 
@@ -173,11 +176,18 @@ impl VanityOrders {
         let order = match retried(|| async { client.vanity().purchase(&alias).await }).await {
             Ok(order) => order,
             Err(e) => {
-                // Taken by another client (409), or no answer at all.
+                // Taken by another client (409) is part of the scenario; no answer at all is
+                // the faults'; anything else is quoted.
                 history.push(
                     Some(me),
                     json!({"purchase": alias, "refused": e.to_string()}),
                 );
+                if !matches!(e, ClientError::Status(409, _)) && !transient(&e) {
+                    self.unexpected
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(format!("client {me}'s purchase of {alias} (V2): {e}"));
+                }
                 return;
             }
         };
@@ -239,7 +249,26 @@ impl VanityOrders {
         violations: &mut Vec<String>,
     ) {
         let orders = self.orders();
-        let states = poll_states(&orders, apps, history).await;
+        let (states, errors) = poll_states(&orders, apps, history).await;
+        for (o, e) in orders.iter().zip(&errors) {
+            if let Some(e) = e {
+                violations.push(violation(
+                    "unexpected-answer",
+                    format!(
+                        "the status of order {} (V5) could not be read: {e}",
+                        o.order_id
+                    ),
+                ));
+            }
+        }
+        for what in self
+            .unexpected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            violations.push(violation("unexpected-answer", what.clone()));
+        }
         let mut confirmed_per_alias: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for (o, state) in orders.iter().zip(&states) {
             history.push(
@@ -266,10 +295,14 @@ impl VanityOrders {
                 self.bind(o, &apps[o.client].client, history, violations)
                     .await;
             } else {
+                let now = state.map_or_else(
+                    || "of a status that could not be read (see unexpected-answer)".to_owned(),
+                    |s| format!("`{}`", format!("{s:?}").to_lowercase()),
+                );
                 violations.push(violation(
                     "order-confirmed",
                     format!(
-                        "order {} (alias {}, client {}) was paid ({:?}) but is {state:?} {JEPSEN_COMMERCE_MS} ms after healing",
+                        "order {} (alias {}, client {}) was paid ({:?}) but is {now} {JEPSEN_COMMERCE_MS} ms after healing",
                         o.order_id, o.alias, o.client, o.paid
                     ),
                 ));
@@ -336,25 +369,34 @@ impl VanityOrders {
     }
 }
 
-/// The V5 state of every order: polled until every genuinely paid order is confirmed (or
-/// [`JEPSEN_COMMERCE_MS`] passed); the others are read along.
+/// The V5 state of every order, and the last answer that could not be read when none
+/// could: polled until every genuinely paid order is confirmed (or [`JEPSEN_COMMERCE_MS`]
+/// passed); the others are read along.
 async fn poll_states(
     orders: &[JepsenOrder],
     apps: &[App],
     history: &History,
-) -> Vec<Option<OrderState>> {
+) -> (Vec<Option<OrderState>>, Vec<Option<String>>) {
     let deadline = history.now() + JEPSEN_COMMERCE_MS;
     let mut states: Vec<Option<OrderState>> = vec![None; orders.len()];
+    let mut errors: Vec<Option<String>> = vec![None; orders.len()];
     loop {
-        for (o, state) in orders.iter().zip(states.iter_mut()) {
-            if *state != Some(OrderState::Confirmed)
-                && let Ok(s) = apps[o.client]
-                    .client
-                    .vanity()
-                    .order_status(&o.order_id)
-                    .await
+        for ((o, state), error) in orders.iter().zip(states.iter_mut()).zip(errors.iter_mut()) {
+            if *state == Some(OrderState::Confirmed) {
+                continue;
+            }
+            match apps[o.client]
+                .client
+                .vanity()
+                .order_status(&o.order_id)
+                .await
             {
-                *state = Some(s.status);
+                Ok(s) => {
+                    *state = Some(s.status);
+                    *error = None;
+                }
+                Err(e) if transient(&e) => {}
+                Err(e) => *error = state.is_none().then(|| e.to_string()),
             }
         }
         let waiting = orders
@@ -362,7 +404,7 @@ async fn poll_states(
             .zip(&states)
             .any(|(o, s)| is_genuine(o) && *s != Some(OrderState::Confirmed));
         if !waiting || history.now() >= deadline {
-            return states;
+            return (states, errors);
         }
         tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
     }
@@ -396,7 +438,7 @@ fn is_genuine(o: &JepsenOrder) -> bool {
 /// A call that got no answer (worth repeating: the relay returns the same order or bind).
 fn transient(e: &ClientError) -> bool {
     matches!(e, ClientError::Transport(_) | ClientError::NotAuthenticated)
-        || matches!(e, ClientError::Status(s) if *s >= 500)
+        || matches!(e, ClientError::Status(s, _) if *s >= 500)
 }
 
 /// `call` until it gets an answer (a success, or a refusal that is not [`transient`]), at most

@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::JEPSEN_LIVENESS_MS;
 use super::apps::{App, HistoryEntry};
 use crate::oracles::observed::{Observed, Seen, acked_in, undelivered};
+use crate::oracles::wire::{self as wire_oracles, WireSeen};
 use crate::oracles::{delivery, receipts};
 use crate::scenario::Pair;
 use crate::trace::Device;
@@ -32,6 +33,7 @@ pub(super) fn check(
     apps: &[App],
     convs: &BTreeMap<(usize, usize), String>,
     history: &[HistoryEntry],
+    wire: &WireSeen,
     out: &mut Vec<String>,
 ) {
     let stores: Vec<SharedStore> = apps.iter().map(|a| a.store.clone()).collect();
@@ -51,10 +53,12 @@ pub(super) fn check(
         stores: &stores,
     };
     let mut found = Vec::new();
+    wire_oracles::duplicate_delivery(wire, &mut found);
+    wire_oracles::seq_reused(wire, &mut found);
+    wire_oracles::ack_lost(wire, &observed.members, &mut found);
     delivery::exactly_once(&observed, &mut found);
     delivery::non_participant(&observed, &mut found);
     delivery::seq_order(&observed, &mut found);
-    delivery::seq_gap_free(&observed, &mut found);
     receipts::receipts(&observed, &mut found);
     liveness(&observed, &mut found);
     out.extend(found.iter().map(ToString::to_string));
@@ -75,6 +79,50 @@ fn liveness(h: &Observed<'_>, out: &mut Vec<Violation>) {
             ),
         ));
     }
+}
+
+/// `unexpected-answer`: a refusal the scenario gives the relay no reason for: a status
+/// other than 401 (a token superseded or expired: the client logs in again), 409 on a
+/// purchase (another client holds the alias), 429 (a rate limit) and 5xx (a relay
+/// restarting); no answer at all and refused upgrades are the faults'. Quotes the first body.
+pub(super) fn unexpected_refusals(
+    routes: &BTreeMap<String, super::RouteCount>,
+    out: &mut Vec<String>,
+) {
+    for (route, r) in routes {
+        if route == "WS error frame" || route.starts_with("GET /ws") {
+            continue;
+        }
+        for (status, n) in &r.refused {
+            let Ok(code) = status.parse::<u16>() else {
+                continue;
+            };
+            let legit = matches!(code, 401 | 429 | 500..=599)
+                || (code == 409 && route == "POST /api/v1/vanity/purchase");
+            if !legit {
+                let body = r.first_body.get(status).map_or("", String::as_str);
+                out.push(
+                    Violation::new(
+                        "unexpected-answer",
+                        format!("{route} answered {status} ×{n} of {}: {body}", r.requests),
+                    )
+                    .to_string(),
+                );
+            }
+        }
+    }
+}
+
+/// Message id → the conversation its app sent it in (every `send` of the history).
+pub(super) fn sent_in(history: &[HistoryEntry]) -> BTreeMap<String, String> {
+    history
+        .iter()
+        .filter_map(|e| {
+            let id = e.what.get("send")?.as_str()?;
+            let conv = e.what.get("conv")?.as_str()?;
+            Some((id.to_owned(), conv.to_owned()))
+        })
+        .collect()
 }
 
 /// Every alias each client had: the one it registered with, then any it bound.

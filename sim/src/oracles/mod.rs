@@ -10,6 +10,7 @@
 //! | [`push`] | `push` (real delivery to the Web Push, FCM and APNs stand-ins, see [`crate::pushworld`]) |
 //! | [`adversaries`] | `authz`, `bad-input`, `stuck-client`, `resources` |
 //! | `market` | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model` |
+//! | [`wire`] | `duplicate-delivery`, `seq-reused` (simulator and Jepsen mode), `ack-lost` (Jepsen mode): over the frames each socket received, before the client's dedup |
 //!
 //! and `setup`, `host-error`, `panic` from the runner and the sweep. [`observed`] is the
 //! history type the client-visible oracles read: the simulator builds it here from its trace
@@ -26,6 +27,7 @@ pub mod observed;
 pub mod push;
 pub mod receipts;
 mod storage;
+pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -49,7 +51,9 @@ pub(crate) use self::storage::logs_free_of_canaries;
 pub use crate::violation::Violation;
 
 /// Every oracle name (for summaries).
-pub const ORACLES: [&str; 32] = [
+pub const ORACLES: [&str; 34] = [
+    "duplicate-delivery",
+    "seq-reused",
     "delivered-exactly-once",
     "liveness",
     "seq-order",
@@ -120,6 +124,17 @@ pub(crate) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
     let acked = acked_in(input.stores, &convs);
     let observed = observe(input, &acked);
     let got = first_received(input.records);
+    let conv_of: BTreeMap<String, String> = input
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Sent { id, conv, .. } => Some((id.clone(), conv.clone())),
+            _ => None,
+        })
+        .collect();
+    let seen_at_the_wire = input.world.wire.seen(&conv_of);
+    wire::duplicate_delivery(&seen_at_the_wire, out);
+    wire::seq_reused(&seen_at_the_wire, out);
     delivery::exactly_once(&observed, out);
     delivery::non_participant(&observed, out);
     delivery::seq_order(&observed, out);

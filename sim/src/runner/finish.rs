@@ -24,6 +24,7 @@ pub(super) fn no_store(e: &std::io::Error) -> Inner {
         )],
         end_ms: 0,
         stats: RunStats::default(),
+        routes: std::collections::BTreeMap::new(),
     }
 }
 
@@ -39,23 +40,39 @@ pub(super) fn finish(
     closing_notes(parts, store, failover, ended.end_ms, &seen);
     let records = parts.trace.records();
     check(parts, store, &records, &seen, ended.end_ms, &mut violations);
+    let (acked, received, receipts) = (acked(&records), received(&records), receipts(&records));
+    let pairs = parts.scenario.pairs.len() as u64;
+    if pairs > 0 && acked == 0 && !violations.iter().any(|v| v.oracle == "setup") {
+        violations.push(Violation::new(
+            "setup",
+            format!(
+                "no message was acknowledged in the whole run ({pairs} pairs): nothing was judged"
+            ),
+        ));
+    }
     violations.sort();
     violations.dedup();
     let history = store.ctl().history();
     let stats = RunStats {
         steps: ended.steps,
-        acked: acked(&records),
+        acked,
+        conversations: parts.world.borrow().convs.len() as u64,
+        pairs,
+        received,
+        receipts,
         commits: history.counts.commits,
         failed_commits: history.counts.failed,
         loads: history.counts.loads,
         terms: history.terms.len() as u64,
         fenced: history.counts.fenced,
     };
+    let routes = parts.world.borrow().wire.routes();
     Inner {
         records,
         violations,
         end_ms: ended.end_ms,
         stats,
+        routes,
     }
 }
 
@@ -148,6 +165,42 @@ fn check(
         free_quota: free_channel_quota(),
     };
     oracles::check_market(&market, violations);
+}
+
+/// Messages that reached a recipient's app, distinct per (recipient, id).
+fn received(records: &[Record]) -> u64 {
+    let mut seen = std::collections::BTreeSet::new();
+    for r in records {
+        if let Record::Event {
+            who,
+            event: Event::Message(m),
+            ..
+        } = r
+            && !m.is_me
+        {
+            seen.insert((who.client, m.id.as_str()));
+        }
+    }
+    seen.len() as u64
+}
+
+/// Receipts the senders' apps applied (`delivered` and `read` status changes).
+fn receipts(records: &[Record]) -> u64 {
+    records
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                Record::Event {
+                    event: Event::StatusChange {
+                        status: MessageStatus::Delivered | MessageStatus::Read,
+                        ..
+                    },
+                    ..
+                }
+            )
+        })
+        .count() as u64
 }
 
 /// Messages acknowledged to their senders (`sent` status events).

@@ -187,6 +187,8 @@ pub struct RunReport {
     pub simulated: Duration,
     /// Counters of the run.
     pub stats: RunStats,
+    /// What the honest clients' connections carried: requests and refusals by route.
+    pub routes: std::collections::BTreeMap<String, crate::wiretap::RouteCount>,
 }
 
 impl RunReport {
@@ -208,6 +210,14 @@ pub struct RunStats {
     pub steps: u64,
     /// Messages acknowledged to their senders.
     pub acked: u64,
+    /// Conversations set up (friendships accepted) of the scenario's pairs.
+    pub conversations: u64,
+    /// The scenario's pairs.
+    pub pairs: u64,
+    /// Messages that reached a recipient's app (distinct per recipient).
+    pub received: u64,
+    /// Receipts the senders' apps applied (`delivered` and `read` status changes).
+    pub receipts: u64,
     /// Store commits, injected commit failures, loads.
     pub commits: u64,
     /// Injected commit failures.
@@ -244,6 +254,7 @@ pub fn run(config: &RunConfig) -> RunReport {
         violations: inner.violations,
         simulated: Duration::from_millis(inner.end_ms),
         stats: inner.stats,
+        routes: inner.routes,
     }
 }
 
@@ -253,6 +264,7 @@ struct Inner {
     violations: Vec<Violation>,
     end_ms: u64,
     stats: RunStats,
+    routes: std::collections::BTreeMap<String, crate::wiretap::RouteCount>,
 }
 
 /// What every host of a run shares, made before the hosts.

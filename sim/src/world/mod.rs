@@ -57,6 +57,8 @@ pub(crate) struct ProbeRec {
 /// host on the runner's thread).
 #[derive(Debug, Default)]
 pub(crate) struct World {
+    /// What the clients' connections carried (their taps).
+    pub(crate) wire: crate::wiretap::WireLog,
     pub(crate) aliases: BTreeMap<usize, String>,
     pub(crate) uuids: BTreeMap<usize, String>,
     pub(crate) requested: BTreeSet<usize>,

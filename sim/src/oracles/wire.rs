@@ -1,0 +1,156 @@
+//! Oracles over what the relay sent, frame by frame, as each client's socket received it,
+//! before the client's own deduplication ([`client::WireTap`]): a relay that delivers one
+//! message twice under two seqs, or gives one seq to two messages, is caught even though the
+//! app shows each message once.
+//!
+//! | oracle | checks |
+//! |---|---|
+//! | `duplicate-delivery` | no message id reaches its recipient under two different seqs (a re-send stored twice) |
+//! | `seq-reused` | no (conversation, seq) names two different message ids, across every ack and delivery seen |
+//! | `ack-lost` | every message acked to its sender (an `ack` frame) reached its recipient's socket by the end |
+
+use std::collections::{BTreeMap, BTreeSet};
+
+pub use crate::wiretap::{WireAck, WireMsg, WireSeen};
+
+use crate::scenario::Pair;
+use crate::violation::Violation;
+
+/// `duplicate-delivery`: one message id delivered to its recipient under two seqs.
+pub fn duplicate_delivery(seen: &WireSeen, out: &mut Vec<Violation>) {
+    let mut seqs: BTreeMap<(usize, &str), BTreeSet<u64>> = BTreeMap::new();
+    for m in &seen.msgs {
+        if let Some(seq) = m.seq {
+            seqs.entry((m.client, m.id.as_str()))
+                .or_default()
+                .insert(seq);
+        }
+    }
+    let twice: Vec<_> = seqs.iter().filter(|(_, s)| s.len() > 1).collect();
+    if let Some(((client, id), s)) = twice.first() {
+        out.push(Violation::new(
+            "duplicate-delivery",
+            format!(
+                "{} message(s) delivered more than once under different seqs; first: c{client} got {id} as seqs {s:?}",
+                twice.len()
+            ),
+        ));
+    }
+}
+
+/// `seq-reused`: one (conversation, seq) naming two message ids.
+pub fn seq_reused(seen: &WireSeen, out: &mut Vec<Violation>) {
+    let mut ids: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
+    for a in &seen.acks {
+        ids.entry((a.conv.as_str(), a.seq))
+            .or_default()
+            .insert(a.id.as_str());
+    }
+    for m in &seen.msgs {
+        if let Some(seq) = m.seq {
+            ids.entry((m.conv.as_str(), seq))
+                .or_default()
+                .insert(m.id.as_str());
+        }
+    }
+    let reused: Vec<_> = ids.iter().filter(|(_, i)| i.len() > 1).collect();
+    if let Some(((conv, seq), i)) = reused.first() {
+        out.push(Violation::new(
+            "seq-reused",
+            format!(
+                "{} seq(s) given to more than one message; first: {conv} seq {seq} names {i:?}",
+                reused.len()
+            ),
+        ));
+    }
+}
+
+/// `ack-lost`: acked to its sender, never delivered to its recipient's socket.
+pub fn ack_lost(seen: &WireSeen, members: &BTreeMap<&str, Pair>, out: &mut Vec<Violation>) {
+    let delivered: BTreeSet<(usize, &str)> = seen
+        .msgs
+        .iter()
+        .map(|m| (m.client, m.id.as_str()))
+        .collect();
+    let mut lost: BTreeMap<&str, &WireAck> = BTreeMap::new();
+    for a in &seen.acks {
+        let Some(pair) = members.get(a.conv.as_str()) else {
+            continue;
+        };
+        if !delivered.contains(&(pair.peer(a.client), a.id.as_str())) {
+            lost.entry(a.id.as_str()).or_insert(a);
+        }
+    }
+    if let Some(first) = lost.values().next() {
+        let recipient = members
+            .get(first.conv.as_str())
+            .map_or(first.client, |p| p.peer(first.client));
+        out.push(Violation::new(
+            "ack-lost",
+            format!(
+                "{} acknowledged message(s) never reached the recipient's socket; first: {} (c{} -> c{recipient}, {} seq {})",
+                lost.len(),
+                first.id,
+                first.client,
+                first.conv,
+                first.seq
+            ),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(client: usize, id: &str, seq: u64) -> WireMsg {
+        WireMsg {
+            client,
+            id: id.into(),
+            conv: "c".into(),
+            seq: Some(seq),
+        }
+    }
+
+    fn ack(client: usize, id: &str, seq: u64) -> WireAck {
+        WireAck {
+            client,
+            id: id.into(),
+            conv: "c".into(),
+            seq,
+        }
+    }
+
+    #[test]
+    fn a_replay_under_the_same_seq_is_not_a_duplicate_but_a_new_seq_is() {
+        let mut out = Vec::new();
+        let seen = WireSeen {
+            msgs: vec![msg(1, "m", 3), msg(1, "m", 3)],
+            acks: vec![],
+        };
+        duplicate_delivery(&seen, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let seen = WireSeen {
+            msgs: vec![msg(1, "m", 13), msg(1, "m", 14)],
+            acks: vec![],
+        };
+        duplicate_delivery(&seen, &mut out);
+        assert_eq!(out[0].oracle, "duplicate-delivery");
+        assert!(out[0].detail.contains("{13, 14}"), "{}", out[0].detail);
+    }
+
+    #[test]
+    fn one_seq_two_ids_is_reused_and_an_undelivered_ack_is_lost() {
+        let members: BTreeMap<&str, Pair> = [("c", Pair { a: 0, b: 1 })].into_iter().collect();
+        let seen = WireSeen {
+            msgs: vec![msg(1, "late", 16)],
+            acks: vec![ack(0, "lost", 16), ack(0, "late", 16)],
+        };
+        let mut out = Vec::new();
+        seq_reused(&seen, &mut out);
+        ack_lost(&seen, &members, &mut out);
+        let names: Vec<&str> = out.iter().map(|v| v.oracle).collect();
+        assert_eq!(names, ["seq-reused", "ack-lost"], "{out:?}");
+        assert!(out[1].detail.contains("lost"), "{}", out[1].detail);
+    }
+}
