@@ -20,7 +20,7 @@ use seam::net::Tokio;
 use sim::jepsen::{self, JepsenConfig, JepsenFault, RelayTarget};
 
 /// The crates the `relay` binary is built from (relative to the workspace root): a binary
-/// older than any of their files is stale.
+/// older than any of their sources is stale.
 const RELAY_SOURCES: &[&str] = &[
     "relay-server",
     "relay-core",
@@ -28,6 +28,7 @@ const RELAY_SOURCES: &[&str] = &[
     "push",
     "wire",
     "seam",
+    "private-files",
 ];
 
 /// Newest modification time of any file under `dir`.
@@ -62,8 +63,13 @@ fn relay_binary() -> PathBuf {
         .unwrap_or_else(|_| panic!("{} is missing: {build}", binary.display()));
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     for krate in RELAY_SOURCES {
+        // What the binary is built from: each crate's `src` and manifest (tests and benches
+        // of those crates do not make it stale).
+        let manifest = std::fs::metadata(root.join(krate).join("Cargo.toml"))
+            .and_then(|m| m.modified())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
         assert!(
-            newest(&root.join(krate)) <= built,
+            newest(&root.join(krate).join("src")).max(manifest) <= built,
             "{} is older than {krate}'s sources: {build}",
             binary.display()
         );
