@@ -37,6 +37,7 @@
 //! | `runner` | one run: [`RunConfig`], [`run`], the hosts, the step loop, the log scan | everything above |
 //! | [`shrink`] | delta debugging of a failing run | `faults`, `planted`, `runner`, `scenario`, `violation` |
 //! | [`jepsen`] | Jepsen mode: real sockets, a relay process, the same client-visible oracles | `oracles`, `scenario`, `trace`, `violation`, `wiretap` |
+//! | [`report`] | HTML run reports: a timeline and latency plots per run, a summary per sweep | `faults`, `jepsen`, `runner`, `trace` |
 
 pub mod bounds;
 pub mod failover;
@@ -46,6 +47,7 @@ pub mod oracles;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
 pub mod pushworld;
+pub mod report;
 pub mod scenario;
 pub mod shrink;
 pub mod store;

@@ -298,6 +298,27 @@ pub struct Counts {
     pub proxy_phases: u32,
 }
 
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} accounts, {} of {} conversations, {} sent, {} ack frames, {} msg frames, {} receipts, {} orders ({} paid), {} kills, {} pauses, {} proxy phases",
+            self.accounts,
+            self.conversations,
+            self.conversations_wanted,
+            self.sent,
+            self.acks_seen,
+            self.msgs_seen,
+            self.receipts_seen,
+            self.orders,
+            self.orders_paid,
+            self.kills,
+            self.pauses,
+            self.proxy_phases
+        )
+    }
+}
+
 impl JepsenReport {
     /// The report as pretty JSON (the history file).
     pub fn to_json(&self) -> String {

@@ -5,7 +5,7 @@
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{JepsenConfig, RelayTarget};
 
@@ -20,7 +20,7 @@ const PLAN_SEED_TAG: u64 = 0x6a65_7073_656e;
 const LAST_FAULT_BEFORE_END_MS: u64 = 2_000;
 
 /// One fault of the plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "fault", rename_all = "snake_case")]
 pub enum JepsenFault {
     /// Every connection through the proxy is cut; new ones get these toxics (comma list).

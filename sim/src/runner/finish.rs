@@ -25,6 +25,7 @@ pub(super) fn no_store(e: &std::io::Error) -> Inner {
         end_ms: 0,
         stats: RunStats::default(),
         routes: std::collections::BTreeMap::new(),
+        times: (None, None),
     }
 }
 
@@ -66,13 +67,17 @@ pub(super) fn finish(
         terms: history.terms.len() as u64,
         fenced: history.counts.fenced,
     };
-    let routes = parts.world.borrow().wire.routes();
+    let (routes, times) = {
+        let world = parts.world.borrow();
+        (world.wire.routes(), (world.traffic_start_ms, world.heal_ms))
+    };
     Inner {
         records,
         violations,
         end_ms: ended.end_ms,
         stats,
         routes,
+        times,
     }
 }
 

@@ -189,6 +189,12 @@ pub struct RunReport {
     pub stats: RunStats,
     /// What the honest clients' connections carried: requests and refusals by route.
     pub routes: std::collections::BTreeMap<String, crate::wiretap::RouteCount>,
+    /// The trace as records (what [`trace`](Self::trace) renders), for reports.
+    pub records: Vec<Record>,
+    /// Simulated ms at which traffic started (`None`: setup never finished).
+    pub traffic_start_ms: Option<u64>,
+    /// Simulated ms at which every fault was healed (`None`: the run ended before).
+    pub heal_ms: Option<u64>,
 }
 
 impl RunReport {
@@ -245,6 +251,7 @@ pub fn run(config: &RunConfig) -> RunReport {
     }
     let lines = trace::lines(&inner.records);
     let trace_hash = trace::hash(&lines);
+    let (traffic_start_ms, heal_ms) = inner.times;
     RunReport {
         seed: replay.seed,
         scenario: replay.scenario,
@@ -255,6 +262,9 @@ pub fn run(config: &RunConfig) -> RunReport {
         simulated: Duration::from_millis(inner.end_ms),
         stats: inner.stats,
         routes: inner.routes,
+        records: inner.records,
+        traffic_start_ms,
+        heal_ms,
     }
 }
 
@@ -265,6 +275,8 @@ struct Inner {
     end_ms: u64,
     stats: RunStats,
     routes: std::collections::BTreeMap<String, crate::wiretap::RouteCount>,
+    /// When traffic started and when the faults were healed (simulated ms).
+    times: (Option<u64>, Option<u64>),
 }
 
 /// What every host of a run shares, made before the hosts.

@@ -1,0 +1,439 @@
+//! A sweep: seeds on worker threads, a progress bar, the summary, and the JSON, JUnit and
+//! HTML reports.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+use sim::report::{SummaryRow, Timeline};
+use sim::{RunConfig, run};
+
+use crate::{Args, config, options_line, pages, replay_command};
+
+#[allow(
+    clippy::disallowed_methods,
+    reason = "wall time of the sweep, for the seeds-per-second summary and --time-budget only; never reaches a run"
+)]
+pub(crate) fn wall_clock() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+/// What one seed of a sweep gave.
+struct SeedResult {
+    seed: u64,
+    hash: String,
+    simulated: Duration,
+    wall: Duration,
+    violations: Vec<(String, String)>,
+    stats: sim::RunStats,
+    /// With `--report`: whether the seed's page was written, or why it could not be.
+    page: Result<bool, String>,
+}
+
+/// Runs one seed, turning a panic into a violation.
+fn run_seed(args: &Args, seed: u64) -> SeedResult {
+    let started = wall_clock();
+    let config = RunConfig {
+        log: None,
+        ..config(args, seed)
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&config)));
+    let wall = started.elapsed();
+    match outcome {
+        Ok(r) => SeedResult {
+            seed,
+            page: failing_page(args, &r),
+            hash: r.trace_hash,
+            simulated: r.simulated,
+            wall,
+            stats: r.stats,
+            violations: r
+                .violations
+                .into_iter()
+                .map(|v| (v.oracle.to_owned(), v.detail))
+                .collect(),
+        },
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "unknown panic".to_owned());
+            SeedResult {
+                seed,
+                hash: String::new(),
+                simulated: Duration::ZERO,
+                wall,
+                stats: sim::RunStats::default(),
+                page: Ok(false),
+                violations: vec![("panic".to_owned(), what)],
+            }
+        }
+    }
+}
+
+/// With `--report`, writes the page of a seed that failed; whether it wrote one.
+fn failing_page(args: &Args, r: &sim::RunReport) -> Result<bool, String> {
+    let Some(dir) = &args.report else {
+        return Ok(false);
+    };
+    if r.violations.is_empty() {
+        return Ok(false);
+    }
+    let timeline = Timeline::from_run(r, &replay_command(args, r.seed));
+    pages::write_seed_page(dir, r.seed, &timeline)
+        .map(|_| true)
+        .map_err(|e| format!("{e:#}"))
+}
+
+pub(crate) fn in_shard(shard: Option<(u64, u64)>, start: u64, seed: u64) -> bool {
+    shard.is_none_or(|(i, n)| (seed - start) % n == i - 1)
+}
+
+/// Runs the seeds of the sweep (this shard's, until the time budget), reports, writes the
+/// JSON and JUnit files.
+pub(crate) fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> {
+    let mine: Vec<u64> = seeds
+        .clone()
+        .filter(|s| in_shard(args.shard, seeds.start, *s))
+        .collect();
+    let total = mine.len() as u64;
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
+        .max(1);
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} seeds  {per_sec}  eta {eta}  {msg}")
+            .context("progress template")?,
+    );
+    if let Some(dir) = &args.report {
+        pages::create_dir(dir)?;
+    }
+    let started = wall_clock();
+    let mut results = run_seeds(args, mine, jobs, started, &bar);
+    bar.finish();
+    results.sort_by_key(|r| r.seed);
+    let wall = started.elapsed();
+    let seeds_per_s = results.len() as f64 / wall.as_secs_f64().max(1e-9);
+    let failing = summarize(args, &results, total, wall, jobs);
+    if let Some(path) = &args.json {
+        write_json(args, path, &seeds, &results, wall, seeds_per_s)?;
+    }
+    if let Some(path) = &args.junit {
+        write_junit(args, path, &results, wall)?;
+    }
+    if let Some(dir) = &args.report {
+        write_summary(args, dir, &seeds, &results, wall)?;
+    }
+    Ok(if failing == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Runs `seeds` on `jobs` threads (each takes the next seed until none is left or the time
+/// budget is spent), reporting each failing seed as it comes.
+fn run_seeds(
+    args: &Args,
+    seeds: Vec<u64>,
+    jobs: usize,
+    started: std::time::Instant,
+    bar: &ProgressBar,
+) -> Vec<SeedResult> {
+    let budget = args.time_budget.map(Duration::from_secs);
+    let next = Arc::new(AtomicU64::new(0));
+    let seeds = Arc::new(seeds);
+    let (tx, rx) = mpsc::channel::<SeedResult>();
+    let mut results: Vec<SeedResult> = Vec::new();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            let (next, seeds, tx) = (Arc::clone(&next), Arc::clone(&seeds), tx.clone());
+            scope.spawn(move || {
+                loop {
+                    if budget.is_some_and(|b| started.elapsed() >= b) {
+                        return;
+                    }
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(&seed) = seeds.get(usize::try_from(i).unwrap_or(usize::MAX)) else {
+                        return;
+                    };
+                    if tx.send(run_seed(args, seed)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut failing = 0;
+        for r in rx {
+            if !r.violations.is_empty() {
+                failing += 1;
+                report_failing(bar, &r, failing);
+            }
+            bar.inc(1);
+            results.push(r);
+        }
+    });
+    results
+}
+
+/// One line for a failing seed, above the progress bar.
+fn report_failing(bar: &ProgressBar, r: &SeedResult, failing: u64) {
+    let line = format!(
+        "seed {}: {} violation(s), first: [{}] {}",
+        r.seed,
+        r.violations.len(),
+        r.violations[0].0,
+        r.violations[0].1
+    );
+    // A hidden bar (no terminal: CI logs) drops `println`.
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+    bar.set_message(format!("{failing} failing"));
+}
+
+/// Prints the sweep's summary: seeds run, failing seeds by oracle, speed, replay commands.
+/// Returns the number of failing seeds.
+fn summarize(
+    args: &Args,
+    results: &[SeedResult],
+    total: u64,
+    wall: Duration,
+    jobs: usize,
+) -> usize {
+    let simulated: Duration = results.iter().map(|r| r.simulated).sum();
+    let failing: Vec<&SeedResult> = results
+        .iter()
+        .filter(|r| !r.violations.is_empty())
+        .collect();
+    let mut by_oracle: BTreeMap<&str, u64> = BTreeMap::new();
+    for r in &failing {
+        for (oracle, _) in &r.violations {
+            *by_oracle.entry(oracle.as_str()).or_default() += 1;
+        }
+    }
+    let shard = args
+        .shard
+        .map_or_else(String::new, |(i, n)| format!(" (shard {i}/{n})"));
+    println!(
+        "\nseeds run: {} of {total}{shard}{}",
+        results.len(),
+        if (results.len() as u64) < total {
+            " (time budget reached)"
+        } else {
+            ""
+        }
+    );
+    let sum = |f: fn(&sim::RunStats) -> u64| results.iter().map(|r| f(&r.stats)).sum::<u64>();
+    println!(
+        "denominators: {} of {} conversations set up, {} messages acked, {} received, {} receipts applied; fewest acked in one seed: {}",
+        sum(|s| s.conversations),
+        sum(|s| s.pairs),
+        sum(|s| s.acked),
+        sum(|s| s.received),
+        sum(|s| s.receipts),
+        results.iter().map(|r| r.stats.acked).min().unwrap_or(0)
+    );
+    println!("failing seeds: {}", failing.len());
+    for (oracle, n) in &by_oracle {
+        println!("  {oracle}: {n} violation(s)");
+    }
+    let seeds_per_s = results.len() as f64 / wall.as_secs_f64().max(1e-9);
+    println!(
+        "simulated {:.0} s in {:.1} s wall ({:.0}x) on {jobs} thread(s), {seeds_per_s:.2} seeds/s",
+        simulated.as_secs_f64(),
+        wall.as_secs_f64(),
+        simulated.as_secs_f64() / wall.as_secs_f64().max(1e-9),
+    );
+    for r in &failing {
+        println!("replay seed {}: {}", r.seed, replay_command(args, r.seed));
+    }
+    failing.len()
+}
+
+fn write_json(
+    args: &Args,
+    path: &Path,
+    seeds: &Range<u64>,
+    results: &[SeedResult],
+    wall: Duration,
+    seeds_per_s: f64,
+) -> anyhow::Result<()> {
+    let seeds_json: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "seed": r.seed,
+                "trace_sha256": r.hash,
+                "simulated_ms": u64::try_from(r.simulated.as_millis()).unwrap_or(u64::MAX),
+                "wall_ms": u64::try_from(r.wall.as_millis()).unwrap_or(u64::MAX),
+                "violations": r.violations.iter().map(|(o, d)| serde_json::json!({"oracle": o, "detail": d})).collect::<Vec<_>>(),
+                "replay": (!r.violations.is_empty()).then(|| replay_command(args, r.seed)),
+            })
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "seeds": { "start": seeds.start, "end": seeds.end },
+        "shard": args.shard.map(|(i, n)| format!("{i}/{n}")),
+        "scale": args.scale.name(),
+        "faults": args.faults.to_string(),
+        "store": args.store.to_string(),
+        "ran": results.len(),
+        "failing": results.iter().filter(|r| !r.violations.is_empty()).map(|r| r.seed).collect::<Vec<_>>(),
+        "wall_s": wall.as_secs_f64(),
+        "seeds_per_s": seeds_per_s,
+        "results": seeds_json,
+    });
+    let text = serde_json::to_string_pretty(&doc).context("encoding JSON")?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+pub(crate) fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\t' | '\r') => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn write_junit(
+    args: &Args,
+    path: &Path,
+    results: &[SeedResult],
+    wall: Duration,
+) -> anyhow::Result<()> {
+    let failures = results.iter().filter(|r| !r.violations.is_empty()).count();
+    let name = args.shard.map_or_else(
+        || format!("simulate {}", options_line(args)),
+        |(i, n)| format!("simulate {} shard {i}/{n}", options_line(args)),
+    );
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        xml,
+        "<testsuites tests=\"{}\" failures=\"{failures}\" time=\"{:.3}\">",
+        results.len(),
+        wall.as_secs_f64()
+    );
+    let _ = writeln!(
+        xml,
+        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" time=\"{:.3}\">",
+        xml_escape(&name),
+        results.len(),
+        wall.as_secs_f64()
+    );
+    for r in results {
+        let _ = write!(
+            xml,
+            "    <testcase classname=\"simulate.{}\" name=\"seed {}\" time=\"{:.3}\"",
+            args.scale,
+            r.seed,
+            r.wall.as_secs_f64()
+        );
+        if r.violations.is_empty() {
+            xml.push_str("/>\n");
+            continue;
+        }
+        let (oracle, detail) = &r.violations[0];
+        let mut body = String::new();
+        for (o, d) in &r.violations {
+            let _ = writeln!(body, "[{o}] {d}");
+        }
+        let _ = writeln!(body, "replay: {}", replay_command(args, r.seed));
+        let _ = writeln!(
+            xml,
+            ">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>",
+            xml_escape(&format!("[{oracle}] {detail}")),
+            xml_escape(oracle),
+            xml_escape(&body)
+        );
+    }
+    xml.push_str("  </testsuite>\n</testsuites>\n");
+    std::fs::write(path, xml).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `--report`: the summary page of the sweep, linking each failing seed's page.
+fn write_summary(
+    args: &Args,
+    dir: &Path,
+    seeds: &Range<u64>,
+    results: &[SeedResult],
+    wall: Duration,
+) -> anyhow::Result<()> {
+    if let Some(e) = results.iter().find_map(|r| r.page.as_ref().err()) {
+        anyhow::bail!("--report: {e}");
+    }
+    let rows: Vec<SummaryRow> = results
+        .iter()
+        .map(|r| SummaryRow {
+            seed: r.seed,
+            verdict: match r.violations.first() {
+                None => "pass",
+                Some((oracle, _)) if oracle == "panic" => "panic",
+                Some(_) => "fail",
+            }
+            .to_owned(),
+            oracles: pages::by_oracle(r.violations.iter().map(|(o, _)| o.as_str())),
+            page: r.page == Ok(true),
+        })
+        .collect();
+    let sum = |f: fn(&sim::RunStats) -> u64| results.iter().map(|r| f(&r.stats)).sum::<u64>();
+    let simulated: Duration = results.iter().map(|r| r.simulated).sum();
+    let mut facts = vec![
+        (
+            "command".to_owned(),
+            format!(
+                "{} --seeds {}..{} {}",
+                crate::cargo_run(args),
+                seeds.start,
+                seeds.end,
+                options_line(args)
+            ),
+        ),
+        ("seeds run".to_owned(), results.len().to_string()),
+        (
+            "denominators".to_owned(),
+            format!(
+                "{} of {} conversations set up, {} messages acked, {} received, {} receipts applied",
+                sum(|s| s.conversations),
+                sum(|s| s.pairs),
+                sum(|s| s.acked),
+                sum(|s| s.received),
+                sum(|s| s.receipts)
+            ),
+        ),
+        (
+            "time".to_owned(),
+            format!(
+                "{:.0} s simulated in {:.1} s wall",
+                simulated.as_secs_f64(),
+                wall.as_secs_f64()
+            ),
+        ),
+    ];
+    if let Some((i, n)) = args.shard {
+        facts.push(("shard".to_owned(), format!("{i}/{n}")));
+    }
+    let index = pages::write_index(dir, "simulate: sweep", &facts, &rows)?;
+    println!("report: {}", index.display());
+    Ok(())
+}
