@@ -79,6 +79,7 @@ pub(crate) mod ratelimit;
 mod receipts;
 mod relay;
 mod state;
+pub mod stats;
 pub mod store;
 mod sync;
 pub mod token;
@@ -92,6 +93,7 @@ pub use http::{ApiError, HttpRequest, HttpResponse, Method, Resolution};
 #[cfg(feature = "planted-bugs")]
 pub use planted::PlantedBug;
 pub use push::PushTarget;
+pub use stats::{RelayStats, WebhookStats};
 pub use relay::{
     Accepted, BatchFailed, CloseReason, ConnId, Output, Relay, WsConnect, legacy_jwt_signing_key,
     storage_unavailable_response,
