@@ -790,7 +790,7 @@ impl Collector for Live {
             let open = ConstGauge::new(gauge(counter.open() as u64));
             let m = encoder.encode_descriptor(
                 "tcp_connections",
-                "TCP connections open now (HTTP and WebSocket)",
+                "TCP connections open now (HTTP and WebSocket).",
                 None,
                 MetricType::Gauge,
             )?;
@@ -798,7 +798,7 @@ impl Collector for Live {
             let cap = ConstGauge::new(gauge(limits.max_connections as u64));
             let m = encoder.encode_descriptor(
                 "tcp_connections_limit",
-                "Connections the relay holds at most (--max-connections)",
+                "Connections the relay holds at most (--max-connections).",
                 None,
                 MetricType::Gauge,
             )?;
@@ -806,7 +806,7 @@ impl Collector for Live {
             let refused = counter.refused();
             let mut family = encoder.encode_descriptor(
                 "connections_refused",
-                "Connections closed at once, over the total or a per-address cap",
+                "Connections closed at once, over the total or a per-address cap.",
                 None,
                 MetricType::Counter,
             )?;
@@ -820,7 +820,7 @@ impl Collector for Live {
         if let Some(outbound) = &sources.outbound {
             let m = encoder.encode_descriptor(
                 "outbound_queued",
-                "Bytes of frames queued for sockets and not yet written, all sockets",
+                "Bytes of frames queued for sockets and not yet written, all sockets.",
                 Some(&Unit::Bytes),
                 MetricType::Gauge,
             )?;
@@ -829,7 +829,7 @@ impl Collector for Live {
         if let Some(limit) = sources.queued_bytes_limit {
             let m = encoder.encode_descriptor(
                 "queued_limit",
-                "The relay's bound on undelivered bytes (--max-queued-bytes)",
+                "The relay's bound on undelivered bytes (--max-queued-bytes).",
                 Some(&Unit::Bytes),
                 MetricType::Gauge,
             )?;
@@ -851,7 +851,7 @@ fn encode_push(encoder: &mut DescriptorEncoder<'_>, worker: &PushWorker) -> Resu
     };
     let mut family = encoder.encode_descriptor(
         "pushes",
-        "Push notifications, by service and result",
+        "Push notifications, by service and result.",
         None,
         MetricType::Counter,
     )?;
@@ -874,7 +874,7 @@ fn encode_push(encoder: &mut DescriptorEncoder<'_>, worker: &PushWorker) -> Resu
     }
     let mut family = encoder.encode_descriptor(
         "push_retries",
-        "Push attempts after the first (retries and re-authentications), by service",
+        "Push attempts after the first (retries and re-authentications), by service.",
         None,
         MetricType::Counter,
     )?;
@@ -887,19 +887,19 @@ fn encode_push(encoder: &mut DescriptorEncoder<'_>, worker: &PushWorker) -> Resu
     let occupancy = worker.occupancy();
     let limits = worker.limits();
     for (name, help, value) in [
-        ("push_queue", "Pushes waiting for a request slot", occupancy.queued),
+        ("push_queue", "Pushes waiting for a request slot.", occupancy.queued),
         (
             "push_queue_limit",
-            "Pushes the queue holds at most (more are dropped)",
+            "Pushes the queue holds at most (more are dropped).",
             limits.queue_capacity,
         ),
-        ("push_in_flight", "Push requests in flight", occupancy.in_flight),
+        ("push_in_flight", "Push requests in flight.", occupancy.in_flight),
         (
             "push_in_flight_limit",
-            "Push requests in flight at most",
+            "Push requests in flight at most.",
             limits.max_concurrent,
         ),
-        ("push_retrying", "Pushes waiting to retry", occupancy.retrying),
+        ("push_retrying", "Pushes waiting to retry.", occupancy.retrying),
     ] {
         let m = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
         ConstGauge::new(gauge(value as u64)).encode(m)?;
