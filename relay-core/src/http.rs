@@ -558,13 +558,22 @@ mod tests {
 
     #[test]
     fn route_names_are_templates_never_request_values() {
-        assert_eq!(route_name(Method::Get, "/api/v1/users/alice-42"), "users/{alias}");
+        assert_eq!(
+            route_name(Method::Get, "/api/v1/users/alice-42"),
+            "users/{alias}"
+        );
         assert_eq!(
             route_name(Method::Post, "/api/v1/channels/c-123/posts"),
             "channels/{id}/posts"
         );
-        assert_eq!(route_name(Method::Get, "/api/v1/nothing/here"), UNKNOWN_ROUTE);
-        assert_eq!(route_name(Method::Delete, "/api/v1/register"), UNKNOWN_ROUTE);
+        assert_eq!(
+            route_name(Method::Get, "/api/v1/nothing/here"),
+            UNKNOWN_ROUTE
+        );
+        assert_eq!(
+            route_name(Method::Delete, "/api/v1/register"),
+            UNKNOWN_ROUTE
+        );
         for name in ROUTE_NAMES {
             assert!(!name.contains("alice") && !name.contains("c-123"));
         }

@@ -93,8 +93,8 @@ pub use http::{ApiError, HttpRequest, HttpResponse, Method, Resolution};
 #[cfg(feature = "planted-bugs")]
 pub use planted::PlantedBug;
 pub use push::PushTarget;
-pub use stats::{RelayStats, WebhookStats};
 pub use relay::{
     Accepted, BatchFailed, CloseReason, ConnId, Output, Relay, WsConnect, legacy_jwt_signing_key,
     storage_unavailable_response,
 };
+pub use stats::{RelayStats, WebhookStats};

@@ -40,7 +40,10 @@ const NOT_IN_FILE: &[(&str, &str)] = &[
          payment-webhook-secret-file (mode 0600), or set RELAY_PAYMENT_WEBHOOK_SECRET",
     ),
     ("config", "the configuration file cannot name another one"),
-    ("check-config", "a command, not a setting: pass --check-config"),
+    (
+        "check-config",
+        "a command, not a setting: pass --check-config",
+    ),
 ];
 
 /// Flags whose values are secrets: `--check-config` never prints them.
@@ -447,7 +450,7 @@ pub(crate) fn parse() -> Result<Parsed> {
 }
 
 /// [`parse`] of `argv` (its first element is the program name).
-pub(crate) fn parse_from(argv: Vec<OsString>) -> Result<Parsed> {
+pub(crate) fn parse_from(mut argv: Vec<OsString>) -> Result<Parsed> {
     let command = Cli::command();
     let matches = command
         .clone()
@@ -468,9 +471,8 @@ pub(crate) fn parse_from(argv: Vec<OsString>) -> Result<Parsed> {
         }
     };
     let (extra, from_file) = file_args(&command, &matches, &file)?;
-    let mut all = argv.clone();
-    all.extend(extra.iter().flat_map(|(_, args)| args.iter().cloned()));
-    let matches = command.try_get_matches_from(&all).map_err(|e| {
+    argv.extend(extra.into_iter().flat_map(|args| args.args));
+    let matches = command.try_get_matches_from(&argv).map_err(|e| {
         anyhow!(
             "{} (with the settings of the configuration file {})",
             one_line(&e),
@@ -495,19 +497,24 @@ fn one_line(e: &clap::Error) -> String {
     first.strip_prefix("error: ").unwrap_or(first).to_owned()
 }
 
+/// The command-line arguments one key of a configuration file stands for.
+struct FileArgs {
+    args: Vec<OsString>,
+}
+
 /// The arguments the file `path` adds (per key), and the ids of the flags it sets; checks
 /// every key and each value on its own.
 fn file_args(
     command: &clap::Command,
     given: &ArgMatches,
     path: &Path,
-) -> Result<(Vec<(String, Vec<OsString>)>, BTreeSet<String>)> {
+) -> Result<(Vec<FileArgs>, BTreeSet<String>)> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the configuration file {}", path.display()))?;
     let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-        let line = e
-            .span()
-            .map_or(0, |span| text[..span.start.min(text.len())].lines().count().max(1));
+        let line = e.span().map_or(0, |span| {
+            text[..span.start.min(text.len())].lines().count().max(1)
+        });
         anyhow!(
             "{}:{line}: {} (the file is TOML: key = value, one per line)",
             path.display(),
@@ -559,7 +566,7 @@ fn file_args(
             return Err(in_file(key, &one_line(&e)));
         }
         from_file.insert(id.to_owned());
-        extra.push((key.clone(), args));
+        extra.push(FileArgs { args });
     }
     Ok((extra, from_file))
 }
@@ -627,7 +634,9 @@ impl Origin {
                     Some(ValueSource::CommandLine) => "flag".to_owned(),
                     Some(ValueSource::EnvVariable) => format!(
                         "env {}",
-                        arg.get_env().map(|e| e.to_string_lossy()).unwrap_or_default()
+                        arg.get_env()
+                            .map(|e| e.to_string_lossy())
+                            .unwrap_or_default()
                     ),
                     Some(ValueSource::DefaultValue) => "default".to_owned(),
                     _ => {
@@ -731,7 +740,11 @@ pub(crate) fn redact_database_url(url: &str) -> String {
 fn redact_pairs(text: &str, sep: char) -> String {
     text.split(sep)
         .map(|pair| {
-            let key = pair.trim_start_matches('?').split('=').next().unwrap_or_default();
+            let key = pair
+                .trim_start_matches('?')
+                .split('=')
+                .next()
+                .unwrap_or_default();
             if key.eq_ignore_ascii_case("password") {
                 format!("{}=***", &pair[..pair.find('=').unwrap_or(pair.len())])
             } else {
@@ -793,7 +806,10 @@ mod tests {
         let text = parsed.origin.render();
         assert!(text.contains("pow-difficulty = 1  # flag"), "{text}");
         assert!(text.contains("max-queued-bytes = 1000  # file"), "{text}");
-        assert!(text.contains("listen = \"127.0.0.1:8080\"  # default"), "{text}");
+        assert!(
+            text.contains("listen = \"127.0.0.1:8080\"  # default"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -811,7 +827,10 @@ mod tests {
             ("listn = \"x\"\n", "unknown key `listn`"),
             ("pow-difficulty = \"lots\"\n", "key `pow-difficulty`"),
             ("memory = 1\n", "key `memory`: a switch"),
-            ("payment-webhook-secret = \"s\"\n", "payment-webhook-secret-file"),
+            (
+                "payment-webhook-secret = \"s\"\n",
+                "payment-webhook-secret-file",
+            ),
             ("listen = [\"a\"]\n", "takes one value"),
             ("listen = \n", ":1:"),
         ] {
@@ -831,7 +850,10 @@ mod tests {
             .clone()
             .try_get_matches_from(["relay", "--memory", "--seed", "1"])
             .expect_err("refused");
-        assert_eq!(refused.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        assert_eq!(
+            refused.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
         command
             .try_get_matches_from(["relay", "--memory", "--seed", "1", "--test-mode"])
             .expect("accepted in test mode");
@@ -840,7 +862,9 @@ mod tests {
     #[test]
     fn passwords_are_redacted_from_database_urls() {
         assert_eq!(
-            redact_database_url("postgresql://relay:hunter2@db:5432/chat?sslmode=disable&password=x"),
+            redact_database_url(
+                "postgresql://relay:hunter2@db:5432/chat?sslmode=disable&password=x"
+            ),
             "postgresql://relay:***@db:5432/chat?sslmode=disable&password=***"
         );
         assert_eq!(

@@ -22,7 +22,9 @@ use wire::{ClientFrame, FrameError, ServerFrame, UnixMs, UserUuid, frames::Goawa
 use super::leadership::{CLOSE_NOT_LEADER, TermEnd};
 use super::metrics::{CloseKind, Metrics, close_kind};
 use super::rest::Phase;
-use super::{INPUT_QUEUE_CAPACITY, MAX_BATCH_INPUTS, OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener};
+use super::{
+    INPUT_QUEUE_CAPACITY, MAX_BATCH_INPUTS, OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener,
+};
 use seam::clock::{self, Clock, OffsetClock};
 
 /// A message to the core task.

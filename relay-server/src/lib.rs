@@ -110,8 +110,8 @@ use seam::clock::{Clock, OffsetClock, SystemClock};
 use seam::net::{ConnectionCounter, Network, ServeLimits, serve_with_limits};
 
 use self::driver::{CoreParts, PushSink, TermCtx};
-use self::metrics::Metrics;
 use self::leadership::{CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, Leadership, Term};
+use self::metrics::Metrics;
 use self::rest::Phase;
 
 pub use self::driver::OutboundBytes;

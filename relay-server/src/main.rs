@@ -624,7 +624,10 @@ fn config(args: &Args) -> Result<Config> {
             relay_core::limits::MAX_POW_DIFFICULTY
         );
     }
-    let secret = match (&args.payment_webhook_secret, &args.payment_webhook_secret_file) {
+    let secret = match (
+        &args.payment_webhook_secret,
+        &args.payment_webhook_secret_file,
+    ) {
         (_, Some(file)) => {
             let text = private_files::read_private(file)
                 .with_context(|| format!("--payment-webhook-secret-file {}", file.display()))?;

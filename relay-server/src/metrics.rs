@@ -45,7 +45,8 @@ use super::OutboundBytes;
 /// The path of the exposition on the metrics listener.
 pub const METRICS_PATH: &str = "/metrics";
 /// The exposition's content type (OpenMetrics 1.0 text, which Prometheus negotiates).
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Declares a label whose values are a closed set of fixed names.
 macro_rules! label_enum {
@@ -462,14 +463,20 @@ impl Metrics {
             }
         };
         let f = &*self.f;
-        let accepted = |r| f.messages_accepted.get_or_create_owned(&RecipientLabels { recipient: r });
+        let accepted = |r| {
+            f.messages_accepted
+                .get_or_create_owned(&RecipientLabels { recipient: r })
+        };
         add(
             &accepted(Recipient::Online),
             d(now.messages_accepted_online, last.messages_accepted_online),
         );
         add(
             &accepted(Recipient::Offline),
-            d(now.messages_accepted_offline, last.messages_accepted_offline),
+            d(
+                now.messages_accepted_offline,
+                last.messages_accepted_offline,
+            ),
         );
         add(
             &f.messages_deduplicated,
@@ -484,12 +491,20 @@ impl Metrics {
         for (result, n) in [
             (WebhookResult::Applied, d(w.applied, lw.applied)),
             (WebhookResult::Duplicate, d(w.duplicate, lw.duplicate)),
-            (WebhookResult::BadSignature, d(w.bad_signature, lw.bad_signature)),
+            (
+                WebhookResult::BadSignature,
+                d(w.bad_signature, lw.bad_signature),
+            ),
             (WebhookResult::Invalid, d(w.invalid, lw.invalid)),
-            (WebhookResult::UnknownOrder, d(w.unknown_order, lw.unknown_order)),
+            (
+                WebhookResult::UnknownOrder,
+                d(w.unknown_order, lw.unknown_order),
+            ),
         ] {
             if n > 0 {
-                f.webhooks.get_or_create(&WebhookLabels { result }).inc_by(n);
+                f.webhooks
+                    .get_or_create(&WebhookLabels { result })
+                    .inc_by(n);
             }
         }
     }
@@ -842,7 +857,10 @@ impl Collector for Live {
     }
 }
 
-fn encode_push(encoder: &mut DescriptorEncoder<'_>, worker: &PushWorker) -> Result<(), std::fmt::Error> {
+fn encode_push(
+    encoder: &mut DescriptorEncoder<'_>,
+    worker: &PushWorker,
+) -> Result<(), std::fmt::Error> {
     let by_kind = worker.stats_by_kind();
     let service = |kind: &str| match kind {
         "fcm" => PushService::Fcm,
@@ -887,19 +905,31 @@ fn encode_push(encoder: &mut DescriptorEncoder<'_>, worker: &PushWorker) -> Resu
     let occupancy = worker.occupancy();
     let limits = worker.limits();
     for (name, help, value) in [
-        ("push_queue", "Pushes waiting for a request slot.", occupancy.queued),
+        (
+            "push_queue",
+            "Pushes waiting for a request slot.",
+            occupancy.queued,
+        ),
         (
             "push_queue_limit",
             "Pushes the queue holds at most (more are dropped).",
             limits.queue_capacity,
         ),
-        ("push_in_flight", "Push requests in flight.", occupancy.in_flight),
+        (
+            "push_in_flight",
+            "Push requests in flight.",
+            occupancy.in_flight,
+        ),
         (
             "push_in_flight_limit",
             "Push requests in flight at most.",
             limits.max_concurrent,
         ),
-        ("push_retrying", "Pushes waiting to retry.", occupancy.retrying),
+        (
+            "push_retrying",
+            "Pushes waiting to retry.",
+            occupancy.retrying,
+        ),
     ] {
         let m = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
         ConstGauge::new(gauge(value as u64)).encode(m)?;
@@ -1007,9 +1037,18 @@ mod tests {
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert!(line.starts_with("relay_"), "{line}");
         }
-        assert!(text.contains(r#"relay_rate_limited_total{route="users/{alias}"} 1"#), "{text}");
-        assert!(text.contains(r#"relay_rate_limited_total{route="ws:frames"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"relay_rate_limited_total{route="users/{alias}"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"relay_rate_limited_total{route="ws:frames"} 1"#),
+            "{text}"
+        );
         assert!(text.contains("relay_leader_epoch 7"), "{text}");
-        assert!(text.contains(r#"relay_frames_received_total{frame="undecodable"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"relay_frames_received_total{frame="undecodable"} 1"#),
+            "{text}"
+        );
     }
 }

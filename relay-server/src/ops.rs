@@ -14,8 +14,8 @@ use super::{STORE_FILE, VAPID_KEY_FILE};
 /// `relay backup --data DIR --out FILE`.
 pub(crate) fn backup(data: &Path, out: &Path) -> Result<ExitCode> {
     let store = data.join(STORE_FILE);
-    let report = backup::backup(&store, out)
-        .with_context(|| format!("backing up {}", store.display()))?;
+    let report =
+        backup::backup(&store, out).with_context(|| format!("backing up {}", store.display()))?;
     println!(
         "backup: {} -> {} ({})",
         store.display(),
@@ -37,8 +37,8 @@ pub(crate) fn restore(from: &Path, data: &Path) -> Result<ExitCode> {
     secrets::create_private_dir(data)
         .with_context(|| format!("preparing the data directory {}", data.display()))?;
     let store = data.join(STORE_FILE);
-    let report = backup::restore(from, &store)
-        .with_context(|| format!("restoring {}", from.display()))?;
+    let report =
+        backup::restore(from, &store).with_context(|| format!("restoring {}", from.display()))?;
     println!(
         "restored: {} -> {} ({})",
         from.display(),

@@ -87,10 +87,22 @@ fn check_config_shows_each_source_redacts_secrets_and_loads_back() {
          pow-difficulty = 4\n",
     );
     let out = relay()
-        .args(["--config", file.to_str().unwrap(), "--check-config", "--pow-difficulty", "1"])
-        .env("RELAY_PAYMENT_WEBHOOK_SECRET", "canary-webhook-secret-31337")
+        .args([
+            "--config",
+            file.to_str().unwrap(),
+            "--check-config",
+            "--pow-difficulty",
+            "1",
+        ])
+        .env(
+            "RELAY_PAYMENT_WEBHOOK_SECRET",
+            "canary-webhook-secret-31337",
+        )
         .env("RELAY_MAX_CONNECTIONS", "77")
-        .env("DATABASE_URL", "postgresql://relay:hunter2@db.internal/chat")
+        .env(
+            "DATABASE_URL",
+            "postgresql://relay:hunter2@db.internal/chat",
+        )
         .output()
         .unwrap();
     let stdout = text(&out.stdout);
@@ -120,7 +132,11 @@ fn check_config_shows_each_source_redacts_secrets_and_loads_back() {
         .unwrap();
     let again_out = text(&again.stdout);
     assert!(again.status.success(), "{}", text(&again.stderr));
-    for line in ["pow-difficulty = 1  # file", "max-connections = 77  # file", "memory = true  # file"] {
+    for line in [
+        "pow-difficulty = 1  # file",
+        "max-connections = 77  # file",
+        "memory = true  # file",
+    ] {
         assert!(again_out.contains(line), "{line:?} not in:\n{again_out}");
     }
 }
@@ -129,9 +145,18 @@ fn check_config_shows_each_source_redacts_secrets_and_loads_back() {
 fn configuration_mistakes_are_one_line_with_the_file_the_key_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     for (contents, expected) in [
-        ("memory = true\nlisten-addr = \"0.0.0.0:80\"\n", "unknown key `listen-addr`"),
-        ("memory = true\nmax-connections = \"many\"\n", "key `max-connections`"),
-        ("memory = true\npayment-webhook-secret = \"s3cr3t\"\n", "payment-webhook-secret-file"),
+        (
+            "memory = true\nlisten-addr = \"0.0.0.0:80\"\n",
+            "unknown key `listen-addr`",
+        ),
+        (
+            "memory = true\nmax-connections = \"many\"\n",
+            "key `max-connections`",
+        ),
+        (
+            "memory = true\npayment-webhook-secret = \"s3cr3t\"\n",
+            "payment-webhook-secret-file",
+        ),
         ("memory = true\n[push]\n", "key `push`"),
         ("memory = \"yes\n", "relay.toml:1:"),
     ] {
@@ -153,7 +178,11 @@ fn configuration_mistakes_are_one_line_with_the_file_the_key_and_the_fix() {
 fn the_seed_is_refused_outside_test_mode() {
     let out = relay().args(["--memory", "--seed", "7"]).output().unwrap();
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("--test-mode"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--test-mode"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = relay()
         .args(["--memory", "--seed", "7", "--test-mode", "--check-config"])
         .output()
@@ -169,13 +198,27 @@ fn the_seed_is_refused_outside_test_mode() {
 
 #[test]
 fn metrics_are_never_served_on_the_public_port() {
-    for (listen, metrics) in [("127.0.0.1:8080", "127.0.0.1:8080"), ("0.0.0.0:8080", "127.0.0.1:8080")] {
+    for (listen, metrics) in [
+        ("127.0.0.1:8080", "127.0.0.1:8080"),
+        ("0.0.0.0:8080", "127.0.0.1:8080"),
+    ] {
         let out: Output = relay()
-            .args(["--memory", "--listen", listen, "--metrics-listen", metrics, "--check-config"])
+            .args([
+                "--memory",
+                "--listen",
+                listen,
+                "--metrics-listen",
+                metrics,
+                "--check-config",
+            ])
             .output()
             .unwrap();
         assert!(!out.status.success(), "{listen} {metrics}");
-        assert!(text(&out.stderr).contains("public port"), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("public port"),
+            "{}",
+            text(&out.stderr)
+        );
     }
 }
 
@@ -194,9 +237,15 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
         "KillSignal=SIGTERM",
         "ExecStart=/usr/local/bin/relay --config /etc/relay/relay.toml",
     ] {
-        assert!(unit.contains(directive), "{directive} not in deploy/relay.service");
+        assert!(
+            unit.contains(directive),
+            "{directive} not in deploy/relay.service"
+        );
     }
-    assert!(!unit.contains("--payment-webhook-secret "), "a secret on the command line");
+    assert!(
+        !unit.contains("--payment-webhook-secret "),
+        "a secret on the command line"
+    );
     let Ok(version) = Command::new("systemd-analyze").arg("--version").output() else {
         assert!(
             std::env::var_os("RELAY_TEST_SYSTEMD_REQUIRED").is_none(),
@@ -215,8 +264,14 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
         .output()
         .unwrap();
     let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "systemd-analyze verify refused the unit:\n{said}");
-    assert!(!said.contains("relay.service"), "systemd-analyze verify warned:\n{said}");
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify refused the unit:\n{said}"
+    );
+    assert!(
+        !said.contains("relay.service"),
+        "systemd-analyze verify warned:\n{said}"
+    );
 }
 
 #[test]

@@ -184,14 +184,20 @@ async fn nothing_secret_reaches_the_json_log_at_trace() {
         for field in ["timestamp", "level", "target"] {
             assert!(v[field].is_string(), "no {field}: {line}");
         }
-        assert!(!line.contains('\u{1b}'), "ANSI escape in a JSON line: {line}");
+        assert!(
+            !line.contains('\u{1b}'),
+            "ANSI escape in a JSON line: {line}"
+        );
         if v["span"]["name"] == "ws" {
             assert!(v["span"]["conn"].is_u64(), "{line}");
             with_span += 1;
         }
         lines += 1;
     }
-    assert!(log.contains(r#""message":"frame out""#), "no TRACE line from the relay");
+    assert!(
+        log.contains(r#""message":"frame out""#),
+        "no TRACE line from the relay"
+    );
     assert!(log.contains(r#""message":"websocket open""#));
     assert!(with_span > 0, "no event inside a connection's span");
     let found = leaks(&log, &secrets);

@@ -205,7 +205,11 @@ fn copy_all(backup: &Backup<'_, '_>, from: &Path) -> Result<(), BackupError> {
     })
 }
 
-fn write_copy(source: &Connection, from: &Path, partial: &Path) -> Result<BackupReport, BackupError> {
+fn write_copy(
+    source: &Connection,
+    from: &Path,
+    partial: &Path,
+) -> Result<BackupReport, BackupError> {
     let mut dest = Connection::open(partial).map_err(sqlite("creating", partial))?;
     {
         let backup = Backup::new(source, &mut dest).map_err(sqlite("reading", from))?;
@@ -287,10 +291,16 @@ mod tests {
         let restored = dir.path().join("fresh").join("relay.sqlite3");
         std::fs::create_dir(dir.path().join("fresh")).expect("dir");
         restore(&out, &restored).expect("restore");
-        let snapshot = SqliteStore::open(&restored).expect("open").load().expect("load");
+        let snapshot = SqliteStore::open(&restored)
+            .expect("open")
+            .load()
+            .expect("load");
         let meta = snapshot.get(&Table::Meta).expect("meta rows");
         assert!(meta.contains_key("before") && !meta.contains_key("after"));
-        assert!(matches!(restore(&out, &restored), Err(BackupError::Exists(_))));
+        assert!(matches!(
+            restore(&out, &restored),
+            Err(BackupError::Exists(_))
+        ));
     }
 
     #[test]
@@ -299,7 +309,11 @@ mod tests {
         let junk = dir.path().join("junk");
         std::fs::write(&junk, b"not a database at all, not even close").expect("write");
         let out = dir.path().join("out");
-        assert!(matches!(backup(&junk, &out), Err(BackupError::NotAStore { .. })), "{:?}", backup(&junk, &out));
+        assert!(
+            matches!(backup(&junk, &out), Err(BackupError::NotAStore { .. })),
+            "{:?}",
+            backup(&junk, &out)
+        );
         assert!(!out.exists());
         assert!(matches!(
             backup(&dir.path().join("missing"), &out),
