@@ -46,12 +46,22 @@
 //!   it forward by `ms`, firing every timer that became due (`handle_timeout` on the core task)
 //!   and executing their outputs (conformance/README.md, "Test clock"). No authentication.
 //!   Without test mode the path is an unknown route like any other (404).
-//! * **Graceful shutdown**: when the shutdown future resolves the listener stops accepting,
-//!   the core sends GOAWAY `server_shutdown` to every socket and closes it (relay-core has no
-//!   input for this, so the shell sends the [`wire::ServerFrame::Goaway`] itself and reports
-//!   the sockets disconnected), refuses new upgrades with 503, and keeps serving in-flight
-//!   requests until every handler and socket task is gone. Every ack and 2xx was sent after
-//!   its commit, so nothing acknowledged is lost.
+//! * **Graceful shutdown (the drain)**: when the shutdown future resolves (the `relay` binary:
+//!   SIGTERM or Ctrl-C) the listener stops accepting and the core, between two batches (a
+//!   batch in flight is always committed and answered first), refuses new upgrades (503),
+//!   handles, commits and answers every input already queued (frames that arrived before the
+//!   signal get their acks), then sends GOAWAY `server_shutdown` and a close 1001 (going away)
+//!   to every socket after the frames queued for it, so clients reconnect elsewhere or later
+//!   (relay-core has no input for this, so the shell sends the [`wire::ServerFrame::Goaway`]
+//!   itself and reports the sockets disconnected). In-flight requests are served to the end;
+//!   `serve` returns once every handler and socket task is gone, or after the drain deadline
+//!   ([`DRAIN_DEADLINE_MS`], [`RelayServer::with_drain_deadline`]) with whatever is still
+//!   open. Every ack and 2xx was sent after its commit, so nothing acknowledged is lost. A
+//!   campaigning server's term then ends and its leadership is released (PostgreSQL: a
+//!   standby takes over at once).
+//! * **Metrics** ([`RelayServer::with_metrics`], [`metrics`]): counters, gauges and histograms
+//!   of what the server, its relay, its store and its push worker do, served on a listener of
+//!   their own ([`metrics::serve_metrics`]); never per account or address.
 //!
 //! # Starting one
 //!
@@ -75,7 +85,8 @@
 //!
 //! # Logs
 //! A span per connection (`conn` id and `user` uuid only), per-frame events at TRACE (type and
-//! size, never payloads, tokens or tickets), lifecycle at INFO, failures at WARN / ERROR.
+//! size, never payloads, tokens or tickets), lifecycle at INFO, failures at WARN / ERROR; as
+//! text or one JSON object per line ([`logging`]).
 
 mod driver;
 pub mod embedded;

@@ -3,7 +3,12 @@
 //! ```text
 //! relay --data ./relay-data                      # durable: ./relay-data/relay.sqlite3 + blobs/
 //! relay --memory --listen 127.0.0.1:9000         # ephemeral
-//! RELAY_PAYMENT_WEBHOOK_SECRET=… relay --data d  # accept signed payment webhooks
+//! RELAY_PAYMENT_WEBHOOK_SECRET_FILE=/etc/relay/pay.secret relay --data d   # signed webhooks
+//! relay --config /etc/relay/relay.toml           # settings from a file (flags and RELAY_* win)
+//! relay --config /etc/relay/relay.toml --check-config   # print and check, secrets redacted
+//! relay --data d --metrics-listen 127.0.0.1:9464 --log-format json
+//! relay backup --data d --out /backups/relay.sqlite3    # while the relay runs
+//! relay restore --from /backups/relay.sqlite3 --data d2
 //! relay --memory --test-mode --pow-difficulty 1  # conformance runs (NEVER in production)
 //! DATABASE_URL=postgresql://relay@db/chat RELAY_POSTGRES_PASSWORD_FILE=/run/secrets/pg \
 //!   relay --secrets-dir /etc/relay/secrets       # PostgreSQL: run two, one is active
@@ -11,6 +16,9 @@
 //! relay --data d --fcm-credentials fcm.json                      # + FCM (Android)
 //! relay --data d --apns-key AuthKey.p8 --apns-key-id K --apns-team-id T --apns-topic org.app
 //! ```
+//!
+//! Configuration (`cli`): every flag also from its `RELAY_*` variable and from the TOML file
+//! of `--config`, in that order of precedence; `--help` groups them by heading.
 //!
 //! Push (README "Push delivery"): each kind is enabled by its credentials; a kind without them
 //! is skipped, with one warning at startup. Every key file must be mode 0600 (refused
@@ -25,9 +33,10 @@
 //! differ refuses to lead and exits non-zero, saying how to fix it (`--rotate-jwt-key` /
 //! `--rotate-vapid-key` record a new key on purpose).
 //!
-//! Stops gracefully on Ctrl-C or SIGTERM: GOAWAY `server_shutdown` to every socket, in-flight
-//! requests finish; every acknowledgement was sent after its commit, so nothing is lost. On
-//! PostgreSQL the active relay then resigns: a standby takes over at once.
+//! Stops gracefully on Ctrl-C or SIGTERM (the drain): no new connections, the inputs already
+//! received committed and answered, GOAWAY `server_shutdown` and close 1001 to every socket,
+//! exit within `--drain-deadline-ms`; every acknowledgement was sent after its commit, so
+//! nothing is lost. On PostgreSQL the active relay then resigns: a standby takes over at once.
 
 use std::{
     collections::BTreeMap,
