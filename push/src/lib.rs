@@ -72,4 +72,6 @@ pub use tls::HttpsTransport;
 pub use transport::{PushRequest, PushResponse, PushTransport, TransportError};
 pub use vapid::{KeyFileError, VapidKey, VapidSubject};
 pub use webpush::{Urgency, WebPushConfig, WebPushOptions};
-pub use worker::{GoneTarget, PushStats, PushWorker, Submitted, WorkerConfig, WorkerLimits};
+pub use worker::{
+    GoneTarget, Occupancy, PushStats, PushWorker, Submitted, WorkerConfig, WorkerLimits,
+};

@@ -163,6 +163,33 @@ pub struct PushStats {
     pub gave_up: u64,
 }
 
+impl PushStats {
+    fn plus(self, o: &Self) -> Self {
+        Self {
+            queued: self.queued + o.queued,
+            queue_full: self.queue_full + o.queue_full,
+            unconfigured: self.unconfigured + o.unconfigured,
+            delivered: self.delivered + o.delivered,
+            gone: self.gone + o.gone,
+            gone_dropped: self.gone_dropped + o.gone_dropped,
+            failed: self.failed + o.failed,
+            retries: self.retries + o.retries,
+            gave_up: self.gave_up + o.gave_up,
+        }
+    }
+}
+
+/// How full the worker is right now ([`PushWorker::occupancy`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Occupancy {
+    /// Pushes in the queue (bound: [`WorkerLimits::queue_capacity`]).
+    pub queued: usize,
+    /// Requests in flight (bound: [`WorkerLimits::max_concurrent`]).
+    pub in_flight: usize,
+    /// Pushes waiting between attempts (bound: [`WorkerLimits::max_retrying`]).
+    pub retrying: usize,
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     queued: AtomicU64,
@@ -191,8 +218,11 @@ struct Job {
 #[derive(Clone)]
 pub struct PushWorker {
     tx: mpsc::Sender<Job>,
-    counters: Arc<Counters>,
+    counters: Arc<[Counters; 3]>,
     enabled: [bool; 3],
+    permits: Arc<Semaphore>,
+    retry_slots: Arc<Semaphore>,
+    limits: WorkerLimits,
 }
 
 impl std::fmt::Debug for PushWorker {
@@ -205,6 +235,9 @@ impl std::fmt::Debug for PushWorker {
             .finish()
     }
 }
+
+/// The kinds' names in [`kind_index`] order ([`PushTarget::kind`]).
+const KIND_NAMES: [&str; 3] = ["web_push", "fcm", "apns"];
 
 fn kind_index(target: &PushTarget) -> usize {
     match target {
@@ -254,7 +287,9 @@ impl PushWorker {
         if !enabled[2] {
             warn!("push: APNs not configured (no signing key); iOS targets are skipped");
         }
-        let counters = Arc::new(Counters::default());
+        let counters: Arc<[Counters; 3]> = Arc::default();
+        let permits = Arc::new(Semaphore::new(limits.max_concurrent));
+        let retry_slots = Arc::new(Semaphore::new(limits.max_retrying));
         let (tx, rx) = mpsc::channel(limits.queue_capacity);
         let (gone_tx, gone_rx) = mpsc::channel(GONE_CHANNEL_CAPACITY);
         let ctx = Arc::new(Ctx {
@@ -274,8 +309,8 @@ impl PushWorker {
                 token: Mutex::new(None),
             }),
             rng: Mutex::new(ChaCha20Rng::from_seed(rng_seed)),
-            permits: Arc::new(Semaphore::new(limits.max_concurrent)),
-            retry_slots: Arc::new(Semaphore::new(limits.max_retrying)),
+            permits: Arc::clone(&permits),
+            retry_slots: Arc::clone(&retry_slots),
             gone: gone_tx,
             counters: counters.clone(),
         });
@@ -285,6 +320,9 @@ impl PushWorker {
                 tx,
                 counters,
                 enabled,
+                permits,
+                retry_slots,
+                limits,
             },
             gone_rx,
         )
@@ -292,8 +330,9 @@ impl PushWorker {
 
     /// Queues `payload` for `target` of `user`; never waits (see [`Submitted`]).
     pub fn submit(&self, user: UserUuid, target: PushTarget, payload: PushPayload) -> Submitted {
+        let counters = &self.counters[kind_index(&target)];
         if !self.enabled[kind_index(&target)] {
-            bump(&self.counters.unconfigured);
+            bump(&counters.unconfigured);
             return Submitted::Unconfigured;
         }
         match self.tx.try_send(Job {
@@ -302,11 +341,11 @@ impl PushWorker {
             payload,
         }) {
             Ok(()) => {
-                bump(&self.counters.queued);
+                bump(&counters.queued);
                 Submitted::Queued
             }
             Err(mpsc::error::TrySendError::Full(_)) => {
-                let n = bump(&self.counters.queue_full);
+                let n = bump(&counters.queue_full);
                 if n.is_power_of_two() {
                     warn!(dropped = n, "push queue full: push dropped (best effort)");
                 }
@@ -321,21 +360,50 @@ impl PushWorker {
         self.enabled[kind_index(target)]
     }
 
-    /// The counters.
+    /// The counters, over every kind.
     pub fn stats(&self) -> PushStats {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        PushStats {
-            queued: get(&c.queued),
-            queue_full: get(&c.queue_full),
-            unconfigured: get(&c.unconfigured),
-            delivered: get(&c.delivered),
-            gone: get(&c.gone),
-            gone_dropped: get(&c.gone_dropped),
-            failed: get(&c.failed),
-            retries: get(&c.retries),
-            gave_up: get(&c.gave_up),
+        self.stats_by_kind()
+            .iter()
+            .fold(PushStats::default(), |sum, (_, s)| sum.plus(s))
+    }
+
+    /// The counters of each kind, named as [`PushTarget::kind`] names them (`web_push`,
+    /// `fcm`, `apns`).
+    pub fn stats_by_kind(&self) -> [(&'static str, PushStats); 3] {
+        let of = |c: &Counters| {
+            let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            PushStats {
+                queued: get(&c.queued),
+                queue_full: get(&c.queue_full),
+                unconfigured: get(&c.unconfigured),
+                delivered: get(&c.delivered),
+                gone: get(&c.gone),
+                gone_dropped: get(&c.gone_dropped),
+                failed: get(&c.failed),
+                retries: get(&c.retries),
+                gave_up: get(&c.gave_up),
+            }
+        };
+        [
+            (KIND_NAMES[0], of(&self.counters[0])),
+            (KIND_NAMES[1], of(&self.counters[1])),
+            (KIND_NAMES[2], of(&self.counters[2])),
+        ]
+    }
+
+    /// Pushes waiting in the queue now, in flight now, and waiting to retry now.
+    pub fn occupancy(&self) -> Occupancy {
+        let used = |sem: &Semaphore, of: usize| of.saturating_sub(sem.available_permits());
+        Occupancy {
+            queued: self.tx.max_capacity().saturating_sub(self.tx.capacity()),
+            in_flight: used(&self.permits, self.limits.max_concurrent),
+            retrying: used(&self.retry_slots, self.limits.max_retrying),
         }
+    }
+
+    /// The worker's bounds (as started: zeros raised to one).
+    pub fn limits(&self) -> WorkerLimits {
+        self.limits
     }
 }
 
@@ -366,7 +434,7 @@ struct Ctx<T> {
     permits: Arc<Semaphore>,
     retry_slots: Arc<Semaphore>,
     gone: mpsc::Sender<GoneTarget>,
-    counters: Arc<Counters>,
+    counters: Arc<[Counters; 3]>,
 }
 
 fn lock<V>(m: &Mutex<V>) -> std::sync::MutexGuard<'_, V> {
@@ -395,6 +463,7 @@ enum AttemptError {
 impl<T: PushTransport> Ctx<T> {
     async fn deliver(&self, job: Job, permit: OwnedSemaphorePermit) {
         let kind = job.target.kind();
+        let counters = &self.counters[kind_index(&job.target)];
         let mut permit = permit;
         let mut attempt: u32 = 1;
         let mut reauthed = false;
@@ -409,37 +478,37 @@ impl<T: PushTransport> Ctx<T> {
             };
             match outcome {
                 Outcome::Delivered => {
-                    bump(&self.counters.delivered);
+                    bump(&counters.delivered);
                     debug!(kind, attempt, "push delivered");
                     return;
                 }
                 Outcome::Gone => {
-                    bump(&self.counters.gone);
+                    bump(&counters.gone);
                     info!(kind, "push target gone: reported for deletion");
                     let report = GoneTarget {
                         user: job.user,
                         target: job.target,
                     };
                     if self.gone.try_send(report).is_err() {
-                        bump(&self.counters.gone_dropped);
+                        bump(&counters.gone_dropped);
                         warn!(kind, "gone report dropped: the relay is not reading them");
                     }
                     return;
                 }
                 Outcome::Failed { status, reason } => {
-                    bump(&self.counters.failed);
+                    bump(&counters.failed);
                     warn!(kind, attempt, status, reason, "push refused");
                     return;
                 }
                 Outcome::Reauth => {
                     reauthed = true;
                     self.invalidate(&job.target);
-                    bump(&self.counters.retries);
+                    bump(&counters.retries);
                     debug!(kind, attempt, "push credential refused: renewing it");
                 }
                 Outcome::Retry { after } => {
                     if attempt >= self.limits.max_attempts {
-                        bump(&self.counters.gave_up);
+                        bump(&counters.gave_up);
                         warn!(kind, attempt, "push not delivered: attempts exhausted");
                         return;
                     }
@@ -448,7 +517,7 @@ impl<T: PushTransport> Ctx<T> {
                         None => self.backoff(attempt),
                     };
                     if delay > Duration::from_millis(self.limits.backoff_max_ms) {
-                        bump(&self.counters.gave_up);
+                        bump(&counters.gave_up);
                         warn!(
                             kind,
                             attempt,
@@ -458,7 +527,7 @@ impl<T: PushTransport> Ctx<T> {
                         return;
                     }
                     let Ok(slot) = self.retry_slots.clone().try_acquire_owned() else {
-                        bump(&self.counters.gave_up);
+                        bump(&counters.gave_up);
                         warn!(
                             kind,
                             attempt, "push not delivered: too many pushes retrying"
@@ -466,7 +535,7 @@ impl<T: PushTransport> Ctx<T> {
                         return;
                     };
                     drop(permit);
-                    bump(&self.counters.retries);
+                    bump(&counters.retries);
                     debug!(kind, attempt, delay_ms = delay.as_millis(), "push retry");
                     tokio::time::sleep(delay).await;
                     permit = match self.permits.clone().acquire_owned().await {

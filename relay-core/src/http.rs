@@ -356,6 +356,105 @@ pub(crate) enum Route {
     PaymentWebhook,
 }
 
+impl Route {
+    /// The route's path template (`users/{alias}`): a fixed name per route, never a value
+    /// taken from the request (shells label metrics with it).
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::PowChallenge => "pow/challenge",
+            Self::Register => "register",
+            Self::AuthChallenge => "auth/challenge",
+            Self::AuthVerify => "auth/verify",
+            Self::WsTicket => "ws/ticket",
+            Self::Friends => "friends",
+            Self::FriendRequest => "friends/request",
+            Self::FriendAcceptPath(_) => "friends/{id}/accept",
+            Self::FriendAcceptBody => "friends/accept",
+            Self::FriendReject(_) => "friends/{id}/reject",
+            Self::User(_) => "users/{alias}",
+            Self::ActiveConversations => "conversations/active",
+            Self::StorageEstimate => "storage/estimate",
+            Self::MediaInit => "media/upload-parts/init",
+            Self::MediaChunk(_) => "media/upload-parts/{id}/chunk",
+            Self::MediaComplete(_) => "media/upload-parts/{id}/complete",
+            Self::MediaDownload => "media/download",
+            Self::PushVapidKey => "push/vapid-key",
+            Self::PushSubscribe => "push/subscribe",
+            Self::PushRegister => "push/register",
+            Self::PushDisable => "push/disable",
+            Self::IceConfig => "calls/ice-config",
+            Self::ChannelSearch => "channels/search",
+            Self::ChannelsMine => "channels/mine",
+            Self::ChannelCreate => "channels",
+            Self::Channel(_) => "channels/{id}",
+            Self::ChannelSubscribe(_) => "channels/{id}/subscribe",
+            Self::ChannelPosts(_) => "channels/{id}/posts",
+            Self::ChannelForSale(_) => "channels/{id}/forsale",
+            Self::ChannelBuy(_) => "channels/{id}/buy",
+            Self::ChannelQuotaBuy => "channels/quota/buy",
+            Self::ListChannel => "vanity/list-channel",
+            Self::VanitySearch => "vanity/search",
+            Self::VanityPurchase => "vanity/purchase",
+            Self::VanityBind => "vanity/bind",
+            Self::VanityReserve => "vanity/reserve",
+            Self::OrderStatus(_) => "vanity/order/{id}/status",
+            Self::PaymentWebhook => "payments/webhook",
+        }
+    }
+}
+
+/// Every name [`route_name`] can return.
+pub const ROUTE_NAMES: &[&str] = &[
+    "pow/challenge",
+    "register",
+    "auth/challenge",
+    "auth/verify",
+    "ws/ticket",
+    "friends",
+    "friends/request",
+    "friends/{id}/accept",
+    "friends/accept",
+    "friends/{id}/reject",
+    "users/{alias}",
+    "conversations/active",
+    "storage/estimate",
+    "media/upload-parts/init",
+    "media/upload-parts/{id}/chunk",
+    "media/upload-parts/{id}/complete",
+    "media/download",
+    "push/vapid-key",
+    "push/subscribe",
+    "push/register",
+    "push/disable",
+    "calls/ice-config",
+    "channels/search",
+    "channels/mine",
+    "channels",
+    "channels/{id}",
+    "channels/{id}/subscribe",
+    "channels/{id}/posts",
+    "channels/{id}/forsale",
+    "channels/{id}/buy",
+    "channels/quota/buy",
+    "vanity/list-channel",
+    "vanity/search",
+    "vanity/purchase",
+    "vanity/bind",
+    "vanity/reserve",
+    "vanity/order/{id}/status",
+    "payments/webhook",
+    UNKNOWN_ROUTE,
+];
+
+/// What [`route_name`] returns for a path no route serves (or a method it does not accept).
+pub const UNKNOWN_ROUTE: &str = "unknown";
+
+/// The path template of the route `method path` goes to (`users/{alias}`, `channels/{id}`),
+/// or [`UNKNOWN_ROUTE`]: one of [`ROUTE_NAMES`], never a part of the request itself.
+pub fn route_name(method: Method, path: &str) -> &'static str {
+    route(method, path).map_or(UNKNOWN_ROUTE, |r| r.name())
+}
+
 /// Resolves `method path` to a route, or the 404 / 405 answer.
 pub(crate) fn route(method: Method, path: &str) -> Result<Route, ApiError> {
     let segs: Vec<&str> = path.split('/').collect();
@@ -456,6 +555,29 @@ pub(crate) fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn route_names_are_templates_never_request_values() {
+        assert_eq!(
+            route_name(Method::Get, "/api/v1/users/alice-42"),
+            "users/{alias}"
+        );
+        assert_eq!(
+            route_name(Method::Post, "/api/v1/channels/c-123/posts"),
+            "channels/{id}/posts"
+        );
+        assert_eq!(
+            route_name(Method::Get, "/api/v1/nothing/here"),
+            UNKNOWN_ROUTE
+        );
+        assert_eq!(
+            route_name(Method::Delete, "/api/v1/register"),
+            UNKNOWN_ROUTE
+        );
+        for name in ROUTE_NAMES {
+            assert!(!name.contains("alice") && !name.contains("c-123"));
+        }
+    }
 
     /// What the shell logs at trace level never holds the client's address, its token, its
     /// query (tickets) or its body.

@@ -79,6 +79,7 @@ pub(crate) mod ratelimit;
 mod receipts;
 mod relay;
 mod state;
+pub mod stats;
 pub mod store;
 mod sync;
 pub mod token;
@@ -96,3 +97,4 @@ pub use relay::{
     Accepted, BatchFailed, CloseReason, ConnId, Output, Relay, WsConnect, legacy_jwt_signing_key,
     storage_unavailable_response,
 };
+pub use stats::{RelayStats, WebhookStats};

@@ -182,6 +182,7 @@ impl Relay {
         let dedup = !planted!(self.config, NoMessageDedup);
         if let Some(t) = self.state.tombstone(user, &m.id).filter(|_| dedup) {
             if t.conv_id == m.conv_id {
+                self.stats.messages_deduplicated += 1;
                 let ack = ServerFrame::Ack(AckFrame {
                     id: m.id,
                     seq: t.seq,
@@ -237,6 +238,11 @@ impl Relay {
         };
         // Offline: the recipient is copied for the push (not on the routing path).
         let offline = peer.is_none().then(|| recipient.clone());
+        if peer.is_some() {
+            self.stats.messages_accepted_online += 1;
+        } else {
+            self.stats.messages_accepted_offline += 1;
+        }
         self.send(conn, ServerFrame::Ack(AckFrame { id: m.id, seq }));
         match (peer, offline) {
             (Some(peer), _) => self.deliver_on(peer, &m.conv_id),

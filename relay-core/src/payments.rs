@@ -64,6 +64,20 @@ impl Relay {
         now: UnixMs,
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
+        let result = self.payment_webhook(now, req);
+        let counts = &mut self.stats.webhooks;
+        match &result {
+            Ok(Webhook::Applied) => counts.applied += 1,
+            Ok(Webhook::Duplicate) => counts.duplicate += 1,
+            Err(e) if e.code == ErrorCode::WEBHOOK_SIGNATURE_INVALID => counts.bad_signature += 1,
+            Err(e) if e.code == ErrorCode::ORDER_NOT_FOUND => counts.unknown_order += 1,
+            Err(_) => counts.invalid += 1,
+        }
+        result.map(|_| HttpResponse::json(200, &OkResponse::OK))
+    }
+
+    /// [`http_payment_webhook`](Self::http_payment_webhook) before its answer is counted.
+    fn payment_webhook(&mut self, now: UnixMs, req: &HttpRequest) -> Result<Webhook, ApiError> {
         if !verify_signature(
             &self.config.payment_webhook_secret.0,
             &req.body,
@@ -98,7 +112,7 @@ impl Relay {
             if p.status == PaymentStatus::Finished
                 || (p.status == body.payment_status && p.paid_usdt == body.paid_usdt)
             {
-                return Ok(HttpResponse::json(200, &OkResponse::OK));
+                return Ok(Webhook::Duplicate);
             }
         }
         let paid = prev
@@ -151,8 +165,16 @@ impl Relay {
             }
             _ => self.state.put_order(o),
         }
-        Ok(HttpResponse::json(200, &OkResponse::OK))
+        Ok(Webhook::Applied)
     }
+}
+
+/// What a verified webhook did.
+enum Webhook {
+    /// A payment was recorded.
+    Applied,
+    /// Nothing changed (an exact replay, or a report after the payment finished).
+    Duplicate,
 }
 
 #[cfg(test)]

@@ -115,7 +115,8 @@ pub(crate) struct Conn {
 ///   [`handle_timeout`](Relay::handle_timeout).
 /// * **Outputs** (`poll_*`): [`poll_output`](Relay::poll_output) (frames to send, sockets to
 ///   close) and [`poll_timeout`](Relay::poll_timeout) (when to call `handle_timeout` next).
-/// * **Getters**: [`is_failed`](Relay::is_failed), [`is_connected`](Relay::is_connected), …
+/// * **Getters**: [`is_failed`](Relay::is_failed), [`is_connected`](Relay::is_connected),
+///   [`stats`](Relay::stats) (counters for metrics; reading them changes nothing), …
 ///
 /// # Drain order
 /// After **every** input the shell drains `poll_output` until `None` and executes the outputs
@@ -175,6 +176,8 @@ pub struct Relay {
     group: Option<Group>,
     outputs: VecDeque<Output>,
     failed: bool,
+    /// What the relay did since it was built ([`Relay::stats`]).
+    pub(crate) stats: crate::stats::RelayStats,
 }
 
 /// [`Relay::commit_batch`] failed: nothing of the batch was stored or released, and the relay
@@ -265,6 +268,7 @@ impl Relay {
             group: None,
             outputs: VecDeque::new(),
             failed: false,
+            stats: crate::stats::RelayStats::default(),
         })
     }
 
@@ -311,6 +315,18 @@ impl Relay {
             .flat_map(|c| &c.queues)
             .map(crate::queue::Queue::len)
             .sum()
+    }
+
+    /// Number of undelivered messages held, as the queue bounds count them (kept as a running
+    /// total: constant time, unlike [`queued_messages`](Relay::queued_messages)).
+    pub fn backlog_messages(&self) -> usize {
+        self.state.backlog.total.msgs
+    }
+
+    /// What the relay did since it was built: plain counters for a shell to export (see
+    /// [`crate::stats`]).
+    pub fn stats(&self) -> &crate::stats::RelayStats {
+        &self.stats
     }
 
     /// Bytes of undelivered messages held, as the queue bounds count them

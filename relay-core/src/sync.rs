@@ -83,6 +83,8 @@ impl Relay {
         c.synced = true;
         c.delivery = Delivery::default();
         let user = c.user.clone();
+        self.stats.syncs += 1;
+        self.stats.sync_backlog_messages += self.state.backlog.of_recipient(&user).msgs as u64;
         let convs: Vec<ConvId> = self
             .state
             .convs_of

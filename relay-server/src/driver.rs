@@ -13,15 +13,18 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::{collections::BTreeMap, mem, sync::Arc};
 
 use axum::extract::ws::Utf8Bytes;
-use relay_core::{CloseReason, ConnId, HttpResponse, Output, Relay, WsConnect};
+use relay_core::{CloseReason, ConnId, HttpResponse, Output, Relay, RelayStats, WsConnect};
 use relay_push::{GoneTarget, PushWorker, Submitted};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, trace, warn};
 use wire::{ClientFrame, FrameError, ServerFrame, UnixMs, UserUuid, frames::GoawayFrame};
 
 use super::leadership::{CLOSE_NOT_LEADER, TermEnd};
+use super::metrics::{CloseKind, Metrics, close_kind};
 use super::rest::Phase;
-use super::{MAX_BATCH_INPUTS, OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener};
+use super::{
+    INPUT_QUEUE_CAPACITY, MAX_BATCH_INPUTS, OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener,
+};
 use seam::clock::{self, Clock, OffsetClock};
 
 /// A message to the core task.
@@ -222,6 +225,10 @@ pub(super) struct Core {
     store_down: Arc<AtomicBool>,
     /// The leadership term served, if the server campaigns.
     term: Option<TermCtx>,
+    /// Where the server counts what it does ([`super::metrics`]); `None`: nothing is counted.
+    metrics: Option<Metrics>,
+    /// The relay's counters when they were last added to `metrics`.
+    exported: RelayStats,
 }
 
 impl Core {
@@ -239,6 +246,7 @@ impl Core {
         outbound_bytes: OutboundBytes,
         store_down: Arc<AtomicBool>,
         term: Option<TermCtx>,
+        metrics: Option<Metrics>,
     ) -> Self {
         Self {
             relay,
@@ -255,6 +263,8 @@ impl Core {
             outbound_bytes,
             store_down,
             term,
+            metrics,
+            exported: RelayStats::default(),
         }
     }
 
@@ -290,7 +300,7 @@ impl Core {
                     self.end_term(&why, &mut inputs);
                     break;
                 }
-                _ = stop.changed(), if !self.draining => self.begin_shutdown(),
+                _ = stop.changed(), if !self.draining => self.begin_shutdown(&mut inputs),
                 () = sleep => {
                     if self.rebuild_pending {
                         self.rebuild();
@@ -315,12 +325,16 @@ impl Core {
                 },
             }
             self.drain();
+            self.export(inputs.len());
             if let Some(why) = term_end.as_ref().and_then(TermEnd::ended) {
                 // Never rebuild on a store of an ended term: stop here.
                 self.end_term(&why, &mut inputs);
                 break;
             }
             if self.relay.is_failed() && !self.rebuild_pending {
+                if let Some(metrics) = &self.metrics {
+                    metrics.failstop();
+                }
                 error!(
                     "a commit failed: the relay stopped (fail-stop); rebuilding it from the store"
                 );
@@ -349,10 +363,13 @@ impl Core {
                 }
             });
         }
-        let sockets = self.close_all(&[Last::Close {
-            code: CLOSE_NOT_LEADER,
-            reason: "not the leader",
-        }]);
+        let sockets = self.close_all(
+            &[Last::Close {
+                code: CLOSE_NOT_LEADER,
+                reason: "not the leader",
+            }],
+            CloseKind::NotLeader,
+        );
         inputs.close();
         let mut refused = 0usize;
         while let Ok(input) = inputs.try_recv() {
@@ -381,6 +398,9 @@ impl Core {
     /// move ends the batch before it and is handled on its own (its answer waits for the
     /// outputs of the timers it fired).
     fn handle_batch(&mut self, batch: &mut Vec<Input>) {
+        if let Some(metrics) = &self.metrics {
+            metrics.batch(batch.len());
+        }
         let mut answers = Answers::default();
         self.relay.begin_batch();
         for input in batch.drain(..) {
@@ -416,6 +436,8 @@ impl Core {
                 // The upgrade handler went away (client gone) before the answer.
                 self.conns.remove(&conn);
                 self.relay.handle_disconnect(now, conn);
+            } else if let Some(metrics) = &self.metrics {
+                metrics.websocket_opened();
             }
         }
     }
@@ -430,9 +452,19 @@ impl Core {
                 answers.http.push((reply, response));
             }
             Input::Connect { ws, reply } => self.connect(now, &ws, reply, answers),
-            Input::Frame { conn, decoded } => self.relay.handle_decoded(now, conn, decoded),
+            Input::Frame { conn, decoded } => {
+                if let Some(metrics) = &self.metrics {
+                    metrics.frame_received(decoded.as_ref().map_err(|_| ()));
+                }
+                self.relay.handle_decoded(now, conn, decoded);
+            }
             Input::Disconnect { conn } => {
-                self.conns.remove(&conn);
+                // Still known: the socket ended without the relay closing it.
+                if self.conns.remove(&conn).is_some()
+                    && let Some(metrics) = &self.metrics
+                {
+                    metrics.websocket_closed(CloseKind::ClientGone);
+                }
                 self.relay.handle_disconnect(now, conn);
             }
             Input::AdvanceClock { ms, reply } => self.advance_clock(ms, reply),
@@ -520,6 +552,9 @@ impl Core {
                             continue;
                         }
                         trace!(conn = conn.0, frame = frame.frame_type(), "frame out");
+                        if let Some(metrics) = &self.metrics {
+                            metrics.frame_sent(&frame);
+                        }
                         let text = match &last {
                             Some((f, text)) if *f == frame => text.clone(),
                             _ => {
@@ -535,7 +570,16 @@ impl Core {
                     Output::Close { conn, reason } => {
                         if let Some(entry) = self.conns.remove(&conn) {
                             debug!(conn = conn.0, ?reason, "closing socket");
-                            let (code, reason) = self.close_for(reason);
+                            let (code, text) = self.close_for(reason);
+                            if let Some(metrics) = &self.metrics {
+                                let kind = if code == CLOSE_NOT_LEADER {
+                                    CloseKind::NotLeader
+                                } else {
+                                    close_kind(reason)
+                                };
+                                metrics.websocket_closed(kind);
+                            }
+                            let reason = text;
                             let _ = entry.tx.try_send(Outbound::Close { code, reason });
                         }
                     }
@@ -607,6 +651,9 @@ impl Core {
                     bytes = self.queue_bytes,
                     "socket is not reading: outbound queue full, closing it"
                 );
+                if let Some(metrics) = &self.metrics {
+                    metrics.websocket_closed(CloseKind::TooSlow);
+                }
                 if let Some(entry) = self.conns.remove(&conn) {
                     // Best effort: the queue is full, so the task may only see the closed
                     // channel, and closes with 1001.
@@ -657,11 +704,35 @@ impl Core {
         info!(kind, "push target reported gone: deleted");
     }
 
+    /// Adds the relay's counters since the last export to the metrics and sets the core's
+    /// gauges (`inputs`: inputs waiting).
+    fn export(&mut self, inputs: usize) {
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        let now = *self.relay.stats();
+        if now != self.exported {
+            metrics.relay_stats(&now, &self.exported);
+            self.exported = now;
+        }
+        metrics.core_gauges(
+            self.conns.len(),
+            inputs,
+            self.relay.backlog_messages(),
+            self.relay.queued_bytes(),
+        );
+    }
+
     /// Closes every socket with the given last messages and reports them disconnected.
-    fn close_all(&mut self, last: &[Last]) -> usize {
+    fn close_all(&mut self, last: &[Last], why: CloseKind) -> usize {
         let now = self.clock.now();
         let conns = mem::take(&mut self.conns);
         let n = conns.len();
+        if let Some(metrics) = &self.metrics {
+            for _ in 0..n {
+                metrics.websocket_closed(why);
+            }
+        }
         for (conn, entry) in conns {
             for out in last {
                 let out = match out {
@@ -681,32 +752,68 @@ impl Core {
         n
     }
 
-    /// Shutdown: GOAWAY `server_shutdown` to every socket, close them, refuse new upgrades.
-    fn begin_shutdown(&mut self) {
+    /// Shutdown (the drain): refuse new upgrades; handle, commit and answer every input already
+    /// queued (frames that arrived before the signal get their acks); then GOAWAY
+    /// `server_shutdown` and close 1001 (going away) on every socket, after the frames queued
+    /// for it. Inputs that arrive later are handled as they come (requests are answered; frames
+    /// of closed sockets are dropped unacknowledged, and their clients send them again).
+    fn begin_shutdown(&mut self, inputs: &mut mpsc::Receiver<Input>) {
         self.draining = true;
+        if let Some(metrics) = &self.metrics {
+            metrics.draining();
+        }
+        let mut batch: Vec<Input> = Vec::with_capacity(MAX_BATCH_INPUTS);
+        let mut handled = 0usize;
+        // What was queued at the signal, at most: clients still sending cannot hold it open.
+        while !self.rebuild_pending && handled < INPUT_QUEUE_CAPACITY {
+            while batch.len() < MAX_BATCH_INPUTS {
+                match inputs.try_recv() {
+                    Ok(input) => batch.push(input),
+                    Err(_) => break,
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            handled += batch.len();
+            self.handle_batch(&mut batch);
+            self.drain();
+            if self.relay.is_failed() {
+                break;
+            }
+        }
         let goaway = Utf8Bytes::from(
             ServerFrame::Goaway(GoawayFrame {
                 reason: wire::frames::goaway_reason::SERVER_SHUTDOWN.to_owned(),
             })
             .encode(),
         );
-        let sockets = self.close_all(&[
-            Last::Text(goaway),
-            Last::Close {
-                code: close_code::GOING_AWAY,
-                reason: "server shutdown",
-            },
-        ]);
-        info!(sockets, "shutting down: GOAWAY sent to every socket");
+        let sockets = self.close_all(
+            &[
+                Last::Text(goaway),
+                Last::Close {
+                    code: close_code::GOING_AWAY,
+                    reason: "server shutdown",
+                },
+            ],
+            CloseKind::Shutdown,
+        );
+        info!(
+            sockets,
+            inputs_handled = handled,
+            "shutting down: queued inputs committed; GOAWAY and close 1001 sent to every socket"
+        );
     }
 
     /// Fail-stop recovery: drop the failed relay and open a new one from the store.
     fn rebuild(&mut self) {
         let (code, reason) = close_for(CloseReason::StorageFailure);
-        self.close_all(&[Last::Close { code, reason }]);
+        self.close_all(&[Last::Close { code, reason }], CloseKind::StorageFailure);
         match (self.open)() {
             Ok(relay) => {
+                self.export(0);
                 self.relay = relay;
+                self.exported = RelayStats::default();
                 self.rebuild_pending = false;
                 self.store_down.store(false, Ordering::Relaxed);
                 tracing::warn!("relay rebuilt from the store after a failed commit");

@@ -46,12 +46,22 @@
 //!   it forward by `ms`, firing every timer that became due (`handle_timeout` on the core task)
 //!   and executing their outputs (conformance/README.md, "Test clock"). No authentication.
 //!   Without test mode the path is an unknown route like any other (404).
-//! * **Graceful shutdown**: when the shutdown future resolves the listener stops accepting,
-//!   the core sends GOAWAY `server_shutdown` to every socket and closes it (relay-core has no
-//!   input for this, so the shell sends the [`wire::ServerFrame::Goaway`] itself and reports
-//!   the sockets disconnected), refuses new upgrades with 503, and keeps serving in-flight
-//!   requests until every handler and socket task is gone. Every ack and 2xx was sent after
-//!   its commit, so nothing acknowledged is lost.
+//! * **Graceful shutdown (the drain)**: when the shutdown future resolves (the `relay` binary:
+//!   SIGTERM or Ctrl-C) the listener stops accepting and the core, between two batches (a
+//!   batch in flight is always committed and answered first), refuses new upgrades (503),
+//!   handles, commits and answers every input already queued (frames that arrived before the
+//!   signal get their acks), then sends GOAWAY `server_shutdown` and a close 1001 (going away)
+//!   to every socket after the frames queued for it, so clients reconnect elsewhere or later
+//!   (relay-core has no input for this, so the shell sends the [`wire::ServerFrame::Goaway`]
+//!   itself and reports the sockets disconnected). In-flight requests are served to the end;
+//!   `serve` returns once every handler and socket task is gone, or after the drain deadline
+//!   ([`DRAIN_DEADLINE_MS`], [`RelayServer::with_drain_deadline`]) with whatever is still
+//!   open. Every ack and 2xx was sent after its commit, so nothing acknowledged is lost. A
+//!   campaigning server's term then ends and its leadership is released (PostgreSQL: a
+//!   standby takes over at once).
+//! * **Metrics** ([`RelayServer::with_metrics`], [`metrics`]): counters, gauges and histograms
+//!   of what the server, its relay, its store and its push worker do, served on a listener of
+//!   their own ([`metrics::serve_metrics`]); never per account or address.
 //!
 //! # Starting one
 //!
@@ -75,12 +85,14 @@
 //!
 //! # Logs
 //! A span per connection (`conn` id and `user` uuid only), per-frame events at TRACE (type and
-//! size, never payloads, tokens or tickets), lifecycle at INFO, failures at WARN / ERROR.
+//! size, never payloads, tokens or tickets), lifecycle at INFO, failures at WARN / ERROR; as
+//! text or one JSON object per line ([`logging`]).
 
 mod driver;
 pub mod embedded;
 pub mod leadership;
 pub mod logging;
+pub mod metrics;
 pub mod postgres;
 mod push;
 mod rest;
@@ -110,6 +122,7 @@ use seam::net::{ConnectionCounter, Network, ServeLimits, serve_with_limits};
 
 use self::driver::{CoreParts, PushSink, TermCtx};
 use self::leadership::{CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, Leadership, Term};
+use self::metrics::Metrics;
 use self::rest::Phase;
 
 pub use self::driver::OutboundBytes;
@@ -132,6 +145,10 @@ pub const MAX_BATCH_INPUTS: usize = 256;
 pub const OUTBOUND_QUEUE_CAPACITY: usize = 1024;
 /// The test-mode clock route (served only by a server in test mode).
 pub const ADVANCE_CLOCK_PATH: &str = "/api/v1/test/advance-clock";
+
+/// How long a shutdown may take once it begins, by default ([`RelayServer::with_drain_deadline`]):
+/// past it the server stops with whatever sockets and requests are still open.
+pub const DRAIN_DEADLINE_MS: u64 = 10_000;
 
 /// Delay between attempts to rebuild a failed relay from its store.
 pub const REBUILD_RETRY_MS: u64 = 1_000;
@@ -157,6 +174,8 @@ pub struct RelayServer {
     connections: ConnectionCounter,
     outbound_bytes: OutboundBytes,
     resolver: Option<Arc<dyn relay_push::dns::Resolve>>,
+    metrics: Option<Metrics>,
+    drain_deadline_ms: u64,
 }
 
 impl fmt::Debug for RelayServer {
@@ -196,6 +215,8 @@ impl RelayServer {
             connections: ConnectionCounter::default(),
             outbound_bytes: OutboundBytes::default(),
             resolver: None,
+            metrics: None,
+            drain_deadline_ms: DRAIN_DEADLINE_MS,
         }
     }
 
@@ -265,6 +286,23 @@ impl RelayServer {
         self
     }
 
+    /// Counts what the server does in `metrics` ([`metrics`]; serve them with
+    /// [`metrics::serve_metrics`] on a listener of their own). Wrap the store the relay opens
+    /// with [`Metrics::meter`] for commit latencies and store errors.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// How long the drain after the shutdown signal may take, in ms (default
+    /// [`DRAIN_DEADLINE_MS`]); past it `serve` returns with what is still open.
+    #[must_use]
+    pub fn with_drain_deadline(mut self, ms: u64) -> Self {
+        self.drain_deadline_ms = ms;
+        self
+    }
+
     /// Counts the connections this server holds open (shared: read it while it runs).
     pub fn connections(&self) -> ConnectionCounter {
         self.connections.clone()
@@ -304,6 +342,7 @@ impl RelayServer {
     ) -> io::Result<()> {
         let addr = axum::serve::Listener::local_addr(&listener)?;
         let (stop_tx, stop_rx) = watch::channel(false);
+        let mut deadline_stop = stop_rx.clone();
         let (phase_tx, phase_rx) = watch::channel(Phase::Standby);
         let phase_tx = Arc::new(phase_tx);
         let test_clock = self
@@ -318,17 +357,26 @@ impl RelayServer {
             }
             None => Arc::clone(&self.clock),
         };
+        if let Some(metrics) = &self.metrics {
+            metrics.attach_connections(self.connections.clone(), self.limits);
+            metrics.attach_outbound(self.outbound_bytes.clone());
+        }
         let ctx = CoreCtx {
             clock,
             test_clock,
             queue_bytes: self.limits.outbound_queue_bytes,
             outbound_bytes: self.outbound_bytes.clone(),
+            metrics: self.metrics.clone(),
         };
         let (fatal_tx, fatal_rx) = oneshot::channel::<String>();
         let mode = std::mem::replace(&mut self.mode, Mode::Single(Box::new(no_relay)));
         let core = match mode {
             Mode::Single(mut open) => {
                 let relay = open().map_err(io::Error::other)?;
+                if let Some(metrics) = &self.metrics {
+                    metrics.set_queued_bytes_limit(relay.config().max_offline_queue_bytes_total);
+                    metrics.leading(None);
+                }
                 let parts = self.start_push::<N>();
                 let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
                 let store_down = Arc::new(AtomicBool::new(false));
@@ -359,6 +407,7 @@ impl RelayServer {
             test_mode: self.test_mode,
             limits: self.limits,
             resolver: self.resolver.clone(),
+            metrics: self.metrics.clone(),
         });
         let (fatal_seen_tx, fatal_seen) = oneshot::channel::<String>();
         let shutdown = async move {
@@ -371,14 +420,36 @@ impl RelayServer {
             }
             let _ = stop_tx.send(true);
         };
-        let served =
-            serve_with_limits(listener, router, shutdown, self.limits, self.connections).await;
-        // Drops the last inputs sender the router shared: the core stops once every socket
-        // task dropped its own.
-        phase_tx.send_replace(Phase::Stopping);
-        if let Err(error) = core.await {
-            tracing::error!(%error, "relay core task ended abnormally");
-        }
+        let connections = self.connections.clone();
+        let core_abort = core.abort_handle();
+        let drain_deadline_ms = self.drain_deadline_ms;
+        let deadline = async move {
+            let _ = deadline_stop.wait_for(|stop| *stop).await;
+            tokio::time::sleep(Duration::from_millis(drain_deadline_ms)).await;
+        };
+        let finish = async {
+            let served =
+                serve_with_limits(listener, router, shutdown, self.limits, self.connections).await;
+            // Drops the last inputs sender the router shared: the core stops once every socket
+            // task dropped its own.
+            phase_tx.send_replace(Phase::Stopping);
+            if let Err(error) = core.await {
+                tracing::error!(%error, "relay core task ended abnormally");
+            }
+            served
+        };
+        let served = tokio::select! {
+            served = finish => served,
+            () = deadline => {
+                warn!(
+                    drain_deadline_ms,
+                    connections = connections.open(),
+                    "drain deadline passed: stopping with these connections still open"
+                );
+                core_abort.abort();
+                Ok(())
+            }
+        };
         info!("relay stopped");
         served?;
         match fatal_seen.await {
@@ -393,6 +464,9 @@ impl RelayServer {
         match self.push.take() {
             Some(delivery) => {
                 let (worker, gone) = delivery.spawn::<N>(Arc::clone(&self.clock));
+                if let Some(metrics) = &self.metrics {
+                    metrics.attach_push(worker.clone());
+                }
                 CoreParts {
                     push: Some(PushSink(worker)),
                     gone: Some(gone),
@@ -417,6 +491,7 @@ struct CoreCtx {
     test_clock: Option<OffsetClock>,
     queue_bytes: usize,
     outbound_bytes: OutboundBytes,
+    metrics: Option<Metrics>,
 }
 
 impl CoreCtx {
@@ -438,6 +513,7 @@ impl CoreCtx {
             self.outbound_bytes.clone(),
             store_down,
             term,
+            self.metrics.clone(),
         )
     }
 }
@@ -517,6 +593,10 @@ impl Supervisor {
                 break;
             }
             info!(?epoch, "active: serving clients (/readyz answers 200)");
+            if let Some(metrics) = &self.ctx.metrics {
+                metrics.set_queued_bytes_limit(relay.config().max_offline_queue_bytes_total);
+                metrics.leading(epoch);
+            }
             let term = TermCtx {
                 end: end.clone(),
                 phase: Arc::clone(&self.phase),
@@ -525,6 +605,9 @@ impl Supervisor {
                 .ctx
                 .core(relay, open, parts.push, store_down, Some(term));
             parts = core.run(inputs_rx, self.stop.clone(), parts.gone).await;
+            if let Some(metrics) = &self.ctx.metrics {
+                metrics.standing_by();
+            }
             // The core is gone: end the term (if shutdown ended it) and resign.
             end.end("the relay stopped serving");
             drop(holder);

@@ -7,12 +7,19 @@
 //! tungstenite prints every frame it reads or writes with its payload. So a `--log trace` could
 //! leak what the relay must never write down; [`PAYLOAD_BEARING_TARGETS`] below INFO are
 //! dropped before the operator's filter is even asked.
+//!
+//! Two formats ([`LogFormat`]): text lines for people (ANSI colours only on a terminal without
+//! `NO_COLOR`), or one JSON object per line for log pipelines, with stable field names:
+//! `timestamp` (RFC 3339, UTC), `level` (`ERROR` … `TRACE`), `target` (the module),
+//! `message`, every field of the event by its name (`conn`, `kind`, `status`, …), and `span`
+//! (the current span's `name` and fields, e.g. `{"name":"ws","conn":3,"user":"…"}`) when there
+//! is one. The same filter and the same cap apply to both.
 
 use tracing::{Level, Metadata, Subscriber};
 use tracing_subscriber::filter::{EnvFilter, FilterFn, ParseError};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt as _;
-use tracing_subscriber::{Layer as _, Registry};
+use tracing_subscriber::{Layer, Registry};
 
 /// Log targets (crates) whose DEBUG and TRACE events may contain frame payloads, bodies or
 /// peer addresses; they never log below INFO in the relay.
@@ -58,13 +65,37 @@ pub fn stdout_color() -> bool {
     )
 }
 
-/// A subscriber writing formatted lines to `writer`, filtered by `directives` (tracing's
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines; ANSI colours when `color` ([`stdout_color`] for standard output).
+    Text {
+        /// Colour the level and fields.
+        color: bool,
+    },
+    /// One JSON object per line (module doc: the field names), never coloured.
+    Json,
+}
+
+/// A subscriber writing text lines to `writer`, filtered by `directives` (tracing's
 /// `EnvFilter` syntax, e.g. `info` or `relay_core=debug,info`) and by [`allowed`]; with ANSI
 /// colours only when `color` ([`stdout_color`] for standard output).
 pub fn subscriber<W>(
     directives: &str,
     writer: W,
     color: bool,
+) -> Result<impl Subscriber + Send + Sync, ParseError>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    subscriber_with_format(directives, writer, LogFormat::Text { color })
+}
+
+/// [`subscriber`] in the given format.
+pub fn subscriber_with_format<W>(
+    directives: &str,
+    writer: W,
+    format: LogFormat,
 ) -> Result<impl Subscriber + Send + Sync, ParseError>
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
@@ -78,12 +109,21 @@ where
         Some(hint) => FilterFn::new(allowed).with_max_level_hint(hint),
         None => FilterFn::new(allowed),
     };
-    let layer = tracing_subscriber::fmt::layer()
-        .with_ansi(color)
-        .with_writer(writer)
-        .with_filter(filter)
-        .with_filter(allowed_fn);
-    Ok(Registry::default().with(layer))
+    let layer: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Text { color } => tracing_subscriber::fmt::layer()
+            .with_ansi(color)
+            .with_writer(writer)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_ansi(false)
+            .with_writer(writer)
+            .boxed(),
+    };
+    Ok(Registry::default().with(layer.with_filter(filter).with_filter(allowed_fn)))
 }
 
 #[cfg(test)]

@@ -3,7 +3,12 @@
 //! ```text
 //! relay --data ./relay-data                      # durable: ./relay-data/relay.sqlite3 + blobs/
 //! relay --memory --listen 127.0.0.1:9000         # ephemeral
-//! RELAY_PAYMENT_WEBHOOK_SECRET=… relay --data d  # accept signed payment webhooks
+//! RELAY_PAYMENT_WEBHOOK_SECRET_FILE=/etc/relay/pay.secret relay --data d   # signed webhooks
+//! relay --config /etc/relay/relay.toml           # settings from a file (flags and RELAY_* win)
+//! relay --config /etc/relay/relay.toml --check-config   # print and check, secrets redacted
+//! relay --data d --metrics-listen 127.0.0.1:9464 --log-format json
+//! relay backup --data d --out /backups/relay.sqlite3    # while the relay runs
+//! relay restore --from /backups/relay.sqlite3 --data d2
 //! relay --memory --test-mode --pow-difficulty 1  # conformance runs (NEVER in production)
 //! DATABASE_URL=postgresql://relay@db/chat RELAY_POSTGRES_PASSWORD_FILE=/run/secrets/pg \
 //!   relay --secrets-dir /etc/relay/secrets       # PostgreSQL: run two, one is active
@@ -11,6 +16,9 @@
 //! relay --data d --fcm-credentials fcm.json                      # + FCM (Android)
 //! relay --data d --apns-key AuthKey.p8 --apns-key-id K --apns-team-id T --apns-topic org.app
 //! ```
+//!
+//! Configuration (`cli`): every flag also from its `RELAY_*` variable and from the TOML file
+//! of `--config`, in that order of precedence; `--help` groups them by heading.
 //!
 //! Push (README "Push delivery"): each kind is enabled by its credentials; a kind without them
 //! is skipped, with one warning at startup. Every key file must be mode 0600 (refused
@@ -25,9 +33,10 @@
 //! differ refuses to lead and exits non-zero, saying how to fix it (`--rotate-jwt-key` /
 //! `--rotate-vapid-key` record a new key on purpose).
 //!
-//! Stops gracefully on Ctrl-C or SIGTERM: GOAWAY `server_shutdown` to every socket, in-flight
-//! requests finish; every acknowledgement was sent after its commit, so nothing is lost. On
-//! PostgreSQL the active relay then resigns: a standby takes over at once.
+//! Stops gracefully on Ctrl-C or SIGTERM (the drain): no new connections, the inputs already
+//! received committed and answered, GOAWAY `server_shutdown` and close 1001 to every socket,
+//! exit within `--drain-deadline-ms`; every acknowledgement was sent after its commit, so
+//! nothing is lost. On PostgreSQL the active relay then resigns: a standby takes over at once.
 
 use std::{
     collections::BTreeMap,
@@ -35,8 +44,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use std::process::ExitCode;
+
 use anyhow::{Context as _, Result, bail};
-use clap::Parser;
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng as _;
 use relay_core::{
@@ -51,10 +61,17 @@ use relay_push::{
 };
 use relay_server::{
     PushDelivery, RelayServer,
+    logging::LogFormat,
+    metrics::Metrics,
     postgres::{BlobOpener, PgLeadership},
     secrets,
 };
-use seam::net::Tokio;
+
+mod cli;
+mod ops;
+
+use cli::{Args, Command, LogFormatArg};
+use seam::net::{Network as _, Tokio};
 use tracing::{info, warn};
 
 /// File name of the SQLite store inside `--data`.
@@ -64,309 +81,40 @@ const BLOB_DIR: &str = "blobs";
 /// File name of the VAPID key inside `--data` or `--secrets-dir` (next to `jwt-signing.key`).
 const VAPID_KEY_FILE: &str = "vapid.pem";
 
-/// The SecureChat relay: HTTP JSON API under /api/v1 and WebSocket frames on /ws, in the
-/// reference clients' wire format.
-#[derive(Parser)]
-#[command(name = "relay", version)]
-struct Args {
-    /// Address to listen on (loopback by default; use 0.0.0.0:PORT to serve other machines).
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    listen: SocketAddr,
-
-    /// Directory of the durable store (created on first run): DIR/relay.sqlite3 and DIR/blobs/,
-    /// with the JWT signing key DIR/jwt-signing.key. One of --data, --memory, --postgres (or
-    /// DATABASE_URL) is required.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["memory", "postgres"])]
-    data: Option<PathBuf>,
-
-    /// Keep everything in memory (lost when the process stops).
-    #[arg(long, conflicts_with = "postgres")]
-    memory: bool,
-
-    /// Store everything in this PostgreSQL database (`postgresql://USER@HOST:PORT/DB` or libpq
-    /// `key=value` pairs). Without --data, --memory or --postgres, the DATABASE_URL environment
-    /// variable is used. Prefer a URL without the password (command lines are visible to every
-    /// local user): the password comes from the file named by RELAY_POSTGRES_PASSWORD_FILE, or
-    /// from PGPASSWORD. It is never logged. Many relays may use one database: one is active, the
-    /// others stand by and take over when it dies (`/readyz` tells which). Needs --secrets-dir.
-    #[arg(long, value_name = "URL", help_heading = "PostgreSQL")]
-    postgres: Option<String>,
-
-    /// The schema of the relay's tables (created on first start). Each schema is one
-    /// deployment with its own leadership.
-    #[arg(long, value_name = "NAME", default_value = relay_pg::DEFAULT_SCHEMA, help_heading = "PostgreSQL")]
-    pg_schema: String,
-
-    /// Directory of the secrets every relay of the database shares: DIR/jwt-signing.key (and
-    /// DIR/vapid.pem with --vapid-subject), created mode 0600 on first start. Copy the same
-    /// files to every relay of the database, or tokens issued by one are refused by the next
-    /// after a failover.
-    #[arg(long, value_name = "DIR", help_heading = "PostgreSQL")]
-    secrets_dir: Option<PathBuf>,
-
-    /// Directory of media parts on PostgreSQL (every relay of the database must see the same
-    /// one, e.g. a shared volume). Without it media parts are kept in memory and lost at a
-    /// failover or restart.
-    #[arg(long, value_name = "DIR", help_heading = "PostgreSQL")]
-    blob_dir: Option<PathBuf>,
-
-    /// Proof-of-work difficulty for registration, in leading zero hex digits (0 disables).
-    #[arg(long, default_value_t = relay_core::limits::POW_DIFFICULTY)]
-    pow_difficulty: u32,
-
-    /// Lifetime of login tokens (JWT), in seconds.
-    #[arg(long, default_value_t = relay_core::limits::JWT_TTL_MS / 1000)]
-    jwt_ttl_secs: u64,
-
-    /// Shared secret of the payment processor's webhook signatures (HMAC-SHA256). Never
-    /// logged. Without one, every webhook is refused.
-    #[arg(long, env = "RELAY_PAYMENT_WEBHOOK_SECRET", hide_env_values = true)]
-    payment_webhook_secret: Option<String>,
-
-    /// Base URL of the payment processor's hosted invoice page; an order's payment_url is
-    /// BASE/{order_id}.
-    #[arg(long, value_name = "URL")]
-    payment_page_base: Option<String>,
-
-    /// File listing the vanity aliases for sale, one per line (`#` comments and blank lines
-    /// ignored). Default: the built-in catalog.
-    #[arg(long, value_name = "FILE")]
-    vanity_catalog: Option<PathBuf>,
-
-    /// Enables Web Push: the VAPID `sub` contact the push services may use to reach the
-    /// operator, `mailto:ADDRESS` or an `https://` URL. The VAPID key is DIR/vapid.pem (created
-    /// mode 0600 on first start) or --vapid-key; its public half is served at
-    /// GET /api/v1/push/vapid-key. Without it browser subscriptions get no pushes.
-    #[arg(
-        long,
-        value_name = "mailto:…|https://…",
-        env = "RELAY_VAPID_SUBJECT",
-        help_heading = "Push"
-    )]
-    vapid_subject: Option<String>,
-
-    /// The VAPID private key (P-256; PKCS#8 or SEC1 PEM, or base64url of the 32-byte scalar),
-    /// instead of DIR/vapid.pem (--data or --secrets-dir). Must be mode 0600. Needs --vapid-subject.
-    #[arg(
-        long,
-        value_name = "FILE",
-        env = "RELAY_VAPID_KEY",
-        requires = "vapid_subject",
-        help_heading = "Push"
-    )]
-    vapid_key: Option<PathBuf>,
-
-    /// Enables FCM (Android): the Firebase service-account key file (JSON, mode 0600).
-    #[arg(
-        long,
-        value_name = "FILE",
-        env = "RELAY_FCM_CREDENTIALS",
-        help_heading = "Push"
-    )]
-    fcm_credentials: Option<PathBuf>,
-
-    /// FCM API base URL (default `https://fcm.googleapis.com`).
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "RELAY_FCM_ENDPOINT",
-        requires = "fcm_credentials",
-        help_heading = "Push"
-    )]
-    fcm_endpoint: Option<String>,
-
-    /// OAuth token URL of the FCM service account (default: the key file's `token_uri`).
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "RELAY_FCM_TOKEN_URL",
-        requires = "fcm_credentials",
-        help_heading = "Push"
-    )]
-    fcm_token_url: Option<String>,
-
-    /// Enables APNs (iOS): the `.p8` token signing key from Apple (mode 0600). Needs
-    /// --apns-key-id, --apns-team-id and --apns-topic.
-    #[arg(
-        long,
-        value_name = "FILE",
-        env = "RELAY_APNS_KEY",
-        requires_all = ["apns_key_id", "apns_team_id", "apns_topic"],
-        help_heading = "Push"
-    )]
-    apns_key: Option<PathBuf>,
-
-    /// The APNs key's id (10 characters, Apple developer account).
-    #[arg(
-        long,
-        value_name = "ID",
-        env = "RELAY_APNS_KEY_ID",
-        requires = "apns_key",
-        help_heading = "Push"
-    )]
-    apns_key_id: Option<String>,
-
-    /// The Apple developer team id.
-    #[arg(
-        long,
-        value_name = "ID",
-        env = "RELAY_APNS_TEAM_ID",
-        requires = "apns_key",
-        help_heading = "Push"
-    )]
-    apns_team_id: Option<String>,
-
-    /// The iOS app's bundle id (`apns-topic`).
-    #[arg(
-        long,
-        value_name = "BUNDLE_ID",
-        env = "RELAY_APNS_TOPIC",
-        requires = "apns_key",
-        help_heading = "Push"
-    )]
-    apns_topic: Option<String>,
-
-    /// APNs base URL (default `https://api.push.apple.com`; development builds of the
-    /// app: `https://api.sandbox.push.apple.com`).
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "RELAY_APNS_ENDPOINT",
-        requires = "apns_key",
-        help_heading = "Push"
-    )]
-    apns_endpoint: Option<String>,
-
-    /// Writes a new JWT signing key to DIR/jwt-signing.key (--data or --secrets-dir) before
-    /// starting: every token signed with the old key is refused from then on (users log in
-    /// again). See README "Secrets". On PostgreSQL, this relay records the new key in the
-    /// database when it leads (relays still on the old key then refuse to lead): copy the new
-    /// file to every relay.
-    #[arg(long)]
-    rotate_jwt_key: bool,
-
-    /// Writes a new VAPID key to DIR/vapid.pem (--data or --secrets-dir) before starting; with
-    /// --vapid-key FILE, FILE (which you replaced) is taken as the new key. Browsers subscribed
-    /// under the old key get no pushes until the app subscribes again. On PostgreSQL, this relay
-    /// records the new key in the database when it leads (relays still on the old key then
-    /// refuse to lead): copy the new key to every relay.
-    #[arg(long, requires = "vapid_subject", help_heading = "Push")]
-    rotate_vapid_key: bool,
-
-    /// Seed of the relay's RNG (ids, tokens); default: drawn from the operating system.
-    #[arg(long)]
-    seed: Option<u64>,
-
-    /// Test mode (never in production): serves the unauthenticated
-    /// `POST /api/v1/test/advance-clock {"ms": N}` -> `{"now_ms": …}`, which moves the relay's
-    /// clock forward (expiring holds, orders, tokens, offline messages) for conformance runs
-    /// (`conformance --relay URL --clock-hook`); also accepts `http://` Web Push subscriptions
-    /// and push service URLs (`conformance --push-probe URL`).
-    #[arg(long)]
-    test_mode: bool,
-
-    /// `msg` frames one account may send per minute (more get an error frame RATE_LIMITED).
-    #[arg(long, value_name = "N", default_value_t = relay_core::limits::MAX_MSGS_PER_MIN_PER_USER)]
-    msgs_per_min_per_user: u32,
-
-    /// Frames of any kind, malformed ones included, one account's connection may send per
-    /// minute once its burst is used up; past it the socket is closed (1008).
-    #[arg(long, value_name = "N", default_value_t = relay_core::limits::MAX_FRAMES_PER_MIN_PER_CONN)]
-    frames_per_min_per_conn: u32,
-
-    /// Frames a connection may send at once before the per-minute rate applies.
-    #[arg(long, value_name = "N", default_value_t = relay_core::limits::MAX_FRAME_BURST_PER_CONN)]
-    frame_burst_per_conn: u32,
-
-    /// Each request's headers must arrive within this many milliseconds of the connection
-    /// opening or of the previous response (slow-header and silent connections are closed; a
-    /// WebSocket authenticates in its upgrade request, so this bounds that too).
-    #[arg(long, value_name = "MS", default_value_t = seam::net::HEADER_READ_TIMEOUT_MS)]
-    header_read_timeout_ms: u64,
-
-    /// Open connections in total (HTTP and WebSocket); new ones past it are closed at once.
-    #[arg(long, value_name = "N", default_value_t = seam::net::MAX_CONNECTIONS)]
-    max_connections: usize,
-
-    /// Open connections from one IP address; new ones past it are closed at once.
-    #[arg(long, value_name = "N", default_value_t = seam::net::MAX_CONNECTIONS_PER_ADDR)]
-    max_connections_per_addr: usize,
-
-    /// Longest one write to a WebSocket may take; a client that does not read for this long is
-    /// disconnected (what it had not acknowledged stays queued for its next sync).
-    #[arg(long, value_name = "MS", default_value_t = seam::net::WRITE_DEADLINE_MS)]
-    write_deadline_ms: u64,
-
-    /// Bytes of frames waiting to be written to one WebSocket; a client whose queue would
-    /// pass this is disconnected (nothing acknowledged is lost: it re-syncs).
-    #[arg(long, value_name = "BYTES", default_value_t = seam::net::OUTBOUND_QUEUE_BYTES)]
-    outbound_queue_bytes: usize,
-
-    /// A request body must start arriving within this many milliseconds of its headers; every
-    /// byte received adds 1/--body-min-bytes-per-s seconds. Past it: 408 BODY_TIMEOUT and the
-    /// connection is closed (slow-body clients).
-    #[arg(long, value_name = "MS", default_value_t = seam::net::BODY_READ_TIMEOUT_MS)]
-    body_read_timeout_ms: u64,
-
-    /// The minimum average rate of a request body, in bytes per second (see
-    /// --body-read-timeout-ms).
-    #[arg(long, value_name = "BYTES", default_value_t = seam::net::BODY_MIN_BYTES_PER_S)]
-    body_min_bytes_per_s: u64,
-
-    /// Bytes of undelivered messages the relay holds in memory over all recipients; past it
-    /// new messages get the error frame RELAY_QUEUE_FULL (nothing acknowledged is dropped).
-    #[arg(long, value_name = "BYTES", default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_TOTAL)]
-    max_queued_bytes: u64,
-
-    /// Undelivered messages one recipient may have queued over all its conversations; past it:
-    /// error frame RECIPIENT_QUEUE_FULL to the sender.
-    #[arg(long, value_name = "N", default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_PER_RECIPIENT)]
-    max_queued_msgs_per_recipient: usize,
-
-    /// Bytes one recipient may have queued over all its conversations; past it: error frame
-    /// RECIPIENT_QUEUE_FULL to the sender.
-    #[arg(long, value_name = "BYTES", default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_PER_RECIPIENT)]
-    max_queued_bytes_per_recipient: u64,
-
-    /// Bytes one sender may have queued for one recipient (its share of the recipient's
-    /// queue); past it: error frame QUEUE_FULL.
-    #[arg(long, value_name = "BYTES", default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_PER_CONVERSATION)]
-    max_queued_bytes_per_conversation: u64,
-
-    /// Bytes one sender may have queued over all its recipients; past it: error frame
-    /// SENDER_QUEUE_FULL.
-    #[arg(long, value_name = "BYTES", default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_PER_SENDER)]
-    max_queued_bytes_per_sender: u64,
-
-    /// Web Push services the relay may deliver to (repeatable): a host (`fcm.googleapis.com`)
-    /// or a `*.`-prefixed suffix (`*.push.services.mozilla.com`). Without it any public host
-    /// is allowed. The hosts of --fcm-endpoint, the FCM token URL and --apns-endpoint are
-    /// added. Subscriptions to other hosts get 400 PUSH_ENDPOINT_FORBIDDEN.
-    #[arg(long, value_name = "HOST", help_heading = "Push")]
-    push_allow_host: Vec<String>,
-
-    /// Lets push go to private, loopback and link-local addresses and local names (a lab
-    /// whose push service runs on a private network). Never on a relay that serves the
-    /// internet: any account could then make the relay connect into its own network.
-    /// --test-mode implies it.
-    #[arg(long, help_heading = "Push")]
-    push_allow_private: bool,
-
-    /// Log filter (tracing EnvFilter syntax), e.g. `info`, `relay_core=debug,info`. At no
-    /// level are payloads, tokens, tickets or client addresses logged: the WebSocket and HTTP
-    /// libraries, which would print frames at TRACE, never log below INFO.
-    #[arg(long, default_value = "info")]
-    log: String,
+fn main() -> ExitCode {
+    match run_main() {
+        Ok(code) => code,
+        Err(error) => {
+            // One line, with its causes: what went wrong and what to do about it.
+            eprintln!("relay: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
-fn main() -> Result<()> {
-    let args = Args::parse();
-    let subscriber = relay_server::logging::subscriber(
-        &args.log,
-        std::io::stdout,
-        relay_server::logging::stdout_color(),
-    )
-    .context("invalid --log filter")?;
+fn run_main() -> Result<ExitCode> {
+    let parsed = cli::parse()?;
+    match parsed.cli.command {
+        Some(Command::Backup { data, out }) => return ops::backup(&data, &out),
+        Some(Command::Restore { from, data }) => return ops::restore(&from, &data),
+        None => {}
+    }
+    let args = parsed.cli.args;
+    if args.check_config {
+        print!("{}", parsed.origin.render());
+        check(&args)?;
+        println!("\n# configuration OK: the relay would start with it");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let format = match args.log_format {
+        LogFormatArg::Text => LogFormat::Text {
+            color: relay_server::logging::stdout_color(),
+        },
+        LogFormatArg::Json => LogFormat::Json,
+    };
+    let subscriber =
+        relay_server::logging::subscriber_with_format(&args.log, std::io::stdout, format)
+            .context("invalid --log filter")?;
     // Also forwards the `log` records of libraries that use it (tungstenite) through the filter.
     tracing_subscriber::util::SubscriberInitExt::try_init(subscriber)
         .context("installing the logger")?;
@@ -374,7 +122,45 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(run(args))
+    runtime.block_on(run(args))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--check-config`: every check a start makes before it touches the store or a key file.
+fn check(args: &Args) -> Result<()> {
+    config(args)?;
+    let store = store_choice(args)?;
+    secrets_dir(args, &store)?;
+    metrics_addr(args)?;
+    if let Some(url) = &args.fcm_endpoint {
+        push_service_url("--fcm-endpoint", url, args.test_mode)?;
+    }
+    if let Some(url) = &args.apns_endpoint {
+        push_service_url("--apns-endpoint", url, args.test_mode)?;
+    }
+    if let Some(subject) = &args.vapid_subject {
+        VapidSubject::parse(subject).context("--vapid-subject")?;
+    }
+    Ok(())
+}
+
+/// `--metrics-listen`, refused on the public port.
+fn metrics_addr(args: &Args) -> Result<Option<SocketAddr>> {
+    let Some(addr) = args.metrics_listen else {
+        return Ok(None);
+    };
+    let overlaps = addr.port() == args.listen.port()
+        && (addr.ip() == args.listen.ip()
+            || addr.ip().is_unspecified()
+            || args.listen.ip().is_unspecified());
+    if overlaps && addr.port() != 0 {
+        bail!(
+            "--metrics-listen {addr} is the public port (--listen {}): give the metrics a port of \
+             their own, on a private address",
+            args.listen
+        );
+    }
+    Ok(Some(addr))
 }
 
 /// Where the relay keeps its state.
@@ -453,6 +239,8 @@ async fn run(args: Args) -> Result<()> {
     if let Some(dir) = &secrets {
         secrets::create_private_dir(dir)?;
     }
+    let metrics_addr = metrics_addr(&args)?;
+    let metrics = metrics_addr.map(|_| Metrics::new());
     let (push, vapid_fingerprint) = push_delivery(&args, secrets.as_deref())?;
     // The subscription check and the transport share one destination policy.
     push.configure(&mut config);
@@ -464,7 +252,16 @@ async fn run(args: Args) -> Result<()> {
             getrandom::fill(&mut key)
                 .map_err(|e| anyhow::anyhow!("reading OS randomness for the JWT key: {e}"))?;
             config.jwt_signing_key = Some(relay_core::JwtSigningKey(key));
-            RelayServer::in_memory(config, seed, MemoryStore::new(), MemoryBlobStore::new())
+            let (store, blobs) = (MemoryStore::new(), MemoryBlobStore::new());
+            let metrics = metrics.clone();
+            RelayServer::new(move || {
+                Relay::with_blobs(
+                    config.clone(),
+                    metered(metrics.as_ref(), store.clone()),
+                    Box::new(blobs.clone()),
+                    seed,
+                )
+            })
         }
         StoreChoice::Sqlite(dir) => {
             let store_path = dir.join(STORE_FILE);
@@ -480,11 +277,13 @@ async fn run(args: Args) -> Result<()> {
             };
             config.jwt_signing_key = Some(jwt_key(&args, &dir, legacy)?);
             info!(store = %store_path.display(), "durable store");
+            let metrics = metrics.clone();
             RelayServer::new(move || {
                 let store = SqliteStore::open(&store_path)?;
                 let blobs = FsBlobStore::open(&blob_dir)
                     .map_err(|e| relay_core::store::StoreError::Backend(e.to_string()))?;
-                Relay::with_blobs(config.clone(), Box::new(store), Box::new(blobs), seed)
+                let store = metered(metrics.as_ref(), store);
+                Relay::with_blobs(config.clone(), store, Box::new(blobs), seed)
             })
         }
         StoreChoice::Postgres(database) => {
@@ -544,7 +343,11 @@ async fn run(args: Args) -> Result<()> {
                 ..CampaignOptions::default()
             };
             info!(database = %database, "PostgreSQL store: standing by until this relay leads");
-            RelayServer::campaigning(PgLeadership::new(*database, options, config, seed, blobs))
+            let leadership = PgLeadership::new(*database, options, config, seed, blobs);
+            RelayServer::campaigning(match &metrics {
+                Some(metrics) => leadership.with_metrics(metrics.clone()),
+                None => leadership,
+            })
         }
     };
     server = server.with_push(push);
@@ -561,11 +364,40 @@ async fn run(args: Args) -> Result<()> {
         warn!("--test-mode: anyone can move this relay's clock; never use it in production");
         server = server.with_test_mode();
     }
+    server = server.with_drain_deadline(args.drain_deadline_ms);
+    if let (Some(addr), Some(metrics)) = (metrics_addr, metrics) {
+        let listener = Tokio::bind(addr)
+            .await
+            .with_context(|| format!("--metrics-listen {addr}"))?;
+        info!(%addr, path = relay_server::metrics::METRICS_PATH, "metrics listening");
+        server = server.with_metrics(metrics.clone());
+        tokio::spawn(async move {
+            let served = relay_server::metrics::serve_metrics::<Tokio>(
+                listener,
+                metrics,
+                std::future::pending(),
+            );
+            if let Err(error) = served.await {
+                warn!(%error, "the metrics listener failed");
+            }
+        });
+    }
     info!(listen = %args.listen, "starting relay");
     server
         .run::<Tokio>(args.listen, shutdown_signal())
         .await
         .with_context(|| format!("serving on {}", args.listen))
+}
+
+/// `store`, timed and counted when metrics are on.
+fn metered(
+    metrics: Option<&Metrics>,
+    store: impl relay_core::store::Store + 'static,
+) -> Box<dyn relay_core::store::Store> {
+    match metrics {
+        Some(metrics) => Box::new(metrics.meter(store)),
+        None => Box::new(store),
+    }
 }
 
 /// The JWT signing key of the key directory `dir` (rotated first with --rotate-jwt-key).
@@ -801,11 +633,28 @@ fn config(args: &Args) -> Result<Config> {
             relay_core::limits::MAX_POW_DIFFICULTY
         );
     }
-    match &args.payment_webhook_secret {
-        Some(secret) if !secret.is_empty() => {
-            config.payment_webhook_secret = WebhookSecret(secret.as_bytes().to_vec());
+    let secret = match (
+        &args.payment_webhook_secret,
+        &args.payment_webhook_secret_file,
+    ) {
+        (_, Some(file)) => {
+            let text = private_files::read_private(file)
+                .with_context(|| format!("--payment-webhook-secret-file {}", file.display()))?;
+            let secret = text.trim();
+            if secret.is_empty() {
+                bail!(
+                    "--payment-webhook-secret-file {}: the file is empty (put the secret in it)",
+                    file.display()
+                );
+            }
+            Some(secret.as_bytes().to_vec())
         }
-        _ => warn!("no payment webhook secret: every payment webhook will be refused"),
+        (Some(secret), None) if !secret.is_empty() => Some(secret.as_bytes().to_vec()),
+        _ => None,
+    };
+    match secret {
+        Some(secret) => config.payment_webhook_secret = WebhookSecret(secret),
+        None => warn!("no payment webhook secret: every payment webhook will be refused"),
     }
     if let Some(base) = &args.payment_page_base {
         config.payment_page_base = base.trim_end_matches('/').to_owned();

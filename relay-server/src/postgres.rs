@@ -38,6 +38,7 @@ pub struct PgLeadership {
     config: Config,
     seed: u64,
     blobs: BlobOpener,
+    metrics: Option<super::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for PgLeadership {
@@ -66,7 +67,16 @@ impl PgLeadership {
             config,
             seed,
             blobs,
+            metrics: None,
         }
+    }
+
+    /// Times and counts every commit and load of the relays it opens (and their fenced
+    /// commits) in `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: super::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 }
 
@@ -102,8 +112,13 @@ impl Leadership for PgLeadership {
             let config = self.config.clone();
             let seed = self.seed;
             let blobs = Arc::clone(&self.blobs);
+            let metrics = self.metrics.clone();
             let open = move || {
                 let store = opener_leader.store().map_err(StoreError::from)?;
+                let store: Box<dyn relay_core::store::Store> = match &metrics {
+                    Some(metrics) => Box::new(metrics.meter(store)),
+                    None => Box::new(store),
+                };
                 let store = TermStore::new(store, opener_end.clone());
                 Relay::with_blobs(config.clone(), Box::new(store), blobs()?, seed)
             };

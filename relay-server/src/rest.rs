@@ -59,6 +59,8 @@ pub(super) struct App {
     /// Resolves the host of a push subscription's endpoint before the relay checks it
     /// (`None`: the relay's policy needs no resolution, e.g. test mode).
     pub(super) resolver: Option<Arc<dyn relay_push::dns::Resolve>>,
+    /// Counts the relay's answers by route ([`super::metrics`]).
+    pub(super) metrics: Option<super::metrics::Metrics>,
 }
 
 impl App {
@@ -336,12 +338,21 @@ pub(super) async fn api(
     let Some(inputs) = app.inputs() else {
         return app.refusal();
     };
+    let timed = app.metrics.as_ref().map(|metrics| {
+        let route = relay_core::http::route_name(req.method, &req.path);
+        (metrics, route, super::metrics::Stopwatch::start())
+    });
     let (reply, answer) = oneshot::channel();
     if inputs.send(Input::Http { req, reply }).await.is_err() {
         return app.refusal();
     }
     match answer.await {
-        Ok(response) => relay_response(response),
+        Ok(response) => {
+            if let Some((metrics, route, watch)) = timed {
+                metrics.http_response(route, response.status, watch.seconds());
+            }
+            relay_response(response)
+        }
         Err(_) => app.refusal(),
     }
 }

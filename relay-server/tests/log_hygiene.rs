@@ -5,6 +5,9 @@
 //! relay, the libraries under it and the test's own clients is searched for those secrets, in
 //! plain text and in the hex form tungstenite prints frames in.
 //!
+//! The same run with the JSON format (`--log-format json`): every line is one JSON object with
+//! the documented field names, and none holds a secret either.
+//!
 //! A control run with a plain `EnvFilter("trace")` subscriber (what the binary used before)
 //! shows that the search would find the payload if it leaked.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -162,6 +165,44 @@ async fn nothing_secret_reaches_the_log_at_trace() {
     );
     let found = leaks(&log, &secrets);
     assert!(found.is_empty(), "secrets in the log: {found:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn nothing_secret_reaches_the_json_log_at_trace() {
+    use relay_server::logging::{LogFormat, subscriber_with_format};
+    let capture = Capture::default();
+    let subscriber = subscriber_with_format("trace", capture.clone(), LogFormat::Json).unwrap();
+    let guard = subscriber.set_default();
+    let secrets = run_flow().await;
+    drop(guard);
+    let log = capture.text();
+    let mut lines = 0;
+    let mut with_span = 0;
+    for line in log.lines() {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {line}"));
+        for field in ["timestamp", "level", "target"] {
+            assert!(v[field].is_string(), "no {field}: {line}");
+        }
+        assert!(
+            !line.contains('\u{1b}'),
+            "ANSI escape in a JSON line: {line}"
+        );
+        if v["span"]["name"] == "ws" {
+            assert!(v["span"]["conn"].is_u64(), "{line}");
+            with_span += 1;
+        }
+        lines += 1;
+    }
+    assert!(
+        log.contains(r#""message":"frame out""#),
+        "no TRACE line from the relay"
+    );
+    assert!(log.contains(r#""message":"websocket open""#));
+    assert!(with_span > 0, "no event inside a connection's span");
+    let found = leaks(&log, &secrets);
+    assert!(found.is_empty(), "secrets in the JSON log: {found:?}");
+    eprintln!("{lines} JSON lines, {with_span} inside a connection's span, no secret");
 }
 
 #[tokio::test(flavor = "current_thread")]

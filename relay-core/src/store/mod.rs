@@ -9,6 +9,7 @@
 //! (e.g. `conv/00000000000000000042` for message seqs). A networked implementation (PostgreSQL)
 //! maps every table to `(k TEXT PRIMARY KEY, v BYTEA)` and a batch to one `BEGIN … COMMIT`.
 
+pub mod backup;
 mod memory;
 mod sqlite;
 #[cfg(any(test, feature = "test-suite"))]

@@ -37,8 +37,8 @@ pub use connector::{Connector, TokioConnector};
 pub use endpoint::{Endpoint, EndpointError};
 pub use server::{
     BODY_MIN_BYTES_PER_S, BODY_READ_TIMEOUT_MS, ConnectionCounter, HEADER_READ_TIMEOUT_MS,
-    MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDR, OUTBOUND_QUEUE_BYTES, PeerAddr, ServeLimits,
-    WRITE_DEADLINE_MS, serve, serve_with_limits,
+    MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDR, OUTBOUND_QUEUE_BYTES, PeerAddr, Refused,
+    ServeLimits, WRITE_DEADLINE_MS, serve, serve_with_limits,
 };
 #[cfg(feature = "turmoil")]
 pub use turmoil_listener::TurmoilListener;

@@ -110,6 +110,17 @@ impl Default for ServeLimits {
 struct Counts {
     total: usize,
     per_addr: BTreeMap<IpAddr, usize>,
+    /// Connections closed at once since the start: over the total cap, over an address's cap.
+    refused: Refused,
+}
+
+/// Connections [`serve_with_limits`] closed at once, since it started, by the cap they hit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refused {
+    /// Over [`ServeLimits::max_connections`].
+    pub total_cap: u64,
+    /// Over [`ServeLimits::max_connections_per_addr`].
+    pub per_addr_cap: u64,
 }
 
 /// How many connections [`serve_with_limits`] holds open, for tests and stats.
@@ -122,10 +133,20 @@ impl ConnectionCounter {
         self.0.lock().map(|c| c.total).unwrap_or(0)
     }
 
+    /// Connections refused since the start, by cap.
+    pub fn refused(&self) -> Refused {
+        self.0.lock().map(|c| c.refused).unwrap_or_default()
+    }
+
     fn admit(&self, ip: IpAddr, limits: &ServeLimits) -> Option<ConnGuard> {
         let mut c = self.0.lock().ok()?;
         let from_ip = c.per_addr.get(&ip).copied().unwrap_or(0);
-        if c.total >= limits.max_connections || from_ip >= limits.max_connections_per_addr {
+        if c.total >= limits.max_connections {
+            c.refused.total_cap += 1;
+            return None;
+        }
+        if from_ip >= limits.max_connections_per_addr {
+            c.refused.per_addr_cap += 1;
             return None;
         }
         c.total += 1;

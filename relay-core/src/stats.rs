@@ -1,0 +1,45 @@
+//! What the relay did since it was built, as plain counters a shell reads
+//! ([`Relay::stats`](crate::Relay::stats)) and exports (the relay server's `/metrics`).
+//!
+//! Counting changes nothing the relay does: no output, timer or commit depends on a counter.
+//! A counter counts handled inputs: an input whose commit then fails (fail-stop) was
+//! counted although nothing of it was acknowledged; the shell counts failed commits itself.
+//! Never per account, conversation or address: totals only.
+
+/// Counters of one [`Relay`](crate::Relay), from zero at construction (a rebuilt relay
+/// starts again from zero; a shell exporting monotonic totals adds the differences).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RelayStats {
+    /// New `msg` frames stored and acknowledged, whose recipient had a synced connection
+    /// open (routed at once, within its delivery window).
+    pub messages_accepted_online: u64,
+    /// New `msg` frames stored and acknowledged for a recipient without an open connection
+    /// (queued for its next `sync`, with a push when it has targets).
+    pub messages_accepted_offline: u64,
+    /// Re-sends of a message id the relay still holds, acknowledged again with the first
+    /// `seq` and not stored twice.
+    pub messages_deduplicated: u64,
+    /// `sync` frames handled.
+    pub syncs: u64,
+    /// Messages waiting for the account when it sent `sync` (replayed after it, oldest
+    /// first), summed over every `sync`.
+    pub sync_backlog_messages: u64,
+    /// Payment webhooks, by what they did.
+    pub webhooks: WebhookStats,
+}
+
+/// Payment webhooks by outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WebhookStats {
+    /// Verified and applied (a payment recorded; an order may have been confirmed).
+    pub applied: u64,
+    /// Verified exact replays, or reports after the payment finished: answered 200, nothing
+    /// changed.
+    pub duplicate: u64,
+    /// Missing or wrong signature: 401.
+    pub bad_signature: u64,
+    /// Signed but malformed or contradicting an earlier report: 400.
+    pub invalid: u64,
+    /// Signed, for an order the relay does not know: 404.
+    pub unknown_order: u64,
+}

@@ -1,0 +1,879 @@
+//! The `relay` binary's command line: every flag, its environment variable and its heading;
+//! the optional configuration file; `--check-config`.
+//!
+//! * **Three sources**, in this order of precedence: a flag, its environment variable
+//!   (`RELAY_` + the flag's name in capitals, `--max-queued-bytes` → `RELAY_MAX_QUEUED_BYTES`;
+//!   `--help` shows each), a key of the TOML file named by `--config FILE` (the flag's name
+//!   without the dashes: `max-queued-bytes = 1073741824`), then the built-in default. A
+//!   file key whose flag conflicts with one given as a flag or in the environment is left out
+//!   (`--memory` on the command line wins over `data = …` in the file).
+//! * **The file is checked like the command line**: an unknown key, a value of the wrong type
+//!   or one the flag refuses is an error naming the file, the line or the key, and the fix.
+//!   Secrets are never values in it (`payment-webhook-secret-file`, not the secret).
+//! * **`--check-config`** prints the effective configuration as TOML (each value with where it
+//!   came from; secrets redacted), checks it as a start would, and exits.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use clap::parser::ValueSource;
+use clap::{ArgAction, ArgMatches, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+
+/// Help headings, in the order `--help` shows them.
+const LISTEN: &str = "Listen";
+const STORE: &str = "Store";
+const SECRETS: &str = "Secrets";
+const PUSH: &str = "Push";
+const PAYMENTS: &str = "Payments";
+const LIMITS: &str = "Limits";
+const OPERATIONS: &str = "Logs, metrics and configuration";
+const TEST_ONLY: &str = "Test only (never in production)";
+
+/// Keys a configuration file may not hold, and what to use instead.
+const NOT_IN_FILE: &[(&str, &str)] = &[
+    (
+        "payment-webhook-secret",
+        "a secret is never a value in the configuration file: name a file holding it with \
+         payment-webhook-secret-file (mode 0600), or set RELAY_PAYMENT_WEBHOOK_SECRET",
+    ),
+    ("config", "the configuration file cannot name another one"),
+    (
+        "check-config",
+        "a command, not a setting: pass --check-config",
+    ),
+];
+
+/// Flags whose values are secrets: `--check-config` never prints them.
+const SECRET_FLAGS: &[&str] = &["payment-webhook-secret"];
+
+/// The SecureChat relay: HTTP JSON API under /api/v1 and WebSocket frames on /ws, in the
+/// reference clients' wire format.
+///
+/// Every flag can also be set from the environment variable its help names, or from the
+/// TOML file given with --config (keys: the flag names without the dashes). A flag beats
+/// its variable, which beats the file. Secrets come from files or the environment, never
+/// from the command line in production (other local users can read it).
+#[derive(Parser, Debug)]
+#[command(
+    name = "relay",
+    version,
+    args_conflicts_with_subcommands = true,
+    after_help = "Backups: `relay backup --data DIR --out FILE` (while the relay runs) and \
+                  `relay restore --from FILE --data DIR`; see `relay backup --help`."
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Option<Command>,
+    #[command(flatten)]
+    pub(crate) args: Args,
+}
+
+/// What else the binary does besides serving.
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Copies the SQLite store of a data directory to a new file, while a relay may be running
+    /// on it (SQLite's online backup API): the copy holds every message acknowledged before
+    /// the backup began. Keys (DIR/jwt-signing.key, DIR/vapid.pem) and media parts
+    /// (DIR/blobs/) are not in it: copy them separately.
+    Backup {
+        /// The relay's data directory (its --data).
+        #[arg(long, value_name = "DIR", env = "RELAY_DATA")]
+        data: PathBuf,
+        /// The backup file to write (mode 0600); must not exist yet.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Restores a backup into a data directory that has no store yet (created mode 0700 if
+    /// missing), then start the relay with --data DIR. Copy the key files back beside it
+    /// first, or the relay makes new ones (users log in again; browsers subscribe again).
+    Restore {
+        /// The backup file (`relay backup --out`).
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+        /// The data directory to restore into.
+        #[arg(long, value_name = "DIR", env = "RELAY_DATA")]
+        data: PathBuf,
+    },
+}
+
+/// How log lines are written.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogFormatArg {
+    /// Lines for people (coloured on a terminal unless NO_COLOR is set).
+    Text,
+    /// One JSON object per line: timestamp, level, target, message, fields, span.
+    Json,
+}
+
+/// The serving flags.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    // ------------------------------------------------------------------ listen
+    /// Address of the public API and WebSocket (loopback by default; 0.0.0.0:PORT to serve
+    /// other machines).
+    #[arg(long, env = "RELAY_LISTEN", default_value = "127.0.0.1:8080", help_heading = LISTEN)]
+    pub(crate) listen: SocketAddr,
+
+    /// On SIGTERM or Ctrl-C the relay stops accepting, commits the inputs it received, sends
+    /// every socket GOAWAY and closes it with 1001 (going away), and exits once everything
+    /// closed, or after this many milliseconds at most.
+    #[arg(long, value_name = "MS", env = "RELAY_DRAIN_DEADLINE_MS",
+          default_value_t = relay_server::DRAIN_DEADLINE_MS, help_heading = LISTEN)]
+    pub(crate) drain_deadline_ms: u64,
+
+    // ------------------------------------------------------------------ store
+    /// Directory of the durable store (created on first run): DIR/relay.sqlite3 and DIR/blobs/,
+    /// with the key files DIR/jwt-signing.key (and DIR/vapid.pem). One of --data, --memory,
+    /// --postgres (or DATABASE_URL) is required.
+    #[arg(long, value_name = "DIR", env = "RELAY_DATA", conflicts_with_all = ["memory", "postgres"],
+          help_heading = STORE)]
+    pub(crate) data: Option<PathBuf>,
+
+    /// Keep everything in memory (lost when the process stops).
+    #[arg(long, env = "RELAY_MEMORY", value_parser = clap::builder::BoolishValueParser::new(),
+          conflicts_with = "postgres", help_heading = STORE)]
+    pub(crate) memory: bool,
+
+    /// Store everything in this PostgreSQL database (`postgresql://USER@HOST:PORT/DB` or libpq
+    /// `key=value` pairs). Without --data, --memory or --postgres, the DATABASE_URL environment
+    /// variable is used. Keep the password out of the URL: it comes from the file named by
+    /// RELAY_POSTGRES_PASSWORD_FILE, or from PGPASSWORD; it is never logged. Many relays may
+    /// use one database: one is active, the others stand by and take over when it dies
+    /// (`/readyz` tells which). Needs --secrets-dir.
+    #[arg(long, value_name = "URL", env = "RELAY_POSTGRES", hide_env_values = true,
+          help_heading = STORE)]
+    pub(crate) postgres: Option<String>,
+
+    /// The schema of the relay's tables on PostgreSQL (created on first start). Each schema is
+    /// one deployment with its own leadership.
+    #[arg(long, value_name = "NAME", env = "RELAY_PG_SCHEMA", default_value = relay_pg::DEFAULT_SCHEMA,
+          help_heading = STORE)]
+    pub(crate) pg_schema: String,
+
+    /// Directory of media parts on PostgreSQL (every relay of the database must see the same
+    /// one, e.g. a shared volume). Without it media parts are kept in memory and lost at a
+    /// failover or restart.
+    #[arg(long, value_name = "DIR", env = "RELAY_BLOB_DIR", help_heading = STORE)]
+    pub(crate) blob_dir: Option<PathBuf>,
+
+    // ------------------------------------------------------------------ secrets
+    /// Directory of the key files every relay of a PostgreSQL database shares:
+    /// DIR/jwt-signing.key (and DIR/vapid.pem with --vapid-subject), created mode 0600 on first
+    /// start. Copy the same files to every relay of the database, or tokens issued by one are
+    /// refused by the next after a failover. (With --data the keys live in the data
+    /// directory.)
+    #[arg(long, value_name = "DIR", env = "RELAY_SECRETS_DIR", help_heading = SECRETS)]
+    pub(crate) secrets_dir: Option<PathBuf>,
+
+    /// Writes a new JWT signing key to DIR/jwt-signing.key (--data or --secrets-dir) before
+    /// starting: every token signed with the old key is refused from then on (users log in
+    /// again). On PostgreSQL, this relay records the new key in the database when it leads
+    /// (relays still on the old key then refuse to lead): copy the new file to every relay.
+    #[arg(long, env = "RELAY_ROTATE_JWT_KEY", value_parser = clap::builder::BoolishValueParser::new(),
+          help_heading = SECRETS)]
+    pub(crate) rotate_jwt_key: bool,
+
+    // ------------------------------------------------------------------ push
+    /// Enables Web Push: the VAPID `sub` contact the push services may use to reach the
+    /// operator, `mailto:ADDRESS` or an `https://` URL. The VAPID key is DIR/vapid.pem (created
+    /// mode 0600 on first start) or --vapid-key; its public half is served at
+    /// GET /api/v1/push/vapid-key. Without it browser subscriptions get no pushes.
+    #[arg(long, value_name = "mailto:…|https://…", env = "RELAY_VAPID_SUBJECT", help_heading = PUSH)]
+    pub(crate) vapid_subject: Option<String>,
+
+    /// The VAPID private key (P-256; PKCS#8 or SEC1 PEM, or base64url of the 32-byte scalar),
+    /// instead of DIR/vapid.pem (--data or --secrets-dir). Must be mode 0600. Needs
+    /// --vapid-subject.
+    #[arg(long, value_name = "FILE", env = "RELAY_VAPID_KEY", requires = "vapid_subject",
+          help_heading = PUSH)]
+    pub(crate) vapid_key: Option<PathBuf>,
+
+    /// Writes a new VAPID key to DIR/vapid.pem (--data or --secrets-dir) before starting; with
+    /// --vapid-key FILE, FILE (which you replaced) is taken as the new key. Browsers subscribed
+    /// under the old key get no pushes until the app subscribes again. On PostgreSQL, this
+    /// relay records the new key in the database when it leads: copy it to every relay.
+    #[arg(long, env = "RELAY_ROTATE_VAPID_KEY", value_parser = clap::builder::BoolishValueParser::new(),
+          requires = "vapid_subject", help_heading = PUSH)]
+    pub(crate) rotate_vapid_key: bool,
+
+    /// Enables FCM (Android): the Firebase service-account key file (JSON, mode 0600).
+    #[arg(long, value_name = "FILE", env = "RELAY_FCM_CREDENTIALS", help_heading = PUSH)]
+    pub(crate) fcm_credentials: Option<PathBuf>,
+
+    /// FCM API base URL (default `https://fcm.googleapis.com`).
+    #[arg(long, value_name = "URL", env = "RELAY_FCM_ENDPOINT", requires = "fcm_credentials",
+          help_heading = PUSH)]
+    pub(crate) fcm_endpoint: Option<String>,
+
+    /// OAuth token URL of the FCM service account (default: the key file's `token_uri`).
+    #[arg(long, value_name = "URL", env = "RELAY_FCM_TOKEN_URL", requires = "fcm_credentials",
+          help_heading = PUSH)]
+    pub(crate) fcm_token_url: Option<String>,
+
+    /// Enables APNs (iOS): the `.p8` token signing key from Apple (mode 0600). Needs
+    /// --apns-key-id, --apns-team-id and --apns-topic.
+    #[arg(long, value_name = "FILE", env = "RELAY_APNS_KEY",
+          requires_all = ["apns_key_id", "apns_team_id", "apns_topic"], help_heading = PUSH)]
+    pub(crate) apns_key: Option<PathBuf>,
+
+    /// The APNs key's id (10 characters, Apple developer account).
+    #[arg(long, value_name = "ID", env = "RELAY_APNS_KEY_ID", requires = "apns_key",
+          help_heading = PUSH)]
+    pub(crate) apns_key_id: Option<String>,
+
+    /// The Apple developer team id.
+    #[arg(long, value_name = "ID", env = "RELAY_APNS_TEAM_ID", requires = "apns_key",
+          help_heading = PUSH)]
+    pub(crate) apns_team_id: Option<String>,
+
+    /// The iOS app's bundle id (`apns-topic`).
+    #[arg(long, value_name = "BUNDLE_ID", env = "RELAY_APNS_TOPIC", requires = "apns_key",
+          help_heading = PUSH)]
+    pub(crate) apns_topic: Option<String>,
+
+    /// APNs base URL (default `https://api.push.apple.com`; development builds of the
+    /// app: `https://api.sandbox.push.apple.com`).
+    #[arg(long, value_name = "URL", env = "RELAY_APNS_ENDPOINT", requires = "apns_key",
+          help_heading = PUSH)]
+    pub(crate) apns_endpoint: Option<String>,
+
+    /// Web Push services the relay may deliver to (repeatable; in the environment, separated
+    /// by commas): a host (`fcm.googleapis.com`) or a `*.`-prefixed suffix
+    /// (`*.push.services.mozilla.com`). Without it any public host is allowed. The hosts of
+    /// --fcm-endpoint, the FCM token URL and --apns-endpoint are added. Subscriptions to other
+    /// hosts get 400 PUSH_ENDPOINT_FORBIDDEN.
+    #[arg(long, value_name = "HOST", env = "RELAY_PUSH_ALLOW_HOST", value_delimiter = ',',
+          help_heading = PUSH)]
+    pub(crate) push_allow_host: Vec<String>,
+
+    /// Lets push go to private, loopback and link-local addresses and local names (a lab
+    /// whose push service runs on a private network). Never on a relay that serves the
+    /// internet: any account could then make the relay connect into its own network.
+    /// --test-mode implies it.
+    #[arg(long, env = "RELAY_PUSH_ALLOW_PRIVATE", value_parser = clap::builder::BoolishValueParser::new(),
+          help_heading = PUSH)]
+    pub(crate) push_allow_private: bool,
+
+    // ------------------------------------------------------------------ payments
+    /// Shared secret of the payment processor's webhook signatures (HMAC-SHA256). Set it in
+    /// the environment or with --payment-webhook-secret-file: a command line is visible to
+    /// every local user. Never logged. Without one, every webhook is refused.
+    #[arg(long, env = "RELAY_PAYMENT_WEBHOOK_SECRET", hide_env_values = true,
+          conflicts_with = "payment_webhook_secret_file", help_heading = PAYMENTS)]
+    pub(crate) payment_webhook_secret: Option<String>,
+
+    /// A file holding the payment webhook secret (mode 0600; surrounding whitespace ignored).
+    #[arg(long, value_name = "FILE", env = "RELAY_PAYMENT_WEBHOOK_SECRET_FILE",
+          help_heading = PAYMENTS)]
+    pub(crate) payment_webhook_secret_file: Option<PathBuf>,
+
+    /// Base URL of the payment processor's hosted invoice page; an order's payment_url is
+    /// BASE/{order_id}.
+    #[arg(long, value_name = "URL", env = "RELAY_PAYMENT_PAGE_BASE", help_heading = PAYMENTS)]
+    pub(crate) payment_page_base: Option<String>,
+
+    /// File listing the vanity aliases for sale, one per line (`#` comments and blank lines
+    /// ignored). Default: the built-in catalog.
+    #[arg(long, value_name = "FILE", env = "RELAY_VANITY_CATALOG", help_heading = PAYMENTS)]
+    pub(crate) vanity_catalog: Option<PathBuf>,
+
+    // ------------------------------------------------------------------ limits
+    /// Proof-of-work difficulty for registration, in leading zero hex digits (0 disables).
+    #[arg(long, value_name = "N", env = "RELAY_POW_DIFFICULTY",
+          default_value_t = relay_core::limits::POW_DIFFICULTY, help_heading = LIMITS)]
+    pub(crate) pow_difficulty: u32,
+
+    /// Lifetime of login tokens (JWT), in seconds.
+    #[arg(long, value_name = "SECONDS", env = "RELAY_JWT_TTL_SECS",
+          default_value_t = relay_core::limits::JWT_TTL_MS / 1000, help_heading = LIMITS)]
+    pub(crate) jwt_ttl_secs: u64,
+
+    /// `msg` frames one account may send per minute (more get an error frame RATE_LIMITED).
+    #[arg(long, value_name = "N", env = "RELAY_MSGS_PER_MIN_PER_USER",
+          default_value_t = relay_core::limits::MAX_MSGS_PER_MIN_PER_USER, help_heading = LIMITS)]
+    pub(crate) msgs_per_min_per_user: u32,
+
+    /// Frames of any kind, malformed ones included, one account's connection may send per
+    /// minute once its burst is used up; past it the socket is closed (1008).
+    #[arg(long, value_name = "N", env = "RELAY_FRAMES_PER_MIN_PER_CONN",
+          default_value_t = relay_core::limits::MAX_FRAMES_PER_MIN_PER_CONN, help_heading = LIMITS)]
+    pub(crate) frames_per_min_per_conn: u32,
+
+    /// Frames a connection may send at once before the per-minute rate applies.
+    #[arg(long, value_name = "N", env = "RELAY_FRAME_BURST_PER_CONN",
+          default_value_t = relay_core::limits::MAX_FRAME_BURST_PER_CONN, help_heading = LIMITS)]
+    pub(crate) frame_burst_per_conn: u32,
+
+    /// Each request's headers must arrive within this many milliseconds of the connection
+    /// opening or of the previous response (slow-header and silent connections are closed; a
+    /// WebSocket authenticates in its upgrade request, so this bounds that too).
+    #[arg(long, value_name = "MS", env = "RELAY_HEADER_READ_TIMEOUT_MS",
+          default_value_t = seam::net::HEADER_READ_TIMEOUT_MS, help_heading = LIMITS)]
+    pub(crate) header_read_timeout_ms: u64,
+
+    /// Open connections in total (HTTP and WebSocket); new ones past it are closed at once.
+    #[arg(long, value_name = "N", env = "RELAY_MAX_CONNECTIONS",
+          default_value_t = seam::net::MAX_CONNECTIONS, help_heading = LIMITS)]
+    pub(crate) max_connections: usize,
+
+    /// Open connections from one IP address; new ones past it are closed at once.
+    #[arg(long, value_name = "N", env = "RELAY_MAX_CONNECTIONS_PER_ADDR",
+          default_value_t = seam::net::MAX_CONNECTIONS_PER_ADDR, help_heading = LIMITS)]
+    pub(crate) max_connections_per_addr: usize,
+
+    /// Longest one write to a WebSocket may take; a client that does not read for this long is
+    /// disconnected (what it had not acknowledged stays queued for its next sync).
+    #[arg(long, value_name = "MS", env = "RELAY_WRITE_DEADLINE_MS",
+          default_value_t = seam::net::WRITE_DEADLINE_MS, help_heading = LIMITS)]
+    pub(crate) write_deadline_ms: u64,
+
+    /// Bytes of frames waiting to be written to one WebSocket; a client whose queue would
+    /// pass this is disconnected (nothing acknowledged is lost: it re-syncs).
+    #[arg(long, value_name = "BYTES", env = "RELAY_OUTBOUND_QUEUE_BYTES",
+          default_value_t = seam::net::OUTBOUND_QUEUE_BYTES, help_heading = LIMITS)]
+    pub(crate) outbound_queue_bytes: usize,
+
+    /// A request body must start arriving within this many milliseconds of its headers; every
+    /// byte received adds 1/--body-min-bytes-per-s seconds. Past it: 408 BODY_TIMEOUT and the
+    /// connection is closed (slow-body clients).
+    #[arg(long, value_name = "MS", env = "RELAY_BODY_READ_TIMEOUT_MS",
+          default_value_t = seam::net::BODY_READ_TIMEOUT_MS, help_heading = LIMITS)]
+    pub(crate) body_read_timeout_ms: u64,
+
+    /// The minimum average rate of a request body, in bytes per second (see
+    /// --body-read-timeout-ms).
+    #[arg(long, value_name = "BYTES", env = "RELAY_BODY_MIN_BYTES_PER_S",
+          default_value_t = seam::net::BODY_MIN_BYTES_PER_S, help_heading = LIMITS)]
+    pub(crate) body_min_bytes_per_s: u64,
+
+    /// Bytes of undelivered messages the relay holds in memory over all recipients; past it
+    /// new messages get the error frame RELAY_QUEUE_FULL (nothing acknowledged is dropped).
+    #[arg(long, value_name = "BYTES", env = "RELAY_MAX_QUEUED_BYTES",
+          default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_TOTAL, help_heading = LIMITS)]
+    pub(crate) max_queued_bytes: u64,
+
+    /// Undelivered messages one recipient may have queued over all its conversations; past it:
+    /// error frame RECIPIENT_QUEUE_FULL to the sender.
+    #[arg(long, value_name = "N", env = "RELAY_MAX_QUEUED_MSGS_PER_RECIPIENT",
+          default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_PER_RECIPIENT, help_heading = LIMITS)]
+    pub(crate) max_queued_msgs_per_recipient: usize,
+
+    /// Bytes one recipient may have queued over all its conversations; past it: error frame
+    /// RECIPIENT_QUEUE_FULL to the sender.
+    #[arg(long, value_name = "BYTES", env = "RELAY_MAX_QUEUED_BYTES_PER_RECIPIENT",
+          default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_PER_RECIPIENT,
+          help_heading = LIMITS)]
+    pub(crate) max_queued_bytes_per_recipient: u64,
+
+    /// Bytes one sender may have queued for one recipient (its share of the recipient's
+    /// queue); past it: error frame QUEUE_FULL.
+    #[arg(long, value_name = "BYTES", env = "RELAY_MAX_QUEUED_BYTES_PER_CONVERSATION",
+          default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_PER_CONVERSATION,
+          help_heading = LIMITS)]
+    pub(crate) max_queued_bytes_per_conversation: u64,
+
+    /// Bytes one sender may have queued over all its recipients; past it: error frame
+    /// SENDER_QUEUE_FULL.
+    #[arg(long, value_name = "BYTES", env = "RELAY_MAX_QUEUED_BYTES_PER_SENDER",
+          default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_PER_SENDER,
+          help_heading = LIMITS)]
+    pub(crate) max_queued_bytes_per_sender: u64,
+
+    // ------------------------------------------------------------------ operations
+    /// Log filter (tracing EnvFilter syntax), e.g. `info`, `relay_core=debug,info`. At no
+    /// level are payloads, tokens, tickets or client addresses logged: the WebSocket and HTTP
+    /// libraries, which would print frames at TRACE, never log below INFO.
+    #[arg(long, value_name = "FILTER", env = "RELAY_LOG", default_value = "info",
+          help_heading = OPERATIONS)]
+    pub(crate) log: String,
+
+    /// Log line format: `text`, or `json` (one object per line: timestamp, level, target,
+    /// message, the event's fields, span).
+    #[arg(long, value_enum, env = "RELAY_LOG_FORMAT", default_value = "text",
+          help_heading = OPERATIONS)]
+    pub(crate) log_format: LogFormatArg,
+
+    /// Serves Prometheus metrics (OpenMetrics text) at http://ADDR/metrics, on a listener of
+    /// their own; off by default, never on --listen. Keep it on a private address.
+    #[arg(long, value_name = "ADDR", env = "RELAY_METRICS_LISTEN", help_heading = OPERATIONS)]
+    pub(crate) metrics_listen: Option<SocketAddr>,
+
+    /// A TOML file of settings: keys are the flag names without the dashes
+    /// (`listen = "0.0.0.0:8080"`, `max-queued-bytes = 1073741824`, `memory = true`,
+    /// `push-allow-host = ["a", "b"]`). Flags and environment variables override it; unknown
+    /// keys are refused.
+    #[arg(long, value_name = "FILE", env = "RELAY_CONFIG", help_heading = OPERATIONS)]
+    pub(crate) config: Option<PathBuf>,
+
+    /// Prints the effective configuration (TOML, each value's source, secrets redacted),
+    /// checks it as a start would, and exits (0: it would start).
+    #[arg(long, help_heading = OPERATIONS)]
+    pub(crate) check_config: bool,
+
+    // ------------------------------------------------------------------ test only
+    /// Serves the unauthenticated `POST /api/v1/test/advance-clock {"ms": N}` -> `{"now_ms": …}`,
+    /// which moves the relay's clock forward (expiring holds, orders, tokens, offline
+    /// messages) for conformance runs (`conformance --relay URL --clock-hook`); also accepts
+    /// `http://` Web Push subscriptions and push service URLs (`conformance --push-probe URL`).
+    #[arg(long, env = "RELAY_TEST_MODE", value_parser = clap::builder::BoolishValueParser::new(),
+          help_heading = TEST_ONLY)]
+    pub(crate) test_mode: bool,
+
+    /// Seed of the relay's RNG (ids, tokens: predictable from it); only with --test-mode.
+    /// Default: drawn from the operating system.
+    #[arg(long, value_name = "N", env = "RELAY_SEED", requires = "test_mode", help_heading = TEST_ONLY)]
+    pub(crate) seed: Option<u64>,
+}
+
+/// The parsed command line, and where each serving value came from.
+#[derive(Debug)]
+pub(crate) struct Parsed {
+    pub(crate) cli: Cli,
+    pub(crate) origin: Origin,
+}
+
+/// Where each value came from (for `--check-config`).
+#[derive(Debug)]
+pub(crate) struct Origin {
+    matches: ArgMatches,
+    from_file: BTreeSet<String>,
+    file: Option<PathBuf>,
+}
+
+/// Parses the process's arguments, the environment and the `--config` file; exits with
+/// clap's message on a command-line error.
+pub(crate) fn parse() -> Result<Parsed> {
+    parse_from(std::env::args_os().collect())
+}
+
+/// [`parse`] of `argv` (its first element is the program name).
+pub(crate) fn parse_from(mut argv: Vec<OsString>) -> Result<Parsed> {
+    let command = Cli::command();
+    let matches = command
+        .clone()
+        .try_get_matches_from(&argv)
+        .unwrap_or_else(|e| e.exit());
+    let file = match (&matches.subcommand(), matches.get_one::<PathBuf>("config")) {
+        (None, Some(file)) => file.clone(),
+        _ => {
+            let cli = Cli::from_arg_matches(&matches).map_err(|e| anyhow!(one_line(&e)))?;
+            return Ok(Parsed {
+                cli,
+                origin: Origin {
+                    matches,
+                    from_file: BTreeSet::new(),
+                    file: None,
+                },
+            });
+        }
+    };
+    let (extra, from_file) = file_args(&command, &matches, &file)?;
+    argv.extend(extra.into_iter().flat_map(|args| args.args));
+    let matches = command.try_get_matches_from(&argv).map_err(|e| {
+        anyhow!(
+            "{} (with the settings of the configuration file {})",
+            one_line(&e),
+            file.display()
+        )
+    })?;
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| anyhow!(one_line(&e)))?;
+    Ok(Parsed {
+        cli,
+        origin: Origin {
+            matches,
+            from_file,
+            file: Some(file),
+        },
+    })
+}
+
+/// The first line of a clap error, without its `error: ` prefix.
+fn one_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    first.strip_prefix("error: ").unwrap_or(first).to_owned()
+}
+
+/// The command-line arguments one key of a configuration file stands for.
+struct FileArgs {
+    args: Vec<OsString>,
+}
+
+/// The arguments the file `path` adds (per key), and the ids of the flags it sets; checks
+/// every key and each value on its own.
+fn file_args(
+    command: &clap::Command,
+    given: &ArgMatches,
+    path: &Path,
+) -> Result<(Vec<FileArgs>, BTreeSet<String>)> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the configuration file {}", path.display()))?;
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        let line = e.span().map_or(0, |span| {
+            text[..span.start.min(text.len())].lines().count().max(1)
+        });
+        anyhow!(
+            "{}:{line}: {} (the file is TOML: key = value, one per line)",
+            path.display(),
+            e.message().trim_end()
+        )
+    })?;
+    let in_file = |key: &str, why: &str| anyhow!("{}: key `{key}`: {why}", path.display());
+    let mut extra = Vec::new();
+    let mut from_file = BTreeSet::new();
+    for (key, value) in &table {
+        let Some(arg) = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(key.as_str()))
+        else {
+            bail!(
+                "{}: unknown key `{key}` (keys are the long flags of `relay --help` without the \
+                 dashes, e.g. `listen = \"127.0.0.1:8080\"`)",
+                path.display()
+            );
+        };
+        if let Some((_, why)) = NOT_IN_FILE.iter().find(|(k, _)| k == key) {
+            return Err(in_file(key, why));
+        }
+        let id = arg.get_id().as_str();
+        let overridden = |id: &str| {
+            matches!(
+                given.value_source(id),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            )
+        };
+        if overridden(id)
+            || command
+                .get_arg_conflicts_with(arg)
+                .iter()
+                .any(|other| overridden(other.get_id().as_str()))
+        {
+            continue;
+        }
+        let args = flag_args(key, arg.get_action(), value).map_err(|why| in_file(key, &why))?;
+        // Each value on its own, so that a refused one is blamed on its key.
+        let mut alone = vec![OsString::from("relay")];
+        alone.extend(args.iter().cloned());
+        if let Err(e) = command.clone().try_get_matches_from(alone)
+            && matches!(
+                e.kind(),
+                clap::error::ErrorKind::InvalidValue | clap::error::ErrorKind::ValueValidation
+            )
+        {
+            return Err(in_file(key, &one_line(&e)));
+        }
+        from_file.insert(id.to_owned());
+        extra.push(FileArgs { args });
+    }
+    Ok((extra, from_file))
+}
+
+/// The command-line arguments that set flag `key` to the TOML `value`.
+fn flag_args(key: &str, action: &ArgAction, value: &toml::Value) -> Result<Vec<OsString>, String> {
+    let scalar = |v: &toml::Value| match v {
+        toml::Value::String(s) => Ok(s.clone()),
+        toml::Value::Integer(n) => Ok(n.to_string()),
+        toml::Value::Float(x) => Ok(x.to_string()),
+        toml::Value::Boolean(b) => Ok(b.to_string()),
+        _ => Err("expected a string, a number or true/false".to_owned()),
+    };
+    match action {
+        ArgAction::SetTrue => match value {
+            toml::Value::Boolean(true) => Ok(vec![format!("--{key}").into()]),
+            toml::Value::Boolean(false) => Ok(Vec::new()),
+            _ => Err("a switch: true or false".to_owned()),
+        },
+        ArgAction::Append => {
+            let values = match value {
+                toml::Value::Array(items) => items.iter().map(scalar).collect::<Result<_, _>>()?,
+                other => vec![scalar(other)?],
+            };
+            Ok(values
+                .into_iter()
+                .map(|v: String| format!("--{key}={v}").into())
+                .collect())
+        }
+        _ => match value {
+            toml::Value::Array(_) => Err("takes one value, not a list".to_owned()),
+            other => Ok(vec![format!("--{key}={}", scalar(other)?).into()]),
+        },
+    }
+}
+
+impl Origin {
+    /// The effective configuration as TOML, each value with its source; secrets redacted.
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::from(
+            "# relay: effective configuration (a flag beats its environment variable, which \
+             beats the file, which beats the default)\n",
+        );
+        if let Some(file) = &self.file {
+            out.push_str(&format!("# configuration file: {}\n", file.display()));
+        }
+        let command = Cli::command();
+        let mut heading = None;
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            let Some(long) = arg.get_long() else {
+                continue;
+            };
+            if matches!(long, "help" | "version" | "check-config" | "config") {
+                continue;
+            }
+            if arg.get_help_heading() != heading {
+                heading = arg.get_help_heading();
+                out.push_str(&format!("\n# --- {}\n", heading.unwrap_or("Other")));
+            }
+            let source = if self.from_file.contains(id) {
+                "file".to_owned()
+            } else {
+                match self.matches.value_source(id) {
+                    Some(ValueSource::CommandLine) => "flag".to_owned(),
+                    Some(ValueSource::EnvVariable) => format!(
+                        "env {}",
+                        arg.get_env()
+                            .map(|e| e.to_string_lossy())
+                            .unwrap_or_default()
+                    ),
+                    Some(ValueSource::DefaultValue) => "default".to_owned(),
+                    _ => {
+                        out.push_str(&format!("# {long} = (not set)\n"));
+                        continue;
+                    }
+                }
+            };
+            let raw: Vec<String> = if matches!(arg.get_action(), ArgAction::SetTrue) {
+                vec![self.matches.get_flag(id).to_string()]
+            } else {
+                self.matches
+                    .get_raw(id)
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .collect()
+            };
+            if SECRET_FLAGS.contains(&long) {
+                out.push_str(&format!("# {long} = <redacted>  # {source}\n"));
+                continue;
+            }
+            let raw: Vec<String> = if long == "postgres" {
+                raw.iter().map(|v| redact_database_url(v)).collect()
+            } else {
+                raw
+            };
+            let value = toml_value(arg.get_action(), &raw);
+            out.push_str(&format!("{long} = {value}  # {source}\n"));
+        }
+        out.push_str(&environment_notes());
+        out
+    }
+}
+
+/// The PostgreSQL settings read from the environment outside the flags.
+fn environment_notes() -> String {
+    let mut notes = String::new();
+    if let Ok(url) = std::env::var(relay_pg::URL_ENV)
+        && !url.is_empty()
+    {
+        notes.push_str(&format!(
+            "# {} = {:?} (used when no --data, --memory or --postgres)\n",
+            relay_pg::URL_ENV,
+            redact_database_url(&url)
+        ));
+    }
+    if let Some(file) = std::env::var_os(relay_pg::PASSWORD_FILE_ENV) {
+        notes.push_str(&format!(
+            "# PostgreSQL password: from the file {} ({})\n",
+            Path::new(&file).display(),
+            relay_pg::PASSWORD_FILE_ENV
+        ));
+    } else if std::env::var_os(relay_pg::PASSWORD_ENV).is_some() {
+        notes.push_str(&format!(
+            "# PostgreSQL password: <redacted> ({})\n",
+            relay_pg::PASSWORD_ENV
+        ));
+    }
+    if notes.is_empty() {
+        notes
+    } else {
+        format!("\n# --- Environment\n{notes}")
+    }
+}
+
+/// `values` as a TOML value for a flag of `action`.
+fn toml_value(action: &ArgAction, values: &[String]) -> String {
+    let one = |v: &str| {
+        if v.parse::<i64>().is_ok() || v == "true" || v == "false" {
+            v.to_owned()
+        } else {
+            serde_json::to_string(v).unwrap_or_default()
+        }
+    };
+    match action {
+        ArgAction::Append => format!(
+            "[{}]",
+            values.iter().map(|v| one(v)).collect::<Vec<_>>().join(", ")
+        ),
+        _ => values.first().map_or_else(|| "\"\"".to_owned(), |v| one(v)),
+    }
+}
+
+/// A database URL (or libpq `key=value` string) with any password replaced by `***`.
+pub(crate) fn redact_database_url(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+        if let Some((userinfo, host)) = authority.rsplit_once('@') {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            let hidden = if userinfo.contains(':') { ":***" } else { "" };
+            let tail = redact_pairs(tail, '&');
+            return format!("{scheme}://{user}{hidden}@{host}{tail}");
+        }
+        return format!("{scheme}://{authority}{}", redact_pairs(tail, '&'));
+    }
+    redact_pairs(url, ' ')
+}
+
+/// `password=…` in `text`'s `sep`-separated pairs replaced by `password=***`.
+fn redact_pairs(text: &str, sep: char) -> String {
+    text.split(sep)
+        .map(|pair| {
+            let key = pair
+                .trim_start_matches('?')
+                .split('=')
+                .next()
+                .unwrap_or_default();
+            if key.eq_ignore_ascii_case("password") {
+                format!("{}=***", &pair[..pair.find('=').unwrap_or(pair.len())])
+            } else {
+                pair.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(&sep.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_args(args: &[&str]) -> Result<Parsed> {
+        let mut argv = vec![OsString::from("relay")];
+        argv.extend(args.iter().map(OsString::from));
+        parse_from(argv)
+    }
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().expect("temp file");
+        std::io::Write::write_all(&mut f, text.as_bytes()).expect("write");
+        f
+    }
+
+    #[test]
+    fn every_flag_has_its_environment_variable_and_a_heading() {
+        let command = Cli::command();
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version" | "check-config") {
+                continue;
+            }
+            let expected = format!("RELAY_{}", long.replace('-', "_").to_uppercase());
+            assert_eq!(
+                arg.get_env().map(|e| e.to_string_lossy().into_owned()),
+                Some(expected),
+                "--{long}"
+            );
+            assert!(arg.get_help_heading().is_some(), "--{long} has no heading");
+        }
+    }
+
+    #[test]
+    fn a_file_sets_what_neither_flag_nor_environment_sets() {
+        let f = file(
+            "pow-difficulty = 3\nmax-queued-bytes = 1000\nmemory = true\n\
+             push-allow-host = [\"a.example\", \"*.b.example\"]\nlog-format = \"json\"\n",
+        );
+        let path = f.path().to_str().expect("utf-8");
+        let parsed = parse_args(&["--config", path, "--pow-difficulty", "1"]).expect("parsed");
+        let args = &parsed.cli.args;
+        assert_eq!(args.pow_difficulty, 1, "the flag beats the file");
+        assert_eq!(args.max_queued_bytes, 1000);
+        assert!(args.memory);
+        assert_eq!(args.push_allow_host, ["a.example", "*.b.example"]);
+        assert_eq!(args.log_format, LogFormatArg::Json);
+        let text = parsed.origin.render();
+        assert!(text.contains("pow-difficulty = 1  # flag"), "{text}");
+        assert!(text.contains("max-queued-bytes = 1000  # file"), "{text}");
+        assert!(
+            text.contains("listen = \"127.0.0.1:8080\"  # default"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_flag_that_conflicts_with_a_file_key_wins() {
+        let f = file("data = \"/var/lib/relay\"\n");
+        let path = f.path().to_str().expect("utf-8");
+        let parsed = parse_args(&["--config", path, "--memory"]).expect("parsed");
+        assert!(parsed.cli.args.memory);
+        assert_eq!(parsed.cli.args.data, None);
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_file_and_the_key() {
+        for (text, expected) in [
+            ("listn = \"x\"\n", "unknown key `listn`"),
+            ("pow-difficulty = \"lots\"\n", "key `pow-difficulty`"),
+            ("memory = 1\n", "key `memory`: a switch"),
+            (
+                "payment-webhook-secret = \"s\"\n",
+                "payment-webhook-secret-file",
+            ),
+            ("listen = [\"a\"]\n", "takes one value"),
+            ("listen = \n", ":1:"),
+        ] {
+            let f = file(text);
+            let path = f.path().to_str().expect("utf-8");
+            let error = parse_args(&["--config", path]).expect_err(text).to_string();
+            assert!(error.contains(path), "{text}: {error}");
+            assert!(error.contains(expected), "{text}: {error}");
+            assert_eq!(error.lines().count(), 1, "{error}");
+        }
+    }
+
+    #[test]
+    fn the_seed_needs_test_mode() {
+        let command = Cli::command();
+        let refused = command
+            .clone()
+            .try_get_matches_from(["relay", "--memory", "--seed", "1"])
+            .expect_err("refused");
+        assert_eq!(
+            refused.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
+        command
+            .try_get_matches_from(["relay", "--memory", "--seed", "1", "--test-mode"])
+            .expect("accepted in test mode");
+    }
+
+    #[test]
+    fn passwords_are_redacted_from_database_urls() {
+        assert_eq!(
+            redact_database_url(
+                "postgresql://relay:hunter2@db:5432/chat?sslmode=disable&password=x"
+            ),
+            "postgresql://relay:***@db:5432/chat?sslmode=disable&password=***"
+        );
+        assert_eq!(
+            redact_database_url("postgresql://relay@db/chat"),
+            "postgresql://relay@db/chat"
+        );
+        assert_eq!(
+            redact_database_url("host=db user=relay password=hunter2"),
+            "host=db user=relay password=***"
+        );
+    }
+}

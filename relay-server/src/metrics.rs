@@ -1,0 +1,1054 @@
+//! Prometheus metrics: what the server, its relay, its store and its push worker did, served
+//! as OpenMetrics text on a listener of its own ([`serve_metrics`]; `relay --metrics-listen`),
+//! never on the public port.
+//!
+//! * **Where the numbers come from**: the core task counts frames, closes and batches as it
+//!   executes the relay's outputs, and adds the differences of
+//!   [`Relay::stats`](relay_core::Relay::stats) after every round (relay-core only counts;
+//!   reading the counters changes nothing); [`MeteredStore`] times every commit and load of
+//!   the store it wraps; the REST handler counts answers by route; the supervisor sets the
+//!   leadership gauges. Connections, outbound bytes and the push worker are read at scrape
+//!   time ([`Metrics::attach_connections`], [`Metrics::attach_push`]).
+//! * **Labels** are closed sets of fixed names ([`LABEL_VALUES`] lists every one): frame
+//!   types, close reasons, route templates (`users/{alias}`, never a path), push services and
+//!   results. No label ever carries an account, alias, id, token or address: cardinality stays
+//!   bounded and a scrape tells nothing about anyone.
+//! * **Cost**: a few atomic additions per batch and per frame; a server built without
+//!   [`RelayServer::with_metrics`](super::RelayServer::with_metrics) (the simulator) counts
+//!   nothing and reads no clock.
+//!
+//! The list, with meanings and suggested alerts, is in the README ("Metrics").
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::{Router, http::header, response::IntoResponse, routing::get};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric as _, LabelValueEncoder,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use relay_core::store::{Batch, Snapshot, Store, StoreError};
+use relay_core::{CloseReason, RelayStats};
+use relay_push::PushWorker;
+use seam::net::{ConnectionCounter, Network, ServeLimits};
+use wire::{ClientFrame, ErrorCode, ServerFrame};
+
+use super::OutboundBytes;
+
+/// The path of the exposition on the metrics listener.
+pub const METRICS_PATH: &str = "/metrics";
+/// The exposition's content type (OpenMetrics 1.0 text, which Prometheus negotiates).
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Declares a label whose values are a closed set of fixed names.
+macro_rules! label_enum {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+        pub enum $name {
+            $(
+                #[doc = concat!("`", $text, "`")]
+                $variant,
+            )+
+        }
+
+        impl $name {
+            /// Every value, as exported.
+            pub const ALL: &'static [&'static str] = &[$($text),+];
+
+            /// The exported name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)+
+                }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+                encoder.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+label_enum! {
+    /// A WebSocket frame's type (a client's unknown types are one value, never their text).
+    FrameKind {
+        Sync => "sync", Ping => "ping", Msg => "msg", Ack => "ack", Delivered => "delivered",
+        Read => "read", Typing => "typing", Retract => "retract", Call => "call",
+        ChannelPost => "channel_post", PaymentConfirmed => "payment_confirmed",
+        FriendRequest => "friend_request", FriendAccepted => "friend_accepted",
+        Goaway => "goaway", Error => "error", Unknown => "unknown", Undecodable => "undecodable",
+    }
+}
+
+label_enum! {
+    /// Why a WebSocket ended.
+    CloseKind {
+        Goaway => "goaway", Idle => "idle", StorageFailure => "storage_failure",
+        RateLimited => "rate_limited", TooSlow => "too_slow", Shutdown => "shutdown",
+        NotLeader => "not_leader", ClientGone => "client_gone",
+    }
+}
+
+label_enum! {
+    /// Why a `msg` was refused (its error frame's code).
+    Refusal {
+        NotAMember => "not_a_member", BadFrame => "bad_frame", AlreadyExists => "already_exists",
+        RateLimited => "rate_limited", QueueFull => "queue_full",
+        RecipientQueueFull => "recipient_queue_full", SenderQueueFull => "sender_queue_full",
+        RelayQueueFull => "relay_queue_full", StorageUnavailable => "storage_unavailable",
+        Other => "other",
+    }
+}
+
+label_enum! {
+    /// Whether a message's recipient was connected when it was accepted.
+    Recipient { Online => "online", Offline => "offline" }
+}
+
+label_enum! {
+    /// What a payment webhook did.
+    WebhookResult {
+        Applied => "applied", Duplicate => "duplicate", BadSignature => "bad_signature",
+        Invalid => "invalid", UnknownOrder => "unknown_order",
+    }
+}
+
+label_enum! {
+    /// An HTTP status class.
+    StatusClass { S2xx => "2xx", S3xx => "3xx", S4xx => "4xx", S5xx => "5xx", Other => "other" }
+}
+
+label_enum! {
+    /// A WebSocket limit (HTTP routes are named by their template instead).
+    WsLimit { Msg => "ws:msg", Call => "ws:call", Frames => "ws:frames" }
+}
+
+label_enum! {
+    /// A store operation.
+    StoreOp { Commit => "commit", Load => "load" }
+}
+
+label_enum! {
+    /// A store error's kind.
+    StoreErrorKind { Fenced => "fenced", Backend => "backend", SchemaVersion => "schema_version" }
+}
+
+label_enum! {
+    /// A connection cap.
+    Cap { Total => "total", PerAddress => "per_address" }
+}
+
+label_enum! {
+    /// A push service.
+    PushService { WebPush => "web_push", Fcm => "fcm", Apns => "apns" }
+}
+
+label_enum! {
+    /// What happened to a push.
+    PushResult {
+        Delivered => "delivered", Gone => "gone", Failed => "failed", GaveUp => "gave_up",
+        QueueFull => "queue_full", Unconfigured => "unconfigured",
+        GoneReportDropped => "gone_report_dropped",
+    }
+}
+
+/// Every label value the metrics can carry: the enums above, route templates
+/// ([`relay_core::http::ROUTE_NAMES`]) and the build's version.
+pub const LABEL_VALUES: &[&[&str]] = &[
+    FrameKind::ALL,
+    CloseKind::ALL,
+    Refusal::ALL,
+    Recipient::ALL,
+    WebhookResult::ALL,
+    StatusClass::ALL,
+    WsLimit::ALL,
+    StoreOp::ALL,
+    StoreErrorKind::ALL,
+    Cap::ALL,
+    PushService::ALL,
+    PushResult::ALL,
+    relay_core::http::ROUTE_NAMES,
+    &[env!("CARGO_PKG_VERSION")],
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FrameLabels {
+    frame: FrameKind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CloseLabels {
+    reason: CloseKind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    reason: Refusal,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RecipientLabels {
+    recipient: Recipient,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookLabels {
+    result: WebhookResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpLabels {
+    route: &'static str,
+    status: StatusClass,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    route: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreErrorLabels {
+    op: StoreOp,
+    kind: StoreErrorKind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CapLabels {
+    cap: Cap,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PushLabels {
+    service: PushService,
+    result: PushResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServiceLabels {
+    service: PushService,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
+/// The families the server updates as it runs.
+#[derive(Debug)]
+struct Families {
+    frames_received: Family<FrameLabels, Counter>,
+    frames_sent: Family<FrameLabels, Counter>,
+    websockets: Gauge,
+    websockets_opened: Counter,
+    websocket_closes: Family<CloseLabels, Counter>,
+    messages_accepted: Family<RecipientLabels, Counter>,
+    messages_deduplicated: Counter,
+    messages_refused: Family<RefusalLabels, Counter>,
+    syncs: Counter,
+    sync_backlog_messages: Counter,
+    webhooks: Family<WebhookLabels, Counter>,
+    http_responses: Family<HttpLabels, Counter>,
+    http_duration: Histogram,
+    rate_limited: Family<LimitLabels, Counter>,
+    batch_inputs: Histogram,
+    commit_duration: Histogram,
+    commit_rows: Histogram,
+    load_duration: Histogram,
+    store_errors: Family<StoreErrorLabels, Counter>,
+    fenced_commits: Counter,
+    failstops: Counter,
+    input_queue: Gauge,
+    queued_messages: Gauge,
+    queued_bytes: Gauge,
+    leader: Gauge,
+    epoch: Gauge,
+    terms: Counter,
+    draining: Gauge,
+}
+
+/// What is read at scrape time.
+#[derive(Debug, Default)]
+struct Sources {
+    connections: Option<(ConnectionCounter, ServeLimits)>,
+    outbound: Option<OutboundBytes>,
+    push: Option<PushWorker>,
+    queued_bytes_limit: Option<u64>,
+}
+
+/// The collector of [`Sources`].
+#[derive(Debug, Default, Clone)]
+struct Live(Arc<Mutex<Sources>>);
+
+/// The server's metrics: cheap to clone (shared), registered once.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    f: Arc<Families>,
+    live: Live,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every family, registered under the `relay_` prefix.
+    pub fn new() -> Self {
+        let mut r = Registry::with_prefix("relay");
+        let f = Families {
+            frames_received: Family::default(),
+            frames_sent: Family::default(),
+            websockets: Gauge::default(),
+            websockets_opened: Counter::default(),
+            websocket_closes: Family::default(),
+            messages_accepted: Family::default(),
+            messages_deduplicated: Counter::default(),
+            messages_refused: Family::default(),
+            syncs: Counter::default(),
+            sync_backlog_messages: Counter::default(),
+            webhooks: Family::default(),
+            http_responses: Family::default(),
+            http_duration: Histogram::new(exponential_buckets(0.000_5, 2.0, 14)),
+            rate_limited: Family::default(),
+            batch_inputs: Histogram::new(exponential_buckets(1.0, 2.0, 9)),
+            commit_duration: Histogram::new(exponential_buckets(0.000_05, 2.0, 17)),
+            commit_rows: Histogram::new(exponential_buckets(1.0, 2.0, 13)),
+            load_duration: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
+            store_errors: Family::default(),
+            fenced_commits: Counter::default(),
+            failstops: Counter::default(),
+            input_queue: Gauge::default(),
+            queued_messages: Gauge::default(),
+            queued_bytes: Gauge::default(),
+            leader: Gauge::default(),
+            epoch: Gauge::default(),
+            terms: Counter::default(),
+            draining: Gauge::default(),
+        };
+        register(&mut r, &f);
+        let live = Live::default();
+        r.register_collector(Box::new(live.clone()));
+        Self {
+            registry: Arc::new(r),
+            f: Arc::new(f),
+            live,
+        }
+    }
+
+    /// The exposition, OpenMetrics text (ends with `# EOF`).
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
+            text.clear();
+            text.push_str("# EOF\n");
+        }
+        text
+    }
+
+    /// Reads open TCP connections and refusals from `counter` at scrape time, with the caps
+    /// of `limits`.
+    pub fn attach_connections(&self, counter: ConnectionCounter, limits: ServeLimits) {
+        self.live.sources().connections = Some((counter, limits));
+    }
+
+    /// Reads bytes queued for sockets at scrape time.
+    pub fn attach_outbound(&self, outbound: OutboundBytes) {
+        self.live.sources().outbound = Some(outbound);
+    }
+
+    /// Reads the push worker's counters and occupancy at scrape time.
+    pub fn attach_push(&self, worker: PushWorker) {
+        self.live.sources().push = Some(worker);
+    }
+
+    /// The relay's bound on undelivered bytes (`relay_queued_bytes_limit`).
+    pub fn set_queued_bytes_limit(&self, bytes: u64) {
+        self.live.sources().queued_bytes_limit = Some(bytes);
+    }
+
+    /// A frame from a client (or one that could not be decoded).
+    pub(super) fn frame_received(&self, decoded: Result<&ClientFrame, ()>) {
+        let frame = match decoded {
+            Ok(frame) => client_kind(frame),
+            Err(()) => FrameKind::Undecodable,
+        };
+        self.f
+            .frames_received
+            .get_or_create(&FrameLabels { frame })
+            .inc();
+    }
+
+    /// A frame handed to a socket; an error frame also counts as the refusal it tells of.
+    pub(super) fn frame_sent(&self, frame: &ServerFrame) {
+        let kind = server_kind(frame);
+        self.f
+            .frames_sent
+            .get_or_create(&FrameLabels { frame: kind })
+            .inc();
+        if let ServerFrame::Error(e) = frame {
+            let about = e.ref_type.as_deref();
+            if about == Some("msg") {
+                self.f
+                    .messages_refused
+                    .get_or_create(&RefusalLabels {
+                        reason: refusal(&e.error),
+                    })
+                    .inc();
+            }
+            if e.error == ErrorCode::RATE_LIMITED {
+                let limit = if about == Some("msg") {
+                    WsLimit::Msg
+                } else {
+                    WsLimit::Call
+                };
+                self.rate_limited(limit.as_str());
+            }
+        }
+    }
+
+    /// A socket the relay closed or lost, and why.
+    pub(super) fn websocket_closed(&self, why: CloseKind) {
+        self.f
+            .websocket_closes
+            .get_or_create(&CloseLabels { reason: why })
+            .inc();
+        if why == CloseKind::RateLimited {
+            self.rate_limited(WsLimit::Frames.as_str());
+        }
+    }
+
+    /// An upgrade accepted (committed).
+    pub(super) fn websocket_opened(&self) {
+        self.f.websockets_opened.inc();
+    }
+
+    /// A batch of `n` inputs handled in one group commit.
+    pub(super) fn batch(&self, n: usize) {
+        self.f.batch_inputs.observe(n as f64);
+    }
+
+    /// A fail-stop: the relay is rebuilt from its store.
+    pub(super) fn failstop(&self) {
+        self.f.failstops.inc();
+    }
+
+    /// The core's gauges after a round: sockets, inputs waiting, the relay's backlog.
+    pub(super) fn core_gauges(&self, websockets: usize, inputs: usize, msgs: usize, bytes: u64) {
+        self.f.websockets.set(gauge(websockets as u64));
+        self.f.input_queue.set(gauge(inputs as u64));
+        self.f.queued_messages.set(gauge(msgs as u64));
+        self.f.queued_bytes.set(gauge(bytes));
+    }
+
+    /// Adds what the relay counted since `last` (a rebuilt relay restarts from zero).
+    pub(super) fn relay_stats(&self, now: &RelayStats, last: &RelayStats) {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        let add = |c: &Counter, n: u64| {
+            if n > 0 {
+                c.inc_by(n);
+            }
+        };
+        let f = &*self.f;
+        let accepted = |r| {
+            f.messages_accepted
+                .get_or_create_owned(&RecipientLabels { recipient: r })
+        };
+        add(
+            &accepted(Recipient::Online),
+            d(now.messages_accepted_online, last.messages_accepted_online),
+        );
+        add(
+            &accepted(Recipient::Offline),
+            d(
+                now.messages_accepted_offline,
+                last.messages_accepted_offline,
+            ),
+        );
+        add(
+            &f.messages_deduplicated,
+            d(now.messages_deduplicated, last.messages_deduplicated),
+        );
+        add(&f.syncs, d(now.syncs, last.syncs));
+        add(
+            &f.sync_backlog_messages,
+            d(now.sync_backlog_messages, last.sync_backlog_messages),
+        );
+        let (w, lw) = (&now.webhooks, &last.webhooks);
+        for (result, n) in [
+            (WebhookResult::Applied, d(w.applied, lw.applied)),
+            (WebhookResult::Duplicate, d(w.duplicate, lw.duplicate)),
+            (
+                WebhookResult::BadSignature,
+                d(w.bad_signature, lw.bad_signature),
+            ),
+            (WebhookResult::Invalid, d(w.invalid, lw.invalid)),
+            (
+                WebhookResult::UnknownOrder,
+                d(w.unknown_order, lw.unknown_order),
+            ),
+        ] {
+            if n > 0 {
+                f.webhooks
+                    .get_or_create(&WebhookLabels { result })
+                    .inc_by(n);
+            }
+        }
+    }
+
+    /// The relay answered a request of `route` (a [`relay_core::http::route_name`]) with
+    /// `status`, `seconds` after it was read.
+    pub(super) fn http_response(&self, route: &'static str, status: u16, seconds: f64) {
+        let class = match status {
+            200..=299 => StatusClass::S2xx,
+            300..=399 => StatusClass::S3xx,
+            400..=499 => StatusClass::S4xx,
+            500..=599 => StatusClass::S5xx,
+            _ => StatusClass::Other,
+        };
+        self.f
+            .http_responses
+            .get_or_create(&HttpLabels {
+                route,
+                status: class,
+            })
+            .inc();
+        self.f.http_duration.observe(seconds);
+        if status == 429 {
+            self.rate_limited(route);
+        }
+    }
+
+    fn rate_limited(&self, route: &'static str) {
+        self.f
+            .rate_limited
+            .get_or_create(&LimitLabels { route })
+            .inc();
+    }
+
+    /// This process leads (`epoch`: PostgreSQL's fencing token; `None` for a single relay).
+    pub(super) fn leading(&self, epoch: Option<u64>) {
+        self.f.leader.set(1);
+        self.f.epoch.set(gauge(epoch.unwrap_or(0)));
+        self.f.terms.inc();
+    }
+
+    /// This process stopped leading.
+    pub(super) fn standing_by(&self) {
+        self.f.leader.set(0);
+    }
+
+    /// The server began to drain (SIGTERM).
+    pub(super) fn draining(&self) {
+        self.f.draining.set(1);
+    }
+
+    fn store_error(&self, op: StoreOp, error: &StoreError) {
+        let kind = match error {
+            StoreError::Fenced { .. } => StoreErrorKind::Fenced,
+            StoreError::SchemaVersion { .. } => StoreErrorKind::SchemaVersion,
+            StoreError::Backend(_) => StoreErrorKind::Backend,
+        };
+        self.f
+            .store_errors
+            .get_or_create(&StoreErrorLabels { op, kind })
+            .inc();
+        if kind == StoreErrorKind::Fenced && op == StoreOp::Commit {
+            self.f.fenced_commits.inc();
+        }
+    }
+
+    /// Wraps `store` so that every commit and load is timed and counted.
+    pub fn meter<S: Store>(&self, store: S) -> MeteredStore<S> {
+        MeteredStore {
+            inner: store,
+            metrics: self.clone(),
+        }
+    }
+}
+
+fn gauge(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn register(r: &mut Registry, f: &Families) {
+    r.register(
+        "frames_received",
+        "WebSocket frames received from clients, by type",
+        f.frames_received.clone(),
+    );
+    r.register(
+        "frames_sent",
+        "WebSocket frames handed to sockets, by type",
+        f.frames_sent.clone(),
+    );
+    r.register(
+        "websockets",
+        "Authenticated WebSockets open now",
+        f.websockets.clone(),
+    );
+    r.register(
+        "websockets_opened",
+        "WebSocket upgrades accepted",
+        f.websockets_opened.clone(),
+    );
+    r.register(
+        "websocket_closes",
+        "WebSockets ended, by reason",
+        f.websocket_closes.clone(),
+    );
+    r.register(
+        "messages_accepted",
+        "New messages stored and acknowledged, by whether the recipient was connected",
+        f.messages_accepted.clone(),
+    );
+    r.register(
+        "messages_deduplicated",
+        "Re-sent messages acknowledged again without storing them twice",
+        f.messages_deduplicated.clone(),
+    );
+    r.register(
+        "messages_refused",
+        "Messages refused with an error frame (no ack), by reason",
+        f.messages_refused.clone(),
+    );
+    r.register("syncs", "sync frames handled", f.syncs.clone());
+    r.register(
+        "sync_backlog_messages",
+        "Messages waiting for an account when it synced (replayed after the sync), summed",
+        f.sync_backlog_messages.clone(),
+    );
+    r.register(
+        "payment_webhooks",
+        "Payment webhooks, by result",
+        f.webhooks.clone(),
+    );
+    r.register(
+        "http_responses",
+        "API responses of the relay, by route template and status class",
+        f.http_responses.clone(),
+    );
+    r.register_with_unit(
+        "http_request_duration",
+        "Time from a request's body read to the relay's answer (queue, handling, commit)",
+        Unit::Seconds,
+        f.http_duration.clone(),
+    );
+    r.register(
+        "rate_limited",
+        "Requests and frames refused by a rate limit, by route template or WebSocket limit",
+        f.rate_limited.clone(),
+    );
+    r.register(
+        "batch_inputs",
+        "Inputs handled per group commit",
+        f.batch_inputs.clone(),
+    );
+    r.register_with_unit(
+        "store_commit_duration",
+        "Duration of one store commit (one transaction)",
+        Unit::Seconds,
+        f.commit_duration.clone(),
+    );
+    r.register(
+        "store_commit_rows",
+        "Rows written or deleted per store commit",
+        f.commit_rows.clone(),
+    );
+    r.register_with_unit(
+        "store_load_duration",
+        "Duration of loading the whole state from the store (start, rebuild, takeover)",
+        Unit::Seconds,
+        f.load_duration.clone(),
+    );
+    r.register(
+        "store_errors",
+        "Failed store operations, by operation and kind",
+        f.store_errors.clone(),
+    );
+    r.register(
+        "fenced_commits",
+        "Commits refused because another relay took over (PostgreSQL epoch fence)",
+        f.fenced_commits.clone(),
+    );
+    r.register(
+        "failstops",
+        "Times the relay stopped after a failed commit and was rebuilt from its store",
+        f.failstops.clone(),
+    );
+    r.register(
+        "input_queue",
+        "Inputs waiting for the core task",
+        f.input_queue.clone(),
+    );
+    r.register(
+        "queued_messages",
+        "Undelivered messages held for recipients",
+        f.queued_messages.clone(),
+    );
+    r.register_with_unit(
+        "queued",
+        "Bytes of undelivered messages held, as the queue bounds count them",
+        Unit::Bytes,
+        f.queued_bytes.clone(),
+    );
+    r.register(
+        "leader",
+        "1 while this process is the active relay, 0 while it stands by",
+        f.leader.clone(),
+    );
+    r.register(
+        "leader_epoch",
+        "Fencing epoch of the current term (PostgreSQL; 0 for a single relay)",
+        f.epoch.clone(),
+    );
+    r.register(
+        "leadership_terms",
+        "Terms this process led (1 for a single relay)",
+        f.terms.clone(),
+    );
+    r.register(
+        "draining",
+        "1 once a shutdown began: no new connections, sockets closing",
+        f.draining.clone(),
+    );
+    let info = prometheus_client::metrics::info::Info::new(VersionLabels {
+        version: env!("CARGO_PKG_VERSION"),
+    });
+    r.register("build", "The relay's version", info);
+}
+
+fn client_kind(frame: &ClientFrame) -> FrameKind {
+    match frame {
+        ClientFrame::Sync(_) => FrameKind::Sync,
+        ClientFrame::Ping(_) => FrameKind::Ping,
+        ClientFrame::Msg(_) => FrameKind::Msg,
+        ClientFrame::Delivered(_) => FrameKind::Delivered,
+        ClientFrame::Read(_) => FrameKind::Read,
+        ClientFrame::Typing(_) => FrameKind::Typing,
+        ClientFrame::Retract(_) => FrameKind::Retract,
+        ClientFrame::Call(_) => FrameKind::Call,
+        ClientFrame::Unknown(_) => FrameKind::Unknown,
+    }
+}
+
+fn server_kind(frame: &ServerFrame) -> FrameKind {
+    match frame {
+        ServerFrame::Ack(_) => FrameKind::Ack,
+        ServerFrame::Msg(_) => FrameKind::Msg,
+        ServerFrame::Delivered(_) => FrameKind::Delivered,
+        ServerFrame::Read(_) => FrameKind::Read,
+        ServerFrame::Typing(_) => FrameKind::Typing,
+        ServerFrame::Retract(_) => FrameKind::Retract,
+        ServerFrame::ChannelPost(_) => FrameKind::ChannelPost,
+        ServerFrame::PaymentConfirmed(_) => FrameKind::PaymentConfirmed,
+        ServerFrame::FriendRequest(_) => FrameKind::FriendRequest,
+        ServerFrame::FriendAccepted(_) => FrameKind::FriendAccepted,
+        ServerFrame::Goaway(_) => FrameKind::Goaway,
+        ServerFrame::Error(_) => FrameKind::Error,
+        ServerFrame::Call(_) => FrameKind::Call,
+        ServerFrame::Unknown(_) => FrameKind::Unknown,
+    }
+}
+
+fn refusal(code: &ErrorCode) -> Refusal {
+    [
+        (ErrorCode::NOT_A_MEMBER, Refusal::NotAMember),
+        (ErrorCode::BAD_FRAME, Refusal::BadFrame),
+        (ErrorCode::ALREADY_EXISTS, Refusal::AlreadyExists),
+        (ErrorCode::RATE_LIMITED, Refusal::RateLimited),
+        (ErrorCode::QUEUE_FULL, Refusal::QueueFull),
+        (ErrorCode::RECIPIENT_QUEUE_FULL, Refusal::RecipientQueueFull),
+        (ErrorCode::SENDER_QUEUE_FULL, Refusal::SenderQueueFull),
+        (ErrorCode::RELAY_QUEUE_FULL, Refusal::RelayQueueFull),
+        (ErrorCode::STORAGE_UNAVAILABLE, Refusal::StorageUnavailable),
+    ]
+    .into_iter()
+    .find_map(|(c, r)| (c == *code).then_some(r))
+    .unwrap_or(Refusal::Other)
+}
+
+/// The close reason of a relay output, as a label.
+pub(super) fn close_kind(reason: CloseReason) -> CloseKind {
+    match reason {
+        CloseReason::Goaway => CloseKind::Goaway,
+        CloseReason::Idle => CloseKind::Idle,
+        CloseReason::StorageFailure => CloseKind::StorageFailure,
+        CloseReason::RateLimited => CloseKind::RateLimited,
+    }
+}
+
+impl Live {
+    fn sources(&self) -> std::sync::MutexGuard<'_, Sources> {
+        // Every field is valid after any partial update (handles and numbers).
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Collector for Live {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let sources = self.sources();
+        if let Some((counter, limits)) = &sources.connections {
+            let open = ConstGauge::new(gauge(counter.open() as u64));
+            let m = encoder.encode_descriptor(
+                "tcp_connections",
+                "TCP connections open now (HTTP and WebSocket).",
+                None,
+                MetricType::Gauge,
+            )?;
+            open.encode(m)?;
+            let cap = ConstGauge::new(gauge(limits.max_connections as u64));
+            let m = encoder.encode_descriptor(
+                "tcp_connections_limit",
+                "Connections the relay holds at most (--max-connections).",
+                None,
+                MetricType::Gauge,
+            )?;
+            cap.encode(m)?;
+            let refused = counter.refused();
+            let mut family = encoder.encode_descriptor(
+                "connections_refused",
+                "Connections closed at once, over the total or a per-address cap.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (cap, n) in [
+                (Cap::Total, refused.total_cap),
+                (Cap::PerAddress, refused.per_addr_cap),
+            ] {
+                ConstCounter::new(n).encode(family.encode_family(&CapLabels { cap })?)?;
+            }
+        }
+        if let Some(outbound) = &sources.outbound {
+            let m = encoder.encode_descriptor(
+                "outbound_queued",
+                "Bytes of frames queued for sockets and not yet written, all sockets.",
+                Some(&Unit::Bytes),
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(gauge(outbound.get() as u64)).encode(m)?;
+        }
+        if let Some(limit) = sources.queued_bytes_limit {
+            let m = encoder.encode_descriptor(
+                "queued_limit",
+                "The relay's bound on undelivered bytes (--max-queued-bytes).",
+                Some(&Unit::Bytes),
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(gauge(limit)).encode(m)?;
+        }
+        if let Some(worker) = &sources.push {
+            encode_push(&mut encoder, worker)?;
+        }
+        Ok(())
+    }
+}
+
+fn encode_push(
+    encoder: &mut DescriptorEncoder<'_>,
+    worker: &PushWorker,
+) -> Result<(), std::fmt::Error> {
+    let by_kind = worker.stats_by_kind();
+    let service = |kind: &str| match kind {
+        "fcm" => PushService::Fcm,
+        "apns" => PushService::Apns,
+        _ => PushService::WebPush,
+    };
+    let mut family = encoder.encode_descriptor(
+        "pushes",
+        "Push notifications, by service and result.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (kind, s) in &by_kind {
+        for (result, n) in [
+            (PushResult::Delivered, s.delivered),
+            (PushResult::Gone, s.gone),
+            (PushResult::Failed, s.failed),
+            (PushResult::GaveUp, s.gave_up),
+            (PushResult::QueueFull, s.queue_full),
+            (PushResult::Unconfigured, s.unconfigured),
+            (PushResult::GoneReportDropped, s.gone_dropped),
+        ] {
+            let labels = PushLabels {
+                service: service(kind),
+                result,
+            };
+            ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    let mut family = encoder.encode_descriptor(
+        "push_retries",
+        "Push attempts after the first (retries and re-authentications), by service.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (kind, s) in &by_kind {
+        let labels = ServiceLabels {
+            service: service(kind),
+        };
+        ConstCounter::new(s.retries).encode(family.encode_family(&labels)?)?;
+    }
+    let occupancy = worker.occupancy();
+    let limits = worker.limits();
+    for (name, help, value) in [
+        (
+            "push_queue",
+            "Pushes waiting for a request slot.",
+            occupancy.queued,
+        ),
+        (
+            "push_queue_limit",
+            "Pushes the queue holds at most (more are dropped).",
+            limits.queue_capacity,
+        ),
+        (
+            "push_in_flight",
+            "Push requests in flight.",
+            occupancy.in_flight,
+        ),
+        (
+            "push_in_flight_limit",
+            "Push requests in flight at most.",
+            limits.max_concurrent,
+        ),
+        (
+            "push_retrying",
+            "Pushes waiting to retry.",
+            occupancy.retrying,
+        ),
+    ] {
+        let m = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        ConstGauge::new(gauge(value as u64)).encode(m)?;
+    }
+    Ok(())
+}
+
+/// A [`Store`] whose commits and loads are timed and counted in [`Metrics`].
+#[derive(Debug)]
+pub struct MeteredStore<S> {
+    inner: S,
+    metrics: Metrics,
+}
+
+impl<S: Store> Store for MeteredStore<S> {
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        let watch = Stopwatch::start();
+        let result = self.inner.load();
+        match &result {
+            Ok(_) => self.metrics.f.load_duration.observe(watch.seconds()),
+            Err(e) => self.metrics.store_error(StoreOp::Load, e),
+        }
+        result
+    }
+
+    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
+        let rows = batch.len();
+        let watch = Stopwatch::start();
+        let result = self.inner.commit(batch);
+        match &result {
+            Ok(()) => {
+                self.metrics.f.commit_duration.observe(watch.seconds());
+                self.metrics.f.commit_rows.observe(rows as f64);
+            }
+            Err(e) => self.metrics.store_error(StoreOp::Commit, e),
+        }
+        result
+    }
+}
+
+/// Elapsed real time, for metrics only: the one place the server reads the monotonic clock
+/// for itself (never to decide anything; the relay's time comes from its [`seam::clock`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stopwatch(std::time::Instant);
+
+impl Stopwatch {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "metrics only: a duration to export, never an input of the relay"
+    )]
+    pub(super) fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    pub(super) fn seconds(self) -> f64 {
+        self.0.elapsed().as_secs_f64()
+    }
+}
+
+/// Serves `GET /metrics` (and nothing else) on `listener` until `shutdown` resolves.
+pub async fn serve_metrics<N: Network>(
+    listener: N::Listener,
+    metrics: Metrics,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let router = Router::new().route(
+        METRICS_PATH,
+        get(move || {
+            let metrics = metrics.clone();
+            async move {
+                (
+                    [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
+                    metrics.encode(),
+                )
+                    .into_response()
+            }
+        }),
+    );
+    seam::net::serve(listener, router, shutdown).await
+}
+
+/// Binds `addr` on network `N` and serves the metrics there ([`serve_metrics`]).
+pub async fn run_metrics<N: Network>(
+    addr: SocketAddr,
+    metrics: Metrics,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = N::bind(addr).await?;
+    serve_metrics::<N>(listener, metrics, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_exported_with_the_prefix_and_no_free_text_label() {
+        let metrics = Metrics::new();
+        metrics.frame_received(Err(()));
+        metrics.websocket_closed(CloseKind::RateLimited);
+        metrics.http_response("users/{alias}", 429, 0.001);
+        metrics.leading(Some(7));
+        let text = metrics.encode();
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(line.starts_with("relay_"), "{line}");
+        }
+        assert!(
+            text.contains(r#"relay_rate_limited_total{route="users/{alias}"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"relay_rate_limited_total{route="ws:frames"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains("relay_leader_epoch 7"), "{text}");
+        assert!(
+            text.contains(r#"relay_frames_received_total{frame="undecodable"} 1"#),
+            "{text}"
+        );
+    }
+}
