@@ -401,6 +401,7 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let (user, jti) = self.authenticate(now, req)?;
         let ticket = self.ids.ticket();
+        probes::probe!("ticket:issued");
         self.eph
             .tickets
             .insert(ticket.clone(), (user, jti), now.plus_ms(WS_TICKET_TTL_MS));
@@ -448,6 +449,7 @@ impl Relay {
                     "the ticket is unknown, expired or already used",
                 ));
             };
+            probes::probe!("ticket:redeemed");
             // The token the ticket was issued for may have been revoked since.
             if self
                 .state
@@ -462,6 +464,7 @@ impl Relay {
         } else if let Some(token) = token {
             let (sub, jti) = self.check_token(now, token)?;
             if sub != user {
+                probes::probe!("token:foreign-account");
                 return Err(ApiError::with_status(
                     401,
                     ErrorCode::TOKEN_INVALID,
@@ -472,6 +475,7 @@ impl Relay {
         } else if let Some(token) = proto_token {
             let (sub, jti) = self.check_token(now, token)?;
             if sub != user {
+                probes::probe!("token:foreign-account-subprotocol");
                 return Err(ApiError::with_status(
                     401,
                     ErrorCode::TOKEN_INVALID,

@@ -308,8 +308,10 @@ impl Relay {
                     "the owner cannot unsubscribe from its own channel",
                 ));
             }
+            probes::probe!("channel:unsubscribed");
             self.state.delete_sub(&id, &user);
         } else if owner != user {
+            probes::probe!("channel:subscribed");
             self.state.put_sub(&id, &user, now);
         }
         Ok(HttpResponse::json(200, &OkResponse::OK))
@@ -545,6 +547,7 @@ impl Relay {
             let o = self.state.commerce.orders.get(&existing).cloned();
             return match o {
                 Some(o) if o.buyer.as_ref() == Some(&user) => {
+                    probes::probe!("channel:buy-repeated");
                     Ok(HttpResponse::json(200, &self.trade_order_view(&o)))
                 }
                 _ => Err(ApiError::new(

@@ -266,8 +266,11 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    /// With the code's default status.
+    /// With the code's default status. Counted as the refusal probe `refuse:CODE@file` of
+    /// the module that decided it (feature `probes`).
+    #[cfg_attr(feature = "probes", track_caller)]
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        probes::refusal(code.as_str());
         Self {
             status: code.default_status(),
             code,
@@ -276,8 +279,10 @@ impl ApiError {
         }
     }
 
-    /// With an explicit status.
+    /// With an explicit status (a refusal probe, as [`new`](Self::new)).
+    #[cfg_attr(feature = "probes", track_caller)]
     pub fn with_status(status: u16, code: ErrorCode, message: impl Into<String>) -> Self {
+        probes::refusal(code.as_str());
         Self {
             status,
             code,
@@ -288,6 +293,7 @@ impl ApiError {
 
     /// 429 `RATE_LIMITED` that may be retried after `retry_after_ms` (rounded up to whole
     /// seconds, at least 1).
+    #[cfg_attr(feature = "probes", track_caller)]
     pub fn rate_limited(message: impl Into<String>, retry_after_ms: u64) -> Self {
         Self {
             retry_after_s: Some(retry_after_ms.div_ceil(1000).max(1)),
@@ -306,6 +312,7 @@ impl ApiError {
 }
 
 impl From<wire::http::BodyError> for ApiError {
+    #[cfg_attr(feature = "probes", track_caller)]
     fn from(e: wire::http::BodyError) -> Self {
         Self::new(e.code(), e.to_string())
     }

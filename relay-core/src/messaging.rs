@@ -182,6 +182,7 @@ impl Relay {
         let dedup = !planted!(self.config, NoMessageDedup);
         if let Some(t) = self.state.tombstone(user, &m.id).filter(|_| dedup) {
             if t.conv_id == m.conv_id {
+                probes::probe!("msg:deduplicated");
                 self.stats.messages_deduplicated += 1;
                 let ack = ServerFrame::Ack(AckFrame {
                     id: m.id,
@@ -314,7 +315,12 @@ impl Relay {
             );
         };
         let dropped = self.state.delete_message(&other, &r.conv_id, tomb.seq);
-        if !tomb.retracted {
+        if dropped {
+            probes::probe!("retract:dropped-queued-copy");
+        }
+        if tomb.retracted {
+            probes::probe!("retract:repeated");
+        } else {
             self.state.put_tombstone(
                 &user,
                 r.id.clone(),

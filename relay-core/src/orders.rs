@@ -92,6 +92,7 @@ impl Relay {
             self.state.expire_pending_confirm(now, buyer, id);
         }
         if o.expire(now) == Transition::Expired {
+            probes::probe!("order:expired");
             self.state.put_order(o);
         }
     }
@@ -126,8 +127,9 @@ impl Relay {
             return;
         }
         match o.kind {
-            OrderKind::Vanity => {}
+            OrderKind::Vanity => probes::probe!("order:confirmed:vanity"),
             OrderKind::ChannelQuota => {
+                probes::probe!("order:confirmed:quota");
                 if let Some(buyer) = &o.buyer {
                     let mut q = self.state.quota_of(buyer);
                     q.bought = q.bought.saturating_add(1);
@@ -139,6 +141,7 @@ impl Relay {
                     .ok()
                     .and_then(|ch| self.state.commerce.channels.get(&ch).cloned());
                 if let (Some(c), Some(buyer)) = (channel, o.buyer.clone()) {
+                    probes::probe!("order:confirmed:channel-trade");
                     let old_owner = c.owner.clone();
                     let id = c.id.clone();
                     self.state.put_channel(ChannelRow {

@@ -103,6 +103,7 @@ impl Relay {
         let prev = self.state.commerce.payments.get(&body.payment_id).cloned();
         if let Some(p) = &prev {
             if p.order_id != body.order_id {
+                probes::probe!("webhook:payment-id-reused");
                 return Err(ApiError::new(
                     ErrorCode::INVALID_FIELD,
                     "this payment_id was already reported for another order",
@@ -112,6 +113,7 @@ impl Relay {
             if p.status == PaymentStatus::Finished
                 || (p.status == body.payment_status && p.paid_usdt == body.paid_usdt)
             {
+                probes::probe!("webhook:duplicate");
                 return Ok(Webhook::Duplicate);
             }
         }
@@ -150,20 +152,29 @@ impl Relay {
         let paid_in_full = any_finished && total >= o.price_usdt;
         let finished = body.payment_status == PaymentStatus::Finished && paid_in_full;
         match (o.state, paid_in_full, finished) {
-            (OrderState::Pending, true, _) => self.confirm_order(now, o),
+            (OrderState::Pending, true, _) => {
+                probes::probe!("webhook:paid-in-time");
+                self.confirm_order(now, o);
+            }
             (OrderState::Expired, true, _) if self.still_available(&o) => {
+                probes::probe!("webhook:late-honoured");
                 self.confirm_order(now, o);
             }
             (OrderState::Expired, true, _) => {
+                probes::probe!("webhook:late-refund");
                 o.refund_needed = true;
                 self.state.put_order(o);
             }
             (OrderState::Confirmed, _, true) => {
                 // A second, separate payment of an order already paid.
+                probes::probe!("webhook:second-payment-refund");
                 o.refund_needed = true;
                 self.state.put_order(o);
             }
-            _ => self.state.put_order(o),
+            _ => {
+                probes::probe!("webhook:partial-or-pending");
+                self.state.put_order(o);
+            }
         }
         Ok(Webhook::Applied)
     }

@@ -299,6 +299,7 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
+        probes::probe!("push:disabled");
         self.state.put_push_targets(&user, Vec::new());
         Ok(HttpResponse::json(200, &OkResponse::OK))
     }
@@ -312,8 +313,10 @@ impl Relay {
             .cloned()
             .unwrap_or_default();
         if targets.contains(&target) {
+            probes::probe!("push:subscribe-repeated");
             return; // a retry: nothing to write
         }
+        probes::probe!("push:subscribed");
         targets.retain(|t| !t.same_destination(&target));
         targets.push(target);
         if targets.len() > MAX_PUSH_TARGETS_PER_USER {

@@ -566,6 +566,7 @@ impl Relay {
 
     fn refuse_undecodable(&mut self, now: UnixMs, conn: ConnId, e: &wire::FrameError) {
         self.touch(now, conn);
+        probes::refusal(e.code().as_str());
         let frame = ErrorFrame {
             error: e.code(),
             message: e.to_string(),
@@ -615,6 +616,7 @@ impl Relay {
             };
             // The staged outputs (acks) were discarded; tell the sender nothing was accepted.
             // `finish` already closed every socket, so this frame is informational only.
+            probes::refusal(ErrorCode::STORAGE_UNAVAILABLE.as_str());
             self.outputs.push_front(Output::Send {
                 conn,
                 frame: ServerFrame::Error(ErrorFrame {
@@ -888,6 +890,9 @@ impl Relay {
         self.staged.push(out);
     }
 
+    /// Sends an error frame (the refusal probe `refuse:CODE@file` of the module that decided
+    /// it, feature `probes`).
+    #[cfg_attr(feature = "probes", track_caller)]
     pub(crate) fn send_error(
         &mut self,
         conn: ConnId,
@@ -896,6 +901,7 @@ impl Relay {
         ref_type: Option<String>,
         id: Option<String>,
     ) {
+        probes::refusal(code.as_str());
         self.send(
             conn,
             ServerFrame::Error(ErrorFrame {

@@ -278,6 +278,7 @@ impl Relay {
         if !c.delivery.has_room(window_msgs, window_bytes, bytes)
             && !planted!(self.config, SyncIgnoresWindow)
         {
+            probes::probe!("sync:window-full");
             return false;
         }
         // The sender is the other member (a queue holds what the other member wrote).

@@ -111,8 +111,12 @@ impl Relay {
         let (user, _) = self.authenticate(now, req)?;
         let body: PurchaseRequest = decode_body(&req.body)?;
         let (status, o) = match self.vanity_precheck(&body.alias_id, Some(&user))? {
-            Some(o) => (200, o),
+            Some(o) => {
+                probes::probe!("vanity:purchase-repeated");
+                (200, o)
+            }
             None => {
+                probes::probe!("vanity:hold-created");
                 let (_, p) = price(&body.alias_id);
                 let o = self.create_order(
                     now,
@@ -149,6 +153,7 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let body: PurchaseRequest = decode_body(&req.body)?;
         self.vanity_precheck(&body.alias_id, None)?;
+        probes::probe!("vanity:reserved");
         let (_, p) = price(&body.alias_id);
         let o = self.create_order(
             now,
@@ -200,6 +205,7 @@ impl Relay {
         if o.used {
             // A retry after a lost response is answered again; anything else is a conflict.
             if self.state.alias_of(&user) == Some(&alias) {
+                probes::probe!("vanity:bind-retry-answered");
                 return Ok(HttpResponse::json(200, &BindResponse { alias_id: alias }));
             }
             return Err(ApiError::new(
@@ -250,6 +256,7 @@ impl Relay {
             fate: AliasFate::Bound,
             at: now,
         });
+        probes::probe!("vanity:bound");
         o.used = true;
         o.buyer = Some(user);
         self.state.put_order(o);

@@ -37,9 +37,11 @@
 //! | `runner` | one run: [`RunConfig`], [`run`], the hosts, the step loop, the log scan | everything above |
 //! | [`shrink`] | delta debugging of a failing run | `faults`, `planted`, `runner`, `scenario`, `violation` |
 //! | [`jepsen`] | Jepsen mode: real sockets, a relay process, the same client-visible oracles | `oracles`, `scenario`, `trace`, `violation`, `wiretap` |
+//! | [`coverage`] | code probes over a sweep: hits per probe, the catalogue, probes never hit | `probes` |
 //! | [`report`] | HTML run reports: a timeline and latency plots per run, a summary per sweep | `faults`, `jepsen`, `runner`, `trace` |
 
 pub mod bounds;
+pub mod coverage;
 pub mod failover;
 pub mod faults;
 pub mod jepsen;

@@ -23,6 +23,7 @@ impl<S: ClientStore> Client<S> {
     pub(super) fn on_msg(&mut self, now_ms: u64, d: &MsgDelivery) -> Result<(), ClientError> {
         let id = d.id.as_str();
         if self.store.get_message(id)?.is_some() {
+            probes::probe!("client:msg-duplicate");
             self.store.delete_offline(id)?;
             self.send_delivered(d);
             return Ok(());
@@ -31,11 +32,13 @@ impl<S: ClientStore> Client<S> {
         let Some(session) = self.store.load_session(conv)? else {
             // A friendship we have not heard of (its `friend_accepted` came while we were
             // away): the friends list gives the session, and the retry releases the message.
+            probes::probe!("client:msg-parked-no-session");
             self.park(d)?;
             self.sync_contacts_again(now_ms);
             return Ok(());
         };
         if session.their_alias_id != d.from.as_str() {
+            probes::probe!("client:msg-from-other-alias");
             return self.on_msg_from_other_alias(now_ms, d);
         }
         if !self.guard_inbound(now_ms, &session) {

@@ -83,6 +83,7 @@ impl<S: ClientStore> Client<S> {
 
     fn transmit_intent(&mut self, mut intent: OutboxIntent) -> Result<(), ClientError> {
         if intent.attempts >= self.config.outbox_max_attempts {
+            probes::probe!("client:outbox-attempts-exhausted");
             return self.fail_intent(&intent.internal_id);
         }
         let Some(session) = self.store.load_session(&intent.conversation_id)? else {

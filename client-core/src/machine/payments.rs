@@ -24,6 +24,8 @@ impl<S: ClientStore> Client<S> {
                 order_id,
                 ref_id: p.ref_id,
             });
+        } else {
+            probes::probe!("client:payment-confirmed-duplicate");
         }
         Ok(())
     }

@@ -30,7 +30,7 @@
 mod action;
 mod plan;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -158,16 +158,48 @@ impl FromStr for FaultKind {
 /// Which fault kinds a run may use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FaultSelection {
-    /// Swarm: a random non-empty subset drawn from the seed.
+    /// Swarm: a random non-empty subset drawn from the seed (each kind with probability 3/8).
     Swarm,
+    /// Swarm with a weight per kind: each kind is in the subset with probability
+    /// `weight / SWARM_WEIGHT_SCALE` (kinds not listed: [`SWARM_DEFAULT_WEIGHT`]). What a
+    /// steered sweep (`simulate --steer`) draws from; written `swarm:partition=40,hold=12`.
+    Weighted(BTreeMap<FaultKind, u32>),
     /// Exactly these kinds (empty: a fault-free run).
     Only(BTreeSet<FaultKind>),
 }
+
+/// The denominator of [`FaultSelection::Weighted`]'s weights.
+pub const SWARM_WEIGHT_SCALE: u32 = 64;
+
+/// A kind's weight when a weighted swarm does not name it (3/8, as in [`FaultSelection::Swarm`]).
+pub const SWARM_DEFAULT_WEIGHT: u32 = 24;
 
 impl FromStr for FaultSelection {
     type Err = String;
     /// `swarm`, `all`, `none`, or a comma-separated list of kinds.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(weights) = s.strip_prefix("swarm:") {
+            return weights
+                .split(',')
+                .filter(|w| !w.trim().is_empty())
+                .map(|w| {
+                    let (kind, weight) = w
+                        .split_once('=')
+                        .ok_or_else(|| format!("expected KIND=WEIGHT, got {w:?}"))?;
+                    let weight: u32 = weight
+                        .trim()
+                        .parse()
+                        .map_err(|e| format!("weight of {kind}: {e}"))?;
+                    if weight > SWARM_WEIGHT_SCALE {
+                        return Err(format!(
+                            "weight of {kind}: {weight} is over {SWARM_WEIGHT_SCALE}"
+                        ));
+                    }
+                    Ok((kind.trim().parse()?, weight))
+                })
+                .collect::<Result<_, String>>()
+                .map(Self::Weighted);
+        }
         match s {
             "swarm" => Ok(Self::Swarm),
             "all" => Ok(Self::Only(FaultKind::ALL.into_iter().collect())),
@@ -185,6 +217,11 @@ impl fmt::Display for FaultSelection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Swarm => f.write_str("swarm"),
+            Self::Weighted(w) => {
+                let parts: Vec<String> =
+                    w.iter().map(|(k, w)| format!("{}={w}", k.name())).collect();
+                write!(f, "swarm:{}", parts.join(","))
+            }
             Self::Only(k) if k.is_empty() => f.write_str("none"),
             Self::Only(k) if k.len() == FaultKind::ALL.len() => f.write_str("all"),
             Self::Only(k) => {

@@ -11,7 +11,8 @@ use rand_core::Rng as _;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    FaultAction, FaultEvent, FaultKind, FaultSelection, HostileAct, StoreChoice, StoreKind,
+    FaultAction, FaultEvent, FaultKind, FaultSelection, HostileAct, SWARM_DEFAULT_WEIGHT,
+    SWARM_WEIGHT_SCALE, StoreChoice, StoreKind,
 };
 use crate::bounds::{LEASE_MS, PAY, RELAY, STORM_WAVE, STORM_WAVE_MS, STUCK_MIN_PROVOKE};
 use crate::scenario::{Scale, Scenario};
@@ -78,6 +79,21 @@ impl FaultPlan {
                     .filter(|_| rng.next_u32() % 8 < 3)
                     .collect();
                 if !k.is_empty() {
+                    break k;
+                }
+            },
+            FaultSelection::Weighted(weights) => loop {
+                let k: BTreeSet<FaultKind> = FaultKind::ALL
+                    .into_iter()
+                    .filter(|kind| {
+                        let w = weights.get(kind).copied().unwrap_or(SWARM_DEFAULT_WEIGHT);
+                        rng.next_u32() % SWARM_WEIGHT_SCALE < w
+                    })
+                    .collect();
+                let all_zero = FaultKind::ALL
+                    .iter()
+                    .all(|kind| weights.get(kind).copied().unwrap_or(SWARM_DEFAULT_WEIGHT) == 0);
+                if !k.is_empty() || all_zero {
                     break k;
                 }
             },

@@ -195,6 +195,9 @@ pub struct RunReport {
     pub traffic_start_ms: Option<u64>,
     /// Simulated ms at which every fault was healed (`None`: the run ended before).
     pub heal_ms: Option<u64>,
+    /// Each code probe the run hit (relay core, client core), with its count (see
+    /// [`crate::coverage`]).
+    pub probes: std::collections::BTreeMap<String, u64>,
 }
 
 impl RunReport {
@@ -241,7 +244,9 @@ pub fn run(config: &RunConfig) -> RunReport {
     let replay = config.draw();
     let scan = LogScan::default();
     let relay = RelaySetup::of(config);
+    probes::start();
     let mut inner = logscan::with_logs(config, &scan, || run_inner(&replay, &relay));
+    let probes = probes::finish();
     if config.capture_logs && config.log.is_none() {
         oracles::logs_free_of_canaries(
             &scan.suspects(),
@@ -265,6 +270,7 @@ pub fn run(config: &RunConfig) -> RunReport {
         records: inner.records,
         traffic_start_ms,
         heal_ms,
+        probes,
     }
 }
 

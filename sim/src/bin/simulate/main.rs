@@ -136,6 +136,20 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     report: Option<PathBuf>,
 
+    /// Coverage-steered swarm: after each batch of 20 seeds, the fault kinds whose runs hit
+    /// rarely-hit code probes get more weight (within 8..56 of 64; the swarm's default is 24).
+    /// Deterministic: a batch's weights depend only on the batches before it; each seed's
+    /// replay command carries its weights (`--faults swarm:KIND=W,…`), and `--json` the
+    /// weights of every batch.
+    #[arg(long, conflicts_with_all = ["seed", "replay", "relay_cmd", "relay_url"])]
+    steer: bool,
+
+    /// After the sweep, rewrites the probe catalogue (`sim/probes.txt` in the source tree this
+    /// binary was built from): every probe the sources declare and every probe hit, the hit
+    /// ones marked `must`. Run it with the README's main sweep.
+    #[arg(long, conflicts_with_all = ["seed", "replay", "relay_cmd", "relay_url"])]
+    update_probe_catalogue: bool,
+
     /// With `--seed`: machine-readable output (`SIM_MS`, `HASH`, `VIOLATION` lines).
     #[arg(long, hide = true)]
     machine: bool,
@@ -225,9 +239,14 @@ fn parse_shard(s: &str) -> Result<(u64, u64), String> {
 }
 
 pub(crate) fn options_line(args: &Args) -> String {
+    options_line_with(args, &args.faults)
+}
+
+/// The options of a run of this sweep drawing its faults from `faults`.
+pub(crate) fn options_line_with(args: &Args, faults: &FaultSelection) -> String {
     let mut s = format!(
-        "--scale {} --faults {} --store {}",
-        args.scale, args.faults, args.store
+        "--scale {} --faults {faults} --store {}",
+        args.scale, args.store
     );
     if let Some(c) = args.clients {
         let _ = write!(s, " --clients {c}");
@@ -262,10 +281,15 @@ pub(crate) fn cargo_run(
 }
 
 pub(crate) fn replay_command(args: &Args, seed: u64) -> String {
+    replay_command_with(args, seed, &args.faults)
+}
+
+/// The command that replays `seed` of this sweep drawn from `faults`.
+pub(crate) fn replay_command_with(args: &Args, seed: u64, faults: &FaultSelection) -> String {
     format!(
         "{} --seed {seed} {} --trace",
         cargo_run(args),
-        options_line(args)
+        options_line_with(args, faults)
     )
 }
 

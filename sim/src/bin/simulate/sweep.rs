@@ -1,7 +1,7 @@
 //! A sweep: seeds on worker threads, a progress bar, the summary, and the JSON, JUnit and
 //! HTML reports.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::ops::Range;
 use std::path::Path;
@@ -12,10 +12,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
+use sim::coverage::{self, Coverage, STEER_BATCH, Steering};
+use sim::faults::{FaultKind, FaultSelection};
 use sim::report::{SummaryRow, Timeline};
 use sim::{RunConfig, run};
 
-use crate::{Args, config, options_line, pages, replay_command};
+use crate::{Args, config, options_line, pages, replay_command_with};
 
 #[allow(
     clippy::disallowed_methods,
@@ -35,21 +37,32 @@ struct SeedResult {
     stats: sim::RunStats,
     /// With `--report`: whether the seed's page was written, or why it could not be.
     page: Result<bool, String>,
+    /// The code probes the run hit.
+    probes: BTreeMap<String, u64>,
+    /// The fault kinds its plan drew.
+    kinds: BTreeSet<FaultKind>,
+    /// The command that replays it.
+    replay: String,
 }
 
-/// Runs one seed, turning a panic into a violation.
-fn run_seed(args: &Args, seed: u64) -> SeedResult {
+/// Runs one seed drawing its faults from `faults`, turning a panic into a violation.
+fn run_seed(args: &Args, seed: u64, faults: &FaultSelection) -> SeedResult {
     let started = wall_clock();
     let config = RunConfig {
         log: None,
+        faults: faults.clone(),
         ..config(args, seed)
     };
+    let replay = replay_command_with(args, seed, faults);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&config)));
     let wall = started.elapsed();
     match outcome {
-        Ok(r) => SeedResult {
+        Ok(mut r) => SeedResult {
             seed,
-            page: failing_page(args, &r),
+            page: failing_page(args, &r, &replay),
+            probes: std::mem::take(&mut r.probes),
+            kinds: r.plan.kinds.clone(),
+            replay,
             hash: r.trace_hash,
             simulated: r.simulated,
             wall,
@@ -73,6 +86,9 @@ fn run_seed(args: &Args, seed: u64) -> SeedResult {
                 wall,
                 stats: sim::RunStats::default(),
                 page: Ok(false),
+                probes: BTreeMap::new(),
+                kinds: BTreeSet::new(),
+                replay,
                 violations: vec![("panic".to_owned(), what)],
             }
         }
@@ -80,14 +96,14 @@ fn run_seed(args: &Args, seed: u64) -> SeedResult {
 }
 
 /// With `--report`, writes the page of a seed that failed; whether it wrote one.
-fn failing_page(args: &Args, r: &sim::RunReport) -> Result<bool, String> {
+fn failing_page(args: &Args, r: &sim::RunReport, replay: &str) -> Result<bool, String> {
     let Some(dir) = &args.report else {
         return Ok(false);
     };
     if r.violations.is_empty() {
         return Ok(false);
     }
-    let timeline = Timeline::from_run(r, &replay_command(args, r.seed));
+    let timeline = Timeline::from_run(r, replay);
     pages::write_seed_page(dir, r.seed, &timeline)
         .map(|_| true)
         .map_err(|e| format!("{e:#}"))
@@ -100,6 +116,12 @@ pub(crate) fn in_shard(shard: Option<(u64, u64)>, start: u64, seed: u64) -> bool
 /// Runs the seeds of the sweep (this shard's, until the time budget), reports, writes the
 /// JSON and JUnit files.
 pub(crate) fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> {
+    if args.steer && args.faults != FaultSelection::Swarm {
+        anyhow::bail!(
+            "--steer moves the swarm's weights: drop --faults {}",
+            args.faults
+        );
+    }
     let mine: Vec<u64> = seeds
         .clone()
         .filter(|s| in_shard(args.shard, seeds.start, *s))
@@ -118,14 +140,42 @@ pub(crate) fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> 
         pages::create_dir(dir)?;
     }
     let started = wall_clock();
-    let mut results = run_seeds(args, mine, jobs, started, &bar);
+    let (mut results, steering) = if args.steer {
+        steered(args, &mine, jobs, started, &bar)
+    } else {
+        (
+            run_seeds(args, mine, jobs, started, &bar, &args.faults),
+            Vec::new(),
+        )
+    };
     bar.finish();
     results.sort_by_key(|r| r.seed);
     let wall = started.elapsed();
     let seeds_per_s = results.len() as f64 / wall.as_secs_f64().max(1e-9);
     let failing = summarize(args, &results, total, wall, jobs);
+    let mut coverage = Coverage::default();
+    for r in &results {
+        coverage.add(&r.probes);
+    }
+    let catalogue = coverage::catalogue();
+    print!("{}", coverage.summary(&catalogue));
+    if let Some((_, last)) = steering.last() {
+        println!(
+            "steering: {} batch(es); the last drew from --faults {last}",
+            steering.len()
+        );
+    }
+    if args.update_probe_catalogue {
+        update_catalogue(&coverage)?;
+    }
     if let Some(path) = &args.json {
-        write_json(args, path, &seeds, &results, wall, seeds_per_s)?;
+        let probes = coverage.to_json(&catalogue);
+        let steering: Vec<serde_json::Value> = steering
+            .iter()
+            .map(|(first, faults)| serde_json::json!({"first_seed": first, "faults": faults}))
+            .collect();
+        let extra = serde_json::json!({"probes": probes, "steering": steering});
+        write_json(args, path, &seeds, &results, wall, seeds_per_s, &extra)?;
     }
     if let Some(path) = &args.junit {
         write_junit(args, path, &results, wall)?;
@@ -140,6 +190,39 @@ pub(crate) fn sweep(args: &Args, seeds: Range<u64>) -> anyhow::Result<ExitCode> 
     })
 }
 
+/// `--steer`: runs `seeds` in batches of [`STEER_BATCH`], moving the swarm's weights after
+/// each (see [`Steering`]); returns the results and each batch's first seed and selection.
+fn steered(
+    args: &Args,
+    seeds: &[u64],
+    jobs: usize,
+    started: std::time::Instant,
+    bar: &ProgressBar,
+) -> (Vec<SeedResult>, Vec<(u64, String)>) {
+    let mut steering = Steering::default();
+    let mut seen = Coverage::default();
+    let (mut results, mut log) = (Vec::new(), Vec::new());
+    let batch_len = usize::try_from(STEER_BATCH).unwrap_or(usize::MAX);
+    for batch in seeds.chunks(batch_len) {
+        let selection = steering.selection();
+        let mut ran = run_seeds(args, batch.to_vec(), jobs, started, bar, &selection);
+        ran.sort_by_key(|r| r.seed);
+        log.push((batch[0], selection.to_string()));
+        for r in &ran {
+            seen.add(&r.probes);
+        }
+        let runs: Vec<(BTreeSet<FaultKind>, &BTreeMap<String, u64>)> =
+            ran.iter().map(|r| (r.kinds.clone(), &r.probes)).collect();
+        steering.update(&seen, &runs);
+        let short = ran.len() < batch.len();
+        results.extend(ran);
+        if short {
+            break; // the time budget ran out
+        }
+    }
+    (results, log)
+}
+
 /// Runs `seeds` on `jobs` threads (each takes the next seed until none is left or the time
 /// budget is spent), reporting each failing seed as it comes.
 fn run_seeds(
@@ -148,6 +231,7 @@ fn run_seeds(
     jobs: usize,
     started: std::time::Instant,
     bar: &ProgressBar,
+    faults: &FaultSelection,
 ) -> Vec<SeedResult> {
     let budget = args.time_budget.map(Duration::from_secs);
     let next = Arc::new(AtomicU64::new(0));
@@ -166,7 +250,7 @@ fn run_seeds(
                     let Some(&seed) = seeds.get(usize::try_from(i).unwrap_or(usize::MAX)) else {
                         return;
                     };
-                    if tx.send(run_seed(args, seed)).is_err() {
+                    if tx.send(run_seed(args, seed, faults)).is_err() {
                         return;
                     }
                 }
@@ -258,7 +342,7 @@ fn summarize(
         simulated.as_secs_f64() / wall.as_secs_f64().max(1e-9),
     );
     for r in &failing {
-        println!("replay seed {}: {}", r.seed, replay_command(args, r.seed));
+        println!("replay seed {}: {}", r.seed, r.replay);
     }
     failing.len()
 }
@@ -270,6 +354,7 @@ fn write_json(
     results: &[SeedResult],
     wall: Duration,
     seeds_per_s: f64,
+    extra: &serde_json::Value,
 ) -> anyhow::Result<()> {
     let seeds_json: Vec<serde_json::Value> = results
         .iter()
@@ -280,7 +365,7 @@ fn write_json(
                 "simulated_ms": u64::try_from(r.simulated.as_millis()).unwrap_or(u64::MAX),
                 "wall_ms": u64::try_from(r.wall.as_millis()).unwrap_or(u64::MAX),
                 "violations": r.violations.iter().map(|(o, d)| serde_json::json!({"oracle": o, "detail": d})).collect::<Vec<_>>(),
-                "replay": (!r.violations.is_empty()).then(|| replay_command(args, r.seed)),
+                "replay": (!r.violations.is_empty()).then(|| r.replay.clone()),
             })
         })
         .collect();
@@ -295,6 +380,8 @@ fn write_json(
         "wall_s": wall.as_secs_f64(),
         "seeds_per_s": seeds_per_s,
         "results": seeds_json,
+        "probes": extra["probes"],
+        "steering": extra["steering"],
     });
     let text = serde_json::to_string_pretty(&doc).context("encoding JSON")?;
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
@@ -358,7 +445,7 @@ fn write_junit(
         for (o, d) in &r.violations {
             let _ = writeln!(body, "[{o}] {d}");
         }
-        let _ = writeln!(body, "replay: {}", replay_command(args, r.seed));
+        let _ = writeln!(body, "replay: {}", r.replay);
         let _ = writeln!(
             xml,
             ">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>",
@@ -435,5 +522,24 @@ fn write_summary(
     }
     let index = pages::write_index(dir, "simulate: sweep", &facts, &rows)?;
     println!("report: {}", index.display());
+    Ok(())
+}
+
+/// `--update-probe-catalogue`: rewrites `sim/probes.txt` with every probe the sources declare
+/// and every probe this sweep hit, marking the hit ones `must`.
+fn update_catalogue(coverage: &Coverage) -> anyhow::Result<()> {
+    let root = Path::new(coverage::WORKSPACE);
+    let mut names = coverage::scan_sources(root)
+        .with_context(|| format!("scanning the sources under {}", root.display()))?;
+    let hit: BTreeSet<String> = coverage.probes.keys().cloned().collect();
+    names.extend(hit.iter().cloned());
+    let path = coverage::CATALOGUE_PATH;
+    std::fs::write(path, coverage::render(&names, &hit))
+        .with_context(|| format!("writing {path}"))?;
+    println!(
+        "probe catalogue: {} probes, {} marked must, written to {path}",
+        names.len(),
+        hit.len()
+    );
     Ok(())
 }

@@ -1,0 +1,82 @@
+//! Code probes in CI (see `sim::coverage`): the committed catalogue lists every probe the
+//! sources declare, and a short sweep reaches a stated share of the probes the README's main
+//! sweep reaches (`must`). A new refusal or transition that no simulated client can reach
+//! fails the first test until it is catalogued, then shows up as never hit in every sweep's
+//! probe report; one the short sweep stops reaching fails the second.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use sim::coverage::{self, Coverage};
+use sim::{RunConfig, run};
+
+/// Seeds of the short sweep (small scale, swarm faults, drawn store: the default mix).
+const SEEDS: std::ops::Range<u64> = 0..16;
+
+/// Share of the catalogue's `must` probes the short sweep must hit, in percent.
+const MUST_SHARE_PERCENT: usize = 75;
+
+const REGENERATE: &str = "cargo run --release -p sim --bin simulate -- --scale medium --seeds 0..100 --update-probe-catalogue";
+
+#[test]
+fn the_catalogue_lists_every_probe_the_sources_declare() {
+    let declared =
+        coverage::scan_sources(Path::new(coverage::WORKSPACE)).expect("read the sources");
+    assert!(
+        declared.len() > 50,
+        "the scan found only {} probes: is it reading the right tree?",
+        declared.len()
+    );
+    let catalogue: BTreeSet<String> = coverage::catalogue().into_iter().map(|e| e.name).collect();
+    let missing: Vec<&String> = declared.difference(&catalogue).collect();
+    assert!(
+        missing.is_empty(),
+        "probes declared in the sources but not in sim/probes.txt: {missing:?}\nregenerate it with the main sweep: {REGENERATE}"
+    );
+}
+
+#[test]
+fn a_short_sweep_hits_most_probes_the_main_sweep_hits() {
+    let catalogue = coverage::catalogue();
+    let seeds: Vec<u64> = SEEDS.collect();
+    let runs: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = seeds
+            .chunks(seeds.len().div_ceil(2))
+            .map(|chunk| {
+                s.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|&seed| {
+                            let mut config = RunConfig::new(seed);
+                            config.capture_logs = false;
+                            run(&config).probes
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("sweep thread"))
+            .collect()
+    });
+    let mut cov = Coverage::default();
+    for probes in &runs {
+        cov.add(probes);
+    }
+    let (hit, must) = cov.must_share(&catalogue);
+    println!("{}", cov.summary(&catalogue));
+    assert!(
+        must > 0,
+        "the catalogue marks no probe `must`: {REGENERATE}"
+    );
+    assert!(
+        hit * 100 >= must * MUST_SHARE_PERCENT,
+        "the short sweep (small seeds {SEEDS:?}) hit {hit} of {must} `must` probes, under {MUST_SHARE_PERCENT}%; missed: {:?}",
+        cov.never_hit(&catalogue)
+            .iter()
+            .filter(|e| e.must)
+            .map(|e| &e.name)
+            .collect::<Vec<_>>()
+    );
+}
