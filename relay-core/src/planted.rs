@@ -37,18 +37,22 @@ pub enum PlantedBug {
     /// `sync`: backlog replay ignores the connection's window and
     /// pushes everything at once, overflowing the shell's outbound queue on every reconnect.
     SyncIgnoresWindow,
+    /// `auth`: a bearer token whose signature does not verify is read anyway, so anyone can
+    /// alter a token's signature (or, with a jti that is current, its claims) and be let in.
+    TokenSignatureIgnored,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
         Self::SyncStopsAtEmptyConversation,
         Self::SeqNotPersisted,
         Self::SyncIgnoresWindow,
+        Self::TokenSignatureIgnored,
     ];
 }
 

@@ -142,6 +142,18 @@ impl TokenKeys {
     }
 }
 
+/// The claims of `token` without checking its signature: only for the planted bug
+/// `TokenSignatureIgnored` (feature `planted-bugs`), never in a relay that serves users.
+#[cfg(feature = "planted-bugs")]
+pub(crate) fn unverified_claims(token: &str) -> Option<Claims> {
+    use base64::Engine as _;
+    let payload = token.split('.').nth(1)?;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    serde_json::from_slice(&raw).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,13 +47,14 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
         Self::Relay(PlantedBug::SyncStopsAtEmptyConversation),
         Self::Relay(PlantedBug::SeqNotPersisted),
         Self::Relay(PlantedBug::SyncIgnoresWindow),
+        Self::Relay(PlantedBug::TokenSignatureIgnored),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -70,6 +71,7 @@ impl Planted {
             }
             Self::Relay(PlantedBug::SeqNotPersisted) => "seq-not-persisted",
             Self::Relay(PlantedBug::SyncIgnoresWindow) => "sync-ignores-window",
+            Self::Relay(PlantedBug::TokenSignatureIgnored) => "token-signature-ignored",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 9] = [
+const CASES: [Case; 10] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -69,6 +69,14 @@ const CASES: [Case; 9] = [
         scale: Scale::Medium,
         faults: "none",
         oracles: &["liveness", "delivered-exactly-once"],
+    },
+    // A forged token is only ever presented by a dishonest raw client (the credentials sweep
+    // over the relay's route table, in half of the dishonest acts).
+    Case {
+        bug: Planted::Relay(PlantedBug::TokenSignatureIgnored),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
     },
     // A missing write deadline needs a raw client that stops reading (one swarm seed in ten has one).
     Case {
@@ -218,6 +226,13 @@ fn catches_a_seq_counter_not_persisted() {
 #[test]
 fn catches_a_sync_not_paced_by_the_window() {
     detects(Planted::Relay(PlantedBug::SyncIgnoresWindow));
+}
+
+/// A bearer token whose signature does not verify is accepted (found by the dishonest
+/// clients' forged credentials on every route of the relay's table).
+#[test]
+fn catches_a_token_whose_signature_is_not_checked() {
+    detects(Planted::Relay(PlantedBug::TokenSignatureIgnored));
 }
 
 /// A client that stops reading is never released (the relay server's write deadline is

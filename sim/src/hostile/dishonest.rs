@@ -107,6 +107,15 @@ pub(super) async fn dishonest(
         evil_ids,
         ..
     } = d;
+    // Half of the acts also try forged credentials on every route (an rng of their own, so
+    // the attempts above are drawn as before).
+    let mut extra = ChaCha20Rng::seed_from_u64(roll ^ CREDENTIALS_ROLL);
+    if extra.next_u32().is_multiple_of(2) {
+        let victim = pick(&mut extra, &t.uuids).map(String::as_str);
+        let (breaches, routes) = super::credentials::credentials(account, victim).await;
+        crate::world::note(ctx, format!("forged credentials on {routes} route(s)"));
+        found.extend(breaches);
+    }
     if let (Some(r), false) = (&mut reader, evil_ids.is_empty()) {
         found.extend(acked_evil(r, &evil_ids).await);
     }
@@ -123,6 +132,9 @@ struct Dishonest<'a> {
     evil_ids: Vec<String>,
     found: Findings,
 }
+
+/// Salt of the rng that decides whether an act also forges credentials.
+const CREDENTIALS_ROLL: u64 = 0x6372_6564_656e_7469;
 
 /// base64 of "not yours"
 const NOT_YOURS: &str = "bm90IHlvdXJz";

@@ -9,7 +9,9 @@
 //!     flood        malformed frames at a high rate; each must get an error frame (or the
 //!                  socket a close code)
 //!     dishonest    others' conversations (msg, receipts, typing, retract), others'
-//!                  friendships, orders, channels and identities; out-of-order binds
+//!                  friendships, orders, channels and identities; out-of-order binds; in
+//!                  half of the acts, every route of the relay's table with forged
+//!                  credentials (`credentials`)
 //!     stop-reading provoke answers, stop reading; the relay must close the socket within
 //!                  STUCK_CLOSE_BOUND_MS (seen as the host's TCP stream count dropping to 0:
 //!                  a relay that drops the socket resets it, its unread data makes it a RST)
@@ -24,6 +26,7 @@
 //! Modules: `http` (registration and login by hand), `ws` (a WebSocket spoken by hand),
 //! `flood`, `dishonest`, `slow` (the slow consumer), `storm`.
 
+mod credentials;
 mod dishonest;
 mod flood;
 mod http;

@@ -157,7 +157,7 @@ struct Args {
     /// Plants one known bug in the relay (test builds only: feature `planted-bugs`), to see
     /// which seeds catch it: ack-without-commit, receipt-clears-beyond-seq, no-message-dedup,
     /// sync-stops-at-empty-conversation, seq-not-persisted, sync-ignores-window,
-    /// no-write-deadline, no-push-delivery, unfenced-store.
+    /// token-signature-ignored, no-write-deadline, no-push-delivery, unfenced-store.
     #[cfg(feature = "planted-bugs")]
     #[arg(long, value_name = "BUG")]
     plant: Option<sim::planted::Planted>,
