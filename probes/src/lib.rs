@@ -118,7 +118,9 @@ macro_rules! probe {
 #[cfg(not(feature = "enabled"))]
 #[macro_export]
 macro_rules! probe {
-    ($name:literal) => {};
+    ($name:literal) => {
+        ()
+    };
 }
 
 #[cfg(test)]
