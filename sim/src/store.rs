@@ -84,6 +84,9 @@ pub struct History {
     pub orders: BTreeSet<String>,
     /// Every receipt-mark row key ever committed (`conv/reader/kind`).
     pub receipt_marks: BTreeSet<String>,
+    /// Every committed write of a push-targets row: `(ms, account uuid, the row's JSON)`, a
+    /// deleted row as `""` (what the `push` oracle holds a "gone" deletion to).
+    pub push_targets: Vec<(u64, String, String)>,
     /// Loads whose content differed from the committed model (SQLite): `(ms, detail)`.
     pub load_mismatches: Vec<(u64, String)>,
     /// Commits attempted while the relay was powered off: `(ms)`.
@@ -387,8 +390,20 @@ impl Ctl {
                     Table::ReceiptMarks => {
                         self.history.receipt_marks.insert(key.clone());
                     }
+                    Table::PushTargets => {
+                        let row = String::from_utf8_lossy(value).into_owned();
+                        self.history.push_targets.push((at, key.clone(), row));
+                    }
                     _ => {}
                 },
+                Mutation::Delete {
+                    table: Table::PushTargets,
+                    key,
+                } => {
+                    self.history
+                        .push_targets
+                        .push((at, key.clone(), String::new()));
+                }
                 Mutation::Delete {
                     table: Table::Messages,
                     key,

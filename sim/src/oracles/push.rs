@@ -44,6 +44,10 @@ pub struct PushFacts {
     /// The relay's idle timeout: a client whose link was faulty this long before a spell may
     /// still be online to the relay (no FIN through a partition).
     pub idle_ms: u64,
+    /// Per target: the spans in which the relay's committed rows no longer held it (from the
+    /// commit that dropped it to the commit that added it back, or `u64::MAX`). A push in
+    /// such a span is never excused by trouble: the deletion was durable.
+    pub dropped_ms: BTreeMap<String, Vec<(u64, u64)>>,
 }
 
 /// The `push` oracle over [`PushFacts`]:
@@ -56,7 +60,8 @@ pub struct PushFacts {
 ///    less [`PUSH_SLACK_MS`]) apart, unless trouble came between;
 /// 3. **gone is gone**: after a target's push service answered 404/410 (`UNREGISTERED`), no
 ///    push reaches it later than [`PUSH_SLACK_MS`] unless the relay crashed or its store
-///    failed meanwhile (the deletion may not have been committed);
+///    failed meanwhile and the deletion was not committed: once a commit dropped the target
+///    (see [`PushFacts::dropped_ms`]), no crash excuses a push to it;
 /// 4. **offline users are woken**: a client offline with a target while a message is acked
 ///    for it (at least 1 s into the spell, 5 s before its end) gets a push between 30 s before
 ///    that message (a push in the window covers it) and the end of the spell.
@@ -155,8 +160,27 @@ fn once_per_window_and_gone(
             ));
         }
     }
-    if let Some(gone) = pushes.iter().find(|p| p.gone)
-        && let Some(later) = pushes.iter().find(|p| p.at_ms > gone.at_ms + PUSH_SLACK_MS)
+    let Some(gone) = pushes.iter().find(|p| p.gone) else {
+        return;
+    };
+    let dropped = facts.dropped_ms.get(gone.target.as_str());
+    // A push while the committed rows no longer held the target: the deletion was durable,
+    // so no crash or store fault excuses it.
+    let after_durable_drop = pushes.iter().find_map(|p| {
+        dropped?
+            .iter()
+            .find(|(from, to)| p.at_ms > from + PUSH_SLACK_MS && p.at_ms < *to)
+            .map(|(from, _)| (p, *from))
+    });
+    if let Some((later, from)) = after_durable_drop {
+        out.push(Violation::new(
+            O,
+            format!(
+                "c{c}'s {:?} target answered {} at {} ms (gone), its deletion was committed at {from} ms, and it was pushed again at {} ms",
+                gone.kind, gone.status, gone.at_ms, later.at_ms
+            ),
+        ));
+    } else if let Some(later) = pushes.iter().find(|p| p.at_ms > gone.at_ms + PUSH_SLACK_MS)
         && !troubled(gone.at_ms, later.at_ms, &facts.trouble_ms)
     {
         out.push(Violation::new(
@@ -167,6 +191,40 @@ fn once_per_window_and_gone(
             ),
         ));
     }
+}
+
+/// [`PushFacts::dropped_ms`] from the committed push-targets rows: for each target, the spans
+/// in which its owner's committed row (the latest write of the account's key) no longer
+/// held it, after a row that did.
+pub fn dropped_spans(
+    targets: &BTreeMap<usize, Vec<String>>,
+    uuids: &BTreeMap<usize, String>,
+    writes: &[(u64, String, String)],
+) -> BTreeMap<String, Vec<(u64, u64)>> {
+    let mut out: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    for (c, ts) in targets {
+        let Some(uuid) = uuids.get(c) else { continue };
+        for t in ts {
+            let mut held = false;
+            let mut spans: Vec<(u64, u64)> = Vec::new();
+            for (at, _, row) in writes.iter().filter(|(_, k, _)| k == uuid) {
+                let now_held = row.contains(t.as_str());
+                if held && !now_held {
+                    spans.push((*at, u64::MAX));
+                } else if !held
+                    && now_held
+                    && let Some(last) = spans.last_mut()
+                {
+                    last.1 = *at;
+                }
+                held = now_held;
+            }
+            if !spans.is_empty() {
+                out.insert(t.clone(), spans);
+            }
+        }
+    }
+    out
 }
 
 /// Rule 4 over one offline spell `(client, from, to)`.
@@ -245,6 +303,11 @@ pub(super) fn push(input: &Input<'_>, h: &Observed<'_>, out: &mut Vec<Violation>
         link_trouble_ms: link_trouble_ms(input),
         secrets,
         idle_ms: relay_core::Config::default().idle_timeout_ms,
+        dropped_ms: dropped_spans(
+            &input.world.push_targets,
+            &input.world.uuids,
+            &input.history.push_targets,
+        ),
     };
     check_push(&facts, out);
 }
@@ -318,7 +381,7 @@ mod tests {
     //! The `push` oracle on hand-built facts: each rule fires on the defect it guards against,
     //! and stays quiet on a clean history.
 
-    use super::{PushFacts, Violation, check_push, contains_word};
+    use super::{PushFacts, Violation, check_push, contains_word, dropped_spans};
     use crate::pushworld::{PushKind, SeenPush};
 
     /// Seed 20 at the medium scale: the vanity alias `400` "found" in an FCM TTL of `86400s`.
@@ -420,6 +483,61 @@ mod tests {
             ..facts(pushes)
         };
         assert_eq!(check(&excused), Vec::new(), "a relay restart between");
+    }
+
+    /// A crash between "gone" and the next push excuses it only while the deletion may not
+    /// have been committed: once a commit dropped the target, nothing does.
+    #[test]
+    fn a_crash_excuses_a_push_after_gone_only_until_the_deletion_is_committed() {
+        let pushes = vec![
+            web("s1", 20_010, 201, NEW_MSG),
+            web("s2", 20_012, 410, NEW_MSG),
+            web("s1", 60_000, 201, NEW_MSG),
+            web("s2", 60_002, 201, NEW_MSG),
+        ];
+        let crashed = PushFacts {
+            trouble_ms: vec![40_000],
+            ..facts(pushes)
+        };
+        assert_eq!(check(&crashed), Vec::new(), "not committed: excused");
+        let uuids = [(0, "u0".to_owned())].into();
+        let writes = vec![
+            (
+                1_000,
+                "u0".to_owned(),
+                r#"[{"endpoint":"s1"},{"endpoint":"s2"}]"#.to_owned(),
+            ),
+            (20_500, "u0".to_owned(), r#"[{"endpoint":"s1"}]"#.to_owned()),
+        ];
+        let dropped = dropped_spans(&crashed.targets, &uuids, &writes);
+        assert_eq!(
+            dropped.get("s2"),
+            Some(&vec![(20_500, u64::MAX)]),
+            "{dropped:?}"
+        );
+        assert_eq!(dropped.get("s1"), None);
+        let durable = PushFacts {
+            dropped_ms: dropped,
+            ..crashed.clone()
+        };
+        let v = check(&durable);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].detail.contains("deletion was committed at 20500 ms"),
+            "{v:?}"
+        );
+        // Subscribed again (a commit adds it back) before the push: allowed.
+        let mut again = writes;
+        again.push((
+            50_000,
+            "u0".to_owned(),
+            r#"[{"endpoint":"s1"},{"endpoint":"s2"}]"#.to_owned(),
+        ));
+        let back = PushFacts {
+            dropped_ms: dropped_spans(&crashed.targets, &uuids, &again),
+            ..crashed
+        };
+        assert_eq!(check(&back), Vec::new());
     }
 
     #[test]
