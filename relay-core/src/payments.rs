@@ -162,12 +162,14 @@ impl Relay {
             }
             (OrderState::Expired, true, _) => {
                 probes::probe!("webhook:late-refund");
+                self.stats.webhooks.refund_needed += 1;
                 o.refund_needed = true;
                 self.state.put_order(o);
             }
             (OrderState::Confirmed, _, true) => {
                 // A second, separate payment of an order already paid.
                 probes::probe!("webhook:second-payment-refund");
+                self.stats.webhooks.refund_needed += 1;
                 o.refund_needed = true;
                 self.state.put_order(o);
             }

@@ -42,4 +42,8 @@ pub struct WebhookStats {
     pub invalid: u64,
     /// Signed, for an order the relay does not know: 404.
     pub unknown_order: u64,
+    /// Applied, but the money cannot buy anything (paid after the order expired and what it
+    /// bought went to someone else, or a second payment of an order already confirmed): the
+    /// order is marked `refund_needed` and an operator must refund the payment.
+    pub refund_needed: u64,
 }

@@ -259,6 +259,7 @@ struct Families {
     syncs: Counter,
     sync_backlog_messages: Counter,
     webhooks: Family<WebhookLabels, Counter>,
+    refunds_needed: Counter,
     http_responses: Family<HttpLabels, Counter>,
     http_duration: Histogram,
     rate_limited: Family<LimitLabels, Counter>,
@@ -320,6 +321,7 @@ impl Metrics {
             messages_refused: Family::default(),
             syncs: Counter::default(),
             sync_backlog_messages: Counter::default(),
+            refunds_needed: Counter::default(),
             webhooks: Family::default(),
             http_responses: Family::default(),
             http_duration: Histogram::new(exponential_buckets(0.000_5, 2.0, 14)),
@@ -488,6 +490,7 @@ impl Metrics {
             d(now.sync_backlog_messages, last.sync_backlog_messages),
         );
         let (w, lw) = (&now.webhooks, &last.webhooks);
+        add(&f.refunds_needed, d(w.refund_needed, lw.refund_needed));
         for (result, n) in [
             (WebhookResult::Applied, d(w.applied, lw.applied)),
             (WebhookResult::Duplicate, d(w.duplicate, lw.duplicate)),
@@ -635,6 +638,11 @@ fn register(r: &mut Registry, f: &Families) {
         "payment_webhooks",
         "Payment webhooks, by result",
         f.webhooks.clone(),
+    );
+    r.register(
+        "payment_refunds_needed",
+        "Payments applied to orders that can no longer deliver (late after the alias or channel went to someone else, or a second payment): each needs a refund",
+        f.refunds_needed.clone(),
     );
     r.register(
         "http_responses",

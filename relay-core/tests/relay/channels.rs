@@ -7,7 +7,7 @@ use wire::ServerFrame;
 use crate::orders::{TRADE_TTL_MS, all_confirms, confirms, cw, pay, req, status_of};
 use crate::world::{User, World, frames};
 
-fn create(w: &mut World, u: &User, name: &str, public: bool) -> String {
+pub(crate) fn create(w: &mut World, u: &User, name: &str, public: bool) -> String {
     let r = w.post(
         "/api/v1/channels",
         json!({"name": name, "description": format!("about {name}"), "is_public": public}),
@@ -17,13 +17,13 @@ fn create(w: &mut World, u: &User, name: &str, public: bool) -> String {
     r.body_json()["channel_id"].as_str().unwrap().to_owned()
 }
 
-fn detail(w: &mut World, u: &User, ch: &str) -> Value {
+pub(crate) fn detail(w: &mut World, u: &User, ch: &str) -> Value {
     let r = w.get(&format!("/api/v1/channels/{ch}"), Some(&u.token));
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     r.body_json()
 }
 
-fn list(w: &mut World, u: &User, ch: &str, price: Value) -> relay_core::HttpResponse {
+pub(crate) fn list(w: &mut World, u: &User, ch: &str, price: Value) -> relay_core::HttpResponse {
     w.post(
         "/api/v1/vanity/list-channel",
         json!({"channel_id": ch, "price_usdt": price}),

@@ -23,5 +23,6 @@ mod model;
 mod orders;
 mod push;
 mod push_gone;
+mod refunds;
 mod vanity;
 mod world;
