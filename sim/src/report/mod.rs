@@ -44,8 +44,9 @@ pub struct SummaryRow {
     pub page: bool,
 }
 
-/// HTML-escapes `s`.
-fn esc(s: &str) -> String {
+/// Escapes `s` for HTML and XML text and attributes (control characters other than
+/// newline, tab and carriage return, which XML 1.0 forbids, become spaces).
+pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -54,6 +55,7 @@ fn esc(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\t' | '\r') => out.push(' '),
             c => out.push(c),
         }
     }
@@ -72,7 +74,7 @@ pre{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto}";
 fn head(title: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body>\n",
-        esc(title)
+        escape(title)
     )
 }
 
@@ -83,15 +85,15 @@ fn ms(t: u64) -> String {
 /// The page of one run.
 pub fn seed_page(t: &Timeline) -> Result<String, PlotError> {
     let mut out = head(&t.title);
-    let verdict = esc(&t.verdict);
+    let verdict = escape(&t.verdict);
     let _ = writeln!(
         out,
         "<h1>{} <span class=\"verdict {verdict}\">{verdict}</span></h1>",
-        esc(&t.title)
+        escape(&t.title)
     );
     out.push_str("<table>");
     for (k, v) in &t.facts {
-        let _ = write!(out, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(v));
+        let _ = write!(out, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v));
     }
     out.push_str("</table>\n");
     violations_section(&mut out, t);
@@ -106,7 +108,7 @@ pub fn seed_page(t: &Timeline) -> Result<String, PlotError> {
         t.log.len()
     );
     for line in &t.log {
-        out.push_str(&esc(line));
+        out.push_str(&escape(line));
         out.push('\n');
     }
     out.push_str("</pre></details>\n</body></html>\n");
@@ -128,9 +130,9 @@ fn violations_section(out: &mut String, t: &Timeline) {
             "<div class=\"v\" id=\"v{}\"><b>V{} [{}]</b> {}<br>{}</div>",
             n + 1,
             n + 1,
-            esc(&v.oracle),
-            esc(&when),
-            esc(&v.detail)
+            escape(&v.oracle),
+            escape(&when),
+            escape(&v.detail)
         );
     }
 }
@@ -205,7 +207,7 @@ fn faults_section(out: &mut String, t: &Timeline) {
                     ms(b.start_ms),
                     ms(b.end_ms),
                     b.class.name(),
-                    esc(&b.label)
+                    escape(&b.label)
                 ),
             )
         })
@@ -216,7 +218,7 @@ fn faults_section(out: &mut String, t: &Timeline) {
                     "<tr><td>{}</td><td></td><td>{}</td><td>{}</td></tr>",
                     ms(m.at_ms),
                     m.class.name(),
-                    esc(&m.label)
+                    escape(&m.label)
                 ),
             )
         }))
@@ -236,11 +238,11 @@ pub fn summary_page(title: &str, facts: &[(String, String)], rows: &[SummaryRow]
     let _ = writeln!(
         out,
         "<h1>{}</h1><p>{} seeds, {failing} not passing.</p><table>",
-        esc(title),
+        escape(title),
         rows.len()
     );
     for (k, v) in facts {
-        let _ = write!(out, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(v));
+        let _ = write!(out, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v));
     }
     out.push_str(
         "</table><h2>Seeds</h2><table><tr><th>seed</th><th>verdict</th><th>violations</th></tr>\n",
@@ -264,9 +266,9 @@ fn summary_row(out: &mut String, r: &SummaryRow) {
     let oracles: Vec<String> = r
         .oracles
         .iter()
-        .map(|(o, n)| format!("{} ×{n}", esc(o)))
+        .map(|(o, n)| format!("{} ×{n}", escape(o)))
         .collect();
-    let verdict = esc(&r.verdict);
+    let verdict = escape(&r.verdict);
     let _ = writeln!(
         out,
         "<tr><td>{seed}</td><td><span class=\"verdict {verdict}\">{verdict}</span></td><td>{}</td></tr>",

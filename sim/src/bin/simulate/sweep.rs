@@ -387,21 +387,7 @@ fn write_json(
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
 }
 
-pub(crate) fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\t' | '\r') => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub(crate) use sim::report::escape as xml_escape;
 
 fn write_junit(
     args: &Args,
