@@ -88,6 +88,7 @@
 //! size, never payloads, tokens or tickets), lifecycle at INFO, failures at WARN / ERROR; as
 //! text or one JSON object per line ([`logging`]).
 
+mod committer;
 mod driver;
 pub mod embedded;
 pub mod leadership;
@@ -125,6 +126,7 @@ use self::leadership::{CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, 
 use self::metrics::Metrics;
 use self::rest::Phase;
 
+pub use self::committer::{CommitDelay, CommitMode, PIPELINE_DEPTH};
 pub use self::driver::OutboundBytes;
 pub use self::push::{NET_PUSH_MAX_IDLE, NetPushTransport, PushDelivery};
 pub use self::rest::{HEALTHZ_PATH, OVERSIZE_DRAIN_BYTES, READYZ_PATH};
@@ -176,6 +178,7 @@ pub struct RelayServer {
     resolver: Option<Arc<dyn relay_push::dns::Resolve>>,
     metrics: Option<Metrics>,
     drain_deadline_ms: u64,
+    commit_mode: CommitMode,
 }
 
 impl fmt::Debug for RelayServer {
@@ -185,6 +188,7 @@ impl fmt::Debug for RelayServer {
             .field("push", &self.push)
             .field("test_mode", &self.test_mode)
             .field("limits", &self.limits)
+            .field("commit_mode", &self.commit_mode)
             .finish_non_exhaustive()
     }
 }
@@ -217,6 +221,7 @@ impl RelayServer {
             resolver: None,
             metrics: None,
             drain_deadline_ms: DRAIN_DEADLINE_MS,
+            commit_mode: CommitMode::Inline,
         }
     }
 
@@ -303,6 +308,17 @@ impl RelayServer {
         self
     }
 
+    /// Where the relay's commits run (default [`CommitMode::Inline`]: on the core task, one
+    /// batch at a time). [`CommitMode::Thread`] pipelines them on a thread of their own: the
+    /// core handles the next batch while one commits, with at most [`PIPELINE_DEPTH`] in
+    /// flight, and releases nothing of a batch before its commit and every earlier one
+    /// succeeded. For stores whose commit waits on a disk or a network.
+    #[must_use]
+    pub fn with_commit_mode(mut self, mode: CommitMode) -> Self {
+        self.commit_mode = mode;
+        self
+    }
+
     /// Counts the connections this server holds open (shared: read it while it runs).
     pub fn connections(&self) -> ConnectionCounter {
         self.connections.clone()
@@ -363,6 +379,7 @@ impl RelayServer {
         }
         let ctx = CoreCtx {
             clock,
+            commit_mode: self.commit_mode.clone(),
             test_clock,
             queue_bytes: self.limits.outbound_queue_bytes,
             outbound_bytes: self.outbound_bytes.clone(),
@@ -488,6 +505,7 @@ fn no_relay() -> Result<Relay, StoreError> {
 /// What every core of a server shares.
 struct CoreCtx {
     clock: Arc<dyn Clock>,
+    commit_mode: CommitMode,
     test_clock: Option<OffsetClock>,
     queue_bytes: usize,
     outbound_bytes: OutboundBytes,
@@ -506,6 +524,7 @@ impl CoreCtx {
         driver::Core::new(
             relay,
             open,
+            self.commit_mode.clone(),
             Arc::clone(&self.clock),
             push,
             self.test_clock.clone(),
