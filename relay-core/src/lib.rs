@@ -94,7 +94,7 @@ pub use http::{ApiError, HttpRequest, HttpResponse, Method, Resolution};
 pub use planted::PlantedBug;
 pub use push::PushTarget;
 pub use relay::{
-    Accepted, BatchFailed, BatchId, CloseReason, ConnId, Output, Relay, SealedBatch, WsConnect, legacy_jwt_signing_key,
-    storage_unavailable_response,
+    Accepted, BatchFailed, BatchId, CloseReason, ConnId, Output, Relay, SealedBatch, WsConnect,
+    legacy_jwt_signing_key, storage_unavailable_response,
 };
 pub use stats::{RelayStats, WebhookStats};

@@ -234,8 +234,14 @@ fn a_batch_built_on_one_in_flight_waits_for_its_commit() {
     w.relay.handle_text(w.now, ca, &msg_text(&b, &conv, "d"));
     assert!(w.seal());
     w.relay.handle_text(w.now, ca, &msg_text(&b, &conv, "d"));
-    assert!(w.seal(), "the duplicate's ack waits behind the first commit");
-    assert!(w.pending[1].mutations.is_empty(), "a duplicate changes nothing");
+    assert!(
+        w.seal(),
+        "the duplicate's ack waits behind the first commit"
+    );
+    assert!(
+        w.pending[1].mutations.is_empty(),
+        "a duplicate changes nothing"
+    );
     assert!(w.released().is_empty());
     w.commit_next(true).unwrap();
     assert_eq!(acks_on(&w.released(), ca), [("d".to_owned(), 1)]);

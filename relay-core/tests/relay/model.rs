@@ -246,7 +246,8 @@ fn run(ops: Vec<Op>, pipelined: bool) {
                 continue;
             }
             Op::InFlight { sends, end } => {
-                let Some(outs) = in_flight(&mut w, &users, &conv, &online, &sends, &end, &mut model)
+                let Some(outs) =
+                    in_flight(&mut w, &users, &conv, &online, &sends, &end, &mut model)
                 else {
                     online = [None, None];
                     continue;
@@ -361,7 +362,11 @@ fn in_flight(
             let mut durable = outs;
             for n in 0..batches {
                 let ok = n < at;
-                assert_eq!(w.commit_next(ok).is_ok(), ok, "batch {n} of {batches}, failing {at}");
+                assert_eq!(
+                    w.commit_next(ok).is_ok(),
+                    ok,
+                    "batch {n} of {batches}, failing {at}"
+                );
                 if ok {
                     durable.extend(w.released());
                 }
