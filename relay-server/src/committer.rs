@@ -271,16 +271,17 @@ async fn task_loop(
 ) {
     let mut failed = false;
     while let Some(first) = requests.recv().await {
-        let wait_ms = delay.as_ref().map_or(0, |d| d());
-        if wait_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-        }
         let mut group = vec![first];
         while group.len() < PIPELINE_DEPTH {
             match requests.try_recv() {
                 Ok(r) => group.push(r),
                 Err(_) => break,
             }
+        }
+        // A slow commit: what arrives meanwhile queues for the next one.
+        let wait_ms = delay.as_ref().map_or(0, |d| d());
+        if wait_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(wait_ms)).await;
         }
         for completion in commit_group(&mut *store, &mut failed, &stop, group) {
             if done.send(completion).await.is_err() {

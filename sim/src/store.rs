@@ -14,7 +14,8 @@
 //!
 //! Faults (armed by the runner from the fault plan):
 //! * **fail** the next `n` commits (nothing applied; the relay fail-stops and the shell
-//!   rebuilds it from the store);
+//!   rebuilds it from the store); the first of them, like a crashing one below, first waits
+//!   [`FAULTED_COMMIT_DELAY_MS`] in the committer, so batches are in flight behind it;
 //! * **down**: every commit and load fails until a simulated time (the rebuild keeps failing
 //!   and is retried);
 //! * **crash after commit**: the next commit is applied durably, then reported failed (so
@@ -111,6 +112,11 @@ pub struct Counts {
     pub fenced: u64,
 }
 
+/// How long a commit hit by an injected failure or crash waits before it is applied (or
+/// not), in ms: the relay keeps handling inputs meanwhile, so the fault lands with batches
+/// in flight behind that commit (they fail with it, or die with the process).
+pub const FAULTED_COMMIT_DELAY_MS: u64 = 250;
+
 /// A power-off the store asks the runner for (crash after commit / mid-batch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CrashRequest {
@@ -175,7 +181,9 @@ impl StoreCtl {
 
     /// The next `n` commits fail.
     pub fn fail_commits(&self, n: u32) {
-        self.lock().fail_next += n;
+        let mut c = self.lock();
+        c.fail_next += n;
+        c.stall_next_ms = c.stall_next_ms.max(FAULTED_COMMIT_DELAY_MS);
     }
 
     /// Every commit and load fails until simulated `until_ms`.
@@ -198,12 +206,16 @@ impl StoreCtl {
 
     /// The next commit is durable, then fails, and the relay is powered off.
     pub fn crash_after_commit(&self, restart_after_ms: u64) {
-        self.lock().crash_after_commit = Some(restart_after_ms);
+        let mut c = self.lock();
+        c.crash_after_commit = Some(restart_after_ms);
+        c.stall_next_ms = c.stall_next_ms.max(FAULTED_COMMIT_DELAY_MS);
     }
 
     /// The next commit is not applied and the relay is powered off.
     pub fn crash_mid_batch(&self, restart_after_ms: u64) {
-        self.lock().crash_mid_batch = Some(restart_after_ms);
+        let mut c = self.lock();
+        c.crash_mid_batch = Some(restart_after_ms);
+        c.stall_next_ms = c.stall_next_ms.max(FAULTED_COMMIT_DELAY_MS);
     }
 
     /// A power-off the store asked for since the last call.

@@ -200,8 +200,8 @@ fn add_campaigning_relay(
                     )
                 });
                 let leadership = SimLeadership::new(host, relay.store.clone(), make);
-                let server =
-                    RelayServer::campaigning(leadership).with_commit_mode(commit_mode(&relay.store));
+                let server = RelayServer::campaigning(leadership)
+                    .with_commit_mode(commit_mode(&relay.store));
                 let delivery = relay.deliver_pushes.then_some(delivery);
                 serve_relay(server, relay.limits, &relay.clock, delivery).await;
             }

@@ -264,7 +264,7 @@ impl Sim<'_> {
             FaultAction::SetSkew { .. } => {}
             FaultAction::FailCommits { commits } => self.store.fail_commits(*commits),
             FaultAction::StoreDown { ms } => self.store.down_until(now + ms),
-            FaultAction::StallCommit { ms } => self.stall(now, ms),
+            FaultAction::StallCommit { ms } => self.stall(now, *ms),
             FaultAction::CrashAfterCommit { restart_after_ms } => {
                 self.store.crash_after_commit(*restart_after_ms);
             }
