@@ -58,6 +58,18 @@ pub enum CommitMode {
     },
 }
 
+impl CommitMode {
+    /// Whether the core seals each batch as soon as it is handled. Inline, that is the only
+    /// way. On a task (the simulator) it puts several small batches in flight behind a slow or
+    /// failing commit, the deepest pipeline. On a thread (production) the core instead keeps
+    /// the open batch growing while a commit runs and seals it when the committer has nothing
+    /// in flight or it holds `MAX_BATCH_INPUTS` inputs: the fewest, largest transactions,
+    /// one running while the next fills.
+    pub(crate) fn seals_eagerly(&self) -> bool {
+        !matches!(self, Self::Thread)
+    }
+}
+
 impl std::fmt::Debug for CommitMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -220,6 +220,8 @@ pub(super) struct Core {
     committer: Committer,
     /// The answers of the open batch's inputs.
     answers: Answers,
+    /// Inputs handled into the open batch.
+    open_inputs: usize,
     /// The answers of every sealed batch whose commit is not reported yet, oldest first (as
     /// many as [`Committer::in_flight`]).
     waiting: VecDeque<(BatchId, Answers)>,
@@ -274,6 +276,7 @@ impl Core {
             commit_mode,
             committer,
             answers: Answers::default(),
+            open_inputs: 0,
             waiting: VecDeque::new(),
             clock,
             conns: BTreeMap::new(),
@@ -354,7 +357,7 @@ impl Core {
                     None => break,
                 },
             }
-            self.seal();
+            self.seal_if_due();
             self.drain();
             self.export(inputs.len());
             if let Some(why) = term_end.as_ref().and_then(TermEnd::ended) {
@@ -458,10 +461,23 @@ impl Core {
         }
     }
 
+    /// Seals the open batch if it is due ([`CommitMode::seals_eagerly`]): always with an eager
+    /// committer; otherwise when no batch is in flight or it holds [`MAX_BATCH_INPUTS`] inputs
+    /// (and the pipeline has room). A failed relay's batch is answered at once.
+    fn seal_if_due(&mut self) {
+        let due = self.commit_mode.seals_eagerly()
+            || self.committer.in_flight() == 0
+            || self.open_inputs >= MAX_BATCH_INPUTS;
+        if self.relay.is_failed() || (due && self.committer.has_room()) {
+            self.seal();
+        }
+    }
+
     /// Seals the open batch: hands its mutations to the committer and keeps its answers until
     /// the commit is reported, or answers now when there is nothing to wait for (or the relay
     /// failed: 503).
     fn seal(&mut self) {
+        self.open_inputs = 0;
         match self.relay.seal_batch() {
             Ok(Some(sealed)) => {
                 self.waiting
@@ -547,6 +563,7 @@ impl Core {
     }
 
     fn handle(&mut self, input: Input) {
+        self.open_inputs += 1;
         let now = self.clock.now();
         trace!(?input, "input");
         match input {
