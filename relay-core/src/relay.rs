@@ -863,7 +863,7 @@ impl Relay {
                 "commit_batch called while commits are pipelined".into(),
             )),
         };
-        self.handle_committed(sealed.id, committed)
+        self.handle_committed(sealed.id, &committed)
     }
 
     /// Whether a batch is open ([`begin_batch`](Relay::begin_batch) without its
@@ -941,7 +941,7 @@ impl Relay {
     pub fn handle_committed(
         &mut self,
         id: BatchId,
-        result: Result<(), StoreError>,
+        result: &Result<(), StoreError>,
     ) -> Result<(), BatchFailed> {
         if self.failed {
             let durable = result.is_ok() && self.failed_at.is_some_and(|first| id < first);

@@ -505,7 +505,7 @@ impl Core {
         if let Err(e) = &result {
             debug!(%id, error = %e, "batch not committed");
         }
-        let committed = self.relay.handle_committed(id, result).is_ok();
+        let committed = self.relay.handle_committed(id, &result).is_ok();
         let answers = match self.waiting.pop_front() {
             Some((waiting, answers)) if waiting == id => answers,
             other => {

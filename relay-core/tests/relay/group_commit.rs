@@ -193,7 +193,7 @@ fn a_failed_commit_fails_every_later_batch_in_flight_and_releases_none_of_them()
     // The committer refuses the later ones; even a report of success changes nothing.
     let later = w.pending.pop_front().unwrap();
     assert_eq!(
-        w.relay.handle_committed(later.id, Ok(())),
+        w.relay.handle_committed(later.id, &Ok(())),
         Err(relay_core::BatchFailed),
         "a batch built on a failed one is not durable"
     );

@@ -129,7 +129,7 @@ impl World {
                 "injected commit failure".into(),
             ))
         };
-        self.relay.handle_committed(batch.id, result)
+        self.relay.handle_committed(batch.id, &result)
     }
 
     /// Seals the open batch and commits every batch in flight.
