@@ -20,8 +20,8 @@
 //! The core keeps at most [`PIPELINE_DEPTH`] batches in flight, so neither channel can fill.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use relay_core::store::{Batch, Store, StoreError};
@@ -115,6 +115,10 @@ enum How {
     Thread {
         requests: std::sync::mpsc::SyncSender<Request>,
         done: mpsc::Receiver<Completion>,
+        /// The store, shared with the thread: the core commits itself when it is idle.
+        shared: Arc<Mutex<Shared>>,
+        /// Reports of the commits the core made itself.
+        ready: VecDeque<Completion>,
     },
     Task {
         requests: mpsc::Sender<Request>,
@@ -138,13 +142,23 @@ impl Committer {
                 let (requests, rx) = std::sync::mpsc::sync_channel(PIPELINE_DEPTH);
                 let (tx, done) = mpsc::channel(PIPELINE_DEPTH);
                 let stopped = Arc::clone(&stop);
+                let shared = Arc::new(Mutex::new(Shared {
+                    store,
+                    failed: false,
+                }));
+                let theirs = Arc::clone(&shared);
                 let spawned = std::thread::Builder::new()
                     .name("relay-commit".into())
-                    .spawn(move || thread_loop(store, &rx, &tx, &stopped));
+                    .spawn(move || thread_loop(&theirs, &rx, &tx, &stopped));
                 if let Err(e) = spawned {
                     error!(error = %e, "cannot start the commit thread: every commit fails");
                 }
-                How::Thread { requests, done }
+                How::Thread {
+                    requests,
+                    done,
+                    shared,
+                    ready: VecDeque::new(),
+                }
             }
             CommitMode::Task { delay } => {
                 let (requests, rx) = mpsc::channel(PIPELINE_DEPTH);
@@ -173,10 +187,13 @@ impl Committer {
 
     /// Hands `batch` to the loop (inline: applies it now). The caller keeps within
     /// [`PIPELINE_DEPTH`], so the request queue (as deep) always has room; a loop that is
-    /// gone reports the batch failed.
-    pub(crate) fn submit(&mut self, batch: SealedBatch) {
+    /// gone reports the batch failed. `idle`: no input waits for the core, so when nothing
+    /// is in flight either, a commit thread's batch is applied here and now (the thread has
+    /// nothing to overlap it with, and the hand-off would only add two wake-ups).
+    pub(crate) fn submit(&mut self, batch: SealedBatch, idle: bool) {
         debug_assert!(self.has_room(), "pipeline over its depth");
         let SealedBatch { id, mutations } = batch;
+        let nothing_in_flight = self.in_flight.is_empty();
         self.in_flight.push_back(id);
         let request = Request { id, mutations };
         let sent = match &mut self.how {
@@ -189,6 +206,16 @@ impl Committer {
                     .pop()
                     .unwrap_or(Ok(()));
                 done.push_back(Completion { id, result });
+                true
+            }
+            How::Thread { shared, ready, .. } if idle && nothing_in_flight => {
+                // The thread is idle (nothing in flight): the lock is free.
+                let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                let Shared { store, failed } = &mut *shared;
+                let result = apply(&mut **store, failed, request.mutations, 1)
+                    .pop()
+                    .unwrap_or(Ok(()));
+                ready.push_back(Completion { id, result });
                 true
             }
             How::Thread { requests, .. } => requests.try_send(request).is_ok(),
@@ -206,7 +233,11 @@ impl Committer {
         };
         let completion = match &mut self.how {
             How::Inline { done, .. } => done.pop_front(),
-            How::Thread { done, .. } | How::Task { done, .. } => done.recv().await,
+            How::Thread { ready, done, .. } => match ready.pop_front() {
+                Some(c) => Some(c),
+                None => done.recv().await,
+            },
+            How::Task { done, .. } => done.recv().await,
         };
         self.in_flight.pop_front();
         match completion {
@@ -231,6 +262,7 @@ impl Committer {
         let &id = self.in_flight.front()?;
         let completion = match &mut self.how {
             How::Inline { done, .. } => done.pop_front(),
+            How::Thread { ready, .. } if !ready.is_empty() => ready.pop_front(),
             How::Thread { done, .. } | How::Task { done, .. } => match done.try_recv() {
                 Ok(c) => Some(c),
                 Err(mpsc::error::TryRecvError::Empty) => return None,
@@ -254,18 +286,31 @@ impl Drop for Committer {
     }
 }
 
+/// A commit thread's store and whether a commit failed, shared with the core, which commits
+/// itself only while the thread has nothing in flight.
+struct Shared {
+    store: Box<dyn Store>,
+    failed: bool,
+}
+
 /// The commit loop on its own thread: until the core's end is gone.
 fn thread_loop(
-    mut store: Box<dyn Store>,
+    shared: &Mutex<Shared>,
     requests: &std::sync::mpsc::Receiver<Request>,
     done: &mpsc::Sender<Completion>,
     stop: &AtomicBool,
 ) {
-    let mut failed = false;
     while let Ok(first) = requests.recv() {
         let mut group = vec![first];
         group.extend(requests.try_iter().take(PIPELINE_DEPTH));
-        for completion in commit_group(&mut *store, &mut failed, stop, group) {
+        let completions = {
+            // Released before the reports go: the core commits itself only once every
+            // report is in, so it never waits for this lock.
+            let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+            let Shared { store, failed } = &mut *shared;
+            commit_group(&mut **store, failed, stop, group)
+        };
+        for completion in completions {
             if done.blocking_send(completion).is_err() {
                 return;
             }

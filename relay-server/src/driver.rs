@@ -357,7 +357,7 @@ impl Core {
                     None => break,
                 },
             }
-            self.seal_if_due();
+            self.seal_if_due(inputs.is_empty());
             self.drain();
             self.export(inputs.len());
             if let Some(why) = term_end.as_ref().and_then(TermEnd::ended) {
@@ -464,25 +464,31 @@ impl Core {
     /// Seals the open batch if it is due ([`CommitMode::seals_eagerly`]): always with an eager
     /// committer; otherwise when no batch is in flight or it holds [`MAX_BATCH_INPUTS`] inputs
     /// (and the pipeline has room). A failed relay's batch is answered at once.
-    fn seal_if_due(&mut self) {
+    /// `idle`: no input waits (see [`Committer::submit`]).
+    fn seal_if_due(&mut self, idle: bool) {
         let due = self.commit_mode.seals_eagerly()
             || self.committer.in_flight() == 0
             || self.open_inputs >= MAX_BATCH_INPUTS;
         if self.relay.is_failed() || (due && self.committer.has_room()) {
-            self.seal();
+            self.seal_as(idle);
         }
+    }
+
+    /// [`Core::seal_as`] with inputs (maybe) waiting.
+    fn seal(&mut self) {
+        self.seal_as(false);
     }
 
     /// Seals the open batch: hands its mutations to the committer and keeps its answers until
     /// the commit is reported, or answers now when there is nothing to wait for (or the relay
     /// failed: 503).
-    fn seal(&mut self) {
+    fn seal_as(&mut self, idle: bool) {
         self.open_inputs = 0;
         match self.relay.seal_batch() {
             Ok(Some(sealed)) => {
                 self.waiting
                     .push_back((sealed.id, mem::take(&mut self.answers)));
-                self.committer.submit(sealed);
+                self.committer.submit(sealed, idle);
                 while let Some(done) = self.committer.try_next() {
                     self.completed(done);
                 }
