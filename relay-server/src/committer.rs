@@ -115,7 +115,7 @@ enum How {
     Thread {
         requests: std::sync::mpsc::SyncSender<Request>,
         done: mpsc::Receiver<Completion>,
-        /// The store, shared with the thread: the core commits itself when it is idle.
+        /// The store, shared with the thread: the core commits itself at light load.
         shared: Arc<Mutex<Shared>>,
         /// Reports of the commits the core made itself.
         ready: VecDeque<Completion>,
@@ -187,15 +187,17 @@ impl Committer {
 
     /// Hands `batch` to the loop (inline: applies it now). The caller keeps within
     /// [`PIPELINE_DEPTH`], so the request queue (as deep) always has room; a loop that is
-    /// gone reports the batch failed. `idle`: no input waits for the core, so when nothing
-    /// is in flight either, a commit thread's batch is applied here and now (the thread has
-    /// nothing to overlap it with, and the hand-off would only add two wake-ups).
-    pub(crate) fn submit(&mut self, batch: SealedBatch, idle: bool) {
+    /// gone reports the batch failed. `quiet`: the load is light (the caller saw no input
+    /// arrive during the last commit and none waits now), so when nothing is in flight either,
+    /// a commit thread's batch is applied here and now: there is nothing to overlap it with,
+    /// and the hand-off would only add two wake-ups. Returns whether it was.
+    pub(crate) fn submit(&mut self, batch: SealedBatch, quiet: bool) -> bool {
         debug_assert!(self.has_room(), "pipeline over its depth");
         let SealedBatch { id, mutations } = batch;
         let nothing_in_flight = self.in_flight.is_empty();
         self.in_flight.push_back(id);
         let request = Request { id, mutations };
+        let mut here = false;
         let sent = match &mut self.how {
             How::Inline {
                 store,
@@ -208,7 +210,7 @@ impl Committer {
                 done.push_back(Completion { id, result });
                 true
             }
-            How::Thread { shared, ready, .. } if idle && nothing_in_flight => {
+            How::Thread { shared, ready, .. } if quiet && nothing_in_flight => {
                 // The thread is idle (nothing in flight): the lock is free.
                 let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
                 let Shared { store, failed } = &mut *shared;
@@ -216,6 +218,7 @@ impl Committer {
                     .pop()
                     .unwrap_or(Ok(()));
                 ready.push_back(Completion { id, result });
+                here = true;
                 true
             }
             How::Thread { requests, .. } => requests.try_send(request).is_ok(),
@@ -224,6 +227,7 @@ impl Committer {
         if !sent {
             error!(%id, "the commit loop is gone: the batch is not stored");
         }
+        here
     }
 
     /// The next report, in submission order; pends while none is in flight.

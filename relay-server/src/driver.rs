@@ -222,6 +222,11 @@ pub(super) struct Core {
     answers: Answers,
     /// Inputs handled into the open batch.
     open_inputs: usize,
+    /// No input arrived during the last commit: the load is light, and a commit thread's next
+    /// batch may be committed on this task ([`Committer::submit`]).
+    quiet: bool,
+    /// An input arrived while a batch was in flight (reset when none is).
+    arrived_in_flight: bool,
     /// The answers of every sealed batch whose commit is not reported yet, oldest first (as
     /// many as [`Committer::in_flight`]).
     waiting: VecDeque<(BatchId, Answers)>,
@@ -277,6 +282,8 @@ impl Core {
             committer,
             answers: Answers::default(),
             open_inputs: 0,
+            quiet: true,
+            arrived_in_flight: false,
             waiting: VecDeque::new(),
             clock,
             conns: BTreeMap::new(),
@@ -345,6 +352,9 @@ impl Core {
                 report = next_gone(&mut gone), if accepting => self.push_gone(&report),
                 input = inputs.recv(), if accepting => match input {
                     Some(input) => {
+                        if in_flight {
+                            self.arrived_in_flight = true;
+                        }
                         batch.push(input);
                         while batch.len() < MAX_BATCH_INPUTS {
                             match inputs.try_recv() {
@@ -357,7 +367,7 @@ impl Core {
                     None => break,
                 },
             }
-            self.seal_if_due(inputs.is_empty());
+            self.seal_if_due(&inputs);
             self.drain();
             self.export(inputs.len());
             if let Some(why) = term_end.as_ref().and_then(TermEnd::ended) {
@@ -464,17 +474,21 @@ impl Core {
     /// Seals the open batch if it is due ([`CommitMode::seals_eagerly`]): always with an eager
     /// committer; otherwise when no batch is in flight or it holds [`MAX_BATCH_INPUTS`] inputs
     /// (and the pipeline has room). A failed relay's batch is answered at once.
-    /// `idle`: no input waits (see [`Committer::submit`]).
-    fn seal_if_due(&mut self, idle: bool) {
+    /// `inputs` tells whether the load is light (see [`Core::quiet`]).
+    fn seal_if_due(&mut self, inputs: &mpsc::Receiver<Input>) {
         let due = self.commit_mode.seals_eagerly()
             || self.committer.in_flight() == 0
             || self.open_inputs >= MAX_BATCH_INPUTS;
         if self.relay.is_failed() || (due && self.committer.has_room()) {
-            self.seal_as(idle);
+            let quiet = self.quiet && inputs.is_empty();
+            if self.seal_as(quiet) {
+                // Committed here: what arrived meanwhile waits in the queue.
+                self.quiet = inputs.is_empty();
+            }
         }
     }
 
-    /// [`Core::seal_as`] with inputs (maybe) waiting.
+    /// [`Core::seal_as`], never committing on this task.
     fn seal(&mut self) {
         self.seal_as(false);
     }
@@ -482,13 +496,15 @@ impl Core {
     /// Seals the open batch: hands its mutations to the committer and keeps its answers until
     /// the commit is reported, or answers now when there is nothing to wait for (or the relay
     /// failed: 503).
-    fn seal_as(&mut self, idle: bool) {
+    /// Returns whether the batch was committed on this task.
+    fn seal_as(&mut self, quiet: bool) -> bool {
         self.open_inputs = 0;
+        let mut here = false;
         match self.relay.seal_batch() {
             Ok(Some(sealed)) => {
                 self.waiting
                     .push_back((sealed.id, mem::take(&mut self.answers)));
-                self.committer.submit(sealed, idle);
+                here = self.committer.submit(sealed, quiet);
                 while let Some(done) = self.committer.try_next() {
                     self.completed(done);
                 }
@@ -502,6 +518,7 @@ impl Core {
                 self.answer(answers, false);
             }
         }
+        here
     }
 
     /// The committer reported a batch: the relay releases its outputs (or fails stop), the
@@ -512,6 +529,9 @@ impl Core {
             debug!(%id, error = %e, "batch not committed");
         }
         let committed = self.relay.handle_committed(id, &result).is_ok();
+        if self.committer.in_flight() == 0 {
+            self.quiet = !mem::take(&mut self.arrived_in_flight);
+        }
         let answers = match self.waiting.pop_front() {
             Some((waiting, answers)) if waiting == id => answers,
             other => {
