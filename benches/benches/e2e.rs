@@ -13,6 +13,9 @@
 //! (this bench's own executable with `--echo-server`). The load generator is this process, on a
 //! 2-worker tokio runtime, so every row shares the same two cores the same way.
 //!
+//! A last 100-pair row keeps 8 messages in flight per sender (relay only: the echo is a closed
+//! loop), the load where pipelined commits have batches to overlap.
+//!
 //! Not a criterion bench (per-message p99 is the point). Run with
 //! `cargo build --release -p relay-server --bin relay --bin simulate && cargo bench -p benches --bench e2e`.
 //! Without the release `relay` it measures the relay in process (memory store) instead. Without

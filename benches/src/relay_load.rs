@@ -13,6 +13,8 @@
 //!   has received that `msg`; the peer decodes and decrypts every `msg` and sends `delivered`
 //!   receipts in batches, as a real client does. Per message it records the one-way latency
 //!   (send → the peer read the `msg`; both ends in this process, one clock) and the ack latency.
+//!   With [`RelayLoadConfig::in_flight_per_pair`] above 1 the sender instead keeps that many
+//!   messages unacknowledged (an outbox draining), and checks every delivery at the end.
 
 use std::fmt;
 use std::io;
