@@ -828,7 +828,7 @@ async fn sender_windowed(
         acked += 1;
     }
     let mut delivery = Vec::with_capacity(cfg.msgs_per_pair);
-    for i in 0..total {
+    for (i, sent) in sent_at.iter().enumerate() {
         let (got, at) = delivered
             .recv()
             .await
@@ -839,7 +839,7 @@ async fn sender_windowed(
             )));
         }
         if i >= cfg.warmup_msgs_per_pair {
-            delivery.push(at.saturating_duration_since(sent_at[i]));
+            delivery.push(at.saturating_duration_since(*sent));
         }
     }
     let end = wall_now();
