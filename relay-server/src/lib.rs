@@ -138,8 +138,10 @@ pub use seam::net::{OUTBOUND_QUEUE_BYTES, WRITE_DEADLINE_MS};
 
 /// Inputs waiting for the core task; when full, handlers and socket readers wait (backpressure).
 pub const INPUT_QUEUE_CAPACITY: usize = 1024;
-/// Inputs the core task handles in one batch at most (one group commit, then their answers
-/// and frames go out); a batch is whatever is queued when the task gets to it.
+/// Inputs the core task takes from its queue at a time: whatever is queued, up to this many.
+/// With an inline or task committer each such chunk is one batch (one group commit, then its
+/// answers and frames go out); with a commit thread the open batch keeps taking chunks while a
+/// commit runs and is sealed once it holds this many inputs (so it holds fewer than twice this).
 pub const MAX_BATCH_INPUTS: usize = 256;
 /// Frames waiting to be written on one socket; when full the socket is closed (the relay keeps
 /// what it did not deliver, and the client re-syncs on reconnect). Their bytes are bounded too,
