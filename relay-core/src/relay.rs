@@ -112,7 +112,11 @@ pub(crate) struct Conn {
 /// * **Inputs** (`handle_*`, each carries `now`): [`handle_http`](Relay::handle_http),
 ///   [`handle_connect`](Relay::handle_connect), [`handle_text`](Relay::handle_text),
 ///   [`handle_frame`](Relay::handle_frame), [`handle_disconnect`](Relay::handle_disconnect),
-///   [`handle_timeout`](Relay::handle_timeout).
+///   [`handle_timeout`](Relay::handle_timeout); without `now`,
+///   [`handle_committed`](Relay::handle_committed) (a pipelined commit's outcome).
+/// * **Commits**: [`begin_batch`](Relay::begin_batch) / [`commit_batch`](Relay::commit_batch)
+///   (group commit), [`take_store`](Relay::take_store) / [`seal_batch`](Relay::seal_batch)
+///   (pipelined commits, below).
 /// * **Outputs** (`poll_*`): [`poll_output`](Relay::poll_output) (frames to send, sockets to
 ///   close) and [`poll_timeout`](Relay::poll_timeout) (when to call `handle_timeout` next).
 /// * **Getters**: [`is_failed`](Relay::is_failed), [`is_connected`](Relay::is_connected),
@@ -187,8 +191,9 @@ pub struct Relay {
     pub(crate) verified: Option<(UserUuid, String)>,
     /// Outputs of the input being handled; released after its commit.
     pub(crate) staged: Vec<Output>,
-    /// Between [`Relay::begin_batch`] and [`Relay::commit_batch`]: what the batch's inputs
-    /// committed and released so far, held back until the batch's one commit.
+    /// The open batch (from [`Relay::begin_batch`], or always once the store was taken):
+    /// what its inputs committed and released so far, held back until it is committed
+    /// ([`Relay::commit_batch`]) or sealed ([`Relay::seal_batch`]).
     group: Option<Group>,
     /// Sealed batches whose commit has not been reported yet, oldest first
     /// ([`Relay::seal_batch`], [`Relay::handle_committed`]); at most as many as the shell keeps
