@@ -438,8 +438,7 @@ impl Metrics {
         self.f.websockets_opened.inc();
     }
 
-    /// `n` inputs taken from the queue at once (a group commit, or part of the batch that fills
-    /// while a commit runs).
+    /// A batch of `n` inputs handled in one group commit.
     pub(super) fn batch(&self, n: usize) {
         self.f.batch_inputs.observe(n as f64);
     }
@@ -663,7 +662,7 @@ fn register(r: &mut Registry, f: &Families) {
     );
     r.register(
         "batch_inputs",
-        "Inputs the core task took from its queue at once (one group commit, or part of one)",
+        "Inputs handled per group commit",
         f.batch_inputs.clone(),
     );
     r.register_with_unit(
