@@ -1,4 +1,10 @@
 //! The [`Relay`]: dispatcher over the sub-machines, the commit discipline and the output queue.
+//!
+//! Over 900 lines on purpose: this is the one `impl Relay` block that takes inputs, stages
+//! outputs, commits and fails stop. The rules that make an ack mean "stored" (what is staged,
+//! when it is released, what a failed commit discards and closes) are read here top to bottom in
+//! one place; every rule of the service itself lives in its own module (`messaging`, `sync`,
+//! `orders`, …).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};

@@ -3,6 +3,11 @@
 //!
 //! Every `put_*` / `delete_*` updates the maps and indexes **and** records the matching
 //! [`Mutation`]; the dispatcher commits the batch before releasing any output of the input.
+//!
+//! Over 900 lines on purpose: each map, its derived indexes, its load from the store and its
+//! `put_*`/`delete_*` must change together (a write that updates the map but forgets the
+//! mutation, or an index rebuilt differently on load, is a durability bug), so they stay side by
+//! side; the commerce tables already live apart in `commerce_state`.
 
 use std::collections::{BTreeMap, BTreeSet};
 

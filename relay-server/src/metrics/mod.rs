@@ -19,28 +19,34 @@
 //!
 //! The list, with meanings and suggested alerts, is in the README ("Metrics").
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::{Router, http::header, response::IntoResponse, routing::get};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric as _, LabelValueEncoder,
-};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
-use relay_core::store::{Batch, Snapshot, Store, StoreError};
-use relay_core::{CloseReason, RelayStats};
+use relay_core::RelayStats;
+use relay_core::store::{Store, StoreError};
 use relay_push::PushWorker;
 use seam::net::{ConnectionCounter, Network, ServeLimits};
 use wire::{ClientFrame, ErrorCode, ServerFrame};
 
 use super::OutboundBytes;
+
+mod labels;
+mod store;
+
+pub(crate) use self::labels::close_kind;
+pub use self::labels::*;
+use self::labels::{client_kind, refusal, server_kind};
+pub use self::store::MeteredStore;
+pub(crate) use self::store::Stopwatch;
 
 /// The path of the exposition on the metrics listener.
 pub const METRICS_PATH: &str = "/metrics";
@@ -48,204 +54,6 @@ pub const METRICS_PATH: &str = "/metrics";
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Declares a label whose values are a closed set of fixed names.
-macro_rules! label_enum {
-    ($(#[$doc:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-        pub enum $name {
-            $(
-                #[doc = concat!("`", $text, "`")]
-                $variant,
-            )+
-        }
-
-        impl $name {
-            /// Every value, as exported.
-            pub const ALL: &'static [&'static str] = &[$($text),+];
-
-            /// The exported name.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Self::$variant => $text,)+
-                }
-            }
-        }
-
-        impl EncodeLabelValue for $name {
-            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-                encoder.write_str(self.as_str())
-            }
-        }
-    };
-}
-
-label_enum! {
-    /// A WebSocket frame's type (a client's unknown types are one value, never their text).
-    FrameKind {
-        Sync => "sync", Ping => "ping", Msg => "msg", Ack => "ack", Delivered => "delivered",
-        Read => "read", Typing => "typing", Retract => "retract", Call => "call",
-        ChannelPost => "channel_post", PaymentConfirmed => "payment_confirmed",
-        FriendRequest => "friend_request", FriendAccepted => "friend_accepted",
-        Goaway => "goaway", Error => "error", Unknown => "unknown", Undecodable => "undecodable",
-    }
-}
-
-label_enum! {
-    /// Why a WebSocket ended.
-    CloseKind {
-        Goaway => "goaway", Idle => "idle", StorageFailure => "storage_failure",
-        RateLimited => "rate_limited", TooSlow => "too_slow", Shutdown => "shutdown",
-        NotLeader => "not_leader", ClientGone => "client_gone",
-    }
-}
-
-label_enum! {
-    /// Why a `msg` was refused (its error frame's code).
-    Refusal {
-        NotAMember => "not_a_member", BadFrame => "bad_frame", AlreadyExists => "already_exists",
-        RateLimited => "rate_limited", QueueFull => "queue_full",
-        RecipientQueueFull => "recipient_queue_full", SenderQueueFull => "sender_queue_full",
-        RelayQueueFull => "relay_queue_full", StorageUnavailable => "storage_unavailable",
-        Other => "other",
-    }
-}
-
-label_enum! {
-    /// Whether a message's recipient was connected when it was accepted.
-    Recipient { Online => "online", Offline => "offline" }
-}
-
-label_enum! {
-    /// What a payment webhook did.
-    WebhookResult {
-        Applied => "applied", Duplicate => "duplicate", BadSignature => "bad_signature",
-        Invalid => "invalid", UnknownOrder => "unknown_order",
-    }
-}
-
-label_enum! {
-    /// An HTTP status class.
-    StatusClass { S2xx => "2xx", S3xx => "3xx", S4xx => "4xx", S5xx => "5xx", Other => "other" }
-}
-
-label_enum! {
-    /// A WebSocket limit (HTTP routes are named by their template instead).
-    WsLimit { Msg => "ws:msg", Call => "ws:call", Frames => "ws:frames" }
-}
-
-label_enum! {
-    /// A store operation.
-    StoreOp { Commit => "commit", Load => "load" }
-}
-
-label_enum! {
-    /// A store error's kind.
-    StoreErrorKind { Fenced => "fenced", Backend => "backend", SchemaVersion => "schema_version" }
-}
-
-label_enum! {
-    /// A connection cap.
-    Cap { Total => "total", PerAddress => "per_address" }
-}
-
-label_enum! {
-    /// A push service.
-    PushService { WebPush => "web_push", Fcm => "fcm", Apns => "apns" }
-}
-
-label_enum! {
-    /// What happened to a push.
-    PushResult {
-        Delivered => "delivered", Gone => "gone", Failed => "failed", GaveUp => "gave_up",
-        QueueFull => "queue_full", Unconfigured => "unconfigured",
-        GoneReportDropped => "gone_report_dropped",
-    }
-}
-
-/// Every label value the metrics can carry: the enums above, route templates
-/// ([`relay_core::http::ROUTE_NAMES`]) and the build's version.
-pub const LABEL_VALUES: &[&[&str]] = &[
-    FrameKind::ALL,
-    CloseKind::ALL,
-    Refusal::ALL,
-    Recipient::ALL,
-    WebhookResult::ALL,
-    StatusClass::ALL,
-    WsLimit::ALL,
-    StoreOp::ALL,
-    StoreErrorKind::ALL,
-    Cap::ALL,
-    PushService::ALL,
-    PushResult::ALL,
-    relay_core::http::ROUTE_NAMES,
-    &[env!("CARGO_PKG_VERSION")],
-];
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct FrameLabels {
-    frame: FrameKind,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CloseLabels {
-    reason: CloseKind,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RefusalLabels {
-    reason: Refusal,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RecipientLabels {
-    recipient: Recipient,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct WebhookLabels {
-    result: WebhookResult,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct HttpLabels {
-    route: &'static str,
-    status: StatusClass,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LimitLabels {
-    route: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StoreErrorLabels {
-    op: StoreOp,
-    kind: StoreErrorKind,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CapLabels {
-    cap: Cap,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PushLabels {
-    service: PushService,
-    result: PushResult,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ServiceLabels {
-    service: PushService,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VersionLabels {
-    version: &'static str,
-}
-
-/// The families the server updates as it runs.
 #[derive(Debug)]
 struct Families {
     frames_received: Family<FrameLabels, Counter>,
@@ -739,66 +547,6 @@ fn register(r: &mut Registry, f: &Families) {
     r.register("build", "The relay's version", info);
 }
 
-fn client_kind(frame: &ClientFrame) -> FrameKind {
-    match frame {
-        ClientFrame::Sync(_) => FrameKind::Sync,
-        ClientFrame::Ping(_) => FrameKind::Ping,
-        ClientFrame::Msg(_) => FrameKind::Msg,
-        ClientFrame::Delivered(_) => FrameKind::Delivered,
-        ClientFrame::Read(_) => FrameKind::Read,
-        ClientFrame::Typing(_) => FrameKind::Typing,
-        ClientFrame::Retract(_) => FrameKind::Retract,
-        ClientFrame::Call(_) => FrameKind::Call,
-        ClientFrame::Unknown(_) => FrameKind::Unknown,
-    }
-}
-
-fn server_kind(frame: &ServerFrame) -> FrameKind {
-    match frame {
-        ServerFrame::Ack(_) => FrameKind::Ack,
-        ServerFrame::Msg(_) => FrameKind::Msg,
-        ServerFrame::Delivered(_) => FrameKind::Delivered,
-        ServerFrame::Read(_) => FrameKind::Read,
-        ServerFrame::Typing(_) => FrameKind::Typing,
-        ServerFrame::Retract(_) => FrameKind::Retract,
-        ServerFrame::ChannelPost(_) => FrameKind::ChannelPost,
-        ServerFrame::PaymentConfirmed(_) => FrameKind::PaymentConfirmed,
-        ServerFrame::FriendRequest(_) => FrameKind::FriendRequest,
-        ServerFrame::FriendAccepted(_) => FrameKind::FriendAccepted,
-        ServerFrame::Goaway(_) => FrameKind::Goaway,
-        ServerFrame::Error(_) => FrameKind::Error,
-        ServerFrame::Call(_) => FrameKind::Call,
-        ServerFrame::Unknown(_) => FrameKind::Unknown,
-    }
-}
-
-fn refusal(code: &ErrorCode) -> Refusal {
-    [
-        (ErrorCode::NOT_A_MEMBER, Refusal::NotAMember),
-        (ErrorCode::BAD_FRAME, Refusal::BadFrame),
-        (ErrorCode::ALREADY_EXISTS, Refusal::AlreadyExists),
-        (ErrorCode::RATE_LIMITED, Refusal::RateLimited),
-        (ErrorCode::QUEUE_FULL, Refusal::QueueFull),
-        (ErrorCode::RECIPIENT_QUEUE_FULL, Refusal::RecipientQueueFull),
-        (ErrorCode::SENDER_QUEUE_FULL, Refusal::SenderQueueFull),
-        (ErrorCode::RELAY_QUEUE_FULL, Refusal::RelayQueueFull),
-        (ErrorCode::STORAGE_UNAVAILABLE, Refusal::StorageUnavailable),
-    ]
-    .into_iter()
-    .find_map(|(c, r)| (c == *code).then_some(r))
-    .unwrap_or(Refusal::Other)
-}
-
-/// The close reason of a relay output, as a label.
-pub(super) fn close_kind(reason: CloseReason) -> CloseKind {
-    match reason {
-        CloseReason::Goaway => CloseKind::Goaway,
-        CloseReason::Idle => CloseKind::Idle,
-        CloseReason::StorageFailure => CloseKind::StorageFailure,
-        CloseReason::RateLimited => CloseKind::RateLimited,
-    }
-}
-
 impl Live {
     fn sources(&self) -> std::sync::MutexGuard<'_, Sources> {
         // Every field is valid after any partial update (handles and numbers).
@@ -943,58 +691,6 @@ fn encode_push(
         ConstGauge::new(gauge(value as u64)).encode(m)?;
     }
     Ok(())
-}
-
-/// A [`Store`] whose commits and loads are timed and counted in [`Metrics`].
-#[derive(Debug)]
-pub struct MeteredStore<S> {
-    inner: S,
-    metrics: Metrics,
-}
-
-impl<S: Store> Store for MeteredStore<S> {
-    fn load(&mut self) -> Result<Snapshot, StoreError> {
-        let watch = Stopwatch::start();
-        let result = self.inner.load();
-        match &result {
-            Ok(_) => self.metrics.f.load_duration.observe(watch.seconds()),
-            Err(e) => self.metrics.store_error(StoreOp::Load, e),
-        }
-        result
-    }
-
-    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
-        let rows = batch.len();
-        let watch = Stopwatch::start();
-        let result = self.inner.commit(batch);
-        match &result {
-            Ok(()) => {
-                self.metrics.f.commit_duration.observe(watch.seconds());
-                self.metrics.f.commit_rows.observe(rows as f64);
-            }
-            Err(e) => self.metrics.store_error(StoreOp::Commit, e),
-        }
-        result
-    }
-}
-
-/// Elapsed real time, for metrics only: the one place the server reads the monotonic clock
-/// for itself (never to decide anything; the relay's time comes from its [`seam::clock`]).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Stopwatch(std::time::Instant);
-
-impl Stopwatch {
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "metrics only: a duration to export, never an input of the relay"
-    )]
-    pub(super) fn start() -> Self {
-        Self(std::time::Instant::now())
-    }
-
-    pub(super) fn seconds(self) -> f64 {
-        self.0.elapsed().as_secs_f64()
-    }
 }
 
 /// Serves `GET /metrics` (and nothing else) on `listener` until `shutdown` resolves.
