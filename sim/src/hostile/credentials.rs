@@ -15,9 +15,8 @@ use relay_core::http::{ROUTE_NAMES, route_name};
 use serde_json::{Value, json};
 
 use super::Findings;
-use super::http::{RawAccount, http};
+use super::http::{RawAccount, http, status};
 use crate::violation::Violation;
-use seam::net::{HttpClient, HttpRequest, TurmoilConnector};
 
 /// Methods tried on every route.
 const METHODS: [(Method, http::Method); 4] = [
@@ -73,22 +72,6 @@ fn claiming(token: &str, victim: &str) -> Option<String> {
     claims.as_object_mut()?.insert("sub".into(), json!(victim));
     let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).ok()?);
     Some(format!("{header}.{payload}.{sig}"))
-}
-
-async fn status(
-    client: &HttpClient<TurmoilConnector>,
-    method: &http::Method,
-    path: &str,
-    token: Option<&str>,
-) -> Option<u16> {
-    let mut req = HttpRequest::new(method.clone(), path);
-    if matches!(*method, http::Method::POST | http::Method::PUT) {
-        req = req.json(&json!({})).ok()?;
-    }
-    if let Some(t) = token {
-        req = req.bearer(t);
-    }
-    client.send(req).await.ok().map(|r| r.status.as_u16())
 }
 
 /// Asks every served route with no, an altered and a foreign credential (see the module doc).

@@ -57,6 +57,24 @@ pub(super) async fn put_empty(
     Some((r.status.as_u16(), v))
 }
 
+/// The status of `method path` (with `{}` as the body of a POST or PUT, and `token` as its
+/// bearer), or `None` when the request got no answer.
+pub(super) async fn status(
+    client: &HttpClient<TurmoilConnector>,
+    method: &http::Method,
+    path: &str,
+    token: Option<&str>,
+) -> Option<u16> {
+    let mut req = HttpRequest::new(method.clone(), path);
+    if matches!(*method, http::Method::POST | http::Method::PUT) {
+        req = req.json(&json!({})).ok()?;
+    }
+    if let Some(t) = token {
+        req = req.bearer(t);
+    }
+    client.send(req).await.ok().map(|r| r.status.as_u16())
+}
+
 /// GETs `path` with `token`; `(status, JSON body)`, `None` without an answer.
 pub(super) async fn get(
     http: &HttpClient<TurmoilConnector>,
