@@ -1063,6 +1063,85 @@ fn friend_binding_a_vanity_alias_keeps_messages_flowing() {
     );
 }
 
+/// Bob queued messages, then bound `4000`: the relay delivers the backlog under the alias it
+/// was sent from, after this client already followed bob to `4000`. The old alias is bob's:
+/// the backlog flows, with no further contacts sync.
+#[test]
+fn backlog_sent_before_a_bind_flows_after_the_session_followed_the_alias() {
+    let mut c = ready(0);
+    let k = bob_key(X25519Path::Spec);
+    c.handle_text(1, &inbound_from("4000", "m-1", 1, "after the bind", &k))
+        .unwrap();
+    let r = next_http(&mut c);
+    reply(&mut c, 2, &r, 200, friend_bound(BOB));
+    let s = c.store().load_session(CONV).unwrap().unwrap();
+    assert_eq!(s.their_alias_id, "4000");
+    assert_eq!(s.former_alias_ids, ["u10000002"]);
+    events(&mut c);
+    c.handle_text(3, &inbound("m-2", 2, "queued before the bind", &k))
+        .unwrap();
+    let ev = events(&mut c);
+    assert!(
+        ev.iter().any(
+            |e| matches!(e, Event::Message(m) if m.text == "queued before the bind"
+                && m.from_alias_id.as_deref() == Some("u10000002"))
+        ),
+        "{ev:?}"
+    );
+    assert!(c.poll_http().is_none(), "no sync needed for a former alias");
+    assert!(c.store().list_offline().unwrap().is_empty());
+    // and a retract from the former alias lands too
+    c.handle_text(4, &retract_frame("m-2", "u10000002"))
+        .unwrap();
+    assert_eq!(msg_type(&c, "m-2").as_deref(), Some("retracted"));
+}
+
+/// A device that first met bob as `4000` receives his backlog sent as `u10000002`, an alias it
+/// never knew: parked, a sync that still lists `4000` for the conversation, then the old
+/// alias is taken as a former one of bob's and the backlog is shown in seq order. A parked
+/// message that does not decrypt under the session key stays parked.
+#[test]
+fn backlog_from_an_alias_never_seen_is_released_by_the_sync_that_does_not_list_it() {
+    let mut c = client(ClientConfig::default());
+    register(&mut c, 0);
+    sync_friends(&mut c, 0, friend_bound(BOB));
+    open(&mut c, 0);
+    events(&mut c);
+    let k = bob_key(X25519Path::Spec);
+    let wrong = bob_key(X25519Path::WebSdk);
+    c.handle_text(1, &inbound("m-1", 1, "one", &k)).unwrap();
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/friends");
+    // more of the backlog while the sync is in flight: its answer may predate them
+    c.handle_text(2, &inbound("m-2", 2, "two", &k)).unwrap();
+    c.handle_text(2, &inbound("m-3", 3, "forged", &wrong))
+        .unwrap();
+    reply(&mut c, 3, &r, 200, friend_bound(BOB));
+    assert!(
+        !events(&mut c)
+            .iter()
+            .any(|e| matches!(e, Event::Message(_))),
+        "an answer older than a park releases nothing"
+    );
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/friends");
+    reply(&mut c, 4, &r, 200, friend_bound(BOB));
+    let texts: Vec<String> = events(&mut c)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Message(m) => Some(m.text),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, ["one", "two"]);
+    let s = c.store().load_session(CONV).unwrap().unwrap();
+    assert_eq!(s.their_alias_id, "4000");
+    assert_eq!(s.former_alias_ids, ["u10000002"]);
+    let parked = c.store().list_offline().unwrap();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0].id, "m-3");
+}
+
 #[test]
 fn alias_change_with_different_keys_is_a_key_change_not_a_rename() {
     let mut c = ready(0);

@@ -197,6 +197,7 @@ impl<S: ClientStore> Client<S> {
             trust_state: SessionTrust::Unverified,
             created_at: now_ms,
             pending_ecdh_public_key: None,
+            former_alias_ids: Vec::new(),
         })?;
         Ok(())
     }
@@ -221,6 +222,9 @@ impl<S: ClientStore> Client<S> {
         }
         if s.their_ecdh_public_key != peer.x25519_b64 {
             self.peer_key_changed(now_ms, identity, &mut s, peer, &mut r);
+        }
+        if !self.contacts_resync {
+            self.adopt_former_aliases(&mut s, peer, &mut r)?;
         }
         if r.save {
             self.store.save_session(&s)?;

@@ -37,7 +37,7 @@ impl<S: ClientStore> Client<S> {
             self.sync_contacts_again(now_ms);
             return Ok(());
         };
-        if session.their_alias_id != d.from.as_str() {
+        if !session.is_peer_alias(d.from.as_str()) {
             probes::probe!("client:msg-from-other-alias");
             return self.on_msg_from_other_alias(now_ms, d);
         }

@@ -137,7 +137,7 @@ impl<S: ClientStore> Client<S> {
             return Ok(Target::Apply(Box::new(m)));
         }
         Ok(match self.store.load_session(conv)? {
-            Some(s) if s.their_alias_id == from => Target::Apply(Box::new(m)),
+            Some(s) if s.is_peer_alias(from) => Target::Apply(Box::new(m)),
             Some(_) => Target::UnknownAlias,
             None => Target::Ignore,
         })

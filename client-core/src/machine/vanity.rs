@@ -11,6 +11,12 @@
 //!   silently.
 //! * With another Ed25519 key and the same X25519 key the new alias is not accepted: the
 //!   session keeps the old one and the messages stay parked.
+//! * The session remembers the peer's earlier aliases: a relay may deliver what the peer queued
+//!   before the bind under the alias it was sent from, and such messages flow like any other.
+//! * A parked message from an alias the freshest sync lists for no one in its conversation
+//!   (neither the peer's now nor earlier, e.g. a backlog sent before a bind this device never
+//!   saw) was sent under an alias the peer has left: that alias becomes a former one and the
+//!   message is retried (it must still decrypt under the session key and pass the trust guard).
 
 use wire::frames::MsgDelivery;
 
@@ -48,9 +54,35 @@ impl<S: ClientStore> Client<S> {
                 self.store.put_trust(&t)?;
                 self.store.delete_trust(&s.their_alias_id)?;
             }
-            s.their_alias_id.clone_from(&peer.alias);
+            probes::probe!("client:alias-followed");
+            let former = std::mem::replace(&mut s.their_alias_id, peer.alias.clone());
+            s.former_alias_ids.retain(|a| *a != peer.alias);
+            s.remember_former_alias(&former);
             r.save = true;
             r.retry_parked = true;
+        }
+        Ok(())
+    }
+
+    /// A contacts sync that postdates every park listed the conversation of `s` under
+    /// `peer.alias`: parked messages of the conversation from aliases that are not the peer's
+    /// and not the listed one adopt their alias as a former one (see the module doc).
+    pub(super) fn adopt_former_aliases(
+        &mut self,
+        s: &mut SessionRecord,
+        peer: &Peer<'_>,
+        r: &mut Reconciled,
+    ) -> Result<(), ClientError> {
+        for off in self.store.list_offline()? {
+            if off.conversation_id == s.conversation_id
+                && off.from_alias_id != peer.alias
+                && !s.is_peer_alias(&off.from_alias_id)
+            {
+                probes::probe!("client:former-alias-adopted");
+                s.remember_former_alias(&off.from_alias_id);
+                r.save = true;
+                r.retry_parked = true;
+            }
         }
         Ok(())
     }

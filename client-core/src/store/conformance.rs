@@ -33,6 +33,7 @@ pub fn session(conv: &str, alias: &str) -> SessionRecord {
         trust_state: SessionTrust::Unverified,
         created_at: 1,
         pending_ecdh_public_key: None,
+        former_alias_ids: Vec::new(),
     }
 }
 

@@ -6,6 +6,7 @@
 //! `OfflineMessage.id` and `.fromAliasId` (the offline inbox is keyed by message id so two
 //! parked messages without `seq` never collide), `SessionRecord.pendingEcdhPublicKey` (a changed
 //! key announced by the server for a verified session, kept aside and never applied silently),
+//! `SessionRecord.formerAliasIds` (the peer's earlier aliases in the conversation),
 //! and the records [`ReceiptLevel`] and [`PendingAction`] (receipts seen before their ack;
 //! `read`/`retract` queued offline), and the set of confirmed order ids already reported to the
 //! app (`payment_confirmed` is redelivered by the relay; the app sees one per order).
@@ -131,6 +132,33 @@ pub struct SessionRecord {
     /// A different X25519 key the server now reports, not applied (see module doc).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_ecdh_public_key: Option<String>,
+    /// The peer's earlier aliases in this conversation, oldest first, at most
+    /// [`SessionRecord::FORMER_ALIASES_MAX`]. A relay may deliver what the peer queued before
+    /// binding a vanity alias under the alias it was sent from; those messages are the peer's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub former_alias_ids: Vec<String>,
+}
+
+impl SessionRecord {
+    /// Most earlier aliases a session remembers (the oldest is forgotten first).
+    pub const FORMER_ALIASES_MAX: usize = 8;
+
+    /// Whether `alias` is the peer's, now or earlier in this conversation.
+    #[must_use]
+    pub fn is_peer_alias(&self, alias: &str) -> bool {
+        self.their_alias_id == alias || self.former_alias_ids.iter().any(|a| a == alias)
+    }
+
+    /// Remembers `alias` as one of the peer's earlier aliases (not the current one).
+    pub fn remember_former_alias(&mut self, alias: &str) {
+        if alias == self.their_alias_id || self.former_alias_ids.iter().any(|a| a == alias) {
+            return;
+        }
+        if self.former_alias_ids.len() == Self::FORMER_ALIASES_MAX {
+            self.former_alias_ids.remove(0);
+        }
+        self.former_alias_ids.push(alias.to_owned());
+    }
 }
 
 /// An undecryptable or early message parked for retry.
