@@ -13,6 +13,9 @@
 //! (this bench's own executable with `--echo-server`). The load generator is this process, on a
 //! 2-worker tokio runtime, so every row shares the same two cores the same way.
 //!
+//! A last 100-pair row keeps 8 messages in flight per sender (relay only: the echo is a closed
+//! loop), the load where pipelined commits have batches to overlap.
+//!
 //! Not a criterion bench (per-message p99 is the point). Run with
 //! `cargo build --release -p relay-server --bin relay --bin simulate && cargo bench -p benches --bench e2e`.
 //! Without the release `relay` it measures the relay in process (memory store) instead. Without
@@ -38,6 +41,8 @@ const RECEIPT_BATCH: usize = 50;
 const RUN_DEADLINE: Duration = Duration::from_secs(90);
 /// Hard bound of each simulator sweep.
 const SIM_DEADLINE: Duration = Duration::from_secs(600);
+/// Messages each sender keeps unacknowledged in the windowed 100-pair row.
+const WINDOW_IN_FLIGHT: usize = 8;
 /// Seeds per simulator sweep.
 const SIM_SEEDS: &str = "0..10";
 
@@ -45,6 +50,9 @@ struct Scenario {
     pairs: usize,
     warmup: usize,
     per_pair: usize,
+    /// Messages each sender keeps unacknowledged (1: the closed loop the echo is compared
+    /// with; more: a relay-only row, where pipelined commits have batches to overlap).
+    in_flight: usize,
 }
 
 fn scenarios(full: bool) -> Vec<Scenario> {
@@ -54,11 +62,19 @@ fn scenarios(full: bool) -> Vec<Scenario> {
                 pairs: 1,
                 warmup: 500,
                 per_pair: 10_000,
+                in_flight: 1,
             },
             Scenario {
                 pairs: 100,
                 warmup: 10,
                 per_pair: 200,
+                in_flight: 1,
+            },
+            Scenario {
+                pairs: 100,
+                warmup: 10,
+                per_pair: 400,
+                in_flight: WINDOW_IN_FLIGHT,
             },
         ]
     } else {
@@ -67,11 +83,19 @@ fn scenarios(full: bool) -> Vec<Scenario> {
                 pairs: 1,
                 warmup: 1,
                 per_pair: 5,
+                in_flight: 1,
             },
             Scenario {
                 pairs: 3,
                 warmup: 1,
                 per_pair: 2,
+                in_flight: 1,
+            },
+            Scenario {
+                pairs: 3,
+                warmup: 1,
+                per_pair: 4,
+                in_flight: 2,
             },
         ]
     }
@@ -86,6 +110,21 @@ fn print_relay(r: &RelayLoadReport) {
         "| relay, {:>3} pair(s){:<6} | {:>8} | {:>9.0} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1} |",
         r.pairs,
         "",
+        r.messages,
+        r.msgs_per_sec(),
+        micros(r.delivery_quantile(0.50)),
+        micros(r.delivery_quantile(0.99)),
+        micros(r.ack_quantile(0.50)),
+        micros(r.ack_quantile(0.99)),
+    );
+}
+
+/// A relay row with several messages in flight per sender (no echo row: the echo is a closed
+/// loop).
+fn print_windowed(r: &RelayLoadReport, in_flight: usize) {
+    println!(
+        "| relay, {:>3} pair(s) x{in_flight:<2} in flight | {:>8} | {:>9.0} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1} |",
+        r.pairs,
         r.messages,
         r.msgs_per_sec(),
         micros(r.delivery_quantile(0.50)),
@@ -124,8 +163,13 @@ async fn one(relay: &mut BenchRelay, s: &Scenario) -> Result<(), Box<dyn std::er
         plaintext_bytes: PLAINTEXT_BYTES,
         receipt_batch: RECEIPT_BATCH,
         deadline: RUN_DEADLINE,
+        in_flight_per_pair: s.in_flight,
     };
     let report = run_relay_load(relay, pairs, &cfg).await?;
+    if s.in_flight > 1 {
+        print_windowed(&report, s.in_flight);
+        return Ok(());
+    }
     // The echo right after, same process and runtime, same frame size, same closed loops.
     let echo = spawn_echo_server().await?;
     let echo_report = run_load(
@@ -296,8 +340,14 @@ async fn one_process(
         plaintext_bytes: PLAINTEXT_BYTES,
         receipt_batch: RECEIPT_BATCH,
         deadline: RUN_DEADLINE,
+        in_flight_per_pair: s.in_flight,
     };
     let report = run_relay_load(bench, pairs, &cfg).await?;
+    if s.in_flight > 1 {
+        println!("| {store:<6} store, relay process:");
+        print_windowed(&report, s.in_flight);
+        return Ok(());
+    }
     let echo_report = run_load(
         &echo.url,
         &LoadConfig {

@@ -13,6 +13,8 @@
 //!   has received that `msg`; the peer decodes and decrypts every `msg` and sends `delivered`
 //!   receipts in batches, as a real client does. Per message it records the one-way latency
 //!   (send → the peer read the `msg`; both ends in this process, one clock) and the ack latency.
+//!   With [`RelayLoadConfig::in_flight_per_pair`] above 1 the sender instead keeps that many
+//!   messages unacknowledged (an outbox draining), and checks every delivery at the end.
 
 use std::fmt;
 use std::io;
@@ -547,6 +549,10 @@ pub struct RelayLoadConfig {
     pub plaintext_bytes: usize,
     /// The recipient sends one `delivered` per this many messages (and one at the end).
     pub receipt_batch: usize,
+    /// Messages a sender keeps unacknowledged (at least 1). 1: the closed loop of the module
+    /// doc. More: the sender sends until that many wait for their `ack`, reads the next `ack`,
+    /// and so on; delivery latencies are collected at the end (a client with an outbox).
+    pub in_flight_per_pair: usize,
     /// Hard bound on the load (setup excluded).
     pub deadline: Duration,
 }
@@ -671,15 +677,27 @@ async fn run_pairs(
             cfg.receipt_batch.max(1),
             tx,
         ));
-        let send = tokio::spawn(sender(
-            index,
-            a,
-            to,
-            conv,
-            cfg.clone(),
-            rx,
-            Arc::clone(&barrier),
-        ));
+        let send = if cfg.in_flight_per_pair > 1 {
+            tokio::spawn(sender_windowed(
+                index,
+                a,
+                to,
+                conv,
+                cfg.clone(),
+                rx,
+                Arc::clone(&barrier),
+            ))
+        } else {
+            tokio::spawn(sender(
+                index,
+                a,
+                to,
+                conv,
+                cfg.clone(),
+                rx,
+                Arc::clone(&barrier),
+            ))
+        };
         tasks.push((send, recv));
     }
     let mut runs = Vec::with_capacity(tasks.len());
@@ -761,6 +779,70 @@ async fn sender(
     }
     let end = wall_now();
     // Best effort: late receipts may still be in flight.
+    let _ = peer.ws.close(None).await;
+    Ok(PairRun {
+        start,
+        end,
+        delivery,
+        ack,
+    })
+}
+
+/// A sender with up to `cfg.in_flight_per_pair` messages unacknowledged (acks come back in
+/// order on one connection); the warm-up is acknowledged before the measured messages start.
+async fn sender_windowed(
+    index: usize,
+    mut peer: Peer,
+    to: String,
+    conv: String,
+    cfg: RelayLoadConfig,
+    mut delivered: mpsc::UnboundedReceiver<(usize, Instant)>,
+    barrier: Arc<Barrier>,
+) -> Result<PairRun, RelayLoadError> {
+    let mut rng = ChaCha20Rng::seed_from_u64(index as u64);
+    let plaintext = crate::text_frame(cfg.plaintext_bytes).into_bytes();
+    let total = cfg.warmup_msgs_per_pair + cfg.msgs_per_pair;
+    let mut sent_at: Vec<Instant> = Vec::with_capacity(total);
+    let mut ack = Vec::with_capacity(cfg.msgs_per_pair);
+    let mut start = wall_now();
+    let mut acked = 0usize;
+    while acked < total {
+        while sent_at.len() < total && sent_at.len() - acked < cfg.in_flight_per_pair {
+            let i = sent_at.len();
+            if i == cfg.warmup_msgs_per_pair {
+                if acked < i {
+                    break;
+                }
+                barrier.wait().await;
+                start = wall_now();
+            }
+            let payload = encrypt_payload(&peer.key, &plaintext, &mut rng);
+            let frame = msg_frame(&format!("m{index}-{i}"), &to, &conv, &payload);
+            sent_at.push(wall_now());
+            peer.ws.send(WsMessage::text(frame)).await?;
+        }
+        read_ack(&mut peer.ws, &format!("m{index}-{acked}")).await?;
+        if acked >= cfg.warmup_msgs_per_pair {
+            ack.push(sent_at[acked].elapsed());
+        }
+        acked += 1;
+    }
+    let mut delivery = Vec::with_capacity(cfg.msgs_per_pair);
+    for (i, sent) in sent_at.iter().enumerate() {
+        let (got, at) = delivered
+            .recv()
+            .await
+            .ok_or_else(|| protocol(format!("pair {index}: the recipient stopped")))?;
+        if got != i {
+            return Err(protocol(format!(
+                "pair {index}: message {got} arrived, {i} expected"
+            )));
+        }
+        if i >= cfg.warmup_msgs_per_pair {
+            delivery.push(at.saturating_duration_since(*sent));
+        }
+    }
+    let end = wall_now();
     let _ = peer.ws.close(None).await;
     Ok(PairRun {
         start,

@@ -41,6 +41,33 @@
 //! assert!(!relay.is_failed());
 //! ```
 //!
+//! # Pipelined commits
+//! A shell whose commits are slow takes the store and commits sealed batches itself, in seal
+//! order, while the relay goes on with the next batch; outputs leave only once their batch and
+//! every earlier one are reported committed (see [`Relay`]'s doc):
+//!
+//! ```
+//! # use relay_core::{Config, HttpRequest, Method, Relay};
+//! # use relay_core::store::{MemoryStore, Store as _};
+//! # use wire::UnixMs;
+//! # let now = UnixMs(1_700_000_000_000);
+//! let mut relay = Relay::new(Config::default(), Box::new(MemoryStore::new()), 42).unwrap();
+//! let mut store = relay.take_store().unwrap(); // to the committer (a thread, a task)
+//! let _provisional = relay.handle_http(now, &HttpRequest::new(Method::Get, "/api/v1/friends"));
+//! match relay.seal_batch() {
+//!     // Nothing to commit and nothing in flight: its answers and outputs may go now.
+//!     Ok(None) => {}
+//!     Ok(Some(batch)) => {
+//!         // … on the committer, after every batch sealed before it:
+//!         let result = store.commit(batch.mutations);
+//!         // … back on the relay's task, in seal order: `Ok` releases the batch's outputs.
+//!         let _durable = relay.handle_committed(batch.id, &result).is_ok();
+//!     }
+//!     // The relay failed: answer the batch's requests with 503, rebuild from the store.
+//!     Err(_) => {}
+//! }
+//! ```
+//!
 //! # Modules
 //! One module per sub-machine behind the dispatcher in [`Relay`]: `accounts` (A2, F5, C1,
 //! C2), `auth` (PoW, challenges, JWT, tickets, WS connect), `contacts` (F1-F4),
@@ -94,7 +121,7 @@ pub use http::{ApiError, HttpRequest, HttpResponse, Method, Resolution};
 pub use planted::PlantedBug;
 pub use push::PushTarget;
 pub use relay::{
-    Accepted, BatchFailed, CloseReason, ConnId, Output, Relay, WsConnect, legacy_jwt_signing_key,
-    storage_unavailable_response,
+    Accepted, BatchFailed, BatchId, CloseReason, ConnId, Output, Relay, SealedBatch, WsConnect,
+    legacy_jwt_signing_key, storage_unavailable_response,
 };
 pub use stats::{RelayStats, WebhookStats};

@@ -118,7 +118,11 @@ pub(crate) struct Conn {
 /// * **Inputs** (`handle_*`, each carries `now`): [`handle_http`](Relay::handle_http),
 ///   [`handle_connect`](Relay::handle_connect), [`handle_text`](Relay::handle_text),
 ///   [`handle_frame`](Relay::handle_frame), [`handle_disconnect`](Relay::handle_disconnect),
-///   [`handle_timeout`](Relay::handle_timeout).
+///   [`handle_timeout`](Relay::handle_timeout); without `now`,
+///   [`handle_committed`](Relay::handle_committed) (a pipelined commit's outcome).
+/// * **Commits**: [`begin_batch`](Relay::begin_batch) / [`commit_batch`](Relay::commit_batch)
+///   (group commit), [`take_store`](Relay::take_store) / [`seal_batch`](Relay::seal_batch)
+///   (pipelined commits, below).
 /// * **Outputs** (`poll_*`): [`poll_output`](Relay::poll_output) (frames to send, sockets to
 ///   close) and [`poll_timeout`](Relay::poll_timeout) (when to call `handle_timeout` next).
 /// * **Getters**: [`is_failed`](Relay::is_failed), [`is_connected`](Relay::is_connected),
@@ -142,8 +146,22 @@ pub(crate) struct Conn {
 /// below).
 /// Inputs of one batch see each other's effects, as they would one by one.
 ///
+/// # Pipelined commits
+/// A shell whose commits are slow (an `fsync`, a database round trip) keeps the relay busy
+/// while they run: it takes the store ([`take_store`](Relay::take_store)) for a committer of
+/// its own, and from then on a batch is always open. [`seal_batch`](Relay::seal_batch) closes
+/// it and hands out its mutations; the relay goes on handling the next batch on top of the
+/// sealed one's (uncommitted) state. The shell commits sealed batches one after the other, in
+/// seal order, and reports each with [`handle_committed`](Relay::handle_committed): a batch's
+/// outputs are released only when its commit **and every earlier one** succeeded, so nothing
+/// is acknowledged before it is durable, and per-connection order is kept across batches. A
+/// failed commit fails stop (below) and takes every later batch with it: none of their
+/// outputs is released, and the shell must not apply them (they were built on the failed
+/// one). How many batches may be in flight is the shell's bound.
+///
 /// # Commit failure: fail-stop
-/// If a commit fails, nothing of that input is acknowledged: the HTTP request gets 503
+/// If a commit fails, nothing of that input (or batch, and of any batch sealed after it) is
+/// acknowledged: the HTTP request gets 503
 /// `STORAGE_UNAVAILABLE`, a frame gets an error frame `STORAGE_UNAVAILABLE` (no ack), every
 /// socket is closed with [`CloseReason::StorageFailure`], and from then on the relay answers
 /// every request with 503 and refuses connections. The in-memory state may be ahead of the
@@ -152,7 +170,9 @@ pub(crate) struct Conn {
 #[derive(Debug)]
 pub struct Relay {
     pub(crate) config: Config,
-    store: Box<dyn Store>,
+    /// The store the relay commits through itself; `None` once a shell took it
+    /// ([`Relay::take_store`]) to commit sealed batches on its own committer.
+    store: Option<Box<dyn Store>>,
     pub(crate) ids: IdGen,
     pub(crate) tokens: TokenKeys,
     pub(crate) state: State,
@@ -177,9 +197,19 @@ pub struct Relay {
     pub(crate) verified: Option<(UserUuid, String)>,
     /// Outputs of the input being handled; released after its commit.
     pub(crate) staged: Vec<Output>,
-    /// Between [`Relay::begin_batch`] and [`Relay::commit_batch`]: what the batch's inputs
-    /// committed and released so far, held back until the batch's one commit.
+    /// The open batch (from [`Relay::begin_batch`], or always once the store was taken):
+    /// what its inputs committed and released so far, held back until it is committed
+    /// ([`Relay::commit_batch`]) or sealed ([`Relay::seal_batch`]).
     group: Option<Group>,
+    /// Sealed batches whose commit has not been reported yet, oldest first
+    /// ([`Relay::seal_batch`], [`Relay::handle_committed`]); at most as many as the shell keeps
+    /// in flight.
+    in_flight: VecDeque<InFlight>,
+    /// The id the next sealed batch gets.
+    next_batch: u64,
+    /// The first batch that did not commit (a failed commit, or the open batch when the relay
+    /// failed for another reason): it and every later batch are not durable.
+    failed_at: Option<BatchId>,
     outputs: VecDeque<Output>,
     failed: bool,
     /// What the relay did since it was built ([`Relay::stats`]).
@@ -209,6 +239,43 @@ impl std::error::Error for BatchFailed {}
 struct Group {
     mutations: crate::store::Batch,
     outputs: Vec<Output>,
+}
+
+/// Identifies a sealed batch ([`Relay::seal_batch`]); ids increase in seal order, which is the
+/// order the batches must be committed and reported in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BatchId(u64);
+
+impl BatchId {
+    /// The id as a number (for logs and metrics).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for BatchId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "batch {}", self.0)
+    }
+}
+
+/// A batch handed out by [`Relay::seal_batch`] for the shell to commit.
+#[derive(Debug)]
+pub struct SealedBatch {
+    /// Which batch: its commit is reported with [`Relay::handle_committed`].
+    pub id: BatchId,
+    /// Its mutations, to apply in one store transaction after every earlier sealed batch's
+    /// (possibly empty: the batch's outputs still wait for the batches before it).
+    pub mutations: crate::store::Batch,
+}
+
+/// A sealed batch waiting for its commit: what it releases when the commit is reported.
+#[derive(Debug)]
+struct InFlight {
+    id: BatchId,
+    outputs: Vec<Output>,
+    /// Media blobs its mutations stop naming, deleted once they are durable.
+    gc: Vec<(wire::UploadId, Option<u32>)>,
 }
 
 impl Relay {
@@ -253,7 +320,7 @@ impl Relay {
         Ok(Self {
             eph: Ephemeral::new(&config),
             config,
-            store,
+            store: Some(store),
             ids,
             tokens,
             state,
@@ -272,6 +339,9 @@ impl Relay {
             verified: None,
             staged: Vec::new(),
             group: None,
+            in_flight: VecDeque::new(),
+            next_batch: 0,
+            failed_at: None,
             outputs: VecDeque::new(),
             failed: false,
             stats: crate::stats::RelayStats::default(),
@@ -769,10 +839,11 @@ impl Relay {
     // ------------------------------------------------------------------ group commit
 
     /// Starts a group commit (see [the type's doc](Relay#group-commit)): the inputs handled from
-    /// now on are committed together by [`commit_batch`](Relay::commit_batch). A no-op when a
-    /// batch is already open.
+    /// now on are committed together by [`commit_batch`](Relay::commit_batch) (or handed out by
+    /// [`seal_batch`](Relay::seal_batch)). A no-op when a batch is already open or the relay
+    /// failed.
     pub fn begin_batch(&mut self) {
-        if self.group.is_none() {
+        if self.group.is_none() && !self.failed {
             self.group = Some(Group::default());
         }
     }
@@ -783,41 +854,143 @@ impl Relay {
     /// [`is_failed`](Relay::is_failed)), and every provisional answer of the batch must become
     /// [`storage_unavailable_response`]. Without an open batch: `Ok(())`, or `Err` if the
     /// relay has failed.
+    ///
+    /// Only for a relay that still has its store and no batch in flight: a shell that
+    /// pipelines commits uses [`seal_batch`](Relay::seal_batch) and
+    /// [`handle_committed`](Relay::handle_committed) instead (calling this then fails stop).
     pub fn commit_batch(&mut self) -> Result<(), BatchFailed> {
+        let pipelined = self.store.is_none() || !self.in_flight.is_empty();
+        debug_assert!(!pipelined, "commit_batch on a pipelined relay");
+        let Some(sealed) = self.seal_batch()? else {
+            return Ok(());
+        };
+        let committed = match &mut self.store {
+            Some(store) if !pipelined => {
+                if sealed.mutations.is_empty() {
+                    Ok(())
+                } else {
+                    store.commit(sealed.mutations)
+                }
+            }
+            _ => Err(StoreError::Backend(
+                "commit_batch called while commits are pipelined".into(),
+            )),
+        };
+        self.handle_committed(sealed.id, &committed)
+    }
+
+    /// Whether a batch is open ([`begin_batch`](Relay::begin_batch) without its
+    /// [`commit_batch`](Relay::commit_batch) or [`seal_batch`](Relay::seal_batch); always,
+    /// once the store was taken, until the relay fails).
+    pub fn in_batch(&self) -> bool {
+        self.group.is_some()
+    }
+
+    // ------------------------------------------------------------------ pipelined commits
+
+    /// Hands the store to the shell, for a committer of its own (see
+    /// [the type's doc](Relay#pipelined-commits)). From then on the relay commits nothing
+    /// itself: a batch is always open, every input joins it, and the shell seals it with
+    /// [`seal_batch`](Relay::seal_batch), commits its mutations in seal order and reports each
+    /// commit with [`handle_committed`](Relay::handle_committed). `None` when it was taken
+    /// before.
+    pub fn take_store(&mut self) -> Option<Box<dyn Store>> {
+        let store = self.store.take();
+        self.begin_batch();
+        store
+    }
+
+    /// Closes the open batch and hands its mutations out for the shell to commit, after every
+    /// batch sealed before it. Its outputs (and the shell's answers to its inputs) wait until
+    /// [`handle_committed`](Relay::handle_committed) reports that this commit and every earlier
+    /// one succeeded; meanwhile the relay goes on handling inputs on top of its state.
+    ///
+    /// `Ok(None)`: nothing to commit or wait for — no batch was open, or it changed nothing
+    /// and no batch is in flight before it, so its outputs are released now. `Err`: the relay
+    /// failed (before or during the batch); nothing of the batch is stored or released, and
+    /// its provisional answers become [`storage_unavailable_response`]. Once the store was
+    /// taken, a new batch opens at once.
+    pub fn seal_batch(&mut self) -> Result<Option<SealedBatch>, BatchFailed> {
         if self.failed {
-            // Failed before or during the batch (a record that could not be serialised).
             self.group = None;
             return Err(BatchFailed);
         }
         let Some(group) = self.group.take() else {
-            return Ok(());
+            return Ok(None);
         };
-        let committed = if group.mutations.is_empty() {
-            Ok(())
-        } else {
-            self.store.commit(group.mutations)
+        if self.store.is_none() {
+            self.group = Some(Group::default());
+        }
+        if group.mutations.is_empty() && self.in_flight.is_empty() {
+            self.outputs.extend(group.outputs);
+            self.collect_blobs();
+            return Ok(None);
+        }
+        let id = BatchId(self.next_batch);
+        self.next_batch += 1;
+        self.in_flight.push_back(InFlight {
+            id,
+            outputs: group.outputs,
+            gc: std::mem::take(&mut self.state.media.gc),
+        });
+        Ok(Some(SealedBatch {
+            id,
+            mutations: group.mutations,
+        }))
+    }
+
+    /// The shell reports the commit of sealed batch `id`; reports come in seal order.
+    ///
+    /// `Ok(())`: the batch is durable. Its outputs are released (after those of every earlier
+    /// batch) and the shell may send its provisional answers. `Err`: the batch is not durable;
+    /// its answers become [`storage_unavailable_response`]. A failed commit fails stop:
+    /// nothing of this batch or of any batch sealed after it is released, every socket is
+    /// closed, and the shell must not apply the later batches either (they were built on
+    /// this one) — it reports each of them, and each gets `Err`.
+    ///
+    /// After the relay failed for another reason, a batch sealed before the failure whose
+    /// commit succeeds still gets `Ok(())` (its answers are true) although its frames were
+    /// dropped with the sockets. A report out of order is a shell bug: the relay fails stop.
+    pub fn handle_committed(
+        &mut self,
+        id: BatchId,
+        result: &Result<(), StoreError>,
+    ) -> Result<(), BatchFailed> {
+        if self.failed {
+            let durable = result.is_ok() && self.failed_at.is_some_and(|first| id < first);
+            return if durable { Ok(()) } else { Err(BatchFailed) };
+        }
+        let in_order = self.in_flight.front().is_some_and(|b| b.id == id);
+        debug_assert!(in_order, "{id} reported out of seal order");
+        if !in_order {
+            let first = self.in_flight.front().map_or(id, |b| b.id.min(id));
+            self.fail_stop_at(first);
+            return Err(BatchFailed);
+        }
+        let Some(batch) = self.in_flight.pop_front() else {
+            return Err(BatchFailed);
         };
-        match committed {
+        match result {
             Ok(()) => {
-                self.outputs.extend(group.outputs);
+                self.outputs.extend(batch.outputs);
+                self.state.media.gc.extend(batch.gc);
                 self.collect_blobs();
                 Ok(())
             }
             Err(_) => {
                 if planted!(self.config, AckWithoutCommit) {
                     // PLANTED BUG (test-only): the outputs (acks) leave although nothing was stored.
-                    self.outputs.extend(group.outputs);
+                    self.outputs.extend(batch.outputs);
                 }
-                self.fail_stop();
+                self.fail_stop_at(id);
                 Err(BatchFailed)
             }
         }
     }
 
-    /// Whether a batch is open ([`begin_batch`](Relay::begin_batch) without its
-    /// [`commit_batch`](Relay::commit_batch)).
-    pub fn in_batch(&self) -> bool {
-        self.group.is_some()
+    /// How many sealed batches wait for their commit report.
+    pub fn batches_in_flight(&self) -> usize {
+        self.in_flight.len()
     }
 
     // ------------------------------------------------------------------ internals
@@ -833,6 +1006,14 @@ impl Relay {
     fn finish_staged(&mut self) -> Result<(), Vec<Output>> {
         let batch = self.state.take_batch();
         let poisoned = std::mem::take(&mut self.state.poisoned);
+        if self.group.is_none()
+            && !self.failed
+            && (self.store.is_none() || !self.in_flight.is_empty())
+        {
+            // Batches are in flight: this input's outputs wait behind them, so it joins the
+            // next one (and a relay without its store commits nothing itself).
+            self.group = Some(Group::default());
+        }
         if let Some(group) = &mut self.group
             && !poisoned
         {
@@ -845,7 +1026,10 @@ impl Relay {
         } else if batch.is_empty() {
             Ok(())
         } else {
-            self.store.commit(batch)
+            match &mut self.store {
+                Some(store) => store.commit(batch),
+                None => Err(StoreError::Backend("the relay has no store".into())),
+            }
         };
         match committed {
             Ok(()) => {
@@ -858,17 +1042,24 @@ impl Relay {
                     self.outputs.extend(self.staged.drain(..));
                 }
                 let discarded = std::mem::take(&mut self.staged);
-                self.fail_stop();
+                self.fail_stop_at(BatchId(self.next_batch));
                 Err(discarded)
             }
         }
     }
 
-    /// A commit failed: drop whatever was staged or held for a batch, close every socket and
-    /// refuse everything from now on.
+    /// Fail-stop with `first` as the first batch that is not durable.
+    fn fail_stop_at(&mut self, first: BatchId) {
+        self.failed_at = Some(self.failed_at.map_or(first, |f| f.min(first)));
+        self.fail_stop();
+    }
+
+    /// A commit failed: drop whatever was staged, held for a batch or waiting for a commit in
+    /// flight, close every socket and refuse everything from now on.
     fn fail_stop(&mut self) {
         self.staged.clear();
         self.group = None;
+        self.in_flight.clear();
         self.failed = true;
         let conns: Vec<ConnId> = self.conns.keys().copied().collect();
         for conn in conns {

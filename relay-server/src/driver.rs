@@ -1,24 +1,33 @@
 //! The core task: owns the [`Relay`], executes its outputs, drives its timer.
 //!
 //! Inputs are handled in batches: the task waits for one, takes every other one already
-//! queued (up to [`MAX_BATCH_INPUTS`]), handles them inside one group commit
-//! ([`Relay::begin_batch`] / [`Relay::commit_batch`]: one store transaction), and only then
-//! answers their HTTP requests and upgrades and hands their frames to the sockets. A batch
-//! whose commit fails answers every request with 503 and accepts no upgrade (fail-stop).
+//! queued (up to [`MAX_BATCH_INPUTS`]), handles them inside one group commit, seals the batch
+//! ([`Relay::seal_batch`]) and hands its mutations to the [`Committer`] (one store
+//! transaction). It answers the batch's HTTP requests and upgrades and hands its frames to the
+//! sockets only once the committer reports that commit, and every earlier one, done
+//! ([`Relay::handle_committed`]). Meanwhile it goes on with the next batches, up to
+//! [`PIPELINE_DEPTH`](super::PIPELINE_DEPTH) in flight ([`CommitMode::Inline`] commits each
+//! batch as it is sealed). A batch whose commit fails answers every request with 503 and
+//! accepts no upgrade, and so does every batch after it (fail-stop); the relay is rebuilt from
+//! the store once every batch in flight was reported.
 //!
 //! A core serving one leadership term ([`super::leadership`]) also stops when the term ends:
 //! at once, before anything else queued, closing every socket (see [`Core::end_term`]).
 
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::{collections::BTreeMap, mem, sync::Arc};
+use std::{mem, sync::Arc};
 
 use axum::extract::ws::Utf8Bytes;
-use relay_core::{CloseReason, ConnId, HttpResponse, Output, Relay, RelayStats, WsConnect};
+use relay_core::{
+    BatchId, CloseReason, ConnId, HttpResponse, Output, Relay, RelayStats, WsConnect,
+};
 use relay_push::{GoneTarget, PushWorker, Submitted};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, trace, warn};
 use wire::{ClientFrame, FrameError, ServerFrame, UnixMs, UserUuid, frames::GoawayFrame};
 
+use super::committer::{CommitMode, Committer, Completion};
 use super::leadership::{CLOSE_NOT_LEADER, TermEnd};
 use super::metrics::{CloseKind, Metrics, close_kind};
 use super::rest::Phase;
@@ -205,6 +214,22 @@ pub(super) struct TermCtx {
 pub(super) struct Core {
     relay: Relay,
     open: RelayOpener,
+    /// Where commits run ([`Core::committer`] is rebuilt with the relay).
+    commit_mode: CommitMode,
+    /// Commits the relay's sealed batches (it owns the relay's store).
+    committer: Committer,
+    /// The answers of the open batch's inputs.
+    answers: Answers,
+    /// Inputs handled into the open batch.
+    open_inputs: usize,
+    /// No input arrived during the last commit: the load is light, and a commit thread's next
+    /// batch may be committed on this task ([`Committer::submit`]).
+    quiet: bool,
+    /// An input arrived while a batch was in flight (reset when none is).
+    arrived_in_flight: bool,
+    /// The answers of every sealed batch whose commit is not reported yet, oldest first (as
+    /// many as [`Committer::in_flight`]).
+    waiting: VecDeque<(BatchId, Answers)>,
     clock: Arc<dyn Clock>,
     conns: BTreeMap<ConnId, ConnEntry>,
     next_conn: u64,
@@ -237,8 +262,9 @@ impl Core {
         reason = "internal; one call site per server mode"
     )]
     pub(super) fn new(
-        relay: Relay,
+        mut relay: Relay,
         open: RelayOpener,
+        commit_mode: CommitMode,
         clock: Arc<dyn Clock>,
         push: Option<PushSink>,
         test_clock: Option<OffsetClock>,
@@ -248,9 +274,17 @@ impl Core {
         term: Option<TermCtx>,
         metrics: Option<Metrics>,
     ) -> Self {
+        let committer = committer_for(&commit_mode, &mut relay);
         Self {
             relay,
             open,
+            commit_mode,
+            committer,
+            answers: Answers::default(),
+            open_inputs: 0,
+            quiet: true,
+            arrived_in_flight: false,
+            waiting: VecDeque::new(),
             clock,
             conns: BTreeMap::new(),
             next_conn: 1,
@@ -294,14 +328,20 @@ impl Core {
                 self.relay.poll_timeout()
             };
             let sleep = clock::sleep_until(&*self.clock, deadline);
+            // Inputs wait while the pipeline is full, and while a failed relay waits for the
+            // reports of its batches in flight before it is rebuilt.
+            let accepting =
+                self.committer.has_room() && (!self.relay.is_failed() || self.rebuild_pending);
+            let in_flight = self.committer.in_flight() > 0;
             tokio::select! {
                 biased;
                 why = &mut ended => {
                     self.end_term(&why, &mut inputs);
                     break;
                 }
-                _ = stop.changed(), if !self.draining => self.begin_shutdown(&mut inputs),
-                () = sleep => {
+                _ = stop.changed(), if !self.draining => self.begin_shutdown(&mut inputs).await,
+                done = self.committer.next(), if in_flight => self.completed(done),
+                () = sleep, if accepting => {
                     if self.rebuild_pending {
                         self.rebuild();
                     } else {
@@ -309,9 +349,12 @@ impl Core {
                         self.relay.handle_timeout(now);
                     }
                 }
-                report = next_gone(&mut gone) => self.push_gone(&report),
-                input = inputs.recv() => match input {
+                report = next_gone(&mut gone), if accepting => self.push_gone(&report),
+                input = inputs.recv(), if accepting => match input {
                     Some(input) => {
+                        if in_flight {
+                            self.arrived_in_flight = true;
+                        }
                         batch.push(input);
                         while batch.len() < MAX_BATCH_INPUTS {
                             match inputs.try_recv() {
@@ -324,6 +367,7 @@ impl Core {
                     None => break,
                 },
             }
+            self.seal_if_due(&inputs);
             self.drain();
             self.export(inputs.len());
             if let Some(why) = term_end.as_ref().and_then(TermEnd::ended) {
@@ -331,7 +375,7 @@ impl Core {
                 self.end_term(&why, &mut inputs);
                 break;
             }
-            if self.relay.is_failed() && !self.rebuild_pending {
+            if self.relay.is_failed() && !self.rebuild_pending && self.committer.in_flight() == 0 {
                 if let Some(metrics) = &self.metrics {
                     metrics.failstop();
                 }
@@ -340,6 +384,11 @@ impl Core {
                 );
                 self.rebuild();
             }
+        }
+        if self.committer.in_flight() > 0 {
+            // Every input sender is gone: nobody waits for these answers any more, but the
+            // batches they answer are committed (or refused) before the core lets go.
+            self.settle().await;
         }
         info!("relay core stopped");
         CoreParts {
@@ -371,7 +420,18 @@ impl Core {
             CloseKind::NotLeader,
         );
         inputs.close();
+        // Batches in flight are dropped with the committer: nothing of them is released
+        // (their commits land before the takeover or are fenced; the clients ask again).
         let mut refused = 0usize;
+        let open = mem::take(&mut self.answers);
+        for answers in self
+            .waiting
+            .drain(..)
+            .map(|(_, a)| a)
+            .chain(std::iter::once(open))
+        {
+            refused += answers.refuse(not_leader_response);
+        }
         while let Ok(input) = inputs.try_recv() {
             match input {
                 Input::Http { reply, .. } => {
@@ -393,32 +453,115 @@ impl Core {
         );
     }
 
-    /// Handles `batch` (emptied) inside one group commit, then sends its answers: as they
-    /// are when the commit succeeded, 503 (and no upgrade) when it failed. A test-mode clock
-    /// move ends the batch before it and is handled on its own (its answer waits for the
-    /// outputs of the timers it fired).
+    /// Handles `batch` (emptied) in the open batch; its answers wait for the batch's commit
+    /// ([`Core::seal`], [`Core::completed`]). A test-mode clock move seals the batch before it
+    /// and is sealed on its own (its answer waits for the outputs of the timers it fired).
     fn handle_batch(&mut self, batch: &mut Vec<Input>) {
         if let Some(metrics) = &self.metrics {
             metrics.batch(batch.len());
         }
-        let mut answers = Answers::default();
-        self.relay.begin_batch();
         for input in batch.drain(..) {
             if let Input::AdvanceClock { ms, reply } = input {
-                self.end_batch(&mut answers);
+                self.seal();
                 self.advance_clock(ms, reply);
-                self.relay.begin_batch();
+                self.seal();
             } else {
-                self.handle(input, &mut answers);
+                self.handle(input);
             }
         }
-        self.end_batch(&mut answers);
     }
 
-    /// Commits the open batch and sends its answers.
-    fn end_batch(&mut self, answers: &mut Answers) {
-        let committed = self.relay.commit_batch().is_ok();
-        for (reply, response) in answers.http.drain(..) {
+    /// Seals the open batch if it is due ([`CommitMode::seals_eagerly`]): always with an eager
+    /// committer; otherwise when no batch is in flight or it holds [`MAX_BATCH_INPUTS`] inputs
+    /// (and the pipeline has room). A failed relay's batch is answered at once.
+    /// `inputs` tells whether the load is light (see [`Core::quiet`]).
+    fn seal_if_due(&mut self, inputs: &mpsc::Receiver<Input>) {
+        let due = self.commit_mode.seals_eagerly()
+            || self.committer.in_flight() == 0
+            || self.open_inputs >= MAX_BATCH_INPUTS;
+        if self.relay.is_failed() || (due && self.committer.has_room()) {
+            let quiet = self.quiet && inputs.is_empty();
+            if self.seal_as(quiet) {
+                // Committed here: what arrived meanwhile waits in the queue.
+                self.quiet = inputs.is_empty();
+            }
+        }
+    }
+
+    /// [`Core::seal_as`], never committing on this task.
+    fn seal(&mut self) {
+        self.seal_as(false);
+    }
+
+    /// Seals the open batch: hands its mutations to the committer and keeps its answers until
+    /// the commit is reported, or answers now when there is nothing to wait for (or the relay
+    /// failed: 503).
+    /// Returns whether the batch was committed on this task.
+    fn seal_as(&mut self, quiet: bool) -> bool {
+        self.open_inputs = 0;
+        let mut here = false;
+        match self.relay.seal_batch() {
+            Ok(Some(sealed)) => {
+                self.waiting
+                    .push_back((sealed.id, mem::take(&mut self.answers)));
+                here = self.committer.submit(sealed, quiet);
+                while let Some(done) = self.committer.try_next() {
+                    self.completed(done);
+                }
+            }
+            Ok(None) => {
+                let answers = mem::take(&mut self.answers);
+                self.answer(answers, true);
+            }
+            Err(relay_core::BatchFailed) => {
+                let answers = mem::take(&mut self.answers);
+                self.answer(answers, false);
+            }
+        }
+        here
+    }
+
+    /// The committer reported a batch: the relay releases its outputs (or fails stop), the
+    /// frames go to the sockets, then its answers.
+    fn completed(&mut self, done: Completion) {
+        let Completion { id, result } = done;
+        if let Err(e) = &result {
+            debug!(%id, error = %e, "batch not committed");
+        }
+        let committed = self.relay.handle_committed(id, &result).is_ok();
+        if self.committer.in_flight() == 0 {
+            self.quiet = !mem::take(&mut self.arrived_in_flight);
+        }
+        let answers = match self.waiting.pop_front() {
+            Some((waiting, answers)) if waiting == id => answers,
+            other => {
+                // The committer reports in submission order; anything else is a bug here.
+                error!(%id, waiting = ?other.as_ref().map(|(w, _)| *w), "commit report out of order");
+                other.map(|(_, a)| a).unwrap_or_default()
+            }
+        };
+        self.drain();
+        self.answer(answers, committed);
+    }
+
+    /// Seals the open batch and waits for every batch in flight to be reported.
+    async fn settle(&mut self) {
+        self.seal();
+        while self.committer.in_flight() > 0 {
+            let done = self.committer.next().await;
+            self.completed(done);
+        }
+    }
+
+    /// Sends a batch's answers: as they are when it was committed, 503 (and no upgrade) when
+    /// it was not.
+    fn answer(&mut self, answers: Answers, committed: bool) {
+        let Answers {
+            http,
+            connects,
+            clock,
+        } = answers;
+        for (reply, response) in http {
             let response = if committed {
                 response
             } else {
@@ -427,7 +570,7 @@ impl Core {
             let _ = reply.send(response);
         }
         let now = self.clock.now();
-        for (reply, connected) in answers.connects.drain(..) {
+        for (reply, connected) in connects {
             let conn = connected.conn;
             if !committed {
                 self.conns.remove(&conn);
@@ -440,18 +583,22 @@ impl Core {
                 metrics.websocket_opened();
             }
         }
+        for (reply, at) in clock {
+            let _ = reply.send(at);
+        }
     }
 
-    fn handle(&mut self, input: Input, answers: &mut Answers) {
+    fn handle(&mut self, input: Input) {
+        self.open_inputs += 1;
         let now = self.clock.now();
         trace!(?input, "input");
         match input {
             Input::Http { req, reply } => {
                 let response = self.relay.handle_http(now, &req);
                 debug!(path = req.path, status = response.status, "http response");
-                answers.http.push((reply, response));
+                self.answers.http.push((reply, response));
             }
-            Input::Connect { ws, reply } => self.connect(now, &ws, reply, answers),
+            Input::Connect { ws, reply } => self.connect(now, &ws, reply),
             Input::Frame { conn, decoded } => {
                 if let Some(metrics) = &self.metrics {
                     metrics.frame_received(decoded.as_ref().map_err(|_| ()));
@@ -471,7 +618,8 @@ impl Core {
         }
     }
 
-    /// Test mode: moves the clock, fires what became due, executes its outputs, then answers.
+    /// Test mode: moves the clock and fires what became due; the answer waits with the open
+    /// batch, so it goes after the timers' outputs.
     fn advance_clock(&mut self, ms: u64, reply: oneshot::Sender<UnixMs>) {
         let Some(test_clock) = &self.test_clock else {
             // The router only sends this in test mode; answer with the unchanged time.
@@ -488,8 +636,7 @@ impl Core {
         if !self.rebuild_pending {
             self.relay.handle_timeout(now);
         }
-        self.drain();
-        let _ = reply.send(now);
+        self.answers.clock.push((reply, now));
     }
 
     fn connect(
@@ -497,7 +644,6 @@ impl Core {
         now: UnixMs,
         ws: &WsConnect,
         reply: oneshot::Sender<Result<Connected, HttpResponse>>,
-        answers: &mut Answers,
     ) {
         if self.draining {
             let refusal = HttpResponse::error(
@@ -527,7 +673,7 @@ impl Core {
                     outbound,
                 };
                 // Answered once the batch is committed.
-                answers.connects.push((reply, connected));
+                self.answers.connects.push((reply, connected));
             }
             Err(refusal) => {
                 debug!(status = refusal.status, "websocket refused");
@@ -757,7 +903,7 @@ impl Core {
     /// `server_shutdown` and close 1001 (going away) on every socket, after the frames queued
     /// for it. Inputs that arrive later are handled as they come (requests are answered; frames
     /// of closed sockets are dropped unacknowledged, and their clients send them again).
-    fn begin_shutdown(&mut self, inputs: &mut mpsc::Receiver<Input>) {
+    async fn begin_shutdown(&mut self, inputs: &mut mpsc::Receiver<Input>) {
         self.draining = true;
         if let Some(metrics) = &self.metrics {
             metrics.draining();
@@ -766,6 +912,13 @@ impl Core {
         let mut handled = 0usize;
         // What was queued at the signal, at most: clients still sending cannot hold it open.
         while !self.rebuild_pending && handled < INPUT_QUEUE_CAPACITY {
+            while !self.committer.has_room() {
+                let done = self.committer.next().await;
+                self.completed(done);
+            }
+            if self.relay.is_failed() {
+                break;
+            }
             while batch.len() < MAX_BATCH_INPUTS {
                 match inputs.try_recv() {
                     Ok(input) => batch.push(input),
@@ -777,11 +930,15 @@ impl Core {
             }
             handled += batch.len();
             self.handle_batch(&mut batch);
+            self.seal();
             self.drain();
             if self.relay.is_failed() {
                 break;
             }
         }
+        // Every acknowledgement of what was handled leaves before the GOAWAY.
+        self.settle().await;
+        self.drain();
         let goaway = Utf8Bytes::from(
             ServerFrame::Goaway(GoawayFrame {
                 reason: wire::frames::goaway_reason::SERVER_SHUTDOWN.to_owned(),
@@ -810,8 +967,9 @@ impl Core {
         let (code, reason) = close_for(CloseReason::StorageFailure);
         self.close_all(&[Last::Close { code, reason }], CloseKind::StorageFailure);
         match (self.open)() {
-            Ok(relay) => {
+            Ok(mut relay) => {
                 self.export(0);
+                self.committer = committer_for(&self.commit_mode, &mut relay);
                 self.relay = relay;
                 self.exported = RelayStats::default();
                 self.rebuild_pending = false;
@@ -844,4 +1002,44 @@ fn not_leader_response() -> HttpResponse {
 struct Answers {
     http: Vec<(oneshot::Sender<HttpResponse>, HttpResponse)>,
     connects: Vec<(oneshot::Sender<Result<Connected, HttpResponse>>, Connected)>,
+    /// Test mode: clock moves, answered with the new now.
+    clock: Vec<(oneshot::Sender<UnixMs>, UnixMs)>,
+}
+
+impl Answers {
+    /// Answers every request and upgrade with `refusal()`; returns how many.
+    fn refuse(self, refusal: fn() -> HttpResponse) -> usize {
+        let n = self.http.len() + self.connects.len();
+        for (reply, _) in self.http {
+            let _ = reply.send(refusal());
+        }
+        for (reply, _) in self.connects {
+            let _ = reply.send(Err(refusal()));
+        }
+        // Clock moves: dropping the reply makes the handler answer with the server's refusal.
+        n
+    }
+}
+
+/// Takes the store out of `relay` and starts its committer. A relay without a store (taken
+/// before: a bug) gets a committer that fails every commit, so the relay fails stop.
+fn committer_for(mode: &CommitMode, relay: &mut Relay) -> Committer {
+    let store = relay.take_store().unwrap_or_else(|| {
+        error!("the relay's store was already taken: every commit fails");
+        Box::new(NoStore)
+    });
+    Committer::start(mode, store)
+}
+
+/// The store of a relay whose store was taken elsewhere: refuses everything.
+#[derive(Debug)]
+struct NoStore;
+
+impl relay_core::store::Store for NoStore {
+    fn load(&mut self) -> Result<relay_core::store::Snapshot, relay_core::store::StoreError> {
+        Err(relay_core::store::StoreError::Backend("no store".into()))
+    }
+    fn commit(&mut self, _: relay_core::store::Batch) -> Result<(), relay_core::store::StoreError> {
+        Err(relay_core::store::StoreError::Backend("no store".into()))
+    }
 }

@@ -88,6 +88,7 @@
 //! size, never payloads, tokens or tickets), lifecycle at INFO, failures at WARN / ERROR; as
 //! text or one JSON object per line ([`logging`]).
 
+mod committer;
 mod driver;
 pub mod embedded;
 pub mod leadership;
@@ -125,6 +126,7 @@ use self::leadership::{CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, 
 use self::metrics::Metrics;
 use self::rest::Phase;
 
+pub use self::committer::{CommitDelay, CommitMode, PIPELINE_DEPTH};
 pub use self::driver::OutboundBytes;
 pub use self::push::{NET_PUSH_MAX_IDLE, NetPushTransport, PushDelivery};
 pub use self::rest::{HEALTHZ_PATH, OVERSIZE_DRAIN_BYTES, READYZ_PATH};
@@ -136,8 +138,10 @@ pub use seam::net::{OUTBOUND_QUEUE_BYTES, WRITE_DEADLINE_MS};
 
 /// Inputs waiting for the core task; when full, handlers and socket readers wait (backpressure).
 pub const INPUT_QUEUE_CAPACITY: usize = 1024;
-/// Inputs the core task handles in one batch at most (one group commit, then their answers
-/// and frames go out); a batch is whatever is queued when the task gets to it.
+/// Inputs the core task takes from its queue at a time: whatever is queued, up to this many.
+/// With an inline or task committer each such chunk is one batch (one group commit, then its
+/// answers and frames go out); with a commit thread the open batch keeps taking chunks while a
+/// commit runs and is sealed once it holds this many inputs (so it holds fewer than twice this).
 pub const MAX_BATCH_INPUTS: usize = 256;
 /// Frames waiting to be written on one socket; when full the socket is closed (the relay keeps
 /// what it did not deliver, and the client re-syncs on reconnect). Their bytes are bounded too,
@@ -176,6 +180,7 @@ pub struct RelayServer {
     resolver: Option<Arc<dyn relay_push::dns::Resolve>>,
     metrics: Option<Metrics>,
     drain_deadline_ms: u64,
+    commit_mode: CommitMode,
 }
 
 impl fmt::Debug for RelayServer {
@@ -185,6 +190,7 @@ impl fmt::Debug for RelayServer {
             .field("push", &self.push)
             .field("test_mode", &self.test_mode)
             .field("limits", &self.limits)
+            .field("commit_mode", &self.commit_mode)
             .finish_non_exhaustive()
     }
 }
@@ -217,6 +223,7 @@ impl RelayServer {
             resolver: None,
             metrics: None,
             drain_deadline_ms: DRAIN_DEADLINE_MS,
+            commit_mode: CommitMode::Inline,
         }
     }
 
@@ -303,6 +310,17 @@ impl RelayServer {
         self
     }
 
+    /// Where the relay's commits run (default [`CommitMode::Inline`]: on the core task, one
+    /// batch at a time). [`CommitMode::Thread`] pipelines them on a thread of their own: the
+    /// core handles the next batch while one commits, with at most [`PIPELINE_DEPTH`] in
+    /// flight, and releases nothing of a batch before its commit and every earlier one
+    /// succeeded. For stores whose commit waits on a disk or a network.
+    #[must_use]
+    pub fn with_commit_mode(mut self, mode: CommitMode) -> Self {
+        self.commit_mode = mode;
+        self
+    }
+
     /// Counts the connections this server holds open (shared: read it while it runs).
     pub fn connections(&self) -> ConnectionCounter {
         self.connections.clone()
@@ -363,6 +381,7 @@ impl RelayServer {
         }
         let ctx = CoreCtx {
             clock,
+            commit_mode: self.commit_mode.clone(),
             test_clock,
             queue_bytes: self.limits.outbound_queue_bytes,
             outbound_bytes: self.outbound_bytes.clone(),
@@ -488,6 +507,7 @@ fn no_relay() -> Result<Relay, StoreError> {
 /// What every core of a server shares.
 struct CoreCtx {
     clock: Arc<dyn Clock>,
+    commit_mode: CommitMode,
     test_clock: Option<OffsetClock>,
     queue_bytes: usize,
     outbound_bytes: OutboundBytes,
@@ -506,6 +526,7 @@ impl CoreCtx {
         driver::Core::new(
             relay,
             open,
+            self.commit_mode.clone(),
             Arc::clone(&self.clock),
             push,
             self.test_clock.clone(),

@@ -60,7 +60,7 @@ use relay_push::{
     WorkerConfig,
 };
 use relay_server::{
-    PushDelivery, RelayServer,
+    CommitMode, PushDelivery, RelayServer,
     logging::LogFormat,
     metrics::Metrics,
     postgres::{BlobOpener, PgLeadership},
@@ -244,6 +244,13 @@ async fn run(args: Args) -> Result<()> {
     let (push, vapid_fingerprint) = push_delivery(&args, secrets.as_deref())?;
     // The subscription check and the transport share one destination policy.
     push.configure(&mut config);
+    // A durable store's commit waits on the disk or the database: pipeline it on a thread of
+    // its own so the core task handles the next batch meanwhile. The memory store's commit
+    // costs less than the hand-off would.
+    let commit_mode = match store {
+        StoreChoice::Memory => CommitMode::Inline,
+        StoreChoice::Sqlite(_) | StoreChoice::Postgres(_) => CommitMode::Thread,
+    };
     let mut server = match store {
         StoreChoice::Memory => {
             warn!("--memory: nothing survives a restart");
@@ -350,7 +357,7 @@ async fn run(args: Args) -> Result<()> {
             })
         }
     };
-    server = server.with_push(push);
+    server = server.with_push(push).with_commit_mode(commit_mode);
     server = server.with_limits(seam::net::ServeLimits {
         header_read_timeout_ms: args.header_read_timeout_ms,
         max_connections: args.max_connections,

@@ -14,7 +14,8 @@
 //!
 //! Faults (armed by the runner from the fault plan):
 //! * **fail** the next `n` commits (nothing applied; the relay fail-stops and the shell
-//!   rebuilds it from the store);
+//!   rebuilds it from the store); the first of them, like a crashing one below, first waits
+//!   [`FAULTED_COMMIT_DELAY_MS`] in the committer, so batches are in flight behind it;
 //! * **down**: every commit and load fails until a simulated time (the rebuild keeps failing
 //!   and is retried);
 //! * **crash after commit**: the next commit is applied durably, then reported failed (so
@@ -23,9 +24,11 @@
 //! * **crash mid-batch**: the next commit is not applied, the store goes down, and the relay
 //!   is powered off (a crash during a batch: an atomic store leaves nothing of it).
 //!
-//! A slow commit cannot be expressed here: `Store::commit` is synchronous and simulated time
-//! only advances between turmoil steps, so the runner models it as a stall of the relay
-//! (every link of the relay held for the duration).
+//! * **slow commit**: the next commit waits a while before it is applied. `Store::commit` is
+//!   synchronous and simulated time only advances between turmoil steps, so the wait happens
+//!   in the relay's committer task ([`StoreCtl::commit_delay`], handed to the server as its
+//!   `CommitMode::Task` delay), before it calls `commit`: the relay keeps handling inputs
+//!   meanwhile, with that batch and the ones behind it in flight.
 //!
 //! **Failover** (the `failover` fault kind, see `super::failover`): the store is the database
 //! two relays share. It keeps a lease (holder, expiry in simulated ms) and the fencing epoch,
@@ -112,6 +115,11 @@ pub struct Counts {
     pub fenced: u64,
 }
 
+/// How long a commit hit by an injected failure or crash waits before it is applied (or
+/// not), in ms: the relay keeps handling inputs meanwhile, so the fault lands with batches
+/// in flight behind that commit (they fail with it, or die with the process).
+pub const FAULTED_COMMIT_DELAY_MS: u64 = 250;
+
 /// A power-off the store asks the runner for (crash after commit / mid-batch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CrashRequest {
@@ -127,6 +135,8 @@ struct Ctl {
     crash_after_commit: Option<u64>,
     crash_mid_batch: Option<u64>,
     crash_request: Option<CrashRequest>,
+    /// Ms the next commit waits before it is applied (0: none).
+    stall_next_ms: u64,
     powered_off: bool,
     history: History,
     /// SQLite: the committed content as a model (memory: the store is its own model).
@@ -174,7 +184,9 @@ impl StoreCtl {
 
     /// The next `n` commits fail.
     pub fn fail_commits(&self, n: u32) {
-        self.lock().fail_next += n;
+        let mut c = self.lock();
+        c.fail_next += n;
+        c.stall_next_ms = c.stall_next_ms.max(FAULTED_COMMIT_DELAY_MS);
     }
 
     /// Every commit and load fails until simulated `until_ms`.
@@ -183,14 +195,30 @@ impl StoreCtl {
         c.down_until_ms = Some(c.down_until_ms.map_or(until_ms, |u| u.max(until_ms)));
     }
 
+    /// The relay's next commit waits `ms` before it is applied.
+    pub fn stall_next_commit(&self, ms: u64) {
+        let mut c = self.lock();
+        c.stall_next_ms = c.stall_next_ms.max(ms);
+    }
+
+    /// The wait armed for the next commit, once (what the relay's committer asks before each
+    /// commit; 0: none).
+    pub fn commit_delay(&self) -> u64 {
+        std::mem::take(&mut self.lock().stall_next_ms)
+    }
+
     /// The next commit is durable, then fails, and the relay is powered off.
     pub fn crash_after_commit(&self, restart_after_ms: u64) {
-        self.lock().crash_after_commit = Some(restart_after_ms);
+        let mut c = self.lock();
+        c.crash_after_commit = Some(restart_after_ms);
+        c.stall_next_ms = c.stall_next_ms.max(FAULTED_COMMIT_DELAY_MS);
     }
 
     /// The next commit is not applied and the relay is powered off.
     pub fn crash_mid_batch(&self, restart_after_ms: u64) {
-        self.lock().crash_mid_batch = Some(restart_after_ms);
+        let mut c = self.lock();
+        c.crash_mid_batch = Some(restart_after_ms);
+        c.stall_next_ms = c.stall_next_ms.max(FAULTED_COMMIT_DELAY_MS);
     }
 
     /// A power-off the store asked for since the last call.
@@ -212,6 +240,7 @@ impl StoreCtl {
     pub fn heal(&self) {
         let mut c = self.lock();
         c.fail_next = 0;
+        c.stall_next_ms = 0;
         c.down_until_ms = None;
         c.crash_after_commit = None;
         c.crash_mid_batch = None;

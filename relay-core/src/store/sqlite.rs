@@ -9,6 +9,9 @@ use rusqlite::{Connection, params};
 
 use super::{Batch, Mutation, Snapshot, Store, StoreError, Table};
 
+/// Prepared statements kept per connection: an upsert and a delete for every [`Table`].
+const STATEMENT_CACHE_CAPACITY: usize = 2 * Table::ALL.len();
+
 /// Schema version written by this build.
 pub const SCHEMA_VERSION: i64 = 1;
 
@@ -55,6 +58,8 @@ impl SqliteStore {
     }
 
     fn init(conn: Connection) -> Result<Self, StoreError> {
+        // One upsert and one delete per table stay prepared across commits.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         // `journal_mode` returns a row, so it is read rather than executed.
         let _mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
@@ -114,20 +119,26 @@ impl Store for SqliteStore {
         if batch.is_empty() {
             return Ok(());
         }
+        // Within one transaction only the last mutation of each row matters (a batch of many
+        // inputs rewrites the same conversation row once per message): the others are skipped.
+        let mut seen = std::collections::BTreeSet::new();
+        let mut last = vec![false; batch.len()];
+        for (i, m) in batch.iter().enumerate().rev() {
+            let (Mutation::Put { table, key, .. } | Mutation::Delete { table, key }) = m;
+            last[i] = seen.insert((*table, key.as_str()));
+        }
         let tx = self.conn.transaction().map_err(|e| backend(&e))?;
-        for m in &batch {
+        for (m, _) in batch.iter().zip(&last).filter(|(_, last)| **last) {
             match m {
-                Mutation::Put { table, key, value } => tx.execute(
-                    &format!(
+                Mutation::Put { table, key, value } => tx
+                    .prepare_cached(&format!(
                         "INSERT INTO {} (k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
                         table.name()
-                    ),
-                    params![key, value],
-                ),
-                Mutation::Delete { table, key } => tx.execute(
-                    &format!("DELETE FROM {} WHERE k = ?1", table.name()),
-                    params![key],
-                ),
+                    ))
+                    .and_then(|mut stmt| stmt.execute(params![key, value])),
+                Mutation::Delete { table, key } => tx
+                    .prepare_cached(&format!("DELETE FROM {} WHERE k = ?1", table.name()))
+                    .and_then(|mut stmt| stmt.execute(params![key])),
             }
             .map_err(|e| backend(&e))?;
         }

@@ -156,6 +156,119 @@ fn a_failed_batch_acknowledges_nothing_and_keeps_what_was_acknowledged() {
     assert_eq!(replay, [1, 2, 3]);
 }
 
+// ------------------------------------------------------------------------ pipelined commits
+
+/// Pipelined: batch 1's commit fails while batches 2 and 3 (built on it) are in flight.
+/// Batch 0 is released; batches 1.. release nothing, even when a (buggy) committer reports a
+/// later one as applied; the store holds batch 0 only, and seqs go on from it.
+#[test]
+fn a_failed_commit_fails_every_later_batch_in_flight_and_releases_none_of_them() {
+    let mut w = World::new();
+    let (mut a, mut b, conv) = pair(&mut w);
+    let (ca, cb) = (a.conn.unwrap(), b.conn.unwrap());
+    w.pipeline();
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        w.relay
+            .handle_text(w.now, ca, &msg_text(&b, &conv, &format!("p{n}")));
+        assert!(w.seal(), "batch {n} has a commit to wait for");
+        ids.push(w.pending.back().unwrap().id);
+    }
+    // A request in the last batch: its answer is provisional.
+    let ticket = w.post("/api/v1/ws/ticket", json!({}), Some(&a.token.clone()));
+    assert_eq!(ticket.status, 200);
+    w.relay
+        .handle_text(w.now, ca, &msg_text(&b, &conv, "p-last"));
+    assert!(w.seal());
+    assert_eq!(w.relay.batches_in_flight(), 5);
+    assert!(w.released().is_empty(), "nothing leaves before a commit");
+
+    w.commit_next(true).unwrap();
+    let first = w.released();
+    assert_eq!(acks_on(&first, ca), [("p0".to_owned(), 1)]);
+    assert_eq!(seqs_on(&first, cb), [1], "batch 0's delivery");
+
+    assert_eq!(w.commit_next(false), Err(relay_core::BatchFailed));
+    assert!(w.relay.is_failed());
+    // The committer refuses the later ones; even a report of success changes nothing.
+    let later = w.pending.pop_front().unwrap();
+    assert_eq!(
+        w.relay.handle_committed(later.id, &Ok(())),
+        Err(relay_core::BatchFailed),
+        "a batch built on a failed one is not durable"
+    );
+    while !w.pending.is_empty() {
+        assert_eq!(w.commit_next(true), Err(relay_core::BatchFailed));
+    }
+    let after = w.released();
+    assert!(
+        after.iter().all(|o| matches!(
+            o,
+            Output::Close {
+                reason: CloseReason::StorageFailure,
+                ..
+            }
+        )),
+        "only closes after the failed commit: {after:?}"
+    );
+    assert_eq!(w.relay.seal_batch().unwrap_err(), relay_core::BatchFailed);
+
+    // Rebuilt from the store: batch 0 only; the next message takes seq 2.
+    w.restart(Box::new(w.mem.clone()));
+    let ca = w.connect(&mut a);
+    let cb = w.connect(&mut b);
+    assert_eq!(seqs_on(&w.sync(cb), cb), [1]);
+    let again = w.msg(&a, &b, &conv, "p1");
+    assert_eq!(acks_on(&again, ca), [("p1".to_owned(), 2)]);
+}
+
+/// Pipelined: batch N+1 is handled on top of batch N's uncommitted state (a resent id is a
+/// duplicate of the message still in flight), and its outputs wait for N's commit even though
+/// it changed nothing itself.
+#[test]
+fn a_batch_built_on_one_in_flight_waits_for_its_commit() {
+    let mut w = World::new();
+    let (a, b, conv) = pair(&mut w);
+    let ca = a.conn.unwrap();
+    w.pipeline();
+    w.relay.handle_text(w.now, ca, &msg_text(&b, &conv, "d"));
+    assert!(w.seal());
+    w.relay.handle_text(w.now, ca, &msg_text(&b, &conv, "d"));
+    assert!(
+        w.seal(),
+        "the duplicate's ack waits behind the first commit"
+    );
+    assert!(
+        w.pending[1].mutations.is_empty(),
+        "a duplicate changes nothing"
+    );
+    assert!(w.released().is_empty());
+    w.commit_next(true).unwrap();
+    assert_eq!(acks_on(&w.released(), ca), [("d".to_owned(), 1)]);
+    w.commit_next(true).unwrap();
+    assert_eq!(
+        acks_on(&w.released(), ca),
+        [("d".to_owned(), 1)],
+        "the same ack"
+    );
+    assert_eq!(w.relay.batches_in_flight(), 0);
+    // Nothing in flight and nothing to commit: released at once.
+    w.relay.handle_text(w.now, ca, &msg_text(&b, &conv, "d"));
+    assert!(!w.seal());
+    assert_eq!(acks_on(&w.released(), ca), [("d".to_owned(), 1)]);
+}
+
+fn acks_on(outs: &[Output], conn: ConnId) -> Vec<(String, u64)> {
+    crate::world::acks(&frames(outs, conn))
+}
+
+fn seqs_on(outs: &[Output], conn: ConnId) -> Vec<u64> {
+    crate::world::msgs(&frames(outs, conn))
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect()
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Send {

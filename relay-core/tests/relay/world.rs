@@ -36,6 +36,13 @@ pub(crate) struct World {
     pub(crate) next_key: u8,
     /// Every output drained so far, in order.
     pub(crate) log: Vec<Output>,
+    /// Pipelined commits ([`World::pipeline`]): the store taken from the relay, which this
+    /// world commits sealed batches to, as a shell's committer would.
+    pub(crate) committer: Option<Box<dyn Store>>,
+    /// Sealed batches not yet committed, oldest first.
+    pub(crate) pending: std::collections::VecDeque<relay_core::SealedBatch>,
+    /// A commit failed: the committer refuses every later batch (built on the failed one).
+    pub(crate) refusing: bool,
 }
 
 pub(crate) fn fast_config() -> Config {
@@ -70,12 +77,72 @@ impl World {
             next_conn: 1,
             next_key: 1,
             log: Vec::new(),
+            committer: None,
+            pending: std::collections::VecDeque::new(),
+            refusing: false,
         }
     }
 
     /// Drops the relay ("crash") and builds a new one from the same committed store.
     pub(crate) fn restart(&mut self, store: Box<dyn Store>) {
         self.relay = Relay::new(self.config.clone(), store, 2).unwrap();
+        self.pending.clear();
+        self.refusing = false;
+        if self.committer.is_some() {
+            self.committer = self.relay.take_store();
+        }
+    }
+
+    /// Switches to pipelined commits: the world takes the relay's store and commits sealed
+    /// batches itself ([`World::seal`], [`World::commit_next`]); [`World::drain`] then seals
+    /// and commits everything before it polls, so one-by-one helpers still see their outputs.
+    pub(crate) fn pipeline(&mut self) {
+        self.committer = self.relay.take_store();
+        assert!(self.committer.is_some(), "the relay had no store to take");
+    }
+
+    /// Seals the open batch; `true` when it went in flight (it has a commit to wait for).
+    pub(crate) fn seal(&mut self) -> bool {
+        match self.relay.seal_batch() {
+            Ok(Some(batch)) => {
+                self.pending.push_back(batch);
+                true
+            }
+            Ok(None) | Err(_) => false,
+        }
+    }
+
+    /// Commits the oldest sealed batch (`ok`), or makes its commit fail (`!ok`), and reports
+    /// it; after a failure every later batch is refused unapplied, as a committer does.
+    pub(crate) fn commit_next(&mut self, ok: bool) -> Result<(), relay_core::BatchFailed> {
+        let batch = self.pending.pop_front().expect("a sealed batch in flight");
+        let result = if ok && !self.refusing {
+            let store = self.committer.as_mut().expect("pipelined");
+            if batch.mutations.is_empty() {
+                Ok(())
+            } else {
+                store.commit(batch.mutations)
+            }
+        } else {
+            self.refusing = true;
+            Err(relay_core::store::StoreError::Backend(
+                "injected commit failure".into(),
+            ))
+        };
+        self.relay.handle_committed(batch.id, &result)
+    }
+
+    /// Seals the open batch and commits every batch in flight.
+    pub(crate) fn settle(&mut self) {
+        self.seal();
+        while !self.pending.is_empty() {
+            let _ = self.commit_next(true);
+        }
+    }
+
+    /// Outputs released so far, without sealing or committing anything (not logged).
+    pub(crate) fn released(&mut self) -> Vec<Output> {
+        std::iter::from_fn(|| self.relay.poll_output()).collect()
     }
 
     pub(crate) fn advance(&mut self, ms: u64) {
@@ -85,6 +152,9 @@ impl World {
     }
 
     pub(crate) fn drain(&mut self) -> Vec<Output> {
+        if self.committer.is_some() {
+            self.settle();
+        }
         let mut out = Vec::new();
         while let Some(o) = self.relay.poll_output() {
             out.push(o);

@@ -246,7 +246,8 @@ impl Metrics {
         self.f.websockets_opened.inc();
     }
 
-    /// A batch of `n` inputs handled in one group commit.
+    /// `n` inputs taken from the queue at once (a group commit, or part of the batch that fills
+    /// while a commit runs).
     pub(super) fn batch(&self, n: usize) {
         self.f.batch_inputs.observe(n as f64);
     }
@@ -470,7 +471,7 @@ fn register(r: &mut Registry, f: &Families) {
     );
     r.register(
         "batch_inputs",
-        "Inputs handled per group commit",
+        "Inputs the core task took from its queue at once (one group commit, or part of one)",
         f.batch_inputs.clone(),
     );
     r.register_with_unit(

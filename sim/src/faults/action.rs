@@ -158,7 +158,8 @@ pub enum FaultAction {
         /// Milliseconds.
         ms: u64,
     },
-    /// The relay's event loop stalls for `ms` on a slow commit (every relay link held).
+    /// The relay's next commit takes `ms` (its committer waits before applying it; the relay
+    /// keeps handling inputs, with batches in flight behind the slow one).
     StallCommit {
         /// Milliseconds.
         ms: u64,
@@ -206,7 +207,7 @@ impl fmt::Display for FaultAction {
             Self::SetSkew { host, skew_ms } => write!(f, "{host} clock skew {skew_ms:+} ms"),
             Self::FailCommits { commits } => write!(f, "next {commits} relay commit(s) fail"),
             Self::StoreDown { ms } => write!(f, "relay store down for {ms} ms"),
-            Self::StallCommit { ms } => write!(f, "relay stalls {ms} ms on a slow commit"),
+            Self::StallCommit { ms } => write!(f, "relay's next commit takes {ms} ms"),
             Self::CrashAfterCommit { restart_after_ms } => write!(
                 f,
                 "relay powers off after its next commit (restart +{restart_after_ms} ms)"

@@ -15,7 +15,7 @@
 //! | `relay-crash`, `client-crash` | the host powers off (its in-flight segments are lost, no FIN/RST goes out) and restarts on its durable store |
 //! | `webhook` | payment webhooks duplicated, delayed, forged, split, cut off; relay clock jumps |
 //! | `commit-fail` | the relay's next commits fail, or the store is down for a while (fail-stop, then rebuild from the store) |
-//! | `commit-slow` | a commit stalls the relay's event loop for a while (modelled as every relay link held) |
+//! | `commit-slow` | a commit takes a while: the relay goes on with later batches (pipelined), none of them acknowledged until it is done |
 //! | `commit-crash` | a commit becomes durable, then the relay powers off before any output leaves |
 //! | `batch-crash` | the relay powers off in the middle of a batch (nothing of it is applied) |
 //! | `slow-consumer` | a raw WebSocket client stops reading for a while or for good while provoking answers |

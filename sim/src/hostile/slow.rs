@@ -76,8 +76,8 @@ pub(super) async fn stop_reading(
 /// when its writes blocked (the relay stopped reading it), if they did.
 async fn provoke_answers(ctx: &HostCtx, writer: &mut RawWriter, provoke: u32) -> Option<u64> {
     for _ in 0..provoke {
-        // Not while the relay's links are held (a slow commit): the held frames would reach
-        // it in one clump and be answered with one write.
+        // Not during a slow commit: the answers would wait behind it and leave in one
+        // clump, with one write.
         while ctx.world.borrow().relay_stalled {
             sleep_ms(super::POLL_MS).await;
         }

@@ -17,7 +17,7 @@ use crate::pushworld::PushWorld;
 use crate::seeds::{TAG_RELAY, derive_u64};
 use crate::store::SimStore;
 use crate::time::sleep_ms;
-use relay_server::{PushDelivery, RelayServer};
+use relay_server::{CommitMode, PushDelivery, RelayServer};
 use seam::clock::OffsetClock;
 use seam::net::{ServeLimits, Turmoil};
 
@@ -136,6 +136,7 @@ fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64) {
                     ..
                 } = relay.clone();
                 let delivery = relay.push.delivery(&mut config);
+                let commit = commit_mode(&store);
                 let open = move || {
                     Relay::with_blobs(
                         config.clone(),
@@ -145,11 +146,21 @@ fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64) {
                     )
                 };
                 let delivery = relay.deliver_pushes.then_some(delivery);
-                let server = RelayServer::new(open);
+                let server = RelayServer::new(open).with_commit_mode(commit);
                 serve_relay(server, relay.limits, &relay.clock, delivery).await;
             }
         }
     });
+}
+
+/// Every relay of a run pipelines its commits on a task of its host's runtime (deterministic),
+/// [`relay_server::PIPELINE_DEPTH`] batches in flight; the store's slow-commit fault is the
+/// wait that task makes before a commit.
+fn commit_mode(store: &SimStore) -> CommitMode {
+    let ctl = store.ctl().clone();
+    CommitMode::Task {
+        delay: Some(Arc::new(move || ctl.commit_delay())),
+    }
 }
 
 /// The failover topology's load balancer on the `relay` host.
@@ -189,7 +200,8 @@ fn add_campaigning_relay(
                     )
                 });
                 let leadership = SimLeadership::new(host, relay.store.clone(), make);
-                let server = RelayServer::campaigning(leadership);
+                let server = RelayServer::campaigning(leadership)
+                    .with_commit_mode(commit_mode(&relay.store));
                 let delivery = relay.deliver_pushes.then_some(delivery);
                 serve_relay(server, relay.limits, &relay.clock, delivery).await;
             }

@@ -54,8 +54,6 @@ struct Links {
     dirs: BTreeMap<(String, String), Dir>,
     /// Hosts currently powered off.
     down: BTreeSet<String>,
-    /// Relay links held by a commit stall (restored when it ends).
-    stalled: BTreeSet<String>,
     /// Relay hosts frozen right now (failover): every link of theirs held.
     frozen: BTreeSet<String>,
 }
@@ -174,11 +172,7 @@ impl Sim<'_> {
     fn restore(&mut self, from: &str, to: &str) {
         let frozen = self.links.frozen.contains(from) || self.links.frozen.contains(to);
         match self.links.get(from, to) {
-            Dir::Healthy
-                if frozen
-                    || self.links.stalled.contains(to)
-                    || self.links.stalled.contains(from) =>
-            {
+            Dir::Healthy if frozen => {
                 self.sim.hold(from, to);
             }
             Dir::Healthy => self.sim.repair_oneway(from, to),
@@ -270,7 +264,7 @@ impl Sim<'_> {
             FaultAction::SetSkew { .. } => {}
             FaultAction::FailCommits { commits } => self.store.fail_commits(*commits),
             FaultAction::StoreDown { ms } => self.store.down_until(now + ms),
-            FaultAction::StallCommit { ms } => self.stall(now + ms),
+            FaultAction::StallCommit { ms } => self.stall(now, *ms),
             FaultAction::CrashAfterCommit { restart_after_ms } => {
                 self.store.crash_after_commit(*restart_after_ms);
             }
@@ -350,30 +344,17 @@ impl Sim<'_> {
             .push_back(act.clone());
     }
 
-    /// Holds every healthy relay link until `until` (the relay's loop is blocked on a slow
-    /// commit: nothing goes in or out).
-    fn stall(&mut self, until: u64) {
-        let others: Vec<String> = self.hosts.iter().filter(|h| *h != RELAY).cloned().collect();
-        for h in others {
-            let healthy = self.links.get(RELAY, &h) == Dir::Healthy
-                && self.links.get(&h, RELAY) == Dir::Healthy;
-            if healthy && self.links.stalled.insert(h.clone()) {
-                self.sim.hold(RELAY, h.as_str());
-            }
-        }
-        self.schedule(until, Internal::EndStall);
+    /// The relay's next commit takes `ms`: its committer waits that long before applying it,
+    /// while the relay goes on handling inputs on top of it (up to its pipeline depth) and
+    /// releases nothing of that batch or of the ones after it meanwhile.
+    fn stall(&mut self, now: u64, ms: u64) {
+        self.store.stall_next_commit(ms);
+        self.schedule(now + ms, Internal::EndStall);
         self.world.borrow_mut().relay_stalled = true;
     }
 
     fn end_stall(&mut self) {
         self.world.borrow_mut().relay_stalled = false;
-        for h in std::mem::take(&mut self.links.stalled) {
-            if self.links.get(RELAY, &h) == Dir::Healthy
-                && self.links.get(&h, RELAY) == Dir::Healthy
-            {
-                self.sim.release(RELAY, h.as_str());
-            }
-        }
     }
 
     /// Runs what the runner scheduled for now or earlier, and power-offs the store asked for.

@@ -80,7 +80,8 @@ pub(crate) struct World {
     /// When the relay host actually powered off, in simulated ms (a crash the plan names, or
     /// one a store fault asked for at a later commit than its plan event).
     pub(crate) relay_off_ms: Vec<u64>,
-    /// The relay's links are held right now (a slow commit: see `Sim::stall`).
+    /// A slow commit is under way right now (see `Sim::stall`): the relay acknowledges
+    /// nothing until it is done.
     pub(crate) relay_stalled: bool,
     /// Second-device stores.
     pub(crate) second_stores: Vec<(Device, SharedStore)>,
