@@ -41,6 +41,9 @@ impl<S: ClientStore> Client<S> {
             probes::probe!("client:msg-from-other-alias");
             return self.on_msg_from_other_alias(now_ms, d);
         }
+        if session.their_alias_id != d.from.as_str() {
+            probes::probe!("client:msg-from-former-alias");
+        }
         if !self.guard_inbound(now_ms, &session) {
             return self.park(d);
         }
