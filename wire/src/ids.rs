@@ -5,11 +5,16 @@
 //! the reference clients and a third-party relay produce (PROTOCOL.md §5.7), and strict enough
 //! that an id can be used in a URL path, a log field or a storage key without escaping.
 //!
+//! An id is immutable once parsed, so the textual ones share their bytes (`Arc<str>`: a clone
+//! is a reference count, not an allocation) and a [`UserUuid`] is stored inline; the relay
+//! copies ids into its indexes, rows and outgoing frames on every message.
+//!
 //! String ids deserialize through [`std::str::FromStr`], so a malformed id inside a frame or a body is a
 //! decode error naming the id kind, never a value that travels further.
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -84,7 +89,7 @@ macro_rules! string_id {
     ) => {
         $(#[$meta])*
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Longest accepted value, in bytes.
@@ -93,7 +98,7 @@ macro_rules! string_id {
             /// Parses and validates a value received from a peer.
             pub fn parse(value: &str) -> Result<Self, IdError> {
                 check_token($kind, value, Self::MAX_LEN, $allowed, $ok)?;
-                Ok(Self(value.to_owned()))
+                Ok(Self(Arc::from(value)))
             }
 
             /// The id as it appears on the wire.
@@ -103,7 +108,7 @@ macro_rules! string_id {
 
             /// Consumes the id, returning the wire string.
             pub fn into_string(self) -> String {
-                self.0
+                String::from(&*self.0)
             }
         }
 
@@ -223,7 +228,7 @@ string_id!(
 ///
 /// Clients send it back as `user_uuid`; parsing accepts either case and normalises to lower case.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct UserUuid(String);
+pub struct UserUuid([u8; UserUuid::LEN]);
 
 impl UserUuid {
     /// Parses a UUID in `8-4-4-4-12` hex form (any case), normalising to lower case.
@@ -245,27 +250,33 @@ impl UserUuid {
                 expected: EXPECTED,
             });
         }
-        Ok(Self(value.to_ascii_lowercase()))
+        let mut out = [0; Self::LEN];
+        for (o, b) in out.iter_mut().zip(bytes) {
+            *o = b.to_ascii_lowercase();
+        }
+        Ok(Self(out))
     }
 
     /// Formats 16 bytes (for example from a seeded RNG) as a version-4 UUID.
     pub fn from_random_bytes(mut bytes: [u8; 16]) -> Self {
         bytes[6] = (bytes[6] & 0x0f) | 0x40;
         bytes[8] = (bytes[8] & 0x3f) | 0x80;
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        Self(format!(
-            "{}-{}-{}-{}-{}",
-            &hex[0..8],
-            &hex[8..12],
-            &hex[12..16],
-            &hex[16..20],
-            &hex[20..32]
-        ))
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [b'-'; Self::LEN];
+        let digits = (0..Self::LEN).filter(|i| !matches!(i, 8 | 13 | 18 | 23));
+        for (i, nibble) in digits.zip(bytes.iter().flat_map(|b| [b >> 4, b & 0x0f])) {
+            out[i] = HEX[usize::from(nibble)];
+        }
+        Self(out)
     }
+
+    /// Length of the textual form, in bytes.
+    pub const LEN: usize = 36;
 
     /// The UUID as it appears on the wire.
     pub fn as_str(&self) -> &str {
-        &self.0
+        // Only ASCII hex digits and `-` are ever stored (see `parse`, `from_random_bytes`).
+        std::str::from_utf8(&self.0).unwrap_or_default()
     }
 }
 
@@ -278,19 +289,19 @@ impl FromStr for UserUuid {
 
 impl fmt::Display for UserUuid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for UserUuid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "UserUuid({:?})", self.0)
+        write!(f, "UserUuid({:?})", self.as_str())
     }
 }
 
 impl Serialize for UserUuid {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -427,6 +438,13 @@ mod tests {
         let u = UserUuid::from_random_bytes([0xff; 16]);
         assert_eq!(u.as_str(), "ffffffff-ffff-4fff-bfff-ffffffffffff");
         assert_eq!(UserUuid::parse(u.as_str()).unwrap(), u);
+        let bytes: [u8; 16] = std::array::from_fn(|i| u8::try_from(i).unwrap());
+        let u = UserUuid::from_random_bytes(bytes);
+        assert_eq!(u.as_str(), "00010203-0405-4607-8809-0a0b0c0d0e0f");
+        // ordered as their text
+        let a = UserUuid::parse("0a000000-0000-4000-8000-000000000000").unwrap();
+        let b = UserUuid::parse("a0000000-0000-4000-8000-000000000000").unwrap();
+        assert!(a < b && a.as_str() < b.as_str());
     }
 
     #[test]
