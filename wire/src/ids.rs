@@ -228,7 +228,7 @@ string_id!(
 ///
 /// Clients send it back as `user_uuid`; parsing accepts either case and normalises to lower case.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct UserUuid([u8; UserUuid::LEN]);
+pub struct UserUuid([u8; Self::LEN]);
 
 impl UserUuid {
     /// Parses a UUID in `8-4-4-4-12` hex form (any case), normalising to lower case.
