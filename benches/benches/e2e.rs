@@ -13,8 +13,12 @@
 //! (this bench's own executable with `--echo-server`). The load generator is this process, on a
 //! 2-worker tokio runtime, so every row shares the same two cores the same way.
 //!
-//! A last 100-pair row keeps 8 messages in flight per sender (relay only: the echo is a closed
-//! loop), the load where pipelined commits have batches to overlap.
+//! A 100-pair row keeps 8 messages in flight per sender (relay only: the echo is a closed
+//! loop), the load where pipelined commits have batches to overlap. A last closed-loop row runs
+//! 10,000 pairs on SQLite (fewer when the open-file limit cannot hold 40,000 sockets across
+//! this process and the relay; it says so), with the relay's resident set after it and the
+//! echo at as many connections: the generator's own ceiling at that size. `-- --large-only`
+//! runs only that row.
 //!
 //! Not a criterion bench (per-message p99 is the point). Run with
 //! `cargo build --release -p relay-server --bin relay --bin simulate && cargo bench -p benches --bench e2e`.
@@ -48,6 +52,8 @@ const SIM_SEEDS: &str = "0..10";
 
 struct Scenario {
     pairs: usize,
+    /// Only on this store (the large row), else on every store.
+    store_only: Option<&'static str>,
     warmup: usize,
     per_pair: usize,
     /// Messages each sender keeps unacknowledged (1: the closed loop the echo is compared
@@ -60,45 +66,95 @@ fn scenarios(full: bool) -> Vec<Scenario> {
         vec![
             Scenario {
                 pairs: 1,
+                store_only: None,
                 warmup: 500,
                 per_pair: 10_000,
                 in_flight: 1,
             },
             Scenario {
                 pairs: 100,
+                store_only: None,
                 warmup: 10,
                 per_pair: 200,
                 in_flight: 1,
             },
             Scenario {
                 pairs: 100,
+                store_only: None,
                 warmup: 10,
                 per_pair: 400,
                 in_flight: WINDOW_IN_FLIGHT,
+            },
+            Scenario {
+                pairs: large_pairs(),
+                store_only: Some("sqlite"),
+                warmup: 2,
+                per_pair: 20,
+                in_flight: 1,
             },
         ]
     } else {
         vec![
             Scenario {
                 pairs: 1,
+                store_only: None,
                 warmup: 1,
                 per_pair: 5,
                 in_flight: 1,
             },
             Scenario {
                 pairs: 3,
+                store_only: None,
                 warmup: 1,
                 per_pair: 2,
                 in_flight: 1,
             },
             Scenario {
                 pairs: 3,
+                store_only: None,
                 warmup: 1,
                 per_pair: 4,
                 in_flight: 2,
             },
         ]
     }
+}
+
+/// Pairs of the large closed-loop row (SQLite only), if the open-file limit allows.
+const LARGE_PAIRS: usize = 10_000;
+/// Open files kept aside for everything but the sockets of the large row.
+const FILE_MARGIN: usize = 1_000;
+
+/// [`LARGE_PAIRS`], or fewer when the soft open-file limit cannot hold their sockets: each pair
+/// is two sockets in this process and two in the relay (a child: same limit), then one in the
+/// echo's closed loops.
+fn large_pairs() -> usize {
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| open_files_limit(&l));
+    match limit {
+        Some(limit) if limit < 2 * LARGE_PAIRS + FILE_MARGIN => {
+            let fits = limit.saturating_sub(FILE_MARGIN) / 2;
+            println!(
+                "(large row: {fits} pairs, not {LARGE_PAIRS}: the open-file limit is {limit}; \
+                 raise `ulimit -n` to {} for the full row)",
+                2 * LARGE_PAIRS + FILE_MARGIN
+            );
+            fits
+        }
+        _ => LARGE_PAIRS,
+    }
+}
+
+/// The soft "Max open files" of a `/proc/<pid>/limits` text.
+fn open_files_limit(limits: &str) -> Option<usize> {
+    limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()
 }
 
 fn micros(d: Duration) -> f64 {
@@ -147,6 +203,9 @@ fn print_echo(conns: usize, r: &LoadReport) {
 }
 
 async fn one(relay: &mut BenchRelay, s: &Scenario) -> Result<(), Box<dyn std::error::Error>> {
+    if s.store_only.is_some() {
+        return Ok(());
+    }
     let setup = wall_now();
     let pairs = relay.pairs(s.pairs).await?;
     let frame_bytes = pairs
@@ -326,11 +385,21 @@ const RELAY_LOAD_ARGS: [&str; 10] = [
 
 async fn one_process(
     store: &str,
+    relay: &RelayProcess,
     bench: &mut BenchRelay,
     echo: &EchoProcess,
     s: &Scenario,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    if s.store_only.is_some_and(|only| only != store) {
+        return Ok(());
+    }
+    let setup = wall_now();
     let pairs = bench.pairs(s.pairs).await?;
+    eprintln!(
+        "{store}: setup of {} pair(s) (2 accounts over HTTP + 2 sockets per pair): {:.2} s",
+        s.pairs,
+        setup.elapsed().as_secs_f64()
+    );
     let frame_bytes = pairs
         .first()
         .map_or(PLAINTEXT_BYTES, |p| msg_frame_len(p, PLAINTEXT_BYTES));
@@ -363,6 +432,13 @@ async fn one_process(
     print_relay(&report);
     print_echo(s.pairs, &echo_report);
     print_ratio(&report, &echo_report);
+    if s.store_only.is_some() {
+        println!(
+            "| {store:<6} relay's resident set after {} pairs: {:.0} MiB",
+            s.pairs,
+            relay.rss_bytes()? as f64 / (1024.0 * 1024.0)
+        );
+    }
     Ok(())
 }
 
@@ -372,6 +448,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // cargo passes `--bench` when benchmarking; `cargo test --benches` does not.
     let full = std::env::args().any(|a| a == "--bench");
+    let large_only = std::env::args().any(|a| a == "--large-only");
     println!("{}", MachineInfo::detect());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -384,6 +461,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "|{:-<29}|{:-<10}|{:-<11}|{:-<11}|{:-<11}|{:-<11}|{:-<11}|",
         "", "", "", "", "", "", ""
     );
+    let list: Vec<Scenario> = scenarios(full)
+        .into_iter()
+        .filter(|s| !large_only || s.store_only.is_some())
+        .collect();
     match relay_binary().filter(|_| full) {
         Some(binary) => {
             let echo = EchoProcess::spawn()?;
@@ -417,8 +498,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     // One load generator per relay process: its accounts are numbered on
                     // from scenario to scenario (the relay keeps those it registered).
                     let mut bench = BenchRelay::external(relay.addr)?;
-                    for s in scenarios(full) {
-                        one_process(store, &mut bench, &echo, &s).await?;
+                    for s in &list {
+                        one_process(store, &relay, &mut bench, &echo, s).await?;
                     }
                     Ok::<(), Box<dyn std::error::Error>>(())
                 })?;
@@ -434,15 +515,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             rt.block_on(async {
                 let mut relay = BenchRelay::start().await?;
-                for s in scenarios(full) {
-                    one(&mut relay, &s).await?;
+                for s in &list {
+                    one(&mut relay, s).await?;
                 }
                 relay.stop().await;
                 Ok::<(), Box<dyn std::error::Error>>(())
             })?;
         }
     }
-    if !full {
+    if !full || large_only {
         return Ok(());
     }
     println!();

@@ -284,117 +284,136 @@ impl BenchRelay {
         }
     }
 
-    /// Creates `n` pairs of fresh befriended accounts, connected and synced (setup, untimed).
+    /// Creates `n` pairs of fresh befriended accounts, connected and synced (setup, untimed),
+    /// [`SETUP_CONCURRENCY`] pairs at a time (on a durable store each registration, login and
+    /// friendship is a commit: one at a time, 10,000 pairs would take minutes of `fsync`s).
     pub async fn pairs(&mut self, n: usize) -> Result<Vec<Pair>, RelayLoadError> {
-        let mut pairs = Vec::with_capacity(n);
-        for _ in 0..n {
-            let a = self.account().await?;
-            let b = self.account().await?;
-            pairs.push(self.befriend(a, b).await?);
-        }
-        Ok(pairs)
+        let first = self.next_account;
+        let count = u32::try_from(2 * n).map_err(|_| protocol(format!("{n} pairs")))?;
+        self.next_account += count;
+        let endpoint = &self.endpoint;
+        futures_util::stream::iter(0..count / 2)
+            .map(|i| async move {
+                let a = account(endpoint, first + 2 * i).await?;
+                let b = account(endpoint, first + 2 * i + 1).await?;
+                befriend(a, b).await
+            })
+            .buffered(SETUP_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect()
     }
 
     async fn account(&mut self) -> Result<Account, RelayLoadError> {
         let k = self.next_account;
         self.next_account += 1;
-        // 127.0.1.1, 127.0.1.2, ...: one source address per account.
-        let [_, _, hi, lo] = (0x0001_0001u32 + k + k / 254 * 2).to_be_bytes();
-        let local = Ipv4Addr::new(127, 0, hi, lo);
-        let http = HttpClient::new(BoundConnector { local }, self.endpoint.clone());
-        let mut seed = [0xA5u8; 32];
-        seed[8..12].copy_from_slice(&k.to_le_bytes());
-        let signing = SigningKeyPair::from_private_bytes(&seed);
-        let mut x = [0x5Au8; 32];
-        // Not the first bytes: X25519 clamps the low bits of byte 0.
-        x[8..12].copy_from_slice(&k.to_le_bytes());
-        let ecdh = EcdhKeyPair::from_private_bytes(x);
-
-        let pow = call(
-            &http,
-            HttpRequest::post("/api/v1/pow/challenge"),
-            &json!({}),
-        )
-        .await?;
-        let challenge = str_field(&pow, "challenge_string")?;
-        let difficulty = pow["difficulty"]
-            .as_u64()
-            .and_then(|d| u32::try_from(d).ok())
-            .ok_or_else(|| protocol(format!("no difficulty in {pow}")))?;
-        let nonce = solve_pow(&challenge, difficulty).map_err(|e| protocol(format!("pow: {e}")))?;
-        let reg = call(
-            &http,
-            HttpRequest::post("/api/v1/register"),
-            &json!({
-                "ed25519_public_key": to_base64(&signing.public_key()),
-                "x25519_public_key": to_base64(&ecdh.public_key()),
-                "nickname": format!("bench{k}"),
-                "pow_nonce": nonce,
-            }),
-        )
-        .await?;
-        let uuid = str_field(&reg, "uuid")?;
-        let alias = str_field(&reg, "alias_id")?;
-        let ch = call(
-            &http,
-            HttpRequest::post("/api/v1/auth/challenge"),
-            &json!({"user_uuid": uuid}),
-        )
-        .await?;
-        let challenge = str_field(&ch, "challenge")?;
-        let signature = to_base64(&signing.sign(challenge.as_bytes()));
-        let v = call(
-            &http,
-            HttpRequest::post("/api/v1/auth/verify"),
-            &json!({"user_uuid": uuid, "challenge": challenge, "signature": signature}),
-        )
-        .await?;
-        let token = str_field(&v, "token")?;
-        Ok(Account {
-            http,
-            uuid,
-            alias,
-            token,
-            ecdh,
-        })
+        account(&self.endpoint, k).await
     }
+}
 
-    async fn befriend(&mut self, a: Account, b: Account) -> Result<Pair, RelayLoadError> {
-        let v = call(
-            &a.http,
-            HttpRequest::post("/api/v1/friends/request").bearer(&a.token),
-            &json!({"to_alias_id": b.alias}),
-        )
-        .await?;
-        let id = v["friendship_id"]
-            .as_u64()
-            .ok_or_else(|| protocol(format!("no friendship_id in {v}")))?;
-        let v = call(
-            &b.http,
-            HttpRequest::new(http::Method::PUT, format!("/api/v1/friends/{id}/accept"))
-                .bearer(&b.token),
-            &json!({}),
-        )
-        .await?;
-        let conv = str_field(&v, "conversation_id")?;
-        let key_a = session_key(&a.ecdh, &b.ecdh.public_key(), &conv);
-        let key_b = session_key(&b.ecdh, &a.ecdh.public_key(), &conv);
-        let ws_a = connect(&a).await?;
-        let ws_b = connect(&b).await?;
-        Ok(Pair {
-            a: Peer {
-                alias: a.alias,
-                key: key_a,
-                ws: ws_a,
-            },
-            b: Peer {
-                alias: b.alias,
-                key: key_b,
-                ws: ws_b,
-            },
-            conv,
-        })
-    }
+/// Pairs [`BenchRelay::pairs`] sets up at once.
+pub const SETUP_CONCURRENCY: usize = 32;
+
+/// A fresh account number `k` (PoW, register, login) talking from its own loopback address.
+async fn account(endpoint: &Endpoint, k: u32) -> Result<Account, RelayLoadError> {
+    // 127.0.1.1, 127.0.1.2, ...: one source address per account.
+    let [_, _, hi, lo] = (0x0001_0001u32 + k + k / 254 * 2).to_be_bytes();
+    let local = Ipv4Addr::new(127, 0, hi, lo);
+    let http = HttpClient::new(BoundConnector { local }, endpoint.clone());
+    let mut seed = [0xA5u8; 32];
+    seed[8..12].copy_from_slice(&k.to_le_bytes());
+    let signing = SigningKeyPair::from_private_bytes(&seed);
+    let mut x = [0x5Au8; 32];
+    // Not the first bytes: X25519 clamps the low bits of byte 0.
+    x[8..12].copy_from_slice(&k.to_le_bytes());
+    let ecdh = EcdhKeyPair::from_private_bytes(x);
+
+    let pow = call(
+        &http,
+        HttpRequest::post("/api/v1/pow/challenge"),
+        &json!({}),
+    )
+    .await?;
+    let challenge = str_field(&pow, "challenge_string")?;
+    let difficulty = pow["difficulty"]
+        .as_u64()
+        .and_then(|d| u32::try_from(d).ok())
+        .ok_or_else(|| protocol(format!("no difficulty in {pow}")))?;
+    let nonce = solve_pow(&challenge, difficulty).map_err(|e| protocol(format!("pow: {e}")))?;
+    let reg = call(
+        &http,
+        HttpRequest::post("/api/v1/register"),
+        &json!({
+            "ed25519_public_key": to_base64(&signing.public_key()),
+            "x25519_public_key": to_base64(&ecdh.public_key()),
+            "nickname": format!("bench{k}"),
+            "pow_nonce": nonce,
+        }),
+    )
+    .await?;
+    let uuid = str_field(&reg, "uuid")?;
+    let alias = str_field(&reg, "alias_id")?;
+    let ch = call(
+        &http,
+        HttpRequest::post("/api/v1/auth/challenge"),
+        &json!({"user_uuid": uuid}),
+    )
+    .await?;
+    let challenge = str_field(&ch, "challenge")?;
+    let signature = to_base64(&signing.sign(challenge.as_bytes()));
+    let v = call(
+        &http,
+        HttpRequest::post("/api/v1/auth/verify"),
+        &json!({"user_uuid": uuid, "challenge": challenge, "signature": signature}),
+    )
+    .await?;
+    let token = str_field(&v, "token")?;
+    Ok(Account {
+        http,
+        uuid,
+        alias,
+        token,
+        ecdh,
+    })
+}
+
+/// Befriends `a` and `b` (request + accept), derives their session keys and connects both.
+async fn befriend(a: Account, b: Account) -> Result<Pair, RelayLoadError> {
+    let v = call(
+        &a.http,
+        HttpRequest::post("/api/v1/friends/request").bearer(&a.token),
+        &json!({"to_alias_id": b.alias}),
+    )
+    .await?;
+    let id = v["friendship_id"]
+        .as_u64()
+        .ok_or_else(|| protocol(format!("no friendship_id in {v}")))?;
+    let v = call(
+        &b.http,
+        HttpRequest::new(http::Method::PUT, format!("/api/v1/friends/{id}/accept"))
+            .bearer(&b.token),
+        &json!({}),
+    )
+    .await?;
+    let conv = str_field(&v, "conversation_id")?;
+    let key_a = session_key(&a.ecdh, &b.ecdh.public_key(), &conv);
+    let key_b = session_key(&b.ecdh, &a.ecdh.public_key(), &conv);
+    let ws_a = connect(&a).await?;
+    let ws_b = connect(&b).await?;
+    Ok(Pair {
+        a: Peer {
+            alias: a.alias,
+            key: key_a,
+            ws: ws_a,
+        },
+        b: Peer {
+            alias: b.alias,
+            key: key_b,
+            ws: ws_b,
+        },
+        conv,
+    })
 }
 
 impl Drop for BenchRelay {
@@ -702,7 +721,14 @@ async fn run_pairs(
     }
     let mut runs = Vec::with_capacity(tasks.len());
     for (send, recv) in tasks {
-        runs.push(send.await??);
+        match send.await? {
+            Ok(run) => runs.push(run),
+            // The sender only sees that its recipient stopped; the recipient knows why.
+            Err(e) => {
+                recv.await??;
+                return Err(e);
+            }
+        }
         recv.await??;
     }
     Ok(runs)
