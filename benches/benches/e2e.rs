@@ -41,7 +41,7 @@ const POSTGRES_URL_ENV: &str = "RELAY_BENCH_POSTGRES_URL";
 const PLAINTEXT_BYTES: usize = 200;
 /// The recipient sends one `delivered` per this many messages.
 const RECEIPT_BATCH: usize = 50;
-/// Hard bound of each load run (setup excluded).
+/// Hard bound of each load run (setup excluded; see [`Scenario::deadline`]).
 const RUN_DEADLINE: Duration = Duration::from_secs(90);
 /// Hard bound of each simulator sweep.
 const SIM_DEADLINE: Duration = Duration::from_secs(600);
@@ -59,6 +59,18 @@ struct Scenario {
     /// Messages each sender keeps unacknowledged (1: the closed loop the echo is compared
     /// with; more: a relay-only row, where pipelined commits have batches to overlap).
     in_flight: usize,
+}
+
+/// Slowest rate at which a run still counts as running, for [`Scenario::deadline`].
+const SLOWEST_MSGS_PER_SEC: usize = 1_000;
+
+impl Scenario {
+    /// [`RUN_DEADLINE`], or longer for a run too large to finish in it at
+    /// [`SLOWEST_MSGS_PER_SEC`].
+    fn deadline(&self) -> Duration {
+        let msgs = self.pairs * (self.warmup + self.per_pair);
+        RUN_DEADLINE.max(Duration::from_secs((msgs / SLOWEST_MSGS_PER_SEC) as u64))
+    }
 }
 
 fn scenarios(full: bool) -> Vec<Scenario> {
@@ -221,7 +233,7 @@ async fn one(relay: &mut BenchRelay, s: &Scenario) -> Result<(), Box<dyn std::er
         msgs_per_pair: s.per_pair,
         plaintext_bytes: PLAINTEXT_BYTES,
         receipt_batch: RECEIPT_BATCH,
-        deadline: RUN_DEADLINE,
+        deadline: s.deadline(),
         in_flight_per_pair: s.in_flight,
     };
     let report = run_relay_load(relay, pairs, &cfg).await?;
@@ -238,7 +250,7 @@ async fn one(relay: &mut BenchRelay, s: &Scenario) -> Result<(), Box<dyn std::er
             warmup_round_trips: s.warmup,
             round_trips_per_connection: s.per_pair,
             frame_bytes,
-            deadline: RUN_DEADLINE,
+            deadline: s.deadline(),
         },
     )
     .await?;
@@ -408,7 +420,7 @@ async fn one_process(
         msgs_per_pair: s.per_pair,
         plaintext_bytes: PLAINTEXT_BYTES,
         receipt_batch: RECEIPT_BATCH,
-        deadline: RUN_DEADLINE,
+        deadline: s.deadline(),
         in_flight_per_pair: s.in_flight,
     };
     let report = run_relay_load(bench, pairs, &cfg).await?;
@@ -424,7 +436,7 @@ async fn one_process(
             warmup_round_trips: s.warmup,
             round_trips_per_connection: s.per_pair,
             frame_bytes,
-            deadline: RUN_DEADLINE,
+            deadline: s.deadline(),
         },
     )
     .await?;
