@@ -25,4 +25,5 @@ mod push;
 mod push_gone;
 mod refunds;
 mod vanity;
+mod webhook_reports;
 mod world;

@@ -260,3 +260,64 @@ fn memory_restart_keeps_holds_and_bindings() {
     assert_eq!(w.get("/api/v1/users/12345678", Some(&b.token)).status, 200);
     assert_eq!(purchase(&mut w, &b, "12345678").status, 409);
 }
+
+#[test]
+fn pay_to_addresses_draw_on_the_whole_base58_alphabet() {
+    const BASE58: &str = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+    let mut w = cw();
+    let a = w.user("a");
+    let mut seen = std::collections::BTreeSet::new();
+    for alias in ["88888888", "66668888", "12345678"] {
+        let r = purchase(&mut w, &a, alias);
+        assert_eq!(r.status, 201, "{:?}", r.body_json());
+        let pay_to = r.body_json()["pay_to"].as_str().unwrap().to_owned();
+        let rest = pay_to.strip_prefix('T').unwrap();
+        assert_eq!(rest.len(), 33);
+        assert!(rest.chars().all(|c| BASE58.contains(c)), "{pay_to}");
+        seen.extend(rest.chars());
+    }
+    // 99 characters drawn uniformly from 58 cover far more than a handful of them.
+    assert!(seen.len() > 20, "only {seen:?} in three addresses");
+}
+
+#[test]
+fn a_relay_that_draws_an_existing_order_id_again_never_reuses_it() {
+    use relay_core::Relay;
+    use relay_core::store::{Mutation, Store as _, Table};
+    let reserve = |w: &mut crate::world::World, alias: &str| {
+        let r = w.post("/api/v1/vanity/reserve", json!({ "alias_id": alias }), None);
+        assert_eq!(r.status, 201, "{:?}", r.body_json());
+        r.body_json()["order_id"].as_str().unwrap().to_owned()
+    };
+    let mut w = crate::world::World::with_seed(crate::orders::commerce_config(), 7);
+    let first = reserve(&mut w, "88888888");
+    // A store that lost its boot counter (restored from a copy without it): a relay started
+    // again with the same seed draws the very same order ids.
+    w.mem
+        .commit(vec![Mutation::Delete {
+            table: Table::Meta,
+            key: "boot_count".to_owned(),
+        }])
+        .unwrap();
+    w.relay = Relay::new(w.config.clone(), Box::new(w.mem.clone()), 7).unwrap();
+    let second = reserve(&mut w, "66668888");
+    assert_ne!(first, second);
+    assert_eq!(status_of(&mut w, &first)["alias_id"], "88888888");
+    assert_eq!(status_of(&mut w, &second)["alias_id"], "66668888");
+}
+
+#[test]
+fn only_a_pending_order_is_handed_back_to_its_buyer_asking_again() {
+    let mut w = cw();
+    let a = w.user("a");
+    let r = purchase(&mut w, &a, "88888888");
+    let o = r.body_json()["order_id"].as_str().unwrap().to_owned();
+    pay(&mut w, &o, 1500);
+    // Paid and not yet bound: the buyer's own confirmed order still holds the alias, and
+    // asking again is not a second way to the same order (it is no longer awaiting payment).
+    let again = purchase(&mut w, &a, "88888888");
+    assert_eq!(
+        (again.status, again.error_code().as_deref()),
+        (409, Some("ALIAS_TAKEN"))
+    );
+}
