@@ -11,6 +11,7 @@ mod abuse;
 mod backlog;
 mod bounds;
 mod calls;
+mod channel_bounds;
 mod channels;
 mod confirm_redelivery;
 mod durability;

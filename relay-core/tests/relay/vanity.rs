@@ -281,32 +281,6 @@ fn pay_to_addresses_draw_on_the_whole_base58_alphabet() {
 }
 
 #[test]
-fn a_relay_that_draws_an_existing_order_id_again_never_reuses_it() {
-    use relay_core::Relay;
-    use relay_core::store::{Mutation, Store as _, Table};
-    let reserve = |w: &mut crate::world::World, alias: &str| {
-        let r = w.post("/api/v1/vanity/reserve", json!({ "alias_id": alias }), None);
-        assert_eq!(r.status, 201, "{:?}", r.body_json());
-        r.body_json()["order_id"].as_str().unwrap().to_owned()
-    };
-    let mut w = crate::world::World::with_seed(crate::orders::commerce_config(), 7);
-    let first = reserve(&mut w, "88888888");
-    // A store that lost its boot counter (restored from a copy without it): a relay started
-    // again with the same seed draws the very same order ids.
-    w.mem
-        .commit(vec![Mutation::Delete {
-            table: Table::Meta,
-            key: "boot_count".to_owned(),
-        }])
-        .unwrap();
-    w.relay = Relay::new(w.config.clone(), Box::new(w.mem.clone()), 7).unwrap();
-    let second = reserve(&mut w, "66668888");
-    assert_ne!(first, second);
-    assert_eq!(status_of(&mut w, &first)["alias_id"], "88888888");
-    assert_eq!(status_of(&mut w, &second)["alias_id"], "66668888");
-}
-
-#[test]
 fn only_a_pending_order_is_handed_back_to_its_buyer_asking_again() {
     let mut w = cw();
     let a = w.user("a");
