@@ -7,7 +7,7 @@ use relay_core::WebhookStats;
 use relay_core::limits::MAX_PAYMENT_ID_BYTES;
 use serde_json::json;
 
-use crate::orders::{SECRET, cw, purchase, status_of, webhook, webhook_raw};
+use crate::orders::{HOLD_MS, SECRET, cw, purchase, status_of, webhook, webhook_raw};
 use crate::refunds::order_of;
 use crate::world::World;
 
@@ -119,4 +119,17 @@ fn the_full_amount_confirms_only_once_its_payment_reports_finished() {
     assert_eq!(webhook(&mut w, &o, "p1", "finished", price).status, 200);
     assert_eq!(status_of(&mut w, &o)["status"], "confirmed");
     assert_eq!(counted(&w).applied, 2);
+}
+
+#[test]
+fn a_paid_order_stays_confirmed_past_its_deadline_whatever_reports_follow() {
+    let mut w = cw();
+    let a = w.user("a");
+    let (o, price) = order_of(&purchase(&mut w, &a, "66668888"));
+    assert_eq!(webhook(&mut w, &o, "p1", "finished", price).status, 200);
+    w.advance(HOLD_MS);
+    assert_eq!(status_of(&mut w, &o)["status"], "confirmed");
+    assert_eq!(webhook(&mut w, &o, "p1", "finished", price).status, 200);
+    assert_eq!(webhook(&mut w, &o, "p2", "partially_paid", 1).status, 200);
+    assert_eq!(status_of(&mut w, &o)["status"], "confirmed");
 }
