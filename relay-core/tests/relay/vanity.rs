@@ -345,3 +345,29 @@ fn a_catalog_alias_that_an_account_has_or_had_is_never_bound_to_another() {
         "a retired alias is never reassigned"
     );
 }
+
+#[test]
+fn a_vanity_alias_its_owner_moved_away_from_is_never_sold_again() {
+    let mut w = cw();
+    let a = w.user("a");
+    let b = w.user("b");
+    for alias in ["88888888", "66668888"] {
+        let r = purchase(&mut w, &a, alias);
+        let o = r.body_json()["order_id"].as_str().unwrap().to_owned();
+        pay(&mut w, &o, r.body_json()["price_usdt"].as_u64().unwrap());
+        let r = w.post(
+            "/api/v1/vanity/bind",
+            json!({ "order_id": o }),
+            Some(&a.token),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body_json());
+    }
+    // 88888888 is retired now: no account has it, no order holds it, and still no sale.
+    let r = purchase(&mut w, &b, "88888888");
+    assert_eq!(
+        (r.status, r.error_code().as_deref()),
+        (409, Some("ALIAS_TAKEN"))
+    );
+    let s = w.get("/api/v1/vanity/search?q=88888888", None).body_json();
+    assert!(s.as_array().unwrap().is_empty(), "{s}");
+}
