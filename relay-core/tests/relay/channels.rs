@@ -477,3 +477,69 @@ fn trade_order_expiry_releases_the_lock() {
     pay(&mut w, &o2, 7);
     assert_eq!(detail(&mut w, &c, &ch)["role"], "owner");
 }
+
+#[test]
+fn a_sold_channel_leaves_its_seller_s_owned_list_and_everything_survives_a_restart() {
+    let mut w = World::with_config(relay_core::Config {
+        free_channel_quota: 10,
+        ..crate::orders::commerce_config()
+    });
+    let a = w.user("a");
+    let b = w.user("b");
+    let c = w.user("c");
+    let ch = create(&mut w, &a, "shop", true);
+    let mut kept: Vec<String> = (0..4)
+        .map(|i| create(&mut w, &a, &format!("kept {i}"), true))
+        .collect();
+    kept.sort();
+    let posts = format!("/api/v1/channels/{ch}/posts");
+    for i in 1..=3 {
+        let r = w.post(&posts, json!({"content": format!("p{i}")}), Some(&a.token));
+        assert_eq!(r.status, 201);
+    }
+    let sub = format!("/api/v1/channels/{ch}/subscribe");
+    assert_eq!(w.post(&sub, json!({}), Some(&c.token)).status, 200);
+    assert_eq!(list(&mut w, &a, &ch, json!(5)).status, 200);
+    let r = w.post(
+        &format!("/api/v1/channels/{ch}/buy"),
+        json!({}),
+        Some(&b.token),
+    );
+    assert_eq!(r.status, 201);
+    pay(&mut w, r.body_json()["order_id"].as_str().unwrap(), 5);
+    // The seller's own channels first (by id), then the sold one it is now subscribed to.
+    let mine = |w: &mut World, u: &User| -> Vec<(String, String)> {
+        let v = w.get("/api/v1/channels/mine", Some(&u.token)).body_json();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["id"].as_str().unwrap().to_owned(),
+                    c["role"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let mut want_a: Vec<(String, String)> = kept
+        .iter()
+        .map(|k| (k.clone(), "owner".to_owned()))
+        .collect();
+    want_a.push((ch.clone(), "subscriber".to_owned()));
+    let want_b = vec![(ch.clone(), "owner".to_owned())];
+    let want_c = vec![(ch.clone(), "subscriber".to_owned())];
+    assert_eq!(mine(&mut w, &a), want_a);
+    assert_eq!(mine(&mut w, &b), want_b);
+    w.restart(Box::new(w.mem.clone()));
+    assert_eq!(mine(&mut w, &a), want_a);
+    assert_eq!(mine(&mut w, &b), want_b);
+    assert_eq!(mine(&mut w, &c), want_c);
+    let page = w.get(&posts, Some(&c.token)).body_json();
+    let contents: Vec<&str> = page
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["p3", "p2", "p1"]);
+}

@@ -16,7 +16,7 @@ fn refunds(w: &World) -> u64 {
     w.relay.stats().webhooks.refund_needed
 }
 
-fn order_of(r: &relay_core::HttpResponse) -> (String, u64) {
+pub(crate) fn order_of(r: &relay_core::HttpResponse) -> (String, u64) {
     let v = r.body_json();
     (
         v["order_id"].as_str().expect("order id").to_owned(),
@@ -115,5 +115,12 @@ fn a_late_trade_payment_buys_the_channel_only_at_the_version_it_was_ordered_at()
         409,
         "the transfer must bump the version: {:?}",
         r.body_json()
+    );
+    let after = detail(&mut w, &b, &ch)["version"]
+        .as_u64()
+        .expect("the channel's listing version");
+    assert!(
+        after > version,
+        "the version only moves forward: {version} then {after}"
     );
 }

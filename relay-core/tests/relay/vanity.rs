@@ -260,3 +260,114 @@ fn memory_restart_keeps_holds_and_bindings() {
     assert_eq!(w.get("/api/v1/users/12345678", Some(&b.token)).status, 200);
     assert_eq!(purchase(&mut w, &b, "12345678").status, 409);
 }
+
+#[test]
+fn pay_to_addresses_draw_on_the_whole_base58_alphabet() {
+    const BASE58: &str = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+    let mut w = cw();
+    let a = w.user("a");
+    let mut seen = std::collections::BTreeSet::new();
+    for alias in ["88888888", "66668888", "12345678"] {
+        let r = purchase(&mut w, &a, alias);
+        assert_eq!(r.status, 201, "{:?}", r.body_json());
+        let pay_to = r.body_json()["pay_to"].as_str().unwrap().to_owned();
+        let rest = pay_to.strip_prefix('T').unwrap();
+        assert_eq!(rest.len(), 33);
+        assert!(rest.chars().all(|c| BASE58.contains(c)), "{pay_to}");
+        seen.extend(rest.chars());
+    }
+    // 99 characters drawn uniformly from 58 cover far more than a handful of them.
+    assert!(seen.len() > 20, "only {seen:?} in three addresses");
+}
+
+/// A reservation of `alias` (it must be in `config`'s catalog), then one registration; the
+/// reservation's order id and price, and the account.
+fn reserve_then_register(
+    config: relay_core::Config,
+    alias: &str,
+) -> (crate::world::World, String, u64, crate::world::User) {
+    let mut w = crate::world::World::with_config(config);
+    let r = w.post("/api/v1/vanity/reserve", json!({ "alias_id": alias }), None);
+    assert_eq!(r.status, 201, "{:?}", r.body_json());
+    let v = r.body_json();
+    let (o, price) = (
+        v["order_id"].as_str().unwrap().to_owned(),
+        v["price_usdt"].as_u64().unwrap(),
+    );
+    let u = w.user("holder");
+    (w, o, price, u)
+}
+
+#[test]
+fn a_catalog_alias_that_an_account_has_or_had_is_never_bound_to_another() {
+    // An operator's catalog may hold aliases of the registration form (`u` and 8 digits),
+    // and registration does not look at holds: a dry run with the same seed and the same
+    // draws finds the alias the first registration after a reservation gets.
+    let (_, _, _, dry) = reserve_then_register(crate::orders::commerce_config(), "88888888");
+    let alias = wire::AliasId::parse(&dry.alias).unwrap();
+    let mut config = crate::orders::commerce_config();
+    config.vanity_catalog.push(alias.clone());
+    let (mut w, o, price, mut holder) = reserve_then_register(config, alias.as_str());
+    assert_eq!(
+        holder.alias,
+        alias.as_str(),
+        "the dry run predicts the alias"
+    );
+    pay(&mut w, &o, price);
+    assert_eq!(status_of(&mut w, &o)["status"], "confirmed");
+    let b = w.user("b");
+    let bind = |w: &mut crate::world::World, u: &crate::world::User, o: &str| {
+        let r = w.post(
+            "/api/v1/vanity/bind",
+            json!({ "order_id": o }),
+            Some(&u.token),
+        );
+        (r.status, r.error_code())
+    };
+    let taken = (409, Some("ALIAS_TAKEN".to_owned()));
+    // Another account has the alias now.
+    assert_eq!(bind(&mut w, &b, &o), taken);
+    // It had it: the holder binds another vanity alias and retires this one.
+    let r = purchase(&mut w, &holder, "66668888");
+    let other = r.body_json()["order_id"].as_str().unwrap().to_owned();
+    pay(
+        &mut w,
+        &other,
+        r.body_json()["price_usdt"].as_u64().unwrap(),
+    );
+    assert_eq!(bind(&mut w, &holder, &other).0, 200);
+    holder.alias = "66668888".into();
+    assert_eq!(bind(&mut w, &b, &o), taken);
+    assert_eq!(
+        w.get(&format!("/api/v1/users/{alias}"), Some(&holder.token))
+            .status,
+        404,
+        "a retired alias is never reassigned"
+    );
+}
+
+#[test]
+fn a_vanity_alias_its_owner_moved_away_from_is_never_sold_again() {
+    let mut w = cw();
+    let a = w.user("a");
+    let b = w.user("b");
+    for alias in ["88888888", "66668888"] {
+        let r = purchase(&mut w, &a, alias);
+        let o = r.body_json()["order_id"].as_str().unwrap().to_owned();
+        pay(&mut w, &o, r.body_json()["price_usdt"].as_u64().unwrap());
+        let r = w.post(
+            "/api/v1/vanity/bind",
+            json!({ "order_id": o }),
+            Some(&a.token),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body_json());
+    }
+    // 88888888 is retired now: no account has it, no order holds it, and still no sale.
+    let r = purchase(&mut w, &b, "88888888");
+    assert_eq!(
+        (r.status, r.error_code().as_deref()),
+        (409, Some("ALIAS_TAKEN"))
+    );
+    let s = w.get("/api/v1/vanity/search?q=88888888", None).body_json();
+    assert!(s.as_array().unwrap().is_empty(), "{s}");
+}
