@@ -289,9 +289,12 @@ impl Relay {
     fn fresh_alias(&mut self) -> Result<AliasId, ApiError> {
         for _ in 0..ALIAS_ATTEMPTS {
             let candidate = self.ids.alias_candidate();
+            // A catalog alias is merchandise (an operator's catalog may hold aliases of the
+            // registration form): never handed out at registration, held or not.
             if let Ok(alias) = AliasId::parse_alias(&candidate)
                 && !self.state.by_alias.contains_key(&alias)
                 && !self.state.alias_spent(&alias)
+                && !self.config.vanity_catalog.contains(&alias)
             {
                 return Ok(alias);
             }
