@@ -174,25 +174,21 @@ fn micros(d: Duration) -> f64 {
 }
 
 fn print_relay(r: &RelayLoadReport) {
-    println!(
-        "| relay, {:>3} pair(s){:<6} | {:>8} | {:>9.0} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1} |",
-        r.pairs,
-        "",
-        r.messages,
-        r.msgs_per_sec(),
-        micros(r.delivery_quantile(0.50)),
-        micros(r.delivery_quantile(0.99)),
-        micros(r.ack_quantile(0.50)),
-        micros(r.ack_quantile(0.99)),
-    );
+    print_relay_row(&format!("relay, {:>3} pair(s)", r.pairs), r);
 }
 
 /// A relay row with several messages in flight per sender (no echo row: the echo is a closed
 /// loop).
 fn print_windowed(r: &RelayLoadReport, in_flight: usize) {
+    print_relay_row(
+        &format!("relay, {:>3} pair(s) x{in_flight:<2} in flight", r.pairs),
+        r,
+    );
+}
+
+fn print_relay_row(label: &str, r: &RelayLoadReport) {
     println!(
-        "| relay, {:>3} pair(s) x{in_flight:<2} in flight | {:>8} | {:>9.0} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1} |",
-        r.pairs,
+        "| {label:<25} | {:>8} | {:>9.0} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1} |",
         r.messages,
         r.msgs_per_sec(),
         micros(r.delivery_quantile(0.50)),

@@ -324,6 +324,12 @@ fn catalog_alias(i: usize) -> String {
 /// A relay with 10,000 pending vanity purchases, the clock past their 15-minute hold.
 fn holds_world() -> RelayWorld {
     let mut config = bench_config();
+    // Setup only: 1,000 purchases per buyer at one instant is past the per-account budget.
+    config.account_requests = relay_core::limits::Budget {
+        burst: u32::MAX,
+        per_window: u32::MAX,
+        window_ms: 60_000,
+    };
     config.vanity_catalog = (0..HOLDS)
         .map(|i| AliasId::parse(&catalog_alias(i)).expect("alias"))
         .collect();
