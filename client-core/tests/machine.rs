@@ -1,4 +1,7 @@
 //! The client machine under a virtual clock against scripted relay frames and HTTP answers.
+//!
+//! One file past 900 lines on purpose: every test drives the same scripted relay through the
+//! shared helpers at its top (`register`, `open`, `sync_friends`, `inbound`, `reply`).
 #![allow(clippy::needless_pass_by_value)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
