@@ -699,26 +699,21 @@ async fn run_pairs(
             cfg.receipt_batch.max(1),
             tx,
         ));
+        let side = SenderSide {
+            index,
+            rng: ChaCha20Rng::seed_from_u64(index as u64),
+            plaintext: crate::text_frame(cfg.plaintext_bytes).into_bytes(),
+            peer: a,
+            to,
+            conv,
+            cfg: cfg.clone(),
+            delivered: rx,
+            barrier: Arc::clone(&barrier),
+        };
         let send = if cfg.in_flight_per_pair > 1 {
-            tokio::spawn(sender_windowed(
-                index,
-                a,
-                to,
-                conv,
-                cfg.clone(),
-                rx,
-                Arc::clone(&barrier),
-            ))
+            tokio::spawn(sender_windowed(side))
         } else {
-            tokio::spawn(sender(
-                index,
-                a,
-                to,
-                conv,
-                cfg.clone(),
-                rx,
-                Arc::clone(&barrier),
-            ))
+            tokio::spawn(sender(side))
         };
         tasks.push((send, recv));
     }
@@ -763,36 +758,34 @@ async fn next_frame(ws: &mut RelayWs) -> Result<ServerFrame, RelayLoadError> {
     }
 }
 
-async fn sender(
+/// What both senders hold: the pair's sending side and what tells it a message arrived.
+struct SenderSide {
     index: usize,
-    mut peer: Peer,
+    rng: ChaCha20Rng,
+    plaintext: Vec<u8>,
+    peer: Peer,
     to: String,
     conv: String,
     cfg: RelayLoadConfig,
-    mut delivered: mpsc::UnboundedReceiver<(usize, Instant)>,
+    delivered: mpsc::UnboundedReceiver<(usize, Instant)>,
     barrier: Arc<Barrier>,
-) -> Result<PairRun, RelayLoadError> {
-    let mut rng = ChaCha20Rng::seed_from_u64(index as u64);
-    let plaintext = crate::text_frame(cfg.plaintext_bytes).into_bytes();
-    let total = cfg.warmup_msgs_per_pair + cfg.msgs_per_pair;
-    let mut delivery = Vec::with_capacity(cfg.msgs_per_pair);
-    let mut ack = Vec::with_capacity(cfg.msgs_per_pair);
-    let mut start = wall_now();
-    for i in 0..total {
-        let measured = i >= cfg.warmup_msgs_per_pair;
-        if i == cfg.warmup_msgs_per_pair {
-            barrier.wait().await;
-            start = wall_now();
-        }
-        // What a client does per message: encrypt, build the frame (inside the throughput).
-        let payload = encrypt_payload(&peer.key, &plaintext, &mut rng);
-        let id = format!("m{index}-{i}");
-        let frame = msg_frame(&id, &to, &conv, &payload);
-        let t0 = wall_now();
-        peer.ws.send(WsMessage::text(frame)).await?;
-        read_ack(&mut peer.ws, &id).await?;
-        let acked = t0.elapsed();
-        let (got, at) = delivered
+}
+
+impl SenderSide {
+    /// Message `i`'s id and `msg` frame: what a client does per message, encrypt and build the
+    /// frame (inside the throughput).
+    fn frame(&mut self, i: usize) -> (String, String) {
+        let payload = encrypt_payload(&self.peer.key, &self.plaintext, &mut self.rng);
+        let id = format!("m{}-{i}", self.index);
+        let frame = msg_frame(&id, &self.to, &self.conv, &payload);
+        (id, frame)
+    }
+
+    /// When the recipient read message `i` (messages arrive in order).
+    async fn delivered(&mut self, i: usize) -> Result<Instant, RelayLoadError> {
+        let index = self.index;
+        let (got, at) = self
+            .delivered
             .recv()
             .await
             .ok_or_else(|| protocol(format!("pair {index}: the recipient stopped")))?;
@@ -801,6 +794,28 @@ async fn sender(
                 "pair {index}: message {got} arrived, {i} expected"
             )));
         }
+        Ok(at)
+    }
+}
+
+async fn sender(mut s: SenderSide) -> Result<PairRun, RelayLoadError> {
+    let cfg = s.cfg.clone();
+    let total = cfg.warmup_msgs_per_pair + cfg.msgs_per_pair;
+    let mut delivery = Vec::with_capacity(cfg.msgs_per_pair);
+    let mut ack = Vec::with_capacity(cfg.msgs_per_pair);
+    let mut start = wall_now();
+    for i in 0..total {
+        let measured = i >= cfg.warmup_msgs_per_pair;
+        if i == cfg.warmup_msgs_per_pair {
+            s.barrier.wait().await;
+            start = wall_now();
+        }
+        let (id, frame) = s.frame(i);
+        let t0 = wall_now();
+        s.peer.ws.send(WsMessage::text(frame)).await?;
+        read_ack(&mut s.peer.ws, &id).await?;
+        let acked = t0.elapsed();
+        let at = s.delivered(i).await?;
         if measured {
             ack.push(acked);
             delivery.push(at.saturating_duration_since(t0));
@@ -808,7 +823,7 @@ async fn sender(
     }
     let end = wall_now();
     // Best effort: late receipts may still be in flight.
-    let _ = peer.ws.close(None).await;
+    let _ = s.peer.ws.close(None).await;
     Ok(PairRun {
         start,
         end,
@@ -819,17 +834,8 @@ async fn sender(
 
 /// A sender with up to `cfg.in_flight_per_pair` messages unacknowledged (acks come back in
 /// order on one connection); the warm-up is acknowledged before the measured messages start.
-async fn sender_windowed(
-    index: usize,
-    mut peer: Peer,
-    to: String,
-    conv: String,
-    cfg: RelayLoadConfig,
-    mut delivered: mpsc::UnboundedReceiver<(usize, Instant)>,
-    barrier: Arc<Barrier>,
-) -> Result<PairRun, RelayLoadError> {
-    let mut rng = ChaCha20Rng::seed_from_u64(index as u64);
-    let plaintext = crate::text_frame(cfg.plaintext_bytes).into_bytes();
+async fn sender_windowed(mut s: SenderSide) -> Result<PairRun, RelayLoadError> {
+    let cfg = s.cfg.clone();
     let total = cfg.warmup_msgs_per_pair + cfg.msgs_per_pair;
     let mut sent_at: Vec<Instant> = Vec::with_capacity(total);
     let mut ack = Vec::with_capacity(cfg.msgs_per_pair);
@@ -842,15 +848,14 @@ async fn sender_windowed(
                 if acked < i {
                     break;
                 }
-                barrier.wait().await;
+                s.barrier.wait().await;
                 start = wall_now();
             }
-            let payload = encrypt_payload(&peer.key, &plaintext, &mut rng);
-            let frame = msg_frame(&format!("m{index}-{i}"), &to, &conv, &payload);
+            let (_, frame) = s.frame(i);
             sent_at.push(wall_now());
-            peer.ws.send(WsMessage::text(frame)).await?;
+            s.peer.ws.send(WsMessage::text(frame)).await?;
         }
-        read_ack(&mut peer.ws, &format!("m{index}-{acked}")).await?;
+        read_ack(&mut s.peer.ws, &format!("m{}-{acked}", s.index)).await?;
         if acked >= cfg.warmup_msgs_per_pair {
             ack.push(sent_at[acked].elapsed());
         }
@@ -858,21 +863,13 @@ async fn sender_windowed(
     }
     let mut delivery = Vec::with_capacity(cfg.msgs_per_pair);
     for (i, sent) in sent_at.iter().enumerate() {
-        let (got, at) = delivered
-            .recv()
-            .await
-            .ok_or_else(|| protocol(format!("pair {index}: the recipient stopped")))?;
-        if got != i {
-            return Err(protocol(format!(
-                "pair {index}: message {got} arrived, {i} expected"
-            )));
-        }
+        let at = s.delivered(i).await?;
         if i >= cfg.warmup_msgs_per_pair {
             delivery.push(at.saturating_duration_since(*sent));
         }
     }
     let end = wall_now();
-    let _ = peer.ws.close(None).await;
+    let _ = s.peer.ws.close(None).await;
     Ok(PairRun {
         start,
         end,
