@@ -297,7 +297,12 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let body: AuthVerifyRequest = decode_body(&req.body)?;
-        let owner = self.eph.auth.take(&body.challenge, now);
+        // PLANTED BUG (AuthChallengeReusable): the challenge is read, not consumed.
+        let owner = if crate::planted::planted!(self.config, AuthChallengeReusable) {
+            self.eph.auth.get(&body.challenge, now).cloned()
+        } else {
+            self.eph.auth.take(&body.challenge, now)
+        };
         if owner.as_ref() != Some(&body.user_uuid) {
             return Err(ApiError::new(
                 ErrorCode::CHALLENGE_INVALID,
@@ -454,7 +459,12 @@ impl Relay {
                     "the ticket is unknown, expired or already used",
                 ));
             }
-            let owner = self.eph.tickets.take(&ticket.to_owned(), now);
+            // PLANTED BUG (TicketReusable): the ticket is read, not consumed.
+            let owner = if crate::planted::planted!(self.config, TicketReusable) {
+                self.eph.tickets.get(&ticket.to_owned(), now).cloned()
+            } else {
+                self.eph.tickets.take(&ticket.to_owned(), now)
+            };
             let Some((owner, jti)) = owner.filter(|(u, _)| *u == user) else {
                 return Err(ApiError::new(
                     ErrorCode::TICKET_INVALID,

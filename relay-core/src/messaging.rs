@@ -300,11 +300,13 @@ impl Relay {
                 );
             }
         };
-        let tomb = self
-            .state
-            .tombstone(&user, &r.id)
-            .filter(|t| t.conv_id == r.conv_id)
-            .cloned();
+        let mut tomb = self.state.tombstone(&user, &r.id);
+        // PLANTED BUG (RetractByAnyMember): the id is looked up in the conversation, under
+        // either member, so a member may retract the other one's message.
+        if tomb.is_none() && planted!(self.config, RetractByAnyMember) {
+            tomb = self.state.tombstone(&other, &r.id);
+        }
+        let tomb = tomb.filter(|t| t.conv_id == r.conv_id).cloned();
         let Some(tomb) = tomb else {
             return self.send_error(
                 conn,

@@ -40,12 +40,24 @@ pub enum PlantedBug {
     /// `auth`: a bearer token whose signature does not verify is read anyway, so anyone can
     /// alter a token's signature (or, with a jti that is current, its claims) and be let in.
     TokenSignatureIgnored,
+    /// `auth`: an auth challenge is read instead of consumed at `verify`, so a captured
+    /// signed challenge logs in again until it expires.
+    AuthChallengeReusable,
+    /// `auth`: a WebSocket ticket is read instead of consumed at the upgrade, so a leaked
+    /// ticket opens sockets until it expires.
+    TicketReusable,
+    /// `messaging`: a retract's id is looked up under either member of the conversation, so
+    /// a member retracts the other one's messages.
+    RetractByAnyMember,
+    /// `receipts`: a receipt may cover seqs never sent to its author, so a client that acks
+    /// too far clears messages it never got and tells their sender they were delivered.
+    ReceiptBeyondSent,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 11] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -53,6 +65,10 @@ impl PlantedBug {
         Self::SeqNotPersisted,
         Self::SyncIgnoresWindow,
         Self::TokenSignatureIgnored,
+        Self::AuthChallengeReusable,
+        Self::TicketReusable,
+        Self::RetractByAnyMember,
+        Self::ReceiptBeyondSent,
     ];
 }
 

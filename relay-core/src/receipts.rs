@@ -63,7 +63,10 @@ impl Relay {
             .state
             .queue(&user, &r.conv_id)
             .and_then(|q| q.starting_at(hwm.next()).next().map(|m| m.seq));
-        if r.seq == Seq(0) || r.seq > last_from_other || first_unsent.is_some_and(|f| r.seq >= f) {
+        // PLANTED BUG (ReceiptBeyondSent): the "never sent" bound is skipped.
+        let unsent =
+            first_unsent.is_some_and(|f| r.seq >= f) && !planted!(self.config, ReceiptBeyondSent);
+        if r.seq == Seq(0) || r.seq > last_from_other || unsent {
             return self.send_error(
                 conn,
                 ErrorCode::INVALID_RECEIPT,

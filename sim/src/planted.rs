@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 14] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -55,6 +55,10 @@ impl Planted {
         Self::Relay(PlantedBug::SeqNotPersisted),
         Self::Relay(PlantedBug::SyncIgnoresWindow),
         Self::Relay(PlantedBug::TokenSignatureIgnored),
+        Self::Relay(PlantedBug::AuthChallengeReusable),
+        Self::Relay(PlantedBug::TicketReusable),
+        Self::Relay(PlantedBug::RetractByAnyMember),
+        Self::Relay(PlantedBug::ReceiptBeyondSent),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -72,6 +76,10 @@ impl Planted {
             Self::Relay(PlantedBug::SeqNotPersisted) => "seq-not-persisted",
             Self::Relay(PlantedBug::SyncIgnoresWindow) => "sync-ignores-window",
             Self::Relay(PlantedBug::TokenSignatureIgnored) => "token-signature-ignored",
+            Self::Relay(PlantedBug::AuthChallengeReusable) => "auth-challenge-reusable",
+            Self::Relay(PlantedBug::TicketReusable) => "ticket-reusable",
+            Self::Relay(PlantedBug::RetractByAnyMember) => "retract-by-any-member",
+            Self::Relay(PlantedBug::ReceiptBeyondSent) => "receipt-beyond-sent",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 10] = [
+const CASES: [Case; 14] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -74,6 +74,35 @@ const CASES: [Case; 10] = [
     // over the relay's route table, in half of the dishonest acts).
     Case {
         bug: Planted::Relay(PlantedBug::TokenSignatureIgnored),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
+    },
+    // Single-use objects used twice: the dishonest clients replay their puppet's login
+    // challenge and WebSocket ticket after using them once.
+    Case {
+        bug: Planted::Relay(PlantedBug::AuthChallengeReusable),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
+    },
+    Case {
+        bug: Planted::Relay(PlantedBug::TicketReusable),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
+    },
+    // A member acting on the other member's objects: the dishonest clients befriend their
+    // puppet and, as members of that conversation, retract its messages and ack seqs the
+    // relay never sent them.
+    Case {
+        bug: Planted::Relay(PlantedBug::RetractByAnyMember),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
+    },
+    Case {
+        bug: Planted::Relay(PlantedBug::ReceiptBeyondSent),
         scale: Scale::Small,
         faults: "dishonest",
         oracles: &["authz"],
@@ -252,4 +281,28 @@ fn catches_a_relay_that_delivers_no_pushes() {
 #[test]
 fn catches_a_store_that_fences_nothing() {
     detects(Planted::UnfencedStore);
+}
+
+/// A signed login challenge answered twice logs in twice.
+#[test]
+fn catches_an_auth_challenge_that_is_not_consumed() {
+    detects(Planted::Relay(PlantedBug::AuthChallengeReusable));
+}
+
+/// A WebSocket ticket redeemed twice opens two sockets.
+#[test]
+fn catches_a_ticket_that_is_not_consumed() {
+    detects(Planted::Relay(PlantedBug::TicketReusable));
+}
+
+/// A member retracts the other member's message.
+#[test]
+fn catches_a_retract_by_the_other_member() {
+    detects(Planted::Relay(PlantedBug::RetractByAnyMember));
+}
+
+/// A receipt for a seq never sent to its author is applied.
+#[test]
+fn catches_a_receipt_beyond_what_was_sent() {
+    detects(Planted::Relay(PlantedBug::ReceiptBeyondSent));
 }

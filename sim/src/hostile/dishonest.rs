@@ -64,6 +64,9 @@ pub(super) async fn dishonest(
 ) -> Findings {
     let mut rng = ChaCha20Rng::seed_from_u64(roll);
     let t = targets(ctx);
+    // First, before this act opens a synced socket of its own: the stranger as a member of
+    // a conversation with its puppet, and the puppet's single-use objects replayed.
+    let mut found = own_objects(ctx, account).await;
     let http = http();
     let ws = open_ws(&ws_query(account)).await.ok().and_then(Result::ok);
     let (mut reader, mut writer) = match ws {
@@ -80,6 +83,7 @@ pub(super) async fn dishonest(
         evil_ids: Vec::new(),
         found: Findings::new(),
     };
+    found.append(&mut d.found);
     for n in 0..count {
         match rng.next_u32() % 10 {
             0 | 1 => d.msg(pick(&mut rng, &t.convs), n).await,
@@ -103,10 +107,11 @@ pub(super) async fn dishonest(
         }
     }
     let Dishonest {
-        mut found,
+        found: mut breaches,
         evil_ids,
         ..
     } = d;
+    found.append(&mut breaches);
     // Half of the acts also try forged credentials on every route (an rng of their own, so
     // the attempts above are drawn as before).
     let mut extra = ChaCha20Rng::seed_from_u64(roll ^ CREDENTIALS_ROLL);
@@ -120,6 +125,36 @@ pub(super) async fn dishonest(
         found.extend(acked_evil(r, &evil_ids).await);
     }
     ctx.world.borrow_mut().evil_ids.extend(evil_ids);
+    found
+}
+
+/// The stranger against its own puppet account (see [`super::member`]): as the other member
+/// of their conversation, and by replaying the puppet's single-use objects
+/// ([`super::replay`]). Notes how many attempts each family judged.
+async fn own_objects(ctx: &HostCtx, account: &RawAccount) -> Findings {
+    let Some(stranger) = ctx.scenario.strangers.get(ctx.me) else {
+        return Findings::new();
+    };
+    let Some((puppet, identity)) = super::member::puppet(&stranger.mnemonic).await else {
+        crate::world::note(
+            ctx,
+            "puppet not registered: member and replay attempts skipped".into(),
+        );
+        return Findings::new();
+    };
+    let (mut found, members) = match super::member::befriend(account, &puppet).await {
+        Some(conv) => {
+            ctx.world.borrow_mut().puppet_convs.insert(conv.clone());
+            super::member::member(account, &puppet, &conv).await
+        }
+        None => (Findings::new(), 0),
+    };
+    let (replayed, replays) = super::replay::replay(&puppet, &identity).await;
+    found.extend(replayed);
+    crate::world::note(
+        ctx,
+        format!("{members} member attempt(s) and {replays} replay(s) of single-use objects judged"),
+    );
     found
 }
 

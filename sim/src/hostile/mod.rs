@@ -30,6 +30,8 @@ mod credentials;
 mod dishonest;
 mod flood;
 mod http;
+mod member;
+mod replay;
 mod slow;
 mod storm;
 mod ws;

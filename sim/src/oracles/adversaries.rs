@@ -3,7 +3,7 @@
 //!
 //! | oracle | checks |
 //! |---|---|
-//! | `authz` | requests an honest client never makes are refused: no message of a stranger in someone else's conversation is acked, committed or delivered, no receipt mark in a stranger's name, no retract by anyone but the author lands, no friendship, order, channel or identity of someone else is taken, a rejected request stays rejected |
+//! | `authz` | requests an honest client never makes are refused: no message of a stranger in someone else's conversation is acked, committed or delivered, no receipt mark in a stranger's name (but in its conversation with its own puppet), no retract by anyone but the author lands, no friendship, order, channel or identity of someone else is taken, a rejected request stays rejected |
 //! | `bad-input` | every malformed frame gets an error frame, or the socket is closed with a code (found by the raw client itself) |
 //! | `stuck-client` | a client that stopped reading is closed by the relay within [`STUCK_CLOSE_BOUND_MS`] (unless the relay was powered off meanwhile: the socket died with it), and one that reads again gets a working socket |
 //! | `resources` | (with a relay stats source) buffered outbound bytes per connection stay under the limit and connections are freed; today only what is observable from outside (`stuck-client`) |
@@ -47,8 +47,12 @@ pub(super) fn authz(
         .values()
         .map(|(uuid, _)| uuid.as_str())
         .collect();
+    // A stranger's own conversations (with its puppet) are its to acknowledge in.
     for key in &input.history.receipt_marks {
-        if key.split('/').any(|part| strangers.contains(part)) {
+        let conv = key.split('/').next().unwrap_or_default();
+        if !input.world.puppet_convs.contains(conv)
+            && key.split('/').any(|part| strangers.contains(part))
+        {
             out.push(Violation::new(
                 "authz",
                 format!("a receipt mark in a stranger's name was committed ({key})"),

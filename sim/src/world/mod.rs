@@ -101,6 +101,8 @@ pub(crate) struct World {
     pub(crate) stuck: Vec<StuckRec>,
     /// Ids of messages a stranger tried to put into someone else's conversation.
     pub(crate) evil_ids: Vec<String>,
+    /// Conversations of strangers with their own puppets (theirs to write and acknowledge in).
+    pub(crate) puppet_convs: BTreeSet<String>,
     /// Honest messages sent: id -> (conv, recipient alias).
     pub(crate) sent_ids: BTreeMap<String, (String, String)>,
     /// Ids retracted by their own authors.

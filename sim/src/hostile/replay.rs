@@ -1,0 +1,97 @@
+//! Single-use objects presented a second time: every object the relay hands out for one use
+//! (an auth challenge answered at `verify`, a WebSocket ticket redeemed at the upgrade) is
+//! used once as an honest client would, then replayed. The oracle needs no knowledge of the
+//! object: **a replay of a used object never gets the answer its first use got** (a 200 with
+//! a token, a 101 upgrade).
+//!
+//! The replays run on the stranger's puppet account (see [`super::member`]), so the token a
+//! replayed login would mint (and the revocation of the one before it) touches no account
+//! the rest of the stranger's script depends on.
+
+use client_core::keys::Identity;
+use serde_json::json;
+use wire::http::paths;
+
+use super::Findings;
+use super::http::{RawAccount, field, http, post};
+use super::ws::open_ws;
+use crate::violation::Violation;
+
+/// One single-use object of the relay and how to use and replay it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OneShot {
+    /// A3/A4: the challenge of `auth/challenge`, signed and answered at `auth/verify`.
+    AuthChallenge,
+    /// A5: the ticket of `ws/ticket`, redeemed by a WebSocket upgrade.
+    WsTicket,
+}
+
+/// Every single-use object, each replayed in every round (the ticket first: a login, the
+/// challenge's use, revokes the token the ticket is asked with).
+const ONE_SHOTS: [OneShot; 2] = [OneShot::WsTicket, OneShot::AuthChallenge];
+
+/// Uses each single-use object once, then replays it; returns the breaches and how many
+/// replays were judged (a first use that failed, under a fault, leaves nothing to replay).
+pub(super) async fn replay(puppet: &RawAccount, identity: &Identity) -> (Findings, usize) {
+    let mut found = Findings::new();
+    let mut judged = 0;
+    for one in ONE_SHOTS {
+        let outcome = match one {
+            OneShot::AuthChallenge => auth_challenge(puppet, identity).await,
+            OneShot::WsTicket => ws_ticket(puppet).await,
+        };
+        if let Some(breach) = outcome {
+            judged += 1;
+            found.extend(breach);
+        }
+    }
+    (found, judged)
+}
+
+/// A login whose signed challenge is sent to `verify` twice: `None` when the first use did
+/// not succeed (nothing to judge), else the breach, if the second one got a token too.
+async fn auth_challenge(puppet: &RawAccount, identity: &Identity) -> Option<Option<Violation>> {
+    let http = http();
+    let body = json!({ "user_uuid": puppet.uuid });
+    let (_, ch) = post(&http, paths::AUTH_CHALLENGE, None, &body).await?;
+    let challenge = field(&ch, "challenge")?;
+    let body = json!({
+        "user_uuid": puppet.uuid,
+        "challenge": challenge,
+        "signature": identity.sign_challenge(&challenge),
+    });
+    let (first, _) = post(&http, paths::AUTH_VERIFY, None, &body).await?;
+    if first != 200 {
+        return None;
+    }
+    let (second, again) = post(&http, paths::AUTH_VERIFY, None, &body).await?;
+    Some(
+        (second == 200 && field(&again, "token").is_some()).then(|| {
+            Violation::new(
+                "authz",
+                "a signed auth challenge already answered at verify logged in again (200 with a token)",
+            )
+        }),
+    )
+}
+
+/// A WebSocket ticket redeemed twice: `None` when no ticket was issued or its first upgrade
+/// failed, else the breach, if the second upgrade was let in too.
+async fn ws_ticket(puppet: &RawAccount) -> Option<Option<Violation>> {
+    let http = http();
+    let (status, v) = post(&http, paths::WS_TICKET, Some(&puppet.token), &json!({})).await?;
+    if !(200..300).contains(&status) {
+        return None;
+    }
+    let ticket = field(&v, "ticket")?;
+    let query = format!("user_uuid={}&ticket={ticket}", puppet.uuid);
+    let first = open_ws(&query).await.ok()?.ok()?;
+    let second = open_ws(&query).await.ok()?;
+    drop(first);
+    Some(second.is_ok().then(|| {
+        Violation::new(
+            "authz",
+            "a WebSocket ticket already redeemed opened a second socket (101)",
+        )
+    }))
+}
