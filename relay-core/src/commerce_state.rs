@@ -452,7 +452,10 @@ impl State {
     /// [`CONFIRM_REDELIVERY_TTL_MS`]); drops the user's oldest beyond
     /// [`MAX_PENDING_CONFIRMS_PER_USER`].
     pub(crate) fn put_pending_confirm(&mut self, p: PendingConfirmRow) {
-        self.record(Table::PendingConfirms, pair_key(&p.user, &p.order_id), &p);
+        // PLANTED BUG (PendingConfirmNotPersisted): the kept confirmation is not written.
+        if !crate::planted::planted!(self, PendingConfirmNotPersisted) {
+            self.record(Table::PendingConfirms, pair_key(&p.user, &p.order_id), &p);
+        }
         self.timers.insert((
             p.at.plus_ms(CONFIRM_REDELIVERY_TTL_MS),
             Timer::Order(p.order_id.clone()),

@@ -316,7 +316,7 @@ impl Relay {
                 id,
             );
         };
-        let dropped = self.state.delete_message(&other, &r.conv_id, tomb.seq);
+        let dropped = self.state.drop_retracted(&other, &r.conv_id, tomb.seq);
         if dropped {
             probes::probe!("retract:dropped-queued-copy");
         }

@@ -102,6 +102,11 @@ impl Relay {
         match o.kind {
             OrderKind::ChannelQuota => true,
             OrderKind::Vanity => AliasId::parse(&o.target).is_ok_and(|a| {
+                // PLANTED BUG (LatePaymentIgnoresHolds): a competing buyer's hold is not
+                // looked at, only whether the alias was sold or is in use.
+                if crate::planted::planted!(self.config, LatePaymentIgnoresHolds) {
+                    return !self.state.alias_spent(&a) && !self.state.by_alias.contains_key(&a);
+                }
                 self.vanity_available(&a, None)
                     || self.state.commerce.alias_hold.get(&a) == Some(&o.id)
             }),

@@ -52,12 +52,28 @@ pub enum PlantedBug {
     /// `receipts`: a receipt may cover seqs never sent to its author, so a client that acks
     /// too far clears messages it never got and tells their sender they were delivered.
     ReceiptBeyondSent,
+    /// `state`: a retract takes the message's still-queued copy out of the queue in memory
+    /// but writes no deletion; after a restart the retracted message is queued again and
+    /// delivered.
+    RetractDropNotPersisted,
+    /// `state`: a receipt takes the messages it acknowledges out of the queue in memory but
+    /// writes no deletion; after a restart they are delivered again (under their seqs).
+    ReceiptDeleteNotPersisted,
+    /// `commerce_state`: the `payment_confirmed` kept for the buyer is not written; a restart
+    /// before the buyer's next `sync` loses it.
+    PendingConfirmNotPersisted,
+    /// `orders`: a late payment is honoured when the alias is neither sold nor in use,
+    /// without looking at a competing buyer's hold; both buyers' orders are confirmed.
+    LatePaymentIgnoresHolds,
+    /// `receipts`: a receipt frees room in the connection's window but does not refill it;
+    /// what waits for room waits for the next message or reconnect.
+    WindowNotRefilledOnReceipt,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 16] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -69,6 +85,11 @@ impl PlantedBug {
         Self::TicketReusable,
         Self::RetractByAnyMember,
         Self::ReceiptBeyondSent,
+        Self::RetractDropNotPersisted,
+        Self::ReceiptDeleteNotPersisted,
+        Self::PendingConfirmNotPersisted,
+        Self::LatePaymentIgnoresHolds,
+        Self::WindowNotRefilledOnReceipt,
     ];
 }
 

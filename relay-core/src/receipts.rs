@@ -92,7 +92,10 @@ impl Relay {
             self.forward_receipt(now, kind, &r.conv_id, r.seq, &user, &other);
         }
         // The window may have opened.
-        self.pump(conn);
+        // PLANTED BUG (WindowNotRefilledOnReceipt): what waits for room stays waiting.
+        if !planted!(self.config, WindowNotRefilledOnReceipt) {
+            self.pump(conn);
+        }
     }
 
     fn forward_receipt(

@@ -819,17 +819,32 @@ impl State {
     }
 
     pub(crate) fn delete_message(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
-        let removed = self
-            .queue_mut(recipient, conv)
+        let removed = self.unqueue(recipient, conv, seq);
+        if removed {
+            self.record_delete(Table::Messages, message_key(recipient, conv, seq));
+        }
+        removed
+    }
+
+    /// Drops the still-queued copy of a retracted message (see [`Self::delete_message`]).
+    pub(crate) fn drop_retracted(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
+        if planted!(self, RetractDropNotPersisted) {
+            // PLANTED BUG (test-only): the copy leaves the queue in memory only; a restart
+            // brings it back.
+            return self.unqueue(recipient, conv, seq);
+        }
+        self.delete_message(recipient, conv, seq)
+    }
+
+    /// Takes message `seq` out of `recipient`'s queue of `conv` (memory only).
+    fn unqueue(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
+        self.queue_mut(recipient, conv)
             .and_then(|(q, backlog, from)| {
                 let m = q.remove(seq)?;
                 backlog.sub(recipient, from, &m);
                 Some(m)
-            });
-        if removed.is_some() {
-            self.record_delete(Table::Messages, message_key(recipient, conv, seq));
-        }
-        removed.is_some()
+            })
+            .is_some()
     }
 
     /// Deletes every message queued for `recipient` in `conv` with seq <= `upto`.
@@ -842,6 +857,11 @@ impl State {
                 Some(m)
             })
         {
+            if planted!(self, ReceiptDeleteNotPersisted) {
+                // PLANTED BUG (test-only): acknowledged messages leave the queue in memory
+                // only; a restart queues them again.
+                continue;
+            }
             self.record_delete(Table::Messages, message_key(recipient, conv, m.seq));
         }
     }

@@ -193,19 +193,40 @@ fn record_order(ctx: &HostCtx, mut rec: OrderRec, pay: Pay) {
     ctx.world.borrow_mut().ledger.orders.push(rec);
 }
 
-/// Purchases `alias` and pays for it.
+/// How often a buyer refused with `ALIAS_TAKEN` comes back to the alias, and how many
+/// times: a user who wants that alias tries again, and a hold that expired meanwhile (a
+/// clock jump) lets the retry in while the first buyer's payment may still be on its way.
+const TAKEN_RETRY_MS: u64 = 5_000;
+/// See [`TAKEN_RETRY_MS`].
+const TAKEN_RETRIES: u32 = 12;
+
+/// Purchases `alias` and pays for it; comes back while it is held by someone else.
 pub(crate) async fn buy_alias(ctx: &HostCtx, client: &Client<Turmoil>, alias: &str, pay: Pay) {
-    let requested_ms = sim_ms();
-    match retried!(client.vanity().purchase(alias)) {
-        Ok(order) => {
-            let rec = OrderRec {
-                price: order.price_usdt,
-                requested_ms,
-                ..new_order(ctx, &order.order_id, OrderKind::Vanity, alias.to_owned())
-            };
-            record_order(ctx, rec, pay);
+    for attempt in 0..=TAKEN_RETRIES {
+        let requested_ms = sim_ms();
+        match retried!(client.vanity().purchase(alias)) {
+            Ok(order) => {
+                let rec = OrderRec {
+                    price: order.price_usdt,
+                    requested_ms,
+                    ..new_order(ctx, &order.order_id, OrderKind::Vanity, alias.to_owned())
+                };
+                if attempt > 0 {
+                    note(ctx, format!("c{} got {alias} at try {attempt}", ctx.me));
+                }
+                record_order(ctx, rec, pay);
+                return;
+            }
+            Err(ClientError::Status(_, body))
+                if body.contains("ALIAS_TAKEN") && attempt < TAKEN_RETRIES =>
+            {
+                sleep_ms(TAKEN_RETRY_MS).await;
+            }
+            Err(e) => {
+                note(ctx, format!("c{} purchase {alias} refused: {e}", ctx.me));
+                return;
+            }
         }
-        Err(e) => note(ctx, format!("c{} purchase {alias} refused: {e}", ctx.me)),
     }
 }
 

@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 19] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -59,6 +59,11 @@ impl Planted {
         Self::Relay(PlantedBug::TicketReusable),
         Self::Relay(PlantedBug::RetractByAnyMember),
         Self::Relay(PlantedBug::ReceiptBeyondSent),
+        Self::Relay(PlantedBug::RetractDropNotPersisted),
+        Self::Relay(PlantedBug::ReceiptDeleteNotPersisted),
+        Self::Relay(PlantedBug::PendingConfirmNotPersisted),
+        Self::Relay(PlantedBug::LatePaymentIgnoresHolds),
+        Self::Relay(PlantedBug::WindowNotRefilledOnReceipt),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -80,6 +85,11 @@ impl Planted {
             Self::Relay(PlantedBug::TicketReusable) => "ticket-reusable",
             Self::Relay(PlantedBug::RetractByAnyMember) => "retract-by-any-member",
             Self::Relay(PlantedBug::ReceiptBeyondSent) => "receipt-beyond-sent",
+            Self::Relay(PlantedBug::RetractDropNotPersisted) => "retract-drop-not-persisted",
+            Self::Relay(PlantedBug::ReceiptDeleteNotPersisted) => "receipt-delete-not-persisted",
+            Self::Relay(PlantedBug::PendingConfirmNotPersisted) => "pending-confirm-not-persisted",
+            Self::Relay(PlantedBug::LatePaymentIgnoresHolds) => "late-payment-ignores-holds",
+            Self::Relay(PlantedBug::WindowNotRefilledOnReceipt) => "window-not-refilled-on-receipt",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

@@ -87,6 +87,8 @@ pub struct History {
     pub orders: BTreeSet<String>,
     /// Every receipt-mark row key ever committed (`conv/reader/kind`).
     pub receipt_marks: BTreeSet<String>,
+    /// Every committed receipt-mark write: `(ms, conversation, reader uuid, seq)`.
+    pub mark_writes: Vec<(u64, String, String, u64)>,
     /// Every committed write of a push-targets row: `(ms, account uuid, the row's JSON)`, a
     /// deleted row as `""` (what the `push` oracle holds a "gone" deletion to).
     pub push_targets: Vec<(u64, String, String)>,
@@ -418,6 +420,16 @@ impl Ctl {
                     }
                     Table::ReceiptMarks => {
                         self.history.receipt_marks.insert(key.clone());
+                        if let Some(v) = json(value) {
+                            self.history.mark_writes.push((
+                                at,
+                                text(&v, "conv_id"),
+                                text(&v, "reader"),
+                                v.get("seq")
+                                    .and_then(serde_json::Value::as_u64)
+                                    .unwrap_or(0),
+                            ));
+                        }
                     }
                     Table::PushTargets => {
                         let row = String::from_utf8_lossy(value).into_owned();

@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 14] = [
+const CASES: [Case; 19] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -106,6 +106,46 @@ const CASES: [Case; 14] = [
         scale: Scale::Small,
         faults: "dishonest",
         oracles: &["authz"],
+    },
+    // A deletion the relay made in memory only: every client-visible oracle excuses a
+    // retracted message, so only the committed rows tell.
+    Case {
+        bug: Planted::Relay(PlantedBug::RetractDropNotPersisted),
+        scale: Scale::Small,
+        faults: "swarm",
+        oracles: &["retract-drops"],
+    },
+    // Acknowledged messages dropped from the queue in memory only: redelivered under their
+    // seqs after a restart, which the wire oracles accept as at-least-once delivery.
+    Case {
+        bug: Planted::Relay(PlantedBug::ReceiptDeleteNotPersisted),
+        scale: Scale::Small,
+        faults: "swarm",
+        oracles: &["receipt-drops"],
+    },
+    // A confirmation kept for an offline buyer in memory only: lost by a restart before the
+    // buyer's next sync.
+    Case {
+        bug: Planted::Relay(PlantedBug::PendingConfirmNotPersisted),
+        scale: Scale::Small,
+        faults: "swarm",
+        oracles: &["payment-applied-once"],
+    },
+    // A late payment honoured over a competing buyer's hold: two buyers confirmed for one
+    // alias (the webhook faults jump the relay's clock past the holds).
+    Case {
+        bug: Planted::Relay(PlantedBug::LatePaymentIgnoresHolds),
+        scale: Scale::Small,
+        faults: "webhook",
+        oracles: &["alias-unique", "payment-applied-once", "commerce-model"],
+    },
+    // A window that is not refilled after a receipt only stalls a connection with more in
+    // flight than the window holds: a hub's backlog.
+    Case {
+        bug: Planted::Relay(PlantedBug::WindowNotRefilledOnReceipt),
+        scale: Scale::Medium,
+        faults: "none",
+        oracles: &["liveness", "sync-complete"],
     },
     // A missing write deadline needs a raw client that stops reading (one swarm seed in ten has one).
     Case {
@@ -305,4 +345,34 @@ fn catches_a_retract_by_the_other_member() {
 #[test]
 fn catches_a_receipt_beyond_what_was_sent() {
     detects(Planted::Relay(PlantedBug::ReceiptBeyondSent));
+}
+
+/// A retract whose queue deletion is never written.
+#[test]
+fn catches_a_retract_whose_deletion_is_not_committed() {
+    detects(Planted::Relay(PlantedBug::RetractDropNotPersisted));
+}
+
+/// A kept `payment_confirmed` that is not written.
+#[test]
+fn catches_a_confirmation_kept_in_memory_only() {
+    detects(Planted::Relay(PlantedBug::PendingConfirmNotPersisted));
+}
+
+/// A late payment honoured over a competing buyer's hold.
+#[test]
+fn catches_a_late_payment_that_ignores_a_competing_hold() {
+    detects(Planted::Relay(PlantedBug::LatePaymentIgnoresHolds));
+}
+
+/// A receipt that frees room in the window without refilling it.
+#[test]
+fn catches_a_window_not_refilled_on_receipt() {
+    detects(Planted::Relay(PlantedBug::WindowNotRefilledOnReceipt));
+}
+
+/// A receipt whose queue deletions are never written.
+#[test]
+fn catches_a_receipt_whose_deletions_are_not_committed() {
+    detects(Planted::Relay(PlantedBug::ReceiptDeleteNotPersisted));
 }

@@ -6,7 +6,7 @@
 //! | [`delivery`] | `delivered-exactly-once`, `non-participant`, `seq-order`, `seq-gap-free` (shared with Jepsen mode, over [`Observed`]) |
 //! | [`receipts`] | `receipts` (shared with Jepsen mode), `receipts-clear`, `retract-lands` |
 //! | `liveness` | `liveness`, `sync-complete`, `probes`, `outbox-drained`, `media` |
-//! | `storage` | `seq-unique`, `fail-stop`, `store-intact`, `canary-store`, `canary-logs` |
+//! | `storage` | `seq-unique`, `retract-drops`, `receipt-drops`, `fail-stop`, `store-intact`, `canary-store`, `canary-logs` |
 //! | [`push`] | `push` (real delivery to the Web Push, FCM and APNs stand-ins, see [`crate::pushworld`]) |
 //! | [`adversaries`] | `authz`, `bad-input`, `stuck-client`, `resources` |
 //! | `market` | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model` |
@@ -51,7 +51,7 @@ pub(crate) use self::storage::logs_free_of_canaries;
 pub use crate::violation::Violation;
 
 /// Every oracle name (for summaries).
-pub const ORACLES: [&str; 34] = [
+pub const ORACLES: [&str; 36] = [
     "duplicate-delivery",
     "seq-reused",
     "delivered-exactly-once",
@@ -59,6 +59,8 @@ pub const ORACLES: [&str; 34] = [
     "seq-order",
     "seq-gap-free",
     "seq-unique",
+    "retract-drops",
+    "receipt-drops",
     "sync-complete",
     "non-participant",
     "receipts",
@@ -142,6 +144,8 @@ pub(crate) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
     liveness::liveness(input, &observed, &got, out);
     liveness::sync_complete(input, &got, out);
     storage::seq_unique(input, out);
+    storage::retract_drops(input, out);
+    storage::receipt_drops(input, out);
     receipts::receipts(&observed, out);
     receipts::receipts_clear(input, &got, out);
     receipts::retract_lands(input, &observed, out);

@@ -5,6 +5,8 @@
 //! |---|---|
 //! | `seq-unique` | in the relay's committed rows, a message (author, id) has one seq (a resend is deduplicated, never stored again) and a seq of a conversation belongs to one message (never reused, e.g. after a restart) |
 //! | `fail-stop` | every message acknowledged and every order handed out was committed first (the store's history has it) |
+//! | `retract-drops` | once a retract is committed (the message's tombstone marked retracted), no queued copy of the message is left in the committed rows: the copy's deletion is in that commit, or the copy was gone before |
+//! | `receipt-drops` | once a receipt mark is committed, no committed queued copy of a message it covers is left for its reader (the deletion is in that commit, or was before) |
 //! | `store-intact` | every reopen of the store (restart, rebuild) loads exactly what was committed, every table and row (SQLite); nothing is committed while the relay is powered off |
 //! | `canary-store` / `canary-logs` | no planted plaintext in the relay's committed rows or in any log line |
 
@@ -13,6 +15,82 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::Input;
 use super::observed::Ack;
 use crate::violation::Violation;
+
+/// `retract-drops`: a committed retract leaves no committed queued copy of its message.
+///
+/// Every client-visible oracle excuses a retracted message (it may arrive, or not, or after
+/// its retract), so a relay that drops the copy in memory only, and brings it back at its
+/// next restart, is caught here, on what it committed, or nowhere.
+pub(super) fn retract_drops(input: &Input<'_>, out: &mut Vec<Violation>) {
+    let kept: Vec<String> = input
+        .history
+        .messages
+        .values()
+        .filter_map(|m| {
+            let retracted = *input.history.retracted_ids.get(&m.id)?;
+            (m.at_ms <= retracted && m.deleted_ms.is_none_or(|d| d > retracted)).then(|| {
+                let until = m
+                    .deleted_ms
+                    .map_or_else(|| "the end".to_owned(), |d| format!("{d} ms"));
+                format!(
+                    "{} ({} seq {}) retract committed at {retracted} ms, queued copy kept until {until}",
+                    m.id, m.conv, m.seq
+                )
+            })
+        })
+        .collect();
+    if let Some(first) = kept.first() {
+        out.push(Violation::new(
+            "retract-drops",
+            format!(
+                "{} retracted message(s) still queued after their retract was committed; first: {first}",
+                kept.len()
+            ),
+        ));
+    }
+}
+
+/// `receipt-drops`: a committed receipt mark leaves no committed queued copy of what it
+/// covers for its reader.
+///
+/// A copy kept in the store comes back at the next restart and is delivered again under its
+/// seq, which the wire oracles accept (at-least-once redelivery), and the client drops as a
+/// duplicate; only the committed rows tell that the acknowledgement was not held to.
+pub(super) fn receipt_drops(input: &Input<'_>, out: &mut Vec<Violation>) {
+    // The highest mark of (conversation, reader) as of each commit, in commit order.
+    let mut marks: BTreeMap<(&str, &str), Vec<(u64, u64)>> = BTreeMap::new();
+    for (at, conv, reader, seq) in &input.history.mark_writes {
+        let list = marks.entry((conv.as_str(), reader.as_str())).or_default();
+        let high = list.last().map_or(0, |(_, s)| *s).max(*seq);
+        list.push((*at, high));
+    }
+    let kept: Vec<String> = input
+        .history
+        .messages
+        .values()
+        .filter_map(|m| {
+            let list = marks.get(&(m.conv.as_str(), m.recipient.as_str()))?;
+            let (at, seq) = list
+                .iter()
+                .find(|(at, seq)| *seq >= m.seq && *at >= m.at_ms)?;
+            m.deleted_ms.is_none_or(|d| d > *at).then(|| {
+                format!(
+                    "{} ({} seq {}) covered by a receipt mark of seq {seq} committed at {at} ms",
+                    m.id, m.conv, m.seq
+                )
+            })
+        })
+        .collect();
+    if let Some(first) = kept.first() {
+        out.push(Violation::new(
+            "receipt-drops",
+            format!(
+                "{} acknowledged message(s) still queued for their reader after the receipt was committed; first: {first}",
+                kept.len()
+            ),
+        ));
+    }
+}
 
 /// One seq per message, one message per seq, over every `Messages` row the relay committed.
 pub(super) fn seq_unique(input: &Input<'_>, out: &mut Vec<Violation>) {
