@@ -139,6 +139,8 @@ struct Ctl {
     crash_request: Option<CrashRequest>,
     /// Ms the next commit waits before it is applied (0: none).
     stall_next_ms: u64,
+    /// Simulated ms until which the commit under way waits (what it took of `stall_next_ms`).
+    stalled_until_ms: u64,
     powered_off: bool,
     history: History,
     /// SQLite: the committed content as a model (memory: the store is its own model).
@@ -206,7 +208,19 @@ impl StoreCtl {
     /// The wait armed for the next commit, once (what the relay's committer asks before each
     /// commit; 0: none).
     pub fn commit_delay(&self) -> u64 {
-        std::mem::take(&mut self.lock().stall_next_ms)
+        let mut c = self.lock();
+        let ms = std::mem::take(&mut c.stall_next_ms);
+        if ms > 0 {
+            c.stalled_until_ms = c.stalled_until_ms.max(sim_ms() + ms);
+        }
+        ms
+    }
+
+    /// Whether a commit wait is armed or under way: the relay releases nothing of the stalled
+    /// batch or of the ones after it until it ends.
+    pub fn stalled(&self) -> bool {
+        let c = self.lock();
+        c.stall_next_ms > 0 || sim_ms() < c.stalled_until_ms
     }
 
     /// The next commit is durable, then fails, and the relay is powered off.

@@ -78,7 +78,6 @@ impl Links {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Internal {
     Restart(String),
-    EndStall,
     /// A frozen relay host resumes (failover).
     Thaw(String),
 }
@@ -264,7 +263,7 @@ impl Sim<'_> {
             FaultAction::SetSkew { .. } => {}
             FaultAction::FailCommits { commits } => self.store.fail_commits(*commits),
             FaultAction::StoreDown { ms } => self.store.down_until(now + ms),
-            FaultAction::StallCommit { ms } => self.stall(now, *ms),
+            FaultAction::StallCommit { ms } => self.stall(*ms),
             FaultAction::CrashAfterCommit { restart_after_ms } => {
                 self.store.crash_after_commit(*restart_after_ms);
             }
@@ -347,19 +346,18 @@ impl Sim<'_> {
     /// The relay's next commit takes `ms`: its committer waits that long before applying it,
     /// while the relay goes on handling inputs on top of it (up to its pipeline depth) and
     /// releases nothing of that batch or of the ones after it meanwhile.
-    fn stall(&mut self, now: u64, ms: u64) {
+    fn stall(&mut self, ms: u64) {
         self.store.stall_next_commit(ms);
-        self.schedule(now + ms, Internal::EndStall);
         self.world.borrow_mut().relay_stalled = true;
-    }
-
-    fn end_stall(&mut self) {
-        self.world.borrow_mut().relay_stalled = false;
     }
 
     /// Runs what the runner scheduled for now or earlier, and power-offs the store asked for.
     fn housekeeping(&mut self) {
         let now = self.now();
+        // A stall lasts from its fault until the stalled commit is applied, which may start
+        // later than the fault (the next commit) and ends `ms` after it started.
+        let stalled = self.store.stalled();
+        self.world.borrow_mut().relay_stalled = stalled;
         if let Some(req) = self.store.take_crash_request() {
             self.note(format!(
                 "relay powers off (store fault); restart in {} ms",
@@ -378,7 +376,6 @@ impl Sim<'_> {
             for what in entry.remove() {
                 match what {
                     Internal::Restart(h) => self.power_on(&h),
-                    Internal::EndStall => self.end_stall(),
                     Internal::Thaw(h) => self.thaw(&h),
                 }
             }
@@ -388,7 +385,6 @@ impl Sim<'_> {
     /// Repairs every link, releases every hold, restarts every powered-off host, turns the
     /// store faults off, resets latency.
     fn heal(&mut self, plan: &FaultPlan) {
-        self.end_stall();
         for h in self.links.frozen.clone() {
             self.thaw(&h);
         }
@@ -401,10 +397,6 @@ impl Sim<'_> {
         self.links.dirs.clear();
         self.sim
             .set_max_message_latency(Duration::from_millis(plan.latency_ms.1));
-        self.internal.retain(|_, v| {
-            v.retain(|i| !matches!(i, Internal::EndStall));
-            !v.is_empty()
-        });
         self.relay_down.clear();
         for h in std::mem::take(&mut self.links.down) {
             if h == RELAY {
