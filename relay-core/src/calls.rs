@@ -157,7 +157,10 @@ impl Relay {
                 id,
             );
         };
-        c.from = Some(from.clone());
+        // PLANTED BUG (CallFromNotStamped): a `from` the caller claimed is passed on.
+        if c.from.is_none() || !crate::planted::planted!(self.config, CallFromNotStamped) {
+            c.from = Some(from.clone());
+        }
         self.send(peer_conn, ServerFrame::Call(c));
     }
 }

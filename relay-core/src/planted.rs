@@ -49,6 +49,9 @@ pub enum PlantedBug {
     /// `messaging`: a retract's id is looked up under either member of the conversation, so
     /// a member retracts the other one's messages.
     RetractByAnyMember,
+    /// `calls`: a call signal's `from`, when the caller wrote one, is passed on instead of
+    /// being overwritten with the caller's alias, so a caller can pose as someone else.
+    CallFromNotStamped,
     /// `receipts`: a receipt may cover seqs never sent to its author, so a client that acks
     /// too far clears messages it never got and tells their sender they were delivered.
     ReceiptBeyondSent,
@@ -73,7 +76,7 @@ pub enum PlantedBug {
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -84,6 +87,7 @@ impl PlantedBug {
         Self::AuthChallengeReusable,
         Self::TicketReusable,
         Self::RetractByAnyMember,
+        Self::CallFromNotStamped,
         Self::ReceiptBeyondSent,
         Self::RetractDropNotPersisted,
         Self::ReceiptDeleteNotPersisted,

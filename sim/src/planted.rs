@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -58,6 +58,7 @@ impl Planted {
         Self::Relay(PlantedBug::AuthChallengeReusable),
         Self::Relay(PlantedBug::TicketReusable),
         Self::Relay(PlantedBug::RetractByAnyMember),
+        Self::Relay(PlantedBug::CallFromNotStamped),
         Self::Relay(PlantedBug::ReceiptBeyondSent),
         Self::Relay(PlantedBug::RetractDropNotPersisted),
         Self::Relay(PlantedBug::ReceiptDeleteNotPersisted),
@@ -84,6 +85,7 @@ impl Planted {
             Self::Relay(PlantedBug::AuthChallengeReusable) => "auth-challenge-reusable",
             Self::Relay(PlantedBug::TicketReusable) => "ticket-reusable",
             Self::Relay(PlantedBug::RetractByAnyMember) => "retract-by-any-member",
+            Self::Relay(PlantedBug::CallFromNotStamped) => "call-from-not-stamped",
             Self::Relay(PlantedBug::ReceiptBeyondSent) => "receipt-beyond-sent",
             Self::Relay(PlantedBug::RetractDropNotPersisted) => "retract-drop-not-persisted",
             Self::Relay(PlantedBug::ReceiptDeleteNotPersisted) => "receipt-delete-not-persisted",

@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 19] = [
+const CASES: [Case; 20] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -97,6 +97,13 @@ const CASES: [Case; 19] = [
     // relay never sent them.
     Case {
         bug: Planted::Relay(PlantedBug::RetractByAnyMember),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
+    },
+    // A field of a frame the relay passes on, forged: a call signal naming another caller.
+    Case {
+        bug: Planted::Relay(PlantedBug::CallFromNotStamped),
         scale: Scale::Small,
         faults: "dishonest",
         oracles: &["authz"],
@@ -375,4 +382,10 @@ fn catches_a_window_not_refilled_on_receipt() {
 #[test]
 fn catches_a_receipt_whose_deletions_are_not_committed() {
     detects(Planted::Relay(PlantedBug::ReceiptDeleteNotPersisted));
+}
+
+/// A call signal's claimed `from` is passed on to the callee.
+#[test]
+fn catches_a_call_signal_whose_from_is_not_stamped() {
+    detects(Planted::Relay(PlantedBug::CallFromNotStamped));
 }

@@ -6,7 +6,8 @@
 //! stranger's own token whose signature is altered, and with a token claiming another account
 //! (the stranger's header and signature over a payload naming the victim). The oracle is
 //! differential and needs no knowledge of the route: **a forged credential never gets a 2xx
-//! where no credential got a refusal**.
+//! where no credential got a refusal** (a 4xx; a 5xx or a 429 without credentials says nothing
+//! about the route, which is then not judged).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -95,6 +96,11 @@ pub(super) async fn credentials(account: &RawAccount, victim: Option<&str>) -> (
         };
         if (200..300).contains(&bare) {
             continue; // a public route: nothing to forge
+        }
+        if !(400..500).contains(&bare) || bare == 429 {
+            // Not a refusal of the request as made (a storage outage, a rate limit): the
+            // route's answer to no credentials is unknown, so nothing is judged on it.
+            continue;
         }
         for (what, token) in &forged {
             if let Some(s) = status(&client, method, path, Some(token)).await

@@ -9,6 +9,7 @@
 //! | a `delivered` receipt for a seq the relay never sent it (its socket never synced) | always | a `delivered` receipt from the stranger for that seq |
 //! | a `retract` of the puppet's message | always (only the author retracts) | a `retract` of its own message |
 //! | a `msg` naming the puppet as its `from` | the relay stamps `from` itself | a `msg` of the stranger's whose `from` is not the stranger's alias |
+//! | a `call_offer` naming the puppet as its `from` | the relay stamps `from` on every call signal it passes on | a `call_offer` of the stranger's whose `from` is not the stranger's alias |
 //!
 //! The breaches are judged on what the relay told the victim, which no network fault can
 //! fabricate; a fault that drops a step leaves that attempt unjudged.
@@ -143,6 +144,29 @@ pub(super) async fn member(
                 "authz",
                 format!(
                     "a msg of {} whose frame named another `from` reached its recipient as from {from:?}",
+                    attacker.alias
+                ),
+            ));
+        }
+    }
+    // A call signal naming the puppet itself as its `from` (the relay passes call signals on
+    // and must stamp `from` with the caller's alias).
+    let call_id = format!("member-call-{act_ms}");
+    a_writer
+        .text(&json!({"type": "call_offer", "to": puppet.alias, "call_id": call_id, "from": puppet.alias, "crypto_v": 1, "payload": PAYLOAD}))
+        .await;
+    let frames = read_for(&mut p_reader, STEP_MS).await;
+    if let Some(f) = frames
+        .iter()
+        .find(|f| is(f, "call_offer") && f.get("call_id").and_then(Value::as_str) == Some(&call_id))
+    {
+        judged += 1;
+        let from = f.get("from").and_then(Value::as_str);
+        if from != Some(attacker.alias.as_str()) {
+            found.push(Violation::new(
+                "authz",
+                format!(
+                    "a call_offer of {} whose frame named another `from` reached its callee as from {from:?}",
                     attacker.alias
                 ),
             ));

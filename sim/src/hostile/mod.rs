@@ -8,10 +8,14 @@
 //!   loop: the fault plan's acts, one at a time:
 //!     flood        malformed frames at a high rate; each must get an error frame (or the
 //!                  socket a close code)
-//!     dishonest    others' conversations (msg, receipts, typing, retract), others'
-//!                  friendships, orders, channels and identities; out-of-order binds; in
-//!                  half of the acts, every route of the relay's table with forged
-//!                  credentials (`credentials`)
+//!     dishonest    first, against its own puppet account (`member`, `replay`): as the
+//!                  other member of their conversation, a receipt for seqs never sent to
+//!                  it, a retract of the puppet's message, a msg naming the puppet as
+//!                  `from`; and each single-use object (auth challenge, WebSocket ticket)
+//!                  used, then replayed. Then others' conversations (msg, receipts, typing,
+//!                  retract), others' friendships, orders, channels and identities;
+//!                  out-of-order binds; in half of the acts, every route of the relay's
+//!                  table with forged credentials (`credentials`)
 //!     stop-reading provoke answers, stop reading; the relay must close the socket within
 //!                  STUCK_CLOSE_BOUND_MS (seen as the host's TCP stream count dropping to 0:
 //!                  a relay that drops the socket resets it, its unread data makes it a RST)
@@ -24,7 +28,8 @@
 //! their name).
 //!
 //! Modules: `http` (registration and login by hand), `ws` (a WebSocket spoken by hand),
-//! `flood`, `dishonest`, `slow` (the slow consumer), `storm`.
+//! `flood`, `dishonest` (with `credentials`, `member` and `replay`), `slow` (the slow
+//! consumer), `storm`.
 
 mod credentials;
 mod dishonest;
