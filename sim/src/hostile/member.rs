@@ -172,7 +172,24 @@ pub(super) async fn member(
             ));
         }
     }
-    drop(read_for(&mut a_reader, 10).await);
+    // Its own message retracted twice (the second is answered, not applied again), and a
+    // call to the puppet once its socket is gone (refused: signals are never stored).
+    let own = format!("member-own-{act_ms}");
+    a_writer
+        .text(&json!({"type": "msg", "id": own, "to": puppet.alias, "conv_id": conv, "crypto_v": 1, "payload": PAYLOAD}))
+        .await;
+    for _ in 0..2 {
+        a_writer
+            .text(&json!({"type": "retract", "id": own, "to": puppet.alias, "conv_id": conv, "crypto_v": 1}))
+            .await;
+    }
+    drop(read_for(&mut p_reader, STEP_MS).await);
+    drop((p_reader, p_writer));
+    drop(read_for(&mut a_reader, STEP_MS).await);
+    a_writer
+        .text(&json!({"type": "call_offer", "to": puppet.alias, "call_id": format!("{call_id}-late"), "crypto_v": 1, "payload": PAYLOAD}))
+        .await;
+    drop(read_for(&mut a_reader, STEP_MS).await);
     (found, judged)
 }
 
