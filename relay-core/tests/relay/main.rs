@@ -19,6 +19,7 @@ mod group_commit;
 mod hardening;
 mod http;
 mod media;
+mod message_edges;
 mod messaging;
 mod model;
 mod orders;
