@@ -92,3 +92,172 @@ fn a_retraction_is_stored_in_the_tombstone() {
     let outs = w.msg(&a, &b, &conv, "m1");
     assert_eq!(acks(&frames(&outs, ca)), [("m1".into(), 1)]);
 }
+
+/// (conv, seq) of the `msg` frames sent to `conn` among `outs`.
+fn pushed(outs: &[relay_core::Output], conn: relay_core::ConnId) -> Vec<(String, u64)> {
+    frames(outs, conn)
+        .into_iter()
+        .filter_map(|f| match f {
+            wire::ServerFrame::Msg(m) => Some((m.conv_id.to_string(), m.seq.get())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A conversation already waiting for its turn since the `sync` keeps one place in the turn
+/// order when a new message arrives in it: the two backlogs still alternate.
+#[test]
+fn a_new_message_does_not_give_a_waiting_conversation_a_second_turn() {
+    let mut w = World::with_config(relay_core::Config {
+        sync_window_msgs: 1,
+        ..crate::world::fast_config()
+    });
+    let mut r = w.user("reader");
+    let mut a = w.user("a");
+    let mut b = w.user("b");
+    let conv_a = w.befriend(&a, &r);
+    let conv_b = w.befriend(&b, &r);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    // A's backlog is the older one.
+    for i in 1..=3 {
+        w.msg(&a, &r, &conv_a, &format!("a{i}"));
+        w.advance(1);
+    }
+    for i in 1..=3 {
+        w.msg(&b, &r, &conv_b, &format!("b{i}"));
+        w.advance(1);
+    }
+    let cr = w.connect(&mut r);
+    let mut order = pushed(&w.sync(cr), cr);
+    assert_eq!(order, [(conv_a.clone(), 1)]);
+    // A writes again while both conversations wait for their turns.
+    order.extend(pushed(&w.msg(&a, &r, &conv_a, "a4"), cr));
+    // The reader acknowledges each message as it comes.
+    while let Some((conv, seq)) = order.last().cloned() {
+        let to = if conv == conv_a { &a.alias } else { &b.alias };
+        let outs = w.send(
+            cr,
+            json!({"type":"delivered","conv_id":conv,"seq":seq,"to":to}),
+        );
+        let next = pushed(&outs, cr);
+        if next.is_empty() {
+            break;
+        }
+        order.extend(next);
+    }
+    let (ta, tb) = (conv_a.as_str(), conv_b.as_str());
+    let got: Vec<(&str, u64)> = order.iter().map(|(c, s)| (c.as_str(), *s)).collect();
+    assert_eq!(
+        got,
+        [
+            (ta, 1),
+            (tb, 1),
+            (ta, 2),
+            (tb, 2),
+            (ta, 3),
+            (tb, 3),
+            (ta, 4)
+        ]
+    );
+}
+
+/// Acknowledges the last message pushed to `r` (from `a` in `conv_a`, else from `b`) until
+/// nothing more comes; returns every (conv, seq) pushed, `order` included.
+fn ack_until_idle(
+    w: &mut World,
+    r: &User,
+    (a, conv_a): (&User, &str),
+    b: &User,
+    mut order: Vec<(String, u64)>,
+) -> Vec<(String, u64)> {
+    let cr = r.conn.unwrap();
+    while let Some((conv, seq)) = order.last().cloned() {
+        let to = if conv == conv_a { &a.alias } else { &b.alias };
+        let next = pushed(
+            &w.send(
+                cr,
+                json!({"type":"delivered","conv_id":conv,"seq":seq,"to":to}),
+            ),
+            cr,
+        );
+        if next.is_empty() {
+            break;
+        }
+        order.extend(next);
+    }
+    order
+}
+
+/// A conversation that gets messages while another one waits for the window joins the turn
+/// order once (a new one, or one whose earlier messages were all pushed).
+#[test]
+fn a_live_conversation_joins_the_turns_once_while_another_waits() {
+    let mut w = World::with_config(relay_core::Config {
+        sync_window_msgs: 1,
+        ..crate::world::fast_config()
+    });
+    let mut r = w.user("reader");
+    let mut a = w.user("a");
+    let mut b = w.user("b");
+    let conv_a = w.befriend(&a, &r);
+    let conv_b = w.befriend(&b, &r);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    for i in 1..=3 {
+        w.msg(&a, &r, &conv_a, &format!("a{i}"));
+    }
+    let cr = w.connect(&mut r);
+    let mut order = pushed(&w.sync(cr), cr);
+    // B is new on this connection: b1 and b2 arrive while A waits for the window.
+    order.extend(pushed(&w.msg(&b, &r, &conv_b, "b1"), cr));
+    order.extend(pushed(&w.msg(&b, &r, &conv_b, "b2"), cr));
+    let order = ack_until_idle(&mut w, &r, (&a, &conv_a), &b, order);
+    let (ta, tb) = (conv_a.as_str(), conv_b.as_str());
+    let got: Vec<(&str, u64)> = order.iter().map(|(c, s)| (c.as_str(), *s)).collect();
+    assert_eq!(got, [(ta, 1), (ta, 2), (tb, 1), (ta, 3), (tb, 2)]);
+    // Everything was pushed: a4 goes out at once, a5 waits for it and follows its receipt.
+    let mut order = pushed(&w.msg(&a, &r, &conv_a, "a4"), cr);
+    order.extend(pushed(&w.msg(&a, &r, &conv_a, "a5"), cr));
+    let order = ack_until_idle(&mut w, &r, (&a, &conv_a), &b, order);
+    let got: Vec<(&str, u64)> = order.iter().map(|(c, s)| (c.as_str(), *s)).collect();
+    assert_eq!(got, [(ta, 4), (ta, 5)]);
+}
+
+/// A conversation whose last message was pushed leaves the turns: it does not hold the front
+/// against another conversation's backlog.
+#[test]
+fn a_conversation_with_nothing_left_gives_up_its_turn() {
+    let mut w = World::with_config(relay_core::Config {
+        sync_window_msgs: 2,
+        ..crate::world::fast_config()
+    });
+    let mut r = w.user("reader");
+    let mut a = w.user("a");
+    let mut b = w.user("b");
+    let conv_a = w.befriend(&a, &r);
+    let conv_b = w.befriend(&b, &r);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    w.msg(&a, &r, &conv_a, "a1");
+    w.advance(1);
+    w.msg(&b, &r, &conv_b, "b1");
+    w.msg(&b, &r, &conv_b, "b2");
+    let cr = w.connect(&mut r);
+    let outs = w.sync(cr);
+    assert_eq!(
+        pushed(&outs, cr),
+        [(conv_a.clone(), 1), (conv_b.clone(), 1)]
+    );
+    let outs = w.send(
+        cr,
+        json!({"type":"delivered","conv_id":conv_a,"seq":1,"to":a.alias}),
+    );
+    assert_eq!(pushed(&outs, cr), [(conv_b.clone(), 2)]);
+}
