@@ -8,6 +8,7 @@
 )]
 
 mod abuse;
+mod account_edges;
 mod backlog;
 mod bounds;
 mod calls;
@@ -19,6 +20,7 @@ mod durability;
 mod group_commit;
 mod hardening;
 mod http;
+mod limit_values;
 mod media;
 mod message_edges;
 mod messaging;

@@ -261,3 +261,29 @@ fn a_conversation_with_nothing_left_gives_up_its_turn() {
     );
     assert_eq!(pushed(&outs, cr), [(conv_b.clone(), 2)]);
 }
+
+/// A message retracted while in flight gives its bytes back to the window, and only its own:
+/// the bytes of what is still in flight keep counting.
+#[test]
+fn a_retraction_in_flight_frees_exactly_its_bytes_of_the_window() {
+    // The world's `msg` frames: ids "m1".."m4", conversation ids "c-" + 24 hex digits,
+    // payload base64("p-mN") (8 bytes).
+    let cost = relay_core::limits::msg_frame_bytes(2, 26, 8);
+    let mut w = World::with_config(relay_core::Config {
+        sync_window_bytes: 2 * cost + cost / 2,
+        ..crate::world::fast_config()
+    });
+    let (a, mut r, conv) = alice_and_offline_bob(&mut w);
+    assert_eq!(conv.len(), 26);
+    for i in 1..=4 {
+        w.msg(&a, &r, &conv, &format!("m{i}"));
+    }
+    let cr = w.connect(&mut r);
+    let outs = w.sync(cr);
+    assert_eq!(pushed(&outs, cr), [(conv.clone(), 1), (conv.clone(), 2)]);
+    let outs = w.send(
+        a.conn.unwrap(),
+        json!({"type":"retract","id":"m2","to":r.alias,"conv_id":conv}),
+    );
+    assert_eq!(pushed(&outs, cr), [(conv.clone(), 3)]);
+}
