@@ -64,7 +64,15 @@ fn an_address_s_other_challenges_survive_one_being_solved() {
 fn a_ninth_challenge_evicts_only_the_oldest() {
     let mut w = World::new();
     let addr = "5.5.5.6";
-    let all: Vec<String> = (0..9).map(|_| challenge(&mut w, addr)).collect();
+    let t0 = w.now;
+    let all: Vec<String> = (0..9)
+        .map(|_| {
+            w.now = w.now.plus_ms(1);
+            challenge(&mut w, addr)
+        })
+        .collect();
+    // The evicted one is forgotten: the next expiry is the second one's.
+    assert_eq!(w.relay.poll_timeout(), Some(t0.plus_ms(2 + 300_000)));
     let others = |i: usize| -> Vec<&str> {
         all.iter()
             .enumerate()
@@ -105,6 +113,8 @@ fn sweeping_an_expired_challenge_keeps_the_address_s_live_ones() {
     // The old one's expiry: the relay asks to be woken then, and sweeps it.
     assert_eq!(w.relay.poll_timeout(), Some(t0.plus_ms(300_000)));
     w.advance(100_000);
+    // Swept at that very instant: the young one's expiry is next.
+    assert_eq!(w.relay.poll_timeout(), Some(t0.plus_ms(500_000)));
     let r = register(&mut w, addr, &nonce_for(&old, &[&young]));
     assert_eq!(r.error_code().unwrap(), "POW_INVALID");
     let r = register(&mut w, addr, &nonce_for(&young, &[&old]));
@@ -188,4 +198,50 @@ fn auth_challenges_and_tickets_expire_at_their_instant() {
         w.connect_query(format!("user_uuid={}&ticket={t}", u.uuid), None)
             .is_ok()
     );
+}
+
+/// A solved challenge is forgotten at once: the relay no longer asks to be woken for it.
+#[test]
+fn a_solved_challenge_leaves_no_timer() {
+    let mut w = World::new();
+    let c = challenge(&mut w, "5.5.5.9");
+    assert!(w.relay.poll_timeout().is_some());
+    let r = register(&mut w, "5.5.5.9", &relay_core::pow::solve(&c, 1));
+    assert_eq!(r.status, 201, "{:?}", r.body_json());
+    assert_eq!(w.relay.poll_timeout(), None);
+}
+
+/// The `Authorization` header: the scheme is `Bearer` in any case, and only `Bearer`; an
+/// empty or blank header is a missing token, not a malformed one.
+#[test]
+fn the_authorization_scheme_is_bearer_in_any_case() {
+    let mut w = World::new();
+    let u = w.user("u");
+    let code = |w: &mut World, auth: &str| {
+        let mut req = HttpRequest::new(Method::Get, "/api/v1/friends");
+        req.authorization = Some(auth.to_owned());
+        let r = w.http(req);
+        (r.status, r.error_code())
+    };
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        assert_eq!(
+            code(&mut w, &format!("{scheme} {}", u.token)),
+            (200, None),
+            "{scheme}"
+        );
+    }
+    for scheme in ["Token", "Basic", "JWT"] {
+        assert_eq!(
+            code(&mut w, &format!("{scheme} {}", u.token)),
+            (401, Some("TOKEN_INVALID".into())),
+            "{scheme}"
+        );
+    }
+    for blank in ["", "   "] {
+        assert_eq!(
+            code(&mut w, blank),
+            (401, Some("AUTH_REQUIRED".into())),
+            "{blank:?}"
+        );
+    }
 }

@@ -287,3 +287,43 @@ fn a_retraction_in_flight_frees_exactly_its_bytes_of_the_window() {
     );
     assert_eq!(pushed(&outs, cr), [(conv.clone(), 3)]);
 }
+
+/// With two conversations in flight, a retraction in one recounts that one only: the other's
+/// bytes still fill the window.
+#[test]
+fn a_retraction_in_flight_keeps_the_other_conversation_s_bytes_counted() {
+    let cost = relay_core::limits::msg_frame_bytes(2, 26, 8);
+    let mut w = World::with_config(relay_core::Config {
+        sync_window_bytes: 3 * cost + cost / 2,
+        ..crate::world::fast_config()
+    });
+    let mut r = w.user("reader");
+    let mut a = w.user("a");
+    let mut b = w.user("b");
+    let conv_a = w.befriend(&a, &r);
+    let conv_b = w.befriend(&b, &r);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    w.msg(&a, &r, &conv_a, "a1");
+    w.advance(1);
+    for i in 1..=4 {
+        w.msg(&b, &r, &conv_b, &format!("b{i}"));
+    }
+    let cr = w.connect(&mut r);
+    let outs = w.sync(cr);
+    assert_eq!(
+        pushed(&outs, cr),
+        [
+            (conv_a.clone(), 1),
+            (conv_b.clone(), 1),
+            (conv_b.clone(), 2)
+        ]
+    );
+    let outs = w.send(
+        cb,
+        json!({"type":"retract","id":"b2","to":r.alias,"conv_id":conv_b}),
+    );
+    assert_eq!(pushed(&outs, cr), [(conv_b.clone(), 3)]);
+}
