@@ -89,3 +89,26 @@ fn the_storage_estimate_sums_payloads_and_media() {
     let s = w.get("/api/v1/storage/estimate", Some(&b.token)).body_json();
     assert_eq!(s["used_bytes"].as_u64(), Some(20 + 1_000));
 }
+
+/// Invisible characters that are also combining marks (variation selectors, U+034F, the
+/// Mongolian free variation selectors) are refused after any letter, as the other invisible
+/// characters are: "admin" + U+FE00 would otherwise pass for "admin". U+FE0F after an emoji
+/// still passes.
+#[test]
+fn invisible_combining_marks_are_refused_after_a_letter() {
+    let mut w = World::new();
+    let mut n = 100;
+    for nick in [
+        "admin\u{FE00}",
+        "x\u{FE0F}",
+        "\u{00E9}\u{FE0F}",
+        "a\u{034F}b",
+        "x\u{180B}",
+        "x\u{E0100}",
+    ] {
+        assert_eq!(register(&mut w, nick, &mut n), 400, "{nick:?}");
+    }
+    for nick in ["\u{2764}\u{FE0F}", "\u{263A}\u{FE0F} hi", "e\u{0301}"] {
+        assert_eq!(register(&mut w, nick, &mut n), 201, "{nick:?}");
+    }
+}
