@@ -62,7 +62,9 @@ fn the_storage_estimate_sums_payloads_and_media() {
             json!({"type":"msg","id":format!("m{i}"),"to":b.alias,"conv_id":conv,"payload":p}),
         );
     }
-    let s = w.get("/api/v1/storage/estimate", Some(&b.token)).body_json();
+    let s = w
+        .get("/api/v1/storage/estimate", Some(&b.token))
+        .body_json();
     assert_eq!(
         (s["used_bytes"].as_u64(), s["message_count"].as_u64()),
         (Some(4 + 12 + 4), Some(3))
@@ -86,7 +88,9 @@ fn the_storage_estimate_sums_payloads_and_media() {
         Some(&b.token),
     );
     assert_eq!(r.status, 200, "{:?}", r.body_json());
-    let s = w.get("/api/v1/storage/estimate", Some(&b.token)).body_json();
+    let s = w
+        .get("/api/v1/storage/estimate", Some(&b.token))
+        .body_json();
     assert_eq!(s["used_bytes"].as_u64(), Some(20 + 1_000));
 }
 

@@ -18,16 +18,17 @@ fn claims_carry_the_issue_and_expiry_seconds() {
     );
     // Valid until the last millisecond before `exp`, expired from `exp` on.
     assert!(keys.verify(&jwt, 1_800_000_212_999).is_ok());
-    assert_eq!(keys.verify(&jwt, 1_800_000_213_000), Err(TokenError::Expired));
+    assert_eq!(
+        keys.verify(&jwt, 1_800_000_213_000),
+        Err(TokenError::Expired)
+    );
 }
 
 /// A genuine token of `len` bytes (its subject padded to fit), if the encoding can reach
 /// exactly that length.
 fn token_of_len(keys: &TokenKeys, len: usize) -> Option<String> {
     (0..len).find_map(|pad| {
-        let jwt = keys
-            .issue(&"s".repeat(pad), "jti", NOW, 60_000)
-            .unwrap();
+        let jwt = keys.issue(&"s".repeat(pad), "jti", NOW, 60_000).unwrap();
         (jwt.len() == len).then_some(jwt)
     })
 }
