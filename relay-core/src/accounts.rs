@@ -54,6 +54,10 @@ pub(crate) fn check_nickname(raw: &str) -> Result<String, ApiError> {
                     ),
                 ));
             }
+            // Variation selectors and U+034F are nonspacing marks: as invisible as the rest.
+            if is_invisible(c) && !emoji_sequence_part(&chars, i) {
+                return Err(invisible_error(c));
+            }
             continue;
         }
         marks = 0;
@@ -73,17 +77,20 @@ pub(crate) fn check_nickname(raw: &str) -> Result<String, ApiError> {
             ));
         }
         if is_invisible(c) && !emoji_sequence_part(&chars, i) {
-            return Err(ApiError::new(
-                ErrorCode::INVALID_FIELD,
-                format!(
-                    "nickname must not contain invisible or direction-changing characters \
-                     (U+{:04X})",
-                    u32::from(c)
-                ),
-            ));
+            return Err(invisible_error(c));
         }
     }
     Ok(nick.to_owned())
+}
+
+fn invisible_error(c: char) -> ApiError {
+    ApiError::new(
+        ErrorCode::INVALID_FIELD,
+        format!(
+            "nickname must not contain invisible or direction-changing characters (U+{:04X})",
+            u32::from(c)
+        ),
+    )
 }
 
 /// Characters that render as nothing (or as blank space) or change the order of what is

@@ -182,6 +182,21 @@ fn a_non_base64_payload_is_refused() {
         "YQ===",
         "YWJj=",
         "Y Q==",
+        // Three characters take one `=` at most.
+        "YWI==",
+        // The bytes just past each range of the alphabet: `[` after `Z`, `{` after `z`,
+        // `:` after `9`, and `*`, `,`, `.` and `0` - 1 around `+` and `/`.
+        "YWJ[",
+        "YWJ{",
+        "YWJ:",
+        "YWJ*",
+        "YWJ,",
+        "YWJ.",
+        "YWJ@",
+        "YWJ`",
+        // In a whole 32-byte block rather than the padded remainder.
+        "YWJjYWJjYWJjYWJjYWJjYWJjYWJjYW{jYWJj",
+        "YWJjYWJjYWJjYWJjYWJjYWJjYWJjYW:jYWJj",
     ]
     .into_iter()
     .enumerate()
@@ -200,6 +215,7 @@ fn a_non_base64_payload_is_refused() {
         "AAECAwQFBgcICQoL0jHajt/mT28D3zDaW8b+jHAC9lOL",
         "YQ",
         "YWI",
+        "YWI=",
         "YWJj",
         "",
     ]

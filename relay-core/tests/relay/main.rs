@@ -8,23 +8,28 @@
 )]
 
 mod abuse;
+mod account_edges;
 mod backlog;
 mod bounds;
 mod calls;
 mod channel_bounds;
 mod channels;
 mod confirm_redelivery;
+mod credentials;
 mod durability;
 mod group_commit;
 mod hardening;
 mod http;
+mod limit_values;
 mod media;
+mod message_edges;
 mod messaging;
 mod model;
 mod orders;
 mod push;
 mod push_gone;
 mod refunds;
+mod tokens;
 mod vanity;
 mod webhook_reports;
 mod world;
