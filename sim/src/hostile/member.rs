@@ -128,45 +128,39 @@ pub(super) async fn member(
             ));
         }
     }
-    let forged = format!("member-{}-{}", attacker.alias, sim_ms());
-    a_writer
-        .text(&json!({"type": "msg", "id": forged, "to": puppet.alias, "from": puppet.alias, "conv_id": conv, "crypto_v": 1, "payload": PAYLOAD}))
-        .await;
-    let frames = read_for(&mut p_reader, STEP_MS).await;
-    if let Some(f) = frames
-        .iter()
-        .find(|f| is(f, "msg") && f.get("id").and_then(Value::as_str) == Some(&forged))
-    {
-        judged += 1;
-        let from = f.get("from").and_then(Value::as_str);
-        if from != Some(attacker.alias.as_str()) {
-            found.push(Violation::new(
-                "authz",
-                format!(
-                    "a msg of {} whose frame named another `from` reached its recipient as from {from:?}",
-                    attacker.alias
-                ),
-            ));
-        }
-    }
-    // A call signal naming the puppet itself as its `from` (the relay passes call signals on
-    // and must stamp `from` with the caller's alias).
+    // Frames the relay passes on, each naming the puppet itself as its `from`: the relay
+    // must stamp `from` with the sender's alias.
     let call_id = format!("member-call-{act_ms}");
-    a_writer
-        .text(&json!({"type": "call_offer", "to": puppet.alias, "call_id": call_id, "from": puppet.alias, "crypto_v": 1, "payload": PAYLOAD}))
-        .await;
-    let frames = read_for(&mut p_reader, STEP_MS).await;
-    if let Some(f) = frames
-        .iter()
-        .find(|f| is(f, "call_offer") && f.get("call_id").and_then(Value::as_str) == Some(&call_id))
-    {
+    let forged_msg = format!("member-{}-{act_ms}", attacker.alias);
+    let forgeries = [
+        (
+            "id",
+            forged_msg.as_str(),
+            json!({"type": "msg", "id": forged_msg, "to": puppet.alias, "from": puppet.alias, "conv_id": conv, "crypto_v": 1, "payload": PAYLOAD}),
+        ),
+        (
+            "call_id",
+            call_id.as_str(),
+            json!({"type": "call_offer", "to": puppet.alias, "call_id": call_id, "from": puppet.alias, "crypto_v": 1, "payload": PAYLOAD}),
+        ),
+    ];
+    for (key, id, frame) in &forgeries {
+        a_writer.text(frame).await;
+        let kind = frame["type"].as_str().unwrap_or_default();
+        let frames = read_for(&mut p_reader, STEP_MS).await;
+        let Some(f) = frames
+            .iter()
+            .find(|f| is(f, kind) && f.get(*key).and_then(Value::as_str) == Some(id))
+        else {
+            continue;
+        };
         judged += 1;
         let from = f.get("from").and_then(Value::as_str);
         if from != Some(attacker.alias.as_str()) {
             found.push(Violation::new(
                 "authz",
                 format!(
-                    "a call_offer of {} whose frame named another `from` reached its callee as from {from:?}",
+                    "a {kind} of {} whose frame named another `from` reached the puppet as from {from:?}",
                     attacker.alias
                 ),
             ));
