@@ -28,6 +28,7 @@ mod model;
 mod orders;
 mod push;
 mod push_gone;
+mod rate_windows;
 mod refunds;
 mod tokens;
 mod vanity;
