@@ -75,11 +75,17 @@ fn a_timer_tick_does_not_reset_a_live_message_window() {
     assert!(accepted(&mut w, &a, &b, &conv, "m0"));
     assert!(accepted(&mut w, &a, &b, &conv, "m1"));
     w.advance(1);
-    assert!(!accepted(&mut w, &a, &b, &conv, "m2"), "still the same window");
+    assert!(
+        !accepted(&mut w, &a, &b, &conv, "m2"),
+        "still the same window"
+    );
     w.advance(59_000);
     assert!(!accepted(&mut w, &a, &b, &conv, "m2"));
     w.advance(999);
-    assert!(accepted(&mut w, &a, &b, &conv, "m2"), "the window has ended");
+    assert!(
+        accepted(&mut w, &a, &b, &conv, "m2"),
+        "the window has ended"
+    );
 }
 
 /// A limit of 0 messages per minute allows none, the first one included.
