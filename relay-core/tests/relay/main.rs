@@ -10,6 +10,7 @@
 mod abuse;
 mod account_edges;
 mod backlog;
+mod blob_store;
 mod bounds;
 mod calls;
 mod channel_bounds;
