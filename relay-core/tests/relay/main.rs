@@ -10,6 +10,7 @@
 mod abuse;
 mod account_edges;
 mod backlog;
+mod blob_store;
 mod bounds;
 mod calls;
 mod channel_bounds;
@@ -28,6 +29,7 @@ mod model;
 mod orders;
 mod push;
 mod push_gone;
+mod rate_windows;
 mod refunds;
 mod tokens;
 mod vanity;
