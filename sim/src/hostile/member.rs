@@ -65,19 +65,11 @@ pub(super) async fn member(
     };
     let mut found = Findings::new();
     let mut judged = 0;
-    let mut n = 0;
     let act_ms = sim_ms();
+    let (unsent, id) = (message_id(puppet, act_ms, 1), message_id(puppet, act_ms, 2));
     // 1. A receipt beyond what was sent: written to while it has no synced socket, the
     //    stranger opens one without `sync` and acks the newest seq.
-    if let Some(seq) = send(
-        &mut p_reader,
-        &mut p_writer,
-        (puppet, act_ms),
-        attacker,
-        conv,
-        &mut n,
-    )
-    .await
+    if let Some(seq) = send(&mut p_reader, &mut p_writer, &unsent, attacker, conv).await
         && let Some((_, mut w)) = socket(attacker, false).await
     {
         w.text(&json!({"type": "delivered", "conv_id": conv, "seq": seq, "to": puppet.alias, "crypto_v": 1}))
@@ -100,17 +92,10 @@ pub(super) async fn member(
     let Some((mut a_reader, mut a_writer)) = socket(attacker, true).await else {
         return (found, judged);
     };
-    if let Some(_seq) = send(
-        &mut p_reader,
-        &mut p_writer,
-        (puppet, act_ms),
-        attacker,
-        conv,
-        &mut n,
-    )
-    .await
+    if send(&mut p_reader, &mut p_writer, &id, attacker, conv)
+        .await
+        .is_some()
     {
-        let id = message_id(puppet, act_ms, n);
         a_writer
             .text(&json!({"type": "retract", "id": id, "to": puppet.alias, "conv_id": conv, "crypto_v": 1}))
             .await;
@@ -234,17 +219,14 @@ fn message_id(puppet: &RawAccount, act_ms: u64, n: u32) -> String {
     format!("puppet-{}-{act_ms}-{n}", puppet.alias)
 }
 
-/// The puppet writes its next message (`n + 1`) to the stranger; its seq once acked.
+/// The puppet writes message `id` to the stranger; its seq once acked.
 async fn send(
     reader: &mut RawReader,
     writer: &mut RawWriter,
-    (puppet, act_ms): (&RawAccount, u64),
+    id: &str,
     to: &RawAccount,
     conv: &str,
-    n: &mut u32,
 ) -> Option<u64> {
-    *n += 1;
-    let id = message_id(puppet, act_ms, *n);
     let frame = json!({"type": "msg", "id": id, "to": to.alias, "conv_id": conv, "crypto_v": 1, "payload": PAYLOAD});
     if !writer.text(&frame).await {
         return None;
@@ -259,7 +241,7 @@ async fn send(
         };
         if let Some(v) = frame.json()
             && is(&v, "ack")
-            && v.get("id").and_then(Value::as_str) == Some(&id)
+            && v.get("id").and_then(Value::as_str) == Some(id)
         {
             return v.get("seq").and_then(Value::as_u64);
         }
