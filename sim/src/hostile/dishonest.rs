@@ -112,13 +112,17 @@ pub(super) async fn dishonest(
         ..
     } = d;
     found.append(&mut breaches);
-    // Half of the acts also try forged credentials on every route (an rng of their own, so
-    // the attempts above are drawn as before).
+    // Half of the acts also try forged credentials on every route, the other half malformed
+    // bodies (an rng of their own, so the attempts above are drawn as before).
     let mut extra = ChaCha20Rng::seed_from_u64(roll ^ CREDENTIALS_ROLL);
     if extra.next_u32().is_multiple_of(2) {
         let victim = pick(&mut extra, &t.uuids).map(String::as_str);
         let (breaches, routes) = super::credentials::credentials(account, victim).await;
         crate::world::note(ctx, format!("forged credentials on {routes} route(s)"));
+        found.extend(breaches);
+    } else {
+        let (breaches, judged) = super::malformed::malformed(account).await;
+        crate::world::note(ctx, format!("{judged} malformed request(s) judged"));
         found.extend(breaches);
     }
     if let (Some(r), false) = (&mut reader, evil_ids.is_empty()) {
@@ -149,11 +153,27 @@ async fn own_objects(ctx: &HostCtx, account: &RawAccount) -> Findings {
         }
         None => (Findings::new(), 0),
     };
+    let foreign = match super::member::puppet(&super::member::puppet_mnemonic(&stranger.mnemonic)).await {
+        Some((addressee, _)) => {
+            let puppets = super::foreign::Puppets {
+                owner: &puppet,
+                addressee: &addressee,
+            };
+            let order = ctx.world.borrow().ledger.orders.last().map(|o| o.order_id.clone());
+            let (breaches, judged) = super::foreign::foreign(account, &puppets, order.as_ref()).await;
+            found.extend(breaches);
+            judged
+        }
+        None => 0,
+    };
+    // Last: a replayed login revokes the token the puppet's other attempts use.
     let (replayed, replays) = super::replay::replay(&puppet, &identity).await;
     found.extend(replayed);
     crate::world::note(
         ctx,
-        format!("{members} member attempt(s) and {replays} replay(s) of single-use objects judged"),
+        format!(
+            "{members} member attempt(s), {foreign} on others' objects and {replays} replay(s) of single-use objects judged"
+        ),
     );
     found
 }

@@ -39,9 +39,25 @@ pub(super) async fn post(
     if let Some(t) = token {
         req = req.bearer(t);
     }
+    json_exchange(http, req).await
+}
+
+/// Sends `req`; `(status, body)`, `None` without an answer.
+pub(super) async fn exchange(
+    http: &HttpClient<TurmoilConnector>,
+    req: HttpRequest,
+) -> Option<(u16, Vec<u8>)> {
     let r = http.send(req).await.ok()?;
-    let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
-    Some((r.status.as_u16(), v))
+    Some((r.status.as_u16(), r.body.to_vec()))
+}
+
+/// Sends `req`; `(status, JSON body or null)`, `None` without an answer.
+async fn json_exchange(
+    http: &HttpClient<TurmoilConnector>,
+    req: HttpRequest,
+) -> Option<(u16, Value)> {
+    let (status, body) = exchange(http, req).await?;
+    Some((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
 }
 
 /// PUTs `path` with no body (F3 as the web and Android clients send it) and `token`;
@@ -51,10 +67,7 @@ pub(super) async fn put_empty(
     path: &str,
     token: &str,
 ) -> Option<(u16, Value)> {
-    let req = HttpRequest::new(http::Method::PUT, path).bearer(token);
-    let r = http.send(req).await.ok()?;
-    let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
-    Some((r.status.as_u16(), v))
+    json_exchange(http, HttpRequest::new(http::Method::PUT, path).bearer(token)).await
 }
 
 /// The status of `method path` (with `{}` as the body of a POST or PUT, and `token` as its
@@ -81,9 +94,7 @@ pub(super) async fn get(
     path: &str,
     token: &str,
 ) -> Option<(u16, Value)> {
-    let r = http.send(HttpRequest::get(path).bearer(token)).await.ok()?;
-    let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
-    Some((r.status.as_u16(), v))
+    json_exchange(http, HttpRequest::get(path).bearer(token)).await
 }
 
 /// String field `name` of `v`.

@@ -34,7 +34,9 @@
 mod credentials;
 mod dishonest;
 mod flood;
+mod foreign;
 mod http;
+mod malformed;
 mod member;
 mod replay;
 mod slow;

@@ -144,7 +144,9 @@ impl BodyError {
     }
 }
 
-/// Decodes a JSON request body, treating an empty (or all-whitespace) body as `{}`.
+/// Decodes a JSON request body, treating an empty (or all-whitespace) body as `{}`. Every
+/// request body is an object: anything else is refused, even where serde would read a struct
+/// from an array of its fields in order.
 pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, BodyError> {
     if body.len() > MAX_JSON_BODY_BYTES {
         return Err(BodyError::TooLarge {
@@ -152,10 +154,14 @@ pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, BodyError> {
             max: MAX_JSON_BODY_BYTES,
         });
     }
-    let body = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}".as_slice()
-    } else {
-        body
+    let body = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => b"{}".as_slice(),
+        Some(b'{') => body,
+        Some(_) => {
+            return Err(BodyError::Invalid {
+                reason: "the body must be a JSON object".to_owned(),
+            });
+        }
     };
     serde_json::from_slice(body).map_err(|e| BodyError::Invalid {
         reason: e.to_string(),
@@ -266,6 +272,10 @@ mod tests {
         assert_eq!(decode_body::<Empty>(b"").unwrap(), Empty {});
         assert_eq!(decode_body::<Empty>(b" \n").unwrap(), Empty {});
         assert_eq!(decode_body::<Empty>(b"{\"x\":1}").unwrap(), Empty {});
+        for not_an_object in [&b"[]"[..], b" [\"n\"]", b"\"n\"", b"7", b"null"] {
+            let e = decode_body::<CreateChannelRequest>(not_an_object).unwrap_err();
+            assert_eq!(e.code(), ErrorCode::INVALID_JSON, "{e}");
+        }
         let create: CreateChannelRequest = decode_body(br#"{"name":"n"}"#).unwrap();
         assert!(create.is_public);
         assert_eq!(
