@@ -10,6 +10,7 @@ use wire::http::{
 use wire::limits::{CHANNEL_DESCRIPTION_MAX_CHARS, CHANNEL_NAME_MAX_CHARS, MAX_CHANNEL_POST_BYTES};
 use wire::{ChannelId, ErrorCode, IsoTime, PostId, ServerFrame, UnixMs, UserUuid};
 
+use crate::planted::planted;
 use crate::commerce_state::{ChannelRow, PostRow};
 use crate::http::{ApiError, HttpRequest, HttpResponse, Method, query_param};
 use crate::ids::hex;
@@ -485,7 +486,9 @@ impl Relay {
         let Some(c) = self.state.commerce.channels.get(id).cloned() else {
             return Err(channel_not_found());
         };
-        if c.owner != *user {
+        // PLANTED BUG (ListingByAnyone): the owner check is skipped, so anyone lists
+        // anyone's channel for sale (and may then buy it).
+        if c.owner != *user && !planted!(self.config, ListingByAnyone) {
             return Err(ApiError::new(
                 ErrorCode::FORBIDDEN,
                 "only the channel's owner may list it for sale",

@@ -14,6 +14,7 @@ use wire::http::{
 };
 use wire::{ErrorCode, FriendshipId, IsoTime, Seq, ServerFrame, UnixMs, UserUuid};
 
+use crate::planted::planted;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::relay::Relay;
 use crate::state::{ConversationRow, FriendshipRow, pair};
@@ -167,7 +168,9 @@ impl Relay {
                 },
             ));
         }
-        if f.addressee != *user {
+        // PLANTED BUG (FriendAcceptByRequester): either party may accept, so a request is
+        // accepted by the one who sent it.
+        if f.addressee != *user && !planted!(self.config, FriendAcceptByRequester) {
             return Err(ApiError::new(
                 ErrorCode::FORBIDDEN,
                 "only the recipient of a friend request can accept it",

@@ -71,12 +71,21 @@ pub enum PlantedBug {
     /// `receipts`: a receipt frees room in the connection's window but does not refill it;
     /// what waits for room waits for the next message or reconnect.
     WindowNotRefilledOnReceipt,
+    /// `media`: an upload's parts are accepted from whoever knows its id and key, not only
+    /// from its owner, so a stranger overwrites or finishes someone else's upload.
+    UploadByAnyone,
+    /// `contacts`: either party may accept a friend request, so its sender accepts it and
+    /// opens a conversation the addressee never agreed to.
+    FriendAcceptByRequester,
+    /// `channels`: listing a channel for sale skips the owner check, so anyone lists (and
+    /// then buys) someone else's channel.
+    ListingByAnyone,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 20] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -94,6 +103,9 @@ impl PlantedBug {
         Self::PendingConfirmNotPersisted,
         Self::LatePaymentIgnoresHolds,
         Self::WindowNotRefilledOnReceipt,
+        Self::UploadByAnyone,
+        Self::FriendAcceptByRequester,
+        Self::ListingByAnyone,
     ];
 }
 

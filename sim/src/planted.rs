@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 23] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -65,6 +65,9 @@ impl Planted {
         Self::Relay(PlantedBug::PendingConfirmNotPersisted),
         Self::Relay(PlantedBug::LatePaymentIgnoresHolds),
         Self::Relay(PlantedBug::WindowNotRefilledOnReceipt),
+        Self::Relay(PlantedBug::UploadByAnyone),
+        Self::Relay(PlantedBug::FriendAcceptByRequester),
+        Self::Relay(PlantedBug::ListingByAnyone),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -92,6 +95,9 @@ impl Planted {
             Self::Relay(PlantedBug::PendingConfirmNotPersisted) => "pending-confirm-not-persisted",
             Self::Relay(PlantedBug::LatePaymentIgnoresHolds) => "late-payment-ignores-holds",
             Self::Relay(PlantedBug::WindowNotRefilledOnReceipt) => "window-not-refilled-on-receipt",
+            Self::Relay(PlantedBug::UploadByAnyone) => "upload-by-anyone",
+            Self::Relay(PlantedBug::FriendAcceptByRequester) => "friend-accept-by-requester",
+            Self::Relay(PlantedBug::ListingByAnyone) => "listing-by-anyone",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

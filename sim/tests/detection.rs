@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 20] = [
+const CASES: [Case; 23] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -97,6 +97,26 @@ const CASES: [Case; 20] = [
     // relay never sent them.
     Case {
         bug: Planted::Relay(PlantedBug::RetractByAnyMember),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
+    },
+    // Every route that names an object, tried by an outsider (or the wrong member) on the
+    // puppets' objects: the owner's view must not change.
+    Case {
+        bug: Planted::Relay(PlantedBug::UploadByAnyone),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
+    },
+    Case {
+        bug: Planted::Relay(PlantedBug::FriendAcceptByRequester),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
+    },
+    Case {
+        bug: Planted::Relay(PlantedBug::ListingByAnyone),
         scale: Scale::Small,
         faults: "dishonest",
         oracles: &["authz"],
@@ -388,4 +408,22 @@ fn catches_a_receipt_whose_deletions_are_not_committed() {
 #[test]
 fn catches_a_call_signal_whose_from_is_not_stamped() {
     detects(Planted::Relay(PlantedBug::CallFromNotStamped));
+}
+
+/// Someone else's upload takes a stranger's part.
+#[test]
+fn catches_an_upload_that_takes_anyones_parts() {
+    detects(Planted::Relay(PlantedBug::UploadByAnyone));
+}
+
+/// A friend request accepted by the one who sent it.
+#[test]
+fn catches_a_friend_request_accepted_by_its_sender() {
+    detects(Planted::Relay(PlantedBug::FriendAcceptByRequester));
+}
+
+/// A channel listed for sale by someone who does not own it.
+#[test]
+fn catches_a_listing_by_someone_else() {
+    detects(Planted::Relay(PlantedBug::ListingByAnyone));
 }

@@ -11,7 +11,7 @@
 //! |---|---|---|
 //! | friendship | the puppet asks the second puppet | the addressee still sees it `pending` |
 //! | channel | the puppet creates one (not for sale) | its owner's view (name, description, sale state, posts) is unchanged; a trade of it is never ordered (SPEC: only a channel for sale is bought) |
-//! | upload | the puppet starts one and sends part 1 | once the puppet completes it, it downloads its own bytes |
+//! | upload | the puppet starts one and sends part 1 | an outsider's part or completion is refused; once the puppet completes it, it downloads its own bytes |
 //! | order | an honest buyer | binding it is answered 404 (SPEC: "order does not exist or is not the caller's") |
 //! | alias, media object | the puppets | (public reads: nothing to hold but an answer) |
 //!
@@ -186,6 +186,14 @@ impl Trial<'_> {
                         format!("relay answered {status} to a bind of someone else's order (SPEC: 404)"),
                     ));
                 }
+            }
+            // No read shows an unfinished upload's parts: the answer itself says whether
+            // the relay took an outsider's part (or completion) for someone else's upload.
+            (Kind::Upload, _) if (200..300).contains(&status) => {
+                self.found.push(Violation::new(
+                    "authz",
+                    format!("relay answered {status} to {what}, an upload that is not the caller's"),
+                ));
             }
             (Kind::Channel, "channels/{id}/buy") if (200..300).contains(&status) => {
                 self.found.push(Violation::new(
