@@ -146,23 +146,38 @@ async fn own_objects(ctx: &HostCtx, account: &RawAccount) -> Findings {
         );
         return Findings::new();
     };
-    let (mut found, members) = match super::member::befriend(account, &puppet).await {
+    let conv = super::member::befriend(account, &puppet).await;
+    let (mut found, members) = match &conv {
         Some(conv) => {
             ctx.world.borrow_mut().puppet_convs.insert(conv.clone());
-            super::member::member(account, &puppet, &conv).await
+            super::member::member(account, &puppet, conv).await
         }
         None => (Findings::new(), 0),
     };
-    let foreign = match super::member::puppet(&super::member::puppet_mnemonic(&stranger.mnemonic)).await {
+    let foreign = match super::member::puppet(&super::member::puppet_mnemonic(&stranger.mnemonic))
+        .await
+    {
         Some((addressee, _)) => {
+            let (unasked, frames) = match &conv {
+                Some(conv) => super::foreign::frames_to_a_stranger(account, &addressee, conv).await,
+                None => (Findings::new(), 0),
+            };
+            found.extend(unasked);
             let puppets = super::foreign::Puppets {
                 owner: &puppet,
                 addressee: &addressee,
             };
-            let order = ctx.world.borrow().ledger.orders.last().map(|o| o.order_id.clone());
-            let (breaches, judged) = super::foreign::foreign(account, &puppets, order.as_ref()).await;
+            let order = ctx
+                .world
+                .borrow()
+                .ledger
+                .orders
+                .last()
+                .map(|o| o.order_id.clone());
+            let (breaches, judged) =
+                super::foreign::foreign(account, &puppets, order.as_ref()).await;
             found.extend(breaches);
-            judged
+            judged + frames
         }
         None => 0,
     };

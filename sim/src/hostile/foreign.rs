@@ -19,6 +19,11 @@
 //! its own friend request (the addressee must still see it pending) and the owner buying its
 //! own channel (SPEC: 400). Any attempt answered 500 is a `bad-input` finding.
 //!
+//! Frames go the same way: every frame type a client addresses to another account
+//! ([`ROUTED`]) is sent by the stranger to the second puppet, who is not its contact, naming
+//! the conversation the stranger has with the first one; nothing of it may reach the second
+//! puppet (a synced socket of its own is watching).
+//!
 //! The oracle is the owner's view, read before and after each attempt: it needs no knowledge
 //! of which answer the route should give, only that an outsider cannot change what belongs
 //! to someone else. A fault that leaves a view unread leaves that attempt unjudged.
@@ -90,6 +95,21 @@ pub(super) fn names(template: &str) -> Option<Option<Kind>> {
     }))
 }
 
+/// Every frame type a client addresses to another account (`to`).
+pub(super) const ROUTED: [&str; 11] = [
+    "msg",
+    "delivered",
+    "read",
+    "typing",
+    "retract",
+    "call_offer",
+    "call_answer",
+    "call_ice",
+    "call_reject",
+    "call_hangup",
+    "call_invite",
+];
+
 /// base64 of "not yours"
 const NOT_YOURS: &str = "bm90IHlvdXJz";
 
@@ -143,11 +163,55 @@ pub(super) async fn foreign(
         }
     }
     // The wrong member: the requester accepts its own request; the owner buys its channel.
-    t.attempt(puppets.owner, &Method::PUT, "friends/{id}/accept", Kind::Friendship)
-        .await;
+    t.attempt(
+        puppets.owner,
+        &Method::PUT,
+        "friends/{id}/accept",
+        Kind::Friendship,
+    )
+    .await;
     t.own_channel_bought().await;
     t.upload_kept().await;
     (t.found, t.judged)
+}
+
+/// The stranger sends every [`ROUTED`] frame type to `to`, who is not its contact, naming
+/// `conv` (a conversation of the stranger's that `to` is not in); returns the breaches and
+/// how many frames were judged (none when `to`'s socket did not open).
+pub(super) async fn frames_to_a_stranger(
+    stranger: &RawAccount,
+    to: &RawAccount,
+    conv: &str,
+) -> (Findings, usize) {
+    use super::member::{STEP_MS, is, read_for, socket};
+    let Some((mut watch, _keep)) = socket(to, true).await else {
+        return (Findings::new(), 0);
+    };
+    let Some((_, mut w)) = socket(stranger, true).await else {
+        return (Findings::new(), 0);
+    };
+    let mut sent = 0;
+    for (n, kind) in ROUTED.iter().enumerate() {
+        let id = format!("unasked-{}-{n}", stranger.alias);
+        let frame = json!({
+            "type": kind, "to": to.alias, "conv_id": conv, "id": id, "call_id": id,
+            "seq": 1, "crypto_v": 1, "payload": NOT_YOURS,
+        });
+        sent += usize::from(w.text(&frame).await);
+    }
+    let mut found = Findings::new();
+    for f in read_for(&mut watch, STEP_MS).await {
+        if let Some(kind) = ROUTED.iter().find(|k| is(&f, k)) {
+            found.push(Violation::new(
+                "authz",
+                format!(
+                    "a {kind} from {} reached {}, who is not its contact (conversation {conv})",
+                    stranger.alias, to.alias
+                ),
+            ));
+        }
+    }
+    (found, sent)
 }
 
 /// One round of attempts: the objects, what was found, how many attempts were judged.
@@ -183,7 +247,9 @@ impl Trial<'_> {
                 if status != 404 {
                     self.found.push(Violation::new(
                         "authz",
-                        format!("relay answered {status} to a bind of someone else's order (SPEC: 404)"),
+                        format!(
+                            "relay answered {status} to a bind of someone else's order (SPEC: 404)"
+                        ),
                     ));
                 }
             }
@@ -192,7 +258,9 @@ impl Trial<'_> {
             (Kind::Upload, _) if (200..300).contains(&status) => {
                 self.found.push(Violation::new(
                     "authz",
-                    format!("relay answered {status} to {what}, an upload that is not the caller's"),
+                    format!(
+                        "relay answered {status} to {what}, an upload that is not the caller's"
+                    ),
                 ));
             }
             (Kind::Channel, "channels/{id}/buy") if (200..300).contains(&status) => {
@@ -272,18 +340,23 @@ impl Trial<'_> {
         match kind {
             Kind::Friendship => {
                 let id = o.friendship.as_ref()?;
-                let (s, friends) = get(&self.client, paths::FRIENDS, &self.puppets.addressee.token)
-                    .await?;
-                let entry = friends.as_array().filter(|_| s == 200)?.iter().find(|f| {
-                    f.get("friendship_id").map(ToString::to_string).as_ref() == Some(id)
-                });
+                let (s, friends) =
+                    get(&self.client, paths::FRIENDS, &self.puppets.addressee.token).await?;
+                let entry =
+                    friends.as_array().filter(|_| s == 200)?.iter().find(|f| {
+                        f.get("friendship_id").map(ToString::to_string).as_ref() == Some(id)
+                    });
                 Some(entry.map_or(Value::Null, |f| f["status"].clone()))
             }
             Kind::Channel => {
                 let id = o.channel.as_ref()?;
                 let token = &self.puppets.owner.token;
-                let (s, info) = get(&self.client, &paths::CHANNEL.replace("{channel_id}", id), token)
-                    .await?;
+                let (s, info) = get(
+                    &self.client,
+                    &paths::CHANNEL.replace("{channel_id}", id),
+                    token,
+                )
+                .await?;
                 let posts = paths::CHANNEL_POSTS.replace("{channel_id}", id);
                 let (p, posts) = get(&self.client, &posts, token).await?;
                 let keep = ["name", "description", "role", "for_sale", "sale_price"];
@@ -374,7 +447,11 @@ async fn request_friendship(
 /// The owner's channel (created now if it has none); its id.
 async fn own_channel(client: &HttpClient<TurmoilConnector>, owner: &RawAccount) -> Option<String> {
     let (_, mine) = get(client, paths::CHANNELS_MINE, &owner.token).await?;
-    if let Some(id) = mine.as_array().and_then(|m| m.first()).and_then(|c| field(c, "id")) {
+    if let Some(id) = mine
+        .as_array()
+        .and_then(|m| m.first())
+        .and_then(|c| field(c, "id"))
+    {
         return Some(id);
     }
     let body = json!({"name": format!("puppet {}", owner.alias), "description": "mine"});
@@ -422,6 +499,25 @@ mod tests {
     }
 
     #[test]
+    fn every_routed_frame_type_is_a_frame_the_relay_decodes() {
+        for kind in ROUTED {
+            let text = json!({"type": kind, "to": "u00000002", "conv_id": "c", "id": "i",
+                "call_id": "i", "seq": 1, "crypto_v": 1, "payload": NOT_YOURS})
+            .to_string();
+            let frame = wire::frames::ClientFrame::decode(&text);
+            assert!(
+                matches!(&frame, Ok(f) if !matches!(f, wire::frames::ClientFrame::Unknown(_))),
+                "{kind}: {frame:?}"
+            );
+        }
+        let calls: Vec<&str> = wire::frames::CallKind::ALL
+            .iter()
+            .map(|k| k.as_str())
+            .collect();
+        assert!(calls.iter().all(|c| ROUTED.contains(c)), "{calls:?}");
+    }
+
+    #[test]
     fn every_object_route_builds_a_request_naming_the_object() {
         let owner = RawAccount {
             uuid: "u".into(),
@@ -454,8 +550,14 @@ mod tests {
             let named = ["17", "ch1", "up1", "media/k1", "ord1", "u00000002"]
                 .iter()
                 .any(|id| path.contains(id));
-            let in_body = matches!(template, "friends/accept" | "vanity/list-channel" | "vanity/bind");
-            assert!(named || in_body, "{method} {template}: {path} names no object");
+            let in_body = matches!(
+                template,
+                "friends/accept" | "vanity/list-channel" | "vanity/bind"
+            );
+            assert!(
+                named || in_body,
+                "{method} {template}: {path} names no object"
+            );
             assert!(!path.contains('{'), "{path}");
             built += 1;
         }

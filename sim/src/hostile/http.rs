@@ -67,7 +67,11 @@ pub(super) async fn put_empty(
     path: &str,
     token: &str,
 ) -> Option<(u16, Value)> {
-    json_exchange(http, HttpRequest::new(http::Method::PUT, path).bearer(token)).await
+    json_exchange(
+        http,
+        HttpRequest::new(http::Method::PUT, path).bearer(token),
+    )
+    .await
 }
 
 /// The status of `method path` (with `{}` as the body of a POST or PUT, and `token` as its

@@ -88,7 +88,11 @@ pub(super) fn sample(template: &str, account: &RawAccount) -> Option<Option<Valu
 /// Every way `body` is spoiled: `(what, bytes, must be refused)`.
 fn variants(body: &Value) -> Vec<(String, Vec<u8>, bool)> {
     let mut out = vec![
-        ("a body that is not JSON".to_owned(), b"{\"unterminated".to_vec(), true),
+        (
+            "a body that is not JSON".to_owned(),
+            b"{\"unterminated".to_vec(),
+            true,
+        ),
         ("a JSON array".to_owned(), b"[]".to_vec(), true),
     ];
     let Some(fields) = body.as_object() else {
@@ -107,7 +111,11 @@ fn variants(body: &Value) -> Vec<(String, Vec<u8>, bool)> {
             Value::Object(_) | Value::Array(_) => json!(7),
             _ => json!({ "wrong": [true] }),
         };
-        out.push((format!("`{name}` as {wrong}"), with(name, Some(wrong)), true));
+        out.push((
+            format!("`{name}` as {wrong}"),
+            with(name, Some(wrong)),
+            true,
+        ));
         out.push((format!("`{name}` left out"), with(name, None), false));
         if value.is_string() {
             out.push((
@@ -134,15 +142,16 @@ pub(super) async fn malformed(account: &RawAccount) -> (Findings, usize) {
             continue;
         };
         for (what, bytes, refused) in variants(&body) {
-            let Some((status, answer)) = send(&client, &method, &path, account, bytes).await
-            else {
+            let Some((status, answer)) = send(&client, &method, &path, account, bytes).await else {
                 continue;
             };
             let what = format!("{method} {template} with {what}");
             judged += usize::from(judge(&what, status, &answer, refused, &mut found));
         }
     }
-    let mut push = sample("push/subscribe", account).flatten().unwrap_or_default();
+    let mut push = sample("push/subscribe", account)
+        .flatten()
+        .unwrap_or_default();
     for endpoint in INTERNAL_ENDPOINTS {
         push["endpoint"] = json!(endpoint);
         let bytes = serde_json::to_vec(&push).unwrap_or_default();
@@ -235,8 +244,14 @@ mod tests {
         assert_eq!(v.len(), 2 + 3 + 2, "{whats:?}");
         let wrong_a: Value = serde_json::from_slice(&v[2].1).expect("json");
         assert_eq!(wrong_a, json!({"a": {"wrong": [true]}, "b": [1]}));
-        let wrong_b = v.iter().find(|(w, _, _)| w.starts_with("`b` as")).expect("b");
-        assert_eq!(serde_json::from_slice::<Value>(&wrong_b.1).expect("json")["b"], 7);
+        let wrong_b = v
+            .iter()
+            .find(|(w, _, _)| w.starts_with("`b` as"))
+            .expect("b");
+        assert_eq!(
+            serde_json::from_slice::<Value>(&wrong_b.1).expect("json")["b"],
+            7
+        );
         assert!(v.iter().filter(|(_, _, refused)| *refused).count() == 4);
     }
 

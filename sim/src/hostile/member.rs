@@ -28,7 +28,7 @@ use crate::time::sim_ms;
 use crate::violation::Violation;
 
 /// How long one step waits for the relay's answer (an `ack`, a delivery).
-const STEP_MS: u64 = 3_000;
+pub(super) const STEP_MS: u64 = 3_000;
 
 /// base64 of "mine"
 const PAYLOAD: &str = "bWluZQ==";
@@ -205,7 +205,7 @@ pub(super) async fn befriend(attacker: &RawAccount, puppet: &RawAccount) -> Opti
 }
 
 /// A raw socket of `account`, `sync`ed or not.
-async fn socket(account: &RawAccount, sync: bool) -> Option<(RawReader, RawWriter)> {
+pub(super) async fn socket(account: &RawAccount, sync: bool) -> Option<(RawReader, RawWriter)> {
     let (reader, mut writer) = open_ws(&ws_query(account)).await.ok()?.ok()?;
     if sync && !writer.text(&json!({"type": "sync", "crypto_v": 1})).await {
         return None;
@@ -250,7 +250,7 @@ async fn send(
 }
 
 /// Every JSON frame `reader` gets within `ms`.
-async fn read_for(reader: &mut RawReader, ms: u64) -> Vec<Value> {
+pub(super) async fn read_for(reader: &mut RawReader, ms: u64) -> Vec<Value> {
     let mut frames = Vec::new();
     let until = sim_ms() + ms;
     while sim_ms() < until {
@@ -264,6 +264,6 @@ async fn read_for(reader: &mut RawReader, ms: u64) -> Vec<Value> {
 }
 
 /// Whether `frame` is of type `kind`.
-fn is(frame: &Value, kind: &str) -> bool {
+pub(super) fn is(frame: &Value, kind: &str) -> bool {
     frame.get("type").and_then(Value::as_str) == Some(kind)
 }
