@@ -27,6 +27,7 @@ use wire::frames::CallSignal;
 use wire::http::{FriendStatus, IceConfig, IcePolicy, IceServer};
 use wire::{AliasId, ErrorCode, ServerFrame, UnixMs};
 
+use crate::planted::planted;
 use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::relay::{ConnId, Relay};
 use crate::state::pair;
@@ -132,11 +133,15 @@ impl Relay {
             .get(&c.to)
             .filter(|peer| **peer != user)
             .filter(|peer| {
-                self.state
-                    .by_pair
-                    .get(&pair(&user, peer))
-                    .and_then(|f| self.state.friendships.get(f))
-                    .is_some_and(|f| f.status == FriendStatus::Accepted)
+                // PLANTED BUG (CallToAnyone): the contact check is skipped, so anyone rings
+                // anyone whose alias they know.
+                planted!(self.config, CallToAnyone)
+                    || self
+                        .state
+                        .by_pair
+                        .get(&pair(&user, peer))
+                        .and_then(|f| self.state.friendships.get(f))
+                        .is_some_and(|f| f.status == FriendStatus::Accepted)
             })
             .cloned();
         let Some(peer) = peer else {

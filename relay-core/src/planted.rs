@@ -80,12 +80,15 @@ pub enum PlantedBug {
     /// `channels`: listing a channel for sale skips the owner check, so anyone lists (and
     /// then buys) someone else's channel.
     ListingByAnyone,
+    /// `calls`: a call signal is passed on without checking that `to` is an accepted
+    /// contact of the caller, so anyone rings anyone whose alias they know.
+    CallToAnyone,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 21] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -106,6 +109,7 @@ impl PlantedBug {
         Self::UploadByAnyone,
         Self::FriendAcceptByRequester,
         Self::ListingByAnyone,
+        Self::CallToAnyone,
     ];
 }
 

@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 23] = [
+    pub const ALL: [Self; 24] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -68,6 +68,7 @@ impl Planted {
         Self::Relay(PlantedBug::UploadByAnyone),
         Self::Relay(PlantedBug::FriendAcceptByRequester),
         Self::Relay(PlantedBug::ListingByAnyone),
+        Self::Relay(PlantedBug::CallToAnyone),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -98,6 +99,7 @@ impl Planted {
             Self::Relay(PlantedBug::UploadByAnyone) => "upload-by-anyone",
             Self::Relay(PlantedBug::FriendAcceptByRequester) => "friend-accept-by-requester",
             Self::Relay(PlantedBug::ListingByAnyone) => "listing-by-anyone",
+            Self::Relay(PlantedBug::CallToAnyone) => "call-to-anyone",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

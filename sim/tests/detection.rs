@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 23] = [
+const CASES: [Case; 24] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -117,6 +117,13 @@ const CASES: [Case; 23] = [
     },
     Case {
         bug: Planted::Relay(PlantedBug::ListingByAnyone),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
+    },
+    // Every frame type addressed to someone who is not the sender's contact.
+    Case {
+        bug: Planted::Relay(PlantedBug::CallToAnyone),
         scale: Scale::Small,
         faults: "dishonest",
         oracles: &["authz"],
@@ -426,4 +433,10 @@ fn catches_a_friend_request_accepted_by_its_sender() {
 #[test]
 fn catches_a_listing_by_someone_else() {
     detects(Planted::Relay(PlantedBug::ListingByAnyone));
+}
+
+/// A call signal passed on to someone who is not the caller's contact.
+#[test]
+fn catches_a_call_to_someone_who_is_not_a_contact() {
+    detects(Planted::Relay(PlantedBug::CallToAnyone));
 }
