@@ -419,9 +419,16 @@ impl Relay {
         let (user, jti) = self.authenticate(now, req)?;
         let ticket = self.ids.ticket();
         probes::probe!("ticket:issued");
+        // PLANTED BUG (TicketTtlUnits): the lifetime is taken for seconds and scaled again,
+        // so a ticket announced to live 30 s lives 1,000 times longer.
+        let ttl_ms = if crate::planted::planted!(self.config, TicketTtlUnits) {
+            WS_TICKET_TTL_MS * 1000
+        } else {
+            WS_TICKET_TTL_MS
+        };
         self.eph
             .tickets
-            .insert(ticket.clone(), (user, jti), now.plus_ms(WS_TICKET_TTL_MS));
+            .insert(ticket.clone(), (user, jti), now.plus_ms(ttl_ms));
         Ok(HttpResponse::json(
             200,
             &WsTicketResponse {

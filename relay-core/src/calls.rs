@@ -27,8 +27,8 @@ use wire::frames::CallSignal;
 use wire::http::{FriendStatus, IceConfig, IcePolicy, IceServer};
 use wire::{AliasId, ErrorCode, ServerFrame, UnixMs};
 
-use crate::planted::planted;
 use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
+use crate::planted::planted;
 use crate::relay::{ConnId, Relay};
 use crate::state::pair;
 

@@ -10,7 +10,6 @@ use wire::http::{
 use wire::limits::{CHANNEL_DESCRIPTION_MAX_CHARS, CHANNEL_NAME_MAX_CHARS, MAX_CHANNEL_POST_BYTES};
 use wire::{ChannelId, ErrorCode, IsoTime, PostId, ServerFrame, UnixMs, UserUuid};
 
-use crate::planted::planted;
 use crate::commerce_state::{ChannelRow, PostRow};
 use crate::http::{ApiError, HttpRequest, HttpResponse, Method, query_param};
 use crate::ids::hex;
@@ -18,6 +17,7 @@ use crate::limits::{
     CHANNEL_ORDER_TTL_MS, MAX_CHANNEL_PRICE_USDT, MAX_CHANNELS_MINE, MAX_CHANNELS_SEARCH_RESULTS,
     MAX_SEARCH_QUERY_BYTES, POSTS_PAGE_DEFAULT, POSTS_PAGE_MAX, QUOTA_PRICE_USDT,
 };
+use crate::planted::planted;
 use crate::relay::Relay;
 
 fn channel_not_found() -> ApiError {

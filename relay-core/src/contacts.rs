@@ -14,8 +14,8 @@ use wire::http::{
 };
 use wire::{ErrorCode, FriendshipId, IsoTime, Seq, ServerFrame, UnixMs, UserUuid};
 
-use crate::planted::planted;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
+use crate::planted::planted;
 use crate::relay::Relay;
 use crate::state::{ConversationRow, FriendshipRow, pair};
 

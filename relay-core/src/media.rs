@@ -38,7 +38,6 @@ use wire::http::{
 use wire::limits::{MAX_MEDIA_OBJECT_BYTES, MAX_MEDIA_PART_BYTES, MAX_MEDIA_PARTS};
 use wire::{ErrorCode, MediaKey, UnixMs, UploadId, UserUuid};
 
-use crate::planted::planted;
 use crate::blob::BlobError;
 use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::ids::hex;
@@ -46,6 +45,7 @@ use crate::limits::{
     INCOMPLETE_UPLOAD_TTL_MS, MAX_MEDIA_BYTES_PER_USER, MAX_OPEN_UPLOADS_PER_USER, MEDIA_TTL_MS,
     MEDIA_UPLOADS_PER_MIN_PER_USER, MINUTE_MS,
 };
+use crate::planted::planted;
 use crate::ratelimit::RateLimiter;
 use crate::relay::Relay;
 use crate::state::{State, Timer};

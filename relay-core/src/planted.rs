@@ -83,12 +83,15 @@ pub enum PlantedBug {
     /// `calls`: a call signal is passed on without checking that `to` is an accepted
     /// contact of the caller, so anyone rings anyone whose alias they know.
     CallToAnyone,
+    /// `auth`: a WebSocket ticket's lifetime is scaled twice, so a ticket the relay announced
+    /// to live 30 s still opens a socket long after.
+    TicketTtlUnits,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 21] = [
+    pub const ALL: [Self; 22] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -110,6 +113,7 @@ impl PlantedBug {
         Self::FriendAcceptByRequester,
         Self::ListingByAnyone,
         Self::CallToAnyone,
+        Self::TicketTtlUnits,
     ];
 }
 

@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 24] = [
+    pub const ALL: [Self; 25] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -69,6 +69,7 @@ impl Planted {
         Self::Relay(PlantedBug::FriendAcceptByRequester),
         Self::Relay(PlantedBug::ListingByAnyone),
         Self::Relay(PlantedBug::CallToAnyone),
+        Self::Relay(PlantedBug::TicketTtlUnits),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -100,6 +101,7 @@ impl Planted {
             Self::Relay(PlantedBug::FriendAcceptByRequester) => "friend-accept-by-requester",
             Self::Relay(PlantedBug::ListingByAnyone) => "listing-by-anyone",
             Self::Relay(PlantedBug::CallToAnyone) => "call-to-anyone",
+            Self::Relay(PlantedBug::TicketTtlUnits) => "ticket-ttl-units",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

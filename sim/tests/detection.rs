@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 24] = [
+const CASES: [Case; 25] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -117,6 +117,13 @@ const CASES: [Case; 24] = [
     },
     Case {
         bug: Planted::Relay(PlantedBug::ListingByAnyone),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
+    },
+    // An object used right after the expiry the relay announced for it.
+    Case {
+        bug: Planted::Relay(PlantedBug::TicketTtlUnits),
         scale: Scale::Small,
         faults: "dishonest",
         oracles: &["authz"],
@@ -439,4 +446,10 @@ fn catches_a_listing_by_someone_else() {
 #[test]
 fn catches_a_call_to_someone_who_is_not_a_contact() {
     detects(Planted::Relay(PlantedBug::CallToAnyone));
+}
+
+/// A WebSocket ticket that outlives the expiry the relay announced for it.
+#[test]
+fn catches_a_ticket_that_outlives_its_announced_expiry() {
+    detects(Planted::Relay(PlantedBug::TicketTtlUnits));
 }

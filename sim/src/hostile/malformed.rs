@@ -12,8 +12,12 @@
 //!
 //! and every refusal carries the error body (`error`, a stable code, and a `message`). A 429
 //! or a 503 (a rate limit, a storage outage) says nothing about the body and is not judged.
-//! Besides, a push subscription naming an address inside the operator's network is refused:
-//! the relay would otherwise send requests wherever a client points it.
+//! The unspoiled sample itself is never sent (it would make real objects).
+//!
+//! Push endpoints inside the operator's network are not tried here: the simulated relay
+//! delivers to stand-ins on a simulated private network, so its destination policy is the
+//! permissive test one (`relay-core`'s `destination` tests and the relay server's own hold
+//! the real policy).
 
 use http::Method;
 use serde_json::{Map, Value, json};
@@ -26,13 +30,6 @@ use seam::net::{HttpClient, HttpRequest, TurmoilConnector};
 
 /// Length of the oversized string variant.
 const LONG: usize = 64 * 1024;
-
-/// Push endpoints inside the operator's network (loopback, private, link-local metadata).
-const INTERNAL_ENDPOINTS: [&str; 3] = [
-    "https://127.0.0.1:8443/push",
-    "https://10.0.0.7/push",
-    "http://169.254.169.254/latest/meta-data",
-];
 
 /// The body an honest client sends to `method template`: `Some(None)` when the route reads
 /// none (or none this family can judge), `None` when the route is not covered yet.
@@ -58,8 +55,8 @@ pub(super) fn sample(template: &str, account: &RawAccount) -> Option<Option<Valu
             json!({"media_key": "media/k", "parts": [{"etag": "e", "part_number": 1}]})
         }
         "push/subscribe" => json!({
-            "endpoint": INTERNAL_ENDPOINTS[0],
-            "keys": {"p256dh": "B".repeat(87), "auth": "A".repeat(22)},
+            "endpoint": "https://push.example/unused",
+            "keys": {"p256dh": "B".repeat(86) + "A", "auth": "A".repeat(22)},
         }),
         "push/register" => json!({"platform": "android", "token": "t"}),
         "channels" => json!({"name": "spoiled", "description": "d", "is_public": true}),
@@ -128,8 +125,8 @@ fn variants(body: &Value) -> Vec<(String, Vec<u8>, bool)> {
     out
 }
 
-/// Sends every spoiled body to every route that reads one, and internal push endpoints;
-/// returns the breaches and how many answers were judged.
+/// Sends every spoiled body to every route that reads one; returns the breaches and how
+/// many answers were judged.
 pub(super) async fn malformed(account: &RawAccount) -> (Findings, usize) {
     let client = http();
     let mut found = Findings::new();
@@ -147,18 +144,6 @@ pub(super) async fn malformed(account: &RawAccount) -> (Findings, usize) {
             };
             let what = format!("{method} {template} with {what}");
             judged += usize::from(judge(&what, status, &answer, refused, &mut found));
-        }
-    }
-    let mut push = sample("push/subscribe", account)
-        .flatten()
-        .unwrap_or_default();
-    for endpoint in INTERNAL_ENDPOINTS {
-        push["endpoint"] = json!(endpoint);
-        let bytes = serde_json::to_vec(&push).unwrap_or_default();
-        let path = wire::http::paths::PUSH_SUBSCRIBE;
-        if let Some((status, answer)) = send(&client, &Method::POST, path, account, bytes).await {
-            let what = format!("a push subscription to {endpoint}");
-            judged += usize::from(judge(&what, status, &answer, true, &mut found));
         }
     }
     (found, judged)

@@ -11,11 +11,15 @@
 //!     dishonest    first, against its own puppet account (`member`, `replay`): as the
 //!                  other member of their conversation, a receipt for seqs never sent to
 //!                  it, a retract of the puppet's message, a msg naming the puppet as
-//!                  `from`; and each single-use object (auth challenge, WebSocket ticket)
-//!                  used, then replayed. Then others' conversations (msg, receipts, typing,
-//!                  retract), others' friendships, orders, channels and identities;
-//!                  out-of-order binds; in half of the acts, every route of the relay's
-//!                  table with forged credentials (`credentials`)
+//!                  `from`; every route of the relay's table that names an object, on the
+//!                  puppets' friendship, channel, upload and an honest order, and every
+//!                  routed frame type to a non-contact (`foreign`); and each single-use
+//!                  object (auth challenge, WebSocket ticket) used, then replayed. Then
+//!                  others' conversations (msg, receipts, typing, retract), others'
+//!                  friendships, orders, channels and identities; out-of-order binds; in
+//!                  half of the acts every route of the table with forged credentials
+//!                  (`credentials`), in the other half every route that reads a body with
+//!                  that body spoiled (`malformed`)
 //!     stop-reading provoke answers, stop reading; the relay must close the socket within
 //!                  STUCK_CLOSE_BOUND_MS (seen as the host's TCP stream count dropping to 0:
 //!                  a relay that drops the socket resets it, its unread data makes it a RST)
@@ -28,8 +32,8 @@
 //! their name).
 //!
 //! Modules: `http` (registration and login by hand), `ws` (a WebSocket spoken by hand),
-//! `flood`, `dishonest` (with `credentials`, `member` and `replay`), `slow` (the slow
-//! consumer), `storm`.
+//! `flood`, `dishonest` (with `credentials`, `foreign`, `malformed`, `member` and
+//! `replay`), `slow` (the slow consumer), `storm`.
 
 mod credentials;
 mod dishonest;

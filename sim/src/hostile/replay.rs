@@ -2,7 +2,8 @@
 //! (an auth challenge answered at `verify`, a WebSocket ticket redeemed at the upgrade) is
 //! used once as an honest client would, then replayed. The oracle needs no knowledge of the
 //! object: **a replay of a used object never gets the answer its first use got** (a 200 with
-//! a token, a 101 upgrade).
+//! a token, a 101 upgrade). A ticket is also presented for the first time right after the
+//! expiry the relay announced with it (`expires_in`): it must not open a socket either.
 //!
 //! The replays run on the stranger's puppet account (see [`super::member`]), so the token a
 //! replayed login would mint (and the revocation of the one before it) touches no account
@@ -15,6 +16,7 @@ use wire::http::paths;
 use super::Findings;
 use super::http::{RawAccount, field, http, post};
 use super::ws::open_ws;
+use crate::time::sleep_ms;
 use crate::violation::Violation;
 
 /// One single-use object of the relay and how to use and replay it.
@@ -24,11 +26,18 @@ enum OneShot {
     AuthChallenge,
     /// A5: the ticket of `ws/ticket`, redeemed by a WebSocket upgrade.
     WsTicket,
+    /// A5 again, its ticket first redeemed a second after the `expires_in` the relay
+    /// announced with it.
+    ExpiredTicket,
 }
 
 /// Every single-use object, each replayed in every round (the ticket first: a login, the
 /// challenge's use, revokes the token the ticket is asked with).
-const ONE_SHOTS: [OneShot; 2] = [OneShot::WsTicket, OneShot::AuthChallenge];
+const ONE_SHOTS: [OneShot; 3] = [
+    OneShot::WsTicket,
+    OneShot::ExpiredTicket,
+    OneShot::AuthChallenge,
+];
 
 /// Uses each single-use object once, then replays it; returns the breaches and how many
 /// replays were judged (a first use that failed, under a fault, leaves nothing to replay).
@@ -39,6 +48,7 @@ pub(super) async fn replay(puppet: &RawAccount, identity: &Identity) -> (Finding
         let outcome = match one {
             OneShot::AuthChallenge => auth_challenge(puppet, identity).await,
             OneShot::WsTicket => ws_ticket(puppet).await,
+            OneShot::ExpiredTicket => expired_ticket(puppet).await,
         };
         if let Some(breach) = outcome {
             judged += 1;
@@ -92,6 +102,30 @@ async fn ws_ticket(puppet: &RawAccount) -> Option<Option<Violation>> {
         Violation::new(
             "authz",
             "a WebSocket ticket already redeemed opened a second socket (101)",
+        )
+    }))
+}
+
+/// A WebSocket ticket first redeemed a second after the expiry the relay announced for it
+/// (`expires_in`, in seconds): `None` when no ticket was issued, else the breach, if the
+/// upgrade was let in.
+async fn expired_ticket(puppet: &RawAccount) -> Option<Option<Violation>> {
+    let http = http();
+    let (status, v) = post(&http, paths::WS_TICKET, Some(&puppet.token), &json!({})).await?;
+    if !(200..300).contains(&status) {
+        return None;
+    }
+    let ticket = field(&v, "ticket")?;
+    let expires_in = v.get("expires_in").and_then(serde_json::Value::as_u64)?;
+    sleep_ms(expires_in * 1000 + 1000).await;
+    let query = format!("user_uuid={}&ticket={ticket}", puppet.uuid);
+    let upgrade = open_ws(&query).await.ok()?;
+    Some(upgrade.is_ok().then(|| {
+        Violation::new(
+            "authz",
+            format!(
+                "a WebSocket ticket opened a socket a second after the {expires_in} s the relay announced it would live"
+            ),
         )
     }))
 }
