@@ -322,7 +322,11 @@ impl Relay {
             )
         })?;
         let sig = Signature::from_bytes(&body.signature.0);
-        if key.verify_strict(body.challenge.as_bytes(), &sig).is_err() {
+        // PLANTED BUG (ChallengeSignatureIgnored): the signature is parsed but never checked,
+        // so anyone who asks for an account's challenge logs in as it.
+        if !crate::planted::planted!(self.config, ChallengeSignatureIgnored)
+            && key.verify_strict(body.challenge.as_bytes(), &sig).is_err()
+        {
             return Err(ApiError::new(
                 ErrorCode::SIGNATURE_INVALID,
                 "the signature does not verify",

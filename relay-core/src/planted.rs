@@ -86,12 +86,15 @@ pub enum PlantedBug {
     /// `auth`: a WebSocket ticket's lifetime is scaled twice, so a ticket the relay announced
     /// to live 30 s still opens a socket long after.
     TicketTtlUnits,
+    /// `auth`: `verify` never checks the signature over the challenge, so whoever asks for
+    /// an account's challenge logs in as that account.
+    ChallengeSignatureIgnored,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 22] = [
+    pub const ALL: [Self; 23] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -114,6 +117,7 @@ impl PlantedBug {
         Self::ListingByAnyone,
         Self::CallToAnyone,
         Self::TicketTtlUnits,
+        Self::ChallengeSignatureIgnored,
     ];
 }
 

@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 25] = [
+    pub const ALL: [Self; 26] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -70,6 +70,7 @@ impl Planted {
         Self::Relay(PlantedBug::ListingByAnyone),
         Self::Relay(PlantedBug::CallToAnyone),
         Self::Relay(PlantedBug::TicketTtlUnits),
+        Self::Relay(PlantedBug::ChallengeSignatureIgnored),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -102,6 +103,7 @@ impl Planted {
             Self::Relay(PlantedBug::ListingByAnyone) => "listing-by-anyone",
             Self::Relay(PlantedBug::CallToAnyone) => "call-to-anyone",
             Self::Relay(PlantedBug::TicketTtlUnits) => "ticket-ttl-units",
+            Self::Relay(PlantedBug::ChallengeSignatureIgnored) => "challenge-signature-ignored",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 25] = [
+const CASES: [Case; 26] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -117,6 +117,13 @@ const CASES: [Case; 25] = [
     },
     Case {
         bug: Planted::Relay(PlantedBug::ListingByAnyone),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
+    },
+    // One identity's credential presented for another: a challenge signed by another key.
+    Case {
+        bug: Planted::Relay(PlantedBug::ChallengeSignatureIgnored),
         scale: Scale::Small,
         faults: "dishonest",
         oracles: &["authz"],
@@ -452,4 +459,10 @@ fn catches_a_call_to_someone_who_is_not_a_contact() {
 #[test]
 fn catches_a_ticket_that_outlives_its_announced_expiry() {
     detects(Planted::Relay(PlantedBug::TicketTtlUnits));
+}
+
+/// A login whose challenge was signed by another key.
+#[test]
+fn catches_a_login_whose_signature_is_not_checked() {
+    detects(Planted::Relay(PlantedBug::ChallengeSignatureIgnored));
 }

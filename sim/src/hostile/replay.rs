@@ -3,13 +3,16 @@
 //! used once as an honest client would, then replayed. The oracle needs no knowledge of the
 //! object: **a replay of a used object never gets the answer its first use got** (a 200 with
 //! a token, a 101 upgrade). A ticket is also presented for the first time right after the
-//! expiry the relay announced with it (`expires_in`): it must not open a socket either.
+//! expiry the relay announced with it (`expires_in`): it must not open a socket either; and
+//! the puppet's challenge signed with another key must not log in.
 //!
 //! The replays run on the stranger's puppet account (see [`super::member`]), so the token a
 //! replayed login would mint (and the revocation of the one before it) touches no account
 //! the rest of the stranger's script depends on.
 
 use client_core::keys::Identity;
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng as _;
 use serde_json::json;
 use wire::http::paths;
 
@@ -29,13 +32,17 @@ enum OneShot {
     /// A5 again, its ticket first redeemed a second after the `expires_in` the relay
     /// announced with it.
     ExpiredTicket,
+    /// A3/A4 with the challenge signed by a key that is not the account's (one identity's
+    /// credential presented for another).
+    ForeignSignature,
 }
 
 /// Every single-use object, each replayed in every round (the ticket first: a login, the
 /// challenge's use, revokes the token the ticket is asked with).
-const ONE_SHOTS: [OneShot; 3] = [
+const ONE_SHOTS: [OneShot; 4] = [
     OneShot::WsTicket,
     OneShot::ExpiredTicket,
+    OneShot::ForeignSignature,
     OneShot::AuthChallenge,
 ];
 
@@ -49,6 +56,7 @@ pub(super) async fn replay(puppet: &RawAccount, identity: &Identity) -> (Finding
             OneShot::AuthChallenge => auth_challenge(puppet, identity).await,
             OneShot::WsTicket => ws_ticket(puppet).await,
             OneShot::ExpiredTicket => expired_ticket(puppet).await,
+            OneShot::ForeignSignature => foreign_signature(puppet).await,
         };
         if let Some(breach) = outcome {
             judged += 1;
@@ -126,6 +134,32 @@ async fn expired_ticket(puppet: &RawAccount) -> Option<Option<Violation>> {
             format!(
                 "a WebSocket ticket opened a socket a second after the {expires_in} s the relay announced it would live"
             ),
+        )
+    }))
+}
+
+/// The puppet's challenge signed with a key that is not the puppet's: `None` when no
+/// challenge was issued, else the breach, if `verify` answered with a token.
+async fn foreign_signature(puppet: &RawAccount) -> Option<Option<Violation>> {
+    let http = http();
+    let body = json!({ "user_uuid": puppet.uuid });
+    let (_, ch) = post(&http, paths::AUTH_CHALLENGE, None, &body).await?;
+    let challenge = field(&ch, "challenge")?;
+    let words = client_core::keys::new_mnemonic(&mut ChaCha20Rng::seed_from_u64(0x5157))
+        .expose()
+        .to_owned();
+    let other =
+        client_core::keys::derive_identity(&words, client_core::keys::X25519Path::Spec).ok()?;
+    let body = json!({
+        "user_uuid": puppet.uuid,
+        "challenge": challenge,
+        "signature": other.sign_challenge(&challenge),
+    });
+    let (status, v) = post(&http, paths::AUTH_VERIFY, None, &body).await?;
+    Some((status == 200 && field(&v, "token").is_some()).then(|| {
+        Violation::new(
+            "authz",
+            "a challenge signed with another account's key logged in (200 with a token)",
         )
     }))
 }
