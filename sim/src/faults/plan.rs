@@ -447,7 +447,8 @@ impl Drawer<'_> {
         }
     }
 
-    /// A raw client makes dishonest requests, after setup gave the world something to steal.
+    /// A raw client makes dishonest requests, after setup gave the world something to steal
+    /// (in one act of three, across a relay power cycle).
     fn dishonest(&mut self) -> ControlFlow<()> {
         let Some(host) = self.raw() else {
             return ControlFlow::Break(());
@@ -457,6 +458,16 @@ impl Drawer<'_> {
         let roll = self.rng.next_u64();
         let act = HostileAct::Dishonest { count, roll };
         self.push(at, FaultAction::Hostile { host, act });
+        // One act in three meets the worst moment on purpose: the relay powers off while
+        // the act's attempts are under way and restarts within ten seconds. Drawn from the
+        // act's own roll, so the rest of the plan is drawn as before.
+        if roll.is_multiple_of(3) {
+            let crash =
+                (at + 1_000 + (roll >> 8) % 15_000).min(self.window_ms.saturating_sub(2_000));
+            let restart = (crash + 1_000 + (roll >> 24) % 9_000).min(self.window_ms);
+            self.push(crash, FaultAction::Crash { host: RELAY.into() });
+            self.push(restart, FaultAction::Restart { host: RELAY.into() });
+        }
         ControlFlow::Continue(())
     }
 
