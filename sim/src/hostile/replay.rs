@@ -93,15 +93,22 @@ async fn auth_challenge(puppet: &RawAccount, identity: &Identity) -> Option<Opti
     )
 }
 
-/// A WebSocket ticket redeemed twice: `None` when no ticket was issued or its first upgrade
-/// failed, else the breach, if the second upgrade was let in too.
-async fn ws_ticket(puppet: &RawAccount) -> Option<Option<Violation>> {
+/// A WebSocket ticket of the puppet's and the seconds the relay says it lives, `None` when
+/// none was issued.
+async fn issue_ticket(puppet: &RawAccount) -> Option<(String, u64)> {
     let http = http();
     let (status, v) = post(&http, paths::WS_TICKET, Some(&puppet.token), &json!({})).await?;
     if !(200..300).contains(&status) {
         return None;
     }
-    let ticket = field(&v, "ticket")?;
+    let expires_in = v.get("expires_in").and_then(serde_json::Value::as_u64)?;
+    Some((field(&v, "ticket")?, expires_in))
+}
+
+/// A WebSocket ticket redeemed twice: `None` when no ticket was issued or its first upgrade
+/// failed, else the breach, if the second upgrade was let in too.
+async fn ws_ticket(puppet: &RawAccount) -> Option<Option<Violation>> {
+    let (ticket, _) = issue_ticket(puppet).await?;
     let query = format!("user_uuid={}&ticket={ticket}", puppet.uuid);
     let first = open_ws(&query).await.ok()?.ok()?;
     let second = open_ws(&query).await.ok()?;
@@ -118,13 +125,7 @@ async fn ws_ticket(puppet: &RawAccount) -> Option<Option<Violation>> {
 /// (`expires_in`, in seconds): `None` when no ticket was issued, else the breach, if the
 /// upgrade was let in.
 async fn expired_ticket(puppet: &RawAccount) -> Option<Option<Violation>> {
-    let http = http();
-    let (status, v) = post(&http, paths::WS_TICKET, Some(&puppet.token), &json!({})).await?;
-    if !(200..300).contains(&status) {
-        return None;
-    }
-    let ticket = field(&v, "ticket")?;
-    let expires_in = v.get("expires_in").and_then(serde_json::Value::as_u64)?;
+    let (ticket, expires_in) = issue_ticket(puppet).await?;
     sleep_ms(expires_in * 1000 + 1000).await;
     let query = format!("user_uuid={}&ticket={ticket}", puppet.uuid);
     let upgrade = open_ws(&query).await.ok()?;
