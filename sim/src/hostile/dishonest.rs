@@ -177,7 +177,9 @@ async fn own_objects(ctx: &HostCtx, account: &RawAccount) -> Findings {
             let (breaches, judged) =
                 super::foreign::foreign(account, &puppets, order.as_ref()).await;
             found.extend(breaches);
-            judged + frames
+            let (phantom, missing) = super::foreign::nonexistent(account, &puppets).await;
+            found.extend(phantom);
+            judged + frames + missing
         }
         None => 0,
     };

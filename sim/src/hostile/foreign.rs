@@ -19,6 +19,9 @@
 //! its own friend request (the addressee must still see it pending) and the owner buying its
 //! own channel (SPEC: 400). Any attempt answered 500 is a `bad-input` finding.
 //!
+//! The same routes are also asked about objects that do not exist ([`nonexistent`]): no 2xx,
+//! no 500.
+//!
 //! Frames go the same way: every frame type a client addresses to another account
 //! ([`ROUTED`]) is sent by the stranger to the second puppet, who is not its contact, naming
 //! the conversation the stranger has with the first one; nothing of it may reach the second
@@ -128,6 +131,25 @@ struct Objects {
     upload: Option<(String, String, String)>,
     /// An honest buyer's order.
     order: Option<String>,
+    /// The puppet's alias.
+    alias: String,
+}
+
+impl Objects {
+    /// Well-formed ids that name nothing.
+    fn missing() -> Self {
+        Self {
+            friendship: Some("987654321".into()),
+            channel: Some("no-such-channel".into()),
+            upload: Some((
+                "no-such-upload".into(),
+                "media/no-such-object".into(),
+                "e".into(),
+            )),
+            order: Some("no-such-order".into()),
+            alias: "nobody_here".into(),
+        }
+    }
 }
 
 /// The stranger's puppets: the owner of the objects and the addressee of its request.
@@ -149,6 +171,7 @@ pub(super) async fn foreign(
         channel: own_channel(&client, puppets.owner).await,
         upload: start_upload(&client, puppets.owner).await,
         order: leaked_order.cloned(),
+        alias: puppets.owner.alias.clone(),
     };
     let mut t = Trial {
         client,
@@ -212,6 +235,42 @@ pub(super) async fn frames_to_a_stranger(
         }
     }
     (found, sent)
+}
+
+/// Every route that names an object, naming one that does not exist: never a 2xx (SPEC
+/// answers 404 where it says: a missing channel, order or alias) and never a 500. Returns the
+/// breaches and how many answers were judged.
+pub(super) async fn nonexistent(stranger: &RawAccount, puppets: &Puppets<'_>) -> (Findings, usize) {
+    let t = Trial {
+        client: http(),
+        puppets,
+        objects: Objects::missing(),
+        found: Findings::new(),
+        judged: 0,
+    };
+    let (mut found, mut judged) = (Findings::new(), 0);
+    for (method, _, template) in served_routes() {
+        let Some(Some(kind)) = names(template) else {
+            continue;
+        };
+        let Some(req) = t.request(&method, template, kind) else {
+            continue;
+        };
+        let Some((status, _)) = exchange(&t.client, req.bearer(&stranger.token)).await else {
+            continue;
+        };
+        if status == 429 || status == 503 {
+            continue;
+        }
+        judged += 1;
+        if (200..300).contains(&status) || status >= 500 {
+            found.push(Violation::new(
+                "bad-input",
+                format!("relay answered {status} to {method} {template} naming a {kind:?} that does not exist"),
+            ));
+        }
+    }
+    (found, judged)
 }
 
 /// One round of attempts: the objects, what was found, how many attempts were judged.
@@ -296,7 +355,7 @@ impl Trial<'_> {
             Kind::Upload => o.upload.as_ref()?.0.clone(),
             Kind::MediaObject => o.upload.as_ref()?.1.clone(),
             Kind::Order => o.order.clone()?,
-            Kind::Alias => self.puppets.owner.alias.clone(),
+            Kind::Alias => o.alias.clone(),
         };
         let mut path = format!("/api/v1/{}", template.replace("{id}", &id));
         path = path.replace("{alias}", &id);
@@ -536,6 +595,7 @@ mod tests {
                 channel: Some("ch1".into()),
                 upload: Some(("up1".into(), "media/k1".into(), "e".into())),
                 order: Some("ord1".into()),
+                alias: owner.alias.clone(),
             },
             found: Findings::new(),
             judged: 0,
