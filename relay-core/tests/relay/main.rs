@@ -28,6 +28,7 @@ mod messaging;
 mod model;
 mod orders;
 mod push;
+mod push_edges;
 mod push_gone;
 mod rate_windows;
 mod refunds;
