@@ -17,6 +17,7 @@ mod channel_bounds;
 mod channels;
 mod confirm_redelivery;
 mod credentials;
+mod destination_rules;
 mod durability;
 mod group_commit;
 mod hardening;
