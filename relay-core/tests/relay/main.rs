@@ -28,6 +28,7 @@ mod message_edges;
 mod messaging;
 mod model;
 mod orders;
+mod pricing_rules;
 mod push;
 mod push_edges;
 mod push_gone;
