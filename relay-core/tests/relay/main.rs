@@ -24,6 +24,7 @@ mod hardening;
 mod http;
 mod limit_values;
 mod media;
+mod media_edges;
 mod message_edges;
 mod messaging;
 mod model;

@@ -1,0 +1,212 @@
+//! Media at its edges: percent-encoded keys, a parts list of exactly the maximum, bytes gone
+//! from the blob store under a live object, the relay's next wake-up once an upload is
+//! completed, and what `Debug` shows.
+
+use relay_core::{BlobStore as _, MemoryBlobStore, Method};
+use serde_json::{Value, json};
+use wire::limits::MAX_MEDIA_PARTS;
+
+use crate::world::{User, World, fast_config};
+
+const HOUR_MS: u64 = 60 * 60 * 1000;
+
+fn init(w: &mut World, u: &User) -> (String, String) {
+    let r = w.post(
+        "/api/v1/media/upload-parts/init",
+        json!({"content_type": "application/octet-stream"}),
+        Some(&u.token),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    let v = r.body_json();
+    (
+        v["upload_id"].as_str().unwrap().to_owned(),
+        v["media_key"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn chunk(
+    w: &mut World,
+    u: &User,
+    upload: &str,
+    key: &str,
+    part: u32,
+    body: Vec<u8>,
+) -> relay_core::HttpResponse {
+    w.raw(
+        Method::Post,
+        &format!("/api/v1/media/upload-parts/{upload}/chunk?mediaKey={key}&partNumber={part}"),
+        body,
+        Some(&u.token),
+    )
+}
+
+fn etag(r: &relay_core::HttpResponse) -> String {
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    r.body_json()["etag"].as_str().unwrap().to_owned()
+}
+
+fn complete(
+    w: &mut World,
+    u: &User,
+    upload: &str,
+    key: &str,
+    parts: Value,
+) -> relay_core::HttpResponse {
+    w.post(
+        &format!("/api/v1/media/upload-parts/{upload}/complete"),
+        json!({"media_key": key, "parts": parts}),
+        Some(&u.token),
+    )
+}
+
+fn download(w: &mut World, u: &User, key: &str) -> relay_core::HttpResponse {
+    w.get(&format!("/api/v1/media/download?key={key}"), Some(&u.token))
+}
+
+fn status_code_message(r: &relay_core::HttpResponse) -> (u16, String, String) {
+    let v = r.body_json();
+    (
+        r.status,
+        v["error"].as_str().unwrap_or_default().to_owned(),
+        v["message"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// Uploads one part of `bytes` and completes; returns (upload id, key).
+fn upload_one(w: &mut World, u: &User, bytes: &[u8]) -> (String, String) {
+    let (id, key) = init(w, u);
+    let e = etag(&chunk(w, u, &id, &key, 1, bytes.to_vec()));
+    let r = complete(w, u, &id, &key, json!([{"etag": e, "part_number": 1}]));
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    (id, key)
+}
+
+#[test]
+fn a_percent_encoded_key_names_the_same_upload_wherever_the_escape_is() {
+    let mut w = World::new();
+    let a = w.user("alice");
+    let (id, key) = init(&mut w, &a);
+    // `m-…`: encode the `-` right after the `m` (an escape in the middle of the value).
+    let encoded = format!("m%2D{}", &key[2..]);
+    let e = etag(&chunk(&mut w, &a, &id, &encoded, 1, b"part-one".to_vec()));
+    let r = complete(
+        &mut w,
+        &a,
+        &id,
+        &key,
+        json!([{"etag": e, "part_number": 1}]),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    let d = download(&mut w, &a, &encoded);
+    assert_eq!((d.status, d.body.as_slice()), (200, b"part-one".as_slice()));
+    // Every character escaped.
+    let all: String = key.bytes().map(|b| format!("%{b:02X}")).collect();
+    assert_eq!(download(&mut w, &a, &all).body, b"part-one");
+    // A broken escape is a bad query, not an unknown key.
+    for bad in ["m%2", "m%zz-abc", "%"] {
+        let (status, code, _) = status_code_message(&download(&mut w, &a, bad));
+        assert_eq!((status, code.as_str()), (400, "INVALID_FIELD"), "{bad}");
+    }
+}
+
+#[test]
+fn a_parts_list_of_exactly_the_maximum_completes_and_one_more_entry_is_refused() {
+    let mut w = World::new();
+    let a = w.user("alice");
+    let (id, key) = init(&mut w, &a);
+    let mut list = Vec::new();
+    for n in 1..=MAX_MEDIA_PARTS {
+        let e = etag(&chunk(
+            &mut w,
+            &a,
+            &id,
+            &key,
+            n,
+            vec![u8::try_from(n).unwrap()],
+        ));
+        list.push(json!({"etag": e, "part_number": n}));
+    }
+    let mut over = list.clone();
+    over.push(json!({"etag": "x", "part_number": MAX_MEDIA_PARTS + 1}));
+    let r = complete(&mut w, &a, &id, &key, Value::Array(over));
+    assert_eq!(
+        status_code_message(&r),
+        (
+            400,
+            "INVALID_FIELD".to_owned(),
+            format!("at most {MAX_MEDIA_PARTS} parts")
+        )
+    );
+    let r = complete(&mut w, &a, &id, &key, Value::Array(list));
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    assert_eq!(r.body_json()["size"], MAX_MEDIA_PARTS);
+    let expected: Vec<u8> = (1..=MAX_MEDIA_PARTS)
+        .map(|n| u8::try_from(n).unwrap())
+        .collect();
+    assert_eq!(download(&mut w, &a, &key).body, expected);
+}
+
+#[test]
+fn an_object_whose_bytes_are_gone_from_the_blob_store_is_not_found_not_unavailable() {
+    let blobs = MemoryBlobStore::new();
+    let mut w = World::with_blobs(fast_config(), blobs.clone());
+    let a = w.user("alice");
+    let (id, key) = upload_one(&mut w, &a, b"bytes");
+    assert_eq!(download(&mut w, &a, &key).body, b"bytes");
+    // The bytes disappear behind the relay's back (an operator, a disk replaced).
+    blobs.clone().delete(&id).unwrap();
+    let r = download(&mut w, &a, &key);
+    assert_eq!(
+        status_code_message(&r),
+        (
+            404,
+            "MEDIA_NOT_FOUND".to_owned(),
+            "the object's data is no longer available".to_owned()
+        )
+    );
+    assert!(!w.relay.is_failed());
+}
+
+#[test]
+fn once_completed_an_upload_wakes_the_relay_at_its_new_expiry_only() {
+    let mut w = World::new();
+    let a = w.user("alice");
+    // Past every credential's expiry so only media timers are left (the token lives 24 h).
+    w.advance(HOUR_MS);
+    assert_eq!(w.relay.poll_timeout(), None);
+    let (id, key) = init(&mut w, &a);
+    assert_eq!(w.relay.poll_timeout(), Some(w.now.plus_ms(2 * HOUR_MS)));
+    let e = etag(&chunk(&mut w, &a, &id, &key, 1, b"x".to_vec()));
+    // A part does not move the expiry.
+    assert_eq!(w.relay.poll_timeout(), Some(w.now.plus_ms(2 * HOUR_MS)));
+    w.advance(60_000);
+    let completed_at = w.now;
+    let r = complete(
+        &mut w,
+        &a,
+        &id,
+        &key,
+        json!([{"etag": e, "part_number": 1}]),
+    );
+    assert_eq!(r.status, 200);
+    // The unfinished upload's wake-up is gone: the next is the object's, 24 h on.
+    assert_eq!(
+        w.relay.poll_timeout(),
+        Some(completed_at.plus_ms(24 * HOUR_MS))
+    );
+}
+
+#[test]
+fn debug_counts_uploads_and_pending_blob_deletions_only() {
+    let blobs = MemoryBlobStore::new();
+    let mut w = World::with_blobs(fast_config(), blobs.clone());
+    let a = w.user("alice");
+    assert!(format!("{:?}", w.relay).contains("MediaState { uploads: 0, gc: 0, .. }"));
+    let (_, key) = upload_one(&mut w, &a, b"secret-bytes");
+    let dbg = format!("{:?}", w.relay);
+    assert!(
+        dbg.contains("MediaState { uploads: 1, gc: 0, .. }"),
+        "{dbg}"
+    );
+    assert!(!dbg.contains(&key), "{dbg}");
+}
