@@ -210,3 +210,39 @@ fn debug_counts_uploads_and_pending_blob_deletions_only() {
     );
     assert!(!dbg.contains(&key), "{dbg}");
 }
+
+#[test]
+fn an_upload_and_an_object_end_exactly_at_their_expiry_even_before_the_timer_fires() {
+    let mut w = World::new();
+    let a = w.user("alice");
+    let (id, key) = init(&mut w, &a);
+    let opened = w.now;
+    // The clock moves without a tick: only the expiry checks of the handlers decide.
+    w.now = opened.plus_ms(2 * HOUR_MS - 1);
+    let e = etag(&chunk(&mut w, &a, &id, &key, 1, b"late".to_vec()));
+    w.now = opened.plus_ms(2 * HOUR_MS);
+    for r in [
+        chunk(&mut w, &a, &id, &key, 2, b"too late".to_vec()),
+        complete(
+            &mut w,
+            &a,
+            &id,
+            &key,
+            json!([{"etag": e, "part_number": 1}]),
+        ),
+    ] {
+        let (status, code, _) = status_code_message(&r);
+        assert_eq!((status, code.as_str()), (404, "MEDIA_NOT_FOUND"));
+    }
+
+    let (_, key) = upload_one(&mut w, &a, b"object");
+    let done = w.now;
+    w.now = done.plus_ms(24 * HOUR_MS - 1);
+    // The token lives 24 h too: a fresh one.
+    let mut a = a;
+    w.login(&mut a);
+    assert_eq!(download(&mut w, &a, &key).body, b"object");
+    w.now = done.plus_ms(24 * HOUR_MS);
+    let (status, code, _) = status_code_message(&download(&mut w, &a, &key));
+    assert_eq!((status, code.as_str()), (404, "MEDIA_NOT_FOUND"));
+}
