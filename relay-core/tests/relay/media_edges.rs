@@ -1,10 +1,18 @@
 //! Media at its edges: percent-encoded keys, a parts list of exactly the maximum, bytes gone
 //! from the blob store under a live object, the relay's next wake-up once an upload is
-//! completed, and what `Debug` shows.
+//! completed, expiry to the millisecond, the object and account byte limits to the byte, and
+//! what `Debug` shows.
+//!
+//! The byte limits are 100 MiB per object and 400 MiB per account: rather than upload that
+//! much, the tests write the rows a relay would have written after those uploads (parts with
+//! their sizes and etags, no bytes behind them) and restart from the store; only the parts
+//! that decide are uploaded for real.
 
+use relay_core::limits::MAX_MEDIA_BYTES_PER_USER;
+use relay_core::store::{Mutation, Store as _, Table};
 use relay_core::{BlobStore as _, MemoryBlobStore, Method};
 use serde_json::{Value, json};
-use wire::limits::MAX_MEDIA_PARTS;
+use wire::limits::{MAX_MEDIA_OBJECT_BYTES, MAX_MEDIA_PART_BYTES, MAX_MEDIA_PARTS};
 
 use crate::world::{User, World, fast_config};
 
@@ -245,4 +253,100 @@ fn an_upload_and_an_object_end_exactly_at_their_expiry_even_before_the_timer_fir
     w.now = done.plus_ms(24 * HOUR_MS);
     let (status, code, _) = status_code_message(&download(&mut w, &a, &key));
     assert_eq!((status, code.as_str()), (404, "MEDIA_NOT_FOUND"));
+}
+
+const P: u64 = MAX_MEDIA_PART_BYTES as u64;
+
+/// The committed media row of `upload`.
+fn media_row(w: &World, upload: &str) -> Value {
+    let snapshot = w.mem.clone().load().unwrap();
+    serde_json::from_slice(&snapshot[&Table::Media][upload]).unwrap()
+}
+
+fn put_media_row(w: &World, row: &Value) {
+    w.mem
+        .clone()
+        .commit(vec![Mutation::Put {
+            table: Table::Media,
+            key: row["upload_id"].as_str().unwrap().to_owned(),
+            value: serde_json::to_vec(row).unwrap(),
+        }])
+        .unwrap();
+}
+
+/// `row` with parts `numbers` of `P` bytes each (etag `e<n>`), as if they had been uploaded.
+fn with_full_parts(mut row: Value, numbers: impl Iterator<Item = u32>) -> Value {
+    for n in numbers {
+        row["parts"][n.to_string()] = json!({"etag": format!("e{n}"), "size": P});
+    }
+    row
+}
+
+fn full_part(seed: u8) -> Vec<u8> {
+    vec![seed; MAX_MEDIA_PART_BYTES]
+}
+
+fn restart(w: &mut World, blobs: &MemoryBlobStore, u: &mut User) {
+    w.restart_with_blobs(Box::new(w.mem.clone()), Box::new(blobs.clone()));
+    w.login(u);
+}
+
+#[test]
+fn an_object_may_reach_its_byte_limit_exactly_and_not_one_byte_more() {
+    assert_eq!(MAX_MEDIA_OBJECT_BYTES, 20 * P);
+    let blobs = MemoryBlobStore::new();
+    let mut w = World::with_blobs(fast_config(), blobs.clone());
+    let mut a = w.user("alice");
+    let (id, key) = init(&mut w, &a);
+    // Parts 1-19 at full size: 19 parts' worth short of the limit by one part.
+    put_media_row(&w, &with_full_parts(media_row(&w, &id), 1..=19));
+    restart(&mut w, &blobs, &mut a);
+    let e20 = etag(&chunk(&mut w, &a, &id, &key, 20, full_part(20)));
+    // Exactly at the limit: one byte more is refused, even as part 21.
+    let (status, code, _) = status_code_message(&chunk(&mut w, &a, &id, &key, 21, vec![1]));
+    assert_eq!((status, code.as_str()), (413, "BODY_TOO_LARGE"));
+    // Sending a part again replaces it: still exactly at the limit.
+    assert_eq!(etag(&chunk(&mut w, &a, &id, &key, 20, full_part(20))), e20);
+    let mut list: Vec<Value> = (1..=19)
+        .map(|n| json!({"etag": format!("e{n}"), "part_number": n}))
+        .collect();
+    list.push(json!({"etag": e20, "part_number": 20}));
+    let r = complete(&mut w, &a, &id, &key, Value::Array(list));
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    assert_eq!(r.body_json()["size"], MAX_MEDIA_OBJECT_BYTES);
+}
+
+#[test]
+fn an_account_may_hold_its_byte_limit_exactly_and_not_one_byte_more() {
+    assert_eq!(MAX_MEDIA_BYTES_PER_USER, 80 * P);
+    let blobs = MemoryBlobStore::new();
+    let mut w = World::with_blobs(fast_config(), blobs.clone());
+    let mut a = w.user("alice");
+    let b = w.user("bob");
+    let (id, key) = init(&mut w, &a);
+    let row = media_row(&w, &id);
+    // Three completed objects of 20 full parts each (60 parts), and this upload's parts 1-19.
+    for i in 1..=3u32 {
+        let mut other = with_full_parts(row.clone(), 1..=20);
+        other["upload_id"] = json!(format!("up-{i:024x}"));
+        other["media_key"] = json!(format!("m-{}{i}", "k".repeat(31)));
+        other["completed"] = json!(20);
+        put_media_row(&w, &other);
+    }
+    put_media_row(&w, &with_full_parts(row, 1..=19));
+    restart(&mut w, &blobs, &mut a);
+    let est = w
+        .get("/api/v1/storage/estimate", Some(&a.token))
+        .body_json();
+    assert_eq!(est["used_bytes"], 79 * P);
+    // The 80th part: exactly at the limit.
+    let e20 = etag(&chunk(&mut w, &a, &id, &key, 20, full_part(20)));
+    // One byte more in another upload is refused; another account is not affected.
+    let (id2, key2) = init(&mut w, &a);
+    let (status, code, _) = status_code_message(&chunk(&mut w, &a, &id2, &key2, 1, vec![1]));
+    assert_eq!((status, code.as_str()), (403, "QUOTA_EXCEEDED"));
+    let (id3, key3) = init(&mut w, &b);
+    etag(&chunk(&mut w, &b, &id3, &key3, 1, vec![1]));
+    // Replacing a part at the limit holds the same bytes: allowed.
+    assert_eq!(etag(&chunk(&mut w, &a, &id, &key, 20, full_part(20))), e20);
 }
