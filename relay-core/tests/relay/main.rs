@@ -22,6 +22,7 @@ mod durability;
 mod group_commit;
 mod hardening;
 mod http;
+mod http_surface;
 mod limit_values;
 mod media;
 mod media_edges;
