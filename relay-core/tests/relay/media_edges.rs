@@ -156,13 +156,13 @@ fn a_parts_list_of_exactly_the_maximum_completes_and_one_more_entry_is_refused()
 
 #[test]
 fn an_object_whose_bytes_are_gone_from_the_blob_store_is_not_found_not_unavailable() {
-    let blobs = MemoryBlobStore::new();
+    let mut blobs = MemoryBlobStore::new();
     let mut w = World::with_blobs(fast_config(), blobs.clone());
     let a = w.user("alice");
     let (id, key) = upload_one(&mut w, &a, b"bytes");
     assert_eq!(download(&mut w, &a, &key).body, b"bytes");
     // The bytes disappear behind the relay's back (an operator, a disk replaced).
-    blobs.clone().delete(&id).unwrap();
+    blobs.delete(&id).unwrap();
     let r = download(&mut w, &a, &key);
     assert_eq!(
         status_code_message(&r),
@@ -206,8 +206,7 @@ fn once_completed_an_upload_wakes_the_relay_at_its_new_expiry_only() {
 
 #[test]
 fn debug_counts_uploads_and_pending_blob_deletions_only() {
-    let blobs = MemoryBlobStore::new();
-    let mut w = World::with_blobs(fast_config(), blobs.clone());
+    let mut w = World::with_blobs(fast_config(), MemoryBlobStore::new());
     let a = w.user("alice");
     assert!(format!("{:?}", w.relay).contains("MediaState { uploads: 0, gc: 0, .. }"));
     let (_, key) = upload_one(&mut w, &a, b"secret-bytes");
