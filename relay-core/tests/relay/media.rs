@@ -20,7 +20,7 @@ fn chunk_frame(seed: u8, ct_len: usize) -> Vec<u8> {
     v
 }
 
-fn init(w: &mut World, u: &User) -> (String, String) {
+pub(crate) fn init(w: &mut World, u: &User) -> (String, String) {
     let r = w.post(
         "/api/v1/media/upload-parts/init",
         json!({"content_type": "application/octet-stream"}),

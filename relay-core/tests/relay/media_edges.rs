@@ -14,23 +14,10 @@ use relay_core::{BlobStore as _, MemoryBlobStore, Method};
 use serde_json::{Value, json};
 use wire::limits::{MAX_MEDIA_OBJECT_BYTES, MAX_MEDIA_PART_BYTES, MAX_MEDIA_PARTS};
 
+use crate::media::init;
 use crate::world::{User, World, fast_config};
 
 const HOUR_MS: u64 = 60 * 60 * 1000;
-
-fn init(w: &mut World, u: &User) -> (String, String) {
-    let r = w.post(
-        "/api/v1/media/upload-parts/init",
-        json!({"content_type": "application/octet-stream"}),
-        Some(&u.token),
-    );
-    assert_eq!(r.status, 200, "{:?}", r.body_json());
-    let v = r.body_json();
-    (
-        v["upload_id"].as_str().unwrap().to_owned(),
-        v["media_key"].as_str().unwrap().to_owned(),
-    )
-}
 
 fn chunk(
     w: &mut World,

@@ -5,17 +5,8 @@
 use relay_core::store::{Store as _, Table};
 use serde_json::{Value, json};
 
+use crate::world::online_and_offline as alice_and_offline_bob;
 use crate::world::{User, World, acks, frames};
-
-/// Alice (connected and synced) and Bob (registered, not connected), friends.
-fn alice_and_offline_bob(w: &mut World) -> (User, User, String) {
-    let mut a = w.user("alice");
-    let b = w.user("bob");
-    let conv = w.befriend(&a, &b);
-    let ca = w.connect(&mut a);
-    w.sync(ca);
-    (a, b, conv)
-}
 
 /// Every accepted message counts once, as online or offline by where its recipient was; a
 /// resend counts as deduplicated; a `sync` counts with the backlog it found.

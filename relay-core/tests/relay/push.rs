@@ -4,6 +4,7 @@ use base64::Engine as _;
 use relay_core::{Config, PushTarget};
 use serde_json::{Value, json};
 
+use crate::world::online_and_offline as pair;
 use crate::world::{User, World, fast_config, pushes};
 
 fn b64url(bytes: &[u8]) -> String {
@@ -22,16 +23,6 @@ fn subscribe(w: &mut World, u: &User, endpoint: &str) -> relay_core::HttpRespons
         subscription(endpoint),
         Some(&u.token),
     )
-}
-
-/// alice (connected) and bob (offline), contacts.
-fn pair(w: &mut World) -> (User, User, String) {
-    let mut a = w.user("alice");
-    let b = w.user("bob");
-    let conv = w.befriend(&a, &b);
-    let ca = w.connect(&mut a);
-    w.sync(ca);
-    (a, b, conv)
 }
 
 #[test]

@@ -2,7 +2,6 @@
 //! byte for byte, `platform: ios`, a stored row over the cap, the push interval to the
 //! millisecond (with and without a timer tick), and what `Debug` shows.
 
-use base64::Engine as _;
 use relay_core::PushTarget;
 use relay_core::limits::{
     MAX_PUSH_ENDPOINT_BYTES, MAX_PUSH_TARGETS_PER_USER, MAX_PUSH_TOKEN_BYTES,
@@ -10,26 +9,9 @@ use relay_core::limits::{
 use relay_core::store::{Mutation, Store as _, Table};
 use serde_json::{Value, json};
 
+use crate::push_gone::{keys, web};
+use crate::world::online_and_offline as pair;
 use crate::world::{User, World, pushes};
-
-fn b64url(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-}
-
-fn keys(fill: u8) -> (String, String) {
-    let mut p256dh = vec![4u8];
-    p256dh.extend([fill; 64]);
-    (b64url(&p256dh), b64url(&[fill; 16]))
-}
-
-fn web(endpoint: &str, fill: u8) -> PushTarget {
-    let (p256dh, auth) = keys(fill);
-    PushTarget::WebPush {
-        endpoint: endpoint.to_owned(),
-        p256dh,
-        auth,
-    }
-}
 
 fn fcm(token: &str) -> PushTarget {
     PushTarget::Fcm {
@@ -55,16 +37,6 @@ fn register(w: &mut World, u: &User, body: Value) -> relay_core::HttpResponse {
 
 fn status_code(r: &relay_core::HttpResponse) -> (u16, String) {
     (r.status, r.error_code().unwrap_or_default())
-}
-
-/// alice (connected) and bob (offline), contacts.
-fn pair(w: &mut World) -> (User, User, String) {
-    let mut a = w.user("alice");
-    let b = w.user("bob");
-    let conv = w.befriend(&a, &b);
-    let ca = w.connect(&mut a);
-    w.sync(ca);
-    (a, b, conv)
 }
 
 /// The targets a message from `a` to offline `b` is pushed to, sorted; past the push interval

@@ -12,7 +12,7 @@ fn b64url(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-fn keys(fill: u8) -> (String, String) {
+pub(crate) fn keys(fill: u8) -> (String, String) {
     let mut p256dh = vec![4u8];
     p256dh.extend([fill; 64]);
     (b64url(&p256dh), b64url(&[fill; 16]))
@@ -25,7 +25,7 @@ fn subscribe(w: &mut World, u: &User, endpoint: &str, fill: u8) -> u16 {
         .status
 }
 
-fn web(endpoint: &str, fill: u8) -> PushTarget {
+pub(crate) fn web(endpoint: &str, fill: u8) -> PushTarget {
     let (p256dh, auth) = keys(fill);
     PushTarget::WebPush {
         endpoint: endpoint.to_owned(),

@@ -438,3 +438,14 @@ pub(crate) fn pushes(outs: &[Output]) -> Vec<(String, relay_core::PushTarget, Va
         })
         .collect()
 }
+
+/// Alice (connected and synced) and Bob (registered, not connected), friends; and their
+/// conversation.
+pub(crate) fn online_and_offline(w: &mut World) -> (User, User, String) {
+    let mut a = w.user("alice");
+    let b = w.user("bob");
+    let conv = w.befriend(&a, &b);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    (a, b, conv)
+}
