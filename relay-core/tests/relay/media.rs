@@ -50,12 +50,12 @@ fn chunk(
     )
 }
 
-fn etag_of(r: &relay_core::HttpResponse) -> String {
+pub(crate) fn etag_of(r: &relay_core::HttpResponse) -> String {
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     r.body_json()["etag"].as_str().unwrap().to_owned()
 }
 
-fn complete(
+pub(crate) fn complete(
     w: &mut World,
     token: &str,
     upload: &str,

@@ -14,7 +14,7 @@ use relay_core::{BlobStore as _, MemoryBlobStore, Method};
 use serde_json::{Value, json};
 use wire::limits::{MAX_MEDIA_OBJECT_BYTES, MAX_MEDIA_PART_BYTES, MAX_MEDIA_PARTS};
 
-use crate::media::init;
+use crate::media::{etag_of as etag, init};
 use crate::world::{User, World, fast_config};
 
 const HOUR_MS: u64 = 60 * 60 * 1000;
@@ -35,11 +35,6 @@ fn chunk(
     )
 }
 
-fn etag(r: &relay_core::HttpResponse) -> String {
-    assert_eq!(r.status, 200, "{:?}", r.body_json());
-    r.body_json()["etag"].as_str().unwrap().to_owned()
-}
-
 fn complete(
     w: &mut World,
     u: &User,
@@ -47,11 +42,7 @@ fn complete(
     key: &str,
     parts: Value,
 ) -> relay_core::HttpResponse {
-    w.post(
-        &format!("/api/v1/media/upload-parts/{upload}/complete"),
-        json!({"media_key": key, "parts": parts}),
-        Some(&u.token),
-    )
+    crate::media::complete(w, &u.token, upload, key, parts)
 }
 
 fn download(w: &mut World, u: &User, key: &str) -> relay_core::HttpResponse {
