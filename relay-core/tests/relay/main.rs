@@ -35,6 +35,7 @@ mod push;
 mod push_edges;
 mod push_gone;
 mod rate_windows;
+mod redaction;
 mod refunds;
 mod tokens;
 mod vanity;
