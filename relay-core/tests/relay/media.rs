@@ -34,7 +34,7 @@ pub(crate) fn init(w: &mut World, u: &User) -> (String, String) {
     )
 }
 
-fn chunk(
+pub(crate) fn chunk(
     w: &mut World,
     token: &str,
     upload: &str,

@@ -10,7 +10,7 @@
 
 use relay_core::limits::MAX_MEDIA_BYTES_PER_USER;
 use relay_core::store::{Mutation, Store as _, Table};
-use relay_core::{BlobStore as _, MemoryBlobStore, Method};
+use relay_core::{BlobStore as _, MemoryBlobStore};
 use serde_json::{Value, json};
 use wire::limits::{MAX_MEDIA_OBJECT_BYTES, MAX_MEDIA_PART_BYTES, MAX_MEDIA_PARTS};
 
@@ -27,12 +27,7 @@ fn chunk(
     part: u32,
     body: Vec<u8>,
 ) -> relay_core::HttpResponse {
-    w.raw(
-        Method::Post,
-        &format!("/api/v1/media/upload-parts/{upload}/chunk?mediaKey={key}&partNumber={part}"),
-        body,
-        Some(&u.token),
-    )
+    crate::media::chunk(w, &u.token, upload, key, &part.to_string(), body)
 }
 
 fn complete(

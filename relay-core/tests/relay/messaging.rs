@@ -4,18 +4,8 @@ use relay_core::Config;
 use serde_json::json;
 use wire::ServerFrame;
 
-use crate::world::{User, World, acks, b64, errors, frames, msgs};
-
-fn pair(w: &mut World) -> (User, User, String) {
-    let mut a = w.user("alice");
-    let mut b = w.user("bob");
-    let conv = w.befriend(&a, &b);
-    let ca = w.connect(&mut a);
-    w.sync(ca);
-    let cb = w.connect(&mut b);
-    w.sync(cb);
-    (a, b, conv)
-}
+use crate::world::both_online as pair;
+use crate::world::{World, acks, b64, errors, frames, msgs};
 
 #[test]
 fn msg_ack_seq_and_live_delivery() {

@@ -6,18 +6,8 @@
 use relay_core::Config;
 use relay_core::limits::{Budget, HOUR_MS};
 
+use crate::world::both_online as pair;
 use crate::world::{User, World, acks, errors, fast_config, frames};
-
-fn pair(w: &mut World) -> (User, User, String) {
-    let mut a = w.user("alice");
-    let mut b = w.user("bob");
-    let conv = w.befriend(&a, &b);
-    let ca = w.connect(&mut a);
-    w.sync(ca);
-    let cb = w.connect(&mut b);
-    w.sync(cb);
-    (a, b, conv)
-}
 
 /// Whether `id` from `a` was accepted (acked) or refused with `RATE_LIMITED`.
 fn accepted(w: &mut World, a: &User, b: &User, conv: &str, id: &str) -> bool {

@@ -449,3 +449,15 @@ pub(crate) fn online_and_offline(w: &mut World) -> (User, User, String) {
     w.sync(ca);
     (a, b, conv)
 }
+
+/// Alice and Bob, friends, each connected and synced; and their conversation.
+pub(crate) fn both_online(w: &mut World) -> (User, User, String) {
+    let mut a = w.user("alice");
+    let mut b = w.user("bob");
+    let conv = w.befriend(&a, &b);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    (a, b, conv)
+}
