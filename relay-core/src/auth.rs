@@ -1,9 +1,13 @@
 //! Proof-of-work challenges, auth challenges, JWT login, bearer checks and WebSocket tickets.
 //!
-//! These credentials are short-lived and kept in memory only (bounded; oldest evicted first):
-//! a relay restart invalidates outstanding PoW challenges, auth challenges and tickets, and
-//! clients simply ask for new ones (every reference client does on failure). JWTs and their
-//! revocation (`current_jti` on the account) are durable.
+//! Auth challenges and tickets are self-contained ([`crate::credential`]): sealed with a key
+//! derived from the JWT key, checked without any memory of their issue, and marked spent
+//! durably in the commit of the answer that used them, so a restart neither invalidates an
+//! unused one nor lets a used one in again. Proof-of-work challenges are kept in memory only
+//! (bounded; oldest evicted first): registration names the nonce, not the challenge, so the
+//! relay must remember what it issued; a restart invalidates them and clients simply ask for
+//! new ones (every reference client does on failure). JWTs and their revocation
+//! (`current_jti` on the account) are durable.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,11 +20,12 @@ use wire::http::{
 use wire::{ErrorCode, IsoTime, UnixMs, UserUuid};
 
 use crate::config::Config;
+use crate::credential::{Kind, Opened, Refused};
 use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::limits::{
-    AUTH_CHALLENGE_TTL_MS, AUTH_CHALLENGES_PER_MIN_PER_USER, HOUR_MS, MAX_PENDING_AUTH_CHALLENGES,
-    MAX_PENDING_POW_CHALLENGES, MAX_PENDING_TICKETS, MAX_POW_CHALLENGES_PER_ADDR, MAX_TOKEN_BYTES,
-    MINUTE_MS, POW_CHALLENGE_TTL_MS, POW_CHALLENGES_PER_MIN_PER_ADDR, WS_TICKET_TTL_MS,
+    AUTH_CHALLENGE_TTL_MS, AUTH_CHALLENGES_PER_MIN_PER_USER, HOUR_MS, MAX_PENDING_POW_CHALLENGES,
+    MAX_POW_CHALLENGES_PER_ADDR, MAX_TOKEN_BYTES, MINUTE_MS, POW_CHALLENGE_TTL_MS,
+    POW_CHALLENGES_PER_MIN_PER_ADDR, WS_TICKET_TTL_MS,
 };
 use crate::ratelimit::RateLimiter;
 use crate::relay::{Accepted, Conn, ConnId, Relay, WsConnect};
@@ -54,13 +59,6 @@ impl<K: Ord + Clone, V> Expiring<K, V> {
             self.order.remove(&(old, key.clone()));
         }
         self.order.insert((expires, key));
-    }
-
-    /// Removes `key` (single use) and returns its value if it had not expired.
-    pub(crate) fn take(&mut self, key: &K, now: UnixMs) -> Option<V> {
-        let (v, exp) = self.entries.remove(key)?;
-        self.order.remove(&(exp, key.clone()));
-        (now < exp).then_some(v)
     }
 
     pub(crate) fn get(&self, key: &K, now: UnixMs) -> Option<&V> {
@@ -103,10 +101,6 @@ pub(crate) struct Ephemeral {
     pub(crate) pow: Expiring<String, String>,
     /// client address -> its outstanding challenges (oldest first).
     pub(crate) pow_by_addr: BTreeMap<String, Vec<String>>,
-    /// auth challenge -> account.
-    pub(crate) auth: Expiring<String, UserUuid>,
-    /// ticket -> (account, jti of the token that asked for it).
-    pub(crate) tickets: Expiring<String, (UserUuid, String)>,
     pub(crate) pow_rate: RateLimiter<String>,
     pub(crate) register_rate: RateLimiter<String>,
     pub(crate) auth_rate: RateLimiter<UserUuid>,
@@ -117,8 +111,6 @@ impl Ephemeral {
         Self {
             pow: Expiring::new(MAX_PENDING_POW_CHALLENGES),
             pow_by_addr: BTreeMap::new(),
-            auth: Expiring::new(MAX_PENDING_AUTH_CHALLENGES),
-            tickets: Expiring::new(MAX_PENDING_TICKETS),
             pow_rate: RateLimiter::new(POW_CHALLENGES_PER_MIN_PER_ADDR, MINUTE_MS),
             register_rate: RateLimiter::new(config.registrations_per_hour_per_addr, HOUR_MS),
             auth_rate: RateLimiter::new(AUTH_CHALLENGES_PER_MIN_PER_USER, MINUTE_MS),
@@ -132,22 +124,13 @@ impl Ephemeral {
             list.retain(|c| pow.contains(c));
             !list.is_empty()
         });
-        self.auth.sweep(now);
-        self.tickets.sweep(now);
         self.pow_rate.sweep(now.get());
         self.register_rate.sweep(now.get());
         self.auth_rate.sweep(now.get());
     }
 
     pub(crate) fn next_expiry(&self) -> Option<UnixMs> {
-        [
-            self.pow.next_expiry(),
-            self.auth.next_expiry(),
-            self.tickets.next_expiry(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        self.pow.next_expiry()
     }
 }
 
@@ -163,6 +146,21 @@ fn token_error(e: TokenError) -> ApiError {
 }
 
 impl Relay {
+    /// Marks the credential `opened` used, in the commit of the answer that uses it. When the
+    /// relay already remembers [`Config::max_spent_credentials`] unexpired ones it refuses
+    /// (429) rather than forget one early, which would let that one in again.
+    fn spend(&mut self, opened: &Opened) -> Result<(), ApiError> {
+        if self.state.spent_count() >= self.config.max_spent_credentials {
+            probes::probe!("credential:spent-full");
+            return Err(ApiError::rate_limited(
+                "too many logins and socket upgrades in the last minutes; retry shortly",
+                WS_TICKET_TTL_MS,
+            ));
+        }
+        self.state.put_spent(opened);
+        Ok(())
+    }
+
     // ---------------------------------------------------------------- PoW (A1)
 
     pub(crate) fn http_pow_challenge(
@@ -277,11 +275,14 @@ impl Relay {
                     .retry_after_ms(now.get(), &body.user_uuid),
             ));
         }
-        let challenge = self.ids.challenge();
         let expires = now.plus_ms(AUTH_CHALLENGE_TTL_MS);
-        self.eph
-            .auth
-            .insert(challenge.clone(), body.user_uuid, expires);
+        let challenge = self.credentials.seal(
+            Kind::Challenge,
+            body.user_uuid.as_str(),
+            expires,
+            self.ids.bytes(),
+            b"",
+        );
         Ok(HttpResponse::json(
             200,
             &AuthChallengeResponse {
@@ -297,17 +298,36 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let body: AuthVerifyRequest = decode_body(&req.body)?;
-        // PLANTED BUG (AuthChallengeReusable): the challenge is read, not consumed.
-        let owner = if crate::planted::planted!(self.config, AuthChallengeReusable) {
-            self.eph.auth.get(&body.challenge, now).cloned()
-        } else {
-            self.eph.auth.take(&body.challenge, now)
-        };
-        if owner.as_ref() != Some(&body.user_uuid) {
-            return Err(ApiError::new(
+        let invalid = || {
+            ApiError::new(
                 ErrorCode::CHALLENGE_INVALID,
                 "the challenge is unknown, expired, already used or issued for another account",
-            ));
+            )
+        };
+        if body.challenge.len() > MAX_TOKEN_BYTES {
+            return Err(invalid());
+        }
+        let opened = self
+            .credentials
+            .open(
+                Kind::Challenge,
+                body.user_uuid.as_str(),
+                &body.challenge,
+                now,
+            )
+            .map_err(|r| {
+                match r {
+                    Refused::Forged => probes::probe!("challenge:forged"),
+                    Refused::Expired => probes::probe!("challenge:expired"),
+                }
+                invalid()
+            })?;
+        // PLANTED BUG (AuthChallengeReusable): a used challenge is neither looked up nor
+        // marked used.
+        let reusable = crate::planted::planted!(self.config, AuthChallengeReusable);
+        if !reusable && self.state.is_spent(&opened) {
+            probes::probe!("challenge:replayed");
+            return Err(invalid());
         }
         let Some(account) = self.state.accounts.get(&body.user_uuid).cloned() else {
             return Err(ApiError::new(
@@ -331,6 +351,9 @@ impl Relay {
                 ErrorCode::SIGNATURE_INVALID,
                 "the signature does not verify",
             ));
+        }
+        if !reusable {
+            self.spend(&opened)?;
         }
         let jti = self.ids.jti();
         let ttl = self.config.jwt_ttl_ms;
@@ -421,7 +444,6 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let (user, jti) = self.authenticate(now, req)?;
-        let ticket = self.ids.ticket();
         probes::probe!("ticket:issued");
         // PLANTED BUG (TicketTtlUnits): the lifetime is taken for seconds and scaled again,
         // so a ticket announced to live 30 s lives 1,000 times longer.
@@ -430,9 +452,13 @@ impl Relay {
         } else {
             WS_TICKET_TTL_MS
         };
-        self.eph
-            .tickets
-            .insert(ticket.clone(), (user, jti), now.plus_ms(ttl_ms));
+        let ticket = self.credentials.seal(
+            Kind::Ticket,
+            user.as_str(),
+            now.plus_ms(ttl_ms),
+            self.ids.bytes(),
+            jti.as_bytes(),
+        );
         Ok(HttpResponse::json(
             200,
             &WsTicketResponse {
@@ -464,34 +490,45 @@ impl Relay {
         let token = query_param(q, "token").filter(|t| !t.is_empty());
         let proto_token = req.protocol.as_deref().and_then(bearer_subprotocol);
         let (jti, subprotocol) = if let Some(ticket) = ticket {
+            let invalid = || {
+                ApiError::new(
+                    ErrorCode::TICKET_INVALID,
+                    "the ticket is unknown, expired or already used",
+                )
+            };
             if ticket.len() > MAX_TOKEN_BYTES {
-                return Err(ApiError::new(
-                    ErrorCode::TICKET_INVALID,
-                    "the ticket is unknown, expired or already used",
-                ));
+                return Err(invalid());
             }
-            // PLANTED BUG (TicketReusable): the ticket is read, not consumed.
-            let owner = if crate::planted::planted!(self.config, TicketReusable) {
-                self.eph.tickets.get(&ticket.to_owned(), now).cloned()
-            } else {
-                self.eph.tickets.take(&ticket.to_owned(), now)
-            };
-            let Some((owner, jti)) = owner.filter(|(u, _)| *u == user) else {
-                return Err(ApiError::new(
-                    ErrorCode::TICKET_INVALID,
-                    "the ticket is unknown, expired or already used",
-                ));
-            };
+            let opened = self
+                .credentials
+                .open(Kind::Ticket, user.as_str(), ticket, now)
+                .map_err(|r| {
+                    match r {
+                        Refused::Forged => probes::probe!("ticket:forged"),
+                        Refused::Expired => probes::probe!("ticket:expired"),
+                    }
+                    invalid()
+                })?;
+            // PLANTED BUG (TicketReusable): a used ticket is neither looked up nor marked used.
+            let reusable = crate::planted::planted!(self.config, TicketReusable);
+            if !reusable && self.state.is_spent(&opened) {
+                probes::probe!("ticket:replayed");
+                return Err(invalid());
+            }
+            let jti = String::from_utf8(opened.extra.clone()).map_err(|_| invalid())?;
             probes::probe!("ticket:redeemed");
             // The token the ticket was issued for may have been revoked since.
             if self
                 .state
                 .accounts
-                .get(&owner)
+                .get(&user)
                 .and_then(|a| a.current_jti.as_deref())
                 != Some(jti.as_str())
             {
                 return Err(token_error(TokenError::Revoked));
+            }
+            if !reusable {
+                self.spend(&opened)?;
             }
             (jti, None)
         } else if let Some(token) = token {

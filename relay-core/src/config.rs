@@ -79,6 +79,9 @@ pub struct Config {
     pub turn_secret: Option<TurnSecret>,
     /// Lifetime of TURN credentials, in seconds (also the `ttl` of `ice-config`).
     pub turn_ttl_s: u64,
+    /// Used auth challenges and tickets remembered until they expire; when full, logins and
+    /// ticket upgrades get 429 (see [`limits::MAX_SPENT_CREDENTIALS`]).
+    pub max_spent_credentials: usize,
     /// A defect to plant, for the simulator's detection test only (feature `planted-bugs`,
     /// which no production build enables; see [`crate::PlantedBug`]). `None` by default.
     #[cfg(feature = "planted-bugs")]
@@ -153,6 +156,7 @@ impl Default for Config {
             turn_urls: Vec::new(),
             turn_secret: None,
             turn_ttl_s: limits::TURN_CREDENTIAL_TTL_S,
+            max_spent_credentials: limits::MAX_SPENT_CREDENTIALS,
             #[cfg(feature = "planted-bugs")]
             planted_bug: None,
         }

@@ -6,10 +6,10 @@
 //! * alias: `u` + 8 decimal digits (caller retries on collision);
 //! * conversation id: `c-` + 24 lowercase hex chars (96 random bits);
 //! * JWT id: 32 lowercase hex chars (128 bits);
-//! * PoW and auth challenges: 64 lowercase hex chars (256 bits);
-//! * WS ticket: 32 random bytes, base64url without padding (43 URL-safe chars).
+//! * PoW challenges: 64 lowercase hex chars (256 bits);
+//! * the nonces of auth challenges and WS tickets: 16 bytes (their form is
+//!   `crate::credential`'s).
 
-use base64::Engine as _;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
 
@@ -63,10 +63,6 @@ impl IdGen {
     pub(crate) fn challenge(&mut self) -> String {
         hex(&self.bytes::<32>())
     }
-
-    pub(crate) fn ticket(&mut self) -> String {
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.bytes::<32>())
-    }
 }
 
 #[cfg(test)]
@@ -78,11 +74,11 @@ mod tests {
         let mut g = IdGen::new(7);
         let a = g.alias_candidate();
         assert!(a.len() == 9 && a.starts_with('u') && a[1..].chars().all(|c| c.is_ascii_digit()));
-        let t = g.ticket();
-        assert_eq!(t.len(), 43);
+        let c = g.challenge();
+        assert_eq!(c.len(), 64);
         assert!(
-            t.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            c.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
         );
         assert!(g.conv_id().starts_with("c-"));
     }
@@ -91,6 +87,7 @@ mod tests {
     fn same_seed_same_ids() {
         let (mut a, mut b) = (IdGen::new(1), IdGen::new(1));
         assert_eq!(a.conv_id(), b.conv_id());
-        assert_eq!(a.ticket(), b.ticket());
+        assert_eq!(a.challenge(), b.challenge());
+        assert_eq!(a.bytes::<16>(), b.bytes::<16>());
     }
 }

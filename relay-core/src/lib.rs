@@ -88,6 +88,7 @@ mod channels;
 mod commerce_state;
 pub mod config;
 mod contacts;
+mod credential;
 pub mod destination;
 pub mod http;
 pub(crate) mod ids;

@@ -87,14 +87,14 @@ pub const MAX_POW_NONCE_BYTES: usize = 64;
 
 /// Lifetime of an auth challenge.
 pub const AUTH_CHALLENGE_TTL_MS: u64 = 120_000;
-/// Outstanding auth challenges kept; when full the oldest is evicted.
-pub const MAX_PENDING_AUTH_CHALLENGES: usize = 100_000;
 /// Default JWT lifetime.
 pub const JWT_TTL_MS: u64 = 24 * HOUR_MS;
 /// Lifetime of a WebSocket ticket.
 pub const WS_TICKET_TTL_MS: u64 = 30_000;
-/// Outstanding tickets kept; when full the oldest is evicted.
-pub const MAX_PENDING_TICKETS: usize = 100_000;
+/// Used auth challenges and tickets remembered (each until it expires, at most two minutes;
+/// ~100 bytes each in memory, one row in the store). When full, a login or a ticket's upgrade
+/// is refused with 429 until some expire: a used one is never forgotten early.
+pub const MAX_SPENT_CREDENTIALS: usize = 262_144;
 /// Longest accepted bearer token / ticket string.
 pub const MAX_TOKEN_BYTES: usize = 4096;
 

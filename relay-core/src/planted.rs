@@ -89,12 +89,15 @@ pub enum PlantedBug {
     /// `auth`: `verify` never checks the signature over the challenge, so whoever asks for
     /// an account's challenge logs in as that account.
     ChallengeSignatureIgnored,
+    /// `credential`: a used ticket or auth challenge is marked spent in memory only, so after
+    /// a restart it is accepted again until it expires.
+    SpentNotPersisted,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 23] = [
+    pub const ALL: [Self; 24] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -118,6 +121,7 @@ impl PlantedBug {
         Self::CallToAnyone,
         Self::TicketTtlUnits,
         Self::ChallengeSignatureIgnored,
+        Self::SpentNotPersisted,
     ];
 }
 

@@ -16,6 +16,7 @@ use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::auth::Ephemeral;
 use crate::config::Config;
+use crate::credential::CredentialKey;
 use crate::http::{ApiError, HttpRequest, HttpResponse, Route};
 use crate::ids::IdGen;
 use crate::limits::MINUTE_MS;
@@ -175,6 +176,8 @@ pub struct Relay {
     store: Option<Box<dyn Store>>,
     pub(crate) ids: IdGen,
     pub(crate) tokens: TokenKeys,
+    /// Seals and opens auth challenges and tickets (`crate::credential`).
+    pub(crate) credentials: CredentialKey,
     pub(crate) state: State,
     pub(crate) eph: Ephemeral,
     pub(crate) conns: BTreeMap<ConnId, Conn>,
@@ -302,10 +305,12 @@ impl Relay {
         s.copy_from_slice(&digest[..8]);
         let ids = IdGen::new(u64::from_le_bytes(s));
         state.put_meta(meta::BOOT_COUNT, (boot + 1).to_string());
-        let tokens = TokenKeys::from_seed(match &config.jwt_signing_key {
+        let jwt_seed = match &config.jwt_signing_key {
             Some(key) => key.0,
             None => derived_jwt_seed(seed),
-        });
+        };
+        let tokens = TokenKeys::from_seed(jwt_seed);
+        let credentials = CredentialKey::derive(&jwt_seed);
         // Keys are not kept in the store: the caller owns the key (a file of its own); a row
         // left by an older version is forgotten.
         if state.meta.contains_key(meta::JWT_SIGNING_KEY) {
@@ -323,6 +328,7 @@ impl Relay {
             store: Some(store),
             ids,
             tokens,
+            credentials,
             state,
             conns: BTreeMap::new(),
             conn_of_user: BTreeMap::new(),
@@ -735,7 +741,7 @@ impl Relay {
     }
 
     /// Fires every deadline at or before `now`: idle sockets, message / tombstone / pending
-    /// receipt expiry, ephemeral credential expiry.
+    /// receipt expiry, used and ephemeral credential expiry.
     pub fn handle_timeout(&mut self, now: UnixMs) {
         if self.failed {
             return;
@@ -810,6 +816,7 @@ impl Relay {
                 }
             }
             Timer::Order(id) => self.expire_order(now, &id),
+            Timer::Spent(key) => self.state.expire_spent(now, &key),
             Timer::Media(id) => self.fire_media(now, &id),
         }
     }

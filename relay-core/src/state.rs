@@ -269,6 +269,8 @@ pub(crate) enum Timer {
     Media(wire::UploadId),
     /// A payment order's expiry (`crate::commerce`).
     Order(wire::OrderId),
+    /// A used credential's expiry (`crate::credential`), by its spent-row key.
+    Spent(String),
 }
 
 /// A map keyed by `(a, b)`, held as two levels so that a lookup borrows both parts of the key
@@ -345,6 +347,8 @@ pub(crate) struct State {
     pub(crate) push: crate::push::PushState,
     /// Channels, orders, payments and sold aliases (`crate::commerce`).
     pub(crate) commerce: crate::commerce_state::Commerce,
+    /// Used single-use credentials, until they expire (`crate::credential`).
+    pub(crate) spent: crate::credential::Spent,
     /// Mutations of the input being handled.
     pub(crate) batch: Batch,
     /// Reused serialisation buffer: each row is encoded here, then copied out at its exact size.
@@ -590,6 +594,7 @@ impl State {
         s.load_commerce(snapshot)?;
         crate::media::load(&mut s, snapshot)?;
         crate::push::load(&mut s, snapshot)?;
+        crate::credential::load(&mut s, snapshot)?;
         Ok(s)
     }
 

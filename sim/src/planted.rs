@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 26] = [
+    pub const ALL: [Self; 27] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -71,6 +71,7 @@ impl Planted {
         Self::Relay(PlantedBug::CallToAnyone),
         Self::Relay(PlantedBug::TicketTtlUnits),
         Self::Relay(PlantedBug::ChallengeSignatureIgnored),
+        Self::Relay(PlantedBug::SpentNotPersisted),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -104,6 +105,7 @@ impl Planted {
             Self::Relay(PlantedBug::CallToAnyone) => "call-to-anyone",
             Self::Relay(PlantedBug::TicketTtlUnits) => "ticket-ttl-units",
             Self::Relay(PlantedBug::ChallengeSignatureIgnored) => "challenge-signature-ignored",
+            Self::Relay(PlantedBug::SpentNotPersisted) => "spent-not-persisted",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

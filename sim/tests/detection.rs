@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 26] = [
+const CASES: [Case; 27] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -117,6 +117,14 @@ const CASES: [Case; 26] = [
     },
     Case {
         bug: Planted::Relay(PlantedBug::ListingByAnyone),
+        scale: Scale::Small,
+        faults: "dishonest",
+        oracles: &["authz"],
+    },
+    // The worst moment: single-use credentials used before a relay power cycle, presented
+    // after it.
+    Case {
+        bug: Planted::Relay(PlantedBug::SpentNotPersisted),
         scale: Scale::Small,
         faults: "dishonest",
         oracles: &["authz"],
@@ -465,4 +473,10 @@ fn catches_a_ticket_that_outlives_its_announced_expiry() {
 #[test]
 fn catches_a_login_whose_signature_is_not_checked() {
     detects(Planted::Relay(PlantedBug::ChallengeSignatureIgnored));
+}
+
+/// A used ticket or challenge accepted again after a relay restart.
+#[test]
+fn catches_credentials_used_again_after_a_restart() {
+    detects(Planted::Relay(PlantedBug::SpentNotPersisted));
 }

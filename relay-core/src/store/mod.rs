@@ -61,11 +61,14 @@ pub enum Table {
     Media,
     /// Push targets (Web Push subscriptions, native tokens) by user uuid.
     PushTargets,
+    /// Used single-use credentials (auth challenges, WebSocket tickets) by kind and nonce,
+    /// until they expire.
+    Spent,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::Meta,
         Self::Accounts,
         Self::Friendships,
@@ -85,6 +88,7 @@ impl Table {
         Self::PendingConfirms,
         Self::Media,
         Self::PushTargets,
+        Self::Spent,
     ];
 
     /// The SQL table name.
@@ -109,6 +113,7 @@ impl Table {
             Self::Payments => "payments",
             Self::Aliases => "aliases",
             Self::PendingConfirms => "pending_confirms",
+            Self::Spent => "spent",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! challenges and WebSocket tickets (usable until the instant they expire, even before the
 //! relay's timer has swept them), and the lifetimes the relay announces.
 
+use relay_core::store::{Store as _, Table};
 use relay_core::{HttpRequest, HttpResponse, Method};
 use serde_json::json;
 
@@ -244,4 +245,197 @@ fn the_authorization_scheme_is_bearer_in_any_case() {
             "{blank:?}"
         );
     }
+}
+
+/// A ticket the relay issued and an auth challenge, both for `u`.
+fn ticket_of(w: &mut World, u: &crate::world::User) -> String {
+    let r = w.post("/api/v1/ws/ticket", json!({}), Some(&u.token));
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    r.body_json()["ticket"].as_str().unwrap().to_owned()
+}
+
+/// `u`'s login answering `challenge` (a fresh one when `None`); the signed body, to replay.
+fn verify_body(
+    w: &mut World,
+    u: &crate::world::User,
+    challenge: Option<String>,
+) -> serde_json::Value {
+    use ed25519_dalek::Signer as _;
+    let ch = challenge.unwrap_or_else(|| {
+        let c = w.post("/api/v1/auth/challenge", json!({"user_uuid": u.uuid}), None);
+        c.body_json()["challenge"].as_str().unwrap().to_owned()
+    });
+    let sig = b64(&u.sk.sign(ch.as_bytes()).to_bytes());
+    json!({"user_uuid": u.uuid, "challenge": ch, "signature": sig})
+}
+
+fn upgrade(w: &mut World, u: &crate::world::User, ticket: &str) -> Result<(), String> {
+    w.connect_query(format!("user_uuid={}&ticket={ticket}", u.uuid), None)
+        .map(|_| ())
+        .map_err(|r| r.error_code().unwrap_or_default())
+}
+
+/// Tickets and auth challenges carry what checks them: an unused one issued before a restart
+/// is accepted after it, and a used one stays used (its mark was committed with its use).
+#[test]
+fn a_restart_keeps_unused_credentials_valid_and_used_ones_spent() {
+    let mut w = World::new();
+    let mut u = w.user("u");
+    let used_login = verify_body(&mut w, &u, None);
+    let r = w.post("/api/v1/auth/verify", used_login.clone(), None);
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    u.token = r.body_json()["token"].as_str().unwrap().to_owned();
+    let used_ticket = ticket_of(&mut w, &u);
+    let unused_ticket = ticket_of(&mut w, &u);
+    assert_eq!(upgrade(&mut w, &u, &used_ticket), Ok(()));
+    let c = w.post("/api/v1/auth/challenge", json!({"user_uuid": u.uuid}), None);
+    let unused_challenge = c.body_json()["challenge"].as_str().unwrap().to_owned();
+    let spent = w.mem.clone().load().unwrap()[&Table::Spent].len();
+    assert_eq!(
+        spent, 3,
+        "one row per used credential (the two logins, the ticket), committed with its use"
+    );
+
+    w.restart(Box::new(w.mem.clone()));
+    assert_eq!(
+        upgrade(&mut w, &u, &used_ticket),
+        Err("TICKET_INVALID".into())
+    );
+    assert_eq!(upgrade(&mut w, &u, &unused_ticket), Ok(()));
+    assert_eq!(
+        upgrade(&mut w, &u, &unused_ticket),
+        Err("TICKET_INVALID".into())
+    );
+    let r = w.post("/api/v1/auth/verify", used_login, None);
+    assert_eq!(
+        (r.status, r.error_code().unwrap().as_str()),
+        (401, "CHALLENGE_INVALID")
+    );
+    let body = verify_body(&mut w, &u, Some(unused_challenge));
+    assert_eq!(
+        w.post("/api/v1/auth/verify", body.clone(), None).status,
+        200
+    );
+    assert_eq!(
+        w.post("/api/v1/auth/verify", body, None)
+            .error_code()
+            .unwrap(),
+        "CHALLENGE_INVALID"
+    );
+}
+
+/// A used credential's row goes when the credential expires (nothing could present it any
+/// more), also when the relay restarted in between; not a millisecond before.
+#[test]
+fn spent_rows_last_exactly_as_long_as_their_credentials() {
+    let mut w = World::new();
+    let mut u = w.user("u");
+    w.connect(&mut u);
+    let rows = |w: &World| {
+        w.mem
+            .clone()
+            .load()
+            .unwrap()
+            .get(&Table::Spent)
+            .map_or(0, std::collections::BTreeMap::len)
+    };
+    // The user's login (a challenge, 120 s) and the ticket (30 s).
+    assert_eq!(rows(&w), 2);
+    w.advance(29_999);
+    assert_eq!(rows(&w), 2);
+    w.advance(1);
+    assert_eq!(rows(&w), 1, "the ticket's row goes at its expiry");
+    w.restart(Box::new(w.mem.clone()));
+    w.advance(89_999);
+    assert_eq!(rows(&w), 1);
+    w.advance(1);
+    assert_eq!(
+        rows(&w),
+        0,
+        "the challenge's row goes at its expiry, after a restart too"
+    );
+    assert_eq!(
+        w.relay.poll_timeout().is_some(),
+        w.relay.is_connected(u.conn.unwrap())
+    );
+}
+
+/// A credential opens only for the account, kind and relay key it was sealed for, and not
+/// with any byte changed.
+#[test]
+fn a_credential_is_bound_to_its_account_kind_and_key() {
+    let mut w = World::new();
+    let u = w.user("u");
+    let v = w.user("v");
+    let t = ticket_of(&mut w, &u);
+    assert_eq!(upgrade(&mut w, &v, &t), Err("TICKET_INVALID".into()));
+    let mut forged = t.clone().into_bytes();
+    let last = forged.len() - 1;
+    forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).unwrap();
+    assert_eq!(upgrade(&mut w, &u, &forged), Err("TICKET_INVALID".into()));
+    // A challenge is not a ticket, nor the other way round.
+    let c = w.post("/api/v1/auth/challenge", json!({"user_uuid": u.uuid}), None);
+    let ch = c.body_json()["challenge"].as_str().unwrap().to_owned();
+    assert_eq!(upgrade(&mut w, &u, &ch), Err("TICKET_INVALID".into()));
+    let body = verify_body(&mut w, &u, Some(t.clone()));
+    assert_eq!(
+        w.post("/api/v1/auth/verify", body, None)
+            .error_code()
+            .unwrap(),
+        "CHALLENGE_INVALID"
+    );
+    // Another relay key (another deployment) opens none of them.
+    let mut other = World::with_config(relay_core::Config {
+        jwt_signing_key: Some(relay_core::JwtSigningKey([0x77; 32])),
+        ..crate::world::fast_config()
+    });
+    let mut u2 = other.user("u");
+    u2.uuid.clone_from(&u.uuid);
+    let body = verify_body(&mut other, &u2, Some(ch));
+    assert_eq!(
+        other
+            .post("/api/v1/auth/verify", body, None)
+            .error_code()
+            .unwrap(),
+        "CHALLENGE_INVALID"
+    );
+    assert_eq!(upgrade(&mut w, &u, &t), Ok(()), "the original still opens");
+}
+
+/// When the relay remembers as many used credentials as it may, a login or a ticket's
+/// upgrade gets 429 and uses nothing up; it goes through once one has expired.
+#[test]
+fn a_full_spent_set_refuses_rather_than_forgets() {
+    let mut w = World::with_config(relay_core::Config {
+        max_spent_credentials: 2,
+        ..crate::world::fast_config()
+    });
+    let mut u = w.user("u");
+    let t = ticket_of(&mut w, &u);
+    assert_eq!(upgrade(&mut w, &u, &t), Ok(()));
+    // Full: the login's challenge and the ticket.
+    let t2 = ticket_of(&mut w, &u);
+    assert_eq!(upgrade(&mut w, &u, &t2), Err("RATE_LIMITED".into()));
+    let body = verify_body(&mut w, &u, None);
+    let r = w.post("/api/v1/auth/verify", body.clone(), None);
+    assert_eq!(
+        (r.status, r.error_code().unwrap().as_str()),
+        (429, "RATE_LIMITED")
+    );
+    w.advance(30_000);
+    assert_eq!(
+        upgrade(&mut w, &u, &t),
+        Err("TICKET_INVALID".into()),
+        "expired"
+    );
+    let r = w.post("/api/v1/auth/verify", body, None);
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    u.token = r.body_json()["token"].as_str().unwrap().to_owned();
+    let t3 = ticket_of(&mut w, &u);
+    assert_eq!(upgrade(&mut w, &u, &t3), Err("RATE_LIMITED".into()));
+    // The first login's challenge expires 120 s after it was issued.
+    w.advance(90_000);
+    let t4 = ticket_of(&mut w, &u);
+    assert_eq!(upgrade(&mut w, &u, &t4), Ok(()));
 }

@@ -66,7 +66,7 @@ pub(super) async fn dishonest(
     let t = targets(ctx);
     // First, before this act opens a synced socket of its own: the stranger as a member of
     // a conversation with its puppet, and the puppet's single-use objects replayed.
-    let mut found = own_objects(ctx, account).await;
+    let (mut found, used) = own_objects(ctx, account).await;
     let http = http();
     let ws = open_ws(&ws_query(account)).await.ok().and_then(Result::ok);
     let (mut reader, mut writer) = match ws {
@@ -128,24 +128,40 @@ pub(super) async fn dishonest(
     if let (Some(r), false) = (&mut reader, evil_ids.is_empty()) {
         found.extend(acked_evil(r, &evil_ids).await);
     }
+    // Last, as long after their use as the act lasts: the puppet's credentials, if the relay
+    // powered off in between.
+    if let Some(used) = used {
+        let (breaches, judged) = super::restart::present_after_restart(ctx, used).await;
+        crate::world::note(
+            ctx,
+            format!("{judged} credential(s) used before a relay restart presented after it"),
+        );
+        found.extend(breaches);
+    }
     ctx.world.borrow_mut().evil_ids.extend(evil_ids);
     found
 }
 
 /// The stranger against its own puppet account (see [`super::member`]): as the other member
 /// of their conversation, and by replaying the puppet's single-use objects
-/// ([`super::replay`]). Notes how many attempts each family judged.
-async fn own_objects(ctx: &HostCtx, account: &RawAccount) -> Findings {
+/// ([`super::replay`]). Notes how many attempts each family judged. First of all the puppet
+/// uses a login and a ticket, returned to be presented again at the act's end
+/// ([`super::restart`]).
+async fn own_objects(
+    ctx: &HostCtx,
+    account: &RawAccount,
+) -> (Findings, Option<super::restart::Used>) {
     let Some(stranger) = ctx.scenario.strangers.get(ctx.me) else {
-        return Findings::new();
+        return (Findings::new(), None);
     };
-    let Some((puppet, identity)) = super::member::puppet(&stranger.mnemonic).await else {
+    let Some((mut puppet, identity)) = super::member::puppet(&stranger.mnemonic).await else {
         crate::world::note(
             ctx,
             "puppet not registered: member and replay attempts skipped".into(),
         );
-        return Findings::new();
+        return (Findings::new(), None);
     };
+    let used = super::restart::use_credentials(&mut puppet, &identity).await;
     let conv = super::member::befriend(account, &puppet).await;
     let (mut found, members) = match &conv {
         Some(conv) => {
@@ -192,7 +208,7 @@ async fn own_objects(ctx: &HostCtx, account: &RawAccount) -> Findings {
             "{members} member attempt(s), {foreign} on others' objects and {replays} replay(s) of single-use objects judged"
         ),
     );
-    found
+    (found, Some(used))
 }
 
 /// A dishonest client at work: its account, its HTTP client and socket, what it found.

@@ -19,7 +19,9 @@
 //!                  friendships, orders, channels and identities; out-of-order binds; in
 //!                  half of the acts every route of the table with forged credentials
 //!                  (`credentials`), in the other half every route that reads a body with
-//!                  that body spoiled (`malformed`)
+//!                  that body spoiled (`malformed`); last, the puppet's login, ticket
+//!                  and revoked token, used at the act's start, presented again if the
+//!                  relay powered off in between (`restart`)
 //!     stop-reading provoke answers, stop reading; the relay must close the socket within
 //!                  STUCK_CLOSE_BOUND_MS (seen as the host's TCP stream count dropping to 0:
 //!                  a relay that drops the socket resets it, its unread data makes it a RST)
@@ -32,8 +34,8 @@
 //! their name).
 //!
 //! Modules: `http` (registration and login by hand), `ws` (a WebSocket spoken by hand),
-//! `flood`, `dishonest` (with `credentials`, `foreign`, `malformed`, `member` and
-//! `replay`), `slow` (the slow consumer), `storm`.
+//! `flood`, `dishonest` (with `credentials`, `foreign`, `malformed`, `member`, `replay` and
+//! `restart`), `slow` (the slow consumer), `storm`.
 
 mod credentials;
 mod dishonest;
@@ -43,6 +45,7 @@ mod http;
 mod malformed;
 mod member;
 mod replay;
+mod restart;
 mod slow;
 mod storm;
 mod ws;

@@ -66,9 +66,12 @@ pub(super) async fn replay(puppet: &RawAccount, identity: &Identity) -> (Finding
     (found, judged)
 }
 
-/// A login whose signed challenge is sent to `verify` twice: `None` when the first use did
-/// not succeed (nothing to judge), else the breach, if the second one got a token too.
-async fn auth_challenge(puppet: &RawAccount, identity: &Identity) -> Option<Option<Violation>> {
+/// A login of `puppet`'s as an honest client makes it: the signed `verify` body (to replay)
+/// and the token it got, `None` when the login did not succeed.
+pub(super) async fn login_once(
+    puppet: &RawAccount,
+    identity: &Identity,
+) -> Option<(serde_json::Value, String)> {
     let http = http();
     let body = json!({ "user_uuid": puppet.uuid });
     let (_, ch) = post(&http, paths::AUTH_CHALLENGE, None, &body).await?;
@@ -78,24 +81,33 @@ async fn auth_challenge(puppet: &RawAccount, identity: &Identity) -> Option<Opti
         "challenge": challenge,
         "signature": identity.sign_challenge(&challenge),
     });
-    let (first, _) = post(&http, paths::AUTH_VERIFY, None, &body).await?;
-    if first != 200 {
-        return None;
-    }
-    let (second, again) = post(&http, paths::AUTH_VERIFY, None, &body).await?;
-    Some(
-        (second == 200 && field(&again, "token").is_some()).then(|| {
-            Violation::new(
-                "authz",
-                "a signed auth challenge already answered at verify logged in again (200 with a token)",
-            )
-        }),
-    )
+    let (status, v) = post(&http, paths::AUTH_VERIFY, None, &body).await?;
+    let token = field(&v, "token").filter(|_| status == 200)?;
+    Some((body, token))
+}
+
+/// Whether `verify` answered the signed `body` with a token (a login).
+pub(super) async fn logs_in(body: &serde_json::Value) -> Option<bool> {
+    let (status, v) = post(&http(), paths::AUTH_VERIFY, None, body).await?;
+    Some(status == 200 && field(&v, "token").is_some())
+}
+
+/// A login whose signed challenge is sent to `verify` twice: `None` when the first use did
+/// not succeed (nothing to judge), else the breach, if the second one got a token too.
+async fn auth_challenge(puppet: &RawAccount, identity: &Identity) -> Option<Option<Violation>> {
+    let (body, _) = login_once(puppet, identity).await?;
+    let again = logs_in(&body).await?;
+    Some(again.then(|| {
+        Violation::new(
+            "authz",
+            "a signed auth challenge already answered at verify logged in again (200 with a token)",
+        )
+    }))
 }
 
 /// A WebSocket ticket of the puppet's and the seconds the relay says it lives, `None` when
 /// none was issued.
-async fn issue_ticket(puppet: &RawAccount) -> Option<(String, u64)> {
+pub(super) async fn issue_ticket(puppet: &RawAccount) -> Option<(String, u64)> {
     let http = http();
     let (status, v) = post(&http, paths::WS_TICKET, Some(&puppet.token), &json!({})).await?;
     if !(200..300).contains(&status) {

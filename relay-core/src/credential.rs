@@ -1,0 +1,341 @@
+//! Self-contained single-use credentials: auth challenges (A3/A4) and WebSocket tickets (A5).
+//!
+//! A credential carries everything needed to check it, sealed with an HMAC-SHA256 under a key
+//! derived from the relay's JWT signing key, so nothing a client holds depends on one process's
+//! memory: a ticket or challenge issued before a restart (or, later, by another relay sharing
+//! the key and the store) is accepted after it. What must be remembered is only that one was
+//! *used*: its nonce goes into the [`Table::Spent`] rows in the same commit as the answer that
+//! used it (the token of a login, the upgrade of a socket), and stays there until the
+//! credential expires. A relay that restarts therefore still refuses a used one.
+//!
+//! Wire form: one kind letter, then the unpadded base64url of
+//! `expires_at (8 bytes, big endian) ‖ nonce (16) ‖ extra ‖ tag (16)`, where
+//! `tag = HMAC(key, kind ‖ bound ‖ expires_at ‖ nonce ‖ extra)` cut to 16 bytes and `bound`
+//! is what the presenter states beside the credential (the account's uuid) and is not
+//! repeated inside it. `extra` is the ticket's JWT id (the token it was asked with, checked
+//! against the account's current one at the upgrade); a challenge has none. All of it is
+//! URL-safe, so a ticket goes into the upgrade's query string as it is.
+//!
+//! Proof-of-work challenges stay in the relay's memory (`crate::auth`): registration sends
+//! only the nonce, never the challenge it solves, so the relay must remember what it issued.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use hmac::{Hmac, KeyInit, Mac as _};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use wire::UnixMs;
+
+use crate::planted::planted;
+use crate::state::{State, Timer, decode};
+use crate::store::{Snapshot, StoreError, Table};
+
+/// What a credential is for; its letter starts the wire form and the HMAC input, so one kind
+/// is never accepted as another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// An auth challenge, signed by the account's key at `verify`.
+    Challenge,
+    /// A WebSocket ticket, redeemed by an upgrade.
+    Ticket,
+}
+
+impl Kind {
+    fn letter(self) -> u8 {
+        match self {
+            Self::Challenge => b'c',
+            Self::Ticket => b't',
+        }
+    }
+}
+
+/// Bytes of the random nonce that names a credential in the spent rows.
+const NONCE_BYTES: usize = 16;
+/// Bytes of the HMAC kept (128 bits).
+const TAG_BYTES: usize = 16;
+/// `expires_at`, the nonce and the tag: the smallest body.
+const FIXED_BYTES: usize = 8 + NONCE_BYTES + TAG_BYTES;
+/// The label the credential key is derived under (from the JWT signing key's seed).
+const KEY_LABEL: &[u8] = b"securechat relay: single-use credentials v1";
+
+/// The key credentials are sealed with.
+pub(crate) struct CredentialKey([u8; 32]);
+
+impl std::fmt::Debug for CredentialKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CredentialKey(<redacted>)")
+    }
+}
+
+/// A credential that checked out: when it expires, what names it, what it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Opened {
+    pub(crate) expires_at: UnixMs,
+    /// The spent-row key of this credential (kind letter and nonce).
+    pub(crate) spent_key: String,
+    pub(crate) extra: Vec<u8>,
+}
+
+/// Why a credential was not accepted (each answered with the kind's own error code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Not of this relay's form, sealed with another key, or bound to another account.
+    Forged,
+    /// Past its expiry.
+    Expired,
+}
+
+fn mac(key: &[u8; 32]) -> Hmac<Sha256> {
+    // An HMAC key may have any length, so this cannot fail.
+    <Hmac<Sha256> as KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!())
+}
+
+fn b64() -> base64::engine::GeneralPurpose {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+}
+
+impl CredentialKey {
+    /// The credential key of the relay whose JWT key has `jwt_seed` (HMAC-SHA256 used as a
+    /// key-derivation function, under its own label).
+    pub(crate) fn derive(jwt_seed: &[u8; 32]) -> Self {
+        let mut m = mac(jwt_seed);
+        m.update(KEY_LABEL);
+        Self(m.finalize().into_bytes().into())
+    }
+
+    fn tag(&self, kind: Kind, bound: &str, body: &[u8]) -> [u8; TAG_BYTES] {
+        let mut m = mac(&self.0);
+        m.update(&[kind.letter()]);
+        // The bound value's length first, so `bound ‖ body` splits one way only.
+        m.update(&(bound.len() as u64).to_be_bytes());
+        m.update(bound.as_bytes());
+        m.update(body);
+        let full = m.finalize().into_bytes();
+        let mut tag = [0u8; TAG_BYTES];
+        tag.copy_from_slice(&full[..TAG_BYTES]);
+        tag
+    }
+
+    /// A credential of `kind` for `bound`, expiring at `expires_at`, named by `nonce`,
+    /// carrying `extra`.
+    pub(crate) fn seal(
+        &self,
+        kind: Kind,
+        bound: &str,
+        expires_at: UnixMs,
+        nonce: [u8; NONCE_BYTES],
+        extra: &[u8],
+    ) -> String {
+        let mut body = Vec::with_capacity(FIXED_BYTES + extra.len());
+        body.extend_from_slice(&expires_at.get().to_be_bytes());
+        body.extend_from_slice(&nonce);
+        body.extend_from_slice(extra);
+        let tag = self.tag(kind, bound, &body);
+        body.extend_from_slice(&tag);
+        let mut out = String::with_capacity(1 + body.len().div_ceil(3) * 4);
+        out.push(char::from(kind.letter()));
+        b64().encode_string(&body, &mut out);
+        out
+    }
+
+    /// Checks `credential` as one of `kind` presented for `bound` at `now`. Says nothing of
+    /// whether it was used before (see [`State::is_spent`]).
+    pub(crate) fn open(
+        &self,
+        kind: Kind,
+        bound: &str,
+        credential: &str,
+        now: UnixMs,
+    ) -> Result<Opened, Refused> {
+        let rest = credential
+            .strip_prefix(char::from(kind.letter()))
+            .ok_or(Refused::Forged)?;
+        let body = b64().decode(rest).map_err(|_| Refused::Forged)?;
+        if body.len() < FIXED_BYTES {
+            return Err(Refused::Forged);
+        }
+        let (signed, tag) = body.split_at(body.len() - TAG_BYTES);
+        let mut m = mac(&self.0);
+        m.update(&[kind.letter()]);
+        m.update(&(bound.len() as u64).to_be_bytes());
+        m.update(bound.as_bytes());
+        m.update(signed);
+        // Compared in constant time, over the bytes kept.
+        m.verify_truncated_left(tag).map_err(|_| Refused::Forged)?;
+        let mut at = [0u8; 8];
+        at.copy_from_slice(&signed[..8]);
+        let expires_at = UnixMs(u64::from_be_bytes(at));
+        if now >= expires_at {
+            return Err(Refused::Expired);
+        }
+        let nonce = &signed[8..8 + NONCE_BYTES];
+        let mut spent_key = String::with_capacity(2 + NONCE_BYTES * 2);
+        spent_key.push(char::from(kind.letter()));
+        spent_key.push('/');
+        b64().encode_string(nonce, &mut spent_key);
+        Ok(Opened {
+            expires_at,
+            spent_key,
+            extra: signed[8 + NONCE_BYTES..].to_vec(),
+        })
+    }
+}
+
+/// The stored form of a spent credential: when its row may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct SpentRow {
+    expires_at: UnixMs,
+}
+
+/// Loads the spent rows of `snapshot` into `s` (called by `State::load`); rows already past
+/// their expiry are deleted by the first `handle_timeout`.
+pub(crate) fn load(s: &mut State, snapshot: &Snapshot) -> Result<(), StoreError> {
+    for (k, v) in snapshot.get(&Table::Spent).into_iter().flatten() {
+        let row: SpentRow = decode(Table::Spent, k, v)?;
+        s.index_spent(k.clone(), row.expires_at);
+    }
+    Ok(())
+}
+
+/// Used credentials not yet expired, by spent-row key.
+pub(crate) type Spent = BTreeMap<String, UnixMs>;
+
+impl State {
+    fn index_spent(&mut self, key: String, expires_at: UnixMs) {
+        self.timers.insert((expires_at, Timer::Spent(key.clone())));
+        self.spent.insert(key, expires_at);
+    }
+
+    /// Whether the credential `opened` was used already.
+    pub(crate) fn is_spent(&self, opened: &Opened) -> bool {
+        self.spent.contains_key(&opened.spent_key)
+    }
+
+    /// How many used credentials are remembered (each until it expires).
+    pub(crate) fn spent_count(&self) -> usize {
+        self.spent.len()
+    }
+
+    /// Marks `opened` used, durably (in the batch of the answer that used it).
+    pub(crate) fn put_spent(&mut self, opened: &Opened) {
+        let row = SpentRow {
+            expires_at: opened.expires_at,
+        };
+        // PLANTED BUG (SpentNotPersisted): the mark is kept in memory only, so a restart
+        // forgets which credentials were used while they are still unexpired.
+        if !planted!(self, SpentNotPersisted) {
+            self.record(Table::Spent, opened.spent_key.clone(), &row);
+        }
+        self.index_spent(opened.spent_key.clone(), opened.expires_at);
+    }
+
+    /// Forgets the spent credential `key` once it has expired (nothing could present it).
+    pub(crate) fn expire_spent(&mut self, now: UnixMs, key: &str) {
+        if self.spent.get(key).is_some_and(|at| now >= *at) {
+            self.spent.remove(key);
+            self.record_delete(Table::Spent, key.to_owned());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    fn key() -> CredentialKey {
+        CredentialKey::derive(&[7; 32])
+    }
+
+    #[test]
+    fn a_sealed_credential_opens_for_its_kind_and_account_until_it_expires() {
+        let k = key();
+        let at = UnixMs(NOW + 30_000);
+        let t = k.seal(Kind::Ticket, "alice", at, [1; 16], b"jti-1");
+        assert!(t.starts_with('t'));
+        assert!(
+            t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        );
+        let opened = k.open(Kind::Ticket, "alice", &t, UnixMs(NOW)).unwrap();
+        assert_eq!(opened.expires_at, at);
+        assert_eq!(opened.extra, b"jti-1");
+        assert_eq!(opened.spent_key, "t/AQEBAQEBAQEBAQEBAQEBAQ");
+        assert_eq!(
+            k.open(Kind::Ticket, "alice", &t, UnixMs(NOW + 29_999))
+                .map(|o| o.expires_at),
+            Ok(at)
+        );
+        assert_eq!(
+            k.open(Kind::Ticket, "alice", &t, at),
+            Err(Refused::Expired),
+            "a credential is dead at its expiry"
+        );
+        assert_eq!(
+            k.open(Kind::Ticket, "bob", &t, UnixMs(NOW)),
+            Err(Refused::Forged)
+        );
+        assert_eq!(
+            k.open(Kind::Challenge, "alice", &t, UnixMs(NOW)),
+            Err(Refused::Forged)
+        );
+        let other = CredentialKey::derive(&[8; 32]);
+        assert_eq!(
+            other.open(Kind::Ticket, "alice", &t, UnixMs(NOW)),
+            Err(Refused::Forged)
+        );
+    }
+
+    #[test]
+    fn every_changed_byte_and_every_cut_is_refused() {
+        let k = key();
+        let c = k.seal(Kind::Challenge, "alice", UnixMs(NOW + 1), [9; 16], b"");
+        let raw = b64().decode(&c[1..]).unwrap();
+        for i in 0..raw.len() {
+            for flip in [0x01u8, 0x80] {
+                let mut bad = raw.clone();
+                bad[i] ^= flip;
+                let s = format!("c{}", b64().encode(&bad));
+                assert_eq!(
+                    k.open(Kind::Challenge, "alice", &s, UnixMs(NOW)),
+                    Err(Refused::Forged),
+                    "byte {i} ^ {flip:#x}"
+                );
+            }
+        }
+        for len in 0..raw.len() {
+            let s = format!("c{}", b64().encode(&raw[..len]));
+            assert_eq!(
+                k.open(Kind::Challenge, "alice", &s, UnixMs(NOW)),
+                Err(Refused::Forged),
+                "cut to {len} bytes"
+            );
+        }
+        for junk in ["", "c", "c!!!", "x", "c====", "tAAAA"] {
+            assert_eq!(
+                k.open(Kind::Challenge, "alice", junk, UnixMs(NOW)),
+                Err(Refused::Forged),
+                "{junk:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_bound_value_and_the_body_split_one_way_only() {
+        // "ab" + body and "a" + ("b" + body) must not share a tag.
+        let k = key();
+        let body = [0u8; FIXED_BYTES];
+        assert_ne!(
+            k.tag(Kind::Ticket, "ab", &body[..]),
+            k.tag(Kind::Ticket, "a", &[b"b".as_slice(), &body[..]].concat())
+        );
+    }
+
+    #[test]
+    fn the_key_is_redacted_and_depends_on_the_seed() {
+        assert_eq!(format!("{:?}", key()), "CredentialKey(<redacted>)");
+        assert_ne!(key().0, CredentialKey::derive(&[8; 32]).0);
+    }
+}
