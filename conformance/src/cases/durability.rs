@@ -69,6 +69,14 @@ pub const CASES: &[Case] = &[
         [RelayProcess],
         repeated_kills
     ),
+    case!(
+        "DURABILITY-008",
+        Must,
+        "PROTOCOL §1.1 A5, §1.1.3, §9",
+        "What was used stays used across kill -9: a WebSocket ticket redeemed before the kill opens no socket after the restart (single use), and a token a newer login revoked before the kill is refused after it.",
+        [RelayProcess],
+        used_credentials
+    ),
 ];
 
 /// A fresh token after a restart (tickets and challenges may be memory only). The account
@@ -321,5 +329,56 @@ async fn repeated_kills(ctx: &mut Ctx) -> CaseResult {
             fail!("seq-reused: seq {seq} was acked for {other} and again for {id}");
         }
     }
+    Ok(())
+}
+
+/// A ticket redeemed and a token revoked, both before a kill, presented after the restart.
+async fn used_credentials(ctx: &mut Ctx) -> CaseResult {
+    let mut a = ctx.account().await?;
+    let revoked = a.token.clone();
+    back(ctx, &mut a).await?;
+    let v = ctx
+        .post(paths::WS_TICKET, Some(&a.token), &json!({}))
+        .await?
+        .ok()
+        .map_err(|f| f.in_setup("asking for a ticket"))?;
+    let ticket = s(&v, "ticket")?.to_owned();
+    ctx.transcript.secret(&ticket);
+    let path = format!("{}?user_uuid={}&ticket={ticket}", paths::WS, a.uuid);
+    let first = ctx
+        .open_ws(seam::net::WsRequest::new(path.clone()), &path, "first")
+        .await
+        .map_err(|e| {
+            Failure::Error(format!(
+                "setup: the first upgrade with a fresh ticket failed: {e}"
+            ))
+        })?;
+    drop(first);
+    let used_at = std::time::Instant::now();
+    ctx.restart_relay().await?;
+    let after = used_at.elapsed();
+    // A ticket lives 30 s (PROTOCOL A5): past that a refusal says nothing of single use.
+    if after >= std::time::Duration::from_secs(25) {
+        return Err(Failure::Error(format!(
+            "the restart took {} s, too close to the ticket's 30 s life to judge its single use",
+            after.as_secs()
+        )));
+    }
+    let again = ctx
+        .open_ws(seam::net::WsRequest::new(path.clone()), &path, "again")
+        .await;
+    ensure!(
+        again.is_err(),
+        "a ticket redeemed before the kill opened a second socket after the restart"
+    );
+    let r = ctx.get(paths::FRIENDS, Some(&revoked)).await?;
+    ensure!(
+        !(200..300).contains(&r.status),
+        "a token revoked by a newer login before the kill was accepted after the restart ({})",
+        r.status
+    );
+    // The account is still there: the refusals above are not a relay that lost it.
+    back(ctx, &mut a).await?;
+    ctx.get(paths::FRIENDS, Some(&a.token)).await?.ok()?;
     Ok(())
 }

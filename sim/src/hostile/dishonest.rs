@@ -200,7 +200,7 @@ async fn own_objects(
         None => 0,
     };
     // Last: a replayed login revokes the token the puppet's other attempts use.
-    let (replayed, replays) = super::replay::replay(&puppet, &identity).await;
+    let (replayed, replays) = super::replay::replay(&puppet, &identity, account).await;
     found.extend(replayed);
     crate::world::note(
         ctx,

@@ -238,8 +238,9 @@ pub(super) async fn frames_to_a_stranger(
 }
 
 /// Every route that names an object, naming one that does not exist: never a 2xx (SPEC
-/// answers 404 where it says: a missing channel, order or alias) and never a 500. Returns the
-/// breaches and how many answers were judged.
+/// answers 404 where it says: a missing channel, order or alias) and never a 500; then
+/// accounts that do not exist named in a body ([`missing_accounts`]). Returns the breaches and
+/// how many answers were judged.
 pub(super) async fn nonexistent(stranger: &RawAccount, puppets: &Puppets<'_>) -> (Findings, usize) {
     let t = Trial {
         client: http(),
@@ -268,6 +269,67 @@ pub(super) async fn nonexistent(stranger: &RawAccount, puppets: &Puppets<'_>) ->
                 "bad-input",
                 format!("relay answered {status} to {method} {template} naming a {kind:?} that does not exist"),
             ));
+        }
+    }
+    let (missing, n) = missing_accounts(&t.client, stranger, &t.objects.alias).await;
+    found.extend(missing);
+    (found, judged + n)
+}
+
+/// Accounts that do not exist, named in a body: a friend request to an alias nobody has
+/// (refused: there is nobody to befriend), and a login of a uuid nobody has (a relay may hand
+/// out a challenge for it, but no signature may log in). Neither may answer 500.
+async fn missing_accounts(
+    client: &HttpClient<TurmoilConnector>,
+    stranger: &RawAccount,
+    alias: &str,
+) -> (Findings, usize) {
+    let (mut found, mut judged) = (Findings::new(), 0);
+    let body = json!({ "to_alias_id": alias });
+    if let Some((status, _)) = post(client, paths::FRIEND_REQUEST, Some(&stranger.token), &body)
+        .await
+        .filter(|(s, _)| *s != 429 && *s != 503)
+    {
+        judged += 1;
+        if (200..300).contains(&status) || status >= 500 {
+            found.push(Violation::new(
+                "bad-input",
+                format!("relay answered {status} to a friend request to the alias {alias:?}, which nobody has"),
+            ));
+        }
+    }
+    let nobody = "00000000-0000-4000-8000-000000000000";
+    let Some((status, v)) = post(
+        client,
+        paths::AUTH_CHALLENGE,
+        None,
+        &json!({ "user_uuid": nobody }),
+    )
+    .await
+    .filter(|(s, _)| *s != 429 && *s != 503) else {
+        return (found, judged);
+    };
+    judged += 1;
+    if status >= 500 {
+        found.push(Violation::new(
+            "bad-input",
+            format!("relay answered {status} to an auth challenge for a uuid nobody has"),
+        ));
+    }
+    // Any key will do: the account does not exist, so none is its key.
+    if let Some(challenge) = field(&v, "challenge").filter(|_| (200..300).contains(&status))
+        && let Some(identity) = super::replay::stray_identity()
+    {
+        let signature = identity.sign_challenge(&challenge);
+        let body = json!({ "user_uuid": nobody, "challenge": challenge, "signature": signature });
+        if let Some((status, v)) = post(client, paths::AUTH_VERIFY, None, &body).await {
+            judged += 1;
+            if status == 200 && field(&v, "token").is_some() || status >= 500 {
+                found.push(Violation::new(
+                    "authz",
+                    format!("relay answered {status} to a login of a uuid nobody has"),
+                ));
+            }
         }
     }
     (found, judged)

@@ -3,8 +3,9 @@
 //! used once as an honest client would, then replayed. The oracle needs no knowledge of the
 //! object: **a replay of a used object never gets the answer its first use got** (a 200 with
 //! a token, a 101 upgrade). A ticket is also presented for the first time right after the
-//! expiry the relay announced with it (`expires_in`): it must not open a socket either; and
-//! the puppet's challenge signed with another key must not log in.
+//! expiry the relay announced with it (`expires_in`): it must not open a socket either; nor
+//! may a fresh ticket presented for another account or with a character changed; and the
+//! puppet's challenge signed with another key must not log in.
 //!
 //! The replays run on the stranger's puppet account (see [`super::member`]), so the token a
 //! replayed login would mint (and the revocation of the one before it) touches no account
@@ -35,12 +36,16 @@ enum OneShot {
     /// A3/A4 with the challenge signed by a key that is not the account's (one identity's
     /// credential presented for another).
     ForeignSignature,
+    /// A5: the puppet's fresh ticket presented with another account's uuid, then with one
+    /// character changed (a credential of one identity for another, and a forged one).
+    ForeignTicket,
 }
 
 /// Every single-use object, each replayed in every round (the ticket first: a login, the
 /// challenge's use, revokes the token the ticket is asked with).
-const ONE_SHOTS: [OneShot; 4] = [
+const ONE_SHOTS: [OneShot; 5] = [
     OneShot::WsTicket,
+    OneShot::ForeignTicket,
     OneShot::ExpiredTicket,
     OneShot::ForeignSignature,
     OneShot::AuthChallenge,
@@ -48,7 +53,12 @@ const ONE_SHOTS: [OneShot; 4] = [
 
 /// Uses each single-use object once, then replays it; returns the breaches and how many
 /// replays were judged (a first use that failed, under a fault, leaves nothing to replay).
-pub(super) async fn replay(puppet: &RawAccount, identity: &Identity) -> (Findings, usize) {
+/// `other` is an account that is not the puppet (the stranger's own).
+pub(super) async fn replay(
+    puppet: &RawAccount,
+    identity: &Identity,
+    other: &RawAccount,
+) -> (Findings, usize) {
     let mut found = Findings::new();
     let mut judged = 0;
     for one in ONE_SHOTS {
@@ -57,6 +67,7 @@ pub(super) async fn replay(puppet: &RawAccount, identity: &Identity) -> (Finding
             OneShot::WsTicket => ws_ticket(puppet).await,
             OneShot::ExpiredTicket => expired_ticket(puppet).await,
             OneShot::ForeignSignature => foreign_signature(puppet).await,
+            OneShot::ForeignTicket => foreign_ticket(puppet, other).await,
         };
         if let Some(breach) = outcome {
             judged += 1;
@@ -151,6 +162,33 @@ async fn expired_ticket(puppet: &RawAccount) -> Option<Option<Violation>> {
     }))
 }
 
+/// The puppet's fresh ticket presented for `other`, then for the puppet with its last
+/// character changed: `None` when no ticket was issued or the relay did not answer, else the
+/// breach, if either opened a socket.
+async fn foreign_ticket(puppet: &RawAccount, other: &RawAccount) -> Option<Option<Violation>> {
+    let (ticket, _) = issue_ticket(puppet).await?;
+    let for_other = open_ws(&format!("user_uuid={}&ticket={ticket}", other.uuid))
+        .await
+        .ok()?;
+    let mut forged = ticket.clone();
+    let last = forged.pop()?;
+    forged.push(if last == 'A' { 'B' } else { 'A' });
+    let changed = open_ws(&format!("user_uuid={}&ticket={forged}", puppet.uuid))
+        .await
+        .ok()?;
+    Some(match (for_other.is_ok(), changed.is_ok()) {
+        (true, _) => Some(Violation::new(
+            "authz",
+            "a WebSocket ticket issued to one account opened a socket for another (101)",
+        )),
+        (_, true) => Some(Violation::new(
+            "authz",
+            "a WebSocket ticket with one character changed opened a socket (101)",
+        )),
+        (false, false) => None,
+    })
+}
+
 /// The puppet's challenge signed with a key that is not the puppet's: `None` when no
 /// challenge was issued, else the breach, if `verify` answered with a token.
 async fn foreign_signature(puppet: &RawAccount) -> Option<Option<Violation>> {
@@ -158,11 +196,7 @@ async fn foreign_signature(puppet: &RawAccount) -> Option<Option<Violation>> {
     let body = json!({ "user_uuid": puppet.uuid });
     let (_, ch) = post(&http, paths::AUTH_CHALLENGE, None, &body).await?;
     let challenge = field(&ch, "challenge")?;
-    let words = client_core::keys::new_mnemonic(&mut ChaCha20Rng::seed_from_u64(0x5157))
-        .expose()
-        .to_owned();
-    let other =
-        client_core::keys::derive_identity(&words, client_core::keys::X25519Path::Spec).ok()?;
+    let other = stray_identity()?;
     let body = json!({
         "user_uuid": puppet.uuid,
         "challenge": challenge,
@@ -175,4 +209,10 @@ async fn foreign_signature(puppet: &RawAccount) -> Option<Option<Violation>> {
             "a challenge signed with another account's key logged in (200 with a token)",
         )
     }))
+}
+
+/// An identity no account of the world was registered with (a fixed mnemonic).
+pub(super) fn stray_identity() -> Option<Identity> {
+    let words = client_core::keys::new_mnemonic(&mut ChaCha20Rng::seed_from_u64(0x5157));
+    client_core::keys::derive_identity(words.expose(), client_core::keys::X25519Path::Spec).ok()
 }
