@@ -51,10 +51,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_key_fingerprints",
         sql: include_str!("../migrations/0003_key_fingerprints.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_spent_credentials",
+        sql: include_str!("../migrations/0004_spent_credentials.sql"),
+    },
 ];
 
 /// Schema version written by this build (the last migration's).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// First version that has the `leader` row and `relay_fence`.
 const LEADER_VERSION: i64 = 2;
