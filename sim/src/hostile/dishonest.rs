@@ -161,7 +161,7 @@ async fn own_objects(
         );
         return (Findings::new(), None);
     };
-    let used = super::restart::use_credentials(&mut puppet, &identity).await;
+    let used = super::restart::use_credentials(ctx, &mut puppet, &identity).await;
     let conv = super::member::befriend(account, &puppet).await;
     let (mut found, members) = match &conv {
         Some(conv) => {
@@ -301,7 +301,7 @@ impl Dishonest<'_> {
             post(&self.http, &path, Some(&self.account.token), &json!({})).await
         };
         if let Some(s) = accepted(answer.as_ref())
-            && !own_friendship(&self.http, self.account, id).await
+            && own_friendship(&self.http, self.account, id).await == Some(false)
         {
             self.found
                 .push(bad(&format!("{what} of someone else's friendship {id}"), s));
@@ -412,16 +412,19 @@ async fn acked_evil(reader: &mut RawReader, evil_ids: &[String]) -> Findings {
 const ACK_WAIT_MS: u64 = 3_000;
 
 /// Whether friendship `id` involves this account (a stranger's own rejected request is its
-/// own to reject again).
+/// own to reject again), as its friend list says; `None` when the list could not be read (the
+/// relay down, a partition): then nothing is judged.
 async fn own_friendship(
     http: &HttpClient<TurmoilConnector>,
     account: &RawAccount,
     id: u64,
-) -> bool {
+) -> Option<bool> {
     let Some((200, Value::Array(friends))) = get(http, paths::FRIENDS, &account.token).await else {
-        return false;
+        return None;
     };
-    friends
-        .iter()
-        .any(|f| f.get("friendship_id").and_then(Value::as_u64) == Some(id))
+    Some(
+        friends
+            .iter()
+            .any(|f| f.get("friendship_id").and_then(Value::as_u64) == Some(id)),
+    )
 }

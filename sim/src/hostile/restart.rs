@@ -12,8 +12,10 @@
 //! A relay that forgets across a restart what it had already answered (a used credential, a
 //! revocation) lets each in again. What was used is what was answered: an upgrade or a token
 //! is released only after its commit, so every object judged here was acknowledged before
-//! the relay powered off. Acts in which no power cycle fell between the two halves judge
-//! nothing (one act in three is planned across one).
+//! the relay powered off. In the failover topology a takeover counts too (the active relay
+//! changed between the halves: the standby, sharing the store and the key, must refuse what
+//! the old leader answered). Acts in which neither fell between the two halves judge nothing
+//! (one act in three is planned across a power cycle).
 
 use serde_json::Value;
 use wire::http::paths;
@@ -36,6 +38,8 @@ const RETRY_MS: u64 = 500;
 pub(super) struct Used {
     /// When the last of them was used (simulated ms).
     at_ms: u64,
+    /// The relay that was active when they were used.
+    leader: String,
     /// The upgrade query of a ticket that opened a socket.
     ticket_query: Option<String>,
     /// The signed `verify` body of a login that got a token.
@@ -47,6 +51,7 @@ pub(super) struct Used {
 /// The puppet logs in anew (revoking the token it had; `puppet.token` becomes the new one)
 /// and redeems a ticket; returns what was used.
 pub(super) async fn use_credentials(
+    ctx: &HostCtx,
     puppet: &mut RawAccount,
     identity: &client_core::keys::Identity,
 ) -> Used {
@@ -67,21 +72,20 @@ pub(super) async fn use_credentials(
     }
     Used {
         at_ms: sim_ms(),
+        leader: ctx.world.borrow().active_relay(),
         ticket_query,
         login,
         revoked,
     }
 }
 
-/// Presents what was `used` again if the relay powered off since and answers again; returns
-/// the breaches and how many presentations were judged.
+/// Presents what was `used` again if the relay powered off or another took over since, once
+/// it serves again; returns the breaches and how many presentations were judged.
 pub(super) async fn present_after_restart(ctx: &HostCtx, used: Used) -> (Findings, usize) {
-    let cycled = ctx
-        .world
-        .borrow()
-        .relay_off_ms
-        .iter()
-        .any(|t| *t > used.at_ms);
+    let cycled = {
+        let w = ctx.world.borrow();
+        w.relay_off_ms.iter().any(|t| *t > used.at_ms) || w.active_relay() != used.leader
+    };
     if !cycled || !relay_answers().await {
         return (Findings::new(), 0);
     }
