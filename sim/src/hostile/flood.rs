@@ -98,7 +98,7 @@ struct FloodSeen {
 
 /// One malformed frame: `(opcode, payload, whether an error frame must answer it)`.
 fn bad_frame(rng: &mut ChaCha20Rng, i: u32) -> (u8, Vec<u8>, bool) {
-    match rng.next_u32() % 9 {
+    match rng.next_u32() % 10 {
         0 => (op::TEXT, b"{not json".to_vec(), true),
         1 => (op::TEXT, b"[1,2,3]".to_vec(), true),
         2 => (op::TEXT, br#"{"type":"msg"}"#.to_vec(), true),
@@ -122,6 +122,11 @@ fn bad_frame(rng: &mut ChaCha20Rng, i: u32) -> (u8, Vec<u8>, bool) {
         }
         6 => (op::BINARY, vec![0xff, 0x00, 0x13, 0x37], true),
         7 => (op::PING, b"hi".to_vec(), false),
+        // Well-formed, of a type no client may send (a server frame's, then a made-up one).
+        8 => {
+            let t = if i % 2 == 0 { "ack" } else { "subscribe_all" };
+            (op::TEXT, format!(r#"{{"type":"{t}"}}"#).into_bytes(), true)
+        }
         _ => (op::TEXT, br#"{"type":"typing"}"#.to_vec(), true),
     }
 }
