@@ -146,6 +146,42 @@ fn token_error(e: TokenError) -> ApiError {
 }
 
 impl Relay {
+    /// `credential` checked as one of `kind` presented for `bound` at `now`, and not used
+    /// before (unless `reusable`: a planted bug); `None` when it is too long, forged, expired or
+    /// used, each reason probed.
+    fn open_unused(
+        &self,
+        kind: Kind,
+        bound: &str,
+        credential: &str,
+        now: UnixMs,
+        reusable: bool,
+    ) -> Option<Opened> {
+        if credential.len() > MAX_TOKEN_BYTES {
+            return None;
+        }
+        let opened = match self.credentials.open(kind, bound, credential, now) {
+            Ok(opened) => opened,
+            Err(refused) => {
+                match (kind, refused) {
+                    (Kind::Challenge, Refused::Forged) => probes::probe!("challenge:forged"),
+                    (Kind::Challenge, Refused::Expired) => probes::probe!("challenge:expired"),
+                    (Kind::Ticket, Refused::Forged) => probes::probe!("ticket:forged"),
+                    (Kind::Ticket, Refused::Expired) => probes::probe!("ticket:expired"),
+                }
+                return None;
+            }
+        };
+        if !reusable && self.state.is_spent(&opened) {
+            match kind {
+                Kind::Challenge => probes::probe!("challenge:replayed"),
+                Kind::Ticket => probes::probe!("ticket:replayed"),
+            }
+            return None;
+        }
+        Some(opened)
+    }
+
     /// Marks the credential `opened` used, in the commit of the answer that uses it. When the
     /// relay already remembers [`Config::max_spent_credentials`] unexpired ones it refuses
     /// (429) rather than forget one early, which would let that one in again.
@@ -304,31 +340,18 @@ impl Relay {
                 "the challenge is unknown, expired, already used or issued for another account",
             )
         };
-        if body.challenge.len() > MAX_TOKEN_BYTES {
-            return Err(invalid());
-        }
+        // PLANTED BUG (AuthChallengeReusable): a used challenge is neither looked up nor
+        // marked used.
+        let reusable = crate::planted::planted!(self.config, AuthChallengeReusable);
         let opened = self
-            .credentials
-            .open(
+            .open_unused(
                 Kind::Challenge,
                 body.user_uuid.as_str(),
                 &body.challenge,
                 now,
+                reusable,
             )
-            .map_err(|r| {
-                match r {
-                    Refused::Forged => probes::probe!("challenge:forged"),
-                    Refused::Expired => probes::probe!("challenge:expired"),
-                }
-                invalid()
-            })?;
-        // PLANTED BUG (AuthChallengeReusable): a used challenge is neither looked up nor
-        // marked used.
-        let reusable = crate::planted::planted!(self.config, AuthChallengeReusable);
-        if !reusable && self.state.is_spent(&opened) {
-            probes::probe!("challenge:replayed");
-            return Err(invalid());
-        }
+            .ok_or_else(invalid)?;
         let Some(account) = self.state.accounts.get(&body.user_uuid).cloned() else {
             return Err(ApiError::new(
                 ErrorCode::USER_NOT_FOUND,
@@ -496,25 +519,11 @@ impl Relay {
                     "the ticket is unknown, expired or already used",
                 )
             };
-            if ticket.len() > MAX_TOKEN_BYTES {
-                return Err(invalid());
-            }
-            let opened = self
-                .credentials
-                .open(Kind::Ticket, user.as_str(), ticket, now)
-                .map_err(|r| {
-                    match r {
-                        Refused::Forged => probes::probe!("ticket:forged"),
-                        Refused::Expired => probes::probe!("ticket:expired"),
-                    }
-                    invalid()
-                })?;
             // PLANTED BUG (TicketReusable): a used ticket is neither looked up nor marked used.
             let reusable = crate::planted::planted!(self.config, TicketReusable);
-            if !reusable && self.state.is_spent(&opened) {
-                probes::probe!("ticket:replayed");
-                return Err(invalid());
-            }
+            let opened = self
+                .open_unused(Kind::Ticket, user.as_str(), ticket, now, reusable)
+                .ok_or_else(invalid)?;
             let jti = String::from_utf8(opened.extra.clone()).map_err(|_| invalid())?;
             probes::probe!("ticket:redeemed");
             // The token the ticket was issued for may have been revoked since.
