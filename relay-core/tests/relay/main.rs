@@ -37,6 +37,7 @@ mod push_gone;
 mod rate_windows;
 mod redaction;
 mod refunds;
+mod stores;
 mod tokens;
 mod vanity;
 mod webhook_reports;
