@@ -37,6 +37,8 @@ mod push_gone;
 mod rate_windows;
 mod redaction;
 mod refunds;
+mod relay_api;
+mod state_rows;
 mod stores;
 mod tokens;
 mod vanity;

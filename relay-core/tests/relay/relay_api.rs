@@ -1,0 +1,70 @@
+//! The relay's public surface beside its inputs: what its small types print, and frames a shell
+//! decoded itself.
+
+use relay_core::{BatchFailed, WsConnect};
+use serde_json::json;
+
+use crate::world::{World, acks, both_online, frames};
+
+/// An upgrade request's `Debug` names its type and nothing of the query (the ticket is a
+/// credential) or the protocol header.
+#[test]
+fn a_ws_connect_prints_none_of_its_query() {
+    let req = WsConnect {
+        query: "user_uuid=u&ticket=SECRET-TICKET".into(),
+        protocol: Some("securechat.v1".into()),
+    };
+    assert_eq!(format!("{req:?}"), "WsConnect { .. }");
+}
+
+/// A failed batch and a sealed batch's id say what they are; ids count up from 0 in seal order.
+#[test]
+fn batch_ids_count_up_in_seal_order_and_print_as_batch_n() {
+    assert_eq!(
+        BatchFailed.to_string(),
+        "the batch's commit failed: nothing of it was stored, the relay stopped"
+    );
+    let mut w = World::new();
+    let (a, b, conv) = both_online(&mut w);
+    w.pipeline();
+    let ca = a.conn.unwrap();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let text = json!({"type":"msg","id":format!("b{n}"),"to":b.alias,"conv_id":conv,
+                          "crypto_v":1,"payload":"cA=="})
+        .to_string();
+        w.relay.handle_text(w.now, ca, &text);
+        assert!(w.seal());
+        let id = w.pending.back().unwrap().id;
+        ids.push((id.get(), id.to_string()));
+    }
+    assert_eq!(
+        ids,
+        [
+            (0, "batch 0".to_owned()),
+            (1, "batch 1".to_owned()),
+            (2, "batch 2".to_owned())
+        ]
+    );
+    w.settle();
+}
+
+/// A frame the shell decoded itself is handled as its text would be; from an unknown
+/// connection it is ignored.
+#[test]
+fn a_frame_decoded_by_the_shell_is_handled_like_its_text() {
+    let mut w = World::new();
+    let (a, b, conv) = both_online(&mut w);
+    let ca = a.conn.unwrap();
+    let text = json!({"type":"msg","id":"f1","to":b.alias,"conv_id":conv,"crypto_v":1,
+                      "payload":"cA=="})
+    .to_string();
+    let frame = wire::ClientFrame::decode(&text).unwrap();
+    w.relay
+        .handle_frame(w.now, relay_core::ConnId(999), frame.clone());
+    assert!(w.drain().is_empty(), "an unknown connection is ignored");
+    w.relay.handle_frame(w.now, ca, frame);
+    let outs = w.drain();
+    assert_eq!(acks(&frames(&outs, ca)), [("f1".to_owned(), 1)]);
+    assert_eq!(w.relay.queued_messages(), 1);
+}
