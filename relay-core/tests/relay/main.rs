@@ -38,6 +38,7 @@ mod rate_windows;
 mod redaction;
 mod refunds;
 mod relay_api;
+mod relay_restart;
 mod state_rows;
 mod stores;
 mod tokens;
