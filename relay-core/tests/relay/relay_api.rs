@@ -1,5 +1,5 @@
-//! The relay's public surface beside its inputs: what its small types print, and frames a shell
-//! decoded itself.
+//! The relay's public surface beside its HTTP and text inputs: what its small types print, and
+//! frames in binary messages or decoded by the shell.
 
 use relay_core::{BatchFailed, WsConnect};
 use serde_json::json;
@@ -49,22 +49,34 @@ fn batch_ids_count_up_in_seal_order_and_print_as_batch_n() {
     w.settle();
 }
 
-/// A frame the shell decoded itself is handled as its text would be; from an unknown
-/// connection it is ignored.
+/// A frame in a binary message (iOS sends JSON in binary frames), or decoded by the shell, or
+/// handed over already decoded, is handled as its text would be; from an unknown connection it
+/// is ignored.
 #[test]
-fn a_frame_decoded_by_the_shell_is_handled_like_its_text() {
+fn a_frame_in_binary_or_decoded_by_the_shell_is_handled_like_its_text() {
     let mut w = World::new();
     let (a, b, conv) = both_online(&mut w);
     let ca = a.conn.unwrap();
-    let text = json!({"type":"msg","id":"f1","to":b.alias,"conv_id":conv,"crypto_v":1,
-                      "payload":"cA=="})
-    .to_string();
-    let frame = wire::ClientFrame::decode(&text).unwrap();
-    w.relay
-        .handle_frame(w.now, relay_core::ConnId(999), frame.clone());
+    let text = |id: &str| {
+        json!({"type":"msg","id":id,"to":b.alias,"conv_id":conv,"crypto_v":1,"payload":"cA=="})
+            .to_string()
+    };
+    let unknown = relay_core::ConnId(999);
+    let frame = wire::ClientFrame::decode(&text("f1")).unwrap();
+    w.relay.handle_frame(w.now, unknown, frame.clone());
+    w.relay.handle_binary(w.now, unknown, text("f1").as_bytes());
+    w.relay.handle_decoded(w.now, unknown, Ok(frame.clone()));
     assert!(w.drain().is_empty(), "an unknown connection is ignored");
+
     w.relay.handle_frame(w.now, ca, frame);
     let outs = w.drain();
     assert_eq!(acks(&frames(&outs, ca)), [("f1".to_owned(), 1)]);
-    assert_eq!(w.relay.queued_messages(), 1);
+    w.relay.handle_binary(w.now, ca, text("f2").as_bytes());
+    let outs = w.drain();
+    assert_eq!(acks(&frames(&outs, ca)), [("f2".to_owned(), 2)]);
+    let decoded = wire::ClientFrame::decode_bytes(text("f3").as_bytes());
+    w.relay.handle_decoded(w.now, ca, decoded);
+    let outs = w.drain();
+    assert_eq!(acks(&frames(&outs, ca)), [("f3".to_owned(), 3)]);
+    assert_eq!(w.relay.queued_messages(), 3);
 }
