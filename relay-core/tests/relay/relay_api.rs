@@ -80,3 +80,25 @@ fn a_frame_in_binary_or_decoded_by_the_shell_is_handled_like_its_text() {
     assert_eq!(acks(&frames(&outs, ca)), [("f3".to_owned(), 3)]);
     assert_eq!(w.relay.queued_messages(), 3);
 }
+
+/// With pipelined commits, an upload that expires on a timer inside the open batch keeps its
+/// parts until that batch is durable: a crash before the commit finds the upload still stored,
+/// and its bytes with it.
+#[test]
+fn an_expired_upload_keeps_its_parts_until_its_batch_is_durable() {
+    let blobs = relay_core::MemoryBlobStore::new();
+    let mut w = World::with_blobs(crate::world::fast_config(), blobs.clone());
+    let a = w.user("alice");
+    let (id, key) = crate::media::init(&mut w, &a);
+    let r = crate::media::chunk(&mut w, &a.token, &id, &key, "1", vec![7; 64]);
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    assert_eq!(blobs.part_count(), 1);
+    w.pipeline();
+    w.now = w.now.plus_ms(2 * 60 * 60 * 1000);
+    w.relay.handle_timeout(w.now);
+    assert_eq!(blobs.part_count(), 1, "deleted before the batch is sealed");
+    assert!(w.seal());
+    assert_eq!(blobs.part_count(), 1, "deleted before the batch is durable");
+    w.commit_next(true).unwrap();
+    assert_eq!(blobs.part_count(), 0);
+}
