@@ -102,3 +102,32 @@ fn an_expired_upload_keeps_its_parts_until_its_batch_is_durable() {
     w.commit_next(true).unwrap();
     assert_eq!(blobs.part_count(), 0);
 }
+
+/// `begin_batch` while a batch is open is a no-op: what the open batch holds is committed and
+/// released by the one `commit_batch`. On a failed relay it opens nothing.
+#[test]
+fn beginning_a_batch_twice_keeps_the_open_one() {
+    let mut w = World::new();
+    let (a, b, conv) = both_online(&mut w);
+    let (ca, cb) = (a.conn.unwrap(), b.conn.unwrap());
+    w.relay.begin_batch();
+    let text = json!({"type":"msg","id":"k1","to":b.alias,"conv_id":conv,"crypto_v":1,
+                      "payload":"cA=="})
+    .to_string();
+    w.relay.handle_text(w.now, ca, &text);
+    w.relay.begin_batch();
+    assert!(w.relay.in_batch());
+    w.relay.commit_batch().unwrap();
+    let outs = w.drain();
+    assert_eq!(acks(&frames(&outs, ca)), [("k1".to_owned(), 1)]);
+    assert_eq!(
+        crate::world::msgs(&frames(&outs, cb)),
+        [("k1".to_owned(), 1)]
+    );
+
+    w.mem.fail_commits(1);
+    w.relay.handle_text(w.now, ca, &text.replace("k1", "k2"));
+    assert!(w.relay.is_failed());
+    w.relay.begin_batch();
+    assert!(!w.relay.in_batch());
+}
