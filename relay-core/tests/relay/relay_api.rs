@@ -1,6 +1,7 @@
 //! The relay's public surface beside its HTTP and text inputs: what its small types print, and
 //! frames in binary messages or decoded by the shell.
 
+use relay_core::store::Store as _;
 use relay_core::{BatchFailed, WsConnect};
 use serde_json::json;
 
@@ -130,4 +131,41 @@ fn beginning_a_batch_twice_keeps_the_open_one() {
     assert!(w.relay.is_failed());
     w.relay.begin_batch();
     assert!(!w.relay.in_batch());
+}
+
+/// A relay that keeps its store may still seal a batch for the shell to commit: while that
+/// batch is in flight, a later input joins a new batch instead of committing on its own, so its
+/// answer never overtakes the sealed batch's.
+#[test]
+fn an_input_after_a_sealed_batch_waits_behind_it() {
+    let mut w = World::new();
+    let (a, b, conv) = both_online(&mut w);
+    let ca = a.conn.unwrap();
+    let text = |id: &str| {
+        json!({"type":"msg","id":id,"to":b.alias,"conv_id":conv,"crypto_v":1,"payload":"cA=="})
+            .to_string()
+    };
+    let mut store = w.mem.clone();
+    w.relay.begin_batch();
+    w.relay.handle_text(w.now, ca, &text("s1"));
+    let sealed = w
+        .relay
+        .seal_batch()
+        .unwrap()
+        .expect("a batch with mutations");
+    assert!(!w.relay.in_batch());
+    w.relay.handle_text(w.now, ca, &text("s2"));
+    assert!(w.relay.in_batch(), "the input joined a new batch");
+    assert!(
+        w.released().is_empty(),
+        "released before the sealed batch's commit"
+    );
+
+    store.commit(sealed.mutations).unwrap();
+    w.relay.handle_committed(sealed.id, &Ok(())).unwrap();
+    assert_eq!(acks(&frames(&w.released(), ca)), [("s1".to_owned(), 1)]);
+    let next = w.relay.seal_batch().unwrap().expect("the batch of s2");
+    store.commit(next.mutations).unwrap();
+    w.relay.handle_committed(next.id, &Ok(())).unwrap();
+    assert_eq!(acks(&frames(&w.released(), ca)), [("s2".to_owned(), 2)]);
 }
