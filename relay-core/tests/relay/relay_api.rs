@@ -169,3 +169,23 @@ fn an_input_after_a_sealed_batch_waits_behind_it() {
     w.relay.handle_committed(next.id, &Ok(())).unwrap();
     assert_eq!(acks(&frames(&w.released(), ca)), [("s2".to_owned(), 2)]);
 }
+
+/// `config` is the configuration the relay was built with.
+#[test]
+fn the_relay_reports_the_configuration_it_was_built_with() {
+    let config = relay_core::Config {
+        sync_window_msgs: 7,
+        msgs_per_min_per_user: 11,
+        ..crate::world::fast_config()
+    };
+    let w = World::with_config(config);
+    let c = w.relay.config();
+    assert_eq!(
+        (
+            c.pow_difficulty,
+            c.sync_window_msgs,
+            c.msgs_per_min_per_user
+        ),
+        (1, 7, 11)
+    );
+}
