@@ -1,0 +1,229 @@
+//! The relay's durable state across a restart: each kind of row keeps its own key, so rows of
+//! different kinds, conversations or readers never overwrite one another in the store.
+
+use relay_core::limits::TOMBSTONE_TTL_MS;
+use relay_core::store::{Store as _, Table};
+use serde_json::json;
+use wire::ServerFrame;
+
+use crate::world::{User, World, acks, errors, frames, msgs, online_and_offline};
+
+/// The receipts a connection got: (kind, seq).
+fn receipts(fs: &[ServerFrame]) -> Vec<(&'static str, u64)> {
+    fs.iter()
+        .filter_map(|f| match f {
+            ServerFrame::Delivered(r) => Some(("delivered", r.seq.get())),
+            ServerFrame::Read(r) => Some(("read", r.seq.get())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A delivered and a read receipt of one reader in one conversation are two rows each (the
+/// reader's marks, and the receipts waiting for the offline author): both kinds survive a
+/// restart, the author gets both on its next sync, and neither mark is forwarded again.
+#[test]
+fn delivered_and_read_marks_and_pending_receipts_survive_a_restart_side_by_side() {
+    let mut w = World::new();
+    let (mut a, mut b, conv) = online_and_offline(&mut w);
+    for id in ["m1", "m2", "m3"] {
+        w.msg(&a, &b, &conv, id);
+    }
+    w.relay.handle_disconnect(w.now, a.conn.unwrap());
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    w.send(
+        cb,
+        json!({"type":"delivered","conv_id":conv,"seq":3,"to":a.alias}),
+    );
+    w.send(
+        cb,
+        json!({"type":"read","conv_id":conv,"seq":2,"to":a.alias}),
+    );
+
+    w.restart(Box::new(w.mem.clone()));
+    let ca = w.connect(&mut a);
+    let outs = w.sync(ca);
+    let mut got = receipts(&frames(&outs, ca));
+    got.sort_unstable();
+    assert_eq!(got, [("delivered", 3), ("read", 2)]);
+
+    // Both marks survived: the same receipts again are not forwarded; a newer read is.
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    for (kind, seq) in [("delivered", 3), ("read", 2)] {
+        let outs = w.send(
+            cb,
+            json!({"type":kind,"conv_id":conv,"seq":seq,"to":a.alias}),
+        );
+        assert!(frames(&outs, ca).is_empty(), "{kind} {seq} forwarded again");
+    }
+    let outs = w.send(
+        cb,
+        json!({"type":"read","conv_id":conv,"seq":3,"to":a.alias}),
+    );
+    assert_eq!(receipts(&frames(&outs, ca)), [("read", 3)]);
+
+    // Delivered on that sync, the waiting receipts are gone from the store.
+    w.restart(Box::new(w.mem.clone()));
+    let ca = w.connect(&mut a);
+    assert!(receipts(&frames(&w.sync(ca), ca)).is_empty());
+}
+
+/// A receipt may cover what an earlier connection of the reader was pushed, even when a new
+/// connection's replay stops below it (the window is shared with another conversation): the
+/// highest seq pushed per conversation never goes down.
+#[test]
+fn a_receipt_covers_what_an_earlier_connection_was_pushed() {
+    let mut w = World::with_config(relay_core::Config {
+        sync_window_msgs: 2,
+        ..crate::world::fast_config()
+    });
+    let (a, mut b, x) = online_and_offline(&mut w);
+    let mut c = w.user("carol");
+    let y = w.befriend(&c, &b);
+    let cc = w.connect(&mut c);
+    w.sync(cc);
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    let mut pushed = Vec::new();
+    for id in ["x1", "x2"] {
+        pushed.extend(msgs(&frames(&w.msg(&a, &b, &x, id), cb)));
+    }
+    let outs = w.send(
+        cb,
+        json!({"type":"delivered","conv_id":x,"seq":1,"to":a.alias}),
+    );
+    pushed.extend(msgs(&frames(&outs, cb)));
+    pushed.extend(msgs(&frames(&w.msg(&a, &b, &x, "x3"), cb)));
+    assert_eq!(
+        pushed,
+        [("x1".into(), 1), ("x2".into(), 2), ("x3".into(), 3)]
+    );
+    // The window is full (x2, x3): carol's message waits.
+    w.now = w.now.plus_ms(1_000);
+    assert!(msgs(&frames(&w.msg(&c, &b, &y, "y1"), cb)).is_empty());
+
+    // A new connection replays one message of each conversation, the oldest first: x2, y1.
+    let cb2 = w.connect(&mut b);
+    let replay = msgs(&frames(&w.sync(cb2), cb2));
+    assert_eq!(replay, [("x2".into(), 2), ("y1".into(), 1)]);
+    // x3 reached the earlier connection: its receipt is valid.
+    let outs = w.send(
+        cb2,
+        json!({"type":"delivered","conv_id":x,"seq":3,"to":a.alias}),
+    );
+    assert!(errors(&frames(&outs, cb2)).is_empty(), "{outs:?}");
+    assert_eq!(w.relay.queued_messages(), 1, "only y1 is left");
+}
+
+/// The stored keys of `table`.
+fn keys(w: &World, table: Table) -> Vec<String> {
+    w.mem
+        .clone()
+        .load()
+        .unwrap()
+        .get(&table)
+        .map(|rows| rows.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// A message id is remembered for the tombstone lifetime after its acceptance, to the
+/// millisecond: until then a resend is a duplicate (its first seq); at that moment the
+/// tombstone row is deleted and the id is new again.
+#[test]
+fn a_tombstone_expires_at_its_lifetime_and_its_row_goes() {
+    let mut w = World::new();
+    let (mut a, b, conv) = online_and_offline(&mut w);
+    let life = TOMBSTONE_TTL_MS.max(w.relay.config().offline_ttl_ms);
+    let t0 = w.now;
+    w.msg(&a, &b, &conv, "m1");
+    assert_eq!(keys(&w, Table::Tombstones), [format!("{}/m1", a.uuid)]);
+    w.advance(life - 1);
+    assert_eq!(keys(&w, Table::Tombstones).len(), 1);
+    w.login(&mut a);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    assert_eq!(
+        acks(&frames(&w.msg(&a, &b, &conv, "m1"), ca)),
+        [("m1".into(), 1)]
+    );
+    w.advance(1);
+    assert_eq!(w.now, t0.plus_ms(life));
+    assert!(keys(&w, Table::Tombstones).is_empty());
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    assert_eq!(
+        acks(&frames(&w.msg(&a, &b, &conv, "m1"), ca)),
+        [("m1".into(), 2)]
+    );
+}
+
+/// A receipt waiting for its offline author is kept for the offline TTL after it was given, to
+/// the millisecond, then deleted: the author's next sync does not get it.
+#[test]
+fn a_pending_receipt_expires_at_the_offline_ttl() {
+    let mut w = World::new();
+    let ttl = w.relay.config().offline_ttl_ms;
+    let (mut a, mut b, conv) = online_and_offline(&mut w);
+    w.msg(&a, &b, &conv, "m1");
+    w.relay.handle_disconnect(w.now, a.conn.unwrap());
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    let t0 = w.now;
+    w.send(
+        cb,
+        json!({"type":"read","conv_id":conv,"seq":1,"to":a.alias}),
+    );
+    assert_eq!(keys(&w, Table::PendingReceipts).len(), 1);
+    w.advance(ttl - 1);
+    assert_eq!(keys(&w, Table::PendingReceipts).len(), 1);
+    w.advance(1);
+    assert_eq!(w.now, t0.plus_ms(ttl));
+    assert!(keys(&w, Table::PendingReceipts).is_empty());
+    w.login(&mut a);
+    let ca = w.connect(&mut a);
+    assert!(receipts(&frames(&w.sync(ca), ca)).is_empty());
+}
+
+/// The per-recipient count of undelivered messages goes down as they are delivered: a full
+/// recipient accepts messages again once it acknowledged some, and the count is rebuilt the same
+/// from the store after a restart.
+#[test]
+fn a_recipient_s_backlog_count_goes_down_with_its_receipts_and_survives_a_restart() {
+    let mut w = World::with_config(relay_core::Config {
+        max_offline_queue_per_recipient: 2,
+        ..crate::world::fast_config()
+    });
+    let (mut a, mut b, conv) = online_and_offline(&mut w);
+    let ca = a.conn.unwrap();
+    let sent = |w: &mut World, a: &User, b: &User, id: &str| {
+        let outs = w.msg(a, b, &conv, id);
+        let fs = frames(&outs, ca);
+        (acks(&fs), errors(&fs))
+    };
+    assert_eq!(sent(&mut w, &a, &b, "m1").0, [("m1".into(), 1)]);
+    assert_eq!(sent(&mut w, &a, &b, "m2").0, [("m2".into(), 2)]);
+    assert_eq!(sent(&mut w, &a, &b, "m3").1, ["RECIPIENT_QUEUE_FULL"]);
+    assert_eq!(w.relay.backlog_messages(), 2);
+
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    w.send(
+        cb,
+        json!({"type":"delivered","conv_id":conv,"seq":2,"to":a.alias}),
+    );
+    assert_eq!(w.relay.backlog_messages(), 0);
+    w.relay.handle_disconnect(w.now, cb);
+    assert_eq!(sent(&mut w, &a, &b, "m3").0, [("m3".into(), 3)]);
+    assert_eq!(sent(&mut w, &a, &b, "m4").0, [("m4".into(), 4)]);
+    assert_eq!(sent(&mut w, &a, &b, "m5").1, ["RECIPIENT_QUEUE_FULL"]);
+
+    w.restart(Box::new(w.mem.clone()));
+    assert_eq!(w.relay.backlog_messages(), 2);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    a.conn = Some(ca);
+    let outs = w.msg(&a, &b, &conv, "m5");
+    assert_eq!(errors(&frames(&outs, ca)), ["RECIPIENT_QUEUE_FULL"]);
+}
