@@ -114,6 +114,20 @@ impl Ctx {
     }
 }
 
+impl Ctx {
+    /// [`Ctx::restart_relay`], and how long it took on the wall clock: a case judging a
+    /// credential whose life is real time must know whether it could have expired meanwhile.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "only tells a case whether its object outlived the restart; the verdict comes from the relay's answers"
+    )]
+    pub async fn restart_relay_timed(&mut self) -> Result<std::time::Duration, Failure> {
+        let start = std::time::Instant::now();
+        self.restart_relay().await?;
+        Ok(start.elapsed())
+    }
+}
+
 /// `3600000` as `1 h`, `61000` as `61 s`, `1500` as `1500 ms`.
 fn human_ms(ms: u64) -> String {
     match ms {

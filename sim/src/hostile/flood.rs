@@ -124,7 +124,11 @@ fn bad_frame(rng: &mut ChaCha20Rng, i: u32) -> (u8, Vec<u8>, bool) {
         7 => (op::PING, b"hi".to_vec(), false),
         // Well-formed, of a type no client may send (a server frame's, then a made-up one).
         8 => {
-            let t = if i % 2 == 0 { "ack" } else { "subscribe_all" };
+            let t = if i.is_multiple_of(2) {
+                "ack"
+            } else {
+                "subscribe_all"
+            };
             (op::TEXT, format!(r#"{{"type":"{t}"}}"#).into_bytes(), true)
         }
         _ => (op::TEXT, br#"{"type":"typing"}"#.to_vec(), true),
