@@ -58,10 +58,7 @@ fn a_frame_in_binary_or_decoded_by_the_shell_is_handled_like_its_text() {
     let mut w = World::new();
     let (a, b, conv) = both_online(&mut w);
     let ca = a.conn.unwrap();
-    let text = |id: &str| {
-        json!({"type":"msg","id":id,"to":b.alias,"conv_id":conv,"crypto_v":1,"payload":"cA=="})
-            .to_string()
-    };
+    let text = |id: &str| msg_text(&b, &conv, id);
     let unknown = relay_core::ConnId(999);
     let frame = wire::ClientFrame::decode(&text("f1")).unwrap();
     w.relay.handle_frame(w.now, unknown, frame.clone());
@@ -141,10 +138,7 @@ fn an_input_after_a_sealed_batch_waits_behind_it() {
     let mut w = World::new();
     let (a, b, conv) = both_online(&mut w);
     let ca = a.conn.unwrap();
-    let text = |id: &str| {
-        json!({"type":"msg","id":id,"to":b.alias,"conv_id":conv,"crypto_v":1,"payload":"cA=="})
-            .to_string()
-    };
+    let text = |id: &str| msg_text(&b, &conv, id);
     let mut store = w.mem.clone();
     w.relay.begin_batch();
     w.relay.handle_text(w.now, ca, &text("s1"));
@@ -188,4 +182,10 @@ fn the_relay_reports_the_configuration_it_was_built_with() {
         ),
         (1, 7, 11)
     );
+}
+
+/// The text of a `msg` frame to `to` in `conv` with message id `id`.
+fn msg_text(to: &crate::world::User, conv: &str, id: &str) -> String {
+    json!({"type":"msg","id":id,"to":to.alias,"conv_id":conv,"crypto_v":1,"payload":"cA=="})
+        .to_string()
 }
