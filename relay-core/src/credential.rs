@@ -10,9 +10,9 @@
 //!
 //! Wire form: one kind letter, then the unpadded base64url of
 //! `expires_at (8 bytes, big endian) ‖ nonce (16) ‖ extra ‖ tag (16)`, where
-//! `tag = HMAC(key, kind ‖ bound ‖ expires_at ‖ nonce ‖ extra)` cut to 16 bytes and `bound`
-//! is what the presenter states beside the credential (the account's uuid) and is not
-//! repeated inside it. `extra` is the ticket's JWT id (the token it was asked with, checked
+//! `tag = HMAC(key, kind ‖ len(bound) (8 bytes, big endian) ‖ bound ‖ expires_at ‖ nonce ‖
+//! extra)` cut to 16 bytes, and `bound` is what the presenter states beside the credential
+//! (the account's uuid), not repeated inside it. `extra` is the ticket's JWT id (the token it was asked with, checked
 //! against the account's current one at the upgrade); a challenge has none. All of it is
 //! URL-safe, so a ticket goes into the upgrade's query string as it is.
 //!
