@@ -104,14 +104,19 @@ impl CredentialKey {
         Self(m.finalize().into_bytes().into())
     }
 
-    fn tag(&self, kind: Kind, bound: &str, body: &[u8]) -> [u8; TAG_BYTES] {
+    /// The MAC over a credential's signed input: the kind, the bound value (its length first,
+    /// so `bound ‖ body` splits one way only) and the body.
+    fn mac_of(&self, kind: Kind, bound: &str, body: &[u8]) -> Hmac<Sha256> {
         let mut m = mac(&self.0);
         m.update(&[kind.letter()]);
-        // The bound value's length first, so `bound ‖ body` splits one way only.
         m.update(&(bound.len() as u64).to_be_bytes());
         m.update(bound.as_bytes());
         m.update(body);
-        let full = m.finalize().into_bytes();
+        m
+    }
+
+    fn tag(&self, kind: Kind, bound: &str, body: &[u8]) -> [u8; TAG_BYTES] {
+        let full = self.mac_of(kind, bound, body).finalize().into_bytes();
         let mut tag = [0u8; TAG_BYTES];
         tag.copy_from_slice(&full[..TAG_BYTES]);
         tag
@@ -156,13 +161,10 @@ impl CredentialKey {
             return Err(Refused::Forged);
         }
         let (signed, tag) = body.split_at(body.len() - TAG_BYTES);
-        let mut m = mac(&self.0);
-        m.update(&[kind.letter()]);
-        m.update(&(bound.len() as u64).to_be_bytes());
-        m.update(bound.as_bytes());
-        m.update(signed);
         // Compared in constant time, over the bytes kept.
-        m.verify_truncated_left(tag).map_err(|_| Refused::Forged)?;
+        self.mac_of(kind, bound, signed)
+            .verify_truncated_left(tag)
+            .map_err(|_| Refused::Forged)?;
         let mut at = [0u8; 8];
         at.copy_from_slice(&signed[..8]);
         let expires_at = UnixMs(u64::from_be_bytes(at));

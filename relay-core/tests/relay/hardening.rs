@@ -167,13 +167,8 @@ fn registration_refuses_invalid_and_low_order_keys() {
 #[test]
 fn a_non_base64_payload_is_refused() {
     let mut w = World::new();
-    let mut a = w.user("alice");
-    let mut b = w.user("bob");
-    let conv = w.befriend(&a, &b);
-    let ca = w.connect(&mut a);
-    w.sync(ca);
-    let cb = w.connect(&mut b);
-    w.sync(cb);
+    let (a, b, conv) = crate::world::both_online(&mut w);
+    let (ca, cb) = (a.conn.unwrap(), b.conn.unwrap());
     for (i, bad) in [
         "hello world",
         "a",
