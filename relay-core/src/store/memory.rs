@@ -2,13 +2,17 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{Batch, Mutation, Snapshot, Store, StoreError};
+use std::collections::BTreeMap;
+
+use super::{Batch, Mutation, Rows, Snapshot, Store, StoreError, StoreRead, Table, no_expiry};
 
 /// An in-memory [`Store`]. Cloning gives another handle to the **same** committed state, so a
 /// test (or the simulator) can drop a `Relay`, keep a clone, and build a new `Relay` from it:
 /// exactly the committed batches survive.
 ///
-/// Faults can be injected with [`MemoryStore::fail_commits`] to exercise the fail-stop policy.
+/// Faults can be injected with [`MemoryStore::fail_commits`] to exercise the fail-stop policy,
+/// and with [`MemoryStore::fail_reads`] for the keyed reads ([`StoreRead`]; the reader is
+/// another handle to the same rows).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<Inner>>,
@@ -17,7 +21,10 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Inner {
     tables: Snapshot,
+    /// Expiry of every row put with one, per expiring table.
+    expiries: BTreeMap<Table, BTreeMap<String, u64>>,
     fail_commits: u32,
+    fail_reads: u32,
     commits: u64,
 }
 
@@ -30,6 +37,11 @@ impl MemoryStore {
     /// Makes the next `n` commits fail (nothing of them is applied).
     pub fn fail_commits(&self, n: u32) {
         self.lock().fail_commits = n;
+    }
+
+    /// Makes the next `n` keyed reads fail.
+    pub fn fail_reads(&self, n: u32) {
+        self.lock().fail_reads = n;
     }
 
     /// How many batches were committed successfully.
@@ -52,28 +64,155 @@ impl Store for MemoryStore {
         Ok(self.lock().tables.clone())
     }
 
+    fn load_eager(&mut self) -> Result<Snapshot, StoreError> {
+        Ok(self
+            .lock()
+            .tables
+            .iter()
+            .filter(|(table, _)| !table.is_lazy())
+            .map(|(table, rows)| (*table, rows.clone()))
+            .collect())
+    }
+
     fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
         let mut inner = self.lock();
         if inner.fail_commits > 0 {
             inner.fail_commits -= 1;
             return Err(StoreError::Backend("injected commit failure".into()));
         }
+        if let Some(m) = batch
+            .iter()
+            .find(|m| matches!(m, Mutation::PutExpiring { .. } | Mutation::Expire { .. }) && !m.table().has_expiry())
+        {
+            return Err(no_expiry(m.table()));
+        }
+        let inner = &mut *inner;
         for m in batch {
             match m {
                 Mutation::Put { table, key, value } => {
+                    if let Some(e) = inner.expiries.get_mut(&table) {
+                        e.remove(&key);
+                    }
                     inner.tables.entry(table).or_default().insert(key, value);
                 }
-                Mutation::Delete { table, key } => {
-                    if let Some(t) = inner.tables.get_mut(&table) {
-                        t.remove(&key);
-                        if t.is_empty() {
-                            inner.tables.remove(&table);
-                        }
+                Mutation::PutExpiring {
+                    table,
+                    key,
+                    value,
+                    expires_at,
+                } => {
+                    inner
+                        .expiries
+                        .entry(table)
+                        .or_default()
+                        .insert(key.clone(), expires_at);
+                    inner.tables.entry(table).or_default().insert(key, value);
+                }
+                Mutation::Delete { table, key } => remove(inner, table, &key),
+                Mutation::Expire { table, up_to } => {
+                    let gone: Vec<String> = inner
+                        .expiries
+                        .get(&table)
+                        .into_iter()
+                        .flatten()
+                        .filter(|(_, at)| **at <= up_to)
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for key in gone {
+                        remove(inner, table, &key);
                     }
                 }
             }
         }
         inner.commits += 1;
         Ok(())
+    }
+
+    fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
+        Ok(Box::new(self.clone()))
+    }
+}
+
+fn remove(inner: &mut Inner, table: Table, key: &str) {
+    if let Some(e) = inner.expiries.get_mut(&table) {
+        e.remove(key);
+    }
+    if let Some(t) = inner.tables.get_mut(&table) {
+        t.remove(key);
+        if t.is_empty() {
+            inner.tables.remove(&table);
+        }
+    }
+}
+
+impl MemoryStore {
+    /// The store for one read: `Err` when a read fault is due.
+    fn read(&self) -> Result<std::sync::MutexGuard<'_, Inner>, StoreError> {
+        let mut inner = self.lock();
+        if inner.fail_reads > 0 {
+            inner.fail_reads -= 1;
+            return Err(StoreError::Backend("injected read failure".into()));
+        }
+        Ok(inner)
+    }
+}
+
+impl StoreRead for MemoryStore {
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .read()?
+            .tables
+            .get(&table)
+            .and_then(|t| t.get(key))
+            .cloned())
+    }
+
+    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
+        let inner = self.read()?;
+        let Some(rows) = inner.tables.get(&table) else {
+            return Ok(Vec::new());
+        };
+        Ok(rows
+            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn latest_expiring(&mut self, table: Table, window: u64) -> Result<Rows, StoreError> {
+        if !table.has_expiry() {
+            return Err(no_expiry(table));
+        }
+        let inner = self.read()?;
+        let Some(expiries) = inner.expiries.get(&table) else {
+            return Ok(Vec::new());
+        };
+        let Some(latest) = expiries.values().max() else {
+            return Ok(Vec::new());
+        };
+        let since = latest.saturating_sub(window);
+        Ok(expiries
+            .iter()
+            .filter(|(_, at)| **at >= since)
+            .filter_map(|(k, _)| {
+                let v = inner.tables.get(&table)?.get(k)?;
+                Some((k.clone(), v.clone()))
+            })
+            .collect())
+    }
+
+    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
+        if !table.has_expiry() {
+            return Err(no_expiry(table));
+        }
+        let inner = self.read()?;
+        Ok(inner
+            .expiries
+            .get(&table)
+            .into_iter()
+            .flat_map(|e| e.values())
+            .filter(|at| **at > after)
+            .min()
+            .copied())
     }
 }

@@ -1,8 +1,14 @@
 //! The durable store: a synchronous, transactional, row-level key/value store behind a trait.
 //!
-//! The relay keeps its working state in memory. Every input produces a [`Batch`] of row-level
-//! [`Mutation`]s which is committed in **one** transaction before any output of that input is
-//! released; at startup the relay rebuilds its working state from [`Store::load`].
+//! The relay keeps its working state in memory, except the *lazy* tables ([`Table::is_lazy`]),
+//! which it reads on first use through a [`StoreRead`] handle and keeps behind a bounded cache.
+//! Every input produces a [`Batch`] of row-level [`Mutation`]s which is committed in **one**
+//! transaction before any output of that input is released; at startup the relay rebuilds its
+//! working state from [`Store::load_eager`] (every table but the lazy ones).
+//!
+//! Rows of an *expiring* table ([`Table::has_expiry`]) carry an expiry next to the value
+//! ([`Mutation::PutExpiring`]); [`Mutation::Expire`] deletes every row whose expiry has passed
+//! with one indexed range delete, so nothing in memory has to remember each row to expire it.
 //!
 //! Each logical [`Table`] maps a string key to an opaque value (serde JSON of a record in
 //! `crate::records`). Keys are chosen so that lexicographic order is the useful order
@@ -33,7 +39,8 @@ pub enum Table {
     Conversations,
     /// Undelivered messages by `recipient/conv/seq`.
     Messages,
-    /// Message-id tombstones (dedup and retract authorisation) by message id.
+    /// Message-id tombstones (dedup and retract authorisation) by `author/message id`. Lazy
+    /// and expiring: read per author on first use, deleted by [`Mutation::Expire`].
     Tombstones,
     /// Receipt high-water marks by `conv/reader/kind`.
     ReceiptMarks,
@@ -116,6 +123,19 @@ impl Table {
             Self::Spent => "spent",
         }
     }
+
+    /// Whether the relay reads this table on demand ([`StoreRead`]) instead of loading it at
+    /// startup: [`Store::load_eager`] leaves it out.
+    pub fn is_lazy(self) -> bool {
+        matches!(self, Self::Tombstones)
+    }
+
+    /// Whether rows of this table carry an expiry ([`Mutation::PutExpiring`],
+    /// [`Mutation::Expire`]). Only such tables accept those mutations; a store refuses them on
+    /// any other table (the batch fails, nothing of it is applied).
+    pub fn has_expiry(self) -> bool {
+        matches!(self, Self::Tombstones)
+    }
 }
 
 /// One row-level change.
@@ -137,6 +157,50 @@ pub enum Mutation {
         /// Row key.
         key: String,
     },
+    /// Insert or replace the row `key` of an expiring table ([`Table::has_expiry`]) together
+    /// with its expiry (epoch milliseconds): the first [`Mutation::Expire`] of that table whose
+    /// `up_to` reaches `expires_at` deletes it.
+    PutExpiring {
+        /// Target table.
+        table: Table,
+        /// Row key.
+        key: String,
+        /// Serialized record.
+        value: Vec<u8>,
+        /// When the row may be deleted.
+        expires_at: u64,
+    },
+    /// Delete every row of the expiring table `table` whose expiry is at or before `up_to`
+    /// (one indexed range delete).
+    Expire {
+        /// Target table.
+        table: Table,
+        /// Epoch milliseconds: rows expiring at or before it go.
+        up_to: u64,
+    },
+}
+
+impl Mutation {
+    /// The table this mutation writes.
+    pub fn table(&self) -> Table {
+        match self {
+            Self::Put { table, .. }
+            | Self::Delete { table, .. }
+            | Self::PutExpiring { table, .. }
+            | Self::Expire { table, .. } => *table,
+        }
+    }
+
+    /// The single row this mutation writes (`None` for [`Mutation::Expire`], which writes a
+    /// range).
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Self::Put { key, .. } | Self::Delete { key, .. } | Self::PutExpiring { key, .. } => {
+                Some(key)
+            }
+            Self::Expire { .. } => None,
+        }
+    }
 }
 
 /// The mutations of one input, applied atomically and in order.
@@ -172,26 +236,84 @@ pub enum StoreError {
     },
 }
 
+/// Rows as a read returns them: key and value, in key order.
+pub type Rows = Vec<(String, Vec<u8>)>;
+
 /// A synchronous transactional store.
 ///
 /// Contract, checked by the shared test suite every implementation must pass:
 /// * `commit` is atomic: after it returns `Ok`, every mutation is durable (survives a crash of
 ///   the process); after it returns `Err`, none of them is visible (all-or-nothing).
-/// * `load` returns exactly the committed state.
+/// * `load` returns exactly the committed state; `load_eager` the same without the lazy tables.
+/// * A [`StoreRead`] from `reader` sees every commit that returned `Ok` before the read began.
 pub trait Store: Send + std::fmt::Debug {
-    /// Reads every committed row.
+    /// Reads every committed row (backups, tests and tools; the relay uses
+    /// [`load_eager`](Store::load_eager)).
     fn load(&mut self) -> Result<Snapshot, StoreError>;
+    /// Reads every committed row of every table that is not lazy ([`Table::is_lazy`]): what the
+    /// relay holds in memory. The default filters [`load`](Store::load); an implementation
+    /// should not read the lazy tables at all (they are the large ones).
+    fn load_eager(&mut self) -> Result<Snapshot, StoreError> {
+        let mut all = self.load()?;
+        all.retain(|table, _| !table.is_lazy());
+        Ok(all)
+    }
     /// Applies `batch` atomically and durably. The batch is taken by value so that an
     /// implementation which keeps rows in memory can move keys and values instead of copying
     /// them (a networked one just binds them by reference before dropping the batch).
     fn commit(&mut self, batch: Batch) -> Result<(), StoreError>;
+    /// A handle for keyed reads that works beside this one, also while another thread commits
+    /// through this store (a second connection, or a shared view of the same rows).
+    fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError>;
+}
+
+/// Keyed reads of committed rows, for the state the relay does not hold in memory.
+///
+/// Reads never see uncommitted mutations: the relay keeps what it wrote and has not yet seen
+/// committed in its own memory, and only forgets rows once they are durable.
+pub trait StoreRead: Send + std::fmt::Debug {
+    /// The committed value of row `key` of `table`.
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Every committed row of `table` whose key starts with `prefix`, in key order.
+    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError>;
+    /// The rows of the expiring table `table` that expire last: every row whose expiry is
+    /// within `window` milliseconds of the latest expiry in the table (none when it is empty),
+    /// in key order.
+    fn latest_expiring(&mut self, table: Table, window: u64) -> Result<Rows, StoreError>;
+    /// The earliest expiry after `after` among the rows of the expiring table `table`.
+    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError>;
 }
 
 impl<S: Store + ?Sized> Store for Box<S> {
     fn load(&mut self) -> Result<Snapshot, StoreError> {
         (**self).load()
     }
+    fn load_eager(&mut self) -> Result<Snapshot, StoreError> {
+        (**self).load_eager()
+    }
     fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
         (**self).commit(batch)
     }
+    fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
+        (**self).reader()
+    }
+}
+
+/// A read of rows with an expiry from a table without one: a bug of the caller, refused.
+pub(crate) fn no_expiry(table: Table) -> StoreError {
+    StoreError::Backend(format!("table {} has no expiry column", table.name()))
+}
+
+/// The smallest string greater than every string starting with `prefix` (the exclusive end of
+/// a prefix scan), or `None` when there is none (every string from `prefix` on matches).
+pub fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
 }

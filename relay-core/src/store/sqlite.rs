@@ -1,25 +1,42 @@
 //! SQLite store: the default for the real server.
 //!
 //! WAL journal, `synchronous=FULL` (a commit is on disk before `commit` returns), one
-//! `(k TEXT PRIMARY KEY, v BLOB)` table per [`Table`], schema version in `PRAGMA user_version`.
+//! `(k TEXT PRIMARY KEY, v BLOB)` table per [`Table`] (plus an indexed `expires_at INTEGER`
+//! column in the expiring ones), schema version in `PRAGMA user_version`. Keyed reads
+//! ([`StoreRead`]) go through a second, read-only connection: in WAL mode it reads the last
+//! committed state while the first one commits.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OpenFlags, params};
 
-use super::{Batch, Mutation, Snapshot, Store, StoreError, Table};
+use super::{Batch, Mutation, Rows, Snapshot, Store, StoreError, StoreRead, Table, no_expiry};
 
-/// Prepared statements kept per connection: an upsert and a delete for every [`Table`].
-const STATEMENT_CACHE_CAPACITY: usize = 2 * Table::ALL.len();
+/// Prepared statements kept per connection: an upsert, an upsert with expiry, a delete and an
+/// expiry for every [`Table`] (writer); a get, a scan and two expiry reads (reader).
+const STATEMENT_CACHE_CAPACITY: usize = 4 * Table::ALL.len();
+
+/// How long the read connection waits for a lock (only a checkpoint or recovery takes one a
+/// WAL reader must wait for).
+const READ_BUSY_TIMEOUT_MS: u64 = 5_000;
 
 /// Schema version written by this build.
-pub const SCHEMA_VERSION: i64 = 1;
+///
+/// 1: one `(k, v)` table per [`Table`]. 2: an `expires_at` column (with its index) in the
+/// expiring tables, filled from the rows' own `expires_at` field.
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// A [`Store`] on an SQLite database file.
 #[derive(Debug)]
 pub struct SqliteStore {
     conn: Connection,
+    /// What a reader opens: the file, or the shared-cache URI of an in-memory database.
+    target: PathBuf,
 }
+
+/// Numbers the in-memory databases of this process (each gets its own shared-cache name).
+static IN_MEMORY: AtomicU64 = AtomicU64::new(0);
 
 fn backend(e: &rusqlite::Error) -> StoreError {
     StoreError::Backend(e.to_string())
@@ -39,11 +56,11 @@ impl SqliteStore {
         };
         private(path)?;
         let conn = Connection::open(path).map_err(|e| backend(&e))?;
-        let store = Self::init(conn)?;
+        let store = Self::init(conn, path.to_owned())?;
         for suffix in ["-wal", "-shm"] {
             let mut journal = path.as_os_str().to_owned();
             journal.push(suffix);
-            let journal = std::path::PathBuf::from(journal);
+            let journal = PathBuf::from(journal);
             if journal.exists() {
                 private(&journal)?;
             }
@@ -51,13 +68,23 @@ impl SqliteStore {
         Ok(store)
     }
 
-    /// An in-memory SQLite database (tests; not durable).
+    /// An in-memory SQLite database (tests; not durable). Its readers share it through a
+    /// process-unique shared-cache name; it lives as long as this store.
     pub fn open_in_memory() -> Result<Self, StoreError> {
-        let conn = Connection::open_in_memory().map_err(|e| backend(&e))?;
-        Self::init(conn)
+        let n = IN_MEMORY.fetch_add(1, Ordering::Relaxed);
+        let uri = PathBuf::from(format!(
+            "file:relay-store-{}-{n}?mode=memory&cache=shared",
+            std::process::id()
+        ));
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&uri, flags).map_err(|e| backend(&e))?;
+        Self::init(conn, uri)
     }
 
-    fn init(conn: Connection) -> Result<Self, StoreError> {
+    fn init(conn: Connection, target: PathBuf) -> Result<Self, StoreError> {
         // One upsert and one delete per table stay prepared across commits.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         // `journal_mode` returns a row, so it is read rather than executed.
@@ -77,42 +104,70 @@ impl SqliteStore {
                 supported: SCHEMA_VERSION,
             });
         }
-        // Version 1: every table. Later versions append steps here.
+        // Version 1: every table; version 2: the expiry column of the expiring tables (a
+        // fresh database gets it at creation). Later versions append steps here.
+        let tx = conn.unchecked_transaction().map_err(|e| backend(&e))?;
         for t in Table::ALL {
-            conn.execute(
+            let expiry = if t.has_expiry() {
+                ", expires_at INTEGER"
+            } else {
+                ""
+            };
+            tx.execute(
                 &format!(
-                    "CREATE TABLE IF NOT EXISTS {} (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL) WITHOUT ROWID",
+                    "CREATE TABLE IF NOT EXISTS {} (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL{expiry}) WITHOUT ROWID",
                     t.name()
                 ),
                 [],
             )
             .map_err(|e| backend(&e))?;
         }
-        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+        if found == 1 {
+            for t in Table::ALL.into_iter().filter(|t| t.has_expiry()) {
+                let name = t.name();
+                tx.execute_batch(&format!(
+                    "ALTER TABLE {name} ADD COLUMN expires_at INTEGER; \
+                     UPDATE {name} SET expires_at = json_extract(CAST(v AS TEXT), '$.expires_at');"
+                ))
+                .map_err(|e| backend(&e))?;
+            }
+        }
+        for t in Table::ALL.into_iter().filter(|t| t.has_expiry()) {
+            let name = t.name();
+            tx.execute(
+                &format!("CREATE INDEX IF NOT EXISTS {name}_expires_at ON {name} (expires_at)"),
+                [],
+            )
             .map_err(|e| backend(&e))?;
-        Ok(Self { conn })
+        }
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(|e| backend(&e))?;
+        tx.commit().map_err(|e| backend(&e))?;
+        Ok(Self { conn, target })
     }
+}
+
+/// An epoch-millisecond expiry as SQLite's integer.
+fn sql_ms(ms: u64) -> Result<i64, StoreError> {
+    i64::try_from(ms).map_err(|_| StoreError::Backend(format!("expiry {ms} out of range")))
+}
+
+/// The upsert of a row without expiry: in an expiring table it also clears the expiry.
+fn upsert_sql(table: Table) -> String {
+    let clear = if table.has_expiry() {
+        ", expires_at = NULL"
+    } else {
+        ""
+    };
+    format!(
+        "INSERT INTO {} (k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v{clear}",
+        table.name()
+    )
 }
 
 impl Store for SqliteStore {
     fn load(&mut self) -> Result<Snapshot, StoreError> {
-        let mut out = Snapshot::new();
-        for t in Table::ALL {
-            let mut stmt = self
-                .conn
-                .prepare(&format!("SELECT k, v FROM {} ORDER BY k", t.name()))
-                .map_err(|e| backend(&e))?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
-                })
-                .map_err(|e| backend(&e))?;
-            for row in rows {
-                let (k, v) = row.map_err(|e| backend(&e))?;
-                out.entry(t).or_default().insert(k, v);
-            }
-        }
-        Ok(out)
+        load_tables(&self.conn, Table::ALL.into_iter())
     }
 
     fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
@@ -121,28 +176,158 @@ impl Store for SqliteStore {
         }
         // Within one transaction only the last mutation of each row matters (a batch of many
         // inputs rewrites the same conversation row once per message): the others are skipped.
+        if let Some(m) = batch.iter().find(|m| {
+            matches!(m, Mutation::PutExpiring { .. } | Mutation::Expire { .. })
+                && !m.table().has_expiry()
+        }) {
+            return Err(no_expiry(m.table()));
+        }
         let mut seen = std::collections::BTreeSet::new();
         let mut last = vec![false; batch.len()];
         for (i, m) in batch.iter().enumerate().rev() {
-            let (Mutation::Put { table, key, .. } | Mutation::Delete { table, key }) = m;
-            last[i] = seen.insert((*table, key.as_str()));
+            // A range expiry is applied in its place; of the keyed writes only the last counts.
+            last[i] = m.key().is_none_or(|key| seen.insert((m.table(), key)));
         }
         let tx = self.conn.transaction().map_err(|e| backend(&e))?;
         for (m, _) in batch.iter().zip(&last).filter(|(_, last)| **last) {
             match m {
                 Mutation::Put { table, key, value } => tx
-                    .prepare_cached(&format!(
-                        "INSERT INTO {} (k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+                    .prepare_cached(&upsert_sql(*table))
+                    .and_then(|mut stmt| stmt.execute(params![key, value])),
+                Mutation::PutExpiring {
+                    table,
+                    key,
+                    value,
+                    expires_at,
+                } => {
+                    let at = sql_ms(*expires_at)?;
+                    tx.prepare_cached(&format!(
+                        "INSERT INTO {} (k, v, expires_at) VALUES (?1, ?2, ?3) ON CONFLICT(k) DO UPDATE SET v = excluded.v, expires_at = excluded.expires_at",
                         table.name()
                     ))
-                    .and_then(|mut stmt| stmt.execute(params![key, value])),
+                    .and_then(|mut stmt| stmt.execute(params![key, value, at]))
+                }
                 Mutation::Delete { table, key } => tx
                     .prepare_cached(&format!("DELETE FROM {} WHERE k = ?1", table.name()))
                     .and_then(|mut stmt| stmt.execute(params![key])),
+                Mutation::Expire { table, up_to } => {
+                    let up_to = sql_ms(*up_to)?;
+                    tx.prepare_cached(&format!(
+                        "DELETE FROM {} WHERE expires_at <= ?1",
+                        table.name()
+                    ))
+                    .and_then(|mut stmt| stmt.execute(params![up_to]))
+                }
             }
             .map_err(|e| backend(&e))?;
         }
         // Dropping `tx` on the error paths above rolls back.
         tx.commit().map_err(|e| backend(&e))
+    }
+
+    fn load_eager(&mut self) -> Result<Snapshot, StoreError> {
+        load_tables(&self.conn, Table::ALL.into_iter().filter(|t| !t.is_lazy()))
+    }
+
+    fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&self.target, flags).map_err(|e| backend(&e))?;
+        conn.busy_timeout(std::time::Duration::from_millis(READ_BUSY_TIMEOUT_MS))
+            .map_err(|e| backend(&e))?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+        Ok(Box::new(SqliteReader { conn }))
+    }
+}
+
+/// Every row of `tables`, in key order.
+fn load_tables(
+    conn: &Connection,
+    tables: impl Iterator<Item = Table>,
+) -> Result<Snapshot, StoreError> {
+    let mut out = Snapshot::new();
+    for t in tables {
+        let mut stmt = conn
+            .prepare(&format!("SELECT k, v FROM {} ORDER BY k", t.name()))
+            .map_err(|e| backend(&e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))
+            .map_err(|e| backend(&e))?;
+        for row in rows {
+            let (k, v) = row.map_err(|e| backend(&e))?;
+            out.entry(t).or_default().insert(k, v);
+        }
+    }
+    Ok(out)
+}
+
+/// The read-only connection of a [`SqliteStore`] ([`Store::reader`]).
+#[derive(Debug)]
+struct SqliteReader {
+    conn: Connection,
+}
+
+impl SqliteReader {
+    fn rows(&self, sql: &str, params: impl rusqlite::Params) -> Result<Rows, StoreError> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(|e| backend(&e))?;
+        let rows = stmt
+            .query_map(params, |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))
+            .map_err(|e| backend(&e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| backend(&e))
+    }
+}
+
+impl StoreRead for SqliteReader {
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        use rusqlite::OptionalExtension as _;
+        self.conn
+            .prepare_cached(&format!("SELECT v FROM {} WHERE k = ?1", table.name()))
+            .and_then(|mut stmt| stmt.query_row(params![key], |r| r.get(0)).optional())
+            .map_err(|e| backend(&e))
+    }
+
+    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
+        let name = table.name();
+        match super::prefix_end(prefix) {
+            Some(end) => self.rows(
+                &format!("SELECT k, v FROM {name} WHERE k >= ?1 AND k < ?2 ORDER BY k"),
+                params![prefix, end],
+            ),
+            None => self.rows(
+                &format!("SELECT k, v FROM {name} WHERE k >= ?1 ORDER BY k"),
+                params![prefix],
+            ),
+        }
+    }
+
+    fn latest_expiring(&mut self, table: Table, window: u64) -> Result<Rows, StoreError> {
+        if !table.has_expiry() {
+            return Err(no_expiry(table));
+        }
+        let name = table.name();
+        self.rows(
+            &format!(
+                "SELECT k, v FROM {name} WHERE expires_at >= \
+                 (SELECT MAX(expires_at) FROM {name}) - ?1 ORDER BY k"
+            ),
+            params![sql_ms(window)?],
+        )
+    }
+
+    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
+        if !table.has_expiry() {
+            return Err(no_expiry(table));
+        }
+        let after = sql_ms(after)?;
+        let at: Option<i64> = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT MIN(expires_at) FROM {} WHERE expires_at > ?1",
+                table.name()
+            ))
+            .and_then(|mut stmt| stmt.query_row(params![after], |r| r.get(0)))
+            .map_err(|e| backend(&e))?;
+        Ok(at.and_then(|at| u64::try_from(at).ok()))
     }
 }

@@ -74,6 +74,125 @@ pub fn empty_batch_is_ok(s: &mut dyn Store) {
     s.commit(vec![]).unwrap();
 }
 
+fn put_exp(table: Table, key: &str, value: &str, expires_at: u64) -> Mutation {
+    Mutation::PutExpiring {
+        table,
+        key: key.into(),
+        value: value.as_bytes().to_vec(),
+        expires_at,
+    }
+}
+
+fn keys(rows: &super::Rows) -> Vec<&str> {
+    rows.iter().map(|(k, _)| k.as_str()).collect()
+}
+
+/// A reader sees every commit that returned before its read (also commits made after it was
+/// opened), by key and by prefix; a prefix scan stops at the prefix's end.
+pub fn reads_see_committed_rows(s: &mut dyn Store) {
+    let mut r = s.reader().unwrap();
+    assert_eq!(r.get(Table::Accounts, "u").unwrap(), None);
+    assert!(r.scan_prefix(Table::Tombstones, "a/").unwrap().is_empty());
+    s.commit(vec![
+        put(Table::Accounts, "u", "alice"),
+        put(Table::Tombstones, "a/1", "x"),
+        put(Table::Tombstones, "a/2", "y"),
+        put(Table::Tombstones, "a0", "no"),
+        put(Table::Tombstones, "ab/1", "no"),
+        put(Table::Tombstones, "a", "no"),
+        put(Table::Messages, "a/3", "other table"),
+    ])
+    .unwrap();
+    assert_eq!(r.get(Table::Accounts, "u").unwrap().as_deref(), Some(&b"alice"[..]));
+    assert_eq!(r.get(Table::Meta, "u").unwrap(), None);
+    let rows = r.scan_prefix(Table::Tombstones, "a/").unwrap();
+    assert_eq!(keys(&rows), ["a/1", "a/2"]);
+    assert_eq!(rows[1].1, b"y");
+    s.commit(vec![del(Table::Tombstones, "a/1")]).unwrap();
+    assert_eq!(keys(&r.scan_prefix(Table::Tombstones, "a/").unwrap()), ["a/2"]);
+    assert_eq!(
+        keys(&r.scan_prefix(Table::Tombstones, "").unwrap()),
+        ["a", "a/2", "a0", "ab/1"]
+    );
+}
+
+/// Rows put with an expiry go with the first range expiry that reaches it; a plain put of the
+/// same key clears its expiry; the reads by expiry see exactly the rows that have one.
+pub fn expiring_rows_expire_by_range(s: &mut dyn Store) {
+    let t = Table::Tombstones;
+    s.commit(vec![
+        put_exp(t, "a/1", "1", 100),
+        put_exp(t, "a/2", "2", 200),
+        put_exp(t, "b/1", "3", 250),
+        put_exp(t, "b/2", "4", 300),
+        put_exp(t, "c/1", "5", 400),
+        put(t, "c/1", "kept"),
+    ])
+    .unwrap();
+    let mut r = s.reader().unwrap();
+    assert_eq!(r.next_expiry(t, 0).unwrap(), Some(100));
+    assert_eq!(r.next_expiry(t, 100).unwrap(), Some(200));
+    assert_eq!(r.next_expiry(t, 300).unwrap(), None);
+    assert_eq!(keys(&r.latest_expiring(t, 50).unwrap()), ["b/1", "b/2"]);
+    assert_eq!(keys(&r.latest_expiring(t, 0).unwrap()), ["b/2"]);
+    s.commit(vec![Mutation::Expire { table: t, up_to: 200 }]).unwrap();
+    let left: Vec<String> = s.load().unwrap()[&t].keys().cloned().collect();
+    assert_eq!(left, ["b/1", "b/2", "c/1"]);
+    assert_eq!(r.next_expiry(t, 0).unwrap(), Some(250));
+    s.commit(vec![Mutation::Expire { table: t, up_to: u64::MAX >> 2 }]).unwrap();
+    assert_eq!(get(s, t, "c/1").as_deref(), Some("kept"));
+    assert_eq!(r.next_expiry(t, 0).unwrap(), None);
+    assert!(r.latest_expiring(t, 1_000).unwrap().is_empty());
+}
+
+/// Inside one batch an expiry applies in its place: a row put before it goes if it is due, a
+/// row put after it stays.
+pub fn expiry_applies_in_batch_order(s: &mut dyn Store) {
+    let t = Table::Tombstones;
+    s.commit(vec![
+        put_exp(t, "k", "old", 10),
+        put_exp(t, "gone", "x", 10),
+        Mutation::Expire { table: t, up_to: 50 },
+        put_exp(t, "k", "new", 90),
+    ])
+    .unwrap();
+    assert_eq!(get(s, t, "k").as_deref(), Some("new"));
+    assert_eq!(get(s, t, "gone"), None);
+    assert_eq!(s.reader().unwrap().next_expiry(t, 0).unwrap(), Some(90));
+}
+
+/// An expiry on a table without one is refused, and nothing of its batch is applied.
+pub fn expiry_on_a_plain_table_is_refused(s: &mut dyn Store) {
+    assert!(s
+        .commit(vec![
+            put(Table::Accounts, "u", "alice"),
+            put_exp(Table::Accounts, "v", "bob", 5),
+        ])
+        .is_err());
+    assert_eq!(get(s, Table::Accounts, "u"), None);
+    assert!(s
+        .commit(vec![
+            put(Table::Accounts, "u", "alice"),
+            Mutation::Expire { table: Table::Accounts, up_to: 5 },
+        ])
+        .is_err());
+    assert_eq!(get(s, Table::Accounts, "u"), None);
+    assert!(s.reader().unwrap().next_expiry(Table::Accounts, 0).is_err());
+}
+
+/// `load_eager` holds every table but the lazy ones; `load` holds them all.
+pub fn load_eager_leaves_out_the_lazy_tables(s: &mut dyn Store) {
+    s.commit(vec![
+        put(Table::Accounts, "u", "alice"),
+        put_exp(Table::Tombstones, "u/1", "t", 7),
+    ])
+    .unwrap();
+    let eager = s.load_eager().unwrap();
+    assert_eq!(eager[&Table::Accounts]["u"], b"alice");
+    assert!(eager.iter().all(|(t, rows)| !t.is_lazy() || rows.is_empty()));
+    assert_eq!(s.load().unwrap()[&Table::Tombstones]["u/1"], b"t");
+}
+
 /// Expands to a module `$modname` with one `#[test]` per check of [`crate::store::suite`], each on a
 /// fresh store built by `$make` (an expression evaluated inside the test; it may `return` to skip).
 #[macro_export]
@@ -101,6 +220,31 @@ macro_rules! store_suite {
             fn empty_batch_is_ok() {
                 let mut s = $make;
                 $crate::store::suite::empty_batch_is_ok(&mut s);
+            }
+            #[test]
+            fn reads_see_committed_rows() {
+                let mut s = $make;
+                $crate::store::suite::reads_see_committed_rows(&mut s);
+            }
+            #[test]
+            fn expiring_rows_expire_by_range() {
+                let mut s = $make;
+                $crate::store::suite::expiring_rows_expire_by_range(&mut s);
+            }
+            #[test]
+            fn expiry_applies_in_batch_order() {
+                let mut s = $make;
+                $crate::store::suite::expiry_applies_in_batch_order(&mut s);
+            }
+            #[test]
+            fn expiry_on_a_plain_table_is_refused() {
+                let mut s = $make;
+                $crate::store::suite::expiry_on_a_plain_table_is_refused(&mut s);
+            }
+            #[test]
+            fn load_eager_leaves_out_the_lazy_tables() {
+                let mut s = $make;
+                $crate::store::suite::load_eager_leaves_out_the_lazy_tables(&mut s);
             }
         }
     };
@@ -153,6 +297,50 @@ mod tests {
         let mut s = crate::store::SqliteStore::open(&path).unwrap();
         assert_eq!(get(&mut s, Table::Accounts, "u").as_deref(), Some("alice"));
         assert_eq!(get(&mut s, Table::Meta, "jwt"), None);
+    }
+
+    /// A version-1 database (tombstones without an expiry column) is migrated: every row's
+    /// expiry is read from its own `expires_at` field, and the rows expire by range.
+    #[test]
+    fn sqlite_version_1_gains_the_expiry_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.db");
+        {
+            let c = rusqlite::Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE tombstones (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL) WITHOUT ROWID;
+                 INSERT INTO tombstones VALUES ('a/1', CAST('{\"seq\":1,\"expires_at\":500}' AS BLOB));
+                 INSERT INTO tombstones VALUES ('a/2', CAST('{\"seq\":2,\"expires_at\":900}' AS BLOB));
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+        }
+        let mut s = crate::store::SqliteStore::open(&path).unwrap();
+        let mut r = s.reader().unwrap();
+        assert_eq!(r.next_expiry(Table::Tombstones, 0).unwrap(), Some(500));
+        s.commit(vec![crate::store::Mutation::Expire {
+            table: Table::Tombstones,
+            up_to: 600,
+        }])
+        .unwrap();
+        assert_eq!(get(&mut s, Table::Tombstones, "a/1"), None);
+        assert!(get(&mut s, Table::Tombstones, "a/2").is_some());
+        drop(s);
+        let c = rusqlite::Connection::open(&path).unwrap();
+        let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, crate::store::SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn prefix_ends() {
+        use crate::store::prefix_end;
+        assert_eq!(prefix_end("a/").as_deref(), Some("a0"));
+        assert_eq!(prefix_end("").as_deref(), None);
+        assert_eq!(prefix_end("ab").as_deref(), Some("ac"));
+        let max = char::MAX.to_string();
+        assert_eq!(prefix_end(&format!("a{max}")).as_deref(), Some("b"));
+        assert_eq!(prefix_end(&max), None);
+        assert_eq!(prefix_end("\u{D7FF}").as_deref(), Some("\u{E000}"));
     }
 
     #[test]
