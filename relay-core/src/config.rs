@@ -82,6 +82,10 @@ pub struct Config {
     /// Used auth challenges and tickets remembered until they expire; when full, logins and
     /// ticket upgrades get 429 (see [`limits::MAX_SPENT_CREDENTIALS`]).
     pub max_spent_credentials: usize,
+    /// Estimated heap for message-id tombstones held in memory (see
+    /// [`limits::TOMBSTONE_CACHE_BYTES`]); the sets of the least recently active authors are
+    /// evicted past it and read from the store again when needed.
+    pub tombstone_cache_bytes: usize,
     /// A defect to plant, for the simulator's detection test only (feature `planted-bugs`,
     /// which no production build enables; see [`crate::PlantedBug`]). `None` by default.
     #[cfg(feature = "planted-bugs")]
@@ -157,6 +161,7 @@ impl Default for Config {
             turn_secret: None,
             turn_ttl_s: limits::TURN_CREDENTIAL_TTL_S,
             max_spent_credentials: limits::MAX_SPENT_CREDENTIALS,
+            tombstone_cache_bytes: limits::TOMBSTONE_CACHE_BYTES,
             #[cfg(feature = "planted-bugs")]
             planted_bug: None,
         }

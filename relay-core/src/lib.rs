@@ -111,6 +111,7 @@ pub mod stats;
 pub mod store;
 mod sync;
 pub mod token;
+mod tombstones;
 mod vanity;
 
 pub use blob::{BlobStore, FsBlobStore, MemoryBlobStore};

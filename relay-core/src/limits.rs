@@ -145,6 +145,13 @@ pub const fn queued_message_bytes(id_bytes: usize, payload_bytes: usize) -> u64 
 /// authorisation). Longer than `OFFLINE_TTL_MS` so a resend-on-reconnect (D-TS-2) after the
 /// message was delivered still gets the original seq.
 pub const TOMBSTONE_TTL_MS: u64 = 7 * 24 * HOUR_MS;
+/// Estimated heap for the message-id tombstones held in memory (whole sets of recently active
+/// authors; the rest are read from the store when needed, see `Config::tombstone_cache_bytes`).
+/// At ~150 bytes per tombstone, 64 MiB holds ~440,000 of them.
+pub const TOMBSTONE_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// How often, at most, expired tombstone rows are deleted from the store (one range delete;
+/// lookups ignore an expired tombstone at once, so this only bounds how long its row lingers).
+pub const TOMBSTONE_SWEEP_MS: u64 = MINUTE_MS;
 /// Messages pushed on one connection (across all its conversations) and not yet released by a
 /// `delivered`/`read` (`Config::sync_window_msgs`); the rest wait until receipts open the window.
 /// A shell's outbound queue must hold at least twice this many frames.

@@ -166,6 +166,26 @@ impl Relay {
         let refuse = |relay: &mut Self, code: ErrorCode, msg: &str, id: &wire::MessageId| {
             relay.send_error(conn, code, msg, Some("msg".into()), Some(id.to_string()));
         };
+        // The author's tombstones are read (if not in memory) before `member_check` borrows the
+        // state; whether this id is known is decided below, after the membership checks.
+        let known = match crate::tombstones::lookup(
+            &mut self.state.tombstones,
+            &mut *self.reader,
+            &mut self.stats,
+            user,
+            &m.id,
+            now,
+        ) {
+            Ok(known) => known,
+            Err(_) => {
+                return refuse(
+                    self,
+                    ErrorCode::STORAGE_UNAVAILABLE,
+                    "the relay could not read which message ids were already used; send it again",
+                    &m.id,
+                );
+            }
+        };
         let (recipient, peer) = match member_check(&self.state, user, &m.conv_id, &m.to) {
             Ok((_, other)) => (other, self.online(other)),
             Err(msg) => return refuse(self, ErrorCode::NOT_A_MEMBER, msg, &m.id),
@@ -180,7 +200,7 @@ impl Relay {
         }
         // PLANTED BUG (test-only) when `NoMessageDedup`: the tombstone is never looked up.
         let dedup = !planted!(self.config, NoMessageDedup);
-        if let Some(t) = self.state.tombstone(user, &m.id).filter(|_| dedup) {
+        if let Some(t) = known.filter(|_| dedup) {
             if t.conv_id == m.conv_id {
                 probes::probe!("msg:deduplicated");
                 self.stats.messages_deduplicated += 1;
@@ -300,13 +320,27 @@ impl Relay {
                 );
             }
         };
-        let mut tomb = self.state.tombstone(&user, &r.id);
+        let unreadable = |relay: &mut Self, id| {
+            relay.send_error(
+                conn,
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay could not read the message's tombstone; send the retract again",
+                Some("retract".into()),
+                id,
+            );
+        };
+        let Ok(mut tomb) = self.tombstone(&user, &r.id, now) else {
+            return unreadable(self, id);
+        };
         // PLANTED BUG (RetractByAnyMember): the id is looked up in the conversation, under
         // either member, so a member may retract the other one's message.
         if tomb.is_none() && planted!(self.config, RetractByAnyMember) {
-            tomb = self.state.tombstone(&other, &r.id);
+            let Ok(other_tomb) = self.tombstone(&other, &r.id, now) else {
+                return unreadable(self, id);
+            };
+            tomb = other_tomb;
         }
-        let tomb = tomb.filter(|t| t.conv_id == r.conv_id).cloned();
+        let tomb = tomb.filter(|t| t.conv_id == r.conv_id);
         let Some(tomb) = tomb else {
             return self.send_error(
                 conn,

@@ -23,7 +23,7 @@ use crate::limits::MINUTE_MS;
 use crate::planted::planted;
 use crate::ratelimit::{RateLimiter, TokenBucket};
 use crate::state::{PairMap, State, Timer, meta};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreRead, Table};
 use crate::token::TokenKeys;
 
 /// A WebSocket connection, numbered by the shell (unique for the life of a `Relay`).
@@ -174,6 +174,8 @@ pub struct Relay {
     /// The store the relay commits through itself; `None` once a shell took it
     /// ([`Relay::take_store`]) to commit sealed batches on its own committer.
     store: Option<Box<dyn Store>>,
+    /// Keyed reads of what the relay does not hold in memory (tombstones), beside the store.
+    pub(crate) reader: Box<dyn StoreRead>,
     pub(crate) ids: IdGen,
     pub(crate) tokens: TokenKeys,
     /// Seals and opens auth challenges and tickets (`crate::credential`).
@@ -242,6 +244,8 @@ impl std::error::Error for BatchFailed {}
 struct Group {
     mutations: crate::store::Batch,
     outputs: Vec<Output>,
+    /// Tombstone writes of the batch: their authors' sets stay in memory until it is durable.
+    pinned: Vec<UserUuid>,
 }
 
 /// Identifies a sealed batch ([`Relay::seal_batch`]); ids increase in seal order, which is the
@@ -279,6 +283,8 @@ struct InFlight {
     outputs: Vec<Output>,
     /// Media blobs its mutations stop naming, deleted once they are durable.
     gc: Vec<(wire::UploadId, Option<u32>)>,
+    /// Tombstone writes of the batch, unpinned once it is durable.
+    pinned: Vec<UserUuid>,
 }
 
 impl Relay {
@@ -286,8 +292,11 @@ impl Relay {
     /// seed the RNG, so a restart never replays ids or tokens of an earlier run.
     pub fn new(config: Config, store: Box<dyn Store>, seed: u64) -> Result<Self, StoreError> {
         let mut store = store;
-        let snapshot = store.load()?;
+        let mut reader = store.reader()?;
+        let snapshot = store.load_eager()?;
         let mut state = State::load(&snapshot, config.offline_ttl_ms)?;
+        drop(snapshot);
+
         #[cfg(feature = "planted-bugs")]
         {
             state.planted_bug = config.planted_bug;
@@ -318,7 +327,9 @@ impl Relay {
         }
         let batch = state.take_batch();
         store.commit(batch)?;
-        let msg_limit = restored_msg_limit(&state, &config);
+        let msg_limit = restored_msg_limit(&mut *reader, &config)?;
+        let sweep_at = crate::tombstones::first_sweep(&mut *reader)?;
+        state.tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at);
         let frame_budget =
             TokenBucket::new(config.frames_per_min_per_conn, config.frame_burst_per_conn);
         let budgets = Budgets::new(&config);
@@ -326,6 +337,7 @@ impl Relay {
             eph: Ephemeral::new(&config),
             config,
             store: Some(store),
+            reader,
             ids,
             tokens,
             credentials,
@@ -409,6 +421,12 @@ impl Relay {
     /// [`crate::stats`]).
     pub fn stats(&self) -> &crate::stats::RelayStats {
         &self.stats
+    }
+
+    /// The message-id tombstones held in memory: a few numbers, counted on each call (the
+    /// number of tombstones walks the sets).
+    pub fn tombstone_cache(&self) -> crate::stats::TombstoneCacheStats {
+        self.state.tombstones.stats()
     }
 
     /// Bytes of undelivered messages held, as the queue bounds count them
@@ -774,6 +792,7 @@ impl Relay {
         self.budgets.sweep(now.get());
         self.state.media.init_limit.sweep(now.get());
         self.sweep_push(now);
+        self.sweep_tombstones(now);
         if self.finish().is_ok() && self.group.is_none() {
             self.collect_blobs();
         }
@@ -785,15 +804,6 @@ impl Relay {
             Timer::Messages(user, conv) => {
                 self.state.expire_messages(now, &user, &conv, ttl);
                 self.recount(&user, &conv);
-            }
-            Timer::Tombstone(author, id) => {
-                let expired = self
-                    .state
-                    .tombstone(&author, &id)
-                    .is_some_and(|t| now >= t.expires_at);
-                if expired {
-                    self.state.delete_tombstone(&author, &id);
-                }
             }
             Timer::PendingReceipt(user, conv, kind) => {
                 let expired = self
@@ -840,7 +850,10 @@ impl Relay {
             .map(|c| c.last_seen.plus_ms(self.config.idle_timeout_ms))
             .min();
         let eph = self.eph.next_expiry();
-        [timers, idle, eph].into_iter().flatten().min()
+        [timers, idle, eph, self.state.tombstones.sweep_at()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     // ------------------------------------------------------------------ group commit
@@ -930,6 +943,7 @@ impl Relay {
         }
         if group.mutations.is_empty() && self.in_flight.is_empty() {
             self.outputs.extend(group.outputs);
+            self.state.tombstones.unpin(&group.pinned);
             self.collect_blobs();
             return Ok(None);
         }
@@ -939,6 +953,7 @@ impl Relay {
             id,
             outputs: group.outputs,
             gc: std::mem::take(&mut self.state.media.gc),
+            pinned: group.pinned,
         });
         Ok(Some(SealedBatch {
             id,
@@ -980,6 +995,8 @@ impl Relay {
         match result {
             Ok(()) => {
                 self.outputs.extend(batch.outputs);
+                self.state.tombstones.unpin(&batch.pinned);
+                self.state.tombstones.evict();
                 self.state.media.gc.extend(batch.gc);
                 self.collect_blobs();
                 Ok(())
@@ -1011,7 +1028,17 @@ impl Relay {
 
     /// [`finish`](Self::finish), returning on failure the outputs it discarded.
     fn finish_staged(&mut self) -> Result<(), Vec<Output>> {
+        let finished = self.commit_staged();
+        // Tombstone sets read by this input may be evicted now (those it wrote are pinned
+        // until their commit is reported, when they are unpinned and evicted if need be).
+        self.state.tombstones.evict();
+        finished
+    }
+
+    /// Commits the input's mutations or hands them to the open batch ([`Relay::finish`]).
+    fn commit_staged(&mut self) -> Result<(), Vec<Output>> {
         let batch = self.state.take_batch();
+        let pinned = self.state.tombstones.take_written();
         let poisoned = std::mem::take(&mut self.state.poisoned);
         if self.group.is_none()
             && !self.failed
@@ -1026,6 +1053,7 @@ impl Relay {
         {
             group.mutations.extend(batch);
             group.outputs.append(&mut self.staged);
+            group.pinned.extend(pinned);
             return Ok(());
         }
         let committed = if poisoned {
@@ -1041,6 +1069,7 @@ impl Relay {
         match committed {
             Ok(()) => {
                 self.outputs.extend(self.staged.drain(..));
+                self.state.tombstones.unpin(&pinned);
                 Ok(())
             }
             Err(_) => {
@@ -1221,31 +1250,31 @@ fn failed_frame_id(discarded: &[Output], conn: ConnId) -> Option<String> {
 
 /// The per-user message limit as the store shows it: every accepted message left a tombstone
 /// stamped with its acceptance time (its expiry minus the tombstone lifetime), so the windows
-/// of the last minute before the latest message are rebuilt from them, and a restart does not
-/// hand every sender a fresh allowance. (Taken relative to the latest message in the store, the
-/// relay's last known time: windows that ended before the restart have expired on the first
-/// message after it.)
-fn restored_msg_limit(state: &State, config: &Config) -> RateLimiter<UserUuid> {
+/// of the last minute before the latest message are rebuilt from the tombstones that expire
+/// last (one indexed read), and a restart does not hand every sender a fresh allowance. (Taken
+/// relative to the latest message in the store, the relay's last known time: windows that
+/// ended before the restart have expired on the first message after it.)
+fn restored_msg_limit(
+    reader: &mut dyn StoreRead,
+    config: &Config,
+) -> Result<RateLimiter<UserUuid>, StoreError> {
     let mut limit = RateLimiter::new(config.msgs_per_min_per_user, MINUTE_MS);
     let ttl = crate::limits::TOMBSTONE_TTL_MS.max(config.offline_ttl_ms);
-    let accepted = |t: &crate::state::Tombstone| t.expires_at.get().saturating_sub(ttl);
-    let Some(latest) = state.tombstones.iter().map(|(_, _, t)| accepted(t)).max() else {
-        return limit;
-    };
-    let since = latest.saturating_sub(MINUTE_MS - 1);
-    let mut windows: BTreeMap<&UserUuid, (u64, u32)> = BTreeMap::new();
-    for (author, _, t) in state.tombstones.iter() {
-        let at = accepted(t);
-        if at >= since {
-            let w = windows.entry(author).or_insert((at, 0));
-            w.0 = w.0.min(at);
-            w.1 += 1;
-        }
+    let mut latest: Vec<(UserUuid, u64)> = Vec::new();
+    for (key, value) in reader.latest_expiring(Table::Tombstones, MINUTE_MS - 1)? {
+        let t: crate::state::TombstoneRow = crate::state::decode(Table::Tombstones, &key, &value)?;
+        latest.push((t.author, t.expires_at.get().saturating_sub(ttl)));
+    }
+    let mut windows: BTreeMap<UserUuid, (u64, u32)> = BTreeMap::new();
+    for (author, at) in latest {
+        let w = windows.entry(author).or_insert((at, 0));
+        w.0 = w.0.min(at);
+        w.1 += 1;
     }
     for (author, (start, count)) in windows {
-        limit.restore(author.clone(), start, count);
+        limit.restore(author, start, count);
     }
-    limit
+    Ok(limit)
 }
 
 /// The JWT signing seed of a relay without a configured key: SHA-256 of a domain label and the
@@ -1265,7 +1294,7 @@ pub fn legacy_jwt_signing_key(
 ) -> Result<Option<crate::config::JwtSigningKey>, StoreError> {
     let snapshot = store.load()?;
     let Some(raw) = snapshot
-        .get(&crate::store::Table::Meta)
+        .get(&Table::Meta)
         .and_then(|rows| rows.get(meta::JWT_SIGNING_KEY))
     else {
         return Ok(None);

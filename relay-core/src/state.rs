@@ -160,7 +160,7 @@ pub(crate) struct TombstoneRow {
 }
 
 /// A tombstone in memory, keyed by `(author, id)` in [`State::tombstones`] (so the key is not
-/// stored twice: ~2 KB live per message for 7 days made the key copies worth removing).
+/// stored twice).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Tombstone {
     pub(crate) conv_id: ConvId,
@@ -262,7 +262,6 @@ pub(crate) enum Timer {
     /// it is queued unless the queue's first message is no younger, re-armed for the oldest
     /// survivor when the timer fires), so none outlives its TTL past a `handle_timeout`.
     Messages(UserUuid, ConvId),
-    Tombstone(UserUuid, MessageId),
     PendingReceipt(UserUuid, ConvId, ReceiptKind),
     PendingRetract(UserUuid, MessageId),
     /// A media upload's or object's expiry (`crate::media`).
@@ -286,12 +285,6 @@ impl<A, B, V> Default for PairMap<A, B, V> {
 }
 
 impl<A: Ord + Clone, B: Ord, V> PairMap<A, B, V> {
-    /// Every entry, by `a` then `b`.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&A, &B, &V)> {
-        self.0
-            .iter()
-            .flat_map(|(a, inner)| inner.iter().map(move |(b, v)| (a, b, v)))
-    }
 
     pub(crate) fn get(&self, a: &A, b: &B) -> Option<&V> {
         self.0.get(a)?.get(b)
@@ -307,15 +300,6 @@ impl<A: Ord + Clone, B: Ord, V> PairMap<A, B, V> {
             self.0.insert(a.clone(), BTreeMap::new());
         }
         self.0.get_mut(a).expect("inserted above")
-    }
-
-    pub(crate) fn remove(&mut self, a: &A, b: &B) -> Option<V> {
-        let inner = self.0.get_mut(a)?;
-        let v = inner.remove(b)?;
-        if inner.is_empty() {
-            self.0.remove(a);
-        }
-        Some(v)
     }
 }
 
@@ -333,8 +317,9 @@ pub(crate) struct State {
     pub(crate) conversations: BTreeMap<ConvId, Conversation>,
     /// user -> their conversations.
     pub(crate) convs_of: BTreeMap<UserUuid, BTreeSet<ConvId>>,
-    /// (author, message id) -> tombstone.
-    pub(crate) tombstones: PairMap<UserUuid, MessageId, Tombstone>,
+    /// (author, message id) -> tombstone, for the authors whose sets are in memory
+    /// (`crate::tombstones`; the rest are in the store).
+    pub(crate) tombstones: crate::tombstones::Cache,
     pub(crate) marks: BTreeMap<(ConvId, UserUuid, ReceiptKind), Seq>,
     pub(crate) pending_receipts: BTreeMap<(UserUuid, ConvId, ReceiptKind), PendingReceiptRow>,
     pub(crate) pending_retracts: BTreeMap<(UserUuid, MessageId), PendingRetractRow>,
@@ -555,19 +540,6 @@ impl State {
                 at,
             };
             s.index_message(&conv_id, r, queued, offline_ttl_ms);
-        }
-        for (k, v) in rows(Table::Tombstones) {
-            let t: TombstoneRow = decode(Table::Tombstones, k, v)?;
-            s.index_tombstone(
-                &t.author,
-                t.id,
-                Tombstone {
-                    conv_id: t.conv_id,
-                    seq: t.seq,
-                    expires_at: t.expires_at,
-                    retracted: t.retracted,
-                },
-            );
         }
         for (k, v) in rows(Table::ReceiptMarks) {
             let m: ReceiptMarkRow = decode(Table::ReceiptMarks, k, v)?;
@@ -873,16 +845,7 @@ impl State {
 
     // ---- tombstones
 
-    pub(crate) fn tombstone(&self, author: &UserUuid, id: &MessageId) -> Option<&Tombstone> {
-        self.tombstones.get(author, id)
-    }
-
-    fn index_tombstone(&mut self, author: &UserUuid, id: MessageId, t: Tombstone) {
-        self.timers
-            .insert((t.expires_at, Timer::Tombstone(author.clone(), id.clone())));
-        self.tombstones.inner_mut(author).insert(id, t);
-    }
-
+    /// Writes `(author, id)`'s tombstone (the author's set must be in memory) with its expiry.
     pub(crate) fn put_tombstone(&mut self, author: &UserUuid, id: MessageId, t: Tombstone) {
         let record = TombstoneRecord {
             author,
@@ -893,14 +856,23 @@ impl State {
             retracted: t.retracted,
         };
         let value = encode_with(&mut self.scratch, |out| record.write_json(out));
-        self.record_encoded(Table::Tombstones, tombstone_key(author, &id), Some(value));
-        self.index_tombstone(author, id, t);
+        self.batch.push(Mutation::PutExpiring {
+            table: Table::Tombstones,
+            key: tombstone_key(author, &id),
+            value,
+            expires_at: t.expires_at.get(),
+        });
+        self.tombstones.put(author, id, t);
     }
 
-    pub(crate) fn delete_tombstone(&mut self, author: &UserUuid, id: &MessageId) {
-        if self.tombstones.remove(author, id).is_some() {
-            self.record_delete(Table::Tombstones, tombstone_key(author, id));
-        }
+    /// Deletes every tombstone row expired at `now` (one range delete) and drops them from
+    /// the sets in memory.
+    pub(crate) fn expire_tombstones(&mut self, now: UnixMs) {
+        self.batch.push(Mutation::Expire {
+            table: Table::Tombstones,
+            up_to: now.get(),
+        });
+        self.tombstones.expire(now);
     }
 
     // ---- receipts
@@ -1086,11 +1058,20 @@ mod tests {
             retracted: true,
         };
         let mut s = State::default();
+        s.tombstones = crate::tombstones::Cache::new(1 << 20, None);
+        s.tombstones.insert_loaded(&author, [], UnixMs(0));
         s.put_tombstone(&author, id.clone(), t.clone());
-        let Some(Mutation::Put { key, value, .. }) = s.batch.first() else {
-            panic!("one put");
+        let Some(Mutation::PutExpiring {
+            key,
+            value,
+            expires_at,
+            ..
+        }) = s.batch.first()
+        else {
+            panic!("one put with an expiry");
         };
         assert_eq!(key, "00000000-0000-4000-8000-000000000001/m-1");
+        assert_eq!(*expires_at, 9);
         let row: TombstoneRow = decode(Table::Tombstones, key, value).unwrap();
         assert_eq!(
             row,

@@ -24,8 +24,29 @@ pub struct RelayStats {
     /// Messages waiting for the account when it sent `sync` (replayed after it, oldest
     /// first), summed over every `sync`.
     pub sync_backlog_messages: u64,
+    /// Authors' tombstone sets read from the store (the first `msg` or `retract` of an author
+    /// whose set was not in memory).
+    pub tombstone_sets_read: u64,
+    /// Tombstone reads that failed (the frame was refused with `STORAGE_UNAVAILABLE`, or a
+    /// range expiry was put off).
+    pub tombstone_read_failures: u64,
     /// Payment webhooks, by what they did.
     pub webhooks: WebhookStats,
+}
+
+/// The message-id tombstones held in memory, read with
+/// [`Relay::tombstone_cache`](crate::Relay::tombstone_cache) (the rest are in the store).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TombstoneCacheStats {
+    /// Estimated heap of the sets in memory (bounded by `Config::tombstone_cache_bytes`, plus
+    /// what the batches in flight pinned).
+    pub bytes: usize,
+    /// Authors whose sets are in memory.
+    pub authors: usize,
+    /// Tombstones in those sets.
+    pub tombstones: usize,
+    /// Sets evicted since the relay was built.
+    pub evictions: u64,
 }
 
 /// Payment webhooks by outcome.

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
-use relay_core::store::{Batch, MemoryStore, Snapshot, Store, StoreError};
+use relay_core::store::{Batch, MemoryStore, Snapshot, Store, StoreError, StoreRead};
 use relay_core::{CloseReason, ConnId, Output};
 use serde_json::json;
 use wire::ServerFrame;
@@ -27,6 +27,9 @@ impl Store for Counting {
     fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
         *self.commits.lock().unwrap() += 1;
         self.inner.commit(batch)
+    }
+    fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
+        self.inner.reader()
     }
 }
 

@@ -1,0 +1,456 @@
+//! The message-id tombstones the relay holds in memory: a bounded cache over the store's
+//! `tombstones` table.
+//!
+//! Every accepted message leaves a tombstone `(author, id) -> (conv, seq, expiry, retracted)`
+//! for [`crate::limits::TOMBSTONE_TTL_MS`]: it answers a re-sent id with the first `ack`, and
+//! authorises a `retract`. There are far more of them than of anything else the relay keeps
+//! (30 messages a day for 7 days is 210 per active user), so they live in the store and only
+//! some authors' sets are in memory:
+//!
+//! * **Per author, whole.** An author's set is read with one prefix scan of the store the first
+//!   time the relay needs it (the author's first `msg` or `retract` since it was evicted), and
+//!   then answers every lookup for that author from memory: a new id is known to be new
+//!   without a read per message.
+//! * **Bounded** by [`crate::Config::tombstone_cache_bytes`] (an estimate of the heap each set
+//!   takes, [`ENTRY_BYTES`] and [`AUTHOR_BYTES`] over the key lengths). Past the bound the least
+//!   recently used sets are evicted.
+//! * **Only clean sets are evicted.** A write pins its author's set until the batch that
+//!   carries it is durable ([`Cache::take_written`], [`Cache::unpin`]): a set read again from
+//!   the store after an eviction holds everything the relay acknowledged. The bound can be
+//!   exceeded by what the batches in flight pinned, never by more.
+//! * **Expiry is exact in memory and lazy in the store.** A lookup ignores a tombstone whose
+//!   expiry has passed; the rows themselves go with the relay's periodic range expiry
+//!   ([`crate::store::Mutation::Expire`]), and the sets in memory drop theirs at the same time.
+
+use std::collections::BTreeMap;
+
+use wire::{MessageId, UnixMs, UserUuid};
+
+use crate::limits::TOMBSTONE_SWEEP_MS;
+use crate::relay::Relay;
+use crate::state::{Tombstone, TombstoneRow, decode};
+use crate::store::{StoreError, StoreRead, Table};
+
+/// Estimated heap per tombstone in a set, besides its id and conversation id: the map entry,
+/// the two strings' headers and the record's numbers.
+pub(crate) const ENTRY_BYTES: usize = 112;
+/// Estimated heap per author set, besides its uuid: the set's map, its place in the LRU order.
+pub(crate) const AUTHOR_BYTES: usize = 160;
+
+/// One author's tombstones, all of them (the set is read whole or not at all).
+#[derive(Debug, Default)]
+struct Author {
+    ids: BTreeMap<MessageId, Tombstone>,
+    /// Estimated heap of this set.
+    bytes: usize,
+    /// Its place in the LRU order ([`Cache::lru`]).
+    tick: u64,
+    /// Writes to this set not yet durable: while non-zero the set is not evicted.
+    pins: u32,
+}
+
+fn entry_bytes(id: &MessageId, t: &Tombstone) -> usize {
+    ENTRY_BYTES + id.as_str().len() + t.conv_id.as_str().len()
+}
+
+/// The authors' sets in memory, with their LRU order and the bound.
+#[derive(Debug, Default)]
+pub(crate) struct Cache {
+    authors: BTreeMap<UserUuid, Author>,
+    /// tick of last use -> author, oldest first.
+    lru: BTreeMap<u64, UserUuid>,
+    tick: u64,
+    bytes: usize,
+    bound: usize,
+    /// Authors written since the last [`Cache::take_written`] (one entry per write).
+    written: Vec<UserUuid>,
+    /// Sets evicted since the relay started (for metrics and tests).
+    evictions: u64,
+    /// When the next range expiry of the stored rows is due.
+    sweep_at: Option<UnixMs>,
+    /// The earliest expiry of the tombstones written since the last range expiry.
+    written_since_sweep: Option<UnixMs>,
+}
+
+impl Cache {
+    /// An empty cache of at most `bound` bytes; the first range expiry is due at `sweep_at`
+    /// (the earliest expiry in the store, [`first_sweep`]).
+    pub(crate) fn new(bound: usize, sweep_at: Option<UnixMs>) -> Self {
+        Self {
+            bound,
+            sweep_at,
+            ..Self::default()
+        }
+    }
+
+    /// When the next range expiry is due.
+    pub(crate) fn sweep_at(&self) -> Option<UnixMs> {
+        self.sweep_at
+    }
+
+    /// Whether `author`'s set is in memory (lookups for it need no read).
+    pub(crate) fn is_loaded(&self, author: &UserUuid) -> bool {
+        self.authors.contains_key(author)
+    }
+
+    /// Adds `author`'s set as read from the store (tombstones already expired at `now` are
+    /// left out). Nothing is evicted before the input that read it ends ([`Cache::evict`]).
+    pub(crate) fn insert_loaded(
+        &mut self,
+        author: &UserUuid,
+        rows: impl IntoIterator<Item = (MessageId, Tombstone)>,
+        now: UnixMs,
+    ) {
+        let mut set = Author::default();
+        for (id, t) in rows {
+            if now < t.expires_at {
+                set.bytes += entry_bytes(&id, &t);
+                set.ids.insert(id, t);
+            }
+        }
+        self.bytes += set.bytes + AUTHOR_BYTES + author.as_str().len();
+        self.authors.insert(author.clone(), set);
+        self.touch(author);
+    }
+
+    /// The live tombstone of `(author, id)` at `now`. `None` also when the author's set is not
+    /// loaded: callers load it first.
+    pub(crate) fn get(&self, author: &UserUuid, id: &MessageId, now: UnixMs) -> Option<&Tombstone> {
+        self.authors
+            .get(author)?
+            .ids
+            .get(id)
+            .filter(|t| now < t.expires_at)
+    }
+
+    /// Records a tombstone of a loaded author's set (a new one, or a new state of one) and pins
+    /// the set until the write is durable.
+    pub(crate) fn put(&mut self, author: &UserUuid, id: MessageId, t: Tombstone) {
+        let Some(set) = self.authors.get_mut(author) else {
+            debug_assert!(false, "a tombstone written for an author whose set is not loaded");
+            return;
+        };
+        let added = entry_bytes(&id, &t);
+        let t_expiry = t.expires_at;
+        let removed = set.ids.insert(id.clone(), t).map_or(0, |old| entry_bytes(&id, &old));
+        set.bytes = set.bytes + added - removed;
+        self.bytes = self.bytes + added - removed;
+        set.pins += 1;
+        self.written.push(author.clone());
+        self.touch(author);
+        let at = t_expiry;
+        self.sweep_at = Some(self.sweep_at.map_or(at, |s| s.min(at)));
+        self.written_since_sweep = Some(self.written_since_sweep.map_or(at, |s| s.min(at)));
+    }
+
+    /// The authors written since the last call, one entry per write: the relay keeps them with
+    /// the batch that carries the writes and [`unpin`](Cache::unpin)s them once it is durable.
+    pub(crate) fn take_written(&mut self) -> Vec<UserUuid> {
+        std::mem::take(&mut self.written)
+    }
+
+    /// The writes `written` are durable: their sets may be evicted again.
+    pub(crate) fn unpin(&mut self, written: &[UserUuid]) {
+        for author in written {
+            if let Some(set) = self.authors.get_mut(author) {
+                set.pins = set.pins.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Drops every tombstone expired at `now` from the sets in memory.
+    pub(crate) fn expire(&mut self, now: UnixMs) {
+        let mut freed = 0;
+        for set in self.authors.values_mut() {
+            let before = set.bytes;
+            set.ids.retain(|id, t| {
+                let live = now < t.expires_at;
+                if !live {
+                    set.bytes -= entry_bytes(id, t);
+                }
+                live
+            });
+            freed += before - set.bytes;
+        }
+        self.bytes -= freed;
+    }
+
+    /// What the cache holds now.
+    pub(crate) fn stats(&self) -> crate::stats::TombstoneCacheStats {
+        crate::stats::TombstoneCacheStats {
+            bytes: self.bytes,
+            authors: self.authors.len(),
+            tombstones: self.authors.values().map(|a| a.ids.len()).sum(),
+            evictions: self.evictions,
+        }
+    }
+
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    #[cfg(test)]
+    fn evictions(&self) -> u64 {
+        self.evictions
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.stats().tombstones
+    }
+
+    fn touch(&mut self, author: &UserUuid) {
+        let Some(set) = self.authors.get_mut(author) else {
+            return;
+        };
+        self.lru.remove(&set.tick);
+        self.tick += 1;
+        set.tick = self.tick;
+        self.lru.insert(self.tick, author.clone());
+    }
+
+    /// Evicts the least recently used unpinned sets until the estimate is within the bound (the
+    /// relay calls it at the end of every input, after its commit).
+    pub(crate) fn evict(&mut self) {
+        if self.bytes <= self.bound {
+            return;
+        }
+        let mut victims = Vec::new();
+        let mut over = self.bytes - self.bound;
+        for (tick, author) in &self.lru {
+            if over == 0 {
+                break;
+            }
+            let Some(set) = self.authors.get(author) else {
+                continue;
+            };
+            if set.pins == 0 {
+                let size = set.bytes + AUTHOR_BYTES + author.as_str().len();
+                over = over.saturating_sub(size);
+                victims.push(*tick);
+            }
+        }
+        for tick in victims {
+            if let Some(author) = self.lru.remove(&tick)
+                && let Some(set) = self.authors.remove(&author)
+            {
+                self.bytes -= set.bytes + AUTHOR_BYTES + author.as_str().len();
+                self.evictions += 1;
+            }
+        }
+    }
+}
+
+/// When the first range expiry is due: the earliest expiry in the store (`None` when it holds
+/// no tombstone).
+pub(crate) fn first_sweep(reader: &mut dyn StoreRead) -> Result<Option<UnixMs>, StoreError> {
+    Ok(reader.next_expiry(Table::Tombstones, 0)?.map(UnixMs))
+}
+
+/// `author`'s live tombstone for `id` at `now`, reading the author's set from the store first
+/// if it is not in memory. `Err`: the read failed (nothing changed; the caller refuses the
+/// frame with `STORAGE_UNAVAILABLE` and the client sends it again). A function of the relay's
+/// parts rather than a method, so that the caller may hold its connection's user meanwhile.
+pub(crate) fn lookup(
+    cache: &mut Cache,
+    reader: &mut dyn StoreRead,
+    stats: &mut crate::stats::RelayStats,
+    author: &UserUuid,
+    id: &MessageId,
+    now: UnixMs,
+) -> Result<Option<Tombstone>, StoreError> {
+    if !cache.is_loaded(author) {
+        let set = read_set(reader, author).inspect_err(|_| {
+            stats.tombstone_read_failures += 1;
+        })?;
+        stats.tombstone_sets_read += 1;
+        cache.insert_loaded(author, set, now);
+    }
+    Ok(cache.get(author, id, now).cloned())
+}
+
+/// Every stored tombstone of `author` (one prefix scan).
+fn read_set(
+    reader: &mut dyn StoreRead,
+    author: &UserUuid,
+) -> Result<Vec<(MessageId, Tombstone)>, StoreError> {
+    let mut prefix = String::with_capacity(author.as_str().len() + 1);
+    prefix.push_str(author.as_str());
+    prefix.push('/');
+    let rows = reader.scan_prefix(Table::Tombstones, &prefix)?;
+    let mut set = Vec::with_capacity(rows.len());
+    for (key, value) in rows {
+        let row: TombstoneRow = decode(Table::Tombstones, &key, &value)?;
+        if row.author != *author {
+            return Err(StoreError::Backend(format!(
+                "corrupt row {key:?} in table {}: another author's tombstone",
+                Table::Tombstones.name()
+            )));
+        }
+        let t = Tombstone {
+            conv_id: row.conv_id,
+            seq: row.seq,
+            expires_at: row.expires_at,
+            retracted: row.retracted,
+        };
+        set.push((row.id, t));
+    }
+    Ok(set)
+}
+
+impl Relay {
+    /// [`lookup`] on this relay.
+    pub(crate) fn tombstone(
+        &mut self,
+        author: &UserUuid,
+        id: &MessageId,
+        now: UnixMs,
+    ) -> Result<Option<Tombstone>, StoreError> {
+        lookup(
+            &mut self.state.tombstones,
+            &mut *self.reader,
+            &mut self.stats,
+            author,
+            id,
+            now,
+        )
+    }
+
+    /// The range expiry of the tombstones, when due at `now`: one `Expire` mutation (committed
+    /// with this input), the sets in memory dropping theirs, and the next one scheduled at the
+    /// earliest expiry left (read from the store; the tombstones written since the last sweep
+    /// count too, since some may not be committed yet), but not sooner than
+    /// [`TOMBSTONE_SWEEP_MS`] from now. A failed read retries after that interval.
+    pub(crate) fn sweep_tombstones(&mut self, now: UnixMs) {
+        if self.state.tombstones.sweep_at.is_none_or(|at| at > now) {
+            return;
+        }
+        self.state.expire_tombstones(now);
+        let stored = match self.reader.next_expiry(Table::Tombstones, now.get()) {
+            Ok(next) => next.map(UnixMs),
+            Err(_) => {
+                self.stats.tombstone_read_failures += 1;
+                Some(now)
+            }
+        };
+        let cache = &mut self.state.tombstones;
+        let written = cache.written_since_sweep.take().filter(|at| *at > now);
+        let next = stored.into_iter().chain(written).min();
+        let earliest = now.plus_ms(TOMBSTONE_SWEEP_MS);
+        cache.sweep_at = next.map(|at| at.max(earliest));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn user(n: u8) -> UserUuid {
+        UserUuid::parse(&format!("00000000-0000-4000-8000-0000000000{n:02x}")).unwrap()
+    }
+
+    fn tomb(seq: u64, expires_at: u64) -> Tombstone {
+        Tombstone {
+            conv_id: wire::ConvId::parse("c1").unwrap(),
+            seq: wire::Seq(seq),
+            expires_at: UnixMs(expires_at),
+            retracted: false,
+        }
+    }
+
+    fn id(s: &str) -> MessageId {
+        MessageId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_loaded_set_answers_until_each_expiry() {
+        let mut c = Cache::new(1 << 20, None);
+        let a = user(1);
+        assert!(!c.is_loaded(&a));
+        c.insert_loaded(&a, [(id("m1"), tomb(1, 100)), (id("m0"), tomb(0, 10))], UnixMs(10));
+        assert!(c.is_loaded(&a));
+        assert_eq!(c.len(), 1, "m0 had expired when the set was read");
+        assert_eq!(c.get(&a, &id("m1"), UnixMs(99)).unwrap().seq, wire::Seq(1));
+        assert!(c.get(&a, &id("m1"), UnixMs(100)).is_none());
+        assert!(c.get(&user(2), &id("m1"), UnixMs(0)).is_none());
+        let before = c.bytes();
+        c.expire(UnixMs(100));
+        assert_eq!(c.len(), 0);
+        assert!(c.bytes() < before);
+        assert_eq!(c.bytes(), AUTHOR_BYTES + a.as_str().len());
+    }
+
+    #[test]
+    fn over_the_bound_the_least_recent_clean_set_goes_and_pinned_ones_stay() {
+        let one = AUTHOR_BYTES + 36 + ENTRY_BYTES + 2 + 2;
+        let mut c = Cache::new(2 * one, None);
+        let (a, b, d) = (user(1), user(2), user(3));
+        c.insert_loaded(&a, [], UnixMs(0));
+        c.put(&a, id("m1"), tomb(1, 100));
+        c.insert_loaded(&b, [(id("m1"), tomb(1, 100))], UnixMs(0));
+        assert_eq!(c.bytes(), 2 * one);
+        c.evict();
+        assert_eq!(c.evictions(), 0, "within the bound");
+        // a is older but pinned: b goes.
+        c.insert_loaded(&d, [(id("m1"), tomb(1, 100))], UnixMs(0));
+        assert!(c.is_loaded(&b), "a set just read stays until the input ends");
+        c.evict();
+        assert!(c.is_loaded(&a) && !c.is_loaded(&b) && c.is_loaded(&d));
+        assert_eq!(c.evictions(), 1);
+        // Once a's write is durable it is the least recent: it goes when the bound needs it.
+        let written = c.take_written();
+        assert_eq!(written, [a.clone()]);
+        c.insert_loaded(&b, [(id("m1"), tomb(1, 100))], UnixMs(0));
+        c.evict();
+        assert!(c.is_loaded(&a), "over the bound while a is pinned");
+        assert!(!c.is_loaded(&d), "d was the least recent clean set");
+        c.unpin(&written);
+        c.evict();
+        assert!(c.is_loaded(&a) && c.is_loaded(&b), "within the bound again");
+        c.insert_loaded(&d, [(id("m1"), tomb(1, 100))], UnixMs(0));
+        c.evict();
+        assert!(!c.is_loaded(&a) && c.is_loaded(&b) && c.is_loaded(&d));
+        assert_eq!(c.bytes(), 2 * one);
+        assert_eq!(c.evictions(), 3);
+    }
+
+    #[test]
+    fn a_zero_bound_keeps_only_pinned_sets() {
+        let mut c = Cache::new(0, None);
+        let a = user(1);
+        c.insert_loaded(&a, [(id("m1"), tomb(1, 100))], UnixMs(0));
+        assert!(c.get(&a, &id("m1"), UnixMs(0)).is_some());
+        c.put(&a, id("m2"), tomb(2, 100));
+        c.evict();
+        assert!(c.is_loaded(&a));
+        let written = c.take_written();
+        c.unpin(&written);
+        c.evict();
+        assert!(!c.is_loaded(&a));
+        assert_eq!(c.bytes(), 0);
+        assert_eq!(c.sweep_at(), Some(UnixMs(100)));
+    }
+
+    #[test]
+    fn a_rewrite_counts_once() {
+        let mut c = Cache::new(1 << 20, None);
+        let a = user(1);
+        c.insert_loaded(&a, [], UnixMs(0));
+        c.put(&a, id("m1"), tomb(1, 100));
+        let bytes = c.bytes();
+        c.put(
+            &a,
+            id("m1"),
+            Tombstone {
+                retracted: true,
+                ..tomb(1, 100)
+            },
+        );
+        assert_eq!(c.bytes(), bytes);
+        assert!(c.get(&a, &id("m1"), UnixMs(0)).unwrap().retracted);
+        assert_eq!(c.take_written().len(), 2);
+    }
+}
