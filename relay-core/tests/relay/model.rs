@@ -4,6 +4,10 @@
 //! whose commits are pipelined (its store taken; batches sealed, committed and reported by
 //! the test as a shell's committer would), where [`Op::InFlight`] keeps several batches in
 //! flight and then commits them, fails one, or crashes with some of them applied.
+//!
+//! Both run with the default tombstone cache and with none at all (every author's tombstones
+//! are evicted at the end of every input and read from the store again), and keyed reads of
+//! the store fail now and then ([`Op::ReadFault`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,6 +40,8 @@ enum Op {
     /// the ones before it (none committed yet); then `end`. A relay committing one input at a
     /// time just handles the messages.
     InFlight { sends: Vec<(usize, u8)>, end: End },
+    /// The store's next keyed read fails (a `msg` needing it is refused, not acknowledged).
+    ReadFault,
 }
 
 /// What happens to the batches an [`Op::InFlight`] left in flight.
@@ -71,6 +77,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Restart),
         2 => (proptest::collection::vec((0..2usize, 0..12u8), 1..6), end())
             .prop_map(|(sends, end)| Op::InFlight { sends, end }),
+        1 => Just(Op::ReadFault),
     ]
 }
 
@@ -128,8 +135,11 @@ impl Model {
     }
 }
 
-fn run(ops: Vec<Op>, pipelined: bool) {
-    let mut w = World::new();
+fn run(ops: Vec<Op>, pipelined: bool, tombstone_cache_bytes: usize) {
+    let mut w = World::with_config(relay_core::Config {
+        tombstone_cache_bytes,
+        ..crate::world::fast_config()
+    });
     if pipelined {
         w.pipeline();
     }
@@ -243,6 +253,10 @@ fn run(ops: Vec<Op>, pipelined: bool) {
                 let store = w.mem.clone();
                 w.restart(Box::new(store));
                 online = [None, None];
+                continue;
+            }
+            Op::ReadFault => {
+                w.mem.fail_reads(1);
                 continue;
             }
             Op::InFlight { sends, end } => {
@@ -408,7 +422,15 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
     #[test]
     fn relay_matches_naive_model(ops in proptest::collection::vec(op(), 1..60)) {
-        run(ops, false);
+        run(ops, false, relay_core::limits::TOMBSTONE_CACHE_BYTES);
+    }
+
+    /// Without a tombstone cache: every lookup reads the author's set from the store.
+    #[test]
+    fn relay_without_tombstone_cache_matches_naive_model(
+        ops in proptest::collection::vec(op(), 1..60)
+    ) {
+        run(ops, false, 0);
     }
 
     /// The same model against pipelined commits, with batches in flight when commits fail and
@@ -416,6 +438,15 @@ proptest! {
     /// that was not applied appears, and seqs stay gap-free across the crash.
     #[test]
     fn pipelined_relay_matches_naive_model(ops in proptest::collection::vec(op(), 1..60)) {
-        run(ops, true);
+        run(ops, true, relay_core::limits::TOMBSTONE_CACHE_BYTES);
+    }
+
+    /// Pipelined without a tombstone cache: the sets written by batches in flight stay in
+    /// memory until their commit is reported, and are read back from the store after it.
+    #[test]
+    fn pipelined_relay_without_tombstone_cache_matches_naive_model(
+        ops in proptest::collection::vec(op(), 1..60)
+    ) {
+        run(ops, true, 0);
     }
 }

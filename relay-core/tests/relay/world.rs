@@ -85,6 +85,8 @@ impl World {
 
     /// Drops the relay ("crash") and builds a new one from the same committed store.
     pub(crate) fn restart(&mut self, store: Box<dyn Store>) {
+        // A read fault meant for the relay that died does not stop the new one from starting.
+        self.mem.fail_reads(0);
         self.relay = Relay::new(self.config.clone(), store, 2).unwrap();
         self.pending.clear();
         self.refusing = false;
