@@ -865,12 +865,13 @@ impl Core {
             metrics.relay_stats(&now, &self.exported);
             self.exported = now;
         }
-        metrics.core_gauges(
-            self.conns.len(),
+        metrics.core_gauges(crate::metrics::CoreGauges {
+            websockets: self.conns.len(),
             inputs,
-            self.relay.backlog_messages(),
-            self.relay.queued_bytes(),
-        );
+            queued_messages: self.relay.backlog_messages(),
+            queued_bytes: self.relay.queued_bytes(),
+            tombstone_cache_bytes: self.relay.tombstone_cache().bytes,
+        });
     }
 
     /// Closes every socket with the given last messages and reports them disconnected.
@@ -1044,6 +1045,11 @@ impl relay_core::store::Store for NoStore {
         Err(relay_core::store::StoreError::Backend("no store".into()))
     }
     fn commit(&mut self, _: relay_core::store::Batch) -> Result<(), relay_core::store::StoreError> {
+        Err(relay_core::store::StoreError::Backend("no store".into()))
+    }
+    fn reader(
+        &mut self,
+    ) -> Result<Box<dyn relay_core::store::StoreRead>, relay_core::store::StoreError> {
         Err(relay_core::store::StoreError::Backend("no store".into()))
     }
 }

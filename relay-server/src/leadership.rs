@@ -183,9 +183,18 @@ impl<S: Store> Store for TermStore<S> {
         self.watch(result)
     }
 
+    fn load_eager(&mut self) -> Result<Snapshot, StoreError> {
+        let result = self.inner.load_eager();
+        self.watch(result)
+    }
+
     fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
         let result = self.inner.commit(batch);
         self.watch(result)
+    }
+
+    fn reader(&mut self) -> Result<Box<dyn relay_core::store::StoreRead>, StoreError> {
+        self.inner.reader()
     }
 }
 
@@ -205,6 +214,9 @@ mod tests {
         }
         fn commit(&mut self, _: Batch) -> Result<(), StoreError> {
             Err(StoreError::Fenced { epoch: 3 })
+        }
+        fn reader(&mut self) -> Result<Box<dyn relay_core::store::StoreRead>, StoreError> {
+            MemoryStore::new().reader()
         }
     }
 

@@ -16,8 +16,10 @@
 //! * **fail** the next `n` commits (nothing applied; the relay fail-stops and the shell
 //!   rebuilds it from the store); the first of them, like a crashing one below, first waits
 //!   [`FAULTED_COMMIT_DELAY_MS`] in the committer, so batches are in flight behind it;
-//! * **down**: every commit and load fails until a simulated time (the rebuild keeps failing
-//!   and is retried);
+//! * **down**: every commit, load and keyed read fails until a simulated time (the rebuild
+//!   keeps failing and is retried);
+//! * **fail reads**: the next `n` keyed reads ([`StoreRead`]: an author's tombstones, the next
+//!   expiry) fail; nothing is changed, the frame that needed the read is refused;
 //! * **crash after commit**: the next commit is applied durably, then reported failed (so
 //!   the relay releases none of its outputs) and the store goes down until the runner has
 //!   powered the relay off and on again (a crash between commit and send);
@@ -46,7 +48,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use relay_core::store::{
-    Batch, MemoryStore, Mutation, Snapshot, SqliteStore, Store, StoreError, Table,
+    Batch, MemoryStore, Mutation, Rows, Snapshot, SqliteStore, Store, StoreError, StoreRead, Table,
 };
 
 use crate::faults::StoreKind;
@@ -113,6 +115,10 @@ pub struct Counts {
     pub loads: u64,
     /// Loads failed by an injected fault.
     pub failed_loads: u64,
+    /// Keyed reads that succeeded.
+    pub reads: u64,
+    /// Keyed reads failed by an injected fault.
+    pub failed_reads: u64,
     /// Commits and loads refused because their epoch was over (failover topology).
     pub fenced: u64,
 }
@@ -132,6 +138,7 @@ pub struct CrashRequest {
 #[derive(Debug, Default)]
 struct Ctl {
     fail_next: u32,
+    fail_reads: u32,
     down_until_ms: Option<u64>,
     down_until_restart: bool,
     crash_after_commit: Option<u64>,
@@ -145,6 +152,8 @@ struct Ctl {
     history: History,
     /// SQLite: the committed content as a model (memory: the store is its own model).
     model: Option<Snapshot>,
+    /// The model's rows put with an expiry, per table (what `Expire` deletes).
+    model_expiries: BTreeMap<Table, BTreeMap<String, u64>>,
     /// Failover topology: the leadership lease and the fencing epoch.
     lease: Lease,
 }
@@ -191,6 +200,11 @@ impl StoreCtl {
         let mut c = self.lock();
         c.fail_next += n;
         c.stall_next_ms = c.stall_next_ms.max(FAULTED_COMMIT_DELAY_MS);
+    }
+
+    /// The next `n` keyed reads fail.
+    pub fn fail_reads(&self, n: u32) {
+        self.lock().fail_reads += n;
     }
 
     /// Every commit and load fails until simulated `until_ms`.
@@ -256,6 +270,7 @@ impl StoreCtl {
     pub fn heal(&self) {
         let mut c = self.lock();
         c.fail_next = 0;
+        c.fail_reads = 0;
         c.stall_next_ms = 0;
         c.down_until_ms = None;
         c.crash_after_commit = None;
@@ -392,7 +407,10 @@ impl Ctl {
         let at = sim_ms();
         for m in batch {
             match m {
-                Mutation::Put { table, key, value } => match table {
+                Mutation::Put { table, key, value }
+                | Mutation::PutExpiring {
+                    table, key, value, ..
+                } => match table {
                     Table::Messages => {
                         if let Some(v) = json(value) {
                             self.history.assigned.insert((
@@ -467,30 +485,72 @@ impl Ctl {
                         row.deleted_ms.get_or_insert(at);
                     }
                 }
-                Mutation::Delete { .. } => {}
+                Mutation::Delete { .. } | Mutation::Expire { .. } => {}
             }
         }
         if let Some(model) = &mut self.model {
-            apply(model, batch);
+            apply(model, &mut self.model_expiries, batch);
         }
     }
 }
 
-fn apply(model: &mut Snapshot, batch: &Batch) {
+fn apply(
+    model: &mut Snapshot,
+    expiries: &mut BTreeMap<Table, BTreeMap<String, u64>>,
+    batch: &Batch,
+) {
+    let remove = |model: &mut Snapshot, table: &Table, key: &str| {
+        if let Some(t) = model.get_mut(table) {
+            t.remove(key);
+            if t.is_empty() {
+                model.remove(table);
+            }
+        }
+    };
     for m in batch {
         match m {
             Mutation::Put { table, key, value } => {
+                if let Some(e) = expiries.get_mut(table) {
+                    e.remove(key);
+                }
+                model
+                    .entry(*table)
+                    .or_default()
+                    .insert(key.clone(), value.clone());
+            }
+            Mutation::PutExpiring {
+                table,
+                key,
+                value,
+                expires_at,
+            } => {
+                expiries
+                    .entry(*table)
+                    .or_default()
+                    .insert(key.clone(), *expires_at);
                 model
                     .entry(*table)
                     .or_default()
                     .insert(key.clone(), value.clone());
             }
             Mutation::Delete { table, key } => {
-                if let Some(t) = model.get_mut(table) {
-                    t.remove(key);
-                    if t.is_empty() {
-                        model.remove(table);
-                    }
+                if let Some(e) = expiries.get_mut(table) {
+                    e.remove(key);
+                }
+                remove(model, table, key);
+            }
+            Mutation::Expire { table, up_to } => {
+                let Some(e) = expiries.get_mut(table) else {
+                    continue;
+                };
+                let due: Vec<String> = e
+                    .iter()
+                    .filter(|(_, at)| **at <= *up_to)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for key in due {
+                    e.remove(&key);
+                    remove(model, table, &key);
                 }
             }
         }
@@ -547,23 +607,47 @@ impl FaultyStore {
     }
 }
 
-impl Store for FaultyStore {
-    fn load(&mut self) -> Result<Snapshot, StoreError> {
+impl FaultyStore {
+    /// A load (all tables, or the eager ones), checked against the model of what was committed.
+    fn checked_load(&mut self, eager: bool) -> Result<Snapshot, StoreError> {
         let ctl = self.ctl.clone();
         ctl.lock().fenced(self.fence.as_ref())?;
         if ctl.lock().is_down() {
             ctl.lock().history.counts.failed_loads += 1;
             return Err(StoreError::Backend("injected: store down".into()));
         }
-        let snapshot = self.inner().load()?;
+        let snapshot = if eager {
+            self.inner().load_eager()?
+        } else {
+            self.inner().load()?
+        };
         let mut c = ctl.lock();
         c.history.counts.loads += 1;
-        if let Some(model) = &c.model
-            && let Some(diff) = first_difference(model, &snapshot)
-        {
-            c.history.load_mismatches.push((sim_ms(), diff));
+        if let Some(model) = &c.model {
+            let mut want = model.clone();
+            want.retain(|table, _| !eager || !table.is_lazy());
+            if let Some(diff) = first_difference(&want, &snapshot) {
+                c.history.load_mismatches.push((sim_ms(), diff));
+            }
         }
         Ok(snapshot)
+    }
+}
+
+impl Store for FaultyStore {
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        self.checked_load(false)
+    }
+
+    fn load_eager(&mut self) -> Result<Snapshot, StoreError> {
+        self.checked_load(true)
+    }
+
+    fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
+        Ok(Box::new(FaultyReader {
+            inner: self.inner().reader()?,
+            ctl: self.ctl.clone(),
+        }))
     }
 
     fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
@@ -605,6 +689,54 @@ impl Store for FaultyStore {
             ));
         }
         Ok(())
+    }
+}
+
+/// The keyed reads of a [`FaultyStore`]: they fail while the store is down or when a read
+/// fault is armed, and are counted.
+#[derive(Debug)]
+struct FaultyReader {
+    inner: Box<dyn StoreRead>,
+    ctl: StoreCtl,
+}
+
+impl FaultyReader {
+    fn read<T>(
+        &mut self,
+        read: impl FnOnce(&mut dyn StoreRead) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        {
+            let mut c = self.ctl.lock();
+            if c.is_down() {
+                c.history.counts.failed_reads += 1;
+                return Err(StoreError::Backend("injected: store down".into()));
+            }
+            if c.fail_reads > 0 {
+                c.fail_reads -= 1;
+                c.history.counts.failed_reads += 1;
+                return Err(StoreError::Backend("injected: read failed".into()));
+            }
+        }
+        let result = read(&mut *self.inner);
+        if result.is_ok() {
+            self.ctl.lock().history.counts.reads += 1;
+        }
+        result
+    }
+}
+
+impl StoreRead for FaultyReader {
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.read(|r| r.get(table, key))
+    }
+    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
+        self.read(|r| r.scan_prefix(table, prefix))
+    }
+    fn latest_expiring(&mut self, table: Table, window: u64) -> Result<Rows, StoreError> {
+        self.read(|r| r.latest_expiring(table, window))
+    }
+    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
+        self.read(|r| r.next_expiry(table, after))
     }
 }
 

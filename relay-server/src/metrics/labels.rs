@@ -96,7 +96,7 @@ label_enum! {
 
 label_enum! {
     /// A store operation.
-    StoreOp { Commit => "commit", Load => "load" }
+    StoreOp { Commit => "commit", Load => "load", Read => "read" }
 }
 
 label_enum! {

@@ -75,6 +75,9 @@ struct Families {
     commit_duration: Histogram,
     commit_rows: Histogram,
     load_duration: Histogram,
+    read_duration: Histogram,
+    tombstone_sets_read: Counter,
+    tombstone_cache: Gauge,
     store_errors: Family<StoreErrorLabels, Counter>,
     fenced_commits: Counter,
     failstops: Counter,
@@ -138,6 +141,9 @@ impl Metrics {
             commit_duration: Histogram::new(exponential_buckets(0.000_05, 2.0, 17)),
             commit_rows: Histogram::new(exponential_buckets(1.0, 2.0, 13)),
             load_duration: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
+            read_duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 17)),
+            tombstone_sets_read: Counter::default(),
+            tombstone_cache: Gauge::default(),
             store_errors: Family::default(),
             fenced_commits: Counter::default(),
             failstops: Counter::default(),
@@ -258,11 +264,12 @@ impl Metrics {
     }
 
     /// The core's gauges after a round: sockets, inputs waiting, the relay's backlog.
-    pub(super) fn core_gauges(&self, websockets: usize, inputs: usize, msgs: usize, bytes: u64) {
-        self.f.websockets.set(gauge(websockets as u64));
-        self.f.input_queue.set(gauge(inputs as u64));
-        self.f.queued_messages.set(gauge(msgs as u64));
-        self.f.queued_bytes.set(gauge(bytes));
+    pub(super) fn core_gauges(&self, core: CoreGauges) {
+        self.f.websockets.set(gauge(core.websockets as u64));
+        self.f.input_queue.set(gauge(core.inputs as u64));
+        self.f.queued_messages.set(gauge(core.queued_messages as u64));
+        self.f.queued_bytes.set(gauge(core.queued_bytes));
+        self.f.tombstone_cache.set(gauge(core.tombstone_cache_bytes as u64));
     }
 
     /// Adds what the relay counted since `last` (a rebuilt relay restarts from zero).
@@ -294,6 +301,10 @@ impl Metrics {
             d(now.messages_deduplicated, last.messages_deduplicated),
         );
         add(&f.syncs, d(now.syncs, last.syncs));
+        add(
+            &f.tombstone_sets_read,
+            d(now.tombstone_sets_read, last.tombstone_sets_read),
+        );
         add(
             &f.sync_backlog_messages,
             d(now.sync_backlog_messages, last.sync_backlog_messages),
@@ -390,6 +401,21 @@ impl Metrics {
             metrics: self.clone(),
         }
     }
+}
+
+/// The core task's gauges, set after every batch of inputs.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct CoreGauges {
+    /// Authenticated WebSockets open.
+    pub(super) websockets: usize,
+    /// Inputs waiting for the core task.
+    pub(super) inputs: usize,
+    /// Undelivered messages held.
+    pub(super) queued_messages: usize,
+    /// Their bytes, as the queue bounds count them.
+    pub(super) queued_bytes: u64,
+    /// Estimated heap of the tombstones in memory.
+    pub(super) tombstone_cache_bytes: usize,
 }
 
 fn gauge(n: u64) -> i64 {
@@ -490,6 +516,23 @@ fn register(r: &mut Registry, f: &Families) {
         "Duration of loading the whole state from the store (start, rebuild, takeover)",
         Unit::Seconds,
         f.load_duration.clone(),
+    );
+    r.register_with_unit(
+        "store_read_duration",
+        "Duration of one keyed read of the store (an author's tombstones, the next expiry)",
+        Unit::Seconds,
+        f.read_duration.clone(),
+    );
+    r.register(
+        "tombstone_sets_read",
+        "Authors' message-id tombstones read from the store (not in memory at their first msg or retract)",
+        f.tombstone_sets_read.clone(),
+    );
+    r.register_with_unit(
+        "tombstone_cache",
+        "Estimated heap of the message-id tombstones held in memory",
+        Unit::Bytes,
+        f.tombstone_cache.clone(),
     );
     r.register(
         "store_errors",

@@ -1,11 +1,11 @@
 //! Timing the store: [`MeteredStore`] around the relay's store, and the one clock the server
 //! reads for itself ([`Stopwatch`], for metrics only).
 
-use relay_core::store::{Batch, Snapshot, Store, StoreError};
+use relay_core::store::{Batch, Rows, Snapshot, Store, StoreError, StoreRead, Table};
 
 use super::{Metrics, StoreOp};
 
-/// A [`Store`] whose commits and loads are timed and counted in [`Metrics`].
+/// A [`Store`] whose commits, loads and keyed reads are timed and counted in [`Metrics`].
 #[derive(Debug)]
 pub struct MeteredStore<S> {
     pub(super) inner: S,
@@ -23,6 +23,27 @@ impl<S: Store> Store for MeteredStore<S> {
         result
     }
 
+    fn load_eager(&mut self) -> Result<Snapshot, StoreError> {
+        let watch = Stopwatch::start();
+        let result = self.inner.load_eager();
+        match &result {
+            Ok(_) => self.metrics.f.load_duration.observe(watch.seconds()),
+            Err(e) => self.metrics.store_error(StoreOp::Load, e),
+        }
+        result
+    }
+
+    fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
+        let inner = self.inner.reader();
+        if let Err(e) = &inner {
+            self.metrics.store_error(StoreOp::Read, e);
+        }
+        Ok(Box::new(MeteredReader {
+            inner: inner?,
+            metrics: self.metrics.clone(),
+        }))
+    }
+
     fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
         let rows = batch.len();
         let watch = Stopwatch::start();
@@ -35,6 +56,40 @@ impl<S: Store> Store for MeteredStore<S> {
             Err(e) => self.metrics.store_error(StoreOp::Commit, e),
         }
         result
+    }
+}
+
+/// A [`StoreRead`] whose reads are timed and counted in [`Metrics`].
+#[derive(Debug)]
+struct MeteredReader {
+    inner: Box<dyn StoreRead>,
+    metrics: Metrics,
+}
+
+impl MeteredReader {
+    fn timed<T>(&mut self, read: impl FnOnce(&mut dyn StoreRead) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let watch = Stopwatch::start();
+        let result = read(&mut *self.inner);
+        match &result {
+            Ok(_) => self.metrics.f.read_duration.observe(watch.seconds()),
+            Err(e) => self.metrics.store_error(StoreOp::Read, e),
+        }
+        result
+    }
+}
+
+impl StoreRead for MeteredReader {
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.timed(|r| r.get(table, key))
+    }
+    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
+        self.timed(|r| r.scan_prefix(table, prefix))
+    }
+    fn latest_expiring(&mut self, table: Table, window: u64) -> Result<Rows, StoreError> {
+        self.timed(|r| r.latest_expiring(table, window))
+    }
+    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
+        self.timed(|r| r.next_expiry(table, after))
     }
 }
 

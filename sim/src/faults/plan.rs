@@ -165,9 +165,9 @@ impl FaultPlan {
                 FaultAction::Crash { .. } => FaultKind::ClientCrash,
                 FaultAction::ClockJump { .. } => FaultKind::Webhook,
                 FaultAction::SetSkew { .. } => FaultKind::ClockSkew,
-                FaultAction::FailCommits { .. } | FaultAction::StoreDown { .. } => {
-                    FaultKind::CommitFail
-                }
+                FaultAction::FailCommits { .. }
+                | FaultAction::FailReads { .. }
+                | FaultAction::StoreDown { .. } => FaultKind::CommitFail,
                 FaultAction::StallCommit { .. } => FaultKind::CommitSlow,
                 FaultAction::CrashAfterCommit { .. } => FaultKind::CommitCrash,
                 FaultAction::CrashMidBatch { .. } => FaultKind::BatchCrash,
@@ -356,15 +356,23 @@ impl Drawer<'_> {
         self.push(e, FaultAction::Repair { a: p, b: r });
     }
 
-    /// The store down for a while (one time in three), or the next commits failing.
+    /// The store down for a while (one time in three), the next commits failing, or the next
+    /// keyed reads failing (one time in three each).
     fn commit_fail(&mut self) {
         let at = self.at();
-        if self.rng.next_u32().is_multiple_of(3) {
-            let ms = 500 + self.rng.next_u64() % 5_000;
-            self.push(at, FaultAction::StoreDown { ms });
-        } else {
-            let commits = 1 + self.rng.next_u32() % 3;
-            self.push(at, FaultAction::FailCommits { commits });
+        match self.rng.next_u32() % 3 {
+            0 => {
+                let ms = 500 + self.rng.next_u64() % 5_000;
+                self.push(at, FaultAction::StoreDown { ms });
+            }
+            1 => {
+                let commits = 1 + self.rng.next_u32() % 3;
+                self.push(at, FaultAction::FailCommits { commits });
+            }
+            _ => {
+                let reads = 1 + self.rng.next_u32() % 3;
+                self.push(at, FaultAction::FailReads { reads });
+            }
         }
     }
 

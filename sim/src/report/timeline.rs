@@ -469,6 +469,7 @@ fn classify(action: &FaultAction) -> Shape {
             Shape::Lasts(*ms, Storage)
         }
         FaultAction::FailCommits { .. }
+        | FaultAction::FailReads { .. }
         | FaultAction::CrashAfterCommit { .. }
         | FaultAction::CrashMidBatch { .. } => Shape::Instant(Storage),
         FaultAction::ClockJump { .. } | FaultAction::SetSkew { .. } => Shape::Instant(Clock),

@@ -89,6 +89,14 @@ fn closing_notes(
     end_ms: u64,
     seen: &[SeenPush],
 ) {
+    let counts = store.ctl().history().counts;
+    parts.trace.push(Record::Note {
+        t_ms: end_ms,
+        text: format!(
+            "store: {} commits ({} failed by injection), {} keyed reads ({} failed by injection)",
+            counts.commits, counts.failed, counts.reads, counts.failed_reads
+        ),
+    });
     let count = |k: PushKind| seen.iter().filter(|p| p.kind == k).count();
     parts.trace.push(Record::Note {
         t_ms: end_ms,

@@ -262,6 +262,7 @@ impl Sim<'_> {
             // Applied before the run started (see `FaultAction::SetSkew`).
             FaultAction::SetSkew { .. } => {}
             FaultAction::FailCommits { commits } => self.store.fail_commits(*commits),
+            FaultAction::FailReads { reads } => self.store.fail_reads(*reads),
             FaultAction::StoreDown { ms } => self.store.down_until(now + ms),
             FaultAction::StallCommit { ms } => self.stall(*ms),
             FaultAction::CrashAfterCommit { restart_after_ms } => {
