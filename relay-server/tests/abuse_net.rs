@@ -434,6 +434,11 @@ impl relay_core::store::Store for Fenceable {
         }
         self.inner.commit(batch)
     }
+    fn reader(
+        &mut self,
+    ) -> Result<Box<dyn relay_core::store::StoreRead>, relay_core::store::StoreError> {
+        self.inner.reader()
+    }
 }
 
 /// Leads once (then stands by for good) over a [`Fenceable`] store.

@@ -1,0 +1,77 @@
+"""A relay's start with many message-id tombstones in its SQLite store, measured as an outsider:
+the time from exec to `/readyz` 200 and the process's resident memory then.
+
+    cargo build --release -p relay-server --bin relay
+    python3 benches/scripts/tombstone_rows.py target/release/relay DIR 1000000 [AUTHORS]
+
+Creates the data directory DIR with the relay itself (first start, stopped once ready), writes
+N tombstone rows (AUTHORS authors, 10,000 by default; 40-character message ids; expiring 7 days
+from now, accepted over the last hour) straight into `DIR/relay.sqlite3` in one transaction,
+then starts the relay on it three times and prints, for each start, the seconds to `/readyz`
+200 and the RSS (VmRSS) and peak RSS (VmHWM) at that moment. The rows are written the way the
+store keeps them: with the `expires_at` column when the schema has it (version 2 and later),
+without it for an older relay (whose first start of a newer build then migrates them).
+"""
+import json, os, signal, sqlite3, subprocess, sys, time, urllib.request, uuid
+
+relay, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+authors = int(sys.argv[4]) if len(sys.argv) > 4 else 10_000
+port = 47900 + os.getpid() % 50
+
+
+def start():
+    t0 = time.perf_counter()
+    p = subprocess.Popen([relay, "--listen", f"127.0.0.1:{port}", "--data", data,
+                          "--log", "warn"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if p.poll() is not None:
+            sys.exit(f"the relay exited: {p.stderr.read().decode()[-2000:]}")
+        time.sleep(0.01)
+    ready = time.perf_counter() - t0
+    status = open(f"/proc/{p.pid}/status").read()
+    mem = {l.split(":")[0]: l.split()[1] for l in status.splitlines() if l.startswith("Vm")}
+    return p, ready, int(mem["VmRSS"]) // 1024, int(mem["VmHWM"]) // 1024
+
+
+def stop(p):
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+
+
+p, _, _, _ = start()
+stop(p)
+db = sqlite3.connect(os.path.join(data, "relay.sqlite3"))
+columns = [r[1] for r in db.execute("PRAGMA table_info(tombstones)")]
+now_ms = int(time.time() * 1000)
+ttl = 7 * 24 * 3600 * 1000
+people = [str(uuid.UUID(int=i + 1, version=4)) for i in range(authors)]
+t0 = time.perf_counter()
+with db:
+    rows = []
+    for i in range(n):
+        author = people[i % authors]
+        mid = f"{uuid.UUID(int=(i + 1) << 32, version=4)}-{i % 1000:03d}"
+        expires = now_ms + ttl - (n - i) * 3_600_000 // n
+        value = json.dumps({"author": author, "id": mid, "conv_id": f"c{i % 997}",
+                            "seq": i // authors + 1, "expires_at": expires,
+                            "retracted": False}, separators=(",", ":")).encode()
+        key = f"{author}/{mid}"
+        rows.append((key, value, expires) if "expires_at" in columns else (key, value))
+        if len(rows) == 50_000 or i == n - 1:
+            marks = "?, ?, ?" if "expires_at" in columns else "?, ?"
+            db.executemany(f"INSERT OR REPLACE INTO tombstones VALUES ({marks})", rows)
+            rows = []
+db.close()
+size = os.path.getsize(os.path.join(data, "relay.sqlite3")) // (1 << 20)
+print(f"{n} tombstones of {authors} authors written in {time.perf_counter() - t0:.1f} s "
+      f"(schema columns: {', '.join(columns)}; database {size} MiB)")
+for run in range(3):
+    p, ready, rss, hwm = start()
+    print(f"start {run + 1}: /readyz 200 after {ready:.2f} s, RSS {rss} MiB, peak RSS {hwm} MiB")
+    stop(p)
