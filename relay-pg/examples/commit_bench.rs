@@ -131,7 +131,9 @@ impl PerRow {
             .iter()
             .map(|m| match m {
                 Mutation::Put { table, key, value } => (*table, key, value),
-                Mutation::Delete { .. } => unreachable!(),
+                Mutation::Delete { .. }
+                | Mutation::PutExpiring { .. }
+                | Mutation::Expire { .. } => unreachable!("the benchmark's batches hold puts only"),
             })
             .collect()
     }

@@ -32,7 +32,7 @@ use std::{
 use client_core::{encoding::to_base64, keys::SigningKeyPair};
 use relay_core::{
     Config, ConnId, HttpRequest, Method, Relay, WsConnect,
-    store::{Batch, MemoryStore, Snapshot, Store, StoreError},
+    store::{Batch, MemoryStore, Snapshot, Store, StoreError, StoreRead},
 };
 use serde_json::{Value, json};
 use wire::UnixMs;
@@ -92,6 +92,10 @@ impl Store for NullStore {
     }
     fn commit(&mut self, _batch: Batch) -> Result<(), StoreError> {
         Ok(())
+    }
+    /// Reads find nothing, as in a store that never received a commit.
+    fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
+        MemoryStore::new().reader()
     }
 }
 

@@ -99,7 +99,8 @@
 //!
 //! Tables live in their own schema (default [`DEFAULT_SCHEMA`], see [`PgConfig::with_schema`]):
 //! one `(k TEXT COLLATE "C" PRIMARY KEY, v BYTEA)` table per relay-core
-//! [`Table`](relay_core::store::Table), the layout of `SqliteStore`, `schema_migrations`, and the
+//! [`Table`](relay_core::store::Table), the layout of `SqliteStore` (an expiring table also has
+//! an indexed `expires_at BIGINT`, epoch milliseconds), `schema_migrations`, and the
 //! one-row `leader` table, and `key_fingerprints` (see [below](#keys-shared-by-every-relay)).
 //! Migrations are the embedded files `migrations/NNNN_*.sql`
 //! ([`MIGRATIONS`]); only a new leader applies them, and a schema newer than [`SCHEMA_VERSION`] is
@@ -134,5 +135,5 @@ pub use leader::{
 pub use schema::{MIGRATIONS, Migration, SCHEMA_VERSION};
 pub use store::{
     COMMIT_TIMEOUT_MS, IDLE_IN_TRANSACTION_TIMEOUT_MS, LOAD_TIMEOUT_MS, MAX_ROW_BYTES, PgStore,
-    STORE_KEEPALIVE_IDLE_S,
+    READ_TIMEOUT_MS, STORE_KEEPALIVE_IDLE_S,
 };

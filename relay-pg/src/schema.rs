@@ -6,7 +6,9 @@
 //! * **Migrate** (the new leader only, holding the leadership lock): in one transaction, bumps
 //!   the epoch first when the `leader` table already exists (which waits for, then fences off, the
 //!   previous leader's in-flight commits), applies the pending migrations, creates any relay table
-//!   the migrations do not know yet (tables are additive, as for `SqliteStore`), and bumps the
+//!   the migrations do not know yet (tables are additive, as for `SqliteStore`; an expiring one
+//!   with its `expires_at` column and index), checks that every expiring table has that column,
+//!   and bumps the
 //!   epoch if it could not do so before, and finally checks and records the fingerprints of the
 //!   relay's keys ([`crate::keys`]), all in the same transaction. A standby running a newer build
 //!   therefore never changes the schema under a running older leader, and a candidate whose keys
@@ -56,10 +58,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0004_spent_credentials",
         sql: include_str!("../migrations/0004_spent_credentials.sql"),
     },
+    Migration {
+        version: 5,
+        name: "0005_tombstone_expiry",
+        sql: include_str!("../migrations/0005_tombstone_expiry.sql"),
+    },
 ];
 
 /// Schema version written by this build (the last migration's).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// First version that has the `leader` row and `relay_fence`.
 const LEADER_VERSION: i64 = 2;
@@ -171,6 +178,7 @@ pub(crate) async fn migrate_and_bump(
         tracing::info!(schema, migration = m.name, "applied migration");
     }
     create_missing_tables(&tx, schema).await?;
+    check_expiry_columns(&tx, schema).await?;
     let epoch = match epoch {
         Some(epoch) => epoch,
         None => bump(&tx, holder).await?,
@@ -194,8 +202,24 @@ async fn bump(tx: &tokio_postgres::Transaction<'_>, holder: &str) -> Result<i64,
     Ok(row.get(0))
 }
 
+/// The SQL that creates the table of `table` as no migration does: `(k TEXT COLLATE "C" PRIMARY
+/// KEY, v BYTEA NOT NULL)`, and for an expiring table ([`Table::has_expiry`]) an `expires_at
+/// BIGINT` column (epoch milliseconds, NULL for a row without expiry) with its index
+/// `<table>_expires_at`, the layout migration 0005 gives the tombstones.
+fn create_table_sql(table: Table) -> String {
+    let name = table.name();
+    if table.has_expiry() {
+        format!(
+            "CREATE TABLE {name} (k TEXT COLLATE \"C\" PRIMARY KEY, v BYTEA NOT NULL, expires_at BIGINT); \
+             CREATE INDEX {name}_expires_at ON {name} (expires_at)"
+        )
+    } else {
+        format!("CREATE TABLE {name} (k TEXT COLLATE \"C\" PRIMARY KEY, v BYTEA NOT NULL)")
+    }
+}
+
 /// Creates the table of every [`Table`] the migrations did not create (a table added to
-/// relay-core after the last migration): `(k TEXT COLLATE "C" PRIMARY KEY, v BYTEA NOT NULL)`.
+/// relay-core after the last migration), with [`create_table_sql`].
 async fn create_missing_tables(
     tx: &tokio_postgres::Transaction<'_>,
     schema: &str,
@@ -212,12 +236,9 @@ async fn create_missing_tables(
         .collect();
     for table in Table::ALL {
         if !existing.contains(table.name()) {
-            tx.batch_execute(&format!(
-                "CREATE TABLE {} (k TEXT COLLATE \"C\" PRIMARY KEY, v BYTEA NOT NULL)",
-                table.name()
-            ))
-            .await
-            .map_err(|e| backend(&e))?;
+            tx.batch_execute(&create_table_sql(table))
+                .await
+                .map_err(|e| backend(&e))?;
             tracing::info!(
                 schema,
                 table = table.name(),
@@ -226,6 +247,37 @@ async fn create_missing_tables(
         }
     }
     Ok(())
+}
+
+/// Refuses to lead when an expiring table ([`Table::has_expiry`]) has no `expires_at` column: a
+/// table that became expiring in relay-core without a migration adding (and filling) the column.
+/// The store's statements could not even be prepared, and filling the column is the migration's
+/// work (each row's expiry is in its record), so this fails early and names the table.
+async fn check_expiry_columns(
+    tx: &tokio_postgres::Transaction<'_>,
+    schema: &str,
+) -> Result<(), PgError> {
+    let with_column: BTreeSet<String> = tx
+        .query(
+            "SELECT table_name::text FROM information_schema.columns \
+             WHERE table_schema = $1 AND column_name = 'expires_at'",
+            &[&schema],
+        )
+        .await
+        .map_err(|e| backend(&e))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    match Table::ALL
+        .into_iter()
+        .find(|t| t.has_expiry() && !with_column.contains(t.name()))
+    {
+        Some(table) => Err(PgError::Backend(format!(
+            "table {} has rows with an expiry but no expires_at column: no migration adds it",
+            table.name()
+        ))),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -149,7 +149,18 @@ fn a_whole_leadership_never_logs_or_shows_the_real_password() {
         }])
         .unwrap();
     store.load().unwrap();
-    let shown = format!("{:?} {:?} {:?} {}", db.config, leader, store, db.config);
+    let mut reader = store.reader().unwrap();
+    assert_eq!(
+        reader.get(Table::Meta, "k").unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+    // PostgreSQL text cannot hold NUL: the server refuses the read, which is logged.
+    let err = reader.get(Table::Meta, "bad\0key").unwrap_err();
+    assert_hidden("an error", &format!("{err} {err:?}"), &real);
+    let shown = format!(
+        "{:?} {:?} {:?} {:?} {}",
+        db.config, leader, store, reader, db.config
+    );
     assert_hidden("Debug output", &shown, &real);
     db.admin()
         .exec("UPDATE leader SET epoch = epoch + 1 WHERE id = 1");
