@@ -239,8 +239,10 @@ impl Store for PgStore {
         self.settle(result)
     }
 
-    /// A [`PgReader`] on a new connection of its own (blocking), on this store's thread. It
-    /// works whatever becomes of this store (fenced or broken): reads need no fence.
+    /// Keyed reads on a new connection of their own (blocking), on this store's thread:
+    /// autocommit prepared `SELECT`s, each within [`READ_TIMEOUT_MS`]; after a failed read the
+    /// next one reconnects. They work whatever becomes of this store (fenced or broken): reads
+    /// need no fence. The reader's `Debug` shows where it connects, never the password.
     fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
         let reader = PgReader::open(Arc::clone(&self.runtime), self.config.clone())?;
         Ok(Box::new(reader))
