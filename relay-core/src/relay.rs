@@ -1261,9 +1261,18 @@ fn restored_msg_limit(
     let mut limit = RateLimiter::new(config.msgs_per_min_per_user, MINUTE_MS);
     let ttl = crate::limits::TOMBSTONE_TTL_MS.max(config.offline_ttl_ms);
     let mut latest: Vec<(UserUuid, u64)> = Vec::new();
-    for (key, value) in reader.latest_expiring(Table::Tombstones, MINUTE_MS - 1)? {
-        let t: crate::state::TombstoneRow = crate::state::decode(Table::Tombstones, &key, &value)?;
-        latest.push((t.author, t.expires_at.get().saturating_sub(ttl)));
+    for (key, expires_at) in reader.latest_expiries(Table::Tombstones, MINUTE_MS - 1)? {
+        // The key is `author/id`: the author is read from it (the values are not read).
+        let author = key
+            .split_once('/')
+            .and_then(|(author, _)| UserUuid::parse(author).ok())
+            .ok_or_else(|| {
+                StoreError::Backend(format!(
+                    "corrupt row {key:?} in table {}: not an author's tombstone",
+                    Table::Tombstones.name()
+                ))
+            })?;
+        latest.push((author, expires_at.saturating_sub(ttl)));
     }
     let mut windows: BTreeMap<UserUuid, (u64, u32)> = BTreeMap::new();
     for (author, at) in latest {

@@ -285,7 +285,6 @@ impl<A, B, V> Default for PairMap<A, B, V> {
 }
 
 impl<A: Ord + Clone, B: Ord, V> PairMap<A, B, V> {
-
     pub(crate) fn get(&self, a: &A, b: &B) -> Option<&V> {
         self.0.get(a)?.get(b)
     }

@@ -127,12 +127,18 @@ impl Cache {
     /// the set until the write is durable.
     pub(crate) fn put(&mut self, author: &UserUuid, id: MessageId, t: Tombstone) {
         let Some(set) = self.authors.get_mut(author) else {
-            debug_assert!(false, "a tombstone written for an author whose set is not loaded");
+            debug_assert!(
+                false,
+                "a tombstone written for an author whose set is not loaded"
+            );
             return;
         };
         let added = entry_bytes(&id, &t);
         let t_expiry = t.expires_at;
-        let removed = set.ids.insert(id.clone(), t).map_or(0, |old| entry_bytes(&id, &old));
+        let removed = set
+            .ids
+            .insert(id.clone(), t)
+            .map_or(0, |old| entry_bytes(&id, &old));
         set.bytes = set.bytes + added - removed;
         self.bytes = self.bytes + added - removed;
         set.pins += 1;
@@ -370,7 +376,11 @@ mod tests {
         let mut c = Cache::new(1 << 20, None);
         let a = user(1);
         assert!(!c.is_loaded(&a));
-        c.insert_loaded(&a, [(id("m1"), tomb(1, 100)), (id("m0"), tomb(0, 10))], UnixMs(10));
+        c.insert_loaded(
+            &a,
+            [(id("m1"), tomb(1, 100)), (id("m0"), tomb(0, 10))],
+            UnixMs(10),
+        );
         assert!(c.is_loaded(&a));
         assert_eq!(c.len(), 1, "m0 had expired when the set was read");
         assert_eq!(c.get(&a, &id("m1"), UnixMs(99)).unwrap().seq, wire::Seq(1));
@@ -396,7 +406,10 @@ mod tests {
         assert_eq!(c.evictions(), 0, "within the bound");
         // a is older but pinned: b goes.
         c.insert_loaded(&d, [(id("m1"), tomb(1, 100))], UnixMs(0));
-        assert!(c.is_loaded(&b), "a set just read stays until the input ends");
+        assert!(
+            c.is_loaded(&b),
+            "a set just read stays until the input ends"
+        );
         c.evict();
         assert!(c.is_loaded(&a) && !c.is_loaded(&b) && c.is_loaded(&d));
         assert_eq!(c.evictions(), 1);

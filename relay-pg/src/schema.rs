@@ -211,7 +211,7 @@ fn create_table_sql(table: Table) -> String {
     if table.has_expiry() {
         format!(
             "CREATE TABLE {name} (k TEXT COLLATE \"C\" PRIMARY KEY, v BYTEA NOT NULL, expires_at BIGINT); \
-             CREATE INDEX {name}_expires_at ON {name} (expires_at)"
+             CREATE INDEX {name}_expires_at ON {name} (expires_at, k)"
         )
     } else {
         format!("CREATE TABLE {name} (k TEXT COLLATE \"C\" PRIMARY KEY, v BYTEA NOT NULL)")

@@ -47,7 +47,7 @@ use std::{collections::BTreeMap, fmt, future::Future, pin::Pin, sync::Arc, time:
 
 use futures_util::{TryStreamExt, future::join_all};
 use relay_core::store::{
-    Batch, Mutation, Rows, Snapshot, Store, StoreError, StoreRead, Table, prefix_end,
+    Batch, Expiries, Mutation, Rows, Snapshot, Store, StoreError, StoreRead, Table, prefix_end,
 };
 use tokio_postgres::{Client, NoTls, Statement, types::ToSql};
 
@@ -717,8 +717,9 @@ impl ReadConn {
             texts.push(format!("SELECT k, v FROM {name} WHERE k >= $1 ORDER BY k"));
             if t.has_expiry() {
                 texts.push(format!(
-                    "SELECT k, v FROM {name} \
-                     WHERE expires_at >= (SELECT max(expires_at) FROM {name}) - $1::int8 ORDER BY k"
+                    "SELECT k, expires_at FROM {name} \
+                     WHERE expires_at >= (SELECT max(expires_at) FROM {name}) - $1::int8 \
+                     ORDER BY expires_at, k"
                 ));
                 texts.push(format!(
                     "SELECT min(expires_at) FROM {name} WHERE expires_at > $1::int8"
@@ -862,7 +863,7 @@ impl StoreRead for PgReader {
         })
     }
 
-    fn latest_expiring(&mut self, table: Table, window: u64) -> Result<Rows, StoreError> {
+    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
         if !table.has_expiry() {
             return Err(no_expiry(table).into());
         }
@@ -872,7 +873,14 @@ impl StoreRead for PgReader {
         self.read(move |c| async move {
             let (latest, _) = c.expiring(table)?;
             let found = c.client.query(latest, &[&window]).await;
-            Ok(rows(&found.map_err(|e| read_failed(&e))?))
+            Ok(found
+                .map_err(|e| read_failed(&e))?
+                .iter()
+                .map(|r| {
+                    let at: i64 = r.get(1);
+                    (r.get::<_, String>(0), u64::try_from(at).unwrap_or(0))
+                })
+                .collect())
         })
     }
 

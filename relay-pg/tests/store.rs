@@ -404,7 +404,7 @@ fn a_version_4_database_gains_the_tombstone_expiries() {
     let mut store = leader.store().unwrap();
     let mut reader = store.reader().unwrap();
     assert_eq!(reader.next_expiry(Table::Tombstones, 0).unwrap(), Some(500));
-    let latest = reader.latest_expiring(Table::Tombstones, 0).unwrap();
+    let latest = reader.latest_expiries(Table::Tombstones, 0).unwrap();
     assert_eq!(latest.len(), 1);
     assert_eq!(latest[0].0, "a/2");
     store

@@ -48,7 +48,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use relay_core::store::{
-    Batch, MemoryStore, Mutation, Rows, Snapshot, SqliteStore, Store, StoreError, StoreRead, Table,
+    Batch, Expiries, MemoryStore, Mutation, Rows, Snapshot, SqliteStore, Store, StoreError,
+    StoreRead, Table,
 };
 
 use crate::faults::StoreKind;
@@ -732,8 +733,8 @@ impl StoreRead for FaultyReader {
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
         self.read(|r| r.scan_prefix(table, prefix))
     }
-    fn latest_expiring(&mut self, table: Table, window: u64) -> Result<Rows, StoreError> {
-        self.read(|r| r.latest_expiring(table, window))
+    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
+        self.read(|r| r.latest_expiries(table, window))
     }
     fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
         self.read(|r| r.next_expiry(table, after))

@@ -4,7 +4,9 @@ use std::sync::{Arc, Mutex};
 
 use std::collections::BTreeMap;
 
-use super::{Batch, Mutation, Rows, Snapshot, Store, StoreError, StoreRead, Table, no_expiry};
+use super::{
+    Batch, Expiries, Mutation, Rows, Snapshot, Store, StoreError, StoreRead, Table, no_expiry,
+};
 
 /// An in-memory [`Store`]. Cloning gives another handle to the **same** committed state, so a
 /// test (or the simulator) can drop a `Relay`, keep a clone, and build a new `Relay` from it:
@@ -80,10 +82,10 @@ impl Store for MemoryStore {
             inner.fail_commits -= 1;
             return Err(StoreError::Backend("injected commit failure".into()));
         }
-        if let Some(m) = batch
-            .iter()
-            .find(|m| matches!(m, Mutation::PutExpiring { .. } | Mutation::Expire { .. }) && !m.table().has_expiry())
-        {
+        if let Some(m) = batch.iter().find(|m| {
+            matches!(m, Mutation::PutExpiring { .. } | Mutation::Expire { .. })
+                && !m.table().has_expiry()
+        }) {
             return Err(no_expiry(m.table()));
         }
         let inner = &mut *inner;
@@ -173,13 +175,16 @@ impl StoreRead for MemoryStore {
             return Ok(Vec::new());
         };
         Ok(rows
-            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
     }
 
-    fn latest_expiring(&mut self, table: Table, window: u64) -> Result<Rows, StoreError> {
+    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
         if !table.has_expiry() {
             return Err(no_expiry(table));
         }
@@ -191,14 +196,13 @@ impl StoreRead for MemoryStore {
             return Ok(Vec::new());
         };
         let since = latest.saturating_sub(window);
-        Ok(expiries
+        let mut out: Expiries = expiries
             .iter()
             .filter(|(_, at)| **at >= since)
-            .filter_map(|(k, _)| {
-                let v = inner.tables.get(&table)?.get(k)?;
-                Some((k.clone(), v.clone()))
-            })
-            .collect())
+            .map(|(k, at)| (k.clone(), *at))
+            .collect();
+        out.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        Ok(out)
     }
 
     fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {

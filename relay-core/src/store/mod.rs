@@ -239,6 +239,9 @@ pub enum StoreError {
 /// Rows as a read returns them: key and value, in key order.
 pub type Rows = Vec<(String, Vec<u8>)>;
 
+/// Keys with their expiry, in expiry order (then key order).
+pub type Expiries = Vec<(String, u64)>;
+
 /// A synchronous transactional store.
 ///
 /// Contract, checked by the shared test suite every implementation must pass:
@@ -276,10 +279,11 @@ pub trait StoreRead: Send + std::fmt::Debug {
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
     /// Every committed row of `table` whose key starts with `prefix`, in key order.
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError>;
-    /// The rows of the expiring table `table` that expire last: every row whose expiry is
-    /// within `window` milliseconds of the latest expiry in the table (none when it is empty),
-    /// in key order.
-    fn latest_expiring(&mut self, table: Table, window: u64) -> Result<Rows, StoreError>;
+    /// The keys of the expiring table `table` that expire last, with their expiries: every row
+    /// whose expiry is within `window` milliseconds of the latest expiry in the table (none
+    /// when it is empty), in expiry order. Values are not read: the index on the expiry
+    /// answers alone.
+    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError>;
     /// The earliest expiry after `after` among the rows of the expiring table `table`.
     fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError>;
 }

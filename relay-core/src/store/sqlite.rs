@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{Connection, OpenFlags, params};
 
-use super::{Batch, Mutation, Rows, Snapshot, Store, StoreError, StoreRead, Table, no_expiry};
+use super::{
+    Batch, Expiries, Mutation, Rows, Snapshot, Store, StoreError, StoreRead, Table, no_expiry,
+};
 
 /// Prepared statements kept per connection: an upsert, an upsert with expiry, a delete and an
 /// expiry for every [`Table`] (writer); a get, a scan and two expiry reads (reader).
@@ -252,7 +254,9 @@ fn load_tables(
             .prepare(&format!("SELECT k, v FROM {} ORDER BY k", t.name()))
             .map_err(|e| backend(&e))?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
             .map_err(|e| backend(&e))?;
         for row in rows {
             let (k, v) = row.map_err(|e| backend(&e))?;
@@ -272,7 +276,9 @@ impl SqliteReader {
     fn rows(&self, sql: &str, params: impl rusqlite::Params) -> Result<Rows, StoreError> {
         let mut stmt = self.conn.prepare_cached(sql).map_err(|e| backend(&e))?;
         let rows = stmt
-            .query_map(params, |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))
+            .query_map(params, |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
             .map_err(|e| backend(&e))?;
         rows.collect::<Result<_, _>>().map_err(|e| backend(&e))
     }
@@ -301,18 +307,31 @@ impl StoreRead for SqliteReader {
         }
     }
 
-    fn latest_expiring(&mut self, table: Table, window: u64) -> Result<Rows, StoreError> {
+    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
         if !table.has_expiry() {
             return Err(no_expiry(table));
         }
         let name = table.name();
-        self.rows(
-            &format!(
-                "SELECT k, v FROM {name} WHERE expires_at >= \
-                 (SELECT MAX(expires_at) FROM {name}) - ?1 ORDER BY k"
-            ),
-            params![sql_ms(window)?],
-        )
+        // The index on `expires_at` holds the key too (the table has no rowid): the read never
+        // touches the rows.
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT k, expires_at FROM {name} WHERE expires_at >= \
+                 (SELECT MAX(expires_at) FROM {name}) - ?1 ORDER BY expires_at, k"
+            ))
+            .map_err(|e| backend(&e))?;
+        let found = stmt
+            .query_map(params![sql_ms(window)?], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+            })
+            .map_err(|e| backend(&e))?;
+        let mut out = Vec::new();
+        for row in found {
+            let (k, at) = row.map_err(|e| backend(&e))?;
+            out.push((k, u64::try_from(at).unwrap_or(0)));
+        }
+        Ok(out)
     }
 
     fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {

@@ -103,13 +103,19 @@ pub fn reads_see_committed_rows(s: &mut dyn Store) {
         put(Table::Messages, "a/3", "other table"),
     ])
     .unwrap();
-    assert_eq!(r.get(Table::Accounts, "u").unwrap().as_deref(), Some(&b"alice"[..]));
+    assert_eq!(
+        r.get(Table::Accounts, "u").unwrap().as_deref(),
+        Some(&b"alice"[..])
+    );
     assert_eq!(r.get(Table::Meta, "u").unwrap(), None);
     let rows = r.scan_prefix(Table::Tombstones, "a/").unwrap();
     assert_eq!(keys(&rows), ["a/1", "a/2"]);
     assert_eq!(rows[1].1, b"y");
     s.commit(vec![del(Table::Tombstones, "a/1")]).unwrap();
-    assert_eq!(keys(&r.scan_prefix(Table::Tombstones, "a/").unwrap()), ["a/2"]);
+    assert_eq!(
+        keys(&r.scan_prefix(Table::Tombstones, "a/").unwrap()),
+        ["a/2"]
+    );
     assert_eq!(
         keys(&r.scan_prefix(Table::Tombstones, "").unwrap()),
         ["a", "a/2", "a0", "ab/1"]
@@ -133,16 +139,27 @@ pub fn expiring_rows_expire_by_range(s: &mut dyn Store) {
     assert_eq!(r.next_expiry(t, 0).unwrap(), Some(100));
     assert_eq!(r.next_expiry(t, 100).unwrap(), Some(200));
     assert_eq!(r.next_expiry(t, 300).unwrap(), None);
-    assert_eq!(keys(&r.latest_expiring(t, 50).unwrap()), ["b/1", "b/2"]);
-    assert_eq!(keys(&r.latest_expiring(t, 0).unwrap()), ["b/2"]);
-    s.commit(vec![Mutation::Expire { table: t, up_to: 200 }]).unwrap();
+    assert_eq!(
+        r.latest_expiries(t, 50).unwrap(),
+        [("b/1".to_owned(), 250), ("b/2".to_owned(), 300)]
+    );
+    assert_eq!(r.latest_expiries(t, 0).unwrap(), [("b/2".to_owned(), 300)]);
+    s.commit(vec![Mutation::Expire {
+        table: t,
+        up_to: 200,
+    }])
+    .unwrap();
     let left: Vec<String> = s.load().unwrap()[&t].keys().cloned().collect();
     assert_eq!(left, ["b/1", "b/2", "c/1"]);
     assert_eq!(r.next_expiry(t, 0).unwrap(), Some(250));
-    s.commit(vec![Mutation::Expire { table: t, up_to: u64::MAX >> 2 }]).unwrap();
+    s.commit(vec![Mutation::Expire {
+        table: t,
+        up_to: u64::MAX >> 2,
+    }])
+    .unwrap();
     assert_eq!(get(s, t, "c/1").as_deref(), Some("kept"));
     assert_eq!(r.next_expiry(t, 0).unwrap(), None);
-    assert!(r.latest_expiring(t, 1_000).unwrap().is_empty());
+    assert!(r.latest_expiries(t, 1_000).unwrap().is_empty());
 }
 
 /// Inside one batch an expiry applies in its place: a row put before it goes if it is due, a
@@ -152,7 +169,10 @@ pub fn expiry_applies_in_batch_order(s: &mut dyn Store) {
     s.commit(vec![
         put_exp(t, "k", "old", 10),
         put_exp(t, "gone", "x", 10),
-        Mutation::Expire { table: t, up_to: 50 },
+        Mutation::Expire {
+            table: t,
+            up_to: 50,
+        },
         put_exp(t, "k", "new", 90),
     ])
     .unwrap();
@@ -163,19 +183,24 @@ pub fn expiry_applies_in_batch_order(s: &mut dyn Store) {
 
 /// An expiry on a table without one is refused, and nothing of its batch is applied.
 pub fn expiry_on_a_plain_table_is_refused(s: &mut dyn Store) {
-    assert!(s
-        .commit(vec![
+    assert!(
+        s.commit(vec![
             put(Table::Accounts, "u", "alice"),
             put_exp(Table::Accounts, "v", "bob", 5),
         ])
-        .is_err());
+        .is_err()
+    );
     assert_eq!(get(s, Table::Accounts, "u"), None);
-    assert!(s
-        .commit(vec![
+    assert!(
+        s.commit(vec![
             put(Table::Accounts, "u", "alice"),
-            Mutation::Expire { table: Table::Accounts, up_to: 5 },
+            Mutation::Expire {
+                table: Table::Accounts,
+                up_to: 5
+            },
         ])
-        .is_err());
+        .is_err()
+    );
     assert_eq!(get(s, Table::Accounts, "u"), None);
     assert!(s.reader().unwrap().next_expiry(Table::Accounts, 0).is_err());
 }
@@ -189,7 +214,11 @@ pub fn load_eager_leaves_out_the_lazy_tables(s: &mut dyn Store) {
     .unwrap();
     let eager = s.load_eager().unwrap();
     assert_eq!(eager[&Table::Accounts]["u"], b"alice");
-    assert!(eager.iter().all(|(t, rows)| !t.is_lazy() || rows.is_empty()));
+    assert!(
+        eager
+            .iter()
+            .all(|(t, rows)| !t.is_lazy() || rows.is_empty())
+    );
     assert_eq!(s.load().unwrap()[&Table::Tombstones]["u/1"], b"t");
 }
 
@@ -327,7 +356,9 @@ mod tests {
         assert!(get(&mut s, Table::Tombstones, "a/2").is_some());
         drop(s);
         let c = rusqlite::Connection::open(&path).unwrap();
-        let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        let v: i64 = c
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(v, crate::store::SCHEMA_VERSION);
     }
 

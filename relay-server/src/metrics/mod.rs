@@ -267,9 +267,13 @@ impl Metrics {
     pub(super) fn core_gauges(&self, core: CoreGauges) {
         self.f.websockets.set(gauge(core.websockets as u64));
         self.f.input_queue.set(gauge(core.inputs as u64));
-        self.f.queued_messages.set(gauge(core.queued_messages as u64));
+        self.f
+            .queued_messages
+            .set(gauge(core.queued_messages as u64));
         self.f.queued_bytes.set(gauge(core.queued_bytes));
-        self.f.tombstone_cache.set(gauge(core.tombstone_cache_bytes as u64));
+        self.f
+            .tombstone_cache
+            .set(gauge(core.tombstone_cache_bytes as u64));
     }
 
     /// Adds what the relay counted since `last` (a rebuilt relay restarts from zero).

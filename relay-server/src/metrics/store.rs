@@ -1,7 +1,7 @@
 //! Timing the store: [`MeteredStore`] around the relay's store, and the one clock the server
 //! reads for itself ([`Stopwatch`], for metrics only).
 
-use relay_core::store::{Batch, Rows, Snapshot, Store, StoreError, StoreRead, Table};
+use relay_core::store::{Batch, Expiries, Rows, Snapshot, Store, StoreError, StoreRead, Table};
 
 use super::{Metrics, StoreOp};
 
@@ -67,7 +67,10 @@ struct MeteredReader {
 }
 
 impl MeteredReader {
-    fn timed<T>(&mut self, read: impl FnOnce(&mut dyn StoreRead) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    fn timed<T>(
+        &mut self,
+        read: impl FnOnce(&mut dyn StoreRead) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let watch = Stopwatch::start();
         let result = read(&mut *self.inner);
         match &result {
@@ -85,8 +88,8 @@ impl StoreRead for MeteredReader {
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
         self.timed(|r| r.scan_prefix(table, prefix))
     }
-    fn latest_expiring(&mut self, table: Table, window: u64) -> Result<Rows, StoreError> {
-        self.timed(|r| r.latest_expiring(table, window))
+    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
+        self.timed(|r| r.latest_expiries(table, window))
     }
     fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
         self.timed(|r| r.next_expiry(table, after))
