@@ -114,8 +114,8 @@ pub(crate) struct Conn {
 /// The sans-IO relay.
 ///
 /// # Methods
-/// * **Construction**: [`Relay::new`] loads every committed row from the store (creating the
-///   JWT signing key on first start).
+/// * **Construction**: [`Relay::new`] loads the committed state from the store
+///   ([`Store::load_eager`]: everything but the tombstones, read per author when needed).
 /// * **Inputs** (`handle_*`, each carries `now`): [`handle_http`](Relay::handle_http),
 ///   [`handle_connect`](Relay::handle_connect), [`handle_text`](Relay::handle_text),
 ///   [`handle_frame`](Relay::handle_frame), [`handle_disconnect`](Relay::handle_disconnect),
@@ -296,7 +296,6 @@ impl Relay {
         let snapshot = store.load_eager()?;
         let mut state = State::load(&snapshot, config.offline_ttl_ms)?;
         drop(snapshot);
-
         #[cfg(feature = "planted-bugs")]
         {
             state.planted_bug = config.planted_bug;

@@ -382,6 +382,13 @@ pub(crate) struct Args {
           help_heading = LIMITS)]
     pub(crate) max_queued_bytes_per_sender: u64,
 
+    /// Estimated memory for the message-id tombstones (which answer a re-sent message with
+    /// its first ack) held in memory: whole sets of recently active senders; the others are
+    /// read from the store at their next message. Bigger: fewer reads; smaller: less memory.
+    #[arg(long, value_name = "BYTES", env = "RELAY_TOMBSTONE_CACHE_BYTES",
+          default_value_t = relay_core::limits::TOMBSTONE_CACHE_BYTES, help_heading = LIMITS)]
+    pub(crate) tombstone_cache_bytes: usize,
+
     // ------------------------------------------------------------------ operations
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `relay_core=debug,info`. At no
     /// level are payloads, tokens, tickets or client addresses logged: the WebSocket and HTTP

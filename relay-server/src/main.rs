@@ -632,6 +632,7 @@ fn config(args: &Args) -> Result<Config> {
         max_offline_queue_bytes_per_recipient: args.max_queued_bytes_per_recipient,
         max_offline_queue_bytes_per_conversation: args.max_queued_bytes_per_conversation,
         max_offline_queue_bytes_per_sender: args.max_queued_bytes_per_sender,
+        tombstone_cache_bytes: args.tombstone_cache_bytes,
         ..Config::default()
     };
     if args.pow_difficulty > relay_core::limits::MAX_POW_DIFFICULTY {
