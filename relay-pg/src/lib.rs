@@ -113,6 +113,7 @@ mod config;
 mod error;
 mod keys;
 mod leader;
+mod reader;
 mod runtime;
 mod schema;
 mod store;

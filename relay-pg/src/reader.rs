@@ -1,0 +1,244 @@
+//! [`PgReader`]: the keyed reads of a [`PgStore`](crate::PgStore) ([`Store::reader`]), on a
+//! connection of their own beside the store's, so they run while the committer commits.
+
+use std::{collections::BTreeMap, fmt, future::Future, sync::Arc, time::Duration};
+
+use relay_core::store::{Expiries, Rows, StoreError, StoreRead, Table, prefix_end};
+use tokio_postgres::{Client, Statement};
+
+use crate::{
+    PgConfig, PgError,
+    error::describe,
+    runtime::PgRuntime,
+    store::{READ_TIMEOUT_MS, next_statement, no_expiry, open_connection, prepare_all},
+};
+
+/// The keyed reads of a [`PgStore`](crate::PgStore) ([`Store::reader`](relay_core::store::Store::reader)): a connection of their own (opened
+/// again at the next read after a failed one), prepared `SELECT`s in autocommit, each bounded
+/// by [`READ_TIMEOUT_MS`]. Its `Debug` shows where it connects, never the password.
+pub(crate) struct PgReader {
+    runtime: Arc<PgRuntime>,
+    config: PgConfig,
+    conn: Option<Arc<ReadConn>>,
+}
+
+impl fmt::Debug for PgReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgReader")
+            .field("target", &self.config.to_string())
+            .field("connected", &self.conn.is_some())
+            .finish()
+    }
+}
+
+/// The prepared reads of one table: by key, by key range (a prefix with an end), from a key on
+/// (a prefix without one); in an expiring table also the latest expiring rows and the next
+/// expiry.
+struct TableReads {
+    get: Statement,
+    scan_range: Statement,
+    scan_from: Statement,
+    expiring: Option<(Statement, Statement)>,
+}
+
+/// A reader's connection and its statements (lives on the crate's thread).
+struct ReadConn {
+    client: Client,
+    tables: BTreeMap<Table, TableReads>,
+}
+
+impl ReadConn {
+    async fn connect(config: &PgConfig) -> Result<Self, PgError> {
+        let extra = [("statement_timeout", READ_TIMEOUT_MS.to_string())];
+        let client = open_connection(config, &extra, "reader").await?;
+        let mut texts = Vec::new();
+        for t in Table::ALL {
+            let name = t.name();
+            texts.push(format!("SELECT v FROM {name} WHERE k = $1"));
+            texts.push(format!(
+                "SELECT k, v FROM {name} WHERE k >= $1 AND k < $2 ORDER BY k"
+            ));
+            texts.push(format!("SELECT k, v FROM {name} WHERE k >= $1 ORDER BY k"));
+            if t.has_expiry() {
+                texts.push(format!(
+                    "SELECT k, expires_at FROM {name} \
+                     WHERE expires_at >= (SELECT max(expires_at) FROM {name}) - $1::int8 \
+                     ORDER BY expires_at, k"
+                ));
+                texts.push(format!(
+                    "SELECT min(expires_at) FROM {name} WHERE expires_at > $1::int8"
+                ));
+            }
+        }
+        let mut prepared = prepare_all(&client, &texts).await?;
+        let mut next = || next_statement(&mut prepared);
+        let mut tables = BTreeMap::new();
+        for t in Table::ALL {
+            let (get, scan_range, scan_from) = (next()?, next()?, next()?);
+            let expiring = if t.has_expiry() {
+                Some((next()?, next()?))
+            } else {
+                None
+            };
+            tables.insert(
+                t,
+                TableReads {
+                    get,
+                    scan_range,
+                    scan_from,
+                    expiring,
+                },
+            );
+        }
+        Ok(Self { client, tables })
+    }
+
+    fn reads(&self, table: Table) -> Result<&TableReads, PgError> {
+        self.tables
+            .get(&table)
+            .ok_or_else(|| PgError::Backend(format!("no reads prepared for {}", table.name())))
+    }
+
+    /// The latest-expiring and next-expiry reads of an expiring table.
+    fn expiring(&self, table: Table) -> Result<&(Statement, Statement), PgError> {
+        self.reads(table)?
+            .expiring
+            .as_ref()
+            .ok_or_else(|| no_expiry(table))
+    }
+}
+
+/// `(k, v)` rows as [`Rows`].
+fn rows(found: &[tokio_postgres::Row]) -> Rows {
+    found.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+fn read_failed(e: &tokio_postgres::Error) -> PgError {
+    PgError::Backend(describe(e))
+}
+
+impl PgReader {
+    pub(crate) fn open(runtime: Arc<PgRuntime>, config: PgConfig) -> Result<Self, PgError> {
+        let mut reader = Self {
+            runtime,
+            config,
+            conn: None,
+        };
+        reader.connection()?;
+        Ok(reader)
+    }
+
+    /// The connection, opened now if there is none (first use, or after a failed read).
+    fn connection(&mut self) -> Result<Arc<ReadConn>, PgError> {
+        if let Some(conn) = &self.conn {
+            return Ok(Arc::clone(conn));
+        }
+        let config = self.config.clone();
+        let conn = self.runtime.block_on(async move {
+            let timeout = Duration::from_millis(READ_TIMEOUT_MS);
+            tokio::time::timeout(timeout, ReadConn::connect(&config))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(PgError::Backend(format!(
+                        "reader connection not ready within {READ_TIMEOUT_MS} ms"
+                    )))
+                })
+        });
+        let conn = match conn {
+            Ok(conn) => Arc::new(conn),
+            Err(e) => {
+                tracing::warn!(target_db = %self.config, error = %e, "PostgreSQL reader could not connect");
+                return Err(e);
+            }
+        };
+        self.conn = Some(Arc::clone(&conn));
+        Ok(conn)
+    }
+
+    /// Runs `read` on the crate's thread within [`READ_TIMEOUT_MS`]; after any failure the
+    /// connection is dropped (a timed-out query may still be answered on it later).
+    fn read<T, F, Fut>(&mut self, read: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<ReadConn>) -> Fut,
+        Fut: Future<Output = Result<T, PgError>> + Send + 'static,
+    {
+        let result = self.connection().and_then(|conn| {
+            let read = read(conn);
+            self.runtime.block_on(async move {
+                let timeout = Duration::from_millis(READ_TIMEOUT_MS);
+                tokio::time::timeout(timeout, read)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(PgError::Backend(format!(
+                            "read not answered within {READ_TIMEOUT_MS} ms"
+                        )))
+                    })
+            })
+        });
+        if let Err(e) = &result
+            && self.conn.take().is_some()
+        {
+            tracing::warn!(target_db = %self.config, error = %e, "PostgreSQL read failed");
+        }
+        result.map_err(StoreError::from)
+    }
+}
+
+impl StoreRead for PgReader {
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = key.to_owned();
+        self.read(move |c| async move {
+            let get = &c.reads(table)?.get;
+            let row = c.client.query_opt(get, &[&key]).await;
+            Ok(row.map_err(|e| read_failed(&e))?.map(|r| r.get(0)))
+        })
+    }
+
+    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
+        let prefix = prefix.to_owned();
+        self.read(move |c| async move {
+            let reads = c.reads(table)?;
+            let found = match prefix_end(&prefix) {
+                Some(end) => c.client.query(&reads.scan_range, &[&prefix, &end]).await,
+                None => c.client.query(&reads.scan_from, &[&prefix]).await,
+            };
+            Ok(rows(&found.map_err(|e| read_failed(&e))?))
+        })
+    }
+
+    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
+        if !table.has_expiry() {
+            return Err(no_expiry(table).into());
+        }
+        // Stored expiries are between 0 and `i64::MAX`: a wider window takes them all, as this
+        // one does (and the subtraction cannot overflow).
+        let window = i64::try_from(window).unwrap_or(i64::MAX);
+        self.read(move |c| async move {
+            let (latest, _) = c.expiring(table)?;
+            let found = c.client.query(latest, &[&window]).await;
+            Ok(found
+                .map_err(|e| read_failed(&e))?
+                .iter()
+                .map(|r| {
+                    let at: i64 = r.get(1);
+                    (r.get::<_, String>(0), u64::try_from(at).unwrap_or(0))
+                })
+                .collect())
+        })
+    }
+
+    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
+        if !table.has_expiry() {
+            return Err(no_expiry(table).into());
+        }
+        // No stored expiry is beyond `i64::MAX`: after it there is none, as after this one.
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        self.read(move |c| async move {
+            let (_, next) = c.expiring(table)?;
+            let row = c.client.query_one(next, &[&after]).await;
+            let at: Option<i64> = row.map_err(|e| read_failed(&e))?.get(0);
+            Ok(at.and_then(|at| u64::try_from(at).ok()))
+        })
+    }
+}
