@@ -168,23 +168,20 @@ impl Relay {
         };
         // The author's tombstones are read (if not in memory) before `member_check` borrows the
         // state; whether this id is known is decided below, after the membership checks.
-        let known = match crate::tombstones::lookup(
+        let Ok(known) = crate::tombstones::lookup(
             &mut self.state.tombstones,
             &mut *self.reader,
             &mut self.stats,
             user,
             &m.id,
             now,
-        ) {
-            Ok(known) => known,
-            Err(_) => {
-                return refuse(
-                    self,
-                    ErrorCode::STORAGE_UNAVAILABLE,
-                    "the relay could not read which message ids were already used; send it again",
-                    &m.id,
-                );
-            }
+        ) else {
+            return refuse(
+                self,
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay could not read which message ids were already used; send it again",
+                &m.id,
+            );
         };
         let (recipient, peer) = match member_check(&self.state, user, &m.conv_id, &m.to) {
             Ok((_, other)) => (other, self.online(other)),

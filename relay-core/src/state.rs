@@ -1056,8 +1056,10 @@ mod tests {
             expires_at: UnixMs(9),
             retracted: true,
         };
-        let mut s = State::default();
-        s.tombstones = crate::tombstones::Cache::new(1 << 20, None);
+        let mut s = State {
+            tombstones: crate::tombstones::Cache::new(1 << 20, None),
+            ..State::default()
+        };
         s.tombstones.insert_loaded(&author, [], UnixMs(0));
         s.put_tombstone(&author, id.clone(), t.clone());
         let Some(Mutation::PutExpiring {

@@ -134,17 +134,14 @@ impl Cache {
             return;
         };
         let added = entry_bytes(&id, &t);
-        let t_expiry = t.expires_at;
-        let removed = set
-            .ids
-            .insert(id.clone(), t)
-            .map_or(0, |old| entry_bytes(&id, &old));
+        let removed = set.ids.get(&id).map_or(0, |old| entry_bytes(&id, old));
+        let at = t.expires_at;
+        set.ids.insert(id, t);
         set.bytes = set.bytes + added - removed;
         self.bytes = self.bytes + added - removed;
         set.pins += 1;
         self.written.push(author.clone());
         self.touch(author);
-        let at = t_expiry;
         self.sweep_at = Some(self.sweep_at.map_or(at, |s| s.min(at)));
         self.written_since_sweep = Some(self.written_since_sweep.map_or(at, |s| s.min(at)));
     }
@@ -415,7 +412,7 @@ mod tests {
         assert_eq!(c.evictions(), 1);
         // Once a's write is durable it is the least recent: it goes when the bound needs it.
         let written = c.take_written();
-        assert_eq!(written, [a.clone()]);
+        assert_eq!(written, std::slice::from_ref(&a));
         c.insert_loaded(&b, [(id("m1"), tomb(1, 100))], UnixMs(0));
         c.evict();
         assert!(c.is_loaded(&a), "over the bound while a is pinned");
