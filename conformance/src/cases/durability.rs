@@ -77,6 +77,14 @@ pub const CASES: &[Case] = &[
         [RelayProcess],
         used_credentials
     ),
+    case!(
+        "DURABILITY-009",
+        Must,
+        "PROTOCOL §9 (id as idempotency key), §5.2 (TS outbox), §7 D-TS-2",
+        "A message id stays an idempotency key across kill -9: the same `msg` re-sent after the restart (as the web client re-sends every message on reconnect) is acked with its first seq, and the recipient gets it once.",
+        [RelayProcess],
+        resend_after_restart
+    ),
 ];
 
 /// A fresh token after a restart (tickets and challenges may be memory only). The account
@@ -118,6 +126,40 @@ async fn acked_message(ctx: &mut Ctx) -> CaseResult {
         d["seq"]
     );
     Ok(())
+}
+
+async fn resend_after_restart(ctx: &mut Ctx) -> CaseResult {
+    let mut p = ctx.pair().await?;
+    let mut wa = ctx.connect(&p.a, "A").await?;
+    let (id, m) = ctx.msg(&p.key, &p.b, &p.conv, "once");
+    let first = u(&wa.send_msg(&id, &m).await?, "seq")?;
+    drop(wa);
+    ctx.restart_relay().await?;
+    back(ctx, &mut p.a).await?;
+    back(ctx, &mut p.b).await?;
+    let mut wa = ctx.connect(&p.a, "A2").await?;
+    let again = u(&wa.send_msg(&id, &m).await?, "seq")?;
+    ensure!(
+        again == first,
+        "message {id} was acked with seq {first} before the kill and, re-sent after the restart, with seq {again}: the relay forgot the id and stored the message twice"
+    );
+    let mut wb = ctx.connect(&p.b, "B").await?;
+    let wanted = id.clone();
+    let d = wb
+        .expect_where("msg", move |v| v["id"] == wanted.as_str())
+        .await
+        .map_err(|_| {
+            Failure::Fail(format!(
+                "message {id} was acked with seq {first} (before the kill and again after it), and B's sync does not deliver it"
+            ))
+        })?;
+    ensure!(
+        u(&d, "seq")? == first,
+        "B got {id} with seq {}, acked with seq {first}",
+        d["seq"]
+    );
+    wb.expect_none_where("msg", |v| v["id"] == id.as_str())
+        .await
 }
 
 async fn seq_counter(ctx: &mut Ctx) -> CaseResult {
