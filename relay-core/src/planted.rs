@@ -92,12 +92,16 @@ pub enum PlantedBug {
     /// `credential`: a used ticket or auth challenge is marked spent in memory only, so after
     /// a restart it is accepted again until it expires.
     SpentNotPersisted,
+    /// `tombstones`: an author whose tombstones are not in memory (evicted, or not read since
+    /// a restart) is taken to have none, instead of having them read from the store, so a
+    /// re-sent message is stored and delivered again under a new seq.
+    EvictedTombstonesForgotten,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 24] = [
+    pub const ALL: [Self; 25] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -122,6 +126,7 @@ impl PlantedBug {
         Self::TicketTtlUnits,
         Self::ChallengeSignatureIgnored,
         Self::SpentNotPersisted,
+        Self::EvictedTombstonesForgotten,
     ];
 }
 

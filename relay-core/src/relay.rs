@@ -329,6 +329,10 @@ impl Relay {
         let msg_limit = restored_msg_limit(&mut *reader, &config)?;
         let sweep_at = crate::tombstones::first_sweep(&mut *reader)?;
         state.tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at);
+        #[cfg(feature = "planted-bugs")]
+        {
+            state.tombstones.planted_bug = config.planted_bug;
+        }
         let frame_budget =
             TokenBucket::new(config.frames_per_min_per_conn, config.frame_burst_per_conn);
         let budgets = Budgets::new(&config);

@@ -70,6 +70,9 @@ pub(crate) struct Cache {
     sweep_at: Option<UnixMs>,
     /// The earliest expiry of the tombstones written since the last range expiry.
     written_since_sweep: Option<UnixMs>,
+    /// A defect to plant (feature `planted-bugs`; see [`crate::PlantedBug`]).
+    #[cfg(feature = "planted-bugs")]
+    pub(crate) planted_bug: Option<crate::PlantedBug>,
 }
 
 impl Cache {
@@ -264,9 +267,14 @@ pub(crate) fn lookup(
     now: UnixMs,
 ) -> Result<Option<Tombstone>, StoreError> {
     if !cache.is_loaded(author) {
-        let set = read_set(reader, author).inspect_err(|_| {
-            stats.tombstone_read_failures += 1;
-        })?;
+        // PLANTED BUG (EvictedTombstonesForgotten): the stored set is not read back.
+        let set = if crate::planted::planted!(cache, EvictedTombstonesForgotten) {
+            Vec::new()
+        } else {
+            read_set(reader, author).inspect_err(|_| {
+                stats.tombstone_read_failures += 1;
+            })?
+        };
         stats.tombstone_sets_read += 1;
         cache.insert_loaded(author, set, now);
     }

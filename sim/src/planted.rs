@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 27] = [
+    pub const ALL: [Self; 28] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -72,6 +72,7 @@ impl Planted {
         Self::Relay(PlantedBug::TicketTtlUnits),
         Self::Relay(PlantedBug::ChallengeSignatureIgnored),
         Self::Relay(PlantedBug::SpentNotPersisted),
+        Self::Relay(PlantedBug::EvictedTombstonesForgotten),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -106,6 +107,7 @@ impl Planted {
             Self::Relay(PlantedBug::TicketTtlUnits) => "ticket-ttl-units",
             Self::Relay(PlantedBug::ChallengeSignatureIgnored) => "challenge-signature-ignored",
             Self::Relay(PlantedBug::SpentNotPersisted) => "spent-not-persisted",
+            Self::Relay(PlantedBug::EvictedTombstonesForgotten) => "evicted-tombstones-forgotten",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

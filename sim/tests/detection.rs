@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 27] = [
+const CASES: [Case; 28] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -47,6 +47,14 @@ const CASES: [Case; 27] = [
     },
     Case {
         bug: Planted::Relay(PlantedBug::NoMessageDedup),
+        scale: Scale::Small,
+        faults: "swarm",
+        oracles: &["seq-unique"],
+    },
+    // Re-sends of an author whose tombstones left memory (even seeds run without a tombstone
+    // cache, so every author's set is read back at each message).
+    Case {
+        bug: Planted::Relay(PlantedBug::EvictedTombstonesForgotten),
         scale: Scale::Small,
         faults: "swarm",
         oracles: &["seq-unique"],
@@ -335,6 +343,12 @@ fn catches_a_receipt_that_clears_beyond_its_seq() {
 #[test]
 fn catches_a_missing_message_dedup() {
     detects(Planted::Relay(PlantedBug::NoMessageDedup));
+}
+
+/// A re-sent message of an author whose tombstones were evicted, stored again.
+#[test]
+fn catches_tombstones_forgotten_after_an_eviction() {
+    detects(Planted::Relay(PlantedBug::EvictedTombstonesForgotten));
 }
 
 #[test]
