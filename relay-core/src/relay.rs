@@ -946,7 +946,7 @@ impl Relay {
         }
         if group.mutations.is_empty() && self.in_flight.is_empty() {
             self.outputs.extend(group.outputs);
-            self.state.tombstones.unpin(&group.pinned);
+            self.state.tombstones.unpin(group.pinned);
             self.collect_blobs();
             return Ok(None);
         }
@@ -998,7 +998,7 @@ impl Relay {
         match result {
             Ok(()) => {
                 self.outputs.extend(batch.outputs);
-                self.state.tombstones.unpin(&batch.pinned);
+                self.state.tombstones.unpin(batch.pinned);
                 self.state.tombstones.evict();
                 self.state.media.gc.extend(batch.gc);
                 self.collect_blobs();
@@ -1041,7 +1041,6 @@ impl Relay {
     /// Commits the input's mutations or hands them to the open batch ([`Relay::finish`]).
     fn commit_staged(&mut self) -> Result<(), Vec<Output>> {
         let batch = self.state.take_batch();
-        let pinned = self.state.tombstones.take_written();
         let poisoned = std::mem::take(&mut self.state.poisoned);
         if self.group.is_none()
             && !self.failed
@@ -1056,7 +1055,7 @@ impl Relay {
         {
             group.mutations.extend(batch);
             group.outputs.append(&mut self.staged);
-            group.pinned.extend(pinned);
+            self.state.tombstones.move_written(&mut group.pinned);
             return Ok(());
         }
         let committed = if poisoned {
@@ -1072,7 +1071,7 @@ impl Relay {
         match committed {
             Ok(()) => {
                 self.outputs.extend(self.staged.drain(..));
-                self.state.tombstones.unpin(&pinned);
+                self.state.tombstones.unpin_written();
                 Ok(())
             }
             Err(_) => {

@@ -15,7 +15,7 @@
 //!   takes, [`ENTRY_BYTES`] and [`AUTHOR_BYTES`] over the key lengths). Past the bound the least
 //!   recently used sets are evicted.
 //! * **Only clean sets are evicted.** A write pins its author's set until the batch that
-//!   carries it is durable ([`Cache::take_written`], [`Cache::unpin`]): a set read again from
+//!   carries it is durable ([`Cache::move_written`], [`Cache::unpin`]): a set read again from
 //!   the store after an eviction holds everything the relay acknowledged. The bound can be
 //!   exceeded by what the batches in flight pinned, never by more.
 //! * **Expiry is exact in memory and lazy in the store.** A lookup ignores a tombstone whose
@@ -36,6 +36,9 @@ use crate::store::{StoreError, StoreRead, Table};
 pub(crate) const ENTRY_BYTES: usize = 112;
 /// Estimated heap per author set, besides its uuid: the set's map, its place in the LRU order.
 pub(crate) const AUTHOR_BYTES: usize = 160;
+
+/// Emptied batch lists kept for reuse (more than the batches a shell keeps in flight).
+const SPARE_LISTS: usize = 8;
 
 /// One author's tombstones, all of them (the set is read whole or not at all).
 #[derive(Debug, Default)]
@@ -62,8 +65,11 @@ pub(crate) struct Cache {
     tick: u64,
     bytes: usize,
     bound: usize,
-    /// Authors written since the last [`Cache::take_written`] (one entry per write).
+    /// Authors written since the last [`Cache::move_written`] (one entry per write).
     written: Vec<UserUuid>,
+    /// Emptied lists of unpinned batches, reused by [`Cache::move_written`] (no allocation per
+    /// batch once as many exist as batches are in flight).
+    spare: Vec<Vec<UserUuid>>,
     /// Sets evicted since the relay started (for metrics and tests).
     evictions: u64,
     /// When the next range expiry of the stored rows is due.
@@ -149,18 +155,41 @@ impl Cache {
         self.written_since_sweep = Some(self.written_since_sweep.map_or(at, |s| s.min(at)));
     }
 
-    /// The authors written since the last call, one entry per write: the relay keeps them with
-    /// the batch that carries the writes and [`unpin`](Cache::unpin)s them once it is durable.
-    pub(crate) fn take_written(&mut self) -> Vec<UserUuid> {
-        std::mem::take(&mut self.written)
+    /// Moves the authors written since the last move into `batch` (one entry per write): the
+    /// relay keeps them with the batch that carries the writes and [`unpin`](Cache::unpin)s
+    /// them once it is durable. (The list keeps its capacity: no allocation per input.)
+    pub(crate) fn move_written(&mut self, batch: &mut Vec<UserUuid>) {
+        if batch.capacity() == 0
+            && !self.written.is_empty()
+            && let Some(spare) = self.spare.pop()
+        {
+            *batch = spare;
+        }
+        batch.append(&mut self.written);
     }
 
-    /// The writes `written` are durable: their sets may be evicted again.
-    pub(crate) fn unpin(&mut self, written: &[UserUuid]) {
-        for author in written {
+    /// The writes since the last [`move_written`](Cache::move_written) are durable (an input
+    /// committed on its own): their sets may be evicted again.
+    pub(crate) fn unpin_written(&mut self) {
+        for author in &self.written {
             if let Some(set) = self.authors.get_mut(author) {
                 set.pins = set.pins.saturating_sub(1);
             }
+        }
+        self.written.clear();
+    }
+
+    /// The writes `written` (a batch's, from [`move_written`](Cache::move_written)) are
+    /// durable: their sets may be evicted again. The list is kept for reuse.
+    pub(crate) fn unpin(&mut self, mut written: Vec<UserUuid>) {
+        for author in &written {
+            if let Some(set) = self.authors.get_mut(author) {
+                set.pins = set.pins.saturating_sub(1);
+            }
+        }
+        if written.capacity() > 0 && self.spare.len() < SPARE_LISTS {
+            written.clear();
+            self.spare.push(written);
         }
     }
 
@@ -210,6 +239,9 @@ impl Cache {
         let Some(set) = self.authors.get_mut(author) else {
             return;
         };
+        if set.tick == self.tick && self.tick > 0 {
+            return; // already the most recent
+        }
         self.lru.remove(&set.tick);
         self.tick += 1;
         set.tick = self.tick;
@@ -419,13 +451,14 @@ mod tests {
         assert!(c.is_loaded(&a) && !c.is_loaded(&b) && c.is_loaded(&d));
         assert_eq!(c.evictions(), 1);
         // Once a's write is durable it is the least recent: it goes when the bound needs it.
-        let written = c.take_written();
+        let mut written = Vec::new();
+        c.move_written(&mut written);
         assert_eq!(written, std::slice::from_ref(&a));
         c.insert_loaded(&b, [(id("m1"), tomb(1, 100))], UnixMs(0));
         c.evict();
         assert!(c.is_loaded(&a), "over the bound while a is pinned");
         assert!(!c.is_loaded(&d), "d was the least recent clean set");
-        c.unpin(&written);
+        c.unpin(written);
         c.evict();
         assert!(c.is_loaded(&a) && c.is_loaded(&b), "within the bound again");
         c.insert_loaded(&d, [(id("m1"), tomb(1, 100))], UnixMs(0));
@@ -444,8 +477,7 @@ mod tests {
         c.put(&a, id("m2"), tomb(2, 100));
         c.evict();
         assert!(c.is_loaded(&a));
-        let written = c.take_written();
-        c.unpin(&written);
+        c.unpin_written();
         c.evict();
         assert!(!c.is_loaded(&a));
         assert_eq!(c.bytes(), 0);
@@ -469,6 +501,8 @@ mod tests {
         );
         assert_eq!(c.bytes(), bytes);
         assert!(c.get(&a, &id("m1"), UnixMs(0)).unwrap().retracted);
-        assert_eq!(c.take_written().len(), 2);
+        let mut written = Vec::new();
+        c.move_written(&mut written);
+        assert_eq!(written.len(), 2);
     }
 }
