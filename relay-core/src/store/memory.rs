@@ -22,12 +22,51 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    tables: Snapshot,
-    /// Expiry of every row put with one, per expiring table.
-    expiries: BTreeMap<Table, BTreeMap<String, u64>>,
+    /// Every committed row, with its expiry when it was put with one.
+    tables: BTreeMap<Table, BTreeMap<String, Row>>,
     fail_commits: u32,
     fail_reads: u32,
     commits: u64,
+}
+
+/// A committed row.
+#[derive(Debug, Clone)]
+struct Row {
+    value: Vec<u8>,
+    expires_at: Option<u64>,
+}
+
+impl Inner {
+    /// The committed content of the tables `keep` selects.
+    fn snapshot(&self, keep: impl Fn(Table) -> bool) -> Snapshot {
+        self.tables
+            .iter()
+            .filter(|(table, _)| keep(**table))
+            .map(|(table, rows)| {
+                let rows = rows
+                    .iter()
+                    .map(|(k, row)| (k.clone(), row.value.clone()))
+                    .collect();
+                (*table, rows)
+            })
+            .collect()
+    }
+
+    fn put(&mut self, table: Table, key: String, value: Vec<u8>, expires_at: Option<u64>) {
+        self.tables
+            .entry(table)
+            .or_default()
+            .insert(key, Row { value, expires_at });
+    }
+
+    fn remove(&mut self, table: Table, key: &str) {
+        if let Some(t) = self.tables.get_mut(&table) {
+            t.remove(key);
+            if t.is_empty() {
+                self.tables.remove(&table);
+            }
+        }
+    }
 }
 
 impl MemoryStore {
@@ -63,17 +102,11 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     fn load(&mut self) -> Result<Snapshot, StoreError> {
-        Ok(self.lock().tables.clone())
+        Ok(self.lock().snapshot(|_| true))
     }
 
     fn load_eager(&mut self) -> Result<Snapshot, StoreError> {
-        Ok(self
-            .lock()
-            .tables
-            .iter()
-            .filter(|(table, _)| !table.is_lazy())
-            .map(|(table, rows)| (*table, rows.clone()))
-            .collect())
+        Ok(self.lock().snapshot(|table| !table.is_lazy()))
     }
 
     fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
@@ -88,40 +121,22 @@ impl Store for MemoryStore {
         }) {
             return Err(no_expiry(m.table()));
         }
-        let inner = &mut *inner;
         for m in batch {
             match m {
-                Mutation::Put { table, key, value } => {
-                    if let Some(e) = inner.expiries.get_mut(&table) {
-                        e.remove(&key);
-                    }
-                    inner.tables.entry(table).or_default().insert(key, value);
-                }
+                Mutation::Put { table, key, value } => inner.put(table, key, value, None),
                 Mutation::PutExpiring {
                     table,
                     key,
                     value,
                     expires_at,
-                } => {
-                    inner
-                        .expiries
-                        .entry(table)
-                        .or_default()
-                        .insert(key.clone(), expires_at);
-                    inner.tables.entry(table).or_default().insert(key, value);
-                }
-                Mutation::Delete { table, key } => remove(inner, table, &key),
+                } => inner.put(table, key, value, Some(expires_at)),
+                Mutation::Delete { table, key } => inner.remove(table, &key),
                 Mutation::Expire { table, up_to } => {
-                    let gone: Vec<String> = inner
-                        .expiries
-                        .get(&table)
-                        .into_iter()
-                        .flatten()
-                        .filter(|(_, at)| **at <= up_to)
-                        .map(|(k, _)| k.clone())
-                        .collect();
-                    for key in gone {
-                        remove(inner, table, &key);
+                    if let Some(rows) = inner.tables.get_mut(&table) {
+                        rows.retain(|_, row| row.expires_at.is_none_or(|at| at > up_to));
+                        if rows.is_empty() {
+                            inner.tables.remove(&table);
+                        }
                     }
                 }
             }
@@ -132,18 +147,6 @@ impl Store for MemoryStore {
 
     fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
         Ok(Box::new(self.clone()))
-    }
-}
-
-fn remove(inner: &mut Inner, table: Table, key: &str) {
-    if let Some(e) = inner.expiries.get_mut(&table) {
-        e.remove(key);
-    }
-    if let Some(t) = inner.tables.get_mut(&table) {
-        t.remove(key);
-        if t.is_empty() {
-            inner.tables.remove(&table);
-        }
     }
 }
 
@@ -166,7 +169,7 @@ impl StoreRead for MemoryStore {
             .tables
             .get(&table)
             .and_then(|t| t.get(key))
-            .cloned())
+            .map(|row| row.value.clone()))
     }
 
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
@@ -175,12 +178,9 @@ impl StoreRead for MemoryStore {
             return Ok(Vec::new());
         };
         Ok(rows
-            .range::<str, _>((
-                std::ops::Bound::Included(prefix),
-                std::ops::Bound::Unbounded,
-            ))
+            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, row)| (k.clone(), row.value.clone()))
             .collect())
     }
 
@@ -189,17 +189,21 @@ impl StoreRead for MemoryStore {
             return Err(no_expiry(table));
         }
         let inner = self.read()?;
-        let Some(expiries) = inner.expiries.get(&table) else {
-            return Ok(Vec::new());
+        let expiring = || {
+            inner
+                .tables
+                .get(&table)
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, row)| Some((k, row.expires_at?)))
         };
-        let Some(latest) = expiries.values().max() else {
+        let Some(latest) = expiring().map(|(_, at)| at).max() else {
             return Ok(Vec::new());
         };
         let since = latest.saturating_sub(window);
-        let mut out: Expiries = expiries
-            .iter()
-            .filter(|(_, at)| **at >= since)
-            .map(|(k, at)| (k.clone(), *at))
+        let mut out: Expiries = expiring()
+            .filter(|(_, at)| *at >= since)
+            .map(|(k, at)| (k.clone(), at))
             .collect();
         out.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
         Ok(out)
@@ -211,12 +215,12 @@ impl StoreRead for MemoryStore {
         }
         let inner = self.read()?;
         Ok(inner
-            .expiries
+            .tables
             .get(&table)
             .into_iter()
-            .flat_map(|e| e.values())
-            .filter(|at| **at > after)
-            .min()
-            .copied())
+            .flatten()
+            .filter_map(|(_, row)| row.expires_at)
+            .filter(|at| *at > after)
+            .min())
     }
 }
