@@ -178,7 +178,10 @@ impl StoreRead for MemoryStore {
             return Ok(Vec::new());
         };
         Ok(rows
-            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, row)| (k.clone(), row.value.clone()))
             .collect())
