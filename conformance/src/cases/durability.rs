@@ -110,21 +110,14 @@ async fn acked_message(ctx: &mut Ctx) -> CaseResult {
     drop(wa);
     ctx.restart_relay().await?;
     back(ctx, &mut p.b).await?;
-    let mut wb = ctx.connect(&p.b, "B").await?;
-    let wanted = id.clone();
-    let d = wb
-        .expect_where("msg", move |v| v["id"] == wanted.as_str())
-        .await
-        .map_err(|_| {
-            Failure::Fail(format!(
-                "message {id} was acked with seq {seq} before the kill, and B's sync after the restart does not replay it: an acknowledged message was lost"
-            ))
-        })?;
-    ensure!(
-        u(&d, "seq")? == seq,
-        "message {id} was acked with seq {seq} and replayed after the restart with seq {}",
-        d["seq"]
-    );
+    b_receives(
+        ctx,
+        &p.b,
+        &id,
+        seq,
+        "before the kill, and B's sync after the restart does not replay it: an acknowledged message was lost",
+    )
+    .await?;
     Ok(())
 }
 
@@ -143,23 +136,39 @@ async fn resend_after_restart(ctx: &mut Ctx) -> CaseResult {
         again == first,
         "message {id} was acked with seq {first} before the kill and, re-sent after the restart, with seq {again}: the relay forgot the id and stored the message twice"
     );
-    let mut wb = ctx.connect(&p.b, "B").await?;
-    let wanted = id.clone();
+    let mut wb = b_receives(
+        ctx,
+        &p.b,
+        &id,
+        first,
+        "before the kill and again after it, and B's sync does not deliver it",
+    )
+    .await?;
+    wb.expect_none_where("msg", |v| v["id"] == id.as_str())
+        .await
+}
+
+/// B's WebSocket after the restart, once its sync delivered message `id` with `seq`; `lost`
+/// finishes the failure when it does not ("message {id} was acked with seq {seq} {lost}").
+async fn b_receives(
+    ctx: &mut Ctx,
+    b: &Account,
+    id: &str,
+    seq: u64,
+    lost: &str,
+) -> Result<crate::ctx::Ws, Failure> {
+    let mut wb = ctx.connect(b, "B").await?;
+    let wanted = id.to_owned();
     let d = wb
         .expect_where("msg", move |v| v["id"] == wanted.as_str())
         .await
-        .map_err(|_| {
-            Failure::Fail(format!(
-                "message {id} was acked with seq {first} (before the kill and again after it), and B's sync does not deliver it"
-            ))
-        })?;
+        .map_err(|_| Failure::Fail(format!("message {id} was acked with seq {seq} {lost}")))?;
     ensure!(
-        u(&d, "seq")? == first,
-        "B got {id} with seq {}, acked with seq {first}",
+        u(&d, "seq")? == seq,
+        "message {id} was acked with seq {seq} and delivered after the restart with seq {}",
         d["seq"]
     );
-    wb.expect_none_where("msg", |v| v["id"] == id.as_str())
-        .await
+    Ok(wb)
 }
 
 async fn seq_counter(ctx: &mut Ctx) -> CaseResult {
