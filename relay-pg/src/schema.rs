@@ -224,16 +224,12 @@ async fn create_missing_tables(
     tx: &tokio_postgres::Transaction<'_>,
     schema: &str,
 ) -> Result<(), PgError> {
-    let existing: BTreeSet<String> = tx
-        .query(
-            "SELECT tablename::text FROM pg_tables WHERE schemaname = $1",
-            &[&schema],
-        )
-        .await
-        .map_err(|e| backend(&e))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let existing = table_names(
+        tx,
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = $1",
+        schema,
+    )
+    .await?;
     for table in Table::ALL {
         if !existing.contains(table.name()) {
             tx.batch_execute(&create_table_sql(table))
@@ -249,6 +245,21 @@ async fn create_missing_tables(
     Ok(())
 }
 
+/// The table names `sql` (one text column, the schema as `$1`) returns.
+async fn table_names(
+    tx: &tokio_postgres::Transaction<'_>,
+    sql: &str,
+    schema: &str,
+) -> Result<BTreeSet<String>, PgError> {
+    Ok(tx
+        .query(sql, &[&schema])
+        .await
+        .map_err(|e| backend(&e))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
 /// Refuses to lead when an expiring table ([`Table::has_expiry`]) has no `expires_at` column: a
 /// table that became expiring in relay-core without a migration adding (and filling) the column.
 /// The store's statements could not even be prepared, and filling the column is the migration's
@@ -257,17 +268,13 @@ async fn check_expiry_columns(
     tx: &tokio_postgres::Transaction<'_>,
     schema: &str,
 ) -> Result<(), PgError> {
-    let with_column: BTreeSet<String> = tx
-        .query(
-            "SELECT table_name::text FROM information_schema.columns \
-             WHERE table_schema = $1 AND column_name = 'expires_at'",
-            &[&schema],
-        )
-        .await
-        .map_err(|e| backend(&e))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let with_column = table_names(
+        tx,
+        "SELECT table_name::text FROM information_schema.columns \
+         WHERE table_schema = $1 AND column_name = 'expires_at'",
+        schema,
+    )
+    .await?;
     match Table::ALL
         .into_iter()
         .find(|t| t.has_expiry() && !with_column.contains(t.name()))
