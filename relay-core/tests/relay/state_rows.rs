@@ -159,6 +159,103 @@ fn a_tombstone_expires_at_its_lifetime_and_its_row_goes() {
     );
 }
 
+/// Tombstone rows go by range: the first sweep runs at the earliest expiry, the next ones at
+/// the next expiry left but at most once a minute (`TOMBSTONE_SWEEP_MS`), and a restarted
+/// relay schedules them from the store. A row may outlive its tombstone by up to that minute;
+/// the id is new again at its expiry all the same.
+#[test]
+fn tombstone_rows_go_by_range_at_most_once_a_minute_also_after_a_restart() {
+    use relay_core::limits::TOMBSTONE_SWEEP_MS;
+    let mut w = World::new();
+    let (mut a, b, conv) = online_and_offline(&mut w);
+    let life = TOMBSTONE_TTL_MS.max(w.relay.config().offline_ttl_ms);
+    let t0 = w.now;
+    let author = a.uuid.clone();
+    let row = |id: &str| format!("{author}/{id}");
+    w.msg(&a, &b, &conv, "m1");
+    w.advance(30_000);
+    w.msg(&a, &b, &conv, "m2");
+    w.advance(10 * 60_000);
+    w.login(&mut a);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    w.msg(&a, &b, &conv, "m3");
+    assert_eq!(
+        w.relay.poll_timeout().map(|t| t <= t0.plus_ms(life)),
+        Some(true)
+    );
+    // A restart: the schedule comes back from the store's earliest expiry.
+    let store = w.mem.clone();
+    w.restart(Box::new(store));
+    w.advance(t0.plus_ms(life).get() - w.now.get());
+    assert_eq!(keys(&w, Table::Tombstones), [row("m2"), row("m3")]);
+    // m2 expired 30 s later, but its row waits for the next sweep a minute after the first.
+    w.advance(30_000);
+    assert_eq!(keys(&w, Table::Tombstones), [row("m2"), row("m3")]);
+    w.login(&mut a);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    assert_eq!(
+        acks(&frames(&w.msg(&a, &b, &conv, "m2"), ca)),
+        [("m2".into(), 4)],
+        "m2's tombstone has expired: the id is new again"
+    );
+    w.advance(TOMBSTONE_SWEEP_MS - 30_000);
+    assert_eq!(
+        keys(&w, Table::Tombstones),
+        [row("m2"), row("m3")],
+        "m2 again, m3"
+    );
+    let m2_again = w.now;
+    w.advance(t0.plus_ms(30_000 + 10 * 60_000 + life).get() - w.now.get());
+    assert_eq!(
+        keys(&w, Table::Tombstones),
+        [row("m2")],
+        "m3 went at its expiry"
+    );
+    w.advance(m2_again.plus_ms(life).get() - w.now.get());
+    assert!(keys(&w, Table::Tombstones).is_empty());
+}
+
+/// Without a tombstone cache every `msg` reads its author's tombstones from the store. A read
+/// that fails refuses that frame with `STORAGE_UNAVAILABLE` and changes nothing: no ack, no
+/// row, the relay keeps serving; sent again, the message is stored once, and an earlier id is
+/// still known.
+#[test]
+fn a_failed_tombstone_read_refuses_the_frame_and_changes_nothing() {
+    let mut w = World::with_config(relay_core::Config {
+        tombstone_cache_bytes: 0,
+        ..crate::world::fast_config()
+    });
+    let (a, b, conv) = online_and_offline(&mut w);
+    let ca = a.conn.unwrap();
+    assert_eq!(
+        acks(&frames(&w.msg(&a, &b, &conv, "m1"), ca)),
+        [("m1".into(), 1)]
+    );
+    let rows = w.mem.clone().load().unwrap();
+    w.mem.fail_reads(1);
+    let refused = frames(&w.msg(&a, &b, &conv, "m2"), ca);
+    assert_eq!(errors(&refused), ["STORAGE_UNAVAILABLE"]);
+    assert!(acks(&refused).is_empty());
+    assert_eq!(w.mem.clone().load().unwrap(), rows, "nothing was written");
+    assert!(!w.relay.is_failed() && w.relay.is_connected(ca));
+    assert_eq!(w.relay.stats().tombstone_read_failures, 1);
+    assert_eq!(
+        acks(&frames(&w.msg(&a, &b, &conv, "m2"), ca)),
+        [("m2".into(), 2)]
+    );
+    assert_eq!(
+        acks(&frames(&w.msg(&a, &b, &conv, "m1"), ca)),
+        [("m1".into(), 1)]
+    );
+    assert_eq!(
+        w.relay.tombstone_cache().authors,
+        0,
+        "no cache: nothing stays"
+    );
+}
+
 /// A receipt waiting for its offline author is kept for the offline TTL after it was given, to
 /// the millisecond, then deleted: the author's next sync does not get it.
 #[test]
