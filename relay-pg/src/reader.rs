@@ -32,7 +32,7 @@ impl fmt::Debug for PgReader {
 }
 
 /// The prepared reads of one table: by key, by key range (a prefix with an end), from a key on
-/// (a prefix without one); in an expiring table also the latest expiring rows and the next
+/// (a prefix without one); in an expiring table also the latest expiries (keys and expiries) and the next
 /// expiry.
 struct TableReads {
     get: Statement,
@@ -99,7 +99,7 @@ impl ReadConn {
             .ok_or_else(|| PgError::Backend(format!("no reads prepared for {}", table.name())))
     }
 
-    /// The latest-expiring and next-expiry reads of an expiring table.
+    /// The latest-expiries and next-expiry reads of an expiring table.
     fn expiring(&self, table: Table) -> Result<&(Statement, Statement), PgError> {
         self.reads(table)?
             .expiring
