@@ -32,8 +32,8 @@ impl fmt::Debug for PgReader {
 }
 
 /// The prepared reads of one table: by key, by key range (a prefix with an end), from a key on
-/// (a prefix without one); in an expiring table also the latest expiries (keys and expiries) and the next
-/// expiry.
+/// (a prefix without one); in an expiring table also the latest expiries (keys and expiries)
+/// and the next expiry.
 struct TableReads {
     get: Statement,
     scan_range: Statement,
