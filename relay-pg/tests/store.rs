@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::TestDb;
+use common::{Admin, TestDb};
 use relay_core::store::{Mutation, Snapshot, Store, StoreError, StoreRead, Table};
 use relay_pg::{CampaignOptions, Leader, MIGRATIONS, PgError, PgStore, SCHEMA_VERSION};
 
@@ -267,17 +267,22 @@ fn indexes(db: &TestDb, table: &str) -> Vec<String> {
         .collect()
 }
 
+/// The test schema with an empty `schema_migrations` table, as a relay's bootstrap leaves it
+/// (the tests then apply the migrations of an older version by hand).
+fn create_bookkept_schema(admin: &Admin, schema: &str) {
+    admin.exec(&format!(
+        "CREATE SCHEMA {schema};
+         CREATE TABLE {schema}.schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL,
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now());"
+    ));
+}
+
 #[test]
 fn an_old_schema_is_migrated_keeping_its_rows() {
     let Some(db) = TestDb::new() else { return };
     let admin = db.admin();
     // A version-1 database as an older build left it, written before `push_targets` existed.
-    admin.exec(&format!(
-        "CREATE SCHEMA {s};
-         CREATE TABLE {s}.schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL,
-             applied_at TIMESTAMPTZ NOT NULL DEFAULT now());",
-        s = db.schema
-    ));
+    create_bookkept_schema(&admin, &db.schema);
     admin.exec(MIGRATIONS[0].sql);
     admin.exec(
         "INSERT INTO schema_migrations (version, name) VALUES (1, '0001_kv_tables');
@@ -359,12 +364,7 @@ fn the_store_works_from_inside_a_tokio_runtime() {
 fn a_version_4_database_gains_the_tombstone_expiries() {
     let Some(db) = TestDb::new() else { return };
     let admin = db.admin();
-    admin.exec(&format!(
-        "CREATE SCHEMA {s};
-         CREATE TABLE {s}.schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL,
-             applied_at TIMESTAMPTZ NOT NULL DEFAULT now());",
-        s = db.schema
-    ));
+    create_bookkept_schema(&admin, &db.schema);
     for m in MIGRATIONS.iter().filter(|m| m.version <= 4) {
         admin.exec(m.sql);
         admin.exec(&format!(
