@@ -326,7 +326,7 @@ impl Relay {
         }
         let batch = state.take_batch();
         store.commit(batch)?;
-        let msg_limit = restored_msg_limit(&mut *reader, &config)?;
+        let msg_limit = crate::tombstones::restored_msg_limit(&mut *reader, &config)?;
         let sweep_at = crate::tombstones::first_sweep(&mut *reader)?;
         state.tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at);
         #[cfg(feature = "planted-bugs")]
@@ -1248,44 +1248,6 @@ fn failed_frame_id(discarded: &[Output], conn: ConnId) -> Option<String> {
         } if *c == conn => Some(ack.id.to_string()),
         _ => None,
     })
-}
-
-/// The per-user message limit as the store shows it: every accepted message left a tombstone
-/// stamped with its acceptance time (its expiry minus the tombstone lifetime), so the windows
-/// of the last minute before the latest message are rebuilt from the tombstones that expire
-/// last (one indexed read), and a restart does not hand every sender a fresh allowance. (Taken
-/// relative to the latest message in the store, the relay's last known time: windows that
-/// ended before the restart have expired on the first message after it.)
-fn restored_msg_limit(
-    reader: &mut dyn StoreRead,
-    config: &Config,
-) -> Result<RateLimiter<UserUuid>, StoreError> {
-    let mut limit = RateLimiter::new(config.msgs_per_min_per_user, MINUTE_MS);
-    let ttl = crate::limits::TOMBSTONE_TTL_MS.max(config.offline_ttl_ms);
-    let mut latest: Vec<(UserUuid, u64)> = Vec::new();
-    for (key, expires_at) in reader.latest_expiries(Table::Tombstones, MINUTE_MS - 1)? {
-        // The key is `author/id`: the author is read from it (the values are not read).
-        let author = key
-            .split_once('/')
-            .and_then(|(author, _)| UserUuid::parse(author).ok())
-            .ok_or_else(|| {
-                StoreError::Backend(format!(
-                    "corrupt row {key:?} in table {}: not an author's tombstone",
-                    Table::Tombstones.name()
-                ))
-            })?;
-        latest.push((author, expires_at.saturating_sub(ttl)));
-    }
-    let mut windows: BTreeMap<UserUuid, (u64, u32)> = BTreeMap::new();
-    for (author, at) in latest {
-        let w = windows.entry(author).or_insert((at, 0));
-        w.0 = w.0.min(at);
-        w.1 += 1;
-    }
-    for (author, (start, count)) in windows {
-        limit.restore(author, start, count);
-    }
-    Ok(limit)
 }
 
 /// The JWT signing seed of a relay without a configured key: SHA-256 of a domain label and the

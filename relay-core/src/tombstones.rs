@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 
 use wire::{MessageId, UnixMs, UserUuid};
 
-use crate::limits::TOMBSTONE_SWEEP_MS;
+use crate::limits::{MINUTE_MS, TOMBSTONE_SWEEP_MS};
 use crate::relay::Relay;
 use crate::state::{Tombstone, TombstoneRow, decode};
 use crate::store::{StoreError, StoreRead, Table};
@@ -340,6 +340,44 @@ fn read_set(
         set.push((row.id, t));
     }
     Ok(set)
+}
+
+/// The per-user message limit as the store shows it: every accepted message left a tombstone
+/// stamped with its acceptance time (its expiry minus the tombstone lifetime), so the windows
+/// of the last minute before the latest message are rebuilt from the tombstones that expire
+/// last (one indexed read), and a restart does not hand every sender a fresh allowance. (Taken
+/// relative to the latest message in the store, the relay's last known time: windows that
+/// ended before the restart have expired on the first message after it.)
+pub(crate) fn restored_msg_limit(
+    reader: &mut dyn StoreRead,
+    config: &crate::Config,
+) -> Result<crate::ratelimit::RateLimiter<UserUuid>, StoreError> {
+    let mut limit = crate::ratelimit::RateLimiter::new(config.msgs_per_min_per_user, MINUTE_MS);
+    let ttl = crate::limits::TOMBSTONE_TTL_MS.max(config.offline_ttl_ms);
+    let mut latest: Vec<(UserUuid, u64)> = Vec::new();
+    for (key, expires_at) in reader.latest_expiries(Table::Tombstones, MINUTE_MS - 1)? {
+        // The key is `author/id`: the author is read from it (the values are not read).
+        let author = key
+            .split_once('/')
+            .and_then(|(author, _)| UserUuid::parse(author).ok())
+            .ok_or_else(|| {
+                StoreError::Backend(format!(
+                    "corrupt row {key:?} in table {}: not an author's tombstone",
+                    Table::Tombstones.name()
+                ))
+            })?;
+        latest.push((author, expires_at.saturating_sub(ttl)));
+    }
+    let mut windows: BTreeMap<UserUuid, (u64, u32)> = BTreeMap::new();
+    for (author, at) in latest {
+        let w = windows.entry(author).or_insert((at, 0));
+        w.0 = w.0.min(at);
+        w.1 += 1;
+    }
+    for (author, (start, count)) in windows {
+        limit.restore(author, start, count);
+    }
+    Ok(limit)
 }
 
 impl Relay {

@@ -298,9 +298,7 @@ impl Plan {
         // that follows it in the batch has been seen.
         for m in batch.into_iter().rev() {
             let table = m.table();
-            if matches!(m, Mutation::PutExpiring { .. } | Mutation::Expire { .. })
-                && !table.has_expiry()
-            {
+            if m.misplaces_an_expiry() {
                 return Err(no_expiry(table));
             }
             if let Some(key) = m.key()

@@ -151,10 +151,9 @@ struct Ctl {
     stalled_until_ms: u64,
     powered_off: bool,
     history: History,
-    /// SQLite: the committed content as a model (memory: the store is its own model).
-    model: Option<Snapshot>,
-    /// The model's rows put with an expiry, per table (what `Expire` deletes).
-    model_expiries: BTreeMap<Table, BTreeMap<String, u64>>,
+    /// SQLite: the committed content as a model, every committed batch applied in order to a
+    /// [`MemoryStore`] (memory: the store is its own model).
+    model: Option<MemoryStore>,
     /// Failover topology: the leadership lease and the fencing epoch.
     lease: Lease,
 }
@@ -490,70 +489,8 @@ impl Ctl {
             }
         }
         if let Some(model) = &mut self.model {
-            apply(model, &mut self.model_expiries, batch);
-        }
-    }
-}
-
-fn apply(
-    model: &mut Snapshot,
-    expiries: &mut BTreeMap<Table, BTreeMap<String, u64>>,
-    batch: &Batch,
-) {
-    let remove = |model: &mut Snapshot, table: &Table, key: &str| {
-        if let Some(t) = model.get_mut(table) {
-            t.remove(key);
-            if t.is_empty() {
-                model.remove(table);
-            }
-        }
-    };
-    for m in batch {
-        match m {
-            Mutation::Put { table, key, value } => {
-                if let Some(e) = expiries.get_mut(table) {
-                    e.remove(key);
-                }
-                model
-                    .entry(*table)
-                    .or_default()
-                    .insert(key.clone(), value.clone());
-            }
-            Mutation::PutExpiring {
-                table,
-                key,
-                value,
-                expires_at,
-            } => {
-                expiries
-                    .entry(*table)
-                    .or_default()
-                    .insert(key.clone(), *expires_at);
-                model
-                    .entry(*table)
-                    .or_default()
-                    .insert(key.clone(), value.clone());
-            }
-            Mutation::Delete { table, key } => {
-                if let Some(e) = expiries.get_mut(table) {
-                    e.remove(key);
-                }
-                remove(model, table, key);
-            }
-            Mutation::Expire { table, up_to } => {
-                let Some(e) = expiries.get_mut(table) else {
-                    continue;
-                };
-                let due: Vec<String> = e
-                    .iter()
-                    .filter(|(_, at)| **at <= *up_to)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for key in due {
-                    e.remove(&key);
-                    remove(model, table, &key);
-                }
-            }
+            // The SQLite commit of the same batch succeeded, so the model's cannot fail.
+            let _ = model.commit(batch.clone());
         }
     }
 }
@@ -624,9 +561,12 @@ impl FaultyStore {
         };
         let mut c = ctl.lock();
         c.history.counts.loads += 1;
-        if let Some(model) = &c.model {
-            let mut want = model.clone();
-            want.retain(|table, _| !eager || !table.is_lazy());
+        if let Some(model) = &mut c.model {
+            let want = if eager {
+                model.load_eager()
+            } else {
+                model.load()
+            }?;
             if let Some(diff) = first_difference(&want, &snapshot) {
                 c.history.load_mismatches.push((sim_ms(), diff));
             }
@@ -783,7 +723,7 @@ impl SimStore {
                     .suffix(".sqlite3")
                     .tempfile_in(dir)?;
                 let (_, path) = file.keep().map_err(|e| e.error)?;
-                ctl.lock().model = Some(Snapshot::new());
+                ctl.lock().model = Some(MemoryStore::new());
                 Some(Arc::new(TempPath(path)))
             }
         };

@@ -115,12 +115,7 @@ impl Store for MemoryStore {
             inner.fail_commits -= 1;
             return Err(StoreError::Backend("injected commit failure".into()));
         }
-        if let Some(m) = batch.iter().find(|m| {
-            matches!(m, Mutation::PutExpiring { .. } | Mutation::Expire { .. })
-                && !m.table().has_expiry()
-        }) {
-            return Err(no_expiry(m.table()));
-        }
+        super::refuse_misplaced_expiry(&batch)?;
         for m in batch {
             match m {
                 Mutation::Put { table, key, value } => inner.put(table, key, value, None),

@@ -191,6 +191,12 @@ impl Mutation {
         }
     }
 
+    /// Whether this mutation carries an expiry ([`Mutation::PutExpiring`], [`Mutation::Expire`])
+    /// for a table without one: a store refuses its whole batch.
+    pub fn misplaces_an_expiry(&self) -> bool {
+        matches!(self, Self::PutExpiring { .. } | Self::Expire { .. }) && !self.table().has_expiry()
+    }
+
     /// The single row this mutation writes (`None` for [`Mutation::Expire`], which writes a
     /// range).
     pub fn key(&self) -> Option<&str> {
@@ -306,6 +312,15 @@ impl<S: Store + ?Sized> Store for Box<S> {
 /// A read of rows with an expiry from a table without one: a bug of the caller, refused.
 pub(crate) fn no_expiry(table: Table) -> StoreError {
     StoreError::Backend(format!("table {} has no expiry column", table.name()))
+}
+
+/// Refuses `batch` when one of its mutations misplaces an expiry
+/// ([`Mutation::misplaces_an_expiry`]), before anything of it is applied.
+pub(crate) fn refuse_misplaced_expiry(batch: &[Mutation]) -> Result<(), StoreError> {
+    match batch.iter().find(|m| m.misplaces_an_expiry()) {
+        Some(m) => Err(no_expiry(m.table())),
+        None => Ok(()),
+    }
 }
 
 /// The smallest string greater than every string starting with `prefix` (the exclusive end of

@@ -176,14 +176,9 @@ impl Store for SqliteStore {
         if batch.is_empty() {
             return Ok(());
         }
+        super::refuse_misplaced_expiry(&batch)?;
         // Within one transaction only the last mutation of each row matters (a batch of many
         // inputs rewrites the same conversation row once per message): the others are skipped.
-        if let Some(m) = batch.iter().find(|m| {
-            matches!(m, Mutation::PutExpiring { .. } | Mutation::Expire { .. })
-                && !m.table().has_expiry()
-        }) {
-            return Err(no_expiry(m.table()));
-        }
         let mut seen = std::collections::BTreeSet::new();
         let mut last = vec![false; batch.len()];
         for (i, m) in batch.iter().enumerate().rev() {
