@@ -86,6 +86,11 @@ pub struct Config {
     /// [`limits::TOMBSTONE_CACHE_BYTES`]); the sets of the least recently active authors are
     /// evicted past it and read from the store again when needed.
     pub tombstone_cache_bytes: usize,
+    /// Estimated heap for queued messages held in memory (see
+    /// [`limits::QUEUE_CACHE_BYTES`]); the queues of the least recently used conversations
+    /// whose recipient is not synced are evicted past it and read from the store again when
+    /// needed.
+    pub queue_cache_bytes: usize,
     /// A defect to plant, for the simulator's detection test only (feature `planted-bugs`,
     /// which no production build enables; see [`crate::PlantedBug`]). `None` by default.
     #[cfg(feature = "planted-bugs")]
@@ -162,6 +167,7 @@ impl Default for Config {
             turn_ttl_s: limits::TURN_CREDENTIAL_TTL_S,
             max_spent_credentials: limits::MAX_SPENT_CREDENTIALS,
             tombstone_cache_bytes: limits::TOMBSTONE_CACHE_BYTES,
+            queue_cache_bytes: limits::QUEUE_CACHE_BYTES,
             #[cfg(feature = "planted-bugs")]
             planted_bug: None,
         }

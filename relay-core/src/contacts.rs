@@ -188,6 +188,7 @@ impl Relay {
             members: [f.requester.clone(), f.addressee.clone()],
             last_seq: Seq(0),
             last_authored: [Seq(0), Seq(0)],
+            queued: Default::default(),
         });
         let requester = f.requester.clone();
         self.state.put_friendship(FriendshipRow {

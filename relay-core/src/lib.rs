@@ -94,6 +94,7 @@ pub mod http;
 pub(crate) mod ids;
 mod json;
 pub mod limits;
+mod lru;
 mod media;
 mod messaging;
 mod orders;

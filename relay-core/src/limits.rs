@@ -149,6 +149,14 @@ pub const TOMBSTONE_TTL_MS: u64 = 7 * 24 * HOUR_MS;
 /// authors; the rest are read from the store when needed, see `Config::tombstone_cache_bytes`).
 /// At ~150 bytes per tombstone, 64 MiB holds ~440,000 of them.
 pub const TOMBSTONE_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Estimated heap for the queued messages held in memory (whole queues of one recipient in one
+/// conversation; the rest are read from the store when needed, see
+/// `Config::queue_cache_bytes`). The queues of synced recipients and those written by batches
+/// not yet durable are held beyond it. Counted as the queue bounds count messages
+/// ([`queued_message_bytes`]), so 64 MiB holds e.g. ~50,000 messages of 1 KiB.
+pub const QUEUE_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// When reading a queue for its expiry failed, how long until the relay tries again.
+pub const QUEUE_READ_RETRY_MS: u64 = 1_000;
 /// How often, at most, expired tombstone rows are deleted from the store (one range delete;
 /// lookups ignore an expired tombstone at once, so this only bounds how long its row lingers).
 pub const TOMBSTONE_SWEEP_MS: u64 = MINUTE_MS;

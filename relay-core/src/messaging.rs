@@ -114,11 +114,12 @@ impl Relay {
         charge: u64,
     ) -> Result<(), (ErrorCode, &'static str)> {
         let c = &self.config;
+        // The conversation's summary: the queue itself may be only in the store.
         let (conv_msgs, conv_bytes) = self
             .state
-            .queue(recipient, conv)
-            .map_or((0, 0), |q| (q.len(), q.bytes()));
-        if conv_msgs >= c.max_offline_queue_per_conversation
+            .summary(recipient, conv)
+            .map_or((0, 0), |q| (q.msgs, q.bytes));
+        if conv_msgs >= c.max_offline_queue_per_conversation as u64
             || conv_bytes + charge > c.max_offline_queue_bytes_per_conversation
         {
             return Err((
@@ -228,6 +229,23 @@ impl Relay {
         if let Err((code, msg)) = self.queue_bounds(user, recipient, &m.conv_id, charge) {
             return refuse(self, code, msg, &m.id);
         }
+        // The recipient's queue is read (if not in memory) before the message joins it.
+        let recipient = recipient.clone();
+        let read =
+            self.state
+                .load_queue(&mut *self.reader, &mut self.stats, &recipient, &m.conv_id);
+        if read.is_err() {
+            return refuse(
+                self,
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay could not read the recipient's queue; send it again",
+                &m.id,
+            );
+        }
+        // `self.conns` is not touched by the read: the caller is still connected.
+        let Some(user) = self.conns.get(&conn).map(|c| &c.user) else {
+            return;
+        };
         // `member_check` found `user` in the conversation, so this is always `Some`.
         let Some(seq) = self.state.next_seq(&m.conv_id, user) else {
             return;
@@ -347,6 +365,19 @@ impl Relay {
                 id,
             );
         };
+        if self
+            .state
+            .load_queue(&mut *self.reader, &mut self.stats, &other, &r.conv_id)
+            .is_err()
+        {
+            return self.send_error(
+                conn,
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay could not read the recipient's queue; send the retract again",
+                Some("retract".into()),
+                id,
+            );
+        }
         let dropped = self.state.drop_retracted(&other, &r.conv_id, tomb.seq);
         if dropped {
             probes::probe!("retract:dropped-queued-copy");

@@ -96,12 +96,16 @@ pub enum PlantedBug {
     /// a restart) is taken to have none, instead of having them read from the store, so a
     /// re-sent message is stored and delivered again under a new seq.
     EvictedTombstonesForgotten,
+    /// `state`: a queue that is not in memory (evicted, or not read since a restart) is taken
+    /// to be empty instead of being read from the store, so the messages it held are never
+    /// delivered.
+    EvictedQueueForgotten,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 25] = [
+    pub const ALL: [Self; 26] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -127,6 +131,7 @@ impl PlantedBug {
         Self::ChallengeSignatureIgnored,
         Self::SpentNotPersisted,
         Self::EvictedTombstonesForgotten,
+        Self::EvictedQueueForgotten,
     ];
 }
 

@@ -1,4 +1,16 @@
-//! The undelivered messages of one recipient in one conversation, by seq.
+//! The undelivered messages of one recipient in one conversation, by seq, and the bounded
+//! cache of them the relay holds in memory.
+//!
+//! Queued messages live in the store's `messages` table, which is not read at start
+//! ([`crate::store::Table::is_lazy`]). What the relay must know of every queue at all times —
+//! how many messages and bytes it holds (the queue bounds) and when its oldest one expires (its
+//! timer) — is a [`crate::state::QueueSummary`] in the conversation's row, written in the same
+//! commit as every change to the queue. The messages themselves are read per queue (one prefix
+//! scan) when they are needed — a new message for it, its recipient's `sync`, a receipt, a
+//! retraction, its expiry — and kept in [`Queues`], a [`crate::lru::Lru`] bounded by
+//! [`crate::Config::queue_cache_bytes`]: a write pins the queue until its batch is durable,
+//! and a synced recipient's queues stay in memory until its connection goes (delivery reads
+//! them for every message it pushes).
 //!
 //! A ring buffer rather than an ordered map: every new message of a conversation has a higher
 //! seq than any queued one, so queuing is a push at the back, and receipts and expiry take
@@ -6,9 +18,13 @@
 //! map allocated a node every few messages, and a node of rows this size is a large
 //! allocation for the allocator), and no key stored twice.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
-use wire::{MessageId, Seq, UnixMs};
+use wire::{ConvId, MessageId, Seq, UnixMs, UserUuid};
+
+use crate::lru::{Lru, Weigh};
+use crate::state::{ConversationRow, MessageRow, decode};
+use crate::store::{StoreError, StoreRead, Table};
 
 /// A queued message: what its `msg` frame needs besides the conversation (recipient, sender
 /// and conversation id are the conversation's; see `crate::state::Conversation`).
@@ -109,11 +125,6 @@ impl Queue {
         }
     }
 
-    /// The oldest message.
-    pub(crate) fn first(&self) -> Option<&Queued> {
-        self.0.front()
-    }
-
     /// Every message, by seq.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Queued> {
         self.0.iter()
@@ -130,6 +141,185 @@ impl Queue {
         let end = self.0.partition_point(|m| m.seq <= upto);
         self.0.range(..end)
     }
+}
+
+impl Queue {
+    /// What this queue holds, as its conversation's row keeps it.
+    pub(crate) fn summary(&self) -> crate::state::QueueSummary {
+        crate::state::QueueSummary {
+            msgs: self.0.len() as u64,
+            bytes: self.bytes(),
+            oldest: self.0.iter().map(|m| m.at).min().unwrap_or_default(),
+        }
+    }
+}
+
+/// Estimated heap per cached queue besides its messages' charges (which already count each
+/// slot, [`crate::limits::QUEUED_MESSAGE_OVERHEAD_BYTES`]) and its key: the cache's map entry,
+/// its place in the LRU order, the ring buffer's header.
+pub(crate) const QUEUE_BYTES: usize = 160;
+
+impl Weigh for Queue {
+    fn weight(&self) -> usize {
+        usize::try_from(self.bytes()).unwrap_or(usize::MAX) + QUEUE_BYTES
+    }
+}
+
+/// A queue's key: its recipient and conversation (its rows' key prefix).
+pub(crate) type QueueKey = (UserUuid, ConvId);
+
+impl Weigh for QueueKey {
+    fn weight(&self) -> usize {
+        self.0.as_str().len() + self.1.as_str().len()
+    }
+}
+
+/// The queues in memory: a bounded cache, and the recipients whose queues are held.
+#[derive(Debug)]
+pub(crate) struct Queues {
+    cache: Lru<QueueKey, Queue>,
+    /// Synced connections per recipient: while non-zero, every cached queue of the recipient
+    /// is pinned (delivery reads it).
+    held: BTreeMap<UserUuid, u32>,
+}
+
+impl Default for Queues {
+    fn default() -> Self {
+        Self::new(usize::MAX)
+    }
+}
+
+impl Queues {
+    /// An empty cache of at most `bound` bytes once what is pinned is released.
+    pub(crate) fn new(bound: usize) -> Self {
+        Self {
+            cache: Lru::new(bound),
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// The queue `key`, if it is in memory.
+    pub(crate) fn get(&self, key: &QueueKey) -> Option<&Queue> {
+        self.cache.get(key)
+    }
+
+    pub(crate) fn is_loaded(&self, key: &QueueKey) -> bool {
+        self.cache.contains(key)
+    }
+
+    /// Adds the queue `key` as read from the store (or a new empty one), pinned while its
+    /// recipient is held. (A queue already in memory is replaced, keeping its pins.)
+    pub(crate) fn insert_loaded(&mut self, key: QueueKey, queue: Queue) {
+        let new = !self.cache.contains(&key);
+        let pin = (new && self.held.contains_key(&key.0)).then(|| key.clone());
+        self.cache.insert(key, queue);
+        if let Some(key) = pin {
+            self.cache.pin(&key);
+        }
+    }
+
+    /// Changes the cached queue `key` with a change whose mutations are in the batch being
+    /// built (pinned until that batch is durable). `None` when it is not in memory.
+    pub(crate) fn write<R>(
+        &mut self,
+        key: &QueueKey,
+        f: impl FnOnce(&mut Queue) -> R,
+    ) -> Option<R> {
+        self.cache.write(key, f)
+    }
+
+    /// A synced connection of `user` opened: its cached queues (the caller has read every
+    /// non-empty one, `convs`) stay in memory until [`Queues::release`].
+    pub(crate) fn hold<'a>(&mut self, user: &UserUuid, convs: impl Iterator<Item = &'a ConvId>) {
+        let n = self.held.entry(user.clone()).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            for conv in convs {
+                self.cache.pin(&(user.clone(), conv.clone()));
+            }
+        }
+    }
+
+    /// A synced connection of `user` went.
+    pub(crate) fn release<'a>(&mut self, user: &UserUuid, convs: impl Iterator<Item = &'a ConvId>) {
+        let Some(n) = self.held.get_mut(user) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.held.remove(user);
+            for conv in convs {
+                self.cache.release(&(user.clone(), conv.clone()));
+            }
+        }
+    }
+
+    /// See [`Lru::move_written`].
+    pub(crate) fn move_written(&mut self, batch: &mut Vec<QueueKey>) {
+        self.cache.move_written(batch);
+    }
+
+    /// See [`Lru::unpin_written`].
+    pub(crate) fn unpin_written(&mut self) {
+        self.cache.unpin_written();
+    }
+
+    /// See [`Lru::unpin`].
+    pub(crate) fn unpin(&mut self, written: Vec<QueueKey>) {
+        self.cache.unpin(written);
+    }
+
+    /// See [`Lru::evict`].
+    pub(crate) fn evict(&mut self) {
+        self.cache.evict();
+    }
+
+    /// What the cache holds now.
+    pub(crate) fn stats(&self) -> crate::stats::QueueCacheStats {
+        crate::stats::QueueCacheStats {
+            bytes: self.cache.bytes(),
+            queues: self.cache.len(),
+            messages: self.cache.values().map(Queue::len).sum(),
+            evictions: self.cache.evictions(),
+        }
+    }
+}
+
+/// Every stored message of the queue of `conv.members[recipient]` (one prefix scan), checked
+/// to belong to it.
+pub(crate) fn read_queue(
+    reader: &mut dyn StoreRead,
+    conv: &ConversationRow,
+    recipient: usize,
+) -> Result<Queue, StoreError> {
+    let to = &conv.members[recipient];
+    let from = &conv.members[1 - recipient];
+    let mut prefix = String::with_capacity(to.as_str().len() + conv.id.as_str().len() + 2);
+    prefix.push_str(to.as_str());
+    prefix.push('/');
+    prefix.push_str(conv.id.as_str());
+    prefix.push('/');
+    let mut q = Queue::default();
+    for (key, value) in reader.scan_prefix(Table::Messages, &prefix)? {
+        let m: MessageRow = decode(Table::Messages, &key, &value)?;
+        // Written only for a member of the conversation by its other member: anything else
+        // is a corrupt store.
+        if m.recipient != *to || m.from != *from || m.conv_id != conv.id {
+            return Err(StoreError::Backend(format!(
+                "corrupt row {key:?} in table {}: not a message between the members of a \
+                 conversation",
+                Table::Messages.name()
+            )));
+        }
+        q.insert(Queued {
+            seq: m.seq,
+            id: m.id,
+            crypto_v: m.crypto_v,
+            payload: m.payload,
+            at: m.at,
+        });
+    }
+    Ok(q)
 }
 
 #[cfg(test)]
@@ -191,7 +381,8 @@ mod tests {
                 prop_assert_eq!(q.len(), model.len());
                 prop_assert_eq!(q.bytes(), model.values().map(Queued::charge).sum::<u64>());
                 prop_assert!(q.iter().eq(model.values()));
-                prop_assert_eq!(q.first(), model.values().next());
+                prop_assert_eq!(q.iter().next(), model.values().next());
+                prop_assert_eq!(q.summary().oldest, model.values().map(|m| m.at).min().unwrap_or_default());
                 for s in [0, 10, 20, 39] {
                     prop_assert!(q.starting_at(Seq(s)).eq(model.range(Seq(s)..).map(|(_, m)| m)));
                     prop_assert!(q.upto(Seq(s)).eq(model.range(..=Seq(s)).map(|(_, m)| m)));

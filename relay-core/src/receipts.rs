@@ -54,6 +54,19 @@ impl Relay {
                 return self.send_error(conn, ErrorCode::NOT_A_MEMBER, msg, ref_type(), None);
             }
         };
+        if self
+            .state
+            .load_queue(&mut *self.reader, &mut self.stats, &user, &r.conv_id)
+            .is_err()
+        {
+            return self.send_error(
+                conn,
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay could not read your queue; send the receipt again",
+                ref_type(),
+                None,
+            );
+        }
         let hwm = self
             .pushed_hwm
             .get(&user, &r.conv_id)

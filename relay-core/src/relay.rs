@@ -43,6 +43,10 @@ pub enum CloseReason {
     /// `Config::frames_per_min_per_conn`): the relay stopped answering it. Shells close with
     /// 1008 (policy violation), reason `rate limit`.
     RateLimited,
+    /// A read of the store failed where the connection cannot go on without it (its `sync`):
+    /// the relay runs on; the client reconnects and tries again. Shells close with 1013 (try
+    /// again later).
+    StorageUnavailable,
 }
 
 /// An effect for the shell to execute, drained with [`Relay::poll_output`].
@@ -244,8 +248,8 @@ impl std::error::Error for BatchFailed {}
 struct Group {
     mutations: crate::store::Batch,
     outputs: Vec<Output>,
-    /// Tombstone writes of the batch: their authors' sets stay in memory until it is durable.
-    pinned: Vec<UserUuid>,
+    /// What the batch wrote of the caches over the store: kept in memory until it is durable.
+    pinned: crate::state::Pins,
 }
 
 /// Identifies a sealed batch ([`Relay::seal_batch`]); ids increase in seal order, which is the
@@ -283,8 +287,8 @@ struct InFlight {
     outputs: Vec<Output>,
     /// Media blobs its mutations stop naming, deleted once they are durable.
     gc: Vec<(wire::UploadId, Option<u32>)>,
-    /// Tombstone writes of the batch, unpinned once it is durable.
-    pinned: Vec<UserUuid>,
+    /// Cache entries the batch wrote, unpinned once it is durable.
+    pinned: crate::state::Pins,
 }
 
 impl Relay {
@@ -296,6 +300,11 @@ impl Relay {
         let snapshot = store.load_eager()?;
         let mut state = State::load(&snapshot, config.offline_ttl_ms)?;
         drop(snapshot);
+        if !state.meta.contains_key(meta::QUEUE_SUMMARIES) {
+            state.summarise_stored_queues(&mut *reader)?;
+        }
+        state.index_queues(config.offline_ttl_ms);
+        state.queues = crate::queue::Queues::new(config.queue_cache_bytes);
         #[cfg(feature = "planted-bugs")]
         {
             state.planted_bug = config.planted_bug;
@@ -404,14 +413,17 @@ impl Relay {
         &self.config
     }
 
-    /// Number of undelivered messages held (all recipients).
+    /// Number of undelivered messages held (all recipients), summed over the conversations'
+    /// summaries (whether the messages are in memory or only in the store).
     pub fn queued_messages(&self) -> usize {
-        self.state
+        let total: u64 = self
+            .state
             .conversations
             .values()
-            .flat_map(|c| &c.queues)
-            .map(crate::queue::Queue::len)
-            .sum()
+            .flat_map(|c| &c.row.queued)
+            .map(|q| q.msgs)
+            .sum();
+        usize::try_from(total).unwrap_or(usize::MAX)
     }
 
     /// Number of undelivered messages held, as the queue bounds count them (kept as a running
@@ -430,6 +442,12 @@ impl Relay {
     /// number of tombstones walks the sets).
     pub fn tombstone_cache(&self) -> crate::stats::TombstoneCacheStats {
         self.state.tombstones.stats()
+    }
+
+    /// The queued messages held in memory: a few numbers, counted on each call (the number of
+    /// messages walks the queues).
+    pub fn queue_cache(&self) -> crate::stats::QueueCacheStats {
+        self.state.queues.stats()
     }
 
     /// Bytes of undelivered messages held, as the queue bounds count them
@@ -805,6 +823,17 @@ impl Relay {
         let ttl = self.config.offline_ttl_ms;
         match timer {
             Timer::Messages(user, conv) => {
+                let read = self
+                    .state
+                    .load_queue(&mut *self.reader, &mut self.stats, &user, &conv);
+                if read.is_err() {
+                    // Tried again shortly; the messages stay queued meanwhile.
+                    let retry = now.plus_ms(crate::limits::QUEUE_READ_RETRY_MS);
+                    self.state
+                        .timers
+                        .insert((retry, Timer::Messages(user, conv)));
+                    return;
+                }
                 self.state.expire_messages(now, &user, &conv, ttl);
                 self.recount(&user, &conv);
             }
@@ -946,7 +975,7 @@ impl Relay {
         }
         if group.mutations.is_empty() && self.in_flight.is_empty() {
             self.outputs.extend(group.outputs);
-            self.state.tombstones.unpin(group.pinned);
+            self.state.unpin(group.pinned);
             self.collect_blobs();
             return Ok(None);
         }
@@ -998,8 +1027,8 @@ impl Relay {
         match result {
             Ok(()) => {
                 self.outputs.extend(batch.outputs);
-                self.state.tombstones.unpin(batch.pinned);
-                self.state.tombstones.evict();
+                self.state.unpin(batch.pinned);
+                self.state.evict();
                 self.state.media.gc.extend(batch.gc);
                 self.collect_blobs();
                 Ok(())
@@ -1032,9 +1061,9 @@ impl Relay {
     /// [`finish`](Self::finish), returning on failure the outputs it discarded.
     fn finish_staged(&mut self) -> Result<(), Vec<Output>> {
         let finished = self.commit_staged();
-        // Tombstone sets read by this input may be evicted now (those it wrote are pinned
-        // until their commit is reported, when they are unpinned and evicted if need be).
-        self.state.tombstones.evict();
+        // Tombstone sets and queues read by this input may be evicted now (those it wrote are
+        // pinned until their commit is reported, when they are unpinned and evicted if need be).
+        self.state.evict();
         finished
     }
 
@@ -1055,7 +1084,7 @@ impl Relay {
         {
             group.mutations.extend(batch);
             group.outputs.append(&mut self.staged);
-            self.state.tombstones.move_written(&mut group.pinned);
+            self.state.move_written(&mut group.pinned);
             return Ok(());
         }
         let committed = if poisoned {
@@ -1071,7 +1100,7 @@ impl Relay {
         match committed {
             Ok(()) => {
                 self.outputs.extend(self.staged.drain(..));
-                self.state.tombstones.unpin_written();
+                self.state.unpin_written();
                 Ok(())
             }
             Err(_) => {
@@ -1164,10 +1193,15 @@ impl Relay {
     }
 
     pub(crate) fn drop_conn(&mut self, conn: ConnId) {
-        if let Some(c) = self.conns.remove(&conn)
-            && self.conn_of_user.get(&c.user) == Some(&conn)
-        {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        if self.conn_of_user.get(&c.user) == Some(&conn) {
             self.conn_of_user.remove(&c.user);
+        }
+        if c.synced {
+            let convs = self.state.convs_of.get(&c.user).into_iter().flatten();
+            self.state.queues.release(&c.user, convs);
         }
     }
 

@@ -53,6 +53,42 @@ pub(crate) struct ConversationRow {
     pub(crate) last_seq: Seq,
     /// The last seq authored by `members[i]` (0 if none).
     pub(crate) last_authored: [Seq; 2],
+    /// What is queued for `members[i]` (`crate::queue`): kept in the same commit as every
+    /// change to the queue, so that the queue bounds and timers need no read of the messages.
+    /// Absent from rows written before the messages were read lazily (see
+    /// [`meta::QUEUE_SUMMARIES`]).
+    #[serde(default)]
+    pub(crate) queued: [QueueSummary; 2],
+}
+
+/// What one member's queue of a conversation holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct QueueSummary {
+    /// Messages queued.
+    pub(crate) msgs: u64,
+    /// Their bytes as the queue bounds count them ([`Queued::charge`]).
+    pub(crate) bytes: u64,
+    /// The earliest acceptance time among them (0 when there are none).
+    pub(crate) oldest: UnixMs,
+}
+
+impl QueueSummary {
+    fn usage(self) -> Usage {
+        Usage {
+            msgs: usize::try_from(self.msgs).unwrap_or(usize::MAX),
+            bytes: self.bytes,
+        }
+    }
+
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"msgs\":");
+        json::uint(out, self.msgs);
+        out.extend_from_slice(b",\"bytes\":");
+        json::uint(out, self.bytes);
+        out.extend_from_slice(b",\"oldest\":");
+        json::uint(out, self.oldest.get());
+        out.push(b'}');
+    }
 }
 
 impl ConversationRow {
@@ -77,6 +113,10 @@ impl ConversationRow {
         json::uint(out, self.last_authored[0].get());
         out.push(b',');
         json::uint(out, self.last_authored[1].get());
+        out.extend_from_slice(b"],\"queued\":[");
+        self.queued[0].write_json(out);
+        out.push(b',');
+        self.queued[1].write_json(out);
         out.extend_from_slice(b"]}");
     }
 }
@@ -132,19 +172,11 @@ impl MessageRecord<'_> {
     }
 }
 
-/// A conversation in memory: its stored row and the messages held for each member.
+/// A conversation in memory: its stored row (the messages held for each member are in
+/// [`State::queues`] when in memory).
 #[derive(Debug)]
 pub(crate) struct Conversation {
     pub(crate) row: ConversationRow,
-    /// `queues[i]`: the messages held for `row.members[i]` (written by the other member).
-    pub(crate) queues: [Queue; 2],
-}
-
-impl Conversation {
-    /// The messages held for `recipient`, if it is a member.
-    pub(crate) fn queue_of(&self, recipient: &UserUuid) -> Option<&Queue> {
-        self.row.index_of(recipient).map(|i| &self.queues[i])
-    }
 }
 
 /// What the relay remembers of an accepted message id after the message itself is gone (the
@@ -252,6 +284,9 @@ pub(crate) mod meta {
     pub(crate) const JWT_SIGNING_KEY: &str = "jwt_signing_key";
     pub(crate) const BOOT_COUNT: &str = "boot_count";
     pub(crate) const NEXT_FRIENDSHIP_ID: &str = "next_friendship_id";
+    /// Present once every conversation row carries its queue summaries (written by the first
+    /// start of a relay that reads messages lazily, after it summarised the stored queues).
+    pub(crate) const QUEUE_SUMMARIES: &str = "queue_summaries";
 }
 
 /// Deadlines kept in one ordered set; entries are checked against the state when they fire.
@@ -325,6 +360,8 @@ pub(crate) struct State {
     pub(crate) timers: BTreeSet<(UnixMs, Timer)>,
     /// What is queued per recipient, per sender and in total (the queue bounds).
     pub(crate) backlog: Backlog,
+    /// The queues in memory (`crate::queue`; the rest are in the store).
+    pub(crate) queues: crate::queue::Queues,
     /// Media uploads and objects (`crate::media`).
     pub(crate) media: crate::media::MediaState,
     /// Push targets (`crate::push`).
@@ -344,6 +381,14 @@ pub(crate) struct State {
     pub(crate) planted_bug: Option<crate::PlantedBug>,
 }
 
+/// The entries of the caches over the store that a batch wrote (one per write): they stay in
+/// memory until the batch is durable ([`crate::lru`]).
+#[derive(Debug, Default)]
+pub(crate) struct Pins {
+    tombstones: Vec<UserUuid>,
+    queues: Vec<crate::queue::QueueKey>,
+}
+
 /// Messages and bytes ([`Queued::charge`]) of some queues.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Usage {
@@ -352,14 +397,21 @@ pub(crate) struct Usage {
 }
 
 impl Usage {
-    fn add(&mut self, m: &Queued) {
-        self.msgs += 1;
-        self.bytes += m.charge();
+    fn of(m: &Queued) -> Self {
+        Self {
+            msgs: 1,
+            bytes: m.charge(),
+        }
     }
 
-    fn sub(&mut self, m: &Queued) {
-        self.msgs -= 1;
-        self.bytes -= m.charge();
+    fn add(&mut self, u: Self) {
+        self.msgs += u.msgs;
+        self.bytes += u.bytes;
+    }
+
+    fn sub(&mut self, u: Self) {
+        self.msgs -= u.msgs;
+        self.bytes -= u.bytes;
     }
 }
 
@@ -374,7 +426,10 @@ pub(crate) struct Backlog {
 }
 
 impl Backlog {
-    fn add(&mut self, recipient: &UserUuid, sender: &UserUuid, m: &Queued) {
+    fn add(&mut self, recipient: &UserUuid, sender: &UserUuid, m: Usage) {
+        if m.msgs == 0 {
+            return;
+        }
         self.by_recipient
             .entry(recipient.clone())
             .or_default()
@@ -383,7 +438,7 @@ impl Backlog {
         self.total.add(m);
     }
 
-    fn sub(&mut self, recipient: &UserUuid, sender: &UserUuid, m: &Queued) {
+    fn sub(&mut self, recipient: &UserUuid, sender: &UserUuid, m: Usage) {
         for (map, user) in [
             (&mut self.by_recipient, recipient),
             (&mut self.by_sender, sender),
@@ -489,7 +544,8 @@ pub(crate) fn decode<T: DeserializeOwned>(
 }
 
 impl State {
-    /// Rebuilds the state and its indexes from a snapshot.
+    /// Rebuilds the state and its indexes from a snapshot (of the eager tables: the queues'
+    /// counts and timers come from [`State::index_queues`], once the summaries are known).
     pub(crate) fn load(snapshot: &Snapshot, offline_ttl_ms: u64) -> Result<Self, StoreError> {
         let mut s = Self::default();
         let rows = |t: Table| snapshot.get(&t).into_iter().flat_map(|m| m.iter());
@@ -504,41 +560,6 @@ impl State {
         }
         for (k, v) in rows(Table::Conversations) {
             s.index_conversation(decode(Table::Conversations, k, v)?);
-        }
-        for (k, v) in rows(Table::Messages) {
-            let m: MessageRow = decode(Table::Messages, k, v)?;
-            let MessageRow {
-                recipient,
-                conv_id,
-                seq,
-                id,
-                from,
-                crypto_v,
-                payload,
-                at,
-            } = m;
-            // Written only for a member of an existing conversation, by its other member
-            // (conversations are never deleted): anything else is a corrupt store.
-            let member = s
-                .conversations
-                .get(&conv_id)
-                .and_then(|c| c.row.index_of(&recipient).zip(c.row.index_of(&from)))
-                .filter(|(r, f)| r != f);
-            let Some((r, _)) = member else {
-                return Err(StoreError::Backend(format!(
-                    "corrupt row {k:?} in table {}: not a message between the members of a \
-                     conversation",
-                    Table::Messages.name()
-                )));
-            };
-            let queued = Queued {
-                seq,
-                id,
-                crypto_v,
-                payload,
-                at,
-            };
-            s.index_message(&conv_id, r, queued, offline_ttl_ms);
         }
         for (k, v) in rows(Table::ReceiptMarks) {
             let m: ReceiptMarkRow = decode(Table::ReceiptMarks, k, v)?;
@@ -655,28 +676,19 @@ impl State {
                 .or_default()
                 .insert(c.id.clone());
         }
-        let conv = Conversation {
-            row: c,
-            queues: Default::default(),
-        };
+        let conv = Conversation { row: c };
         self.conversations.insert(conv.row.id.clone(), conv);
     }
 
     /// Assigns the next seq of `conv` to a message written by `author`, updating the row in
-    /// place. `None` when `conv` is unknown or `author` is not a member.
+    /// memory: the caller's [`State::put_message`] records it, in the same batch. `None` when
+    /// `conv` is unknown or `author` is not a member.
     pub(crate) fn next_seq(&mut self, conv: &ConvId, author: &UserUuid) -> Option<Seq> {
         let c = &mut self.conversations.get_mut(conv)?.row;
         let i = c.index_of(author)?;
         let seq = c.last_seq.next();
         c.last_seq = seq;
         c.last_authored[i] = seq;
-        if planted!(self, SeqNotPersisted) {
-            // PLANTED BUG (test-only): the new counter stays in memory; a restart reuses seqs.
-            return Some(seq);
-        }
-        let value = encode_with(&mut self.scratch, |out| c.write_json(out));
-        let key = c.id.as_str().to_owned();
-        self.record_encoded(Table::Conversations, key, Some(value));
         Some(seq)
     }
 
@@ -684,43 +696,204 @@ impl State {
         let value = encode_with(&mut self.scratch, |out| c.write_json(out));
         self.record_encoded(Table::Conversations, c.id.to_string(), Some(value));
         match self.conversations.get_mut(&c.id) {
-            // Same members: `convs_of` and the queues stay; replace the row in place.
+            // Same members: `convs_of` stays; replace the row in place.
             Some(old) if old.row.members == c.members => old.row = c,
             _ => self.index_conversation(c),
         }
     }
 
-    // ---- messages
+    // ---- the caches over the store
 
-    /// The messages queued for `recipient` in `conv`, by seq; `None` when there are none.
-    pub(crate) fn queue(&self, recipient: &UserUuid, conv: &ConvId) -> Option<&Queue> {
-        self.conversations
-            .get(conv)?
-            .queue_of(recipient)
-            .filter(|q| !q.is_empty())
+    /// Hands the cache entries written since the last move to `batch`'s pins.
+    pub(crate) fn move_written(&mut self, batch: &mut Pins) {
+        self.tombstones.move_written(&mut batch.tombstones);
+        self.queues.move_written(&mut batch.queues);
     }
 
-    /// Queues `m` for member `recipient` (an index into the members) of `conv`.
-    fn index_message(&mut self, conv: &ConvId, recipient: usize, m: Queued, offline_ttl_ms: u64) {
+    /// The writes since the last [`State::move_written`] are durable.
+    pub(crate) fn unpin_written(&mut self) {
+        self.tombstones.unpin_written();
+        self.queues.unpin_written();
+    }
+
+    /// A batch whose writes pinned `batch` is durable.
+    pub(crate) fn unpin(&mut self, batch: Pins) {
+        self.tombstones.unpin(batch.tombstones);
+        self.queues.unpin(batch.queues);
+    }
+
+    /// Evicts what the caches hold beyond their bounds (only what no batch in flight wrote).
+    pub(crate) fn evict(&mut self) {
+        self.tombstones.evict();
+        self.queues.evict();
+    }
+
+    // ---- messages
+
+    /// Counts every queue into the backlog and arms its expiry timer, from the conversations'
+    /// summaries (at start, after [`State::summarise_stored_queues`] if it was needed).
+    pub(crate) fn index_queues(&mut self, offline_ttl_ms: u64) {
+        for c in self.conversations.values() {
+            for (i, q) in c.row.queued.iter().enumerate() {
+                if q.msgs == 0 {
+                    continue;
+                }
+                let [to, from] = [&c.row.members[i], &c.row.members[1 - i]];
+                self.backlog.add(to, from, q.usage());
+                self.timers.insert((
+                    q.oldest.plus_ms(offline_ttl_ms),
+                    Timer::Messages(to.clone(), c.row.id.clone()),
+                ));
+            }
+        }
+    }
+
+    /// Fills in the queue summaries of every conversation from the stored messages (one scan
+    /// of the table) and records the rows that change, plus [`meta::QUEUE_SUMMARIES`]: what the
+    /// first start of a store written before the summaries existed needs, once.
+    pub(crate) fn summarise_stored_queues(
+        &mut self,
+        reader: &mut dyn crate::store::StoreRead,
+    ) -> Result<(), StoreError> {
+        let mut found: BTreeMap<(ConvId, usize), Queue> = BTreeMap::new();
+        for (key, value) in reader.scan_prefix(Table::Messages, "")? {
+            let m: MessageRow = decode(Table::Messages, &key, &value)?;
+            let member = self
+                .conversations
+                .get(&m.conv_id)
+                .and_then(|c| c.row.index_of(&m.recipient).zip(c.row.index_of(&m.from)))
+                .filter(|(r, f)| r != f);
+            let Some((r, _)) = member else {
+                return Err(StoreError::Backend(format!(
+                    "corrupt row {key:?} in table {}: not a message between the members of a \
+                     conversation",
+                    Table::Messages.name()
+                )));
+            };
+            found.entry((m.conv_id, r)).or_default().insert(Queued {
+                seq: m.seq,
+                id: m.id,
+                crypto_v: m.crypto_v,
+                payload: m.payload,
+                at: m.at,
+            });
+        }
+        let ids: Vec<ConvId> = self.conversations.keys().cloned().collect();
+        for id in ids {
+            let Some(c) = self.conversations.get_mut(&id) else {
+                continue;
+            };
+            let summaries = [0, 1].map(|i| {
+                found
+                    .get(&(id.clone(), i))
+                    .map(Queue::summary)
+                    .unwrap_or_default()
+            });
+            if c.row.queued != summaries {
+                c.row.queued = summaries;
+                let row = c.row.clone();
+                self.record_conversation(&row);
+            }
+        }
+        self.put_meta(meta::QUEUE_SUMMARIES, "1".to_owned());
+        Ok(())
+    }
+
+    fn record_conversation(&mut self, c: &ConversationRow) {
+        let value = encode_with(&mut self.scratch, |out| c.write_json(out));
+        self.record_encoded(Table::Conversations, c.id.as_str().to_owned(), Some(value));
+    }
+
+    /// What is queued for `recipient` in `conv` (`None` when it is not a member).
+    pub(crate) fn summary(&self, recipient: &UserUuid, conv: &ConvId) -> Option<QueueSummary> {
+        let row = &self.conversations.get(conv)?.row;
+        row.index_of(recipient).map(|i| row.queued[i])
+    }
+
+    /// Brings the queue of `recipient` in `conv` into memory: read from the store (one prefix
+    /// scan) unless it is there already; an empty one is created without a read. Should the
+    /// rows disagree with the conversation's summary, the rows win: the summary and the
+    /// backlog are corrected (and the row recorded) and counted in `stats`. `Err`: the read
+    /// failed; nothing changed.
+    pub(crate) fn load_queue(
+        &mut self,
+        reader: &mut dyn crate::store::StoreRead,
+        stats: &mut crate::stats::RelayStats,
+        recipient: &UserUuid,
+        conv: &ConvId,
+    ) -> Result<(), StoreError> {
+        let key = (recipient.clone(), conv.clone());
+        if self.queues.is_loaded(&key) {
+            return Ok(());
+        }
+        let Some(c) = self.conversations.get(conv) else {
+            return Ok(());
+        };
+        let Some(i) = c.row.index_of(recipient) else {
+            return Ok(());
+        };
+        let q = if c.row.queued[i].msgs == 0 {
+            Queue::default()
+        } else if planted!(self, EvictedQueueForgotten) {
+            // PLANTED BUG (test-only): the stored queue is not read back.
+            Queue::default()
+        } else {
+            stats.queues_read += 1;
+            crate::queue::read_queue(reader, &c.row, i).inspect_err(|_| {
+                stats.queue_read_failures += 1;
+            })?
+        };
+        let found = q.summary();
+        if found != c.row.queued[i] && !planted!(self, EvictedQueueForgotten) {
+            stats.queue_summaries_repaired += 1;
+            let [to, from] = [&c.row.members[i], &c.row.members[1 - i]];
+            self.backlog.sub(to, from, c.row.queued[i].usage());
+            self.backlog.add(to, from, found.usage());
+            if let Some(c) = self.conversations.get_mut(conv) {
+                c.row.queued[i] = found;
+                let row = c.row.clone();
+                self.record_conversation(&row);
+            }
+        }
+        self.queues.insert_loaded(key, q);
+        Ok(())
+    }
+
+    /// The messages queued for `recipient` in `conv`, by seq; `None` when there are none, or
+    /// when they are not in memory (callers that need them [`State::load_queue`] first).
+    pub(crate) fn queue(&self, recipient: &UserUuid, conv: &ConvId) -> Option<&Queue> {
+        if self.summary(recipient, conv)?.msgs == 0 {
+            return None;
+        }
+        let q = self.queues.get(&(recipient.clone(), conv.clone()));
+        debug_assert!(q.is_some(), "a queue used before it was read");
+        q.filter(|q| !q.is_empty())
+    }
+
+    /// Records the conversation `conv` after messages left member `i`'s queue (in memory),
+    /// with that queue's new summary, and keeps the backlog in step. (The queue's timer stays:
+    /// it fires no later than the expiry of any message left, and re-arms for the oldest.)
+    fn queue_changed(&mut self, conv: &ConvId, i: usize) {
         let Some(c) = self.conversations.get_mut(conv) else {
             return;
         };
-        let q = &mut c.queues[recipient];
-        let covered = q.first().is_some_and(|first| first.at <= m.at);
-        let at = m.at;
-        let [to, from] = [&c.row.members[recipient], &c.row.members[1 - recipient]];
-        self.backlog.add(to, from, &m);
-        if let Some(old) = q.insert(m) {
-            self.backlog.sub(to, from, &old);
-        }
-        if !covered {
-            let user = c.row.members[recipient].clone();
-            self.arm_queue_timer(&user, conv, at, offline_ttl_ms);
-        }
+        let key = (c.row.members[i].clone(), conv.clone());
+        let Some(q) = self.queues.get(&key) else {
+            return;
+        };
+        let (old, new) = (c.row.queued[i], q.summary());
+        let [to, from] = [&c.row.members[i], &c.row.members[1 - i]];
+        self.backlog.sub(to, from, old.usage());
+        self.backlog.add(to, from, new.usage());
+        c.row.queued[i] = new;
+        let row = c.row.clone();
+        self.record_conversation(&row);
     }
 
-    /// Stores and queues `m`, written by `author` in `conv` for its other member; returns that
-    /// member. `None` when `author` is not a member of `conv`.
+    /// Stores and queues `m`, written by `author` in `conv` for its other member (whose queue
+    /// is in memory: [`State::load_queue`]), and records the conversation with its new seq
+    /// counter ([`State::next_seq`]) and summary; returns that member. `None` when `author` is
+    /// not a member of `conv`.
     pub(crate) fn put_message(
         &mut self,
         conv: &ConvId,
@@ -728,7 +901,10 @@ impl State {
         m: Queued,
         offline_ttl_ms: u64,
     ) -> Option<&UserUuid> {
-        let c = self.conversations.get(conv)?;
+        // PLANTED BUG (test-only) when `SeqNotPersisted`: the conversation's new counter (and
+        // summary) stay in memory; a restart reuses seqs.
+        let persist_conversation = !planted!(self, SeqNotPersisted);
+        let c = self.conversations.get_mut(conv)?;
         let a = c.row.index_of(author)?;
         let recipient = &c.row.members[1 - a];
         let record = MessageRecord {
@@ -742,21 +918,48 @@ impl State {
             at: m.at,
         };
         let value = encode_with(&mut self.scratch, |out| record.write_json(out));
-        let key = message_key(recipient, conv, m.seq);
-        self.record_encoded(Table::Messages, key, Some(value));
-        self.index_message(conv, 1 - a, m, offline_ttl_ms);
-        self.conversations.get(conv).map(|c| &c.row.members[1 - a])
+        self.batch.push(Mutation::Put {
+            table: Table::Messages,
+            key: message_key(recipient, conv, m.seq),
+            value,
+        });
+        let qkey = (recipient.clone(), conv.clone());
+        let usage = Usage::of(&m);
+        let at = m.at;
+        let replaced = self.queues.write(&qkey, |q| q.insert(m));
+        debug_assert!(
+            replaced.is_some(),
+            "a message queued before its queue was read"
+        );
+        let summary = &mut c.row.queued[1 - a];
+        if summary.msgs == 0 || at < summary.oldest {
+            summary.oldest = at;
+            self.timers
+                .insert((at.plus_ms(offline_ttl_ms), Timer::Messages(qkey.0, qkey.1)));
+        }
+        summary.msgs += 1;
+        summary.bytes += usage.bytes;
+        self.backlog.add(recipient, author, usage);
+        if let Some(Some(old)) = replaced {
+            // A seq is never reused (a planted defect aside): the replaced copy leaves.
+            let old = Usage::of(&old);
+            summary.msgs -= 1;
+            summary.bytes -= old.bytes;
+            self.backlog.sub(recipient, author, old);
+        }
+        if persist_conversation {
+            let value = encode_with(&mut self.scratch, |out| c.row.write_json(out));
+            self.batch.push(Mutation::Put {
+                table: Table::Conversations,
+                key: c.row.id.as_str().to_owned(),
+                value,
+            });
+        }
+        Some(&c.row.members[1 - a])
     }
 
-    fn arm_queue_timer(&mut self, recipient: &UserUuid, conv: &ConvId, at: UnixMs, ttl_ms: u64) {
-        self.timers.insert((
-            at.plus_ms(ttl_ms),
-            Timer::Messages(recipient.clone(), conv.clone()),
-        ));
-    }
-
-    /// Deletes the messages of the queue `(recipient, conv)` whose TTL ended at `now`, then
-    /// re-arms its timer for the oldest one left.
+    /// Deletes the messages of the queue `(recipient, conv)` (in memory) whose TTL ended at
+    /// `now`, then re-arms its timer for the oldest one left.
     pub(crate) fn expire_messages(
         &mut self,
         now: UnixMs,
@@ -772,73 +975,71 @@ impl State {
             .filter(|m| now >= m.at.plus_ms(ttl_ms))
             .map(|m| m.seq)
             .collect();
+        let any = !expired.is_empty();
         for seq in expired {
-            self.delete_message(recipient, conv, seq);
+            self.record_delete(Table::Messages, message_key(recipient, conv, seq));
+            self.unqueue(recipient, conv, seq);
         }
-        let oldest = self
-            .queue(recipient, conv)
-            .and_then(|q| q.iter().map(|m| m.at).min());
-        if let Some(at) = oldest {
-            self.arm_queue_timer(recipient, conv, at, ttl_ms);
+        if any {
+            self.after_removal(recipient, conv);
+        }
+        if let Some(left) = self.summary(recipient, conv).filter(|s| s.msgs > 0) {
+            self.timers.insert((
+                left.oldest.plus_ms(ttl_ms),
+                Timer::Messages(recipient.clone(), conv.clone()),
+            ));
         }
     }
 
-    /// The queue of `recipient` in `conv`, with the backlog and the sender (the other member).
-    fn queue_mut(
-        &mut self,
-        recipient: &UserUuid,
-        conv: &ConvId,
-    ) -> Option<(&mut Queue, &mut Backlog, &UserUuid)> {
-        let c = self.conversations.get_mut(conv)?;
-        let i = c.row.index_of(recipient)?;
-        Some((&mut c.queues[i], &mut self.backlog, &c.row.members[1 - i]))
+    fn after_removal(&mut self, recipient: &UserUuid, conv: &ConvId) {
+        let i = self
+            .conversations
+            .get(conv)
+            .and_then(|c| c.row.index_of(recipient));
+        if let Some(i) = i {
+            self.queue_changed(conv, i);
+        }
     }
 
-    pub(crate) fn delete_message(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
+    /// Takes message `seq` out of `recipient`'s queue of `conv` (memory only; the summary is
+    /// the caller's, [`State::queue_changed`]).
+    fn unqueue(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
+        let key = (recipient.clone(), conv.clone());
+        self.queues
+            .write(&key, |q| q.remove(seq))
+            .flatten()
+            .is_some()
+    }
+
+    /// Drops the still-queued copy of a retracted message (its queue is in memory).
+    pub(crate) fn drop_retracted(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
         let removed = self.unqueue(recipient, conv, seq);
         if removed {
-            self.record_delete(Table::Messages, message_key(recipient, conv, seq));
+            // PLANTED BUG (test-only) when `RetractDropNotPersisted`: the copy leaves the
+            // queue in memory only; a restart brings it back.
+            if !planted!(self, RetractDropNotPersisted) {
+                self.record_delete(Table::Messages, message_key(recipient, conv, seq));
+            }
+            self.after_removal(recipient, conv);
         }
         removed
     }
 
-    /// Drops the still-queued copy of a retracted message (see [`Self::delete_message`]).
-    pub(crate) fn drop_retracted(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
-        if planted!(self, RetractDropNotPersisted) {
-            // PLANTED BUG (test-only): the copy leaves the queue in memory only; a restart
-            // brings it back.
-            return self.unqueue(recipient, conv, seq);
-        }
-        self.delete_message(recipient, conv, seq)
-    }
-
-    /// Takes message `seq` out of `recipient`'s queue of `conv` (memory only).
-    fn unqueue(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
-        self.queue_mut(recipient, conv)
-            .and_then(|(q, backlog, from)| {
-                let m = q.remove(seq)?;
-                backlog.sub(recipient, from, &m);
-                Some(m)
-            })
-            .is_some()
-    }
-
-    /// Deletes every message queued for `recipient` in `conv` with seq <= `upto`.
+    /// Deletes every message queued for `recipient` in `conv` (in memory) with seq <= `upto`.
     pub(crate) fn delete_messages_upto(&mut self, recipient: &UserUuid, conv: &ConvId, upto: Seq) {
-        while let Some(m) = self
-            .queue_mut(recipient, conv)
-            .and_then(|(q, backlog, from)| {
-                let m = q.pop_upto(upto)?;
-                backlog.sub(recipient, from, &m);
-                Some(m)
-            })
-        {
+        let key = (recipient.clone(), conv.clone());
+        let mut removed = false;
+        while let Some(m) = self.queues.write(&key, |q| q.pop_upto(upto)).flatten() {
+            removed = true;
             if planted!(self, ReceiptDeleteNotPersisted) {
                 // PLANTED BUG (test-only): acknowledged messages leave the queue in memory
                 // only; a restart queues them again.
                 continue;
             }
             self.record_delete(Table::Messages, message_key(recipient, conv, m.seq));
+        }
+        if removed {
+            self.after_removal(recipient, conv);
         }
     }
 
@@ -1037,6 +1238,10 @@ mod tests {
                 members: [members.0, members.1],
                 last_seq: Seq(seqs.0),
                 last_authored: [Seq(seqs.1), Seq(seqs.2)],
+                queued: [
+                    QueueSummary { msgs: seqs.0, bytes: seqs.1, oldest: UnixMs(seqs.2) },
+                    QueueSummary::default(),
+                ],
             };
             let mut out = Vec::new();
             c.write_json(&mut out);

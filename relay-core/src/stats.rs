@@ -30,6 +30,15 @@ pub struct RelayStats {
     /// Tombstone reads that failed (the frame was refused with `STORAGE_UNAVAILABLE`, or a
     /// range expiry was put off).
     pub tombstone_read_failures: u64,
+    /// Queues read from the store (one recipient's messages in one conversation, needed while
+    /// not in memory).
+    pub queues_read: u64,
+    /// Queue reads that failed (the frame or request was refused with `STORAGE_UNAVAILABLE`,
+    /// a `sync` closed the connection, or an expiry was put off).
+    pub queue_read_failures: u64,
+    /// Queues whose stored messages disagreed with their conversation's summary when read
+    /// (the messages won; a healthy store never has any).
+    pub queue_summaries_repaired: u64,
     /// Payment webhooks, by what they did.
     pub webhooks: WebhookStats,
 }
@@ -46,6 +55,21 @@ pub struct TombstoneCacheStats {
     /// Tombstones in those sets.
     pub tombstones: usize,
     /// Sets evicted since the relay was built.
+    pub evictions: u64,
+}
+
+/// The queued messages held in memory, read with
+/// [`Relay::queue_cache`](crate::Relay::queue_cache) (the rest are in the store).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCacheStats {
+    /// Estimated heap of the queues in memory (bounded by `Config::queue_cache_bytes`, plus
+    /// what synced recipients and the batches in flight hold).
+    pub bytes: usize,
+    /// Queues (one recipient, one conversation) in memory.
+    pub queues: usize,
+    /// Messages in those queues.
+    pub messages: usize,
+    /// Queues evicted since the relay was built.
     pub evictions: u64,
 }
 

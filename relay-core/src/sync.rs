@@ -19,13 +19,13 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use wire::frames::{MsgDelivery, ReceiptDelivery, RetractDelivery};
-use wire::{ConvId, Seq, ServerFrame, UnixMs, UserUuid};
+use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::limits::msg_frame_bytes;
 use crate::planted::planted;
 use crate::queue::Queued;
 use crate::receipts::receipt_frame;
-use crate::relay::{ConnId, Output, Relay};
+use crate::relay::{CloseReason, ConnId, Output, Relay};
 use crate::state::{PairMap, ReceiptKind};
 
 /// The delivery state of one synced connection: what is in flight and whose turn is next.
@@ -77,14 +77,9 @@ fn cost(conv: &ConvId, m: &Queued) -> usize {
 
 impl Relay {
     pub(crate) fn on_sync(&mut self, _now: UnixMs, conn: ConnId) {
-        let Some(c) = self.conns.get_mut(&conn) else {
+        let Some(user) = self.conns.get(&conn).map(|c| c.user.clone()) else {
             return;
         };
-        c.synced = true;
-        c.delivery = Delivery::default();
-        let user = c.user.clone();
-        self.stats.syncs += 1;
-        self.stats.sync_backlog_messages += self.state.backlog.of_recipient(&user).msgs as u64;
         let convs: Vec<ConvId> = self
             .state
             .convs_of
@@ -93,6 +88,40 @@ impl Relay {
             .flatten()
             .cloned()
             .collect();
+        // Every queue of the user is read (if not in memory) before anything is replayed, and
+        // stays in memory while the connection is synced (delivery reads it per message).
+        for conv in &convs {
+            let read = self
+                .state
+                .load_queue(&mut *self.reader, &mut self.stats, &user, conv);
+            if read.is_err() {
+                // The replay cannot be complete: the client reconnects and syncs again.
+                self.send_error(
+                    conn,
+                    ErrorCode::STORAGE_UNAVAILABLE,
+                    "the relay could not read your queued messages; reconnect and sync again",
+                    Some("sync".into()),
+                    None,
+                );
+                self.staged.push(Output::Close {
+                    conn,
+                    reason: CloseReason::StorageUnavailable,
+                });
+                self.drop_conn(conn);
+                return;
+            }
+        }
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let first_sync = !c.synced;
+        c.synced = true;
+        c.delivery = Delivery::default();
+        if first_sync {
+            self.state.queues.hold(&user, convs.iter());
+        }
+        self.stats.syncs += 1;
+        self.stats.sync_backlog_messages += self.state.backlog.of_recipient(&user).msgs as u64;
         for conv in &convs {
             for kind in [ReceiptKind::Delivered, ReceiptKind::Read] {
                 let Some(r) = self
@@ -266,7 +295,7 @@ impl Relay {
         let Some(conversation) = self.state.conversations.get(conv) else {
             return false;
         };
-        let Some(q) = conversation.queue_of(&c.user) else {
+        let Some(q) = self.state.queue(&c.user, conv) else {
             return false;
         };
         let pushed = c.delivery.convs.get(conv).map_or(Seq(0), |f| f.pushed);

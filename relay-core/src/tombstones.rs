@@ -14,10 +14,10 @@
 //! * **Bounded** by [`crate::Config::tombstone_cache_bytes`] (an estimate of the heap each set
 //!   takes, [`ENTRY_BYTES`] and [`AUTHOR_BYTES`] over the key lengths). Past the bound the least
 //!   recently used sets are evicted.
-//! * **Only clean sets are evicted.** A write pins its author's set until the batch that
-//!   carries it is durable ([`Cache::move_written`], [`Cache::unpin`]): a set read again from
-//!   the store after an eviction holds everything the relay acknowledged. The bound can be
-//!   exceeded by what the batches in flight pinned, never by more.
+//! * **Only clean sets are evicted** ([`crate::lru`]): a write pins its author's set until the
+//!   batch that carries it is durable ([`Cache::move_written`], [`Cache::unpin`]), so a set
+//!   read again from the store after an eviction holds everything the relay acknowledged. The
+//!   bound can be exceeded by what the batches in flight pinned, never by more.
 //! * **Expiry is exact in memory and lazy in the store.** A lookup ignores a tombstone whose
 //!   expiry has passed; the rows themselves go with the relay's periodic range expiry
 //!   ([`crate::store::Mutation::Expire`]), and the sets in memory drop theirs at the same time.
@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use wire::{MessageId, UnixMs, UserUuid};
 
 use crate::limits::{MINUTE_MS, TOMBSTONE_SWEEP_MS};
+use crate::lru::{Lru, Weigh};
 use crate::relay::Relay;
 use crate::state::{Tombstone, TombstoneRow, decode};
 use crate::store::{StoreError, StoreRead, Table};
@@ -37,41 +38,34 @@ pub(crate) const ENTRY_BYTES: usize = 112;
 /// Estimated heap per author set, besides its uuid: the set's map, its place in the LRU order.
 pub(crate) const AUTHOR_BYTES: usize = 160;
 
-/// Emptied batch lists kept for reuse (more than the batches a shell keeps in flight).
-const SPARE_LISTS: usize = 8;
-
 /// One author's tombstones, all of them (the set is read whole or not at all).
 #[derive(Debug, Default)]
 struct Author {
     ids: BTreeMap<MessageId, Tombstone>,
-    /// Estimated heap of this set.
+    /// Estimated heap of the tombstones.
     bytes: usize,
-    /// Its place in the LRU order ([`Cache::lru`]).
-    tick: u64,
-    /// Writes to this set not yet durable: while non-zero the set is not evicted.
-    pins: u32,
+}
+
+impl Weigh for Author {
+    fn weight(&self) -> usize {
+        self.bytes + AUTHOR_BYTES
+    }
+}
+
+impl Weigh for UserUuid {
+    fn weight(&self) -> usize {
+        self.as_str().len()
+    }
 }
 
 fn entry_bytes(id: &MessageId, t: &Tombstone) -> usize {
     ENTRY_BYTES + id.as_str().len() + t.conv_id.as_str().len()
 }
 
-/// The authors' sets in memory, with their LRU order and the bound.
-#[derive(Debug, Default)]
+/// The authors' sets in memory ([`Lru`]) and the schedule of the range expiry.
+#[derive(Debug)]
 pub(crate) struct Cache {
-    authors: BTreeMap<UserUuid, Author>,
-    /// tick of last use -> author, oldest first.
-    lru: BTreeMap<u64, UserUuid>,
-    tick: u64,
-    bytes: usize,
-    bound: usize,
-    /// Authors written since the last [`Cache::move_written`] (one entry per write).
-    written: Vec<UserUuid>,
-    /// Emptied lists of unpinned batches, reused by [`Cache::move_written`] (no allocation per
-    /// batch once as many exist as batches are in flight).
-    spare: Vec<Vec<UserUuid>>,
-    /// Sets evicted since the relay started (for metrics and tests).
-    evictions: u64,
+    sets: Lru<UserUuid, Author>,
     /// When the next range expiry of the stored rows is due.
     sweep_at: Option<UnixMs>,
     /// The earliest expiry of the tombstones written since the last range expiry.
@@ -81,14 +75,22 @@ pub(crate) struct Cache {
     pub(crate) planted_bug: Option<crate::PlantedBug>,
 }
 
+impl Default for Cache {
+    fn default() -> Self {
+        Self::new(0, None)
+    }
+}
+
 impl Cache {
     /// An empty cache of at most `bound` bytes; the first range expiry is due at `sweep_at`
     /// (the earliest expiry in the store, [`first_sweep`]).
     pub(crate) fn new(bound: usize, sweep_at: Option<UnixMs>) -> Self {
         Self {
-            bound,
+            sets: Lru::new(bound),
             sweep_at,
-            ..Self::default()
+            written_since_sweep: None,
+            #[cfg(feature = "planted-bugs")]
+            planted_bug: None,
         }
     }
 
@@ -99,7 +101,7 @@ impl Cache {
 
     /// Whether `author`'s set is in memory (lookups for it need no read).
     pub(crate) fn is_loaded(&self, author: &UserUuid) -> bool {
-        self.authors.contains_key(author)
+        self.sets.contains(author)
     }
 
     /// Adds `author`'s set as read from the store (tombstones already expired at `now` are
@@ -117,15 +119,13 @@ impl Cache {
                 set.ids.insert(id, t);
             }
         }
-        self.bytes += set.bytes + AUTHOR_BYTES + author.as_str().len();
-        self.authors.insert(author.clone(), set);
-        self.touch(author);
+        self.sets.insert(author.clone(), set);
     }
 
     /// The live tombstone of `(author, id)` at `now`. `None` also when the author's set is not
     /// loaded: callers load it first.
     pub(crate) fn get(&self, author: &UserUuid, id: &MessageId, now: UnixMs) -> Option<&Tombstone> {
-        self.authors
+        self.sets
             .get(author)?
             .ids
             .get(id)
@@ -135,69 +135,41 @@ impl Cache {
     /// Records a tombstone of a loaded author's set (a new one, or a new state of one) and pins
     /// the set until the write is durable.
     pub(crate) fn put(&mut self, author: &UserUuid, id: MessageId, t: Tombstone) {
-        let Some(set) = self.authors.get_mut(author) else {
-            debug_assert!(
-                false,
-                "a tombstone written for an author whose set is not loaded"
-            );
-            return;
-        };
-        let added = entry_bytes(&id, &t);
-        let removed = set.ids.get(&id).map_or(0, |old| entry_bytes(&id, old));
         let at = t.expires_at;
-        set.ids.insert(id, t);
-        set.bytes = set.bytes + added - removed;
-        self.bytes = self.bytes + added - removed;
-        set.pins += 1;
-        self.written.push(author.clone());
-        self.touch(author);
+        let written = self.sets.write(author, |set| {
+            let added = entry_bytes(&id, &t);
+            let removed = set.ids.get(&id).map_or(0, |old| entry_bytes(&id, old));
+            set.ids.insert(id, t);
+            set.bytes = set.bytes + added - removed;
+        });
+        debug_assert!(
+            written.is_some(),
+            "a tombstone written for an author whose set is not loaded"
+        );
         self.sweep_at = Some(self.sweep_at.map_or(at, |s| s.min(at)));
         self.written_since_sweep = Some(self.written_since_sweep.map_or(at, |s| s.min(at)));
     }
 
-    /// Moves the authors written since the last move into `batch` (one entry per write): the
-    /// relay keeps them with the batch that carries the writes and [`unpin`](Cache::unpin)s
-    /// them once it is durable. (The list keeps its capacity: no allocation per input.)
+    /// Moves the authors written since the last move into `batch` ([`Lru::move_written`]).
     pub(crate) fn move_written(&mut self, batch: &mut Vec<UserUuid>) {
-        if batch.capacity() == 0
-            && !self.written.is_empty()
-            && let Some(spare) = self.spare.pop()
-        {
-            *batch = spare;
-        }
-        batch.append(&mut self.written);
+        self.sets.move_written(batch);
     }
 
     /// The writes since the last [`move_written`](Cache::move_written) are durable (an input
     /// committed on its own): their sets may be evicted again.
     pub(crate) fn unpin_written(&mut self) {
-        for author in &self.written {
-            if let Some(set) = self.authors.get_mut(author) {
-                set.pins = set.pins.saturating_sub(1);
-            }
-        }
-        self.written.clear();
+        self.sets.unpin_written();
     }
 
     /// The writes `written` (a batch's, from [`move_written`](Cache::move_written)) are
-    /// durable: their sets may be evicted again. The list is kept for reuse.
-    pub(crate) fn unpin(&mut self, mut written: Vec<UserUuid>) {
-        for author in &written {
-            if let Some(set) = self.authors.get_mut(author) {
-                set.pins = set.pins.saturating_sub(1);
-            }
-        }
-        if written.capacity() > 0 && self.spare.len() < SPARE_LISTS {
-            written.clear();
-            self.spare.push(written);
-        }
+    /// durable: their sets may be evicted again.
+    pub(crate) fn unpin(&mut self, written: Vec<UserUuid>) {
+        self.sets.unpin(written);
     }
 
     /// Drops every tombstone expired at `now` from the sets in memory.
     pub(crate) fn expire(&mut self, now: UnixMs) {
-        let mut freed = 0;
-        for set in self.authors.values_mut() {
-            let before = set.bytes;
+        self.sets.update_all(|_, set| {
             set.ids.retain(|id, t| {
                 let live = now < t.expires_at;
                 if !live {
@@ -205,29 +177,27 @@ impl Cache {
                 }
                 live
             });
-            freed += before - set.bytes;
-        }
-        self.bytes -= freed;
+        });
     }
 
     /// What the cache holds now.
     pub(crate) fn stats(&self) -> crate::stats::TombstoneCacheStats {
         crate::stats::TombstoneCacheStats {
-            bytes: self.bytes,
-            authors: self.authors.len(),
-            tombstones: self.authors.values().map(|a| a.ids.len()).sum(),
-            evictions: self.evictions,
+            bytes: self.sets.bytes(),
+            authors: self.sets.len(),
+            tombstones: self.sets.values().map(|a| a.ids.len()).sum(),
+            evictions: self.sets.evictions(),
         }
     }
 
     #[cfg(test)]
     fn bytes(&self) -> usize {
-        self.bytes
+        self.sets.bytes()
     }
 
     #[cfg(test)]
     fn evictions(&self) -> u64 {
-        self.evictions
+        self.sets.evictions()
     }
 
     #[cfg(test)]
@@ -235,48 +205,10 @@ impl Cache {
         self.stats().tombstones
     }
 
-    fn touch(&mut self, author: &UserUuid) {
-        let Some(set) = self.authors.get_mut(author) else {
-            return;
-        };
-        if set.tick == self.tick && self.tick > 0 {
-            return; // already the most recent
-        }
-        self.lru.remove(&set.tick);
-        self.tick += 1;
-        set.tick = self.tick;
-        self.lru.insert(self.tick, author.clone());
-    }
-
     /// Evicts the least recently used unpinned sets until the estimate is within the bound (the
     /// relay calls it at the end of every input, after its commit).
     pub(crate) fn evict(&mut self) {
-        if self.bytes <= self.bound {
-            return;
-        }
-        let mut victims = Vec::new();
-        let mut over = self.bytes - self.bound;
-        for (tick, author) in &self.lru {
-            if over == 0 {
-                break;
-            }
-            let Some(set) = self.authors.get(author) else {
-                continue;
-            };
-            if set.pins == 0 {
-                let size = set.bytes + AUTHOR_BYTES + author.as_str().len();
-                over = over.saturating_sub(size);
-                victims.push(*tick);
-            }
-        }
-        for tick in victims {
-            if let Some(author) = self.lru.remove(&tick)
-                && let Some(set) = self.authors.remove(&author)
-            {
-                self.bytes -= set.bytes + AUTHOR_BYTES + author.as_str().len();
-                self.evictions += 1;
-            }
-        }
+        self.sets.evict();
     }
 }
 
@@ -488,7 +420,6 @@ mod tests {
         c.evict();
         assert!(c.is_loaded(&a) && !c.is_loaded(&b) && c.is_loaded(&d));
         assert_eq!(c.evictions(), 1);
-        // Once a's write is durable it is the least recent: it goes when the bound needs it.
         let mut written = Vec::new();
         c.move_written(&mut written);
         assert_eq!(written, std::slice::from_ref(&a));
@@ -496,12 +427,13 @@ mod tests {
         c.evict();
         assert!(c.is_loaded(&a), "over the bound while a is pinned");
         assert!(!c.is_loaded(&d), "d was the least recent clean set");
+        // Once a's write is durable, a counts as just used: b is the least recent.
         c.unpin(written);
         c.evict();
         assert!(c.is_loaded(&a) && c.is_loaded(&b), "within the bound again");
         c.insert_loaded(&d, [(id("m1"), tomb(1, 100))], UnixMs(0));
         c.evict();
-        assert!(!c.is_loaded(&a) && c.is_loaded(&b) && c.is_loaded(&d));
+        assert!(c.is_loaded(&a) && !c.is_loaded(&b) && c.is_loaded(&d));
         assert_eq!(c.bytes(), 2 * one);
         assert_eq!(c.evictions(), 3);
     }

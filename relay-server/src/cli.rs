@@ -389,6 +389,13 @@ pub(crate) struct Args {
           default_value_t = relay_core::limits::TOMBSTONE_CACHE_BYTES, help_heading = LIMITS)]
     pub(crate) tombstone_cache_bytes: usize,
 
+    /// Estimated memory for undelivered messages held in memory: whole queues (one recipient,
+    /// one conversation) recently used; the others stay in the store and are read when their
+    /// recipient syncs or they are next written. Synced recipients' queues are held beyond it.
+    #[arg(long, value_name = "BYTES", env = "RELAY_QUEUE_CACHE_BYTES",
+          default_value_t = relay_core::limits::QUEUE_CACHE_BYTES, help_heading = LIMITS)]
+    pub(crate) queue_cache_bytes: usize,
+
     // ------------------------------------------------------------------ operations
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `relay_core=debug,info`. At no
     /// level are payloads, tokens, tickets or client addresses logged: the WebSocket and HTTP

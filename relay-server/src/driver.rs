@@ -168,6 +168,7 @@ fn close_for(reason: CloseReason) -> (u16, &'static str) {
         CloseReason::Idle => (close_code::GOING_AWAY, "idle timeout"),
         CloseReason::StorageFailure => (close_code::INTERNAL_ERROR, "relay restarting"),
         CloseReason::RateLimited => (close_code::POLICY_VIOLATION, "frame rate limit exceeded"),
+        CloseReason::StorageUnavailable => (close_code::TRY_AGAIN_LATER, "storage unavailable"),
     }
 }
 
@@ -871,6 +872,7 @@ impl Core {
             queued_messages: self.relay.backlog_messages(),
             queued_bytes: self.relay.queued_bytes(),
             tombstone_cache_bytes: self.relay.tombstone_cache().bytes,
+            queue_cache_bytes: self.relay.queue_cache().bytes,
         });
     }
 

@@ -633,6 +633,7 @@ fn config(args: &Args) -> Result<Config> {
         max_offline_queue_bytes_per_conversation: args.max_queued_bytes_per_conversation,
         max_offline_queue_bytes_per_sender: args.max_queued_bytes_per_sender,
         tombstone_cache_bytes: args.tombstone_cache_bytes,
+        queue_cache_bytes: args.queue_cache_bytes,
         ..Config::default()
     };
     if args.pow_difficulty > relay_core::limits::MAX_POW_DIFFICULTY {

@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 28] = [
+    pub const ALL: [Self; 29] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -73,6 +73,7 @@ impl Planted {
         Self::Relay(PlantedBug::ChallengeSignatureIgnored),
         Self::Relay(PlantedBug::SpentNotPersisted),
         Self::Relay(PlantedBug::EvictedTombstonesForgotten),
+        Self::Relay(PlantedBug::EvictedQueueForgotten),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -108,6 +109,7 @@ impl Planted {
             Self::Relay(PlantedBug::ChallengeSignatureIgnored) => "challenge-signature-ignored",
             Self::Relay(PlantedBug::SpentNotPersisted) => "spent-not-persisted",
             Self::Relay(PlantedBug::EvictedTombstonesForgotten) => "evicted-tombstones-forgotten",
+            Self::Relay(PlantedBug::EvictedQueueForgotten) => "evicted-queue-forgotten",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

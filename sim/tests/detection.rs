@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 28] = [
+const CASES: [Case; 29] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -58,6 +58,14 @@ const CASES: [Case; 28] = [
         scale: Scale::Small,
         faults: "swarm",
         oracles: &["seq-unique"],
+    },
+    // Messages queued for a recipient whose queue left memory (even seeds run without a queue
+    // cache, so every queue not held by a synced connection is read back when next needed).
+    Case {
+        bug: Planted::Relay(PlantedBug::EvictedQueueForgotten),
+        scale: Scale::Small,
+        faults: "swarm",
+        oracles: &["liveness", "delivered-exactly-once"],
     },
     Case {
         bug: Planted::Relay(PlantedBug::SyncStopsAtEmptyConversation),
@@ -349,6 +357,12 @@ fn catches_a_missing_message_dedup() {
 #[test]
 fn catches_tombstones_forgotten_after_an_eviction() {
     detects(Planted::Relay(PlantedBug::EvictedTombstonesForgotten));
+}
+
+/// Queued messages of a recipient whose queue was evicted, taken to be none.
+#[test]
+fn catches_a_queue_forgotten_after_an_eviction() {
+    detects(Planted::Relay(PlantedBug::EvictedQueueForgotten));
 }
 
 #[test]

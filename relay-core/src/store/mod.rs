@@ -37,7 +37,8 @@ pub enum Table {
     Friendships,
     /// Conversations by conversation id.
     Conversations,
-    /// Undelivered messages by `recipient/conv/seq`.
+    /// Undelivered messages by `recipient/conv/seq`. Lazy: read per queue (recipient and
+    /// conversation) when needed (`crate::queue`).
     Messages,
     /// Message-id tombstones (dedup and retract authorisation) by `author/message id`. Lazy
     /// and expiring: read per author on first use, deleted by [`Mutation::Expire`].
@@ -127,7 +128,7 @@ impl Table {
     /// Whether the relay reads this table on demand ([`StoreRead`]) instead of loading it at
     /// startup: [`Store::load_eager`] leaves it out.
     pub fn is_lazy(self) -> bool {
-        matches!(self, Self::Tombstones)
+        matches!(self, Self::Tombstones | Self::Messages)
     }
 
     /// Whether rows of this table carry an expiry ([`Mutation::PutExpiring`],

@@ -55,6 +55,7 @@ label_enum! {
     /// Why a WebSocket ended.
     CloseKind {
         Goaway => "goaway", Idle => "idle", StorageFailure => "storage_failure",
+        StorageUnavailable => "storage_unavailable",
         RateLimited => "rate_limited", TooSlow => "too_slow", Shutdown => "shutdown",
         NotLeader => "not_leader", ClientGone => "client_gone",
     }
@@ -263,5 +264,6 @@ pub(crate) fn close_kind(reason: CloseReason) -> CloseKind {
         CloseReason::Idle => CloseKind::Idle,
         CloseReason::StorageFailure => CloseKind::StorageFailure,
         CloseReason::RateLimited => CloseKind::RateLimited,
+        CloseReason::StorageUnavailable => CloseKind::StorageUnavailable,
     }
 }

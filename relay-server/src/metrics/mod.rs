@@ -78,6 +78,8 @@ struct Families {
     read_duration: Histogram,
     tombstone_sets_read: Counter,
     tombstone_cache: Gauge,
+    queues_read: Counter,
+    queue_cache: Gauge,
     store_errors: Family<StoreErrorLabels, Counter>,
     fenced_commits: Counter,
     failstops: Counter,
@@ -144,6 +146,8 @@ impl Metrics {
             read_duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 17)),
             tombstone_sets_read: Counter::default(),
             tombstone_cache: Gauge::default(),
+            queues_read: Counter::default(),
+            queue_cache: Gauge::default(),
             store_errors: Family::default(),
             fenced_commits: Counter::default(),
             failstops: Counter::default(),
@@ -274,6 +278,7 @@ impl Metrics {
         self.f
             .tombstone_cache
             .set(gauge(core.tombstone_cache_bytes as u64));
+        self.f.queue_cache.set(gauge(core.queue_cache_bytes as u64));
     }
 
     /// Adds what the relay counted since `last` (a rebuilt relay restarts from zero).
@@ -309,6 +314,7 @@ impl Metrics {
             &f.tombstone_sets_read,
             d(now.tombstone_sets_read, last.tombstone_sets_read),
         );
+        add(&f.queues_read, d(now.queues_read, last.queues_read));
         add(
             &f.sync_backlog_messages,
             d(now.sync_backlog_messages, last.sync_backlog_messages),
@@ -420,6 +426,8 @@ pub(super) struct CoreGauges {
     pub(super) queued_bytes: u64,
     /// Estimated heap of the tombstones in memory.
     pub(super) tombstone_cache_bytes: usize,
+    /// Estimated heap of the queued messages in memory.
+    pub(super) queue_cache_bytes: usize,
 }
 
 fn gauge(n: u64) -> i64 {
@@ -523,7 +531,7 @@ fn register(r: &mut Registry, f: &Families) {
     );
     r.register_with_unit(
         "store_read_duration",
-        "Duration of one keyed read of the store (an author's tombstones, the next expiry)",
+        "Duration of one keyed read of the store (an author's tombstones, a queue, the next expiry)",
         Unit::Seconds,
         f.read_duration.clone(),
     );
@@ -537,6 +545,17 @@ fn register(r: &mut Registry, f: &Families) {
         "Estimated heap of the message-id tombstones held in memory",
         Unit::Bytes,
         f.tombstone_cache.clone(),
+    );
+    r.register(
+        "queues_read",
+        "Queues (one recipient's messages in one conversation) read from the store, not being in memory when needed",
+        f.queues_read.clone(),
+    );
+    r.register_with_unit(
+        "queue_cache",
+        "Estimated heap of the queued messages held in memory",
+        Unit::Bytes,
+        f.queue_cache.clone(),
     );
     r.register(
         "store_errors",

@@ -48,7 +48,8 @@ impl RelaySetup {
             config: Config {
                 #[cfg(feature = "planted-bugs")]
                 planted_bug: run.planted.and_then(crate::planted::Planted::relay_bug),
-                tombstone_cache_bytes: tombstone_cache_bytes(run.seed),
+                tombstone_cache_bytes: cache_bytes(run.seed),
+                queue_cache_bytes: cache_bytes(run.seed),
                 ..relay_config()
             },
             #[cfg(feature = "planted-bugs")]
@@ -79,11 +80,12 @@ fn relay_config() -> Config {
     }
 }
 
-/// The relay's tombstone cache in the run of `seed`: none at all for even seeds (every
-/// author's tombstones are evicted after each input and read from the store at the next `msg`
-/// or `retract`, so the reads and their faults are on the routing path), the default for odd
-/// ones.
-fn tombstone_cache_bytes(seed: u64) -> usize {
+/// The bound of the relay's tombstone and queue caches in the run of `seed`: none at all for
+/// even seeds (every author's tombstones, and every queue not held by a synced connection, are
+/// evicted after each input and read from the store when next needed, so the reads and their
+/// faults are on the routing, sync and receipt paths), the defaults for odd ones (64 MiB
+/// each).
+fn cache_bytes(seed: u64) -> usize {
     if seed.is_multiple_of(2) {
         0
     } else {

@@ -1,0 +1,264 @@
+//! Queued messages live in the store and are read per queue when needed: not at start, and
+//! not kept in memory past the queue cache's bound unless a synced recipient or a batch in
+//! flight holds them. What the relay must know of every queue at all times (its counts and its
+//! oldest message) is in the conversation's row.
+
+use relay_core::store::{Mutation, Store as _, Table};
+use serde_json::{Value, json};
+
+use crate::world::{World, acks, closed, errors, frames, msgs, online_and_offline};
+
+fn without_queue_cache() -> relay_core::Config {
+    relay_core::Config {
+        queue_cache_bytes: 0,
+        ..crate::world::fast_config()
+    }
+}
+
+fn rows(w: &World, table: Table) -> Vec<(String, Vec<u8>)> {
+    w.mem
+        .clone()
+        .load()
+        .unwrap()
+        .get(&table)
+        .map(|rows| rows.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default()
+}
+
+fn conversation_row(w: &World, conv: &str) -> Value {
+    let (_, v) = rows(w, Table::Conversations)
+        .into_iter()
+        .find(|(k, _)| k == conv)
+        .expect("the conversation's row");
+    serde_json::from_slice(&v).unwrap()
+}
+
+/// The messages queued in `conv` as its stored row counts them (both members).
+fn queued_in_row(w: &World, conv: &str) -> u64 {
+    conversation_row(w, conv)["queued"]
+        .as_array()
+        .expect("the row carries its summaries")
+        .iter()
+        .map(|q| q["msgs"].as_u64().unwrap())
+        .sum()
+}
+
+/// Without a queue cache a recipient's queue is in memory only while an input uses it: each
+/// message to a non-empty queue reads it, a restart reads none, the recipient's sync reads it
+/// and holds it while synced, and its receipts delete rows the next start does not read back.
+#[test]
+fn queued_messages_stay_in_the_store_and_are_read_back_when_needed() {
+    let mut w = World::with_config(without_queue_cache());
+    let (mut a, mut b, conv) = online_and_offline(&mut w);
+    for (i, id) in ["m1", "m2", "m3"].into_iter().enumerate() {
+        w.msg(&a, &b, &conv, id);
+        assert_eq!(w.relay.queue_cache().messages, 0, "evicted after {id}");
+        assert_eq!(
+            w.relay.stats().queues_read,
+            i as u64,
+            "an empty queue is not read"
+        );
+    }
+    assert_eq!(w.relay.queued_messages(), 3);
+    assert_eq!(rows(&w, Table::Messages).len(), 3);
+    assert_eq!(queued_in_row(&w, &conv), 3);
+
+    w.restart(Box::new(w.mem.clone()));
+    assert_eq!(w.relay.queue_cache().queues, 0, "nothing read at start");
+    assert_eq!(
+        (w.relay.queued_messages(), w.relay.backlog_messages()),
+        (3, 3)
+    );
+    let cb = w.connect(&mut b);
+    let outs = w.sync(cb);
+    let got: Vec<u64> = msgs(&frames(&outs, cb)).iter().map(|(_, s)| *s).collect();
+    assert_eq!(got, [1, 2, 3]);
+    assert_eq!(w.relay.stats().queues_read, 1);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    // Held while b is synced, whatever the bound.
+    w.msg(&a, &b, &conv, "m4");
+    assert_eq!(w.relay.queue_cache().messages, 4);
+    w.send(
+        cb,
+        json!({"type":"delivered","conv_id":conv,"seq":2,"to":a.alias}),
+    );
+    assert_eq!(w.relay.queue_cache().messages, 2);
+    w.relay.handle_disconnect(w.now, cb);
+    w.drain();
+    w.msg(&a, &b, &conv, "m5");
+    assert_eq!(
+        w.relay.queue_cache().messages,
+        0,
+        "released with b's connection"
+    );
+
+    w.restart(Box::new(w.mem.clone()));
+    assert_eq!(w.relay.backlog_messages(), 3);
+    let cb = w.connect(&mut b);
+    let outs = w.sync(cb);
+    let got: Vec<u64> = msgs(&frames(&outs, cb)).iter().map(|(_, s)| *s).collect();
+    assert_eq!(got, [3, 4, 5], "the receipt's deletes were durable");
+    assert_eq!(w.relay.stats().queue_summaries_repaired, 0);
+}
+
+/// A `sync` whose queue read fails replays nothing and closes the connection (1013 in the
+/// shells): the relay runs on, and the client's next connection replays everything.
+#[test]
+fn a_failed_queue_read_closes_the_sync_and_the_next_sync_replays_everything() {
+    let mut w = World::with_config(without_queue_cache());
+    let (a, mut b, conv) = online_and_offline(&mut w);
+    w.msg(&a, &b, &conv, "m1");
+    w.msg(&a, &b, &conv, "m2");
+    let cb = w.connect(&mut b);
+    w.mem.fail_reads(1);
+    let outs = w.sync(cb);
+    assert_eq!(errors(&frames(&outs, cb)), ["STORAGE_UNAVAILABLE"]);
+    assert!(msgs(&frames(&outs, cb)).is_empty());
+    assert!(closed(&outs, cb));
+    assert!(outs.iter().any(|o| matches!(
+        o,
+        relay_core::Output::Close { conn, reason: relay_core::CloseReason::StorageUnavailable }
+            if *conn == cb
+    )));
+    assert!(!w.relay.is_failed());
+    assert_eq!(w.relay.stats().queue_read_failures, 1);
+    // Nothing held for the closed connection (a's empty queue is held for a's).
+    w.msg(&a, &b, &conv, "m3");
+    assert_eq!(w.relay.queue_cache().messages, 0);
+    let cb = w.connect(&mut b);
+    let got: Vec<u64> = msgs(&frames(&w.sync(cb), cb))
+        .iter()
+        .map(|(_, s)| *s)
+        .collect();
+    assert_eq!(got, [1, 2, 3]);
+}
+
+/// A message whose recipient's queue cannot be read is refused with `STORAGE_UNAVAILABLE`
+/// and changes nothing (no seq used, no row); sent again, it gets the next seq.
+#[test]
+fn a_failed_queue_read_refuses_the_message_and_changes_nothing() {
+    let mut w = World::with_config(without_queue_cache());
+    let (a, b, conv) = online_and_offline(&mut w);
+    let ca = a.conn.unwrap();
+    w.msg(&a, &b, &conv, "m1");
+    // The author's tombstones are cached, so the one read is the queue's.
+    let before = w.mem.clone().load().unwrap();
+    w.mem.fail_reads(1);
+    let refused = frames(&w.msg(&a, &b, &conv, "m2"), ca);
+    assert_eq!(errors(&refused), ["STORAGE_UNAVAILABLE"]);
+    assert!(acks(&refused).is_empty());
+    assert_eq!(w.mem.clone().load().unwrap(), before, "nothing was written");
+    assert_eq!(w.relay.stats().queue_read_failures, 1);
+    assert_eq!(
+        acks(&frames(&w.msg(&a, &b, &conv, "m2"), ca)),
+        [("m2".into(), 2)]
+    );
+}
+
+/// A queue that is only in the store expires all the same: its timer comes from the
+/// conversation's summary, reads the queue when it fires, and deletes the rows.
+#[test]
+fn a_queue_only_in_the_store_expires_at_its_ttl() {
+    let mut w = World::with_config(without_queue_cache());
+    let ttl = w.relay.config().offline_ttl_ms;
+    let (a, b, conv) = online_and_offline(&mut w);
+    w.msg(&a, &b, &conv, "m1");
+    w.restart(Box::new(w.mem.clone()));
+    w.advance(ttl - 1);
+    assert_eq!(rows(&w, Table::Messages).len(), 1);
+    w.advance(1);
+    assert!(rows(&w, Table::Messages).is_empty());
+    assert_eq!(
+        (w.relay.queued_messages(), w.relay.backlog_messages()),
+        (0, 0)
+    );
+    assert_eq!(queued_in_row(&w, &conv), 0);
+}
+
+/// A store written before conversations carried their queue summaries (no `queued` field, no
+/// `queue_summaries` meta row) is summarised once at the first start: counts, timers and the
+/// replay are as if the summaries had always been there.
+#[test]
+fn a_store_without_queue_summaries_is_summarised_once_at_start() {
+    let mut w = World::new();
+    let ttl = w.relay.config().offline_ttl_ms;
+    let (a, mut b, conv) = online_and_offline(&mut w);
+    for id in ["m1", "m2", "m3"] {
+        w.msg(&a, &b, &conv, id);
+    }
+    // Back to the older layout.
+    let mut old = conversation_row(&w, &conv);
+    old.as_object_mut().unwrap().remove("queued");
+    let mut store = w.mem.clone();
+    store
+        .commit(vec![
+            Mutation::Put {
+                table: Table::Conversations,
+                key: conv.clone(),
+                value: serde_json::to_vec(&old).unwrap(),
+            },
+            Mutation::Delete {
+                table: Table::Meta,
+                key: "queue_summaries".into(),
+            },
+        ])
+        .unwrap();
+
+    w.restart(Box::new(w.mem.clone()));
+    assert_eq!(
+        (w.relay.queued_messages(), w.relay.backlog_messages()),
+        (3, 3)
+    );
+    assert_eq!(queued_in_row(&w, &conv), 3);
+    assert!(
+        rows(&w, Table::Meta)
+            .iter()
+            .any(|(k, _)| k == "queue_summaries")
+    );
+    let cb = w.connect(&mut b);
+    let got: Vec<u64> = msgs(&frames(&w.sync(cb), cb))
+        .iter()
+        .map(|(_, s)| *s)
+        .collect();
+    assert_eq!(got, [1, 2, 3]);
+    w.relay.handle_disconnect(w.now, cb);
+    w.advance(ttl);
+    assert!(
+        rows(&w, Table::Messages).is_empty(),
+        "the timers were armed"
+    );
+}
+
+/// Rows that disagree with the conversation's summary (a store edited behind the relay's
+/// back) win when the queue is read: the summary and the queue bounds' counts follow them.
+#[test]
+fn stored_rows_win_over_a_summary_that_disagrees() {
+    let mut w = World::with_config(without_queue_cache());
+    let (a, mut b, conv) = online_and_offline(&mut w);
+    for id in ["m1", "m2", "m3"] {
+        w.msg(&a, &b, &conv, id);
+    }
+    let first = rows(&w, Table::Messages).remove(0).0;
+    let mut store = w.mem.clone();
+    store
+        .commit(vec![Mutation::Delete {
+            table: Table::Messages,
+            key: first,
+        }])
+        .unwrap();
+    w.restart(Box::new(w.mem.clone()));
+    assert_eq!(w.relay.backlog_messages(), 3, "as the summary says");
+    let cb = w.connect(&mut b);
+    let got: Vec<u64> = msgs(&frames(&w.sync(cb), cb))
+        .iter()
+        .map(|(_, s)| *s)
+        .collect();
+    assert_eq!(got, [2, 3]);
+    assert_eq!(w.relay.stats().queue_summaries_repaired, 1);
+    assert_eq!(
+        (w.relay.queued_messages(), w.relay.backlog_messages()),
+        (2, 2)
+    );
+    assert_eq!(queued_in_row(&w, &conv), 2);
+}
