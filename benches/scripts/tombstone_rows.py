@@ -12,39 +12,16 @@ then starts the relay on it three times and prints, for each start, the seconds 
 store keeps them: with the `expires_at` column when the schema has it (version 2 and later),
 without it for an older relay (whose first start of a newer build then migrates them).
 """
-import json, os, signal, sqlite3, subprocess, sys, time, urllib.request, uuid
+import json, os, sqlite3, sys, time, uuid
+
+from relaystart import start, stop, timed_starts
 
 relay, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 authors = int(sys.argv[4]) if len(sys.argv) > 4 else 10_000
 port = 47900 + os.getpid() % 50
 
 
-def start():
-    t0 = time.perf_counter()
-    p = subprocess.Popen([relay, "--listen", f"127.0.0.1:{port}", "--data", data,
-                          "--log", "warn"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if p.poll() is not None:
-            sys.exit(f"the relay exited: {p.stderr.read().decode()[-2000:]}")
-        time.sleep(0.01)
-    ready = time.perf_counter() - t0
-    status = open(f"/proc/{p.pid}/status").read()
-    mem = {l.split(":")[0]: l.split()[1] for l in status.splitlines() if l.startswith("Vm")}
-    return p, ready, int(mem["VmRSS"]) // 1024, int(mem["VmHWM"]) // 1024
-
-
-def stop(p):
-    p.send_signal(signal.SIGTERM)
-    p.wait(timeout=60)
-
-
-p, _, _, _ = start()
+p, _, _, _ = start(relay, data, port)
 stop(p)
 db = sqlite3.connect(os.path.join(data, "relay.sqlite3"))
 columns = [r[1] for r in db.execute("PRAGMA table_info(tombstones)")]
@@ -71,7 +48,4 @@ db.close()
 size = os.path.getsize(os.path.join(data, "relay.sqlite3")) // (1 << 20)
 print(f"{n} tombstones of {authors} authors written in {time.perf_counter() - t0:.1f} s "
       f"(schema columns: {', '.join(columns)}; database {size} MiB)")
-for run in range(3):
-    p, ready, rss, hwm = start()
-    print(f"start {run + 1}: /readyz 200 after {ready:.2f} s, RSS {rss} MiB, peak RSS {hwm} MiB")
-    stop(p)
+timed_starts(relay, data, port)

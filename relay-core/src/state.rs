@@ -515,6 +515,16 @@ fn pending_receipt_key(recipient: &UserUuid, conv: &ConvId, kind: ReceiptKind) -
     format!("{recipient}/{conv}/{}", kind.as_str())
 }
 
+/// PLANTED BUG (test-only) when `SeqNotPersisted`: the conversation's row is stored without
+/// its seq counter (as it was created), which stays in memory only; a restart reuses seqs.
+fn without_counter(c: &ConversationRow) -> ConversationRow {
+    ConversationRow {
+        last_seq: Seq(0),
+        last_authored: [Seq(0), Seq(0)],
+        ..c.clone()
+    }
+}
+
 /// Serialises `value` into `scratch` (reused across rows), then copies it out at its exact
 /// size: one allocation per row, none of `to_vec`'s regrowth. `None` if it cannot be encoded.
 fn encode<T: Serialize + ?Sized>(scratch: &mut Vec<u8>, value: &T) -> Option<Vec<u8>> {
@@ -800,7 +810,11 @@ impl State {
     }
 
     fn record_conversation(&mut self, c: &ConversationRow) {
-        let value = encode_with(&mut self.scratch, |out| c.write_json(out));
+        let value = if planted!(self, SeqNotPersisted) {
+            encode_with(&mut self.scratch, |out| without_counter(c).write_json(out))
+        } else {
+            encode_with(&mut self.scratch, |out| c.write_json(out))
+        };
         self.record_encoded(Table::Conversations, c.id.as_str().to_owned(), Some(value));
     }
 
@@ -901,9 +915,7 @@ impl State {
         m: Queued,
         offline_ttl_ms: u64,
     ) -> Option<&UserUuid> {
-        // PLANTED BUG (test-only) when `SeqNotPersisted`: the conversation's new counter (and
-        // summary) stay in memory; a restart reuses seqs.
-        let persist_conversation = !planted!(self, SeqNotPersisted);
+        let counter_stored = !planted!(self, SeqNotPersisted);
         let c = self.conversations.get_mut(conv)?;
         let a = c.row.index_of(author)?;
         let recipient = &c.row.members[1 - a];
@@ -947,14 +959,16 @@ impl State {
             summary.bytes -= old.bytes;
             self.backlog.sub(recipient, author, old);
         }
-        if persist_conversation {
-            let value = encode_with(&mut self.scratch, |out| c.row.write_json(out));
-            self.batch.push(Mutation::Put {
-                table: Table::Conversations,
-                key: c.row.id.as_str().to_owned(),
-                value,
-            });
-        }
+        let value = if counter_stored {
+            encode_with(&mut self.scratch, |out| c.row.write_json(out))
+        } else {
+            encode_with(&mut self.scratch, |out| without_counter(&c.row).write_json(out))
+        };
+        self.batch.push(Mutation::Put {
+            table: Table::Conversations,
+            key: c.row.id.as_str().to_owned(),
+            value,
+        });
         Some(&c.row.members[1 - a])
     }
 

@@ -1,0 +1,39 @@
+"""Starting and stopping a release `relay` on a SQLite data directory, measured as an outsider:
+the seconds from exec to `/readyz` 200, and the process's resident memory (VmRSS) and peak
+(VmHWM) at that moment. Shared by the scripts that fill a store and time the starts on it."""
+import os, signal, subprocess, sys, time, urllib.request
+
+
+def start(relay, data, port, *extra):
+    """Starts `relay` on `data`; returns (process, seconds to ready, RSS MiB, peak RSS MiB)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen([relay, "--listen", f"127.0.0.1:{port}", "--data", data,
+                          "--log", "warn", *extra],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if p.poll() is not None:
+            sys.exit(f"the relay exited: {p.stderr.read().decode()[-2000:]}")
+        time.sleep(0.01)
+    ready = time.perf_counter() - t0
+    status = open(f"/proc/{p.pid}/status").read()
+    mem = {l.split(":")[0]: l.split()[1] for l in status.splitlines() if l.startswith("Vm")}
+    return p, ready, int(mem["VmRSS"]) // 1024, int(mem["VmHWM"]) // 1024
+
+
+def stop(p):
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=120)
+
+
+def timed_starts(relay, data, port, runs=3, *extra):
+    for run in range(runs):
+        p, ready, rss, hwm = start(relay, data, port, *extra)
+        print(f"start {run + 1}: /readyz 200 after {ready:.2f} s, RSS {rss} MiB, "
+              f"peak RSS {hwm} MiB", flush=True)
+        stop(p)
