@@ -1,33 +1,48 @@
-"""A relay's start with many undelivered messages in its SQLite store, measured as an outsider:
-the time from exec to `/readyz` 200 and the process's resident memory then; then the first
-`sync` of one recipient, whose queue is read then.
+"""A relay's start with many undelivered messages in its store, measured as an outsider: the
+time from exec to `/readyz` 200 and the process's resident memory then (three starts).
 
     cargo build --release -p relay-server --bin relay
     python3 benches/scripts/queued_rows.py target/release/relay DIR 1000000 [CONVERSATIONS]
+    python3 benches/scripts/queued_rows.py target/release/relay "$RELAY_TEST_POSTGRES_URL" 1000000
 
-Creates the data directory DIR with the relay itself (first start, stopped once ready), then
-writes CONVERSATIONS conversations (N / 10 by default) between fresh pairs of users and N queued
-messages spread evenly over them (for the second member; 36-character ids, 700-character
-payloads, accepted over the last hour) straight into `DIR/relay.sqlite3` in one transaction,
-each conversation's row with the counts a relay keeps in it (`queued`: messages, bytes as the
-queue bounds count them, oldest). Then starts the relay on it three times and prints, for each
-start, the seconds to `/readyz` 200 and the RSS and peak RSS at that moment. (A relay that
-loads every queue at start ignores the `queued` field; one that reads them lazily needs it.)
+The second argument is a SQLite data directory (created by the relay's first start) or a
+PostgreSQL URL (schema `queuebench`, dropped first and left behind: drop it after; keys in a
+fresh /tmp/queuebench-secrets; needs `psql`). After a first start (stopped once ready) the
+script writes CONVERSATIONS conversations (N / 10 by default; N must be a multiple) between
+fresh pairs of users and N queued messages spread evenly over them (for the second member;
+36-character ids, 700-character payloads, accepted over the last hour) straight into the store
+in one transaction, each conversation's row with the counts the relay keeps there (`queued`:
+messages, bytes as the queue bounds count them, oldest). A relay that loads every queue at
+start ignores that field; one that reads queues when needed starts from it.
 """
-import json, os, sqlite3, sys, time, uuid
+import json, os, shutil, sqlite3, subprocess, sys, time, uuid
 
 from relaystart import start, stop, timed_starts
 
-relay, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+relay, target, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 convs = int(sys.argv[4]) if len(sys.argv) > 4 else max(1, n // 10)
+if n % convs:
+    sys.exit("N must be a multiple of CONVERSATIONS")
+per = n // convs
 port = 47950 + os.getpid() % 40
 OVERHEAD = 256  # relay_core::limits::QUEUED_MESSAGE_OVERHEAD_BYTES
-
-p, _, _, _ = start(relay, data, port)
-stop(p)
-db = sqlite3.connect(os.path.join(data, "relay.sqlite3"))
+PAYLOAD = "QUJD" * 175
+ID_LEN = 36
+BYTES = per * (ID_LEN + len(PAYLOAD) + OVERHEAD)
+HOUR = 3_600_000
+pg = target.startswith("postgres")
+if pg:
+    secrets = "/tmp/queuebench-secrets"
+    shutil.rmtree(secrets, ignore_errors=True)
+    os.mkdir(secrets, 0o700)
+    store = ["--postgres", target, "--pg-schema", "queuebench", "--secrets-dir", secrets]
+    subprocess.run(["psql", target, "-qc", "DROP SCHEMA IF EXISTS queuebench CASCADE"],
+                   check=True, stdout=subprocess.DEVNULL)
+else:
+    store = ["--data", target]
 now_ms = int(time.time() * 1000)
-payload = "QUJD" * 175
+p, _, _, _ = start(relay, store, port)
+stop(p)
 t0 = time.perf_counter()
 
 
@@ -35,36 +50,71 @@ def user(i):
     return str(uuid.UUID(int=(i + 1) << 16, version=4))
 
 
-with db:
-    per = [n // convs + (1 if c < n % convs else 0) for c in range(convs)]
-    rows, i = [], 0
-    conv_rows = []
-    for c in range(convs):
-        a, b, cid = user(2 * c), user(2 * c + 1), f"bench-{c:08d}"
-        seqs = per[c]
-        oldest, nbytes = None, 0
-        for s in range(1, seqs + 1):
-            mid = str(uuid.UUID(int=(i + 1) << 40, version=4))
-            at = now_ms - 3_600_000 + i * 3_600_000 // max(n, 1)
-            oldest = at if oldest is None else min(oldest, at)
-            nbytes += len(mid) + len(payload) + OVERHEAD
-            value = json.dumps({"recipient": b, "conv_id": cid, "seq": s, "id": mid, "from": a,
-                                "crypto_v": None, "payload": payload, "at": at},
-                               separators=(",", ":")).encode()
-            rows.append((f"{b}/{cid}/{s:020d}", value))
-            i += 1
-            if len(rows) == 50_000:
-                db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
-                rows = []
-        queued = [{"msgs": 0, "bytes": 0, "oldest": 0},
-                  {"msgs": seqs, "bytes": nbytes, "oldest": oldest or 0}]
-        conv_rows.append((cid, json.dumps({"id": cid, "members": [a, b], "last_seq": seqs,
-                                           "last_authored": [seqs, 0], "queued": queued},
-                                          separators=(",", ":")).encode()))
-    db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
-    db.executemany("INSERT OR REPLACE INTO conversations VALUES (?, ?)", conv_rows)
-db.close()
-size = os.path.getsize(os.path.join(data, "relay.sqlite3")) // (1 << 20)
+def at(i):
+    """The acceptance time of message `i` (0-based over all N): over the last hour."""
+    return now_ms - HOUR + i * HOUR // n
+
+
+def conversation(c):
+    a, b, cid = user(2 * c), user(2 * c + 1), f"bench-{c:08d}"
+    queued = [{"msgs": 0, "bytes": 0, "oldest": 0},
+              {"msgs": per, "bytes": BYTES, "oldest": at(c * per)}]
+    row = {"id": cid, "members": [a, b], "last_seq": per, "last_authored": [per, 0],
+           "queued": queued}
+    return a, b, cid, json.dumps(row, separators=(",", ":")).encode()
+
+
+if pg:
+    # Conversations from Python (one row each), messages generated by PostgreSQL.
+    conv_sql = "\n".join(
+        f"('{cid}', convert_to('{value.decode()}', 'UTF8'))"
+        for _, _, cid, value in map(conversation, range(convs)))
+    user_sql = ("'00000000-0000-4000-8000-' || lpad(to_hex((({u}) + 1) << 16), 12, '0')")
+    sql = f"""
+BEGIN;
+INSERT INTO queuebench.conversations (k, v) VALUES
+{",".join(conv_sql.splitlines())};
+INSERT INTO queuebench.messages (k, v)
+  SELECT b || '/' || cid || '/' || lpad(s::text, 20, '0'),
+         convert_to(json_build_object('recipient', b, 'conv_id', cid, 'seq', s, 'id', m,
+                    'from', a, 'crypto_v', null, 'payload', '{PAYLOAD}',
+                    'at', {now_ms - HOUR} + i * {HOUR} / {n})::text, 'UTF8')
+  FROM (SELECT i, (i / {per}) AS c, (i % {per}) + 1 AS s, md5(i::text)::uuid::text AS m,
+               'bench-' || lpad((i / {per})::text, 8, '0') AS cid,
+               {user_sql.format(u="2 * (i / " + str(per) + ")")} AS a,
+               {user_sql.format(u="2 * (i / " + str(per) + ") + 1")} AS b
+        FROM generate_series(0::bigint, {n - 1}) AS i) q;
+COMMIT;
+VACUUM ANALYZE queuebench.messages;
+VACUUM ANALYZE queuebench.conversations;
+"""
+    subprocess.run(["psql", target, "-q", "-v", "ON_ERROR_STOP=1"], input=sql.encode(),
+                   check=True, stdout=subprocess.DEVNULL)
+    size = subprocess.run(
+        ["psql", target, "-tAc",
+         "SELECT pg_size_pretty(pg_total_relation_size('queuebench.messages'))"],
+        check=True, capture_output=True).stdout.decode().strip()
+else:
+    db = sqlite3.connect(os.path.join(target, "relay.sqlite3"))
+    with db:
+        rows, i, conv_rows = [], 0, []
+        for c in range(convs):
+            a, b, cid, value = conversation(c)
+            conv_rows.append((cid, value))
+            for s in range(1, per + 1):
+                mid = str(uuid.UUID(int=(i + 1) << 40, version=4))
+                msg = {"recipient": b, "conv_id": cid, "seq": s, "id": mid, "from": a,
+                       "crypto_v": None, "payload": PAYLOAD, "at": at(i)}
+                rows.append((f"{b}/{cid}/{s:020d}",
+                             json.dumps(msg, separators=(",", ":")).encode()))
+                i += 1
+                if len(rows) == 50_000:
+                    db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
+                    rows = []
+        db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
+        db.executemany("INSERT OR REPLACE INTO conversations VALUES (?, ?)", conv_rows)
+    db.close()
+    size = f"{os.path.getsize(os.path.join(target, 'relay.sqlite3')) >> 20} MiB"
 print(f"{n} queued messages in {convs} conversations written in "
-      f"{time.perf_counter() - t0:.1f} s (database {size} MiB)", flush=True)
-timed_starts(relay, data, port)
+      f"{time.perf_counter() - t0:.1f} s (store {size})", flush=True)
+timed_starts(relay, store, port)

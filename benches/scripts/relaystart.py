@@ -1,14 +1,14 @@
-"""Starting and stopping a release `relay` on a SQLite data directory, measured as an outsider:
-the seconds from exec to `/readyz` 200, and the process's resident memory (VmRSS) and peak
-(VmHWM) at that moment. Shared by the scripts that fill a store and time the starts on it."""
+"""Starting and stopping a release `relay` on a store, measured as an outsider: the seconds from
+exec to `/readyz` 200, and the process's resident memory (VmRSS) and peak (VmHWM) at that
+moment. Shared by the scripts that fill a store and time the starts on it. `store` is the
+relay's store arguments (`["--data", DIR]`, or `["--postgres", URL, ...]`)."""
 import os, signal, subprocess, sys, time, urllib.request
 
 
-def start(relay, data, port, *extra):
-    """Starts `relay` on `data`; returns (process, seconds to ready, RSS MiB, peak RSS MiB)."""
+def start(relay, store, port):
+    """Starts `relay` on `store`; returns (process, seconds to ready, RSS MiB, peak RSS MiB)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen([relay, "--listen", f"127.0.0.1:{port}", "--data", data,
-                          "--log", "warn", *extra],
+    p = subprocess.Popen([relay, "--listen", f"127.0.0.1:{port}", *store, "--log", "warn"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     while True:
         try:
@@ -31,9 +31,9 @@ def stop(p):
     p.wait(timeout=120)
 
 
-def timed_starts(relay, data, port, runs=3, *extra):
+def timed_starts(relay, store, port, runs=3):
     for run in range(runs):
-        p, ready, rss, hwm = start(relay, data, port, *extra)
+        p, ready, rss, hwm = start(relay, store, port)
         print(f"start {run + 1}: /readyz 200 after {ready:.2f} s, RSS {rss} MiB, "
               f"peak RSS {hwm} MiB", flush=True)
         stop(p)

@@ -21,7 +21,7 @@ authors = int(sys.argv[4]) if len(sys.argv) > 4 else 10_000
 port = 47900 + os.getpid() % 50
 
 
-p, _, _, _ = start(relay, data, port)
+p, _, _, _ = start(relay, ["--data", data], port)
 stop(p)
 db = sqlite3.connect(os.path.join(data, "relay.sqlite3"))
 columns = [r[1] for r in db.execute("PRAGMA table_info(tombstones)")]
@@ -48,4 +48,4 @@ db.close()
 size = os.path.getsize(os.path.join(data, "relay.sqlite3")) // (1 << 20)
 print(f"{n} tombstones of {authors} authors written in {time.perf_counter() - t0:.1f} s "
       f"(schema columns: {', '.join(columns)}; database {size} MiB)")
-timed_starts(relay, data, port)
+timed_starts(relay, ["--data", data], port)
