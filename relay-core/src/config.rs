@@ -60,7 +60,8 @@ pub struct Config {
     pub max_offline_queue_bytes_per_conversation: u64,
     /// Bytes one sender may have queued over all recipients.
     pub max_offline_queue_bytes_per_sender: u64,
-    /// Bytes queued over every recipient: the relay's bound on undelivered messages in memory.
+    /// Bytes queued over every recipient: the relay's bound on undelivered messages (in the
+    /// store; what is in memory is bounded by [`Config::queue_cache_bytes`]).
     pub max_offline_queue_bytes_total: u64,
     /// User lookups (`GET /api/v1/users/{alias}`) per account: burst and refill per hour.
     pub lookups: limits::Budget,

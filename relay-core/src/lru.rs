@@ -123,8 +123,16 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
     /// is pinned until [`Lru::move_written`] hands the write to that batch and [`Lru::unpin`]
     /// (or [`Lru::unpin_written`]) reports it durable.
     pub(crate) fn write<R>(&mut self, key: &K, f: impl FnOnce(&mut V) -> R) -> Option<R> {
-        let r = self.update(key, f)?;
-        self.pin(key);
+        let e = self.entries.get_mut(key)?;
+        let r = f(&mut e.value);
+        let weight = key.weight() + e.value.weight();
+        self.bytes = self.bytes + weight - e.weight;
+        e.weight = weight;
+        if e.pins == 0 {
+            self.order.remove(&e.tick);
+            e.tick = 0;
+        }
+        e.pins += 1;
         self.written.push(key.clone());
         Some(r)
     }
@@ -173,8 +181,13 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
     /// The writes since the last [`move_written`](Lru::move_written) are durable (an input
     /// committed on its own).
     pub(crate) fn unpin_written(&mut self) {
-        let written = std::mem::take(&mut self.written);
-        self.unpin(written);
+        // The list keeps its capacity (no allocation per input).
+        let mut written = std::mem::take(&mut self.written);
+        for key in &written {
+            self.release(key);
+        }
+        written.clear();
+        self.written = written;
     }
 
     /// The writes `written` (a batch's, from [`move_written`](Lru::move_written)) are durable.

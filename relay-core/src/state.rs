@@ -1,5 +1,6 @@
 //! The relay's durable working state: plain maps behind `&mut self`, loaded from the store at
-//! startup, and the row-level mutation batch of the input being handled.
+//! startup (but for the lazy tables' caches: tombstones and queues, read when needed), and the
+//! row-level mutation batch of the input being handled.
 //!
 //! Every `put_*` / `delete_*` updates the maps and indexes **and** records the matching
 //! [`Mutation`]; the dispatcher commits the batch before releasing any output of the input.
@@ -515,14 +516,30 @@ fn pending_receipt_key(recipient: &UserUuid, conv: &ConvId, kind: ReceiptKind) -
     format!("{recipient}/{conv}/{}", kind.as_str())
 }
 
-/// PLANTED BUG (test-only) when `SeqNotPersisted`: the conversation's row is stored without
-/// its seq counter (as it was created), which stays in memory only; a restart reuses seqs.
-fn without_counter(c: &ConversationRow) -> ConversationRow {
-    ConversationRow {
-        last_seq: Seq(0),
-        last_authored: [Seq(0), Seq(0)],
-        ..c.clone()
-    }
+/// Records the row of conversation `c` in `batch`. `counter_stored` is false only for the
+/// PLANTED BUG (test-only) `SeqNotPersisted`: the row is stored without its seq counter (as
+/// it was created), which stays in memory only, so a restart reuses seqs.
+fn push_conversation(
+    batch: &mut Batch,
+    scratch: &mut Vec<u8>,
+    c: &ConversationRow,
+    counter_stored: bool,
+) {
+    let value = if counter_stored {
+        encode_with(scratch, |out| c.write_json(out))
+    } else {
+        let stale = ConversationRow {
+            last_seq: Seq(0),
+            last_authored: [Seq(0), Seq(0)],
+            ..c.clone()
+        };
+        encode_with(scratch, |out| stale.write_json(out))
+    };
+    batch.push(Mutation::Put {
+        table: Table::Conversations,
+        key: c.id.as_str().to_owned(),
+        value,
+    });
 }
 
 /// Serialises `value` into `scratch` (reused across rows), then copies it out at its exact
@@ -810,12 +827,8 @@ impl State {
     }
 
     fn record_conversation(&mut self, c: &ConversationRow) {
-        let value = if planted!(self, SeqNotPersisted) {
-            encode_with(&mut self.scratch, |out| without_counter(c).write_json(out))
-        } else {
-            encode_with(&mut self.scratch, |out| c.write_json(out))
-        };
-        self.record_encoded(Table::Conversations, c.id.as_str().to_owned(), Some(value));
+        let counter_stored = !planted!(self, SeqNotPersisted);
+        push_conversation(&mut self.batch, &mut self.scratch, c, counter_stored);
     }
 
     /// What is queued for `recipient` in `conv` (`None` when it is not a member).
@@ -900,8 +913,8 @@ impl State {
         self.backlog.sub(to, from, old.usage());
         self.backlog.add(to, from, new.usage());
         c.row.queued[i] = new;
-        let row = c.row.clone();
-        self.record_conversation(&row);
+        let counter_stored = !planted!(self, SeqNotPersisted);
+        push_conversation(&mut self.batch, &mut self.scratch, &c.row, counter_stored);
     }
 
     /// Stores and queues `m`, written by `author` in `conv` for its other member (whose queue
@@ -959,16 +972,7 @@ impl State {
             summary.bytes -= old.bytes;
             self.backlog.sub(recipient, author, old);
         }
-        let value = if counter_stored {
-            encode_with(&mut self.scratch, |out| c.row.write_json(out))
-        } else {
-            encode_with(&mut self.scratch, |out| without_counter(&c.row).write_json(out))
-        };
-        self.batch.push(Mutation::Put {
-            table: Table::Conversations,
-            key: c.row.id.as_str().to_owned(),
-            value,
-        });
+        push_conversation(&mut self.batch, &mut self.scratch, &c.row, counter_stored);
         Some(&c.row.members[1 - a])
     }
 
@@ -1042,19 +1046,28 @@ impl State {
     /// Deletes every message queued for `recipient` in `conv` (in memory) with seq <= `upto`.
     pub(crate) fn delete_messages_upto(&mut self, recipient: &UserUuid, conv: &ConvId, upto: Seq) {
         let key = (recipient.clone(), conv.clone());
-        let mut removed = false;
-        while let Some(m) = self.queues.write(&key, |q| q.pop_upto(upto)).flatten() {
-            removed = true;
-            if planted!(self, ReceiptDeleteNotPersisted) {
-                // PLANTED BUG (test-only): acknowledged messages leave the queue in memory
-                // only; a restart queues them again.
-                continue;
+        if self
+            .queues
+            .get(&key)
+            .is_none_or(|q| q.iter().next().is_none_or(|m| m.seq > upto))
+        {
+            return;
+        }
+        // PLANTED BUG (test-only) when `ReceiptDeleteNotPersisted`: acknowledged messages
+        // leave the queue in memory only; a restart queues them again.
+        let persist = !planted!(self, ReceiptDeleteNotPersisted);
+        let batch = &mut self.batch;
+        self.queues.write(&key, |q| {
+            while let Some(m) = q.pop_upto(upto) {
+                if persist {
+                    batch.push(Mutation::Delete {
+                        table: Table::Messages,
+                        key: message_key(recipient, conv, m.seq),
+                    });
+                }
             }
-            self.record_delete(Table::Messages, message_key(recipient, conv, m.seq));
-        }
-        if removed {
-            self.after_removal(recipient, conv);
-        }
+        });
+        self.after_removal(recipient, conv);
     }
 
     // ---- tombstones
