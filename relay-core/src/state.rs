@@ -838,7 +838,8 @@ impl State {
     }
 
     /// Brings the queue of `recipient` in `conv` into memory: read from the store (one prefix
-    /// scan) unless it is there already; an empty one is created without a read. Should the
+    /// scan) unless it is there already or empty (an empty queue is created in memory by the
+    /// message that next joins it, [`State::put_message`]). Should the
     /// rows disagree with the conversation's summary, the rows win: the summary and the
     /// backlog are corrected (and the row recorded) and counted in `stats`. `Err`: the read
     /// failed; nothing changed.
@@ -859,9 +860,11 @@ impl State {
         let Some(i) = c.row.index_of(recipient) else {
             return Ok(());
         };
-        let q = if c.row.queued[i].msgs == 0 {
-            Queue::default()
-        } else if planted!(self, EvictedQueueForgotten) {
+        if c.row.queued[i].msgs == 0 {
+            // Nothing to read, nor to keep: a message for it creates the queue in memory.
+            return Ok(());
+        }
+        let q = if planted!(self, EvictedQueueForgotten) {
             // PLANTED BUG (test-only): the stored queue is not read back.
             Queue::default()
         } else {
@@ -918,7 +921,7 @@ impl State {
     }
 
     /// Stores and queues `m`, written by `author` in `conv` for its other member (whose queue
-    /// is in memory: [`State::load_queue`]), and records the conversation with its new seq
+    /// is in memory if it holds messages: [`State::load_queue`]), and records the conversation with its new seq
     /// counter ([`State::next_seq`]) and summary; returns that member. `None` when `author` is
     /// not a member of `conv`.
     pub(crate) fn put_message(
@@ -949,6 +952,10 @@ impl State {
             value,
         });
         let qkey = (recipient.clone(), conv.clone());
+        let summary = &mut c.row.queued[1 - a];
+        if summary.msgs == 0 && !self.queues.is_loaded(&qkey) {
+            self.queues.insert_loaded(qkey.clone(), Queue::default());
+        }
         let usage = Usage::of(&m);
         let at = m.at;
         let replaced = self.queues.write(&qkey, |q| q.insert(m));
@@ -956,7 +963,6 @@ impl State {
             replaced.is_some(),
             "a message queued before its queue was read"
         );
-        let summary = &mut c.row.queued[1 - a];
         if summary.msgs == 0 || at < summary.oldest {
             summary.oldest = at;
             self.timers
