@@ -101,27 +101,10 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
         );
     }
 
-    /// Changes the entry of `key` in memory only (nothing the store must learn): reweighed,
-    /// made the most recently used. `None` when it is not cached.
-    pub(crate) fn update<R>(&mut self, key: &K, f: impl FnOnce(&mut V) -> R) -> Option<R> {
-        let e = self.entries.get_mut(key)?;
-        let r = f(&mut e.value);
-        let weight = key.weight() + e.value.weight();
-        self.bytes = self.bytes + weight - e.weight;
-        e.weight = weight;
-        if e.pins == 0 {
-            let old = e.tick;
-            self.order.remove(&old);
-            self.tick += 1;
-            e.tick = self.tick;
-            self.order.insert(self.tick, key.clone());
-        }
-        Some(r)
-    }
-
-    /// Like [`Lru::update`] for a change whose mutation is in the batch being built: the entry
-    /// is pinned until [`Lru::move_written`] hands the write to that batch and [`Lru::unpin`]
-    /// (or [`Lru::unpin_written`]) reports it durable.
+    /// Changes the entry of `key` with a change whose mutation is in the batch being built
+    /// (reweighed): the entry is pinned until [`Lru::move_written`] hands the write to that
+    /// batch and [`Lru::unpin`] (or [`Lru::unpin_written`]) reports it durable. `None` when it
+    /// is not cached.
     pub(crate) fn write<R>(&mut self, key: &K, f: impl FnOnce(&mut V) -> R) -> Option<R> {
         let e = self.entries.get_mut(key)?;
         let r = f(&mut e.value);
@@ -327,7 +310,6 @@ mod tests {
     enum Op {
         Insert(u8, u8),
         Write(u8),
-        Update(u8),
         Pin(u8),
         Release(u8),
         Durable,
@@ -338,7 +320,6 @@ mod tests {
         prop_oneof![
             3 => (0u8..8, 0u8..6).prop_map(|(k, n)| Op::Insert(k, n)),
             2 => (0u8..8).prop_map(Op::Write),
-            1 => (0u8..8).prop_map(Op::Update),
             1 => (0u8..8).prop_map(Op::Pin),
             1 => (0u8..8).prop_map(Op::Release),
             1 => Just(Op::Durable),
@@ -369,12 +350,6 @@ mod tests {
                             v.push(9);
                             *p += 1;
                             written.push(k);
-                        }
-                    }
-                    Op::Update(k) => {
-                        c.update(&k, Vec::pop);
-                        if let Some((v, _)) = model.get_mut(&k) {
-                            v.pop();
                         }
                     }
                     Op::Pin(k) => {
