@@ -18,8 +18,8 @@
 //!   [`FAULTED_COMMIT_DELAY_MS`] in the committer, so batches are in flight behind it;
 //! * **down**: every commit, load and keyed read fails until a simulated time (the rebuild
 //!   keeps failing and is retried);
-//! * **fail reads**: the next `n` keyed reads ([`StoreRead`]: an author's tombstones, the next
-//!   expiry) fail; nothing is changed, the frame that needed the read is refused;
+//! * **fail reads**: the next `n` keyed reads ([`StoreRead`]: an author's tombstones, a queue,
+//!   the next expiry) fail; nothing is changed, the frame that needed the read is refused;
 //! * **crash after commit**: the next commit is applied durably, then reported failed (so
 //!   the relay releases none of its outputs) and the store goes down until the runner has
 //!   powered the relay off and on again (a crash between commit and send);

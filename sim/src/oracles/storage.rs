@@ -8,6 +8,7 @@
 //! | `retract-drops` | once a retract is committed (the message's tombstone marked retracted), no queued copy of the message is left in the committed rows: the copy's deletion is in that commit, or the copy was gone before |
 //! | `receipt-drops` | once a receipt mark is committed, no committed queued copy of a message it covers is left for its reader (the deletion is in that commit, or was before) |
 //! | `store-intact` | every reopen of the store (restart, rebuild) loads exactly what was committed, every table and row (SQLite); nothing is committed while the relay is powered off |
+//! | `queue-summaries` | in the relay's final rows, each conversation's queue summaries (messages, bytes, oldest, per member) are what its stored messages give: the relay reads queues only when needed and trusts the summaries for its bounds and timers meanwhile |
 //! | `canary-store` / `canary-logs` | no planted plaintext in the relay's committed rows or in any log line |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -191,6 +192,78 @@ pub(super) fn store_intact(input: &Input<'_>, out: &mut Vec<Violation>) {
             format!(
                 "{} commit(s) while the relay was powered off, first at {t} ms",
                 input.history.commits_while_off.len()
+            ),
+        ));
+    }
+}
+
+/// What a queue holds, as a conversation row's summary states it or its messages give it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct QueueSum {
+    msgs: u64,
+    bytes: u64,
+    oldest: u64,
+}
+
+/// `queue-summaries`: every conversation row's queue summaries agree with the stored messages.
+///
+/// The relay corrects a summary that disagrees when it next reads the queue (it counts the
+/// correction), so a write path that forgets the summary would otherwise only show as queue
+/// bounds that drift; the committed rows tell it at once.
+pub(super) fn queue_summaries(input: &Input<'_>, out: &mut Vec<Violation>) {
+    use relay_core::store::Table;
+    use serde_json::Value;
+    let rows = |t: Table| input.snapshot.get(&t).into_iter().flatten();
+    let mut found: BTreeMap<(String, String), QueueSum> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    for (key, value) in rows(Table::Messages) {
+        let Ok(m) = serde_json::from_slice::<Value>(value) else {
+            wrong.push(format!("message row {key:?} is not JSON"));
+            continue;
+        };
+        let text = |f: &str| m[f].as_str().unwrap_or_default().to_owned();
+        let at = m["at"].as_u64().unwrap_or_default();
+        let q = found
+            .entry((text("conv_id"), text("recipient")))
+            .or_default();
+        q.oldest = if q.msgs == 0 { at } else { q.oldest.min(at) };
+        q.msgs += 1;
+        q.bytes +=
+            relay_core::limits::queued_message_bytes(text("id").len(), text("payload").len());
+    }
+    for (key, value) in rows(Table::Conversations) {
+        let Ok(c) = serde_json::from_slice::<Value>(value) else {
+            wrong.push(format!("conversation row {key:?} is not JSON"));
+            continue;
+        };
+        for i in 0..2 {
+            let member = c["members"][i].as_str().unwrap_or_default().to_owned();
+            let want = found.remove(&(key.clone(), member)).unwrap_or_default();
+            let q = &c["queued"][i];
+            let got = QueueSum {
+                msgs: q["msgs"].as_u64().unwrap_or_default(),
+                bytes: q["bytes"].as_u64().unwrap_or_default(),
+                oldest: q["oldest"].as_u64().unwrap_or_default(),
+            };
+            if q.is_null() || got != want {
+                wrong.push(format!(
+                    "{key} member {i}: the row says {got:?}, the stored messages {want:?}"
+                ));
+            }
+        }
+    }
+    for ((conv, recipient), q) in found {
+        wrong.push(format!(
+            "{} message(s) for {recipient} in {conv}, which has no conversation row",
+            q.msgs
+        ));
+    }
+    if let Some(first) = wrong.first() {
+        out.push(Violation::new(
+            "queue-summaries",
+            format!(
+                "{} queue summary(ies) disagree with the stored messages; first: {first}",
+                wrong.len()
             ),
         ));
     }
