@@ -25,6 +25,12 @@ fn rows(w: &World, table: Table) -> Vec<(String, Vec<u8>)> {
         .unwrap_or_default()
 }
 
+/// The seqs `sync` on `conn` replays, in order.
+fn replayed(w: &mut World, conn: relay_core::ConnId) -> Vec<u64> {
+    let outs = w.sync(conn);
+    msgs(&frames(&outs, conn)).iter().map(|(_, s)| *s).collect()
+}
+
 fn conversation_row(w: &World, conv: &str) -> Value {
     let (_, v) = rows(w, Table::Conversations)
         .into_iter()
@@ -70,8 +76,7 @@ fn queued_messages_stay_in_the_store_and_are_read_back_when_needed() {
         (3, 3)
     );
     let cb = w.connect(&mut b);
-    let outs = w.sync(cb);
-    let got: Vec<u64> = msgs(&frames(&outs, cb)).iter().map(|(_, s)| *s).collect();
+    let got = replayed(&mut w, cb);
     assert_eq!(got, [1, 2, 3]);
     assert_eq!(w.relay.stats().queues_read, 1);
     let ca = w.connect(&mut a);
@@ -96,8 +101,7 @@ fn queued_messages_stay_in_the_store_and_are_read_back_when_needed() {
     w.restart(Box::new(w.mem.clone()));
     assert_eq!(w.relay.backlog_messages(), 3);
     let cb = w.connect(&mut b);
-    let outs = w.sync(cb);
-    let got: Vec<u64> = msgs(&frames(&outs, cb)).iter().map(|(_, s)| *s).collect();
+    let got = replayed(&mut w, cb);
     assert_eq!(got, [3, 4, 5], "the receipt's deletes were durable");
     assert_eq!(w.relay.stats().queue_summaries_repaired, 0);
 }
@@ -127,10 +131,7 @@ fn a_failed_queue_read_closes_the_sync_and_the_next_sync_replays_everything() {
     w.msg(&a, &b, &conv, "m3");
     assert_eq!(w.relay.queue_cache().messages, 0);
     let cb = w.connect(&mut b);
-    let got: Vec<u64> = msgs(&frames(&w.sync(cb), cb))
-        .iter()
-        .map(|(_, s)| *s)
-        .collect();
+    let got = replayed(&mut w, cb);
     assert_eq!(got, [1, 2, 3]);
 }
 
@@ -217,10 +218,7 @@ fn a_store_without_queue_summaries_is_summarised_once_at_start() {
             .any(|(k, _)| k == "queue_summaries")
     );
     let cb = w.connect(&mut b);
-    let got: Vec<u64> = msgs(&frames(&w.sync(cb), cb))
-        .iter()
-        .map(|(_, s)| *s)
-        .collect();
+    let got = replayed(&mut w, cb);
     assert_eq!(got, [1, 2, 3]);
     w.relay.handle_disconnect(w.now, cb);
     w.advance(ttl);
@@ -250,10 +248,7 @@ fn stored_rows_win_over_a_summary_that_disagrees() {
     w.restart(Box::new(w.mem.clone()));
     assert_eq!(w.relay.backlog_messages(), 3, "as the summary says");
     let cb = w.connect(&mut b);
-    let got: Vec<u64> = msgs(&frames(&w.sync(cb), cb))
-        .iter()
-        .map(|(_, s)| *s)
-        .collect();
+    let got = replayed(&mut w, cb);
     assert_eq!(got, [2, 3]);
     assert_eq!(w.relay.stats().queue_summaries_repaired, 1);
     assert_eq!(
