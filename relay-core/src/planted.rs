@@ -96,7 +96,7 @@ pub enum PlantedBug {
     /// a restart) is taken to have none, instead of having them read from the store, so a
     /// re-sent message is stored and delivered again under a new seq.
     EvictedTombstonesForgotten,
-    /// `state`: a queue that is not in memory (evicted, or not read since a restart) is taken
+    /// `queue`: a queue that is not in memory (evicted, or not read since a restart) is taken
     /// to be empty instead of being read from the store, so the messages it held are never
     /// delivered.
     EvictedQueueForgotten,

@@ -8,7 +8,8 @@
 //! Over 900 lines on purpose: each map, its derived indexes, its load from the store and its
 //! `put_*`/`delete_*` must change together (a write that updates the map but forgets the
 //! mutation, or an index rebuilt differently on load, is a durability bug), so they stay side by
-//! side; the commerce tables already live apart in `commerce_state`.
+//! side; the commerce tables live apart in `commerce_state`, and the queues (their summaries
+//! in the conversation rows, their reads, writes and expiry) in `queue`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,8 +18,7 @@ use wire::http::{FriendStatus, PublicKeyB64};
 use wire::{AliasId, ConvId, FriendshipId, MessageId, Seq, UnixMs, UserUuid};
 
 use crate::json;
-use crate::planted::planted;
-use crate::queue::{Queue, Queued};
+use crate::queue::Queued;
 use crate::store::{Batch, Mutation, Snapshot, StoreError, Table};
 
 /// An account.
@@ -74,7 +74,7 @@ pub(crate) struct QueueSummary {
 }
 
 impl QueueSummary {
-    fn usage(self) -> Usage {
+    pub(crate) fn usage(self) -> Usage {
         Usage {
             msgs: usize::try_from(self.msgs).unwrap_or(usize::MAX),
             bytes: self.bytes,
@@ -139,20 +139,20 @@ pub(crate) struct MessageRow {
 /// The stored form of a queued message: the same fields as [`MessageRow`] (what load decodes),
 /// borrowed from the conversation and the [`Queued`] message.
 #[derive(Serialize)]
-struct MessageRecord<'a> {
-    recipient: &'a UserUuid,
-    conv_id: &'a ConvId,
-    seq: Seq,
-    id: &'a MessageId,
-    from: &'a UserUuid,
-    crypto_v: Option<u32>,
-    payload: &'a str,
-    at: UnixMs,
+pub(crate) struct MessageRecord<'a> {
+    pub(crate) recipient: &'a UserUuid,
+    pub(crate) conv_id: &'a ConvId,
+    pub(crate) seq: Seq,
+    pub(crate) id: &'a MessageId,
+    pub(crate) from: &'a UserUuid,
+    pub(crate) crypto_v: Option<u32>,
+    pub(crate) payload: &'a str,
+    pub(crate) at: UnixMs,
 }
 
 impl MessageRecord<'_> {
     /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
-    fn write_json(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"recipient\":");
         json::string(out, self.recipient.as_str());
         out.extend_from_slice(b",\"conv_id\":");
@@ -374,7 +374,7 @@ pub(crate) struct State {
     /// Mutations of the input being handled.
     pub(crate) batch: Batch,
     /// Reused serialisation buffer: each row is encoded here, then copied out at its exact size.
-    scratch: Vec<u8>,
+    pub(crate) scratch: Vec<u8>,
     /// Set when a record failed to serialise: the next commit is refused (fail-stop).
     pub(crate) poisoned: bool,
     /// `Config::planted_bug`, for the planted bugs that live here (test-only).
@@ -398,7 +398,7 @@ pub(crate) struct Usage {
 }
 
 impl Usage {
-    fn of(m: &Queued) -> Self {
+    pub(crate) fn of(m: &Queued) -> Self {
         Self {
             msgs: 1,
             bytes: m.charge(),
@@ -427,7 +427,7 @@ pub(crate) struct Backlog {
 }
 
 impl Backlog {
-    fn add(&mut self, recipient: &UserUuid, sender: &UserUuid, m: Usage) {
+    pub(crate) fn add(&mut self, recipient: &UserUuid, sender: &UserUuid, m: Usage) {
         if m.msgs == 0 {
             return;
         }
@@ -439,7 +439,7 @@ impl Backlog {
         self.total.add(m);
     }
 
-    fn sub(&mut self, recipient: &UserUuid, sender: &UserUuid, m: Usage) {
+    pub(crate) fn sub(&mut self, recipient: &UserUuid, sender: &UserUuid, m: Usage) {
         for (map, user) in [
             (&mut self.by_recipient, recipient),
             (&mut self.by_sender, sender),
@@ -500,7 +500,7 @@ fn row_key(parts: &[&str], seq: Option<Seq>) -> String {
     k
 }
 
-fn message_key(recipient: &UserUuid, conv: &ConvId, seq: Seq) -> String {
+pub(crate) fn message_key(recipient: &UserUuid, conv: &ConvId, seq: Seq) -> String {
     row_key(&[recipient.as_str(), conv.as_str()], Some(seq))
 }
 
@@ -519,7 +519,7 @@ fn pending_receipt_key(recipient: &UserUuid, conv: &ConvId, kind: ReceiptKind) -
 /// Records the row of conversation `c` in `batch`. `counter_stored` is false only for the
 /// PLANTED BUG (test-only) `SeqNotPersisted`: the row is stored without its seq counter (as
 /// it was created), which stays in memory only, so a restart reuses seqs.
-fn push_conversation(
+pub(crate) fn push_conversation(
     batch: &mut Batch,
     scratch: &mut Vec<u8>,
     c: &ConversationRow,
@@ -551,7 +551,7 @@ fn encode<T: Serialize + ?Sized>(scratch: &mut Vec<u8>, value: &T) -> Option<Vec
 }
 
 /// Like [`encode`] with a hand-written encoder ([`crate::json`]), which cannot fail.
-fn encode_with(scratch: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+pub(crate) fn encode_with(scratch: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     scratch.clear();
     write(scratch);
     scratch.as_slice().to_vec()
@@ -753,327 +753,6 @@ impl State {
     pub(crate) fn evict(&mut self) {
         self.tombstones.evict();
         self.queues.evict();
-    }
-
-    // ---- messages
-
-    /// Counts every queue into the backlog and arms its expiry timer, from the conversations'
-    /// summaries (at start, after [`State::summarise_stored_queues`] if it was needed).
-    pub(crate) fn index_queues(&mut self, offline_ttl_ms: u64) {
-        for c in self.conversations.values() {
-            for (i, q) in c.row.queued.iter().enumerate() {
-                if q.msgs == 0 {
-                    continue;
-                }
-                let [to, from] = [&c.row.members[i], &c.row.members[1 - i]];
-                self.backlog.add(to, from, q.usage());
-                self.timers.insert((
-                    q.oldest.plus_ms(offline_ttl_ms),
-                    Timer::Messages(to.clone(), c.row.id.clone()),
-                ));
-            }
-        }
-    }
-
-    /// Fills in the queue summaries of every conversation from the stored messages (one scan
-    /// of the table) and records the rows that change, plus [`meta::QUEUE_SUMMARIES`]: what the
-    /// first start of a store written before the summaries existed needs, once.
-    pub(crate) fn summarise_stored_queues(
-        &mut self,
-        reader: &mut dyn crate::store::StoreRead,
-    ) -> Result<(), StoreError> {
-        let mut found: BTreeMap<(ConvId, usize), Queue> = BTreeMap::new();
-        for (key, value) in reader.scan_prefix(Table::Messages, "")? {
-            let m: MessageRow = decode(Table::Messages, &key, &value)?;
-            let member = self
-                .conversations
-                .get(&m.conv_id)
-                .and_then(|c| c.row.index_of(&m.recipient).zip(c.row.index_of(&m.from)))
-                .filter(|(r, f)| r != f);
-            let Some((r, _)) = member else {
-                return Err(StoreError::Backend(format!(
-                    "corrupt row {key:?} in table {}: not a message between the members of a \
-                     conversation",
-                    Table::Messages.name()
-                )));
-            };
-            found.entry((m.conv_id, r)).or_default().insert(Queued {
-                seq: m.seq,
-                id: m.id,
-                crypto_v: m.crypto_v,
-                payload: m.payload,
-                at: m.at,
-            });
-        }
-        let ids: Vec<ConvId> = self.conversations.keys().cloned().collect();
-        for id in ids {
-            let Some(c) = self.conversations.get_mut(&id) else {
-                continue;
-            };
-            let summaries = [0, 1].map(|i| {
-                found
-                    .get(&(id.clone(), i))
-                    .map(Queue::summary)
-                    .unwrap_or_default()
-            });
-            if c.row.queued != summaries {
-                c.row.queued = summaries;
-                let row = c.row.clone();
-                self.record_conversation(&row);
-            }
-        }
-        self.put_meta(meta::QUEUE_SUMMARIES, "1".to_owned());
-        Ok(())
-    }
-
-    fn record_conversation(&mut self, c: &ConversationRow) {
-        let counter_stored = !planted!(self, SeqNotPersisted);
-        push_conversation(&mut self.batch, &mut self.scratch, c, counter_stored);
-    }
-
-    /// What is queued for `recipient` in `conv` (`None` when it is not a member).
-    pub(crate) fn summary(&self, recipient: &UserUuid, conv: &ConvId) -> Option<QueueSummary> {
-        let row = &self.conversations.get(conv)?.row;
-        row.index_of(recipient).map(|i| row.queued[i])
-    }
-
-    /// Brings the queue of `recipient` in `conv` into memory: read from the store (one prefix
-    /// scan) unless it is there already or empty (an empty queue is created in memory by the
-    /// message that next joins it, [`State::put_message`]). Should the
-    /// rows disagree with the conversation's summary, the rows win: the summary and the
-    /// backlog are corrected (and the row recorded) and counted in `stats`. `Err`: the read
-    /// failed; nothing changed.
-    pub(crate) fn load_queue(
-        &mut self,
-        reader: &mut dyn crate::store::StoreRead,
-        stats: &mut crate::stats::RelayStats,
-        recipient: &UserUuid,
-        conv: &ConvId,
-    ) -> Result<(), StoreError> {
-        let key = (recipient.clone(), conv.clone());
-        if self.queues.is_loaded(&key) {
-            return Ok(());
-        }
-        let Some(c) = self.conversations.get(conv) else {
-            return Ok(());
-        };
-        let Some(i) = c.row.index_of(recipient) else {
-            return Ok(());
-        };
-        if c.row.queued[i].msgs == 0 {
-            // Nothing to read, nor to keep: a message for it creates the queue in memory.
-            return Ok(());
-        }
-        let q = if planted!(self, EvictedQueueForgotten) {
-            // PLANTED BUG (test-only): the stored queue is not read back.
-            Queue::default()
-        } else {
-            stats.queues_read += 1;
-            crate::queue::read_queue(reader, &c.row, i).inspect_err(|_| {
-                stats.queue_read_failures += 1;
-            })?
-        };
-        let found = q.summary();
-        if found != c.row.queued[i] && !planted!(self, EvictedQueueForgotten) {
-            stats.queue_summaries_repaired += 1;
-            let [to, from] = [&c.row.members[i], &c.row.members[1 - i]];
-            self.backlog.sub(to, from, c.row.queued[i].usage());
-            self.backlog.add(to, from, found.usage());
-            if let Some(c) = self.conversations.get_mut(conv) {
-                c.row.queued[i] = found;
-                let row = c.row.clone();
-                self.record_conversation(&row);
-            }
-        }
-        self.queues.insert_loaded(key, q);
-        Ok(())
-    }
-
-    /// The messages queued for `recipient` in `conv`, by seq; `None` when there are none, or
-    /// when they are not in memory (callers that need them [`State::load_queue`] first).
-    pub(crate) fn queue(&self, recipient: &UserUuid, conv: &ConvId) -> Option<&Queue> {
-        if self.summary(recipient, conv)?.msgs == 0 {
-            return None;
-        }
-        let q = self.queues.get(&(recipient.clone(), conv.clone()));
-        debug_assert!(q.is_some(), "a queue used before it was read");
-        q.filter(|q| !q.is_empty())
-    }
-
-    /// Records the conversation `conv` after messages left member `i`'s queue (in memory),
-    /// with that queue's new summary, and keeps the backlog in step. (The queue's timer stays:
-    /// it fires no later than the expiry of any message left, and re-arms for the oldest.)
-    fn queue_changed(&mut self, conv: &ConvId, i: usize) {
-        let Some(c) = self.conversations.get_mut(conv) else {
-            return;
-        };
-        let key = (c.row.members[i].clone(), conv.clone());
-        let Some(q) = self.queues.get(&key) else {
-            return;
-        };
-        let (old, new) = (c.row.queued[i], q.summary());
-        let [to, from] = [&c.row.members[i], &c.row.members[1 - i]];
-        self.backlog.sub(to, from, old.usage());
-        self.backlog.add(to, from, new.usage());
-        c.row.queued[i] = new;
-        let counter_stored = !planted!(self, SeqNotPersisted);
-        push_conversation(&mut self.batch, &mut self.scratch, &c.row, counter_stored);
-    }
-
-    /// Stores and queues `m`, written by `author` in `conv` for its other member (whose queue
-    /// is in memory if it holds messages: [`State::load_queue`]), and records the conversation with its new seq
-    /// counter ([`State::next_seq`]) and summary; returns that member. `None` when `author` is
-    /// not a member of `conv`.
-    pub(crate) fn put_message(
-        &mut self,
-        conv: &ConvId,
-        author: &UserUuid,
-        m: Queued,
-        offline_ttl_ms: u64,
-    ) -> Option<&UserUuid> {
-        let counter_stored = !planted!(self, SeqNotPersisted);
-        let c = self.conversations.get_mut(conv)?;
-        let a = c.row.index_of(author)?;
-        let recipient = &c.row.members[1 - a];
-        let record = MessageRecord {
-            recipient,
-            conv_id: conv,
-            seq: m.seq,
-            id: &m.id,
-            from: author,
-            crypto_v: m.crypto_v,
-            payload: &m.payload,
-            at: m.at,
-        };
-        let value = encode_with(&mut self.scratch, |out| record.write_json(out));
-        self.batch.push(Mutation::Put {
-            table: Table::Messages,
-            key: message_key(recipient, conv, m.seq),
-            value,
-        });
-        let qkey = (recipient.clone(), conv.clone());
-        let summary = &mut c.row.queued[1 - a];
-        if summary.msgs == 0 && !self.queues.is_loaded(&qkey) {
-            self.queues.insert_loaded(qkey.clone(), Queue::default());
-        }
-        let usage = Usage::of(&m);
-        let at = m.at;
-        let replaced = self.queues.write(&qkey, |q| q.insert(m));
-        debug_assert!(
-            replaced.is_some(),
-            "a message queued before its queue was read"
-        );
-        if summary.msgs == 0 || at < summary.oldest {
-            summary.oldest = at;
-            self.timers
-                .insert((at.plus_ms(offline_ttl_ms), Timer::Messages(qkey.0, qkey.1)));
-        }
-        summary.msgs += 1;
-        summary.bytes += usage.bytes;
-        self.backlog.add(recipient, author, usage);
-        if let Some(Some(old)) = replaced {
-            // A seq is never reused (a planted defect aside): the replaced copy leaves.
-            let old = Usage::of(&old);
-            summary.msgs -= 1;
-            summary.bytes -= old.bytes;
-            self.backlog.sub(recipient, author, old);
-        }
-        push_conversation(&mut self.batch, &mut self.scratch, &c.row, counter_stored);
-        Some(&c.row.members[1 - a])
-    }
-
-    /// Deletes the messages of the queue `(recipient, conv)` (in memory) whose TTL ended at
-    /// `now`, then re-arms its timer for the oldest one left.
-    pub(crate) fn expire_messages(
-        &mut self,
-        now: UnixMs,
-        recipient: &UserUuid,
-        conv: &ConvId,
-        ttl_ms: u64,
-    ) {
-        let Some(q) = self.queue(recipient, conv) else {
-            return;
-        };
-        let expired: Vec<Seq> = q
-            .iter()
-            .filter(|m| now >= m.at.plus_ms(ttl_ms))
-            .map(|m| m.seq)
-            .collect();
-        let any = !expired.is_empty();
-        for seq in expired {
-            self.record_delete(Table::Messages, message_key(recipient, conv, seq));
-            self.unqueue(recipient, conv, seq);
-        }
-        if any {
-            self.after_removal(recipient, conv);
-        }
-        if let Some(left) = self.summary(recipient, conv).filter(|s| s.msgs > 0) {
-            self.timers.insert((
-                left.oldest.plus_ms(ttl_ms),
-                Timer::Messages(recipient.clone(), conv.clone()),
-            ));
-        }
-    }
-
-    fn after_removal(&mut self, recipient: &UserUuid, conv: &ConvId) {
-        let i = self
-            .conversations
-            .get(conv)
-            .and_then(|c| c.row.index_of(recipient));
-        if let Some(i) = i {
-            self.queue_changed(conv, i);
-        }
-    }
-
-    /// Takes message `seq` out of `recipient`'s queue of `conv` (memory only; the summary is
-    /// the caller's, [`State::queue_changed`]).
-    fn unqueue(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
-        let key = (recipient.clone(), conv.clone());
-        self.queues
-            .write(&key, |q| q.remove(seq))
-            .flatten()
-            .is_some()
-    }
-
-    /// Drops the still-queued copy of a retracted message (its queue is in memory).
-    pub(crate) fn drop_retracted(&mut self, recipient: &UserUuid, conv: &ConvId, seq: Seq) -> bool {
-        let removed = self.unqueue(recipient, conv, seq);
-        if removed {
-            // PLANTED BUG (test-only) when `RetractDropNotPersisted`: the copy leaves the
-            // queue in memory only; a restart brings it back.
-            if !planted!(self, RetractDropNotPersisted) {
-                self.record_delete(Table::Messages, message_key(recipient, conv, seq));
-            }
-            self.after_removal(recipient, conv);
-        }
-        removed
-    }
-
-    /// Deletes every message queued for `recipient` in `conv` (in memory) with seq <= `upto`.
-    pub(crate) fn delete_messages_upto(&mut self, recipient: &UserUuid, conv: &ConvId, upto: Seq) {
-        let key = (recipient.clone(), conv.clone());
-        if self
-            .queues
-            .get(&key)
-            .is_none_or(|q| q.iter().next().is_none_or(|m| m.seq > upto))
-        {
-            return;
-        }
-        // PLANTED BUG (test-only) when `ReceiptDeleteNotPersisted`: acknowledged messages
-        // leave the queue in memory only; a restart queues them again.
-        let persist = !planted!(self, ReceiptDeleteNotPersisted);
-        let batch = &mut self.batch;
-        self.queues.write(&key, |q| {
-            while let Some(m) = q.pop_upto(upto) {
-                if persist {
-                    batch.push(Mutation::Delete {
-                        table: Table::Messages,
-                        key: message_key(recipient, conv, m.seq),
-                    });
-                }
-            }
-        });
-        self.after_removal(recipient, conv);
     }
 
     // ---- tombstones
