@@ -375,14 +375,12 @@ impl Relay {
             .cloned()
             .collect();
         for conv in convs {
-            self.state
-                .load_queue(&mut *self.reader, &mut self.stats, &user, &conv)
-                .map_err(|_| {
-                    ApiError::new(
-                        ErrorCode::STORAGE_UNAVAILABLE,
-                        "the relay could not read your queued messages; retry later",
-                    )
-                })?;
+            self.read_queue(&user, &conv).map_err(|_| {
+                ApiError::new(
+                    ErrorCode::STORAGE_UNAVAILABLE,
+                    "the relay could not read your queued messages; retry later",
+                )
+            })?;
             if let Some(q) = self.state.queue(&user, &conv) {
                 for m in q.iter() {
                     used += m.payload.len() as u64;

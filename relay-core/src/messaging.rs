@@ -231,9 +231,7 @@ impl Relay {
         }
         // The recipient's queue is read (if not in memory) before the message joins it.
         let recipient = recipient.clone();
-        let read =
-            self.state
-                .load_queue(&mut *self.reader, &mut self.stats, &recipient, &m.conv_id);
+        let read = self.read_queue(&recipient, &m.conv_id);
         if read.is_err() {
             return refuse(
                 self,
@@ -365,11 +363,7 @@ impl Relay {
                 id,
             );
         };
-        if self
-            .state
-            .load_queue(&mut *self.reader, &mut self.stats, &other, &r.conv_id)
-            .is_err()
-        {
+        if self.read_queue(&other, &r.conv_id).is_err() {
             return self.send_error(
                 conn,
                 ErrorCode::STORAGE_UNAVAILABLE,

@@ -571,12 +571,18 @@ impl State {
             .filter(|m| now >= m.at.plus_ms(ttl_ms))
             .map(|m| m.seq)
             .collect();
-        let any = !expired.is_empty();
-        for seq in expired {
-            self.record_delete(Table::Messages, message_key(recipient, conv, seq));
-            self.unqueue(recipient, conv, seq);
-        }
-        if any {
+        if !expired.is_empty() {
+            let key = (recipient.clone(), conv.clone());
+            let batch = &mut self.batch;
+            self.queues.write(&key, |q| {
+                for seq in expired {
+                    q.remove(seq);
+                    batch.push(Mutation::Delete {
+                        table: Table::Messages,
+                        key: message_key(recipient, conv, seq),
+                    });
+                }
+            });
             self.after_removal(recipient, conv);
         }
         if let Some(left) = self.summary(recipient, conv).filter(|s| s.msgs > 0) {
@@ -646,6 +652,18 @@ impl State {
             }
         });
         self.after_removal(recipient, conv);
+    }
+}
+
+impl crate::relay::Relay {
+    /// [`State::load_queue`] on this relay's reader and counters.
+    pub(crate) fn read_queue(
+        &mut self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+    ) -> Result<(), StoreError> {
+        self.state
+            .load_queue(&mut *self.reader, &mut self.stats, recipient, conv)
     }
 }
 

@@ -54,11 +54,7 @@ impl Relay {
                 return self.send_error(conn, ErrorCode::NOT_A_MEMBER, msg, ref_type(), None);
             }
         };
-        if self
-            .state
-            .load_queue(&mut *self.reader, &mut self.stats, &user, &r.conv_id)
-            .is_err()
-        {
+        if self.read_queue(&user, &r.conv_id).is_err() {
             return self.send_error(
                 conn,
                 ErrorCode::STORAGE_UNAVAILABLE,

@@ -823,9 +823,7 @@ impl Relay {
         let ttl = self.config.offline_ttl_ms;
         match timer {
             Timer::Messages(user, conv) => {
-                let read = self
-                    .state
-                    .load_queue(&mut *self.reader, &mut self.stats, &user, &conv);
+                let read = self.read_queue(&user, &conv);
                 if read.is_err() {
                     // Tried again shortly; the messages stay queued meanwhile.
                     let retry = now.plus_ms(crate::limits::QUEUE_READ_RETRY_MS);

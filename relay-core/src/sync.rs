@@ -91,9 +91,7 @@ impl Relay {
         // Every queue of the user is read (if not in memory) before anything is replayed, and
         // stays in memory while the connection is synced (delivery reads it per message).
         for conv in &convs {
-            let read = self
-                .state
-                .load_queue(&mut *self.reader, &mut self.stats, &user, conv);
+            let read = self.read_queue(&user, conv);
             if read.is_err() {
                 // The replay cannot be complete: the client reconnects and syncs again.
                 self.send_error(
