@@ -76,7 +76,7 @@ impl Pair {
             to: self.b_alias.clone(),
             conv_id: self.conv.clone(),
             crypto_v: Some(1),
-            payload: self.payload.clone(),
+            payload: self.payload.clone().into(),
         }
     }
 

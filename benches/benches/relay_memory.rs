@@ -132,9 +132,10 @@ struct Routing {
     inputs: Vec<RoutedInput>,
 }
 
-/// `2 * n` messages A → B (the first `n` are warm-up), with B's `delivered` after every 50th.
-fn routing(n: u64) -> Routing {
-    let mut w = RelayWorld::new(bench_config());
+/// `2 * n` messages A → B (the first `n` are warm-up), with B's `delivered` after every 50th,
+/// on a relay over `store`.
+fn routing(n: u64, store: Box<dyn relay_core::store::Store>) -> Routing {
+    let mut w = RelayWorld::with_store(bench_config(), store);
     let mut a = w.account();
     let mut b = w.account();
     let conv = w.befriend(&a, &b);
@@ -155,7 +156,7 @@ fn routing(n: u64) -> Routing {
                 to: b_alias.clone(),
                 conv_id: conv.clone(),
                 crypto_v: Some(1),
-                payload: payload.clone(),
+                payload: payload.clone().into(),
             }),
             counted: true,
         });
@@ -222,20 +223,36 @@ fn route_measured(w: &mut RelayWorld, inputs: Vec<RoutedInput>) -> RouteCount {
     route(w, inputs, true)
 }
 
+/// Counts the allocations of routing `n` messages on the memory store (which keeps a copy of
+/// every row), then on a store that keeps nothing: relay-core's own, what a relay on a store
+/// that binds rows by reference (SQLite, PostgreSQL) allocates in its core.
 fn allocations_per_message(n: u64) {
-    let Routing { mut w, mut inputs } = routing(n);
-    let half = inputs.len() / 2;
-    let measured = inputs.split_off(half);
-    route_warm_up(&mut w, inputs);
-    let c = route_measured(&mut w, measured);
-    assert_eq!(c.msgs, usize::try_from(n).expect("n"));
-    assert_eq!(c.outputs, 2 * c.msgs, "ack + msg each");
-    println!(
-        "routed messages: {n}, {:.1} allocation calls/message, {:.0} bytes live after each \
-         (message row until its receipt; the tombstone row for 7 days, and its entry in the relay's cache)",
-        c.calls as f64 / c.msgs as f64,
-        c.bytes as f64 / c.msgs as f64
-    );
+    let stores: [(&str, Box<dyn relay_core::store::Store>); 2] = [
+        (
+            "memory store (keeps a copy of every row)",
+            Box::new(relay_core::store::MemoryStore::new()),
+        ),
+        (
+            "relay-core alone (a store that keeps nothing)",
+            Box::new(relay_core::store::NullStore),
+        ),
+    ];
+    for (what, store) in stores {
+        let Routing { mut w, mut inputs } = routing(n, store);
+        let half = inputs.len() / 2;
+        let measured = inputs.split_off(half);
+        route_warm_up(&mut w, inputs);
+        let c = route_measured(&mut w, measured);
+        assert_eq!(c.msgs, usize::try_from(n).expect("n"));
+        assert_eq!(c.outputs, 2 * c.msgs, "ack + msg each");
+        println!(
+            "routed messages: {n}, {what}: {:.1} allocation calls/message, {:.0} bytes live \
+             after each (message row until its receipt; the tombstone row for 7 days, and its \
+             entry in the relay's cache)",
+            c.calls as f64 / c.msgs as f64,
+            c.bytes as f64 / c.msgs as f64
+        );
+    }
 }
 
 /// The reference clients' heartbeat period.

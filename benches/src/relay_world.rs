@@ -67,7 +67,12 @@ pub struct RelayWorld {
 impl RelayWorld {
     /// A fresh relay on an empty [`MemoryStore`].
     pub fn new(config: Config) -> Self {
-        let relay = Relay::new(config, Box::new(MemoryStore::new()), 1).expect("relay");
+        Self::with_store(config, Box::new(MemoryStore::new()))
+    }
+
+    /// A fresh relay on `store`.
+    pub fn with_store(config: Config, store: Box<dyn relay_core::store::Store>) -> Self {
+        let relay = Relay::new(config, store, 1).expect("relay");
         Self {
             relay,
             now: UnixMs(T0),

@@ -13,7 +13,7 @@
 use std::net::IpAddr;
 
 use hmac::{KeyInit as _, Mac as _};
-use relay_core::store::{MemoryStore, Mutation, Store as _, Table};
+use relay_core::store::{Batch, MemoryStore, Store as _, Table};
 use relay_core::{Config, HttpRequest, HttpResponse, Method, Relay, WsConnect};
 use serde_json::json;
 use wire::UnixMs;
@@ -350,7 +350,7 @@ pub(crate) fn tokens(data: &[u8]) {
 /// `store_rows`: rows `[table][key length][key][value length (2 bytes)][value]…`.
 pub(crate) fn store_rows(data: &[u8]) {
     let mut store = MemoryStore::new();
-    let mut batch = Vec::new();
+    let mut batch = Batch::new();
     let mut rest = data;
     while let [t, klen, tail @ ..] = rest {
         let klen = usize::from(*klen);
@@ -362,14 +362,14 @@ pub(crate) fn store_rows(data: &[u8]) {
         };
         let vlen = usize::from(u16::from_le_bytes([*v0, *v1]));
         let (value, tail) = tail.split_at_checked(vlen).unwrap_or((tail, &[]));
-        batch.push(Mutation::Put {
-            table: Table::ALL[usize::from(*t) % Table::ALL.len()],
-            key: String::from_utf8_lossy(key).into_owned(),
-            value: value.to_vec(),
-        });
+        batch.put(
+            Table::ALL[usize::from(*t) % Table::ALL.len()],
+            &String::from_utf8_lossy(key),
+            value,
+        );
         rest = tail;
     }
-    if store.commit(batch).is_err() {
+    if store.commit(&batch).is_err() {
         return;
     }
     let Ok(mut relay) = Relay::new(config(), Box::new(store), 3) else {

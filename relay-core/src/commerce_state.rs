@@ -297,7 +297,7 @@ impl State {
     }
 
     pub(crate) fn put_channel(&mut self, c: ChannelRow) {
-        self.record(Table::Channels, c.id.to_string(), &c);
+        self.record(Table::Channels, c.id.as_str(), &c);
         self.index_channel(c);
     }
 
@@ -313,7 +313,7 @@ impl State {
     }
 
     pub(crate) fn put_post(&mut self, p: PostRow) {
-        self.record(Table::ChannelPosts, post_key(&p.channel_id, p.seq), &p);
+        self.record(Table::ChannelPosts, &post_key(&p.channel_id, p.seq), &p);
         self.index_post(p);
     }
 
@@ -347,7 +347,7 @@ impl State {
             user: user.clone(),
             since: now,
         };
-        self.record(Table::ChannelSubs, pair_key(channel, user), &row);
+        self.record(Table::ChannelSubs, &pair_key(channel, user), &row);
         self.index_sub(channel, user);
     }
 
@@ -368,7 +368,7 @@ impl State {
                 self.commerce.subs_of.remove(user);
             }
         }
-        self.record_delete(Table::ChannelSubs, pair_key(channel, user));
+        self.record_delete(Table::ChannelSubs, &pair_key(channel, user));
     }
 
     pub(crate) fn quota_of(&self, user: &UserUuid) -> QuotaRow {
@@ -376,7 +376,7 @@ impl State {
     }
 
     pub(crate) fn put_quota(&mut self, user: &UserUuid, q: QuotaRow) {
-        self.record(Table::ChannelQuota, user.to_string(), &q);
+        self.record(Table::ChannelQuota, user.as_str(), &q);
         self.commerce.quota.insert(user.clone(), q);
     }
 
@@ -407,7 +407,7 @@ impl State {
 
     /// Stores an order (and arms its expiry while pending).
     pub(crate) fn put_order(&mut self, o: OrderRow) {
-        self.record(Table::Orders, o.id.to_string(), &o);
+        self.record(Table::Orders, o.id.as_str(), &o);
         if o.state == OrderState::Pending {
             self.timers
                 .insert((o.expires_at, Timer::Order(o.id.clone())));
@@ -425,12 +425,12 @@ impl State {
     }
 
     pub(crate) fn put_payment(&mut self, p: PaymentRow) {
-        self.record(Table::Payments, p.payment_id.clone(), &p);
+        self.record(Table::Payments, &p.payment_id, &p);
         self.index_payment(p);
     }
 
     pub(crate) fn put_alias_row(&mut self, a: AliasRow) {
-        self.record(Table::Aliases, a.alias.to_string(), &a);
+        self.record(Table::Aliases, a.alias.as_str(), &a);
         self.commerce.aliases.insert(a.alias.clone(), a);
     }
 
@@ -454,7 +454,7 @@ impl State {
     pub(crate) fn put_pending_confirm(&mut self, p: PendingConfirmRow) {
         // PLANTED BUG (PendingConfirmNotPersisted): the kept confirmation is not written.
         if !crate::planted::planted!(self, PendingConfirmNotPersisted) {
-            self.record(Table::PendingConfirms, pair_key(&p.user, &p.order_id), &p);
+            self.record(Table::PendingConfirms, &pair_key(&p.user, &p.order_id), &p);
         }
         self.timers.insert((
             p.at.plus_ms(CONFIRM_REDELIVERY_TTL_MS),
@@ -499,7 +499,7 @@ impl State {
             .remove(&(user.clone(), order.clone()))
             .is_some()
         {
-            self.record_delete(Table::PendingConfirms, pair_key(user, order));
+            self.record_delete(Table::PendingConfirms, &pair_key(user, order));
         }
     }
 }

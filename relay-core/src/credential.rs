@@ -227,7 +227,7 @@ impl State {
         // PLANTED BUG (SpentNotPersisted): the mark is kept in memory only, so a restart
         // forgets which credentials were used while they are still unexpired.
         if !planted!(self, SpentNotPersisted) {
-            self.record(Table::Spent, opened.spent_key.clone(), &row);
+            self.record(Table::Spent, &opened.spent_key, &row);
         }
         self.index_spent(opened.spent_key.clone(), opened.expires_at);
     }
@@ -236,7 +236,7 @@ impl State {
     pub(crate) fn expire_spent(&mut self, now: UnixMs, key: &str) {
         if self.spent.get(key).is_some_and(|at| now >= *at) {
             self.spent.remove(key);
-            self.record_delete(Table::Spent, key.to_owned());
+            self.record_delete(Table::Spent, key);
         }
     }
 }

@@ -59,9 +59,11 @@
 //!     Ok(None) => {}
 //!     Ok(Some(batch)) => {
 //!         // … on the committer, after every batch sealed before it:
-//!         let result = store.commit(batch.mutations);
-//!         // … back on the relay's task, in seal order: `Ok` releases the batch's outputs.
+//!         let result = store.commit(&batch.mutations);
+//!         // … back on the relay's task, in seal order: `Ok` releases the batch's outputs,
+//!         // and the emptied batch may be given back for its buffers to be reused.
 //!         let _durable = relay.handle_committed(batch.id, &result).is_ok();
+//!         relay.recycle_batch(batch.mutations);
 //!     }
 //!     // The relay failed: answer the batch's requests with 503, rebuild from the store.
 //!     Err(_) => {}

@@ -136,7 +136,7 @@ pub(crate) fn load(s: &mut State, snapshot: &Snapshot) -> Result<(), StoreError>
 
 impl State {
     pub(crate) fn put_upload(&mut self, row: UploadRow) {
-        self.record(Table::Media, row.upload_id.to_string(), &row);
+        self.record(Table::Media, row.upload_id.as_str(), &row);
         if let Some(old) = self.media.uploads.get(&row.upload_id)
             && old.expires_at != row.expires_at
         {
@@ -161,7 +161,7 @@ impl State {
         }
         self.timers
             .remove(&(row.expires_at, Timer::Media(id.clone())));
-        self.record_delete(Table::Media, id.to_string());
+        self.record_delete(Table::Media, id.as_str());
         self.media.gc.push((id.clone(), None));
     }
 }

@@ -139,7 +139,7 @@ impl State {
     fn put_push_targets(&mut self, user: &UserUuid, targets: Vec<PushTarget>) {
         if targets.is_empty() {
             if self.push.targets.remove(user).is_some() {
-                self.record_delete(Table::PushTargets, user.to_string());
+                self.record_delete(Table::PushTargets, user.as_str());
             }
             return;
         }
@@ -147,7 +147,7 @@ impl State {
             user: user.clone(),
             targets,
         };
-        self.record(Table::PushTargets, user.to_string(), &row);
+        self.record(Table::PushTargets, user.as_str(), &row);
         self.push.targets.insert(row.user, row.targets);
     }
 }

@@ -26,10 +26,10 @@ use wire::{ConvId, MessageId, Seq, UnixMs, UserUuid};
 use crate::lru::{Lru, Weigh};
 use crate::planted::planted;
 use crate::state::{
-    ConversationRow, MessageRecord, MessageRow, QueueSummary, State, Timer, Usage, decode,
-    encode_with, message_key, meta, push_conversation,
+    ConversationRow, MessageRecord, MessageRow, QueueSummary, State, Timer, Usage, decode, meta,
+    push_conversation, write_message_key,
 };
-use crate::store::{Mutation, StoreError, StoreRead, Table};
+use crate::store::{StoreError, StoreRead, Table};
 
 /// A queued message: what its `msg` frame needs besides the conversation (recipient, sender
 /// and conversation id are the conversation's; see `crate::state::Conversation`).
@@ -38,7 +38,7 @@ pub(crate) struct Queued {
     pub(crate) seq: Seq,
     pub(crate) id: MessageId,
     pub(crate) crypto_v: Option<u32>,
-    pub(crate) payload: String,
+    pub(crate) payload: wire::frames::Payload,
     pub(crate) at: UnixMs,
 }
 
@@ -400,7 +400,7 @@ impl State {
 
     fn record_conversation(&mut self, c: &ConversationRow) {
         let counter_stored = !planted!(self, SeqNotPersisted);
-        push_conversation(&mut self.batch, &mut self.scratch, c, counter_stored);
+        push_conversation(&mut self.batch, c, counter_stored);
     }
 
     /// What is queued for `recipient` in `conv` (`None` when it is not a member).
@@ -489,7 +489,7 @@ impl State {
         self.backlog.add(to, from, new.usage());
         c.row.queued[i] = new;
         let counter_stored = !planted!(self, SeqNotPersisted);
-        push_conversation(&mut self.batch, &mut self.scratch, &c.row, counter_stored);
+        push_conversation(&mut self.batch, &c.row, counter_stored);
     }
 
     /// Stores and queues `m`, written by `author` in `conv` for its other member (whose queue
@@ -517,12 +517,11 @@ impl State {
             payload: &m.payload,
             at: m.at,
         };
-        let value = encode_with(&mut self.scratch, |out| record.write_json(out));
-        self.batch.push(Mutation::Put {
-            table: Table::Messages,
-            key: message_key(recipient, conv, m.seq),
-            value,
-        });
+        self.batch.put_row(
+            Table::Messages,
+            |k| write_message_key(k, recipient, conv, m.seq),
+            |out| record.write_json(out),
+        );
         let qkey = (recipient.clone(), conv.clone());
         let summary = &mut c.row.queued[1 - a];
         if summary.msgs == 0 && !self.queues.is_loaded(&qkey) {
@@ -550,7 +549,7 @@ impl State {
             summary.bytes -= old.bytes;
             self.backlog.sub(recipient, author, old);
         }
-        push_conversation(&mut self.batch, &mut self.scratch, &c.row, counter_stored);
+        push_conversation(&mut self.batch, &c.row, counter_stored);
         Some(&c.row.members[1 - a])
     }
 
@@ -577,9 +576,8 @@ impl State {
             self.queues.write(&key, |q| {
                 for seq in expired {
                     q.remove(seq);
-                    batch.push(Mutation::Delete {
-                        table: Table::Messages,
-                        key: message_key(recipient, conv, seq),
+                    batch.delete_row(Table::Messages, |k| {
+                        write_message_key(k, recipient, conv, seq);
                     });
                 }
             });
@@ -620,7 +618,9 @@ impl State {
             // PLANTED BUG (test-only) when `RetractDropNotPersisted`: the copy leaves the
             // queue in memory only; a restart brings it back.
             if !planted!(self, RetractDropNotPersisted) {
-                self.record_delete(Table::Messages, message_key(recipient, conv, seq));
+                self.batch.delete_row(Table::Messages, |k| {
+                    write_message_key(k, recipient, conv, seq);
+                });
             }
             self.after_removal(recipient, conv);
         }
@@ -644,9 +644,8 @@ impl State {
         self.queues.write(&key, |q| {
             while let Some(m) = q.pop_upto(upto) {
                 if persist {
-                    batch.push(Mutation::Delete {
-                        table: Table::Messages,
-                        key: message_key(recipient, conv, m.seq),
+                    batch.delete_row(Table::Messages, |k| {
+                        write_message_key(k, recipient, conv, m.seq);
                     });
                 }
             }
@@ -695,7 +694,7 @@ mod tests {
             seq: Seq(seq),
             id: MessageId::parse(&format!("m{seq}-{version}")).unwrap(),
             crypto_v: None,
-            payload: String::new(),
+            payload: wire::frames::Payload::default(),
             at: UnixMs(seq),
         }
     }

@@ -26,6 +26,10 @@ use crate::state::{PairMap, State, Timer, meta};
 use crate::store::{Store, StoreError, StoreRead, Table};
 use crate::token::TokenKeys;
 
+/// How many emptied batches the relay keeps for reuse ([`Relay::recycle_batch`]): one per
+/// batch a shell keeps in flight, and a few more.
+const SPARE_BATCHES: usize = 8;
+
 /// A WebSocket connection, numbered by the shell (unique for the life of a `Relay`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnId(pub u64);
@@ -219,6 +223,9 @@ pub struct Relay {
     /// The first batch that did not commit (a failed commit, or the open batch when the relay
     /// failed for another reason): it and every later batch are not durable.
     failed_at: Option<BatchId>,
+    /// Emptied batches kept for the next groups ([`Relay::recycle_batch`]): their buffers'
+    /// capacity is reused, so a steady stream of batches allocates none.
+    spare_batches: Vec<crate::store::Batch>,
     outputs: VecDeque<Output>,
     failed: bool,
     /// What the relay did since it was built ([`Relay::stats`]).
@@ -333,8 +340,8 @@ impl Relay {
         if state.meta.contains_key(meta::JWT_SIGNING_KEY) {
             state.delete_meta(meta::JWT_SIGNING_KEY);
         }
-        let batch = state.take_batch();
-        store.commit(batch)?;
+        store.commit(&state.batch)?;
+        state.batch.clear();
         let msg_limit = crate::tombstones::restored_msg_limit(&mut *reader, &config)?;
         let sweep_at = crate::tombstones::first_sweep(&mut *reader)?;
         state.tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at);
@@ -370,6 +377,7 @@ impl Relay {
             staged: Vec::new(),
             group: None,
             in_flight: VecDeque::new(),
+            spare_batches: Vec::new(),
             next_batch: 0,
             failed_at: None,
             outputs: VecDeque::new(),
@@ -894,7 +902,7 @@ impl Relay {
     /// failed.
     pub fn begin_batch(&mut self) {
         if self.group.is_none() && !self.failed {
-            self.group = Some(Group::default());
+            self.group = Some(self.new_group());
         }
     }
 
@@ -919,14 +927,33 @@ impl Relay {
                 if sealed.mutations.is_empty() {
                     Ok(())
                 } else {
-                    store.commit(sealed.mutations)
+                    store.commit(&sealed.mutations)
                 }
             }
             _ => Err(StoreError::Backend(
                 "commit_batch called while commits are pipelined".into(),
             )),
         };
+        self.recycle_batch(sealed.mutations);
         self.handle_committed(sealed.id, &committed)
+    }
+
+    /// Gives back a sealed batch's mutations once the shell committed them, so that a later
+    /// batch reuses their buffers instead of allocating its own (optional: a batch not given
+    /// back is simply dropped).
+    pub fn recycle_batch(&mut self, mut batch: crate::store::Batch) {
+        batch.clear();
+        if self.spare_batches.len() < SPARE_BATCHES {
+            self.spare_batches.push(batch);
+        }
+    }
+
+    /// An empty group, on a spare batch if there is one.
+    fn new_group(&mut self) -> Group {
+        Group {
+            mutations: self.spare_batches.pop().unwrap_or_default(),
+            ..Group::default()
+        }
     }
 
     /// Whether a batch is open ([`begin_batch`](Relay::begin_batch) without its
@@ -969,7 +996,7 @@ impl Relay {
             return Ok(None);
         };
         if self.store.is_none() {
-            self.group = Some(Group::default());
+            self.group = Some(self.new_group());
         }
         if group.mutations.is_empty() && self.in_flight.is_empty() {
             self.outputs.extend(group.outputs);
@@ -1067,7 +1094,6 @@ impl Relay {
 
     /// Commits the input's mutations or hands them to the open batch ([`Relay::finish`]).
     fn commit_staged(&mut self) -> Result<(), Vec<Output>> {
-        let batch = self.state.take_batch();
         let poisoned = std::mem::take(&mut self.state.poisoned);
         if self.group.is_none()
             && !self.failed
@@ -1075,16 +1101,17 @@ impl Relay {
         {
             // Batches are in flight: this input's outputs wait behind them, so it joins the
             // next one (and a relay without its store commits nothing itself).
-            self.group = Some(Group::default());
+            self.group = Some(self.new_group());
         }
         if let Some(group) = &mut self.group
             && !poisoned
         {
-            group.mutations.extend(batch);
+            group.mutations.append(&mut self.state.batch);
             group.outputs.append(&mut self.staged);
             self.state.move_written(&mut group.pinned);
             return Ok(());
         }
+        let batch = &self.state.batch;
         let committed = if poisoned {
             Err(StoreError::Backend("a record failed to serialise".into()))
         } else if batch.is_empty() {
@@ -1095,6 +1122,7 @@ impl Relay {
                 None => Err(StoreError::Backend("the relay has no store".into())),
             }
         };
+        self.state.batch.clear();
         match committed {
             Ok(()) => {
                 self.outputs.extend(self.staged.drain(..));

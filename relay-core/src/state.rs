@@ -3,7 +3,7 @@
 //! row-level mutation batch of the input being handled.
 //!
 //! Every `put_*` / `delete_*` updates the maps and indexes **and** records the matching
-//! [`Mutation`]; the dispatcher commits the batch before releasing any output of the input.
+//! [`Mutation`](crate::store::Mutation); the dispatcher commits the batch before releasing any output of the input.
 //!
 //! Over 900 lines on purpose: each map, its derived indexes, its load from the store and its
 //! `put_*`/`delete_*` must change together (a write that updates the map but forgets the
@@ -19,7 +19,7 @@ use wire::{AliasId, ConvId, FriendshipId, MessageId, Seq, UnixMs, UserUuid};
 
 use crate::json;
 use crate::queue::Queued;
-use crate::store::{Batch, Mutation, Snapshot, StoreError, Table};
+use crate::store::{Batch, RowKey, Snapshot, StoreError, Table};
 
 /// An account.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,7 +132,7 @@ pub(crate) struct MessageRow {
     pub(crate) id: MessageId,
     pub(crate) from: UserUuid,
     pub(crate) crypto_v: Option<u32>,
-    pub(crate) payload: String,
+    pub(crate) payload: wire::frames::Payload,
     pub(crate) at: UnixMs,
 }
 
@@ -371,10 +371,8 @@ pub(crate) struct State {
     pub(crate) commerce: crate::commerce_state::Commerce,
     /// Used single-use credentials, until they expire (`crate::credential`).
     pub(crate) spent: crate::credential::Spent,
-    /// Mutations of the input being handled.
+    /// Mutations of the input being handled (its buffers reused from input to input).
     pub(crate) batch: Batch,
-    /// Reused serialisation buffer: each row is encoded here, then copied out at its exact size.
-    pub(crate) scratch: Vec<u8>,
     /// Set when a record failed to serialise: the next commit is refused (fail-stop).
     pub(crate) poisoned: bool,
     /// `Config::planted_bug`, for the planted bugs that live here (test-only).
@@ -477,12 +475,9 @@ pub(crate) fn pair(a: &UserUuid, b: &UserUuid) -> (UserUuid, UserUuid) {
 /// Digits of a zero-padded `u64` (`{:020}`): keys sort numerically.
 const SEQ_DIGITS: usize = 20;
 
-/// `parts` joined with `/`, then `/` + the zero-padded `seq` if any, in one allocation of the
-/// exact size (these keys are built for every routed message).
-fn row_key(parts: &[&str], seq: Option<Seq>) -> String {
-    let seq_len = seq.map_or(0, |_| 1 + SEQ_DIGITS);
-    let len = parts.iter().map(|p| p.len() + 1).sum::<usize>() - 1 + seq_len;
-    let mut k = String::with_capacity(len);
+/// Writes `parts` joined with `/`, then `/` + the zero-padded `seq` if any, into a batch's key
+/// (these keys are written for every routed message, with no allocation of their own).
+fn write_row_key(k: &mut RowKey<'_>, parts: &[&str], seq: Option<Seq>) {
     for (i, p) in parts.iter().enumerate() {
         if i > 0 {
             k.push('/');
@@ -496,65 +491,48 @@ fn row_key(parts: &[&str], seq: Option<Seq>) -> String {
         k.push('/');
         k.push_str(std::str::from_utf8(&buf).unwrap_or_default());
     }
-    debug_assert_eq!(k.len(), len);
-    k
 }
 
-pub(crate) fn message_key(recipient: &UserUuid, conv: &ConvId, seq: Seq) -> String {
-    row_key(&[recipient.as_str(), conv.as_str()], Some(seq))
+/// Writes the key of the message row `recipient/conv/seq`.
+pub(crate) fn write_message_key(k: &mut RowKey<'_>, recipient: &UserUuid, conv: &ConvId, seq: Seq) {
+    write_row_key(k, &[recipient.as_str(), conv.as_str()], Some(seq));
 }
 
-fn tombstone_key(author: &UserUuid, id: &MessageId) -> String {
-    row_key(&[author.as_str(), id.as_str()], None)
+/// Writes the key of the tombstone (or pending retraction) row `author/id`.
+fn write_tombstone_key(k: &mut RowKey<'_>, author: &UserUuid, id: &MessageId) {
+    write_row_key(k, &[author.as_str(), id.as_str()], None);
 }
 
-fn mark_key(conv: &ConvId, reader: &UserUuid, kind: ReceiptKind) -> String {
-    format!("{conv}/{reader}/{}", kind.as_str())
+/// Writes the key of the receipt mark row `conv/reader/kind`.
+fn write_mark_key(k: &mut RowKey<'_>, conv: &ConvId, reader: &UserUuid, kind: ReceiptKind) {
+    write_row_key(k, &[conv.as_str(), reader.as_str(), kind.as_str()], None);
 }
 
-fn pending_receipt_key(recipient: &UserUuid, conv: &ConvId, kind: ReceiptKind) -> String {
-    format!("{recipient}/{conv}/{}", kind.as_str())
+/// Writes the key of the pending receipt row `recipient/conv/kind`.
+fn write_pending_receipt_key(
+    k: &mut RowKey<'_>,
+    recipient: &UserUuid,
+    conv: &ConvId,
+    kind: ReceiptKind,
+) {
+    write_row_key(k, &[recipient.as_str(), conv.as_str(), kind.as_str()], None);
 }
 
 /// Records the row of conversation `c` in `batch`. `counter_stored` is false only for the
 /// PLANTED BUG (test-only) `SeqNotPersisted`: the row is stored without its seq counter (as
 /// it was created), which stays in memory only, so a restart reuses seqs.
-pub(crate) fn push_conversation(
-    batch: &mut Batch,
-    scratch: &mut Vec<u8>,
-    c: &ConversationRow,
-    counter_stored: bool,
-) {
-    let value = if counter_stored {
-        encode_with(scratch, |out| c.write_json(out))
+pub(crate) fn push_conversation(batch: &mut Batch, c: &ConversationRow, counter_stored: bool) {
+    let key = |k: &mut RowKey<'_>| k.push_str(c.id.as_str());
+    if counter_stored {
+        batch.put_row(Table::Conversations, key, |out| c.write_json(out));
     } else {
         let stale = ConversationRow {
             last_seq: Seq(0),
             last_authored: [Seq(0), Seq(0)],
             ..c.clone()
         };
-        encode_with(scratch, |out| stale.write_json(out))
-    };
-    batch.push(Mutation::Put {
-        table: Table::Conversations,
-        key: c.id.as_str().to_owned(),
-        value,
-    });
-}
-
-/// Serialises `value` into `scratch` (reused across rows), then copies it out at its exact
-/// size: one allocation per row, none of `to_vec`'s regrowth. `None` if it cannot be encoded.
-fn encode<T: Serialize + ?Sized>(scratch: &mut Vec<u8>, value: &T) -> Option<Vec<u8>> {
-    scratch.clear();
-    serde_json::to_writer(&mut *scratch, value).ok()?;
-    Some(scratch.as_slice().to_vec())
-}
-
-/// Like [`encode`] with a hand-written encoder ([`crate::json`]), which cannot fail.
-pub(crate) fn encode_with(scratch: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
-    scratch.clear();
-    write(scratch);
-    scratch.as_slice().to_vec()
+        batch.put_row(Table::Conversations, key, |out| stale.write_json(out));
+    }
 }
 
 pub(crate) fn decode<T: DeserializeOwned>(
@@ -617,35 +595,40 @@ impl State {
         Ok(s)
     }
 
-    pub(crate) fn record<T: Serialize>(&mut self, table: Table, key: String, value: &T) {
-        let value = encode(&mut self.scratch, value);
-        self.record_encoded(table, key, value);
+    /// Records the row `key` of `table`, serialised by serde; a record that cannot be encoded
+    /// poisons the batch (the next commit is refused).
+    pub(crate) fn record<T: Serialize>(&mut self, table: Table, key: &str, value: &T) {
+        self.record_keyed(table, |k| k.push_str(key), value);
     }
 
-    fn record_encoded(&mut self, table: Table, key: String, value: Option<Vec<u8>>) {
-        match value {
-            Some(value) => self.batch.push(Mutation::Put { table, key, value }),
-            None => self.poisoned = true,
+    /// [`State::record`] with the key written in place by `key`.
+    fn record_keyed<T: Serialize>(
+        &mut self,
+        table: Table,
+        key: impl FnOnce(&mut RowKey<'_>),
+        value: &T,
+    ) {
+        let encoded = self.batch.try_put_row(table, key, |out| {
+            serde_json::to_writer(out, value).map_err(|_| ())
+        });
+        if encoded.is_err() {
+            self.poisoned = true;
         }
     }
 
-    pub(crate) fn record_delete(&mut self, table: Table, key: String) {
-        self.batch.push(Mutation::Delete { table, key });
-    }
-
-    pub(crate) fn take_batch(&mut self) -> Batch {
-        std::mem::take(&mut self.batch)
+    pub(crate) fn record_delete(&mut self, table: Table, key: &str) {
+        self.batch.delete(table, key);
     }
 
     // ---- meta
 
     pub(crate) fn put_meta(&mut self, key: &str, value: String) {
-        self.record(Table::Meta, key.to_owned(), &value);
+        self.record(Table::Meta, key, &value);
         self.meta.insert(key.to_owned(), value);
     }
 
     pub(crate) fn delete_meta(&mut self, key: &str) {
-        self.record_delete(Table::Meta, key.to_owned());
+        self.record_delete(Table::Meta, key);
         self.meta.remove(key);
     }
 
@@ -670,7 +653,7 @@ impl State {
     }
 
     pub(crate) fn put_account(&mut self, a: AccountRow) {
-        self.record(Table::Accounts, a.uuid.to_string(), &a);
+        self.record(Table::Accounts, a.uuid.as_str(), &a);
         if let Some(old) = self.accounts.get(&a.uuid)
             && old.alias_id != a.alias_id
         {
@@ -692,7 +675,7 @@ impl State {
     }
 
     pub(crate) fn put_friendship(&mut self, f: FriendshipRow) {
-        self.record(Table::Friendships, format!("{:020}", f.id.get()), &f);
+        self.record(Table::Friendships, &format!("{:020}", f.id.get()), &f);
         self.index_friendship(f);
     }
 
@@ -720,8 +703,7 @@ impl State {
     }
 
     pub(crate) fn put_conversation(&mut self, c: ConversationRow) {
-        let value = encode_with(&mut self.scratch, |out| c.write_json(out));
-        self.record_encoded(Table::Conversations, c.id.to_string(), Some(value));
+        push_conversation(&mut self.batch, &c, true);
         match self.conversations.get_mut(&c.id) {
             // Same members: `convs_of` stays; replace the row in place.
             Some(old) if old.row.members == c.members => old.row = c,
@@ -767,23 +749,19 @@ impl State {
             expires_at: t.expires_at,
             retracted: t.retracted,
         };
-        let value = encode_with(&mut self.scratch, |out| record.write_json(out));
-        self.batch.push(Mutation::PutExpiring {
-            table: Table::Tombstones,
-            key: tombstone_key(author, &id),
-            value,
-            expires_at: t.expires_at.get(),
-        });
+        self.batch.put_expiring_row(
+            Table::Tombstones,
+            |k| write_tombstone_key(k, author, &id),
+            |out| record.write_json(out),
+            t.expires_at.get(),
+        );
         self.tombstones.put(author, id, t);
     }
 
     /// Deletes every tombstone row expired at `now` (one range delete) and drops them from
     /// the sets in memory.
     pub(crate) fn expire_tombstones(&mut self, now: UnixMs) {
-        self.batch.push(Mutation::Expire {
-            table: Table::Tombstones,
-            up_to: now.get(),
-        });
+        self.batch.expire(Table::Tombstones, now.get());
         self.tombstones.expire(now);
     }
 
@@ -809,14 +787,18 @@ impl State {
             kind,
             seq,
         };
-        self.record(Table::ReceiptMarks, mark_key(conv, reader, kind), &row);
+        self.record_keyed(
+            Table::ReceiptMarks,
+            |k| write_mark_key(k, conv, reader, kind),
+            &row,
+        );
         self.marks.insert((conv.clone(), reader.clone(), kind), seq);
     }
 
     pub(crate) fn put_pending_receipt(&mut self, r: PendingReceiptRow, offline_ttl_ms: u64) {
-        self.record(
+        self.record_keyed(
             Table::PendingReceipts,
-            pending_receipt_key(&r.recipient, &r.conv_id, r.kind),
+            |k| write_pending_receipt_key(k, &r.recipient, &r.conv_id, r.kind),
             &r,
         );
         self.timers.insert((
@@ -838,17 +820,16 @@ impl State {
             .remove(&(recipient.clone(), conv.clone(), kind))
             .is_some()
         {
-            self.record_delete(
-                Table::PendingReceipts,
-                pending_receipt_key(recipient, conv, kind),
-            );
+            self.batch.delete_row(Table::PendingReceipts, |k| {
+                write_pending_receipt_key(k, recipient, conv, kind);
+            });
         }
     }
 
     pub(crate) fn put_pending_retract(&mut self, r: PendingRetractRow, offline_ttl_ms: u64) {
-        self.record(
+        self.record_keyed(
             Table::PendingRetracts,
-            tombstone_key(&r.recipient, &r.id),
+            |k| write_tombstone_key(k, &r.recipient, &r.id),
             &r,
         );
         self.timers.insert((
@@ -865,7 +846,9 @@ impl State {
             .remove(&(recipient.clone(), id.clone()))
             .is_some()
         {
-            self.record_delete(Table::PendingRetracts, tombstone_key(recipient, id));
+            self.batch.delete_row(Table::PendingRetracts, |k| {
+                write_tombstone_key(k, recipient, id);
+            });
         }
     }
 }
@@ -900,7 +883,7 @@ mod tests {
                 id: MessageId::parse(&id).unwrap(),
                 from,
                 crypto_v,
-                payload,
+                payload: payload.into(),
                 at: UnixMs(at),
             };
             let record = MessageRecord {
@@ -979,17 +962,17 @@ mod tests {
         };
         s.tombstones.insert_loaded(&author, [], UnixMs(0));
         s.put_tombstone(&author, id.clone(), t.clone());
-        let Some(Mutation::PutExpiring {
+        let Some(crate::store::MutationRef::PutExpiring {
             key,
             value,
             expires_at,
             ..
-        }) = s.batch.first()
+        }) = s.batch.iter().next()
         else {
             panic!("one put with an expiry");
         };
         assert_eq!(key, "00000000-0000-4000-8000-000000000001/m-1");
-        assert_eq!(*expires_at, 9);
+        assert_eq!(expires_at, 9);
         let row: TombstoneRow = decode(Table::Tombstones, key, value).unwrap();
         assert_eq!(
             row,
@@ -1005,13 +988,32 @@ mod tests {
     }
 
     #[test]
-    fn message_key_is_zero_padded() {
+    fn keys_written_in_place_are_the_documented_ones() {
         let r = UserUuid::parse("00000000-0000-4000-8000-000000000001").unwrap();
         let c = ConvId::parse("c-1").unwrap();
-        assert_eq!(message_key(&r, &c, Seq(42)), format!("{r}/{c}/{:020}", 42));
+        let id = MessageId::parse("m-1").unwrap();
+        let mut b = Batch::new();
+        b.delete_row(Table::Messages, |k| write_message_key(k, &r, &c, Seq(42)));
+        b.delete_row(Table::Messages, |k| {
+            write_message_key(k, &r, &c, Seq(u64::MAX));
+        });
+        b.delete_row(Table::Tombstones, |k| write_tombstone_key(k, &r, &id));
+        b.delete_row(Table::ReceiptMarks, |k| {
+            write_mark_key(k, &c, &r, ReceiptKind::Read);
+        });
+        b.delete_row(Table::PendingReceipts, |k| {
+            write_pending_receipt_key(k, &r, &c, ReceiptKind::Delivered);
+        });
+        let keys: Vec<_> = b.iter().filter_map(|m| m.key()).collect();
         assert_eq!(
-            message_key(&r, &c, Seq(u64::MAX)),
-            format!("{r}/{c}/{}", u64::MAX)
+            keys,
+            [
+                format!("{r}/{c}/{:020}", 42),
+                format!("{r}/{c}/{}", u64::MAX),
+                format!("{r}/{id}"),
+                format!("{c}/{r}/read"),
+                format!("{r}/{c}/delivered"),
+            ]
         );
     }
 }

@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use relay_core::store::{Batch, Mutation, SqliteStore, Store, Table};
+use relay_core::store::{Batch, Mutation, MutationRef, SqliteStore, Store, Table};
 use relay_pg::{CampaignOptions, PgConfig};
 use tokio_postgres::{Client, NoTls, Statement, types::ToSql};
 
@@ -126,14 +126,16 @@ impl PerRow {
         }
     }
 
-    fn rows(batch: &Batch) -> Vec<(Table, &String, &Vec<u8>)> {
+    fn rows(batch: &Batch) -> Vec<(Table, &str, &[u8])> {
         batch
             .iter()
             .map(|m| match m {
-                Mutation::Put { table, key, value } => (*table, key, value),
-                Mutation::Delete { .. }
-                | Mutation::PutExpiring { .. }
-                | Mutation::Expire { .. } => unreachable!("the benchmark's batches hold puts only"),
+                MutationRef::Put { table, key, value } => (table, key, value),
+                MutationRef::Delete { .. }
+                | MutationRef::PutExpiring { .. }
+                | MutationRef::Expire { .. } => {
+                    unreachable!("the benchmark's batches hold puts only")
+                }
             })
             .collect()
     }
@@ -144,7 +146,7 @@ impl PerRow {
             c.execute(&self.begin, &[]).await.unwrap();
             c.execute(&self.fence, &[&self.epoch]).await.unwrap();
             for (table, key, value) in Self::rows(batch) {
-                c.execute(&self.upsert[&table], &[key, value])
+                c.execute(&self.upsert[&table], &[&key, &value])
                     .await
                     .unwrap();
             }
@@ -157,7 +159,7 @@ impl PerRow {
             let c = &self.client;
             let rows = Self::rows(batch);
             let params: Vec<[&(dyn ToSql + Sync); 2]> =
-                rows.iter().map(|(_, k, v)| [*k as _, *v as _]).collect();
+                rows.iter().map(|(_, k, v)| [k as _, v as _]).collect();
             let epoch: [&(dyn ToSql + Sync); 1] = [&self.epoch];
             let mut steps = vec![
                 Box::pin(c.execute_raw(&self.begin, [] as [&(dyn ToSql + Sync); 0]))
@@ -210,7 +212,7 @@ fn main() {
         report(
             "PgStore (pipelined; unnest per table, VALUES for one row)",
             size,
-            measure(n, size, |b| store.commit(b).unwrap()),
+            measure(n, size, |b| store.commit(&b).unwrap()),
         );
         report(
             "per row, pipelined",
@@ -225,7 +227,7 @@ fn main() {
         report(
             "SqliteStore (synchronous=FULL)",
             size,
-            measure(n, size, |b| sqlite.commit(b).unwrap()),
+            measure(n, size, |b| sqlite.commit(&b).unwrap()),
         );
     }
     drop(store);

@@ -32,7 +32,7 @@ use std::{
 use client_core::{encoding::to_base64, keys::SigningKeyPair};
 use relay_core::{
     Config, ConnId, HttpRequest, Method, Relay, WsConnect,
-    store::{Batch, MemoryStore, Snapshot, Store, StoreError, StoreRead},
+    store::{MemoryStore, NullStore, Snapshot, Store},
 };
 use serde_json::{Value, json};
 use wire::UnixMs;
@@ -80,23 +80,6 @@ struct Account {
     uuid: String,
     alias: String,
     token: String,
-}
-
-/// Accepts every commit and keeps nothing: the heap run measures the relay's state alone.
-#[derive(Debug)]
-struct NullStore;
-
-impl Store for NullStore {
-    fn load(&mut self) -> Result<Snapshot, StoreError> {
-        Ok(Snapshot::new())
-    }
-    fn commit(&mut self, _batch: Batch) -> Result<(), StoreError> {
-        Ok(())
-    }
-    /// Reads find nothing, as in a store that never received a commit.
-    fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
-        MemoryStore::new().reader()
-    }
 }
 
 struct World {

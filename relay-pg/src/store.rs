@@ -46,7 +46,7 @@
 use std::{collections::BTreeMap, fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use futures_util::{TryStreamExt, future::join_all};
-use relay_core::store::{Batch, Mutation, Snapshot, Store, StoreError, StoreRead, Table};
+use relay_core::store::{Batch, MutationRef, Snapshot, Store, StoreError, StoreRead, Table};
 use tokio_postgres::{Client, NoTls, Statement, types::ToSql};
 
 use crate::{
@@ -213,7 +213,7 @@ impl Store for PgStore {
         self.load_tables(true)
     }
 
-    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
+    fn commit(&mut self, batch: &Batch) -> Result<(), StoreError> {
         let conn = match self.usable() {
             Ok(conn) => conn,
             Err(e) => return self.settle(Err(e)),
@@ -284,7 +284,7 @@ fn sql_ms(ms: u64) -> Result<i64, PgError> {
 }
 
 impl Plan {
-    fn new(batch: Batch) -> Result<Self, PgError> {
+    fn new(batch: &Batch) -> Result<Self, PgError> {
         let too_large = |what: &str, len: usize| {
             PgError::Backend(format!(
                 "a {what} of {len} bytes exceeds MAX_ROW_BYTES ({MAX_ROW_BYTES}); nothing was sent"
@@ -296,7 +296,7 @@ impl Plan {
         let mut last: BTreeMap<(Table, String), RowOp> = BTreeMap::new();
         // Backwards: the first write of a row met is its last in the batch, and every expiry
         // that follows it in the batch has been seen.
-        for m in batch.into_iter().rev() {
+        for m in batch.iter().rev() {
             let table = m.table();
             if m.misplaces_an_expiry() {
                 return Err(no_expiry(table));
@@ -307,7 +307,7 @@ impl Plan {
                 return Err(too_large("key", key.len()));
             }
             let (key, op) = match m {
-                Mutation::Expire { up_to, .. } => {
+                MutationRef::Expire { up_to, .. } => {
                     let latest = later_expiry.entry(table).or_insert(up_to);
                     *latest = (*latest).max(up_to);
                     // Every stored expiry is at most `i64::MAX`: beyond it is the same as at it.
@@ -316,14 +316,14 @@ impl Plan {
                     ops.expire_up_to = ops.expire_up_to.max(Some(up_to));
                     continue;
                 }
-                Mutation::Delete { key, .. } => (key, RowOp::Delete),
-                Mutation::Put { key, value, .. } => {
+                MutationRef::Delete { key, .. } => (key, RowOp::Delete),
+                MutationRef::Put { key, value, .. } => {
                     if value.len() > MAX_ROW_BYTES {
                         return Err(too_large("value", value.len()));
                     }
-                    (key, RowOp::Upsert(value, None))
+                    (key, RowOp::Upsert(value.to_vec(), None))
                 }
-                Mutation::PutExpiring {
+                MutationRef::PutExpiring {
                     key,
                     value,
                     expires_at,
@@ -339,11 +339,11 @@ impl Plan {
                     if expired_later {
                         (key, RowOp::Delete)
                     } else {
-                        (key, RowOp::Upsert(value, Some(at)))
+                        (key, RowOp::Upsert(value.to_vec(), Some(at)))
                     }
                 }
             };
-            last.entry((table, key)).or_insert(op);
+            last.entry((table, key.to_owned())).or_insert(op);
         }
         for ((table, key), op) in last {
             let ops = tables.entry(table).or_default();
@@ -670,6 +670,7 @@ async fn prepare(client: &Client) -> Result<Statements, PgError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use relay_core::store::Mutation;
 
     fn put(table: Table, key: &str, value: &str) -> Mutation {
         Mutation::Put {
@@ -706,23 +707,23 @@ mod tests {
     fn apply_in_order(mut state: State, batch: &Batch) -> State {
         for m in batch {
             match m {
-                Mutation::Put { table, key, value } => {
-                    state.insert((*table, key.clone()), (value.clone(), None));
+                MutationRef::Put { table, key, value } => {
+                    state.insert((table, key.to_owned()), (value.to_vec(), None));
                 }
-                Mutation::PutExpiring {
+                MutationRef::PutExpiring {
                     table,
                     key,
                     value,
                     expires_at,
                 } => {
-                    state.insert((*table, key.clone()), (value.clone(), Some(*expires_at)));
+                    state.insert((table, key.to_owned()), (value.to_vec(), Some(expires_at)));
                 }
-                Mutation::Delete { table, key } => {
-                    state.remove(&(*table, key.clone()));
+                MutationRef::Delete { table, key } => {
+                    state.remove(&(table, key.to_owned()));
                 }
-                Mutation::Expire { table, up_to } => {
+                MutationRef::Expire { table, up_to } => {
                     state.retain(|(t, _), (_, at)| {
-                        !(t == table && at.is_some_and(|at| at <= *up_to))
+                        !(*t == table && at.is_some_and(|at| at <= up_to))
                     });
                 }
             }
@@ -760,7 +761,7 @@ mod tests {
 
     #[test]
     fn a_plan_keeps_the_last_mutation_of_each_key() {
-        let batch = vec![
+        let batch: Batch = vec![
             put(Table::Accounts, "a", "1"),
             put(Table::Accounts, "a", "2"),
             put(Table::Messages, "x", "m"),
@@ -768,9 +769,10 @@ mod tests {
             del(Table::Messages, "y"),
             put(Table::Messages, "y", "back"),
             put(Table::Meta, "a", "meta"),
-        ];
+        ]
+        .into();
         let model = apply_in_order(State::new(), &batch);
-        let plan = Plan::new(batch).unwrap();
+        let plan = Plan::new(&batch).unwrap();
         assert_eq!(apply_plan(State::new(), &plan), model);
         assert_eq!(plan.0[&Table::Accounts].put_values, [b"2".to_vec()]);
         assert_eq!(plan.0[&Table::Messages].delete_keys, ["x"]);
@@ -780,7 +782,7 @@ mod tests {
     #[test]
     fn an_expiry_goes_first_and_a_row_it_would_expire_later_is_deleted() {
         let t = Table::Tombstones;
-        let batch = vec![
+        let batch: Batch = vec![
             put_exp(t, "k", "old", 10),
             put_exp(t, "gone", "x", 10),
             expire(t, 50),
@@ -790,8 +792,9 @@ mod tests {
             put(t, "plain", "p"),
             expire(t, 70),
             expire(t, 20),
-        ];
-        let plan = Plan::new(batch.clone()).unwrap();
+        ]
+        .into();
+        let plan = Plan::new(&batch).unwrap();
         let ops = &plan.0[&t];
         assert_eq!(ops.expire_up_to, Some(70));
         assert_eq!(ops.put_keys, ["k", "kept", "plain"]);
@@ -811,12 +814,12 @@ mod tests {
 
     #[test]
     fn expiries_out_of_range_and_on_plain_tables_are_refused() {
-        let refused = |batch: Batch| Plan::new(batch).unwrap_err().to_string();
+        let refused = |batch: Vec<Mutation>| Plan::new(&batch.into()).unwrap_err().to_string();
         assert!(refused(vec![put_exp(Table::Accounts, "u", "v", 5)]).contains("accounts"));
         assert!(refused(vec![expire(Table::Meta, 5)]).contains("meta"));
         assert!(refused(vec![put_exp(Table::Tombstones, "u", "v", u64::MAX)]).contains("expiry"));
         // Beyond every storable expiry is the same as at the largest one.
-        let plan = Plan::new(vec![expire(Table::Tombstones, u64::MAX)]).unwrap();
+        let plan = Plan::new(&vec![expire(Table::Tombstones, u64::MAX)].into()).unwrap();
         assert_eq!(plan.0[&Table::Tombstones].expire_up_to, Some(i64::MAX));
     }
 
@@ -867,7 +870,7 @@ mod tests {
                 })
                 .collect();
             let model = apply_in_order(before.clone(), &batch);
-            let plan = Plan::new(batch.clone()).unwrap();
+            let plan = Plan::new(&batch).unwrap();
             let planned = apply_plan(before, &plan);
             assert_eq!(planned, model, "round {round}: {batch:?}");
         }

@@ -124,8 +124,8 @@ fn an_old_leaders_commit_after_a_takeover_fails_and_commits_nothing() {
     // the database can stop it).
     let mut own = old.store().unwrap();
     let mut unaware = PgStore::open_fenced(&db.config, old_epoch).unwrap();
-    own.commit(vec![put("before/own")]).unwrap();
-    unaware.commit(vec![put("before/unaware")]).unwrap();
+    own.commit(&vec![put("before/own")].into()).unwrap();
+    unaware.commit(&vec![put("before/unaware")].into()).unwrap();
 
     old.resign();
     let new = lead(&db);
@@ -133,7 +133,7 @@ fn an_old_leaders_commit_after_a_takeover_fails_and_commits_nothing() {
 
     for (name, store) in [("own", &mut own), ("unaware", &mut unaware)] {
         let err = store
-            .commit(vec![put(&format!("after/{name}"))])
+            .commit(&vec![put(&format!("after/{name}"))].into())
             .unwrap_err();
         assert!(
             matches!(err, StoreError::Fenced { epoch } if epoch == old_epoch),
@@ -141,7 +141,7 @@ fn an_old_leaders_commit_after_a_takeover_fails_and_commits_nothing() {
         );
         // And it stays fenced (no retry can get through).
         assert!(matches!(
-            store.commit(vec![put("again")]),
+            store.commit(&vec![put("again")].into()),
             Err(StoreError::Fenced { .. })
         ));
         assert!(matches!(store.load(), Err(StoreError::Fenced { .. })));
@@ -149,7 +149,7 @@ fn an_old_leaders_commit_after_a_takeover_fails_and_commits_nothing() {
     // A store of an epoch nobody holds yet cannot write either.
     let mut early = PgStore::open_fenced(&db.config, new.epoch() + 1).unwrap();
     assert!(matches!(
-        early.commit(vec![put("future")]),
+        early.commit(&vec![put("future")].into()),
         Err(StoreError::Fenced { .. })
     ));
 
@@ -163,7 +163,7 @@ fn a_leader_whose_lock_session_is_killed_learns_it_and_a_standby_takes_over() {
     let Some(db) = TestDb::new() else { return };
     let old = lead(&db);
     let mut store = old.store().unwrap();
-    store.commit(vec![put("kept")]).unwrap();
+    store.commit(&vec![put("kept")].into()).unwrap();
     let next = standby(&db);
     thread::sleep(Duration::from_millis(300));
 
@@ -181,7 +181,7 @@ fn a_leader_whose_lock_session_is_killed_learns_it_and_a_standby_takes_over() {
     assert!(!old.is_leading());
     assert!(matches!(old.store(), Err(PgError::Fenced { .. })));
     assert!(matches!(
-        store.commit(vec![put("lost")]),
+        store.commit(&vec![put("lost")].into()),
         Err(StoreError::Fenced { .. })
     ));
     assert_eq!(
@@ -216,7 +216,7 @@ fn write_until_fenced(
         for i in 0_u64.. {
             assert!(Instant::now() < deadline, "{prefix}: never fenced");
             let key = format!("{prefix}/{i:07}");
-            match store.commit(vec![put(&key)]) {
+            match store.commit(&vec![put(&key)].into()) {
                 Ok(()) => {
                     ok.insert(key);
                     acked.fetch_add(1, Ordering::Relaxed);

@@ -142,11 +142,14 @@ fn a_whole_leadership_never_logs_or_shows_the_real_password() {
         relay_pg::campaign_blocking(db.config.clone(), CampaignOptions::default()).unwrap();
     let mut store = leader.store().unwrap();
     store
-        .commit(vec![Mutation::Put {
-            table: Table::Meta,
-            key: "k".into(),
-            value: b"v".to_vec(),
-        }])
+        .commit(
+            &vec![Mutation::Put {
+                table: Table::Meta,
+                key: "k".into(),
+                value: b"v".to_vec(),
+            }]
+            .into(),
+        )
         .unwrap();
     store.load().unwrap();
     let mut reader = store.reader().unwrap();
@@ -165,10 +168,13 @@ fn a_whole_leadership_never_logs_or_shows_the_real_password() {
     db.admin()
         .exec("UPDATE leader SET epoch = epoch + 1 WHERE id = 1");
     let err = store
-        .commit(vec![Mutation::Delete {
-            table: Table::Meta,
-            key: "k".into(),
-        }])
+        .commit(
+            &vec![Mutation::Delete {
+                table: Table::Meta,
+                key: "k".into(),
+            }]
+            .into(),
+        )
         .unwrap_err();
     assert_hidden("an error", &format!("{err} {err:?}"), &real);
     drop(store);

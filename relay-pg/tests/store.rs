@@ -12,7 +12,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{Admin, TestDb};
-use relay_core::store::{Mutation, Snapshot, Store, StoreError, StoreRead, Table};
+use relay_core::store::{Batch, Mutation, Snapshot, Store, StoreError, StoreRead, Table};
 use relay_pg::{CampaignOptions, Leader, MIGRATIONS, PgError, PgStore, SCHEMA_VERSION};
 
 /// A leader's store plus what must outlive it (drop order: store, leader, schema).
@@ -30,7 +30,7 @@ impl Store for SuiteStore {
     fn load_eager(&mut self) -> Result<Snapshot, StoreError> {
         self.store.load_eager()
     }
-    fn commit(&mut self, batch: Vec<Mutation>) -> Result<(), StoreError> {
+    fn commit(&mut self, batch: &Batch) -> Result<(), StoreError> {
         self.store.commit(batch)
     }
     fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
@@ -85,12 +85,15 @@ fn commits_survive_the_connection_and_the_leader() {
     {
         let mut store = first.store().unwrap();
         store
-            .commit(vec![
-                put(Table::Accounts, "u", b"alice"),
-                put(Table::Meta, "jwt", b"k"),
-            ])
+            .commit(
+                &vec![
+                    put(Table::Accounts, "u", b"alice"),
+                    put(Table::Meta, "jwt", b"k"),
+                ]
+                .into(),
+            )
             .unwrap();
-        store.commit(vec![del(Table::Meta, "jwt")]).unwrap();
+        store.commit(&vec![del(Table::Meta, "jwt")].into()).unwrap();
     }
     first.resign();
     let second = lead(&db);
@@ -106,20 +109,27 @@ fn a_batch_that_fails_part_way_applies_nothing() {
     let leader = lead(&db);
     let mut store = leader.store().unwrap();
     store
-        .commit(vec![put(Table::Accounts, "before", b"1")])
+        .commit(&vec![put(Table::Accounts, "before", b"1")].into())
         .unwrap();
     // PostgreSQL text cannot hold NUL: the second table's statement fails on the server after
     // the first table's went through, inside the same transaction.
     let err = store
-        .commit(vec![
-            put(Table::Accounts, "a", b"1"),
-            del(Table::Accounts, "before"),
-            put(Table::Messages, "bad\0key", b"m"),
-        ])
+        .commit(
+            &vec![
+                put(Table::Accounts, "a", b"1"),
+                del(Table::Accounts, "before"),
+                put(Table::Messages, "bad\0key", b"m"),
+            ]
+            .into(),
+        )
         .unwrap_err();
     assert!(matches!(err, StoreError::Backend(_)), "{err:?}");
     // The store refuses after a failure; a new one sees only the first commit.
-    assert!(store.commit(vec![put(Table::Meta, "x", b"1")]).is_err());
+    assert!(
+        store
+            .commit(&vec![put(Table::Meta, "x", b"1")].into())
+            .is_err()
+    );
     let snapshot = leader.store().unwrap().load().unwrap();
     assert_eq!(snapshot.len(), 1, "{snapshot:?}");
     assert_eq!(snapshot[&Table::Accounts].len(), 1);
@@ -224,7 +234,7 @@ fn many_batches_agree_with_a_naive_model() {
             }
         }
         model.retain(|_, t| !t.is_empty());
-        store.commit(batch).unwrap();
+        store.commit(&batch.into()).unwrap();
         let values: Snapshot = model
             .iter()
             .map(|(table, rows)| {
@@ -298,7 +308,7 @@ fn an_old_schema_is_migrated_keeping_its_rows() {
     let mut store = leader.store().unwrap();
     assert_eq!(store.load().unwrap()[&Table::Accounts]["u1"], b"alice");
     store
-        .commit(vec![put(Table::PushTargets, "u1", b"target")])
+        .commit(&vec![put(Table::PushTargets, "u1", b"target")].into())
         .expect("the missing table was created");
     assert_eq!(store.load().unwrap()[&Table::PushTargets]["u1"], b"target");
 }
@@ -348,7 +358,7 @@ fn the_store_works_from_inside_a_tokio_runtime() {
                 .unwrap();
             let mut store = leader.store().unwrap();
             store
-                .commit(vec![put(Table::Accounts, flavor, b"1")])
+                .commit(&vec![put(Table::Accounts, flavor, b"1")].into())
                 .unwrap();
             let handle = tokio::spawn(async move { store.load().unwrap() });
             handle.await.unwrap()
@@ -408,10 +418,13 @@ fn a_version_4_database_gains_the_tombstone_expiries() {
     assert_eq!(latest.len(), 1);
     assert_eq!(latest[0].0, "a/2");
     store
-        .commit(vec![Mutation::Expire {
-            table: Table::Tombstones,
-            up_to: 600,
-        }])
+        .commit(
+            &vec![Mutation::Expire {
+                table: Table::Tombstones,
+                up_to: 600,
+            }]
+            .into(),
+        )
         .unwrap();
     let snapshot = store.load().unwrap();
     let left: Vec<&String> = snapshot[&Table::Tombstones].keys().collect();
@@ -462,12 +475,15 @@ fn a_missing_expiring_table_is_created_with_its_expiry_column() {
     assert!(indexes(&db, "tombstones").contains(&"tombstones_expires_at".to_owned()));
     let mut store = leader.store().unwrap();
     store
-        .commit(vec![Mutation::PutExpiring {
-            table: Table::Tombstones,
-            key: "a/1".into(),
-            value: b"t".to_vec(),
-            expires_at: 70,
-        }])
+        .commit(
+            &vec![Mutation::PutExpiring {
+                table: Table::Tombstones,
+                key: "a/1".into(),
+                value: b"t".to_vec(),
+                expires_at: 70,
+            }]
+            .into(),
+        )
         .unwrap();
     assert_eq!(stored_expiries(&db), [("a/1".to_owned(), Some(70))]);
 }
@@ -492,7 +508,7 @@ fn load_eager_does_not_read_the_lazy_tables() {
     let leader = lead(&db);
     let mut store = leader.store().unwrap();
     store
-        .commit(vec![put(Table::Accounts, "u", b"alice")])
+        .commit(&vec![put(Table::Accounts, "u", b"alice")].into())
         .unwrap();
     for table in Table::ALL.iter().filter(|t| t.is_lazy()) {
         db.admin().exec(&format!("DROP TABLE {}", table.name()));
@@ -509,17 +525,20 @@ fn a_refused_batch_leaves_the_store_usable() {
     let leader = lead(&db);
     let mut store = leader.store().unwrap();
     let err = store
-        .commit(vec![
-            put(Table::Accounts, "u", b"alice"),
-            Mutation::Expire {
-                table: Table::Accounts,
-                up_to: 1,
-            },
-        ])
+        .commit(
+            &vec![
+                put(Table::Accounts, "u", b"alice"),
+                Mutation::Expire {
+                    table: Table::Accounts,
+                    up_to: 1,
+                },
+            ]
+            .into(),
+        )
         .unwrap_err();
     assert!(err.to_string().contains("accounts"), "{err}");
     store
-        .commit(vec![put(Table::Accounts, "v", b"bob")])
+        .commit(&vec![put(Table::Accounts, "v", b"bob")].into())
         .unwrap();
     let snapshot = store.load().unwrap();
     assert_eq!(snapshot[&Table::Accounts].len(), 1);
@@ -534,7 +553,7 @@ fn a_reader_reconnects_after_a_failed_read_and_outlives_its_store() {
     let leader = lead(&db);
     let mut store = leader.store().unwrap();
     store
-        .commit(vec![put(Table::Accounts, "u", b"alice")])
+        .commit(&vec![put(Table::Accounts, "u", b"alice")].into())
         .unwrap();
     let mut reader = store.reader().unwrap();
     assert_eq!(
@@ -558,7 +577,7 @@ fn a_reader_reconnects_after_a_failed_read_and_outlives_its_store() {
     db.admin()
         .exec("UPDATE leader SET epoch = epoch + 1 WHERE id = 1");
     let err = store
-        .commit(vec![put(Table::Accounts, "v", b"bob")])
+        .commit(&vec![put(Table::Accounts, "v", b"bob")].into())
         .unwrap_err();
     assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
     drop(store);

@@ -94,6 +94,19 @@ struct Request {
 pub(crate) struct Completion {
     pub(crate) id: BatchId,
     pub(crate) result: Result<(), StoreError>,
+    /// The batch's emptied buffers, for the core to reuse ([`relay_core::Relay::recycle_batch`]).
+    pub(crate) spare: Option<Batch>,
+}
+
+impl Completion {
+    /// A report for a batch whose buffers did not come back.
+    fn lost(id: BatchId, result: Result<(), StoreError>) -> Self {
+        Self {
+            id,
+            result,
+            spare: None,
+        }
+    }
 }
 
 /// The core's end of a commit loop (or the store itself, inline).
@@ -204,20 +217,14 @@ impl Committer {
                 failed,
                 done,
             } => {
-                let result = apply(&mut **store, failed, request.mutations, 1)
-                    .pop()
-                    .unwrap_or(Ok(()));
-                done.push_back(Completion { id, result });
+                done.extend(commit_group(&mut **store, failed, None, vec![request]));
                 true
             }
             How::Thread { shared, ready, .. } if quiet && nothing_in_flight => {
                 // The thread is idle (nothing in flight): the lock is free.
                 let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
                 let Shared { store, failed } = &mut *shared;
-                let result = apply(&mut **store, failed, request.mutations, 1)
-                    .pop()
-                    .unwrap_or(Ok(()));
-                ready.push_back(Completion { id, result });
+                ready.extend(commit_group(&mut **store, failed, None, vec![request]));
                 here = true;
                 true
             }
@@ -248,16 +255,16 @@ impl Committer {
             Some(c) if c.id == id => c,
             Some(c) => {
                 error!(expected = %id, got = %c.id, "commit reported out of order");
-                Completion {
+                Completion::lost(
                     id,
-                    result: Err(StoreError::Backend("commit reported out of order".into())),
-                }
+                    Err(StoreError::Backend("commit reported out of order".into())),
+                )
             }
             // The loop ended (it could not start, or panicked): nothing more is stored.
-            None => Completion {
+            None => Completion::lost(
                 id,
-                result: Err(StoreError::Backend("the commit loop stopped".into())),
-            },
+                Err(StoreError::Backend("the commit loop stopped".into())),
+            ),
         }
     }
 
@@ -276,10 +283,10 @@ impl Committer {
         self.in_flight.pop_front();
         Some(match completion {
             Some(c) if c.id == id => c,
-            _ => Completion {
+            _ => Completion::lost(
                 id,
-                result: Err(StoreError::Backend("the commit loop stopped".into())),
-            },
+                Err(StoreError::Backend("the commit loop stopped".into())),
+            ),
         })
     }
 }
@@ -312,7 +319,7 @@ fn thread_loop(
             // report is in, so it never waits for this lock.
             let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
             let Shared { store, failed } = &mut *shared;
-            commit_group(&mut **store, failed, stop, group)
+            commit_group(&mut **store, failed, Some(stop), group)
         };
         for completion in completions {
             if done.blocking_send(completion).is_err() {
@@ -344,7 +351,7 @@ async fn task_loop(
         if wait_ms > 0 {
             tokio::time::sleep(Duration::from_millis(wait_ms)).await;
         }
-        for completion in commit_group(&mut *store, &mut failed, &stop, group) {
+        for completion in commit_group(&mut *store, &mut failed, Some(&*stop), group) {
             if done.send(completion).await.is_err() {
                 return;
             }
@@ -353,26 +360,43 @@ async fn task_loop(
 }
 
 /// Applies `group` (consecutive batches) in one transaction, unless an earlier commit failed
-/// or the core let go; one report per batch.
+/// or the core let go (`stop`); one report per batch, each with its batch's buffers to reuse.
+/// The later batches' mutations are appended to the first's, which is committed.
 fn commit_group(
     store: &mut dyn Store,
     failed: &mut bool,
-    stop: &AtomicBool,
+    stop: Option<&AtomicBool>,
     group: Vec<Request>,
 ) -> Vec<Completion> {
-    if stop.load(Ordering::Relaxed) {
+    if stop.is_some_and(|stop| stop.load(Ordering::Relaxed)) {
         *failed = true;
     }
     let n = group.len();
-    let mut ids = Vec::with_capacity(n);
-    let mut mutations = Batch::new();
-    for request in group {
-        ids.push(request.id);
-        mutations.extend(request.mutations);
+    let mut requests = group.into_iter();
+    let Some(Request {
+        id: first,
+        mutations: mut all,
+    }) = requests.next()
+    else {
+        return Vec::new();
+    };
+    let mut rest = Vec::with_capacity(n - 1);
+    for mut request in requests {
+        all.append(&mut request.mutations);
+        rest.push(request);
     }
-    ids.into_iter()
-        .zip(apply(store, failed, mutations, n))
-        .map(|(id, result)| Completion { id, result })
+    let results = apply(store, failed, &all, n);
+    let spares = std::iter::once((first, all)).chain(rest.into_iter().map(|r| (r.id, r.mutations)));
+    spares
+        .zip(results)
+        .map(|((id, mut spare), result)| {
+            spare.clear();
+            Completion {
+                id,
+                result,
+                spare: Some(spare),
+            }
+        })
         .collect()
 }
 
@@ -381,7 +405,7 @@ fn commit_group(
 fn apply(
     store: &mut dyn Store,
     failed: &mut bool,
-    mutations: Batch,
+    mutations: &Batch,
     batches: usize,
 ) -> Vec<Result<(), StoreError>> {
     let result = if *failed {

@@ -529,11 +529,14 @@ impl Core {
     /// The committer reported a batch: the relay releases its outputs (or fails stop), the
     /// frames go to the sockets, then its answers.
     fn completed(&mut self, done: Completion) {
-        let Completion { id, result } = done;
+        let Completion { id, result, spare } = done;
         if let Err(e) = &result {
             debug!(%id, error = %e, "batch not committed");
         }
         let committed = self.relay.handle_committed(id, &result).is_ok();
+        if let Some(batch) = spare {
+            self.relay.recycle_batch(batch);
+        }
         if self.committer.in_flight() == 0 {
             self.quiet = !mem::take(&mut self.arrived_in_flight);
         }
@@ -1046,7 +1049,10 @@ impl relay_core::store::Store for NoStore {
     fn load(&mut self) -> Result<relay_core::store::Snapshot, relay_core::store::StoreError> {
         Err(relay_core::store::StoreError::Backend("no store".into()))
     }
-    fn commit(&mut self, _: relay_core::store::Batch) -> Result<(), relay_core::store::StoreError> {
+    fn commit(
+        &mut self,
+        _: &relay_core::store::Batch,
+    ) -> Result<(), relay_core::store::StoreError> {
         Err(relay_core::store::StoreError::Backend("no store".into()))
     }
     fn reader(

@@ -188,7 +188,7 @@ impl<S: Store> Store for TermStore<S> {
         self.watch(result)
     }
 
-    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
+    fn commit(&mut self, batch: &Batch) -> Result<(), StoreError> {
         let result = self.inner.commit(batch);
         self.watch(result)
     }
@@ -200,7 +200,7 @@ impl<S: Store> Store for TermStore<S> {
 
 #[cfg(test)]
 mod tests {
-    use relay_core::store::{MemoryStore, Mutation, Table};
+    use relay_core::store::{MemoryStore, Table};
 
     use super::*;
 
@@ -212,7 +212,7 @@ mod tests {
         fn load(&mut self) -> Result<Snapshot, StoreError> {
             Ok(Snapshot::new())
         }
-        fn commit(&mut self, _: Batch) -> Result<(), StoreError> {
+        fn commit(&mut self, _: &Batch) -> Result<(), StoreError> {
             Err(StoreError::Fenced { epoch: 3 })
         }
         fn reader(&mut self) -> Result<Box<dyn relay_core::store::StoreRead>, StoreError> {
@@ -221,23 +221,21 @@ mod tests {
     }
 
     fn put() -> Batch {
-        vec![Mutation::Put {
-            table: Table::Meta,
-            key: "k".into(),
-            value: b"v".to_vec(),
-        }]
+        let mut batch = Batch::new();
+        batch.put(Table::Meta, "k", b"v");
+        batch
     }
 
     #[test]
     fn a_fenced_commit_ends_the_term_and_other_results_do_not() {
         let end = TermEnd::new();
         let mut ok = TermStore::new(MemoryStore::new(), end.clone());
-        ok.commit(put()).unwrap();
+        ok.commit(&put()).unwrap();
         ok.load().unwrap();
         assert_eq!(end.ended(), None);
         let mut fenced = TermStore::new(Fenced, end.clone());
         assert!(matches!(
-            fenced.commit(put()),
+            fenced.commit(&put()),
             Err(StoreError::Fenced { epoch: 3 })
         ));
         let why = end.ended().unwrap();

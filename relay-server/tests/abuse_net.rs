@@ -427,7 +427,7 @@ impl relay_core::store::Store for Fenceable {
     }
     fn commit(
         &mut self,
-        batch: relay_core::store::Batch,
+        batch: &relay_core::store::Batch,
     ) -> Result<(), relay_core::store::StoreError> {
         if self.fenced.load(Ordering::SeqCst) {
             return Err(relay_core::store::StoreError::Fenced { epoch: 1 });

@@ -48,7 +48,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use relay_core::store::{
-    Batch, Expiries, MemoryStore, Mutation, Rows, Snapshot, SqliteStore, Store, StoreError,
+    Batch, Expiries, MemoryStore, MutationRef, Rows, Snapshot, SqliteStore, Store, StoreError,
     StoreRead, Table,
 };
 
@@ -407,8 +407,8 @@ impl Ctl {
         let at = sim_ms();
         for m in batch {
             match m {
-                Mutation::Put { table, key, value }
-                | Mutation::PutExpiring {
+                MutationRef::Put { table, key, value }
+                | MutationRef::PutExpiring {
                     table, key, value, ..
                 } => match table {
                     Table::Messages => {
@@ -421,10 +421,8 @@ impl Ctl {
                                     .and_then(serde_json::Value::as_u64)
                                     .unwrap_or(0),
                             ));
-                            self.history
-                                .messages
-                                .entry(key.clone())
-                                .or_insert(CommittedMessage {
+                            self.history.messages.entry(key.to_owned()).or_insert(
+                                CommittedMessage {
                                     id: text(&v, "id"),
                                     conv: text(&v, "conv_id"),
                                     seq: v
@@ -434,7 +432,8 @@ impl Ctl {
                                     recipient: text(&v, "recipient"),
                                     at_ms: at,
                                     deleted_ms: None,
-                                });
+                                },
+                            );
                         }
                     }
                     Table::Tombstones => {
@@ -448,10 +447,10 @@ impl Ctl {
                         }
                     }
                     Table::Orders => {
-                        self.history.orders.insert(key.clone());
+                        self.history.orders.insert(key.to_owned());
                     }
                     Table::ReceiptMarks => {
-                        self.history.receipt_marks.insert(key.clone());
+                        self.history.receipt_marks.insert(key.to_owned());
                         if let Some(v) = json(value) {
                             self.history.mark_writes.push((
                                 at,
@@ -465,19 +464,19 @@ impl Ctl {
                     }
                     Table::PushTargets => {
                         let row = String::from_utf8_lossy(value).into_owned();
-                        self.history.push_targets.push((at, key.clone(), row));
+                        self.history.push_targets.push((at, key.to_owned(), row));
                     }
                     _ => {}
                 },
-                Mutation::Delete {
+                MutationRef::Delete {
                     table: Table::PushTargets,
                     key,
                 } => {
                     self.history
                         .push_targets
-                        .push((at, key.clone(), String::new()));
+                        .push((at, key.to_owned(), String::new()));
                 }
-                Mutation::Delete {
+                MutationRef::Delete {
                     table: Table::Messages,
                     key,
                 } => {
@@ -485,12 +484,12 @@ impl Ctl {
                         row.deleted_ms.get_or_insert(at);
                     }
                 }
-                Mutation::Delete { .. } | Mutation::Expire { .. } => {}
+                MutationRef::Delete { .. } | MutationRef::Expire { .. } => {}
             }
         }
         if let Some(model) = &mut self.model {
             // The SQLite commit of the same batch succeeded, so the model's cannot fail.
-            let _ = model.commit(batch.clone());
+            let _ = model.commit(batch);
         }
     }
 }
@@ -591,7 +590,7 @@ impl Store for FaultyStore {
         }))
     }
 
-    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
+    fn commit(&mut self, batch: &Batch) -> Result<(), StoreError> {
         let ctl = self.ctl.clone();
         {
             let mut c = ctl.lock();
@@ -616,11 +615,10 @@ impl Store for FaultyStore {
                 return Err(StoreError::Backend("injected: power lost mid-batch".into()));
             }
         }
-        let recorded = batch.clone();
         self.inner().commit(batch)?;
         let mut c = ctl.lock();
         c.history.counts.commits += 1;
-        c.record(&recorded);
+        c.record(batch);
         if let Some(restart_after_ms) = c.crash_after_commit.take() {
             // Durable, but the process dies before it can release anything.
             c.down_until_restart = true;

@@ -106,7 +106,7 @@ fn msg_frame() -> ClientFrame {
         to: alias("u87654321"),
         conv_id: conv(),
         crypto_v: Some(CRYPTO_V_MESSAGE),
-        payload: PAYLOAD.to_owned(),
+        payload: PAYLOAD.to_owned().into(),
     })
 }
 
@@ -194,7 +194,7 @@ fn server_frames() {
             seq: Seq(42),
             at: UnixMs(AT),
             crypto_v: Some(CRYPTO_V_MESSAGE),
-            payload: PAYLOAD.to_owned(),
+            payload: PAYLOAD.to_owned().into(),
         }),
     );
     let receipt = ReceiptDelivery {

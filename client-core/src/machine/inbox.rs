@@ -58,7 +58,7 @@ impl<S: ClientStore> Client<S> {
             id: d.id.as_str().to_owned(),
             conversation_id: d.conv_id.as_str().to_owned(),
             seq: d.seq.get(),
-            payload_encrypted: d.payload.clone(),
+            payload_encrypted: d.payload.to_string(),
             created_at: d.at.0,
             from_alias_id: d.from.as_str().to_owned(),
         })?;
@@ -106,7 +106,7 @@ impl<S: ClientStore> Client<S> {
                 seq: Seq(off.seq),
                 at: wire::time::UnixMs(off.created_at),
                 crypto_v: Some(CRYPTO_V_MESSAGE),
-                payload: off.payload_encrypted.clone(),
+                payload: off.payload_encrypted.clone().into(),
             };
             self.on_msg(now_ms, &d)?;
         }

@@ -106,7 +106,7 @@ impl<S: ClientStore> Client<S> {
             to,
             conv_id: conv,
             crypto_v: Some(CRYPTO_V_MESSAGE),
-            payload,
+            payload: payload.into(),
         }));
         Ok(())
     }

@@ -263,14 +263,12 @@ fn write_copy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Batch, Mutation, SqliteStore, Store as _};
+    use crate::store::{Batch, SqliteStore, Store as _};
 
     fn put(key: &str) -> Batch {
-        vec![Mutation::Put {
-            table: Table::Meta,
-            key: key.into(),
-            value: b"\"v\"".to_vec(),
-        }]
+        let mut batch = Batch::new();
+        batch.put(Table::Meta, key, b"\"v\"");
+        batch
     }
 
     #[test]
@@ -278,10 +276,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("relay.sqlite3");
         let mut store = SqliteStore::open(&path).expect("open");
-        store.commit(put("before")).expect("commit");
+        store.commit(&put("before")).expect("commit");
         let out = dir.path().join("backup.sqlite3");
         let report = backup(&path, &out).expect("backup");
-        store.commit(put("after")).expect("commit after");
+        store.commit(&put("after")).expect("commit after");
         assert_eq!(report.schema_version, SCHEMA_VERSION);
         assert_eq!(report.rows.get("meta"), Some(&1));
         assert!(!suffixed(&out, ".partial").exists());

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::collections::BTreeMap;
 
 use super::{
-    Batch, Expiries, Mutation, Rows, Snapshot, Store, StoreError, StoreRead, Table, no_expiry,
+    Batch, Expiries, MutationRef, Rows, Snapshot, Store, StoreError, StoreRead, Table, no_expiry,
 };
 
 /// An in-memory [`Store`]. Cloning gives another handle to the **same** committed state, so a
@@ -52,11 +52,23 @@ impl Inner {
             .collect()
     }
 
-    fn put(&mut self, table: Table, key: String, value: Vec<u8>, expires_at: Option<u64>) {
-        self.tables
-            .entry(table)
-            .or_default()
-            .insert(key, Row { value, expires_at });
+    /// Writes a copy of the row; a row that exists keeps its key and its value's buffer.
+    fn put(&mut self, table: Table, key: &str, value: &[u8], expires_at: Option<u64>) {
+        let rows = self.tables.entry(table).or_default();
+        match rows.get_mut(key) {
+            Some(row) => {
+                row.value.clear();
+                row.value.extend_from_slice(value);
+                row.expires_at = expires_at;
+            }
+            None => {
+                let row = Row {
+                    value: value.to_vec(),
+                    expires_at,
+                };
+                rows.insert(key.to_owned(), row);
+            }
+        }
     }
 
     fn remove(&mut self, table: Table, key: &str) {
@@ -109,24 +121,24 @@ impl Store for MemoryStore {
         Ok(self.lock().snapshot(|table| !table.is_lazy()))
     }
 
-    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
+    fn commit(&mut self, batch: &Batch) -> Result<(), StoreError> {
         let mut inner = self.lock();
         if inner.fail_commits > 0 {
             inner.fail_commits -= 1;
             return Err(StoreError::Backend("injected commit failure".into()));
         }
-        super::refuse_misplaced_expiry(&batch)?;
+        super::refuse_misplaced_expiry(batch)?;
         for m in batch {
             match m {
-                Mutation::Put { table, key, value } => inner.put(table, key, value, None),
-                Mutation::PutExpiring {
+                MutationRef::Put { table, key, value } => inner.put(table, key, value, None),
+                MutationRef::PutExpiring {
                     table,
                     key,
                     value,
                     expires_at,
                 } => inner.put(table, key, value, Some(expires_at)),
-                Mutation::Delete { table, key } => inner.remove(table, &key),
-                Mutation::Expire { table, up_to } => {
+                MutationRef::Delete { table, key } => inner.remove(table, key),
+                MutationRef::Expire { table, up_to } => {
                     if let Some(rows) = inner.tables.get_mut(&table) {
                         rows.retain(|_, row| row.expires_at.is_none_or(|at| at > up_to));
                         if rows.is_empty() {
@@ -220,5 +232,27 @@ impl StoreRead for MemoryStore {
             .filter_map(|(_, row)| row.expires_at)
             .filter(|at| *at > after)
             .min())
+    }
+}
+
+/// A store that accepts every commit and keeps nothing; its reads find nothing, as in a store
+/// that never received a commit. For measuring the relay's own cost (allocations, heap) without
+/// a store's copies of the rows. Behind the `test-suite` feature: never a relay's real store.
+#[cfg(any(test, feature = "test-suite"))]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullStore;
+
+#[cfg(any(test, feature = "test-suite"))]
+impl Store for NullStore {
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        Ok(Snapshot::new())
+    }
+
+    fn commit(&mut self, batch: &Batch) -> Result<(), StoreError> {
+        super::refuse_misplaced_expiry(batch)
+    }
+
+    fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
+        MemoryStore::new().reader()
     }
 }

@@ -16,6 +16,7 @@
 //! maps every table to `(k TEXT PRIMARY KEY, v BYTEA)` and a batch to one `BEGIN … COMMIT`.
 
 pub mod backup;
+mod batch;
 mod memory;
 mod sqlite;
 #[cfg(any(test, feature = "test-suite"))]
@@ -23,7 +24,10 @@ pub mod suite;
 
 use std::collections::BTreeMap;
 
+pub use batch::{Batch, Iter as BatchIter, MutationRef, RowKey};
 pub use memory::MemoryStore;
+#[cfg(any(test, feature = "test-suite"))]
+pub use memory::NullStore;
 pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 
 /// The logical tables of the relay. Adding a table is additive (new SQL table, no migration).
@@ -184,34 +188,21 @@ pub enum Mutation {
 impl Mutation {
     /// The table this mutation writes.
     pub fn table(&self) -> Table {
-        match self {
-            Self::Put { table, .. }
-            | Self::Delete { table, .. }
-            | Self::PutExpiring { table, .. }
-            | Self::Expire { table, .. } => *table,
-        }
+        self.as_ref().table()
     }
 
     /// Whether this mutation carries an expiry ([`Mutation::PutExpiring`], [`Mutation::Expire`])
     /// for a table without one: a store refuses its whole batch.
     pub fn misplaces_an_expiry(&self) -> bool {
-        matches!(self, Self::PutExpiring { .. } | Self::Expire { .. }) && !self.table().has_expiry()
+        self.as_ref().misplaces_an_expiry()
     }
 
     /// The single row this mutation writes (`None` for [`Mutation::Expire`], which writes a
     /// range).
     pub fn key(&self) -> Option<&str> {
-        match self {
-            Self::Put { key, .. } | Self::Delete { key, .. } | Self::PutExpiring { key, .. } => {
-                Some(key)
-            }
-            Self::Expire { .. } => None,
-        }
+        self.as_ref().key()
     }
 }
-
-/// The mutations of one input, applied atomically and in order.
-pub type Batch = Vec<Mutation>;
 
 /// The full committed content of a store: table -> key -> value.
 pub type Snapshot = BTreeMap<Table, BTreeMap<String, Vec<u8>>>;
@@ -268,10 +259,9 @@ pub trait Store: Send + std::fmt::Debug {
         all.retain(|table, _| !table.is_lazy());
         Ok(all)
     }
-    /// Applies `batch` atomically and durably. The batch is taken by value so that an
-    /// implementation which keeps rows in memory can move keys and values instead of copying
-    /// them (a networked one just binds them by reference before dropping the batch).
-    fn commit(&mut self, batch: Batch) -> Result<(), StoreError>;
+    /// Applies `batch` atomically and durably. The batch is borrowed: an implementation binds
+    /// or copies its rows, and the caller reuses its buffers for the next batch.
+    fn commit(&mut self, batch: &Batch) -> Result<(), StoreError>;
     /// A handle for keyed reads that works beside this one, also while another thread commits
     /// through this store (a second connection, or a shared view of the same rows).
     fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError>;
@@ -302,7 +292,7 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn load_eager(&mut self) -> Result<Snapshot, StoreError> {
         (**self).load_eager()
     }
-    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
+    fn commit(&mut self, batch: &Batch) -> Result<(), StoreError> {
         (**self).commit(batch)
     }
     fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
@@ -317,7 +307,7 @@ pub(crate) fn no_expiry(table: Table) -> StoreError {
 
 /// Refuses `batch` when one of its mutations misplaces an expiry
 /// ([`Mutation::misplaces_an_expiry`]), before anything of it is applied.
-pub(crate) fn refuse_misplaced_expiry(batch: &[Mutation]) -> Result<(), StoreError> {
+pub(crate) fn refuse_misplaced_expiry(batch: &Batch) -> Result<(), StoreError> {
     match batch.iter().find(|m| m.misplaces_an_expiry()) {
         Some(m) => Err(no_expiry(m.table())),
         None => Ok(()),

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rusqlite::{Connection, OpenFlags, params};
 
 use super::{
-    Batch, Expiries, Mutation, Rows, Snapshot, Store, StoreError, StoreRead, Table, no_expiry,
+    Batch, Expiries, MutationRef, Rows, Snapshot, Store, StoreError, StoreRead, Table, no_expiry,
 };
 
 /// Prepared statements kept per connection: an upsert, an upsert with expiry, a delete and an
@@ -172,11 +172,11 @@ impl Store for SqliteStore {
         load_tables(&self.conn, Table::ALL.into_iter())
     }
 
-    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
+    fn commit(&mut self, batch: &Batch) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
         }
-        super::refuse_misplaced_expiry(&batch)?;
+        super::refuse_misplaced_expiry(batch)?;
         // Within one transaction only the last mutation of each row matters (a batch of many
         // inputs rewrites the same conversation row once per message): the others are skipped.
         let mut seen = std::collections::BTreeSet::new();
@@ -188,27 +188,27 @@ impl Store for SqliteStore {
         let tx = self.conn.transaction().map_err(|e| backend(&e))?;
         for (m, _) in batch.iter().zip(&last).filter(|(_, last)| **last) {
             match m {
-                Mutation::Put { table, key, value } => tx
-                    .prepare_cached(&upsert_sql(*table))
+                MutationRef::Put { table, key, value } => tx
+                    .prepare_cached(&upsert_sql(table))
                     .and_then(|mut stmt| stmt.execute(params![key, value])),
-                Mutation::PutExpiring {
+                MutationRef::PutExpiring {
                     table,
                     key,
                     value,
                     expires_at,
                 } => {
-                    let at = sql_ms(*expires_at)?;
+                    let at = sql_ms(expires_at)?;
                     tx.prepare_cached(&format!(
                         "INSERT INTO {} (k, v, expires_at) VALUES (?1, ?2, ?3) ON CONFLICT(k) DO UPDATE SET v = excluded.v, expires_at = excluded.expires_at",
                         table.name()
                     ))
                     .and_then(|mut stmt| stmt.execute(params![key, value, at]))
                 }
-                Mutation::Delete { table, key } => tx
+                MutationRef::Delete { table, key } => tx
                     .prepare_cached(&format!("DELETE FROM {} WHERE k = ?1", table.name()))
                     .and_then(|mut stmt| stmt.execute(params![key])),
-                Mutation::Expire { table, up_to } => {
-                    let up_to = sql_ms(*up_to)?;
+                MutationRef::Expire { table, up_to } => {
+                    let up_to = sql_ms(up_to)?;
                     tx.prepare_cached(&format!(
                         "DELETE FROM {} WHERE expires_at <= ?1",
                         table.name()

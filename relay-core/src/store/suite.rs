@@ -40,14 +40,17 @@ pub fn empty_store_loads_empty(s: &mut dyn Store) {
 /// A batch applies in order: a later put of the same key wins, a delete after a put removes it,
 /// deleting a missing key is a no-op.
 pub fn batch_applies_in_order(s: &mut dyn Store) {
-    s.commit(vec![
-        put(Table::Accounts, "a", "1"),
-        put(Table::Accounts, "a", "2"),
-        put(Table::Messages, "x/1", "m1"),
-        put(Table::Messages, "x/2", "m2"),
-        del(Table::Messages, "x/1"),
-        del(Table::Messages, "never"),
-    ])
+    s.commit(
+        &vec![
+            put(Table::Accounts, "a", "1"),
+            put(Table::Accounts, "a", "2"),
+            put(Table::Messages, "x/1", "m1"),
+            put(Table::Messages, "x/2", "m2"),
+            del(Table::Messages, "x/1"),
+            del(Table::Messages, "never"),
+        ]
+        .into(),
+    )
     .unwrap();
     assert_eq!(get(s, Table::Accounts, "a").as_deref(), Some("2"));
     assert_eq!(get(s, Table::Messages, "x/1"), None);
@@ -56,12 +59,15 @@ pub fn batch_applies_in_order(s: &mut dyn Store) {
 
 /// The same key lives independently in two tables, and keys load in lexicographic order.
 pub fn tables_are_independent_and_ordered(s: &mut dyn Store) {
-    s.commit(vec![
-        put(Table::Meta, "k", "meta"),
-        put(Table::Tombstones, "k", "tomb"),
-        put(Table::Tombstones, "b", "2"),
-        put(Table::Tombstones, "a", "1"),
-    ])
+    s.commit(
+        &vec![
+            put(Table::Meta, "k", "meta"),
+            put(Table::Tombstones, "k", "tomb"),
+            put(Table::Tombstones, "b", "2"),
+            put(Table::Tombstones, "a", "1"),
+        ]
+        .into(),
+    )
     .unwrap();
     let snap = s.load().unwrap();
     assert_eq!(snap[&Table::Meta]["k"], b"meta");
@@ -71,7 +77,7 @@ pub fn tables_are_independent_and_ordered(s: &mut dyn Store) {
 
 /// Committing an empty batch succeeds.
 pub fn empty_batch_is_ok(s: &mut dyn Store) {
-    s.commit(vec![]).unwrap();
+    s.commit(&Default::default()).unwrap();
 }
 
 fn put_exp(table: Table, key: &str, value: &str, expires_at: u64) -> Mutation {
@@ -93,15 +99,18 @@ pub fn reads_see_committed_rows(s: &mut dyn Store) {
     let mut r = s.reader().unwrap();
     assert_eq!(r.get(Table::Accounts, "u").unwrap(), None);
     assert!(r.scan_prefix(Table::Tombstones, "a/").unwrap().is_empty());
-    s.commit(vec![
-        put(Table::Accounts, "u", "alice"),
-        put(Table::Tombstones, "a/1", "x"),
-        put(Table::Tombstones, "a/2", "y"),
-        put(Table::Tombstones, "a0", "no"),
-        put(Table::Tombstones, "ab/1", "no"),
-        put(Table::Tombstones, "a", "no"),
-        put(Table::Messages, "a/3", "other table"),
-    ])
+    s.commit(
+        &vec![
+            put(Table::Accounts, "u", "alice"),
+            put(Table::Tombstones, "a/1", "x"),
+            put(Table::Tombstones, "a/2", "y"),
+            put(Table::Tombstones, "a0", "no"),
+            put(Table::Tombstones, "ab/1", "no"),
+            put(Table::Tombstones, "a", "no"),
+            put(Table::Messages, "a/3", "other table"),
+        ]
+        .into(),
+    )
     .unwrap();
     assert_eq!(
         r.get(Table::Accounts, "u").unwrap().as_deref(),
@@ -111,7 +120,8 @@ pub fn reads_see_committed_rows(s: &mut dyn Store) {
     let rows = r.scan_prefix(Table::Tombstones, "a/").unwrap();
     assert_eq!(keys(&rows), ["a/1", "a/2"]);
     assert_eq!(rows[1].1, b"y");
-    s.commit(vec![del(Table::Tombstones, "a/1")]).unwrap();
+    s.commit(&vec![del(Table::Tombstones, "a/1")].into())
+        .unwrap();
     assert_eq!(
         keys(&r.scan_prefix(Table::Tombstones, "a/").unwrap()),
         ["a/2"]
@@ -126,14 +136,17 @@ pub fn reads_see_committed_rows(s: &mut dyn Store) {
 /// same key clears its expiry; the reads by expiry see exactly the rows that have one.
 pub fn expiring_rows_expire_by_range(s: &mut dyn Store) {
     let t = Table::Tombstones;
-    s.commit(vec![
-        put_exp(t, "a/1", "1", 100),
-        put_exp(t, "a/2", "2", 200),
-        put_exp(t, "b/1", "3", 250),
-        put_exp(t, "b/2", "4", 300),
-        put_exp(t, "c/1", "5", 400),
-        put(t, "c/1", "kept"),
-    ])
+    s.commit(
+        &vec![
+            put_exp(t, "a/1", "1", 100),
+            put_exp(t, "a/2", "2", 200),
+            put_exp(t, "b/1", "3", 250),
+            put_exp(t, "b/2", "4", 300),
+            put_exp(t, "c/1", "5", 400),
+            put(t, "c/1", "kept"),
+        ]
+        .into(),
+    )
     .unwrap();
     let mut r = s.reader().unwrap();
     assert_eq!(r.next_expiry(t, 0).unwrap(), Some(100));
@@ -144,18 +157,24 @@ pub fn expiring_rows_expire_by_range(s: &mut dyn Store) {
         [("b/1".to_owned(), 250), ("b/2".to_owned(), 300)]
     );
     assert_eq!(r.latest_expiries(t, 0).unwrap(), [("b/2".to_owned(), 300)]);
-    s.commit(vec![Mutation::Expire {
-        table: t,
-        up_to: 200,
-    }])
+    s.commit(
+        &vec![Mutation::Expire {
+            table: t,
+            up_to: 200,
+        }]
+        .into(),
+    )
     .unwrap();
     let left: Vec<String> = s.load().unwrap()[&t].keys().cloned().collect();
     assert_eq!(left, ["b/1", "b/2", "c/1"]);
     assert_eq!(r.next_expiry(t, 0).unwrap(), Some(250));
-    s.commit(vec![Mutation::Expire {
-        table: t,
-        up_to: u64::MAX >> 2,
-    }])
+    s.commit(
+        &vec![Mutation::Expire {
+            table: t,
+            up_to: u64::MAX >> 2,
+        }]
+        .into(),
+    )
     .unwrap();
     assert_eq!(get(s, t, "c/1").as_deref(), Some("kept"));
     assert_eq!(r.next_expiry(t, 0).unwrap(), None);
@@ -166,15 +185,18 @@ pub fn expiring_rows_expire_by_range(s: &mut dyn Store) {
 /// row put after it stays.
 pub fn expiry_applies_in_batch_order(s: &mut dyn Store) {
     let t = Table::Tombstones;
-    s.commit(vec![
-        put_exp(t, "k", "old", 10),
-        put_exp(t, "gone", "x", 10),
-        Mutation::Expire {
-            table: t,
-            up_to: 50,
-        },
-        put_exp(t, "k", "new", 90),
-    ])
+    s.commit(
+        &vec![
+            put_exp(t, "k", "old", 10),
+            put_exp(t, "gone", "x", 10),
+            Mutation::Expire {
+                table: t,
+                up_to: 50,
+            },
+            put_exp(t, "k", "new", 90),
+        ]
+        .into(),
+    )
     .unwrap();
     assert_eq!(get(s, t, "k").as_deref(), Some("new"));
     assert_eq!(get(s, t, "gone"), None);
@@ -184,21 +206,27 @@ pub fn expiry_applies_in_batch_order(s: &mut dyn Store) {
 /// An expiry on a table without one is refused, and nothing of its batch is applied.
 pub fn expiry_on_a_plain_table_is_refused(s: &mut dyn Store) {
     assert!(
-        s.commit(vec![
-            put(Table::Accounts, "u", "alice"),
-            put_exp(Table::Accounts, "v", "bob", 5),
-        ])
+        s.commit(
+            &vec![
+                put(Table::Accounts, "u", "alice"),
+                put_exp(Table::Accounts, "v", "bob", 5),
+            ]
+            .into()
+        )
         .is_err()
     );
     assert_eq!(get(s, Table::Accounts, "u"), None);
     assert!(
-        s.commit(vec![
-            put(Table::Accounts, "u", "alice"),
-            Mutation::Expire {
-                table: Table::Accounts,
-                up_to: 5
-            },
-        ])
+        s.commit(
+            &vec![
+                put(Table::Accounts, "u", "alice"),
+                Mutation::Expire {
+                    table: Table::Accounts,
+                    up_to: 5
+                },
+            ]
+            .into()
+        )
         .is_err()
     );
     assert_eq!(get(s, Table::Accounts, "u"), None);
@@ -207,10 +235,13 @@ pub fn expiry_on_a_plain_table_is_refused(s: &mut dyn Store) {
 
 /// `load_eager` holds every table but the lazy ones; `load` holds them all.
 pub fn load_eager_leaves_out_the_lazy_tables(s: &mut dyn Store) {
-    s.commit(vec![
-        put(Table::Accounts, "u", "alice"),
-        put_exp(Table::Tombstones, "u/1", "t", 7),
-    ])
+    s.commit(
+        &vec![
+            put(Table::Accounts, "u", "alice"),
+            put_exp(Table::Tombstones, "u/1", "t", 7),
+        ]
+        .into(),
+    )
     .unwrap();
     let eager = s.load_eager().unwrap();
     assert_eq!(eager[&Table::Accounts]["u"], b"alice");
@@ -293,12 +324,12 @@ mod tests {
         {
             let mut handle = store.clone();
             handle
-                .commit(vec![put(Table::Accounts, "u", "alice")])
+                .commit(&vec![put(Table::Accounts, "u", "alice")].into())
                 .unwrap();
             store.fail_commits(1);
             assert!(
                 handle
-                    .commit(vec![put(Table::Accounts, "v", "bob")])
+                    .commit(&vec![put(Table::Accounts, "v", "bob")].into())
                     .is_err()
             );
         } // "crash": the first handle is gone
@@ -316,12 +347,15 @@ mod tests {
         let path = dir.path().join("relay.db");
         {
             let mut s = crate::store::SqliteStore::open(&path).unwrap();
-            s.commit(vec![
-                put(Table::Accounts, "u", "alice"),
-                put(Table::Meta, "jwt", "k"),
-            ])
+            s.commit(
+                &vec![
+                    put(Table::Accounts, "u", "alice"),
+                    put(Table::Meta, "jwt", "k"),
+                ]
+                .into(),
+            )
             .unwrap();
-            s.commit(vec![del(Table::Meta, "jwt")]).unwrap();
+            s.commit(&vec![del(Table::Meta, "jwt")].into()).unwrap();
         }
         let mut s = crate::store::SqliteStore::open(&path).unwrap();
         assert_eq!(get(&mut s, Table::Accounts, "u").as_deref(), Some("alice"));
@@ -347,10 +381,13 @@ mod tests {
         let mut s = crate::store::SqliteStore::open(&path).unwrap();
         let mut r = s.reader().unwrap();
         assert_eq!(r.next_expiry(Table::Tombstones, 0).unwrap(), Some(500));
-        s.commit(vec![crate::store::Mutation::Expire {
-            table: Table::Tombstones,
-            up_to: 600,
-        }])
+        s.commit(
+            &vec![crate::store::Mutation::Expire {
+                table: Table::Tombstones,
+                up_to: 600,
+            }]
+            .into(),
+        )
         .unwrap();
         assert_eq!(get(&mut s, Table::Tombstones, "a/1"), None);
         assert!(get(&mut s, Table::Tombstones, "a/2").is_some());

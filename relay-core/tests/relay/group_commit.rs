@@ -24,7 +24,7 @@ impl Store for Counting {
     fn load(&mut self) -> Result<Snapshot, StoreError> {
         self.inner.load()
     }
-    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
+    fn commit(&mut self, batch: &Batch) -> Result<(), StoreError> {
         *self.commits.lock().unwrap() += 1;
         self.inner.commit(batch)
     }

@@ -51,11 +51,14 @@ fn a_legacy_key_row_is_read_once_then_deleted() {
     let legacy = [9u8; 32];
     let value = serde_json::to_vec(&b64(&legacy)).unwrap();
     store
-        .commit(vec![Mutation::Put {
-            table: Table::Meta,
-            key: "jwt_signing_key".into(),
-            value,
-        }])
+        .commit(
+            &vec![Mutation::Put {
+                table: Table::Meta,
+                key: "jwt_signing_key".into(),
+                value,
+            }]
+            .into(),
+        )
         .unwrap();
     let found = relay_core::legacy_jwt_signing_key(&mut store).unwrap();
     assert_eq!(found, Some(JwtSigningKey(legacy)));

@@ -193,17 +193,20 @@ fn a_store_without_queue_summaries_is_summarised_once_at_start() {
     old.as_object_mut().unwrap().remove("queued");
     let mut store = w.mem.clone();
     store
-        .commit(vec![
-            Mutation::Put {
-                table: Table::Conversations,
-                key: conv.clone(),
-                value: serde_json::to_vec(&old).unwrap(),
-            },
-            Mutation::Delete {
-                table: Table::Meta,
-                key: "queue_summaries".into(),
-            },
-        ])
+        .commit(
+            &vec![
+                Mutation::Put {
+                    table: Table::Conversations,
+                    key: conv.clone(),
+                    value: serde_json::to_vec(&old).unwrap(),
+                },
+                Mutation::Delete {
+                    table: Table::Meta,
+                    key: "queue_summaries".into(),
+                },
+            ]
+            .into(),
+        )
         .unwrap();
 
     w.restart(Box::new(w.mem.clone()));
@@ -240,10 +243,13 @@ fn stored_rows_win_over_a_summary_that_disagrees() {
     let first = rows(&w, Table::Messages).remove(0).0;
     let mut store = w.mem.clone();
     store
-        .commit(vec![Mutation::Delete {
-            table: Table::Messages,
-            key: first,
-        }])
+        .commit(
+            &vec![Mutation::Delete {
+                table: Table::Messages,
+                key: first,
+            }]
+            .into(),
+        )
         .unwrap();
     w.restart(Box::new(w.mem.clone()));
     assert_eq!(w.relay.backlog_messages(), 3, "as the summary says");

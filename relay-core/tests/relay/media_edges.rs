@@ -238,11 +238,14 @@ fn media_row(w: &World, upload: &str) -> Value {
 fn put_media_row(w: &World, row: &Value) {
     w.mem
         .clone()
-        .commit(vec![Mutation::Put {
-            table: Table::Media,
-            key: row["upload_id"].as_str().unwrap().to_owned(),
-            value: serde_json::to_vec(row).unwrap(),
-        }])
+        .commit(
+            &vec![Mutation::Put {
+                table: Table::Media,
+                key: row["upload_id"].as_str().unwrap().to_owned(),
+                value: serde_json::to_vec(row).unwrap(),
+            }]
+            .into(),
+        )
         .unwrap();
 }
 

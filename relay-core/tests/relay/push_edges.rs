@@ -190,11 +190,14 @@ fn a_stored_row_over_the_cap_is_trimmed_to_the_newest_at_the_next_subscription()
     row["targets"] = serde_json::to_value(&seven).unwrap();
     w.mem
         .clone()
-        .commit(vec![Mutation::Put {
-            table: Table::PushTargets,
-            key: key.clone(),
-            value: serde_json::to_vec(&row).unwrap(),
-        }])
+        .commit(
+            &vec![Mutation::Put {
+                table: Table::PushTargets,
+                key: key.clone(),
+                value: serde_json::to_vec(&row).unwrap(),
+            }]
+            .into(),
+        )
         .unwrap();
     w.restart(Box::new(w.mem.clone()));
     let mut a = a;

@@ -155,11 +155,11 @@ fn an_input_after_a_sealed_batch_waits_behind_it() {
         "released before the sealed batch's commit"
     );
 
-    store.commit(sealed.mutations).unwrap();
+    store.commit(&sealed.mutations).unwrap();
     w.relay.handle_committed(sealed.id, &Ok(())).unwrap();
     assert_eq!(acks(&frames(&w.released(), ca)), [("s1".to_owned(), 1)]);
     let next = w.relay.seal_batch().unwrap().expect("the batch of s2");
-    store.commit(next.mutations).unwrap();
+    store.commit(&next.mutations).unwrap();
     w.relay.handle_committed(next.id, &Ok(())).unwrap();
     assert_eq!(acks(&frames(&w.released(), ca)), [("s2".to_owned(), 2)]);
 }

@@ -64,7 +64,7 @@ fn a_restore_refuses_a_missing_backup_and_an_existing_store_or_wal() {
     let path = dir.path().join("relay.sqlite3");
     SqliteStore::open(&path)
         .unwrap()
-        .commit(vec![put("k", b"\"v\"")])
+        .commit(&vec![put("k", b"\"v\"")].into())
         .unwrap();
     let copy = dir.path().join("copy.sqlite3");
     backup(&path, &copy).unwrap();
@@ -110,14 +110,17 @@ fn a_backup_copies_a_store_of_many_pages_whole() {
     let mut store = SqliteStore::open(&path).unwrap();
     let value = vec![b'x'; 4000];
     store
-        .commit((0..300).map(|i| put(&format!("k{i:03}"), &value)).collect())
+        .commit(&(0..300).map(|i| put(&format!("k{i:03}"), &value)).collect())
         .unwrap();
     store
-        .commit(vec![Mutation::Put {
-            table: Table::Accounts,
-            key: "u".into(),
-            value: b"{}".to_vec(),
-        }])
+        .commit(
+            &vec![Mutation::Put {
+                table: Table::Accounts,
+                key: "u".into(),
+                value: b"{}".to_vec(),
+            }]
+            .into(),
+        )
         .unwrap();
     let out = dir.path().join("backup.sqlite3");
     let report = backup(&path, &out).unwrap();

@@ -123,7 +123,7 @@ impl World {
             if batch.mutations.is_empty() {
                 Ok(())
             } else {
-                store.commit(batch.mutations)
+                store.commit(&batch.mutations)
             }
         } else {
             self.refusing = true;

@@ -44,7 +44,7 @@ impl<S: Store> Store for MeteredStore<S> {
         }))
     }
 
-    fn commit(&mut self, batch: Batch) -> Result<(), StoreError> {
+    fn commit(&mut self, batch: &Batch) -> Result<(), StoreError> {
         let rows = batch.len();
         let watch = Stopwatch::start();
         let result = self.inner.commit(batch);

@@ -145,7 +145,89 @@ pub struct MsgFrame {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crypto_v: Option<u32>,
     /// `base64(iv ‖ ciphertext ‖ tag)`; opaque to the relay.
-    pub payload: String,
+    pub payload: Payload,
+}
+
+/// A chat message's payload: opaque text whose bytes are shared, not copied, between the frame
+/// that brought it, the queue that holds it and every frame that delivers it (a clone is a
+/// reference count). Serialised as a plain JSON string.
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Payload(std::sync::Arc<str>);
+
+impl Payload {
+    /// The payload's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Payload {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Payload {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Payload {
+    fn from(s: &str) -> Self {
+        Self(s.into())
+    }
+}
+
+impl From<String> for Payload {
+    fn from(s: String) -> Self {
+        Self(s.into())
+    }
+}
+
+impl PartialEq<str> for Payload {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for Payload {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl Serialize for Payload {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Payload {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Payload;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            // Borrowed or not, the text is copied once, straight into the shared buffer.
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Payload, E> {
+                Ok(Payload::from(s))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
 }
 
 /// `delivered` or `read` from a client: "I have received / read every message of `conv_id` up to `seq`".
@@ -429,7 +511,7 @@ pub struct MsgDelivery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crypto_v: Option<u32>,
     /// The sender's opaque payload, byte for byte.
-    pub payload: String,
+    pub payload: Payload,
 }
 
 /// `delivered` or `read` from the relay: the peer's receipt, up to `seq`.

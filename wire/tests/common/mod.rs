@@ -328,7 +328,7 @@ pub(crate) fn client_frame() -> impl Strategy<Value = ClientFrame> {
                 to,
                 conv_id,
                 crypto_v,
-                payload
+                payload: payload.into()
             })
         ),
         receipt_frame().prop_map(ClientFrame::Delivered),
@@ -400,7 +400,7 @@ pub(crate) fn server_frame() -> impl Strategy<Value = ServerFrame> {
                     seq,
                     at,
                     crypto_v,
-                    payload,
+                    payload: payload.into(),
                 })
             }),
         receipt_delivery().prop_map(ServerFrame::Delivered),
