@@ -8,12 +8,14 @@
 //!   ticket path leaves behind, e.g. rate-limiter windows, and the connection's own state).
 //! * **Allocations per routed message**: allocation calls and bytes of `handle_frame(msg)` +
 //!   drain, averaged over 1,000 messages between two online members (after 1,000 warm-up).
-//!   The inputs are built before the run. `--route-only N` runs only this part (N messages
-//!   after N warm-up), for an instruction count of the routing path that does not depend on
-//!   the machine's load:
+//!   The inputs are built before the run. Counted twice: on the memory store (which keeps a
+//!   copy of every row) and on a store that keeps nothing (relay-core's own allocations).
+//!   `--route-only N [memory|null]` runs only this part (N messages after N warm-up, on both
+//!   stores or the one named), for an instruction count of the routing path that does not
+//!   depend on the machine's load:
 //!   `valgrind --tool=callgrind --toggle-collect='*route_measured*' <relay_memory binary>
-//!   --route-only 1000` counts `handle_frame` + drain of the N measured messages and of B's
-//!   `delivered` receipts among them (one per 50 messages).
+//!   --route-only 1000 memory` counts `handle_frame` + drain of the N measured messages and of
+//!   B's `delivered` receipts among them (one per 50 messages).
 //!
 //! * **Idle sockets, whole process**: the release `relay` binary as a child
 //!   process (`--memory`), `N` accounts each with one authenticated, synced WebSocket from its
@@ -226,18 +228,23 @@ fn route_measured(w: &mut RelayWorld, inputs: Vec<RoutedInput>) -> RouteCount {
 /// Counts the allocations of routing `n` messages on the memory store (which keeps a copy of
 /// every row), then on a store that keeps nothing: relay-core's own, what a relay on a store
 /// that binds rows by reference (SQLite, PostgreSQL) allocates in its core.
-fn allocations_per_message(n: u64) {
-    let stores: [(&str, Box<dyn relay_core::store::Store>); 2] = [
+fn allocations_per_message(n: u64, only: Option<&str>) {
+    let stores: [(&str, &str, Box<dyn relay_core::store::Store>); 2] = [
         (
+            "memory",
             "memory store (keeps a copy of every row)",
             Box::new(relay_core::store::MemoryStore::new()),
         ),
         (
+            "null",
             "relay-core alone (a store that keeps nothing)",
             Box::new(relay_core::store::NullStore),
         ),
     ];
-    for (what, store) in stores {
+    for (name, what, store) in stores {
+        if only.is_some_and(|only| only != name) {
+            continue;
+        }
         let Routing { mut w, mut inputs } = routing(n, store);
         let half = inputs.len() / 2;
         let measured = inputs.split_off(half);
@@ -365,17 +372,22 @@ fn main() {
         let n = args
             .get(i + 1)
             .and_then(|n| n.parse().ok())
-            .expect("--route-only N");
-        allocations_per_message(n);
+            .expect("--route-only N [memory|null]");
+        let only = args.get(i + 2).map(String::as_str);
+        assert!(
+            only.is_none_or(|s| s == "memory" || s == "null"),
+            "--route-only N [memory|null]"
+        );
+        allocations_per_message(n, only);
         return;
     }
     if full {
         idle_connections(10_000);
-        allocations_per_message(1_000);
+        allocations_per_message(1_000, None);
         idle_sockets_whole_process(10_000);
     } else {
         idle_connections(100);
-        allocations_per_message(100);
+        allocations_per_message(100, None);
         idle_sockets_whole_process(100);
     }
 }
