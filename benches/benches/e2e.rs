@@ -18,7 +18,8 @@
 //! 10,000 pairs on SQLite (fewer when the open-file limit cannot hold 40,000 sockets across
 //! this process and the relay; it says so), with the relay's resident set after it and the
 //! echo at as many connections: the generator's own ceiling at that size. `-- --large-only`
-//! runs only that row.
+//! runs only that row; `-- --small-only` every row but that one, and no simulator sweep (a
+//! quicker before/after of a change to the relay).
 //!
 //! Not a criterion bench (per-message p99 is the point). Run with
 //! `cargo build --release -p relay-server --bin relay --bin simulate && cargo bench -p benches --bench e2e`.
@@ -457,6 +458,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // cargo passes `--bench` when benchmarking; `cargo test --benches` does not.
     let full = std::env::args().any(|a| a == "--bench");
     let large_only = std::env::args().any(|a| a == "--large-only");
+    let small_only = std::env::args().any(|a| a == "--small-only");
     println!("{}", MachineInfo::detect());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -472,6 +474,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let list: Vec<Scenario> = scenarios(full)
         .into_iter()
         .filter(|s| !large_only || s.store_only.is_some())
+        .filter(|s| !small_only || s.store_only.is_none())
         .collect();
     match relay_binary().filter(|_| full) {
         Some(binary) => {
@@ -531,7 +534,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })?;
         }
     }
-    if !full || large_only {
+    if !full || large_only || small_only {
         return Ok(());
     }
     println!();
