@@ -157,6 +157,10 @@ pub const TOMBSTONE_CACHE_BYTES: usize = 64 * 1024 * 1024;
 pub const QUEUE_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// When reading a queue for its expiry failed, how long until the relay tries again.
 pub const QUEUE_READ_RETRY_MS: u64 = 1_000;
+/// Stored messages read per page by the one-time summarising start of a store written before
+/// the conversation rows carried their queue summaries: its memory is one page and the
+/// summaries, not the whole table.
+pub const SUMMARISE_PAGE_ROWS: usize = 10_000;
 /// How often, at most, expired tombstone rows are deleted from the store (one range delete;
 /// lookups ignore an expired tombstone at once, so this only bounds how long its row lingers).
 pub const TOMBSTONE_SWEEP_MS: u64 = MINUTE_MS;

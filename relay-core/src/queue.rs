@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use wire::{ConvId, MessageId, Seq, UnixMs, UserUuid};
 
+use crate::limits;
 use crate::lru::{Lru, Weigh};
 use crate::planted::planted;
 use crate::state::{
@@ -46,7 +47,7 @@ impl Queued {
     /// What this message counts against the queue bounds
     /// ([`crate::limits::queued_message_bytes`]).
     pub(crate) fn charge(&self) -> u64 {
-        crate::limits::queued_message_bytes(self.id.as_str().len(), self.payload.len())
+        limits::queued_message_bytes(self.id.as_str().len(), self.payload.len())
     }
 }
 
@@ -348,46 +349,52 @@ impl State {
     }
 
     /// Fills in the queue summaries of every conversation from the stored messages (one scan
-    /// of the table) and records the rows that change, plus [`meta::QUEUE_SUMMARIES`]: what the
-    /// first start of a store written before the summaries existed needs, once.
+    /// of the table, in pages of `page_rows` rows ([`limits::SUMMARISE_PAGE_ROWS`]), keeping
+    /// only the summaries) and records the rows that change, plus [`meta::QUEUE_SUMMARIES`]:
+    /// what the first start of a store written before the summaries existed needs, once.
     pub(crate) fn summarise_stored_queues(
         &mut self,
         reader: &mut dyn StoreRead,
+        page_rows: usize,
     ) -> Result<(), StoreError> {
-        let mut found: BTreeMap<(ConvId, usize), Queue> = BTreeMap::new();
-        for (key, value) in reader.scan_prefix(Table::Messages, "")? {
-            let m: MessageRow = decode(Table::Messages, &key, &value)?;
-            let member = self
-                .conversations
-                .get(&m.conv_id)
-                .and_then(|c| c.row.index_of(&m.recipient).zip(c.row.index_of(&m.from)))
-                .filter(|(r, f)| r != f);
-            let Some((r, _)) = member else {
-                return Err(StoreError::Backend(format!(
-                    "corrupt row {key:?} in table {}: not a message between the members of a \
-                     conversation",
-                    Table::Messages.name()
-                )));
+        let mut found: BTreeMap<(ConvId, usize), QueueSummary> = BTreeMap::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = reader.scan_page(Table::Messages, after.as_deref(), page_rows.max(1))?;
+            let Some((last, _)) = page.last() else {
+                break;
             };
-            found.entry((m.conv_id, r)).or_default().insert(Queued {
-                seq: m.seq,
-                id: m.id,
-                crypto_v: m.crypto_v,
-                payload: m.payload,
-                at: m.at,
-            });
+            after = Some(last.clone());
+            for (key, value) in &page {
+                let m: MessageRow = decode(Table::Messages, key, value)?;
+                let member = self
+                    .conversations
+                    .get(&m.conv_id)
+                    .and_then(|c| c.row.index_of(&m.recipient).zip(c.row.index_of(&m.from)))
+                    .filter(|(r, f)| r != f);
+                let Some((r, _)) = member else {
+                    return Err(StoreError::Backend(format!(
+                        "corrupt row {key:?} in table {}: not a message between the members of \
+                         a conversation",
+                        Table::Messages.name()
+                    )));
+                };
+                // Keys are unique per (recipient, conversation, seq): each row is one message.
+                let s = found.entry((m.conv_id, r)).or_default();
+                if s.msgs == 0 || m.at < s.oldest {
+                    s.oldest = m.at;
+                }
+                s.msgs += 1;
+                s.bytes += limits::queued_message_bytes(m.id.as_str().len(), m.payload.len());
+            }
         }
         let ids: Vec<ConvId> = self.conversations.keys().cloned().collect();
         for id in ids {
             let Some(c) = self.conversations.get_mut(&id) else {
                 continue;
             };
-            let summaries = [0, 1].map(|i| {
-                found
-                    .get(&(id.clone(), i))
-                    .map(Queue::summary)
-                    .unwrap_or_default()
-            });
+            let summaries =
+                [0, 1].map(|i| found.get(&(id.clone(), i)).copied().unwrap_or_default());
             if c.row.queued != summaries {
                 c.row.queued = summaries;
                 let row = c.row.clone();
@@ -696,6 +703,89 @@ mod tests {
             crypto_v: None,
             payload: wire::frames::Payload::default(),
             at: UnixMs(seq),
+        }
+    }
+
+    /// The one-time summarising start gives the same summaries whatever its page size, and the
+    /// same as the queues the rows make.
+    #[test]
+    fn stored_queues_summarise_the_same_in_pages_of_any_size() {
+        use crate::state::ConversationRow;
+        use crate::store::{Batch, MemoryStore, Store as _};
+        let user = |n: u32| UserUuid::parse(&format!("00000000-0000-4000-8000-{n:012}")).unwrap();
+        let conv = |n: u32| ConvId::parse(&format!("c-{n}")).unwrap();
+        let convs = [(conv(1), [user(1), user(2)]), (conv(2), [user(1), user(3)])];
+        // (conversation, recipient index, seq, at, payload bytes)
+        let rows = [
+            (0, 1, 1, 50, 10),
+            (0, 1, 2, 20, 300),
+            (0, 1, 3, 90, 0),
+            (0, 0, 4, 70, 5),
+            (0, 0, 5, 60, 7),
+            (1, 1, 1, 40, 64),
+            (1, 1, 2, 30, 1),
+        ];
+        let mut store = MemoryStore::new();
+        let mut batch = Batch::new();
+        let mut want: BTreeMap<(UserUuid, ConvId), Queue> = BTreeMap::new();
+        for &(c, r, seq, at, len) in &rows {
+            let (id, members) = &convs[c];
+            let m = MessageRow {
+                recipient: members[r].clone(),
+                conv_id: id.clone(),
+                seq: Seq(seq),
+                id: MessageId::parse(&format!("m-{c}-{seq}")).unwrap(),
+                from: members[1 - r].clone(),
+                crypto_v: Some(1),
+                payload: "A".repeat(len).into(),
+                at: UnixMs(at),
+            };
+            batch.delete_row(Table::Messages, |k| {
+                write_message_key(k, &m.recipient, &m.conv_id, m.seq);
+            });
+            let key = batch
+                .iter()
+                .last()
+                .and_then(|d| d.key())
+                .unwrap()
+                .to_owned();
+            batch.put(Table::Messages, &key, &serde_json::to_vec(&m).unwrap());
+            want.entry((m.recipient, m.conv_id))
+                .or_default()
+                .insert(Queued {
+                    seq: m.seq,
+                    id: m.id,
+                    crypto_v: m.crypto_v,
+                    payload: m.payload,
+                    at: m.at,
+                });
+        }
+        store.commit(&batch).unwrap();
+        for page_rows in [1, 2, 3, 10_000] {
+            let mut state = State::default();
+            for (id, members) in &convs {
+                state.put_conversation(ConversationRow {
+                    id: id.clone(),
+                    members: members.clone(),
+                    last_seq: Seq(5),
+                    last_authored: [Seq(5), Seq(4)],
+                    queued: Default::default(),
+                });
+            }
+            let mut reader = store.reader().unwrap();
+            state
+                .summarise_stored_queues(&mut *reader, page_rows)
+                .unwrap();
+            for (id, members) in &convs {
+                for m in members {
+                    let expected = want
+                        .get(&(m.clone(), id.clone()))
+                        .map(Queue::summary)
+                        .unwrap_or_default();
+                    assert_eq!(state.summary(m, id), Some(expected), "page {page_rows}");
+                }
+            }
+            assert!(state.meta.contains_key(meta::QUEUE_SUMMARIES));
         }
     }
 

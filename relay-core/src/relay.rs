@@ -308,7 +308,7 @@ impl Relay {
         let mut state = State::load(&snapshot, config.offline_ttl_ms)?;
         drop(snapshot);
         if !state.meta.contains_key(meta::QUEUE_SUMMARIES) {
-            state.summarise_stored_queues(&mut *reader)?;
+            state.summarise_stored_queues(&mut *reader, crate::limits::SUMMARISE_PAGE_ROWS)?;
         }
         state.index_queues(config.offline_ttl_ms);
         state.queues = crate::queue::Queues::new(config.queue_cache_bytes);

@@ -32,12 +32,14 @@ impl fmt::Debug for PgReader {
 }
 
 /// The prepared reads of one table: by key, by key range (a prefix with an end), from a key on
-/// (a prefix without one); in an expiring table also the latest expiries (keys and expiries)
-/// and the next expiry.
+/// (a prefix without one), a page from the first key and a page after a key; in an expiring
+/// table also the latest expiries (keys and expiries) and the next expiry.
 struct TableReads {
     get: Statement,
     scan_range: Statement,
     scan_from: Statement,
+    page_first: Statement,
+    page_after: Statement,
     expiring: Option<(Statement, Statement)>,
 }
 
@@ -59,6 +61,10 @@ impl ReadConn {
                 "SELECT k, v FROM {name} WHERE k >= $1 AND k < $2 ORDER BY k"
             ));
             texts.push(format!("SELECT k, v FROM {name} WHERE k >= $1 ORDER BY k"));
+            texts.push(format!("SELECT k, v FROM {name} ORDER BY k LIMIT $1"));
+            texts.push(format!(
+                "SELECT k, v FROM {name} WHERE k > $1 ORDER BY k LIMIT $2"
+            ));
             if t.has_expiry() {
                 texts.push(format!(
                     "SELECT k, expires_at FROM {name} \
@@ -75,6 +81,7 @@ impl ReadConn {
         let mut tables = BTreeMap::new();
         for t in Table::ALL {
             let (get, scan_range, scan_from) = (next()?, next()?, next()?);
+            let (page_first, page_after) = (next()?, next()?);
             let expiring = if t.has_expiry() {
                 Some((next()?, next()?))
             } else {
@@ -86,6 +93,8 @@ impl ReadConn {
                     get,
                     scan_range,
                     scan_from,
+                    page_first,
+                    page_after,
                     expiring,
                 },
             );
@@ -202,6 +211,24 @@ impl StoreRead for PgReader {
             let found = match prefix_end(&prefix) {
                 Some(end) => c.client.query(&reads.scan_range, &[&prefix, &end]).await,
                 None => c.client.query(&reads.scan_from, &[&prefix]).await,
+            };
+            Ok(rows(&found.map_err(|e| read_failed(&e))?))
+        })
+    }
+
+    fn scan_page(
+        &mut self,
+        table: Table,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        let after = after.map(str::to_owned);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |c| async move {
+            let reads = c.reads(table)?;
+            let found = match &after {
+                Some(after) => c.client.query(&reads.page_after, &[after, &limit]).await,
+                None => c.client.query(&reads.page_first, &[&limit]).await,
             };
             Ok(rows(&found.map_err(|e| read_failed(&e))?))
         })

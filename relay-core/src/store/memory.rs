@@ -194,6 +194,24 @@ impl StoreRead for MemoryStore {
             .collect())
     }
 
+    fn scan_page(
+        &mut self,
+        table: Table,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        let inner = self.read()?;
+        let Some(rows) = inner.tables.get(&table) else {
+            return Ok(Vec::new());
+        };
+        let from = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        Ok(rows
+            .range::<str, _>((from, std::ops::Bound::Unbounded))
+            .take(limit)
+            .map(|(k, row)| (k.clone(), row.value.clone()))
+            .collect())
+    }
+
     fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
         if !table.has_expiry() {
             return Err(no_expiry(table));

@@ -276,6 +276,22 @@ pub trait StoreRead: Send + std::fmt::Debug {
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
     /// Every committed row of `table` whose key starts with `prefix`, in key order.
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError>;
+    /// At most `limit` committed rows of `table` whose keys come after `after` (from the first
+    /// row when `None`), in key order: a lazy table read whole in pages of bounded size.
+    ///
+    /// The default filters [`scan_prefix`](StoreRead::scan_prefix) of the whole table, which
+    /// holds it all at once; an implementation over a large table should read only the page.
+    fn scan_page(
+        &mut self,
+        table: Table,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        let mut rows = self.scan_prefix(table, "")?;
+        rows.retain(|(k, _)| after.is_none_or(|after| k.as_str() > after));
+        rows.truncate(limit);
+        Ok(rows)
+    }
     /// The keys of the expiring table `table` that expire last, with their expiries: every row
     /// whose expiry is within `window` milliseconds of the latest expiry in the table (none
     /// when it is empty), in expiry order. Values are not read: the index on the expiry

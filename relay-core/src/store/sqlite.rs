@@ -302,6 +302,26 @@ impl StoreRead for SqliteReader {
         }
     }
 
+    fn scan_page(
+        &mut self,
+        table: Table,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        let name = table.name();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        match after {
+            Some(after) => self.rows(
+                &format!("SELECT k, v FROM {name} WHERE k > ?1 ORDER BY k LIMIT ?2"),
+                params![after, limit],
+            ),
+            None => self.rows(
+                &format!("SELECT k, v FROM {name} ORDER BY k LIMIT ?1"),
+                params![limit],
+            ),
+        }
+    }
+
     fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
         if !table.has_expiry() {
             return Err(no_expiry(table));

@@ -132,6 +132,47 @@ pub fn reads_see_committed_rows(s: &mut dyn Store) {
     );
 }
 
+/// A table read in pages: each page holds at most `limit` rows, in key order, after the key
+/// given; the pages together hold every row once, and a page sees commits made between pages.
+pub fn pages_cover_the_table_in_key_order(s: &mut dyn Store) {
+    let mut r = s.reader().unwrap();
+    assert!(r.scan_page(Table::Messages, None, 10).unwrap().is_empty());
+    let all: Vec<String> = (0..23).map(|i| format!("u/c/{i:020}")).collect();
+    s.commit(
+        &all.iter()
+            .map(|k| put(Table::Messages, k, "m"))
+            .chain([put(Table::Tombstones, "u/x", "other table")])
+            .collect(),
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = r.scan_page(Table::Messages, after.as_deref(), 5).unwrap();
+        assert!(page.len() <= 5, "{}", page.len());
+        let Some((last, _)) = page.last() else {
+            break;
+        };
+        after = Some(last.clone());
+        seen.extend(page.into_iter().map(|(k, _)| k));
+    }
+    assert_eq!(seen, all);
+    // A page starts strictly after its key, also a key that is not (or no longer) there.
+    let page = r
+        .scan_page(Table::Messages, Some("u/c/0000000000000000001"), 2)
+        .unwrap();
+    assert_eq!(keys(&page), [all[10].as_str(), all[11].as_str()]);
+    s.commit(&vec![del(Table::Messages, &all[12])].into())
+        .unwrap();
+    let page = r.scan_page(Table::Messages, Some(&all[11]), 2).unwrap();
+    assert_eq!(keys(&page), [all[13].as_str(), all[14].as_str()]);
+    assert!(
+        r.scan_page(Table::Messages, Some(&all[22]), 5)
+            .unwrap()
+            .is_empty()
+    );
+}
+
 /// Rows put with an expiry go with the first range expiry that reaches it; a plain put of the
 /// same key clears its expiry; the reads by expiry see exactly the rows that have one.
 pub fn expiring_rows_expire_by_range(s: &mut dyn Store) {
@@ -285,6 +326,11 @@ macro_rules! store_suite {
             fn reads_see_committed_rows() {
                 let mut s = $make;
                 $crate::store::suite::reads_see_committed_rows(&mut s);
+            }
+            #[test]
+            fn pages_cover_the_table_in_key_order() {
+                let mut s = $make;
+                $crate::store::suite::pages_cover_the_table_in_key_order(&mut s);
             }
             #[test]
             fn expiring_rows_expire_by_range() {

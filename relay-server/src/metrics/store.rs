@@ -88,6 +88,14 @@ impl StoreRead for MeteredReader {
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
         self.timed(|r| r.scan_prefix(table, prefix))
     }
+    fn scan_page(
+        &mut self,
+        table: Table,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        self.timed(|r| r.scan_page(table, after, limit))
+    }
     fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
         self.timed(|r| r.latest_expiries(table, window))
     }
