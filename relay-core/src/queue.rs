@@ -745,7 +745,7 @@ mod tests {
             });
             let key = batch
                 .iter()
-                .last()
+                .next_back()
                 .and_then(|d| d.key())
                 .unwrap()
                 .to_owned();

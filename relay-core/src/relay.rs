@@ -29,6 +29,9 @@ use crate::token::TokenKeys;
 /// How many emptied batches the relay keeps for reuse ([`Relay::recycle_batch`]): one per
 /// batch a shell keeps in flight, and a few more.
 const SPARE_BATCHES: usize = 8;
+/// A batch whose buffers grew beyond this (a burst of large inputs in one group) is dropped
+/// rather than kept for reuse: the spares hold at most `SPARE_BATCHES` times this.
+const SPARE_BATCH_BYTES: usize = 1 << 20;
 
 /// A WebSocket connection, numbered by the shell (unique for the life of a `Relay`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -341,7 +344,8 @@ impl Relay {
             state.delete_meta(meta::JWT_SIGNING_KEY);
         }
         store.commit(&state.batch)?;
-        state.batch.clear();
+        // The start's batch may be large (e.g. the summarising start's rows): not kept.
+        state.batch = crate::store::Batch::new();
         let msg_limit = crate::tombstones::restored_msg_limit(&mut *reader, &config)?;
         let sweep_at = crate::tombstones::first_sweep(&mut *reader)?;
         state.tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at);
@@ -943,8 +947,17 @@ impl Relay {
     /// back is simply dropped).
     pub fn recycle_batch(&mut self, mut batch: crate::store::Batch) {
         batch.clear();
-        if self.spare_batches.len() < SPARE_BATCHES {
+        if self.spare_batches.len() < SPARE_BATCHES && batch.capacity_bytes() <= SPARE_BATCH_BYTES {
             self.spare_batches.push(batch);
+        }
+    }
+
+    /// Drops the (emptied) input batch's buffers when an input that wrote many rows grew them
+    /// beyond [`SPARE_BATCH_BYTES`]: they are not kept for the next input.
+    fn trim_input_batch(&mut self) {
+        debug_assert!(self.state.batch.is_empty());
+        if self.state.batch.capacity_bytes() > SPARE_BATCH_BYTES {
+            self.state.batch = crate::store::Batch::new();
         }
     }
 
@@ -1109,6 +1122,7 @@ impl Relay {
             group.mutations.append(&mut self.state.batch);
             group.outputs.append(&mut self.staged);
             self.state.move_written(&mut group.pinned);
+            self.trim_input_batch();
             return Ok(());
         }
         let batch = &self.state.batch;
@@ -1123,6 +1137,7 @@ impl Relay {
             }
         };
         self.state.batch.clear();
+        self.trim_input_batch();
         match committed {
             Ok(()) => {
                 self.outputs.extend(self.staged.drain(..));
@@ -1354,4 +1369,28 @@ pub(crate) fn storage_unavailable() -> ApiError {
         ErrorCode::STORAGE_UNAVAILABLE,
         "the relay's store is unavailable; nothing was changed, retry later",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Batch, MemoryStore};
+
+    #[test]
+    fn spare_batches_are_few_small_and_empty() {
+        let mut relay = Relay::new(Config::default(), Box::new(MemoryStore::new()), 1).unwrap();
+        let mut big = Batch::new();
+        big.put(Table::Meta, "k", &vec![b'x'; SPARE_BATCH_BYTES + 1]);
+        relay.recycle_batch(big);
+        assert!(relay.spare_batches.is_empty(), "a large batch is not kept");
+        for _ in 0..SPARE_BATCHES + 2 {
+            let mut small = Batch::new();
+            small.put(Table::Meta, "k", b"v");
+            relay.recycle_batch(small);
+        }
+        assert_eq!(relay.spare_batches.len(), SPARE_BATCHES);
+        assert!(relay.spare_batches.iter().all(Batch::is_empty));
+        relay.begin_batch();
+        assert_eq!(relay.spare_batches.len(), SPARE_BATCHES - 1, "a group takes a spare");
+    }
 }

@@ -202,6 +202,11 @@ impl Batch {
         self.keys.len() + self.values.len()
     }
 
+    /// Bytes its buffers hold allocated (what keeping it for reuse costs).
+    pub fn capacity_bytes(&self) -> usize {
+        self.keys.capacity() + self.values.capacity() + self.ops.capacity() * size_of::<Op>()
+    }
+
     /// Forgets every mutation, keeping the buffers' capacity for the next batch.
     pub fn clear(&mut self) {
         self.keys.clear();
