@@ -1391,6 +1391,10 @@ mod tests {
         assert_eq!(relay.spare_batches.len(), SPARE_BATCHES);
         assert!(relay.spare_batches.iter().all(Batch::is_empty));
         relay.begin_batch();
-        assert_eq!(relay.spare_batches.len(), SPARE_BATCHES - 1, "a group takes a spare");
+        assert_eq!(
+            relay.spare_batches.len(),
+            SPARE_BATCHES - 1,
+            "a group takes a spare"
+        );
     }
 }
