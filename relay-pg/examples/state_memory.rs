@@ -13,7 +13,9 @@
 //! to the store (the same inputs on a `MemoryStore`):
 //! 1. `users`: N accounts registered and logged in, no connection (PoW at difficulty 1, one
 //!    source address each; the per-address rate-limit windows they leave are memory-only and
-//!    swept, and are included).
+//!    swept, and are included). Then `users at rest`: the same accounts an hour later, once
+//!    `handle_timeout` has swept those windows and expired the used challenges (what an
+//!    account costs for as long as it exists).
 //! 2. `conversations`: N/2 friendships accepted (each makes one conversation).
 //! 3. `queued messages`: M (at most `MAX_OFFLINE_QUEUE_PER_CONVERSATION`) messages of 228 B
 //!    payload (a 200-byte text) from an online sender to an offline recipient: kept until
@@ -285,6 +287,7 @@ fn run(users: usize, keep_rows: bool) -> Vec<Phase> {
         *mark = now;
     };
 
+    let before_users = mark.clone();
     let accounts: Vec<Account> = (0..users).map(|_| w.account()).collect();
     end(
         &w,
@@ -292,6 +295,16 @@ fn run(users: usize, keep_rows: bool) -> Vec<Phase> {
         users,
         &mut mark,
         None,
+    );
+    w.now = w.now.plus_ms(relay_core::limits::HOUR_MS);
+    w.relay.handle_timeout(w.now);
+    w.drain();
+    end(
+        &w,
+        "users at rest (an hour later: windows swept, used challenges expired)",
+        users,
+        &mut mark,
+        Some(&before_users),
     );
 
     let convs: Vec<String> = accounts
