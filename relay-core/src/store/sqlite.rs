@@ -35,6 +35,46 @@ pub struct SqliteStore {
     conn: Connection,
     /// What a reader opens: the file, or the shared-cache URI of an in-memory database.
     target: PathBuf,
+    /// The write statements' SQL per table, built once (a commit looks its statements up in
+    /// the connection's cache by this text, row by row).
+    writes: std::collections::BTreeMap<Table, WriteSql>,
+}
+
+/// The SQL of the writes to one table.
+#[derive(Debug)]
+struct WriteSql {
+    upsert: String,
+    /// Expiring tables only (empty otherwise: a batch that would use it is refused first).
+    upsert_expiring: String,
+    delete: String,
+    /// Expiring tables only, as `upsert_expiring`.
+    expire: String,
+}
+
+impl WriteSql {
+    fn of(table: Table) -> Self {
+        let name = table.name();
+        let (upsert_expiring, expire) = if table.has_expiry() {
+            (
+                format!(
+                    "INSERT INTO {name} (k, v, expires_at) VALUES (?1, ?2, ?3) ON CONFLICT(k) DO UPDATE SET v = excluded.v, expires_at = excluded.expires_at"
+                ),
+                format!("DELETE FROM {name} WHERE expires_at <= ?1"),
+            )
+        } else {
+            (String::new(), String::new())
+        };
+        Self {
+            upsert: upsert_sql(table),
+            upsert_expiring,
+            delete: format!("DELETE FROM {name} WHERE k = ?1"),
+            expire,
+        }
+    }
+
+    fn all() -> std::collections::BTreeMap<Table, Self> {
+        Table::ALL.into_iter().map(|t| (t, Self::of(t))).collect()
+    }
 }
 
 /// Numbers the in-memory databases of this process (each gets its own shared-cache name).
@@ -145,7 +185,11 @@ impl SqliteStore {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(|e| backend(&e))?;
         tx.commit().map_err(|e| backend(&e))?;
-        Ok(Self { conn, target })
+        Ok(Self {
+            conn,
+            target,
+            writes: WriteSql::all(),
+        })
     }
 }
 
@@ -185,11 +229,17 @@ impl Store for SqliteStore {
             // A range expiry is applied in its place; of the keyed writes only the last counts.
             last[i] = m.key().is_none_or(|key| seen.insert((m.table(), key)));
         }
+        let writes = &self.writes;
+        let sql = |table: Table| {
+            writes
+                .get(&table)
+                .ok_or_else(|| StoreError::Backend(format!("no SQL for table {}", table.name())))
+        };
         let tx = self.conn.transaction().map_err(|e| backend(&e))?;
         for (m, _) in batch.iter().zip(&last).filter(|(_, last)| **last) {
             match m {
                 MutationRef::Put { table, key, value } => tx
-                    .prepare_cached(&upsert_sql(table))
+                    .prepare_cached(&sql(table)?.upsert)
                     .and_then(|mut stmt| stmt.execute(params![key, value])),
                 MutationRef::PutExpiring {
                     table,
@@ -198,22 +248,16 @@ impl Store for SqliteStore {
                     expires_at,
                 } => {
                     let at = sql_ms(expires_at)?;
-                    tx.prepare_cached(&format!(
-                        "INSERT INTO {} (k, v, expires_at) VALUES (?1, ?2, ?3) ON CONFLICT(k) DO UPDATE SET v = excluded.v, expires_at = excluded.expires_at",
-                        table.name()
-                    ))
-                    .and_then(|mut stmt| stmt.execute(params![key, value, at]))
+                    tx.prepare_cached(&sql(table)?.upsert_expiring)
+                        .and_then(|mut stmt| stmt.execute(params![key, value, at]))
                 }
                 MutationRef::Delete { table, key } => tx
-                    .prepare_cached(&format!("DELETE FROM {} WHERE k = ?1", table.name()))
+                    .prepare_cached(&sql(table)?.delete)
                     .and_then(|mut stmt| stmt.execute(params![key])),
                 MutationRef::Expire { table, up_to } => {
                     let up_to = sql_ms(up_to)?;
-                    tx.prepare_cached(&format!(
-                        "DELETE FROM {} WHERE expires_at <= ?1",
-                        table.name()
-                    ))
-                    .and_then(|mut stmt| stmt.execute(params![up_to]))
+                    tx.prepare_cached(&sql(table)?.expire)
+                        .and_then(|mut stmt| stmt.execute(params![up_to]))
                 }
             }
             .map_err(|e| backend(&e))?;
