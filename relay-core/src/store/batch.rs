@@ -474,6 +474,8 @@ impl From<Vec<Mutation>> for Batch {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn sample() -> Vec<Mutation> {
@@ -569,6 +571,87 @@ mod tests {
         )
         .unwrap();
         assert_eq!(a.len(), 6);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Push(Mutation),
+        /// A put whose value fails to encode after writing `len` bytes of it.
+        FailedPut(String, usize),
+        /// Appends a batch of these mutations.
+        Append(Vec<Mutation>),
+        Clear,
+    }
+
+    fn mutation() -> impl Strategy<Value = Mutation> {
+        let table = prop::sample::select(Table::ALL.to_vec());
+        let key = "[a-c/é]{0,6}";
+        let value = prop::collection::vec(any::<u8>(), 0..12);
+        prop_oneof![
+            (table.clone(), key, value.clone()).prop_map(|(table, key, value)| Mutation::Put {
+                table,
+                key,
+                value
+            }),
+            (table.clone(), key).prop_map(|(table, key)| Mutation::Delete { table, key }),
+            (table.clone(), key, value, any::<u64>()).prop_map(
+                |(table, key, value, expires_at)| Mutation::PutExpiring {
+                    table,
+                    key,
+                    value,
+                    expires_at
+                }
+            ),
+            (table, any::<u64>()).prop_map(|(table, up_to)| Mutation::Expire { table, up_to }),
+        ]
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            6 => mutation().prop_map(Step::Push),
+            1 => ("[a-c]{0,4}", 0usize..8).prop_map(|(k, n)| Step::FailedPut(k, n)),
+            2 => prop::collection::vec(mutation(), 0..5).prop_map(Step::Append),
+            1 => Just(Step::Clear),
+        ]
+    }
+
+    proptest! {
+        /// A batch hands back exactly the mutations written to it, in order, whatever mix of
+        /// pushes, failed encodes, appends and clears built it: the `Vec<Mutation>` it replaced.
+        #[test]
+        fn behaves_as_a_list_of_owned_mutations(steps in prop::collection::vec(step(), 0..40)) {
+            let mut batch = Batch::new();
+            let mut model: Vec<Mutation> = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Push(m) => {
+                        batch.push(m.as_ref());
+                        model.push(m);
+                    }
+                    Step::FailedPut(key, len) => {
+                        let failed = batch.try_put_row(Table::Meta, |k| k.push_str(&key), |v| {
+                            v.extend(std::iter::repeat_n(b'x', len));
+                            Err(())
+                        });
+                        prop_assert!(failed.is_err());
+                    }
+                    Step::Append(ms) => {
+                        let mut other = Batch::from(ms.clone());
+                        batch.append(&mut other);
+                        prop_assert!(other.is_empty());
+                        model.extend(ms);
+                    }
+                    Step::Clear => {
+                        batch.clear();
+                        model.clear();
+                    }
+                }
+                prop_assert_eq!(batch.len(), model.len());
+                prop_assert_eq!(batch.to_mutations(), model.clone());
+                prop_assert!(batch.iter().rev().eq(model.iter().rev().map(Mutation::as_ref)));
+                prop_assert_eq!(&batch, &Batch::from(model.clone()));
+            }
+        }
     }
 
     #[test]
