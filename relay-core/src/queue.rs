@@ -740,16 +740,11 @@ mod tests {
                 payload: "A".repeat(len).into(),
                 at: UnixMs(at),
             };
-            batch.delete_row(Table::Messages, |k| {
-                write_message_key(k, &m.recipient, &m.conv_id, m.seq);
-            });
-            let key = batch
-                .iter()
-                .next_back()
-                .and_then(|d| d.key())
-                .unwrap()
-                .to_owned();
-            batch.put(Table::Messages, &key, &serde_json::to_vec(&m).unwrap());
+            batch.put_row(
+                Table::Messages,
+                |k| write_message_key(k, &m.recipient, &m.conv_id, m.seq),
+                |v| serde_json::to_writer(v, &m).unwrap(),
+            );
             want.entry((m.recipient, m.conv_id))
                 .or_default()
                 .insert(Queued {

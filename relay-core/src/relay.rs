@@ -26,13 +26,6 @@ use crate::state::{PairMap, State, Timer, meta};
 use crate::store::{Store, StoreError, StoreRead, Table};
 use crate::token::TokenKeys;
 
-/// How many emptied batches the relay keeps for reuse ([`Relay::recycle_batch`]): one per
-/// batch a shell keeps in flight, and a few more.
-const SPARE_BATCHES: usize = 8;
-/// A batch whose buffers grew beyond this (a burst of large inputs in one group) is dropped
-/// rather than kept for reuse: the spares hold at most `SPARE_BATCHES` times this.
-const SPARE_BATCH_BYTES: usize = 1 << 20;
-
 /// A WebSocket connection, numbered by the shell (unique for the life of a `Relay`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnId(pub u64);
@@ -228,7 +221,7 @@ pub struct Relay {
     failed_at: Option<BatchId>,
     /// Emptied batches kept for the next groups ([`Relay::recycle_batch`]): their buffers'
     /// capacity is reused, so a steady stream of batches allocates none.
-    spare_batches: Vec<crate::store::Batch>,
+    spare_batches: crate::store::Spares,
     outputs: VecDeque<Output>,
     failed: bool,
     /// What the relay did since it was built ([`Relay::stats`]).
@@ -344,8 +337,7 @@ impl Relay {
             state.delete_meta(meta::JWT_SIGNING_KEY);
         }
         store.commit(&state.batch)?;
-        // The start's batch may be large (e.g. the summarising start's rows): not kept.
-        state.batch = crate::store::Batch::new();
+        state.batch.reset();
         let msg_limit = crate::tombstones::restored_msg_limit(&mut *reader, &config)?;
         let sweep_at = crate::tombstones::first_sweep(&mut *reader)?;
         state.tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at);
@@ -381,7 +373,7 @@ impl Relay {
             staged: Vec::new(),
             group: None,
             in_flight: VecDeque::new(),
-            spare_batches: Vec::new(),
+            spare_batches: crate::store::Spares::default(),
             next_batch: 0,
             failed_at: None,
             outputs: VecDeque::new(),
@@ -945,26 +937,14 @@ impl Relay {
     /// Gives back a sealed batch's mutations once the shell committed them, so that a later
     /// batch reuses their buffers instead of allocating its own (optional: a batch not given
     /// back is simply dropped).
-    pub fn recycle_batch(&mut self, mut batch: crate::store::Batch) {
-        batch.clear();
-        if self.spare_batches.len() < SPARE_BATCHES && batch.capacity_bytes() <= SPARE_BATCH_BYTES {
-            self.spare_batches.push(batch);
-        }
-    }
-
-    /// Drops the (emptied) input batch's buffers when an input that wrote many rows grew them
-    /// beyond [`SPARE_BATCH_BYTES`]: they are not kept for the next input.
-    fn trim_input_batch(&mut self) {
-        debug_assert!(self.state.batch.is_empty());
-        if self.state.batch.capacity_bytes() > SPARE_BATCH_BYTES {
-            self.state.batch = crate::store::Batch::new();
-        }
+    pub fn recycle_batch(&mut self, batch: crate::store::Batch) {
+        self.spare_batches.give(batch);
     }
 
     /// An empty group, on a spare batch if there is one.
     fn new_group(&mut self) -> Group {
         Group {
-            mutations: self.spare_batches.pop().unwrap_or_default(),
+            mutations: self.spare_batches.take(),
             ..Group::default()
         }
     }
@@ -1122,7 +1102,7 @@ impl Relay {
             group.mutations.append(&mut self.state.batch);
             group.outputs.append(&mut self.staged);
             self.state.move_written(&mut group.pinned);
-            self.trim_input_batch();
+            self.state.batch.reset();
             return Ok(());
         }
         let batch = &self.state.batch;
@@ -1136,8 +1116,7 @@ impl Relay {
                 None => Err(StoreError::Backend("the relay has no store".into())),
             }
         };
-        self.state.batch.clear();
-        self.trim_input_batch();
+        self.state.batch.reset();
         match committed {
             Ok(()) => {
                 self.outputs.extend(self.staged.drain(..));
@@ -1369,32 +1348,4 @@ pub(crate) fn storage_unavailable() -> ApiError {
         ErrorCode::STORAGE_UNAVAILABLE,
         "the relay's store is unavailable; nothing was changed, retry later",
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::{Batch, MemoryStore};
-
-    #[test]
-    fn spare_batches_are_few_small_and_empty() {
-        let mut relay = Relay::new(Config::default(), Box::new(MemoryStore::new()), 1).unwrap();
-        let mut big = Batch::new();
-        big.put(Table::Meta, "k", &vec![b'x'; SPARE_BATCH_BYTES + 1]);
-        relay.recycle_batch(big);
-        assert!(relay.spare_batches.is_empty(), "a large batch is not kept");
-        for _ in 0..SPARE_BATCHES + 2 {
-            let mut small = Batch::new();
-            small.put(Table::Meta, "k", b"v");
-            relay.recycle_batch(small);
-        }
-        assert_eq!(relay.spare_batches.len(), SPARE_BATCHES);
-        assert!(relay.spare_batches.iter().all(Batch::is_empty));
-        relay.begin_batch();
-        assert_eq!(
-            relay.spare_batches.len(),
-            SPARE_BATCHES - 1,
-            "a group takes a spare"
-        );
-    }
 }

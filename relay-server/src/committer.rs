@@ -217,14 +217,24 @@ impl Committer {
                 failed,
                 done,
             } => {
-                done.extend(commit_group(&mut **store, failed, None, vec![request]));
+                done.extend(commit_group(
+                    &mut **store,
+                    failed,
+                    None,
+                    std::iter::once(request),
+                ));
                 true
             }
             How::Thread { shared, ready, .. } if quiet && nothing_in_flight => {
                 // The thread is idle (nothing in flight): the lock is free.
                 let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
                 let Shared { store, failed } = &mut *shared;
-                ready.extend(commit_group(&mut **store, failed, None, vec![request]));
+                ready.extend(commit_group(
+                    &mut **store,
+                    failed,
+                    None,
+                    std::iter::once(request),
+                ));
                 here = true;
                 true
             }
@@ -366,13 +376,13 @@ fn commit_group(
     store: &mut dyn Store,
     failed: &mut bool,
     stop: Option<&AtomicBool>,
-    group: Vec<Request>,
+    group: impl IntoIterator<Item = Request, IntoIter: ExactSizeIterator>,
 ) -> Vec<Completion> {
     if stop.is_some_and(|stop| stop.load(Ordering::Relaxed)) {
         *failed = true;
     }
-    let n = group.len();
     let mut requests = group.into_iter();
+    let n = requests.len();
     let Some(Request {
         id: first,
         mutations: mut all,

@@ -197,13 +197,8 @@ impl Batch {
         self.ops.is_empty()
     }
 
-    /// Bytes of keys and values it holds.
-    pub fn row_bytes(&self) -> usize {
-        self.keys.len() + self.values.len()
-    }
-
     /// Bytes its buffers hold allocated (what keeping it for reuse costs).
-    pub fn capacity_bytes(&self) -> usize {
+    fn capacity_bytes(&self) -> usize {
         self.keys.capacity() + self.values.capacity() + self.ops.capacity() * size_of::<Op>()
     }
 
@@ -212,6 +207,16 @@ impl Batch {
         self.keys.clear();
         self.values.clear();
         self.ops.clear();
+    }
+
+    /// Forgets every mutation for reuse in place: keeps the buffers' capacity unless they grew
+    /// beyond [`Spares::MAX_BYTES`] (an input or a start that wrote many rows), which are let go.
+    pub(crate) fn reset(&mut self) {
+        if self.capacity_bytes() > Spares::MAX_BYTES {
+            *self = Self::new();
+        } else {
+            self.clear();
+        }
     }
 
     /// The mutations, in order.
@@ -420,6 +425,32 @@ impl std::fmt::Debug for Batch {
     }
 }
 
+/// Emptied batches kept for the next ones, so that a steady stream of batches allocates none:
+/// at most [`Spares::MAX`], none whose buffers grew beyond [`Spares::MAX_BYTES`] (a burst of
+/// large inputs in one batch does not keep its memory).
+#[derive(Debug, Default)]
+pub(crate) struct Spares(Vec<Batch>);
+
+impl Spares {
+    /// Batches kept: one per batch a shell keeps in flight, and a few more.
+    pub(crate) const MAX: usize = 8;
+    /// Largest buffers kept, in bytes.
+    pub(crate) const MAX_BYTES: usize = 1 << 20;
+
+    /// An empty batch, on a spare's buffers if there is one.
+    pub(crate) fn take(&mut self) -> Batch {
+        self.0.pop().unwrap_or_default()
+    }
+
+    /// Keeps `batch` (emptied) for a later [`Spares::take`], within the bounds.
+    pub(crate) fn give(&mut self, mut batch: Batch) {
+        batch.clear();
+        if self.0.len() < Self::MAX && batch.capacity_bytes() <= Self::MAX_BYTES {
+            self.0.push(batch);
+        }
+    }
+}
+
 /// The mutations of a [`Batch`], in order ([`Batch::iter`]).
 #[derive(Debug, Clone)]
 pub struct Iter<'a> {
@@ -537,7 +568,7 @@ mod tests {
         let capacity = (a.keys.capacity(), a.values.capacity(), a.ops.capacity());
         a.clear();
         assert!(a.is_empty());
-        assert_eq!(a.row_bytes(), 0);
+        assert!(a.keys.is_empty() && a.values.is_empty());
         for m in sample() {
             a.push(m.as_ref());
         }
@@ -652,6 +683,40 @@ mod tests {
                 prop_assert_eq!(&batch, &Batch::from(model.clone()));
             }
         }
+    }
+
+    #[test]
+    fn spares_are_few_small_and_empty_and_reset_lets_big_buffers_go() {
+        let mut spares = Spares::default();
+        let mut big = Batch::new();
+        big.put(Table::Meta, "k", &vec![b'x'; Spares::MAX_BYTES + 1]);
+        spares.give(big.clone());
+        assert!(spares.0.is_empty(), "a large batch is not kept");
+        for _ in 0..Spares::MAX + 2 {
+            let mut small = Batch::new();
+            small.put(Table::Meta, "k", b"v");
+            spares.give(small);
+        }
+        assert_eq!(spares.0.len(), Spares::MAX);
+        assert!(spares.0.iter().all(Batch::is_empty));
+        let taken = spares.take();
+        assert_eq!(spares.0.len(), Spares::MAX - 1, "a new batch takes a spare");
+        assert!(taken.is_empty() && taken.capacity_bytes() > 0);
+        big.reset();
+        assert!(big.is_empty());
+        assert_eq!(
+            big.capacity_bytes(),
+            0,
+            "buffers beyond the bound are let go"
+        );
+        let mut small = Batch::from(vec![Mutation::Delete {
+            table: Table::Meta,
+            key: "k".into(),
+        }]);
+        let capacity = small.capacity_bytes();
+        small.reset();
+        assert!(small.is_empty());
+        assert_eq!(small.capacity_bytes(), capacity, "small buffers are kept");
     }
 
     #[test]

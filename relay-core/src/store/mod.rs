@@ -24,6 +24,7 @@ pub mod suite;
 
 use std::collections::BTreeMap;
 
+pub(crate) use batch::Spares;
 pub use batch::{Batch, Iter as BatchIter, MutationRef, RowKey};
 pub use memory::MemoryStore;
 #[cfg(any(test, feature = "test-suite"))]
