@@ -7,6 +7,7 @@ use wire::http::{
 use wire::limits::NICKNAME_MAX_CHARS;
 use wire::{AliasId, ErrorCode, UnixMs, UserUuid};
 
+use crate::directory::Lookup;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{
     ALIAS_ATTEMPTS, MAX_NICKNAME_COMBINING_MARKS, MIN_NICKNAME_CHARS, STORAGE_QUOTA_BYTES,
@@ -226,20 +227,13 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let body: RegisterRequest = decode_body(&req.body)?;
         check_keys(&body)?;
-        let existing = self
-            .state
-            .by_ed25519
-            .get(&body.ed25519_public_key.0)
-            .map(|u| (u, RegisteredKey::Ed25519))
-            .or_else(|| {
-                self.state
-                    .by_x25519
-                    .get(&body.x25519_public_key.0)
-                    .map(|u| (u, RegisteredKey::X25519))
-            });
-        if let Some((uuid, key)) = existing
-            && let Some(account) = self.state.accounts.get(uuid)
-        {
+        let existing = match self.account_by(Lookup::Ed25519(&body.ed25519_public_key.0))? {
+            Some(a) => Some((a, RegisteredKey::Ed25519)),
+            None => self
+                .account_by(Lookup::X25519(&body.x25519_public_key.0))?
+                .map(|a| (a, RegisteredKey::X25519)),
+        };
+        if let Some((account, key)) = existing {
             let which = match key {
                 RegisteredKey::Ed25519 => "ed25519_public_key",
                 RegisteredKey::X25519 => "x25519_public_key",
@@ -265,9 +259,11 @@ impl Relay {
                 self.eph.register_rate.retry_after_ms(now.get(), &addr),
             ));
         }
-        self.check_pow(now, &addr, body.pow_nonce.as_deref())?;
-        let uuid = self.fresh_uuid();
+        // The new ids are checked against the store before the proof of work is used up: a
+        // failed read (503) leaves the client's solved challenge valid for its retry.
+        let uuid = self.fresh_uuid()?;
         let alias_id = self.fresh_alias()?;
+        self.check_pow(now, &addr, body.pow_nonce.as_deref())?;
         self.eph.register_rate.record(now.get(), &addr);
         self.state.put_account(AccountRow {
             uuid: uuid.clone(),
@@ -284,11 +280,11 @@ impl Relay {
         ))
     }
 
-    fn fresh_uuid(&mut self) -> UserUuid {
+    fn fresh_uuid(&mut self) -> Result<UserUuid, ApiError> {
         loop {
             let u = UserUuid::from_random_bytes(self.ids.bytes());
-            if !self.state.accounts.contains_key(&u) {
-                return u;
+            if self.account(&u)?.is_none() {
+                return Ok(u);
             }
         }
     }
@@ -299,7 +295,7 @@ impl Relay {
             // A catalog alias is merchandise (an operator's catalog may hold aliases of the
             // registration form): never handed out at registration, held or not.
             if let Ok(alias) = AliasId::parse_alias(&candidate)
-                && !self.state.by_alias.contains_key(&alias)
+                && self.account_by_alias(&alias)?.is_none()
                 && !self.state.alias_spent(&alias)
                 && !self.config.vanity_catalog.contains(&alias)
             {
@@ -324,8 +320,7 @@ impl Relay {
         let not_found =
             || ApiError::new(ErrorCode::USER_NOT_FOUND, "no account with that alias_id");
         let alias = AliasId::parse(alias).map_err(|_| not_found())?;
-        let uuid = self.state.by_alias.get(&alias).ok_or_else(not_found)?;
-        let a = self.state.accounts.get(uuid).ok_or_else(not_found)?;
+        let a = self.account_by_alias(&alias)?.ok_or_else(not_found)?;
         Ok(HttpResponse::json(
             200,
             &UserProfile {

@@ -297,7 +297,7 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let body: AuthChallengeRequest = decode_body(&req.body)?;
-        if !self.state.accounts.contains_key(&body.user_uuid) {
+        if self.account(&body.user_uuid)?.is_none() {
             return Err(ApiError::new(
                 ErrorCode::USER_NOT_FOUND,
                 "no account with that user_uuid",
@@ -352,7 +352,7 @@ impl Relay {
                 reusable,
             )
             .ok_or_else(invalid)?;
-        let Some(account) = self.state.accounts.get(&body.user_uuid).cloned() else {
+        let Some(account) = self.account(&body.user_uuid)? else {
             return Err(ApiError::new(
                 ErrorCode::USER_NOT_FOUND,
                 "no account with that user_uuid",
@@ -391,7 +391,7 @@ impl Relay {
             ));
         };
         // A new login revokes the previous token; its socket is told and closed.
-        let mut updated = account;
+        let mut updated = crate::state::AccountRow::clone(&account);
         updated.current_jti = Some(jti);
         let user = updated.uuid.clone();
         self.state.put_account(updated);
@@ -412,7 +412,7 @@ impl Relay {
     /// Checks a JWT: signature, shape, expiry against `now`, and that it is the account's
     /// current token. Returns (user, jti).
     pub(crate) fn check_token(
-        &self,
+        &mut self,
         now: UnixMs,
         token: &str,
     ) -> Result<(UserUuid, String), ApiError> {
@@ -430,7 +430,7 @@ impl Relay {
             Err(e) => return Err(token_error(e)),
         };
         let user = UserUuid::parse(&claims.sub).map_err(|_| token_error(TokenError::Malformed))?;
-        match self.state.accounts.get(&user) {
+        match self.account(&user)? {
             Some(a) if a.current_jti.as_deref() == Some(claims.jti.as_str()) => {
                 Ok((user, claims.jti))
             }
@@ -440,7 +440,7 @@ impl Relay {
 
     /// Authenticates a REST request by its `Authorization: Bearer` header.
     pub(crate) fn authenticate(
-        &self,
+        &mut self,
         now: UnixMs,
         req: &HttpRequest,
     ) -> Result<(UserUuid, String), ApiError> {
@@ -528,10 +528,9 @@ impl Relay {
             probes::probe!("ticket:redeemed");
             // The token the ticket was issued for may have been revoked since.
             if self
-                .state
-                .accounts
-                .get(&user)
-                .and_then(|a| a.current_jti.as_deref())
+                .account(&user)?
+                .and_then(|a| a.current_jti.clone())
+                .as_deref()
                 != Some(jti.as_str())
             {
                 return Err(token_error(TokenError::Revoked));

@@ -25,7 +25,7 @@ use hmac::{Hmac, KeyInit, Mac as _};
 use sha1::Sha1;
 use wire::frames::CallSignal;
 use wire::http::{FriendStatus, IceConfig, IcePolicy, IceServer};
-use wire::{AliasId, ErrorCode, ServerFrame, UnixMs};
+use wire::{ErrorCode, ServerFrame, UnixMs};
 
 use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::planted::planted;
@@ -72,13 +72,10 @@ impl Relay {
             }
         };
         let ttl = self.config.turn_ttl_s;
+        let alias = self.alias_of(&user)?;
         let turn = match (&self.config.turn_secret, self.config.turn_urls.is_empty()) {
             (Some(secret), false) => {
-                let alias = self
-                    .state
-                    .alias_of(&user)
-                    .map(AliasId::to_string)
-                    .unwrap_or_default();
+                let alias = alias.map(|a| a.to_string()).unwrap_or_default();
                 let expiry = (now.get() / 1000).saturating_add(ttl);
                 let username = format!("{expiry}:{alias}");
                 let credential = turn_credential(&secret.0, &username);
@@ -127,11 +124,21 @@ impl Relay {
                 id,
             );
         }
-        let peer = self
-            .state
-            .by_alias
-            .get(&c.to)
-            .filter(|peer| **peer != user)
+        let unreadable = |relay: &mut Self, ref_type, id| {
+            relay.send_error(
+                conn,
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay could not read the callee's account; send the signal again",
+                ref_type,
+                id,
+            );
+        };
+        let Ok(callee) = self.account_by_alias(&c.to) else {
+            return unreadable(self, ref_type, id);
+        };
+        let peer = callee
+            .map(|a| a.uuid.clone())
+            .filter(|peer| *peer != user)
             .filter(|peer| {
                 // PLANTED BUG (CallToAnyone): the contact check is skipped, so anyone rings
                 // anyone whose alias they know.
@@ -142,8 +149,7 @@ impl Relay {
                         .get(&pair(&user, peer))
                         .and_then(|f| self.state.friendships.get(f))
                         .is_some_and(|f| f.status == FriendStatus::Accepted)
-            })
-            .cloned();
+            });
         let Some(peer) = peer else {
             return self.send_error(
                 conn,
@@ -153,7 +159,10 @@ impl Relay {
                 id,
             );
         };
-        let (Some(peer_conn), Some(from)) = (self.online(&peer), self.state.alias_of(&user)) else {
+        let Ok(from) = self.alias_of(&user) else {
+            return unreadable(self, ref_type, id);
+        };
+        let (Some(peer_conn), Some(from)) = (self.online(&peer), from) else {
             return self.send_error(
                 conn,
                 ErrorCode::PEER_OFFLINE,
@@ -164,7 +173,7 @@ impl Relay {
         };
         // PLANTED BUG (CallFromNotStamped): a `from` the caller claimed is passed on.
         if c.from.is_none() || !crate::planted::planted!(self.config, CallFromNotStamped) {
-            c.from = Some(from.clone());
+            c.from = Some(from);
         }
         self.send(peer_conn, ServerFrame::Call(c));
     }

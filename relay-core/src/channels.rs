@@ -19,6 +19,7 @@ use crate::limits::{
 };
 use crate::planted::planted;
 use crate::relay::Relay;
+use crate::store::StoreError;
 
 fn channel_not_found() -> ApiError {
     ApiError::new(ErrorCode::CHANNEL_NOT_FOUND, "no such channel")
@@ -145,14 +146,16 @@ impl Relay {
         }
     }
 
-    fn post_view(&self, p: &PostRow) -> Option<ChannelPost> {
-        Some(ChannelPost {
+    /// `p` as clients see it, with its author's alias (`None` when the author has no account).
+    /// `Err`: the author's account could not be read.
+    fn post_view(&mut self, p: &PostRow) -> Result<Option<ChannelPost>, StoreError> {
+        Ok(self.alias_of(&p.author)?.map(|author_alias_id| ChannelPost {
             id: p.id.clone(),
             post_type: p.post_type,
             content: p.content.clone(),
             created_at: IsoTime(p.created_at),
-            author_alias_id: self.state.alias_of(&p.author)?.clone(),
-        })
+            author_alias_id,
+        }))
     }
 
     /// CH1: public channels whose name or description contains `q` (case-insensitive),
@@ -356,6 +359,8 @@ impl Relay {
                 ),
             ));
         }
+        // The author's alias, read before anything changes (a failed read changes nothing).
+        self.alias_of(&user)?;
         let seq = channel.last_post + 1;
         let post_id = PostId::parse(&format!("{id}.{seq}"))
             .or_else(|_| PostId::parse(&format!("p-{}", hex(&self.ids.bytes::<12>()))))
@@ -373,7 +378,7 @@ impl Relay {
             last_post: seq,
             ..channel
         });
-        if let Some(post) = self.post_view(&row) {
+        if let Ok(Some(post)) = self.post_view(&row) {
             // Live fan-out: online subscribers, then the owner's other views are not tracked
             // (the owner gets the frame too, so every open client shows the post). Order:
             // subscriber uuid order, owner last.
@@ -405,7 +410,7 @@ impl Relay {
     }
 
     /// CH8: newest first; `before` (a post id of this channel) and `limit` (1..=200, default 50).
-    fn posts_page(&self, id: &ChannelId, query: &str) -> Result<HttpResponse, ApiError> {
+    fn posts_page(&mut self, id: &ChannelId, query: &str) -> Result<HttpResponse, ApiError> {
         let limit = match query_param(query, "limit") {
             None | Some("") => POSTS_PAGE_DEFAULT,
             Some(v) => match v.parse::<usize>() {
@@ -434,16 +439,20 @@ impl Relay {
                 }
             }
         };
-        let list: Vec<ChannelPost> = self
+        let rows: Vec<PostRow> = self
             .state
             .commerce
             .posts
             .get(id)
             .into_iter()
             .flat_map(|m| m.range(..upper).rev())
-            .filter_map(|(_, p)| self.post_view(p))
+            .map(|(_, p)| p.clone())
             .take(limit)
             .collect();
+        let mut list: Vec<ChannelPost> = Vec::with_capacity(rows.len());
+        for p in &rows {
+            list.extend(self.post_view(p)?);
+        }
         Ok(HttpResponse::json(200, &list))
     }
 

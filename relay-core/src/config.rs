@@ -92,6 +92,10 @@ pub struct Config {
     /// whose recipient is not synced are evicted past it and read from the store again when
     /// needed.
     pub queue_cache_bytes: usize,
+    /// Estimated heap for accounts held in memory (see [`limits::ACCOUNT_CACHE_BYTES`]); the
+    /// least recently used accounts are evicted past it and read from the store again when
+    /// needed.
+    pub account_cache_bytes: usize,
     /// A defect to plant, for the simulator's detection test only (feature `planted-bugs`,
     /// which no production build enables; see [`crate::PlantedBug`]). `None` by default.
     #[cfg(feature = "planted-bugs")]
@@ -169,6 +173,7 @@ impl Default for Config {
             max_spent_credentials: limits::MAX_SPENT_CREDENTIALS,
             tombstone_cache_bytes: limits::TOMBSTONE_CACHE_BYTES,
             queue_cache_bytes: limits::QUEUE_CACHE_BYTES,
+            account_cache_bytes: limits::ACCOUNT_CACHE_BYTES,
             #[cfg(feature = "planted-bugs")]
             planted_bug: None,
         }

@@ -34,19 +34,22 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
-        let list: Vec<FriendProfile> = self
+        let mine: Vec<FriendshipRow> = self
             .state
             .friendships
             .values()
             .filter(|f| f.requester == user || f.addressee == user)
-            .filter_map(|f| {
-                let (other, direction) = if f.requester == user {
-                    (&f.addressee, FriendDirection::Sent)
-                } else {
-                    (&f.requester, FriendDirection::Received)
-                };
-                let a = self.state.accounts.get(other)?;
-                Some(FriendProfile {
+            .cloned()
+            .collect();
+        let mut list: Vec<FriendProfile> = Vec::with_capacity(mine.len());
+        for f in mine {
+            let (other, direction) = if f.requester == user {
+                (&f.addressee, FriendDirection::Sent)
+            } else {
+                (&f.requester, FriendDirection::Received)
+            };
+            if let Some(a) = self.account(other)? {
+                list.push(FriendProfile {
                     friendship_id: f.id,
                     alias_id: a.alias_id.clone(),
                     nickname: a.nickname.clone(),
@@ -56,9 +59,9 @@ impl Relay {
                     x25519_public_key: a.x25519_public_key,
                     ed25519_public_key: a.ed25519_public_key,
                     created_at: IsoTime(f.created_at),
-                })
-            })
-            .collect();
+                });
+            }
+        }
         Ok(HttpResponse::json(200, &list))
     }
 
@@ -71,13 +74,13 @@ impl Relay {
         let (user, _) = self.authenticate(now, req)?;
         let body: FriendRequestBody = decode_body(&req.body)?;
         let target = self
-            .state
-            .by_alias
-            .get(&body.to_alias_id)
-            .cloned()
+            .account_by_alias(&body.to_alias_id)?
+            .map(|a| a.uuid.clone())
             .ok_or_else(|| {
                 ApiError::new(ErrorCode::USER_NOT_FOUND, "no account with that alias_id")
             })?;
+        // The caller's account (for the request frame), read before anything changes.
+        let me = self.account(&user)?;
         if target == user {
             return Err(ApiError::new(
                 ErrorCode::BAD_REQUEST,
@@ -103,7 +106,7 @@ impl Relay {
             conversation_id: None,
             created_at: now,
         });
-        if let (Some(conn), Some(me)) = (self.online(&target), self.state.accounts.get(&user)) {
+        if let (Some(conn), Some(me)) = (self.online(&target), me) {
             let frame = ServerFrame::FriendRequest(FriendRequestFrame {
                 friendship_id: id,
                 from: me.alias_id.clone(),
@@ -182,6 +185,8 @@ impl Relay {
                 "the friend request is not pending",
             ));
         }
+        // The caller's alias (for the frame), read before anything changes.
+        let me = self.alias_of(user)?;
         let conv = self.fresh_conv_id();
         self.state.put_conversation(ConversationRow {
             id: conv.clone(),
@@ -197,9 +202,7 @@ impl Relay {
             ..f
         });
         let _ = now;
-        if let (Some(conn), Some(me)) =
-            (self.online(&requester), self.state.alias_of(user).cloned())
-        {
+        if let (Some(conn), Some(me)) = (self.online(&requester), me) {
             self.send(
                 conn,
                 ServerFrame::FriendAccepted(FriendAcceptedFrame {

@@ -92,6 +92,7 @@ pub mod config;
 mod contacts;
 mod credential;
 pub mod destination;
+mod directory;
 pub mod http;
 pub(crate) mod ids;
 mod json;

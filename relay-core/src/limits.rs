@@ -155,6 +155,14 @@ pub const TOMBSTONE_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// not yet durable are held beyond it. Counted as the queue bounds count messages
 /// ([`queued_message_bytes`]), so 64 MiB holds e.g. ~50,000 messages of 1 KiB.
 pub const QUEUE_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Estimated heap for the accounts held in memory (each with its alias and keys for lookups;
+/// the rest are read from the store when needed, see `Config::account_cache_bytes`). The
+/// accounts written by batches not yet durable are held beyond it. At ~600 bytes per account,
+/// 64 MiB holds ~110,000 of them.
+pub const ACCOUNT_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Stored accounts read per page by the one-time indexing start of a store written before the
+/// accounts had their lookup rows (`account_index`).
+pub const INDEX_PAGE_ROWS: usize = 10_000;
 /// When reading a queue for its expiry failed, how long until the relay tries again.
 pub const QUEUE_READ_RETRY_MS: u64 = 1_000;
 /// Stored messages read per page by the one-time summarising start of a store written before

@@ -199,6 +199,12 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
     /// (the relay calls it at the end of every input, after its commit, and when a batch is
     /// reported durable).
     pub(crate) fn evict(&mut self) {
+        self.evict_with(|_, _| {});
+    }
+
+    /// [`Lru::evict`], handing each evicted entry to `gone` (a cache that indexes its entries
+    /// drops them from its indexes).
+    pub(crate) fn evict_with(&mut self, mut gone: impl FnMut(K, V)) {
         while self.bytes > self.bound {
             let Some((_, key)) = self.order.pop_first() else {
                 return; // what is left is pinned
@@ -206,8 +212,24 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
             if let Some(e) = self.entries.remove(&key) {
                 self.bytes -= e.weight;
                 self.evictions += 1;
+                gone(key, e.value);
             }
         }
+    }
+
+    /// Makes the entry of `key` the most recently used (a read of it). Pinned entries are not
+    /// in the eviction order: they count as used when their last pin goes.
+    pub(crate) fn touch(&mut self, key: &K) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        if e.pins > 0 || e.tick == self.tick {
+            return;
+        }
+        self.order.remove(&e.tick);
+        self.tick += 1;
+        e.tick = self.tick;
+        self.order.insert(self.tick, key.clone());
     }
 
     /// The estimated bytes held.

@@ -30,7 +30,8 @@ use crate::limits::TOMBSTONE_TTL_MS;
 use crate::planted::planted;
 use crate::queue::Queued;
 use crate::relay::{ConnId, Relay};
-use crate::state::{ConversationRow, PendingRetractRow, State, Tombstone};
+use crate::state::{PendingRetractRow, State, Tombstone};
+use crate::store::StoreRead;
 
 /// Whether `text` is standard-alphabet base64 (RFC 4648 §4): `A-Z a-z 0-9 + /` in groups of
 /// four, the last group possibly short; `=` padding optional (none, part or all of what the
@@ -68,38 +69,76 @@ fn all_base64_alphabet(bytes: &[u8]) -> bool {
     !crate::json::any_block(bytes, b'A', outside)
 }
 
-/// [`Relay::member_check`] on the state alone, so that the routing path can hold the caller's
-/// uuid (borrowed from its connection) while it checks.
-fn member_check<'s>(
-    state: &'s State,
+/// Why [`Relay::member_check`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotMember {
+    /// Not a member, or `to` is not the other one: the words of the `NOT_A_MEMBER` refusal.
+    Refused(&'static str),
+    /// The other member's account could not be read (`STORAGE_UNAVAILABLE`; nothing changed).
+    Unreadable,
+}
+
+impl NotMember {
+    /// The error code and words of the refusal.
+    pub(crate) fn refusal(self) -> (ErrorCode, &'static str) {
+        match self {
+            Self::Refused(msg) => (ErrorCode::NOT_A_MEMBER, msg),
+            Self::Unreadable => (
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay could not read the other member's account; send it again",
+            ),
+        }
+    }
+}
+
+/// [`Relay::member_check`] on the relay's parts, so that the routing path can hold the
+/// caller's uuid (borrowed from its connection) while it checks.
+fn member_check(
+    state: &mut State,
+    reader: &mut dyn StoreRead,
+    stats: &mut crate::stats::RelayStats,
     user: &UserUuid,
     conv_id: &ConvId,
     to: &AliasId,
-) -> Result<(&'s ConversationRow, &'s UserUuid), &'static str> {
-    let conv = &state
+) -> Result<UserUuid, NotMember> {
+    let not_member = NotMember::Refused("unknown conversation, or you are not a member of it");
+    let other = state
         .conversations
         .get(conv_id)
-        .ok_or("unknown conversation, or you are not a member of it")?
-        .row;
-    let other = conv
+        .ok_or(not_member)?
+        .row
         .other(user)
-        .ok_or("unknown conversation, or you are not a member of it")?;
+        .ok_or(not_member)?
+        .clone();
+    let account = crate::directory::lookup(&mut state.directory, reader, stats, &other)
+        .map_err(|_| NotMember::Unreadable)?;
     // A retired alias (replaced by a bound vanity alias) still routes to its account.
-    if state.alias_of(other) != Some(to) && state.retired_alias_owner(to) != Some(other) {
-        return Err("`to` is not the other member of this conversation");
+    if account.is_none_or(|a| a.alias_id != *to) && state.retired_alias_owner(to) != Some(&other)
+    {
+        return Err(NotMember::Refused(
+            "`to` is not the other member of this conversation",
+        ));
     }
-    Ok((conv, other))
+    Ok(other)
 }
 
 impl Relay {
-    /// Resolves the conversation and checks that the caller is a member and `to` the other one.
+    /// Resolves the conversation and checks that the caller is a member and `to` the other one
+    /// (whose account it reads if it is not in memory): the other member.
     pub(crate) fn member_check(
-        &self,
+        &mut self,
         user: &UserUuid,
         conv_id: &ConvId,
         to: &AliasId,
-    ) -> Result<(&ConversationRow, &UserUuid), &'static str> {
-        member_check(&self.state, user, conv_id, to)
+    ) -> Result<UserUuid, NotMember> {
+        member_check(
+            &mut self.state,
+            &mut *self.reader,
+            &mut self.stats,
+            user,
+            conv_id,
+            to,
+        )
     }
 
     /// Whether one more message of `charge` bytes from `sender` to `recipient` in `conv` fits
@@ -184,10 +223,21 @@ impl Relay {
                 &m.id,
             );
         };
-        let (recipient, peer) = match member_check(&self.state, user, &m.conv_id, &m.to) {
-            Ok((_, other)) => (other, self.online(other)),
-            Err(msg) => return refuse(self, ErrorCode::NOT_A_MEMBER, msg, &m.id),
+        let recipient = match member_check(
+            &mut self.state,
+            &mut *self.reader,
+            &mut self.stats,
+            user,
+            &m.conv_id,
+            &m.to,
+        ) {
+            Ok(other) => other,
+            Err(e) => {
+                let (code, msg) = e.refusal();
+                return refuse(self, code, msg, &m.id);
+            }
         };
+        let peer = self.online(&recipient);
         if !is_base64(&m.payload) {
             return refuse(
                 self,
@@ -226,11 +276,10 @@ impl Relay {
             );
         }
         let charge = crate::limits::queued_message_bytes(m.id.as_str().len(), m.payload.len());
-        if let Err((code, msg)) = self.queue_bounds(user, recipient, &m.conv_id, charge) {
+        if let Err((code, msg)) = self.queue_bounds(user, &recipient, &m.conv_id, charge) {
             return refuse(self, code, msg, &m.id);
         }
         // The recipient's queue is read (if not in memory) before the message joins it.
-        let recipient = recipient.clone();
         let read = self.read_queue(&recipient, &m.conv_id);
         if read.is_err() {
             return refuse(
@@ -290,21 +339,18 @@ impl Relay {
             return;
         };
         let other = match self.member_check(&user, &t.conv_id, &t.to) {
-            Ok((_, other)) => other.clone(),
-            Err(msg) => {
-                return self.send_error(
-                    conn,
-                    ErrorCode::NOT_A_MEMBER,
-                    msg,
-                    Some("typing".into()),
-                    None,
-                );
+            Ok(other) => other,
+            Err(e) => {
+                let (code, msg) = e.refusal();
+                return self.send_error(conn, code, msg, Some("typing".into()), None);
             }
         };
         if !self.typing_limit.allow(now.get(), &user) {
             return; // silently dropped
         }
-        if let (Some(peer), Some(from)) = (self.online(&other), self.state.alias_of(&user).cloned())
+        // Typing is best effort: a failed read of the caller's alias drops it.
+        if let Some(peer) = self.online(&other)
+            && let Ok(Some(from)) = self.alias_of(&user)
         {
             self.send(
                 peer,
@@ -322,15 +368,10 @@ impl Relay {
         };
         let id = Some(r.id.to_string());
         let other = match self.member_check(&user, &r.conv_id, &r.to) {
-            Ok((_, other)) => other.clone(),
-            Err(msg) => {
-                return self.send_error(
-                    conn,
-                    ErrorCode::NOT_A_MEMBER,
-                    msg,
-                    Some("retract".into()),
-                    id,
-                );
+            Ok(other) => other,
+            Err(e) => {
+                let (code, msg) = e.refusal();
+                return self.send_error(conn, code, msg, Some("retract".into()), id);
             }
         };
         let unreadable = |relay: &mut Self, id| {
@@ -341,6 +382,20 @@ impl Relay {
                 Some("retract".into()),
                 id,
             );
+        };
+        // The caller's alias (the retraction's `from`), read before anything changes.
+        let from = match self.alias_of(&user) {
+            Ok(Some(from)) => from,
+            Ok(None) => return,
+            Err(_) => {
+                return self.send_error(
+                    conn,
+                    ErrorCode::STORAGE_UNAVAILABLE,
+                    "the relay could not read your account; send the retract again",
+                    Some("retract".into()),
+                    id,
+                );
+            }
         };
         let Ok(mut tomb) = self.tombstone(&user, &r.id, now) else {
             return unreadable(self, id);
@@ -388,9 +443,6 @@ impl Relay {
                 },
             );
         }
-        let Some(from) = self.state.alias_of(&user).cloned() else {
-            return;
-        };
         let frame = ServerFrame::Retract(RetractDelivery {
             id: r.id.clone(),
             from,

@@ -98,16 +98,18 @@ impl Relay {
     }
 
     /// Whether what an expired order bought can still be given to its buyer (late payment).
-    pub(crate) fn still_available(&self, o: &OrderRow) -> bool {
+    /// `alias_in_use`: whether an account has the alias a vanity order is for
+    /// ([`Relay::alias_in_use`], read before the caller changes anything).
+    pub(crate) fn still_available(&self, o: &OrderRow, alias_in_use: bool) -> bool {
         match o.kind {
             OrderKind::ChannelQuota => true,
             OrderKind::Vanity => AliasId::parse(&o.target).is_ok_and(|a| {
                 // PLANTED BUG (LatePaymentIgnoresHolds): a competing buyer's hold is not
                 // looked at, only whether the alias was sold or is in use.
                 if crate::planted::planted!(self.config, LatePaymentIgnoresHolds) {
-                    return !self.state.alias_spent(&a) && !self.state.by_alias.contains_key(&a);
+                    return !self.state.alias_spent(&a) && !alias_in_use;
                 }
-                self.vanity_available(&a, None)
+                self.vanity_available(&a, alias_in_use, None)
                     || self.state.commerce.alias_hold.get(&a) == Some(&o.id)
             }),
             OrderKind::ChannelTrade => {

@@ -5,8 +5,8 @@
 
 use hmac::{Hmac, KeyInit as _, Mac as _};
 use sha2::Sha256;
-use wire::http::{OkResponse, OrderState, PAYMENT_SIGNATURE_HEADER, PaymentStatus, PaymentWebhook};
-use wire::{ErrorCode, UnixMs};
+use wire::http::{OkResponse, OrderKind, OrderState, PAYMENT_SIGNATURE_HEADER, PaymentStatus, PaymentWebhook};
+use wire::{AliasId, ErrorCode, UnixMs};
 
 use crate::commerce_state::PaymentRow;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
@@ -98,6 +98,15 @@ impl Relay {
         if !self.state.commerce.orders.contains_key(&body.order_id) {
             return Err(ApiError::new(ErrorCode::ORDER_NOT_FOUND, "no such order"));
         }
+        // Whether an account has the alias a vanity order is for (a late payment is honoured
+        // only if not), read before anything changes.
+        let alias_in_use = match self.state.commerce.orders.get(&body.order_id) {
+            Some(o) if o.kind == OrderKind::Vanity => match AliasId::parse(&o.target) {
+                Ok(a) => self.alias_in_use(&a)?,
+                Err(_) => false,
+            },
+            _ => false,
+        };
         // An order past its deadline is expired first, whether or not its timer fired yet.
         self.expire_order(now, &body.order_id);
         let prev = self.state.commerce.payments.get(&body.payment_id).cloned();
@@ -156,7 +165,7 @@ impl Relay {
                 probes::probe!("webhook:paid-in-time");
                 self.confirm_order(now, o);
             }
-            (OrderState::Expired, true, _) if self.still_available(&o) => {
+            (OrderState::Expired, true, _) if self.still_available(&o, alias_in_use) => {
                 probes::probe!("webhook:late-honoured");
                 self.confirm_order(now, o);
             }

@@ -100,12 +100,16 @@ pub enum PlantedBug {
     /// to be empty instead of being read from the store, so the messages it held are never
     /// delivered.
     EvictedQueueForgotten,
+    /// `directory`: an account that is not in memory (evicted, or not read since a restart)
+    /// is taken not to exist instead of being read from the store, so its tokens stop working
+    /// and messages to it are refused.
+    EvictedAccountForgotten,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 26] = [
+    pub const ALL: [Self; 27] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -132,6 +136,7 @@ impl PlantedBug {
         Self::SpentNotPersisted,
         Self::EvictedTombstonesForgotten,
         Self::EvictedQueueForgotten,
+        Self::EvictedAccountForgotten,
     ];
 }
 

@@ -44,15 +44,27 @@ impl Relay {
                 .to_owned(),
             )
         };
-        let (last_from_other, other) = match self.member_check(&user, &r.conv_id, &r.to) {
-            Ok((conv, other)) => (
-                conv.index_of(other)
-                    .map_or(Seq(0), |i| conv.last_authored[i]),
-                other.clone(),
-            ),
-            Err(msg) => {
-                return self.send_error(conn, ErrorCode::NOT_A_MEMBER, msg, ref_type(), None);
+        let other = match self.member_check(&user, &r.conv_id, &r.to) {
+            Ok(other) => other,
+            Err(e) => {
+                let (code, msg) = e.refusal();
+                return self.send_error(conn, code, msg, ref_type(), None);
             }
+        };
+        let last_from_other = self.state.conversations.get(&r.conv_id).map_or(Seq(0), |c| {
+            c.row
+                .index_of(&other)
+                .map_or(Seq(0), |i| c.row.last_authored[i])
+        });
+        // The aliases a forwarded receipt names, read before anything changes.
+        let (Ok(from), Ok(to)) = (self.alias_of(&user), self.alias_of(&other)) else {
+            return self.send_error(
+                conn,
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay could not read the members' accounts; send the receipt again",
+                ref_type(),
+                None,
+            );
         };
         if self.read_queue(&user, &r.conv_id).is_err() {
             return self.send_error(
@@ -98,7 +110,7 @@ impl Relay {
         self.state.delete_messages_upto(&user, &r.conv_id, upto);
         if r.seq > self.state.mark(&r.conv_id, &user, kind) {
             self.state.put_mark(&r.conv_id, &user, kind, r.seq);
-            self.forward_receipt(now, kind, &r.conv_id, r.seq, &user, &other);
+            self.forward_receipt(now, kind, &r.conv_id, r.seq, (&user, from), (&other, to));
         }
         // The window may have opened.
         // PLANTED BUG (WindowNotRefilledOnReceipt): what waits for room stays waiting.
@@ -113,16 +125,16 @@ impl Relay {
         kind: ReceiptKind,
         conv: &wire::ConvId,
         seq: Seq,
-        reader: &wire::UserUuid,
-        author: &wire::UserUuid,
+        (reader, from): (&wire::UserUuid, Option<wire::AliasId>),
+        (author, to): (&wire::UserUuid, Option<wire::AliasId>),
     ) {
         match self.online(author) {
             Some(peer) => {
                 let frame = ReceiptDelivery {
                     conv_id: conv.clone(),
                     seq,
-                    from: self.state.alias_of(reader).cloned(),
-                    to: self.state.alias_of(author).cloned(),
+                    from,
+                    to,
                 };
                 self.send(peer, receipt_frame(kind, frame));
             }

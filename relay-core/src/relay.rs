@@ -178,7 +178,8 @@ pub struct Relay {
     /// The store the relay commits through itself; `None` once a shell took it
     /// ([`Relay::take_store`]) to commit sealed batches on its own committer.
     store: Option<Box<dyn Store>>,
-    /// Keyed reads of what the relay does not hold in memory (tombstones), beside the store.
+    /// Keyed reads of what the relay does not hold in memory (accounts, tombstones, queues),
+    /// beside the store.
     pub(crate) reader: Box<dyn StoreRead>,
     pub(crate) ids: IdGen,
     pub(crate) tokens: TokenKeys,
@@ -303,6 +304,19 @@ impl Relay {
         let snapshot = store.load_eager()?;
         let mut state = State::load(&snapshot, config.offline_ttl_ms)?;
         drop(snapshot);
+        if !state.meta.contains_key(meta::ACCOUNT_INDEX) {
+            crate::directory::index_stored_accounts(
+                &mut *store,
+                &mut *reader,
+                crate::limits::INDEX_PAGE_ROWS,
+            )?;
+            state.put_meta(meta::ACCOUNT_INDEX, "1".to_owned());
+        }
+        state.directory = crate::directory::Directory::new(config.account_cache_bytes);
+        #[cfg(feature = "planted-bugs")]
+        {
+            state.directory.planted_bug = config.planted_bug;
+        }
         if !state.meta.contains_key(meta::QUEUE_SUMMARIES) {
             state.summarise_stored_queues(&mut *reader, crate::limits::SUMMARISE_PAGE_ROWS)?;
         }
@@ -446,6 +460,11 @@ impl Relay {
     /// number of tombstones walks the sets).
     pub fn tombstone_cache(&self) -> crate::stats::TombstoneCacheStats {
         self.state.tombstones.stats()
+    }
+
+    /// The accounts held in memory (the rest are in the store).
+    pub fn account_cache(&self) -> crate::stats::AccountCacheStats {
+        self.state.directory.stats()
     }
 
     /// The queued messages held in memory: a few numbers, counted on each call (the number of
@@ -1212,6 +1231,16 @@ impl Relay {
         self.drop_conn(conn);
     }
 
+    /// Closes `conn` because something its delivery needs could not be read (1013): the
+    /// client reconnects and its `sync` replays what it missed.
+    pub(crate) fn close_unreadable(&mut self, conn: ConnId) {
+        self.staged.push(Output::Close {
+            conn,
+            reason: CloseReason::StorageUnavailable,
+        });
+        self.drop_conn(conn);
+    }
+
     pub(crate) fn drop_conn(&mut self, conn: ConnId) {
         let Some(c) = self.conns.remove(&conn) else {
             return;
@@ -1348,4 +1377,12 @@ pub(crate) fn storage_unavailable() -> ApiError {
         ErrorCode::STORAGE_UNAVAILABLE,
         "the relay's store is unavailable; nothing was changed, retry later",
     )
+}
+
+/// A failed read refuses the request with [`storage_unavailable`] (the store's own words stay
+/// out of the answer).
+impl From<StoreError> for ApiError {
+    fn from(_: StoreError) -> Self {
+        storage_unavailable()
+    }
 }

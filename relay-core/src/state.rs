@@ -285,6 +285,9 @@ pub(crate) mod meta {
     pub(crate) const JWT_SIGNING_KEY: &str = "jwt_signing_key";
     pub(crate) const BOOT_COUNT: &str = "boot_count";
     pub(crate) const NEXT_FRIENDSHIP_ID: &str = "next_friendship_id";
+    /// Present once every account has its `account_index` rows (written by the first start of
+    /// a relay that reads accounts lazily, after it indexed the stored accounts).
+    pub(crate) const ACCOUNT_INDEX: &str = "account_index";
     /// Present once every conversation row carries its queue summaries (written by the first
     /// start of a relay that reads messages lazily, after it summarised the stored queues).
     pub(crate) const QUEUE_SUMMARIES: &str = "queue_summaries";
@@ -342,10 +345,9 @@ impl<A: Ord + Clone, B: Ord, V> PairMap<A, B, V> {
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub(crate) meta: BTreeMap<String, String>,
-    pub(crate) accounts: BTreeMap<UserUuid, AccountRow>,
-    pub(crate) by_alias: BTreeMap<AliasId, UserUuid>,
-    pub(crate) by_ed25519: BTreeMap<[u8; 32], UserUuid>,
-    pub(crate) by_x25519: BTreeMap<[u8; 32], UserUuid>,
+    /// The accounts in memory and their names (`crate::directory`; the rest are in the
+    /// store).
+    pub(crate) directory: crate::directory::Directory,
     pub(crate) friendships: BTreeMap<FriendshipId, FriendshipRow>,
     /// (lower uuid, higher uuid) -> friendship.
     pub(crate) by_pair: BTreeMap<(UserUuid, UserUuid), FriendshipId>,
@@ -384,6 +386,7 @@ pub(crate) struct State {
 /// memory until the batch is durable ([`crate::lru`]).
 #[derive(Debug, Default)]
 pub(crate) struct Pins {
+    accounts: Vec<UserUuid>,
     tombstones: Vec<UserUuid>,
     queues: Vec<crate::queue::QueueKey>,
 }
@@ -557,9 +560,6 @@ impl State {
         for (k, v) in rows(Table::Meta) {
             s.meta.insert(k.clone(), decode(Table::Meta, k, v)?);
         }
-        for (k, v) in rows(Table::Accounts) {
-            s.index_account(decode(Table::Accounts, k, v)?);
-        }
         for (k, v) in rows(Table::Friendships) {
             s.index_friendship(decode(Table::Friendships, k, v)?);
         }
@@ -642,31 +642,6 @@ impl State {
         FriendshipId(next)
     }
 
-    // ---- accounts
-
-    fn index_account(&mut self, a: AccountRow) {
-        self.by_alias.insert(a.alias_id.clone(), a.uuid.clone());
-        self.by_ed25519
-            .insert(a.ed25519_public_key.0, a.uuid.clone());
-        self.by_x25519.insert(a.x25519_public_key.0, a.uuid.clone());
-        self.accounts.insert(a.uuid.clone(), a);
-    }
-
-    pub(crate) fn put_account(&mut self, a: AccountRow) {
-        self.record(Table::Accounts, a.uuid.as_str(), &a);
-        if let Some(old) = self.accounts.get(&a.uuid)
-            && old.alias_id != a.alias_id
-        {
-            let old_alias = old.alias_id.clone();
-            self.by_alias.remove(&old_alias);
-        }
-        self.index_account(a);
-    }
-
-    pub(crate) fn alias_of(&self, user: &UserUuid) -> Option<&AliasId> {
-        self.accounts.get(user).map(|a| &a.alias_id)
-    }
-
     // ---- friendships and conversations
 
     fn index_friendship(&mut self, f: FriendshipRow) {
@@ -715,24 +690,28 @@ impl State {
 
     /// Hands the cache entries written since the last move to `batch`'s pins.
     pub(crate) fn move_written(&mut self, batch: &mut Pins) {
+        self.directory.move_written(&mut batch.accounts);
         self.tombstones.move_written(&mut batch.tombstones);
         self.queues.move_written(&mut batch.queues);
     }
 
     /// The writes since the last [`State::move_written`] are durable.
     pub(crate) fn unpin_written(&mut self) {
+        self.directory.unpin_written();
         self.tombstones.unpin_written();
         self.queues.unpin_written();
     }
 
     /// A batch whose writes pinned `batch` is durable.
     pub(crate) fn unpin(&mut self, batch: Pins) {
+        self.directory.unpin(batch.accounts);
         self.tombstones.unpin(batch.tombstones);
         self.queues.unpin(batch.queues);
     }
 
     /// Evicts what the caches hold beyond their bounds (only what no batch in flight wrote).
     pub(crate) fn evict(&mut self) {
+        self.directory.evict();
         self.tombstones.evict();
         self.queues.evict();
     }

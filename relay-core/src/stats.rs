@@ -39,6 +39,11 @@ pub struct RelayStats {
     /// Queues whose stored messages disagreed with their conversation's summary when read
     /// (the messages won; a healthy store never has any).
     pub queue_summaries_repaired: u64,
+    /// Accounts read from the store (needed by uuid, alias or key while not in memory).
+    pub accounts_read: u64,
+    /// Account and lookup reads that failed (the request or frame was refused with
+    /// `STORAGE_UNAVAILABLE`).
+    pub account_read_failures: u64,
     /// Payment webhooks, by what they did.
     pub webhooks: WebhookStats,
 }
@@ -70,6 +75,19 @@ pub struct QueueCacheStats {
     /// Messages in those queues.
     pub messages: usize,
     /// Queues evicted since the relay was built.
+    pub evictions: u64,
+}
+
+/// The accounts held in memory, read with [`Relay::account_cache`](crate::Relay::account_cache)
+/// (the rest are in the store).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AccountCacheStats {
+    /// Estimated heap of the accounts in memory (bounded by `Config::account_cache_bytes`,
+    /// plus what the batches in flight pinned).
+    pub bytes: usize,
+    /// Accounts in memory.
+    pub accounts: usize,
+    /// Accounts evicted since the relay was built.
     pub evictions: u64,
 }
 

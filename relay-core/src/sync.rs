@@ -16,16 +16,16 @@
 //!   conversation that gets a new message joins the end of the order. A live conversation whose
 //!   window has room is served at once.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use wire::frames::{MsgDelivery, ReceiptDelivery, RetractDelivery};
-use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
+use wire::{AliasId, ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::limits::msg_frame_bytes;
 use crate::planted::planted;
 use crate::queue::Queued;
 use crate::receipts::receipt_frame;
-use crate::relay::{CloseReason, ConnId, Output, Relay};
+use crate::relay::{ConnId, Output, Relay};
 use crate::state::{PairMap, ReceiptKind};
 
 /// The delivery state of one synced connection: what is in flight and whose turn is next.
@@ -90,25 +90,57 @@ impl Relay {
             .collect();
         // Every queue of the user is read (if not in memory) before anything is replayed, and
         // stays in memory while the connection is synced (delivery reads it per message).
+        let unreadable = |relay: &mut Self| {
+            // The replay cannot be complete: the client reconnects and syncs again.
+            relay.send_error(
+                conn,
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay could not read your queued messages; reconnect and sync again",
+                Some("sync".into()),
+                None,
+            );
+            relay.close_unreadable(conn);
+        };
         for conv in &convs {
-            let read = self.read_queue(&user, conv);
-            if read.is_err() {
-                // The replay cannot be complete: the client reconnects and syncs again.
-                self.send_error(
-                    conn,
-                    ErrorCode::STORAGE_UNAVAILABLE,
-                    "the relay could not read your queued messages; reconnect and sync again",
-                    Some("sync".into()),
-                    None,
-                );
-                self.staged.push(Output::Close {
-                    conn,
-                    reason: CloseReason::StorageUnavailable,
-                });
-                self.drop_conn(conn);
-                return;
+            if self.read_queue(&user, conv).is_err() {
+                return unreadable(self);
             }
         }
+        // So are the aliases the pending receipts and retractions name.
+        let mut aliases: BTreeMap<UserUuid, Option<AliasId>> = BTreeMap::new();
+        let named = convs
+            .iter()
+            .flat_map(|conv| {
+                [ReceiptKind::Delivered, ReceiptKind::Read].map(|kind| {
+                    self.state
+                        .pending_receipts
+                        .get(&(user.clone(), conv.clone(), kind))
+                        .map(|r| r.from.clone())
+                })
+            })
+            .flatten()
+            .chain(
+                self.state
+                    .pending_retracts
+                    .values()
+                    .filter(|r| r.recipient == user)
+                    .map(|r| r.from.clone()),
+            )
+            .chain([user.clone()])
+            // The senders of what is queued: the replay's frames name them.
+            .chain(convs.iter().filter_map(|conv| {
+                let c = &self.state.conversations.get(conv)?.row;
+                let queued = self.state.summary(&user, conv).is_some_and(|q| q.msgs > 0);
+                queued.then(|| c.other(&user).cloned()).flatten()
+            }))
+            .collect::<BTreeSet<UserUuid>>();
+        for u in named {
+            match self.alias_of(&u) {
+                Ok(alias) => aliases.insert(u, alias),
+                Err(_) => return unreadable(self),
+            };
+        }
+        let alias = |u: &UserUuid| aliases.get(u).cloned().flatten();
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -133,8 +165,8 @@ impl Relay {
                 let frame = ReceiptDelivery {
                     conv_id: r.conv_id.clone(),
                     seq: r.seq,
-                    from: self.state.alias_of(&r.from).cloned(),
-                    to: self.state.alias_of(&user).cloned(),
+                    from: alias(&r.from),
+                    to: alias(&user),
                 };
                 self.send(conn, receipt_frame(kind, frame));
                 self.state.delete_pending_receipt(&user, conv, kind);
@@ -148,7 +180,7 @@ impl Relay {
             .cloned()
             .collect();
         for r in retracts {
-            if let Some(from) = self.state.alias_of(&r.from).cloned() {
+            if let Some(from) = alias(&r.from) {
                 self.send(
                     conn,
                     ServerFrame::Retract(RetractDelivery {
@@ -283,14 +315,28 @@ impl Relay {
     }
 
     /// Pushes the oldest unpushed message of `conv` on `conn` if the window has room for it.
+    /// The sender's alias is read first if its account is not in memory; a failed read closes
+    /// the connection (nothing is marked pushed that was not sent: the client reconnects and
+    /// its `sync` replays the message).
     fn push_next(&mut self, conn: ConnId, conv: &ConvId) -> bool {
+        // The sender is the other member (a queue holds what the other member wrote).
+        let Some(author) = self.conns.get(&conn).and_then(|c| {
+            let conversation = self.state.conversations.get(conv)?;
+            conversation.row.other(&c.user).cloned()
+        }) else {
+            return false;
+        };
+        let from = match self.alias_of(&author) {
+            Ok(from) => from,
+            Err(_) => {
+                self.close_unreadable(conn);
+                return false;
+            }
+        };
         let (window_msgs, window_bytes) =
             (self.config.sync_window_msgs, self.config.sync_window_bytes);
         // Disjoint fields: the connection, the queue (read), the staged outputs (appended to).
         let Some(c) = self.conns.get_mut(&conn) else {
-            return false;
-        };
-        let Some(conversation) = self.state.conversations.get(conv) else {
             return false;
         };
         let Some(q) = self.state.queue(&c.user, conv) else {
@@ -308,17 +354,12 @@ impl Relay {
             probes::probe!("sync:window-full");
             return false;
         }
-        // The sender is the other member (a queue holds what the other member wrote).
-        let from = conversation
-            .row
-            .other(&c.user)
-            .and_then(|author| self.state.alias_of(author));
         if let Some(from) = from {
             self.staged.push(Output::Send {
                 conn,
                 frame: ServerFrame::Msg(MsgDelivery {
                     id: m.id.clone(),
-                    from: from.clone(),
+                    from,
                     conv_id: conv.clone(),
                     seq: m.seq,
                     at: m.at,

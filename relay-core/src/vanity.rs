@@ -10,6 +10,7 @@ use wire::{AliasId, ErrorCode, IsoTime, UnixMs, UserUuid};
 
 use crate::channels::search_text;
 use crate::commerce_state::{AliasFate, AliasRow, OrderRow};
+use crate::state::AccountRow;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{ALIAS_HOLD_MS, VANITY_SEARCH_MAX_RESULTS};
 use crate::pricing::price;
@@ -27,11 +28,17 @@ impl Relay {
         self.config.vanity_catalog.contains(alias)
     }
 
-    /// Whether `alias` is free: never sold or retired, no account has it, no live order holds
-    /// it (`except` ignores that order's hold).
-    pub(crate) fn vanity_available(&self, alias: &AliasId, except: Option<&wire::OrderId>) -> bool {
+    /// Whether `alias` is free: never sold or retired, no account has it (`in_use`: whether
+    /// one does, [`Relay::alias_in_use`]), no live order holds it (`except` ignores that
+    /// order's hold).
+    pub(crate) fn vanity_available(
+        &self,
+        alias: &AliasId,
+        in_use: bool,
+        except: Option<&wire::OrderId>,
+    ) -> bool {
         !self.state.alias_spent(alias)
-            && !self.state.by_alias.contains_key(alias)
+            && !in_use
             && self
                 .state
                 .commerce
@@ -57,28 +64,38 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let q = search_text(&req.query)?.to_lowercase();
-        let mut items: Vec<VanityItem> = self
+        let mut candidates: Vec<VanityItem> = self
             .config
             .vanity_catalog
             .iter()
             .filter(|a| a.as_str().starts_with(q.as_str()))
-            .filter(|a| self.vanity_available(a, None))
             .map(Self::item)
             .filter(|i| !q.is_empty() || i.is_featured)
             .collect();
         if q.is_empty() {
-            items.sort_by(|a, b| (a.price_usdt, &a.alias_id).cmp(&(b.price_usdt, &b.alias_id)));
+            candidates
+                .sort_by(|a, b| (a.price_usdt, &a.alias_id).cmp(&(b.price_usdt, &b.alias_id)));
         } else {
-            items.sort_by(|a, b| a.alias_id.cmp(&b.alias_id));
+            candidates.sort_by(|a, b| a.alias_id.cmp(&b.alias_id));
         }
-        items.dedup_by(|a, b| a.alias_id == b.alias_id);
-        items.truncate(VANITY_SEARCH_MAX_RESULTS);
+        candidates.dedup_by(|a, b| a.alias_id == b.alias_id);
+        // In order, until the page is full: whether an account holds an alias may be a read.
+        let mut items = Vec::with_capacity(VANITY_SEARCH_MAX_RESULTS.min(candidates.len()));
+        for item in candidates {
+            if items.len() == VANITY_SEARCH_MAX_RESULTS {
+                break;
+            }
+            let in_use = self.alias_in_use(&item.alias_id)?;
+            if self.vanity_available(&item.alias_id, in_use, None) {
+                items.push(item);
+            }
+        }
         Ok(HttpResponse::json(200, &items))
     }
 
     /// The checks of V2 and V4; `Ok(Some(order))` is the caller's own pending order.
     fn vanity_precheck(
-        &self,
+        &mut self,
         alias: &AliasId,
         buyer: Option<&UserUuid>,
     ) -> Result<Option<OrderRow>, ApiError> {
@@ -96,7 +113,8 @@ impl Relay {
         {
             return Ok(Some(o.clone()));
         }
-        if !self.vanity_available(alias, None) {
+        let in_use = self.alias_in_use(alias)?;
+        if !self.vanity_available(alias, in_use, None) {
             return Err(taken());
         }
         Ok(None)
@@ -204,7 +222,7 @@ impl Relay {
         let alias = AliasId::parse(&o.target).map_err(|_| not_found())?;
         if o.used {
             // A retry after a lost response is answered again; anything else is a conflict.
-            if self.state.alias_of(&user) == Some(&alias) {
+            if self.alias_of(&user)?.as_ref() == Some(&alias) {
                 probes::probe!("vanity:bind-retry-answered");
                 return Ok(HttpResponse::json(200, &BindResponse { alias_id: alias }));
             }
@@ -226,7 +244,7 @@ impl Relay {
                 ),
             ));
         }
-        if self.state.by_alias.contains_key(&alias)
+        if self.alias_in_use(&alias)?
             || self
                 .state
                 .commerce
@@ -239,7 +257,7 @@ impl Relay {
                 "binding conflict: this alias already belongs to an account",
             ));
         }
-        let Some(mut account) = self.state.accounts.get(&user).cloned() else {
+        let Some(mut account) = self.account(&user)?.map(|a| AccountRow::clone(&a)) else {
             return Err(not_found());
         };
         let old = std::mem::replace(&mut account.alias_id, alias.clone());

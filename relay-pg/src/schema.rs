@@ -63,10 +63,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_tombstone_expiry",
         sql: include_str!("../migrations/0005_tombstone_expiry.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_account_index",
+        sql: include_str!("../migrations/0006_account_index.sql"),
+    },
 ];
 
 /// Schema version written by this build (the last migration's).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// First version that has the `leader` row and `relay_fence`.
 const LEADER_VERSION: i64 = 2;

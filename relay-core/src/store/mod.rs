@@ -36,7 +36,7 @@ pub use sqlite::{SCHEMA_VERSION, SqliteStore};
 pub enum Table {
     /// Relay-wide settings: the JWT signing key, id counters.
     Meta,
-    /// Accounts by user uuid.
+    /// Accounts by user uuid. Lazy: read per account on first use (`crate::directory`).
     Accounts,
     /// Friendships by zero-padded friendship id.
     Friendships,
@@ -77,11 +77,15 @@ pub enum Table {
     /// Used single-use credentials (auth challenges, WebSocket tickets) by kind and nonce,
     /// until they expire.
     Spent,
+    /// The accounts' lookup keys: `alias/<alias id>`, `ed25519/<hex key>` and
+    /// `x25519/<hex key>`, each to its account's uuid. Lazy: read per lookup
+    /// (`crate::directory`).
+    AccountIndex,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 21] = [
         Self::Meta,
         Self::Accounts,
         Self::Friendships,
@@ -102,6 +106,7 @@ impl Table {
         Self::Media,
         Self::PushTargets,
         Self::Spent,
+        Self::AccountIndex,
     ];
 
     /// The SQL table name.
@@ -127,13 +132,17 @@ impl Table {
             Self::Aliases => "aliases",
             Self::PendingConfirms => "pending_confirms",
             Self::Spent => "spent",
+            Self::AccountIndex => "account_index",
         }
     }
 
     /// Whether the relay reads this table on demand ([`StoreRead`]) instead of loading it at
     /// startup: [`Store::load_eager`] leaves it out.
     pub fn is_lazy(self) -> bool {
-        matches!(self, Self::Tombstones | Self::Messages)
+        matches!(
+            self,
+            Self::Tombstones | Self::Messages | Self::Accounts | Self::AccountIndex
+        )
     }
 
     /// Whether rows of this table carry an expiry ([`Mutation::PutExpiring`],

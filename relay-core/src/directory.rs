@@ -1,0 +1,391 @@
+//! The accounts the relay holds in memory: a bounded cache over the store's `accounts` table
+//! and its lookup keys (`account_index`).
+//!
+//! An account is needed by its uuid (a token's check, a login, a profile in a friend list), by
+//! its alias (a friend request, a call, the `to` of every routed frame) and by its public keys
+//! (a registration's duplicate check). None of it is loaded at start:
+//!
+//! * **Read on first use.** [`Relay::account`] reads the row of a uuid that is not in memory
+//!   (one keyed read); [`Relay::account_by_alias`] and [`Relay::account_by_key`] read the
+//!   index row of an alias or a key, then the account it names. Every index hit is checked
+//!   against the account row (the row wins), so an index row made stale by a change not yet
+//!   committed (an alias replaced by a vanity bind) finds nothing.
+//! * **Bounded** by [`crate::Config::account_cache_bytes`] (an estimate of the heap each
+//!   account takes with its three lookup entries, [`ACCOUNT_BYTES`] over its strings), least
+//!   recently used out first.
+//! * **Only clean accounts are evicted** ([`crate::lru`]): a write pins its account until the
+//!   batch that carries it is durable, so what the store does not have yet (a registration in
+//!   flight, a new alias) is always in memory, and so are its lookup keys: two registrations
+//!   of one key in consecutive batches meet in memory, not in the store.
+//! * **Unknown names are not remembered**: a lookup of an alias or key that no account has is
+//!   a read each time (the requests that make them are rate-limited).
+//!
+//! A read that fails changes nothing: the request gets 503 `STORAGE_UNAVAILABLE`, a frame an
+//! error frame of that code (no ack), and the client tries again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use wire::{AliasId, UserUuid};
+
+use crate::lru::{Lru, Weigh};
+use crate::relay::Relay;
+use crate::state::{AccountRow, State, decode};
+use crate::store::{Batch, StoreError, StoreRead, Table};
+
+/// Estimated heap per account in memory besides its strings: the row (uuid, two keys,
+/// numbers), its `Arc`, its entry and place in the LRU order, and its three lookup entries.
+pub(crate) const ACCOUNT_BYTES: usize = 520;
+
+/// An account as the cache holds it (shared: a caller keeps it across its other calls).
+#[derive(Debug, Clone)]
+pub(crate) struct Cached(pub(crate) Arc<AccountRow>);
+
+impl Weigh for Cached {
+    fn weight(&self) -> usize {
+        let a = &self.0;
+        ACCOUNT_BYTES
+            + 2 * a.alias_id.as_str().len()
+            + a.nickname.len()
+            + a.current_jti.as_ref().map_or(0, String::len)
+    }
+}
+
+/// A name an account is found by besides its uuid: a key of the `account_index` table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Lookup<'a> {
+    Alias(&'a AliasId),
+    Ed25519(&'a [u8; 32]),
+    X25519(&'a [u8; 32]),
+}
+
+impl Lookup<'_> {
+    /// The `account_index` row key: `alias/<alias>`, `ed25519/<hex>`, `x25519/<hex>`.
+    pub(crate) fn key(self) -> String {
+        fn hex(prefix: &str, key: &[u8; 32]) -> String {
+            const DIGITS: &[u8; 16] = b"0123456789abcdef";
+            let mut s = String::with_capacity(prefix.len() + 64);
+            s.push_str(prefix);
+            for b in key {
+                s.push(char::from(DIGITS[usize::from(b >> 4)]));
+                s.push(char::from(DIGITS[usize::from(b & 0xf)]));
+            }
+            s
+        }
+        match self {
+            Self::Alias(a) => format!("alias/{}", a.as_str()),
+            Self::Ed25519(k) => hex("ed25519/", k),
+            Self::X25519(k) => hex("x25519/", k),
+        }
+    }
+
+    /// Whether `a` has this name.
+    fn names(self, a: &AccountRow) -> bool {
+        match self {
+            Self::Alias(alias) => a.alias_id == *alias,
+            Self::Ed25519(k) => a.ed25519_public_key.0 == *k,
+            Self::X25519(k) => a.x25519_public_key.0 == *k,
+        }
+    }
+
+    /// Every name of `a`.
+    fn of(a: &AccountRow) -> [Lookup<'_>; 3] {
+        [
+            Lookup::Alias(&a.alias_id),
+            Lookup::Ed25519(&a.ed25519_public_key.0),
+            Lookup::X25519(&a.x25519_public_key.0),
+        ]
+    }
+}
+
+/// The accounts in memory ([`Lru`]) and their names, for those accounts only.
+#[derive(Debug)]
+pub(crate) struct Directory {
+    accounts: Lru<UserUuid, Cached>,
+    by_alias: BTreeMap<AliasId, UserUuid>,
+    by_ed25519: BTreeMap<[u8; 32], UserUuid>,
+    by_x25519: BTreeMap<[u8; 32], UserUuid>,
+    /// A defect to plant (feature `planted-bugs`; see [`crate::PlantedBug`]).
+    #[cfg(feature = "planted-bugs")]
+    pub(crate) planted_bug: Option<crate::PlantedBug>,
+}
+
+impl Default for Directory {
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
+
+impl Directory {
+    /// An empty cache of at most `bound` bytes.
+    pub(crate) fn new(bound: usize) -> Self {
+        Self {
+            accounts: Lru::new(bound),
+            by_alias: BTreeMap::new(),
+            by_ed25519: BTreeMap::new(),
+            by_x25519: BTreeMap::new(),
+            #[cfg(feature = "planted-bugs")]
+            planted_bug: None,
+        }
+    }
+
+    /// The account `user` if it is in memory (no read; [`Relay::account`] reads).
+    pub(crate) fn cached(&self, user: &UserUuid) -> Option<&Arc<AccountRow>> {
+        self.accounts.get(user).map(|c| &c.0)
+    }
+
+    /// The uuid of the account in memory named `name`.
+    fn cached_uuid(&self, name: Lookup<'_>) -> Option<&UserUuid> {
+        match name {
+            Lookup::Alias(a) => self.by_alias.get(a),
+            Lookup::Ed25519(k) => self.by_ed25519.get(k),
+            Lookup::X25519(k) => self.by_x25519.get(k),
+        }
+    }
+
+    fn index(&mut self, a: &AccountRow) {
+        self.by_alias.insert(a.alias_id.clone(), a.uuid.clone());
+        self.by_ed25519
+            .insert(a.ed25519_public_key.0, a.uuid.clone());
+        self.by_x25519.insert(a.x25519_public_key.0, a.uuid.clone());
+    }
+
+    fn unindex(&mut self, a: &AccountRow) {
+        for name in Lookup::of(a) {
+            let map_holds_it = self.cached_uuid(name) == Some(&a.uuid);
+            if map_holds_it {
+                match name {
+                    Lookup::Alias(x) => self.by_alias.remove(x),
+                    Lookup::Ed25519(k) => self.by_ed25519.remove(k),
+                    Lookup::X25519(k) => self.by_x25519.remove(k),
+                };
+            }
+        }
+    }
+
+    /// Adds an account as read from the store. Nothing is evicted before the input that read
+    /// it ends ([`Directory::evict`]).
+    fn insert_loaded(&mut self, a: AccountRow) -> Arc<AccountRow> {
+        let a = Arc::new(a);
+        self.index(&a);
+        self.accounts.insert(a.uuid.clone(), Cached(Arc::clone(&a)));
+        a
+    }
+
+    /// Writes account `a` (new, or a new state of one in memory: a caller changes an account
+    /// it read in the same input) and pins it until the write is durable. Returns the state
+    /// it replaces.
+    pub(crate) fn put(&mut self, a: AccountRow) -> Option<Arc<AccountRow>> {
+        let old = self.cached(&a.uuid).cloned();
+        if let Some(old) = &old {
+            self.unindex(old);
+        }
+        self.index(&a);
+        let a = Cached(Arc::new(a));
+        if old.is_none() {
+            self.accounts.insert(a.0.uuid.clone(), a.clone());
+        }
+        let key = a.0.uuid.clone();
+        self.accounts.write(&key, |c| *c = a);
+        old
+    }
+
+    /// Moves the accounts written since the last move into `batch` ([`Lru::move_written`]).
+    pub(crate) fn move_written(&mut self, batch: &mut Vec<UserUuid>) {
+        self.accounts.move_written(batch);
+    }
+
+    /// The writes since the last [`move_written`](Directory::move_written) are durable.
+    pub(crate) fn unpin_written(&mut self) {
+        self.accounts.unpin_written();
+    }
+
+    /// The writes `written` (a batch's) are durable.
+    pub(crate) fn unpin(&mut self, written: Vec<UserUuid>) {
+        self.accounts.unpin(written);
+    }
+
+    /// Evicts the least recently used clean accounts beyond the bound, with their names.
+    pub(crate) fn evict(&mut self) {
+        let mut gone = Vec::new();
+        self.accounts.evict_with(|_, c| gone.push(c.0));
+        for a in gone {
+            self.unindex(&a);
+        }
+    }
+
+    /// What the cache holds now.
+    pub(crate) fn stats(&self) -> crate::stats::AccountCacheStats {
+        crate::stats::AccountCacheStats {
+            bytes: self.accounts.bytes(),
+            accounts: self.accounts.len(),
+            evictions: self.accounts.evictions(),
+        }
+    }
+}
+
+/// The stored account `user`, decoded (`None`: no such account).
+fn read_account(
+    reader: &mut dyn StoreRead,
+    user: &UserUuid,
+) -> Result<Option<AccountRow>, StoreError> {
+    let Some(value) = reader.get(Table::Accounts, user.as_str())? else {
+        return Ok(None);
+    };
+    let row: AccountRow = decode(Table::Accounts, user.as_str(), &value)?;
+    if row.uuid != *user {
+        return Err(StoreError::Backend(format!(
+            "corrupt row {:?} in table {}: another account's row",
+            user.as_str(),
+            Table::Accounts.name()
+        )));
+    }
+    Ok(Some(row))
+}
+
+/// The uuid the stored index row of `name` names (`None`: no such row).
+fn read_index(
+    reader: &mut dyn StoreRead,
+    name: Lookup<'_>,
+) -> Result<Option<UserUuid>, StoreError> {
+    let key = name.key();
+    let Some(value) = reader.get(Table::AccountIndex, &key)? else {
+        return Ok(None);
+    };
+    decode(Table::AccountIndex, &key, &value).map(Some)
+}
+
+impl State {
+    /// Writes account `a` (a new account, or a new state of one read in the same input) and
+    /// its lookup keys that changed: the index rows of names it no longer has are deleted
+    /// (another account may take them later), those of new names put.
+    pub(crate) fn put_account(&mut self, a: AccountRow) {
+        self.record(Table::Accounts, a.uuid.as_str(), &a);
+        let old = self.directory.put(a.clone());
+        let old_names = old.as_deref().map(Lookup::of);
+        for (i, name) in Lookup::of(&a).into_iter().enumerate() {
+            let unchanged = old_names.as_ref().is_some_and(|o| o[i].key() == name.key());
+            if unchanged {
+                continue;
+            }
+            if let Some(o) = &old_names {
+                self.batch.delete(Table::AccountIndex, &o[i].key());
+            }
+            self.record(Table::AccountIndex, &name.key(), &a.uuid);
+        }
+    }
+}
+
+/// The account `user`, read from the store if it is not in memory. `Err`: the read failed
+/// (nothing changed). A function of the relay's parts rather than a method, so that the
+/// routing path may hold its connection's user meanwhile.
+pub(crate) fn lookup(
+    dir: &mut Directory,
+    reader: &mut dyn StoreRead,
+    stats: &mut crate::stats::RelayStats,
+    user: &UserUuid,
+) -> Result<Option<Arc<AccountRow>>, StoreError> {
+    if let Some(a) = dir.cached(user) {
+        let a = Arc::clone(a);
+        dir.accounts.touch(user);
+        return Ok(Some(a));
+    }
+    // PLANTED BUG (EvictedAccountForgotten): an account not in memory is taken not to exist.
+    if crate::planted::planted!(dir, EvictedAccountForgotten) {
+        return Ok(None);
+    }
+    let read = read_account(reader, user).inspect_err(|_| {
+        stats.account_read_failures += 1;
+    })?;
+    stats.accounts_read += 1;
+    Ok(read.map(|a| dir.insert_loaded(a)))
+}
+
+impl Relay {
+    /// The account `user`, read from the store if it is not in memory ([`lookup`]).
+    pub(crate) fn account(
+        &mut self,
+        user: &UserUuid,
+    ) -> Result<Option<Arc<AccountRow>>, StoreError> {
+        lookup(
+            &mut self.state.directory,
+            &mut *self.reader,
+            &mut self.stats,
+            user,
+        )
+    }
+
+    /// The account named `name` (an alias or a public key), read from the store if it is not
+    /// in memory. `Err`: a read failed (nothing changed).
+    pub(crate) fn account_by(
+        &mut self,
+        name: Lookup<'_>,
+    ) -> Result<Option<Arc<AccountRow>>, StoreError> {
+        let uuid = match self.state.directory.cached_uuid(name) {
+            Some(u) => u.clone(),
+            None => {
+                let read = read_index(&mut *self.reader, name).inspect_err(|_| {
+                    self.stats.account_read_failures += 1;
+                })?;
+                match read {
+                    Some(u) => u,
+                    None => return Ok(None),
+                }
+            }
+        };
+        // The row wins over a stale index row (a name the account gave up in a batch that is
+        // not committed yet).
+        Ok(self.account(&uuid)?.filter(|a| name.names(a)))
+    }
+
+    /// The account with alias `alias` ([`Relay::account_by`]).
+    pub(crate) fn account_by_alias(
+        &mut self,
+        alias: &AliasId,
+    ) -> Result<Option<Arc<AccountRow>>, StoreError> {
+        self.account_by(Lookup::Alias(alias))
+    }
+
+    /// Whether an account has alias `alias`. `Err`: a read failed.
+    pub(crate) fn alias_in_use(&mut self, alias: &AliasId) -> Result<bool, StoreError> {
+        Ok(self.account_by_alias(alias)?.is_some())
+    }
+
+    /// The alias of `user` (`None`: no such account). `Err`: the read failed.
+    pub(crate) fn alias_of(&mut self, user: &UserUuid) -> Result<Option<AliasId>, StoreError> {
+        Ok(self.account(user)?.map(|a| a.alias_id.clone()))
+    }
+}
+
+/// Writes the `account_index` rows of every stored account, in pages of `page_rows` accounts
+/// each committed on its own (the rows are idempotent, so a start cut short redoes a page):
+/// what the first start of a store written before the index existed needs, once. The caller
+/// records the meta row that says it is done.
+pub(crate) fn index_stored_accounts(
+    store: &mut dyn crate::store::Store,
+    reader: &mut dyn StoreRead,
+    page_rows: usize,
+) -> Result<u64, StoreError> {
+    let mut after: Option<String> = None;
+    let mut batch = Batch::default();
+    let mut indexed = 0;
+    loop {
+        let page = reader.scan_page(Table::Accounts, after.as_deref(), page_rows.max(1))?;
+        let Some((last, _)) = page.last() else {
+            break;
+        };
+        after = Some(last.clone());
+        batch.clear();
+        for (key, value) in &page {
+            let a: AccountRow = decode(Table::Accounts, key, value)?;
+            for name in Lookup::of(&a) {
+                let uuid = serde_json::to_vec(&a.uuid)
+                    .map_err(|e| StoreError::Backend(format!("encoding an index row: {e}")))?;
+                batch.put(Table::AccountIndex, &name.key(), &uuid);
+            }
+            indexed += 1;
+        }
+        store.commit(&batch)?;
+    }
+    Ok(indexed)
+}
