@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 29] = [
+    pub const ALL: [Self; 30] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -74,6 +74,7 @@ impl Planted {
         Self::Relay(PlantedBug::SpentNotPersisted),
         Self::Relay(PlantedBug::EvictedTombstonesForgotten),
         Self::Relay(PlantedBug::EvictedQueueForgotten),
+        Self::Relay(PlantedBug::EvictedAccountForgotten),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -110,6 +111,7 @@ impl Planted {
             Self::Relay(PlantedBug::SpentNotPersisted) => "spent-not-persisted",
             Self::Relay(PlantedBug::EvictedTombstonesForgotten) => "evicted-tombstones-forgotten",
             Self::Relay(PlantedBug::EvictedQueueForgotten) => "evicted-queue-forgotten",
+            Self::Relay(PlantedBug::EvictedAccountForgotten) => "evicted-account-forgotten",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

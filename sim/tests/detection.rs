@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 29] = [
+const CASES: [Case; 30] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -66,6 +66,15 @@ const CASES: [Case; 29] = [
         scale: Scale::Small,
         faults: "swarm",
         oracles: &["liveness", "delivered-exactly-once"],
+    },
+    // Accounts taken not to exist once they left memory (even seeds run without an account
+    // cache, so a registered account is cold before its first login; odd seeds after a
+    // restart): logins fail, so clients never get ready, and what they send is never acked.
+    Case {
+        bug: Planted::Relay(PlantedBug::EvictedAccountForgotten),
+        scale: Scale::Small,
+        faults: "swarm",
+        oracles: &["setup", "outbox-drained"],
     },
     Case {
         bug: Planted::Relay(PlantedBug::SyncStopsAtEmptyConversation),
@@ -363,6 +372,12 @@ fn catches_tombstones_forgotten_after_an_eviction() {
 #[test]
 fn catches_a_queue_forgotten_after_an_eviction() {
     detects(Planted::Relay(PlantedBug::EvictedQueueForgotten));
+}
+
+/// An account that left memory, taken not to exist.
+#[test]
+fn catches_an_account_forgotten_after_an_eviction() {
+    detects(Planted::Relay(PlantedBug::EvictedAccountForgotten));
 }
 
 #[test]

@@ -135,12 +135,13 @@ impl Model {
     }
 }
 
-/// `cache_bytes`: the bound of the tombstone cache and of the queue cache (0: every read
+/// `cache_bytes`: the bound of the account, tombstone and queue caches (0: every read
 /// state is evicted after each input that does not pin it).
 fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
     let mut w = World::with_config(relay_core::Config {
         tombstone_cache_bytes: cache_bytes,
         queue_cache_bytes: cache_bytes,
+        account_cache_bytes: cache_bytes,
         ..crate::world::fast_config()
     });
     if pipelined {

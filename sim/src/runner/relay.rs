@@ -50,6 +50,7 @@ impl RelaySetup {
                 planted_bug: run.planted.and_then(crate::planted::Planted::relay_bug),
                 tombstone_cache_bytes: cache_bytes(run.seed),
                 queue_cache_bytes: cache_bytes(run.seed),
+                account_cache_bytes: cache_bytes(run.seed),
                 ..relay_config()
             },
             #[cfg(feature = "planted-bugs")]
