@@ -149,13 +149,15 @@ impl Relay {
     /// `p` as clients see it, with its author's alias (`None` when the author has no account).
     /// `Err`: the author's account could not be read.
     fn post_view(&mut self, p: &PostRow) -> Result<Option<ChannelPost>, StoreError> {
-        Ok(self.alias_of(&p.author)?.map(|author_alias_id| ChannelPost {
-            id: p.id.clone(),
-            post_type: p.post_type,
-            content: p.content.clone(),
-            created_at: IsoTime(p.created_at),
-            author_alias_id,
-        }))
+        Ok(self
+            .alias_of(&p.author)?
+            .map(|author_alias_id| ChannelPost {
+                id: p.id.clone(),
+                post_type: p.post_type,
+                content: p.content.clone(),
+                created_at: IsoTime(p.created_at),
+                author_alias_id,
+            }))
     }
 
     /// CH1: public channels whose name or description contains `q` (case-insensitive),

@@ -5,7 +5,9 @@
 
 use hmac::{Hmac, KeyInit as _, Mac as _};
 use sha2::Sha256;
-use wire::http::{OkResponse, OrderKind, OrderState, PAYMENT_SIGNATURE_HEADER, PaymentStatus, PaymentWebhook};
+use wire::http::{
+    OkResponse, OrderKind, OrderState, PAYMENT_SIGNATURE_HEADER, PaymentStatus, PaymentWebhook,
+};
 use wire::{AliasId, ErrorCode, UnixMs};
 
 use crate::commerce_state::PaymentRow;

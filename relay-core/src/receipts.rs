@@ -51,11 +51,15 @@ impl Relay {
                 return self.send_error(conn, code, msg, ref_type(), None);
             }
         };
-        let last_from_other = self.state.conversations.get(&r.conv_id).map_or(Seq(0), |c| {
-            c.row
-                .index_of(&other)
-                .map_or(Seq(0), |i| c.row.last_authored[i])
-        });
+        let last_from_other = self
+            .state
+            .conversations
+            .get(&r.conv_id)
+            .map_or(Seq(0), |c| {
+                c.row
+                    .index_of(&other)
+                    .map_or(Seq(0), |i| c.row.last_authored[i])
+            });
         // The aliases a forwarded receipt names, read before anything changes.
         let (Ok(from), Ok(to)) = (self.alias_of(&user), self.alias_of(&other)) else {
             return self.send_error(

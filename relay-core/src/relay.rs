@@ -533,6 +533,8 @@ impl Relay {
             BudgetClass::Exempt | BudgetClass::Public => None,
             _ => match self.authenticate(now, req) {
                 Ok(caller) => Some(caller),
+                // The caller's account could not be read: refused as its handler would be.
+                Err(e) if e.code == ErrorCode::STORAGE_UNAVAILABLE => return Err(e),
                 Err(_) => return Ok(()),
             },
         };

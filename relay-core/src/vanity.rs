@@ -10,11 +10,11 @@ use wire::{AliasId, ErrorCode, IsoTime, UnixMs, UserUuid};
 
 use crate::channels::search_text;
 use crate::commerce_state::{AliasFate, AliasRow, OrderRow};
-use crate::state::AccountRow;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{ALIAS_HOLD_MS, VANITY_SEARCH_MAX_RESULTS};
 use crate::pricing::price;
 use crate::relay::Relay;
+use crate::state::AccountRow;
 
 fn taken() -> ApiError {
     ApiError::new(

@@ -396,6 +396,13 @@ pub(crate) struct Args {
           default_value_t = relay_core::limits::QUEUE_CACHE_BYTES, help_heading = LIMITS)]
     pub(crate) queue_cache_bytes: usize,
 
+    /// Estimated memory for accounts held in memory (each with its alias and keys): the
+    /// recently used ones; the others stay in the store and are read when next needed (a
+    /// login, a token's check, a message to them). Bigger: fewer reads; smaller: less memory.
+    #[arg(long, value_name = "BYTES", env = "RELAY_ACCOUNT_CACHE_BYTES",
+          default_value_t = relay_core::limits::ACCOUNT_CACHE_BYTES, help_heading = LIMITS)]
+    pub(crate) account_cache_bytes: usize,
+
     // ------------------------------------------------------------------ operations
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `relay_core=debug,info`. At no
     /// level are payloads, tokens, tickets or client addresses logged: the WebSocket and HTTP

@@ -876,6 +876,7 @@ impl Core {
             queued_bytes: self.relay.queued_bytes(),
             tombstone_cache_bytes: self.relay.tombstone_cache().bytes,
             queue_cache_bytes: self.relay.queue_cache().bytes,
+            account_cache_bytes: self.relay.account_cache().bytes,
         });
     }
 

@@ -634,6 +634,7 @@ fn config(args: &Args) -> Result<Config> {
         max_offline_queue_bytes_per_sender: args.max_queued_bytes_per_sender,
         tombstone_cache_bytes: args.tombstone_cache_bytes,
         queue_cache_bytes: args.queue_cache_bytes,
+        account_cache_bytes: args.account_cache_bytes,
         ..Config::default()
     };
     if args.pow_difficulty > relay_core::limits::MAX_POW_DIFFICULTY {

@@ -23,6 +23,7 @@ mod group_commit;
 mod hardening;
 mod http;
 mod http_surface;
+mod lazy_accounts;
 mod lazy_queues;
 mod limit_values;
 mod media;

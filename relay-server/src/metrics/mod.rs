@@ -80,6 +80,8 @@ struct Families {
     tombstone_cache: Gauge,
     queues_read: Counter,
     queue_cache: Gauge,
+    accounts_read: Counter,
+    account_cache: Gauge,
     store_errors: Family<StoreErrorLabels, Counter>,
     fenced_commits: Counter,
     failstops: Counter,
@@ -148,6 +150,8 @@ impl Metrics {
             tombstone_cache: Gauge::default(),
             queues_read: Counter::default(),
             queue_cache: Gauge::default(),
+            accounts_read: Counter::default(),
+            account_cache: Gauge::default(),
             store_errors: Family::default(),
             fenced_commits: Counter::default(),
             failstops: Counter::default(),
@@ -279,6 +283,9 @@ impl Metrics {
             .tombstone_cache
             .set(gauge(core.tombstone_cache_bytes as u64));
         self.f.queue_cache.set(gauge(core.queue_cache_bytes as u64));
+        self.f
+            .account_cache
+            .set(gauge(core.account_cache_bytes as u64));
     }
 
     /// Adds what the relay counted since `last` (a rebuilt relay restarts from zero).
@@ -315,6 +322,7 @@ impl Metrics {
             d(now.tombstone_sets_read, last.tombstone_sets_read),
         );
         add(&f.queues_read, d(now.queues_read, last.queues_read));
+        add(&f.accounts_read, d(now.accounts_read, last.accounts_read));
         add(
             &f.sync_backlog_messages,
             d(now.sync_backlog_messages, last.sync_backlog_messages),
@@ -428,6 +436,8 @@ pub(super) struct CoreGauges {
     pub(super) tombstone_cache_bytes: usize,
     /// Estimated heap of the queued messages in memory.
     pub(super) queue_cache_bytes: usize,
+    /// Estimated heap of the accounts in memory.
+    pub(super) account_cache_bytes: usize,
 }
 
 fn gauge(n: u64) -> i64 {
@@ -531,7 +541,7 @@ fn register(r: &mut Registry, f: &Families) {
     );
     r.register_with_unit(
         "store_read_duration",
-        "Duration of one keyed read of the store (an author's tombstones, a queue, the next expiry)",
+        "Duration of one keyed read of the store (an account, an author's tombstones, a queue, the next expiry)",
         Unit::Seconds,
         f.read_duration.clone(),
     );
@@ -556,6 +566,17 @@ fn register(r: &mut Registry, f: &Families) {
         "Estimated heap of the queued messages held in memory",
         Unit::Bytes,
         f.queue_cache.clone(),
+    );
+    r.register(
+        "accounts_read",
+        "Accounts read from the store, not being in memory when needed (by uuid, alias or key)",
+        f.accounts_read.clone(),
+    );
+    r.register_with_unit(
+        "account_cache",
+        "Estimated heap of the accounts held in memory",
+        Unit::Bytes,
+        f.account_cache.clone(),
     );
     r.register(
         "store_errors",
