@@ -174,20 +174,20 @@ impl Directory {
 
     /// Writes account `a` (new, or a new state of one in memory: a caller changes an account
     /// it read in the same input) and pins it until the write is durable. Returns the state
-    /// it replaces.
-    pub(crate) fn put(&mut self, a: AccountRow) -> Option<Arc<AccountRow>> {
+    /// it replaces and the new one.
+    pub(crate) fn put(&mut self, a: AccountRow) -> (Option<Arc<AccountRow>>, Arc<AccountRow>) {
         let old = self.cached(&a.uuid).cloned();
         if let Some(old) = &old {
             self.unindex(old);
         }
         self.index(&a);
-        let a = Cached(Arc::new(a));
+        let new = Arc::new(a);
+        let key = new.uuid.clone();
         if old.is_none() {
-            self.accounts.insert(a.0.uuid.clone(), a.clone());
+            self.accounts.insert(key.clone(), Cached(Arc::clone(&new)));
         }
-        let key = a.0.uuid.clone();
-        self.accounts.write(&key, |c| *c = a);
-        old
+        self.accounts.write(&key, |c| *c = Cached(Arc::clone(&new)));
+        (old, new)
     }
 
     /// Moves the accounts written since the last move into `batch` ([`Lru::move_written`]).
@@ -261,7 +261,7 @@ impl State {
     /// (another account may take them later), those of new names put.
     pub(crate) fn put_account(&mut self, a: AccountRow) {
         self.record(Table::Accounts, a.uuid.as_str(), &a);
-        let old = self.directory.put(a.clone());
+        let (old, a) = self.directory.put(a);
         let old_names = old.as_deref().map(Lookup::of);
         for (i, name) in Lookup::of(&a).into_iter().enumerate() {
             let unchanged = old_names.as_ref().is_some_and(|o| o[i].key() == name.key());

@@ -326,12 +326,9 @@ impl Relay {
         }) else {
             return false;
         };
-        let from = match self.alias_of(&author) {
-            Ok(from) => from,
-            Err(_) => {
-                self.close_unreadable(conn);
-                return false;
-            }
+        let Ok(from) = self.alias_of(&author) else {
+            self.close_unreadable(conn);
+            return false;
         };
         let (window_msgs, window_bytes) =
             (self.config.sync_window_msgs, self.config.sync_window_bytes);
