@@ -26,8 +26,10 @@ const READ_BUSY_TIMEOUT_MS: u64 = 5_000;
 /// Schema version written by this build.
 ///
 /// 1: one `(k, v)` table per [`Table`]. 2: an `expires_at` column (with its index) in the
-/// expiring tables, filled from the rows' own `expires_at` field.
-pub const SCHEMA_VERSION: i64 = 2;
+/// expiring tables, filled from the rows' own `expires_at` field. 3: the `account_index`
+/// table, filled by the relay's first start from the accounts (a relay of an older version,
+/// which would write accounts without their index rows, refuses the database).
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// A [`Store`] on an SQLite database file.
 #[derive(Debug)]
@@ -147,7 +149,8 @@ impl SqliteStore {
             });
         }
         // Version 1: every table; version 2: the expiry column of the expiring tables (a
-        // fresh database gets it at creation). Later versions append steps here.
+        // fresh database gets it at creation); version 3: the `account_index` table (created
+        // with the others). Later versions append steps here.
         let tx = conn.unchecked_transaction().map_err(|e| backend(&e))?;
         for t in Table::ALL {
             let expiry = if t.has_expiry() {

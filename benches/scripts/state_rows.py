@@ -1,0 +1,193 @@
+"""A relay's start on a large store, measured as an outsider: USERS accounts (with their
+`account_index` rows), TOMBSTONES message-id tombstones and MESSAGES queued messages (in
+MESSAGES / 10 conversations), the time from exec to `/readyz` 200 and the resident memory then
+(three starts).
+
+    cargo build --release -p relay-server --bin relay
+    python3 benches/scripts/state_rows.py target/release/relay DIR 1000000 10000000 1000000
+    python3 benches/scripts/state_rows.py target/release/relay "$RELAY_TEST_POSTGRES_URL" 1000000 10000000 1000000
+
+The second argument is a SQLite data directory (created by the relay's first start) or a
+PostgreSQL URL (schema `statebench`, dropped first and left behind: drop it after; keys in a
+fresh /tmp/statebench-secrets; needs `psql`). After a first start (stopped once ready) the
+script writes the rows straight into the store, the way the relay keeps them:
+
+* accounts: 36-character uuids, 10-digit aliases, a nickname, two public keys, and for each
+  the three index rows (`alias/…`, `ed25519/<hex>`, `x25519/<hex>` -> uuid);
+* tombstones: 10,000 authors, 40-character message ids, expiring within 7 days;
+* conversations and messages: between the first 2 × MESSAGES / 10 users, 10 messages each
+  (36-character ids, 700-character payloads, accepted over the last hour), each
+  conversation's row with its queue summary.
+"""
+import base64, json, os, shutil, sqlite3, subprocess, sys, time, uuid
+
+from relaystart import start, stop, timed_starts
+
+relay, target = sys.argv[1], sys.argv[2]
+users, tombstones, messages = (int(a) for a in sys.argv[3:6])
+PER = 10
+convs = messages // PER
+if 2 * convs > users:
+    sys.exit("USERS must be at least MESSAGES / 5 (two members per conversation)")
+port = 47850 + os.getpid() % 40
+OVERHEAD = 256  # relay_core::limits::QUEUED_MESSAGE_OVERHEAD_BYTES
+PAYLOAD = "QUJD" * 175
+ID_LEN = 36
+BYTES = PER * (ID_LEN + len(PAYLOAD) + OVERHEAD)
+HOUR = 3_600_000
+TTL = 7 * 24 * HOUR
+AUTHORS = 10_000
+pg = target.startswith("postgres")
+if pg:
+    secrets = "/tmp/statebench-secrets"
+    shutil.rmtree(secrets, ignore_errors=True)
+    os.mkdir(secrets, 0o700)
+    store = ["--postgres", target, "--pg-schema", "statebench", "--secrets-dir", secrets]
+    subprocess.run(["psql", target, "-qc", "DROP SCHEMA IF EXISTS statebench CASCADE"],
+                   check=True, stdout=subprocess.DEVNULL)
+else:
+    store = ["--data", target]
+now_ms = int(time.time() * 1000)
+p, _, _, _ = start(relay, store, port)
+stop(p)
+t0 = time.perf_counter()
+
+
+def user(i):
+    return str(uuid.UUID(int=(i + 1) << 16, version=4))
+
+
+def key(i, kind):
+    return (i * 2 + kind).to_bytes(32, "little")
+
+
+def account(i):
+    """The account row of user `i` and its three index rows."""
+    u, alias = user(i), f"{i + 1_000_000_000:010d}"
+    ed, x = key(i, 0), key(i, 1)
+    row = {"uuid": u, "alias_id": alias, "nickname": f"user {i}",
+           "ed25519_public_key": base64.b64encode(ed).decode(),
+           "x25519_public_key": base64.b64encode(x).decode(),
+           "created_at": now_ms - HOUR, "current_jti": None}
+    uid = json.dumps(u).encode()
+    index = [(f"alias/{alias}", uid), (f"ed25519/{ed.hex()}", uid), (f"x25519/{x.hex()}", uid)]
+    return (u, json.dumps(row, separators=(",", ":")).encode()), index
+
+
+def conversation(c):
+    a, b, cid = user(2 * c), user(2 * c + 1), f"bench-{c:08d}"
+    queued = [{"msgs": 0, "bytes": 0, "oldest": 0},
+              {"msgs": PER, "bytes": BYTES, "oldest": now_ms - HOUR + c * PER * HOUR // messages}]
+    row = {"id": cid, "members": [a, b], "last_seq": PER, "last_authored": [PER, 0],
+           "queued": queued}
+    return a, b, cid, json.dumps(row, separators=(",", ":")).encode()
+
+
+if pg:
+    ident = "statebench"
+    hexkey = "encode(int8send(({i}) * 2 + {k}) || int8send(0) || int8send(0) || int8send(0), 'hex')"
+    # int8send is big-endian; the relay only compares keys, so any fixed encoding of the
+    # account's keys works as long as the row and its index rows agree: the row's base64
+    # is of the same 32 bytes.
+    keybytes = "(int8send(({i}) * 2 + {k}) || int8send(0) || int8send(0) || int8send(0))"
+    uid = "('00000000-0000-4000-8000-' || lpad(to_hex(({i} + 1) << 16), 12, '0'))"
+    conv_sql = ",\n".join(
+        f"('{cid}', convert_to('{value.decode()}', 'UTF8'))"
+        for _, _, cid, value in map(conversation, range(convs)))
+    sql = f"""
+BEGIN;
+INSERT INTO {ident}.accounts (k, v)
+  SELECT {uid.format(i='i')}, convert_to(json_build_object(
+           'uuid', {uid.format(i='i')}, 'alias_id', lpad((i + 1000000000)::text, 10, '0'),
+           'nickname', 'user ' || i,
+           'ed25519_public_key', encode({keybytes.format(i='i', k=0)}, 'base64'),
+           'x25519_public_key', encode({keybytes.format(i='i', k=1)}, 'base64'),
+           'created_at', {now_ms - HOUR}, 'current_jti', null)::text, 'UTF8')
+  FROM generate_series(0::bigint, {users - 1}) AS i;
+INSERT INTO {ident}.account_index (k, v)
+  SELECT k, convert_to(to_json(u)::text, 'UTF8') FROM (
+    SELECT 'alias/' || lpad((i + 1000000000)::text, 10, '0') AS k, {uid.format(i='i')} AS u
+      FROM generate_series(0::bigint, {users - 1}) AS i
+    UNION ALL
+    SELECT 'ed25519/' || {hexkey.format(i='i', k=0)}, {uid.format(i='i')}
+      FROM generate_series(0::bigint, {users - 1}) AS i
+    UNION ALL
+    SELECT 'x25519/' || {hexkey.format(i='i', k=1)}, {uid.format(i='i')}
+      FROM generate_series(0::bigint, {users - 1}) AS i) q;
+INSERT INTO {ident}.tombstones (k, v, expires_at)
+  SELECT a || '/' || m, convert_to(json_build_object('author', a, 'id', m,
+           'conv_id', 'c' || (i % 997), 'seq', i / {AUTHORS} + 1, 'expires_at', e,
+           'retracted', false)::text, 'UTF8'), e
+  FROM (SELECT i, {uid.format(i='(i % ' + str(AUTHORS) + ')')} AS a,
+               md5(i::text)::uuid::text || '-' || lpad((i % 1000)::text, 3, '0') AS m,
+               {now_ms + TTL} - ({tombstones} - i) * {HOUR} / {tombstones} AS e
+        FROM generate_series(0::bigint, {tombstones - 1}) AS i) q;
+INSERT INTO {ident}.conversations (k, v) VALUES
+{conv_sql};
+INSERT INTO {ident}.messages (k, v)
+  SELECT b || '/' || cid || '/' || lpad(s::text, 20, '0'),
+         convert_to(json_build_object('recipient', b, 'conv_id', cid, 'seq', s, 'id', m,
+                    'from', a, 'crypto_v', null, 'payload', '{PAYLOAD}',
+                    'at', {now_ms - HOUR} + i * {HOUR} / {messages})::text, 'UTF8')
+  FROM (SELECT i, (i % {PER}) + 1 AS s, md5(i::text)::uuid::text AS m,
+               'bench-' || lpad((i / {PER})::text, 8, '0') AS cid,
+               {uid.format(i='2 * (i / ' + str(PER) + ')')} AS a,
+               {uid.format(i='2 * (i / ' + str(PER) + ') + 1')} AS b
+        FROM generate_series(0::bigint, {messages - 1}) AS i) q;
+COMMIT;
+VACUUM ANALYZE;
+"""
+    subprocess.run(["psql", target, "-q", "-v", "ON_ERROR_STOP=1"], input=sql.encode(),
+                   check=True, stdout=subprocess.DEVNULL)
+    size = subprocess.run(
+        ["psql", target, "-tAc",
+         f"SELECT pg_size_pretty(sum(pg_total_relation_size(format('%I.%I', schemaname, tablename)))) "
+         f"FROM pg_tables WHERE schemaname = '{ident}'"],
+        check=True, capture_output=True).stdout.decode().strip()
+else:
+    db = sqlite3.connect(os.path.join(target, "relay.sqlite3"))
+    with db:
+        accounts, index = [], []
+        for i in range(users):
+            row, idx = account(i)
+            accounts.append(row)
+            index.extend(idx)
+            if len(accounts) == 50_000 or i == users - 1:
+                db.executemany("INSERT OR REPLACE INTO accounts VALUES (?, ?)", accounts)
+                db.executemany("INSERT OR REPLACE INTO account_index VALUES (?, ?)", index)
+                accounts, index = [], []
+        people = [user(i) for i in range(AUTHORS)]
+        rows = []
+        for i in range(tombstones):
+            author = people[i % AUTHORS]
+            mid = f"{uuid.UUID(int=(i + 1) << 32, version=4)}-{i % 1000:03d}"
+            expires = now_ms + TTL - (tombstones - i) * HOUR // tombstones
+            value = json.dumps({"author": author, "id": mid, "conv_id": f"c{i % 997}",
+                                "seq": i // AUTHORS + 1, "expires_at": expires,
+                                "retracted": False}, separators=(",", ":")).encode()
+            rows.append((f"{author}/{mid}", value, expires))
+            if len(rows) == 50_000 or i == tombstones - 1:
+                db.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?, ?)", rows)
+                rows = []
+        rows, conv_rows, i = [], [], 0
+        for c in range(convs):
+            a, b, cid, value = conversation(c)
+            conv_rows.append((cid, value))
+            for s in range(1, PER + 1):
+                mid = str(uuid.UUID(int=(i + 1) << 40, version=4))
+                msg = {"recipient": b, "conv_id": cid, "seq": s, "id": mid, "from": a,
+                       "crypto_v": None, "payload": PAYLOAD,
+                       "at": now_ms - HOUR + i * HOUR // messages}
+                rows.append((f"{b}/{cid}/{s:020d}",
+                             json.dumps(msg, separators=(",", ":")).encode()))
+                i += 1
+                if len(rows) == 50_000:
+                    db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
+                    rows = []
+        db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
+        db.executemany("INSERT OR REPLACE INTO conversations VALUES (?, ?)", conv_rows)
+    db.close()
+    size = f"{os.path.getsize(os.path.join(target, 'relay.sqlite3')) >> 20} MiB"
+print(f"{users} accounts, {tombstones} tombstones, {messages} queued messages in {convs} "
+      f"conversations written in {time.perf_counter() - t0:.1f} s (store {size})", flush=True)
+timed_starts(relay, store, port)
