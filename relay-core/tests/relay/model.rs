@@ -211,12 +211,12 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
             }
             Op::Connect { who } => {
                 let mut u = users[who].clone();
-                let mut conn = w.connect(&mut u);
+                let mut conn = connect(&mut w, &mut u);
                 let mut outs = w.sync(conn);
                 if refused_sync(&outs, conn) {
-                    // A read fault hit the queue read of the sync: the connection is closed
-                    // with nothing replayed, and the client's next connection syncs in full.
-                    conn = w.connect(&mut u);
+                    // A read fault hit a read of the sync: the connection is closed with
+                    // nothing replayed, and the client's next connection syncs in full.
+                    conn = connect(&mut w, &mut u);
                     outs = w.sync(conn);
                     assert!(!refused_sync(&outs, conn), "a second sync refused");
                 }
@@ -280,6 +280,13 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
                 outs
             }
         };
+        // A connection the relay closed (a delivery whose sender's account could not be
+        // read) is offline: its client reconnects and syncs.
+        for o in &mut online {
+            if o.is_some_and(|c| !w.relay.is_connected(c)) {
+                *o = None;
+            }
+        }
         // Invariants over this step's outputs.
         for o in &outs {
             let relay_core::Output::Send { conn, frame } = o else {
@@ -317,6 +324,16 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
                 _ => {}
             }
         }
+    }
+}
+
+/// Connects `u`; a ticket request or upgrade refused with 503 (a read fault hit the account's
+/// read: nothing changed) is tried again, as a client does.
+fn connect(w: &mut World, u: &mut User) -> ConnId {
+    match w.try_connect(u) {
+        Ok(conn) => conn,
+        Err(503) => w.try_connect(u).expect("a second connection refused"),
+        Err(status) => panic!("connection refused with {status}"),
     }
 }
 

@@ -280,6 +280,20 @@ impl World {
         r
     }
 
+    /// Connects with a ticket; `Err`: the status of the refused ticket request or upgrade.
+    pub(crate) fn try_connect(&mut self, u: &mut User) -> Result<ConnId, u16> {
+        let t = self.post("/api/v1/ws/ticket", json!({}), Some(&u.token.clone()));
+        if t.status != 200 {
+            return Err(t.status);
+        }
+        let ticket = t.body_json()["ticket"].as_str().unwrap().to_owned();
+        let conn = self
+            .connect_query(format!("user_uuid={}&ticket={ticket}", u.uuid), None)
+            .map_err(|r| r.status)?;
+        u.conn = Some(conn);
+        Ok(conn)
+    }
+
     /// Connects with a ticket and syncs.
     pub(crate) fn connect(&mut self, u: &mut User) -> ConnId {
         let t = self.post("/api/v1/ws/ticket", json!({}), Some(&u.token.clone()));
