@@ -18,8 +18,9 @@
 //!   [`FAULTED_COMMIT_DELAY_MS`] in the committer, so batches are in flight behind it;
 //! * **down**: every commit, load and keyed read fails until a simulated time (the rebuild
 //!   keeps failing and is retried);
-//! * **fail reads**: the next `n` keyed reads ([`StoreRead`]: an author's tombstones, a queue,
-//!   the next expiry) fail; nothing is changed, the frame that needed the read is refused;
+//! * **fail reads**: the next `n` keyed reads ([`StoreRead`]: an account, an author's
+//!   tombstones, a queue, the next expiry), of one table or any, fail; nothing is changed, the
+//!   input that needed the read is refused;
 //! * **crash after commit**: the next commit is applied durably, then reported failed (so
 //!   the relay releases none of its outputs) and the store goes down until the runner has
 //!   powered the relay off and on again (a crash between commit and send);
@@ -140,6 +141,8 @@ pub struct CrashRequest {
 struct Ctl {
     fail_next: u32,
     fail_reads: u32,
+    /// Only reads of this table fail (any when `None`).
+    fail_reads_of: Option<Table>,
     down_until_ms: Option<u64>,
     down_until_restart: bool,
     crash_after_commit: Option<u64>,
@@ -202,9 +205,11 @@ impl StoreCtl {
         c.stall_next_ms = c.stall_next_ms.max(FAULTED_COMMIT_DELAY_MS);
     }
 
-    /// The next `n` keyed reads fail.
-    pub fn fail_reads(&self, n: u32) {
-        self.lock().fail_reads += n;
+    /// The next `n` keyed reads fail (of `table` only, when given).
+    pub fn fail_reads(&self, n: u32, table: Option<Table>) {
+        let mut c = self.lock();
+        c.fail_reads += n;
+        c.fail_reads_of = table;
     }
 
     /// Every commit and load fails until simulated `until_ms`.
@@ -271,6 +276,7 @@ impl StoreCtl {
         let mut c = self.lock();
         c.fail_next = 0;
         c.fail_reads = 0;
+        c.fail_reads_of = None;
         c.stall_next_ms = 0;
         c.down_until_ms = None;
         c.crash_after_commit = None;
@@ -642,6 +648,7 @@ struct FaultyReader {
 impl FaultyReader {
     fn read<T>(
         &mut self,
+        table: Table,
         read: impl FnOnce(&mut dyn StoreRead) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         {
@@ -650,7 +657,7 @@ impl FaultyReader {
                 c.history.counts.failed_reads += 1;
                 return Err(StoreError::Backend("injected: store down".into()));
             }
-            if c.fail_reads > 0 {
+            if c.fail_reads > 0 && c.fail_reads_of.is_none_or(|t| t == table) {
                 c.fail_reads -= 1;
                 c.history.counts.failed_reads += 1;
                 return Err(StoreError::Backend("injected: read failed".into()));
@@ -666,10 +673,10 @@ impl FaultyReader {
 
 impl StoreRead for FaultyReader {
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.read(|r| r.get(table, key))
+        self.read(table, |r| r.get(table, key))
     }
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
-        self.read(|r| r.scan_prefix(table, prefix))
+        self.read(table, |r| r.scan_prefix(table, prefix))
     }
     fn scan_page(
         &mut self,
@@ -677,13 +684,13 @@ impl StoreRead for FaultyReader {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Rows, StoreError> {
-        self.read(|r| r.scan_page(table, after, limit))
+        self.read(table, |r| r.scan_page(table, after, limit))
     }
     fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
-        self.read(|r| r.latest_expiries(table, window))
+        self.read(table, |r| r.latest_expiries(table, window))
     }
     fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
-        self.read(|r| r.next_expiry(table, after))
+        self.read(table, |r| r.next_expiry(table, after))
     }
 }
 

@@ -153,11 +153,16 @@ pub enum FaultAction {
         /// How many.
         commits: u32,
     },
-    /// The relay's next `reads` keyed reads of the store fail (an author's tombstones, the
-    /// next expiry): the frames that needed them are refused, nothing is changed.
+    /// The relay's next `reads` keyed reads of the store fail (an account, an author's
+    /// tombstones, a queue, the next expiry), of one table when `table` names it: the inputs
+    /// that needed them are refused, nothing is changed.
     FailReads {
         /// How many.
         reads: u32,
+        /// Only reads of this table (its SQL name, `relay_core::store::Table::name`); any
+        /// read when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        table: Option<String>,
     },
     /// Every commit and load fails for `ms` (the disk is gone; the shell keeps rebuilding).
     StoreDown {
@@ -212,7 +217,13 @@ impl fmt::Display for FaultAction {
             Self::ClockJump { ms } => write!(f, "relay clock jumps +{} s", ms / 1_000),
             Self::SetSkew { host, skew_ms } => write!(f, "{host} clock skew {skew_ms:+} ms"),
             Self::FailCommits { commits } => write!(f, "next {commits} relay commit(s) fail"),
-            Self::FailReads { reads } => write!(f, "next {reads} relay store read(s) fail"),
+            Self::FailReads { reads, table: None } => {
+                write!(f, "next {reads} relay store read(s) fail")
+            }
+            Self::FailReads {
+                reads,
+                table: Some(t),
+            } => write!(f, "next {reads} relay store read(s) of {t} fail"),
             Self::StoreDown { ms } => write!(f, "relay store down for {ms} ms"),
             Self::StallCommit { ms } => write!(f, "relay's next commit takes {ms} ms"),
             Self::CrashAfterCommit { restart_after_ms } => write!(

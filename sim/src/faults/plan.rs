@@ -371,7 +371,16 @@ impl Drawer<'_> {
             }
             _ => {
                 let reads = 1 + self.rng.next_u32() % 3;
-                self.push(at, FaultAction::FailReads { reads });
+                // Any read, or only those of one lazy table: each read path (an account, a
+                // tombstone set, a queue) gets its faults, however many reads of the others
+                // come first.
+                let lazy = relay_core::store::Table::ALL
+                    .into_iter()
+                    .filter(|t| t.is_lazy())
+                    .collect::<Vec<_>>();
+                let pick = self.rng.next_u32() as usize % (lazy.len() + 1);
+                let table = lazy.get(pick).map(|t| t.name().to_owned());
+                self.push(at, FaultAction::FailReads { reads, table });
             }
         }
     }

@@ -262,7 +262,14 @@ impl Sim<'_> {
             // Applied before the run started (see `FaultAction::SetSkew`).
             FaultAction::SetSkew { .. } => {}
             FaultAction::FailCommits { commits } => self.store.fail_commits(*commits),
-            FaultAction::FailReads { reads } => self.store.fail_reads(*reads),
+            FaultAction::FailReads { reads, table } => {
+                let table = table.as_deref().and_then(|name| {
+                    relay_core::store::Table::ALL
+                        .into_iter()
+                        .find(|t| t.name() == name)
+                });
+                self.store.fail_reads(*reads, table);
+            }
             FaultAction::StoreDown { ms } => self.store.down_until(now + ms),
             FaultAction::StallCommit { ms } => self.stall(*ms),
             FaultAction::CrashAfterCommit { restart_after_ms } => {
