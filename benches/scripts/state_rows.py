@@ -7,6 +7,9 @@ MESSAGES / 10 conversations), the time from exec to `/readyz` 200 and the reside
     python3 benches/scripts/state_rows.py target/release/relay DIR 1000000 10000000 1000000
     python3 benches/scripts/state_rows.py target/release/relay "$RELAY_TEST_POSTGRES_URL" 1000000 10000000 1000000
 
+Run with a relay built before accounts had their index rows, it writes the accounts alone (the
+store has no `account_index` table), for the before/after comparison.
+
 The second argument is a SQLite data directory (created by the relay's first start) or a
 PostgreSQL URL (schema `statebench`, dropped first and left behind: drop it after; keys in a
 fresh /tmp/statebench-secrets; needs `psql`). After a first start (stopped once ready) the
@@ -94,6 +97,22 @@ if pg:
     conv_sql = ",\n".join(
         f"('{cid}', convert_to('{value.decode()}', 'UTF8'))"
         for _, _, cid, value in map(conversation, range(convs)))
+    has_index = subprocess.run(
+        ["psql", target, "-tAc",
+         f"SELECT count(*) FROM pg_tables WHERE schemaname = '{ident}' "
+         "AND tablename = 'account_index'"],
+        check=True, capture_output=True).stdout.decode().strip() == "1"
+    index_sql = f"""
+INSERT INTO {ident}.account_index (k, v)
+  SELECT k, convert_to(to_json(u)::text, 'UTF8') FROM (
+    SELECT 'alias/' || lpad((i + 1000000000)::text, 10, '0') AS k, {uid.format(i='i')} AS u
+      FROM generate_series(0::bigint, {users - 1}) AS i
+    UNION ALL
+    SELECT 'ed25519/' || {hexkey.format(i='i', k=0)}, {uid.format(i='i')}
+      FROM generate_series(0::bigint, {users - 1}) AS i
+    UNION ALL
+    SELECT 'x25519/' || {hexkey.format(i='i', k=1)}, {uid.format(i='i')}
+      FROM generate_series(0::bigint, {users - 1}) AS i) q;""" if has_index else ""
     sql = f"""
 BEGIN;
 INSERT INTO {ident}.accounts (k, v)
@@ -104,16 +123,7 @@ INSERT INTO {ident}.accounts (k, v)
            'x25519_public_key', encode({keybytes.format(i='i', k=1)}, 'base64'),
            'created_at', {now_ms - HOUR}, 'current_jti', null)::text, 'UTF8')
   FROM generate_series(0::bigint, {users - 1}) AS i;
-INSERT INTO {ident}.account_index (k, v)
-  SELECT k, convert_to(to_json(u)::text, 'UTF8') FROM (
-    SELECT 'alias/' || lpad((i + 1000000000)::text, 10, '0') AS k, {uid.format(i='i')} AS u
-      FROM generate_series(0::bigint, {users - 1}) AS i
-    UNION ALL
-    SELECT 'ed25519/' || {hexkey.format(i='i', k=0)}, {uid.format(i='i')}
-      FROM generate_series(0::bigint, {users - 1}) AS i
-    UNION ALL
-    SELECT 'x25519/' || {hexkey.format(i='i', k=1)}, {uid.format(i='i')}
-      FROM generate_series(0::bigint, {users - 1}) AS i) q;
+{index_sql}
 INSERT INTO {ident}.tombstones (k, v, expires_at)
   SELECT a || '/' || m, convert_to(json_build_object('author', a, 'id', m,
            'conv_id', 'c' || (i % 997), 'seq', i / {AUTHORS} + 1, 'expires_at', e,
@@ -146,6 +156,8 @@ VACUUM ANALYZE;
         check=True, capture_output=True).stdout.decode().strip()
 else:
     db = sqlite3.connect(os.path.join(target, "relay.sqlite3"))
+    has_index = db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'account_index'"
+                           ).fetchone()[0] == 1
     with db:
         accounts, index = [], []
         for i in range(users):
@@ -154,7 +166,8 @@ else:
             index.extend(idx)
             if len(accounts) == 50_000 or i == users - 1:
                 db.executemany("INSERT OR REPLACE INTO accounts VALUES (?, ?)", accounts)
-                db.executemany("INSERT OR REPLACE INTO account_index VALUES (?, ?)", index)
+                if has_index:
+                    db.executemany("INSERT OR REPLACE INTO account_index VALUES (?, ?)", index)
                 accounts, index = [], []
         people = [user(i) for i in range(AUTHORS)]
         rows = []
@@ -188,6 +201,6 @@ else:
         db.executemany("INSERT OR REPLACE INTO conversations VALUES (?, ?)", conv_rows)
     db.close()
     size = f"{os.path.getsize(os.path.join(target, 'relay.sqlite3')) >> 20} MiB"
-print(f"{users} accounts, {tombstones} tombstones, {messages} queued messages in {convs} "
+print(f"{users} accounts ({'with' if has_index else 'without'} index rows), {tombstones} tombstones, {messages} queued messages in {convs} "
       f"conversations written in {time.perf_counter() - t0:.1f} s (store {size})", flush=True)
 timed_starts(relay, store, port)

@@ -285,10 +285,20 @@ pub(crate) fn lookup(
     stats: &mut crate::stats::RelayStats,
     user: &UserUuid,
 ) -> Result<Option<Arc<AccountRow>>, StoreError> {
-    if let Some(a) = dir.cached(user) {
-        let a = Arc::clone(a);
-        dir.accounts.touch(user);
-        return Ok(Some(a));
+    with_account(dir, reader, stats, user, Arc::clone)
+}
+
+/// `f` of the account `user` ([`lookup`] without sharing the row: what the routing path
+/// needs of an account in memory costs one map lookup).
+pub(crate) fn with_account<R>(
+    dir: &mut Directory,
+    reader: &mut dyn StoreRead,
+    stats: &mut crate::stats::RelayStats,
+    user: &UserUuid,
+    f: impl FnOnce(&Arc<AccountRow>) -> R,
+) -> Result<Option<R>, StoreError> {
+    if let Some(c) = dir.accounts.read(user) {
+        return Ok(Some(f(&c.0)));
     }
     // PLANTED BUG (EvictedAccountForgotten): an account not in memory is taken not to exist.
     if crate::planted::planted!(dir, EvictedAccountForgotten) {
@@ -298,7 +308,7 @@ pub(crate) fn lookup(
         stats.account_read_failures += 1;
     })?;
     stats.accounts_read += 1;
-    Ok(read.map(|a| dir.insert_loaded(a)))
+    Ok(read.map(|a| f(&dir.insert_loaded(a))))
 }
 
 impl Relay {
@@ -353,7 +363,13 @@ impl Relay {
 
     /// The alias of `user` (`None`: no such account). `Err`: the read failed.
     pub(crate) fn alias_of(&mut self, user: &UserUuid) -> Result<Option<AliasId>, StoreError> {
-        Ok(self.account(user)?.map(|a| a.alias_id.clone()))
+        with_account(
+            &mut self.state.directory,
+            &mut *self.reader,
+            &mut self.stats,
+            user,
+            |a| a.alias_id.clone(),
+        )
     }
 }
 

@@ -217,19 +217,21 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
         }
     }
 
-    /// Makes the entry of `key` the most recently used (a read of it). Pinned entries are not
-    /// in the eviction order: they count as used when their last pin goes.
-    pub(crate) fn touch(&mut self, key: &K) {
-        let Some(e) = self.entries.get_mut(key) else {
-            return;
-        };
-        if e.pins > 0 || e.tick == self.tick {
-            return;
+    /// The value of `key`, read: the entry becomes the most recently used, unless it is already
+    /// among the more recently used half of the eviction order (then it stays where it is: a
+    /// hot entry read on every message is not moved each time, and is still far from the
+    /// eviction end). Pinned entries are not in the eviction order: they count as used when
+    /// their last pin goes.
+    pub(crate) fn read(&mut self, key: &K) -> Option<&V> {
+        let e = self.entries.get_mut(key)?;
+        let half = u64::try_from(self.order.len() / 2).unwrap_or(u64::MAX);
+        if e.pins == 0 && self.tick - e.tick >= half.max(1) {
+            self.order.remove(&e.tick);
+            self.tick += 1;
+            e.tick = self.tick;
+            self.order.insert(self.tick, key.clone());
         }
-        self.order.remove(&e.tick);
-        self.tick += 1;
-        e.tick = self.tick;
-        self.order.insert(self.tick, key.clone());
+        Some(&e.value)
     }
 
     /// The estimated bytes held.
@@ -309,6 +311,24 @@ mod tests {
             "1 counts as used when it became clean, after 4"
         );
         assert_eq!(c.evictions(), 3);
+    }
+
+    #[test]
+    fn a_read_saves_an_old_entry_from_eviction_and_leaves_a_recent_one_in_place() {
+        let mut c: Lru<u8, Vec<u8>> = Lru::new(8);
+        for k in 1..=4 {
+            c.insert(k, vec![0]);
+        }
+        c.read(&1); // the oldest of four: moved to the newest end
+        c.read(&4); // the newest but one now: left where it is
+        for (new, gone) in [(5, 2), (6, 3), (7, 4), (8, 1)] {
+            c.insert(new, vec![0]);
+            c.evict();
+            assert!(
+                !c.contains(&gone) && c.contains(&new),
+                "{gone} goes before {new}"
+            );
+        }
     }
 
     #[test]

@@ -110,10 +110,12 @@ fn member_check(
         .other(user)
         .ok_or(not_member)?
         .clone();
-    let account = crate::directory::lookup(&mut state.directory, reader, stats, &other)
-        .map_err(|_| NotMember::Unreadable)?;
+    let named = crate::directory::with_account(&mut state.directory, reader, stats, &other, |a| {
+        a.alias_id == *to
+    })
+    .map_err(|_| NotMember::Unreadable)?;
     // A retired alias (replaced by a bound vanity alias) still routes to its account.
-    if account.is_none_or(|a| a.alias_id != *to) && state.retired_alias_owner(to) != Some(&other) {
+    if named != Some(true) && state.retired_alias_owner(to) != Some(&other) {
         return Err(NotMember::Refused(
             "`to` is not the other member of this conversation",
         ));
