@@ -15,9 +15,9 @@ in one transaction, each conversation's row with the counts the relay keeps ther
 messages, bytes as the queue bounds count them, oldest). A relay that loads every queue at
 start ignores that field; one that reads queues when needed starts from it.
 """
-import json, os, shutil, sqlite3, subprocess, sys, time, uuid
+import json, os, sqlite3, subprocess, sys, time, uuid
 
-from relaystart import start, stop, timed_starts
+from relaystart import fresh_store, timed_starts
 
 relay, target, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 convs = int(sys.argv[4]) if len(sys.argv) > 4 else max(1, n // 10)
@@ -30,19 +30,8 @@ PAYLOAD = "QUJD" * 175
 ID_LEN = 36
 BYTES = per * (ID_LEN + len(PAYLOAD) + OVERHEAD)
 HOUR = 3_600_000
-pg = target.startswith("postgres")
-if pg:
-    secrets = "/tmp/queuebench-secrets"
-    shutil.rmtree(secrets, ignore_errors=True)
-    os.mkdir(secrets, 0o700)
-    store = ["--postgres", target, "--pg-schema", "queuebench", "--secrets-dir", secrets]
-    subprocess.run(["psql", target, "-qc", "DROP SCHEMA IF EXISTS queuebench CASCADE"],
-                   check=True, stdout=subprocess.DEVNULL)
-else:
-    store = ["--data", target]
 now_ms = int(time.time() * 1000)
-p, _, _, _ = start(relay, store, port)
-stop(p)
+store, pg = fresh_store(relay, target, "queuebench", port)
 t0 = time.perf_counter()
 
 

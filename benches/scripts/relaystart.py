@@ -2,7 +2,7 @@
 exec to `/readyz` 200, and the process's resident memory (VmRSS) and peak (VmHWM) at that
 moment. Shared by the scripts that fill a store and time the starts on it. `store` is the
 relay's store arguments (`["--data", DIR]`, or `["--postgres", URL, ...]`)."""
-import os, signal, subprocess, sys, time, urllib.request
+import os, shutil, signal, subprocess, sys, time, urllib.request
 
 
 def start(relay, store, port):
@@ -37,3 +37,22 @@ def timed_starts(relay, store, port, runs=3):
         print(f"start {run + 1}: /readyz 200 after {ready:.2f} s, RSS {rss} MiB, "
               f"peak RSS {hwm} MiB", flush=True)
         stop(p)
+
+
+def fresh_store(relay, target, schema, port):
+    """The store arguments for `target` (a SQLite data directory, or a PostgreSQL URL whose
+    schema `schema` is dropped first; keys in a fresh /tmp/<schema>-secrets), after a first
+    start of `relay` on it (stopped once ready) has created it. Returns (store args, is_pg)."""
+    pg = target.startswith("postgres")
+    if pg:
+        secrets = f"/tmp/{schema}-secrets"
+        shutil.rmtree(secrets, ignore_errors=True)
+        os.mkdir(secrets, 0o700)
+        store = ["--postgres", target, "--pg-schema", schema, "--secrets-dir", secrets]
+        subprocess.run(["psql", target, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE"],
+                       check=True, stdout=subprocess.DEVNULL)
+    else:
+        store = ["--data", target]
+    p, _, _, _ = start(relay, store, port)
+    stop(p)
+    return store, pg

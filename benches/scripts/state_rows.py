@@ -22,9 +22,9 @@ script writes the rows straight into the store, the way the relay keeps them:
   (36-character ids, 700-character payloads, accepted over the last hour), each
   conversation's row with its queue summary.
 """
-import base64, json, os, shutil, sqlite3, subprocess, sys, time, uuid
+import base64, json, os, sqlite3, subprocess, sys, time, uuid
 
-from relaystart import start, stop, timed_starts
+from relaystart import fresh_store, timed_starts
 
 relay, target = sys.argv[1], sys.argv[2]
 users, tombstones, messages = (int(a) for a in sys.argv[3:6])
@@ -40,19 +40,8 @@ BYTES = PER * (ID_LEN + len(PAYLOAD) + OVERHEAD)
 HOUR = 3_600_000
 TTL = 7 * 24 * HOUR
 AUTHORS = 10_000
-pg = target.startswith("postgres")
-if pg:
-    secrets = "/tmp/statebench-secrets"
-    shutil.rmtree(secrets, ignore_errors=True)
-    os.mkdir(secrets, 0o700)
-    store = ["--postgres", target, "--pg-schema", "statebench", "--secrets-dir", secrets]
-    subprocess.run(["psql", target, "-qc", "DROP SCHEMA IF EXISTS statebench CASCADE"],
-                   check=True, stdout=subprocess.DEVNULL)
-else:
-    store = ["--data", target]
 now_ms = int(time.time() * 1000)
-p, _, _, _ = start(relay, store, port)
-stop(p)
+store, pg = fresh_store(relay, target, "statebench", port)
 t0 = time.perf_counter()
 
 

@@ -16,19 +16,9 @@ fn without_account_cache() -> relay_core::Config {
     }
 }
 
-fn rows(w: &World, table: Table) -> Vec<(String, Vec<u8>)> {
-    w.mem
-        .clone()
-        .load()
-        .unwrap()
-        .get(&table)
-        .map(|rows| rows.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-        .unwrap_or_default()
-}
-
 /// The uuid each `account_index` row names, by key.
 fn index(w: &World) -> Vec<(String, String)> {
-    rows(w, Table::AccountIndex)
+    w.rows(Table::AccountIndex)
         .into_iter()
         .map(|(k, v)| (k, serde_json::from_slice::<String>(&v).unwrap()))
         .collect()
@@ -112,7 +102,7 @@ fn a_registered_key_is_found_in_the_store() {
     let r = w.register_with(&other_sk, a.x25519, "again", "10.9.0.2");
     assert_eq!(r.status, 409, "{:?}", r.body_json());
     assert_eq!(r.body_json()["key"], "x25519");
-    assert_eq!(rows(&w, Table::Accounts).len(), 1);
+    assert_eq!(w.rows(Table::Accounts).len(), 1);
 }
 
 /// Two registrations of one key in consecutive batches, the first not yet committed: the
@@ -130,7 +120,7 @@ fn a_registration_in_flight_is_found_in_memory() {
     assert_eq!(second.status, 409, "{:?}", second.body_json());
     assert_eq!(second.body_json()["uuid"], first.body_json()["uuid"]);
     w.settle();
-    assert_eq!(rows(&w, Table::Accounts).len(), 1);
+    assert_eq!(w.rows(Table::Accounts).len(), 1);
 }
 
 /// A failed account read answers 503 `STORAGE_UNAVAILABLE` (an error frame for a frame, no
@@ -144,7 +134,7 @@ fn a_failed_account_read_changes_nothing() {
     w.sync(ca);
     let cb = w.connect(&mut b);
     w.sync(cb);
-    let friendships = rows(&w, Table::Friendships).len();
+    let friendships = w.rows(Table::Friendships).len();
 
     // A token's check.
     w.mem.fail_reads(1);
@@ -161,7 +151,7 @@ fn a_failed_account_read_changes_nothing() {
         Some(&a.token),
     );
     assert_eq!(r.status, 503, "{:?}", r.body_json());
-    assert_eq!(rows(&w, Table::Friendships).len(), friendships);
+    assert_eq!(w.rows(Table::Friendships).len(), friendships);
     w.mem.fail_reads(0);
     let r = w.post(
         "/api/v1/friends/request",
@@ -169,7 +159,7 @@ fn a_failed_account_read_changes_nothing() {
         Some(&a.token),
     );
     assert_eq!(r.status, 200, "{:?}", r.body_json());
-    assert_eq!(rows(&w, Table::Friendships).len(), friendships + 1);
+    assert_eq!(w.rows(Table::Friendships).len(), friendships + 1);
 
     // A message: the other member's account, read before anything is written.
     w.mem.fail_reads(1);

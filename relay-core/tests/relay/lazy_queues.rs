@@ -15,16 +15,6 @@ fn without_queue_cache() -> relay_core::Config {
     }
 }
 
-fn rows(w: &World, table: Table) -> Vec<(String, Vec<u8>)> {
-    w.mem
-        .clone()
-        .load()
-        .unwrap()
-        .get(&table)
-        .map(|rows| rows.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-        .unwrap_or_default()
-}
-
 /// The seqs `sync` on `conn` replays, in order.
 fn replayed(w: &mut World, conn: relay_core::ConnId) -> Vec<u64> {
     let outs = w.sync(conn);
@@ -32,7 +22,8 @@ fn replayed(w: &mut World, conn: relay_core::ConnId) -> Vec<u64> {
 }
 
 fn conversation_row(w: &World, conv: &str) -> Value {
-    let (_, v) = rows(w, Table::Conversations)
+    let (_, v) = w
+        .rows(Table::Conversations)
         .into_iter()
         .find(|(k, _)| k == conv)
         .expect("the conversation's row");
@@ -66,7 +57,7 @@ fn queued_messages_stay_in_the_store_and_are_read_back_when_needed() {
         );
     }
     assert_eq!(w.relay.queued_messages(), 3);
-    assert_eq!(rows(&w, Table::Messages).len(), 3);
+    assert_eq!(w.rows(Table::Messages).len(), 3);
     assert_eq!(queued_in_row(&w, &conv), 3);
 
     w.restart(Box::new(w.mem.clone()));
@@ -167,9 +158,9 @@ fn a_queue_only_in_the_store_expires_at_its_ttl() {
     w.msg(&a, &b, &conv, "m1");
     w.restart(Box::new(w.mem.clone()));
     w.advance(ttl - 1);
-    assert_eq!(rows(&w, Table::Messages).len(), 1);
+    assert_eq!(w.rows(Table::Messages).len(), 1);
     w.advance(1);
-    assert!(rows(&w, Table::Messages).is_empty());
+    assert!(w.rows(Table::Messages).is_empty());
     assert_eq!(
         (w.relay.queued_messages(), w.relay.backlog_messages()),
         (0, 0)
@@ -216,7 +207,7 @@ fn a_store_without_queue_summaries_is_summarised_once_at_start() {
     );
     assert_eq!(queued_in_row(&w, &conv), 3);
     assert!(
-        rows(&w, Table::Meta)
+        w.rows(Table::Meta)
             .iter()
             .any(|(k, _)| k == "queue_summaries")
     );
@@ -225,10 +216,7 @@ fn a_store_without_queue_summaries_is_summarised_once_at_start() {
     assert_eq!(got, [1, 2, 3]);
     w.relay.handle_disconnect(w.now, cb);
     w.advance(ttl);
-    assert!(
-        rows(&w, Table::Messages).is_empty(),
-        "the timers were armed"
-    );
+    assert!(w.rows(Table::Messages).is_empty(), "the timers were armed");
 }
 
 /// Rows that disagree with the conversation's summary (a store edited behind the relay's
@@ -240,7 +228,7 @@ fn stored_rows_win_over_a_summary_that_disagrees() {
     for id in ["m1", "m2", "m3"] {
         w.msg(&a, &b, &conv, id);
     }
-    let first = rows(&w, Table::Messages).remove(0).0;
+    let first = w.rows(Table::Messages).remove(0).0;
     let mut store = w.mem.clone();
     store
         .commit(

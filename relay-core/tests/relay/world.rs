@@ -280,6 +280,17 @@ impl World {
         r
     }
 
+    /// The committed rows of `table`, in key order.
+    pub(crate) fn rows(&self, table: relay_core::store::Table) -> Vec<(String, Vec<u8>)> {
+        self.mem
+            .clone()
+            .load()
+            .unwrap()
+            .get(&table)
+            .map(|rows| rows.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+
     /// Connects with a ticket; `Err`: the status of the refused ticket request or upgrade.
     pub(crate) fn try_connect(&mut self, u: &mut User) -> Result<ConnId, u16> {
         let t = self.post("/api/v1/ws/ticket", json!({}), Some(&u.token.clone()));
