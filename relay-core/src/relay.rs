@@ -1381,7 +1381,7 @@ pub(crate) fn storage_unavailable() -> ApiError {
     )
 }
 
-/// A failed read refuses the request with [`storage_unavailable`] (the store's own words stay
+/// A failed read refuses the request with 503 `STORAGE_UNAVAILABLE` (the store's own words stay
 /// out of the answer).
 impl From<StoreError> for ApiError {
     fn from(_: StoreError) -> Self {
