@@ -157,8 +157,8 @@ pub const TOMBSTONE_CACHE_BYTES: usize = 64 * 1024 * 1024;
 pub const QUEUE_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Estimated heap for the accounts held in memory (each with its alias and keys for lookups;
 /// the rest are read from the store when needed, see `Config::account_cache_bytes`). The
-/// accounts written by batches not yet durable are held beyond it. At ~600 bytes per account,
-/// 64 MiB holds ~110,000 of them.
+/// accounts written by batches not yet durable are held beyond it. At ~1,250 bytes per account,
+/// 64 MiB holds ~50,000 of them.
 pub const ACCOUNT_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Stored accounts read per page by the one-time indexing start of a store written before the
 /// accounts had their lookup rows (`account_index`).
