@@ -36,9 +36,11 @@ impl Relay {
         let (user, _) = self.authenticate(now, req)?;
         let mine: Vec<FriendshipRow> = self
             .state
-            .friendships
-            .values()
-            .filter(|f| f.requester == user || f.addressee == user)
+            .friendships_of
+            .get(&user)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.state.friendships.get(id))
             .cloned()
             .collect();
         let mut list: Vec<FriendProfile> = Vec::with_capacity(mine.len());

@@ -351,6 +351,8 @@ pub(crate) struct State {
     pub(crate) friendships: BTreeMap<FriendshipId, FriendshipRow>,
     /// (lower uuid, higher uuid) -> friendship.
     pub(crate) by_pair: BTreeMap<(UserUuid, UserUuid), FriendshipId>,
+    /// user -> the friendships it is in, oldest first (a friends list reads its own).
+    pub(crate) friendships_of: BTreeMap<UserUuid, BTreeSet<FriendshipId>>,
     pub(crate) conversations: BTreeMap<ConvId, Conversation>,
     /// user -> their conversations.
     pub(crate) convs_of: BTreeMap<UserUuid, BTreeSet<ConvId>>,
@@ -646,6 +648,12 @@ impl State {
 
     fn index_friendship(&mut self, f: FriendshipRow) {
         self.by_pair.insert(pair(&f.requester, &f.addressee), f.id);
+        for member in [&f.requester, &f.addressee] {
+            self.friendships_of
+                .entry(member.clone())
+                .or_default()
+                .insert(f.id);
+        }
         self.friendships.insert(f.id, f);
     }
 

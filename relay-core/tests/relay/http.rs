@@ -545,3 +545,38 @@ fn idle_timeout_and_ping() {
     assert!(closed(&w.log[before..], c));
     assert!(w.relay.poll_timeout().is_none_or(|t| t > w.now));
 }
+
+/// F1 lists the caller's friendships only, oldest first, also after a restart (the per-user
+/// index is rebuilt from the rows).
+#[test]
+fn a_friends_list_holds_the_callers_friendships_only_oldest_first() {
+    let mut w = World::new();
+    let a = w.user("a");
+    let b = w.user("b");
+    let c = w.user("c");
+    let d = w.user("d");
+    w.befriend(&b, &c);
+    w.befriend(&a, &c);
+    w.befriend(&d, &a);
+    let list = |w: &mut World| -> Vec<(String, String)> {
+        w.get("/api/v1/friends", Some(&a.token))
+            .body_json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["alias_id"].as_str().unwrap().to_owned(),
+                    f["direction"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let want = [
+        (c.alias.clone(), "sent".to_owned()),
+        (d.alias.clone(), "received".to_owned()),
+    ];
+    assert_eq!(list(&mut w), want);
+    w.restart(Box::new(w.mem.clone()));
+    assert_eq!(list(&mut w), want);
+}
