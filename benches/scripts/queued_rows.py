@@ -17,7 +17,7 @@ start ignores that field; one that reads queues when needed starts from it.
 """
 import json, os, sqlite3, subprocess, sys, time, uuid
 
-from relaystart import fresh_store, timed_starts
+from relaystart import fresh_store, timed_starts, write_sqlite_queues
 
 relay, target, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 convs = int(sys.argv[4]) if len(sys.argv) > 4 else max(1, n // 10)
@@ -86,22 +86,7 @@ VACUUM ANALYZE queuebench.conversations;
 else:
     db = sqlite3.connect(os.path.join(target, "relay.sqlite3"))
     with db:
-        rows, i, conv_rows = [], 0, []
-        for c in range(convs):
-            a, b, cid, value = conversation(c)
-            conv_rows.append((cid, value))
-            for s in range(1, per + 1):
-                mid = str(uuid.UUID(int=(i + 1) << 40, version=4))
-                msg = {"recipient": b, "conv_id": cid, "seq": s, "id": mid, "from": a,
-                       "crypto_v": None, "payload": PAYLOAD, "at": at(i)}
-                rows.append((f"{b}/{cid}/{s:020d}",
-                             json.dumps(msg, separators=(",", ":")).encode()))
-                i += 1
-                if len(rows) == 50_000:
-                    db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
-                    rows = []
-        db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
-        db.executemany("INSERT OR REPLACE INTO conversations VALUES (?, ?)", conv_rows)
+        write_sqlite_queues(db, map(conversation, range(convs)), per, PAYLOAD, at)
     db.close()
     size = f"{os.path.getsize(os.path.join(target, 'relay.sqlite3')) >> 20} MiB"
 print(f"{n} queued messages in {convs} conversations written in "

@@ -2,7 +2,7 @@
 exec to `/readyz` 200, and the process's resident memory (VmRSS) and peak (VmHWM) at that
 moment. Shared by the scripts that fill a store and time the starts on it. `store` is the
 relay's store arguments (`["--data", DIR]`, or `["--postgres", URL, ...]`)."""
-import os, shutil, signal, subprocess, sys, time, urllib.request
+import json, os, shutil, signal, subprocess, sys, time, urllib.request, uuid
 
 
 def start(relay, store, port):
@@ -56,3 +56,23 @@ def fresh_store(relay, target, schema, port):
     p, _, _, _ = start(relay, store, port)
     stop(p)
     return store, pg
+
+
+def write_sqlite_queues(db, conversations, per, payload, at):
+    """Writes the conversation rows `conversations` ((a, b, conv id, row) each) into the SQLite
+    store `db`, and `per` queued messages from a to b in each: seqs 1..per, 36-character ids,
+    message `i` (0-based over all) accepted at `at(i)`."""
+    rows, conv_rows, i = [], [], 0
+    for a, b, cid, value in conversations:
+        conv_rows.append((cid, value))
+        for s in range(1, per + 1):
+            mid = str(uuid.UUID(int=(i + 1) << 40, version=4))
+            msg = {"recipient": b, "conv_id": cid, "seq": s, "id": mid, "from": a,
+                   "crypto_v": None, "payload": payload, "at": at(i)}
+            rows.append((f"{b}/{cid}/{s:020d}", json.dumps(msg, separators=(",", ":")).encode()))
+            i += 1
+            if len(rows) == 50_000:
+                db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
+                rows = []
+    db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
+    db.executemany("INSERT OR REPLACE INTO conversations VALUES (?, ?)", conv_rows)

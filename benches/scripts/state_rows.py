@@ -24,7 +24,7 @@ script writes the rows straight into the store, the way the relay keeps them:
 """
 import base64, json, os, sqlite3, subprocess, sys, time, uuid
 
-from relaystart import fresh_store, timed_starts
+from relaystart import fresh_store, timed_starts, write_sqlite_queues
 
 relay, target = sys.argv[1], sys.argv[2]
 users, tombstones, messages = (int(a) for a in sys.argv[3:6])
@@ -171,23 +171,8 @@ else:
             if len(rows) == 50_000 or i == tombstones - 1:
                 db.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?, ?)", rows)
                 rows = []
-        rows, conv_rows, i = [], [], 0
-        for c in range(convs):
-            a, b, cid, value = conversation(c)
-            conv_rows.append((cid, value))
-            for s in range(1, PER + 1):
-                mid = str(uuid.UUID(int=(i + 1) << 40, version=4))
-                msg = {"recipient": b, "conv_id": cid, "seq": s, "id": mid, "from": a,
-                       "crypto_v": None, "payload": PAYLOAD,
-                       "at": now_ms - HOUR + i * HOUR // messages}
-                rows.append((f"{b}/{cid}/{s:020d}",
-                             json.dumps(msg, separators=(",", ":")).encode()))
-                i += 1
-                if len(rows) == 50_000:
-                    db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
-                    rows = []
-        db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
-        db.executemany("INSERT OR REPLACE INTO conversations VALUES (?, ?)", conv_rows)
+        write_sqlite_queues(db, map(conversation, range(convs)), PER, PAYLOAD,
+                            lambda i: now_ms - HOUR + i * HOUR // messages)
     db.close()
     size = f"{os.path.getsize(os.path.join(target, 'relay.sqlite3')) >> 20} MiB"
 print(f"{users} accounts ({'with' if has_index else 'without'} index rows), {tombstones} tombstones, {messages} queued messages in {convs} "
