@@ -8,7 +8,7 @@ use wire::http::{
     ListChannelRequest, ListChannelResponse, OkResponse, OrderKind, decode_body,
 };
 use wire::limits::{CHANNEL_DESCRIPTION_MAX_CHARS, CHANNEL_NAME_MAX_CHARS, MAX_CHANNEL_POST_BYTES};
-use wire::{ChannelId, ErrorCode, IsoTime, PostId, ServerFrame, UnixMs, UserUuid};
+use wire::{AliasId, ChannelId, ErrorCode, IsoTime, PostId, ServerFrame, UnixMs, UserUuid};
 
 use crate::commerce_state::{ChannelRow, PostRow};
 use crate::http::{ApiError, HttpRequest, HttpResponse, Method, query_param};
@@ -149,15 +149,7 @@ impl Relay {
     /// `p` as clients see it, with its author's alias (`None` when the author has no account).
     /// `Err`: the author's account could not be read.
     fn post_view(&mut self, p: &PostRow) -> Result<Option<ChannelPost>, StoreError> {
-        Ok(self
-            .alias_of(&p.author)?
-            .map(|author_alias_id| ChannelPost {
-                id: p.id.clone(),
-                post_type: p.post_type,
-                content: p.content.clone(),
-                created_at: IsoTime(p.created_at),
-                author_alias_id,
-            }))
+        Ok(self.alias_of(&p.author)?.map(|alias| view(p, alias)))
     }
 
     /// CH1: public channels whose name or description contains `q` (case-insensitive),
@@ -362,7 +354,7 @@ impl Relay {
             ));
         }
         // The author's alias, read before anything changes (a failed read changes nothing).
-        self.alias_of(&user)?;
+        let author_alias = self.alias_of(&user)?;
         let seq = channel.last_post + 1;
         let post_id = PostId::parse(&format!("{id}.{seq}"))
             .or_else(|_| PostId::parse(&format!("p-{}", hex(&self.ids.bytes::<12>()))))
@@ -380,7 +372,7 @@ impl Relay {
             last_post: seq,
             ..channel
         });
-        if let Ok(Some(post)) = self.post_view(&row) {
+        if let Some(post) = author_alias.map(|alias| view(&row, alias)) {
             // Live fan-out: online subscribers, then the owner's other views are not tracked
             // (the owner gets the frame too, so every open client shows the post). Order:
             // subscriber uuid order, owner last.
@@ -616,6 +608,17 @@ impl Relay {
             expired_at: IsoTime(o.expires_at),
             payment_url: Some(self.payment_url(&o.id)),
         }
+    }
+}
+
+/// `p` as clients see it, by its author's alias.
+fn view(p: &PostRow, author_alias_id: AliasId) -> ChannelPost {
+    ChannelPost {
+        id: p.id.clone(),
+        post_type: p.post_type,
+        content: p.content.clone(),
+        created_at: IsoTime(p.created_at),
+        author_alias_id,
     }
 }
 

@@ -54,7 +54,7 @@ impl Weigh for Cached {
 }
 
 /// A name an account is found by besides its uuid: a key of the `account_index` table.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lookup<'a> {
     Alias(&'a AliasId),
     Ed25519(&'a [u8; 32]),
@@ -266,8 +266,7 @@ impl State {
         let (old, a) = self.directory.put(a);
         let old_names = old.as_deref().map(Lookup::of);
         for (i, name) in Lookup::of(&a).into_iter().enumerate() {
-            let unchanged = old_names.as_ref().is_some_and(|o| o[i].key() == name.key());
-            if unchanged {
+            if old_names.is_some_and(|o| o[i] == name) {
                 continue;
             }
             if let Some(o) = &old_names {
@@ -278,20 +277,10 @@ impl State {
     }
 }
 
-/// The account `user`, read from the store if it is not in memory. `Err`: the read failed
-/// (nothing changed). A function of the relay's parts rather than a method, so that the
-/// routing path may hold its connection's user meanwhile.
-pub(crate) fn lookup(
-    dir: &mut Directory,
-    reader: &mut dyn StoreRead,
-    stats: &mut crate::stats::RelayStats,
-    user: &UserUuid,
-) -> Result<Option<Arc<AccountRow>>, StoreError> {
-    with_account(dir, reader, stats, user, Arc::clone)
-}
-
-/// `f` of the account `user` ([`lookup`] without sharing the row: what the routing path
-/// needs of an account in memory costs one map lookup).
+/// `f` of the account `user`, read from the store if it is not in memory (what the routing
+/// path needs of an account in memory costs one map lookup). `Err`: the read failed (nothing
+/// changed). A function of the relay's parts rather than a method, so that the routing path
+/// may hold its connection's user meanwhile.
 pub(crate) fn with_account<R>(
     dir: &mut Directory,
     reader: &mut dyn StoreRead,
@@ -314,16 +303,17 @@ pub(crate) fn with_account<R>(
 }
 
 impl Relay {
-    /// The account `user`, read from the store if it is not in memory ([`lookup`]).
+    /// The account `user`, read from the store if it is not in memory ([`with_account`]).
     pub(crate) fn account(
         &mut self,
         user: &UserUuid,
     ) -> Result<Option<Arc<AccountRow>>, StoreError> {
-        lookup(
+        with_account(
             &mut self.state.directory,
             &mut *self.reader,
             &mut self.stats,
             user,
+            Arc::clone,
         )
     }
 
@@ -396,9 +386,9 @@ pub(crate) fn index_stored_accounts(
         batch.clear();
         for (key, value) in &page {
             let a: AccountRow = decode(Table::Accounts, key, value)?;
+            let uuid = serde_json::to_vec(&a.uuid)
+                .map_err(|e| StoreError::Backend(format!("encoding an index row: {e}")))?;
             for name in Lookup::of(&a) {
-                let uuid = serde_json::to_vec(&a.uuid)
-                    .map_err(|e| StoreError::Backend(format!("encoding an index row: {e}")))?;
                 batch.put(Table::AccountIndex, &name.key(), &uuid);
             }
             indexed += 1;

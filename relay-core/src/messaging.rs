@@ -375,11 +375,11 @@ impl Relay {
                 return self.send_error(conn, code, msg, Some("retract".into()), id);
             }
         };
-        let unreadable = |relay: &mut Self, id| {
+        let unreadable = |relay: &mut Self, what: &str, id| {
             relay.send_error(
                 conn,
                 ErrorCode::STORAGE_UNAVAILABLE,
-                "the relay could not read the message's tombstone; send the retract again",
+                &format!("the relay could not read {what}; send the retract again"),
                 Some("retract".into()),
                 id,
             );
@@ -388,24 +388,16 @@ impl Relay {
         let from = match self.alias_of(&user) {
             Ok(Some(from)) => from,
             Ok(None) => return,
-            Err(_) => {
-                return self.send_error(
-                    conn,
-                    ErrorCode::STORAGE_UNAVAILABLE,
-                    "the relay could not read your account; send the retract again",
-                    Some("retract".into()),
-                    id,
-                );
-            }
+            Err(_) => return unreadable(self, "your account", id),
         };
         let Ok(mut tomb) = self.tombstone(&user, &r.id, now) else {
-            return unreadable(self, id);
+            return unreadable(self, "the message's tombstone", id);
         };
         // PLANTED BUG (RetractByAnyMember): the id is looked up in the conversation, under
         // either member, so a member may retract the other one's message.
         if tomb.is_none() && planted!(self.config, RetractByAnyMember) {
             let Ok(other_tomb) = self.tombstone(&other, &r.id, now) else {
-                return unreadable(self, id);
+                return unreadable(self, "the message's tombstone", id);
             };
             tomb = other_tomb;
         }
@@ -420,13 +412,7 @@ impl Relay {
             );
         };
         if self.read_queue(&other, &r.conv_id).is_err() {
-            return self.send_error(
-                conn,
-                ErrorCode::STORAGE_UNAVAILABLE,
-                "the relay could not read the recipient's queue; send the retract again",
-                Some("retract".into()),
-                id,
-            );
+            return unreadable(self, "the recipient's queue", id);
         }
         let dropped = self.state.drop_retracted(&other, &r.conv_id, tomb.seq);
         if dropped {
