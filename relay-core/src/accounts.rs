@@ -340,12 +340,10 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
         let conversations = self
-            .state
-            .convs_of
-            .get(&user)
+            .contacts(&user)?
+            .conversations()
             .into_iter()
-            .flatten()
-            .map(|c| ActiveConversation { conv_id: c.clone() })
+            .map(|conv_id| ActiveConversation { conv_id })
             .collect();
         Ok(HttpResponse::json(
             200,
@@ -361,13 +359,12 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
         let (mut used, mut count) = (0u64, 0u64);
+        // Only the conversations with something queued for the caller count.
         let convs: Vec<wire::ConvId> = self
             .state
-            .convs_of
-            .get(&user)
-            .into_iter()
-            .flatten()
-            .cloned()
+            .queued
+            .of(&user)
+            .map(|(c, _)| c.clone())
             .collect();
         for conv in convs {
             self.read_queue(&user, &conv).map_err(|_| {

@@ -24,13 +24,12 @@ use base64::Engine as _;
 use hmac::{Hmac, KeyInit, Mac as _};
 use sha1::Sha1;
 use wire::frames::CallSignal;
-use wire::http::{FriendStatus, IceConfig, IcePolicy, IceServer};
+use wire::http::{IceConfig, IcePolicy, IceServer};
 use wire::{ErrorCode, ServerFrame, UnixMs};
 
 use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::planted::planted;
 use crate::relay::{ConnId, Relay};
-use crate::state::pair;
 
 /// `TURN_UNAVAILABLE` (503).
 fn turn_unavailable() -> ApiError {
@@ -136,20 +135,19 @@ impl Relay {
         let Ok(callee) = self.account_by_alias(&c.to) else {
             return unreadable(self, ref_type, id);
         };
-        let peer = callee
-            .map(|a| a.uuid.clone())
-            .filter(|peer| *peer != user)
-            .filter(|peer| {
-                // PLANTED BUG (CallToAnyone): the contact check is skipped, so anyone rings
-                // anyone whose alias they know.
-                planted!(self.config, CallToAnyone)
-                    || self
-                        .state
-                        .by_pair
-                        .get(&pair(&user, peer))
-                        .and_then(|f| self.state.friendships.get(f))
-                        .is_some_and(|f| f.status == FriendStatus::Accepted)
-            });
+        let peer = callee.map(|a| a.uuid.clone()).filter(|peer| *peer != user);
+        // PLANTED BUG (CallToAnyone): the contact check is skipped, so anyone rings anyone
+        // whose alias they know.
+        let peer = match peer {
+            Some(peer) if !planted!(self.config, CallToAnyone) => {
+                match self.are_contacts(&user, &peer) {
+                    Ok(true) => Some(peer),
+                    Ok(false) => None,
+                    Err(_) => return unreadable(self, ref_type, id),
+                }
+            }
+            peer => peer,
+        };
         let Some(peer) = peer else {
             return self.send_error(
                 conn,

@@ -96,6 +96,14 @@ pub struct Config {
     /// least recently used accounts are evicted past it and read from the store again when
     /// needed.
     pub account_cache_bytes: usize,
+    /// Estimated heap for conversations (members and seq counters) held in memory (see
+    /// [`limits::CONVERSATION_CACHE_BYTES`]); the least recently used are evicted past it and
+    /// read from the store again when needed.
+    pub conversation_cache_bytes: usize,
+    /// Estimated heap for users' contact lists (their friendships) held in memory (see
+    /// [`limits::CONTACT_CACHE_BYTES`]); the least recently used are evicted past it and read
+    /// from the store again when needed.
+    pub contact_cache_bytes: usize,
     /// A defect to plant, for the simulator's detection test only (feature `planted-bugs`,
     /// which no production build enables; see [`crate::PlantedBug`]). `None` by default.
     #[cfg(feature = "planted-bugs")]
@@ -174,6 +182,8 @@ impl Default for Config {
             tombstone_cache_bytes: limits::TOMBSTONE_CACHE_BYTES,
             queue_cache_bytes: limits::QUEUE_CACHE_BYTES,
             account_cache_bytes: limits::ACCOUNT_CACHE_BYTES,
+            conversation_cache_bytes: limits::CONVERSATION_CACHE_BYTES,
+            contact_cache_bytes: limits::CONTACT_CACHE_BYTES,
             #[cfg(feature = "planted-bugs")]
             planted_bug: None,
         }

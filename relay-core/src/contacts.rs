@@ -17,7 +17,7 @@ use wire::{ErrorCode, FriendshipId, IsoTime, Seq, ServerFrame, UnixMs, UserUuid}
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::planted::planted;
 use crate::relay::Relay;
-use crate::state::{ConversationRow, FriendshipRow, pair};
+use crate::state::{ConversationRow, FriendshipRow};
 
 fn not_found() -> ApiError {
     ApiError::new(
@@ -34,17 +34,9 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
-        let mine: Vec<FriendshipRow> = self
-            .state
-            .friendships_of
-            .get(&user)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.state.friendships.get(id))
-            .cloned()
-            .collect();
-        let mut list: Vec<FriendProfile> = Vec::with_capacity(mine.len());
-        for f in mine {
+        let mine = self.contacts(&user)?;
+        let mut list: Vec<FriendProfile> = Vec::with_capacity(mine.0.len());
+        for f in mine.0 {
             let (other, direction) = if f.requester == user {
                 (&f.addressee, FriendDirection::Sent)
             } else {
@@ -89,8 +81,10 @@ impl Relay {
                 "you cannot send a friend request to yourself",
             ));
         }
-        let existing = self.state.by_pair.get(&pair(&user, &target)).copied();
-        let id = match existing.and_then(|id| self.state.friendships.get(&id)) {
+        // Both lists are written with the friendship: both are read first.
+        let mine = self.contacts(&user)?;
+        self.contacts(&target)?;
+        let id = match mine.with(&target) {
             Some(f) if f.status != FriendStatus::Rejected => {
                 return Err(ApiError::new(
                     ErrorCode::ALREADY_EXISTS,
@@ -148,21 +142,34 @@ impl Relay {
         self.accept(now, &user, body.friendship_id)
     }
 
+    /// The friendship `id` of `user` (`FRIENDSHIP_NOT_FOUND` when `user` is not in it) with
+    /// the other member's contacts read too (a change writes both lists).
+    fn friendship_of(
+        &mut self,
+        user: &UserUuid,
+        id: FriendshipId,
+    ) -> Result<FriendshipRow, ApiError> {
+        let f = self
+            .contacts(user)?
+            .by_id(id)
+            .cloned()
+            .ok_or_else(not_found)?;
+        let other = if f.requester == *user {
+            &f.addressee
+        } else {
+            &f.requester
+        };
+        self.contacts(other)?;
+        Ok(f)
+    }
+
     fn accept(
         &mut self,
         now: UnixMs,
         user: &UserUuid,
         id: FriendshipId,
     ) -> Result<HttpResponse, ApiError> {
-        let f = self
-            .state
-            .friendships
-            .get(&id)
-            .cloned()
-            .ok_or_else(not_found)?;
-        if f.addressee != *user && f.requester != *user {
-            return Err(not_found());
-        }
+        let f = self.friendship_of(user, id)?;
         if f.status == FriendStatus::Accepted
             && let Some(conv) = f.conversation_id
         {
@@ -189,13 +196,12 @@ impl Relay {
         }
         // The caller's alias (for the frame), read before anything changes.
         let me = self.alias_of(user)?;
-        let conv = self.fresh_conv_id();
+        let conv = self.fresh_conv_id()?;
         self.state.put_conversation(ConversationRow {
             id: conv.clone(),
             members: [f.requester.clone(), f.addressee.clone()],
             last_seq: Seq(0),
             last_authored: [Seq(0), Seq(0)],
-            queued: Default::default(),
         });
         let requester = f.requester.clone();
         self.state.put_friendship(FriendshipRow {
@@ -222,12 +228,13 @@ impl Relay {
         ))
     }
 
-    fn fresh_conv_id(&mut self) -> wire::ConvId {
+    /// A conversation id no conversation has (96 random bits, checked against the store).
+    fn fresh_conv_id(&mut self) -> Result<wire::ConvId, ApiError> {
         loop {
             if let Ok(c) = wire::ConvId::parse(&self.ids.conv_id())
-                && !self.state.conversations.contains_key(&c)
+                && self.conversation(&c)?.is_none()
             {
-                return c;
+                return Ok(c);
             }
         }
     }
@@ -241,12 +248,7 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
         let id = FriendshipId::parse(id).map_err(|_| not_found())?;
-        let f = self
-            .state
-            .friendships
-            .get(&id)
-            .cloned()
-            .ok_or_else(not_found)?;
+        let f = self.friendship_of(&user, id)?;
         if f.addressee != user {
             return Err(not_found());
         }

@@ -109,6 +109,7 @@ pub mod push;
 mod queue;
 pub(crate) mod ratelimit;
 mod receipts;
+mod relations;
 mod relay;
 mod state;
 pub mod stats;

@@ -74,7 +74,8 @@ fn all_base64_alphabet(bytes: &[u8]) -> bool {
 pub(crate) enum NotMember {
     /// Not a member, or `to` is not the other one: the words of the `NOT_A_MEMBER` refusal.
     Refused(&'static str),
-    /// The other member's account could not be read (`STORAGE_UNAVAILABLE`; nothing changed).
+    /// The conversation or the other member's account could not be read
+    /// (`STORAGE_UNAVAILABLE`; nothing changed).
     Unreadable,
 }
 
@@ -85,7 +86,8 @@ impl NotMember {
             Self::Refused(msg) => (ErrorCode::NOT_A_MEMBER, msg),
             Self::Unreadable => (
                 ErrorCode::STORAGE_UNAVAILABLE,
-                "the relay could not read the other member's account; send it again",
+                "the relay could not read the conversation or the other member's account; send \
+                 it again",
             ),
         }
     }
@@ -102,14 +104,13 @@ fn member_check(
     to: &AliasId,
 ) -> Result<UserUuid, NotMember> {
     let not_member = NotMember::Refused("unknown conversation, or you are not a member of it");
-    let other = state
-        .conversations
-        .get(conv_id)
-        .ok_or(not_member)?
-        .row
-        .other(user)
-        .ok_or(not_member)?
-        .clone();
+    let other =
+        crate::relations::with_conversation(&mut state.relations, reader, stats, conv_id, |c| {
+            c.other(user).cloned()
+        })
+        .map_err(|_| NotMember::Unreadable)?
+        .flatten()
+        .ok_or(not_member)?;
     let named = crate::directory::with_account(&mut state.directory, reader, stats, &other, |a| {
         a.alias_id == *to
     })
@@ -155,10 +156,8 @@ impl Relay {
     ) -> Result<(), (ErrorCode, &'static str)> {
         let c = &self.config;
         // The conversation's summary: the queue itself may be only in the store.
-        let (conv_msgs, conv_bytes) = self
-            .state
-            .summary(recipient, conv)
-            .map_or((0, 0), |q| (q.msgs, q.bytes));
+        let q = self.state.summary(recipient, conv);
+        let (conv_msgs, conv_bytes) = (q.msgs, q.bytes);
         if conv_msgs >= c.max_offline_queue_per_conversation as u64
             || conv_bytes + charge > c.max_offline_queue_bytes_per_conversation
         {
@@ -317,11 +316,9 @@ impl Relay {
             payload: m.payload,
             at: now,
         };
-        let Some(recipient) = self.state.put_message(&m.conv_id, user, queued, ttl) else {
-            return;
-        };
-        // Offline: the recipient is copied for the push (not on the routing path).
-        let offline = peer.is_none().then(|| recipient.clone());
+        self.state
+            .put_message(&m.conv_id, user, &recipient, queued, ttl);
+        let offline = peer.is_none().then_some(recipient);
         if peer.is_some() {
             self.stats.messages_accepted_online += 1;
         } else {

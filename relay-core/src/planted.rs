@@ -104,12 +104,16 @@ pub enum PlantedBug {
     /// is taken not to exist instead of being read from the store, so its tokens stop working
     /// and messages to it are refused.
     EvictedAccountForgotten,
+    /// `relations`: a conversation read back from the store (evicted, or not read since a
+    /// restart) starts its seq counters again from 0, so new messages reuse seqs and the
+    /// recipient's client drops them as already seen.
+    EvictedConversationForgotten,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 27] = [
+    pub const ALL: [Self; 28] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -137,6 +141,7 @@ impl PlantedBug {
         Self::EvictedTombstonesForgotten,
         Self::EvictedQueueForgotten,
         Self::EvictedAccountForgotten,
+        Self::EvictedConversationForgotten,
     ];
 }
 

@@ -19,18 +19,20 @@
 //! map allocated a node every few messages, and a node of rows this size is a large
 //! allocation for the allocator), and no key stored twice.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use wire::{ConvId, MessageId, Seq, UnixMs, UserUuid};
 
 use crate::limits;
 use crate::lru::{Lru, Weigh};
 use crate::planted::planted;
+use serde::{Deserialize, Serialize};
+
+use crate::json;
 use crate::state::{
-    ConversationRow, MessageRecord, MessageRow, QueueSummary, State, Timer, Usage, decode, meta,
-    push_conversation, write_message_key,
+    MessageRecord, MessageRow, QueueSummary, State, Timer, Usage, decode, meta, write_message_key,
 };
-use crate::store::{StoreError, StoreRead, Table};
+use crate::store::{Batch, RowKey, StoreError, StoreRead, Table};
 
 /// A queued message: what its `msg` frame needs besides the conversation (recipient, sender
 /// and conversation id are the conversation's; see `crate::state::Conversation`).
@@ -184,9 +186,16 @@ impl Weigh for QueueKey {
 #[derive(Debug)]
 pub(crate) struct Queues {
     cache: Lru<QueueKey, Queue>,
-    /// Synced connections per recipient: while non-zero, every cached queue of the recipient
-    /// is pinned (delivery reads it).
-    held: BTreeMap<UserUuid, u32>,
+    /// Per recipient with synced connections: how many, and the conversations whose cached
+    /// queues are pinned for them (delivery reads them) until the last one goes.
+    held: BTreeMap<UserUuid, Held>,
+}
+
+/// A held recipient ([`Queues::hold`]).
+#[derive(Debug, Default)]
+struct Held {
+    connections: u32,
+    pinned: BTreeSet<ConvId>,
 }
 
 impl Default for Queues {
@@ -217,9 +226,11 @@ impl Queues {
     /// recipient is held. (A queue already in memory is replaced, keeping its pins.)
     pub(crate) fn insert_loaded(&mut self, key: QueueKey, queue: Queue) {
         let new = !self.cache.contains(&key);
-        let pin = (new && self.held.contains_key(&key.0)).then(|| key.clone());
+        let held = new.then(|| self.held.get_mut(&key.0)).flatten();
+        let pin = held.is_some_and(|h| h.pinned.insert(key.1.clone()));
+        let pinned = pin.then(|| key.clone());
         self.cache.insert(key, queue);
-        if let Some(key) = pin {
+        if let Some(key) = pinned {
             self.cache.pin(&key);
         }
     }
@@ -234,28 +245,34 @@ impl Queues {
         self.cache.write(key, f)
     }
 
-    /// A synced connection of `user` opened: its cached queues (the caller has read every
-    /// non-empty one, `convs`) stay in memory until [`Queues::release`].
+    /// A synced connection of `user` opened: its cached queues among `convs` (the caller has
+    /// read every non-empty one) stay in memory until [`Queues::release`], and so do those
+    /// read or created for it later.
     pub(crate) fn hold<'a>(&mut self, user: &UserUuid, convs: impl Iterator<Item = &'a ConvId>) {
-        let n = self.held.entry(user.clone()).or_insert(0);
-        *n += 1;
-        if *n == 1 {
+        let h = self.held.entry(user.clone()).or_default();
+        h.connections += 1;
+        if h.connections == 1 {
             for conv in convs {
-                self.cache.pin(&(user.clone(), conv.clone()));
+                let key = (user.clone(), conv.clone());
+                if self.cache.contains(&key) && h.pinned.insert(conv.clone()) {
+                    self.cache.pin(&key);
+                }
             }
         }
     }
 
     /// A synced connection of `user` went.
-    pub(crate) fn release<'a>(&mut self, user: &UserUuid, convs: impl Iterator<Item = &'a ConvId>) {
-        let Some(n) = self.held.get_mut(user) else {
+    pub(crate) fn release(&mut self, user: &UserUuid) {
+        let Some(h) = self.held.get_mut(user) else {
             return;
         };
-        *n -= 1;
-        if *n == 0 {
-            self.held.remove(user);
-            for conv in convs {
-                self.cache.release(&(user.clone(), conv.clone()));
+        h.connections -= 1;
+        if h.connections == 0 {
+            let Some(h) = self.held.remove(user) else {
+                return;
+            };
+            for conv in h.pinned {
+                self.cache.release(&(user.clone(), conv));
             }
         }
     }
@@ -291,26 +308,153 @@ impl Queues {
     }
 }
 
-/// Every stored message of the queue of `conv.members[recipient]` (one prefix scan), checked
-/// to belong to it.
+/// What one non-empty queue holds, and the member who wrote it (a row of `queue_index`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct QueueEntry {
+    pub(crate) from: UserUuid,
+    pub(crate) summary: QueueSummary,
+}
+
+/// The stored form of a [`QueueEntry`], keyed `recipient/conv`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct QueueIndexRow {
+    recipient: UserUuid,
+    conv_id: ConvId,
+    from: UserUuid,
+    msgs: u64,
+    bytes: u64,
+    oldest: UnixMs,
+}
+
+/// Records the `queue_index` row of the queue `(recipient, conv)`: `entry`, or its deletion
+/// when the queue is empty. The value is exactly `serde_json`'s encoding of a
+/// [`QueueIndexRow`] ([`crate::json`]).
+fn record_entry(
+    batch: &mut Batch,
+    recipient: &UserUuid,
+    conv: &ConvId,
+    entry: Option<&QueueEntry>,
+) {
+    let key = |k: &mut RowKey<'_>| {
+        k.push_str(recipient.as_str());
+        k.push('/');
+        k.push_str(conv.as_str());
+    };
+    let Some(e) = entry else {
+        batch.delete_row(Table::QueueIndex, key);
+        return;
+    };
+    batch.put_row(Table::QueueIndex, key, |out| {
+        out.extend_from_slice(b"{\"recipient\":");
+        json::string(out, recipient.as_str());
+        out.extend_from_slice(b",\"conv_id\":");
+        json::string(out, conv.as_str());
+        out.extend_from_slice(b",\"from\":");
+        json::string(out, e.from.as_str());
+        out.extend_from_slice(b",\"msgs\":");
+        json::uint(out, e.summary.msgs);
+        out.extend_from_slice(b",\"bytes\":");
+        json::uint(out, e.summary.bytes);
+        out.extend_from_slice(b",\"oldest\":");
+        json::uint(out, e.summary.oldest.get());
+        out.push(b'}');
+    });
+}
+
+/// What every non-empty queue holds, by recipient then conversation: all of it in memory
+/// (the queue bounds and the expiry timers need it), loaded from `queue_index` at start. Its
+/// size follows the undelivered messages (at most one entry per message), not the
+/// conversations.
+#[derive(Debug, Default)]
+pub(crate) struct QueueIndex(BTreeMap<UserUuid, BTreeMap<ConvId, QueueEntry>>);
+
+impl QueueIndex {
+    /// Adds a stored row (at load).
+    pub(crate) fn load(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let r: QueueIndexRow = decode(Table::QueueIndex, key, value)?;
+        if r.msgs == 0 || r.from == r.recipient {
+            return Err(StoreError::Backend(format!(
+                "corrupt row {key:?} in table {}: an empty queue, or one written to oneself",
+                Table::QueueIndex.name()
+            )));
+        }
+        let entry = QueueEntry {
+            from: r.from,
+            summary: QueueSummary {
+                msgs: r.msgs,
+                bytes: r.bytes,
+                oldest: r.oldest,
+            },
+        };
+        self.0
+            .entry(r.recipient)
+            .or_default()
+            .insert(r.conv_id, entry);
+        Ok(())
+    }
+
+    /// The queue `(recipient, conv)` if it holds messages.
+    pub(crate) fn get(&self, recipient: &UserUuid, conv: &ConvId) -> Option<&QueueEntry> {
+        self.0.get(recipient)?.get(conv)
+    }
+
+    /// The non-empty queues of `recipient`, by conversation.
+    pub(crate) fn of(&self, recipient: &UserUuid) -> impl Iterator<Item = (&ConvId, &QueueEntry)> {
+        self.0.get(recipient).into_iter().flatten()
+    }
+
+    /// Every non-empty queue: recipient, conversation, entry.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&UserUuid, &ConvId, &QueueEntry)> {
+        self.0
+            .iter()
+            .flat_map(|(to, convs)| convs.iter().map(move |(conv, e)| (to, conv, e)))
+    }
+
+    fn set(&mut self, recipient: &UserUuid, conv: &ConvId, entry: Option<QueueEntry>) {
+        match entry {
+            Some(e) => {
+                let convs = match self.0.get_mut(recipient) {
+                    Some(convs) => convs,
+                    None => self.0.entry(recipient.clone()).or_default(),
+                };
+                match convs.get_mut(conv) {
+                    Some(old) => *old = e,
+                    None => {
+                        convs.insert(conv.clone(), e);
+                    }
+                }
+            }
+            None => {
+                if let Some(convs) = self.0.get_mut(recipient) {
+                    convs.remove(conv);
+                    if convs.is_empty() {
+                        self.0.remove(recipient);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every stored message of the queue of `recipient` in `conv`, written by `from` (one prefix
+/// scan), checked to belong to it.
 pub(crate) fn read_queue(
     reader: &mut dyn StoreRead,
-    conv: &ConversationRow,
-    recipient: usize,
+    recipient: &UserUuid,
+    conv: &ConvId,
+    from: &UserUuid,
 ) -> Result<Queue, StoreError> {
-    let to = &conv.members[recipient];
-    let from = &conv.members[1 - recipient];
-    let mut prefix = String::with_capacity(to.as_str().len() + conv.id.as_str().len() + 2);
-    prefix.push_str(to.as_str());
+    let mut prefix = String::with_capacity(recipient.as_str().len() + conv.as_str().len() + 2);
+    prefix.push_str(recipient.as_str());
     prefix.push('/');
-    prefix.push_str(conv.id.as_str());
+    prefix.push_str(conv.as_str());
     prefix.push('/');
     let mut q = Queue::default();
     for (key, value) in reader.scan_prefix(Table::Messages, &prefix)? {
         let m: MessageRow = decode(Table::Messages, &key, &value)?;
         // Written only for a member of the conversation by its other member: anything else
         // is a corrupt store.
-        if m.recipient != *to || m.from != *from || m.conv_id != conv.id {
+        if m.recipient != *recipient || m.from != *from || m.conv_id != *conv {
             return Err(StoreError::Backend(format!(
                 "corrupt row {key:?} in table {}: not a message between the members of a \
                  conversation",
@@ -328,36 +472,30 @@ pub(crate) fn read_queue(
     Ok(q)
 }
 
-/// The queues' part of the relay's state: their summaries, reads, writes and expiry.
+/// The queues' part of the relay's state: their index, reads, writes and expiry.
 impl State {
-    /// Counts every queue into the backlog and arms its expiry timer, from the conversations'
-    /// summaries (at start, after [`State::summarise_stored_queues`] if it was needed).
+    /// Counts every queue into the backlog and arms its expiry timer, from the queue index (at
+    /// start, after [`State::summarise_stored_queues`] if it was needed).
     pub(crate) fn index_queues(&mut self, offline_ttl_ms: u64) {
-        for c in self.conversations.values() {
-            for (i, q) in c.row.queued.iter().enumerate() {
-                if q.msgs == 0 {
-                    continue;
-                }
-                let [to, from] = [&c.row.members[i], &c.row.members[1 - i]];
-                self.backlog.add(to, from, q.usage());
-                self.timers.insert((
-                    q.oldest.plus_ms(offline_ttl_ms),
-                    Timer::Messages(to.clone(), c.row.id.clone()),
-                ));
-            }
+        for (to, conv, e) in self.queued.iter() {
+            self.backlog.add(to, &e.from, e.summary.usage());
+            self.timers.insert((
+                e.summary.oldest.plus_ms(offline_ttl_ms),
+                Timer::Messages(to.clone(), conv.clone()),
+            ));
         }
     }
 
-    /// Fills in the queue summaries of every conversation from the stored messages (one scan
-    /// of the table, in pages of `page_rows` rows ([`limits::SUMMARISE_PAGE_ROWS`]), keeping
-    /// only the summaries) and records the rows that change, plus [`meta::QUEUE_SUMMARIES`]:
-    /// what the first start of a store written before the summaries existed needs, once.
+    /// Builds the queue index from the stored messages (one scan of the table, in pages of
+    /// `page_rows` rows ([`limits::SUMMARISE_PAGE_ROWS`]), keeping only the summaries) and
+    /// records its rows, plus [`meta::QUEUE_INDEX`]: what the first start of a store written
+    /// before the index existed needs, once.
     pub(crate) fn summarise_stored_queues(
         &mut self,
         reader: &mut dyn StoreRead,
         page_rows: usize,
     ) -> Result<(), StoreError> {
-        let mut found: BTreeMap<(ConvId, usize), QueueSummary> = BTreeMap::new();
+        let mut found: BTreeMap<(UserUuid, ConvId), QueueEntry> = BTreeMap::new();
         let mut after: Option<String> = None;
         loop {
             let page = reader.scan_page(Table::Messages, after.as_deref(), page_rows.max(1))?;
@@ -367,20 +505,27 @@ impl State {
             after = Some(last.clone());
             for (key, value) in &page {
                 let m: MessageRow = decode(Table::Messages, key, value)?;
-                let member = self
-                    .conversations
-                    .get(&m.conv_id)
-                    .and_then(|c| c.row.index_of(&m.recipient).zip(c.row.index_of(&m.from)))
-                    .filter(|(r, f)| r != f);
-                let Some((r, _)) = member else {
-                    return Err(StoreError::Backend(format!(
-                        "corrupt row {key:?} in table {}: not a message between the members of \
-                         a conversation",
+                let corrupt = || {
+                    StoreError::Backend(format!(
+                        "corrupt row {key:?} in table {}: not a message between the members \
+                         of a conversation",
                         Table::Messages.name()
-                    )));
+                    ))
                 };
+                if m.from == m.recipient {
+                    return Err(corrupt());
+                }
                 // Keys are unique per (recipient, conversation, seq): each row is one message.
-                let s = found.entry((m.conv_id, r)).or_default();
+                let e = found
+                    .entry((m.recipient, m.conv_id))
+                    .or_insert_with(|| QueueEntry {
+                        from: m.from.clone(),
+                        summary: QueueSummary::default(),
+                    });
+                if e.from != m.from {
+                    return Err(corrupt());
+                }
+                let s = &mut e.summary;
                 if s.msgs == 0 || m.at < s.oldest {
                     s.oldest = m.at;
                 }
@@ -388,38 +533,26 @@ impl State {
                 s.bytes += limits::queued_message_bytes(m.id.as_str().len(), m.payload.len());
             }
         }
-        let ids: Vec<ConvId> = self.conversations.keys().cloned().collect();
-        for id in ids {
-            let Some(c) = self.conversations.get_mut(&id) else {
-                continue;
-            };
-            let summaries =
-                [0, 1].map(|i| found.get(&(id.clone(), i)).copied().unwrap_or_default());
-            if c.row.queued != summaries {
-                c.row.queued = summaries;
-                let row = c.row.clone();
-                self.record_conversation(&row);
-            }
+        for ((to, conv), e) in found {
+            record_entry(&mut self.batch, &to, &conv, Some(&e));
+            self.queued.set(&to, &conv, Some(e));
         }
-        self.put_meta(meta::QUEUE_SUMMARIES, "1".to_owned());
+        self.put_meta(meta::QUEUE_INDEX, "1".to_owned());
         Ok(())
     }
 
-    fn record_conversation(&mut self, c: &ConversationRow) {
-        let counter_stored = !planted!(self, SeqNotPersisted);
-        push_conversation(&mut self.batch, c, counter_stored);
-    }
-
-    /// What is queued for `recipient` in `conv` (`None` when it is not a member).
-    pub(crate) fn summary(&self, recipient: &UserUuid, conv: &ConvId) -> Option<QueueSummary> {
-        let row = &self.conversations.get(conv)?.row;
-        row.index_of(recipient).map(|i| row.queued[i])
+    /// What is queued for `recipient` in `conv` (zero when nothing is).
+    pub(crate) fn summary(&self, recipient: &UserUuid, conv: &ConvId) -> QueueSummary {
+        self.queued
+            .get(recipient, conv)
+            .map(|e| e.summary)
+            .unwrap_or_default()
     }
 
     /// Brings the queue of `recipient` in `conv` into memory: read from the store (one prefix
     /// scan) unless it is there already or empty (an empty queue is created in memory by the
     /// message that next joins it, [`State::put_message`]). Should the
-    /// rows disagree with the conversation's summary, the rows win: the summary and the
+    /// rows disagree with the queue's index entry, the rows win: the entry and the
     /// backlog are corrected (and the row recorded) and counted in `stats`. `Err`: the read
     /// failed; nothing changed.
     pub(crate) fn load_queue(
@@ -433,87 +566,83 @@ impl State {
         if self.queues.is_loaded(&key) {
             return Ok(());
         }
-        let Some(c) = self.conversations.get(conv) else {
-            return Ok(());
-        };
-        let Some(i) = c.row.index_of(recipient) else {
-            return Ok(());
-        };
-        if c.row.queued[i].msgs == 0 {
+        let Some(entry) = self.queued.get(recipient, conv) else {
             // Nothing to read, nor to keep: a message for it creates the queue in memory.
             return Ok(());
-        }
+        };
         let q = if planted!(self, EvictedQueueForgotten) {
             // PLANTED BUG (test-only): the stored queue is not read back.
             Queue::default()
         } else {
             stats.queues_read += 1;
-            read_queue(reader, &c.row, i).inspect_err(|_| {
+            read_queue(reader, recipient, conv, &entry.from).inspect_err(|_| {
                 stats.queue_read_failures += 1;
             })?
         };
         let found = q.summary();
-        if found != c.row.queued[i] && !planted!(self, EvictedQueueForgotten) {
+        if found != entry.summary && !planted!(self, EvictedQueueForgotten) {
             stats.queue_summaries_repaired += 1;
-            let [to, from] = [&c.row.members[i], &c.row.members[1 - i]];
-            self.backlog.sub(to, from, c.row.queued[i].usage());
-            self.backlog.add(to, from, found.usage());
-            if let Some(c) = self.conversations.get_mut(conv) {
-                c.row.queued[i] = found;
-                let row = c.row.clone();
-                self.record_conversation(&row);
-            }
+            let from = entry.from.clone();
+            self.set_summary(recipient, conv, &from, found);
         }
         self.queues.insert_loaded(key, q);
         Ok(())
     }
 
+    /// Sets what the queue `(recipient, conv)` of messages from `from` holds: the index entry
+    /// (and its row) and the backlog.
+    fn set_summary(
+        &mut self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+        from: &UserUuid,
+        new: QueueSummary,
+    ) {
+        let old = self.summary(recipient, conv);
+        self.backlog.sub(recipient, from, old.usage());
+        self.backlog.add(recipient, from, new.usage());
+        let entry = (new.msgs > 0).then(|| QueueEntry {
+            from: from.clone(),
+            summary: new,
+        });
+        record_entry(&mut self.batch, recipient, conv, entry.as_ref());
+        self.queued.set(recipient, conv, entry);
+    }
+
     /// The messages queued for `recipient` in `conv`, by seq; `None` when there are none, or
     /// when they are not in memory (callers that need them [`State::load_queue`] first).
     pub(crate) fn queue(&self, recipient: &UserUuid, conv: &ConvId) -> Option<&Queue> {
-        if self.summary(recipient, conv)?.msgs == 0 {
-            return None;
-        }
+        self.queued.get(recipient, conv)?;
         let q = self.queues.get(&(recipient.clone(), conv.clone()));
         debug_assert!(q.is_some(), "a queue used before it was read");
         q.filter(|q| !q.is_empty())
     }
 
-    /// Records the conversation `conv` after messages left member `i`'s queue (in memory),
-    /// with that queue's new summary, and keeps the backlog in step. (The queue's timer stays:
-    /// it fires no later than the expiry of any message left, and re-arms for the oldest.)
-    fn queue_changed(&mut self, conv: &ConvId, i: usize) {
-        let Some(c) = self.conversations.get_mut(conv) else {
+    /// Records the queue `(recipient, conv)` after messages left it (in memory), with its new
+    /// summary, and keeps the backlog in step. (The queue's timer stays: it fires no later
+    /// than the expiry of any message left, and re-arms for the oldest.)
+    fn queue_changed(&mut self, recipient: &UserUuid, conv: &ConvId) {
+        let Some(from) = self.queued.get(recipient, conv).map(|e| e.from.clone()) else {
             return;
         };
-        let key = (c.row.members[i].clone(), conv.clone());
-        let Some(q) = self.queues.get(&key) else {
+        let Some(q) = self.queues.get(&(recipient.clone(), conv.clone())) else {
             return;
         };
-        let (old, new) = (c.row.queued[i], q.summary());
-        let [to, from] = [&c.row.members[i], &c.row.members[1 - i]];
-        self.backlog.sub(to, from, old.usage());
-        self.backlog.add(to, from, new.usage());
-        c.row.queued[i] = new;
-        let counter_stored = !planted!(self, SeqNotPersisted);
-        push_conversation(&mut self.batch, &c.row, counter_stored);
+        let new = q.summary();
+        self.set_summary(recipient, conv, &from, new);
     }
 
-    /// Stores and queues `m`, written by `author` in `conv` for its other member (whose queue
-    /// is in memory if it holds messages: [`State::load_queue`]), and records the conversation with its new seq
-    /// counter ([`State::next_seq`]) and summary; returns that member. `None` when `author` is
-    /// not a member of `conv`.
+    /// Stores and queues `m`, written by `author` in `conv` for `recipient` (whose queue is in
+    /// memory if it holds messages: [`State::load_queue`]), with the queue's new index entry.
+    /// (The conversation's counters are the caller's: [`State::next_seq`].)
     pub(crate) fn put_message(
         &mut self,
         conv: &ConvId,
         author: &UserUuid,
+        recipient: &UserUuid,
         m: Queued,
         offline_ttl_ms: u64,
-    ) -> Option<&UserUuid> {
-        let counter_stored = !planted!(self, SeqNotPersisted);
-        let c = self.conversations.get_mut(conv)?;
-        let a = c.row.index_of(author)?;
-        let recipient = &c.row.members[1 - a];
+    ) {
         let record = MessageRecord {
             recipient,
             conv_id: conv,
@@ -530,7 +659,7 @@ impl State {
             |out| record.write_json(out),
         );
         let qkey = (recipient.clone(), conv.clone());
-        let summary = &mut c.row.queued[1 - a];
+        let mut summary = self.summary(recipient, conv);
         if summary.msgs == 0 && !self.queues.is_loaded(&qkey) {
             self.queues.insert_loaded(qkey.clone(), Queue::default());
         }
@@ -548,16 +677,12 @@ impl State {
         }
         summary.msgs += 1;
         summary.bytes += usage.bytes;
-        self.backlog.add(recipient, author, usage);
         if let Some(Some(old)) = replaced {
             // A seq is never reused (a planted defect aside): the replaced copy leaves.
-            let old = Usage::of(&old);
             summary.msgs -= 1;
-            summary.bytes -= old.bytes;
-            self.backlog.sub(recipient, author, old);
+            summary.bytes -= old.charge();
         }
-        push_conversation(&mut self.batch, &c.row, counter_stored);
-        Some(&c.row.members[1 - a])
+        self.set_summary(recipient, conv, author, summary);
     }
 
     /// Deletes the messages of the queue `(recipient, conv)` (in memory) whose TTL ended at
@@ -588,23 +713,14 @@ impl State {
                     });
                 }
             });
-            self.after_removal(recipient, conv);
+            self.queue_changed(recipient, conv);
         }
-        if let Some(left) = self.summary(recipient, conv).filter(|s| s.msgs > 0) {
+        let left = self.summary(recipient, conv);
+        if left.msgs > 0 {
             self.timers.insert((
                 left.oldest.plus_ms(ttl_ms),
                 Timer::Messages(recipient.clone(), conv.clone()),
             ));
-        }
-    }
-
-    fn after_removal(&mut self, recipient: &UserUuid, conv: &ConvId) {
-        let i = self
-            .conversations
-            .get(conv)
-            .and_then(|c| c.row.index_of(recipient));
-        if let Some(i) = i {
-            self.queue_changed(conv, i);
         }
     }
 
@@ -629,7 +745,7 @@ impl State {
                     write_message_key(k, recipient, conv, seq);
                 });
             }
-            self.after_removal(recipient, conv);
+            self.queue_changed(recipient, conv);
         }
         removed
     }
@@ -657,7 +773,7 @@ impl State {
                 }
             }
         });
-        self.after_removal(recipient, conv);
+        self.queue_changed(recipient, conv);
     }
 }
 
@@ -710,8 +826,7 @@ mod tests {
     /// same as the queues the rows make.
     #[test]
     fn stored_queues_summarise_the_same_in_pages_of_any_size() {
-        use crate::state::ConversationRow;
-        use crate::store::{Batch, MemoryStore, Store as _};
+        use crate::store::{MemoryStore, Store as _};
         let user = |n: u32| UserUuid::parse(&format!("00000000-0000-4000-8000-{n:012}")).unwrap();
         let conv = |n: u32| ConvId::parse(&format!("c-{n}")).unwrap();
         let convs = [(conv(1), [user(1), user(2)]), (conv(2), [user(1), user(3)])];
@@ -758,15 +873,6 @@ mod tests {
         store.commit(&batch).unwrap();
         for page_rows in [1, 2, 3, 10_000] {
             let mut state = State::default();
-            for (id, members) in &convs {
-                state.put_conversation(ConversationRow {
-                    id: id.clone(),
-                    members: members.clone(),
-                    last_seq: Seq(5),
-                    last_authored: [Seq(5), Seq(4)],
-                    queued: Default::default(),
-                });
-            }
             let mut reader = store.reader().unwrap();
             state
                 .summarise_stored_queues(&mut *reader, page_rows)
@@ -777,10 +883,14 @@ mod tests {
                         .get(&(m.clone(), id.clone()))
                         .map(Queue::summary)
                         .unwrap_or_default();
-                    assert_eq!(state.summary(m, id), Some(expected), "page {page_rows}");
+                    assert_eq!(state.summary(m, id), expected, "page {page_rows}");
+                    let other = members.iter().find(|o| *o != m).unwrap();
+                    if expected.msgs > 0 {
+                        assert_eq!(state.queued.get(m, id).map(|e| &e.from), Some(other));
+                    }
                 }
             }
-            assert!(state.meta.contains_key(meta::QUEUE_SUMMARIES));
+            assert!(state.meta.contains_key(meta::QUEUE_INDEX));
         }
     }
 

@@ -51,14 +51,13 @@ impl Relay {
                 return self.send_error(conn, code, msg, ref_type(), None);
             }
         };
+        // `member_check` read the conversation: it is in memory until the input ends.
         let last_from_other = self
             .state
-            .conversations
-            .get(&r.conv_id)
+            .relations
+            .conversation(&r.conv_id)
             .map_or(Seq(0), |c| {
-                c.row
-                    .index_of(&other)
-                    .map_or(Seq(0), |i| c.row.last_authored[i])
+                c.index_of(&other).map_or(Seq(0), |i| c.last_authored[i])
             });
         // The aliases a forwarded receipt names, read before anything changes.
         let (Ok(from), Ok(to)) = (self.alias_of(&user), self.alias_of(&other)) else {

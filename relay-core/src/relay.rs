@@ -317,7 +317,23 @@ impl Relay {
         {
             state.directory.planted_bug = config.planted_bug;
         }
-        if !state.meta.contains_key(meta::QUEUE_SUMMARIES) {
+        if !state.meta.contains_key(meta::CONTACTS) {
+            crate::relations::index_stored_friendships(
+                &mut *store,
+                &mut *reader,
+                crate::limits::INDEX_PAGE_ROWS,
+            )?;
+            state.put_meta(meta::CONTACTS, "1".to_owned());
+        }
+        state.relations = crate::relations::Relations::new(
+            config.conversation_cache_bytes,
+            config.contact_cache_bytes,
+        );
+        #[cfg(feature = "planted-bugs")]
+        {
+            state.relations.planted_bug = config.planted_bug;
+        }
+        if !state.meta.contains_key(meta::QUEUE_INDEX) {
             state.summarise_stored_queues(&mut *reader, crate::limits::SUMMARISE_PAGE_ROWS)?;
         }
         state.index_queues(config.offline_ttl_ms);
@@ -431,15 +447,14 @@ impl Relay {
         &self.config
     }
 
-    /// Number of undelivered messages held (all recipients), summed over the conversations'
-    /// summaries (whether the messages are in memory or only in the store).
+    /// Number of undelivered messages held (all recipients), summed over the queue index
+    /// (whether the messages are in memory or only in the store).
     pub fn queued_messages(&self) -> usize {
         let total: u64 = self
             .state
-            .conversations
-            .values()
-            .flat_map(|c| &c.row.queued)
-            .map(|q| q.msgs)
+            .queued
+            .iter()
+            .map(|(_, _, e)| e.summary.msgs)
             .sum();
         usize::try_from(total).unwrap_or(usize::MAX)
     }
@@ -465,6 +480,11 @@ impl Relay {
     /// The accounts held in memory (the rest are in the store).
     pub fn account_cache(&self) -> crate::stats::AccountCacheStats {
         self.state.directory.stats()
+    }
+
+    /// The conversations and contact lists held in memory (the rest are in the store).
+    pub fn relation_cache(&self) -> crate::stats::RelationCacheStats {
+        self.state.relations.stats()
     }
 
     /// The queued messages held in memory: a few numbers, counted on each call (the number of
@@ -1251,8 +1271,7 @@ impl Relay {
             self.conn_of_user.remove(&c.user);
         }
         if c.synced {
-            let convs = self.state.convs_of.get(&c.user).into_iter().flatten();
-            self.state.queues.release(&c.user, convs);
+            self.state.queues.release(&c.user);
         }
     }
 

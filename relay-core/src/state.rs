@@ -45,7 +45,8 @@ pub(crate) struct FriendshipRow {
     pub(crate) created_at: UnixMs,
 }
 
-/// A two-member conversation and its seq counter.
+/// A two-member conversation and its seq counters. (Rows written before the queues were
+/// indexed apart also carry a `queued` field, which is ignored: `queue_index` holds it now.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ConversationRow {
     pub(crate) id: ConvId,
@@ -54,16 +55,10 @@ pub(crate) struct ConversationRow {
     pub(crate) last_seq: Seq,
     /// The last seq authored by `members[i]` (0 if none).
     pub(crate) last_authored: [Seq; 2],
-    /// What is queued for `members[i]` (`crate::queue`): kept in the same commit as every
-    /// change to the queue, so that the queue bounds and timers need no read of the messages.
-    /// Absent from rows written before the messages were read lazily (see
-    /// [`meta::QUEUE_SUMMARIES`]).
-    #[serde(default)]
-    pub(crate) queued: [QueueSummary; 2],
 }
 
 /// What one member's queue of a conversation holds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct QueueSummary {
     /// Messages queued.
     pub(crate) msgs: u64,
@@ -79,16 +74,6 @@ impl QueueSummary {
             msgs: usize::try_from(self.msgs).unwrap_or(usize::MAX),
             bytes: self.bytes,
         }
-    }
-
-    fn write_json(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"{\"msgs\":");
-        json::uint(out, self.msgs);
-        out.extend_from_slice(b",\"bytes\":");
-        json::uint(out, self.bytes);
-        out.extend_from_slice(b",\"oldest\":");
-        json::uint(out, self.oldest.get());
-        out.push(b'}');
     }
 }
 
@@ -114,10 +99,6 @@ impl ConversationRow {
         json::uint(out, self.last_authored[0].get());
         out.push(b',');
         json::uint(out, self.last_authored[1].get());
-        out.extend_from_slice(b"],\"queued\":[");
-        self.queued[0].write_json(out);
-        out.push(b',');
-        self.queued[1].write_json(out);
         out.extend_from_slice(b"]}");
     }
 }
@@ -171,13 +152,6 @@ impl MessageRecord<'_> {
         json::uint(out, self.at.get());
         out.push(b'}');
     }
-}
-
-/// A conversation in memory: its stored row (the messages held for each member are in
-/// [`State::queues`] when in memory).
-#[derive(Debug)]
-pub(crate) struct Conversation {
-    pub(crate) row: ConversationRow,
 }
 
 /// What the relay remembers of an accepted message id after the message itself is gone (the
@@ -288,9 +262,12 @@ pub(crate) mod meta {
     /// Present once every account has its `account_index` rows (written by the first start of
     /// a relay that reads accounts lazily, after it indexed the stored accounts).
     pub(crate) const ACCOUNT_INDEX: &str = "account_index";
-    /// Present once every conversation row carries its queue summaries (written by the first
-    /// start of a relay that reads messages lazily, after it summarised the stored queues).
-    pub(crate) const QUEUE_SUMMARIES: &str = "queue_summaries";
+    /// Present once every non-empty queue has its `queue_index` row (written by the first
+    /// start of a relay that indexes the queues apart, after it summarised the stored messages).
+    pub(crate) const QUEUE_INDEX: &str = "queue_index";
+    /// Present once every friendship has its `contacts` rows (written by the first start of a
+    /// relay that reads contacts lazily, after it indexed the stored friendships).
+    pub(crate) const CONTACTS: &str = "contacts";
 }
 
 /// Deadlines kept in one ordered set; entries are checked against the state when they fire.
@@ -348,14 +325,12 @@ pub(crate) struct State {
     /// The accounts in memory and their names (`crate::directory`; the rest are in the
     /// store).
     pub(crate) directory: crate::directory::Directory,
-    pub(crate) friendships: BTreeMap<FriendshipId, FriendshipRow>,
-    /// (lower uuid, higher uuid) -> friendship.
-    pub(crate) by_pair: BTreeMap<(UserUuid, UserUuid), FriendshipId>,
-    /// user -> the friendships it is in, oldest first (a friends list reads its own).
-    pub(crate) friendships_of: BTreeMap<UserUuid, BTreeSet<FriendshipId>>,
-    pub(crate) conversations: BTreeMap<ConvId, Conversation>,
-    /// user -> their conversations.
-    pub(crate) convs_of: BTreeMap<UserUuid, BTreeSet<ConvId>>,
+    /// The conversations and contact lists in memory (`crate::relations`; the rest are in
+    /// the store).
+    pub(crate) relations: crate::relations::Relations,
+    /// What every non-empty queue holds, by recipient and conversation (`crate::queue`; all
+    /// of it in memory: the queue bounds and the expiry timers need it).
+    pub(crate) queued: crate::queue::QueueIndex,
     /// (author, message id) -> tombstone, for the authors whose sets are in memory
     /// (`crate::tombstones`; the rest are in the store).
     pub(crate) tombstones: crate::tombstones::Cache,
@@ -389,6 +364,8 @@ pub(crate) struct State {
 #[derive(Debug, Default)]
 pub(crate) struct Pins {
     accounts: Vec<UserUuid>,
+    conversations: Vec<ConvId>,
+    contacts: Vec<UserUuid>,
     tombstones: Vec<UserUuid>,
     queues: Vec<crate::queue::QueueKey>,
 }
@@ -466,14 +443,6 @@ impl Backlog {
     /// What `user` has queued for others.
     pub(crate) fn of_sender(&self, user: &UserUuid) -> Usage {
         self.by_sender.get(user).copied().unwrap_or_default()
-    }
-}
-
-pub(crate) fn pair(a: &UserUuid, b: &UserUuid) -> (UserUuid, UserUuid) {
-    if a <= b {
-        (a.clone(), b.clone())
-    } else {
-        (b.clone(), a.clone())
     }
 }
 
@@ -562,11 +531,8 @@ impl State {
         for (k, v) in rows(Table::Meta) {
             s.meta.insert(k.clone(), decode(Table::Meta, k, v)?);
         }
-        for (k, v) in rows(Table::Friendships) {
-            s.index_friendship(decode(Table::Friendships, k, v)?);
-        }
-        for (k, v) in rows(Table::Conversations) {
-            s.index_conversation(decode(Table::Conversations, k, v)?);
+        for (k, v) in rows(Table::QueueIndex) {
+            s.queued.load(k, v)?;
         }
         for (k, v) in rows(Table::ReceiptMarks) {
             let m: ReceiptMarkRow = decode(Table::ReceiptMarks, k, v)?;
@@ -604,7 +570,7 @@ impl State {
     }
 
     /// [`State::record`] with the key written in place by `key`.
-    fn record_keyed<T: Serialize>(
+    pub(crate) fn record_keyed<T: Serialize>(
         &mut self,
         table: Table,
         key: impl FnOnce(&mut RowKey<'_>),
@@ -644,61 +610,13 @@ impl State {
         FriendshipId(next)
     }
 
-    // ---- friendships and conversations
-
-    fn index_friendship(&mut self, f: FriendshipRow) {
-        self.by_pair.insert(pair(&f.requester, &f.addressee), f.id);
-        for member in [&f.requester, &f.addressee] {
-            self.friendships_of
-                .entry(member.clone())
-                .or_default()
-                .insert(f.id);
-        }
-        self.friendships.insert(f.id, f);
-    }
-
-    pub(crate) fn put_friendship(&mut self, f: FriendshipRow) {
-        self.record(Table::Friendships, &format!("{:020}", f.id.get()), &f);
-        self.index_friendship(f);
-    }
-
-    fn index_conversation(&mut self, c: ConversationRow) {
-        for m in &c.members {
-            self.convs_of
-                .entry(m.clone())
-                .or_default()
-                .insert(c.id.clone());
-        }
-        let conv = Conversation { row: c };
-        self.conversations.insert(conv.row.id.clone(), conv);
-    }
-
-    /// Assigns the next seq of `conv` to a message written by `author`, updating the row in
-    /// memory: the caller's [`State::put_message`] records it, in the same batch. `None` when
-    /// `conv` is unknown or `author` is not a member.
-    pub(crate) fn next_seq(&mut self, conv: &ConvId, author: &UserUuid) -> Option<Seq> {
-        let c = &mut self.conversations.get_mut(conv)?.row;
-        let i = c.index_of(author)?;
-        let seq = c.last_seq.next();
-        c.last_seq = seq;
-        c.last_authored[i] = seq;
-        Some(seq)
-    }
-
-    pub(crate) fn put_conversation(&mut self, c: ConversationRow) {
-        push_conversation(&mut self.batch, &c, true);
-        match self.conversations.get_mut(&c.id) {
-            // Same members: `convs_of` stays; replace the row in place.
-            Some(old) if old.row.members == c.members => old.row = c,
-            _ => self.index_conversation(c),
-        }
-    }
-
     // ---- the caches over the store
 
     /// Hands the cache entries written since the last move to `batch`'s pins.
     pub(crate) fn move_written(&mut self, batch: &mut Pins) {
         self.directory.move_written(&mut batch.accounts);
+        self.relations
+            .move_written(&mut batch.conversations, &mut batch.contacts);
         self.tombstones.move_written(&mut batch.tombstones);
         self.queues.move_written(&mut batch.queues);
     }
@@ -706,6 +624,7 @@ impl State {
     /// The writes since the last [`State::move_written`] are durable.
     pub(crate) fn unpin_written(&mut self) {
         self.directory.unpin_written();
+        self.relations.unpin_written();
         self.tombstones.unpin_written();
         self.queues.unpin_written();
     }
@@ -713,6 +632,7 @@ impl State {
     /// A batch whose writes pinned `batch` is durable.
     pub(crate) fn unpin(&mut self, batch: Pins) {
         self.directory.unpin(batch.accounts);
+        self.relations.unpin(batch.conversations, batch.contacts);
         self.tombstones.unpin(batch.tombstones);
         self.queues.unpin(batch.queues);
     }
@@ -720,6 +640,7 @@ impl State {
     /// Evicts what the caches hold beyond their bounds (only what no batch in flight wrote).
     pub(crate) fn evict(&mut self) {
         self.directory.evict();
+        self.relations.evict();
         self.tombstones.evict();
         self.queues.evict();
     }
@@ -920,10 +841,6 @@ mod tests {
                 members: [members.0, members.1],
                 last_seq: Seq(seqs.0),
                 last_authored: [Seq(seqs.1), Seq(seqs.2)],
-                queued: [
-                    QueueSummary { msgs: seqs.0, bytes: seqs.1, oldest: UnixMs(seqs.2) },
-                    QueueSummary::default(),
-                ],
             };
             let mut out = Vec::new();
             c.write_json(&mut out);

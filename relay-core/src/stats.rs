@@ -44,6 +44,16 @@ pub struct RelayStats {
     /// Account and lookup reads that failed (the request or frame was refused with
     /// `STORAGE_UNAVAILABLE`).
     pub account_read_failures: u64,
+    /// Conversations read from the store (needed by id while not in memory).
+    pub conversations_read: u64,
+    /// Conversation reads that failed (the frame or request was refused with
+    /// `STORAGE_UNAVAILABLE`).
+    pub conversation_read_failures: u64,
+    /// Contact lists read from the store (one user's friendships, needed while not in memory).
+    pub contacts_read: u64,
+    /// Contact list reads that failed (the request or frame was refused with
+    /// `STORAGE_UNAVAILABLE`, or a `sync` closed the connection).
+    pub contact_read_failures: u64,
     /// Payment webhooks, by what they did.
     pub webhooks: WebhookStats,
 }
@@ -88,6 +98,24 @@ pub struct AccountCacheStats {
     /// Accounts in memory.
     pub accounts: usize,
     /// Accounts evicted since the relay was built.
+    pub evictions: u64,
+}
+
+/// The conversations and contact lists held in memory, read with
+/// [`Relay::relation_cache`](crate::Relay::relation_cache) (the rest are in the store).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RelationCacheStats {
+    /// Estimated heap of the conversations in memory (bounded by
+    /// `Config::conversation_cache_bytes`, plus what the batches in flight pinned).
+    pub conversation_bytes: usize,
+    /// Conversations in memory.
+    pub conversations: usize,
+    /// Estimated heap of the contact lists in memory (bounded by `Config::contact_cache_bytes`,
+    /// plus what the batches in flight pinned).
+    pub contact_bytes: usize,
+    /// Users whose contact lists are in memory.
+    pub contact_lists: usize,
+    /// Conversations and contact lists evicted since the relay was built.
     pub evictions: u64,
 }
 

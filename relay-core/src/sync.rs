@@ -80,14 +80,9 @@ impl Relay {
         let Some(user) = self.conns.get(&conn).map(|c| c.user.clone()) else {
             return;
         };
-        let convs: Vec<ConvId> = self
-            .state
-            .convs_of
-            .get(&user)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
+        // The user's conversations (its contacts are read if they are not in memory; a failed
+        // read is answered below).
+        let convs = self.contacts(&user).map(|c| c.conversations());
         // Every queue of the user is read (if not in memory) before anything is replayed, and
         // stays in memory while the connection is synced (delivery reads it per message).
         let unreadable = |relay: &mut Self| {
@@ -100,6 +95,9 @@ impl Relay {
                 None,
             );
             relay.close_unreadable(conn);
+        };
+        let Ok(convs) = convs else {
+            return unreadable(self);
         };
         for conv in &convs {
             if self.read_queue(&user, conv).is_err() {
@@ -128,11 +126,7 @@ impl Relay {
             )
             .chain([user.clone()])
             // The senders of what is queued: the replay's frames name them.
-            .chain(convs.iter().filter_map(|conv| {
-                let c = &self.state.conversations.get(conv)?.row;
-                let queued = self.state.summary(&user, conv).is_some_and(|q| q.msgs > 0);
-                queued.then(|| c.other(&user).cloned()).flatten()
-            }))
+            .chain(self.state.queued.of(&user).map(|(_, e)| e.from.clone()))
             .collect::<BTreeSet<UserUuid>>();
         for u in named {
             match self.alias_of(&u) {
@@ -321,8 +315,8 @@ impl Relay {
     fn push_next(&mut self, conn: ConnId, conv: &ConvId) -> bool {
         // The sender is the other member (a queue holds what the other member wrote).
         let Some(author) = self.conns.get(&conn).and_then(|c| {
-            let conversation = self.state.conversations.get(conv)?;
-            conversation.row.other(&c.user).cloned()
+            let queue = self.state.queued.get(&c.user, conv)?;
+            Some(queue.from.clone())
         }) else {
             return false;
         };

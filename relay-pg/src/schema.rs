@@ -68,10 +68,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0006_account_index",
         sql: include_str!("../migrations/0006_account_index.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_contacts_queue_index",
+        sql: include_str!("../migrations/0007_contacts_queue_index.sql"),
+    },
 ];
 
 /// Schema version written by this build (the last migration's).
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// First version that has the `leader` row and `relay_fence`.
 const LEADER_VERSION: i64 = 2;

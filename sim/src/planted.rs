@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 30] = [
+    pub const ALL: [Self; 31] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -75,6 +75,7 @@ impl Planted {
         Self::Relay(PlantedBug::EvictedTombstonesForgotten),
         Self::Relay(PlantedBug::EvictedQueueForgotten),
         Self::Relay(PlantedBug::EvictedAccountForgotten),
+        Self::Relay(PlantedBug::EvictedConversationForgotten),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -112,6 +113,9 @@ impl Planted {
             Self::Relay(PlantedBug::EvictedTombstonesForgotten) => "evicted-tombstones-forgotten",
             Self::Relay(PlantedBug::EvictedQueueForgotten) => "evicted-queue-forgotten",
             Self::Relay(PlantedBug::EvictedAccountForgotten) => "evicted-account-forgotten",
+            Self::Relay(PlantedBug::EvictedConversationForgotten) => {
+                "evicted-conversation-forgotten"
+            }
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

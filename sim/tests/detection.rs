@@ -32,7 +32,7 @@ struct Case {
     oracles: &'static [&'static str],
 }
 
-const CASES: [Case; 30] = [
+const CASES: [Case; 31] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -75,6 +75,14 @@ const CASES: [Case; 30] = [
         scale: Scale::Small,
         faults: "swarm",
         oracles: &["setup", "outbox-drained"],
+    },
+    // Conversations whose seq counters start again once they left memory (even seeds run
+    // without a conversation cache, so every message reads its conversation back): seqs repeat.
+    Case {
+        bug: Planted::Relay(PlantedBug::EvictedConversationForgotten),
+        scale: Scale::Small,
+        faults: "swarm",
+        oracles: &["seq-unique"],
     },
     Case {
         bug: Planted::Relay(PlantedBug::SyncStopsAtEmptyConversation),
@@ -378,6 +386,12 @@ fn catches_a_queue_forgotten_after_an_eviction() {
 #[test]
 fn catches_an_account_forgotten_after_an_eviction() {
     detects(Planted::Relay(PlantedBug::EvictedAccountForgotten));
+}
+
+/// A conversation that left memory, its seq counters started again.
+#[test]
+fn catches_a_conversation_forgotten_after_an_eviction() {
+    detects(Planted::Relay(PlantedBug::EvictedConversationForgotten));
 }
 
 #[test]

@@ -38,9 +38,11 @@ pub enum Table {
     Meta,
     /// Accounts by user uuid. Lazy: read per account on first use (`crate::directory`).
     Accounts,
-    /// Friendships by zero-padded friendship id.
+    /// Friendships by zero-padded friendship id. Lazy: the relay reads a user's friendships
+    /// through [`Table::Contacts`]; this table is their record by id.
     Friendships,
-    /// Conversations by conversation id.
+    /// Conversations by conversation id. Lazy: read per conversation on first use
+    /// (`crate::relations`).
     Conversations,
     /// Undelivered messages by `recipient/conv/seq`. Lazy: read per queue (recipient and
     /// conversation) when needed (`crate::queue`).
@@ -81,11 +83,18 @@ pub enum Table {
     /// `x25519/<hex key>`, each to its account's uuid. Lazy: read per lookup
     /// (`crate::directory`).
     AccountIndex,
+    /// Every friendship once per member, by `user/zero-padded friendship id`, to the
+    /// friendship's row: a user's contacts in one prefix scan. Lazy (`crate::relations`).
+    Contacts,
+    /// What each non-empty queue holds (messages, bytes, oldest acceptance time, sender) by
+    /// `recipient/conv`: the queue bounds and the expiry timers, loaded at start
+    /// (`crate::queue`).
+    QueueIndex,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Self; 21] = [
+    pub const ALL: [Self; 23] = [
         Self::Meta,
         Self::Accounts,
         Self::Friendships,
@@ -107,6 +116,8 @@ impl Table {
         Self::PushTargets,
         Self::Spent,
         Self::AccountIndex,
+        Self::Contacts,
+        Self::QueueIndex,
     ];
 
     /// The SQL table name.
@@ -133,6 +144,8 @@ impl Table {
             Self::PendingConfirms => "pending_confirms",
             Self::Spent => "spent",
             Self::AccountIndex => "account_index",
+            Self::Contacts => "contacts",
+            Self::QueueIndex => "queue_index",
         }
     }
 
@@ -141,7 +154,13 @@ impl Table {
     pub fn is_lazy(self) -> bool {
         matches!(
             self,
-            Self::Tombstones | Self::Messages | Self::Accounts | Self::AccountIndex
+            Self::Tombstones
+                | Self::Messages
+                | Self::Accounts
+                | Self::AccountIndex
+                | Self::Friendships
+                | Self::Conversations
+                | Self::Contacts
         )
     }
 

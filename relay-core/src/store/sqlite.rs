@@ -28,8 +28,10 @@ const READ_BUSY_TIMEOUT_MS: u64 = 5_000;
 /// 1: one `(k, v)` table per [`Table`]. 2: an `expires_at` column (with its index) in the
 /// expiring tables, filled from the rows' own `expires_at` field. 3: the `account_index`
 /// table, filled by the relay's first start from the accounts (a relay of an older version,
-/// which would write accounts without their index rows, refuses the database).
-pub const SCHEMA_VERSION: i64 = 3;
+/// which would write accounts without their index rows, refuses the database). 4: the
+/// `contacts` and `queue_index` tables, filled by the relay's first start from the friendships
+/// and the messages (an older relay would write friendships and messages without them).
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// A [`Store`] on an SQLite database file.
 #[derive(Debug)]
@@ -149,8 +151,9 @@ impl SqliteStore {
             });
         }
         // Version 1: every table; version 2: the expiry column of the expiring tables (a
-        // fresh database gets it at creation); version 3: the `account_index` table (created
-        // with the others). Later versions append steps here.
+        // fresh database gets it at creation); version 3: the `account_index` table; version
+        // 4: the `contacts` and `queue_index` tables (created with the others). Later versions
+        // append steps here.
         let tx = conn.unchecked_transaction().map_err(|e| backend(&e))?;
         for t in Table::ALL {
             let expiry = if t.has_expiry() {

@@ -278,7 +278,7 @@ pub fn expiry_on_a_plain_table_is_refused(s: &mut dyn Store) {
 pub fn load_eager_leaves_out_the_lazy_tables(s: &mut dyn Store) {
     s.commit(
         &vec![
-            put(Table::Friendships, "f", "alice"),
+            put(Table::QueueIndex, "f", "alice"),
             put(Table::Accounts, "u", "bob"),
             put_exp(Table::Tombstones, "u/1", "t", 7),
         ]
@@ -286,7 +286,7 @@ pub fn load_eager_leaves_out_the_lazy_tables(s: &mut dyn Store) {
     )
     .unwrap();
     let eager = s.load_eager().unwrap();
-    assert_eq!(eager[&Table::Friendships]["f"], b"alice");
+    assert_eq!(eager[&Table::QueueIndex]["f"], b"alice");
     assert!(
         eager
             .iter()

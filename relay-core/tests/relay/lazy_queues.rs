@@ -1,7 +1,7 @@
 //! Queued messages live in the store and are read per queue when needed: not at start, and
 //! not kept in memory past the queue cache's bound unless a synced recipient or a batch in
-//! flight holds them. What the relay must know of every queue at all times (its counts and its
-//! oldest message) is in the conversation's row.
+//! flight holds them. What the relay must know of every queue at all times (its counts, its
+//! oldest message and its sender) is its `queue_index` row, loaded at start.
 
 use relay_core::store::{Mutation, Store as _, Table};
 use serde_json::{Value, json};
@@ -30,13 +30,18 @@ fn conversation_row(w: &World, conv: &str) -> Value {
     serde_json::from_slice(&v).unwrap()
 }
 
-/// The messages queued in `conv` as its stored row counts them (both members).
+/// The messages queued in `conv` as the stored queue index counts them (both members; a queue
+/// with none has no row).
 fn queued_in_row(w: &World, conv: &str) -> u64 {
-    conversation_row(w, conv)["queued"]
-        .as_array()
-        .expect("the row carries its summaries")
-        .iter()
-        .map(|q| q["msgs"].as_u64().unwrap())
+    w.rows(Table::QueueIndex)
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::from_slice::<Value>(&v).unwrap()))
+        .filter(|(_, v)| v["conv_id"] == conv)
+        .inspect(|(k, v)| {
+            assert_eq!(*k, format!("{}/{conv}", v["recipient"].as_str().unwrap()));
+            assert!(v["msgs"].as_u64().unwrap() > 0, "an empty queue has no row");
+        })
+        .map(|(_, v)| v["msgs"].as_u64().unwrap())
         .sum()
 }
 
@@ -148,8 +153,8 @@ fn a_failed_queue_read_refuses_the_message_and_changes_nothing() {
     );
 }
 
-/// A queue that is only in the store expires all the same: its timer comes from the
-/// conversation's summary, reads the queue when it fires, and deletes the rows.
+/// A queue that is only in the store expires all the same: its timer comes from the queue
+/// index, reads the queue when it fires, and deletes the rows.
 #[test]
 fn a_queue_only_in_the_store_expires_at_its_ttl() {
     let mut w = World::with_config(without_queue_cache());
@@ -168,37 +173,44 @@ fn a_queue_only_in_the_store_expires_at_its_ttl() {
     assert_eq!(queued_in_row(&w, &conv), 0);
 }
 
-/// A store written before conversations carried their queue summaries (no `queued` field, no
-/// `queue_summaries` meta row) is summarised once at the first start: counts, timers and the
-/// replay are as if the summaries had always been there.
+/// A store written before the queue index existed (no `queue_index` rows nor meta row; its
+/// conversation rows may carry the summaries older relays kept there, which are ignored) is
+/// summarised from its messages once at the first start: counts, timers and the replay are as
+/// if the index had always been there.
 #[test]
-fn a_store_without_queue_summaries_is_summarised_once_at_start() {
+fn a_store_without_a_queue_index_is_summarised_once_at_start() {
     let mut w = World::new();
     let ttl = w.relay.config().offline_ttl_ms;
     let (a, mut b, conv) = online_and_offline(&mut w);
     for id in ["m1", "m2", "m3"] {
         w.msg(&a, &b, &conv, id);
     }
-    // Back to the older layout.
+    // Back to the older layout: summaries (stale ones) in the conversation row, no index.
     let mut old = conversation_row(&w, &conv);
-    old.as_object_mut().unwrap().remove("queued");
+    old["queued"] = json!([
+        {"msgs": 0, "bytes": 0, "oldest": 0},
+        {"msgs": 9, "bytes": 9, "oldest": 1}
+    ]);
+    let mut older: Vec<Mutation> = w
+        .rows(Table::QueueIndex)
+        .into_iter()
+        .map(|(key, _)| Mutation::Delete {
+            table: Table::QueueIndex,
+            key,
+        })
+        .collect();
+    older.push(Mutation::Put {
+        table: Table::Conversations,
+        key: conv.clone(),
+        value: serde_json::to_vec(&old).unwrap(),
+    });
+    older.push(Mutation::Delete {
+        table: Table::Meta,
+        key: "queue_index".into(),
+    });
     let mut store = w.mem.clone();
-    store
-        .commit(
-            &vec![
-                Mutation::Put {
-                    table: Table::Conversations,
-                    key: conv.clone(),
-                    value: serde_json::to_vec(&old).unwrap(),
-                },
-                Mutation::Delete {
-                    table: Table::Meta,
-                    key: "queue_summaries".into(),
-                },
-            ]
-            .into(),
-        )
-        .unwrap();
+    store.commit(&older.into()).unwrap();
+    assert!(w.rows(Table::QueueIndex).is_empty());
 
     w.restart(Box::new(w.mem.clone()));
     assert_eq!(
@@ -206,11 +218,7 @@ fn a_store_without_queue_summaries_is_summarised_once_at_start() {
         (3, 3)
     );
     assert_eq!(queued_in_row(&w, &conv), 3);
-    assert!(
-        w.rows(Table::Meta)
-            .iter()
-            .any(|(k, _)| k == "queue_summaries")
-    );
+    assert!(w.rows(Table::Meta).iter().any(|(k, _)| k == "queue_index"));
     let cb = w.connect(&mut b);
     let got = replayed(&mut w, cb);
     assert_eq!(got, [1, 2, 3]);
@@ -219,8 +227,8 @@ fn a_store_without_queue_summaries_is_summarised_once_at_start() {
     assert!(w.rows(Table::Messages).is_empty(), "the timers were armed");
 }
 
-/// Rows that disagree with the conversation's summary (a store edited behind the relay's
-/// back) win when the queue is read: the summary and the queue bounds' counts follow them.
+/// Rows that disagree with the queue index (a store edited behind the relay's back) win when
+/// the queue is read: the index and the queue bounds' counts follow them.
 #[test]
 fn stored_rows_win_over_a_summary_that_disagrees() {
     let mut w = World::with_config(without_queue_cache());
@@ -240,7 +248,7 @@ fn stored_rows_win_over_a_summary_that_disagrees() {
         )
         .unwrap();
     w.restart(Box::new(w.mem.clone()));
-    assert_eq!(w.relay.backlog_messages(), 3, "as the summary says");
+    assert_eq!(w.relay.backlog_messages(), 3, "as the index says");
     let cb = w.connect(&mut b);
     let got = replayed(&mut w, cb);
     assert_eq!(got, [2, 3]);

@@ -25,6 +25,7 @@ mod http;
 mod http_surface;
 mod lazy_accounts;
 mod lazy_queues;
+mod lazy_relations;
 mod limit_values;
 mod media;
 mod media_edges;

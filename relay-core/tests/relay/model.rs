@@ -135,13 +135,16 @@ impl Model {
     }
 }
 
-/// `cache_bytes`: the bound of the account, tombstone and queue caches (0: every read
-/// state is evicted after each input that does not pin it).
+/// `cache_bytes`: the bound of every cache over the store (accounts, tombstones, queues,
+/// conversations, contacts; 0: every read state is evicted after each input that does not
+/// pin it).
 fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
     let mut w = World::with_config(relay_core::Config {
         tombstone_cache_bytes: cache_bytes,
         queue_cache_bytes: cache_bytes,
         account_cache_bytes: cache_bytes,
+        conversation_cache_bytes: cache_bytes,
+        contact_cache_bytes: cache_bytes,
         ..crate::world::fast_config()
     });
     if pipelined {

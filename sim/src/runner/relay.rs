@@ -51,6 +51,8 @@ impl RelaySetup {
                 tombstone_cache_bytes: cache_bytes(run.seed),
                 queue_cache_bytes: cache_bytes(run.seed),
                 account_cache_bytes: cache_bytes(run.seed),
+                conversation_cache_bytes: cache_bytes(run.seed),
+                contact_cache_bytes: cache_bytes(run.seed),
                 ..relay_config()
             },
             #[cfg(feature = "planted-bugs")]
@@ -81,11 +83,12 @@ fn relay_config() -> Config {
     }
 }
 
-/// The bound of the relay's tombstone and queue caches in the run of `seed`: none at all for
-/// even seeds (every author's tombstones, and every queue not held by a synced connection, are
-/// evicted after each input and read from the store when next needed, so the reads and their
-/// faults are on the routing, sync and receipt paths), the defaults for odd ones (64 MiB
-/// each).
+/// The bound of each of the relay's caches over the store (tombstones, queues, accounts,
+/// conversations, contacts) in the run of `seed`: none at all for even seeds (every author's
+/// tombstones, every queue not held by a synced connection, every account, conversation and
+/// contact list is evicted after each input and read from the store when next needed, so the
+/// reads and their faults are on the routing, sync and receipt paths), 64 MiB each for odd
+/// ones.
 fn cache_bytes(seed: u64) -> usize {
     if seed.is_multiple_of(2) {
         0

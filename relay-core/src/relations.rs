@@ -1,0 +1,400 @@
+//! The conversations and friendships the relay holds in memory: two bounded caches over the
+//! store's `conversations` and `contacts` tables.
+//!
+//! Neither is loaded at start (a relay's conversations grow with its users times their
+//! contacts):
+//!
+//! * **A conversation** (members and seq counters) is read by its id on first use — a `msg`,
+//!   a receipt, a retraction naming it — with one keyed read. What the relay must know of every
+//!   conversation at all times is only what its queues hold (the queue bounds and the expiry
+//!   timers), and that lives apart, per non-empty queue, in `queue_index` ([`crate::queue`]).
+//! * **A user's contacts** (every friendship it is in, with its status and conversation) are
+//!   read whole with one prefix scan of `contacts`, where each friendship has one row per
+//!   member: a friends list, a friend request or answer, a call's contact check, the list of
+//!   conversations of a `sync` or of `GET /conversations/active`. The `friendships` table keeps
+//!   each friendship once more by id (the record a backup reads); the relay does not read it
+//!   but at the first start of a store written before `contacts` existed.
+//! * **Bounded** by [`crate::Config::conversation_cache_bytes`] and
+//!   [`crate::Config::contact_cache_bytes`] (estimates of the heap each entry takes,
+//!   [`CONVERSATION_BYTES`] and [`FRIENDSHIP_BYTES`] over its strings), least recently used
+//!   out first.
+//! * **Only clean entries are evicted** ([`crate::lru`]): a write pins what it changed until
+//!   the batch that carries it is durable, so a counter or a friendship the store does not have
+//!   yet is always in memory. A friendship is written to both members' lists, so an input that
+//!   changes one reads both members' contacts first.
+//!
+//! A read that fails changes nothing: the request gets 503 `STORAGE_UNAVAILABLE`, a frame an
+//! error frame of that code (no ack), and the client tries again.
+
+use wire::{ConvId, FriendshipId, Seq, UserUuid};
+
+use crate::lru::{Lru, Weigh};
+use crate::planted::planted;
+use crate::relay::Relay;
+use crate::state::{ConversationRow, FriendshipRow, State, decode, push_conversation};
+use crate::store::{Batch, RowKey, StoreError, StoreRead, Table};
+
+/// Estimated heap per conversation in memory besides its id and member strings: the row, its
+/// entry and place in the LRU order (measured with `relay-pg`'s `state_memory` example).
+pub(crate) const CONVERSATION_BYTES: usize = 240;
+
+/// Estimated heap per friendship in a cached contact list besides its strings, and per list
+/// ([`CONTACTS_BYTES`]): the row in the list's buffer; the list's entry and place in the LRU
+/// order.
+pub(crate) const FRIENDSHIP_BYTES: usize = 120;
+
+/// See [`FRIENDSHIP_BYTES`].
+pub(crate) const CONTACTS_BYTES: usize = 200;
+
+/// A conversation as the cache holds it.
+#[derive(Debug, Clone)]
+pub(crate) struct Conv(pub(crate) ConversationRow);
+
+impl Weigh for Conv {
+    fn weight(&self) -> usize {
+        CONVERSATION_BYTES
+            + self
+                .0
+                .members
+                .iter()
+                .map(|m| m.as_str().len())
+                .sum::<usize>()
+    }
+}
+
+impl Weigh for ConvId {
+    fn weight(&self) -> usize {
+        self.as_str().len()
+    }
+}
+
+/// Every friendship of one user, by id (oldest first).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Contacts(pub(crate) Vec<FriendshipRow>);
+
+impl Weigh for Contacts {
+    fn weight(&self) -> usize {
+        CONTACTS_BYTES
+            + self
+                .0
+                .iter()
+                .map(|f| {
+                    FRIENDSHIP_BYTES
+                        + f.requester.as_str().len()
+                        + f.addressee.as_str().len()
+                        + f.conversation_id.as_ref().map_or(0, |c| c.as_str().len())
+                })
+                .sum::<usize>()
+    }
+}
+
+impl Contacts {
+    /// The friendship between the owner of this list and `other`.
+    pub(crate) fn with(&self, other: &UserUuid) -> Option<&FriendshipRow> {
+        self.0
+            .iter()
+            .find(|f| f.requester == *other || f.addressee == *other)
+    }
+
+    /// The friendship `id`.
+    pub(crate) fn by_id(&self, id: FriendshipId) -> Option<&FriendshipRow> {
+        self.0
+            .binary_search_by_key(&id, |f| f.id)
+            .ok()
+            .map(|i| &self.0[i])
+    }
+
+    /// The conversations of the accepted friendships, by conversation id.
+    pub(crate) fn conversations(&self) -> Vec<ConvId> {
+        let mut convs: Vec<ConvId> = self
+            .0
+            .iter()
+            .filter_map(|f| f.conversation_id.clone())
+            .collect();
+        convs.sort();
+        convs.dedup();
+        convs
+    }
+
+    fn put(&mut self, f: &FriendshipRow) {
+        match self.0.binary_search_by_key(&f.id, |g| g.id) {
+            Ok(i) => self.0[i] = f.clone(),
+            Err(i) => self.0.insert(i, f.clone()),
+        }
+    }
+}
+
+/// The conversations and the contact lists in memory.
+#[derive(Debug)]
+pub(crate) struct Relations {
+    conversations: Lru<ConvId, Conv>,
+    contacts: Lru<UserUuid, Contacts>,
+    /// A defect to plant (feature `planted-bugs`; see [`crate::PlantedBug`]).
+    #[cfg(feature = "planted-bugs")]
+    pub(crate) planted_bug: Option<crate::PlantedBug>,
+}
+
+impl Default for Relations {
+    fn default() -> Self {
+        Self::new(usize::MAX, usize::MAX)
+    }
+}
+
+impl Relations {
+    /// Empty caches of at most `conversation_bound` and `contact_bound` bytes.
+    pub(crate) fn new(conversation_bound: usize, contact_bound: usize) -> Self {
+        Self {
+            conversations: Lru::new(conversation_bound),
+            contacts: Lru::new(contact_bound),
+            #[cfg(feature = "planted-bugs")]
+            planted_bug: None,
+        }
+    }
+
+    /// The conversation `conv` if it is in memory (no read: [`with_conversation`] reads).
+    pub(crate) fn conversation(&self, conv: &ConvId) -> Option<&ConversationRow> {
+        self.conversations.get(conv).map(|c| &c.0)
+    }
+
+    /// Pins the writes since the last move to `batch`'s lists.
+    pub(crate) fn move_written(&mut self, convs: &mut Vec<ConvId>, users: &mut Vec<UserUuid>) {
+        self.conversations.move_written(convs);
+        self.contacts.move_written(users);
+    }
+
+    /// See [`Lru::unpin_written`].
+    pub(crate) fn unpin_written(&mut self) {
+        self.conversations.unpin_written();
+        self.contacts.unpin_written();
+    }
+
+    /// See [`Lru::unpin`].
+    pub(crate) fn unpin(&mut self, convs: Vec<ConvId>, users: Vec<UserUuid>) {
+        self.conversations.unpin(convs);
+        self.contacts.unpin(users);
+    }
+
+    /// See [`Lru::evict`].
+    pub(crate) fn evict(&mut self) {
+        self.conversations.evict();
+        self.contacts.evict();
+    }
+
+    /// What the caches hold now.
+    pub(crate) fn stats(&self) -> crate::stats::RelationCacheStats {
+        crate::stats::RelationCacheStats {
+            conversation_bytes: self.conversations.bytes(),
+            conversations: self.conversations.len(),
+            contact_bytes: self.contacts.bytes(),
+            contact_lists: self.contacts.len(),
+            evictions: self.conversations.evictions() + self.contacts.evictions(),
+        }
+    }
+}
+
+/// Calls `f` with the conversation `conv`, reading it from the store if it is not in memory
+/// (`None`: there is no such conversation). A free function over the relay's parts, so that
+/// the routing path can hold other borrows of the relay while it reads.
+pub(crate) fn with_conversation<R>(
+    relations: &mut Relations,
+    reader: &mut dyn StoreRead,
+    stats: &mut crate::stats::RelayStats,
+    conv: &ConvId,
+    f: impl FnOnce(&ConversationRow) -> R,
+) -> Result<Option<R>, StoreError> {
+    if let Some(c) = relations.conversations.read(conv) {
+        return Ok(Some(f(&c.0)));
+    }
+    stats.conversations_read += 1;
+    let Some(value) = reader
+        .get(Table::Conversations, conv.as_str())
+        .inspect_err(|_| stats.conversation_read_failures += 1)?
+    else {
+        return Ok(None);
+    };
+    let mut row: ConversationRow = decode(Table::Conversations, conv.as_str(), &value)?;
+    if row.id != *conv {
+        return Err(StoreError::Backend(format!(
+            "corrupt row {:?} in table {}: it holds another conversation",
+            conv.as_str(),
+            Table::Conversations.name()
+        )));
+    }
+    if planted!(relations, EvictedConversationForgotten) {
+        // PLANTED BUG (test-only): a conversation read back from the store starts its
+        // counters again, as if it had no messages.
+        row.last_seq = Seq(0);
+        row.last_authored = [Seq(0), Seq(0)];
+    }
+    let r = f(&row);
+    relations.conversations.insert(conv.clone(), Conv(row));
+    Ok(Some(r))
+}
+
+/// Calls `f` with the contacts of `user`, reading them from the store if they are not in
+/// memory (one prefix scan; a user with no friendship has an empty list).
+pub(crate) fn with_contacts<R>(
+    relations: &mut Relations,
+    reader: &mut dyn StoreRead,
+    stats: &mut crate::stats::RelayStats,
+    user: &UserUuid,
+    f: impl FnOnce(&Contacts) -> R,
+) -> Result<R, StoreError> {
+    if let Some(c) = relations.contacts.read(user) {
+        return Ok(f(c));
+    }
+    stats.contacts_read += 1;
+    let mut prefix = String::with_capacity(user.as_str().len() + 1);
+    prefix.push_str(user.as_str());
+    prefix.push('/');
+    let rows = reader
+        .scan_prefix(Table::Contacts, &prefix)
+        .inspect_err(|_| stats.contact_read_failures += 1)?;
+    let mut list = Contacts(Vec::with_capacity(rows.len()));
+    for (key, value) in &rows {
+        let f: FriendshipRow = decode(Table::Contacts, key, value)?;
+        if f.requester != *user && f.addressee != *user {
+            return Err(StoreError::Backend(format!(
+                "corrupt row {key:?} in table {}: a friendship of other accounts",
+                Table::Contacts.name()
+            )));
+        }
+        list.put(&f);
+    }
+    let r = f(&list);
+    relations.contacts.insert(user.clone(), list);
+    Ok(r)
+}
+
+impl Relay {
+    /// The conversation `conv` (read if it is not in memory), copied. `Err`: the read failed.
+    pub(crate) fn conversation(
+        &mut self,
+        conv: &ConvId,
+    ) -> Result<Option<ConversationRow>, StoreError> {
+        with_conversation(
+            &mut self.state.relations,
+            &mut *self.reader,
+            &mut self.stats,
+            conv,
+            ConversationRow::clone,
+        )
+    }
+
+    /// The contacts of `user` (read if they are not in memory), copied. `Err`: the read
+    /// failed.
+    pub(crate) fn contacts(&mut self, user: &UserUuid) -> Result<Contacts, StoreError> {
+        with_contacts(
+            &mut self.state.relations,
+            &mut *self.reader,
+            &mut self.stats,
+            user,
+            Contacts::clone,
+        )
+    }
+
+    /// Whether `user` and `other` are accepted contacts (reads `user`'s contacts if they are
+    /// not in memory).
+    pub(crate) fn are_contacts(
+        &mut self,
+        user: &UserUuid,
+        other: &UserUuid,
+    ) -> Result<bool, StoreError> {
+        with_contacts(
+            &mut self.state.relations,
+            &mut *self.reader,
+            &mut self.stats,
+            user,
+            |c| {
+                c.with(other)
+                    .is_some_and(|f| f.status == wire::http::FriendStatus::Accepted)
+            },
+        )
+    }
+}
+
+fn write_contact_key(k: &mut RowKey<'_>, user: &UserUuid, id: FriendshipId) {
+    k.push_str(user.as_str());
+    k.push('/');
+    k.push_str(&format!("{:020}", id.get()));
+}
+
+/// The state's writes of conversations and friendships.
+impl State {
+    /// Writes friendship `f` (its record by id and its row in each member's contacts); both
+    /// members' contacts must be in memory ([`with_contacts`]), where it is written too.
+    pub(crate) fn put_friendship(&mut self, f: FriendshipRow) {
+        self.record(Table::Friendships, &format!("{:020}", f.id.get()), &f);
+        for member in [&f.requester, &f.addressee] {
+            self.record_keyed(Table::Contacts, |k| write_contact_key(k, member, f.id), &f);
+            let written = self.relations.contacts.write(member, |c| c.put(&f));
+            debug_assert!(
+                written.is_some(),
+                "a friendship written before its member's contacts were read"
+            );
+        }
+    }
+
+    /// Writes the new conversation `c` (kept in memory until its batch is durable).
+    pub(crate) fn put_conversation(&mut self, c: ConversationRow) {
+        push_conversation(&mut self.batch, &c, true);
+        let id = c.id.clone();
+        self.relations.conversations.insert(id.clone(), Conv(c));
+        self.relations.conversations.write(&id, |_| ());
+    }
+
+    /// Assigns the next seq of `conv` (in memory: [`with_conversation`]) to a message written
+    /// by `author` and records the conversation with its new counters, in the batch that stores
+    /// the message. `None` when `conv` is not in memory or `author` is not a member.
+    pub(crate) fn next_seq(&mut self, conv: &ConvId, author: &UserUuid) -> Option<Seq> {
+        let counter_stored = !planted!(self, SeqNotPersisted);
+        let batch = &mut self.batch;
+        self.relations
+            .conversations
+            .write(conv, |c| {
+                let c = &mut c.0;
+                let i = c.index_of(author)?;
+                let seq = c.last_seq.next();
+                c.last_seq = seq;
+                c.last_authored[i] = seq;
+                push_conversation(batch, c, counter_stored);
+                Some(seq)
+            })
+            .flatten()
+    }
+}
+
+/// Writes the `contacts` rows of every stored friendship, in pages of `page_rows` friendships
+/// each committed on its own (the rows are idempotent, so a start cut short redoes a page):
+/// what the first start of a store written before `contacts` existed needs, once. The caller
+/// records the meta row that says it is done.
+pub(crate) fn index_stored_friendships(
+    store: &mut dyn crate::store::Store,
+    reader: &mut dyn StoreRead,
+    page_rows: usize,
+) -> Result<u64, StoreError> {
+    let mut after: Option<String> = None;
+    let mut batch = Batch::default();
+    let mut indexed = 0;
+    loop {
+        let page = reader.scan_page(Table::Friendships, after.as_deref(), page_rows.max(1))?;
+        let Some((last, _)) = page.last() else {
+            break;
+        };
+        after = Some(last.clone());
+        batch.clear();
+        for (key, value) in &page {
+            let f: FriendshipRow = decode(Table::Friendships, key, value)?;
+            for member in [&f.requester, &f.addressee] {
+                batch.put_row(
+                    Table::Contacts,
+                    |k| write_contact_key(k, member, f.id),
+                    |out| out.extend_from_slice(value),
+                );
+            }
+            indexed += 1;
+        }
+        store.commit(&batch)?;
+    }
+    Ok(indexed)
+}
