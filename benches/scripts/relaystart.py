@@ -58,10 +58,45 @@ def fresh_store(relay, target, schema, port):
     return store, pg
 
 
+def queue_index_rows(conv_rows):
+    """The `queue_index` rows (key, value) of the conversation rows `conv_rows` ((conv id, row
+    JSON) each), from the queue summaries they carry (`queued`, per member: the layout relays
+    before the queue index read, which later ones ignore)."""
+    out = []
+    for cid, value in conv_rows:
+        c = json.loads(value)
+        for i, q in enumerate(c["queued"]):
+            if q["msgs"]:
+                to, frm = c["members"][i], c["members"][1 - i]
+                row = {"recipient": to, "conv_id": cid, "from": frm, "msgs": q["msgs"],
+                       "bytes": q["bytes"], "oldest": q["oldest"]}
+                out.append((f"{to}/{cid}", json.dumps(row, separators=(",", ":")).encode()))
+    return out
+
+
+def sqlite_has_table(db, name):
+    return db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+                      (name,)).fetchone()[0] == 1
+
+
+def pg_has_table(url, schema, name):
+    return subprocess.run(
+        ["psql", url, "-tAc",
+         f"SELECT count(*) FROM pg_tables WHERE schemaname = '{schema}' "
+         f"AND tablename = '{name}'"],
+        check=True, capture_output=True).stdout.decode().strip() == "1"
+
+
+def pg_values(rows):
+    """`rows` ((key, JSON bytes) each) as the VALUES list of an INSERT into a `(k, v)` table."""
+    return ",\n".join(f"('{k}', convert_to('{v.decode()}', 'UTF8'))" for k, v in rows)
+
+
 def write_sqlite_queues(db, conversations, per, payload, at):
     """Writes the conversation rows `conversations` ((a, b, conv id, row) each) into the SQLite
     store `db`, and `per` queued messages from a to b in each: seqs 1..per, 36-character ids,
-    message `i` (0-based over all) accepted at `at(i)`."""
+    message `i` (0-based over all) accepted at `at(i)`; and their `queue_index` rows when the
+    store has that table."""
     rows, conv_rows, i = [], [], 0
     for a, b, cid, value in conversations:
         conv_rows.append((cid, value))
@@ -76,3 +111,6 @@ def write_sqlite_queues(db, conversations, per, payload, at):
                 rows = []
     db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
     db.executemany("INSERT OR REPLACE INTO conversations VALUES (?, ?)", conv_rows)
+    if sqlite_has_table(db, "queue_index"):
+        db.executemany("INSERT OR REPLACE INTO queue_index VALUES (?, ?)",
+                       queue_index_rows(conv_rows))

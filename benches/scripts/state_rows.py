@@ -1,14 +1,16 @@
 """A relay's start on a large store, measured as an outsider: USERS accounts (with their
-`account_index` rows), TOMBSTONES message-id tombstones and MESSAGES queued messages (in
-MESSAGES / 10 conversations), the time from exec to `/readyz` 200 and the resident memory then
+`account_index` rows), TOMBSTONES message-id tombstones, MESSAGES queued messages (in
+MESSAGES / 10 conversations) and CONTACTS accepted friendships per user (each with its
+conversation; 0 by default), the time from exec to `/readyz` 200 and the resident memory then
 (three starts).
 
     cargo build --release -p relay-server --bin relay
-    python3 benches/scripts/state_rows.py target/release/relay DIR 1000000 10000000 1000000
-    python3 benches/scripts/state_rows.py target/release/relay "$RELAY_TEST_POSTGRES_URL" 1000000 10000000 1000000
+    python3 benches/scripts/state_rows.py target/release/relay DIR 1000000 10000000 1000000 [CONTACTS]
+    python3 benches/scripts/state_rows.py target/release/relay "$RELAY_TEST_POSTGRES_URL" 1000000 10000000 1000000 [CONTACTS]
 
-Run with a relay built before accounts had their index rows, it writes the accounts alone (the
-store has no `account_index` table), for the before/after comparison.
+Run with an older relay it writes only the tables that relay has (no `account_index`: the
+accounts alone; no `contacts` or `queue_index`: the friendships by id and the queue summaries
+in the conversation rows, which is where that relay reads them), for before/after comparisons.
 
 The second argument is a SQLite data directory (created by the relay's first start) or a
 PostgreSQL URL (schema `statebench`, dropped first and left behind: drop it after; keys in a
@@ -20,14 +22,23 @@ script writes the rows straight into the store, the way the relay keeps them:
 * tombstones: 10,000 authors, 40-character message ids, expiring within 7 days;
 * conversations and messages: between the first 2 × MESSAGES / 10 users, 10 messages each
   (36-character ids, 700-character payloads, accepted over the last hour), each
-  conversation's row with its queue summary.
+  conversation's row (with the queue summaries older relays read there) and its `queue_index`
+  row;
+* friendships: USERS × CONTACTS / 2, user `a` with `a + 1 + r` (mod USERS) in round `r`, each
+  accepted with a conversation of its own (no messages), by id and, when the store has the
+  table, once per member in `contacts`.
 """
 import base64, json, os, sqlite3, subprocess, sys, time, uuid
 
-from relaystart import fresh_store, timed_starts, write_sqlite_queues
+from relaystart import (fresh_store, pg_has_table, pg_values, queue_index_rows, sqlite_has_table,
+                        timed_starts, write_sqlite_queues)
 
 relay, target = sys.argv[1], sys.argv[2]
 users, tombstones, messages = (int(a) for a in sys.argv[3:6])
+contacts = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+if contacts % 2 or contacts >= users:
+    sys.exit("CONTACTS must be even and below USERS")
+friendships = users * contacts // 2
 PER = 10
 convs = messages // PER
 if 2 * convs > users:
@@ -66,6 +77,17 @@ def account(i):
     return (u, json.dumps(row, separators=(",", ":")).encode()), index
 
 
+def friendship(j):
+    """Friendship `j` (id j + 1): its row, and its conversation's id and row."""
+    a = j % users
+    b = (a + 1 + j // users) % users
+    cid = f"f-{j:010d}"
+    f = {"id": j + 1, "requester": user(a), "addressee": user(b), "status": "accepted",
+         "conversation_id": cid, "created_at": now_ms - HOUR}
+    conv = {"id": cid, "members": [user(a), user(b)], "last_seq": 0, "last_authored": [0, 0]}
+    return f, cid, json.dumps(conv, separators=(",", ":")).encode()
+
+
 def conversation(c):
     a, b, cid = user(2 * c), user(2 * c + 1), f"bench-{c:08d}"
     queued = [{"msgs": 0, "bytes": 0, "oldest": 0},
@@ -86,11 +108,31 @@ if pg:
     conv_sql = ",\n".join(
         f"('{cid}', convert_to('{value.decode()}', 'UTF8'))"
         for _, _, cid, value in map(conversation, range(convs)))
-    has_index = subprocess.run(
-        ["psql", target, "-tAc",
-         f"SELECT count(*) FROM pg_tables WHERE schemaname = '{ident}' "
-         "AND tablename = 'account_index'"],
-        check=True, capture_output=True).stdout.decode().strip() == "1"
+    has_index = pg_has_table(target, ident, "account_index")
+    has_contacts = pg_has_table(target, ident, "contacts")
+    queue_sql = (f"INSERT INTO {ident}.queue_index (k, v) VALUES\n"
+                 f"{pg_values(queue_index_rows([(c, v) for _, _, c, v in map(conversation, range(convs))]))};"
+                 if pg_has_table(target, ident, "queue_index") else "")
+    # Friendship j: a = j % USERS, b = (a + 1 + j / USERS) % USERS (as `friendship` above).
+    fa, fb = "(j % {n})".format(n=users), "(((j % {n}) + 1 + j / {n}) % {n})".format(n=users)
+    fsel = f"""SELECT j, lpad((j + 1)::text, 20, '0') AS k, {uid.format(i=fa)} AS a,
+                      {uid.format(i=fb)} AS b, 'f-' || lpad(j::text, 10, '0') AS cid
+                 FROM generate_series(0::bigint, {friendships - 1}) AS j"""
+    fvalue = ("convert_to(json_build_object('id', j + 1, 'requester', a, 'addressee', b, "
+              f"'status', 'accepted', 'conversation_id', cid, 'created_at', {now_ms - HOUR})::text, 'UTF8')")
+    contacts_sql = f"""
+INSERT INTO {ident}.contacts (k, v)
+  SELECT a || '/' || k, {fvalue} FROM ({fsel}) q
+  UNION ALL SELECT b || '/' || k, {fvalue} FROM ({fsel}) q;""" if has_contacts else ""
+    friends_sql = f"""
+INSERT INTO {ident}.friendships (k, v) SELECT k, {fvalue} FROM ({fsel}) q;
+INSERT INTO {ident}.conversations (k, v)
+  SELECT cid, convert_to(json_build_object('id', cid, 'members', json_build_array(a, b),
+           'last_seq', 0, 'last_authored', json_build_array(0, 0))::text, 'UTF8')
+  FROM ({fsel}) q;
+{contacts_sql}
+INSERT INTO {ident}.meta (k, v) VALUES ('next_friendship_id', convert_to('"{friendships + 1}"', 'UTF8'))
+  ON CONFLICT (k) DO UPDATE SET v = excluded.v;""" if friendships else ""
     index_sql = f"""
 INSERT INTO {ident}.account_index (k, v)
   SELECT k, convert_to(to_json(u)::text, 'UTF8') FROM (
@@ -123,6 +165,8 @@ INSERT INTO {ident}.tombstones (k, v, expires_at)
         FROM generate_series(0::bigint, {tombstones - 1}) AS i) q;
 INSERT INTO {ident}.conversations (k, v) VALUES
 {conv_sql};
+{queue_sql}
+{friends_sql}
 INSERT INTO {ident}.messages (k, v)
   SELECT b || '/' || cid || '/' || lpad(s::text, 20, '0'),
          convert_to(json_build_object('recipient', b, 'conv_id', cid, 'seq', s, 'id', m,
@@ -145,8 +189,8 @@ VACUUM ANALYZE;
         check=True, capture_output=True).stdout.decode().strip()
 else:
     db = sqlite3.connect(os.path.join(target, "relay.sqlite3"))
-    has_index = db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'account_index'"
-                           ).fetchone()[0] == 1
+    has_index = sqlite_has_table(db, "account_index")
+    has_contacts = sqlite_has_table(db, "contacts")
     with db:
         accounts, index = [], []
         for i in range(users):
@@ -173,8 +217,25 @@ else:
                 rows = []
         write_sqlite_queues(db, map(conversation, range(convs)), PER, PAYLOAD,
                             lambda i: now_ms - HOUR + i * HOUR // messages)
+        fs, cs, ks = [], [], []
+        for j in range(friendships):
+            f, cid, conv = friendship(j)
+            value = json.dumps(f, separators=(",", ":")).encode()
+            fs.append((f"{j + 1:020d}", value))
+            cs.append((cid, conv))
+            if has_contacts:
+                ks.append((f"{f['requester']}/{j + 1:020d}", value))
+                ks.append((f"{f['addressee']}/{j + 1:020d}", value))
+            if len(fs) == 50_000 or j == friendships - 1:
+                db.executemany("INSERT OR REPLACE INTO friendships VALUES (?, ?)", fs)
+                db.executemany("INSERT OR REPLACE INTO conversations VALUES (?, ?)", cs)
+                db.executemany("INSERT OR REPLACE INTO contacts VALUES (?, ?)", ks)
+                fs, cs, ks = [], [], []
+        if friendships:
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('next_friendship_id', ?)",
+                       (json.dumps(str(friendships + 1)).encode(),))
     db.close()
     size = f"{os.path.getsize(os.path.join(target, 'relay.sqlite3')) >> 20} MiB"
 print(f"{users} accounts ({'with' if has_index else 'without'} index rows), {tombstones} tombstones, {messages} queued messages in {convs} "
-      f"conversations written in {time.perf_counter() - t0:.1f} s (store {size})", flush=True)
+      f"conversations, {friendships} friendships ({'with' if has_contacts else 'without'} contacts rows) written in {time.perf_counter() - t0:.1f} s (store {size})", flush=True)
 timed_starts(relay, store, port)

@@ -895,6 +895,34 @@ mod tests {
     }
 
     proptest! {
+        /// A `queue_index` row is exactly serde_json's encoding of the row it decodes as, and
+        /// an emptied queue deletes its row.
+        #[test]
+        fn queue_index_rows_are_serde_json(
+            ids in any::<([u8; 16], [u8; 16])>(),
+            conv in "[A-Za-z0-9._:-]{1,128}",
+            (msgs, bytes, oldest) in (1u64.., any::<u64>(), any::<u64>()),
+        ) {
+            let (to, from) = (UserUuid::from_random_bytes(ids.0), UserUuid::from_random_bytes(ids.1));
+            let conv = ConvId::parse(&conv).unwrap();
+            let summary = QueueSummary { msgs, bytes, oldest: UnixMs(oldest) };
+            let mut batch = Batch::default();
+            record_entry(&mut batch, &to, &conv, Some(&QueueEntry { from: from.clone(), summary }));
+            record_entry(&mut batch, &to, &conv, None);
+            let ops: Vec<_> = batch.iter().collect();
+            let crate::store::MutationRef::Put { key, value, .. } = ops[0] else {
+                panic!("a put first");
+            };
+            prop_assert_eq!(key, format!("{}/{}", to.as_str(), conv.as_str()));
+            let row = QueueIndexRow { recipient: to.clone(), conv_id: conv.clone(), from, msgs, bytes, oldest: UnixMs(oldest) };
+            prop_assert_eq!(value, serde_json::to_vec(&row).unwrap().as_slice());
+            let mut index = QueueIndex::default();
+            index.load(key, value).unwrap();
+            prop_assert_eq!(index.get(&to, &conv).map(|e| e.summary), Some(summary));
+            let is_delete = matches!(ops[1], crate::store::MutationRef::Delete { key: k, .. } if k == key);
+            prop_assert!(is_delete);
+        }
+
         /// The queue behaves as the ordered map it replaced, for any order of operations
         /// (out-of-order inserts included, although the relay only appends).
         #[test]

@@ -403,6 +403,20 @@ pub(crate) struct Args {
           default_value_t = relay_core::limits::ACCOUNT_CACHE_BYTES, help_heading = LIMITS)]
     pub(crate) account_cache_bytes: usize,
 
+    /// Estimated memory for conversations (members and seq counters) held in memory: the
+    /// recently used ones; the others stay in the store and are read when next needed (a
+    /// message or a receipt in them).
+    #[arg(long, value_name = "BYTES", env = "RELAY_CONVERSATION_CACHE_BYTES",
+          default_value_t = relay_core::limits::CONVERSATION_CACHE_BYTES, help_heading = LIMITS)]
+    pub(crate) conversation_cache_bytes: usize,
+
+    /// Estimated memory for users' contact lists (their friendships) held in memory: the
+    /// recently used ones; the others stay in the store and are read when next needed (a
+    /// friends list, a friend request, a call, a sync).
+    #[arg(long, value_name = "BYTES", env = "RELAY_CONTACT_CACHE_BYTES",
+          default_value_t = relay_core::limits::CONTACT_CACHE_BYTES, help_heading = LIMITS)]
+    pub(crate) contact_cache_bytes: usize,
+
     // ------------------------------------------------------------------ operations
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `relay_core=debug,info`. At no
     /// level are payloads, tokens, tickets or client addresses logged: the WebSocket and HTTP

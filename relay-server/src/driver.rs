@@ -877,6 +877,8 @@ impl Core {
             tombstone_cache_bytes: self.relay.tombstone_cache().bytes,
             queue_cache_bytes: self.relay.queue_cache().bytes,
             account_cache_bytes: self.relay.account_cache().bytes,
+            conversation_cache_bytes: self.relay.relation_cache().conversation_bytes,
+            contact_cache_bytes: self.relay.relation_cache().contact_bytes,
         });
     }
 

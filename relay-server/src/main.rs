@@ -635,6 +635,8 @@ fn config(args: &Args) -> Result<Config> {
         tombstone_cache_bytes: args.tombstone_cache_bytes,
         queue_cache_bytes: args.queue_cache_bytes,
         account_cache_bytes: args.account_cache_bytes,
+        conversation_cache_bytes: args.conversation_cache_bytes,
+        contact_cache_bytes: args.contact_cache_bytes,
         ..Config::default()
     };
     if args.pow_difficulty > relay_core::limits::MAX_POW_DIFFICULTY {

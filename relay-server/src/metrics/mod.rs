@@ -82,6 +82,10 @@ struct Families {
     queue_cache: Gauge,
     accounts_read: Counter,
     account_cache: Gauge,
+    conversations_read: Counter,
+    conversation_cache: Gauge,
+    contacts_read: Counter,
+    contact_cache: Gauge,
     store_errors: Family<StoreErrorLabels, Counter>,
     fenced_commits: Counter,
     failstops: Counter,
@@ -152,6 +156,10 @@ impl Metrics {
             queue_cache: Gauge::default(),
             accounts_read: Counter::default(),
             account_cache: Gauge::default(),
+            conversations_read: Counter::default(),
+            conversation_cache: Gauge::default(),
+            contacts_read: Counter::default(),
+            contact_cache: Gauge::default(),
             store_errors: Family::default(),
             fenced_commits: Counter::default(),
             failstops: Counter::default(),
@@ -286,6 +294,12 @@ impl Metrics {
         self.f
             .account_cache
             .set(gauge(core.account_cache_bytes as u64));
+        self.f
+            .conversation_cache
+            .set(gauge(core.conversation_cache_bytes as u64));
+        self.f
+            .contact_cache
+            .set(gauge(core.contact_cache_bytes as u64));
     }
 
     /// Adds what the relay counted since `last` (a rebuilt relay restarts from zero).
@@ -323,6 +337,11 @@ impl Metrics {
         );
         add(&f.queues_read, d(now.queues_read, last.queues_read));
         add(&f.accounts_read, d(now.accounts_read, last.accounts_read));
+        add(
+            &f.conversations_read,
+            d(now.conversations_read, last.conversations_read),
+        );
+        add(&f.contacts_read, d(now.contacts_read, last.contacts_read));
         add(
             &f.sync_backlog_messages,
             d(now.sync_backlog_messages, last.sync_backlog_messages),
@@ -438,6 +457,10 @@ pub(super) struct CoreGauges {
     pub(super) queue_cache_bytes: usize,
     /// Estimated heap of the accounts in memory.
     pub(super) account_cache_bytes: usize,
+    /// Estimated heap of the conversations in memory.
+    pub(super) conversation_cache_bytes: usize,
+    /// Estimated heap of the contact lists in memory.
+    pub(super) contact_cache_bytes: usize,
 }
 
 fn gauge(n: u64) -> i64 {
@@ -577,6 +600,28 @@ fn register(r: &mut Registry, f: &Families) {
         "Estimated heap of the accounts held in memory",
         Unit::Bytes,
         f.account_cache.clone(),
+    );
+    r.register(
+        "conversations_read",
+        "Conversations read from the store, not being in memory when needed",
+        f.conversations_read.clone(),
+    );
+    r.register_with_unit(
+        "conversation_cache",
+        "Estimated heap of the conversations held in memory",
+        Unit::Bytes,
+        f.conversation_cache.clone(),
+    );
+    r.register(
+        "contacts_read",
+        "Contact lists (one user's friendships) read from the store, not being in memory when needed",
+        f.contacts_read.clone(),
+    );
+    r.register_with_unit(
+        "contact_cache",
+        "Estimated heap of the contact lists held in memory",
+        Unit::Bytes,
+        f.contact_cache.clone(),
     );
     r.register(
         "store_errors",

@@ -6,7 +6,7 @@
 //! | [`delivery`] | `delivered-exactly-once`, `non-participant`, `seq-order`, `seq-gap-free` (shared with Jepsen mode, over [`Observed`]) |
 //! | [`receipts`] | `receipts` (shared with Jepsen mode), `receipts-clear`, `retract-lands` |
 //! | `liveness` | `liveness`, `sync-complete`, `probes`, `outbox-drained`, `media` |
-//! | `storage` | `seq-unique`, `retract-drops`, `receipt-drops`, `fail-stop`, `store-intact`, `queue-summaries`, `canary-store`, `canary-logs` |
+//! | `storage` | `seq-unique`, `retract-drops`, `receipt-drops`, `fail-stop`, `store-intact`, `queue-summaries`, `contacts-index`, `canary-store`, `canary-logs` |
 //! | [`push`] | `push` (real delivery to the Web Push, FCM and APNs stand-ins, see [`crate::pushworld`]) |
 //! | [`adversaries`] | `authz`, `bad-input`, `stuck-client`, `resources` |
 //! | `market` | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model` |
@@ -51,7 +51,7 @@ pub(crate) use self::storage::logs_free_of_canaries;
 pub use crate::violation::Violation;
 
 /// Every oracle name (for summaries).
-pub const ORACLES: [&str; 37] = [
+pub const ORACLES: [&str; 38] = [
     "duplicate-delivery",
     "seq-reused",
     "delivered-exactly-once",
@@ -68,6 +68,7 @@ pub const ORACLES: [&str; 37] = [
     "fail-stop",
     "store-intact",
     "queue-summaries",
+    "contacts-index",
     "outbox-drained",
     "probes",
     "retract-lands",
@@ -153,6 +154,7 @@ pub(crate) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
     storage::fail_stop(input, &acked, out);
     storage::store_intact(input, out);
     storage::queue_summaries(input, out);
+    storage::contacts_index(input, out);
     storage::store_canaries(input, out);
     liveness::outbox(input, out);
     liveness::probes(input, out);

@@ -8,7 +8,8 @@
 //! | `retract-drops` | once a retract is committed (the message's tombstone marked retracted), no queued copy of the message is left in the committed rows: the copy's deletion is in that commit, or the copy was gone before |
 //! | `receipt-drops` | once a receipt mark is committed, no committed queued copy of a message it covers is left for its reader (the deletion is in that commit, or was before) |
 //! | `store-intact` | every reopen of the store (restart, rebuild) loads exactly what was committed, every table and row (SQLite); nothing is committed while the relay is powered off |
-//! | `queue-summaries` | in the relay's final rows, each conversation's queue summaries (messages, bytes, oldest, per member) are what its stored messages give: the relay reads queues only when needed and trusts the summaries for its bounds and timers meanwhile |
+//! | `queue-summaries` | in the relay's final rows, the queue index holds one row per non-empty queue, saying what its stored messages give (messages, bytes, oldest, sender) between the members of a stored conversation: the relay reads queues only when needed and trusts the index for its bounds and timers meanwhile |
+//! | `contacts-index` | in the relay's final rows, every friendship has exactly its two `contacts` rows (one per member, equal to it) and there is no other: a user's contacts are read from them alone |
 //! | `canary-store` / `canary-logs` | no planted plaintext in the relay's committed rows or in any log line |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -197,18 +198,21 @@ pub(super) fn store_intact(input: &Input<'_>, out: &mut Vec<Violation>) {
     }
 }
 
-/// What a queue holds, as a conversation row's summary states it or its messages give it.
+/// What a queue holds, as its `queue_index` row states it or its messages give it.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct QueueSum {
     msgs: u64,
     bytes: u64,
     oldest: u64,
+    from: String,
 }
 
-/// `queue-summaries`: every conversation row's queue summaries agree with the stored messages.
+/// `queue-summaries`: the queue index holds one row per non-empty queue, and each agrees with
+/// the stored messages (counts, bytes, oldest, sender), between the members of a stored
+/// conversation.
 ///
-/// The relay corrects a summary that disagrees when it next reads the queue (it counts the
-/// correction), so a write path that forgets the summary would otherwise only show as queue
+/// The relay corrects an index entry that disagrees when it next reads the queue (it counts
+/// the correction), so a write path that forgets the index would otherwise only show as queue
 /// bounds that drift; the committed rows tell it at once.
 pub(super) fn queue_summaries(input: &Input<'_>, out: &mut Vec<Violation>) {
     use relay_core::store::Table;
@@ -224,37 +228,57 @@ pub(super) fn queue_summaries(input: &Input<'_>, out: &mut Vec<Violation>) {
         let text = |f: &str| m[f].as_str().unwrap_or_default().to_owned();
         let at = m["at"].as_u64().unwrap_or_default();
         let q = found
-            .entry((text("conv_id"), text("recipient")))
+            .entry((text("recipient"), text("conv_id")))
             .or_default();
         q.oldest = if q.msgs == 0 { at } else { q.oldest.min(at) };
         q.msgs += 1;
         q.bytes +=
             relay_core::limits::queued_message_bytes(text("id").len(), text("payload").len());
-    }
-    for (key, value) in rows(Table::Conversations) {
-        let Ok(c) = serde_json::from_slice::<Value>(value) else {
-            wrong.push(format!("conversation row {key:?} is not JSON"));
-            continue;
-        };
-        for i in 0..2 {
-            let member = c["members"][i].as_str().unwrap_or_default().to_owned();
-            let want = found.remove(&(key.clone(), member)).unwrap_or_default();
-            let q = &c["queued"][i];
-            let got = QueueSum {
-                msgs: q["msgs"].as_u64().unwrap_or_default(),
-                bytes: q["bytes"].as_u64().unwrap_or_default(),
-                oldest: q["oldest"].as_u64().unwrap_or_default(),
-            };
-            if q.is_null() || got != want {
-                wrong.push(format!(
-                    "{key} member {i}: the row says {got:?}, the stored messages {want:?}"
-                ));
-            }
+        if q.from.is_empty() {
+            q.from = text("from");
+        } else if q.from != text("from") {
+            wrong.push(format!("message row {key:?}: a second sender in one queue"));
         }
     }
-    for ((conv, recipient), q) in found {
+    let conversations: BTreeMap<&String, Value> = rows(Table::Conversations)
+        .filter_map(|(k, v)| Some((k, serde_json::from_slice::<Value>(v).ok()?)))
+        .collect();
+    for (key, value) in rows(Table::QueueIndex) {
+        let Ok(e) = serde_json::from_slice::<Value>(value) else {
+            wrong.push(format!("queue index row {key:?} is not JSON"));
+            continue;
+        };
+        let text = |f: &str| e[f].as_str().unwrap_or_default().to_owned();
+        let (recipient, conv) = (text("recipient"), text("conv_id"));
+        if *key != format!("{recipient}/{conv}") {
+            wrong.push(format!("queue index row {key:?} names {recipient}/{conv}"));
+        }
+        let members = conversations
+            .get(&conv)
+            .and_then(|c| c["members"].as_array().cloned())
+            .unwrap_or_default();
+        let (r, f) = (Value::from(recipient.clone()), Value::from(text("from")));
+        if !(members.contains(&r) && members.contains(&f) && r != f) {
+            wrong.push(format!(
+                "queue index row {key:?}: not between the members of a stored conversation"
+            ));
+        }
+        let want = found.remove(&(recipient, conv)).unwrap_or_default();
+        let got = QueueSum {
+            msgs: e["msgs"].as_u64().unwrap_or_default(),
+            bytes: e["bytes"].as_u64().unwrap_or_default(),
+            oldest: e["oldest"].as_u64().unwrap_or_default(),
+            from: text("from"),
+        };
+        if got != want {
+            wrong.push(format!(
+                "{key}: the index says {got:?}, the stored messages {want:?}"
+            ));
+        }
+    }
+    for ((recipient, conv), q) in found {
         wrong.push(format!(
-            "{} message(s) for {recipient} in {conv}, which has no conversation row",
+            "{} message(s) for {recipient} in {conv}, which has no queue index row",
             q.msgs
         ));
     }
@@ -263,6 +287,44 @@ pub(super) fn queue_summaries(input: &Input<'_>, out: &mut Vec<Violation>) {
             "queue-summaries",
             format!(
                 "{} queue summary(ies) disagree with the stored messages; first: {first}",
+                wrong.len()
+            ),
+        ));
+    }
+}
+
+/// `contacts-index`: every stored friendship has exactly its two `contacts` rows (one per
+/// member, each the friendship's row), and there is no other: a user's contacts are read from
+/// those rows alone, so one missing or stale hides a friendship or a conversation from it.
+pub(super) fn contacts_index(input: &Input<'_>, out: &mut Vec<Violation>) {
+    use relay_core::store::Table;
+    use serde_json::Value;
+    let rows = |t: Table| input.snapshot.get(&t).into_iter().flatten();
+    let mut want: BTreeMap<String, &Vec<u8>> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    for (key, value) in rows(Table::Friendships) {
+        let Ok(f) = serde_json::from_slice::<Value>(value) else {
+            wrong.push(format!("friendship row {key:?} is not JSON"));
+            continue;
+        };
+        for member in ["requester", "addressee"] {
+            let user = f[member].as_str().unwrap_or_default();
+            want.insert(format!("{user}/{key}"), value);
+        }
+    }
+    for (key, value) in rows(Table::Contacts) {
+        match want.remove(key) {
+            Some(v) if v == value => {}
+            Some(_) => wrong.push(format!("contacts row {key:?} differs from its friendship")),
+            None => wrong.push(format!("contacts row {key:?} has no friendship")),
+        }
+    }
+    wrong.extend(want.into_keys().map(|k| format!("no contacts row {k:?}")));
+    if let Some(first) = wrong.first() {
+        out.push(Violation::new(
+            "contacts-index",
+            format!(
+                "{} contacts row(s) disagree with the friendships; first: {first}",
                 wrong.len()
             ),
         ));
