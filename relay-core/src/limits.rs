@@ -162,12 +162,12 @@ pub const QUEUE_CACHE_BYTES: usize = 64 * 1024 * 1024;
 pub const ACCOUNT_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Estimated heap for the conversations held in memory (members and seq counters; the rest are
 /// read from the store when needed, see `Config::conversation_cache_bytes`). The conversations
-/// written by batches not yet durable are held beyond it. At ~330 bytes per conversation,
-/// 32 MiB holds ~100,000 of them.
+/// written by batches not yet durable are held beyond it. At ~470 bytes per conversation,
+/// 32 MiB holds ~70,000 of them.
 pub const CONVERSATION_CACHE_BYTES: usize = 32 * 1024 * 1024;
 /// Estimated heap for the users' contact lists held in memory (see
-/// `Config::contact_cache_bytes`). At ~400 bytes for a list plus ~220 per friendship in it,
-/// 32 MiB holds the lists of ~15,000 users of 10 contacts.
+/// `Config::contact_cache_bytes`). At ~360 bytes for a list plus ~260 per friendship in it,
+/// 32 MiB holds the lists of ~11,000 users of 10 contacts.
 pub const CONTACT_CACHE_BYTES: usize = 32 * 1024 * 1024;
 /// Stored accounts read per page by the one-time indexing start of a store written before the
 /// accounts had their lookup rows (`account_index`).

@@ -35,16 +35,19 @@ use crate::state::{ConversationRow, FriendshipRow, State, decode, push_conversat
 use crate::store::{Batch, RowKey, StoreError, StoreRead, Table};
 
 /// Estimated heap per conversation in memory besides its id and member strings: the row, its
-/// entry and place in the LRU order (measured with `relay-pg`'s `state_memory` example).
-pub(crate) const CONVERSATION_BYTES: usize = 240;
+/// entry and place in the LRU order, the allocator's overhead. With [`CONTACTS_BYTES`] and
+/// [`FRIENDSHIP_BYTES`], set from `relay-pg`'s `state_memory` example ("conversations at
+/// rest": 1,697 B of heap for a conversation and its members' two lists of one friendship;
+/// these constants estimate 1,696).
+pub(crate) const CONVERSATION_BYTES: usize = 370;
 
-/// Estimated heap per friendship in a cached contact list besides its strings, and per list
-/// ([`CONTACTS_BYTES`]): the row in the list's buffer; the list's entry and place in the LRU
-/// order.
-pub(crate) const FRIENDSHIP_BYTES: usize = 120;
+/// Estimated heap per friendship in a cached contact list besides its strings: the row in the
+/// list's buffer and its strings' allocations.
+pub(crate) const FRIENDSHIP_BYTES: usize = 160;
 
-/// See [`FRIENDSHIP_BYTES`].
-pub(crate) const CONTACTS_BYTES: usize = 200;
+/// Estimated heap per cached contact list besides its friendships and its key: the list's
+/// entry and place in the LRU order, its buffer's header.
+pub(crate) const CONTACTS_BYTES: usize = 320;
 
 /// A conversation as the cache holds it.
 #[derive(Debug, Clone)]

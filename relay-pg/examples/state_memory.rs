@@ -16,7 +16,10 @@
 //!    swept, and are included). Then `users at rest`: the same accounts an hour later, once
 //!    `handle_timeout` has swept those windows and expired the used challenges (what an
 //!    account costs for as long as it exists).
-//! 2. `conversations`: N/2 friendships accepted (each makes one conversation).
+//! 2. `conversations`: N/2 friendships accepted (each makes one conversation). Then
+//!    `conversations at rest`: an hour later, once the request budgets are swept: what the
+//!    conversation cache and the two members' contact lists hold for it (both caches are far
+//!    from their bounds here), with the caches' own estimate printed beside it.
 //! 3. `queued messages`: M (at most `MAX_OFFLINE_QUEUE_PER_CONVERSATION`) messages of 228 B
 //!    payload (a 200-byte text) from an online sender to an offline recipient: kept until
 //!    delivered or `offline_ttl` (24 h).
@@ -307,6 +310,7 @@ fn run(users: usize, keep_rows: bool) -> Vec<Phase> {
         Some(&before_users),
     );
 
+    let before_convs = mark.clone();
     let convs: Vec<String> = accounts
         .chunks(2)
         .map(|pair| w.befriend(&pair[0], &pair[1]))
@@ -317,6 +321,22 @@ fn run(users: usize, keep_rows: bool) -> Vec<Phase> {
         convs.len(),
         &mut mark,
         None,
+    );
+    w.now = w.now.plus_ms(relay_core::limits::HOUR_MS);
+    w.relay.handle_timeout(w.now);
+    w.drain();
+    end(
+        &w,
+        "conversations at rest (an hour later: request budgets swept; each conversation and its two contact lists in the caches)",
+        convs.len(),
+        &mut mark,
+        Some(&before_convs),
+    );
+    let held = w.relay.relation_cache();
+    println!(
+        "caches' estimate: {} B per conversation, {} B per contact list of one friendship",
+        held.conversation_bytes / held.conversations.max(1),
+        held.contact_bytes / held.contact_lists.max(1)
     );
 
     // Messages: the first pair, sender online, recipient offline.
