@@ -185,6 +185,17 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
         }
     }
 
+    /// Changes the entry of `key` with what the store already holds (not a write: nothing is
+    /// pinned), reweighing it. `None` when it is not cached.
+    pub(crate) fn update<R>(&mut self, key: &K, f: impl FnOnce(&mut V) -> R) -> Option<R> {
+        let e = self.entries.get_mut(key)?;
+        let r = f(&mut e.value);
+        let weight = key.weight() + e.value.weight();
+        self.bytes = self.bytes + weight - e.weight;
+        e.weight = weight;
+        Some(r)
+    }
+
     /// Changes every entry in memory (e.g. drops what expired), reweighing each.
     pub(crate) fn update_all(&mut self, mut f: impl FnMut(&K, &mut V)) {
         for (key, e) in &mut self.entries {

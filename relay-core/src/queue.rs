@@ -915,7 +915,8 @@ mod tests {
             };
             prop_assert_eq!(key, format!("{}/{}", to.as_str(), conv.as_str()));
             let row = QueueIndexRow { recipient: to.clone(), conv_id: conv.clone(), from, msgs, bytes, oldest: UnixMs(oldest) };
-            prop_assert_eq!(value, serde_json::to_vec(&row).unwrap().as_slice());
+            let want = serde_json::to_vec(&row).unwrap();
+            prop_assert_eq!(value, want.as_slice());
             let mut index = QueueIndex::default();
             index.load(key, value).unwrap();
             prop_assert_eq!(index.get(&to, &conv).map(|e| e.summary), Some(summary));

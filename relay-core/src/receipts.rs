@@ -78,6 +78,16 @@ impl Relay {
                 None,
             );
         }
+        // So are the conversation's receipt marks (`member_check` read the conversation).
+        if self.read_marks(&r.conv_id).is_err() {
+            return self.send_error(
+                conn,
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay could not read this conversation's receipts; send the receipt again",
+                ref_type(),
+                None,
+            );
+        }
         let hwm = self
             .pushed_hwm
             .get(&user, &r.conv_id)

@@ -31,7 +31,10 @@ use wire::{ConvId, FriendshipId, Seq, UserUuid};
 use crate::lru::{Lru, Weigh};
 use crate::planted::planted;
 use crate::relay::Relay;
-use crate::state::{ConversationRow, FriendshipRow, State, decode, push_conversation};
+use crate::state::{
+    ConversationRow, FriendshipRow, ReceiptKind, ReceiptMarkRow, State, decode, push_conversation,
+    write_mark_key,
+};
 use crate::store::{Batch, RowKey, StoreError, StoreRead, Table};
 
 /// Estimated heap per conversation in memory besides its id and member strings: the row, its
@@ -49,15 +52,20 @@ pub(crate) const FRIENDSHIP_BYTES: usize = 160;
 /// entry and place in the LRU order, its buffer's header.
 pub(crate) const CONTACTS_BYTES: usize = 320;
 
-/// A conversation as the cache holds it.
+/// A conversation as the cache holds it: its row, and its receipt marks once a receipt needed
+/// them (`marks[member][kind]`: the highest seq that member acknowledged, by
+/// [`ReceiptKind::index`]).
 #[derive(Debug, Clone)]
-pub(crate) struct Conv(pub(crate) ConversationRow);
+pub(crate) struct Conv {
+    row: ConversationRow,
+    marks: Option<[[Seq; 2]; 2]>,
+}
 
 impl Weigh for Conv {
     fn weight(&self) -> usize {
         CONVERSATION_BYTES
             + self
-                .0
+                .row
                 .members
                 .iter()
                 .map(|m| m.as_str().len())
@@ -156,7 +164,7 @@ impl Relations {
 
     /// The conversation `conv` if it is in memory (no read: [`with_conversation`] reads).
     pub(crate) fn conversation(&self, conv: &ConvId) -> Option<&ConversationRow> {
-        self.conversations.get(conv).map(|c| &c.0)
+        self.conversations.get(conv).map(|c| &c.row)
     }
 
     /// Pins the writes since the last move to `batch`'s lists.
@@ -206,7 +214,7 @@ pub(crate) fn with_conversation<R>(
     f: impl FnOnce(&ConversationRow) -> R,
 ) -> Result<Option<R>, StoreError> {
     if let Some(c) = relations.conversations.read(conv) {
-        return Ok(Some(f(&c.0)));
+        return Ok(Some(f(&c.row)));
     }
     stats.conversations_read += 1;
     let Some(value) = reader
@@ -230,7 +238,9 @@ pub(crate) fn with_conversation<R>(
         row.last_authored = [Seq(0), Seq(0)];
     }
     let r = f(&row);
-    relations.conversations.insert(conv.clone(), Conv(row));
+    relations
+        .conversations
+        .insert(conv.clone(), Conv { row, marks: None });
     Ok(Some(r))
 }
 
@@ -269,7 +279,57 @@ pub(crate) fn with_contacts<R>(
     Ok(r)
 }
 
+/// Reads the receipt marks of the conversation `conv` (in memory: [`with_conversation`]) unless
+/// they are there already: one prefix scan of `receipt_marks` (at most four rows).
+pub(crate) fn read_marks(
+    relations: &mut Relations,
+    reader: &mut dyn StoreRead,
+    stats: &mut crate::stats::RelayStats,
+    conv: &ConvId,
+) -> Result<(), StoreError> {
+    let Some(c) = relations.conversations.get(conv) else {
+        debug_assert!(false, "marks read before their conversation");
+        return Ok(());
+    };
+    if c.marks.is_some() {
+        return Ok(());
+    }
+    stats.receipt_marks_read += 1;
+    let mut prefix = String::with_capacity(conv.as_str().len() + 1);
+    prefix.push_str(conv.as_str());
+    prefix.push('/');
+    let rows = reader
+        .scan_prefix(Table::ReceiptMarks, &prefix)
+        .inspect_err(|_| stats.conversation_read_failures += 1)?;
+    let mut marks = [[Seq(0); 2]; 2];
+    for (key, value) in &rows {
+        let m: ReceiptMarkRow = decode(Table::ReceiptMarks, key, value)?;
+        let Some(i) = c.row.index_of(&m.reader).filter(|_| m.conv_id == *conv) else {
+            return Err(StoreError::Backend(format!(
+                "corrupt row {key:?} in table {}: a mark of another conversation or reader",
+                Table::ReceiptMarks.name()
+            )));
+        };
+        marks[i][m.kind.index()] = m.seq;
+    }
+    // Not a write: the marks are what the store holds (no pin).
+    relations
+        .conversations
+        .update(conv, |c| c.marks = Some(marks));
+    Ok(())
+}
+
 impl Relay {
+    /// [`read_marks`] on this relay's parts.
+    pub(crate) fn read_marks(&mut self, conv: &ConvId) -> Result<(), StoreError> {
+        read_marks(
+            &mut self.state.relations,
+            &mut *self.reader,
+            &mut self.stats,
+            conv,
+        )
+    }
+
     /// The conversation `conv` (read if it is not in memory), copied. `Err`: the read failed.
     pub(crate) fn conversation(
         &mut self,
@@ -324,6 +384,46 @@ fn write_contact_key(k: &mut RowKey<'_>, user: &UserUuid, id: FriendshipId) {
 
 /// The state's writes of conversations and friendships.
 impl State {
+    /// The highest seq `reader` acknowledged with a `kind` receipt in `conv` (whose marks are
+    /// in memory: [`read_marks`]; 0 when none).
+    pub(crate) fn mark(&self, conv: &ConvId, reader: &UserUuid, kind: ReceiptKind) -> Seq {
+        let Some(c) = self.relations.conversations.get(conv) else {
+            return Seq(0);
+        };
+        debug_assert!(c.marks.is_some(), "a mark used before it was read");
+        match (c.row.index_of(reader), c.marks) {
+            (Some(i), Some(marks)) => marks[i][kind.index()],
+            _ => Seq(0),
+        }
+    }
+
+    /// Records that `reader` acknowledged `conv` up to `seq` with a `kind` receipt (the
+    /// conversation's marks are in memory, where it is written too).
+    pub(crate) fn put_mark(
+        &mut self,
+        conv: &ConvId,
+        reader: &UserUuid,
+        kind: ReceiptKind,
+        seq: Seq,
+    ) {
+        let row = ReceiptMarkRow {
+            conv_id: conv.clone(),
+            reader: reader.clone(),
+            kind,
+            seq,
+        };
+        self.record_keyed(
+            Table::ReceiptMarks,
+            |k| write_mark_key(k, conv, reader, kind),
+            &row,
+        );
+        self.relations.conversations.write(conv, |c| {
+            if let (Some(i), Some(marks)) = (c.row.index_of(reader), c.marks.as_mut()) {
+                marks[i][kind.index()] = seq;
+            }
+        });
+    }
+
     /// Writes friendship `f` (its record by id and its row in each member's contacts); both
     /// members' contacts must be in memory ([`with_contacts`]), where it is written too.
     pub(crate) fn put_friendship(&mut self, f: FriendshipRow) {
@@ -342,7 +442,11 @@ impl State {
     pub(crate) fn put_conversation(&mut self, c: ConversationRow) {
         push_conversation(&mut self.batch, &c, true);
         let id = c.id.clone();
-        self.relations.conversations.insert(id.clone(), Conv(c));
+        // A new conversation has no receipt marks.
+        let marks = Some([[Seq(0); 2]; 2]);
+        self.relations
+            .conversations
+            .insert(id.clone(), Conv { row: c, marks });
         self.relations.conversations.write(&id, |_| ());
     }
 
@@ -355,7 +459,7 @@ impl State {
         self.relations
             .conversations
             .write(conv, |c| {
-                let c = &mut c.0;
+                let c = &mut c.row;
                 let i = c.index_of(author)?;
                 let seq = c.last_seq.next();
                 c.last_seq = seq;

@@ -215,6 +215,14 @@ pub(crate) enum ReceiptKind {
 }
 
 impl ReceiptKind {
+    /// 0 for `delivered`, 1 for `read`.
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Self::Delivered => 0,
+            Self::Read => 1,
+        }
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Self::Delivered => "delivered",
@@ -334,7 +342,6 @@ pub(crate) struct State {
     /// (author, message id) -> tombstone, for the authors whose sets are in memory
     /// (`crate::tombstones`; the rest are in the store).
     pub(crate) tombstones: crate::tombstones::Cache,
-    pub(crate) marks: BTreeMap<(ConvId, UserUuid, ReceiptKind), Seq>,
     pub(crate) pending_receipts: BTreeMap<(UserUuid, ConvId, ReceiptKind), PendingReceiptRow>,
     pub(crate) pending_retracts: BTreeMap<(UserUuid, MessageId), PendingRetractRow>,
     pub(crate) timers: BTreeSet<(UnixMs, Timer)>,
@@ -478,7 +485,12 @@ fn write_tombstone_key(k: &mut RowKey<'_>, author: &UserUuid, id: &MessageId) {
 }
 
 /// Writes the key of the receipt mark row `conv/reader/kind`.
-fn write_mark_key(k: &mut RowKey<'_>, conv: &ConvId, reader: &UserUuid, kind: ReceiptKind) {
+pub(crate) fn write_mark_key(
+    k: &mut RowKey<'_>,
+    conv: &ConvId,
+    reader: &UserUuid,
+    kind: ReceiptKind,
+) {
     write_row_key(k, &[conv.as_str(), reader.as_str(), kind.as_str()], None);
 }
 
@@ -533,10 +545,6 @@ impl State {
         }
         for (k, v) in rows(Table::QueueIndex) {
             s.queued.load(k, v)?;
-        }
-        for (k, v) in rows(Table::ReceiptMarks) {
-            let m: ReceiptMarkRow = decode(Table::ReceiptMarks, k, v)?;
-            s.marks.insert((m.conv_id, m.reader, m.kind), m.seq);
         }
         for (k, v) in rows(Table::PendingReceipts) {
             let r: PendingReceiptRow = decode(Table::PendingReceipts, k, v)?;
@@ -674,34 +682,6 @@ impl State {
     }
 
     // ---- receipts
-
-    pub(crate) fn mark(&self, conv: &ConvId, reader: &UserUuid, kind: ReceiptKind) -> Seq {
-        self.marks
-            .get(&(conv.clone(), reader.clone(), kind))
-            .copied()
-            .unwrap_or(Seq(0))
-    }
-
-    pub(crate) fn put_mark(
-        &mut self,
-        conv: &ConvId,
-        reader: &UserUuid,
-        kind: ReceiptKind,
-        seq: Seq,
-    ) {
-        let row = ReceiptMarkRow {
-            conv_id: conv.clone(),
-            reader: reader.clone(),
-            kind,
-            seq,
-        };
-        self.record_keyed(
-            Table::ReceiptMarks,
-            |k| write_mark_key(k, conv, reader, kind),
-            &row,
-        );
-        self.marks.insert((conv.clone(), reader.clone(), kind), seq);
-    }
 
     pub(crate) fn put_pending_receipt(&mut self, r: PendingReceiptRow, offline_ttl_ms: u64) {
         self.record_keyed(

@@ -46,9 +46,12 @@ pub struct RelayStats {
     pub account_read_failures: u64,
     /// Conversations read from the store (needed by id while not in memory).
     pub conversations_read: u64,
-    /// Conversation reads that failed (the frame or request was refused with
+    /// Conversation and receipt mark reads that failed (the frame or request was refused with
     /// `STORAGE_UNAVAILABLE`).
     pub conversation_read_failures: u64,
+    /// Conversations whose receipt marks were read from the store (at a receipt in them, once
+    /// per time the conversation is in memory).
+    pub receipt_marks_read: u64,
     /// Contact lists read from the store (one user's friendships, needed while not in memory).
     pub contacts_read: u64,
     /// Contact list reads that failed (the request or frame was refused with

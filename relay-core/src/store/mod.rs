@@ -50,7 +50,8 @@ pub enum Table {
     /// Message-id tombstones (dedup and retract authorisation) by `author/message id`. Lazy
     /// and expiring: read per author on first use, deleted by [`Mutation::Expire`].
     Tombstones,
-    /// Receipt high-water marks by `conv/reader/kind`.
+    /// Receipt high-water marks by `conv/reader/kind`. Lazy: read per conversation at its first
+    /// receipt once it is in memory (`crate::relations`).
     ReceiptMarks,
     /// Receipts waiting for an offline sender by `recipient/conv/kind`.
     PendingReceipts,
@@ -161,6 +162,7 @@ impl Table {
                 | Self::Friendships
                 | Self::Conversations
                 | Self::Contacts
+                | Self::ReceiptMarks
         )
     }
 

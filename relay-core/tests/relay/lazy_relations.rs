@@ -238,3 +238,52 @@ fn a_store_without_contacts_rows_is_indexed_at_start() {
     let outs = w.msg(&a, &b, &conv, "m2");
     assert_eq!(acks(&frames(&outs, ca)), [("m2".into(), 2)]);
 }
+
+/// The receipts forwarded to the author of `conv`'s messages among `fs`: (kind, seq).
+fn receipts(fs: &[wire::ServerFrame]) -> Vec<(&'static str, u64)> {
+    fs.iter()
+        .filter_map(|f| match f {
+            wire::ServerFrame::Delivered(r) => Some(("delivered", r.seq.get())),
+            wire::ServerFrame::Read(r) => Some(("read", r.seq.get())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A conversation's receipt marks are read back with it (at its next receipt): a receipt the
+/// author already got is not forwarded again after a restart, a new one is.
+#[test]
+fn receipt_marks_are_read_back_with_their_conversation() {
+    let mut w = World::with_config(without_relation_caches());
+    let (mut a, mut b, conv) = both_online(&mut w);
+    let (ca, cb) = (a.conn.unwrap(), b.conn.unwrap());
+    for id in ["m1", "m2"] {
+        w.msg(&a, &b, &conv, id);
+    }
+    let delivered = json!({"type":"delivered","conv_id":conv,"seq":2,"to":a.alias});
+    let outs = w.send(cb, delivered.clone());
+    assert_eq!(receipts(&frames(&outs, ca)), [("delivered", 2)]);
+    assert_eq!(w.relay.stats().receipt_marks_read, 1);
+
+    w.restart(Box::new(w.mem.clone()));
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    let outs = w.send(cb, delivered);
+    assert!(errors(&frames(&outs, cb)).is_empty());
+    assert!(
+        receipts(&frames(&outs, ca)).is_empty(),
+        "the stored mark covers it"
+    );
+    let outs = w.send(
+        cb,
+        json!({"type":"read","conv_id":conv,"seq":2,"to":a.alias}),
+    );
+    assert_eq!(receipts(&frames(&outs, ca)), [("read", 2)]);
+    assert_eq!(
+        w.relay.stats().receipt_marks_read,
+        2,
+        "once per read of the conversation"
+    );
+}
