@@ -94,7 +94,7 @@ impl Relay {
             Some(f) => f.id,
             None => self.state.next_friendship_id(),
         };
-        self.state.put_friendship(FriendshipRow {
+        self.state.put_friendship(&FriendshipRow {
             id,
             requester: user.clone(),
             addressee: target.clone(),
@@ -204,7 +204,7 @@ impl Relay {
             last_authored: [Seq(0), Seq(0)],
         });
         let requester = f.requester.clone();
-        self.state.put_friendship(FriendshipRow {
+        self.state.put_friendship(&FriendshipRow {
             status: FriendStatus::Accepted,
             conversation_id: Some(conv.clone()),
             ..f
@@ -260,7 +260,7 @@ impl Relay {
                     "the friendship is already accepted",
                 ));
             }
-            FriendStatus::Pending => self.state.put_friendship(FriendshipRow {
+            FriendStatus::Pending => self.state.put_friendship(&FriendshipRow {
                 status: FriendStatus::Rejected,
                 ..f
             }),

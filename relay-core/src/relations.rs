@@ -426,11 +426,11 @@ impl State {
 
     /// Writes friendship `f` (its record by id and its row in each member's contacts); both
     /// members' contacts must be in memory ([`with_contacts`]), where it is written too.
-    pub(crate) fn put_friendship(&mut self, f: FriendshipRow) {
-        self.record(Table::Friendships, &format!("{:020}", f.id.get()), &f);
+    pub(crate) fn put_friendship(&mut self, f: &FriendshipRow) {
+        self.record(Table::Friendships, &format!("{:020}", f.id.get()), f);
         for member in [&f.requester, &f.addressee] {
-            self.record_keyed(Table::Contacts, |k| write_contact_key(k, member, f.id), &f);
-            let written = self.relations.contacts.write(member, |c| c.put(&f));
+            self.record_keyed(Table::Contacts, |k| write_contact_key(k, member, f.id), f);
+            let written = self.relations.contacts.write(member, |c| c.put(f));
             debug_assert!(
                 written.is_some(),
                 "a friendship written before its member's contacts were read"
