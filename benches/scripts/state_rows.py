@@ -229,7 +229,8 @@ else:
             if len(fs) == 50_000 or j == friendships - 1:
                 db.executemany("INSERT OR REPLACE INTO friendships VALUES (?, ?)", fs)
                 db.executemany("INSERT OR REPLACE INTO conversations VALUES (?, ?)", cs)
-                db.executemany("INSERT OR REPLACE INTO contacts VALUES (?, ?)", ks)
+                if has_contacts:
+                    db.executemany("INSERT OR REPLACE INTO contacts VALUES (?, ?)", ks)
                 fs, cs, ks = [], [], []
         if friendships:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('next_friendship_id', ?)",
