@@ -12,6 +12,7 @@ use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{
     ALIAS_ATTEMPTS, MAX_NICKNAME_COMBINING_MARKS, MIN_NICKNAME_CHARS, STORAGE_QUOTA_BYTES,
 };
+use crate::relations::Contacts;
 use crate::relay::Relay;
 use crate::state::AccountRow;
 
@@ -340,8 +341,7 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
         let conversations = self
-            .contacts(&user)?
-            .conversations()
+            .with_contacts(&user, Contacts::conversations)?
             .into_iter()
             .map(|conv_id| ActiveConversation { conv_id })
             .collect();

@@ -82,9 +82,9 @@ impl Relay {
             ));
         }
         // Both lists are written with the friendship: both are read first.
-        let mine = self.contacts(&user)?;
-        self.contacts(&target)?;
-        let id = match mine.with(&target) {
+        let existing = self.with_contacts(&user, |c| c.with(&target).cloned())?;
+        self.with_contacts(&target, |_| ())?;
+        let id = match existing {
             Some(f) if f.status != FriendStatus::Rejected => {
                 return Err(ApiError::new(
                     ErrorCode::ALREADY_EXISTS,
@@ -150,16 +150,14 @@ impl Relay {
         id: FriendshipId,
     ) -> Result<FriendshipRow, ApiError> {
         let f = self
-            .contacts(user)?
-            .by_id(id)
-            .cloned()
+            .with_contacts(user, |c| c.by_id(id).cloned())?
             .ok_or_else(not_found)?;
         let other = if f.requester == *user {
             &f.addressee
         } else {
             &f.requester
         };
-        self.contacts(other)?;
+        self.with_contacts(other, |_| ())?;
         Ok(f)
     }
 

@@ -356,6 +356,21 @@ impl Relay {
         )
     }
 
+    /// [`with_contacts`] on this relay's parts: what `f` takes of `user`'s contacts.
+    pub(crate) fn with_contacts<R>(
+        &mut self,
+        user: &UserUuid,
+        f: impl FnOnce(&Contacts) -> R,
+    ) -> Result<R, StoreError> {
+        with_contacts(
+            &mut self.state.relations,
+            &mut *self.reader,
+            &mut self.stats,
+            user,
+            f,
+        )
+    }
+
     /// Whether `user` and `other` are accepted contacts (reads `user`'s contacts if they are
     /// not in memory).
     pub(crate) fn are_contacts(
@@ -363,16 +378,10 @@ impl Relay {
         user: &UserUuid,
         other: &UserUuid,
     ) -> Result<bool, StoreError> {
-        with_contacts(
-            &mut self.state.relations,
-            &mut *self.reader,
-            &mut self.stats,
-            user,
-            |c| {
-                c.with(other)
-                    .is_some_and(|f| f.status == wire::http::FriendStatus::Accepted)
-            },
-        )
+        self.with_contacts(user, |c| {
+            c.with(other)
+                .is_some_and(|f| f.status == wire::http::FriendStatus::Accepted)
+        })
     }
 }
 

@@ -82,7 +82,7 @@ impl Relay {
         };
         // The user's conversations (its contacts are read if they are not in memory; a failed
         // read is answered below).
-        let convs = self.contacts(&user).map(|c| c.conversations());
+        let convs = self.with_contacts(&user, crate::relations::Contacts::conversations);
         // Every queue of the user is read (if not in memory) before anything is replayed, and
         // stays in memory while the connection is synced (delivery reads it per message).
         let unreadable = |relay: &mut Self| {
