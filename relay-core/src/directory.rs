@@ -31,7 +31,7 @@ use wire::{AliasId, UserUuid};
 use crate::lru::{Lru, Weigh};
 use crate::relay::Relay;
 use crate::state::{AccountRow, State, decode};
-use crate::store::{Batch, StoreError, StoreRead, Table};
+use crate::store::{StoreError, StoreRead, Table};
 
 /// Estimated heap per account in memory besides its strings: the row (uuid, two keys,
 /// numbers), its `Arc`, its entry and place in the LRU order, and its three lookup entries
@@ -374,26 +374,19 @@ pub(crate) fn index_stored_accounts(
     reader: &mut dyn StoreRead,
     page_rows: usize,
 ) -> Result<u64, StoreError> {
-    let mut after: Option<String> = None;
-    let mut batch = Batch::default();
-    let mut indexed = 0;
-    loop {
-        let page = reader.scan_page(Table::Accounts, after.as_deref(), page_rows.max(1))?;
-        let Some((last, _)) = page.last() else {
-            break;
-        };
-        after = Some(last.clone());
-        batch.clear();
-        for (key, value) in &page {
+    crate::store::derive_in_pages(
+        store,
+        reader,
+        Table::Accounts,
+        page_rows,
+        |batch, key, value| {
             let a: AccountRow = decode(Table::Accounts, key, value)?;
             let uuid = serde_json::to_vec(&a.uuid)
                 .map_err(|e| StoreError::Backend(format!("encoding an index row: {e}")))?;
             for name in Lookup::of(&a) {
                 batch.put(Table::AccountIndex, &name.key(), &uuid);
             }
-            indexed += 1;
-        }
-        store.commit(&batch)?;
-    }
-    Ok(indexed)
+            Ok(())
+        },
+    )
 }

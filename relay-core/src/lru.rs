@@ -106,11 +106,8 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
     /// batch and [`Lru::unpin`] (or [`Lru::unpin_written`]) reports it durable. `None` when it
     /// is not cached.
     pub(crate) fn write<R>(&mut self, key: &K, f: impl FnOnce(&mut V) -> R) -> Option<R> {
+        let r = self.update(key, f)?;
         let e = self.entries.get_mut(key)?;
-        let r = f(&mut e.value);
-        let weight = key.weight() + e.value.weight();
-        self.bytes = self.bytes + weight - e.weight;
-        e.weight = weight;
         if e.pins == 0 {
             self.order.remove(&e.tick);
             e.tick = 0;

@@ -35,7 +35,7 @@ use crate::state::{
     ConversationRow, FriendshipRow, ReceiptKind, ReceiptMarkRow, State, decode, push_conversation,
     write_mark_key,
 };
-use crate::store::{Batch, RowKey, StoreError, StoreRead, Table};
+use crate::store::{RowKey, StoreError, StoreRead, Table};
 
 /// Estimated heap per conversation in memory besides its id and member strings: the row, its
 /// entry and place in the LRU order, the allocator's overhead. With [`CONTACTS_BYTES`] and
@@ -489,17 +489,12 @@ pub(crate) fn index_stored_friendships(
     reader: &mut dyn StoreRead,
     page_rows: usize,
 ) -> Result<u64, StoreError> {
-    let mut after: Option<String> = None;
-    let mut batch = Batch::default();
-    let mut indexed = 0;
-    loop {
-        let page = reader.scan_page(Table::Friendships, after.as_deref(), page_rows.max(1))?;
-        let Some((last, _)) = page.last() else {
-            break;
-        };
-        after = Some(last.clone());
-        batch.clear();
-        for (key, value) in &page {
+    crate::store::derive_in_pages(
+        store,
+        reader,
+        Table::Friendships,
+        page_rows,
+        |batch, key, value| {
             let f: FriendshipRow = decode(Table::Friendships, key, value)?;
             for member in [&f.requester, &f.addressee] {
                 batch.put_row(
@@ -508,9 +503,7 @@ pub(crate) fn index_stored_friendships(
                     |out| out.extend_from_slice(value),
                 );
             }
-            indexed += 1;
-        }
-        store.commit(&batch)?;
-    }
-    Ok(indexed)
+            Ok(())
+        },
+    )
 }

@@ -347,6 +347,37 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
 }
 
+/// Reads every committed row of `table` in keyset pages of `page_rows` rows and commits, page by
+/// page, the rows `derive` writes for each into a batch of its own (so a rerun after a start cut
+/// short redoes at most a page, and memory holds one page): how a start fills a table that
+/// derives from another (index rows) for a store written before it existed. The rows derived
+/// must be idempotent. Returns the rows read.
+pub(crate) fn derive_in_pages(
+    store: &mut dyn Store,
+    reader: &mut dyn StoreRead,
+    table: Table,
+    page_rows: usize,
+    mut derive: impl FnMut(&mut Batch, &str, &[u8]) -> Result<(), StoreError>,
+) -> Result<u64, StoreError> {
+    let mut after: Option<String> = None;
+    let mut batch = Batch::default();
+    let mut read = 0;
+    loop {
+        let page = reader.scan_page(table, after.as_deref(), page_rows.max(1))?;
+        let Some((last, _)) = page.last() else {
+            break;
+        };
+        after = Some(last.clone());
+        batch.clear();
+        for (key, value) in &page {
+            derive(&mut batch, key, value)?;
+            read += 1;
+        }
+        store.commit(&batch)?;
+    }
+    Ok(read)
+}
+
 /// A read of rows with an expiry from a table without one: a bug of the caller, refused.
 pub(crate) fn no_expiry(table: Table) -> StoreError {
     StoreError::Backend(format!("table {} has no expiry column", table.name()))
