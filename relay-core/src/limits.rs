@@ -169,14 +169,15 @@ pub const CONVERSATION_CACHE_BYTES: usize = 32 * 1024 * 1024;
 /// `Config::contact_cache_bytes`). At ~360 bytes for a list plus ~260 per friendship in it,
 /// 32 MiB holds the lists of ~11,000 users of 10 contacts.
 pub const CONTACT_CACHE_BYTES: usize = 32 * 1024 * 1024;
-/// Stored accounts read per page by the one-time indexing start of a store written before the
-/// accounts had their lookup rows (`account_index`).
+/// Stored accounts (or friendships) read per page by the one-time indexing start of a store
+/// written before the accounts had their lookup rows (`account_index`), or the friendships
+/// their rows per member (`contacts`).
 pub const INDEX_PAGE_ROWS: usize = 10_000;
 /// When reading a queue for its expiry failed, how long until the relay tries again.
 pub const QUEUE_READ_RETRY_MS: u64 = 1_000;
 /// Stored messages read per page by the one-time summarising start of a store written before
-/// the conversation rows carried their queue summaries: its memory is one page and the
-/// summaries, not the whole table.
+/// the queue index (`queue_index`) existed: its memory is one page and the summaries, not the
+/// whole table.
 pub const SUMMARISE_PAGE_ROWS: usize = 10_000;
 /// How often, at most, expired tombstone rows are deleted from the store (one range delete;
 /// lookups ignore an expired tombstone at once, so this only bounds how long its row lingers).

@@ -155,7 +155,7 @@ impl Relay {
         charge: u64,
     ) -> Result<(), (ErrorCode, &'static str)> {
         let c = &self.config;
-        // The conversation's summary: the queue itself may be only in the store.
+        // The queue's index entry: the queue itself may be only in the store.
         let q = self.state.summary(recipient, conv);
         let (conv_msgs, conv_bytes) = (q.msgs, q.bytes);
         if conv_msgs >= c.max_offline_queue_per_conversation as u64

@@ -4,14 +4,15 @@
 //! Queued messages live in the store's `messages` table, which is not read at start
 //! ([`crate::store::Table::is_lazy`]). What the relay must know of every queue at all times —
 //! how many messages and bytes it holds (the queue bounds) and when its oldest one expires (its
-//! timer) — is a [`QueueSummary`] in the conversation's row, written in the same
-//! commit as every change to the queue. The messages themselves are read per queue (one prefix
+//! timer), and who wrote it — is its [`QueueEntry`] in the [`QueueIndex`] (a `queue_index` row
+//! per non-empty queue, loaded at start), written in the same commit as every change to the
+//! queue. The messages themselves are read per queue (one prefix
 //! scan) when they are needed — a new message for it, its recipient's `sync`, a receipt, a
 //! retraction, its expiry — and kept in [`Queues`], a [`crate::lru::Lru`] bounded by
 //! [`crate::Config::queue_cache_bytes`]: a write pins the queue until its batch is durable,
 //! and a synced recipient's queues stay in memory until its connection goes (delivery reads
 //! them for every message it pushes). The state's queue operations (`impl State` below) keep
-//! the message rows, the summaries, the backlog and the timers in step.
+//! the message rows, the index, the backlog and the timers in step.
 //!
 //! A ring buffer rather than an ordered map: every new message of a conversation has a higher
 //! seq than any queued one, so queuing is a push at the back, and receipts and expiry take

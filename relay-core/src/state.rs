@@ -1,6 +1,7 @@
 //! The relay's durable working state: plain maps behind `&mut self`, loaded from the store at
-//! startup (but for the lazy tables' caches: tombstones and queues, read when needed), and the
-//! row-level mutation batch of the input being handled.
+//! startup (but for the caches over the lazy tables — accounts, conversations and contacts,
+//! tombstones, queues — read when needed), and the row-level mutation batch of the input being
+//! handled.
 //!
 //! Every `put_*` / `delete_*` updates the maps and indexes **and** records the matching
 //! [`Mutation`](crate::store::Mutation); the dispatcher commits the batch before releasing any output of the input.
@@ -8,8 +9,9 @@
 //! Over 900 lines on purpose: each map, its derived indexes, its load from the store and its
 //! `put_*`/`delete_*` must change together (a write that updates the map but forgets the
 //! mutation, or an index rebuilt differently on load, is a durability bug), so they stay side by
-//! side; the commerce tables live apart in `commerce_state`, and the queues (their summaries
-//! in the conversation rows, their reads, writes and expiry) in `queue`.
+//! side; the commerce tables live apart in `commerce_state`, the queues (their index, reads,
+//! writes and expiry) in `queue`, the accounts in `directory`, the conversations and contacts
+//! in `relations`.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -36,8 +36,8 @@ pub struct RelayStats {
     /// Queue reads that failed (the frame or request was refused with `STORAGE_UNAVAILABLE`,
     /// a `sync` closed the connection, or an expiry was put off).
     pub queue_read_failures: u64,
-    /// Queues whose stored messages disagreed with their conversation's summary when read
-    /// (the messages won; a healthy store never has any).
+    /// Queues whose stored messages disagreed with their queue index entry when read (the
+    /// messages won; a healthy store never has any).
     pub queue_summaries_repaired: u64,
     /// Accounts read from the store (needed by uuid, alias or key while not in memory).
     pub accounts_read: u64,
