@@ -31,6 +31,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use relay_core::Relay;
 use relay_core::store::StoreError;
@@ -47,6 +48,10 @@ pub const RENEW_MS: u64 = 500;
 pub const CAMPAIGN_POLL_MS: u64 = 250;
 /// Buffer of each direction of a balanced connection.
 const PUMP_BYTES: usize = 4_096;
+
+/// How long the balancer keeps a client's connection after the relay ended its side, for the
+/// client to read what came before the end and close.
+const LINGER_MS: u64 = 10_000;
 
 /// Builds the relay of a term from its fenced store.
 pub type MakeRelay = Arc<dyn Fn(TermStore<FaultyStore>) -> Result<Relay, StoreError> + Send + Sync>;
@@ -147,9 +152,13 @@ impl Leadership for SimLeadership {
 }
 
 /// The load balancer on the `relay` host: each accepted connection goes to the lease holder
-/// (refused, i.e. closed at once, while nobody holds it). A connection is torn down as a
-/// whole when either side ends or fails: a relay that closes a client it stopped reading for
-/// is seen by that client as a reset, as without a balancer.
+/// (refused, i.e. closed at once, while nobody holds it). An end is passed on as an end, after
+/// every byte before it (a half-close, as TCP proxies do): a relay that closes a socket
+/// cleanly — its Close frame, then its FIN — is seen so by the client, whose later bytes the
+/// balancer reads and drops for [`LINGER_MS`] rather than reset it with them unread. A failure
+/// (a reset, a failed write) on either side tears the whole connection down: a relay that
+/// resets a client it stopped reading for is seen by that client as a reset, as without a
+/// balancer.
 pub async fn balancer(ctl: StoreCtl, port: u16) -> std::io::Result<()> {
     let listener =
         turmoil::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))).await?;
@@ -166,29 +175,56 @@ pub async fn balancer(ctl: StoreCtl, port: u16) -> std::io::Result<()> {
             };
             let (mut cr, mut cw) = client.into_split();
             let (mut ur, mut uw) = upstream.into_split();
+            let relay_ended = AtomicBool::new(false);
+            let failed = tokio::sync::Notify::new();
+            // Client -> relay; once the relay has ended, the client's bytes are dropped.
+            let up = async {
+                let mut buf = vec![0u8; PUMP_BYTES];
+                loop {
+                    match cr.read(&mut buf).await {
+                        Ok(0) => {
+                            if !relay_ended.load(Ordering::Relaxed) {
+                                let _ = uw.shutdown().await;
+                            }
+                            return;
+                        }
+                        Ok(n) => {
+                            if !relay_ended.load(Ordering::Relaxed)
+                                && uw.write_all(&buf[..n]).await.is_err()
+                            {
+                                return failed.notify_one();
+                            }
+                        }
+                        Err(_) => return failed.notify_one(),
+                    }
+                }
+            };
+            // Relay -> client; the relay's end becomes the client's, then the connection
+            // lingers for the client to read it.
+            let down = async {
+                let mut buf = vec![0u8; PUMP_BYTES];
+                loop {
+                    match ur.read(&mut buf).await {
+                        Ok(0) => {
+                            relay_ended.store(true, Ordering::Relaxed);
+                            let _ = cw.shutdown().await;
+                            sleep_ms(LINGER_MS).await;
+                            return failed.notify_one();
+                        }
+                        Ok(n) => {
+                            if cw.write_all(&buf[..n]).await.is_err() {
+                                return failed.notify_one();
+                            }
+                        }
+                        Err(_) => return failed.notify_one(),
+                    }
+                }
+            };
             tokio::select! {
                 biased;
-                () = pump(&mut cr, &mut uw) => {}
-                () = pump(&mut ur, &mut cw) => {}
+                () = failed.notified() => {}
+                _ = async { tokio::join!(up, down) } => {}
             }
         });
-    }
-}
-
-/// Copies `from` to `to` until either ends or fails.
-async fn pump(
-    from: &mut (impl tokio::io::AsyncRead + Unpin),
-    to: &mut (impl tokio::io::AsyncWrite + Unpin),
-) {
-    let mut buf = vec![0u8; PUMP_BYTES];
-    loop {
-        match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if to.write_all(&buf[..n]).await.is_err() {
-                    return;
-                }
-            }
-        }
     }
 }

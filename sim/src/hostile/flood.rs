@@ -32,7 +32,18 @@ pub(super) async fn flood(ctx: &HostCtx, account: &RawAccount, frames: u32, roll
     let counter = Rc::new(RefCell::new(FloodSeen::default()));
     let seen = Rc::clone(&counter);
     let read = tokio::task::spawn_local(async move {
-        while let Ok(Some(frame)) = reader.next().await {
+        loop {
+            let frame = match reader.next().await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => {
+                    seen.borrow_mut().end = Some((sim_ms(), None));
+                    break;
+                }
+                Err(e) => {
+                    seen.borrow_mut().end = Some((sim_ms(), Some(e.kind())));
+                    break;
+                }
+            };
             let mut s = seen.borrow_mut();
             if let Some(code) = frame.close_code() {
                 s.close = Some(code);
@@ -81,7 +92,12 @@ pub(super) async fn flood(ctx: &HostCtx, account: &RawAccount, frames: u32, roll
             format!(
                 "{} of {expected} malformed frames got no error frame and the socket was not closed with a code ({})",
                 expected - s.errors,
-                if s.ended { "it ended silently" } else { "it is still open" }
+                match s.end {
+                Some((at, None)) => format!("it ended silently: end of stream at {at} ms"),
+                Some((at, Some(kind))) => format!("it ended silently: read failed ({kind}) at {at} ms"),
+                None if s.ended => "it ended silently".to_owned(),
+                None => "it is still open".to_owned(),
+            }
             ),
         ));
     }
@@ -94,6 +110,8 @@ struct FloodSeen {
     errors: u64,
     close: Option<u16>,
     ended: bool,
+    /// When the stream ended without a Close frame, and the read error if it failed.
+    end: Option<(u64, Option<std::io::ErrorKind>)>,
 }
 
 /// One malformed frame: `(opcode, payload, whether an error frame must answer it)`.
