@@ -46,6 +46,10 @@ impl Relay {
         };
         let other = match self.member_check(&user, &r.conv_id, &r.to) {
             Ok(other) => other,
+            Err(crate::messaging::NotMember::Unreadable) => {
+                let (_, msg) = crate::messaging::NotMember::Unreadable.refusal();
+                return self.refuse_unreadable_receipt(conn, r, msg, ref_type());
+            }
             Err(e) => {
                 let (code, msg) = e.refusal();
                 return self.send_error(conn, code, msg, ref_type(), None);
@@ -61,32 +65,18 @@ impl Relay {
             });
         // The aliases a forwarded receipt names, read before anything changes.
         let (Ok(from), Ok(to)) = (self.alias_of(&user), self.alias_of(&other)) else {
-            return self.send_error(
-                conn,
-                ErrorCode::STORAGE_UNAVAILABLE,
-                "the relay could not read the members' accounts; send the receipt again",
-                ref_type(),
-                None,
-            );
+            let msg = "the relay could not read the members' accounts; send the receipt again";
+            return self.refuse_unreadable_receipt(conn, r, msg, ref_type());
         };
         if self.read_queue(&user, &r.conv_id).is_err() {
-            return self.send_error(
-                conn,
-                ErrorCode::STORAGE_UNAVAILABLE,
-                "the relay could not read your queue; send the receipt again",
-                ref_type(),
-                None,
-            );
+            let msg = "the relay could not read your queue; send the receipt again";
+            return self.refuse_unreadable_receipt(conn, r, msg, ref_type());
         }
         // So are the conversation's receipt marks (`member_check` read the conversation).
         if self.read_marks(&r.conv_id).is_err() {
-            return self.send_error(
-                conn,
-                ErrorCode::STORAGE_UNAVAILABLE,
-                "the relay could not read this conversation's receipts; send the receipt again",
-                ref_type(),
-                None,
-            );
+            let msg =
+                "the relay could not read this conversation's receipts; send the receipt again";
+            return self.refuse_unreadable_receipt(conn, r, msg, ref_type());
         }
         let hwm = self
             .pushed_hwm
@@ -128,6 +118,28 @@ impl Relay {
         // The window may have opened.
         // PLANTED BUG (WindowNotRefilledOnReceipt): what waits for room stays waiting.
         if !planted!(self.config, WindowNotRefilledOnReceipt) {
+            self.pump(conn);
+        }
+    }
+
+    /// Refuses receipt `r` on `conn` because a read failed (`STORAGE_UNAVAILABLE`, nothing
+    /// changed in the store). The messages it covers that are in flight on this connection
+    /// still leave its window, and the window refills: the client has them, and the reference
+    /// clients do not send a refused receipt again, so holding them in flight would stall the
+    /// conversation's delivery until the client reconnects. They stay queued until a receipt
+    /// is applied or a later `sync` replays them.
+    fn refuse_unreadable_receipt(
+        &mut self,
+        conn: ConnId,
+        r: &ReceiptFrame,
+        msg: &str,
+        ref_type: Option<String>,
+    ) {
+        self.send_error(conn, ErrorCode::STORAGE_UNAVAILABLE, msg, ref_type, None);
+        // PLANTED BUG (WindowNotRefilledOnReceipt): what waits for room stays waiting.
+        if self.release(conn, &r.conv_id, r.seq) > 0
+            && !planted!(self.config, WindowNotRefilledOnReceipt)
+        {
             self.pump(conn);
         }
     }

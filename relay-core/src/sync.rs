@@ -46,7 +46,10 @@ pub(crate) struct Delivery {
 struct Flight {
     /// Highest seq pushed on this connection.
     pushed: Seq,
-    /// Queued messages with seq <= `pushed` (pushed, not yet released).
+    /// Highest seq a receipt released from the window (its messages may still be queued when
+    /// that receipt was refused: they are not counted again).
+    released: Seq,
+    /// Queued messages with `released` < seq <= `pushed` (pushed, not yet released).
     msgs: usize,
     /// Their bytes.
     bytes: usize,
@@ -58,6 +61,7 @@ impl Default for Flight {
     fn default() -> Self {
         Self {
             pushed: Seq(0),
+            released: Seq(0),
             msgs: 0,
             bytes: 0,
             waiting: false,
@@ -386,11 +390,13 @@ impl Relay {
         let Some(q) = self.state.queue(&c.user, conv) else {
             return 0;
         };
+        let limit = upto.min(f.pushed);
         let (mut n, mut bytes) = (0, 0);
-        for m in q.upto(upto.min(f.pushed)) {
+        for m in q.upto(limit).filter(|m| m.seq > f.released) {
             n += 1;
             bytes += cost(conv, m);
         }
+        f.released = f.released.max(limit);
         f.msgs = f.msgs.saturating_sub(n);
         f.bytes = f.bytes.saturating_sub(bytes);
         c.delivery.msgs = c.delivery.msgs.saturating_sub(n);
@@ -412,7 +418,7 @@ impl Relay {
         };
         let (mut n, mut bytes) = (0, 0);
         if let Some(q) = self.state.queue(&c.user, conv) {
-            for m in q.upto(f.pushed) {
+            for m in q.upto(f.pushed).filter(|m| m.seq > f.released) {
                 n += 1;
                 bytes += cost(conv, m);
             }

@@ -287,3 +287,45 @@ fn receipt_marks_are_read_back_with_their_conversation() {
         "once per read of the conversation"
     );
 }
+
+/// A receipt refused because a read failed still lets the messages it covers out of the
+/// connection's window (the client has them and does not send a refused receipt again): the
+/// window refills at once instead of stalling until the client reconnects, and the next
+/// receipt that is applied does not count them twice.
+#[test]
+fn a_receipt_refused_for_a_failed_read_still_refills_the_window() {
+    let mut w = World::with_config(relay_core::Config {
+        conversation_cache_bytes: 0,
+        sync_window_msgs: 2,
+        ..crate::world::fast_config()
+    });
+    let (a, mut b, conv) = crate::world::online_and_offline(&mut w);
+    for id in ["m1", "m2", "m3", "m4", "m5"] {
+        w.msg(&a, &b, &conv, id);
+    }
+    let cb = w.connect(&mut b);
+    let outs = w.sync(cb);
+    assert_eq!(msgs(&frames(&outs, cb)).len(), 2, "a window of two");
+    // The receipt's first read (its conversation: no cache) fails.
+    w.mem.fail_reads(1);
+    let outs = w.send(
+        cb,
+        json!({"type":"delivered","conv_id":conv,"seq":2,"to":a.alias}),
+    );
+    assert_eq!(errors(&frames(&outs, cb)), ["STORAGE_UNAVAILABLE"]);
+    assert_eq!(
+        msgs(&frames(&outs, cb)),
+        [("m3".into(), 3), ("m4".into(), 4)],
+        "the window refilled"
+    );
+    assert_eq!(w.rows(Table::Messages).len(), 5, "nothing deleted");
+    // Applied: 1..4 leave the queue; m1 and m2 are not released twice, so the window holds
+    // m3 and m4 until now and then exactly m5 comes.
+    let outs = w.send(
+        cb,
+        json!({"type":"delivered","conv_id":conv,"seq":4,"to":a.alias}),
+    );
+    assert!(errors(&frames(&outs, cb)).is_empty());
+    assert_eq!(msgs(&frames(&outs, cb)), [("m5".into(), 5)]);
+    assert_eq!(w.rows(Table::Messages).len(), 1);
+}
