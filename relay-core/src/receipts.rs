@@ -124,8 +124,8 @@ impl Relay {
 
     /// Refuses receipt `r` on `conn` because a read failed (`STORAGE_UNAVAILABLE`, nothing
     /// changed in the store). The messages it covers that are in flight on this connection
-    /// still leave its window, and the window refills: the client has them, and the reference
-    /// clients do not send a refused receipt again, so holding them in flight would stall the
+    /// still leave its window, and the window refills: the client has them, and no client is
+    /// known to send a refused receipt again, so holding them in flight would stall the
     /// conversation's delivery until the client reconnects. They stay queued until a receipt
     /// is applied or a later `sync` replays them.
     fn refuse_unreadable_receipt(
