@@ -155,7 +155,7 @@ impl Leadership for SimLeadership {
 /// (refused, i.e. closed at once, while nobody holds it). An end is passed on as an end, after
 /// every byte before it (a half-close, as TCP proxies do): a relay that closes a socket
 /// cleanly — its Close frame, then its FIN — is seen so by the client, whose later bytes the
-/// balancer reads and drops for [`LINGER_MS`] rather than reset it with them unread. A failure
+/// balancer reads and drops for 10 s (`LINGER_MS`) rather than reset it with them unread. A failure
 /// (a reset, a failed write) on either side tears the whole connection down: a relay that
 /// resets a client it stopped reading for is seen by that client as a reset, as without a
 /// balancer.
