@@ -365,10 +365,9 @@ impl Relay {
     }
 }
 
-/// Writes the `account_index` rows of every stored account, in pages of `page_rows` accounts
-/// each committed on its own (the rows are idempotent, so a start cut short redoes a page):
-/// what the first start of a store written before the index existed needs, once. The caller
-/// records the meta row that says it is done.
+/// Writes the `account_index` rows of every stored account ([`crate::store::derive_in_pages`]),
+/// for a store written before that table existed. The caller records the meta row that says
+/// it is done.
 pub(crate) fn index_stored_accounts(
     store: &mut dyn crate::store::Store,
     reader: &mut dyn StoreRead,

@@ -480,10 +480,9 @@ impl State {
     }
 }
 
-/// Writes the `contacts` rows of every stored friendship, in pages of `page_rows` friendships
-/// each committed on its own (the rows are idempotent, so a start cut short redoes a page):
-/// what the first start of a store written before `contacts` existed needs, once. The caller
-/// records the meta row that says it is done.
+/// Writes the `contacts` rows of every stored friendship ([`crate::store::derive_in_pages`]),
+/// for a store written before that table existed. The caller records the meta row that says
+/// it is done.
 pub(crate) fn index_stored_friendships(
     store: &mut dyn crate::store::Store,
     reader: &mut dyn StoreRead,
