@@ -6,7 +6,7 @@
 //! (a registration's duplicate check). None of it is loaded at start:
 //!
 //! * **Read on first use.** [`Relay::account`] reads the row of a uuid that is not in memory
-//!   (one keyed read); [`Relay::account_by_alias`] and [`Relay::account_by_key`] read the
+//!   (one keyed read); [`Relay::account_by_alias`] and [`Relay::account_by`] read the
 //!   index row of an alias or a key, then the account it names. Every index hit is checked
 //!   against the account row (the row wins), so an index row made stale by a change not yet
 //!   committed (an alias replaced by a vanity bind) finds nothing.
