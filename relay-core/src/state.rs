@@ -730,6 +730,22 @@ impl State {
             .insert((r.recipient.clone(), r.id.clone()), r);
     }
 
+    /// The retractions waiting for `recipient`, by message id: one range of the map (not a
+    /// walk of every recipient's).
+    pub(crate) fn pending_retracts_of<'a>(
+        &'a self,
+        recipient: &'a UserUuid,
+    ) -> impl Iterator<Item = &'a PendingRetractRow> + 'a {
+        // "-" sorts at or before every message id: every byte an id may hold is at least '-'.
+        let start = MessageId::parse("-").ok().map(|id| (recipient.clone(), id));
+        start.into_iter().flat_map(move |start| {
+            self.pending_retracts
+                .range(start..)
+                .take_while(move |((to, _), _)| to == recipient)
+                .map(|(_, r)| r)
+        })
+    }
+
     pub(crate) fn delete_pending_retract(&mut self, recipient: &UserUuid, id: &MessageId) {
         if self
             .pending_retracts
@@ -810,6 +826,32 @@ mod tests {
             let mut out = Vec::new();
             record.write_json(&mut out);
             prop_assert_eq!(out, serde_json::to_vec(&record).unwrap());
+        }
+
+        /// A recipient's pending retractions, read as one range, are exactly those a walk of
+        /// every one would find for it, whatever the message ids.
+        #[test]
+        fn pending_retracts_of_a_recipient_are_one_range(
+            rows in proptest::collection::vec((0usize..4, token()), 0..40),
+        ) {
+            let users: Vec<UserUuid> = (0u8..4).map(|i| UserUuid::from_random_bytes([i; 16])).collect();
+            let mut s = State::default();
+            for (to, id) in &rows {
+                s.put_pending_retract(
+                    PendingRetractRow {
+                        recipient: users[*to].clone(),
+                        id: MessageId::parse(id).unwrap(),
+                        conv_id: ConvId::parse("c-1").unwrap(),
+                        from: users[(*to + 1) % 4].clone(),
+                        at: UnixMs(1),
+                    },
+                    1,
+                );
+            }
+            for u in &users {
+                let walked: Vec<_> = s.pending_retracts.values().filter(|r| r.recipient == *u).collect();
+                prop_assert_eq!(s.pending_retracts_of(u).collect::<Vec<_>>(), walked);
+            }
         }
 
         #[test]

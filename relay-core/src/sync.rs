@@ -123,9 +123,7 @@ impl Relay {
             .flatten()
             .chain(
                 self.state
-                    .pending_retracts
-                    .values()
-                    .filter(|r| r.recipient == user)
+                    .pending_retracts_of(&user)
                     .map(|r| r.from.clone()),
             )
             .chain([user.clone()])
@@ -170,13 +168,7 @@ impl Relay {
                 self.state.delete_pending_receipt(&user, conv, kind);
             }
         }
-        let retracts: Vec<_> = self
-            .state
-            .pending_retracts
-            .values()
-            .filter(|r| r.recipient == user)
-            .cloned()
-            .collect();
+        let retracts: Vec<_> = self.state.pending_retracts_of(&user).cloned().collect();
         for r in retracts {
             if let Some(from) = alias(&r.from) {
                 self.send(
