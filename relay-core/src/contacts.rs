@@ -230,7 +230,14 @@ impl Relay {
     fn fresh_conv_id(&mut self) -> Result<wire::ConvId, ApiError> {
         loop {
             if let Ok(c) = wire::ConvId::parse(&self.ids.conv_id())
-                && self.conversation(&c)?.is_none()
+                && crate::relations::with_conversation(
+                    &mut self.state.relations,
+                    &mut *self.reader,
+                    &mut self.stats,
+                    &c,
+                    |_| (),
+                )?
+                .is_none()
             {
                 return Ok(c);
             }

@@ -107,6 +107,7 @@ pub mod pow;
 pub mod pricing;
 pub mod push;
 mod queue;
+mod queue_index;
 pub(crate) mod ratelimit;
 mod receipts;
 mod relations;

@@ -4,7 +4,7 @@
 //! Queued messages live in the store's `messages` table, which is not read at start
 //! ([`crate::store::Table::is_lazy`]). What the relay must know of every queue at all times —
 //! how many messages and bytes it holds (the queue bounds) and when its oldest one expires (its
-//! timer), and who wrote it — is its [`QueueEntry`] in the [`QueueIndex`] (a `queue_index` row
+//! timer), and who wrote it — is its entry in the [`crate::queue_index::QueueIndex`] (a `queue_index` row
 //! per non-empty queue, loaded at start), written in the same commit as every change to the
 //! queue. The messages themselves are read per queue (one prefix
 //! scan) when they are needed — a new message for it, its recipient's `sync`, a receipt, a
@@ -27,13 +27,11 @@ use wire::{ConvId, MessageId, Seq, UnixMs, UserUuid};
 use crate::limits;
 use crate::lru::{Lru, Weigh};
 use crate::planted::planted;
-use serde::{Deserialize, Serialize};
-
-use crate::json;
+use crate::queue_index::{QueueEntry, record_entry};
 use crate::state::{
     MessageRecord, MessageRow, QueueSummary, State, Timer, Usage, decode, meta, write_message_key,
 };
-use crate::store::{Batch, RowKey, StoreError, StoreRead, Table};
+use crate::store::{StoreError, StoreRead, Table};
 
 /// A queued message: what its `msg` frame needs besides the conversation (recipient, sender
 /// and conversation id are the conversation's; see `crate::state::Conversation`).
@@ -309,134 +307,6 @@ impl Queues {
     }
 }
 
-/// What one non-empty queue holds, and the member who wrote it (a row of `queue_index`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct QueueEntry {
-    pub(crate) from: UserUuid,
-    pub(crate) summary: QueueSummary,
-}
-
-/// The stored form of a [`QueueEntry`], keyed `recipient/conv`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct QueueIndexRow {
-    recipient: UserUuid,
-    conv_id: ConvId,
-    from: UserUuid,
-    msgs: u64,
-    bytes: u64,
-    oldest: UnixMs,
-}
-
-/// Records the `queue_index` row of the queue `(recipient, conv)`: `entry`, or its deletion
-/// when the queue is empty. The value is exactly `serde_json`'s encoding of a
-/// [`QueueIndexRow`] ([`crate::json`]).
-fn record_entry(
-    batch: &mut Batch,
-    recipient: &UserUuid,
-    conv: &ConvId,
-    entry: Option<&QueueEntry>,
-) {
-    let key = |k: &mut RowKey<'_>| {
-        k.push_str(recipient.as_str());
-        k.push('/');
-        k.push_str(conv.as_str());
-    };
-    let Some(e) = entry else {
-        batch.delete_row(Table::QueueIndex, key);
-        return;
-    };
-    batch.put_row(Table::QueueIndex, key, |out| {
-        out.extend_from_slice(b"{\"recipient\":");
-        json::string(out, recipient.as_str());
-        out.extend_from_slice(b",\"conv_id\":");
-        json::string(out, conv.as_str());
-        out.extend_from_slice(b",\"from\":");
-        json::string(out, e.from.as_str());
-        out.extend_from_slice(b",\"msgs\":");
-        json::uint(out, e.summary.msgs);
-        out.extend_from_slice(b",\"bytes\":");
-        json::uint(out, e.summary.bytes);
-        out.extend_from_slice(b",\"oldest\":");
-        json::uint(out, e.summary.oldest.get());
-        out.push(b'}');
-    });
-}
-
-/// What every non-empty queue holds, by recipient then conversation: all of it in memory
-/// (the queue bounds and the expiry timers need it), loaded from `queue_index` at start. Its
-/// size follows the undelivered messages (at most one entry per message), not the
-/// conversations.
-#[derive(Debug, Default)]
-pub(crate) struct QueueIndex(BTreeMap<UserUuid, BTreeMap<ConvId, QueueEntry>>);
-
-impl QueueIndex {
-    /// Adds a stored row (at load).
-    pub(crate) fn load(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        let r: QueueIndexRow = decode(Table::QueueIndex, key, value)?;
-        if r.msgs == 0 || r.from == r.recipient {
-            return Err(StoreError::Backend(format!(
-                "corrupt row {key:?} in table {}: an empty queue, or one written to oneself",
-                Table::QueueIndex.name()
-            )));
-        }
-        let entry = QueueEntry {
-            from: r.from,
-            summary: QueueSummary {
-                msgs: r.msgs,
-                bytes: r.bytes,
-                oldest: r.oldest,
-            },
-        };
-        self.0
-            .entry(r.recipient)
-            .or_default()
-            .insert(r.conv_id, entry);
-        Ok(())
-    }
-
-    /// The queue `(recipient, conv)` if it holds messages.
-    pub(crate) fn get(&self, recipient: &UserUuid, conv: &ConvId) -> Option<&QueueEntry> {
-        self.0.get(recipient)?.get(conv)
-    }
-
-    /// The non-empty queues of `recipient`, by conversation.
-    pub(crate) fn of(&self, recipient: &UserUuid) -> impl Iterator<Item = (&ConvId, &QueueEntry)> {
-        self.0.get(recipient).into_iter().flatten()
-    }
-
-    /// Every non-empty queue: recipient, conversation, entry.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&UserUuid, &ConvId, &QueueEntry)> {
-        self.0
-            .iter()
-            .flat_map(|(to, convs)| convs.iter().map(move |(conv, e)| (to, conv, e)))
-    }
-
-    fn set(&mut self, recipient: &UserUuid, conv: &ConvId, entry: Option<QueueEntry>) {
-        match entry {
-            Some(e) => {
-                let convs = match self.0.get_mut(recipient) {
-                    Some(convs) => convs,
-                    None => self.0.entry(recipient.clone()).or_default(),
-                };
-                match convs.get_mut(conv) {
-                    Some(old) => *old = e,
-                    None => {
-                        convs.insert(conv.clone(), e);
-                    }
-                }
-            }
-            None => {
-                if let Some(convs) = self.0.get_mut(recipient) {
-                    convs.remove(conv);
-                    if convs.is_empty() {
-                        self.0.remove(recipient);
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Every stored message of the queue of `recipient` in `conv`, written by `from` (one prefix
 /// scan), checked to belong to it.
 pub(crate) fn read_queue(
@@ -583,23 +453,23 @@ impl State {
         let found = q.summary();
         if found != entry.summary && !planted!(self, EvictedQueueForgotten) {
             stats.queue_summaries_repaired += 1;
-            let from = entry.from.clone();
-            self.set_summary(recipient, conv, &from, found);
+            let (from, old) = (entry.from.clone(), entry.summary);
+            self.set_summary(recipient, conv, &from, old, found);
         }
         self.queues.insert_loaded(key, q);
         Ok(())
     }
 
-    /// Sets what the queue `(recipient, conv)` of messages from `from` holds: the index entry
-    /// (and its row) and the backlog.
+    /// Sets what the queue `(recipient, conv)` of messages from `from` holds, from `old` to
+    /// `new`: the index entry (and its row) and the backlog.
     fn set_summary(
         &mut self,
         recipient: &UserUuid,
         conv: &ConvId,
         from: &UserUuid,
+        old: QueueSummary,
         new: QueueSummary,
     ) {
-        let old = self.summary(recipient, conv);
         self.backlog.sub(recipient, from, old.usage());
         self.backlog.add(recipient, from, new.usage());
         let entry = (new.msgs > 0).then(|| QueueEntry {
@@ -623,14 +493,18 @@ impl State {
     /// summary, and keeps the backlog in step. (The queue's timer stays: it fires no later
     /// than the expiry of any message left, and re-arms for the oldest.)
     fn queue_changed(&mut self, recipient: &UserUuid, conv: &ConvId) {
-        let Some(from) = self.queued.get(recipient, conv).map(|e| e.from.clone()) else {
+        let Some((from, old)) = self
+            .queued
+            .get(recipient, conv)
+            .map(|e| (e.from.clone(), e.summary))
+        else {
             return;
         };
         let Some(q) = self.queues.get(&(recipient.clone(), conv.clone())) else {
             return;
         };
         let new = q.summary();
-        self.set_summary(recipient, conv, &from, new);
+        self.set_summary(recipient, conv, &from, old, new);
     }
 
     /// Stores and queues `m`, written by `author` in `conv` for `recipient` (whose queue is in
@@ -660,7 +534,8 @@ impl State {
             |out| record.write_json(out),
         );
         let qkey = (recipient.clone(), conv.clone());
-        let mut summary = self.summary(recipient, conv);
+        let old = self.summary(recipient, conv);
+        let mut summary = old;
         if summary.msgs == 0 && !self.queues.is_loaded(&qkey) {
             self.queues.insert_loaded(qkey.clone(), Queue::default());
         }
@@ -683,7 +558,7 @@ impl State {
             summary.msgs -= 1;
             summary.bytes -= old.charge();
         }
-        self.set_summary(recipient, conv, author, summary);
+        self.set_summary(recipient, conv, author, old, summary);
     }
 
     /// Deletes the messages of the queue `(recipient, conv)` (in memory) whose TTL ended at
@@ -842,7 +717,7 @@ mod tests {
             (1, 1, 2, 30, 1),
         ];
         let mut store = MemoryStore::new();
-        let mut batch = Batch::new();
+        let mut batch = crate::store::Batch::new();
         let mut want: BTreeMap<(UserUuid, ConvId), Queue> = BTreeMap::new();
         for &(c, r, seq, at, len) in &rows {
             let (id, members) = &convs[c];
@@ -896,35 +771,6 @@ mod tests {
     }
 
     proptest! {
-        /// A `queue_index` row is exactly serde_json's encoding of the row it decodes as, and
-        /// an emptied queue deletes its row.
-        #[test]
-        fn queue_index_rows_are_serde_json(
-            ids in any::<([u8; 16], [u8; 16])>(),
-            conv in "[A-Za-z0-9._:-]{1,128}",
-            (msgs, bytes, oldest) in (1u64.., any::<u64>(), any::<u64>()),
-        ) {
-            let (to, from) = (UserUuid::from_random_bytes(ids.0), UserUuid::from_random_bytes(ids.1));
-            let conv = ConvId::parse(&conv).unwrap();
-            let summary = QueueSummary { msgs, bytes, oldest: UnixMs(oldest) };
-            let mut batch = Batch::default();
-            record_entry(&mut batch, &to, &conv, Some(&QueueEntry { from: from.clone(), summary }));
-            record_entry(&mut batch, &to, &conv, None);
-            let ops: Vec<_> = batch.iter().collect();
-            let crate::store::MutationRef::Put { key, value, .. } = ops[0] else {
-                panic!("a put first");
-            };
-            prop_assert_eq!(key, format!("{}/{}", to.as_str(), conv.as_str()));
-            let row = QueueIndexRow { recipient: to.clone(), conv_id: conv.clone(), from, msgs, bytes, oldest: UnixMs(oldest) };
-            let want = serde_json::to_vec(&row).unwrap();
-            prop_assert_eq!(value, want.as_slice());
-            let mut index = QueueIndex::default();
-            index.load(key, value).unwrap();
-            prop_assert_eq!(index.get(&to, &conv).map(|e| e.summary), Some(summary));
-            let is_delete = matches!(ops[1], crate::store::MutationRef::Delete { key: k, .. } if k == key);
-            prop_assert!(is_delete);
-        }
-
         /// The queue behaves as the ordered map it replaced, for any order of operations
         /// (out-of-order inserts included, although the relay only appends).
         #[test]

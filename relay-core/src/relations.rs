@@ -272,8 +272,10 @@ pub(crate) fn with_contacts<R>(
                 Table::Contacts.name()
             )));
         }
-        list.put(&f);
+        list.0.push(f);
     }
+    // The keys order the rows by id already (20 digits): this only guards the invariant.
+    list.0.sort_by_key(|f| f.id);
     let r = f(&list);
     relations.contacts.insert(user.clone(), list);
     Ok(r)
@@ -327,20 +329,6 @@ impl Relay {
             &mut *self.reader,
             &mut self.stats,
             conv,
-        )
-    }
-
-    /// The conversation `conv` (read if it is not in memory), copied. `Err`: the read failed.
-    pub(crate) fn conversation(
-        &mut self,
-        conv: &ConvId,
-    ) -> Result<Option<ConversationRow>, StoreError> {
-        with_conversation(
-            &mut self.state.relations,
-            &mut *self.reader,
-            &mut self.stats,
-            conv,
-            ConversationRow::clone,
         )
     }
 

@@ -304,26 +304,22 @@ impl Relay {
         let snapshot = store.load_eager()?;
         let mut state = State::load(&snapshot, config.offline_ttl_ms)?;
         drop(snapshot);
-        if !state.meta.contains_key(meta::ACCOUNT_INDEX) {
-            crate::directory::index_stored_accounts(
-                &mut *store,
-                &mut *reader,
-                crate::limits::INDEX_PAGE_ROWS,
-            )?;
-            state.put_meta(meta::ACCOUNT_INDEX, "1".to_owned());
+        // Tables derived from others that a store written before them lacks: filled once.
+        type Derive = fn(&mut dyn Store, &mut dyn StoreRead, usize) -> Result<u64, StoreError>;
+        let derived: [(&str, Derive); 2] = [
+            (meta::ACCOUNT_INDEX, crate::directory::index_stored_accounts),
+            (meta::CONTACTS, crate::relations::index_stored_friendships),
+        ];
+        for (done, derive) in derived {
+            if !state.meta.contains_key(done) {
+                derive(&mut *store, &mut *reader, crate::limits::INDEX_PAGE_ROWS)?;
+                state.put_meta(done, "1".to_owned());
+            }
         }
         state.directory = crate::directory::Directory::new(config.account_cache_bytes);
         #[cfg(feature = "planted-bugs")]
         {
             state.directory.planted_bug = config.planted_bug;
-        }
-        if !state.meta.contains_key(meta::CONTACTS) {
-            crate::relations::index_stored_friendships(
-                &mut *store,
-                &mut *reader,
-                crate::limits::INDEX_PAGE_ROWS,
-            )?;
-            state.put_meta(meta::CONTACTS, "1".to_owned());
         }
         state.relations = crate::relations::Relations::new(
             config.conversation_cache_bytes,

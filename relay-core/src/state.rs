@@ -340,7 +340,7 @@ pub(crate) struct State {
     pub(crate) relations: crate::relations::Relations,
     /// What every non-empty queue holds, by recipient and conversation (`crate::queue`; all
     /// of it in memory: the queue bounds and the expiry timers need it).
-    pub(crate) queued: crate::queue::QueueIndex,
+    pub(crate) queued: crate::queue_index::QueueIndex,
     /// (author, message id) -> tombstone, for the authors whose sets are in memory
     /// (`crate::tombstones`; the rest are in the store).
     pub(crate) tombstones: crate::tombstones::Cache,

@@ -12,6 +12,10 @@
 //!   Secrets are never values in it (`payment-webhook-secret-file`, not the secret).
 //! * **`--check-config`** prints the effective configuration as TOML (each value with where it
 //!   came from; secrets redacted), checks it as a start would, and exits.
+//!
+//! Over 900 lines on purpose: most of it is the one `clap` struct whose doc comments are each
+//! flag's `--help` text; the flags stay in one struct so that one definition gives `--help`,
+//! the environment variables and the configuration file's keys.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
