@@ -33,14 +33,26 @@ impl fmt::Debug for PgReader {
 
 /// The prepared reads of one table: by key, by key range (a prefix with an end), from a key on
 /// (a prefix without one), a page from the first key and a page after a key; in an expiring
-/// table also the latest expiries (keys and expiries) and the next expiry.
+/// table also the latest expiries (keys and expiries), the next expiry and the pages of due keys.
 struct TableReads {
     get: Statement,
     scan_range: Statement,
     scan_from: Statement,
     page_first: Statement,
     page_after: Statement,
-    expiring: Option<(Statement, Statement)>,
+    expiring: Option<ExpiryReads>,
+}
+
+/// The reads of an expiring table's index on `(expires_at, k)`.
+struct ExpiryReads {
+    /// The keys within a window of the latest expiry.
+    latest: Statement,
+    /// The earliest expiry after a time.
+    next: Statement,
+    /// The first page of due keys.
+    due_first: Statement,
+    /// A page of due keys after an (expiry, key).
+    due_after: Statement,
 }
 
 /// A reader's connection and its statements (lives on the crate's thread).
@@ -74,6 +86,14 @@ impl ReadConn {
                 texts.push(format!(
                     "SELECT min(expires_at) FROM {name} WHERE expires_at > $1::int8"
                 ));
+                texts.push(format!(
+                    "SELECT k, expires_at FROM {name} WHERE expires_at <= $1::int8 \
+                     ORDER BY expires_at, k LIMIT $2"
+                ));
+                texts.push(format!(
+                    "SELECT k, expires_at FROM {name} WHERE expires_at <= $1::int8 \
+                     AND (expires_at, k) > ($2::int8, $3::text) ORDER BY expires_at, k LIMIT $4"
+                ));
             }
         }
         let mut prepared = prepare_all(&client, &texts).await?;
@@ -83,7 +103,12 @@ impl ReadConn {
             let (get, scan_range, scan_from) = (next()?, next()?, next()?);
             let (page_first, page_after) = (next()?, next()?);
             let expiring = if t.has_expiry() {
-                Some((next()?, next()?))
+                Some(ExpiryReads {
+                    latest: next()?,
+                    next: next()?,
+                    due_first: next()?,
+                    due_after: next()?,
+                })
             } else {
                 None
             };
@@ -108,13 +133,24 @@ impl ReadConn {
             .ok_or_else(|| PgError::Backend(format!("no reads prepared for {}", table.name())))
     }
 
-    /// The latest-expiries and next-expiry reads of an expiring table.
-    fn expiring(&self, table: Table) -> Result<&(Statement, Statement), PgError> {
+    /// The expiry reads of an expiring table.
+    fn expiring(&self, table: Table) -> Result<&ExpiryReads, PgError> {
         self.reads(table)?
             .expiring
             .as_ref()
             .ok_or_else(|| no_expiry(table))
     }
+}
+
+/// `(k, expires_at)` rows as [`Expiries`].
+fn expiries(found: &[tokio_postgres::Row]) -> Expiries {
+    found
+        .iter()
+        .map(|r| {
+            let at: i64 = r.get(1);
+            (r.get::<_, String>(0), u64::try_from(at).unwrap_or(0))
+        })
+        .collect()
 }
 
 /// `(k, v)` rows as [`Rows`].
@@ -242,16 +278,8 @@ impl StoreRead for PgReader {
         // one does (and the subtraction cannot overflow).
         let window = i64::try_from(window).unwrap_or(i64::MAX);
         self.read(move |c| async move {
-            let (latest, _) = c.expiring(table)?;
-            let found = c.client.query(latest, &[&window]).await;
-            Ok(found
-                .map_err(|e| read_failed(&e))?
-                .iter()
-                .map(|r| {
-                    let at: i64 = r.get(1);
-                    (r.get::<_, String>(0), u64::try_from(at).unwrap_or(0))
-                })
-                .collect())
+            let found = c.client.query(&c.expiring(table)?.latest, &[&window]).await;
+            Ok(expiries(&found.map_err(|e| read_failed(&e))?))
         })
     }
 
@@ -262,10 +290,43 @@ impl StoreRead for PgReader {
         // No stored expiry is beyond `i64::MAX`: after it there is none, as after this one.
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         self.read(move |c| async move {
-            let (_, next) = c.expiring(table)?;
-            let row = c.client.query_one(next, &[&after]).await;
+            let row = c
+                .client
+                .query_one(&c.expiring(table)?.next, &[&after])
+                .await;
             let at: Option<i64> = row.map_err(|e| read_failed(&e))?.get(0);
             Ok(at.and_then(|at| u64::try_from(at).ok()))
+        })
+    }
+
+    fn expired(
+        &mut self,
+        table: Table,
+        up_to: u64,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Expiries, StoreError> {
+        if !table.has_expiry() {
+            return Err(no_expiry(table).into());
+        }
+        // Stored expiries are at most `i64::MAX`: a later bound takes them all.
+        let up_to = i64::try_from(up_to).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let after = match after {
+            Some((at, key)) => Some((i64::try_from(at).unwrap_or(i64::MAX), key.to_owned())),
+            None => None,
+        };
+        self.read(move |c| async move {
+            let reads = c.expiring(table)?;
+            let found = match &after {
+                Some((at, key)) => {
+                    c.client
+                        .query(&reads.due_after, &[&up_to, at, key, &limit])
+                        .await
+                }
+                None => c.client.query(&reads.due_first, &[&up_to, &limit]).await,
+            };
+            Ok(expiries(&found.map_err(|e| read_failed(&e))?))
         })
     }
 }

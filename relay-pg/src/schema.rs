@@ -73,10 +73,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0007_contacts_queue_index",
         sql: include_str!("../migrations/0007_contacts_queue_index.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_message_expiry",
+        sql: include_str!("../migrations/0008_message_expiry.sql"),
+    },
 ];
 
 /// Schema version written by this build (the last migration's).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// First version that has the `leader` row and `relay_fence`.
 const LEADER_VERSION: i64 = 2;

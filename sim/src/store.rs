@@ -692,6 +692,15 @@ impl StoreRead for FaultyReader {
     fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
         self.read(table, |r| r.next_expiry(table, after))
     }
+    fn expired(
+        &mut self,
+        table: Table,
+        up_to: u64,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Expiries, StoreError> {
+        self.read(table, |r| r.expired(table, up_to, after, limit))
+    }
 }
 
 /// The relay's durable store for one run, and how to open it (again).

@@ -251,6 +251,33 @@ impl StoreRead for MemoryStore {
             .filter(|at| *at > after)
             .min())
     }
+
+    fn expired(
+        &mut self,
+        table: Table,
+        up_to: u64,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Expiries, StoreError> {
+        if !table.has_expiry() {
+            return Err(no_expiry(table));
+        }
+        let inner = self.read()?;
+        let mut due: Vec<(u64, &str)> = inner
+            .tables
+            .get(&table)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, row)| Some((row.expires_at?, k.as_str())))
+            .filter(|&(at, k)| at <= up_to && after.is_none_or(|a| (at, k) > a))
+            .collect();
+        due.sort_unstable();
+        Ok(due
+            .into_iter()
+            .take(limit)
+            .map(|(at, k)| (k.to_owned(), at))
+            .collect())
+    }
 }
 
 /// A store that accepts every commit and keeps nothing; its reads find nothing, as in a store

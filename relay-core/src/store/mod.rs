@@ -8,7 +8,9 @@
 //!
 //! Rows of an *expiring* table ([`Table::has_expiry`]) carry an expiry next to the value
 //! ([`Mutation::PutExpiring`]); [`Mutation::Expire`] deletes every row whose expiry has passed
-//! with one indexed range delete, so nothing in memory has to remember each row to expire it.
+//! with one indexed range delete, so nothing in memory has to remember each row to expire it;
+//! where each deletion has more to do (a message leaves its queue's index entry too),
+//! [`StoreRead::expired`] reads the due keys in pages from the same index.
 //!
 //! Each logical [`Table`] maps a string key to an opaque value (serde JSON of a record in
 //! `crate::records`). Keys are chosen so that lexicographic order is the useful order
@@ -45,7 +47,9 @@ pub enum Table {
     /// (`crate::relations`).
     Conversations,
     /// Undelivered messages by `recipient/conv/seq`. Lazy: read per queue (recipient and
-    /// conversation) when needed (`crate::queue`).
+    /// conversation) when needed (`crate::queue`). Expiring: each row carries the time its
+    /// offline TTL ends, and the relay finds the due ones with [`StoreRead::expired`] (it
+    /// deletes them row by row, keeping the queue index in step, never by range).
     Messages,
     /// Message-id tombstones (dedup and retract authorisation) by `author/message id`. Lazy
     /// and expiring: read per author on first use, deleted by [`Mutation::Expire`].
@@ -170,7 +174,7 @@ impl Table {
     /// [`Mutation::Expire`]). Only such tables accept those mutations; a store refuses them on
     /// any other table (the batch fails, nothing of it is applied).
     pub fn has_expiry(self) -> bool {
-        matches!(self, Self::Tombstones)
+        matches!(self, Self::Tombstones | Self::Messages)
     }
 }
 
@@ -330,6 +334,17 @@ pub trait StoreRead: Send + std::fmt::Debug {
     fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError>;
     /// The earliest expiry after `after` among the rows of the expiring table `table`.
     fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError>;
+    /// At most `limit` keys of the expiring table `table` whose expiry is at or before `up_to`,
+    /// with their expiries, in (expiry, key) order, starting after the row `after` (an expiry
+    /// and key) when given: the due rows read in pages from the index on the expiry, without
+    /// their values.
+    fn expired(
+        &mut self,
+        table: Table,
+        up_to: u64,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Expiries, StoreError>;
 }
 
 impl<S: Store + ?Sized> Store for Box<S> {

@@ -30,8 +30,10 @@ const READ_BUSY_TIMEOUT_MS: u64 = 5_000;
 /// table, filled by the relay's first start from the accounts (a relay of an older version,
 /// which would write accounts without their index rows, refuses the database). 4: the
 /// `contacts` and `queue_index` tables, filled by the relay's first start from the friendships
-/// and the messages (an older relay would write friendships and messages without them).
-pub const SCHEMA_VERSION: i64 = 4;
+/// and the messages (an older relay would write friendships and messages without them). 5: the
+/// `expires_at` column of `messages` (and its index), filled by the relay's first start from
+/// each message's acceptance time and its offline TTL.
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// A [`Store`] on an SQLite database file.
 #[derive(Debug)]
@@ -152,8 +154,9 @@ impl SqliteStore {
         }
         // Version 1: every table; version 2: the expiry column of the expiring tables (a
         // fresh database gets it at creation); version 3: the `account_index` table; version
-        // 4: the `contacts` and `queue_index` tables (created with the others). Later versions
-        // append steps here.
+        // 4: the `contacts` and `queue_index` tables (created with the others); version 5: the
+        // expiry column of `messages`, left empty (NULL: never due) for the relay to fill.
+        // Later versions append steps here.
         let tx = conn.unchecked_transaction().map_err(|e| backend(&e))?;
         for t in Table::ALL {
             let expiry = if t.has_expiry() {
@@ -170,13 +173,30 @@ impl SqliteStore {
             )
             .map_err(|e| backend(&e))?;
         }
-        if found == 1 {
-            for t in Table::ALL.into_iter().filter(|t| t.has_expiry()) {
-                let name = t.name();
-                tx.execute_batch(&format!(
-                    "ALTER TABLE {name} ADD COLUMN expires_at INTEGER; \
-                     UPDATE {name} SET expires_at = json_extract(CAST(v AS TEXT), '$.expires_at');"
-                ))
+        for t in Table::ALL.into_iter().filter(|t| t.has_expiry()) {
+            let name = t.name();
+            let has_column: bool = tx
+                .query_row(
+                    "SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = 'expires_at'",
+                    params![name],
+                    |r| r.get(0),
+                )
+                .map_err(|e| backend(&e))?;
+            if has_column {
+                continue;
+            }
+            tx.execute(
+                &format!("ALTER TABLE {name} ADD COLUMN expires_at INTEGER"),
+                [],
+            )
+            .map_err(|e| backend(&e))?;
+            if t == Table::Tombstones {
+                // A tombstone's record holds its expiry; a message's is filled by the relay's
+                // first start (it depends on the relay's offline TTL).
+                tx.execute(
+                    "UPDATE tombstones SET expires_at = json_extract(CAST(v AS TEXT), '$.expires_at')",
+                    [],
+                )
                 .map_err(|e| backend(&e))?;
             }
         }
@@ -327,6 +347,23 @@ impl SqliteReader {
             .map_err(|e| backend(&e))?;
         rows.collect::<Result<_, _>>().map_err(|e| backend(&e))
     }
+
+    /// Keys with their expiries (the index on `expires_at` holds the key too, since the table
+    /// has no rowid: these reads never touch the rows).
+    fn expiries(&self, sql: &str, params: impl rusqlite::Params) -> Result<Expiries, StoreError> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(|e| backend(&e))?;
+        let found = stmt
+            .query_map(params, |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+            })
+            .map_err(|e| backend(&e))?;
+        let mut out = Vec::new();
+        for row in found {
+            let (k, at) = row.map_err(|e| backend(&e))?;
+            out.push((k, u64::try_from(at).unwrap_or(0)));
+        }
+        Ok(out)
+    }
 }
 
 impl StoreRead for SqliteReader {
@@ -377,26 +414,45 @@ impl StoreRead for SqliteReader {
             return Err(no_expiry(table));
         }
         let name = table.name();
-        // The index on `expires_at` holds the key too (the table has no rowid): the read never
-        // touches the rows.
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!(
+        self.expiries(
+            &format!(
                 "SELECT k, expires_at FROM {name} WHERE expires_at >= \
                  (SELECT MAX(expires_at) FROM {name}) - ?1 ORDER BY expires_at, k"
-            ))
-            .map_err(|e| backend(&e))?;
-        let found = stmt
-            .query_map(params![sql_ms(window)?], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-            })
-            .map_err(|e| backend(&e))?;
-        let mut out = Vec::new();
-        for row in found {
-            let (k, at) = row.map_err(|e| backend(&e))?;
-            out.push((k, u64::try_from(at).unwrap_or(0)));
+            ),
+            params![sql_ms(window)?],
+        )
+    }
+
+    fn expired(
+        &mut self,
+        table: Table,
+        up_to: u64,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Expiries, StoreError> {
+        if !table.has_expiry() {
+            return Err(no_expiry(table));
         }
-        Ok(out)
+        let name = table.name();
+        // Stored expiries are at most `i64::MAX`: a later bound takes them all.
+        let up_to = i64::try_from(up_to).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        match after {
+            Some((at, key)) => self.expiries(
+                &format!(
+                    "SELECT k, expires_at FROM {name} WHERE expires_at <= ?1 \
+                     AND (expires_at, k) > (?2, ?3) ORDER BY expires_at, k LIMIT ?4"
+                ),
+                params![up_to, sql_ms(at)?, key, limit],
+            ),
+            None => self.expiries(
+                &format!(
+                    "SELECT k, expires_at FROM {name} WHERE expires_at <= ?1 \
+                     ORDER BY expires_at, k LIMIT ?2"
+                ),
+                params![up_to, limit],
+            ),
+        }
     }
 
     fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {

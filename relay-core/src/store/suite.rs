@@ -222,6 +222,44 @@ pub fn expiring_rows_expire_by_range(s: &mut dyn Store) {
     assert!(r.latest_expiries(t, 1_000).unwrap().is_empty());
 }
 
+/// The due rows of an expiring table are read in pages of (expiry, key) order, each after the
+/// last row of the one before; rows without an expiry, or due later, are never among them.
+pub fn due_rows_are_read_in_pages(s: &mut dyn Store) {
+    let t = Table::Messages;
+    s.commit(
+        &vec![
+            put_exp(t, "u/c/3", "3", 100),
+            put_exp(t, "u/c/1", "1", 100),
+            put_exp(t, "u/c/2", "2", 100),
+            put_exp(t, "v/c/1", "4", 50),
+            put_exp(t, "v/c/2", "5", 300),
+            put(t, "w/c/1", "no expiry"),
+            put_exp(Table::Tombstones, "u/m", "other table", 10),
+        ]
+        .into(),
+    )
+    .unwrap();
+    let mut r = s.reader().unwrap();
+    let due = |r: &mut Box<dyn crate::store::StoreRead>, after, limit| {
+        r.expired(t, 200, after, limit).unwrap()
+    };
+    let first = due(&mut r, None, 2);
+    assert_eq!(first, [("v/c/1".to_owned(), 50), ("u/c/1".to_owned(), 100)]);
+    let next = due(&mut r, Some((100, "u/c/1")), 2);
+    assert_eq!(next, [("u/c/2".to_owned(), 100), ("u/c/3".to_owned(), 100)]);
+    assert!(due(&mut r, Some((100, "u/c/3")), 2).is_empty());
+    assert_eq!(due(&mut r, None, 100).len(), 4);
+    assert_eq!(r.expired(t, 49, None, 10).unwrap(), []);
+    assert_eq!(r.expired(t, u64::MAX, None, 10).unwrap().len(), 5);
+    s.commit(&vec![del(t, "v/c/1")].into()).unwrap();
+    assert_eq!(
+        due(&mut r, None, 1),
+        [("u/c/1".to_owned(), 100)],
+        "a deleted row is no longer due"
+    );
+    assert!(r.expired(Table::Accounts, 200, None, 10).is_err());
+}
+
 /// Inside one batch an expiry applies in its place: a row put before it goes if it is due, a
 /// row put after it stays.
 pub fn expiry_applies_in_batch_order(s: &mut dyn Store) {
@@ -341,6 +379,11 @@ macro_rules! store_suite {
                 $crate::store::suite::expiring_rows_expire_by_range(&mut s);
             }
             #[test]
+            fn due_rows_are_read_in_pages() {
+                let mut s = $make;
+                $crate::store::suite::due_rows_are_read_in_pages(&mut s);
+            }
+            #[test]
             fn expiry_applies_in_batch_order() {
                 let mut s = $make;
                 $crate::store::suite::expiry_applies_in_batch_order(&mut s);
@@ -362,6 +405,7 @@ macro_rules! store_suite {
 #[cfg(test)]
 mod tests {
     use super::{del, get, put};
+    use crate::store::StoreRead as _;
     use crate::store::{Store, Table};
 
     store_suite!(memory, crate::store::MemoryStore::new());
@@ -446,6 +490,38 @@ mod tests {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
         assert_eq!(v, crate::store::SCHEMA_VERSION);
+    }
+
+    /// A version-4 database (messages without an expiry column) is migrated: the column is
+    /// added empty, so no stored message is due until the relay fills it.
+    #[test]
+    fn sqlite_version_4_messages_gain_an_empty_expiry_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.db");
+        {
+            let c = rusqlite::Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE messages (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL) WITHOUT ROWID;
+                 CREATE TABLE tombstones (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL, expires_at INTEGER) WITHOUT ROWID;
+                 INSERT INTO messages VALUES ('u/c/1', CAST('{\"at\":5}' AS BLOB));
+                 PRAGMA user_version = 4;",
+            )
+            .unwrap();
+        }
+        let mut s = crate::store::SqliteStore::open(&path).unwrap();
+        let mut r = s.reader().unwrap();
+        assert_eq!(r.next_expiry(Table::Messages, 0).unwrap(), None);
+        assert!(
+            r.expired(Table::Messages, u64::MAX, None, 10)
+                .unwrap()
+                .is_empty()
+        );
+        s.commit(&vec![super::put_exp(Table::Messages, "u/c/1", "m", 7)].into())
+            .unwrap();
+        assert_eq!(
+            r.expired(Table::Messages, 7, None, 10).unwrap(),
+            [("u/c/1".to_owned(), 7)]
+        );
     }
 
     #[test]

@@ -102,6 +102,15 @@ impl StoreRead for MeteredReader {
     fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
         self.timed(|r| r.next_expiry(table, after))
     }
+    fn expired(
+        &mut self,
+        table: Table,
+        up_to: u64,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Expiries, StoreError> {
+        self.timed(|r| r.expired(table, up_to, after, limit))
+    }
 }
 
 /// Elapsed real time, for metrics only: the one place the server reads the monotonic clock
