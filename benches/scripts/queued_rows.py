@@ -18,8 +18,8 @@ ignores both; one that reads queues when needed starts from them.
 """
 import json, os, sqlite3, subprocess, sys, time, uuid
 
-from relaystart import (fresh_store, pg_has_table, pg_values, queue_index_rows, timed_starts,
-                        write_sqlite_queues)
+from relaystart import (fresh_store, pg_has_table, pg_messages_insert, pg_values,
+                        queue_index_rows, timed_starts, write_sqlite_queues)
 
 relay, target, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 convs = int(sys.argv[4]) if len(sys.argv) > 4 else max(1, n // 10)
@@ -62,17 +62,19 @@ if pg:
     index_sql = (f"INSERT INTO queuebench.queue_index (k, v) VALUES\n"
                  f"{pg_values(queue_index_rows(conv_rows))};"
                  if pg_has_table(target, "queuebench", "queue_index") else "")
+    at_sql = f"{now_ms - HOUR} + i * {HOUR} / {n}"
+    insert_head, expiry_sql = pg_messages_insert(target, "queuebench", at_sql)
     user_sql = ("'00000000-0000-4000-8000-' || lpad(to_hex((({u}) + 1) << 16), 12, '0')")
     sql = f"""
 BEGIN;
 INSERT INTO queuebench.conversations (k, v) VALUES
 {conv_sql};
 {index_sql}
-INSERT INTO queuebench.messages (k, v)
+{insert_head}
   SELECT b || '/' || cid || '/' || lpad(s::text, 20, '0'),
          convert_to(json_build_object('recipient', b, 'conv_id', cid, 'seq', s, 'id', m,
                     'from', a, 'crypto_v', null, 'payload', '{PAYLOAD}',
-                    'at', {now_ms - HOUR} + i * {HOUR} / {n})::text, 'UTF8')
+                    'at', {at_sql})::text, 'UTF8'){expiry_sql}
   FROM (SELECT i, (i / {per}) AS c, (i % {per}) + 1 AS s, md5(i::text)::uuid::text AS m,
                'bench-' || lpad((i / {per})::text, 8, '0') AS cid,
                {user_sql.format(u="2 * (i / " + str(per) + ")")} AS a,

@@ -87,6 +87,33 @@ def pg_has_table(url, schema, name):
         check=True, capture_output=True).stdout.decode().strip() == "1"
 
 
+def sqlite_has_column(db, table, column):
+    return db.execute("SELECT count(*) FROM pragma_table_info(?) WHERE name = ?",
+                      (table, column)).fetchone()[0] == 1
+
+
+def pg_has_column(url, schema, table, column):
+    return subprocess.run(
+        ["psql", url, "-tAc",
+         f"SELECT count(*) FROM information_schema.columns WHERE table_schema = '{schema}' "
+         f"AND table_name = '{table}' AND column_name = '{column}'"],
+        check=True, capture_output=True).stdout.decode().strip() == "1"
+
+
+# The relay's default offline TTL: a stored message's expiry is its acceptance time plus it.
+OFFLINE_TTL_MS = 24 * 3600 * 1000
+
+
+def pg_messages_insert(url, schema, at_sql):
+    """The head of an `INSERT … SELECT` into `schema.messages` and the expression of the
+    selected expiry (`, <expr>`, or nothing for a store whose messages have no expiry column),
+    for messages accepted at `at_sql`."""
+    if pg_has_column(url, schema, "messages", "expires_at"):
+        return (f"INSERT INTO {schema}.messages (k, v, expires_at)",
+                f", ({at_sql}) + {OFFLINE_TTL_MS}")
+    return f"INSERT INTO {schema}.messages (k, v)", ""
+
+
 def pg_values(rows):
     """`rows` ((key, JSON bytes) each) as the VALUES list of an INSERT into a `(k, v)` table."""
     return ",\n".join(f"('{k}', convert_to('{v.decode()}', 'UTF8'))" for k, v in rows)
@@ -95,8 +122,11 @@ def pg_values(rows):
 def write_sqlite_queues(db, conversations, per, payload, at):
     """Writes the conversation rows `conversations` ((a, b, conv id, row) each) into the SQLite
     store `db`, and `per` queued messages from a to b in each: seqs 1..per, 36-character ids,
-    message `i` (0-based over all) accepted at `at(i)`; and their `queue_index` rows when the
-    store has that table."""
+    message `i` (0-based over all) accepted at `at(i)`, with its expiry when the store's
+    messages have one; and their `queue_index` rows when the store has that table."""
+    expiring = sqlite_has_column(db, "messages", "expires_at")
+    insert = ("INSERT OR REPLACE INTO messages VALUES (?, ?, ?)" if expiring
+              else "INSERT OR REPLACE INTO messages VALUES (?, ?)")
     rows, conv_rows, i = [], [], 0
     for a, b, cid, value in conversations:
         conv_rows.append((cid, value))
@@ -104,12 +134,13 @@ def write_sqlite_queues(db, conversations, per, payload, at):
             mid = str(uuid.UUID(int=(i + 1) << 40, version=4))
             msg = {"recipient": b, "conv_id": cid, "seq": s, "id": mid, "from": a,
                    "crypto_v": None, "payload": payload, "at": at(i)}
-            rows.append((f"{b}/{cid}/{s:020d}", json.dumps(msg, separators=(",", ":")).encode()))
+            row = (f"{b}/{cid}/{s:020d}", json.dumps(msg, separators=(",", ":")).encode())
+            rows.append(row + (at(i) + OFFLINE_TTL_MS,) if expiring else row)
             i += 1
             if len(rows) == 50_000:
-                db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
+                db.executemany(insert, rows)
                 rows = []
-    db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
+    db.executemany(insert, rows)
     db.executemany("INSERT OR REPLACE INTO conversations VALUES (?, ?)", conv_rows)
     if sqlite_has_table(db, "queue_index"):
         db.executemany("INSERT OR REPLACE INTO queue_index VALUES (?, ?)",

@@ -30,8 +30,8 @@ script writes the rows straight into the store, the way the relay keeps them:
 """
 import base64, json, os, sqlite3, subprocess, sys, time, uuid
 
-from relaystart import (fresh_store, pg_has_table, pg_values, queue_index_rows, sqlite_has_table,
-                        timed_starts, write_sqlite_queues)
+from relaystart import (fresh_store, pg_has_table, pg_messages_insert, pg_values,
+                        queue_index_rows, sqlite_has_table, timed_starts, write_sqlite_queues)
 
 relay, target = sys.argv[1], sys.argv[2]
 users, tombstones, messages = (int(a) for a in sys.argv[3:6])
@@ -110,6 +110,8 @@ if pg:
         for _, _, cid, value in map(conversation, range(convs)))
     has_index = pg_has_table(target, ident, "account_index")
     has_contacts = pg_has_table(target, ident, "contacts")
+    at_sql = f"{now_ms - HOUR} + i * {HOUR} / {messages}"
+    insert_head, expiry_sql = pg_messages_insert(target, ident, at_sql)
     queue_sql = (f"INSERT INTO {ident}.queue_index (k, v) VALUES\n"
                  f"{pg_values(queue_index_rows([(c, v) for _, _, c, v in map(conversation, range(convs))]))};"
                  if pg_has_table(target, ident, "queue_index") else "")
@@ -167,11 +169,11 @@ INSERT INTO {ident}.conversations (k, v) VALUES
 {conv_sql};
 {queue_sql}
 {friends_sql}
-INSERT INTO {ident}.messages (k, v)
+{insert_head}
   SELECT b || '/' || cid || '/' || lpad(s::text, 20, '0'),
          convert_to(json_build_object('recipient', b, 'conv_id', cid, 'seq', s, 'id', m,
                     'from', a, 'crypto_v', null, 'payload', '{PAYLOAD}',
-                    'at', {now_ms - HOUR} + i * {HOUR} / {messages})::text, 'UTF8')
+                    'at', {at_sql})::text, 'UTF8'){expiry_sql}
   FROM (SELECT i, (i % {PER}) + 1 AS s, md5(i::text)::uuid::text AS m,
                'bench-' || lpad((i / {PER})::text, 8, '0') AS cid,
                {uid.format(i='2 * (i / ' + str(PER) + ')')} AS a,

@@ -175,6 +175,9 @@ pub const CONTACT_CACHE_BYTES: usize = 32 * 1024 * 1024;
 pub const INDEX_PAGE_ROWS: usize = 10_000;
 /// When reading a queue for its expiry failed, how long until the relay tries again.
 pub const QUEUE_READ_RETRY_MS: u64 = 1_000;
+/// Due messages read per page by the expiry sweep (their keys, from the store's index on the
+/// expiry): a sweep's work and memory per `handle_timeout`, however many expire at once.
+pub const EXPIRY_PAGE_ROWS: usize = 512;
 /// Stored messages read per page by the one-time summarising start of a store written before
 /// the queue index (`queue_index`) existed: its memory is one page and the summaries, not the
 /// whole table.

@@ -29,7 +29,7 @@ use crate::lru::{Lru, Weigh};
 use crate::planted::planted;
 use crate::queue_index::{QueueEntry, record_entry};
 use crate::state::{
-    MessageRecord, MessageRow, QueueSummary, State, Timer, Usage, decode, meta, write_message_key,
+    MessageRecord, MessageRow, QueueSummary, State, Usage, decode, meta, write_message_key,
 };
 use crate::store::{StoreError, StoreRead, Table};
 
@@ -181,13 +181,34 @@ impl Weigh for QueueKey {
     }
 }
 
-/// The queues in memory: a bounded cache, and the recipients whose queues are held.
+/// The queues in memory: a bounded cache, the recipients whose queues are held, and when the
+/// stored messages are next read for expiry.
 #[derive(Debug)]
 pub(crate) struct Queues {
     cache: Lru<QueueKey, Queue>,
     /// Per recipient with synced connections: how many, and the conversations whose cached
     /// queues are pinned for them (delivery reads them) until the last one goes.
     held: BTreeMap<UserUuid, Held>,
+    sweep: Sweep,
+}
+
+/// The expiry of queued messages: no timer per queue or message, but one deadline, the
+/// earliest expiry in the store's index on `messages.expires_at`; when it passes, the due keys
+/// are read in pages ([`StoreRead::expired`]) and each leaves its queue
+/// ([`crate::relay::Relay::sweep_messages`]).
+///
+/// A read sees only durable rows, so a message's expiry is armed when the batch that wrote it
+/// is durable ([`Queues::wrote_expiry`], carried by the batch's pins), not when it is queued:
+/// a commit slower than the TTL still gets its sweep.
+#[derive(Debug, Default)]
+struct Sweep {
+    /// When the next sweep is due (none: no stored message expires).
+    at: Option<UnixMs>,
+    /// Where a sweep stopped at [`limits::EXPIRY_PAGE_ROWS`]: the next one reads after this
+    /// row (its expiry and key).
+    after: Option<(u64, String)>,
+    /// The earliest expiry written since the writes were last handed to a batch's pins.
+    written: Option<UnixMs>,
 }
 
 /// A held recipient ([`Queues::hold`]).
@@ -209,7 +230,53 @@ impl Queues {
         Self {
             cache: Lru::new(bound),
             held: BTreeMap::new(),
+            sweep: Sweep::default(),
         }
+    }
+
+    /// The first sweep is due at `at` (the earliest stored expiry, read at start).
+    pub(crate) fn set_first_sweep(&mut self, at: Option<UnixMs>) {
+        self.sweep.at = at;
+    }
+
+    /// When the next sweep is due.
+    pub(crate) fn sweep_at(&self) -> Option<UnixMs> {
+        self.sweep.at
+    }
+
+    /// A message expiring at `at` was written in the batch being built.
+    fn wrote_expiry(&mut self, at: UnixMs) {
+        self.sweep.written = Some(self.sweep.written.map_or(at, |w| w.min(at)));
+    }
+
+    /// Hands the earliest expiry written since the last move to a batch's pins (`batch`).
+    pub(crate) fn move_written_expiry(&mut self, batch: &mut Option<UnixMs>) {
+        if let Some(at) = self.sweep.written.take() {
+            *batch = Some(batch.map_or(at, |b| b.min(at)));
+        }
+    }
+
+    /// Rows expiring at `at` (if any) are durable now: the sweep is due by then, and reads
+    /// from the first due row again if it had passed them.
+    pub(crate) fn arm_expiry(&mut self, at: Option<UnixMs>) {
+        let Some(at) = at else {
+            return;
+        };
+        self.sweep.at = Some(self.sweep.at.map_or(at, |s| s.min(at)));
+        if self
+            .sweep
+            .after
+            .as_ref()
+            .is_some_and(|(a, _)| at.get() <= *a)
+        {
+            self.sweep.after = None;
+        }
+    }
+
+    /// [`Queues::arm_expiry`] for what was written since the last move.
+    pub(crate) fn arm_written_expiry(&mut self) {
+        let written = self.sweep.written.take();
+        self.arm_expiry(written);
     }
 
     /// The queue `key`, if it is in memory.
@@ -345,15 +412,11 @@ pub(crate) fn read_queue(
 
 /// The queues' part of the relay's state: their index, reads, writes and expiry.
 impl State {
-    /// Counts every queue into the backlog and arms its expiry timer, from the queue index (at
-    /// start, after [`State::summarise_stored_queues`] if it was needed).
-    pub(crate) fn index_queues(&mut self, offline_ttl_ms: u64) {
-        for (to, conv, e) in self.queued.iter() {
+    /// Counts every queue into the backlog, from the queue index (at start, after
+    /// [`State::summarise_stored_queues`] if it was needed).
+    pub(crate) fn index_queues(&mut self) {
+        for (to, _, e) in self.queued.iter() {
             self.backlog.add(to, &e.from, e.summary.usage());
-            self.timers.insert((
-                e.summary.oldest.plus_ms(offline_ttl_ms),
-                Timer::Messages(to.clone(), conv.clone()),
-            ));
         }
     }
 
@@ -490,8 +553,7 @@ impl State {
     }
 
     /// Records the queue `(recipient, conv)` after messages left it (in memory), with its new
-    /// summary, and keeps the backlog in step. (The queue's timer stays: it fires no later
-    /// than the expiry of any message left, and re-arms for the oldest.)
+    /// summary, and keeps the backlog in step.
     fn queue_changed(&mut self, recipient: &UserUuid, conv: &ConvId) {
         let Some((from, old)) = self
             .queued
@@ -509,7 +571,8 @@ impl State {
 
     /// Stores and queues `m`, written by `author` in `conv` for `recipient` (whose queue is in
     /// memory if it holds messages: [`State::load_queue`]), with the queue's new index entry.
-    /// (The conversation's counters are the caller's: [`State::next_seq`].)
+    /// The row's expiry is `m.at` plus `offline_ttl_ms`: the TTL in force when the message was
+    /// accepted. (The conversation's counters are the caller's: [`State::next_seq`].)
     pub(crate) fn put_message(
         &mut self,
         conv: &ConvId,
@@ -528,11 +591,14 @@ impl State {
             payload: &m.payload,
             at: m.at,
         };
-        self.batch.put_row(
+        let expires_at = m.at.plus_ms(offline_ttl_ms);
+        self.batch.put_expiring_row(
             Table::Messages,
             |k| write_message_key(k, recipient, conv, m.seq),
             |out| record.write_json(out),
+            expires_at.get(),
         );
+        self.queues.wrote_expiry(expires_at);
         let qkey = (recipient.clone(), conv.clone());
         let old = self.summary(recipient, conv);
         let mut summary = old;
@@ -548,8 +614,6 @@ impl State {
         );
         if summary.msgs == 0 || at < summary.oldest {
             summary.oldest = at;
-            self.timers
-                .insert((at.plus_ms(offline_ttl_ms), Timer::Messages(qkey.0, qkey.1)));
         }
         summary.msgs += 1;
         summary.bytes += usage.bytes;
@@ -561,42 +625,37 @@ impl State {
         self.set_summary(recipient, conv, author, old, summary);
     }
 
-    /// Deletes the messages of the queue `(recipient, conv)` (in memory) whose TTL ended at
-    /// `now`, then re-arms its timer for the oldest one left.
-    pub(crate) fn expire_messages(
-        &mut self,
-        now: UnixMs,
-        recipient: &UserUuid,
-        conv: &ConvId,
-        ttl_ms: u64,
-    ) {
-        let Some(q) = self.queue(recipient, conv) else {
-            return;
-        };
-        let expired: Vec<Seq> = q
-            .iter()
-            .filter(|m| now >= m.at.plus_ms(ttl_ms))
-            .map(|m| m.seq)
-            .collect();
-        if !expired.is_empty() {
-            let key = (recipient.clone(), conv.clone());
-            let batch = &mut self.batch;
-            self.queues.write(&key, |q| {
-                for seq in expired {
-                    q.remove(seq);
-                    batch.delete_row(Table::Messages, |k| {
-                        write_message_key(k, recipient, conv, seq);
-                    });
-                }
+    /// Deletes the due messages `seqs` (by [`StoreRead::expired`]) of the queue
+    /// `(recipient, conv)`, which is in memory if its index has an entry. A seq no longer
+    /// queued already left (its deletion is in a batch not yet durable). A queue without an
+    /// entry has nothing in memory: its rows are deleted as they are (a store whose index
+    /// missed them).
+    pub(crate) fn expire_due(&mut self, recipient: &UserUuid, conv: &ConvId, seqs: &[Seq]) {
+        let key = (recipient.clone(), conv.clone());
+        let batch = &mut self.batch;
+        let delete = |batch: &mut crate::store::Batch, seq: Seq| {
+            batch.delete_row(Table::Messages, |k| {
+                write_message_key(k, recipient, conv, seq);
             });
-            self.queue_changed(recipient, conv);
+        };
+        if !self.queues.is_loaded(&key) {
+            for &seq in seqs {
+                delete(batch, seq);
+            }
+            return;
         }
-        let left = self.summary(recipient, conv);
-        if left.msgs > 0 {
-            self.timers.insert((
-                left.oldest.plus_ms(ttl_ms),
-                Timer::Messages(recipient.clone(), conv.clone()),
-            ));
+        let removed = self.queues.write(&key, |q| {
+            let mut removed = 0;
+            for &seq in seqs {
+                if q.remove(seq).is_some() {
+                    delete(batch, seq);
+                    removed += 1;
+                }
+            }
+            removed
+        });
+        if removed.is_some_and(|n| n > 0) {
+            self.queue_changed(recipient, conv);
         }
     }
 
@@ -653,7 +712,103 @@ impl State {
     }
 }
 
+/// The recipient, conversation and seq of the message row `key` (`recipient/conv/seq`; a
+/// recipient is a uuid, without `/`, and the seq is the last part).
+fn parse_message_key(key: &str) -> Option<(UserUuid, ConvId, Seq)> {
+    let (recipient, rest) = key.split_once('/')?;
+    let (conv, seq) = rest.rsplit_once('/')?;
+    Some((
+        UserUuid::parse(recipient).ok()?,
+        ConvId::parse(conv).ok()?,
+        Seq(seq.parse().ok()?),
+    ))
+}
+
+/// Gives every stored message without an expiry its expiry, `at` plus `offline_ttl_ms` (one
+/// pass over the table in pages of `page_rows`, each its own commit): what the first start of
+/// a store written before messages had one needs, once. Returns the rows read.
+pub(crate) fn index_stored_expiries(
+    store: &mut dyn crate::store::Store,
+    reader: &mut dyn StoreRead,
+    page_rows: usize,
+    offline_ttl_ms: u64,
+) -> Result<u64, StoreError> {
+    crate::store::derive_in_pages(
+        store,
+        reader,
+        Table::Messages,
+        page_rows,
+        |batch, key, value| {
+            let m: MessageRow = decode(Table::Messages, key, value)?;
+            batch.put_expiring(
+                Table::Messages,
+                key,
+                value,
+                m.at.plus_ms(offline_ttl_ms).get(),
+            );
+            Ok(())
+        },
+    )
+}
+
 impl crate::relay::Relay {
+    /// Deletes the stored messages whose expiry has passed, when the sweep is due: one page
+    /// ([`limits::EXPIRY_PAGE_ROWS`]) of due keys from the store's index, each queue of
+    /// them read (if it is not in memory) and its due messages taken out with its index
+    /// entry and the backlog in step. A full page leaves the sweep due at once, to go on after
+    /// its last row; otherwise it is due at the next stored expiry. A failed read puts it off
+    /// by [`limits::QUEUE_READ_RETRY_MS`] (the messages stay queued meanwhile).
+    pub(crate) fn sweep_messages(&mut self, now: UnixMs) {
+        if self.state.queues.sweep.at.is_none_or(|at| at > now) {
+            return;
+        }
+        let retry = now.plus_ms(limits::QUEUE_READ_RETRY_MS);
+        let after = self.state.queues.sweep.after.take();
+        let page = self.reader.expired(
+            Table::Messages,
+            now.get(),
+            after.as_ref().map(|(at, k)| (*at, k.as_str())),
+            limits::EXPIRY_PAGE_ROWS,
+        );
+        let Ok(page) = page else {
+            self.stats.queue_read_failures += 1;
+            self.state.queues.sweep.after = after;
+            self.state.queues.sweep.at = Some(retry);
+            return;
+        };
+        let mut due: BTreeMap<QueueKey, Vec<Seq>> = BTreeMap::new();
+        for (key, _) in &page {
+            match parse_message_key(key) {
+                Some((recipient, conv, seq)) => due.entry((recipient, conv)).or_default().push(seq),
+                // Not a key the relay writes: due all the same.
+                None => self.state.batch.delete(Table::Messages, key),
+            }
+        }
+        for ((recipient, conv), seqs) in due {
+            if self.read_queue(&recipient, &conv).is_err() {
+                // The whole page again later: what this one took out is gone from memory.
+                self.state.queues.sweep.after = after;
+                self.state.queues.sweep.at = Some(retry);
+                return;
+            }
+            self.state.expire_due(&recipient, &conv, &seqs);
+            self.recount(&recipient, &conv);
+        }
+        let sweep = &mut self.state.queues.sweep;
+        if page.len() >= limits::EXPIRY_PAGE_ROWS {
+            sweep.after = page.last().map(|(k, at)| (*at, k.clone()));
+            sweep.at = Some(now);
+            return;
+        }
+        sweep.at = match self.reader.next_expiry(Table::Messages, now.get()) {
+            Ok(next) => next.map(UnixMs),
+            Err(_) => {
+                self.stats.queue_read_failures += 1;
+                Some(retry)
+            }
+        };
+    }
+
     /// [`State::load_queue`] on this relay's reader and counters.
     pub(crate) fn read_queue(
         &mut self,

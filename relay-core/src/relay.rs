@@ -332,8 +332,19 @@ impl Relay {
         if !state.meta.contains_key(meta::QUEUE_INDEX) {
             state.summarise_stored_queues(&mut *reader, crate::limits::SUMMARISE_PAGE_ROWS)?;
         }
-        state.index_queues(config.offline_ttl_ms);
+        if !state.meta.contains_key(meta::MESSAGE_EXPIRY) {
+            crate::queue::index_stored_expiries(
+                &mut *store,
+                &mut *reader,
+                crate::limits::INDEX_PAGE_ROWS,
+                config.offline_ttl_ms,
+            )?;
+            state.put_meta(meta::MESSAGE_EXPIRY, "1".to_owned());
+        }
+        state.index_queues();
         state.queues = crate::queue::Queues::new(config.queue_cache_bytes);
+        let first_expiry = reader.next_expiry(Table::Messages, 0)?;
+        state.queues.set_first_sweep(first_expiry.map(UnixMs));
         #[cfg(feature = "planted-bugs")]
         {
             state.planted_bug = config.planted_bug;
@@ -855,6 +866,7 @@ impl Relay {
         self.state.media.init_limit.sweep(now.get());
         self.sweep_push(now);
         self.sweep_tombstones(now);
+        self.sweep_messages(now);
         if self.finish().is_ok() && self.group.is_none() {
             self.collect_blobs();
         }
@@ -863,19 +875,6 @@ impl Relay {
     fn fire(&mut self, now: UnixMs, timer: Timer) {
         let ttl = self.config.offline_ttl_ms;
         match timer {
-            Timer::Messages(user, conv) => {
-                let read = self.read_queue(&user, &conv);
-                if read.is_err() {
-                    // Tried again shortly; the messages stay queued meanwhile.
-                    let retry = now.plus_ms(crate::limits::QUEUE_READ_RETRY_MS);
-                    self.state
-                        .timers
-                        .insert((retry, Timer::Messages(user, conv)));
-                    return;
-                }
-                self.state.expire_messages(now, &user, &conv, ttl);
-                self.recount(&user, &conv);
-            }
             Timer::PendingReceipt(user, conv, kind) => {
                 let expired = self
                     .state
@@ -921,10 +920,16 @@ impl Relay {
             .map(|c| c.last_seen.plus_ms(self.config.idle_timeout_ms))
             .min();
         let eph = self.eph.next_expiry();
-        [timers, idle, eph, self.state.tombstones.sweep_at()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            timers,
+            idle,
+            eph,
+            self.state.tombstones.sweep_at(),
+            self.state.queues.sweep_at(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     // ------------------------------------------------------------------ group commit

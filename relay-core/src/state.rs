@@ -278,16 +278,14 @@ pub(crate) mod meta {
     /// Present once every friendship has its `contacts` rows (written by the first start of a
     /// relay that reads contacts lazily, after it indexed the stored friendships).
     pub(crate) const CONTACTS: &str = "contacts";
+    /// Present once every stored message has its expiry (written by the first start of a relay
+    /// that expires messages by the store's index, after it gave them one).
+    pub(crate) const MESSAGE_EXPIRY: &str = "message_expiry";
 }
 
 /// Deadlines kept in one ordered set; entries are checked against the state when they fire.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Timer {
-    /// The queue `(recipient, conv)` may hold an expired message. One timer per queue, not per
-    /// message: every queued message has a `Messages` timer at or before its expiry (armed when
-    /// it is queued unless the queue's first message is no younger, re-armed for the oldest
-    /// survivor when the timer fires), so none outlives its TTL past a `handle_timeout`.
-    Messages(UserUuid, ConvId),
     PendingReceipt(UserUuid, ConvId, ReceiptKind),
     PendingRetract(UserUuid, MessageId),
     /// A media upload's or object's expiry (`crate::media`).
@@ -377,6 +375,9 @@ pub(crate) struct Pins {
     contacts: Vec<UserUuid>,
     tombstones: Vec<UserUuid>,
     queues: Vec<crate::queue::QueueKey>,
+    /// The earliest expiry of the messages the batch wrote: the expiry sweep is armed for it
+    /// once the batch is durable (`crate::queue`).
+    expiry: Option<UnixMs>,
 }
 
 /// Messages and bytes ([`Queued::charge`]) of some queues.
@@ -629,6 +630,7 @@ impl State {
             .move_written(&mut batch.conversations, &mut batch.contacts);
         self.tombstones.move_written(&mut batch.tombstones);
         self.queues.move_written(&mut batch.queues);
+        self.queues.move_written_expiry(&mut batch.expiry);
     }
 
     /// The writes since the last [`State::move_written`] are durable.
@@ -637,6 +639,7 @@ impl State {
         self.relations.unpin_written();
         self.tombstones.unpin_written();
         self.queues.unpin_written();
+        self.queues.arm_written_expiry();
     }
 
     /// A batch whose writes pinned `batch` is durable.
@@ -645,6 +648,7 @@ impl State {
         self.relations.unpin(batch.conversations, batch.contacts);
         self.tombstones.unpin(batch.tombstones);
         self.queues.unpin(batch.queues);
+        self.queues.arm_expiry(batch.expiry);
     }
 
     /// Evicts what the caches hold beyond their bounds (only what no batch in flight wrote).

@@ -312,10 +312,7 @@ impl StoreRead for PgReader {
         // Stored expiries are at most `i64::MAX`: a later bound takes them all.
         let up_to = i64::try_from(up_to).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let after = match after {
-            Some((at, key)) => Some((i64::try_from(at).unwrap_or(i64::MAX), key.to_owned())),
-            None => None,
-        };
+        let after = after.map(|(at, key)| (i64::try_from(at).unwrap_or(i64::MAX), key.to_owned()));
         self.read(move |c| async move {
             let reads = c.expiring(table)?;
             let found = match &after {

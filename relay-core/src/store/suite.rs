@@ -405,7 +405,6 @@ macro_rules! store_suite {
 #[cfg(test)]
 mod tests {
     use super::{del, get, put};
-    use crate::store::StoreRead as _;
     use crate::store::{Store, Table};
 
     store_suite!(memory, crate::store::MemoryStore::new());

@@ -153,8 +153,8 @@ fn a_failed_queue_read_refuses_the_message_and_changes_nothing() {
     );
 }
 
-/// A queue that is only in the store expires all the same: its timer comes from the queue
-/// index, reads the queue when it fires, and deletes the rows.
+/// A queue that is only in the store expires all the same: the sweep finds its rows by their
+/// stored expiry, reads the queue, and deletes them with its index entry.
 #[test]
 fn a_queue_only_in_the_store_expires_at_its_ttl() {
     let mut w = World::with_config(without_queue_cache());
@@ -175,7 +175,7 @@ fn a_queue_only_in_the_store_expires_at_its_ttl() {
 
 /// A store written before the queue index existed (no `queue_index` rows nor meta row; its
 /// conversation rows may carry the summaries older relays kept there, which are ignored) is
-/// summarised from its messages once at the first start: counts, timers and the replay are as
+/// summarised from its messages once at the first start: counts, expiries and the replay are as
 /// if the index had always been there.
 #[test]
 fn a_store_without_a_queue_index_is_summarised_once_at_start() {
@@ -224,7 +224,7 @@ fn a_store_without_a_queue_index_is_summarised_once_at_start() {
     assert_eq!(got, [1, 2, 3]);
     w.relay.handle_disconnect(w.now, cb);
     w.advance(ttl);
-    assert!(w.rows(Table::Messages).is_empty(), "the timers were armed");
+    assert!(w.rows(Table::Messages).is_empty(), "the sweep was armed");
 }
 
 /// Rows that disagree with the queue index (a store edited behind the relay's back) win when

@@ -30,6 +30,7 @@ mod limit_values;
 mod media;
 mod media_edges;
 mod message_edges;
+mod message_expiry;
 mod messaging;
 mod model;
 mod orders;

@@ -436,8 +436,8 @@ fn commit_failure_names_the_refused_frame() {
     }
 }
 
-/// One expiry timer per queue (not per message): every message still expires at its own
-/// `at + offline_ttl`, also after a restart and when the shell's clock stepped back.
+/// Every message expires at its own `at + offline_ttl` (its stored expiry), in expiry order
+/// rather than seq order, also after a restart and when the shell's clock stepped back.
 #[test]
 fn queued_messages_expire_one_by_one_across_restart_and_clock_step() {
     let store = relay_core::store::MemoryStore::new();

@@ -8,6 +8,11 @@
 //! Both run with the default tombstone cache and with none at all (every author's tombstones
 //! are evicted at the end of every input and read from the store again), and keyed reads of
 //! the store fail now and then ([`Op::ReadFault`]).
+//!
+//! The offline TTL is short ([`MODEL_TTL_MS`]), so messages expire within a run: the model
+//! knows when each was accepted, a `sync` must replay every unexpired undelivered message (an
+//! expired one may still be replayed until the relay's sweep has run), and a sweep that
+//! read without a fault leaves no expired message in the store.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,6 +22,9 @@ use serde_json::json;
 use wire::ServerFrame;
 
 use crate::world::{User, World, frames};
+
+/// The relay's offline TTL in these runs: a few [`Op::Advance`] steps.
+const MODEL_TTL_MS: u64 = 120_000;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -86,6 +94,10 @@ fn op() -> impl Strategy<Value = Op> {
 struct Model {
     /// seq -> (author index, id)
     accepted: BTreeMap<u64, (usize, String)>,
+    /// seq -> when it was accepted (the relay's clock, epoch ms)
+    accepted_at: BTreeMap<u64, u64>,
+    /// The relay's clock now.
+    now: u64,
     /// (author, id) -> seq
     ids: BTreeMap<(usize, String), u64>,
     /// Highest seq each member confirmed with `delivered`/`read`.
@@ -107,6 +119,7 @@ impl Model {
                 let next = self.accepted.keys().last().map_or(1, |l| l + 1);
                 assert_eq!(seq, next, "seq gap");
                 self.accepted.insert(seq, (from, id.to_owned()));
+                self.accepted_at.insert(seq, self.now);
                 self.ids.insert((from, id.to_owned()), seq);
             }
         }
@@ -133,6 +146,13 @@ impl Model {
             .map(|(s, _)| *s)
             .collect()
     }
+
+    /// Whether message `seq`'s TTL has ended by now (the relay may have deleted it).
+    fn expired(&self, seq: u64) -> bool {
+        self.accepted_at
+            .get(&seq)
+            .is_some_and(|at| at + MODEL_TTL_MS <= self.now)
+    }
 }
 
 /// `cache_bytes`: the bound of every cache over the store (accounts, tombstones, queues,
@@ -145,6 +165,7 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
         account_cache_bytes: cache_bytes,
         conversation_cache_bytes: cache_bytes,
         contact_cache_bytes: cache_bytes,
+        offline_ttl_ms: MODEL_TTL_MS,
         ..crate::world::fast_config()
     });
     if pipelined {
@@ -158,6 +179,7 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
     let mut model = Model::default();
     let mut online: [Option<ConnId>; 2] = [None, None];
     for op in ops {
+        model.now = w.now.get();
         let outs = match op {
             Op::Send { from, id } => {
                 let Some(conn) = online[from] else { continue };
@@ -186,7 +208,8 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
                 let refused = frames(&outs, conn)
                     .iter()
                     .any(|f| matches!(f, ServerFrame::Error(_)));
-                // A receipt is valid iff every undelivered message to `who` up to `seq` was pushed.
+                // A receipt is valid iff every undelivered message to `who` up to `seq` was
+                // pushed (an expired one may be gone without a push).
                 let valid = seq >= 1
                     && model
                         .accepted
@@ -195,7 +218,7 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
                     && model
                         .undelivered_for(who)
                         .iter()
-                        .filter(|s| **s <= seq)
+                        .filter(|s| **s <= seq && !model.expired(**s))
                         .all(|s| model.pushed[who].contains(s));
                 if !refused {
                     assert!(
@@ -237,11 +260,18 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
                         }
                     })
                     .collect();
-                let expected = model.undelivered_for(who);
+                // Replay after sync is the undelivered suffix (up to the batch window), less
+                // expired messages the sweep has already deleted.
+                let undelivered = model.undelivered_for(who);
+                let expected: Vec<u64> = undelivered
+                    .iter()
+                    .copied()
+                    .filter(|s| !model.expired(*s) || replay.contains(s))
+                    .collect();
                 assert_eq!(
                     replay,
                     expected[..expected.len().min(100)],
-                    "replay mismatch"
+                    "replay mismatch (undelivered {undelivered:?})"
                 );
                 outs
             }
@@ -254,8 +284,18 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
             }
             Op::Advance { ms } => {
                 w.now = w.now.plus_ms(ms);
+                model.now = w.now.get();
+                let failures = w.relay.stats().queue_read_failures;
                 w.relay.handle_timeout(w.now);
                 let outs = w.drain();
+                if w.relay.stats().queue_read_failures == failures {
+                    // The sweep read without a fault: nothing expired is left in the store.
+                    let left: Vec<u64> = stored_seqs(&w)
+                        .into_iter()
+                        .filter(|s| model.expired(*s))
+                        .collect();
+                    assert!(left.is_empty(), "expired messages {left:?} still stored");
+                }
                 for o in &mut online {
                     if o.is_some_and(|c| !w.relay.is_connected(c)) {
                         *o = None;
@@ -328,6 +368,14 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
             }
         }
     }
+}
+
+/// The seqs of the stored messages (both members' queues).
+fn stored_seqs(w: &World) -> Vec<u64> {
+    w.rows(relay_core::store::Table::Messages)
+        .into_iter()
+        .filter_map(|(k, _)| k.rsplit_once('/')?.1.parse().ok())
+        .collect()
 }
 
 /// Connects `u`; a ticket request or upgrade refused with 503 (a read fault hit the account's
