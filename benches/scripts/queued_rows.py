@@ -15,11 +15,16 @@ in one transaction, each conversation's row with the counts relays before the qu
 there (`queued`: messages, bytes as the queue bounds count them, oldest), and the same counts
 as `queue_index` rows when the store has that table. A relay that loads every queue at start
 ignores both; one that reads queues when needed starts from them.
+
+With `DUE=1` in the environment the messages were accepted 25 to 26 hours ago, past the
+relay's 24 h TTL (their expiry, when the store's messages have one, says so too), and instead
+of three starts the script times one: how long the relay takes to expire them all, and whether
+it answers meanwhile.
 """
 import json, os, sqlite3, subprocess, sys, time, uuid
 
 from relaystart import (fresh_store, pg_has_table, pg_messages_insert, pg_values,
-                        queue_index_rows, timed_starts, write_sqlite_queues)
+                        queue_index_rows, timed_starts, timed_sweep, write_sqlite_queues)
 
 relay, target, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 convs = int(sys.argv[4]) if len(sys.argv) > 4 else max(1, n // 10)
@@ -41,9 +46,13 @@ def user(i):
     return str(uuid.UUID(int=(i + 1) << 16, version=4))
 
 
+DUE = os.environ.get("DUE") == "1"
+AGE = 26 * HOUR if DUE else HOUR
+
+
 def at(i):
-    """The acceptance time of message `i` (0-based over all N): over the last hour."""
-    return now_ms - HOUR + i * HOUR // n
+    """The acceptance time of message `i` (0-based over all N): over the hour AGE ago."""
+    return now_ms - AGE + i * HOUR // n
 
 
 def conversation(c):
@@ -62,7 +71,7 @@ if pg:
     index_sql = (f"INSERT INTO queuebench.queue_index (k, v) VALUES\n"
                  f"{pg_values(queue_index_rows(conv_rows))};"
                  if pg_has_table(target, "queuebench", "queue_index") else "")
-    at_sql = f"{now_ms - HOUR} + i * {HOUR} / {n}"
+    at_sql = f"{now_ms - AGE} + i * {HOUR} / {n}"
     insert_head, expiry_sql = pg_messages_insert(target, "queuebench", at_sql)
     user_sql = ("'00000000-0000-4000-8000-' || lpad(to_hex((({u}) + 1) << 16), 12, '0')")
     sql = f"""
@@ -98,4 +107,7 @@ else:
     size = f"{os.path.getsize(os.path.join(target, 'relay.sqlite3')) >> 20} MiB"
 print(f"{n} queued messages in {convs} conversations written in "
       f"{time.perf_counter() - t0:.1f} s (store {size})", flush=True)
-timed_starts(relay, store, port)
+if DUE:
+    timed_sweep(relay, store, port, n)
+else:
+    timed_starts(relay, store, port)

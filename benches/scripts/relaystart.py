@@ -5,10 +5,12 @@ relay's store arguments (`["--data", DIR]`, or `["--postgres", URL, ...]`)."""
 import json, os, shutil, signal, subprocess, sys, time, urllib.request, uuid
 
 
-def start(relay, store, port):
-    """Starts `relay` on `store`; returns (process, seconds to ready, RSS MiB, peak RSS MiB)."""
+def start(relay, store, port, extra=()):
+    """Starts `relay` on `store` (with the arguments `extra` too); returns (process, seconds to
+    ready, RSS MiB, peak RSS MiB)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen([relay, "--listen", f"127.0.0.1:{port}", *store, "--log", "warn"],
+    p = subprocess.Popen([relay, "--listen", f"127.0.0.1:{port}", *store, "--log", "warn",
+                          *extra],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     while True:
         try:
@@ -21,9 +23,7 @@ def start(relay, store, port):
             sys.exit(f"the relay exited: {p.stderr.read().decode()[-2000:]}")
         time.sleep(0.01)
     ready = time.perf_counter() - t0
-    status = open(f"/proc/{p.pid}/status").read()
-    mem = {l.split(":")[0]: l.split()[1] for l in status.splitlines() if l.startswith("Vm")}
-    return p, ready, int(mem["VmRSS"]) // 1024, int(mem["VmHWM"]) // 1024
+    return (p, ready, *memory_mib(p))
 
 
 def stop(p):
@@ -37,6 +37,41 @@ def timed_starts(relay, store, port, runs=3):
         print(f"start {run + 1}: /readyz 200 after {ready:.2f} s, RSS {rss} MiB, "
               f"peak RSS {hwm} MiB", flush=True)
         stop(p)
+
+
+def memory_mib(p):
+    """The RSS and peak RSS (MiB) of process `p` now."""
+    status = open(f"/proc/{p.pid}/status").read()
+    mem = {l.split(":")[0]: l.split()[1] for l in status.splitlines() if l.startswith("Vm")}
+    return int(mem["VmRSS"]) // 1024, int(mem["VmHWM"]) // 1024
+
+
+def timed_sweep(relay, store, port, n):
+    """Starts `relay` on a store whose `n` queued messages are all past their TTL and times its
+    expiry sweep as an outsider: from `/readyz` 200 until the `relay_queued_messages` gauge
+    (metrics on `port + 1`) reads 0, probing `/readyz` every 100 ms meanwhile (the relay must
+    keep answering while it sweeps)."""
+    p, ready, rss, _ = start(relay, store, port, ["--metrics-listen", f"127.0.0.1:{port + 1}"])
+    print(f"start: /readyz 200 after {ready:.2f} s, RSS {rss} MiB", flush=True)
+    t0, slowest, probes, left = time.perf_counter(), 0.0, 0, n
+    while left:
+        t = time.perf_counter()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=30) as r:
+            assert r.status == 200
+        slowest, probes = max(slowest, time.perf_counter() - t), probes + 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{port + 1}/metrics", timeout=30) as r:
+            gauge = [l for l in r.read().decode().splitlines()
+                     if l.startswith("relay_queued_messages ")]
+        left = int(float(gauge[0].split()[1]))
+        if time.perf_counter() - t0 > 3600:
+            sys.exit(f"{left} messages still queued after an hour")
+        time.sleep(0.1)
+    took = time.perf_counter() - t0
+    rss, hwm = memory_mib(p)
+    print(f"swept {n} messages in {took:.1f} s ({n / took:,.0f} msgs/s); slowest of {probes} "
+          f"/readyz probes meanwhile {slowest * 1000:.0f} ms; RSS {rss} MiB, peak {hwm} MiB",
+          flush=True)
+    stop(p)
 
 
 def fresh_store(relay, target, schema, port):
