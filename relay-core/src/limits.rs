@@ -178,6 +178,9 @@ pub const QUEUE_READ_RETRY_MS: u64 = 1_000;
 /// Due messages read per page by the expiry sweep (their keys, from the store's index on the
 /// expiry): a sweep's work and memory per `handle_timeout`, however many expire at once.
 pub const EXPIRY_PAGE_ROWS: usize = 512;
+/// After a full page the sweep goes on this much later: a shell that fires a due deadline
+/// before it reads its inputs still handles them between pages, however long the sweep.
+pub const EXPIRY_PAGE_PAUSE_MS: u64 = 1;
 /// Stored messages read per page by the one-time summarising start of a store written before
 /// the queue index (`queue_index`) existed: its memory is one page and the summaries, not the
 /// whole table.

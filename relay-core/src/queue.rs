@@ -755,8 +755,10 @@ impl crate::relay::Relay {
     /// Deletes the stored messages whose expiry has passed, when the sweep is due: one page
     /// ([`limits::EXPIRY_PAGE_ROWS`]) of due keys from the store's index, each queue of
     /// them read (if it is not in memory) and its due messages taken out with its index
-    /// entry and the backlog in step. A full page leaves the sweep due at once, to go on after
-    /// its last row; otherwise it is due at the next stored expiry. A failed read puts it off
+    /// entry and the backlog in step. A full page leaves the sweep due again
+    /// [`limits::EXPIRY_PAGE_PAUSE_MS`] later, to go on after its last row (the inputs that
+    /// arrived meanwhile are handled between pages); otherwise it is due at the next stored
+    /// expiry. A failed read puts it off
     /// by [`limits::QUEUE_READ_RETRY_MS`] (the messages stay queued meanwhile).
     pub(crate) fn sweep_messages(&mut self, now: UnixMs) {
         if self.state.queues.sweep.at.is_none_or(|at| at > now) {
@@ -797,7 +799,7 @@ impl crate::relay::Relay {
         let sweep = &mut self.state.queues.sweep;
         if page.len() >= limits::EXPIRY_PAGE_ROWS {
             sweep.after = page.last().map(|(k, at)| (*at, k.clone()));
-            sweep.at = Some(now);
+            sweep.at = Some(now.plus_ms(limits::EXPIRY_PAGE_PAUSE_MS));
             return;
         }
         sweep.at = match self.reader.next_expiry(Table::Messages, now.get()) {

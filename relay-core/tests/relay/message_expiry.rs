@@ -3,7 +3,7 @@
 //! stored expiry, reads the due keys in pages and takes each message out of its queue with its
 //! index entry and the backlog. Nothing per queue or per message waits in memory.
 
-use relay_core::limits::{EXPIRY_PAGE_ROWS, QUEUE_READ_RETRY_MS};
+use relay_core::limits::{EXPIRY_PAGE_PAUSE_MS, EXPIRY_PAGE_ROWS, QUEUE_READ_RETRY_MS};
 use relay_core::store::{Mutation, Store as _, StoreRead as _, Table};
 
 use crate::world::{World, fast_config, online_and_offline};
@@ -33,7 +33,7 @@ fn stored_expiries(w: &World) -> Vec<u64> {
 }
 
 /// More messages due at once than one page: each `handle_timeout` takes a page, and the relay
-/// asks for the next at once (its `poll_timeout` is now) until none is left.
+/// asks for the next a moment later (so inputs are handled between pages) until none is left.
 #[test]
 fn more_due_messages_than_a_page_go_page_by_page_at_the_same_instant() {
     let mut w = World::with_config(roomy());
@@ -55,10 +55,10 @@ fn more_due_messages_than_a_page_go_page_by_page_at_the_same_instant() {
     );
     assert_eq!(
         w.relay.poll_timeout(),
-        Some(w.now),
-        "the next page is due now"
+        Some(w.now.plus_ms(EXPIRY_PAGE_PAUSE_MS)),
+        "the next page is due a moment later"
     );
-    w.advance(0);
+    w.advance(EXPIRY_PAGE_PAUSE_MS);
     assert_eq!(
         (w.relay.queued_messages(), w.relay.backlog_messages()),
         (0, 0)
