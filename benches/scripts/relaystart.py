@@ -97,10 +97,11 @@ def fresh_store(relay, target, schema, port):
     return store, pg
 
 
-def queue_index_rows(conv_rows):
+def queue_index_rows(conv_rows, expiring=False):
     """The `queue_index` rows (key, value) of the conversation rows `conv_rows` ((conv id, row
     JSON) each), from the queue summaries they carry (`queued`, per member: the layout relays
-    before the queue index read, which later ones ignore)."""
+    before the queue index read, which later ones ignore); with `expiring`, each with its
+    expiry too (its oldest message's acceptance plus the relay's default TTL)."""
     out = []
     for cid, value in conv_rows:
         c = json.loads(value)
@@ -109,7 +110,9 @@ def queue_index_rows(conv_rows):
                 to, frm = c["members"][i], c["members"][1 - i]
                 row = {"recipient": to, "conv_id": cid, "from": frm, "msgs": q["msgs"],
                        "bytes": q["bytes"], "oldest": q["oldest"]}
-                out.append((f"{to}/{cid}", json.dumps(row, separators=(",", ":")).encode()))
+                value = json.dumps(row, separators=(",", ":")).encode()
+                out.append((f"{to}/{cid}", value, q["oldest"] + OFFLINE_TTL_MS) if expiring
+                           else (f"{to}/{cid}", value))
     return out
 
 
@@ -139,33 +142,33 @@ def pg_has_column(url, schema, table, column):
         check=True, capture_output=True).stdout.decode().strip() == "1"
 
 
-# The relay's default offline TTL: a stored message's expiry is its acceptance time plus it.
+# The relay's default offline TTL: a queued message expires this long after it was accepted.
 OFFLINE_TTL_MS = 24 * 3600 * 1000
 
 
-def pg_messages_insert(url, schema, at_sql):
-    """The head of an `INSERT … SELECT` into `schema.messages` and the expression of the
-    selected expiry (`, <expr>`, or nothing for a store whose messages have no expiry column),
-    for messages accepted at `at_sql`."""
-    if pg_has_column(url, schema, "messages", "expires_at"):
-        return (f"INSERT INTO {schema}.messages (k, v, expires_at)",
-                f", ({at_sql}) + {OFFLINE_TTL_MS}")
-    return f"INSERT INTO {schema}.messages (k, v)", ""
-
-
 def pg_values(rows):
-    """`rows` ((key, JSON bytes) each) as the VALUES list of an INSERT into a `(k, v)` table."""
-    return ",\n".join(f"('{k}', convert_to('{v.decode()}', 'UTF8'))" for k, v in rows)
+    """`rows` ((key, JSON bytes) or (key, JSON bytes, expiry) each) as the VALUES list of an
+    INSERT into a `(k, v)` or `(k, v, expires_at)` table."""
+    return ",\n".join(f"('{r[0]}', convert_to('{r[1].decode()}', 'UTF8')"
+                       + "".join(f", {x}" for x in r[2:]) + ")" for r in rows)
+
+
+def pg_queue_index_sql(url, schema, conv_rows):
+    """The INSERT of the `queue_index` rows of `conv_rows` (with their expiries when the table
+    has the column; nothing when the store has no such table)."""
+    if not pg_has_table(url, schema, "queue_index"):
+        return ""
+    expiring = pg_has_column(url, schema, "queue_index", "expires_at")
+    columns = "(k, v, expires_at)" if expiring else "(k, v)"
+    return (f"INSERT INTO {schema}.queue_index {columns} VALUES\n"
+            f"{pg_values(queue_index_rows(conv_rows, expiring))};")
 
 
 def write_sqlite_queues(db, conversations, per, payload, at):
     """Writes the conversation rows `conversations` ((a, b, conv id, row) each) into the SQLite
     store `db`, and `per` queued messages from a to b in each: seqs 1..per, 36-character ids,
-    message `i` (0-based over all) accepted at `at(i)`, with its expiry when the store's
-    messages have one; and their `queue_index` rows when the store has that table."""
-    expiring = sqlite_has_column(db, "messages", "expires_at")
-    insert = ("INSERT OR REPLACE INTO messages VALUES (?, ?, ?)" if expiring
-              else "INSERT OR REPLACE INTO messages VALUES (?, ?)")
+    message `i` (0-based over all) accepted at `at(i)`; and their `queue_index` rows (with their
+    expiries when the table has the column) when the store has that table."""
     rows, conv_rows, i = [], [], 0
     for a, b, cid, value in conversations:
         conv_rows.append((cid, value))
@@ -173,14 +176,15 @@ def write_sqlite_queues(db, conversations, per, payload, at):
             mid = str(uuid.UUID(int=(i + 1) << 40, version=4))
             msg = {"recipient": b, "conv_id": cid, "seq": s, "id": mid, "from": a,
                    "crypto_v": None, "payload": payload, "at": at(i)}
-            row = (f"{b}/{cid}/{s:020d}", json.dumps(msg, separators=(",", ":")).encode())
-            rows.append(row + (at(i) + OFFLINE_TTL_MS,) if expiring else row)
+            rows.append((f"{b}/{cid}/{s:020d}", json.dumps(msg, separators=(",", ":")).encode()))
             i += 1
             if len(rows) == 50_000:
-                db.executemany(insert, rows)
+                db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
                 rows = []
-    db.executemany(insert, rows)
+    db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?)", rows)
     db.executemany("INSERT OR REPLACE INTO conversations VALUES (?, ?)", conv_rows)
     if sqlite_has_table(db, "queue_index"):
-        db.executemany("INSERT OR REPLACE INTO queue_index VALUES (?, ?)",
-                       queue_index_rows(conv_rows))
+        expiring = sqlite_has_column(db, "queue_index", "expires_at")
+        db.executemany("INSERT OR REPLACE INTO queue_index VALUES (?, ?, ?)" if expiring
+                       else "INSERT OR REPLACE INTO queue_index VALUES (?, ?)",
+                       queue_index_rows(conv_rows, expiring))

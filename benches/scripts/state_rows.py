@@ -30,8 +30,8 @@ script writes the rows straight into the store, the way the relay keeps them:
 """
 import base64, json, os, sqlite3, subprocess, sys, time, uuid
 
-from relaystart import (fresh_store, pg_has_table, pg_messages_insert, pg_values,
-                        queue_index_rows, sqlite_has_table, timed_starts, write_sqlite_queues)
+from relaystart import (fresh_store, pg_has_table, pg_queue_index_sql, sqlite_has_table,
+                        timed_starts, write_sqlite_queues)
 
 relay, target = sys.argv[1], sys.argv[2]
 users, tombstones, messages = (int(a) for a in sys.argv[3:6])
@@ -110,11 +110,8 @@ if pg:
         for _, _, cid, value in map(conversation, range(convs)))
     has_index = pg_has_table(target, ident, "account_index")
     has_contacts = pg_has_table(target, ident, "contacts")
-    at_sql = f"{now_ms - HOUR} + i * {HOUR} / {messages}"
-    insert_head, expiry_sql = pg_messages_insert(target, ident, at_sql)
-    queue_sql = (f"INSERT INTO {ident}.queue_index (k, v) VALUES\n"
-                 f"{pg_values(queue_index_rows([(c, v) for _, _, c, v in map(conversation, range(convs))]))};"
-                 if pg_has_table(target, ident, "queue_index") else "")
+    queue_sql = pg_queue_index_sql(
+        target, ident, [(c, v) for _, _, c, v in map(conversation, range(convs))])
     # Friendship j: a = j % USERS, b = (a + 1 + j / USERS) % USERS (as `friendship` above).
     fa, fb = "(j % {n})".format(n=users), "(((j % {n}) + 1 + j / {n}) % {n})".format(n=users)
     fsel = f"""SELECT j, lpad((j + 1)::text, 20, '0') AS k, {uid.format(i=fa)} AS a,
@@ -169,11 +166,11 @@ INSERT INTO {ident}.conversations (k, v) VALUES
 {conv_sql};
 {queue_sql}
 {friends_sql}
-{insert_head}
+INSERT INTO {ident}.messages (k, v)
   SELECT b || '/' || cid || '/' || lpad(s::text, 20, '0'),
          convert_to(json_build_object('recipient', b, 'conv_id', cid, 'seq', s, 'id', m,
                     'from', a, 'crypto_v', null, 'payload', '{PAYLOAD}',
-                    'at', {at_sql})::text, 'UTF8'){expiry_sql}
+                    'at', {now_ms - HOUR} + i * {HOUR} / {messages})::text, 'UTF8')
   FROM (SELECT i, (i % {PER}) + 1 AS s, md5(i::text)::uuid::text AS m,
                'bench-' || lpad((i / {PER})::text, 8, '0') AS cid,
                {uid.format(i='2 * (i / ' + str(PER) + ')')} AS a,

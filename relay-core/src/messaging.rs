@@ -308,7 +308,6 @@ impl Relay {
                 retracted: false,
             },
         );
-        let ttl = self.config.offline_ttl_ms;
         let queued = Queued {
             seq,
             id: m.id.clone(),
@@ -316,8 +315,7 @@ impl Relay {
             payload: m.payload,
             at: now,
         };
-        self.state
-            .put_message(&m.conv_id, user, &recipient, queued, ttl);
+        self.state.put_message(&m.conv_id, user, &recipient, queued);
         let offline = peer.is_none().then_some(recipient);
         if peer.is_some() {
             self.stats.messages_accepted_online += 1;

@@ -193,15 +193,18 @@ pub(crate) struct Queues {
 }
 
 /// The expiry of queued messages: no timer per queue or message, but one deadline, the
-/// earliest expiry in the store's index on `messages.expires_at`; when it passes, the due keys
-/// are read in pages ([`StoreRead::expired`]) and each leaves its queue
+/// earliest expiry in the store's index on `queue_index.expires_at` (each queue's row carries
+/// when its oldest message's TTL ends); when it passes, the due queues are read in pages
+/// ([`StoreRead::expired`]) and their due messages leave
 /// ([`crate::relay::Relay::sweep_messages`]).
 ///
-/// A read sees only durable rows, so a message's expiry is armed when the batch that wrote it
-/// is durable ([`Queues::wrote_expiry`], carried by the batch's pins), not when it is queued:
-/// a commit slower than the TTL still gets its sweep.
+/// A read sees only durable rows, so a queue's expiry is armed when the batch that wrote its
+/// row is durable ([`Queues::wrote_expiry`], carried by the batch's pins), not when it is
+/// written: a commit slower than the TTL still gets its sweep.
 #[derive(Debug, Default)]
 struct Sweep {
+    /// The offline TTL.
+    ttl_ms: u64,
     /// When the next sweep is due (none: no stored message expires).
     at: Option<UnixMs>,
     /// Where a sweep stopped at [`limits::EXPIRY_PAGE_ROWS`]: the next one reads after this
@@ -220,18 +223,27 @@ struct Held {
 
 impl Default for Queues {
     fn default() -> Self {
-        Self::new(usize::MAX)
+        Self::new(usize::MAX, limits::OFFLINE_TTL_MS)
     }
 }
 
 impl Queues {
-    /// An empty cache of at most `bound` bytes once what is pinned is released.
-    pub(crate) fn new(bound: usize) -> Self {
+    /// An empty cache of at most `bound` bytes once what is pinned is released, for queued
+    /// messages that expire `ttl_ms` after they were accepted.
+    pub(crate) fn new(bound: usize, ttl_ms: u64) -> Self {
         Self {
             cache: Lru::new(bound),
             held: BTreeMap::new(),
-            sweep: Sweep::default(),
+            sweep: Sweep {
+                ttl_ms,
+                ..Sweep::default()
+            },
         }
+    }
+
+    /// The offline TTL: a message expires this long after it was accepted.
+    pub(crate) fn ttl_ms(&self) -> u64 {
+        self.sweep.ttl_ms
     }
 
     /// The first sweep is due at `at` (the earliest stored expiry, read at start).
@@ -244,7 +256,7 @@ impl Queues {
         self.sweep.at
     }
 
-    /// A message expiring at `at` was written in the batch being built.
+    /// A queue index row expiring at `at` was written in the batch being built.
     fn wrote_expiry(&mut self, at: UnixMs) {
         self.sweep.written = Some(self.sweep.written.map_or(at, |w| w.min(at)));
     }
@@ -467,8 +479,9 @@ impl State {
                 s.bytes += limits::queued_message_bytes(m.id.as_str().len(), m.payload.len());
             }
         }
+        let ttl = self.queues.ttl_ms();
         for ((to, conv), e) in found {
-            record_entry(&mut self.batch, &to, &conv, Some(&e));
+            record_entry(&mut self.batch, &to, &conv, Some(&e), ttl);
             self.queued.set(&to, &conv, Some(e));
         }
         self.put_meta(meta::QUEUE_INDEX, "1".to_owned());
@@ -539,8 +552,23 @@ impl State {
             from: from.clone(),
             summary: new,
         });
-        record_entry(&mut self.batch, recipient, conv, entry.as_ref());
+        let ttl = self.queues.ttl_ms();
+        record_entry(&mut self.batch, recipient, conv, entry.as_ref(), ttl);
+        if entry.is_some() {
+            self.queues.wrote_expiry(new.oldest.plus_ms(ttl));
+        }
         self.queued.set(recipient, conv, entry);
+    }
+
+    /// Rewrites every queue's index row with its expiry under the relay's TTL, and records
+    /// that TTL ([`meta::QUEUE_EXPIRY_TTL`]): what a start needs when the rows were written
+    /// under another TTL, or without an expiry (a store from before queues had one).
+    pub(crate) fn retime_queues(&mut self) {
+        let ttl = self.queues.ttl_ms();
+        for (to, conv, e) in self.queued.iter() {
+            record_entry(&mut self.batch, to, conv, Some(e), ttl);
+        }
+        self.put_meta(meta::QUEUE_EXPIRY_TTL, ttl.to_string());
     }
 
     /// The messages queued for `recipient` in `conv`, by seq; `None` when there are none, or
@@ -571,15 +599,13 @@ impl State {
 
     /// Stores and queues `m`, written by `author` in `conv` for `recipient` (whose queue is in
     /// memory if it holds messages: [`State::load_queue`]), with the queue's new index entry.
-    /// The row's expiry is `m.at` plus `offline_ttl_ms`: the TTL in force when the message was
-    /// accepted. (The conversation's counters are the caller's: [`State::next_seq`].)
+    /// (The conversation's counters are the caller's: [`State::next_seq`].)
     pub(crate) fn put_message(
         &mut self,
         conv: &ConvId,
         author: &UserUuid,
         recipient: &UserUuid,
         m: Queued,
-        offline_ttl_ms: u64,
     ) {
         let record = MessageRecord {
             recipient,
@@ -591,14 +617,11 @@ impl State {
             payload: &m.payload,
             at: m.at,
         };
-        let expires_at = m.at.plus_ms(offline_ttl_ms);
-        self.batch.put_expiring_row(
+        self.batch.put_row(
             Table::Messages,
             |k| write_message_key(k, recipient, conv, m.seq),
             |out| record.write_json(out),
-            expires_at.get(),
         );
-        self.queues.wrote_expiry(expires_at);
         let qkey = (recipient.clone(), conv.clone());
         let old = self.summary(recipient, conv);
         let mut summary = old;
@@ -625,38 +648,32 @@ impl State {
         self.set_summary(recipient, conv, author, old, summary);
     }
 
-    /// Deletes the due messages `seqs` (by [`StoreRead::expired`]) of the queue
-    /// `(recipient, conv)`, which is in memory if its index has an entry. A seq no longer
-    /// queued already left (its deletion is in a batch not yet durable). A queue without an
-    /// entry has nothing in memory: its rows are deleted as they are (a store whose index
-    /// missed them).
-    pub(crate) fn expire_due(&mut self, recipient: &UserUuid, conv: &ConvId, seqs: &[Seq]) {
-        let key = (recipient.clone(), conv.clone());
-        let batch = &mut self.batch;
-        let delete = |batch: &mut crate::store::Batch, seq: Seq| {
-            batch.delete_row(Table::Messages, |k| {
-                write_message_key(k, recipient, conv, seq);
-            });
+    /// Deletes the messages of the queue `(recipient, conv)` (in memory, if it holds any) whose
+    /// TTL ended at `now`, with the queue's new index entry (and expiry).
+    pub(crate) fn expire_queue(&mut self, now: UnixMs, recipient: &UserUuid, conv: &ConvId) {
+        let ttl = self.queues.ttl_ms();
+        let Some(q) = self.queue(recipient, conv) else {
+            return;
         };
-        if !self.queues.is_loaded(&key) {
-            for &seq in seqs {
-                delete(batch, seq);
-            }
+        let expired: Vec<Seq> = q
+            .iter()
+            .filter(|m| now >= m.at.plus_ms(ttl))
+            .map(|m| m.seq)
+            .collect();
+        if expired.is_empty() {
             return;
         }
-        let removed = self.queues.write(&key, |q| {
-            let mut removed = 0;
-            for &seq in seqs {
-                if q.remove(seq).is_some() {
-                    delete(batch, seq);
-                    removed += 1;
-                }
+        let key = (recipient.clone(), conv.clone());
+        let batch = &mut self.batch;
+        self.queues.write(&key, |q| {
+            for seq in expired {
+                q.remove(seq);
+                batch.delete_row(Table::Messages, |k| {
+                    write_message_key(k, recipient, conv, seq);
+                });
             }
-            removed
         });
-        if removed.is_some_and(|n| n > 0) {
-            self.queue_changed(recipient, conv);
-        }
+        self.queue_changed(recipient, conv);
     }
 
     /// Takes message `seq` out of `recipient`'s queue of `conv` (memory only; the summary is
@@ -712,50 +729,19 @@ impl State {
     }
 }
 
-/// The recipient, conversation and seq of the message row `key` (`recipient/conv/seq`; a
-/// recipient is a uuid, without `/`, and the seq is the last part).
-fn parse_message_key(key: &str) -> Option<(UserUuid, ConvId, Seq)> {
-    let (recipient, rest) = key.split_once('/')?;
-    let (conv, seq) = rest.rsplit_once('/')?;
-    Some((
-        UserUuid::parse(recipient).ok()?,
-        ConvId::parse(conv).ok()?,
-        Seq(seq.parse().ok()?),
-    ))
-}
-
-/// Gives every stored message without an expiry its expiry, `at` plus `offline_ttl_ms` (one
-/// pass over the table in pages of `page_rows`, each its own commit): what the first start of
-/// a store written before messages had one needs, once. Returns the rows read.
-pub(crate) fn index_stored_expiries(
-    store: &mut dyn crate::store::Store,
-    reader: &mut dyn StoreRead,
-    page_rows: usize,
-    offline_ttl_ms: u64,
-) -> Result<u64, StoreError> {
-    crate::store::derive_in_pages(
-        store,
-        reader,
-        Table::Messages,
-        page_rows,
-        |batch, key, value| {
-            let m: MessageRow = decode(Table::Messages, key, value)?;
-            batch.put_expiring(
-                Table::Messages,
-                key,
-                value,
-                m.at.plus_ms(offline_ttl_ms).get(),
-            );
-            Ok(())
-        },
-    )
+/// The recipient and conversation of the queue index row `key` (`recipient/conv`; a recipient
+/// is a uuid, without `/`).
+fn parse_queue_key(key: &str) -> Option<QueueKey> {
+    let (recipient, conv) = key.split_once('/')?;
+    Some((UserUuid::parse(recipient).ok()?, ConvId::parse(conv).ok()?))
 }
 
 impl crate::relay::Relay {
-    /// Deletes the stored messages whose expiry has passed, when the sweep is due: one page
-    /// ([`limits::EXPIRY_PAGE_ROWS`]) of due keys from the store's index, each queue of
-    /// them read (if it is not in memory) and its due messages taken out with its index
-    /// entry and the backlog in step. A full page leaves the sweep due again
+    /// Deletes the queued messages whose TTL has ended, when the sweep is due: one page
+    /// ([`limits::EXPIRY_PAGE_ROWS`]) of due queues from the store's index on the queue
+    /// index's expiry, each queue read (if it is not in memory) and its due messages taken
+    /// out, its index row rewritten with its next expiry (or deleted) and the backlog in
+    /// step. A full page leaves the sweep due again
     /// [`limits::EXPIRY_PAGE_PAUSE_MS`] later, to go on after its last row (the inputs that
     /// arrived meanwhile are handled between pages); otherwise it is due at the next stored
     /// expiry. A failed read puts it off
@@ -767,7 +753,7 @@ impl crate::relay::Relay {
         let retry = now.plus_ms(limits::QUEUE_READ_RETRY_MS);
         let after = self.state.queues.sweep.after.take();
         let page = self.reader.expired(
-            Table::Messages,
+            Table::QueueIndex,
             now.get(),
             after.as_ref().map(|(at, k)| (*at, k.as_str())),
             limits::EXPIRY_PAGE_ROWS,
@@ -778,22 +764,19 @@ impl crate::relay::Relay {
             self.state.queues.sweep.at = Some(retry);
             return;
         };
-        let mut due: BTreeMap<QueueKey, Vec<Seq>> = BTreeMap::new();
         for (key, _) in &page {
-            match parse_message_key(key) {
-                Some((recipient, conv, seq)) => due.entry((recipient, conv)).or_default().push(seq),
-                // Not a key the relay writes: due all the same.
-                None => self.state.batch.delete(Table::Messages, key),
-            }
-        }
-        for ((recipient, conv), seqs) in due {
+            let Some((recipient, conv)) = parse_queue_key(key) else {
+                // Not a key the relay writes (it never names a queue the relay knows).
+                continue;
+            };
             if self.read_queue(&recipient, &conv).is_err() {
-                // The whole page again later: what this one took out is gone from memory.
+                // The whole page again later: the queues before this one are done (their
+                // due messages are gone from memory), so it is only read again.
                 self.state.queues.sweep.after = after;
                 self.state.queues.sweep.at = Some(retry);
                 return;
             }
-            self.state.expire_due(&recipient, &conv, &seqs);
+            self.state.expire_queue(now, &recipient, &conv);
             self.recount(&recipient, &conv);
         }
         let sweep = &mut self.state.queues.sweep;
@@ -802,7 +785,7 @@ impl crate::relay::Relay {
             sweep.at = Some(now.plus_ms(limits::EXPIRY_PAGE_PAUSE_MS));
             return;
         }
-        sweep.at = match self.reader.next_expiry(Table::Messages, now.get()) {
+        sweep.at = match self.reader.next_expiry(Table::QueueIndex, now.get()) {
             Ok(next) => next.map(UnixMs),
             Err(_) => {
                 self.stats.queue_read_failures += 1;

@@ -1,8 +1,9 @@
 //! What the relay knows of every non-empty queue at all times, loaded at start: how many
-//! messages and bytes it holds (the queue bounds), its oldest message (its expiry timer) and
-//! who wrote it, one `queue_index` row per queue (`recipient/conv`), written in the same commit
-//! as every change to the queue (`crate::queue`). Its size follows the undelivered messages (at
-//! most one entry per message), not the conversations.
+//! messages and bytes it holds (the queue bounds), its oldest message and who wrote it, one
+//! `queue_index` row per queue (`recipient/conv`), written in the same commit as every change
+//! to the queue (`crate::queue`), with when its oldest message's TTL ends in the row's indexed
+//! expiry (the expiry sweep reads the due queues from that index). Its size follows the
+//! undelivered messages (at most one entry per message), not the conversations.
 
 use std::collections::BTreeMap;
 
@@ -31,14 +32,15 @@ pub(crate) struct QueueIndexRow {
     pub(crate) oldest: UnixMs,
 }
 
-/// Records the `queue_index` row of the queue `(recipient, conv)`: `entry`, or its deletion
-/// when the queue is empty. The value is exactly `serde_json`'s encoding of a
-/// [`QueueIndexRow`] ([`crate::json`]).
+/// Records the `queue_index` row of the queue `(recipient, conv)`: `entry`, expiring `ttl_ms`
+/// after its oldest message, or its deletion when the queue is empty. The value is exactly
+/// `serde_json`'s encoding of a [`QueueIndexRow`] ([`crate::json`]).
 pub(crate) fn record_entry(
     batch: &mut Batch,
     recipient: &UserUuid,
     conv: &ConvId,
     entry: Option<&QueueEntry>,
+    ttl_ms: u64,
 ) {
     let key = |k: &mut RowKey<'_>| {
         k.push_str(recipient.as_str());
@@ -49,25 +51,31 @@ pub(crate) fn record_entry(
         batch.delete_row(Table::QueueIndex, key);
         return;
     };
-    batch.put_row(Table::QueueIndex, key, |out| {
-        out.extend_from_slice(b"{\"recipient\":");
-        json::string(out, recipient.as_str());
-        out.extend_from_slice(b",\"conv_id\":");
-        json::string(out, conv.as_str());
-        out.extend_from_slice(b",\"from\":");
-        json::string(out, e.from.as_str());
-        out.extend_from_slice(b",\"msgs\":");
-        json::uint(out, e.summary.msgs);
-        out.extend_from_slice(b",\"bytes\":");
-        json::uint(out, e.summary.bytes);
-        out.extend_from_slice(b",\"oldest\":");
-        json::uint(out, e.summary.oldest.get());
-        out.push(b'}');
-    });
+    let expires_at = e.summary.oldest.plus_ms(ttl_ms).get();
+    batch.put_expiring_row(
+        Table::QueueIndex,
+        key,
+        |out| {
+            out.extend_from_slice(b"{\"recipient\":");
+            json::string(out, recipient.as_str());
+            out.extend_from_slice(b",\"conv_id\":");
+            json::string(out, conv.as_str());
+            out.extend_from_slice(b",\"from\":");
+            json::string(out, e.from.as_str());
+            out.extend_from_slice(b",\"msgs\":");
+            json::uint(out, e.summary.msgs);
+            out.extend_from_slice(b",\"bytes\":");
+            json::uint(out, e.summary.bytes);
+            out.extend_from_slice(b",\"oldest\":");
+            json::uint(out, e.summary.oldest.get());
+            out.push(b'}');
+        },
+        expires_at,
+    );
 }
 
 /// What every non-empty queue holds, by recipient then conversation: all of it in memory
-/// (the queue bounds and the expiry timers need it), loaded from `queue_index` at start. Its
+/// (the queue bounds need it), loaded from `queue_index` at start. Its
 /// size follows the undelivered messages (at most one entry per message), not the
 /// conversations.
 #[derive(Debug, Default)]
@@ -148,8 +156,8 @@ mod tests {
     use super::*;
 
     proptest! {
-        /// A `queue_index` row is exactly serde_json's encoding of the row it decodes as, and
-        /// an emptied queue deletes its row.
+        /// A `queue_index` row is exactly serde_json's encoding of the row it decodes as, it
+        /// expires the TTL after its oldest message, and an emptied queue deletes its row.
         #[test]
         fn queue_index_rows_are_serde_json(
             ids in any::<([u8; 16], [u8; 16])>(),
@@ -160,12 +168,13 @@ mod tests {
             let conv = ConvId::parse(&conv).unwrap();
             let summary = QueueSummary { msgs, bytes, oldest: UnixMs(oldest) };
             let mut batch = Batch::default();
-            record_entry(&mut batch, &to, &conv, Some(&QueueEntry { from: from.clone(), summary }));
-            record_entry(&mut batch, &to, &conv, None);
+            record_entry(&mut batch, &to, &conv, Some(&QueueEntry { from: from.clone(), summary }), 1_000);
+            record_entry(&mut batch, &to, &conv, None, 1_000);
             let ops: Vec<_> = batch.iter().collect();
-            let crate::store::MutationRef::Put { key, value, .. } = ops[0] else {
-                panic!("a put first");
+            let crate::store::MutationRef::PutExpiring { key, value, expires_at, .. } = ops[0] else {
+                panic!("a put with an expiry first");
             };
+            prop_assert_eq!(expires_at, UnixMs(oldest).plus_ms(1_000).get());
             prop_assert_eq!(key, format!("{}/{}", to.as_str(), conv.as_str()));
             let row = QueueIndexRow { recipient: to.clone(), conv_id: conv.clone(), from, msgs, bytes, oldest: UnixMs(oldest) };
             let want = serde_json::to_vec(&row).unwrap();

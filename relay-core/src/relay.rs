@@ -329,22 +329,16 @@ impl Relay {
         {
             state.relations.planted_bug = config.planted_bug;
         }
+        state.queues = crate::queue::Queues::new(config.queue_cache_bytes, config.offline_ttl_ms);
         if !state.meta.contains_key(meta::QUEUE_INDEX) {
             state.summarise_stored_queues(&mut *reader, crate::limits::SUMMARISE_PAGE_ROWS)?;
         }
-        if !state.meta.contains_key(meta::MESSAGE_EXPIRY) {
-            crate::queue::index_stored_expiries(
-                &mut *store,
-                &mut *reader,
-                crate::limits::INDEX_PAGE_ROWS,
-                config.offline_ttl_ms,
-            )?;
-            state.put_meta(meta::MESSAGE_EXPIRY, "1".to_owned());
+        let ttl = config.offline_ttl_ms.to_string();
+        if state.meta.get(meta::QUEUE_EXPIRY_TTL) != Some(&ttl) {
+            // Rows written under another TTL, or before queues had an expiry.
+            state.retime_queues();
         }
         state.index_queues();
-        state.queues = crate::queue::Queues::new(config.queue_cache_bytes);
-        let first_expiry = reader.next_expiry(Table::Messages, 0)?;
-        state.queues.set_first_sweep(first_expiry.map(UnixMs));
         #[cfg(feature = "planted-bugs")]
         {
             state.planted_bug = config.planted_bug;
@@ -377,6 +371,8 @@ impl Relay {
         state.batch.reset();
         let msg_limit = crate::tombstones::restored_msg_limit(&mut *reader, &config)?;
         let sweep_at = crate::tombstones::first_sweep(&mut *reader)?;
+        let first_expiry = reader.next_expiry(Table::QueueIndex, 0)?;
+        state.queues.set_first_sweep(first_expiry.map(UnixMs));
         state.tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at);
         #[cfg(feature = "planted-bugs")]
         {

@@ -278,9 +278,10 @@ pub(crate) mod meta {
     /// Present once every friendship has its `contacts` rows (written by the first start of a
     /// relay that reads contacts lazily, after it indexed the stored friendships).
     pub(crate) const CONTACTS: &str = "contacts";
-    /// Present once every stored message has its expiry (written by the first start of a relay
-    /// that expires messages by the store's index, after it gave them one).
-    pub(crate) const MESSAGE_EXPIRY: &str = "message_expiry";
+    /// The offline TTL (ms) the `queue_index` rows' expiries were written under: a start under
+    /// another TTL (or of a store from before queues had an expiry, without this row) rewrites
+    /// them.
+    pub(crate) const QUEUE_EXPIRY_TTL: &str = "queue_expiry_ttl";
 }
 
 /// Deadlines kept in one ordered set; entries are checked against the state when they fire.

@@ -75,8 +75,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 8,
-        name: "0008_message_expiry",
-        sql: include_str!("../migrations/0008_message_expiry.sql"),
+        name: "0008_queue_expiry",
+        sql: include_str!("../migrations/0008_queue_expiry.sql"),
     },
 ];
 

@@ -402,10 +402,10 @@ fn a_version_4_database_gains_the_tombstone_expiries() {
         SCHEMA_VERSION
     );
     assert!(
-        indexes(&db, "messages")
+        indexes(&db, "queue_index")
             .iter()
             .any(|i| i.contains("expires_at")),
-        "migration 8 indexes the messages' expiry"
+        "migration 8 indexes the queues' expiry"
     );
     assert_eq!(
         stored_expiries(&db),

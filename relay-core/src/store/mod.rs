@@ -9,8 +9,9 @@
 //! Rows of an *expiring* table ([`Table::has_expiry`]) carry an expiry next to the value
 //! ([`Mutation::PutExpiring`]); [`Mutation::Expire`] deletes every row whose expiry has passed
 //! with one indexed range delete, so nothing in memory has to remember each row to expire it;
-//! where each deletion has more to do (a message leaves its queue's index entry too),
-//! [`StoreRead::expired`] reads the due keys in pages from the same index.
+//! where a due row is not simply deleted (a queue whose oldest message's TTL ended: its due
+//! messages leave, and its row is rewritten), [`StoreRead::expired`] reads the due keys in pages
+//! from the same index.
 //!
 //! Each logical [`Table`] maps a string key to an opaque value (serde JSON of a record in
 //! `crate::records`). Keys are chosen so that lexicographic order is the useful order
@@ -47,9 +48,7 @@ pub enum Table {
     /// (`crate::relations`).
     Conversations,
     /// Undelivered messages by `recipient/conv/seq`. Lazy: read per queue (recipient and
-    /// conversation) when needed (`crate::queue`). Expiring: each row carries the time its
-    /// offline TTL ends, and the relay finds the due ones with [`StoreRead::expired`] (it
-    /// deletes them row by row, keeping the queue index in step, never by range).
+    /// conversation) when needed (`crate::queue`).
     Messages,
     /// Message-id tombstones (dedup and retract authorisation) by `author/message id`. Lazy
     /// and expiring: read per author on first use, deleted by [`Mutation::Expire`].
@@ -92,8 +91,9 @@ pub enum Table {
     /// friendship's row: a user's contacts in one prefix scan. Lazy (`crate::relations`).
     Contacts,
     /// What each non-empty queue holds (messages, bytes, oldest acceptance time, sender) by
-    /// `recipient/conv`: the queue bounds and the expiry timers, loaded at start
-    /// (`crate::queue`).
+    /// `recipient/conv`: the queue bounds, loaded at start (`crate::queue`). Expiring: each row
+    /// carries when its queue's oldest message's TTL ends, and the relay finds the due queues
+    /// with [`StoreRead::expired`] (it rewrites or deletes each row itself, never by range).
     QueueIndex,
 }
 
@@ -174,7 +174,7 @@ impl Table {
     /// [`Mutation::Expire`]). Only such tables accept those mutations; a store refuses them on
     /// any other table (the batch fails, nothing of it is applied).
     pub fn has_expiry(self) -> bool {
-        matches!(self, Self::Tombstones | Self::Messages)
+        matches!(self, Self::Tombstones | Self::QueueIndex)
     }
 }
 

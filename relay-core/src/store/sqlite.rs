@@ -31,8 +31,8 @@ const READ_BUSY_TIMEOUT_MS: u64 = 5_000;
 /// which would write accounts without their index rows, refuses the database). 4: the
 /// `contacts` and `queue_index` tables, filled by the relay's first start from the friendships
 /// and the messages (an older relay would write friendships and messages without them). 5: the
-/// `expires_at` column of `messages` (and its index), filled by the relay's first start from
-/// each message's acceptance time and its offline TTL.
+/// `expires_at` column of `queue_index` (and its index), filled by the relay's first start from
+/// each queue's oldest message and its offline TTL.
 pub const SCHEMA_VERSION: i64 = 5;
 
 /// A [`Store`] on an SQLite database file.
@@ -155,7 +155,7 @@ impl SqliteStore {
         // Version 1: every table; version 2: the expiry column of the expiring tables (a
         // fresh database gets it at creation); version 3: the `account_index` table; version
         // 4: the `contacts` and `queue_index` tables (created with the others); version 5: the
-        // expiry column of `messages`, left empty (NULL: never due) for the relay to fill.
+        // expiry column of `queue_index`, left empty (NULL: never due) for the relay to fill.
         // Later versions append steps here.
         let tx = conn.unchecked_transaction().map_err(|e| backend(&e))?;
         for t in Table::ALL {
@@ -191,7 +191,7 @@ impl SqliteStore {
             )
             .map_err(|e| backend(&e))?;
             if t == Table::Tombstones {
-                // A tombstone's record holds its expiry; a message's is filled by the relay's
+                // A tombstone's record holds its expiry; a queue's is filled by the relay's
                 // first start (it depends on the relay's offline TTL).
                 tx.execute(
                     "UPDATE tombstones SET expires_at = json_extract(CAST(v AS TEXT), '$.expires_at')",

@@ -225,7 +225,7 @@ pub fn expiring_rows_expire_by_range(s: &mut dyn Store) {
 /// The due rows of an expiring table are read in pages of (expiry, key) order, each after the
 /// last row of the one before; rows without an expiry, or due later, are never among them.
 pub fn due_rows_are_read_in_pages(s: &mut dyn Store) {
-    let t = Table::Messages;
+    let t = Table::QueueIndex;
     s.commit(
         &vec![
             put_exp(t, "u/c/3", "3", 100),
@@ -491,35 +491,35 @@ mod tests {
         assert_eq!(v, crate::store::SCHEMA_VERSION);
     }
 
-    /// A version-4 database (messages without an expiry column) is migrated: the column is
-    /// added empty, so no stored message is due until the relay fills it.
+    /// A version-4 database (a queue index without an expiry column) is migrated: the column is
+    /// added empty, so no stored queue is due until the relay fills it.
     #[test]
-    fn sqlite_version_4_messages_gain_an_empty_expiry_column() {
+    fn sqlite_version_4_queue_index_gains_an_empty_expiry_column() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("relay.db");
         {
             let c = rusqlite::Connection::open(&path).unwrap();
             c.execute_batch(
-                "CREATE TABLE messages (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL) WITHOUT ROWID;
+                "CREATE TABLE queue_index (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL) WITHOUT ROWID;
                  CREATE TABLE tombstones (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL, expires_at INTEGER) WITHOUT ROWID;
-                 INSERT INTO messages VALUES ('u/c/1', CAST('{\"at\":5}' AS BLOB));
+                 INSERT INTO queue_index VALUES ('u/c', CAST('{\"oldest\":5}' AS BLOB));
                  PRAGMA user_version = 4;",
             )
             .unwrap();
         }
         let mut s = crate::store::SqliteStore::open(&path).unwrap();
         let mut r = s.reader().unwrap();
-        assert_eq!(r.next_expiry(Table::Messages, 0).unwrap(), None);
+        assert_eq!(r.next_expiry(Table::QueueIndex, 0).unwrap(), None);
         assert!(
-            r.expired(Table::Messages, u64::MAX, None, 10)
+            r.expired(Table::QueueIndex, u64::MAX, None, 10)
                 .unwrap()
                 .is_empty()
         );
-        s.commit(&vec![super::put_exp(Table::Messages, "u/c/1", "m", 7)].into())
+        s.commit(&vec![super::put_exp(Table::QueueIndex, "u/c", "m", 7)].into())
             .unwrap();
         assert_eq!(
-            r.expired(Table::Messages, 7, None, 10).unwrap(),
-            [("u/c/1".to_owned(), 7)]
+            r.expired(Table::QueueIndex, 7, None, 10).unwrap(),
+            [("u/c".to_owned(), 7)]
         );
     }
 

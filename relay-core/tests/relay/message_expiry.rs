@@ -1,8 +1,10 @@
-//! Queued messages expire by the store's index on their expiry: each row carries the time its
-//! offline TTL ends (fixed when the message was accepted), and one sweep, due at the earliest
-//! stored expiry, reads the due keys in pages and takes each message out of its queue with its
-//! index entry and the backlog. Nothing per queue or per message waits in memory.
+//! Queued messages expire by the store's index on the queues' expiry: each `queue_index` row
+//! carries when its queue's oldest message's offline TTL ends, and one sweep, due at the
+//! earliest stored expiry, reads the due queues in pages and takes their due messages out, with
+//! the queue's row (and next expiry) and the backlog in step. Nothing per queue or per message
+//! waits in memory.
 
+use relay_core::limits::Budget;
 use relay_core::limits::{EXPIRY_PAGE_PAUSE_MS, EXPIRY_PAGE_ROWS, QUEUE_READ_RETRY_MS};
 use relay_core::store::{Mutation, Store as _, StoreRead as _, Table};
 
@@ -22,26 +24,55 @@ fn roomy() -> relay_core::Config {
     }
 }
 
-/// The stored messages' expiries, in order.
+/// No budget on friend requests or account requests (one sender befriends hundreds).
+fn unbudgeted() -> relay_core::Config {
+    let any = Budget {
+        burst: 1_000_000,
+        per_window: 1_000_000,
+        window_ms: 1,
+    };
+    relay_core::Config {
+        friend_requests: any,
+        account_requests: any,
+        public_requests: any,
+        registrations_per_hour_per_addr: 1_000_000,
+        ..roomy()
+    }
+}
+
+/// The stored queues' expiries, in order.
 fn stored_expiries(w: &World) -> Vec<u64> {
     let mut r = w.mem.clone();
-    r.expired(Table::Messages, u64::MAX, None, usize::MAX)
+    r.expired(Table::QueueIndex, u64::MAX, None, usize::MAX)
         .unwrap()
         .into_iter()
         .map(|(_, at)| at)
         .collect()
 }
 
-/// More messages due at once than one page: each `handle_timeout` takes a page, and the relay
+/// More queues due at once than one page: each `handle_timeout` takes a page, and the relay
 /// asks for the next a moment later (so inputs are handled between pages) until none is left.
 #[test]
-fn more_due_messages_than_a_page_go_page_by_page_at_the_same_instant() {
-    let mut w = World::with_config(roomy());
+fn more_due_queues_than_a_page_go_page_by_page_at_the_same_instant() {
+    let mut w = World::with_config(unbudgeted());
     let ttl = w.relay.config().offline_ttl_ms;
-    let (a, b, conv) = online_and_offline(&mut w);
-    let n = EXPIRY_PAGE_ROWS + 100;
-    for i in 0..n {
-        w.msg(&a, &b, &conv, &format!("m{i}"));
+    // 34 users, every two of them friends: 561 conversations, a message in each (from the
+    // first of the two, never acknowledged), so 561 queues.
+    let mut users: Vec<_> = (0..34).map(|i| w.user(&format!("u{i}"))).collect();
+    let mut convs = Vec::new();
+    for i in 0..users.len() {
+        for j in i + 1..users.len() {
+            convs.push((i, j, w.befriend(&users[i], &users[j])));
+        }
+    }
+    let n = convs.len();
+    assert!(n > EXPIRY_PAGE_ROWS);
+    for u in &mut users {
+        let c = w.connect(u);
+        w.sync(c);
+    }
+    for (i, j, conv) in &convs {
+        w.msg(&users[*i], &users[*j], conv, &format!("m{i}-{j}"));
     }
     w.restart(Box::new(w.mem.clone()));
     assert_eq!(w.relay.queued_messages(), n);
@@ -50,7 +81,7 @@ fn more_due_messages_than_a_page_go_page_by_page_at_the_same_instant() {
     w.advance(1);
     assert_eq!(
         w.relay.queued_messages(),
-        100,
+        n - EXPIRY_PAGE_ROWS,
         "one page per handle_timeout"
     );
     assert_eq!(
@@ -71,71 +102,84 @@ fn more_due_messages_than_a_page_go_page_by_page_at_the_same_instant() {
     );
 }
 
-/// A message keeps the TTL it was accepted with: a relay restarted with another TTL expires the
-/// stored messages at their stored expiry and the new ones at the new TTL.
+/// A queue whose oldest message expires keeps its younger ones, with its row's expiry moved to
+/// the next oldest.
 #[test]
-fn a_message_keeps_the_ttl_it_was_accepted_with() {
+fn a_queue_loses_only_its_due_messages_and_is_due_again_at_its_next_oldest() {
     let mut w = World::with_config(roomy());
     let ttl = w.relay.config().offline_ttl_ms;
     let (a, b, conv) = online_and_offline(&mut w);
     let t0 = w.now;
-    w.msg(&a, &b, &conv, "old");
-    w.config.offline_ttl_ms = ttl * 2;
+    w.msg(&a, &b, &conv, "m1");
+    w.now = t0.plus_ms(5_000);
+    w.msg(&a, &b, &conv, "m2");
+    assert_eq!(stored_expiries(&w), [t0.get() + ttl]);
     w.restart(Box::new(w.mem.clone()));
-    let (mut a, b) = (a, b);
-    let ca = w.connect(&mut a);
-    w.sync(ca);
-    w.msg(&a, &b, &conv, "new");
-    let t1 = w.now;
-    assert_eq!(
-        stored_expiries(&w),
-        [t0.get() + ttl, t1.get() + 2 * ttl],
-        "each row's expiry is its acceptance plus the TTL then in force"
-    );
     w.now = t0;
     w.advance(ttl);
-    assert_eq!(w.relay.queued_messages(), 1, "the old one at its old TTL");
-    w.now = t1;
-    w.advance(2 * ttl - 1);
+    assert_eq!(w.relay.queued_messages(), 1, "m1 at its TTL, m2 kept");
+    assert_eq!(stored_expiries(&w), [t0.get() + 5_000 + ttl]);
+    w.advance(4_999);
     assert_eq!(w.relay.queued_messages(), 1);
     w.advance(1);
-    assert_eq!(w.relay.queued_messages(), 0, "the new one at the new TTL");
+    assert_eq!(w.relay.queued_messages(), 0, "m2 at its TTL");
+    assert!(w.rows(Table::QueueIndex).is_empty());
 }
 
-/// A store whose messages were written without an expiry (before messages had one) gets them at
-/// the first start, from each message's acceptance time and the relay's TTL, once.
+/// A relay restarted with another TTL re-times every queue at its start (the stored expiries
+/// were written under the old one): the stored messages expire by the new TTL.
 #[test]
-fn stored_messages_without_an_expiry_get_one_at_the_first_start() {
+fn a_start_under_another_ttl_retimes_every_queue() {
+    let mut w = World::with_config(roomy());
+    let ttl = w.relay.config().offline_ttl_ms;
+    let (a, b, conv) = online_and_offline(&mut w);
+    let t0 = w.now;
+    w.msg(&a, &b, &conv, "m1");
+    assert_eq!(stored_expiries(&w), [t0.get() + ttl]);
+    w.config.offline_ttl_ms = ttl * 2;
+    w.restart(Box::new(w.mem.clone()));
+    assert_eq!(stored_expiries(&w), [t0.get() + 2 * ttl]);
+    let meta = w.rows(Table::Meta);
+    let recorded = meta.iter().find(|(k, _)| k == "queue_expiry_ttl");
+    assert!(recorded.is_some(), "the TTL the rows were written under");
+    w.now = t0;
+    w.advance(ttl);
+    assert_eq!(w.relay.queued_messages(), 1, "not at the old TTL");
+    w.advance(ttl - 1);
+    assert_eq!(w.relay.queued_messages(), 1);
+    w.advance(1);
+    assert_eq!(w.relay.queued_messages(), 0, "at the new TTL");
+}
+
+/// A store whose queue index rows have no expiry (written before queues had one) gets them at
+/// the first start, from each queue's oldest message and the relay's TTL.
+#[test]
+fn queue_index_rows_without_an_expiry_get_one_at_the_first_start() {
     let mut w = World::with_config(roomy());
     let ttl = w.relay.config().offline_ttl_ms;
     let (a, b, conv) = online_and_offline(&mut w);
     let t0 = w.now;
     w.msg(&a, &b, &conv, "m1");
     w.msg(&a, &b, &conv, "m2");
-    // Back to the older layout: plain rows, and no meta row saying they were given expiries.
+    // Back to the older layout: plain rows, and no meta row saying they have expiries.
     let mut older: Vec<Mutation> = w
-        .rows(Table::Messages)
+        .rows(Table::QueueIndex)
         .into_iter()
         .map(|(key, value)| Mutation::Put {
-            table: Table::Messages,
+            table: Table::QueueIndex,
             key,
             value,
         })
         .collect();
     older.push(Mutation::Delete {
         table: Table::Meta,
-        key: "message_expiry".into(),
+        key: "queue_expiry_ttl".into(),
     });
     w.mem.clone().commit(&older.into()).unwrap();
     assert!(stored_expiries(&w).is_empty());
 
     w.restart(Box::new(w.mem.clone()));
-    assert_eq!(stored_expiries(&w), [t0.get() + ttl, t0.get() + ttl]);
-    assert!(
-        w.rows(Table::Meta)
-            .iter()
-            .any(|(k, _)| k == "message_expiry")
-    );
+    assert_eq!(stored_expiries(&w), [t0.get() + ttl]);
     w.now = t0;
     w.advance(ttl - 1);
     assert_eq!(w.relay.queued_messages(), 2);
