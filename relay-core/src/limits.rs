@@ -175,9 +175,13 @@ pub const CONTACT_CACHE_BYTES: usize = 32 * 1024 * 1024;
 pub const INDEX_PAGE_ROWS: usize = 10_000;
 /// When reading a queue for its expiry failed, how long until the relay tries again.
 pub const QUEUE_READ_RETRY_MS: u64 = 1_000;
-/// Due messages read per page by the expiry sweep (their keys, from the store's index on the
-/// expiry): a sweep's work and memory per `handle_timeout`, however many expire at once.
-pub const EXPIRY_PAGE_ROWS: usize = 512;
+/// Due queues read per page by the expiry sweep (their keys, from the store's index on the
+/// queue index's expiry): a sweep's reads per `handle_timeout`, however many expire at once.
+pub const EXPIRY_PAGE_ROWS: usize = 128;
+/// Messages the expiry sweep deletes per `handle_timeout` at most (it stops after the queue
+/// that reaches it, and goes on after that queue next time): its work and batch per step,
+/// however full the due queues.
+pub const EXPIRY_PAGE_MESSAGES: usize = 2_048;
 /// After a full page the sweep goes on this much later: a shell that fires a due deadline
 /// before it reads its inputs still handles them between pages, however long the sweep.
 pub const EXPIRY_PAGE_PAUSE_MS: u64 = 1;

@@ -649,11 +649,16 @@ impl State {
     }
 
     /// Deletes the messages of the queue `(recipient, conv)` (in memory, if it holds any) whose
-    /// TTL ended at `now`, with the queue's new index entry (and expiry).
-    pub(crate) fn expire_queue(&mut self, now: UnixMs, recipient: &UserUuid, conv: &ConvId) {
+    /// TTL ended at `now`, with the queue's new index entry (and expiry). Returns how many.
+    pub(crate) fn expire_queue(
+        &mut self,
+        now: UnixMs,
+        recipient: &UserUuid,
+        conv: &ConvId,
+    ) -> usize {
         let ttl = self.queues.ttl_ms();
         let Some(q) = self.queue(recipient, conv) else {
-            return;
+            return 0;
         };
         let expired: Vec<Seq> = q
             .iter()
@@ -661,8 +666,9 @@ impl State {
             .map(|m| m.seq)
             .collect();
         if expired.is_empty() {
-            return;
+            return 0;
         }
+        let n = expired.len();
         let key = (recipient.clone(), conv.clone());
         let batch = &mut self.batch;
         self.queues.write(&key, |q| {
@@ -674,6 +680,7 @@ impl State {
             }
         });
         self.queue_changed(recipient, conv);
+        n
     }
 
     /// Takes message `seq` out of `recipient`'s queue of `conv` (memory only; the summary is
@@ -741,7 +748,8 @@ impl crate::relay::Relay {
     /// ([`limits::EXPIRY_PAGE_ROWS`]) of due queues from the store's index on the queue
     /// index's expiry, each queue read (if it is not in memory) and its due messages taken
     /// out, its index row rewritten with its next expiry (or deleted) and the backlog in
-    /// step. A full page leaves the sweep due again
+    /// step, until [`limits::EXPIRY_PAGE_MESSAGES`] messages went. A full page, or one cut
+    /// short by that bound, leaves the sweep due again
     /// [`limits::EXPIRY_PAGE_PAUSE_MS`] later, to go on after its last row (the inputs that
     /// arrived meanwhile are handled between pages); otherwise it is due at the next stored
     /// expiry. A failed read puts it off
@@ -764,7 +772,13 @@ impl crate::relay::Relay {
             self.state.queues.sweep.at = Some(retry);
             return;
         };
-        for (key, _) in &page {
+        let mut expired = 0;
+        let mut last = None;
+        for (key, at) in &page {
+            if expired >= limits::EXPIRY_PAGE_MESSAGES {
+                break;
+            }
+            last = Some((*at, key));
             let Some((recipient, conv)) = parse_queue_key(key) else {
                 // Not a key the relay writes (it never names a queue the relay knows).
                 continue;
@@ -776,12 +790,13 @@ impl crate::relay::Relay {
                 self.state.queues.sweep.at = Some(retry);
                 return;
             }
-            self.state.expire_queue(now, &recipient, &conv);
+            expired += self.state.expire_queue(now, &recipient, &conv);
             self.recount(&recipient, &conv);
         }
         let sweep = &mut self.state.queues.sweep;
-        if page.len() >= limits::EXPIRY_PAGE_ROWS {
-            sweep.after = page.last().map(|(k, at)| (*at, k.clone()));
+        let cut_short = last.is_some_and(|(_, k)| page.last().is_some_and(|(l, _)| l != k));
+        if page.len() >= limits::EXPIRY_PAGE_ROWS || cut_short {
+            sweep.after = last.map(|(at, k)| (at, k.clone()));
             sweep.at = Some(now.plus_ms(limits::EXPIRY_PAGE_PAUSE_MS));
             return;
         }

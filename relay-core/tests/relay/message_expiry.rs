@@ -4,8 +4,9 @@
 //! the queue's row (and next expiry) and the backlog in step. Nothing per queue or per message
 //! waits in memory.
 
-use relay_core::limits::Budget;
-use relay_core::limits::{EXPIRY_PAGE_PAUSE_MS, EXPIRY_PAGE_ROWS, QUEUE_READ_RETRY_MS};
+use relay_core::limits::{
+    Budget, EXPIRY_PAGE_MESSAGES, EXPIRY_PAGE_PAUSE_MS, EXPIRY_PAGE_ROWS, QUEUE_READ_RETRY_MS,
+};
 use relay_core::store::{Mutation, Store as _, StoreRead as _, Table};
 
 use crate::world::{World, fast_config, online_and_offline};
@@ -84,12 +85,21 @@ fn more_due_queues_than_a_page_go_page_by_page_at_the_same_instant() {
         n - EXPIRY_PAGE_ROWS,
         "one page per handle_timeout"
     );
-    assert_eq!(
-        w.relay.poll_timeout(),
-        Some(w.now.plus_ms(EXPIRY_PAGE_PAUSE_MS)),
-        "the next page is due a moment later"
-    );
-    w.advance(EXPIRY_PAGE_PAUSE_MS);
+    let mut steps = 1;
+    while w.relay.queued_messages() > 0 {
+        assert_eq!(
+            w.relay.poll_timeout(),
+            Some(w.now.plus_ms(EXPIRY_PAGE_PAUSE_MS)),
+            "the next page is due a moment later"
+        );
+        w.advance(EXPIRY_PAGE_PAUSE_MS);
+        steps += 1;
+        assert!(
+            steps <= n.div_ceil(EXPIRY_PAGE_ROWS),
+            "a page did not make progress"
+        );
+    }
+    assert_eq!(steps, n.div_ceil(EXPIRY_PAGE_ROWS));
     assert_eq!(
         (w.relay.queued_messages(), w.relay.backlog_messages()),
         (0, 0)
@@ -100,6 +110,43 @@ fn more_due_queues_than_a_page_go_page_by_page_at_the_same_instant() {
         w.relay.poll_timeout().is_none_or(|at| at > w.now),
         "nothing left to sweep"
     );
+}
+
+/// A step deletes at most about [`EXPIRY_PAGE_MESSAGES`] messages: it stops after the queue
+/// that reaches the bound, and the next step goes on after that queue.
+#[test]
+fn a_step_stops_after_the_queue_that_reaches_the_message_bound() {
+    let mut w = World::with_config(unbudgeted());
+    let ttl = w.relay.config().offline_ttl_ms;
+    let mut a = w.user("alice");
+    let per = 1_000;
+    let queues = EXPIRY_PAGE_MESSAGES / per + 2;
+    let friends: Vec<_> = (0..queues)
+        .map(|i| {
+            let b = w.user(&format!("b{i}"));
+            let conv = w.befriend(&a, &b);
+            (b, conv)
+        })
+        .collect();
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    for (i, (b, conv)) in friends.iter().enumerate() {
+        for k in 0..per {
+            w.msg(&a, b, conv, &format!("m{i}-{k}"));
+        }
+    }
+    let total = queues * per;
+    assert_eq!(w.relay.queued_messages(), total);
+    w.advance(ttl);
+    let first = total - w.relay.queued_messages();
+    assert_eq!(
+        first,
+        EXPIRY_PAGE_MESSAGES.div_ceil(per) * per,
+        "whole queues, up to the first that reaches the bound"
+    );
+    w.advance(EXPIRY_PAGE_PAUSE_MS);
+    assert_eq!(w.relay.queued_messages(), 0, "the rest at the next step");
+    assert!(w.rows(Table::QueueIndex).is_empty());
 }
 
 /// A queue whose oldest message expires keeps its younger ones, with its row's expiry moved to
