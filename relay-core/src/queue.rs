@@ -3,16 +3,17 @@
 //!
 //! Queued messages live in the store's `messages` table, which is not read at start
 //! ([`crate::store::Table::is_lazy`]). What the relay must know of every queue at all times —
-//! how many messages and bytes it holds (the queue bounds) and when its oldest one expires (its
-//! timer), and who wrote it — is its entry in the [`crate::queue_index::QueueIndex`] (a `queue_index` row
-//! per non-empty queue, loaded at start), written in the same commit as every change to the
-//! queue. The messages themselves are read per queue (one prefix
+//! how many messages and bytes it holds (the queue bounds), its oldest message, and who wrote
+//! it — is its entry in the [`crate::queue_index::QueueIndex`] (a `queue_index` row per
+//! non-empty queue, loaded at start, whose indexed expiry the expiry sweep reads: [`Sweep`]),
+//! written in the same commit as every change to the queue. The messages themselves are read
+//! per queue (one prefix
 //! scan) when they are needed — a new message for it, its recipient's `sync`, a receipt, a
 //! retraction, its expiry — and kept in [`Queues`], a [`crate::lru::Lru`] bounded by
 //! [`crate::Config::queue_cache_bytes`]: a write pins the queue until its batch is durable,
 //! and a synced recipient's queues stay in memory until its connection goes (delivery reads
 //! them for every message it pushes). The state's queue operations (`impl State` below) keep
-//! the message rows, the index, the backlog and the timers in step.
+//! the message rows, the index and the backlog in step.
 //!
 //! A ring buffer rather than an ordered map: every new message of a conversation has a higher
 //! seq than any queued one, so queuing is a push at the back, and receipts and expiry take

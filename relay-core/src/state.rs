@@ -338,7 +338,7 @@ pub(crate) struct State {
     /// the store).
     pub(crate) relations: crate::relations::Relations,
     /// What every non-empty queue holds, by recipient and conversation (`crate::queue`; all
-    /// of it in memory: the queue bounds and the expiry timers need it).
+    /// of it in memory: the queue bounds need it).
     pub(crate) queued: crate::queue_index::QueueIndex,
     /// (author, message id) -> tombstone, for the authors whose sets are in memory
     /// (`crate::tombstones`; the rest are in the store).
@@ -540,7 +540,7 @@ pub(crate) fn decode<T: DeserializeOwned>(
 
 impl State {
     /// Rebuilds the state and its indexes from a snapshot (of the eager tables: the queues'
-    /// counts and timers come from [`State::index_queues`], once the summaries are known).
+    /// counts come from [`State::index_queues`], once the summaries are known).
     pub(crate) fn load(snapshot: &Snapshot, offline_ttl_ms: u64) -> Result<Self, StoreError> {
         let mut s = Self::default();
         let rows = |t: Table| snapshot.get(&t).into_iter().flat_map(|m| m.iter());
