@@ -454,11 +454,12 @@ fn a_fresh_database_has_the_expiry_columns_and_indexes() {
         .into_iter()
         .map(|row| row[0].clone().unwrap())
         .collect();
-    let expiring: Vec<&str> = Table::ALL
+    let mut expiring: Vec<&str> = Table::ALL
         .iter()
         .filter(|t| t.has_expiry())
         .map(|t| t.name())
         .collect();
+    expiring.sort_unstable();
     assert_eq!(with_column, expiring);
     for table in expiring {
         assert!(
