@@ -150,6 +150,9 @@ async fn registration_limit(ctx: &mut Ctx) -> CaseResult {
 }
 
 async fn pow_expiry(ctx: &mut Ctx) -> CaseResult {
+    // A relay that requires no proof of work (difficulty 0) checks no challenge, so a stale one
+    // proves nothing about its lifetime.
+    super::registration::difficulty(ctx).await?;
     let identity = ctx.identity()?;
     // Solved now, submitted after the challenge's lifetime.
     let probe = ctx

@@ -164,7 +164,9 @@ async fn register_409_recovery(ctx: &mut Ctx) -> CaseResult {
     Ok(())
 }
 
-async fn difficulty(ctx: &mut Ctx) -> Result<(String, u64), Failure> {
+/// A fresh challenge and the relay's difficulty; a skip when the relay requires no proof of
+/// work (difficulty 0: nothing about a challenge can then be judged).
+pub(super) async fn difficulty(ctx: &mut Ctx) -> Result<(String, u64), Failure> {
     let v = ctx
         .post(paths::POW_CHALLENGE, None, &json!({}))
         .await?
