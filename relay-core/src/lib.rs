@@ -93,6 +93,7 @@ mod contacts;
 mod credential;
 pub mod destination;
 mod directory;
+mod expiry;
 pub mod http;
 pub(crate) mod ids;
 mod json;

@@ -5,7 +5,8 @@
 //! ([`crate::store::Table::is_lazy`]). What the relay must know of every queue at all times —
 //! how many messages and bytes it holds (the queue bounds), its oldest message, and who wrote
 //! it — is its entry in the [`crate::queue_index::QueueIndex`] (a `queue_index` row per
-//! non-empty queue, loaded at start, whose indexed expiry the expiry sweep reads: [`Sweep`]),
+//! non-empty queue, loaded at start, whose indexed expiry the expiry sweep reads:
+//! `crate::expiry`),
 //! written in the same commit as every change to the queue. The messages themselves are read
 //! per queue (one prefix
 //! scan) when they are needed — a new message for it, its recipient's `sync`, a receipt, a
@@ -190,29 +191,8 @@ pub(crate) struct Queues {
     /// Per recipient with synced connections: how many, and the conversations whose cached
     /// queues are pinned for them (delivery reads them) until the last one goes.
     held: BTreeMap<UserUuid, Held>,
-    sweep: Sweep,
-}
-
-/// The expiry of queued messages: no timer per queue or message, but one deadline, the
-/// earliest expiry in the store's index on `queue_index.expires_at` (each queue's row carries
-/// when its oldest message's TTL ends); when it passes, the due queues are read in pages
-/// ([`StoreRead::expired`]) and their due messages leave
-/// ([`crate::relay::Relay::sweep_messages`]).
-///
-/// A read sees only durable rows, so a queue's expiry is armed when the batch that wrote its
-/// row is durable ([`Queues::wrote_expiry`], carried by the batch's pins), not when it is
-/// written: a commit slower than the TTL still gets its sweep.
-#[derive(Debug, Default)]
-struct Sweep {
-    /// The offline TTL.
-    ttl_ms: u64,
-    /// When the next sweep is due (none: no stored message expires).
-    at: Option<UnixMs>,
-    /// Where a sweep stopped at [`limits::EXPIRY_PAGE_ROWS`]: the next one reads after this
-    /// row (its expiry and key).
-    after: Option<(u64, String)>,
-    /// The earliest expiry written since the writes were last handed to a batch's pins.
-    written: Option<UnixMs>,
+    /// When the stored queues are next read for expiry (`crate::expiry`).
+    pub(crate) sweep: crate::expiry::Sweep,
 }
 
 /// A held recipient ([`Queues::hold`]).
@@ -235,61 +215,13 @@ impl Queues {
         Self {
             cache: Lru::new(bound),
             held: BTreeMap::new(),
-            sweep: Sweep {
-                ttl_ms,
-                ..Sweep::default()
-            },
+            sweep: crate::expiry::Sweep::new(ttl_ms),
         }
     }
 
     /// The offline TTL: a message expires this long after it was accepted.
     pub(crate) fn ttl_ms(&self) -> u64 {
-        self.sweep.ttl_ms
-    }
-
-    /// The first sweep is due at `at` (the earliest stored expiry, read at start).
-    pub(crate) fn set_first_sweep(&mut self, at: Option<UnixMs>) {
-        self.sweep.at = at;
-    }
-
-    /// When the next sweep is due.
-    pub(crate) fn sweep_at(&self) -> Option<UnixMs> {
-        self.sweep.at
-    }
-
-    /// A queue index row expiring at `at` was written in the batch being built.
-    fn wrote_expiry(&mut self, at: UnixMs) {
-        self.sweep.written = Some(self.sweep.written.map_or(at, |w| w.min(at)));
-    }
-
-    /// Hands the earliest expiry written since the last move to a batch's pins (`batch`).
-    pub(crate) fn move_written_expiry(&mut self, batch: &mut Option<UnixMs>) {
-        if let Some(at) = self.sweep.written.take() {
-            *batch = Some(batch.map_or(at, |b| b.min(at)));
-        }
-    }
-
-    /// Rows expiring at `at` (if any) are durable now: the sweep is due by then, and reads
-    /// from the first due row again if it had passed them.
-    pub(crate) fn arm_expiry(&mut self, at: Option<UnixMs>) {
-        let Some(at) = at else {
-            return;
-        };
-        self.sweep.at = Some(self.sweep.at.map_or(at, |s| s.min(at)));
-        if self
-            .sweep
-            .after
-            .as_ref()
-            .is_some_and(|(a, _)| at.get() <= *a)
-        {
-            self.sweep.after = None;
-        }
-    }
-
-    /// [`Queues::arm_expiry`] for what was written since the last move.
-    pub(crate) fn arm_written_expiry(&mut self) {
-        let written = self.sweep.written.take();
-        self.arm_expiry(written);
+        self.sweep.ttl_ms()
     }
 
     /// The queue `key`, if it is in memory.
@@ -556,7 +488,7 @@ impl State {
         let ttl = self.queues.ttl_ms();
         record_entry(&mut self.batch, recipient, conv, entry.as_ref(), ttl);
         if entry.is_some() {
-            self.queues.wrote_expiry(new.oldest.plus_ms(ttl));
+            self.queues.sweep.wrote(new.oldest.plus_ms(ttl));
         }
         self.queued.set(recipient, conv, entry);
     }
@@ -737,79 +669,7 @@ impl State {
     }
 }
 
-/// The recipient and conversation of the queue index row `key` (`recipient/conv`; a recipient
-/// is a uuid, without `/`).
-fn parse_queue_key(key: &str) -> Option<QueueKey> {
-    let (recipient, conv) = key.split_once('/')?;
-    Some((UserUuid::parse(recipient).ok()?, ConvId::parse(conv).ok()?))
-}
-
 impl crate::relay::Relay {
-    /// Deletes the queued messages whose TTL has ended, when the sweep is due: one page
-    /// ([`limits::EXPIRY_PAGE_ROWS`]) of due queues from the store's index on the queue
-    /// index's expiry, each queue read (if it is not in memory) and its due messages taken
-    /// out, its index row rewritten with its next expiry (or deleted) and the backlog in
-    /// step, until [`limits::EXPIRY_PAGE_MESSAGES`] messages went. A full page, or one cut
-    /// short by that bound, leaves the sweep due again
-    /// [`limits::EXPIRY_PAGE_PAUSE_MS`] later, to go on after its last row (the inputs that
-    /// arrived meanwhile are handled between pages); otherwise it is due at the next stored
-    /// expiry. A failed read puts it off
-    /// by [`limits::QUEUE_READ_RETRY_MS`] (the messages stay queued meanwhile).
-    pub(crate) fn sweep_messages(&mut self, now: UnixMs) {
-        if self.state.queues.sweep.at.is_none_or(|at| at > now) {
-            return;
-        }
-        let retry = now.plus_ms(limits::QUEUE_READ_RETRY_MS);
-        let after = self.state.queues.sweep.after.take();
-        let page = self.reader.expired(
-            Table::QueueIndex,
-            now.get(),
-            after.as_ref().map(|(at, k)| (*at, k.as_str())),
-            limits::EXPIRY_PAGE_ROWS,
-        );
-        let Ok(page) = page else {
-            self.stats.queue_read_failures += 1;
-            self.state.queues.sweep.after = after;
-            self.state.queues.sweep.at = Some(retry);
-            return;
-        };
-        let mut expired = 0;
-        let mut last = None;
-        for (key, at) in &page {
-            if expired >= limits::EXPIRY_PAGE_MESSAGES {
-                break;
-            }
-            last = Some((*at, key));
-            let Some((recipient, conv)) = parse_queue_key(key) else {
-                // Not a key the relay writes (it never names a queue the relay knows).
-                continue;
-            };
-            if self.read_queue(&recipient, &conv).is_err() {
-                // The whole page again later: the queues before this one are done (their
-                // due messages are gone from memory), so it is only read again.
-                self.state.queues.sweep.after = after;
-                self.state.queues.sweep.at = Some(retry);
-                return;
-            }
-            expired += self.state.expire_queue(now, &recipient, &conv);
-            self.recount(&recipient, &conv);
-        }
-        let sweep = &mut self.state.queues.sweep;
-        let cut_short = last.is_some_and(|(_, k)| page.last().is_some_and(|(l, _)| l != k));
-        if page.len() >= limits::EXPIRY_PAGE_ROWS || cut_short {
-            sweep.after = last.map(|(at, k)| (at, k.clone()));
-            sweep.at = Some(now.plus_ms(limits::EXPIRY_PAGE_PAUSE_MS));
-            return;
-        }
-        sweep.at = match self.reader.next_expiry(Table::QueueIndex, now.get()) {
-            Ok(next) => next.map(UnixMs),
-            Err(_) => {
-                self.stats.queue_read_failures += 1;
-                Some(retry)
-            }
-        };
-    }
-
     /// [`State::load_queue`] on this relay's reader and counters.
     pub(crate) fn read_queue(
         &mut self,

@@ -372,7 +372,7 @@ impl Relay {
         let msg_limit = crate::tombstones::restored_msg_limit(&mut *reader, &config)?;
         let sweep_at = crate::tombstones::first_sweep(&mut *reader)?;
         let first_expiry = reader.next_expiry(Table::QueueIndex, 0)?;
-        state.queues.set_first_sweep(first_expiry.map(UnixMs));
+        state.queues.sweep.set_first(first_expiry.map(UnixMs));
         state.tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at);
         #[cfg(feature = "planted-bugs")]
         {
@@ -921,7 +921,7 @@ impl Relay {
             idle,
             eph,
             self.state.tombstones.sweep_at(),
-            self.state.queues.sweep_at(),
+            self.state.queues.sweep.at(),
         ]
         .into_iter()
         .flatten()

@@ -631,7 +631,7 @@ impl State {
             .move_written(&mut batch.conversations, &mut batch.contacts);
         self.tombstones.move_written(&mut batch.tombstones);
         self.queues.move_written(&mut batch.queues);
-        self.queues.move_written_expiry(&mut batch.expiry);
+        self.queues.sweep.move_written(&mut batch.expiry);
     }
 
     /// The writes since the last [`State::move_written`] are durable.
@@ -640,7 +640,7 @@ impl State {
         self.relations.unpin_written();
         self.tombstones.unpin_written();
         self.queues.unpin_written();
-        self.queues.arm_written_expiry();
+        self.queues.sweep.arm_written();
     }
 
     /// A batch whose writes pinned `batch` is durable.
@@ -649,7 +649,7 @@ impl State {
         self.relations.unpin(batch.conversations, batch.contacts);
         self.tombstones.unpin(batch.tombstones);
         self.queues.unpin(batch.queues);
-        self.queues.arm_expiry(batch.expiry);
+        self.queues.sweep.arm(batch.expiry);
     }
 
     /// Evicts what the caches hold beyond their bounds (only what no batch in flight wrote).
