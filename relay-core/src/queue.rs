@@ -367,7 +367,8 @@ impl State {
 
     /// Builds the queue index from the stored messages (one scan of the table, in pages of
     /// `page_rows` rows ([`limits::SUMMARISE_PAGE_ROWS`]), keeping only the summaries) and
-    /// records its rows, plus [`meta::QUEUE_INDEX`]: what the first start of a store written
+    /// records its rows with their expiries, plus [`meta::QUEUE_INDEX`] and
+    /// [`meta::QUEUE_EXPIRY_TTL`]: what the first start of a store written
     /// before the index existed needs, once.
     pub(crate) fn summarise_stored_queues(
         &mut self,
@@ -418,6 +419,8 @@ impl State {
             self.queued.set(&to, &conv, Some(e));
         }
         self.put_meta(meta::QUEUE_INDEX, "1".to_owned());
+        // Every row was just written with its expiry under this TTL: no re-timing to follow.
+        self.put_meta(meta::QUEUE_EXPIRY_TTL, ttl.to_string());
         Ok(())
     }
 
@@ -486,9 +489,10 @@ impl State {
             summary: new,
         });
         let ttl = self.queues.ttl_ms();
-        record_entry(&mut self.batch, recipient, conv, entry.as_ref(), ttl);
-        if entry.is_some() {
-            self.queues.sweep.wrote(new.oldest.plus_ms(ttl));
+        if let Some(expires_at) =
+            record_entry(&mut self.batch, recipient, conv, entry.as_ref(), ttl)
+        {
+            self.queues.sweep.wrote(expires_at);
         }
         self.queued.set(recipient, conv, entry);
     }

@@ -34,14 +34,15 @@ pub(crate) struct QueueIndexRow {
 
 /// Records the `queue_index` row of the queue `(recipient, conv)`: `entry`, expiring `ttl_ms`
 /// after its oldest message, or its deletion when the queue is empty. The value is exactly
-/// `serde_json`'s encoding of a [`QueueIndexRow`] ([`crate::json`]).
+/// `serde_json`'s encoding of a [`QueueIndexRow`] ([`crate::json`]). Returns the row's expiry
+/// (none for a deletion).
 pub(crate) fn record_entry(
     batch: &mut Batch,
     recipient: &UserUuid,
     conv: &ConvId,
     entry: Option<&QueueEntry>,
     ttl_ms: u64,
-) {
+) -> Option<UnixMs> {
     let key = |k: &mut RowKey<'_>| {
         k.push_str(recipient.as_str());
         k.push('/');
@@ -49,9 +50,9 @@ pub(crate) fn record_entry(
     };
     let Some(e) = entry else {
         batch.delete_row(Table::QueueIndex, key);
-        return;
+        return None;
     };
-    let expires_at = e.summary.oldest.plus_ms(ttl_ms).get();
+    let expires_at = e.summary.oldest.plus_ms(ttl_ms);
     batch.put_expiring_row(
         Table::QueueIndex,
         key,
@@ -70,8 +71,9 @@ pub(crate) fn record_entry(
             json::uint(out, e.summary.oldest.get());
             out.push(b'}');
         },
-        expires_at,
+        expires_at.get(),
     );
+    Some(expires_at)
 }
 
 /// What every non-empty queue holds, by recipient then conversation: all of it in memory
