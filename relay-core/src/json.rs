@@ -5,8 +5,8 @@
 //!
 //! The point is the payload: `serde_json` checks each byte of a string against its escape
 //! table, one at a time; here a string is checked in 32-byte blocks without a branch per byte
-//! and copied in one piece. Strings that do need escaping (never an id, never a base64 payload)
-//! are written by `serde_json` itself.
+//! and copied in one piece. Strings that do need escaping (never a base64 payload) are written by
+//! `serde_json` itself. Ids are never checked: their parsers admit no byte that needs escaping.
 
 /// Appends `s` as a JSON string, escaped exactly as `serde_json` escapes it.
 pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
@@ -19,6 +19,25 @@ pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
     }
+}
+
+/// Appends `u` as a JSON string: its text (hex digits and `-`) never needs escaping, and is
+/// copied as bytes, without the UTF-8 check of `as_str`.
+pub(crate) fn uuid(out: &mut Vec<u8>, u: &wire::ids::UserUuid) {
+    out.reserve(wire::ids::UserUuid::LEN + 2);
+    out.push(b'"');
+    out.extend_from_slice(u.as_bytes());
+    out.push(b'"');
+}
+
+/// Appends an id's text (a `wire::ids` string id, whose parser admits only letters, digits and
+/// `- _ . : /`) as a JSON string: never escaped, so copied without the escape check.
+pub(crate) fn id(out: &mut Vec<u8>, id: &str) {
+    debug_assert!(!needs_escape(id.as_bytes()), "an id that needs escaping");
+    out.reserve(id.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(id.as_bytes());
+    out.push(b'"');
 }
 
 /// Whether `bytes` holds a byte that `serde_json` escapes: a control character (below 0x20),

@@ -106,8 +106,9 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
     /// batch and [`Lru::unpin`] (or [`Lru::unpin_written`]) reports it durable. `None` when it
     /// is not cached.
     pub(crate) fn write<R>(&mut self, key: &K, f: impl FnOnce(&mut V) -> R) -> Option<R> {
-        let r = self.update(key, f)?;
         let e = self.entries.get_mut(key)?;
+        let r = f(&mut e.value);
+        reweigh(&mut self.bytes, key, e);
         if e.pins == 0 {
             self.order.remove(&e.tick);
             e.tick = 0;
@@ -187,9 +188,7 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
     pub(crate) fn update<R>(&mut self, key: &K, f: impl FnOnce(&mut V) -> R) -> Option<R> {
         let e = self.entries.get_mut(key)?;
         let r = f(&mut e.value);
-        let weight = key.weight() + e.value.weight();
-        self.bytes = self.bytes + weight - e.weight;
-        e.weight = weight;
+        reweigh(&mut self.bytes, key, e);
         Some(r)
     }
 
@@ -197,9 +196,7 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
     pub(crate) fn update_all(&mut self, mut f: impl FnMut(&K, &mut V)) {
         for (key, e) in &mut self.entries {
             f(key, &mut e.value);
-            let weight = key.weight() + e.value.weight();
-            self.bytes = self.bytes + weight - e.weight;
-            e.weight = weight;
+            reweigh(&mut self.bytes, key, e);
         }
     }
 
@@ -267,6 +264,13 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
         self.order.insert(self.tick, key.clone());
         self.tick
     }
+}
+
+/// Counts the entry of `key` at its current weight in `bytes` (the cache's estimate).
+fn reweigh<K: Weigh, V: Weigh>(bytes: &mut usize, key: &K, e: &mut Entry<V>) {
+    let weight = key.weight() + e.value.weight();
+    *bytes = *bytes + weight - e.weight;
+    e.weight = weight;
 }
 
 #[cfg(test)]

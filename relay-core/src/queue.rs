@@ -482,8 +482,8 @@ impl State {
         old: QueueSummary,
         new: QueueSummary,
     ) {
-        self.backlog.sub(recipient, from, old.usage());
-        self.backlog.add(recipient, from, new.usage());
+        self.backlog
+            .replace(recipient, from, old.usage(), new.usage());
         let entry = (new.msgs > 0).then(|| QueueEntry {
             from: from.clone(),
             summary: new,

@@ -58,11 +58,11 @@ pub(crate) fn record_entry(
         key,
         |out| {
             out.extend_from_slice(b"{\"recipient\":");
-            json::string(out, recipient.as_str());
+            json::uuid(out, recipient);
             out.extend_from_slice(b",\"conv_id\":");
-            json::string(out, conv.as_str());
+            json::id(out, conv.as_str());
             out.extend_from_slice(b",\"from\":");
-            json::string(out, e.from.as_str());
+            json::uuid(out, &e.from);
             out.extend_from_slice(b",\"msgs\":");
             json::uint(out, e.summary.msgs);
             out.extend_from_slice(b",\"bytes\":");

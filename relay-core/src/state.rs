@@ -90,11 +90,11 @@ impl ConversationRow {
     /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
     fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"id\":");
-        json::string(out, self.id.as_str());
+        json::id(out, self.id.as_str());
         out.extend_from_slice(b",\"members\":[");
-        json::string(out, self.members[0].as_str());
+        json::uuid(out, &self.members[0]);
         out.push(b',');
-        json::string(out, self.members[1].as_str());
+        json::uuid(out, &self.members[1]);
         out.extend_from_slice(b"],\"last_seq\":");
         json::uint(out, self.last_seq.get());
         out.extend_from_slice(b",\"last_authored\":[");
@@ -137,15 +137,15 @@ impl MessageRecord<'_> {
     /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
     pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"recipient\":");
-        json::string(out, self.recipient.as_str());
+        json::uuid(out, self.recipient);
         out.extend_from_slice(b",\"conv_id\":");
-        json::string(out, self.conv_id.as_str());
+        json::id(out, self.conv_id.as_str());
         out.extend_from_slice(b",\"seq\":");
         json::uint(out, self.seq.get());
         out.extend_from_slice(b",\"id\":");
-        json::string(out, self.id.as_str());
+        json::id(out, self.id.as_str());
         out.extend_from_slice(b",\"from\":");
-        json::string(out, self.from.as_str());
+        json::uuid(out, self.from);
         out.extend_from_slice(b",\"crypto_v\":");
         json::opt_uint(out, self.crypto_v.map(u64::from));
         out.extend_from_slice(b",\"payload\":");
@@ -193,11 +193,11 @@ impl TombstoneRecord<'_> {
     /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
     fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"author\":");
-        json::string(out, self.author.as_str());
+        json::uuid(out, self.author);
         out.extend_from_slice(b",\"id\":");
-        json::string(out, self.id.as_str());
+        json::id(out, self.id.as_str());
         out.extend_from_slice(b",\"conv_id\":");
-        json::string(out, self.conv_id.as_str());
+        json::id(out, self.conv_id.as_str());
         out.extend_from_slice(b",\"seq\":");
         json::uint(out, self.seq.get());
         out.extend_from_slice(b",\"expires_at\":");
@@ -430,20 +430,32 @@ impl Backlog {
         self.total.add(m);
     }
 
-    pub(crate) fn sub(&mut self, recipient: &UserUuid, sender: &UserUuid, m: Usage) {
+    /// Takes `old` off and adds `new` (one lookup per map): a queue's change of summary. An
+    /// account whose count falls to zero loses its entry.
+    pub(crate) fn replace(
+        &mut self,
+        recipient: &UserUuid,
+        sender: &UserUuid,
+        old: Usage,
+        new: Usage,
+    ) {
         for (map, user) in [
             (&mut self.by_recipient, recipient),
             (&mut self.by_sender, sender),
         ] {
             if let Some(u) = map.get_mut(user) {
-                u.sub(m);
+                u.sub(old);
+                u.add(new);
                 if u.msgs == 0 {
                     debug_assert_eq!(u.bytes, 0);
                     map.remove(user);
                 }
+            } else if new.msgs > 0 {
+                map.insert(user.clone(), new);
             }
         }
-        self.total.sub(m);
+        self.total.sub(old);
+        self.total.add(new);
     }
 
     /// What `user` has queued for it.

@@ -227,8 +227,28 @@ string_id!(
 /// The relay's account id: a 36-character UUID (`8-4-4-4-12` hex), kept in lower case.
 ///
 /// Clients send it back as `user_uuid`; parsing accepts either case and normalises to lower case.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// Ordered as its text is (byte by byte); two ids almost always differ in their first eight
+/// characters, which are compared as one integer before the rest (it is the first part of most
+/// of the relay's map keys).
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct UserUuid([u8; Self::LEN]);
+
+impl PartialOrd for UserUuid {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for UserUuid {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Big-endian: the integers order as the bytes do.
+        let head = |u: &Self| u.0.first_chunk::<8>().map_or(0, |h| u64::from_be_bytes(*h));
+        head(self)
+            .cmp(&head(other))
+            .then_with(|| self.0.cmp(&other.0))
+    }
+}
 
 impl UserUuid {
     /// Parses a UUID in `8-4-4-4-12` hex form (any case), normalising to lower case.
@@ -272,6 +292,12 @@ impl UserUuid {
 
     /// Length of the textual form, in bytes.
     pub const LEN: usize = 36;
+
+    /// The UUID's text as bytes (ASCII hex digits and `-`): for writers that take bytes, without
+    /// the UTF-8 check of [`as_str`](Self::as_str).
+    pub fn as_bytes(&self) -> &[u8; Self::LEN] {
+        &self.0
+    }
 
     /// The UUID as it appears on the wire.
     pub fn as_str(&self) -> &str {
@@ -468,5 +494,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("conversation id"), "{err}");
+    }
+
+    proptest::proptest! {
+        /// The comparison orders and equates user uuids exactly as their text, including pairs
+        /// that differ in one character anywhere and pairs equal in their first characters.
+        #[test]
+        fn user_uuids_order_as_their_text(
+            a in proptest::array::uniform16(0u8..),
+            b in proptest::array::uniform16(0u8..),
+            at in 0usize..36,
+            digit in 0usize..16,
+        ) {
+            let x = UserUuid::from_random_bytes(a);
+            let far = UserUuid::from_random_bytes(b);
+            let mut text = x.as_str().as_bytes().to_vec();
+            if text[at] != b'-' {
+                text[at] = b"0123456789abcdef"[digit];
+            }
+            let near = UserUuid::parse(std::str::from_utf8(&text).unwrap()).unwrap();
+            // Equal up to a point (inside and past the first eight characters), then unlike.
+            let spliced = |from: usize| {
+                let mut text = x.as_str().as_bytes().to_vec();
+                text[from..].copy_from_slice(&far.as_str().as_bytes()[from..]);
+                UserUuid::parse(std::str::from_utf8(&text).unwrap()).unwrap()
+            };
+            let (second, third) = (spliced(4), spliced(16));
+            for y in [&x, &far, &near, &second, &third] {
+                proptest::prop_assert_eq!(x.cmp(y), x.as_str().cmp(y.as_str()));
+                proptest::prop_assert_eq!(y.cmp(&x), y.as_str().cmp(x.as_str()));
+                proptest::prop_assert_eq!(x == *y, x.as_str() == y.as_str());
+                proptest::prop_assert_eq!(x.as_bytes().as_slice(), x.as_str().as_bytes());
+            }
+        }
     }
 }
