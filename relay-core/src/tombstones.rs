@@ -138,8 +138,11 @@ impl Cache {
         let at = t.expires_at;
         let written = self.sets.write(author, |set| {
             let added = entry_bytes(&id, &t);
-            let removed = set.ids.get(&id).map_or(0, |old| entry_bytes(&id, old));
-            set.ids.insert(id, t);
+            // One search: the replaced tombstone (if any) comes back from the insert.
+            let removed = set
+                .ids
+                .insert(id.clone(), t)
+                .map_or(0, |old| entry_bytes(&id, &old));
             set.bytes = set.bytes + added - removed;
         });
         debug_assert!(
