@@ -138,11 +138,12 @@ impl Cache {
         let at = t.expires_at;
         let written = self.sets.write(author, |set| {
             let added = entry_bytes(&id, &t);
-            // One search: the replaced tombstone (if any) comes back from the insert.
-            let removed = set
-                .ids
-                .insert(id.clone(), t)
-                .map_or(0, |old| entry_bytes(&id, &old));
+            let conv_len = t.conv_id.as_str().len();
+            // One search: the replaced tombstone (if any) comes back from the insert; its
+            // entry weighs what the new one does but for its conversation id.
+            let removed = set.ids.insert(id, t).map_or(0, |old| {
+                added - conv_len + old.conv_id.as_str().len()
+            });
             set.bytes = set.bytes + added - removed;
         });
         debug_assert!(
