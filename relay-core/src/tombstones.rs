@@ -141,9 +141,10 @@ impl Cache {
             let conv_len = t.conv_id.as_str().len();
             // One search: the replaced tombstone (if any) comes back from the insert; its
             // entry weighs what the new one does but for its conversation id.
-            let removed = set.ids.insert(id, t).map_or(0, |old| {
-                added - conv_len + old.conv_id.as_str().len()
-            });
+            let removed = set
+                .ids
+                .insert(id, t)
+                .map_or(0, |old| added - conv_len + old.conv_id.as_str().len());
             set.bytes = set.bytes + added - removed;
         });
         debug_assert!(

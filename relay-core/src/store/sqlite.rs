@@ -52,6 +52,11 @@ struct WriteSql {
     upsert: String,
     /// Expiring tables only (empty otherwise: a batch that would use it is refused first).
     upsert_expiring: String,
+    /// Expiring tables only: the upsert of a row whose expiry does not move (a new row, or a
+    /// new value under the same expiry), which leaves the expiry index alone; it changes
+    /// nothing when the expiry moves, and then `upsert_expiring` runs. (An upsert whose `SET`
+    /// names the indexed column rewrites its index entry even when the value is the same.)
+    upsert_same_expiry: String,
     delete: String,
     /// Expiring tables only, as `upsert_expiring`.
     expire: String,
@@ -60,19 +65,24 @@ struct WriteSql {
 impl WriteSql {
     fn of(table: Table) -> Self {
         let name = table.name();
-        let (upsert_expiring, expire) = if table.has_expiry() {
+        let (upsert_expiring, upsert_same_expiry, expire) = if table.has_expiry() {
+            let insert = format!("INSERT INTO {name} (k, v, expires_at) VALUES (?1, ?2, ?3)");
             (
                 format!(
-                    "INSERT INTO {name} (k, v, expires_at) VALUES (?1, ?2, ?3) ON CONFLICT(k) DO UPDATE SET v = excluded.v, expires_at = excluded.expires_at"
+                    "{insert} ON CONFLICT(k) DO UPDATE SET v = excluded.v, expires_at = excluded.expires_at"
+                ),
+                format!(
+                    "{insert} ON CONFLICT(k) DO UPDATE SET v = excluded.v WHERE expires_at IS excluded.expires_at"
                 ),
                 format!("DELETE FROM {name} WHERE expires_at <= ?1"),
             )
         } else {
-            (String::new(), String::new())
+            (String::new(), String::new(), String::new())
         };
         Self {
             upsert: upsert_sql(table),
             upsert_expiring,
+            upsert_same_expiry,
             delete: format!("DELETE FROM {name} WHERE k = ?1"),
             expire,
         }
@@ -274,8 +284,17 @@ impl Store for SqliteStore {
                     expires_at,
                 } => {
                     let at = sql_ms(expires_at)?;
-                    tx.prepare_cached(&sql(table)?.upsert_expiring)
-                        .and_then(|mut stmt| stmt.execute(params![key, value, at]))
+                    let sql = sql(table)?;
+                    let put = |text: &str| {
+                        tx.prepare_cached(text)
+                            .and_then(|mut stmt| stmt.execute(params![key, value, at]))
+                    };
+                    // Most rewrites keep the row's expiry: try the write that leaves the
+                    // index alone first.
+                    match put(&sql.upsert_same_expiry) {
+                        Ok(0) => put(&sql.upsert_expiring),
+                        done => done,
+                    }
                 }
                 MutationRef::Delete { table, key } => tx
                     .prepare_cached(&sql(table)?.delete)

@@ -260,6 +260,31 @@ pub fn due_rows_are_read_in_pages(s: &mut dyn Store) {
     assert!(r.expired(Table::Accounts, 200, None, 10).is_err());
 }
 
+/// A row rewritten keeps its expiry, or takes the new one, with its new value each time; a
+/// rewrite without an expiry clears it.
+pub fn rewrites_keep_or_move_the_expiry(s: &mut dyn Store) {
+    let t = Table::QueueIndex;
+    let due = |s: &mut dyn Store, up_to| s.reader().unwrap().expired(t, up_to, None, 10).unwrap();
+    s.commit(&vec![put_exp(t, "k", "a", 100), put_exp(t, "other", "o", 500)].into())
+        .unwrap();
+    s.commit(&vec![put_exp(t, "k", "b", 100)].into()).unwrap();
+    assert_eq!(get(s, t, "k").as_deref(), Some("b"));
+    assert_eq!(due(s, 100), [("k".to_owned(), 100)]);
+    s.commit(&vec![put_exp(t, "k", "c", 300)].into()).unwrap();
+    assert_eq!(get(s, t, "k").as_deref(), Some("c"));
+    assert!(due(s, 299).is_empty(), "the expiry moved later");
+    assert_eq!(due(s, 300), [("k".to_owned(), 300)]);
+    s.commit(&vec![put_exp(t, "k", "d", 50)].into()).unwrap();
+    assert_eq!(due(s, 100), [("k".to_owned(), 50)], "and earlier");
+    s.commit(&vec![put(t, "k", "e")].into()).unwrap();
+    assert_eq!(get(s, t, "k").as_deref(), Some("e"));
+    assert!(due(s, 400).is_empty(), "a rewrite without expiry clears it");
+    s.commit(&vec![put_exp(t, "k", "f", 60)].into()).unwrap();
+    assert_eq!(due(s, 100), [("k".to_owned(), 60)]);
+    assert_eq!(get(s, t, "other").as_deref(), Some("o"));
+    assert_eq!(due(s, 500).len(), 2);
+}
+
 /// Inside one batch an expiry applies in its place: a row put before it goes if it is due, a
 /// row put after it stays.
 pub fn expiry_applies_in_batch_order(s: &mut dyn Store) {
@@ -382,6 +407,11 @@ macro_rules! store_suite {
             fn due_rows_are_read_in_pages() {
                 let mut s = $make;
                 $crate::store::suite::due_rows_are_read_in_pages(&mut s);
+            }
+            #[test]
+            fn rewrites_keep_or_move_the_expiry() {
+                let mut s = $make;
+                $crate::store::suite::rewrites_keep_or_move_the_expiry(&mut s);
             }
             #[test]
             fn expiry_applies_in_batch_order() {
