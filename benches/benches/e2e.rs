@@ -420,10 +420,20 @@ async fn one_process(
         deadline: s.deadline(),
         in_flight_per_pair: s.in_flight,
     };
+    let before = relay.usage()?;
+    let ran = wall_now();
     let report = run_relay_load(bench, pairs, &cfg).await?;
+    let (cores, busy) = relay
+        .usage()?
+        .shares_since(&before, ran.elapsed().as_secs_f64());
+    let usage = format!(
+        "|   relay process (warm-up included): {cores:.2} cores of CPU, its core task busy {:.0} % of the time",
+        busy * 100.0
+    );
     if s.in_flight > 1 {
         println!("| {store:<6} store, relay process:");
         print_windowed(&report, s.in_flight);
+        println!("{usage}");
         return Ok(());
     }
     let echo_report = run_load(
@@ -441,6 +451,7 @@ async fn one_process(
     print_relay(&report);
     print_echo(s.pairs, &echo_report);
     print_ratio(&report, &echo_report);
+    println!("{usage}");
     if s.store_only.is_some() {
         println!(
             "| {store:<6} relay's resident set after {} pairs: {:.0} MiB",

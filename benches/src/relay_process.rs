@@ -1,6 +1,7 @@
 //! The release `relay` binary as a child process, measured from the outside as an operator
 //! would: started on a free loopback port with the flags a bench needs, its resident memory
-//! read from `/proc/<pid>/status`, killed when dropped.
+//! read from `/proc/<pid>/status`, its CPU time from `/proc/<pid>/stat`, its core task's busy
+//! time from its metrics listener (a second free port), killed when dropped.
 //!
 //! Build it first: `cargo build --release -p relay-server --bin relay` (benches look for it next to
 //! their own executable, in `target/release/`).
@@ -29,25 +30,74 @@ pub struct RelayProcess {
     child: Child,
     /// Where it listens (`127.0.0.1:port`).
     pub addr: SocketAddr,
+    /// Where it serves its metrics (`--metrics-listen`).
+    pub metrics_addr: SocketAddr,
+}
+
+/// What a relay process has used since it started ([`RelayProcess::usage`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    /// CPU time of the whole process (all threads, user and system).
+    pub cpu_seconds: f64,
+    /// Time its core task spent working (`relay_core_busy_seconds_total`).
+    pub core_busy_seconds: f64,
+}
+
+impl Usage {
+    /// What was used from `before` to `self`, as shares of `wall_seconds`: (cores of CPU the
+    /// process used, fraction of the time its core task was busy).
+    pub fn shares_since(&self, before: &Self, wall_seconds: f64) -> (f64, f64) {
+        (
+            (self.cpu_seconds - before.cpu_seconds) / wall_seconds,
+            (self.core_busy_seconds - before.core_busy_seconds) / wall_seconds,
+        )
+    }
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` (`USER_HZ`, 100 on Linux).
+const USER_HZ: f64 = 100.0;
+
+/// A free loopback port (the listener is dropped at once; the relay binds it next).
+fn free_port() -> io::Result<SocketAddr> {
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port();
+    Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+}
+
+/// `GET path` over HTTP/1.0 (the connection closes after the answer): the whole answer.
+fn http_get(addr: SocketAddr, path: &str) -> io::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: relay\r\n\r\n").as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
 }
 
 impl RelayProcess {
-    /// Starts `binary --listen 127.0.0.1:<free port> <args…>` (its output discarded but for
-    /// warnings and errors on stderr) and waits until it accepts TCP connections.
+    /// Starts `binary --listen 127.0.0.1:<free port> --metrics-listen 127.0.0.1:<another>
+    /// <args…>` (its output discarded but for warnings and errors on stderr) and waits until it
+    /// accepts TCP connections.
     pub fn spawn(binary: &Path, args: &[&str]) -> io::Result<Self> {
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-            .local_addr()?
-            .port();
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let addr = free_port()?;
+        let metrics_addr = free_port()?;
         let child = Command::new(binary)
             .arg("--listen")
             .arg(addr.to_string())
+            .arg("--metrics-listen")
+            .arg(metrics_addr.to_string())
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()?;
-        let mut process = Self { child, addr };
+        let mut process = Self {
+            child,
+            addr,
+            metrics_addr,
+        };
         let start = wall_now();
         loop {
             if TcpStream::connect(addr).is_ok() {
@@ -66,15 +116,10 @@ impl RelayProcess {
     /// Waits until `GET /readyz` answers 200: a relay on PostgreSQL listens at once but serves
     /// only once it leads.
     pub fn wait_ready(&mut self) -> io::Result<()> {
-        use std::io::{Read as _, Write as _};
         let start = wall_now();
         loop {
-            let ready = TcpStream::connect(self.addr).and_then(|mut stream| {
-                stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-                stream.write_all(b"GET /readyz HTTP/1.0\r\nHost: relay\r\n\r\n")?;
-                let mut answer = String::new();
-                stream.read_to_string(&mut answer)?;
-                Ok(answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"))
+            let ready = http_get(self.addr, "/readyz").map(|answer| {
+                answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200")
             });
             if matches!(ready, Ok(true)) {
                 return Ok(());
@@ -94,6 +139,21 @@ impl RelayProcess {
         self.child.id()
     }
 
+    /// CPU time and core busy time so far (read from `/proc` and the metrics listener).
+    pub fn usage(&self) -> io::Result<Usage> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        let cpu_seconds = parse_cpu_ticks(&stat)
+            .ok_or_else(|| io::Error::other("unreadable stat"))? as f64
+            / USER_HZ;
+        let metrics = http_get(self.metrics_addr, "/metrics")?;
+        let core_busy_seconds = parse_sample(&metrics, "relay_core_busy_seconds_total")
+            .ok_or_else(|| io::Error::other("no relay_core_busy_seconds_total sample"))?;
+        Ok(Usage {
+            cpu_seconds,
+            core_busy_seconds,
+        })
+    }
+
     /// Resident set size in bytes (`VmRSS` of `/proc/<pid>/status`).
     pub fn rss_bytes(&self) -> io::Result<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
@@ -106,6 +166,25 @@ impl Drop for RelayProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// User plus system clock ticks of a `/proc/<pid>/stat` line (fields 14 and 15; the command
+/// name before them is in parentheses and may hold spaces).
+pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (the state).
+    let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
+    let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The value of the unlabelled sample `name` in a metrics exposition.
+pub fn parse_sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let value = line.strip_prefix(name)?.strip_prefix(' ')?;
+        value.split_whitespace().next()?.parse().ok()
+    })
 }
 
 /// The `VmRSS:  1234 kB` line of a `/proc/<pid>/status`, in bytes.
@@ -123,7 +202,25 @@ pub fn parse_vm_rss(status: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_vm_rss;
+    use super::{parse_cpu_ticks, parse_sample, parse_vm_rss};
+
+    #[test]
+    fn cpu_ticks_are_user_plus_system() {
+        let stat = "4242 (relay (x) y) S 1 4242 4242 0 -1 4194560 900 0 0 0 157 43 0 0 20 0 9 0";
+        assert_eq!(parse_cpu_ticks(stat), Some(200));
+        assert_eq!(parse_cpu_ticks("4242 (relay) S 1"), None);
+    }
+
+    #[test]
+    fn a_sample_is_read_by_its_whole_name() {
+        let text = "# TYPE relay_core_busy_seconds counter\nrelay_core_busy_seconds_total_x 9\n\
+                    relay_core_busy_seconds_total 1.25\n# EOF\n";
+        assert_eq!(
+            parse_sample(text, "relay_core_busy_seconds_total"),
+            Some(1.25)
+        );
+        assert_eq!(parse_sample(text, "relay_core"), None);
+    }
 
     #[test]
     fn vm_rss_is_read_in_bytes() {

@@ -33,7 +33,7 @@ use wire::{ClientFrame, FrameError, ServerFrame, UnixMs, UserUuid, frames::Goawa
 
 use super::committer::{CommitMode, Committer, Completion};
 use super::leadership::{CLOSE_NOT_LEADER, TermEnd};
-use super::metrics::{CloseKind, Metrics, close_kind};
+use super::metrics::{CloseKind, Metrics, Stopwatch, close_kind};
 use super::rest::Phase;
 use super::{
     INPUT_QUEUE_CAPACITY, MAX_BATCH_INPUTS, OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener,
@@ -201,6 +201,23 @@ async fn next_gone(gone: &mut Option<mpsc::Receiver<GoneTarget>>) -> GoneTarget 
     }
 }
 
+/// What woke the core task: one event, handled after the wait so that the work can be timed
+/// apart from it.
+enum Woke {
+    /// The term ended, with why.
+    Ended(String),
+    /// Shutdown began.
+    Stop,
+    /// A batch's commit completed.
+    Committed(Completion),
+    /// The relay's next deadline (or a rebuild) is due.
+    Due,
+    /// The push worker reported a target gone.
+    Gone(GoneTarget),
+    /// An input arrived (more that wait are taken with it).
+    Input(Input),
+}
+
 /// What outlives one core (a term): the push worker and its gone reports.
 pub(super) struct CoreParts {
     pub(super) push: Option<PushSink>,
@@ -338,15 +355,28 @@ impl Core {
             let accepting =
                 self.committer.has_room() && (!self.relay.is_failed() || self.rebuild_pending);
             let in_flight = self.committer.in_flight() > 0;
-            tokio::select! {
+            let woke = tokio::select! {
                 biased;
-                why = &mut ended => {
+                why = &mut ended => Woke::Ended(why),
+                _ = stop.changed(), if !self.draining => Woke::Stop,
+                done = self.committer.next(), if in_flight => Woke::Committed(done),
+                () = sleep, if accepting => Woke::Due,
+                report = next_gone(&mut gone), if accepting => Woke::Gone(report),
+                input = inputs.recv(), if accepting => match input {
+                    Some(input) => Woke::Input(input),
+                    None => break,
+                },
+            };
+            // Everything from here to the end of the round is the core's work (metrics only).
+            let busy = self.metrics.as_ref().map(|_| Stopwatch::start());
+            match woke {
+                Woke::Ended(why) => {
                     self.end_term(&why, &mut inputs);
                     break;
                 }
-                _ = stop.changed(), if !self.draining => self.begin_shutdown(&mut inputs).await,
-                done = self.committer.next(), if in_flight => self.completed(done),
-                () = sleep, if accepting => {
+                Woke::Stop => self.begin_shutdown(&mut inputs).await,
+                Woke::Committed(done) => self.completed(done),
+                Woke::Due => {
                     if self.rebuild_pending {
                         self.rebuild();
                     } else {
@@ -354,27 +384,27 @@ impl Core {
                         self.relay.handle_timeout(now);
                     }
                 }
-                report = next_gone(&mut gone), if accepting => self.push_gone(&report),
-                input = inputs.recv(), if accepting => match input {
-                    Some(input) => {
-                        if in_flight {
-                            self.arrived_in_flight = true;
-                        }
-                        batch.push(input);
-                        while batch.len() < MAX_BATCH_INPUTS {
-                            match inputs.try_recv() {
-                                Ok(input) => batch.push(input),
-                                Err(_) => break,
-                            }
-                        }
-                        self.handle_batch(&mut batch);
+                Woke::Gone(report) => self.push_gone(&report),
+                Woke::Input(input) => {
+                    if in_flight {
+                        self.arrived_in_flight = true;
                     }
-                    None => break,
-                },
+                    batch.push(input);
+                    while batch.len() < MAX_BATCH_INPUTS {
+                        match inputs.try_recv() {
+                            Ok(input) => batch.push(input),
+                            Err(_) => break,
+                        }
+                    }
+                    self.handle_batch(&mut batch);
+                }
             }
             self.seal_if_due(&inputs);
             self.drain();
             self.export(inputs.len());
+            if let (Some(metrics), Some(busy)) = (&self.metrics, busy) {
+                metrics.core_busy(busy.seconds());
+            }
             if let Some(why) = term_end.as_ref().and_then(TermEnd::ended) {
                 // Never rebuild on a store of an ended term: stop here.
                 self.end_term(&why, &mut inputs);

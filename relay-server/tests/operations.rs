@@ -573,6 +573,10 @@ async fn metrics_scraped_under_load_are_valid_openmetrics_and_name_no_one() {
     assert!(value(&samples, "relay_store_commit_duration_seconds_count", &[]) > 0.0);
     assert!(value(&samples, "relay_store_commit_rows_count", &[]) > 0.0);
     assert!(value(&samples, "relay_batch_inputs_count", &[]) > 0.0);
+    // The core worked, for less time than the load ran (it also waited).
+    let busy = value(&samples, "relay_core_busy_seconds_total", &[]);
+    let ran = started.elapsed().as_secs_f64();
+    assert!(busy > 0.0 && busy < ran, "core busy {busy} s in {ran} s");
     assert_eq!(
         value(
             &samples,

@@ -20,6 +20,7 @@
 //! The list, with meanings and suggested alerts, is in the README ("Metrics").
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::{Router, http::header, response::IntoResponse, routing::get};
@@ -89,6 +90,7 @@ struct Families {
     store_errors: Family<StoreErrorLabels, Counter>,
     fenced_commits: Counter,
     failstops: Counter,
+    core_busy: Counter<f64, AtomicU64>,
     input_queue: Gauge,
     queued_messages: Gauge,
     queued_bytes: Gauge,
@@ -163,6 +165,7 @@ impl Metrics {
             store_errors: Family::default(),
             fenced_commits: Counter::default(),
             failstops: Counter::default(),
+            core_busy: Counter::default(),
             input_queue: Gauge::default(),
             queued_messages: Gauge::default(),
             queued_bytes: Gauge::default(),
@@ -272,6 +275,12 @@ impl Metrics {
     /// while a commit runs).
     pub(super) fn batch(&self, n: usize) {
         self.f.batch_inputs.observe(n as f64);
+    }
+
+    /// The core task worked `seconds` on one wake-up (inputs, timers, commit reports: all but
+    /// waiting).
+    pub(super) fn core_busy(&self, seconds: f64) {
+        self.f.core_busy.inc_by(seconds);
     }
 
     /// A fail-stop: the relay is rebuilt from its store.
@@ -539,6 +548,12 @@ fn register(r: &mut Registry, f: &Families) {
         "rate_limited",
         "Requests and frames refused by a rate limit, by route template or WebSocket limit",
         f.rate_limited.clone(),
+    );
+    r.register_with_unit(
+        "core_busy",
+        "Time the core task spent working (inputs, timers, commit reports) rather than waiting: its rate is the core's utilisation, 1 when it is the ceiling",
+        Unit::Seconds,
+        f.core_busy.clone(),
     );
     r.register(
         "batch_inputs",
