@@ -8,10 +8,12 @@
 //!   ticket path leaves behind, e.g. rate-limiter windows, and the connection's own state).
 //! * **Allocations per routed message**: allocation calls and bytes of `handle_frame(msg)` +
 //!   drain, averaged over 1,000 messages between two online members (after 1,000 warm-up).
-//!   The inputs are built before the run. Counted twice: on the memory store (which keeps a
-//!   copy of every row) and on a store that keeps nothing (relay-core's own allocations).
-//!   `--route-only N [memory|null]` runs only this part (N messages after N warm-up, on both
-//!   stores or the one named), for an instruction count of the routing path that does not
+//!   The inputs are built before the run. Counted three times: on the memory store (which
+//!   keeps a copy of every row), on a store that keeps nothing (relay-core's own allocations),
+//!   and on that store with every output frame encoded to its text as the server does (`encode`:
+//!   the core task's share of a message but for the sockets and the commit).
+//!   `--route-only N [memory|null|encode]` runs only this part (N messages after N warm-up, on
+//!   all three or the one named), for an instruction count of the routing path that does not
 //!   depend on the machine's load:
 //!   `valgrind --tool=callgrind --toggle-collect='*route_measured*' <relay_memory binary>
 //!   --route-only 1000 memory` counts `handle_frame` + drain of the N measured messages and of
@@ -39,7 +41,7 @@ use benches::MachineInfo;
 use benches::relay_load::BenchRelay;
 use benches::relay_process::{RelayProcess, relay_binary};
 use benches::relay_world::{Account, FRAME_SPACING_MS, RelayWorld, bench_config, msg_payload};
-use relay_core::ConnId;
+use relay_core::{ConnId, Output};
 use wire::frames::{MsgFrame, ReceiptFrame};
 use wire::{AliasId, ClientFrame, ConvId, MessageId, Seq};
 
@@ -192,13 +194,16 @@ struct RouteCount {
 /// different functions so that `valgrind --tool=callgrind --toggle-collect` can select the
 /// measured one (see `--route-only`).
 #[inline(always)]
-fn route(w: &mut RelayWorld, inputs: Vec<RoutedInput>, measured: bool) -> RouteCount {
+fn route(w: &mut RelayWorld, inputs: Vec<RoutedInput>, measured: bool, encode: bool) -> RouteCount {
     let mut count = RouteCount::default();
     for input in inputs {
         let (c0, l0) = (CALLS.load(Ordering::Relaxed), live());
         w.relay.handle_frame(w.now, input.conn, input.frame);
         let mut k = 0;
         while let Some(o) = w.relay.poll_output() {
+            if encode && let Output::Send { frame, .. } = &o {
+                std::hint::black_box(frame.encode());
+            }
             drop(o);
             k += 1;
         }
@@ -216,40 +221,48 @@ fn route(w: &mut RelayWorld, inputs: Vec<RoutedInput>, measured: bool) -> RouteC
 }
 
 #[inline(never)]
-fn route_warm_up(w: &mut RelayWorld, inputs: Vec<RoutedInput>) -> RouteCount {
-    route(w, inputs, false)
+fn route_warm_up(w: &mut RelayWorld, inputs: Vec<RoutedInput>, encode: bool) -> RouteCount {
+    route(w, inputs, false, encode)
 }
 
 #[inline(never)]
-fn route_measured(w: &mut RelayWorld, inputs: Vec<RoutedInput>) -> RouteCount {
-    route(w, inputs, true)
+fn route_measured(w: &mut RelayWorld, inputs: Vec<RoutedInput>, encode: bool) -> RouteCount {
+    route(w, inputs, true, encode)
 }
 
 /// Counts the allocations of routing `n` messages on the memory store (which keeps a copy of
 /// every row), then on a store that keeps nothing: relay-core's own, what a relay on a store
 /// that binds rows by reference (SQLite, PostgreSQL) allocates in its core.
 fn allocations_per_message(n: u64, only: Option<&str>) {
-    let stores: [(&str, &str, Box<dyn relay_core::store::Store>); 2] = [
+    let stores: [(&str, &str, Box<dyn relay_core::store::Store>, bool); 3] = [
         (
             "memory",
             "memory store (keeps a copy of every row)",
             Box::new(relay_core::store::MemoryStore::new()),
+            false,
         ),
         (
             "null",
             "relay-core alone (a store that keeps nothing)",
             Box::new(relay_core::store::NullStore),
+            false,
+        ),
+        (
+            "encode",
+            "relay-core alone, each output frame encoded",
+            Box::new(relay_core::store::NullStore),
+            true,
         ),
     ];
-    for (name, what, store) in stores {
+    for (name, what, store, encode) in stores {
         if only.is_some_and(|only| only != name) {
             continue;
         }
         let Routing { mut w, mut inputs } = routing(n, store);
         let half = inputs.len() / 2;
         let measured = inputs.split_off(half);
-        route_warm_up(&mut w, inputs);
-        let c = route_measured(&mut w, measured);
+        route_warm_up(&mut w, inputs, encode);
+        let c = route_measured(&mut w, measured, encode);
         assert_eq!(c.msgs, usize::try_from(n).expect("n"));
         assert_eq!(c.outputs, 2 * c.msgs, "ack + msg each");
         println!(
@@ -372,11 +385,11 @@ fn main() {
         let n = args
             .get(i + 1)
             .and_then(|n| n.parse().ok())
-            .expect("--route-only N [memory|null]");
+            .expect("--route-only N [memory|null|encode]");
         let only = args.get(i + 2).map(String::as_str);
         assert!(
-            only.is_none_or(|s| s == "memory" || s == "null"),
-            "--route-only N [memory|null]"
+            only.is_none_or(|s| ["memory", "null", "encode"].contains(&s)),
+            "--route-only N [memory|null|encode]"
         );
         allocations_per_message(n, only);
         return;

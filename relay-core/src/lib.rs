@@ -96,7 +96,6 @@ mod directory;
 mod expiry;
 pub mod http;
 pub(crate) mod ids;
-mod json;
 pub mod limits;
 mod lru;
 mod media;

@@ -54,7 +54,7 @@ pub(crate) fn is_base64(text: &str) -> bool {
 
 /// Whether every byte is in the standard base64 alphabet (`A-Z a-z 0-9 + /`).
 fn all_base64_alphabet(bytes: &[u8]) -> bool {
-    fn outside(block: &[u8; crate::json::BLOCK]) -> bool {
+    fn outside(block: &[u8; wire::json::BLOCK]) -> bool {
         // Non-short-circuit `|` and `&`: no branch per byte, so the block becomes vector
         // compares.
         let inside = block.iter().fold(true, |all, &b| {
@@ -66,7 +66,7 @@ fn all_base64_alphabet(bytes: &[u8]) -> bool {
         });
         !inside
     }
-    !crate::json::any_block(bytes, b'A', outside)
+    !wire::json::any_block(bytes, b'A', outside)
 }
 
 /// Why [`Relay::member_check`] refused.

@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use wire::{ConvId, UnixMs, UserUuid};
 
-use crate::json;
 use crate::state::{QueueSummary, decode};
 use crate::store::{Batch, RowKey, StoreError, Table};
+use wire::json;
 
 /// What one non-empty queue holds, and the member who wrote it (a row of `queue_index`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +34,7 @@ pub(crate) struct QueueIndexRow {
 
 /// Records the `queue_index` row of the queue `(recipient, conv)`: `entry`, expiring `ttl_ms`
 /// after its oldest message, or its deletion when the queue is empty. The value is exactly
-/// `serde_json`'s encoding of a [`QueueIndexRow`] ([`crate::json`]). Returns the row's expiry
+/// `serde_json`'s encoding of a [`QueueIndexRow`] ([`wire::json`]). Returns the row's expiry
 /// (none for a deletion).
 pub(crate) fn record_entry(
     batch: &mut Batch,

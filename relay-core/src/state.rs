@@ -19,9 +19,9 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use wire::http::{FriendStatus, PublicKeyB64};
 use wire::{AliasId, ConvId, FriendshipId, MessageId, Seq, UnixMs, UserUuid};
 
-use crate::json;
 use crate::queue::Queued;
 use crate::store::{Batch, RowKey, Snapshot, StoreError, Table};
+use wire::json;
 
 /// An account.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,7 +87,7 @@ impl ConversationRow {
         self.index_of(user).map(|i| &self.members[1 - i])
     }
 
-    /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
+    /// The stored row: exactly `serde_json`'s encoding of `self` ([`wire::json`]).
     fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"id\":");
         json::id(out, self.id.as_str());
@@ -134,7 +134,7 @@ pub(crate) struct MessageRecord<'a> {
 }
 
 impl MessageRecord<'_> {
-    /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
+    /// The stored row: exactly `serde_json`'s encoding of `self` ([`wire::json`]).
     pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"recipient\":");
         json::uuid(out, self.recipient);
@@ -190,7 +190,7 @@ struct TombstoneRecord<'a> {
 }
 
 impl TombstoneRecord<'_> {
-    /// The stored row: exactly `serde_json`'s encoding of `self` ([`crate::json`]).
+    /// The stored row: exactly `serde_json`'s encoding of `self` ([`wire::json`]).
     fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"author\":");
         json::uuid(out, self.author);

@@ -8,6 +8,7 @@
 //! - [`error`]: [`ErrorBody`] and the stable [`ErrorCode`]s.
 //! - [`limits`]: named size limits (`MAX_FRAME_BYTES`, body limits, ...).
 //! - [`time`]: epoch milliseconds and ISO-8601 strings.
+//! - [`json`]: JSON written by hand for the hot path, byte for byte `serde_json`'s.
 //!
 //! ```
 //! use wire::{ClientFrame, ServerFrame};
@@ -28,6 +29,7 @@ pub mod error;
 pub mod frames;
 pub mod http;
 pub mod ids;
+pub mod json;
 pub mod limits;
 pub mod time;
 

@@ -758,9 +758,10 @@ impl ServerFrame {
         }
     }
 
-    /// The exact JSON text of the frame.
+    /// The exact JSON text of the frame (the frames of every message written directly, the
+    /// rest by `serde_json`; the bytes are the same).
     pub fn encode(&self) -> String {
-        to_json(self)
+        self.encode_hot().unwrap_or_else(|| to_json(self))
     }
 }
 

@@ -1,7 +1,7 @@
-//! JSON written by hand for the rows of the routing path (message, tombstone, conversation):
-//! **byte for byte** what `serde_json` writes for them (the tests compare the two on arbitrary
-//! rows), so stored rows, the schema and every reader of the rows (the relay's own load, the
-//! simulator's oracles) are unchanged.
+//! JSON written by hand for what every routed message costs (the relay's stored rows of the
+//! routing path, and the `ack`, `msg` and receipt frames it sends): **byte for byte** what
+//! `serde_json` writes for the same values (the tests compare the two on arbitrary values), so
+//! stored rows, frames and every reader of them are unchanged.
 //!
 //! The point is the payload: `serde_json` checks each byte of a string against its escape
 //! table, one at a time; here a string is checked in 32-byte blocks without a branch per byte
@@ -9,7 +9,8 @@
 //! `serde_json` itself. Ids are never checked: their parsers admit no byte that needs escaping.
 
 /// Appends `s` as a JSON string, escaped exactly as `serde_json` escapes it.
-pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
+#[inline]
+pub fn string(out: &mut Vec<u8>, s: &str) {
     if needs_escape(s.as_bytes()) {
         // Writing into a `Vec` cannot fail, and a `str` always serialises.
         let _ = serde_json::to_writer(&mut *out, s);
@@ -23,16 +24,18 @@ pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
 
 /// Appends `u` as a JSON string: its text (hex digits and `-`) never needs escaping, and is
 /// copied as bytes, without the UTF-8 check of `as_str`.
-pub(crate) fn uuid(out: &mut Vec<u8>, u: &wire::ids::UserUuid) {
-    out.reserve(wire::ids::UserUuid::LEN + 2);
+#[inline]
+pub fn uuid(out: &mut Vec<u8>, u: &crate::ids::UserUuid) {
+    out.reserve(crate::ids::UserUuid::LEN + 2);
     out.push(b'"');
     out.extend_from_slice(u.as_bytes());
     out.push(b'"');
 }
 
-/// Appends an id's text (a `wire::ids` string id, whose parser admits only letters, digits and
+/// Appends an id's text (a [`crate::ids`] string id, whose parser admits only letters, digits and
 /// `- _ . : /`) as a JSON string: never escaped, so copied without the escape check.
-pub(crate) fn id(out: &mut Vec<u8>, id: &str) {
+#[inline]
+pub fn id(out: &mut Vec<u8>, id: &str) {
     debug_assert!(!needs_escape(id.as_bytes()), "an id that needs escaping");
     out.reserve(id.len() + 2);
     out.push(b'"');
@@ -54,11 +57,12 @@ fn needs_escape(bytes: &[u8]) -> bool {
 }
 
 /// Bytes checked at a time by [`any_block`].
-pub(crate) const BLOCK: usize = 32;
+pub const BLOCK: usize = 32;
 
 /// Whether `test` holds for a [`BLOCK`] of `bytes`; the last, short block is padded with
 /// `filler` (a byte `test` never flags), so every byte goes through the vectorised test.
-pub(crate) fn any_block(bytes: &[u8], filler: u8, test: impl Fn(&[u8; BLOCK]) -> bool) -> bool {
+#[inline]
+pub fn any_block(bytes: &[u8], filler: u8, test: impl Fn(&[u8; BLOCK]) -> bool) -> bool {
     let mut blocks = bytes.chunks_exact(BLOCK);
     for block in &mut blocks {
         if block.try_into().is_ok_and(&test) {
@@ -75,7 +79,8 @@ pub(crate) fn any_block(bytes: &[u8], filler: u8, test: impl Fn(&[u8; BLOCK]) ->
 }
 
 /// Appends the decimal digits of `n` (how `serde_json` writes every unsigned integer).
-pub(crate) fn uint(out: &mut Vec<u8>, n: u64) {
+#[inline]
+pub fn uint(out: &mut Vec<u8>, n: u64) {
     let mut buf = [0u8; 20];
     let start = digits(&mut buf, n);
     out.extend_from_slice(&buf[start..]);
@@ -83,7 +88,8 @@ pub(crate) fn uint(out: &mut Vec<u8>, n: u64) {
 
 /// Writes the decimal digits of `n` at the end of `buf`, two at a time; returns where they
 /// start.
-pub(crate) fn digits(buf: &mut [u8; 20], mut n: u64) -> usize {
+#[inline]
+pub fn digits(buf: &mut [u8; 20], mut n: u64) -> usize {
     const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
         2021222324252627282930313233343536373839\
         4041424344454647484950515253545556575859\
@@ -110,13 +116,15 @@ pub(crate) fn digits(buf: &mut [u8; 20], mut n: u64) -> usize {
 }
 
 /// Appends `true` or `false`.
-pub(crate) fn boolean(out: &mut Vec<u8>, b: bool) {
+#[inline]
+pub fn boolean(out: &mut Vec<u8>, b: bool) {
     out.extend_from_slice(if b { b"true" } else { b"false" });
 }
 
 /// Appends the number, or `null` for `None` (`serde_json` for an `Option` without
 /// `skip_serializing_if`).
-pub(crate) fn opt_uint(out: &mut Vec<u8>, n: Option<u64>) {
+#[inline]
+pub fn opt_uint(out: &mut Vec<u8>, n: Option<u64>) {
     match n {
         Some(n) => uint(out, n),
         None => out.extend_from_slice(b"null"),
