@@ -426,9 +426,11 @@ async fn one_process(
     let (cores, busy) = relay
         .usage()?
         .shares_since(&before, ran.elapsed().as_secs_f64());
+    let busy = busy.map_or("(not exported)".to_owned(), |b| {
+        format!("{:.0} %", b * 100.0)
+    });
     let usage = format!(
-        "|   relay process (warm-up included): {cores:.2} cores of CPU, its core task busy {:.0} % of the time",
-        busy * 100.0
+        "|   relay process (warm-up included): {cores:.2} cores of CPU, its core task busy {busy} of the time"
     );
     if s.in_flight > 1 {
         println!("| {store:<6} store, relay process:");

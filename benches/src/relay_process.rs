@@ -39,17 +39,20 @@ pub struct RelayProcess {
 pub struct Usage {
     /// CPU time of the whole process (all threads, user and system).
     pub cpu_seconds: f64,
-    /// Time its core task spent working (`relay_core_busy_seconds_total`).
-    pub core_busy_seconds: f64,
+    /// Time its core task spent working (`relay_core_busy_seconds_total`; `None` from a relay
+    /// that does not export it).
+    pub core_busy_seconds: Option<f64>,
 }
 
 impl Usage {
     /// What was used from `before` to `self`, as shares of `wall_seconds`: (cores of CPU the
     /// process used, fraction of the time its core task was busy).
-    pub fn shares_since(&self, before: &Self, wall_seconds: f64) -> (f64, f64) {
+    pub fn shares_since(&self, before: &Self, wall_seconds: f64) -> (f64, Option<f64>) {
         (
             (self.cpu_seconds - before.cpu_seconds) / wall_seconds,
-            (self.core_busy_seconds - before.core_busy_seconds) / wall_seconds,
+            self.core_busy_seconds
+                .zip(before.core_busy_seconds)
+                .map(|(now, then)| (now - then) / wall_seconds),
         )
     }
 }
@@ -146,8 +149,7 @@ impl RelayProcess {
             .ok_or_else(|| io::Error::other("unreadable stat"))? as f64
             / USER_HZ;
         let metrics = http_get(self.metrics_addr, "/metrics")?;
-        let core_busy_seconds = parse_sample(&metrics, "relay_core_busy_seconds_total")
-            .ok_or_else(|| io::Error::other("no relay_core_busy_seconds_total sample"))?;
+        let core_busy_seconds = parse_sample(&metrics, "relay_core_busy_seconds_total");
         Ok(Usage {
             cpu_seconds,
             core_busy_seconds,
