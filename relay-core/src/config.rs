@@ -85,7 +85,8 @@ pub struct Config {
     pub max_spent_credentials: usize,
     /// Estimated heap for message-id tombstones held in memory (see
     /// [`limits::TOMBSTONE_CACHE_BYTES`]); the sets of the least recently active authors are
-    /// evicted past it and read from the store again when needed.
+    /// evicted past it and read from the store again when needed. An author whose set outweighs
+    /// an eighth of it (and [`limits::TOMBSTONE_SET_BY_ROW_MIN_BYTES`]) is read by row instead.
     pub tombstone_cache_bytes: usize,
     /// Estimated heap for queued messages held in memory (see
     /// [`limits::QUEUE_CACHE_BYTES`]); the queues of the least recently used conversations

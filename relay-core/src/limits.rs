@@ -149,6 +149,11 @@ pub const TOMBSTONE_TTL_MS: u64 = 7 * 24 * HOUR_MS;
 /// authors; the rest are read from the store when needed, see `Config::tombstone_cache_bytes`).
 /// At ~150 bytes per tombstone, 64 MiB holds ~440,000 of them.
 pub const TOMBSTONE_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// The smallest stored tombstone set of one author read by row rather than whole: a set
+/// heavier than an eighth of the tombstone cache, and than this, is never held (its author's
+/// ids are then read one row at a time). At ~155 bytes per tombstone, ~420 of them; a relay
+/// without a cache still reads such small sets whole.
+pub const TOMBSTONE_SET_BY_ROW_MIN_BYTES: usize = 64 * 1024;
 /// Estimated heap for the queued messages held in memory (whole queues of one recipient in one
 /// conversation; the rest are read from the store when needed, see
 /// `Config::queue_cache_bytes`). The queues of synced recipients and those written by batches

@@ -27,6 +27,9 @@ pub struct RelayStats {
     /// Authors' tombstone sets read from the store (the first `msg` or `retract` of an author
     /// whose set was not in memory).
     pub tombstone_sets_read: u64,
+    /// Single tombstones read from the store: the lookups of authors whose sets are too large
+    /// to hold whole, for ids not written since their entry was made.
+    pub tombstone_rows_read: u64,
     /// Tombstone reads that failed (the frame was refused with `STORAGE_UNAVAILABLE`, or a
     /// range expiry was put off).
     pub tombstone_read_failures: u64,

@@ -14,6 +14,15 @@
 //! * **Bounded** by [`crate::Config::tombstone_cache_bytes`] (an estimate of the heap each set
 //!   takes, [`ENTRY_BYTES`] and [`AUTHOR_BYTES`] over the key lengths). Past the bound the least
 //!   recently used sets are evicted.
+//! * **An author too large to hold whole is read by row.** A stored set heavier than an
+//!   eighth of the bound ([`Cache::largest_set`], at least
+//!   [`TOMBSTONE_SET_BY_ROW_MIN_BYTES`]) is not
+//!   kept: held, it would push out most other authors, and evicted, it would be read whole
+//!   again at its author's next message (a sender within the default rate limit writes ~1.2
+//!   million tombstones a week). Its author is remembered for the relay's lifetime; from then
+//!   on a lookup the memory cannot answer reads the one row (`author/id`) from the store, and
+//!   its entry in memory holds only what the relay wrote since (pinned until durable, as every
+//!   write). So such a sender costs one keyed read per message, not a set per message.
 //! * **Only clean sets are evicted** ([`crate::lru`]): a write pins its author's set until the
 //!   batch that carries it is durable ([`Cache::move_written`], [`Cache::unpin`]), so a set
 //!   read again from the store after an eviction holds everything the relay acknowledged. The
@@ -22,11 +31,11 @@
 //!   expiry has passed; the rows themselves go with the relay's periodic range expiry
 //!   ([`crate::store::Mutation::Expire`]), and the sets in memory drop theirs at the same time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use wire::{MessageId, UnixMs, UserUuid};
 
-use crate::limits::{MINUTE_MS, TOMBSTONE_SWEEP_MS};
+use crate::limits::{MINUTE_MS, TOMBSTONE_SET_BY_ROW_MIN_BYTES, TOMBSTONE_SWEEP_MS};
 use crate::lru::{Lru, Weigh};
 use crate::relay::Relay;
 use crate::state::{Tombstone, TombstoneRow, decode};
@@ -38,12 +47,26 @@ pub(crate) const ENTRY_BYTES: usize = 112;
 /// Estimated heap per author set, besides its uuid: the set's map, its place in the LRU order.
 pub(crate) const AUTHOR_BYTES: usize = 160;
 
-/// One author's tombstones, all of them (the set is read whole or not at all).
+/// One author's tombstones in memory: all of them (`whole`, the set was read whole), or for an
+/// author read by row, the ones written since its entry was made.
 #[derive(Debug, Default)]
 struct Author {
     ids: BTreeMap<MessageId, Tombstone>,
     /// Estimated heap of the tombstones.
     bytes: usize,
+    whole: bool,
+}
+
+/// What memory tells of an id ([`Cache::known`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Known<'a> {
+    /// Its live tombstone.
+    Live(&'a Tombstone),
+    /// No live tombstone: the author's whole set is in memory and has none.
+    Absent,
+    /// Memory cannot tell: the author is not in memory, or is read by row and this id was not
+    /// written since.
+    Unknown,
 }
 
 impl Weigh for Author {
@@ -66,6 +89,10 @@ fn entry_bytes(id: &MessageId, t: &Tombstone) -> usize {
 #[derive(Debug)]
 pub(crate) struct Cache {
     sets: Lru<UserUuid, Author>,
+    /// Authors whose stored sets were too heavy to hold ([`Cache::largest_set`]): read by row.
+    by_row: BTreeSet<UserUuid>,
+    /// The heaviest set held whole.
+    largest_set: usize,
     /// When the next range expiry of the stored rows is due.
     sweep_at: Option<UnixMs>,
     /// The earliest expiry of the tombstones written since the last range expiry.
@@ -87,6 +114,8 @@ impl Cache {
     pub(crate) fn new(bound: usize, sweep_at: Option<UnixMs>) -> Self {
         Self {
             sets: Lru::new(bound),
+            by_row: BTreeSet::new(),
+            largest_set: (bound / 8).max(TOMBSTONE_SET_BY_ROW_MIN_BYTES),
             sweep_at,
             written_since_sweep: None,
             #[cfg(feature = "planted-bugs")]
@@ -99,9 +128,40 @@ impl Cache {
         self.sweep_at
     }
 
-    /// Whether `author`'s set is in memory (lookups for it need no read).
+    /// Whether `author` has an entry in memory (its whole set, or, read by row, what was
+    /// written since).
     pub(crate) fn is_loaded(&self, author: &UserUuid) -> bool {
         self.sets.contains(author)
+    }
+
+    /// Whether `author`'s stored set was too heavy to hold: its ids are read by row.
+    pub(crate) fn is_read_by_row(&self, author: &UserUuid) -> bool {
+        self.by_row.contains(author)
+    }
+
+    /// The heaviest set held whole (an eighth of the bound, at least
+    /// [`TOMBSTONE_SET_BY_ROW_MIN_BYTES`]).
+    pub(crate) fn largest_set(&self) -> usize {
+        self.largest_set
+    }
+
+    /// From now on `author`'s ids are read by row: its entry in memory starts empty and holds
+    /// what is written for it.
+    pub(crate) fn read_by_row(&mut self, author: &UserUuid) {
+        self.by_row.insert(author.clone());
+        self.sets.insert(author.clone(), Author::default());
+    }
+
+    /// What memory tells of `(author, id)` at `now`.
+    pub(crate) fn known(&self, author: &UserUuid, id: &MessageId, now: UnixMs) -> Known<'_> {
+        let Some(set) = self.sets.get(author) else {
+            return Known::Unknown;
+        };
+        match set.ids.get(id).filter(|t| now < t.expires_at) {
+            Some(t) => Known::Live(t),
+            None if set.whole => Known::Absent,
+            None => Known::Unknown,
+        }
     }
 
     /// Adds `author`'s set as read from the store (tombstones already expired at `now` are
@@ -112,7 +172,10 @@ impl Cache {
         rows: impl IntoIterator<Item = (MessageId, Tombstone)>,
         now: UnixMs,
     ) {
-        let mut set = Author::default();
+        let mut set = Author {
+            whole: true,
+            ..Author::default()
+        };
         for (id, t) in rows {
             if now < t.expires_at {
                 set.bytes += entry_bytes(&id, &t);
@@ -235,19 +298,68 @@ pub(crate) fn lookup(
     id: &MessageId,
     now: UnixMs,
 ) -> Result<Option<Tombstone>, StoreError> {
-    if !cache.is_loaded(author) {
-        // PLANTED BUG (EvictedTombstonesForgotten): the stored set is not read back.
-        let set = if crate::planted::planted!(cache, EvictedTombstonesForgotten) {
-            Vec::new()
-        } else {
-            read_set(reader, author).inspect_err(|_| {
-                stats.tombstone_read_failures += 1;
-            })?
-        };
-        stats.tombstone_sets_read += 1;
-        cache.insert_loaded(author, set, now);
+    match cache.known(author, id, now) {
+        Known::Live(t) => return Ok(Some(t.clone())),
+        Known::Absent => return Ok(None),
+        Known::Unknown if cache.is_loaded(author) => {}
+        Known::Unknown if cache.is_read_by_row(author) => cache.read_by_row(author),
+        Known::Unknown => {
+            // PLANTED BUG (EvictedTombstonesForgotten): the stored set is not read back.
+            let set = if crate::planted::planted!(cache, EvictedTombstonesForgotten) {
+                Vec::new()
+            } else {
+                read_set(reader, author).inspect_err(|_| {
+                    stats.tombstone_read_failures += 1;
+                })?
+            };
+            stats.tombstone_sets_read += 1;
+            let weight: usize = set.iter().map(|(id, t)| entry_bytes(id, t)).sum();
+            if weight <= cache.largest_set() {
+                cache.insert_loaded(author, set, now);
+                return Ok(cache.get(author, id, now).cloned());
+            }
+            // Too heavy to hold: answered from this read, by row from now on.
+            cache.read_by_row(author);
+            let found = set.into_iter().find(|(i, _)| i == id).map(|(_, t)| t);
+            return Ok(found.filter(|t| now < t.expires_at));
+        }
     }
-    Ok(cache.get(author, id, now).cloned())
+    let found = read_row(reader, author, id).inspect_err(|_| {
+        stats.tombstone_read_failures += 1;
+    })?;
+    stats.tombstone_rows_read += 1;
+    Ok(found.filter(|t| now < t.expires_at))
+}
+
+/// The stored tombstone of `(author, id)`, if any (one keyed read).
+fn read_row(
+    reader: &mut dyn StoreRead,
+    author: &UserUuid,
+    id: &MessageId,
+) -> Result<Option<Tombstone>, StoreError> {
+    let key = format!("{author}/{id}");
+    let Some(value) = reader.get(Table::Tombstones, &key)? else {
+        return Ok(None);
+    };
+    let row: TombstoneRow = decode(Table::Tombstones, &key, &value)?;
+    if row.author != *author || row.id != *id {
+        return Err(StoreError::Backend(format!(
+            "corrupt row {key:?} in table {}: another message's tombstone",
+            Table::Tombstones.name()
+        )));
+    }
+    Ok(Some(split(row).1))
+}
+
+/// A stored row as its id and the tombstone kept under it.
+fn split(row: TombstoneRow) -> (MessageId, Tombstone) {
+    let t = Tombstone {
+        conv_id: row.conv_id,
+        seq: row.seq,
+        expires_at: row.expires_at,
+        retracted: row.retracted,
+    };
+    (row.id, t)
 }
 
 /// Every stored tombstone of `author` (one prefix scan).
@@ -268,13 +380,7 @@ fn read_set(
                 Table::Tombstones.name()
             )));
         }
-        let t = Tombstone {
-            conv_id: row.conv_id,
-            seq: row.seq,
-            expires_at: row.expires_at,
-            retracted: row.retracted,
-        };
-        set.push((row.id, t));
+        set.push(split(row));
     }
     Ok(set)
 }
@@ -381,6 +487,63 @@ mod tests {
 
     fn id(s: &str) -> MessageId {
         MessageId::parse(s).unwrap()
+    }
+
+    /// A store holding `n` tombstones of `author` (`m1`..), `m{i}` with seq `i`, expiring at
+    /// 1,000 but `m3` at 5.
+    fn stored(author: &UserUuid, n: u64) -> crate::store::MemoryStore {
+        use crate::store::Store as _;
+        let mut store = crate::store::MemoryStore::new();
+        let mut batch = crate::store::Batch::new();
+        for i in 1..=n {
+            let row = TombstoneRow {
+                author: author.clone(),
+                id: id(&format!("m{i}")),
+                conv_id: wire::ConvId::parse("c1").unwrap(),
+                seq: wire::Seq(i),
+                expires_at: UnixMs(if i == 3 { 5 } else { 1_000 }),
+                retracted: false,
+            };
+            let value = serde_json::to_vec(&row).unwrap();
+            let key = format!("{author}/m{i}");
+            batch.put_expiring(Table::Tombstones, &key, &value, row.expires_at.get());
+        }
+        store.commit(&batch).unwrap();
+        store
+    }
+
+    /// A set heavier than the largest held is answered from its one whole read, then by row,
+    /// also once its (partial) entry was evicted; what was written since is answered from
+    /// memory; a light set is still held whole.
+    #[test]
+    fn a_heavy_set_is_read_whole_once_then_by_row() {
+        use crate::store::Store as _;
+        let (a, b) = (user(1), user(2));
+        let mut store = stored(&a, 700);
+        let mut reader = store.reader().unwrap();
+        let mut stats = crate::stats::RelayStats::default();
+        let mut c = Cache::new(0, None);
+        assert_eq!(c.largest_set(), TOMBSTONE_SET_BY_ROW_MIN_BYTES);
+        let mut look = |c: &mut Cache, who: &UserUuid, m: &str, now: u64| {
+            lookup(c, &mut *reader, &mut stats, who, &id(m), UnixMs(now))
+                .unwrap()
+                .map(|t| t.seq.get())
+        };
+        assert_eq!(look(&mut c, &a, "m5", 10), Some(5));
+        assert!(c.is_read_by_row(&a) && c.is_loaded(&a));
+        assert_eq!(c.len(), 0, "the heavy set is not kept");
+        c.evict();
+        assert!(!c.is_loaded(&a));
+        assert_eq!(look(&mut c, &a, "m6", 10), Some(6), "evicted: by row again");
+        assert!(c.is_loaded(&a));
+        assert_eq!(look(&mut c, &a, "m3", 10), None, "expired");
+        assert_eq!(look(&mut c, &a, "nope", 10), None);
+        c.put(&a, id("new"), tomb(701, 1_000));
+        assert_eq!(look(&mut c, &a, "new", 10), Some(701));
+        assert_eq!(look(&mut c, &b, "m1", 10), None, "an author with no rows");
+        assert!(!c.is_read_by_row(&b));
+        assert_eq!(stats.tombstone_sets_read, 2, "a's once, b's once");
+        assert_eq!(stats.tombstone_rows_read, 3, "m6, m3, nope");
     }
 
     #[test]

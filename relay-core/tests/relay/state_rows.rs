@@ -256,6 +256,92 @@ fn a_failed_tombstone_read_refuses_the_frame_and_changes_nothing() {
     );
 }
 
+/// An author whose stored tombstones outweigh what one author may take of the cache is read
+/// whole once, then by row: each further message costs one keyed read, not its whole set (a
+/// sender at the default rate writes ~1.2 million tombstones a week). Its ids are still
+/// answered: a re-sent old id gets its first ack, a new one is accepted, an old one can be
+/// retracted, and the retraction is known to a re-send. The same holds after a restart.
+#[test]
+fn an_author_too_heavy_for_the_cache_is_read_by_row_not_whole() {
+    use relay_core::limits::TOMBSTONE_SET_BY_ROW_MIN_BYTES;
+    let mut w = World::with_config(relay_core::Config {
+        // An eighth of it is the smallest threshold.
+        tombstone_cache_bytes: 8 * TOMBSTONE_SET_BY_ROW_MIN_BYTES,
+        max_offline_queue_per_recipient: 10_000,
+        max_offline_queue_per_conversation: 10_000,
+        ..crate::world::fast_config()
+    });
+    let (a, b, conv) = online_and_offline(&mut w);
+    let ca = a.conn.unwrap();
+    // ~155 bytes a tombstone: the set is held whole until it outgrows the cache (~3,400),
+    // evicted, read whole once more, found too heavy, and read by row from then on.
+    let n = 4_000;
+    for i in 1..=n {
+        w.advance(600);
+        let id = format!("m{i}");
+        assert_eq!(
+            acks(&frames(&w.msg(&a, &b, &conv, &id), ca)),
+            [(id.clone(), i)]
+        );
+    }
+    let stats = w.relay.stats();
+    assert!(
+        stats.tombstone_sets_read <= 2,
+        "the set was read whole {} times",
+        stats.tombstone_sets_read
+    );
+    assert!(
+        stats.tombstone_rows_read >= 100,
+        "{}",
+        stats.tombstone_rows_read
+    );
+    assert!(w.relay.tombstone_cache().bytes <= TOMBSTONE_SET_BY_ROW_MIN_BYTES);
+    let resent = |w: &mut World, id: &str| acks(&frames(&w.msg(&a, &b, &conv, id), ca));
+    assert_eq!(
+        resent(&mut w, "m5"),
+        [("m5".into(), 5)],
+        "an old id, by row"
+    );
+    assert_eq!(resent(&mut w, "m4000"), [("m4000".into(), 4_000)]);
+    assert_eq!(resent(&mut w, "new"), [("new".into(), 4_001)]);
+    assert_eq!(
+        resent(&mut w, "new"),
+        [("new".into(), 4_001)],
+        "written since"
+    );
+    w.send(
+        ca,
+        json!({"type":"retract","id":"m7","to":b.alias,"conv_id":conv}),
+    );
+    let reads = w.relay.stats().tombstone_rows_read;
+    assert_eq!(
+        resent(&mut w, "m7"),
+        [("m7".into(), 7)],
+        "retracted, still known"
+    );
+    let store = w.mem.clone();
+    w.restart(Box::new(store));
+    let mut a = a;
+    w.login(&mut a);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let again = |w: &mut World, id: &str| acks(&frames(&w.msg(&a, &b, &conv, id), ca));
+    assert_eq!(again(&mut w, "m9"), [("m9".into(), 9)]);
+    assert_eq!(again(&mut w, "m10"), [("m10".into(), 10)]);
+    assert_eq!(again(&mut w, "later"), [("later".into(), 4_002)]);
+    let after = w.relay.stats();
+    assert_eq!(after.tombstone_sets_read, 1, "once after the restart");
+    assert!(after.tombstone_rows_read >= 2);
+    assert!(reads > 0);
+    let rows = w.rows(Table::Tombstones);
+    let m7 = rows
+        .iter()
+        .find(|(k, _)| k.ends_with("/m7"))
+        .map(|(_, v)| serde_json::from_slice::<serde_json::Value>(v).unwrap())
+        .unwrap();
+    assert_eq!(m7["retracted"], true);
+}
+
 /// A receipt waiting for its offline author is kept for the offline TTL after it was given, to
 /// the millisecond, then deleted: the author's next sync does not get it.
 #[test]

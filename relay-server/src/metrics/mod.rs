@@ -78,6 +78,7 @@ struct Families {
     load_duration: Histogram,
     read_duration: Histogram,
     tombstone_sets_read: Counter,
+    tombstone_rows_read: Counter,
     tombstone_cache: Gauge,
     queues_read: Counter,
     queue_cache: Gauge,
@@ -153,6 +154,7 @@ impl Metrics {
             load_duration: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
             read_duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 17)),
             tombstone_sets_read: Counter::default(),
+            tombstone_rows_read: Counter::default(),
             tombstone_cache: Gauge::default(),
             queues_read: Counter::default(),
             queue_cache: Gauge::default(),
@@ -343,6 +345,10 @@ impl Metrics {
         add(
             &f.tombstone_sets_read,
             d(now.tombstone_sets_read, last.tombstone_sets_read),
+        );
+        add(
+            &f.tombstone_rows_read,
+            d(now.tombstone_rows_read, last.tombstone_rows_read),
         );
         add(&f.queues_read, d(now.queues_read, last.queues_read));
         add(&f.accounts_read, d(now.accounts_read, last.accounts_read));
@@ -587,6 +593,11 @@ fn register(r: &mut Registry, f: &Families) {
         "tombstone_sets_read",
         "Authors' message-id tombstones read from the store (not in memory at their first msg or retract)",
         f.tombstone_sets_read.clone(),
+    );
+    r.register(
+        "tombstone_rows_read",
+        "Single message-id tombstones read from the store (authors whose sets are too large to hold whole are read by row)",
+        f.tombstone_rows_read.clone(),
     );
     r.register_with_unit(
         "tombstone_cache",
