@@ -21,6 +21,10 @@
 //! runs only that row; `-- --small-only` every row but that one, and no simulator sweep (a
 //! quicker before/after of a change to the relay).
 //!
+//! Each relay row also says how much CPU the relay process used (`/proc/<pid>/stat`) and what
+//! share of the run its core task was busy (`relay_core_busy_seconds_total`, scraped from the
+//! relay's `--metrics-listen`): whether the one task that owns the state was the ceiling.
+//!
 //! Not a criterion bench (per-message p99 is the point). Run with
 //! `cargo build --release -p relay-server --bin relay --bin simulate && cargo bench -p benches --bench e2e`.
 //! Without the release `relay` it measures the relay in process (memory store) instead. Without
