@@ -14,9 +14,8 @@
 //! * **Bounded** by [`crate::Config::tombstone_cache_bytes`] (an estimate of the heap each set
 //!   takes, [`ENTRY_BYTES`] and [`AUTHOR_BYTES`] over the key lengths). Past the bound the least
 //!   recently used sets are evicted.
-//! * **An author too large to hold whole is read by row.** A stored set heavier than an
-//!   eighth of the bound ([`Cache::largest_set`], at least
-//!   [`TOMBSTONE_SET_BY_ROW_MIN_BYTES`]) is not
+//! * **An author too large to hold whole is read by row.** A stored set heavier than an eighth
+//!   of the bound ([`Cache::largest_set`], at least [`TOMBSTONE_SET_BY_ROW_MIN_BYTES`]) is not
 //!   kept: held, it would push out most other authors, and evicted, it would be read whole
 //!   again at its author's next message (a sender within the default rate limit writes ~1.2
 //!   million tombstones a week). Its author is remembered for the relay's lifetime; from then
