@@ -1,0 +1,163 @@
+"""A sender with a week of message ids, measured as an outsider: the time each of its messages
+takes to be acknowledged once its tombstones outweigh the relay's tombstone cache. Needs
+Python's `cryptography` package.
+
+    cargo build --release -p relay-server --bin relay
+    python3 benches/scripts/heavy_author.py target/release/relay DIR 1000000 [MESSAGES]
+
+Starts the relay on a fresh SQLite data directory DIR (`--pow-difficulty 0`), registers two
+accounts over HTTP and makes them friends, stops it, writes N tombstone rows of the first
+account straight into `DIR/relay.sqlite3` (40-character ids, accepted over the last week,
+~150 bytes each as the cache weighs them: 1,000,000 of them are ~2.5x the default 64 MiB
+cache), starts it again and sends MESSAGES (default 50) `msg` frames from that account over its
+WebSocket, one at a time, each timed from send to its `ack`. Prints the first message's time
+(whatever the relay reads for that author at its first message), the median and the maximum of
+the rest, and the relay's tombstone counters from its metrics.
+"""
+import base64, http.client, json, os, socket, sqlite3, struct, sys, time, uuid
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
+
+from relaystart import start, stop
+
+relay, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+messages = int(sys.argv[4]) if len(sys.argv) > 4 else 50
+port = 47950 + os.getpid() % 40
+metrics_port = port + 40
+store = ["--data", data, "--pow-difficulty", "0",
+         "--metrics-listen", f"127.0.0.1:{metrics_port}"]
+raw = serialization.Encoding.Raw, serialization.PublicFormat.Raw
+b64 = lambda b: base64.b64encode(b).decode()
+
+
+def call(method, path, body=None, token=None, at=port):
+    c = http.client.HTTPConnection("127.0.0.1", at, timeout=60)
+    h = {"Content-Type": "application/json"}
+    if token:
+        h["Authorization"] = "Bearer " + token
+    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+    r = c.getresponse()
+    text = r.read()
+    c.close()
+    return r.status, (json.loads(text) if text and r.status < 300 and path != "/metrics" else text)
+
+
+def account(nick):
+    sk, xk = ed25519.Ed25519PrivateKey.generate(), x25519.X25519PrivateKey.generate()
+    st, reg = call("POST", "/api/v1/register", {
+        "ed25519_public_key": b64(sk.public_key().public_bytes(*raw)),
+        "x25519_public_key": b64(xk.public_key().public_bytes(*raw)), "nickname": nick})
+    assert st in (200, 201), (st, reg)
+    return {"uuid": reg["uuid"], "alias": reg["alias_id"], "key": sk}
+
+
+def login(a):
+    _, ch = call("POST", "/api/v1/auth/challenge", {"user_uuid": a["uuid"]})
+    st, v = call("POST", "/api/v1/auth/verify", {"user_uuid": a["uuid"],
+                 "challenge": ch["challenge"], "signature": b64(a["key"].sign(ch["challenge"].encode()))})
+    assert st == 200, (st, v)
+    a["token"] = v["token"]
+
+
+class Socket:
+    """A WebSocket client of text frames (masked, as a client must), enough for this script."""
+
+    def __init__(self, a):
+        self.s = socket.create_connection(("127.0.0.1", port))
+        self.s.sendall((f"GET /ws?user_uuid={a['uuid']}&token={a['token']} HTTP/1.1\r\n"
+                        f"Host: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            head += self.s.recv(1)
+        assert head.split()[1] == b"101", head
+
+    def send(self, obj):
+        body = json.dumps(obj, separators=(",", ":")).encode()
+        mask = os.urandom(4)
+        n = len(body)
+        head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n))
+        self.s.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(body)))
+
+    def exact(self, k):
+        out = b""
+        while len(out) < k:
+            chunk = self.s.recv(k - len(out))
+            assert chunk, "the relay closed the socket"
+            out += chunk
+        return out
+
+    def recv(self):
+        b0, b1 = self.exact(2)
+        n = b1 & 0x7F
+        if n == 126:
+            n = struct.unpack(">H", self.exact(2))[0]
+        elif n == 127:
+            n = struct.unpack(">Q", self.exact(8))[0]
+        body = self.exact(n)
+        return json.loads(body) if b0 & 0x0F == 1 else None
+
+
+def tombstone_counters():
+    _, text = call("GET", "/metrics", at=metrics_port)
+    out = {}
+    for line in text.decode().splitlines():
+        for name in ("relay_tombstone_sets_read_total", "relay_tombstone_rows_read_total"):
+            if line.startswith(name + " "):
+                out[name] = float(line.split()[1])
+    return out
+
+
+p, _, _, _ = start(relay, store, port)
+a, b = account("heavy"), account("peer")
+login(a), login(b)
+st, req = call("POST", "/api/v1/friends/request", {"to_alias_id": b["alias"]}, a["token"])
+assert st in (200, 201), (st, req)
+st, acc = call("POST", f"/api/v1/friends/{req['friendship_id']}/accept", {}, b["token"])
+assert st == 200, (st, acc)
+conv = acc["conversation_id"]
+stop(p)
+
+db = sqlite3.connect(os.path.join(data, "relay.sqlite3"))
+now_ms = int(time.time() * 1000)
+week = 7 * 24 * 3600 * 1000
+t0 = time.perf_counter()
+with db:
+    rows = []
+    for i in range(n):
+        mid = f"{uuid.UUID(int=(i + 1) << 32, version=4)}-{i % 1000:03d}"
+        expires = now_ms + week - (n - i) * (week // 2) // n
+        value = json.dumps({"author": a["uuid"], "id": mid, "conv_id": conv, "seq": i + 1,
+                            "expires_at": expires, "retracted": False},
+                           separators=(",", ":")).encode()
+        rows.append((f"{a['uuid']}/{mid}", value, expires))
+        if len(rows) == 50_000 or i == n - 1:
+            db.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?, ?)", rows)
+            rows = []
+db.close()
+print(f"{n} tombstones of one author written in {time.perf_counter() - t0:.1f} s")
+
+p, _, _, _ = start(relay, store, port)
+try:
+    login(a)
+    ws = Socket(a)
+    ws.send({"type": "sync", "crypto_v": 1})
+    payload = b64(os.urandom(300))
+    times = []
+    for i in range(messages):
+        t = time.perf_counter()
+        ws.send({"type": "msg", "id": f"fresh-{i}", "to": b["alias"], "conv_id": conv,
+                 "crypto_v": 1, "payload": payload})
+        while True:
+            f = ws.recv()
+            if f and f.get("type") == "ack" and f.get("id") == f"fresh-{i}":
+                break
+            assert not (f and f.get("type") == "error"), f
+        times.append((time.perf_counter() - t) * 1000)
+    rest = sorted(times[1:])
+    print(f"{messages} messages from an author with {n} tombstones: first {times[0]:.1f} ms, "
+          f"then p50 {rest[len(rest) // 2]:.2f} ms, max {rest[-1]:.2f} ms; "
+          f"total {sum(times) / 1000:.2f} s; {tombstone_counters()}")
+finally:
+    stop(p)
