@@ -68,6 +68,23 @@ pub(crate) enum Known<'a> {
     Unknown,
 }
 
+impl Author {
+    /// A whole set from its stored rows, those expired at `now` left out.
+    fn whole(rows: impl IntoIterator<Item = (MessageId, Tombstone)>, now: UnixMs) -> Self {
+        let mut set = Self {
+            whole: true,
+            ..Self::default()
+        };
+        for (id, t) in rows {
+            if now < t.expires_at {
+                set.bytes += entry_bytes(&id, &t);
+                set.ids.insert(id, t);
+            }
+        }
+        set
+    }
+}
+
 impl Weigh for Author {
     fn weight(&self) -> usize {
         self.bytes + AUTHOR_BYTES
@@ -165,27 +182,40 @@ impl Cache {
 
     /// Adds `author`'s set as read from the store (tombstones already expired at `now` are
     /// left out). Nothing is evicted before the input that read it ends ([`Cache::evict`]).
+    /// (Tests; the relay goes through [`Cache::insert_read`].)
+    #[cfg(test)]
     pub(crate) fn insert_loaded(
         &mut self,
         author: &UserUuid,
         rows: impl IntoIterator<Item = (MessageId, Tombstone)>,
         now: UnixMs,
     ) {
-        let mut set = Author {
-            whole: true,
-            ..Author::default()
-        };
-        for (id, t) in rows {
-            if now < t.expires_at {
-                set.bytes += entry_bytes(&id, &t);
-                set.ids.insert(id, t);
-            }
+        self.sets.insert(author.clone(), Author::whole(rows, now));
+    }
+
+    /// `author`'s set as just read from the store: held whole if it weighs at most
+    /// [`Cache::largest_set`], else its author is read by row from now on. Either way the read
+    /// answers `id` (its live tombstone at `now`).
+    pub(crate) fn insert_read(
+        &mut self,
+        author: &UserUuid,
+        rows: impl IntoIterator<Item = (MessageId, Tombstone)>,
+        id: &MessageId,
+        now: UnixMs,
+    ) -> Option<Tombstone> {
+        let mut set = Author::whole(rows, now);
+        if set.bytes <= self.largest_set() {
+            let found = set.ids.get(id).cloned();
+            self.sets.insert(author.clone(), set);
+            return found;
         }
-        self.sets.insert(author.clone(), set);
+        self.read_by_row(author);
+        set.ids.remove(id)
     }
 
     /// The live tombstone of `(author, id)` at `now`. `None` also when the author's set is not
-    /// loaded: callers load it first.
+    /// loaded: callers load it first. (Tests; the relay asks [`Cache::known`].)
+    #[cfg(test)]
     pub(crate) fn get(&self, author: &UserUuid, id: &MessageId, now: UnixMs) -> Option<&Tombstone> {
         self.sets
             .get(author)?
@@ -312,15 +342,7 @@ pub(crate) fn lookup(
                 })?
             };
             stats.tombstone_sets_read += 1;
-            let weight: usize = set.iter().map(|(id, t)| entry_bytes(id, t)).sum();
-            if weight <= cache.largest_set() {
-                cache.insert_loaded(author, set, now);
-                return Ok(cache.get(author, id, now).cloned());
-            }
-            // Too heavy to hold: answered from this read, by row from now on.
-            cache.read_by_row(author);
-            let found = set.into_iter().find(|(i, _)| i == id).map(|(_, t)| t);
-            return Ok(found.filter(|t| now < t.expires_at));
+            return Ok(cache.insert_read(author, set, id, now));
         }
     }
     let found = read_row(reader, author, id).inspect_err(|_| {
