@@ -88,6 +88,15 @@ pub struct Config {
     /// evicted past it and read from the store again when needed. An author whose set outweighs
     /// an eighth of it (and [`limits::TOMBSTONE_SET_BY_ROW_MIN_BYTES`]) is read by row instead.
     pub tombstone_cache_bytes: usize,
+    /// The smallest stored tombstone set of one author read by row rather than held whole,
+    /// when an eighth of [`Config::tombstone_cache_bytes`] is smaller (see
+    /// [`limits::TOMBSTONE_SET_BY_ROW_MIN_BYTES`]).
+    pub tombstone_set_by_row_min_bytes: usize,
+    /// Due queues the message expiry sweep reads per page (see [`limits::EXPIRY_PAGE_ROWS`]).
+    pub expiry_page_rows: usize,
+    /// Messages the expiry sweep deletes per step at most (see
+    /// [`limits::EXPIRY_PAGE_MESSAGES`]).
+    pub expiry_page_messages: usize,
     /// Estimated heap for queued messages held in memory (see
     /// [`limits::QUEUE_CACHE_BYTES`]); the queues of the least recently used conversations
     /// whose recipient is not synced are evicted past it and read from the store again when
@@ -181,6 +190,9 @@ impl Default for Config {
             turn_ttl_s: limits::TURN_CREDENTIAL_TTL_S,
             max_spent_credentials: limits::MAX_SPENT_CREDENTIALS,
             tombstone_cache_bytes: limits::TOMBSTONE_CACHE_BYTES,
+            tombstone_set_by_row_min_bytes: limits::TOMBSTONE_SET_BY_ROW_MIN_BYTES,
+            expiry_page_rows: limits::EXPIRY_PAGE_ROWS,
+            expiry_page_messages: limits::EXPIRY_PAGE_MESSAGES,
             queue_cache_bytes: limits::QUEUE_CACHE_BYTES,
             account_cache_bytes: limits::ACCOUNT_CACHE_BYTES,
             conversation_cache_bytes: limits::CONVERSATION_CACHE_BYTES,

@@ -29,6 +29,10 @@ pub(crate) struct Sweep {
     after: Option<(u64, String)>,
     /// The earliest expiry written since the writes were last handed to a batch's pins.
     written: Option<UnixMs>,
+    /// Due queues read per page.
+    page_rows: usize,
+    /// Messages deleted per step at most.
+    page_messages: usize,
 }
 
 impl Sweep {
@@ -36,8 +40,16 @@ impl Sweep {
     pub(crate) fn new(ttl_ms: u64) -> Self {
         Self {
             ttl_ms,
+            page_rows: limits::EXPIRY_PAGE_ROWS,
+            page_messages: limits::EXPIRY_PAGE_MESSAGES,
             ..Self::default()
         }
+    }
+
+    /// Pages of `rows` due queues, at most `messages` deletions per step (each at least 1).
+    pub(crate) fn set_pages(&mut self, rows: usize, messages: usize) {
+        self.page_rows = rows.max(1);
+        self.page_messages = messages.max(1);
     }
 
     /// The offline TTL: a message expires this long after it was accepted.
@@ -95,10 +107,11 @@ fn parse_queue_key(key: &str) -> Option<QueueKey> {
 
 impl crate::relay::Relay {
     /// Deletes the queued messages whose TTL has ended, when the sweep is due: one page
-    /// ([`limits::EXPIRY_PAGE_ROWS`]) of due queues from the store's index on the queue
+    /// (`Config::expiry_page_rows`, [`limits::EXPIRY_PAGE_ROWS`]) of due queues from the store's index on the queue
     /// index's expiry, each queue read (if it is not in memory) and its due messages taken
     /// out, its index row rewritten with its next expiry (or deleted) and the backlog in
-    /// step, until [`limits::EXPIRY_PAGE_MESSAGES`] messages went. A full page, or one cut
+    /// step, until `Config::expiry_page_messages` ([`limits::EXPIRY_PAGE_MESSAGES`]) messages
+    /// went. A full page, or one cut
     /// short by that bound, leaves the sweep due again
     /// [`limits::EXPIRY_PAGE_PAUSE_MS`] later, to go on after its last row (the inputs that
     /// arrived meanwhile are handled between pages); otherwise it is due at the next stored
@@ -110,11 +123,15 @@ impl crate::relay::Relay {
         }
         let retry = now.plus_ms(limits::QUEUE_READ_RETRY_MS);
         let after = self.state.queues.sweep.after.take();
+        let (page_rows, page_messages) = {
+            let s = &self.state.queues.sweep;
+            (s.page_rows, s.page_messages)
+        };
         let page = self.reader.expired(
             Table::QueueIndex,
             now.get(),
             after.as_ref().map(|(at, k)| (*at, k.as_str())),
-            limits::EXPIRY_PAGE_ROWS,
+            page_rows,
         );
         let Ok(page) = page else {
             self.stats.queue_read_failures += 1;
@@ -125,7 +142,7 @@ impl crate::relay::Relay {
         let mut expired = 0;
         let mut last = None;
         for (key, at) in &page {
-            if expired >= limits::EXPIRY_PAGE_MESSAGES {
+            if expired >= page_messages {
                 break;
             }
             last = Some((*at, key));
@@ -145,7 +162,7 @@ impl crate::relay::Relay {
         }
         let sweep = &mut self.state.queues.sweep;
         let cut_short = last.is_some_and(|(_, k)| page.last().is_some_and(|(l, _)| l != k));
-        if page.len() >= limits::EXPIRY_PAGE_ROWS || cut_short {
+        if page.len() >= page_rows || cut_short {
             sweep.after = last.map(|(at, k)| (at, k.clone()));
             sweep.at = Some(now.plus_ms(limits::EXPIRY_PAGE_PAUSE_MS));
             return;

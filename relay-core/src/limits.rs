@@ -152,7 +152,7 @@ pub const TOMBSTONE_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// The smallest stored tombstone set of one author read by row rather than whole: a set
 /// heavier than an eighth of the tombstone cache, and than this, is never held (its author's
 /// ids are then read one row at a time). At ~155 bytes per tombstone, ~420 of them; a relay
-/// without a cache still reads such small sets whole.
+/// without a cache still reads such small sets whole (`Config::tombstone_set_by_row_min_bytes`).
 pub const TOMBSTONE_SET_BY_ROW_MIN_BYTES: usize = 64 * 1024;
 /// Estimated heap for the queued messages held in memory (whole queues of one recipient in one
 /// conversation; the rest are read from the store when needed, see
@@ -181,11 +181,12 @@ pub const INDEX_PAGE_ROWS: usize = 10_000;
 /// When reading a queue for its expiry failed, how long until the relay tries again.
 pub const QUEUE_READ_RETRY_MS: u64 = 1_000;
 /// Due queues read per page by the expiry sweep (their keys, from the store's index on the
-/// queue index's expiry): a sweep's reads per `handle_timeout`, however many expire at once.
+/// queue index's expiry): a sweep's reads per `handle_timeout`, however many expire at once
+/// (`Config::expiry_page_rows`).
 pub const EXPIRY_PAGE_ROWS: usize = 128;
 /// Messages the expiry sweep deletes per `handle_timeout` at most (it stops after the queue
 /// that reaches it, and goes on after that queue next time): its work and batch per step,
-/// however full the due queues.
+/// however full the due queues (`Config::expiry_page_messages`).
 pub const EXPIRY_PAGE_MESSAGES: usize = 2_048;
 /// After a full page the sweep goes on this much later: a shell that fires a due deadline
 /// before it reads its inputs still handles them between pages, however long the sweep.

@@ -239,7 +239,12 @@ impl<K: Ord + Clone + Weigh, V: Weigh> Lru<K, V> {
         Some(&e.value)
     }
 
-    /// The estimated bytes held.
+    /// The bound, in estimated bytes.
+    pub(crate) fn bound(&self) -> usize {
+        self.bound
+    }
+
+    /// The estimated bytes of what is held.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }

@@ -219,6 +219,13 @@ impl Queues {
         }
     }
 
+    /// These queues with an expiry sweep of pages of `rows` due queues and at most `messages`
+    /// deletions per step.
+    pub(crate) fn with_expiry_pages(mut self, rows: usize, messages: usize) -> Self {
+        self.sweep.set_pages(rows, messages);
+        self
+    }
+
     /// The offline TTL: a message expires this long after it was accepted.
     pub(crate) fn ttl_ms(&self) -> u64 {
         self.sweep.ttl_ms()

@@ -329,7 +329,8 @@ impl Relay {
         {
             state.relations.planted_bug = config.planted_bug;
         }
-        state.queues = crate::queue::Queues::new(config.queue_cache_bytes, config.offline_ttl_ms);
+        state.queues = crate::queue::Queues::new(config.queue_cache_bytes, config.offline_ttl_ms)
+            .with_expiry_pages(config.expiry_page_rows, config.expiry_page_messages);
         if !state.meta.contains_key(meta::QUEUE_INDEX) {
             state.summarise_stored_queues(&mut *reader, crate::limits::SUMMARISE_PAGE_ROWS)?;
         }
@@ -373,7 +374,8 @@ impl Relay {
         let sweep_at = crate::tombstones::first_sweep(&mut *reader)?;
         let first_expiry = reader.next_expiry(Table::QueueIndex, 0)?;
         state.queues.sweep.set_first(first_expiry.map(UnixMs));
-        state.tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at);
+        state.tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at)
+            .with_by_row_min(config.tombstone_set_by_row_min_bytes);
         #[cfg(feature = "planted-bugs")]
         {
             state.tombstones.planted_bug = config.planted_bug;

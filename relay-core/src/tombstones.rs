@@ -139,6 +139,13 @@ impl Cache {
         }
     }
 
+    /// This cache with `min_bytes` as the smallest set read by row (when an eighth of the
+    /// bound is smaller).
+    pub(crate) fn with_by_row_min(mut self, min_bytes: usize) -> Self {
+        self.largest_set = (self.sets.bound() / 8).max(min_bytes);
+        self
+    }
+
     /// When the next range expiry is due.
     pub(crate) fn sweep_at(&self) -> Option<UnixMs> {
         self.sweep_at

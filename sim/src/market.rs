@@ -345,7 +345,7 @@ fn paid_unsettled(ctx: &HostCtx) -> Vec<String> {
 }
 
 /// Binds a confirmed order: the alias becomes this client's (a refusal settles it too; a lost
-/// answer is tried again on the next round).
+/// answer, or a refusal of an expired token, is tried again on the next round).
 async fn bind(ctx: &HostCtx, client: &Client<Turmoil>, order_id: &str) {
     let me = ctx.me;
     match client.vanity().bind(order_id).await {
@@ -367,6 +367,11 @@ async fn bind(ctx: &HostCtx, client: &Client<Turmoil>, order_id: &str) {
                 format!("c{me} bound {alias} (was {old}) by {order_id}"),
             );
             settle(ctx, order_id);
+        }
+        // A token that expired meanwhile says nothing of the order: tried again once the app
+        // logged in anew (an earlier attempt whose answer was lost may have bound it).
+        Err(ClientError::Status(401, _)) => {
+            note(ctx, format!("c{me} bind {order_id} refused: 401 (tried again)"));
         }
         Err(ClientError::Status(s, _)) => {
             note(ctx, format!("c{me} bind {order_id} refused: {s}"));

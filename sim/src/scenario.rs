@@ -465,6 +465,21 @@ impl Scenario {
         }
     }
 
+    /// Fits the drawn scenario to its run's class: bursts within the class's cap, no push
+    /// targets where the class's push policy refuses the stand-ins (see [`crate::class`]).
+    pub fn fit_class(&mut self, class: crate::class::Class) {
+        if let Some(cap) = class.burst_cap() {
+            for a in &mut self.actions {
+                if let ActionKind::Burst { count, .. } = &mut a.kind {
+                    *count = (*count).min(cap);
+                }
+            }
+        }
+        if !class.honest_push() {
+            self.push_clients.clear();
+        }
+    }
+
     /// Pair indexes `me` belongs to.
     pub fn pairs_of(&self, me: usize) -> impl Iterator<Item = (usize, Pair)> + '_ {
         self.pairs

@@ -9,6 +9,8 @@
 //! | [`TAG_AUDITOR`] | the commerce auditor's mnemonic |
 //! | [`TAG_MEDIA`] | the plaintext of media action `n` |
 //! | [`TAG_PUSH`] | the push stand-ins' keys and the relay's push worker |
+//! | [`TAG_CLASS`] | the run's class (`n` 0) and the `days` class's clock jumps (`n` 1) |
+//! | [`TAG_DRILL`] | the drill host's accounts (`n`: the account's number) |
 //! | [`client_tag`] | client `c`'s device `d` (`n`: its incarnation, from 1): `c << 8 \| d` |
 
 /// The scenario's draw.
@@ -23,6 +25,10 @@ pub(crate) const TAG_AUDITOR: u64 = 4;
 pub(crate) const TAG_MEDIA: u64 = 5;
 /// The push world.
 pub(crate) const TAG_PUSH: u64 = 6;
+/// The run's class and its clock jumps.
+pub(crate) const TAG_CLASS: u64 = 7;
+/// The drill host's accounts.
+pub(crate) const TAG_DRILL: u64 = 8;
 
 /// The 32-byte seed of stream `(tag, n)` of run `seed`.
 pub(crate) fn derive_seed(seed: u64, tag: u64, n: u64) -> [u8; 32] {

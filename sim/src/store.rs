@@ -96,6 +96,11 @@ pub struct History {
     /// Every committed write of a push-targets row: `(ms, account uuid, the row's JSON)`, a
     /// deleted row as `""` (what the `push` oracle holds a "gone" deletion to).
     pub push_targets: Vec<(u64, String, String)>,
+    /// The spent credentials in the store after every commit that added one: `(simulated
+    /// ms, how many)`.
+    pub spent_peaks: Vec<(u64, usize)>,
+    /// The spent credentials in the store now (their keys).
+    pub spent_live: BTreeSet<String>,
     /// Loads whose content differed from the committed model (SQLite): `(ms, detail)`.
     pub load_mismatches: Vec<(u64, String)>,
     /// Commits attempted while the relay was powered off: `(ms)`.
@@ -411,6 +416,7 @@ impl Ctl {
 
     fn record(&mut self, batch: &Batch) {
         let at = sim_ms();
+        let mut spent_added = false;
         for m in batch {
             match m {
                 MutationRef::Put { table, key, value }
@@ -472,6 +478,10 @@ impl Ctl {
                         let row = String::from_utf8_lossy(value).into_owned();
                         self.history.push_targets.push((at, key.to_owned(), row));
                     }
+                    Table::Spent => {
+                        self.history.spent_live.insert(key.to_owned());
+                        spent_added = true;
+                    }
                     _ => {}
                 },
                 MutationRef::Delete {
@@ -490,8 +500,18 @@ impl Ctl {
                         row.deleted_ms.get_or_insert(at);
                     }
                 }
+                MutationRef::Delete {
+                    table: Table::Spent,
+                    key,
+                } => {
+                    self.history.spent_live.remove(key);
+                }
                 MutationRef::Delete { .. } | MutationRef::Expire { .. } => {}
             }
+        }
+        if spent_added {
+            let live = self.history.spent_live.len();
+            self.history.spent_peaks.push((at, live));
         }
         if let Some(model) = &mut self.model {
             // The SQLite commit of the same batch succeeded, so the model's cannot fail.

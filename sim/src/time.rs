@@ -29,6 +29,12 @@ impl SkewClock {
     pub fn set(&self, skew_ms: i64) {
         self.skew_ms.store(skew_ms, Ordering::SeqCst);
     }
+    /// Moves the clock `ms` forward (time passing over an idle stretch, for every app at
+    /// once: the skew between two clocks stays).
+    pub fn advance(&self, ms: u64) {
+        self.skew_ms
+            .fetch_add(i64::try_from(ms).unwrap_or(i64::MAX), Ordering::SeqCst);
+    }
     /// The current skew.
     pub fn get(&self) -> i64 {
         self.skew_ms.load(Ordering::SeqCst)

@@ -140,7 +140,7 @@ fn call_matching(scenario: &Scenario) -> Vec<usize> {
 async fn check_media(ctx: &HostCtx, client: &Client<Turmoil>) {
     let me = ctx.me;
     let sent = ctx.world.borrow().media_sent.clone();
-    for (id, (conv, want)) in sent {
+    for (id, (conv, want, _)) in sent {
         let Ok(Some(m)) = client.get_message_data(&id).await else {
             continue;
         };
@@ -165,6 +165,9 @@ async fn check_media(ctx: &HostCtx, client: &Client<Turmoil>) {
             }
             sleep_ms(RETRY_MS).await;
         }
-        ctx.world.borrow_mut().media_checks.push((me, id, outcome));
+        ctx.world
+            .borrow_mut()
+            .media_checks
+            .push((me, id, outcome, sim_ms()));
     }
 }

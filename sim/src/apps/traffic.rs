@@ -165,7 +165,7 @@ async fn media(ctx: &HostCtx, client: &Client<Turmoil>, index: usize, pair: usiz
             ctx.world
                 .borrow_mut()
                 .media_sent
-                .insert(id.clone(), (conv.clone(), sha256_hex(&data)));
+                .insert(id.clone(), (conv.clone(), sha256_hex(&data), sim_ms()));
             record_sent(ctx, who, id, conv, &peer);
         }
         Err(e) => note(ctx, format!("{who} media refused: {e}")),

@@ -138,6 +138,13 @@ pub enum FaultAction {
         /// Milliseconds.
         ms: u64,
     },
+    /// Time passes over an idle stretch: the relay's clock and every app's clock jump forward
+    /// together (the `days` class, [`crate::class`]); the network and the hosts' timers do
+    /// not move, as for a machine that slept.
+    WorldJump {
+        /// Milliseconds.
+        ms: u64,
+    },
     /// A client host's clock runs `skew_ms` away from true time (negative: behind) for the
     /// whole run, setup included (the runner applies every skew before starting: a step of
     /// the clock mid-run would stretch the client's timers by the step, since client-core
@@ -215,6 +222,12 @@ impl fmt::Display for FaultAction {
             Self::Crash { host } => write!(f, "power off {host}"),
             Self::Restart { host } => write!(f, "restart {host}"),
             Self::ClockJump { ms } => write!(f, "relay clock jumps +{} s", ms / 1_000),
+            Self::WorldJump { ms } => write!(
+                f,
+                "every clock jumps +{} h {} min (an idle stretch)",
+                ms / 3_600_000,
+                ms % 3_600_000 / 60_000
+            ),
             Self::SetSkew { host, skew_ms } => write!(f, "{host} clock skew {skew_ms:+} ms"),
             Self::FailCommits { commits } => write!(f, "next {commits} relay commit(s) fail"),
             Self::FailReads { reads, table: None } => {

@@ -143,12 +143,30 @@ impl FaultPlan {
         }
     }
 
-    /// Times (offsets from the start of traffic) of the relay clock jumps.
+    /// Times (offsets from the start of traffic) of the relay clock jumps (the world's
+    /// included).
     pub fn clock_jumps(&self) -> impl Iterator<Item = u64> + '_ {
         self.events
             .iter()
-            .filter(|e| matches!(e.action, FaultAction::ClockJump { .. }))
+            .filter(|e| {
+                matches!(
+                    e.action,
+                    FaultAction::ClockJump { .. } | FaultAction::WorldJump { .. }
+                )
+            })
             .map(|e| e.at_ms)
+    }
+
+    /// Adds the world-clock jumps `(offset, ms)` of a `days` run ([`crate::class::days_jumps`]),
+    /// keeping the events in time order.
+    pub fn add_world_jumps(&mut self, jumps: &[(u64, u64)]) {
+        for &(at_ms, ms) in jumps {
+            self.events.push(FaultEvent {
+                at_ms,
+                action: FaultAction::WorldJump { ms },
+            });
+        }
+        self.events.sort_by_key(|e| e.at_ms);
     }
 
     /// The fault kinds the events actually exercise (a shrunk plan may have lost some).
@@ -181,7 +199,8 @@ impl FaultPlan {
                 FaultAction::Repair { .. }
                 | FaultAction::RepairOneway { .. }
                 | FaultAction::Release { .. }
-                | FaultAction::Restart { .. } => continue,
+                | FaultAction::Restart { .. }
+                | FaultAction::WorldJump { .. } => continue,
             };
             out.insert(k);
         }

@@ -44,7 +44,7 @@ fn instantiate(template: &str) -> String {
 }
 
 /// Every `(method, path, route)` the relay serves, in the table's order.
-pub(super) fn served_routes() -> Vec<(http::Method, String, &'static str)> {
+pub(crate) fn served_routes() -> Vec<(http::Method, String, &'static str)> {
     let mut out = Vec::new();
     for template in ROUTE_NAMES {
         let path = instantiate(template);

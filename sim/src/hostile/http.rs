@@ -15,21 +15,21 @@ const REQUEST_TIMEOUT_MS: u64 = 5_000;
 
 /// What a raw client knows about its own account.
 #[derive(Debug, Clone)]
-pub(super) struct RawAccount {
-    pub(super) uuid: String,
-    pub(super) alias: String,
-    pub(super) token: String,
+pub(crate) struct RawAccount {
+    pub(crate) uuid: String,
+    pub(crate) alias: String,
+    pub(crate) token: String,
 }
 
 /// A fresh HTTP client to the relay (no pooled connections).
-pub(super) fn http() -> HttpClient<TurmoilConnector> {
+pub(crate) fn http() -> HttpClient<TurmoilConnector> {
     HttpClient::new(TurmoilConnector, relay_endpoint())
         .with_max_idle(0)
         .with_timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
 }
 
 /// POSTs `body` (with `token`, if any); `(status, JSON body)`, `None` without an answer.
-pub(super) async fn post(
+pub(crate) async fn post(
     http: &HttpClient<TurmoilConnector>,
     path: &str,
     token: Option<&str>,
@@ -43,7 +43,7 @@ pub(super) async fn post(
 }
 
 /// Sends `req`; `(status, body)`, `None` without an answer.
-pub(super) async fn exchange(
+pub(crate) async fn exchange(
     http: &HttpClient<TurmoilConnector>,
     req: HttpRequest,
 ) -> Option<(u16, Vec<u8>)> {
@@ -62,7 +62,7 @@ async fn json_exchange(
 
 /// PUTs `path` with no body (F3 as the web and Android clients send it) and `token`;
 /// `(status, JSON body)`, `None` without an answer.
-pub(super) async fn put_empty(
+pub(crate) async fn put_empty(
     http: &HttpClient<TurmoilConnector>,
     path: &str,
     token: &str,
@@ -76,7 +76,7 @@ pub(super) async fn put_empty(
 
 /// The status of `method path` (with `{}` as the body of a POST or PUT, and `token` as its
 /// bearer), or `None` when the request got no answer.
-pub(super) async fn status(
+pub(crate) async fn status(
     client: &HttpClient<TurmoilConnector>,
     method: &http::Method,
     path: &str,
@@ -93,7 +93,7 @@ pub(super) async fn status(
 }
 
 /// GETs `path` with `token`; `(status, JSON body)`, `None` without an answer.
-pub(super) async fn get(
+pub(crate) async fn get(
     http: &HttpClient<TurmoilConnector>,
     path: &str,
     token: &str,
@@ -102,13 +102,13 @@ pub(super) async fn get(
 }
 
 /// String field `name` of `v`.
-pub(super) fn field(v: &Value, name: &str) -> Option<String> {
+pub(crate) fn field(v: &Value, name: &str) -> Option<String> {
     v.get(name).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// Registers (or recovers, on 409) the account of `mnemonic` and logs in; `None` when the
 /// relay did not answer (the caller retries).
-pub(super) async fn register(mnemonic: &str, nickname: &str) -> Option<RawAccount> {
+pub(crate) async fn register(mnemonic: &str, nickname: &str) -> Option<RawAccount> {
     let http = http();
     let identity = derive_identity(mnemonic, X25519Path::Spec).ok()?;
     let (_, pow) = post(&http, paths::POW_CHALLENGE, None, &json!({})).await?;
@@ -132,7 +132,7 @@ pub(super) async fn register(mnemonic: &str, nickname: &str) -> Option<RawAccoun
     Some(RawAccount { uuid, alias, token })
 }
 
-async fn login(
+pub(crate) async fn login(
     http: &HttpClient<TurmoilConnector>,
     uuid: &str,
     identity: &client_core::keys::Identity,

@@ -37,18 +37,18 @@
 //! `flood`, `dishonest` (with `credentials`, `foreign`, `malformed`, `member`, `replay` and
 //! `restart`), `slow` (the slow consumer), `storm`.
 
-mod credentials;
+pub(crate) mod credentials;
 mod dishonest;
 mod flood;
 mod foreign;
-mod http;
+pub(crate) mod http;
 mod malformed;
 mod member;
 mod replay;
 mod restart;
 mod slow;
 mod storm;
-mod ws;
+pub(crate) mod ws;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::rc::Rc;
@@ -76,8 +76,9 @@ pub(crate) async fn stranger_host(ctx: Rc<HostCtx>) {
     let Some(stranger) = ctx.scenario.strangers.get(index).cloned() else {
         return;
     };
-    let account = loop {
-        if let Some(a) = register(&stranger.mnemonic, &format!("stranger{index}")).await {
+    let nickname = format!("stranger{index}");
+    let mut account = loop {
+        if let Some(a) = register(&stranger.mnemonic, &nickname).await {
             break a;
         }
         sleep_ms(POLL_MS).await;
@@ -99,6 +100,7 @@ pub(crate) async fn stranger_host(ctx: Rc<HostCtx>) {
             continue;
         };
         note(&ctx, format!("{} {act}", stranger.host));
+        renew_expired_token(&mut account, &stranger.mnemonic, &nickname).await;
         let found = match act {
             HostileAct::Flood { frames, roll } => flood::flood(&ctx, &account, frames, roll).await,
             HostileAct::Dishonest { count, roll } => {
@@ -115,6 +117,18 @@ pub(crate) async fn stranger_host(ctx: Rc<HostCtx>) {
             note(&ctx, format!("{} found: {v}", stranger.host));
             ctx.world.borrow_mut().findings.push(v);
         }
+    }
+}
+
+/// Logs the stranger in again when its token expired (the `days` class moves the relay's
+/// clock by days): its acts judge the relay's answers to the stranger's own, valid token.
+async fn renew_expired_token(account: &mut RawAccount, mnemonic: &str, nickname: &str) {
+    let expired = matches!(
+        get(&http::http(), paths::FRIENDS, &account.token).await,
+        Some((401, body)) if field(&body, "error").as_deref() == Some("TOKEN_EXPIRED")
+    );
+    if expired && let Some(renewed) = register(mnemonic, nickname).await {
+        *account = renewed;
     }
 }
 

@@ -15,43 +15,43 @@ use crate::bounds::{RELAY, RELAY_PORT};
 const WRITE_TIMEOUT_MS: u64 = 1_000;
 
 /// WebSocket opcodes (RFC 6455 §5.2).
-pub(super) mod op {
-    pub(in crate::hostile) const TEXT: u8 = 0x1;
-    pub(in crate::hostile) const BINARY: u8 = 0x2;
-    pub(in crate::hostile) const CLOSE: u8 = 0x8;
-    pub(in crate::hostile) const PING: u8 = 0x9;
+pub(crate) mod op {
+    pub(crate) const TEXT: u8 = 0x1;
+    pub(crate) const BINARY: u8 = 0x2;
+    pub(crate) const CLOSE: u8 = 0x8;
+    pub(crate) const PING: u8 = 0x9;
 }
 
 /// A frame read from the relay.
 #[derive(Debug)]
-pub(super) struct Frame {
-    pub(super) opcode: u8,
-    pub(super) payload: Vec<u8>,
+pub(crate) struct Frame {
+    pub(crate) opcode: u8,
+    pub(crate) payload: Vec<u8>,
 }
 
 impl Frame {
-    pub(super) fn json(&self) -> Option<Value> {
+    pub(crate) fn json(&self) -> Option<Value> {
         (self.opcode == op::TEXT)
             .then(|| serde_json::from_slice(&self.payload).ok())
             .flatten()
     }
     /// The close code of a close frame.
-    pub(super) fn close_code(&self) -> Option<u16> {
+    pub(crate) fn close_code(&self) -> Option<u16> {
         (self.opcode == op::CLOSE && self.payload.len() >= 2)
             .then(|| u16::from_be_bytes([self.payload[0], self.payload[1]]))
     }
 }
 
 /// The read side of a raw WebSocket.
-pub(super) struct RawReader {
+pub(crate) struct RawReader {
     half: ReadHalf<TcpStream>,
     buf: Vec<u8>,
 }
 
 /// The write side of a raw WebSocket (client frames are masked with a counter).
-pub(super) struct RawWriter {
-    pub(super) half: WriteHalf<TcpStream>,
-    pub(super) mask: u32,
+pub(crate) struct RawWriter {
+    pub(crate) half: WriteHalf<TcpStream>,
+    pub(crate) mask: u32,
 }
 
 impl std::fmt::Debug for RawWriter {
@@ -62,12 +62,12 @@ impl std::fmt::Debug for RawWriter {
 
 /// Opens `/ws?{query}` by hand: `Ok(Some(..))` upgraded, `Ok(None)` refused (with the
 /// status), `Err` when the TCP connection failed.
-pub(super) async fn open_ws(query: &str) -> std::io::Result<Result<(RawReader, RawWriter), u16>> {
+pub(crate) async fn open_ws(query: &str) -> std::io::Result<Result<(RawReader, RawWriter), u16>> {
     open_ws_at(RELAY, query).await
 }
 
 /// [`open_ws`] on `host` (the active relay itself, past the failover topology's balancer).
-pub(super) async fn open_ws_at(
+pub(crate) async fn open_ws_at(
     host: &str,
     query: &str,
 ) -> std::io::Result<Result<(RawReader, RawWriter), u16>> {
@@ -131,7 +131,7 @@ impl RawReader {
     }
 
     /// The next frame (`None`: the connection ended).
-    pub(super) async fn next(&mut self) -> std::io::Result<Option<Frame>> {
+    pub(crate) async fn next(&mut self) -> std::io::Result<Option<Frame>> {
         if !self.need(2).await? {
             return Ok(None);
         }
@@ -193,7 +193,7 @@ impl RawWriter {
 
     /// Writes one frame; `false` when the write did not complete within
     /// [`WRITE_TIMEOUT_MS`] or failed.
-    pub(super) async fn send(&mut self, opcode: u8, payload: &[u8]) -> bool {
+    pub(crate) async fn send(&mut self, opcode: u8, payload: &[u8]) -> bool {
         let bytes = self.encode(opcode, payload);
         matches!(
             tokio::time::timeout(
@@ -206,12 +206,12 @@ impl RawWriter {
     }
 
     /// Writes one text frame of `value`.
-    pub(super) async fn text(&mut self, value: &Value) -> bool {
+    pub(crate) async fn text(&mut self, value: &Value) -> bool {
         self.send(op::TEXT, value.to_string().as_bytes()).await
     }
 }
 
 /// The upgrade query of `account`'s own socket.
-pub(super) fn ws_query(account: &RawAccount) -> String {
+pub(crate) fn ws_query(account: &RawAccount) -> String {
     format!("user_uuid={}&token={}", account.uuid, account.token)
 }

@@ -47,7 +47,7 @@ pub(super) fn check(
             .collect(),
         aliases: &aliases,
         acked: &acked,
-        retracted: BTreeSet::new(),
+        exempt: BTreeSet::new(),
         events: history.iter().filter_map(seen).collect(),
         causal: false,
         stores: &stores,

@@ -3,11 +3,11 @@
 //!
 //! | oracle | checks |
 //! |---|---|
-//! | `liveness` | every live acknowledged message reaches its recipient within [`DELIVERY_BOUND_MS`] of healing, or of its ack if later, however large the backlog |
+//! | `liveness` | every live acknowledged message reaches its recipient within [`DELIVERY_BOUND_MS`] of healing, or of its ack if later, however large the backlog, unless the sweep took it once its TTL had passed on the relay's clock |
 //! | `sync-complete` | a client that connects on a healthy network and stays connected gets everything queued for it at that moment within [`SYNC_BOUND_MS`] |
 //! | `probes` | after healing, every probe message, typing notice and call offer (and its answer) arrives within [`PROBE_BOUND_MS`]; a call between clocks skewed more than the signal window apart is refused instead |
 //! | `outbox-drained` | after the liveness phase no primary device has an unacknowledged outbox intent |
-//! | `media` | media a recipient downloads decrypts to what its sender uploaded |
+//! | `media` | media a recipient downloads decrypts to what its sender uploaded, unless it outlived its TTL on the relay's clock (then `expiry`: it must be gone) |
 
 use std::collections::BTreeMap;
 
@@ -39,6 +39,12 @@ pub(super) fn liveness(
 ) {
     let Some(heal) = input.heal_ms else { return };
     let acks = ack_times(input.records);
+    let committed: BTreeMap<&str, &CommittedMessage> = input
+        .history
+        .messages
+        .values()
+        .map(|m| (m.id.as_str(), m))
+        .collect();
     let mut late: BTreeMap<usize, Vec<&Ack>> = BTreeMap::new();
     for a in h.live_acks() {
         let Some(recipient) = h.recipient(a) else {
@@ -46,9 +52,13 @@ pub(super) fn liveness(
         };
         let acked_at = acks.get(a.id.as_str()).copied().unwrap_or(heal);
         let due = heal.max(acked_at) + DELIVERY_BOUND_MS;
-        if got
-            .get(&(recipient, a.id.as_str()))
-            .is_none_or(|t| *t > due)
+        let expired = committed
+            .get(a.id.as_str())
+            .is_some_and(|m| super::expiry::expired_in_time(input, m));
+        if !expired
+            && got
+                .get(&(recipient, a.id.as_str()))
+                .is_none_or(|t| *t > due)
         {
             late.entry(recipient).or_default().push(a);
         }
@@ -278,15 +288,33 @@ pub(super) fn outbox(input: &Input<'_>, out: &mut Vec<Violation>) {
     }
 }
 
-/// Every media download in the probe round gave back what its sender uploaded.
+/// Every media download in the probe round gave back what its sender uploaded, unless the
+/// object had outlived its TTL on the relay's clock: then it must be gone (404).
 pub(super) fn media(input: &Input<'_>, out: &mut Vec<Violation>) {
-    for (client, id, outcome) in &input.world.media_checks {
+    let ttl = relay_core::limits::MEDIA_TTL_MS;
+    for (client, id, outcome, checked_ms) in &input.world.media_checks {
+        let age = input
+            .world
+            .media_sent
+            .get(id)
+            .map(|(_, _, sent_ms)| input.world.relay_elapsed(*sent_ms, *checked_ms));
+        let expired = age.is_some_and(|a| a >= ttl + MEDIA_SLACK_MS);
+        let live = age.is_some_and(|a| a + MEDIA_SLACK_MS <= ttl);
         match outcome {
+            Ok(_) if expired => out.push(Violation::new(
+                "expiry",
+                format!(
+                    "c{client} downloaded media of {id} {} h after it was sent, past its {} h TTL on the relay's clock",
+                    age.unwrap_or(0) / 3_600_000,
+                    ttl / 3_600_000
+                ),
+            )),
             Ok(true) => {}
             Ok(false) => out.push(Violation::new(
                 "media",
                 format!("c{client} downloaded media of {id} that differs from what was sent"),
             )),
+            Err(_) if !live => {}
             Err(e) => out.push(Violation::new(
                 "media",
                 format!("c{client} could not download media of {id}: {e}"),
@@ -294,3 +322,8 @@ pub(super) fn media(input: &Input<'_>, out: &mut Vec<Violation>) {
         }
     }
 }
+
+/// How far from a media object's expiry (on the relay's clock) nothing is judged: the
+/// simulator times an object by the message that refers to it, sent just after the upload
+/// completed.
+const MEDIA_SLACK_MS: u64 = 60_000;

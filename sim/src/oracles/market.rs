@@ -31,6 +31,8 @@ pub(crate) struct MarketInput<'a> {
     pub(crate) snapshot: &'a Snapshot,
     /// Simulated ms of the mid-run relay clock jumps.
     pub(crate) jumps_ms: &'a [u64],
+    /// The world (the relay's clock across its jumps).
+    pub(crate) world: &'a crate::world::World,
     pub(crate) free_quota: u32,
 }
 
@@ -123,7 +125,7 @@ fn payments_once(
         };
         order_applied_once(input, rows, o, st, out);
         let got = events.get(id).cloned().unwrap_or_default();
-        confirmed_to_buyer(o, st, &got, out);
+        confirmed_to_buyer(o, st, &got, confirm_lapsed(input, o), out);
     }
     unordered_confirmations(input, rows, &events, out);
     webhooks_answered(input, out);
@@ -189,7 +191,13 @@ fn order_applied_once(
 /// device (its store deduplicates by order id for the whole run; a second-device login is a
 /// fresh install with a store of its own, so it may see it again); at least once for a
 /// confirmed order (the relay re-sends it to every device of the buyer).
-fn confirmed_to_buyer(o: &OrderRec, st: OrderState, got: &[Device], out: &mut Vec<Violation>) {
+fn confirmed_to_buyer(
+    o: &OrderRec,
+    st: OrderState,
+    got: &[Device],
+    lapsed: bool,
+    out: &mut Vec<Violation>,
+) {
     let id = o.order_id.as_str();
     if let Some(d) = got.iter().find(|d| d.client != o.client) {
         out.push(Violation::new(
@@ -201,7 +209,10 @@ fn confirmed_to_buyer(o: &OrderRec, st: OrderState, got: &[Device], out: &mut Ve
         ));
     }
     let once_per_device = got.iter().filter(|d| d.device == 0).count() <= 1;
-    let expected = usize::from(st == OrderState::Confirmed);
+    let expected = usize::from(st == OrderState::Confirmed && !lapsed);
+    if lapsed && once_per_device {
+        return;
+    }
     if !once_per_device || got.is_empty() != (expected == 0) {
         out.push(Violation::new(
             PAID_ONCE,
@@ -217,6 +228,32 @@ fn confirmed_to_buyer(o: &OrderRec, st: OrderState, got: &[Device], out: &mut Ve
             ),
         ));
     }
+}
+
+/// Whether the relay may have let order `o`'s kept `payment_confirmed` lapse: it keeps one
+/// for a day on its clock (relay-core's `CONFIRM_REDELIVERY_TTL_MS`), and the buyer's primary
+/// device connected next (after the earliest moment the order could be confirmed: its first
+/// genuine webhook copy's delay) only later than that, or never.
+fn confirm_lapsed(input: &MarketInput<'_>, o: &OrderRec) -> bool {
+    const REDELIVERY_MS: u64 = 24 * 3_600_000;
+    let delay = input
+        .processor
+        .payments()
+        .iter()
+        .filter(|p| p.order_id.as_str() == o.order_id)
+        .map(|p| p.plan.delay_ms)
+        .min()
+        .unwrap_or(0);
+    let earliest = o.requested_ms + delay;
+    let next = input.records.iter().find_map(|r| match r {
+        Record::Event {
+            t_ms,
+            who,
+            event: Event::NetworkState(client_core::machine::NetworkState::Connected),
+        } if who.client == o.client && who.device == 0 && *t_ms >= earliest => Some(*t_ms),
+        _ => None,
+    });
+    next.is_none_or(|t| input.world.relay_elapsed(earliest, t) >= REDELIVERY_MS)
 }
 
 /// No `payment_confirmed` for an order nobody placed; no order confirmed in the relay that

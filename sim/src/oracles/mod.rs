@@ -11,6 +11,7 @@
 //! | [`adversaries`] | `authz`, `bad-input`, `stuck-client`, `resources` |
 //! | `market` | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model` |
 //! | [`wire`] | `duplicate-delivery`, `seq-reused` (simulator and Jepsen mode), `ack-lost` (Jepsen mode): over the frames each socket received, before the client's dedup |
+//! | `expiry` | `expiry`, `spent-bound`, `drills`, and what the drill host found (`lookup`, `tokenless`, `dedup`, `retract`, `credentials`, `limit-exact`, `push-policy`; see [`crate::drills`]) |
 //!
 //! and `setup`, `host-error`, `panic` from the runner and the sweep. [`observed`] is the
 //! history type the client-visible oracles read: the simulator builds it here from its trace
@@ -21,6 +22,7 @@
 
 pub mod adversaries;
 pub mod delivery;
+mod expiry;
 mod liveness;
 mod market;
 pub mod observed;
@@ -51,7 +53,7 @@ pub(crate) use self::storage::logs_free_of_canaries;
 pub use crate::violation::Violation;
 
 /// Every oracle name (for summaries).
-pub const ORACLES: [&str; 38] = [
+pub const ORACLES: [&str; 48] = [
     "duplicate-delivery",
     "seq-reused",
     "delivered-exactly-once",
@@ -90,6 +92,16 @@ pub const ORACLES: [&str; 38] = [
     "quota",
     "commerce-model",
     "crash",
+    "expiry",
+    "spent-bound",
+    "drills",
+    "lookup",
+    "tokenless",
+    "dedup",
+    "retract",
+    "credentials",
+    "limit-exact",
+    "push-policy",
 ];
 
 /// What the oracles read.
@@ -116,6 +128,12 @@ pub(crate) struct Input<'a> {
     pub(crate) end_ms: u64,
     /// Final clock skew of each client.
     pub(crate) skews: &'a [i64],
+    /// The relay's offline TTL (`Config::offline_ttl_ms`).
+    pub(crate) ttl_ms: u64,
+    /// The relay's spent-credential bound (`Config::max_spent_credentials`).
+    pub(crate) max_spent: usize,
+    /// The drills the drill host was to run.
+    pub(crate) drills: &'a [crate::drills::Drill],
 }
 
 /// Runs every store/trace oracle (after the raw clients' own findings).
@@ -162,6 +180,9 @@ pub(crate) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
     push::push(input, &observed, out);
     adversaries::authz(input, &got, out);
     adversaries::stuck_clients(input, out);
+    expiry::nothing_stored_past_its_ttl(input, out);
+    expiry::spent_within_bound(input, out);
+    expiry::drills(input, out);
 }
 
 /// What the clients of a run observed, from its trace.
@@ -171,9 +192,15 @@ fn observe<'a>(input: &Input<'a>, acked: &'a [Ack]) -> Observed<'a> {
         .iter()
         .map(|(pair, conv)| (conv.as_str(), input.scenario.pairs[*pair]))
         .collect();
-    // The relay drops a still-queued copy of a retracted message (relay-core `messaging`): a
-    // retracted message need not be delivered, and receipts may cover it.
-    let retracted: BTreeSet<&str> = input
+    // The relay drops a still-queued copy of a retracted message (relay-core `messaging`), and
+    // the sweep one whose TTL passed: neither need be delivered, and receipts may cover both.
+    let expired = input
+        .history
+        .messages
+        .values()
+        .filter(|m| expiry::expired_in_time(input, m))
+        .map(|m| m.id.as_str());
+    let exempt: BTreeSet<&str> = input
         .records
         .iter()
         .filter_map(|r| match r {
@@ -184,12 +211,13 @@ fn observe<'a>(input: &Input<'a>, acked: &'a [Ack]) -> Observed<'a> {
             _ => None,
         })
         .chain(input.world.honest_retracts.iter().map(String::as_str))
+        .chain(expired)
         .collect();
     Observed {
         members,
         aliases: input.aliases,
         acked,
-        retracted,
+        exempt,
         events: input.records.iter().filter_map(seen).collect(),
         causal: true,
         stores: input.stores,

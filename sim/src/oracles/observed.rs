@@ -93,10 +93,11 @@ pub struct Observed<'a> {
     pub aliases: &'a BTreeMap<usize, Vec<String>>,
     /// Every message acknowledged to its sender, retracted ones included.
     pub acked: &'a [Ack],
-    /// Messages retracted by their authors: exempt from the delivery and receipt checks
-    /// (the relay drops a still-queued copy on `retract`, and a later receipt "up to seq"
-    /// covers it).
-    pub retracted: BTreeSet<&'a str>,
+    /// Messages exempt from the delivery and receipt checks: retracted by their authors (the
+    /// relay drops a still-queued copy on `retract`, and a later receipt "up to seq" covers
+    /// it), and in the simulator those the expiry sweep took once their TTL had passed on the
+    /// relay's clock (a later receipt covers them too).
+    pub exempt: BTreeSet<&'a str>,
     /// What the apps saw, in history order (each device's events in the order it saw them).
     pub events: Vec<Seen<'a>>,
     /// Whether events of different clients are in the order they happened too: so in the
@@ -109,11 +110,11 @@ pub struct Observed<'a> {
 }
 
 impl Observed<'_> {
-    /// The acknowledged messages not retracted, in [`Observed::acked`] order.
+    /// The acknowledged messages not exempt, in [`Observed::acked`] order.
     pub fn live_acks(&self) -> impl Iterator<Item = &Ack> {
         self.acked
             .iter()
-            .filter(|a| !self.retracted.contains(a.id.as_str()))
+            .filter(|a| !self.exempt.contains(a.id.as_str()))
     }
 
     /// The recipient of `ack` (the other member of its conversation), if the conversation is

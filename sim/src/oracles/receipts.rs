@@ -3,12 +3,12 @@
 //! | oracle | checks |
 //! |---|---|
 //! | `receipts` | (shared with Jepsen mode) `delivered`/`read` only for messages the recipient's account received (and, for `read`, marked read); a status never moves down |
-//! | `receipts-clear` | the relay deletes a queued message (a receipt, a retract) only after an app of the recipient received it, or its author retracted it |
-//! | `retract-lands` | a retract the relay accepted reaches the recipient of the message (if it got the message) |
+//! | `receipts-clear` | the relay deletes a queued message (a receipt, a retract) only after an app of the recipient received it, or its author retracted it, or its TTL passed on the relay's clock |
+//! | `retract-lands` | a retract the relay accepted reaches the recipient of the message (if it got the message, and came back within the offline TTL on the relay's clock) |
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use client_core::machine::Event;
+use client_core::machine::{Event, NetworkState};
 use client_core::store::MessageStatus;
 
 use super::Input;
@@ -120,7 +120,9 @@ pub(super) fn receipts_clear(
         let Some(deleted) = m.deleted_ms else {
             continue;
         };
-        if input.history.retracted_ids.contains_key(&m.id) {
+        if input.history.retracted_ids.contains_key(&m.id)
+            || super::expiry::expired_in_time(input, m)
+        {
             continue;
         }
         let Some(&recipient) = client_of.get(m.recipient.as_str()) else {
@@ -185,6 +187,19 @@ pub(super) fn retract_lands(input: &Input<'_>, h: &Observed<'_>, out: &mut Vec<V
             v.iter()
                 .any(|(from, to)| *from <= accepted && accepted <= *to)
         }) {
+            continue;
+        }
+        // A retraction waits for its offline recipient as long as a message does (the
+        // offline TTL, on the relay's clock): one the recipient came back too late for lapsed.
+        let back = input.records.iter().find_map(|r| match r {
+            Record::Event {
+                t_ms,
+                who,
+                event: Event::NetworkState(NetworkState::Connected),
+            } if who.client == recipient && who.device == 0 && *t_ms >= accepted => Some(*t_ms),
+            _ => None,
+        });
+        if back.is_none_or(|b| input.world.relay_elapsed(accepted, b) >= input.ttl_ms) {
             continue;
         }
         // The primary device must hear of it; a second device that already left cannot.

@@ -472,7 +472,9 @@ fn classify(action: &FaultAction) -> Shape {
         | FaultAction::FailReads { .. }
         | FaultAction::CrashAfterCommit { .. }
         | FaultAction::CrashMidBatch { .. } => Shape::Instant(Storage),
-        FaultAction::ClockJump { .. } | FaultAction::SetSkew { .. } => Shape::Instant(Clock),
+        FaultAction::ClockJump { .. }
+        | FaultAction::WorldJump { .. }
+        | FaultAction::SetSkew { .. } => Shape::Instant(Clock),
         FaultAction::Hostile { .. } => Shape::Instant(Adversary),
     }
 }

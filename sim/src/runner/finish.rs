@@ -33,6 +33,7 @@ pub(super) fn no_store(e: &std::io::Error) -> Inner {
 pub(super) fn finish(
     parts: &Parts<'_>,
     store: &SimStore,
+    relay: &relay_core::Config,
     failover: bool,
     ended: Ended,
     mut violations: Vec<Violation>,
@@ -40,7 +41,7 @@ pub(super) fn finish(
     let seen = parts.push.seen();
     closing_notes(parts, store, failover, ended.end_ms, &seen);
     let records = parts.trace.records();
-    check(parts, store, &records, &seen, ended.end_ms, &mut violations);
+    check(parts, store, relay, &records, &seen, ended.end_ms, &mut violations);
     let (acked, received, receipts) = (acked(&records), received(&records), receipts(&records));
     let pairs = parts.scenario.pairs.len() as u64;
     if pairs > 0 && acked == 0 && !violations.iter().any(|v| v.oracle == "setup") {
@@ -134,6 +135,7 @@ fn closing_notes(
 fn check(
     parts: &Parts<'_>,
     store: &SimStore,
+    relay: &relay_core::Config,
     records: &[Record],
     seen: &[SeenPush],
     end_ms: u64,
@@ -158,15 +160,22 @@ fn check(
         heal_ms: w.heal_ms,
         end_ms,
         skews: &parts.clocks.iter().map(SkewClock::get).collect::<Vec<_>>(),
+        ttl_ms: relay.offline_ttl_ms,
+        max_spent: relay.max_spent_credentials,
+        drills: &parts.replay.drills,
     };
     oracles::check_all(&input, violations);
     if violations.iter().any(|v| v.oracle == "setup") {
         return;
     }
+    // Every jump of the relay's clock before the final one (the plan's, the world's idle
+    // stretches, the drills' window jumps): an order placed before one may have expired.
     let jumps: Vec<u64> = w
-        .traffic_start_ms
-        .map(|s| plan.clock_jumps().map(|j| s + j).collect())
-        .unwrap_or_default();
+        .relay_jumps
+        .iter()
+        .map(|(at, _)| *at)
+        .filter(|at| w.final_jump_ms.is_none_or(|f| *at < f))
+        .collect();
     let market = oracles::MarketInput {
         ledger: &w.ledger,
         alias_history: &w.alias_history,
@@ -175,6 +184,7 @@ fn check(
         forger: &parts.payments.forger,
         snapshot: &snapshot,
         jumps_ms: &jumps,
+        world: &w,
         free_quota: free_channel_quota(),
     };
     oracles::check_market(&market, violations);

@@ -1,6 +1,7 @@
 //! The hosts of a run besides the relay's, added in the order turmoil numbers them: `pay`
 //! (the outside world), the client hosts (`c0`.. one account each; `h0`.. several accounts
-//! each at the large scale), and the strangers `x0`.. that have something to do.
+//! each at the large scale), the strangers `x0`.. that have something to do, and the drill
+//! host `t0` ([`crate::drills`]).
 //!
 //! The outside world shares one host (turmoil scans every link per host per step, so fewer
 //! hosts is faster): the payment processor stand-in on [`PAY_PORT`], a forger (wrong secret)
@@ -17,6 +18,7 @@ use super::Parts;
 use super::step::Sim;
 use crate::apps::{auditor_host, client_app};
 use crate::bounds::{FORGER_PORT, PAY, PAY_PORT};
+use crate::drills::{DRILL_HOST, drill_host};
 use crate::hostile::stranger_host;
 use crate::pushworld::{APNS_PORT, FCM_PORT, WEB_PUSH_PORT};
 use crate::seeds::{TAG_AUDITOR, derive_seed};
@@ -32,7 +34,7 @@ pub(super) fn add_pay_host(sim: &mut Sim<'_>, parts: &Parts<'_>) {
     let forger = parts.payments.forger.clone();
     let push = parts.push.clone();
     let clients = parts.scenario.accounts.len();
-    let ctx = parts.host_ctx(clients, &SharedStore::new(), &SkewClock::default());
+    let ctx = parts.host_ctx(clients, &SharedStore::new(), &parts.auditor_clock);
     let mnemonic = auditor_mnemonic(parts.replay.seed);
     sim.host(PAY, move || {
         let (processor, forger, push) = (processor.clone(), forger.clone(), push.clone());
@@ -100,6 +102,24 @@ pub(super) fn add_client_hosts(sim: &mut Sim<'_>, parts: &Parts<'_>) {
             }
         });
     }
+}
+
+/// The drill host `t0` (see [`crate::drills`]), when the run has drills.
+pub(super) fn add_drill_host(sim: &mut Sim<'_>, parts: &Parts<'_>, config: &relay_core::Config) {
+    let drills = parts.replay.drills.clone();
+    if drills.is_empty() {
+        return;
+    }
+    let ctx = parts.host_ctx(usize::MAX, &SharedStore::new(), &SkewClock::default());
+    let config = config.clone();
+    sim.host(DRILL_HOST, move || {
+        let (ctx, drills, config) = (Rc::clone(&ctx), drills.clone(), config.clone());
+        async move {
+            drill_host(ctx, drills, config).await;
+            std::future::pending::<()>().await;
+            Ok(())
+        }
+    });
 }
 
 /// Every stranger with something to do: a request to reject or an act in the plan (an idle

@@ -41,6 +41,8 @@ use self::logscan::LogScan;
 use self::relay::{RelaySetup, WEBHOOK_SECRET};
 use self::step::Sim;
 use crate::bounds::TRAFFIC_WINDOW_MS;
+use crate::class::{Class, ClassChoice};
+use crate::drills::Drill;
 use crate::faults::{FaultKind, FaultPlan, FaultSelection, StoreChoice};
 use crate::oracles;
 use crate::pushworld::PushWorld;
@@ -77,6 +79,8 @@ pub struct RunConfig {
     pub faults: FaultSelection,
     /// Which store the relay uses.
     pub store: StoreChoice,
+    /// Which class of run (see [`crate::class`]).
+    pub class: ClassChoice,
     /// Scan every log event (DEBUG and above) for the canary oracle.
     pub capture_logs: bool,
     /// Print the run's logs to stderr with this `tracing` filter (e.g. `debug`,
@@ -94,7 +98,8 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
-    /// Defaults: small scale, 4 clients, swarm faults, drawn store, logs captured.
+    /// Defaults: small scale, 4 clients, swarm faults, drawn store, mixed classes, logs
+    /// captured.
     pub fn new(seed: u64) -> Self {
         Self {
             seed,
@@ -102,6 +107,7 @@ impl RunConfig {
             clients: Some(4),
             faults: FaultSelection::Swarm,
             store: StoreChoice::Drawn,
+            class: ClassChoice::Mixed,
             capture_logs: true,
             log: None,
             bind_vanity: true,
@@ -128,8 +134,9 @@ impl RunConfig {
         if let Some(r) = &self.replay {
             return r.clone();
         }
+        let class = self.class.of(self.seed);
         let mut rng = ChaCha20Rng::from_seed(derive_seed(self.seed, TAG_SCENARIO, 0));
-        let scenario = Scenario::draw(
+        let mut scenario = Scenario::draw(
             &mut rng,
             DrawParams {
                 seed: self.seed,
@@ -138,17 +145,23 @@ impl RunConfig {
                 window_ms: TRAFFIC_WINDOW_MS,
             },
         );
+        scenario.fit_class(class);
         let mut rng = ChaCha20Rng::from_seed(derive_seed(self.seed, TAG_PLAN, 0));
-        let plan = FaultPlan::draw(
+        let mut plan = FaultPlan::draw(
             &mut rng,
             &self.faults,
             self.store,
             &scenario,
             TRAFFIC_WINDOW_MS,
         );
+        if class == Class::Days {
+            plan.add_world_jumps(&crate::class::days_jumps(self.seed, TRAFFIC_WINDOW_MS));
+        }
         Replay {
             seed: self.seed,
             bind_vanity: self.bind_vanity,
+            class,
+            drills: Drill::of_class(class),
             scenario,
             plan,
         }
@@ -162,6 +175,12 @@ pub struct Replay {
     pub seed: u64,
     /// Bind confirmed vanity orders.
     pub bind_vanity: bool,
+    /// The run's class (replay files written before classes existed are `standard`).
+    #[serde(default)]
+    pub class: Class,
+    /// What the drill host does, in order (see [`crate::drills`]).
+    #[serde(default)]
+    pub drills: Vec<Drill>,
     /// The scenario.
     pub scenario: Scenario,
     /// The fault plan.
@@ -173,6 +192,10 @@ pub struct Replay {
 pub struct RunReport {
     /// The seed.
     pub seed: u64,
+    /// The run's class.
+    pub class: Class,
+    /// The drills the drill host ran.
+    pub drills: Vec<Drill>,
     /// The scenario that ran (its `Display` is the summary line).
     pub scenario: Scenario,
     /// The fault plan that ran.
@@ -206,6 +229,8 @@ impl RunReport {
         Replay {
             seed: self.seed,
             bind_vanity,
+            class: self.class,
+            drills: self.drills.clone(),
             scenario: self.scenario.clone(),
             plan: self.plan.clone(),
         }
@@ -243,7 +268,7 @@ pub struct RunStats {
 pub fn run(config: &RunConfig) -> RunReport {
     let replay = config.draw();
     let scan = LogScan::default();
-    let relay = RelaySetup::of(config);
+    let relay = RelaySetup::of(config, replay.class);
     probes::start();
     let mut inner = logscan::with_logs(config, &scan, || run_inner(&replay, &relay));
     let probes = probes::finish();
@@ -259,6 +284,8 @@ pub fn run(config: &RunConfig) -> RunReport {
     let (traffic_start_ms, heal_ms) = inner.times;
     RunReport {
         seed: replay.seed,
+        class: replay.class,
+        drills: replay.drills,
         scenario: replay.scenario,
         plan: replay.plan,
         trace: lines,
@@ -299,6 +326,8 @@ pub(super) struct Parts<'r> {
     stores: Vec<SharedStore>,
     /// Each client's clock.
     clocks: Vec<SkewClock>,
+    /// The commerce auditor's clock.
+    auditor_clock: SkewClock,
 }
 
 impl<'r> Parts<'r> {
@@ -326,6 +355,7 @@ impl<'r> Parts<'r> {
             payments,
             stores: (0..clients).map(|_| SharedStore::new()).collect(),
             clocks: (0..clients).map(|_| SkewClock::default()).collect(),
+            auditor_clock: SkewClock::default(),
         }
     }
 
@@ -378,8 +408,9 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
     hosts::add_pay_host(&mut sim, &parts);
     hosts::add_client_hosts(&mut sim, &parts);
     hosts::add_stranger_hosts(&mut sim, &parts);
+    hosts::add_drill_host(&mut sim, &parts, relay.config());
     sim.set_skews(&replay.plan);
     let mut violations = Vec::new();
     let ended = sim.run_to_end(&parts, &mut violations);
-    finish::finish(&parts, &store, sim.failover, ended, violations)
+    finish::finish(&parts, &store, relay.config(), sim.failover, ended, violations)
 }

@@ -1,5 +1,5 @@
-//! The relay hosts of a run: the relay's configuration (the same in every run but for
-//! planted bugs), and its host, a supervisor that starts the relay server again whenever it
+//! The relay hosts of a run: the relay's configuration (the same in every run of a class but
+//! for planted bugs and the seed-drawn caches), and its host, a supervisor that starts the relay server again whenever it
 //! exits. With the `failover` fault kind, `relay` is a load balancer in front of `relay-a`
 //! and `relay-b`, both campaigning for the shared store's lease (see [`crate::failover`]).
 //! The store and the media blobs outlive every power-off; so does the relay's clock.
@@ -7,11 +7,13 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
+use relay_core::destination::PushDestinations;
 use relay_core::{Config, MemoryBlobStore, Relay};
 
 use super::step::Sim;
 use super::{Parts, RunConfig};
 use crate::bounds::{PAY, PAY_PORT, RELAY, RELAY_A, RELAY_B, RELAY_PORT};
+use crate::class::Class;
 use crate::failover::{self, SimLeadership};
 use crate::pushworld::PushWorld;
 use crate::seeds::{TAG_RELAY, derive_u64};
@@ -26,35 +28,45 @@ pub(super) const WEBHOOK_SECRET: &[u8] = b"sim-webhook-secret";
 /// A relay that exits (it could not open its store) is started again after this long.
 const RELAY_RESTART_MS: u64 = 1_000;
 
-/// How the relay of a run is configured (the same in every run but for planted bugs).
+/// How the relay of a run is configured (its class's configuration, see [`crate::class`]).
 #[derive(Debug, Clone)]
 pub(super) struct RelaySetup {
     config: Config,
     limits: ServeLimits,
     /// Push delivery on (off only with a planted bug).
     push: bool,
+    /// Subscriptions checked with production's push policy (public `https://` destinations
+    /// only), whatever the push stand-ins need (the `limits` class).
+    production_push: bool,
     /// Planted: the shared store of the failover topology checks no epoch.
     #[cfg(feature = "planted-bugs")]
     pub(super) unfenced: bool,
 }
 
 impl RelaySetup {
+    /// The relay's configuration.
+    pub(super) fn config(&self) -> &Config {
+        &self.config
+    }
+
     #[cfg_attr(
         not(feature = "planted-bugs"),
         allow(unused_variables, reason = "only planted bugs change the relay")
     )]
-    pub(super) fn of(run: &RunConfig) -> Self {
+    pub(super) fn of(run: &RunConfig, class: Class) -> Self {
+        let base = Config {
+            #[cfg(feature = "planted-bugs")]
+            planted_bug: run.planted.and_then(crate::planted::Planted::relay_bug),
+            tombstone_cache_bytes: cache_bytes(run.seed),
+            queue_cache_bytes: cache_bytes(run.seed),
+            account_cache_bytes: cache_bytes(run.seed),
+            conversation_cache_bytes: cache_bytes(run.seed),
+            contact_cache_bytes: cache_bytes(run.seed),
+            ..relay_config()
+        };
         Self {
-            config: Config {
-                #[cfg(feature = "planted-bugs")]
-                planted_bug: run.planted.and_then(crate::planted::Planted::relay_bug),
-                tombstone_cache_bytes: cache_bytes(run.seed),
-                queue_cache_bytes: cache_bytes(run.seed),
-                account_cache_bytes: cache_bytes(run.seed),
-                conversation_cache_bytes: cache_bytes(run.seed),
-                contact_cache_bytes: cache_bytes(run.seed),
-                ..relay_config()
-            },
+            config: class.relay_config(base),
+            production_push: !class.honest_push(),
             #[cfg(feature = "planted-bugs")]
             limits: run.planted.map_or_else(ServeLimits::default, |p| {
                 p.serve_limits(ServeLimits::default())
@@ -71,7 +83,8 @@ impl RelaySetup {
     }
 }
 
-/// The relay's configuration in every run (but for a planted bug).
+/// The relay's configuration in every run of the `standard` class (but for a planted bug);
+/// the other classes change it ([`Class::relay_config`]).
 fn relay_config() -> Config {
     Config {
         pow_difficulty: 1,
@@ -110,8 +123,21 @@ struct RelayParts {
     config: Config,
     limits: ServeLimits,
     deliver_pushes: bool,
+    production_push: bool,
     clock: OffsetClock,
     push: PushWorld,
+}
+
+impl RelayParts {
+    /// The push delivery to the stand-ins, `config` made to agree with it (its push policy
+    /// production's again where the class says so: nothing on the simulated network passes).
+    fn push_delivery(&self, config: &mut Config) -> PushDelivery {
+        let delivery = self.push.delivery(config);
+        if self.production_push {
+            config.push_destinations = PushDestinations::default();
+        }
+        delivery
+    }
 }
 
 /// Adds the relay host (or, in the failover topology, the balancer and both relays).
@@ -127,6 +153,7 @@ pub(super) fn add_relay_hosts(
         config: setup.config.clone(),
         limits: setup.limits,
         deliver_pushes: setup.push,
+        production_push: setup.production_push,
         clock: parts.relay_clock.clone(),
         push: parts.push.clone(),
     };
@@ -154,7 +181,7 @@ fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64) {
                     mut config,
                     ..
                 } = relay.clone();
-                let delivery = relay.push.delivery(&mut config);
+                let delivery = relay.push_delivery(&mut config);
                 let commit = commit_mode(&store);
                 let open = move || {
                     Relay::with_blobs(
@@ -208,7 +235,7 @@ fn add_campaigning_relay(
         async move {
             loop {
                 let mut config = relay.config.clone();
-                let delivery = relay.push.delivery(&mut config);
+                let delivery = relay.push_delivery(&mut config);
                 let blobs = relay.blobs.clone();
                 let make: failover::MakeRelay = Arc::new(move |fenced| {
                     Relay::with_blobs(

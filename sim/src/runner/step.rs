@@ -36,7 +36,7 @@ use crate::store::StoreCtl;
 use crate::time::SkewClock;
 use crate::trace::{Record, Trace};
 use crate::violation::Violation;
-use crate::world::Shared;
+use crate::world::{RunnerRequest, Shared};
 use seam::clock::OffsetClock;
 
 /// Per-direction link state, as turmoil has it (so a power-off can restore it).
@@ -91,6 +91,8 @@ pub(super) struct Sim<'a> {
     relay_clock: OffsetClock,
     /// The clocks of each client host's apps (clock-skew faults).
     skews: BTreeMap<String, Vec<SkewClock>>,
+    /// Every app's clock (the clients', the auditor's): a world jump moves them all.
+    app_clocks: Vec<SkewClock>,
     store: StoreCtl,
     internal: BTreeMap<u64, Vec<Internal>>,
     trace: Trace,
@@ -256,8 +258,12 @@ impl Sim<'_> {
             }
             FaultAction::Crash { host } => self.power_off(host),
             FaultAction::Restart { host } => self.power_on(host),
-            FaultAction::ClockJump { ms } => {
-                self.relay_clock.advance(*ms);
+            FaultAction::ClockJump { ms } => self.jump_relay_clock(*ms),
+            FaultAction::WorldJump { ms } => {
+                self.jump_relay_clock(*ms);
+                for clock in &self.app_clocks {
+                    clock.advance(*ms);
+                }
             }
             // Applied before the run started (see `FaultAction::SetSkew`).
             FaultAction::SetSkew { .. } => {}
@@ -322,6 +328,36 @@ impl Sim<'_> {
         true
     }
 
+    /// The relay's clock jumps `ms` forward; the world remembers when (the oracles that judge
+    /// expiries measure time on the relay's clock).
+    fn jump_relay_clock(&self, ms: u64) {
+        self.relay_clock.advance(ms);
+        let now = self.now();
+        self.world.borrow_mut().relay_jumps.push((now, ms));
+    }
+
+    /// Does what the drill host asked of the runner since the last step.
+    fn answer_requests(&mut self) {
+        loop {
+            let request = self.world.borrow_mut().runner_requests.pop_front();
+            let Some(request) = request else { return };
+            match request {
+                RunnerRequest::PowerCycleRelay { down_ms } => {
+                    let now = self.now();
+                    self.note(format!(
+                        "a drill powers the relay off; restart in {down_ms} ms"
+                    ));
+                    self.power_off(RELAY);
+                    self.schedule(now + down_ms, Internal::Restart(RELAY.to_owned()));
+                }
+                RunnerRequest::JumpRelayClock { ms } => {
+                    self.note(format!("a drill jumps the relay clock +{} s", ms / 1_000));
+                    self.jump_relay_clock(ms);
+                }
+            }
+        }
+    }
+
     /// Hands an act to a raw client host. A slow consumer's link gets a steady latency from
     /// now on: under jitter, its paced frames reach the relay in clumps, the relay answers a
     /// clump with one write, and turmoil's window counts writes; the relay's writes might
@@ -361,6 +397,7 @@ impl Sim<'_> {
 
     /// Runs what the runner scheduled for now or earlier, and power-offs the store asked for.
     fn housekeeping(&mut self) {
+        self.answer_requests();
         let now = self.now();
         // A stall lasts from its fault until the stalled commit is applied, which may start
         // later than the fault (the next commit) and ends `ms` after it started.
@@ -427,6 +464,12 @@ impl<'a> Sim<'a> {
             links: Links::default(),
             relay_clock: parts.relay_clock.clone(),
             skews: BTreeMap::new(),
+            app_clocks: parts
+                .clocks
+                .iter()
+                .chain(std::iter::once(&parts.auditor_clock))
+                .cloned()
+                .collect(),
             store,
             internal: BTreeMap::new(),
             trace: parts.trace.clone(),
@@ -582,6 +625,7 @@ impl Sim<'_> {
         ));
         let after = self.relay_clock.advance(FINAL_JUMP_MS);
         let mut w = self.world.borrow_mut();
+        w.relay_jumps.push((now, FINAL_JUMP_MS));
         w.ledger.audit.late_at_final_jump = late;
         w.ledger.audit.final_jump_relay_ms = Some(after.0);
         w.final_jump_ms = Some(now);

@@ -107,10 +107,11 @@ pub(crate) struct World {
     pub(crate) sent_ids: BTreeMap<String, (String, String)>,
     /// Ids retracted by their own authors.
     pub(crate) honest_retracts: BTreeSet<String>,
-    /// Media sent: message id -> (conv, sha256 of the plaintext).
-    pub(crate) media_sent: BTreeMap<String, (String, String)>,
-    /// Media downloads by recipients: (client, message id, outcome).
-    pub(crate) media_checks: Vec<(usize, String, Result<bool, String>)>,
+    /// Media sent: message id -> (conv, sha256 of the plaintext, simulated ms of the send,
+    /// just after the upload completed).
+    pub(crate) media_sent: BTreeMap<String, (String, String, u64)>,
+    /// Media downloads by recipients: (client, message id, outcome, simulated ms).
+    pub(crate) media_checks: Vec<(usize, String, Result<bool, String>, u64)>,
     /// Probes sent.
     pub(crate) probes: Vec<ProbeRec>,
     /// Offline spells: (client, from ms, to ms).
@@ -123,11 +124,46 @@ pub(crate) struct World {
     pub(crate) revoked: Option<(String, u64)>,
     /// When the final relay clock jump happened (simulated ms).
     pub(crate) final_jump_ms: Option<u64>,
+    /// Every forward step of the relay's clock, `(simulated ms, step in ms)`: clock-jump
+    /// faults, the `days` class's idle stretches, the drills' window jumps, the final jump.
+    pub(crate) relay_jumps: Vec<(u64, u64)>,
+    /// What the drill host asked the runner for, oldest first (see [`RunnerRequest`]).
+    pub(crate) runner_requests: VecDeque<RunnerRequest>,
+    /// What the drills did and found (see [`crate::drills`]).
+    pub(crate) drills: crate::drills::DrillLog,
     /// The failover topology's lease (who is active).
     pub(crate) lease: Option<StoreCtl>,
 }
 
+/// What a scripted host may ask of the runner, which does it at its next step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunnerRequest {
+    /// Power the relay off (the active one, in the failover topology) and start it again
+    /// `down_ms` later.
+    PowerCycleRelay {
+        /// How long it stays off.
+        down_ms: u64,
+    },
+    /// The relay's clock jumps `ms` forward (a drill waits out a rate window).
+    JumpRelayClock {
+        /// Milliseconds.
+        ms: u64,
+    },
+}
+
 impl World {
+    /// How far the relay's clock moved between the simulated times `from` and `to`: the
+    /// simulated time between them plus every jump after `from`, up to and including `to`.
+    pub(crate) fn relay_elapsed(&self, from: u64, to: u64) -> u64 {
+        let jumped: u64 = self
+            .relay_jumps
+            .iter()
+            .filter(|(at, _)| *at > from && *at <= to)
+            .map(|(_, ms)| ms)
+            .sum();
+        to.saturating_sub(from) + jumped
+    }
+
     /// The host of the active relay: `relay`, or in the failover topology the lease holder
     /// (`relay`, the balancer, while nobody holds it).
     pub(crate) fn active_relay(&self) -> String {

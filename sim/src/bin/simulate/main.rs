@@ -27,6 +27,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
+use sim::class::ClassChoice;
 use sim::faults::{FaultSelection, StoreChoice};
 use sim::report::{SummaryRow, Timeline};
 use sim::scenario::Scale;
@@ -81,6 +82,15 @@ struct Args {
     /// The relay's store: `drawn` (SQLite in about a third of the seeds), `memory`, `sqlite`.
     #[arg(long, default_value = "drawn")]
     store: StoreChoice,
+
+    /// Seed class: `mixed` (a quarter of the seeds each), or one of `standard`, `days` (the
+    /// world's clock jumps across idle stretches: three days and more of TTLs, token
+    /// lifetimes, holds and rate windows), `heavy` (big state across a relay power cycle:
+    /// a heavy author, credentials issued before it), `limits` (every limit scaled down
+    /// and filled by drills; production's push policy). Every class also runs the drills
+    /// of routes without a token and of lookups (see `sim::class`, `sim::drills`).
+    #[arg(long, default_value = "mixed")]
+    class: ClassChoice,
 
     /// Skips scanning logs (faster; disables the `canary-logs` oracle).
     #[arg(long)]
@@ -251,6 +261,9 @@ pub(crate) fn options_line_with(args: &Args, faults: &FaultSelection) -> String 
     if let Some(c) = args.clients {
         let _ = write!(s, " --clients {c}");
     }
+    if args.class != ClassChoice::Mixed {
+        let _ = write!(s, " --class {}", args.class);
+    }
     if args.no_bind {
         s.push_str(" --no-bind");
     }
@@ -293,6 +306,18 @@ pub(crate) fn replay_command_with(args: &Args, seed: u64, faults: &FaultSelectio
     )
 }
 
+/// The drills' names, comma-separated (`none` without any).
+pub(crate) fn drill_names(drills: &[sim::drills::Drill]) -> String {
+    if drills.is_empty() {
+        return "none".to_owned();
+    }
+    drills
+        .iter()
+        .map(|d| d.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub(crate) fn config(args: &Args, seed: u64) -> RunConfig {
     RunConfig {
         seed,
@@ -300,6 +325,7 @@ pub(crate) fn config(args: &Args, seed: u64) -> RunConfig {
         clients: args.clients.or((args.scale == Scale::Small).then_some(4)),
         faults: args.faults.clone(),
         store: args.store,
+        class: args.class,
         capture_logs: !args.no_log_capture,
         log: args.log.clone(),
         bind_vanity: !args.no_bind,
@@ -370,7 +396,14 @@ fn one(args: &Args, config: &RunConfig, again: &str) -> anyhow::Result<ExitCode>
         }
         return Ok(ExitCode::SUCCESS);
     }
-    println!("seed {}\n{}\n{}", report.seed, report.scenario, report.plan);
+    println!(
+        "seed {} (class {}; drills: {})\n{}\n{}",
+        report.seed,
+        report.class,
+        drill_names(&report.drills),
+        report.scenario,
+        report.plan
+    );
     if args.trace {
         for line in &report.trace {
             println!("{line}");

@@ -1,0 +1,305 @@
+//! `heavy-author` and `credentials`: state built before a relay power cycle, used after it
+//! (the `heavy` class runs without caches and reads an author's tombstones by row past
+//! [`crate::class::HEAVY_BY_ROW_BYTES`]).
+//!
+//! **heavy-author.** Author A writes [`MESSAGES`] messages to B (B takes the first half, then
+//! goes away), so A's tombstones are far past the by-row threshold; the relay is power-cycled.
+//! Then A sends some of its old ids again: each must be acknowledged with the seq it first
+//! got (`dedup`); A retracts one of its old messages (it must not be refused: `retract`); B
+//! tries to retract another of A's (it must be refused `NOT_THE_AUTHOR`, and A never told of
+//! it: `authz`); a new message gets the next seq. Last, B syncs: every message of A that was
+//! not retracted arrives at B exactly once over its two sessions (`dedup`).
+//!
+//! **credentials.** Before the power cycle the drill takes an auth challenge (signed, not yet
+//! answered) and a WebSocket ticket (not yet redeemed), and uses another pair as an honest
+//! client does; after it, within their lifetimes, the unused ticket must open a socket and the
+//! unused challenge must log in, once each (`credentials`), and every one of the four must be
+//! refused when presented again (`authz`). PROTOCOL.md §1.1 A4/A5 (single use) and the relay's
+//! credentials (sealed, so a restart keeps them valid: `relay_core::credential`).
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+use wire::http::paths;
+
+use super::peer::{Answer, Socket, befriend, payload};
+use super::{Calm, Drills, Outcome};
+use crate::hostile::http::{RawAccount, field, http, post};
+use crate::violation::Violation;
+
+/// Messages of the heavy author.
+const MESSAGES: u64 = 160;
+/// Old ids sent again after the restart.
+const RESENT: [u64; 6] = [0, 1, 7, MESSAGES / 2, MESSAGES / 2 + 1, MESSAGES - 1];
+/// The old message A retracts after the restart, and the one B tries to.
+const RETRACTED_BY_AUTHOR: u64 = 3;
+const RETRACTED_BY_OTHER: u64 = 5;
+/// How long the relay stays off.
+const DOWN_MS: u64 = 1_500;
+
+/// A heavy author across a power cycle (see the module doc).
+pub(super) async fn heavy_author(d: &mut Drills<'_>) -> Outcome {
+    let mut out = Outcome::default();
+    let (mut a, mut b) = (d.account(60).await, d.account(61).await);
+    let Some(conv) = befriend(&a.raw, &b.raw).await else {
+        out.skip();
+        return out;
+    };
+    let author = a.raw.alias.clone();
+    let id = |k: u64| format!("heavy-{author}-{k}");
+    let mut seqs: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut b_got: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for half in [0..MESSAGES / 2, MESSAGES / 2..MESSAGES] {
+        let Ok(mut sa) = a.socket(false).await else {
+            out.skip();
+            return out;
+        };
+        for k in half.clone() {
+            if let Answer::Ack(seq) = sa.message(&id(k), &b.raw.alias, &conv, &payload(32)).await {
+                seqs.insert(k, seq);
+            }
+        }
+        drop(sa);
+        if half.start == 0
+            && let Ok(mut sb) = b.socket(true).await
+        {
+            sb.drain(5_000).await;
+            count(&mut b_got, &sb);
+        }
+    }
+    if seqs.len() < MESSAGES as usize / 2 || !d.power_cycle(DOWN_MS).await {
+        out.skip();
+        return out;
+    }
+    let (Ok(mut sa), Ok(mut sb)) = (a.socket(false).await, b.socket(false).await) else {
+        out.skip();
+        return out;
+    };
+    for k in RESENT {
+        let Some(first) = seqs.get(&k).copied() else { continue };
+        match sa.message(&id(k), &b.raw.alias, &conv, &payload(32)).await {
+            Answer::Ack(seq) => out.expect(seq == first, "dedup", || {
+                format!(
+                    "message {} of a heavy author, sent again after a relay restart, was acknowledged with seq {seq}; it first got {first}",
+                    id(k)
+                )
+            }),
+            Answer::Refused(code) if code == "STORAGE_UNAVAILABLE" || code == "RATE_LIMITED" => {
+                out.skip();
+            }
+            Answer::Refused(code) => out.check(Some(Violation::new(
+                "dedup",
+                format!(
+                    "message {} of a heavy author, sent again after a relay restart, was refused {code} (it was acknowledged with seq {first})",
+                    id(k)
+                ),
+            ))),
+            Answer::Silence => out.skip(),
+        }
+    }
+    retracts(&mut out, &mut sa, &mut sb, &a.raw, &b.raw, &conv, &id, &seqs).await;
+    let newest = seqs.values().max().copied().unwrap_or(0);
+    match sa.message(&id(MESSAGES), &b.raw.alias, &conv, &payload(32)).await {
+        Answer::Ack(seq) => out.expect(seq == newest + 1, "dedup", || {
+            format!("the heavy author's next message after the restart got seq {seq}; the newest was {newest}")
+        }),
+        _ => out.skip(),
+    }
+    drop(sb);
+    if let Ok(mut sb) = b.socket(true).await {
+        sb.drain(10_000).await;
+        count(&mut b_got, &sb);
+        for (k, first) in seqs.iter().filter(|(k, _)| **k != RETRACTED_BY_AUTHOR) {
+            let got = b_got.get(&id(*k)).cloned().unwrap_or_default();
+            // A redelivery (its receipt lost) carries the same seq; a second message would not.
+            out.expect(
+                !got.is_empty() && got.iter().all(|s| s == first),
+                "dedup",
+                || {
+                    format!(
+                        "message {} of a heavy author (seq {first}) reached its recipient with seqs {got:?} over two sessions around a relay restart",
+                        id(*k)
+                    )
+                },
+            );
+        }
+    } else {
+        out.skip();
+    }
+    out
+}
+
+/// Adds what `socket` delivered to `got` (the seqs per message id).
+fn count(got: &mut BTreeMap<String, Vec<u64>>, socket: &Socket) {
+    for (id, seqs) in &socket.delivered {
+        got.entry(id.clone()).or_default().extend(seqs);
+    }
+}
+
+/// A retracts one of its old messages; B tries to retract another of A's.
+#[allow(clippy::too_many_arguments, reason = "one step of one drill, with its sockets")]
+async fn retracts(
+    out: &mut Outcome,
+    sa: &mut Socket,
+    sb: &mut Socket,
+    a: &RawAccount,
+    b: &RawAccount,
+    conv: &str,
+    id: &dyn Fn(u64) -> String,
+    seqs: &BTreeMap<u64, u64>,
+) {
+    if seqs.contains_key(&RETRACTED_BY_AUTHOR) {
+        let own = id(RETRACTED_BY_AUTHOR);
+        sa.send(&json!({"type": "retract", "id": own, "to": b.alias, "conv_id": conv, "crypto_v": 1}))
+            .await;
+        match sa.answer_to(&own).await {
+            Answer::Refused(code) if code == "STORAGE_UNAVAILABLE" => out.skip(),
+            Answer::Refused(code) => out.check(Some(Violation::new(
+                "retract",
+                format!("the heavy author's retract of its own old message {own} after a relay restart was refused {code}"),
+            ))),
+            _ => out.check(None),
+        }
+    }
+    if seqs.contains_key(&RETRACTED_BY_OTHER) {
+        let theirs = id(RETRACTED_BY_OTHER);
+        sb.send(&json!({"type": "retract", "id": theirs, "to": a.alias, "conv_id": conv, "crypto_v": 1}))
+            .await;
+        match sb.answer_to(&theirs).await {
+            Answer::Refused(code) if code == "NOT_THE_AUTHOR" => out.check(None),
+            Answer::Refused(code) if code == "STORAGE_UNAVAILABLE" => out.skip(),
+            answer => {
+                sa.listen(1_000).await;
+                let landed = sa.retracts.contains(&theirs);
+                out.check((landed || matches!(answer, Answer::Refused(_))).then(|| {
+                    Violation::new(
+                        "authz",
+                        format!(
+                            "the other member's retract of the heavy author's message {theirs} was {}",
+                            if landed { "passed on to the author".to_owned() } else { format!("refused with {answer:?}, not NOT_THE_AUTHOR") }
+                        ),
+                    )
+                }));
+            }
+        }
+    }
+}
+
+/// Credentials issued before a power cycle, first used after it (see the module doc).
+pub(super) async fn credentials(d: &mut Drills<'_>) -> Outcome {
+    let mut out = Outcome::default();
+    let mut c = d.account(70).await;
+    if !c.relogin().await {
+        out.skip();
+        return out;
+    }
+    let http = http();
+    // Used before: a login and a redeemed ticket, as an honest client uses them.
+    let used_login = signed_challenge(&c).await;
+    if let Some(body) = &used_login {
+        match post(&http, paths::AUTH_VERIFY, None, body).await {
+            Some((200, v)) => {
+                if let Some(t) = field(&v, "token") {
+                    c.raw.token = t;
+                }
+            }
+            _ => {
+                out.skip();
+                return out;
+            }
+        }
+    }
+    let used_ticket = ticket(&c.raw).await;
+    if let Some(q) = &used_ticket
+        && Socket::open_query(q, false).await.is_err()
+    {
+        out.skip();
+        return out;
+    }
+    // Issued before, used only after.
+    let (Some(fresh_ticket), Some(fresh_login)) = (ticket(&c.raw).await, signed_challenge(&c).await)
+    else {
+        out.skip();
+        return out;
+    };
+    let (calm, issued_ms) = (Calm::now(d.ctx), crate::time::sim_ms());
+    if !d.power_cycle(DOWN_MS).await || !calm.clock_held(d.ctx) {
+        out.skip();
+        return out;
+    }
+    // Within their lifetimes on the relay's clock (with a margin for the answers' way back).
+    let age = d.relay_since(issued_ms) + 2_000;
+    let ticket_live = age < relay_core::limits::WS_TICKET_TTL_MS;
+    let challenge_live = age < relay_core::limits::AUTH_CHALLENGE_TTL_MS;
+    // The ticket first: a login revokes the token the ticket was asked with.
+    match Socket::open_query(&fresh_ticket, false).await {
+        Ok(_) => out.check(None),
+        Err(_) if !ticket_live => out.skip(),
+        Err(0) => out.skip(),
+        Err(s) => out.check(Some(Violation::new(
+            "credentials",
+            format!("a WebSocket ticket issued before a relay restart and never used was refused after it ({s}), within its lifetime"),
+        ))),
+    }
+    match post(&http, paths::AUTH_VERIFY, None, &fresh_login).await {
+        Some((200, _)) => out.check(None),
+        Some(_) if !challenge_live => out.skip(),
+        Some((s, _)) if s == 429 || s >= 500 => out.skip(),
+        Some((s, v)) => out.check(Some(Violation::new(
+            "credentials",
+            format!(
+                "an auth challenge issued before a relay restart and never answered was refused after it: {s} {}",
+                field(&v, "error").unwrap_or_default()
+            ),
+        ))),
+        None => out.skip(),
+    }
+    let again: [(&str, Option<&serde_json::Value>, Option<&String>); 4] = [
+        ("a ticket redeemed after the restart", None, Some(&fresh_ticket)),
+        ("a challenge answered after the restart", Some(&fresh_login), None),
+        ("a ticket redeemed before the restart", None, used_ticket.as_ref()),
+        ("a challenge answered before the restart", used_login.as_ref(), None),
+    ];
+    for (what, login, query) in again {
+        if let Some(q) = query {
+            match Socket::open_query(q, false).await {
+                Ok(_) => out.check(Some(Violation::new("authz", format!("{what} opened a socket again (101)")))),
+                Err(0) => out.skip(),
+                Err(_) => out.check(None),
+            }
+        }
+        if let Some(body) = login {
+            match post(&http, paths::AUTH_VERIFY, None, body).await {
+                Some((200, _)) => out.check(Some(Violation::new("authz", format!("{what} logged in again (200)")))),
+                Some((s, _)) if s >= 500 => out.skip(),
+                Some(_) => out.check(None),
+                None => out.skip(),
+            }
+        }
+    }
+    out
+}
+
+/// The upgrade query of a fresh ticket of `account`'s.
+async fn ticket(account: &RawAccount) -> Option<String> {
+    let (status, v) = post(&http(), paths::WS_TICKET, Some(&account.token), &json!({})).await?;
+    let t = field(&v, "ticket").filter(|_| (200..300).contains(&status))?;
+    Some(format!("user_uuid={}&ticket={t}", account.uuid))
+}
+
+/// A fresh auth challenge of `account`'s, signed: the `verify` body, not sent.
+async fn signed_challenge(account: &super::DrillAccount) -> Option<serde_json::Value> {
+    let (_, ch) = post(
+        &http(),
+        paths::AUTH_CHALLENGE,
+        None,
+        &json!({ "user_uuid": account.raw.uuid }),
+    )
+    .await?;
+    let challenge = field(&ch, "challenge")?;
+    Some(json!({
+        "user_uuid": account.raw.uuid,
+        "challenge": challenge,
+        "signature": account.identity.sign_challenge(&challenge),
+    }))
+}

@@ -1,0 +1,642 @@
+//! The `limits` class's drills: every limit of the relay's (scaled-down) configuration
+//! ([`crate::class::limits_config`]) filled on purpose, with the answer at the bound, one
+//! past it, and below it checked exactly (`limit-exact`), and production's push policy
+//! (`push-policy`).
+//!
+//! A step that a fault disturbed (a power-off, a takeover or a clock jump the drill did not
+//! ask for, a request unanswered or answered 5xx) is not judged: what the relay counted is
+//! then unknown. Acknowledged messages stay counted across a restart, so the queue bounds are
+//! judged across one too.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use relay_core::limits::{Budget, MINUTE_MS, WS_TICKET_TTL_MS, queued_message_bytes};
+use serde_json::json;
+use wire::http::paths;
+
+use super::peer::{Answer, DrillAccount, Socket, befriend, payload};
+use super::{Calm, Drills, Outcome};
+use crate::hostile::http::{exchange, field, get, http, post};
+use crate::time::sim_ms;
+use crate::violation::Violation;
+use seam::net::HttpRequest;
+
+const EXACT: &str = "limit-exact";
+
+/// One of the request budgets (`relay_core::limits::Budget`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Lookups,
+    FriendRequests,
+    Account,
+    Public,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Lookups => "user lookups",
+            Self::FriendRequests => "friend requests",
+            Self::Account => "authenticated requests",
+            Self::Public => "public requests from one address",
+        }
+    }
+
+    fn budget(self, config: &relay_core::Config) -> Budget {
+        match self {
+            Self::Lookups => config.lookups,
+            Self::FriendRequests => config.friend_requests,
+            Self::Account => config.account_requests,
+            Self::Public => config.public_requests,
+        }
+    }
+
+    /// One request charged to this budget, as `asker` (another drill account's alias is
+    /// `target`); its status, `None` without an answer.
+    async fn ask(self, asker: &DrillAccount, target: &str) -> Option<u16> {
+        let http = http();
+        let token = asker.raw.token.as_str();
+        let answer = match self {
+            Self::Lookups => get(&http, &paths::USER.replace("{alias_id}", target), token).await,
+            Self::FriendRequests => {
+                post(&http, paths::FRIEND_REQUEST, Some(token), &json!({ "to_alias_id": target })).await
+            }
+            Self::Account => get(&http, paths::STORAGE_ESTIMATE, token).await,
+            Self::Public => {
+                let (s, _) = exchange(&http, HttpRequest::get(&format!("{}?q=zz", paths::VANITY_SEARCH))).await?;
+                return Some(s);
+            }
+        };
+        answer.map(|(s, _)| s)
+    }
+}
+
+/// Each request budget used up, then refilled by one token (see the module doc).
+pub(super) async fn budgets(d: &mut Drills<'_>) -> Outcome {
+    let mut out = Outcome::default();
+    let target = d.account(79).await.raw.alias;
+    // Behind the failover topology's balancer every client has the balancer's address: the
+    // public budget is then everyone's, not the drill's.
+    let shared_address = d.ctx.world.borrow().lease.is_some();
+    for (n, kind) in [Kind::Lookups, Kind::FriendRequests, Kind::Account, Kind::Public]
+        .into_iter()
+        .enumerate()
+    {
+        if kind == Kind::Public && shared_address {
+            out.skip();
+            continue;
+        }
+        let asker = d.account(80 + n as u64).await;
+        out.merge(budget(d, kind, &asker, &target).await);
+    }
+    out
+}
+
+/// `kind`'s budget of `asker`: exactly its burst, then 429; after one token's refill on the
+/// relay's clock, exactly one more.
+async fn budget(d: &Drills<'_>, kind: Kind, asker: &DrillAccount, target: &str) -> Outcome {
+    let mut out = Outcome::default();
+    let b = kind.budget(d.config);
+    let calm = Calm::now(d.ctx);
+    let mut allowed = 0;
+    let mut refused = false;
+    for _ in 0..=b.burst {
+        match kind.ask(asker, target).await {
+            Some(429) => {
+                refused = true;
+                break;
+            }
+            Some(s) if s < 500 => allowed += 1,
+            _ => {
+                out.skip();
+                return out;
+            }
+        }
+    }
+    if !calm.held(d.ctx, 0) {
+        out.skip();
+        return out;
+    }
+    out.expect(refused && allowed == b.burst, EXACT, || {
+        format!(
+            "{}: {allowed} request(s) answered before the first 429 (burst {}){}",
+            kind.name(),
+            b.burst,
+            if refused { "" } else { ", none refused" }
+        )
+    });
+    // One token's refill on the relay's clock (plus a margin far below another token's).
+    let token_ms = b.window_ms.div_ceil(u64::from(b.per_window.max(1)));
+    if !d.jump(token_ms + 50).await {
+        out.skip();
+        return out;
+    }
+    let (first, second) = (kind.ask(asker, target).await, kind.ask(asker, target).await);
+    match (first, second) {
+        (Some(a), Some(b2)) if a < 500 && b2 < 500 && calm.held(d.ctx, 1) => {
+            out.expect(a != 429 && b2 == 429, EXACT, || {
+                format!(
+                    "{}: after one token's refill ({} ms on the relay's clock) the next two requests answered {a} and {b2} (expected one through, then 429)",
+                    kind.name(),
+                    token_ms
+                )
+            });
+        }
+        _ => out.skip(),
+    }
+    out
+}
+
+/// How many messages the per-user limit takes in one window, spread over this many
+/// conversations (each far below its own queue bound).
+const RATE_RECIPIENTS: u64 = 4;
+
+/// The per-user message limit filled, the relay power-cycled within the window, the window
+/// passed (see the module doc).
+pub(super) async fn message_rate(d: &mut Drills<'_>) -> Outcome {
+    let mut out = Outcome::default();
+    let max = d.config.msgs_per_min_per_user;
+    let mut sender = d.account(90).await;
+    let mut convs = Vec::new();
+    for r in 0..RATE_RECIPIENTS {
+        let recipient = d.account(91 + r).await;
+        match befriend(&sender.raw, &recipient.raw).await {
+            Some(conv) => convs.push((recipient.raw.alias.clone(), conv)),
+            None => {
+                out.skip();
+                return out;
+            }
+        }
+    }
+    let Ok(mut socket) = sender.socket(false).await else {
+        out.skip();
+        return out;
+    };
+    let calm = Calm::now(d.ctx);
+    let first_ms = sim_ms();
+    let mut n = 0u64;
+    let alias = sender.raw.alias.clone();
+    let mut acked = 0;
+    let mut refused = None;
+    for _ in 0..=max {
+        match rate_send(&mut socket, &convs, &alias, &mut n).await {
+            Answer::Ack(_) => acked += 1,
+            Answer::Refused(code) if code != "STORAGE_UNAVAILABLE" => {
+                refused = Some(code);
+                break;
+            }
+            Answer::Refused(_) | Answer::Silence => {
+                out.skip();
+                return out;
+            }
+        }
+    }
+    if !calm.held(d.ctx, 0) || d.relay_since(first_ms) >= MINUTE_MS / 2 {
+        out.skip();
+        return out;
+    }
+    out.expect(acked == max && refused.as_deref() == Some("RATE_LIMITED"), EXACT, || {
+        format!("the message limit of {max} a minute: {acked} acknowledged, then {refused:?}")
+    });
+    drop(socket);
+    if !d.power_cycle(1_000).await || !calm.clock_held(d.ctx) {
+        out.skip();
+        return out;
+    }
+    let Ok(mut socket) = sender.socket(false).await else {
+        out.skip();
+        return out;
+    };
+    // Still inside the window that began with the first message: refused after the restart too.
+    if d.relay_since(first_ms) + 5_000 < MINUTE_MS {
+        match rate_send(&mut socket, &convs, &alias, &mut n).await {
+            Answer::Refused(code) if code == "RATE_LIMITED" => out.check(None),
+            Answer::Silence => out.skip(),
+            Answer::Refused(code) if code == "STORAGE_UNAVAILABLE" => out.skip(),
+            other => out.check(Some(Violation::new(
+                EXACT,
+                format!(
+                    "after a relay restart within the minute of {max} messages, one more was answered {other:?} (expected RATE_LIMITED: the limit is rebuilt from the store)"
+                ),
+            ))),
+        }
+    } else {
+        out.skip();
+    }
+    // Just past the window that began with the first message (its acceptance is a few ms
+    // after `first_ms`): a new window, the whole allowance again.
+    let past = (MINUTE_MS + 300).saturating_sub(d.relay_since(first_ms));
+    let jumped = u64::from(past > 0);
+    if past > 0 && !d.jump(past).await {
+        out.skip();
+        return out;
+    }
+    let mut again = 0;
+    for _ in 0..max {
+        match rate_send(&mut socket, &convs, &alias, &mut n).await {
+            Answer::Ack(_) => again += 1,
+            Answer::Refused(code) if code != "STORAGE_UNAVAILABLE" => break,
+            Answer::Refused(_) | Answer::Silence => {
+                out.skip();
+                return out;
+            }
+        }
+    }
+    if !calm.clock_held_but(d.ctx, jumped as usize) {
+        out.skip();
+        return out;
+    }
+    out.expect(again == max, EXACT, || {
+        format!(
+            "a minute after the first of {max} messages (the relay restarted meanwhile), {again} of the next {max} were acknowledged"
+        )
+    });
+    out
+}
+
+/// The rate drill's message `n` (to its conversations in turn).
+async fn rate_send(socket: &mut Socket, convs: &[(String, String)], alias: &str, n: &mut u64) -> Answer {
+    let (to, conv) = &convs[(*n % convs.len() as u64) as usize];
+    let id = format!("rate-{alias}-{n}");
+    *n += 1;
+    socket.message(&id, to, conv, &payload(8)).await
+}
+
+/// One fill of a queue: messages of `payload` bytes to the conversations `to` in turn.
+struct Fill<'a> {
+    what: &'static str,
+    sender: &'a mut DrillAccount,
+    /// `(recipient alias, conversation)`.
+    to: &'a [(String, String)],
+    payload: usize,
+    /// Messages the bound lets through.
+    fits: u64,
+    /// The refusal once they are in (`None`: the fill stops short of every bound, so all
+    /// `fits` must be acknowledged and no more is sent).
+    code: Option<&'static str>,
+}
+
+/// Sends `fits` messages, and one more when a refusal is expected; judged: exactly `fits`
+/// acknowledged, then the refusal. Also returns how many were acknowledged.
+async fn fill(d: &Drills<'_>, f: Fill<'_>) -> (Outcome, u64) {
+    let mut out = Outcome::default();
+    let Ok(mut socket) = f.sender.socket(false).await else {
+        out.skip();
+        return (out, 0);
+    };
+    let mut acked = 0u64;
+    let mut refused = None;
+    let calm = Calm::now(d.ctx);
+    let sends = f.fits + u64::from(f.code.is_some());
+    for n in 0..sends {
+        let (to, conv) = &f.to[(n % f.to.len() as u64) as usize];
+        let id = fill_id(f.what, &f.sender.raw.alias, n);
+        match socket.message(&id, to, conv, &payload(f.payload)).await {
+            Answer::Ack(_) => acked += 1,
+            Answer::Refused(code) if code == "STORAGE_UNAVAILABLE" => {
+                out.skip();
+                return (out, acked);
+            }
+            Answer::Refused(code) => {
+                refused = Some(code);
+                break;
+            }
+            Answer::Silence => {
+                out.skip();
+                return (out, acked);
+            }
+        }
+    }
+    if !calm.clock_held(d.ctx) {
+        out.skip();
+        return (out, acked);
+    }
+    out.expect(acked == f.fits && refused.as_deref() == f.code, EXACT, || {
+        format!(
+            "{}: {acked} message(s) of {} payload bytes acknowledged, then {refused:?} (the bound lets {} through, then {:?})",
+            f.what, f.payload, f.fits, f.code
+        )
+    });
+    (out, acked)
+}
+
+/// The id of a fill's message `n` (fixed width, so every message of a fill counts alike).
+fn fill_id(what: &str, alias: &str, n: u64) -> String {
+    format!("q-{}-{alias}-{n:03}", what.replace(' ', "-"))
+}
+
+/// The bytes one message of fill `what` by `alias` counts against the bounds.
+fn charge(what: &str, alias: &str, payload: usize) -> u64 {
+    queued_message_bytes(fill_id(what, alias, 0).len(), payload)
+}
+
+/// Each offline-queue bound filled (see the module doc).
+pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
+    let mut out = Outcome::default();
+    let c = d.config.clone();
+    let big = 40 * 1024;
+    // 1. One conversation, by count; then the recipient drains and it takes messages again.
+    let mut s1 = d.account(100).await;
+    let mut r1 = d.account(101).await;
+    let Some(conv1) = befriend(&s1.raw, &r1.raw).await else {
+        out.skip();
+        return out;
+    };
+    let to1 = [(r1.raw.alias.clone(), conv1.clone())];
+    let (filled, acked) = fill(d, Fill {
+        what: "conversation count",
+        sender: &mut s1,
+        to: &to1,
+        payload: 8,
+        fits: c.max_offline_queue_per_conversation as u64,
+        code: Some("QUEUE_FULL"),
+    })
+    .await;
+    out.merge(filled);
+    // The recipient takes (and acknowledges) everything queued; then the queue has room.
+    let drained = match r1.socket(true).await {
+        Ok(mut socket) => {
+            socket.drain(5_000).await;
+            !socket.ended && socket.delivered.len() as u64 >= acked
+        }
+        Err(_) => false,
+    };
+    if !drained {
+        out.skip();
+    } else if let Ok(mut socket) = s1.socket(false).await {
+        let id = format!("q-after-drain-{}", s1.raw.alias);
+        match socket.message(&id, &r1.raw.alias, &conv1, &payload(8)).await {
+            Answer::Ack(_) => out.check(None),
+            Answer::Silence => out.skip(),
+            Answer::Refused(code) => out.check(Some(Violation::new(
+                EXACT,
+                format!("a conversation's queue refused a message ({code}) after its recipient received everything queued"),
+            ))),
+        }
+    }
+    // 2. One conversation, by bytes.
+    let mut s2 = d.account(102).await;
+    if let Some(conv) = befriend(&s2.raw, &r1.raw).await {
+        let per = charge("conversation bytes", &s2.raw.alias, big);
+        out.merge(
+            fill(d, Fill {
+                what: "conversation bytes",
+                sender: &mut s2,
+                to: &[(r1.raw.alias.clone(), conv)],
+                payload: big,
+                fits: c.max_offline_queue_bytes_per_conversation / per,
+                code: Some("QUEUE_FULL"),
+            })
+            .await
+            .0,
+        );
+    } else {
+        out.skip();
+    }
+    // 3. One sender's bytes over three recipients.
+    let mut s3 = d.account(103).await;
+    let mut to3 = Vec::new();
+    for k in 0..3 {
+        let r = d.account(104 + k).await;
+        if let Some(conv) = befriend(&s3.raw, &r.raw).await {
+            to3.push((r.raw.alias.clone(), conv));
+        }
+    }
+    let per = charge("sender bytes", &s3.raw.alias, big);
+    let fits = c.max_offline_queue_bytes_per_sender / per;
+    // Each conversation must take its share without reaching its own bound first.
+    if to3.len() == 3 && fits.div_ceil(3) * per <= c.max_offline_queue_bytes_per_conversation {
+        out.merge(
+            fill(d, Fill {
+                what: "sender bytes",
+                sender: &mut s3,
+                to: &to3,
+                payload: big,
+                fits,
+                code: Some("SENDER_QUEUE_FULL"),
+            })
+            .await
+            .0,
+        );
+    } else {
+        out.skip();
+    }
+    // 4. One recipient's messages over two senders (each conversation below its own bound).
+    let r4 = d.account(107).await;
+    let half = c.max_offline_queue_per_recipient as u64 / 2;
+    let mut senders = Vec::new();
+    for k in 0..2 {
+        let s = d.account(108 + k).await;
+        if let Some(conv) = befriend(&s.raw, &r4.raw).await {
+            senders.push((s, conv));
+        }
+    }
+    if senders.len() == 2 && half < c.max_offline_queue_per_conversation as u64 {
+        let to = [(r4.raw.alias.clone(), senders[0].1.clone())];
+        let (mut first, mut second) = (senders[0].0.clone(), senders[1].0.clone());
+        let (filled, acked) = fill(d, Fill {
+            what: "recipient count a",
+            sender: &mut first,
+            to: &to,
+            payload: 8,
+            fits: half,
+            code: None,
+        })
+        .await;
+        out.merge(filled);
+        let to = [(r4.raw.alias.clone(), senders[1].1.clone())];
+        // The second sender fills what the first left (every message the first got acked is
+        // queued, whatever was not).
+        let room = (c.max_offline_queue_per_recipient as u64).saturating_sub(acked);
+        if room < c.max_offline_queue_per_conversation as u64 {
+            out.merge(
+                fill(d, Fill {
+                    what: "recipient count b",
+                    sender: &mut second,
+                    to: &to,
+                    payload: 8,
+                    fits: room,
+                    code: Some("RECIPIENT_QUEUE_FULL"),
+                })
+                .await
+                .0,
+            );
+        } else {
+            out.skip();
+        }
+    } else {
+        out.skip();
+    }
+    out
+}
+
+/// A Web Push endpoint and what production's policy answers it (`None`: taken).
+const ENDPOINTS: &[(&str, Option<&str>)] = &[
+    ("https://8.8.8.8/push/drill", None),
+    ("https://[2606:4700:4700::1111]/push/drill", None),
+    ("https://1.1.1.1:8443/push/drill", None),
+    ("http://8.8.8.8/push/drill", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://10.0.0.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://172.16.5.4/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://192.168.1.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://127.0.0.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://0.0.0.0/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://169.254.169.254/latest", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://100.64.0.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://224.0.0.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://255.255.255.255/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://192.0.2.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://198.18.0.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://[::1]/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://[fe80::1]/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://[fc00::1]/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://[::ffff:8.8.8.8]/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://[64:ff9b::808:808]/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://[2002:808:808::1]/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://127.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://2130706433/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://0x7f000001/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://localhost/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://push.localhost/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://printer.local/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://metadata.internal/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    ("https://push.example.com/push", Some("PUSH_ENDPOINT_UNRESOLVABLE")),
+    ("https://user@8.8.8.8/push", Some("INVALID_FIELD")),
+];
+
+/// Production's push policy, endpoint by endpoint (see [`ENDPOINTS`]).
+pub(super) async fn push_policy(d: &mut Drills<'_>) -> Outcome {
+    let mut out = Outcome::default();
+    let account = d.account(120).await;
+    let keys = json!({
+        "p256dh": URL_SAFE_NO_PAD.encode([4u8; 65]),
+        "auth": URL_SAFE_NO_PAD.encode([7u8; 16]),
+    });
+    let http = http();
+    for (endpoint, expected) in ENDPOINTS {
+        let body = json!({ "endpoint": endpoint, "keys": keys });
+        let Some((status, v)) = post(&http, paths::PUSH_SUBSCRIBE, Some(&account.raw.token), &body).await
+        else {
+            out.skip();
+            continue;
+        };
+        if status == 429 || status >= 500 {
+            out.skip();
+            continue;
+        }
+        let code = field(&v, "error").unwrap_or_default();
+        match expected {
+            None => out.expect((200..300).contains(&status), "push-policy", || {
+                format!("a public https:// push endpoint {endpoint} was refused: {status} {code}")
+            }),
+            Some(want) => out.expect(status == 400 && code == *want, "push-policy", || {
+                format!("push endpoint {endpoint} answered {status} {code} (production's policy: 400 {want})")
+            }),
+        }
+    }
+    out
+}
+
+/// The spent-credential set filled with redeemed tickets, then the clock moved past their
+/// lifetime (see the module doc).
+pub(super) async fn spent_full(d: &mut Drills<'_>) -> Outcome {
+    let mut out = Outcome::default();
+    let mut account = d.account(121).await;
+    let cap = d.config.max_spent_credentials;
+    let calm = Calm::now(d.ctx);
+    let mut redeemed = 0;
+    let mut full = false;
+    // When each ticket was redeemed (simulated ms): the set forgets each after its lifetime,
+    // so only `cap + 1` redeemed within one lifetime prove the bound let one too many in.
+    let mut at: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
+    let mut overflow = false;
+    while redeemed <= 3 * cap && !full && !overflow {
+        let Some(query) = ticket(&account).await else {
+            out.skip();
+            return out;
+        };
+        match Socket::open_query(&query, false).await {
+            Ok(_) => {
+                redeemed += 1;
+                at.push_back(sim_ms());
+                if at.len() > cap {
+                    let first = at.pop_front().unwrap_or(0);
+                    overflow = d.relay_since(first) + 1_000 < WS_TICKET_TTL_MS;
+                }
+            }
+            Err(429) => full = true,
+            Err(0) => {
+                out.skip();
+                return out;
+            }
+            Err(_) if !calm.held(d.ctx, 0) => {
+                out.skip();
+                return out;
+            }
+            Err(s) => {
+                out.check(Some(Violation::new(
+                    EXACT,
+                    format!("a fresh WebSocket ticket was refused {s} while the spent-credential set filled"),
+                )));
+                return out;
+            }
+        }
+    }
+    if !calm.held(d.ctx, 0) {
+        out.skip();
+        return out;
+    }
+    if !full && !overflow {
+        // The set forgot tickets as fast as the drill redeemed them (slow links): unjudged.
+        out.skip();
+        return out;
+    }
+    out.expect(full, EXACT, || {
+        format!("{} tickets redeemed within one ticket lifetime ({WS_TICKET_TTL_MS} ms), past the spent-credential bound of {cap}, and none refused 429", cap + 1)
+    });
+    if !full {
+        return out;
+    }
+    // Full: what spends nothing still works (a token upgrade, an authenticated request).
+    match Socket::open(&account.raw, false).await {
+        Ok(_) => out.check(None),
+        Err(_) if !calm.held(d.ctx, 0) => out.skip(),
+        Err(0) => out.skip(),
+        Err(s) => out.check(Some(Violation::new(
+            EXACT,
+            format!("with the spent-credential set full, an upgrade with a token (which spends nothing) was refused {s}"),
+        ))),
+    }
+    // Past every ticket's and challenge's lifetime, the set empties: a ticket works again.
+    if !d
+        .jump(relay_core::limits::AUTH_CHALLENGE_TTL_MS.max(WS_TICKET_TTL_MS) + 1_000)
+        .await
+    {
+        out.skip();
+        return out;
+    }
+    if !account.relogin().await {
+        out.skip();
+        return out;
+    }
+    match ticket(&account).await {
+        Some(query) => match Socket::open_query(&query, false).await {
+            Ok(_) => out.check(None),
+            Err(_) if !calm.held(d.ctx, 1) => out.skip(),
+            Err(0) => out.skip(),
+            Err(s) => out.check(Some(Violation::new(
+                EXACT,
+                format!("once every spent credential had expired, a fresh ticket was refused {s}"),
+            ))),
+        },
+        None => out.skip(),
+    }
+    out
+}
+
+/// The upgrade query of a fresh ticket of `account`'s.
+async fn ticket(account: &DrillAccount) -> Option<String> {
+    let (status, v) = post(&http(), paths::WS_TICKET, Some(&account.raw.token), &json!({})).await?;
+    let t = field(&v, "ticket").filter(|_| (200..300).contains(&status))?;
+    Some(format!("user_uuid={}&ticket={t}", account.raw.uuid))
+}

@@ -1,0 +1,349 @@
+//! The drill host `t0`: raw clients (no client library) with accounts of their own that drive
+//! the relay to the places the honest traffic never goes, each with an exact expectation.
+//! Which drills run is part of the replay ([`Drill::of_class`] by default; see
+//! [`crate::class`]); they run one after the other once traffic started.
+//!
+//! | drill | classes | what it does | oracle |
+//! |---|---|---|---|
+//! | `tokenless` | all | every route the documents mark JWT, asked with no token at all, and the WebSocket upgrade with neither token nor ticket | `authz` (a 2xx or a 101), `tokenless` (a 4xx other than 401) |
+//! | `lookups` | all | `GET users/{alias}` of every account that exists (honest clients', strangers', the drill's own, every alias a bind gave) and of aliases that do not | `lookup`: the owner's nickname and keys, 404 for the rest |
+//! | `tokens` | days | a token presented within its lifetime and after it, across the world's idle stretches | `expiry`: 2xx within, 401 `TOKEN_EXPIRED` after |
+//! | `ages` | days | messages queued at known times to a recipient that stays away across the idle stretches, then syncs | `expiry`: what outlived its TTL on the relay's clock never arrives, the rest arrives once |
+//! | `heavy-author` | heavy | hundreds of messages of one author, the relay power-cycled, then old ids re-sent, an old message retracted by its author and by the other member | `dedup`: a re-sent id gets its first seq and no second delivery; `authz`: only the author retracts |
+//! | `credentials` | heavy | an auth challenge and a WebSocket ticket issued before a power cycle and first used after it; then used again | `credentials`: accepted once after the restart; `authz`: refused the second time |
+//! | `budgets` | limits | each request budget (lookups, friend requests, every other authenticated route, public routes) used up, then the relay's clock moved by one token's refill | `limit-exact`: exactly the burst, then 429 `RATE_LIMITED`, then exactly one more |
+//! | `message-rate` | limits | the per-user message limit filled, the relay power-cycled within the window, then the window passed | `limit-exact`: the next message refused after the restart too, allowed once the window (from its first message) passed |
+//! | `queues` | limits | each offline-queue bound filled (per conversation in messages and bytes, per recipient, per sender) | `limit-exact`: exactly at the bound the documented code and no ack; after the recipient drains, accepted again |
+//! | `push-policy` | limits | Web Push endpoints a production relay must refuse (private, loopback, link-local, shared, IPv4-embedding IPv6, numeric forms, local names, names it cannot resolve, `http://`) and a public one it must take | `push-policy`: 400 with the documented code, 2xx for the public one |
+//! | `spent-full` | limits | WebSocket tickets redeemed until the spent-credential set is full, then the clock moved past their lifetime | `limit-exact`: 429 once full, never more remembered than the bound (the store's rows), upgrades again once they expired |
+//!
+//! A drill's step that a fault disturbed (the relay powered off or replaced, its clock moved
+//! by a fault, a request unanswered or answered 5xx) is not judged; every drill counts what it
+//! judged ([`DrillLog`]), and a drill that judged nothing on a run without relay faults is a
+//! `drills` violation: it did not happen.
+//!
+//! Modules: `peer` (accounts, sockets and messages by hand), `routes` (`tokenless`,
+//! `lookups`), `days` (`tokens`, `ages`), `heavy` (`heavy-author`, `credentials`), `limits`
+//! (`budgets`, `message-rate`, `queues`, `push-policy`, `spent-full`).
+
+mod days;
+mod heavy;
+mod limits;
+mod peer;
+mod routes;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::class::Class;
+use crate::time::{sim_ms, sleep_ms};
+use crate::violation::Violation;
+use crate::world::{HostCtx, RunnerRequest, World, note, wait_until};
+
+pub(crate) use self::peer::DrillAccount;
+
+/// Host name of the drill host.
+pub const DRILL_HOST: &str = "t0";
+
+/// One drill (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Drill {
+    /// Authenticated routes without any token.
+    Tokenless,
+    /// Lookups of aliases that exist and that do not.
+    Lookups,
+    /// Tokens presented within and after their lifetime.
+    Tokens,
+    /// Messages of known ages across the idle stretches.
+    Ages,
+    /// A heavy author across a power cycle.
+    HeavyAuthor,
+    /// Credentials issued before a power cycle, used after it.
+    Credentials,
+    /// Request budgets used up and refilled.
+    Budgets,
+    /// The per-user message limit across a power cycle.
+    MessageRate,
+    /// Offline-queue bounds filled.
+    Queues,
+    /// Push destinations under production's policy.
+    PushPolicy,
+    /// The spent-credential set filled.
+    SpentFull,
+}
+
+impl Drill {
+    /// Every drill.
+    pub const ALL: [Self; 11] = [
+        Self::Tokenless,
+        Self::Lookups,
+        Self::Tokens,
+        Self::Ages,
+        Self::HeavyAuthor,
+        Self::Credentials,
+        Self::Budgets,
+        Self::MessageRate,
+        Self::Queues,
+        Self::PushPolicy,
+        Self::SpentFull,
+    ];
+
+    /// Name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tokenless => "tokenless",
+            Self::Lookups => "lookups",
+            Self::Tokens => "tokens",
+            Self::Ages => "ages",
+            Self::HeavyAuthor => "heavy-author",
+            Self::Credentials => "credentials",
+            Self::Budgets => "budgets",
+            Self::MessageRate => "message-rate",
+            Self::Queues => "queues",
+            Self::PushPolicy => "push-policy",
+            Self::SpentFull => "spent-full",
+        }
+    }
+
+    /// The drills a run of `class` runs, in order.
+    pub fn of_class(class: Class) -> Vec<Self> {
+        let own: &[Self] = match class {
+            Class::Standard => &[],
+            Class::Days => &[Self::Ages, Self::Tokens],
+            Class::Heavy => &[Self::Credentials, Self::HeavyAuthor],
+            Class::Limits => &[
+                Self::PushPolicy,
+                Self::Budgets,
+                Self::MessageRate,
+                Self::Queues,
+                Self::SpentFull,
+            ],
+        };
+        let mut out = vec![Self::Tokenless];
+        out.extend_from_slice(own);
+        out.push(Self::Lookups);
+        out
+    }
+}
+
+impl fmt::Display for Drill {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the drills did: per drill, the checks judged and the steps a fault left unjudged,
+/// whether it finished, and what it found.
+#[derive(Debug, Default)]
+pub(crate) struct DrillLog {
+    /// Checks judged, by drill.
+    pub(crate) judged: BTreeMap<Drill, u64>,
+    /// Steps not judged (a fault disturbed them), by drill.
+    pub(crate) unjudged: BTreeMap<Drill, u64>,
+    /// Drills that ran to their end.
+    pub(crate) finished: Vec<Drill>,
+    /// Breaches found.
+    pub(crate) findings: Vec<Violation>,
+}
+
+/// What one drill run tells the log.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    judged: u64,
+    unjudged: u64,
+    findings: Vec<Violation>,
+}
+
+impl Outcome {
+    /// One check judged, breached when `breach` is `Some` (the oracle and what happened).
+    pub(crate) fn check(&mut self, breach: Option<Violation>) {
+        self.judged += 1;
+        self.findings.extend(breach);
+    }
+
+    /// One check judged that failed (`oracle`, `detail`) unless `ok`.
+    pub(crate) fn expect(&mut self, ok: bool, oracle: &'static str, detail: impl FnOnce() -> String) {
+        self.check((!ok).then(|| Violation::new(oracle, detail())));
+    }
+
+    /// A step a fault disturbed: nothing judged.
+    pub(crate) fn skip(&mut self) {
+        self.unjudged += 1;
+    }
+
+    /// Adds `other`'s counts and findings.
+    pub(crate) fn merge(&mut self, other: Self) {
+        self.judged += other.judged;
+        self.unjudged += other.unjudged;
+        self.findings.extend(other.findings);
+    }
+}
+
+/// How the relay stood when a step began, to tell afterwards whether a fault came between.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Calm {
+    power_offs: usize,
+    jumps: usize,
+    relay: String,
+}
+
+impl Calm {
+    /// The relay's state now.
+    pub(crate) fn now(ctx: &HostCtx) -> Self {
+        let w = ctx.world.borrow();
+        Self {
+            power_offs: w.relay_off_ms.len(),
+            jumps: w.relay_jumps.len(),
+            relay: w.active_relay(),
+        }
+    }
+
+    /// Whether the relay's clock moved only as simulated time does since `self` (no jump).
+    pub(crate) fn clock_held(&self, ctx: &HostCtx) -> bool {
+        self.clock_held_but(ctx, 0)
+    }
+
+    /// Whether the relay's clock jumped since `self` only the `own_jumps` times the drill
+    /// asked for.
+    pub(crate) fn clock_held_but(&self, ctx: &HostCtx, own_jumps: usize) -> bool {
+        Self::now(ctx).jumps == self.jumps + own_jumps
+    }
+
+    /// Whether nothing happened to the relay since `self` (no power-off, takeover or clock
+    /// jump) but the clock jumps the drill itself asked for (`own_jumps`).
+    pub(crate) fn held(&self, ctx: &HostCtx, own_jumps: usize) -> bool {
+        let now = Self::now(ctx);
+        now.power_offs == self.power_offs
+            && now.relay == self.relay
+            && now.jumps == self.jumps + own_jumps
+    }
+}
+
+/// What every drill is given.
+pub(crate) struct Drills<'a> {
+    pub(crate) ctx: &'a HostCtx,
+    /// The relay's configuration in this run (the drills know its limits).
+    pub(crate) config: &'a relay_core::Config,
+    /// The drill's accounts, registered on first use.
+    accounts: BTreeMap<u64, DrillAccount>,
+}
+
+impl Drills<'_> {
+    /// Drill account `n` (registered, or logged in again after a restart of the drill host).
+    pub(crate) async fn account(&mut self, n: u64) -> DrillAccount {
+        if let Some(a) = self.accounts.get(&n) {
+            return a.clone();
+        }
+        let a = DrillAccount::register(self.ctx.seed, n).await;
+        self.accounts.insert(n, a.clone());
+        a
+    }
+
+    /// Asks the runner to power-cycle the relay and waits until it serves again; `false` when
+    /// it did not come back within the bound, or the traffic window is over (after healing
+    /// the relay is left alone: the liveness oracles hold it to a healthy network).
+    pub(crate) async fn power_cycle(&self, down_ms: u64) -> bool {
+        if self.healed() {
+            return false;
+        }
+        let before = self.ctx.world.borrow().relay_off_ms.len();
+        self.ctx
+            .world
+            .borrow_mut()
+            .runner_requests
+            .push_back(RunnerRequest::PowerCycleRelay { down_ms });
+        wait_until(self.ctx, |w: &World| w.relay_off_ms.len() > before).await;
+        peer::relay_answers(down_ms + 20_000).await
+    }
+
+    /// Whether the traffic window is over (the faults healed).
+    pub(crate) fn healed(&self) -> bool {
+        self.ctx.world.borrow().heal_ms.is_some()
+    }
+
+    /// Asks the runner to move the relay's clock `ms` forward, and waits for it; `false` (and
+    /// nothing moved) once the traffic window is over.
+    pub(crate) async fn jump(&self, ms: u64) -> bool {
+        if self.healed() {
+            return false;
+        }
+        let before = self.ctx.world.borrow().relay_jumps.len();
+        self.ctx
+            .world
+            .borrow_mut()
+            .runner_requests
+            .push_back(RunnerRequest::JumpRelayClock { ms });
+        wait_until(self.ctx, |w: &World| w.relay_jumps.len() > before).await;
+        true
+    }
+
+    /// The relay's clock elapsed since simulated time `from`.
+    pub(crate) fn relay_since(&self, from: u64) -> u64 {
+        self.ctx.world.borrow().relay_elapsed(from, sim_ms())
+    }
+}
+
+/// The script of the drill host: waits for traffic, then runs `drills` in order, but for
+/// `tokens` and `lookups` (which mostly wait: for the clock's stretches, for the binds to
+/// settle), which run beside the others.
+pub(crate) async fn drill_host(ctx: Rc<HostCtx>, drills: Vec<Drill>, config: relay_core::Config) {
+    wait_until(&ctx, |w| w.traffic_start_ms.is_some()).await;
+    // Let the honest clients' first traffic settle (a drill's exact counts are its own).
+    sleep_ms(2_000).await;
+    let (beside, in_order): (Vec<Drill>, Vec<Drill>) =
+        drills
+            .into_iter()
+            .partition(|d| matches!(d, Drill::Tokens | Drill::Lookups));
+    let run = |list: Vec<Drill>| {
+        let ctx = Rc::clone(&ctx);
+        let config = config.clone();
+        async move {
+            let mut d = Drills {
+                ctx: &ctx,
+                config: &config,
+                accounts: BTreeMap::new(),
+            };
+            for drill in list {
+                run_one(&mut d, drill).await;
+            }
+        }
+    };
+    futures_util::future::join(run(in_order), run(beside)).await;
+}
+
+/// Runs one drill and logs what it did.
+async fn run_one(d: &mut Drills<'_>, drill: Drill) {
+    let ctx = d.ctx;
+    note(ctx, format!("{DRILL_HOST} drill {drill} starts"));
+    let outcome = match drill {
+        Drill::Tokenless => routes::tokenless(d).await,
+        Drill::Lookups => routes::lookups(d).await,
+        Drill::Tokens => days::tokens(d).await,
+        Drill::Ages => days::ages(d).await,
+        Drill::HeavyAuthor => heavy::heavy_author(d).await,
+        Drill::Credentials => heavy::credentials(d).await,
+        Drill::Budgets => limits::budgets(d).await,
+        Drill::MessageRate => limits::message_rate(d).await,
+        Drill::Queues => limits::queues(d).await,
+        Drill::PushPolicy => limits::push_policy(d).await,
+        Drill::SpentFull => limits::spent_full(d).await,
+    };
+    note(
+        ctx,
+        format!(
+            "{DRILL_HOST} drill {drill} done: {} judged, {} unjudged, {} found",
+            outcome.judged,
+            outcome.unjudged,
+            outcome.findings.len()
+        ),
+    );
+    let mut w = ctx.world.borrow_mut();
+    *w.drills.judged.entry(drill).or_default() += outcome.judged;
+    *w.drills.unjudged.entry(drill).or_default() += outcome.unjudged;
+    w.drills.findings.extend(outcome.findings);
+    w.drills.finished.push(drill);
+}

@@ -1,0 +1,105 @@
+//! Expiries judged on the relay's clock (the simulator knows every jump of it:
+//! [`World::relay_elapsed`](crate::world::World::relay_elapsed)), and what the drill host
+//! found ([`crate::drills`]):
+//!
+//! | oracle | checks |
+//! |---|---|
+//! | `expiry` | no queued message is still stored at the end of the run more than [`SWEEP_SLACK_MS`] past its TTL on the relay's clock (the sweep, page after page, took every due queue); the drills' own expiry checks |
+//! | `spent-bound` | the store never holds more spent credentials than the relay's bound (`max_spent_credentials`): the bound holds exactly, whatever the honest clients spent meanwhile |
+//! | `drills` | every drill of a run without faults finished, and one that finished judged something or was kept from it by a fault (a drill that did nothing did not happen) |
+//!
+//! The liveness oracle asks [`expired_in_time`] whether a message it misses was taken by the
+//! sweep once its TTL had passed (excused) or before (not excused).
+
+use super::Input;
+use crate::store::CommittedMessage;
+use crate::violation::Violation;
+
+/// How long past a message's TTL (on the relay's clock) the sweep may take to delete it: it
+/// runs at the relay's next wake-up once the TTL passed, a page of queues at a time.
+pub(super) const SWEEP_SLACK_MS: u64 = 60_000;
+/// How much earlier than its commit a message may have been accepted (stamped with the
+/// relay's clock): a commit waits behind slow ones (`commit-slow` stalls are seconds).
+const COMMIT_WINDOW_MS: u64 = 30_000;
+
+/// Whether committed message `m` may have left the store by expiry: deleted once its TTL
+/// could have passed on the relay's clock (its age taken from the earliest moment it could
+/// have been accepted, so that a clock jump between acceptance and commit excuses it).
+pub(super) fn expired_in_time(input: &Input<'_>, m: &CommittedMessage) -> bool {
+    m.deleted_ms.is_some_and(|d| {
+        let accepted = m.at_ms.saturating_sub(COMMIT_WINDOW_MS);
+        input.world.relay_elapsed(accepted, d) >= input.ttl_ms
+    })
+}
+
+/// `expiry`: nothing stored past its TTL (plus [`SWEEP_SLACK_MS`]) at the end of the run.
+pub(super) fn nothing_stored_past_its_ttl(input: &Input<'_>, out: &mut Vec<Violation>) {
+    let Some(rows) = input.snapshot.get(&relay_core::store::Table::Messages) else {
+        return;
+    };
+    let mut late: Vec<(&str, u64)> = Vec::new();
+    for key in rows.keys() {
+        let Some(m) = input.history.messages.get(key) else {
+            continue;
+        };
+        let age = input.world.relay_elapsed(m.at_ms, input.end_ms);
+        if age >= input.ttl_ms + SWEEP_SLACK_MS {
+            late.push((m.id.as_str(), age));
+        }
+    }
+    if let Some((id, age)) = late.first() {
+        out.push(Violation::new(
+            "expiry",
+            format!(
+                "{} queued message(s) still stored at the end of the run past their {} h TTL on the relay's clock; first: {id}, accepted {} h {} min before",
+                late.len(),
+                input.ttl_ms / 3_600_000,
+                age / 3_600_000,
+                age % 3_600_000 / 60_000
+            ),
+        ));
+    }
+}
+
+/// `spent-bound`: the store's spent credentials never outnumber the bound.
+pub(super) fn spent_within_bound(input: &Input<'_>, out: &mut Vec<Violation>) {
+    let cap = input.max_spent;
+    if let Some(&(at, most)) = input.history.spent_peaks.iter().find(|(_, n)| *n > cap) {
+        out.push(Violation::new(
+            "spent-bound",
+            format!(
+                "the store held {most} spent credentials after a commit at {at} ms; the bound is {cap}"
+            ),
+        ));
+    }
+}
+
+/// `drills` and the drills' findings. A drill slowed past the end of the run by faults (slow
+/// links make every request of it take seconds) judged what it reached; one that did not
+/// finish in a run without faults is stuck.
+pub(super) fn drills(input: &Input<'_>, out: &mut Vec<Violation>) {
+    let log = &input.world.drills;
+    out.extend(log.findings.iter().cloned());
+    let faultless = input
+        .plan
+        .events
+        .iter()
+        .all(|e| matches!(e.action, crate::faults::FaultAction::SetSkew { .. }));
+    for drill in input.drills {
+        let judged = log.judged.get(drill).copied().unwrap_or(0);
+        let unjudged = log.unjudged.get(drill).copied().unwrap_or(0);
+        if !log.finished.contains(drill) {
+            if faultless {
+                out.push(Violation::new(
+                    "drills",
+                    format!("drill {drill} did not finish by the end of a run without faults ({judged} checks judged so far)"),
+                ));
+            }
+        } else if judged == 0 && unjudged == 0 {
+            out.push(Violation::new(
+                "drills",
+                format!("drill {drill} finished having judged nothing and met no fault: it did not happen"),
+            ));
+        }
+    }
+}
