@@ -26,7 +26,7 @@ use wire::http::{ChannelRole, OrderKind, OrderState, PaymentStatus};
 
 use crate::scenario::Pay;
 use crate::time::{sim_ms, sleep_ms};
-use crate::world::ledger::{BindRec, ChannelRec, OrderRec, Payments};
+use crate::world::ledger::{BindProbe, BindRec, ChannelRec, OrderRec, Payments};
 use crate::world::{HostCtx, note};
 use client::{Client, ClientError};
 use seam::net::Turmoil;
@@ -310,8 +310,13 @@ pub(crate) async fn buy_quota(ctx: &HostCtx, client: &Client<Turmoil>, pay: Pay)
 /// Binds this client's confirmed vanity orders (polling V5), and records `channels/mine` at
 /// audit time. Runs beside the traffic script for the host's whole life.
 pub(crate) async fn bind_loop(ctx: &HostCtx, client: &Client<Turmoil>, audit_at_ms: u64) {
+    let mut probed = false;
     loop {
         sleep_ms(1_000).await;
+        if !probed && sim_ms() >= audit_at_ms {
+            probed = true;
+            probe_binds(ctx, client).await;
+        }
         for order_id in paid_unsettled(ctx) {
             let Ok(status) = client.vanity().order_status(&order_id).await else {
                 continue;
@@ -348,6 +353,12 @@ fn paid_unsettled(ctx: &HostCtx) -> Vec<String> {
 /// answer, or a refusal of an expired token, is tried again on the next round).
 async fn bind(ctx: &HostCtx, client: &Client<Turmoil>, order_id: &str) {
     let me = ctx.me;
+    ctx.world
+        .borrow_mut()
+        .ledger
+        .audit
+        .bind_attempted
+        .insert(order_id.to_owned());
     match client.vanity().bind(order_id).await {
         Ok(bound) => {
             let alias = bound.alias_id.to_string();
@@ -360,6 +371,7 @@ async fn bind(ctx: &HostCtx, client: &Client<Turmoil>, order_id: &str) {
             w.ledger.binds.push(BindRec {
                 client: me,
                 alias: alias.clone(),
+                order_id: order_id.to_owned(),
             });
             drop(w);
             note(
@@ -378,6 +390,58 @@ async fn bind(ctx: &HostCtx, client: &Client<Turmoil>, order_id: &str) {
             settle(ctx, order_id);
         }
         Err(_) => {}
+    }
+}
+
+/// At the audit (every order placed before the final clock jump has expired or been
+/// confirmed): this client binds each of its vanity orders that V5 calls expired (the relay
+/// must refuse: only a confirmed order binds, SPEC "Vanity alias binding"), and binds again
+/// each order it bound whose alias it still has (a retry of a bind whose answer was lost is
+/// answered 200).
+async fn probe_binds(ctx: &HostCtx, client: &Client<Turmoil>) {
+    let me = ctx.me;
+    let (orders, bound): (Vec<String>, Vec<(String, String)>) = {
+        let w = ctx.world.borrow();
+        let orders = w
+            .ledger
+            .orders
+            .iter()
+            .filter(|o| o.client == me && o.kind == OrderKind::Vanity)
+            .map(|o| o.order_id.clone())
+            .collect();
+        let current = w.aliases.get(&me).cloned();
+        let bound = w
+            .ledger
+            .binds
+            .iter()
+            .filter(|b| b.client == me && Some(&b.alias) == current.as_ref())
+            .map(|b| (b.order_id.clone(), b.alias.clone()))
+            .collect();
+        (orders, bound)
+    };
+    let mut probes = Vec::new();
+    for order_id in orders {
+        let Ok(status) = client.vanity().order_status(&order_id).await else {
+            continue;
+        };
+        if status.status == OrderState::Expired {
+            probes.push((order_id, "expired"));
+        }
+    }
+    probes.extend(bound.into_iter().map(|(order, _)| (order, "bound")));
+    for (order_id, what) in probes {
+        let status = match client.vanity().bind(&order_id).await {
+            Ok(_) => Some(200),
+            Err(ClientError::Status(s, _)) => Some(s),
+            Err(_) => None,
+        };
+        note(ctx, format!("c{me} binds its {what} order {order_id} again: {status:?}"));
+        ctx.world.borrow_mut().ledger.audit.bind_probes.push(BindProbe {
+            client: me,
+            order_id,
+            what,
+            status,
+        });
     }
 }
 

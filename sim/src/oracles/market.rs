@@ -8,6 +8,8 @@
 //! | `holds-released` | every order expired after the final clock jump, and what it held is for sale again |
 //! | `quota` | channels created within the free quota plus the seats bought; the relay counts the seats confirmed |
 //! | `commerce-model` | refund flags only on orders a genuine payment reached, never on confirmed ones |
+//! | `order-records` | what the store records of each order against what the run did: the price quoted, the amount paid (every genuine payment the relay answered, summed), the hold (15 min for an alias, 30 for a trade or seat), bound only if its buyer bound it, and only once confirmed |
+//! | `bind-state` | a bind of an order the relay calls expired is refused (409); a bind repeated by the owner whose alias it still is, answered 200 |
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -85,6 +87,100 @@ pub(crate) fn check_market(input: &MarketInput<'_>, out: &mut Vec<Violation>) {
     channels_owned(input, &state, out);
     holds_released(input, &rows, &state, out);
     quota(input, &rows, &state, out);
+    order_records(input, &rows, out);
+    bind_probes(input, out);
+}
+
+/// `order-records`: each order's row against what the run did (see the module doc).
+fn order_records(input: &MarketInput<'_>, rows: &Rows, out: &mut Vec<Violation>) {
+    const O: &str = "order-records";
+    let payments = input.processor.payments();
+    let deliveries = input.processor.deliveries();
+    let audit = &input.ledger.audit;
+    for o in &input.ledger.orders {
+        let id = o.order_id.as_str();
+        let Some(row) = rows.orders.get(id) else {
+            out.push(Violation::new(O, format!("order {id} ({:?} {}) has no row in the store", o.kind, o.target)));
+            continue;
+        };
+        let num = |name: &str| field(Some(row), name).and_then(serde_json::Value::as_u64);
+        let what = |text: String| Violation::new(O, format!("order {id} ({:?} {}): {text}", o.kind, o.target));
+        if num("price_usdt") != Some(o.price) {
+            out.push(what(format!("records price {:?}, quoted {}", num("price_usdt"), o.price)));
+        }
+        // Every genuine payment of the order that the relay answered 2xx at least once.
+        let paid: u64 = payments
+            .iter()
+            .filter(|p| p.order_id.as_str() == id && p.plan.payment_status != wire::http::PaymentStatus::Failed)
+            .filter(|p| {
+                deliveries.iter().any(|d| {
+                    d.payment_id == p.payment_id
+                        && !d.forged
+                        && d.status.is_some_and(|s| (200..300).contains(&s))
+                })
+            })
+            .map(|p| p.plan.paid_usdt)
+            .sum();
+        // A copy still unanswered may have been applied: judged only when none is.
+        let unanswered = deliveries
+            .iter()
+            .any(|d| d.order_id.as_str() == id && !d.forged && d.status.is_none());
+        if !unanswered && num("paid_usdt") != Some(paid) {
+            out.push(what(format!(
+                "records {:?} USDT paid; the genuine payments it answered sum to {paid}",
+                num("paid_usdt")
+            )));
+        }
+        let hold = match o.kind {
+            OrderKind::Vanity => relay_core::limits::ALIAS_HOLD_MS,
+            _ => relay_core::limits::CHANNEL_ORDER_TTL_MS,
+        };
+        if let (Some(created), Some(expires)) = (num("created_at"), num("expires_at"))
+            && expires.checked_sub(created) != Some(hold)
+        {
+            out.push(what(format!("holds from {created} to {expires} ({} ms; the hold is {hold} ms)", expires.saturating_sub(created))));
+        }
+        let used = field(Some(row), "used") == Some(&serde_json::Value::Bool(true));
+        let state = field(Some(row), "state").and_then(|v| v.as_str());
+        if used && state != Some("confirmed") {
+            out.push(what(format!("is marked bound while {state:?}")));
+        }
+        if used && !audit.bind_attempted.contains(id) {
+            out.push(what("is marked bound, but its buyer never bound it".to_owned()));
+        }
+        let bound = input.ledger.binds.iter().any(|b| b.order_id == id);
+        if bound && !used {
+            out.push(what("was bound by its buyer, but is not marked bound".to_owned()));
+        }
+    }
+}
+
+/// `bind-state`: the binds the audit tried on purpose (see `crate::market`).
+fn bind_probes(input: &MarketInput<'_>, out: &mut Vec<Violation>) {
+    let late = &input.ledger.audit.late_at_final_jump;
+    for p in &input.ledger.audit.bind_probes {
+        let Some(status) = p.status else { continue };
+        if status == 429 || status >= 500 || status == 401 {
+            continue;
+        }
+        let wrong = match p.what {
+            "expired" if !late.contains(&p.order_id) => status != 409,
+            "bound" => status != 200,
+            _ => false,
+        };
+        if wrong {
+            out.push(Violation::new(
+                "bind-state",
+                format!(
+                    "c{} bound its {} order {} again: {status} (expected {})",
+                    p.client,
+                    p.what,
+                    p.order_id,
+                    if p.what == "expired" { "409" } else { "200" }
+                ),
+            ));
+        }
+    }
 }
 
 fn confirm_events(records: &[Record]) -> BTreeMap<&str, Vec<Device>> {

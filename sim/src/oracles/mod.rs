@@ -9,7 +9,7 @@
 //! | `storage` | `seq-unique`, `retract-drops`, `receipt-drops`, `fail-stop`, `store-intact`, `queue-summaries`, `contacts-index`, `canary-store`, `canary-logs` |
 //! | [`push`] | `push` (real delivery to the Web Push, FCM and APNs stand-ins, see [`crate::pushworld`]) |
 //! | [`adversaries`] | `authz`, `bad-input`, `stuck-client`, `resources` |
-//! | `market` | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model` |
+//! | `market` | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model`, `order-records`, `bind-state` |
 //! | [`wire`] | `duplicate-delivery`, `seq-reused` (simulator and Jepsen mode), `ack-lost` (Jepsen mode): over the frames each socket received, before the client's dedup |
 //! | `expiry` | `expiry`, `spent-bound`, `drills`, and what the drill host found (`lookup`, `tokenless`, `dedup`, `retract`, `credentials`, `limit-exact`, `push-policy`; see [`crate::drills`]) |
 //!
@@ -53,7 +53,7 @@ pub(crate) use self::storage::logs_free_of_canaries;
 pub use crate::violation::Violation;
 
 /// Every oracle name (for summaries).
-pub const ORACLES: [&str; 48] = [
+pub const ORACLES: [&str; 50] = [
     "duplicate-delivery",
     "seq-reused",
     "delivered-exactly-once",
@@ -102,6 +102,8 @@ pub const ORACLES: [&str; 48] = [
     "credentials",
     "limit-exact",
     "push-policy",
+    "order-records",
+    "bind-state",
 ];
 
 /// What the oracles read.

@@ -48,6 +48,22 @@ pub(crate) struct BindRec {
     pub(crate) client: usize,
     /// The alias it now has.
     pub(crate) alias: String,
+    /// The order it bound.
+    pub(crate) order_id: String,
+}
+
+/// A bind the audit tried on purpose, and the relay's answer.
+#[derive(Debug, Clone)]
+pub(crate) struct BindProbe {
+    /// Who tried (the order's buyer).
+    pub(crate) client: usize,
+    /// The order.
+    pub(crate) order_id: String,
+    /// What the order was: `expired` (never confirmed) or `bound` (bound by this client
+    /// already, whose alias it still is).
+    pub(crate) what: &'static str,
+    /// The relay's status (`None`: no answer).
+    pub(crate) status: Option<u16>,
 }
 
 /// What the audit saw through the public API.
@@ -63,6 +79,10 @@ pub(crate) struct Audit {
     pub(crate) owned: BTreeMap<usize, BTreeSet<String>>,
     /// Buy probes: channel -> the relay's answer (the new order id, or the error).
     pub(crate) probes: BTreeMap<String, Result<String, String>>,
+    /// Binds tried on purpose at the audit: of expired orders, and again of bound ones.
+    pub(crate) bind_probes: Vec<BindProbe>,
+    /// Orders some bind was sent for (answered or not).
+    pub(crate) bind_attempted: BTreeSet<String>,
     /// Orders with webhook copies still in flight at the final clock jump.
     pub(crate) late_at_final_jump: BTreeSet<String>,
     /// The relay's clock (Unix ms) just after the final jump: an order created at or after
