@@ -178,6 +178,9 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
     w.sync(oc);
     let mut model = Model::default();
     let mut online: [Option<ConnId>; 2] = [None, None];
+    // After a sweep's read failed the relay sweeps again `QUEUE_READ_RETRY_MS` later, not at
+    // the next timeout (its documented wait): until then expired messages may stay stored.
+    let mut sweep_waits_until = 0;
     for op in ops {
         model.now = w.now.get();
         let outs = match op {
@@ -288,7 +291,9 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
                 let failures = w.relay.stats().queue_read_failures;
                 w.relay.handle_timeout(w.now);
                 let outs = w.drain();
-                if w.relay.stats().queue_read_failures == failures {
+                if w.relay.stats().queue_read_failures != failures {
+                    sweep_waits_until = w.now.get() + relay_core::limits::QUEUE_READ_RETRY_MS;
+                } else if w.now.get() >= sweep_waits_until {
                     // The sweep read without a fault: nothing expired is left in the store.
                     let left: Vec<u64> = stored_seqs(&w)
                         .into_iter()
@@ -517,6 +522,29 @@ fn in_flight(
             let store = w.mem.clone();
             w.restart(Box::new(store));
             None
+        }
+    }
+}
+
+/// The case that once failed the model (not the relay): the sweep's read fails, so the relay
+/// sweeps again a second later; an advance of 1 ms in between must not expect the expired
+/// message gone.
+#[test]
+fn a_sweep_whose_read_failed_waits_its_retry() {
+    let ops = || {
+        vec![
+            Op::Connect { who: 1 },
+            Op::Send { from: 1, id: 0 },
+            Op::Advance { ms: MODEL_TTL_MS - 10 },
+            Op::ReadFault,
+            Op::Advance { ms: 20 },
+            Op::Advance { ms: 1 },
+            Op::Advance { ms: relay_core::limits::QUEUE_READ_RETRY_MS },
+        ]
+    };
+    for pipelined in [false, true] {
+        for cache in [0, relay_core::limits::TOMBSTONE_CACHE_BYTES] {
+            run(ops(), pipelined, cache);
         }
     }
 }
