@@ -8,6 +8,9 @@
 //! | `heavy` | no caches; an author's tombstones read by row past [`HEAVY_BY_ROW_BYTES`]; the expiry sweep in pages of 3 queues and 16 messages | big state built cheaply, then the relay power-cycled mid-load: a heavy author (hundreds of messages, re-sent and retracted after the restart), many queues, credentials issued before the restart presented after it |
 //! | `limits` | every limit scaled down ([`limits_config`]) so that each is reached in simulated minutes; production's push policy (public `https://` destinations only) | drills fill each request budget, rate limit, queue bound and the spent-credential set, and check that the refusal is the documented one, that the limit holds exactly, that what is below it works and that it frees up when it should |
 //!
+//! Each class also names its drills ([`Drill::of_class`]), run by the drill host
+//! ([`crate::drills`]).
+//!
 //! A sweep mixes the classes ([`ClassChoice::Mixed`]: a quarter each, drawn from the seed), so
 //! a plain `simulate --seeds 0..40` runs every class; `--class` pins one.
 
@@ -23,7 +26,9 @@ use serde::{Deserialize, Serialize};
 use crate::seeds::{TAG_CLASS, derive_seed, derive_u64};
 
 /// What kind of run a seed is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Class {
     /// The standard run.
@@ -143,6 +148,100 @@ impl fmt::Display for ClassChoice {
             Self::Mixed => f.write_str("mixed"),
             Self::Only(c) => f.write_str(c.name()),
         }
+    }
+}
+
+/// One drill (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Drill {
+    /// Authenticated routes without any token.
+    Tokenless,
+    /// Lookups of aliases that exist and that do not.
+    Lookups,
+    /// Tokens presented within and after their lifetime.
+    Tokens,
+    /// Messages of known ages across the idle stretches.
+    Ages,
+    /// A heavy author across a power cycle.
+    HeavyAuthor,
+    /// Credentials issued before a power cycle, used after it.
+    Credentials,
+    /// Request budgets used up and refilled.
+    Budgets,
+    /// The per-user message limit across a power cycle.
+    MessageRate,
+    /// Offline-queue bounds filled.
+    Queues,
+    /// Push destinations under production's policy.
+    PushPolicy,
+    /// The spent-credential set filled.
+    SpentFull,
+    /// The fixed windows of the relay's constants: media inits and quota, auth challenges,
+    /// typing notices.
+    Windows,
+}
+
+impl Drill {
+    /// Every drill.
+    pub const ALL: [Self; 12] = [
+        Self::Tokenless,
+        Self::Lookups,
+        Self::Tokens,
+        Self::Ages,
+        Self::HeavyAuthor,
+        Self::Credentials,
+        Self::Budgets,
+        Self::MessageRate,
+        Self::Queues,
+        Self::PushPolicy,
+        Self::SpentFull,
+        Self::Windows,
+    ];
+
+    /// Name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tokenless => "tokenless",
+            Self::Lookups => "lookups",
+            Self::Tokens => "tokens",
+            Self::Ages => "ages",
+            Self::HeavyAuthor => "heavy-author",
+            Self::Credentials => "credentials",
+            Self::Budgets => "budgets",
+            Self::MessageRate => "message-rate",
+            Self::Queues => "queues",
+            Self::PushPolicy => "push-policy",
+            Self::SpentFull => "spent-full",
+            Self::Windows => "windows",
+        }
+    }
+
+    /// The drills a run of `class` runs, in order.
+    pub fn of_class(class: Class) -> Vec<Self> {
+        let own: &[Self] = match class {
+            Class::Standard => &[],
+            Class::Days => &[Self::Ages, Self::Tokens],
+            Class::Heavy => &[Self::Credentials, Self::HeavyAuthor],
+            Class::Limits => &[
+                Self::PushPolicy,
+                Self::Budgets,
+                Self::MessageRate,
+                Self::Queues,
+                Self::Windows,
+                Self::SpentFull,
+            ],
+        };
+        let mut out = vec![Self::Tokenless];
+        out.extend_from_slice(own);
+        out.push(Self::Lookups);
+        out
+    }
+}
+
+impl fmt::Display for Drill {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

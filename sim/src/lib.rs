@@ -24,18 +24,18 @@
 //! | [`violation`] | [`Violation`](violation::Violation): a broken invariant named by its oracle | — |
 //! | `planted` | (feature `planted-bugs`) known bugs to plant, for the detection test | — |
 //! | [`wiretap`] | what the clients' connections carried: requests and refusals by route, frames as received | — |
-//! | [`class`] | seed classes: the relay's configuration of each, the `days` class's clock jumps | `seeds` |
+//! | [`class`] | seed classes: the relay's configuration of each, their drills, the `days` class's clock jumps | `seeds` |
 //! | [`scenario`] | the scenario drawn from a seed: accounts, pairs, strangers, timed actions | `bounds`, `class` |
 //! | [`faults`] | fault kinds, swarm selection, the fault plan and its draw | `bounds`, `scenario` |
 //! | [`store`] | the relay's store with storage faults, the failover lease, the commit history | `faults`, `time` |
 //! | [`pushworld`] | the push stand-ins the relay delivers to for real | `bounds`, `seeds` |
 //! | [`failover`] | active/standby relays: [`SimLeadership`](failover::SimLeadership), the load balancer | `bounds`, `store`, `time` |
-//! | `world` | the state the hosts share (`World`, `HostCtx`) and the commerce ledger | `bounds`, `faults`, `pushworld`, `scenario`, `store`, `time`, `trace`, `violation` |
+//! | `world` | the state the hosts share (`World`, `HostCtx`), the commerce ledger, what the drills did | `bounds`, `class`, `faults`, `pushworld`, `scenario`, `store`, `time`, `trace`, `violation` |
 //! | `market` | the scripted purchases, listings, buys, payments, binds and the commerce audit | `scenario`, `time`, `world` |
 //! | `hostile` | raw clients: floods, dishonest requests, slow consumers, storms | `bounds`, `faults`, `time`, `violation`, `world` |
 //! | [`drills`] | the drill host: raw clients that fill every limit, outlive expiries, build heavy state across restarts, call routes as strangers | `bounds`, `class`, `hostile`, `scenario`, `seeds`, `time`, `violation`, `world` |
 //! | `apps` | the client apps: setup, traffic, probes, second devices, the auditor's app | `bounds`, `market`, `pushworld`, `scenario`, `seeds`, `time`, `trace`, `world` |
-//! | [`oracles`] | the invariants checked at the end, one module per family; [`oracles::observed`], the client-visible history | `bounds`, `faults`, `pushworld`, `scenario`, `store`, `trace`, `violation`, `world` |
+//! | [`oracles`] | the invariants checked at the end, one module per family; [`oracles::observed`], the client-visible history | `bounds`, `class`, `faults`, `pushworld`, `scenario`, `store`, `trace`, `violation`, `world` |
 //! | `runner` | one run: [`RunConfig`], [`run`], the hosts, the step loop, the log scan | everything above |
 //! | [`shrink`] | delta debugging of a failing run | `faults`, `planted`, `runner`, `scenario`, `violation` |
 //! | [`jepsen`] | Jepsen mode: real sockets, a relay process, the same client-visible oracles | `oracles`, `scenario`, `trace`, `violation`, `wiretap` |

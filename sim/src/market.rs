@@ -383,7 +383,10 @@ async fn bind(ctx: &HostCtx, client: &Client<Turmoil>, order_id: &str) {
         // A token that expired meanwhile says nothing of the order: tried again once the app
         // logged in anew (an earlier attempt whose answer was lost may have bound it).
         Err(ClientError::Status(401, _)) => {
-            note(ctx, format!("c{me} bind {order_id} refused: 401 (tried again)"));
+            note(
+                ctx,
+                format!("c{me} bind {order_id} refused: 401 (tried again)"),
+            );
         }
         Err(ClientError::Status(s, _)) => {
             note(ctx, format!("c{me} bind {order_id} refused: {s}"));
@@ -435,13 +438,21 @@ async fn probe_binds(ctx: &HostCtx, client: &Client<Turmoil>) {
             Err(ClientError::Status(s, _)) => Some(s),
             Err(_) => None,
         };
-        note(ctx, format!("c{me} binds its {what} order {order_id} again: {status:?}"));
-        ctx.world.borrow_mut().ledger.audit.bind_probes.push(BindProbe {
-            client: me,
-            order_id,
-            what,
-            status,
-        });
+        note(
+            ctx,
+            format!("c{me} binds its {what} order {order_id} again: {status:?}"),
+        );
+        ctx.world
+            .borrow_mut()
+            .ledger
+            .audit
+            .bind_probes
+            .push(BindProbe {
+                client: me,
+                order_id,
+                what,
+                status,
+            });
     }
 }
 

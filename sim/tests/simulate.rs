@@ -528,3 +528,50 @@ fn a_frozen_leader_is_replaced_and_fenced() {
     );
     assert!(report.stats.acked > 0, "{:?}", report.stats);
 }
+
+/// Each seed class at a CI-sized count (see `sim::class`): its seeds pass every oracle, every
+/// drill of the class judged checks over them (a drill that judged nothing did not happen),
+/// and a `days` run moves the relay's clock by three days and more.
+#[test]
+fn every_seed_class_passes_and_its_drills_judge() {
+    use sim::class::{Class, ClassChoice, DAYS_MIN_MS};
+    use std::collections::BTreeMap;
+    let mut failures = Vec::new();
+    for class in [Class::Days, Class::Heavy, Class::Limits] {
+        let mut judged: BTreeMap<sim::drills::Drill, u64> = BTreeMap::new();
+        for (seed, faults) in [(1, "none"), (2, "latency,relay-crash,webhook")] {
+            let report = run(&RunConfig {
+                class: ClassChoice::Only(class),
+                ..config(seed, faults, StoreKind::Memory)
+            });
+            assert_eq!(report.class, class);
+            if !report.violations.is_empty() {
+                failures.push(format!(
+                    "class {class}: {}",
+                    describe(&report, faults, StoreKind::Memory)
+                ));
+            }
+            for (drill, (j, _)) in &report.drill_counts {
+                *judged.entry(*drill).or_default() += j;
+            }
+            if class == Class::Days {
+                assert!(
+                    report.relay_elapsed.as_millis() >= u128::from(DAYS_MIN_MS),
+                    "a days run moved the relay's clock by {:?} only",
+                    report.relay_elapsed
+                );
+            }
+        }
+        let idle: Vec<_> = judged
+            .iter()
+            .filter(|(_, j)| **j == 0)
+            .map(|(d, _)| d)
+            .collect();
+        assert!(
+            idle.is_empty(),
+            "class {class}: drills {idle:?} judged nothing"
+        );
+        assert!(!judged.is_empty(), "class {class} ran no drill");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

@@ -535,11 +535,15 @@ fn a_sweep_whose_read_failed_waits_its_retry() {
         vec![
             Op::Connect { who: 1 },
             Op::Send { from: 1, id: 0 },
-            Op::Advance { ms: MODEL_TTL_MS - 10 },
+            Op::Advance {
+                ms: MODEL_TTL_MS - 10,
+            },
             Op::ReadFault,
             Op::Advance { ms: 20 },
             Op::Advance { ms: 1 },
-            Op::Advance { ms: relay_core::limits::QUEUE_READ_RETRY_MS },
+            Op::Advance {
+                ms: relay_core::limits::QUEUE_READ_RETRY_MS,
+            },
         ]
     };
     for pipelined in [false, true] {

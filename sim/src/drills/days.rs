@@ -4,7 +4,7 @@
 //! **ages.** Senders befriend two recipients that stay away. Before the first stretch and
 //! after each one, every sender queues a few messages (each `ack` timed). After the traffic
 //! window the recipients connect and sync. Judged per message, on the relay's clock between
-//! its `ack` and the sync ([`World::relay_elapsed`](crate::world::World::relay_elapsed)):
+//! its `ack` and the sync (the world's `relay_elapsed`):
 //! past its TTL by more than [`SLACK_MS`], it must not arrive (the sweep deleted it); short
 //! of its TTL by more than [`SLACK_MS`], it must arrive, once. Several queues per recipient
 //! and the `days` class's small sweep pages make the sweep page.
@@ -70,7 +70,7 @@ pub(super) async fn ages(d: &mut Drills<'_>) -> Outcome {
     let window_end = start + TRAFFIC_WINDOW_MS;
     let mut round = 0u32;
     loop {
-            for (sender, to, conv) in &mut senders {
+        for (sender, to, conv) in &mut senders {
             let Ok(mut socket) = sender.socket(false).await else {
                 out.skip();
                 continue;
@@ -94,7 +94,10 @@ pub(super) async fn ages(d: &mut Drills<'_>) -> Outcome {
         round += 1;
         // Until the next stretch (or the end of the window).
         let jumps = d.ctx.world.borrow().relay_jumps.len();
-        wait_until(d.ctx, |w| w.relay_jumps.len() > jumps || sim_ms() >= window_end).await;
+        wait_until(d.ctx, |w| {
+            w.relay_jumps.len() > jumps || sim_ms() >= window_end
+        })
+        .await;
         if sim_ms() >= window_end {
             break;
         }
@@ -113,7 +116,10 @@ pub(super) async fn ages(d: &mut Drills<'_>) -> Outcome {
             // since its ack (a stretch may fall between the two).
             let (oldest, youngest) = {
                 let w = d.ctx.world.borrow();
-                (w.relay_elapsed(m.sent_ms, synced_ms), w.relay_elapsed(m.acked_ms, synced_ms))
+                (
+                    w.relay_elapsed(m.sent_ms, synced_ms),
+                    w.relay_elapsed(m.acked_ms, synced_ms),
+                )
             };
             let age = youngest;
             let seqs = socket.delivered.get(&m.id).cloned().unwrap_or_default();
@@ -160,7 +166,10 @@ pub(super) async fn tokens(d: &mut Drills<'_>) -> Outcome {
     let mut expired_seen = false;
     while sim_ms() < window_end && !expired_seen {
         let jumps = d.ctx.world.borrow().relay_jumps.len();
-        wait_until(d.ctx, |w| w.relay_jumps.len() > jumps || sim_ms() >= window_end).await;
+        wait_until(d.ctx, |w| {
+            w.relay_jumps.len() > jumps || sim_ms() >= window_end
+        })
+        .await;
         let age = d.relay_since(issued_ms);
         let Some((status, body)) = get(&http(), paths::FRIENDS, &token).await else {
             out.skip();
@@ -198,7 +207,7 @@ pub(super) async fn tokens(d: &mut Drills<'_>) -> Outcome {
                         ttl / 3_600_000
                     ),
                 ))),
-                Err(0) => out.skip(),
+                Err(s) if s == 0 || s >= 500 => out.skip(),
                 Err(_) => out.check(None),
             }
             fresh_login_works(&mut account, &mut out).await;

@@ -59,11 +59,21 @@ impl Kind {
         let answer = match self {
             Self::Lookups => get(&http, &paths::USER.replace("{alias_id}", target), token).await,
             Self::FriendRequests => {
-                post(&http, paths::FRIEND_REQUEST, Some(token), &json!({ "to_alias_id": target })).await
+                post(
+                    &http,
+                    paths::FRIEND_REQUEST,
+                    Some(token),
+                    &json!({ "to_alias_id": target }),
+                )
+                .await
             }
             Self::Account => get(&http, paths::STORAGE_ESTIMATE, token).await,
             Self::Public => {
-                let (s, _) = exchange(&http, HttpRequest::get(&format!("{}?q=zz", paths::VANITY_SEARCH))).await?;
+                let (s, _) = exchange(
+                    &http,
+                    HttpRequest::get(format!("{}?q=zz", paths::VANITY_SEARCH)),
+                )
+                .await?;
                 return Some(s);
             }
         };
@@ -78,9 +88,14 @@ pub(super) async fn budgets(d: &mut Drills<'_>) -> Outcome {
     // Behind the failover topology's balancer every client has the balancer's address: the
     // public budget is then everyone's, not the drill's.
     let shared_address = d.ctx.world.borrow().lease.is_some();
-    for (n, kind) in [Kind::Lookups, Kind::FriendRequests, Kind::Account, Kind::Public]
-        .into_iter()
-        .enumerate()
+    for (n, kind) in [
+        Kind::Lookups,
+        Kind::FriendRequests,
+        Kind::Account,
+        Kind::Public,
+    ]
+    .into_iter()
+    .enumerate()
     {
         if kind == Kind::Public && shared_address {
             out.skip();
@@ -195,9 +210,11 @@ pub(super) async fn message_rate(d: &mut Drills<'_>) -> Outcome {
         out.skip();
         return out;
     }
-    out.expect(acked == max && refused.as_deref() == Some("RATE_LIMITED"), EXACT, || {
-        format!("the message limit of {max} a minute: {acked} acknowledged, then {refused:?}")
-    });
+    out.expect(
+        acked == max && refused.as_deref() == Some("RATE_LIMITED"),
+        EXACT,
+        || format!("the message limit of {max} a minute: {acked} acknowledged, then {refused:?}"),
+    );
     drop(socket);
     if !d.power_cycle(1_000).await || !calm.clock_held(d.ctx) {
         out.skip();
@@ -255,7 +272,12 @@ pub(super) async fn message_rate(d: &mut Drills<'_>) -> Outcome {
 }
 
 /// The rate drill's message `n` (to its conversations in turn).
-async fn rate_send(socket: &mut Socket, convs: &[(String, String)], alias: &str, n: &mut u64) -> Answer {
+async fn rate_send(
+    socket: &mut Socket,
+    convs: &[(String, String)],
+    alias: &str,
+    n: &mut u64,
+) -> Answer {
     let (to, conv) = &convs[(*n % convs.len() as u64) as usize];
     let id = format!("rate-{alias}-{n}");
     *n += 1;
@@ -343,14 +365,17 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
         return out;
     };
     let to1 = [(r1.raw.alias.clone(), conv1.clone())];
-    let (filled, acked) = fill(d, Fill {
-        what: "conversation count",
-        sender: &mut s1,
-        to: &to1,
-        payload: 8,
-        fits: c.max_offline_queue_per_conversation as u64,
-        code: Some("QUEUE_FULL"),
-    })
+    let (filled, acked) = fill(
+        d,
+        Fill {
+            what: "conversation count",
+            sender: &mut s1,
+            to: &to1,
+            payload: 8,
+            fits: c.max_offline_queue_per_conversation as u64,
+            code: Some("QUEUE_FULL"),
+        },
+    )
     .await;
     out.merge(filled);
     // The recipient takes (and acknowledges) everything queued; then the queue has room.
@@ -379,14 +404,17 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
     if let Some(conv) = befriend(&s2.raw, &r1.raw).await {
         let per = charge("conversation bytes", &s2.raw.alias, big);
         out.merge(
-            fill(d, Fill {
-                what: "conversation bytes",
-                sender: &mut s2,
-                to: &[(r1.raw.alias.clone(), conv)],
-                payload: big,
-                fits: c.max_offline_queue_bytes_per_conversation / per,
-                code: Some("QUEUE_FULL"),
-            })
+            fill(
+                d,
+                Fill {
+                    what: "conversation bytes",
+                    sender: &mut s2,
+                    to: &[(r1.raw.alias.clone(), conv)],
+                    payload: big,
+                    fits: c.max_offline_queue_bytes_per_conversation / per,
+                    code: Some("QUEUE_FULL"),
+                },
+            )
             .await
             .0,
         );
@@ -407,14 +435,17 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
     // Each conversation must take its share without reaching its own bound first.
     if to3.len() == 3 && fits.div_ceil(3) * per <= c.max_offline_queue_bytes_per_conversation {
         out.merge(
-            fill(d, Fill {
-                what: "sender bytes",
-                sender: &mut s3,
-                to: &to3,
-                payload: big,
-                fits,
-                code: Some("SENDER_QUEUE_FULL"),
-            })
+            fill(
+                d,
+                Fill {
+                    what: "sender bytes",
+                    sender: &mut s3,
+                    to: &to3,
+                    payload: big,
+                    fits,
+                    code: Some("SENDER_QUEUE_FULL"),
+                },
+            )
             .await
             .0,
         );
@@ -434,14 +465,17 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
     if senders.len() == 2 && half < c.max_offline_queue_per_conversation as u64 {
         let to = [(r4.raw.alias.clone(), senders[0].1.clone())];
         let (mut first, mut second) = (senders[0].0.clone(), senders[1].0.clone());
-        let (filled, acked) = fill(d, Fill {
-            what: "recipient count a",
-            sender: &mut first,
-            to: &to,
-            payload: 8,
-            fits: half,
-            code: None,
-        })
+        let (filled, acked) = fill(
+            d,
+            Fill {
+                what: "recipient count a",
+                sender: &mut first,
+                to: &to,
+                payload: 8,
+                fits: half,
+                code: None,
+            },
+        )
         .await;
         out.merge(filled);
         let to = [(r4.raw.alias.clone(), senders[1].1.clone())];
@@ -450,14 +484,17 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
         let room = (c.max_offline_queue_per_recipient as u64).saturating_sub(acked);
         if room < c.max_offline_queue_per_conversation as u64 {
             out.merge(
-                fill(d, Fill {
-                    what: "recipient count b",
-                    sender: &mut second,
-                    to: &to,
-                    payload: 8,
-                    fits: room,
-                    code: Some("RECIPIENT_QUEUE_FULL"),
-                })
+                fill(
+                    d,
+                    Fill {
+                        what: "recipient count b",
+                        sender: &mut second,
+                        to: &to,
+                        payload: 8,
+                        fits: room,
+                        code: Some("RECIPIENT_QUEUE_FULL"),
+                    },
+                )
                 .await
                 .0,
             );
@@ -466,6 +503,207 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
         }
     } else {
         out.skip();
+    }
+    // 5. One recipient's bytes over four senders (each below its own bounds).
+    let r5 = d.account(111).await;
+    let mut acked_bytes = 0;
+    let mut complete = true;
+    for k in 0..4u64 {
+        let mut sender = d.account(112 + k).await;
+        let Some(conv) = befriend(&sender.raw, &r5.raw).await else {
+            complete = false;
+            break;
+        };
+        let what = "recipient bytes";
+        let per = charge(what, &sender.raw.alias, big);
+        let to = [(r5.raw.alias.clone(), conv)];
+        let last = k == 3;
+        let room = c
+            .max_offline_queue_bytes_per_recipient
+            .saturating_sub(acked_bytes);
+        let fits = if last { room / per } else { 2.min(room / per) };
+        if last
+            && fits * per + per
+                <= c.max_offline_queue_bytes_per_conversation
+                    .min(c.max_offline_queue_bytes_per_sender)
+        {
+            // The last sender's next message would fit its own bounds: only the recipient's
+            // can refuse it.
+            let (filled, _) = fill(
+                d,
+                Fill {
+                    what,
+                    sender: &mut sender,
+                    to: &to,
+                    payload: big,
+                    fits,
+                    code: Some("RECIPIENT_QUEUE_FULL"),
+                },
+            )
+            .await;
+            out.merge(filled);
+        } else if last {
+            out.skip();
+        } else {
+            let (filled, acked) = fill(
+                d,
+                Fill {
+                    what,
+                    sender: &mut sender,
+                    to: &to,
+                    payload: big,
+                    fits,
+                    code: None,
+                },
+            )
+            .await;
+            complete &= acked == fits;
+            out.merge(filled);
+            acked_bytes += acked * per;
+        }
+        if !complete {
+            break;
+        }
+    }
+    if !complete {
+        out.skip();
+    }
+    out
+}
+
+/// The fixed windows of the relay's constants (`relay_core::limits`): media upload inits per
+/// account per minute and unfinished uploads per account, auth challenges per account per
+/// minute (used up first, then a new window), typing notices per account per minute (the
+/// excess silently dropped: the peer sees exactly the allowance).
+pub(super) async fn windows(d: &mut Drills<'_>) -> Outcome {
+    use relay_core::limits::{
+        AUTH_CHALLENGES_PER_MIN_PER_USER, MAX_OPEN_UPLOADS_PER_USER, MAX_TYPING_PER_MIN_PER_USER,
+        MEDIA_UPLOADS_PER_MIN_PER_USER,
+    };
+    let mut out = Outcome::default();
+    // Media: a fresh account's inits, up to the rate, then (a window later) up to the quota.
+    let m = d.account(130).await;
+    let init = async || {
+        post(
+            &http(),
+            paths::MEDIA_INIT,
+            Some(&m.raw.token),
+            &json!({"content_type": "application/octet-stream"}),
+        )
+        .await
+        .map(|(s, v)| (s, field(&v, "error").unwrap_or_default()))
+    };
+    let calm = Calm::now(d.ctx);
+    let rate = u64::from(MEDIA_UPLOADS_PER_MIN_PER_USER);
+    let mut answers = Vec::new();
+    for _ in 0..=rate {
+        answers.push(init().await);
+    }
+    let ok = |a: &Option<(u16, String)>| matches!(a, Some((s, _)) if (200..300).contains(s));
+    let undecided = |a: &Option<(u16, String)>| a.as_ref().is_none_or(|(s, _)| *s >= 500);
+    if answers.iter().any(undecided) || !calm.clock_held(d.ctx) {
+        out.skip();
+    } else {
+        let through = answers.iter().take_while(|a| ok(a)).count() as u64;
+        let last = answers.last().cloned().flatten();
+        out.expect(through == rate && matches!(&last, Some((429, c)) if c == "RATE_LIMITED"), EXACT, || {
+            format!("media upload inits of a fresh account: {through} through, then {last:?} (the limit: {rate} a minute, then 429 RATE_LIMITED)")
+        });
+        if d.jump(MINUTE_MS + 100).await {
+            let quota = MAX_OPEN_UPLOADS_PER_USER as u64;
+            let mut more = Vec::new();
+            for _ in rate..=quota {
+                more.push(init().await);
+            }
+            if more.iter().any(undecided) || !calm.clock_held_but(d.ctx, 1) {
+                out.skip();
+            } else {
+                let through = more.iter().take_while(|a| ok(a)).count() as u64;
+                let last = more.last().cloned().flatten();
+                out.expect(
+                    through == quota - rate && matches!(&last, Some((403, c)) if c == "QUOTA_EXCEEDED"),
+                    EXACT,
+                    || format!("media upload inits in a new minute: {through} through with {rate} unfinished, then {last:?} (the quota: {quota} unfinished, then 403 QUOTA_EXCEEDED)"),
+                );
+            }
+        } else {
+            out.skip();
+        }
+    }
+    // Auth challenges: used up, then a new window allows the whole allowance again.
+    let a = d.account(131).await;
+    let challenge = async || {
+        post(
+            &http(),
+            paths::AUTH_CHALLENGE,
+            None,
+            &json!({ "user_uuid": a.raw.uuid }),
+        )
+        .await
+        .map(|(s, _)| s)
+    };
+    let allowance = AUTH_CHALLENGES_PER_MIN_PER_USER;
+    let mut used_up = false;
+    for _ in 0..=allowance {
+        match challenge().await {
+            Some(429) => {
+                used_up = true;
+                break;
+            }
+            Some(s) if s < 500 => {}
+            _ => break,
+        }
+    }
+    let calm = Calm::now(d.ctx);
+    if used_up && d.jump(MINUTE_MS + 100).await {
+        let mut through = 0;
+        let mut last = None;
+        for _ in 0..=allowance {
+            last = challenge().await;
+            match last {
+                Some(s) if (200..300).contains(&s) => through += 1,
+                _ => break,
+            }
+        }
+        if last.is_none_or(|s| s >= 500) || !calm.clock_held_but(d.ctx, 1) {
+            out.skip();
+        } else {
+            out.expect(through == allowance && last == Some(429), EXACT, || {
+                format!("auth challenges of one account in a new minute: {through} through, then {last:?} (the limit: {allowance} a minute, then 429)")
+            });
+        }
+    } else {
+        out.skip();
+    }
+    // Typing notices: the peer hears exactly the allowance of a burst.
+    let (mut t1, mut t2) = (d.account(132).await, d.account(133).await);
+    match befriend(&t1.raw, &t2.raw).await {
+        Some(conv) => {
+            if let (Ok(mut s1), Ok(mut s2)) = (t1.socket(false).await, t2.socket(true).await) {
+                let calm = Calm::now(d.ctx);
+                let burst = MAX_TYPING_PER_MIN_PER_USER + 10;
+                let mut sent = true;
+                for _ in 0..burst {
+                    sent &= s1
+                        .send(&json!({"type": "typing", "to": t2.raw.alias, "conv_id": conv, "crypto_v": 1}))
+                        .await;
+                }
+                s2.listen(5_000).await;
+                if !sent || s1.ended || s2.ended || !calm.held(d.ctx, 0) {
+                    out.skip();
+                } else {
+                    out.expect(s2.typings == MAX_TYPING_PER_MIN_PER_USER, EXACT, || {
+                        format!(
+                            "{burst} typing notices in a burst reached the peer {} times (the limit: {MAX_TYPING_PER_MIN_PER_USER} a minute, the rest dropped)",
+                            s2.typings
+                        )
+                    });
+                }
+            } else {
+                out.skip();
+            }
+        }
+        None => out.skip(),
     }
     out
 }
@@ -481,26 +719,53 @@ const ENDPOINTS: &[(&str, Option<&str>)] = &[
     ("https://192.168.1.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
     ("https://127.0.0.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
     ("https://0.0.0.0/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
-    ("https://169.254.169.254/latest", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    (
+        "https://169.254.169.254/latest",
+        Some("PUSH_ENDPOINT_FORBIDDEN"),
+    ),
     ("https://100.64.0.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
     ("https://224.0.0.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
-    ("https://255.255.255.255/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    (
+        "https://255.255.255.255/push",
+        Some("PUSH_ENDPOINT_FORBIDDEN"),
+    ),
     ("https://192.0.2.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
     ("https://198.18.0.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
     ("https://[::1]/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
     ("https://[fe80::1]/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
     ("https://[fc00::1]/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
-    ("https://[::ffff:8.8.8.8]/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
-    ("https://[64:ff9b::808:808]/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
-    ("https://[2002:808:808::1]/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
+    (
+        "https://[::ffff:8.8.8.8]/push",
+        Some("PUSH_ENDPOINT_FORBIDDEN"),
+    ),
+    (
+        "https://[64:ff9b::808:808]/push",
+        Some("PUSH_ENDPOINT_FORBIDDEN"),
+    ),
+    (
+        "https://[2002:808:808::1]/push",
+        Some("PUSH_ENDPOINT_FORBIDDEN"),
+    ),
     ("https://127.1/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
     ("https://2130706433/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
     ("https://0x7f000001/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
     ("https://localhost/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
-    ("https://push.localhost/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
-    ("https://printer.local/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
-    ("https://metadata.internal/push", Some("PUSH_ENDPOINT_FORBIDDEN")),
-    ("https://push.example.com/push", Some("PUSH_ENDPOINT_UNRESOLVABLE")),
+    (
+        "https://push.localhost/push",
+        Some("PUSH_ENDPOINT_FORBIDDEN"),
+    ),
+    (
+        "https://printer.local/push",
+        Some("PUSH_ENDPOINT_FORBIDDEN"),
+    ),
+    (
+        "https://metadata.internal/push",
+        Some("PUSH_ENDPOINT_FORBIDDEN"),
+    ),
+    (
+        "https://push.example.com/push",
+        Some("PUSH_ENDPOINT_UNRESOLVABLE"),
+    ),
     ("https://user@8.8.8.8/push", Some("INVALID_FIELD")),
 ];
 
@@ -515,7 +780,13 @@ pub(super) async fn push_policy(d: &mut Drills<'_>) -> Outcome {
     let http = http();
     for (endpoint, expected) in ENDPOINTS {
         let body = json!({ "endpoint": endpoint, "keys": keys });
-        let Some((status, v)) = post(&http, paths::PUSH_SUBSCRIBE, Some(&account.raw.token), &body).await
+        let Some((status, v)) = post(
+            &http,
+            paths::PUSH_SUBSCRIBE,
+            Some(&account.raw.token),
+            &body,
+        )
+        .await
         else {
             out.skip();
             continue;
@@ -565,7 +836,7 @@ pub(super) async fn spent_full(d: &mut Drills<'_>) -> Outcome {
                 }
             }
             Err(429) => full = true,
-            Err(0) => {
+            Err(s) if s == 0 || s >= 500 => {
                 out.skip();
                 return out;
             }
@@ -601,7 +872,7 @@ pub(super) async fn spent_full(d: &mut Drills<'_>) -> Outcome {
     match Socket::open(&account.raw, false).await {
         Ok(_) => out.check(None),
         Err(_) if !calm.held(d.ctx, 0) => out.skip(),
-        Err(0) => out.skip(),
+        Err(s) if s == 0 || s >= 500 => out.skip(),
         Err(s) => out.check(Some(Violation::new(
             EXACT,
             format!("with the spent-credential set full, an upgrade with a token (which spends nothing) was refused {s}"),
@@ -623,7 +894,7 @@ pub(super) async fn spent_full(d: &mut Drills<'_>) -> Outcome {
         Some(query) => match Socket::open_query(&query, false).await {
             Ok(_) => out.check(None),
             Err(_) if !calm.held(d.ctx, 1) => out.skip(),
-            Err(0) => out.skip(),
+            Err(s) if s == 0 || s >= 500 => out.skip(),
             Err(s) => out.check(Some(Violation::new(
                 EXACT,
                 format!("once every spent credential had expired, a fresh ticket was refused {s}"),
@@ -636,7 +907,13 @@ pub(super) async fn spent_full(d: &mut Drills<'_>) -> Outcome {
 
 /// The upgrade query of a fresh ticket of `account`'s.
 async fn ticket(account: &DrillAccount) -> Option<String> {
-    let (status, v) = post(&http(), paths::WS_TICKET, Some(&account.raw.token), &json!({})).await?;
+    let (status, v) = post(
+        &http(),
+        paths::WS_TICKET,
+        Some(&account.raw.token),
+        &json!({}),
+    )
+    .await?;
     let t = field(&v, "ticket").filter(|_| (200..300).contains(&status))?;
     Some(format!("user_uuid={}&ticket={t}", account.raw.uuid))
 }

@@ -15,16 +15,17 @@
 //! | `message-rate` | limits | the per-user message limit filled, the relay power-cycled within the window, then the window passed | `limit-exact`: the next message refused after the restart too, allowed once the window (from its first message) passed |
 //! | `queues` | limits | each offline-queue bound filled (per conversation in messages and bytes, per recipient, per sender) | `limit-exact`: exactly at the bound the documented code and no ack; after the recipient drains, accepted again |
 //! | `push-policy` | limits | Web Push endpoints a production relay must refuse (private, loopback, link-local, shared, IPv4-embedding IPv6, numeric forms, local names, names it cannot resolve, `http://`) and a public one it must take | `push-policy`: 400 with the documented code, 2xx for the public one |
+//! | `windows` | limits | the relay's fixed windows at their constants: media upload inits a minute, then unfinished uploads; auth challenges used up, then a new minute; a burst of typing notices | `limit-exact`: exactly the allowance, then 429 `RATE_LIMITED` / 403 `QUOTA_EXCEEDED`; the peer hears exactly the typing allowance |
 //! | `spent-full` | limits | WebSocket tickets redeemed until the spent-credential set is full, then the clock moved past their lifetime | `limit-exact`: 429 once full, never more remembered than the bound (the store's rows), upgrades again once they expired |
 //!
 //! A drill's step that a fault disturbed (the relay powered off or replaced, its clock moved
 //! by a fault, a request unanswered or answered 5xx) is not judged; every drill counts what it
-//! judged ([`DrillLog`]), and a drill that judged nothing on a run without relay faults is a
+//! judged (the world's `DrillLog`), and a drill that judged nothing on a run without relay faults is a
 //! `drills` violation: it did not happen.
 //!
 //! Modules: `peer` (accounts, sockets and messages by hand), `routes` (`tokenless`,
 //! `lookups`), `days` (`tokens`, `ages`), `heavy` (`heavy-author`, `credentials`), `limits`
-//! (`budgets`, `message-rate`, `queues`, `push-policy`, `spent-full`).
+//! (`budgets`, `message-rate`, `queues`, `windows`, `push-policy`, `spent-full`).
 
 mod days;
 mod heavy;
@@ -33,12 +34,9 @@ mod peer;
 mod routes;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::rc::Rc;
 
-use serde::{Deserialize, Serialize};
-
-use crate::class::Class;
+pub use crate::class::Drill;
 use crate::time::{sim_ms, sleep_ms};
 use crate::violation::Violation;
 use crate::world::{HostCtx, RunnerRequest, World, note, wait_until};
@@ -47,108 +45,6 @@ pub(crate) use self::peer::DrillAccount;
 
 /// Host name of the drill host.
 pub const DRILL_HOST: &str = "t0";
-
-/// One drill (see the module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Drill {
-    /// Authenticated routes without any token.
-    Tokenless,
-    /// Lookups of aliases that exist and that do not.
-    Lookups,
-    /// Tokens presented within and after their lifetime.
-    Tokens,
-    /// Messages of known ages across the idle stretches.
-    Ages,
-    /// A heavy author across a power cycle.
-    HeavyAuthor,
-    /// Credentials issued before a power cycle, used after it.
-    Credentials,
-    /// Request budgets used up and refilled.
-    Budgets,
-    /// The per-user message limit across a power cycle.
-    MessageRate,
-    /// Offline-queue bounds filled.
-    Queues,
-    /// Push destinations under production's policy.
-    PushPolicy,
-    /// The spent-credential set filled.
-    SpentFull,
-}
-
-impl Drill {
-    /// Every drill.
-    pub const ALL: [Self; 11] = [
-        Self::Tokenless,
-        Self::Lookups,
-        Self::Tokens,
-        Self::Ages,
-        Self::HeavyAuthor,
-        Self::Credentials,
-        Self::Budgets,
-        Self::MessageRate,
-        Self::Queues,
-        Self::PushPolicy,
-        Self::SpentFull,
-    ];
-
-    /// Name in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Tokenless => "tokenless",
-            Self::Lookups => "lookups",
-            Self::Tokens => "tokens",
-            Self::Ages => "ages",
-            Self::HeavyAuthor => "heavy-author",
-            Self::Credentials => "credentials",
-            Self::Budgets => "budgets",
-            Self::MessageRate => "message-rate",
-            Self::Queues => "queues",
-            Self::PushPolicy => "push-policy",
-            Self::SpentFull => "spent-full",
-        }
-    }
-
-    /// The drills a run of `class` runs, in order.
-    pub fn of_class(class: Class) -> Vec<Self> {
-        let own: &[Self] = match class {
-            Class::Standard => &[],
-            Class::Days => &[Self::Ages, Self::Tokens],
-            Class::Heavy => &[Self::Credentials, Self::HeavyAuthor],
-            Class::Limits => &[
-                Self::PushPolicy,
-                Self::Budgets,
-                Self::MessageRate,
-                Self::Queues,
-                Self::SpentFull,
-            ],
-        };
-        let mut out = vec![Self::Tokenless];
-        out.extend_from_slice(own);
-        out.push(Self::Lookups);
-        out
-    }
-}
-
-impl fmt::Display for Drill {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// What the drills did: per drill, the checks judged and the steps a fault left unjudged,
-/// whether it finished, and what it found.
-#[derive(Debug, Default)]
-pub(crate) struct DrillLog {
-    /// Checks judged, by drill.
-    pub(crate) judged: BTreeMap<Drill, u64>,
-    /// Steps not judged (a fault disturbed them), by drill.
-    pub(crate) unjudged: BTreeMap<Drill, u64>,
-    /// Drills that ran to their end.
-    pub(crate) finished: Vec<Drill>,
-    /// Breaches found.
-    pub(crate) findings: Vec<Violation>,
-}
 
 /// What one drill run tells the log.
 #[derive(Debug, Default)]
@@ -166,7 +62,12 @@ impl Outcome {
     }
 
     /// One check judged that failed (`oracle`, `detail`) unless `ok`.
-    pub(crate) fn expect(&mut self, ok: bool, oracle: &'static str, detail: impl FnOnce() -> String) {
+    pub(crate) fn expect(
+        &mut self,
+        ok: bool,
+        oracle: &'static str,
+        detail: impl FnOnce() -> String,
+    ) {
         self.check((!ok).then(|| Violation::new(oracle, detail())));
     }
 
@@ -294,10 +195,9 @@ pub(crate) async fn drill_host(ctx: Rc<HostCtx>, drills: Vec<Drill>, config: rel
     wait_until(&ctx, |w| w.traffic_start_ms.is_some()).await;
     // Let the honest clients' first traffic settle (a drill's exact counts are its own).
     sleep_ms(2_000).await;
-    let (beside, in_order): (Vec<Drill>, Vec<Drill>) =
-        drills
-            .into_iter()
-            .partition(|d| matches!(d, Drill::Tokens | Drill::Lookups));
+    let (beside, in_order): (Vec<Drill>, Vec<Drill>) = drills
+        .into_iter()
+        .partition(|d| matches!(d, Drill::Tokens | Drill::Lookups));
     let run = |list: Vec<Drill>| {
         let ctx = Rc::clone(&ctx);
         let config = config.clone();
@@ -331,6 +231,7 @@ async fn run_one(d: &mut Drills<'_>, drill: Drill) {
         Drill::Queues => limits::queues(d).await,
         Drill::PushPolicy => limits::push_policy(d).await,
         Drill::SpentFull => limits::spent_full(d).await,
+        Drill::Windows => limits::windows(d).await,
     };
     note(
         ctx,

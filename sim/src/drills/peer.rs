@@ -36,10 +36,11 @@ impl DrillAccount {
     /// Registers drill account `n` of run `seed` (or recovers it), retrying until the relay
     /// answers.
     pub(crate) async fn register(seed: u64, n: u64) -> Self {
-        let mnemonic =
-            client_core::keys::new_mnemonic(&mut ChaCha20Rng::from_seed(derive_seed(seed, TAG_DRILL, n)))
-                .expose()
-                .to_owned();
+        let mnemonic = client_core::keys::new_mnemonic(&mut ChaCha20Rng::from_seed(derive_seed(
+            seed, TAG_DRILL, n,
+        )))
+        .expose()
+        .to_owned();
         let nickname = format!("drill{n}");
         let identity = loop {
             if let Ok(i) = derive_identity(&mnemonic, X25519Path::Spec) {
@@ -104,7 +105,8 @@ pub(crate) async fn befriend(a: &RawAccount, b: &RawAccount) -> Option<String> {
             let ours = field(f, "alias_id").as_deref() == Some(alias)
                 && field(f, "status").as_deref() == Some(status);
             let id = f.get("friendship_id").map(ToString::to_string);
-            id.filter(|_| ours).map(|id| (id, field(f, "conversation_id")))
+            id.filter(|_| ours)
+                .map(|id| (id, field(f, "conversation_id")))
         })
     };
     let (_, friends) = get(&http, paths::FRIENDS, &b.token).await?;
@@ -144,6 +146,8 @@ pub(crate) struct Socket {
     pub(crate) delivered: BTreeMap<String, Vec<u64>>,
     /// Every `retract` delivered: message ids.
     pub(crate) retracts: Vec<String>,
+    /// `typing` notices delivered.
+    pub(crate) typings: u32,
     /// The socket ended (closed by the relay or the network).
     pub(crate) ended: bool,
 }
@@ -172,6 +176,7 @@ impl Socket {
             writer,
             delivered: BTreeMap::new(),
             retracts: Vec::new(),
+            typings: 0,
             ended: false,
         })
     }
@@ -208,7 +213,9 @@ impl Socket {
     fn record(&mut self, v: &Value) {
         match v.get("type").and_then(Value::as_str) {
             Some("msg") => {
-                if let (Some(id), Some(seq)) = (field(v, "id"), v.get("seq").and_then(Value::as_u64)) {
+                if let (Some(id), Some(seq)) =
+                    (field(v, "id"), v.get("seq").and_then(Value::as_u64))
+                {
                     self.delivered.entry(id).or_default().push(seq);
                 }
             }
@@ -217,12 +224,19 @@ impl Socket {
                     self.retracts.push(id);
                 }
             }
+            Some("typing") => self.typings += 1,
             _ => {}
         }
     }
 
     /// Sends message `id` of `payload` to `to` in `conv` and reads until its answer.
-    pub(crate) async fn message(&mut self, id: &str, to: &str, conv: &str, payload: &str) -> Answer {
+    pub(crate) async fn message(
+        &mut self,
+        id: &str,
+        to: &str,
+        conv: &str,
+        payload: &str,
+    ) -> Answer {
         let frame = json!({"type": "msg", "id": id, "to": to, "conv_id": conv, "crypto_v": 1, "payload": payload});
         if !self.send(&frame).await {
             return Answer::Silence;

@@ -79,7 +79,9 @@ pub(super) async fn tokenless(_d: &mut Drills<'_>) -> Outcome {
             Some(s) if s == 429 || s >= 500 => out.skip(),
             Some(s) => out.check(Some(Violation::new(
                 "tokenless",
-                format!("{method} {route} answered {s} to a request with no token (the documents: 401)"),
+                format!(
+                    "{method} {route} answered {s} to a request with no token (the documents: 401)"
+                ),
             ))),
             None => out.skip(),
         }
@@ -90,7 +92,7 @@ pub(super) async fn tokenless(_d: &mut Drills<'_>) -> Outcome {
                 "authz",
                 format!("the WebSocket upgrade with neither token nor ticket (query {query:?}) was let in"),
             ))),
-            Err(0) => out.skip(),
+            Err(s) if s == 0 || s >= 500 => out.skip(),
             Err(_) => out.check(None),
         }
     }
@@ -135,7 +137,10 @@ pub(super) async fn lookups(d: &mut Drills<'_>) -> Outcome {
         let w = d.ctx.world.borrow();
         for (i, (_, alias)) in &w.strangers {
             if let Some(s) = scenario.strangers.get(*i) {
-                asked.insert(alias.clone(), Expected::of(&s.mnemonic, &format!("stranger{i}")));
+                asked.insert(
+                    alias.clone(),
+                    Expected::of(&s.mnemonic, &format!("stranger{i}")),
+                );
             }
         }
         for (i, account) in scenario.accounts.iter().enumerate() {
@@ -144,7 +149,10 @@ pub(super) async fn lookups(d: &mut Drills<'_>) -> Outcome {
                 .iter()
                 .any(|a| a.client == i && matches!(a.kind, ActionKind::BuyAlias { .. }));
             if let (false, Some(alias)) = (buys, w.aliases.get(&i)) {
-                asked.insert(alias.clone(), Expected::of(&account.mnemonic, &account.nickname));
+                asked.insert(
+                    alias.clone(),
+                    Expected::of(&account.mnemonic, &account.nickname),
+                );
             }
         }
     }
@@ -164,7 +172,10 @@ pub(super) async fn lookups(d: &mut Drills<'_>) -> Outcome {
                 continue;
             }
             if let Some(account) = scenario.accounts.get(b.client) {
-                bound.insert(b.alias.clone(), Expected::of(&account.mnemonic, &account.nickname));
+                bound.insert(
+                    b.alias.clone(),
+                    Expected::of(&account.mnemonic, &account.nickname),
+                );
             }
         }
     }
@@ -182,7 +193,12 @@ async fn ask(
     let mut out = Outcome::default();
     let per_account = (d.config.lookups.burst as usize).saturating_sub(1).max(1);
     let client = http();
-    for (k, chunk) in asked.iter().collect::<Vec<_>>().chunks(per_account).enumerate() {
+    for (k, chunk) in asked
+        .iter()
+        .collect::<Vec<_>>()
+        .chunks(per_account)
+        .enumerate()
+    {
         let asker = d.account(first + k as u64).await;
         for (alias, expected) in chunk {
             let path = paths::USER.replace("{alias_id}", alias);
@@ -207,7 +223,9 @@ fn judge(alias: &str, expected: Option<&Expected>, status: u16, body: &Value) ->
         return (status != 404).then(|| {
             Violation::new(
                 "lookup",
-                format!("a lookup of {alias}, an alias nobody has, answered {status} (expected 404)"),
+                format!(
+                    "a lookup of {alias}, an alias nobody has, answered {status} (expected 404)"
+                ),
             )
         });
     };
@@ -221,8 +239,16 @@ fn judge(alias: &str, expected: Option<&Expected>, status: u16, body: &Value) ->
     let wrong: Vec<String> = [
         ("alias_id", alias, got("alias_id")),
         ("nickname", e.nickname.as_str(), got("nickname")),
-        ("x25519_public_key", e.x25519.as_str(), got("x25519_public_key")),
-        ("ed25519_public_key", e.ed25519.as_str(), got("ed25519_public_key")),
+        (
+            "x25519_public_key",
+            e.x25519.as_str(),
+            got("x25519_public_key"),
+        ),
+        (
+            "ed25519_public_key",
+            e.ed25519.as_str(),
+            got("ed25519_public_key"),
+        ),
     ]
     .into_iter()
     .filter(|(_, want, got)| want != got)

@@ -375,9 +375,7 @@ impl Trial<'_> {
             // A token that expired meanwhile (the `days` class's clock moves by days) is refused
             // before the order is looked at: nothing to judge.
             (Kind::Order, "vanity/bind")
-                if status != 429
-                    && status != 503
-                    && !token_expired(&body) =>
+                if status != 429 && status != 503 && !token_expired(&body) =>
             {
                 self.judged += 1;
                 if status != 404 {

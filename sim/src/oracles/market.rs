@@ -100,18 +100,33 @@ fn order_records(input: &MarketInput<'_>, rows: &Rows, out: &mut Vec<Violation>)
     for o in &input.ledger.orders {
         let id = o.order_id.as_str();
         let Some(row) = rows.orders.get(id) else {
-            out.push(Violation::new(O, format!("order {id} ({:?} {}) has no row in the store", o.kind, o.target)));
+            out.push(Violation::new(
+                O,
+                format!(
+                    "order {id} ({:?} {}) has no row in the store",
+                    o.kind, o.target
+                ),
+            ));
             continue;
         };
         let num = |name: &str| field(Some(row), name).and_then(serde_json::Value::as_u64);
-        let what = |text: String| Violation::new(O, format!("order {id} ({:?} {}): {text}", o.kind, o.target));
+        let what = |text: String| {
+            Violation::new(O, format!("order {id} ({:?} {}): {text}", o.kind, o.target))
+        };
         if num("price_usdt") != Some(o.price) {
-            out.push(what(format!("records price {:?}, quoted {}", num("price_usdt"), o.price)));
+            out.push(what(format!(
+                "records price {:?}, quoted {}",
+                num("price_usdt"),
+                o.price
+            )));
         }
         // Every genuine payment of the order that the relay answered 2xx at least once.
         let paid: u64 = payments
             .iter()
-            .filter(|p| p.order_id.as_str() == id && p.plan.payment_status != wire::http::PaymentStatus::Failed)
+            .filter(|p| {
+                p.order_id.as_str() == id
+                    && p.plan.payment_status != wire::http::PaymentStatus::Failed
+            })
             .filter(|p| {
                 deliveries.iter().any(|d| {
                     d.payment_id == p.payment_id
@@ -138,7 +153,10 @@ fn order_records(input: &MarketInput<'_>, rows: &Rows, out: &mut Vec<Violation>)
         if let (Some(created), Some(expires)) = (num("created_at"), num("expires_at"))
             && expires.checked_sub(created) != Some(hold)
         {
-            out.push(what(format!("holds from {created} to {expires} ({} ms; the hold is {hold} ms)", expires.saturating_sub(created))));
+            out.push(what(format!(
+                "holds from {created} to {expires} ({} ms; the hold is {hold} ms)",
+                expires.saturating_sub(created)
+            )));
         }
         let used = field(Some(row), "used") == Some(&serde_json::Value::Bool(true));
         let state = field(Some(row), "state").and_then(|v| v.as_str());
@@ -146,11 +164,15 @@ fn order_records(input: &MarketInput<'_>, rows: &Rows, out: &mut Vec<Violation>)
             out.push(what(format!("is marked bound while {state:?}")));
         }
         if used && !audit.bind_attempted.contains(id) {
-            out.push(what("is marked bound, but its buyer never bound it".to_owned()));
+            out.push(what(
+                "is marked bound, but its buyer never bound it".to_owned(),
+            ));
         }
         let bound = input.ledger.binds.iter().any(|b| b.order_id == id);
         if bound && !used {
-            out.push(what("was bound by its buyer, but is not marked bound".to_owned()));
+            out.push(what(
+                "was bound by its buyer, but is not marked bound".to_owned(),
+            ));
         }
     }
 }

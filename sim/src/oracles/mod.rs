@@ -135,7 +135,7 @@ pub(crate) struct Input<'a> {
     /// The relay's spent-credential bound (`Config::max_spent_credentials`).
     pub(crate) max_spent: usize,
     /// The drills the drill host was to run.
-    pub(crate) drills: &'a [crate::drills::Drill],
+    pub(crate) drills: &'a [crate::class::Drill],
 }
 
 /// Runs every store/trace oracle (after the raw clients' own findings).

@@ -26,6 +26,8 @@ pub(super) fn no_store(e: &std::io::Error) -> Inner {
         stats: RunStats::default(),
         routes: std::collections::BTreeMap::new(),
         times: (None, None),
+        drill_counts: std::collections::BTreeMap::new(),
+        relay_elapsed_ms: 0,
     }
 }
 
@@ -41,7 +43,15 @@ pub(super) fn finish(
     let seen = parts.push.seen();
     closing_notes(parts, store, failover, ended.end_ms, &seen);
     let records = parts.trace.records();
-    check(parts, store, relay, &records, &seen, ended.end_ms, &mut violations);
+    check(
+        parts,
+        store,
+        relay,
+        &records,
+        &seen,
+        ended.end_ms,
+        &mut violations,
+    );
     let (acked, received, receipts) = (acked(&records), received(&records), receipts(&records));
     let pairs = parts.scenario.pairs.len() as u64;
     if pairs > 0 && acked == 0 && !violations.iter().any(|v| v.oracle == "setup") {
@@ -68,9 +78,24 @@ pub(super) fn finish(
         terms: history.terms.len() as u64,
         fenced: history.counts.fenced,
     };
-    let (routes, times) = {
+    let (routes, times, drill_counts, relay_elapsed_ms) = {
         let world = parts.world.borrow();
-        (world.wire.routes(), (world.traffic_start_ms, world.heal_ms))
+        let drills = parts
+            .replay
+            .drills
+            .iter()
+            .map(|d| {
+                let judged = world.drills.judged.get(d).copied().unwrap_or(0);
+                let unjudged = world.drills.unjudged.get(d).copied().unwrap_or(0);
+                (*d, (judged, unjudged))
+            })
+            .collect();
+        (
+            world.wire.routes(),
+            (world.traffic_start_ms, world.heal_ms),
+            drills,
+            world.relay_elapsed(0, ended.end_ms),
+        )
     };
     Inner {
         records,
@@ -79,6 +104,8 @@ pub(super) fn finish(
         stats,
         routes,
         times,
+        drill_counts,
+        relay_elapsed_ms,
     }
 }
 

@@ -221,6 +221,10 @@ pub struct RunReport {
     /// Each code probe the run hit (relay core, client core), with its count (see
     /// [`crate::coverage`]).
     pub probes: std::collections::BTreeMap<String, u64>,
+    /// What each drill judged and left unjudged (see [`crate::drills`]).
+    pub drill_counts: std::collections::BTreeMap<Drill, (u64, u64)>,
+    /// How far the relay's clock moved over the run: simulated time plus every jump.
+    pub relay_elapsed: Duration,
 }
 
 impl RunReport {
@@ -298,6 +302,8 @@ pub fn run(config: &RunConfig) -> RunReport {
         traffic_start_ms,
         heal_ms,
         probes,
+        drill_counts: inner.drill_counts,
+        relay_elapsed: Duration::from_millis(inner.relay_elapsed_ms),
     }
 }
 
@@ -310,6 +316,10 @@ struct Inner {
     routes: std::collections::BTreeMap<String, crate::wiretap::RouteCount>,
     /// When traffic started and when the faults were healed (simulated ms).
     times: (Option<u64>, Option<u64>),
+    /// What each drill judged and left unjudged.
+    drill_counts: std::collections::BTreeMap<Drill, (u64, u64)>,
+    /// How far the relay's clock moved over the run.
+    relay_elapsed_ms: u64,
 }
 
 /// What every host of a run shares, made before the hosts.
@@ -412,5 +422,12 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
     sim.set_skews(&replay.plan);
     let mut violations = Vec::new();
     let ended = sim.run_to_end(&parts, &mut violations);
-    finish::finish(&parts, &store, relay.config(), sim.failover, ended, violations)
+    finish::finish(
+        &parts,
+        &store,
+        relay.config(),
+        sim.failover,
+        ended,
+        violations,
+    )
 }

@@ -17,6 +17,7 @@ use seam::net::Endpoint;
 
 use self::ledger::{Ledger, Payments};
 use crate::bounds::{RELAY, RELAY_PORT};
+use crate::class::Drill;
 use crate::faults::HostileAct;
 use crate::pushworld::PushWorld;
 use crate::scenario::Scenario;
@@ -130,9 +131,23 @@ pub(crate) struct World {
     /// What the drill host asked the runner for, oldest first (see [`RunnerRequest`]).
     pub(crate) runner_requests: VecDeque<RunnerRequest>,
     /// What the drills did and found (see [`crate::drills`]).
-    pub(crate) drills: crate::drills::DrillLog,
+    pub(crate) drills: DrillLog,
     /// The failover topology's lease (who is active).
     pub(crate) lease: Option<StoreCtl>,
+}
+
+/// What the drills did: per drill, the checks judged and the steps a fault left unjudged,
+/// whether it finished, and what it found.
+#[derive(Debug, Default)]
+pub(crate) struct DrillLog {
+    /// Checks judged, by drill.
+    pub(crate) judged: BTreeMap<Drill, u64>,
+    /// Steps not judged (a fault disturbed them), by drill.
+    pub(crate) unjudged: BTreeMap<Drill, u64>,
+    /// Drills that ran to their end.
+    pub(crate) finished: Vec<Drill>,
+    /// Breaches found.
+    pub(crate) findings: Vec<Violation>,
 }
 
 /// What a scripted host may ask of the runner, which does it at its next step.

@@ -43,6 +43,12 @@ struct SeedResult {
     kinds: BTreeSet<FaultKind>,
     /// The command that replays it.
     replay: String,
+    /// Its class.
+    class: sim::class::Class,
+    /// What each drill judged and left unjudged.
+    drills: BTreeMap<sim::drills::Drill, (u64, u64)>,
+    /// How far the relay's clock moved over the run.
+    relay_elapsed: Duration,
 }
 
 /// Runs one seed drawing its faults from `faults`, turning a panic into a violation.
@@ -63,6 +69,9 @@ fn run_seed(args: &Args, seed: u64, faults: &FaultSelection) -> SeedResult {
             probes: std::mem::take(&mut r.probes),
             kinds: r.plan.kinds.clone(),
             replay,
+            class: r.class,
+            drills: std::mem::take(&mut r.drill_counts),
+            relay_elapsed: r.relay_elapsed,
             hash: r.trace_hash,
             simulated: r.simulated,
             wall,
@@ -89,6 +98,9 @@ fn run_seed(args: &Args, seed: u64, faults: &FaultSelection) -> SeedResult {
                 probes: BTreeMap::new(),
                 kinds: BTreeSet::new(),
                 replay,
+                class: config.class.of(seed),
+                drills: BTreeMap::new(),
+                relay_elapsed: Duration::ZERO,
                 violations: vec![("panic".to_owned(), what)],
             }
         }
@@ -330,6 +342,8 @@ fn summarize(
         sum(|s| s.receipts),
         results.iter().map(|r| r.stats.acked).min().unwrap_or(0)
     );
+    classes_line(results);
+    drills_line(results);
     println!("failing seeds: {}", failing.len());
     for (oracle, n) in &by_oracle {
         println!("  {oracle}: {n} violation(s)");
@@ -347,6 +361,49 @@ fn summarize(
     failing.len()
 }
 
+/// `classes: standard 10, days 10 (relay clock up to 4.2 days), ...`.
+fn classes_line(results: &[SeedResult]) {
+    let mut by: BTreeMap<sim::class::Class, (u64, Duration)> = BTreeMap::new();
+    for r in results {
+        let e = by.entry(r.class).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(r.relay_elapsed);
+    }
+    let parts: Vec<String> = by
+        .iter()
+        .map(|(c, (n, most))| {
+            format!(
+                "{c} {n} (relay clock up to {:.1} days)",
+                most.as_secs_f64() / 86_400.0
+            )
+        })
+        .collect();
+    println!("classes: {}", parts.join(", "));
+}
+
+/// `drills (checks judged / steps a fault left unjudged): tokenless 300/0, ...`.
+fn drills_line(results: &[SeedResult]) {
+    let mut by: BTreeMap<sim::drills::Drill, (u64, u64)> = BTreeMap::new();
+    for r in results {
+        for (d, (j, u)) in &r.drills {
+            let e = by.entry(*d).or_default();
+            e.0 += j;
+            e.1 += u;
+        }
+    }
+    if by.is_empty() {
+        return;
+    }
+    let parts: Vec<String> = by
+        .iter()
+        .map(|(d, (j, u))| format!("{d} {j}/{u}"))
+        .collect();
+    println!(
+        "drills (checks judged / steps a fault left unjudged): {}",
+        parts.join(", ")
+    );
+}
+
 fn write_json(
     args: &Args,
     path: &Path,
@@ -361,6 +418,9 @@ fn write_json(
         .map(|r| {
             serde_json::json!({
                 "seed": r.seed,
+                "class": r.class.name(),
+                "relay_elapsed_ms": u64::try_from(r.relay_elapsed.as_millis()).unwrap_or(u64::MAX),
+                "drills": r.drills.iter().map(|(d, (j, u))| (d.name().to_owned(), serde_json::json!({"judged": j, "unjudged": u}))).collect::<serde_json::Map<_, _>>(),
                 "trace_sha256": r.hash,
                 "simulated_ms": u64::try_from(r.simulated.as_millis()).unwrap_or(u64::MAX),
                 "wall_ms": u64::try_from(r.wall.as_millis()).unwrap_or(u64::MAX),
@@ -375,6 +435,7 @@ fn write_json(
         "scale": args.scale.name(),
         "faults": args.faults.to_string(),
         "store": args.store.to_string(),
+        "class": args.class.to_string(),
         "ran": results.len(),
         "failing": results.iter().filter(|r| !r.violations.is_empty()).map(|r| r.seed).collect::<Vec<_>>(),
         "wall_s": wall.as_secs_f64(),
