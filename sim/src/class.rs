@@ -177,6 +177,8 @@ pub enum Drill {
     PushPolicy,
     /// The spent-credential set filled.
     SpentFull,
+    /// Many queues across a power cycle, then past their TTL.
+    ManyQueues,
     /// The fixed windows of the relay's constants: media inits and quota, auth challenges,
     /// typing notices.
     Windows,
@@ -184,7 +186,7 @@ pub enum Drill {
 
 impl Drill {
     /// Every drill.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Tokenless,
         Self::Lookups,
         Self::Tokens,
@@ -197,6 +199,7 @@ impl Drill {
         Self::PushPolicy,
         Self::SpentFull,
         Self::Windows,
+        Self::ManyQueues,
     ];
 
     /// Name in reports.
@@ -214,6 +217,7 @@ impl Drill {
             Self::PushPolicy => "push-policy",
             Self::SpentFull => "spent-full",
             Self::Windows => "windows",
+            Self::ManyQueues => "many-queues",
         }
     }
 
@@ -222,7 +226,7 @@ impl Drill {
         let own: &[Self] = match class {
             Class::Standard => &[],
             Class::Days => &[Self::Ages, Self::Tokens],
-            Class::Heavy => &[Self::Credentials, Self::HeavyAuthor],
+            Class::Heavy => &[Self::Credentials, Self::HeavyAuthor, Self::ManyQueues],
             Class::Limits => &[
                 Self::PushPolicy,
                 Self::Budgets,

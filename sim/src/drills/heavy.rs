@@ -10,6 +10,13 @@
 //! it: `authz`); a new message gets the next seq. Last, B syncs: every message of A that was
 //! not retracted arrives at B exactly once over its two sessions (`dedup`).
 //!
+//! **many-queues.** Eight accounts, every pair befriended, each queueing messages for every
+//! other while all are away: 56 queues in the store (the `heavy` class holds none in memory);
+//! the relay is power-cycled; half the accounts sync and must get every message queued for
+//! them once, with its seq (`dedup`); the relay's clock then passes the TTL, the sweep takes
+//! the other queues a page at a time (three queues, sixteen messages: the class's pages), and
+//! the rest sync to nothing of it (`expiry`; the store oracle checks no row is left).
+//!
 //! **credentials.** Before the power cycle the drill takes an auth challenge (signed, not yet
 //! answered) and a WebSocket ticket (not yet redeemed), and uses another pair as an honest
 //! client does; after it, within their lifetimes, the unused ticket must open a socket and the
@@ -342,4 +349,135 @@ async fn signed_challenge(account: &super::DrillAccount) -> Option<serde_json::V
         "challenge": challenge,
         "signature": account.identity.sign_challenge(&challenge),
     }))
+}
+
+/// Accounts of the `many-queues` drill: every pair befriended, every account writing to
+/// every other while all are away.
+const QUEUE_ACCOUNTS: u64 = 8;
+/// Messages each account queues for each of its friends.
+const PER_QUEUE: u64 = 3;
+
+/// Many queues across a power cycle and an expiry (see the module doc).
+pub(super) async fn many_queues(d: &mut Drills<'_>) -> Outcome {
+    let mut out = Outcome::default();
+    let mut accounts = Vec::new();
+    for n in 0..QUEUE_ACCOUNTS {
+        accounts.push(d.account(140 + n).await);
+    }
+    // conv of each pair (a < b)
+    let mut convs: BTreeMap<(usize, usize), String> = BTreeMap::new();
+    for a in 0..accounts.len() {
+        for b in a + 1..accounts.len() {
+            match befriend(&accounts[a].raw, &accounts[b].raw).await {
+                Some(conv) => {
+                    convs.insert((a, b), conv);
+                }
+                None => {
+                    out.skip();
+                    return out;
+                }
+            }
+        }
+    }
+    let conv_of = |a: usize, b: usize| convs.get(&(a.min(b), a.max(b))).cloned();
+    // What each account's messages to each other account got: id -> seq.
+    let mut queued: BTreeMap<usize, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut unanswered = false;
+    for from in 0..accounts.len() {
+        let Ok(mut socket) = accounts[from].socket(false).await else {
+            out.skip();
+            return out;
+        };
+        for to in (0..accounts.len()).filter(|t| *t != from) {
+            let Some(conv) = conv_of(from, to) else {
+                continue;
+            };
+            for k in 0..PER_QUEUE {
+                let id = format!("mq-{}-{to}-{k}", accounts[from].raw.alias);
+                match socket
+                    .message(&id, &accounts[to].raw.alias, &conv, &payload(24))
+                    .await
+                {
+                    Answer::Ack(seq) => {
+                        queued.entry(to).or_default().insert(id, seq);
+                    }
+                    Answer::Silence => unanswered = true,
+                    Answer::Refused(_) => {}
+                }
+            }
+        }
+    }
+    if !d.power_cycle(DOWN_MS).await {
+        out.skip();
+        return out;
+    }
+    // Half the accounts come back: each gets what was queued for it, once.
+    let half = accounts.len() / 2;
+    for (r, account) in accounts.iter_mut().enumerate().take(half) {
+        let calm = Calm::now(d.ctx);
+        let Ok(mut socket) = account.socket(true).await else {
+            out.skip();
+            continue;
+        };
+        socket.drain(8_000).await;
+        // A power-off during the sync cut it short: what it lacks is still queued.
+        if socket.ended || !calm.held(d.ctx, 0) {
+            out.skip();
+            continue;
+        }
+        for (id, seq) in queued.get(&r).into_iter().flatten() {
+            let got = socket.delivered.get(id).cloned().unwrap_or_default();
+            out.expect(!got.is_empty() && got.iter().all(|s| s == seq), "dedup", || {
+                format!(
+                    "message {id} (seq {seq}), queued before a relay restart among {} queues, reached its recipient as {got:?}",
+                    convs.len() * 2
+                )
+            });
+        }
+        // Nothing the drill did not send, and no message twice in the sync.
+        let extra = socket.delivered.iter().find(|(id, seqs)| {
+            seqs.len() > 1 || (!unanswered && !queued.get(&r).is_some_and(|q| q.contains_key(*id)))
+        });
+        out.check(extra.map(|(id, seqs)| {
+            Violation::new(
+                "dedup",
+                format!("after a relay restart, a recipient's sync delivered {id} as {seqs:?}, which it was not sent once"),
+            )
+        }));
+    }
+    // The rest stay away a day and more: the sweep takes their queues page by page (the store
+    // oracle `expiry` checks that none is left), and they come back to nothing of it.
+    let ttl = d.config.offline_ttl_ms;
+    let calm = Calm::now(d.ctx);
+    if !d.jump(ttl + 60_000).await {
+        out.skip();
+        return out;
+    }
+    crate::time::sleep_ms(2_000).await;
+    for (r, account) in accounts.iter_mut().enumerate().skip(half) {
+        let Ok(mut socket) = account.socket(true).await else {
+            out.skip();
+            continue;
+        };
+        socket.drain(3_000).await;
+        if socket.ended || !calm.clock_held_but(d.ctx, 1) {
+            out.skip();
+            continue;
+        }
+        let stale: Vec<&String> = queued
+            .get(&r)
+            .into_iter()
+            .flatten()
+            .map(|(id, _)| id)
+            .filter(|id| socket.delivered.contains_key(*id))
+            .collect();
+        out.expect(stale.is_empty(), "expiry", || {
+            format!(
+                "{} message(s) queued a day and more (on the relay's clock) before their recipient synced arrived anyway; first {:?}",
+                stale.len(),
+                stale.first()
+            )
+        });
+    }
+    out
 }

@@ -10,6 +10,7 @@
 //! | `tokens` | days | a token presented within its lifetime and after it, across the world's idle stretches | `expiry`: 2xx within, 401 `TOKEN_EXPIRED` after |
 //! | `ages` | days | messages queued at known times to a recipient that stays away across the idle stretches, then syncs | `expiry`: what outlived its TTL on the relay's clock never arrives, the rest arrives once |
 //! | `heavy-author` | heavy | hundreds of messages of one author, the relay power-cycled, then old ids re-sent, an old message retracted by its author and by the other member | `dedup`: a re-sent id gets its first seq and no second delivery; `authz`: only the author retracts |
+//! | `many-queues` | heavy | eight accounts, every pair befriended, each queueing messages for every other while all are away (56 queues); the relay power-cycled; half come back, the rest after the relay's clock passed the TTL | `dedup`: each of the first half gets its messages once, with their seqs; `expiry`: the rest get none of them (and the store oracle, none is left stored) |
 //! | `credentials` | heavy | an auth challenge and a WebSocket ticket issued before a power cycle and first used after it; then used again | `credentials`: accepted once after the restart; `authz`: refused the second time |
 //! | `budgets` | limits | each request budget (lookups, friend requests, every other authenticated route, public routes) used up, then the relay's clock moved by one token's refill | `limit-exact`: exactly the burst, then 429 `RATE_LIMITED`, then exactly one more |
 //! | `message-rate` | limits | the per-user message limit filled, the relay power-cycled within the window, then the window passed | `limit-exact`: the next message refused after the restart too, allowed once the window (from its first message) passed |
@@ -24,7 +25,8 @@
 //! `drills` violation: it did not happen.
 //!
 //! Modules: `peer` (accounts, sockets and messages by hand), `routes` (`tokenless`,
-//! `lookups`), `days` (`tokens`, `ages`), `heavy` (`heavy-author`, `credentials`), `limits`
+//! `lookups`), `days` (`tokens`, `ages`), `heavy` (`heavy-author`, `credentials`,
+//! `many-queues`), `limits`
 //! (`budgets`, `message-rate`, `queues`, `windows`, `push-policy`, `spent-full`).
 
 mod days;
@@ -232,6 +234,7 @@ async fn run_one(d: &mut Drills<'_>, drill: Drill) {
         Drill::PushPolicy => limits::push_policy(d).await,
         Drill::SpentFull => limits::spent_full(d).await,
         Drill::Windows => limits::windows(d).await,
+        Drill::ManyQueues => heavy::many_queues(d).await,
     };
     note(
         ctx,
