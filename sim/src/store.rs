@@ -69,8 +69,99 @@ pub struct CommittedMessage {
     pub recipient: String,
     /// Simulated ms of the commit.
     pub at_ms: u64,
+    /// When the relay accepted it, on the relay's clock (the row's `at`, Unix ms).
+    pub accepted_at: u64,
     /// Simulated ms the row was deleted (delivered, retracted, expired), if it was.
     pub deleted_ms: Option<u64>,
+}
+
+/// What is queued in the store, as the queue bounds count it (`relay_core::limits::
+/// queued_message_bytes`), and the most each bound's subject ever held after a commit.
+#[derive(Debug, Default, Clone)]
+pub struct QueueLedger {
+    /// Every stored message row: key -> (recipient, conversation, sender, bytes).
+    live: BTreeMap<String, (String, String, String, u64)>,
+    conv: BTreeMap<(String, String), (u64, u64)>,
+    recipient: BTreeMap<String, (u64, u64)>,
+    sender: BTreeMap<String, u64>,
+    total: u64,
+    /// The subjects a commit's rows touched (its peaks are taken after the whole commit).
+    touched: Vec<(String, String, String)>,
+    /// The most messages and bytes one conversation's queue (recipient, conversation) held.
+    pub peak_conv: ((u64, u64), Option<(String, String)>),
+    /// The most messages and bytes one recipient had queued.
+    pub peak_recipient: ((u64, u64), Option<String>),
+    /// The most bytes one sender had queued.
+    pub peak_sender: (u64, Option<String>),
+    /// The most bytes queued over everyone.
+    pub peak_total: u64,
+}
+
+impl QueueLedger {
+    fn put(&mut self, key: &str, recipient: String, conv: String, sender: String, bytes: u64) {
+        if self.live.contains_key(key) {
+            return;
+        }
+        let c = self
+            .conv
+            .entry((recipient.clone(), conv.clone()))
+            .or_default();
+        c.0 += 1;
+        c.1 += bytes;
+        let r = self.recipient.entry(recipient.clone()).or_default();
+        r.0 += 1;
+        r.1 += bytes;
+        *self.sender.entry(sender.clone()).or_default() += bytes;
+        self.total += bytes;
+        self.touched
+            .push((recipient.clone(), conv.clone(), sender.clone()));
+        self.live
+            .insert(key.to_owned(), (recipient, conv, sender, bytes));
+    }
+
+    fn delete(&mut self, key: &str) {
+        let Some((recipient, conv, sender, bytes)) = self.live.remove(key) else {
+            return;
+        };
+        if let Some(c) = self.conv.get_mut(&(recipient.clone(), conv)) {
+            c.0 -= 1;
+            c.1 -= bytes;
+        }
+        if let Some(r) = self.recipient.get_mut(&recipient) {
+            r.0 -= 1;
+            r.1 -= bytes;
+        }
+        if let Some(s) = self.sender.get_mut(&sender) {
+            *s -= bytes;
+        }
+        self.total -= bytes;
+    }
+
+    /// Raises the peaks to what the subjects a commit added to hold now (after the commit:
+    /// a commit's rows may come in another order than the relay took the messages).
+    fn note_peaks(&mut self) {
+        for (recipient, conv, sender) in std::mem::take(&mut self.touched) {
+            let key = (recipient, conv);
+            if let Some(&(n, b)) = self.conv.get(&key) {
+                let (pn, pb) = self.peak_conv.0;
+                if n > pn || b > pb {
+                    self.peak_conv = ((pn.max(n), pb.max(b)), Some(key.clone()));
+                }
+            }
+            if let Some(&(n, b)) = self.recipient.get(&key.0) {
+                let (pn, pb) = self.peak_recipient.0;
+                if n > pn || b > pb {
+                    self.peak_recipient = ((pn.max(n), pb.max(b)), Some(key.0.clone()));
+                }
+            }
+            if let Some(&b) = self.sender.get(&sender)
+                && b > self.peak_sender.0
+            {
+                self.peak_sender = (b, Some(sender));
+            }
+        }
+        self.peak_total = self.peak_total.max(self.total);
+    }
 }
 
 /// What the storage oracles read.
@@ -101,6 +192,8 @@ pub struct History {
     pub spent_peaks: Vec<(u64, usize)>,
     /// The spent credentials in the store now (their keys).
     pub spent_live: BTreeSet<String>,
+    /// What is queued, and the most each queue bound's subject ever held.
+    pub queued: QueueLedger,
     /// Loads whose content differed from the committed model (SQLite): `(ms, detail)`.
     pub load_mismatches: Vec<(u64, String)>,
     /// Commits attempted while the relay was powered off: `(ms)`.
@@ -417,6 +510,7 @@ impl Ctl {
     fn record(&mut self, batch: &Batch) {
         let at = sim_ms();
         let mut spent_added = false;
+        let mut queue_changed = false;
         for m in batch {
             match m {
                 MutationRef::Put { table, key, value }
@@ -425,6 +519,18 @@ impl Ctl {
                 } => match table {
                     Table::Messages => {
                         if let Some(v) = json(value) {
+                            let bytes = relay_core::limits::queued_message_bytes(
+                                text(&v, "id").len(),
+                                text(&v, "payload").len(),
+                            );
+                            self.history.queued.put(
+                                key,
+                                text(&v, "recipient"),
+                                text(&v, "conv_id"),
+                                text(&v, "from"),
+                                bytes,
+                            );
+                            queue_changed = true;
                             self.history.assigned.insert((
                                 text(&v, "from"),
                                 text(&v, "id"),
@@ -443,6 +549,10 @@ impl Ctl {
                                         .unwrap_or(0),
                                     recipient: text(&v, "recipient"),
                                     at_ms: at,
+                                    accepted_at: v
+                                        .get("at")
+                                        .and_then(serde_json::Value::as_u64)
+                                        .unwrap_or(0),
                                     deleted_ms: None,
                                 },
                             );
@@ -499,6 +609,7 @@ impl Ctl {
                     if let Some(row) = self.history.messages.get_mut(key) {
                         row.deleted_ms.get_or_insert(at);
                     }
+                    self.history.queued.delete(key);
                 }
                 MutationRef::Delete {
                     table: Table::Spent,
@@ -512,6 +623,9 @@ impl Ctl {
         if spent_added {
             let live = self.history.spent_live.len();
             self.history.spent_peaks.push((at, live));
+        }
+        if queue_changed {
+            self.history.queued.note_peaks();
         }
         if let Some(model) = &mut self.model {
             // The SQLite commit of the same batch succeeded, so the model's cannot fail.

@@ -5,6 +5,7 @@
 //! | oracle | checks |
 //! |---|---|
 //! | `expiry` | no queued message is still stored at the end of the run more than [`SWEEP_SLACK_MS`] past its TTL on the relay's clock (the sweep, page after page, took every due queue); the drills' own expiry checks |
+//! | `queue-bounds` | no queue bound was ever exceeded in the store: per conversation (messages, bytes), per recipient (messages, bytes), per sender (bytes), in all (bytes), whatever the traffic |
 //! | `spent-bound` | the store never holds more spent credentials than the relay's bound (`max_spent_credentials`): the bound holds exactly, whatever the honest clients spent meanwhile |
 //! | `drills` | every drill of a run without faults finished, and one that finished judged something or was kept from it by a fault (a drill that did nothing did not happen) |
 //!
@@ -18,17 +19,11 @@ use crate::violation::Violation;
 /// How long past a message's TTL (on the relay's clock) the sweep may take to delete it: it
 /// runs at the relay's next wake-up once the TTL passed, a page of queues at a time.
 pub(super) const SWEEP_SLACK_MS: u64 = 60_000;
-/// How much earlier than its commit a message may have been accepted (stamped with the
-/// relay's clock): a commit waits behind slow ones (`commit-slow` stalls are seconds).
-const COMMIT_WINDOW_MS: u64 = 30_000;
-
-/// Whether committed message `m` may have left the store by expiry: deleted once its TTL
-/// could have passed on the relay's clock (its age taken from the earliest moment it could
-/// have been accepted, so that a clock jump between acceptance and commit excuses it).
+/// Whether committed message `m` left the store by expiry: deleted once its TTL had passed
+/// on the relay's clock (from its acceptance, the row's own `at`).
 pub(super) fn expired_in_time(input: &Input<'_>, m: &CommittedMessage) -> bool {
     m.deleted_ms.is_some_and(|d| {
-        let accepted = m.at_ms.saturating_sub(COMMIT_WINDOW_MS);
-        input.world.relay_elapsed(accepted, d) >= input.ttl_ms
+        input.world.relay_now(d).saturating_sub(m.accepted_at) >= input.relay.offline_ttl_ms
     })
 }
 
@@ -42,8 +37,11 @@ pub(super) fn nothing_stored_past_its_ttl(input: &Input<'_>, out: &mut Vec<Viola
         let Some(m) = input.history.messages.get(key) else {
             continue;
         };
-        let age = input.world.relay_elapsed(m.at_ms, input.end_ms);
-        if age >= input.ttl_ms + SWEEP_SLACK_MS {
+        let age = input
+            .world
+            .relay_now(input.end_ms)
+            .saturating_sub(m.accepted_at);
+        if age >= input.relay.offline_ttl_ms + SWEEP_SLACK_MS {
             late.push((m.id.as_str(), age));
         }
     }
@@ -53,7 +51,7 @@ pub(super) fn nothing_stored_past_its_ttl(input: &Input<'_>, out: &mut Vec<Viola
             format!(
                 "{} queued message(s) still stored at the end of the run past their {} h TTL on the relay's clock; first: {id}, accepted {} h {} min before",
                 late.len(),
-                input.ttl_ms / 3_600_000,
+                input.relay.offline_ttl_ms / 3_600_000,
                 age / 3_600_000,
                 age % 3_600_000 / 60_000
             ),
@@ -63,7 +61,7 @@ pub(super) fn nothing_stored_past_its_ttl(input: &Input<'_>, out: &mut Vec<Viola
 
 /// `spent-bound`: the store's spent credentials never outnumber the bound.
 pub(super) fn spent_within_bound(input: &Input<'_>, out: &mut Vec<Violation>) {
-    let cap = input.max_spent;
+    let cap = input.relay.max_spent_credentials;
     if let Some(&(at, most)) = input.history.spent_peaks.iter().find(|(_, n)| *n > cap) {
         out.push(Violation::new(
             "spent-bound",
@@ -71,6 +69,48 @@ pub(super) fn spent_within_bound(input: &Input<'_>, out: &mut Vec<Violation>) {
                 "the store held {most} spent credentials after a commit at {at} ms; the bound is {cap}"
             ),
         ));
+    }
+}
+
+/// `queue-bounds`: no queue bound was ever exceeded in the store, whatever sent what (the
+/// most each conversation's queue, each recipient, each sender and everyone ever held after
+/// a commit, against the relay's configuration).
+pub(super) fn queues_within_bounds(input: &Input<'_>, out: &mut Vec<Violation>) {
+    let c = input.relay;
+    let q = &input.history.queued;
+    let mut over = Vec::new();
+    let ((n, b), conv) = &q.peak_conv;
+    if *n > c.max_offline_queue_per_conversation as u64
+        || *b > c.max_offline_queue_bytes_per_conversation
+    {
+        over.push(format!(
+            "a conversation's queue {conv:?} held {n} messages, {b} bytes (bounds {} and {})",
+            c.max_offline_queue_per_conversation, c.max_offline_queue_bytes_per_conversation
+        ));
+    }
+    let ((n, b), recipient) = &q.peak_recipient;
+    if *n > c.max_offline_queue_per_recipient as u64 || *b > c.max_offline_queue_bytes_per_recipient
+    {
+        over.push(format!(
+            "recipient {recipient:?} had {n} messages, {b} bytes queued (bounds {} and {})",
+            c.max_offline_queue_per_recipient, c.max_offline_queue_bytes_per_recipient
+        ));
+    }
+    let (b, sender) = &q.peak_sender;
+    if *b > c.max_offline_queue_bytes_per_sender {
+        over.push(format!(
+            "sender {sender:?} had {b} bytes queued (bound {})",
+            c.max_offline_queue_bytes_per_sender
+        ));
+    }
+    if q.peak_total > c.max_offline_queue_bytes_total {
+        over.push(format!(
+            "{} bytes were queued in all (bound {})",
+            q.peak_total, c.max_offline_queue_bytes_total
+        ));
+    }
+    for text in over {
+        out.push(Violation::new("queue-bounds", text));
     }
 }
 

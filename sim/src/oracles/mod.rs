@@ -11,7 +11,7 @@
 //! | [`adversaries`] | `authz`, `bad-input`, `stuck-client`, `resources` |
 //! | `market` | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model`, `order-records`, `bind-state` |
 //! | [`wire`] | `duplicate-delivery`, `seq-reused` (simulator and Jepsen mode), `ack-lost` (Jepsen mode): over the frames each socket received, before the client's dedup |
-//! | `expiry` | `expiry`, `spent-bound`, `drills`, and what the drill host found (`lookup`, `tokenless`, `dedup`, `retract`, `credentials`, `limit-exact`, `push-policy`; see [`crate::drills`]) |
+//! | `expiry` | `expiry`, `spent-bound`, `queue-bounds`, `drills`, and what the drill host found (`lookup`, `tokenless`, `dedup`, `retract`, `credentials`, `limit-exact`, `push-policy`; see [`crate::drills`]) |
 //!
 //! and `setup`, `host-error`, `panic` from the runner and the sweep. [`observed`] is the
 //! history type the client-visible oracles read: the simulator builds it here from its trace
@@ -53,7 +53,7 @@ pub(crate) use self::storage::logs_free_of_canaries;
 pub use crate::violation::Violation;
 
 /// Every oracle name (for summaries).
-pub const ORACLES: [&str; 50] = [
+pub const ORACLES: [&str; 51] = [
     "duplicate-delivery",
     "seq-reused",
     "delivered-exactly-once",
@@ -104,6 +104,7 @@ pub const ORACLES: [&str; 50] = [
     "push-policy",
     "order-records",
     "bind-state",
+    "queue-bounds",
 ];
 
 /// What the oracles read.
@@ -130,10 +131,8 @@ pub(crate) struct Input<'a> {
     pub(crate) end_ms: u64,
     /// Final clock skew of each client.
     pub(crate) skews: &'a [i64],
-    /// The relay's offline TTL (`Config::offline_ttl_ms`).
-    pub(crate) ttl_ms: u64,
-    /// The relay's spent-credential bound (`Config::max_spent_credentials`).
-    pub(crate) max_spent: usize,
+    /// The relay's configuration (its TTLs and bounds).
+    pub(crate) relay: &'a relay_core::Config,
     /// The drills the drill host was to run.
     pub(crate) drills: &'a [crate::class::Drill],
 }
@@ -184,6 +183,7 @@ pub(crate) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
     adversaries::stuck_clients(input, out);
     expiry::nothing_stored_past_its_ttl(input, out);
     expiry::spent_within_bound(input, out);
+    expiry::queues_within_bounds(input, out);
     expiry::drills(input, out);
 }
 

@@ -199,7 +199,8 @@ pub(super) fn retract_lands(input: &Input<'_>, h: &Observed<'_>, out: &mut Vec<V
             } if who.client == recipient && who.device == 0 && *t_ms >= accepted => Some(*t_ms),
             _ => None,
         });
-        if back.is_none_or(|b| input.world.relay_elapsed(accepted, b) >= input.ttl_ms) {
+        if back.is_none_or(|b| input.world.relay_elapsed(accepted, b) >= input.relay.offline_ttl_ms)
+        {
             continue;
         }
         // The primary device must hear of it; a second device that already left cannot.

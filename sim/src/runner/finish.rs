@@ -187,8 +187,7 @@ fn check(
         heal_ms: w.heal_ms,
         end_ms,
         skews: &parts.clocks.iter().map(SkewClock::get).collect::<Vec<_>>(),
-        ttl_ms: relay.offline_ttl_ms,
-        max_spent: relay.max_spent_credentials,
+        relay,
         drills: &parts.replay.drills,
     };
     oracles::check_all(&input, violations);

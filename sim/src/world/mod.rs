@@ -179,6 +179,18 @@ impl World {
         to.saturating_sub(from) + jumped
     }
 
+    /// The relay's clock (Unix ms) at simulated time `t`: the simulated epoch, `t`, and every
+    /// jump up to and including `t`.
+    pub(crate) fn relay_now(&self, t: u64) -> u64 {
+        let jumped: u64 = self
+            .relay_jumps
+            .iter()
+            .filter(|(at, _)| *at <= t)
+            .map(|(_, ms)| ms)
+            .sum();
+        seam::clock::SIM_EPOCH_BASE.0 + t + jumped
+    }
+
     /// The host of the active relay: `relay`, or in the failover topology the lease holder
     /// (`relay`, the balancer, while nobody holds it).
     pub(crate) fn active_relay(&self) -> String {
