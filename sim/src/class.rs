@@ -315,7 +315,7 @@ pub fn limits_config(base: Config) -> Config {
         max_offline_queue_per_recipient: 100,
         max_offline_queue_bytes_per_recipient: 256 * 1024,
         max_offline_queue_bytes_per_sender: 160 * 1024,
-        max_offline_queue_bytes_total: 8 * 1024 * 1024,
+        max_offline_queue_bytes_total: 1024 * 1024,
         lookups: budget(6, 10 * MINUTE_MS),
         friend_requests: budget(10, 10 * MINUTE_MS),
         account_requests: budget(300, MINUTE_MS),

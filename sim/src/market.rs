@@ -39,6 +39,8 @@ const WEBHOOK_ATTEMPTS: u32 = 60;
 const WEBHOOK_RETRY_MS: u64 = 2_000;
 /// Attempts of one scripted commerce call when its response is lost.
 const CALL_ATTEMPTS: u32 = 5;
+/// Percent of paid orders (under the `webhook` fault) that their buyer pays a second time.
+const SECOND_PAYMENT_PCT: u32 = 15;
 /// Attempts of a forger's copy of an abandoned order.
 const FORGER_ATTEMPTS: u32 = 5;
 
@@ -94,10 +96,25 @@ fn pay_with_faults(payments: &Payments, id: OrderId, order: &str, price: u64, ro
     };
     let underpay = price >= 2 && r.next_u32() % 100 < f.underpay_pct;
     if !underpay {
+        // Now and then the buyer pays a second time, separately (a second invoice paid by
+        // mistake): the relay keeps the first and flags the order for a refund.
+        let twice = r.next_u32() % 100 < SECOND_PAYMENT_PCT;
         let text = format!(
-            "{order} paid {price} (dup {}, forged {}, delay {} ms)",
-            plan.duplicates, plan.forged, plan.delay_ms
+            "{order} paid {price} (dup {}, forged {}, delay {} ms){}",
+            plan.duplicates,
+            plan.forged,
+            plan.delay_ms,
+            if twice { ", then paid again" } else { "" }
         );
+        if twice {
+            let again = WebhookPlan {
+                delay_ms: plan.delay_ms + 5_000 + r.next_u64() % 10_000,
+                duplicates: 0,
+                forged: 0,
+                ..plan
+            };
+            let _ = payments.processor.pay(id.clone(), again);
+        }
         let _ = payments.processor.pay(id, plan);
         return text;
     }

@@ -568,6 +568,57 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
     if !complete {
         out.skip();
     }
+    // 6. The relay's total: pairs of accounts queue two big messages each (below every other
+    // bound) until the relay refuses with its own code. Honest traffic shares the total, so
+    // the count is not exact here (the store oracle `queue-bounds` holds the bound exactly);
+    // judged: the first refusal is RELAY_QUEUE_FULL, within the most the bound allows.
+    let per_pair = 2 * charge("relay total", "u00000000", big);
+    let most_pairs = c.max_offline_queue_bytes_total / per_pair + 1;
+    let mut refused = None;
+    let mut pairs = 0;
+    let mut recipients = Vec::new();
+    while refused.is_none() && pairs < most_pairs {
+        let (mut s, r) = (
+            d.account(200 + 2 * pairs).await,
+            d.account(201 + 2 * pairs).await,
+        );
+        pairs += 1;
+        recipients.push(r.clone());
+        let Some(conv) = befriend(&s.raw, &r.raw).await else {
+            break;
+        };
+        let Ok(mut socket) = s.socket(false).await else {
+            break;
+        };
+        for n in 0..2 {
+            let id = fill_id("relay total", &s.raw.alias, n);
+            match socket
+                .message(&id, &r.raw.alias, &conv, &payload(big))
+                .await
+            {
+                Answer::Ack(_) => {}
+                Answer::Refused(code) => {
+                    refused = Some(code);
+                    break;
+                }
+                Answer::Silence => break,
+            }
+        }
+    }
+    // The recipients take their messages: the relay's room comes back for everyone.
+    for mut r in recipients {
+        if let Ok(mut socket) = r.socket(true).await {
+            socket.drain(2_000).await;
+        }
+    }
+    match refused.as_deref() {
+        Some("RELAY_QUEUE_FULL") => out.check(None),
+        Some("STORAGE_UNAVAILABLE") | None => out.skip(),
+        Some(other) => out.check(Some(Violation::new(
+            EXACT,
+            format!("filling the relay's total of queued bytes, below every other bound, a message was refused {other} (expected RELAY_QUEUE_FULL)"),
+        ))),
+    }
     out
 }
 
@@ -803,6 +854,25 @@ pub(super) async fn push_policy(d: &mut Drills<'_>) -> Outcome {
             Some(want) => out.expect(status == 400 && code == *want, "push-policy", || {
                 format!("push endpoint {endpoint} answered {status} {code} (production's policy: 400 {want})")
             }),
+        }
+    }
+    // The same subscription again (a browser re-subscribing), then push turned off: both
+    // taken (P2 is idempotent for one endpoint; P4 "idempotent").
+    let again = json!({ "endpoint": ENDPOINTS[0].0, "keys": keys });
+    for (path, body) in [
+        (paths::PUSH_SUBSCRIBE, &again),
+        (paths::PUSH_DISABLE, &json!({})),
+        (paths::PUSH_DISABLE, &json!({})),
+    ] {
+        match post(&http, path, Some(&account.raw.token), body).await {
+            Some((s, _)) if s == 429 || s >= 500 => out.skip(),
+            Some((s, v)) => out.expect((200..300).contains(&s), "push-policy", || {
+                format!(
+                    "{path} (a repeat, idempotent) answered {s} {}",
+                    field(&v, "error").unwrap_or_default()
+                )
+            }),
+            None => out.skip(),
         }
     }
     out

@@ -7,8 +7,8 @@
 //! | `channel-single-owner` | one owner per channel, the creator or the buyer of its one confirmed trade |
 //! | `holds-released` | every order expired after the final clock jump, and what it held is for sale again |
 //! | `quota` | channels created within the free quota plus the seats bought; the relay counts the seats confirmed |
-//! | `commerce-model` | refund flags only on orders a genuine payment reached, never on confirmed ones |
-//! | `order-records` | what the store records of each order against what the run did: the price quoted, the amount paid (every genuine payment the relay answered, summed), the hold (15 min for an alias, 30 for a trade or seat), bound only if its buyer bound it, and only once confirmed |
+//! | `commerce-model` | refund flags only on orders a genuine payment reached, never on confirmed ones but those paid in full twice |
+//! | `order-records` | what the store records of each order against what the run did: the price quoted, the amount paid (every genuine payment the relay answered, summed), a refund due when it was paid in full twice, the hold (15 min for an alias, 30 for a trade or seat), bound only if its buyer bound it, and only once confirmed |
 //! | `bind-state` | a bind of an order the relay calls expired is refused (409); a bind repeated by the owner whose alias it still is, answered 200 |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -91,6 +91,29 @@ pub(crate) fn check_market(input: &MarketInput<'_>, out: &mut Vec<Violation>) {
     bind_probes(input, out);
 }
 
+/// How many separate payments of order `o` were finished in full and answered 2xx by the
+/// relay (two or more: one is to be refunded).
+fn paid_in_full_times(input: &MarketInput<'_>, o: &OrderRec) -> usize {
+    let deliveries = input.processor.deliveries();
+    input
+        .processor
+        .payments()
+        .iter()
+        .filter(|p| {
+            p.order_id.as_str() == o.order_id
+                && p.plan.payment_status == wire::http::PaymentStatus::Finished
+                && p.plan.paid_usdt >= o.price
+        })
+        .filter(|p| {
+            deliveries.iter().any(|d| {
+                d.payment_id == p.payment_id
+                    && !d.forged
+                    && d.status.is_some_and(|s| (200..300).contains(&s))
+            })
+        })
+        .count()
+}
+
 /// `order-records`: each order's row against what the run did (see the module doc).
 fn order_records(input: &MarketInput<'_>, rows: &Rows, out: &mut Vec<Violation>) {
     const O: &str = "order-records";
@@ -160,6 +183,14 @@ fn order_records(input: &MarketInput<'_>, rows: &Rows, out: &mut Vec<Violation>)
         }
         let used = field(Some(row), "used") == Some(&serde_json::Value::Bool(true));
         let state = field(Some(row), "state").and_then(|v| v.as_str());
+        // Two separate payments, each finished and answered: one of them is to be refunded.
+        let finished = paid_in_full_times(input, o);
+        let refund = field(Some(row), "refund_needed") == Some(&serde_json::Value::Bool(true));
+        if finished >= 2 && !refund {
+            out.push(what(format!(
+                "was paid in full {finished} times, separately, and is not flagged for a refund"
+            )));
+        }
         if used && state != Some("confirmed") {
             out.push(what(format!("is marked bound while {state:?}")));
         }
@@ -297,10 +328,10 @@ fn order_applied_once(
             what("flagged for refund though no genuine payment reached it"),
         ));
     }
-    if st == OrderState::Confirmed && refund {
+    if st == OrderState::Confirmed && refund && paid_in_full_times(input, o) < 2 {
         out.push(Violation::new(
             "commerce-model",
-            what("both confirmed and flagged for refund"),
+            what("both confirmed and flagged for refund, though paid in full once"),
         ));
     }
 }
