@@ -5,7 +5,7 @@
 //!
 //! | drill | classes | what it does | oracle |
 //! |---|---|---|---|
-//! | `tokenless` | all | every route the documents mark JWT, asked with no token at all, and the WebSocket upgrade with neither token nor ticket | `authz` (a 2xx or a 101), `tokenless` (a 4xx other than 401) |
+//! | `tokenless` | all | every route the documents mark JWT, asked with no token at all, and the WebSocket upgrade with neither token nor ticket; a ticket presented as an auth challenge and a challenge as a ticket | `authz` (a 2xx, a token or a 101), `tokenless` (a 4xx other than 401) |
 //! | `lookups` | all | `GET users/{alias}` of every account that exists (honest clients', strangers', the drill's own, every alias a bind gave) and of aliases that do not | `lookup`: the owner's nickname and keys, 404 for the rest |
 //! | `tokens` | days | a token presented within its lifetime and after it, across the world's idle stretches | `expiry`: 2xx within, 401 `TOKEN_EXPIRED` after |
 //! | `ages` | days | messages queued at known times to a recipient that stays away across the idle stretches, then syncs | `expiry`: what outlived its TTL on the relay's clock never arrives, the rest arrives once |

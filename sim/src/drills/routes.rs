@@ -5,7 +5,9 @@
 //! ([`served_routes`]), is asked with no `Authorization` header at all: the answer must be
 //! 401. A 2xx is an `authz` breach; another 4xx a `tokenless` one (the route judged the
 //! request before it asked who sent it); a 429, a 5xx or no answer is not judged. The
-//! WebSocket upgrade with neither token nor ticket must not be let in.
+//! WebSocket upgrade with neither token nor ticket must not be let in, nor a ticket presented
+//! as an auth challenge (signed as one) log in, nor a challenge presented as a ticket open a
+//! socket (`authz`).
 //!
 //! **lookups.** `GET users/{alias}` (F5) of every account whose alias the run knows and that
 //! no bind can change meanwhile (the drill's own, the strangers', the honest clients that buy
@@ -17,14 +19,14 @@
 use std::collections::BTreeMap;
 
 use client_core::keys::{X25519Path, derive_identity};
-use serde_json::Value;
+use serde_json::{Value, json};
 use wire::http::paths;
 
 use super::peer::Socket;
 use super::{Drills, Outcome};
 use crate::bounds::{AUDIT_BEFORE_END_MS, LIVENESS_BOUND_MS, TRAFFIC_WINDOW_MS};
 use crate::hostile::credentials::served_routes;
-use crate::hostile::http::{field, get, http, status};
+use crate::hostile::http::{field, get, http, post, status};
 use crate::scenario::ActionKind;
 use crate::time::sleep_ms;
 use crate::violation::Violation;
@@ -62,9 +64,11 @@ const JWT_ROUTES: &[(&str, &str)] = &[
     ("vanity/bind", "POST"),
 ];
 
-/// Every JWT route without a token (see the module doc).
-pub(super) async fn tokenless(_d: &mut Drills<'_>) -> Outcome {
+/// Every JWT route without a token (see the module doc), and each single-use credential
+/// presented as the other kind.
+pub(super) async fn tokenless(d: &mut Drills<'_>) -> Outcome {
     let mut out = Outcome::default();
+    out.merge(cross_kind(d).await);
     let client = http();
     for (method, path, route) in served_routes() {
         if !JWT_ROUTES.contains(&(route, method.as_str())) {
@@ -95,6 +99,53 @@ pub(super) async fn tokenless(_d: &mut Drills<'_>) -> Outcome {
             Err(s) if s == 0 || s >= 500 => out.skip(),
             Err(_) => out.check(None),
         }
+    }
+    out
+}
+
+/// A WebSocket ticket presented as an auth challenge (signed by the account's key, as a
+/// challenge is), and an auth challenge presented as a ticket: neither may pass (A4, A5: each
+/// is its own kind of single-use object).
+async fn cross_kind(d: &mut Drills<'_>) -> Outcome {
+    let mut out = Outcome::default();
+    let account = d.account(2).await;
+    let http = http();
+    let ticket = post(&http, paths::WS_TICKET, Some(&account.raw.token), &json!({}))
+        .await
+        .and_then(|(s, v)| field(&v, "ticket").filter(|_| (200..300).contains(&s)));
+    let challenge = post(&http, paths::AUTH_CHALLENGE, None, &json!({ "user_uuid": account.raw.uuid }))
+        .await
+        .and_then(|(_, v)| field(&v, "challenge"));
+    if let Some(ticket) = ticket {
+        let body = json!({
+            "user_uuid": account.raw.uuid,
+            "challenge": ticket,
+            "signature": account.identity.sign_challenge(&ticket),
+        });
+        match post(&http, paths::AUTH_VERIFY, None, &body).await {
+            Some((200, _)) => out.check(Some(Violation::new(
+                "authz",
+                "a WebSocket ticket, signed and presented as an auth challenge, logged in (200)",
+            ))),
+            Some((s, _)) if s >= 500 || s == 429 => out.skip(),
+            Some(_) => out.check(None),
+            None => out.skip(),
+        }
+    } else {
+        out.skip();
+    }
+    if let Some(challenge) = challenge {
+        let query = format!("user_uuid={}&ticket={challenge}", account.raw.uuid);
+        match Socket::open_query(&query, false).await {
+            Ok(_) => out.check(Some(Violation::new(
+                "authz",
+                "an auth challenge presented as a WebSocket ticket opened a socket (101)",
+            ))),
+            Err(s) if s == 0 || s >= 500 => out.skip(),
+            Err(_) => out.check(None),
+        }
+    } else {
+        out.skip();
     }
     out
 }
