@@ -179,6 +179,8 @@ pub enum Drill {
     SpentFull,
     /// Many queues across a power cycle, then past their TTL.
     ManyQueues,
+    /// Single-use credentials at the ends of their lifetimes.
+    Lifetimes,
     /// The fixed windows of the relay's constants: media inits and quota, auth challenges,
     /// typing notices.
     Windows,
@@ -186,7 +188,7 @@ pub enum Drill {
 
 impl Drill {
     /// Every drill.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::Tokenless,
         Self::Lookups,
         Self::Tokens,
@@ -200,6 +202,7 @@ impl Drill {
         Self::SpentFull,
         Self::Windows,
         Self::ManyQueues,
+        Self::Lifetimes,
     ];
 
     /// Name in reports.
@@ -218,6 +221,7 @@ impl Drill {
             Self::SpentFull => "spent-full",
             Self::Windows => "windows",
             Self::ManyQueues => "many-queues",
+            Self::Lifetimes => "lifetimes",
         }
     }
 
@@ -238,7 +242,7 @@ impl Drill {
         };
         let mut out = vec![Self::Tokenless];
         out.extend_from_slice(own);
-        out.push(Self::Lookups);
+        out.extend([Self::Lifetimes, Self::Lookups]);
         out
     }
 }

@@ -257,8 +257,12 @@ pub(super) async fn credentials(d: &mut Drills<'_>) -> Outcome {
     let ticket_live = age < relay_core::limits::WS_TICKET_TTL_MS;
     let challenge_live = age < relay_core::limits::AUTH_CHALLENGE_TTL_MS;
     // The ticket first: a login revokes the token the ticket was asked with.
+    let (mut ticket_used, mut login_used) = (false, false);
     match Socket::open_query(&fresh_ticket, false).await {
-        Ok(_) => out.check(None),
+        Ok(_) => {
+            ticket_used = true;
+            out.check(None);
+        }
         Err(_) if !ticket_live => out.skip(),
         Err(s) if s == 0 || s >= 500 => out.skip(),
         Err(s) => out.check(Some(Violation::new(
@@ -267,7 +271,10 @@ pub(super) async fn credentials(d: &mut Drills<'_>) -> Outcome {
         ))),
     }
     match post(&http, paths::AUTH_VERIFY, None, &fresh_login).await {
-        Some((200, _)) => out.check(None),
+        Some((200, _)) => {
+            login_used = true;
+            out.check(None);
+        }
         Some(_) if !challenge_live => out.skip(),
         Some((s, _)) if s == 429 || s >= 500 => out.skip(),
         Some((s, v)) => out.check(Some(Violation::new(
@@ -279,15 +286,16 @@ pub(super) async fn credentials(d: &mut Drills<'_>) -> Outcome {
         ))),
         None => out.skip(),
     }
+    // Presented again: only what was used (a first use a fault refused used nothing).
     let again: [(&str, Option<&serde_json::Value>, Option<&String>); 4] = [
         (
             "a ticket redeemed after the restart",
             None,
-            Some(&fresh_ticket),
+            ticket_used.then_some(&fresh_ticket),
         ),
         (
             "a challenge answered after the restart",
-            Some(&fresh_login),
+            login_used.then_some(&fresh_login),
             None,
         ),
         (
@@ -478,6 +486,103 @@ pub(super) async fn many_queues(d: &mut Drills<'_>) -> Outcome {
                 stale.first()
             )
         });
+    }
+    out
+}
+
+/// How far from a credential's expiry (on the relay's clock) the `lifetimes` drill presents it.
+const LIFETIME_MARGIN_MS: u64 = 2_000;
+
+/// Single-use credentials at the ends of their lifetimes (see the module doc): two tickets and
+/// two challenges issued together, one of each presented just inside its lifetime and the
+/// other just past it. A credential's age is bounded by when its issuing request left and
+/// when its answer came, a presentation's moment by the same: only a presentation surely
+/// inside (from the earliest issue to the latest arrival) or surely past (from the latest
+/// issue to the earliest arrival) is judged.
+pub(super) async fn lifetimes(d: &mut Drills<'_>) -> Outcome {
+    use relay_core::limits::{AUTH_CHALLENGE_TTL_MS, WS_TICKET_TTL_MS};
+    let mut out = Outcome::default();
+    let mut c = d.account(71).await;
+    if !c.relogin().await {
+        out.skip();
+        return out;
+    }
+    let now = crate::time::sim_ms;
+    // (issue sent, issue answered, credential)
+    let mut issued: Vec<(u64, u64, Result<String, serde_json::Value>)> = Vec::new();
+    for kind in ["ticket", "ticket", "challenge", "challenge"] {
+        let sent = now();
+        let credential = if kind == "ticket" {
+            ticket(&c.raw).await.map(Ok)
+        } else {
+            signed_challenge(&c).await.map(Err)
+        };
+        let Some(credential) = credential else {
+            out.skip();
+            return out;
+        };
+        issued.push((sent, now(), credential));
+    }
+    // In time order: (credential, inside its lifetime, its lifetime).
+    let plan = [
+        (0, true, WS_TICKET_TTL_MS),
+        (1, false, WS_TICKET_TTL_MS),
+        (2, true, AUTH_CHALLENGE_TTL_MS),
+        (3, false, AUTH_CHALLENGE_TTL_MS),
+    ];
+    for (i, inside, ttl) in plan {
+        let (issue_sent, issue_answered, credential) = &issued[i];
+        let target = if inside {
+            ttl - LIFETIME_MARGIN_MS
+        } else {
+            ttl + LIFETIME_MARGIN_MS
+        };
+        // From the issue's answer when it must be past, from its request when inside.
+        let from = if inside { *issue_sent } else { *issue_answered };
+        crate::time::sleep_ms(target.saturating_sub(d.relay_since(from))).await;
+        let sent = now();
+        let (taken, what) = match credential {
+            Ok(query) => (
+                match Socket::open_query(query, false).await {
+                    Ok(_) => Some(true),
+                    Err(s) if s == 0 || s >= 500 => None,
+                    Err(_) => Some(false),
+                },
+                "ticket",
+            ),
+            Err(body) => (
+                match post(&http(), paths::AUTH_VERIFY, None, body).await {
+                    Some((200, _)) => Some(true),
+                    Some((s, _)) if s == 429 || s >= 500 => None,
+                    Some(_) => Some(false),
+                    None => None,
+                },
+                "challenge",
+            ),
+        };
+        let answered = now();
+        let (youngest, oldest) = {
+            let w = d.ctx.world.borrow();
+            (
+                w.relay_elapsed(*issue_answered, sent),
+                w.relay_elapsed(*issue_sent, answered),
+            )
+        };
+        // The ages are on the relay's clock, jumps included: a restart between changes nothing.
+        let judged = if inside {
+            oldest < ttl
+        } else {
+            youngest >= ttl
+        };
+        match taken {
+            Some(taken) if judged => out.expect(taken == inside, "credentials", || {
+                format!(
+                    "a {what} presented between {youngest} and {oldest} ms after it was issued (its lifetime: {ttl} ms) was {}",
+                    if taken { "taken" } else { "refused" }
+                )
+            }),
+            _ => out.skip(),
+        }
     }
     out
 }

@@ -12,6 +12,7 @@
 //! | `heavy-author` | heavy | hundreds of messages of one author, the relay power-cycled, then old ids re-sent, an old message retracted by its author and by the other member | `dedup`: a re-sent id gets its first seq and no second delivery; `authz`: only the author retracts |
 //! | `many-queues` | heavy | eight accounts, every pair befriended, each queueing messages for every other while all are away (56 queues); the relay power-cycled; half come back, the rest after the relay's clock passed the TTL | `dedup`: each of the first half gets its messages once, with their seqs; `expiry`: the rest get none of them (and the store oracle, none is left stored) |
 //! | `credentials` | heavy | an auth challenge and a WebSocket ticket issued before a power cycle and first used after it; then used again | `credentials`: accepted once after the restart; `authz`: refused the second time |
+//! | `lifetimes` | all | a WebSocket ticket and an auth challenge each presented just inside its lifetime and another just past it (30 s, 2 min, on the relay's clock) | `credentials`: taken inside, refused past |
 //! | `budgets` | limits | each request budget (lookups, friend requests, every other authenticated route, public routes) used up, then the relay's clock moved by one token's refill | `limit-exact`: exactly the burst, then 429 `RATE_LIMITED`, then exactly one more |
 //! | `message-rate` | limits | the per-user message limit filled, the relay power-cycled within the window, then the window passed | `limit-exact`: the next message refused after the restart too, allowed once the window (from its first message) passed |
 //! | `queues` | limits | each offline-queue bound filled (per conversation in messages and bytes, per recipient, per sender) | `limit-exact`: exactly at the bound the documented code and no ack; after the recipient drains, accepted again |
@@ -191,15 +192,15 @@ impl Drills<'_> {
 }
 
 /// The script of the drill host: waits for traffic, then runs `drills` in order, but for
-/// `tokens` and `lookups` (which mostly wait: for the clock's stretches, for the binds to
-/// settle), which run beside the others.
+/// `tokens`, `lifetimes` and `lookups` (which mostly wait: for the clock's stretches, for
+/// lifetimes to run out, for the binds to settle), which run beside the others.
 pub(crate) async fn drill_host(ctx: Rc<HostCtx>, drills: Vec<Drill>, config: relay_core::Config) {
     wait_until(&ctx, |w| w.traffic_start_ms.is_some()).await;
     // Let the honest clients' first traffic settle (a drill's exact counts are its own).
     sleep_ms(2_000).await;
     let (beside, in_order): (Vec<Drill>, Vec<Drill>) = drills
         .into_iter()
-        .partition(|d| matches!(d, Drill::Tokens | Drill::Lookups));
+        .partition(|d| matches!(d, Drill::Tokens | Drill::Lookups | Drill::Lifetimes));
     let run = |list: Vec<Drill>| {
         let ctx = Rc::clone(&ctx);
         let config = config.clone();
@@ -214,7 +215,9 @@ pub(crate) async fn drill_host(ctx: Rc<HostCtx>, drills: Vec<Drill>, config: rel
             }
         }
     };
-    futures_util::future::join(run(in_order), run(beside)).await;
+    let mut tracks = vec![run(in_order)];
+    tracks.extend(beside.into_iter().map(|d| run(vec![d])));
+    futures_util::future::join_all(tracks).await;
 }
 
 /// Runs one drill and logs what it did.
@@ -235,6 +238,7 @@ async fn run_one(d: &mut Drills<'_>, drill: Drill) {
         Drill::SpentFull => limits::spent_full(d).await,
         Drill::Windows => limits::windows(d).await,
         Drill::ManyQueues => heavy::many_queues(d).await,
+        Drill::Lifetimes => heavy::lifetimes(d).await,
     };
     note(
         ctx,

@@ -110,12 +110,22 @@ async fn cross_kind(d: &mut Drills<'_>) -> Outcome {
     let mut out = Outcome::default();
     let account = d.account(2).await;
     let http = http();
-    let ticket = post(&http, paths::WS_TICKET, Some(&account.raw.token), &json!({}))
-        .await
-        .and_then(|(s, v)| field(&v, "ticket").filter(|_| (200..300).contains(&s)));
-    let challenge = post(&http, paths::AUTH_CHALLENGE, None, &json!({ "user_uuid": account.raw.uuid }))
-        .await
-        .and_then(|(_, v)| field(&v, "challenge"));
+    let ticket = post(
+        &http,
+        paths::WS_TICKET,
+        Some(&account.raw.token),
+        &json!({}),
+    )
+    .await
+    .and_then(|(s, v)| field(&v, "ticket").filter(|_| (200..300).contains(&s)));
+    let challenge = post(
+        &http,
+        paths::AUTH_CHALLENGE,
+        None,
+        &json!({ "user_uuid": account.raw.uuid }),
+    )
+    .await
+    .and_then(|(_, v)| field(&v, "challenge"));
     if let Some(ticket) = ticket {
         let body = json!({
             "user_uuid": account.raw.uuid,
