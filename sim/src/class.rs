@@ -321,7 +321,7 @@ pub fn limits_config(base: Config) -> Config {
         max_offline_queue_bytes_per_sender: 160 * 1024,
         max_offline_queue_bytes_total: 1024 * 1024,
         lookups: budget(6, 10 * MINUTE_MS),
-        friend_requests: budget(10, 10 * MINUTE_MS),
+        friend_requests: budget(60, 10 * MINUTE_MS),
         account_requests: budget(300, MINUTE_MS),
         public_requests: budget(120, MINUTE_MS),
         max_spent_credentials: LIMITS_SPENT,
