@@ -170,6 +170,44 @@ macro_rules! retried {
     }};
 }
 
+/// What an order's answer says of how to pay it: `payment_url` the processor's page of this
+/// very order (`{base}/{order_id}`, the relay's configuration), `pay_to` a TRON address
+/// (`T` and 33 base58 characters, PurchaseOrder and ChannelTradeOrder in SPEC.md). A wrong one
+/// is an `order-records` finding.
+fn check_payment_fields(
+    ctx: &HostCtx,
+    order_id: &str,
+    payment_url: Option<&str>,
+    pay_to: Option<&str>,
+) {
+    let mut wrong = Vec::new();
+    if let Some(url) = payment_url {
+        let want = format!("{}/{order_id}", crate::world::payment_page_base());
+        if url != want {
+            wrong.push(format!("payment_url {url:?} (expected {want:?})"));
+        }
+    }
+    if let Some(to) = pay_to {
+        const BASE58: &str = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+        let ok =
+            to.len() == 34 && to.starts_with('T') && to[1..].chars().all(|c| BASE58.contains(c));
+        if !ok {
+            wrong.push(format!(
+                "pay_to {to:?} (not a TRON address: T and 33 base58 characters)"
+            ));
+        }
+    }
+    if !wrong.is_empty() {
+        ctx.world
+            .borrow_mut()
+            .findings
+            .push(crate::violation::Violation::new(
+                "order-records",
+                format!("order {order_id} was answered with {}", wrong.join(", ")),
+            ));
+    }
+}
+
 /// An order just placed, before its payment.
 fn new_order(ctx: &HostCtx, order_id: &OrderId, kind: OrderKind, target: String) -> OrderRec {
     OrderRec {
@@ -223,6 +261,12 @@ pub(crate) async fn buy_alias(ctx: &HostCtx, client: &Client<Turmoil>, alias: &s
         let requested_ms = sim_ms();
         match retried!(client.vanity().purchase(alias)) {
             Ok(order) => {
+                check_payment_fields(
+                    ctx,
+                    order.order_id.as_str(),
+                    Some(&order.payment_url),
+                    order.pay_to.as_deref(),
+                );
                 let rec = OrderRec {
                     price: order.price_usdt,
                     requested_ms,
@@ -296,6 +340,12 @@ pub(crate) async fn buy_channel(ctx: &HostCtx, client: &Client<Turmoil>, slot: u
     let requested_ms = sim_ms();
     match retried!(client.channels().buy(&id)) {
         Ok(order) => {
+            check_payment_fields(
+                ctx,
+                order.order_id.as_str(),
+                order.payment_url.as_deref(),
+                Some(&order.pay_to),
+            );
             let rec = OrderRec {
                 price: order.price_usdt,
                 requested_ms,
@@ -313,6 +363,12 @@ pub(crate) async fn buy_quota(ctx: &HostCtx, client: &Client<Turmoil>, pay: Pay)
     // Not retried: every call is a new order.
     match client.channels().buy_quota().await {
         Ok(order) => {
+            check_payment_fields(
+                ctx,
+                order.order_id.as_str(),
+                order.payment_url.as_deref(),
+                Some(&order.pay_to),
+            );
             let rec = OrderRec {
                 price: order.price_usdt,
                 requested_ms,

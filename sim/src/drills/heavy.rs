@@ -362,8 +362,9 @@ async fn signed_challenge(account: &super::DrillAccount) -> Option<serde_json::V
 /// Accounts of the `many-queues` drill: every pair befriended, every account writing to
 /// every other while all are away.
 const QUEUE_ACCOUNTS: u64 = 8;
-/// Messages each account queues for each of its friends.
-const PER_QUEUE: u64 = 3;
+/// Messages each account queues for each of its friends (more than a page of the class's
+/// sweep holds, so that pages are cut short by the message bound too).
+const PER_QUEUE: u64 = 7;
 
 /// Many queues across a power cycle and an expiry (see the module doc).
 pub(super) async fn many_queues(d: &mut Drills<'_>) -> Outcome {

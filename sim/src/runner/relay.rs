@@ -12,7 +12,7 @@ use relay_core::{Config, MemoryBlobStore, Relay};
 
 use super::step::Sim;
 use super::{Parts, RunConfig};
-use crate::bounds::{PAY, PAY_PORT, RELAY, RELAY_A, RELAY_B, RELAY_PORT};
+use crate::bounds::{RELAY, RELAY_A, RELAY_B, RELAY_PORT};
 use crate::class::Class;
 use crate::failover::{self, SimLeadership};
 use crate::pushworld::PushWorld;
@@ -91,7 +91,7 @@ fn relay_config() -> Config {
         registrations_per_hour_per_addr: 100_000,
         msgs_per_min_per_user: 10_000,
         payment_webhook_secret: relay_core::config::WebhookSecret(WEBHOOK_SECRET.to_vec()),
-        payment_page_base: format!("http://{PAY}:{PAY_PORT}/invoice"),
+        payment_page_base: crate::world::payment_page_base(),
         ..Config::default()
     }
 }
@@ -158,19 +158,30 @@ pub(super) fn add_relay_hosts(
         push: parts.push.clone(),
     };
     let seed = parts.replay.seed;
+    // Half the runs on the memory store without slow commits commit inline, on the core task,
+    // as the `relay` binary does with `--memory` (the rest pipeline on a task).
+    let inline = !sim.failover
+        && store.kind() == crate::faults::StoreKind::Memory
+        && !parts
+            .replay
+            .plan
+            .kinds
+            .contains(&crate::faults::FaultKind::CommitSlow)
+        && derive_u64(seed, TAG_RELAY, 9).is_multiple_of(2);
     if sim.failover {
         add_balancer(sim, store);
         for (n, host) in [RELAY_A, RELAY_B].into_iter().enumerate() {
             add_campaigning_relay(sim, host, &relay, derive_u64(seed, TAG_RELAY, n as u64 + 1));
         }
     } else {
-        add_relay(sim, relay, derive_u64(seed, TAG_RELAY, 0));
+        add_relay(sim, relay, derive_u64(seed, TAG_RELAY, 0), inline);
     }
 }
 
 /// The one relay of a run: a supervisor that starts the relay again when it exits (the
-/// relay binary exits when it cannot open its store at start, e.g. the store is down).
-fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64) {
+/// relay binary exits when it cannot open its store at start, e.g. the store is down). It
+/// commits `inline` on its core task, or pipelined on a task ([`commit_mode`]).
+fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, inline: bool) {
     sim.host(RELAY, move || {
         let relay = relay.clone();
         async move {
@@ -182,7 +193,11 @@ fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64) {
                     ..
                 } = relay.clone();
                 let delivery = relay.push_delivery(&mut config);
-                let commit = commit_mode(&store);
+                let commit = if inline {
+                    CommitMode::Inline
+                } else {
+                    commit_mode(&store)
+                };
                 let open = move || {
                     Relay::with_blobs(
                         config.clone(),
@@ -199,7 +214,7 @@ fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64) {
     });
 }
 
-/// Every relay of a run pipelines its commits on a task of its host's runtime (deterministic),
+/// A pipelined relay commits on a task of its host's runtime (deterministic),
 /// [`relay_server::PIPELINE_DEPTH`] batches in flight; the store's slow-commit fault is the
 /// wait that task makes before a commit.
 fn commit_mode(store: &SimStore) -> CommitMode {

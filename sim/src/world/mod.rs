@@ -16,7 +16,7 @@ use client::SharedStore;
 use seam::net::Endpoint;
 
 use self::ledger::{Ledger, Payments};
-use crate::bounds::{RELAY, RELAY_PORT};
+use crate::bounds::{PAY, PAY_PORT, RELAY, RELAY_PORT};
 use crate::class::Drill;
 use crate::faults::HostileAct;
 use crate::pushworld::PushWorld;
@@ -235,6 +235,12 @@ pub(crate) async fn wait_until(ctx: &HostCtx, f: impl Fn(&World) -> bool) {
     while !f(&ctx.world.borrow()) {
         sleep_ms(100).await;
     }
+}
+
+/// The payment processor stand-in's hosted page, as the relay is configured to name it in an
+/// order's `payment_url` (`{base}/{order_id}`).
+pub(crate) fn payment_page_base() -> String {
+    format!("http://{PAY}:{PAY_PORT}/invoice")
 }
 
 /// The relay's base URL as every host reaches it.
