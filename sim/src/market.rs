@@ -39,6 +39,8 @@ const WEBHOOK_ATTEMPTS: u32 = 60;
 const WEBHOOK_RETRY_MS: u64 = 2_000;
 /// Attempts of one scripted commerce call when its response is lost.
 const CALL_ATTEMPTS: u32 = 5;
+/// Percent of paid orders (under the `webhook` fault) paid once, finished, one USDT short.
+const SHORT_PAYMENT_PCT: u32 = 10;
 /// Percent of paid orders (under the `webhook` fault) that their buyer pays a second time.
 const SECOND_PAYMENT_PCT: u32 = 15;
 /// Attempts of a forger's copy of an abandoned order.
@@ -76,15 +78,23 @@ fn pay_order(payments: &Payments, order: &str, price: u64, pay: Pay) -> (bool, b
                 let _ = payments.processor.pay(id, base_plan(price));
                 return (true, false, format!("{order} paid {price}"));
             }
-            let text = pay_with_faults(payments, id, order, price, roll);
-            (true, false, text)
+            let (in_full, text) = pay_with_faults(payments, id, order, price, roll);
+            (in_full, false, text)
         }
     }
 }
 
 /// A genuine payment under the plan's webhook faults, drawn from `roll`: duplicated, forged,
-/// delayed copies, sometimes an underpayment topped up later. Returns the note.
-fn pay_with_faults(payments: &Payments, id: OrderId, order: &str, price: u64, roll: u64) -> String {
+/// delayed copies, sometimes an underpayment topped up later (the top-up overtaking it now and
+/// then), sometimes paid twice, sometimes a finished payment one USDT short (never paid in
+/// full). Returns whether it is paid in full, and the note.
+fn pay_with_faults(
+    payments: &Payments,
+    id: OrderId,
+    order: &str,
+    price: u64,
+    roll: u64,
+) -> (bool, String) {
     let mut r = ChaCha20Rng::seed_from_u64(roll);
     let f = payments.faults;
     let plan = WebhookPlan {
@@ -99,6 +109,18 @@ fn pay_with_faults(payments: &Payments, id: OrderId, order: &str, price: u64, ro
         // Now and then the buyer pays a second time, separately (a second invoice paid by
         // mistake): the relay keeps the first and flags the order for a refund.
         let twice = r.next_u32() % 100 < SECOND_PAYMENT_PCT;
+        let short = price >= 2 && r.next_u32() % 100 < SHORT_PAYMENT_PCT;
+        if short {
+            let plan = WebhookPlan {
+                paid_usdt: price - 1,
+                ..plan
+            };
+            let _ = payments.processor.pay(id, plan);
+            return (
+                false,
+                format!("{order} paid {} of {price}, finished (short)", price - 1),
+            );
+        }
         let text = format!(
             "{order} paid {price} (dup {}, forged {}, delay {} ms){}",
             plan.duplicates,
@@ -116,34 +138,41 @@ fn pay_with_faults(payments: &Payments, id: OrderId, order: &str, price: u64, ro
             let _ = payments.processor.pay(id.clone(), again);
         }
         let _ = payments.processor.pay(id, plan);
-        return text;
+        return (true, text);
     }
     let part = price / 2;
-    let first = WebhookPlan {
-        payment_status: PaymentStatus::PartiallyPaid,
-        paid_usdt: part,
-        ..plan
-    };
-    // The top-up goes out well after the underpayment's last copy.
+    // The top-up goes out well after the underpayment's last copy, or now and then well
+    // before its first (it overtakes it).
+    let overtakes = r.next_u32().is_multiple_of(4);
     let after = plan.delay_ms
         + plan.duplicate_spacing_ms * u64::from(plan.duplicates)
         + 2_000
         + r.next_u64() % f.max_delay_ms.max(1);
+    let (first_delay, after) = if overtakes {
+        (after, plan.delay_ms)
+    } else {
+        (plan.delay_ms, after)
+    };
+    let first = WebhookPlan {
+        payment_status: PaymentStatus::PartiallyPaid,
+        paid_usdt: part,
+        delay_ms: first_delay,
+        ..plan
+    };
     let top_up = WebhookPlan {
         paid_usdt: price - part,
         delay_ms: after,
         ..plan
     };
     let text = format!(
-        "{order} underpaid {part} (dup {}, forged {}, delay {} ms) then topped up {} at +{after} ms",
+        "{order} underpaid {part} (dup {}, forged {}, delay {first_delay} ms) and topped up {} at +{after} ms",
         plan.duplicates,
         plan.forged,
-        plan.delay_ms,
         price - part
     );
     let _ = payments.processor.pay(id.clone(), first);
     let _ = payments.processor.pay(id, top_up);
-    text
+    (true, text)
 }
 
 /// Retries a client call while its response is lost (transport errors); a relay status is

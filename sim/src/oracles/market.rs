@@ -35,6 +35,8 @@ pub(crate) struct MarketInput<'a> {
     pub(crate) jumps_ms: &'a [u64],
     /// The world (the relay's clock across its jumps).
     pub(crate) world: &'a crate::world::World,
+    /// Dishonest clients were at work (they place and hold orders of their own).
+    pub(crate) dishonest: bool,
     pub(crate) free_quota: u32,
 }
 
@@ -308,6 +310,9 @@ fn order_applied_once(
             OrderState::Expired if !refund => {
                 Some(what("paid late: neither honoured nor flagged for refund"))
             }
+            OrderState::Expired if surely_available(input, o) => Some(what(
+                "paid late while what it bought was still there for it (no other order or buyer for it), yet refunded instead of honoured",
+            )),
             _ => None,
         };
         out.extend(wrong.map(|w| Violation::new(PAID_ONCE, w)));
@@ -333,6 +338,24 @@ fn order_applied_once(
             "commerce-model",
             what("both confirmed and flagged for refund, though paid in full once"),
         ));
+    }
+}
+
+/// Whether what order `o` bought was surely still there for it whenever its payment came: a
+/// channel seat always is; an alias or a channel no other order of the run asked for, in a
+/// run without dishonest clients (they buy and hold too), and whose listing nobody changed.
+fn surely_available(input: &MarketInput<'_>, o: &OrderRec) -> bool {
+    match o.kind {
+        OrderKind::ChannelQuota => true,
+        OrderKind::Vanity | OrderKind::ChannelTrade => {
+            // A payment still in flight at the final clock jump may meet the audit's own
+            // probe orders.
+            !input.dishonest
+                && !input.ledger.audit.late_at_final_jump.contains(&o.order_id)
+                && !input.ledger.orders.iter().any(|other| {
+                    other.order_id != o.order_id && other.kind == o.kind && other.target == o.target
+                })
+        }
     }
 }
 

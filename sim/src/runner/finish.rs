@@ -211,6 +211,7 @@ fn check(
         snapshot: &snapshot,
         jumps_ms: &jumps,
         world: &w,
+        dishonest: plan.kinds.contains(&crate::faults::FaultKind::Dishonest),
         free_quota: free_channel_quota(),
     };
     oracles::check_market(&market, violations);
