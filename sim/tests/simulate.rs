@@ -7,6 +7,7 @@
 
 use std::collections::BTreeSet;
 
+use sim::class::{Class, ClassChoice};
 use sim::faults::{FaultAction, FaultKind, FaultSelection, StoreChoice, StoreKind};
 use sim::oracles::Violation;
 use sim::scenario::{ActionKind, Scale};
@@ -470,7 +471,12 @@ fn a_relay_power_off_armed_by_a_store_fault_is_exempt_when_it_happens() {
 /// finds no later push to it (nor any other push defect).
 #[test]
 fn a_revoked_web_push_subscription_is_answered_gone_and_never_pushed_again() {
-    let report = run(&config(11, "swarm", StoreKind::Memory));
+    // The standard class: the limits class runs the production push policy, under which the
+    // simulated push services' loopback endpoints are refused.
+    let report = run(&RunConfig {
+        class: ClassChoice::Only(Class::Standard),
+        ..config(11, "swarm", StoreKind::Memory)
+    });
     let summary = report
         .trace
         .iter()
