@@ -235,6 +235,8 @@ impl Relay {
                 .map(|a| (a, RegisteredKey::X25519)),
         };
         if let Some((account, key)) = existing {
+            // A refusal that still answers with the account, so not an `ApiError`.
+            probes::refusal(ErrorCode::ALREADY_REGISTERED.as_str());
             let which = match key {
                 RegisteredKey::Ed25519 => "ed25519_public_key",
                 RegisteredKey::X25519 => "x25519_public_key",

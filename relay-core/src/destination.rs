@@ -210,9 +210,9 @@ impl DestinationError {
     /// `INVALID_FIELD` for a URL that does not parse, `PUSH_ENDPOINT_FORBIDDEN` otherwise.
     pub fn code(&self) -> ErrorCode {
         match self {
-            Self::Malformed(_) => ErrorCode::INVALID_FIELD,
-            Self::Unresolvable => ErrorCode::PUSH_ENDPOINT_UNRESOLVABLE,
-            _ => ErrorCode::PUSH_ENDPOINT_FORBIDDEN,
+            Self::Malformed(_) => ErrorCode::INVALID_FIELD, // probe: refused by the caller
+            Self::Unresolvable => ErrorCode::PUSH_ENDPOINT_UNRESOLVABLE, // probe: refused by the caller
+            _ => ErrorCode::PUSH_ENDPOINT_FORBIDDEN, // probe: refused by the caller
         }
     }
 }

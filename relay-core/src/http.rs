@@ -297,7 +297,7 @@ impl ApiError {
     pub fn rate_limited(message: impl Into<String>, retry_after_ms: u64) -> Self {
         Self {
             retry_after_s: Some(retry_after_ms.div_ceil(1000).max(1)),
-            ..Self::new(ErrorCode::RATE_LIMITED, message)
+            ..Self::new(ErrorCode::RATE_LIMITED, message) // probe: refused by the caller
         }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! | class | the relay | what the run adds |
 //! |---|---|---|
-//! | `standard` | production limits, except proof of work (difficulty 1) and the per-address registration and per-user message limits (out of the honest traffic's way) | the drills every class runs: each authenticated route asked without any token, lookups of aliases that exist and that do not |
+//! | `standard` | production limits, except proof of work (difficulty 1) and the per-address registration and per-user message limits (out of the honest traffic's way) | the drills every class runs: each authenticated route asked without any token, requests of the right shape with wrong values, lookups of aliases that exist and that do not |
 //! | `days` | as `standard`; the expiry sweep in pages of [`DAYS_PAGE_ROWS`] queues and [`DAYS_PAGE_MESSAGES`] messages | the world's clock (the relay's and every client's) jumps across idle stretches of hours inside the traffic window, [`DAYS_MIN_MS`] or more in all: queued messages expire (24 h), tokens expire (24 h), holds and orders lapse, rate windows pass; a drill queues messages of known ages, presents tokens before and after their lifetime |
 //! | `heavy` | no caches; an author's tombstones read by row past [`HEAVY_BY_ROW_BYTES`]; the expiry sweep in pages of 3 queues and 16 messages | big state built cheaply, then the relay power-cycled mid-load: a heavy author (hundreds of messages, re-sent and retracted after the restart), many queues, credentials issued before the restart presented after it |
 //! | `limits` | every limit scaled down ([`limits_config`]) so that each is reached in simulated minutes; production's push policy (public `https://` destinations only) | drills fill each request budget, rate limit, queue bound and the spent-credential set, and check that the refusal is the documented one, that the limit holds exactly, that what is below it works and that it frees up when it should |
@@ -184,11 +184,13 @@ pub enum Drill {
     /// The fixed windows of the relay's constants: media inits and quota, auth challenges,
     /// typing notices.
     Windows,
+    /// Requests of the right shape whose values are wrong.
+    Values,
 }
 
 impl Drill {
     /// Every drill.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::Tokenless,
         Self::Lookups,
         Self::Tokens,
@@ -203,6 +205,7 @@ impl Drill {
         Self::Windows,
         Self::ManyQueues,
         Self::Lifetimes,
+        Self::Values,
     ];
 
     /// Name in reports.
@@ -222,6 +225,7 @@ impl Drill {
             Self::Windows => "windows",
             Self::ManyQueues => "many-queues",
             Self::Lifetimes => "lifetimes",
+            Self::Values => "values",
         }
     }
 
@@ -240,7 +244,7 @@ impl Drill {
                 Self::SpentFull,
             ],
         };
-        let mut out = vec![Self::Tokenless];
+        let mut out = vec![Self::Tokenless, Self::Values];
         out.extend_from_slice(own);
         out.extend([Self::Lifetimes, Self::Lookups]);
         out

@@ -3,10 +3,13 @@
 //!
 //! The **catalogue** (`sim/probes.txt`, compiled in) lists every probe the code can hit, one
 //! per line as `NAME` or `NAME must`: `must` marks the probes the README's main sweep hits,
-//! which CI's shorter sweep must mostly hit too (`sim/tests/probes.rs`). The catalogue is the
+//! which CI's shorter sweep must mostly hit too (`sim/tests/probes.rs`). A probe the main
+//! sweep misses says why on its line (`NAME # why: …`): which longer sweep reaches it, or why
+//! no simulated client can; regenerating keeps those reasons. The catalogue is the
 //! union of what the sources declare — each `probe!("…")` and each refusal site
 //! (`refuse:CODE@file`, from the `ErrorCode::…` a module refuses with; see [`scan_sources`])
-//! — and what a sweep hit (a refusal built from a code another module chose). A test fails
+//! — and what a sweep hit (a refusal built from a code another module chose; the line that
+//! chooses it says so, [`NOT_A_REFUSAL_SITE`], and declares nothing). A test fails
 //! when the sources declare a probe the catalogue lacks, so a new refusal or transition is
 //! either reached by the simulator or shows up as never hit.
 //!
@@ -43,20 +46,28 @@ pub struct Entry {
     pub name: String,
     /// The main sweep hits it; CI's shorter sweep should.
     pub must: bool,
+    /// Why the main sweep misses it (a `# why: …` comment on its line).
+    pub why: Option<String>,
 }
 
-/// Parses a catalogue: `NAME` or `NAME must` per line; `#` starts a comment.
+/// The comment that gives a probe's reason (see the module doc).
+const WHY: &str = "# why:";
+
+/// Parses a catalogue: `NAME` or `NAME must` per line, optionally followed by `# why: REASON`;
+/// any other `#` starts a comment.
 pub fn parse(text: &str) -> Vec<Entry> {
     text.lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            let mut words = l.split_whitespace();
-            let name = words.next().unwrap_or("").to_owned();
-            Entry {
+        .filter_map(|line| {
+            let (body, comment) = line.split_once('#').map_or((line, None), |(b, _)| {
+                (b, line.find(WHY).map(|i| line[i + WHY.len()..].trim()))
+            });
+            let mut words = body.split_whitespace();
+            let name = words.next()?.to_owned();
+            Some(Entry {
                 name,
                 must: words.next() == Some("must"),
-            }
+                why: comment.filter(|w| !w.is_empty()).map(str::to_owned),
+            })
         })
         .collect()
 }
@@ -66,18 +77,26 @@ pub fn catalogue() -> Vec<Entry> {
     parse(CATALOGUE)
 }
 
-/// Writes a catalogue: `names`, each marked `must` when `hit` has it.
-pub fn render(names: &BTreeSet<String>, hit: &BTreeSet<String>) -> String {
+/// Writes a catalogue: `names`, each marked `must` when `hit` has it; a name not hit keeps
+/// its reason from `previous` (the catalogue being replaced).
+pub fn render(names: &BTreeSet<String>, hit: &BTreeSet<String>, previous: &[Entry]) -> String {
+    let reasons: BTreeMap<&str, &str> = previous
+        .iter()
+        .filter_map(|e| Some((e.name.as_str(), e.why.as_deref()?)))
+        .collect();
     let mut out = String::from(
         "# Code probes the simulator can reach (generated; see sim/src/coverage.rs).\n\
-         # NAME [must]: `must` = hit by the README's main sweep (medium scale, seeds 0..100).\n",
+         # NAME [must]: `must` = hit by the README's main sweep (medium scale, seeds 0..100).\n\
+         # A probe it misses says why: `NAME # why: REASON` (kept when regenerated).\n",
     );
     for name in names {
-        let _ = writeln!(
-            out,
-            "{name}{}",
-            if hit.contains(name) { " must" } else { "" }
-        );
+        if hit.contains(name) {
+            let _ = writeln!(out, "{name} must");
+        } else if let Some(why) = reasons.get(name.as_str()) {
+            let _ = writeln!(out, "{name} {WHY} {why}");
+        } else {
+            let _ = writeln!(out, "{name}");
+        }
     }
     out
 }
@@ -173,7 +192,13 @@ impl Coverage {
                     }
                 })
                 .collect();
-            let _ = writeln!(out, "  never hit ({}): {}", never.len(), names.join(", "));
+            let explained = never.iter().filter(|e| e.why.is_some()).count();
+            let _ = writeln!(
+                out,
+                "  never hit ({}, {explained} with a catalogued reason): {}",
+                never.len(),
+                names.join(", ")
+            );
         }
         out
     }
@@ -319,11 +344,16 @@ fn scan_dir(dir: &Path, found: &mut BTreeSet<String>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Marks a line whose error code is chosen for another module to refuse with (a code
+/// mapping, a constructor): the refusal is named after that module, not this one.
+pub const NOT_A_REFUSAL_SITE: &str = "// probe: refused by the caller";
+
 /// The probes one file declares (see [`scan_sources`]).
 pub fn scan_file(stem: &str, text: &str, found: &mut BTreeSet<String>) {
     // Unit tests sit at the end of a file, after `#[cfg(test)]`.
     let code = text.split("\n#[cfg(test)]").next().unwrap_or(text);
     for line in code.lines() {
+        let elsewhere = line.contains(NOT_A_REFUSAL_SITE);
         let line = line.split("//").next().unwrap_or("");
         let mut rest = line;
         while let Some(i) = rest.find("probe!(\"") {
@@ -333,7 +363,7 @@ pub fn scan_file(stem: &str, text: &str, found: &mut BTreeSet<String>) {
             }
             rest = &rest[i + 8..];
         }
-        if line.contains("==") || line.contains("!=") || line.contains("matches!") {
+        if elsewhere || line.contains("==") || line.contains("!=") || line.contains("matches!") {
             continue;
         }
         let mut rest = line;
@@ -366,6 +396,7 @@ fn f() {
     // ErrorCode::IN_A_COMMENT
     match c { ErrorCode::PATTERN => 1, ErrorCode::OTHER | ErrorCode::THIRD => 2 }
     let x = ErrorCode::VALUE;
+    Self::Mapped => ErrorCode::CHOSEN_HERE, // probe: refused by the caller
 }
 #[cfg(test)]
 mod tests { fn t() { probes::probe!("test:only"); let _ = ErrorCode::IN_TESTS; } }
@@ -424,8 +455,15 @@ mod tests { fn t() { probes::probe!("test:only"); let _ = ErrorCode::IN_TESTS; }
 
     #[test]
     fn coverage_counts_hits_seeds_and_what_was_missed() {
-        let catalogue = parse("a:b must\nc:d\n# comment\ne:f must  # trailing\n");
+        let catalogue = parse(
+            "a:b must\nc:d # why: only a unit test reaches it\n# comment\ne:f must  # trailing\n",
+        );
         assert_eq!(catalogue.len(), 3);
+        assert_eq!(
+            catalogue[1].why.as_deref(),
+            Some("only a unit test reaches it")
+        );
+        assert_eq!(catalogue[2].why, None);
         let mut cov = Coverage::default();
         cov.add(&BTreeMap::from([
             ("a:b".to_owned(), 3),
@@ -447,8 +485,15 @@ mod tests { fn t() { probes::probe!("test:only"); let _ = ErrorCode::IN_TESTS; }
             "{text}"
         );
         assert!(text.contains("e:f (must)"), "{text}");
-        let names = BTreeSet::from(["a:b".to_owned(), "c:d".to_owned()]);
+        assert!(
+            text.contains("never hit (2, 1 with a catalogued reason)"),
+            "{text}"
+        );
+        let names = BTreeSet::from(["a:b".to_owned(), "c:d".to_owned(), "e:f".to_owned()]);
         let hit = BTreeSet::from(["a:b".to_owned()]);
-        assert_eq!(parse(&render(&names, &hit)), parse("a:b must\nc:d"));
+        assert_eq!(
+            parse(&render(&names, &hit, &catalogue)),
+            parse("a:b must\nc:d # why: only a unit test reaches it\ne:f")
+        );
     }
 }

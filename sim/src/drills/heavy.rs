@@ -252,7 +252,9 @@ pub(super) async fn credentials(d: &mut Drills<'_>) -> Outcome {
         out.skip();
         return out;
     }
-    // Within their lifetimes on the relay's clock (with a margin for the answers' way back).
+    // Within their lifetimes on the relay's clock (with a margin for the answers' way back),
+    // unless a fault moves that clock before they are presented (`held`).
+    let held = Calm::now(d.ctx);
     let age = d.relay_since(issued_ms) + 2_000;
     let ticket_live = age < relay_core::limits::WS_TICKET_TTL_MS;
     let challenge_live = age < relay_core::limits::AUTH_CHALLENGE_TTL_MS;
@@ -263,7 +265,7 @@ pub(super) async fn credentials(d: &mut Drills<'_>) -> Outcome {
             ticket_used = true;
             out.check(None);
         }
-        Err(_) if !ticket_live => out.skip(),
+        Err(_) if !ticket_live || !held.clock_held(d.ctx) => out.skip(),
         Err(s) if s == 0 || s >= 500 => out.skip(),
         Err(s) => out.check(Some(Violation::new(
             "credentials",
@@ -275,7 +277,7 @@ pub(super) async fn credentials(d: &mut Drills<'_>) -> Outcome {
             login_used = true;
             out.check(None);
         }
-        Some(_) if !challenge_live => out.skip(),
+        Some(_) if !challenge_live || !held.clock_held(d.ctx) => out.skip(),
         Some((s, _)) if s == 429 || s >= 500 => out.skip(),
         Some((s, v)) => out.check(Some(Violation::new(
             "credentials",

@@ -6,6 +6,7 @@
 //! | drill | classes | what it does | oracle |
 //! |---|---|---|---|
 //! | `tokenless` | all | every route the documents mark JWT, asked with no token at all, and the WebSocket upgrade with neither token nor ticket; a ticket presented as an auth challenge and a challenge as a ticket | `authz` (a 2xx, a token or a 101), `tokenless` (a 4xx other than 401) |
+//! | `values` | all | requests of the right shape whose values are wrong, on every family of routes (registration, the WebSocket upgrade, calls, contacts, vanity, media, channels, the signed webhook, `msg`) | `values`: the documented status and code (see `values`) |
 //! | `lookups` | all | `GET users/{alias}` of every account that exists (honest clients', strangers', the drill's own, every alias a bind gave) and of aliases that do not | `lookup`: the owner's nickname and keys, 404 for the rest |
 //! | `tokens` | days | a token presented within its lifetime and after it, across the world's idle stretches | `expiry`: 2xx within, 401 `TOKEN_EXPIRED` after |
 //! | `ages` | days | messages queued at known times to a recipient that stays away across the idle stretches, then syncs | `expiry`: what outlived its TTL on the relay's clock never arrives, the rest arrives once |
@@ -26,7 +27,7 @@
 //! `drills` violation: it did not happen.
 //!
 //! Modules: `peer` (accounts, sockets and messages by hand), `routes` (`tokenless`,
-//! `lookups`), `days` (`tokens`, `ages`), `heavy` (`heavy-author`, `credentials`,
+//! `lookups`), `values`, `days` (`tokens`, `ages`), `heavy` (`heavy-author`, `credentials`,
 //! `many-queues`), `limits`
 //! (`budgets`, `message-rate`, `queues`, `windows`, `push-policy`, `spent-full`).
 
@@ -35,6 +36,7 @@ mod heavy;
 mod limits;
 mod peer;
 mod routes;
+mod values;
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -239,6 +241,7 @@ async fn run_one(d: &mut Drills<'_>, drill: Drill) {
         Drill::Windows => limits::windows(d).await,
         Drill::ManyQueues => heavy::many_queues(d).await,
         Drill::Lifetimes => heavy::lifetimes(d).await,
+        Drill::Values => values::values(d).await,
     };
     note(
         ctx,

@@ -36,17 +36,9 @@ impl DrillAccount {
     /// Registers drill account `n` of run `seed` (or recovers it), retrying until the relay
     /// answers.
     pub(crate) async fn register(seed: u64, n: u64) -> Self {
-        let mnemonic = client_core::keys::new_mnemonic(&mut ChaCha20Rng::from_seed(derive_seed(
-            seed, TAG_DRILL, n,
-        )))
-        .expose()
-        .to_owned();
+        let mnemonic = Self::mnemonic(seed, n);
         let nickname = format!("drill{n}");
-        let identity = loop {
-            if let Ok(i) = derive_identity(&mnemonic, X25519Path::Spec) {
-                break i;
-            }
-        };
+        let identity = Self::identity_of(seed, n);
         loop {
             if let Some(raw) = register(&mnemonic, &nickname).await {
                 return Self {
@@ -56,6 +48,25 @@ impl DrillAccount {
                 };
             }
             sleep_ms(RETRY_MS).await;
+        }
+    }
+
+    /// The mnemonic of drill account `n` of run `seed`.
+    fn mnemonic(seed: u64, n: u64) -> String {
+        client_core::keys::new_mnemonic(&mut ChaCha20Rng::from_seed(derive_seed(
+            seed, TAG_DRILL, n,
+        )))
+        .expose()
+        .to_owned()
+    }
+
+    /// The keys of drill account `n` of run `seed` (registered or not).
+    pub(crate) fn identity_of(seed: u64, n: u64) -> Identity {
+        let mnemonic = Self::mnemonic(seed, n);
+        loop {
+            if let Ok(i) = derive_identity(&mnemonic, X25519Path::Spec) {
+                break i;
+            }
         }
     }
 

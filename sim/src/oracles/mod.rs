@@ -53,7 +53,7 @@ pub(crate) use self::storage::logs_free_of_canaries;
 pub use crate::violation::Violation;
 
 /// Every oracle name (for summaries).
-pub const ORACLES: [&str; 51] = [
+pub const ORACLES: [&str; 52] = [
     "duplicate-delivery",
     "seq-reused",
     "delivered-exactly-once",
@@ -97,6 +97,7 @@ pub const ORACLES: [&str; 51] = [
     "drills",
     "lookup",
     "tokenless",
+    "values",
     "dedup",
     "retract",
     "credentials",

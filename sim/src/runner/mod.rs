@@ -38,7 +38,8 @@ use rand_core::SeedableRng as _;
 use serde::{Deserialize, Serialize};
 
 use self::logscan::LogScan;
-use self::relay::{RelaySetup, WEBHOOK_SECRET};
+use self::relay::RelaySetup;
+pub(crate) use self::relay::WEBHOOK_SECRET;
 use self::step::Sim;
 use crate::bounds::TRAFFIC_WINDOW_MS;
 use crate::class::{Class, ClassChoice};

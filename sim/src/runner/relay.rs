@@ -24,7 +24,7 @@ use seam::clock::OffsetClock;
 use seam::net::{ServeLimits, Turmoil};
 
 /// The webhook secret the relay and the payment processor stand-in share.
-pub(super) const WEBHOOK_SECRET: &[u8] = b"sim-webhook-secret";
+pub(crate) const WEBHOOK_SECRET: &[u8] = b"sim-webhook-secret";
 /// A relay that exits (it could not open its store) is started again after this long.
 const RELAY_RESTART_MS: u64 = 1_000;
 

@@ -88,7 +88,8 @@ struct Args {
     /// lifetimes, holds and rate windows), `heavy` (big state across a relay power cycle:
     /// a heavy author, credentials issued before it), `limits` (every limit scaled down
     /// and filled by drills; production's push policy). Every class also runs the drills
-    /// of routes without a token and of lookups (see `sim::class`, `sim::drills`).
+    /// of routes without a token, of wrong values and of lookups (see `sim::class`,
+    /// `sim::drills`).
     #[arg(long, default_value = "mixed")]
     class: ClassChoice,
 

@@ -573,7 +573,8 @@ fn write_summary(
 }
 
 /// `--update-probe-catalogue`: rewrites `sim/probes.txt` with every probe the sources declare
-/// and every probe this sweep hit, marking the hit ones `must`.
+/// and every probe this sweep hit, marking the hit ones `must` and keeping the reasons the
+/// others give.
 fn update_catalogue(coverage: &Coverage) -> anyhow::Result<()> {
     let root = Path::new(coverage::WORKSPACE);
     let mut names = coverage::scan_sources(root)
@@ -581,7 +582,7 @@ fn update_catalogue(coverage: &Coverage) -> anyhow::Result<()> {
     let hit: BTreeSet<String> = coverage.probes.keys().cloned().collect();
     names.extend(hit.iter().cloned());
     let path = coverage::CATALOGUE_PATH;
-    std::fs::write(path, coverage::render(&names, &hit))
+    std::fs::write(path, coverage::render(&names, &hit, &coverage::catalogue()))
         .with_context(|| format!("writing {path}"))?;
     println!(
         "probe catalogue: {} probes, {} marked must, written to {path}",
