@@ -625,11 +625,13 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
 /// The fixed windows of the relay's constants (`relay_core::limits`): media upload inits per
 /// account per minute and unfinished uploads per account, auth challenges per account per
 /// minute (used up first, then a new window), typing notices per account per minute (the
-/// excess silently dropped: the peer sees exactly the allowance).
+/// excess silently dropped: the peer sees exactly the allowance), call signals per connection
+/// per minute (the peer gets exactly the allowance, the caller an error frame for each
+/// excess signal).
 pub(super) async fn windows(d: &mut Drills<'_>) -> Outcome {
     use relay_core::limits::{
-        AUTH_CHALLENGES_PER_MIN_PER_USER, MAX_OPEN_UPLOADS_PER_USER, MAX_TYPING_PER_MIN_PER_USER,
-        MEDIA_UPLOADS_PER_MIN_PER_USER,
+        AUTH_CHALLENGES_PER_MIN_PER_USER, MAX_CALL_FRAMES_PER_MIN_PER_CONN,
+        MAX_OPEN_UPLOADS_PER_USER, MAX_TYPING_PER_MIN_PER_USER, MEDIA_UPLOADS_PER_MIN_PER_USER,
     };
     let mut out = Outcome::default();
     // Media: a fresh account's inits, up to the rate, then (a window later) up to the quota.
@@ -749,6 +751,34 @@ pub(super) async fn windows(d: &mut Drills<'_>) -> Outcome {
                             s2.typings
                         )
                     });
+                }
+                // Call signals on the same connection: a limit of their own, and each excess
+                // signal answered with an error frame.
+                let calm = Calm::now(d.ctx);
+                let over = 10;
+                let burst = MAX_CALL_FRAMES_PER_MIN_PER_CONN + over;
+                let mut sent = true;
+                for n in 0..burst {
+                    sent &= s1
+                        .send(&json!({"type": "call_ice", "to": t2.raw.alias, "call_id": format!("drill-call-{n}"), "crypto_v": 1, "payload": "AAAA"}))
+                        .await;
+                }
+                s1.listen(3_000).await;
+                s2.listen(2_000).await;
+                let refused = s1.errors.get("RATE_LIMITED").copied().unwrap_or(0);
+                if !sent || s1.ended || s2.ended || !calm.held(d.ctx, 0) {
+                    out.skip();
+                } else {
+                    out.expect(
+                        s2.calls == MAX_CALL_FRAMES_PER_MIN_PER_CONN && refused == over,
+                        EXACT,
+                        || {
+                            format!(
+                                "{burst} call signals in a burst on one connection: the peer got {}, the caller {refused} RATE_LIMITED error frames (the limit: {MAX_CALL_FRAMES_PER_MIN_PER_CONN} a minute, each excess signal answered RATE_LIMITED)",
+                                s2.calls
+                            )
+                        },
+                    );
                 }
             } else {
                 out.skip();

@@ -159,6 +159,10 @@ pub(crate) struct Socket {
     pub(crate) retracts: Vec<String>,
     /// `typing` notices delivered.
     pub(crate) typings: u32,
+    /// `call_*` signals delivered.
+    pub(crate) calls: u32,
+    /// `error` frames received, by code.
+    pub(crate) errors: BTreeMap<String, u32>,
     /// The socket ended (closed by the relay or the network).
     pub(crate) ended: bool,
 }
@@ -188,6 +192,8 @@ impl Socket {
             delivered: BTreeMap::new(),
             retracts: Vec::new(),
             typings: 0,
+            calls: 0,
+            errors: BTreeMap::new(),
             ended: false,
         })
     }
@@ -236,6 +242,13 @@ impl Socket {
                 }
             }
             Some("typing") => self.typings += 1,
+            Some(t) if t.starts_with("call_") => self.calls += 1,
+            Some("error") => {
+                *self
+                    .errors
+                    .entry(field(v, "error").unwrap_or_default())
+                    .or_default() += 1;
+            }
             _ => {}
         }
     }

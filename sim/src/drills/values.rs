@@ -6,9 +6,11 @@
 //! | route | the request | the answer |
 //! |---|---|---|
 //! | `POST register` | fresh keys, an empty nickname | 400 `INVALID_FIELD` |
+//! | `POST register` | fresh keys, no `pow_nonce` (the relay asks for proof of work) | 400 `POW_REQUIRED` |
 //! | `POST register` | the keys of an account that exists | 409 `ALREADY_REGISTERED`, that account's uuid |
 //! | `GET /ws` | a `user_uuid` that is not a UUID | 401 |
 //! | `GET calls/ice-config` | `mode=` neither `relay` nor absent | 400 `INVALID_FIELD` |
+//! | `GET calls/ice-config` | `mode=relay` on a relay with no TURN server | 503 `TURN_UNAVAILABLE` |
 //! | `POST friends/request` | to the caller's own alias | 400 `BAD_REQUEST` |
 //! | `POST vanity/purchase` | an alias the catalogue does not sell | 404 `ALIAS_NOT_FOUND` |
 //! | `POST media/…/chunk` | no `partNumber`; an empty part | 400 `INVALID_FIELD` |
@@ -32,9 +34,10 @@ use wire::http::paths;
 use wire::limits::MAX_CHANNEL_POST_BYTES;
 
 use super::peer::{Answer, Socket, befriend, payload};
-use super::{Drills, Outcome};
+use super::{Calm, Drills, Outcome};
 use crate::hostile::http::{RawAccount, exchange, field, get, http, post};
 use crate::violation::Violation;
+use crate::world::HostCtx;
 use seam::net::HttpRequest;
 
 /// The oracle of this drill.
@@ -57,8 +60,12 @@ pub(super) async fn values(d: &mut Drills<'_>) -> Outcome {
     // A fresh token before each family: a `days` run's clock may have jumped past the last.
     a.relogin().await;
     routes(&a.raw, &mut out).await;
+    let no_turn = d.config.turn_urls.is_empty() || d.config.turn_secret.is_none();
+    if no_turn {
+        turn_unavailable(&a.raw, &mut out).await;
+    }
     b.relogin().await;
-    media(&b.raw, &mut out).await;
+    media(d.ctx, &b.raw, &mut out).await;
     c.relogin().await;
     channels(&c.raw, &mut out).await;
     webhook(&mut out).await;
@@ -124,6 +131,21 @@ async fn accounts(d: &mut Drills<'_>, a: &RawAccount, out: &mut Outcome) {
         400,
         "INVALID_FIELD",
     );
+    if d.config.pow_difficulty > 0 {
+        let body = json!({
+            "ed25519_public_key": fresh.signing_public_b64(),
+            "x25519_public_key": fresh.ecdh_public_b64(),
+            "nickname": "no work",
+        });
+        let answer = post(&http, paths::REGISTER, None, &body).await;
+        judge(
+            out,
+            "registration without proof of work",
+            answer.as_ref(),
+            400,
+            "POW_REQUIRED",
+        );
+    }
     let own = d.account(FIRST).await;
     let body = json!({
         "ed25519_public_key": own.identity.signing_public_b64(),
@@ -193,6 +215,24 @@ async fn routes(a: &RawAccount, out: &mut Outcome) {
     );
 }
 
+/// `mode=relay` on a relay without TURN: 503 `TURN_UNAVAILABLE` (an empty list would read as
+/// success), the one 503 this drill judges (another 503, a storage fault, is not judged).
+async fn turn_unavailable(a: &RawAccount, out: &mut Outcome) {
+    let relay_only = format!("{}?mode=relay", paths::ICE_CONFIG);
+    let answer = get(&http(), &relay_only, &a.token).await;
+    let code = |body: &Value| field(body, "error").unwrap_or_default();
+    match &answer {
+        None | Some((429 | 401, _)) => out.skip(),
+        Some((503, body)) if code(body) != "TURN_UNAVAILABLE" => out.skip(),
+        Some((s, body)) => out.expect(*s == 503, ORACLE, || {
+            format!(
+                "the ICE configuration with mode=relay on a relay with no TURN server: {s} {:?}, the relay documents 503 TURN_UNAVAILABLE",
+                code(body)
+            )
+        }),
+    }
+}
+
 /// A raw POST of `body` to `path` with `token`; `(status, JSON body or null)`.
 async fn post_bytes(path: &str, token: &str, body: Vec<u8>) -> Option<(u16, Value)> {
     let req = HttpRequest::post(path)
@@ -208,8 +248,17 @@ async fn post_bytes(path: &str, token: &str, body: Vec<u8>) -> Option<(u16, Valu
 
 /// One upload taken through its wrong values: chunks without a part number and empty,
 /// completions with no parts and with another list, a part after completion.
-async fn media(b: &RawAccount, out: &mut Outcome) {
+async fn media(ctx: &HostCtx, b: &RawAccount, out: &mut Outcome) {
     let http = http();
+    // An unfinished upload lapses with time: a `days` clock that jumps ends the judging.
+    let calm = Calm::now(ctx);
+    let lapsed = |out: &mut Outcome| {
+        let moved = !calm.clock_held(ctx);
+        if moved {
+            out.skip();
+        }
+        moved
+    };
     let init = json!({ "content_type": "application/octet-stream" });
     let Some((200..=299, started)) = post(&http, paths::MEDIA_INIT, Some(&b.token), &init).await
     else {
@@ -226,6 +275,9 @@ async fn media(b: &RawAccount, out: &mut Outcome) {
     let chunk = paths::MEDIA_CHUNK.replace("{upload_id}", &id);
     let complete = paths::MEDIA_COMPLETE.replace("{upload_id}", &id);
     let answer = post_bytes(&format!("{chunk}?mediaKey={key}"), &b.token, vec![7; 16]).await;
+    if lapsed(out) {
+        return;
+    }
     judge(
         out,
         "a media part without a partNumber",
@@ -235,6 +287,9 @@ async fn media(b: &RawAccount, out: &mut Outcome) {
     );
     let part = format!("{chunk}?mediaKey={key}&partNumber=1");
     let answer = post_bytes(&part, &b.token, Vec::new()).await;
+    if lapsed(out) {
+        return;
+    }
     judge(
         out,
         "an empty media part",
@@ -256,6 +311,9 @@ async fn media(b: &RawAccount, out: &mut Outcome) {
         &json!({ "media_key": key, "parts": [] }),
     )
     .await;
+    if lapsed(out) {
+        return;
+    }
     judge(
         out,
         "a media completion that lists no parts",
@@ -263,7 +321,11 @@ async fn media(b: &RawAccount, out: &mut Outcome) {
         400,
         "INVALID_FIELD",
     );
-    match post(&http, &complete, Some(&b.token), &body(&etag)).await {
+    let answer = post(&http, &complete, Some(&b.token), &body(&etag)).await;
+    if lapsed(out) {
+        return;
+    }
+    match answer {
         Some((s, _)) if (200..300).contains(&s) => out.check(None),
         Some((s, v)) if s != 429 && s != 401 && s < 500 => {
             out.check(Some(Violation::new(
@@ -278,6 +340,9 @@ async fn media(b: &RawAccount, out: &mut Outcome) {
         }
     }
     let answer = post(&http, &complete, Some(&b.token), &body("0000")).await;
+    if lapsed(out) {
+        return;
+    }
     judge(
         out,
         "a completed upload completed again with another parts list",
@@ -286,6 +351,9 @@ async fn media(b: &RawAccount, out: &mut Outcome) {
         "INVALID_STATE",
     );
     let answer = post_bytes(&part, &b.token, vec![8; 16]).await;
+    if lapsed(out) {
+        return;
+    }
     judge(
         out,
         "a part sent to a completed upload",
