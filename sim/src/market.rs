@@ -41,6 +41,9 @@ const WEBHOOK_RETRY_MS: u64 = 2_000;
 const CALL_ATTEMPTS: u32 = 5;
 /// Percent of paid orders (under the `webhook` fault) paid once, finished, one USDT short.
 const SHORT_PAYMENT_PCT: u32 = 10;
+/// Percent of paid orders (under the `webhook` fault) whose payment the processor reports
+/// first at half its amount (`partially_paid`), then in full (`finished`), under one id.
+const PROGRESS_REPORT_PCT: u32 = 20;
 /// Percent of paid orders (under the `webhook` fault) that their buyer pays a second time.
 const SECOND_PAYMENT_PCT: u32 = 15;
 /// Attempts of a forger's copy of an abandoned order.
@@ -87,7 +90,7 @@ fn pay_order(payments: &Payments, order: &str, price: u64, pay: Pay) -> (bool, b
 /// A genuine payment under the plan's webhook faults, drawn from `roll`: duplicated, forged,
 /// delayed copies, sometimes an underpayment topped up later (the top-up overtaking it now and
 /// then), sometimes paid twice, sometimes a finished payment one USDT short (never paid in
-/// full). Returns whether it is paid in full, and the note.
+/// full), sometimes reported at half its amount before the full report. Returns whether it is paid in full, and the note.
 fn pay_with_faults(
     payments: &Payments,
     id: OrderId,
@@ -110,6 +113,13 @@ fn pay_with_faults(
         // mistake): the relay keeps the first and flags the order for a refund.
         let twice = r.next_u32() % 100 < SECOND_PAYMENT_PCT;
         let short = price >= 2 && r.next_u32() % 100 < SHORT_PAYMENT_PCT;
+        // Now and then the processor reports the payment's amount so far before the final
+        // report (same payment id, cumulative amounts).
+        let progress = price >= 2 && r.next_u32() % 100 < PROGRESS_REPORT_PCT;
+        let plan = WebhookPlan {
+            progress_usdt: progress.then_some(price / 2),
+            ..plan
+        };
         if short {
             let plan = WebhookPlan {
                 paid_usdt: price - 1,
@@ -122,10 +132,15 @@ fn pay_with_faults(
             );
         }
         let text = format!(
-            "{order} paid {price} (dup {}, forged {}, delay {} ms){}",
+            "{order} paid {price} (dup {}, forged {}, delay {} ms){}{}",
             plan.duplicates,
             plan.forged,
             plan.delay_ms,
+            if progress {
+                format!(", reported at {} first", price / 2)
+            } else {
+                String::new()
+            },
             if twice { ", then paid again" } else { "" }
         );
         if twice {
@@ -691,7 +706,8 @@ pub(crate) fn in_flight_orders(processor: &PaymentProcessor) -> BTreeSet<String>
     let deliveries = processor.deliveries();
     let mut out = BTreeSet::new();
     for p in processor.payments() {
-        for copy in 0..=i64::from(p.plan.duplicates) {
+        let copies = i64::from(p.plan.duplicates) + i64::from(p.plan.progress_usdt.is_some());
+        for copy in 0..=copies {
             let done = deliveries.iter().any(|d| {
                 d.payment_id == p.payment_id
                     && d.copy == copy

@@ -11,6 +11,8 @@
 //! | [`TAG_PUSH`] | the push stand-ins' keys and the relay's push worker |
 //! | [`TAG_CLASS`] | the run's class (`n` 0) and the `days` class's clock jumps (`n` 1) |
 //! | [`TAG_DRILL`] | the drill host's accounts (`n`: the account's number) |
+//! | [`TAG_RELAY_START`] | one start of a relay (`n`: its start on its host, from 0; seeded from the host's [`TAG_RELAY`] number, as the `relay` binary draws fresh randomness at each start) |
+//! | [`TAG_RELAY_KEY`] | the relay's configured JWT signing key (one per run: the key file the relays of a deployment share) |
 //! | [`client_tag`] | client `c`'s device `d` (`n`: its incarnation, from 1): `c << 8 \| d` |
 
 /// The scenario's draw.
@@ -29,6 +31,10 @@ pub(crate) const TAG_PUSH: u64 = 6;
 pub(crate) const TAG_CLASS: u64 = 7;
 /// The drill host's accounts.
 pub(crate) const TAG_DRILL: u64 = 8;
+/// One start of a relay.
+pub(crate) const TAG_RELAY_START: u64 = 9;
+/// The relay's configured JWT signing key.
+pub(crate) const TAG_RELAY_KEY: u64 = 10;
 
 /// The 32-byte seed of stream `(tag, n)` of run `seed`.
 pub(crate) fn derive_seed(seed: u64, tag: u64, n: u64) -> [u8; 32] {
@@ -46,7 +52,10 @@ pub(crate) fn client_tag(client: usize, device: u8) -> u64 {
     (client as u64) << 8 | u64::from(device)
 }
 
-/// The first 8 bytes of stream `(tag, n)` as a number (a seed for an API that takes a `u64`).
+/// The first number drawn from stream `(tag, n)` (a seed for an API that takes a `u64`):
+/// every bit depends on the seed, the tag and `n`.
 pub(crate) fn derive_u64(seed: u64, tag: u64, n: u64) -> u64 {
-    u64::from_le_bytes(derive_seed(seed, tag, n)[..8].try_into().unwrap_or([0; 8]))
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::{Rng as _, SeedableRng as _};
+    ChaCha20Rng::from_seed(derive_seed(seed, tag, n)).next_u64()
 }

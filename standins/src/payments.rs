@@ -12,7 +12,9 @@
 //!   [`wire::http::PaymentWebhook`], header [`PAYMENT_SIGNATURE_HEADER`] = lowercase hex
 //!   HMAC-SHA256(secret, raw body), following the plan's fault knobs: a delay, duplicates
 //!   (identical bodies, same `payment_id`, spaced apart), forged copies (wrong signature, sent
-//!   first), retries until a 2xx (a real processor retries too; a 401 is final). Reordering
+//!   first), retries until a 2xx (a real processor retries too; a 401 is final), and
+//!   optionally a progress report first (same `payment_id`, `partially_paid`, a smaller
+//!   cumulative amount: the processor reports a payment's amount so far as it changes). Reordering
 //!   across orders comes from per-payment delays: a later payment with a shorter delay
 //!   arrives first.
 //!
@@ -75,7 +77,14 @@ pub struct WebhookPlan {
     pub max_attempts: u32,
     /// Delay between attempts of one copy, in ms.
     pub retry_delay_ms: u64,
+    /// A report of the same payment before the plan's own: `partially_paid` with this
+    /// cumulative amount (what a processor sends as a payment arrives in parts), at the
+    /// plan's delay; the plan's copies follow [`PROGRESS_LEAD_MS`] later.
+    pub progress_usdt: Option<u64>,
 }
+
+/// How long before a payment's final report its progress report goes out.
+pub(crate) const PROGRESS_LEAD_MS: u64 = 1_500;
 
 impl Default for WebhookPlan {
     fn default() -> Self {
@@ -88,6 +97,7 @@ impl Default for WebhookPlan {
             forged: 0,
             max_attempts: 10,
             retry_delay_ms: 1_000,
+            progress_usdt: None,
         }
     }
 }
@@ -109,10 +119,15 @@ pub struct WebhookDelivery {
     pub order_id: OrderId,
     /// The processor's payment id (duplicates share it).
     pub payment_id: String,
-    /// Which copy (0 = first genuine copy; forged copies are numbered before it, negative).
+    /// Which copy (0 = first genuine copy, then its duplicates; forged copies are numbered
+    /// before it, negative; a progress report after the duplicates).
     pub copy: i64,
     /// Whether the signature was forged.
     pub forged: bool,
+    /// The verdict this copy reported.
+    pub payment_status: PaymentStatus,
+    /// The cumulative amount this copy reported.
+    pub paid_usdt: u64,
     /// Attempt number of this copy, from 1.
     pub attempt: u32,
     /// The relay's status, or `None` when no response arrived.
@@ -137,6 +152,8 @@ struct Copy {
     copy: i64,
     forged: bool,
     delay_ms: u64,
+    /// What it reports: the plan's verdict and amount, or a progress report's.
+    report: (PaymentStatus, u64),
 }
 
 #[derive(Debug, Default)]
@@ -189,7 +206,10 @@ impl PaymentProcessor {
     /// the processor's host (its [`run`](Self::run) / [`serve`](Self::serve) task).
     pub fn pay(&self, order_id: OrderId, plan: WebhookPlan) -> Result<String, PayError> {
         let mut inner = self.lock();
-        let copies = u64::from(plan.forged) + 1 + u64::from(plan.duplicates);
+        let copies = u64::from(plan.forged)
+            + 1
+            + u64::from(plan.duplicates)
+            + u64::from(plan.progress_usdt.is_some());
         if inner.queue.len() as u64 + copies > MAX_PENDING_PAYMENTS as u64 {
             return Err(PayError::QueueFull);
         }
@@ -200,12 +220,25 @@ impl PaymentProcessor {
             plan,
         };
         let plan = &payment.plan;
+        let report = (plan.payment_status, plan.paid_usdt);
+        let mut delay_ms = plan.delay_ms;
+        if let Some(progress) = plan.progress_usdt {
+            inner.queue.push_back(Copy {
+                payment: payment.clone(),
+                copy: i64::from(plan.duplicates) + 1,
+                forged: false,
+                delay_ms,
+                report: (PaymentStatus::PartiallyPaid, progress),
+            });
+            delay_ms = delay_ms.saturating_add(PROGRESS_LEAD_MS);
+        }
         for i in 0..plan.forged {
             inner.queue.push_back(Copy {
                 payment: payment.clone(),
                 copy: i64::from(i) - i64::from(plan.forged),
                 forged: true,
-                delay_ms: plan.delay_ms,
+                delay_ms,
+                report,
             });
         }
         for i in 0..=plan.duplicates {
@@ -213,9 +246,9 @@ impl PaymentProcessor {
                 payment: payment.clone(),
                 copy: i64::from(i),
                 forged: false,
-                delay_ms: plan
-                    .delay_ms
+                delay_ms: delay_ms
                     .saturating_add(plan.duplicate_spacing_ms.saturating_mul(u64::from(i))),
+                report,
             });
         }
         let id = payment.payment_id.clone();
@@ -287,8 +320,8 @@ impl PaymentProcessor {
         let webhook = PaymentWebhook {
             payment_id: copy.payment.payment_id.clone(),
             order_id: copy.payment.order_id.clone(),
-            payment_status: copy.payment.plan.payment_status,
-            paid_usdt: copy.payment.plan.paid_usdt,
+            payment_status: copy.report.0,
+            paid_usdt: copy.report.1,
         };
         let Ok(body) = serde_json::to_vec(&webhook) else {
             return;
@@ -319,6 +352,8 @@ impl PaymentProcessor {
                 payment_id: copy.payment.payment_id.clone(),
                 copy: copy.copy,
                 forged: copy.forged,
+                payment_status: copy.report.0,
+                paid_usdt: copy.report.1,
                 attempt,
                 status,
             });

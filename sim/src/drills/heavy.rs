@@ -7,8 +7,10 @@
 //! Then A sends some of its old ids again: each must be acknowledged with the seq it first
 //! got (`dedup`); A retracts one of its old messages (it must not be refused: `retract`); B
 //! tries to retract another of A's (it must be refused `NOT_THE_AUTHOR`, and A never told of
-//! it: `authz`); a new message gets the next seq. Last, B syncs: every message of A that was
-//! not retracted arrives at B exactly once over its two sessions (`dedup`).
+//! it: `authz`); a new message gets the next seq; then new messages and their resends go out
+//! back to back (a resend may reach the relay before its first copy is durable), each id
+//! acknowledged with one seq. Last, B syncs: every message of A that was not retracted
+//! arrives at B exactly once over its two sessions (`dedup`).
 //!
 //! **many-queues.** Eight accounts, every pair befriended, each queueing messages for every
 //! other while all are away: 56 queues in the store (the `heavy` class holds none in memory);
@@ -124,6 +126,7 @@ pub(super) async fn heavy_author(d: &mut Drills<'_>) -> Outcome {
         }),
         _ => out.skip(),
     }
+    pipelined(&mut out, &mut sa, &b.raw.alias, &conv, &id, &mut seqs).await;
     drop(sb);
     if let Ok(mut sb) = b.socket(true).await {
         sb.drain(10_000).await;
@@ -146,6 +149,55 @@ pub(super) async fn heavy_author(d: &mut Drills<'_>) -> Outcome {
         out.skip();
     }
     out
+}
+
+/// New messages of the heavy author and their resends written back to back, so that a resend
+/// reaches the relay while its first copy's commit may still be in flight (pipelined group
+/// commit): each id is acknowledged with one seq however often it is sent (`dedup`); the
+/// recipient's check at the end covers them too.
+async fn pipelined(
+    out: &mut Outcome,
+    sa: &mut Socket,
+    to: &str,
+    conv: &str,
+    id: &impl Fn(u64) -> String,
+    seqs: &mut BTreeMap<u64, u64>,
+) {
+    let fresh = [MESSAGES + 1, MESSAGES + 2, MESSAGES + 3];
+    let order = [fresh[0], fresh[1], fresh[0], fresh[2], fresh[1], fresh[0]];
+    sa.acks.clear();
+    for k in order {
+        if !sa.send_message(&id(k), to, conv, &payload(32)).await {
+            out.skip();
+            return;
+        }
+    }
+    sa.listen(super::peer::ANSWER_MS).await;
+    for k in fresh {
+        let got: Vec<u64> = sa
+            .acks
+            .iter()
+            .filter(|(i, _)| *i == id(k))
+            .map(|(_, s)| *s)
+            .collect();
+        let sent = order.iter().filter(|x| **x == k).count();
+        let Some(&first) = got.first() else {
+            out.skip();
+            continue;
+        };
+        if got.len() < sent {
+            // A copy was refused (a rate limit, a storage fault) or its answer lost.
+            out.skip();
+        } else {
+            out.expect(got.iter().all(|s| *s == first), "dedup", || {
+                format!(
+                    "message {} of a heavy author, sent {sent} times back to back, was acknowledged with seqs {got:?}",
+                    id(k)
+                )
+            });
+        }
+        seqs.insert(k, first);
+    }
 }
 
 /// Adds what `socket` delivered to `got` (the seqs per message id).

@@ -161,6 +161,8 @@ pub(crate) struct Socket {
     pub(crate) typings: u32,
     /// `call_*` signals delivered.
     pub(crate) calls: u32,
+    /// Every `ack` received, in order: the message id and its seq.
+    pub(crate) acks: Vec<(String, u64)>,
     /// `error` frames received, by code.
     pub(crate) errors: BTreeMap<String, u32>,
     /// The socket ended (closed by the relay or the network).
@@ -193,6 +195,7 @@ impl Socket {
             retracts: Vec::new(),
             typings: 0,
             calls: 0,
+            acks: Vec::new(),
             errors: BTreeMap::new(),
             ended: false,
         })
@@ -243,6 +246,13 @@ impl Socket {
             }
             Some("typing") => self.typings += 1,
             Some(t) if t.starts_with("call_") => self.calls += 1,
+            Some("ack") => {
+                if let (Some(id), Some(seq)) =
+                    (field(v, "id"), v.get("seq").and_then(Value::as_u64))
+                {
+                    self.acks.push((id, seq));
+                }
+            }
             Some("error") => {
                 *self
                     .errors
@@ -261,11 +271,23 @@ impl Socket {
         conv: &str,
         payload: &str,
     ) -> Answer {
-        let frame = json!({"type": "msg", "id": id, "to": to, "conv_id": conv, "crypto_v": 1, "payload": payload});
-        if !self.send(&frame).await {
+        if !self.send_message(id, to, conv, payload).await {
             return Answer::Silence;
         }
         self.answer_to(id).await
+    }
+
+    /// Sends message `id` of `payload` to `to` in `conv` without waiting for its answer;
+    /// `false` when the write did not complete.
+    pub(crate) async fn send_message(
+        &mut self,
+        id: &str,
+        to: &str,
+        conv: &str,
+        payload: &str,
+    ) -> bool {
+        let frame = json!({"type": "msg", "id": id, "to": to, "conv_id": conv, "crypto_v": 1, "payload": payload});
+        self.send(&frame).await
     }
 
     /// Reads until the `ack` or `error` naming `id`.

@@ -260,14 +260,17 @@ async fn ask(
         .chunks(per_account)
         .enumerate()
     {
-        let asker = d.account(first + k as u64).await;
+        let mut asker = d.account(first + k as u64).await;
+        // A fresh token: a `days` clock may have outlived the last one.
+        asker.relogin().await;
         for (alias, expected) in chunk {
             let path = paths::USER.replace("{alias_id}", alias);
             let Some((status, body)) = get(&client, &path, &asker.raw.token).await else {
                 out.skip();
                 continue;
             };
-            if status == 429 || status >= 500 {
+            // 401: the token lapsed meanwhile (the `tokens` drill judges lifetimes).
+            if status == 429 || status == 401 || status >= 500 {
                 out.skip();
                 continue;
             }

@@ -62,6 +62,10 @@ impl fmt::Display for WebhookFaults {
     }
 }
 
+/// Reads of queued messages that fail right after every other idle stretch of a `days` run
+/// (the expiry sweep's, as the stretch made messages due).
+pub(super) const DAYS_FAILED_SWEEP_READS: u32 = 2;
+
 impl FaultPlan {
     /// Draws a plan for `scenario` over a traffic window of `window_ms`.
     pub fn draw(
@@ -158,13 +162,25 @@ impl FaultPlan {
     }
 
     /// Adds the world-clock jumps `(offset, ms)` of a `days` run ([`crate::class::days_jumps`]),
-    /// keeping the events in time order.
+    /// every other one followed at once by `DAYS_FAILED_SWEEP_READS` failing reads of queued
+    /// messages, keeping the events in time order.
     pub fn add_world_jumps(&mut self, jumps: &[(u64, u64)]) {
-        for &(at_ms, ms) in jumps {
+        for (n, &(at_ms, ms)) in jumps.iter().enumerate() {
             self.events.push(FaultEvent {
                 at_ms,
                 action: FaultAction::WorldJump { ms },
             });
+            // Every other stretch ends with the expiry sweep's first queue reads failing:
+            // the sweep that the jump makes due must retry its page, and lose no queue.
+            if n % 2 == 1 {
+                self.events.push(FaultEvent {
+                    at_ms,
+                    action: FaultAction::FailReads {
+                        reads: DAYS_FAILED_SWEEP_READS,
+                        table: Some(relay_core::store::Table::Messages.name().to_owned()),
+                    },
+                });
+            }
         }
         self.events.sort_by_key(|e| e.at_ms);
     }

@@ -8,7 +8,7 @@
 //! | `holds-released` | every order expired after the final clock jump, and what it held is for sale again |
 //! | `quota` | channels created within the free quota plus the seats bought; the relay counts the seats confirmed |
 //! | `commerce-model` | refund flags only on orders a genuine payment reached, never on confirmed ones but those paid in full twice |
-//! | `order-records` | what the store records of each order against what the run did: the price quoted, the amount paid (every genuine payment the relay answered, summed), a refund due when it was paid in full twice, the hold (15 min for an alias, 30 for a trade or seat), bound only if its buyer bound it, and only once confirmed |
+//! | `order-records` | what the store records of each order against what the run did: the price quoted, the amount paid (every genuine payment the relay answered, at the largest cumulative amount it answered, summed), a refund due when it was paid in full twice, the hold (15 min for an alias, 30 for a trade or seat), bound only if its buyer bound it, and only once confirmed |
 //! | `bind-state` | a bind of an order the relay calls expired is refused (409); a bind repeated by the owner whose alias it still is, answered 200 |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -101,15 +101,13 @@ fn paid_in_full_times(input: &MarketInput<'_>, o: &OrderRec) -> usize {
         .processor
         .payments()
         .iter()
-        .filter(|p| {
-            p.order_id.as_str() == o.order_id
-                && p.plan.payment_status == wire::http::PaymentStatus::Finished
-                && p.plan.paid_usdt >= o.price
-        })
+        .filter(|p| p.order_id.as_str() == o.order_id)
         .filter(|p| {
             deliveries.iter().any(|d| {
                 d.payment_id == p.payment_id
                     && !d.forged
+                    && d.payment_status == wire::http::PaymentStatus::Finished
+                    && d.paid_usdt >= o.price
                     && d.status.is_some_and(|s| (200..300).contains(&s))
             })
         })
@@ -145,21 +143,23 @@ fn order_records(input: &MarketInput<'_>, rows: &Rows, out: &mut Vec<Violation>)
                 o.price
             )));
         }
-        // Every genuine payment of the order that the relay answered 2xx at least once.
+        // Every genuine payment of the order, at the largest amount so far that the relay
+        // answered 2xx (a processor reports a payment's cumulative amount each time).
         let paid: u64 = payments
             .iter()
-            .filter(|p| {
-                p.order_id.as_str() == id
-                    && p.plan.payment_status != wire::http::PaymentStatus::Failed
+            .filter(|p| p.order_id.as_str() == id)
+            .filter_map(|p| {
+                deliveries
+                    .iter()
+                    .filter(|d| {
+                        d.payment_id == p.payment_id
+                            && !d.forged
+                            && d.payment_status != wire::http::PaymentStatus::Failed
+                            && d.status.is_some_and(|s| (200..300).contains(&s))
+                    })
+                    .map(|d| d.paid_usdt)
+                    .max()
             })
-            .filter(|p| {
-                deliveries.iter().any(|d| {
-                    d.payment_id == p.payment_id
-                        && !d.forged
-                        && d.status.is_some_and(|s| (200..300).contains(&s))
-                })
-            })
-            .map(|p| p.plan.paid_usdt)
             .sum();
         // A copy still unanswered may have been applied: judged only when none is.
         let unanswered = deliveries

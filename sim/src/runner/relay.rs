@@ -6,6 +6,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use relay_core::destination::PushDestinations;
 use relay_core::{Config, MemoryBlobStore, Relay};
@@ -16,7 +17,7 @@ use crate::bounds::{RELAY, RELAY_A, RELAY_B, RELAY_PORT};
 use crate::class::Class;
 use crate::failover::{self, SimLeadership};
 use crate::pushworld::PushWorld;
-use crate::seeds::{TAG_RELAY, derive_u64};
+use crate::seeds::{TAG_RELAY, TAG_RELAY_KEY, TAG_RELAY_START, derive_seed, derive_u64};
 use crate::store::SimStore;
 use crate::time::sleep_ms;
 use relay_server::{CommitMode, PushDelivery, RelayServer};
@@ -65,7 +66,16 @@ impl RelaySetup {
             ..relay_config()
         };
         Self {
-            config: class.relay_config(base),
+            config: class.relay_config(Config {
+                // As the `relay` binary runs: a key file every relay of the deployment
+                // reads, and fresh randomness at each start (see `start_seed`).
+                jwt_signing_key: Some(relay_core::JwtSigningKey(derive_seed(
+                    run.seed,
+                    TAG_RELAY_KEY,
+                    0,
+                ))),
+                ..base
+            }),
             production_push: !class.honest_push(),
             #[cfg(feature = "planted-bugs")]
             limits: run.planted.map_or_else(ServeLimits::default, |p| {
@@ -182,10 +192,14 @@ pub(super) fn add_relay_hosts(
 /// relay binary exits when it cannot open its store at start, e.g. the store is down). It
 /// commits `inline` on its core task, or pipelined on a task ([`commit_mode`]).
 fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, inline: bool) {
+    // Counted across the host's power cycles (each runs this closure again).
+    let starts = Arc::new(AtomicU64::new(0));
     sim.host(RELAY, move || {
         let relay = relay.clone();
+        let starts = Arc::clone(&starts);
         async move {
             loop {
+                let relay_seed = start_seed(relay_seed, starts.fetch_add(1, Ordering::Relaxed));
                 let RelayParts {
                     store,
                     blobs,
@@ -245,10 +259,13 @@ fn add_campaigning_relay(
     relay_seed: u64,
 ) {
     let relay = relay.clone();
+    let starts = Arc::new(AtomicU64::new(0));
     sim.host(host, move || {
         let relay = relay.clone();
+        let starts = Arc::clone(&starts);
         async move {
             loop {
+                let relay_seed = start_seed(relay_seed, starts.fetch_add(1, Ordering::Relaxed));
                 let mut config = relay.config.clone();
                 let delivery = relay.push_delivery(&mut config);
                 let blobs = relay.blobs.clone();
@@ -268,6 +285,13 @@ fn add_campaigning_relay(
             }
         }
     });
+}
+
+/// The RNG seed of start `start` of a relay host whose number is `host_seed`: the `relay`
+/// binary seeds each start from the OS, so nothing a relay drew before a restart (ids,
+/// tokens' ids, credentials' nonces) is drawn again after it.
+fn start_seed(host_seed: u64, start: u64) -> u64 {
+    derive_u64(host_seed, TAG_RELAY_START, start)
 }
 
 /// One start of a relay host's server, configured as every relay of a run is; returns once
