@@ -4,7 +4,7 @@
 //! | class | the relay | what the run adds |
 //! |---|---|---|
 //! | `standard` | production limits, except proof of work (difficulty 1) and the per-address registration and per-user message limits (out of the honest traffic's way) | the drills every class runs: each authenticated route asked without any token, requests of the right shape with wrong values, lookups of aliases that exist and that do not |
-//! | `days` | as `standard`; the expiry sweep in pages of [`DAYS_PAGE_ROWS`] queues and [`DAYS_PAGE_MESSAGES`] messages; tokens live [`DAYS_JWT_TTL_MS`] | the world's clock (the relay's and every client's) jumps across idle stretches of hours inside the traffic window, [`DAYS_MIN_MS`] or more in all: queued messages expire (24 h), tokens expire (9 h), holds and orders lapse, rate windows pass; a drill queues messages of known ages, presents tokens before and after their lifetime |
+//! | `days` | as `standard`; the expiry sweep in pages of [`DAYS_PAGE_ROWS`] queues and [`DAYS_PAGE_MESSAGES`] messages; tokens live [`DAYS_JWT_TTL_MS`] | the world's clock (the relay's and every client's) jumps across idle stretches of hours inside the traffic window, [`DAYS_MIN_MS`] or more in all: queued messages expire (24 h), tokens expire (36 h), holds and orders lapse, rate windows pass; a drill queues messages of known ages, presents tokens before and after their lifetime |
 //! | `heavy` | no caches; an author's tombstones read by row past [`HEAVY_BY_ROW_BYTES`]; the expiry sweep in pages of 3 queues and 16 messages | big state built cheaply, then the relay power-cycled mid-load: a heavy author (hundreds of messages, re-sent and retracted after the restart), many queues, credentials issued before the restart presented after it |
 //! | `limits` | every limit scaled down ([`limits_config`]) so that each is reached in simulated minutes; production's push policy (public `https://` destinations only) | drills fill each request budget, rate limit, queue bound and the spent-credential set, and check that the refusal is the documented one, that the limit holds exactly, that what is below it works and that it frees up when it should |
 //!
@@ -260,9 +260,10 @@ impl fmt::Display for Drill {
 
 // ---------------------------------------------------------------------------- days
 
-/// The token lifetime of a `days` relay (`--jwt-ttl-secs`): shorter than the default and than
-/// most idle stretches, so a token is used both within and past it.
-pub const DAYS_JWT_TTL_MS: u64 = 9 * HOUR_MS;
+/// The token lifetime of a `days` relay (`--jwt-ttl-secs`): not the default, so a relay that
+/// ignores the setting is seen (a token refused early, between the default and this), and
+/// longer than one idle stretch, so a token is used both within and past it.
+pub const DAYS_JWT_TTL_MS: u64 = 36 * HOUR_MS;
 
 /// The least simulated time the world's clock jumps over in a `days` run.
 pub const DAYS_MIN_MS: u64 = 3 * 24 * HOUR_MS;

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use wire::http::paths;
 
 use crate::hostile::http::{RawAccount, field, get, http, post, put_empty, register};
-use crate::hostile::ws::{RawReader, RawWriter, open_ws};
+use crate::hostile::ws::{RawReader, RawWriter, open_ws, open_ws_protocol};
 use crate::seeds::{TAG_DRILL, derive_seed};
 use crate::time::{sim_ms, sleep_ms};
 
@@ -179,7 +179,22 @@ impl Socket {
 
     /// Opens a socket with the upgrade query `query`.
     pub(crate) async fn open_query(query: &str, sync: bool) -> Result<Self, u16> {
-        let upgrade = tokio::time::timeout(Duration::from_millis(UPGRADE_MS), open_ws(query));
+        Self::open_with(query, None, sync).await
+    }
+
+    /// Opens a socket with the upgrade query `query` and the `Sec-WebSocket-Protocol`
+    /// `protocol`, if any.
+    pub(crate) async fn open_with(
+        query: &str,
+        protocol: Option<&str>,
+        sync: bool,
+    ) -> Result<Self, u16> {
+        let upgrade = tokio::time::timeout(Duration::from_millis(UPGRADE_MS), async {
+            match protocol {
+                Some(p) => open_ws_protocol(query, p).await,
+                None => open_ws(query).await,
+            }
+        });
         let (reader, mut writer) = match upgrade.await {
             Ok(Ok(Ok(pair))) => pair,
             Ok(Ok(Err(status))) => return Err(status),

@@ -9,6 +9,7 @@
 //! | `POST register` | fresh keys, no `pow_nonce` (the relay asks for proof of work) | 400 `POW_REQUIRED` |
 //! | `POST register` | the keys of an account that exists | 409 `ALREADY_REGISTERED`, that account's uuid |
 //! | `GET /ws` | a `user_uuid` that is not a UUID | 401 |
+//! | `GET /ws` | the caller's token as `Sec-WebSocket-Protocol: bearer, <token>`; then another account's token so | 101; 401 |
 //! | `GET calls/ice-config` | `mode=` neither `relay` nor absent | 400 `INVALID_FIELD` |
 //! | `GET calls/ice-config` | `mode=relay` on a relay with no TURN server | 503 `TURN_UNAVAILABLE` |
 //! | `POST friends/request` | to the caller's own alias | 400 `BAD_REQUEST` |
@@ -59,12 +60,12 @@ pub(super) async fn values(d: &mut Drills<'_>) -> Outcome {
     accounts(d, &a.raw, &mut out).await;
     // A fresh token before each family: a `days` run's clock may have jumped past the last.
     a.relogin().await;
-    routes(&a.raw, &mut out).await;
+    b.relogin().await;
+    routes(&a.raw, &b.raw, &mut out).await;
     let no_turn = d.config.turn_urls.is_empty() || d.config.turn_secret.is_none();
     if no_turn {
         turn_unavailable(&a.raw, &mut out).await;
     }
-    b.relogin().await;
     media(d.ctx, &b.raw, &mut out).await;
     c.relogin().await;
     channels(&c.raw, &mut out).await;
@@ -171,7 +172,7 @@ async fn accounts(d: &mut Drills<'_>, a: &RawAccount, out: &mut Outcome) {
 
 /// The WebSocket upgrade, the ICE configuration, a friend request and a purchase, each with
 /// one wrong value.
-async fn routes(a: &RawAccount, out: &mut Outcome) {
+async fn routes(a: &RawAccount, b: &RawAccount, out: &mut Outcome) {
     match Socket::open_query("user_uuid=not-a-uuid&token=x", false).await {
         Ok(_) => out.check(Some(Violation::new(
             "authz",
@@ -185,6 +186,7 @@ async fn routes(a: &RawAccount, out: &mut Outcome) {
             )
         }),
     }
+    subprotocol(a, b, out).await;
     let http = http();
     let ice = format!("{}?mode=everything", paths::ICE_CONFIG);
     let answer = get(&http, &ice, &a.token).await;
@@ -213,6 +215,30 @@ async fn routes(a: &RawAccount, out: &mut Outcome) {
         404,
         "ALIAS_NOT_FOUND",
     );
+}
+
+/// The token in `Sec-WebSocket-Protocol` (as the Android client sends it): `a`'s own lets `a`
+/// in; `b`'s, for `a`'s `user_uuid`, must not.
+async fn subprotocol(a: &RawAccount, b: &RawAccount, out: &mut Outcome) {
+    let query = format!("user_uuid={}", a.uuid);
+    match Socket::open_with(&query, Some(&format!("bearer, {}", a.token)), false).await {
+        Ok(_) => out.check(None),
+        Err(s) if s == 0 || s == 401 || s == 429 || s >= 500 => out.skip(),
+        Err(s) => out.check(Some(Violation::new(
+            ORACLE,
+            format!("a WebSocket upgrade with the account's own token as its subprotocol: {s}, the relay documents 101"),
+        ))),
+    }
+    match Socket::open_with(&query, Some(&format!("bearer, {}", b.token)), false).await {
+        Ok(_) => out.check(Some(Violation::new(
+            "authz",
+            "a WebSocket upgrade for one account with another account's token as its subprotocol was let in",
+        ))),
+        Err(s) if s == 0 || s == 429 || s >= 500 => out.skip(),
+        Err(s) => out.expect(s == 401, ORACLE, || {
+            format!("a WebSocket upgrade with another account's token as its subprotocol: {s}, the relay documents 401")
+        }),
+    }
 }
 
 /// `mode=relay` on a relay without TURN: 503 `TURN_UNAVAILABLE` (an empty list would read as

@@ -66,15 +66,35 @@ pub(crate) async fn open_ws(query: &str) -> std::io::Result<Result<(RawReader, R
     open_ws_at(RELAY, query).await
 }
 
+/// [`open_ws`] with a `Sec-WebSocket-Protocol` header (`bearer, <token>`, as the Android
+/// client presents its token).
+pub(crate) async fn open_ws_protocol(
+    query: &str,
+    protocol: &str,
+) -> std::io::Result<Result<(RawReader, RawWriter), u16>> {
+    open_ws_with(RELAY, query, Some(protocol)).await
+}
+
 /// [`open_ws`] on `host` (the active relay itself, past the failover topology's balancer).
 pub(crate) async fn open_ws_at(
     host: &str,
     query: &str,
 ) -> std::io::Result<Result<(RawReader, RawWriter), u16>> {
+    open_ws_with(host, query, None).await
+}
+
+async fn open_ws_with(
+    host: &str,
+    query: &str,
+    protocol: Option<&str>,
+) -> std::io::Result<Result<(RawReader, RawWriter), u16>> {
     let stream = TcpStream::connect((host, RELAY_PORT)).await?;
     let (read, mut write) = tokio::io::split(stream);
+    let protocol = protocol
+        .map(|p| format!("Sec-WebSocket-Protocol: {p}\r\n"))
+        .unwrap_or_default();
     let request = format!(
-        "GET /ws?{query} HTTP/1.1\r\nHost: {RELAY}:{RELAY_PORT}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: c2ltdWxhdGVkLXJhdy1rZXk=\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        "GET /ws?{query} HTTP/1.1\r\nHost: {RELAY}:{RELAY_PORT}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: c2ltdWxhdGVkLXJhdy1rZXk=\r\nSec-WebSocket-Version: 13\r\n{protocol}\r\n"
     );
     write.write_all(request.as_bytes()).await?;
     let mut reader = RawReader {

@@ -48,13 +48,23 @@ pub struct PushFacts {
     /// commit that dropped it to the commit that added it back, or `u64::MAX`). A push in
     /// such a span is never excused by trouble: the deletion was durable.
     pub dropped_ms: BTreeMap<String, Vec<(u64, u64)>>,
+    /// When a clock jumped (the relay's, or every clock of a `days` run): a push signed
+    /// before it and checked by its service after it carries credentials dated on the other
+    /// side of the jump.
+    pub clock_jumps_ms: Vec<u64>,
 }
+
+/// How long after a clock jump a push service's refusal may be of a push signed before it
+/// (the relay's push worker, the network's latency and the service's checks in between).
+pub const SIGNED_BEFORE_JUMP_MS: u64 = 10_000;
 
 /// The `push` oracle over [`PushFacts`]:
 ///
 /// 1. **zero knowledge**: every push reaches a registered target, is accepted by its stand-in
 ///    (Web Push body decrypts, VAPID JWT verifies against the served key; FCM OAuth; APNs
-///    provider token), carries exactly `{"type":"new_msg"}` ([`zero_knowledge`]) and none of
+///    provider token; unless a clock jumped less than [`SIGNED_BEFORE_JUMP_MS`] before, so
+///    that it was signed on the other side of the jump), carries exactly `{"type":"new_msg"}`
+///    ([`zero_knowledge`]) and none of
 ///    the run's aliases, ids or message texts;
 /// 2. **one per window**: two pushes to one target at least `PUSH_MIN_INTERVAL_MS` (30 s,
 ///    less [`PUSH_SLACK_MS`]) apart, unless trouble came between;
@@ -107,6 +117,15 @@ fn troubled(from: u64, to: u64, list: &[u64]) -> bool {
 fn zero_knowledge_push(facts: &PushFacts, c: usize, p: &SeenPush, out: &mut Vec<Violation>) {
     let payload = match &p.payload {
         Ok(payload) => payload,
+        Err(_)
+            if troubled(
+                p.at_ms.saturating_sub(SIGNED_BEFORE_JUMP_MS),
+                p.at_ms,
+                &facts.clock_jumps_ms,
+            ) =>
+        {
+            return;
+        }
         Err(why) => {
             out.push(Violation::new(
                 O,
@@ -308,6 +327,7 @@ pub(super) fn push(input: &Input<'_>, h: &Observed<'_>, out: &mut Vec<Violation>
             &input.world.uuids,
             &input.history.push_targets,
         ),
+        clock_jumps_ms: clock_jumps_ms(input),
     };
     check_push(&facts, out);
 }
@@ -343,6 +363,26 @@ fn trouble_ms(input: &Input<'_>) -> Vec<u64> {
     trouble_ms.extend(input.world.relay_jumps.iter().map(|(at, _)| *at));
     trouble_ms.extend(input.world.final_jump_ms);
     trouble_ms
+}
+
+/// When a clock jumped: the plan's jumps (the relay's, the world's), a drill's, the final one.
+fn clock_jumps_ms(input: &Input<'_>) -> Vec<u64> {
+    let start = input.start_ms.unwrap_or(0);
+    let mut out: Vec<u64> = input
+        .plan
+        .events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.action,
+                FaultAction::ClockJump { .. } | FaultAction::WorldJump { .. }
+            )
+        })
+        .map(|e| start + e.at_ms)
+        .collect();
+    out.extend(input.world.relay_jumps.iter().map(|(at, _)| *at));
+    out.extend(input.world.final_jump_ms);
+    out
 }
 
 /// Per push client: when faults hit its host's links.
@@ -383,7 +423,9 @@ mod tests {
     //! The `push` oracle on hand-built facts: each rule fires on the defect it guards against,
     //! and stays quiet on a clean history.
 
-    use super::{PushFacts, Violation, check_push, contains_word, dropped_spans};
+    use super::{
+        PushFacts, SIGNED_BEFORE_JUMP_MS, Violation, check_push, contains_word, dropped_spans,
+    };
     use crate::pushworld::{PushKind, SeenPush};
 
     /// Seed 20 at the medium scale: the vanity alias `400` "found" in an FCM TTL of `86400s`.
@@ -468,8 +510,20 @@ mod tests {
     fn a_push_the_service_refused_is_caught() {
         let mut bad = web("s1", 20_010, 401, NEW_MSG);
         bad.payload = Err("VAPID: bad signature".to_owned());
-        let v = check(&facts(vec![bad]));
+        let v = check(&facts(vec![bad.clone()]));
         assert!(v.iter().any(|v| v.detail.contains("refused")), "{v:?}");
+        // Signed before a clock jump, checked after it: its credentials are dated on the
+        // other side of the jump, not wrong.
+        let jumped = PushFacts {
+            clock_jumps_ms: vec![20_000],
+            ..facts(vec![bad.clone()])
+        };
+        assert_eq!(check(&jumped), Vec::new());
+        let long_after = PushFacts {
+            clock_jumps_ms: vec![20_010 - SIGNED_BEFORE_JUMP_MS - 1],
+            ..facts(vec![bad])
+        };
+        assert!(!check(&long_after).is_empty());
     }
 
     #[test]
