@@ -180,6 +180,8 @@ pub struct History {
     pub retracted_ids: BTreeMap<String, u64>,
     /// Every order id with a committed row.
     pub orders: BTreeSet<String>,
+    /// When each order's row was first committed confirmed (simulated ms).
+    pub confirmed_ms: BTreeMap<String, u64>,
     /// Every receipt-mark row key ever committed (`conv/reader/kind`).
     pub receipt_marks: BTreeSet<String>,
     /// Every committed receipt-mark write: `(ms, conversation, reader uuid, seq)`.
@@ -570,6 +572,9 @@ impl Ctl {
                     }
                     Table::Orders => {
                         self.history.orders.insert(key.to_owned());
+                        if json(value).is_some_and(|v| text(&v, "state") == "confirmed") {
+                            self.history.confirmed_ms.entry(key.to_owned()).or_insert(at);
+                        }
                     }
                     Table::ReceiptMarks => {
                         self.history.receipt_marks.insert(key.to_owned());

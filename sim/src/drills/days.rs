@@ -16,7 +16,7 @@
 use wire::http::paths;
 
 use super::peer::{Answer, DrillAccount, Socket, befriend, payload};
-use super::{Drills, Outcome};
+use super::{Calm, Drills, Outcome};
 use crate::bounds::TRAFFIC_WINDOW_MS;
 use crate::hostile::http::{field, get, http};
 use crate::time::{sim_ms, sleep_ms};
@@ -171,20 +171,23 @@ pub(super) async fn tokens(d: &mut Drills<'_>) -> Outcome {
         })
         .await;
         let age = d.relay_since(issued_ms);
+        let calm = Calm::now(d.ctx);
         let Some((status, body)) = get(&http(), paths::FRIENDS, &token).await else {
             out.skip();
             continue;
         };
-        if status == 429 || status >= 500 {
+        // A jump while the request was on its way: the age above is not the one it met.
+        if status == 429 || status >= 500 || !calm.clock_held(d.ctx) {
             out.skip();
             continue;
         }
         if age + SLACK_MS <= ttl {
             out.expect((200..300).contains(&status), "expiry", || {
                 format!(
-                    "a token {} h old (lifetime {} h on the relay's clock) was refused: {status}",
+                    "a token {} h old (lifetime {} h on the relay's clock) was refused: {status} {}",
                     age / 3_600_000,
-                    ttl / 3_600_000
+                    ttl / 3_600_000,
+                    field(&body, "error").unwrap_or_default()
                 )
             });
         } else if age >= ttl + SLACK_MS {

@@ -33,6 +33,8 @@ pub(crate) struct MarketInput<'a> {
     pub(crate) snapshot: &'a Snapshot,
     /// Simulated ms of the mid-run relay clock jumps.
     pub(crate) jumps_ms: &'a [u64],
+    /// When the store first committed each order confirmed.
+    pub(crate) confirmed_ms: &'a BTreeMap<String, u64>,
     /// The world (the relay's clock across its jumps).
     pub(crate) world: &'a crate::world::World,
     /// Dishonest clients were at work (they place and hold orders of their own).
@@ -404,8 +406,8 @@ fn confirmed_to_buyer(
 
 /// Whether the relay may have let order `o`'s kept `payment_confirmed` lapse: it keeps one
 /// for a day on its clock (relay-core's `CONFIRM_REDELIVERY_TTL_MS`), and the buyer's primary
-/// device connected next (after the earliest moment the order could be confirmed: its first
-/// genuine webhook copy's delay) only later than that, or never.
+/// device connected next (after the order was confirmed: the commit that confirmed it, and no
+/// earlier than its first genuine webhook copy's delay) only later than that, or never.
 fn confirm_lapsed(input: &MarketInput<'_>, o: &OrderRec) -> bool {
     const REDELIVERY_MS: u64 = 24 * 3_600_000;
     let delay = input
@@ -416,7 +418,14 @@ fn confirm_lapsed(input: &MarketInput<'_>, o: &OrderRec) -> bool {
         .map(|p| p.plan.delay_ms)
         .min()
         .unwrap_or(0);
-    let earliest = o.requested_ms + delay;
+    // The commit that confirmed it, when the store saw one (a webhook the network held back
+    // confirms later than its delay says).
+    let earliest = input
+        .confirmed_ms
+        .get(&o.order_id)
+        .copied()
+        .unwrap_or(o.requested_ms + delay)
+        .max(o.requested_ms + delay);
     let next = input.records.iter().find_map(|r| match r {
         Record::Event {
             t_ms,

@@ -210,6 +210,7 @@ fn check(
         forger: &parts.payments.forger,
         snapshot: &snapshot,
         jumps_ms: &jumps,
+        confirmed_ms: &history.confirmed_ms,
         world: &w,
         dishonest: plan.kinds.contains(&crate::faults::FaultKind::Dishonest),
         free_quota: free_channel_quota(),
