@@ -573,7 +573,10 @@ impl Ctl {
                     Table::Orders => {
                         self.history.orders.insert(key.to_owned());
                         if json(value).is_some_and(|v| text(&v, "state") == "confirmed") {
-                            self.history.confirmed_ms.entry(key.to_owned()).or_insert(at);
+                            self.history
+                                .confirmed_ms
+                                .entry(key.to_owned())
+                                .or_insert(at);
                         }
                     }
                     Table::ReceiptMarks => {
