@@ -1,7 +1,7 @@
 //! The simulator's own mutation score: cargo-mutants mutates relay-core's rule modules and
 //! runs this sweep (not relay-core's tests) against each mutant; a mutant the sweep passes on
-//! is one the simulator cannot tell from the real relay. BENCHMARKS.md "The simulator's
-//! mutation score" has the command, the score and the survivors.
+//! is one the simulator cannot tell from the real relay. BENCHMARKS.md "The simulator beyond
+//! its catalogue" has the command, the score and the survivors.
 //!
 //! The sweep: [`SEEDS`] seeds of every class at the small scale under swarm faults, on two
 //! threads, stopping at the first violation (a caught mutant costs one failing seed). It is
