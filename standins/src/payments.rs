@@ -79,7 +79,7 @@ pub struct WebhookPlan {
     pub retry_delay_ms: u64,
     /// A report of the same payment before the plan's own: `partially_paid` with this
     /// cumulative amount (what a processor sends as a payment arrives in parts), at the
-    /// plan's delay; the plan's copies follow [`PROGRESS_LEAD_MS`] later.
+    /// plan's delay; the plan's copies follow `PROGRESS_LEAD_MS` (1.5 s) later.
     pub progress_usdt: Option<u64>,
 }
 
