@@ -29,14 +29,16 @@
 //! Modules: `peer` (accounts, sockets and messages by hand), `routes` (`tokenless`,
 //! `lookups`), `values`, `days` (`tokens`, `ages`), `heavy` (`heavy-author`, `credentials`,
 //! `many-queues`), `limits`
-//! (`budgets`, `message-rate`, `queues`, `windows`, `push-policy`, `spent-full`).
+//! (`budgets`, `message-rate`, `queues`), `windows` (`windows`, `spent-full`), `push_policy`.
 
 mod days;
 mod heavy;
 mod limits;
 mod peer;
+mod push_policy;
 mod routes;
 mod values;
+mod windows;
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -236,9 +238,9 @@ async fn run_one(d: &mut Drills<'_>, drill: Drill) {
         Drill::Budgets => limits::budgets(d).await,
         Drill::MessageRate => limits::message_rate(d).await,
         Drill::Queues => limits::queues(d).await,
-        Drill::PushPolicy => limits::push_policy(d).await,
-        Drill::SpentFull => limits::spent_full(d).await,
-        Drill::Windows => limits::windows(d).await,
+        Drill::PushPolicy => push_policy::push_policy(d).await,
+        Drill::SpentFull => windows::spent_full(d).await,
+        Drill::Windows => windows::windows(d).await,
         Drill::ManyQueues => heavy::many_queues(d).await,
         Drill::Lifetimes => heavy::lifetimes(d).await,
         Drill::Values => values::values(d).await,

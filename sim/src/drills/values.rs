@@ -36,7 +36,7 @@ use wire::limits::MAX_CHANNEL_POST_BYTES;
 
 use super::peer::{Answer, Socket, befriend, payload};
 use super::{Calm, Drills, Outcome};
-use crate::hostile::http::{RawAccount, exchange, field, get, http, post};
+use crate::hostile::http::{RawAccount, field, get, http, json_exchange, post};
 use crate::violation::Violation;
 use crate::world::HostCtx;
 use seam::net::HttpRequest;
@@ -265,11 +265,7 @@ async fn post_bytes(path: &str, token: &str, body: Vec<u8>) -> Option<(u16, Valu
         .bearer(token)
         .header(http::header::CONTENT_TYPE, "application/octet-stream")
         .body(body);
-    let (status, bytes) = exchange(&http(), req).await?;
-    Some((
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    ))
+    json_exchange(&http(), req).await
 }
 
 /// One upload taken through its wrong values: chunks without a part number and empty,
@@ -430,9 +426,7 @@ async fn channels(c: &RawAccount, out: &mut Outcome) {
         .bearer(&c.token)
         .json(&json!({"price_usdt": 5, "expected_version": 1_000_000}));
     let answer = match req {
-        Ok(req) => exchange(&http, req)
-            .await
-            .map(|(s, b)| (s, serde_json::from_slice(&b).unwrap_or(Value::Null))),
+        Ok(req) => json_exchange(&http, req).await,
         Err(_) => None,
     };
     judge(
@@ -470,9 +464,7 @@ async fn webhook(out: &mut Outcome) {
             )
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(bytes);
-        let answer = exchange(&http, req)
-            .await
-            .map(|(s, b)| (s, serde_json::from_slice(&b).unwrap_or(Value::Null)));
+        let answer = json_exchange(&http, req).await;
         judge(out, what, answer.as_ref(), status, code);
     }
 }

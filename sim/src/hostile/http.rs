@@ -52,7 +52,7 @@ pub(crate) async fn exchange(
 }
 
 /// Sends `req`; `(status, JSON body or null)`, `None` without an answer.
-async fn json_exchange(
+pub(crate) async fn json_exchange(
     http: &HttpClient<TurmoilConnector>,
     req: HttpRequest,
 ) -> Option<(u16, Value)> {

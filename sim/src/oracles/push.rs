@@ -352,16 +352,13 @@ fn trouble_ms(input: &Input<'_>) -> Vec<u64> {
                     | FaultAction::CrashAfterCommit { .. }
                     | FaultAction::CrashMidBatch { .. }
                     | FaultAction::StallCommit { .. }
-                    | FaultAction::ClockJump { .. }
-                    | FaultAction::WorldJump { .. }
                     | FaultAction::MaxLatency { .. }
             ) || e.action.hosts().contains(&PUSH)
         })
         .map(|e| start + e.at_ms)
         .collect();
     trouble_ms.extend(input.world.relay_off_ms.iter().copied());
-    trouble_ms.extend(input.world.relay_jumps.iter().map(|(at, _)| *at));
-    trouble_ms.extend(input.world.final_jump_ms);
+    trouble_ms.extend(clock_jumps_ms(input));
     trouble_ms
 }
 
