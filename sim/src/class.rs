@@ -187,11 +187,13 @@ pub enum Drill {
     Windows,
     /// Requests of the right shape whose values are wrong.
     Values,
+    /// Requests over a failing store read.
+    Unreadable,
 }
 
 impl Drill {
     /// Every drill.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::Tokenless,
         Self::Lookups,
         Self::Tokens,
@@ -207,6 +209,7 @@ impl Drill {
         Self::ManyQueues,
         Self::Lifetimes,
         Self::Values,
+        Self::Unreadable,
     ];
 
     /// Name in reports.
@@ -227,6 +230,7 @@ impl Drill {
             Self::ManyQueues => "many-queues",
             Self::Lifetimes => "lifetimes",
             Self::Values => "values",
+            Self::Unreadable => "unreadable",
         }
     }
 
@@ -235,7 +239,12 @@ impl Drill {
         let own: &[Self] = match class {
             Class::Standard => &[],
             Class::Days => &[Self::Ages, Self::Tokens],
-            Class::Heavy => &[Self::Credentials, Self::HeavyAuthor, Self::ManyQueues],
+            Class::Heavy => &[
+                Self::Credentials,
+                Self::HeavyAuthor,
+                Self::ManyQueues,
+                Self::Unreadable,
+            ],
             Class::Limits => &[
                 Self::PushPolicy,
                 Self::Budgets,

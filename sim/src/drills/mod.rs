@@ -12,6 +12,7 @@
 //! | `ages` | days | messages queued at known times to a recipient that stays away across the idle stretches, then syncs | `expiry`: what outlived its TTL on the relay's clock never arrives, the rest arrives once |
 //! | `heavy-author` | heavy | hundreds of messages of one author, the relay power-cycled, then old ids re-sent, an old message retracted by its author and by the other member | `dedup`: a re-sent id gets its first seq and no second delivery; `authz`: only the author retracts |
 //! | `many-queues` | heavy | eight accounts, every pair befriended, each queueing messages for every other while all are away (56 queues); the relay power-cycled; half come back, the rest after the relay's clock passed the TTL | `dedup`: each of the first half gets its messages once, with their seqs; `expiry`: the rest get none of them (and the store oracle, none is left stored) |
+//! | `unreadable` | heavy | `storage/estimate` and a call signal, each over one failing read of the store (the queue, the callee's account), then again | `reads`: 503 / an error frame `STORAGE_UNAVAILABLE` or the right answer, never both; asked again, the right answer (the estimate counts exactly what was acknowledged) |
 //! | `credentials` | heavy | an auth challenge and a WebSocket ticket issued before a power cycle and first used after it; then used again | `credentials`: accepted once after the restart; `authz`: refused the second time |
 //! | `lifetimes` | all | a WebSocket ticket and an auth challenge each presented just inside its lifetime and another just past it (30 s, 2 min, on the relay's clock) | `credentials`: taken inside, refused past |
 //! | `budgets` | limits | each request budget (lookups, friend requests, every other authenticated route, public routes) used up, then the relay's clock moved by one token's refill | `limit-exact`: exactly the burst, then 429 `RATE_LIMITED`, then exactly one more |
@@ -28,7 +29,7 @@
 //!
 //! Modules: `peer` (accounts, sockets and messages by hand), `routes` (`tokenless`,
 //! `lookups`), `values`, `days` (`tokens`, `ages`), `heavy` (`heavy-author`, `credentials`,
-//! `many-queues`), `limits`
+//! `many-queues`), `reads` (`unreadable`), `limits`
 //! (`budgets`, `message-rate`, `queues`), `windows` (`windows`, `spent-full`), `push_policy`.
 
 mod days;
@@ -36,6 +37,7 @@ mod heavy;
 mod limits;
 mod peer;
 mod push_policy;
+mod reads;
 mod routes;
 mod values;
 mod windows;
@@ -189,6 +191,21 @@ impl Drills<'_> {
         true
     }
 
+    /// Asks the runner to fail the store's next read of `table`, and waits until it is armed;
+    /// `false` (and nothing armed) once the traffic window is over.
+    pub(crate) async fn fail_reads(&self, table: relay_core::store::Table) -> bool {
+        if self.healed() {
+            return false;
+        }
+        self.ctx
+            .world
+            .borrow_mut()
+            .runner_requests
+            .push_back(RunnerRequest::FailRead { table });
+        wait_until(self.ctx, |w: &World| w.runner_requests.is_empty()).await;
+        true
+    }
+
     /// The relay's clock elapsed since simulated time `from`.
     pub(crate) fn relay_since(&self, from: u64) -> u64 {
         self.ctx.world.borrow().relay_elapsed(from, sim_ms())
@@ -244,6 +261,7 @@ async fn run_one(d: &mut Drills<'_>, drill: Drill) {
         Drill::ManyQueues => heavy::many_queues(d).await,
         Drill::Lifetimes => heavy::lifetimes(d).await,
         Drill::Values => values::values(d).await,
+        Drill::Unreadable => reads::unreadable(d).await,
     };
     note(
         ctx,

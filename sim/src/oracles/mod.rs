@@ -53,7 +53,7 @@ pub(crate) use self::storage::logs_free_of_canaries;
 pub use crate::violation::Violation;
 
 /// Every oracle name (for summaries).
-pub const ORACLES: [&str; 52] = [
+pub const ORACLES: [&str; 53] = [
     "duplicate-delivery",
     "seq-reused",
     "delivered-exactly-once",
@@ -98,6 +98,7 @@ pub const ORACLES: [&str; 52] = [
     "lookup",
     "tokenless",
     "values",
+    "reads",
     "dedup",
     "retract",
     "credentials",

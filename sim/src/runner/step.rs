@@ -354,6 +354,10 @@ impl Sim<'_> {
                     self.note(format!("a drill jumps the relay clock +{} s", ms / 1_000));
                     self.jump_relay_clock(ms);
                 }
+                RunnerRequest::FailRead { table } => {
+                    self.note(format!("a drill fails the next read of {}", table.name()));
+                    self.store.fail_reads(1, Some(table));
+                }
             }
         }
     }

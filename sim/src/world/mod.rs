@@ -164,6 +164,11 @@ pub(crate) enum RunnerRequest {
         /// Milliseconds.
         ms: u64,
     },
+    /// The store's next read of `table` fails (a drill asks a question across a failed read).
+    FailRead {
+        /// The table.
+        table: relay_core::store::Table,
+    },
 }
 
 impl World {
