@@ -69,7 +69,7 @@ pub(super) async fn values(d: &mut Drills<'_>) -> Outcome {
     media(d.ctx, &b.raw, &mut out).await;
     c.relogin().await;
     channels(&c.raw, &mut out).await;
-    webhook(&mut out).await;
+    webhook(d.ctx, &mut out).await;
     for account in [&mut a, &mut b, &mut c] {
         account.relogin().await;
     }
@@ -439,7 +439,7 @@ async fn channels(c: &RawAccount, out: &mut Outcome) {
 }
 
 /// Signed webhooks whose values are wrong: an empty payment id, an order that does not exist.
-async fn webhook(out: &mut Outcome) {
+async fn webhook(ctx: &HostCtx, out: &mut Outcome) {
     let http = http();
     for (what, body, status, code) in [
         (
@@ -465,6 +465,13 @@ async fn webhook(out: &mut Outcome) {
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(bytes);
         let answer = json_exchange(&http, req).await;
+        if let Some((status, _)) = &answer {
+            *ctx.world
+                .borrow_mut()
+                .drill_webhooks
+                .entry(*status)
+                .or_default() += 1;
+        }
         judge(out, what, answer.as_ref(), status, code);
     }
 }

@@ -11,6 +11,7 @@
 //! | [`adversaries`] | `authz`, `bad-input`, `stuck-client`, `resources` |
 //! | `market` | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model`, `order-records`, `bind-state` |
 //! | [`wire`] | `duplicate-delivery`, `seq-reused` (simulator and Jepsen mode), `ack-lost` (Jepsen mode): over the frames each socket received, before the client's dedup |
+//! | `operator` | `webhook-counts` (the relay's metrics against the webhooks the run sent) |
 //! | `expiry` | `expiry`, `spent-bound`, `queue-bounds`, `drills`, and what the drill host found (`lookup`, `tokenless`, `dedup`, `retract`, `credentials`, `limit-exact`, `push-policy`; see [`crate::drills`]) |
 //!
 //! and `setup`, `host-error`, `panic` from the runner and the sweep. [`observed`] is the
@@ -26,6 +27,7 @@ mod expiry;
 mod liveness;
 mod market;
 pub mod observed;
+mod operator;
 pub mod push;
 pub mod receipts;
 mod storage;
@@ -48,12 +50,13 @@ use client::SharedStore;
 
 pub use self::adversaries::{RelayStats, ResourceLimits, resources};
 pub(crate) use self::market::{MarketInput, check_market};
+pub(crate) use self::operator::{WebhookInput, webhook_counts};
 pub use self::push::{PUSH_SLACK_MS, PushFacts, check_push};
 pub(crate) use self::storage::logs_free_of_canaries;
 pub use crate::violation::Violation;
 
 /// Every oracle name (for summaries).
-pub const ORACLES: [&str; 53] = [
+pub const ORACLES: [&str; 54] = [
     "duplicate-delivery",
     "seq-reused",
     "delivered-exactly-once",
@@ -99,6 +102,7 @@ pub const ORACLES: [&str; 53] = [
     "tokenless",
     "values",
     "reads",
+    "webhook-counts",
     "dedup",
     "retract",
     "credentials",

@@ -43,7 +43,7 @@ pub(super) fn finish(
     let seen = parts.push.seen();
     closing_notes(parts, store, failover, ended.end_ms, &seen);
     let records = parts.trace.records();
-    check(
+    let webhook_bounds = check(
         parts,
         store,
         relay,
@@ -77,6 +77,7 @@ pub(super) fn finish(
         loads: history.counts.loads,
         terms: history.terms.len() as u64,
         fenced: history.counts.fenced,
+        webhook_bounds,
     };
     let (routes, times, drill_counts, relay_elapsed_ms) = {
         let world = parts.world.borrow();
@@ -158,7 +159,8 @@ fn closing_notes(
     });
 }
 
-/// Every oracle over what the run left (the commerce ones only after a complete setup).
+/// Every oracle over what the run left (the commerce ones only after a complete setup);
+/// the bounds `webhook-counts` judged.
 fn check(
     parts: &Parts<'_>,
     store: &SimStore,
@@ -167,7 +169,7 @@ fn check(
     seen: &[SeenPush],
     end_ms: u64,
     violations: &mut Vec<Violation>,
-) {
+) -> u64 {
     let plan = &parts.replay.plan;
     let history = store.ctl().history();
     let snapshot = store.snapshot().unwrap_or_default();
@@ -192,7 +194,7 @@ fn check(
     };
     oracles::check_all(&input, violations);
     if violations.iter().any(|v| v.oracle == "setup") {
-        return;
+        return 0;
     }
     // Every jump of the relay's clock before the final one (the plan's, the world's idle
     // stretches, the drills' window jumps): an order placed before one may have expired.
@@ -216,6 +218,15 @@ fn check(
         free_quota: free_channel_quota(),
     };
     oracles::check_market(&market, violations);
+    let exposition = parts.metrics.encode();
+    let webhooks = oracles::WebhookInput {
+        processor: &parts.payments.processor,
+        forger: &parts.payments.forger,
+        drills: &w.drill_webhooks,
+        exposition: &exposition,
+        snapshot: &snapshot,
+    };
+    oracles::webhook_counts(&webhooks, violations)
 }
 
 /// Messages that reached a recipient's app, distinct per (recipient, id).

@@ -267,6 +267,8 @@ pub struct RunStats {
     pub terms: u64,
     /// Commits and loads refused by the fence (failover topology).
     pub fenced: u64,
+    /// Bounds on the relay's webhook counters that the `webhook-counts` oracle judged.
+    pub webhook_bounds: u64,
 }
 
 /// Runs one seed (or the replay in `config`).
@@ -339,6 +341,9 @@ pub(super) struct Parts<'r> {
     clocks: Vec<SkewClock>,
     /// The commerce auditor's clock.
     auditor_clock: SkewClock,
+    /// What every start of every relay host counts for an operator (one registry over the
+    /// run, as one scraped series accumulates across restarts).
+    metrics: relay_server::metrics::Metrics,
 }
 
 impl<'r> Parts<'r> {
@@ -367,6 +372,7 @@ impl<'r> Parts<'r> {
             stores: (0..clients).map(|_| SharedStore::new()).collect(),
             clocks: (0..clients).map(|_| SkewClock::default()).collect(),
             auditor_clock: SkewClock::default(),
+            metrics: relay_server::metrics::Metrics::new(),
         }
     }
 

@@ -20,6 +20,7 @@ use crate::pushworld::PushWorld;
 use crate::seeds::{TAG_RELAY, TAG_RELAY_KEY, TAG_RELAY_START, derive_seed, derive_u64};
 use crate::store::SimStore;
 use crate::time::sleep_ms;
+use relay_server::metrics::Metrics;
 use relay_server::{CommitMode, PushDelivery, RelayServer};
 use seam::clock::OffsetClock;
 use seam::net::{ServeLimits, Turmoil};
@@ -136,6 +137,7 @@ struct RelayParts {
     production_push: bool,
     clock: OffsetClock,
     push: PushWorld,
+    metrics: Metrics,
 }
 
 impl RelayParts {
@@ -166,6 +168,7 @@ pub(super) fn add_relay_hosts(
         production_push: setup.production_push,
         clock: parts.relay_clock.clone(),
         push: parts.push.clone(),
+        metrics: parts.metrics.clone(),
     };
     let seed = parts.replay.seed;
     // Half the runs on the memory store without slow commits commit inline, on the core task,
@@ -221,7 +224,9 @@ fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, inline: bool
                     )
                 };
                 let delivery = relay.deliver_pushes.then_some(delivery);
-                let server = RelayServer::new(open).with_commit_mode(commit);
+                let server = RelayServer::new(open)
+                    .with_commit_mode(commit)
+                    .with_metrics(relay.metrics.clone());
                 serve_relay(server, relay.limits, &relay.clock, delivery).await;
             }
         }
@@ -279,7 +284,8 @@ fn add_campaigning_relay(
                 });
                 let leadership = SimLeadership::new(host, relay.store.clone(), make);
                 let server = RelayServer::campaigning(leadership)
-                    .with_commit_mode(commit_mode(&relay.store));
+                    .with_commit_mode(commit_mode(&relay.store))
+                    .with_metrics(relay.metrics.clone());
                 let delivery = relay.deliver_pushes.then_some(delivery);
                 serve_relay(server, relay.limits, &relay.clock, delivery).await;
             }

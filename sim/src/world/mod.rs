@@ -132,6 +132,9 @@ pub(crate) struct World {
     pub(crate) runner_requests: VecDeque<RunnerRequest>,
     /// What the drills did and found (see [`crate::drills`]).
     pub(crate) drills: DrillLog,
+    /// The statuses the drills' own signed payment webhooks were answered with, and how
+    /// often (the `webhook-counts` oracle adds them to the processors' deliveries).
+    pub(crate) drill_webhooks: BTreeMap<u16, u64>,
     /// The failover topology's lease (who is active).
     pub(crate) lease: Option<StoreCtl>,
 }
