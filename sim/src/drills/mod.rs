@@ -191,19 +191,20 @@ impl Drills<'_> {
         true
     }
 
-    /// Asks the runner to fail the store's next read of `table`, and waits until it is armed;
-    /// `false` (and nothing armed) once the traffic window is over.
+    /// Asks the runner to fail the store's next read of `table`; whether it was armed
+    /// (`false`: the traffic window is over, or failing reads of the plan are pending).
     pub(crate) async fn fail_reads(&self, table: relay_core::store::Table) -> bool {
         if self.healed() {
             return false;
         }
-        self.ctx
-            .world
-            .borrow_mut()
-            .runner_requests
-            .push_back(RunnerRequest::FailRead { table });
+        let before = {
+            let mut w = self.ctx.world.borrow_mut();
+            w.runner_requests
+                .push_back(RunnerRequest::FailRead { table });
+            w.drill_reads_armed
+        };
         wait_until(self.ctx, |w: &World| w.runner_requests.is_empty()).await;
-        true
+        self.ctx.world.borrow().drill_reads_armed > before
     }
 
     /// The relay's clock elapsed since simulated time `from`.

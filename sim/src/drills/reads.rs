@@ -13,8 +13,9 @@
 //! `STORAGE_UNAVAILABLE` naming it, never both and never neither. Sent again, the callee hears
 //! it and the caller gets no error.
 //!
-//! Judged by the oracle `reads`; a step that a fault disturbed (a power-off, a clock jump, an
-//! unanswered request, a refusal other than the store's) is not judged.
+//! Judged by the oracle `reads`; a step that a fault disturbed (a power-off, a clock jump, a
+//! store fault of the plan, failing reads of the plan still pending, an unanswered request, a
+//! rate limit) is not judged.
 
 use serde_json::json;
 use wire::http::paths;
@@ -39,6 +40,11 @@ pub(super) async fn unreadable(d: &mut Drills<'_>) -> Outcome {
     out
 }
 
+/// Store faults of the plan applied so far.
+fn store_faults(d: &Drills<'_>) -> u64 {
+    d.ctx.world.borrow().store_faults
+}
+
 /// `storage/estimate` across a failing read of the recipient's queue.
 async fn estimate(d: &mut Drills<'_>, out: &mut Outcome) {
     let mut sender = d.account(80).await;
@@ -50,6 +56,7 @@ async fn estimate(d: &mut Drills<'_>, out: &mut Outcome) {
         return out.skip();
     };
     let calm = Calm::now(d.ctx);
+    let faults = store_faults(d);
     let mut acked = 0u64;
     for k in 0..QUEUED {
         let id = format!("unreadable-{}-{k}", sender.raw.alias);
@@ -68,7 +75,7 @@ async fn estimate(d: &mut Drills<'_>, out: &mut Outcome) {
     }
     let first = get(&http, paths::STORAGE_ESTIMATE, &recipient.raw.token).await;
     let again = get(&http, paths::STORAGE_ESTIMATE, &recipient.raw.token).await;
-    if !calm.held(d.ctx, 0) {
+    if !calm.held(d.ctx, 0) || store_faults(d) != faults {
         return out.skip();
     }
     for (n, answer) in [first, again].into_iter().enumerate() {
@@ -111,6 +118,7 @@ async fn calls(d: &mut Drills<'_>, out: &mut Outcome) {
         return out.skip();
     };
     let calm = Calm::now(d.ctx);
+    let faults = store_faults(d);
     for n in 0..2u32 {
         // The first signal meets the failing read (unless other traffic met it first).
         if n == 0 && !d.fail_reads(Table::AccountIndex).await {
@@ -124,7 +132,7 @@ async fn calls(d: &mut Drills<'_>, out: &mut Outcome) {
         }
         from.listen(LISTEN_MS).await;
         to.listen(LISTEN_MS).await;
-        if from.ended || to.ended || !calm.held(d.ctx, 0) {
+        if from.ended || to.ended || !calm.held(d.ctx, 0) || store_faults(d) != faults {
             return out.skip();
         }
         let heard = to.calls - heard;

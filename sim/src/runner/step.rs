@@ -252,6 +252,17 @@ impl Sim<'_> {
             return;
         }
         let now = self.now();
+        if matches!(
+            action,
+            FaultAction::FailCommits { .. }
+                | FaultAction::FailReads { .. }
+                | FaultAction::StoreDown { .. }
+                | FaultAction::StallCommit { .. }
+                | FaultAction::CrashAfterCommit { .. }
+                | FaultAction::CrashMidBatch { .. }
+        ) {
+            self.world.borrow_mut().store_faults += 1;
+        }
         match action {
             FaultAction::MaxLatency { ms } => {
                 self.sim.set_max_message_latency(Duration::from_millis(*ms));
@@ -355,8 +366,15 @@ impl Sim<'_> {
                     self.jump_relay_clock(ms);
                 }
                 RunnerRequest::FailRead { table } => {
-                    self.note(format!("a drill fails the next read of {}", table.name()));
-                    self.store.fail_reads(1, Some(table));
+                    if self.store.fail_one_read_if_none_armed(table) {
+                        self.note(format!("a drill fails the next read of {}", table.name()));
+                        self.world.borrow_mut().drill_reads_armed += 1;
+                    } else {
+                        self.note(format!(
+                            "a drill's failing read of {} not armed: the plan's are pending",
+                            table.name()
+                        ));
+                    }
                 }
             }
         }

@@ -146,6 +146,18 @@ impl StoreCtl {
         c.fail_reads_of = table;
     }
 
+    /// The next keyed read of `table` fails, unless failing reads are armed already (a fault
+    /// of the plan not yet met): `false` then, and nothing changed.
+    pub fn fail_one_read_if_none_armed(&self, table: Table) -> bool {
+        let mut c = self.lock();
+        if c.fail_reads > 0 {
+            return false;
+        }
+        c.fail_reads = 1;
+        c.fail_reads_of = Some(table);
+        true
+    }
+
     /// Every commit and load fails until simulated `until_ms`.
     pub fn down_until(&self, until_ms: u64) {
         let mut c = self.lock();

@@ -135,6 +135,11 @@ pub(crate) struct World {
     /// The statuses the drills' own signed payment webhooks were answered with, and how
     /// often (the `webhook-counts` oracle adds them to the processors' deliveries).
     pub(crate) drill_webhooks: BTreeMap<u16, u64>,
+    /// Failing store reads armed at the drills' request (see [`RunnerRequest::FailRead`]).
+    pub(crate) drill_reads_armed: u64,
+    /// Store faults of the plan applied so far (failed or stalled commits and reads, the
+    /// store down, crashes around a commit).
+    pub(crate) store_faults: u64,
     /// The failover topology's lease (who is active).
     pub(crate) lease: Option<StoreCtl>,
 }
@@ -167,7 +172,8 @@ pub(crate) enum RunnerRequest {
         /// Milliseconds.
         ms: u64,
     },
-    /// The store's next read of `table` fails (a drill asks a question across a failed read).
+    /// The store's next read of `table` fails (a drill asks a question across a failed read),
+    /// unless failing reads of the plan are pending (then nothing is armed).
     FailRead {
         /// The table.
         table: relay_core::store::Table,
