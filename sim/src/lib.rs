@@ -33,7 +33,7 @@
 //! | `world` | the state the hosts share (`World`, `HostCtx`), the commerce ledger, what the drills did | `bounds`, `class`, `faults`, `pushworld`, `scenario`, `store`, `time`, `trace`, `violation` |
 //! | `market` | the scripted purchases, listings, buys, payments, binds and the commerce audit | `scenario`, `time`, `world` |
 //! | `hostile` | raw clients: floods, dishonest requests, slow consumers, storms | `bounds`, `faults`, `time`, `violation`, `world` |
-//! | [`drills`] | the drill host: raw clients that fill every limit, outlive expiries, build heavy state across restarts, call routes as strangers | `bounds`, `class`, `hostile`, `scenario`, `seeds`, `time`, `violation`, `world` |
+//! | [`drills`] | the drill host: raw clients that fill every limit, outlive expiries, build heavy state across restarts, call routes as strangers, meet failing store reads | `bounds`, `class`, `hostile`, `scenario`, `seeds`, `time`, `violation`, `world` |
 //! | `apps` | the client apps: setup, traffic, probes, second devices, the auditor's app | `bounds`, `market`, `pushworld`, `scenario`, `seeds`, `time`, `trace`, `world` |
 //! | [`oracles`] | the invariants checked at the end, one module per family; [`oracles::observed`], the client-visible history | `bounds`, `class`, `faults`, `pushworld`, `scenario`, `store`, `trace`, `violation`, `world` |
 //! | `runner` | one run: [`RunConfig`], [`run`], the hosts, the step loop, the log scan | everything above |

@@ -13,6 +13,7 @@
 //! | `heavy-author` | heavy | hundreds of messages of one author, the relay power-cycled, then old ids re-sent, an old message retracted by its author and by the other member | `dedup`: a re-sent id gets its first seq and no second delivery; `authz`: only the author retracts |
 //! | `many-queues` | heavy | eight accounts, every pair befriended, each queueing messages for every other while all are away (56 queues); the relay power-cycled; half come back, the rest after the relay's clock passed the TTL | `dedup`: each of the first half gets its messages once, with their seqs; `expiry`: the rest get none of them (and the store oracle, none is left stored) |
 //! | `unreadable` | heavy | `storage/estimate` and a call signal, each over one failing read of the store (the queue, the callee's account), then again | `reads`: 503 / an error frame `STORAGE_UNAVAILABLE` or the right answer, never both; asked again, the right answer (the estimate counts exactly what was acknowledged) |
+//! | `push-off` | heavy | an account registers an FCM token, turns push off, the relay is power-cycled, then a friend messages it (never connected) | `push-off`: no push reaches the token |
 //! | `credentials` | heavy | an auth challenge and a WebSocket ticket issued before a power cycle and first used after it; then used again | `credentials`: accepted once after the restart; `authz`: refused the second time |
 //! | `lifetimes` | all | a WebSocket ticket and an auth challenge each presented just inside its lifetime and another just past it (30 s, 2 min, on the relay's clock) | `credentials`: taken inside, refused past |
 //! | `budgets` | limits | each request budget (lookups, friend requests, every other authenticated route, public routes) used up, then the relay's clock moved by one token's refill | `limit-exact`: exactly the burst, then 429 `RATE_LIMITED`, then exactly one more |
@@ -23,19 +24,20 @@
 //! | `spent-full` | limits | WebSocket tickets redeemed until the spent-credential set is full, then the clock moved past their lifetime | `limit-exact`: 429 once full, never more remembered than the bound (the store's rows), upgrades again once they expired |
 //!
 //! A drill's step that a fault disturbed (the relay powered off or replaced, its clock moved
-//! by a fault, a request unanswered or answered 5xx) is not judged; every drill counts what it
+//! by a fault, a store fault of the plan or a failed store read, a request unanswered or answered 5xx) is not judged; every drill counts what it
 //! judged (the world's `DrillLog`), and a drill that judged nothing on a run without relay faults is a
 //! `drills` violation: it did not happen.
 //!
 //! Modules: `peer` (accounts, sockets and messages by hand), `routes` (`tokenless`,
 //! `lookups`), `values`, `days` (`tokens`, `ages`), `heavy` (`heavy-author`, `credentials`,
-//! `many-queues`), `reads` (`unreadable`), `limits`
+//! `many-queues`), `reads` (`unreadable`), `push_off`, `limits`
 //! (`budgets`, `message-rate`, `queues`), `windows` (`windows`, `spent-full`), `push_policy`.
 
 mod days;
 mod heavy;
 mod limits;
 mod peer;
+mod push_off;
 mod push_policy;
 mod reads;
 mod routes;
@@ -99,6 +101,8 @@ pub(crate) struct Calm {
     power_offs: usize,
     jumps: usize,
     relay: String,
+    store_faults: u64,
+    failed_reads: u64,
 }
 
 impl Calm {
@@ -109,6 +113,8 @@ impl Calm {
             power_offs: w.relay_off_ms.len(),
             jumps: w.relay_jumps.len(),
             relay: w.active_relay(),
+            store_faults: w.store_faults,
+            failed_reads: w.store_failed_reads,
         }
     }
 
@@ -123,12 +129,21 @@ impl Calm {
         Self::now(ctx).jumps == self.jumps + own_jumps
     }
 
-    /// Whether nothing happened to the relay since `self` (no power-off, takeover or clock
-    /// jump) but the clock jumps the drill itself asked for (`own_jumps`).
+    /// Whether nothing happened to the relay since `self` (no power-off, takeover, store
+    /// fault of the plan, failed store read or clock jump) but the clock jumps the drill itself asked for
+    /// (`own_jumps`).
     pub(crate) fn held(&self, ctx: &HostCtx, own_jumps: usize) -> bool {
+        self.held_but_reads(ctx, own_jumps, 0)
+    }
+
+    /// [`held`](Self::held), but for at most `own_reads` failed store reads (those the drill
+    /// itself asked for).
+    pub(crate) fn held_but_reads(&self, ctx: &HostCtx, own_jumps: usize, own_reads: u64) -> bool {
         let now = Self::now(ctx);
         now.power_offs == self.power_offs
             && now.relay == self.relay
+            && now.store_faults == self.store_faults
+            && now.failed_reads <= self.failed_reads + own_reads
             && now.jumps == self.jumps + own_jumps
     }
 }
@@ -263,6 +278,7 @@ async fn run_one(d: &mut Drills<'_>, drill: Drill) {
         Drill::Lifetimes => heavy::lifetimes(d).await,
         Drill::Values => values::values(d).await,
         Drill::Unreadable => reads::unreadable(d).await,
+        Drill::PushOff => push_off::push_off(d).await,
     };
     note(
         ctx,

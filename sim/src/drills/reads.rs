@@ -40,11 +40,6 @@ pub(super) async fn unreadable(d: &mut Drills<'_>) -> Outcome {
     out
 }
 
-/// Store faults of the plan applied so far.
-fn store_faults(d: &Drills<'_>) -> u64 {
-    d.ctx.world.borrow().store_faults
-}
-
 /// `storage/estimate` across a failing read of the recipient's queue.
 async fn estimate(d: &mut Drills<'_>, out: &mut Outcome) {
     let mut sender = d.account(80).await;
@@ -56,7 +51,6 @@ async fn estimate(d: &mut Drills<'_>, out: &mut Outcome) {
         return out.skip();
     };
     let calm = Calm::now(d.ctx);
-    let faults = store_faults(d);
     let mut acked = 0u64;
     for k in 0..QUEUED {
         let id = format!("unreadable-{}-{k}", sender.raw.alias);
@@ -75,7 +69,7 @@ async fn estimate(d: &mut Drills<'_>, out: &mut Outcome) {
     }
     let first = get(&http, paths::STORAGE_ESTIMATE, &recipient.raw.token).await;
     let again = get(&http, paths::STORAGE_ESTIMATE, &recipient.raw.token).await;
-    if !calm.held(d.ctx, 0) || store_faults(d) != faults {
+    if !calm.held_but_reads(d.ctx, 0, 1) {
         return out.skip();
     }
     for (n, answer) in [first, again].into_iter().enumerate() {
@@ -118,7 +112,6 @@ async fn calls(d: &mut Drills<'_>, out: &mut Outcome) {
         return out.skip();
     };
     let calm = Calm::now(d.ctx);
-    let faults = store_faults(d);
     for n in 0..2u32 {
         // The first signal meets the failing read (unless other traffic met it first).
         if n == 0 && !d.fail_reads(Table::AccountIndex).await {
@@ -132,7 +125,7 @@ async fn calls(d: &mut Drills<'_>, out: &mut Outcome) {
         }
         from.listen(LISTEN_MS).await;
         to.listen(LISTEN_MS).await;
-        if from.ended || to.ended || !calm.held(d.ctx, 0) || store_faults(d) != faults {
+        if from.ended || to.ended || !calm.held_but_reads(d.ctx, 0, 1) {
             return out.skip();
         }
         let heard = to.calls - heard;

@@ -13,6 +13,7 @@
 //! | `GET calls/ice-config` | `mode=` neither `relay` nor absent | 400 `INVALID_FIELD` |
 //! | `GET calls/ice-config` | `mode=relay` on a relay with no TURN server | 503 `TURN_UNAVAILABLE` |
 //! | `POST friends/request` | to the caller's own alias | 400 `BAD_REQUEST` |
+//! | `POST friends/request` | to an accepted friend, from either side | 409 `ALREADY_EXISTS`, and the friendship still accepted in the same conversation |
 //! | `POST vanity/purchase` | an alias the catalogue does not sell | 404 `ALIAS_NOT_FOUND` |
 //! | `POST media/…/chunk` | no `partNumber`; an empty part | 400 `INVALID_FIELD` |
 //! | `POST media/…/complete` | no parts; then the right list (200); then another list | 400 `INVALID_FIELD`, 200, 409 `INVALID_STATE` |
@@ -476,12 +477,53 @@ async fn webhook(ctx: &HostCtx, out: &mut Outcome) {
     }
 }
 
+/// A friend request between accepted friends `a` and `b` (conversation `conv`), from each
+/// side: 409 `ALREADY_EXISTS`, and both still list the other as accepted in `conv`.
+async fn again_to_a_friend(a: &RawAccount, b: &RawAccount, conv: &str, out: &mut Outcome) {
+    let http = http();
+    for (from, to) in [(a, b), (b, a)] {
+        let body = json!({ "to_alias_id": to.alias });
+        let answer = post(&http, paths::FRIEND_REQUEST, Some(&from.token), &body).await;
+        judge(
+            out,
+            "a friend request to an accepted friend",
+            answer.as_ref(),
+            409,
+            "ALREADY_EXISTS",
+        );
+    }
+    for (me, other) in [(a, b), (b, a)] {
+        let Some((200, friends)) = get(&http, paths::FRIENDS, &me.token).await else {
+            out.skip();
+            continue;
+        };
+        let row = friends.as_array().and_then(|list| {
+            list.iter()
+                .find(|f| field(f, "alias_id").as_deref() == Some(other.alias.as_str()))
+        });
+        let (status, kept) = (
+            row.and_then(|f| field(f, "status")),
+            row.and_then(|f| field(f, "conversation_id")),
+        );
+        out.expect(
+            status.as_deref() == Some("accepted") && kept.as_deref() == Some(conv),
+            ORACLE,
+            || {
+                format!(
+                    "after friend requests between accepted friends, the friend list shows {status:?} in conversation {kept:?} (was accepted in {conv})"
+                )
+            },
+        );
+    }
+}
+
 /// A message id used again in another conversation, and a payload that is not base64.
 async fn messages(a: &RawAccount, b: &RawAccount, c: &RawAccount, out: &mut Outcome) {
     let (Some(ab), Some(ac)) = (befriend(a, b).await, befriend(a, c).await) else {
         out.skip();
         return;
     };
+    again_to_a_friend(a, b, &ab, out).await;
     let Ok(mut socket) = Socket::open(a, true).await else {
         out.skip();
         return;

@@ -12,7 +12,7 @@
 //! | `market` | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model`, `order-records`, `bind-state` |
 //! | [`wire`] | `duplicate-delivery`, `seq-reused` (simulator and Jepsen mode), `ack-lost` (Jepsen mode): over the frames each socket received, before the client's dedup |
 //! | `operator` | `webhook-counts` (the relay's metrics against the webhooks the run sent) |
-//! | `expiry` | `expiry`, `spent-bound`, `queue-bounds`, `drills`, and what the drill host found (`lookup`, `tokenless`, `dedup`, `retract`, `credentials`, `limit-exact`, `push-policy`; see [`crate::drills`]) |
+//! | `expiry` | `expiry`, `spent-bound`, `queue-bounds`, `drills`, and what the drill host found (`lookup`, `tokenless`, `values`, `reads`, `push-off`, `dedup`, `retract`, `credentials`, `limit-exact`, `push-policy`; see [`crate::drills`]) |
 //!
 //! and `setup`, `host-error`, `panic` from the runner and the sweep. [`observed`] is the
 //! history type the client-visible oracles read: the simulator builds it here from its trace
@@ -56,7 +56,7 @@ pub(crate) use self::storage::logs_free_of_canaries;
 pub use crate::violation::Violation;
 
 /// Every oracle name (for summaries).
-pub const ORACLES: [&str; 54] = [
+pub const ORACLES: [&str; 55] = [
     "duplicate-delivery",
     "seq-reused",
     "delivered-exactly-once",
@@ -103,6 +103,7 @@ pub const ORACLES: [&str; 54] = [
     "values",
     "reads",
     "webhook-counts",
+    "push-off",
     "dedup",
     "retract",
     "credentials",

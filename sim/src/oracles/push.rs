@@ -314,7 +314,13 @@ pub(super) fn push(input: &Input<'_>, h: &Observed<'_>, out: &mut Vec<Violation>
     secrets.extend(input.convs.values().cloned());
     secrets.extend(input.scenario.canaries());
     let facts = PushFacts {
-        pushes: input.pushes.to_vec(),
+        // The drills' own targets are theirs to judge (`push-off`).
+        pushes: input
+            .pushes
+            .iter()
+            .filter(|p| !input.world.drill_push_targets.contains(&p.target))
+            .cloned()
+            .collect(),
         targets: input.world.push_targets.clone(),
         offline: input.world.offline.clone(),
         acked_for,

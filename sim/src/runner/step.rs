@@ -420,6 +420,7 @@ impl Sim<'_> {
     /// Runs what the runner scheduled for now or earlier, and power-offs the store asked for.
     fn housekeeping(&mut self) {
         self.answer_requests();
+        self.world.borrow_mut().store_failed_reads = self.store.failed_reads();
         let now = self.now();
         // A stall lasts from its fault until the stalled commit is applied, which may start
         // later than the fault (the next commit) and ends `ms` after it started.

@@ -146,6 +146,11 @@ impl StoreCtl {
         c.fail_reads_of = table;
     }
 
+    /// Keyed reads failed so far (injected failures and reads while the store was down).
+    pub fn failed_reads(&self) -> u64 {
+        self.lock().history.counts.failed_reads
+    }
+
     /// The next keyed read of `table` fails, unless failing reads are armed already (a fault
     /// of the plan not yet met): `false` then, and nothing changed.
     pub fn fail_one_read_if_none_armed(&self, table: Table) -> bool {

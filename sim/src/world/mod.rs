@@ -137,9 +137,13 @@ pub(crate) struct World {
     pub(crate) drill_webhooks: BTreeMap<u16, u64>,
     /// Failing store reads armed at the drills' request (see [`RunnerRequest::FailRead`]).
     pub(crate) drill_reads_armed: u64,
+    /// Push targets the drills registered (the `push` oracle leaves them to the drills).
+    pub(crate) drill_push_targets: BTreeSet<String>,
     /// Store faults of the plan applied so far (failed or stalled commits and reads, the
     /// store down, crashes around a commit).
     pub(crate) store_faults: u64,
+    /// Keyed store reads failed so far (the plan's faults and the drills').
+    pub(crate) store_failed_reads: u64,
     /// The failover topology's lease (who is active).
     pub(crate) lease: Option<StoreCtl>,
 }
