@@ -44,7 +44,7 @@ const RESENT: [u64; 6] = [0, 1, 7, MESSAGES / 2, MESSAGES / 2 + 1, MESSAGES - 1]
 const RETRACTED_BY_AUTHOR: u64 = 3;
 const RETRACTED_BY_OTHER: u64 = 5;
 /// How long the relay stays off.
-const DOWN_MS: u64 = 1_500;
+pub(super) const DOWN_MS: u64 = 1_500;
 
 /// A heavy author across a power cycle (see the module doc).
 pub(super) async fn heavy_author(d: &mut Drills<'_>) -> Outcome {

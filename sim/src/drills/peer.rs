@@ -107,18 +107,26 @@ pub(crate) async fn relay_answers(ms: u64) -> bool {
     }
 }
 
+/// The row of `alias` in a friend list (`GET friends`), in `status` when given.
+pub(crate) fn friend_row<'v>(
+    friends: &'v Value,
+    alias: &str,
+    status: Option<&str>,
+) -> Option<&'v Value> {
+    friends.as_array()?.iter().find(|f| {
+        field(f, "alias_id").as_deref() == Some(alias)
+            && status.is_none_or(|s| field(f, "status").as_deref() == Some(s))
+    })
+}
+
 /// Makes `a` and `b` friends (`a` asks, `b` accepts); their conversation id, `None` when the
 /// relay did not get that far.
 pub(crate) async fn befriend(a: &RawAccount, b: &RawAccount) -> Option<String> {
     let http = http();
     let find = |friends: &Value, alias: &str, status: &str| -> Option<(String, Option<String>)> {
-        friends.as_array()?.iter().find_map(|f| {
-            let ours = field(f, "alias_id").as_deref() == Some(alias)
-                && field(f, "status").as_deref() == Some(status);
-            let id = f.get("friendship_id").map(ToString::to_string);
-            id.filter(|_| ours)
-                .map(|id| (id, field(f, "conversation_id")))
-        })
+        let f = friend_row(friends, alias, Some(status))?;
+        let id = f.get("friendship_id").map(ToString::to_string)?;
+        Some((id, field(f, "conversation_id")))
     };
     let (_, friends) = get(&http, paths::FRIENDS, &b.token).await?;
     if let Some((_, Some(conv))) = find(&friends, &a.alias, "accepted") {

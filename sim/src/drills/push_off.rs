@@ -10,6 +10,7 @@
 use serde_json::json;
 use wire::http::paths;
 
+use super::heavy::DOWN_MS;
 use super::peer::{Answer, befriend, payload};
 use super::{Calm, Drills, Outcome};
 use crate::hostile::http::{http, post};
@@ -18,8 +19,6 @@ use crate::violation::Violation;
 
 /// The oracle.
 const ORACLE: &str = "push-off";
-/// How long the relay stays off.
-const DOWN_MS: u64 = 1_500;
 /// Messages the friend sends after the restart.
 const MESSAGES: u32 = 3;
 /// How long the drill waits for a push that must not come (the push worker's delays are

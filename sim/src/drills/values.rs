@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 use wire::http::paths;
 use wire::limits::MAX_CHANNEL_POST_BYTES;
 
-use super::peer::{Answer, Socket, befriend, payload};
+use super::peer::{Answer, Socket, befriend, friend_row, payload};
 use super::{Calm, Drills, Outcome};
 use crate::hostile::http::{RawAccount, field, get, http, json_exchange, post};
 use crate::violation::Violation;
@@ -497,10 +497,7 @@ async fn again_to_a_friend(a: &RawAccount, b: &RawAccount, conv: &str, out: &mut
             out.skip();
             continue;
         };
-        let row = friends.as_array().and_then(|list| {
-            list.iter()
-                .find(|f| field(f, "alias_id").as_deref() == Some(other.alias.as_str()))
-        });
+        let row = friend_row(&friends, &other.alias, None);
         let (status, kept) = (
             row.and_then(|f| field(f, "status")),
             row.and_then(|f| field(f, "conversation_id")),

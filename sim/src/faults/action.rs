@@ -254,6 +254,20 @@ impl fmt::Display for FaultAction {
 }
 
 impl FaultAction {
+    /// Whether the action is a fault of the relay's store (failed or stalled commits and
+    /// reads, the store down, crashes around a commit).
+    pub fn is_store_fault(&self) -> bool {
+        matches!(
+            self,
+            Self::FailCommits { .. }
+                | Self::FailReads { .. }
+                | Self::StoreDown { .. }
+                | Self::StallCommit { .. }
+                | Self::CrashAfterCommit { .. }
+                | Self::CrashMidBatch { .. }
+        )
+    }
+
     /// Every host name the action refers to (for shrinking away a host).
     pub fn hosts(&self) -> Vec<&str> {
         match self {

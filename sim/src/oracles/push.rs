@@ -351,15 +351,9 @@ fn trouble_ms(input: &Input<'_>) -> Vec<u64> {
             matches!(
                 &e.action,
                 FaultAction::Crash { host } if host == RELAY
-            ) || matches!(
-                e.action,
-                FaultAction::FailCommits { .. }
-                    | FaultAction::StoreDown { .. }
-                    | FaultAction::CrashAfterCommit { .. }
-                    | FaultAction::CrashMidBatch { .. }
-                    | FaultAction::StallCommit { .. }
-                    | FaultAction::MaxLatency { .. }
-            ) || e.action.hosts().contains(&PUSH)
+            ) || (e.action.is_store_fault() && !matches!(e.action, FaultAction::FailReads { .. }))
+                || matches!(e.action, FaultAction::MaxLatency { .. })
+                || e.action.hosts().contains(&PUSH)
         })
         .map(|e| start + e.at_ms)
         .collect();

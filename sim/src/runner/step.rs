@@ -252,15 +252,7 @@ impl Sim<'_> {
             return;
         }
         let now = self.now();
-        if matches!(
-            action,
-            FaultAction::FailCommits { .. }
-                | FaultAction::FailReads { .. }
-                | FaultAction::StoreDown { .. }
-                | FaultAction::StallCommit { .. }
-                | FaultAction::CrashAfterCommit { .. }
-                | FaultAction::CrashMidBatch { .. }
-        ) {
+        if action.is_store_fault() {
             self.world.borrow_mut().store_faults += 1;
         }
         match action {
