@@ -135,14 +135,7 @@ impl Ephemeral {
 }
 
 fn token_error(e: TokenError) -> ApiError {
-    let code = match e {
-        TokenError::Missing => ErrorCode::AUTH_REQUIRED,
-        TokenError::Malformed => ErrorCode::TOKEN_INVALID,
-        TokenError::BadSignature => ErrorCode::TOKEN_SIGNATURE_INVALID,
-        TokenError::Expired => ErrorCode::TOKEN_EXPIRED,
-        TokenError::Revoked => ErrorCode::TOKEN_REVOKED,
-    };
-    ApiError::with_status(401, code, e.to_string())
+    ApiError::with_status(401, e.code(), e.to_string())
 }
 
 impl Relay {

@@ -7,6 +7,7 @@
 use ed25519_dalek::SigningKey;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, errors::ErrorKind};
 use serde::{Deserialize, Serialize};
+use wire::ErrorCode;
 
 /// Claims of a relay JWT.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,14 +43,14 @@ pub enum TokenError {
 }
 
 impl TokenError {
-    /// The stable error code.
-    pub fn code(self) -> &'static str {
+    /// The error code of the 401 that answers it (`error` of the body, PROTOCOL.md).
+    pub fn code(self) -> ErrorCode {
         match self {
-            Self::Missing => "TOKEN_MISSING",
-            Self::Malformed => "TOKEN_MALFORMED",
-            Self::BadSignature => "TOKEN_INVALID_SIGNATURE",
-            Self::Expired => "TOKEN_EXPIRED",
-            Self::Revoked => "TOKEN_REVOKED",
+            Self::Missing => ErrorCode::AUTH_REQUIRED, // probe: refused by the caller
+            Self::Malformed => ErrorCode::TOKEN_INVALID, // probe: refused by the caller
+            Self::BadSignature => ErrorCode::TOKEN_SIGNATURE_INVALID, // probe: refused by the caller
+            Self::Expired => ErrorCode::TOKEN_EXPIRED, // probe: refused by the caller
+            Self::Revoked => ErrorCode::TOKEN_REVOKED, // probe: refused by the caller
         }
     }
 }
