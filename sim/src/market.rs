@@ -327,6 +327,17 @@ pub(crate) async fn buy_alias(ctx: &HostCtx, client: &Client<Turmoil>, alias: &s
             {
                 sleep_ms(TAKEN_RETRY_MS).await;
             }
+            // Every alias of the pool comes from the relay's catalogue.
+            Err(ClientError::Status(status, body)) if body.contains("ALIAS_NOT_FOUND") => {
+                ctx.world
+                    .borrow_mut()
+                    .findings
+                    .push(crate::violation::Violation::new(
+                        "order-records",
+                        format!("a purchase of {alias}, an alias of the relay's catalogue, was answered {status} ALIAS_NOT_FOUND"),
+                    ));
+                return;
+            }
             Err(e) => {
                 note(ctx, format!("c{} purchase {alias} refused: {e}", ctx.me));
                 return;

@@ -13,9 +13,8 @@ use relay_core::limits::{Budget, MINUTE_MS, queued_message_bytes};
 use serde_json::json;
 use wire::http::paths;
 
-use super::peer::{Answer, DrillAccount, Socket, befriend, payload};
+use super::peer::{Answer, DrillAccount, Socket, befriend, payload, status_and_retry_after};
 use super::{Calm, Drills, Outcome};
-use crate::hostile::http::http;
 use crate::time::sim_ms;
 use crate::violation::Violation;
 use seam::net::HttpRequest;
@@ -65,13 +64,7 @@ impl Kind {
             Self::Account => HttpRequest::get(paths::STORAGE_ESTIMATE).bearer(token),
             Self::Public => HttpRequest::get(format!("{}?q=zz", paths::VANITY_SEARCH)),
         };
-        let r = http().send(req).await.ok()?;
-        let retry_after = r
-            .headers
-            .get(http::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse().ok());
-        Some((r.status.as_u16(), retry_after))
+        status_and_retry_after(req).await
     }
 }
 

@@ -24,6 +24,20 @@ const UPGRADE_MS: u64 = 5_000;
 /// Pause between a drill's attempts to register or reach the relay.
 const RETRY_MS: u64 = 500;
 
+/// `req`'s status and `Retry-After` (whole seconds, when the header is there and a number);
+/// `None` without an answer.
+pub(crate) async fn status_and_retry_after(
+    req: seam::net::HttpRequest,
+) -> Option<(u16, Option<u64>)> {
+    let r = http().send(req).await.ok()?;
+    let retry_after = r
+        .headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok());
+    Some((r.status.as_u16(), retry_after))
+}
+
 /// A drill account: its raw account and its keys.
 #[derive(Debug, Clone)]
 pub(crate) struct DrillAccount {

@@ -8,11 +8,12 @@ use serde_json::json;
 use wire::http::paths;
 
 use super::limits::EXACT;
-use super::peer::{DrillAccount, Socket, befriend};
+use super::peer::{DrillAccount, Socket, befriend, status_and_retry_after};
 use super::{Calm, Drills, Outcome};
 use crate::hostile::http::{field, http, post};
 use crate::time::sim_ms;
 use crate::violation::Violation;
+use seam::net::HttpRequest;
 
 /// The fixed windows of the relay's constants (`relay_core::limits`): media upload inits per
 /// account per minute and unfinished uploads per account, auth challenges per account per
@@ -75,36 +76,49 @@ pub(super) async fn windows(d: &mut Drills<'_>) -> Outcome {
             out.skip();
         }
     }
-    // Auth challenges: used up, then a new window allows the whole allowance again.
+    // Auth challenges: used up, then a new window allows the whole allowance again. The
+    // 429's Retry-After says when: the drill moves the relay's clock by exactly that.
     let a = d.account(131).await;
     let challenge = async || {
-        post(
-            &http(),
-            paths::AUTH_CHALLENGE,
-            None,
-            &json!({ "user_uuid": a.raw.uuid }),
-        )
-        .await
-        .map(|(s, _)| s)
+        let req = HttpRequest::post(paths::AUTH_CHALLENGE)
+            .json(&json!({ "user_uuid": a.raw.uuid }))
+            .ok()?;
+        status_and_retry_after(req).await
     };
     let allowance = AUTH_CHALLENGES_PER_MIN_PER_USER;
-    let mut used_up = false;
+    let mut retry_after = None;
     for _ in 0..=allowance {
         match challenge().await {
-            Some(429) => {
-                used_up = true;
+            Some((429, retry)) => {
+                retry_after = Some(retry);
                 break;
             }
-            Some(s) if s < 500 => {}
+            Some((s, _)) if s < 500 => {}
             _ => break,
         }
     }
+    // A window of a minute frees within a minute.
+    let wait_s = match retry_after {
+        Some(Some(s)) if (1..=MINUTE_MS / 1_000).contains(&s) => Some(s),
+        Some(retry) => {
+            out.check(Some(Violation::new(
+                EXACT,
+                format!(
+                    "auth challenges: a 429 with Retry-After {retry:?} (the window is a minute)"
+                ),
+            )));
+            None
+        }
+        None => None,
+    };
     let calm = Calm::now(d.ctx);
-    if used_up && d.jump(MINUTE_MS + 100).await {
+    if let Some(wait_s) = wait_s
+        && d.jump(wait_s * 1_000).await
+    {
         let mut through = 0;
         let mut last = None;
         for _ in 0..=allowance {
-            last = challenge().await;
+            last = challenge().await.map(|(s, _)| s);
             match last {
                 Some(s) if (200..300).contains(&s) => through += 1,
                 _ => break,
@@ -116,7 +130,7 @@ pub(super) async fn windows(d: &mut Drills<'_>) -> Outcome {
             out.skip();
         } else {
             out.expect(through == allowance && last == Some(429), EXACT, || {
-                format!("auth challenges of one account in a new minute: {through} through, then {last:?} (the limit: {allowance} a minute, then 429)")
+                format!("auth challenges of one account after the 429's Retry-After ({wait_s} s): {through} through, then {last:?} (the limit: {allowance} a minute, then 429)")
             });
         }
     } else {

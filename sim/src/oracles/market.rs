@@ -5,10 +5,10 @@
 //! | `payment-applied-once` | paid orders confirmed (or late and refund-flagged) and their `payment_confirmed` seen at least once by the buyer and at most once by its primary device; nothing confirmed without a genuine payment; forged webhooks refused; no genuine copy given up |
 //! | `alias-unique` | one owner per alias; a bound or retired alias is not for sale; no alias sold twice |
 //! | `channel-single-owner` | one owner per channel, the creator or the buyer of its one confirmed trade |
-//! | `holds-released` | every order expired after the final clock jump, and what it held is for sale again |
+//! | `holds-released` | every order expired after the final clock jump, and what it held is for sale again; so is every alias of the scenario's pool that no order took, whether or not a buyer ever got an order for it |
 //! | `quota` | channels created within the free quota plus the seats bought; the relay counts the seats confirmed |
 //! | `commerce-model` | refund flags only on orders a genuine payment reached, never on confirmed ones but those paid in full twice |
-//! | `order-records` | what the store records of each order against what the run did: the price quoted, the amount paid (every genuine payment the relay answered, at the largest cumulative amount it answered, summed), a refund due when it was paid in full twice, the hold (15 min for an alias, 30 for a trade or seat), bound only if its buyer bound it, and only once confirmed |
+//! | `order-records` | what the store records of each order against what the run did: the price quoted, the amount paid (every genuine payment the relay answered, at the largest cumulative amount it answered, summed), a refund due when it was paid in full twice, the hold (15 min for an alias, 30 for a trade or seat), bound only if its buyer bound it, and only once confirmed; a purchase of an alias of the catalogue is never answered `ALIAS_NOT_FOUND` |
 //! | `bind-state` | a bind of an order the relay calls expired is refused (409); a bind repeated by the owner whose alias it still is, answered 200 |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,6 +39,8 @@ pub(crate) struct MarketInput<'a> {
     pub(crate) world: &'a crate::world::World,
     /// Dishonest clients were at work (they place and hold orders of their own).
     pub(crate) dishonest: bool,
+    /// The catalogue aliases the scenario's buyers compete for.
+    pub(crate) alias_pool: &'a [String],
     pub(crate) free_quota: u32,
 }
 
@@ -648,7 +650,7 @@ fn channels_owned(input: &MarketInput<'_>, state: &StateOf<'_>, out: &mut Vec<Vi
 }
 
 /// `holds-released`: after the final clock jump no order placed before it is pending, and
-/// what every expired order held is for sale again.
+/// every alias of the pool or of an expired order that no confirmed order took is for sale.
 fn holds_released(
     input: &MarketInput<'_>,
     rows: &Rows,
@@ -658,7 +660,9 @@ fn holds_released(
     let fresh_holds = pending_after_jump(input, rows, out);
     let w = input.ledger;
     let late = &w.audit.late_at_final_jump;
-    let mut pool: BTreeSet<&str> = BTreeSet::new();
+    // Every alias of the pool, whether or not a buyer learned of an order for it: an alias
+    // nobody could buy must be for sale at the end as much as one whose orders expired.
+    let mut pool: BTreeSet<&str> = input.alias_pool.iter().map(String::as_str).collect();
     for o in &w.orders {
         if o.kind == OrderKind::Vanity {
             pool.insert(o.target.as_str());
@@ -668,6 +672,9 @@ fn holds_released(
         let taken = w.orders.iter().any(|o| {
             o.target == alias
                 && (state(&o.order_id) == Some(OrderState::Confirmed) || late.contains(&o.order_id))
+        }) || rows.orders.values().any(|row| {
+            field(Some(row), "target").and_then(|t| t.as_str()) == Some(alias)
+                && field(Some(row), "state").and_then(|s| s.as_str()) == Some("confirmed")
         });
         if !taken && !fresh_holds.contains(alias) && w.audit.searchable.get(alias) != Some(&true) {
             out.push(Violation::new(

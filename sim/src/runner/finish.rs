@@ -215,6 +215,7 @@ fn check(
         confirmed_ms: &history.confirmed_ms,
         world: &w,
         dishonest: plan.kinds.contains(&crate::faults::FaultKind::Dishonest),
+        alias_pool: &parts.scenario.alias_pool,
         free_quota: free_channel_quota(),
     };
     oracles::check_market(&market, violations);
