@@ -12,7 +12,8 @@
 //!   println!("{}", report::summary(&reports, &base_url));
 //! ```
 //!
-//! - [`model`]: [`Case`](model::Case), levels, hooks, failures.
+//! - [`model`]: [`Case`](model::Case) and the profiles' levels; [`verdict`]: levels,
+//!   profiles, hooks and failures, the words the cases and their context share.
 //! - [`ctx`]: what a case works with (HTTP, WebSocket, accounts, contacts, hooks).
 //! - [`cases`]: the registry, one module per area.
 //! - [`runner`]: selection, bounded parallel execution, timeouts, expected failures.
@@ -34,3 +35,4 @@ pub mod report;
 pub mod runner;
 pub mod transcript;
 pub mod transport;
+pub mod verdict;

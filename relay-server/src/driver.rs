@@ -34,7 +34,7 @@ use wire::{ClientFrame, FrameError, ServerFrame, UnixMs, UserUuid, frames::Goawa
 use super::committer::{CommitMode, Committer, Completion};
 use super::leadership::{CLOSE_NOT_LEADER, TermEnd};
 use super::metrics::{CloseKind, Metrics, Stopwatch, close_kind};
-use super::rest::Phase;
+use super::outbound::{Charge, OutboundBytes};
 use super::{
     INPUT_QUEUE_CAPACITY, MAX_BATCH_INPUTS, OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener,
 };
@@ -111,45 +111,22 @@ impl std::fmt::Debug for Outbound {
     }
 }
 
-/// Bytes of encoded frames queued for sockets and not yet written, over all sockets
-/// ([`super::RelayServer::outbound_bytes`]; the bound per socket is
-/// [`seam::net::ServeLimits::outbound_queue_bytes`]).
-#[derive(Clone, Debug, Default)]
-pub struct OutboundBytes(Arc<AtomicUsize>);
-
-impl OutboundBytes {
-    /// Bytes queued now.
-    pub fn get(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-/// The bytes of one queued frame, counted against its socket's queue and the total while it
-/// lives: written, dropped with a closed socket's queue, or refused by a full queue, it gives
-/// them back exactly once.
-pub(super) struct Charge {
-    len: usize,
-    socket: Arc<AtomicUsize>,
-    total: Arc<AtomicUsize>,
-}
-
-impl Charge {
-    fn new(len: usize, socket: &Arc<AtomicUsize>, total: &OutboundBytes) -> Self {
-        socket.fetch_add(len, Ordering::Relaxed);
-        total.0.fetch_add(len, Ordering::Relaxed);
-        Self {
-            len,
-            socket: Arc::clone(socket),
-            total: Arc::clone(&total.0),
-        }
-    }
-}
-
-impl Drop for Charge {
-    fn drop(&mut self) {
-        self.socket.fetch_sub(self.len, Ordering::Relaxed);
-        self.total.fetch_sub(self.len, Ordering::Relaxed);
-    }
+/// What the server is doing, as the handlers see it.
+#[derive(Clone, Debug)]
+pub(super) enum Phase {
+    /// Not leading (a campaigning server before it leads, or between terms): every route but
+    /// the probes answers 503 `NOT_LEADER`.
+    Standby,
+    /// Serving: the way to the current core task.
+    Active {
+        inputs: mpsc::Sender<Input>,
+        /// The term's fencing token (campaigning servers).
+        epoch: Option<u64>,
+        /// The relay failed and could not yet be rebuilt from its store.
+        store_down: Arc<AtomicBool>,
+    },
+    /// Shut down: the core task is gone or going.
+    Stopping,
 }
 
 /// WebSocket close codes (RFC 6455 §7.4.1).
@@ -686,7 +663,7 @@ impl Core {
         if self.draining {
             let refusal = HttpResponse::error(
                 503,
-                &super::rest::shutting_down_code(),
+                &wire::ErrorCode::SERVER_SHUTTING_DOWN,
                 "the relay is shutting down; reconnect shortly",
             );
             let _ = reply.send(Err(refusal));

@@ -94,6 +94,7 @@ pub mod embedded;
 pub mod leadership;
 pub mod logging;
 pub mod metrics;
+mod outbound;
 pub mod postgres;
 mod push;
 mod rest;
@@ -121,13 +122,13 @@ use tracing::{error, info, warn};
 use seam::clock::{Clock, OffsetClock, SystemClock};
 use seam::net::{ConnectionCounter, Network, ServeLimits, serve_with_limits};
 
+use self::driver::Phase;
 use self::driver::{CoreParts, PushSink, TermCtx};
 use self::leadership::{CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, Leadership, Term};
 use self::metrics::Metrics;
-use self::rest::Phase;
 
 pub use self::committer::{CommitDelay, CommitMode, PIPELINE_DEPTH};
-pub use self::driver::OutboundBytes;
+pub use self::outbound::OutboundBytes;
 pub use self::push::{NET_PUSH_MAX_IDLE, NetPushTransport, PushDelivery};
 pub use self::rest::{HEALTHZ_PATH, OVERSIZE_DRAIN_BYTES, READYZ_PATH};
 pub use self::ws::{

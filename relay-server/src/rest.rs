@@ -1,9 +1,6 @@
 //! REST: `/api/v1/*` to the core task, body limits, CORS, and the relay's response to axum's.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, Ordering},
-};
+use std::sync::{Arc, atomic::Ordering};
 
 use axum::{
     body::Body,
@@ -21,7 +18,7 @@ use wire::{
     limits::{MAX_JSON_BODY_BYTES, MAX_MEDIA_PART_BYTES},
 };
 
-use super::driver::Input;
+use super::driver::{Input, Phase};
 use super::leadership::{NOT_LEADER, NOT_LEADER_RETRY_AFTER_S};
 use seam::net::PeerAddr;
 
@@ -29,24 +26,6 @@ use seam::net::PeerAddr;
 pub const HEALTHZ_PATH: &str = "/healthz";
 /// The readiness probe's path: 200 only while this relay serves clients (the active one).
 pub const READYZ_PATH: &str = "/readyz";
-
-/// What the server is doing, as the handlers see it.
-#[derive(Clone, Debug)]
-pub(super) enum Phase {
-    /// Not leading (a campaigning server before it leads, or between terms): every route but
-    /// the probes answers 503 `NOT_LEADER`.
-    Standby,
-    /// Serving: the way to the current core task.
-    Active {
-        inputs: mpsc::Sender<Input>,
-        /// The term's fencing token (campaigning servers).
-        epoch: Option<u64>,
-        /// The relay failed and could not yet be rebuilt from its store.
-        store_down: Arc<AtomicBool>,
-    },
-    /// Shut down: the core task is gone or going.
-    Stopping,
-}
 
 /// What every handler holds: the way to the core task.
 #[derive(Clone, Debug)]
@@ -484,14 +463,9 @@ fn too_large(limit: usize) -> Response {
 pub(super) fn unavailable() -> Response {
     error_response(
         StatusCode::SERVICE_UNAVAILABLE,
-        shutting_down_code(),
+        ErrorCode::SERVER_SHUTTING_DOWN,
         "the relay is shutting down; retry shortly",
     )
-}
-
-/// `SERVER_SHUTTING_DOWN` (503).
-pub(super) fn shutting_down_code() -> ErrorCode {
-    ErrorCode::SERVER_SHUTTING_DOWN
 }
 
 fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {

@@ -23,6 +23,9 @@ pub const RELAY_A: &str = "relay-a";
 pub const RELAY_B: &str = "relay-b";
 /// Host name of the payment processor stand-in.
 pub const PAY: &str = "pay";
+/// The webhook secret the relay and the payment processor stand-in share (the drills sign
+/// webhooks of their own with it).
+pub const WEBHOOK_SECRET: &[u8] = b"sim-webhook-secret";
 /// Host name of the push-service stand-in (it shares the `pay` host).
 pub const PUSH: &str = PAY;
 /// Host of the commerce auditor's app (it shares the `pay` host with the payment and push

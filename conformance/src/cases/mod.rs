@@ -54,10 +54,6 @@ pub fn all() -> &'static [Case] {
     })
 }
 
-/// Cases that are SHOULD by the documents but MUST under `--profile reference` (our relay's
-/// own choices: what it refuses, how, and with which code).
-pub const REFERENCE_MUST: &[&str] = &["MSG-017", "ERR-011", "PAY-005", "CALL-012", "TRADE-014"];
-
 /// Two contacts, both online (ticket sockets, `sync` sent).
 pub(crate) async fn online(
     ctx: &mut crate::ctx::Ctx,

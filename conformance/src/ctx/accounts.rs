@@ -23,7 +23,7 @@ use wire::http::paths;
 use super::Ctx;
 use super::requests::{id_text, s, u};
 use crate::fail;
-use crate::model::Failure;
+use crate::verdict::Failure;
 
 /// How often account creation retries a rate-limited PoW challenge (5 s apart).
 const POW_RATE_RETRIES: u32 = 24;

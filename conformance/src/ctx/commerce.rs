@@ -13,7 +13,7 @@ use wire::http::paths;
 use super::Ctx;
 use super::accounts::Account;
 use super::requests::{Resp, s};
-use crate::model::Failure;
+use crate::verdict::Failure;
 
 impl Ctx {
     /// A vanity alias for sale that no other case of this run was handed (a setup step).

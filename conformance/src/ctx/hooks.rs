@@ -18,7 +18,7 @@ use wire::http::paths;
 
 use super::Ctx;
 use super::requests::{Resp, u};
-use crate::model::Failure;
+use crate::verdict::Failure;
 
 /// The documented test-mode clock endpoint (see README.md).
 pub const ADVANCE_CLOCK_PATH: &str = "/api/v1/test/advance-clock";

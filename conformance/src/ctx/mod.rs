@@ -29,9 +29,9 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
 use serde_json::Value;
 
-use crate::model::{Failure, Profile};
 use crate::transcript::Transcript;
 use crate::transport::Transport;
+use crate::verdict::{Failure, Profile};
 
 /// State shared by every case of one run.
 #[derive(Debug)]

@@ -17,8 +17,8 @@ use seam::net::HttpRequest;
 use serde_json::Value;
 
 use super::Ctx;
-use crate::model::{CaseResult, Failure, Profile};
 use crate::transcript::Direction;
+use crate::verdict::{CaseResult, Failure, Profile};
 use crate::{ensure, fail};
 
 impl Ctx {

@@ -19,9 +19,9 @@ use wire::http::paths;
 use super::Ctx;
 use super::accounts::Account;
 use super::requests::{check_error_body, s};
-use crate::model::{CaseResult, Failure, Profile};
 use crate::transcript::{Direction, Transcript};
 use crate::transport::WsIo;
+use crate::verdict::{CaseResult, Failure, Profile};
 use crate::{ensure, fail};
 
 impl Ctx {

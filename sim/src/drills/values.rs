@@ -457,7 +457,7 @@ async fn webhook(ctx: &HostCtx, out: &mut Outcome) {
         ),
     ] {
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        let signature = relay_core::payments::sign_webhook(crate::runner::WEBHOOK_SECRET, &bytes);
+        let signature = relay_core::payments::sign_webhook(crate::bounds::WEBHOOK_SECRET, &bytes);
         let req = HttpRequest::post(paths::PAYMENT_WEBHOOK)
             .header(
                 http::HeaderName::from_static(wire::http::PAYMENT_SIGNATURE_HEADER),

@@ -39,7 +39,6 @@ use serde::{Deserialize, Serialize};
 
 use self::logscan::LogScan;
 use self::relay::RelaySetup;
-pub(crate) use self::relay::WEBHOOK_SECRET;
 use self::step::Sim;
 use crate::bounds::TRAFFIC_WINDOW_MS;
 use crate::class::{Class, ClassChoice};
@@ -355,7 +354,7 @@ impl<'r> Parts<'r> {
         );
         let plan = &replay.plan;
         let payments = Payments {
-            processor: PaymentProcessor::new(WEBHOOK_SECRET, relay_endpoint()),
+            processor: PaymentProcessor::new(crate::bounds::WEBHOOK_SECRET, relay_endpoint()),
             forger: PaymentProcessor::new(b"forger-guess".as_slice(), relay_endpoint()),
             faults: plan.webhook,
             enabled: plan.kinds.contains(&FaultKind::Webhook),

@@ -25,8 +25,6 @@ use relay_server::{CommitMode, PushDelivery, RelayServer};
 use seam::clock::OffsetClock;
 use seam::net::{ServeLimits, Turmoil};
 
-/// The webhook secret the relay and the payment processor stand-in share.
-pub(crate) const WEBHOOK_SECRET: &[u8] = b"sim-webhook-secret";
 /// A relay that exits (it could not open its store) is started again after this long.
 const RELAY_RESTART_MS: u64 = 1_000;
 
@@ -101,7 +99,9 @@ fn relay_config() -> Config {
         pow_difficulty: 1,
         registrations_per_hour_per_addr: 100_000,
         msgs_per_min_per_user: 10_000,
-        payment_webhook_secret: relay_core::config::WebhookSecret(WEBHOOK_SECRET.to_vec()),
+        payment_webhook_secret: relay_core::config::WebhookSecret(
+            crate::bounds::WEBHOOK_SECRET.to_vec(),
+        ),
         payment_page_base: crate::world::payment_page_base(),
         ..Config::default()
     }
