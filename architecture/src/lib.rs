@@ -489,6 +489,122 @@ fn backticked(s: &str) -> Vec<String> {
         .collect()
 }
 
+/// One function of a source file and its length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FnLength {
+    /// The file, relative to the crate's `src`.
+    pub file: String,
+    /// The function's name.
+    pub name: String,
+    /// Lines from its `fn` line to its closing brace, both included.
+    pub lines: usize,
+    /// Whether a comment right above it (or its doc) says why it is long: a line with
+    /// `long on purpose:`.
+    pub explained: bool,
+}
+
+/// Every function with a body in the non-test code of the `.rs` files under `src` (a file's
+/// trailing `#[cfg(test)]` block left out), with its length in lines.
+///
+/// # Errors
+/// Reading a directory or a file failed.
+pub fn function_lengths(src: &Path) -> std::io::Result<Vec<FnLength>> {
+    let mut files = Vec::new();
+    rs_files(src, &mut files)?;
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f)?;
+        let rel = f
+            .strip_prefix(src)
+            .unwrap_or(&f)
+            .to_string_lossy()
+            .into_owned();
+        out.extend(functions_of(&rel, &text));
+    }
+    Ok(out)
+}
+
+/// The functions of one file's text (see [`function_lengths`]).
+#[must_use]
+pub fn functions_of(file: &str, text: &str) -> Vec<FnLength> {
+    let text = text.split("\n#[cfg(test)]").next().unwrap_or(text);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(name) = fn_name(line) else {
+            continue;
+        };
+        // The body: from the first `{` at or after the signature to its matching `}`
+        // (braces in strings, chars and comments are rare enough in signatures and bodies
+        // of this workspace to count them as text).
+        let mut depth = 0i64;
+        let mut opened = false;
+        let mut end = None;
+        'scan: for (j, l) in lines.iter().enumerate().skip(i) {
+            let code = l.split("//").next().unwrap_or(l);
+            for c in code.chars() {
+                match c {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth -= 1,
+                    ';' if !opened && depth == 0 => break 'scan,
+                    _ => {}
+                }
+                if opened && depth == 0 {
+                    end = Some(j);
+                    break 'scan;
+                }
+            }
+        }
+        let Some(end) = end else { continue };
+        let explained = lines[..i]
+            .iter()
+            .rev()
+            .take_while(|l| {
+                let t = l.trim_start();
+                t.starts_with("//") || t.starts_with("#[")
+            })
+            .any(|l| l.to_lowercase().contains("long on purpose:"));
+        out.push(FnLength {
+            file: file.to_owned(),
+            name,
+            lines: end - i + 1,
+            explained,
+        });
+    }
+    out
+}
+
+/// The name of the function a line declares (`fn`, with any of `pub`, `pub(crate)`,
+/// `async`, `const`, `unsafe`, `extern "C"` before it).
+fn fn_name(line: &str) -> Option<String> {
+    let mut rest = line.trim_start();
+    loop {
+        let before = rest;
+        for q in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "async ",
+            "const ",
+            "unsafe ",
+            "extern \"C\" ",
+        ] {
+            if let Some(r) = rest.strip_prefix(q) {
+                rest = r;
+            }
+        }
+        if rest == before {
+            break;
+        }
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let name: String = rest.chars().take_while(|c| is_ident(*c)).collect();
+    (!name.is_empty()).then_some(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -548,5 +664,15 @@ mod tests {
         assert_eq!(rows[0].modules, v(&["relay"]));
         assert_eq!(rows[1].modules, v(&["a", "b"]));
         assert_eq!(rows[1].may_import, v(&["state", "http"]));
+    }
+    #[test]
+    fn functions_are_measured_from_fn_to_their_closing_brace() {
+        let text = "fn a() {\n    let x = 1;\n}\n\n/// Long on purpose: a table.\npub(crate) async fn b(\n    x: u8,\n) -> u8 {\n    x\n}\ntrait T { fn c(&self); }\n#[cfg(test)]\nmod tests { fn d() {} }\n";
+        let got = functions_of("f.rs", text);
+        let got: Vec<(&str, usize, bool)> = got
+            .iter()
+            .map(|f| (f.name.as_str(), f.lines, f.explained))
+            .collect();
+        assert_eq!(got, vec![("a", 3, false), ("b", 5, true)]);
     }
 }

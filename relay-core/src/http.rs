@@ -463,6 +463,7 @@ pub fn route_name(method: Method, path: &str) -> &'static str {
 }
 
 /// Resolves `method path` to a route, or the 404 / 405 answer.
+// Long on purpose: the route table, one arm per path of PROTOCOL.md §1.
 pub(crate) fn route(method: Method, path: &str) -> Result<Route, ApiError> {
     let segs: Vec<&str> = path.split('/').collect();
     // `segs[0]` is the empty string before the leading slash.

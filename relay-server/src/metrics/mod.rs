@@ -480,6 +480,7 @@ fn gauge(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+// Long on purpose: the registry, one `register` per metric family with its help text.
 fn register(r: &mut Registry, f: &Families) {
     r.register(
         "frames_received",
