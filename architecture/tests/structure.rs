@@ -37,6 +37,7 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
         &[
             "auth",
             "commerce_state",
+            "commit",
             "credential",
             "directory",
             "expiry",

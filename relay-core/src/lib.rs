@@ -88,6 +88,7 @@ pub mod blob;
 mod calls;
 mod channels;
 mod commerce_state;
+mod commit;
 pub mod config;
 mod contacts;
 mod credential;
@@ -122,6 +123,7 @@ mod vanity;
 
 pub use blob::{BlobStore, FsBlobStore, MemoryBlobStore};
 pub use calls::turn_credential;
+pub use commit::{BatchFailed, BatchId, SealedBatch};
 pub use config::TurnSecret;
 pub use config::{Config, JwtSigningKey};
 pub use http::{ApiError, HttpRequest, HttpResponse, Method, Resolution};
@@ -129,7 +131,7 @@ pub use http::{ApiError, HttpRequest, HttpResponse, Method, Resolution};
 pub use planted::PlantedBug;
 pub use push::PushTarget;
 pub use relay::{
-    Accepted, BatchFailed, BatchId, CloseReason, ConnId, Output, Relay, SealedBatch, WsConnect,
-    legacy_jwt_signing_key, storage_unavailable_response,
+    Accepted, CloseReason, ConnId, Output, Relay, WsConnect, legacy_jwt_signing_key,
+    storage_unavailable_response,
 };
 pub use stats::{RelayStats, WebhookStats};

@@ -1,10 +1,10 @@
 //! The [`Relay`]: dispatcher over the sub-machines, the commit discipline and the output queue.
 //!
-//! Over 900 lines on purpose: this is the one `impl Relay` block that takes inputs, stages
-//! outputs, commits and fails stop. The rules that make an ack mean "stored" (what is staged,
-//! when it is released, what a failed commit discards and closes) are read here top to bottom in
-//! one place; every rule of the service itself lives in its own module (`messaging`, `sync`,
-//! `orders`, …).
+//! This `impl Relay` block takes inputs, stages outputs, hands them to the commit pipeline
+//! ([`crate::commit`], which decides what is committed when) and fails stop. The rules that make
+//! an ack mean "stored" (what is staged, when it is released, what a failed commit discards and
+//! closes) are read here and in `commit`; every rule of the service itself lives in its own
+//! module (`messaging`, `sync`, `orders`, …).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
@@ -15,6 +15,7 @@ use wire::frames::{ErrorFrame, GoawayFrame};
 use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::auth::Ephemeral;
+use crate::commit::{BatchFailed, BatchId, InputFailed, Pipeline, Reported, Sealed, SealedBatch};
 use crate::config::Config;
 use crate::credential::CredentialKey;
 use crate::http::{ApiError, HttpRequest, HttpResponse, Route};
@@ -175,9 +176,6 @@ pub(crate) struct Conn {
 #[derive(Debug)]
 pub struct Relay {
     pub(crate) config: Config,
-    /// The store the relay commits through itself; `None` once a shell took it
-    /// ([`Relay::take_store`]) to commit sealed batches on its own committer.
-    store: Option<Box<dyn Store>>,
     /// Keyed reads of what the relay does not hold in memory (accounts, tombstones, queues),
     /// beside the store.
     pub(crate) reader: Box<dyn StoreRead>,
@@ -207,92 +205,13 @@ pub struct Relay {
     pub(crate) verified: Option<(UserUuid, String)>,
     /// Outputs of the input being handled; released after its commit.
     pub(crate) staged: Vec<Output>,
-    /// The open batch (from [`Relay::begin_batch`], or always once the store was taken):
-    /// what its inputs committed and released so far, held back until it is committed
-    /// ([`Relay::commit_batch`]) or sealed ([`Relay::seal_batch`]).
-    group: Option<Group>,
-    /// Sealed batches whose commit has not been reported yet, oldest first
-    /// ([`Relay::seal_batch`], [`Relay::handle_committed`]); at most as many as the shell keeps
-    /// in flight.
-    in_flight: VecDeque<InFlight>,
-    /// The id the next sealed batch gets.
-    next_batch: u64,
-    /// The first batch that did not commit (a failed commit, or the open batch when the relay
-    /// failed for another reason): it and every later batch are not durable.
-    failed_at: Option<BatchId>,
-    /// Emptied batches kept for the next groups ([`Relay::recycle_batch`]): their buffers'
-    /// capacity is reused, so a steady stream of batches allocates none.
-    spare_batches: crate::store::Spares,
+    /// The commit pipeline: the store (until a shell takes it), the open batch, the batches
+    /// in flight (`crate::commit`).
+    commits: Pipeline,
     outputs: VecDeque<Output>,
     failed: bool,
     /// What the relay did since it was built ([`Relay::stats`]).
     pub(crate) stats: crate::stats::RelayStats,
-}
-
-/// [`Relay::commit_batch`] failed: nothing of the batch was stored or released, and the relay
-/// stopped (fail-stop).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchFailed;
-
-/// An input's commit failed: nothing it staged was released, and the relay stopped
-/// (fail-stop). Inside a batch the input never fails on its own; the batch does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct InputFailed;
-
-impl std::fmt::Display for BatchFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the batch's commit failed: nothing of it was stored, the relay stopped")
-    }
-}
-
-impl std::error::Error for BatchFailed {}
-
-/// The inputs of a group commit: their mutations and outputs, in input order.
-#[derive(Debug, Default)]
-struct Group {
-    mutations: crate::store::Batch,
-    outputs: Vec<Output>,
-    /// What the batch wrote of the caches over the store: kept in memory until it is durable.
-    pinned: crate::state::Pins,
-}
-
-/// Identifies a sealed batch ([`Relay::seal_batch`]); ids increase in seal order, which is the
-/// order the batches must be committed and reported in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct BatchId(u64);
-
-impl BatchId {
-    /// The id as a number (for logs and metrics).
-    pub fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl std::fmt::Display for BatchId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "batch {}", self.0)
-    }
-}
-
-/// A batch handed out by [`Relay::seal_batch`] for the shell to commit.
-#[derive(Debug)]
-pub struct SealedBatch {
-    /// Which batch: its commit is reported with [`Relay::handle_committed`].
-    pub id: BatchId,
-    /// Its mutations, to apply in one store transaction after every earlier sealed batch's
-    /// (possibly empty: the batch's outputs still wait for the batches before it).
-    pub mutations: crate::store::Batch,
-}
-
-/// A sealed batch waiting for its commit: what it releases when the commit is reported.
-#[derive(Debug)]
-struct InFlight {
-    id: BatchId,
-    outputs: Vec<Output>,
-    /// Media blobs its mutations stop naming, deleted once they are durable.
-    gc: Vec<(wire::UploadId, Option<u32>)>,
-    /// Cache entries the batch wrote, unpinned once it is durable.
-    pinned: crate::state::Pins,
 }
 
 impl Relay {
@@ -386,7 +305,6 @@ impl Relay {
         Ok(Self {
             eph: Ephemeral::new(&config),
             config,
-            store: Some(store),
             reader,
             ids,
             tokens,
@@ -406,11 +324,7 @@ impl Relay {
             budgets,
             verified: None,
             staged: Vec::new(),
-            group: None,
-            in_flight: VecDeque::new(),
-            spare_batches: crate::store::Spares::default(),
-            next_batch: 0,
-            failed_at: None,
+            commits: Pipeline::new(store),
             outputs: VecDeque::new(),
             failed: false,
             stats: crate::stats::RelayStats::default(),
@@ -519,7 +433,7 @@ impl Relay {
         let resp = resp.unwrap_or_else(ApiError::into_response);
         match self.finish() {
             Ok(()) => {
-                if self.group.is_none() {
+                if !self.commits.in_batch() {
                     self.collect_blobs();
                 }
                 resp
@@ -865,7 +779,7 @@ impl Relay {
         self.sweep_push(now);
         self.sweep_tombstones(now);
         self.sweep_messages(now);
-        if self.finish().is_ok() && self.group.is_none() {
+        if self.finish().is_ok() && !self.commits.in_batch() {
             self.collect_blobs();
         }
     }
@@ -937,8 +851,8 @@ impl Relay {
     /// [`seal_batch`](Relay::seal_batch)). A no-op when a batch is already open or the relay
     /// failed.
     pub fn begin_batch(&mut self) {
-        if self.group.is_none() && !self.failed {
-            self.group = Some(self.new_group());
+        if !self.failed {
+            self.commits.begin();
         }
     }
 
@@ -953,23 +867,12 @@ impl Relay {
     /// pipelines commits uses [`seal_batch`](Relay::seal_batch) and
     /// [`handle_committed`](Relay::handle_committed) instead (calling this then fails stop).
     pub fn commit_batch(&mut self) -> Result<(), BatchFailed> {
-        let pipelined = self.store.is_none() || !self.in_flight.is_empty();
+        let pipelined = self.commits.pipelined();
         debug_assert!(!pipelined, "commit_batch on a pipelined relay");
         let Some(sealed) = self.seal_batch()? else {
             return Ok(());
         };
-        let committed = match &mut self.store {
-            Some(store) if !pipelined => {
-                if sealed.mutations.is_empty() {
-                    Ok(())
-                } else {
-                    store.commit(&sealed.mutations)
-                }
-            }
-            _ => Err(StoreError::Backend(
-                "commit_batch called while commits are pipelined".into(),
-            )),
-        };
+        let committed = self.commits.commit_here(&sealed.mutations, pipelined);
         self.recycle_batch(sealed.mutations);
         self.handle_committed(sealed.id, &committed)
     }
@@ -978,22 +881,14 @@ impl Relay {
     /// batch reuses their buffers instead of allocating its own (optional: a batch not given
     /// back is simply dropped).
     pub fn recycle_batch(&mut self, batch: crate::store::Batch) {
-        self.spare_batches.give(batch);
-    }
-
-    /// An empty group, on a spare batch if there is one.
-    fn new_group(&mut self) -> Group {
-        Group {
-            mutations: self.spare_batches.take(),
-            ..Group::default()
-        }
+        self.commits.recycle(batch);
     }
 
     /// Whether a batch is open ([`begin_batch`](Relay::begin_batch) without its
     /// [`commit_batch`](Relay::commit_batch) or [`seal_batch`](Relay::seal_batch); always,
     /// once the store was taken, until the relay fails).
     pub fn in_batch(&self) -> bool {
-        self.group.is_some()
+        self.commits.in_batch()
     }
 
     // ------------------------------------------------------------------ pipelined commits
@@ -1005,7 +900,7 @@ impl Relay {
     /// commit with [`handle_committed`](Relay::handle_committed). `None` when it was taken
     /// before.
     pub fn take_store(&mut self) -> Option<Box<dyn Store>> {
-        let store = self.store.take();
+        let store = self.commits.take_store();
         self.begin_batch();
         store
     }
@@ -1022,33 +917,19 @@ impl Relay {
     /// taken, a new batch opens at once.
     pub fn seal_batch(&mut self) -> Result<Option<SealedBatch>, BatchFailed> {
         if self.failed {
-            self.group = None;
+            self.commits.drop_open();
             return Err(BatchFailed);
         }
-        let Some(group) = self.group.take() else {
-            return Ok(None);
-        };
-        if self.store.is_none() {
-            self.group = Some(self.new_group());
+        match self.commits.seal(&mut self.state.media.gc) {
+            Sealed::Nothing => Ok(None),
+            Sealed::Now(release) => {
+                self.outputs.extend(release.outputs);
+                self.state.unpin(release.pinned);
+                self.collect_blobs();
+                Ok(None)
+            }
+            Sealed::Batch(sealed) => Ok(Some(sealed)),
         }
-        if group.mutations.is_empty() && self.in_flight.is_empty() {
-            self.outputs.extend(group.outputs);
-            self.state.unpin(group.pinned);
-            self.collect_blobs();
-            return Ok(None);
-        }
-        let id = BatchId(self.next_batch);
-        self.next_batch += 1;
-        self.in_flight.push_back(InFlight {
-            id,
-            outputs: group.outputs,
-            gc: std::mem::take(&mut self.state.media.gc),
-            pinned: group.pinned,
-        });
-        Ok(Some(SealedBatch {
-            id,
-            mutations: group.mutations,
-        }))
     }
 
     /// The shell reports the commit of sealed batch `id`; reports come in seal order.
@@ -1069,34 +950,27 @@ impl Relay {
         result: &Result<(), StoreError>,
     ) -> Result<(), BatchFailed> {
         if self.failed {
-            let durable = result.is_ok() && self.failed_at.is_some_and(|first| id < first);
-            return if durable { Ok(()) } else { Err(BatchFailed) };
+            return if self.commits.durable_after_failure(id, result.is_ok()) {
+                Ok(())
+            } else {
+                Err(BatchFailed)
+            };
         }
-        let in_order = self.in_flight.front().is_some_and(|b| b.id == id);
-        debug_assert!(in_order, "{id} reported out of seal order");
-        if !in_order {
-            let first = self.in_flight.front().map_or(id, |b| b.id.min(id));
-            self.fail_stop_at(first);
-            return Err(BatchFailed);
-        }
-        let Some(batch) = self.in_flight.pop_front() else {
-            return Err(BatchFailed);
-        };
-        match result {
-            Ok(()) => {
-                self.outputs.extend(batch.outputs);
-                self.state.unpin(batch.pinned);
+        match self.commits.report(id, result.is_ok()) {
+            Reported::Durable(release) => {
+                self.outputs.extend(release.outputs);
+                self.state.unpin(release.pinned);
                 self.state.evict();
-                self.state.media.gc.extend(batch.gc);
+                self.state.media.gc.extend(release.gc);
                 self.collect_blobs();
                 Ok(())
             }
-            Err(_) => {
+            Reported::Failed { first, outputs } => {
                 if planted!(self.config, AckWithoutCommit) {
                     // PLANTED BUG (test-only): the outputs (acks) leave although nothing was stored.
-                    self.outputs.extend(batch.outputs);
+                    self.outputs.extend(outputs);
                 }
-                self.fail_stop_at(id);
+                self.fail_stop_at(first);
                 Err(BatchFailed)
             }
         }
@@ -1104,7 +978,7 @@ impl Relay {
 
     /// How many sealed batches wait for their commit report.
     pub fn batches_in_flight(&self) -> usize {
-        self.in_flight.len()
+        self.commits.in_flight()
     }
 
     // ------------------------------------------------------------------ internals
@@ -1128,33 +1002,20 @@ impl Relay {
     /// Commits the input's mutations or hands them to the open batch ([`Relay::finish`]).
     fn commit_staged(&mut self) -> Result<(), Vec<Output>> {
         let poisoned = std::mem::take(&mut self.state.poisoned);
-        if self.group.is_none()
-            && !self.failed
-            && (self.store.is_none() || !self.in_flight.is_empty())
-        {
-            // Batches are in flight: this input's outputs wait behind them, so it joins the
-            // next one (and a relay without its store commits nothing itself).
-            self.group = Some(self.new_group());
+        if !self.failed {
+            self.commits.open_if_pipelined();
         }
-        if let Some(group) = &mut self.group
-            && !poisoned
+        if !poisoned
+            && let Some(pinned) = self.commits.join(&mut self.state.batch, &mut self.staged)
         {
-            group.mutations.append(&mut self.state.batch);
-            group.outputs.append(&mut self.staged);
-            self.state.move_written(&mut group.pinned);
+            self.state.move_written(pinned);
             self.state.batch.reset();
             return Ok(());
         }
-        let batch = &self.state.batch;
         let committed = if poisoned {
             Err(StoreError::Backend("a record failed to serialise".into()))
-        } else if batch.is_empty() {
-            Ok(())
         } else {
-            match &mut self.store {
-                Some(store) => store.commit(batch),
-                None => Err(StoreError::Backend("the relay has no store".into())),
-            }
+            self.commits.commit_input(&self.state.batch)
         };
         self.state.batch.reset();
         match committed {
@@ -1169,7 +1030,7 @@ impl Relay {
                     self.outputs.extend(self.staged.drain(..));
                 }
                 let discarded = std::mem::take(&mut self.staged);
-                self.fail_stop_at(BatchId(self.next_batch));
+                self.fail_stop_at(self.commits.next_id());
                 Err(discarded)
             }
         }
@@ -1177,7 +1038,7 @@ impl Relay {
 
     /// Fail-stop with `first` as the first batch that is not durable.
     fn fail_stop_at(&mut self, first: BatchId) {
-        self.failed_at = Some(self.failed_at.map_or(first, |f| f.min(first)));
+        self.commits.fail_stop_at(first);
         self.fail_stop();
     }
 
@@ -1185,8 +1046,7 @@ impl Relay {
     /// flight, close every socket and refuse everything from now on.
     fn fail_stop(&mut self) {
         self.staged.clear();
-        self.group = None;
-        self.in_flight.clear();
+        self.commits.drop_all();
         self.failed = true;
         let conns: Vec<ConnId> = self.conns.keys().copied().collect();
         for conn in conns {
