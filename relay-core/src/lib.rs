@@ -85,6 +85,7 @@
 mod accounts;
 mod auth;
 pub mod blob;
+mod budgets;
 mod calls;
 mod channels;
 mod commerce_state;

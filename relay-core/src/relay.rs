@@ -15,6 +15,7 @@ use wire::frames::{ErrorFrame, GoawayFrame};
 use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::auth::Ephemeral;
+use crate::budgets::{BudgetClass, Budgets};
 use crate::commit::{BatchFailed, BatchId, InputFailed, Pipeline, Reported, Sealed, SealedBatch};
 use crate::config::Config;
 use crate::credential::CredentialKey;
@@ -465,11 +466,9 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<(), ApiError> {
         let class = BudgetClass::of(route);
-        if class == BudgetClass::Exempt {
-            return Ok(());
-        }
         let authenticated = match class {
-            BudgetClass::Exempt | BudgetClass::Public => None,
+            BudgetClass::Exempt => return Ok(()),
+            BudgetClass::Public => None,
             _ => match self.authenticate(now, req) {
                 Ok(caller) => Some(caller),
                 // The caller's account could not be read: refused as its handler would be.
@@ -477,34 +476,12 @@ impl Relay {
                 Err(_) => return Ok(()),
             },
         };
-        let (bucket, what) = match class {
-            BudgetClass::Exempt => return Ok(()),
-            BudgetClass::Public => {
-                let addr = &req.remote_addr;
-                if self.budgets.public.take(now.get(), addr) {
-                    return Ok(());
-                }
-                let wait = self.budgets.public.retry_after_ms(now.get(), addr);
-                return Err(ApiError::rate_limited(
-                    "too many requests from this address; slow down",
-                    wait,
-                ));
-            }
-            BudgetClass::Lookup => (&mut self.budgets.lookups, "user lookups"),
-            BudgetClass::FriendRequest => (&mut self.budgets.friend_requests, "friend requests"),
-            BudgetClass::Account => (&mut self.budgets.account, "requests"),
-        };
-        let Some((user, jti)) = authenticated else {
-            return Ok(());
-        };
-        if !bucket.take(now.get(), &user) {
-            let wait = bucket.retry_after_ms(now.get(), &user);
-            return Err(ApiError::rate_limited(
-                format!("too many {what} from this account; slow down"),
-                wait,
-            ));
+        let caller = authenticated.as_ref().map(|(user, _)| user);
+        self.budgets
+            .charge(now.get(), class, caller, &req.remote_addr)?;
+        if authenticated.is_some() {
+            self.verified = authenticated;
         }
-        self.verified = Some((user, jti));
         Ok(())
     }
 
@@ -1137,67 +1114,6 @@ impl Relay {
     /// The online connection of `user`, if any.
     pub(crate) fn online(&self, user: &UserUuid) -> Option<ConnId> {
         self.conn_of_user.get(user).copied()
-    }
-}
-
-/// Which budget a route's requests are charged to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BudgetClass {
-    /// Limited by rules of their own (PoW, registration, auth challenges) or authenticated
-    /// otherwise (the signed payment webhook).
-    Exempt,
-    /// Unauthenticated, charged to the client address (vanity search and reserve, order
-    /// status).
-    Public,
-    /// `GET /users/{alias}`.
-    Lookup,
-    /// `POST /friends/request`.
-    FriendRequest,
-    /// Every other authenticated route.
-    Account,
-}
-
-impl BudgetClass {
-    fn of(route: &Route) -> Self {
-        match route {
-            Route::PowChallenge
-            | Route::Register
-            | Route::AuthChallenge
-            | Route::AuthVerify
-            | Route::PaymentWebhook => Self::Exempt,
-            Route::VanitySearch | Route::VanityReserve | Route::OrderStatus(_) => Self::Public,
-            Route::User(_) => Self::Lookup,
-            Route::FriendRequest => Self::FriendRequest,
-            _ => Self::Account,
-        }
-    }
-}
-
-/// The request budgets of every account and client address (memory only: a restart refills
-/// them).
-#[derive(Debug)]
-struct Budgets {
-    lookups: TokenBucket<UserUuid>,
-    friend_requests: TokenBucket<UserUuid>,
-    account: TokenBucket<UserUuid>,
-    public: TokenBucket<String>,
-}
-
-impl Budgets {
-    fn new(config: &Config) -> Self {
-        Self {
-            lookups: TokenBucket::budget(config.lookups),
-            friend_requests: TokenBucket::budget(config.friend_requests),
-            account: TokenBucket::budget(config.account_requests),
-            public: TokenBucket::budget(config.public_requests),
-        }
-    }
-
-    fn sweep(&mut self, now: u64) {
-        self.lookups.sweep(now);
-        self.friend_requests.sweep(now);
-        self.account.sweep(now);
-        self.public.sweep(now);
     }
 }
 
