@@ -96,6 +96,32 @@ impl Sweep {
         let written = self.written.take();
         self.arm(written);
     }
+
+    /// A sweep starts if one is due at `now`: where the last one stopped (`Some(None)`: from
+    /// the first due row). `None`: not due.
+    fn start(&mut self, now: UnixMs) -> Option<Option<(u64, String)>> {
+        if self.at.is_none_or(|at| at > now) {
+            return None;
+        }
+        Some(self.after.take())
+    }
+
+    /// A read failed: the sweep goes on from `after` again at `retry`.
+    fn put_off(&mut self, after: Option<(u64, String)>, retry: UnixMs) {
+        self.after = after;
+        self.at = Some(retry);
+    }
+
+    /// A page was full or cut short: the next sweep reads after `last`, at `at`.
+    fn go_on_after(&mut self, last: Option<(u64, String)>, at: UnixMs) {
+        self.after = last;
+        self.at = Some(at);
+    }
+
+    /// The sweep is done: the next is due at `at` (the next stored expiry, or a retry).
+    fn due_at(&mut self, at: Option<UnixMs>) {
+        self.at = at;
+    }
 }
 
 /// The recipient and conversation of the queue index row `key` (`recipient/conv`; a recipient
@@ -118,11 +144,10 @@ impl crate::relay::Relay {
     /// expiry. A failed read puts it off
     /// by [`limits::QUEUE_READ_RETRY_MS`] (the messages stay queued meanwhile).
     pub(crate) fn sweep_messages(&mut self, now: UnixMs) {
-        if self.state.queues.sweep.at.is_none_or(|at| at > now) {
+        let Some(after) = self.state.queues.sweep.start(now) else {
             return;
-        }
+        };
         let retry = now.plus_ms(limits::QUEUE_READ_RETRY_MS);
-        let after = self.state.queues.sweep.after.take();
         let (page_rows, page_messages) = {
             let s = &self.state.queues.sweep;
             (s.page_rows, s.page_messages)
@@ -135,8 +160,7 @@ impl crate::relay::Relay {
         );
         let Ok(page) = page else {
             self.stats.queue_read_failures += 1;
-            self.state.queues.sweep.after = after;
-            self.state.queues.sweep.at = Some(retry);
+            self.state.queues.sweep.put_off(after, retry);
             return;
         };
         let mut expired = 0;
@@ -153,26 +177,26 @@ impl crate::relay::Relay {
             if self.read_queue(&recipient, &conv).is_err() {
                 // The whole page again later: the queues before this one are done (their
                 // due messages are gone from memory), so it is only read again.
-                self.state.queues.sweep.after = after;
-                self.state.queues.sweep.at = Some(retry);
+                self.state.queues.sweep.put_off(after, retry);
                 return;
             }
             expired += self.state.expire_queue(now, &recipient, &conv);
             self.recount(&recipient, &conv);
         }
-        let sweep = &mut self.state.queues.sweep;
         let cut_short = last.is_some_and(|(_, k)| page.last().is_some_and(|(l, _)| l != k));
         if page.len() >= page_rows || cut_short {
-            sweep.after = last.map(|(at, k)| (at, k.clone()));
-            sweep.at = Some(now.plus_ms(limits::EXPIRY_PAGE_PAUSE_MS));
+            let last = last.map(|(at, k)| (at, k.clone()));
+            let next = now.plus_ms(limits::EXPIRY_PAGE_PAUSE_MS);
+            self.state.queues.sweep.go_on_after(last, next);
             return;
         }
-        sweep.at = match self.reader.next_expiry(Table::QueueIndex, now.get()) {
+        let next = match self.reader.next_expiry(Table::QueueIndex, now.get()) {
             Ok(next) => next.map(UnixMs),
             Err(_) => {
                 self.stats.queue_read_failures += 1;
                 Some(retry)
             }
         };
+        self.state.queues.sweep.due_at(next);
     }
 }
