@@ -71,14 +71,21 @@
 //! ```
 //!
 //! # Modules
-//! One module per sub-machine behind the dispatcher in [`Relay`]: `accounts` (A2, F5, C1,
-//! C2), `auth` (PoW, challenges, JWT, tickets, WS connect), `contacts` (F1-F4),
-//! `messaging` (`msg`, `typing`, `retract`), `receipts`, `sync` (replay and delivery windows),
-//! [`store`], [`limits`], [`token`], [`pow`]. Issue 6 part B: `media` (M1-M4 over a
-//! [`blob::BlobStore`]: [`Relay::with_blobs`]), [`push`] (P1-P4 and [`Output::Push`]),
-//! `calls` (K1 ice-config and `call_*` routing).
-//! Issue 6 part A: `channels` (CH1-CH11), `vanity` (V1-V4), `orders` (lifecycle, expiry, V5),
-//! [`payments`] (signed webhook), [`pricing`], `commerce` (rows and indexes).
+//! [`Relay`] (`relay`) dispatches each input to the module whose rules it is and drains the
+//! outputs; `commit` is its commit pipeline (group commit, sealed batches, fail-stop) and
+//! `budgets` its request budgets. The rules, one module per area of PROTOCOL.md:
+//! `accounts` (registration, user lookup, active conversations, storage estimate), `auth` (PoW, challenges, JWTs,
+//! tickets, the WebSocket connect), `contacts` (friend requests and the list), `messaging`
+//! (`msg`, `typing`, `retract`), `receipts`, `sync` (replay and delivery windows), `calls`
+//! (ICE config and `call_*` routing), `media` (uploads over a [`blob::BlobStore`]:
+//! [`Relay::with_blobs`]), [`push`] (subscriptions and [`Output::Push`]), `channels`,
+//! `vanity`, `orders` (lifecycle, expiry, status), [`payments`] (the signed webhook).
+//! The working state: `state` and `commerce_state`, over the caches that load it lazily from
+//! the [`store`] (`directory`, `relations`, `queue` and `queue_index`, `tombstones`,
+//! `credential`) and the expiry sweep (`expiry`). Values and rules every module uses:
+//! [`config`], [`limits`], [`http`], [`token`], [`pow`], [`pricing`], [`destination`],
+//! [`stats`], `ratelimit`, `ids`. ARCHITECTURE.md's code map says what each module owns and
+//! imports; the `architecture` crate's tests hold it to the code.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
