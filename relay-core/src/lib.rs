@@ -74,12 +74,13 @@
 //! [`Relay`] (`relay`) dispatches each input to the module whose rules it is and drains the
 //! outputs; `commit` is its commit pipeline (group commit, sealed batches, fail-stop) and
 //! `budgets` its request budgets. The rules, one module per area of PROTOCOL.md:
-//! `accounts` (registration, user lookup, active conversations, storage estimate), `auth` (PoW, challenges, JWTs,
-//! tickets, the WebSocket connect), `contacts` (friend requests and the list), `messaging`
-//! (`msg`, `typing`, `retract`), `receipts`, `sync` (replay and delivery windows), `calls`
-//! (ICE config and `call_*` routing), `media` (uploads over a [`blob::BlobStore`]:
-//! [`Relay::with_blobs`]), [`push`] (subscriptions and [`Output::Push`]), `channels`,
-//! `vanity`, `orders` (lifecycle, expiry, status), [`payments`] (the signed webhook).
+//! `accounts` (registration, user lookup, active conversations, storage estimate), `auth`
+//! (PoW, challenges, JWTs, tickets, the WebSocket connect), `contacts` (friend requests and
+//! the list), `messaging` (`msg`, `typing`, `retract`), `receipts`, `sync` (replay and
+//! delivery windows), `calls` (ICE config and `call_*` routing), `media` (uploads over a
+//! [`blob::BlobStore`]: [`Relay::with_blobs`]), [`push`] (subscriptions and
+//! [`Output::Push`]), `channels`, `vanity`, `orders` (lifecycle, expiry, status),
+//! [`payments`] (the signed webhook).
 //! The working state: `state` and `commerce_state`, over the caches that load it lazily from
 //! the [`store`] (`directory`, `relations`, `queue` and `queue_index`, `tombstones`,
 //! `credential`) and the expiry sweep (`expiry`). Values and rules every module uses:
