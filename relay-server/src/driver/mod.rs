@@ -14,9 +14,9 @@
 //! A core serving one leadership term ([`super::leadership`]) also stops when the term ends:
 //! at once, before anything else queued, closing every socket (see [`Core::end_term`]).
 //!
-//! The file stays whole past 900 lines on purpose: the core task is one loop, and its batching,
-//! commit hand-off, timers and output execution all act on the task's own state; cut by concern
-//! it would become functions passing that state back and forth.
+//! Submodules: `inputs` (what the handlers and the server's loop exchange with the core task,
+//! and what wakes it) and `support` (close codes, the refusal after a term, the committer for a
+//! mode, the store stand-in).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -40,114 +40,12 @@ use super::{
 };
 use seam::clock::{self, Clock, OffsetClock};
 
-/// A message to the core task.
-pub(super) enum Input {
-    /// A REST request; the response goes back on `reply`.
-    Http {
-        req: relay_core::HttpRequest,
-        reply: oneshot::Sender<HttpResponse>,
-    },
-    /// A WebSocket upgrade to authenticate; `Err` is the response to send instead.
-    Connect {
-        ws: WsConnect,
-        reply: oneshot::Sender<Result<Connected, HttpResponse>>,
-    },
-    /// A frame a socket task decoded (text, or binary holding UTF-8 JSON), or why it could
-    /// not; the relay charges either to the connection's frame budget.
-    Frame {
-        conn: ConnId,
-        decoded: Result<ClientFrame, FrameError>,
-    },
-    /// The socket ended (closed, failed, or its task was dropped).
-    Disconnect { conn: ConnId },
-    /// Test mode only: move the clock forward by `ms`, fire due timers, answer the new now.
-    AdvanceClock {
-        ms: u64,
-        reply: oneshot::Sender<UnixMs>,
-    },
-}
+mod inputs;
+mod support;
 
-impl std::fmt::Debug for Input {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print bodies, frames, tokens or tickets.
-        match self {
-            Self::Http { req, .. } => write!(f, "Http({req:?})"),
-            Self::Connect { .. } => f.write_str("Connect"),
-            Self::Frame { conn, decoded } => match decoded {
-                Ok(frame) => write!(f, "Frame({}, {})", conn.0, frame.frame_type()),
-                Err(e) => write!(f, "Frame({}, undecodable: {})", conn.0, e.code()),
-            },
-            Self::Disconnect { conn } => write!(f, "Disconnect({})", conn.0),
-            Self::AdvanceClock { ms, .. } => write!(f, "AdvanceClock({ms} ms)"),
-        }
-    }
-}
-
-/// An accepted upgrade: what the socket task needs.
-#[derive(Debug)]
-pub(super) struct Connected {
-    pub(super) conn: ConnId,
-    pub(super) user: UserUuid,
-    pub(super) subprotocol: Option<&'static str>,
-    pub(super) outbound: mpsc::Receiver<Outbound>,
-}
-
-/// What the core asks a socket task to do, in order.
-pub(super) enum Outbound {
-    /// Write one text message (shared: a frame sent to many sockets is encoded once); its
-    /// [`Charge`] gives its bytes back once written or dropped.
-    Text(Utf8Bytes, Charge),
-    /// Write a close frame (after everything before it) and end.
-    Close { code: u16, reason: &'static str },
-}
-
-impl std::fmt::Debug for Outbound {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the text: it may carry a payload.
-        match self {
-            Self::Text(text, _) => write!(f, "Text({} bytes)", text.len()),
-            Self::Close { code, reason } => write!(f, "Close({code}, {reason})"),
-        }
-    }
-}
-
-/// What the server is doing, as the handlers see it.
-#[derive(Clone, Debug)]
-pub(super) enum Phase {
-    /// Not leading (a campaigning server before it leads, or between terms): every route but
-    /// the probes answers 503 `NOT_LEADER`.
-    Standby,
-    /// Serving: the way to the current core task.
-    Active {
-        inputs: mpsc::Sender<Input>,
-        /// The term's fencing token (campaigning servers).
-        epoch: Option<u64>,
-        /// The relay failed and could not yet be rebuilt from its store.
-        store_down: Arc<AtomicBool>,
-    },
-    /// Shut down: the core task is gone or going.
-    Stopping,
-}
-
-/// WebSocket close codes (RFC 6455 §7.4.1).
-mod close_code {
-    pub(crate) const NORMAL: u16 = 1000;
-    pub(crate) const GOING_AWAY: u16 = 1001;
-    pub(crate) const INTERNAL_ERROR: u16 = 1011;
-    pub(crate) const POLICY_VIOLATION: u16 = 1008;
-    pub(crate) const TRY_AGAIN_LATER: u16 = 1013;
-}
-
-/// The close code and reason of `reason`.
-fn close_for(reason: CloseReason) -> (u16, &'static str) {
-    match reason {
-        CloseReason::Goaway => (close_code::NORMAL, "goaway"),
-        CloseReason::Idle => (close_code::GOING_AWAY, "idle timeout"),
-        CloseReason::StorageFailure => (close_code::INTERNAL_ERROR, "relay restarting"),
-        CloseReason::RateLimited => (close_code::POLICY_VIOLATION, "frame rate limit exceeded"),
-        CloseReason::StorageUnavailable => (close_code::TRY_AGAIN_LATER, "storage unavailable"),
-    }
-}
+use inputs::Woke;
+pub(super) use inputs::{Connected, CoreParts, Input, Outbound, Phase, TermCtx};
+use support::{close_code, close_for, committer_for, next_gone, not_leader_response};
 
 /// What every socket is sent when all are closed at once (shutdown, fail-stop).
 enum Last {
@@ -164,50 +62,6 @@ struct ConnEntry {
 /// Where the relay's push outputs go: the delivery worker ([`super::PushDelivery`]); gone
 /// reports come back to [`Core::run`].
 pub(super) struct PushSink(pub(super) PushWorker);
-
-/// The next gone report; pends forever once the channel is closed (or without a worker).
-async fn next_gone(gone: &mut Option<mpsc::Receiver<GoneTarget>>) -> GoneTarget {
-    loop {
-        match gone {
-            Some(rx) => match rx.recv().await {
-                Some(report) => return report,
-                None => *gone = None,
-            },
-            None => std::future::pending::<()>().await,
-        }
-    }
-}
-
-/// What woke the core task: one event, handled after the wait so that the work can be timed
-/// apart from it.
-enum Woke {
-    /// The term ended, with why.
-    Ended(String),
-    /// Shutdown began.
-    Stop,
-    /// A batch's commit completed.
-    Committed(Completion),
-    /// The relay's next deadline (or a rebuild) is due.
-    Due,
-    /// The push worker reported a target gone.
-    Gone(GoneTarget),
-    /// An input arrived (more that wait are taken with it).
-    Input(Input),
-}
-
-/// What outlives one core (a term): the push worker and its gone reports.
-pub(super) struct CoreParts {
-    pub(super) push: Option<PushSink>,
-    pub(super) gone: Option<mpsc::Receiver<GoneTarget>>,
-}
-
-/// The term a core serves, for a campaigning server.
-pub(super) struct TermCtx {
-    /// Ends the core when it ends.
-    pub(super) end: TermEnd,
-    /// Set to [`Phase::Standby`] the moment the term ends.
-    pub(super) phase: Arc<watch::Sender<Phase>>,
-}
 
 /// The state of the core task.
 pub(super) struct Core {
@@ -1006,17 +860,6 @@ impl Core {
     }
 }
 
-/// The refusal of an input that reached a core whose term ended.
-fn not_leader_response() -> HttpResponse {
-    let mut response = HttpResponse::error(
-        503,
-        &wire::ErrorCode::other(super::leadership::NOT_LEADER),
-        "this relay just stopped being the active relay; retry shortly",
-    );
-    response.retry_after_s = Some(super::leadership::NOT_LEADER_RETRY_AFTER_S);
-    response
-}
-
 /// The answers of a batch's inputs, sent once the batch is committed.
 #[derive(Default)]
 struct Answers {
@@ -1038,36 +881,5 @@ impl Answers {
         }
         // Clock moves: dropping the reply makes the handler answer with the server's refusal.
         n
-    }
-}
-
-/// Takes the store out of `relay` and starts its committer. A relay without a store (taken
-/// before: a bug) gets a committer that fails every commit, so the relay fails stop.
-fn committer_for(mode: &CommitMode, relay: &mut Relay) -> Committer {
-    let store = relay.take_store().unwrap_or_else(|| {
-        error!("the relay's store was already taken: every commit fails");
-        Box::new(NoStore)
-    });
-    Committer::start(mode, store)
-}
-
-/// The store of a relay whose store was taken elsewhere: refuses everything.
-#[derive(Debug)]
-struct NoStore;
-
-impl relay_core::store::Store for NoStore {
-    fn load(&mut self) -> Result<relay_core::store::Snapshot, relay_core::store::StoreError> {
-        Err(relay_core::store::StoreError::Backend("no store".into()))
-    }
-    fn commit(
-        &mut self,
-        _: &relay_core::store::Batch,
-    ) -> Result<(), relay_core::store::StoreError> {
-        Err(relay_core::store::StoreError::Backend("no store".into()))
-    }
-    fn reader(
-        &mut self,
-    ) -> Result<Box<dyn relay_core::store::StoreRead>, relay_core::store::StoreError> {
-        Err(relay_core::store::StoreError::Backend("no store".into()))
     }
 }

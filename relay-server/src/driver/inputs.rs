@@ -1,0 +1,126 @@
+//! What the handlers (`rest`, `ws`) and the server's loop exchange with the core task: its
+//! inputs, the answer to a WebSocket connect, a socket's outbound queue items, and the
+//! server's phase (the way to the current core, if any); what wakes the core task, and what a
+//! core is given for its term.
+
+use super::*;
+
+/// A message to the core task.
+pub(crate) enum Input {
+    /// A REST request; the response goes back on `reply`.
+    Http {
+        req: relay_core::HttpRequest,
+        reply: oneshot::Sender<HttpResponse>,
+    },
+    /// A WebSocket upgrade to authenticate; `Err` is the response to send instead.
+    Connect {
+        ws: WsConnect,
+        reply: oneshot::Sender<Result<Connected, HttpResponse>>,
+    },
+    /// A frame a socket task decoded (text, or binary holding UTF-8 JSON), or why it could
+    /// not; the relay charges either to the connection's frame budget.
+    Frame {
+        conn: ConnId,
+        decoded: Result<ClientFrame, FrameError>,
+    },
+    /// The socket ended (closed, failed, or its task was dropped).
+    Disconnect { conn: ConnId },
+    /// Test mode only: move the clock forward by `ms`, fire due timers, answer the new now.
+    AdvanceClock {
+        ms: u64,
+        reply: oneshot::Sender<UnixMs>,
+    },
+}
+
+impl std::fmt::Debug for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print bodies, frames, tokens or tickets.
+        match self {
+            Self::Http { req, .. } => write!(f, "Http({req:?})"),
+            Self::Connect { .. } => f.write_str("Connect"),
+            Self::Frame { conn, decoded } => match decoded {
+                Ok(frame) => write!(f, "Frame({}, {})", conn.0, frame.frame_type()),
+                Err(e) => write!(f, "Frame({}, undecodable: {})", conn.0, e.code()),
+            },
+            Self::Disconnect { conn } => write!(f, "Disconnect({})", conn.0),
+            Self::AdvanceClock { ms, .. } => write!(f, "AdvanceClock({ms} ms)"),
+        }
+    }
+}
+
+/// An accepted upgrade: what the socket task needs.
+#[derive(Debug)]
+pub(crate) struct Connected {
+    pub(crate) conn: ConnId,
+    pub(crate) user: UserUuid,
+    pub(crate) subprotocol: Option<&'static str>,
+    pub(crate) outbound: mpsc::Receiver<Outbound>,
+}
+
+/// What the core asks a socket task to do, in order.
+pub(crate) enum Outbound {
+    /// Write one text message (shared: a frame sent to many sockets is encoded once); its
+    /// [`Charge`] gives its bytes back once written or dropped.
+    Text(Utf8Bytes, Charge),
+    /// Write a close frame (after everything before it) and end.
+    Close { code: u16, reason: &'static str },
+}
+
+impl std::fmt::Debug for Outbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the text: it may carry a payload.
+        match self {
+            Self::Text(text, _) => write!(f, "Text({} bytes)", text.len()),
+            Self::Close { code, reason } => write!(f, "Close({code}, {reason})"),
+        }
+    }
+}
+
+/// What the server is doing, as the handlers see it.
+#[derive(Clone, Debug)]
+pub(crate) enum Phase {
+    /// Not leading (a campaigning server before it leads, or between terms): every route but
+    /// the probes answers 503 `NOT_LEADER`.
+    Standby,
+    /// Serving: the way to the current core task.
+    Active {
+        inputs: mpsc::Sender<Input>,
+        /// The term's fencing token (campaigning servers).
+        epoch: Option<u64>,
+        /// The relay failed and could not yet be rebuilt from its store.
+        store_down: Arc<AtomicBool>,
+    },
+    /// Shut down: the core task is gone or going.
+    Stopping,
+}
+
+/// What woke the core task: one event, handled after the wait so that the work can be timed
+/// apart from it.
+pub(super) enum Woke {
+    /// The term ended, with why.
+    Ended(String),
+    /// Shutdown began.
+    Stop,
+    /// A batch's commit completed.
+    Committed(Completion),
+    /// The relay's next deadline (or a rebuild) is due.
+    Due,
+    /// The push worker reported a target gone.
+    Gone(GoneTarget),
+    /// An input arrived (more that wait are taken with it).
+    Input(Input),
+}
+
+/// What outlives one core (a term): the push worker and its gone reports.
+pub(crate) struct CoreParts {
+    pub(crate) push: Option<PushSink>,
+    pub(crate) gone: Option<mpsc::Receiver<GoneTarget>>,
+}
+
+/// The term a core serves, for a campaigning server.
+pub(crate) struct TermCtx {
+    /// Ends the core when it ends.
+    pub(crate) end: TermEnd,
+    /// Set to [`Phase::Standby`] the moment the term ends.
+    pub(crate) phase: Arc<watch::Sender<Phase>>,
+}
