@@ -95,12 +95,20 @@ pub fn refusal(_code: &str) {}
 /// The probe name of a refusal with `code` decided in source file `file`:
 /// `refuse:CODE@stem` (`relay-core/src/vanity.rs` → `refuse:ORDER_NOT_FOUND@vanity`).
 pub fn refusal_name(code: &str, file: &str) -> String {
-    let stem = file
-        .rsplit(['/', '\\'])
-        .next()
-        .unwrap_or(file)
-        .trim_end_matches(".rs");
-    format!("refuse:{code}@{stem}")
+    format!("refuse:{code}@{}", module_name(file))
+}
+
+/// The module a source file holds: its stem, or for a `mod.rs` its directory's name
+/// (`relay-core/src/relay/mod.rs` is `relay`).
+#[must_use]
+pub fn module_name(file: &str) -> &str {
+    let mut parts = file.rsplit(['/', '\\']);
+    let stem = parts.next().unwrap_or(file).trim_end_matches(".rs");
+    if stem == "mod" {
+        parts.next().unwrap_or(stem)
+    } else {
+        stem
+    }
 }
 
 /// Marks a probe: `probe!("order:paid")`. The name is a string literal (`area:what`); it is
@@ -134,6 +142,10 @@ mod tests {
             "refuse:ORDER_NOT_FOUND@vanity"
         );
         assert_eq!(refusal_name("X", r"a\b\c.rs"), "refuse:X@c");
+        assert_eq!(
+            refusal_name("BAD_FRAME", "relay-core/src/relay/mod.rs"),
+            "refuse:BAD_FRAME@relay"
+        );
     }
 
     #[cfg(feature = "enabled")]

@@ -333,12 +333,8 @@ fn scan_dir(dir: &Path, found: &mut BTreeSet<String>) -> std::io::Result<()> {
             scan_dir(&path, found)?;
         } else if path.extension().is_some_and(|e| e == "rs") {
             let text = std::fs::read_to_string(&path)?;
-            let stem = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or_default()
-                .to_owned();
-            scan_file(&stem, &text, found);
+            let file = path.to_string_lossy();
+            scan_file(probes::module_name(&file), &text, found);
         }
     }
     Ok(())
