@@ -256,10 +256,12 @@ impl Relay {
         }
         let nickname = check_nickname(&body.nickname)?;
         let addr = req.remote_addr.clone();
-        if !self.eph.register_rate.check(now.get(), &addr) {
+        if !self.admission.register_rate.check(now.get(), &addr) {
             return Err(ApiError::rate_limited(
                 "too many registrations from this address; try again later",
-                self.eph.register_rate.retry_after_ms(now.get(), &addr),
+                self.admission
+                    .register_rate
+                    .retry_after_ms(now.get(), &addr),
             ));
         }
         // The new ids are checked against the store before the proof of work is used up: a
@@ -267,7 +269,7 @@ impl Relay {
         let uuid = self.fresh_uuid()?;
         let alias_id = self.fresh_alias()?;
         self.check_pow(now, &addr, body.pow_nonce.as_deref())?;
-        self.eph.register_rate.record(now.get(), &addr);
+        self.admission.register_rate.record(now.get(), &addr);
         self.state.put_account(AccountRow {
             uuid: uuid.clone(),
             alias_id: alias_id.clone(),

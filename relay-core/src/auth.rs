@@ -9,8 +9,6 @@
 //! new ones (every reference client does on failure). JWTs and their revocation
 //! (`current_jti` on the account) are durable.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use ed25519_dalek::{Signature, VerifyingKey};
 use wire::frames::goaway_reason;
 use wire::http::{
@@ -19,120 +17,15 @@ use wire::http::{
 };
 use wire::{ErrorCode, IsoTime, UnixMs, UserUuid};
 
-use crate::config::Config;
 use crate::credential::{Kind, Opened, Refused};
 use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::limits::{
-    AUTH_CHALLENGE_TTL_MS, AUTH_CHALLENGES_PER_MIN_PER_USER, HOUR_MS, MAX_PENDING_POW_CHALLENGES,
-    MAX_POW_CHALLENGES_PER_ADDR, MAX_TOKEN_BYTES, MINUTE_MS, POW_CHALLENGE_TTL_MS,
-    POW_CHALLENGES_PER_MIN_PER_ADDR, WS_TICKET_TTL_MS,
+    AUTH_CHALLENGE_TTL_MS, MAX_POW_CHALLENGES_PER_ADDR, MAX_TOKEN_BYTES, POW_CHALLENGE_TTL_MS,
+    WS_TICKET_TTL_MS,
 };
-use crate::ratelimit::RateLimiter;
-use crate::relay::{Accepted, Conn, ConnId, Relay, WsConnect};
+use crate::relay::Relay;
+use crate::shell::{Accepted, Conn, ConnId, WsConnect};
 use crate::token::TokenError;
-
-/// A bounded map whose entries expire; when full, the entry expiring first is evicted.
-#[derive(Debug)]
-pub(crate) struct Expiring<K: Ord + Clone, V> {
-    entries: BTreeMap<K, (V, UnixMs)>,
-    order: BTreeSet<(UnixMs, K)>,
-    capacity: usize,
-}
-
-impl<K: Ord + Clone, V> Expiring<K, V> {
-    pub(crate) fn new(capacity: usize) -> Self {
-        Self {
-            entries: BTreeMap::new(),
-            order: BTreeSet::new(),
-            capacity,
-        }
-    }
-
-    pub(crate) fn insert(&mut self, key: K, value: V, expires: UnixMs) {
-        while self.entries.len() >= self.capacity {
-            let Some((_, k)) = self.order.pop_first() else {
-                break;
-            };
-            self.entries.remove(&k);
-        }
-        if let Some((_, old)) = self.entries.insert(key.clone(), (value, expires)) {
-            self.order.remove(&(old, key.clone()));
-        }
-        self.order.insert((expires, key));
-    }
-
-    pub(crate) fn get(&self, key: &K, now: UnixMs) -> Option<&V> {
-        self.entries
-            .get(key)
-            .filter(|(_, exp)| now < *exp)
-            .map(|(v, _)| v)
-    }
-
-    pub(crate) fn contains(&self, key: &K) -> bool {
-        self.entries.contains_key(key)
-    }
-
-    pub(crate) fn remove(&mut self, key: &K) {
-        if let Some((_, exp)) = self.entries.remove(key) {
-            self.order.remove(&(exp, key.clone()));
-        }
-    }
-
-    pub(crate) fn sweep(&mut self, now: UnixMs) {
-        while let Some((exp, _)) = self.order.first() {
-            if *exp > now {
-                break;
-            }
-            if let Some((_, k)) = self.order.pop_first() {
-                self.entries.remove(&k);
-            }
-        }
-    }
-
-    pub(crate) fn next_expiry(&self) -> Option<UnixMs> {
-        self.order.first().map(|(e, _)| *e)
-    }
-}
-
-/// The in-memory credentials and per-address / per-account limiters.
-#[derive(Debug)]
-pub(crate) struct Ephemeral {
-    /// challenge string -> client address.
-    pub(crate) pow: Expiring<String, String>,
-    /// client address -> its outstanding challenges (oldest first).
-    pub(crate) pow_by_addr: BTreeMap<String, Vec<String>>,
-    pub(crate) pow_rate: RateLimiter<String>,
-    pub(crate) register_rate: RateLimiter<String>,
-    pub(crate) auth_rate: RateLimiter<UserUuid>,
-}
-
-impl Ephemeral {
-    pub(crate) fn new(config: &Config) -> Self {
-        Self {
-            pow: Expiring::new(MAX_PENDING_POW_CHALLENGES),
-            pow_by_addr: BTreeMap::new(),
-            pow_rate: RateLimiter::new(POW_CHALLENGES_PER_MIN_PER_ADDR, MINUTE_MS),
-            register_rate: RateLimiter::new(config.registrations_per_hour_per_addr, HOUR_MS),
-            auth_rate: RateLimiter::new(AUTH_CHALLENGES_PER_MIN_PER_USER, MINUTE_MS),
-        }
-    }
-
-    pub(crate) fn sweep(&mut self, now: UnixMs) {
-        self.pow.sweep(now);
-        let pow = &self.pow;
-        self.pow_by_addr.retain(|_, list| {
-            list.retain(|c| pow.contains(c));
-            !list.is_empty()
-        });
-        self.pow_rate.sweep(now.get());
-        self.register_rate.sweep(now.get());
-        self.auth_rate.sweep(now.get());
-    }
-
-    pub(crate) fn next_expiry(&self) -> Option<UnixMs> {
-        self.pow.next_expiry()
-    }
-}
 
 fn token_error(e: TokenError) -> ApiError {
     ApiError::with_status(401, e.code(), e.to_string())
@@ -198,23 +91,23 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let addr = req.remote_addr.clone();
-        if !self.eph.pow_rate.allow(now.get(), &addr) {
+        if !self.admission.pow_rate.allow(now.get(), &addr) {
             return Err(ApiError::rate_limited(
                 "too many proof-of-work challenges from this address",
-                self.eph.pow_rate.retry_after_ms(now.get(), &addr),
+                self.admission.pow_rate.retry_after_ms(now.get(), &addr),
             ));
         }
         let challenge = self.ids.challenge();
-        self.eph.pow.insert(
+        self.admission.pow.insert(
             challenge.clone(),
             addr.clone(),
             now.plus_ms(POW_CHALLENGE_TTL_MS),
         );
-        let list = self.eph.pow_by_addr.entry(addr).or_default();
+        let list = self.admission.pow_by_addr.entry(addr).or_default();
         list.push(challenge.clone());
         if list.len() > MAX_POW_CHALLENGES_PER_ADDR {
             let oldest = list.remove(0);
-            self.eph.pow.remove(&oldest);
+            self.admission.pow.remove(&oldest);
         }
         Ok(HttpResponse::json(
             200,
@@ -250,12 +143,12 @@ impl Relay {
             ));
         }
         let candidates: Vec<String> = self
-            .eph
+            .admission
             .pow_by_addr
             .get(addr)
             .map(|l| {
                 l.iter()
-                    .filter(|c| self.eph.pow.get(c, now).is_some())
+                    .filter(|c| self.admission.pow.get(c, now).is_some())
                     .cloned()
                     .collect()
             })
@@ -275,8 +168,8 @@ impl Relay {
                 "pow_nonce does not solve the challenge",
             ));
         };
-        self.eph.pow.remove(&solved);
-        if let Some(list) = self.eph.pow_by_addr.get_mut(addr) {
+        self.admission.pow.remove(&solved);
+        if let Some(list) = self.admission.pow_by_addr.get_mut(addr) {
             list.retain(|c| *c != solved);
         }
         Ok(())
@@ -296,10 +189,10 @@ impl Relay {
                 "no account with that user_uuid",
             ));
         }
-        if !self.eph.auth_rate.allow(now.get(), &body.user_uuid) {
+        if !self.admission.auth_rate.allow(now.get(), &body.user_uuid) {
             return Err(ApiError::rate_limited(
                 "too many auth challenges for this account",
-                self.eph
+                self.admission
                     .auth_rate
                     .retry_after_ms(now.get(), &body.user_uuid),
             ));
@@ -576,7 +469,7 @@ impl Relay {
                 jti,
                 last_seen: now,
                 synced: false,
-                delivery: crate::sync::Delivery::default(),
+                window: crate::window::Window::default(),
             },
         );
         self.conn_of_user.insert(user.clone(), conn);

@@ -29,7 +29,8 @@ use wire::{ErrorCode, ServerFrame, UnixMs};
 
 use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::planted::planted;
-use crate::relay::{ConnId, Relay};
+use crate::relay::Relay;
+use crate::shell::ConnId;
 
 /// `TURN_UNAVAILABLE` (503).
 fn turn_unavailable() -> ApiError {

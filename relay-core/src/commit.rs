@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use crate::relay::Output;
+use crate::shell::Output;
 use crate::state::Pins;
 use crate::store::{Batch, Spares, Store, StoreError};
 

@@ -91,6 +91,7 @@
 #![warn(missing_docs)]
 
 mod accounts;
+mod admission;
 mod auth;
 pub mod blob;
 mod budgets;
@@ -122,6 +123,7 @@ pub(crate) mod ratelimit;
 mod receipts;
 mod relations;
 mod relay;
+mod shell;
 mod state;
 pub mod stats;
 pub mod store;
@@ -129,6 +131,7 @@ mod sync;
 pub mod token;
 mod tombstones;
 mod vanity;
+mod window;
 
 pub use blob::{BlobStore, FsBlobStore, MemoryBlobStore};
 pub use calls::turn_credential;
@@ -139,8 +142,6 @@ pub use http::{ApiError, HttpRequest, HttpResponse, Method, Resolution};
 #[cfg(feature = "planted-bugs")]
 pub use planted::PlantedBug;
 pub use push::PushTarget;
-pub use relay::{
-    Accepted, CloseReason, ConnId, Output, Relay, WsConnect, legacy_jwt_signing_key,
-    storage_unavailable_response,
-};
+pub use relay::{Relay, legacy_jwt_signing_key, storage_unavailable_response};
+pub use shell::{Accepted, CloseReason, ConnId, Output, WsConnect};
 pub use stats::{RelayStats, WebhookStats};

@@ -29,7 +29,8 @@ use wire::{AliasId, ConvId, ErrorCode, ServerFrame, UnixMs, UserUuid};
 use crate::limits::TOMBSTONE_TTL_MS;
 use crate::planted::planted;
 use crate::queue::Queued;
-use crate::relay::{ConnId, Relay};
+use crate::relay::Relay;
+use crate::shell::ConnId;
 use crate::state::{PendingRetractRow, State, Tombstone};
 use crate::store::StoreRead;
 

@@ -11,7 +11,8 @@ use wire::{AliasId, ChannelId, ErrorCode, OrderId, ServerFrame, UnixMs, UserUuid
 use crate::commerce_state::{ChannelRow, OrderRow, PendingConfirmRow, Transition};
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::ids::hex;
-use crate::relay::{ConnId, Relay};
+use crate::relay::Relay;
+use crate::shell::ConnId;
 
 /// Base58 (Bitcoin/TRON alphabet) for the stand-in receiving addresses.
 const BASE58: &[u8; 58] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";

@@ -43,7 +43,8 @@ use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{
     MAX_PUSH_ENDPOINT_BYTES, MAX_PUSH_TARGETS_PER_USER, MAX_PUSH_TOKEN_BYTES, PUSH_MIN_INTERVAL_MS,
 };
-use crate::relay::{Output, Relay};
+use crate::relay::Relay;
+use crate::shell::Output;
 use crate::state::State;
 use crate::store::{Snapshot, StoreError, Table};
 

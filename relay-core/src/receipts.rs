@@ -13,7 +13,8 @@ use wire::frames::{ReceiptDelivery, ReceiptFrame};
 use wire::{ErrorCode, Seq, ServerFrame, UnixMs};
 
 use crate::planted::planted;
-use crate::relay::{ConnId, Relay};
+use crate::relay::Relay;
+use crate::shell::ConnId;
 use crate::state::{PendingReceiptRow, ReceiptKind};
 
 pub(crate) fn receipt_frame(kind: ReceiptKind, r: ReceiptDelivery) -> ServerFrame {

@@ -16,7 +16,7 @@
 //!   conversation that gets a new message joins the end of the order. A live conversation whose
 //!   window has room is served at once.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use wire::frames::{MsgDelivery, ReceiptDelivery, RetractDelivery};
 use wire::{AliasId, ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
@@ -25,55 +25,10 @@ use crate::limits::msg_frame_bytes;
 use crate::planted::planted;
 use crate::queue::Queued;
 use crate::receipts::receipt_frame;
-use crate::relay::{ConnId, Output, Relay};
+use crate::relay::Relay;
+use crate::shell::{ConnId, Output};
 use crate::state::{PairMap, ReceiptKind};
-
-/// The delivery state of one synced connection: what is in flight and whose turn is next.
-#[derive(Debug, Default)]
-pub(crate) struct Delivery {
-    /// Per conversation this connection pushed to (or will), its in-flight part.
-    convs: BTreeMap<ConvId, Flight>,
-    /// Conversations with messages not pushed yet, in turn order.
-    turns: VecDeque<ConvId>,
-    /// Messages in flight, all conversations.
-    msgs: usize,
-    /// Their bytes ([`msg_frame_bytes`]).
-    bytes: usize,
-}
-
-/// One conversation's part of a connection's window.
-#[derive(Debug)]
-struct Flight {
-    /// Highest seq pushed on this connection.
-    pushed: Seq,
-    /// Highest seq a receipt released from the window (its messages may still be queued when
-    /// that receipt was refused: they are not counted again).
-    released: Seq,
-    /// Queued messages with `released` < seq <= `pushed` (pushed, not yet released).
-    msgs: usize,
-    /// Their bytes.
-    bytes: usize,
-    /// Whether the conversation is in `turns`.
-    waiting: bool,
-}
-
-impl Default for Flight {
-    fn default() -> Self {
-        Self {
-            pushed: Seq(0),
-            released: Seq(0),
-            msgs: 0,
-            bytes: 0,
-            waiting: false,
-        }
-    }
-}
-
-impl Delivery {
-    fn has_room(&self, window_msgs: usize, window_bytes: usize, cost: usize) -> bool {
-        self.msgs == 0 || (self.msgs < window_msgs && self.bytes + cost <= window_bytes)
-    }
-}
+use crate::window::Window;
 
 fn cost(conv: &ConvId, m: &Queued) -> usize {
     msg_frame_bytes(m.id.as_str().len(), conv.as_str().len(), m.payload.len())
@@ -142,7 +97,7 @@ impl Relay {
         };
         let first_sync = !c.synced;
         c.synced = true;
-        c.delivery = Delivery::default();
+        c.window = Window::default();
         if first_sync {
             self.state.queues.hold(&user, convs.iter());
         }
@@ -203,14 +158,7 @@ impl Relay {
         backlog.sort();
         if let Some(c) = self.conns.get_mut(&conn) {
             for (_, conv) in backlog {
-                c.delivery.convs.insert(
-                    conv.clone(),
-                    Flight {
-                        waiting: true,
-                        ..Flight::default()
-                    },
-                );
-                c.delivery.turns.push_back(conv);
+                c.window.wait_turn(&conv);
             }
         }
         self.pump(conn);
@@ -226,7 +174,7 @@ impl Relay {
         if !c.synced {
             return;
         }
-        if c.delivery.turns.is_empty() {
+        if c.window.nobody_waiting() {
             // Nobody else is waiting: this conversation's turn, as long as there is room.
             while self.push_next(conn, conv) {}
         }
@@ -239,7 +187,7 @@ impl Relay {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
-        let pushed = c.delivery.convs.get(conv).map_or(Seq(0), |f| f.pushed);
+        let pushed = c.window.pushed(conv);
         let unpushed = self
             .state
             .queue(&c.user, conv)
@@ -247,20 +195,7 @@ impl Relay {
         if !unpushed {
             return;
         }
-        match c.delivery.convs.get_mut(conv) {
-            Some(f) if f.waiting => return,
-            Some(f) => f.waiting = true,
-            None => {
-                c.delivery.convs.insert(
-                    conv.clone(),
-                    Flight {
-                        waiting: true,
-                        ..Flight::default()
-                    },
-                );
-            }
-        }
-        c.delivery.turns.push_back(conv.clone());
+        c.window.wait_turn(conv);
     }
 
     /// Gives turns while the window has room: each turn pushes the oldest unpushed message of
@@ -271,14 +206,14 @@ impl Relay {
                 .conns
                 .get_mut(&conn)
                 .filter(|c| c.synced)
-                .and_then(|c| c.delivery.turns.pop_front())
+                .and_then(|c| c.window.take_turn())
             else {
                 return;
             };
             if !self.push_next(conn, &conv) && self.has_unpushed(conn, &conv) {
                 // No room: the conversation keeps its place at the front.
                 if let Some(c) = self.conns.get_mut(&conn) {
-                    c.delivery.turns.push_front(conv);
+                    c.window.keep_turn(conv);
                 }
                 return;
             }
@@ -287,9 +222,9 @@ impl Relay {
                 return;
             };
             if more {
-                c.delivery.turns.push_back(conv);
-            } else if let Some(f) = c.delivery.convs.get_mut(&conv) {
-                f.waiting = false;
+                c.window.next_round(conv);
+            } else {
+                c.window.done(&conv);
             }
         }
     }
@@ -298,7 +233,7 @@ impl Relay {
         let Some(c) = self.conns.get(&conn) else {
             return false;
         };
-        let pushed = c.delivery.convs.get(conv).map_or(Seq(0), |f| f.pushed);
+        let pushed = c.window.pushed(conv);
         self.state
             .queue(&c.user, conv)
             .is_some_and(|q| q.starting_at(pushed.next()).next().is_some())
@@ -329,13 +264,13 @@ impl Relay {
         let Some(q) = self.state.queue(&c.user, conv) else {
             return false;
         };
-        let pushed = c.delivery.convs.get(conv).map_or(Seq(0), |f| f.pushed);
+        let pushed = c.window.pushed(conv);
         let Some(m) = q.starting_at(pushed.next()).next() else {
             return false;
         };
         let bytes = cost(conv, m);
         // PLANTED BUG (test-only) when `SyncIgnoresWindow`: no pacing.
-        if !c.delivery.has_room(window_msgs, window_bytes, bytes)
+        if !c.window.has_room(window_msgs, window_bytes, bytes)
             && !planted!(self.config, SyncIgnoresWindow)
         {
             probes::probe!("sync:window-full");
@@ -356,16 +291,7 @@ impl Relay {
             });
         }
         let seq = m.seq;
-        // Keys are cloned only for a conversation's first push on this connection.
-        let flight = match c.delivery.convs.get_mut(conv) {
-            Some(f) => f,
-            None => c.delivery.convs.entry(conv.clone()).or_default(),
-        };
-        flight.pushed = seq;
-        flight.msgs += 1;
-        flight.bytes += bytes;
-        c.delivery.msgs += 1;
-        c.delivery.bytes += bytes;
+        c.window.pushed_one(conv, seq, bytes);
         raise_hwm(&mut self.pushed_hwm, &c.user, conv, seq);
         true
     }
@@ -376,23 +302,18 @@ impl Relay {
         let Some(c) = self.conns.get_mut(&conn) else {
             return 0;
         };
-        let Some(f) = c.delivery.convs.get_mut(conv) else {
+        let Some((released, limit)) = c.window.releasable(conv, upto) else {
             return 0;
         };
         let Some(q) = self.state.queue(&c.user, conv) else {
             return 0;
         };
-        let limit = upto.min(f.pushed);
         let (mut n, mut bytes) = (0, 0);
-        for m in q.upto(limit).filter(|m| m.seq > f.released) {
+        for m in q.upto(limit).filter(|m| m.seq > released) {
             n += 1;
             bytes += cost(conv, m);
         }
-        f.released = f.released.max(limit);
-        f.msgs = f.msgs.saturating_sub(n);
-        f.bytes = f.bytes.saturating_sub(bytes);
-        c.delivery.msgs = c.delivery.msgs.saturating_sub(n);
-        c.delivery.bytes = c.delivery.bytes.saturating_sub(bytes);
+        c.window.release(conv, limit, n, bytes);
         n
     }
 
@@ -405,20 +326,17 @@ impl Relay {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
-        let Some(f) = c.delivery.convs.get_mut(conv) else {
+        let Some((released, pushed)) = c.window.in_flight(conv) else {
             return;
         };
         let (mut n, mut bytes) = (0, 0);
         if let Some(q) = self.state.queue(&c.user, conv) {
-            for m in q.upto(f.pushed).filter(|m| m.seq > f.released) {
+            for m in q.upto(pushed).filter(|m| m.seq > released) {
                 n += 1;
                 bytes += cost(conv, m);
             }
         }
-        c.delivery.msgs = c.delivery.msgs - f.msgs.min(c.delivery.msgs) + n;
-        c.delivery.bytes = c.delivery.bytes - f.bytes.min(c.delivery.bytes) + bytes;
-        f.msgs = n;
-        f.bytes = bytes;
+        c.window.recount(conv, n, bytes);
         self.pump(conn);
     }
 }

@@ -16,7 +16,7 @@ use sha2::{Digest as _, Sha256};
 use wire::frames::{ErrorFrame, GoawayFrame};
 use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
-use crate::auth::Ephemeral;
+use crate::admission::Admission;
 use crate::budgets::{BudgetClass, Budgets};
 use crate::commit::{BatchFailed, BatchId, InputFailed, Pipeline, Reported, Sealed, SealedBatch};
 use crate::config::Config;
@@ -31,10 +31,8 @@ use crate::store::{Store, StoreError, StoreRead, Table};
 use crate::token::TokenKeys;
 
 mod batches;
-mod types;
 
-pub(crate) use types::Conn;
-pub use types::{Accepted, CloseReason, ConnId, Output, WsConnect};
+use crate::shell::{Accepted, CloseReason, Conn, ConnId, Output, WsConnect};
 
 /// The sans-IO relay.
 ///
@@ -104,7 +102,7 @@ pub struct Relay {
     /// Seals and opens auth challenges and tickets (`crate::credential`).
     pub(crate) credentials: CredentialKey,
     pub(crate) state: State,
-    pub(crate) eph: Ephemeral,
+    pub(crate) admission: Admission,
     pub(crate) conns: BTreeMap<ConnId, Conn>,
     pub(crate) conn_of_user: BTreeMap<UserUuid, ConnId>,
     /// Highest seq pushed to a user per conversation on any connection since startup.
@@ -223,7 +221,7 @@ impl Relay {
             TokenBucket::new(config.frames_per_min_per_conn, config.frame_burst_per_conn);
         let budgets = Budgets::new(&config);
         Ok(Self {
-            eph: Ephemeral::new(&config),
+            admission: Admission::new(&config),
             config,
             reader,
             ids,
@@ -665,7 +663,7 @@ impl Relay {
             self.state.timers.pop_first();
             self.fire(now, timer);
         }
-        self.eph.sweep(now);
+        self.admission.sweep(now);
         self.frame_budget.sweep(now.get());
         self.msg_limit.sweep(now.get());
         self.typing_limit.sweep(now.get());
@@ -727,11 +725,11 @@ impl Relay {
             .values()
             .map(|c| c.last_seen.plus_ms(self.config.idle_timeout_ms))
             .min();
-        let eph = self.eph.next_expiry();
+        let pow_expiry = self.admission.next_expiry();
         [
             timers,
             idle,
-            eph,
+            pow_expiry,
             self.state.tombstones.sweep_at(),
             self.state.queues.sweep.at(),
         ]

@@ -1,4 +1,4 @@
-//! The relay's public vocabulary with its shell: connection ids, the effects it emits
+//! What the relay and its shell exchange: connection ids, the effects it emits
 //! ([`Output`]), why it closes a socket, what a WebSocket upgrade carries and what it answers;
 //! and the per-connection record the relay keeps.
 
@@ -89,6 +89,7 @@ pub(crate) struct Conn {
     pub(crate) jti: String,
     pub(crate) last_seen: UnixMs,
     pub(crate) synced: bool,
-    /// What is in flight on this connection and whose turn is next (`crate::sync`).
-    pub(crate) delivery: crate::sync::Delivery,
+    /// What is in flight on this connection and whose turn is next (`crate::window`, its rules
+    /// in `crate::sync`).
+    pub(crate) window: crate::window::Window,
 }
