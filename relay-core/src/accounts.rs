@@ -14,7 +14,7 @@ use crate::limits::{
 };
 use crate::relations::Contacts;
 use crate::relay::Relay;
-use crate::state::AccountRow;
+use crate::rows::AccountRow;
 
 /// Validates a nickname and returns the form stored: NFC-normalised, trimmed,
 /// 1..=32 Unicode scalar values, words separated by ASCII spaces only, and nothing a reader

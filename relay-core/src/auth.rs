@@ -277,7 +277,7 @@ impl Relay {
             ));
         };
         // A new login revokes the previous token; its socket is told and closed.
-        let mut updated = crate::state::AccountRow::clone(&account);
+        let mut updated = crate::rows::AccountRow::clone(&account);
         updated.current_jti = Some(jti);
         let user = updated.uuid.clone();
         self.state.put_account(updated);

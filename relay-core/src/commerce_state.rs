@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 use wire::http::{OrderKind, OrderState, PaymentStatus, PostType};
 use wire::{AliasId, ChannelId, OrderId, PostId, UnixMs, UserUuid};
 
-use crate::state::{State, Timer, decode};
+use crate::state::State;
+
+use crate::rows::{Timer, decode};
 use crate::store::{Snapshot, StoreError, Table};
 
 /// A channel.

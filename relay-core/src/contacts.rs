@@ -17,7 +17,7 @@ use wire::{ErrorCode, FriendshipId, IsoTime, Seq, ServerFrame, UnixMs, UserUuid}
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::planted::planted;
 use crate::relay::Relay;
-use crate::state::{ConversationRow, FriendshipRow};
+use crate::rows::{ConversationRow, FriendshipRow};
 
 fn not_found() -> ApiError {
     ApiError::new(

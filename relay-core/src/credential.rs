@@ -28,7 +28,8 @@ use sha2::Sha256;
 use wire::UnixMs;
 
 use crate::planted::planted;
-use crate::state::{State, Timer, decode};
+use crate::state::State;
+use crate::rows::{Timer, decode};
 use crate::store::{Snapshot, StoreError, Table};
 
 /// What a credential is for; its letter starts the wire form and the HMAC input, so one kind

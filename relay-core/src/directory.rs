@@ -30,7 +30,8 @@ use wire::{AliasId, UserUuid};
 
 use crate::lru::{Lru, Weigh};
 use crate::relay::Relay;
-use crate::state::{AccountRow, State, decode};
+use crate::state::State;
+use crate::rows::{AccountRow, decode};
 use crate::store::{StoreError, StoreRead, Table};
 
 /// Estimated heap per account in memory besides its strings: the row (uuid, two keys,

@@ -123,6 +123,7 @@ pub(crate) mod ratelimit;
 mod receipts;
 mod relations;
 mod relay;
+mod rows;
 mod shell;
 mod state;
 pub mod stats;

@@ -48,7 +48,8 @@ use crate::limits::{
 use crate::planted::planted;
 use crate::ratelimit::RateLimiter;
 use crate::relay::Relay;
-use crate::state::{State, Timer};
+use crate::state::State;
+use crate::rows::Timer;
 use crate::store::{Snapshot, StoreError, Table};
 
 /// One stored part: its etag (hex SHA-256) and size in bytes.

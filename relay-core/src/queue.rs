@@ -30,9 +30,8 @@ use crate::limits;
 use crate::lru::{Lru, Weigh};
 use crate::planted::planted;
 use crate::queue_index::{QueueEntry, record_entry};
-use crate::state::{
-    MessageRecord, MessageRow, QueueSummary, State, Usage, decode, meta, write_message_key,
-};
+use crate::state::State;
+use crate::rows::{MessageRecord, MessageRow, QueueSummary, Usage, decode, meta, write_message_key};
 use crate::store::{StoreError, StoreRead, Table};
 
 /// A queued message: what its `msg` frame needs besides the conversation (recipient, sender
@@ -51,6 +50,14 @@ impl Queued {
     /// ([`crate::limits::queued_message_bytes`]).
     pub(crate) fn charge(&self) -> u64 {
         limits::queued_message_bytes(self.id.as_str().len(), self.payload.len())
+    }
+
+    /// This one message as a usage count.
+    pub(crate) fn usage(&self) -> Usage {
+        Usage {
+            msgs: 1,
+            bytes: self.charge(),
+        }
     }
 }
 
@@ -572,7 +579,7 @@ impl State {
         if summary.msgs == 0 && !self.queues.is_loaded(&qkey) {
             self.queues.insert_loaded(qkey.clone(), Queue::default());
         }
-        let usage = Usage::of(&m);
+        let usage = m.usage();
         let at = m.at;
         let replaced = self.queues.write(&qkey, |q| q.insert(m));
         debug_assert!(

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use wire::{ConvId, UnixMs, UserUuid};
 
-use crate::state::{QueueSummary, decode};
+use crate::rows::{QueueSummary, decode};
 use crate::store::{Batch, RowKey, StoreError, Table};
 use wire::json;
 

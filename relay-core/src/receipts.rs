@@ -15,7 +15,7 @@ use wire::{ErrorCode, Seq, ServerFrame, UnixMs};
 use crate::planted::planted;
 use crate::relay::Relay;
 use crate::shell::ConnId;
-use crate::state::{PendingReceiptRow, ReceiptKind};
+use crate::rows::{PendingReceiptRow, ReceiptKind};
 
 pub(crate) fn receipt_frame(kind: ReceiptKind, r: ReceiptDelivery) -> ServerFrame {
     match kind {

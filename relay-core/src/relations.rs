@@ -31,10 +31,8 @@ use wire::{ConvId, FriendshipId, Seq, UserUuid};
 use crate::lru::{Lru, Weigh};
 use crate::planted::planted;
 use crate::relay::Relay;
-use crate::state::{
-    ConversationRow, FriendshipRow, ReceiptKind, ReceiptMarkRow, State, decode, push_conversation,
-    write_mark_key,
-};
+use crate::state::State;
+use crate::rows::{ConversationRow, FriendshipRow, ReceiptKind, ReceiptMarkRow, decode, push_conversation, write_mark_key};
 use crate::store::{RowKey, StoreError, StoreRead, Table};
 
 /// Estimated heap per conversation in memory besides its id and member strings: the row, its

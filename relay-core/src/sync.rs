@@ -27,7 +27,7 @@ use crate::queue::Queued;
 use crate::receipts::receipt_frame;
 use crate::relay::Relay;
 use crate::shell::{ConnId, Output};
-use crate::state::{PairMap, ReceiptKind};
+use crate::rows::{PairMap, ReceiptKind};
 use crate::window::Window;
 
 fn cost(conv: &ConvId, m: &Queued) -> usize {

@@ -37,7 +37,7 @@ use wire::{MessageId, UnixMs, UserUuid};
 use crate::limits::{MINUTE_MS, TOMBSTONE_SET_BY_ROW_MIN_BYTES, TOMBSTONE_SWEEP_MS};
 use crate::lru::{Lru, Weigh};
 use crate::relay::Relay;
-use crate::state::{Tombstone, TombstoneRow, decode};
+use crate::rows::{Tombstone, TombstoneRow, decode};
 use crate::store::{StoreError, StoreRead, Table};
 
 /// Estimated heap per tombstone in a set, besides its id and conversation id: the map entry,

@@ -14,7 +14,7 @@ use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{ALIAS_HOLD_MS, VANITY_SEARCH_MAX_RESULTS};
 use crate::pricing::price;
 use crate::relay::Relay;
-use crate::state::AccountRow;
+use crate::rows::AccountRow;
 
 fn taken() -> ApiError {
     ApiError::new(

@@ -26,7 +26,8 @@ use crate::ids::IdGen;
 use crate::limits::MINUTE_MS;
 use crate::planted::planted;
 use crate::ratelimit::{RateLimiter, TokenBucket};
-use crate::state::{PairMap, State, Timer, meta};
+use crate::state::State;
+use crate::rows::{PairMap, Timer, meta};
 use crate::store::{Store, StoreError, StoreRead, Table};
 use crate::token::TokenKeys;
 
@@ -614,8 +615,8 @@ impl Relay {
             F::Sync(_) => self.on_sync(now, conn),
             F::Ping(_) => {}
             F::Msg(m) => self.on_msg(now, conn, m),
-            F::Delivered(r) => self.on_receipt(now, conn, crate::state::ReceiptKind::Delivered, &r),
-            F::Read(r) => self.on_receipt(now, conn, crate::state::ReceiptKind::Read, &r),
+            F::Delivered(r) => self.on_receipt(now, conn, crate::rows::ReceiptKind::Delivered, &r),
+            F::Read(r) => self.on_receipt(now, conn, crate::rows::ReceiptKind::Read, &r),
             F::Typing(t) => self.on_typing(now, conn, &t),
             F::Retract(r) => self.on_retract(now, conn, &r),
             F::Call(c) => self.on_call(now, conn, c),

@@ -1,0 +1,386 @@
+//! The relay's durable working state: plain maps behind `&mut self`, loaded from the store at
+//! startup (but for the caches over the lazy tables — accounts, conversations and contacts,
+//! tombstones, queues — read when needed), and the row-level mutation batch of the input being
+//! handled.
+//!
+//! Every `put_*` / `delete_*` updates the maps and indexes **and** records the matching
+//! [`Mutation`](crate::store::Mutation); the dispatcher commits the batch before releasing any output of the input.
+//!
+//! Over 900 lines on purpose: each map, its derived indexes, its load from the store and its
+//! `put_*`/`delete_*` must change together (a write that updates the map but forgets the
+//! mutation, or an index rebuilt differently on load, is a durability bug), so they stay side by
+//! side; the commerce tables live apart in `commerce_state`, the queues (their index, reads,
+//! writes and expiry) in `queue`, the accounts in `directory`, the conversations and contacts
+//! in `relations`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use wire::{ConvId, FriendshipId, MessageId, UnixMs, UserUuid};
+
+use crate::store::{Batch, RowKey, Snapshot, StoreError, Table};
+
+use crate::rows::*;
+
+/// All durable state plus its indexes.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) meta: BTreeMap<String, String>,
+    /// The accounts in memory and their names (`crate::directory`; the rest are in the
+    /// store).
+    pub(crate) directory: crate::directory::Directory,
+    /// The conversations and contact lists in memory (`crate::relations`; the rest are in
+    /// the store).
+    pub(crate) relations: crate::relations::Relations,
+    /// What every non-empty queue holds, by recipient and conversation (`crate::queue`; all
+    /// of it in memory: the queue bounds need it).
+    pub(crate) queued: crate::queue_index::QueueIndex,
+    /// (author, message id) -> tombstone, for the authors whose sets are in memory
+    /// (`crate::tombstones`; the rest are in the store).
+    pub(crate) tombstones: crate::tombstones::Cache,
+    pub(crate) pending_receipts: BTreeMap<(UserUuid, ConvId, ReceiptKind), PendingReceiptRow>,
+    pub(crate) pending_retracts: BTreeMap<(UserUuid, MessageId), PendingRetractRow>,
+    pub(crate) timers: BTreeSet<(UnixMs, Timer)>,
+    /// What is queued per recipient, per sender and in total (the queue bounds).
+    pub(crate) backlog: Backlog,
+    /// The queues in memory (`crate::queue`; the rest are in the store).
+    pub(crate) queues: crate::queue::Queues,
+    /// Media uploads and objects (`crate::media`).
+    pub(crate) media: crate::media::MediaState,
+    /// Push targets (`crate::push`).
+    pub(crate) push: crate::push::PushState,
+    /// Channels, orders, payments and sold aliases (`crate::commerce`).
+    pub(crate) commerce: crate::commerce_state::Commerce,
+    /// Used single-use credentials, until they expire (`crate::credential`).
+    pub(crate) spent: crate::credential::Spent,
+    /// Mutations of the input being handled (its buffers reused from input to input).
+    pub(crate) batch: Batch,
+    /// Set when a record failed to serialise: the next commit is refused (fail-stop).
+    pub(crate) poisoned: bool,
+    /// `Config::planted_bug`, for the planted bugs that live here (test-only).
+    #[cfg(feature = "planted-bugs")]
+    pub(crate) planted_bug: Option<crate::PlantedBug>,
+}
+
+/// The entries of the caches over the store that a batch wrote (one per write): they stay in
+/// memory until the batch is durable ([`crate::lru`]).
+#[derive(Debug, Default)]
+pub(crate) struct Pins {
+    accounts: Vec<UserUuid>,
+    conversations: Vec<ConvId>,
+    contacts: Vec<UserUuid>,
+    tombstones: Vec<UserUuid>,
+    queues: Vec<crate::queue::QueueKey>,
+    /// The earliest expiry of the messages the batch wrote: the expiry sweep is armed for it
+    /// once the batch is durable (`crate::queue`).
+    expiry: Option<UnixMs>,
+}
+
+impl State {
+    /// Rebuilds the state and its indexes from a snapshot (of the eager tables: the queues'
+    /// counts come from [`State::index_queues`], once the summaries are known).
+    pub(crate) fn load(snapshot: &Snapshot, offline_ttl_ms: u64) -> Result<Self, StoreError> {
+        let mut s = Self::default();
+        let rows = |t: Table| snapshot.get(&t).into_iter().flat_map(|m| m.iter());
+        for (k, v) in rows(Table::Meta) {
+            s.meta.insert(k.clone(), decode(Table::Meta, k, v)?);
+        }
+        for (k, v) in rows(Table::QueueIndex) {
+            s.queued.load(k, v)?;
+        }
+        for (k, v) in rows(Table::PendingReceipts) {
+            let r: PendingReceiptRow = decode(Table::PendingReceipts, k, v)?;
+            s.timers.insert((
+                r.at.plus_ms(offline_ttl_ms),
+                Timer::PendingReceipt(r.recipient.clone(), r.conv_id.clone(), r.kind),
+            ));
+            s.pending_receipts
+                .insert((r.recipient.clone(), r.conv_id.clone(), r.kind), r);
+        }
+        for (k, v) in rows(Table::PendingRetracts) {
+            let r: PendingRetractRow = decode(Table::PendingRetracts, k, v)?;
+            s.timers.insert((
+                r.at.plus_ms(offline_ttl_ms),
+                Timer::PendingRetract(r.recipient.clone(), r.id.clone()),
+            ));
+            s.pending_retracts
+                .insert((r.recipient.clone(), r.id.clone()), r);
+        }
+        s.load_commerce(snapshot)?;
+        crate::media::load(&mut s, snapshot)?;
+        crate::push::load(&mut s, snapshot)?;
+        crate::credential::load(&mut s, snapshot)?;
+        Ok(s)
+    }
+
+    /// Records the row `key` of `table`, serialised by serde; a record that cannot be encoded
+    /// poisons the batch (the next commit is refused).
+    pub(crate) fn record<T: Serialize>(&mut self, table: Table, key: &str, value: &T) {
+        self.record_keyed(table, |k| k.push_str(key), value);
+    }
+
+    /// [`State::record`] with the key written in place by `key`.
+    pub(crate) fn record_keyed<T: Serialize>(
+        &mut self,
+        table: Table,
+        key: impl FnOnce(&mut RowKey<'_>),
+        value: &T,
+    ) {
+        let encoded = self.batch.try_put_row(table, key, |out| {
+            serde_json::to_writer(out, value).map_err(|_| ())
+        });
+        if encoded.is_err() {
+            self.poisoned = true;
+        }
+    }
+
+    pub(crate) fn record_delete(&mut self, table: Table, key: &str) {
+        self.batch.delete(table, key);
+    }
+
+    // ---- meta
+
+    pub(crate) fn put_meta(&mut self, key: &str, value: String) {
+        self.record(Table::Meta, key, &value);
+        self.meta.insert(key.to_owned(), value);
+    }
+
+    pub(crate) fn delete_meta(&mut self, key: &str) {
+        self.record_delete(Table::Meta, key);
+        self.meta.remove(key);
+    }
+
+    pub(crate) fn next_friendship_id(&mut self) -> FriendshipId {
+        let next = self
+            .meta
+            .get(meta::NEXT_FRIENDSHIP_ID)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(1);
+        self.put_meta(meta::NEXT_FRIENDSHIP_ID, (next + 1).to_string());
+        FriendshipId(next)
+    }
+
+    // ---- the caches over the store
+
+    /// Hands the cache entries written since the last move to `batch`'s pins.
+    pub(crate) fn move_written(&mut self, batch: &mut Pins) {
+        self.directory.move_written(&mut batch.accounts);
+        self.relations
+            .move_written(&mut batch.conversations, &mut batch.contacts);
+        self.tombstones.move_written(&mut batch.tombstones);
+        self.queues.move_written(&mut batch.queues);
+        self.queues.sweep.move_written(&mut batch.expiry);
+    }
+
+    /// The writes since the last [`State::move_written`] are durable.
+    pub(crate) fn unpin_written(&mut self) {
+        self.directory.unpin_written();
+        self.relations.unpin_written();
+        self.tombstones.unpin_written();
+        self.queues.unpin_written();
+        self.queues.sweep.arm_written();
+    }
+
+    /// A batch whose writes pinned `batch` is durable.
+    pub(crate) fn unpin(&mut self, batch: Pins) {
+        self.directory.unpin(batch.accounts);
+        self.relations.unpin(batch.conversations, batch.contacts);
+        self.tombstones.unpin(batch.tombstones);
+        self.queues.unpin(batch.queues);
+        self.queues.sweep.arm(batch.expiry);
+    }
+
+    /// Evicts what the caches hold beyond their bounds (only what no batch in flight wrote).
+    pub(crate) fn evict(&mut self) {
+        self.directory.evict();
+        self.relations.evict();
+        self.tombstones.evict();
+        self.queues.evict();
+    }
+
+    // ---- tombstones
+
+    /// Writes `(author, id)`'s tombstone (the author's set must be in memory) with its expiry.
+    pub(crate) fn put_tombstone(&mut self, author: &UserUuid, id: MessageId, t: Tombstone) {
+        let record = TombstoneRecord {
+            author,
+            id: &id,
+            conv_id: &t.conv_id,
+            seq: t.seq,
+            expires_at: t.expires_at,
+            retracted: t.retracted,
+        };
+        self.batch.put_expiring_row(
+            Table::Tombstones,
+            |k| write_tombstone_key(k, author, &id),
+            |out| record.write_json(out),
+            t.expires_at.get(),
+        );
+        self.tombstones.put(author, id, t);
+    }
+
+    /// Deletes every tombstone row expired at `now` (one range delete) and drops them from
+    /// the sets in memory.
+    pub(crate) fn expire_tombstones(&mut self, now: UnixMs) {
+        self.batch.expire(Table::Tombstones, now.get());
+        self.tombstones.expire(now);
+    }
+
+    // ---- receipts
+
+    pub(crate) fn put_pending_receipt(&mut self, r: PendingReceiptRow, offline_ttl_ms: u64) {
+        self.record_keyed(
+            Table::PendingReceipts,
+            |k| write_pending_receipt_key(k, &r.recipient, &r.conv_id, r.kind),
+            &r,
+        );
+        self.timers.insert((
+            r.at.plus_ms(offline_ttl_ms),
+            Timer::PendingReceipt(r.recipient.clone(), r.conv_id.clone(), r.kind),
+        ));
+        self.pending_receipts
+            .insert((r.recipient.clone(), r.conv_id.clone(), r.kind), r);
+    }
+
+    pub(crate) fn delete_pending_receipt(
+        &mut self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+        kind: ReceiptKind,
+    ) {
+        if self
+            .pending_receipts
+            .remove(&(recipient.clone(), conv.clone(), kind))
+            .is_some()
+        {
+            self.batch.delete_row(Table::PendingReceipts, |k| {
+                write_pending_receipt_key(k, recipient, conv, kind);
+            });
+        }
+    }
+
+    pub(crate) fn put_pending_retract(&mut self, r: PendingRetractRow, offline_ttl_ms: u64) {
+        self.record_keyed(
+            Table::PendingRetracts,
+            |k| write_tombstone_key(k, &r.recipient, &r.id),
+            &r,
+        );
+        self.timers.insert((
+            r.at.plus_ms(offline_ttl_ms),
+            Timer::PendingRetract(r.recipient.clone(), r.id.clone()),
+        ));
+        self.pending_retracts
+            .insert((r.recipient.clone(), r.id.clone()), r);
+    }
+
+    /// The retractions waiting for `recipient`, by message id: one range of the map (not a
+    /// walk of every recipient's).
+    pub(crate) fn pending_retracts_of<'a>(
+        &'a self,
+        recipient: &'a UserUuid,
+    ) -> impl Iterator<Item = &'a PendingRetractRow> + 'a {
+        // "-" sorts at or before every message id: every byte an id may hold is at least '-'.
+        let start = MessageId::parse("-").ok().map(|id| (recipient.clone(), id));
+        start.into_iter().flat_map(move |start| {
+            self.pending_retracts
+                .range(start..)
+                .take_while(move |((to, _), _)| to == recipient)
+                .map(|(_, r)| r)
+        })
+    }
+
+    pub(crate) fn delete_pending_retract(&mut self, recipient: &UserUuid, id: &MessageId) {
+        if self
+            .pending_retracts
+            .remove(&(recipient.clone(), id.clone()))
+            .is_some()
+        {
+            self.batch.delete_row(Table::PendingRetracts, |k| {
+                write_tombstone_key(k, recipient, id);
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use wire::Seq;
+
+    use super::*;
+
+    fn token() -> impl Strategy<Value = String> {
+        "[A-Za-z0-9._:-]{1,128}"
+    }
+
+    proptest! {
+        /// A recipient's pending retractions, read as one range, are exactly those a walk of
+        /// every one would find for it, whatever the message ids.
+        #[test]
+        fn pending_retracts_of_a_recipient_are_one_range(
+            rows in proptest::collection::vec((0usize..4, token()), 0..40),
+        ) {
+            let users: Vec<UserUuid> = (0u8..4).map(|i| UserUuid::from_random_bytes([i; 16])).collect();
+            let mut s = State::default();
+            for (to, id) in &rows {
+                s.put_pending_retract(
+                    PendingRetractRow {
+                        recipient: users[*to].clone(),
+                        id: MessageId::parse(id).unwrap(),
+                        conv_id: ConvId::parse("c-1").unwrap(),
+                        from: users[(*to + 1) % 4].clone(),
+                        at: UnixMs(1),
+                    },
+                    1,
+                );
+            }
+            for u in &users {
+                let walked: Vec<_> = s.pending_retracts.values().filter(|r| r.recipient == *u).collect();
+                prop_assert_eq!(s.pending_retracts_of(u).collect::<Vec<_>>(), walked);
+            }
+        }
+    }
+
+    #[test]
+    fn tombstone_record_decodes_as_row() {
+        let (author, id) = (
+            UserUuid::parse("00000000-0000-4000-8000-000000000001").unwrap(),
+            MessageId::parse("m-1").unwrap(),
+        );
+        let t = Tombstone {
+            conv_id: ConvId::parse("c-1").unwrap(),
+            seq: Seq(7),
+            expires_at: UnixMs(9),
+            retracted: true,
+        };
+        let mut s = State {
+            tombstones: crate::tombstones::Cache::new(1 << 20, None),
+            ..State::default()
+        };
+        s.tombstones.insert_loaded(&author, [], UnixMs(0));
+        s.put_tombstone(&author, id.clone(), t.clone());
+        let Some(crate::store::MutationRef::PutExpiring {
+            key,
+            value,
+            expires_at,
+            ..
+        }) = s.batch.iter().next()
+        else {
+            panic!("one put with an expiry");
+        };
+        assert_eq!(key, "00000000-0000-4000-8000-000000000001/m-1");
+        assert_eq!(expires_at, 9);
+        let row: TombstoneRow = decode(Table::Tombstones, key, value).unwrap();
+        assert_eq!(
+            row,
+            TombstoneRow {
+                author,
+                id,
+                conv_id: t.conv_id,
+                seq: t.seq,
+                expires_at: t.expires_at,
+                retracted: true,
+            }
+        );
+    }
+}
