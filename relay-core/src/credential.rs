@@ -23,14 +23,8 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use hmac::{Hmac, KeyInit, Mac as _};
-use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use wire::UnixMs;
-
-use crate::planted::planted;
-use crate::state::State;
-use crate::rows::{Timer, decode};
-use crate::store::{Snapshot, StoreError, Table};
 
 /// What a credential is for; its letter starts the wire form and the HMAC input, so one kind
 /// is never accepted as another.
@@ -185,62 +179,8 @@ impl CredentialKey {
     }
 }
 
-/// The stored form of a spent credential: when its row may go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct SpentRow {
-    expires_at: UnixMs,
-}
-
-/// Loads the spent rows of `snapshot` into `s` (called by `State::load`); rows already past
-/// their expiry are deleted by the first `handle_timeout`.
-pub(crate) fn load(s: &mut State, snapshot: &Snapshot) -> Result<(), StoreError> {
-    for (k, v) in snapshot.get(&Table::Spent).into_iter().flatten() {
-        let row: SpentRow = decode(Table::Spent, k, v)?;
-        s.index_spent(k.clone(), row.expires_at);
-    }
-    Ok(())
-}
-
 /// Used credentials not yet expired, by spent-row key.
 pub(crate) type Spent = BTreeMap<String, UnixMs>;
-
-impl State {
-    fn index_spent(&mut self, key: String, expires_at: UnixMs) {
-        self.timers.insert((expires_at, Timer::Spent(key.clone())));
-        self.spent.insert(key, expires_at);
-    }
-
-    /// Whether the credential `opened` was used already.
-    pub(crate) fn is_spent(&self, opened: &Opened) -> bool {
-        self.spent.contains_key(&opened.spent_key)
-    }
-
-    /// How many used credentials are remembered (each until it expires).
-    pub(crate) fn spent_count(&self) -> usize {
-        self.spent.len()
-    }
-
-    /// Marks `opened` used, durably (in the batch of the answer that used it).
-    pub(crate) fn put_spent(&mut self, opened: &Opened) {
-        let row = SpentRow {
-            expires_at: opened.expires_at,
-        };
-        // PLANTED BUG (SpentNotPersisted): the mark is kept in memory only, so a restart
-        // forgets which credentials were used while they are still unexpired.
-        if !planted!(self, SpentNotPersisted) {
-            self.record(Table::Spent, &opened.spent_key, &row);
-        }
-        self.index_spent(opened.spent_key.clone(), opened.expires_at);
-    }
-
-    /// Forgets the spent credential `key` once it has expired (nothing could present it).
-    pub(crate) fn expire_spent(&mut self, now: UnixMs, key: &str) {
-        if self.spent.get(key).is_some_and(|at| now >= *at) {
-            self.spent.remove(key);
-            self.record_delete(Table::Spent, key);
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

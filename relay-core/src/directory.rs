@@ -30,7 +30,6 @@ use wire::{AliasId, UserUuid};
 
 use crate::lru::{Lru, Weigh};
 use crate::relay::Relay;
-use crate::state::State;
 use crate::rows::{AccountRow, decode};
 use crate::store::{StoreError, StoreRead, Table};
 
@@ -92,7 +91,7 @@ impl Lookup<'_> {
     }
 
     /// Every name of `a`.
-    fn of(a: &AccountRow) -> [Lookup<'_>; 3] {
+    pub(crate) fn of(a: &AccountRow) -> [Lookup<'_>; 3] {
         [
             Lookup::Alias(&a.alias_id),
             Lookup::Ed25519(&a.ed25519_public_key.0),
@@ -256,26 +255,6 @@ fn read_index(
         return Ok(None);
     };
     decode(Table::AccountIndex, &key, &value).map(Some)
-}
-
-impl State {
-    /// Writes account `a` (a new account, or a new state of one read in the same input) and
-    /// its lookup keys that changed: the index rows of names it no longer has are deleted
-    /// (another account may take them later), those of new names put.
-    pub(crate) fn put_account(&mut self, a: AccountRow) {
-        self.record(Table::Accounts, a.uuid.as_str(), &a);
-        let (old, a) = self.directory.put(a);
-        let old_names = old.as_deref().map(Lookup::of);
-        for (i, name) in Lookup::of(&a).into_iter().enumerate() {
-            if old_names.is_some_and(|o| o[i] == name) {
-                continue;
-            }
-            if let Some(o) = &old_names {
-                self.batch.delete(Table::AccountIndex, &o[i].key());
-            }
-            self.record(Table::AccountIndex, &name.key(), &a.uuid);
-        }
-    }
 }
 
 /// `f` of the account `user`, read from the store if it is not in memory (what the routing

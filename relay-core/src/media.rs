@@ -48,9 +48,6 @@ use crate::limits::{
 use crate::planted::planted;
 use crate::ratelimit::RateLimiter;
 use crate::relay::Relay;
-use crate::state::State;
-use crate::rows::Timer;
-use crate::store::{Snapshot, StoreError, Table};
 
 /// One stored part: its etag (hex SHA-256) and size in bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,7 +109,7 @@ impl std::fmt::Debug for MediaState {
 }
 
 impl MediaState {
-    fn index(&mut self, row: UploadRow) {
+    pub(crate) fn index(&mut self, row: UploadRow) {
         self.by_key
             .insert(row.media_key.clone(), row.upload_id.clone());
         self.by_owner
@@ -120,50 +117,6 @@ impl MediaState {
             .or_default()
             .insert(row.upload_id.clone());
         self.uploads.insert(row.upload_id.clone(), row);
-    }
-}
-
-/// Loads the media rows of `snapshot` into `s` (called by `State::load`).
-pub(crate) fn load(s: &mut State, snapshot: &Snapshot) -> Result<(), StoreError> {
-    for (k, v) in snapshot.get(&Table::Media).into_iter().flatten() {
-        let row: UploadRow = serde_json::from_slice(v)
-            .map_err(|e| StoreError::Backend(format!("corrupt row {k:?} in table media: {e}")))?;
-        s.timers
-            .insert((row.expires_at, Timer::Media(row.upload_id.clone())));
-        s.media.index(row);
-    }
-    Ok(())
-}
-
-impl State {
-    pub(crate) fn put_upload(&mut self, row: UploadRow) {
-        self.record(Table::Media, row.upload_id.as_str(), &row);
-        if let Some(old) = self.media.uploads.get(&row.upload_id)
-            && old.expires_at != row.expires_at
-        {
-            let old = (old.expires_at, Timer::Media(row.upload_id.clone()));
-            self.timers.remove(&old);
-        }
-        self.timers
-            .insert((row.expires_at, Timer::Media(row.upload_id.clone())));
-        self.media.index(row);
-    }
-
-    pub(crate) fn delete_upload(&mut self, id: &UploadId) {
-        let Some(row) = self.media.uploads.remove(id) else {
-            return;
-        };
-        self.media.by_key.remove(&row.media_key);
-        if let Some(set) = self.media.by_owner.get_mut(&row.owner) {
-            set.remove(id);
-            if set.is_empty() {
-                self.media.by_owner.remove(&row.owner);
-            }
-        }
-        self.timers
-            .remove(&(row.expires_at, Timer::Media(id.clone())));
-        self.record_delete(Table::Media, id.as_str());
-        self.media.gc.push((id.clone(), None));
     }
 }
 

@@ -30,9 +30,9 @@ use crate::limits::TOMBSTONE_TTL_MS;
 use crate::planted::planted;
 use crate::queue::Queued;
 use crate::relay::Relay;
+use crate::rows::{PendingRetractRow, Tombstone};
 use crate::shell::ConnId;
 use crate::state::State;
-use crate::rows::{PendingRetractRow, Tombstone};
 use crate::store::StoreRead;
 
 /// Whether `text` is standard-alphabet base64 (RFC 4648 §4): `A-Z a-z 0-9 + /` in groups of

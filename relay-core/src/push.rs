@@ -45,8 +45,6 @@ use crate::limits::{
 };
 use crate::relay::Relay;
 use crate::shell::Output;
-use crate::state::State;
-use crate::store::{Snapshot, StoreError, Table};
 
 /// Returned by P1 when no VAPID key is configured (see the module doc).
 pub const VAPID_KEY_PLACEHOLDER: &str = "vapid-key-not-configured";
@@ -122,34 +120,6 @@ impl std::fmt::Debug for PushState {
         f.debug_struct("PushState")
             .field("accounts", &self.targets.len())
             .finish_non_exhaustive()
-    }
-}
-
-/// Loads the push rows of `snapshot` into `s` (called by `State::load`).
-pub(crate) fn load(s: &mut State, snapshot: &Snapshot) -> Result<(), StoreError> {
-    for (k, v) in snapshot.get(&Table::PushTargets).into_iter().flatten() {
-        let row: PushRow = serde_json::from_slice(v).map_err(|e| {
-            StoreError::Backend(format!("corrupt row {k:?} in table push_targets: {e}"))
-        })?;
-        s.push.targets.insert(row.user, row.targets);
-    }
-    Ok(())
-}
-
-impl State {
-    fn put_push_targets(&mut self, user: &UserUuid, targets: Vec<PushTarget>) {
-        if targets.is_empty() {
-            if self.push.targets.remove(user).is_some() {
-                self.record_delete(Table::PushTargets, user.as_str());
-            }
-            return;
-        }
-        let row = PushRow {
-            user: user.clone(),
-            targets,
-        };
-        self.record(Table::PushTargets, user.as_str(), &row);
-        self.push.targets.insert(row.user, row.targets);
     }
 }
 

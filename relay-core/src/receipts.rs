@@ -14,8 +14,8 @@ use wire::{ErrorCode, Seq, ServerFrame, UnixMs};
 
 use crate::planted::planted;
 use crate::relay::Relay;
-use crate::shell::ConnId;
 use crate::rows::{PendingReceiptRow, ReceiptKind};
+use crate::shell::ConnId;
 
 pub(crate) fn receipt_frame(kind: ReceiptKind, r: ReceiptDelivery) -> ServerFrame {
     match kind {

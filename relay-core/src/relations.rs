@@ -31,8 +31,7 @@ use wire::{ConvId, FriendshipId, Seq, UserUuid};
 use crate::lru::{Lru, Weigh};
 use crate::planted::planted;
 use crate::relay::Relay;
-use crate::state::State;
-use crate::rows::{ConversationRow, FriendshipRow, ReceiptKind, ReceiptMarkRow, decode, push_conversation, write_mark_key};
+use crate::rows::{ConversationRow, FriendshipRow, ReceiptKind, ReceiptMarkRow, decode};
 use crate::store::{RowKey, StoreError, StoreRead, Table};
 
 /// Estimated heap per conversation in memory besides its id and member strings: the row, its
@@ -163,6 +162,72 @@ impl Relations {
     /// The conversation `conv` if it is in memory (no read: [`with_conversation`] reads).
     pub(crate) fn conversation(&self, conv: &ConvId) -> Option<&ConversationRow> {
         self.conversations.get(conv).map(|c| &c.row)
+    }
+
+    /// The highest seq `reader` acknowledged with a `kind` receipt in `conv` (whose marks are
+    /// in memory: [`read_marks`]; 0 when none).
+    pub(crate) fn mark(&self, conv: &ConvId, reader: &UserUuid, kind: ReceiptKind) -> Seq {
+        let Some(c) = self.conversations.get(conv) else {
+            return Seq(0);
+        };
+        debug_assert!(c.marks.is_some(), "a mark used before it was read");
+        match (c.row.index_of(reader), c.marks) {
+            (Some(i), Some(marks)) => marks[i][kind.index()],
+            _ => Seq(0),
+        }
+    }
+
+    /// Sets `reader`'s `kind` mark in `conv` (if its marks are in memory) to `seq`, pinned as
+    /// written.
+    pub(crate) fn set_mark(
+        &mut self,
+        conv: &ConvId,
+        reader: &UserUuid,
+        kind: ReceiptKind,
+        seq: Seq,
+    ) {
+        self.conversations.write(conv, |c| {
+            if let (Some(i), Some(marks)) = (c.row.index_of(reader), c.marks.as_mut()) {
+                marks[i][kind.index()] = seq;
+            }
+        });
+    }
+
+    /// Puts friendship `f` in `member`'s contact list, pinned as written; `false` when that
+    /// list is not in memory.
+    pub(crate) fn put_friendship(&mut self, member: &UserUuid, f: &FriendshipRow) -> bool {
+        self.contacts.write(member, |c| c.put(f)).is_some()
+    }
+
+    /// Caches the new conversation `c` (no receipt marks yet), pinned as written.
+    pub(crate) fn insert_new(&mut self, c: ConversationRow) {
+        let id = c.id.clone();
+        let marks = Some([[Seq(0); 2]; 2]);
+        self.conversations
+            .insert(id.clone(), Conv { row: c, marks });
+        self.conversations.write(&id, |_| ());
+    }
+
+    /// Assigns the next seq of `conv` (in memory) to a message by `author`, hands the
+    /// conversation with its new counters to `stored` and pins it as written. `None` when
+    /// `conv` is not in memory or `author` is not a member.
+    pub(crate) fn next_seq(
+        &mut self,
+        conv: &ConvId,
+        author: &UserUuid,
+        stored: impl FnOnce(&ConversationRow),
+    ) -> Option<Seq> {
+        self.conversations
+            .write(conv, |c| {
+                let c = &mut c.row;
+                let i = c.index_of(author)?;
+                let seq = c.last_seq.next();
+                c.last_seq = seq;
+                c.last_authored[i] = seq;
+                stored(c);
+                Some(seq)
+            })
+            .flatten()
     }
 
     /// Pins the writes since the last move to `batch`'s lists.
@@ -371,99 +436,10 @@ impl Relay {
     }
 }
 
-fn write_contact_key(k: &mut RowKey<'_>, user: &UserUuid, id: FriendshipId) {
+pub(crate) fn write_contact_key(k: &mut RowKey<'_>, user: &UserUuid, id: FriendshipId) {
     k.push_str(user.as_str());
     k.push('/');
     k.push_str(&format!("{:020}", id.get()));
-}
-
-/// The state's writes of conversations and friendships.
-impl State {
-    /// The highest seq `reader` acknowledged with a `kind` receipt in `conv` (whose marks are
-    /// in memory: [`read_marks`]; 0 when none).
-    pub(crate) fn mark(&self, conv: &ConvId, reader: &UserUuid, kind: ReceiptKind) -> Seq {
-        let Some(c) = self.relations.conversations.get(conv) else {
-            return Seq(0);
-        };
-        debug_assert!(c.marks.is_some(), "a mark used before it was read");
-        match (c.row.index_of(reader), c.marks) {
-            (Some(i), Some(marks)) => marks[i][kind.index()],
-            _ => Seq(0),
-        }
-    }
-
-    /// Records that `reader` acknowledged `conv` up to `seq` with a `kind` receipt (the
-    /// conversation's marks are in memory, where it is written too).
-    pub(crate) fn put_mark(
-        &mut self,
-        conv: &ConvId,
-        reader: &UserUuid,
-        kind: ReceiptKind,
-        seq: Seq,
-    ) {
-        let row = ReceiptMarkRow {
-            conv_id: conv.clone(),
-            reader: reader.clone(),
-            kind,
-            seq,
-        };
-        self.record_keyed(
-            Table::ReceiptMarks,
-            |k| write_mark_key(k, conv, reader, kind),
-            &row,
-        );
-        self.relations.conversations.write(conv, |c| {
-            if let (Some(i), Some(marks)) = (c.row.index_of(reader), c.marks.as_mut()) {
-                marks[i][kind.index()] = seq;
-            }
-        });
-    }
-
-    /// Writes friendship `f` (its record by id and its row in each member's contacts); both
-    /// members' contacts must be in memory ([`with_contacts`]), where it is written too.
-    pub(crate) fn put_friendship(&mut self, f: &FriendshipRow) {
-        self.record(Table::Friendships, &format!("{:020}", f.id.get()), f);
-        for member in [&f.requester, &f.addressee] {
-            self.record_keyed(Table::Contacts, |k| write_contact_key(k, member, f.id), f);
-            let written = self.relations.contacts.write(member, |c| c.put(f));
-            debug_assert!(
-                written.is_some(),
-                "a friendship written before its member's contacts were read"
-            );
-        }
-    }
-
-    /// Writes the new conversation `c` (kept in memory until its batch is durable).
-    pub(crate) fn put_conversation(&mut self, c: ConversationRow) {
-        push_conversation(&mut self.batch, &c, true);
-        let id = c.id.clone();
-        // A new conversation has no receipt marks.
-        let marks = Some([[Seq(0); 2]; 2]);
-        self.relations
-            .conversations
-            .insert(id.clone(), Conv { row: c, marks });
-        self.relations.conversations.write(&id, |_| ());
-    }
-
-    /// Assigns the next seq of `conv` (in memory: [`with_conversation`]) to a message written
-    /// by `author` and records the conversation with its new counters, in the batch that stores
-    /// the message. `None` when `conv` is not in memory or `author` is not a member.
-    pub(crate) fn next_seq(&mut self, conv: &ConvId, author: &UserUuid) -> Option<Seq> {
-        let counter_stored = !planted!(self, SeqNotPersisted);
-        let batch = &mut self.batch;
-        self.relations
-            .conversations
-            .write(conv, |c| {
-                let c = &mut c.row;
-                let i = c.index_of(author)?;
-                let seq = c.last_seq.next();
-                c.last_seq = seq;
-                c.last_authored[i] = seq;
-                push_conversation(batch, c, counter_stored);
-                Some(seq)
-            })
-            .flatten()
-    }
 }
 
 /// Writes the `contacts` rows of every stored friendship ([`crate::store::derive_in_pages`]),

@@ -26,8 +26,8 @@ use crate::planted::planted;
 use crate::queue::Queued;
 use crate::receipts::receipt_frame;
 use crate::relay::Relay;
-use crate::shell::{ConnId, Output};
 use crate::rows::{PairMap, ReceiptKind};
+use crate::shell::{ConnId, Output};
 use crate::window::Window;
 
 fn cost(conv: &ConvId, m: &Queued) -> usize {

@@ -26,8 +26,8 @@ use crate::ids::IdGen;
 use crate::limits::MINUTE_MS;
 use crate::planted::planted;
 use crate::ratelimit::{RateLimiter, TokenBucket};
-use crate::state::State;
 use crate::rows::{PairMap, Timer, meta};
+use crate::state::State;
 use crate::store::{Store, StoreError, StoreRead, Table};
 use crate::token::TokenKeys;
 

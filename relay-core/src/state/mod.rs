@@ -22,6 +22,14 @@ use crate::store::{Batch, RowKey, Snapshot, StoreError, Table};
 
 use crate::rows::*;
 
+mod accounts;
+mod commerce;
+mod credentials;
+mod media;
+mod push;
+mod queues;
+mod relations;
+
 /// All durable state plus its indexes.
 #[derive(Debug, Default)]
 pub(crate) struct State {
@@ -107,9 +115,9 @@ impl State {
                 .insert((r.recipient.clone(), r.id.clone()), r);
         }
         s.load_commerce(snapshot)?;
-        crate::media::load(&mut s, snapshot)?;
-        crate::push::load(&mut s, snapshot)?;
-        crate::credential::load(&mut s, snapshot)?;
+        s.load_media(snapshot)?;
+        s.load_push(snapshot)?;
+        s.load_spent(snapshot)?;
         Ok(s)
     }
 

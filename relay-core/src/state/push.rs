@@ -1,0 +1,36 @@
+//! Push targets on the working state: loaded and written (see `crate::push`).
+
+use crate::push::{PushRow, PushTarget};
+use crate::state::State;
+use crate::store::{Snapshot, StoreError, Table};
+use wire::UserUuid;
+
+impl State {
+    /// Loads the push rows of `snapshot` into the state (called by `State::load`).
+    pub(super) fn load_push(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        for (k, v) in snapshot.get(&Table::PushTargets).into_iter().flatten() {
+            let row: PushRow = serde_json::from_slice(v).map_err(|e| {
+                StoreError::Backend(format!("corrupt row {k:?} in table push_targets: {e}"))
+            })?;
+            self.push.targets.insert(row.user, row.targets);
+        }
+        Ok(())
+    }
+}
+
+impl State {
+    pub(crate) fn put_push_targets(&mut self, user: &UserUuid, targets: Vec<PushTarget>) {
+        if targets.is_empty() {
+            if self.push.targets.remove(user).is_some() {
+                self.record_delete(Table::PushTargets, user.as_str());
+            }
+            return;
+        }
+        let row = PushRow {
+            user: user.clone(),
+            targets,
+        };
+        self.record(Table::PushTargets, user.as_str(), &row);
+        self.push.targets.insert(row.user, row.targets);
+    }
+}
