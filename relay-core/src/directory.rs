@@ -29,7 +29,6 @@ use std::sync::Arc;
 use wire::{AliasId, UserUuid};
 
 use crate::lru::{Lru, Weigh};
-use crate::relay::Relay;
 use crate::rows::{AccountRow, decode};
 use crate::store::{StoreError, StoreRead, Table};
 
@@ -82,7 +81,7 @@ impl Lookup<'_> {
     }
 
     /// Whether `a` has this name.
-    fn names(self, a: &AccountRow) -> bool {
+    pub(crate) fn names(self, a: &AccountRow) -> bool {
         match self {
             Self::Alias(alias) => a.alias_id == *alias,
             Self::Ed25519(k) => a.ed25519_public_key.0 == *k,
@@ -137,7 +136,7 @@ impl Directory {
     }
 
     /// The uuid of the account in memory named `name`.
-    fn cached_uuid(&self, name: Lookup<'_>) -> Option<&UserUuid> {
+    pub(crate) fn cached_uuid(&self, name: Lookup<'_>) -> Option<&UserUuid> {
         match name {
             Lookup::Alias(a) => self.by_alias.get(a),
             Lookup::Ed25519(k) => self.by_ed25519.get(k),
@@ -246,7 +245,7 @@ fn read_account(
 }
 
 /// The uuid the stored index row of `name` names (`None`: no such row).
-fn read_index(
+pub(crate) fn read_index(
     reader: &mut dyn StoreRead,
     name: Lookup<'_>,
 ) -> Result<Option<UserUuid>, StoreError> {
@@ -280,69 +279,6 @@ pub(crate) fn with_account<R>(
     })?;
     stats.accounts_read += 1;
     Ok(read.map(|a| f(&dir.insert_loaded(a))))
-}
-
-impl Relay {
-    /// The account `user`, read from the store if it is not in memory ([`with_account`]).
-    pub(crate) fn account(
-        &mut self,
-        user: &UserUuid,
-    ) -> Result<Option<Arc<AccountRow>>, StoreError> {
-        with_account(
-            &mut self.state.directory,
-            &mut *self.reader,
-            &mut self.stats,
-            user,
-            Arc::clone,
-        )
-    }
-
-    /// The account named `name` (an alias or a public key), read from the store if it is not
-    /// in memory. `Err`: a read failed (nothing changed).
-    pub(crate) fn account_by(
-        &mut self,
-        name: Lookup<'_>,
-    ) -> Result<Option<Arc<AccountRow>>, StoreError> {
-        let uuid = match self.state.directory.cached_uuid(name) {
-            Some(u) => u.clone(),
-            None => {
-                let read = read_index(&mut *self.reader, name).inspect_err(|_| {
-                    self.stats.account_read_failures += 1;
-                })?;
-                match read {
-                    Some(u) => u,
-                    None => return Ok(None),
-                }
-            }
-        };
-        // The row wins over a stale index row (a name the account gave up in a batch that is
-        // not committed yet).
-        Ok(self.account(&uuid)?.filter(|a| name.names(a)))
-    }
-
-    /// The account with alias `alias` ([`Relay::account_by`]).
-    pub(crate) fn account_by_alias(
-        &mut self,
-        alias: &AliasId,
-    ) -> Result<Option<Arc<AccountRow>>, StoreError> {
-        self.account_by(Lookup::Alias(alias))
-    }
-
-    /// Whether an account has alias `alias`. `Err`: a read failed.
-    pub(crate) fn alias_in_use(&mut self, alias: &AliasId) -> Result<bool, StoreError> {
-        Ok(self.account_by_alias(alias)?.is_some())
-    }
-
-    /// The alias of `user` (`None`: no such account). `Err`: the read failed.
-    pub(crate) fn alias_of(&mut self, user: &UserUuid) -> Result<Option<AliasId>, StoreError> {
-        with_account(
-            &mut self.state.directory,
-            &mut *self.reader,
-            &mut self.stats,
-            user,
-            |a| a.alias_id.clone(),
-        )
-    }
 }
 
 /// Writes the `account_index` rows of every stored account ([`crate::store::derive_in_pages`]),

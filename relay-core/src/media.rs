@@ -26,10 +26,9 @@
 //! `QUOTA_EXCEEDED`; blob backend failure: 503 `STORAGE_UNAVAILABLE` (not fail-stop: the
 //! metadata store is intact and nothing was committed).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use wire::http::{
     ChunkResponse, CompleteUploadRequest, CompleteUploadResponse, CompletedPart, UploadInitRequest,
@@ -43,82 +42,11 @@ use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::ids::hex;
 use crate::limits::{
     INCOMPLETE_UPLOAD_TTL_MS, MAX_MEDIA_BYTES_PER_USER, MAX_OPEN_UPLOADS_PER_USER, MEDIA_TTL_MS,
-    MEDIA_UPLOADS_PER_MIN_PER_USER, MINUTE_MS,
+    MEDIA_UPLOADS_PER_MIN_PER_USER,
 };
 use crate::planted::planted;
-use crate::ratelimit::RateLimiter;
 use crate::relay::Relay;
-
-/// One stored part: its etag (hex SHA-256) and size in bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct PartRow {
-    pub(crate) etag: String,
-    pub(crate) size: u64,
-}
-
-/// A multipart upload and, once completed, the object it became.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct UploadRow {
-    pub(crate) upload_id: UploadId,
-    pub(crate) media_key: MediaKey,
-    pub(crate) owner: UserUuid,
-    pub(crate) created_at: UnixMs,
-    pub(crate) parts: BTreeMap<u32, PartRow>,
-    /// `Some(n)`: completed as parts `1..=n` (downloadable until `expires_at`).
-    pub(crate) completed: Option<u32>,
-    pub(crate) expires_at: UnixMs,
-}
-
-impl UploadRow {
-    pub(crate) fn size(&self) -> u64 {
-        self.parts.values().map(|p| p.size).sum()
-    }
-}
-
-/// Media metadata plus its indexes, and the ephemeral upload rate limit.
-pub(crate) struct MediaState {
-    pub(crate) uploads: BTreeMap<UploadId, UploadRow>,
-    pub(crate) by_key: BTreeMap<MediaKey, UploadId>,
-    pub(crate) by_owner: BTreeMap<UserUuid, BTreeSet<UploadId>>,
-    /// Blobs to delete once the commit that forgot them succeeded: a whole upload (`None`) or
-    /// one part.
-    pub(crate) gc: Vec<(UploadId, Option<u32>)>,
-    pub(crate) init_limit: RateLimiter<UserUuid>,
-}
-
-impl Default for MediaState {
-    fn default() -> Self {
-        Self {
-            uploads: BTreeMap::new(),
-            by_key: BTreeMap::new(),
-            by_owner: BTreeMap::new(),
-            gc: Vec::new(),
-            init_limit: RateLimiter::new(MEDIA_UPLOADS_PER_MIN_PER_USER, MINUTE_MS),
-        }
-    }
-}
-
-impl std::fmt::Debug for MediaState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Media keys are capabilities: never printed.
-        f.debug_struct("MediaState")
-            .field("uploads", &self.uploads.len())
-            .field("gc", &self.gc.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl MediaState {
-    pub(crate) fn index(&mut self, row: UploadRow) {
-        self.by_key
-            .insert(row.media_key.clone(), row.upload_id.clone());
-        self.by_owner
-            .entry(row.owner.clone())
-            .or_default()
-            .insert(row.upload_id.clone());
-        self.uploads.insert(row.upload_id.clone(), row);
-    }
-}
+use crate::uploads::{PartRow, UploadRow};
 
 /// Minimal percent-decoding of a query value (`%XX`; `+` is kept: keys never contain it).
 fn pct_decode(raw: &str) -> Option<String> {

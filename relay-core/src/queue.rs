@@ -366,18 +366,6 @@ pub(crate) fn read_queue(
     Ok(q)
 }
 
-impl crate::relay::Relay {
-    /// [`State::load_queue`] on this relay's reader and counters.
-    pub(crate) fn read_queue(
-        &mut self,
-        recipient: &UserUuid,
-        conv: &ConvId,
-    ) -> Result<(), StoreError> {
-        self.state
-            .load_queue(&mut *self.reader, &mut self.stats, recipient, conv)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

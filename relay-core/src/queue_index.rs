@@ -151,6 +151,13 @@ impl QueueIndex {
     }
 }
 
+/// The recipient and conversation of the queue index row `key` (`recipient/conv`; a recipient
+/// is a uuid, without `/`).
+pub(crate) fn parse_queue_key(key: &str) -> Option<(UserUuid, ConvId)> {
+    let (recipient, conv) = key.split_once('/')?;
+    Some((UserUuid::parse(recipient).ok()?, ConvId::parse(conv).ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

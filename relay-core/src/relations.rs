@@ -30,7 +30,6 @@ use wire::{ConvId, FriendshipId, Seq, UserUuid};
 
 use crate::lru::{Lru, Weigh};
 use crate::planted::planted;
-use crate::relay::Relay;
 use crate::rows::{ConversationRow, FriendshipRow, ReceiptKind, ReceiptMarkRow, decode};
 use crate::store::{RowKey, StoreError, StoreRead, Table};
 
@@ -382,58 +381,6 @@ pub(crate) fn read_marks(
         .conversations
         .update(conv, |c| c.marks = Some(marks));
     Ok(())
-}
-
-impl Relay {
-    /// [`read_marks`] on this relay's parts.
-    pub(crate) fn read_marks(&mut self, conv: &ConvId) -> Result<(), StoreError> {
-        read_marks(
-            &mut self.state.relations,
-            &mut *self.reader,
-            &mut self.stats,
-            conv,
-        )
-    }
-
-    /// The contacts of `user` (read if they are not in memory), copied. `Err`: the read
-    /// failed.
-    pub(crate) fn contacts(&mut self, user: &UserUuid) -> Result<Contacts, StoreError> {
-        with_contacts(
-            &mut self.state.relations,
-            &mut *self.reader,
-            &mut self.stats,
-            user,
-            Contacts::clone,
-        )
-    }
-
-    /// [`with_contacts`] on this relay's parts: what `f` takes of `user`'s contacts.
-    pub(crate) fn with_contacts<R>(
-        &mut self,
-        user: &UserUuid,
-        f: impl FnOnce(&Contacts) -> R,
-    ) -> Result<R, StoreError> {
-        with_contacts(
-            &mut self.state.relations,
-            &mut *self.reader,
-            &mut self.stats,
-            user,
-            f,
-        )
-    }
-
-    /// Whether `user` and `other` are accepted contacts (reads `user`'s contacts if they are
-    /// not in memory).
-    pub(crate) fn are_contacts(
-        &mut self,
-        user: &UserUuid,
-        other: &UserUuid,
-    ) -> Result<bool, StoreError> {
-        self.with_contacts(user, |c| {
-            c.with(other)
-                .is_some_and(|f| f.status == wire::http::FriendStatus::Accepted)
-        })
-    }
 }
 
 pub(crate) fn write_contact_key(k: &mut RowKey<'_>, user: &UserUuid, id: FriendshipId) {

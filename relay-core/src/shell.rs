@@ -52,7 +52,7 @@ pub enum Output {
         /// The recipient account.
         user: UserUuid,
         /// Where to deliver (its `Debug` redacts endpoints, keys and tokens).
-        target: crate::push::PushTarget,
+        target: crate::push_targets::PushTarget,
         /// Always `{"type":"new_msg"}`.
         payload: wire::http::PushPayload,
     },

@@ -36,7 +36,6 @@ use wire::{MessageId, UnixMs, UserUuid};
 
 use crate::limits::{MINUTE_MS, TOMBSTONE_SET_BY_ROW_MIN_BYTES, TOMBSTONE_SWEEP_MS};
 use crate::lru::{Lru, Weigh};
-use crate::relay::Relay;
 use crate::rows::{Tombstone, TombstoneRow, decode};
 use crate::store::{StoreError, StoreRead, Table};
 
@@ -149,6 +148,16 @@ impl Cache {
     /// When the next range expiry is due.
     pub(crate) fn sweep_at(&self) -> Option<UnixMs> {
         self.sweep_at
+    }
+
+    /// The range expiry ran at `now`; `stored` is the earliest expiry left in the store. The
+    /// next is due at the earliest of that and of the tombstones written since the last sweep
+    /// (some may not be committed yet), but not sooner than [`TOMBSTONE_SWEEP_MS`] from now.
+    pub(crate) fn swept(&mut self, now: UnixMs, stored: Option<UnixMs>) {
+        let written = self.written_since_sweep.take().filter(|at| *at > now);
+        let next = stored.into_iter().chain(written).min();
+        let earliest = now.plus_ms(TOMBSTONE_SWEEP_MS);
+        self.sweep_at = next.map(|at| at.max(earliest));
     }
 
     /// Whether `author` has an entry in memory (its whole set, or, read by row, what was
@@ -449,49 +458,6 @@ pub(crate) fn restored_msg_limit(
         limit.restore(author, start, count);
     }
     Ok(limit)
-}
-
-impl Relay {
-    /// [`lookup`] on this relay.
-    pub(crate) fn tombstone(
-        &mut self,
-        author: &UserUuid,
-        id: &MessageId,
-        now: UnixMs,
-    ) -> Result<Option<Tombstone>, StoreError> {
-        lookup(
-            &mut self.state.tombstones,
-            &mut *self.reader,
-            &mut self.stats,
-            author,
-            id,
-            now,
-        )
-    }
-
-    /// The range expiry of the tombstones, when due at `now`: one `Expire` mutation (committed
-    /// with this input), the sets in memory dropping theirs, and the next one scheduled at the
-    /// earliest expiry left (read from the store; the tombstones written since the last sweep
-    /// count too, since some may not be committed yet), but not sooner than
-    /// [`TOMBSTONE_SWEEP_MS`] from now. A failed read retries after that interval.
-    pub(crate) fn sweep_tombstones(&mut self, now: UnixMs) {
-        if self.state.tombstones.sweep_at.is_none_or(|at| at > now) {
-            return;
-        }
-        self.state.expire_tombstones(now);
-        let stored = match self.reader.next_expiry(Table::Tombstones, now.get()) {
-            Ok(next) => next.map(UnixMs),
-            Err(_) => {
-                self.stats.tombstone_read_failures += 1;
-                Some(now)
-            }
-        };
-        let cache = &mut self.state.tombstones;
-        let written = cache.written_since_sweep.take().filter(|at| *at > now);
-        let next = stored.into_iter().chain(written).min();
-        let earliest = now.plus_ms(TOMBSTONE_SWEEP_MS);
-        cache.sweep_at = next.map(|at| at.max(earliest));
-    }
 }
 
 #[cfg(test)]

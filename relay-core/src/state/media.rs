@@ -1,10 +1,10 @@
 //! Media uploads on the working state: loaded, written and deleted with their expiry timers
 //! (see `crate::media`).
 
-use crate::media::UploadRow;
 use crate::rows::Timer;
 use crate::state::State;
 use crate::store::{Snapshot, StoreError, Table};
+use crate::uploads::UploadRow;
 use wire::UploadId;
 
 impl State {

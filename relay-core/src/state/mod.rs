@@ -54,9 +54,9 @@ pub(crate) struct State {
     /// The queues in memory (`crate::queue`; the rest are in the store).
     pub(crate) queues: crate::queue::Queues,
     /// Media uploads and objects (`crate::media`).
-    pub(crate) media: crate::media::MediaState,
+    pub(crate) media: crate::uploads::MediaState,
     /// Push targets (`crate::push`).
-    pub(crate) push: crate::push::PushState,
+    pub(crate) push: crate::push_targets::PushState,
     /// Channels, orders, payments and sold aliases (`crate::commerce`).
     pub(crate) commerce: crate::commerce_state::Commerce,
     /// Used single-use credentials, until they expire (`crate::credential`).

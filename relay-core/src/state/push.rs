@@ -1,6 +1,6 @@
 //! Push targets on the working state: loaded and written (see `crate::push`).
 
-use crate::push::{PushRow, PushTarget};
+use crate::push_targets::{PushRow, PushTarget};
 use crate::state::State;
 use crate::store::{Snapshot, StoreError, Table};
 use wire::UserUuid;

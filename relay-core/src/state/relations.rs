@@ -7,7 +7,7 @@ use crate::rows::{
     ConversationRow, FriendshipRow, ReceiptKind, ReceiptMarkRow, push_conversation, write_mark_key,
 };
 use crate::state::State;
-use crate::store::{StoreRead, Table};
+use crate::store::Table;
 use wire::{ConvId, Seq, UserUuid};
 
 /// The state's writes of conversations and friendships.

@@ -1,0 +1,154 @@
+//! The relay's reads through its caches: an account, a contact list, a conversation's receipt
+//! marks, a queue, a tombstone, each from memory or on a miss from the store (counted in
+//! the stats). The caches themselves are `directory`, `relations`, `queue` and `tombstones`.
+
+use crate::directory::{Lookup, read_index, with_account};
+use crate::relations::{Contacts, read_marks, with_contacts};
+use crate::relay::Relay;
+use crate::rows::AccountRow;
+use crate::rows::Tombstone;
+use crate::store::StoreError;
+use crate::tombstones::lookup;
+use std::sync::Arc;
+use wire::{AliasId, UserUuid};
+use wire::{ConvId, MessageId, UnixMs};
+
+impl Relay {
+    /// The account `user`, read from the store if it is not in memory ([`with_account`]).
+    pub(crate) fn account(
+        &mut self,
+        user: &UserUuid,
+    ) -> Result<Option<Arc<AccountRow>>, StoreError> {
+        with_account(
+            &mut self.state.directory,
+            &mut *self.reader,
+            &mut self.stats,
+            user,
+            Arc::clone,
+        )
+    }
+
+    /// The account named `name` (an alias or a public key), read from the store if it is not
+    /// in memory. `Err`: a read failed (nothing changed).
+    pub(crate) fn account_by(
+        &mut self,
+        name: Lookup<'_>,
+    ) -> Result<Option<Arc<AccountRow>>, StoreError> {
+        let uuid = match self.state.directory.cached_uuid(name) {
+            Some(u) => u.clone(),
+            None => {
+                let read = read_index(&mut *self.reader, name).inspect_err(|_| {
+                    self.stats.account_read_failures += 1;
+                })?;
+                match read {
+                    Some(u) => u,
+                    None => return Ok(None),
+                }
+            }
+        };
+        // The row wins over a stale index row (a name the account gave up in a batch that is
+        // not committed yet).
+        Ok(self.account(&uuid)?.filter(|a| name.names(a)))
+    }
+
+    /// The account with alias `alias` ([`Relay::account_by`]).
+    pub(crate) fn account_by_alias(
+        &mut self,
+        alias: &AliasId,
+    ) -> Result<Option<Arc<AccountRow>>, StoreError> {
+        self.account_by(Lookup::Alias(alias))
+    }
+
+    /// Whether an account has alias `alias`. `Err`: a read failed.
+    pub(crate) fn alias_in_use(&mut self, alias: &AliasId) -> Result<bool, StoreError> {
+        Ok(self.account_by_alias(alias)?.is_some())
+    }
+
+    /// The alias of `user` (`None`: no such account). `Err`: the read failed.
+    pub(crate) fn alias_of(&mut self, user: &UserUuid) -> Result<Option<AliasId>, StoreError> {
+        with_account(
+            &mut self.state.directory,
+            &mut *self.reader,
+            &mut self.stats,
+            user,
+            |a| a.alias_id.clone(),
+        )
+    }
+
+    /// [`read_marks`] on this relay's parts.
+    pub(crate) fn read_marks(&mut self, conv: &ConvId) -> Result<(), StoreError> {
+        read_marks(
+            &mut self.state.relations,
+            &mut *self.reader,
+            &mut self.stats,
+            conv,
+        )
+    }
+
+    /// The contacts of `user` (read if they are not in memory), copied. `Err`: the read
+    /// failed.
+    pub(crate) fn contacts(&mut self, user: &UserUuid) -> Result<Contacts, StoreError> {
+        with_contacts(
+            &mut self.state.relations,
+            &mut *self.reader,
+            &mut self.stats,
+            user,
+            Contacts::clone,
+        )
+    }
+
+    /// [`with_contacts`] on this relay's parts: what `f` takes of `user`'s contacts.
+    pub(crate) fn with_contacts<R>(
+        &mut self,
+        user: &UserUuid,
+        f: impl FnOnce(&Contacts) -> R,
+    ) -> Result<R, StoreError> {
+        with_contacts(
+            &mut self.state.relations,
+            &mut *self.reader,
+            &mut self.stats,
+            user,
+            f,
+        )
+    }
+
+    /// Whether `user` and `other` are accepted contacts (reads `user`'s contacts if they are
+    /// not in memory).
+    pub(crate) fn are_contacts(
+        &mut self,
+        user: &UserUuid,
+        other: &UserUuid,
+    ) -> Result<bool, StoreError> {
+        self.with_contacts(user, |c| {
+            c.with(other)
+                .is_some_and(|f| f.status == wire::http::FriendStatus::Accepted)
+        })
+    }
+
+    /// [`State::load_queue`] on this relay's reader and counters.
+    pub(crate) fn read_queue(
+        &mut self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+    ) -> Result<(), StoreError> {
+        self.state
+            .load_queue(&mut *self.reader, &mut self.stats, recipient, conv)
+    }
+
+    /// [`lookup`] on this relay.
+    pub(crate) fn tombstone(
+        &mut self,
+        author: &UserUuid,
+        id: &MessageId,
+        now: UnixMs,
+    ) -> Result<Option<Tombstone>, StoreError> {
+        lookup(
+            &mut self.state.tombstones,
+            &mut *self.reader,
+            &mut self.stats,
+            author,
+            id,
+            now,
+        )
+    }
+}
