@@ -71,22 +71,32 @@
 //! ```
 //!
 //! # Modules
-//! [`Relay`] (`relay`) dispatches each input to the module whose rules it is and drains the
-//! outputs; `commit` is its commit pipeline (group commit, sealed batches, fail-stop) and
-//! `budgets` its request budgets. The rules, one module per area of PROTOCOL.md:
-//! `accounts` (registration, user lookup, active conversations, storage estimate), `auth`
-//! (PoW, challenges, JWTs, tickets, the WebSocket connect), `contacts` (friend requests and
-//! the list), `messaging` (`msg`, `typing`, `retract`), `receipts`, `sync` (replay and
-//! delivery windows), `calls` (ICE config and `call_*` routing), `media` (uploads over a
-//! [`blob::BlobStore`]: [`Relay::with_blobs`]), [`push`] (subscriptions and
-//! [`Output::Push`]), `channels`, `vanity`, `orders` (lifecycle, expiry, status),
-//! [`payments`] (the signed webhook).
-//! The working state: `state` and `commerce_state`, over the caches that load it lazily from
-//! the [`store`] (`directory`, `relations`, `queue` and `queue_index`, `tombstones`,
-//! `credential`) and the expiry sweep (`expiry`). Values and rules every module uses:
-//! [`config`], [`limits`], [`http`], [`token`], [`pow`], [`pricing`], [`destination`],
-//! [`stats`], `ratelimit`, `ids`. ARCHITECTURE.md's code map says what each module owns and
-//! imports; the `architecture` crate's tests hold it to the code.
+//! In layers, each importing only the ones below it (no import circle):
+//! * **The rules**, one module per area of PROTOCOL.md, each an `impl Relay` block:
+//!   `accounts` (registration, user lookup, active conversations, storage estimate), `auth`
+//!   (PoW, challenges, JWTs, tickets, the WebSocket connect), `contacts` (friend requests and
+//!   the list), `messaging` (`msg`, `typing`, `retract`), `receipts`, `sync` (replay and
+//!   delivery), `calls` (ICE config and `call_*` routing), `media` (uploads over a
+//!   [`blob::BlobStore`]: [`Relay::with_blobs`]), [`push`] (subscriptions and
+//!   [`Output::Push`]), `channels`, `vanity`, `orders` (lifecycle, expiry, status),
+//!   [`payments`] (the signed webhook); `reads`, the reads through the caches they share, and
+//!   `sweeps`, the timed sweeps of expired messages and tombstones.
+//! * **The dispatcher**: [`Relay`] (`relay`) routes each input to its rules and drains the
+//!   outputs; `commit` is its commit pipeline (group commit, sealed batches, fail-stop),
+//!   `budgets` its request budgets, `admission` the PoW challenges and sign-in limits, `shell`
+//!   what it exchanges with its shell ([`Output`], [`ConnId`] ...).
+//! * **The working state**: `state` composes what it is made of and records each write in
+//!   the input's mutation batch (its writes by area in its own submodules).
+//! * **What the state is made of**, each a struct with its own methods: the caches that load
+//!   lazily from the [`store`] (`directory`, `relations`, `queue` and `queue_index`,
+//!   `tombstones`), `credential`, `commerce_state`, `uploads`, `push_targets`, `window` (a
+//!   connection's delivery window), `expiry` (the expiry sweep's cursor); below them `rows`,
+//!   the stored rows with their keys and codecs.
+//! * **Values and rules every module uses**: [`config`], [`limits`], [`http`], [`token`],
+//!   [`pow`], [`pricing`], [`destination`], [`stats`], `ratelimit`, `ids`, `lru`.
+//!
+//! ARCHITECTURE.md's code map says what each module owns and imports; the `architecture`
+//! crate's tests hold it to the code.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

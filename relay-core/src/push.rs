@@ -17,7 +17,7 @@
 //! * **P4** `disable` (JWT, any body): forgets every target of the account; idempotent.
 //!
 //! Each account keeps at most `MAX_PUSH_TARGETS_PER_USER` targets (a new one evicts the
-//! oldest), durable in [`Table::PushTargets`], committed before the 200.
+//! oldest), durable in [`Table::PushTargets`](crate::store::Table::PushTargets), committed before the 200.
 //!
 //! **Push output**: when a `msg` is stored for a recipient with no live connection and at
 //! least one target, the relay emits one [`Output::Push`] per target with the payload

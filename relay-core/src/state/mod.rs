@@ -6,12 +6,12 @@
 //! Every `put_*` / `delete_*` updates the maps and indexes **and** records the matching
 //! [`Mutation`](crate::store::Mutation); the dispatcher commits the batch before releasing any output of the input.
 //!
-//! Over 900 lines on purpose: each map, its derived indexes, its load from the store and its
-//! `put_*`/`delete_*` must change together (a write that updates the map but forgets the
-//! mutation, or an index rebuilt differently on load, is a durability bug), so they stay side by
-//! side; the commerce tables live apart in `commerce_state`, the queues (their index, reads,
-//! writes and expiry) in `queue`, the accounts in `directory`, the conversations and contacts
-//! in `relations`.
+//! Each map, its derived indexes, its load from the store and its `put_*`/`delete_*` change
+//! together (a write that updates the map but forgets the mutation, or an index rebuilt
+//! differently on load, is a durability bug), so each area's writes sit side by side in one
+//! submodule: `accounts`, `relations`, `queues` (their index, reads, writes and expiry),
+//! `commerce`, `credentials`, `media`, `push`. What the state is made of (the caches, the
+//! commerce records ...) lives in the modules below it, which never name `State`.
 
 use std::collections::{BTreeMap, BTreeSet};
 

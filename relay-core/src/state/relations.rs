@@ -68,7 +68,7 @@ impl State {
         let counter_stored = !planted!(self, SeqNotPersisted);
         let batch = &mut self.batch;
         self.relations.next_seq(conv, author, |c| {
-            push_conversation(batch, c, counter_stored)
+            push_conversation(batch, c, counter_stored);
         })
     }
 }
