@@ -28,7 +28,11 @@ use crate::receipts::receipt_frame;
 use crate::relay::Relay;
 use crate::rows::{PairMap, ReceiptKind};
 use crate::shell::{ConnId, Output};
+use crate::store::StoreError;
 use crate::window::Window;
+
+/// The alias of each account a replay names (`None`: the account has none).
+type Aliases = BTreeMap<UserUuid, Option<AliasId>>;
 
 fn cost(conv: &ConvId, m: &Queued) -> usize {
     msg_frame_bytes(m.id.as_str().len(), conv.as_str().len(), m.payload.len())
@@ -39,59 +43,20 @@ impl Relay {
         let Some(user) = self.conns.get(&conn).map(|c| c.user.clone()) else {
             return;
         };
-        // The user's conversations (its contacts are read if they are not in memory; a failed
-        // read is answered below).
-        let convs = self.with_contacts(&user, crate::relations::Contacts::conversations);
-        // Every queue of the user is read (if not in memory) before anything is replayed, and
-        // stays in memory while the connection is synced (delivery reads it per message).
-        let unreadable = |relay: &mut Self| {
+        // The user's conversations and every queue of theirs are read (if they are not in
+        // memory) before anything is replayed; the queues stay in memory while the connection
+        // is synced (delivery reads them per message). So are the aliases the replay names.
+        let Ok((convs, aliases)) = self.sync_reads(&user) else {
             // The replay cannot be complete: the client reconnects and syncs again.
-            relay.send_error(
+            self.send_error(
                 conn,
                 ErrorCode::STORAGE_UNAVAILABLE,
                 "the relay could not read your queued messages; reconnect and sync again",
                 Some("sync".into()),
                 None,
             );
-            relay.close_unreadable(conn);
+            return self.close_unreadable(conn);
         };
-        let Ok(convs) = convs else {
-            return unreadable(self);
-        };
-        for conv in &convs {
-            if self.read_queue(&user, conv).is_err() {
-                return unreadable(self);
-            }
-        }
-        // So are the aliases the pending receipts and retractions name.
-        let mut aliases: BTreeMap<UserUuid, Option<AliasId>> = BTreeMap::new();
-        let named = convs
-            .iter()
-            .flat_map(|conv| {
-                [ReceiptKind::Delivered, ReceiptKind::Read].map(|kind| {
-                    self.state
-                        .pending_receipts
-                        .get(&(user.clone(), conv.clone(), kind))
-                        .map(|r| r.from.clone())
-                })
-            })
-            .flatten()
-            .chain(
-                self.state
-                    .pending_retracts_of(&user)
-                    .map(|r| r.from.clone()),
-            )
-            .chain([user.clone()])
-            // The senders of what is queued: the replay's frames name them.
-            .chain(self.state.queued.of(&user).map(|(_, e)| e.from.clone()))
-            .collect::<BTreeSet<UserUuid>>();
-        for u in named {
-            match self.alias_of(&u) {
-                Ok(alias) => aliases.insert(u, alias),
-                Err(_) => return unreadable(self),
-            };
-        }
-        let alias = |u: &UserUuid| aliases.get(u).cloned().flatten();
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -103,7 +68,55 @@ impl Relay {
         }
         self.stats.syncs += 1;
         self.stats.sync_backlog_messages += self.state.backlog.of_recipient(&user).msgs as u64;
+        self.replay_kept(conn, &user, &convs, &aliases);
+        self.deliver_pending_confirms(conn, &user);
+        let backlog = self.turn_order(&user, &convs);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            for (_, conv) in backlog {
+                c.window.wait_turn(&conv);
+            }
+        }
+        self.pump(conn);
+    }
+
+    /// What a `sync` of `user` reads before it replays: its conversations (each queue read
+    /// into memory) and the alias of everyone the replay names (the senders of what is
+    /// queued, of the pending receipts and retractions, and the user).
+    fn sync_reads(&mut self, user: &UserUuid) -> Result<(Vec<ConvId>, Aliases), StoreError> {
+        let convs = self.with_contacts(user, crate::relations::Contacts::conversations)?;
         for conv in &convs {
+            self.read_queue(user, conv)?;
+        }
+        let named = convs
+            .iter()
+            .flat_map(|conv| {
+                [ReceiptKind::Delivered, ReceiptKind::Read].map(|kind| {
+                    self.state
+                        .pending_receipts
+                        .get(&(user.clone(), conv.clone(), kind))
+                        .map(|r| r.from.clone())
+                })
+            })
+            .flatten()
+            .chain(self.state.pending_retracts_of(user).map(|r| r.from.clone()))
+            .chain([user.clone()])
+            // The senders of what is queued: the replay's frames name them.
+            .chain(self.state.queued.of(user).map(|(_, e)| e.from.clone()))
+            .collect::<BTreeSet<UserUuid>>();
+        let mut aliases = Aliases::new();
+        for u in named {
+            let alias = self.alias_of(&u)?;
+            aliases.insert(u, alias);
+        }
+        Ok((convs, aliases))
+    }
+
+    /// Sends `conn` what was kept for `user` while it was away: the pending receipts (each
+    /// then forgotten) and retractions (kept until the offline TTL: no ack says the frame
+    /// arrived).
+    fn replay_kept(&mut self, conn: ConnId, user: &UserUuid, convs: &[ConvId], aliases: &Aliases) {
+        let alias = |u: &UserUuid| aliases.get(u).cloned().flatten();
+        for conv in convs {
             for kind in [ReceiptKind::Delivered, ReceiptKind::Read] {
                 let Some(r) = self
                     .state
@@ -117,13 +130,13 @@ impl Relay {
                     conv_id: r.conv_id.clone(),
                     seq: r.seq,
                     from: alias(&r.from),
-                    to: alias(&user),
+                    to: alias(user),
                 };
                 self.send(conn, receipt_frame(kind, frame));
-                self.state.delete_pending_receipt(&user, conv, kind);
+                self.state.delete_pending_receipt(user, conv, kind);
             }
         }
-        let retracts: Vec<_> = self.state.pending_retracts_of(&user).cloned().collect();
+        let retracts: Vec<_> = self.state.pending_retracts_of(user).cloned().collect();
         for r in retracts {
             if let Some(from) = alias(&r.from) {
                 self.send(
@@ -135,14 +148,16 @@ impl Relay {
                     }),
                 );
             }
-            // Kept until the offline TTL: no ack says the frame arrived.
         }
-        self.deliver_pending_confirms(conn, &user);
-        // Turn order: the conversation holding the oldest message first.
+    }
+
+    /// The replay's turn order: the conversations of `user` with something queued, the one
+    /// holding the oldest message first.
+    fn turn_order(&self, user: &UserUuid, convs: &[ConvId]) -> Vec<(UnixMs, ConvId)> {
         let mut backlog: Vec<(UnixMs, ConvId)> = convs
             .iter()
             .filter_map(|conv| {
-                let q = self.state.queue(&user, conv)?;
+                let q = self.state.queue(user, conv)?;
                 q.iter().map(|m| m.at).min().map(|at| (at, conv.clone()))
             })
             .collect();
@@ -151,17 +166,12 @@ impl Relay {
             // at the first one with nothing queued.
             let stop = convs
                 .iter()
-                .position(|c| self.state.queue(&user, c).is_none())
+                .position(|c| self.state.queue(user, c).is_none())
                 .unwrap_or(convs.len());
             backlog.retain(|(_, c)| convs[..stop].contains(c));
         }
         backlog.sort();
-        if let Some(c) = self.conns.get_mut(&conn) {
-            for (_, conv) in backlog {
-                c.window.wait_turn(&conv);
-            }
-        }
-        self.pump(conn);
+        backlog
     }
 
     /// A message was queued in `conv` for the user of connection `conn`: pushes it if the
