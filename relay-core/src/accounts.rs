@@ -366,7 +366,7 @@ impl Relay {
         // Only the conversations with something queued for the caller count.
         let convs: Vec<wire::ConvId> = self
             .state
-            .queued
+            .queued()
             .of(&user)
             .map(|(c, _)| c.clone())
             .collect();

@@ -166,7 +166,7 @@ impl Relay {
         }
         let mut hits: Vec<&ChannelRow> = self
             .state
-            .commerce
+            .commerce()
             .channels
             .values()
             .filter(|c| c.is_public)
@@ -190,7 +190,7 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
-        let c = &self.state.commerce;
+        let c = &self.state.commerce();
         let ids: Vec<ChannelId> = c
             .owned
             .get(&user)
@@ -203,7 +203,7 @@ impl Relay {
         let list: Vec<ChannelInfo> = ids
             .iter()
             .filter(|id| seen.insert((*id).clone()))
-            .filter_map(|id| self.state.commerce.channels.get(id))
+            .filter_map(|id| self.state.commerce().channels.get(id))
             .take(MAX_CHANNELS_MINE)
             .map(|ch| self.channel_info(ch, Some(&user)))
             .collect();
@@ -222,7 +222,7 @@ impl Relay {
         let id = parse_channel_id(id)?;
         let c = self
             .state
-            .commerce
+            .commerce()
             .channels
             .get(&id)
             .ok_or_else(channel_not_found)?;
@@ -258,7 +258,7 @@ impl Relay {
         let id = loop {
             let raw = format!("ch-{}", hex(&self.ids.bytes::<8>()));
             if let Ok(id) = ChannelId::parse(&raw)
-                && !self.state.commerce.channels.contains_key(&id)
+                && !self.state.commerce().channels.contains_key(&id)
             {
                 break id;
             }
@@ -294,7 +294,7 @@ impl Relay {
         let id = parse_channel_id(id)?;
         let owner = self
             .state
-            .commerce
+            .commerce()
             .channels
             .get(&id)
             .map(|c| c.owner.clone())
@@ -324,7 +324,7 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
         let id = parse_channel_id(id)?;
-        let Some(channel) = self.state.commerce.channels.get(&id).cloned() else {
+        let Some(channel) = self.state.commerce().channels.get(&id).cloned() else {
             return Err(channel_not_found());
         };
         if req.method == Method::Get {
@@ -378,7 +378,7 @@ impl Relay {
             // subscriber uuid order, owner last.
             let mut targets: Vec<UserUuid> = self
                 .state
-                .commerce
+                .commerce()
                 .subs
                 .get(&id)
                 .into_iter()
@@ -427,7 +427,7 @@ impl Relay {
                     )
                 };
                 let pid = PostId::parse(&url_decode(raw)).map_err(|_| bad())?;
-                match self.state.commerce.post_seq.get(&pid) {
+                match self.state.commerce().post_seq.get(&pid) {
                     Some((ch, seq)) if ch == id => *seq,
                     _ => return Err(bad()),
                 }
@@ -435,7 +435,7 @@ impl Relay {
         };
         let rows: Vec<PostRow> = self
             .state
-            .commerce
+            .commerce()
             .posts
             .get(id)
             .into_iter()
@@ -486,7 +486,7 @@ impl Relay {
         price: u64,
         expected: Option<u64>,
     ) -> Result<HttpResponse, ApiError> {
-        let Some(c) = self.state.commerce.channels.get(id).cloned() else {
+        let Some(c) = self.state.commerce().channels.get(id).cloned() else {
             return Err(channel_not_found());
         };
         // PLANTED BUG (ListingByAnyone): the owner check is skipped, so anyone lists
@@ -509,7 +509,7 @@ impl Relay {
                 ),
             ));
         }
-        if self.state.commerce.channel_lock.contains_key(id) {
+        if self.state.commerce().channel_lock.contains_key(id) {
             return Err(ApiError::new(
                 ErrorCode::VERSION_CONFLICT,
                 "a buyer's order for this channel is pending; the listing cannot change until it confirms or expires",
@@ -540,7 +540,7 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
         let id = parse_channel_id(id)?;
-        let Some(c) = self.state.commerce.channels.get(&id).cloned() else {
+        let Some(c) = self.state.commerce().channels.get(&id).cloned() else {
             return Err(channel_not_found());
         };
         if c.owner == user {
@@ -549,8 +549,8 @@ impl Relay {
                 "you already own this channel",
             ));
         }
-        if let Some(existing) = self.state.commerce.channel_lock.get(&id).cloned() {
-            let o = self.state.commerce.orders.get(&existing).cloned();
+        if let Some(existing) = self.state.commerce().channel_lock.get(&id).cloned() {
+            let o = self.state.commerce().orders.get(&existing).cloned();
             return match o {
                 Some(o) if o.buyer.as_ref() == Some(&user) => {
                     probes::probe!("channel:buy-repeated");

@@ -18,6 +18,7 @@ use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::planted::planted;
 use crate::relay::Relay;
 use crate::rows::{ConversationRow, FriendshipRow};
+use crate::state::ReadCx;
 
 fn not_found() -> ApiError {
     ApiError::new(
@@ -230,14 +231,10 @@ impl Relay {
     fn fresh_conv_id(&mut self) -> Result<wire::ConvId, ApiError> {
         loop {
             if let Ok(c) = wire::ConvId::parse(&self.ids.conv_id())
-                && crate::relations::with_conversation(
-                    &mut self.state.relations,
-                    &mut *self.reader,
-                    &mut self.stats,
-                    &c,
-                    |_| (),
-                )?
-                .is_none()
+                && self
+                    .state
+                    .with_conversation(ReadCx::new(&mut *self.reader, &mut self.stats), &c, |_| ())?
+                    .is_none()
             {
                 return Ok(c);
             }

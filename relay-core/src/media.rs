@@ -143,12 +143,12 @@ impl Relay {
     /// `storage/estimate` adds it to `used_bytes`.
     pub(crate) fn media_bytes_of(&self, user: &UserUuid) -> u64 {
         self.state
-            .media
+            .media()
             .by_owner
             .get(user)
             .into_iter()
             .flatten()
-            .filter_map(|id| self.state.media.uploads.get(id))
+            .filter_map(|id| self.state.media().uploads.get(id))
             .map(UploadRow::size)
             .sum()
     }
@@ -164,7 +164,7 @@ impl Relay {
         let id = UploadId::parse(upload_id).map_err(|_| not_found())?;
         let row = self
             .state
-            .media
+            .media()
             .uploads
             .get(&id)
             .filter(|r| r.media_key == *key && now < r.expires_at)
@@ -189,20 +189,23 @@ impl Relay {
         let (user, _) = self.authenticate(now, req)?;
         // The content type is informative only (always application/octet-stream by design).
         let _body: UploadInitRequest = decode_body(&req.body)?;
-        if !self.state.media.init_limit.check(now.get(), &user) {
+        if !self.state.media().init_limit.check(now.get(), &user) {
             return Err(ApiError::rate_limited(
                 format!("at most {MEDIA_UPLOADS_PER_MIN_PER_USER} uploads per minute; retry later"),
-                self.state.media.init_limit.retry_after_ms(now.get(), &user),
+                self.state
+                    .media()
+                    .init_limit
+                    .retry_after_ms(now.get(), &user),
             ));
         }
         let open = self
             .state
-            .media
+            .media()
             .by_owner
             .get(&user)
             .into_iter()
             .flatten()
-            .filter_map(|id| self.state.media.uploads.get(id))
+            .filter_map(|id| self.state.media().uploads.get(id))
             .filter(|r| r.completed.is_none())
             .count();
         if open >= MAX_OPEN_UPLOADS_PER_USER {
@@ -218,13 +221,13 @@ impl Relay {
             let u = UploadId::parse(&format!("up-{}", hex(&self.ids.bytes::<12>())));
             let k = MediaKey::parse(&format!("m-{}", b64.encode(self.ids.bytes::<24>())));
             if let (Ok(u), Ok(k)) = (u, k)
-                && !self.state.media.uploads.contains_key(&u)
-                && !self.state.media.by_key.contains_key(&k)
+                && !self.state.media().uploads.contains_key(&u)
+                && !self.state.media().by_key.contains_key(&k)
             {
                 break (u, k);
             }
         };
-        self.state.media.init_limit.record(now.get(), &user);
+        self.state.upload_limit().record(now.get(), &user);
         self.state.put_upload(UploadRow {
             upload_id: upload_id.clone(),
             media_key: media_key.clone(),
@@ -358,7 +361,9 @@ impl Relay {
         let extra: Vec<u32> = row.parts.range(n + 1..).map(|(k, _)| *k).collect();
         for k in extra {
             row.parts.remove(&k);
-            self.state.media.gc.push((row.upload_id.clone(), Some(k)));
+            self.state
+                .blob_garbage()
+                .push((row.upload_id.clone(), Some(k)));
         }
         row.completed = Some(n);
         row.expires_at = now.plus_ms(MEDIA_TTL_MS);
@@ -380,10 +385,10 @@ impl Relay {
         let key = query_key(&req.query, "key")?;
         let (id, parts) = self
             .state
-            .media
+            .media()
             .by_key
             .get(&key)
-            .and_then(|id| self.state.media.uploads.get(id))
+            .and_then(|id| self.state.media().uploads.get(id))
             .filter(|r| now < r.expires_at)
             .and_then(|r| r.completed.map(|n| (r.upload_id.clone(), n)))
             .ok_or_else(not_found)?;
@@ -398,7 +403,7 @@ impl Relay {
     pub(crate) fn fire_media(&mut self, now: UnixMs, id: &UploadId) {
         let expired = self
             .state
-            .media
+            .media()
             .uploads
             .get(id)
             .is_some_and(|r| now >= r.expires_at);
@@ -410,7 +415,7 @@ impl Relay {
     /// Deletes the blobs forgotten by the last commit (call only after it succeeded). A failed
     /// delete leaves an orphan that the next startup removes.
     pub(crate) fn collect_blobs(&mut self) {
-        for (id, part) in std::mem::take(&mut self.state.media.gc) {
+        for (id, part) in std::mem::take(self.state.blob_garbage()) {
             let _ = match part {
                 None => self.blobs.delete(id.as_str()),
                 Some(p) => self.blobs.delete_part(id.as_str(), p),
@@ -424,7 +429,7 @@ impl Relay {
         for id in self.blobs.list()? {
             let known = UploadId::parse(&id)
                 .ok()
-                .and_then(|u| self.state.media.uploads.get(&u));
+                .and_then(|u| self.state.media().uploads.get(&u));
             match known {
                 None => self.blobs.delete(&id)?,
                 Some(row) => {

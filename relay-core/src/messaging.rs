@@ -32,8 +32,8 @@ use crate::queue::Queued;
 use crate::relay::Relay;
 use crate::rows::{PendingRetractRow, Tombstone};
 use crate::shell::ConnId;
+use crate::state::ReadCx;
 use crate::state::State;
-use crate::store::StoreRead;
 
 /// Whether `text` is standard-alphabet base64 (RFC 4648 §4): `A-Z a-z 0-9 + /` in groups of
 /// four, the last group possibly short; `=` padding optional (none, part or all of what the
@@ -99,24 +99,20 @@ impl NotMember {
 /// caller's uuid (borrowed from its connection) while it checks.
 fn member_check(
     state: &mut State,
-    reader: &mut dyn StoreRead,
-    stats: &mut crate::stats::RelayStats,
+    mut cx: ReadCx<'_>,
     user: &UserUuid,
     conv_id: &ConvId,
     to: &AliasId,
 ) -> Result<UserUuid, NotMember> {
     let not_member = NotMember::Refused("unknown conversation, or you are not a member of it");
-    let other =
-        crate::relations::with_conversation(&mut state.relations, reader, stats, conv_id, |c| {
-            c.other(user).cloned()
-        })
+    let other = state
+        .with_conversation(cx.reborrow(), conv_id, |c| c.other(user).cloned())
         .map_err(|_| NotMember::Unreadable)?
         .flatten()
         .ok_or(not_member)?;
-    let named = crate::directory::with_account(&mut state.directory, reader, stats, &other, |a| {
-        a.alias_id == *to
-    })
-    .map_err(|_| NotMember::Unreadable)?;
+    let named = state
+        .with_account(cx, &other, |a| a.alias_id == *to)
+        .map_err(|_| NotMember::Unreadable)?;
     // A retired alias (replaced by a bound vanity alias) still routes to its account.
     if named != Some(true) && state.retired_alias_owner(to) != Some(&other) {
         return Err(NotMember::Refused(
@@ -137,8 +133,7 @@ impl Relay {
     ) -> Result<UserUuid, NotMember> {
         member_check(
             &mut self.state,
-            &mut *self.reader,
-            &mut self.stats,
+            ReadCx::new(&mut *self.reader, &mut self.stats),
             user,
             conv_id,
             to,
@@ -168,7 +163,7 @@ impl Relay {
                 "the recipient's offline queue for this conversation is full; retry later",
             ));
         }
-        let to = self.state.backlog.of_recipient(recipient);
+        let to = self.state.backlog().of_recipient(recipient);
         if to.msgs >= c.max_offline_queue_per_recipient
             || to.bytes + charge > c.max_offline_queue_bytes_per_recipient
         {
@@ -177,7 +172,7 @@ impl Relay {
                 "the recipient has too many undelivered messages; retry later",
             ));
         }
-        if self.state.backlog.of_sender(sender).bytes + charge
+        if self.state.backlog().of_sender(sender).bytes + charge
             > c.max_offline_queue_bytes_per_sender
         {
             return Err((
@@ -185,7 +180,7 @@ impl Relay {
                 "you have too many undelivered messages; retry when your contacts have received some",
             ));
         }
-        if self.state.backlog.total.bytes + charge > c.max_offline_queue_bytes_total {
+        if self.state.backlog().total.bytes + charge > c.max_offline_queue_bytes_total {
             return Err((
                 ErrorCode::RELAY_QUEUE_FULL,
                 "the relay holds as many undelivered messages as it may; retry later",
@@ -210,10 +205,8 @@ impl Relay {
         };
         // The author's tombstones are read (if not in memory) before `member_check` borrows the
         // state; whether this id is known is decided below, after the membership checks.
-        let Ok(known) = crate::tombstones::lookup(
-            &mut self.state.tombstones,
-            &mut *self.reader,
-            &mut self.stats,
+        let Ok(known) = self.state.tombstone(
+            ReadCx::new(&mut *self.reader, &mut self.stats),
             user,
             &m.id,
             now,
@@ -227,8 +220,7 @@ impl Relay {
         };
         let recipient = match member_check(
             &mut self.state,
-            &mut *self.reader,
-            &mut self.stats,
+            ReadCx::new(&mut *self.reader, &mut self.stats),
             user,
             &m.conv_id,
             &m.to,

@@ -41,7 +41,7 @@ impl Relay {
         loop {
             let raw = format!("o-{}", hex(&self.ids.bytes::<12>()));
             if let Ok(id) = OrderId::parse(&raw)
-                && !self.state.commerce.orders.contains_key(&id)
+                && !self.state.commerce().orders.contains_key(&id)
             {
                 return id;
             }
@@ -86,7 +86,7 @@ impl Relay {
     /// purges the buyer's kept `payment_confirmed` of this order once its redelivery time is
     /// over (same timer, armed by `put_pending_confirm`).
     pub(crate) fn expire_order(&mut self, now: UnixMs, id: &OrderId) {
-        let Some(mut o) = self.state.commerce.orders.get(id).cloned() else {
+        let Some(mut o) = self.state.commerce().orders.get(id).cloned() else {
             return;
         };
         if let Some(buyer) = &o.buyer {
@@ -111,14 +111,14 @@ impl Relay {
                     return !self.state.alias_spent(&a) && !alias_in_use;
                 }
                 self.vanity_available(&a, alias_in_use, None)
-                    || self.state.commerce.alias_hold.get(&a) == Some(&o.id)
+                    || self.state.commerce().alias_hold.get(&a) == Some(&o.id)
             }),
             OrderKind::ChannelTrade => {
                 let Ok(ch) = ChannelId::parse(&o.target) else {
                     return false;
                 };
-                let lock = self.state.commerce.channel_lock.get(&ch);
-                self.state.commerce.channels.get(&ch).is_some_and(|c| {
+                let lock = self.state.commerce().channel_lock.get(&ch);
+                self.state.commerce().channels.get(&ch).is_some_and(|c| {
                     c.version == o.listing_version
                         && c.sale_price.is_some()
                         && o.buyer.as_ref() != Some(&c.owner)
@@ -147,7 +147,7 @@ impl Relay {
             OrderKind::ChannelTrade => {
                 let channel = ChannelId::parse(&o.target)
                     .ok()
-                    .and_then(|ch| self.state.commerce.channels.get(&ch).cloned());
+                    .and_then(|ch| self.state.commerce().channels.get(&ch).cloned());
                 if let (Some(c), Some(buyer)) = (channel, o.buyer.clone()) {
                     probes::probe!("order:confirmed:channel-trade");
                     let old_owner = c.owner.clone();
@@ -197,7 +197,7 @@ impl Relay {
     pub(crate) fn deliver_pending_confirms(&mut self, conn: ConnId, user: &UserUuid) {
         let kept: Vec<PendingConfirmRow> = self
             .state
-            .commerce
+            .commerce()
             .pending_confirms
             .iter()
             .filter(|((u, _), _)| u == user)
@@ -223,7 +223,12 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let not_found = || ApiError::new(ErrorCode::ORDER_NOT_FOUND, "no such order");
         let id = OrderId::parse(id).map_err(|_| not_found())?;
-        let o = self.state.commerce.orders.get(&id).ok_or_else(not_found)?;
+        let o = self
+            .state
+            .commerce()
+            .orders
+            .get(&id)
+            .ok_or_else(not_found)?;
         let alias_id = if o.kind == OrderKind::Vanity {
             o.target.clone()
         } else {

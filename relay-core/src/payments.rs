@@ -97,12 +97,12 @@ impl Relay {
                 format!("payment_id must be 1 to {MAX_PAYMENT_ID_BYTES} bytes"),
             ));
         }
-        if !self.state.commerce.orders.contains_key(&body.order_id) {
+        if !self.state.commerce().orders.contains_key(&body.order_id) {
             return Err(ApiError::new(ErrorCode::ORDER_NOT_FOUND, "no such order"));
         }
         // Whether an account has the alias a vanity order is for (a late payment is honoured
         // only if not), read before anything changes.
-        let alias_in_use = match self.state.commerce.orders.get(&body.order_id) {
+        let alias_in_use = match self.state.commerce().orders.get(&body.order_id) {
             Some(o) if o.kind == OrderKind::Vanity => match AliasId::parse(&o.target) {
                 Ok(a) => self.alias_in_use(&a)?,
                 Err(_) => false,
@@ -111,7 +111,12 @@ impl Relay {
         };
         // An order past its deadline is expired first, whether or not its timer fired yet.
         self.expire_order(now, &body.order_id);
-        let prev = self.state.commerce.payments.get(&body.payment_id).cloned();
+        let prev = self
+            .state
+            .commerce()
+            .payments
+            .get(&body.payment_id)
+            .cloned();
         if let Some(p) = &prev {
             if p.order_id != body.order_id {
                 probes::probe!("webhook:payment-id-reused");
@@ -138,17 +143,17 @@ impl Relay {
             paid_usdt: paid,
             at: now,
         });
-        let Some(mut o) = self.state.commerce.orders.get(&body.order_id).cloned() else {
+        let Some(mut o) = self.state.commerce().orders.get(&body.order_id).cloned() else {
             return Err(ApiError::new(ErrorCode::ORDER_NOT_FOUND, "no such order"));
         };
         let live: Vec<&PaymentRow> = self
             .state
-            .commerce
+            .commerce()
             .payments_of
             .get(&o.id)
             .into_iter()
             .flatten()
-            .filter_map(|pid| self.state.commerce.payments.get(pid))
+            .filter_map(|pid| self.state.commerce().payments.get(pid))
             .filter(|p| p.status != PaymentStatus::Failed)
             .collect();
         let total = live

@@ -202,7 +202,7 @@ impl Relay {
     fn add_push_target(&mut self, user: &UserUuid, target: PushTarget) {
         let mut targets = self
             .state
-            .push
+            .push()
             .targets
             .get(user)
             .cloned()
@@ -228,15 +228,15 @@ impl Relay {
         if self.online(recipient).is_some() {
             return;
         }
-        let Some(targets) = self.state.push.targets.get(recipient).cloned() else {
+        let Some(targets) = self.state.push().targets.get(recipient).cloned() else {
             return;
         };
-        if let Some(last) = self.state.push.last_push.get(recipient)
+        if let Some(last) = self.state.push().last_push.get(recipient)
             && now < last.plus_ms(PUSH_MIN_INTERVAL_MS)
         {
             return;
         }
-        self.state.push.last_push.insert(recipient.clone(), now);
+        self.state.last_push().insert(recipient.clone(), now);
         for target in targets {
             self.stage(Output::Push {
                 user: recipient.clone(),
@@ -262,7 +262,7 @@ impl Relay {
         if self.is_failed() {
             return;
         }
-        if let Some(targets) = self.state.push.targets.get(user)
+        if let Some(targets) = self.state.push().targets.get(user)
             && targets.contains(target)
         {
             let kept: Vec<PushTarget> = targets.iter().filter(|t| *t != target).cloned().collect();
@@ -274,8 +274,7 @@ impl Relay {
     /// Forgets push intervals that ended (memory bound).
     pub(crate) fn sweep_push(&mut self, now: UnixMs) {
         self.state
-            .push
-            .last_push
+            .last_push()
             .retain(|_, at| now < at.plus_ms(PUSH_MIN_INTERVAL_MS));
     }
 }

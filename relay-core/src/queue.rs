@@ -196,7 +196,7 @@ pub(crate) struct Queues {
     /// queues are pinned for them (delivery reads them) until the last one goes.
     held: BTreeMap<UserUuid, Held>,
     /// When the stored queues are next read for expiry (`crate::expiry`).
-    pub(crate) sweep: crate::expiry::Sweep,
+    sweep: crate::expiry::Sweep,
 }
 
 /// A held recipient ([`Queues::hold`]).
@@ -320,6 +320,16 @@ impl Queues {
     }
 
     /// What the cache holds now.
+    /// The expiry sweep's cursor and schedule.
+    pub(crate) fn sweep(&self) -> &crate::expiry::Sweep {
+        &self.sweep
+    }
+
+    /// The expiry sweep's cursor and schedule, to move.
+    pub(crate) fn sweep_mut(&mut self) -> &mut crate::expiry::Sweep {
+        &mut self.sweep
+    }
+
     pub(crate) fn stats(&self) -> crate::stats::QueueCacheStats {
         crate::stats::QueueCacheStats {
             bytes: self.cache.bytes(),

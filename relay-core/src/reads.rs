@@ -2,13 +2,13 @@
 //! marks, a queue, a tombstone, each from memory or on a miss from the store (counted in
 //! the stats). The caches themselves are `directory`, `relations`, `queue` and `tombstones`.
 
-use crate::directory::{Lookup, read_index, with_account};
-use crate::relations::{Contacts, read_marks, with_contacts};
+use crate::directory::{Lookup, read_index};
+use crate::relations::Contacts;
 use crate::relay::Relay;
 use crate::rows::AccountRow;
 use crate::rows::Tombstone;
+use crate::state::ReadCx;
 use crate::store::StoreError;
-use crate::tombstones::lookup;
 use std::sync::Arc;
 use wire::{AliasId, UserUuid};
 use wire::{ConvId, MessageId, UnixMs};
@@ -19,10 +19,8 @@ impl Relay {
         &mut self,
         user: &UserUuid,
     ) -> Result<Option<Arc<AccountRow>>, StoreError> {
-        with_account(
-            &mut self.state.directory,
-            &mut *self.reader,
-            &mut self.stats,
+        self.state.with_account(
+            ReadCx::new(&mut *self.reader, &mut self.stats),
             user,
             Arc::clone,
         )
@@ -34,7 +32,7 @@ impl Relay {
         &mut self,
         name: Lookup<'_>,
     ) -> Result<Option<Arc<AccountRow>>, StoreError> {
-        let uuid = match self.state.directory.cached_uuid(name) {
+        let uuid = match self.state.directory().cached_uuid(name) {
             Some(u) => u.clone(),
             None => {
                 let read = read_index(&mut *self.reader, name).inspect_err(|_| {
@@ -66,32 +64,23 @@ impl Relay {
 
     /// The alias of `user` (`None`: no such account). `Err`: the read failed.
     pub(crate) fn alias_of(&mut self, user: &UserUuid) -> Result<Option<AliasId>, StoreError> {
-        with_account(
-            &mut self.state.directory,
-            &mut *self.reader,
-            &mut self.stats,
-            user,
-            |a| a.alias_id.clone(),
-        )
+        self.state
+            .with_account(ReadCx::new(&mut *self.reader, &mut self.stats), user, |a| {
+                a.alias_id.clone()
+            })
     }
 
     /// [`read_marks`] on this relay's parts.
     pub(crate) fn read_marks(&mut self, conv: &ConvId) -> Result<(), StoreError> {
-        read_marks(
-            &mut self.state.relations,
-            &mut *self.reader,
-            &mut self.stats,
-            conv,
-        )
+        self.state
+            .read_marks(ReadCx::new(&mut *self.reader, &mut self.stats), conv)
     }
 
     /// The contacts of `user` (read if they are not in memory), copied. `Err`: the read
     /// failed.
     pub(crate) fn contacts(&mut self, user: &UserUuid) -> Result<Contacts, StoreError> {
-        with_contacts(
-            &mut self.state.relations,
-            &mut *self.reader,
-            &mut self.stats,
+        self.state.with_contacts(
+            ReadCx::new(&mut *self.reader, &mut self.stats),
             user,
             Contacts::clone,
         )
@@ -103,13 +92,8 @@ impl Relay {
         user: &UserUuid,
         f: impl FnOnce(&Contacts) -> R,
     ) -> Result<R, StoreError> {
-        with_contacts(
-            &mut self.state.relations,
-            &mut *self.reader,
-            &mut self.stats,
-            user,
-            f,
-        )
+        self.state
+            .with_contacts(ReadCx::new(&mut *self.reader, &mut self.stats), user, f)
     }
 
     /// Whether `user` and `other` are accepted contacts (reads `user`'s contacts if they are
@@ -142,10 +126,8 @@ impl Relay {
         id: &MessageId,
         now: UnixMs,
     ) -> Result<Option<Tombstone>, StoreError> {
-        lookup(
-            &mut self.state.tombstones,
-            &mut *self.reader,
-            &mut self.stats,
+        self.state.tombstone(
+            ReadCx::new(&mut *self.reader, &mut self.stats),
             author,
             id,
             now,

@@ -59,7 +59,7 @@ impl Relay {
         // `member_check` read the conversation: it is in memory until the input ends.
         let last_from_other = self
             .state
-            .relations
+            .relations()
             .conversation(&r.conv_id)
             .map_or(Seq(0), |c| {
                 c.index_of(&other).map_or(Seq(0), |i| c.last_authored[i])

@@ -14,7 +14,7 @@ impl Relay {
     /// count too, since some may not be committed yet), but not sooner than
     /// [`TOMBSTONE_SWEEP_MS`] from now. A failed read retries after that interval.
     pub(crate) fn sweep_tombstones(&mut self, now: UnixMs) {
-        if self.state.tombstones.sweep_at().is_none_or(|at| at > now) {
+        if self.state.tombstones().sweep_at().is_none_or(|at| at > now) {
             return;
         }
         self.state.expire_tombstones(now);
@@ -25,7 +25,7 @@ impl Relay {
                 Some(now)
             }
         };
-        self.state.tombstones.swept(now, stored);
+        self.state.tombstones_swept(now, stored);
     }
 
     /// Deletes the queued messages whose TTL has ended, when the sweep is due: one page
@@ -40,11 +40,11 @@ impl Relay {
     /// expiry. A failed read puts it off
     /// by [`crate::limits::QUEUE_READ_RETRY_MS`] (the messages stay queued meanwhile).
     pub(crate) fn sweep_messages(&mut self, now: UnixMs) {
-        let Some(after) = self.state.queues.sweep.start(now) else {
+        let Some(after) = self.state.expiry_sweep().start(now) else {
             return;
         };
         let retry = now.plus_ms(crate::limits::QUEUE_READ_RETRY_MS);
-        let (page_rows, page_messages) = self.state.queues.sweep.page();
+        let (page_rows, page_messages) = self.state.expiry_sweep().page();
         let page = self.reader.expired(
             Table::QueueIndex,
             now.get(),
@@ -53,7 +53,7 @@ impl Relay {
         );
         let Ok(page) = page else {
             self.stats.queue_read_failures += 1;
-            self.state.queues.sweep.put_off(after, retry);
+            self.state.expiry_sweep().put_off(after, retry);
             return;
         };
         let mut expired = 0;
@@ -70,7 +70,7 @@ impl Relay {
             if self.read_queue(&recipient, &conv).is_err() {
                 // The whole page again later: the queues before this one are done (their
                 // due messages are gone from memory), so it is only read again.
-                self.state.queues.sweep.put_off(after, retry);
+                self.state.expiry_sweep().put_off(after, retry);
                 return;
             }
             expired += self.state.expire_queue(now, &recipient, &conv);
@@ -80,7 +80,7 @@ impl Relay {
         if page.len() >= page_rows || cut_short {
             let last = last.map(|(at, k)| (at, k.clone()));
             let next = now.plus_ms(crate::limits::EXPIRY_PAGE_PAUSE_MS);
-            self.state.queues.sweep.go_on_after(last, next);
+            self.state.expiry_sweep().go_on_after(last, next);
             return;
         }
         let next = match self.reader.next_expiry(Table::QueueIndex, now.get()) {
@@ -90,6 +90,6 @@ impl Relay {
                 Some(retry)
             }
         };
-        self.state.queues.sweep.due_at(next);
+        self.state.expiry_sweep().due_at(next);
     }
 }

@@ -64,10 +64,10 @@ impl Relay {
         c.synced = true;
         c.window = Window::default();
         if first_sync {
-            self.state.queues.hold(&user, convs.iter());
+            self.state.hold_queues(&user, convs.iter());
         }
         self.stats.syncs += 1;
-        self.stats.sync_backlog_messages += self.state.backlog.of_recipient(&user).msgs as u64;
+        self.stats.sync_backlog_messages += self.state.backlog().of_recipient(&user).msgs as u64;
         self.replay_kept(conn, &user, &convs, &aliases);
         self.deliver_pending_confirms(conn, &user);
         let backlog = self.turn_order(&user, &convs);
@@ -92,7 +92,7 @@ impl Relay {
             .flat_map(|conv| {
                 [ReceiptKind::Delivered, ReceiptKind::Read].map(|kind| {
                     self.state
-                        .pending_receipts
+                        .pending_receipts()
                         .get(&(user.clone(), conv.clone(), kind))
                         .map(|r| r.from.clone())
                 })
@@ -101,7 +101,7 @@ impl Relay {
             .chain(self.state.pending_retracts_of(user).map(|r| r.from.clone()))
             .chain([user.clone()])
             // The senders of what is queued: the replay's frames name them.
-            .chain(self.state.queued.of(user).map(|(_, e)| e.from.clone()))
+            .chain(self.state.queued().of(user).map(|(_, e)| e.from.clone()))
             .collect::<BTreeSet<UserUuid>>();
         let mut aliases = Aliases::new();
         for u in named {
@@ -120,7 +120,7 @@ impl Relay {
             for kind in [ReceiptKind::Delivered, ReceiptKind::Read] {
                 let Some(r) = self
                     .state
-                    .pending_receipts
+                    .pending_receipts()
                     .get(&(user.clone(), conv.clone(), kind))
                     .cloned()
                 else {
@@ -256,7 +256,7 @@ impl Relay {
     fn push_next(&mut self, conn: ConnId, conv: &ConvId) -> bool {
         // The sender is the other member (a queue holds what the other member wrote).
         let Some(author) = self.conns.get(&conn).and_then(|c| {
-            let queue = self.state.queued.get(&c.user, conv)?;
+            let queue = self.state.queued().get(&c.user, conv)?;
             Some(queue.from.clone())
         }) else {
             return false;

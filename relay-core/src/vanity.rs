@@ -41,7 +41,7 @@ impl Relay {
             && !in_use
             && self
                 .state
-                .commerce
+                .commerce()
                 .alias_hold
                 .get(alias)
                 .is_none_or(|o| Some(o) == except)
@@ -105,8 +105,8 @@ impl Relay {
                 "this alias is not for sale",
             ));
         }
-        if let Some(oid) = self.state.commerce.alias_hold.get(alias)
-            && let Some(o) = self.state.commerce.orders.get(oid)
+        if let Some(oid) = self.state.commerce().alias_hold.get(alias)
+            && let Some(o) = self.state.commerce().orders.get(oid)
             && o.state == OrderState::Pending
             && buyer.is_some()
             && o.buyer.as_ref() == buyer
@@ -211,7 +211,7 @@ impl Relay {
         };
         let mut o = self
             .state
-            .commerce
+            .commerce()
             .orders
             .get(&body.order_id)
             .cloned()
@@ -247,7 +247,7 @@ impl Relay {
         if self.alias_in_use(&alias)?
             || self
                 .state
-                .commerce
+                .commerce()
                 .aliases
                 .get(&alias)
                 .is_some_and(|a| a.user != user)

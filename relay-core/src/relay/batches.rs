@@ -81,7 +81,7 @@ impl Relay {
             self.commits.drop_open();
             return Err(BatchFailed);
         }
-        match self.commits.seal(&mut self.state.media.gc) {
+        match self.commits.seal(self.state.blob_garbage()) {
             Sealed::Nothing => Ok(None),
             Sealed::Now(release) => {
                 self.outputs.extend(release.outputs);
@@ -122,7 +122,7 @@ impl Relay {
                 self.outputs.extend(release.outputs);
                 self.state.unpin(release.pinned);
                 self.state.evict();
-                self.state.media.gc.extend(release.gc);
+                self.state.blob_garbage().extend(release.gc);
                 self.collect_blobs();
                 Ok(())
             }
@@ -162,23 +162,23 @@ impl Relay {
 
     /// Commits the input's mutations or hands them to the open batch ([`Relay::finish`]).
     fn commit_staged(&mut self) -> Result<(), Vec<Output>> {
-        let poisoned = std::mem::take(&mut self.state.poisoned);
+        let poisoned = std::mem::take(&mut self.state.poisoned());
         if !self.failed {
             self.commits.open_if_pipelined();
         }
         if !poisoned
-            && let Some(pinned) = self.commits.join(&mut self.state.batch, &mut self.staged)
+            && let Some(pinned) = self.commits.join(self.state.mutations(), &mut self.staged)
         {
             self.state.move_written(pinned);
-            self.state.batch.reset();
+            self.state.mutations().reset();
             return Ok(());
         }
         let committed = if poisoned {
             Err(StoreError::Backend("a record failed to serialise".into()))
         } else {
-            self.commits.commit_input(&self.state.batch)
+            self.commits.commit_input(self.state.batch())
         };
-        self.state.batch.reset();
+        self.state.mutations().reset();
         match committed {
             Ok(()) => {
                 self.outputs.extend(self.staged.drain(..));

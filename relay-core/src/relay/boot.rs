@@ -61,39 +61,23 @@ pub(super) fn open_state(
         (meta::CONTACTS, crate::relations::index_stored_friendships),
     ];
     for (done, derive) in derived {
-        if !state.meta.contains_key(done) {
+        if !state.meta().contains_key(done) {
             derive(&mut *store, &mut *reader, crate::limits::INDEX_PAGE_ROWS)?;
             state.put_meta(done, "1".to_owned());
         }
     }
-    state.directory = crate::directory::Directory::new(config.account_cache_bytes);
-    #[cfg(feature = "planted-bugs")]
-    {
-        state.directory.planted_bug = config.planted_bug;
-    }
-    state.relations = crate::relations::Relations::new(
-        config.conversation_cache_bytes,
-        config.contact_cache_bytes,
-    );
-    #[cfg(feature = "planted-bugs")]
-    {
-        state.relations.planted_bug = config.planted_bug;
-    }
-    state.queues = crate::queue::Queues::new(config.queue_cache_bytes, config.offline_ttl_ms)
-        .with_expiry_pages(config.expiry_page_rows, config.expiry_page_messages);
-    if !state.meta.contains_key(meta::QUEUE_INDEX) {
+    state.size_caches(config);
+    if !state.meta().contains_key(meta::QUEUE_INDEX) {
         state.summarise_stored_queues(&mut *reader, crate::limits::SUMMARISE_PAGE_ROWS)?;
     }
     let ttl = config.offline_ttl_ms.to_string();
-    if state.meta.get(meta::QUEUE_EXPIRY_TTL) != Some(&ttl) {
+    if state.meta().get(meta::QUEUE_EXPIRY_TTL) != Some(&ttl) {
         // Rows written under another TTL, or before queues had an expiry.
         state.retime_queues();
     }
     state.index_queues();
     #[cfg(feature = "planted-bugs")]
-    {
-        state.planted_bug = config.planted_bug;
-    }
+    state.plant(config.planted_bug);
     Ok(state)
 }
 
@@ -101,7 +85,7 @@ pub(super) fn open_state(
 /// up (so two boots from one seed draw different ids).
 pub(super) fn boot_ids(state: &mut State, seed: u64) -> IdGen {
     let boot: u64 = state
-        .meta
+        .meta()
         .get(meta::BOOT_COUNT)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);

@@ -151,21 +151,23 @@ impl Relay {
         let credentials = CredentialKey::derive(&jwt_seed);
         // Keys are not kept in the store: the caller owns the key (a file of its own); a row
         // left by an older version is forgotten.
-        if state.meta.contains_key(meta::JWT_SIGNING_KEY) {
+        if state.meta().contains_key(meta::JWT_SIGNING_KEY) {
             state.delete_meta(meta::JWT_SIGNING_KEY);
         }
-        store.commit(&state.batch)?;
-        state.batch.reset();
+        store.commit(state.batch())?;
+        state.mutations().reset();
         let msg_limit = crate::tombstones::restored_msg_limit(&mut *reader, &config)?;
         let sweep_at = crate::tombstones::first_sweep(&mut *reader)?;
         let first_expiry = reader.next_expiry(Table::QueueIndex, 0)?;
-        state.queues.sweep.set_first(first_expiry.map(UnixMs));
-        state.tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at)
+        state.expiry_sweep().set_first(first_expiry.map(UnixMs));
+        #[allow(unused_mut, reason = "planted bugs set a field")]
+        let mut tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at)
             .with_by_row_min(config.tombstone_set_by_row_min_bytes);
         #[cfg(feature = "planted-bugs")]
         {
-            state.tombstones.planted_bug = config.planted_bug;
+            tombstones.planted_bug = config.planted_bug;
         }
+        state.open_tombstones(tombstones);
         let frame_budget =
             TokenBucket::new(config.frames_per_min_per_conn, config.frame_burst_per_conn);
         let budgets = Budgets::new(&config);
@@ -238,7 +240,7 @@ impl Relay {
     pub fn queued_messages(&self) -> usize {
         let total: u64 = self
             .state
-            .queued
+            .queued()
             .iter()
             .map(|(_, _, e)| e.summary.msgs)
             .sum();
@@ -248,7 +250,7 @@ impl Relay {
     /// Number of undelivered messages held, as the queue bounds count them (kept as a running
     /// total: constant time, unlike [`queued_messages`](Relay::queued_messages)).
     pub fn backlog_messages(&self) -> usize {
-        self.state.backlog.total.msgs
+        self.state.backlog().total.msgs
     }
 
     /// What the relay did since it was built: plain counters for a shell to export (see
@@ -260,30 +262,30 @@ impl Relay {
     /// The message-id tombstones held in memory: a few numbers, counted on each call (the
     /// number of tombstones walks the sets).
     pub fn tombstone_cache(&self) -> crate::stats::TombstoneCacheStats {
-        self.state.tombstones.stats()
+        self.state.tombstones().stats()
     }
 
     /// The accounts held in memory (the rest are in the store).
     pub fn account_cache(&self) -> crate::stats::AccountCacheStats {
-        self.state.directory.stats()
+        self.state.directory().stats()
     }
 
     /// The conversations and contact lists held in memory (the rest are in the store).
     pub fn relation_cache(&self) -> crate::stats::RelationCacheStats {
-        self.state.relations.stats()
+        self.state.relations().stats()
     }
 
     /// The queued messages held in memory: a few numbers, counted on each call (the number of
     /// messages walks the queues).
     pub fn queue_cache(&self) -> crate::stats::QueueCacheStats {
-        self.state.queues.stats()
+        self.state.queues().stats()
     }
 
     /// Bytes of undelivered messages held, as the queue bounds count them
     /// ([`crate::limits::queued_message_bytes`]; bounded by
     /// [`Config::max_offline_queue_bytes_total`]).
     pub fn queued_bytes(&self) -> u64 {
-        self.state.backlog.total.bytes
+        self.state.backlog().total.bytes
     }
 
     // ------------------------------------------------------------------ inputs
@@ -605,11 +607,11 @@ impl Relay {
             });
             self.drop_conn(conn);
         }
-        while let Some((at, timer)) = self.state.timers.first().cloned() {
+        while let Some((at, timer)) = self.state.timers().first().cloned() {
             if at > now {
                 break;
             }
-            self.state.timers.pop_first();
+            self.state.pop_timer();
             self.fire(now, timer);
         }
         self.admission.sweep(now);
@@ -618,7 +620,7 @@ impl Relay {
         self.typing_limit.sweep(now.get());
         self.call_limit.sweep(now.get());
         self.budgets.sweep(now.get());
-        self.state.media.init_limit.sweep(now.get());
+        self.state.upload_limit().sweep(now.get());
         self.sweep_push(now);
         self.sweep_tombstones(now);
         self.sweep_messages(now);
@@ -633,7 +635,7 @@ impl Relay {
             Timer::PendingReceipt(user, conv, kind) => {
                 let expired = self
                     .state
-                    .pending_receipts
+                    .pending_receipts()
                     .get(&(user.clone(), conv.clone(), kind))
                     .is_some_and(|r| now >= r.at.plus_ms(ttl));
                 if expired {
@@ -643,7 +645,7 @@ impl Relay {
             Timer::PendingRetract(user, id) => {
                 let expired = self
                     .state
-                    .pending_retracts
+                    .pending_retracts()
                     .get(&(user.clone(), id.clone()))
                     .is_some_and(|r| now >= r.at.plus_ms(ttl));
                 if expired {
@@ -668,7 +670,7 @@ impl Relay {
         if self.failed {
             return None;
         }
-        let timers = self.state.timers.first().map(|(at, _)| *at);
+        let timers = self.state.timers().first().map(|(at, _)| *at);
         let idle = self
             .conns
             .values()
@@ -679,8 +681,8 @@ impl Relay {
             timers,
             idle,
             pow_expiry,
-            self.state.tombstones.sweep_at(),
-            self.state.queues.sweep.at(),
+            self.state.tombstones().sweep_at(),
+            self.state.queues().sweep().at(),
         ]
         .into_iter()
         .flatten()
@@ -758,7 +760,7 @@ impl Relay {
             self.conn_of_user.remove(&c.user);
         }
         if c.synced {
-            self.state.queues.release(&c.user);
+            self.state.release_queues(&c.user);
         }
     }
 

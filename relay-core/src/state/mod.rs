@@ -14,11 +14,14 @@
 //! commerce records ...) lives in the modules below it, which never name `State`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::Serialize;
-use wire::{ConvId, FriendshipId, MessageId, UnixMs, UserUuid};
+use wire::{ConvId, FriendshipId, MessageId, UnixMs, UploadId, UserUuid};
 
-use crate::store::{Batch, RowKey, Snapshot, StoreError, Table};
+use crate::config::Config;
+use crate::stats::RelayStats;
+use crate::store::{Batch, RowKey, Snapshot, StoreError, StoreRead, Table};
 
 use crate::rows::*;
 
@@ -33,41 +36,41 @@ mod relations;
 /// All durable state plus its indexes.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    pub(crate) meta: BTreeMap<String, String>,
+    meta: BTreeMap<String, String>,
     /// The accounts in memory and their names (`crate::directory`; the rest are in the
     /// store).
-    pub(crate) directory: crate::directory::Directory,
+    directory: crate::directory::Directory,
     /// The conversations and contact lists in memory (`crate::relations`; the rest are in
     /// the store).
-    pub(crate) relations: crate::relations::Relations,
+    relations: crate::relations::Relations,
     /// What every non-empty queue holds, by recipient and conversation (`crate::queue`; all
     /// of it in memory: the queue bounds need it).
-    pub(crate) queued: crate::queue_index::QueueIndex,
+    queued: crate::queue_index::QueueIndex,
     /// (author, message id) -> tombstone, for the authors whose sets are in memory
     /// (`crate::tombstones`; the rest are in the store).
-    pub(crate) tombstones: crate::tombstones::Cache,
-    pub(crate) pending_receipts: BTreeMap<(UserUuid, ConvId, ReceiptKind), PendingReceiptRow>,
-    pub(crate) pending_retracts: BTreeMap<(UserUuid, MessageId), PendingRetractRow>,
-    pub(crate) timers: BTreeSet<(UnixMs, Timer)>,
+    tombstones: crate::tombstones::Cache,
+    pending_receipts: BTreeMap<(UserUuid, ConvId, ReceiptKind), PendingReceiptRow>,
+    pending_retracts: BTreeMap<(UserUuid, MessageId), PendingRetractRow>,
+    timers: BTreeSet<(UnixMs, Timer)>,
     /// What is queued per recipient, per sender and in total (the queue bounds).
-    pub(crate) backlog: Backlog,
+    backlog: Backlog,
     /// The queues in memory (`crate::queue`; the rest are in the store).
-    pub(crate) queues: crate::queue::Queues,
+    queues: crate::queue::Queues,
     /// Media uploads and objects (`crate::media`).
-    pub(crate) media: crate::uploads::MediaState,
+    media: crate::uploads::MediaState,
     /// Push targets (`crate::push`).
-    pub(crate) push: crate::push_targets::PushState,
+    push: crate::push_targets::PushState,
     /// Channels, orders, payments and sold aliases (`crate::commerce`).
-    pub(crate) commerce: crate::commerce_state::Commerce,
+    commerce: crate::commerce_state::Commerce,
     /// Used single-use credentials, until they expire (`crate::credential`).
-    pub(crate) spent: crate::credential::Spent,
+    spent: crate::credential::Spent,
     /// Mutations of the input being handled (its buffers reused from input to input).
-    pub(crate) batch: Batch,
+    batch: Batch,
     /// Set when a record failed to serialise: the next commit is refused (fail-stop).
-    pub(crate) poisoned: bool,
+    poisoned: bool,
     /// `Config::planted_bug`, for the planted bugs that live here (test-only).
     #[cfg(feature = "planted-bugs")]
-    pub(crate) planted_bug: Option<crate::PlantedBug>,
+    planted_bug: Option<crate::PlantedBug>,
 }
 
 /// The entries of the caches over the store that a batch wrote (one per write): they stay in
@@ -82,6 +85,246 @@ pub(crate) struct Pins {
     /// The earliest expiry of the messages the batch wrote: the expiry sweep is armed for it
     /// once the batch is durable (`crate::queue`).
     expiry: Option<UnixMs>,
+}
+
+/// What a read through the caches needs besides the state: the store's reader (a miss reads
+/// the store) and the stats that count misses and failed reads. Built from the relay's parts
+/// for one call (`ReadCx::new(&mut *self.reader, &mut self.stats)`), so the caller may hold
+/// other parts of the relay meanwhile.
+pub(crate) struct ReadCx<'a> {
+    reader: &'a mut dyn StoreRead,
+    stats: &'a mut RelayStats,
+}
+
+impl<'a> ReadCx<'a> {
+    pub(crate) fn new(reader: &'a mut dyn StoreRead, stats: &'a mut RelayStats) -> Self {
+        Self { reader, stats }
+    }
+
+    /// The same parts for one more call, this context usable again after it.
+    pub(crate) fn reborrow(&mut self) -> ReadCx<'_> {
+        ReadCx {
+            reader: &mut *self.reader,
+            stats: &mut *self.stats,
+        }
+    }
+}
+
+/// Reads through the caches: from memory, or on a miss from the store (the entry is then
+/// cached). A cache miss is not a write: nothing is recorded.
+impl State {
+    /// What `f` takes of the account `user` (`None`: no such account).
+    pub(crate) fn with_account<R>(
+        &mut self,
+        ReadCx { reader, stats }: ReadCx<'_>,
+        user: &UserUuid,
+        f: impl FnOnce(&Arc<AccountRow>) -> R,
+    ) -> Result<Option<R>, StoreError> {
+        crate::directory::with_account(&mut self.directory, reader, stats, user, f)
+    }
+
+    /// What `f` takes of the conversation `conv` (`None`: no such conversation).
+    pub(crate) fn with_conversation<R>(
+        &mut self,
+        ReadCx { reader, stats }: ReadCx<'_>,
+        conv: &ConvId,
+        f: impl FnOnce(&ConversationRow) -> R,
+    ) -> Result<Option<R>, StoreError> {
+        crate::relations::with_conversation(&mut self.relations, reader, stats, conv, f)
+    }
+
+    /// What `f` takes of `user`'s contacts.
+    pub(crate) fn with_contacts<R>(
+        &mut self,
+        ReadCx { reader, stats }: ReadCx<'_>,
+        user: &UserUuid,
+        f: impl FnOnce(&crate::relations::Contacts) -> R,
+    ) -> Result<R, StoreError> {
+        crate::relations::with_contacts(&mut self.relations, reader, stats, user, f)
+    }
+
+    /// Brings the receipt marks of `conv` (in memory) into memory.
+    pub(crate) fn read_marks(
+        &mut self,
+        ReadCx { reader, stats }: ReadCx<'_>,
+        conv: &ConvId,
+    ) -> Result<(), StoreError> {
+        crate::relations::read_marks(&mut self.relations, reader, stats, conv)
+    }
+
+    /// The tombstone of `author`'s message `id` if one is live at `now`.
+    pub(crate) fn tombstone(
+        &mut self,
+        ReadCx { reader, stats }: ReadCx<'_>,
+        author: &UserUuid,
+        id: &MessageId,
+        now: UnixMs,
+    ) -> Result<Option<Tombstone>, StoreError> {
+        crate::tombstones::lookup(&mut self.tombstones, reader, stats, author, id, now)
+    }
+}
+
+/// What the state keeps in memory only, changed without a record: the pins of the queues a
+/// synced connection reads, the expiry sweep's cursor, rate limits, the blobs to delete once
+/// their batch is durable, the last push per recipient, the armed timers' order.
+impl State {
+    /// Sizes the caches over the store by `config` (at start, before any read).
+    pub(crate) fn size_caches(&mut self, config: &Config) {
+        self.directory = crate::directory::Directory::new(config.account_cache_bytes);
+        self.relations = crate::relations::Relations::new(
+            config.conversation_cache_bytes,
+            config.contact_cache_bytes,
+        );
+        #[cfg(feature = "planted-bugs")]
+        {
+            self.directory.planted_bug = config.planted_bug;
+            self.relations.planted_bug = config.planted_bug;
+        }
+        self.queues = crate::queue::Queues::new(config.queue_cache_bytes, config.offline_ttl_ms)
+            .with_expiry_pages(config.expiry_page_rows, config.expiry_page_messages);
+    }
+
+    /// Plants `bug` in the state's own rules (feature `planted-bugs`).
+    #[cfg(feature = "planted-bugs")]
+    pub(crate) fn plant(&mut self, bug: Option<crate::PlantedBug>) {
+        self.planted_bug = bug;
+    }
+
+    /// Puts the tombstone cache in place (at start, once the first sweep is known).
+    pub(crate) fn open_tombstones(&mut self, cache: crate::tombstones::Cache) {
+        self.tombstones = cache;
+    }
+
+    /// Keeps `user`'s queues of `convs` in memory while a connection of theirs is synced.
+    pub(crate) fn hold_queues<'c>(
+        &mut self,
+        user: &UserUuid,
+        convs: impl Iterator<Item = &'c ConvId>,
+    ) {
+        self.queues.hold(user, convs);
+    }
+
+    /// `user`'s last synced connection went: its queues may be evicted again.
+    pub(crate) fn release_queues(&mut self, user: &UserUuid) {
+        self.queues.release(user);
+    }
+
+    /// The expiry sweep's cursor and schedule.
+    pub(crate) fn expiry_sweep(&mut self) -> &mut crate::expiry::Sweep {
+        self.queues.sweep_mut()
+    }
+
+    /// The tombstones' range expiry ran at `now`; `stored` is the earliest expiry left.
+    pub(crate) fn tombstones_swept(&mut self, now: UnixMs, stored: Option<UnixMs>) {
+        self.tombstones.swept(now, stored);
+    }
+
+    /// Takes the earliest armed timer off.
+    pub(crate) fn pop_timer(&mut self) -> Option<(UnixMs, Timer)> {
+        self.timers.pop_first()
+    }
+
+    /// The media upload rate limit.
+    pub(crate) fn upload_limit(&mut self) -> &mut crate::ratelimit::RateLimiter<UserUuid> {
+        &mut self.media.init_limit
+    }
+
+    /// The media blobs (whole uploads, or single parts) to delete once the batch that dropped
+    /// them is durable.
+    pub(crate) fn blob_garbage(&mut self) -> &mut Vec<(UploadId, Option<u32>)> {
+        &mut self.media.gc
+    }
+
+    /// When each recipient was last pushed to (the push interval).
+    pub(crate) fn last_push(&mut self) -> &mut BTreeMap<UserUuid, UnixMs> {
+        &mut self.push.last_push
+    }
+
+    /// The input's mutations, for the commit pipeline to take.
+    pub(crate) fn mutations(&mut self) -> &mut Batch {
+        &mut self.batch
+    }
+}
+
+/// Read-only views: every write goes through the state's own methods, which record it in
+/// the input's batch.
+impl State {
+    /// The `meta` rows (schema markers, boot count ...).
+    pub(crate) fn meta(&self) -> &BTreeMap<String, String> {
+        &self.meta
+    }
+
+    /// The accounts in memory.
+    pub(crate) fn directory(&self) -> &crate::directory::Directory {
+        &self.directory
+    }
+
+    /// The conversations and contact lists in memory.
+    pub(crate) fn relations(&self) -> &crate::relations::Relations {
+        &self.relations
+    }
+
+    /// What every non-empty queue holds (the queue index).
+    pub(crate) fn queued(&self) -> &crate::queue_index::QueueIndex {
+        &self.queued
+    }
+
+    /// The message-id tombstones in memory.
+    pub(crate) fn tombstones(&self) -> &crate::tombstones::Cache {
+        &self.tombstones
+    }
+
+    /// The receipts kept for offline senders.
+    pub(crate) fn pending_receipts(
+        &self,
+    ) -> &BTreeMap<(UserUuid, ConvId, ReceiptKind), PendingReceiptRow> {
+        &self.pending_receipts
+    }
+
+    /// The retractions kept for offline recipients.
+    pub(crate) fn pending_retracts(&self) -> &BTreeMap<(UserUuid, MessageId), PendingRetractRow> {
+        &self.pending_retracts
+    }
+
+    /// The armed timers, earliest first.
+    pub(crate) fn timers(&self) -> &BTreeSet<(UnixMs, Timer)> {
+        &self.timers
+    }
+
+    /// What is queued per recipient, per sender and in total.
+    pub(crate) fn backlog(&self) -> &Backlog {
+        &self.backlog
+    }
+
+    /// The queues in memory.
+    pub(crate) fn queues(&self) -> &crate::queue::Queues {
+        &self.queues
+    }
+
+    /// Media uploads and objects.
+    pub(crate) fn media(&self) -> &crate::uploads::MediaState {
+        &self.media
+    }
+
+    /// Push targets.
+    pub(crate) fn push(&self) -> &crate::push_targets::PushState {
+        &self.push
+    }
+
+    /// Channels, orders, payments and sold aliases.
+    pub(crate) fn commerce(&self) -> &crate::commerce_state::Commerce {
+        &self.commerce
+    }
+
+    /// The mutations of the input being handled.
+    pub(crate) fn batch(&self) -> &Batch {
+        &self.batch
+    }
+
+    /// Whether a record failed to serialise (the next commit is refused).
+    pub(crate) fn poisoned(&self) -> bool {
+        self.poisoned
+    }
 }
 
 impl State {
@@ -177,7 +420,7 @@ impl State {
             .move_written(&mut batch.conversations, &mut batch.contacts);
         self.tombstones.move_written(&mut batch.tombstones);
         self.queues.move_written(&mut batch.queues);
-        self.queues.sweep.move_written(&mut batch.expiry);
+        self.queues.sweep_mut().move_written(&mut batch.expiry);
     }
 
     /// The writes since the last [`State::move_written`] are durable.
@@ -186,7 +429,7 @@ impl State {
         self.relations.unpin_written();
         self.tombstones.unpin_written();
         self.queues.unpin_written();
-        self.queues.sweep.arm_written();
+        self.queues.sweep_mut().arm_written();
     }
 
     /// A batch whose writes pinned `batch` is durable.
@@ -195,7 +438,7 @@ impl State {
         self.relations.unpin(batch.conversations, batch.contacts);
         self.tombstones.unpin(batch.tombstones);
         self.queues.unpin(batch.queues);
-        self.queues.sweep.arm(batch.expiry);
+        self.queues.sweep_mut().arm(batch.expiry);
     }
 
     /// Evicts what the caches hold beyond their bounds (only what no batch in flight wrote).

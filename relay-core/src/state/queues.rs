@@ -149,7 +149,7 @@ impl State {
         if let Some(expires_at) =
             record_entry(&mut self.batch, recipient, conv, entry.as_ref(), ttl)
         {
-            self.queues.sweep.wrote(expires_at);
+            self.queues.sweep_mut().wrote(expires_at);
         }
         self.queued.set(recipient, conv, entry);
     }
