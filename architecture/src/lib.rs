@@ -524,6 +524,51 @@ pub fn function_lengths(src: &Path) -> std::io::Result<Vec<FnLength>> {
     Ok(out)
 }
 
+/// The `select!` invocations of the non-test code of the `.rs` files under `src`, each as
+/// `file:line` with whether it starts with `biased;`. An unbiased `tokio::select!` picks among
+/// ready branches with an unseeded random number, so a simulated run that reaches one with two
+/// branches ready no longer replays from its seed.
+///
+/// # Errors
+/// Reading a directory or a file failed.
+pub fn selects(src: &Path) -> std::io::Result<Vec<(String, bool)>> {
+    let mut files = Vec::new();
+    rs_files(src, &mut files)?;
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f)?;
+        let rel = f
+            .strip_prefix(src)
+            .unwrap_or(&f)
+            .to_string_lossy()
+            .into_owned();
+        out.extend(
+            selects_of(&code_of(&text))
+                .into_iter()
+                .map(|(line, biased)| (format!("{rel}:{line}"), biased)),
+        );
+    }
+    Ok(out)
+}
+
+/// The `select!` invocations of `code` (comments already out): each line and whether its
+/// first token is `biased;`.
+fn selects_of(code: &str) -> Vec<(usize, bool)> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    let mut offset = 0;
+    while let Some(i) = rest.find("select!") {
+        let after = rest[i + 7..].trim_start();
+        if let Some(body) = after.strip_prefix(['{', '(']) {
+            let line = code[..offset + i].matches('\n').count() + 1;
+            out.push((line, body.trim_start().starts_with("biased;")));
+        }
+        offset += i + 7;
+        rest = &rest[i + 7..];
+    }
+    out
+}
+
 /// The functions of one file's text (see [`function_lengths`]).
 #[must_use]
 pub fn functions_of(file: &str, text: &str) -> Vec<FnLength> {
@@ -665,6 +710,12 @@ mod tests {
         assert_eq!(rows[1].modules, v(&["a", "b"]));
         assert_eq!(rows[1].may_import, v(&["state", "http"]));
     }
+    #[test]
+    fn selects_are_found_with_their_bias() {
+        let code = "fn f() {\n    tokio::select! {\n        biased;\n        _ = a => {}\n    }\n    tokio::select! { _ = b => {} }\n    let s = \"select!\";\n}\n";
+        assert_eq!(selects_of(code), vec![(2, true), (6, false)]);
+    }
+
     #[test]
     fn functions_are_measured_from_fn_to_their_closing_brace() {
         let text = "fn a() {\n    let x = 1;\n}\n\n/// Long on purpose: a table.\npub(crate) async fn b(\n    x: u8,\n) -> u8 {\n    x\n}\ntrait T { fn c(&self); }\n#[cfg(test)]\nmod tests { fn d() {} }\n";

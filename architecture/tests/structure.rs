@@ -194,3 +194,31 @@ fn no_function_is_long_without_a_reason_but_the_known_ones() {
         "over {MAX_FN_LINES} lines without a reason and not known: {new:#?}\nknown but now short (take them off KNOWN_LONG): {gone:#?}"
     );
 }
+
+/// Every `select!` in the workspace's libraries and binaries is `biased;`: the branches are
+/// tried in the order written, so a simulated run replays from its seed (an unbiased
+/// `tokio::select!` draws from an unseeded random number when two branches are ready).
+#[test]
+fn every_select_is_biased() {
+    let mut checked = 0;
+    let mut unbiased = Vec::new();
+    for krate in CRATES {
+        let found = architecture::selects(&root().join(krate).join("src"))
+            .unwrap_or_else(|e| panic!("reading {krate}/src: {e}"));
+        checked += found.len();
+        unbiased.extend(
+            found
+                .into_iter()
+                .filter(|(_, b)| !b)
+                .map(|(at, _)| format!("{krate}/{at}")),
+        );
+    }
+    assert!(
+        checked > 10,
+        "only {checked} select! found: is it reading the right tree?"
+    );
+    assert!(
+        unbiased.is_empty(),
+        "select! without `biased;` (add it, arms in priority order): {unbiased:#?}"
+    );
+}

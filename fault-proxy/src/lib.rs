@@ -277,6 +277,7 @@ async fn proxy_connection(
         // under `reset_peer`, a FIN under `timeout`).
         Some(ms) => {
             tokio::select! {
+                biased;
                 () = both => {}
                 () = sleep(Duration::from_millis(ms)) => {}
             }

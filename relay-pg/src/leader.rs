@@ -420,6 +420,7 @@ impl Heartbeat {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let reason = loop {
             tokio::select! {
+                biased;
                 _ = &mut resign => break LostReason::Resigned,
                 why = &mut ended => {
                     break LostReason::SessionEnded(why.unwrap_or_else(|_| "connection task stopped".into()));

@@ -432,6 +432,7 @@ impl RelayServer {
         let (fatal_seen_tx, fatal_seen) = oneshot::channel::<String>();
         let shutdown = async move {
             tokio::select! {
+                biased;
                 () = shutdown => info!("shutdown requested: no new connections"),
                 Ok(why) = fatal_rx => {
                     error!(reason = %why, "leadership failed for good: shutting down");
@@ -459,6 +460,7 @@ impl RelayServer {
             served
         };
         let served = tokio::select! {
+            biased;
             served = finish => served,
             () = deadline => {
                 warn!(
@@ -558,6 +560,7 @@ impl Supervisor {
             info!("standby: campaigning for leadership (/readyz answers 503 NOT_LEADER)");
             let mut stop = self.stop.clone();
             let campaigned = tokio::select! {
+                biased;
                 _ = stop.wait_for(|stop| *stop) => break,
                 result = self.leadership.campaign() => result,
             };
@@ -643,6 +646,7 @@ async fn pause(mut stop: watch::Receiver<bool>, retry_ms: &mut u64) -> bool {
     let delay = Duration::from_millis(*retry_ms);
     *retry_ms = (*retry_ms * 2).min(CAMPAIGN_RETRY_MAX_MS);
     tokio::select! {
+        biased;
         _ = stop.wait_for(|stop| *stop) => false,
         () = tokio::time::sleep(delay) => true,
     }

@@ -215,6 +215,7 @@ async fn read_body(body: Body, limit: usize, limits: &seam::net::ServeLimits) ->
     let mut bytes = Vec::new();
     loop {
         let frame = tokio::select! {
+            biased;
             () = &mut deadline => return BodyRead::TooSlow,
             frame = body.frame() => frame,
         };

@@ -131,6 +131,7 @@ impl Ws {
         tokio::pin!(deadline);
         loop {
             let next = tokio::select! {
+                biased;
                 () = &mut deadline => return None,
                 m = self.io.recv() => m,
             };
@@ -189,6 +190,7 @@ impl Ws {
         tokio::pin!(deadline);
         loop {
             let v = tokio::select! {
+                biased;
                 () = &mut deadline => None,
                 v = self.read(wait) => v,
             };
@@ -234,6 +236,7 @@ impl Ws {
         tokio::pin!(deadline);
         loop {
             let v = tokio::select! {
+                biased;
                 () = &mut deadline => return Ok(()),
                 v = self.read(quiet) => v,
             };
@@ -263,6 +266,7 @@ impl Ws {
                 return true;
             }
             let v = tokio::select! {
+                biased;
                 () = &mut deadline => return false,
                 v = self.read(wait) => v,
             };
@@ -326,6 +330,7 @@ impl Ws {
         tokio::pin!(deadline);
         loop {
             let v = tokio::select! {
+                biased;
                 () = &mut deadline => None,
                 v = self.read(wait) => v,
             };
@@ -366,6 +371,7 @@ impl Ws {
         tokio::pin!(deadline);
         loop {
             let v = tokio::select! {
+                biased;
                 () = &mut deadline => return None,
                 v = self.read(within) => v,
             };

@@ -277,6 +277,7 @@ where
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (io, peer) = tokio::select! {
+            biased;
             () = &mut shutdown => break,
             accepted = listener.accept() => accepted,
         };
@@ -307,6 +308,7 @@ where
                 .header_read_timeout(header_timeout);
             let mut conn = std::pin::pin!(builder.serve_connection(io, service).with_upgrades());
             tokio::select! {
+                biased;
                 result = conn.as_mut() => {
                     if let Err(error) = result {
                         tracing::trace!(%error, "HTTP connection ended with an error");
