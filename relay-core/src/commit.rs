@@ -79,7 +79,7 @@ pub(crate) struct Release {
     /// The cache entries it wrote, to unpin.
     pub(crate) pinned: Pins,
     /// Media blobs its mutations stop naming, to delete.
-    pub(crate) gc: Vec<(wire::UploadId, Option<u32>)>,
+    pub(crate) blob_garbage: Vec<(wire::UploadId, Option<u32>)>,
 }
 
 /// A sealed batch waiting for its commit: what it releases when the commit is reported.
@@ -238,9 +238,10 @@ impl Pipeline {
         }
     }
 
-    /// Closes the open batch (opening the next at once once the store was taken). `gc`: the
-    /// media blobs the batch stops naming, taken only if the batch goes in flight.
-    pub(crate) fn seal(&mut self, gc: &mut Vec<(wire::UploadId, Option<u32>)>) -> Sealed {
+    /// Closes the open batch (opening the next at once once the store was taken).
+    /// `blob_garbage`: the media blobs the batch stops naming, taken only if the batch goes in
+    /// flight.
+    pub(crate) fn seal(&mut self, blob_garbage: &mut Vec<(wire::UploadId, Option<u32>)>) -> Sealed {
         let Some(group) = self.group.take() else {
             return Sealed::Nothing;
         };
@@ -251,7 +252,7 @@ impl Pipeline {
             return Sealed::Now(Release {
                 outputs: group.outputs,
                 pinned: group.pinned,
-                gc: Vec::new(),
+                blob_garbage: Vec::new(),
             });
         }
         let id = BatchId(self.next_batch);
@@ -261,7 +262,7 @@ impl Pipeline {
             release: Release {
                 outputs: group.outputs,
                 pinned: group.pinned,
-                gc: std::mem::take(gc),
+                blob_garbage: std::mem::take(blob_garbage),
             },
         });
         Sealed::Batch(SealedBatch {

@@ -80,7 +80,7 @@ impl Relay {
             return self.refuse_unreadable_receipt(conn, r, msg, ref_type());
         }
         let hwm = self
-            .pushed_hwm
+            .highest_pushed
             .get(&user, &r.conv_id)
             .copied()
             .unwrap_or(Seq(0));

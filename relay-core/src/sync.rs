@@ -302,7 +302,7 @@ impl Relay {
         }
         let seq = m.seq;
         c.window.pushed_one(conv, seq, bytes);
-        raise_hwm(&mut self.pushed_hwm, &c.user, conv, seq);
+        raise_highest(&mut self.highest_pushed, &c.user, conv, seq);
         true
     }
 
@@ -351,11 +351,16 @@ impl Relay {
     }
 }
 
-fn raise_hwm(hwm: &mut PairMap<UserUuid, ConvId, Seq>, user: &UserUuid, conv: &ConvId, seq: Seq) {
-    match hwm.get_mut(user, conv) {
+fn raise_highest(
+    highest: &mut PairMap<UserUuid, ConvId, Seq>,
+    user: &UserUuid,
+    conv: &ConvId,
+    seq: Seq,
+) {
+    match highest.get_mut(user, conv) {
         Some(h) => *h = (*h).max(seq),
         None => {
-            hwm.inner_mut(user).insert(conv.clone(), seq);
+            highest.inner_mut(user).insert(conv.clone(), seq);
         }
     }
 }

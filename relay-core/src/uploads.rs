@@ -41,7 +41,7 @@ pub(crate) struct MediaState {
     pub(crate) by_owner: BTreeMap<UserUuid, BTreeSet<UploadId>>,
     /// Blobs to delete once the commit that forgot them succeeded: a whole upload (`None`) or
     /// one part.
-    pub(crate) gc: Vec<(UploadId, Option<u32>)>,
+    pub(crate) blob_garbage: Vec<(UploadId, Option<u32>)>,
     pub(crate) init_limit: RateLimiter<UserUuid>,
 }
 
@@ -51,7 +51,7 @@ impl Default for MediaState {
             uploads: BTreeMap::new(),
             by_key: BTreeMap::new(),
             by_owner: BTreeMap::new(),
-            gc: Vec::new(),
+            blob_garbage: Vec::new(),
             init_limit: RateLimiter::new(MEDIA_UPLOADS_PER_MIN_PER_USER, MINUTE_MS),
         }
     }
@@ -62,7 +62,7 @@ impl std::fmt::Debug for MediaState {
         // Media keys are capabilities: never printed.
         f.debug_struct("MediaState")
             .field("uploads", &self.uploads.len())
-            .field("gc", &self.gc.len())
+            .field("blob_garbage", &self.blob_garbage.len())
             .finish_non_exhaustive()
     }
 }

@@ -122,7 +122,7 @@ impl Relay {
                 self.outputs.extend(release.outputs);
                 self.state.unpin(release.pinned);
                 self.state.evict();
-                self.state.blob_garbage().extend(release.gc);
+                self.state.blob_garbage().extend(release.blob_garbage);
                 self.collect_blobs();
                 Ok(())
             }

@@ -109,7 +109,7 @@ pub struct Relay {
     pub(crate) conns: BTreeMap<ConnId, Conn>,
     pub(crate) conn_of_user: BTreeMap<UserUuid, ConnId>,
     /// Highest seq pushed to a user per conversation on any connection since startup.
-    pub(crate) pushed_hwm: PairMap<UserUuid, ConvId, Seq>,
+    pub(crate) highest_pushed: PairMap<UserUuid, ConvId, Seq>,
     /// Every inbound frame, before decoding, per account (`crate::limits::MAX_FRAMES_PER_MIN_PER_CONN`).
     pub(crate) frame_budget: TokenBucket<UserUuid>,
     pub(crate) msg_limit: RateLimiter<UserUuid>,
@@ -181,7 +181,7 @@ impl Relay {
             state,
             conns: BTreeMap::new(),
             conn_of_user: BTreeMap::new(),
-            pushed_hwm: PairMap::default(),
+            highest_pushed: PairMap::default(),
             frame_budget,
             msg_limit,
             typing_limit: RateLimiter::new(crate::limits::MAX_TYPING_PER_MIN_PER_USER, MINUTE_MS),

@@ -50,6 +50,6 @@ impl State {
         self.timers
             .remove(&(row.expires_at, Timer::Media(id.clone())));
         self.record_delete(Table::Media, id.as_str());
-        self.media.gc.push((id.clone(), None));
+        self.media.blob_garbage.push((id.clone(), None));
     }
 }

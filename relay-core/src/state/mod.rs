@@ -232,7 +232,7 @@ impl State {
     /// The media blobs (whole uploads, or single parts) to delete once the batch that dropped
     /// them is durable.
     pub(crate) fn blob_garbage(&mut self) -> &mut Vec<(UploadId, Option<u32>)> {
-        &mut self.media.gc
+        &mut self.media.blob_garbage
     }
 
     /// When each recipient was last pushed to (the push interval).

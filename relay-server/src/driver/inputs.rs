@@ -96,7 +96,7 @@ pub(crate) enum Phase {
 
 /// What woke the core task: one event, handled after the wait so that the work can be timed
 /// apart from it.
-pub(super) enum Woke {
+pub(super) enum Wakeup {
     /// The term ended, with why.
     Ended(String),
     /// Shutdown began.

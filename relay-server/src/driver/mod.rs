@@ -15,11 +15,12 @@
 //! at once, before anything else queued, closing every socket (see [`Core::end_term`]).
 //!
 //! Submodules: `inputs` (what the handlers and the server's loop exchange with the core task,
-//! and what wakes it) and `support` (close codes, the refusal after a term, the committer for a
-//! mode, the store stand-in).
+//! and what wakes it), `sockets` (the table of open WebSockets and what is queued on each) and
+//! `support` (close codes, the refusal after a term, the committer for a mode, the store
+//! stand-in).
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::{mem, sync::Arc};
 
 use axum::extract::ws::Utf8Bytes;
@@ -41,23 +42,13 @@ use super::{
 use seam::clock::{self, Clock, OffsetClock};
 
 mod inputs;
+mod sockets;
 mod support;
 
-use inputs::Woke;
+use inputs::Wakeup;
 pub(super) use inputs::{Connected, CoreParts, Input, Outbound, Phase, TermCtx};
+use sockets::{Farewell, Sent, Sockets};
 use support::{close_code, close_for, committer_for, next_gone, not_leader_response};
-
-/// What every socket is sent when all are closed at once (shutdown, fail-stop).
-enum Last {
-    Text(Utf8Bytes),
-    Close { code: u16, reason: &'static str },
-}
-
-struct ConnEntry {
-    tx: mpsc::Sender<Outbound>,
-    /// Bytes queued on `tx` and not yet written (each frame's [`Charge`]).
-    queued: Arc<AtomicUsize>,
-}
 
 /// Where the relay's push outputs go: the delivery worker ([`super::PushDelivery`]); gone
 /// reports come back to [`Core::run`].
@@ -84,7 +75,8 @@ pub(super) struct Core {
     /// many as [`Committer::in_flight`]).
     waiting: VecDeque<(BatchId, Answers)>,
     clock: Arc<dyn Clock>,
-    conns: BTreeMap<ConnId, ConnEntry>,
+    /// The open WebSockets and what is queued on each.
+    sockets: Sockets,
     next_conn: u64,
     draining: bool,
     /// The relay failed and rebuilding it from the store failed too: retry on the timer.
@@ -95,10 +87,6 @@ pub(super) struct Core {
     push: Option<PushSink>,
     /// Test mode: the offset clock `clock` reads, advanced by [`Input::AdvanceClock`].
     test_clock: Option<OffsetClock>,
-    /// [`seam::net::ServeLimits::outbound_queue_bytes`].
-    queue_bytes: usize,
-    /// Bytes queued over all sockets.
-    outbound_bytes: OutboundBytes,
     /// Set while the relay failed and could not be rebuilt (`/readyz` answers 503).
     store_down: Arc<AtomicBool>,
     /// The leadership term served, if the server campaigns.
@@ -139,15 +127,13 @@ impl Core {
             arrived_in_flight: false,
             waiting: VecDeque::new(),
             clock,
-            conns: BTreeMap::new(),
+            sockets: Sockets::new(queue_bytes, outbound_bytes),
             next_conn: 1,
             draining: false,
             rebuild_pending: false,
             rebuild_at: UnixMs(0),
             push,
             test_clock,
-            queue_bytes,
-            outbound_bytes,
             store_down,
             term,
             metrics,
@@ -188,26 +174,26 @@ impl Core {
             let in_flight = self.committer.in_flight() > 0;
             let woke = tokio::select! {
                 biased;
-                why = &mut ended => Woke::Ended(why),
-                _ = stop.changed(), if !self.draining => Woke::Stop,
-                done = self.committer.next(), if in_flight => Woke::Committed(done),
-                () = sleep, if accepting => Woke::Due,
-                report = next_gone(&mut gone), if accepting => Woke::Gone(report),
+                why = &mut ended => Wakeup::Ended(why),
+                _ = stop.changed(), if !self.draining => Wakeup::Stop,
+                done = self.committer.next(), if in_flight => Wakeup::Committed(done),
+                () = sleep, if accepting => Wakeup::Due,
+                report = next_gone(&mut gone), if accepting => Wakeup::Gone(report),
                 input = inputs.recv(), if accepting => match input {
-                    Some(input) => Woke::Input(input),
+                    Some(input) => Wakeup::Input(input),
                     None => break,
                 },
             };
             // Everything from here to the end of the round is the core's work (metrics only).
             let busy = self.metrics.as_ref().map(|_| Stopwatch::start());
             match woke {
-                Woke::Ended(why) => {
+                Wakeup::Ended(why) => {
                     self.end_term(&why, &mut inputs);
                     break;
                 }
-                Woke::Stop => self.begin_shutdown(&mut inputs).await,
-                Woke::Committed(done) => self.completed(done),
-                Woke::Due => {
+                Wakeup::Stop => self.begin_shutdown(&mut inputs).await,
+                Wakeup::Committed(done) => self.completed(done),
+                Wakeup::Due => {
                     if self.rebuild_pending {
                         self.rebuild();
                     } else {
@@ -215,8 +201,8 @@ impl Core {
                         self.relay.handle_timeout(now);
                     }
                 }
-                Woke::Gone(report) => self.push_gone(&report),
-                Woke::Input(input) => {
+                Wakeup::Gone(report) => self.push_gone(&report),
+                Wakeup::Input(input) => {
                     if in_flight {
                         self.arrived_in_flight = true;
                     }
@@ -279,7 +265,7 @@ impl Core {
             });
         }
         let sockets = self.close_all(
-            &[Last::Close {
+            &[Farewell::Close {
                 code: CLOSE_NOT_LEADER,
                 reason: "not the leader",
             }],
@@ -442,11 +428,11 @@ impl Core {
         for (reply, connected) in connects {
             let conn = connected.conn;
             if !committed {
-                self.conns.remove(&conn);
+                self.sockets.forget(conn);
                 let _ = reply.send(Err(relay_core::storage_unavailable_response()));
             } else if reply.send(Ok(connected)).is_err() {
                 // The upgrade handler went away (client gone) before the answer.
-                self.conns.remove(&conn);
+                self.sockets.forget(conn);
                 self.relay.handle_disconnect(now, conn);
             } else if let Some(metrics) = &self.metrics {
                 metrics.websocket_opened();
@@ -476,7 +462,7 @@ impl Core {
             }
             Input::Disconnect { conn } => {
                 // Still known: the socket ended without the relay closing it.
-                if self.conns.remove(&conn).is_some()
+                if self.sockets.forget(conn)
                     && let Some(metrics) = &self.metrics
                 {
                     metrics.websocket_closed(CloseKind::ClientGone);
@@ -527,14 +513,7 @@ impl Core {
         self.next_conn += 1;
         match self.relay.handle_connect(now, conn, ws) {
             Ok(accepted) => {
-                let (tx, outbound) = mpsc::channel(OUTBOUND_QUEUE_CAPACITY);
-                self.conns.insert(
-                    conn,
-                    ConnEntry {
-                        tx,
-                        queued: Arc::default(),
-                    },
-                );
+                let outbound = self.sockets.open(conn);
                 let connected = Connected {
                     conn,
                     user: accepted.user,
@@ -562,7 +541,7 @@ impl Core {
             while let Some(output) = self.relay.poll_output() {
                 match output {
                     Output::Send { conn, frame } => {
-                        if !self.conns.contains_key(&conn) {
+                        if !self.sockets.is_open(conn) {
                             trace!(conn = conn.0, "frame for a socket already gone");
                             continue;
                         }
@@ -583,7 +562,7 @@ impl Core {
                         }
                     }
                     Output::Close { conn, reason } => {
-                        if let Some(entry) = self.conns.remove(&conn) {
+                        if self.sockets.is_open(conn) {
                             debug!(conn = conn.0, ?reason, "closing socket");
                             let (code, text) = self.close_for(reason);
                             if let Some(metrics) = &self.metrics {
@@ -594,8 +573,7 @@ impl Core {
                                 };
                                 metrics.websocket_closed(kind);
                             }
-                            let reason = text;
-                            let _ = entry.tx.try_send(Outbound::Close { code, reason });
+                            self.sockets.close(conn, code, text);
                         }
                     }
                     Output::Push {
@@ -634,48 +612,18 @@ impl Core {
     /// Queues an encoded frame on `conn`; `false` when the queue is full, in frames or in
     /// bytes (the socket is then dropped).
     fn deliver(&mut self, conn: ConnId, text: Utf8Bytes) -> bool {
-        let Some(entry) = self.conns.get(&conn) else {
-            return true;
-        };
-        let len = text.len();
-        let queued = entry.queued.load(Ordering::Relaxed);
-        let result = if queued > 0 && queued + len > self.queue_bytes {
-            Err(mpsc::error::TrySendError::Full(()))
-        } else {
-            let charge = Charge::new(len, &entry.queued, &self.outbound_bytes);
-            // A refused frame is dropped with its charge.
-            entry
-                .tx
-                .try_send(Outbound::Text(text, charge))
-                .map_err(|e| match e {
-                    mpsc::error::TrySendError::Full(_) => mpsc::error::TrySendError::Full(()),
-                    mpsc::error::TrySendError::Closed(_) => mpsc::error::TrySendError::Closed(()),
-                })
-        };
-        match result {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                // The socket task ended; its Disconnect input is on its way.
-                self.conns.remove(&conn);
-                true
-            }
-            Err(mpsc::error::TrySendError::Full(_)) => {
+        match self.sockets.send(conn, text) {
+            // Gone: the socket task ended; its Disconnect input is on its way.
+            Sent::Queued | Sent::Gone => true,
+            Sent::Full => {
                 warn!(
                     conn = conn.0,
                     frames = OUTBOUND_QUEUE_CAPACITY,
-                    bytes = self.queue_bytes,
+                    bytes = self.sockets.queue_bytes(),
                     "socket is not reading: outbound queue full, closing it"
                 );
                 if let Some(metrics) = &self.metrics {
                     metrics.websocket_closed(CloseKind::TooSlow);
-                }
-                if let Some(entry) = self.conns.remove(&conn) {
-                    // Best effort: the queue is full, so the task may only see the closed
-                    // channel, and closes with 1001.
-                    let _ = entry.tx.try_send(Outbound::Close {
-                        code: close_code::TRY_AGAIN_LATER,
-                        reason: "too slow",
-                    });
                 }
                 false
             }
@@ -731,7 +679,7 @@ impl Core {
             self.exported = now;
         }
         metrics.core_gauges(crate::metrics::CoreGauges {
-            websockets: self.conns.len(),
+            websockets: self.sockets.len(),
             inputs,
             queued_messages: self.relay.backlog_messages(),
             queued_bytes: self.relay.queued_bytes(),
@@ -743,33 +691,19 @@ impl Core {
         });
     }
 
-    /// Closes every socket with the given last messages and reports them disconnected.
-    fn close_all(&mut self, last: &[Last], why: CloseKind) -> usize {
+    /// Closes every socket with the given farewell and reports them disconnected.
+    fn close_all(&mut self, farewell: &[Farewell], why: CloseKind) -> usize {
         let now = self.clock.now();
-        let conns = mem::take(&mut self.conns);
-        let n = conns.len();
+        let closed = self.sockets.close_all(farewell);
         if let Some(metrics) = &self.metrics {
-            for _ in 0..n {
+            for _ in &closed {
                 metrics.websocket_closed(why);
             }
         }
-        for (conn, entry) in conns {
-            for out in last {
-                let out = match out {
-                    Last::Text(t) => Outbound::Text(
-                        t.clone(),
-                        Charge::new(t.len(), &entry.queued, &self.outbound_bytes),
-                    ),
-                    Last::Close { code, reason } => Outbound::Close {
-                        code: *code,
-                        reason,
-                    },
-                };
-                let _ = entry.tx.try_send(out);
-            }
+        for &conn in &closed {
             self.relay.handle_disconnect(now, conn);
         }
-        n
+        closed.len()
     }
 
     /// Shutdown (the drain): refuse new upgrades; handle, commit and answer every input already
@@ -821,8 +755,8 @@ impl Core {
         );
         let sockets = self.close_all(
             &[
-                Last::Text(goaway),
-                Last::Close {
+                Farewell::Text(goaway),
+                Farewell::Close {
                     code: close_code::GOING_AWAY,
                     reason: "server shutdown",
                 },
@@ -839,7 +773,10 @@ impl Core {
     /// Fail-stop recovery: drop the failed relay and open a new one from the store.
     fn rebuild(&mut self) {
         let (code, reason) = close_for(CloseReason::StorageFailure);
-        self.close_all(&[Last::Close { code, reason }], CloseKind::StorageFailure);
+        self.close_all(
+            &[Farewell::Close { code, reason }],
+            CloseKind::StorageFailure,
+        );
         match (self.open)() {
             Ok(mut relay) => {
                 self.export(0);

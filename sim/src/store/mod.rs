@@ -72,7 +72,7 @@ pub struct CrashRequest {
 }
 
 #[derive(Debug, Default)]
-struct Ctl {
+struct FaultState {
     fail_next: u32,
     fail_reads: u32,
     /// Only reads of this table fail (any when `None`).
@@ -124,11 +124,11 @@ pub enum Renewal {
 /// The runner's handle on the store faults and history (clones share them).
 #[derive(Debug, Clone, Default)]
 pub struct StoreCtl {
-    inner: Arc<Mutex<Ctl>>,
+    inner: Arc<Mutex<FaultState>>,
 }
 
 impl StoreCtl {
-    fn lock(&self) -> MutexGuard<'_, Ctl> {
+    fn lock(&self) -> MutexGuard<'_, FaultState> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -329,7 +329,7 @@ impl StoreCtl {
     }
 }
 
-impl Ctl {
+impl FaultState {
     fn is_down(&self) -> bool {
         self.down_until_restart || self.down_until_ms.is_some_and(|u| sim_ms() < u)
     }
