@@ -71,3 +71,10 @@ mod world;
 
 pub use runner::{Replay, RunConfig, RunReport, RunStats, run};
 pub use time::SkewClock;
+
+/// Whether tokio's random choices (which ready branch an unbiased `select!` takes, in which
+/// order a `watch` change wakes its waiters) are seeded by the run's seed: only when tokio is
+/// built with `--cfg tokio_unstable`, which the workspace's `.cargo/config.toml` sets (a
+/// `RUSTFLAGS` in the environment replaces it). Without it, a run that reaches such a choice
+/// can leave its seed: the same seed then gives another trace.
+pub const TOKIO_SEEDED: bool = cfg!(tokio_unstable);

@@ -119,6 +119,12 @@ fn fixed_seeds_pass_every_oracle_and_cover_every_fault_kind() {
 /// crashed host's tasks are dropped never reaches the network).
 #[test]
 fn same_seed_same_trace_in_one_process() {
+    assert!(
+        sim::TOKIO_SEEDED,
+        "tokio is built without `--cfg tokio_unstable`, so its random choices are not seeded \
+         by the run's seed: the workspace's .cargo/config.toml sets it; a RUSTFLAGS in the \
+         environment replaces that list (add `--cfg tokio_unstable` to it)"
+    );
     same_trace_in_one_process("relay-crash,client-crash,storm,commit-crash");
     // Two relays behind a load balancer, takeovers, a fenced old leader.
     same_trace_in_one_process("failover,relay-crash");

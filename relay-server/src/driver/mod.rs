@@ -237,7 +237,15 @@ impl Core {
                 self.rebuild();
             }
         }
-        if self.committer.in_flight() > 0 {
+        if term_end.as_ref().and_then(TermEnd::ended).is_some() {
+            // The term ended: its answers were refused and nothing more is sealed; the batches
+            // in flight land before the takeover or are fenced, and the core lets go once
+            // each is reported.
+            while self.committer.in_flight() > 0 {
+                let Completion { id, result, .. } = self.committer.next().await;
+                debug!(%id, committed = result.is_ok(), "batch of an ended term reported");
+            }
+        } else if self.committer.in_flight() > 0 {
             // Every input sender is gone: nobody waits for these answers any more, but the
             // batches they answer are committed (or refused) before the core lets go.
             self.settle().await;

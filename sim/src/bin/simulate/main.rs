@@ -350,6 +350,13 @@ fn main() -> ExitCode {
 }
 
 fn run_main(args: &Args) -> anyhow::Result<ExitCode> {
+    if !sim::TOKIO_SEEDED {
+        eprintln!(
+            "warning: built without `--cfg tokio_unstable` (a RUSTFLAGS in the environment \
+             replaces the workspace's .cargo/config.toml): tokio's random choices are not \
+             seeded, so a seed may not replay the same run"
+        );
+    }
     if args.clients.is_some_and(|c| c < 2) {
         bail!("--clients must be at least 2");
     }
