@@ -24,6 +24,7 @@ use crate::limits::{
     WS_TICKET_TTL_MS,
 };
 use crate::relay::Relay;
+use crate::rows::AccountRow;
 use crate::shell::{Accepted, Conn, ConnId, WsConnect};
 use crate::token::TokenError;
 
@@ -244,6 +245,46 @@ impl Relay {
                 "no account with that user_uuid",
             ));
         };
+        self.check_challenge_signature(&account, &body)?;
+        if !reusable {
+            self.spend(&opened)?;
+        }
+        let jti = self.ids.jti();
+        let ttl = self.config.jwt_ttl_ms;
+        let Some(token) = self
+            .tokens
+            .issue(account.uuid.as_str(), &jti, now.get(), ttl)
+        else {
+            return Err(ApiError::with_status(
+                500,
+                ErrorCode::BAD_REQUEST,
+                "token signing failed",
+            ));
+        };
+        // A new login revokes the previous token; its socket is told and closed.
+        let mut updated = AccountRow::clone(&account);
+        updated.current_jti = Some(jti);
+        let user = updated.uuid.clone();
+        self.state.put_account(updated);
+        if let Some(conn) = self.online(&user) {
+            self.goaway(conn, goaway_reason::NEW_DEVICE_LOGIN);
+        }
+        Ok(HttpResponse::json(
+            200,
+            &AuthVerifyResponse {
+                token,
+                expires_in: ttl / 1000,
+            },
+        ))
+    }
+
+    /// Whether `body` signs its challenge with `account`'s Ed25519 key (strict
+    /// verification); `SIGNATURE_INVALID` otherwise.
+    fn check_challenge_signature(
+        &self,
+        account: &AccountRow,
+        body: &AuthVerifyRequest,
+    ) -> Result<(), ApiError> {
         let key = VerifyingKey::from_bytes(&account.ed25519_public_key.0).map_err(|_| {
             ApiError::new(
                 ErrorCode::SIGNATURE_INVALID,
@@ -261,36 +302,7 @@ impl Relay {
                 "the signature does not verify",
             ));
         }
-        if !reusable {
-            self.spend(&opened)?;
-        }
-        let jti = self.ids.jti();
-        let ttl = self.config.jwt_ttl_ms;
-        let Some(token) = self
-            .tokens
-            .issue(account.uuid.as_str(), &jti, now.get(), ttl)
-        else {
-            return Err(ApiError::with_status(
-                500,
-                ErrorCode::BAD_REQUEST,
-                "token signing failed",
-            ));
-        };
-        // A new login revokes the previous token; its socket is told and closed.
-        let mut updated = crate::rows::AccountRow::clone(&account);
-        updated.current_jti = Some(jti);
-        let user = updated.uuid.clone();
-        self.state.put_account(updated);
-        if let Some(conn) = self.online(&user) {
-            self.goaway(conn, goaway_reason::NEW_DEVICE_LOGIN);
-        }
-        Ok(HttpResponse::json(
-            200,
-            &AuthVerifyResponse {
-                token,
-                expires_in: ttl / 1000,
-            },
-        ))
+        Ok(())
     }
 
     // ---------------------------------------------------------------- bearer
@@ -399,32 +411,7 @@ impl Relay {
         let token = query_param(q, "token").filter(|t| !t.is_empty());
         let proto_token = req.protocol.as_deref().and_then(bearer_subprotocol);
         let (jti, subprotocol) = if let Some(ticket) = ticket {
-            let invalid = || {
-                ApiError::new(
-                    ErrorCode::TICKET_INVALID,
-                    "the ticket is unknown, expired or already used",
-                )
-            };
-            // PLANTED BUG (TicketReusable): a used ticket is neither looked up nor marked used.
-            let reusable = crate::planted::planted!(self.config, TicketReusable);
-            let opened = self
-                .open_unused(Kind::Ticket, user.as_str(), ticket, now, reusable)
-                .ok_or_else(invalid)?;
-            let jti = String::from_utf8(opened.extra.clone()).map_err(|_| invalid())?;
-            probes::probe!("ticket:redeemed");
-            // The token the ticket was issued for may have been revoked since.
-            if self
-                .account(&user)?
-                .and_then(|a| a.current_jti.clone())
-                .as_deref()
-                != Some(jti.as_str())
-            {
-                return Err(token_error(TokenError::Revoked));
-            }
-            if !reusable {
-                self.spend(&opened)?;
-            }
-            (jti, None)
+            (self.redeem_ticket(now, &user, ticket)?, None)
         } else if let Some(token) = token {
             let (sub, jti) = self.check_token(now, token)?;
             if sub != user {
@@ -462,17 +449,45 @@ impl Relay {
         }
         // A shell reusing a live ConnId: treat it as a disconnect of the old one.
         self.drop_conn(conn);
-        self.conns.insert(
-            conn,
-            Conn {
-                user: user.clone(),
-                jti,
-                last_seen: now,
-                synced: false,
-                window: crate::window::Window::default(),
-            },
-        );
+        self.conns.insert(conn, Conn::new(user.clone(), jti, now));
         self.conn_of_user.insert(user.clone(), conn);
         Ok(Accepted { user, subprotocol })
+    }
+
+    /// Redeems `ticket` for `user`'s socket: the JWT id it was issued for, if that token is
+    /// still the account's (a later login revokes it). The ticket is spent in this input's
+    /// batch.
+    fn redeem_ticket(
+        &mut self,
+        now: UnixMs,
+        user: &UserUuid,
+        ticket: &str,
+    ) -> Result<String, ApiError> {
+        let invalid = || {
+            ApiError::new(
+                ErrorCode::TICKET_INVALID,
+                "the ticket is unknown, expired or already used",
+            )
+        };
+        // PLANTED BUG (TicketReusable): a used ticket is neither looked up nor marked used.
+        let reusable = crate::planted::planted!(self.config, TicketReusable);
+        let opened = self
+            .open_unused(Kind::Ticket, user.as_str(), ticket, now, reusable)
+            .ok_or_else(invalid)?;
+        let jti = String::from_utf8(opened.extra.clone()).map_err(|_| invalid())?;
+        probes::probe!("ticket:redeemed");
+        // The token the ticket was issued for may have been revoked since.
+        if self
+            .account(user)?
+            .and_then(|a| a.current_jti.clone())
+            .as_deref()
+            != Some(jti.as_str())
+        {
+            return Err(token_error(TokenError::Revoked));
+        }
+        if !reusable {
+            self.spend(&opened)?;
+        }
+        Ok(jti)
     }
 }

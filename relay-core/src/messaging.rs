@@ -34,6 +34,7 @@ use crate::rows::{PendingRetractRow, Tombstone};
 use crate::shell::ConnId;
 use crate::state::ReadCx;
 use crate::state::State;
+use crate::store::StoreError;
 
 /// Whether `text` is standard-alphabet base64 (RFC 4648 §4): `A-Z a-z 0-9 + /` in groups of
 /// four, the last group possibly short; `=` padding optional (none, part or all of what the
@@ -379,18 +380,9 @@ impl Relay {
             Ok(None) => return,
             Err(_) => return unreadable(self, "your account", id),
         };
-        let Ok(mut tomb) = self.tombstone(&user, &r.id, now) else {
+        let Ok(tomb) = self.retracted_tombstone(&user, &other, r, now) else {
             return unreadable(self, "the message's tombstone", id);
         };
-        // PLANTED BUG (RetractByAnyMember): the id is looked up in the conversation, under
-        // either member, so a member may retract the other one's message.
-        if tomb.is_none() && planted!(self.config, RetractByAnyMember) {
-            let Ok(other_tomb) = self.tombstone(&other, &r.id, now) else {
-                return unreadable(self, "the message's tombstone", id);
-            };
-            tomb = other_tomb;
-        }
-        let tomb = tomb.filter(|t| t.conv_id == r.conv_id);
         let Some(tomb) = tomb else {
             return self.send_error(
                 conn,
@@ -419,27 +411,57 @@ impl Relay {
                 },
             );
         }
+        self.deliver_retract(now, (user, from), other, r, dropped);
+    }
+
+    /// The tombstone of `user`'s message `r.id` in `r.conv_id` (`None`: no such message of
+    /// theirs in this conversation). `Err`: the read failed.
+    fn retracted_tombstone(
+        &mut self,
+        user: &UserUuid,
+        other: &UserUuid,
+        r: &RetractFrame,
+        now: UnixMs,
+    ) -> Result<Option<Tombstone>, StoreError> {
+        let mut tomb = self.tombstone(user, &r.id, now)?;
+        // PLANTED BUG (RetractByAnyMember): the id is looked up in the conversation, under
+        // either member, so a member may retract the other one's message.
+        if tomb.is_none() && planted!(self.config, RetractByAnyMember) {
+            tomb = self.tombstone(other, &r.id, now)?;
+        }
+        Ok(tomb.filter(|t| t.conv_id == r.conv_id))
+    }
+
+    /// Sends the retraction `r` of `author` (with their alias) to `recipient`: live when the
+    /// recipient has a connection (it may be silently dead, or the relay may stop before the
+    /// frame leaves: a retract has no ack), and kept either way for redelivery on every later
+    /// `sync` of the recipient until the offline TTL. `dropped`: a queued copy of the message
+    /// was dropped (it may have been in flight on the recipient's connection).
+    fn deliver_retract(
+        &mut self,
+        now: UnixMs,
+        (author, from): (UserUuid, AliasId),
+        recipient: UserUuid,
+        r: &RetractFrame,
+        dropped: bool,
+    ) {
         let frame = ServerFrame::Retract(RetractDelivery {
             id: r.id.clone(),
             from,
             conv_id: r.conv_id.clone(),
         });
-        // Live when the recipient has a connection (it may be silently dead, or the relay may
-        // stop before the frame leaves: a retract has no ack), and kept either way for
-        // redelivery on every later `sync` of the recipient until the offline TTL.
-        if let Some(peer) = self.online(&other) {
+        if let Some(peer) = self.online(&recipient) {
             self.send(peer, frame);
             if dropped {
-                // The copy may have been in flight on the peer's connection.
-                self.recount(&other, &r.conv_id);
+                self.recount(&recipient, &r.conv_id);
             }
         }
         self.state.put_pending_retract(
             PendingRetractRow {
-                recipient: other,
+                recipient,
                 id: r.id.clone(),
                 conv_id: r.conv_id.clone(),
-                from: user,
+                from: author,
                 at: now,
             },
             self.config.offline_ttl_ms,

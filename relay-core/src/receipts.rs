@@ -10,7 +10,7 @@
 //! connection costs nothing from its frame budget.
 
 use wire::frames::{ReceiptDelivery, ReceiptFrame};
-use wire::{ErrorCode, Seq, ServerFrame, UnixMs};
+use wire::{AliasId, ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::planted::planted;
 use crate::relay::Relay;
@@ -36,15 +36,7 @@ impl Relay {
             return;
         };
         // Built only for an error frame (not on the routing path).
-        let ref_type = || {
-            Some(
-                match kind {
-                    ReceiptKind::Delivered => "delivered",
-                    ReceiptKind::Read => "read",
-                }
-                .to_owned(),
-            )
-        };
+        let ref_type = || Some(kind.as_str().to_owned());
         let other = match self.member_check(&user, &r.conv_id, &r.to) {
             Ok(other) => other,
             Err(crate::messaging::NotMember::Unreadable) => {
@@ -64,34 +56,11 @@ impl Relay {
             .map_or(Seq(0), |c| {
                 c.index_of(&other).map_or(Seq(0), |i| c.last_authored[i])
             });
-        // The aliases a forwarded receipt names, read before anything changes.
-        let (Ok(from), Ok(to)) = (self.alias_of(&user), self.alias_of(&other)) else {
-            let msg = "the relay could not read the members' accounts; send the receipt again";
-            return self.refuse_unreadable_receipt(conn, r, msg, ref_type());
+        let (from, to) = match self.receipt_reads(&user, &other, &r.conv_id) {
+            Ok(aliases) => aliases,
+            Err(msg) => return self.refuse_unreadable_receipt(conn, r, msg, ref_type()),
         };
-        if self.read_queue(&user, &r.conv_id).is_err() {
-            let msg = "the relay could not read your queue; send the receipt again";
-            return self.refuse_unreadable_receipt(conn, r, msg, ref_type());
-        }
-        // So are the conversation's receipt marks (`member_check` read the conversation).
-        if self.read_marks(&r.conv_id).is_err() {
-            let msg =
-                "the relay could not read this conversation's receipts; send the receipt again";
-            return self.refuse_unreadable_receipt(conn, r, msg, ref_type());
-        }
-        let hwm = self
-            .highest_pushed
-            .get(&user, &r.conv_id)
-            .copied()
-            .unwrap_or(Seq(0));
-        let first_unsent = self
-            .state
-            .queue(&user, &r.conv_id)
-            .and_then(|q| q.starting_at(hwm.next()).next().map(|m| m.seq));
-        // PLANTED BUG (ReceiptBeyondSent): the "never sent" bound is skipped.
-        let unsent =
-            first_unsent.is_some_and(|f| r.seq >= f) && !planted!(self.config, ReceiptBeyondSent);
-        if r.seq == Seq(0) || r.seq > last_from_other || unsent {
+        if r.seq == Seq(0) || r.seq > last_from_other || self.never_sent(&user, r) {
             return self.send_error(
                 conn,
                 ErrorCode::INVALID_RECEIPT,
@@ -123,6 +92,45 @@ impl Relay {
         }
     }
 
+    /// What a receipt of `user` in `conv` reads before anything changes: the aliases of both
+    /// members (a forwarded receipt names them), `user`'s queue, the conversation's receipt
+    /// marks (`member_check` read the conversation). `Err`: what to tell the client.
+    fn receipt_reads(
+        &mut self,
+        user: &UserUuid,
+        other: &UserUuid,
+        conv: &ConvId,
+    ) -> Result<(Option<AliasId>, Option<AliasId>), &'static str> {
+        let (Ok(from), Ok(to)) = (self.alias_of(user), self.alias_of(other)) else {
+            return Err("the relay could not read the members' accounts; send the receipt again");
+        };
+        if self.read_queue(user, conv).is_err() {
+            return Err("the relay could not read your queue; send the receipt again");
+        }
+        if self.read_marks(conv).is_err() {
+            return Err(
+                "the relay could not read this conversation's receipts; send the receipt again",
+            );
+        }
+        Ok((from, to))
+    }
+
+    /// Whether receipt `r` of `user` covers a queued message never pushed to them (at or
+    /// beyond the first one after the highest seq pushed).
+    fn never_sent(&self, user: &UserUuid, r: &ReceiptFrame) -> bool {
+        let highest = self
+            .highest_pushed
+            .get(user, &r.conv_id)
+            .copied()
+            .unwrap_or(Seq(0));
+        let first_unsent = self
+            .state
+            .queue(user, &r.conv_id)
+            .and_then(|q| q.starting_at(highest.next()).next().map(|m| m.seq));
+        // PLANTED BUG (ReceiptBeyondSent): the "never sent" bound is skipped.
+        first_unsent.is_some_and(|f| r.seq >= f) && !planted!(self.config, ReceiptBeyondSent)
+    }
+
     /// Refuses receipt `r` on `conn` because a read failed (`STORAGE_UNAVAILABLE`, nothing
     /// changed in the store). The messages it covers that are in flight on this connection
     /// still leave its window, and the window refills: the client has them, and no client is
@@ -149,10 +157,10 @@ impl Relay {
         &mut self,
         now: UnixMs,
         kind: ReceiptKind,
-        conv: &wire::ConvId,
+        conv: &ConvId,
         seq: Seq,
-        (reader, from): (&wire::UserUuid, Option<wire::AliasId>),
-        (author, to): (&wire::UserUuid, Option<wire::AliasId>),
+        (reader, from): (&UserUuid, Option<AliasId>),
+        (author, to): (&UserUuid, Option<AliasId>),
     ) {
         match self.online(author) {
             Some(peer) => {

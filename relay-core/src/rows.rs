@@ -215,7 +215,8 @@ impl ReceiptKind {
         }
     }
 
-    fn as_str(self) -> &'static str {
+    /// The frame type: `delivered` or `read`.
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Delivered => "delivered",
             Self::Read => "read",

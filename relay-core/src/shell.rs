@@ -93,3 +93,16 @@ pub(crate) struct Conn {
     /// in `crate::sync`).
     pub(crate) window: crate::window::Window,
 }
+
+impl Conn {
+    /// A connection of `user` authenticated by the token `jti` at `now`, not synced yet.
+    pub(crate) fn new(user: UserUuid, jti: String, now: UnixMs) -> Self {
+        Self {
+            user,
+            jti,
+            last_seen: now,
+            synced: false,
+            window: crate::window::Window::default(),
+        }
+    }
+}

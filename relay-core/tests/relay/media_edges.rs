@@ -181,11 +181,11 @@ fn once_completed_an_upload_wakes_the_relay_at_its_new_expiry_only() {
 fn debug_counts_uploads_and_pending_blob_deletions_only() {
     let mut w = World::with_blobs(fast_config(), MemoryBlobStore::new());
     let a = w.user("alice");
-    assert!(format!("{:?}", w.relay).contains("MediaState { uploads: 0, gc: 0, .. }"));
+    assert!(format!("{:?}", w.relay).contains("MediaState { uploads: 0, blob_garbage: 0, .. }"));
     let (_, key) = upload_one(&mut w, &a, b"secret-bytes");
     let dbg = format!("{:?}", w.relay);
     assert!(
-        dbg.contains("MediaState { uploads: 1, gc: 0, .. }"),
+        dbg.contains("MediaState { uploads: 1, blob_garbage: 0, .. }"),
         "{dbg}"
     );
     assert!(!dbg.contains(&key), "{dbg}");
