@@ -337,22 +337,7 @@ impl Relay {
             ));
         }
         let body: CreatePostRequest = decode_body(&req.body)?;
-        if body.content.trim().is_empty() {
-            return Err(ApiError::new(
-                ErrorCode::INVALID_FIELD,
-                "content must not be empty",
-            ));
-        }
-        if body.content.len() > MAX_CHANNEL_POST_BYTES {
-            return Err(ApiError::with_status(
-                413,
-                ErrorCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "content is {} bytes, the limit is {MAX_CHANNEL_POST_BYTES}",
-                    body.content.len()
-                ),
-            ));
-        }
+        check_post_content(&body.content)?;
         // The author's alias, read before anything changes (a failed read changes nothing).
         let author_alias = self.alias_of(&user)?;
         let seq = channel.last_post + 1;
@@ -373,34 +358,38 @@ impl Relay {
             ..channel
         });
         if let Some(post) = author_alias.map(|alias| view(&row, alias)) {
-            // Live fan-out: online subscribers, then the owner's other views are not tracked
-            // (the owner gets the frame too, so every open client shows the post). Order:
-            // subscriber uuid order, owner last.
-            let mut targets: Vec<UserUuid> = self
-                .state
-                .commerce()
-                .subs
-                .get(&id)
-                .into_iter()
-                .flatten()
-                .cloned()
-                .collect();
-            targets.push(user);
-            for t in targets {
-                if let Some(conn) = self.online(&t) {
-                    self.send(
-                        conn,
-                        ServerFrame::ChannelPost(ChannelPostFrame {
-                            conv_id: id.clone(),
-                            channel_id: id.clone(),
-                            post: post.clone(),
-                        }),
-                    );
-                }
-            }
+            self.fan_out_post(&id, user, &post);
         }
         self.state.put_post(row);
         Ok(HttpResponse::json(201, &CreatePostResponse { post_id }))
+    }
+
+    /// Sends `post` of channel `id` live to its online subscribers, then to its `owner`
+    /// (whose other views are not tracked: the owner gets the frame too, so every open client
+    /// shows the post). Order: subscriber uuid order, owner last.
+    fn fan_out_post(&mut self, id: &ChannelId, owner: UserUuid, post: &ChannelPost) {
+        let mut targets: Vec<UserUuid> = self
+            .state
+            .commerce()
+            .subs
+            .get(id)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        targets.push(owner);
+        for t in targets {
+            if let Some(conn) = self.online(&t) {
+                self.send(
+                    conn,
+                    ServerFrame::ChannelPost(ChannelPostFrame {
+                        conv_id: id.clone(),
+                        channel_id: id.clone(),
+                        post: post.clone(),
+                    }),
+                );
+            }
+        }
     }
 
     /// CH8: newest first; `before` (a post id of this channel) and `limit` (1..=200, default 50).
@@ -609,6 +598,27 @@ impl Relay {
             payment_url: Some(self.payment_url(&o.id)),
         }
     }
+}
+
+/// A post's content: not blank, at most `MAX_CHANNEL_POST_BYTES` bytes.
+fn check_post_content(content: &str) -> Result<(), ApiError> {
+    if content.trim().is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::INVALID_FIELD,
+            "content must not be empty",
+        ));
+    }
+    if content.len() > MAX_CHANNEL_POST_BYTES {
+        return Err(ApiError::with_status(
+            413,
+            ErrorCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "content is {} bytes, the limit is {MAX_CHANNEL_POST_BYTES}",
+                content.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `p` as clients see it, by its author's alias.

@@ -255,28 +255,8 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
         let key = query_key(&req.query, "mediaKey")?;
-        let part = query_param(&req.query, "partNumber")
-            .and_then(|p| p.parse::<u32>().ok())
-            .filter(|p| (1..=MAX_MEDIA_PARTS).contains(p))
-            .ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::INVALID_FIELD,
-                    format!("partNumber must be an integer in 1..={MAX_MEDIA_PARTS}"),
-                )
-            })?;
+        let part = part_of(req)?;
         let len = req.body.len();
-        if len == 0 {
-            return Err(ApiError::new(
-                ErrorCode::INVALID_FIELD,
-                "a part must not be empty",
-            ));
-        }
-        if len > MAX_MEDIA_PART_BYTES {
-            return Err(ApiError::new(
-                ErrorCode::BODY_TOO_LARGE,
-                format!("part is {len} bytes, the limit is {MAX_MEDIA_PART_BYTES} bytes"),
-            ));
-        }
         let mut row = self.owned_upload(&user, upload_id, &key, now)?;
         if row.completed.is_some() {
             return Err(ApiError::new(
@@ -446,6 +426,34 @@ impl Relay {
         }
         Ok(())
     }
+}
+
+/// M2's part: its number (query `partNumber`, in `1..=MAX_MEDIA_PARTS`) once its body is
+/// known to be 1..=`MAX_MEDIA_PART_BYTES` bytes.
+fn part_of(req: &HttpRequest) -> Result<u32, ApiError> {
+    let part = query_param(&req.query, "partNumber")
+        .and_then(|p| p.parse::<u32>().ok())
+        .filter(|p| (1..=MAX_MEDIA_PARTS).contains(p))
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::INVALID_FIELD,
+                format!("partNumber must be an integer in 1..={MAX_MEDIA_PARTS}"),
+            )
+        })?;
+    let len = req.body.len();
+    if len == 0 {
+        return Err(ApiError::new(
+            ErrorCode::INVALID_FIELD,
+            "a part must not be empty",
+        ));
+    }
+    if len > MAX_MEDIA_PART_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::BODY_TOO_LARGE,
+            format!("part is {len} bytes, the limit is {MAX_MEDIA_PART_BYTES} bytes"),
+        ));
+    }
+    Ok(part)
 }
 
 #[cfg(test)]

@@ -232,17 +232,7 @@ impl Relay {
             ));
         }
         if o.state != OrderState::Confirmed {
-            return Err(ApiError::new(
-                ErrorCode::ORDER_NOT_CONFIRMED,
-                format!(
-                    "the order is {}; only a confirmed order can be bound",
-                    match o.state {
-                        OrderState::Pending => "pending",
-                        OrderState::Expired => "expired",
-                        OrderState::Confirmed => "confirmed",
-                    }
-                ),
-            ));
+            return Err(not_confirmed(o.state));
         }
         if self.alias_in_use(&alias)?
             || self
@@ -257,9 +247,21 @@ impl Relay {
                 "binding conflict: this alias already belongs to an account",
             ));
         }
-        let Some(mut account) = self.account(&user)?.map(|a| AccountRow::clone(&a)) else {
+        let Some(account) = self.account(&user)?.map(|a| AccountRow::clone(&a)) else {
             return Err(not_found());
         };
+        self.rebind(now, account, alias.clone());
+        probes::probe!("vanity:bound");
+        o.used = true;
+        o.buyer = Some(user);
+        self.state.put_order(o);
+        Ok(HttpResponse::json(200, &BindResponse { alias_id: alias }))
+    }
+
+    /// Gives `account` the alias `alias`: its former alias is retired (it still routes to
+    /// the account), the new one bound to it.
+    fn rebind(&mut self, now: UnixMs, mut account: AccountRow, alias: AliasId) {
+        let user = account.uuid.clone();
         let old = std::mem::replace(&mut account.alias_id, alias.clone());
         self.state.put_account(account);
         self.state.put_alias_row(AliasRow {
@@ -269,15 +271,23 @@ impl Relay {
             at: now,
         });
         self.state.put_alias_row(AliasRow {
-            alias: alias.clone(),
-            user: user.clone(),
+            alias,
+            user,
             fate: AliasFate::Bound,
             at: now,
         });
-        probes::probe!("vanity:bound");
-        o.used = true;
-        o.buyer = Some(user);
-        self.state.put_order(o);
-        Ok(HttpResponse::json(200, &BindResponse { alias_id: alias }))
     }
+}
+
+/// The refusal of a bind whose order is in `state` (not confirmed).
+fn not_confirmed(state: OrderState) -> ApiError {
+    let state = match state {
+        OrderState::Pending => "pending",
+        OrderState::Expired => "expired",
+        OrderState::Confirmed => "confirmed",
+    };
+    ApiError::new(
+        ErrorCode::ORDER_NOT_CONFIRMED,
+        format!("the order is {state}; only a confirmed order can be bound"),
+    )
 }
