@@ -8,12 +8,13 @@ use sha2::Sha256;
 use wire::http::{
     OkResponse, OrderKind, OrderState, PAYMENT_SIGNATURE_HEADER, PaymentStatus, PaymentWebhook,
 };
-use wire::{AliasId, ErrorCode, UnixMs};
+use wire::{AliasId, ErrorCode, OrderId, UnixMs};
 
-use crate::commerce_state::PaymentRow;
+use crate::commerce_state::{OrderRow, PaymentRow};
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::MAX_PAYMENT_ID_BYTES;
 use crate::relay::Relay;
+use crate::store::StoreError;
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
     let b = s.as_bytes();
@@ -80,35 +81,10 @@ impl Relay {
 
     /// [`http_payment_webhook`](Self::http_payment_webhook) before its answer is counted.
     fn payment_webhook(&mut self, now: UnixMs, req: &HttpRequest) -> Result<Webhook, ApiError> {
-        if !verify_signature(
-            &self.config.payment_webhook_secret.0,
-            &req.body,
-            req.header_value(PAYMENT_SIGNATURE_HEADER),
-        ) {
-            return Err(ApiError::new(
-                ErrorCode::WEBHOOK_SIGNATURE_INVALID,
-                "missing or invalid x-payment-signature",
-            ));
-        }
-        let body: PaymentWebhook = wire::http::decode_body(&req.body)?;
-        if body.payment_id.is_empty() || body.payment_id.len() > MAX_PAYMENT_ID_BYTES {
-            return Err(ApiError::new(
-                ErrorCode::INVALID_FIELD,
-                format!("payment_id must be 1 to {MAX_PAYMENT_ID_BYTES} bytes"),
-            ));
-        }
-        if !self.state.commerce().orders.contains_key(&body.order_id) {
-            return Err(ApiError::new(ErrorCode::ORDER_NOT_FOUND, "no such order"));
-        }
+        let body = self.signed_webhook(req)?;
         // Whether an account has the alias a vanity order is for (a late payment is honoured
         // only if not), read before anything changes.
-        let alias_in_use = match self.state.commerce().orders.get(&body.order_id) {
-            Some(o) if o.kind == OrderKind::Vanity => match AliasId::parse(&o.target) {
-                Ok(a) => self.alias_in_use(&a)?,
-                Err(_) => false,
-            },
-            _ => false,
-        };
+        let alias_in_use = self.vanity_alias_in_use(&body.order_id)?;
         // An order past its deadline is expired first, whether or not its timer fired yet.
         self.expire_order(now, &body.order_id);
         let prev = self
@@ -146,27 +122,28 @@ impl Relay {
         let Some(mut o) = self.state.commerce().orders.get(&body.order_id).cloned() else {
             return Err(ApiError::new(ErrorCode::ORDER_NOT_FOUND, "no such order"));
         };
-        let live: Vec<&PaymentRow> = self
-            .state
-            .commerce()
-            .payments_of
-            .get(&o.id)
-            .into_iter()
-            .flatten()
-            .filter_map(|pid| self.state.commerce().payments.get(pid))
-            .filter(|p| p.status != PaymentStatus::Failed)
-            .collect();
-        let total = live
-            .iter()
-            .map(|p| p.paid_usdt)
-            .fold(0u64, u64::saturating_add);
+        let (total, any_finished) = self.paid_so_far(&o.id);
         // Paid in full once the total covers the price and one of its payments finished,
         // whichever copy arrives last: a `finished` top-up may overtake the `partially_paid`
         // underpayment it completes.
-        let any_finished = live.iter().any(|p| p.status == PaymentStatus::Finished);
         o.paid_usdt = total;
         let paid_in_full = any_finished && total >= o.price_usdt;
         let finished = body.payment_status == PaymentStatus::Finished && paid_in_full;
+        self.settle_order(now, o, (paid_in_full, finished), alias_in_use);
+        Ok(Webhook::Applied)
+    }
+
+    /// What a payment report makes of order `o` (its `paid_usdt` up to date): confirmed when
+    /// paid in full in time, or late while what it sells is still available; a refund owed
+    /// when paid late for what is gone, or paid again (`finished`: this report finished a
+    /// payment that pays in full) after it was confirmed; otherwise only its paid total.
+    fn settle_order(
+        &mut self,
+        now: UnixMs,
+        mut o: OrderRow,
+        (paid_in_full, finished): (bool, bool),
+        alias_in_use: bool,
+    ) {
         match (o.state, paid_in_full, finished) {
             (OrderState::Pending, true, _) => {
                 probes::probe!("webhook:paid-in-time");
@@ -194,7 +171,66 @@ impl Relay {
                 self.state.put_order(o);
             }
         }
-        Ok(Webhook::Applied)
+    }
+
+    /// The webhook's body, once its signature verifies (`x-payment-signature`, HMAC of the
+    /// body with the configured secret), its `payment_id` is 1 to `MAX_PAYMENT_ID_BYTES`
+    /// bytes and its order exists.
+    fn signed_webhook(&self, req: &HttpRequest) -> Result<PaymentWebhook, ApiError> {
+        if !verify_signature(
+            &self.config.payment_webhook_secret.0,
+            &req.body,
+            req.header_value(PAYMENT_SIGNATURE_HEADER),
+        ) {
+            return Err(ApiError::new(
+                ErrorCode::WEBHOOK_SIGNATURE_INVALID,
+                "missing or invalid x-payment-signature",
+            ));
+        }
+        let body: PaymentWebhook = wire::http::decode_body(&req.body)?;
+        if body.payment_id.is_empty() || body.payment_id.len() > MAX_PAYMENT_ID_BYTES {
+            return Err(ApiError::new(
+                ErrorCode::INVALID_FIELD,
+                format!("payment_id must be 1 to {MAX_PAYMENT_ID_BYTES} bytes"),
+            ));
+        }
+        if !self.state.commerce().orders.contains_key(&body.order_id) {
+            return Err(ApiError::new(ErrorCode::ORDER_NOT_FOUND, "no such order"));
+        }
+        Ok(body)
+    }
+
+    /// Whether an account has the alias the vanity order `order_id` is for (`false` for any
+    /// other order).
+    fn vanity_alias_in_use(&mut self, order_id: &OrderId) -> Result<bool, StoreError> {
+        match self.state.commerce().orders.get(order_id) {
+            Some(o) if o.kind == OrderKind::Vanity => match AliasId::parse(&o.target) {
+                Ok(a) => self.alias_in_use(&a),
+                Err(_) => Ok(false),
+            },
+            _ => Ok(false),
+        }
+    }
+
+    /// What order `order` was paid so far: the total of its payments that did not fail, and
+    /// whether one of them finished.
+    fn paid_so_far(&self, order: &OrderId) -> (u64, bool) {
+        let live: Vec<&PaymentRow> = self
+            .state
+            .commerce()
+            .payments_of
+            .get(order)
+            .into_iter()
+            .flatten()
+            .filter_map(|pid| self.state.commerce().payments.get(pid))
+            .filter(|p| p.status != PaymentStatus::Failed)
+            .collect();
+        let total = live
+            .iter()
+            .map(|p| p.paid_usdt)
+            .fold(0u64, u64::saturating_add);
+        let any_finished = live.iter().any(|p| p.status == PaymentStatus::Finished);
+        (total, any_finished)
     }
 }
 
