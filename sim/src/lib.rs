@@ -77,4 +77,7 @@ pub use time::SkewClock;
 /// built with `--cfg tokio_unstable`, which the workspace's `.cargo/config.toml` sets (a
 /// `RUSTFLAGS` in the environment replaces it). Without it, a run that reaches such a choice
 /// can leave its seed: the same seed then gives another trace.
-pub const TOKIO_SEEDED: bool = cfg!(tokio_unstable);
+#[must_use]
+pub fn tokio_seeded() -> bool {
+    cfg!(tokio_unstable)
+}

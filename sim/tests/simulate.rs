@@ -120,7 +120,7 @@ fn fixed_seeds_pass_every_oracle_and_cover_every_fault_kind() {
 #[test]
 fn same_seed_same_trace_in_one_process() {
     assert!(
-        sim::TOKIO_SEEDED,
+        sim::tokio_seeded(),
         "tokio is built without `--cfg tokio_unstable`, so its random choices are not seeded \
          by the run's seed: the workspace's .cargo/config.toml sets it; a RUSTFLAGS in the \
          environment replaces that list (add `--cfg tokio_unstable` to it)"

@@ -350,7 +350,7 @@ fn main() -> ExitCode {
 }
 
 fn run_main(args: &Args) -> anyhow::Result<ExitCode> {
-    if !sim::TOKIO_SEEDED {
+    if !sim::tokio_seeded() {
         eprintln!(
             "warning: built without `--cfg tokio_unstable` (a RUSTFLAGS in the environment \
              replaces the workspace's .cargo/config.toml): tokio's random choices are not \
