@@ -22,7 +22,7 @@ pub(super) fn derived_jwt_seed(seed: u64) -> [u8; 32] {
 
 /// The JWT signing key an older relay kept in the `meta` table of `store`, if any (keys live
 /// outside the store). A shell migrating a data directory writes it to its
-/// key file first; the next [`Relay::new`] then deletes the row.
+/// key file first; the next [`Relay::new`](crate::Relay::new) then deletes the row.
 pub fn legacy_jwt_signing_key(
     store: &mut dyn Store,
 ) -> Result<Option<crate::config::JwtSigningKey>, StoreError> {
