@@ -509,19 +509,29 @@ pub struct FnLength {
 /// # Errors
 /// Reading a directory or a file failed.
 pub fn function_lengths(src: &Path) -> std::io::Result<Vec<FnLength>> {
-    let mut files = Vec::new();
-    rs_files(src, &mut files)?;
     let mut out = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f)?;
-        let rel = f
-            .strip_prefix(src)
-            .unwrap_or(&f)
-            .to_string_lossy()
-            .into_owned();
+    for (rel, text) in sources(src)? {
         out.extend(functions_of(&rel, &text));
     }
     Ok(out)
+}
+
+/// Every `.rs` file under `src` with its path relative to `src`, and its text.
+fn sources(src: &Path) -> std::io::Result<Vec<(String, String)>> {
+    let mut files = Vec::new();
+    rs_files(src, &mut files)?;
+    files
+        .into_iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(&f)?;
+            let rel = f
+                .strip_prefix(src)
+                .unwrap_or(&f)
+                .to_string_lossy()
+                .into_owned();
+            Ok((rel, text))
+        })
+        .collect()
 }
 
 /// The `select!` invocations of the non-test code of the `.rs` files under `src`, each as
@@ -532,16 +542,8 @@ pub fn function_lengths(src: &Path) -> std::io::Result<Vec<FnLength>> {
 /// # Errors
 /// Reading a directory or a file failed.
 pub fn selects(src: &Path) -> std::io::Result<Vec<(String, bool)>> {
-    let mut files = Vec::new();
-    rs_files(src, &mut files)?;
     let mut out = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f)?;
-        let rel = f
-            .strip_prefix(src)
-            .unwrap_or(&f)
-            .to_string_lossy()
-            .into_owned();
+    for (rel, text) in sources(src)? {
         out.extend(
             selects_of(&code_of(&text))
                 .into_iter()

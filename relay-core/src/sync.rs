@@ -312,9 +312,10 @@ impl Relay {
         let Some(c) = self.conns.get_mut(&conn) else {
             return 0;
         };
-        let Some((released, limit)) = c.window.releasable(conv, upto) else {
+        let Some((released, pushed)) = c.window.in_flight(conv) else {
             return 0;
         };
+        let limit = upto.min(pushed);
         let Some(q) = self.state.queue(&c.user, conv) else {
             return 0;
         };

@@ -120,15 +120,6 @@ impl Window {
         self.bytes += bytes;
     }
 
-    /// What a receipt up to `upto` in `conv` may release: the seqs after `released` up to the
-    /// returned limit (`upto`, at most what was pushed); `None` if nothing of `conv` was
-    /// pushed here.
-    pub(crate) fn releasable(&self, conv: &ConvId, upto: Seq) -> Option<(Seq, Seq)> {
-        self.convs
-            .get(conv)
-            .map(|f| (f.released, upto.min(f.pushed)))
-    }
-
     /// `msgs` messages of `conv` (`bytes` in all) up to `limit` left the window by a receipt.
     pub(crate) fn release(&mut self, conv: &ConvId, limit: Seq, msgs: usize, bytes: usize) {
         let Some(f) = self.convs.get_mut(conv) else {
