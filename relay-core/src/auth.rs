@@ -439,7 +439,7 @@ impl Relay {
         };
         // Single session: the older socket of this account is told and closed.
         if let Some(old) = self.online(&user) {
-            let same_token = self.conns.get(&old).is_some_and(|c| c.jti == jti);
+            let same_token = self.sessions.get(old).is_some_and(|c| c.jti == jti);
             let reason = if same_token {
                 goaway_reason::SESSION_REPLACED
             } else {
@@ -449,8 +449,7 @@ impl Relay {
         }
         // A shell reusing a live ConnId: treat it as a disconnect of the old one.
         self.drop_conn(conn);
-        self.conns.insert(conn, Conn::new(user.clone(), jti, now));
-        self.conn_of_user.insert(user.clone(), conn);
+        self.sessions.open(conn, Conn::new(user.clone(), jti, now));
         Ok(Accepted { user, subprotocol })
     }
 

@@ -115,7 +115,7 @@ impl Relay {
         };
         let ref_type = Some(c.kind.as_str().to_owned());
         let id = Some(c.call_id.to_string());
-        if !self.call_limit.allow(now.get(), &conn) {
+        if !self.throttles.allow_call_signal(now, conn) {
             return self.send_error(
                 conn,
                 ErrorCode::RATE_LIMITED,

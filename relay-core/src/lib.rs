@@ -83,8 +83,9 @@
 //!   `sweeps`, the timed sweeps of expired messages and tombstones.
 //! * **The dispatcher**: [`Relay`] (`relay`) routes each input to its rules and drains the
 //!   outputs; `commit` is its commit pipeline (group commit, sealed batches, fail-stop),
-//!   `budgets` its request budgets, `admission` the PoW challenges and sign-in limits, `shell`
-//!   what it exchanges with its shell ([`Output`], [`ConnId`] ...).
+//!   `budgets` its request budgets, `admission` the PoW challenges and sign-in limits,
+//!   `sessions` the open connections and whose each one is, `throttles` what a socket may send
+//!   per unit of time, `shell` what it exchanges with its shell ([`Output`], [`ConnId`] ...).
 //! * **The working state**: `state` composes what it is made of and records each write in
 //!   the input's mutation batch (its writes by area in its own submodules).
 //! * **What the state is made of**, each a struct with its own methods: the caches that load
@@ -136,12 +137,14 @@ mod receipts;
 mod relations;
 mod relay;
 mod rows;
+mod sessions;
 mod shell;
 mod state;
 pub mod stats;
 pub mod store;
 mod sweeps;
 mod sync;
+mod throttles;
 pub mod token;
 mod tombstones;
 mod uploads;

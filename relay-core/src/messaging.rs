@@ -191,13 +191,13 @@ impl Relay {
     }
 
     pub(crate) fn conn_user(&self, conn: ConnId) -> Option<UserUuid> {
-        self.conns.get(&conn).map(|c| c.user.clone())
+        self.sessions.user(conn).cloned()
     }
 
     pub(crate) fn on_msg(&mut self, now: UnixMs, conn: ConnId, m: MsgFrame) {
         // The caller's uuid stays borrowed from its connection (no copy per message): only
-        // `self.state`, `self.msg_limit` and `self.config` are touched until the ack.
-        let Some(user) = self.conns.get(&conn).map(|c| &c.user) else {
+        // `self.state`, `self.throttles` and `self.config` are touched until the ack.
+        let Some(user) = self.sessions.user(conn) else {
             return;
         };
         // The id string is built only when a refusal needs it (not on the routing path).
@@ -262,7 +262,7 @@ impl Relay {
             }
             return;
         }
-        if !self.msg_limit.check(now.get(), user) {
+        if !self.throttles.message_allowed(now, user) {
             return refuse(
                 self,
                 ErrorCode::RATE_LIMITED,
@@ -284,15 +284,15 @@ impl Relay {
                 &m.id,
             );
         }
-        // `self.conns` is not touched by the read: the caller is still connected.
-        let Some(user) = self.conns.get(&conn).map(|c| &c.user) else {
+        // `self.sessions` is not touched by the read: the caller is still connected.
+        let Some(user) = self.sessions.user(conn) else {
             return;
         };
         // `member_check` found `user` in the conversation, so this is always `Some`.
         let Some(seq) = self.state.next_seq(&m.conv_id, user) else {
             return;
         };
-        self.msg_limit.record(now.get(), user);
+        self.throttles.charge_message(now, user);
         self.state.put_tombstone(
             user,
             m.id.clone(),
@@ -336,7 +336,7 @@ impl Relay {
                 return self.send_error(conn, code, msg, Some("typing".into()), None);
             }
         };
-        if !self.typing_limit.allow(now.get(), &user) {
+        if !self.throttles.allow_typing(now, &user) {
             return; // silently dropped
         }
         // Typing is best effort: a failed read of the caller's alias drops it.

@@ -169,7 +169,9 @@ impl Relay {
             // Live when the buyer has a connection (it may be silently dead: no ack exists),
             // and kept either way for redelivery on every later `sync` of the buyer.
             let live = self.online(&buyer);
-            let jti = live.and_then(|c| self.conns.get(&c)).map(|c| c.jti.clone());
+            let jti = live
+                .and_then(|c| self.sessions.get(c))
+                .map(|c| c.jti.clone());
             if let Some(conn) = live {
                 self.send(
                     conn,

@@ -119,9 +119,8 @@ impl Relay {
     /// beyond the first one after the highest seq pushed).
     fn never_sent(&self, user: &UserUuid, r: &ReceiptFrame) -> bool {
         let highest = self
-            .highest_pushed
-            .get(user, &r.conv_id)
-            .copied()
+            .sessions
+            .highest_pushed(user, &r.conv_id)
             .unwrap_or(Seq(0));
         let first_unsent = self
             .state

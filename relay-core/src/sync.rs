@@ -26,7 +26,7 @@ use crate::planted::planted;
 use crate::queue::Queued;
 use crate::receipts::receipt_frame;
 use crate::relay::Relay;
-use crate::rows::{PairMap, ReceiptKind};
+use crate::rows::ReceiptKind;
 use crate::shell::{ConnId, Output};
 use crate::store::StoreError;
 use crate::window::Window;
@@ -40,7 +40,7 @@ fn cost(conv: &ConvId, m: &Queued) -> usize {
 
 impl Relay {
     pub(crate) fn on_sync(&mut self, _now: UnixMs, conn: ConnId) {
-        let Some(user) = self.conns.get(&conn).map(|c| c.user.clone()) else {
+        let Some(user) = self.sessions.user(conn).cloned() else {
             return;
         };
         // The user's conversations and every queue of theirs are read (if they are not in
@@ -57,7 +57,7 @@ impl Relay {
             );
             return self.close_unreadable(conn);
         };
-        let Some(c) = self.conns.get_mut(&conn) else {
+        let Some(c) = self.sessions.get_mut(conn) else {
             return;
         };
         let first_sync = !c.synced;
@@ -71,7 +71,7 @@ impl Relay {
         self.replay_kept(conn, &user, &convs, &aliases);
         self.deliver_pending_confirms(conn, &user);
         let backlog = self.turn_order(&user, &convs);
-        if let Some(c) = self.conns.get_mut(&conn) {
+        if let Some(c) = self.sessions.get_mut(conn) {
             for (_, conv) in backlog {
                 c.window.wait_turn(&conv);
             }
@@ -178,7 +178,7 @@ impl Relay {
     /// window of that (synced) connection has room (at once when no other conversation is
     /// waiting), else it waits for its turn.
     pub(crate) fn deliver_on(&mut self, conn: ConnId, conv: &ConvId) {
-        let Some(c) = self.conns.get_mut(&conn) else {
+        let Some(c) = self.sessions.get_mut(conn) else {
             return;
         };
         if !c.synced {
@@ -194,7 +194,7 @@ impl Relay {
 
     /// Puts `conv` in the turn order of `conn` if it has unpushed messages and is not there yet.
     fn wait_turn(&mut self, conn: ConnId, conv: &ConvId) {
-        let Some(c) = self.conns.get_mut(&conn) else {
+        let Some(c) = self.sessions.get_mut(conn) else {
             return;
         };
         let pushed = c.window.pushed(conv);
@@ -213,8 +213,8 @@ impl Relay {
     pub(crate) fn pump(&mut self, conn: ConnId) {
         loop {
             let Some(conv) = self
-                .conns
-                .get_mut(&conn)
+                .sessions
+                .get_mut(conn)
                 .filter(|c| c.synced)
                 .and_then(|c| c.window.take_turn())
             else {
@@ -222,13 +222,13 @@ impl Relay {
             };
             if !self.push_next(conn, &conv) && self.has_unpushed(conn, &conv) {
                 // No room: the conversation keeps its place at the front.
-                if let Some(c) = self.conns.get_mut(&conn) {
+                if let Some(c) = self.sessions.get_mut(conn) {
                     c.window.keep_turn(conv);
                 }
                 return;
             }
             let more = self.has_unpushed(conn, &conv);
-            let Some(c) = self.conns.get_mut(&conn) else {
+            let Some(c) = self.sessions.get_mut(conn) else {
                 return;
             };
             if more {
@@ -240,7 +240,7 @@ impl Relay {
     }
 
     fn has_unpushed(&self, conn: ConnId, conv: &ConvId) -> bool {
-        let Some(c) = self.conns.get(&conn) else {
+        let Some(c) = self.sessions.get(conn) else {
             return false;
         };
         let pushed = c.window.pushed(conv);
@@ -255,7 +255,7 @@ impl Relay {
     /// its `sync` replays the message).
     fn push_next(&mut self, conn: ConnId, conv: &ConvId) -> bool {
         // The sender is the other member (a queue holds what the other member wrote).
-        let Some(author) = self.conns.get(&conn).and_then(|c| {
+        let Some(author) = self.sessions.get(conn).and_then(|c| {
             let queue = self.state.queued().get(&c.user, conv)?;
             Some(queue.from.clone())
         }) else {
@@ -267,8 +267,8 @@ impl Relay {
         };
         let (window_msgs, window_bytes) =
             (self.config.sync_window_msgs, self.config.sync_window_bytes);
-        // Disjoint fields: the connection, the queue (read), the staged outputs (appended to).
-        let Some(c) = self.conns.get_mut(&conn) else {
+        // Disjoint fields: the connection (read), the queue (read), the staged outputs.
+        let Some(c) = self.sessions.get(conn) else {
             return false;
         };
         let Some(q) = self.state.queue(&c.user, conv) else {
@@ -301,15 +301,14 @@ impl Relay {
             });
         }
         let seq = m.seq;
-        c.window.pushed_one(conv, seq, bytes);
-        raise_highest(&mut self.highest_pushed, &c.user, conv, seq);
+        self.sessions.pushed(conn, conv, seq, bytes);
         true
     }
 
     /// Before the messages of `conv` up to `upto` are deleted by a receipt of `conn`: releases
     /// the ones in flight. Returns how many were.
     pub(crate) fn release(&mut self, conn: ConnId, conv: &ConvId, upto: Seq) -> usize {
-        let Some(c) = self.conns.get_mut(&conn) else {
+        let Some(c) = self.sessions.get_mut(conn) else {
             return 0;
         };
         let Some((released, pushed)) = c.window.in_flight(conv) else {
@@ -334,7 +333,7 @@ impl Relay {
         let Some(conn) = self.online(user) else {
             return;
         };
-        let Some(c) = self.conns.get_mut(&conn) else {
+        let Some(c) = self.sessions.get_mut(conn) else {
             return;
         };
         let Some((released, pushed)) = c.window.in_flight(conv) else {
@@ -349,19 +348,5 @@ impl Relay {
         }
         c.window.recount(conv, n, bytes);
         self.pump(conn);
-    }
-}
-
-fn raise_highest(
-    highest: &mut PairMap<UserUuid, ConvId, Seq>,
-    user: &UserUuid,
-    conv: &ConvId,
-    seq: Seq,
-) {
-    match highest.get_mut(user, conv) {
-        Some(h) => *h = (*h).max(seq),
-        None => {
-            highest.inner_mut(user).insert(conv.clone(), seq);
-        }
     }
 }

@@ -209,14 +209,11 @@ impl Relay {
         self.staged.clear();
         self.commits.drop_all();
         self.failed = true;
-        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
-        for conn in conns {
+        for conn in self.sessions.close_all() {
             self.outputs.push_back(Output::Close {
                 conn,
                 reason: CloseReason::StorageFailure,
             });
         }
-        self.conns.clear();
-        self.conn_of_user.clear();
     }
 }

@@ -9,10 +9,10 @@
 //! (`messaging`, `sync`, `orders`, …).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use wire::frames::{ErrorFrame, GoawayFrame};
-use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
+use wire::{ErrorCode, ServerFrame, UnixMs, UserUuid};
 
 use crate::admission::Admission;
 use crate::budgets::{BudgetClass, Budgets};
@@ -21,12 +21,12 @@ use crate::config::Config;
 use crate::credential::CredentialKey;
 use crate::http::{ApiError, HttpRequest, HttpResponse, Route};
 use crate::ids::IdGen;
-use crate::limits::MINUTE_MS;
 use crate::planted::planted;
-use crate::ratelimit::{RateLimiter, TokenBucket};
-use crate::rows::{PairMap, Timer, meta};
+use crate::rows::{Timer, meta};
+use crate::sessions::Sessions;
 use crate::state::State;
 use crate::store::{Store, StoreError, StoreRead, Table};
+use crate::throttles::Throttles;
 use crate::token::TokenKeys;
 
 mod batches;
@@ -35,7 +35,7 @@ mod boot;
 pub use boot::legacy_jwt_signing_key;
 use boot::{boot_ids, derived_jwt_seed, open_state};
 
-use crate::shell::{Accepted, CloseReason, Conn, ConnId, Output, WsConnect};
+use crate::shell::{Accepted, CloseReason, ConnId, Output, WsConnect};
 
 /// The sans-IO relay.
 ///
@@ -106,18 +106,12 @@ pub struct Relay {
     pub(crate) credentials: CredentialKey,
     pub(crate) state: State,
     pub(crate) admission: Admission,
-    pub(crate) conns: BTreeMap<ConnId, Conn>,
-    pub(crate) conn_of_user: BTreeMap<UserUuid, ConnId>,
-    /// Highest seq pushed to a user per conversation on any connection since startup.
-    pub(crate) highest_pushed: PairMap<UserUuid, ConvId, Seq>,
-    /// Every inbound frame, before decoding, per account (`crate::limits::MAX_FRAMES_PER_MIN_PER_CONN`).
-    pub(crate) frame_budget: TokenBucket<UserUuid>,
-    pub(crate) msg_limit: RateLimiter<UserUuid>,
-    pub(crate) typing_limit: RateLimiter<UserUuid>,
+    /// The open connections and whose each one is (`crate::sessions`).
+    pub(crate) sessions: Sessions,
+    /// Frames, messages, typing notices and call signals per unit of time (`crate::throttles`).
+    pub(crate) throttles: Throttles,
     /// Media part bytes (`crate::media`).
     pub(crate) blobs: Box<dyn crate::blob::BlobStore>,
-    /// Call signals per connection (`crate::calls`).
-    pub(crate) call_limit: RateLimiter<ConnId>,
     /// Request budgets (`Config::lookups`, `friend_requests`, `account_requests`,
     /// `public_requests`).
     budgets: Budgets,
@@ -168,8 +162,7 @@ impl Relay {
             tombstones.planted_bug = config.planted_bug;
         }
         state.open_tombstones(tombstones);
-        let frame_budget =
-            TokenBucket::new(config.frames_per_min_per_conn, config.frame_burst_per_conn);
+        let throttles = Throttles::new(&config, msg_limit);
         let budgets = Budgets::new(&config);
         Ok(Self {
             admission: Admission::new(&config),
@@ -179,17 +172,9 @@ impl Relay {
             tokens,
             credentials,
             state,
-            conns: BTreeMap::new(),
-            conn_of_user: BTreeMap::new(),
-            highest_pushed: PairMap::default(),
-            frame_budget,
-            msg_limit,
-            typing_limit: RateLimiter::new(crate::limits::MAX_TYPING_PER_MIN_PER_USER, MINUTE_MS),
+            sessions: Sessions::default(),
+            throttles,
             blobs: Box::new(crate::blob::MemoryBlobStore::new()),
-            call_limit: RateLimiter::new(
-                crate::limits::MAX_CALL_FRAMES_PER_MIN_PER_CONN,
-                MINUTE_MS,
-            ),
             budgets,
             verified: None,
             staged: Vec::new(),
@@ -227,7 +212,7 @@ impl Relay {
 
     /// Whether `conn` is an open, authenticated connection.
     pub fn is_connected(&self, conn: ConnId) -> bool {
-        self.conns.contains_key(&conn)
+        self.sessions.is_open(conn)
     }
 
     /// The configuration.
@@ -479,10 +464,10 @@ impl Relay {
         if self.failed {
             return false;
         }
-        let Some(c) = self.conns.get(&conn) else {
+        let Some(user) = self.sessions.user(conn) else {
             return false;
         };
-        if self.frame_budget.take(now.get(), &c.user) {
+        if self.throttles.take_frame(now, user) {
             return true;
         }
         self.staged.push(Output::Close {
@@ -510,8 +495,8 @@ impl Relay {
     /// A `delivered`/`read` of `conn` released messages pushed to it: the frame was free
     /// (a client may answer every pushed `msg` without spending its budget).
     pub(crate) fn refund_frame(&mut self, conn: ConnId) {
-        if let Some(c) = self.conns.get(&conn) {
-            self.frame_budget.refund(&c.user);
+        if let Some(user) = self.sessions.user(conn) {
+            self.throttles.refund_frame(user);
         }
     }
 
@@ -594,12 +579,7 @@ impl Relay {
         if self.failed {
             return;
         }
-        let idle: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| now >= c.last_seen.plus_ms(self.config.idle_timeout_ms))
-            .map(|(id, _)| *id)
-            .collect();
+        let idle = self.sessions.idle(now, self.config.idle_timeout_ms);
         for conn in idle {
             self.staged.push(Output::Close {
                 conn,
@@ -615,10 +595,7 @@ impl Relay {
             self.fire(now, timer);
         }
         self.admission.sweep(now);
-        self.frame_budget.sweep(now.get());
-        self.msg_limit.sweep(now.get());
-        self.typing_limit.sweep(now.get());
-        self.call_limit.sweep(now.get());
+        self.throttles.sweep(now);
         self.budgets.sweep(now.get());
         self.state.upload_limit().sweep(now.get());
         self.sweep_push(now);
@@ -671,11 +648,7 @@ impl Relay {
             return None;
         }
         let timers = self.state.timers().first().map(|(at, _)| *at);
-        let idle = self
-            .conns
-            .values()
-            .map(|c| c.last_seen.plus_ms(self.config.idle_timeout_ms))
-            .min();
+        let idle = self.sessions.next_idle(self.config.idle_timeout_ms);
         let pow_expiry = self.admission.next_expiry();
         [
             timers,
@@ -690,9 +663,7 @@ impl Relay {
     }
 
     pub(crate) fn touch(&mut self, now: UnixMs, conn: ConnId) {
-        if let Some(c) = self.conns.get_mut(&conn) {
-            c.last_seen = c.last_seen.max(now);
-        }
+        self.sessions.touch(conn, now);
     }
 
     pub(crate) fn send(&mut self, conn: ConnId, frame: ServerFrame) {
@@ -753,12 +724,9 @@ impl Relay {
     }
 
     pub(crate) fn drop_conn(&mut self, conn: ConnId) {
-        let Some(c) = self.conns.remove(&conn) else {
+        let Some(c) = self.sessions.close(conn) else {
             return;
         };
-        if self.conn_of_user.get(&c.user) == Some(&conn) {
-            self.conn_of_user.remove(&c.user);
-        }
         if c.synced {
             self.state.release_queues(&c.user);
         }
@@ -766,7 +734,7 @@ impl Relay {
 
     /// The online connection of `user`, if any.
     pub(crate) fn online(&self, user: &UserUuid) -> Option<ConnId> {
-        self.conn_of_user.get(user).copied()
+        self.sessions.online(user)
     }
 }
 
