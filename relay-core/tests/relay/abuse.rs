@@ -6,6 +6,7 @@
 use relay_core::{HttpRequest, Method};
 use serde_json::json;
 use wire::ServerFrame;
+use wire::http::paths;
 
 use crate::world::{T0, User, World, b64, fast_config, frames, pushes};
 
@@ -20,7 +21,7 @@ fn subscription_keys() -> serde_json::Value {
 
 fn subscribe(w: &mut World, u: &User, endpoint: &str) -> relay_core::HttpResponse {
     w.post(
-        "/api/v1/push/subscribe",
+        paths::PUSH_SUBSCRIBE,
         json!({"endpoint": endpoint, "keys": subscription_keys()}),
         Some(&u.token),
     )
@@ -210,7 +211,7 @@ fn friend_requests_are_rate_limited_per_account() {
     let mut limited = None;
     for t in &targets {
         let r = w.post(
-            "/api/v1/friends/request",
+            paths::FRIEND_REQUEST,
             json!({"to_alias_id": t.alias}),
             Some(&spammer.token),
         );
@@ -236,7 +237,7 @@ fn a_flood_of_account_reads_is_rate_limited() {
     let a = w.user("a");
     let mut ok = 0;
     let r = loop {
-        let r = w.get("/api/v1/friends", Some(&a.token));
+        let r = w.get(paths::FRIENDS, Some(&a.token));
         if r.status != 200 {
             break r;
         }
@@ -255,7 +256,7 @@ fn a_flood_of_public_requests_is_rate_limited_per_address() {
     let mut ok = 0;
     let r = loop {
         let r =
-            w.http(HttpRequest::new(Method::Get, "/api/v1/vanity/search").from_addr("203.0.113.9"));
+            w.http(HttpRequest::new(Method::Get, paths::VANITY_SEARCH).from_addr("203.0.113.9"));
         if r.status != 200 {
             break r;
         }
@@ -265,7 +266,7 @@ fn a_flood_of_public_requests_is_rate_limited_per_address() {
     assert_eq!(r.status, 429);
     assert!(r.retry_after_s.is_some());
     let other =
-        w.http(HttpRequest::new(Method::Get, "/api/v1/vanity/search").from_addr("203.0.113.10"));
+        w.http(HttpRequest::new(Method::Get, paths::VANITY_SEARCH).from_addr("203.0.113.10"));
     assert_eq!(other.status, 200, "another address is not limited");
 }
 
@@ -309,7 +310,7 @@ fn nicknames_that_hide_or_reorder_text_are_refused() {
     assert_eq!(r.status, 201, "{:?}", r.body_json());
     let alias = r.body_json()["alias_id"].as_str().unwrap().to_owned();
     let looker = w.user("looker");
-    let profile = w.get(&format!("/api/v1/users/{alias}"), Some(&looker.token));
+    let profile = w.get(&paths::with(paths::USER, &alias), Some(&looker.token));
     assert_eq!(profile.body_json()["nickname"], "Am\u{00E9}lie");
     for nick in [
         "\u{1F468}\u{200D}\u{1F469}\u{200D}\u{1F467} family",

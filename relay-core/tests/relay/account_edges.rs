@@ -3,6 +3,7 @@
 
 use relay_core::{MemoryBlobStore, Method};
 use serde_json::json;
+use wire::http::paths;
 
 use crate::world::{World, fast_config};
 
@@ -62,16 +63,14 @@ fn the_storage_estimate_sums_payloads_and_media() {
             json!({"type":"msg","id":format!("m{i}"),"to":b.alias,"conv_id":conv,"payload":p}),
         );
     }
-    let s = w
-        .get("/api/v1/storage/estimate", Some(&b.token))
-        .body_json();
+    let s = w.get(paths::STORAGE_ESTIMATE, Some(&b.token)).body_json();
     assert_eq!(
         (s["used_bytes"].as_u64(), s["message_count"].as_u64()),
         (Some(4 + 12 + 4), Some(3))
     );
     // Bob's unfinished upload of 1,000 bytes counts too.
     let r = w.post(
-        "/api/v1/media/upload-parts/init",
+        paths::MEDIA_INIT,
         json!({"content_type": "application/octet-stream"}),
         Some(&b.token),
     );
@@ -88,9 +87,7 @@ fn the_storage_estimate_sums_payloads_and_media() {
         Some(&b.token),
     );
     assert_eq!(r.status, 200, "{:?}", r.body_json());
-    let s = w
-        .get("/api/v1/storage/estimate", Some(&b.token))
-        .body_json();
+    let s = w.get(paths::STORAGE_ESTIMATE, Some(&b.token)).body_json();
     assert_eq!(s["used_bytes"].as_u64(), Some(20 + 1_000));
 }
 

@@ -5,6 +5,7 @@ use relay_core::destination::PushDestinations;
 use relay_core::{Config, HttpRequest, Method};
 use serde_json::json;
 use wire::ServerFrame;
+use wire::http::paths;
 
 use crate::world::{User, World, b64, fast_config, frames};
 
@@ -135,7 +136,7 @@ fn a_named_push_endpoint_needs_public_resolved_addresses() {
     };
     let endpoint = "https://Push.Example.net./wpush/abc";
     let req = |resolved: Option<(&str, Vec<std::net::IpAddr>)>| {
-        let mut r = HttpRequest::new(Method::Post, "/api/v1/push/subscribe")
+        let mut r = HttpRequest::new(Method::Post, paths::PUSH_SUBSCRIBE)
             .json(&json!({"endpoint": endpoint, "keys": keys}))
             .bearer(&u.token);
         if let Some((host, addrs)) = resolved {
@@ -186,14 +187,14 @@ fn a_named_push_endpoint_needs_public_resolved_addresses() {
     });
     let u2 = w.user("u2");
     let r = w.http(
-        HttpRequest::new(Method::Post, "/api/v1/push/subscribe")
+        HttpRequest::new(Method::Post, paths::PUSH_SUBSCRIBE)
             .json(&json!({"endpoint": endpoint, "keys": keys}))
             .bearer(&u2.token)
             .resolved("push.example.net", vec![ip("93.184.216.34")]),
     );
     assert_eq!(code(r), (400, Some("PUSH_ENDPOINT_FORBIDDEN".into())));
     let r = w.http(
-        HttpRequest::new(Method::Post, "/api/v1/push/subscribe")
+        HttpRequest::new(Method::Post, paths::PUSH_SUBSCRIBE)
             .json(&json!({"endpoint": "https://updates.push.services.mozilla.com/wpush/v2/x", "keys": keys}))
             .bearer(&u2.token)
             .resolved("updates.push.services.mozilla.com", vec![ip("34.107.221.82")]),

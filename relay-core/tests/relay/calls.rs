@@ -5,6 +5,7 @@ use hmac::{Hmac, KeyInit as _, Mac as _};
 use relay_core::{Config, TurnSecret};
 use serde_json::json;
 use wire::ServerFrame;
+use wire::http::paths;
 
 use crate::world::{World, closed, errors, fast_config, frames};
 
@@ -26,7 +27,7 @@ fn turn_config() -> Config {
 fn ice_config_issues_verifiable_time_limited_turn_credentials() {
     let mut w = World::with_config(turn_config());
     let u = w.user("alice");
-    let r = w.get("/api/v1/calls/ice-config", Some(&u.token));
+    let r = w.get(paths::ICE_CONFIG, Some(&u.token));
     assert_eq!(r.status, 200);
     let v = r.body_json();
     assert_eq!(v["ttl"], 3600);
@@ -57,9 +58,7 @@ fn ice_config_issues_verifiable_time_limited_turn_credentials() {
     assert!(servers[0]["urls"][0].as_str().unwrap().starts_with("turn:"));
     // Later requests get later expiries.
     w.advance(10_000);
-    let v = w
-        .get("/api/v1/calls/ice-config", Some(&u.token))
-        .body_json();
+    let v = w.get(paths::ICE_CONFIG, Some(&u.token)).body_json();
     let later = v["ice_servers"][1]["username"].as_str().unwrap().to_owned();
     assert!(later.as_str() > username);
     // Debug never shows the secret.
@@ -70,9 +69,7 @@ fn ice_config_issues_verifiable_time_limited_turn_credentials() {
 fn ice_config_without_turn() {
     let mut w = World::new();
     let u = w.user("alice");
-    let v = w
-        .get("/api/v1/calls/ice-config", Some(&u.token))
-        .body_json();
+    let v = w.get(paths::ICE_CONFIG, Some(&u.token)).body_json();
     assert_eq!(v["ice_transport_policy"], "all");
     assert_eq!(v["ice_servers"].as_array().unwrap().len(), 1);
     assert!(v["ice_servers"][0].get("credential").is_none());
@@ -86,16 +83,14 @@ fn ice_config_without_turn() {
         (r.status, r.error_code().unwrap().as_str()),
         (400, "INVALID_FIELD")
     );
-    assert_eq!(w.get("/api/v1/calls/ice-config", None).status, 401);
+    assert_eq!(w.get(paths::ICE_CONFIG, None).status, 401);
     // No STUN configured either: an empty list, still policy all.
     let mut w = World::with_config(Config {
         stun_urls: Vec::new(),
         ..fast_config()
     });
     let u = w.user("bob");
-    let v = w
-        .get("/api/v1/calls/ice-config", Some(&u.token))
-        .body_json();
+    let v = w.get(paths::ICE_CONFIG, Some(&u.token)).body_json();
     assert_eq!(v["ice_servers"], json!([]));
 }
 
@@ -157,7 +152,7 @@ fn non_contacts_are_refused_and_offline_peers_reported() {
     w.befriend(&a, &b);
     // carol → alice: pending request only.
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": a.alias}),
         Some(&c.token),
     );

@@ -4,6 +4,7 @@
 
 use relay_core::limits::{MAX_CHANNEL_PRICE_USDT, MAX_SEARCH_QUERY_BYTES};
 use serde_json::json;
+use wire::http::paths;
 use wire::limits::{CHANNEL_DESCRIPTION_MAX_CHARS, CHANNEL_NAME_MAX_CHARS, MAX_CHANNEL_POST_BYTES};
 
 use crate::channels::{create, list};
@@ -12,7 +13,7 @@ use crate::world::{User, World};
 
 fn create_with(w: &mut World, u: &User, name: &str, description: &str) -> (u16, Option<String>) {
     let r = w.post(
-        "/api/v1/channels",
+        paths::CHANNELS,
         json!({"name": name, "description": description, "is_public": true}),
         Some(&u.token),
     );
@@ -84,7 +85,7 @@ fn a_post_may_be_the_maximum_size_but_not_above_it() {
     let mut w = cw();
     let a = w.user("a");
     let ch = create(&mut w, &a, "feed", true);
-    let posts = format!("/api/v1/channels/{ch}/posts");
+    let posts = paths::with(paths::CHANNEL_POSTS, &ch);
     let r = w.post(
         &posts,
         json!({"content": "x".repeat(MAX_CHANNEL_POST_BYTES)}),
@@ -106,7 +107,7 @@ fn a_page_cannot_start_before_a_post_of_another_channel() {
     let mine = create(&mut w, &a, "mine", true);
     let other = create(&mut w, &a, "other", true);
     let r = w.post(
-        &format!("/api/v1/channels/{other}/posts"),
+        &paths::with(paths::CHANNEL_POSTS, &other),
         json!({"content": "elsewhere"}),
         Some(&a.token),
     );

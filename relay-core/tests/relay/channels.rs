@@ -3,13 +3,14 @@
 use relay_core::Method;
 use serde_json::{Value, json};
 use wire::ServerFrame;
+use wire::http::paths;
 
 use crate::orders::{TRADE_TTL_MS, all_confirms, confirms, cw, pay, req, status_of};
 use crate::world::{User, World, frames};
 
 pub(crate) fn create(w: &mut World, u: &User, name: &str, public: bool) -> String {
     let r = w.post(
-        "/api/v1/channels",
+        paths::CHANNELS,
         json!({"name": name, "description": format!("about {name}"), "is_public": public}),
         Some(&u.token),
     );
@@ -18,14 +19,14 @@ pub(crate) fn create(w: &mut World, u: &User, name: &str, public: bool) -> Strin
 }
 
 pub(crate) fn detail(w: &mut World, u: &User, ch: &str) -> Value {
-    let r = w.get(&format!("/api/v1/channels/{ch}"), Some(&u.token));
+    let r = w.get(&paths::with(paths::CHANNEL, &ch), Some(&u.token));
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     r.body_json()
 }
 
 pub(crate) fn list(w: &mut World, u: &User, ch: &str, price: Value) -> relay_core::HttpResponse {
     w.post(
-        "/api/v1/vanity/list-channel",
+        paths::LIST_CHANNEL,
         json!({"channel_id": ch, "price_usdt": price}),
         Some(&u.token),
     )
@@ -45,7 +46,7 @@ fn create_detail_mine_subscribe() {
     let d = detail(&mut w, &b, &ch);
     assert!(d.get("role").is_none());
     assert_eq!(d["is_subscribed"], false);
-    let sub = format!("/api/v1/channels/{ch}/subscribe");
+    let sub = paths::with(paths::CHANNEL_SUBSCRIBE, &ch);
     for _ in 0..2 {
         assert_eq!(w.post(&sub, json!({}), Some(&b.token)).status, 200);
     }
@@ -54,10 +55,10 @@ fn create_detail_mine_subscribe() {
         (d["role"].as_str(), d["is_subscribed"].as_bool()),
         (Some("subscriber"), Some(true))
     );
-    let mine = w.get("/api/v1/channels/mine", Some(&b.token)).body_json();
+    let mine = w.get(paths::CHANNELS_MINE, Some(&b.token)).body_json();
     assert_eq!(mine.as_array().unwrap().len(), 1);
     assert_eq!(mine[0]["role"], "subscriber");
-    let mine = w.get("/api/v1/channels/mine", Some(&a.token)).body_json();
+    let mine = w.get(paths::CHANNELS_MINE, Some(&a.token)).body_json();
     assert_eq!(mine[0]["role"], "owner");
     // Owner: subscribe is a no-op, unsubscribe is refused.
     assert_eq!(w.post(&sub, json!({}), Some(&a.token)).status, 200);
@@ -74,7 +75,7 @@ fn create_detail_mine_subscribe() {
     }
     assert_eq!(detail(&mut w, &b, &ch)["is_subscribed"], false);
     assert!(
-        w.get("/api/v1/channels/mine", Some(&b.token))
+        w.get(paths::CHANNELS_MINE, Some(&b.token))
             .body_json()
             .as_array()
             .unwrap()
@@ -96,20 +97,20 @@ fn create_detail_mine_subscribe() {
         .status,
         404
     );
-    assert_eq!(w.get("/api/v1/channels/mine", None).status, 401);
-    let r = w.post("/api/v1/channels", json!({"name": "  "}), Some(&a.token));
+    assert_eq!(w.get(paths::CHANNELS_MINE, None).status, 401);
+    let r = w.post(paths::CHANNELS, json!({"name": "  "}), Some(&a.token));
     assert_eq!(
         (r.status, r.error_code().as_deref()),
         (400, Some("INVALID_FIELD"))
     );
     let r = w.post(
-        "/api/v1/channels",
+        paths::CHANNELS,
         json!({"name": "x".repeat(65)}),
         Some(&a.token),
     );
     assert_eq!(r.status, 400);
     let r = w.http(
-        relay_core::HttpRequest::new(Method::Post, "/api/v1/channels")
+        relay_core::HttpRequest::new(Method::Post, paths::CHANNELS)
             .body("{")
             .bearer(&a.token),
     );
@@ -122,13 +123,13 @@ fn free_quota_then_quota_buy_adds_one_seat() {
     let mut a = w.user("a");
     create(&mut w, &a, "one", true);
     create(&mut w, &a, "two", true);
-    let r = w.post("/api/v1/channels", json!({"name": "three"}), Some(&a.token));
+    let r = w.post(paths::CHANNELS, json!({"name": "three"}), Some(&a.token));
     assert_eq!(r.status, 403);
     assert_eq!(r.error_code().as_deref(), Some("QUOTA_EXCEEDED"));
     assert!(String::from_utf8_lossy(&r.body).contains("QUOTA_EXCEEDED"));
-    let r = w.post("/api/v1/channels/quota/buy", json!({}), None);
+    let r = w.post(paths::CHANNEL_QUOTA_BUY, json!({}), None);
     assert_eq!(r.status, 401);
-    let r = w.post("/api/v1/channels/quota/buy", json!({}), Some(&a.token));
+    let r = w.post(paths::CHANNEL_QUOTA_BUY, json!({}), Some(&a.token));
     assert_eq!(r.status, 201);
     let v = r.body_json();
     assert_eq!(v["price_usdt"], 5);
@@ -140,7 +141,7 @@ fn free_quota_then_quota_buy_adds_one_seat() {
     let outs = pay(&mut w, &o, 5);
     assert_eq!(confirms(&outs, ca), vec![(o.clone(), o.clone())]);
     create(&mut w, &a, "three", true);
-    let r = w.post("/api/v1/channels", json!({"name": "four"}), Some(&a.token));
+    let r = w.post(paths::CHANNELS, json!({"name": "four"}), Some(&a.token));
     assert_eq!(r.status, 403);
 }
 
@@ -172,7 +173,7 @@ fn search_is_public_case_insensitive_bounded_and_ordered() {
             .is_empty()
     );
     assert!(
-        w.get("/api/v1/channels/search", Some(&a.token))
+        w.get(paths::CHANNEL_SEARCH, Some(&a.token))
             .body_json()
             .as_array()
             .unwrap()
@@ -207,7 +208,7 @@ fn posts_owner_only_paged_newest_first_and_live_frames() {
     let mut c = w.user("c");
     let ch = create(&mut w, &a, "feed", true);
     w.post(
-        &format!("/api/v1/channels/{ch}/subscribe"),
+        &paths::with(paths::CHANNEL_SUBSCRIBE, &ch),
         json!({}),
         Some(&b.token),
     );
@@ -215,7 +216,7 @@ fn posts_owner_only_paged_newest_first_and_live_frames() {
     for conn in [ca, cb, cc] {
         w.sync(conn);
     }
-    let posts = format!("/api/v1/channels/{ch}/posts");
+    let posts = paths::with(paths::CHANNEL_POSTS, &ch);
     let r = w.post(&posts, json!({"content": "hi"}), Some(&b.token));
     assert_eq!(
         (r.status, r.error_code().as_deref()),
@@ -334,7 +335,7 @@ fn listing_is_owner_only_positive_integer_and_compare_and_swap() {
     );
     // CAS: a stale version loses.
     let r = w.post(
-        "/api/v1/vanity/list-channel",
+        paths::LIST_CHANNEL,
         json!({"channel_id": ch, "price_usdt": 20, "expected_version": 1}),
         Some(&a.token),
     );
@@ -346,7 +347,7 @@ fn listing_is_owner_only_positive_integer_and_compare_and_swap() {
     let r = req(
         &mut w,
         Method::Put,
-        &format!("/api/v1/channels/{ch}/forsale"),
+        &paths::with(paths::CHANNEL_FOR_SALE, &ch),
         Some(json!({"price_usdt": 20, "expected_version": 2})),
         Some(&a.token),
     );
@@ -356,7 +357,7 @@ fn listing_is_owner_only_positive_integer_and_compare_and_swap() {
         req(
             &mut w,
             Method::Put,
-            &format!("/api/v1/channels/{ch}/forsale"),
+            &paths::with(paths::CHANNEL_FOR_SALE, &ch),
             Some(json!({"price_usdt": 0})),
             Some(&a.token)
         )
@@ -365,7 +366,7 @@ fn listing_is_owner_only_positive_integer_and_compare_and_swap() {
     );
     assert_eq!(
         w.post(
-            "/api/v1/vanity/list-channel",
+            paths::LIST_CHANNEL,
             json!({"channel_id": ch, "price_usdt": 5}),
             None
         )
@@ -381,7 +382,7 @@ fn buy_rules_concurrent_buyers_and_ownership_transfer() {
     let mut b = w.user("b");
     let c = w.user("c");
     let ch = create(&mut w, &a, "shop", true);
-    let buy = format!("/api/v1/channels/{ch}/buy");
+    let buy = paths::with(paths::CHANNEL_BUY, &ch);
     assert_eq!(
         w.post("/api/v1/channels/ch-nope/buy", json!({}), Some(&b.token))
             .error_code()
@@ -435,7 +436,7 @@ fn buy_rules_concurrent_buyers_and_ownership_transfer() {
     assert_eq!(d["role"], "subscriber");
     // Paying again changes nothing; the new owner posts, the old one cannot.
     assert!(all_confirms(&pay(&mut w, &o, 42)).is_empty());
-    let posts = format!("/api/v1/channels/{ch}/posts");
+    let posts = paths::with(paths::CHANNEL_POSTS, &ch);
     assert_eq!(
         w.post(&posts, json!({"content":"mine now"}), Some(&b.token))
             .status,
@@ -461,7 +462,7 @@ fn trade_order_expiry_releases_the_lock() {
     let c = w.user("c");
     let ch = create(&mut w, &a, "shop", true);
     list(&mut w, &a, &ch, json!(7));
-    let buy = format!("/api/v1/channels/{ch}/buy");
+    let buy = paths::with(paths::CHANNEL_BUY, &ch);
     let o = w.post(&buy, json!({}), Some(&b.token)).body_json()["order_id"]
         .as_str()
         .unwrap()
@@ -492,16 +493,16 @@ fn a_sold_channel_leaves_its_seller_s_owned_list_and_everything_survives_a_resta
         .map(|i| create(&mut w, &a, &format!("kept {i}"), true))
         .collect();
     kept.sort();
-    let posts = format!("/api/v1/channels/{ch}/posts");
+    let posts = paths::with(paths::CHANNEL_POSTS, &ch);
     for i in 1..=3 {
         let r = w.post(&posts, json!({"content": format!("p{i}")}), Some(&a.token));
         assert_eq!(r.status, 201);
     }
-    let sub = format!("/api/v1/channels/{ch}/subscribe");
+    let sub = paths::with(paths::CHANNEL_SUBSCRIBE, &ch);
     assert_eq!(w.post(&sub, json!({}), Some(&c.token)).status, 200);
     assert_eq!(list(&mut w, &a, &ch, json!(5)).status, 200);
     let r = w.post(
-        &format!("/api/v1/channels/{ch}/buy"),
+        &paths::with(paths::CHANNEL_BUY, &ch),
         json!({}),
         Some(&b.token),
     );
@@ -509,7 +510,7 @@ fn a_sold_channel_leaves_its_seller_s_owned_list_and_everything_survives_a_resta
     pay(&mut w, r.body_json()["order_id"].as_str().unwrap(), 5);
     // The seller's own channels first (by id), then the sold one it is now subscribed to.
     let mine = |w: &mut World, u: &User| -> Vec<(String, String)> {
-        let v = w.get("/api/v1/channels/mine", Some(&u.token)).body_json();
+        let v = w.get(paths::CHANNELS_MINE, Some(&u.token)).body_json();
         v.as_array()
             .unwrap()
             .iter()

@@ -3,6 +3,7 @@
 //! `handle_timeout` (also after a restart); at most 64 are kept per buyer.
 
 use serde_json::json;
+use wire::http::paths;
 
 use crate::orders::{all_confirms, confirms, cw, pay, purchase, webhook};
 use crate::world::World;
@@ -73,7 +74,7 @@ fn at_most_64_are_kept_per_buyer_oldest_dropped_first() {
     let mut a = w.user("a");
     let mut orders = Vec::new();
     for _ in 0..66 {
-        let r = w.post("/api/v1/channels/quota/buy", json!({}), Some(&a.token));
+        let r = w.post(paths::CHANNEL_QUOTA_BUY, json!({}), Some(&a.token));
         assert_eq!(r.status, 201, "{:?}", r.body_json());
         let (o, price) = order_of(&r);
         pay(&mut w, &o, price);

@@ -4,6 +4,7 @@
 //! handling them one by one (proptest).
 
 use std::sync::{Arc, Mutex};
+use wire::http::paths;
 
 use proptest::prelude::*;
 use relay_core::store::{Batch, MemoryStore, Snapshot, Store, StoreError, StoreRead};
@@ -124,7 +125,7 @@ fn a_failed_batch_acknowledges_nothing_and_keeps_what_was_acknowledged() {
         w.relay
             .handle_text(w.now, ca, &msg_text(&b, &conv, &format!("lost{i}")));
     }
-    let response = w.post("/api/v1/ws/ticket", json!({}), Some(&a.token.clone()));
+    let response = w.post(paths::WS_TICKET, json!({}), Some(&a.token.clone()));
     assert_eq!(response.status, 200, "provisional answer inside the batch");
     w.mem.fail_commits(1);
     assert_eq!(w.relay.commit_batch(), Err(relay_core::BatchFailed));
@@ -178,7 +179,7 @@ fn a_failed_commit_fails_every_later_batch_in_flight_and_releases_none_of_them()
         ids.push(w.pending.back().unwrap().id);
     }
     // A request in the last batch: its answer is provisional.
-    let ticket = w.post("/api/v1/ws/ticket", json!({}), Some(&a.token.clone()));
+    let ticket = w.post(paths::WS_TICKET, json!({}), Some(&a.token.clone()));
     assert_eq!(ticket.status, 200);
     w.relay
         .handle_text(w.now, ca, &msg_text(&b, &conv, "p-last"));
@@ -386,7 +387,7 @@ impl Side {
             }
             Op::Connect { who } => {
                 let token = self.users[who].token.clone();
-                let t = self.w.post("/api/v1/ws/ticket", json!({}), Some(&token));
+                let t = self.w.post(paths::WS_TICKET, json!({}), Some(&token));
                 self.http
                     .push((t.status, String::from_utf8_lossy(&t.body).into_owned()));
                 if t.status == 200 {

@@ -6,6 +6,7 @@ use relay_core::store::{MemoryStore, Mutation, Store, Table};
 use relay_core::token::TokenKeys;
 use relay_core::{Config, JwtSigningKey, Relay};
 use serde_json::json;
+use wire::http::paths;
 
 use crate::world::{T0, World, b64, errors, fast_config, frames};
 
@@ -88,9 +89,9 @@ fn without_a_key_the_seed_decides() {
     w.relay = Relay::new(w.config.clone(), Box::new(store.clone()), 7).unwrap();
     let u = w.user("u");
     w.relay = Relay::new(w.config.clone(), Box::new(store.clone()), 7).unwrap();
-    assert_eq!(w.get("/api/v1/friends", Some(&u.token)).status, 200);
+    assert_eq!(w.get(paths::FRIENDS, Some(&u.token)).status, 200);
     w.relay = Relay::new(w.config.clone(), Box::new(store), 8).unwrap();
-    let r = w.get("/api/v1/friends", Some(&u.token));
+    let r = w.get(paths::FRIENDS, Some(&u.token));
     assert_eq!(
         (r.status, r.error_code().as_deref()),
         (401, Some("TOKEN_SIGNATURE_INVALID"))
@@ -106,7 +107,7 @@ fn register_raw(w: &mut World, ed: [u8; 32], x: [u8; 32], addr: &str) -> relay_c
         "pow_nonce": nonce,
     });
     w.http(
-        relay_core::HttpRequest::new(relay_core::Method::Post, "/api/v1/register")
+        relay_core::HttpRequest::new(relay_core::Method::Post, paths::REGISTER)
             .json(&body)
             .from_addr(addr),
     )
@@ -235,7 +236,7 @@ fn every_429_says_when_to_retry() {
     let mut last = None;
     for _ in 0..=relay_core::limits::POW_CHALLENGES_PER_MIN_PER_ADDR {
         let r = w.http(
-            relay_core::HttpRequest::new(relay_core::Method::Post, "/api/v1/pow/challenge")
+            relay_core::HttpRequest::new(relay_core::Method::Post, paths::POW_CHALLENGE)
                 .from_addr("10.9.9.9"),
         );
         if r.status == 429 {
@@ -252,7 +253,7 @@ fn every_429_says_when_to_retry() {
     let u = w.user("u");
     let mut got = None;
     for _ in 0..=relay_core::limits::MEDIA_UPLOADS_PER_MIN_PER_USER {
-        let r = w.post("/api/v1/media/upload-parts/init", json!({}), Some(&u.token));
+        let r = w.post(paths::MEDIA_INIT, json!({}), Some(&u.token));
         if r.status == 429 {
             got = Some(r.retry_after_s);
             break;
@@ -260,7 +261,7 @@ fn every_429_says_when_to_retry() {
     }
     assert!(matches!(got, Some(Some(1..=60))), "{got:?}");
     for _ in 0..=relay_core::limits::AUTH_CHALLENGES_PER_MIN_PER_USER {
-        let r = w.post("/api/v1/auth/challenge", json!({"user_uuid": u.uuid}), None);
+        let r = w.post(paths::AUTH_CHALLENGE, json!({"user_uuid": u.uuid}), None);
         if r.status == 429 {
             assert!(r.retry_after_s.is_some_and(|s| (1..=60).contains(&s)));
             return;

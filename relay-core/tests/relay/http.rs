@@ -3,6 +3,7 @@
 use relay_core::{Config, HttpRequest, Method};
 use serde_json::json;
 use wire::ServerFrame;
+use wire::http::paths;
 
 use crate::world::{World, b64, closed, frames};
 
@@ -15,7 +16,7 @@ fn register_conflict_returns_existing_account_and_names_the_key() {
     let first = r.body_json();
     // Same Ed25519 key, even without PoW: 409 with the account.
     let body = json!({"ed25519_public_key": b64(sk.verifying_key().as_bytes()), "x25519_public_key": b64(&[9; 32]), "nickname": "again"});
-    let r = w.http(HttpRequest::new(Method::Post, "/api/v1/register").json(&body));
+    let r = w.http(HttpRequest::new(Method::Post, paths::REGISTER).json(&body));
     assert_eq!(r.status, 409);
     let v = r.body_json();
     assert_eq!(v["uuid"], first["uuid"]);
@@ -25,7 +26,7 @@ fn register_conflict_returns_existing_account_and_names_the_key() {
     // Another Ed25519 key but the same X25519 key.
     let (sk2, _) = w.fresh_keys();
     let body = json!({"ed25519_public_key": b64(sk2.verifying_key().as_bytes()), "x25519_public_key": b64(&x), "nickname": "x"});
-    let r = w.http(HttpRequest::new(Method::Post, "/api/v1/register").json(&body));
+    let r = w.http(HttpRequest::new(Method::Post, paths::REGISTER).json(&body));
     assert_eq!(
         (r.status, r.body_json()["key"].clone()),
         (409, json!("x25519"))
@@ -45,7 +46,7 @@ fn pow_missing_wrong_reused_expired() {
             b["pow_nonce"] = json!(n);
         }
         w.http(
-            HttpRequest::new(Method::Post, "/api/v1/register")
+            HttpRequest::new(Method::Post, paths::REGISTER)
                 .json(&b)
                 .from_addr("2.2.2.2"),
         )
@@ -58,7 +59,7 @@ fn pow_missing_wrong_reused_expired() {
     let r = reg(&mut w, Some("")); // Android sends "" when unsolved
     assert_eq!(r.error_code().unwrap(), "POW_REQUIRED");
     // GET works too (iOS); default difficulty 4 and expires_in.
-    let c = w.http(HttpRequest::new(Method::Get, "/api/v1/pow/challenge").from_addr("2.2.2.2"));
+    let c = w.http(HttpRequest::new(Method::Get, paths::POW_CHALLENGE).from_addr("2.2.2.2"));
     let v = c.body_json();
     assert_eq!(
         (v["difficulty"].as_u64(), v["expires_in"].as_u64()),
@@ -88,7 +89,7 @@ fn pow_missing_wrong_reused_expired() {
     let (sk3, _) = w.fresh_keys();
     let b = json!({"ed25519_public_key": b64(sk3.verifying_key().as_bytes()), "x25519_public_key": b64(&[77; 32]), "nickname": "n", "pow_nonce": nonce});
     let first = w.http(
-        HttpRequest::new(Method::Post, "/api/v1/register")
+        HttpRequest::new(Method::Post, paths::REGISTER)
             .json(&b)
             .from_addr("2.2.2.2"),
     );
@@ -96,7 +97,7 @@ fn pow_missing_wrong_reused_expired() {
     let (sk4, _) = w.fresh_keys();
     let b = json!({"ed25519_public_key": b64(sk4.verifying_key().as_bytes()), "x25519_public_key": b64(&[78; 32]), "nickname": "n", "pow_nonce": nonce});
     let again = w.http(
-        HttpRequest::new(Method::Post, "/api/v1/register")
+        HttpRequest::new(Method::Post, paths::REGISTER)
             .json(&b)
             .from_addr("2.2.2.2"),
     );
@@ -148,7 +149,7 @@ fn nickname_limits() {
 fn auth_challenge_single_use_expiry_and_bad_signature() {
     let mut w = World::new();
     let mut u = w.user("u");
-    let c = w.post("/api/v1/auth/challenge", json!({"user_uuid": u.uuid}), None);
+    let c = w.post(paths::AUTH_CHALLENGE, json!({"user_uuid": u.uuid}), None);
     let v = c.body_json();
     assert!(v["expires_at"].as_str().unwrap().ends_with('Z'));
     let ch = v["challenge"].as_str().unwrap().to_owned();
@@ -156,7 +157,7 @@ fn auth_challenge_single_use_expiry_and_bad_signature() {
     let good = b64(&u.sk.sign(ch.as_bytes()).to_bytes());
     let bad = b64(&u.sk.sign(b"other").to_bytes());
     let r = w.post(
-        "/api/v1/auth/verify",
+        paths::AUTH_VERIFY,
         json!({"user_uuid": u.uuid, "challenge": ch, "signature": bad}),
         None,
     );
@@ -166,22 +167,19 @@ fn auth_challenge_single_use_expiry_and_bad_signature() {
     );
     // A failed attempt leaves the challenge to its account's key; the first login uses it up.
     let login = json!({"user_uuid": u.uuid, "challenge": ch, "signature": good});
-    assert_eq!(
-        w.post("/api/v1/auth/verify", login.clone(), None).status,
-        200
-    );
-    let r = w.post("/api/v1/auth/verify", login, None);
+    assert_eq!(w.post(paths::AUTH_VERIFY, login.clone(), None).status, 200);
+    let r = w.post(paths::AUTH_VERIFY, login, None);
     assert_eq!(
         (r.status, r.error_code().unwrap().as_str()),
         (401, "CHALLENGE_INVALID")
     );
     // Expired.
-    let c = w.post("/api/v1/auth/challenge", json!({"user_uuid": u.uuid}), None);
+    let c = w.post(paths::AUTH_CHALLENGE, json!({"user_uuid": u.uuid}), None);
     let ch = c.body_json()["challenge"].as_str().unwrap().to_owned();
     w.advance(120_000);
     let good = b64(&u.sk.sign(ch.as_bytes()).to_bytes());
     let r = w.post(
-        "/api/v1/auth/verify",
+        paths::AUTH_VERIFY,
         json!({"user_uuid": u.uuid, "challenge": ch, "signature": good}),
         None,
     );
@@ -189,7 +187,7 @@ fn auth_challenge_single_use_expiry_and_bad_signature() {
     let r = w.login(&mut u);
     assert_eq!(r.body_json()["expires_in"], 86_400);
     let r = w.post(
-        "/api/v1/auth/challenge",
+        paths::AUTH_CHALLENGE,
         json!({"user_uuid": "00000000-0000-4000-8000-000000000000"}),
         None,
     );
@@ -200,10 +198,10 @@ fn auth_challenge_single_use_expiry_and_bad_signature() {
 fn token_errors_have_distinct_codes() {
     let mut w = World::new();
     let mut u = w.user("u");
-    let ok = w.get("/api/v1/friends", Some(&u.token.clone()));
+    let ok = w.get(paths::FRIENDS, Some(&u.token.clone()));
     assert_eq!((ok.status, ok.body.as_slice()), (200, b"[]".as_slice()));
     let code = |w: &mut World, auth: Option<&str>| {
-        let mut req = HttpRequest::new(Method::Get, "/api/v1/friends");
+        let mut req = HttpRequest::new(Method::Get, paths::FRIENDS);
         req.authorization = auth.map(str::to_owned);
         let r = w.http(req);
         assert_eq!(r.status, 401);
@@ -244,13 +242,13 @@ fn routing_errors_and_bodies() {
         (r.status, r.error_code().unwrap().as_str()),
         (404, "NOT_FOUND")
     );
-    let r = w.http(HttpRequest::new(Method::Delete, "/api/v1/register"));
+    let r = w.http(HttpRequest::new(Method::Delete, paths::REGISTER));
     assert_eq!(
         (r.status, r.error_code().unwrap().as_str()),
         (405, "METHOD_NOT_ALLOWED")
     );
     let r = w.http(
-        HttpRequest::new(Method::Post, "/api/v1/friends/request")
+        HttpRequest::new(Method::Post, paths::FRIEND_REQUEST)
             .bearer(&u.token)
             .body("{nope"),
     );
@@ -259,7 +257,7 @@ fn routing_errors_and_bodies() {
         (400, "INVALID_JSON")
     );
     let r = w.http(
-        HttpRequest::new(Method::Post, "/api/v1/friends/request")
+        HttpRequest::new(Method::Post, paths::FRIEND_REQUEST)
             .bearer(&u.token)
             .body(vec![b' '; 40_000]),
     );
@@ -268,9 +266,9 @@ fn routing_errors_and_bodies() {
         (413, "BODY_TOO_LARGE")
     );
     // Empty POST bodies are accepted, unknown fields ignored.
-    let r = w.http(HttpRequest::new(Method::Post, "/api/v1/pow/challenge"));
+    let r = w.http(HttpRequest::new(Method::Post, paths::POW_CHALLENGE));
     assert_eq!(r.status, 200);
-    let r = w.post("/api/v1/ws/ticket", json!({"whatever": 1}), Some(&u.token));
+    let r = w.post(paths::WS_TICKET, json!({"whatever": 1}), Some(&u.token));
     let t = r.body_json()["ticket"].as_str().unwrap().to_owned();
     // `t`, then base64url of expiry (8 bytes), nonce (16), the token's jti (32) and tag (16).
     assert!(
@@ -279,10 +277,7 @@ fn routing_errors_and_bodies() {
             && t.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     );
-    for r in [
-        w.get("/api/v1/nothing", None),
-        w.get("/api/v1/friends", None),
-    ] {
+    for r in [w.get("/api/v1/nothing", None), w.get(paths::FRIENDS, None)] {
         let v = r.body_json();
         assert!(v["error"].is_string() && v["message"].is_string());
     }
@@ -297,7 +292,7 @@ fn contacts_flow_and_pushes() {
     let cb = w.connect(&mut b);
     let ca = w.connect(&mut a);
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": a.alias}),
         Some(&a.token),
     );
@@ -306,13 +301,13 @@ fn contacts_flow_and_pushes() {
         (400, "BAD_REQUEST")
     );
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": "u00000000"}),
         Some(&a.token),
     );
     assert_eq!(r.status, 404);
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": b.alias}),
         Some(&a.token),
     );
@@ -321,41 +316,41 @@ fn contacts_flow_and_pushes() {
     let pushed = frames(&w.drain(), cb);
     assert!(matches!(&pushed[..], [ServerFrame::FriendRequest(f)] if f.from.as_str() == a.alias));
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": b.alias}),
         Some(&a.token),
     );
     assert_eq!(r.status, 409);
     assert!(String::from_utf8_lossy(&r.body).contains("already exists"));
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": a.alias}),
         Some(&b.token),
     );
     assert_eq!(r.status, 409);
     // Pending listing from both sides.
-    let la = w.get("/api/v1/friends", Some(&a.token)).body_json();
+    let la = w.get(paths::FRIENDS, Some(&a.token)).body_json();
     assert_eq!(la[0]["status"], "pending");
     assert_eq!(la[0]["direction"], "sent");
     assert_eq!(la[0]["conversation_id"], "");
     assert!(la[0]["created_at"].as_str().unwrap().ends_with('Z'));
-    let lb = w.get("/api/v1/friends", Some(&b.token)).body_json();
+    let lb = w.get(paths::FRIENDS, Some(&b.token)).body_json();
     assert_eq!(
         (lb[0]["direction"].as_str(), lb[0]["alias_id"].as_str()),
         (Some("received"), Some(a.alias.as_str()))
     );
     // Only the addressee accepts; the third party sees 404.
     let r = w.http(
-        HttpRequest::new(Method::Put, format!("/api/v1/friends/{fid}/accept")).bearer(&c.token),
+        HttpRequest::new(Method::Put, paths::with(paths::FRIEND_ACCEPT, &fid)).bearer(&c.token),
     );
     assert_eq!(r.status, 404);
     let r = w.http(
-        HttpRequest::new(Method::Put, format!("/api/v1/friends/{fid}/accept")).bearer(&a.token),
+        HttpRequest::new(Method::Put, paths::with(paths::FRIEND_ACCEPT, &fid)).bearer(&a.token),
     );
     assert_eq!(r.status, 403);
     // iOS form.
     let r = w.post(
-        "/api/v1/friends/accept",
+        paths::FRIEND_ACCEPT_BODY,
         json!({"friendship_id": fid}),
         Some(&b.token),
     );
@@ -370,43 +365,43 @@ fn contacts_flow_and_pushes() {
     );
     // Idempotent accept.
     let r = w.http(
-        HttpRequest::new(Method::Put, format!("/api/v1/friends/{fid}/accept")).bearer(&b.token),
+        HttpRequest::new(Method::Put, paths::with(paths::FRIEND_ACCEPT, &fid)).bearer(&b.token),
     );
     assert_eq!(r.body_json()["conversation_id"], conv.as_str());
-    let la = w.get("/api/v1/friends", Some(&a.token)).body_json();
+    let la = w.get(paths::FRIENDS, Some(&a.token)).body_json();
     assert_eq!(
         (la[0]["status"].as_str(), la[0]["conversation_id"].as_str()),
         (Some("accepted"), Some(conv.as_str()))
     );
     assert_eq!(la[0]["x25519_public_key"], b64(&b.x25519));
     let active = w
-        .get("/api/v1/conversations/active", Some(&a.token))
+        .get(paths::ACTIVE_CONVERSATIONS, Some(&a.token))
         .body_json();
     assert_eq!(active["conversations"][0]["conv_id"], conv.as_str());
     // Reject: no notification; rejecting an accepted one is 409.
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": c.alias}),
         Some(&b.token),
     );
     let fid2 = r.body_json()["friendship_id"].as_u64().unwrap();
     w.drain();
     let r = w.post(
-        &format!("/api/v1/friends/{fid2}/reject"),
+        &paths::with(paths::FRIEND_REJECT, &fid2),
         json!({}),
         Some(&c.token),
     );
     assert_eq!(r.status, 200);
     assert!(frames(&w.drain(), cb).is_empty());
     let r = w.post(
-        &format!("/api/v1/friends/{fid}/reject"),
+        &paths::with(paths::FRIEND_REJECT, &fid),
         json!({}),
         Some(&b.token),
     );
     assert_eq!(r.status, 409);
     // After a rejection a new request is allowed.
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": c.alias}),
         Some(&b.token),
     );
@@ -420,7 +415,7 @@ fn user_lookup_and_storage_estimate() {
     let mut w = World::new();
     let a = w.user("alice");
     let b = w.user("bob");
-    let r = w.get(&format!("/api/v1/users/{}", b.alias), Some(&a.token));
+    let r = w.get(&paths::with(paths::USER, &b.alias), Some(&a.token));
     let v = r.body_json();
     assert_eq!(
         (v["alias_id"].as_str(), v["nickname"].as_str()),
@@ -435,9 +430,7 @@ fn user_lookup_and_storage_estimate() {
         w.get("/api/v1/users/NOT..valid", Some(&a.token)).status,
         404
     );
-    let s = w
-        .get("/api/v1/storage/estimate", Some(&a.token))
-        .body_json();
+    let s = w.get(paths::STORAGE_ESTIMATE, Some(&a.token)).body_json();
     assert_eq!(
         (s["used_bytes"].as_u64(), s["message_count"].as_u64()),
         (Some(0), Some(0))
@@ -493,7 +486,7 @@ fn websocket_auth_variants_and_single_session() {
     assert!(closed(&outs, conn));
     // Ticket: single use, 30 s.
     let t = w
-        .post("/api/v1/ws/ticket", json!({}), Some(&u.token))
+        .post(paths::WS_TICKET, json!({}), Some(&u.token))
         .body_json()["ticket"]
         .as_str()
         .unwrap()
@@ -505,7 +498,7 @@ fn websocket_auth_variants_and_single_session() {
         "TICKET_INVALID"
     );
     let t = w
-        .post("/api/v1/ws/ticket", json!({}), Some(&u.token))
+        .post(paths::WS_TICKET, json!({}), Some(&u.token))
         .body_json()["ticket"]
         .as_str()
         .unwrap()
@@ -559,7 +552,7 @@ fn a_friends_list_holds_the_callers_friendships_only_oldest_first() {
     w.befriend(&a, &c);
     w.befriend(&d, &a);
     let list = |w: &mut World| -> Vec<(String, String)> {
-        w.get("/api/v1/friends", Some(&a.token))
+        w.get(paths::FRIENDS, Some(&a.token))
             .body_json()
             .as_array()
             .unwrap()

@@ -6,6 +6,7 @@ use relay_core::http::{ROUTE_NAMES, UNKNOWN_ROUTE, route_name};
 use relay_core::limits::DEFAULT_RETRY_AFTER_S;
 use relay_core::{ApiError, HttpRequest, HttpResponse, Method};
 use wire::ErrorCode;
+use wire::http::paths;
 
 #[test]
 fn method_names_are_case_sensitive() {
@@ -27,26 +28,22 @@ fn method_names_are_case_sensitive() {
 fn every_route_has_its_template_name_and_empty_ids_route_nowhere() {
     use Method::{Delete, Get, Post, Put};
     let routes: &[(Method, &str, &str)] = &[
-        (Get, "/api/v1/pow/challenge", "pow/challenge"),
-        (Post, "/api/v1/pow/challenge", "pow/challenge"),
-        (Post, "/api/v1/register", "register"),
-        (Post, "/api/v1/auth/challenge", "auth/challenge"),
-        (Post, "/api/v1/auth/verify", "auth/verify"),
-        (Post, "/api/v1/ws/ticket", "ws/ticket"),
-        (Get, "/api/v1/friends", "friends"),
-        (Post, "/api/v1/friends/request", "friends/request"),
-        (Post, "/api/v1/friends/accept", "friends/accept"),
+        (Get, paths::POW_CHALLENGE, "pow/challenge"),
+        (Post, paths::POW_CHALLENGE, "pow/challenge"),
+        (Post, paths::REGISTER, "register"),
+        (Post, paths::AUTH_CHALLENGE, "auth/challenge"),
+        (Post, paths::AUTH_VERIFY, "auth/verify"),
+        (Post, paths::WS_TICKET, "ws/ticket"),
+        (Get, paths::FRIENDS, "friends"),
+        (Post, paths::FRIEND_REQUEST, "friends/request"),
+        (Post, paths::FRIEND_ACCEPT_BODY, "friends/accept"),
         (Put, "/api/v1/friends/7/accept", "friends/{id}/accept"),
         (Post, "/api/v1/friends/7/accept", "friends/{id}/accept"),
         (Post, "/api/v1/friends/7/reject", "friends/{id}/reject"),
         (Get, "/api/v1/users/u12345678", "users/{alias}"),
-        (Get, "/api/v1/conversations/active", "conversations/active"),
-        (Get, "/api/v1/storage/estimate", "storage/estimate"),
-        (
-            Post,
-            "/api/v1/media/upload-parts/init",
-            "media/upload-parts/init",
-        ),
+        (Get, paths::ACTIVE_CONVERSATIONS, "conversations/active"),
+        (Get, paths::STORAGE_ESTIMATE, "storage/estimate"),
+        (Post, paths::MEDIA_INIT, "media/upload-parts/init"),
         (
             Post,
             "/api/v1/media/upload-parts/up-1/chunk",
@@ -62,15 +59,15 @@ fn every_route_has_its_template_name_and_empty_ids_route_nowhere() {
             "/api/v1/media/upload-parts/up-1/complete",
             "media/upload-parts/{id}/complete",
         ),
-        (Get, "/api/v1/media/download", "media/download"),
-        (Get, "/api/v1/push/vapid-key", "push/vapid-key"),
-        (Post, "/api/v1/push/subscribe", "push/subscribe"),
-        (Post, "/api/v1/push/register", "push/register"),
-        (Post, "/api/v1/push/disable", "push/disable"),
-        (Get, "/api/v1/calls/ice-config", "calls/ice-config"),
-        (Get, "/api/v1/channels/search", "channels/search"),
-        (Get, "/api/v1/channels/mine", "channels/mine"),
-        (Post, "/api/v1/channels", "channels"),
+        (Get, paths::MEDIA_DOWNLOAD, "media/download"),
+        (Get, paths::PUSH_VAPID_KEY, "push/vapid-key"),
+        (Post, paths::PUSH_SUBSCRIBE, "push/subscribe"),
+        (Post, paths::PUSH_REGISTER, "push/register"),
+        (Post, paths::PUSH_DISABLE, "push/disable"),
+        (Get, paths::ICE_CONFIG, "calls/ice-config"),
+        (Get, paths::CHANNEL_SEARCH, "channels/search"),
+        (Get, paths::CHANNELS_MINE, "channels/mine"),
+        (Post, paths::CHANNELS, "channels"),
         (Get, "/api/v1/channels/c-1", "channels/{id}"),
         (
             Post,
@@ -86,18 +83,18 @@ fn every_route_has_its_template_name_and_empty_ids_route_nowhere() {
         (Get, "/api/v1/channels/c-1/posts", "channels/{id}/posts"),
         (Put, "/api/v1/channels/c-1/forsale", "channels/{id}/forsale"),
         (Post, "/api/v1/channels/c-1/buy", "channels/{id}/buy"),
-        (Post, "/api/v1/channels/quota/buy", "channels/quota/buy"),
-        (Post, "/api/v1/vanity/list-channel", "vanity/list-channel"),
-        (Get, "/api/v1/vanity/search", "vanity/search"),
-        (Post, "/api/v1/vanity/purchase", "vanity/purchase"),
-        (Post, "/api/v1/vanity/bind", "vanity/bind"),
-        (Post, "/api/v1/vanity/reserve", "vanity/reserve"),
+        (Post, paths::CHANNEL_QUOTA_BUY, "channels/quota/buy"),
+        (Post, paths::LIST_CHANNEL, "vanity/list-channel"),
+        (Get, paths::VANITY_SEARCH, "vanity/search"),
+        (Post, paths::VANITY_PURCHASE, "vanity/purchase"),
+        (Post, paths::VANITY_BIND, "vanity/bind"),
+        (Post, paths::VANITY_RESERVE, "vanity/reserve"),
         (
             Get,
             "/api/v1/vanity/order/o-1/status",
             "vanity/order/{id}/status",
         ),
-        (Post, "/api/v1/payments/webhook", "payments/webhook"),
+        (Post, paths::PAYMENT_WEBHOOK, "payments/webhook"),
     ];
     for (method, path, name) in routes {
         assert_eq!(route_name(*method, path), *name, "{method:?} {path}");
@@ -116,8 +113,8 @@ fn every_route_has_its_template_name_and_empty_ids_route_nowhere() {
         (Post, "/api/v1/media/upload-parts//chunk"),
         (Post, "/api/v1/media/upload-parts//complete"),
         (Get, "/api/v1/channels/"),
-        (Get, "/api/v1/register"),
-        (Method::Other, "/api/v1/friends"),
+        (Get, paths::REGISTER),
+        (Method::Other, paths::FRIENDS),
         (Get, "/api/v1/friends/"),
         (Get, "/api/v2/friends"),
     ] {
@@ -154,7 +151,7 @@ fn headers_are_found_by_any_case_first_value_first() {
         .header("X-Payment-Signature", "first")
         .header("x-payment-signature", "second")
         .header("Content-Type", "application/json");
-    assert_eq!(req.path, "/api/v1/payments/webhook");
+    assert_eq!(req.path, paths::PAYMENT_WEBHOOK);
     assert_eq!(req.query, "x=1");
     assert_eq!(req.header_value("x-payment-signature"), Some("first"));
     assert_eq!(req.header_value("CONTENT-TYPE"), Some("application/json"));
@@ -164,7 +161,7 @@ fn headers_are_found_by_any_case_first_value_first() {
 
 #[test]
 fn a_request_s_debug_says_whether_there_is_an_address_and_how_many_were_resolved() {
-    let req = HttpRequest::new(Method::Post, "/api/v1/push/subscribe")
+    let req = HttpRequest::new(Method::Post, paths::PUSH_SUBSCRIBE)
         .from_addr("198.51.100.23")
         .resolved(
             "secret-host.example",

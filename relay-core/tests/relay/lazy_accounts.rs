@@ -5,6 +5,7 @@
 
 use relay_core::store::{Mutation, Store as _, Table};
 use serde_json::{Value, json};
+use wire::http::paths;
 
 use crate::orders::{commerce_config, pay, purchase};
 use crate::world::{World, acks, both_online, errors, frames, msgs};
@@ -54,7 +55,7 @@ fn accounts_stay_in_the_store_and_are_read_back_when_needed() {
     assert_eq!(w.relay.account_cache().accounts, 0, "nothing read at start");
     assert_eq!(w.relay.stats().accounts_read, 0);
     // A token issued before the restart is checked against the stored account.
-    let profile = w.get(&format!("/api/v1/users/{}", b.alias), Some(&a.token));
+    let profile = w.get(&paths::with(paths::USER, &b.alias), Some(&a.token));
     assert_eq!(profile.status, 200, "{:?}", profile.body_json());
     assert_eq!(
         profile.body_json()["alias_id"],
@@ -66,7 +67,7 @@ fn accounts_stay_in_the_store_and_are_read_back_when_needed() {
         "the caller by uuid, b by alias"
     );
     assert_eq!(w.relay.account_cache().accounts, 0);
-    let friends = w.get("/api/v1/friends", Some(&b.token)).body_json();
+    let friends = w.get(paths::FRIENDS, Some(&b.token)).body_json();
     assert_eq!(friends[0]["alias_id"], Value::from(a.alias.clone()));
     // Messages both ways, each reading the accounts it names.
     let ca = w.connect(&mut a);
@@ -138,7 +139,7 @@ fn a_failed_account_read_changes_nothing() {
 
     // A token's check.
     w.mem.fail_reads(1);
-    let r = w.get("/api/v1/friends", Some(&a.token));
+    let r = w.get(paths::FRIENDS, Some(&a.token));
     assert_eq!(
         (r.status, r.error_code().as_deref()),
         (503, Some("STORAGE_UNAVAILABLE"))
@@ -146,7 +147,7 @@ fn a_failed_account_read_changes_nothing() {
     // A friend request.
     w.mem.fail_reads(1);
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": c.alias}),
         Some(&a.token),
     );
@@ -154,7 +155,7 @@ fn a_failed_account_read_changes_nothing() {
     assert_eq!(w.rows(Table::Friendships).len(), friendships);
     w.mem.fail_reads(0);
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": c.alias}),
         Some(&a.token),
     );
@@ -190,11 +191,7 @@ fn an_alias_index_row_follows_a_bind() {
     let o = p.body_json()["order_id"].as_str().unwrap().to_owned();
     pay(&mut w, &o, 1500);
     w.pipeline();
-    let r = w.post(
-        "/api/v1/vanity/bind",
-        json!({"order_id": o}),
-        Some(&a.token),
-    );
+    let r = w.post(paths::VANITY_BIND, json!({"order_id": o}), Some(&a.token));
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     assert!(w.seal(), "the bind is in flight");
     let old_row = format!("alias/{old}");
@@ -203,7 +200,7 @@ fn an_alias_index_row_follows_a_bind() {
         "not committed yet"
     );
     let lookup = |w: &mut World, alias: &str| {
-        w.get(&format!("/api/v1/users/{alias}"), Some(&b.token))
+        w.get(&paths::with(paths::USER, &alias), Some(&b.token))
             .status
     };
     assert_eq!(lookup(&mut w, &old), 404, "the account in memory wins");
@@ -242,7 +239,7 @@ fn a_store_without_index_rows_is_indexed_at_start() {
     assert!(index(&w).is_empty());
     w.restart(Box::new(w.mem.clone()));
     assert_eq!(index(&w), want);
-    let r = w.get(&format!("/api/v1/users/{}", b.alias), Some(&a.token));
+    let r = w.get(&paths::with(paths::USER, &b.alias), Some(&a.token));
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     let (_, x) = w.fresh_keys();
     let r = w.register_with(&a.sk, x, "again", "10.9.0.5");

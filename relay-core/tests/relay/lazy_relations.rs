@@ -6,6 +6,7 @@
 
 use relay_core::store::{Mutation, Store as _, Table};
 use serde_json::{Value, json};
+use wire::http::paths;
 
 use crate::world::{World, acks, both_online, closed, errors, frames, msgs};
 
@@ -81,9 +82,9 @@ fn conversations_and_contacts_stay_in_the_store_and_are_read_back_when_needed() 
         [("m3".into(), 3)],
         "the counter is the stored one"
     );
-    let r = w.get("/api/v1/conversations/active", Some(&a.token));
+    let r = w.get(paths::ACTIVE_CONVERSATIONS, Some(&a.token));
     assert_eq!(r.body_json()["conversations"][0]["conv_id"], conv.as_str());
-    let r = w.get("/api/v1/friends", Some(&b.token));
+    let r = w.get(paths::FRIENDS, Some(&b.token));
     assert_eq!(r.body_json()[0]["conversation_id"], conv.as_str());
     assert_eq!(r.body_json()[0]["alias_id"], a.alias.as_str());
 }
@@ -124,7 +125,7 @@ fn a_failed_contacts_read_changes_nothing() {
     let c = w.user("carol");
     // Accounts are in memory: the first read of each request is the caller's contacts.
     w.mem.fail_reads(1);
-    let r = w.get("/api/v1/friends", Some(&a.token));
+    let r = w.get(paths::FRIENDS, Some(&a.token));
     assert_eq!(
         (r.status, r.error_code().as_deref()),
         (503, Some("STORAGE_UNAVAILABLE"))
@@ -135,7 +136,7 @@ fn a_failed_contacts_read_changes_nothing() {
     );
     w.mem.fail_reads(1);
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": c.alias}),
         Some(&a.token),
     );
@@ -143,7 +144,7 @@ fn a_failed_contacts_read_changes_nothing() {
     assert_eq!(w.rows(Table::Friendships).len(), friendships);
     assert_eq!(w.rows(Table::Contacts).len(), contacts);
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": c.alias}),
         Some(&a.token),
     );
@@ -172,7 +173,7 @@ fn friendships_and_conversations_in_flight_are_found_in_memory() {
     let cb = w.connect(&mut b);
     w.sync(cb);
     let r = w.post(
-        "/api/v1/friends/request",
+        paths::FRIEND_REQUEST,
         json!({"to_alias_id": b.alias}),
         Some(&a.token),
     );
@@ -181,7 +182,7 @@ fn friendships_and_conversations_in_flight_are_found_in_memory() {
     let r = w.http(
         relay_core::HttpRequest::new(
             relay_core::http::Method::Put,
-            format!("/api/v1/friends/{id}/accept"),
+            paths::with(paths::FRIEND_ACCEPT, &id),
         )
         .bearer(&b.token),
     );
@@ -231,7 +232,7 @@ fn a_store_without_contacts_rows_is_indexed_at_start() {
     w.restart(Box::new(w.mem.clone()));
     assert_eq!(contact_rows(&w).len(), 2);
     assert!(w.rows(Table::Meta).iter().any(|(k, _)| k == "contacts"));
-    let r = w.get("/api/v1/friends", Some(&a.token));
+    let r = w.get(paths::FRIENDS, Some(&a.token));
     assert_eq!(r.body_json()[0]["conversation_id"], conv.as_str());
     let ca = w.connect(&mut a);
     w.sync(ca);

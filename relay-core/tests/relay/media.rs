@@ -4,6 +4,7 @@ use relay_core::store::SqliteStore;
 use relay_core::{FsBlobStore, MemoryBlobStore, Method};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
+use wire::http::paths;
 use wire::limits::{MAX_MEDIA_PART_BYTES, MAX_MEDIA_PARTS};
 
 use crate::world::{User, World, fast_config};
@@ -22,7 +23,7 @@ fn chunk_frame(seed: u8, ct_len: usize) -> Vec<u8> {
 
 pub(crate) fn init(w: &mut World, u: &User) -> (String, String) {
     let r = w.post(
-        "/api/v1/media/upload-parts/init",
+        paths::MEDIA_INIT,
         json!({"content_type": "application/octet-stream"}),
         Some(&u.token),
     );
@@ -63,7 +64,7 @@ pub(crate) fn complete(
     parts: Value,
 ) -> relay_core::HttpResponse {
     w.post(
-        &format!("/api/v1/media/upload-parts/{upload}/complete"),
+        &paths::with(paths::MEDIA_COMPLETE, &upload),
         json!({"media_key": key, "parts": parts}),
         Some(token),
     )
@@ -150,13 +151,9 @@ fn three_parts_round_trip_and_any_user_with_the_key_downloads() {
         401
     );
     // storage/estimate counts the uploader's media.
-    let est = w
-        .get("/api/v1/storage/estimate", Some(&a.token))
-        .body_json();
+    let est = w.get(paths::STORAGE_ESTIMATE, Some(&a.token)).body_json();
     assert_eq!(est["used_bytes"], total);
-    let est = w
-        .get("/api/v1/storage/estimate", Some(&b.token))
-        .body_json();
+    let est = w.get(paths::STORAGE_ESTIMATE, Some(&b.token)).body_json();
     assert_eq!(est["used_bytes"], 0);
     // A completed upload takes no more parts.
     let r = chunk(&mut w, &a.token, &id, &key, "4", chunk_frame(4, 10));
@@ -272,20 +269,12 @@ fn every_refusal_has_its_status_and_code() {
     let r = download(&mut w, &a.token, "m-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA");
     assert_eq!((r.status, code(&r).as_str()), (404, "MEDIA_NOT_FOUND"));
     assert_eq!(download(&mut w, &a.token, "[img]abc").status, 404);
-    assert_eq!(w.get("/api/v1/media/download", Some(&a.token)).status, 400);
+    assert_eq!(w.get(paths::MEDIA_DOWNLOAD, Some(&a.token)).status, 400);
     // No token anywhere: 401.
-    assert_eq!(
-        w.post("/api/v1/media/upload-parts/init", json!({}), None)
-            .status,
-        401
-    );
+    assert_eq!(w.post(paths::MEDIA_INIT, json!({}), None).status, 401);
     assert_eq!(chunk(&mut w, "x", &id, &key, "1", p).status, 401);
     // Wrong methods.
-    assert_eq!(
-        w.get("/api/v1/media/upload-parts/init", Some(&a.token))
-            .status,
-        405
-    );
+    assert_eq!(w.get(paths::MEDIA_INIT, Some(&a.token)).status, 405);
 }
 
 #[test]
@@ -325,9 +314,7 @@ fn objects_expire_after_24h_and_unfinished_uploads_after_2h() {
     w.advance(1);
     assert_eq!(code(&download(&mut w, &a.token, &key)), "MEDIA_NOT_FOUND");
     assert_eq!(blobs.part_count(), 0);
-    let est = w
-        .get("/api/v1/storage/estimate", Some(&a.token))
-        .body_json();
+    let est = w.get(paths::STORAGE_ESTIMATE, Some(&a.token)).body_json();
     assert_eq!(est["used_bytes"], 0);
 }
 
@@ -339,7 +326,7 @@ fn uploads_are_rate_limited_per_user() {
     for _ in 0..10 {
         init(&mut w, &a);
     }
-    let r = w.post("/api/v1/media/upload-parts/init", json!({}), Some(&a.token));
+    let r = w.post(paths::MEDIA_INIT, json!({}), Some(&a.token));
     assert_eq!((r.status, code(&r).as_str()), (429, "RATE_LIMITED"));
     init(&mut w, &b);
     w.advance(60_000);

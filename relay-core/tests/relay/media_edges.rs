@@ -12,6 +12,7 @@ use relay_core::limits::MAX_MEDIA_BYTES_PER_USER;
 use relay_core::store::{Mutation, Store as _, Table};
 use relay_core::{BlobStore as _, MemoryBlobStore};
 use serde_json::{Value, json};
+use wire::http::paths;
 use wire::limits::{MAX_MEDIA_OBJECT_BYTES, MAX_MEDIA_PART_BYTES, MAX_MEDIA_PARTS};
 
 use crate::media::{etag_of as etag, init};
@@ -310,9 +311,7 @@ fn an_account_may_hold_its_byte_limit_exactly_and_not_one_byte_more() {
     }
     put_media_row(&w, &with_full_parts(row, 1..=19));
     restart(&mut w, &blobs, &mut a);
-    let est = w
-        .get("/api/v1/storage/estimate", Some(&a.token))
-        .body_json();
+    let est = w.get(paths::STORAGE_ESTIMATE, Some(&a.token)).body_json();
     assert_eq!(est["used_bytes"], 79 * P);
     // The 80th part: exactly at the limit.
     let e20 = etag(&chunk(&mut w, &a, &id, &key, 20, full_part(20)));

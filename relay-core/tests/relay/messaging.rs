@@ -3,6 +3,7 @@
 use relay_core::Config;
 use serde_json::json;
 use wire::ServerFrame;
+use wire::http::paths;
 
 use crate::world::both_online as pair;
 use crate::world::{World, acks, b64, errors, frames, msgs};
@@ -125,7 +126,7 @@ fn offline_queue_sync_replay_and_receipts() {
         w.msg(&a, &b, &conv, &format!("m{i}"));
     }
     let s = w
-        .get("/api/v1/storage/estimate", Some(&b.token.clone()))
+        .get(paths::STORAGE_ESTIMATE, Some(&b.token.clone()))
         .body_json();
     assert_eq!(s["message_count"], 5);
     // Connected but not synced: nothing pushed yet.
@@ -189,7 +190,7 @@ fn offline_queue_sync_replay_and_receipts() {
         matches!(got.iter().find(|f| matches!(f, ServerFrame::Read(_))), Some(ServerFrame::Read(r)) if r.seq.get() == 6)
     );
     let s = w
-        .get("/api/v1/storage/estimate", Some(&b.token.clone()))
+        .get(paths::STORAGE_ESTIMATE, Some(&b.token.clone()))
         .body_json();
     assert_eq!(s["message_count"], 0);
 }
@@ -387,7 +388,7 @@ fn commit_failure_is_fail_stop() {
         "{f:?}"
     );
     assert!(w.relay.is_failed());
-    let r = w.get("/api/v1/friends", Some(&a.token));
+    let r = w.get(paths::FRIENDS, Some(&a.token));
     assert_eq!(
         (r.status, r.error_code().unwrap().as_str()),
         (503, "STORAGE_UNAVAILABLE")

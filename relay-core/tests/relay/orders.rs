@@ -3,6 +3,7 @@
 //! purchases, trades and webhooks. Also the shared helpers of `channels.rs` and `vanity.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use wire::http::paths;
 
 use proptest::prelude::*;
 use relay_core::config::WebhookSecret;
@@ -52,7 +53,7 @@ pub(crate) fn req(
 }
 
 pub(crate) fn webhook_raw(w: &mut World, body: &[u8], sig: Option<&str>) -> HttpResponse {
-    let mut r = HttpRequest::new(Method::Post, "/api/v1/payments/webhook").body(body.to_vec());
+    let mut r = HttpRequest::new(Method::Post, paths::PAYMENT_WEBHOOK).body(body.to_vec());
     if let Some(s) = sig {
         r = r.header("X-Payment-Signature", s);
     }
@@ -71,7 +72,7 @@ pub(crate) fn webhook(
     let body = json!({"payment_id": payment, "order_id": order, "payment_status": status, "paid_usdt": paid})
         .to_string();
     let sig = relay_core::payments::sign_webhook(SECRET, body.as_bytes());
-    let mut r = HttpRequest::new(Method::Post, "/api/v1/payments/webhook").body(body);
+    let mut r = HttpRequest::new(Method::Post, paths::PAYMENT_WEBHOOK).body(body);
     r = r.header("x-payment-signature", sig);
     w.http(r)
 }
@@ -84,7 +85,7 @@ pub(crate) fn pay(w: &mut World, order: &str, price: u64) -> Vec<Output> {
 }
 
 pub(crate) fn status_of(w: &mut World, order: &str) -> Value {
-    let r = w.get(&format!("/api/v1/vanity/order/{order}/status"), None);
+    let r = w.get(&paths::with(paths::ORDER_STATUS, &order), None);
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     r.body_json()
 }
@@ -115,7 +116,7 @@ pub(crate) fn all_confirms(outs: &[Output]) -> Vec<String> {
 
 pub(crate) fn purchase(w: &mut World, u: &User, alias: &str) -> HttpResponse {
     w.post(
-        "/api/v1/vanity/purchase",
+        paths::VANITY_PURCHASE,
         json!({ "alias_id": alias }),
         Some(&u.token),
     )
@@ -293,7 +294,7 @@ fn order_status_covers_every_kind() {
     assert_eq!(v["kind"], "vanity");
     assert_eq!(v["alias_id"], "88888888");
     assert_eq!(v["ref_id"], "88888888");
-    let q = w.post("/api/v1/channels/quota/buy", json!({}), Some(&a.token));
+    let q = w.post(paths::CHANNEL_QUOTA_BUY, json!({}), Some(&a.token));
     assert_eq!(q.status, 201);
     let qo = order_id(&q);
     let v = status_of(&mut w, &qo);
@@ -337,11 +338,7 @@ fn sqlite_restart_keeps_orders_holds_payments_and_bindings() {
         webhook(&mut w, &po, &format!("pay-{po}"), "finished", pp).status,
         200
     );
-    let r = w.post(
-        "/api/v1/vanity/bind",
-        json!({"order_id": po}),
-        Some(&a.token),
-    );
+    let r = w.post(paths::VANITY_BIND, json!({"order_id": po}), Some(&a.token));
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     w.restart(Box::new(SqliteStore::open(&path).unwrap()));
     let r = w.get("/api/v1/users/88888888", Some(&b.token));
@@ -432,7 +429,7 @@ fn run(ops: Vec<Op>) {
     let mut w = cw();
     let mut users: Vec<User> = vec![w.user("a"), w.user("b"), w.user("c")];
     let created = w.post(
-        "/api/v1/channels",
+        paths::CHANNELS,
         json!({"name":"chan","description":"d"}),
         Some(&users[0].token),
     );
@@ -487,7 +484,7 @@ fn run(ops: Vec<Op>) {
                     continue;
                 };
                 let r = w.post(
-                    "/api/v1/vanity/bind",
+                    paths::VANITY_BIND,
                     json!({"order_id": o}),
                     Some(&users[who].token),
                 );
@@ -502,7 +499,7 @@ fn run(ops: Vec<Op>) {
                 let tokens: Vec<String> = users.iter().map(|u| u.token.clone()).collect();
                 for (i, t) in tokens.iter().enumerate() {
                     let r = w.post(
-                        "/api/v1/vanity/list-channel",
+                        paths::LIST_CHANNEL,
                         json!({"channel_id": channel, "price_usdt": price}),
                         Some(t),
                     );
@@ -515,7 +512,7 @@ fn run(ops: Vec<Op>) {
             }
             Op::Buy { who } => {
                 let r = w.post(
-                    &format!("/api/v1/channels/{channel}/buy"),
+                    &paths::with(paths::CHANNEL_BUY, &channel),
                     json!({}),
                     Some(&users[who].token),
                 );
@@ -597,7 +594,7 @@ fn run(ops: Vec<Op>) {
         // Each sold alias resolves to exactly the account that bound it.
         for alias in ALIASES {
             let r = w.get(
-                &format!("/api/v1/users/{alias}"),
+                &paths::with(paths::USER, &alias),
                 Some(&users[0].token.clone()),
             );
             let holders = users.iter().filter(|u| u.alias == alias).count();
@@ -617,7 +614,7 @@ fn run(ops: Vec<Op>) {
         let owners = (0..3)
             .filter(|i| {
                 let t = users[*i].token.clone();
-                w.get(&format!("/api/v1/channels/{channel}"), Some(&t))
+                w.get(&paths::with(paths::CHANNEL, &channel), Some(&t))
                     .body_json()["role"]
                     == "owner"
             })
@@ -625,7 +622,7 @@ fn run(ops: Vec<Op>) {
         assert_eq!(owners, 1);
         let t = users[owner].token.clone();
         assert_eq!(
-            w.get(&format!("/api/v1/channels/{channel}"), Some(&t))
+            w.get(&paths::with(paths::CHANNEL, &channel), Some(&t))
                 .body_json()["role"],
             "owner"
         );

@@ -3,6 +3,7 @@
 use base64::Engine as _;
 use relay_core::{Config, PushTarget};
 use serde_json::{Value, json};
+use wire::http::paths;
 
 use crate::world::online_and_offline as pair;
 use crate::world::{User, World, fast_config, pushes};
@@ -19,7 +20,7 @@ fn subscription(endpoint: &str) -> Value {
 
 fn subscribe(w: &mut World, u: &User, endpoint: &str) -> relay_core::HttpResponse {
     w.post(
-        "/api/v1/push/subscribe",
+        paths::PUSH_SUBSCRIBE,
         subscription(endpoint),
         Some(&u.token),
     )
@@ -101,13 +102,10 @@ fn native_tokens_dedup_and_disable() {
     let android = json!({"token": "fcm-token-1", "platform": "android"});
     // Retries (0 s / 5 s / 30 s / 300 s) store one target.
     for _ in 0..3 {
-        assert_eq!(
-            w.post("/api/v1/push/register", android.clone(), t).status,
-            200
-        );
+        assert_eq!(w.post(paths::PUSH_REGISTER, android.clone(), t).status, 200);
     }
     let ios = json!({"device_token": "abcdef0123", "platform": "ios"});
-    assert_eq!(w.post("/api/v1/push/register", ios, t).status, 200);
+    assert_eq!(w.post(paths::PUSH_REGISTER, ios, t).status, 200);
     let p = pushes(&w.msg(&a, &b, &conv, "m1"));
     assert_eq!(p.len(), 2);
     assert!(p.iter().any(|(_, t, _)| *t
@@ -119,20 +117,20 @@ fn native_tokens_dedup_and_disable() {
             token: "abcdef0123".into()
         }));
     // Neither token: 400; bad token: 400; no JWT: 401.
-    let r = w.post("/api/v1/push/register", json!({"platform": "android"}), t);
+    let r = w.post(paths::PUSH_REGISTER, json!({"platform": "android"}), t);
     assert_eq!(
         (r.status, r.error_code().unwrap().as_str()),
         (400, "INVALID_FIELD")
     );
     let r = w.post(
-        "/api/v1/push/register",
+        paths::PUSH_REGISTER,
         json!({"token": " ", "platform": "android"}),
         t,
     );
     assert_eq!(r.status, 400);
     assert_eq!(
         w.post(
-            "/api/v1/push/register",
+            paths::PUSH_REGISTER,
             json!({"token": "x", "platform": "android"}),
             None
         )
@@ -140,13 +138,8 @@ fn native_tokens_dedup_and_disable() {
         401
     );
     // Disable (any body, or none) forgets everything; idempotent.
-    assert_eq!(w.post("/api/v1/push/disable", json!({}), t).status, 200);
-    let r = w.raw(
-        relay_core::Method::Post,
-        "/api/v1/push/disable",
-        Vec::new(),
-        t,
-    );
+    assert_eq!(w.post(paths::PUSH_DISABLE, json!({}), t).status, 200);
+    let r = w.raw(relay_core::Method::Post, paths::PUSH_DISABLE, Vec::new(), t);
     assert_eq!(r.status, 200);
     w.advance(30_000);
     assert!(pushes(&w.msg(&a, &b, &conv, "m2")).is_empty());
@@ -180,7 +173,7 @@ fn subscriptions_are_validated() {
     let u = w.user("alice");
     let t = Some(u.token.as_str());
     let r = w.post(
-        "/api/v1/push/subscribe",
+        paths::PUSH_SUBSCRIBE,
         subscription("http://push.example.net/x"),
         t,
     );
@@ -190,7 +183,7 @@ fn subscriptions_are_validated() {
         "http:// outside test mode"
     );
     for bad in ["https://", "push.example.net", "https://a b", "https://@x/"] {
-        let r = w.post("/api/v1/push/subscribe", subscription(bad), t);
+        let r = w.post(paths::PUSH_SUBSCRIBE, subscription(bad), t);
         assert_eq!(
             (r.status, r.error_code().unwrap().as_str()),
             (400, "INVALID_FIELD"),
@@ -199,19 +192,18 @@ fn subscriptions_are_validated() {
     }
     let long = format!("https://push.example.net/{}", "a".repeat(3000));
     assert_eq!(
-        w.post("/api/v1/push/subscribe", subscription(&long), t)
-            .status,
+        w.post(paths::PUSH_SUBSCRIBE, subscription(&long), t).status,
         400
     );
     let bad_keys = json!({"endpoint": "https://p.example/x", "keys": {"p256dh": "AAAA", "auth": b64url(&[3u8; 16])}});
-    assert_eq!(w.post("/api/v1/push/subscribe", bad_keys, t).status, 400);
+    assert_eq!(w.post(paths::PUSH_SUBSCRIBE, bad_keys, t).status, 400);
     let bad_auth = json!({"endpoint": "https://p.example/x", "keys": {"p256dh": b64url(&[4u8; 65]), "auth": "!!"}});
-    assert_eq!(w.post("/api/v1/push/subscribe", bad_auth, t).status, 400);
+    assert_eq!(w.post(paths::PUSH_SUBSCRIBE, bad_auth, t).status, 400);
     let no_keys = json!({"endpoint": "https://p.example/x"});
-    assert_eq!(w.post("/api/v1/push/subscribe", no_keys, t).status, 400);
+    assert_eq!(w.post(paths::PUSH_SUBSCRIBE, no_keys, t).status, 400);
     assert_eq!(
         w.post(
-            "/api/v1/push/subscribe",
+            paths::PUSH_SUBSCRIBE,
             subscription("https://p.example/x"),
             None
         )
@@ -238,19 +230,19 @@ fn targets_survive_a_restart() {
 fn vapid_key_placeholder_or_configured() {
     let mut w = World::new();
     let u = w.user("alice");
-    let r = w.get("/api/v1/push/vapid-key", Some(&u.token));
+    let r = w.get(paths::PUSH_VAPID_KEY, Some(&u.token));
     assert_eq!(r.status, 200);
     assert_eq!(
         r.body_json()["vapid_public_key"],
         relay_core::push::VAPID_KEY_PLACEHOLDER
     );
-    assert_eq!(w.get("/api/v1/push/vapid-key", None).status, 401);
+    assert_eq!(w.get(paths::PUSH_VAPID_KEY, None).status, 401);
     let key = b64url(&[4u8; 65]);
     let mut w = World::with_config(Config {
         vapid_public_key: Some(key.clone()),
         ..fast_config()
     });
     let u = w.user("alice");
-    let r = w.get("/api/v1/push/vapid-key", Some(&u.token));
+    let r = w.get(paths::PUSH_VAPID_KEY, Some(&u.token));
     assert_eq!(r.body_json(), json!({"vapid_public_key": key}));
 }

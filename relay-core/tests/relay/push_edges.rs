@@ -8,6 +8,7 @@ use relay_core::limits::{
 };
 use relay_core::store::{Mutation, Store as _, Table};
 use serde_json::{Value, json};
+use wire::http::paths;
 
 use crate::push_gone::{keys, web};
 use crate::world::online_and_offline as pair;
@@ -28,11 +29,11 @@ fn apns(token: &str) -> PushTarget {
 fn subscribe(w: &mut World, u: &User, endpoint: &str, fill: u8) -> relay_core::HttpResponse {
     let (p256dh, auth) = keys(fill);
     let body = json!({"endpoint": endpoint, "keys": {"p256dh": p256dh, "auth": auth}});
-    w.post("/api/v1/push/subscribe", body, Some(&u.token))
+    w.post(paths::PUSH_SUBSCRIBE, body, Some(&u.token))
 }
 
 fn register(w: &mut World, u: &User, body: Value) -> relay_core::HttpResponse {
-    w.post("/api/v1/push/register", body, Some(&u.token))
+    w.post(paths::PUSH_REGISTER, body, Some(&u.token))
 }
 
 fn status_code(r: &relay_core::HttpResponse) -> (u16, String) {

@@ -5,6 +5,7 @@ use base64::Engine as _;
 use relay_core::{Config, PushTarget};
 use serde_json::{Value, json};
 use wire::UserUuid;
+use wire::http::paths;
 
 use crate::world::{User, World, fast_config, pushes};
 
@@ -21,8 +22,7 @@ pub(crate) fn keys(fill: u8) -> (String, String) {
 fn subscribe(w: &mut World, u: &User, endpoint: &str, fill: u8) -> u16 {
     let (p256dh, auth) = keys(fill);
     let body = json!({"endpoint": endpoint, "keys": {"p256dh": p256dh, "auth": auth}});
-    w.post("/api/v1/push/subscribe", body, Some(&u.token))
-        .status
+    w.post(paths::PUSH_SUBSCRIBE, body, Some(&u.token)).status
 }
 
 pub(crate) fn web(endpoint: &str, fill: u8) -> PushTarget {
@@ -47,7 +47,7 @@ fn setup(w: &mut World) -> (User, User, String) {
     w.sync(ca);
     assert_eq!(subscribe(w, &b, "https://push.example/w/1", 7), 200);
     let r = w.post(
-        "/api/v1/push/register",
+        paths::PUSH_REGISTER,
         json!({"token": "fcm-1", "platform": "android"}),
         Some(&b.token),
     );
@@ -175,7 +175,7 @@ fn http_endpoints_only_when_the_config_allows_them() {
     for bad in ["ftp://x/y", "http://", "http:///x"] {
         assert_eq!(subscribe(&mut w, &u, bad, 7), 400, "{bad}");
     }
-    let v: Value = w.get("/api/v1/push/vapid-key", Some(&u.token)).body_json();
+    let v: Value = w.get(paths::PUSH_VAPID_KEY, Some(&u.token)).body_json();
     assert_eq!(
         v["vapid_public_key"],
         relay_core::push::VAPID_KEY_PLACEHOLDER

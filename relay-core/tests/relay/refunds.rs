@@ -7,6 +7,7 @@
 //! confirmed trade bumps).
 
 use serde_json::json;
+use wire::http::paths;
 
 use crate::channels::{create, detail, list};
 use crate::orders::{HOLD_MS, TRADE_TTL_MS, cw, purchase, status_of, webhook};
@@ -84,7 +85,7 @@ fn a_late_trade_payment_buys_the_channel_only_at_the_version_it_was_ordered_at()
     let b = w.user("b");
     let ch = create(&mut w, &a, "shop", true);
     assert_eq!(list(&mut w, &a, &ch, json!(40)).status, 200);
-    let buy = format!("/api/v1/channels/{ch}/buy");
+    let buy = paths::with(paths::CHANNEL_BUY, &ch);
     let (o1, p1) = order_of(&w.post(&buy, json!({}), Some(&b.token)));
     w.advance(TRADE_TTL_MS);
     assert_eq!(status_of(&mut w, &o1)["status"], "expired");
@@ -106,7 +107,7 @@ fn a_late_trade_payment_buys_the_channel_only_at_the_version_it_was_ordered_at()
     assert_eq!(detail(&mut w, &b, &ch)["role"], "owner");
     assert_eq!(refunds(&w), 1);
     let r = w.post(
-        "/api/v1/vanity/list-channel",
+        paths::LIST_CHANNEL,
         json!({"channel_id": ch, "price_usdt": 60, "expected_version": version}),
         Some(&b.token),
     );

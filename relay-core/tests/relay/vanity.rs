@@ -3,6 +3,7 @@
 use relay_core::HttpRequest;
 use serde_json::json;
 use wire::ServerFrame;
+use wire::http::paths;
 
 use crate::orders::{HOLD_MS, confirms, cw, pay, purchase, status_of};
 use crate::world::{frames, msgs};
@@ -10,7 +11,7 @@ use crate::world::{frames, msgs};
 #[test]
 fn search_featured_by_price_and_prefix() {
     let mut w = cw();
-    let r = w.get("/api/v1/vanity/search", None);
+    let r = w.get(paths::VANITY_SEARCH, None);
     assert_eq!(r.status, 200);
     let items = r.body_json();
     let items = items.as_array().unwrap();
@@ -63,12 +64,8 @@ fn purchase_hold_same_order_conflicts_and_errors() {
     let a = w.user("a");
     let b = w.user("b");
     assert_eq!(
-        w.post(
-            "/api/v1/vanity/purchase",
-            json!({"alias_id":"88888888"}),
-            None
-        )
-        .status,
+        w.post(paths::VANITY_PURCHASE, json!({"alias_id":"88888888"}), None)
+            .status,
         401
     );
     let r = purchase(&mut w, &a, "zzzzzz");
@@ -123,11 +120,7 @@ fn bind_rules_retire_the_old_alias_and_keep_routing() {
     let conv = w.befriend(&a, &b);
     let old = a.alias.clone();
     let bind = |w: &mut crate::world::World, u: &crate::world::User, o: &str| {
-        w.post(
-            "/api/v1/vanity/bind",
-            json!({"order_id": o}),
-            Some(&u.token),
-        )
+        w.post(paths::VANITY_BIND, json!({"order_id": o}), Some(&u.token))
     };
     let r = bind(&mut w, &a, "o-missing");
     assert_eq!(
@@ -166,11 +159,11 @@ fn bind_rules_retire_the_old_alias_and_keep_routing() {
         "88888888"
     );
     assert_eq!(
-        w.get(&format!("/api/v1/users/{old}"), Some(&b.token))
+        w.get(&paths::with(paths::USER, &old), Some(&b.token))
             .status,
         404
     );
-    let friends = w.get("/api/v1/friends", Some(&b.token)).body_json();
+    let friends = w.get(paths::FRIENDS, Some(&b.token)).body_json();
     assert_eq!(friends[0]["alias_id"], "88888888");
     assert_eq!(purchase(&mut w, &b, "88888888").status, 409);
     // Messages to the new alias and (from a stale client) to the retired one both route.
@@ -202,7 +195,7 @@ fn deprecated_reserve_and_status_still_work() {
     let a = w.user("a");
     let b = w.user("b");
     let r = w.http(
-        HttpRequest::new(relay_core::Method::Post, "/api/v1/vanity/reserve")
+        HttpRequest::new(relay_core::Method::Post, paths::VANITY_RESERVE)
             .json(&json!({"alias_id":"66668888"})),
     );
     assert_eq!(r.status, 201, "{:?}", r.body_json());
@@ -215,20 +208,12 @@ fn deprecated_reserve_and_status_still_work() {
     let price = v["price"].as_u64().unwrap();
     pay(&mut w, &o, price);
     assert_eq!(status_of(&mut w, &o)["status"], "confirmed");
-    let r = w.post(
-        "/api/v1/vanity/bind",
-        json!({"order_id": o}),
-        Some(&b.token),
-    );
+    let r = w.post(paths::VANITY_BIND, json!({"order_id": o}), Some(&b.token));
     assert_eq!(r.status, 200);
-    let r = w.post(
-        "/api/v1/vanity/bind",
-        json!({"order_id": o}),
-        Some(&a.token),
-    );
+    let r = w.post(paths::VANITY_BIND, json!({"order_id": o}), Some(&a.token));
     assert_eq!(r.status, 404, "bound to b now");
     assert_eq!(
-        w.post("/api/v1/vanity/reserve", json!({"alias_id":"nope_x"}), None)
+        w.post(paths::VANITY_RESERVE, json!({"alias_id":"nope_x"}), None)
             .status,
         404
     );
@@ -248,12 +233,8 @@ fn memory_restart_keeps_holds_and_bindings() {
     pay(&mut w, &o, 300);
     w.restart(Box::new(w.mem.clone()));
     assert_eq!(
-        w.post(
-            "/api/v1/vanity/bind",
-            json!({"order_id": o}),
-            Some(&a.token)
-        )
-        .status,
+        w.post(paths::VANITY_BIND, json!({"order_id": o}), Some(&a.token))
+            .status,
         200
     );
     w.restart(Box::new(w.mem.clone()));
@@ -287,7 +268,7 @@ fn reserve_then_register(
     alias: &str,
 ) -> (crate::world::World, String, u64, crate::world::User) {
     let mut w = crate::world::World::with_config(config);
-    let r = w.post("/api/v1/vanity/reserve", json!({ "alias_id": alias }), None);
+    let r = w.post(paths::VANITY_RESERVE, json!({ "alias_id": alias }), None);
     assert_eq!(r.status, 201, "{:?}", r.body_json());
     let v = r.body_json();
     let (o, price) = (
@@ -318,11 +299,7 @@ fn registration_never_assigns_an_alias_of_the_catalog() {
     assert_eq!(status_of(&mut w, &o)["status"], "confirmed");
     let b = w.user("b");
     assert_ne!(b.alias, alias.as_str());
-    let r = w.post(
-        "/api/v1/vanity/bind",
-        json!({ "order_id": o }),
-        Some(&b.token),
-    );
+    let r = w.post(paths::VANITY_BIND, json!({ "order_id": o }), Some(&b.token));
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     assert_eq!(r.body_json()["alias_id"], alias.as_str());
 }
@@ -336,11 +313,7 @@ fn a_vanity_alias_its_owner_moved_away_from_is_never_sold_again() {
         let r = purchase(&mut w, &a, alias);
         let o = r.body_json()["order_id"].as_str().unwrap().to_owned();
         pay(&mut w, &o, r.body_json()["price_usdt"].as_u64().unwrap());
-        let r = w.post(
-            "/api/v1/vanity/bind",
-            json!({ "order_id": o }),
-            Some(&a.token),
-        );
+        let r = w.post(paths::VANITY_BIND, json!({ "order_id": o }), Some(&a.token));
         assert_eq!(r.status, 200, "{:?}", r.body_json());
     }
     // 88888888 is retired now: no account has it, no order holds it, and still no sale.

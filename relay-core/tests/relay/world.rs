@@ -5,6 +5,7 @@ use ed25519_dalek::{Signer as _, SigningKey};
 use relay_core::store::{MemoryStore, Store};
 use relay_core::{Config, ConnId, HttpRequest, HttpResponse, Method, Output, Relay, WsConnect};
 use serde_json::{Value, json};
+use wire::http::paths;
 use wire::{ServerFrame, UnixMs};
 
 pub(crate) const T0: u64 = 1_800_000_000_000;
@@ -177,7 +178,7 @@ impl World {
             req = req.bearer(t);
         }
         let endpoint = body["endpoint"].as_str().unwrap_or_default();
-        if path == "/api/v1/push/subscribe"
+        if path == paths::PUSH_SUBSCRIBE
             && let Ok(dest) = relay_core::destination::parse_endpoint(endpoint)
             && let relay_core::destination::Host::Name(name) = dest.host
         {
@@ -201,7 +202,7 @@ impl World {
     }
 
     pub(crate) fn solve_pow(&mut self, addr: &str) -> String {
-        let r = self.http(HttpRequest::new(Method::Post, "/api/v1/pow/challenge").from_addr(addr));
+        let r = self.http(HttpRequest::new(Method::Post, paths::POW_CHALLENGE).from_addr(addr));
         assert_eq!(r.status, 200);
         let v = r.body_json();
         let c = v["challenge_string"].as_str().unwrap().to_owned();
@@ -224,19 +225,19 @@ impl World {
             "pow_nonce": nonce,
         });
         self.http(
-            HttpRequest::new(Method::Post, "/api/v1/register")
+            HttpRequest::new(Method::Post, paths::REGISTER)
                 .json(&body)
                 .from_addr(addr),
         )
     }
 
     pub(crate) fn login(&mut self, u: &mut User) -> HttpResponse {
-        let c = self.post("/api/v1/auth/challenge", json!({"user_uuid": u.uuid}), None);
+        let c = self.post(paths::AUTH_CHALLENGE, json!({"user_uuid": u.uuid}), None);
         assert_eq!(c.status, 200, "{:?}", c.body_json());
         let challenge = c.body_json()["challenge"].as_str().unwrap().to_owned();
         let sig = u.sk.sign(challenge.as_bytes());
         let r = self.post(
-            "/api/v1/auth/verify",
+            paths::AUTH_VERIFY,
             json!({"user_uuid": u.uuid, "challenge": challenge, "signature": b64(&sig.to_bytes())}),
             None,
         );
@@ -293,7 +294,7 @@ impl World {
 
     /// Connects with a ticket; `Err`: the status of the refused ticket request or upgrade.
     pub(crate) fn try_connect(&mut self, u: &mut User) -> Result<ConnId, u16> {
-        let t = self.post("/api/v1/ws/ticket", json!({}), Some(&u.token.clone()));
+        let t = self.post(paths::WS_TICKET, json!({}), Some(&u.token.clone()));
         if t.status != 200 {
             return Err(t.status);
         }
@@ -307,7 +308,7 @@ impl World {
 
     /// Connects with a ticket and syncs.
     pub(crate) fn connect(&mut self, u: &mut User) -> ConnId {
-        let t = self.post("/api/v1/ws/ticket", json!({}), Some(&u.token.clone()));
+        let t = self.post(paths::WS_TICKET, json!({}), Some(&u.token.clone()));
         assert_eq!(t.status, 200, "{:?}", t.body_json());
         let ticket = t.body_json()["ticket"].as_str().unwrap().to_owned();
         let conn = self
@@ -335,14 +336,14 @@ impl World {
     /// Makes `a` and `b` contacts and returns the conversation id.
     pub(crate) fn befriend(&mut self, a: &User, b: &User) -> String {
         let r = self.post(
-            "/api/v1/friends/request",
+            paths::FRIEND_REQUEST,
             json!({"to_alias_id": b.alias}),
             Some(&a.token),
         );
         assert_eq!(r.status, 200, "{:?}", r.body_json());
         let id = r.body_json()["friendship_id"].as_u64().unwrap();
         let r = self.http(
-            HttpRequest::new(Method::Put, format!("/api/v1/friends/{id}/accept")).bearer(&b.token),
+            HttpRequest::new(Method::Put, paths::with(paths::FRIEND_ACCEPT, &id)).bearer(&b.token),
         );
         assert_eq!(r.status, 200, "{:?}", r.body_json());
         self.drain();

@@ -113,6 +113,32 @@ pub mod paths {
     pub const PUSH_DISABLE: &str = "/api/v1/push/disable";
     /// K1 (`?mode=relay`).
     pub const ICE_CONFIG: &str = "/api/v1/calls/ice-config";
+
+    /// `template` (one of the paths above) with its `{name}` placeholder replaced by `value`:
+    /// `with(USER, "u1234")` is `/api/v1/users/u1234`. A template without a placeholder comes
+    /// back unchanged. The value is inserted as given (path parameters here are ids and
+    /// aliases, never escaped).
+    pub fn with(template: &str, value: impl std::fmt::Display) -> String {
+        match (template.find('{'), template.find('}')) {
+            (Some(open), Some(close)) if open < close => {
+                format!("{}{value}{}", &template[..open], &template[close + 1..])
+            }
+            _ => template.to_owned(),
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn a_placeholder_is_filled_and_a_plain_path_kept() {
+            assert_eq!(
+                super::with(super::FRIEND_ACCEPT, 7),
+                "/api/v1/friends/7/accept"
+            );
+            assert_eq!(super::with(super::USER, "u1"), "/api/v1/users/u1");
+            assert_eq!(super::with(super::FRIENDS, "x"), super::FRIENDS);
+        }
+    }
 }
 
 /// Why a request body was refused.
