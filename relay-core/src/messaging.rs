@@ -33,7 +33,6 @@ use crate::relay::Relay;
 use crate::rows::{PendingRetractRow, Tombstone};
 use crate::shell::ConnId;
 use crate::state::ReadCx;
-use crate::state::State;
 use crate::store::StoreError;
 
 /// Whether `text` is standard-alphabet base64 (RFC 4648 §4): `A-Z a-z 0-9 + /` in groups of
@@ -96,31 +95,16 @@ impl NotMember {
     }
 }
 
-/// [`Relay::member_check`] on the relay's parts, so that the routing path can hold the
-/// caller's uuid (borrowed from its connection) while it checks.
-fn member_check(
-    state: &mut State,
-    mut cx: ReadCx<'_>,
-    user: &UserUuid,
-    conv_id: &ConvId,
-    to: &AliasId,
-) -> Result<UserUuid, NotMember> {
-    let not_member = NotMember::Refused("unknown conversation, or you are not a member of it");
-    let other = state
-        .with_conversation(cx.reborrow(), conv_id, |c| c.other(user).cloned())
-        .map_err(|_| NotMember::Unreadable)?
-        .flatten()
-        .ok_or(not_member)?;
-    let named = state
-        .with_account(cx, &other, |a| a.alias_id == *to)
-        .map_err(|_| NotMember::Unreadable)?;
-    // A retired alias (replaced by a bound vanity alias) still routes to its account.
-    if named != Some(true) && state.retired_alias_owner(to) != Some(&other) {
-        return Err(NotMember::Refused(
-            "`to` is not the other member of this conversation",
-        ));
-    }
-    Ok(other)
+/// What the checks of a `msg` decided (`Relay::judge_msg`).
+enum MsgVerdict {
+    /// A new message for `recipient`; `peer` is their open connection, if any.
+    New {
+        recipient: UserUuid,
+        peer: Option<ConnId>,
+    },
+    /// A resend of an id the relay holds in the same conversation: acknowledged again with
+    /// its first seq, not stored twice.
+    Resent(wire::Seq),
 }
 
 impl Relay {
@@ -132,13 +116,25 @@ impl Relay {
         conv_id: &ConvId,
         to: &AliasId,
     ) -> Result<UserUuid, NotMember> {
-        member_check(
-            &mut self.state,
-            ReadCx::new(&mut *self.reader, &mut self.stats),
-            user,
-            conv_id,
-            to,
-        )
+        let not_member = NotMember::Refused("unknown conversation, or you are not a member of it");
+        let mut cx = ReadCx::new(&mut *self.reader, &mut self.stats);
+        let other = self
+            .state
+            .with_conversation(cx.reborrow(), conv_id, |c| c.other(user).cloned())
+            .map_err(|_| NotMember::Unreadable)?
+            .flatten()
+            .ok_or(not_member)?;
+        let named = self
+            .state
+            .with_account(cx, &other, |a| a.alias_id == *to)
+            .map_err(|_| NotMember::Unreadable)?;
+        // A retired alias (replaced by a bound vanity alias) still routes to its account.
+        if named != Some(true) && self.state.retired_alias_owner(to) != Some(&other) {
+            return Err(NotMember::Refused(
+                "`to` is not the other member of this conversation",
+            ));
+        }
+        Ok(other)
     }
 
     /// Whether one more message of `charge` bytes from `sender` to `recipient` in `conv` fits
@@ -194,101 +190,103 @@ impl Relay {
         self.sessions.user(conn).cloned()
     }
 
+    /// A `msg` frame: judged first (nothing written), then accepted, acknowledged and
+    /// delivered or queued; a resend of a held id is acknowledged again with its first seq.
     pub(crate) fn on_msg(&mut self, now: UnixMs, conn: ConnId, m: MsgFrame) {
-        // The caller's uuid stays borrowed from its connection (no copy per message): only
-        // `self.state`, `self.throttles` and `self.config` are touched until the ack.
-        let Some(user) = self.sessions.user(conn) else {
+        let Some(user) = self.conn_user(conn) else {
             return;
         };
-        // The id string is built only when a refusal needs it (not on the routing path).
-        let refuse = |relay: &mut Self, code: ErrorCode, msg: &str, id: &wire::MessageId| {
-            relay.send_error(conn, code, msg, Some("msg".into()), Some(id.to_string()));
-        };
-        // The author's tombstones are read (if not in memory) before `member_check` borrows the
-        // state; whether this id is known is decided below, after the membership checks.
-        let Ok(known) = self.state.tombstone(
-            ReadCx::new(&mut *self.reader, &mut self.stats),
-            user,
-            &m.id,
-            now,
-        ) else {
-            return refuse(
-                self,
-                ErrorCode::STORAGE_UNAVAILABLE,
-                "the relay could not read which message ids were already used; send it again",
-                &m.id,
-            );
-        };
-        let recipient = match member_check(
-            &mut self.state,
-            ReadCx::new(&mut *self.reader, &mut self.stats),
-            user,
-            &m.conv_id,
-            &m.to,
-        ) {
-            Ok(other) => other,
-            Err(e) => {
-                let (code, msg) = e.refusal();
-                return refuse(self, code, msg, &m.id);
+        match self.judge_msg(now, &user, &m) {
+            Ok(MsgVerdict::New { recipient, peer }) => {
+                self.accept_msg(now, conn, &user, recipient, peer, m);
             }
-        };
+            Ok(MsgVerdict::Resent(seq)) => {
+                probes::probe!("msg:deduplicated");
+                self.stats.messages_deduplicated += 1;
+                self.send(conn, ServerFrame::Ack(AckFrame { id: m.id, seq }));
+            }
+            Err((code, msg)) => {
+                // The id string is built only for a refusal (not on the routing path).
+                let id = Some(m.id.to_string());
+                self.send_error(conn, code, msg, Some("msg".into()), id);
+            }
+        }
+    }
+
+    /// The checks of a `msg` of `user`, in order: the author's tombstones and the conversation
+    /// are read (if not in memory), membership and `to`, the payload's alphabet, a known id,
+    /// the message rate, every queue bound, and the recipient's queue is read. Nothing is
+    /// written; `Err`: the code and words of the refusal.
+    fn judge_msg(
+        &mut self,
+        now: UnixMs,
+        user: &UserUuid,
+        m: &MsgFrame,
+    ) -> Result<MsgVerdict, (ErrorCode, &'static str)> {
+        // Whether this id is known is decided after the membership checks.
+        let known = self
+            .state
+            .tombstone(
+                ReadCx::new(&mut *self.reader, &mut self.stats),
+                user,
+                &m.id,
+                now,
+            )
+            .map_err(|_| {
+                (
+                    ErrorCode::STORAGE_UNAVAILABLE,
+                    "the relay could not read which message ids were already used; send it again",
+                )
+            })?;
+        let recipient = self
+            .member_check(user, &m.conv_id, &m.to)
+            .map_err(NotMember::refusal)?;
         let peer = self.online(&recipient);
         if !is_base64(&m.payload) {
-            return refuse(
-                self,
+            return Err((
                 ErrorCode::BAD_FRAME,
                 "payload is not base64 (standard alphabet)",
-                &m.id,
-            );
+            ));
         }
         // PLANTED BUG (test-only) when `NoMessageDedup`: the tombstone is never looked up.
         let dedup = !planted!(self.config, NoMessageDedup);
         if let Some(t) = known.filter(|_| dedup) {
             if t.conv_id == m.conv_id {
-                probes::probe!("msg:deduplicated");
-                self.stats.messages_deduplicated += 1;
-                let ack = ServerFrame::Ack(AckFrame {
-                    id: m.id,
-                    seq: t.seq,
-                });
-                self.send(conn, ack);
-            } else {
-                refuse(
-                    self,
-                    ErrorCode::ALREADY_EXISTS,
-                    "this message id was already used in another conversation",
-                    &m.id,
-                );
+                return Ok(MsgVerdict::Resent(t.seq));
             }
-            return;
+            return Err((
+                ErrorCode::ALREADY_EXISTS,
+                "this message id was already used in another conversation",
+            ));
         }
         if !self.throttles.message_allowed(now, user) {
-            return refuse(
-                self,
-                ErrorCode::RATE_LIMITED,
-                "too many messages; retry later",
-                &m.id,
-            );
+            return Err((ErrorCode::RATE_LIMITED, "too many messages; retry later"));
         }
         let charge = crate::limits::queued_message_bytes(m.id.as_str().len(), m.payload.len());
-        if let Err((code, msg)) = self.queue_bounds(user, &recipient, &m.conv_id, charge) {
-            return refuse(self, code, msg, &m.id);
-        }
+        self.queue_bounds(user, &recipient, &m.conv_id, charge)?;
         // The recipient's queue is read (if not in memory) before the message joins it.
-        let read = self.read_queue(&recipient, &m.conv_id);
-        if read.is_err() {
-            return refuse(
-                self,
+        if self.read_queue(&recipient, &m.conv_id).is_err() {
+            return Err((
                 ErrorCode::STORAGE_UNAVAILABLE,
                 "the relay could not read the recipient's queue; send it again",
-                &m.id,
-            );
+            ));
         }
-        // `self.sessions` is not touched by the read: the caller is still connected.
-        let Some(user) = self.sessions.user(conn) else {
-            return;
-        };
-        // `member_check` found `user` in the conversation, so this is always `Some`.
+        Ok(MsgVerdict::New { recipient, peer })
+    }
+
+    /// A new message `m` of `user` that passed [`judge_msg`](Self::judge_msg): its seq, its
+    /// tombstone and its place in the recipient's queue are written, the sender is
+    /// acknowledged, and the recipient's connection (`peer`) gets it or a push is sent.
+    fn accept_msg(
+        &mut self,
+        now: UnixMs,
+        conn: ConnId,
+        user: &UserUuid,
+        recipient: UserUuid,
+        peer: Option<ConnId>,
+        m: MsgFrame,
+    ) {
+        // `judge_msg` found `user` in the conversation, so this is always `Some`.
         let Some(seq) = self.state.next_seq(&m.conv_id, user) else {
             return;
         };
@@ -311,17 +309,15 @@ impl Relay {
             at: now,
         };
         self.state.put_message(&m.conv_id, user, &recipient, queued);
-        let offline = peer.is_none().then_some(recipient);
         if peer.is_some() {
             self.stats.messages_accepted_online += 1;
         } else {
             self.stats.messages_accepted_offline += 1;
         }
         self.send(conn, ServerFrame::Ack(AckFrame { id: m.id, seq }));
-        match (peer, offline) {
-            (Some(peer), _) => self.deliver_on(peer, &m.conv_id),
-            (None, Some(recipient)) => self.push_new_msg(now, &recipient),
-            (None, None) => {}
+        match peer {
+            Some(peer) => self.deliver_on(peer, &m.conv_id),
+            None => self.push_new_msg(now, &recipient),
         }
     }
 

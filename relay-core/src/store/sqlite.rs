@@ -162,71 +162,82 @@ impl SqliteStore {
                 supported: SCHEMA_VERSION,
             });
         }
-        // Version 1: every table; version 2: the expiry column of the expiring tables (a
-        // fresh database gets it at creation); version 3: the `account_index` table; version
-        // 4: the `contacts` and `queue_index` tables (created with the others); version 5: the
-        // expiry column of `queue_index`, left empty (NULL: never due) for the relay to fill.
-        // Later versions append steps here.
-        let tx = conn.unchecked_transaction().map_err(|e| backend(&e))?;
-        for t in Table::ALL {
-            let expiry = if t.has_expiry() {
-                ", expires_at INTEGER"
-            } else {
-                ""
-            };
-            tx.execute(
-                &format!(
-                    "CREATE TABLE IF NOT EXISTS {} (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL{expiry}) WITHOUT ROWID",
-                    t.name()
-                ),
-                [],
-            )
-            .map_err(|e| backend(&e))?;
-        }
-        for t in Table::ALL.into_iter().filter(|t| t.has_expiry()) {
-            let name = t.name();
-            let has_column: bool = tx
-                .query_row(
-                    "SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = 'expires_at'",
-                    params![name],
-                    |r| r.get(0),
-                )
-                .map_err(|e| backend(&e))?;
-            if has_column {
-                continue;
-            }
-            tx.execute(
-                &format!("ALTER TABLE {name} ADD COLUMN expires_at INTEGER"),
-                [],
-            )
-            .map_err(|e| backend(&e))?;
-            if t == Table::Tombstones {
-                // A tombstone's record holds its expiry; a queue's is filled by the relay's
-                // first start (it depends on the relay's offline TTL).
-                tx.execute(
-                    "UPDATE tombstones SET expires_at = json_extract(CAST(v AS TEXT), '$.expires_at')",
-                    [],
-                )
-                .map_err(|e| backend(&e))?;
-            }
-        }
-        for t in Table::ALL.into_iter().filter(|t| t.has_expiry()) {
-            let name = t.name();
-            tx.execute(
-                &format!("CREATE INDEX IF NOT EXISTS {name}_expires_at ON {name} (expires_at)"),
-                [],
-            )
-            .map_err(|e| backend(&e))?;
-        }
-        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
-            .map_err(|e| backend(&e))?;
-        tx.commit().map_err(|e| backend(&e))?;
+        migrate(&conn)?;
         Ok(Self {
             conn,
             target,
             writes: WriteSql::all(),
         })
     }
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`] in one transaction. Version 1: every table;
+/// version 2: the expiry column of the expiring tables (a fresh database gets it at
+/// creation); version 3: the `account_index` table; version 4: the `contacts` and
+/// `queue_index` tables (created with the others); version 5: the expiry column of
+/// `queue_index`, left empty (NULL: never due) for the relay to fill. Later versions append
+/// steps here.
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    let tx = conn.unchecked_transaction().map_err(|e| backend(&e))?;
+    for t in Table::ALL {
+        let expiry = if t.has_expiry() {
+            ", expires_at INTEGER"
+        } else {
+            ""
+        };
+        tx.execute(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {} (k TEXT PRIMARY KEY NOT NULL, v BLOB NOT NULL{expiry}) WITHOUT ROWID",
+                t.name()
+            ),
+            [],
+        )
+        .map_err(|e| backend(&e))?;
+    }
+    for t in Table::ALL.into_iter().filter(|t| t.has_expiry()) {
+        add_expiry_column(&tx, t)?;
+    }
+    for t in Table::ALL.into_iter().filter(|t| t.has_expiry()) {
+        let name = t.name();
+        tx.execute(
+            &format!("CREATE INDEX IF NOT EXISTS {name}_expires_at ON {name} (expires_at)"),
+            [],
+        )
+        .map_err(|e| backend(&e))?;
+    }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(|e| backend(&e))?;
+    tx.commit().map_err(|e| backend(&e))
+}
+
+/// Adds the expiry column to the expiring table `t` of a database written before it had one
+/// (nothing when it has it). Tombstones get theirs from their records; a queue's is filled by
+/// the relay's first start (it depends on the relay's offline TTL).
+fn add_expiry_column(tx: &rusqlite::Transaction<'_>, t: Table) -> Result<(), StoreError> {
+    let name = t.name();
+    let has_column: bool = tx
+        .query_row(
+            "SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = 'expires_at'",
+            params![name],
+            |r| r.get(0),
+        )
+        .map_err(|e| backend(&e))?;
+    if has_column {
+        return Ok(());
+    }
+    tx.execute(
+        &format!("ALTER TABLE {name} ADD COLUMN expires_at INTEGER"),
+        [],
+    )
+    .map_err(|e| backend(&e))?;
+    if t == Table::Tombstones {
+        tx.execute(
+            "UPDATE tombstones SET expires_at = json_extract(CAST(v AS TEXT), '$.expires_at')",
+            [],
+        )
+        .map_err(|e| backend(&e))?;
+    }
+    Ok(())
 }
 
 /// An epoch-millisecond expiry as SQLite's integer.
