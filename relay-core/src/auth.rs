@@ -342,7 +342,7 @@ impl Relay {
         now: UnixMs,
         req: &HttpRequest,
     ) -> Result<(UserUuid, String), ApiError> {
-        if let Some(verified) = &self.verified {
+        if let Some(verified) = self.verified_caller() {
             // This request's token, verified once by the dispatcher.
             return Ok(verified.clone());
         }

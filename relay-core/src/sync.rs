@@ -27,7 +27,7 @@ use crate::queue::Queued;
 use crate::receipts::receipt_frame;
 use crate::relay::Relay;
 use crate::rows::ReceiptKind;
-use crate::shell::{ConnId, Output};
+use crate::shell::ConnId;
 use crate::store::StoreError;
 use crate::window::Window;
 
@@ -267,7 +267,7 @@ impl Relay {
         };
         let (window_msgs, window_bytes) =
             (self.config.sync_window_msgs, self.config.sync_window_bytes);
-        // Disjoint fields: the connection (read), the queue (read), the staged outputs.
+        // Disjoint fields: the connection and the queue (both read).
         let Some(c) = self.sessions.get(conn) else {
             return false;
         };
@@ -286,21 +286,21 @@ impl Relay {
             probes::probe!("sync:window-full");
             return false;
         }
-        if let Some(from) = from {
-            self.staged.push(Output::Send {
-                conn,
-                frame: ServerFrame::Msg(MsgDelivery {
-                    id: m.id.clone(),
-                    from,
-                    conv_id: conv.clone(),
-                    seq: m.seq,
-                    at: m.at,
-                    crypto_v: m.crypto_v,
-                    payload: m.payload.clone(),
-                }),
-            });
-        }
         let seq = m.seq;
+        let frame = from.map(|from| {
+            ServerFrame::Msg(MsgDelivery {
+                id: m.id.clone(),
+                from,
+                conv_id: conv.clone(),
+                seq,
+                at: m.at,
+                crypto_v: m.crypto_v,
+                payload: m.payload.clone(),
+            })
+        });
+        if let Some(frame) = frame {
+            self.send(conn, frame);
+        }
         self.sessions.pushed(conn, conv, seq, bytes);
         true
     }

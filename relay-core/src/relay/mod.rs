@@ -117,9 +117,9 @@ pub struct Relay {
     budgets: Budgets,
     /// The caller of the request being handled, once [`Relay::dispatch_http`] verified its
     /// token (every handler's `authenticate` then reuses it: one verification per request).
-    pub(crate) verified: Option<(UserUuid, String)>,
+    verified: Option<(UserUuid, String)>,
     /// Outputs of the input being handled; released after its commit.
-    pub(crate) staged: Vec<Output>,
+    staged: Vec<Output>,
     /// The commit pipeline: the store (until a shell takes it), the open batch, the batches
     /// in flight (`crate::commit`).
     commits: Pipeline,
@@ -666,6 +666,13 @@ impl Relay {
         self.sessions.touch(conn, now);
     }
 
+    /// The caller of the HTTP request being handled, if the dispatcher verified its token
+    /// already (one verification per request).
+    pub(crate) fn verified_caller(&self) -> Option<&(UserUuid, String)> {
+        self.verified.as_ref()
+    }
+
+    /// Stages `frame` for `conn` (sent after the input's commit).
     pub(crate) fn send(&mut self, conn: ConnId, frame: ServerFrame) {
         self.staged.push(Output::Send { conn, frame });
     }
