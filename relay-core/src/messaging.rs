@@ -198,7 +198,7 @@ impl Relay {
         };
         match self.judge_msg(now, &user, &m) {
             Ok(MsgVerdict::New { recipient, peer }) => {
-                self.accept_msg(now, conn, &user, recipient, peer, m);
+                self.accept_msg(now, conn, &user, &recipient, peer, m);
             }
             Ok(MsgVerdict::Resent(seq)) => {
                 probes::probe!("msg:deduplicated");
@@ -282,7 +282,7 @@ impl Relay {
         now: UnixMs,
         conn: ConnId,
         user: &UserUuid,
-        recipient: UserUuid,
+        recipient: &UserUuid,
         peer: Option<ConnId>,
         m: MsgFrame,
     ) {
@@ -308,7 +308,7 @@ impl Relay {
             payload: m.payload,
             at: now,
         };
-        self.state.put_message(&m.conv_id, user, &recipient, queued);
+        self.state.put_message(&m.conv_id, user, recipient, queued);
         if peer.is_some() {
             self.stats.messages_accepted_online += 1;
         } else {
@@ -317,7 +317,7 @@ impl Relay {
         self.send(conn, ServerFrame::Ack(AckFrame { id: m.id, seq }));
         match peer {
             Some(peer) => self.deliver_on(peer, &m.conv_id),
-            None => self.push_new_msg(now, &recipient),
+            None => self.push_new_msg(now, recipient),
         }
     }
 

@@ -26,6 +26,7 @@ use wire::http::{ChannelRole, OrderKind, OrderState, PaymentStatus};
 
 use crate::scenario::Pay;
 use crate::time::{sim_ms, sleep_ms};
+use crate::violation::Oracle;
 use crate::world::ledger::{BindProbe, BindRec, ChannelRec, OrderRec, Payments};
 use crate::world::{HostCtx, note};
 use client::{Client, ClientError};
@@ -246,7 +247,7 @@ fn check_payment_fields(
             .borrow_mut()
             .findings
             .push(crate::violation::Violation::new(
-                "order-records",
+                Oracle::OrderRecords,
                 format!("order {order_id} was answered with {}", wrong.join(", ")),
             ));
     }
@@ -333,7 +334,7 @@ pub(crate) async fn buy_alias(ctx: &HostCtx, client: &Client<Turmoil>, alias: &s
                     .borrow_mut()
                     .findings
                     .push(crate::violation::Violation::new(
-                        "order-records",
+                        Oracle::OrderRecords,
                         format!("a purchase of {alias}, an alias of the relay's catalogue, was answered {status} ALIAS_NOT_FOUND"),
                     ));
                 return;

@@ -19,6 +19,7 @@
 use crate::faults::{FaultAction, FaultEvent, FaultPlan, HostileAct};
 use crate::runner::{Replay, RunConfig, run};
 use crate::scenario::ActionKind;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// The result of [`shrink`].
@@ -49,7 +50,7 @@ pub struct ShrinkOptions {
 pub type Check<'a> = dyn FnMut(&Replay) -> Option<Violation> + 'a;
 
 struct Shrinker<'a> {
-    oracle: &'static str,
+    oracle: Oracle,
     max_runs: u32,
     runs: u32,
     best: Replay,

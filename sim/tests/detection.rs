@@ -14,6 +14,7 @@ use std::ops::Range;
 
 use relay_core::PlantedBug;
 use sim::faults::{FaultSelection, StoreChoice};
+use sim::oracles::Oracle;
 use sim::planted::Planted;
 use sim::scenario::Scale;
 use sim::{RunConfig, RunReport, run};
@@ -29,7 +30,7 @@ struct Case {
     scale: Scale,
     faults: &'static str,
     /// A catch is a violation of one of these.
-    oracles: &'static [&'static str],
+    oracles: &'static [Oracle],
 }
 
 const CASES: [Case; 31] = [
@@ -37,19 +38,19 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
         faults: "swarm",
-        oracles: &["fail-stop"],
+        oracles: &[Oracle::FailStop],
     },
     Case {
         bug: Planted::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         scale: Scale::Small,
         faults: "swarm",
-        oracles: &["receipts-clear"],
+        oracles: &[Oracle::ReceiptsClear],
     },
     Case {
         bug: Planted::Relay(PlantedBug::NoMessageDedup),
         scale: Scale::Small,
         faults: "swarm",
-        oracles: &["seq-unique"],
+        oracles: &[Oracle::SeqUnique],
     },
     // Re-sends of an author whose tombstones left memory (even seeds run without a tombstone
     // cache, so every author's set is read back at each message).
@@ -57,7 +58,7 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::EvictedTombstonesForgotten),
         scale: Scale::Small,
         faults: "swarm",
-        oracles: &["seq-unique"],
+        oracles: &[Oracle::SeqUnique],
     },
     // Messages queued for a recipient whose queue left memory (even seeds run without a queue
     // cache, so every queue not held by a synced connection is read back when next needed).
@@ -65,7 +66,7 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::EvictedQueueForgotten),
         scale: Scale::Small,
         faults: "swarm",
-        oracles: &["liveness", "delivered-exactly-once"],
+        oracles: &[Oracle::Liveness, Oracle::DeliveredExactlyOnce],
     },
     // Accounts taken not to exist once they left memory (even seeds run without an account
     // cache, so a registered account is cold before its first login; odd seeds after a
@@ -74,7 +75,7 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::EvictedAccountForgotten),
         scale: Scale::Small,
         faults: "swarm",
-        oracles: &["setup", "outbox-drained"],
+        oracles: &[Oracle::Setup, Oracle::OutboxDrained],
     },
     // Conversations whose seq counters start again once they left memory (even seeds run
     // without a conversation cache, so every message reads its conversation back): seqs repeat.
@@ -82,26 +83,26 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::EvictedConversationForgotten),
         scale: Scale::Small,
         faults: "swarm",
-        oracles: &["seq-unique"],
+        oracles: &[Oracle::SeqUnique],
     },
     Case {
         bug: Planted::Relay(PlantedBug::SyncStopsAtEmptyConversation),
         scale: Scale::Small,
         faults: "swarm",
-        oracles: &["sync-complete"],
+        oracles: &[Oracle::SyncComplete],
     },
     Case {
         bug: Planted::Relay(PlantedBug::SeqNotPersisted),
         scale: Scale::Small,
         faults: "swarm",
-        oracles: &["seq-unique"],
+        oracles: &[Oracle::SeqUnique],
     },
     // An unpaced sync needs a hub coming back to a backlog larger than the shell's outbound queue.
     Case {
         bug: Planted::Relay(PlantedBug::SyncIgnoresWindow),
         scale: Scale::Medium,
         faults: "none",
-        oracles: &["liveness", "delivered-exactly-once"],
+        oracles: &[Oracle::Liveness, Oracle::DeliveredExactlyOnce],
     },
     // A forged token is only ever presented by a dishonest raw client (the credentials sweep
     // over the relay's route table, in half of the dishonest acts).
@@ -109,7 +110,7 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::TokenSignatureIgnored),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     // Single-use objects used twice: the dishonest clients replay their puppet's login
     // challenge and WebSocket ticket after using them once.
@@ -117,13 +118,13 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::AuthChallengeReusable),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     Case {
         bug: Planted::Relay(PlantedBug::TicketReusable),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     // A member acting on the other member's objects: the dishonest clients befriend their
     // puppet and, as members of that conversation, retract its messages and ack seqs the
@@ -132,7 +133,7 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::RetractByAnyMember),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     // Every route that names an object, tried by an outsider (or the wrong member) on the
     // puppets' objects: the owner's view must not change.
@@ -140,19 +141,19 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::UploadByAnyone),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     Case {
         bug: Planted::Relay(PlantedBug::FriendAcceptByRequester),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     Case {
         bug: Planted::Relay(PlantedBug::ListingByAnyone),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     // The worst moment: single-use credentials used before a relay power cycle, presented
     // after it.
@@ -160,41 +161,41 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::SpentNotPersisted),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     // One identity's credential presented for another: a challenge signed by another key.
     Case {
         bug: Planted::Relay(PlantedBug::ChallengeSignatureIgnored),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     // An object used right after the expiry the relay announced for it.
     Case {
         bug: Planted::Relay(PlantedBug::TicketTtlUnits),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     // Every frame type addressed to someone who is not the sender's contact.
     Case {
         bug: Planted::Relay(PlantedBug::CallToAnyone),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     // A field of a frame the relay passes on, forged: a call signal naming another caller.
     Case {
         bug: Planted::Relay(PlantedBug::CallFromNotStamped),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     Case {
         bug: Planted::Relay(PlantedBug::ReceiptBeyondSent),
         scale: Scale::Small,
         faults: "dishonest",
-        oracles: &["authz"],
+        oracles: &[Oracle::Authz],
     },
     // A deletion the relay made in memory only: every client-visible oracle excuses a
     // retracted message, so only the committed rows tell.
@@ -202,7 +203,7 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::RetractDropNotPersisted),
         scale: Scale::Small,
         faults: "swarm",
-        oracles: &["retract-drops"],
+        oracles: &[Oracle::RetractDrops],
     },
     // Acknowledged messages dropped from the queue in memory only: redelivered under their
     // seqs after a restart, which the wire oracles accept as at-least-once delivery.
@@ -210,7 +211,7 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::ReceiptDeleteNotPersisted),
         scale: Scale::Small,
         faults: "swarm",
-        oracles: &["receipt-drops"],
+        oracles: &[Oracle::ReceiptDrops],
     },
     // A confirmation kept for an offline buyer in memory only: lost by a restart before the
     // buyer's next sync.
@@ -218,7 +219,7 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::PendingConfirmNotPersisted),
         scale: Scale::Small,
         faults: "swarm",
-        oracles: &["payment-applied-once"],
+        oracles: &[Oracle::PaymentAppliedOnce],
     },
     // A late payment honoured over a competing buyer's hold: two buyers confirmed for one
     // alias (the webhook faults jump the relay's clock past the holds).
@@ -226,7 +227,11 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::LatePaymentIgnoresHolds),
         scale: Scale::Small,
         faults: "webhook",
-        oracles: &["alias-unique", "payment-applied-once", "commerce-model"],
+        oracles: &[
+            Oracle::AliasUnique,
+            Oracle::PaymentAppliedOnce,
+            Oracle::CommerceModel,
+        ],
     },
     // A window that is not refilled after a receipt only stalls a connection with more in
     // flight than the window holds: a hub's backlog.
@@ -234,14 +239,14 @@ const CASES: [Case; 31] = [
         bug: Planted::Relay(PlantedBug::WindowNotRefilledOnReceipt),
         scale: Scale::Medium,
         faults: "none",
-        oracles: &["liveness", "sync-complete"],
+        oracles: &[Oracle::Liveness, Oracle::SyncComplete],
     },
     // A missing write deadline needs a raw client that stops reading (one swarm seed in ten has one).
     Case {
         bug: Planted::NoWriteDeadline,
         scale: Scale::Small,
         faults: "slow-consumer",
-        oracles: &["stuck-client"],
+        oracles: &[Oracle::StuckClient],
     },
     // The relay server delivers no pushes (an offline client with a push target is
     // never woken).
@@ -249,7 +254,7 @@ const CASES: [Case; 31] = [
         bug: Planted::NoPushDelivery,
         scale: Scale::Small,
         faults: "none",
-        oracles: &["push"],
+        oracles: &[Oracle::Push],
     },
     // The store two relays share checks no fencing epoch, so a frozen leader that
     // resumes after the standby took over writes next to it (split brain). Caught by what
@@ -259,10 +264,10 @@ const CASES: [Case; 31] = [
         scale: Scale::Small,
         faults: "failover",
         oracles: &[
-            "seq-unique",
-            "delivered-exactly-once",
-            "seq-order",
-            "receipts-clear",
+            Oracle::SeqUnique,
+            Oracle::DeliveredExactlyOnce,
+            Oracle::SeqOrder,
+            Oracle::ReceiptsClear,
         ],
     },
 ];

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 
 use sim::class::{Class, ClassChoice};
 use sim::faults::{FaultAction, FaultKind, FaultSelection, StoreChoice, StoreKind};
+use sim::oracles::Oracle;
 use sim::oracles::Violation;
 use sim::scenario::{ActionKind, Scale};
 use sim::shrink::shrink_with;
@@ -40,7 +41,7 @@ fn config(seed: u64, faults: &str, store: StoreKind) -> RunConfig {
     }
 }
 
-fn violations_of(report: &RunReport, oracle: &str) -> Vec<String> {
+fn violations_of(report: &RunReport, oracle: Oracle) -> Vec<String> {
     report
         .violations
         .iter()
@@ -224,7 +225,7 @@ fn shrinking_keeps_only_what_the_failure_needs() {
         });
     }
     assert!(fails(&start));
-    let violation = Violation::new("fail-stop", "stand-in");
+    let violation = Violation::new(Oracle::FailStop, "stand-in");
     let mut check = |r: &Replay| fails(r).then(|| violation.clone());
     let mut quiet = |_: &str| {};
     let shrunk = shrink_with(
@@ -323,7 +324,11 @@ fn d1_a_large_backlog_reaches_a_returning_client() {
         clients: None,
         ..config(1, "none", StoreKind::Memory)
     });
-    for oracle in ["liveness", "delivered-exactly-once", "probes"] {
+    for oracle in [
+        Oracle::Liveness,
+        Oracle::DeliveredExactlyOnce,
+        Oracle::Probes,
+    ] {
         assert!(
             violations_of(&report, oracle).is_empty(),
             "{}",
@@ -353,7 +358,7 @@ fn d2_a_client_that_stops_reading_is_closed() {
         "the seed must stop a reader"
     );
     assert!(
-        violations_of(&report, "stuck-client").is_empty(),
+        violations_of(&report, Oracle::StuckClient).is_empty(),
         "{}",
         describe(&report, "slow-consumer", StoreKind::Memory)
     );
@@ -367,7 +372,7 @@ fn d2_a_client_that_stops_reading_is_closed() {
 fn retract_after_a_bind_lands() {
     let report = run(&config(9, "none", StoreKind::Memory));
     assert!(
-        violations_of(&report, "retract-lands").is_empty(),
+        violations_of(&report, Oracle::RetractLands).is_empty(),
         "{}",
         describe(&report, "none", StoreKind::Memory)
     );
@@ -382,7 +387,7 @@ fn retract_after_a_bind_lands() {
 fn retract_survives_a_crash_after_its_commit() {
     let report = run(&config(13, "swarm", StoreKind::Memory));
     assert!(
-        violations_of(&report, "retract-lands").is_empty(),
+        violations_of(&report, Oracle::RetractLands).is_empty(),
         "{}",
         describe(&report, "swarm", StoreKind::Memory)
     );
@@ -418,7 +423,7 @@ fn relay_recovers_after_a_failed_rebuild() {
 fn message_from_a_new_alias_is_released_promptly() {
     let report = run(&config(7, "relay-crash,client-crash", StoreKind::Sqlite));
     assert!(
-        violations_of(&report, "probes").is_empty(),
+        violations_of(&report, Oracle::Probes).is_empty(),
         "{}",
         describe(&report, "relay-crash,client-crash", StoreKind::Sqlite)
     );
@@ -460,7 +465,7 @@ fn a_relay_power_off_armed_by_a_store_fault_is_exempt_when_it_happens() {
             store: StoreChoice::Drawn,
             ..config(seed, "swarm", StoreKind::Memory)
         });
-        for oracle in ["stuck-client", "bad-input"] {
+        for oracle in [Oracle::StuckClient, Oracle::BadInput] {
             assert!(
                 violations_of(&report, oracle).is_empty(),
                 "{}",

@@ -19,7 +19,7 @@ pub(crate) fn create(w: &mut World, u: &User, name: &str, public: bool) -> Strin
 }
 
 pub(crate) fn detail(w: &mut World, u: &User, ch: &str) -> Value {
-    let r = w.get(&paths::with(paths::CHANNEL, &ch), Some(&u.token));
+    let r = w.get(&paths::with(paths::CHANNEL, ch), Some(&u.token));
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     r.body_json()
 }

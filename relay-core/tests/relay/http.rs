@@ -341,11 +341,11 @@ fn contacts_flow_and_pushes() {
     );
     // Only the addressee accepts; the third party sees 404.
     let r = w.http(
-        HttpRequest::new(Method::Put, paths::with(paths::FRIEND_ACCEPT, &fid)).bearer(&c.token),
+        HttpRequest::new(Method::Put, paths::with(paths::FRIEND_ACCEPT, fid)).bearer(&c.token),
     );
     assert_eq!(r.status, 404);
     let r = w.http(
-        HttpRequest::new(Method::Put, paths::with(paths::FRIEND_ACCEPT, &fid)).bearer(&a.token),
+        HttpRequest::new(Method::Put, paths::with(paths::FRIEND_ACCEPT, fid)).bearer(&a.token),
     );
     assert_eq!(r.status, 403);
     // iOS form.
@@ -365,7 +365,7 @@ fn contacts_flow_and_pushes() {
     );
     // Idempotent accept.
     let r = w.http(
-        HttpRequest::new(Method::Put, paths::with(paths::FRIEND_ACCEPT, &fid)).bearer(&b.token),
+        HttpRequest::new(Method::Put, paths::with(paths::FRIEND_ACCEPT, fid)).bearer(&b.token),
     );
     assert_eq!(r.body_json()["conversation_id"], conv.as_str());
     let la = w.get(paths::FRIENDS, Some(&a.token)).body_json();
@@ -387,14 +387,14 @@ fn contacts_flow_and_pushes() {
     let fid2 = r.body_json()["friendship_id"].as_u64().unwrap();
     w.drain();
     let r = w.post(
-        &paths::with(paths::FRIEND_REJECT, &fid2),
+        &paths::with(paths::FRIEND_REJECT, fid2),
         json!({}),
         Some(&c.token),
     );
     assert_eq!(r.status, 200);
     assert!(frames(&w.drain(), cb).is_empty());
     let r = w.post(
-        &paths::with(paths::FRIEND_REJECT, &fid),
+        &paths::with(paths::FRIEND_REJECT, fid),
         json!({}),
         Some(&b.token),
     );

@@ -200,7 +200,7 @@ fn an_alias_index_row_follows_a_bind() {
         "not committed yet"
     );
     let lookup = |w: &mut World, alias: &str| {
-        w.get(&paths::with(paths::USER, &alias), Some(&b.token))
+        w.get(&paths::with(paths::USER, alias), Some(&b.token))
             .status
     };
     assert_eq!(lookup(&mut w, &old), 404, "the account in memory wins");

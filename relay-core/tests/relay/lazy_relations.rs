@@ -182,7 +182,7 @@ fn friendships_and_conversations_in_flight_are_found_in_memory() {
     let r = w.http(
         relay_core::HttpRequest::new(
             relay_core::http::Method::Put,
-            paths::with(paths::FRIEND_ACCEPT, &id),
+            paths::with(paths::FRIEND_ACCEPT, id),
         )
         .bearer(&b.token),
     );

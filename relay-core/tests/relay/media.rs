@@ -64,7 +64,7 @@ pub(crate) fn complete(
     parts: Value,
 ) -> relay_core::HttpResponse {
     w.post(
-        &paths::with(paths::MEDIA_COMPLETE, &upload),
+        &paths::with(paths::MEDIA_COMPLETE, upload),
         json!({"media_key": key, "parts": parts}),
         Some(token),
     )

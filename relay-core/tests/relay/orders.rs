@@ -85,7 +85,7 @@ pub(crate) fn pay(w: &mut World, order: &str, price: u64) -> Vec<Output> {
 }
 
 pub(crate) fn status_of(w: &mut World, order: &str) -> Value {
-    let r = w.get(&paths::with(paths::ORDER_STATUS, &order), None);
+    let r = w.get(&paths::with(paths::ORDER_STATUS, order), None);
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     r.body_json()
 }
@@ -594,7 +594,7 @@ fn run(ops: Vec<Op>) {
         // Each sold alias resolves to exactly the account that bound it.
         for alias in ALIASES {
             let r = w.get(
-                &paths::with(paths::USER, &alias),
+                &paths::with(paths::USER, alias),
                 Some(&users[0].token.clone()),
             );
             let holders = users.iter().filter(|u| u.alias == alias).count();

@@ -343,7 +343,7 @@ impl World {
         assert_eq!(r.status, 200, "{:?}", r.body_json());
         let id = r.body_json()["friendship_id"].as_u64().unwrap();
         let r = self.http(
-            HttpRequest::new(Method::Put, paths::with(paths::FRIEND_ACCEPT, &id)).bearer(&b.token),
+            HttpRequest::new(Method::Put, paths::with(paths::FRIEND_ACCEPT, id)).bearer(&b.token),
         );
         assert_eq!(r.status, 200, "{:?}", r.body_json());
         self.drain();

@@ -20,6 +20,7 @@ use super::{Calm, Drills, Outcome};
 use crate::bounds::TRAFFIC_WINDOW_MS;
 use crate::hostile::http::{field, get, http};
 use crate::time::{sim_ms, sleep_ms};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::world::wait_until;
 
@@ -125,7 +126,7 @@ pub(super) async fn ages(d: &mut Drills<'_>) -> Outcome {
             let seqs = socket.delivered.get(&m.id).cloned().unwrap_or_default();
             let got = seqs.len();
             if youngest >= ttl + SLACK_MS {
-                out.expect(got == 0, "expiry", || {
+                out.expect(got == 0, Oracle::Expiry, || {
                     format!(
                         "message {} arrived {} h after it was queued, past the {} h TTL on the relay's clock",
                         m.id,
@@ -134,7 +135,7 @@ pub(super) async fn ages(d: &mut Drills<'_>) -> Outcome {
                     )
                 });
             } else if oldest + SLACK_MS <= ttl {
-                out.expect(got == 1, "expiry", || {
+                out.expect(got == 1, Oracle::Expiry, || {
                     format!(
                         "message {} acknowledged at {} ms, {} min on the relay's clock before its recipient synced at {synced_ms} ms (TTL {} h), arrived {got} times (seqs {seqs:?})",
                         m.id,
@@ -182,7 +183,7 @@ pub(super) async fn tokens(d: &mut Drills<'_>) -> Outcome {
             continue;
         }
         if age + SLACK_MS <= ttl {
-            out.expect((200..300).contains(&status), "expiry", || {
+            out.expect((200..300).contains(&status), Oracle::Expiry, || {
                 format!(
                     "a token {} h old (lifetime {} h on the relay's clock) was refused: {status} {}",
                     age / 3_600_000,
@@ -193,7 +194,7 @@ pub(super) async fn tokens(d: &mut Drills<'_>) -> Outcome {
         } else if age >= ttl + SLACK_MS {
             expired_seen = true;
             let code = field(&body, "error").unwrap_or_default();
-            out.expect(status == 401 && code == "TOKEN_EXPIRED", "expiry", || {
+            out.expect(status == 401 && code == "TOKEN_EXPIRED", Oracle::Expiry, || {
                 format!(
                     "a token {} h old (lifetime {} h on the relay's clock) answered {status} {code}",
                     age / 3_600_000,
@@ -203,7 +204,7 @@ pub(super) async fn tokens(d: &mut Drills<'_>) -> Outcome {
             let upgrade = Socket::open(&account.raw, false).await;
             match upgrade {
                 Ok(_) => out.check(Some(Violation::new(
-                    "expiry",
+                    Oracle::Expiry,
                     format!(
                         "a token {} h old (lifetime {} h) opened a WebSocket",
                         age / 3_600_000,
@@ -229,7 +230,7 @@ async fn fresh_login_works(account: &mut DrillAccount, out: &mut Outcome) {
     }
     match get(&http(), paths::FRIENDS, &account.raw.token).await {
         Some((s, _)) if s == 429 || s >= 500 => out.skip(),
-        Some((s, _)) => out.expect((200..300).contains(&s), "expiry", || {
+        Some((s, _)) => out.expect((200..300).contains(&s), Oracle::Expiry, || {
             format!("a fresh token, after the old one expired, was refused: {s}")
         }),
         None => out.skip(),

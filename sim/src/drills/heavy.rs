@@ -34,6 +34,7 @@ use wire::http::paths;
 use super::peer::{Answer, Socket, befriend, payload};
 use super::{Calm, Drills, Outcome};
 use crate::hostile::http::{RawAccount, field, http, post};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// Messages of the heavy author.
@@ -95,7 +96,7 @@ pub(super) async fn heavy_author(d: &mut Drills<'_>) -> Outcome {
             continue;
         };
         match sa.message(&id(k), &b.raw.alias, &conv, &payload(32)).await {
-            Answer::Ack(seq) => out.expect(seq == first, "dedup", || {
+            Answer::Ack(seq) => out.expect(seq == first, Oracle::Dedup, || {
                 format!(
                     "message {} of a heavy author, sent again after a relay restart, was acknowledged with seq {seq}; it first got {first}",
                     id(k)
@@ -105,7 +106,7 @@ pub(super) async fn heavy_author(d: &mut Drills<'_>) -> Outcome {
                 out.skip();
             }
             Answer::Refused(code) => out.check(Some(Violation::new(
-                "dedup",
+                Oracle::Dedup,
                 format!(
                     "message {} of a heavy author, sent again after a relay restart, was refused {code} (it was acknowledged with seq {first})",
                     id(k)
@@ -121,7 +122,7 @@ pub(super) async fn heavy_author(d: &mut Drills<'_>) -> Outcome {
     let newest = seqs.values().max().copied().unwrap_or(0);
     match sa.message(&id(MESSAGES), &b.raw.alias, &conv, &payload(32)).await {
         Answer::Ack(_) if unanswered => out.skip(),
-        Answer::Ack(seq) => out.expect(seq == newest + 1, "dedup", || {
+        Answer::Ack(seq) => out.expect(seq == newest + 1, Oracle::Dedup, || {
             format!("the heavy author's next message after the restart got seq {seq}; the newest was {newest}")
         }),
         _ => out.skip(),
@@ -136,7 +137,7 @@ pub(super) async fn heavy_author(d: &mut Drills<'_>) -> Outcome {
             // A redelivery (its receipt lost) carries the same seq; a second message would not.
             out.expect(
                 !got.is_empty() && got.iter().all(|s| s == first),
-                "dedup",
+                Oracle::Dedup,
                 || {
                     format!(
                         "message {} of a heavy author (seq {first}) reached its recipient with seqs {got:?} over two sessions around a relay restart",
@@ -189,7 +190,7 @@ async fn pipelined(
             // A copy was refused (a rate limit, a storage fault) or its answer lost.
             out.skip();
         } else {
-            out.expect(got.iter().all(|s| *s == first), "dedup", || {
+            out.expect(got.iter().all(|s| *s == first), Oracle::Dedup, || {
                 format!(
                     "message {} of a heavy author, sent {sent} times back to back, was acknowledged with seqs {got:?}",
                     id(k)
@@ -231,7 +232,7 @@ async fn retracts(
         match sa.answer_to(&own).await {
             Answer::Refused(code) if code == "STORAGE_UNAVAILABLE" => out.skip(),
             Answer::Refused(code) => out.check(Some(Violation::new(
-                "retract",
+                Oracle::Retract,
                 format!("the heavy author's retract of its own old message {own} after a relay restart was refused {code}"),
             ))),
             _ => out.check(None),
@@ -249,7 +250,7 @@ async fn retracts(
                 let landed = sa.retracts.contains(&theirs);
                 out.check((landed || matches!(answer, Answer::Refused(_))).then(|| {
                     Violation::new(
-                        "authz",
+                        Oracle::Authz,
                         format!(
                             "the other member's retract of the heavy author's message {theirs} was {}",
                             if landed { "passed on to the author".to_owned() } else { format!("refused with {answer:?}, not NOT_THE_AUTHOR") }
@@ -320,7 +321,7 @@ pub(super) async fn credentials(d: &mut Drills<'_>) -> Outcome {
         Err(_) if !ticket_live || !held.clock_held(d.ctx) => out.skip(),
         Err(s) if s == 0 || s >= 500 => out.skip(),
         Err(s) => out.check(Some(Violation::new(
-            "credentials",
+            Oracle::Credentials,
             format!("a WebSocket ticket issued before a relay restart and never used was refused after it ({s}), within its lifetime"),
         ))),
     }
@@ -332,7 +333,7 @@ pub(super) async fn credentials(d: &mut Drills<'_>) -> Outcome {
         Some(_) if !challenge_live || !held.clock_held(d.ctx) => out.skip(),
         Some((s, _)) if s == 429 || s >= 500 => out.skip(),
         Some((s, v)) => out.check(Some(Violation::new(
-            "credentials",
+            Oracle::Credentials,
             format!(
                 "an auth challenge issued before a relay restart and never answered was refused after it: {s} {}",
                 field(&v, "error").unwrap_or_default()
@@ -367,7 +368,7 @@ pub(super) async fn credentials(d: &mut Drills<'_>) -> Outcome {
         if let Some(q) = query {
             match Socket::open_query(q, false).await {
                 Ok(_) => out.check(Some(Violation::new(
-                    "authz",
+                    Oracle::Authz,
                     format!("{what} opened a socket again (101)"),
                 ))),
                 Err(s) if s == 0 || s >= 500 => out.skip(),
@@ -377,7 +378,7 @@ pub(super) async fn credentials(d: &mut Drills<'_>) -> Outcome {
         if let Some(body) = login {
             match post(&http, paths::AUTH_VERIFY, None, body).await {
                 Some((200, _)) => out.check(Some(Violation::new(
-                    "authz",
+                    Oracle::Authz,
                     format!("{what} logged in again (200)"),
                 ))),
                 Some((s, _)) if s >= 500 => out.skip(),
@@ -490,7 +491,7 @@ pub(super) async fn many_queues(d: &mut Drills<'_>) -> Outcome {
         }
         for (id, seq) in queued.get(&r).into_iter().flatten() {
             let got = socket.delivered.get(id).cloned().unwrap_or_default();
-            out.expect(!got.is_empty() && got.iter().all(|s| s == seq), "dedup", || {
+            out.expect(!got.is_empty() && got.iter().all(|s| s == seq), Oracle::Dedup, || {
                 format!(
                     "message {id} (seq {seq}), queued before a relay restart among {} queues, reached its recipient as {got:?}",
                     convs.len() * 2
@@ -503,7 +504,7 @@ pub(super) async fn many_queues(d: &mut Drills<'_>) -> Outcome {
         });
         out.check(extra.map(|(id, seqs)| {
             Violation::new(
-                "dedup",
+                Oracle::Dedup,
                 format!("after a relay restart, a recipient's sync delivered {id} as {seqs:?}, which it was not sent once"),
             )
         }));
@@ -534,7 +535,7 @@ pub(super) async fn many_queues(d: &mut Drills<'_>) -> Outcome {
             .map(|(id, _)| id)
             .filter(|id| socket.delivered.contains_key(*id))
             .collect();
-        out.expect(stale.is_empty(), "expiry", || {
+        out.expect(stale.is_empty(), Oracle::Expiry, || {
             format!(
                 "{} message(s) queued a day and more (on the relay's clock) before their recipient synced arrived anyway; first {:?}",
                 stale.len(),
@@ -630,7 +631,7 @@ pub(super) async fn lifetimes(d: &mut Drills<'_>) -> Outcome {
             youngest >= ttl
         };
         match taken {
-            Some(taken) if judged => out.expect(taken == inside, "credentials", || {
+            Some(taken) if judged => out.expect(taken == inside, Oracle::Credentials, || {
                 format!(
                     "a {what} presented between {youngest} and {oldest} ms after it was issued (its lifetime: {ttl} ms) was {}",
                     if taken { "taken" } else { "refused" }

@@ -16,10 +16,11 @@ use wire::http::paths;
 use super::peer::{Answer, DrillAccount, Socket, befriend, payload, status_and_retry_after};
 use super::{Calm, Drills, Outcome};
 use crate::time::sim_ms;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use seam::net::HttpRequest;
 
-pub(super) const EXACT: &str = "limit-exact";
+pub(super) const EXACT: Oracle = Oracle::LimitExact;
 
 /// One of the request budgets (`relay_core::limits::Budget`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -49,6 +49,7 @@ use std::rc::Rc;
 
 pub use crate::class::Drill;
 use crate::time::{sim_ms, sleep_ms};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::world::{HostCtx, RunnerRequest, World, note, wait_until};
 
@@ -73,12 +74,7 @@ impl Outcome {
     }
 
     /// One check judged that failed (`oracle`, `detail`) unless `ok`.
-    pub(crate) fn expect(
-        &mut self,
-        ok: bool,
-        oracle: &'static str,
-        detail: impl FnOnce() -> String,
-    ) {
+    pub(crate) fn expect(&mut self, ok: bool, oracle: Oracle, detail: impl FnOnce() -> String) {
         self.check((!ok).then(|| Violation::new(oracle, detail())));
     }
 

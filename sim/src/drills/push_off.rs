@@ -15,10 +15,11 @@ use super::peer::{Answer, befriend, payload};
 use super::{Calm, Drills, Outcome};
 use crate::hostile::http::{http, post};
 use crate::time::sleep_ms;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// The oracle.
-const ORACLE: &str = "push-off";
+const ORACLE: Oracle = Oracle::PushOff;
 /// Messages the friend sends after the restart.
 const MESSAGES: u32 = 3;
 /// How long the drill waits for a push that must not come (the push worker's delays are

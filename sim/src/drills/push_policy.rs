@@ -9,6 +9,7 @@ use wire::http::paths;
 
 use super::{Drills, Outcome};
 use crate::hostile::http::{field, http, post};
+use crate::violation::Oracle;
 
 /// A Web Push endpoint and what production's policy answers it (`None`: taken).
 const ENDPOINTS: &[(&str, Option<&str>)] = &[
@@ -99,10 +100,10 @@ pub(super) async fn push_policy(d: &mut Drills<'_>) -> Outcome {
         }
         let code = field(&v, "error").unwrap_or_default();
         match expected {
-            None => out.expect((200..300).contains(&status), "push-policy", || {
+            None => out.expect((200..300).contains(&status), Oracle::PushPolicy, || {
                 format!("a public https:// push endpoint {endpoint} was refused: {status} {code}")
             }),
-            Some(want) => out.expect(status == 400 && code == *want, "push-policy", || {
+            Some(want) => out.expect(status == 400 && code == *want, Oracle::PushPolicy, || {
                 format!("push endpoint {endpoint} answered {status} {code} (production's policy: 400 {want})")
             }),
         }
@@ -117,7 +118,7 @@ pub(super) async fn push_policy(d: &mut Drills<'_>) -> Outcome {
     ] {
         match post(&http, path, Some(&account.raw.token), body).await {
             Some((s, _)) if s == 429 || s >= 500 => out.skip(),
-            Some((s, v)) => out.expect((200..300).contains(&s), "push-policy", || {
+            Some((s, v)) => out.expect((200..300).contains(&s), Oracle::PushPolicy, || {
                 format!(
                     "{path} (a repeat, idempotent) answered {s} {}",
                     field(&v, "error").unwrap_or_default()

@@ -23,10 +23,11 @@ use wire::http::paths;
 use super::peer::{Answer, befriend, payload};
 use super::{Calm, Drills, Outcome};
 use crate::hostile::http::{field, get, http};
+use crate::violation::Oracle;
 use relay_core::store::Table;
 
 /// The oracle.
-const READS: &str = "reads";
+const READS: Oracle = Oracle::Reads;
 /// Messages the sender queues for the away recipient.
 const QUEUED: u32 = 3;
 /// How long the drill listens for a call signal or its refusal (simulated ms).

@@ -29,6 +29,7 @@ use crate::hostile::credentials::served_routes;
 use crate::hostile::http::{field, get, http, post, status};
 use crate::scenario::ActionKind;
 use crate::time::sleep_ms;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::world::wait_until;
 
@@ -76,13 +77,13 @@ pub(super) async fn tokenless(d: &mut Drills<'_>) -> Outcome {
         }
         match status(&client, &method, &path, None).await {
             Some(s) if (200..300).contains(&s) => out.check(Some(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!("{method} {route} answered {s} to a request with no token at all"),
             ))),
             Some(401) => out.check(None),
             Some(s) if s == 429 || s >= 500 => out.skip(),
             Some(s) => out.check(Some(Violation::new(
-                "tokenless",
+                Oracle::Tokenless,
                 format!(
                     "{method} {route} answered {s} to a request with no token (the documents: 401)"
                 ),
@@ -93,7 +94,7 @@ pub(super) async fn tokenless(d: &mut Drills<'_>) -> Outcome {
     for query in ["", "user_uuid=00000000-0000-4000-8000-000000000000"] {
         match Socket::open_query(query, false).await {
             Ok(_) => out.check(Some(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!("the WebSocket upgrade with neither token nor ticket (query {query:?}) was let in"),
             ))),
             Err(s) if s == 0 || s >= 500 => out.skip(),
@@ -134,7 +135,7 @@ async fn cross_kind(d: &mut Drills<'_>) -> Outcome {
         });
         match post(&http, paths::AUTH_VERIFY, None, &body).await {
             Some((200, _)) => out.check(Some(Violation::new(
-                "authz",
+                Oracle::Authz,
                 "a WebSocket ticket, signed and presented as an auth challenge, logged in (200)",
             ))),
             Some((s, _)) if s >= 500 || s == 429 => out.skip(),
@@ -148,7 +149,7 @@ async fn cross_kind(d: &mut Drills<'_>) -> Outcome {
         let query = format!("user_uuid={}&ticket={challenge}", account.raw.uuid);
         match Socket::open_query(&query, false).await {
             Ok(_) => out.check(Some(Violation::new(
-                "authz",
+                Oracle::Authz,
                 "an auth challenge presented as a WebSocket ticket opened a socket (101)",
             ))),
             Err(s) if s == 0 || s >= 500 => out.skip(),
@@ -286,7 +287,7 @@ fn judge(alias: &str, expected: Option<&Expected>, status: u16, body: &Value) ->
     let Some(e) = expected else {
         return (status != 404).then(|| {
             Violation::new(
-                "lookup",
+                Oracle::Lookup,
                 format!(
                     "a lookup of {alias}, an alias nobody has, answered {status} (expected 404)"
                 ),
@@ -295,7 +296,7 @@ fn judge(alias: &str, expected: Option<&Expected>, status: u16, body: &Value) ->
     };
     if status != 200 {
         return Some(Violation::new(
-            "lookup",
+            Oracle::Lookup,
             format!("a lookup of {alias}, an existing account's alias, answered {status}"),
         ));
     }
@@ -320,7 +321,7 @@ fn judge(alias: &str, expected: Option<&Expected>, status: u16, body: &Value) ->
     .collect();
     (!wrong.is_empty()).then(|| {
         Violation::new(
-            "lookup",
+            Oracle::Lookup,
             format!("a lookup of {alias} answered {}", wrong.join(", ")),
         )
     })

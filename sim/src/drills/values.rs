@@ -38,12 +38,13 @@ use wire::limits::MAX_CHANNEL_POST_BYTES;
 use super::peer::{Answer, Socket, befriend, friend_row, payload};
 use super::{Calm, Drills, Outcome};
 use crate::hostile::http::{RawAccount, field, get, http, json_exchange, post};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::world::HostCtx;
 use seam::net::HttpRequest;
 
 /// The oracle of this drill.
-const ORACLE: &str = "values";
+const ORACLE: Oracle = Oracle::Values;
 /// The drill's accounts (numbers of [`Drills::account`]).
 const FIRST: u64 = 300;
 /// A drill mnemonic never registered (its keys are fresh).
@@ -176,7 +177,7 @@ async fn accounts(d: &mut Drills<'_>, a: &RawAccount, out: &mut Outcome) {
 async fn routes(a: &RawAccount, b: &RawAccount, out: &mut Outcome) {
     match Socket::open_query("user_uuid=not-a-uuid&token=x", false).await {
         Ok(_) => out.check(Some(Violation::new(
-            "authz",
+            Oracle::Authz,
             "a WebSocket upgrade whose user_uuid is not a UUID was let in",
         ))),
         Err(0) => out.skip(),
@@ -232,7 +233,7 @@ async fn subprotocol(a: &RawAccount, b: &RawAccount, out: &mut Outcome) {
     }
     match Socket::open_with(&query, Some(&format!("bearer, {}", b.token)), false).await {
         Ok(_) => out.check(Some(Violation::new(
-            "authz",
+            Oracle::Authz,
             "a WebSocket upgrade for one account with another account's token as its subprotocol was let in",
         ))),
         Err(s) if s == 0 || s == 429 || s >= 500 => out.skip(),

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::Findings;
 use super::http::{RawAccount, http, status};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// Methods tried on every route.
@@ -107,7 +108,7 @@ pub(super) async fn credentials(account: &RawAccount, victim: Option<&str>) -> (
                 && (200..300).contains(&s)
             {
                 found.push(Violation::new(
-                    "authz",
+                    Oracle::Authz,
                     format!(
                         "relay answered {s} to {method} {route} with {what}, where it answered {bare} without credentials"
                     ),

@@ -11,6 +11,7 @@ use super::Findings;
 use super::http::{RawAccount, field, get, http, post, put_empty};
 use super::ws::{RawReader, RawWriter, open_ws, ws_query};
 use crate::time::sim_ms;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::world::HostCtx;
 use seam::net::{HttpClient, TurmoilConnector};
@@ -230,7 +231,7 @@ const NOT_YOURS: &str = "bm90IHlvdXJz";
 /// A violation: the relay accepted (`status`) a dishonest `what`.
 fn bad(what: &str, status: u16) -> Violation {
     Violation::new(
-        "authz",
+        Oracle::Authz,
         format!("relay answered {status} to a dishonest {what}"),
     )
 }

@@ -11,6 +11,7 @@ use super::Findings;
 use super::http::{RawAccount, field};
 use super::ws::{op, open_ws, ws_query};
 use crate::time::{sim_ms, sleep_ms};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::world::HostCtx;
 
@@ -88,7 +89,7 @@ pub(super) async fn flood(ctx: &HostCtx, account: &RawAccount, frames: u32, roll
         .any(|t| (started..=sim_ms()).contains(t));
     if s.errors < expected && s.close.is_none() && !relay_died {
         found.push(Violation::new(
-            "bad-input",
+            Oracle::BadInput,
             format!(
                 "{} of {expected} malformed frames got no error frame and the socket was not closed with a code ({})",
                 expected - s.errors,

@@ -38,6 +38,7 @@ use wire::http::paths;
 use super::Findings;
 use super::credentials::served_routes;
 use super::http::{RawAccount, exchange, field, get, http, post};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use seam::net::{HttpClient, HttpRequest, TurmoilConnector};
 
@@ -226,7 +227,7 @@ pub(super) async fn frames_to_a_stranger(
     for f in read_for(&mut watch, STEP_MS).await {
         if let Some(kind) = ROUTED.iter().find(|k| is(&f, k)) {
             found.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!(
                     "a {kind} from {} reached {}, who is not its contact (conversation {conv})",
                     stranger.alias, to.alias
@@ -266,7 +267,7 @@ pub(super) async fn nonexistent(stranger: &RawAccount, puppets: &Puppets<'_>) ->
         judged += 1;
         if (200..300).contains(&status) || status >= 500 {
             found.push(Violation::new(
-                "bad-input",
+                Oracle::BadInput,
                 format!("relay answered {status} to {method} {template} naming a {kind:?} that does not exist"),
             ));
         }
@@ -293,7 +294,7 @@ async fn missing_accounts(
         judged += 1;
         if (200..300).contains(&status) || status >= 500 {
             found.push(Violation::new(
-                "bad-input",
+                Oracle::BadInput,
                 format!("relay answered {status} to a friend request to the alias {alias:?}, which nobody has"),
             ));
         }
@@ -312,7 +313,7 @@ async fn missing_accounts(
     judged += 1;
     if status >= 500 {
         found.push(Violation::new(
-            "bad-input",
+            Oracle::BadInput,
             format!("relay answered {status} to an auth challenge for a uuid nobody has"),
         ));
     }
@@ -326,7 +327,7 @@ async fn missing_accounts(
             judged += 1;
             if status == 200 && field(&v, "token").is_some() || status >= 500 {
                 found.push(Violation::new(
-                    "authz",
+                    Oracle::Authz,
                     format!("relay answered {status} to a login of a uuid nobody has"),
                 ));
             }
@@ -366,7 +367,7 @@ impl Trial<'_> {
         let what = format!("{method} {template} by {} on the {kind:?}", caller.alias);
         if status == 500 {
             self.found.push(Violation::new(
-                "bad-input",
+                Oracle::BadInput,
                 format!("relay answered 500 to {what}"),
             ));
         }
@@ -380,7 +381,7 @@ impl Trial<'_> {
                 self.judged += 1;
                 if status != 404 {
                     self.found.push(Violation::new(
-                        "authz",
+                        Oracle::Authz,
                         format!(
                             "relay answered {status} to a bind of someone else's order (SPEC: 404)"
                         ),
@@ -391,7 +392,7 @@ impl Trial<'_> {
             // the relay took an outsider's part (or completion) for someone else's upload.
             (Kind::Upload, _) if (200..300).contains(&status) => {
                 self.found.push(Violation::new(
-                    "authz",
+                    Oracle::Authz,
                     format!(
                         "relay answered {status} to {what}, an upload that is not the caller's"
                     ),
@@ -399,7 +400,7 @@ impl Trial<'_> {
             }
             (Kind::Channel, "channels/{id}/buy") if (200..300).contains(&status) => {
                 self.found.push(Violation::new(
-                    "authz",
+                    Oracle::Authz,
                     format!(
                         "relay answered {status} to a buy of a channel not for sale ({}), ordering its trade",
                         String::from_utf8_lossy(&body)
@@ -412,7 +413,7 @@ impl Trial<'_> {
             self.judged += 1;
             if before != after {
                 self.found.push(Violation::new(
-                    "authz",
+                    Oracle::Authz,
                     format!(
                         "{what} (answered {status}) changed what its owner sees: {before} became {after}"
                     ),
@@ -520,7 +521,7 @@ impl Trial<'_> {
         self.judged += 1;
         if status != 400 {
             self.found.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!("relay answered {status} to an owner buying its own channel (SPEC: 400)"),
             ));
         }
@@ -547,7 +548,7 @@ impl Trial<'_> {
         self.judged += 1;
         if bytes != PUPPET_PART {
             self.found.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!(
                     "the puppet's upload {upload}, tried by a stranger, downloads as {} bytes that are not the {} it sent",
                     bytes.len(),

@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 use super::Findings;
 use super::credentials::served_routes;
 use super::http::{RawAccount, exchange, http};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use seam::net::{HttpClient, HttpRequest, TurmoilConnector};
 
@@ -170,18 +171,18 @@ fn judge(what: &str, status: u16, answer: &[u8], refused: bool, found: &mut Find
     }
     if status >= 500 {
         found.push(Violation::new(
-            "bad-input",
+            Oracle::BadInput,
             format!("relay answered {status} to {what}"),
         ));
     } else if refused && (200..300).contains(&status) {
         found.push(Violation::new(
-            "bad-input",
+            Oracle::BadInput,
             format!("relay accepted ({status}) {what}"),
         ));
     }
     if (400..500).contains(&status) && !error_body(answer) {
         found.push(Violation::new(
-            "bad-input",
+            Oracle::BadInput,
             format!(
                 "relay refused {what} with {status} but no error body: {}",
                 String::from_utf8_lossy(&answer[..answer.len().min(120)])

@@ -25,6 +25,7 @@ use super::Findings;
 use super::http::{RawAccount, field, get, http, post, put_empty, register};
 use super::ws::{RawReader, RawWriter, open_ws, ws_query};
 use crate::time::sim_ms;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// How long one step waits for the relay's answer (an `ack`, a delivery).
@@ -81,7 +82,7 @@ pub(super) async fn member(
             .any(|f| is(f, "delivered") && f.get("seq").and_then(Value::as_u64) >= Some(seq))
         {
             found.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!(
                     "a member's delivered receipt for seq {seq} of {conv}, never sent to it, reached the message's author"
                 ),
@@ -106,7 +107,7 @@ pub(super) async fn member(
             .any(|f| is(f, "retract") && f.get("id").and_then(Value::as_str) == Some(&id))
         {
             found.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!(
                     "the other member of {conv} retracted {id}, and the retract reached its author"
                 ),
@@ -143,7 +144,7 @@ pub(super) async fn member(
         let from = f.get("from").and_then(Value::as_str);
         if from != Some(attacker.alias.as_str()) {
             found.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!(
                     "a {kind} of {} whose frame named another `from` reached the puppet as from {from:?}",
                     attacker.alias

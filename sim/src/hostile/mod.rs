@@ -59,6 +59,7 @@ use wire::http::paths;
 use self::http::{RawAccount, field, get, post, put_empty, register};
 use crate::faults::HostileAct;
 use crate::time::{sim_ms, sleep_ms};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::world::{HostCtx, note};
 
@@ -181,7 +182,7 @@ async fn reject_requests(ctx: &HostCtx, index: usize, account: &RawAccount) {
             && (200..300).contains(&s)
         {
             found.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!("a rejected friendship {id} was accepted afterwards by its rejecter ({s})"),
             ));
         }

@@ -21,6 +21,7 @@ use super::Findings;
 use super::http::{RawAccount, field, http, post};
 use super::ws::open_ws;
 use crate::time::sleep_ms;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// One single-use object of the relay and how to use and replay it.
@@ -110,7 +111,7 @@ async fn auth_challenge(puppet: &RawAccount, identity: &Identity) -> Option<Opti
     let again = logs_in(&body).await?;
     Some(again.then(|| {
         Violation::new(
-            "authz",
+            Oracle::Authz,
             "a signed auth challenge already answered at verify logged in again (200 with a token)",
         )
     }))
@@ -138,7 +139,7 @@ async fn ws_ticket(puppet: &RawAccount) -> Option<Option<Violation>> {
     drop(first);
     Some(second.is_ok().then(|| {
         Violation::new(
-            "authz",
+            Oracle::Authz,
             "a WebSocket ticket already redeemed opened a second socket (101)",
         )
     }))
@@ -154,7 +155,7 @@ async fn expired_ticket(puppet: &RawAccount) -> Option<Option<Violation>> {
     let upgrade = open_ws(&query).await.ok()?;
     Some(upgrade.is_ok().then(|| {
         Violation::new(
-            "authz",
+            Oracle::Authz,
             format!(
                 "a WebSocket ticket opened a socket a second after the {expires_in} s the relay announced it would live"
             ),
@@ -178,11 +179,11 @@ async fn foreign_ticket(puppet: &RawAccount, other: &RawAccount) -> Option<Optio
         .ok()?;
     Some(match (for_other.is_ok(), changed.is_ok()) {
         (true, _) => Some(Violation::new(
-            "authz",
+            Oracle::Authz,
             "a WebSocket ticket issued to one account opened a socket for another (101)",
         )),
         (_, true) => Some(Violation::new(
-            "authz",
+            Oracle::Authz,
             "a WebSocket ticket with one character changed opened a socket (101)",
         )),
         (false, false) => None,
@@ -205,7 +206,7 @@ async fn foreign_signature(puppet: &RawAccount) -> Option<Option<Violation>> {
     let (status, v) = post(&http, paths::AUTH_VERIFY, None, &body).await?;
     Some((status == 200 && field(&v, "token").is_some()).then(|| {
         Violation::new(
-            "authz",
+            Oracle::Authz,
             "a challenge signed with another account's key logged in (200 with a token)",
         )
     }))

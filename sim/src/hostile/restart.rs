@@ -25,6 +25,7 @@ use super::http::{RawAccount, get, http, post};
 use super::replay::{issue_ticket, login_once, logs_in};
 use super::ws::open_ws;
 use crate::time::{sim_ms, sleep_ms};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::world::HostCtx;
 
@@ -97,7 +98,7 @@ pub(super) async fn present_after_restart(ctx: &HostCtx, used: Used) -> (Finding
         judged += 1;
         if upgrade.is_ok() {
             found.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 "a WebSocket ticket redeemed before a relay restart opened a socket again after it (101)",
             ));
         }
@@ -108,7 +109,7 @@ pub(super) async fn present_after_restart(ctx: &HostCtx, used: Used) -> (Finding
         judged += 1;
         if again {
             found.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 "an auth challenge answered before a relay restart logged in again after it (200 with a token)",
             ));
         }
@@ -119,7 +120,7 @@ pub(super) async fn present_after_restart(ctx: &HostCtx, used: Used) -> (Finding
         judged += 1;
         if (200..300).contains(&status) {
             found.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!(
                     "a token revoked by a newer login before a relay restart was accepted after it ({status})"
                 ),

@@ -9,6 +9,7 @@ use super::http::RawAccount;
 use super::ws::{RawReader, RawWriter, op, open_ws, open_ws_at, ws_query};
 use crate::bounds::{STUCK_CLOSE_BOUND_MS, STUCK_MIN_PROVOKE};
 use crate::time::{sim_ms, sleep_ms};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::world::{HostCtx, StuckRec};
 
@@ -67,7 +68,7 @@ pub(super) async fn stop_reading(
         return Findings::new();
     }
     vec![Violation::new(
-        "stuck-client",
+        Oracle::StuckClient,
         format!("{host} resumed reading at {resume} ms but neither its socket nor a new one works"),
     )]
 }

@@ -9,6 +9,7 @@ use super::http::RawAccount;
 use super::ws::{open_ws, ws_query};
 use crate::bounds::{RELAY, RELAY_PORT, STORM_WAVE, STORM_WAVE_MS};
 use crate::time::sleep_ms;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// Many sockets at once (in waves turmoil's accept queue takes): a third authenticated (the
@@ -32,7 +33,7 @@ pub(super) async fn storm(account: &RawAccount, sockets: u32, hold_ms: u64) -> F
                 let query = format!("user_uuid={}&token=forged.{i}.token", account.uuid);
                 if let Ok(Ok(ws)) = open_ws(&query).await {
                     found.push(Violation::new(
-                        "authz",
+                        Oracle::Authz,
                         "relay upgraded a WebSocket with a forged token".to_owned(),
                     ));
                     held.push(ws);

@@ -74,6 +74,7 @@ use serde_json::json;
 use self::apps::{App, History, ring_convs, setup, tally, traffic};
 use self::process::{Proxy, RelayProcess, start_relay, wait_listening};
 use self::vanity_orders::VanityOrders;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::wiretap::WireLog;
 use seam::net::Endpoint;
@@ -93,20 +94,24 @@ pub const JEPSEN_SETUP_MS: u64 = 60_000;
 /// not see the traffic the oracles need: the run's verdict is `setup`.
 pub const MIN_ACKED_PER_CONVERSATION: usize = 2;
 /// The oracles this mode runs.
-pub const JEPSEN_ORACLES: [&str; 10] = [
-    "duplicate-delivery",
-    "seq-reused",
-    "ack-lost",
-    "delivered-exactly-once",
-    "liveness",
-    "seq-order",
-    "receipts",
-    "non-participant",
-    "unexpected-answer",
-    "setup",
+pub const JEPSEN_ORACLES: [Oracle; 10] = [
+    Oracle::DuplicateDelivery,
+    Oracle::SeqReused,
+    Oracle::AckLost,
+    Oracle::DeliveredExactlyOnce,
+    Oracle::Liveness,
+    Oracle::SeqOrder,
+    Oracle::Receipts,
+    Oracle::NonParticipant,
+    Oracle::UnexpectedAnswer,
+    Oracle::Setup,
 ];
 /// The commerce oracles (run when the relay shares the harness's payment secret).
-pub const COMMERCE_ORACLES: [&str; 3] = ["order-confirmed", "forged-refused", "alias-unique"];
+pub const COMMERCE_ORACLES: [Oracle; 3] = [
+    Oracle::OrderConfirmed,
+    Oracle::ForgedRefused,
+    Oracle::AliasUnique,
+];
 /// Oracles of the turmoil simulator that need the relay's internals or stand-ins this mode
 /// does not run.
 pub const NOT_APPLICABLE: [&str; 12] = [
@@ -519,7 +524,7 @@ fn setup_violation(what: &str, wire: &WireLog) -> String {
     } else {
         format!("; refusals the clients got: {}", refusals.join(" | "))
     };
-    Violation::new("setup", format!("{what}{why}")).to_string()
+    Violation::new(Oracle::Setup, format!("{what}{why}")).to_string()
 }
 
 /// A `setup` violation for each conversation with fewer than [`MIN_ACKED_PER_CONVERSATION`]
@@ -561,7 +566,7 @@ async fn start_orders(
             Some(Arc::new(c))
         }
         Err(e) => {
-            violations.push(Violation::new("setup", format!("commerce: {e}")).to_string());
+            violations.push(Violation::new(Oracle::Setup, format!("commerce: {e}")).to_string());
             None
         }
     }
@@ -665,10 +670,10 @@ async fn heal(
 
 /// The oracles run and those not applicable (commerce's among them when it did not run).
 fn oracle_lists(commerce: bool) -> (Vec<&'static str>, Vec<&'static str>) {
-    let mut oracles = JEPSEN_ORACLES.to_vec();
+    let mut oracles: Vec<&'static str> = JEPSEN_ORACLES.map(Oracle::name).to_vec();
     let mut not_applicable = NOT_APPLICABLE.to_vec();
     if commerce {
-        oracles.extend(COMMERCE_ORACLES);
+        oracles.extend(COMMERCE_ORACLES.map(Oracle::name));
     } else {
         not_applicable.push(
             "order-confirmed / forged-refused / alias-unique (no payment secret shared with the relay: commerce not run)",

@@ -30,6 +30,7 @@ use wire::http::OrderState;
 
 use super::apps::{App, History};
 use super::process::free_port;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use client::{Client, ClientError};
 use seam::net::{Endpoint, Tokio};
@@ -253,7 +254,7 @@ impl VanityOrders {
         for (o, e) in orders.iter().zip(&errors) {
             if let Some(e) = e {
                 violations.push(violation(
-                    "unexpected-answer",
+                    Oracle::UnexpectedAnswer,
                     format!(
                         "the status of order {} (V5) could not be read: {e}",
                         o.order_id
@@ -267,7 +268,7 @@ impl VanityOrders {
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
         {
-            violations.push(violation("unexpected-answer", what.clone()));
+            violations.push(violation(Oracle::UnexpectedAnswer, what.clone()));
         }
         let mut confirmed_per_alias: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for (o, state) in orders.iter().zip(&states) {
@@ -284,7 +285,7 @@ impl VanityOrders {
             if !is_genuine(o) {
                 if *state == Some(OrderState::Confirmed) {
                     violations.push(violation(
-                        "forged-refused",
+                        Oracle::ForgedRefused,
                         format!(
                             "order {} (alias {}) is confirmed although nobody paid it genuinely ({:?})",
                             o.order_id, o.alias, o.paid
@@ -300,7 +301,7 @@ impl VanityOrders {
                     |s| format!("`{}`", format!("{s:?}").to_lowercase()),
                 );
                 violations.push(violation(
-                    "order-confirmed",
+                    Oracle::OrderConfirmed,
                     format!(
                         "order {} (alias {}, client {}) was paid ({:?}) but is {now} {JEPSEN_COMMERCE_MS} ms after healing",
                         o.order_id, o.alias, o.client, o.paid
@@ -311,7 +312,7 @@ impl VanityOrders {
         for (alias, ids) in &confirmed_per_alias {
             if ids.len() > 1 {
                 violations.push(violation(
-                    "alias-unique",
+                    Oracle::AliasUnique,
                     format!("alias {alias} was sold twice: confirmed orders {ids:?}"),
                 ));
             }
@@ -333,7 +334,7 @@ impl VanityOrders {
                 && status != 401
             {
                 violations.push(violation(
-                    "forged-refused",
+                    Oracle::ForgedRefused,
                     format!(
                         "a webhook for order {} signed with a wrong secret was answered {status}, not 401",
                         d.order_id
@@ -356,7 +357,7 @@ impl VanityOrders {
                 history.push(Some(o.client), json!({"bound": o.alias}));
             }
             other => violations.push(violation(
-                "order-confirmed",
+                Oracle::OrderConfirmed,
                 format!(
                     "client {} could not bind its confirmed order {} for {}: {:?}",
                     o.client,
@@ -420,14 +421,14 @@ async fn one_owner_per_alias(apps: &[App], violations: &mut Vec<String>) {
     }
     for (alias, clients) in owners.iter().filter(|(_, c)| c.len() > 1) {
         violations.push(violation(
-            "alias-unique",
+            Oracle::AliasUnique,
             format!("clients {clients:?} all have alias {alias}"),
         ));
     }
 }
 
 /// A violation as the report's text.
-fn violation(oracle: &'static str, detail: String) -> String {
+fn violation(oracle: Oracle, detail: String) -> String {
     Violation::new(oracle, detail).to_string()
 }
 

@@ -16,6 +16,7 @@ use crate::oracles::wire::{self as wire_oracles, WireSeen};
 use crate::oracles::{delivery, receipts};
 use crate::scenario::Pair;
 use crate::trace::Device;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use client::SharedStore;
 
@@ -70,7 +71,7 @@ fn liveness(h: &Observed<'_>, out: &mut Vec<Violation>) {
     let missing: Vec<_> = undelivered(h).into_values().flatten().collect();
     if let Some(first) = missing.first() {
         out.push(Violation::new(
-            "liveness",
+            Oracle::Liveness,
             format!(
                 "{} acknowledged message(s) not delivered within {JEPSEN_LIVENESS_MS} ms of healing; first: {} (from c{})",
                 missing.len(),
@@ -103,7 +104,7 @@ pub(super) fn unexpected_refusals(
                 let body = r.first_body.get(status).map_or("", String::as_str);
                 out.push(
                     Violation::new(
-                        "unexpected-answer",
+                        Oracle::UnexpectedAnswer,
                         format!("{route} answered {status} ×{n} of {}: {body}", r.requests),
                     )
                     .to_string(),

@@ -16,6 +16,7 @@ use client_core::store::ClientStore as _;
 use super::Input;
 use crate::bounds::STUCK_CLOSE_BOUND_MS;
 use crate::trace::Record;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// What strangers must never achieve.
@@ -28,7 +29,7 @@ pub(super) fn authz(
     for id in &evil {
         if input.history.accepted_ids.contains(*id) {
             out.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!("{id}, sent by a stranger into someone else's conversation, was committed"),
             ));
         }
@@ -36,7 +37,7 @@ pub(super) fn authz(
     for (client, id) in got.keys() {
         if evil.contains(id) {
             out.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!("c{client} received {id}, sent by a stranger into its conversation"),
             ));
         }
@@ -54,7 +55,7 @@ pub(super) fn authz(
             && key.split('/').any(|part| strangers.contains(part))
         {
             out.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!("a receipt mark in a stranger's name was committed ({key})"),
             ));
         }
@@ -69,7 +70,7 @@ pub(super) fn authz(
             && input.world.sent_ids.contains_key(id)
         {
             out.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!("{who} saw {id} retracted, but its author never retracted it"),
             ));
         }
@@ -89,7 +90,7 @@ fn rejections_stand(input: &Input<'_>, out: &mut Vec<Violation>) {
         let store = input.stores[r.client].snapshot();
         if store.load_session_by_alias(alias).ok().flatten().is_some() {
             out.push(Violation::new(
-                "authz",
+                Oracle::Authz,
                 format!(
                     "c{} has a session with stranger {alias} who rejected its request",
                     r.client
@@ -112,7 +113,7 @@ pub(super) fn stuck_clients(input: &Input<'_>, out: &mut Vec<Violation>) {
         }
         if s.must_close && s.closed_ms.is_none() {
             out.push(Violation::new(
-                "stuck-client",
+                Oracle::StuckClient,
                 format!(
                     "{} stopped reading at {} ms and provoked {} answers ({}); the relay had not closed its socket {STUCK_CLOSE_BOUND_MS} ms later",
                     s.host,
@@ -173,7 +174,7 @@ pub fn resources(
     for (t, s) in samples {
         if s.max_buffered_per_connection_bytes > limits.per_connection_bytes {
             out.push(Violation::new(
-                "resources",
+                Oracle::Resources,
                 format!(
                     "at {t} ms a socket had {} bytes queued (limit {})",
                     s.max_buffered_per_connection_bytes, limits.per_connection_bytes
@@ -185,7 +186,7 @@ pub fn resources(
         && s.open_connections > expected_connections + limits.slack_connections
     {
         out.push(Violation::new(
-            "resources",
+            Oracle::Resources,
             format!(
                 "at {t} ms the relay held {} sockets, {expected_connections} expected",
                 s.open_connections

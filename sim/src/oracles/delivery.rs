@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::observed::{Observed, Seen, alias_of, undelivered};
 use crate::trace::Device;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// Counts the logins of each device: every second-device login is a new install with an
@@ -50,7 +51,7 @@ pub fn exactly_once(h: &Observed<'_>, out: &mut Vec<Violation>) {
             *n += 1;
             if *n == 2 {
                 out.push(Violation::new(
-                    "delivered-exactly-once",
+                    Oracle::DeliveredExactlyOnce,
                     format!("{who} got message {id} twice"),
                 ));
             }
@@ -60,7 +61,7 @@ pub fn exactly_once(h: &Observed<'_>, out: &mut Vec<Violation>) {
         let first = lost[0];
         let convs: BTreeSet<&str> = lost.iter().map(|a| a.conv.as_str()).collect();
         out.push(Violation::new(
-            "delivered-exactly-once",
+            Oracle::DeliveredExactlyOnce,
             format!(
                 "{} message(s) to c{recipient} in {} conversation(s) acknowledged but never delivered; first: {} (c{} -> c{recipient}, {} seq {})",
                 lost.len(),
@@ -87,13 +88,13 @@ pub fn non_participant(h: &Observed<'_>, out: &mut Vec<Violation>) {
                 ..
             } => match h.members.get(conv) {
                 None => out.push(Violation::new(
-                    "non-participant",
+                    Oracle::NonParticipant,
                     format!("{who} got {id} in unknown conversation {conv}"),
                 )),
                 Some(p) => {
                     if !p.has(who.client) || !alias_of(h.aliases, p.peer(who.client), from) {
                         out.push(Violation::new(
-                            "non-participant",
+                            Oracle::NonParticipant,
                             format!("{who} got {id} in {conv} from {from:?}"),
                         ));
                     }
@@ -105,7 +106,7 @@ pub fn non_participant(h: &Observed<'_>, out: &mut Vec<Violation>) {
                 });
                 if !ok {
                     out.push(Violation::new(
-                        "non-participant",
+                        Oracle::NonParticipant,
                         format!("{who} got typing from {from} in {conv}"),
                     ));
                 }
@@ -138,7 +139,7 @@ pub fn seq_order(h: &Observed<'_>, out: &mut Vec<Violation>) {
             .or_insert(0);
         if seq <= *last {
             out.push(Violation::new(
-                "seq-order",
+                Oracle::SeqOrder,
                 format!("{who} got seq {seq} after {last} in {conv}"),
             ));
         }
@@ -169,7 +170,7 @@ pub fn seq_gap_free(h: &Observed<'_>, out: &mut Vec<Violation>) {
         if !missing.is_empty() {
             let shown: Vec<u64> = missing.iter().copied().take(10).collect();
             out.push(Violation::new(
-                "seq-gap-free",
+                Oracle::SeqGapFree,
                 format!(
                     "{conv}: {} seq(s) of 1..={max} never seen, first {shown:?}",
                     missing.len()

@@ -14,6 +14,7 @@
 
 use super::Input;
 use crate::store::CommittedMessage;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// How long past a message's TTL (on the relay's clock) the sweep may take to delete it: it
@@ -47,7 +48,7 @@ pub(super) fn nothing_stored_past_its_ttl(input: &Input<'_>, out: &mut Vec<Viola
     }
     if let Some((id, age)) = late.first() {
         out.push(Violation::new(
-            "expiry",
+            Oracle::Expiry,
             format!(
                 "{} queued message(s) still stored at the end of the run past their {} h TTL on the relay's clock; first: {id}, accepted {} h {} min before",
                 late.len(),
@@ -64,7 +65,7 @@ pub(super) fn spent_within_bound(input: &Input<'_>, out: &mut Vec<Violation>) {
     let cap = input.relay.max_spent_credentials;
     if let Some(&(at, most)) = input.history.spent_peaks.iter().find(|(_, n)| *n > cap) {
         out.push(Violation::new(
-            "spent-bound",
+            Oracle::SpentBound,
             format!(
                 "the store held {most} spent credentials after a commit at {at} ms; the bound is {cap}"
             ),
@@ -110,7 +111,7 @@ pub(super) fn queues_within_bounds(input: &Input<'_>, out: &mut Vec<Violation>) 
         ));
     }
     for text in over {
-        out.push(Violation::new("queue-bounds", text));
+        out.push(Violation::new(Oracle::QueueBounds, text));
     }
 }
 
@@ -131,13 +132,13 @@ pub(super) fn drills(input: &Input<'_>, out: &mut Vec<Violation>) {
         if !log.finished.contains(drill) {
             if faultless {
                 out.push(Violation::new(
-                    "drills",
+                    Oracle::Drills,
                     format!("drill {drill} did not finish by the end of a run without faults ({judged} checks judged so far)"),
                 ));
             }
         } else if judged == 0 && unjudged == 0 {
             out.push(Violation::new(
-                "drills",
+                Oracle::Drills,
                 format!("drill {drill} finished having judged nothing and met no fault: it did not happen"),
             ));
         }

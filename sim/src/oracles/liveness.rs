@@ -21,6 +21,7 @@ use crate::bounds::{DELIVERY_BOUND_MS, PROBE_BOUND_MS, SYNC_BOUND_MS};
 use crate::faults::FaultAction;
 use crate::store::CommittedMessage;
 use crate::trace::{Device, Record};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::world::ProbeRec;
 
@@ -76,7 +77,7 @@ pub(super) fn liveness(
             .count();
         let first = lost[0];
         out.push(Violation::new(
-            "liveness",
+            Oracle::Liveness,
             format!(
                 "{} acknowledged message(s) to c{recipient} not delivered within {DELIVERY_BOUND_MS} ms of healing (backlog of {backlog} queued for it at healing); first: {} (c{} -> c{recipient}, seq {})",
                 lost.len(),
@@ -140,7 +141,7 @@ pub(super) fn sync_complete(
                 .collect();
             if let Some(first) = missing.first() {
                 out.push(Violation::new(
-                    "sync-complete",
+                    Oracle::SyncComplete,
                     format!(
                         "{who} connected at {t} ms on a healthy network with {} queued message(s) that had not arrived {SYNC_BOUND_MS} ms later; first: {} ({} seq {}, committed at {} ms, {})",
                         missing.len(),
@@ -207,7 +208,7 @@ pub(super) fn probes(input: &Input<'_>, out: &mut Vec<Violation>) {
         .collect();
     if let Some(first) = late.first() {
         out.push(Violation::new(
-            "probes",
+            Oracle::Probes,
             format!(
                 "{} of {} probe(s) did not arrive within {PROBE_BOUND_MS} ms; first: {first}",
                 late.len(),
@@ -278,7 +279,7 @@ pub(super) fn outbox(input: &Input<'_>, out: &mut Vec<Violation>) {
                 .map(|i| i.internal_id.as_str())
                 .collect();
             out.push(Violation::new(
-                "outbox-drained",
+                Oracle::OutboxDrained,
                 format!(
                     "c{client} still has {} unacknowledged intent(s) after the liveness phase, first {ids:?}",
                     pending.len()
@@ -302,7 +303,7 @@ pub(super) fn media(input: &Input<'_>, out: &mut Vec<Violation>) {
         let live = age.is_some_and(|a| a + MEDIA_SLACK_MS <= ttl);
         match outcome {
             Ok(_) if expired => out.push(Violation::new(
-                "expiry",
+                Oracle::Expiry,
                 format!(
                     "c{client} downloaded media of {id} {} h after it was sent, past its {} h TTL on the relay's clock",
                     age.unwrap_or(0) / 3_600_000,
@@ -311,12 +312,12 @@ pub(super) fn media(input: &Input<'_>, out: &mut Vec<Violation>) {
             )),
             Ok(true) => {}
             Ok(false) => out.push(Violation::new(
-                "media",
+                Oracle::Media,
                 format!("c{client} downloaded media of {id} that differs from what was sent"),
             )),
             Err(_) if !live => {}
             Err(e) => out.push(Violation::new(
-                "media",
+                Oracle::Media,
                 format!("c{client} could not download media of {id}: {e}"),
             )),
         }

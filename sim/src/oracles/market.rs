@@ -18,6 +18,7 @@ use relay_core::store::{Snapshot, Table};
 use wire::http::{OrderKind, OrderState};
 
 use crate::trace::{Device, Record};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::world::ledger::{Ledger, OrderRec};
 use standins::PaymentProcessor;
@@ -78,13 +79,13 @@ pub(crate) fn check_market(input: &MarketInput<'_>, out: &mut Vec<Violation>) {
     let audit = &w.audit;
     if !audit.done {
         out.push(Violation::new(
-            "payment-applied-once",
+            Oracle::PaymentAppliedOnce,
             "the commerce audit did not finish within the liveness bound",
         ));
         return;
     }
     let Some(rows) = rows(input.snapshot) else {
-        out.push(Violation::new("quota", "relay store unreadable"));
+        out.push(Violation::new(Oracle::Quota, "relay store unreadable"));
         return;
     };
     let state = |order: &str| audit.states.get(order).copied().flatten();
@@ -120,7 +121,7 @@ fn paid_in_full_times(input: &MarketInput<'_>, o: &OrderRec) -> usize {
 
 /// `order-records`: each order's row against what the run did (see the module doc).
 fn order_records(input: &MarketInput<'_>, rows: &Rows, out: &mut Vec<Violation>) {
-    const O: &str = "order-records";
+    const O: Oracle = Oracle::OrderRecords;
     let payments = input.processor.payments();
     let deliveries = input.processor.deliveries();
     let audit = &input.ledger.audit;
@@ -229,7 +230,7 @@ fn bind_probes(input: &MarketInput<'_>, out: &mut Vec<Violation>) {
         };
         if wrong {
             out.push(Violation::new(
-                "bind-state",
+                Oracle::BindState,
                 format!(
                     "c{} bound its {} order {} again: {status} (expected {})",
                     p.client,
@@ -286,7 +287,7 @@ fn payments_once(
     webhooks_answered(input, out);
 }
 
-const PAID_ONCE: &str = "payment-applied-once";
+const PAID_ONCE: Oracle = Oracle::PaymentAppliedOnce;
 
 /// A paid order is confirmed (or, paid late, flagged for refund); an unpaid one is not; a
 /// refund flag only where a genuine payment arrived and the order was not confirmed.
@@ -333,13 +334,13 @@ fn order_applied_once(
     }
     if !o.paid && refund {
         out.push(Violation::new(
-            "commerce-model",
+            Oracle::CommerceModel,
             what("flagged for refund though no genuine payment reached it"),
         ));
     }
     if st == OrderState::Confirmed && refund && paid_in_full_times(input, o) < 2 {
         out.push(Violation::new(
-            "commerce-model",
+            Oracle::CommerceModel,
             what("both confirmed and flagged for refund, though paid in full once"),
         ));
     }
@@ -560,7 +561,7 @@ fn aliases_unique(input: &MarketInput<'_>, state: &StateOf<'_>, out: &mut Vec<Vi
     aliases_held_once(input, out);
 }
 
-const ALIAS_UNIQUE: &str = "alias-unique";
+const ALIAS_UNIQUE: Oracle = Oracle::AliasUnique;
 
 /// No two clients end with one alias; a client's retired aliases are neither for sale nor
 /// bound by another client.
@@ -601,7 +602,7 @@ fn aliases_held_once(input: &MarketInput<'_>, out: &mut Vec<Violation>) {
 }
 
 fn channels_owned(input: &MarketInput<'_>, state: &StateOf<'_>, out: &mut Vec<Violation>) {
-    const O: &str = "channel-single-owner";
+    const O: Oracle = Oracle::ChannelSingleOwner;
     let w = input.ledger;
     let trades = confirmed_orders(input, OrderKind::ChannelTrade, state);
     for c in &w.channels {
@@ -701,7 +702,7 @@ fn holds_released(
     }
 }
 
-const HOLDS_RELEASED: &str = "holds-released";
+const HOLDS_RELEASED: Oracle = Oracle::HoldsReleased;
 
 /// Flags every order still pending after the final jump that was placed before it (neither
 /// an audit probe nor one with webhooks in flight); returns the targets held by orders
@@ -742,7 +743,7 @@ fn pending_after_jump<'r>(
 }
 
 fn quota(input: &MarketInput<'_>, rows: &Rows, state: &StateOf<'_>, out: &mut Vec<Violation>) {
-    const O: &str = "quota";
+    const O: Oracle = Oracle::Quota;
     let w = input.ledger;
     let confirmed = confirmed_orders(input, OrderKind::ChannelQuota, state);
     // client -> account uuid, from the buyer of any of its orders.

@@ -53,66 +53,7 @@ pub(crate) use self::market::{MarketInput, check_market};
 pub(crate) use self::operator::{WebhookInput, webhook_counts};
 pub use self::push::{PUSH_SLACK_MS, PushFacts, check_push};
 pub(crate) use self::storage::logs_free_of_canaries;
-pub use crate::violation::Violation;
-
-/// Every oracle name (for summaries).
-pub const ORACLES: [&str; 55] = [
-    "duplicate-delivery",
-    "seq-reused",
-    "delivered-exactly-once",
-    "liveness",
-    "seq-order",
-    "seq-gap-free",
-    "seq-unique",
-    "retract-drops",
-    "receipt-drops",
-    "sync-complete",
-    "non-participant",
-    "receipts",
-    "receipts-clear",
-    "fail-stop",
-    "store-intact",
-    "queue-summaries",
-    "contacts-index",
-    "outbox-drained",
-    "probes",
-    "retract-lands",
-    "media",
-    "push",
-    "authz",
-    "bad-input",
-    "stuck-client",
-    "resources",
-    "canary-store",
-    "canary-logs",
-    "setup",
-    "host-error",
-    "panic",
-    "payment-applied-once",
-    "alias-unique",
-    "channel-single-owner",
-    "holds-released",
-    "quota",
-    "commerce-model",
-    "crash",
-    "expiry",
-    "spent-bound",
-    "drills",
-    "lookup",
-    "tokenless",
-    "values",
-    "reads",
-    "webhook-counts",
-    "push-off",
-    "dedup",
-    "retract",
-    "credentials",
-    "limit-exact",
-    "push-policy",
-    "order-records",
-    "bind-state",
-    "queue-bounds",
-];
+pub use crate::violation::{Oracle, Violation};
 
 /// What the oracles read.
 #[derive(Debug)]
@@ -147,7 +88,7 @@ pub(crate) struct Input<'a> {
 /// Runs every store/trace oracle (after the raw clients' own findings).
 pub(crate) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
     out.extend(input.world.findings.iter().cloned());
-    if out.iter().any(|v| v.oracle == "setup") {
+    if out.iter().any(|v| v.oracle == Oracle::Setup) {
         return;
     }
     let convs: Vec<&str> = input.convs.values().map(String::as_str).collect();

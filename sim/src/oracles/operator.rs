@@ -22,10 +22,11 @@ use standins::PaymentProcessor;
 
 use relay_core::store::{Snapshot, Table};
 
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// The oracle.
-const ORACLE: &str = "webhook-counts";
+const ORACLE: Oracle = Oracle::WebhookCounts;
 /// The family's name in the exposition.
 const FAMILY: &str = "relay_payment_webhooks_total";
 /// The refund counter's name in the exposition.

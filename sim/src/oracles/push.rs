@@ -12,10 +12,11 @@ use super::observed::Observed;
 use crate::bounds::{PUSH, RELAY};
 use crate::faults::FaultAction;
 use crate::pushworld::{SeenPush, zero_knowledge};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// The oracle's name.
-const O: &str = "push";
+const O: Oracle = Oracle::Push;
 
 /// Slack of the push timing checks: a push leaves the relay right after the message's
 /// commit and reaches the stand-in a link latency later.
@@ -493,7 +494,7 @@ mod tests {
         ] {
             let v = check(&facts(vec![web("s1", 20_010, 201, payload)]));
             assert!(!v.is_empty(), "{payload}: not caught");
-            assert!(v.iter().all(|v| v.oracle == "push"));
+            assert!(v.iter().all(|v| v.oracle == crate::violation::Oracle::Push));
         }
         // Secrets anywhere in a native payload.
         let mut apns = web("s2", 20_010, 200, "");

@@ -14,6 +14,7 @@ use client_core::store::MessageStatus;
 use super::Input;
 use super::observed::{Ack, Observed, Seen};
 use crate::trace::{Device, Record};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 fn rank(s: MessageStatus) -> u8 {
@@ -49,7 +50,7 @@ pub fn receipts(h: &Observed<'_>, out: &mut Vec<Violation>) {
             && rank(status) <= rank(prev)
         {
             out.push(Violation::new(
-                "receipts",
+                Oracle::Receipts,
                 format!("{who} status of {id} moved {prev:?} -> {status:?}"),
             ));
         }
@@ -64,7 +65,7 @@ pub fn receipts(h: &Observed<'_>, out: &mut Vec<Violation>) {
         };
         if !delivered.contains(&(recipient, id)) {
             out.push(Violation::new(
-                "receipts",
+                Oracle::Receipts,
                 format!("{who} {status:?} for {id} before c{recipient} received it"),
             ));
         }
@@ -74,7 +75,7 @@ pub fn receipts(h: &Observed<'_>, out: &mut Vec<Violation>) {
                 .is_none_or(|hw| *hw < a.seq)
         {
             out.push(Violation::new(
-                "receipts",
+                Oracle::Receipts,
                 format!(
                     "{who} read for {id} (seq {}) not marked read by c{recipient}",
                     a.seq
@@ -144,7 +145,7 @@ pub(super) fn receipts_clear(
     }
     if let Some(first) = early.first() {
         out.push(Violation::new(
-            "receipts-clear",
+            Oracle::ReceiptsClear,
             format!(
                 "{} queued message(s) deleted before their recipient had them; first: {first}",
                 early.len()
@@ -208,7 +209,7 @@ pub(super) fn retract_lands(input: &Input<'_>, h: &Observed<'_>, out: &mut Vec<V
             && !landed.contains(&(recipient, a.id.as_str()))
         {
             out.push(Violation::new(
-                "retract-lands",
+                Oracle::RetractLands,
                 format!(
                     "c{} retracted {} (the relay accepted it at {accepted} ms) but c{recipient}, who had it, never saw the retract",
                     a.sender, a.id

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::Input;
 use super::observed::Ack;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// `retract-drops`: a committed retract leaves no committed queued copy of its message.
@@ -43,7 +44,7 @@ pub(super) fn retract_drops(input: &Input<'_>, out: &mut Vec<Violation>) {
         .collect();
     if let Some(first) = kept.first() {
         out.push(Violation::new(
-            "retract-drops",
+            Oracle::RetractDrops,
             format!(
                 "{} retracted message(s) still queued after their retract was committed; first: {first}",
                 kept.len()
@@ -85,7 +86,7 @@ pub(super) fn receipt_drops(input: &Input<'_>, out: &mut Vec<Violation>) {
         .collect();
     if let Some(first) = kept.first() {
         out.push(Violation::new(
-            "receipt-drops",
+            Oracle::ReceiptDrops,
             format!(
                 "{} acknowledged message(s) still queued for their reader after the receipt was committed; first: {first}",
                 kept.len()
@@ -115,7 +116,7 @@ pub(super) fn seq_unique(input: &Input<'_>, out: &mut Vec<Violation>) {
         .collect();
     if let Some(first) = twice.first() {
         out.push(Violation::new(
-            "seq-unique",
+            Oracle::SeqUnique,
             format!(
                 "{} message(s) stored under more than one seq (a resend was not deduplicated); first: {first}",
                 twice.len()
@@ -129,7 +130,7 @@ pub(super) fn seq_unique(input: &Input<'_>, out: &mut Vec<Violation>) {
         .collect();
     if let Some(first) = reused.first() {
         out.push(Violation::new(
-            "seq-unique",
+            Oracle::SeqUnique,
             format!(
                 "{} seq(s) given to more than one message; first: {first}",
                 reused.len()
@@ -150,14 +151,14 @@ pub(super) fn fail_stop(input: &Input<'_>, acked: &[Ack], out: &mut Vec<Violatio
         let known = input.history.accepted_ids.contains(&a.id);
         match committed_seq.get(a.id.as_str()) {
             Some(seq) if *seq != a.seq => out.push(Violation::new(
-                "fail-stop",
+                Oracle::FailStop,
                 format!(
                     "c{} was acked {} with seq {}, but seq {seq} was committed",
                     a.sender, a.id, a.seq
                 ),
             )),
             None if !known => out.push(Violation::new(
-                "fail-stop",
+                Oracle::FailStop,
                 format!(
                     "c{} was acked {} (seq {}) but the relay never committed it",
                     a.sender, a.id, a.seq
@@ -169,7 +170,7 @@ pub(super) fn fail_stop(input: &Input<'_>, acked: &[Ack], out: &mut Vec<Violatio
     for o in &input.world.ledger.orders {
         if !input.history.orders.contains(&o.order_id) {
             out.push(Violation::new(
-                "fail-stop",
+                Oracle::FailStop,
                 format!(
                     "c{} was handed order {} but the relay never committed it",
                     o.client, o.order_id
@@ -183,13 +184,13 @@ pub(super) fn fail_stop(input: &Input<'_>, acked: &[Ack], out: &mut Vec<Violatio
 pub(super) fn store_intact(input: &Input<'_>, out: &mut Vec<Violation>) {
     for (t, diff) in &input.history.load_mismatches {
         out.push(Violation::new(
-            "store-intact",
+            Oracle::StoreIntact,
             format!("the store reopened at {t} ms did not load what was committed: {diff}"),
         ));
     }
     if let Some(t) = input.history.commits_while_off.first() {
         out.push(Violation::new(
-            "store-intact",
+            Oracle::StoreIntact,
             format!(
                 "{} commit(s) while the relay was powered off, first at {t} ms",
                 input.history.commits_while_off.len()
@@ -284,7 +285,7 @@ pub(super) fn queue_summaries(input: &Input<'_>, out: &mut Vec<Violation>) {
     }
     if let Some(first) = wrong.first() {
         out.push(Violation::new(
-            "queue-summaries",
+            Oracle::QueueSummaries,
             format!(
                 "{} queue summary(ies) disagree with the stored messages; first: {first}",
                 wrong.len()
@@ -322,7 +323,7 @@ pub(super) fn contacts_index(input: &Input<'_>, out: &mut Vec<Violation>) {
     wrong.extend(want.into_keys().map(|k| format!("no contacts row {k:?}")));
     if let Some(first) = wrong.first() {
         out.push(Violation::new(
-            "contacts-index",
+            Oracle::ContactsIndex,
             format!(
                 "{} contacts row(s) disagree with the friendships; first: {first}",
                 wrong.len()
@@ -343,7 +344,7 @@ pub(super) fn store_canaries(input: &Input<'_>, out: &mut Vec<Violation>) {
                 let c = canary.as_bytes();
                 if contains(key.as_bytes(), c) || contains(value, c) {
                     out.push(Violation::new(
-                        "canary-store",
+                        Oracle::CanaryStore,
                         format!("{canary} in relay table {table:?}"),
                     ));
                 }
@@ -360,7 +361,7 @@ pub(crate) fn logs_free_of_canaries(text: &str, canaries: &[String], out: &mut V
     for canary in canaries {
         if text.contains(canary.as_str()) {
             out.push(Violation::new(
-                "canary-logs",
+                Oracle::CanaryLogs,
                 format!("{canary} appears in the logs"),
             ));
         }

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use crate::wiretap::{WireAck, WireMsg, WireSeen};
 
 use crate::scenario::Pair;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// `duplicate-delivery`: one message id delivered to its recipient under two seqs.
@@ -29,7 +30,7 @@ pub fn duplicate_delivery(seen: &WireSeen, out: &mut Vec<Violation>) {
     let twice: Vec<_> = seqs.iter().filter(|(_, s)| s.len() > 1).collect();
     if let Some(((client, id), s)) = twice.first() {
         out.push(Violation::new(
-            "duplicate-delivery",
+            Oracle::DuplicateDelivery,
             format!(
                 "{} message(s) delivered more than once under different seqs; first: c{client} got {id} as seqs {s:?}",
                 twice.len()
@@ -56,7 +57,7 @@ pub fn seq_reused(seen: &WireSeen, out: &mut Vec<Violation>) {
     let reused: Vec<_> = ids.iter().filter(|(_, i)| i.len() > 1).collect();
     if let Some(((conv, seq), i)) = reused.first() {
         out.push(Violation::new(
-            "seq-reused",
+            Oracle::SeqReused,
             format!(
                 "{} seq(s) given to more than one message; first: {conv} seq {seq} names {i:?}",
                 reused.len()
@@ -86,7 +87,7 @@ pub fn ack_lost(seen: &WireSeen, members: &BTreeMap<&str, Pair>, out: &mut Vec<V
             .get(first.conv.as_str())
             .map_or(first.client, |p| p.peer(first.client));
         out.push(Violation::new(
-            "ack-lost",
+            Oracle::AckLost,
             format!(
                 "{} acknowledged message(s) never reached the recipient's socket; first: {} (c{} -> c{recipient}, {} seq {})",
                 lost.len(),
@@ -135,7 +136,7 @@ mod tests {
             acks: vec![],
         };
         duplicate_delivery(&seen, &mut out);
-        assert_eq!(out[0].oracle, "duplicate-delivery");
+        assert_eq!(out[0].oracle, Oracle::DuplicateDelivery);
         assert!(out[0].detail.contains("{13, 14}"), "{}", out[0].detail);
     }
 
@@ -149,7 +150,7 @@ mod tests {
         let mut out = Vec::new();
         seq_reused(&seen, &mut out);
         ack_lost(&seen, &members, &mut out);
-        let names: Vec<&str> = out.iter().map(|v| v.oracle).collect();
+        let names: Vec<&str> = out.iter().map(|v| v.oracle.name()).collect();
         assert_eq!(names, ["seq-reused", "ack-lost"], "{out:?}");
         assert!(out[1].detail.contains("lost"), "{}", out[1].detail);
     }

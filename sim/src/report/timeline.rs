@@ -12,6 +12,7 @@ use crate::faults::FaultAction;
 use crate::jepsen::{JepsenFault, JepsenReport};
 use crate::runner::RunReport;
 use crate::trace::{Device, Record};
+use crate::violation::Oracle;
 
 /// What kind of fault a band or mark is (its colour in the plots).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -253,9 +254,9 @@ impl Timeline {
         let violations = report
             .violations
             .iter()
-            .map(|v| place(v.oracle, &v.detail, &messages))
+            .map(|v| place(v.oracle.name(), &v.detail, &messages))
             .collect();
-        let verdict = if report.violations.iter().any(|v| v.oracle == "setup") {
+        let verdict = if report.violations.iter().any(|v| v.oracle == Oracle::Setup) {
             "setup"
         } else if report.violations.is_empty() {
             "pass"

@@ -12,6 +12,7 @@ use crate::pushworld::{PushKind, SeenPush};
 use crate::store::SimStore;
 use crate::time::SkewClock;
 use crate::trace::Record;
+use crate::violation::Oracle;
 use crate::violation::Violation;
 
 /// The outcome of a run whose relay store could not even be created.
@@ -19,7 +20,7 @@ pub(super) fn no_store(e: &std::io::Error) -> Inner {
     Inner {
         records: Vec::new(),
         violations: vec![Violation::new(
-            "host-error",
+            Oracle::HostError,
             format!("cannot create the relay's store: {e}"),
         )],
         end_ms: 0,
@@ -54,9 +55,9 @@ pub(super) fn finish(
     );
     let (acked, received, receipts) = (acked(&records), received(&records), receipts(&records));
     let pairs = parts.scenario.pairs.len() as u64;
-    if pairs > 0 && acked == 0 && !violations.iter().any(|v| v.oracle == "setup") {
+    if pairs > 0 && acked == 0 && !violations.iter().any(|v| v.oracle == Oracle::Setup) {
         violations.push(Violation::new(
-            "setup",
+            Oracle::Setup,
             format!(
                 "no message was acknowledged in the whole run ({pairs} pairs): nothing was judged"
             ),
@@ -193,7 +194,7 @@ fn check(
         drills: &parts.replay.drills,
     };
     oracles::check_all(&input, violations);
-    if violations.iter().any(|v| v.oracle == "setup") {
+    if violations.iter().any(|v| v.oracle == Oracle::Setup) {
         return 0;
     }
     // Every jump of the relay's clock before the final one (the plan's, the world's idle

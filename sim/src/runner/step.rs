@@ -35,6 +35,7 @@ use crate::scenario::ActionKind;
 use crate::store::StoreCtl;
 use crate::time::SkewClock;
 use crate::trace::{Record, Trace};
+use crate::violation::Oracle;
 use crate::violation::Violation;
 use crate::world::{RunnerRequest, Shared};
 use seam::clock::OffsetClock;
@@ -554,7 +555,7 @@ impl Sim<'_> {
         loop {
             t.steps += 1;
             if let Err(e) = self.sim.step() {
-                violations.push(Violation::new("host-error", e.to_string()));
+                violations.push(Violation::new(Oracle::HostError, e.to_string()));
                 return self.ended(&t);
             }
             self.housekeeping();
@@ -614,7 +615,7 @@ impl Sim<'_> {
         let setup_bound = parts.scenario.scale.setup_bound_ms();
         (now > setup_bound).then(|| {
             Violation::new(
-                "setup",
+                Oracle::Setup,
                 format!(
                     "setup not done within {setup_bound} ms ({} of {clients} clients ready)",
                     self.world.borrow().ready.len()

@@ -29,6 +29,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use sim::class::ClassChoice;
 use sim::faults::{FaultSelection, StoreChoice};
+use sim::oracles::Oracle;
 use sim::report::{SummaryRow, Timeline};
 use sim::scenario::Scale;
 use sim::shrink::{ShrinkOptions, shrink, size};
@@ -484,7 +485,7 @@ fn one_page(dir: &std::path::Path, report: &RunReport, again: &str) -> anyhow::R
             "fail"
         }
         .to_owned(),
-        oracles: pages::by_oracle(report.violations.iter().map(|v| v.oracle)),
+        oracles: pages::by_oracle(report.violations.iter().map(|v| v.oracle.name())),
         page: true,
     };
     let facts = [("command".to_owned(), again.to_owned())];
@@ -509,7 +510,7 @@ fn shrink_and_write(args: &Args, config: &RunConfig, report: &RunReport) -> anyh
     );
     let options = ShrinkOptions {
         max_runs: args.shrink_runs,
-        capture_logs: target.oracle == "canary-logs",
+        capture_logs: target.oracle == Oracle::CanaryLogs,
         #[cfg(feature = "planted-bugs")]
         planted: args.plant,
     };

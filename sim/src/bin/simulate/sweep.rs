@@ -79,7 +79,7 @@ fn run_seed(args: &Args, seed: u64, faults: &FaultSelection) -> SeedResult {
             violations: r
                 .violations
                 .into_iter()
-                .map(|v| (v.oracle.to_owned(), v.detail))
+                .map(|v| (v.oracle.name().to_owned(), v.detail))
                 .collect(),
         },
         Err(panic) => {
