@@ -7,13 +7,13 @@ use wire::http::{
 use wire::limits::NICKNAME_MAX_CHARS;
 use wire::{AliasId, ErrorCode, UnixMs, UserUuid};
 
+use crate::cx::Cx;
 use crate::directory::Lookup;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{
     ALIAS_ATTEMPTS, MAX_NICKNAME_COMBINING_MARKS, MIN_NICKNAME_CHARS, STORAGE_QUOTA_BYTES,
 };
 use crate::relations::Contacts;
-use crate::relay::Relay;
 use crate::rows::AccountRow;
 
 /// Validates a nickname and returns the form stored: NFC-normalised, trimmed,
@@ -218,7 +218,7 @@ fn check_keys(body: &RegisterRequest) -> Result<(), ApiError> {
     Ok(())
 }
 
-impl Relay {
+impl Cx<'_> {
     /// A2. Order of checks: body, public keys (400 `INVALID_KEY`), duplicate key (409, before PoW so a recovering client
     /// without a nonce is answered), nickname, rate limit (429), PoW (400), then commit (201).
     pub(crate) fn http_register(

@@ -18,12 +18,12 @@ use wire::http::{
 use wire::{ErrorCode, IsoTime, UnixMs, UserUuid};
 
 use crate::credential::{Kind, Opened, Refused};
+use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::limits::{
     AUTH_CHALLENGE_TTL_MS, MAX_POW_CHALLENGES_PER_ADDR, MAX_TOKEN_BYTES, POW_CHALLENGE_TTL_MS,
     WS_TICKET_TTL_MS,
 };
-use crate::relay::Relay;
 use crate::rows::AccountRow;
 use crate::shell::{Accepted, Conn, ConnId, WsConnect};
 use crate::token::TokenError;
@@ -32,7 +32,7 @@ fn token_error(e: TokenError) -> ApiError {
     ApiError::with_status(401, e.code(), e.to_string())
 }
 
-impl Relay {
+impl Cx<'_> {
     /// `credential` checked as one of `kind` presented for `bound` at `now`, and not used
     /// before (unless `reusable`: a planted bug); `None` when it is too long, forged, expired or
     /// used, each reason probed.

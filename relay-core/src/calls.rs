@@ -27,9 +27,9 @@ use wire::frames::CallSignal;
 use wire::http::{IceConfig, IcePolicy, IceServer};
 use wire::{ErrorCode, ServerFrame, UnixMs};
 
+use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::planted::planted;
-use crate::relay::Relay;
 use crate::shell::ConnId;
 
 /// `TURN_UNAVAILABLE` (503).
@@ -53,7 +53,7 @@ pub fn turn_credential(secret: &str, username: &str) -> String {
     }
 }
 
-impl Relay {
+impl Cx<'_> {
     /// K1.
     pub(crate) fn http_ice_config(
         &mut self,

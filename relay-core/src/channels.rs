@@ -11,6 +11,7 @@ use wire::limits::{CHANNEL_DESCRIPTION_MAX_CHARS, CHANNEL_NAME_MAX_CHARS, MAX_CH
 use wire::{AliasId, ChannelId, ErrorCode, IsoTime, PostId, ServerFrame, UnixMs, UserUuid};
 
 use crate::commerce_state::{ChannelRow, PostRow};
+use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse, Method, query_param};
 use crate::ids::hex;
 use crate::limits::{
@@ -18,7 +19,6 @@ use crate::limits::{
     MAX_SEARCH_QUERY_BYTES, POSTS_PAGE_DEFAULT, POSTS_PAGE_MAX, QUOTA_PRICE_USDT,
 };
 use crate::planted::planted;
-use crate::relay::Relay;
 use crate::store::StoreError;
 
 fn channel_not_found() -> ApiError {
@@ -126,7 +126,7 @@ fn decode_listing<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
     }
 }
 
-impl Relay {
+impl Cx<'_> {
     fn channel_info(&self, c: &ChannelRow, user: Option<&UserUuid>) -> ChannelInfo {
         let role = match user {
             Some(u) if *u == c.owner => Some(ChannelRole::Owner),

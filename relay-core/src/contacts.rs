@@ -14,9 +14,9 @@ use wire::http::{
 };
 use wire::{ErrorCode, FriendshipId, IsoTime, Seq, ServerFrame, UnixMs, UserUuid};
 
+use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::planted::planted;
-use crate::relay::Relay;
 use crate::rows::{ConversationRow, FriendshipRow};
 use crate::state::ReadCx;
 
@@ -27,7 +27,7 @@ fn not_found() -> ApiError {
     )
 }
 
-impl Relay {
+impl Cx<'_> {
     /// F1: every friendship of the caller, oldest first, as a bare array.
     pub(crate) fn http_friends(
         &mut self,
@@ -233,7 +233,7 @@ impl Relay {
             if let Ok(c) = wire::ConvId::parse(&self.ids.conv_id())
                 && self
                     .state
-                    .with_conversation(ReadCx::new(&mut *self.reader, &mut self.stats), &c, |_| ())?
+                    .with_conversation(ReadCx::new(&mut *self.reader, self.stats), &c, |_| ())?
                     .is_none()
             {
                 return Ok(c);

@@ -5,8 +5,8 @@
 //! its alias (a friend request, a call, the `to` of every routed frame) and by its public keys
 //! (a registration's duplicate check). None of it is loaded at start:
 //!
-//! * **Read on first use.** [`Relay::account`] reads the row of a uuid that is not in memory
-//!   (one keyed read); [`Relay::account_by_alias`] and [`Relay::account_by`] read the
+//! * **Read on first use.** [`Cx::account`](crate::cx::Cx::account) reads the row of a uuid that is not in memory
+//!   (one keyed read); [`Cx::account_by_alias`](crate::cx::Cx::account_by_alias) and [`Cx::account_by`](crate::cx::Cx::account_by) read the
 //!   index row of an alias or a key, then the account it names. Every index hit is checked
 //!   against the account row (the row wins), so an index row made stale by a change not yet
 //!   committed (an alias replaced by a vanity bind) finds nothing.
@@ -130,7 +130,7 @@ impl Directory {
         }
     }
 
-    /// The account `user` if it is in memory (no read; [`Relay::account`] reads).
+    /// The account `user` if it is in memory (no read; [`Cx::account`](crate::cx::Cx::account) reads).
     pub(crate) fn cached(&self, user: &UserUuid) -> Option<&Arc<AccountRow>> {
         self.accounts.get(user).map(|c| &c.0)
     }

@@ -1,7 +1,7 @@
 //! The expiry of queued messages: no timer per queue or message, but one deadline, the
 //! earliest expiry in the store's index on `queue_index.expires_at` (each queue's row carries
 //! when its oldest message's TTL ends, written with every change to the queue:
-//! `crate::queue_index`). When it passes, [`crate::relay::Relay::sweep_messages`] reads the
+//! `crate::queue_index`). When it passes, [`Cx::sweep_messages`](crate::cx::Cx::sweep_messages) reads the
 //! due queues in (expiry, key) pages ([`StoreRead::expired`]) and each loses its due messages
 //! (`crate::queue`, `State::expire_queue`), its row rewritten with its next expiry.
 //!

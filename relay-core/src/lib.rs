@@ -72,7 +72,11 @@
 //!
 //! # Modules
 //! In layers, each importing only the ones below it (no import circle):
-//! * **The rules**, one module per area of PROTOCOL.md, each an `impl Relay` block:
+//! * **The dispatcher**: [`Relay`] (`relay`) builds, for each input, the view its rules work
+//!   with and routes the input to them, then commits and releases the outputs; `commit` is its
+//!   commit pipeline (group commit, sealed batches, fail-stop), `budgets` its request budgets.
+//!   Its fields are private: no rule reaches the pipeline, the released outputs or the budgets.
+//! * **The rules**, one module per area of PROTOCOL.md, each a block of methods of `cx::Cx`:
 //!   `accounts` (registration, user lookup, active conversations, storage estimate), `auth`
 //!   (PoW, challenges, JWTs, tickets, the WebSocket connect), `contacts` (friend requests and
 //!   the list), `messaging` (`msg`, `typing`, `retract`), `receipts`, `sync` (replay and
@@ -81,11 +85,12 @@
 //!   [`Output::Push`]), `channels`, `vanity`, `orders` (lifecycle, expiry, status),
 //!   [`payments`] (the signed webhook); `reads`, the reads through the caches they share, and
 //!   `sweeps`, the timed sweeps of expired messages and tombstones.
-//! * **The dispatcher**: [`Relay`] (`relay`) routes each input to its rules and drains the
-//!   outputs; `commit` is its commit pipeline (group commit, sealed batches, fail-stop),
-//!   `budgets` its request budgets, `admission` the PoW challenges and sign-in limits,
+//! * **The context**: `cx::Cx` lends a rule the relay's parts for one input (configuration,
+//!   store reader, ids, keys, the state and the sub-machines beside it) and collects the
+//!   input's outputs. Beside the state: `admission` the PoW challenges and sign-in limits,
 //!   `sessions` the open connections and whose each one is, `throttles` what a socket may send
-//!   per unit of time, `shell` what it exchanges with its shell ([`Output`], [`ConnId`] ...).
+//!   per unit of time, `shell` what the relay exchanges with its shell ([`Output`],
+//!   [`ConnId`] ...).
 //! * **The working state**: `state` composes what it is made of and records each write in
 //!   the input's mutation batch (its writes by area in its own submodules).
 //! * **What the state is made of**, each a struct with its own methods: the caches that load
@@ -113,6 +118,7 @@ mod commit;
 pub mod config;
 mod contacts;
 mod credential;
+mod cx;
 pub mod destination;
 mod directory;
 mod expiry;

@@ -38,6 +38,7 @@ use wire::limits::{MAX_MEDIA_OBJECT_BYTES, MAX_MEDIA_PART_BYTES, MAX_MEDIA_PARTS
 use wire::{ErrorCode, MediaKey, UnixMs, UploadId, UserUuid};
 
 use crate::blob::BlobError;
+use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::ids::hex;
 use crate::limits::{
@@ -45,7 +46,6 @@ use crate::limits::{
     MEDIA_UPLOADS_PER_MIN_PER_USER,
 };
 use crate::planted::planted;
-use crate::relay::Relay;
 use crate::uploads::{PartRow, UploadRow};
 
 /// Minimal percent-decoding of a query value (`%XX`; `+` is kept: keys never contain it).
@@ -138,7 +138,7 @@ fn check_parts(row: &UploadRow, parts: &[CompletedPart]) -> Result<u32, ApiError
     Ok(u32::try_from(parts.len()).unwrap_or(u32::MAX))
 }
 
-impl Relay {
+impl Cx<'_> {
     /// The bytes the relay holds for `user`'s media (unfinished uploads and live objects);
     /// `storage/estimate` adds it to `used_bytes`.
     pub(crate) fn media_bytes_of(&self, user: &UserUuid) -> u64 {

@@ -26,10 +26,10 @@ use wire::frames::{
 };
 use wire::{AliasId, ConvId, ErrorCode, ServerFrame, UnixMs, UserUuid};
 
+use crate::cx::Cx;
 use crate::limits::TOMBSTONE_TTL_MS;
 use crate::planted::planted;
 use crate::queue::Queued;
-use crate::relay::Relay;
 use crate::rows::{PendingRetractRow, Tombstone};
 use crate::shell::ConnId;
 use crate::state::ReadCx;
@@ -71,7 +71,7 @@ fn all_base64_alphabet(bytes: &[u8]) -> bool {
     !wire::json::any_block(bytes, b'A', outside)
 }
 
-/// Why [`Relay::member_check`] refused.
+/// Why [`Cx::member_check`](crate::cx::Cx::member_check) refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NotMember {
     /// Not a member, or `to` is not the other one: the words of the `NOT_A_MEMBER` refusal.
@@ -107,7 +107,7 @@ enum MsgVerdict {
     Resent(wire::Seq),
 }
 
-impl Relay {
+impl Cx<'_> {
     /// Resolves the conversation and checks that the caller is a member and `to` the other one
     /// (whose account it reads if it is not in memory): the other member.
     pub(crate) fn member_check(
@@ -117,7 +117,7 @@ impl Relay {
         to: &AliasId,
     ) -> Result<UserUuid, NotMember> {
         let not_member = NotMember::Refused("unknown conversation, or you are not a member of it");
-        let mut cx = ReadCx::new(&mut *self.reader, &mut self.stats);
+        let mut cx = ReadCx::new(&mut *self.reader, self.stats);
         let other = self
             .state
             .with_conversation(cx.reborrow(), conv_id, |c| c.other(user).cloned())
@@ -224,20 +224,12 @@ impl Relay {
         m: &MsgFrame,
     ) -> Result<MsgVerdict, (ErrorCode, &'static str)> {
         // Whether this id is known is decided after the membership checks.
-        let known = self
-            .state
-            .tombstone(
-                ReadCx::new(&mut *self.reader, &mut self.stats),
-                user,
-                &m.id,
-                now,
+        let known = self.tombstone(user, &m.id, now).map_err(|_| {
+            (
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay could not read which message ids were already used; send it again",
             )
-            .map_err(|_| {
-                (
-                    ErrorCode::STORAGE_UNAVAILABLE,
-                    "the relay could not read which message ids were already used; send it again",
-                )
-            })?;
+        })?;
         let recipient = self
             .member_check(user, &m.conv_id, &m.to)
             .map_err(NotMember::refusal)?;

@@ -9,15 +9,15 @@ use wire::http::{OrderKind, OrderState, OrderStatusResponse};
 use wire::{AliasId, ChannelId, ErrorCode, OrderId, ServerFrame, UnixMs, UserUuid};
 
 use crate::commerce_state::{ChannelRow, OrderRow, PendingConfirmRow, Transition};
+use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::ids::hex;
-use crate::relay::Relay;
 use crate::shell::ConnId;
 
 /// Base58 (Bitcoin/TRON alphabet) for the stand-in receiving addresses.
 const BASE58: &[u8; 58] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
 
-impl Relay {
+impl Cx<'_> {
     /// The stand-in processor's hosted page of `order`.
     pub(crate) fn payment_url(&self, order: &OrderId) -> String {
         format!(
@@ -100,7 +100,7 @@ impl Relay {
 
     /// Whether what an expired order bought can still be given to its buyer (late payment).
     /// `alias_in_use`: whether an account has the alias a vanity order is for
-    /// ([`Relay::alias_in_use`], read before the caller changes anything).
+    /// ([`Cx::alias_in_use`](crate::cx::Cx::alias_in_use), read before the caller changes anything).
     pub(crate) fn still_available(&self, o: &OrderRow, alias_in_use: bool) -> bool {
         match o.kind {
             OrderKind::ChannelQuota => true,

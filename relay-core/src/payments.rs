@@ -11,9 +11,9 @@ use wire::http::{
 use wire::{AliasId, ErrorCode, OrderId, UnixMs};
 
 use crate::commerce_state::{OrderRow, PaymentRow};
+use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::MAX_PAYMENT_ID_BYTES;
-use crate::relay::Relay;
 use crate::store::StoreError;
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
@@ -59,7 +59,7 @@ pub fn sign_webhook(secret: &[u8], body: &[u8]) -> String {
     }
 }
 
-impl Relay {
+impl Cx<'_> {
     /// The payment webhook (processor → relay). Always 200 once the signature verifies and
     /// the body names a known order, so the processor stops retrying.
     pub(crate) fn http_payment_webhook(

@@ -25,7 +25,7 @@
 //! `PUSH_MIN_INTERVAL_MS` (30 s) per recipient, so a burst of messages makes one push. The
 //! interval is in memory (a restart may push once more).
 //!
-//! **Gone targets**: [`Relay::handle_push_gone`] deletes a target the push service reported
+//! **Gone targets**: [`Relay::handle_push_gone`](crate::Relay::handle_push_gone) deletes a target the push service reported
 //! as gone (the shell's push worker reports it), durably and idempotently. Secrets of targets (endpoint URLs,
 //! keys, tokens) are never logged: [`PushTarget`]'s `Debug` redacts them.
 
@@ -36,12 +36,12 @@ use wire::http::{
 };
 use wire::{ErrorCode, UnixMs, UserUuid};
 
+use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{
     MAX_PUSH_ENDPOINT_BYTES, MAX_PUSH_TARGETS_PER_USER, MAX_PUSH_TOKEN_BYTES, PUSH_MIN_INTERVAL_MS,
 };
 pub use crate::push_targets::PushTarget;
-use crate::relay::Relay;
 use crate::shell::Output;
 
 /// Returned by P1 when no VAPID key is configured (see the module doc).
@@ -105,7 +105,7 @@ fn check_token(field: &str, token: &str) -> Result<String, ApiError> {
     Ok(t.to_owned())
 }
 
-impl Relay {
+impl Cx<'_> {
     /// P1.
     pub(crate) fn http_push_vapid_key(
         &mut self,
@@ -246,29 +246,17 @@ impl Relay {
         }
     }
 
-    /// Input: the push service said `target` of `user` no longer exists (Web Push 404/410,
-    /// FCM `UNREGISTERED`, APNs 410 / `BadDeviceToken` / `Unregistered`); the shell's push
-    /// worker reports it. The target is deleted durably, committed like any other input.
-    /// Idempotent: an unknown account or a target already gone (deleted, replaced by a newer
-    /// subscription with other keys, or evicted) changes nothing. Matching is exact, so a
-    /// report about old keys never deletes a re-subscription to the same endpoint.
-    ///
-    /// `now` (the relay's clock at the report) is unused today, as in
-    /// [`handle_disconnect`](Relay::handle_disconnect): a deletion sets no deadline. Inside a
-    /// [batch](Relay#group-commit) the deletion is committed with the batch; a failed commit
-    /// stops the relay like any other input's (fail-stop: [`Relay::is_failed`]). Drain
-    /// `poll_output` afterwards, as after any input.
-    pub fn handle_push_gone(&mut self, _now: UnixMs, user: &UserUuid, target: &PushTarget) {
-        if self.is_failed() {
-            return;
-        }
+    /// The push service said `target` of `user` no longer exists: the target is deleted
+    /// (recorded in the input's batch). An unknown account or a target already gone (deleted,
+    /// replaced by a newer subscription with other keys, or evicted) changes nothing; matching
+    /// is exact, so a report about old keys never deletes a re-subscription to the endpoint.
+    pub(crate) fn forget_push_target(&mut self, user: &UserUuid, target: &PushTarget) {
         if let Some(targets) = self.state.push().targets.get(user)
             && targets.contains(target)
         {
             let kept: Vec<PushTarget> = targets.iter().filter(|t| *t != target).cloned().collect();
             self.state.put_push_targets(user, kept);
         }
-        let _ = self.finish();
     }
 
     /// Forgets push intervals that ended (memory bound).

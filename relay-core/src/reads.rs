@@ -2,9 +2,9 @@
 //! marks, a queue, a tombstone, each from memory or on a miss from the store (counted in
 //! the stats). The caches themselves are `directory`, `relations`, `queue` and `tombstones`.
 
+use crate::cx::Cx;
 use crate::directory::{Lookup, read_index};
 use crate::relations::Contacts;
-use crate::relay::Relay;
 use crate::rows::AccountRow;
 use crate::rows::Tombstone;
 use crate::state::ReadCx;
@@ -13,17 +13,14 @@ use std::sync::Arc;
 use wire::{AliasId, UserUuid};
 use wire::{ConvId, MessageId, UnixMs};
 
-impl Relay {
+impl Cx<'_> {
     /// The account `user`, read from the store if it is not in memory ([`with_account`]).
     pub(crate) fn account(
         &mut self,
         user: &UserUuid,
     ) -> Result<Option<Arc<AccountRow>>, StoreError> {
-        self.state.with_account(
-            ReadCx::new(&mut *self.reader, &mut self.stats),
-            user,
-            Arc::clone,
-        )
+        self.state
+            .with_account(ReadCx::new(&mut *self.reader, self.stats), user, Arc::clone)
     }
 
     /// The account named `name` (an alias or a public key), read from the store if it is not
@@ -49,7 +46,7 @@ impl Relay {
         Ok(self.account(&uuid)?.filter(|a| name.names(a)))
     }
 
-    /// The account with alias `alias` ([`Relay::account_by`]).
+    /// The account with alias `alias` ([`Cx::account_by`](crate::cx::Cx::account_by)).
     pub(crate) fn account_by_alias(
         &mut self,
         alias: &AliasId,
@@ -65,7 +62,7 @@ impl Relay {
     /// The alias of `user` (`None`: no such account). `Err`: the read failed.
     pub(crate) fn alias_of(&mut self, user: &UserUuid) -> Result<Option<AliasId>, StoreError> {
         self.state
-            .with_account(ReadCx::new(&mut *self.reader, &mut self.stats), user, |a| {
+            .with_account(ReadCx::new(&mut *self.reader, self.stats), user, |a| {
                 a.alias_id.clone()
             })
     }
@@ -73,14 +70,14 @@ impl Relay {
     /// [`read_marks`] on this relay's parts.
     pub(crate) fn read_marks(&mut self, conv: &ConvId) -> Result<(), StoreError> {
         self.state
-            .read_marks(ReadCx::new(&mut *self.reader, &mut self.stats), conv)
+            .read_marks(ReadCx::new(&mut *self.reader, self.stats), conv)
     }
 
     /// The contacts of `user` (read if they are not in memory), copied. `Err`: the read
     /// failed.
     pub(crate) fn contacts(&mut self, user: &UserUuid) -> Result<Contacts, StoreError> {
         self.state.with_contacts(
-            ReadCx::new(&mut *self.reader, &mut self.stats),
+            ReadCx::new(&mut *self.reader, self.stats),
             user,
             Contacts::clone,
         )
@@ -93,7 +90,7 @@ impl Relay {
         f: impl FnOnce(&Contacts) -> R,
     ) -> Result<R, StoreError> {
         self.state
-            .with_contacts(ReadCx::new(&mut *self.reader, &mut self.stats), user, f)
+            .with_contacts(ReadCx::new(&mut *self.reader, self.stats), user, f)
     }
 
     /// Whether `user` and `other` are accepted contacts (reads `user`'s contacts if they are
@@ -116,7 +113,7 @@ impl Relay {
         conv: &ConvId,
     ) -> Result<(), StoreError> {
         self.state
-            .load_queue(&mut *self.reader, &mut self.stats, recipient, conv)
+            .load_queue(&mut *self.reader, self.stats, recipient, conv)
     }
 
     /// [`lookup`] on this relay.
@@ -126,11 +123,7 @@ impl Relay {
         id: &MessageId,
         now: UnixMs,
     ) -> Result<Option<Tombstone>, StoreError> {
-        self.state.tombstone(
-            ReadCx::new(&mut *self.reader, &mut self.stats),
-            author,
-            id,
-            now,
-        )
+        self.state
+            .tombstone(ReadCx::new(&mut *self.reader, self.stats), author, id, now)
     }
 }

@@ -12,8 +12,8 @@
 use wire::frames::{ReceiptDelivery, ReceiptFrame};
 use wire::{AliasId, ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
+use crate::cx::Cx;
 use crate::planted::planted;
-use crate::relay::Relay;
 use crate::rows::{PendingReceiptRow, ReceiptKind};
 use crate::shell::ConnId;
 
@@ -24,7 +24,7 @@ pub(crate) fn receipt_frame(kind: ReceiptKind, r: ReceiptDelivery) -> ServerFram
     }
 }
 
-impl Relay {
+impl Cx<'_> {
     pub(crate) fn on_receipt(
         &mut self,
         now: UnixMs,

@@ -2,12 +2,12 @@
 //! cursor in `expiry::Sweep`) and expired tombstones (one range delete), each run when its
 //! time comes (`Relay::handle_timeout`).
 
+use crate::cx::Cx;
 use crate::queue_index::parse_queue_key;
-use crate::relay::Relay;
 use crate::store::Table;
 use wire::UnixMs;
 
-impl Relay {
+impl Cx<'_> {
     /// The range expiry of the tombstones, when due at `now`: one `Expire` mutation (committed
     /// with this input), the sets in memory dropping theirs, and the next one scheduled at the
     /// earliest expiry left (read from the store; the tombstones written since the last sweep

@@ -21,11 +21,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use wire::frames::{MsgDelivery, ReceiptDelivery, RetractDelivery};
 use wire::{AliasId, ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
+use crate::cx::Cx;
 use crate::limits::msg_frame_bytes;
 use crate::planted::planted;
 use crate::queue::Queued;
 use crate::receipts::receipt_frame;
-use crate::relay::Relay;
 use crate::rows::ReceiptKind;
 use crate::shell::ConnId;
 use crate::store::StoreError;
@@ -38,7 +38,7 @@ fn cost(conv: &ConvId, m: &Queued) -> usize {
     msg_frame_bytes(m.id.as_str().len(), conv.as_str().len(), m.payload.len())
 }
 
-impl Relay {
+impl Cx<'_> {
     pub(crate) fn on_sync(&mut self, _now: UnixMs, conn: ConnId) {
         let Some(user) = self.sessions.user(conn).cloned() else {
             return;

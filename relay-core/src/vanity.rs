@@ -10,10 +10,10 @@ use wire::{AliasId, ErrorCode, IsoTime, UnixMs, UserUuid};
 
 use crate::channels::search_text;
 use crate::commerce_state::{AliasFate, AliasRow, OrderRow};
+use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{ALIAS_HOLD_MS, VANITY_SEARCH_MAX_RESULTS};
 use crate::pricing::price;
-use crate::relay::Relay;
 use crate::rows::AccountRow;
 
 fn taken() -> ApiError {
@@ -23,13 +23,13 @@ fn taken() -> ApiError {
     )
 }
 
-impl Relay {
+impl Cx<'_> {
     fn in_catalog(&self, alias: &AliasId) -> bool {
         self.config.vanity_catalog.contains(alias)
     }
 
     /// Whether `alias` is free: never sold or retired, no account has it (`in_use`: whether
-    /// one does, [`Relay::alias_in_use`]), no live order holds it (`except` ignores that
+    /// one does, [`Cx::alias_in_use`](crate::cx::Cx::alias_in_use)), no live order holds it (`except` ignores that
     /// order's hold).
     pub(crate) fn vanity_available(
         &self,

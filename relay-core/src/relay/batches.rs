@@ -86,7 +86,7 @@ impl Relay {
             Sealed::Now(release) => {
                 self.outputs.extend(release.outputs);
                 self.state.unpin(release.pinned);
-                self.collect_blobs();
+                self.cx().collect_blobs();
                 Ok(None)
             }
             Sealed::Batch(sealed) => Ok(Some(sealed)),
@@ -123,7 +123,7 @@ impl Relay {
                 self.state.unpin(release.pinned);
                 self.state.evict();
                 self.state.blob_garbage().extend(release.blob_garbage);
-                self.collect_blobs();
+                self.cx().collect_blobs();
                 Ok(())
             }
             Reported::Failed { first, outputs } => {

@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use wire::frames::{ErrorFrame, GoawayFrame};
+use wire::frames::ErrorFrame;
 use wire::{ErrorCode, ServerFrame, UnixMs, UserUuid};
 
 use crate::admission::Admission;
@@ -19,9 +19,11 @@ use crate::budgets::{BudgetClass, Budgets};
 use crate::commit::{BatchFailed, BatchId, InputFailed, Pipeline, Reported, Sealed, SealedBatch};
 use crate::config::Config;
 use crate::credential::CredentialKey;
+use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse, Route};
 use crate::ids::IdGen;
 use crate::planted::planted;
+use crate::push_targets::PushTarget;
 use crate::rows::{Timer, meta};
 use crate::sessions::Sessions;
 use crate::state::State;
@@ -96,22 +98,22 @@ use crate::shell::{Accepted, CloseReason, ConnId, Output, WsConnect};
 /// ([`is_failed`](Relay::is_failed) tells it to). Never a panic.
 #[derive(Debug)]
 pub struct Relay {
-    pub(crate) config: Config,
+    config: Config,
     /// Keyed reads of what the relay does not hold in memory (accounts, tombstones, queues),
     /// beside the store.
-    pub(crate) reader: Box<dyn StoreRead>,
-    pub(crate) ids: IdGen,
-    pub(crate) tokens: TokenKeys,
+    reader: Box<dyn StoreRead>,
+    ids: IdGen,
+    tokens: TokenKeys,
     /// Seals and opens auth challenges and tickets (`crate::credential`).
-    pub(crate) credentials: CredentialKey,
-    pub(crate) state: State,
-    pub(crate) admission: Admission,
+    credentials: CredentialKey,
+    state: State,
+    admission: Admission,
     /// The open connections and whose each one is (`crate::sessions`).
-    pub(crate) sessions: Sessions,
+    sessions: Sessions,
     /// Frames, messages, typing notices and call signals per unit of time (`crate::throttles`).
-    pub(crate) throttles: Throttles,
+    throttles: Throttles,
     /// Media part bytes (`crate::media`).
-    pub(crate) blobs: Box<dyn crate::blob::BlobStore>,
+    blobs: Box<dyn crate::blob::BlobStore>,
     /// Request budgets (`Config::lookups`, `friend_requests`, `account_requests`,
     /// `public_requests`).
     budgets: Budgets,
@@ -126,7 +128,7 @@ pub struct Relay {
     outputs: VecDeque<Output>,
     failed: bool,
     /// What the relay did since it was built ([`Relay::stats`]).
-    pub(crate) stats: crate::stats::RelayStats,
+    stats: crate::stats::RelayStats,
 }
 
 impl Relay {
@@ -198,6 +200,7 @@ impl Relay {
         let mut relay = Self::new(config, store, seed)?;
         relay.blobs = blobs;
         relay
+            .cx()
             .purge_orphan_blobs()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         Ok(relay)
@@ -288,7 +291,7 @@ impl Relay {
         match self.finish() {
             Ok(()) => {
                 if !self.commits.in_batch() {
-                    self.collect_blobs();
+                    self.cx().collect_blobs();
                 }
                 resp
             }
@@ -322,7 +325,7 @@ impl Relay {
         let authenticated = match class {
             BudgetClass::Exempt => return Ok(()),
             BudgetClass::Public => None,
-            _ => match self.authenticate(now, req) {
+            _ => match self.cx().authenticate(now, req) {
                 Ok(caller) => Some(caller),
                 // The caller's account could not be read: refused as its handler would be.
                 Err(e) if e.code == ErrorCode::STORAGE_UNAVAILABLE => return Err(e),
@@ -345,44 +348,44 @@ impl Relay {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         match route {
-            Route::PowChallenge => self.http_pow_challenge(now, req),
-            Route::Register => self.http_register(now, req),
-            Route::AuthChallenge => self.http_auth_challenge(now, req),
-            Route::AuthVerify => self.http_auth_verify(now, req),
-            Route::WsTicket => self.http_ws_ticket(now, req),
-            Route::Friends => self.http_friends(now, req),
-            Route::FriendRequest => self.http_friend_request(now, req),
-            Route::FriendAcceptPath(id) => self.http_friend_accept_path(now, req, &id),
-            Route::FriendAcceptBody => self.http_friend_accept_body(now, req),
-            Route::FriendReject(id) => self.http_friend_reject(now, req, &id),
-            Route::User(alias) => self.http_user(now, req, &alias),
-            Route::ActiveConversations => self.http_active_conversations(now, req),
-            Route::StorageEstimate => self.http_storage_estimate(now, req),
-            Route::ChannelSearch => self.http_channel_search(now, req),
-            Route::ChannelsMine => self.http_channels_mine(now, req),
-            Route::ChannelCreate => self.http_channel_create(now, req),
-            Route::Channel(id) => self.http_channel(now, req, &id),
-            Route::ChannelSubscribe(id) => self.http_channel_subscribe(now, req, &id),
-            Route::ChannelPosts(id) => self.http_channel_posts(now, req, &id),
-            Route::ChannelForSale(id) => self.http_channel_for_sale(now, req, &id),
-            Route::ChannelBuy(id) => self.http_channel_buy(now, req, &id),
-            Route::ChannelQuotaBuy => self.http_quota_buy(now, req),
-            Route::ListChannel => self.http_list_channel(now, req),
-            Route::VanitySearch => self.http_vanity_search(now, req),
-            Route::VanityPurchase => self.http_vanity_purchase(now, req),
-            Route::VanityBind => self.http_vanity_bind(now, req),
-            Route::VanityReserve => self.http_vanity_reserve(now, req),
-            Route::OrderStatus(id) => self.http_order_status(now, req, &id),
-            Route::PaymentWebhook => self.http_payment_webhook(now, req),
-            Route::MediaInit => self.http_media_init(now, req),
-            Route::MediaChunk(id) => self.http_media_chunk(now, req, &id),
-            Route::MediaComplete(id) => self.http_media_complete(now, req, &id),
-            Route::MediaDownload => self.http_media_download(now, req),
-            Route::PushVapidKey => self.http_push_vapid_key(now, req),
-            Route::PushSubscribe => self.http_push_subscribe(now, req),
-            Route::PushRegister => self.http_push_register(now, req),
-            Route::PushDisable => self.http_push_disable(now, req),
-            Route::IceConfig => self.http_ice_config(now, req),
+            Route::PowChallenge => self.cx().http_pow_challenge(now, req),
+            Route::Register => self.cx().http_register(now, req),
+            Route::AuthChallenge => self.cx().http_auth_challenge(now, req),
+            Route::AuthVerify => self.cx().http_auth_verify(now, req),
+            Route::WsTicket => self.cx().http_ws_ticket(now, req),
+            Route::Friends => self.cx().http_friends(now, req),
+            Route::FriendRequest => self.cx().http_friend_request(now, req),
+            Route::FriendAcceptPath(id) => self.cx().http_friend_accept_path(now, req, &id),
+            Route::FriendAcceptBody => self.cx().http_friend_accept_body(now, req),
+            Route::FriendReject(id) => self.cx().http_friend_reject(now, req, &id),
+            Route::User(alias) => self.cx().http_user(now, req, &alias),
+            Route::ActiveConversations => self.cx().http_active_conversations(now, req),
+            Route::StorageEstimate => self.cx().http_storage_estimate(now, req),
+            Route::ChannelSearch => self.cx().http_channel_search(now, req),
+            Route::ChannelsMine => self.cx().http_channels_mine(now, req),
+            Route::ChannelCreate => self.cx().http_channel_create(now, req),
+            Route::Channel(id) => self.cx().http_channel(now, req, &id),
+            Route::ChannelSubscribe(id) => self.cx().http_channel_subscribe(now, req, &id),
+            Route::ChannelPosts(id) => self.cx().http_channel_posts(now, req, &id),
+            Route::ChannelForSale(id) => self.cx().http_channel_for_sale(now, req, &id),
+            Route::ChannelBuy(id) => self.cx().http_channel_buy(now, req, &id),
+            Route::ChannelQuotaBuy => self.cx().http_quota_buy(now, req),
+            Route::ListChannel => self.cx().http_list_channel(now, req),
+            Route::VanitySearch => self.cx().http_vanity_search(now, req),
+            Route::VanityPurchase => self.cx().http_vanity_purchase(now, req),
+            Route::VanityBind => self.cx().http_vanity_bind(now, req),
+            Route::VanityReserve => self.cx().http_vanity_reserve(now, req),
+            Route::OrderStatus(id) => self.cx().http_order_status(now, req, &id),
+            Route::PaymentWebhook => self.cx().http_payment_webhook(now, req),
+            Route::MediaInit => self.cx().http_media_init(now, req),
+            Route::MediaChunk(id) => self.cx().http_media_chunk(now, req, &id),
+            Route::MediaComplete(id) => self.cx().http_media_complete(now, req, &id),
+            Route::MediaDownload => self.cx().http_media_download(now, req),
+            Route::PushVapidKey => self.cx().http_push_vapid_key(now, req),
+            Route::PushSubscribe => self.cx().http_push_subscribe(now, req),
+            Route::PushRegister => self.cx().http_push_register(now, req),
+            Route::PushDisable => self.cx().http_push_disable(now, req),
+            Route::IceConfig => self.cx().http_ice_config(now, req),
         }
     }
 
@@ -397,7 +400,7 @@ impl Relay {
         if self.failed {
             return Err(storage_unavailable().into_response());
         }
-        let r = self.connect(now, conn, req);
+        let r = self.cx().connect(now, conn, req);
         match (self.finish(), r) {
             (Ok(()), Ok(a)) => Ok(a),
             (Ok(()), Err(e)) => Err(e.into_response()),
@@ -474,13 +477,13 @@ impl Relay {
             conn,
             reason: CloseReason::RateLimited,
         });
-        self.drop_conn(conn);
+        self.cx().drop_conn(conn);
         let _ = self.finish();
         false
     }
 
     fn refuse_undecodable(&mut self, now: UnixMs, conn: ConnId, e: &wire::FrameError) {
-        self.touch(now, conn);
+        self.cx().touch(now, conn);
         probes::refusal(e.code().as_str());
         let frame = ErrorFrame {
             error: e.code(),
@@ -488,21 +491,13 @@ impl Relay {
             ref_type: e.frame_type().map(str::to_owned),
             id: e.frame_id().map(str::to_owned),
         };
-        self.send(conn, ServerFrame::Error(frame));
+        self.cx().send(conn, ServerFrame::Error(frame));
         let _ = self.finish();
-    }
-
-    /// A `delivered`/`read` of `conn` released messages pushed to it: the frame was free
-    /// (a client may answer every pushed `msg` without spending its budget).
-    pub(crate) fn refund_frame(&mut self, conn: ConnId) {
-        if let Some(user) = self.sessions.user(conn) {
-            self.throttles.refund_frame(user);
-        }
     }
 
     fn handle_admitted(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
         use wire::ClientFrame as F;
-        self.touch(now, conn);
+        self.cx().touch(now, conn);
         // What the error frame needs if the commit fails, kept without copying anything on
         // the routing path: a `msg` that committed something was accepted, so its id is in
         // the ack staged for it (see `failed_frame_id`).
@@ -547,17 +542,22 @@ impl Relay {
     fn dispatch_frame(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
         use wire::ClientFrame as F;
         match frame {
-            F::Sync(_) => self.on_sync(now, conn),
+            F::Sync(_) => self.cx().on_sync(now, conn),
             F::Ping(_) => {}
-            F::Msg(m) => self.on_msg(now, conn, m),
-            F::Delivered(r) => self.on_receipt(now, conn, crate::rows::ReceiptKind::Delivered, &r),
-            F::Read(r) => self.on_receipt(now, conn, crate::rows::ReceiptKind::Read, &r),
-            F::Typing(t) => self.on_typing(now, conn, &t),
-            F::Retract(r) => self.on_retract(now, conn, &r),
-            F::Call(c) => self.on_call(now, conn, c),
+            F::Msg(m) => self.cx().on_msg(now, conn, m),
+            F::Delivered(r) => {
+                self.cx()
+                    .on_receipt(now, conn, crate::rows::ReceiptKind::Delivered, &r);
+            }
+            F::Read(r) => self
+                .cx()
+                .on_receipt(now, conn, crate::rows::ReceiptKind::Read, &r),
+            F::Typing(t) => self.cx().on_typing(now, conn, &t),
+            F::Retract(r) => self.cx().on_retract(now, conn, &r),
+            F::Call(c) => self.cx().on_call(now, conn, c),
             F::Unknown(u) => {
                 let t = u.frame_type().to_owned();
-                self.send_error(
+                self.cx().send_error(
                     conn,
                     ErrorCode::UNSUPPORTED_FRAME,
                     &format!("frame type {t:?} is not accepted from clients"),
@@ -568,9 +568,29 @@ impl Relay {
         }
     }
 
+    /// Input: the push service said `target` of `user` no longer exists (Web Push 404/410,
+    /// FCM `UNREGISTERED`, APNs 410 / `BadDeviceToken` / `Unregistered`); the shell's push
+    /// worker reports it. The target is deleted durably, committed like any other input.
+    /// Idempotent: an unknown account or a target already gone (deleted, replaced by a newer
+    /// subscription with other keys, or evicted) changes nothing. Matching is exact, so a
+    /// report about old keys never deletes a re-subscription to the same endpoint.
+    ///
+    /// `now` (the relay's clock at the report) is unused today, as in
+    /// [`handle_disconnect`](Relay::handle_disconnect): a deletion sets no deadline. Inside a
+    /// [batch](Relay#group-commit) the deletion is committed with the batch; a failed commit
+    /// stops the relay like any other input's (fail-stop: [`Relay::is_failed`]). Drain
+    /// `poll_output` afterwards, as after any input.
+    pub fn handle_push_gone(&mut self, _now: UnixMs, user: &UserUuid, target: &PushTarget) {
+        if self.failed {
+            return;
+        }
+        self.cx().forget_push_target(user, target);
+        let _ = self.finish();
+    }
+
     /// The shell saw `conn` close (or fail). Nothing is lost: undelivered messages stay queued.
     pub fn handle_disconnect(&mut self, _now: UnixMs, conn: ConnId) {
-        self.drop_conn(conn);
+        self.cx().drop_conn(conn);
     }
 
     /// Fires every deadline at or before `now`: idle sockets, message / tombstone / pending
@@ -585,7 +605,7 @@ impl Relay {
                 conn,
                 reason: CloseReason::Idle,
             });
-            self.drop_conn(conn);
+            self.cx().drop_conn(conn);
         }
         while let Some((at, timer)) = self.state.timers().first().cloned() {
             if at > now {
@@ -598,11 +618,11 @@ impl Relay {
         self.throttles.sweep(now);
         self.budgets.sweep(now.get());
         self.state.upload_limit().sweep(now.get());
-        self.sweep_push(now);
-        self.sweep_tombstones(now);
-        self.sweep_messages(now);
+        self.cx().sweep_push(now);
+        self.cx().sweep_tombstones(now);
+        self.cx().sweep_messages(now);
         if self.finish().is_ok() && !self.commits.in_batch() {
-            self.collect_blobs();
+            self.cx().collect_blobs();
         }
     }
 
@@ -629,13 +649,32 @@ impl Relay {
                     self.state.delete_pending_retract(&user, &id);
                 }
             }
-            Timer::Order(id) => self.expire_order(now, &id),
+            Timer::Order(id) => self.cx().expire_order(now, &id),
             Timer::Spent(key) => self.state.expire_spent(now, &key),
-            Timer::Media(id) => self.fire_media(now, &id),
+            Timer::Media(id) => self.cx().fire_media(now, &id),
         }
     }
 
     // ------------------------------------------------------------------ outputs
+
+    /// The view the rules of one input work with (`crate::cx`): every part of the relay but
+    /// the dispatcher's own.
+    fn cx(&mut self) -> Cx<'_> {
+        Cx::new(
+            &self.config,
+            &mut *self.reader,
+            &mut self.ids,
+            (&self.tokens, &self.credentials),
+            &mut self.state,
+            &mut self.admission,
+            &mut self.sessions,
+            &mut self.throttles,
+            &mut *self.blobs,
+            &mut self.stats,
+            &mut self.staged,
+            self.verified.as_ref(),
+        )
+    }
 
     /// The next effect for the shell, in order.
     pub fn poll_output(&mut self) -> Option<Output> {
@@ -660,88 +699,6 @@ impl Relay {
         .into_iter()
         .flatten()
         .min()
-    }
-
-    pub(crate) fn touch(&mut self, now: UnixMs, conn: ConnId) {
-        self.sessions.touch(conn, now);
-    }
-
-    /// The caller of the HTTP request being handled, if the dispatcher verified its token
-    /// already (one verification per request).
-    pub(crate) fn verified_caller(&self) -> Option<&(UserUuid, String)> {
-        self.verified.as_ref()
-    }
-
-    /// Stages `frame` for `conn` (sent after the input's commit).
-    pub(crate) fn send(&mut self, conn: ConnId, frame: ServerFrame) {
-        self.staged.push(Output::Send { conn, frame });
-    }
-
-    /// Stages any output (released after the input's commit).
-    pub(crate) fn stage(&mut self, out: Output) {
-        self.staged.push(out);
-    }
-
-    /// Sends an error frame (the refusal probe `refuse:CODE@file` of the module that decided
-    /// it, feature `probes`).
-    #[cfg_attr(feature = "probes", track_caller)]
-    pub(crate) fn send_error(
-        &mut self,
-        conn: ConnId,
-        code: ErrorCode,
-        message: &str,
-        ref_type: Option<String>,
-        id: Option<String>,
-    ) {
-        probes::refusal(code.as_str());
-        self.send(
-            conn,
-            ServerFrame::Error(ErrorFrame {
-                error: code,
-                message: message.to_owned(),
-                ref_type,
-                id,
-            }),
-        );
-    }
-
-    /// Sends GOAWAY (reason at top level and in `payload`) and closes `conn`.
-    pub(crate) fn goaway(&mut self, conn: ConnId, reason: &str) {
-        self.send(
-            conn,
-            ServerFrame::Goaway(GoawayFrame {
-                reason: reason.to_owned(),
-            }),
-        );
-        self.staged.push(Output::Close {
-            conn,
-            reason: CloseReason::Goaway,
-        });
-        self.drop_conn(conn);
-    }
-
-    /// Closes `conn` because something its delivery needs could not be read (1013): the
-    /// client reconnects and its `sync` replays what it missed.
-    pub(crate) fn close_unreadable(&mut self, conn: ConnId) {
-        self.staged.push(Output::Close {
-            conn,
-            reason: CloseReason::StorageUnavailable,
-        });
-        self.drop_conn(conn);
-    }
-
-    pub(crate) fn drop_conn(&mut self, conn: ConnId) {
-        let Some(c) = self.sessions.close(conn) else {
-            return;
-        };
-        if c.synced {
-            self.state.release_queues(&c.user);
-        }
-    }
-
-    /// The online connection of `user`, if any.
-    pub(crate) fn online(&self, user: &UserUuid) -> Option<ConnId> {
-        self.sessions.online(user)
     }
 }
 

@@ -89,7 +89,7 @@ pub(crate) struct Pins {
 
 /// What a read through the caches needs besides the state: the store's reader (a miss reads
 /// the store) and the stats that count misses and failed reads. Built from the relay's parts
-/// for one call (`ReadCx::new(&mut *self.reader, &mut self.stats)`), so the caller may hold
+/// for one call (`ReadCx::new(&mut *self.reader, self.stats)` in a rule), so the caller may hold
 /// other parts of the relay meanwhile.
 pub(crate) struct ReadCx<'a> {
     reader: &'a mut dyn StoreRead,

@@ -1,0 +1,183 @@
+//! What a rule works with while the relay handles one input: a borrowing view of the relay's
+//! parts ([`Cx`]), built by the dispatcher ([`crate::relay`]) for each input and dropped when
+//! the rule returns.
+//!
+//! Every rule of the service is a method of `Cx` in the module of its area (`messaging`,
+//! `sync`, `orders` ...): it reads and writes the working state through [`State`]'s methods,
+//! reads the store through its caches, and stages the input's outputs here, which the
+//! dispatcher releases after the input's commit. What a rule cannot reach is the dispatcher's
+//! own: the commit pipeline, the released outputs, the request budgets and the fail-stop flag.
+
+use wire::frames::{ErrorFrame, GoawayFrame};
+use wire::{ErrorCode, ServerFrame, UnixMs, UserUuid};
+
+use crate::admission::Admission;
+use crate::blob::BlobStore;
+use crate::config::Config;
+use crate::credential::CredentialKey;
+use crate::ids::IdGen;
+use crate::sessions::Sessions;
+use crate::shell::{CloseReason, ConnId, Output};
+use crate::state::State;
+use crate::stats::RelayStats;
+use crate::store::StoreRead;
+use crate::throttles::Throttles;
+use crate::token::TokenKeys;
+
+/// The relay's parts one input's rules may use (see the module doc).
+pub(crate) struct Cx<'a> {
+    /// The relay's configuration (read only).
+    pub(crate) config: &'a Config,
+    /// Keyed reads of what the relay does not hold in memory (accounts, tombstones, queues).
+    pub(crate) reader: &'a mut dyn StoreRead,
+    /// Ids and random values (seeded).
+    pub(crate) ids: &'a mut IdGen,
+    /// Signs and verifies JWTs.
+    pub(crate) tokens: &'a TokenKeys,
+    /// Seals and opens auth challenges and tickets (`crate::credential`).
+    pub(crate) credentials: &'a CredentialKey,
+    /// The working state (`crate::state`).
+    pub(crate) state: &'a mut State,
+    /// Proof-of-work challenges and the sign-in limits (`crate::admission`).
+    pub(crate) admission: &'a mut Admission,
+    /// The open connections (`crate::sessions`).
+    pub(crate) sessions: &'a mut Sessions,
+    /// Frame-level limits (`crate::throttles`).
+    pub(crate) throttles: &'a mut Throttles,
+    /// Media part bytes (`crate::media`).
+    pub(crate) blobs: &'a mut dyn BlobStore,
+    /// What the relay did ([`crate::Relay::stats`]).
+    pub(crate) stats: &'a mut RelayStats,
+    /// Outputs of the input being handled; released after its commit.
+    staged: &'a mut Vec<Output>,
+    /// The caller of the HTTP request being handled, once the dispatcher verified its token.
+    verified: Option<&'a (UserUuid, String)>,
+}
+
+impl<'a> Cx<'a> {
+    /// The view over the relay's parts; `staged` collects the input's outputs.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one borrow per part of the relay"
+    )]
+    pub(crate) fn new(
+        config: &'a Config,
+        reader: &'a mut dyn StoreRead,
+        ids: &'a mut IdGen,
+        keys: (&'a TokenKeys, &'a CredentialKey),
+        state: &'a mut State,
+        admission: &'a mut Admission,
+        sessions: &'a mut Sessions,
+        throttles: &'a mut Throttles,
+        blobs: &'a mut dyn BlobStore,
+        stats: &'a mut RelayStats,
+        staged: &'a mut Vec<Output>,
+        verified: Option<&'a (UserUuid, String)>,
+    ) -> Self {
+        Self {
+            config,
+            reader,
+            ids,
+            tokens: keys.0,
+            credentials: keys.1,
+            state,
+            admission,
+            sessions,
+            throttles,
+            blobs,
+            stats,
+            staged,
+            verified,
+        }
+    }
+
+    pub(crate) fn touch(&mut self, now: UnixMs, conn: ConnId) {
+        self.sessions.touch(conn, now);
+    }
+
+    /// The caller of the HTTP request being handled, if the dispatcher verified its token
+    /// already (one verification per request).
+    pub(crate) fn verified_caller(&self) -> Option<&'a (UserUuid, String)> {
+        self.verified
+    }
+
+    /// Stages `frame` for `conn` (sent after the input's commit).
+    pub(crate) fn send(&mut self, conn: ConnId, frame: ServerFrame) {
+        self.staged.push(Output::Send { conn, frame });
+    }
+
+    /// Stages any output (released after the input's commit).
+    pub(crate) fn stage(&mut self, out: Output) {
+        self.staged.push(out);
+    }
+
+    /// Sends an error frame (the refusal probe `refuse:CODE@file` of the module that decided
+    /// it, feature `probes`).
+    #[cfg_attr(feature = "probes", track_caller)]
+    pub(crate) fn send_error(
+        &mut self,
+        conn: ConnId,
+        code: ErrorCode,
+        message: &str,
+        ref_type: Option<String>,
+        id: Option<String>,
+    ) {
+        probes::refusal(code.as_str());
+        self.send(
+            conn,
+            ServerFrame::Error(ErrorFrame {
+                error: code,
+                message: message.to_owned(),
+                ref_type,
+                id,
+            }),
+        );
+    }
+
+    /// Sends GOAWAY (reason at top level and in `payload`) and closes `conn`.
+    pub(crate) fn goaway(&mut self, conn: ConnId, reason: &str) {
+        self.send(
+            conn,
+            ServerFrame::Goaway(GoawayFrame {
+                reason: reason.to_owned(),
+            }),
+        );
+        self.staged.push(Output::Close {
+            conn,
+            reason: CloseReason::Goaway,
+        });
+        self.drop_conn(conn);
+    }
+
+    /// Closes `conn` because something its delivery needs could not be read (1013): the
+    /// client reconnects and its `sync` replays what it missed.
+    pub(crate) fn close_unreadable(&mut self, conn: ConnId) {
+        self.staged.push(Output::Close {
+            conn,
+            reason: CloseReason::StorageUnavailable,
+        });
+        self.drop_conn(conn);
+    }
+
+    pub(crate) fn drop_conn(&mut self, conn: ConnId) {
+        let Some(c) = self.sessions.close(conn) else {
+            return;
+        };
+        if c.synced {
+            self.state.release_queues(&c.user);
+        }
+    }
+
+    /// The online connection of `user`, if any.
+    pub(crate) fn online(&self, user: &UserUuid) -> Option<ConnId> {
+        self.sessions.online(user)
+    }
+
+    /// A `delivered`/`read` of `conn` released messages pushed to it: the frame was free
+    /// (a client may answer every pushed `msg` without spending its budget).
+    pub(crate) fn refund_frame(&mut self, conn: ConnId) {
+        if let Some(user) = self.sessions.user(conn) {
+            self.throttles.refund_frame(user);
+        }
+    }
+}
