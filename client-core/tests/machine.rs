@@ -10,7 +10,7 @@ use client_core::crypto::{SessionKey, encrypt_payload, session_key};
 use client_core::keys::{X25519Path, derive_identity};
 use client_core::machine::{
     AuthFailure, Client, ClientConfig, ConnCommand, Event, HttpRequest, InboxLimit, NetworkState,
-    WsAuth,
+    OUTBOX_RETRY_MAX_MS, WsAuth, outbox_retry_delay_ms,
 };
 use client_core::store::{ClientStore, MemoryStore, MessageStatus};
 use rand_chacha::ChaCha20Rng;
@@ -342,6 +342,78 @@ fn outbox_fails_after_attempt_limit() {
         status: MessageStatus::Failed
     }));
     assert!(c.store().list_outbox().unwrap().is_empty());
+}
+
+/// A refusal with a transient code (a rate limit, a full queue, the store briefly down) keeps
+/// the intent and sends it again after a pause that doubles with its attempts; a refusal that
+/// says something against the message fails it at once; the attempt limit still holds.
+#[test]
+fn a_transient_refusal_is_retried_after_a_pause_and_a_final_one_fails() {
+    let mut c = client(ClientConfig {
+        outbox_max_attempts: 3,
+        ..ClientConfig::default()
+    });
+    register(&mut c, 0);
+    sync_friends(&mut c, 0, friend(BOB, X25519Path::Spec));
+    open(&mut c, 0);
+    let send = |c: &mut C, now: u64| {
+        c.send_message(now, CONV, "u10000002", &MessageContent::Text("x".into()))
+            .unwrap()
+    };
+    let refuse = |c: &mut C, now: u64, code: &str, id: &str| {
+        c.handle_text(
+            now,
+            &json!({"type":"error","error":code,"message":"no","ref_type":"msg","id":id})
+                .to_string(),
+        )
+        .unwrap();
+    };
+    let id = send(&mut c, 1);
+    assert_eq!(frames(&mut c).len(), 1);
+    events(&mut c);
+    refuse(&mut c, 10, "RATE_LIMITED", &id);
+    assert_eq!(c.store().list_outbox().unwrap().len(), 1, "kept");
+    assert!(events(&mut c).is_empty(), "no status change");
+    let due = c.poll_timeout().unwrap();
+    assert_eq!(due, 10 + outbox_retry_delay_ms(1));
+    c.handle_timeout(due - 1);
+    assert!(
+        frames(&mut c)
+            .iter()
+            .all(|f| !matches!(f, ClientFrame::Msg(_)))
+    );
+    c.handle_timeout(due);
+    let again: Vec<ClientFrame> = frames(&mut c)
+        .into_iter()
+        .filter(|f| matches!(f, ClientFrame::Msg(m) if m.id.as_str() == id))
+        .collect();
+    assert_eq!(again.len(), 1, "sent again with the same id");
+    // The second transient refusal waits twice as long; the third transmission is the last.
+    refuse(&mut c, due, "RELAY_QUEUE_FULL", &id);
+    let due2 = c.poll_timeout().unwrap();
+    assert_eq!(due2 - due, outbox_retry_delay_ms(2));
+    assert_eq!(outbox_retry_delay_ms(2), 2 * outbox_retry_delay_ms(1));
+    c.handle_timeout(due2);
+    assert_eq!(frames(&mut c).len(), 1);
+    refuse(&mut c, due2, "STORAGE_UNAVAILABLE", &id);
+    c.handle_timeout(c.poll_timeout().unwrap());
+    assert!(events(&mut c).contains(&Event::StatusChange {
+        id: id.clone(),
+        status: MessageStatus::Failed
+    }));
+    assert!(
+        c.store().list_outbox().unwrap().is_empty(),
+        "the limit holds"
+    );
+    // A final refusal fails at once.
+    let other = send(&mut c, due2 + 1);
+    refuse(&mut c, due2 + 2, "NOT_A_MEMBER", &other);
+    assert!(events(&mut c).contains(&Event::StatusChange {
+        id: other,
+        status: MessageStatus::Failed
+    }));
+    assert!(c.store().list_outbox().unwrap().is_empty());
+    assert_eq!(outbox_retry_delay_ms(40), OUTBOX_RETRY_MAX_MS);
 }
 
 #[test]

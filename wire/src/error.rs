@@ -160,6 +160,23 @@ impl ErrorCode {
         &self.0
     }
 
+    /// Whether the refusal says nothing against the request itself: the same request may
+    /// succeed later (a rate limit, a full queue, a store or relay that is briefly
+    /// unavailable). A client retries such a refusal after a pause instead of giving up; an
+    /// unknown code is not transient.
+    pub fn is_transient(&self) -> bool {
+        [
+            Self::RATE_LIMITED,
+            Self::STORAGE_UNAVAILABLE,
+            Self::SERVER_SHUTTING_DOWN,
+            Self::QUEUE_FULL,
+            Self::RECIPIENT_QUEUE_FULL,
+            Self::SENDER_QUEUE_FULL,
+            Self::RELAY_QUEUE_FULL,
+        ]
+        .contains(self)
+    }
+
     /// The HTTP status this relay pairs with the code, or 400 for an unknown code.
     pub fn default_status(&self) -> u16 {
         Self::ALL

@@ -21,7 +21,7 @@ use super::connection::{Conn, ConnCommand, Link, NetworkState};
 use super::contacts::ContactsRetry;
 use super::event::{ClientError, Event};
 use super::inbox::{InboxOverflow, OFFLINE_INBOX_MAX_PER_CONVERSATION, OFFLINE_INBOX_MAX_TOTAL};
-use super::outbox::DEFAULT_OUTBOX_MAX_ATTEMPTS;
+use super::outbox::{DEFAULT_OUTBOX_MAX_ATTEMPTS, OutboxRetry};
 use super::receipts::ReceiptLevels;
 use super::retract::HeldRetracts;
 use crate::crypto::signal::NonceCache;
@@ -162,6 +162,8 @@ pub struct Client<S: ClientStore> {
     pub(super) link: Link,
     /// `outbox`: the last typing notice per conversation.
     pub(super) typing_sent_ms: BTreeMap<String, u64>,
+    /// `outbox`: intents refused with a transient code, until their next transmission.
+    pub(super) outbox_retry: OutboxRetry,
     /// `receipts`: receipts that may overtake an ack.
     pub(super) receipt_hw: ReceiptLevels,
     /// `inbox`: conversations over a bound.
@@ -240,6 +242,7 @@ impl<S: ClientStore> Client<S> {
             flow: None,
             link: Link::default(),
             typing_sent_ms: BTreeMap::new(),
+            outbox_retry: OutboxRetry::default(),
             receipt_hw,
             inbox_overflow: InboxOverflow::new(),
             contacts_resync: false,
@@ -315,11 +318,17 @@ impl<S: ClientStore> Client<S> {
             .as_ref()
             .filter(|c| c.info.state.is_active())
             .and_then(|c| c.deadline_ms);
+        // An intent waits for its retry only while the socket is open (on open, all are sent).
+        let outbox = self
+            .is_connected()
+            .then(|| self.outbox_retry.next_ms())
+            .flatten();
         [
             retry,
             self.link.next_ping_ms,
             call,
             self.contacts_retry.at_ms,
+            outbox,
         ]
         .into_iter()
         .flatten()
@@ -394,11 +403,14 @@ impl<S: ClientStore> Client<S> {
         Ok(())
     }
 
-    /// Timers: heartbeat, reconnect, the call timeout and the contacts retry.
+    /// Timers: heartbeat, reconnect, the call timeout, the contacts retry and the outbox's
+    /// retries after transient refusals. A store that fails while an intent is resent leaves
+    /// it in the outbox (it goes again on the next open).
     pub fn handle_timeout(&mut self, now_ms: u64) {
         self.call_timeout(now_ms);
         self.connection_timers(now_ms);
         self.contacts_timer(now_ms);
+        let _ = self.outbox_timer(now_ms);
     }
 
     /// Feeds a text frame; unparseable frames are dropped.
@@ -434,7 +446,7 @@ impl<S: ClientStore> Client<S> {
                 self.sync_contacts(now_ms);
             }
             ServerFrame::Goaway(g) => self.on_goaway(g),
-            ServerFrame::Error(e) => self.on_error_frame(e.id)?,
+            ServerFrame::Error(e) => self.on_error_frame(now_ms, &e.error, e.id)?,
             ServerFrame::Call(c) => self.on_call(now_ms, &c)?,
             ServerFrame::Unknown(_) => {}
         }

@@ -168,5 +168,8 @@ pub use self::connection::{
 pub use self::contacts::{CONTACTS_RETRY_BASE_MS, CONTACTS_RETRY_MAX_MS};
 pub use self::event::{ClientError, Event};
 pub use self::inbox::{InboxLimit, OFFLINE_INBOX_MAX_PER_CONVERSATION, OFFLINE_INBOX_MAX_TOTAL};
-pub use self::outbox::{DEFAULT_OUTBOX_MAX_ATTEMPTS, TYPING_DEBOUNCE_MS};
+pub use self::outbox::{
+    DEFAULT_OUTBOX_MAX_ATTEMPTS, OUTBOX_RETRY_BASE_MS, OUTBOX_RETRY_MAX_MS, TYPING_DEBOUNCE_MS,
+    outbox_retry_delay_ms,
+};
 pub use self::retract::{HELD_RETRACTS_MAX, RETRACTED_MSG_TYPE, RETRACTED_TEXT};

@@ -5,8 +5,11 @@
 //! * Each transmission counts an attempt. An intent that already used
 //!   [`ClientConfig::outbox_max_attempts`](super::ClientConfig::outbox_max_attempts)
 //!   attempts, whose ids are not valid on the wire, or that the relay refuses with an `error`
-//!   frame naming its id becomes `failed` and leaves the outbox. An intent whose conversation
-//!   has no session yet stays queued.
+//!   frame naming its id becomes `failed` and leaves the outbox. A refusal whose code is
+//!   transient ([`wire::ErrorCode::is_transient`]: a rate limit, a full queue, a store
+//!   briefly unavailable) keeps the intent: it is sent again after a pause that doubles with
+//!   its attempts ([`outbox_retry_delay_ms`]), still within the attempt limit. An intent whose
+//!   conversation has no session yet stays queued.
 //! * Statuses only move up (`sending < sent < delivered < read`, `failed` only from
 //!   `sending`); every change is stored, then reported as [`Event::StatusChange`].
 //! * The `ack` sets the message's `seq` and `sent`, then applies receipts that arrived before
@@ -28,10 +31,51 @@ use crate::store::{ClientStore, MessageStatus, OutboxIntent};
 pub const TYPING_DEBOUNCE_MS: u64 = 300;
 /// Default transmissions of one outbox intent before it is marked failed.
 pub const DEFAULT_OUTBOX_MAX_ATTEMPTS: u32 = 5;
+/// The first pause before an intent refused with a transient code is sent again.
+pub const OUTBOX_RETRY_BASE_MS: u64 = 2_000;
+/// The longest pause before an intent refused with a transient code is sent again.
+pub const OUTBOX_RETRY_MAX_MS: u64 = 30_000;
+
+/// The pause before an intent that was transmitted `attempts` times (at least once) and
+/// refused with a transient code is sent again: 2 s, 4 s, 8 s ... up to 30 s.
+pub fn outbox_retry_delay_ms(attempts: u32) -> u64 {
+    let doublings = attempts.saturating_sub(1).min(16);
+    (OUTBOX_RETRY_BASE_MS << doublings).min(OUTBOX_RETRY_MAX_MS)
+}
+
+/// Intents the relay refused with a transient code, waiting for their next transmission.
+#[derive(Debug, Default)]
+pub(super) struct OutboxRetry {
+    /// The intents and when each is due.
+    due: std::collections::BTreeMap<String, u64>,
+}
+
+impl OutboxRetry {
+    /// When the first waiting intent is due.
+    pub(super) fn next_ms(&self) -> Option<u64> {
+        self.due.values().min().copied()
+    }
+
+    /// Takes the intents due at `now_ms`.
+    fn take_due(&mut self, now_ms: u64) -> Vec<String> {
+        let due: Vec<String> = self
+            .due
+            .iter()
+            .filter(|&(_, &at)| at <= now_ms)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &due {
+            self.due.remove(id);
+        }
+        due
+    }
+}
 
 impl<S: ClientStore> Client<S> {
-    /// The socket opened (after `sync`): every intent again, with its id.
+    /// The socket opened (after `sync`): every intent again, with its id (those waiting for a
+    /// retry too).
     pub(super) fn resend_outbox(&mut self) -> Result<(), ClientError> {
+        self.outbox_retry.due.clear();
         for intent in self.store.list_outbox()? {
             self.transmit_intent(intent)?;
         }
@@ -185,16 +229,48 @@ impl<S: ClientStore> Client<S> {
         Ok(())
     }
 
-    /// An `error` frame: one that names an intent of the outbox fails it.
-    pub(super) fn on_error_frame(&mut self, id: Option<String>) -> Result<(), ClientError> {
-        if let Some(id) = id
-            && self
-                .store
-                .list_outbox()?
-                .iter()
-                .any(|i| i.internal_id == id)
-        {
-            self.fail_intent(&id)?;
+    /// An `error` frame: one that names an intent of the outbox fails it, unless its code is
+    /// transient: then the intent is sent again after a pause.
+    pub(super) fn on_error_frame(
+        &mut self,
+        now_ms: u64,
+        code: &wire::ErrorCode,
+        id: Option<String>,
+    ) -> Result<(), ClientError> {
+        let Some(id) = id else {
+            return Ok(());
+        };
+        let Some(intent) = self
+            .store
+            .list_outbox()?
+            .into_iter()
+            .find(|i| i.internal_id == id)
+        else {
+            return Ok(());
+        };
+        if code.is_transient() {
+            probes::probe!("client:outbox-retry-later");
+            let at = now_ms + outbox_retry_delay_ms(intent.attempts);
+            self.outbox_retry.due.insert(id, at);
+            return Ok(());
+        }
+        self.fail_intent(&id)
+    }
+
+    /// Sends again the intents whose pause after a transient refusal is over (while the socket
+    /// is open; a closed one resends every intent when it opens).
+    pub(super) fn outbox_timer(&mut self, now_ms: u64) -> Result<(), ClientError> {
+        if !self.is_connected() {
+            return Ok(());
+        }
+        let due = self.outbox_retry.take_due(now_ms);
+        if due.is_empty() {
+            return Ok(());
+        }
+        for intent in self.store.list_outbox()? {
+            if due.contains(&intent.internal_id) {
+                self.transmit_intent(intent)?;
+            }
         }
         Ok(())
     }
