@@ -19,8 +19,7 @@
 use crate::faults::{FaultAction, FaultEvent, FaultPlan, HostileAct};
 use crate::runner::{Replay, RunConfig, run};
 use crate::scenario::ActionKind;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// The result of [`shrink`].
 #[derive(Debug, Clone)]

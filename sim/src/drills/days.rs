@@ -20,8 +20,7 @@ use super::{Calm, Drills, Outcome};
 use crate::bounds::TRAFFIC_WINDOW_MS;
 use crate::hostile::http::{field, get, http};
 use crate::time::{sim_ms, sleep_ms};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::world::wait_until;
 
 /// How far from an expiry (on the relay's clock) a drill judges nothing: the relay stamps a

@@ -34,8 +34,7 @@ use wire::http::paths;
 use super::peer::{Answer, Socket, befriend, payload};
 use super::{Calm, Drills, Outcome};
 use crate::hostile::http::{RawAccount, field, http, post};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// Messages of the heavy author.
 const MESSAGES: u64 = 160;

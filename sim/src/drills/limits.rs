@@ -16,8 +16,7 @@ use wire::http::paths;
 use super::peer::{Answer, DrillAccount, Socket, befriend, payload, status_and_retry_after};
 use super::{Calm, Drills, Outcome};
 use crate::time::sim_ms;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use seam::net::HttpRequest;
 
 pub(super) const EXACT: Oracle = Oracle::LimitExact;

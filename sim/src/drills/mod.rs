@@ -49,8 +49,7 @@ use std::rc::Rc;
 
 pub use crate::class::Drill;
 use crate::time::{sim_ms, sleep_ms};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::world::{HostCtx, RunnerRequest, World, note, wait_until};
 
 pub(crate) use self::peer::DrillAccount;

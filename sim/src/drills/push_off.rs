@@ -15,8 +15,7 @@ use super::peer::{Answer, befriend, payload};
 use super::{Calm, Drills, Outcome};
 use crate::hostile::http::{http, post};
 use crate::time::sleep_ms;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// The oracle.
 const ORACLE: Oracle = Oracle::PushOff;

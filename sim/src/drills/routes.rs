@@ -29,8 +29,7 @@ use crate::hostile::credentials::served_routes;
 use crate::hostile::http::{field, get, http, post, status};
 use crate::scenario::ActionKind;
 use crate::time::sleep_ms;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::world::wait_until;
 
 /// The operations the documents say need a JWT: `(route template, method)`.

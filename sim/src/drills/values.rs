@@ -38,8 +38,7 @@ use wire::limits::MAX_CHANNEL_POST_BYTES;
 use super::peer::{Answer, Socket, befriend, friend_row, payload};
 use super::{Calm, Drills, Outcome};
 use crate::hostile::http::{RawAccount, field, get, http, json_exchange, post};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::world::HostCtx;
 use seam::net::HttpRequest;
 

@@ -17,8 +17,7 @@ use serde_json::{Value, json};
 
 use super::Findings;
 use super::http::{RawAccount, http, status};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// Methods tried on every route.
 const METHODS: [(Method, http::Method); 4] = [

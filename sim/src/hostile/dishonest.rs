@@ -11,8 +11,7 @@ use super::Findings;
 use super::http::{RawAccount, field, get, http, post, put_empty};
 use super::ws::{RawReader, RawWriter, open_ws, ws_query};
 use crate::time::sim_ms;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::world::HostCtx;
 use seam::net::{HttpClient, TurmoilConnector};
 

@@ -11,8 +11,7 @@ use super::Findings;
 use super::http::{RawAccount, field};
 use super::ws::{op, open_ws, ws_query};
 use crate::time::{sim_ms, sleep_ms};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::world::HostCtx;
 
 /// How long a flood waits for the answers to its last frames.

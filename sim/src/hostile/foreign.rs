@@ -38,8 +38,7 @@ use wire::http::paths;
 use super::Findings;
 use super::credentials::served_routes;
 use super::http::{RawAccount, exchange, field, get, http, post};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use seam::net::{HttpClient, HttpRequest, TurmoilConnector};
 
 /// What kind of object a route names.

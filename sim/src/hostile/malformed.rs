@@ -25,8 +25,7 @@ use serde_json::{Map, Value, json};
 use super::Findings;
 use super::credentials::served_routes;
 use super::http::{RawAccount, exchange, http};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use seam::net::{HttpClient, HttpRequest, TurmoilConnector};
 
 /// Length of the oversized string variant.

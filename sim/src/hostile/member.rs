@@ -25,8 +25,7 @@ use super::Findings;
 use super::http::{RawAccount, field, get, http, post, put_empty, register};
 use super::ws::{RawReader, RawWriter, open_ws, ws_query};
 use crate::time::sim_ms;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// How long one step waits for the relay's answer (an `ack`, a delivery).
 pub(super) const STEP_MS: u64 = 3_000;

@@ -59,8 +59,7 @@ use wire::http::paths;
 use self::http::{RawAccount, field, get, post, put_empty, register};
 use crate::faults::HostileAct;
 use crate::time::{sim_ms, sleep_ms};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::world::{HostCtx, note};
 
 /// Pause between the stranger's polls for friend requests.

@@ -21,8 +21,7 @@ use super::Findings;
 use super::http::{RawAccount, field, http, post};
 use super::ws::open_ws;
 use crate::time::sleep_ms;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// One single-use object of the relay and how to use and replay it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,8 +25,7 @@ use super::http::{RawAccount, get, http, post};
 use super::replay::{issue_ticket, login_once, logs_in};
 use super::ws::open_ws;
 use crate::time::{sim_ms, sleep_ms};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::world::HostCtx;
 
 /// How long the stranger waits for a relay that powered off to answer again.

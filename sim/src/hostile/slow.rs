@@ -9,8 +9,7 @@ use super::http::RawAccount;
 use super::ws::{RawReader, RawWriter, op, open_ws, open_ws_at, ws_query};
 use crate::bounds::{STUCK_CLOSE_BOUND_MS, STUCK_MIN_PROVOKE};
 use crate::time::{sim_ms, sleep_ms};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::world::{HostCtx, StuckRec};
 
 /// A slow consumer that reads again and finds its socket closed must get a working new one

@@ -9,8 +9,7 @@ use super::http::RawAccount;
 use super::ws::{open_ws, ws_query};
 use crate::bounds::{RELAY, RELAY_PORT, STORM_WAVE, STORM_WAVE_MS};
 use crate::time::sleep_ms;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// Many sockets at once (in waves turmoil's accept queue takes): a third authenticated (the
 /// same account, so each kicks the previous one), a third with a bad token (must be refused),

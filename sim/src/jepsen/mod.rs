@@ -74,8 +74,7 @@ use serde_json::json;
 use self::apps::{App, History, ring_convs, setup, tally, traffic};
 use self::process::{Proxy, RelayProcess, start_relay, wait_listening};
 use self::vanity_orders::VanityOrders;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::wiretap::WireLog;
 use seam::net::Endpoint;
 

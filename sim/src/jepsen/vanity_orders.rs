@@ -30,8 +30,7 @@ use wire::http::OrderState;
 
 use super::apps::{App, History};
 use super::process::free_port;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use client::{Client, ClientError};
 use seam::net::{Endpoint, Tokio};
 use standins::{PaymentProcessor, WebhookPlan};

@@ -16,8 +16,7 @@ use crate::oracles::wire::{self as wire_oracles, WireSeen};
 use crate::oracles::{delivery, receipts};
 use crate::scenario::Pair;
 use crate::trace::Device;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use client::SharedStore;
 
 /// Every status an app can report, as the history writes it (lower-case `Debug`).

@@ -16,8 +16,7 @@ use client_core::store::ClientStore as _;
 use super::Input;
 use crate::bounds::STUCK_CLOSE_BOUND_MS;
 use crate::trace::Record;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// What strangers must never achieve.
 pub(super) fn authz(

@@ -12,8 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::observed::{Observed, Seen, alias_of, undelivered};
 use crate::trace::Device;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// Counts the logins of each device: every second-device login is a new install with an
 /// empty store (it may be given what an earlier one already had), so what a device sees is

@@ -14,8 +14,7 @@
 
 use super::Input;
 use crate::store::CommittedMessage;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// How long past a message's TTL (on the relay's clock) the sweep may take to delete it: it
 /// runs at the relay's next wake-up once the TTL passed, a page of queues at a time.

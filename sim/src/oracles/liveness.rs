@@ -21,8 +21,7 @@ use crate::bounds::{DELIVERY_BOUND_MS, PROBE_BOUND_MS, SYNC_BOUND_MS};
 use crate::faults::FaultAction;
 use crate::store::CommittedMessage;
 use crate::trace::{Device, Record};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::world::ProbeRec;
 
 /// Call signals older or newer than this are refused (client-core's window).

@@ -18,8 +18,7 @@ use relay_core::store::{Snapshot, Table};
 use wire::http::{OrderKind, OrderState};
 
 use crate::trace::{Device, Record};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::world::ledger::{Ledger, OrderRec};
 use standins::PaymentProcessor;
 

@@ -22,8 +22,7 @@ use standins::PaymentProcessor;
 
 use relay_core::store::{Snapshot, Table};
 
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// The oracle.
 const ORACLE: Oracle = Oracle::WebhookCounts;

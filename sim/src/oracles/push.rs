@@ -12,8 +12,7 @@ use super::observed::Observed;
 use crate::bounds::{PUSH, RELAY};
 use crate::faults::FaultAction;
 use crate::pushworld::{SeenPush, zero_knowledge};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// The oracle's name.
 const O: Oracle = Oracle::Push;

@@ -14,8 +14,7 @@ use client_core::store::MessageStatus;
 use super::Input;
 use super::observed::{Ack, Observed, Seen};
 use crate::trace::{Device, Record};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 fn rank(s: MessageStatus) -> u8 {
     match s {

@@ -16,8 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::Input;
 use super::observed::Ack;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// `retract-drops`: a committed retract leaves no committed queued copy of its message.
 ///

@@ -14,8 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use crate::wiretap::{WireAck, WireMsg, WireSeen};
 
 use crate::scenario::Pair;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// `duplicate-delivery`: one message id delivered to its recipient under two seqs.
 pub fn duplicate_delivery(seen: &WireSeen, out: &mut Vec<Violation>) {

@@ -12,8 +12,7 @@ use crate::pushworld::{PushKind, SeenPush};
 use crate::store::SimStore;
 use crate::time::SkewClock;
 use crate::trace::Record;
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 
 /// The outcome of a run whose relay store could not even be created.
 pub(super) fn no_store(e: &std::io::Error) -> Inner {

@@ -35,8 +35,7 @@ use crate::scenario::ActionKind;
 use crate::store::StoreCtl;
 use crate::time::SkewClock;
 use crate::trace::{Record, Trace};
-use crate::violation::Oracle;
-use crate::violation::Violation;
+use crate::violation::{Oracle, Violation};
 use crate::world::{RunnerRequest, Shared};
 use seam::clock::OffsetClock;
 
