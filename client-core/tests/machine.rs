@@ -398,7 +398,7 @@ fn a_transient_refusal_is_retried_after_a_pause_and_a_final_one_fails() {
     refuse(&mut c, due2, "STORAGE_UNAVAILABLE", &id);
     c.handle_timeout(c.poll_timeout().unwrap());
     assert!(events(&mut c).contains(&Event::StatusChange {
-        id: id.clone(),
+        id,
         status: MessageStatus::Failed
     }));
     assert!(
