@@ -70,7 +70,7 @@ impl Cx<'_> {
     }
 
     /// Marks the credential `opened` used, in the commit of the answer that uses it. When the
-    /// relay already remembers [`Config::max_spent_credentials`] unexpired ones it refuses
+    /// relay already remembers [`Config::max_spent_credentials`](crate::config::Config::max_spent_credentials) unexpired ones it refuses
     /// (429) rather than forget one early, which would let that one in again.
     fn spend(&mut self, opened: &Opened) -> Result<(), ApiError> {
         if self.state.spent_count() >= self.config.max_spent_credentials {

@@ -4,7 +4,7 @@
 //! derived from the relay's JWT signing key, so nothing a client holds depends on one process's
 //! memory: a ticket or challenge issued before a restart (or, later, by another relay sharing
 //! the key and the store) is accepted after it. What must be remembered is only that one was
-//! *used*: its nonce goes into the [`Table::Spent`] rows in the same commit as the answer that
+//! *used*: its nonce goes into the [`Table::Spent`](crate::store::Table::Spent) rows in the same commit as the answer that
 //! used it (the token of a login, the upgrade of a socket), and stays there until the
 //! credential expires. A relay that restarts therefore still refuses a used one.
 //!
@@ -140,7 +140,7 @@ impl CredentialKey {
     }
 
     /// Checks `credential` as one of `kind` presented for `bound` at `now`. Says nothing of
-    /// whether it was used before (see [`State::is_spent`]).
+    /// whether it was used before (see [`State::is_spent`](crate::state::State::is_spent)).
     pub(crate) fn open(
         &self,
         kind: Kind,

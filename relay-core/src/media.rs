@@ -18,7 +18,7 @@
 //! * **Expiry**: a completed object lives `MEDIA_TTL_MS` (24 h) from completion, an unfinished
 //!   upload `INCOMPLETE_UPLOAD_TTL_MS` from init; both are purged by `handle_timeout`.
 //!
-//! Metadata is one durable row per upload in [`Table::Media`]; bytes live in the
+//! Metadata is one durable row per upload in [`Table::Media`](crate::store::Table::Media); bytes live in the
 //! [`crate::blob::BlobStore`] (see its module doc for the write / delete ordering).
 //! Refusals: unknown upload, wrong key, expired or unfinished object: 404 `MEDIA_NOT_FOUND`;
 //! another account's upload: 403 `FORBIDDEN`; bad query / parts list: 400 `INVALID_FIELD`;

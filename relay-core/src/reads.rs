@@ -14,7 +14,7 @@ use wire::{AliasId, UserUuid};
 use wire::{ConvId, MessageId, UnixMs};
 
 impl Cx<'_> {
-    /// The account `user`, read from the store if it is not in memory ([`with_account`]).
+    /// The account `user`, read from the store if it is not in memory ([`State::with_account`](crate::state::State::with_account)).
     pub(crate) fn account(
         &mut self,
         user: &UserUuid,
@@ -67,7 +67,7 @@ impl Cx<'_> {
             })
     }
 
-    /// [`read_marks`] on this relay's parts.
+    /// [`State::read_marks`](crate::state::State::read_marks) on this relay's parts.
     pub(crate) fn read_marks(&mut self, conv: &ConvId) -> Result<(), StoreError> {
         self.state
             .read_marks(ReadCx::new(&mut *self.reader, self.stats), conv)
@@ -83,7 +83,7 @@ impl Cx<'_> {
         )
     }
 
-    /// [`with_contacts`] on this relay's parts: what `f` takes of `user`'s contacts.
+    /// [`State::with_contacts`](crate::state::State::with_contacts) on this relay's parts: what `f` takes of `user`'s contacts.
     pub(crate) fn with_contacts<R>(
         &mut self,
         user: &UserUuid,
@@ -106,7 +106,7 @@ impl Cx<'_> {
         })
     }
 
-    /// [`State::load_queue`] on this relay's reader and counters.
+    /// [`State::load_queue`](crate::state::State::load_queue) on this relay's reader and counters.
     pub(crate) fn read_queue(
         &mut self,
         recipient: &UserUuid,
@@ -116,7 +116,7 @@ impl Cx<'_> {
             .load_queue(&mut *self.reader, self.stats, recipient, conv)
     }
 
-    /// [`lookup`] on this relay.
+    /// [`tombstones::lookup`](crate::tombstones::lookup) on this relay.
     pub(crate) fn tombstone(
         &mut self,
         author: &UserUuid,

@@ -158,7 +158,7 @@ pub(crate) struct TombstoneRow {
     pub(crate) retracted: bool,
 }
 
-/// A tombstone in memory, keyed by `(author, id)` in [`State::tombstones`] (so the key is not
+/// A tombstone in memory, keyed by `(author, id)` in [`State::tombstones`](crate::state::State::tombstones) (so the key is not
 /// stored twice).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Tombstone {

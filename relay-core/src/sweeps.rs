@@ -12,7 +12,7 @@ impl Cx<'_> {
     /// with this input), the sets in memory dropping theirs, and the next one scheduled at the
     /// earliest expiry left (read from the store; the tombstones written since the last sweep
     /// count too, since some may not be committed yet), but not sooner than
-    /// [`TOMBSTONE_SWEEP_MS`] from now. A failed read retries after that interval.
+    /// [`TOMBSTONE_SWEEP_MS`](crate::limits::TOMBSTONE_SWEEP_MS) from now. A failed read retries after that interval.
     pub(crate) fn sweep_tombstones(&mut self, now: UnixMs) {
         if self.state.tombstones().sweep_at().is_none_or(|at| at > now) {
             return;

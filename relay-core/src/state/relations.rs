@@ -13,7 +13,7 @@ use wire::{ConvId, Seq, UserUuid};
 /// The state's writes of conversations and friendships.
 impl State {
     /// The highest seq `reader` acknowledged with a `kind` receipt in `conv` (whose marks are
-    /// in memory: [`read_marks`]; 0 when none).
+    /// in memory: [`read_marks`](crate::relations::read_marks); 0 when none).
     pub(crate) fn mark(&self, conv: &ConvId, reader: &UserUuid, kind: ReceiptKind) -> Seq {
         self.relations.mark(conv, reader, kind)
     }
@@ -42,7 +42,7 @@ impl State {
     }
 
     /// Writes friendship `f` (its record by id and its row in each member's contacts); both
-    /// members' contacts must be in memory ([`with_contacts`]), where it is written too.
+    /// members' contacts must be in memory ([`with_contacts`](crate::relations::with_contacts)), where it is written too.
     pub(crate) fn put_friendship(&mut self, f: &FriendshipRow) {
         self.record(Table::Friendships, &format!("{:020}", f.id.get()), f);
         for member in [&f.requester, &f.addressee] {
@@ -61,7 +61,7 @@ impl State {
         self.relations.insert_new(c);
     }
 
-    /// Assigns the next seq of `conv` (in memory: [`with_conversation`]) to a message written
+    /// Assigns the next seq of `conv` (in memory: [`with_conversation`](crate::relations::with_conversation)) to a message written
     /// by `author` and records the conversation with its new counters, in the batch that stores
     /// the message. `None` when `conv` is not in memory or `author` is not a member.
     pub(crate) fn next_seq(&mut self, conv: &ConvId, author: &UserUuid) -> Option<Seq> {
