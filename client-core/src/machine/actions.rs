@@ -88,7 +88,7 @@ impl<S: ClientStore> Client<S> {
                     .entry(a.conversation_id.clone())
                     .or_default();
                 *hw = (*hw).max(*seq);
-                self.frames.push_back(ClientFrame::Read(ReceiptFrame {
+                self.out.frame(ClientFrame::Read(ReceiptFrame {
                     conv_id: conv,
                     seq: Seq(*seq),
                     to,
@@ -99,7 +99,7 @@ impl<S: ClientStore> Client<S> {
                 let Ok(id) = MessageId::parse(message_id) else {
                     return;
                 };
-                self.frames.push_back(ClientFrame::Retract(RetractFrame {
+                self.out.frame(ClientFrame::Retract(RetractFrame {
                     id,
                     to,
                     conv_id: conv,

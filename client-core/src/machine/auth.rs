@@ -41,7 +41,7 @@ impl<S: ClientStore> Client<S> {
             recovered: false,
             reauth: false,
         });
-        self.request(
+        self.out.request(
             Method::Post,
             wire::http::paths::POW_CHALLENGE.into(),
             Some(json!({})),
@@ -92,7 +92,7 @@ impl<S: ClientStore> Client<S> {
     }
 
     fn send_challenge(&mut self, uuid: &str) {
-        self.request(
+        self.out.request(
             Method::Post,
             wire::http::paths::AUTH_CHALLENGE.into(),
             Some(json!({ "user_uuid": uuid })),
@@ -113,7 +113,7 @@ impl<S: ClientStore> Client<S> {
         if reauth && self.reauth_failed(now_ms, &f) {
             return;
         }
-        self.events.push_back(Event::AuthFailed(f));
+        self.out.event(Event::AuthFailed(f));
     }
 
     pub(super) fn on_pow(&mut self, status: u16, v: Option<&Value>) {
@@ -137,7 +137,7 @@ impl<S: ClientStore> Client<S> {
         if let (Some(n), Some(o)) = (nonce, body.as_object_mut()) {
             o.insert("pow_nonce".into(), Value::from(n));
         }
-        self.request(
+        self.out.request(
             Method::Post,
             wire::http::paths::REGISTER.into(),
             Some(body),
@@ -192,7 +192,7 @@ impl<S: ClientStore> Client<S> {
             );
         };
         let sig = flow.identity.sign_challenge(&ch);
-        self.request(
+        self.out.request(
             Method::Post,
             wire::http::paths::AUTH_VERIFY.into(),
             Some(json!({ "user_uuid": uuid, "challenge": ch, "signature": sig })),
@@ -239,7 +239,7 @@ impl<S: ClientStore> Client<S> {
         self.stored = Some(stored);
         self.identity = Some(flow.identity);
         self.token = Some(SecretString::new(token));
-        self.events.push_back(Event::Authenticated {
+        self.out.event(Event::Authenticated {
             alias_id: alias,
             nickname: flow.nickname,
             recovered: flow.recovered,

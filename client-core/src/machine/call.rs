@@ -25,7 +25,7 @@ use wire::ids::{AliasId, CallId};
 use super::client::Client;
 use super::event::{ClientError, Event};
 use crate::crypto::SessionKey;
-use crate::crypto::signal::{SignalEnvelope, SignalError, open_signal, seal_signal};
+use crate::crypto::signal::{NonceCache, SignalEnvelope, SignalError, open_signal, seal_signal};
 use crate::encoding::from_base64_array;
 use crate::store::ClientStore;
 
@@ -175,6 +175,31 @@ pub(super) struct ActiveCall {
     pub(super) deadline_ms: Option<u64>,
 }
 
+/// The calls of one client: the current (or last) call, and the nonces of the call signals
+/// already opened (replay protection).
+#[derive(Debug)]
+pub(super) struct Calls {
+    current: Option<ActiveCall>,
+    nonces: NonceCache,
+}
+
+impl Calls {
+    pub(super) fn new() -> Self {
+        Self {
+            current: None,
+            nonces: NonceCache::new(),
+        }
+    }
+
+    /// When the active call's timeout fires, if one is armed.
+    pub(super) fn deadline_ms(&self) -> Option<u64> {
+        self.current
+            .as_ref()
+            .filter(|c| c.info.state.is_active())
+            .and_then(|c| c.deadline_ms)
+    }
+}
+
 /// Whether an SDP describes video (a line starting `m=video `).
 pub(super) fn sdp_has_video(sdp: &str) -> bool {
     sdp.lines().any(|l| l.starts_with("m=video "))
@@ -215,7 +240,7 @@ impl<S: ClientStore> Client<S> {
         fields.insert("call_id".into(), Value::from(call_id));
         fields.insert("from".into(), Value::from(me.alias_id.clone()));
         let payload = seal_signal(&key, &identity.signing_key, fields, now_ms, &mut self.rng)?;
-        self.frames.push_back(ClientFrame::Call(CallSignal {
+        self.out.frame(ClientFrame::Call(CallSignal {
             kind,
             to,
             call_id: cid,
@@ -251,10 +276,10 @@ impl<S: ClientStore> Client<S> {
             env,
             peer.as_ref(),
             now_ms,
-            &mut self.nonces,
+            &mut self.calls.nonces,
         ) {
             Ok(v) => {
-                self.events.push_back(Event::CallSignal {
+                self.out.event(Event::CallSignal {
                     kind: c.kind,
                     from: from.as_str().to_owned(),
                     call_id: c.call_id.as_str().to_owned(),
@@ -269,7 +294,7 @@ impl<S: ClientStore> Client<S> {
                     &v.fields,
                 );
             }
-            Err(error) => self.events.push_back(Event::Call(CallEvent::SignalRefused {
+            Err(error) => self.out.event(Event::Call(CallEvent::SignalRefused {
                 from: from.as_str().to_owned(),
                 call_id: c.call_id.as_str().to_owned(),
                 kind: c.kind,
@@ -281,12 +306,15 @@ impl<S: ClientStore> Client<S> {
 
     /// The current (or last) call.
     pub fn current_call(&self) -> Option<&CallInfo> {
-        self.call.as_ref().map(|c| &c.info)
+        self.calls.current.as_ref().map(|c| &c.info)
     }
 
     /// State of the current call ([`CallState::Idle`] before the first one).
     pub fn call_state(&self) -> CallState {
-        self.call.as_ref().map_or(CallState::Idle, |c| c.info.state)
+        self.calls
+            .current
+            .as_ref()
+            .map_or(CallState::Idle, |c| c.info.state)
     }
 
     fn active_call(&self) -> Option<&CallInfo> {
@@ -299,11 +327,13 @@ impl<S: ClientStore> Client<S> {
         reason: Option<CallEndReason>,
         deadline: Option<u64>,
     ) {
-        let Some(c) = self.call.as_mut() else { return };
+        let Some(c) = self.calls.current.as_mut() else {
+            return;
+        };
         c.info.state = state;
         c.info.end_reason = reason;
         c.deadline_ms = deadline;
-        self.events.push_back(Event::Call(CallEvent::StateChanged {
+        self.out.event(Event::Call(CallEvent::StateChanged {
             call_id: c.info.call_id.clone(),
             peer: c.info.peer.clone(),
             state,
@@ -348,7 +378,7 @@ impl<S: ClientStore> Client<S> {
             Value::from(if options.video { "video" } else { "audio" }),
         );
         self.send_call_signal(now_ms, CallKind::Offer, to_alias_id, &call_id, fields)?;
-        self.call = Some(ActiveCall {
+        self.calls.current = Some(ActiveCall {
             info: CallInfo {
                 call_id: call_id.clone(),
                 peer: to_alias_id.to_owned(),
@@ -426,7 +456,9 @@ impl<S: ClientStore> Client<S> {
     }
 
     pub(super) fn call_timeout(&mut self, now_ms: u64) {
-        let Some(c) = self.call.as_ref() else { return };
+        let Some(c) = self.calls.current.as_ref() else {
+            return;
+        };
         if !c.info.state.is_active() || c.deadline_ms.is_none_or(|d| now_ms < d) {
             return;
         }
@@ -469,15 +501,14 @@ impl<S: ClientStore> Client<S> {
                 let mut f = Map::new();
                 f.insert("reason".into(), Value::from(CALL_REJECT_REASON_BUSY));
                 let _ = self.send_call_signal(now_ms, CallKind::Reject, from, call_id, f);
-                self.events
-                    .push_back(Event::Call(CallEvent::MissedWhileBusy {
-                        from: from.to_owned(),
-                        call_id: call_id.to_owned(),
-                    }));
+                self.out.event(Event::Call(CallEvent::MissedWhileBusy {
+                    from: from.to_owned(),
+                    call_id: call_id.to_owned(),
+                }));
             }
             (CallKind::Offer, None) => self.ring(now_ms, from, call_id, fields),
             (CallKind::Answer, Some((CallState::Calling, true, _))) => {
-                self.events.push_back(Event::Call(CallEvent::RemoteAnswer {
+                self.out.event(Event::Call(CallEvent::RemoteAnswer {
                     call_id: call_id.to_owned(),
                     sdp: str_field("sdp").to_owned(),
                 }));
@@ -488,7 +519,7 @@ impl<S: ClientStore> Client<S> {
                 );
             }
             (CallKind::Ice, Some((_, true, _))) => {
-                self.events.push_back(Event::Call(CallEvent::RemoteIce {
+                self.out.event(Event::Call(CallEvent::RemoteIce {
                     call_id: call_id.to_owned(),
                     candidate: fields.get("candidate").cloned().unwrap_or(Value::Null),
                 }));
@@ -517,7 +548,7 @@ impl<S: ClientStore> Client<S> {
             .to_owned();
         let video =
             fields.get("mode").and_then(Value::as_str) == Some("video") || sdp_has_video(&sdp);
-        self.call = Some(ActiveCall {
+        self.calls.current = Some(ActiveCall {
             info: CallInfo {
                 call_id: call_id.to_owned(),
                 peer: from.to_owned(),
@@ -533,7 +564,7 @@ impl<S: ClientStore> Client<S> {
             None,
             Some(now_ms + CALL_RING_TIMEOUT_MS),
         );
-        self.events.push_back(Event::Call(CallEvent::Incoming {
+        self.out.event(Event::Call(CallEvent::Incoming {
             call_id: call_id.to_owned(),
             from: from.to_owned(),
             video,

@@ -16,15 +16,14 @@ use wire::frames::{ClientFrame, ServerFrame};
 
 use super::actions::Actions;
 use super::auth::AuthFlow;
-use super::call::ActiveCall;
+use super::call::Calls;
 use super::connection::{Conn, ConnCommand, Link, NetworkState};
-use super::contacts::ContactsRetry;
+use super::contacts::ContactsSync;
 use super::event::{ClientError, Event};
 use super::inbox::{InboxOverflow, OFFLINE_INBOX_MAX_PER_CONVERSATION, OFFLINE_INBOX_MAX_TOTAL};
-use super::outbox::{DEFAULT_OUTBOX_MAX_ATTEMPTS, OutboxRetry};
+use super::outbox::{DEFAULT_OUTBOX_MAX_ATTEMPTS, Sending};
 use super::receipts::ReceiptLevels;
 use super::retract::HeldRetracts;
-use crate::crypto::signal::NonceCache;
 use crate::keys::{Identity, SecretString, X25519Path};
 use crate::security::SecurityModule;
 use crate::store::{ClientStore, MessageStatus, StoredIdentity};
@@ -151,28 +150,22 @@ pub struct Client<S: ClientStore> {
     pub(super) stored: Option<StoredIdentity>,
     /// The JWT (written by `auth`, dropped by `connection` when the relay refuses it).
     pub(super) token: Option<SecretString>,
-    /// Requests handed to the shell and not answered yet, by what the answer is for.
-    pub(super) pending: BTreeMap<RequestId, Pending>,
-    pub(super) next_request: u64,
 
     // Sub-machine state, each owned by its module.
     /// `auth`: the registration or login in progress.
     pub(super) flow: Option<AuthFlow>,
     /// `connection`.
     pub(super) link: Link,
-    /// `outbox`: the last typing notice per conversation.
-    pub(super) typing_sent_ms: BTreeMap<String, u64>,
-    /// `outbox`: intents refused with a transient code, until their next transmission.
-    pub(super) outbox_retry: OutboxRetry,
+    /// `outbox`: intents refused with a transient code, until their next transmission, and
+    /// the last typing notice per conversation.
+    pub(super) sending: Sending,
     /// `receipts`: receipts that may overtake an ack.
     pub(super) receipt_hw: ReceiptLevels,
     /// `inbox`: conversations over a bound.
     pub(super) inbox_overflow: InboxOverflow,
-    /// `contacts`: a message came from an unknown alias while a friends request was in
-    /// flight: sync again when it answers (its list may predate the peer's bind).
-    pub(super) contacts_resync: bool,
-    /// `contacts`: when to retry a failed sync that parked messages or held retracts wait for.
-    pub(super) contacts_retry: ContactsRetry,
+    /// `contacts`: a sync to follow the one in flight, and the retry of a failed sync that
+    /// parked messages or held retracts wait for.
+    pub(super) contacts: ContactsSync,
     /// `trust`: the trust table.
     pub(super) security: SecurityModule,
     /// `retract`: inbound retracts from an alias the session does not know yet, until the
@@ -180,16 +173,73 @@ pub struct Client<S: ClientStore> {
     pub(super) held_retracts: HeldRetracts,
     /// `actions`: queued `read` / `retract` frames.
     pub(super) actions: Actions,
-    /// `call`: the current (or last) call.
-    pub(super) call: Option<ActiveCall>,
-    /// `call`: replay protection of call signals.
-    pub(super) nonces: NonceCache,
+    /// `call`: the current (or last) call and the signals' replay protection.
+    pub(super) calls: Calls,
 
-    // Output queues, drained by the `poll_*` methods.
-    pub(super) http: VecDeque<HttpRequest>,
-    pub(super) frames: VecDeque<ClientFrame>,
-    pub(super) conn_cmds: VecDeque<ConnCommand>,
-    pub(super) events: VecDeque<Event>,
+    /// What the client hands to its shell, and the requests not answered yet.
+    pub(super) out: Effects,
+}
+
+/// What a [`Client`] hands to its shell, each kind in its own queue drained by the `poll_*`
+/// methods in order, and the HTTP requests handed out and not answered yet (each answer goes
+/// to the sub-machine its request names, once).
+#[derive(Debug, Default)]
+pub(super) struct Effects {
+    http: VecDeque<HttpRequest>,
+    frames: VecDeque<ClientFrame>,
+    commands: VecDeque<ConnCommand>,
+    events: VecDeque<Event>,
+    /// Requests handed out and not answered yet, by what the answer is for.
+    pending: BTreeMap<RequestId, Pending>,
+    next_request: u64,
+}
+
+impl Effects {
+    /// Queues an HTTP request whose answer goes to the sub-machine named by `p`.
+    pub(super) fn request(
+        &mut self,
+        method: Method,
+        path: String,
+        body: Option<Value>,
+        bearer: bool,
+        p: Pending,
+    ) {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.pending.insert(id, p);
+        self.http.push_back(HttpRequest {
+            id,
+            method,
+            path,
+            body,
+            bearer,
+        });
+    }
+
+    /// What the answer to request `id` is for; `None` when it is unknown or was answered.
+    fn answered(&mut self, id: RequestId) -> Option<Pending> {
+        self.pending.remove(&id)
+    }
+
+    /// Whether a request for `p`'s kind is handed out and not answered yet.
+    pub(super) fn awaits(&self, p: impl Fn(&Pending) -> bool) -> bool {
+        self.pending.values().any(p)
+    }
+
+    /// Queues a frame to send on the socket.
+    pub(super) fn frame(&mut self, f: ClientFrame) {
+        self.frames.push_back(f);
+    }
+
+    /// Queues a command for the socket (open or close it).
+    pub(super) fn command(&mut self, c: ConnCommand) {
+        self.commands.push_back(c);
+    }
+
+    /// Queues an event for the app.
+    pub(super) fn event(&mut self, e: Event) {
+        self.events.push_back(e);
+    }
 }
 
 impl<S: ClientStore> std::fmt::Debug for Client<S> {
@@ -237,28 +287,20 @@ impl<S: ClientStore> Client<S> {
             identity: None,
             stored,
             token: None,
-            pending: BTreeMap::new(),
-            next_request: 0,
             flow: None,
             link: Link::default(),
-            typing_sent_ms: BTreeMap::new(),
-            outbox_retry: OutboxRetry::default(),
+            sending: Sending::default(),
             receipt_hw,
             inbox_overflow: InboxOverflow::new(),
-            contacts_resync: false,
-            contacts_retry: ContactsRetry::default(),
+            contacts: ContactsSync::default(),
             held_retracts: HeldRetracts::default(),
             security,
             actions: Actions {
                 queued: actions,
                 read_sent: BTreeMap::new(),
             },
-            call: None,
-            nonces: NonceCache::new(),
-            http: VecDeque::new(),
-            frames: VecDeque::new(),
-            conn_cmds: VecDeque::new(),
-            events: VecDeque::new(),
+            calls: Calls::new(),
+            out: Effects::default(),
         })
     }
 
@@ -293,19 +335,19 @@ impl<S: ClientStore> Client<S> {
 
     /// Next HTTP request to perform.
     pub fn poll_http(&mut self) -> Option<HttpRequest> {
-        self.http.pop_front()
+        self.out.http.pop_front()
     }
     /// Next frame to send on the socket.
     pub fn poll_transmit(&mut self) -> Option<ClientFrame> {
-        self.frames.pop_front()
+        self.out.frames.pop_front()
     }
     /// Next socket command.
     pub fn poll_connection(&mut self) -> Option<ConnCommand> {
-        self.conn_cmds.pop_front()
+        self.out.commands.pop_front()
     }
     /// Next app event.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        self.out.events.pop_front()
     }
     /// Earliest time [`Client::handle_timeout`] must be called.
     pub fn poll_timeout(&self) -> Option<u64> {
@@ -313,21 +355,17 @@ impl<S: ClientStore> Client<S> {
             Conn::WaitingRetry { at_ms } => Some(at_ms),
             _ => None,
         };
-        let call = self
-            .call
-            .as_ref()
-            .filter(|c| c.info.state.is_active())
-            .and_then(|c| c.deadline_ms);
+        let call = self.calls.deadline_ms();
         // An intent waits for its retry only while the socket is open (on open, all are sent).
         let outbox = self
             .is_connected()
-            .then(|| self.outbox_retry.next_ms())
+            .then(|| self.sending.next_ms())
             .flatten();
         [
             retry,
             self.link.next_ping_ms,
             call,
-            self.contacts_retry.at_ms,
+            self.contacts.retry_at_ms(),
             outbox,
         ]
         .into_iter()
@@ -336,27 +374,6 @@ impl<S: ClientStore> Client<S> {
     }
 
     // ----- helpers of the sub-machines
-
-    /// Queues an HTTP request whose answer goes to the sub-machine named by `p`.
-    pub(super) fn request(
-        &mut self,
-        method: Method,
-        path: String,
-        body: Option<Value>,
-        bearer: bool,
-        p: Pending,
-    ) {
-        let id = RequestId(self.next_request);
-        self.next_request += 1;
-        self.pending.insert(id, p);
-        self.http.push_back(HttpRequest {
-            id,
-            method,
-            path,
-            body,
-            bearer,
-        });
-    }
 
     /// A random UUID v4 (message and call ids).
     pub(super) fn new_message_id(&mut self) -> String {
@@ -385,7 +402,7 @@ impl<S: ClientStore> Client<S> {
         status: u16,
         body: &[u8],
     ) -> Result<(), ClientError> {
-        let Some(p) = self.pending.remove(&id) else {
+        let Some(p) = self.out.answered(id) else {
             return Ok(());
         };
         let v = parse_body(body);
@@ -431,14 +448,14 @@ impl<S: ClientStore> Client<S> {
             ServerFrame::Msg(m) => self.on_msg(now_ms, &m)?,
             ServerFrame::Delivered(r) => self.on_receipt(&r, MessageStatus::Delivered)?,
             ServerFrame::Read(r) => self.on_receipt(&r, MessageStatus::Read)?,
-            ServerFrame::Typing(t) => self.events.push_back(Event::Typing {
+            ServerFrame::Typing(t) => self.out.event(Event::Typing {
                 from_alias_id: t.from.into_string(),
                 conversation_id: t.conv_id.into_string(),
             }),
             ServerFrame::Retract(r) => {
                 self.on_retract(now_ms, r.id.as_str(), r.from.as_str(), r.conv_id.as_str())?;
             }
-            ServerFrame::ChannelPost(p) => self.events.push_back(Event::ChannelPost(
+            ServerFrame::ChannelPost(p) => self.out.event(Event::ChannelPost(
                 serde_json::to_value(&p).unwrap_or(Value::Null),
             )),
             ServerFrame::PaymentConfirmed(p) => self.on_payment_confirmed(p)?,

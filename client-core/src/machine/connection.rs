@@ -65,7 +65,7 @@ impl<S: ClientStore> Client<S> {
             self.link.state,
             Conn::Open | Conn::Connecting | Conn::FetchingTicket
         ) {
-            self.conn_cmds.push_back(ConnCommand::Close);
+            self.out.command(ConnCommand::Close);
         }
         self.link.state = Conn::Idle;
         self.link.next_ping_ms = None;
@@ -75,7 +75,7 @@ impl<S: ClientStore> Client<S> {
     fn start_connect(&mut self, _now_ms: u64) {
         self.link.state = Conn::FetchingTicket;
         self.set_network(NetworkState::Connecting);
-        self.request(
+        self.out.request(
             Method::Post,
             wire::http::paths::WS_TICKET.into(),
             Some(json!({})),
@@ -107,7 +107,7 @@ impl<S: ClientStore> Client<S> {
             None => WsAuth::Token(token),
         };
         self.link.state = Conn::Connecting;
-        self.conn_cmds.push_back(ConnCommand::Connect {
+        self.out.command(ConnCommand::Connect {
             user_uuid: uuid,
             auth,
         });
@@ -122,8 +122,8 @@ impl<S: ClientStore> Client<S> {
         self.link.state = Conn::Idle;
         if self.link.reauth_spent || self.stored.is_none() {
             self.stop_reconnecting();
-            self.events
-                .push_back(Event::AuthFailed(AuthFailure::TokenRefused(status)));
+            self.out
+                .event(Event::AuthFailed(AuthFailure::TokenRefused(status)));
             return;
         }
         self.link.reauth_spent = true;
@@ -170,7 +170,7 @@ impl<S: ClientStore> Client<S> {
         self.link.reauth_spent = false;
         self.link.next_ping_ms = Some(now_ms + HEARTBEAT_INTERVAL_MS);
         self.set_network(NetworkState::Connected);
-        self.frames.push_back(ClientFrame::Sync(SyncFrame {
+        self.out.frame(ClientFrame::Sync(SyncFrame {
             crypto_v: Some(CRYPTO_V_MESSAGE),
         }));
         self.resend_outbox()?;
@@ -209,7 +209,7 @@ impl<S: ClientStore> Client<S> {
     pub(super) fn set_network(&mut self, state: NetworkState) {
         if self.link.network != state {
             self.link.network = state;
-            self.events.push_back(Event::NetworkState(state));
+            self.out.event(Event::NetworkState(state));
         }
     }
 
@@ -271,8 +271,8 @@ impl<S: ClientStore> Client<S> {
             && let Some(at) = self.link.next_ping_ms
             && now_ms >= at
         {
-            self.frames
-                .push_back(ClientFrame::Ping(PingFrame { crypto_v: None }));
+            self.out
+                .frame(ClientFrame::Ping(PingFrame { crypto_v: None }));
             self.link.next_ping_ms = Some(now_ms + HEARTBEAT_INTERVAL_MS);
         }
     }
@@ -281,9 +281,9 @@ impl<S: ClientStore> Client<S> {
     pub(super) fn on_goaway(&mut self, g: GoawayFrame) {
         self.link.state = Conn::Goaway;
         self.link.next_ping_ms = None;
-        self.conn_cmds.push_back(ConnCommand::Close);
+        self.out.command(ConnCommand::Close);
         self.set_network(NetworkState::Disconnected);
-        self.events.push_back(Event::Goaway(g.reason));
+        self.out.event(Event::Goaway(g.reason));
     }
 }
 

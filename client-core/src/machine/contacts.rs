@@ -30,16 +30,25 @@ pub const CONTACTS_RETRY_BASE_MS: u64 = 1_000;
 /// Longest delay between retries of a failed contacts sync.
 pub const CONTACTS_RETRY_MAX_MS: u64 = 60_000;
 
-/// The retry timer of a failed contacts sync.
+/// The contacts sync's own state: whether another sync must follow the one in flight, and
+/// the retry timer of a failed one.
 #[derive(Debug, Default)]
-pub(super) struct ContactsRetry {
+pub(super) struct ContactsSync {
+    /// A message came from an unknown alias while a friends request was in flight: sync again
+    /// when it answers (its list may predate the peer's bind).
+    resync: bool,
     /// Consecutive failures.
     failures: u32,
     /// When to retry, if one is due.
-    pub(super) at_ms: Option<u64>,
+    at_ms: Option<u64>,
 }
 
-impl ContactsRetry {
+impl ContactsSync {
+    /// When a failed sync is asked again, if one is due.
+    pub(super) fn retry_at_ms(&self) -> Option<u64> {
+        self.at_ms
+    }
+
     fn schedule(&mut self, now_ms: u64) {
         let delay = CONTACTS_RETRY_BASE_MS
             .saturating_mul(1 << self.failures.min(16))
@@ -75,7 +84,7 @@ pub(super) struct Reconciled {
 impl<S: ClientStore> Client<S> {
     /// Fetches the friends list (F1); sessions are created for accepted friends.
     pub fn sync_contacts(&mut self, _now_ms: u64) {
-        self.request(
+        self.out.request(
             Method::Get,
             wire::http::paths::FRIENDS.into(),
             None,
@@ -88,8 +97,8 @@ impl<S: ClientStore> Client<S> {
     /// in flight its list may be stale (it may predate a peer's alias bind), so another sync
     /// follows its answer.
     pub(super) fn sync_contacts_again(&mut self, now_ms: u64) {
-        if self.pending.values().any(|p| matches!(p, Pending::Friends)) {
-            self.contacts_resync = true;
+        if self.out.awaits(|p| matches!(p, Pending::Friends)) {
+            self.contacts.resync = true;
         } else {
             self.sync_contacts(now_ms);
         }
@@ -97,8 +106,8 @@ impl<S: ClientStore> Client<S> {
 
     /// The contacts retry timer: a failed sync that something waits for is asked again.
     pub(super) fn contacts_timer(&mut self, now_ms: u64) {
-        if self.contacts_retry.at_ms.is_some_and(|at| at <= now_ms) {
-            self.contacts_retry.at_ms = None;
+        if self.contacts.at_ms.is_some_and(|at| at <= now_ms) {
+            self.contacts.at_ms = None;
             self.sync_contacts_again(now_ms);
         }
     }
@@ -117,13 +126,14 @@ impl<S: ClientStore> Client<S> {
     ) -> Result<(), ClientError> {
         let listed = ok_status(status);
         self.on_friends(now_ms, status, v)?;
-        if std::mem::take(&mut self.contacts_resync) {
+        if std::mem::take(&mut self.contacts.resync) {
             self.sync_contacts(now_ms);
         } else if listed {
-            self.contacts_retry = ContactsRetry::default();
+            self.contacts.failures = 0;
+            self.contacts.at_ms = None;
             self.settle_held_retracts()?;
         } else if self.awaits_contacts()? {
-            self.contacts_retry.schedule(now_ms);
+            self.contacts.schedule(now_ms);
         }
         Ok(())
     }
@@ -175,7 +185,7 @@ impl<S: ClientStore> Client<S> {
                 new_convs.push(peer.conv.to_owned());
             }
         }
-        self.events.push_back(Event::ContactsSynced(friends));
+        self.out.event(Event::ContactsSynced(friends));
         self.retry_parked(now_ms, &new_convs)?;
         Ok(())
     }
@@ -223,7 +233,7 @@ impl<S: ClientStore> Client<S> {
         if s.their_ecdh_public_key != peer.x25519_b64 {
             self.peer_key_changed(now_ms, identity, &mut s, peer, &mut r);
         }
-        if !self.contacts_resync {
+        if !self.contacts.resync {
             self.adopt_former_aliases(&mut s, peer, &mut r)?;
         }
         if r.save {

@@ -61,13 +61,13 @@ impl<S: ClientStore> Client<S> {
         self.store.put_message(&m)?;
         self.store.delete_offline(id)?;
         self.send_delivered(d);
-        self.events.push_back(Event::Message(m));
+        self.out.event(Event::Message(m));
         Ok(())
     }
 
     fn send_delivered(&mut self, d: &MsgDelivery) {
         if self.is_connected() {
-            self.frames.push_back(ClientFrame::Delivered(ReceiptFrame {
+            self.out.frame(ClientFrame::Delivered(ReceiptFrame {
                 conv_id: d.conv_id.clone(),
                 seq: d.seq,
                 to: d.from.clone(),

@@ -46,7 +46,7 @@ impl<S: ClientStore> Client<S> {
             if let Some(limit) = limit {
                 // Refused: not stored and no `delivered`, so the relay keeps it.
                 if self.inbox_overflow.insert(conv.to_owned()) {
-                    self.events.push_back(Event::OfflineInboxFull {
+                    self.out.event(Event::OfflineInboxFull {
                         conversation_id: conv.to_owned(),
                         limit,
                     });
@@ -62,7 +62,7 @@ impl<S: ClientStore> Client<S> {
             created_at: d.at.0,
             from_alias_id: d.from.as_str().to_owned(),
         })?;
-        self.events.push_back(Event::Parked {
+        self.out.event(Event::Parked {
             id: d.id.as_str().to_owned(),
             conversation_id: d.conv_id.as_str().to_owned(),
         });
@@ -129,7 +129,7 @@ impl<S: ClientStore> Client<S> {
             }
         }
         if released && self.is_connected() {
-            self.frames.push_back(ClientFrame::Sync(SyncFrame {
+            self.out.frame(ClientFrame::Sync(SyncFrame {
                 crypto_v: Some(CRYPTO_V_MESSAGE),
             }));
         }

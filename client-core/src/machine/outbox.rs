@@ -43,15 +43,18 @@ pub fn outbox_retry_delay_ms(attempts: u32) -> u64 {
     (OUTBOX_RETRY_BASE_MS << doublings).min(OUTBOX_RETRY_MAX_MS)
 }
 
-/// Intents the relay refused with a transient code, waiting for their next transmission.
+/// The sending side's own state: the intents the relay refused with a transient code, until
+/// their next transmission, and the last typing notice per conversation.
 #[derive(Debug, Default)]
-pub(super) struct OutboxRetry {
-    /// The intents and when each is due.
+pub(super) struct Sending {
+    /// The intents waiting for a retry, and when each is due.
     due: std::collections::BTreeMap<String, u64>,
+    /// When a typing notice was last sent, per conversation.
+    typing_sent_ms: std::collections::BTreeMap<String, u64>,
 }
 
-impl OutboxRetry {
-    /// When the first waiting intent is due.
+impl Sending {
+    /// When the first intent waiting for a retry is due.
     pub(super) fn next_ms(&self) -> Option<u64> {
         self.due.values().min().copied()
     }
@@ -75,7 +78,7 @@ impl<S: ClientStore> Client<S> {
     /// The socket opened (after `sync`): every intent again, with its id (those waiting for a
     /// retry too).
     pub(super) fn resend_outbox(&mut self) -> Result<(), ClientError> {
-        self.outbox_retry.due.clear();
+        self.sending.due.clear();
         for intent in self.store.list_outbox()? {
             self.transmit_intent(intent)?;
         }
@@ -145,7 +148,7 @@ impl<S: ClientStore> Client<S> {
         let payload = encrypt_payload(&key, intent.text.as_bytes(), &mut self.rng);
         intent.attempts += 1;
         self.store.put_outbox(&intent)?;
-        self.frames.push_back(ClientFrame::Msg(MsgFrame {
+        self.out.frame(ClientFrame::Msg(MsgFrame {
             id,
             to,
             conv_id: conv,
@@ -170,7 +173,7 @@ impl<S: ClientStore> Client<S> {
         {
             m.status = status;
             self.store.put_message(&m)?;
-            self.events.push_back(Event::StatusChange {
+            self.out.event(Event::StatusChange {
                 id: id.to_owned(),
                 status,
             });
@@ -214,14 +217,15 @@ impl<S: ClientStore> Client<S> {
         if !self.is_connected() {
             return Ok(());
         }
-        if let Some(&last) = self.typing_sent_ms.get(conversation_id)
+        if let Some(&last) = self.sending.typing_sent_ms.get(conversation_id)
             && now_ms < last + TYPING_DEBOUNCE_MS
         {
             return Ok(());
         }
-        self.typing_sent_ms
+        self.sending
+            .typing_sent_ms
             .insert(conversation_id.to_owned(), now_ms);
-        self.frames.push_back(ClientFrame::Typing(TypingFrame {
+        self.out.frame(ClientFrame::Typing(TypingFrame {
             to,
             conv_id: conv,
             crypto_v: Some(CRYPTO_V_MESSAGE),
@@ -251,7 +255,7 @@ impl<S: ClientStore> Client<S> {
         if code.is_transient() {
             probes::probe!("client:outbox-retry-later");
             let at = now_ms + outbox_retry_delay_ms(intent.attempts);
-            self.outbox_retry.due.insert(id, at);
+            self.sending.due.insert(id, at);
             return Ok(());
         }
         self.fail_intent(&id)
@@ -263,7 +267,7 @@ impl<S: ClientStore> Client<S> {
         if !self.is_connected() {
             return Ok(());
         }
-        let due = self.outbox_retry.take_due(now_ms);
+        let due = self.sending.take_due(now_ms);
         if due.is_empty() {
             return Ok(());
         }

@@ -20,7 +20,7 @@ impl<S: ClientStore> Client<S> {
         let order_id = p.order_id.into_string();
         if !self.store.has_confirmed_order(&order_id)? {
             self.store.put_confirmed_order(&order_id)?;
-            self.events.push_back(Event::PaymentConfirmed {
+            self.out.event(Event::PaymentConfirmed {
                 order_id,
                 ref_id: p.ref_id,
             });

@@ -74,7 +74,7 @@ impl<S: ClientStore> Client<S> {
         )?;
         make_placeholder(&mut m);
         self.store.put_message(&m)?;
-        self.events.push_back(Event::Retracted {
+        self.out.event(Event::Retracted {
             id: message_id.to_owned(),
         });
         Ok(())
@@ -147,7 +147,7 @@ impl<S: ClientStore> Client<S> {
         make_placeholder(&mut m);
         self.store.put_message(&m)?;
         self.store.delete_offline(&m.id)?;
-        self.events.push_back(Event::Retracted { id: m.id });
+        self.out.event(Event::Retracted { id: m.id });
         Ok(())
     }
 }

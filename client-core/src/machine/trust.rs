@@ -127,7 +127,7 @@ impl<S: ClientStore> Client<S> {
             self.security
                 .guard_message(&session.their_alias_id, &mine, &current, now_ms)
         {
-            self.events.push_back(Event::SecurityViolation(ev));
+            self.out.event(Event::SecurityViolation(ev));
             return false;
         }
         true
@@ -157,7 +157,7 @@ impl<S: ClientStore> Client<S> {
                     &peer.x25519,
                     now_ms,
                 ) {
-                    self.events.push_back(Event::SecurityViolation(ev));
+                    self.out.event(Event::SecurityViolation(ev));
                 }
             }
         } else {
@@ -166,7 +166,7 @@ impl<S: ClientStore> Client<S> {
             s.session_key_base64 = SecretString::new(key.to_base64());
             s.pending_ecdh_public_key = None;
             r.save = true;
-            self.events.push_back(Event::PeerKeyChanged {
+            self.out.event(Event::PeerKeyChanged {
                 conversation_id: s.conversation_id.clone(),
                 alias_id: s.their_alias_id.clone(),
             });
