@@ -152,25 +152,11 @@ impl Core {
     ) -> CoreParts {
         info!("relay core started");
         let term_end = self.term.as_ref().map(|t| t.end.clone());
-        let ended = async {
-            match &term_end {
-                Some(end) => end.wait().await,
-                None => std::future::pending().await,
-            }
-        };
-        let mut ended = std::pin::pin!(ended);
+        let mut ended = std::pin::pin!(term_ended(term_end.as_ref()));
         let mut batch: Vec<Input> = Vec::with_capacity(MAX_BATCH_INPUTS);
         loop {
-            let deadline = if self.rebuild_pending {
-                Some(self.rebuild_at)
-            } else {
-                self.relay.poll_timeout()
-            };
-            let sleep = clock::sleep_until(&*self.clock, deadline);
-            // Inputs wait while the pipeline is full, and while a failed relay waits for the
-            // reports of its batches in flight before it is rebuilt.
-            let accepting =
-                self.committer.has_room() && (!self.relay.is_failed() || self.rebuild_pending);
+            let sleep = clock::sleep_until(&*self.clock, self.deadline());
+            let accepting = self.accepting();
             let in_flight = self.committer.in_flight() > 0;
             let woke = tokio::select! {
                 biased;
@@ -193,51 +179,103 @@ impl Core {
                 }
                 Wakeup::Stop => self.begin_shutdown(&mut inputs).await,
                 Wakeup::Committed(done) => self.completed(done),
-                Wakeup::Due => {
-                    if self.rebuild_pending {
-                        self.rebuild();
-                    } else {
-                        let now = self.clock.now();
-                        self.relay.handle_timeout(now);
-                    }
-                }
+                Wakeup::Due => self.due(),
                 Wakeup::Gone(report) => self.push_gone(&report),
-                Wakeup::Input(input) => {
-                    if in_flight {
-                        self.arrived_in_flight = true;
-                    }
-                    batch.push(input);
-                    while batch.len() < MAX_BATCH_INPUTS {
-                        match inputs.try_recv() {
-                            Ok(input) => batch.push(input),
-                            Err(_) => break,
-                        }
-                    }
-                    self.handle_batch(&mut batch);
-                }
+                Wakeup::Input(input) => self.take_batch(input, in_flight, &mut batch, &mut inputs),
             }
-            self.seal_if_due(&inputs);
-            self.drain();
-            self.export(inputs.len());
-            if let (Some(metrics), Some(busy)) = (&self.metrics, busy) {
-                metrics.core_busy(busy.seconds());
-            }
+            self.end_round(&inputs, busy);
             if let Some(why) = term_end.as_ref().and_then(TermEnd::ended) {
                 // Never rebuild on a store of an ended term: stop here.
                 self.end_term(&why, &mut inputs);
                 break;
             }
-            if self.relay.is_failed() && !self.rebuild_pending && self.committer.in_flight() == 0 {
-                if let Some(metrics) = &self.metrics {
-                    metrics.failstop();
-                }
-                error!(
-                    "a commit failed: the relay stopped (fail-stop); rebuilding it from the store"
-                );
-                self.rebuild();
+            self.rebuild_if_failed();
+        }
+        self.let_go(term_end.as_ref()).await;
+        info!("relay core stopped");
+        CoreParts {
+            push: self.push.take(),
+            gone,
+        }
+    }
+
+    /// When the core must next wake without an input: the rebuild's retry while one is
+    /// pending, else the relay's next timer.
+    fn deadline(&self) -> Option<UnixMs> {
+        if self.rebuild_pending {
+            Some(self.rebuild_at)
+        } else {
+            self.relay.poll_timeout()
+        }
+    }
+
+    /// Whether the core takes inputs (and timers and gone reports) now: they wait while the
+    /// pipeline is full, and while a failed relay waits for the reports of its batches in
+    /// flight before it is rebuilt.
+    fn accepting(&self) -> bool {
+        self.committer.has_room() && (!self.relay.is_failed() || self.rebuild_pending)
+    }
+
+    /// The deadline came: retries the pending rebuild, or fires the relay's due timers.
+    fn due(&mut self) {
+        if self.rebuild_pending {
+            self.rebuild();
+        } else {
+            let now = self.clock.now();
+            self.relay.handle_timeout(now);
+        }
+    }
+
+    /// Handles `first` with every input already queued behind it (up to [`MAX_BATCH_INPUTS`])
+    /// in the open batch; `in_flight`: a batch was in flight when it arrived.
+    fn take_batch(
+        &mut self,
+        first: Input,
+        in_flight: bool,
+        batch: &mut Vec<Input>,
+        inputs: &mut mpsc::Receiver<Input>,
+    ) {
+        if in_flight {
+            self.arrived_in_flight = true;
+        }
+        batch.push(first);
+        while batch.len() < MAX_BATCH_INPUTS {
+            match inputs.try_recv() {
+                Ok(input) => batch.push(input),
+                Err(_) => break,
             }
         }
-        if term_end.as_ref().and_then(TermEnd::ended).is_some() {
+        self.handle_batch(batch);
+    }
+
+    /// The end of every round: seals the open batch if it is due, executes the outputs,
+    /// exports the metrics and counts the round's work (`busy`: when it began).
+    fn end_round(&mut self, inputs: &mpsc::Receiver<Input>, busy: Option<Stopwatch>) {
+        self.seal_if_due(inputs);
+        self.drain();
+        self.export(inputs.len());
+        if let (Some(metrics), Some(busy)) = (&self.metrics, busy) {
+            metrics.core_busy(busy.seconds());
+        }
+    }
+
+    /// Fail-stop: once a failed relay's batches in flight are all reported (and no rebuild is
+    /// pending), says so at ERROR and rebuilds the relay from the store.
+    fn rebuild_if_failed(&mut self) {
+        if self.relay.is_failed() && !self.rebuild_pending && self.committer.in_flight() == 0 {
+            if let Some(metrics) = &self.metrics {
+                metrics.failstop();
+            }
+            error!("a commit failed: the relay stopped (fail-stop); rebuilding it from the store");
+            self.rebuild();
+        }
+    }
+
+    /// After the loop: waits until every batch in flight is reported before the core lets go.
+    /// After the end of the term (`term_end` ended) their answers were refused already;
+    /// otherwise the open batch is sealed too and every batch is answered.
+    async fn let_go(&mut self, term_end: Option<&TermEnd>) {
+        if term_end.and_then(TermEnd::ended).is_some() {
             // The term ended: its answers were refused and nothing more is sealed; the batches
             // in flight land before the takeover or are fenced, and the core lets go once
             // each is reported.
@@ -249,11 +287,6 @@ impl Core {
             // Every input sender is gone: nobody waits for these answers any more, but the
             // batches they answer are committed (or refused) before the core lets go.
             self.settle().await;
-        }
-        info!("relay core stopped");
-        CoreParts {
-            push: self.push.take(),
-            gone,
         }
     }
 
@@ -802,6 +835,14 @@ impl Core {
                 error!(error = %err, retry_ms = REBUILD_RETRY_MS, "rebuilding the relay from the store failed");
             }
         }
+    }
+}
+
+/// Resolves with why once the term `end` has ended; never without a term.
+async fn term_ended(end: Option<&TermEnd>) -> String {
+    match end {
+        Some(end) => end.wait().await,
+        None => std::future::pending().await,
     }
 }
 
