@@ -123,8 +123,10 @@ use seam::clock::{Clock, OffsetClock, SystemClock};
 use seam::net::{ConnectionCounter, Network, ServeLimits, serve_with_limits};
 
 use self::driver::Phase;
-use self::driver::{CoreParts, PushSink, TermCtx};
-use self::leadership::{CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, Leadership, Term};
+use self::driver::{CoreParts, Input, PushSink, TermCtx};
+use self::leadership::{
+    CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, Leadership, Term, TermEnd,
+};
 use self::metrics::Metrics;
 
 pub use self::committer::{CommitDelay, CommitMode, PIPELINE_DEPTH};
@@ -361,64 +363,18 @@ impl RelayServer {
     ) -> io::Result<()> {
         let addr = axum::serve::Listener::local_addr(&listener)?;
         let (stop_tx, stop_rx) = watch::channel(false);
-        let mut deadline_stop = stop_rx.clone();
+        let deadline_stop = stop_rx.clone();
         let (phase_tx, phase_rx) = watch::channel(Phase::Standby);
         let phase_tx = Arc::new(phase_tx);
-        let test_clock = self
-            .test_mode
-            .then(|| OffsetClock::new(Arc::clone(&self.clock)));
-        let clock: Arc<dyn Clock> = match &test_clock {
-            Some(test_clock) => {
-                tracing::warn!(
-                    "TEST MODE: POST {ADVANCE_CLOCK_PATH} moves the clock (never in production)"
-                );
-                Arc::new(test_clock.clone())
-            }
-            None => Arc::clone(&self.clock),
-        };
-        if let Some(metrics) = &self.metrics {
-            metrics.attach_connections(self.connections.clone(), self.limits);
-            metrics.attach_outbound(self.outbound_bytes.clone());
-        }
-        let ctx = CoreCtx {
-            clock,
-            commit_mode: self.commit_mode.clone(),
-            test_clock,
-            queue_bytes: self.limits.outbound_queue_bytes,
-            outbound_bytes: self.outbound_bytes.clone(),
-            metrics: self.metrics.clone(),
-        };
+        let (test_clock, clock) = self.core_clock();
+        self.attach_metrics();
+        let ctx = self.core_ctx(clock, test_clock);
         let (fatal_tx, fatal_rx) = oneshot::channel::<String>();
         let mode = std::mem::replace(&mut self.mode, Mode::Single(Box::new(no_relay)));
         let core = match mode {
-            Mode::Single(mut open) => {
-                let relay = open().map_err(io::Error::other)?;
-                if let Some(metrics) = &self.metrics {
-                    metrics.set_queued_bytes_limit(relay.config().max_offline_queue_bytes_total);
-                    metrics.leading(None);
-                }
-                let parts = self.start_push::<N>();
-                let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
-                let store_down = Arc::new(AtomicBool::new(false));
-                phase_tx.send_replace(Phase::Active {
-                    inputs: inputs_tx,
-                    epoch: None,
-                    store_down: Arc::clone(&store_down),
-                });
-                let core = ctx.core(relay, open, parts.push, store_down, None);
-                tokio::spawn(async move {
-                    core.run(inputs_rx, stop_rx, parts.gone).await;
-                })
-            }
+            Mode::Single(open) => self.start_single::<N>(open, &ctx, &phase_tx, stop_rx)?,
             Mode::Campaign(leadership) => {
-                let parts = self.start_push::<N>();
-                let supervisor = Supervisor {
-                    leadership,
-                    ctx,
-                    phase: Arc::clone(&phase_tx),
-                    stop: stop_rx,
-                };
-                tokio::spawn(supervisor.run(parts, fatal_tx))
+                self.start_campaign::<N>(leadership, ctx, &phase_tx, stop_rx, fatal_tx)
             }
         };
         info!(%addr, "relay listening");
@@ -430,24 +386,11 @@ impl RelayServer {
             metrics: self.metrics.clone(),
         });
         let (fatal_seen_tx, fatal_seen) = oneshot::channel::<String>();
-        let shutdown = async move {
-            tokio::select! {
-                biased;
-                () = shutdown => info!("shutdown requested: no new connections"),
-                Ok(why) = fatal_rx => {
-                    error!(reason = %why, "leadership failed for good: shutting down");
-                    let _ = fatal_seen_tx.send(why);
-                }
-            }
-            let _ = stop_tx.send(true);
-        };
+        let shutdown = stop_on(shutdown, fatal_rx, fatal_seen_tx, stop_tx);
         let connections = self.connections.clone();
         let core_abort = core.abort_handle();
         let drain_deadline_ms = self.drain_deadline_ms;
-        let deadline = async move {
-            let _ = deadline_stop.wait_for(|stop| *stop).await;
-            tokio::time::sleep(Duration::from_millis(drain_deadline_ms)).await;
-        };
+        let deadline = drain_deadline(deadline_stop, drain_deadline_ms);
         let finish = async {
             let served =
                 serve_with_limits(listener, router, shutdown, self.limits, self.connections).await;
@@ -480,6 +423,95 @@ impl RelayServer {
         }
     }
 
+    /// The clock of the cores and the test-mode clock, if any: in test mode an
+    /// [`OffsetClock`] over the server's clock (said at WARN), which the cores read and the
+    /// advance-clock route moves; otherwise the server's clock.
+    fn core_clock(&self) -> (Option<OffsetClock>, Arc<dyn Clock>) {
+        let test_clock = self
+            .test_mode
+            .then(|| OffsetClock::new(Arc::clone(&self.clock)));
+        let clock: Arc<dyn Clock> = match &test_clock {
+            Some(test_clock) => {
+                tracing::warn!(
+                    "TEST MODE: POST {ADVANCE_CLOCK_PATH} moves the clock (never in production)"
+                );
+                Arc::new(test_clock.clone())
+            }
+            None => Arc::clone(&self.clock),
+        };
+        (test_clock, clock)
+    }
+
+    /// Has the metrics (if on) read the server's open connections, its limits and the bytes
+    /// queued for its sockets.
+    fn attach_metrics(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.attach_connections(self.connections.clone(), self.limits);
+            metrics.attach_outbound(self.outbound_bytes.clone());
+        }
+    }
+
+    /// What every core of this server shares: `clock`, the test-mode clock, the commit mode,
+    /// the outbound queue limit and counter, the metrics.
+    fn core_ctx(&self, clock: Arc<dyn Clock>, test_clock: Option<OffsetClock>) -> CoreCtx {
+        CoreCtx {
+            clock,
+            commit_mode: self.commit_mode.clone(),
+            test_clock,
+            queue_bytes: self.limits.outbound_queue_bytes,
+            outbound_bytes: self.outbound_bytes.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    /// A single server: opens the relay with `open` (an error fails the start), starts push
+    /// delivery, turns the phase active with a new core's inputs and spawns that core.
+    fn start_single<N: Network>(
+        &mut self,
+        mut open: RelayOpener,
+        ctx: &CoreCtx,
+        phase: &watch::Sender<Phase>,
+        stop: watch::Receiver<bool>,
+    ) -> io::Result<tokio::task::JoinHandle<()>> {
+        let relay = open().map_err(io::Error::other)?;
+        if let Some(metrics) = &self.metrics {
+            metrics.set_queued_bytes_limit(relay.config().max_offline_queue_bytes_total);
+            metrics.leading(None);
+        }
+        let parts = self.start_push::<N>();
+        let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
+        let store_down = Arc::new(AtomicBool::new(false));
+        phase.send_replace(Phase::Active {
+            inputs: inputs_tx,
+            epoch: None,
+            store_down: Arc::clone(&store_down),
+        });
+        let core = ctx.core(relay, open, parts.push, store_down, None);
+        Ok(tokio::spawn(async move {
+            core.run(inputs_rx, stop, parts.gone).await;
+        }))
+    }
+
+    /// A campaigning server: starts push delivery and spawns the [`Supervisor`], which serves
+    /// each term it wins (a leadership that fails for good is reported on `fatal`).
+    fn start_campaign<N: Network>(
+        &mut self,
+        leadership: Box<dyn Leadership>,
+        ctx: CoreCtx,
+        phase: &Arc<watch::Sender<Phase>>,
+        stop: watch::Receiver<bool>,
+        fatal: oneshot::Sender<String>,
+    ) -> tokio::task::JoinHandle<()> {
+        let parts = self.start_push::<N>();
+        let supervisor = Supervisor {
+            leadership,
+            ctx,
+            phase: Arc::clone(phase),
+            stop,
+        };
+        tokio::spawn(supervisor.run(parts, fatal))
+    }
+
     /// Starts push delivery (once per server: it outlives the terms of a campaigning one).
     fn start_push<N: Network>(&mut self) -> CoreParts {
         // The worker signs with the base clock, never the test-mode offset (see `push`).
@@ -500,6 +532,31 @@ impl RelayServer {
             },
         }
     }
+}
+
+/// The server's shutdown signal: resolves on `shutdown`, or when the leadership fails for
+/// good (said at ERROR, and its reason passed on to `fatal_seen`); then tells the cores to stop.
+async fn stop_on(
+    shutdown: impl Future<Output = ()>,
+    fatal: oneshot::Receiver<String>,
+    fatal_seen: oneshot::Sender<String>,
+    stop: watch::Sender<bool>,
+) {
+    tokio::select! {
+        biased;
+        () = shutdown => info!("shutdown requested: no new connections"),
+        Ok(why) = fatal => {
+            error!(reason = %why, "leadership failed for good: shutting down");
+            let _ = fatal_seen.send(why);
+        }
+    }
+    let _ = stop.send(true);
+}
+
+/// Resolves `drain_deadline_ms` after the stop signal: how long the drain may take.
+async fn drain_deadline(mut stop: watch::Receiver<bool>, drain_deadline_ms: u64) {
+    let _ = stop.wait_for(|stop| *stop).await;
+    tokio::time::sleep(Duration::from_millis(drain_deadline_ms)).await;
 }
 
 /// The placeholder left in a [`RelayServer`] whose mode was taken by `serve`.
@@ -551,18 +608,16 @@ struct Supervisor {
 }
 
 impl Supervisor {
+    /// Campaigns, serves every term it wins and stands by again after each, until shutdown or
+    /// until the leadership fails for good (its reason goes to `fatal`).
     async fn run(mut self, mut parts: CoreParts, fatal: oneshot::Sender<String>) {
         let mut retry_ms = CAMPAIGN_RETRY_MS;
         loop {
             if *self.stop.borrow() {
                 break;
             }
-            info!("standby: campaigning for leadership (/readyz answers 503 NOT_LEADER)");
-            let mut stop = self.stop.clone();
-            let campaigned = tokio::select! {
-                biased;
-                _ = stop.wait_for(|stop| *stop) => break,
-                result = self.leadership.campaign() => result,
+            let Some(campaigned) = self.campaign().await else {
+                break;
             };
             let term = match campaigned {
                 Ok(term) => term,
@@ -601,43 +656,85 @@ impl Supervisor {
                 warn!(reason = %why, ?epoch, "the term ended while loading the state");
                 continue;
             }
-            let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
-            let store_down = Arc::new(AtomicBool::new(false));
-            let activated = self.phase.send_if_modified(|phase| {
-                if matches!(phase, Phase::Stopping) {
-                    return false;
-                }
-                *phase = Phase::Active {
-                    inputs: inputs_tx,
-                    epoch,
-                    store_down: Arc::clone(&store_down),
-                };
-                true
-            });
-            if !activated {
+            let Some((inputs, store_down)) = self.activate(epoch, &relay) else {
                 break;
-            }
-            info!(?epoch, "active: serving clients (/readyz answers 200)");
-            if let Some(metrics) = &self.ctx.metrics {
-                metrics.set_queued_bytes_limit(relay.config().max_offline_queue_bytes_total);
-                metrics.leading(epoch);
-            }
-            let term = TermCtx {
-                end: end.clone(),
-                phase: Arc::clone(&self.phase),
             };
-            let core = self
-                .ctx
-                .core(relay, open, parts.push, store_down, Some(term));
-            parts = core.run(inputs_rx, self.stop.clone(), parts.gone).await;
-            if let Some(metrics) = &self.ctx.metrics {
-                metrics.standing_by();
-            }
+            parts = self
+                .serve_term(relay, open, parts, inputs, store_down, &end)
+                .await;
             // The core is gone: end the term (if shutdown ended it) and resign.
             end.end("the relay stopped serving");
             drop(holder);
         }
         info!("campaigning stopped");
+    }
+
+    /// Stands by and campaigns: the campaign's result, or `None` once shutdown begins.
+    async fn campaign(&mut self) -> Option<Result<Term, CampaignError>> {
+        info!("standby: campaigning for leadership (/readyz answers 503 NOT_LEADER)");
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|stop| *stop) => None,
+            result = self.leadership.campaign() => Some(result),
+        }
+    }
+
+    /// Turns the phase active for the term of `epoch` with a new core's inputs (unless the
+    /// server is stopping: `None`), and sets the term's metrics; returns that core's side of
+    /// the inputs and its store-down flag.
+    fn activate(
+        &self,
+        epoch: Option<u64>,
+        relay: &Relay,
+    ) -> Option<(mpsc::Receiver<Input>, Arc<AtomicBool>)> {
+        let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
+        let store_down = Arc::new(AtomicBool::new(false));
+        let activated = self.phase.send_if_modified(|phase| {
+            if matches!(phase, Phase::Stopping) {
+                return false;
+            }
+            *phase = Phase::Active {
+                inputs: inputs_tx,
+                epoch,
+                store_down: Arc::clone(&store_down),
+            };
+            true
+        });
+        if !activated {
+            return None;
+        }
+        info!(?epoch, "active: serving clients (/readyz answers 200)");
+        if let Some(metrics) = &self.ctx.metrics {
+            metrics.set_queued_bytes_limit(relay.config().max_offline_queue_bytes_total);
+            metrics.leading(epoch);
+        }
+        Some((inputs_rx, store_down))
+    }
+
+    /// Serves the term that `end` ends: runs a core on `relay` until the term ends or the
+    /// server stops, then counts the server standing by. Returns what the next term reuses.
+    async fn serve_term(
+        &mut self,
+        relay: Relay,
+        open: RelayOpener,
+        parts: CoreParts,
+        inputs: mpsc::Receiver<Input>,
+        store_down: Arc<AtomicBool>,
+        end: &TermEnd,
+    ) -> CoreParts {
+        let term = TermCtx {
+            end: end.clone(),
+            phase: Arc::clone(&self.phase),
+        };
+        let core = self
+            .ctx
+            .core(relay, open, parts.push, store_down, Some(term));
+        let parts = core.run(inputs, self.stop.clone(), parts.gone).await;
+        if let Some(metrics) = &self.ctx.metrics {
+            metrics.standing_by();
+        }
+        parts
     }
 }
 
