@@ -252,113 +252,180 @@ async fn run(args: Args) -> Result<()> {
         StoreChoice::Sqlite(_) | StoreChoice::Postgres(_) => CommitMode::Thread,
     };
     let mut server = match store {
-        StoreChoice::Memory => {
-            warn!("--memory: nothing survives a restart");
-            // A fresh random key per process (a seed-derived one could be recomputed).
-            let mut key = [0u8; 32];
-            getrandom::fill(&mut key)
-                .map_err(|e| anyhow::anyhow!("reading OS randomness for the JWT key: {e}"))?;
-            config.jwt_signing_key = Some(relay_core::JwtSigningKey(key));
-            let (store, blobs) = (MemoryStore::new(), MemoryBlobStore::new());
-            let metrics = metrics.clone();
-            RelayServer::new(move || {
-                Relay::with_blobs(
-                    config.clone(),
-                    metered(metrics.as_ref(), store.clone()),
-                    Box::new(blobs.clone()),
-                    seed,
-                )
-            })
-        }
-        StoreChoice::Sqlite(dir) => {
-            let store_path = dir.join(STORE_FILE);
-            let blob_dir = dir.join(BLOB_DIR);
-            // An older version kept the key in the store: moved to the key file once.
-            let legacy = if store_path.exists() && !dir.join(secrets::JWT_KEY_FILE).exists() {
-                let mut store = SqliteStore::open(&store_path)
-                    .with_context(|| format!("opening {}", store_path.display()))?;
-                relay_core::legacy_jwt_signing_key(&mut store)
-                    .context("reading the JWT key an older version kept in the store")?
-            } else {
-                None
-            };
-            config.jwt_signing_key = Some(jwt_key(&args, &dir, legacy)?);
-            info!(store = %store_path.display(), "durable store");
-            let metrics = metrics.clone();
-            RelayServer::new(move || {
-                let store = SqliteStore::open(&store_path)?;
-                let blobs = FsBlobStore::open(&blob_dir)
-                    .map_err(|e| relay_core::store::StoreError::Backend(e.to_string()))?;
-                let store = metered(metrics.as_ref(), store);
-                Relay::with_blobs(config.clone(), store, Box::new(blobs), seed)
-            })
-        }
-        StoreChoice::Postgres(database) => {
-            let dir = secrets.as_deref().context("no secrets directory")?;
-            let existed = dir.join(secrets::JWT_KEY_FILE).exists();
-            let jwt = jwt_key(&args, dir, None)?;
-            let jwt_fingerprint = secrets::jwt_key_fingerprint(&jwt);
-            config.jwt_signing_key = Some(jwt);
-            if !existed {
-                warn!(
-                    file = %dir.join(secrets::JWT_KEY_FILE).display(),
-                    "new JWT signing key: copy it to every relay of this database, or tokens \
-                     issued here are refused after a failover"
-                );
-            }
-            let blobs: BlobOpener = match &args.blob_dir {
-                Some(blob_dir) => {
-                    let blob_dir = blob_dir.clone();
-                    std::sync::Arc::new(move || {
-                        let blobs = FsBlobStore::open(&blob_dir)
-                            .map_err(|e| relay_core::store::StoreError::Backend(e.to_string()))?;
-                        Ok(Box::new(blobs) as Box<dyn relay_core::BlobStore>)
-                    })
-                }
-                None => {
-                    warn!(
-                        "--postgres without --blob-dir: media parts are kept in this process's \
-                         memory and lost at a failover or restart"
-                    );
-                    let blobs = MemoryBlobStore::new();
-                    std::sync::Arc::new(move || {
-                        Ok(Box::new(blobs.clone()) as Box<dyn relay_core::BlobStore>)
-                    })
-                }
-            };
-            // Checked against (or recorded as) the database's when this relay leads.
-            let claim = |fingerprint, rotate| {
-                if rotate {
-                    KeyClaim::replacing(fingerprint)
-                } else {
-                    KeyClaim::new(fingerprint)
-                }
-            };
-            let mut keys =
-                BTreeMap::from([(KeyKind::Jwt, claim(jwt_fingerprint, args.rotate_jwt_key))]);
-            if let Some(fingerprint) = vapid_fingerprint {
-                keys.insert(KeyKind::Vapid, claim(fingerprint, args.rotate_vapid_key));
-            }
-            info!(
-                jwt = %jwt_fingerprint,
-                vapid = %vapid_fingerprint.map_or_else(|| "none (no Web Push)".to_owned(), |f| f.to_string()),
-                "key fingerprints (every relay of the database must show the same)"
-            );
-            let options = CampaignOptions {
-                holder: format!("relay pid {} listen {}", std::process::id(), args.listen),
-                keys,
-                ..CampaignOptions::default()
-            };
-            info!(database = %database, "PostgreSQL store: standing by until this relay leads");
-            let leadership = PgLeadership::new(*database, options, config, seed, blobs);
-            RelayServer::campaigning(match &metrics {
-                Some(metrics) => leadership.with_metrics(metrics.clone()),
-                None => leadership,
-            })
-        }
+        StoreChoice::Memory => memory_server(config, seed, metrics.clone())?,
+        StoreChoice::Sqlite(dir) => sqlite_server(&args, config, &dir, seed, metrics.clone())?,
+        StoreChoice::Postgres(database) => postgres_server(
+            &args,
+            config,
+            *database,
+            secrets.as_deref(),
+            vapid_fingerprint,
+            seed,
+            metrics.as_ref(),
+        )?,
     };
     server = server.with_push(push).with_commit_mode(commit_mode);
-    server = server.with_limits(seam::net::ServeLimits {
+    server = server.with_limits(serve_limits(&args));
+    if args.test_mode {
+        warn!("--test-mode: anyone can move this relay's clock; never use it in production");
+        server = server.with_test_mode();
+    }
+    server = server.with_drain_deadline(args.drain_deadline_ms);
+    if let (Some(addr), Some(metrics)) = (metrics_addr, metrics) {
+        server = with_metrics_listener(server, addr, metrics).await?;
+    }
+    info!(listen = %args.listen, "starting relay");
+    server
+        .run::<Tokio>(args.listen, shutdown_signal())
+        .await
+        .with_context(|| format!("serving on {}", args.listen))
+}
+
+/// `--memory`: a relay on a memory store and memory blobs, with a JWT signing key of its own
+/// drawn from the OS (nothing survives a restart).
+fn memory_server(mut config: Config, seed: u64, metrics: Option<Metrics>) -> Result<RelayServer> {
+    warn!("--memory: nothing survives a restart");
+    // A fresh random key per process (a seed-derived one could be recomputed).
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key)
+        .map_err(|e| anyhow::anyhow!("reading OS randomness for the JWT key: {e}"))?;
+    config.jwt_signing_key = Some(relay_core::JwtSigningKey(key));
+    let (store, blobs) = (MemoryStore::new(), MemoryBlobStore::new());
+    Ok(RelayServer::new(move || {
+        Relay::with_blobs(
+            config.clone(),
+            metered(metrics.as_ref(), store.clone()),
+            Box::new(blobs.clone()),
+            seed,
+        )
+    }))
+}
+
+/// `--data DIR`: a relay on DIR's SQLite store and blob directory, with DIR's JWT signing key
+/// (moved once into its key file from the store, where an older version kept it).
+fn sqlite_server(
+    args: &Args,
+    mut config: Config,
+    dir: &Path,
+    seed: u64,
+    metrics: Option<Metrics>,
+) -> Result<RelayServer> {
+    let store_path = dir.join(STORE_FILE);
+    let blob_dir = dir.join(BLOB_DIR);
+    // An older version kept the key in the store: moved to the key file once.
+    let legacy = if store_path.exists() && !dir.join(secrets::JWT_KEY_FILE).exists() {
+        let mut store = SqliteStore::open(&store_path)
+            .with_context(|| format!("opening {}", store_path.display()))?;
+        relay_core::legacy_jwt_signing_key(&mut store)
+            .context("reading the JWT key an older version kept in the store")?
+    } else {
+        None
+    };
+    config.jwt_signing_key = Some(jwt_key(args, dir, legacy)?);
+    info!(store = %store_path.display(), "durable store");
+    Ok(RelayServer::new(move || {
+        let store = SqliteStore::open(&store_path)?;
+        let blobs = FsBlobStore::open(&blob_dir)
+            .map_err(|e| relay_core::store::StoreError::Backend(e.to_string()))?;
+        let store = metered(metrics.as_ref(), store);
+        Relay::with_blobs(config.clone(), store, Box::new(blobs), seed)
+    }))
+}
+
+/// `--postgres`: a relay that campaigns on the database, with the JWT signing key of the
+/// secrets directory `dir`; its keys' fingerprints (the VAPID key's too, with Web Push) are
+/// claimed when it leads (see [`key_claims`]).
+fn postgres_server(
+    args: &Args,
+    mut config: Config,
+    database: PgConfig,
+    dir: Option<&Path>,
+    vapid_fingerprint: Option<KeyFingerprint>,
+    seed: u64,
+    metrics: Option<&Metrics>,
+) -> Result<RelayServer> {
+    let dir = dir.context("no secrets directory")?;
+    let existed = dir.join(secrets::JWT_KEY_FILE).exists();
+    let jwt = jwt_key(args, dir, None)?;
+    let jwt_fingerprint = secrets::jwt_key_fingerprint(&jwt);
+    config.jwt_signing_key = Some(jwt);
+    if !existed {
+        warn!(
+            file = %dir.join(secrets::JWT_KEY_FILE).display(),
+            "new JWT signing key: copy it to every relay of this database, or tokens \
+             issued here are refused after a failover"
+        );
+    }
+    let blobs = blob_opener(args);
+    let keys = key_claims(args, jwt_fingerprint, vapid_fingerprint);
+    info!(
+        jwt = %jwt_fingerprint,
+        vapid = %vapid_fingerprint.map_or_else(|| "none (no Web Push)".to_owned(), |f| f.to_string()),
+        "key fingerprints (every relay of the database must show the same)"
+    );
+    let options = CampaignOptions {
+        holder: format!("relay pid {} listen {}", std::process::id(), args.listen),
+        keys,
+        ..CampaignOptions::default()
+    };
+    info!(database = %database, "PostgreSQL store: standing by until this relay leads");
+    let leadership = PgLeadership::new(database, options, config, seed, blobs);
+    Ok(RelayServer::campaigning(match metrics {
+        Some(metrics) => leadership.with_metrics(metrics.clone()),
+        None => leadership,
+    }))
+}
+
+/// Where a PostgreSQL relay keeps media parts: `--blob-dir`, else this process's memory (lost
+/// at a failover or restart, and said so).
+fn blob_opener(args: &Args) -> BlobOpener {
+    match &args.blob_dir {
+        Some(blob_dir) => {
+            let blob_dir = blob_dir.clone();
+            std::sync::Arc::new(move || {
+                let blobs = FsBlobStore::open(&blob_dir)
+                    .map_err(|e| relay_core::store::StoreError::Backend(e.to_string()))?;
+                Ok(Box::new(blobs) as Box<dyn relay_core::BlobStore>)
+            })
+        }
+        None => {
+            warn!(
+                "--postgres without --blob-dir: media parts are kept in this process's \
+                 memory and lost at a failover or restart"
+            );
+            let blobs = MemoryBlobStore::new();
+            std::sync::Arc::new(move || {
+                Ok(Box::new(blobs.clone()) as Box<dyn relay_core::BlobStore>)
+            })
+        }
+    }
+}
+
+/// The keys a PostgreSQL relay claims: the JWT signing key's fingerprint, and the VAPID key's
+/// when Web Push is on; each replacing the database's with its `--rotate-*-key` flag.
+/// Checked against (or recorded as) the database's when this relay leads.
+fn key_claims(
+    args: &Args,
+    jwt_fingerprint: KeyFingerprint,
+    vapid_fingerprint: Option<KeyFingerprint>,
+) -> BTreeMap<KeyKind, KeyClaim> {
+    let claim = |fingerprint, rotate| {
+        if rotate {
+            KeyClaim::replacing(fingerprint)
+        } else {
+            KeyClaim::new(fingerprint)
+        }
+    };
+    let mut keys = BTreeMap::from([(KeyKind::Jwt, claim(jwt_fingerprint, args.rotate_jwt_key))]);
+    if let Some(fingerprint) = vapid_fingerprint {
+        keys.insert(KeyKind::Vapid, claim(fingerprint, args.rotate_vapid_key));
+    }
+    keys
+}
+
+/// The connection limits from the flags.
+fn serve_limits(args: &Args) -> seam::net::ServeLimits {
+    seam::net::ServeLimits {
         header_read_timeout_ms: args.header_read_timeout_ms,
         max_connections: args.max_connections,
         max_connections_per_addr: args.max_connections_per_addr,
@@ -366,34 +433,32 @@ async fn run(args: Args) -> Result<()> {
         outbound_queue_bytes: args.outbound_queue_bytes,
         body_read_timeout_ms: args.body_read_timeout_ms,
         body_min_bytes_per_s: args.body_min_bytes_per_s,
-    });
-    if args.test_mode {
-        warn!("--test-mode: anyone can move this relay's clock; never use it in production");
-        server = server.with_test_mode();
     }
-    server = server.with_drain_deadline(args.drain_deadline_ms);
-    if let (Some(addr), Some(metrics)) = (metrics_addr, metrics) {
-        let listener = Tokio::bind(addr)
-            .await
-            .with_context(|| format!("--metrics-listen {addr}"))?;
-        info!(%addr, path = relay_server::metrics::METRICS_PATH, "metrics listening");
-        server = server.with_metrics(metrics.clone());
-        tokio::spawn(async move {
-            let served = relay_server::metrics::serve_metrics::<Tokio>(
-                listener,
-                metrics,
-                std::future::pending(),
-            );
-            if let Err(error) = served.await {
-                warn!(%error, "the metrics listener failed");
-            }
-        });
-    }
-    info!(listen = %args.listen, "starting relay");
-    server
-        .run::<Tokio>(args.listen, shutdown_signal())
+}
+
+/// Binds `--metrics-listen`, has `server` count into `metrics` and serves them there on a
+/// task of their own.
+async fn with_metrics_listener(
+    server: RelayServer,
+    addr: SocketAddr,
+    metrics: Metrics,
+) -> Result<RelayServer> {
+    let listener = Tokio::bind(addr)
         .await
-        .with_context(|| format!("serving on {}", args.listen))
+        .with_context(|| format!("--metrics-listen {addr}"))?;
+    info!(%addr, path = relay_server::metrics::METRICS_PATH, "metrics listening");
+    let server = server.with_metrics(metrics.clone());
+    tokio::spawn(async move {
+        let served = relay_server::metrics::serve_metrics::<Tokio>(
+            listener,
+            metrics,
+            std::future::pending(),
+        );
+        if let Err(error) = served.await {
+            warn!(%error, "the metrics listener failed");
+        }
+    });
+    Ok(server)
 }
 
 /// `store`, timed and counted when metrics are on.
@@ -428,62 +493,9 @@ fn push_delivery(
     key_dir: Option<&Path>,
 ) -> Result<(PushDelivery, Option<KeyFingerprint>)> {
     let test_mode = args.test_mode;
-    let mut vapid_fingerprint = None;
-    let web_push = match &args.vapid_subject {
-        None => None,
-        Some(subject) => {
-            let subject = VapidSubject::parse(subject).context("--vapid-subject")?;
-            let key = vapid_key(args, key_dir)?;
-            vapid_fingerprint = Some(secrets::vapid_key_fingerprint(&key));
-            info!("push: Web Push enabled (public key at GET /api/v1/push/vapid-key)");
-            Some(WebPushConfig {
-                allow_http: test_mode,
-                ..WebPushConfig::new(key, subject)
-            })
-        }
-    };
-    let fcm = match &args.fcm_credentials {
-        None => None,
-        Some(path) => {
-            let account = ServiceAccount::load(path)
-                .with_context(|| format!("--fcm-credentials {}", path.display()))?;
-            let mut fcm = FcmConfig::new(account);
-            if let Some(url) = &args.fcm_endpoint {
-                fcm.endpoint = url.clone();
-            }
-            if let Some(url) = &args.fcm_token_url {
-                fcm.token_url = url.clone();
-            }
-            fcm.endpoint = push_service_url("--fcm-endpoint", &fcm.endpoint, test_mode)?;
-            fcm.token_url = push_service_url(
-                "the FCM token URL (--fcm-token-url or the key file's token_uri)",
-                &fcm.token_url,
-                test_mode,
-            )?;
-            info!(project = fcm.account.project_id(), "push: FCM enabled");
-            Some(fcm)
-        }
-    };
-    let apns = match &args.apns_key {
-        None => None,
-        Some(path) => {
-            let field = |v: &Option<String>| v.clone().unwrap_or_default();
-            let mut apns = ApnsConfig::load(
-                path,
-                &field(&args.apns_key_id),
-                &field(&args.apns_team_id),
-                &field(&args.apns_topic),
-            )
-            .with_context(|| format!("--apns-key {}", path.display()))?;
-            if let Some(url) = &args.apns_endpoint {
-                apns = apns.with_endpoint(url);
-            }
-            let endpoint = push_service_url("--apns-endpoint", &apns.endpoint, test_mode)?;
-            apns = apns.with_endpoint(&endpoint);
-            info!(topic = %apns.topic, "push: APNs enabled");
-            Some(apns)
-        }
-    };
+    let (web_push, vapid_fingerprint) = web_push_config(args, key_dir)?;
+    let fcm = fcm_config(args)?;
+    let apns = apns_config(args)?;
     let transport = HttpsTransport::new()
         .context("setting up TLS for push delivery")?
         .with_destinations(push_destinations(args, fcm.as_ref(), apns.as_ref())?)
@@ -504,6 +516,75 @@ fn push_delivery(
         PushDelivery::over_https(config, transport, os_bytes()?),
         vapid_fingerprint,
     ))
+}
+
+/// Web Push when `--vapid-subject` is given: its VAPID key ([`vapid_key`]) and that key's
+/// fingerprint; `http://` subscriptions only in test mode.
+fn web_push_config(
+    args: &Args,
+    key_dir: Option<&Path>,
+) -> Result<(Option<WebPushConfig>, Option<KeyFingerprint>)> {
+    let Some(subject) = &args.vapid_subject else {
+        return Ok((None, None));
+    };
+    let subject = VapidSubject::parse(subject).context("--vapid-subject")?;
+    let key = vapid_key(args, key_dir)?;
+    let fingerprint = secrets::vapid_key_fingerprint(&key);
+    info!("push: Web Push enabled (public key at GET /api/v1/push/vapid-key)");
+    let config = WebPushConfig {
+        allow_http: args.test_mode,
+        ..WebPushConfig::new(key, subject)
+    };
+    Ok((Some(config), Some(fingerprint)))
+}
+
+/// FCM when `--fcm-credentials` is given: the service account, with the endpoint and token
+/// URL from the flags (or the key file), each checked by [`push_service_url`].
+fn fcm_config(args: &Args) -> Result<Option<FcmConfig>> {
+    let Some(path) = &args.fcm_credentials else {
+        return Ok(None);
+    };
+    let test_mode = args.test_mode;
+    let account = ServiceAccount::load(path)
+        .with_context(|| format!("--fcm-credentials {}", path.display()))?;
+    let mut fcm = FcmConfig::new(account);
+    if let Some(url) = &args.fcm_endpoint {
+        fcm.endpoint = url.clone();
+    }
+    if let Some(url) = &args.fcm_token_url {
+        fcm.token_url = url.clone();
+    }
+    fcm.endpoint = push_service_url("--fcm-endpoint", &fcm.endpoint, test_mode)?;
+    fcm.token_url = push_service_url(
+        "the FCM token URL (--fcm-token-url or the key file's token_uri)",
+        &fcm.token_url,
+        test_mode,
+    )?;
+    info!(project = fcm.account.project_id(), "push: FCM enabled");
+    Ok(Some(fcm))
+}
+
+/// APNs when `--apns-key` is given: the key with its id, team and topic, and the endpoint
+/// from `--apns-endpoint` (or the default), checked by [`push_service_url`].
+fn apns_config(args: &Args) -> Result<Option<ApnsConfig>> {
+    let Some(path) = &args.apns_key else {
+        return Ok(None);
+    };
+    let field = |v: &Option<String>| v.clone().unwrap_or_default();
+    let mut apns = ApnsConfig::load(
+        path,
+        &field(&args.apns_key_id),
+        &field(&args.apns_team_id),
+        &field(&args.apns_topic),
+    )
+    .with_context(|| format!("--apns-key {}", path.display()))?;
+    if let Some(url) = &args.apns_endpoint {
+        apns = apns.with_endpoint(url);
+    }
+    let endpoint = push_service_url("--apns-endpoint", &apns.endpoint, args.test_mode)?;
+    apns = apns.with_endpoint(&endpoint);
+    info!(topic = %apns.topic, "push: APNs enabled");
+    Ok(Some(apns))
 }
 
 /// The VAPID key: `--vapid-key FILE`, else DIR/vapid.pem (`--data` or `--secrets-dir`; created
