@@ -5,7 +5,7 @@ use std::sync::{Arc, atomic::Ordering};
 use axum::{
     body::Body,
     extract::{ConnectInfo, Request, State},
-    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header, request::Parts},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -260,29 +260,9 @@ pub(super) async fn api(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let limit = body_limit(parts.uri.path());
-    let body = match read_body(body, limit, &app.limits).await {
-        BodyRead::Complete(body) => body,
-        BodyRead::TooLarge => return too_large(limit),
-        BodyRead::TooSlow => {
-            tracing::debug!(path = parts.uri.path(), "request body too slow: 408");
-            return close_after(error_response(
-                StatusCode::REQUEST_TIMEOUT,
-                ErrorCode::BODY_TIMEOUT,
-                &format!(
-                    "the request body did not arrive in time ({} ms, plus 1 s per {} bytes \
-                     received)",
-                    app.limits.body_read_timeout_ms, app.limits.body_min_bytes_per_s
-                ),
-            ));
-        }
-        BodyRead::Failed => {
-            return error_response(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::BAD_REQUEST,
-                "the request body could not be read",
-            );
-        }
+    let body = match request_body(&app, &parts, body).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
     };
     if app.test_mode
         && parts.method == Method::POST
@@ -290,6 +270,48 @@ pub(super) async fn api(
     {
         return advance_clock(&app, &body).await;
     }
+    let req = relay_request(&app, &parts, peer, body).await;
+    tracing::debug!(method = %parts.method, path = parts.uri.path(), "http request");
+    ask_core(&app, req).await
+}
+
+/// Reads the request's body within its route's limit and the body deadline; `Err` is the
+/// answer instead (413 too large, 408 too slow and the connection closed after it, 400
+/// unreadable).
+async fn request_body(app: &App, parts: &Parts, body: Body) -> Result<Vec<u8>, Response> {
+    let limit = body_limit(parts.uri.path());
+    match read_body(body, limit, &app.limits).await {
+        BodyRead::Complete(body) => Ok(body),
+        BodyRead::TooLarge => Err(too_large(limit)),
+        BodyRead::TooSlow => {
+            tracing::debug!(path = parts.uri.path(), "request body too slow: 408");
+            Err(close_after(error_response(
+                StatusCode::REQUEST_TIMEOUT,
+                ErrorCode::BODY_TIMEOUT,
+                &format!(
+                    "the request body did not arrive in time ({} ms, plus 1 s per {} bytes \
+                     received)",
+                    app.limits.body_read_timeout_ms, app.limits.body_min_bytes_per_s
+                ),
+            )))
+        }
+        BodyRead::Failed => Err(error_response(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::BAD_REQUEST,
+            "the request body could not be read",
+        )),
+    }
+}
+
+/// The relay's request: method, path, query, `Authorization`, the client's IP, the body, the
+/// resolution of a push subscription's endpoint (when the server resolves them) and every
+/// header whose value is text.
+async fn relay_request(
+    app: &App,
+    parts: &Parts,
+    peer: PeerAddr,
+    body: Vec<u8>,
+) -> relay_core::HttpRequest {
     let mut req = relay_core::HttpRequest::new(
         relay_core::Method::parse(parts.method.as_str()),
         parts.uri.path(),
@@ -314,7 +336,12 @@ pub(super) async fn api(
             Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
         })
         .collect();
-    tracing::debug!(method = %parts.method, path = parts.uri.path(), "http request");
+    req
+}
+
+/// Hands `req` to the current core and answers with its response (timed by route when metrics
+/// are on); the server's refusal when there is no core or it went away.
+async fn ask_core(app: &App, req: relay_core::HttpRequest) -> Response {
     let Some(inputs) = app.inputs() else {
         return app.refusal();
     };

@@ -158,84 +158,24 @@ async fn run_socket(
     } = connected;
     info!("websocket open");
     // While a ping is unanswered: the write deadline, restarted by anything the client sends.
-    let mut unanswered: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let mut unanswered: Option<Unanswered> = None;
     let why = loop {
         tokio::select! {
             biased;
-            out = outbound.recv() => match out {
-                Some(first) => match write_batch(&mut socket, &mut outbound, first, deadline).await {
-                    Ok(None) => {
-                        if unanswered.is_none() {
-                            if let Err(why) = send_within(&mut socket, Message::Ping(Bytes::new()), deadline).await {
-                                break why;
-                            }
-                            unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
-                        }
-                    }
-                    Ok(Some((code, reason))) => {
-                        close_handshake(&mut socket, code, reason, deadline).await;
-                        break reason;
-                    }
-                    Err(why) => break why,
-                },
-                None => {
-                    close_handshake(&mut socket, CLOSE_GOING_AWAY, "closed by the relay", deadline)
-                        .await;
-                    break "closed by the relay";
+            out = outbound.recv() => {
+                let written = write_out(&mut socket, &mut outbound, out, &mut unanswered, deadline);
+                if let Some(why) = written.await {
+                    break why;
                 }
             },
-            () = stuck(&mut unanswered) => {
-                debug!(
-                    deadline_ms = deadline.as_millis(),
-                    "no answer to a ping and nothing received: the client is not reading"
-                );
-                // Said once, briefly: a client that does not read will not see it.
-                let linger = Duration::from_millis(CLOSE_LINGER_MS);
-                let _ = send_within(&mut socket, close(CLOSE_TRY_AGAIN_LATER, "not reading"), linger)
-                    .await;
-                break "not reading";
-            }
+            () = stuck(&mut unanswered) => break not_reading(&mut socket, deadline).await,
             message = socket.recv() => {
                 if unanswered.is_some() {
                     unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
                 }
-                match message {
-                    // Decoded here, on the socket's task, not on the relay's: the relay charges
-                    // the frame (or the failure) to the connection's budget before anything else.
-                    Some(Ok(Message::Text(text))) => {
-                        trace!(bytes = text.len(), "text frame in");
-                        let decoded = ClientFrame::decode(text.as_str());
-                        if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
-                            break "relay gone";
-                        }
-                    }
-                    Some(Ok(Message::Binary(bytes))) => {
-                        trace!(bytes = bytes.len(), "binary frame in");
-                        let decoded = ClientFrame::decode_bytes(&bytes);
-                        if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
-                            break "relay gone";
-                        }
-                    }
-                    Some(Ok(Message::Pong(_))) => unanswered = None,
-                    Some(Ok(Message::Ping(_))) => {}
-                    Some(Ok(Message::Close(_))) => {
-                        // The library queued the reply (the client's code echoed); writing it
-                        // out completes the handshake, and dropping the socket closes TCP.
-                        let _ = tokio::time::timeout(deadline, socket.flush()).await;
-                        break "closed by the client";
-                    }
-                    None => break "closed by the client",
-                    Some(Err(error)) => {
-                        debug!(%error, "websocket read failed");
-                        // Over the library's limit: say why before the socket goes.
-                        // (axum wraps tungstenite's error without exposing its kind; its
-                        // `Capacity` errors render as "Space limit exceeded: …").
-                        if error.to_string().contains("Space limit exceeded") {
-                            close_handshake(&mut socket, CLOSE_TOO_BIG, "message too big", deadline)
-                                .await;
-                        }
-                        break "read failed";
-                    }
+                let read = read_in(&mut socket, message, conn, &inputs, &mut unanswered, deadline);
+                if let Some(why) = read.await {
+                    break why;
                 }
             },
         }
@@ -244,8 +184,110 @@ async fn run_socket(
     drop(guard);
 }
 
+/// The deadline of an unanswered ping.
+type Unanswered = std::pin::Pin<Box<tokio::time::Sleep>>;
+
+/// What the core queued for the socket (`None`: the core let go of it): writes it with
+/// everything queued after it, then pings unless a ping is already unanswered; or closes.
+/// Returns why the socket must go, if it must.
+async fn write_out(
+    socket: &mut WebSocket,
+    outbound: &mut mpsc::Receiver<Outbound>,
+    out: Option<Outbound>,
+    unanswered: &mut Option<Unanswered>,
+    deadline: Duration,
+) -> Option<&'static str> {
+    let Some(first) = out else {
+        close_handshake(socket, CLOSE_GOING_AWAY, "closed by the relay", deadline).await;
+        return Some("closed by the relay");
+    };
+    match write_batch(socket, outbound, first, deadline).await {
+        Ok(None) => {
+            if unanswered.is_none() {
+                if let Err(why) = send_within(socket, Message::Ping(Bytes::new()), deadline).await {
+                    return Some(why);
+                }
+                *unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
+            }
+            None
+        }
+        Ok(Some((code, reason))) => {
+            close_handshake(socket, code, reason, deadline).await;
+            Some(reason)
+        }
+        Err(why) => Some(why),
+    }
+}
+
+/// The client answered no ping and sent nothing within the deadline: says so with a close
+/// frame (within [`CLOSE_LINGER_MS`], without waiting for a reply) and gives the reason.
+async fn not_reading(socket: &mut WebSocket, deadline: Duration) -> &'static str {
+    debug!(
+        deadline_ms = deadline.as_millis(),
+        "no answer to a ping and nothing received: the client is not reading"
+    );
+    // Said once, briefly: a client that does not read will not see it.
+    let linger = Duration::from_millis(CLOSE_LINGER_MS);
+    let _ = send_within(socket, close(CLOSE_TRY_AGAIN_LATER, "not reading"), linger).await;
+    "not reading"
+}
+
+/// What the client sent: frames are decoded and handed to the core, a pong clears the
+/// unanswered ping, a close is answered. Returns why the socket must go, if it must.
+async fn read_in(
+    socket: &mut WebSocket,
+    message: Option<Result<Message, axum::Error>>,
+    conn: ConnId,
+    inputs: &mpsc::Sender<Input>,
+    unanswered: &mut Option<Unanswered>,
+    deadline: Duration,
+) -> Option<&'static str> {
+    match message {
+        // Decoded here, on the socket's task, not on the relay's: the relay charges
+        // the frame (or the failure) to the connection's budget before anything else.
+        Some(Ok(Message::Text(text))) => {
+            trace!(bytes = text.len(), "text frame in");
+            let decoded = ClientFrame::decode(text.as_str());
+            if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
+                return Some("relay gone");
+            }
+            None
+        }
+        Some(Ok(Message::Binary(bytes))) => {
+            trace!(bytes = bytes.len(), "binary frame in");
+            let decoded = ClientFrame::decode_bytes(&bytes);
+            if inputs.send(Input::Frame { conn, decoded }).await.is_err() {
+                return Some("relay gone");
+            }
+            None
+        }
+        Some(Ok(Message::Pong(_))) => {
+            *unanswered = None;
+            None
+        }
+        Some(Ok(Message::Ping(_))) => None,
+        Some(Ok(Message::Close(_))) => {
+            // The library queued the reply (the client's code echoed); writing it
+            // out completes the handshake, and dropping the socket closes TCP.
+            let _ = tokio::time::timeout(deadline, socket.flush()).await;
+            Some("closed by the client")
+        }
+        None => Some("closed by the client"),
+        Some(Err(error)) => {
+            debug!(%error, "websocket read failed");
+            // Over the library's limit: say why before the socket goes.
+            // (axum wraps tungstenite's error without exposing its kind; its
+            // `Capacity` errors render as "Space limit exceeded: …").
+            if error.to_string().contains("Space limit exceeded") {
+                close_handshake(socket, CLOSE_TOO_BIG, "message too big", deadline).await;
+            }
+            Some("read failed")
+        }
+    }
+}
+
 /// Resolves when the unanswered ping's deadline passes; pends forever without one.
-async fn stuck(unanswered: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>) {
+async fn stuck(unanswered: &mut Option<Unanswered>) {
     match unanswered {
         Some(sleep) => sleep.as_mut().await,
         None => std::future::pending().await,

@@ -9,7 +9,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
-use relay_push::PushWorker;
+use relay_push::{PushStats, PushWorker};
 
 use super::labels::*;
 use super::{Live, Sources, gauge};
@@ -80,23 +80,39 @@ impl Collector for Live {
     }
 }
 
+/// The push worker's metrics: deliveries by service and result, retries by service, and its
+/// queue and in-flight occupancy against their limits.
 fn encode_push(
     encoder: &mut DescriptorEncoder<'_>,
     worker: &PushWorker,
 ) -> Result<(), std::fmt::Error> {
     let by_kind = worker.stats_by_kind();
-    let service = |kind: &str| match kind {
+    encode_push_results(encoder, &by_kind)?;
+    encode_push_retries(encoder, &by_kind)?;
+    encode_push_occupancy(encoder, worker)
+}
+
+/// The service label of a push worker's kind (`fcm`, `apns`; anything else is Web Push).
+fn push_service(kind: &str) -> PushService {
+    match kind {
         "fcm" => PushService::Fcm,
         "apns" => PushService::Apns,
         _ => PushService::WebPush,
-    };
+    }
+}
+
+/// `pushes`: every push's outcome, by service and result.
+fn encode_push_results(
+    encoder: &mut DescriptorEncoder<'_>,
+    by_kind: &[(&'static str, PushStats)],
+) -> Result<(), std::fmt::Error> {
     let mut family = encoder.encode_descriptor(
         "pushes",
         "Push notifications, by service and result.",
         None,
         MetricType::Counter,
     )?;
-    for (kind, s) in &by_kind {
+    for (kind, s) in by_kind {
         for (result, n) in [
             (PushResult::Delivered, s.delivered),
             (PushResult::Gone, s.gone),
@@ -107,24 +123,40 @@ fn encode_push(
             (PushResult::GoneReportDropped, s.gone_dropped),
         ] {
             let labels = PushLabels {
-                service: service(kind),
+                service: push_service(kind),
                 result,
             };
             ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
         }
     }
+    Ok(())
+}
+
+/// `push_retries`: attempts after the first, by service.
+fn encode_push_retries(
+    encoder: &mut DescriptorEncoder<'_>,
+    by_kind: &[(&'static str, PushStats)],
+) -> Result<(), std::fmt::Error> {
     let mut family = encoder.encode_descriptor(
         "push_retries",
         "Push attempts after the first (retries and re-authentications), by service.",
         None,
         MetricType::Counter,
     )?;
-    for (kind, s) in &by_kind {
+    for (kind, s) in by_kind {
         let labels = ServiceLabels {
-            service: service(kind),
+            service: push_service(kind),
         };
         ConstCounter::new(s.retries).encode(family.encode_family(&labels)?)?;
     }
+    Ok(())
+}
+
+/// The worker's gauges: pushes queued, in flight and retrying, and the limits of the first two.
+fn encode_push_occupancy(
+    encoder: &mut DescriptorEncoder<'_>,
+    worker: &PushWorker,
+) -> Result<(), std::fmt::Error> {
     let occupancy = worker.occupancy();
     let limits = worker.limits();
     for (name, help, value) in [
