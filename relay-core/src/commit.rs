@@ -208,6 +208,7 @@ impl Pipeline {
 
     /// Opens a batch if commits are pipelined and none is open: an input's outputs must then
     /// wait behind the batches in flight (and a relay without its store commits nothing itself).
+    #[inline]
     pub(crate) fn open_if_pipelined(&mut self) {
         if self.group.is_none() && self.pipelined() {
             self.group = Some(self.new_group());

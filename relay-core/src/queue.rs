@@ -144,6 +144,7 @@ impl Queue {
     }
 
     /// The messages with seq >= `from`, by seq.
+    #[inline]
     pub(crate) fn starting_at(&self, from: Seq) -> impl Iterator<Item = &Queued> {
         let start = self.0.partition_point(|m| m.seq < from);
         self.0.range(start..)

@@ -389,11 +389,13 @@ impl Backlog {
     }
 
     /// What `user` has queued for it.
+    #[inline]
     pub(crate) fn of_recipient(&self, user: &UserUuid) -> Usage {
         self.by_recipient.get(user).copied().unwrap_or_default()
     }
 
     /// What `user` has queued for others.
+    #[inline]
     pub(crate) fn of_sender(&self, user: &UserUuid) -> Usage {
         self.by_sender.get(user).copied().unwrap_or_default()
     }

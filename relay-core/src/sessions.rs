@@ -25,6 +25,7 @@ pub(crate) struct Sessions {
 
 impl Sessions {
     /// Opens `conn` as `user`'s current connection.
+    #[inline]
     pub(crate) fn open(&mut self, conn: ConnId, record: Conn) {
         self.current.insert(record.user.clone(), conn);
         self.conns.insert(conn, record);
@@ -32,6 +33,7 @@ impl Sessions {
 
     /// Closes `conn`; its user has no current connection afterwards unless a newer one
     /// replaced it. Returns what was known of it.
+    #[inline]
     pub(crate) fn close(&mut self, conn: ConnId) -> Option<Conn> {
         let c = self.conns.remove(&conn)?;
         if self.current.get(&c.user) == Some(&conn) {
@@ -49,31 +51,37 @@ impl Sessions {
     }
 
     /// The record of an open connection.
+    #[inline]
     pub(crate) fn get(&self, conn: ConnId) -> Option<&Conn> {
         self.conns.get(&conn)
     }
 
     /// The record of an open connection, to change its window, sync state or last frame.
+    #[inline]
     pub(crate) fn get_mut(&mut self, conn: ConnId) -> Option<&mut Conn> {
         self.conns.get_mut(&conn)
     }
 
     /// Whether `conn` is open.
+    #[inline]
     pub(crate) fn is_open(&self, conn: ConnId) -> bool {
         self.conns.contains_key(&conn)
     }
 
     /// The account of an open connection.
+    #[inline]
     pub(crate) fn user(&self, conn: ConnId) -> Option<&UserUuid> {
         self.conns.get(&conn).map(|c| &c.user)
     }
 
     /// `user`'s current connection, if any.
+    #[inline]
     pub(crate) fn online(&self, user: &UserUuid) -> Option<ConnId> {
         self.current.get(user).copied()
     }
 
     /// Notes a frame of `conn` at `now` (its idle deadline moves on; never back).
+    #[inline]
     pub(crate) fn touch(&mut self, conn: ConnId, now: UnixMs) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.last_seen = c.last_seen.max(now);
@@ -98,12 +106,14 @@ impl Sessions {
     }
 
     /// The highest seq of `conv` pushed to `user` since startup (`None`: nothing yet).
+    #[inline]
     pub(crate) fn highest_pushed(&self, user: &UserUuid, conv: &ConvId) -> Option<Seq> {
         self.highest_pushed.get(user, conv).copied()
     }
 
     /// `seq` of `conv` (`bytes` on the wire) was pushed on `conn`: its window counts it in
     /// flight and its user's highest pushed seq rises to it.
+    #[inline]
     pub(crate) fn pushed(&mut self, conn: ConnId, conv: &ConvId, seq: Seq, bytes: usize) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;

@@ -41,32 +41,38 @@ impl Throttles {
     }
 
     /// Charges one inbound frame of `user`; `false`: the budget is used up.
+    #[inline]
     pub(crate) fn take_frame(&mut self, now: UnixMs, user: &UserUuid) -> bool {
         self.frames.take(now.get(), user)
     }
 
     /// Gives back the frame just charged (a receipt that released pushed messages is free).
+    #[inline]
     pub(crate) fn refund_frame(&mut self, user: &UserUuid) {
         self.frames.refund(user);
     }
 
     /// Whether `user` may send one more message now (nothing is charged: see
     /// [`charge_message`](Self::charge_message)).
+    #[inline]
     pub(crate) fn message_allowed(&self, now: UnixMs, user: &UserUuid) -> bool {
         self.messages.check(now.get(), user)
     }
 
     /// Counts a message of `user` that was accepted.
+    #[inline]
     pub(crate) fn charge_message(&mut self, now: UnixMs, user: &UserUuid) {
         self.messages.record(now.get(), user);
     }
 
     /// Charges a `typing` notice of `user`; `false`: over the limit (dropped).
+    #[inline]
     pub(crate) fn allow_typing(&mut self, now: UnixMs, user: &UserUuid) -> bool {
         self.typing.allow(now.get(), user)
     }
 
     /// Charges a call signal on `conn`; `false`: over the limit (refused).
+    #[inline]
     pub(crate) fn allow_call_signal(&mut self, now: UnixMs, conn: ConnId) -> bool {
         self.call_signals.allow(now.get(), &conn)
     }

@@ -51,6 +51,7 @@ impl Default for Flight {
 impl Window {
     /// Whether a message of `cost` bytes fits: always when nothing is in flight, else within
     /// both bounds.
+    #[inline]
     pub(crate) fn has_room(&self, window_msgs: usize, window_bytes: usize, cost: usize) -> bool {
         self.msgs == 0 || (self.msgs < window_msgs && self.bytes + cost <= window_bytes)
     }
@@ -61,6 +62,7 @@ impl Window {
     }
 
     /// The highest seq of `conv` pushed on this connection (0 before the first).
+    #[inline]
     pub(crate) fn pushed(&self, conv: &ConvId) -> Seq {
         self.convs.get(conv).map_or(Seq(0), |f| f.pushed)
     }
@@ -107,6 +109,7 @@ impl Window {
     }
 
     /// Message `seq` of `conv`, `bytes` long, was pushed.
+    #[inline]
     pub(crate) fn pushed_one(&mut self, conv: &ConvId, seq: Seq, bytes: usize) {
         // Keys are cloned only for a conversation's first push on this connection.
         let flight = match self.convs.get_mut(conv) {

@@ -114,6 +114,7 @@ impl<'a> ReadCx<'a> {
 /// cached). A cache miss is not a write: nothing is recorded.
 impl State {
     /// What `f` takes of the account `user` (`None`: no such account).
+    #[inline]
     pub(crate) fn with_account<R>(
         &mut self,
         ReadCx { reader, stats }: ReadCx<'_>,
@@ -292,6 +293,7 @@ impl State {
     }
 
     /// What is queued per recipient, per sender and in total.
+    #[inline]
     pub(crate) fn backlog(&self) -> &Backlog {
         &self.backlog
     }

@@ -82,6 +82,7 @@ impl State {
     }
 
     /// What is queued for `recipient` in `conv` (zero when nothing is).
+    #[inline]
     pub(crate) fn summary(&self, recipient: &UserUuid, conv: &ConvId) -> QueueSummary {
         self.queued
             .get(recipient, conv)
