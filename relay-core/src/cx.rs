@@ -9,7 +9,7 @@
 //! own: the commit pipeline, the released outputs, the request budgets and the fail-stop flag.
 
 use wire::frames::{ErrorFrame, GoawayFrame};
-use wire::{ErrorCode, ServerFrame, UnixMs, UserUuid};
+use wire::{ErrorCode, ServerFrame, UserUuid};
 
 use crate::admission::Admission;
 use crate::blob::BlobStore;
@@ -89,10 +89,6 @@ impl<'a> Cx<'a> {
             staged,
             verified,
         }
-    }
-
-    pub(crate) fn touch(&mut self, now: UnixMs, conn: ConnId) {
-        self.sessions.touch(conn, now);
     }
 
     /// The caller of the HTTP request being handled, if the dispatcher verified its token

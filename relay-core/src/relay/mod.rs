@@ -347,45 +347,46 @@ impl Relay {
         route: Route,
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
+        let mut cx = self.cx();
         match route {
-            Route::PowChallenge => self.cx().http_pow_challenge(now, req),
-            Route::Register => self.cx().http_register(now, req),
-            Route::AuthChallenge => self.cx().http_auth_challenge(now, req),
-            Route::AuthVerify => self.cx().http_auth_verify(now, req),
-            Route::WsTicket => self.cx().http_ws_ticket(now, req),
-            Route::Friends => self.cx().http_friends(now, req),
-            Route::FriendRequest => self.cx().http_friend_request(now, req),
-            Route::FriendAcceptPath(id) => self.cx().http_friend_accept_path(now, req, &id),
-            Route::FriendAcceptBody => self.cx().http_friend_accept_body(now, req),
-            Route::FriendReject(id) => self.cx().http_friend_reject(now, req, &id),
-            Route::User(alias) => self.cx().http_user(now, req, &alias),
-            Route::ActiveConversations => self.cx().http_active_conversations(now, req),
-            Route::StorageEstimate => self.cx().http_storage_estimate(now, req),
-            Route::ChannelSearch => self.cx().http_channel_search(now, req),
-            Route::ChannelsMine => self.cx().http_channels_mine(now, req),
-            Route::ChannelCreate => self.cx().http_channel_create(now, req),
-            Route::Channel(id) => self.cx().http_channel(now, req, &id),
-            Route::ChannelSubscribe(id) => self.cx().http_channel_subscribe(now, req, &id),
-            Route::ChannelPosts(id) => self.cx().http_channel_posts(now, req, &id),
-            Route::ChannelForSale(id) => self.cx().http_channel_for_sale(now, req, &id),
-            Route::ChannelBuy(id) => self.cx().http_channel_buy(now, req, &id),
-            Route::ChannelQuotaBuy => self.cx().http_quota_buy(now, req),
-            Route::ListChannel => self.cx().http_list_channel(now, req),
-            Route::VanitySearch => self.cx().http_vanity_search(now, req),
-            Route::VanityPurchase => self.cx().http_vanity_purchase(now, req),
-            Route::VanityBind => self.cx().http_vanity_bind(now, req),
-            Route::VanityReserve => self.cx().http_vanity_reserve(now, req),
-            Route::OrderStatus(id) => self.cx().http_order_status(now, req, &id),
-            Route::PaymentWebhook => self.cx().http_payment_webhook(now, req),
-            Route::MediaInit => self.cx().http_media_init(now, req),
-            Route::MediaChunk(id) => self.cx().http_media_chunk(now, req, &id),
-            Route::MediaComplete(id) => self.cx().http_media_complete(now, req, &id),
-            Route::MediaDownload => self.cx().http_media_download(now, req),
-            Route::PushVapidKey => self.cx().http_push_vapid_key(now, req),
-            Route::PushSubscribe => self.cx().http_push_subscribe(now, req),
-            Route::PushRegister => self.cx().http_push_register(now, req),
-            Route::PushDisable => self.cx().http_push_disable(now, req),
-            Route::IceConfig => self.cx().http_ice_config(now, req),
+            Route::PowChallenge => cx.http_pow_challenge(now, req),
+            Route::Register => cx.http_register(now, req),
+            Route::AuthChallenge => cx.http_auth_challenge(now, req),
+            Route::AuthVerify => cx.http_auth_verify(now, req),
+            Route::WsTicket => cx.http_ws_ticket(now, req),
+            Route::Friends => cx.http_friends(now, req),
+            Route::FriendRequest => cx.http_friend_request(now, req),
+            Route::FriendAcceptPath(id) => cx.http_friend_accept_path(now, req, &id),
+            Route::FriendAcceptBody => cx.http_friend_accept_body(now, req),
+            Route::FriendReject(id) => cx.http_friend_reject(now, req, &id),
+            Route::User(alias) => cx.http_user(now, req, &alias),
+            Route::ActiveConversations => cx.http_active_conversations(now, req),
+            Route::StorageEstimate => cx.http_storage_estimate(now, req),
+            Route::ChannelSearch => cx.http_channel_search(now, req),
+            Route::ChannelsMine => cx.http_channels_mine(now, req),
+            Route::ChannelCreate => cx.http_channel_create(now, req),
+            Route::Channel(id) => cx.http_channel(now, req, &id),
+            Route::ChannelSubscribe(id) => cx.http_channel_subscribe(now, req, &id),
+            Route::ChannelPosts(id) => cx.http_channel_posts(now, req, &id),
+            Route::ChannelForSale(id) => cx.http_channel_for_sale(now, req, &id),
+            Route::ChannelBuy(id) => cx.http_channel_buy(now, req, &id),
+            Route::ChannelQuotaBuy => cx.http_quota_buy(now, req),
+            Route::ListChannel => cx.http_list_channel(now, req),
+            Route::VanitySearch => cx.http_vanity_search(now, req),
+            Route::VanityPurchase => cx.http_vanity_purchase(now, req),
+            Route::VanityBind => cx.http_vanity_bind(now, req),
+            Route::VanityReserve => cx.http_vanity_reserve(now, req),
+            Route::OrderStatus(id) => cx.http_order_status(now, req, &id),
+            Route::PaymentWebhook => cx.http_payment_webhook(now, req),
+            Route::MediaInit => cx.http_media_init(now, req),
+            Route::MediaChunk(id) => cx.http_media_chunk(now, req, &id),
+            Route::MediaComplete(id) => cx.http_media_complete(now, req, &id),
+            Route::MediaDownload => cx.http_media_download(now, req),
+            Route::PushVapidKey => cx.http_push_vapid_key(now, req),
+            Route::PushSubscribe => cx.http_push_subscribe(now, req),
+            Route::PushRegister => cx.http_push_register(now, req),
+            Route::PushDisable => cx.http_push_disable(now, req),
+            Route::IceConfig => cx.http_ice_config(now, req),
         }
     }
 
@@ -483,7 +484,7 @@ impl Relay {
     }
 
     fn refuse_undecodable(&mut self, now: UnixMs, conn: ConnId, e: &wire::FrameError) {
-        self.cx().touch(now, conn);
+        self.sessions.touch(conn, now);
         probes::refusal(e.code().as_str());
         let frame = ErrorFrame {
             error: e.code(),
@@ -497,7 +498,7 @@ impl Relay {
 
     fn handle_admitted(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
         use wire::ClientFrame as F;
-        self.cx().touch(now, conn);
+        self.sessions.touch(conn, now);
         // What the error frame needs if the commit fails, kept without copying anything on
         // the routing path: a `msg` that committed something was accepted, so its id is in
         // the ack staged for it (see `failed_frame_id`).
@@ -541,23 +542,19 @@ impl Relay {
 
     fn dispatch_frame(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
         use wire::ClientFrame as F;
+        let mut cx = self.cx();
         match frame {
-            F::Sync(_) => self.cx().on_sync(now, conn),
+            F::Sync(_) => cx.on_sync(now, conn),
             F::Ping(_) => {}
-            F::Msg(m) => self.cx().on_msg(now, conn, m),
-            F::Delivered(r) => {
-                self.cx()
-                    .on_receipt(now, conn, crate::rows::ReceiptKind::Delivered, &r);
-            }
-            F::Read(r) => self
-                .cx()
-                .on_receipt(now, conn, crate::rows::ReceiptKind::Read, &r),
-            F::Typing(t) => self.cx().on_typing(now, conn, &t),
-            F::Retract(r) => self.cx().on_retract(now, conn, &r),
-            F::Call(c) => self.cx().on_call(now, conn, c),
+            F::Msg(m) => cx.on_msg(now, conn, m),
+            F::Delivered(r) => cx.on_receipt(now, conn, crate::rows::ReceiptKind::Delivered, &r),
+            F::Read(r) => cx.on_receipt(now, conn, crate::rows::ReceiptKind::Read, &r),
+            F::Typing(t) => cx.on_typing(now, conn, &t),
+            F::Retract(r) => cx.on_retract(now, conn, &r),
+            F::Call(c) => cx.on_call(now, conn, c),
             F::Unknown(u) => {
                 let t = u.frame_type().to_owned();
-                self.cx().send_error(
+                cx.send_error(
                     conn,
                     ErrorCode::UNSUPPORTED_FRAME,
                     &format!("frame type {t:?} is not accepted from clients"),
