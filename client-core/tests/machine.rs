@@ -150,7 +150,12 @@ fn inbound(id: &str, seq: u64, text: &str, key: &SessionKey) -> String {
 }
 
 fn ready(now: u64) -> C {
-    let mut c = client(ClientConfig::default());
+    ready_with(ClientConfig::default(), now)
+}
+
+/// A client with `cfg`, registered, Bob's friendship synced and the socket open.
+fn ready_with(cfg: ClientConfig, now: u64) -> C {
+    let mut c = client(cfg);
     register(&mut c, now);
     sync_friends(&mut c, now, friend(BOB, X25519Path::Spec));
     let opened = open(&mut c, now);
@@ -317,13 +322,13 @@ fn reconnect_resends_unacked_outbox_with_same_id_exactly_once() {
 
 #[test]
 fn outbox_fails_after_attempt_limit() {
-    let mut c = client(ClientConfig {
-        outbox_max_attempts: 2,
-        ..ClientConfig::default()
-    });
-    register(&mut c, 0);
-    sync_friends(&mut c, 0, friend(BOB, X25519Path::Spec));
-    open(&mut c, 0);
+    let mut c = ready_with(
+        ClientConfig {
+            outbox_max_attempts: 2,
+            ..ClientConfig::default()
+        },
+        0,
+    );
     let id = c
         .send_message(1, CONV, "u10000002", &MessageContent::Text("x".into()))
         .unwrap();
@@ -349,13 +354,13 @@ fn outbox_fails_after_attempt_limit() {
 /// says something against the message fails it at once; the attempt limit still holds.
 #[test]
 fn a_transient_refusal_is_retried_after_a_pause_and_a_final_one_fails() {
-    let mut c = client(ClientConfig {
-        outbox_max_attempts: 3,
-        ..ClientConfig::default()
-    });
-    register(&mut c, 0);
-    sync_friends(&mut c, 0, friend(BOB, X25519Path::Spec));
-    open(&mut c, 0);
+    let mut c = ready_with(
+        ClientConfig {
+            outbox_max_attempts: 3,
+            ..ClientConfig::default()
+        },
+        0,
+    );
     let send = |c: &mut C, now: u64| {
         c.send_message(now, CONV, "u10000002", &MessageContent::Text("x".into()))
             .unwrap()

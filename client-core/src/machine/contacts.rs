@@ -49,6 +49,13 @@ impl ContactsSync {
         self.at_ms
     }
 
+    /// A sync answered: the failures and the retry are forgotten (a follow-up sync asked for
+    /// meanwhile is kept).
+    fn succeeded(&mut self) {
+        self.failures = 0;
+        self.at_ms = None;
+    }
+
     fn schedule(&mut self, now_ms: u64) {
         let delay = CONTACTS_RETRY_BASE_MS
             .saturating_mul(1 << self.failures.min(16))
@@ -129,8 +136,7 @@ impl<S: ClientStore> Client<S> {
         if std::mem::take(&mut self.contacts.resync) {
             self.sync_contacts(now_ms);
         } else if listed {
-            self.contacts.failures = 0;
-            self.contacts.at_ms = None;
+            self.contacts.succeeded();
             self.settle_held_retracts()?;
         } else if self.awaits_contacts()? {
             self.contacts.schedule(now_ms);
