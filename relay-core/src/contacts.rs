@@ -18,7 +18,6 @@ use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::planted::planted;
 use crate::rows::{ConversationRow, FriendshipRow};
-use crate::state::ReadCx;
 
 fn not_found() -> ApiError {
     ApiError::new(
@@ -230,12 +229,11 @@ impl Cx<'_> {
     /// A conversation id no conversation has (96 random bits, checked against the store).
     fn fresh_conv_id(&mut self) -> Result<wire::ConvId, ApiError> {
         loop {
-            if let Ok(c) = wire::ConvId::parse(&self.ids.conv_id())
-                && self
-                    .state
-                    .with_conversation(ReadCx::new(&mut *self.reader, self.stats), &c, |_| ())?
-                    .is_none()
-            {
+            let Ok(c) = wire::ConvId::parse(&self.ids.conv_id()) else {
+                continue;
+            };
+            let (state, cx) = self.read_parts();
+            if state.with_conversation(cx, &c, |_| ())?.is_none() {
                 return Ok(c);
             }
         }

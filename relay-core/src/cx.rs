@@ -16,11 +16,12 @@ use crate::blob::BlobStore;
 use crate::config::Config;
 use crate::credential::CredentialKey;
 use crate::ids::IdGen;
+use crate::prefetch::Reader;
 use crate::sessions::Sessions;
 use crate::shell::{CloseReason, ConnId, Output};
+use crate::state::ReadCx;
 use crate::state::State;
 use crate::stats::RelayStats;
-use crate::store::StoreRead;
 use crate::throttles::Throttles;
 use crate::token::TokenKeys;
 
@@ -28,8 +29,9 @@ use crate::token::TokenKeys;
 pub(crate) struct Cx<'a> {
     /// The relay's configuration (read only).
     pub(crate) config: &'a Config,
-    /// Keyed reads of what the relay does not hold in memory (accounts, tombstones, queues).
-    pub(crate) reader: &'a mut dyn StoreRead,
+    /// Keyed reads of what the relay does not hold in memory (accounts, tombstones, queues):
+    /// on the relay's task, or from the rows read ahead ([`Cx::read_parts`]).
+    pub(crate) reader: Reader<'a>,
     /// Ids and random values (seeded).
     pub(crate) ids: &'a mut IdGen,
     /// Signs and verifies JWTs.
@@ -62,7 +64,7 @@ impl<'a> Cx<'a> {
     )]
     pub(crate) fn new(
         config: &'a Config,
-        reader: &'a mut dyn StoreRead,
+        reader: Reader<'a>,
         ids: &'a mut IdGen,
         keys: (&'a TokenKeys, &'a CredentialKey),
         state: &'a mut State,
@@ -89,6 +91,21 @@ impl<'a> Cx<'a> {
             staged,
             verified,
         }
+    }
+
+    /// The state and a reader for a read through its caches. Reading ahead, a read that
+    /// misses ends the frame's attempt only while the input has written and staged nothing
+    /// (`crate::prefetch`); after that it is made on the relay's task.
+    pub(crate) fn read_parts(&mut self) -> (&mut State, ReadCx<'_>) {
+        let clean = self.staged.is_empty() && self.state.batch().is_empty();
+        self.reader.may_park(clean);
+        (&mut *self.state, ReadCx::new(&mut self.reader, self.stats))
+    }
+
+    /// A read of this frame's attempt missed the rows read ahead: the attempt will be
+    /// dropped and the frame run again once the read is done, so its refusal changes nothing.
+    pub(crate) fn read_missed(&self) -> bool {
+        self.reader.missed()
     }
 
     /// The caller of the HTTP request being handled, if the dispatcher verified its token
@@ -148,6 +165,9 @@ impl<'a> Cx<'a> {
     /// Closes `conn` because something its delivery needs could not be read (1013): the
     /// client reconnects and its `sync` replays what it missed.
     pub(crate) fn close_unreadable(&mut self, conn: ConnId) {
+        if self.read_missed() {
+            return;
+        }
         self.staged.push(Output::Close {
             conn,
             reason: CloseReason::StorageUnavailable,

@@ -154,6 +154,11 @@ pub const TOMBSTONE_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// ids are then read one row at a time). At ~155 bytes per tombstone, ~420 of them; a relay
 /// without a cache still reads such small sets whole (`Config::tombstone_set_by_row_min_bytes`).
 pub const TOMBSTONE_SET_BY_ROW_MIN_BYTES: usize = 64 * 1024;
+/// The most rows of one author's stored tombstones read to hold the set whole: an author with
+/// more is read by row (its set is never read whole). Bounds what one cold author's first
+/// `msg` reads and decodes: ~4,000 rows (~0.6 MB), not the million a sender within the default
+/// rate limit can leave in a week.
+pub const TOMBSTONE_SET_READ_MAX_ROWS: usize = 4096;
 /// Estimated heap for the queued messages held in memory (whole queues of one recipient in one
 /// conversation; the rest are read from the store when needed, see
 /// `Config::queue_cache_bytes`). The queues of synced recipients and those written by batches

@@ -32,7 +32,6 @@ use crate::planted::planted;
 use crate::queue::Queued;
 use crate::rows::{PendingRetractRow, Tombstone};
 use crate::shell::ConnId;
-use crate::state::ReadCx;
 use crate::store::StoreError;
 
 /// Whether `text` is standard-alphabet base64 (RFC 4648 §4): `A-Z a-z 0-9 + /` in groups of
@@ -117,15 +116,13 @@ impl Cx<'_> {
         to: &AliasId,
     ) -> Result<UserUuid, NotMember> {
         let not_member = NotMember::Refused("unknown conversation, or you are not a member of it");
-        let mut cx = ReadCx::new(&mut *self.reader, self.stats);
-        let other = self
-            .state
+        let (state, mut cx) = self.read_parts();
+        let other = state
             .with_conversation(cx.reborrow(), conv_id, |c| c.other(user).cloned())
             .map_err(|_| NotMember::Unreadable)?
             .flatten()
             .ok_or(not_member)?;
-        let named = self
-            .state
+        let named = state
             .with_account(cx, &other, |a| a.alias_id == *to)
             .map_err(|_| NotMember::Unreadable)?;
         // A retired alias (replaced by a bound vanity alias) still routes to its account.

@@ -7,7 +7,6 @@ use crate::directory::{Lookup, read_index};
 use crate::relations::Contacts;
 use crate::rows::AccountRow;
 use crate::rows::Tombstone;
-use crate::state::ReadCx;
 use crate::store::StoreError;
 use std::sync::Arc;
 use wire::{AliasId, UserUuid};
@@ -19,8 +18,8 @@ impl Cx<'_> {
         &mut self,
         user: &UserUuid,
     ) -> Result<Option<Arc<AccountRow>>, StoreError> {
-        self.state
-            .with_account(ReadCx::new(&mut *self.reader, self.stats), user, Arc::clone)
+        let (state, cx) = self.read_parts();
+        state.with_account(cx, user, Arc::clone)
     }
 
     /// The account named `name` (an alias or a public key), read from the store if it is not
@@ -32,7 +31,9 @@ impl Cx<'_> {
         let uuid = match self.state.directory().cached_uuid(name) {
             Some(u) => u.clone(),
             None => {
-                let read = read_index(&mut *self.reader, name).inspect_err(|_| {
+                let (_, cx) = self.read_parts();
+                let read = read_index(cx.reader(), name);
+                let read = read.inspect_err(|_| {
                     self.stats.account_read_failures += 1;
                 })?;
                 match read {
@@ -61,26 +62,21 @@ impl Cx<'_> {
 
     /// The alias of `user` (`None`: no such account). `Err`: the read failed.
     pub(crate) fn alias_of(&mut self, user: &UserUuid) -> Result<Option<AliasId>, StoreError> {
-        self.state
-            .with_account(ReadCx::new(&mut *self.reader, self.stats), user, |a| {
-                a.alias_id.clone()
-            })
+        let (state, cx) = self.read_parts();
+        state.with_account(cx, user, |a| a.alias_id.clone())
     }
 
     /// [`State::read_marks`](crate::state::State::read_marks) on this relay's parts.
     pub(crate) fn read_marks(&mut self, conv: &ConvId) -> Result<(), StoreError> {
-        self.state
-            .read_marks(ReadCx::new(&mut *self.reader, self.stats), conv)
+        let (state, cx) = self.read_parts();
+        state.read_marks(cx, conv)
     }
 
     /// The contacts of `user` (read if they are not in memory), copied. `Err`: the read
     /// failed.
     pub(crate) fn contacts(&mut self, user: &UserUuid) -> Result<Contacts, StoreError> {
-        self.state.with_contacts(
-            ReadCx::new(&mut *self.reader, self.stats),
-            user,
-            Contacts::clone,
-        )
+        let (state, cx) = self.read_parts();
+        state.with_contacts(cx, user, Contacts::clone)
     }
 
     /// [`State::with_contacts`](crate::state::State::with_contacts) on this relay's parts: what `f` takes of `user`'s contacts.
@@ -89,8 +85,8 @@ impl Cx<'_> {
         user: &UserUuid,
         f: impl FnOnce(&Contacts) -> R,
     ) -> Result<R, StoreError> {
-        self.state
-            .with_contacts(ReadCx::new(&mut *self.reader, self.stats), user, f)
+        let (state, cx) = self.read_parts();
+        state.with_contacts(cx, user, f)
     }
 
     /// Whether `user` and `other` are accepted contacts (reads `user`'s contacts if they are
@@ -112,8 +108,8 @@ impl Cx<'_> {
         recipient: &UserUuid,
         conv: &ConvId,
     ) -> Result<(), StoreError> {
-        self.state
-            .load_queue(&mut *self.reader, self.stats, recipient, conv)
+        let (state, cx) = self.read_parts();
+        state.load_queue(cx, recipient, conv)
     }
 
     /// [`tombstones::lookup`](crate::tombstones::lookup) on this relay.
@@ -123,7 +119,7 @@ impl Cx<'_> {
         id: &MessageId,
         now: UnixMs,
     ) -> Result<Option<Tombstone>, StoreError> {
-        self.state
-            .tombstone(ReadCx::new(&mut *self.reader, self.stats), author, id, now)
+        let (state, cx) = self.read_parts();
+        state.tombstone(cx, author, id, now)
     }
 }

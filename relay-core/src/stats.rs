@@ -33,6 +33,12 @@ pub struct RelayStats {
     /// Tombstone reads that failed (the frame was refused with `STORAGE_UNAVAILABLE`, or a
     /// range expiry was put off).
     pub tombstone_read_failures: u64,
+    /// Times a frame was parked on a read ahead ([`Relay::read_ahead`](crate::Relay::read_ahead)):
+    /// once per cold read it needed.
+    pub frames_parked: u64,
+    /// Parked frames refused: too many waiting, or parked too many times
+    /// (`crate::prefetch`'s bounds).
+    pub frames_refused_waiting: u64,
     /// Queues read from the store (one recipient's messages in one conversation, needed while
     /// not in memory).
     pub queues_read: u64,
@@ -77,6 +83,27 @@ pub struct TombstoneCacheStats {
     pub tombstones: usize,
     /// Sets evicted since the relay was built.
     pub evictions: u64,
+}
+
+/// The reads ahead of parked frames, read with
+/// [`Relay::prefetch`](crate::Relay::prefetch) (see [`Relay::read_ahead`](crate::Relay::read_ahead)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefetchStats {
+    /// Whether the relay reads ahead (a shell turned it on).
+    pub on: bool,
+    /// Reads made on the relay's own task since it was built: every read when it does not
+    /// read ahead; with it, those of HTTP requests, upgrades and timers.
+    pub reads_inline: u64,
+    /// Frames waiting for a read, or queued behind one that is.
+    pub parked_frames: usize,
+    /// Connections with frames waiting.
+    pub parked_conns: usize,
+    /// Reads asked for and not yet reported.
+    pub reads_pending: usize,
+    /// Of those, the ones the shell has not polled yet.
+    pub reads_queued: usize,
+    /// Estimated heap of the rows read ahead and not yet used up.
+    pub rows_held_bytes: usize,
 }
 
 /// The queued messages held in memory, read with

@@ -4,6 +4,7 @@
 
 use crate::cx::Cx;
 use crate::queue_index::parse_queue_key;
+use crate::store::StoreRead as _;
 use crate::store::Table;
 use wire::UnixMs;
 

@@ -15,8 +15,9 @@
 //!   takes, [`ENTRY_BYTES`] and [`AUTHOR_BYTES`] over the key lengths). Past the bound the least
 //!   recently used sets are evicted.
 //! * **An author too large to hold whole is read by row.** A stored set heavier than an eighth
-//!   of the bound ([`Cache::largest_set`], at least [`TOMBSTONE_SET_BY_ROW_MIN_BYTES`]) is not
-//!   kept: held, it would push out most other authors, and evicted, it would be read whole
+//!   of the bound ([`Cache::largest_set`], at least [`TOMBSTONE_SET_BY_ROW_MIN_BYTES`]), or of
+//!   more rows than [`TOMBSTONE_SET_READ_MAX_ROWS`], is not kept (and the read that finds it
+//!   stops after that many rows: a set is never read whole when it is large): held, it would push out most other authors, and evicted, it would be read whole
 //!   again at its author's next message (a sender within the default rate limit writes ~1.2
 //!   million tombstones a week). Its author is remembered for the relay's lifetime; from then
 //!   on a lookup the memory cannot answer reads the one row (`author/id`) from the store, and
@@ -34,7 +35,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use wire::{MessageId, UnixMs, UserUuid};
 
-use crate::limits::{MINUTE_MS, TOMBSTONE_SET_BY_ROW_MIN_BYTES, TOMBSTONE_SWEEP_MS};
+use crate::limits::{
+    MINUTE_MS, TOMBSTONE_SET_BY_ROW_MIN_BYTES, TOMBSTONE_SET_READ_MAX_ROWS, TOMBSTONE_SWEEP_MS,
+};
 use crate::lru::{Lru, Weigh};
 use crate::rows::{Tombstone, TombstoneRow, decode};
 use crate::store::{StoreError, StoreRead, Table};
@@ -175,6 +178,12 @@ impl Cache {
     /// [`TOMBSTONE_SET_BY_ROW_MIN_BYTES`]).
     pub(crate) fn largest_set(&self) -> usize {
         self.largest_set
+    }
+
+    /// The most rows of a stored set read to hold it whole: no more than a set of
+    /// [`Cache::largest_set`] bytes can have, and at most [`TOMBSTONE_SET_READ_MAX_ROWS`].
+    pub(crate) fn set_read_max_rows(&self) -> usize {
+        (self.largest_set / ENTRY_BYTES + 1).min(TOMBSTONE_SET_READ_MAX_ROWS)
     }
 
     /// From now on `author`'s ids are read by row: its entry in memory starts empty and holds
@@ -351,14 +360,18 @@ pub(crate) fn lookup(
         Known::Unknown => {
             // PLANTED BUG (EvictedTombstonesForgotten): the stored set is not read back.
             let set = if crate::planted::planted!(cache, EvictedTombstonesForgotten) {
-                Vec::new()
+                Some(Vec::new())
             } else {
-                read_set(reader, author).inspect_err(|_| {
+                read_set(reader, author, cache.set_read_max_rows()).inspect_err(|_| {
                     stats.tombstone_read_failures += 1;
                 })?
             };
             stats.tombstone_sets_read += 1;
-            return Ok(cache.insert_read(author, set, id, now));
+            match set {
+                Some(set) => return Ok(cache.insert_read(author, set, id, now)),
+                // Too many rows to hold: read by row from now on, this id first.
+                None => cache.read_by_row(author),
+            }
         }
     }
     let found = read_row(reader, author, id).inspect_err(|_| {
@@ -399,15 +412,20 @@ fn split(row: TombstoneRow) -> (MessageId, Tombstone) {
     (row.id, t)
 }
 
-/// Every stored tombstone of `author` (one prefix scan).
+/// Every stored tombstone of `author` (one prefix scan of at most `max_rows` + 1 rows), or
+/// `None` when there are more than `max_rows`.
 fn read_set(
     reader: &mut dyn StoreRead,
     author: &UserUuid,
-) -> Result<Vec<(MessageId, Tombstone)>, StoreError> {
+    max_rows: usize,
+) -> Result<Option<Vec<(MessageId, Tombstone)>>, StoreError> {
     let mut prefix = String::with_capacity(author.as_str().len() + 1);
     prefix.push_str(author.as_str());
     prefix.push('/');
-    let rows = reader.scan_prefix(Table::Tombstones, &prefix)?;
+    let rows = reader.scan_prefix_max(Table::Tombstones, &prefix, max_rows.saturating_add(1))?;
+    if rows.len() > max_rows {
+        return Ok(None);
+    }
     let mut set = Vec::with_capacity(rows.len());
     for (key, value) in rows {
         let row: TombstoneRow = decode(Table::Tombstones, &key, &value)?;
@@ -419,7 +437,7 @@ fn read_set(
         }
         set.push(split(row));
     }
-    Ok(set)
+    Ok(Some(set))
 }
 
 /// The per-user message limit as the store shows it: every accepted message left a tombstone
@@ -506,9 +524,9 @@ mod tests {
         store
     }
 
-    /// A set heavier than the largest held is answered from its one whole read, then by row,
-    /// also once its (partial) entry was evicted; what was written since is answered from
-    /// memory; a light set is still held whole.
+    /// A set of more rows than the largest held may have is read only that far (one bounded
+    /// read), then by row, also once its (partial) entry was evicted; what was written since
+    /// is answered from memory; a light set is still held whole.
     #[test]
     fn a_heavy_set_is_read_whole_once_then_by_row() {
         use crate::store::Store as _;
@@ -537,7 +555,7 @@ mod tests {
         assert_eq!(look(&mut c, &b, "m1", 10), None, "an author with no rows");
         assert!(!c.is_read_by_row(&b));
         assert_eq!(stats.tombstone_sets_read, 2, "a's once, b's once");
-        assert_eq!(stats.tombstone_rows_read, 3, "m6, m3, nope");
+        assert_eq!(stats.tombstone_rows_read, 4, "m5, m6, m3, nope");
     }
 
     #[test]

@@ -32,12 +32,14 @@ impl fmt::Debug for PgReader {
 }
 
 /// The prepared reads of one table: by key, by key range (a prefix with an end), from a key on
-/// (a prefix without one), a page from the first key and a page after a key; in an expiring
+/// (a prefix without one), both again with a row limit, a page from the first key and a page after a key; in an expiring
 /// table also the latest expiries (keys and expiries), the next expiry and the pages of due keys.
 struct TableReads {
     get: Statement,
     scan_range: Statement,
     scan_from: Statement,
+    scan_range_max: Statement,
+    scan_from_max: Statement,
     page_first: Statement,
     page_after: Statement,
     expiring: Option<ExpiryReads>,
@@ -73,6 +75,12 @@ impl ReadConn {
                 "SELECT k, v FROM {name} WHERE k >= $1 AND k < $2 ORDER BY k"
             ));
             texts.push(format!("SELECT k, v FROM {name} WHERE k >= $1 ORDER BY k"));
+            texts.push(format!(
+                "SELECT k, v FROM {name} WHERE k >= $1 AND k < $2 ORDER BY k LIMIT $3"
+            ));
+            texts.push(format!(
+                "SELECT k, v FROM {name} WHERE k >= $1 ORDER BY k LIMIT $2"
+            ));
             texts.push(format!("SELECT k, v FROM {name} ORDER BY k LIMIT $1"));
             texts.push(format!(
                 "SELECT k, v FROM {name} WHERE k > $1 ORDER BY k LIMIT $2"
@@ -101,6 +109,7 @@ impl ReadConn {
         let mut tables = BTreeMap::new();
         for t in Table::ALL {
             let (get, scan_range, scan_from) = (next()?, next()?, next()?);
+            let (scan_range_max, scan_from_max) = (next()?, next()?);
             let (page_first, page_after) = (next()?, next()?);
             let expiring = if t.has_expiry() {
                 Some(ExpiryReads {
@@ -118,6 +127,8 @@ impl ReadConn {
                     get,
                     scan_range,
                     scan_from,
+                    scan_range_max,
+                    scan_from_max,
                     page_first,
                     page_after,
                     expiring,
@@ -247,6 +258,28 @@ impl StoreRead for PgReader {
             let found = match prefix_end(&prefix) {
                 Some(end) => c.client.query(&reads.scan_range, &[&prefix, &end]).await,
                 None => c.client.query(&reads.scan_from, &[&prefix]).await,
+            };
+            Ok(rows(&found.map_err(|e| read_failed(&e))?))
+        })
+    }
+
+    fn scan_prefix_max(
+        &mut self,
+        table: Table,
+        prefix: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        let prefix = prefix.to_owned();
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        self.read(move |c| async move {
+            let reads = c.reads(table)?;
+            let found = match prefix_end(&prefix) {
+                Some(end) => {
+                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                        [&prefix, &end, &max];
+                    c.client.query(&reads.scan_range_max, &params).await
+                }
+                None => c.client.query(&reads.scan_from_max, &[&prefix, &max]).await,
             };
             Ok(rows(&found.map_err(|e| read_failed(&e))?))
         })

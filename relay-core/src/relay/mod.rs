@@ -23,11 +23,12 @@ use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse, Route};
 use crate::ids::IdGen;
 use crate::planted::planted;
+use crate::prefetch::{Inline, Prefetch, ReadDone, ReadOp, ReadRequest, Reader, Reparked};
 use crate::push_targets::PushTarget;
 use crate::rows::{Timer, meta};
 use crate::sessions::Sessions;
 use crate::state::State;
-use crate::store::{Store, StoreError, StoreRead, Table};
+use crate::store::{Store, StoreError, Table};
 use crate::throttles::Throttles;
 use crate::token::TokenKeys;
 
@@ -100,8 +101,13 @@ use crate::shell::{Accepted, CloseReason, ConnId, Output, WsConnect};
 pub struct Relay {
     config: Config,
     /// Keyed reads of what the relay does not hold in memory (accounts, tombstones, queues),
-    /// beside the store.
-    reader: Box<dyn StoreRead>,
+    /// beside the store, made on the relay's task.
+    reader: Inline,
+    /// Frames parked on reads ahead, the reads asked for and the rows read
+    /// (`crate::prefetch`).
+    prefetch: Prefetch,
+    /// A frame is being tried against the rows read ahead (its rules read through them).
+    reading_ahead: bool,
     ids: IdGen,
     tokens: TokenKeys,
     /// Seals and opens auth challenges and tickets (`crate::credential`).
@@ -169,7 +175,9 @@ impl Relay {
         Ok(Self {
             admission: Admission::new(&config),
             config,
-            reader,
+            reader: Inline::new(reader),
+            prefetch: Prefetch::default(),
+            reading_ahead: false,
             ids,
             tokens,
             credentials,
@@ -478,6 +486,7 @@ impl Relay {
             conn,
             reason: CloseReason::RateLimited,
         });
+        self.prefetch.forget(conn);
         self.cx().drop_conn(conn);
         let _ = self.finish();
         false
@@ -497,8 +506,124 @@ impl Relay {
     }
 
     fn handle_admitted(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
-        use wire::ClientFrame as F;
         self.sessions.touch(conn, now);
+        if !self.prefetch.is_on() {
+            let _ = self.run_frame(now, conn, frame);
+            return;
+        }
+        if let Err((code, words)) = self.prefetch.room_for(conn) {
+            self.refuse_waiting(conn, &frame, code, words);
+            return;
+        }
+        if self.prefetch.is_waiting(conn) {
+            self.prefetch.queue_behind(conn, frame);
+            return;
+        }
+        let copy = frame.clone();
+        if let Some(op) = self.attempt(now, conn, frame) {
+            self.prefetch.park(conn, copy, op);
+        }
+    }
+
+    /// Runs `frame` of `conn` against the rows read ahead. `Some`: it needs the read `op`
+    /// first, and nothing of the attempt is left (its outputs and counters are dropped; its
+    /// rules read before they write, so it wrote nothing).
+    fn attempt(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) -> Option<ReadOp> {
+        let stats = self.stats;
+        self.reading_ahead = true;
+        let missed = self.run_frame(now, conn, frame);
+        self.reading_ahead = false;
+        if missed.is_some() {
+            self.stats = stats;
+            self.stats.frames_parked += 1;
+        }
+        missed
+    }
+
+    /// The read `done` came back: the frames parked on it run again, in the order they
+    /// were parked, each followed by the frames of its connection queued behind it (until one
+    /// needs another read). Drain `poll_output` afterwards, as after any input.
+    pub fn handle_read(&mut self, now: UnixMs, done: ReadDone) {
+        self.prefetch.complete(done);
+        while let Some(conn) = self.prefetch.next_ready() {
+            self.resume(now, conn);
+        }
+    }
+
+    /// Runs `conn`'s waiting frames in order until one needs another read.
+    fn resume(&mut self, now: UnixMs, conn: ConnId) {
+        while let Some(frame) = self.prefetch.head(conn) {
+            if self.failed {
+                self.prefetch.forget(conn);
+                return;
+            }
+            let Some(op) = self.attempt(now, conn, frame) else {
+                self.prefetch.ran(conn);
+                continue;
+            };
+            match self.prefetch.parked_again(conn, op) {
+                Reparked::Waiting => return,
+                Reparked::TooManyRounds(frame) => self.refuse_waiting(
+                    conn,
+                    &frame,
+                    ErrorCode::STORAGE_UNAVAILABLE,
+                    "the relay could not read what this frame needs; send it again",
+                ),
+            }
+        }
+    }
+
+    /// Refuses `frame` of `conn`, which cannot wait for its reads (a bound of
+    /// `crate::prefetch`).
+    fn refuse_waiting(
+        &mut self,
+        conn: ConnId,
+        frame: &wire::ClientFrame,
+        code: ErrorCode,
+        words: &str,
+    ) {
+        use wire::ClientFrame as F;
+        self.stats.frames_refused_waiting += 1;
+        probes::refusal(code.as_str());
+        let id = match frame {
+            F::Msg(m) => Some(m.id.to_string()),
+            F::Retract(r) => Some(r.id.to_string()),
+            _ => None,
+        };
+        let frame = ErrorFrame {
+            error: code,
+            message: words.into(),
+            ref_type: Some(frame.frame_type().to_owned()),
+            id,
+        };
+        self.cx().send(conn, ServerFrame::Error(frame));
+        let _ = self.finish();
+    }
+
+    /// Reads ahead from now on: a frame's rules never read the store on the caller's thread;
+    /// a frame that needs a row not in memory is parked, and the read is asked of the shell
+    /// ([`poll_read`](Relay::poll_read), [`ReadRequest::run`] on a reader of its own, off this
+    /// thread, then [`handle_read`](Relay::handle_read)). See `crate::prefetch`. HTTP
+    /// requests, upgrades and timers still read on the caller's thread.
+    pub fn read_ahead(&mut self) {
+        self.prefetch.turn_on();
+    }
+
+    /// The next read for the shell to run ([`read_ahead`](Relay::read_ahead)), in the order
+    /// they were asked; poll after every input, as [`poll_output`](Relay::poll_output).
+    pub fn poll_read(&mut self) -> Option<ReadRequest> {
+        self.prefetch.poll_read()
+    }
+
+    /// What waits for reads now, and how many reads the relay made on its own task.
+    pub fn prefetch(&self) -> crate::stats::PrefetchStats {
+        self.prefetch.stats(self.reader.reads())
+    }
+
+    /// Runs `frame` of `conn` and ends the input; `Some`: it needed a read it could not make
+    /// (reading ahead), and the input was not ended.
+    fn run_frame(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) -> Option<ReadOp> {
+        use wire::ClientFrame as F;
         // What the error frame needs if the commit fails, kept without copying anything on
         // the routing path: a `msg` that committed something was accepted, so its id is in
         // the ack staged for it (see `failed_frame_id`).
@@ -519,6 +644,17 @@ impl Relay {
         };
         let is_msg = matches!(frame, F::Msg(_));
         self.dispatch_frame(now, conn, frame);
+        if self.reading_ahead
+            && let Some(op) = self.prefetch.take_miss()
+        {
+            if self.state.batch().is_empty() {
+                self.staged.clear();
+                return Some(op);
+            }
+            // A rule wrote before it read: the attempt cannot be undone, so it stands (the
+            // frame was refused as for a failed read) and the row is not waited for.
+            debug_assert!(false, "a rule wrote before its read of {op:?}");
+        }
         if let Err(discarded) = self.finish_staged() {
             let id = if is_msg {
                 failed_frame_id(&discarded, conn)
@@ -538,6 +674,7 @@ impl Relay {
                 }),
             });
         }
+        None
     }
 
     fn dispatch_frame(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) {
@@ -587,6 +724,7 @@ impl Relay {
 
     /// The shell saw `conn` close (or fail). Nothing is lost: undelivered messages stay queued.
     pub fn handle_disconnect(&mut self, _now: UnixMs, conn: ConnId) {
+        self.prefetch.forget(conn);
         self.cx().drop_conn(conn);
     }
 
@@ -602,6 +740,7 @@ impl Relay {
                 conn,
                 reason: CloseReason::Idle,
             });
+            self.prefetch.forget(conn);
             self.cx().drop_conn(conn);
         }
         while let Some((at, timer)) = self.state.timers().first().cloned() {
@@ -657,9 +796,18 @@ impl Relay {
     /// The view the rules of one input work with (`crate::cx`): every part of the relay but
     /// the dispatcher's own.
     fn cx(&mut self) -> Cx<'_> {
+        let reader = if self.reading_ahead {
+            Reader::Ahead {
+                ahead: self.prefetch.reader(),
+                inline: &mut self.reader,
+                may_park: true,
+            }
+        } else {
+            Reader::Inline(&mut self.reader)
+        };
         Cx::new(
             &self.config,
-            &mut *self.reader,
+            reader,
             &mut self.ids,
             (&self.tokens, &self.credentials),
             &mut self.state,

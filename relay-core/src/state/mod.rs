@@ -101,6 +101,11 @@ impl<'a> ReadCx<'a> {
         Self { reader, stats }
     }
 
+    /// The store's reader alone (a read outside the caches: the account index).
+    pub(crate) fn reader(self) -> &'a mut dyn StoreRead {
+        self.reader
+    }
+
     /// The same parts for one more call, this context usable again after it.
     pub(crate) fn reborrow(&mut self) -> ReadCx<'_> {
         ReadCx {

@@ -98,8 +98,7 @@ impl State {
     /// failed; nothing changed.
     pub(crate) fn load_queue(
         &mut self,
-        reader: &mut dyn StoreRead,
-        stats: &mut crate::stats::RelayStats,
+        super::ReadCx { reader, stats }: super::ReadCx<'_>,
         recipient: &UserUuid,
         conv: &ConvId,
     ) -> Result<(), StoreError> {

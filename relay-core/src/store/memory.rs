@@ -180,6 +180,15 @@ impl StoreRead for MemoryStore {
     }
 
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
+        self.scan_prefix_max(table, prefix, usize::MAX)
+    }
+
+    fn scan_prefix_max(
+        &mut self,
+        table: Table,
+        prefix: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
         let inner = self.read()?;
         let Some(rows) = inner.tables.get(&table) else {
             return Ok(Vec::new());
@@ -190,6 +199,7 @@ impl StoreRead for MemoryStore {
                 std::ops::Bound::Unbounded,
             ))
             .take_while(|(k, _)| k.starts_with(prefix))
+            .take(max)
             .map(|(k, row)| (k.clone(), row.value.clone()))
             .collect())
     }

@@ -243,7 +243,7 @@ impl Mutation {
 pub type Snapshot = BTreeMap<Table, BTreeMap<String, Vec<u8>>>;
 
 /// Why the store could not load or commit. Never contains row values (they may be secret).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// The backend failed (IO, corruption, disk full, injected fault).
     #[error("storage backend failed: {0}")]
@@ -311,6 +311,21 @@ pub trait StoreRead: Send + std::fmt::Debug {
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
     /// Every committed row of `table` whose key starts with `prefix`, in key order.
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError>;
+    /// The first `max` committed rows of `table` whose keys start with `prefix`, in key
+    /// order: a set read whole only when it is small (more than `max` rows tells it is not).
+    ///
+    /// The default truncates [`scan_prefix`](StoreRead::scan_prefix), which reads them all;
+    /// an implementation over a large table should read only `max`.
+    fn scan_prefix_max(
+        &mut self,
+        table: Table,
+        prefix: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        let mut rows = self.scan_prefix(table, prefix)?;
+        rows.truncate(max);
+        Ok(rows)
+    }
     /// At most `limit` committed rows of `table` whose keys come after `after` (from the first
     /// row when `None`), in key order: a lazy table read whole in pages of bounded size.
     ///

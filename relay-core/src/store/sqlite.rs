@@ -419,6 +419,26 @@ impl StoreRead for SqliteReader {
         }
     }
 
+    fn scan_prefix_max(
+        &mut self,
+        table: Table,
+        prefix: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        let name = table.name();
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        match super::prefix_end(prefix) {
+            Some(end) => self.rows(
+                &format!("SELECT k, v FROM {name} WHERE k >= ?1 AND k < ?2 ORDER BY k LIMIT ?3"),
+                params![prefix, end, max],
+            ),
+            None => self.rows(
+                &format!("SELECT k, v FROM {name} WHERE k >= ?1 ORDER BY k LIMIT ?2"),
+                params![prefix, max],
+            ),
+        }
+    }
+
     fn scan_page(
         &mut self,
         table: Table,

@@ -39,6 +39,7 @@ mod push;
 mod push_edges;
 mod push_gone;
 mod rate_windows;
+mod read_ahead;
 mod redaction;
 mod refunds;
 mod relay_api;

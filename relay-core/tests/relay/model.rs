@@ -50,6 +50,10 @@ enum Op {
     InFlight { sends: Vec<(usize, u8)>, end: End },
     /// The store's next keyed read fails (a `msg` needing it is refused, not acknowledged).
     ReadFault,
+    /// A relay reading ahead: for each pick, a waiting read (index modulo their number) is
+    /// reported (`false`) or run now and reported later (`true`: the relay may write its rows
+    /// meanwhile). Reads are otherwise left waiting across steps, in any order.
+    Reads { picks: Vec<(u8, bool)> },
 }
 
 /// What happens to the batches an [`Op::InFlight`] left in flight.
@@ -78,6 +82,8 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0..2usize, 0..12u8).prop_map(|(from, id)| Op::Send { from, id }),
         2 => (0..2usize, 0..14u64).prop_map(|(who, seq)| Op::Delivered { who, seq }),
         1 => (0..2usize, 0..14u64).prop_map(|(who, seq)| Op::Read { who, seq }),
+        3 => proptest::collection::vec((any::<u8>(), any::<bool>()), 1..4)
+            .prop_map(|picks| Op::Reads { picks }),
         1 => (0..2usize).prop_map(|who| Op::Disconnect { who }),
         2 => (0..2usize).prop_map(|who| Op::Connect { who }),
         1 => Just(Op::Intrude),
@@ -159,6 +165,14 @@ impl Model {
 /// conversations, contacts; 0: every read state is evicted after each input that does not
 /// pin it).
 fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
+    run_reading(ops, pipelined, cache_bytes, false);
+}
+
+/// [`run`]; `ahead`: the relay reads ahead, and its reads are reported late and out of order
+/// ([`Op::Reads`]). A receipt or a connection then first lets every waiting read finish
+/// (so that what the member was sent is settled), and finishes its own reads before it is
+/// judged.
+fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
     let mut w = World::with_config(relay_core::Config {
         tombstone_cache_bytes: cache_bytes,
         queue_cache_bytes: cache_bytes,
@@ -170,6 +184,9 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
     });
     if pipelined {
         w.pipeline();
+    }
+    if ahead {
+        w.read_ahead(false);
     }
     let mut users: Vec<User> = vec![w.user("a"), w.user("b")];
     let mut outsider = w.user("c");
@@ -200,6 +217,7 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
                 outs
             }
             Op::Delivered { who, seq } | Op::Read { who, seq } => {
+                settle_reads(&mut w, &mut model, &mut online, &users, oc);
                 let Some(conn) = online[who] else { continue };
                 let kind = if matches!(op, Op::Delivered { .. }) {
                     "delivered"
@@ -207,7 +225,9 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
                     "read"
                 };
                 let to = users[1 - who].alias.clone();
-                let outs = w.send(conn, json!({"type":kind,"conv_id":conv,"seq":seq,"to":to}));
+                let mut outs = w.send(conn, json!({"type":kind,"conv_id":conv,"seq":seq,"to":to}));
+                outs.extend(w.finish_reads());
+                model.note_acks(&outs, &online);
                 let refused = frames(&outs, conn)
                     .iter()
                     .any(|f| matches!(f, ServerFrame::Error(_)));
@@ -239,18 +259,22 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
                 w.drain()
             }
             Op::Connect { who } => {
+                settle_reads(&mut w, &mut model, &mut online, &users, oc);
                 let mut u = users[who].clone();
                 let mut conn = connect(&mut w, &mut u);
                 let mut outs = w.sync(conn);
+                outs.extend(w.finish_reads());
                 if refused_sync(&outs, conn) {
                     // A read fault hit a read of the sync: the connection is closed with
                     // nothing replayed, and the client's next connection syncs in full.
                     conn = connect(&mut w, &mut u);
                     outs = w.sync(conn);
+                    outs.extend(w.finish_reads());
                     assert!(!refused_sync(&outs, conn), "a second sync refused");
                 }
                 users[who] = u;
                 online[who] = Some(conn);
+                model.note_acks(&outs, &online);
                 model.pushed[who].clear();
                 // Replay after sync is exactly the undelivered suffix (up to the batch window).
                 let replay: Vec<u64> = frames(&outs, conn)
@@ -318,6 +342,23 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
                 w.mem.fail_reads(1);
                 continue;
             }
+            Op::Reads { picks } => {
+                for (pick, early) in picks {
+                    let waiting = w.reads_waiting();
+                    if waiting == 0 {
+                        break;
+                    }
+                    let i = usize::from(pick) % waiting;
+                    if early {
+                        w.run_early(i);
+                    } else {
+                        w.complete_read(i);
+                    }
+                }
+                let outs = w.drain();
+                model.note_acks(&outs, &online);
+                outs
+            }
             Op::InFlight { sends, end } => {
                 let Some(outs) =
                     in_flight(&mut w, &users, &conv, &online, &sends, &end, &mut model)
@@ -328,15 +369,47 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
                 outs
             }
         };
+        observe(&w, &outs, &mut model, &mut online, &users, oc);
+    }
+}
+
+/// A relay reading ahead: reports every waiting read (and those they lead to), and judges
+/// what they released, so that a receipt or a sync is judged on settled deliveries.
+fn settle_reads(
+    w: &mut World,
+    model: &mut Model,
+    online: &mut [Option<ConnId>; 2],
+    users: &[User],
+    oc: ConnId,
+) {
+    if w.reads.is_none() {
+        return;
+    }
+    let outs = w.finish_reads();
+    model.note_acks(&outs, online);
+    observe(w, &outs, model, online, users, oc);
+}
+
+/// The invariants over one step's outputs; members whose connection the relay closed go
+/// offline.
+fn observe(
+    w: &World,
+    outs: &[relay_core::Output],
+    model: &mut Model,
+    online: &mut [Option<ConnId>; 2],
+    users: &[User],
+    oc: ConnId,
+) {
+    {
         // A connection the relay closed (a delivery whose sender's account could not be
         // read) is offline: its client reconnects and syncs.
-        for o in &mut online {
+        for o in online.iter_mut() {
             if o.is_some_and(|c| !w.relay.is_connected(c)) {
                 *o = None;
             }
         }
         // Invariants over this step's outputs.
-        for o in &outs {
+        for o in outs {
             let relay_core::Output::Send { conn, frame } = o else {
                 continue;
             };
@@ -580,6 +653,30 @@ proptest! {
     /// Pipelined without caches: the tombstone sets and queues written by batches in flight
     /// stay in memory until their commit is reported, and are read back from the store after
     /// it.
+    /// Reading ahead: frames that need a cold row park on its read, which is reported late.
+    #[test]
+    fn relay_reading_ahead_matches_naive_model(ops in proptest::collection::vec(op(), 1..60)) {
+        run_reading(ops, false, relay_core::limits::TOMBSTONE_CACHE_BYTES, true);
+    }
+
+    /// Reading ahead without caches: nearly every frame parks on a read, reads come back late,
+    /// out of order and run early (stale by the time they are reported), fail, and are lost
+    /// with a restart.
+    #[test]
+    fn relay_reading_ahead_without_caches_matches_naive_model(
+        ops in proptest::collection::vec(op(), 1..60)
+    ) {
+        run_reading(ops, false, 0, true);
+    }
+
+    /// Reading ahead with pipelined commits and no caches.
+    #[test]
+    fn pipelined_relay_reading_ahead_matches_naive_model(
+        ops in proptest::collection::vec(op(), 1..60)
+    ) {
+        run_reading(ops, true, 0, true);
+    }
+
     #[test]
     fn pipelined_relay_without_caches_matches_naive_model(
         ops in proptest::collection::vec(op(), 1..60)

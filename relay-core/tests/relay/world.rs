@@ -2,6 +2,7 @@
 
 use base64::Engine as _;
 use ed25519_dalek::{Signer as _, SigningKey};
+use relay_core::prefetch::{ReadDone, ReadRequest};
 use relay_core::store::{MemoryStore, Store};
 use relay_core::{Config, ConnId, HttpRequest, HttpResponse, Method, Output, Relay, WsConnect};
 use serde_json::{Value, json};
@@ -44,6 +45,11 @@ pub(crate) struct World {
     pub(crate) pending: std::collections::VecDeque<relay_core::SealedBatch>,
     /// A commit failed: the committer refuses every later batch (built on the failed one).
     pub(crate) refusing: bool,
+    /// Reads ahead ([`World::read_ahead`]): the reads the relay asked for and this world has
+    /// not reported yet, oldest first, each with its result if it was run early.
+    pub(crate) reads: Option<std::collections::VecDeque<(ReadRequest, Option<ReadDone>)>>,
+    /// Reads ahead are run and reported as soon as they are asked ([`World::drain`]).
+    pub(crate) reads_at_once: bool,
 }
 
 pub(crate) fn fast_config() -> Config {
@@ -81,7 +87,56 @@ impl World {
             committer: None,
             pending: std::collections::VecDeque::new(),
             refusing: false,
+            reads: None,
+            reads_at_once: false,
         }
+    }
+
+    /// The relay reads ahead ([`Relay::read_ahead`]); this world runs the reads it asks for
+    /// when told to ([`World::complete_read`], [`World::run_early`]), or at once in
+    /// [`World::drain`] when `at_once`.
+    pub(crate) fn read_ahead(&mut self, at_once: bool) {
+        self.relay.read_ahead();
+        self.reads = Some(std::collections::VecDeque::new());
+        self.reads_at_once = at_once;
+    }
+
+    /// Reads asked for and not reported.
+    pub(crate) fn reads_waiting(&self) -> usize {
+        self.reads
+            .as_ref()
+            .map_or(0, std::collections::VecDeque::len)
+    }
+
+    /// Runs waiting read `i` now on the store; its result is reported later
+    /// ([`World::complete_read`]): rows the relay writes meanwhile make it stale.
+    pub(crate) fn run_early(&mut self, i: usize) {
+        let mut reader = self.mem.clone();
+        if let Some((req, done)) = self.reads.as_mut().and_then(|r| r.get_mut(i))
+            && done.is_none()
+        {
+            *done = Some(req.run(&mut reader));
+        }
+    }
+
+    /// Reports waiting read `i` (run now unless it ran early) to the relay; drain afterwards.
+    pub(crate) fn complete_read(&mut self, i: usize) {
+        let mut reader = self.mem.clone();
+        let Some((req, done)) = self.reads.as_mut().and_then(|r| r.remove(i)) else {
+            return;
+        };
+        let done = done.unwrap_or_else(|| req.run(&mut reader));
+        self.relay.handle_read(self.now, done);
+    }
+
+    /// Reports every waiting read, and those they lead to, oldest first; returns the outputs.
+    pub(crate) fn finish_reads(&mut self) -> Vec<Output> {
+        let mut out = self.drain();
+        while self.reads_waiting() > 0 {
+            self.complete_read(0);
+            out.extend(self.drain());
+        }
+        out
     }
 
     /// Drops the relay ("crash") and builds a new one from the same committed store.
@@ -90,6 +145,11 @@ impl World {
         self.mem.fail_reads(0);
         self.relay = Relay::new(self.config.clone(), store, 2).unwrap();
         self.pending.clear();
+        if let Some(reads) = &mut self.reads {
+            // The reads of the relay that died are never reported to the new one.
+            reads.clear();
+            self.relay.read_ahead();
+        }
         self.refusing = false;
         if self.committer.is_some() {
             self.committer = self.relay.take_store();
@@ -155,12 +215,24 @@ impl World {
     }
 
     pub(crate) fn drain(&mut self) -> Vec<Output> {
-        if self.committer.is_some() {
-            self.settle();
-        }
         let mut out = Vec::new();
-        while let Some(o) = self.relay.poll_output() {
-            out.push(o);
+        loop {
+            if self.committer.is_some() {
+                self.settle();
+            }
+            while let Some(o) = self.relay.poll_output() {
+                out.push(o);
+            }
+            let Some(reads) = &mut self.reads else {
+                break;
+            };
+            reads.extend(std::iter::from_fn(|| self.relay.poll_read()).map(|r| (r, None)));
+            if !self.reads_at_once || reads.is_empty() {
+                break;
+            }
+            while self.reads_waiting() > 0 {
+                self.complete_read(0);
+            }
         }
         self.log.extend(out.iter().cloned());
         out

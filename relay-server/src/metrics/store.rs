@@ -88,6 +88,14 @@ impl StoreRead for MeteredReader {
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
         self.timed(|r| r.scan_prefix(table, prefix))
     }
+    fn scan_prefix_max(
+        &mut self,
+        table: Table,
+        prefix: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        self.timed(|r| r.scan_prefix_max(table, prefix, max))
+    }
     fn scan_page(
         &mut self,
         table: Table,

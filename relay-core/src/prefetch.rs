@@ -1,0 +1,964 @@
+//! Reads ahead: the store reads a frame needs, done off the relay's task before the frame runs.
+//!
+//! Most of what the relay serves from is in memory, but the lazy tables (accounts, contacts,
+//! conversations, queues, tombstones, receipt marks) are read on a cache miss. Read on the
+//! relay's own task, such a read stalls every other user while it runs (a whole tombstone set,
+//! a database round trip). A shell that reads ahead ([`Relay::read_ahead`](crate::Relay::read_ahead))
+//! takes those reads off the task:
+//!
+//! * **A read is found by trying.** A frame runs against [`Ahead`], a stand-in for the store's
+//!   reader that answers only from rows already read. The first read it cannot answer ends the
+//!   attempt: the rules read before they write (a read that fails leaves nothing changed, as
+//!   it always had to, so that the frame could be refused with `STORAGE_UNAVAILABLE`), so the
+//!   attempt is discarded whole (its outputs, its counters) and the frame is *parked* on that
+//!   read, a [`ReadRequest`] the shell polls ([`Relay::poll_read`](crate::Relay::poll_read)),
+//!   runs on a reader of its own ([`ReadRequest::run`]) and hands back
+//!   ([`Relay::handle_read`](crate::Relay::handle_read)). The frame then runs again; a frame
+//!   whose reads chain (a name, then its account) parks once per link. The keys a frame needs
+//!   are thus exactly the reads its rules make, never a list kept beside them that could go
+//!   stale.
+//! * **Order per connection, nobody waits for anyone else.** While a connection's frame is
+//!   parked, its later frames queue behind it ([`MAX_PARKED_FRAMES_PER_CONN`]); every other
+//!   connection's frames run at once.
+//! * **A row read ahead is never stale when used.** A read is only asked for a row that is not
+//!   in memory, and a lazy row leaves memory only once every write to it is durable, so the
+//!   store already holds its newest value. What the relay writes to a row after asking for it
+//!   marks the read stale ([`Prefetch::written`]): a stale result is dropped and read again.
+//! * **A failed read** answers the frame that waited for it, as an inline read failure does:
+//!   the documented `STORAGE_UNAVAILABLE` refusal and nothing else.
+//! * **Bounded**: frames parked per connection and in all ([`MAX_PARKED_FRAMES`]), rounds of
+//!   reads per frame ([`MAX_READ_ROUNDS`]); reads in flight are at most one per parked
+//!   connection, and the shell's reader pool decides how many run at once.
+//!
+//! HTTP requests, upgrades and timers still read on the relay's task (counted in
+//! [`RelayStats::reads_inline`](crate::RelayStats::reads_inline)).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use wire::ClientFrame;
+
+use crate::shell::ConnId;
+use crate::store::{Batch, Expiries, MutationRef, Rows, StoreError, StoreRead, Table};
+
+/// Frames one connection may have waiting for reads (the one parked and those queued behind
+/// it); one more is refused with `RATE_LIMITED`.
+pub const MAX_PARKED_FRAMES_PER_CONN: usize = 64;
+/// Frames all connections together may have waiting for reads; one more is refused with
+/// `STORAGE_UNAVAILABLE` (the relay's reads are behind; the client sends it again).
+pub const MAX_PARKED_FRAMES: usize = 16_384;
+/// Times one frame may be parked before it is refused with `STORAGE_UNAVAILABLE`: its reads
+/// chain, or rows it read were written before it could use them, more often than any rule
+/// needs.
+pub const MAX_READ_ROUNDS: u32 = 16;
+
+/// Identifies a [`ReadRequest`] until its [`ReadDone`] comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReadId(pub u64);
+
+/// One read of the store, as [`StoreRead`] offers them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ReadOp {
+    /// [`StoreRead::get`].
+    Get {
+        /// The table.
+        table: Table,
+        /// The row's key.
+        key: String,
+    },
+    /// [`StoreRead::scan_prefix`], or with a bound [`StoreRead::scan_prefix_max`].
+    ScanPrefix {
+        /// The table.
+        table: Table,
+        /// The keys' prefix.
+        prefix: String,
+        /// Rows at most (`None`: all).
+        max: Option<usize>,
+    },
+    /// [`StoreRead::scan_page`].
+    ScanPage {
+        /// The table.
+        table: Table,
+        /// The page starts after this key.
+        after: Option<String>,
+        /// Rows at most.
+        limit: usize,
+    },
+    /// [`StoreRead::latest_expiries`].
+    LatestExpiries {
+        /// The table.
+        table: Table,
+        /// Milliseconds before the latest expiry.
+        window: u64,
+    },
+    /// [`StoreRead::next_expiry`].
+    NextExpiry {
+        /// The table.
+        table: Table,
+        /// The expiry must come after this.
+        after: u64,
+    },
+    /// [`StoreRead::expired`].
+    Expired {
+        /// The table.
+        table: Table,
+        /// Expiries at or before this.
+        up_to: u64,
+        /// The page starts after this row (expiry and key).
+        after: Option<(u64, String)>,
+        /// Keys at most.
+        limit: usize,
+    },
+}
+
+/// What a [`ReadOp`] returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadValue {
+    /// A row's value, if the row exists.
+    Row(Option<Vec<u8>>),
+    /// Rows in key order.
+    Rows(Rows),
+    /// Keys with their expiries.
+    Expiries(Expiries),
+    /// An expiry, if any.
+    Expiry(Option<u64>),
+}
+
+impl ReadValue {
+    /// Estimated heap of the value (keys and values, plus a small overhead per row).
+    fn bytes(&self) -> usize {
+        match self {
+            Self::Row(v) => v.as_ref().map_or(0, Vec::len),
+            Self::Rows(rows) => rows.iter().map(|(k, v)| k.len() + v.len() + 48).sum(),
+            Self::Expiries(keys) => keys.iter().map(|(k, _)| k.len() + 32).sum(),
+            Self::Expiry(_) => 0,
+        }
+    }
+}
+
+impl ReadOp {
+    /// Runs the read on `reader` (the shell's, off the relay's task).
+    pub fn run(&self, reader: &mut dyn StoreRead) -> Result<ReadValue, StoreError> {
+        Ok(match self {
+            Self::Get { table, key } => ReadValue::Row(reader.get(*table, key)?),
+            Self::ScanPrefix {
+                table,
+                prefix,
+                max: None,
+            } => ReadValue::Rows(reader.scan_prefix(*table, prefix)?),
+            Self::ScanPrefix {
+                table,
+                prefix,
+                max: Some(max),
+            } => ReadValue::Rows(reader.scan_prefix_max(*table, prefix, *max)?),
+            Self::ScanPage {
+                table,
+                after,
+                limit,
+            } => ReadValue::Rows(reader.scan_page(*table, after.as_deref(), *limit)?),
+            Self::LatestExpiries { table, window } => {
+                ReadValue::Expiries(reader.latest_expiries(*table, *window)?)
+            }
+            Self::NextExpiry { table, after } => {
+                ReadValue::Expiry(reader.next_expiry(*table, *after)?)
+            }
+            Self::Expired {
+                table,
+                up_to,
+                after,
+                limit,
+            } => {
+                let after = after.as_ref().map(|(at, k)| (*at, k.as_str()));
+                ReadValue::Expiries(reader.expired(*table, *up_to, after, *limit)?)
+            }
+        })
+    }
+
+    fn table(&self) -> Table {
+        match self {
+            Self::Get { table, .. }
+            | Self::ScanPrefix { table, .. }
+            | Self::ScanPage { table, .. }
+            | Self::LatestExpiries { table, .. }
+            | Self::NextExpiry { table, .. }
+            | Self::Expired { table, .. } => *table,
+        }
+    }
+
+    /// Whether a write to `key` of `table` may change what this read returns (an expiry on
+    /// the table changes every read of it).
+    fn covers(&self, table: Table, key: Option<&str>) -> bool {
+        if self.table() != table {
+            return false;
+        }
+        let Some(key) = key else {
+            return true;
+        };
+        match self {
+            Self::Get { key: k, .. } => k == key,
+            Self::ScanPrefix { prefix, .. } => key.starts_with(prefix.as_str()),
+            Self::ScanPage { after, .. } => after.as_deref().is_none_or(|a| key > a),
+            Self::LatestExpiries { .. } | Self::NextExpiry { .. } | Self::Expired { .. } => true,
+        }
+    }
+}
+
+/// A read the relay needs done before a parked frame can run again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadRequest {
+    /// Hand it back in the [`ReadDone`].
+    pub id: ReadId,
+    /// What to read.
+    pub op: ReadOp,
+}
+
+impl ReadRequest {
+    /// Runs the read on `reader` (off the relay's task) and makes its report.
+    pub fn run(&self, reader: &mut dyn StoreRead) -> ReadDone {
+        ReadDone {
+            id: self.id,
+            result: self.op.run(reader),
+        }
+    }
+}
+
+/// The outcome of a [`ReadRequest`], for [`Relay::handle_read`](crate::Relay::handle_read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadDone {
+    /// The request's id.
+    pub id: ReadId,
+    /// What the read returned, or why it failed.
+    pub result: Result<ReadValue, StoreError>,
+}
+
+/// Rows read ahead, and the reader a parked frame's rules read through: it answers from them
+/// and records the first read it cannot answer.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    rows: HashMap<ReadOp, Held>,
+    /// The first read of the current attempt that no row answered.
+    missed: Option<ReadOp>,
+    /// Estimated heap of `rows`.
+    bytes: usize,
+}
+
+/// A read's result, kept while frames that waited for it may run again.
+#[derive(Debug)]
+struct Held {
+    result: Result<ReadValue, StoreError>,
+    /// Frames parked on this read whose run is not over.
+    holders: usize,
+}
+
+impl Ahead {
+    fn answer(&mut self, op: ReadOp) -> Result<ReadValue, StoreError> {
+        if let Some(held) = self.rows.get(&op) {
+            return held.result.clone();
+        }
+        if self.missed.is_none() {
+            self.missed = Some(op);
+        }
+        Err(not_read_ahead())
+    }
+
+    fn release(&mut self, op: &ReadOp) {
+        if let Some(held) = self.rows.get_mut(op) {
+            held.holders = held.holders.saturating_sub(1);
+            if held.holders == 0 {
+                let gone = self.rows.remove(op).map_or(0, |h| held_bytes(&h));
+                self.bytes -= gone;
+            }
+        }
+    }
+}
+
+fn held_bytes(h: &Held) -> usize {
+    h.result.as_ref().map_or(0, ReadValue::bytes)
+}
+
+impl StoreRead for Ahead {
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let op = ReadOp::Get {
+            table,
+            key: key.to_owned(),
+        };
+        match self.answer(op)? {
+            ReadValue::Row(row) => Ok(row),
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
+        let op = ReadOp::ScanPrefix {
+            table,
+            prefix: prefix.to_owned(),
+            max: None,
+        };
+        match self.answer(op)? {
+            ReadValue::Rows(rows) => Ok(rows),
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn scan_prefix_max(
+        &mut self,
+        table: Table,
+        prefix: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        let op = ReadOp::ScanPrefix {
+            table,
+            prefix: prefix.to_owned(),
+            max: Some(max),
+        };
+        match self.answer(op)? {
+            ReadValue::Rows(rows) => Ok(rows),
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn scan_page(
+        &mut self,
+        table: Table,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        let op = ReadOp::ScanPage {
+            table,
+            after: after.map(str::to_owned),
+            limit,
+        };
+        match self.answer(op)? {
+            ReadValue::Rows(rows) => Ok(rows),
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
+        match self.answer(ReadOp::LatestExpiries { table, window })? {
+            ReadValue::Expiries(keys) => Ok(keys),
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
+        match self.answer(ReadOp::NextExpiry { table, after })? {
+            ReadValue::Expiry(at) => Ok(at),
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn expired(
+        &mut self,
+        table: Table,
+        up_to: u64,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Expiries, StoreError> {
+        let op = ReadOp::Expired {
+            table,
+            up_to,
+            after: after.map(|(at, k)| (at, k.to_owned())),
+            limit,
+        };
+        match self.answer(op)? {
+            ReadValue::Expiries(keys) => Ok(keys),
+            _ => Err(mismatch()),
+        }
+    }
+}
+
+/// A result of another kind than its read's (a shell that answered the wrong request).
+fn mismatch() -> StoreError {
+    StoreError::Backend("a read was answered with another read's kind of result".into())
+}
+
+/// The relay's own reader, counting the reads made on the relay's task.
+#[derive(Debug)]
+pub(crate) struct Inline {
+    reader: Box<dyn StoreRead>,
+    reads: u64,
+}
+
+impl Inline {
+    pub(crate) fn new(reader: Box<dyn StoreRead>) -> Self {
+        Self { reader, reads: 0 }
+    }
+
+    /// Reads made through it.
+    pub(crate) fn reads(&self) -> u64 {
+        self.reads
+    }
+}
+
+impl StoreRead for Inline {
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.reads += 1;
+        self.reader.get(table, key)
+    }
+    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
+        self.reads += 1;
+        self.reader.scan_prefix(table, prefix)
+    }
+    fn scan_prefix_max(
+        &mut self,
+        table: Table,
+        prefix: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        self.reads += 1;
+        self.reader.scan_prefix_max(table, prefix, max)
+    }
+    fn scan_page(
+        &mut self,
+        table: Table,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        self.reads += 1;
+        self.reader.scan_page(table, after, limit)
+    }
+    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
+        self.reads += 1;
+        self.reader.latest_expiries(table, window)
+    }
+    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
+        self.reads += 1;
+        self.reader.next_expiry(table, after)
+    }
+    fn expired(
+        &mut self,
+        table: Table,
+        up_to: u64,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Expiries, StoreError> {
+        self.reads += 1;
+        self.reader.expired(table, up_to, after, limit)
+    }
+}
+
+/// The reader a rule reads through: the relay's own, or, while a frame is tried against the
+/// rows read ahead, those rows. A read they cannot answer ends the attempt while the frame
+/// has changed nothing yet (it may park: [`Reader::may_park`]); once it has written or staged
+/// something it cannot be tried again, so the read is made on the relay's task (counted in
+/// `reads_inline`).
+#[derive(Debug)]
+pub(crate) enum Reader<'a> {
+    /// Every read on the relay's task.
+    Inline(&'a mut Inline),
+    /// Reads from the rows read ahead.
+    Ahead {
+        ahead: &'a mut Ahead,
+        inline: &'a mut Inline,
+        /// The frame has changed nothing yet: a miss ends its attempt.
+        may_park: bool,
+    },
+}
+
+impl Reader<'_> {
+    /// Whether a miss may end the attempt now (the input has changed nothing).
+    pub(crate) fn may_park(&mut self, clean: bool) {
+        if let Self::Ahead { may_park, .. } = self {
+            *may_park = clean;
+        }
+    }
+
+    /// Whether a read of this attempt missed (the attempt will be dropped and run again).
+    pub(crate) fn missed(&self) -> bool {
+        matches!(self, Self::Ahead { ahead, .. } if ahead.missed.is_some())
+    }
+
+    /// The read made: from the rows read ahead when they have it; else, if the attempt may
+    /// park, the miss (the attempt ends); else on this task.
+    fn read<R>(
+        &mut self,
+        ahead_read: impl FnOnce(&mut Ahead) -> Result<R, StoreError>,
+        inline_read: impl FnOnce(&mut Inline) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        match self {
+            Self::Inline(inline) => inline_read(inline),
+            Self::Ahead {
+                ahead,
+                inline,
+                may_park,
+            } => {
+                if ahead.missed.is_some() {
+                    // The attempt is over: the rule reads on towards its refusal.
+                    return Err(not_read_ahead());
+                }
+                match ahead_read(ahead) {
+                    Err(e) if ahead.missed.is_some() && !*may_park => {
+                        let _ = e;
+                        ahead.missed = None;
+                        inline_read(inline)
+                    }
+                    other => other,
+                }
+            }
+        }
+    }
+}
+
+impl StoreRead for Reader<'_> {
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.read(|a| a.get(table, key), |i| i.get(table, key))
+    }
+    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
+        self.read(
+            |a| a.scan_prefix(table, prefix),
+            |i| i.scan_prefix(table, prefix),
+        )
+    }
+    fn scan_prefix_max(
+        &mut self,
+        table: Table,
+        prefix: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        self.read(
+            |a| a.scan_prefix_max(table, prefix, max),
+            |i| i.scan_prefix_max(table, prefix, max),
+        )
+    }
+    fn scan_page(
+        &mut self,
+        table: Table,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        self.read(
+            |a| a.scan_page(table, after, limit),
+            |i| i.scan_page(table, after, limit),
+        )
+    }
+    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
+        self.read(
+            |a| a.latest_expiries(table, window),
+            |i| i.latest_expiries(table, window),
+        )
+    }
+    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
+        self.read(
+            |a| a.next_expiry(table, after),
+            |i| i.next_expiry(table, after),
+        )
+    }
+    fn expired(
+        &mut self,
+        table: Table,
+        up_to: u64,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Expiries, StoreError> {
+        self.read(
+            |a| a.expired(table, up_to, after, limit),
+            |i| i.expired(table, up_to, after, limit),
+        )
+    }
+}
+
+fn not_read_ahead() -> StoreError {
+    StoreError::Backend("not read ahead".into())
+}
+
+/// A frame waiting for a read (or queued behind one that is).
+#[derive(Debug)]
+pub(crate) struct Parked {
+    pub(crate) frame: ClientFrame,
+    /// Times it was parked.
+    rounds: u32,
+    /// The reads it was parked on, held until its run is over.
+    holds: Vec<ReadOp>,
+}
+
+/// A read asked for and not yet reported.
+#[derive(Debug)]
+struct Pending {
+    op: ReadOp,
+    /// Connections whose head frame waits for it.
+    waiters: Vec<ConnId>,
+    /// A row it reads was written after it was asked for: its result is dropped and the read
+    /// asked again.
+    stale: bool,
+}
+
+/// What a parked frame's attempt came to ([`Prefetch::parked_again`]).
+#[derive(Debug)]
+pub(crate) enum Reparked {
+    /// It waits for its next read.
+    Waiting,
+    /// It was parked [`MAX_READ_ROUNDS`] times: refuse it.
+    TooManyRounds(ClientFrame),
+}
+
+/// Frames parked on reads, the reads asked for, and the rows read ahead (see the module doc).
+/// Off until a shell turns it on ([`Prefetch::turn_on`]).
+#[derive(Debug, Default)]
+pub(crate) struct Prefetch {
+    on: bool,
+    ahead: Ahead,
+    pending: BTreeMap<ReadId, Pending>,
+    /// The pending read of each op (two frames parked on one row share its read).
+    asked: HashMap<ReadOp, ReadId>,
+    /// Reads for the shell to poll, in the order they were asked.
+    requests: VecDeque<ReadRequest>,
+    next_id: u64,
+    /// Each connection's frames waiting: the head parked on a read, the rest behind it.
+    parked: BTreeMap<ConnId, VecDeque<Parked>>,
+    /// Frames in `parked`.
+    parked_frames: usize,
+    /// Connections whose head's read came back, to run in this order.
+    ready: VecDeque<ConnId>,
+}
+
+impl Prefetch {
+    /// From now on frames read only what was read ahead.
+    pub(crate) fn turn_on(&mut self) {
+        self.on = true;
+    }
+
+    pub(crate) fn is_on(&self) -> bool {
+        self.on
+    }
+
+    /// The reader an attempt reads through.
+    pub(crate) fn reader(&mut self) -> &mut Ahead {
+        &mut self.ahead
+    }
+
+    /// The read the attempt that just ended could not make, if any (and forgets it).
+    pub(crate) fn take_miss(&mut self) -> Option<ReadOp> {
+        self.ahead.missed.take()
+    }
+
+    /// Whether `conn` has frames waiting (a new frame of it queues behind them).
+    pub(crate) fn is_waiting(&self, conn: ConnId) -> bool {
+        self.parked.contains_key(&conn)
+    }
+
+    /// Whether one more frame of `conn` may wait: `Err` is the refusal's code and words.
+    pub(crate) fn room_for(&self, conn: ConnId) -> Result<(), (wire::ErrorCode, &'static str)> {
+        if self.parked.get(&conn).map_or(0, VecDeque::len) >= MAX_PARKED_FRAMES_PER_CONN {
+            return Err((
+                wire::ErrorCode::RATE_LIMITED,
+                "too many frames wait for the store on this connection; send it again later",
+            ));
+        }
+        if self.parked_frames >= MAX_PARKED_FRAMES {
+            return Err((
+                wire::ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay's reads are behind; send it again",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Queues `frame` behind `conn`'s parked frames.
+    pub(crate) fn queue_behind(&mut self, conn: ConnId, frame: ClientFrame) {
+        self.parked_frames += 1;
+        self.parked.entry(conn).or_default().push_back(Parked {
+            frame,
+            rounds: 0,
+            holds: Vec::new(),
+        });
+    }
+
+    /// Parks `frame` of `conn` (which has nothing waiting) on `op`.
+    pub(crate) fn park(&mut self, conn: ConnId, frame: ClientFrame, op: ReadOp) {
+        self.queue_behind(conn, frame);
+        let _ = self.parked_again(conn, op);
+    }
+
+    /// `conn`'s head frame ran again and missed `op`: it waits for that read now.
+    pub(crate) fn parked_again(&mut self, conn: ConnId, op: ReadOp) -> Reparked {
+        let Some(head) = self.parked.get_mut(&conn).and_then(VecDeque::front_mut) else {
+            return Reparked::Waiting;
+        };
+        head.rounds += 1;
+        if head.rounds > MAX_READ_ROUNDS {
+            let Some(head) = self.pop_head(conn) else {
+                return Reparked::Waiting;
+            };
+            return Reparked::TooManyRounds(head);
+        }
+        head.holds.push(op.clone());
+        let id = match self.asked.get(&op) {
+            Some(id) => *id,
+            None => self.ask(op),
+        };
+        if let Some(p) = self.pending.get_mut(&id) {
+            p.waiters.push(conn);
+        }
+        Reparked::Waiting
+    }
+
+    fn ask(&mut self, op: ReadOp) -> ReadId {
+        let id = ReadId(self.next_id);
+        self.next_id += 1;
+        self.asked.insert(op.clone(), id);
+        self.requests.push_back(ReadRequest { id, op: op.clone() });
+        self.pending.insert(
+            id,
+            Pending {
+                op,
+                waiters: Vec::new(),
+                stale: false,
+            },
+        );
+        id
+    }
+
+    /// The next read for the shell.
+    pub(crate) fn poll_read(&mut self) -> Option<ReadRequest> {
+        self.requests.pop_front()
+    }
+
+    /// A read came back. Its waiters are ready to run again (or, when it went stale, wait for
+    /// the same read asked again). Unknown ids (a read of a relay that was rebuilt) are
+    /// ignored.
+    pub(crate) fn complete(&mut self, done: ReadDone) {
+        let Some(p) = self.pending.remove(&done.id) else {
+            return;
+        };
+        self.asked.remove(&p.op);
+        if p.waiters.is_empty() {
+            return;
+        }
+        if p.stale {
+            let id = self.ask(p.op);
+            if let Some(again) = self.pending.get_mut(&id) {
+                again.waiters = p.waiters;
+            }
+            return;
+        }
+        let held = Held {
+            result: done.result,
+            holders: p.waiters.len(),
+        };
+        self.ahead.bytes += held_bytes(&held);
+        if let Some(old) = self.ahead.rows.insert(p.op, held) {
+            self.ahead.bytes -= held_bytes(&old);
+        }
+        self.ready.extend(p.waiters);
+    }
+
+    /// The next connection whose head frame may run again.
+    pub(crate) fn next_ready(&mut self) -> Option<ConnId> {
+        self.ready.pop_front()
+    }
+
+    /// A copy of `conn`'s head frame, to run.
+    pub(crate) fn head(&self, conn: ConnId) -> Option<ClientFrame> {
+        self.parked.get(&conn)?.front().map(|p| p.frame.clone())
+    }
+
+    /// `conn`'s head frame ran to its end: the rows it held may go.
+    pub(crate) fn ran(&mut self, conn: ConnId) {
+        let _ = self.pop_head(conn);
+    }
+
+    fn pop_head(&mut self, conn: ConnId) -> Option<ClientFrame> {
+        let queue = self.parked.get_mut(&conn)?;
+        let head = queue.pop_front()?;
+        self.parked_frames -= 1;
+        if queue.is_empty() {
+            self.parked.remove(&conn);
+        }
+        for op in &head.holds {
+            self.ahead.release(op);
+        }
+        Some(head.frame)
+    }
+
+    /// `conn` is gone: its waiting frames are dropped (none was acknowledged) and the rows they
+    /// held released.
+    pub(crate) fn forget(&mut self, conn: ConnId) {
+        let Some(queue) = self.parked.remove(&conn) else {
+            return;
+        };
+        self.parked_frames -= queue.len();
+        for p in queue {
+            for op in &p.holds {
+                self.ahead.release(op);
+            }
+        }
+        for p in self.pending.values_mut() {
+            p.waiters.retain(|c| *c != conn);
+        }
+        self.ready.retain(|c| *c != conn);
+    }
+
+    /// An input wrote `batch`: reads of the rows it wrote, asked or done, are stale.
+    pub(crate) fn written(&mut self, batch: &Batch) {
+        if self.pending.is_empty() && self.ahead.rows.is_empty() {
+            return;
+        }
+        for m in batch.iter() {
+            self.written_row(m);
+        }
+    }
+
+    fn written_row(&mut self, m: MutationRef<'_>) {
+        let (table, key) = (m.table(), m.key());
+        if !table.is_lazy() {
+            return;
+        }
+        for p in self.pending.values_mut() {
+            if p.op.covers(table, key) {
+                p.stale = true;
+            }
+        }
+        let stale: Vec<ReadOp> = (self.ahead.rows.keys())
+            .filter(|op| op.covers(table, key))
+            .cloned()
+            .collect();
+        for op in stale {
+            if let Some(h) = self.ahead.rows.remove(&op) {
+                self.ahead.bytes -= held_bytes(&h);
+            }
+        }
+    }
+
+    /// What waits now (metrics); `reads_inline`: reads made on the relay's task.
+    pub(crate) fn stats(&self, reads_inline: u64) -> crate::stats::PrefetchStats {
+        crate::stats::PrefetchStats {
+            on: self.on,
+            reads_inline,
+            parked_frames: self.parked_frames,
+            parked_conns: self.parked.len(),
+            reads_pending: self.pending.len(),
+            reads_queued: self.requests.len(),
+            rows_held_bytes: self.ahead.bytes,
+        }
+    }
+
+    /// Whether nothing waits (tests).
+    #[cfg(test)]
+    pub(crate) fn is_idle(&self) -> bool {
+        self.parked.is_empty() && self.pending.is_empty() && self.ahead.rows.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ping() -> ClientFrame {
+        ClientFrame::decode(r#"{"type":"ping"}"#).unwrap()
+    }
+
+    fn get(key: &str) -> ReadOp {
+        ReadOp::Get {
+            table: Table::Accounts,
+            key: key.to_owned(),
+        }
+    }
+
+    fn written(p: &mut Prefetch, key: &str) {
+        let mut batch = Batch::new();
+        batch.put(Table::Accounts, key, b"{}");
+        p.written(&batch);
+    }
+
+    fn done(id: ReadId) -> ReadDone {
+        ReadDone {
+            id,
+            result: Ok(ReadValue::Row(Some(b"old".to_vec()))),
+        }
+    }
+
+    #[test]
+    fn a_read_whose_row_was_written_meanwhile_is_asked_again() {
+        let mut p = Prefetch::default();
+        p.turn_on();
+        p.park(ConnId(1), ping(), get("u1"));
+        let first = p.poll_read().unwrap();
+        // A write of another row changes nothing; one of the row makes the read stale.
+        written(&mut p, "u2");
+        written(&mut p, "u1");
+        p.complete(done(first.id));
+        assert_eq!(p.next_ready(), None, "a stale read woke its frame");
+        let again = p.poll_read().unwrap();
+        assert_eq!(again.op, get("u1"));
+        assert_ne!(again.id, first.id);
+        p.complete(done(again.id));
+        assert_eq!(p.next_ready(), Some(ConnId(1)));
+        assert_eq!(
+            p.reader().get(Table::Accounts, "u1"),
+            Ok(Some(b"old".to_vec()))
+        );
+        // A write after it came back drops the row: the frame's next attempt misses again.
+        written(&mut p, "u1");
+        assert!(p.reader().get(Table::Accounts, "u1").is_err());
+        assert_eq!(p.take_miss(), Some(get("u1")));
+    }
+
+    #[test]
+    fn frames_on_one_read_share_it_and_rows_go_when_their_frames_ran() {
+        let mut p = Prefetch::default();
+        p.turn_on();
+        p.park(ConnId(1), ping(), get("u1"));
+        p.park(ConnId(2), ping(), get("u1"));
+        p.queue_behind(ConnId(1), ping());
+        let read = p.poll_read().unwrap();
+        assert_eq!(p.poll_read(), None, "one read for both");
+        p.complete(done(read.id));
+        assert_eq!(p.next_ready(), Some(ConnId(1)));
+        assert_eq!(p.next_ready(), Some(ConnId(2)));
+        p.ran(ConnId(1));
+        assert!(p.is_waiting(ConnId(1)), "the frame behind still waits");
+        assert!(p.stats(0).rows_held_bytes > 0);
+        p.ran(ConnId(1));
+        p.ran(ConnId(2));
+        assert!(p.is_idle(), "{p:?}");
+    }
+
+    #[test]
+    fn a_connection_that_goes_frees_what_it_held_and_its_read_wakes_nobody() {
+        let mut p = Prefetch::default();
+        p.turn_on();
+        p.park(ConnId(1), ping(), get("u1"));
+        p.queue_behind(ConnId(1), ping());
+        let read = p.poll_read().unwrap();
+        p.forget(ConnId(1));
+        assert_eq!(p.stats(0).parked_frames, 0);
+        p.complete(done(read.id));
+        assert_eq!(p.next_ready(), None);
+        assert!(p.is_idle(), "{p:?}");
+    }
+
+    #[test]
+    fn the_bounds_refuse_the_frame_that_would_pass_them() {
+        let mut p = Prefetch::default();
+        p.turn_on();
+        p.park(ConnId(1), ping(), get("u1"));
+        for _ in 1..MAX_PARKED_FRAMES_PER_CONN {
+            assert!(p.room_for(ConnId(1)).is_ok());
+            p.queue_behind(ConnId(1), ping());
+        }
+        let (code, _) = p.room_for(ConnId(1)).unwrap_err();
+        assert_eq!(code, wire::ErrorCode::RATE_LIMITED);
+        assert!(p.room_for(ConnId(2)).is_ok());
+    }
+
+    #[test]
+    fn a_frame_parked_too_often_is_handed_back() {
+        let mut p = Prefetch::default();
+        p.turn_on();
+        p.park(ConnId(1), ping(), get("k0"));
+        for round in 1..MAX_READ_ROUNDS {
+            let read = p.poll_read().unwrap();
+            p.complete(done(read.id));
+            assert_eq!(p.next_ready(), Some(ConnId(1)));
+            let next = get(&format!("k{round}"));
+            assert!(matches!(p.parked_again(ConnId(1), next), Reparked::Waiting));
+        }
+        let read = p.poll_read().unwrap();
+        p.complete(done(read.id));
+        assert!(matches!(
+            p.parked_again(ConnId(1), get("last")),
+            Reparked::TooManyRounds(_)
+        ));
+        assert!(p.is_idle(), "{p:?}");
+    }
+}

@@ -1,0 +1,162 @@
+//! Reading ahead (`Relay::read_ahead`): a frame that needs a row not in memory is parked on
+//! its read, which the shell runs off the relay's task; everyone else is served meanwhile, the
+//! connection's later frames wait behind it in order, and a failed read refuses the frame.
+
+use relay_core::prefetch::ReadOp;
+use relay_core::store::Table;
+use relay_core::{Config, Output};
+use wire::{ErrorCode, ServerFrame};
+
+use crate::world::{User, World, fast_config, frames};
+
+/// Acks among `outs` on `u`'s connection, as (id, seq).
+fn acks(outs: &[Output], u: &User) -> Vec<(String, u64)> {
+    frames(outs, u.conn.unwrap())
+        .into_iter()
+        .filter_map(|f| match f {
+            ServerFrame::Ack(a) => Some((a.id.to_string(), a.seq.get())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A world whose relay restarted reading ahead, with `a` (who wrote `sent` messages to `b`
+/// before the restart, so its tombstones are only in the store) and `c`, `d` connected and
+/// synced, their reads done. `config`: the relay's.
+fn restarted(config: Config, sent: usize) -> (World, [User; 4], String, String) {
+    let mut w = World::with_config(config);
+    let (mut a, mut b) = (w.user("a"), w.user("b"));
+    let (mut c, mut d) = (w.user("c"), w.user("d"));
+    let ab = w.befriend(&a, &b);
+    let cd = w.befriend(&c, &d);
+    w.connect(&mut a);
+    for i in 0..sent {
+        let outs = w.msg(&a, &b, &ab, &format!("old-{i}"));
+        assert_eq!(acks(&outs, &a).len(), 1);
+    }
+    let store = w.mem.clone();
+    w.restart(Box::new(store));
+    w.read_ahead(false);
+    for u in [&mut a, &mut b, &mut c, &mut d] {
+        let conn = w.connect(u);
+        w.sync(conn);
+    }
+    w.finish_reads();
+    // `c` has sent once: its (empty) tombstone set is in memory.
+    w.msg(&c, &d, &cd, "warm");
+    w.finish_reads();
+    (w, [a, b, c, d], ab, cd)
+}
+
+#[test]
+fn a_bystander_is_served_while_a_frame_waits_for_its_read() {
+    let (mut w, [a, b, c, d], ab, cd) = restarted(fast_config(), 3);
+    let parked = w.relay.stats().frames_parked;
+
+    // `a`'s first message since the restart needs its tombstones: parked, nothing sent yet.
+    let outs = w.msg(&a, &b, &ab, "new-1");
+    assert!(
+        acks(&outs, &a).is_empty(),
+        "acked before its read: {outs:?}"
+    );
+    assert_eq!(w.reads_waiting(), 1);
+    assert_eq!(w.relay.stats().frames_parked, parked + 1);
+    let ReadOp::ScanPrefix { table, prefix, max } = &w.reads.as_ref().unwrap()[0].0.op else {
+        panic!("not a tombstone set read");
+    };
+    assert_eq!(*table, Table::Tombstones);
+    assert!(
+        prefix.starts_with(&a.uuid) && max.is_some(),
+        "{prefix} {max:?}"
+    );
+    // Its next frame queues behind it.
+    let outs = w.msg(&a, &b, &ab, "new-2");
+    assert!(acks(&outs, &a).is_empty());
+    assert_eq!(w.relay.prefetch().parked_frames, 2);
+
+    // Meanwhile `c` is served at once: acked, delivered, no read asked.
+    let outs = w.msg(&c, &d, &cd, "bystander");
+    assert_eq!(acks(&outs, &c), vec![("bystander".to_owned(), 2)]);
+    assert!(
+        frames(&outs, d.conn.unwrap())
+            .iter()
+            .any(|f| matches!(f, ServerFrame::Msg(m) if m.id.as_str() == "bystander"))
+    );
+    assert_eq!(w.reads_waiting(), 1);
+
+    // The read comes back (and those it leads to: the conversation, the recipient's queue):
+    // both of `a`'s messages run, in order, after the three before.
+    let outs = w.finish_reads();
+    assert_eq!(
+        acks(&outs, &a),
+        vec![("new-1".to_owned(), 4), ("new-2".to_owned(), 5)]
+    );
+    let p = w.relay.prefetch();
+    assert_eq!(
+        (p.parked_frames, p.reads_pending, p.rows_held_bytes),
+        (0, 0, 0)
+    );
+    // A resend of an id from before the restart gets its first seq (the set was read).
+    let outs = w.msg(&a, &b, &ab, "old-1");
+    assert_eq!(acks(&outs, &a), vec![("old-1".to_owned(), 2)]);
+}
+
+#[test]
+fn a_set_too_large_to_hold_is_never_read_whole() {
+    // Sets of more than 9 tombstones are not held (an eighth of 8,000 bytes); `a` has 12.
+    let config = Config {
+        tombstone_cache_bytes: 8_000,
+        tombstone_set_by_row_min_bytes: 0,
+        ..fast_config()
+    };
+    let (mut w, [a, b, ..], ab, _) = restarted(config, 12);
+    w.msg(&a, &b, &ab, "old-11");
+    // First the bounded read: one row more than a held set may have, not all twelve.
+    let reads = w.reads.as_ref().unwrap();
+    assert!(
+        matches!(&reads[0].0.op, ReadOp::ScanPrefix { max: Some(10), .. }),
+        "{:?}",
+        reads[0].0.op
+    );
+    w.complete_read(0);
+    w.drain();
+    // It came back full: the author is read by row, this id first.
+    let reads = w.reads.as_ref().unwrap();
+    assert_eq!(reads.len(), 1);
+    let ReadOp::Get { table, key } = &reads[0].0.op else {
+        panic!("not a keyed read: {:?}", reads[0].0.op);
+    };
+    assert_eq!(
+        (*table, key.as_str()),
+        (Table::Tombstones, &*format!("{}/old-11", a.uuid))
+    );
+    let outs = w.finish_reads();
+    assert_eq!(acks(&outs, &a), vec![("old-11".to_owned(), 12)]);
+}
+
+#[test]
+fn a_failed_read_refuses_the_frame_and_nothing_else() {
+    let (mut w, [a, b, ..], ab, _) = restarted(fast_config(), 1);
+    let rows_before = w.rows(Table::Messages).len();
+    w.msg(&a, &b, &ab, "new-1");
+    w.mem.fail_reads(1);
+    w.complete_read(0);
+    let outs = w.drain();
+    let refusals: Vec<_> = frames(&outs, a.conn.unwrap())
+        .into_iter()
+        .filter_map(|f| match f {
+            ServerFrame::Error(e) => Some((e.error, e.id)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        refusals,
+        vec![(ErrorCode::STORAGE_UNAVAILABLE, Some("new-1".to_owned()))]
+    );
+    assert!(acks(&outs, &a).is_empty());
+    assert_eq!(w.rows(Table::Messages).len(), rows_before);
+    // Sent again, it is read again and accepted.
+    w.msg(&a, &b, &ab, "new-1");
+    let outs = w.finish_reads();
+    assert_eq!(acks(&outs, &a), vec![("new-1".to_owned(), 2)]);
+}
