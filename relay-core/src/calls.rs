@@ -115,7 +115,9 @@ impl Cx<'_> {
         };
         let ref_type = Some(c.kind.as_str().to_owned());
         let id = Some(c.call_id.to_string());
-        if !self.throttles.allow_call_signal(now, conn) {
+        // Charged once the signal's reads are done (a frame waiting for a read ahead is run
+        // again: nothing may change before its reads).
+        if !self.throttles.call_signal_allowed(now, conn) {
             return self.send_error(
                 conn,
                 ErrorCode::RATE_LIMITED,
@@ -136,6 +138,9 @@ impl Cx<'_> {
         let Ok(callee) = self.account_by_alias(&c.to) else {
             return unreadable(self, ref_type, id);
         };
+        let Ok(from) = self.alias_of(&user) else {
+            return unreadable(self, ref_type, id);
+        };
         let peer = callee.map(|a| a.uuid.clone()).filter(|peer| *peer != user);
         // PLANTED BUG (CallToAnyone): the contact check is skipped, so anyone rings anyone
         // whose alias they know.
@@ -149,6 +154,7 @@ impl Cx<'_> {
             }
             peer => peer,
         };
+        self.throttles.charge_call_signal(now, conn);
         let Some(peer) = peer else {
             return self.send_error(
                 conn,
@@ -157,9 +163,6 @@ impl Cx<'_> {
                 ref_type,
                 id,
             );
-        };
-        let Ok(from) = self.alias_of(&user) else {
-            return unreadable(self, ref_type, id);
         };
         let (Some(peer_conn), Some(from)) = (self.online(&peer), from) else {
             return self.send_error(

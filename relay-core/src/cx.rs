@@ -54,6 +54,9 @@ pub(crate) struct Cx<'a> {
     staged: &'a mut Vec<Output>,
     /// The caller of the HTTP request being handled, once the dispatcher verified its token.
     verified: Option<&'a (UserUuid, String)>,
+    /// The input changed something outside its batch and staged outputs (a frame refunded,
+    /// messages released from a window): a read that misses may no longer end its attempt.
+    changed: bool,
 }
 
 impl<'a> Cx<'a> {
@@ -90,14 +93,20 @@ impl<'a> Cx<'a> {
             stats,
             staged,
             verified,
+            changed: false,
         }
+    }
+
+    /// Notes a change outside the batch and the staged outputs ([`Cx::read_parts`]).
+    pub(crate) fn changed(&mut self) {
+        self.changed = true;
     }
 
     /// The state and a reader for a read through its caches. Reading ahead, a read that
     /// misses ends the frame's attempt only while the input has written and staged nothing
     /// (`crate::prefetch`); after that it is made on the relay's task.
     pub(crate) fn read_parts(&mut self) -> (&mut State, ReadCx<'_>) {
-        let clean = self.staged.is_empty() && self.state.batch().is_empty();
+        let clean = !self.changed && self.staged.is_empty() && self.state.batch().is_empty();
         self.reader.may_park(clean);
         (&mut *self.state, ReadCx::new(&mut self.reader, self.stats))
     }
@@ -192,6 +201,7 @@ impl<'a> Cx<'a> {
     /// A `delivered`/`read` of `conn` released messages pushed to it: the frame was free
     /// (a client may answer every pushed `msg` without spending its budget).
     pub(crate) fn refund_frame(&mut self, conn: ConnId) {
+        self.changed();
         if let Some(user) = self.sessions.user(conn) {
             self.throttles.refund_frame(user);
         }

@@ -321,13 +321,19 @@ impl Cx<'_> {
                 return self.send_error(conn, code, msg, Some("typing".into()), None);
             }
         };
+        // Typing is best effort: a failed read of the caller's alias drops it. Read before the
+        // notice is charged (nothing changes before a frame's reads).
+        let to = match self.online(&other) {
+            Some(peer) => self.alias_of(&user).ok().flatten().map(|from| (peer, from)),
+            None => None,
+        };
+        if self.read_missed() {
+            return; // run again once the alias is read
+        }
         if !self.throttles.allow_typing(now, &user) {
             return; // silently dropped
         }
-        // Typing is best effort: a failed read of the caller's alias drops it.
-        if let Some(peer) = self.online(&other)
-            && let Ok(Some(from)) = self.alias_of(&user)
-        {
+        if let Some((peer, from)) = to {
             self.send(
                 peer,
                 ServerFrame::Typing(TypingDelivery {

@@ -41,7 +41,9 @@ use crate::shell::ConnId;
 use crate::store::{Batch, Expiries, MutationRef, Rows, StoreError, StoreRead, Table};
 
 /// Frames one connection may have waiting for reads (the one parked and those queued behind
-/// it); one more is refused with `RATE_LIMITED`.
+/// it) beyond its frame burst (`Config::frame_burst_per_conn`): the frames its budget admits
+/// at once always wait, and a connection whose read is slow may go on past them by this many
+/// as its budget refills; one more is refused with `RATE_LIMITED`.
 pub const MAX_PARKED_FRAMES_PER_CONN: usize = 64;
 /// Frames all connections together may have waiting for reads; one more is refused with
 /// `STORAGE_UNAVAILABLE` (the relay's reads are behind; the client sends it again).
@@ -563,11 +565,19 @@ fn not_read_ahead() -> StoreError {
 
 /// A frame waiting for a read (or queued behind one that is).
 #[derive(Debug)]
-pub(crate) struct Parked {
-    pub(crate) frame: ClientFrame,
+struct Parked {
+    frame: ClientFrame,
     /// Times it was parked.
     rounds: u32,
-    /// The reads it was parked on, held until its run is over.
+}
+
+/// One connection's frames waiting: the head parked on a read, the rest behind it.
+#[derive(Debug, Default)]
+struct Waiting {
+    frames: VecDeque<Parked>,
+    /// The reads its frames were parked on, held until none of its frames waits any more:
+    /// the frames behind the head usually need the same rows (a burst to one peer), and a
+    /// relay without caches would read them again for each.
     holds: Vec<ReadOp>,
 }
 
@@ -603,8 +613,8 @@ pub(crate) struct Prefetch {
     /// Reads for the shell to poll, in the order they were asked.
     requests: VecDeque<ReadRequest>,
     next_id: u64,
-    /// Each connection's frames waiting: the head parked on a read, the rest behind it.
-    parked: BTreeMap<ConnId, VecDeque<Parked>>,
+    /// Each connection's frames waiting.
+    parked: BTreeMap<ConnId, Waiting>,
     /// Frames in `parked`.
     parked_frames: usize,
     /// Connections whose head's read came back, to run in this order.
@@ -637,8 +647,15 @@ impl Prefetch {
     }
 
     /// Whether one more frame of `conn` may wait: `Err` is the refusal's code and words.
-    pub(crate) fn room_for(&self, conn: ConnId) -> Result<(), (wire::ErrorCode, &'static str)> {
-        if self.parked.get(&conn).map_or(0, VecDeque::len) >= MAX_PARKED_FRAMES_PER_CONN {
+    pub(crate) fn room_for(
+        &self,
+        conn: ConnId,
+        burst: u32,
+    ) -> Result<(), (wire::ErrorCode, &'static str)> {
+        let per_conn = usize::try_from(burst)
+            .unwrap_or(usize::MAX)
+            .saturating_add(MAX_PARKED_FRAMES_PER_CONN);
+        if self.parked.get(&conn).map_or(0, |w| w.frames.len()) >= per_conn {
             return Err((
                 wire::ErrorCode::RATE_LIMITED,
                 "too many frames wait for the store on this connection; send it again later",
@@ -656,11 +673,8 @@ impl Prefetch {
     /// Queues `frame` behind `conn`'s parked frames.
     pub(crate) fn queue_behind(&mut self, conn: ConnId, frame: ClientFrame) {
         self.parked_frames += 1;
-        self.parked.entry(conn).or_default().push_back(Parked {
-            frame,
-            rounds: 0,
-            holds: Vec::new(),
-        });
+        let waiting = self.parked.entry(conn).or_default();
+        waiting.frames.push_back(Parked { frame, rounds: 0 });
     }
 
     /// Parks `frame` of `conn` (which has nothing waiting) on `op`.
@@ -671,7 +685,10 @@ impl Prefetch {
 
     /// `conn`'s head frame ran again and missed `op`: it waits for that read now.
     pub(crate) fn parked_again(&mut self, conn: ConnId, op: ReadOp) -> Reparked {
-        let Some(head) = self.parked.get_mut(&conn).and_then(VecDeque::front_mut) else {
+        let Some(waiting) = self.parked.get_mut(&conn) else {
+            return Reparked::Waiting;
+        };
+        let Some(head) = waiting.frames.front_mut() else {
             return Reparked::Waiting;
         };
         head.rounds += 1;
@@ -681,7 +698,7 @@ impl Prefetch {
             };
             return Reparked::TooManyRounds(head);
         }
-        head.holds.push(op.clone());
+        waiting.holds.push(op.clone());
         let id = match self.asked.get(&op) {
             Some(id) => *id,
             None => self.ask(op),
@@ -749,23 +766,28 @@ impl Prefetch {
 
     /// A copy of `conn`'s head frame, to run.
     pub(crate) fn head(&self, conn: ConnId) -> Option<ClientFrame> {
-        self.parked.get(&conn)?.front().map(|p| p.frame.clone())
+        self.parked
+            .get(&conn)?
+            .frames
+            .front()
+            .map(|p| p.frame.clone())
     }
 
-    /// `conn`'s head frame ran to its end: the rows it held may go.
+    /// `conn`'s head frame ran to its end (once none waits, the rows its frames held may go).
     pub(crate) fn ran(&mut self, conn: ConnId) {
         let _ = self.pop_head(conn);
     }
 
     fn pop_head(&mut self, conn: ConnId) -> Option<ClientFrame> {
-        let queue = self.parked.get_mut(&conn)?;
-        let head = queue.pop_front()?;
+        let waiting = self.parked.get_mut(&conn)?;
+        let head = waiting.frames.pop_front()?;
         self.parked_frames -= 1;
-        if queue.is_empty() {
-            self.parked.remove(&conn);
-        }
-        for op in &head.holds {
-            self.ahead.release(op);
+        if waiting.frames.is_empty()
+            && let Some(waiting) = self.parked.remove(&conn)
+        {
+            for op in &waiting.holds {
+                self.ahead.release(op);
+            }
         }
         Some(head.frame)
     }
@@ -773,14 +795,12 @@ impl Prefetch {
     /// `conn` is gone: its waiting frames are dropped (none was acknowledged) and the rows they
     /// held released.
     pub(crate) fn forget(&mut self, conn: ConnId) {
-        let Some(queue) = self.parked.remove(&conn) else {
+        let Some(waiting) = self.parked.remove(&conn) else {
             return;
         };
-        self.parked_frames -= queue.len();
-        for p in queue {
-            for op in &p.holds {
-                self.ahead.release(op);
-            }
+        self.parked_frames -= waiting.frames.len();
+        for op in &waiting.holds {
+            self.ahead.release(op);
         }
         for p in self.pending.values_mut() {
             p.waiters.retain(|c| *c != conn);
@@ -908,6 +928,8 @@ mod tests {
         p.ran(ConnId(1));
         assert!(p.is_waiting(ConnId(1)), "the frame behind still waits");
         assert!(p.stats(0).rows_held_bytes > 0);
+        // The frame behind reads the rows its connection's head waited for.
+        assert!(p.reader().get(Table::Accounts, "u1").is_ok());
         p.ran(ConnId(1));
         p.ran(ConnId(2));
         assert!(p.is_idle(), "{p:?}");
@@ -932,13 +954,13 @@ mod tests {
         let mut p = Prefetch::default();
         p.turn_on();
         p.park(ConnId(1), ping(), get("u1"));
-        for _ in 1..MAX_PARKED_FRAMES_PER_CONN {
-            assert!(p.room_for(ConnId(1)).is_ok());
+        for _ in 1..MAX_PARKED_FRAMES_PER_CONN + 10 {
+            assert!(p.room_for(ConnId(1), 10).is_ok());
             p.queue_behind(ConnId(1), ping());
         }
-        let (code, _) = p.room_for(ConnId(1)).unwrap_err();
+        let (code, _) = p.room_for(ConnId(1), 10).unwrap_err();
         assert_eq!(code, wire::ErrorCode::RATE_LIMITED);
-        assert!(p.room_for(ConnId(2)).is_ok());
+        assert!(p.room_for(ConnId(2), 10).is_ok());
     }
 
     #[test]

@@ -324,6 +324,9 @@ impl Cx<'_> {
             bytes += cost(conv, m);
         }
         c.window.release(conv, limit, n, bytes);
+        if n > 0 {
+            self.changed();
+        }
         n
     }
 

@@ -71,10 +71,17 @@ impl Throttles {
         self.typing.allow(now.get(), user)
     }
 
-    /// Charges a call signal on `conn`; `false`: over the limit (refused).
+    /// Whether `conn` may send one more call signal now (nothing is charged: see
+    /// [`charge_call_signal`](Self::charge_call_signal)).
     #[inline]
-    pub(crate) fn allow_call_signal(&mut self, now: UnixMs, conn: ConnId) -> bool {
-        self.call_signals.allow(now.get(), &conn)
+    pub(crate) fn call_signal_allowed(&self, now: UnixMs, conn: ConnId) -> bool {
+        self.call_signals.check(now.get(), &conn)
+    }
+
+    /// Counts a call signal of `conn` that was judged (passed on or refused by its rule).
+    #[inline]
+    pub(crate) fn charge_call_signal(&mut self, now: UnixMs, conn: ConnId) {
+        self.call_signals.record(now.get(), &conn);
     }
 
     /// Forgets the windows and buckets that ended before `now` (memory only: the answers stay

@@ -163,6 +163,14 @@ pub(crate) struct Args {
     #[arg(long, value_name = "DIR", env = "RELAY_BLOB_DIR", help_heading = STORE)]
     pub(crate) blob_dir: Option<PathBuf>,
 
+    /// Threads that read what the relay does not hold in memory (an account, a conversation,
+    /// a queue, a sender's message ids) for a frame that needs it, so that no read ever holds
+    /// up the task that serves everyone: the frame waits for its read, everyone else goes on.
+    /// With --data or --postgres; 0 reads on that task instead (--memory always does).
+    #[arg(long, value_name = "N", env = "RELAY_READ_THREADS",
+          default_value_t = relay_server::READ_THREADS, help_heading = STORE)]
+    pub(crate) read_threads: usize,
+
     // ------------------------------------------------------------------ secrets
     /// Directory of the key files every relay of a PostgreSQL database shares:
     /// DIR/jwt-signing.key (and DIR/vapid.pem with --vapid-subject), created mode 0600 on first

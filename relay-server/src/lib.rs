@@ -97,6 +97,7 @@ pub mod metrics;
 mod outbound;
 pub mod postgres;
 mod push;
+mod readers;
 mod rest;
 pub mod secrets;
 mod ws;
@@ -132,6 +133,7 @@ use self::metrics::Metrics;
 pub use self::committer::{CommitDelay, CommitMode, PIPELINE_DEPTH};
 pub use self::outbound::OutboundBytes;
 pub use self::push::{NET_PUSH_MAX_IDLE, NetPushTransport, PushDelivery};
+pub use self::readers::{READ_THREADS, ReadDelay, ReadMode};
 pub use self::rest::{HEALTHZ_PATH, OVERSIZE_DRAIN_BYTES, READYZ_PATH};
 pub use self::ws::{
     CLOSE_LINGER_MS, HARD_MAX_MESSAGE_BYTES, MAX_WRITE_BATCH, WS_MAX_WRITE_BUFFER_BYTES,
@@ -184,6 +186,7 @@ pub struct RelayServer {
     metrics: Option<Metrics>,
     drain_deadline_ms: u64,
     commit_mode: CommitMode,
+    read_mode: ReadMode,
 }
 
 impl fmt::Debug for RelayServer {
@@ -194,6 +197,7 @@ impl fmt::Debug for RelayServer {
             .field("test_mode", &self.test_mode)
             .field("limits", &self.limits)
             .field("commit_mode", &self.commit_mode)
+            .field("read_mode", &self.read_mode)
             .finish_non_exhaustive()
     }
 }
@@ -227,6 +231,7 @@ impl RelayServer {
             metrics: None,
             drain_deadline_ms: DRAIN_DEADLINE_MS,
             commit_mode: CommitMode::Inline,
+            read_mode: ReadMode::Core,
         }
     }
 
@@ -321,6 +326,17 @@ impl RelayServer {
     #[must_use]
     pub fn with_commit_mode(mut self, mode: CommitMode) -> Self {
         self.commit_mode = mode;
+        self
+    }
+
+    /// Where the relay's reads of rows it does not hold in memory run (default
+    /// [`ReadMode::Core`]: on the core task, as a frame needs them). [`ReadMode::Threads`]
+    /// runs them on threads of their own: a frame that needs a cold row waits for its read
+    /// (and its connection's later frames behind it) while the core serves everyone else.
+    /// For stores whose reads wait on a disk or a network.
+    #[must_use]
+    pub fn with_read_mode(mut self, mode: ReadMode) -> Self {
+        self.read_mode = mode;
         self
     }
 
@@ -451,12 +467,13 @@ impl RelayServer {
         }
     }
 
-    /// What every core of this server shares: `clock`, the test-mode clock, the commit mode,
+    /// What every core of this server shares: `clock`, the test-mode clock, the commit and read modes,
     /// the outbound queue limit and counter, the metrics.
     fn core_ctx(&self, clock: Arc<dyn Clock>, test_clock: Option<OffsetClock>) -> CoreCtx {
         CoreCtx {
             clock,
             commit_mode: self.commit_mode.clone(),
+            read_mode: self.read_mode.clone(),
             test_clock,
             queue_bytes: self.limits.outbound_queue_bytes,
             outbound_bytes: self.outbound_bytes.clone(),
@@ -568,6 +585,7 @@ fn no_relay() -> Result<Relay, StoreError> {
 struct CoreCtx {
     clock: Arc<dyn Clock>,
     commit_mode: CommitMode,
+    read_mode: ReadMode,
     test_clock: Option<OffsetClock>,
     queue_bytes: usize,
     outbound_bytes: OutboundBytes,
@@ -586,7 +604,7 @@ impl CoreCtx {
         driver::Core::new(
             relay,
             open,
-            self.commit_mode.clone(),
+            (self.commit_mode.clone(), self.read_mode.clone()),
             Arc::clone(&self.clock),
             push,
             self.test_clock.clone(),

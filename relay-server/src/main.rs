@@ -60,7 +60,7 @@ use relay_push::{
     WorkerConfig,
 };
 use relay_server::{
-    CommitMode, PushDelivery, RelayServer,
+    CommitMode, PushDelivery, ReadMode, RelayServer,
     logging::LogFormat,
     metrics::Metrics,
     postgres::{BlobOpener, PgLeadership},
@@ -251,6 +251,14 @@ async fn run(args: Args) -> Result<()> {
         StoreChoice::Memory => CommitMode::Inline,
         StoreChoice::Sqlite(_) | StoreChoice::Postgres(_) => CommitMode::Thread,
     };
+    // Reads of a durable store wait on the disk or the database too: on threads of their own,
+    // the core task never waits for one. The memory store's reads cost less than a hand-off.
+    let read_mode = match store {
+        StoreChoice::Sqlite(_) | StoreChoice::Postgres(_) if args.read_threads > 0 => {
+            ReadMode::Threads(args.read_threads)
+        }
+        _ => ReadMode::Core,
+    };
     let mut server = match store {
         StoreChoice::Memory => memory_server(config, seed, metrics.clone())?,
         StoreChoice::Sqlite(dir) => sqlite_server(&args, config, &dir, seed, metrics.clone())?,
@@ -264,7 +272,10 @@ async fn run(args: Args) -> Result<()> {
             metrics.as_ref(),
         )?,
     };
-    server = server.with_push(push).with_commit_mode(commit_mode);
+    server = server
+        .with_push(push)
+        .with_commit_mode(commit_mode)
+        .with_read_mode(read_mode);
     server = server.with_limits(serve_limits(&args));
     if args.test_mode {
         warn!("--test-mode: anyone can move this relay's clock; never use it in production");

@@ -13,6 +13,7 @@
 //! | [`TAG_DRILL`] | the drill host's accounts (`n`: the account's number) |
 //! | [`TAG_RELAY_START`] | one start of a relay (`n`: its start on its host, from 0; seeded from the host's [`TAG_RELAY`] number, as the `relay` binary draws fresh randomness at each start) |
 //! | [`TAG_RELAY_KEY`] | the relay's configured JWT signing key (one per run: the key file the relays of a deployment share) |
+//! | [`TAG_READS`] | the relay's read latencies (`n` 0: the run's slowest read; `n` 1: each read's draw) |
 //! | [`client_tag`] | client `c`'s device `d` (`n`: its incarnation, from 1): `c << 8 \| d` |
 
 /// The scenario's draw.
@@ -35,6 +36,8 @@ pub(crate) const TAG_DRILL: u64 = 8;
 pub(crate) const TAG_RELAY_START: u64 = 9;
 /// The relay's configured JWT signing key.
 pub(crate) const TAG_RELAY_KEY: u64 = 10;
+/// The relay's read latencies.
+pub(crate) const TAG_READS: u64 = 11;
 
 /// The 32-byte seed of stream `(tag, n)` of run `seed`.
 pub(crate) fn derive_seed(seed: u64, tag: u64, n: u64) -> [u8; 32] {

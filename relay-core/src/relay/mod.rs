@@ -511,7 +511,8 @@ impl Relay {
             let _ = self.run_frame(now, conn, frame);
             return;
         }
-        if let Err((code, words)) = self.prefetch.room_for(conn) {
+        let burst = self.config.frame_burst_per_conn;
+        if let Err((code, words)) = self.prefetch.room_for(conn, burst) {
             self.refuse_waiting(conn, &frame, code, words);
             return;
         }

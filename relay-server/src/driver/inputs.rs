@@ -109,6 +109,8 @@ pub(super) enum Wakeup {
     Gone(GoneTarget),
     /// An input arrived (more that wait are taken with it).
     Input(Input),
+    /// A read ahead of a parked frame came back.
+    Read(relay_core::prefetch::ReadDone),
 }
 
 /// What outlives one core (a term): the push worker and its gone reports.

@@ -36,6 +36,7 @@ use super::committer::{CommitMode, Committer, Completion};
 use super::leadership::{CLOSE_NOT_LEADER, TermEnd};
 use super::metrics::{CloseKind, Metrics, Stopwatch, close_kind};
 use super::outbound::{Charge, OutboundBytes};
+use super::readers::{ReadMode, Readers};
 use super::{
     INPUT_QUEUE_CAPACITY, MAX_BATCH_INPUTS, OUTBOUND_QUEUE_CAPACITY, REBUILD_RETRY_MS, RelayOpener,
 };
@@ -48,7 +49,7 @@ mod support;
 use inputs::Wakeup;
 pub(super) use inputs::{Connected, CoreParts, Input, Outbound, Phase, TermCtx};
 use sockets::{Farewell, Sent, Sockets};
-use support::{close_code, close_for, committer_for, next_gone, not_leader_response};
+use support::{close_code, close_for, next_gone, not_leader_response, pipeline_for};
 
 /// Where the relay's push outputs go: the delivery worker ([`super::PushDelivery`]); gone
 /// reports come back to [`Core::run`].
@@ -62,6 +63,10 @@ pub(super) struct Core {
     commit_mode: CommitMode,
     /// Commits the relay's sealed batches (it owns the relay's store).
     committer: Committer,
+    /// Where reads run ([`Core::readers`] is rebuilt with the relay).
+    read_mode: ReadMode,
+    /// Runs the reads the relay asks for ahead of a parked frame, off this task.
+    readers: Readers,
     /// The answers of the open batch's inputs.
     answers: Answers,
     /// Inputs handled into the open batch.
@@ -105,7 +110,7 @@ impl Core {
     pub(super) fn new(
         mut relay: Relay,
         open: RelayOpener,
-        commit_mode: CommitMode,
+        (commit_mode, read_mode): (CommitMode, ReadMode),
         clock: Arc<dyn Clock>,
         push: Option<PushSink>,
         test_clock: Option<OffsetClock>,
@@ -115,12 +120,14 @@ impl Core {
         term: Option<TermCtx>,
         metrics: Option<Metrics>,
     ) -> Self {
-        let committer = committer_for(&commit_mode, &mut relay);
+        let (committer, readers) = pipeline_for(&commit_mode, &read_mode, &mut relay);
         Self {
             relay,
             open,
             commit_mode,
             committer,
+            read_mode,
+            readers,
             answers: Answers::default(),
             open_inputs: 0,
             quiet: true,
@@ -158,11 +165,13 @@ impl Core {
             let sleep = clock::sleep_until(&*self.clock, self.deadline());
             let accepting = self.accepting();
             let in_flight = self.committer.in_flight() > 0;
+            let reading = accepting && self.readers.in_flight() > 0;
             let woke = tokio::select! {
                 biased;
                 why = &mut ended => Wakeup::Ended(why),
                 _ = stop.changed(), if !self.draining => Wakeup::Stop,
                 done = self.committer.next(), if in_flight => Wakeup::Committed(done),
+                done = self.readers.next(), if reading => Wakeup::Read(done),
                 () = sleep, if accepting => Wakeup::Due,
                 report = next_gone(&mut gone), if accepting => Wakeup::Gone(report),
                 input = inputs.recv(), if accepting => match input {
@@ -181,6 +190,7 @@ impl Core {
                 Wakeup::Committed(done) => self.completed(done),
                 Wakeup::Due => self.due(),
                 Wakeup::Gone(report) => self.push_gone(&report),
+                Wakeup::Read(done) => self.read_done(done),
                 Wakeup::Input(input) => self.take_batch(input, in_flight, &mut batch, &mut inputs),
             }
             self.end_round(&inputs, busy);
@@ -251,6 +261,9 @@ impl Core {
     /// The end of every round: seals the open batch if it is due, executes the outputs,
     /// exports the metrics and counts the round's work (`busy`: when it began).
     fn end_round(&mut self, inputs: &mpsc::Receiver<Input>, busy: Option<Stopwatch>) {
+        while let Some(request) = self.relay.poll_read() {
+            self.readers.submit(request);
+        }
         self.seal_if_due(inputs);
         self.drain();
         self.export(inputs.len());
@@ -344,6 +357,13 @@ impl Core {
             reason = why,
             sockets, refused, "leadership ended: fail-stop, every socket closed; standing by"
         );
+    }
+
+    /// A read ahead came back: the frames parked on it run in the open batch.
+    fn read_done(&mut self, done: relay_core::prefetch::ReadDone) {
+        self.open_inputs += 1;
+        let now = self.clock.now();
+        self.relay.handle_read(now, done);
     }
 
     /// Handles `batch` (emptied) in the open batch; its answers wait for the batch's commit
@@ -821,7 +841,8 @@ impl Core {
         match (self.open)() {
             Ok(mut relay) => {
                 self.export(0);
-                self.committer = committer_for(&self.commit_mode, &mut relay);
+                (self.committer, self.readers) =
+                    pipeline_for(&self.commit_mode, &self.read_mode, &mut relay);
                 self.relay = relay;
                 self.exported = RelayStats::default();
                 self.rebuild_pending = false;

@@ -15,14 +15,20 @@ pub(super) fn not_leader_response() -> HttpResponse {
     response
 }
 
-/// Takes the store out of `relay` and starts its committer. A relay without a store (taken
-/// before: a bug) gets a committer that fails every commit, so the relay fails stop.
-pub(super) fn committer_for(mode: &CommitMode, relay: &mut Relay) -> Committer {
-    let store = relay.take_store().unwrap_or_else(|| {
+/// Takes the store out of `relay`, starts its readers (the relay reads ahead unless they run
+/// on the core) and then its committer. A relay without a store (taken before: a bug) gets a
+/// committer that fails every commit, so the relay fails stop.
+pub(super) fn pipeline_for(
+    commit: &CommitMode,
+    read: &ReadMode,
+    relay: &mut Relay,
+) -> (Committer, Readers) {
+    let mut store = relay.take_store().unwrap_or_else(|| {
         error!("the relay's store was already taken: every commit fails");
         Box::new(NoStore)
     });
-    Committer::start(mode, store)
+    let readers = Readers::start(read, &mut *store, relay);
+    (Committer::start(commit, store), readers)
 }
 
 /// The store of a relay whose store was taken elsewhere: refuses everything.

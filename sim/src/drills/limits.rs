@@ -209,14 +209,22 @@ pub(super) async fn message_rate(d: &mut Drills<'_>) -> Outcome {
         return out;
     };
     let calm = Calm::now(d.ctx);
+    // The window begins when the first message is accepted: after it was sent, before its ack
+    // came back (a relay reading ahead may accept it a read's wait after it arrived).
     let first_ms = sim_ms();
+    let mut first_acked_ms = first_ms;
     let mut n = 0u64;
     let alias = sender.raw.alias.clone();
     let mut acked = 0;
     let mut refused = None;
     for _ in 0..=max {
         match rate_send(&mut socket, &convs, &alias, &mut n).await {
-            Answer::Ack(_) => acked += 1,
+            Answer::Ack(_) => {
+                if acked == 0 {
+                    first_acked_ms = sim_ms();
+                }
+                acked += 1;
+            }
             Answer::Refused(code) if code != "STORAGE_UNAVAILABLE" => {
                 refused = Some(code);
                 break;
@@ -261,9 +269,9 @@ pub(super) async fn message_rate(d: &mut Drills<'_>) -> Outcome {
     } else {
         out.skip();
     }
-    // Just past the window that began with the first message (its acceptance is a few ms
-    // after `first_ms`): a new window, the whole allowance again.
-    let past = (MINUTE_MS + 300).saturating_sub(d.relay_since(first_ms));
+    // Just past the window that began with the first message (accepted before its ack came
+    // back): a new window, the whole allowance again.
+    let past = (MINUTE_MS + 300).saturating_sub(d.relay_since(first_acked_ms));
     let jumped = u64::from(past > 0);
     if past > 0 && !d.jump(past).await {
         out.skip();

@@ -17,11 +17,11 @@ use crate::bounds::{RELAY, RELAY_A, RELAY_B, RELAY_PORT};
 use crate::class::Class;
 use crate::failover::{self, SimLeadership};
 use crate::pushworld::PushWorld;
-use crate::seeds::{TAG_RELAY, TAG_RELAY_KEY, TAG_RELAY_START, derive_seed, derive_u64};
+use crate::seeds::{TAG_READS, TAG_RELAY, TAG_RELAY_KEY, TAG_RELAY_START, derive_seed, derive_u64};
 use crate::store::SimStore;
 use crate::time::sleep_ms;
 use relay_server::metrics::Metrics;
-use relay_server::{CommitMode, PushDelivery, RelayServer};
+use relay_server::{CommitMode, PushDelivery, ReadMode, RelayServer};
 use seam::clock::OffsetClock;
 use seam::net::{ServeLimits, Turmoil};
 
@@ -171,6 +171,11 @@ pub(super) fn add_relay_hosts(
         metrics: parts.metrics.clone(),
     };
     let seed = parts.replay.seed;
+    let slowest = crate::store::READ_DELAY_MAX_MS
+        [(derive_u64(seed, TAG_READS, 0) % crate::store::READ_DELAY_MAX_MS.len() as u64) as usize];
+    store
+        .ctl()
+        .seed_read_delays(derive_u64(seed, TAG_READS, 1), slowest);
     // Half the runs on the memory store without slow commits commit inline, on the core task,
     // as the `relay` binary does with `--memory` (the rest pipeline on a task).
     let inline = !sim.failover
@@ -215,6 +220,7 @@ fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, inline: bool
                 } else {
                     commit_mode(&store)
                 };
+                let reads = read_mode(&store);
                 let open = move || {
                     Relay::with_blobs(
                         config.clone(),
@@ -226,6 +232,7 @@ fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, inline: bool
                 let delivery = relay.deliver_pushes.then_some(delivery);
                 let server = RelayServer::new(open)
                     .with_commit_mode(commit)
+                    .with_read_mode(reads)
                     .with_metrics(relay.metrics.clone());
                 serve_relay(server, relay.limits, &relay.clock, delivery).await;
             }
@@ -240,6 +247,15 @@ fn commit_mode(store: &SimStore) -> CommitMode {
     let ctl = store.ctl().clone();
     CommitMode::Task {
         delay: Some(Arc::new(move || ctl.commit_delay())),
+    }
+}
+
+/// Every relay reads ahead: its reads run on tasks of its host's runtime (deterministic), each
+/// after the wait the store's read latency draws for it, so they finish out of order.
+fn read_mode(store: &SimStore) -> ReadMode {
+    let ctl = store.ctl().clone();
+    ReadMode::Task {
+        delay: Some(Arc::new(move || ctl.read_delay())),
     }
 }
 
@@ -285,6 +301,7 @@ fn add_campaigning_relay(
                 let leadership = SimLeadership::new(host, relay.store.clone(), make);
                 let server = RelayServer::campaigning(leadership)
                     .with_commit_mode(commit_mode(&relay.store))
+                    .with_read_mode(read_mode(&relay.store))
                     .with_metrics(relay.metrics.clone());
                 let delivery = relay.deliver_pushes.then_some(delivery);
                 serve_relay(server, relay.limits, &relay.clock, delivery).await;

@@ -27,6 +27,11 @@
 //! * **crash mid-batch**: the next commit is not applied, the store goes down, and the relay
 //!   is powered off (a crash during a batch: an atomic store leaves nothing of it).
 //!
+//! * **read latency**: every read the relay makes ahead of a parked frame waits a time drawn
+//!   from the run's seed before it runs ([`StoreCtl::read_delay`], handed to the server as
+//!   its `ReadMode::Task` delay): up to the run's slowest read ([`READ_DELAY_MAX_MS`] picks
+//!   it), so reads finish out of order and a slow one holds its frame while others pass.
+//!
 //! * **slow commit**: the next commit waits a while before it is applied. `Store::commit` is
 //!   synchronous and simulated time only advances between turmoil steps, so the wait happens
 //!   in the relay's committer task ([`StoreCtl::commit_delay`], handed to the server as its
@@ -64,6 +69,11 @@ pub use self::history::{CommittedMessage, Counts, History, QueueLedger};
 /// in flight behind that commit (they fail with it, or die with the process).
 pub const FAULTED_COMMIT_DELAY_MS: u64 = 250;
 
+/// The slowest read of a run is one of these, in ms, drawn from its seed: none waits, a few
+/// ms (reads overtake each other), a database round trip under load, a read that holds its
+/// frame for a second.
+pub const READ_DELAY_MAX_MS: [u64; 4] = [0, 5, 50, 1_000];
+
 /// A power-off the store asks the runner for (crash after commit / mid-batch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CrashRequest {
@@ -93,6 +103,12 @@ struct FaultState {
     model: Option<MemoryStore>,
     /// Failover topology: the leadership lease and the fencing epoch.
     lease: Lease,
+    /// The relay's read latencies: the slowest, and the state of their draw (splitmix64).
+    read_delay_max_ms: u64,
+    read_delay_state: u64,
+    /// Reads the relay made ahead of a parked frame, and how many waited.
+    reads_ahead: u64,
+    reads_delayed: u64,
 }
 
 /// The leadership lease of the failover topology (see the module docs).
@@ -167,6 +183,41 @@ impl StoreCtl {
     pub fn down_until(&self, until_ms: u64) {
         let mut c = self.lock();
         c.down_until_ms = Some(c.down_until_ms.map_or(until_ms, |u| u.max(until_ms)));
+    }
+
+    /// Seeds the relay's read latencies: each read waits up to `max_ms`, drawn from `seed`.
+    pub fn seed_read_delays(&self, seed: u64, max_ms: u64) {
+        let mut c = self.lock();
+        c.read_delay_state = seed;
+        c.read_delay_max_ms = max_ms;
+    }
+
+    /// How long the next read ahead waits before it runs, in ms (the relay's read task asks
+    /// before each): three in four within a twentieth of the slowest, the rest up to it.
+    pub fn read_delay(&self) -> u64 {
+        let mut c = self.lock();
+        c.reads_ahead += 1;
+        if c.read_delay_max_ms == 0 {
+            return 0;
+        }
+        c.read_delay_state = c.read_delay_state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = c.read_delay_state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let max = c.read_delay_max_ms;
+        let cap = if z % 4 == 0 { max } else { (max / 20).max(1) };
+        let ms = (z >> 2) % (cap + 1);
+        if ms > 0 {
+            c.reads_delayed += 1;
+        }
+        ms
+    }
+
+    /// Reads the relay made ahead of parked frames, and how many of them waited.
+    pub fn reads_ahead(&self) -> (u64, u64) {
+        let c = self.lock();
+        (c.reads_ahead, c.reads_delayed)
     }
 
     /// The relay's next commit waits `ms` before it is applied.
