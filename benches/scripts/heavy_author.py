@@ -3,7 +3,7 @@ takes to be acknowledged once its tombstones outweigh the relay's tombstone cach
 Python's `cryptography` package.
 
     cargo build --release -p relay-server --bin relay
-    python3 benches/scripts/heavy_author.py target/release/relay DIR 1000000 [MESSAGES]
+    python3 benches/scripts/heavy_author.py target/release/relay DIR 1000000 [MESSAGES] [--bystander] [-- RELAY ARGS]
 
 Starts the relay on a fresh SQLite data directory DIR (`--pow-difficulty 0`), registers two
 accounts over HTTP and makes them friends, stops it, writes N tombstone rows of the first
@@ -13,20 +13,32 @@ cache), starts it again and sends MESSAGES (default 50) `msg` frames from that a
 WebSocket, one at a time, each timed from send to its `ack`. Prints the first message's time
 (whatever the relay reads for that author at its first message), the median and the maximum of
 the rest, and the relay's tombstone counters from its metrics.
+
+With `--bystander`, two more accounts are friends too; after the restart one of them sends a
+message to the other, waits for its ack and sends the next, all along, and another thread asks
+`GET /healthz` every 5 ms: the script prints the bystander's ack times and `/healthz`'s while
+the heavy author's first message was in flight (p50, p99, max), which is what a relay that reads
+on the task serving everyone makes everyone else wait. Arguments after `--` go to the relay
+(e.g. `--read-threads 0` to read on that task).
 """
-import base64, http.client, json, os, socket, sqlite3, struct, sys, time, uuid
+import base64, http.client, json, os, socket, sqlite3, struct, sys, threading, time, uuid
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
 
 from relaystart import start, stop
 
-relay, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-messages = int(sys.argv[4]) if len(sys.argv) > 4 else 50
+args, relay_args = sys.argv[1:], []
+if "--" in args:
+    args, relay_args = args[:args.index("--")], args[args.index("--") + 1:]
+bystander = "--bystander" in args
+args = [x for x in args if x != "--bystander"]
+relay, data, n = args[0], args[1], int(args[2])
+messages = int(args[3]) if len(args) > 3 else 50
 port = 47950 + os.getpid() % 40
 metrics_port = port + 40
 store = ["--data", data, "--pow-difficulty", "0",
-         "--metrics-listen", f"127.0.0.1:{metrics_port}"]
+         "--metrics-listen", f"127.0.0.1:{metrics_port}", *relay_args]
 raw = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 b64 = lambda b: base64.b64encode(b).decode()
 
@@ -109,14 +121,86 @@ def tombstone_counters():
     return out
 
 
+def befriend(x, y):
+    st, req = call("POST", "/api/v1/friends/request", {"to_alias_id": y["alias"]}, x["token"])
+    assert st in (200, 201), (st, req)
+    st, acc = call("POST", f"/api/v1/friends/{req['friendship_id']}/accept", {}, y["token"])
+    assert st == 200, (st, acc)
+    return acc["conversation_id"]
+
+
+def send_and_wait(ws, mid, to, conv, payload):
+    """Sends `msg` `mid` and returns the ms until its ack."""
+    t = time.perf_counter()
+    ws.send({"type": "msg", "id": mid, "to": to["alias"], "conv_id": conv, "crypto_v": 1,
+             "payload": payload})
+    while True:
+        f = ws.recv()
+        if f and f.get("type") == "ack" and f.get("id") == mid:
+            return (time.perf_counter() - t) * 1000
+        assert not (f and f.get("type") == "error"), f
+
+
+def quantiles(xs):
+    xs = sorted(xs)
+    if not xs:
+        return "none"
+    return (f"{len(xs)} of them: p50 {xs[len(xs) // 2]:.1f} ms, "
+            f"p99 {xs[min(len(xs) - 1, len(xs) * 99 // 100)]:.1f} ms, max {xs[-1]:.1f} ms")
+
+
+class Bystanders:
+    """A pair exchanging messages one at a time and a `/healthz` poller, each time kept with
+    when it ended."""
+
+    def __init__(self, c, d, conv):
+        self.stop, self.acks, self.health = threading.Event(), [], []
+        login(c)
+        self.ws = Socket(c)
+        self.ws.send({"type": "sync", "crypto_v": 1})
+        send_and_wait(self.ws, "warm", d, conv, b64(b"warm"))
+        self.threads = [threading.Thread(target=self.talk, args=(d, conv)),
+                        threading.Thread(target=self.poll)]
+        for t in self.threads:
+            t.start()
+
+    def talk(self, d, conv):
+        i = 0
+        while not self.stop.is_set():
+            ms = send_and_wait(self.ws, f"by-{i}", d, conv, b64(os.urandom(100)))
+            self.acks.append((time.perf_counter(), ms))
+            i += 1
+            time.sleep(0.002)
+
+    def poll(self):
+        while not self.stop.is_set():
+            t = time.perf_counter()
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            c.request("GET", "/healthz")
+            c.getresponse().read()
+            c.close()
+            self.health.append((time.perf_counter(), (time.perf_counter() - t) * 1000))
+            time.sleep(0.005)
+
+    def during(self, start, end):
+        """The times of what was in flight at some moment in [start, end]."""
+        pick = lambda xs: [ms for at, ms in xs if at >= start and at - ms / 1000 <= end]
+        return pick(self.acks), pick(self.health)
+
+    def end(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
 p, _, _, _ = start(relay, store, port)
 a, b = account("heavy"), account("peer")
 login(a), login(b)
-st, req = call("POST", "/api/v1/friends/request", {"to_alias_id": b["alias"]}, a["token"])
-assert st in (200, 201), (st, req)
-st, acc = call("POST", f"/api/v1/friends/{req['friendship_id']}/accept", {}, b["token"])
-assert st == 200, (st, acc)
-conv = acc["conversation_id"]
+conv = befriend(a, b)
+if bystander:
+    c, d = account("by"), account("stander")
+    login(c), login(d)
+    by_conv = befriend(c, d)
 stop(p)
 
 db = sqlite3.connect(os.path.join(data, "relay.sqlite3"))
@@ -144,17 +228,20 @@ try:
     ws = Socket(a)
     ws.send({"type": "sync", "crypto_v": 1})
     payload = b64(os.urandom(300))
-    times = []
+    others = Bystanders(c, d, by_conv) if bystander else None
+    if others:
+        time.sleep(0.5)
+    times, first_at = [], time.perf_counter()
     for i in range(messages):
-        t = time.perf_counter()
-        ws.send({"type": "msg", "id": f"fresh-{i}", "to": b["alias"], "conv_id": conv,
-                 "crypto_v": 1, "payload": payload})
-        while True:
-            f = ws.recv()
-            if f and f.get("type") == "ack" and f.get("id") == f"fresh-{i}":
-                break
-            assert not (f and f.get("type") == "error"), f
-        times.append((time.perf_counter() - t) * 1000)
+        times.append(send_and_wait(ws, f"fresh-{i}", b, conv, payload))
+    if others:
+        time.sleep(0.3)
+        others.end()
+        acks, health = others.during(first_at, first_at + times[0] / 1000)
+        print(f"while the first message was in flight ({times[0]:.1f} ms): bystander acks "
+              f"{quantiles(acks)}; /healthz {quantiles(health)}")
+        print(f"all along: bystander acks {quantiles([ms for _, ms in others.acks])}; "
+              f"/healthz {quantiles([ms for _, ms in others.health])}")
     rest = sorted(times[1:])
     print(f"{messages} messages from an author with {n} tombstones: first {times[0]:.1f} ms, "
           f"then p50 {rest[len(rest) // 2]:.2f} ms, max {rest[-1]:.2f} ms; "

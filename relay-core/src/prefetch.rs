@@ -48,9 +48,11 @@ pub const MAX_PARKED_FRAMES_PER_CONN: usize = 64;
 /// Frames all connections together may have waiting for reads; one more is refused with
 /// `STORAGE_UNAVAILABLE` (the relay's reads are behind; the client sends it again).
 pub const MAX_PARKED_FRAMES: usize = 16_384;
-/// Times one frame may be parked before it is refused with `STORAGE_UNAVAILABLE`: its reads
-/// chain, or rows it read were written before it could use them, more often than any rule
-/// needs.
+/// Times one frame may be parked again on a read its connection had done already (the rows
+/// were written before it could use them, so they were dropped and are read again) before it
+/// is refused with `STORAGE_UNAVAILABLE`: a bound on a frame that others' writes keep from
+/// running. A read of a row not read yet is progress and is not counted: a `sync` reads one
+/// queue per conversation, and whatever else a frame needs, one read at a time.
 pub const MAX_READ_ROUNDS: u32 = 16;
 
 /// Identifies a [`ReadRequest`] until its [`ReadDone`] comes back.
@@ -567,8 +569,8 @@ fn not_read_ahead() -> StoreError {
 #[derive(Debug)]
 struct Parked {
     frame: ClientFrame,
-    /// Times it was parked.
-    rounds: u32,
+    /// Times it was parked again on a read its connection had done already.
+    rereads: u32,
 }
 
 /// One connection's frames waiting: the head parked on a read, the rest behind it.
@@ -597,7 +599,8 @@ struct Pending {
 pub(crate) enum Reparked {
     /// It waits for its next read.
     Waiting,
-    /// It was parked [`MAX_READ_ROUNDS`] times: refuse it.
+    /// It was parked again on rows read already more than [`MAX_READ_ROUNDS`] times: refuse
+    /// it.
     TooManyRounds(ClientFrame),
 }
 
@@ -674,7 +677,7 @@ impl Prefetch {
     pub(crate) fn queue_behind(&mut self, conn: ConnId, frame: ClientFrame) {
         self.parked_frames += 1;
         let waiting = self.parked.entry(conn).or_default();
-        waiting.frames.push_back(Parked { frame, rounds: 0 });
+        waiting.frames.push_back(Parked { frame, rereads: 0 });
     }
 
     /// Parks `frame` of `conn` (which has nothing waiting) on `op`.
@@ -691,8 +694,10 @@ impl Prefetch {
         let Some(head) = waiting.frames.front_mut() else {
             return Reparked::Waiting;
         };
-        head.rounds += 1;
-        if head.rounds > MAX_READ_ROUNDS {
+        if waiting.holds.contains(&op) {
+            head.rereads += 1;
+        }
+        if head.rereads > MAX_READ_ROUNDS {
             let Some(head) = self.pop_head(conn) else {
                 return Reparked::Waiting;
             };
@@ -839,11 +844,10 @@ impl Prefetch {
         }
     }
 
-    /// What waits now (metrics); `reads_inline`: reads made on the relay's task.
-    pub(crate) fn stats(&self, reads_inline: u64) -> crate::stats::PrefetchStats {
+    /// What waits now (metrics).
+    pub(crate) fn stats(&self) -> crate::stats::PrefetchStats {
         crate::stats::PrefetchStats {
             on: self.on,
-            reads_inline,
             parked_frames: self.parked_frames,
             parked_conns: self.parked.len(),
             reads_pending: self.pending.len(),
@@ -927,7 +931,7 @@ mod tests {
         assert_eq!(p.next_ready(), Some(ConnId(2)));
         p.ran(ConnId(1));
         assert!(p.is_waiting(ConnId(1)), "the frame behind still waits");
-        assert!(p.stats(0).rows_held_bytes > 0);
+        assert!(p.stats().rows_held_bytes > 0);
         // The frame behind reads the rows its connection's head waited for.
         assert!(p.reader().get(Table::Accounts, "u1").is_ok());
         p.ran(ConnId(1));
@@ -943,7 +947,7 @@ mod tests {
         p.queue_behind(ConnId(1), ping());
         let read = p.poll_read().unwrap();
         p.forget(ConnId(1));
-        assert_eq!(p.stats(0).parked_frames, 0);
+        assert_eq!(p.stats().parked_frames, 0);
         p.complete(done(read.id));
         assert_eq!(p.next_ready(), None);
         assert!(p.is_idle(), "{p:?}");
@@ -964,21 +968,32 @@ mod tests {
     }
 
     #[test]
-    fn a_frame_parked_too_often_is_handed_back() {
+    fn a_frame_whose_rows_keep_being_written_is_handed_back() {
         let mut p = Prefetch::default();
         p.turn_on();
+        // New rows are progress, however many.
         p.park(ConnId(1), ping(), get("k0"));
-        for round in 1..MAX_READ_ROUNDS {
+        for round in 1..3 * MAX_READ_ROUNDS {
             let read = p.poll_read().unwrap();
             p.complete(done(read.id));
             assert_eq!(p.next_ready(), Some(ConnId(1)));
             let next = get(&format!("k{round}"));
             assert!(matches!(p.parked_again(ConnId(1), next), Reparked::Waiting));
         }
+        // The same row again and again (written each time before the frame could run) is not.
+        for _ in 0..MAX_READ_ROUNDS {
+            let read = p.poll_read().unwrap();
+            p.complete(done(read.id));
+            assert_eq!(p.next_ready(), Some(ConnId(1)));
+            assert!(matches!(
+                p.parked_again(ConnId(1), get("k0")),
+                Reparked::Waiting
+            ));
+        }
         let read = p.poll_read().unwrap();
         p.complete(done(read.id));
         assert!(matches!(
-            p.parked_again(ConnId(1), get("last")),
+            p.parked_again(ConnId(1), get("k0")),
             Reparked::TooManyRounds(_)
         ));
         assert!(p.is_idle(), "{p:?}");

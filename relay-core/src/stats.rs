@@ -36,6 +36,10 @@ pub struct RelayStats {
     /// Times a frame was parked on a read ahead ([`Relay::read_ahead`](crate::Relay::read_ahead)):
     /// once per cold read it needed.
     pub frames_parked: u64,
+    /// Reads of the store made on the relay's own task: every read when it does not read
+    /// ahead; with it, those of HTTP requests, upgrades and timers (and a frame's read after
+    /// it changed something).
+    pub reads_inline: u64,
     /// Parked frames refused: too many waiting, or parked too many times
     /// (`crate::prefetch`'s bounds).
     pub frames_refused_waiting: u64,
@@ -91,9 +95,6 @@ pub struct TombstoneCacheStats {
 pub struct PrefetchStats {
     /// Whether the relay reads ahead (a shell turned it on).
     pub on: bool,
-    /// Reads made on the relay's own task since it was built: every read when it does not
-    /// read ahead; with it, those of HTTP requests, upgrades and timers.
-    pub reads_inline: u64,
     /// Frames waiting for a read, or queued behind one that is.
     pub parked_frames: usize,
     /// Connections with frames waiting.

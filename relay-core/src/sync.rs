@@ -63,6 +63,8 @@ impl Cx<'_> {
         let first_sync = !c.synced;
         c.synced = true;
         c.window = Window::default();
+        // The connection's state changed: a read from here on cannot end the attempt.
+        self.changed();
         if first_sync {
             self.state.hold_queues(&user, convs.iter());
         }
@@ -220,6 +222,8 @@ impl Cx<'_> {
             else {
                 return;
             };
+            // The window changed: a read from here on cannot end the attempt.
+            self.changed();
             if !self.push_next(conn, &conv) && self.has_unpushed(conn, &conv) {
                 // No room: the conversation keeps its place at the front.
                 if let Some(c) = self.sessions.get_mut(conn) {

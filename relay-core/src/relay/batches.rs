@@ -155,6 +155,7 @@ impl Relay {
     pub(super) fn finish_staged(&mut self) -> Result<(), Vec<Output>> {
         // Reads ahead of the rows this input wrote are stale now.
         self.prefetch.written(self.state.batch());
+        self.stats.reads_inline = self.reader.reads();
         let finished = self.commit_staged();
         // Tombstone sets and queues read by this input may be evicted now (those it wrote are
         // pinned until their commit is reported, when they are unpinned and evicted if need be).

@@ -616,9 +616,9 @@ impl Relay {
         self.prefetch.poll_read()
     }
 
-    /// What waits for reads now, and how many reads the relay made on its own task.
+    /// What waits for reads ahead now.
     pub fn prefetch(&self) -> crate::stats::PrefetchStats {
-        self.prefetch.stats(self.reader.reads())
+        self.prefetch.stats()
     }
 
     /// Runs `frame` of `conn` and ends the input; `Some`: it needed a read it could not make

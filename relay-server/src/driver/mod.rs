@@ -749,6 +749,8 @@ impl Core {
             account_cache_bytes: self.relay.account_cache().bytes,
             conversation_cache_bytes: self.relay.relation_cache().conversation_bytes,
             contact_cache_bytes: self.relay.relation_cache().contact_bytes,
+            parked_frames: self.relay.prefetch().parked_frames,
+            reads_pending: self.relay.prefetch().reads_pending,
         });
     }
 

@@ -78,6 +78,10 @@ struct Families {
     tombstone_sets_read: Counter,
     tombstone_rows_read: Counter,
     tombstone_cache: Gauge,
+    frames_parked: Counter,
+    reads_inline: Counter,
+    prefetch_parked_frames: Gauge,
+    prefetch_reads_pending: Gauge,
     queues_read: Counter,
     queue_cache: Gauge,
     accounts_read: Counter,
@@ -154,6 +158,10 @@ impl Metrics {
             tombstone_sets_read: Counter::default(),
             tombstone_rows_read: Counter::default(),
             tombstone_cache: Gauge::default(),
+            frames_parked: Counter::default(),
+            reads_inline: Counter::default(),
+            prefetch_parked_frames: Gauge::default(),
+            prefetch_reads_pending: Gauge::default(),
             queues_read: Counter::default(),
             queue_cache: Gauge::default(),
             accounts_read: Counter::default(),
@@ -301,6 +309,12 @@ impl Metrics {
             .set(gauge(core.tombstone_cache_bytes as u64));
         self.f.queue_cache.set(gauge(core.queue_cache_bytes as u64));
         self.f
+            .prefetch_parked_frames
+            .set(gauge(core.parked_frames as u64));
+        self.f
+            .prefetch_reads_pending
+            .set(gauge(core.reads_pending as u64));
+        self.f
             .account_cache
             .set(gauge(core.account_cache_bytes as u64));
         self.f
@@ -349,6 +363,8 @@ impl Metrics {
             d(now.tombstone_rows_read, last.tombstone_rows_read),
         );
         add(&f.queues_read, d(now.queues_read, last.queues_read));
+        add(&f.frames_parked, d(now.frames_parked, last.frames_parked));
+        add(&f.reads_inline, d(now.reads_inline, last.reads_inline));
         add(&f.accounts_read, d(now.accounts_read, last.accounts_read));
         add(
             &f.conversations_read,
@@ -474,6 +490,10 @@ pub(super) struct CoreGauges {
     pub(super) conversation_cache_bytes: usize,
     /// Estimated heap of the contact lists in memory.
     pub(super) contact_cache_bytes: usize,
+    /// Frames waiting for a read ahead (or queued behind one that is).
+    pub(super) parked_frames: usize,
+    /// Reads ahead asked and not yet done.
+    pub(super) reads_pending: usize,
 }
 
 fn gauge(n: u64) -> i64 {
@@ -603,6 +623,26 @@ fn register(r: &mut Registry, f: &Families) {
         "Estimated heap of the message-id tombstones held in memory",
         Unit::Bytes,
         f.tombstone_cache.clone(),
+    );
+    r.register(
+        "frames_parked",
+        "Times a frame waited for a read of what the relay does not hold in memory, done off the core task (once per cold read it needed)",
+        f.frames_parked.clone(),
+    );
+    r.register(
+        "reads_inline",
+        "Reads of the store made on the core task (every read of a relay that does not read ahead; with it, those of HTTP requests, upgrades and timers)",
+        f.reads_inline.clone(),
+    );
+    r.register(
+        "prefetch_parked_frames",
+        "Frames waiting for a read ahead, or queued behind one that is",
+        f.prefetch_parked_frames.clone(),
+    );
+    r.register(
+        "prefetch_reads_pending",
+        "Reads ahead asked for and not yet done",
+        f.prefetch_reads_pending.clone(),
     );
     r.register(
         "queues_read",

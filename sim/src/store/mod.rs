@@ -69,10 +69,11 @@ pub use self::history::{CommittedMessage, Counts, History, QueueLedger};
 /// in flight behind that commit (they fail with it, or die with the process).
 pub const FAULTED_COMMIT_DELAY_MS: u64 = 250;
 
-/// The slowest read of a run is one of these, in ms, drawn from its seed: none waits, a few
-/// ms (reads overtake each other), a database round trip under load, a read that holds its
-/// frame for a second.
-pub const READ_DELAY_MAX_MS: [u64; 4] = [0, 5, 50, 1_000];
+/// The slowest read of a run is one of these, in ms, drawn from its seed: none waits, a
+/// database round trip (reads overtake each other), a busy disk, a read that holds its frame
+/// (and its connection's frames behind it) for a fifth of a second while everyone else is
+/// served.
+pub const READ_DELAY_MAX_MS: [u64; 4] = [0, 2, 20, 200];
 
 /// A power-off the store asks the runner for (crash after commit / mid-batch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
