@@ -6,7 +6,7 @@
 //! a database round trip). A shell that reads ahead ([`Relay::read_ahead`](crate::Relay::read_ahead))
 //! takes those reads off the task:
 //!
-//! * **A read is found by trying.** A frame runs against [`Ahead`], a stand-in for the store's
+//! * **A read is found by trying.** A frame runs against `Ahead`, a stand-in for the store's
 //!   reader that answers only from rows already read. The first read it cannot answer ends the
 //!   attempt: the rules read before they write (a read that fails leaves nothing changed, as
 //!   it always had to, so that the frame could be refused with `STORAGE_UNAVAILABLE`), so the
@@ -23,7 +23,7 @@
 //! * **A row read ahead is never stale when used.** A read is only asked for a row that is not
 //!   in memory, and a lazy row leaves memory only once every write to it is durable, so the
 //!   store already holds its newest value. What the relay writes to a row after asking for it
-//!   marks the read stale ([`Prefetch::written`]): a stale result is dropped and read again.
+//!   marks the read stale (`Prefetch::written`): a stale result is dropped and read again.
 //! * **A failed read** answers the frame that waited for it, as an inline read failure does:
 //!   the documented `STORAGE_UNAVAILABLE` refusal and nothing else.
 //! * **Bounded**: frames parked per connection and in all ([`MAX_PARKED_FRAMES`]), rounds of
@@ -33,7 +33,7 @@
 //! HTTP requests, upgrades and timers still read on the relay's task (counted in
 //! [`RelayStats::reads_inline`](crate::RelayStats::reads_inline)).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use wire::ClientFrame;
 
@@ -60,7 +60,7 @@ pub const MAX_READ_ROUNDS: u32 = 16;
 pub struct ReadId(pub u64);
 
 /// One read of the store, as [`StoreRead`] offers them.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ReadOp {
     /// [`StoreRead::get`].
     Get {
@@ -238,7 +238,7 @@ pub struct ReadDone {
 /// and records the first read it cannot answer.
 #[derive(Debug, Default)]
 pub(crate) struct Ahead {
-    rows: HashMap<ReadOp, Held>,
+    rows: BTreeMap<ReadOp, Held>,
     /// The first read of the current attempt that no row answered.
     missed: Option<ReadOp>,
     /// Estimated heap of `rows`.
@@ -612,7 +612,7 @@ pub(crate) struct Prefetch {
     ahead: Ahead,
     pending: BTreeMap<ReadId, Pending>,
     /// The pending read of each op (two frames parked on one row share its read).
-    asked: HashMap<ReadOp, ReadId>,
+    asked: BTreeMap<ReadOp, ReadId>,
     /// Reads for the shell to poll, in the order they were asked.
     requests: VecDeque<ReadRequest>,
     next_id: u64,
@@ -818,7 +818,7 @@ impl Prefetch {
         if self.pending.is_empty() && self.ahead.rows.is_empty() {
             return;
         }
-        for m in batch.iter() {
+        for m in batch {
             self.written_row(m);
         }
     }

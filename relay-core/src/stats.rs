@@ -89,6 +89,19 @@ pub struct TombstoneCacheStats {
     pub evictions: u64,
 }
 
+impl RelayStats {
+    /// Takes the counts of rows read from `other` (an attempt that was dropped: what it read
+    /// stays read).
+    pub(crate) fn keep_reads(&mut self, other: &Self) {
+        self.tombstone_sets_read = other.tombstone_sets_read;
+        self.tombstone_rows_read = other.tombstone_rows_read;
+        self.queues_read = other.queues_read;
+        self.accounts_read = other.accounts_read;
+        self.conversations_read = other.conversations_read;
+        self.contacts_read = other.contacts_read;
+    }
+}
+
 /// The reads ahead of parked frames, read with
 /// [`Relay::prefetch`](crate::Relay::prefetch) (see [`Relay::read_ahead`](crate::Relay::read_ahead)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -535,7 +535,10 @@ impl Relay {
         let missed = self.run_frame(now, conn, frame);
         self.reading_ahead = false;
         if missed.is_some() {
-            self.stats = stats;
+            // The attempt's refusal is dropped, and what it counted with it, but for the reads
+            // it made from the rows read ahead (work done, which its next run will not redo).
+            let tried = std::mem::replace(&mut self.stats, stats);
+            self.stats.keep_reads(&tried);
             self.stats.frames_parked += 1;
         }
         missed

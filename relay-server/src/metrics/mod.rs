@@ -355,26 +355,10 @@ impl Metrics {
         );
         add(&f.syncs, d(now.syncs, last.syncs));
         add(
-            &f.tombstone_sets_read,
-            d(now.tombstone_sets_read, last.tombstone_sets_read),
-        );
-        add(
-            &f.tombstone_rows_read,
-            d(now.tombstone_rows_read, last.tombstone_rows_read),
-        );
-        add(&f.queues_read, d(now.queues_read, last.queues_read));
-        add(&f.frames_parked, d(now.frames_parked, last.frames_parked));
-        add(&f.reads_inline, d(now.reads_inline, last.reads_inline));
-        add(&f.accounts_read, d(now.accounts_read, last.accounts_read));
-        add(
-            &f.conversations_read,
-            d(now.conversations_read, last.conversations_read),
-        );
-        add(&f.contacts_read, d(now.contacts_read, last.contacts_read));
-        add(
             &f.sync_backlog_messages,
             d(now.sync_backlog_messages, last.sync_backlog_messages),
         );
+        self.read_stats(now, last);
         let (w, lw) = (&now.webhooks, &last.webhooks);
         add(&f.refunds_needed, d(w.refund_needed, lw.refund_needed));
         for (result, n) in [
@@ -394,6 +378,39 @@ impl Metrics {
                 f.webhooks
                     .get_or_create(&WebhookLabels { result })
                     .inc_by(n);
+            }
+        }
+    }
+
+    /// The relay's reads since `last`: rows read by kind, frames parked on reads ahead, reads
+    /// made on the core task.
+    fn read_stats(&self, now: &RelayStats, last: &RelayStats) {
+        let f = &*self.f;
+        for (counter, now, last) in [
+            (
+                &f.tombstone_sets_read,
+                now.tombstone_sets_read,
+                last.tombstone_sets_read,
+            ),
+            (
+                &f.tombstone_rows_read,
+                now.tombstone_rows_read,
+                last.tombstone_rows_read,
+            ),
+            (&f.queues_read, now.queues_read, last.queues_read),
+            (&f.accounts_read, now.accounts_read, last.accounts_read),
+            (
+                &f.conversations_read,
+                now.conversations_read,
+                last.conversations_read,
+            ),
+            (&f.contacts_read, now.contacts_read, last.contacts_read),
+            (&f.frames_parked, now.frames_parked, last.frames_parked),
+            (&f.reads_inline, now.reads_inline, last.reads_inline),
+        ] {
+            let n = now.saturating_sub(last);
+            if n > 0 {
+                counter.inc_by(n);
             }
         }
     }

@@ -207,7 +207,11 @@ impl StoreCtl {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^= z >> 31;
         let max = c.read_delay_max_ms;
-        let cap = if z % 4 == 0 { max } else { (max / 20).max(1) };
+        let cap = if z.is_multiple_of(4) {
+            max
+        } else {
+            (max / 20).max(1)
+        };
         let ms = (z >> 2) % (cap + 1);
         if ms > 0 {
             c.reads_delayed += 1;
