@@ -256,7 +256,14 @@ struct Held {
 impl Ahead {
     fn answer(&mut self, op: ReadOp) -> Result<ReadValue, StoreError> {
         if let Some(held) = self.rows.get(&op) {
-            return held.result.clone();
+            if held.result.is_ok() {
+                return held.result.clone();
+            }
+            // A failed read answers one frame (refused as for a failed read); any other frame
+            // that waited for it reads again.
+            if let Some(failed) = self.rows.remove(&op) {
+                return failed.result;
+            }
         }
         if self.missed.is_none() {
             self.missed = Some(op);
@@ -571,6 +578,10 @@ struct Parked {
     frame: ClientFrame,
     /// Times it was parked again on a read its connection had done already.
     rereads: u32,
+    /// It was charged to its connection's frame budget. A frame queued behind a parked one is
+    /// charged when it runs, as it would have been had nothing waited: a receipt ahead of it
+    /// may make it free first.
+    charged: bool,
 }
 
 /// One connection's frames waiting: the head parked on a read, the rest behind it.
@@ -622,6 +633,9 @@ pub(crate) struct Prefetch {
     parked_frames: usize,
     /// Connections whose head's read came back, to run in this order.
     ready: VecDeque<ConnId>,
+    /// Connections the client closed while frames of theirs waited: the frames run (a
+    /// receipt sent before the close counts), then the connection is dropped.
+    closing: std::collections::BTreeSet<ConnId>,
 }
 
 impl Prefetch {
@@ -673,17 +687,45 @@ impl Prefetch {
         Ok(())
     }
 
-    /// Queues `frame` behind `conn`'s parked frames.
+    /// Queues `frame` behind `conn`'s parked frames, not charged to the frame budget (the
+    /// caller gave its charge back: it is charged when it runs).
     pub(crate) fn queue_behind(&mut self, conn: ConnId, frame: ClientFrame) {
-        self.parked_frames += 1;
-        let waiting = self.parked.entry(conn).or_default();
-        waiting.frames.push_back(Parked { frame, rereads: 0 });
+        self.push(conn, frame, false);
     }
 
-    /// Parks `frame` of `conn` (which has nothing waiting) on `op`.
+    fn push(&mut self, conn: ConnId, frame: ClientFrame, charged: bool) {
+        self.parked_frames += 1;
+        let waiting = self.parked.entry(conn).or_default();
+        waiting.frames.push_back(Parked {
+            frame,
+            rereads: 0,
+            charged,
+        });
+    }
+
+    /// Parks `frame` of `conn` (which has nothing waiting, and was charged) on `op`.
     pub(crate) fn park(&mut self, conn: ConnId, frame: ClientFrame, op: ReadOp) {
-        self.queue_behind(conn, frame);
+        self.push(conn, frame, true);
         let _ = self.parked_again(conn, op);
+    }
+
+    /// Whether `conn`'s head frame is still to be charged to the frame budget.
+    pub(crate) fn head_uncharged(&self, conn: ConnId) -> bool {
+        self.parked
+            .get(&conn)
+            .and_then(|w| w.frames.front())
+            .is_some_and(|p| !p.charged)
+    }
+
+    /// `conn`'s head frame was charged.
+    pub(crate) fn head_charged(&mut self, conn: ConnId) {
+        if let Some(p) = self
+            .parked
+            .get_mut(&conn)
+            .and_then(|w| w.frames.front_mut())
+        {
+            p.charged = true;
+        }
     }
 
     /// `conn`'s head frame ran again and missed `op`: it waits for that read now.
@@ -797,9 +839,26 @@ impl Prefetch {
         Some(head.frame)
     }
 
+    /// The client closed `conn`: `true` when frames of it wait, which run first (the caller
+    /// drops the connection once they did, [`Prefetch::closed`]); `false`: drop it now.
+    pub(crate) fn close_after_waiting(&mut self, conn: ConnId) -> bool {
+        if self.parked.contains_key(&conn) {
+            self.closing.insert(conn);
+            return true;
+        }
+        false
+    }
+
+    /// Whether `conn`, closed by its client while frames of it waited, has none left (its
+    /// connection is to be dropped now; asked once).
+    pub(crate) fn closed(&mut self, conn: ConnId) -> bool {
+        !self.parked.contains_key(&conn) && self.closing.remove(&conn)
+    }
+
     /// `conn` is gone: its waiting frames are dropped (none was acknowledged) and the rows they
     /// held released.
     pub(crate) fn forget(&mut self, conn: ConnId) {
+        self.closing.remove(&conn);
         let Some(waiting) = self.parked.remove(&conn) else {
             return;
         };
@@ -937,6 +996,25 @@ mod tests {
         p.ran(ConnId(1));
         p.ran(ConnId(2));
         assert!(p.is_idle(), "{p:?}");
+    }
+
+    #[test]
+    fn a_failed_read_answers_one_frame_and_the_others_read_again() {
+        let mut p = Prefetch::default();
+        p.turn_on();
+        p.park(ConnId(1), ping(), get("u1"));
+        p.queue_behind(ConnId(1), ping());
+        p.park(ConnId(2), ping(), get("u1"));
+        let read = p.poll_read().unwrap();
+        p.complete(ReadDone {
+            id: read.id,
+            result: Err(StoreError::Backend("injected".into())),
+        });
+        assert!(p.reader().get(Table::Accounts, "u1").is_err());
+        assert_eq!(p.take_miss(), None, "the failure, not a miss");
+        // The frame behind it, and the other connection's, miss: their read is asked again.
+        assert!(p.reader().get(Table::Accounts, "u1").is_err());
+        assert_eq!(p.take_miss(), Some(get("u1")));
     }
 
     #[test]

@@ -517,6 +517,10 @@ impl Relay {
             return;
         }
         if self.prefetch.is_waiting(conn) {
+            // Charged when it runs, after the frames ahead of it (a receipt may refund it).
+            if let Some(user) = self.sessions.user(conn) {
+                self.throttles.refund_frame(&user.clone());
+            }
             self.prefetch.queue_behind(conn, frame);
             return;
         }
@@ -554,12 +558,28 @@ impl Relay {
         }
     }
 
-    /// Runs `conn`'s waiting frames in order until one needs another read.
+    /// Runs `conn`'s waiting frames in order until one needs another read; a connection its
+    /// client closed meanwhile is dropped once none waits.
     fn resume(&mut self, now: UnixMs, conn: ConnId) {
+        self.run_waiting(now, conn);
+        if self.prefetch.closed(conn) {
+            self.cx().drop_conn(conn);
+        }
+    }
+
+    fn run_waiting(&mut self, now: UnixMs, conn: ConnId) {
         while let Some(frame) = self.prefetch.head(conn) {
             if self.failed {
                 self.prefetch.forget(conn);
                 return;
+            }
+            if self.prefetch.head_uncharged(conn) {
+                if !self.admit(now, conn) {
+                    // Over its budget (closed), or the relay closed it meanwhile.
+                    self.prefetch.forget(conn);
+                    return;
+                }
+                self.prefetch.head_charged(conn);
             }
             let Some(op) = self.attempt(now, conn, frame) else {
                 self.prefetch.ran(conn);
@@ -727,8 +747,13 @@ impl Relay {
     }
 
     /// The shell saw `conn` close (or fail). Nothing is lost: undelivered messages stay queued.
+    /// Frames of `conn` still waiting for a read ahead were sent before the close and run
+    /// first; the connection is dropped once they did (what they answer goes nowhere).
     pub fn handle_disconnect(&mut self, _now: UnixMs, conn: ConnId) {
-        self.prefetch.forget(conn);
+        // Frames that wait for a read were sent before the close: they run first.
+        if self.prefetch.close_after_waiting(conn) {
+            return;
+        }
         self.cx().drop_conn(conn);
     }
 

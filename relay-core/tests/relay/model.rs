@@ -113,6 +113,8 @@ struct Model {
     pushed: [BTreeSet<u64>; 2],
     /// Highest receipt seq forwarded to each member, per kind.
     forwarded: [[u64; 2]; 2],
+    /// Every connection a member opened, and whose it was.
+    conns: BTreeMap<ConnId, usize>,
 }
 
 impl Model {
@@ -131,14 +133,16 @@ impl Model {
         }
     }
 
-    /// Notes every ack among `outs` (to whichever member's connection it went).
+    /// Notes every ack among `outs` (to whichever member's connection it went: an ack to a
+    /// connection its client closed after sending the `msg` still says the relay stored it).
     fn note_acks(&mut self, outs: &[relay_core::Output], online: &[Option<ConnId>; 2]) {
         for o in outs {
             if let relay_core::Output::Send {
                 conn,
                 frame: ServerFrame::Ack(a),
             } = o
-                && let Some(from) = online.iter().position(|c| *c == Some(*conn))
+                && let Some(from) = (self.conns.get(conn).copied())
+                    .or_else(|| online.iter().position(|c| *c == Some(*conn)))
             {
                 self.note_ack(from, a.id.as_str(), a.seq.get());
             }
@@ -274,6 +278,7 @@ fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
                 }
                 users[who] = u;
                 online[who] = Some(conn);
+                model.conns.insert(conn, who);
                 model.note_acks(&outs, &online);
                 model.pushed[who].clear();
                 // Replay after sync is exactly the undelivered suffix (up to the batch window).

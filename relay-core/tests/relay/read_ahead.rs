@@ -160,3 +160,29 @@ fn a_failed_read_refuses_the_frame_and_nothing_else() {
     let outs = w.finish_reads();
     assert_eq!(acks(&outs, &a), vec![("new-1".to_owned(), 2)]);
 }
+
+#[test]
+fn frames_sent_before_a_close_still_run() {
+    let (mut w, [a, b, ..], ab, _) = restarted(fast_config(), 2);
+    // `b` synced after the restart and was sent both messages; it acknowledges them, then
+    // its socket closes before the receipt's read (the conversation's marks) came back.
+    let queued_for_b = |w: &World| {
+        (w.rows(Table::Messages).iter())
+            .filter(|(k, _)| k.starts_with(&b.uuid))
+            .count()
+    };
+    assert_eq!(queued_for_b(&w), 2, "both messages queued for b");
+    w.send(
+        b.conn.unwrap(),
+        serde_json::json!({"type":"delivered","conv_id":ab,"seq":2,"to":a.alias}),
+    );
+    assert_eq!(w.reads_waiting(), 1, "the receipt waits for a read");
+    w.relay.handle_disconnect(w.now, b.conn.unwrap());
+    assert!(
+        w.relay.is_connected(b.conn.unwrap()),
+        "dropped once its frames ran"
+    );
+    w.finish_reads();
+    assert!(!w.relay.is_connected(b.conn.unwrap()));
+    assert_eq!(queued_for_b(&w), 0, "the receipt counted");
+}

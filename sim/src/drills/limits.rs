@@ -15,7 +15,7 @@ use wire::http::paths;
 
 use super::peer::{Answer, DrillAccount, Socket, befriend, payload, status_and_retry_after};
 use super::{Calm, Drills, Outcome};
-use crate::time::sim_ms;
+use crate::time::{sim_ms, sleep_ms};
 use crate::violation::{Oracle, Violation};
 use seam::net::HttpRequest;
 
@@ -381,6 +381,10 @@ fn charge(what: &str, alias: &str, payload: usize) -> u64 {
     queued_message_bytes(fill_id(what, alias, 0).len(), payload)
 }
 
+/// How long a recipient's receipts, sent before a message on another connection, are given to
+/// land before that message is refused for a full queue.
+const RECEIPTS_LAND_MS: u64 = 2_000;
+
 /// Each offline-queue bound filled (see the module doc).
 pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
     let mut out = Outcome::default();
@@ -420,7 +424,20 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
     } else if let Ok(mut socket) = s1.socket(false).await {
         let id = format!("q-after-drain-{}", s1.raw.alias);
         let calm = Calm::now(d.ctx);
-        match socket.message(&id, &r1.raw.alias, &conv1, &payload(8)).await {
+        let mut answer = socket
+            .message(&id, &r1.raw.alias, &conv1, &payload(8))
+            .await;
+        if matches!(&answer, Answer::Refused(code) if code == "QUEUE_FULL") {
+            // The recipient's receipts left before this message, but on another connection:
+            // a relay may handle them after it (one waiting for a read, say). Given time to
+            // land, they make room.
+            sleep_ms(RECEIPTS_LAND_MS).await;
+            let id = format!("q-after-drain-again-{}", s1.raw.alias);
+            answer = socket
+                .message(&id, &r1.raw.alias, &conv1, &payload(8))
+                .await;
+        }
+        match answer {
             Answer::Ack(_) => out.check(None),
             Answer::Silence => out.skip(),
             // A store fault or a failed read answers STORAGE_UNAVAILABLE, as documented.
