@@ -24,8 +24,12 @@
 //!   in memory, and a lazy row leaves memory only once every write to it is durable, so the
 //!   store already holds its newest value. What the relay writes to a row after asking for it
 //!   marks the read stale (`Prefetch::written`): a stale result is dropped and read again.
-//! * **A failed read** answers the frame that waited for it, as an inline read failure does:
-//!   the documented `STORAGE_UNAVAILABLE` refusal and nothing else.
+//! * **A failed read** answers one frame that waited for it, as an inline read failure does:
+//!   the documented `STORAGE_UNAVAILABLE` refusal and nothing else; any other frame that
+//!   waited for it reads again.
+//! * **What a client sent counts.** A frame queued behind a parked one is charged to the
+//!   frame budget when it runs (a receipt ahead of it may refund the charge first); frames a
+//!   client sent before it closed its socket run before the connection is dropped.
 //! * **Bounded**: frames parked per connection and in all ([`MAX_PARKED_FRAMES`]), rounds of
 //!   reads per frame ([`MAX_READ_ROUNDS`]); reads in flight are at most one per parked
 //!   connection, and the shell's reader pool decides how many run at once.
