@@ -238,8 +238,8 @@ pub struct ReadDone {
     pub result: Result<ReadValue, StoreError>,
 }
 
-/// Rows read ahead, and the reader a parked frame's rules read through: it answers from them
-/// and records the first read it cannot answer.
+/// Rows read ahead, which answer a parked frame's reads ([`Reader`]); the first read they
+/// cannot answer is recorded.
 #[derive(Debug, Default)]
 pub(crate) struct Ahead {
     rows: BTreeMap<ReadOp, Held>,
@@ -258,6 +258,8 @@ struct Held {
 }
 
 impl Ahead {
+    /// The answer to `op` from the rows read ahead; a miss is recorded (the first of the
+    /// attempt) and answered with an error.
     fn answer(&mut self, op: ReadOp) -> Result<ReadValue, StoreError> {
         if let Some(held) = self.rows.get(&op) {
             if held.result.is_ok() {
@@ -290,104 +292,12 @@ fn held_bytes(h: &Held) -> usize {
     h.result.as_ref().map_or(0, ReadValue::bytes)
 }
 
-impl StoreRead for Ahead {
-    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let op = ReadOp::Get {
-            table,
-            key: key.to_owned(),
-        };
-        match self.answer(op)? {
-            ReadValue::Row(row) => Ok(row),
-            _ => Err(mismatch()),
-        }
-    }
-
-    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
-        let op = ReadOp::ScanPrefix {
-            table,
-            prefix: prefix.to_owned(),
-            max: None,
-        };
-        match self.answer(op)? {
-            ReadValue::Rows(rows) => Ok(rows),
-            _ => Err(mismatch()),
-        }
-    }
-
-    fn scan_prefix_max(
-        &mut self,
-        table: Table,
-        prefix: &str,
-        max: usize,
-    ) -> Result<Rows, StoreError> {
-        let op = ReadOp::ScanPrefix {
-            table,
-            prefix: prefix.to_owned(),
-            max: Some(max),
-        };
-        match self.answer(op)? {
-            ReadValue::Rows(rows) => Ok(rows),
-            _ => Err(mismatch()),
-        }
-    }
-
-    fn scan_page(
-        &mut self,
-        table: Table,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Rows, StoreError> {
-        let op = ReadOp::ScanPage {
-            table,
-            after: after.map(str::to_owned),
-            limit,
-        };
-        match self.answer(op)? {
-            ReadValue::Rows(rows) => Ok(rows),
-            _ => Err(mismatch()),
-        }
-    }
-
-    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
-        match self.answer(ReadOp::LatestExpiries { table, window })? {
-            ReadValue::Expiries(keys) => Ok(keys),
-            _ => Err(mismatch()),
-        }
-    }
-
-    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
-        match self.answer(ReadOp::NextExpiry { table, after })? {
-            ReadValue::Expiry(at) => Ok(at),
-            _ => Err(mismatch()),
-        }
-    }
-
-    fn expired(
-        &mut self,
-        table: Table,
-        up_to: u64,
-        after: Option<(u64, &str)>,
-        limit: usize,
-    ) -> Result<Expiries, StoreError> {
-        let op = ReadOp::Expired {
-            table,
-            up_to,
-            after: after.map(|(at, k)| (at, k.to_owned())),
-            limit,
-        };
-        match self.answer(op)? {
-            ReadValue::Expiries(keys) => Ok(keys),
-            _ => Err(mismatch()),
-        }
-    }
-}
-
 /// A result of another kind than its read's (a shell that answered the wrong request).
 fn mismatch() -> StoreError {
     StoreError::Backend("a read was answered with another read's kind of result".into())
 }
 
-/// The relay's own reader, counting the reads made on the relay's task.
+/// The relay's own reader, counting the reads made on the relay's task ([`Reader::Inline`]).
 #[derive(Debug)]
 pub(crate) struct Inline {
     reader: Box<dyn StoreRead>,
@@ -403,52 +313,10 @@ impl Inline {
     pub(crate) fn reads(&self) -> u64 {
         self.reads
     }
-}
 
-impl StoreRead for Inline {
-    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    fn run(&mut self, op: &ReadOp) -> Result<ReadValue, StoreError> {
         self.reads += 1;
-        self.reader.get(table, key)
-    }
-    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
-        self.reads += 1;
-        self.reader.scan_prefix(table, prefix)
-    }
-    fn scan_prefix_max(
-        &mut self,
-        table: Table,
-        prefix: &str,
-        max: usize,
-    ) -> Result<Rows, StoreError> {
-        self.reads += 1;
-        self.reader.scan_prefix_max(table, prefix, max)
-    }
-    fn scan_page(
-        &mut self,
-        table: Table,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Rows, StoreError> {
-        self.reads += 1;
-        self.reader.scan_page(table, after, limit)
-    }
-    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
-        self.reads += 1;
-        self.reader.latest_expiries(table, window)
-    }
-    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
-        self.reads += 1;
-        self.reader.next_expiry(table, after)
-    }
-    fn expired(
-        &mut self,
-        table: Table,
-        up_to: u64,
-        after: Option<(u64, &str)>,
-        limit: usize,
-    ) -> Result<Expiries, StoreError> {
-        self.reads += 1;
-        self.reader.expired(table, up_to, after, limit)
+        op.run(&mut *self.reader)
     }
 }
 
@@ -485,13 +353,9 @@ impl Reader<'_> {
 
     /// The read made: from the rows read ahead when they have it; else, if the attempt may
     /// park, the miss (the attempt ends); else on this task.
-    fn read<R>(
-        &mut self,
-        ahead_read: impl FnOnce(&mut Ahead) -> Result<R, StoreError>,
-        inline_read: impl FnOnce(&mut Inline) -> Result<R, StoreError>,
-    ) -> Result<R, StoreError> {
+    fn read(&mut self, op: ReadOp) -> Result<ReadValue, StoreError> {
         match self {
-            Self::Inline(inline) => inline_read(inline),
+            Self::Inline(inline) => inline.run(&op),
             Self::Ahead {
                 ahead,
                 inline,
@@ -501,13 +365,10 @@ impl Reader<'_> {
                     // The attempt is over: the rule reads on towards its refusal.
                     return Err(not_read_ahead());
                 }
-                match ahead_read(ahead) {
-                    Err(e) if ahead.missed.is_some() && !*may_park => {
-                        let _ = e;
-                        ahead.missed = None;
-                        inline_read(inline)
-                    }
-                    other => other,
+                let answer = ahead.answer(op);
+                match ahead.missed.take_if(|_| !*may_park) {
+                    Some(op) => inline.run(&op),
+                    None => answer,
                 }
             }
         }
@@ -516,13 +377,19 @@ impl Reader<'_> {
 
 impl StoreRead for Reader<'_> {
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.read(|a| a.get(table, key), |i| i.get(table, key))
+        let key = key.to_owned();
+        match self.read(ReadOp::Get { table, key })? {
+            ReadValue::Row(row) => Ok(row),
+            _ => Err(mismatch()),
+        }
     }
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
-        self.read(
-            |a| a.scan_prefix(table, prefix),
-            |i| i.scan_prefix(table, prefix),
-        )
+        let prefix = prefix.to_owned();
+        rows(self.read(ReadOp::ScanPrefix {
+            table,
+            prefix,
+            max: None,
+        }))
     }
     fn scan_prefix_max(
         &mut self,
@@ -530,10 +397,8 @@ impl StoreRead for Reader<'_> {
         prefix: &str,
         max: usize,
     ) -> Result<Rows, StoreError> {
-        self.read(
-            |a| a.scan_prefix_max(table, prefix, max),
-            |i| i.scan_prefix_max(table, prefix, max),
-        )
+        let (prefix, max) = (prefix.to_owned(), Some(max));
+        rows(self.read(ReadOp::ScanPrefix { table, prefix, max }))
     }
     fn scan_page(
         &mut self,
@@ -541,22 +406,21 @@ impl StoreRead for Reader<'_> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Rows, StoreError> {
-        self.read(
-            |a| a.scan_page(table, after, limit),
-            |i| i.scan_page(table, after, limit),
-        )
+        let after = after.map(str::to_owned);
+        rows(self.read(ReadOp::ScanPage {
+            table,
+            after,
+            limit,
+        }))
     }
     fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
-        self.read(
-            |a| a.latest_expiries(table, window),
-            |i| i.latest_expiries(table, window),
-        )
+        expiries(self.read(ReadOp::LatestExpiries { table, window }))
     }
     fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
-        self.read(
-            |a| a.next_expiry(table, after),
-            |i| i.next_expiry(table, after),
-        )
+        match self.read(ReadOp::NextExpiry { table, after })? {
+            ReadValue::Expiry(at) => Ok(at),
+            _ => Err(mismatch()),
+        }
     }
     fn expired(
         &mut self,
@@ -565,10 +429,29 @@ impl StoreRead for Reader<'_> {
         after: Option<(u64, &str)>,
         limit: usize,
     ) -> Result<Expiries, StoreError> {
-        self.read(
-            |a| a.expired(table, up_to, after, limit),
-            |i| i.expired(table, up_to, after, limit),
-        )
+        let after = after.map(|(at, k)| (at, k.to_owned()));
+        expiries(self.read(ReadOp::Expired {
+            table,
+            up_to,
+            after,
+            limit,
+        }))
+    }
+}
+
+/// The rows a scan returned.
+fn rows(read: Result<ReadValue, StoreError>) -> Result<Rows, StoreError> {
+    match read? {
+        ReadValue::Rows(rows) => Ok(rows),
+        _ => Err(mismatch()),
+    }
+}
+
+/// The keys and expiries an expiry read returned.
+fn expiries(read: Result<ReadValue, StoreError>) -> Result<Expiries, StoreError> {
+    match read? {
+        ReadValue::Expiries(keys) => Ok(keys),
+        _ => Err(mismatch()),
     }
 }
 
@@ -971,12 +854,12 @@ mod tests {
         p.complete(done(again.id));
         assert_eq!(p.next_ready(), Some(ConnId(1)));
         assert_eq!(
-            p.reader().get(Table::Accounts, "u1"),
-            Ok(Some(b"old".to_vec()))
+            p.reader().answer(get("u1")),
+            Ok(ReadValue::Row(Some(b"old".to_vec())))
         );
         // A write after it came back drops the row: the frame's next attempt misses again.
         written(&mut p, "u1");
-        assert!(p.reader().get(Table::Accounts, "u1").is_err());
+        assert!(p.reader().answer(get("u1")).is_err());
         assert_eq!(p.take_miss(), Some(get("u1")));
     }
 
@@ -996,7 +879,7 @@ mod tests {
         assert!(p.is_waiting(ConnId(1)), "the frame behind still waits");
         assert!(p.stats().rows_held_bytes > 0);
         // The frame behind reads the rows its connection's head waited for.
-        assert!(p.reader().get(Table::Accounts, "u1").is_ok());
+        assert!(p.reader().answer(get("u1")).is_ok());
         p.ran(ConnId(1));
         p.ran(ConnId(2));
         assert!(p.is_idle(), "{p:?}");
@@ -1014,10 +897,10 @@ mod tests {
             id: read.id,
             result: Err(StoreError::Backend("injected".into())),
         });
-        assert!(p.reader().get(Table::Accounts, "u1").is_err());
+        assert!(p.reader().answer(get("u1")).is_err());
         assert_eq!(p.take_miss(), None, "the failure, not a miss");
         // The frame behind it, and the other connection's, miss: their read is asked again.
-        assert!(p.reader().get(Table::Accounts, "u1").is_err());
+        assert!(p.reader().answer(get("u1")).is_err());
         assert_eq!(p.take_miss(), Some(get("u1")));
     }
 
