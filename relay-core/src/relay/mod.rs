@@ -4,7 +4,8 @@
 //! ([`crate::commit`], which decides what is committed when) and fails stop. The rules that make
 //! an ack mean "stored" (what is staged, when it is released, what a failed commit discards and
 //! closes) are read here, in `batches` (the relay's side of the pipeline: group commit, sealed
-//! batches, the end of every input, fail-stop) and in `commit`; `types` holds the vocabulary
+//! batches, the end of every input, fail-stop) and in `commit`; `ahead` is the relay's side of
+//! reads ahead (a frame tried, parked on its first miss and run again when its read is back); `types` holds the vocabulary
 //! shared with the shell. Every rule of the service itself lives in its own module
 //! (`messaging`, `sync`, `orders`, …).
 
@@ -23,7 +24,7 @@ use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse, Route};
 use crate::ids::IdGen;
 use crate::planted::planted;
-use crate::prefetch::{Inline, Prefetch, ReadDone, ReadOp, ReadRequest, Reader, Reparked};
+use crate::prefetch::{Inline, Prefetch, ReadOp, Reader};
 use crate::push_targets::PushTarget;
 use crate::rows::{Timer, meta};
 use crate::sessions::Sessions;
@@ -32,6 +33,7 @@ use crate::store::{Store, StoreError, Table};
 use crate::throttles::Throttles;
 use crate::token::TokenKeys;
 
+mod ahead;
 mod batches;
 mod boot;
 
@@ -528,120 +530,6 @@ impl Relay {
         if let Some(op) = self.attempt(now, conn, frame) {
             self.prefetch.park(conn, copy, op);
         }
-    }
-
-    /// Runs `frame` of `conn` against the rows read ahead. `Some`: it needs the read `op`
-    /// first, and nothing of the attempt is left (its outputs and counters are dropped; its
-    /// rules read before they write, so it wrote nothing).
-    fn attempt(&mut self, now: UnixMs, conn: ConnId, frame: wire::ClientFrame) -> Option<ReadOp> {
-        let stats = self.stats;
-        self.reading_ahead = true;
-        let missed = self.run_frame(now, conn, frame);
-        self.reading_ahead = false;
-        if missed.is_some() {
-            // The attempt's refusal is dropped, and what it counted with it, but for the reads
-            // it made from the rows read ahead (work done, which its next run will not redo).
-            let tried = std::mem::replace(&mut self.stats, stats);
-            self.stats.keep_reads(&tried);
-            self.stats.frames_parked += 1;
-        }
-        missed
-    }
-
-    /// The read `done` came back: the frames parked on it run again, in the order they
-    /// were parked, each followed by the frames of its connection queued behind it (until one
-    /// needs another read). Drain `poll_output` afterwards, as after any input.
-    pub fn handle_read(&mut self, now: UnixMs, done: ReadDone) {
-        self.prefetch.complete(done);
-        while let Some(conn) = self.prefetch.next_ready() {
-            self.resume(now, conn);
-        }
-    }
-
-    /// Runs `conn`'s waiting frames in order until one needs another read; a connection its
-    /// client closed meanwhile is dropped once none waits.
-    fn resume(&mut self, now: UnixMs, conn: ConnId) {
-        self.run_waiting(now, conn);
-        if self.prefetch.closed(conn) {
-            self.cx().drop_conn(conn);
-        }
-    }
-
-    fn run_waiting(&mut self, now: UnixMs, conn: ConnId) {
-        while let Some(frame) = self.prefetch.head(conn) {
-            if self.failed {
-                self.prefetch.forget(conn);
-                return;
-            }
-            if self.prefetch.head_uncharged(conn) {
-                if !self.admit(now, conn) {
-                    // Over its budget (closed), or the relay closed it meanwhile.
-                    self.prefetch.forget(conn);
-                    return;
-                }
-                self.prefetch.head_charged(conn);
-            }
-            let Some(op) = self.attempt(now, conn, frame) else {
-                self.prefetch.ran(conn);
-                continue;
-            };
-            match self.prefetch.parked_again(conn, op) {
-                Reparked::Waiting => return,
-                Reparked::TooManyRounds(frame) => self.refuse_waiting(
-                    conn,
-                    &frame,
-                    ErrorCode::STORAGE_UNAVAILABLE,
-                    "the relay could not read what this frame needs; send it again",
-                ),
-            }
-        }
-    }
-
-    /// Refuses `frame` of `conn`, which cannot wait for its reads (a bound of
-    /// `crate::prefetch`).
-    fn refuse_waiting(
-        &mut self,
-        conn: ConnId,
-        frame: &wire::ClientFrame,
-        code: ErrorCode,
-        words: &str,
-    ) {
-        use wire::ClientFrame as F;
-        self.stats.frames_refused_waiting += 1;
-        probes::refusal(code.as_str());
-        let id = match frame {
-            F::Msg(m) => Some(m.id.to_string()),
-            F::Retract(r) => Some(r.id.to_string()),
-            _ => None,
-        };
-        let frame = ErrorFrame {
-            error: code,
-            message: words.into(),
-            ref_type: Some(frame.frame_type().to_owned()),
-            id,
-        };
-        self.cx().send(conn, ServerFrame::Error(frame));
-        let _ = self.finish();
-    }
-
-    /// Reads ahead from now on: a frame's rules never read the store on the caller's thread;
-    /// a frame that needs a row not in memory is parked, and the read is asked of the shell
-    /// ([`poll_read`](Relay::poll_read), [`ReadRequest::run`] on a reader of its own, off this
-    /// thread, then [`handle_read`](Relay::handle_read)). See `crate::prefetch`. HTTP
-    /// requests, upgrades and timers still read on the caller's thread.
-    pub fn read_ahead(&mut self) {
-        self.prefetch.turn_on();
-    }
-
-    /// The next read for the shell to run ([`read_ahead`](Relay::read_ahead)), in the order
-    /// they were asked; poll after every input, as [`poll_output`](Relay::poll_output).
-    pub fn poll_read(&mut self) -> Option<ReadRequest> {
-        self.prefetch.poll_read()
-    }
-
-    /// What waits for reads ahead now.
-    pub fn prefetch(&self) -> crate::stats::PrefetchStats {
-        self.prefetch.stats()
     }
 
     /// Runs `frame` of `conn` and ends the input; `Some`: it needed a read it could not make
