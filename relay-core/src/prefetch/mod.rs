@@ -37,12 +37,18 @@
 //! HTTP requests, upgrades and timers still read on the relay's task (counted in
 //! [`RelayStats::reads_inline`](crate::RelayStats::reads_inline)).
 
+mod read;
+mod reader;
+
 use std::collections::{BTreeMap, VecDeque};
 
 use wire::ClientFrame;
 
 use crate::shell::ConnId;
-use crate::store::{Batch, Expiries, MutationRef, Rows, StoreError, StoreRead, Table};
+use crate::store::{Batch, MutationRef};
+
+pub use read::{ReadDone, ReadId, ReadOp, ReadRequest, ReadValue};
+pub(crate) use reader::{Ahead, Inline, Reader};
 
 /// Frames one connection may have waiting for reads (the one parked and those queued behind
 /// it) beyond its frame burst (`Config::frame_burst_per_conn`): the frames its budget admits
@@ -58,406 +64,6 @@ pub const MAX_PARKED_FRAMES: usize = 16_384;
 /// running. A read of a row not read yet is progress and is not counted: a `sync` reads one
 /// queue per conversation, and whatever else a frame needs, one read at a time.
 pub const MAX_READ_ROUNDS: u32 = 16;
-
-/// Identifies a [`ReadRequest`] until its [`ReadDone`] comes back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ReadId(pub u64);
-
-/// One read of the store, as [`StoreRead`] offers them.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ReadOp {
-    /// [`StoreRead::get`].
-    Get {
-        /// The table.
-        table: Table,
-        /// The row's key.
-        key: String,
-    },
-    /// [`StoreRead::scan_prefix`], or with a bound [`StoreRead::scan_prefix_max`].
-    ScanPrefix {
-        /// The table.
-        table: Table,
-        /// The keys' prefix.
-        prefix: String,
-        /// Rows at most (`None`: all).
-        max: Option<usize>,
-    },
-    /// [`StoreRead::scan_page`].
-    ScanPage {
-        /// The table.
-        table: Table,
-        /// The page starts after this key.
-        after: Option<String>,
-        /// Rows at most.
-        limit: usize,
-    },
-    /// [`StoreRead::latest_expiries`].
-    LatestExpiries {
-        /// The table.
-        table: Table,
-        /// Milliseconds before the latest expiry.
-        window: u64,
-    },
-    /// [`StoreRead::next_expiry`].
-    NextExpiry {
-        /// The table.
-        table: Table,
-        /// The expiry must come after this.
-        after: u64,
-    },
-    /// [`StoreRead::expired`].
-    Expired {
-        /// The table.
-        table: Table,
-        /// Expiries at or before this.
-        up_to: u64,
-        /// The page starts after this row (expiry and key).
-        after: Option<(u64, String)>,
-        /// Keys at most.
-        limit: usize,
-    },
-}
-
-/// What a [`ReadOp`] returned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadValue {
-    /// A row's value, if the row exists.
-    Row(Option<Vec<u8>>),
-    /// Rows in key order.
-    Rows(Rows),
-    /// Keys with their expiries.
-    Expiries(Expiries),
-    /// An expiry, if any.
-    Expiry(Option<u64>),
-}
-
-impl ReadValue {
-    /// Estimated heap of the value (keys and values, plus a small overhead per row).
-    fn bytes(&self) -> usize {
-        match self {
-            Self::Row(v) => v.as_ref().map_or(0, Vec::len),
-            Self::Rows(rows) => rows.iter().map(|(k, v)| k.len() + v.len() + 48).sum(),
-            Self::Expiries(keys) => keys.iter().map(|(k, _)| k.len() + 32).sum(),
-            Self::Expiry(_) => 0,
-        }
-    }
-}
-
-impl ReadOp {
-    /// Runs the read on `reader` (the shell's, off the relay's task).
-    pub fn run(&self, reader: &mut dyn StoreRead) -> Result<ReadValue, StoreError> {
-        Ok(match self {
-            Self::Get { table, key } => ReadValue::Row(reader.get(*table, key)?),
-            Self::ScanPrefix {
-                table,
-                prefix,
-                max: None,
-            } => ReadValue::Rows(reader.scan_prefix(*table, prefix)?),
-            Self::ScanPrefix {
-                table,
-                prefix,
-                max: Some(max),
-            } => ReadValue::Rows(reader.scan_prefix_max(*table, prefix, *max)?),
-            Self::ScanPage {
-                table,
-                after,
-                limit,
-            } => ReadValue::Rows(reader.scan_page(*table, after.as_deref(), *limit)?),
-            Self::LatestExpiries { table, window } => {
-                ReadValue::Expiries(reader.latest_expiries(*table, *window)?)
-            }
-            Self::NextExpiry { table, after } => {
-                ReadValue::Expiry(reader.next_expiry(*table, *after)?)
-            }
-            Self::Expired {
-                table,
-                up_to,
-                after,
-                limit,
-            } => {
-                let after = after.as_ref().map(|(at, k)| (*at, k.as_str()));
-                ReadValue::Expiries(reader.expired(*table, *up_to, after, *limit)?)
-            }
-        })
-    }
-
-    fn table(&self) -> Table {
-        match self {
-            Self::Get { table, .. }
-            | Self::ScanPrefix { table, .. }
-            | Self::ScanPage { table, .. }
-            | Self::LatestExpiries { table, .. }
-            | Self::NextExpiry { table, .. }
-            | Self::Expired { table, .. } => *table,
-        }
-    }
-
-    /// Whether a write to `key` of `table` may change what this read returns (an expiry on
-    /// the table changes every read of it).
-    fn covers(&self, table: Table, key: Option<&str>) -> bool {
-        if self.table() != table {
-            return false;
-        }
-        let Some(key) = key else {
-            return true;
-        };
-        match self {
-            Self::Get { key: k, .. } => k == key,
-            Self::ScanPrefix { prefix, .. } => key.starts_with(prefix.as_str()),
-            Self::ScanPage { after, .. } => after.as_deref().is_none_or(|a| key > a),
-            Self::LatestExpiries { .. } | Self::NextExpiry { .. } | Self::Expired { .. } => true,
-        }
-    }
-}
-
-/// A read the relay needs done before a parked frame can run again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadRequest {
-    /// Hand it back in the [`ReadDone`].
-    pub id: ReadId,
-    /// What to read.
-    pub op: ReadOp,
-}
-
-impl ReadRequest {
-    /// Runs the read on `reader` (off the relay's task) and makes its report.
-    pub fn run(&self, reader: &mut dyn StoreRead) -> ReadDone {
-        ReadDone {
-            id: self.id,
-            result: self.op.run(reader),
-        }
-    }
-}
-
-/// The outcome of a [`ReadRequest`], for [`Relay::handle_read`](crate::Relay::handle_read).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadDone {
-    /// The request's id.
-    pub id: ReadId,
-    /// What the read returned, or why it failed.
-    pub result: Result<ReadValue, StoreError>,
-}
-
-/// Rows read ahead, which answer a parked frame's reads ([`Reader`]); the first read they
-/// cannot answer is recorded.
-#[derive(Debug, Default)]
-pub(crate) struct Ahead {
-    rows: BTreeMap<ReadOp, Held>,
-    /// The first read of the current attempt that no row answered.
-    missed: Option<ReadOp>,
-    /// Estimated heap of `rows`.
-    bytes: usize,
-}
-
-/// A read's result, kept while frames that waited for it may run again.
-#[derive(Debug)]
-struct Held {
-    result: Result<ReadValue, StoreError>,
-    /// Frames parked on this read whose run is not over.
-    holders: usize,
-}
-
-impl Ahead {
-    /// The answer to `op` from the rows read ahead; a miss is recorded (the first of the
-    /// attempt) and answered with an error.
-    fn answer(&mut self, op: ReadOp) -> Result<ReadValue, StoreError> {
-        if let Some(held) = self.rows.get(&op) {
-            if held.result.is_ok() {
-                return held.result.clone();
-            }
-            // A failed read answers one frame (refused as for a failed read); any other frame
-            // that waited for it reads again.
-            if let Some(failed) = self.rows.remove(&op) {
-                return failed.result;
-            }
-        }
-        if self.missed.is_none() {
-            self.missed = Some(op);
-        }
-        Err(not_read_ahead())
-    }
-
-    fn release(&mut self, op: &ReadOp) {
-        if let Some(held) = self.rows.get_mut(op) {
-            held.holders = held.holders.saturating_sub(1);
-            if held.holders == 0 {
-                let gone = self.rows.remove(op).map_or(0, |h| held_bytes(&h));
-                self.bytes -= gone;
-            }
-        }
-    }
-}
-
-fn held_bytes(h: &Held) -> usize {
-    h.result.as_ref().map_or(0, ReadValue::bytes)
-}
-
-/// A result of another kind than its read's (a shell that answered the wrong request).
-fn mismatch() -> StoreError {
-    StoreError::Backend("a read was answered with another read's kind of result".into())
-}
-
-/// The relay's own reader, counting the reads made on the relay's task ([`Reader::Inline`]).
-#[derive(Debug)]
-pub(crate) struct Inline {
-    reader: Box<dyn StoreRead>,
-    reads: u64,
-}
-
-impl Inline {
-    pub(crate) fn new(reader: Box<dyn StoreRead>) -> Self {
-        Self { reader, reads: 0 }
-    }
-
-    /// Reads made through it.
-    pub(crate) fn reads(&self) -> u64 {
-        self.reads
-    }
-
-    fn run(&mut self, op: &ReadOp) -> Result<ReadValue, StoreError> {
-        self.reads += 1;
-        op.run(&mut *self.reader)
-    }
-}
-
-/// The reader a rule reads through: the relay's own, or, while a frame is tried against the
-/// rows read ahead, those rows. A read they cannot answer ends the attempt while the frame
-/// has changed nothing yet (it may park: [`Reader::may_park`]); once it has written or staged
-/// something it cannot be tried again, so the read is made on the relay's task (counted in
-/// `reads_inline`).
-#[derive(Debug)]
-pub(crate) enum Reader<'a> {
-    /// Every read on the relay's task.
-    Inline(&'a mut Inline),
-    /// Reads from the rows read ahead.
-    Ahead {
-        ahead: &'a mut Ahead,
-        inline: &'a mut Inline,
-        /// The frame has changed nothing yet: a miss ends its attempt.
-        may_park: bool,
-    },
-}
-
-impl Reader<'_> {
-    /// Whether a miss may end the attempt now (the input has changed nothing).
-    pub(crate) fn may_park(&mut self, clean: bool) {
-        if let Self::Ahead { may_park, .. } = self {
-            *may_park = clean;
-        }
-    }
-
-    /// Whether a read of this attempt missed (the attempt will be dropped and run again).
-    pub(crate) fn missed(&self) -> bool {
-        matches!(self, Self::Ahead { ahead, .. } if ahead.missed.is_some())
-    }
-
-    /// The read made: from the rows read ahead when they have it; else, if the attempt may
-    /// park, the miss (the attempt ends); else on this task.
-    fn read(&mut self, op: ReadOp) -> Result<ReadValue, StoreError> {
-        match self {
-            Self::Inline(inline) => inline.run(&op),
-            Self::Ahead {
-                ahead,
-                inline,
-                may_park,
-            } => {
-                if ahead.missed.is_some() {
-                    // The attempt is over: the rule reads on towards its refusal.
-                    return Err(not_read_ahead());
-                }
-                let answer = ahead.answer(op);
-                match ahead.missed.take_if(|_| !*may_park) {
-                    Some(op) => inline.run(&op),
-                    None => answer,
-                }
-            }
-        }
-    }
-}
-
-impl StoreRead for Reader<'_> {
-    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let key = key.to_owned();
-        match self.read(ReadOp::Get { table, key })? {
-            ReadValue::Row(row) => Ok(row),
-            _ => Err(mismatch()),
-        }
-    }
-    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
-        let prefix = prefix.to_owned();
-        rows(self.read(ReadOp::ScanPrefix {
-            table,
-            prefix,
-            max: None,
-        }))
-    }
-    fn scan_prefix_max(
-        &mut self,
-        table: Table,
-        prefix: &str,
-        max: usize,
-    ) -> Result<Rows, StoreError> {
-        let (prefix, max) = (prefix.to_owned(), Some(max));
-        rows(self.read(ReadOp::ScanPrefix { table, prefix, max }))
-    }
-    fn scan_page(
-        &mut self,
-        table: Table,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Rows, StoreError> {
-        let after = after.map(str::to_owned);
-        rows(self.read(ReadOp::ScanPage {
-            table,
-            after,
-            limit,
-        }))
-    }
-    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
-        expiries(self.read(ReadOp::LatestExpiries { table, window }))
-    }
-    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
-        match self.read(ReadOp::NextExpiry { table, after })? {
-            ReadValue::Expiry(at) => Ok(at),
-            _ => Err(mismatch()),
-        }
-    }
-    fn expired(
-        &mut self,
-        table: Table,
-        up_to: u64,
-        after: Option<(u64, &str)>,
-        limit: usize,
-    ) -> Result<Expiries, StoreError> {
-        let after = after.map(|(at, k)| (at, k.to_owned()));
-        expiries(self.read(ReadOp::Expired {
-            table,
-            up_to,
-            after,
-            limit,
-        }))
-    }
-}
-
-/// The rows a scan returned.
-fn rows(read: Result<ReadValue, StoreError>) -> Result<Rows, StoreError> {
-    match read? {
-        ReadValue::Rows(rows) => Ok(rows),
-        _ => Err(mismatch()),
-    }
-}
-
-/// The keys and expiries an expiry read returned.
-fn expiries(read: Result<ReadValue, StoreError>) -> Result<Expiries, StoreError> {
-    match read? {
-        ReadValue::Expiries(keys) => Ok(keys),
-        _ => Err(mismatch()),
-    }
-}
-
-fn not_read_ahead() -> StoreError {
-    StoreError::Backend("not read ahead".into())
-}
 
 /// A frame waiting for a read (or queued behind one that is).
 #[derive(Debug)]
@@ -542,7 +148,7 @@ impl Prefetch {
 
     /// The read the attempt that just ended could not make, if any (and forgets it).
     pub(crate) fn take_miss(&mut self) -> Option<ReadOp> {
-        self.ahead.missed.take()
+        self.ahead.take_miss()
     }
 
     /// Whether `conn` has frames waiting (a new frame of it queues behind them).
@@ -682,14 +288,7 @@ impl Prefetch {
             }
             return;
         }
-        let held = Held {
-            result: done.result,
-            holders: p.waiters.len(),
-        };
-        self.ahead.bytes += held_bytes(&held);
-        if let Some(old) = self.ahead.rows.insert(p.op, held) {
-            self.ahead.bytes -= held_bytes(&old);
-        }
+        self.ahead.hold(p.op, done.result, p.waiters.len());
         self.ready.extend(p.waiters);
     }
 
@@ -761,7 +360,7 @@ impl Prefetch {
 
     /// An input wrote `batch`: reads of the rows it wrote, asked or done, are stale.
     pub(crate) fn written(&mut self, batch: &Batch) {
-        if self.pending.is_empty() && self.ahead.rows.is_empty() {
+        if self.pending.is_empty() && self.ahead.is_empty() {
             return;
         }
         for m in batch {
@@ -779,15 +378,7 @@ impl Prefetch {
                 p.stale = true;
             }
         }
-        let stale: Vec<ReadOp> = (self.ahead.rows.keys())
-            .filter(|op| op.covers(table, key))
-            .cloned()
-            .collect();
-        for op in stale {
-            if let Some(h) = self.ahead.rows.remove(&op) {
-                self.ahead.bytes -= held_bytes(&h);
-            }
-        }
+        self.ahead.drop_covering(table, key);
     }
 
     /// What waits now (metrics).
@@ -798,20 +389,21 @@ impl Prefetch {
             parked_conns: self.parked.len(),
             reads_pending: self.pending.len(),
             reads_queued: self.requests.len(),
-            rows_held_bytes: self.ahead.bytes,
+            rows_held_bytes: self.ahead.bytes(),
         }
     }
 
     /// Whether nothing waits (tests).
     #[cfg(test)]
     pub(crate) fn is_idle(&self) -> bool {
-        self.parked.is_empty() && self.pending.is_empty() && self.ahead.rows.is_empty()
+        self.parked.is_empty() && self.pending.is_empty() && self.ahead.is_empty()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{StoreError, Table};
 
     fn ping() -> ClientFrame {
         ClientFrame::decode(r#"{"type":"ping"}"#).unwrap()

@@ -1,0 +1,183 @@
+//! The reads a relay asks its shell for ([`ReadRequest`]), as the very [`StoreRead`] calls it
+//! would have made, and their outcomes ([`ReadDone`]).
+
+use crate::store::{Expiries, Rows, StoreError, StoreRead, Table};
+
+/// Identifies a [`ReadRequest`] until its [`ReadDone`] comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReadId(pub u64);
+
+/// One read of the store, as [`StoreRead`] offers them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReadOp {
+    /// [`StoreRead::get`].
+    Get {
+        /// The table.
+        table: Table,
+        /// The row's key.
+        key: String,
+    },
+    /// [`StoreRead::scan_prefix`], or with a bound [`StoreRead::scan_prefix_max`].
+    ScanPrefix {
+        /// The table.
+        table: Table,
+        /// The keys' prefix.
+        prefix: String,
+        /// Rows at most (`None`: all).
+        max: Option<usize>,
+    },
+    /// [`StoreRead::scan_page`].
+    ScanPage {
+        /// The table.
+        table: Table,
+        /// The page starts after this key.
+        after: Option<String>,
+        /// Rows at most.
+        limit: usize,
+    },
+    /// [`StoreRead::latest_expiries`].
+    LatestExpiries {
+        /// The table.
+        table: Table,
+        /// Milliseconds before the latest expiry.
+        window: u64,
+    },
+    /// [`StoreRead::next_expiry`].
+    NextExpiry {
+        /// The table.
+        table: Table,
+        /// The expiry must come after this.
+        after: u64,
+    },
+    /// [`StoreRead::expired`].
+    Expired {
+        /// The table.
+        table: Table,
+        /// Expiries at or before this.
+        up_to: u64,
+        /// The page starts after this row (expiry and key).
+        after: Option<(u64, String)>,
+        /// Keys at most.
+        limit: usize,
+    },
+}
+
+/// What a [`ReadOp`] returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadValue {
+    /// A row's value, if the row exists.
+    Row(Option<Vec<u8>>),
+    /// Rows in key order.
+    Rows(Rows),
+    /// Keys with their expiries.
+    Expiries(Expiries),
+    /// An expiry, if any.
+    Expiry(Option<u64>),
+}
+
+impl ReadValue {
+    /// Estimated heap of the value (keys and values, plus a small overhead per row).
+    pub(super) fn bytes(&self) -> usize {
+        match self {
+            Self::Row(v) => v.as_ref().map_or(0, Vec::len),
+            Self::Rows(rows) => rows.iter().map(|(k, v)| k.len() + v.len() + 48).sum(),
+            Self::Expiries(keys) => keys.iter().map(|(k, _)| k.len() + 32).sum(),
+            Self::Expiry(_) => 0,
+        }
+    }
+}
+
+impl ReadOp {
+    /// Runs the read on `reader` (the shell's, off the relay's task).
+    pub fn run(&self, reader: &mut dyn StoreRead) -> Result<ReadValue, StoreError> {
+        Ok(match self {
+            Self::Get { table, key } => ReadValue::Row(reader.get(*table, key)?),
+            Self::ScanPrefix {
+                table,
+                prefix,
+                max: None,
+            } => ReadValue::Rows(reader.scan_prefix(*table, prefix)?),
+            Self::ScanPrefix {
+                table,
+                prefix,
+                max: Some(max),
+            } => ReadValue::Rows(reader.scan_prefix_max(*table, prefix, *max)?),
+            Self::ScanPage {
+                table,
+                after,
+                limit,
+            } => ReadValue::Rows(reader.scan_page(*table, after.as_deref(), *limit)?),
+            Self::LatestExpiries { table, window } => {
+                ReadValue::Expiries(reader.latest_expiries(*table, *window)?)
+            }
+            Self::NextExpiry { table, after } => {
+                ReadValue::Expiry(reader.next_expiry(*table, *after)?)
+            }
+            Self::Expired {
+                table,
+                up_to,
+                after,
+                limit,
+            } => {
+                let after = after.as_ref().map(|(at, k)| (*at, k.as_str()));
+                ReadValue::Expiries(reader.expired(*table, *up_to, after, *limit)?)
+            }
+        })
+    }
+
+    fn table(&self) -> Table {
+        match self {
+            Self::Get { table, .. }
+            | Self::ScanPrefix { table, .. }
+            | Self::ScanPage { table, .. }
+            | Self::LatestExpiries { table, .. }
+            | Self::NextExpiry { table, .. }
+            | Self::Expired { table, .. } => *table,
+        }
+    }
+
+    /// Whether a write to `key` of `table` may change what this read returns (an expiry on
+    /// the table changes every read of it).
+    pub(super) fn covers(&self, table: Table, key: Option<&str>) -> bool {
+        if self.table() != table {
+            return false;
+        }
+        let Some(key) = key else {
+            return true;
+        };
+        match self {
+            Self::Get { key: k, .. } => k == key,
+            Self::ScanPrefix { prefix, .. } => key.starts_with(prefix.as_str()),
+            Self::ScanPage { after, .. } => after.as_deref().is_none_or(|a| key > a),
+            Self::LatestExpiries { .. } | Self::NextExpiry { .. } | Self::Expired { .. } => true,
+        }
+    }
+}
+
+/// A read the relay needs done before a parked frame can run again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadRequest {
+    /// Hand it back in the [`ReadDone`].
+    pub id: ReadId,
+    /// What to read.
+    pub op: ReadOp,
+}
+
+impl ReadRequest {
+    /// Runs the read on `reader` (off the relay's task) and makes its report.
+    pub fn run(&self, reader: &mut dyn StoreRead) -> ReadDone {
+        ReadDone {
+            id: self.id,
+            result: self.op.run(reader),
+        }
+    }
+}
+
+/// The outcome of a [`ReadRequest`], for [`Relay::handle_read`](crate::Relay::handle_read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadDone {
+    /// The request's id.
+    pub id: ReadId,
+    /// What the read returned, or why it failed.
+    pub result: Result<ReadValue, StoreError>,
+}

@@ -1,0 +1,271 @@
+//! The readers a rule reads through ([`Reader`]): the relay's own ([`Inline`], counted) or the
+//! rows read ahead ([`Ahead`]), which answer a frame's attempt and record its first miss.
+
+use std::collections::BTreeMap;
+
+use super::{ReadOp, ReadValue};
+use crate::store::{Expiries, Rows, StoreError, StoreRead, Table};
+
+/// Rows read ahead, which answer a parked frame's reads ([`Reader`]); the first read they
+/// cannot answer is recorded.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    rows: BTreeMap<ReadOp, Held>,
+    /// The first read of the current attempt that no row answered.
+    missed: Option<ReadOp>,
+    /// Estimated heap of `rows`.
+    bytes: usize,
+}
+
+/// A read's result, kept while frames that waited for it may run again.
+#[derive(Debug)]
+struct Held {
+    result: Result<ReadValue, StoreError>,
+    /// Frames parked on this read whose run is not over.
+    holders: usize,
+}
+
+impl Ahead {
+    /// The answer to `op` from the rows read ahead; a miss is recorded (the first of the
+    /// attempt) and answered with an error.
+    pub(super) fn answer(&mut self, op: ReadOp) -> Result<ReadValue, StoreError> {
+        if let Some(held) = self.rows.get(&op) {
+            if held.result.is_ok() {
+                return held.result.clone();
+            }
+            // A failed read answers one frame (refused as for a failed read); any other frame
+            // that waited for it reads again.
+            if let Some(failed) = self.rows.remove(&op) {
+                return failed.result;
+            }
+        }
+        if self.missed.is_none() {
+            self.missed = Some(op);
+        }
+        Err(not_read_ahead())
+    }
+
+    /// Keeps the result of `op` for the `holders` frames that waited for it.
+    pub(super) fn hold(
+        &mut self,
+        op: ReadOp,
+        result: Result<ReadValue, StoreError>,
+        holders: usize,
+    ) {
+        let held = Held { result, holders };
+        self.bytes += held_bytes(&held);
+        if let Some(old) = self.rows.insert(op, held) {
+            self.bytes -= held_bytes(&old);
+        }
+    }
+
+    /// Drops every row read that a write of `key` of `table` may have changed.
+    pub(super) fn drop_covering(&mut self, table: Table, key: Option<&str>) {
+        let stale: Vec<ReadOp> = (self.rows.keys())
+            .filter(|op| op.covers(table, key))
+            .cloned()
+            .collect();
+        for op in stale {
+            if let Some(h) = self.rows.remove(&op) {
+                self.bytes -= held_bytes(&h);
+            }
+        }
+    }
+
+    /// Whether no row is held.
+    pub(super) fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Estimated heap of the rows held.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The read the attempt that just ended could not make, if any (and forgets it).
+    pub(super) fn take_miss(&mut self) -> Option<ReadOp> {
+        self.missed.take()
+    }
+
+    /// One frame that held `op` ran: the row goes once none holds it.
+    pub(super) fn release(&mut self, op: &ReadOp) {
+        if let Some(held) = self.rows.get_mut(op) {
+            held.holders = held.holders.saturating_sub(1);
+            if held.holders == 0 {
+                let gone = self.rows.remove(op).map_or(0, |h| held_bytes(&h));
+                self.bytes -= gone;
+            }
+        }
+    }
+}
+
+fn held_bytes(h: &Held) -> usize {
+    h.result.as_ref().map_or(0, ReadValue::bytes)
+}
+
+/// A result of another kind than its read's (a shell that answered the wrong request).
+fn mismatch() -> StoreError {
+    StoreError::Backend("a read was answered with another read's kind of result".into())
+}
+
+/// The relay's own reader, counting the reads made on the relay's task ([`Reader::Inline`]).
+#[derive(Debug)]
+pub(crate) struct Inline {
+    reader: Box<dyn StoreRead>,
+    reads: u64,
+}
+
+impl Inline {
+    pub(crate) fn new(reader: Box<dyn StoreRead>) -> Self {
+        Self { reader, reads: 0 }
+    }
+
+    /// Reads made through it.
+    pub(crate) fn reads(&self) -> u64 {
+        self.reads
+    }
+
+    fn run(&mut self, op: &ReadOp) -> Result<ReadValue, StoreError> {
+        self.reads += 1;
+        op.run(&mut *self.reader)
+    }
+}
+
+/// The reader a rule reads through: the relay's own, or, while a frame is tried against the
+/// rows read ahead, those rows. A read they cannot answer ends the attempt while the frame
+/// has changed nothing yet (it may park: [`Reader::may_park`]); once it has written or staged
+/// something it cannot be tried again, so the read is made on the relay's task (counted in
+/// `reads_inline`).
+#[derive(Debug)]
+pub(crate) enum Reader<'a> {
+    /// Every read on the relay's task.
+    Inline(&'a mut Inline),
+    /// Reads from the rows read ahead.
+    Ahead {
+        ahead: &'a mut Ahead,
+        inline: &'a mut Inline,
+        /// The frame has changed nothing yet: a miss ends its attempt.
+        may_park: bool,
+    },
+}
+
+impl Reader<'_> {
+    /// Whether a miss may end the attempt now (the input has changed nothing).
+    pub(crate) fn may_park(&mut self, clean: bool) {
+        if let Self::Ahead { may_park, .. } = self {
+            *may_park = clean;
+        }
+    }
+
+    /// Whether a read of this attempt missed (the attempt will be dropped and run again).
+    pub(crate) fn missed(&self) -> bool {
+        matches!(self, Self::Ahead { ahead, .. } if ahead.missed.is_some())
+    }
+
+    /// The read made: from the rows read ahead when they have it; else, if the attempt may
+    /// park, the miss (the attempt ends); else on this task.
+    fn read(&mut self, op: ReadOp) -> Result<ReadValue, StoreError> {
+        match self {
+            Self::Inline(inline) => inline.run(&op),
+            Self::Ahead {
+                ahead,
+                inline,
+                may_park,
+            } => {
+                if ahead.missed.is_some() {
+                    // The attempt is over: the rule reads on towards its refusal.
+                    return Err(not_read_ahead());
+                }
+                let answer = ahead.answer(op);
+                match ahead.missed.take_if(|_| !*may_park) {
+                    Some(op) => inline.run(&op),
+                    None => answer,
+                }
+            }
+        }
+    }
+}
+
+impl StoreRead for Reader<'_> {
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = key.to_owned();
+        match self.read(ReadOp::Get { table, key })? {
+            ReadValue::Row(row) => Ok(row),
+            _ => Err(mismatch()),
+        }
+    }
+    fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
+        let prefix = prefix.to_owned();
+        rows(self.read(ReadOp::ScanPrefix {
+            table,
+            prefix,
+            max: None,
+        }))
+    }
+    fn scan_prefix_max(
+        &mut self,
+        table: Table,
+        prefix: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        let (prefix, max) = (prefix.to_owned(), Some(max));
+        rows(self.read(ReadOp::ScanPrefix { table, prefix, max }))
+    }
+    fn scan_page(
+        &mut self,
+        table: Table,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Rows, StoreError> {
+        let after = after.map(str::to_owned);
+        rows(self.read(ReadOp::ScanPage {
+            table,
+            after,
+            limit,
+        }))
+    }
+    fn latest_expiries(&mut self, table: Table, window: u64) -> Result<Expiries, StoreError> {
+        expiries(self.read(ReadOp::LatestExpiries { table, window }))
+    }
+    fn next_expiry(&mut self, table: Table, after: u64) -> Result<Option<u64>, StoreError> {
+        match self.read(ReadOp::NextExpiry { table, after })? {
+            ReadValue::Expiry(at) => Ok(at),
+            _ => Err(mismatch()),
+        }
+    }
+    fn expired(
+        &mut self,
+        table: Table,
+        up_to: u64,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Expiries, StoreError> {
+        let after = after.map(|(at, k)| (at, k.to_owned()));
+        expiries(self.read(ReadOp::Expired {
+            table,
+            up_to,
+            after,
+            limit,
+        }))
+    }
+}
+
+/// The rows a scan returned.
+fn rows(read: Result<ReadValue, StoreError>) -> Result<Rows, StoreError> {
+    match read? {
+        ReadValue::Rows(rows) => Ok(rows),
+        _ => Err(mismatch()),
+    }
+}
+
+/// The keys and expiries an expiry read returned.
+fn expiries(read: Result<ReadValue, StoreError>) -> Result<Expiries, StoreError> {
+    match read? {
+        ReadValue::Expiries(keys) => Ok(keys),
+        _ => Err(mismatch()),
+    }
+}
+
+fn not_read_ahead() -> StoreError {
+    StoreError::Backend("not read ahead".into())
+}
