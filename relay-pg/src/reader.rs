@@ -31,13 +31,12 @@ impl fmt::Debug for PgReader {
     }
 }
 
-/// The prepared reads of one table: by key, by key range (a prefix with an end), from a key on
-/// (a prefix without one), both again with a row limit, a page from the first key and a page after a key; in an expiring
-/// table also the latest expiries (keys and expiries), the next expiry and the pages of due keys.
+/// The prepared reads of one table: by key; by key range with a row limit (a prefix with an
+/// end, or from a key on for a prefix without one; a whole prefix reads with the limit
+/// `i64::MAX`); a page from the first key and a page after a key; in an expiring table also
+/// the latest expiries (keys and expiries), the next expiry and the pages of due keys.
 struct TableReads {
     get: Statement,
-    scan_range: Statement,
-    scan_from: Statement,
     scan_range_max: Statement,
     scan_from_max: Statement,
     page_first: Statement,
@@ -72,10 +71,6 @@ impl ReadConn {
             let name = t.name();
             texts.push(format!("SELECT v FROM {name} WHERE k = $1"));
             texts.push(format!(
-                "SELECT k, v FROM {name} WHERE k >= $1 AND k < $2 ORDER BY k"
-            ));
-            texts.push(format!("SELECT k, v FROM {name} WHERE k >= $1 ORDER BY k"));
-            texts.push(format!(
                 "SELECT k, v FROM {name} WHERE k >= $1 AND k < $2 ORDER BY k LIMIT $3"
             ));
             texts.push(format!(
@@ -108,7 +103,7 @@ impl ReadConn {
         let mut next = || next_statement(&mut prepared);
         let mut tables = BTreeMap::new();
         for t in Table::ALL {
-            let (get, scan_range, scan_from) = (next()?, next()?, next()?);
+            let get = next()?;
             let (scan_range_max, scan_from_max) = (next()?, next()?);
             let (page_first, page_after) = (next()?, next()?);
             let expiring = if t.has_expiry() {
@@ -125,8 +120,6 @@ impl ReadConn {
                 t,
                 TableReads {
                     get,
-                    scan_range,
-                    scan_from,
                     scan_range_max,
                     scan_from_max,
                     page_first,
@@ -252,15 +245,7 @@ impl StoreRead for PgReader {
     }
 
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
-        let prefix = prefix.to_owned();
-        self.read(move |c| async move {
-            let reads = c.reads(table)?;
-            let found = match prefix_end(&prefix) {
-                Some(end) => c.client.query(&reads.scan_range, &[&prefix, &end]).await,
-                None => c.client.query(&reads.scan_from, &[&prefix]).await,
-            };
-            Ok(rows(&found.map_err(|e| read_failed(&e))?))
-        })
+        self.scan_prefix_max(table, prefix, usize::MAX)
     }
 
     fn scan_prefix_max(

@@ -406,17 +406,7 @@ impl StoreRead for SqliteReader {
     }
 
     fn scan_prefix(&mut self, table: Table, prefix: &str) -> Result<Rows, StoreError> {
-        let name = table.name();
-        match super::prefix_end(prefix) {
-            Some(end) => self.rows(
-                &format!("SELECT k, v FROM {name} WHERE k >= ?1 AND k < ?2 ORDER BY k"),
-                params![prefix, end],
-            ),
-            None => self.rows(
-                &format!("SELECT k, v FROM {name} WHERE k >= ?1 ORDER BY k"),
-                params![prefix],
-            ),
-        }
+        self.scan_prefix_max(table, prefix, usize::MAX)
     }
 
     fn scan_prefix_max(

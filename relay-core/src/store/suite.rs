@@ -94,7 +94,8 @@ fn keys(rows: &super::Rows) -> Vec<&str> {
 }
 
 /// A reader sees every commit that returned before its read (also commits made after it was
-/// opened), by key and by prefix; a prefix scan stops at the prefix's end.
+/// opened), by key and by prefix; a prefix scan stops at the prefix's end, a bounded one after
+/// its rows.
 pub fn reads_see_committed_rows(s: &mut dyn Store) {
     let mut r = s.reader().unwrap();
     assert_eq!(r.get(Table::Accounts, "u").unwrap(), None);
@@ -120,6 +121,19 @@ pub fn reads_see_committed_rows(s: &mut dyn Store) {
     let rows = r.scan_prefix(Table::Tombstones, "a/").unwrap();
     assert_eq!(keys(&rows), ["a/1", "a/2"]);
     assert_eq!(rows[1].1, b"y");
+    // A bounded scan stops after `max` rows, in key order, within the prefix.
+    assert_eq!(
+        keys(&r.scan_prefix_max(Table::Tombstones, "a/", 1).unwrap()),
+        ["a/1"]
+    );
+    assert_eq!(
+        keys(&r.scan_prefix_max(Table::Tombstones, "a/", 5).unwrap()),
+        ["a/1", "a/2"]
+    );
+    assert_eq!(
+        keys(&r.scan_prefix_max(Table::Tombstones, "", 2).unwrap()),
+        ["a", "a/1"]
+    );
     s.commit(&vec![del(Table::Tombstones, "a/1")].into())
         .unwrap();
     assert_eq!(
