@@ -104,9 +104,12 @@ pub(crate) enum Reparked {
     /// It waits for its next read.
     Waiting,
     /// It was parked again on rows read already more than [`MAX_READ_ROUNDS`] times: refuse
-    /// it.
-    TooManyRounds(ClientFrame),
+    /// it with the refusal's code and words.
+    TooManyRounds(ClientFrame, Refusal),
 }
+
+/// A frame that cannot wait for its reads: the error code and words it is refused with.
+pub(crate) type Refusal = (wire::ErrorCode, &'static str);
 
 /// Frames parked on reads, the reads asked for, and the rows read ahead (see the module doc).
 /// Off until a shell turns it on ([`Prefetch::turn_on`]).
@@ -157,25 +160,22 @@ impl Prefetch {
     }
 
     /// Whether one more frame of `conn` may wait: `Err` is the refusal's code and words.
-    pub(crate) fn room_for(
-        &self,
-        conn: ConnId,
-        burst: u32,
-    ) -> Result<(), (wire::ErrorCode, &'static str)> {
+    pub(crate) fn room_for(&self, conn: ConnId, burst: u32) -> Result<(), Refusal> {
         let per_conn = usize::try_from(burst)
             .unwrap_or(usize::MAX)
             .saturating_add(MAX_PARKED_FRAMES_PER_CONN);
         if self.parked.get(&conn).map_or(0, |w| w.frames.len()) >= per_conn {
+            let code = wire::ErrorCode::RATE_LIMITED;
+            probes::refusal(code.as_str());
             return Err((
-                wire::ErrorCode::RATE_LIMITED,
+                code,
                 "too many frames wait for the store on this connection; send it again later",
             ));
         }
         if self.parked_frames >= MAX_PARKED_FRAMES {
-            return Err((
-                wire::ErrorCode::STORAGE_UNAVAILABLE,
-                "the relay's reads are behind; send it again",
-            ));
+            let code = wire::ErrorCode::STORAGE_UNAVAILABLE;
+            probes::refusal(code.as_str());
+            return Err((code, "the relay's reads are behind; send it again"));
         }
         Ok(())
     }
@@ -236,7 +236,15 @@ impl Prefetch {
             let Some(head) = self.pop_head(conn) else {
                 return Reparked::Waiting;
             };
-            return Reparked::TooManyRounds(head);
+            let code = wire::ErrorCode::STORAGE_UNAVAILABLE;
+            probes::refusal(code.as_str());
+            return Reparked::TooManyRounds(
+                head,
+                (
+                    code,
+                    "the relay could not read what this frame needs; send it again",
+                ),
+            );
         }
         waiting.holds.push(op.clone());
         let id = match self.asked.get(&op) {
@@ -551,7 +559,7 @@ mod tests {
         p.complete(done(read.id));
         assert!(matches!(
             p.parked_again(ConnId(1), get("k0")),
-            Reparked::TooManyRounds(_)
+            Reparked::TooManyRounds(..)
         ));
         assert!(p.is_idle(), "{p:?}");
     }

@@ -72,18 +72,15 @@ impl Relay {
             };
             match self.prefetch.parked_again(conn, op) {
                 Reparked::Waiting => return,
-                Reparked::TooManyRounds(frame) => self.refuse_waiting(
-                    conn,
-                    &frame,
-                    ErrorCode::STORAGE_UNAVAILABLE,
-                    "the relay could not read what this frame needs; send it again",
-                ),
+                Reparked::TooManyRounds(frame, (code, words)) => {
+                    self.refuse_waiting(conn, &frame, code, words);
+                }
             }
         }
     }
 
     /// Refuses `frame` of `conn`, which cannot wait for its reads (a bound of
-    /// `crate::prefetch`).
+    /// `crate::prefetch`, which chose the code and counted the refusal's probe).
     pub(super) fn refuse_waiting(
         &mut self,
         conn: ConnId,
@@ -93,7 +90,6 @@ impl Relay {
     ) {
         use wire::ClientFrame as F;
         self.stats.frames_refused_waiting += 1;
-        probes::refusal(code.as_str());
         let id = match frame {
             F::Msg(m) => Some(m.id.to_string()),
             F::Retract(r) => Some(r.id.to_string()),
