@@ -167,14 +167,15 @@ fn read_failed(e: &tokio_postgres::Error) -> PgError {
 }
 
 impl PgReader {
-    pub(crate) fn open(runtime: Arc<PgRuntime>, config: PgConfig) -> Result<Self, PgError> {
-        let mut reader = Self {
+    /// A reader of `config`'s database; it connects at its first read, on the thread that
+    /// reads (whoever asks for readers, e.g. a relay's core before it serves, never waits for
+    /// their connections).
+    pub(crate) fn new(runtime: Arc<PgRuntime>, config: PgConfig) -> Self {
+        Self {
             runtime,
             config,
             conn: None,
-        };
-        reader.connection()?;
-        Ok(reader)
+        }
     }
 
     /// The connection, opened now if there is none (first use, or after a failed read).

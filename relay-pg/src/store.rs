@@ -237,12 +237,13 @@ impl Store for PgStore {
         self.settle(result)
     }
 
-    /// Keyed reads on a new connection of their own (blocking), on this store's thread:
-    /// autocommit prepared `SELECT`s, each within [`READ_TIMEOUT_MS`]; after a failed read the
-    /// next one reconnects. They work whatever becomes of this store (fenced or broken): reads
-    /// need no fence. The reader's `Debug` shows where it connects, never the password.
+    /// Keyed reads on a connection of their own (blocking), on this store's thread: opened at
+    /// the first read (so this returns at once, whatever the database does), autocommit
+    /// prepared `SELECT`s, each within [`READ_TIMEOUT_MS`]; after a failed read the next one
+    /// reconnects. They work whatever becomes of this store (fenced or broken): reads need no
+    /// fence. The reader's `Debug` shows where it connects, never the password.
     fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError> {
-        let reader = crate::reader::PgReader::open(Arc::clone(&self.runtime), self.config.clone())?;
+        let reader = crate::reader::PgReader::new(Arc::clone(&self.runtime), self.config.clone());
         Ok(Box::new(reader))
     }
 }

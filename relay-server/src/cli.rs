@@ -172,7 +172,8 @@ pub(crate) struct Args {
     /// Threads that read what the relay does not hold in memory (an account, a conversation,
     /// a queue, a sender's message ids) for a frame that needs it, so that no read ever holds
     /// up the task that serves everyone: the frame waits for its read, everyone else goes on.
-    /// With --data; 0 reads on that task instead (--memory and --postgres always do).
+    /// With --data and --postgres (each thread a read-only connection or a database session of
+    /// its own, opened at its first read); 0 reads on that task instead (--memory always does).
     #[arg(long, value_name = "N", env = "RELAY_READ_THREADS",
           default_value_t = relay_server::READ_THREADS, help_heading = STORE)]
     pub(crate) read_threads: usize,

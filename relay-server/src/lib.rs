@@ -748,12 +748,24 @@ impl Supervisor {
         let core = self
             .ctx
             .core(relay, open, parts.push, store_down, Some(term));
+        // The server stands by the moment the term ends, also while the core task is busy
+        // (a batch, a rebuild, a paused process that resumes): `/readyz` and the gate never
+        // answer for a term that is over.
+        let standby = tokio::spawn(stand_by_when_ended(end.clone(), Arc::clone(&self.phase)));
         let parts = core.run(inputs, self.stop.clone(), parts.gone).await;
+        standby.abort();
         if let Some(metrics) = &self.ctx.metrics {
             metrics.standing_by();
         }
         parts
     }
+}
+
+/// Once `end` ends, turns an active `phase` standby (the core task does too when it sees the
+/// end; whichever is first).
+async fn stand_by_when_ended(end: TermEnd, phase: Arc<watch::Sender<Phase>>) {
+    end.wait().await;
+    Phase::stand_by(&phase);
 }
 
 /// Waits `retry_ms` (doubled for next time, up to the maximum); false on shutdown.

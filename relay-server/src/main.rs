@@ -251,12 +251,13 @@ async fn run(args: Args) -> Result<()> {
         StoreChoice::Memory => CommitMode::Inline,
         StoreChoice::Sqlite(_) | StoreChoice::Postgres(_) => CommitMode::Thread,
     };
-    // Reads of SQLite wait on the disk: on threads of their own, the core task never waits for
-    // one. The memory store's reads cost less than a hand-off. PostgreSQL still reads on the
-    // core task: with reader sessions of their own, a leader paused past its lease did not
-    // notice its term had ended when it resumed (postgres_failover's rotation test).
+    // Reads of SQLite wait on the disk, reads of PostgreSQL on a round trip: on threads of
+    // their own, the core task never waits for one. The memory store's reads cost less than
+    // a hand-off.
     let read_mode = match store {
-        StoreChoice::Sqlite(_) if args.read_threads > 0 => ReadMode::Threads(args.read_threads),
+        StoreChoice::Sqlite(_) | StoreChoice::Postgres(_) if args.read_threads > 0 => {
+            ReadMode::Threads(args.read_threads)
+        }
         _ => ReadMode::Core,
     };
     let mut server = match store {

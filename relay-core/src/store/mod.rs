@@ -298,7 +298,8 @@ pub trait Store: Send + std::fmt::Debug {
     /// or copies its rows, and the caller reuses its buffers for the next batch.
     fn commit(&mut self, batch: &Batch) -> Result<(), StoreError>;
     /// A handle for keyed reads that works beside this one, also while another thread commits
-    /// through this store (a second connection, or a shared view of the same rows).
+    /// through this store (a second connection, or a shared view of the same rows). It may
+    /// connect at its first read, on the thread that reads (its reads fail while it cannot).
     fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError>;
 }
 

@@ -94,6 +94,20 @@ pub(crate) enum Phase {
     Stopping,
 }
 
+impl Phase {
+    /// Turns an active `phase` standby (a term ended); any other phase stays.
+    pub(crate) fn stand_by(phase: &watch::Sender<Phase>) {
+        phase.send_if_modified(|phase| {
+            if matches!(phase, Phase::Active { .. }) {
+                *phase = Phase::Standby;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
 /// What woke the core task: one event, handled after the wait so that the work can be timed
 /// apart from it.
 pub(super) enum Wakeup {

@@ -309,14 +309,7 @@ impl Core {
     /// more is committed or acknowledged by this term.
     fn end_term(&mut self, why: &str, inputs: &mut mpsc::Receiver<Input>) {
         if let Some(term) = &self.term {
-            term.phase.send_if_modified(|phase| {
-                if matches!(phase, Phase::Active { .. }) {
-                    *phase = Phase::Standby;
-                    true
-                } else {
-                    false
-                }
-            });
+            Phase::stand_by(&term.phase);
         }
         let sockets = self.close_all(
             &[Farewell::Close {
