@@ -96,10 +96,10 @@ pub(crate) enum Phase {
 
 impl Phase {
     /// Turns an active `phase` standby (a term ended); any other phase stays.
-    pub(crate) fn stand_by(phase: &watch::Sender<Phase>) {
+    pub(crate) fn stand_by(phase: &watch::Sender<Self>) {
         phase.send_if_modified(|phase| {
-            if matches!(phase, Phase::Active { .. }) {
-                *phase = Phase::Standby;
+            if matches!(phase, Self::Active { .. }) {
+                *phase = Self::Standby;
                 true
             } else {
                 false
