@@ -4,6 +4,7 @@ Python's `cryptography` package.
 
     cargo build --release -p relay-server --bin relay
     python3 benches/scripts/heavy_author.py target/release/relay DIR 1000000 [MESSAGES] [--bystander] [-- RELAY ARGS]
+    python3 benches/scripts/heavy_author.py target/release/relay DIR 1000000 --postgres URL [...]
 
 Starts the relay on a fresh SQLite data directory DIR (`--pow-difficulty 0`), registers two
 accounts over HTTP and makes them friends, stops it, writes N tombstone rows of the first
@@ -20,6 +21,10 @@ per-user message limit is lifted for it), and another thread asks `GET /healthz`
 the heavy author's first message was in flight (p50, p99, max), which is what a relay that reads
 on the task serving everyone makes everyone else wait. Arguments after `--` go to the relay
 (e.g. `--read-threads 0` to read on that task).
+
+With `--postgres URL` the relay runs on that database instead (schema `heavybench`, dropped
+first and left behind; keys in DIR), and the tombstones are written with one `INSERT … SELECT
+FROM generate_series` through `psql`.
 """
 import base64, http.client, json, os, socket, sqlite3, struct, sys, threading, time, uuid
 
@@ -33,11 +38,24 @@ if "--" in args:
     args, relay_args = args[:args.index("--")], args[args.index("--") + 1:]
 bystander = "--bystander" in args
 args = [x for x in args if x != "--bystander"]
+postgres = None
+if "--postgres" in args:
+    i = args.index("--postgres")
+    postgres = args[i + 1]
+    args = args[:i] + args[i + 2:]
 relay, data, n = args[0], args[1], int(args[2])
 messages = int(args[3]) if len(args) > 3 else 50
 port = 47950 + os.getpid() % 40
 metrics_port = port + 40
-store = ["--data", data, "--pow-difficulty", "0",
+if postgres:
+    import subprocess
+    subprocess.run(["psql", postgres, "-qc", "DROP SCHEMA IF EXISTS heavybench CASCADE"],
+                   check=True, stdout=subprocess.DEVNULL)
+    os.makedirs(data, mode=0o700, exist_ok=True)
+    where = ["--postgres", postgres, "--pg-schema", "heavybench", "--secrets-dir", data]
+else:
+    where = ["--data", data]
+store = [*where, "--pow-difficulty", "0",
          "--metrics-listen", f"127.0.0.1:{metrics_port}", *relay_args]
 if bystander:
     # The bystander sends all along: past the default per-user message limit.
@@ -206,13 +224,26 @@ if bystander:
     by_conv = befriend(c, d)
 stop(p)
 
-db = sqlite3.connect(os.path.join(data, "relay.sqlite3"))
 now_ms = int(time.time() * 1000)
 week = 7 * 24 * 3600 * 1000
 t0 = time.perf_counter()
-with db:
+if postgres:
+    # The same rows as below, written by the database itself.
+    subprocess.run(["psql", postgres, "-qc", f"""
+        INSERT INTO heavybench.tombstones (k, v, expires_at)
+        SELECT '{a["uuid"]}/' || m, convert_to(json_build_object('author', '{a["uuid"]}',
+               'id', m, 'conv_id', '{conv}', 'seq', i, 'expires_at', e,
+               'retracted', false)::text, 'UTF8'), e
+        FROM (SELECT i, md5(i::text) || '-' || lpad((i % 1000)::text, 3, '0') AS m,
+                     {now_ms + week} - ({n} - i + 1) * {week // 2} / {n} AS e
+              FROM generate_series(1::bigint, {n}) AS i) s"""],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["psql", postgres, "-qc", "VACUUM ANALYZE heavybench.tombstones"],
+                   check=True, stdout=subprocess.DEVNULL)
+db = None if postgres else sqlite3.connect(os.path.join(data, "relay.sqlite3"))
+with db or open(os.devnull):
     rows = []
-    for i in range(n):
+    for i in range(0 if postgres else n):
         mid = f"{uuid.UUID(int=(i + 1) << 32, version=4)}-{i % 1000:03d}"
         expires = now_ms + week - (n - i) * (week // 2) // n
         value = json.dumps({"author": a["uuid"], "id": mid, "conv_id": conv, "seq": i + 1,
@@ -222,7 +253,8 @@ with db:
         if len(rows) == 50_000 or i == n - 1:
             db.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?, ?)", rows)
             rows = []
-db.close()
+if db:
+    db.close()
 print(f"{n} tombstones of one author written in {time.perf_counter() - t0:.1f} s")
 
 p, _, _, _ = start(relay, store, port)

@@ -236,6 +236,10 @@ impl PgReader {
 }
 
 impl StoreRead for PgReader {
+    fn connect(&mut self) -> Result<(), StoreError> {
+        self.connection().map(drop).map_err(StoreError::from)
+    }
+
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let key = key.to_owned();
         self.read(move |c| async move {

@@ -205,6 +205,10 @@ fn threads(n: usize, store: &mut dyn Store) -> Result<How, relay_core::store::St
         let spawned = std::thread::Builder::new()
             .name(format!("relay-read-{i}"))
             .spawn(move || {
+                // Connect before the first frame needs a read (a failure is retried then).
+                if let Err(e) = reader.connect() {
+                    warn!(error = %e, "a read thread's reader could not connect yet");
+                }
                 loop {
                     let next = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
                     // The core let go of the readers: nothing more to read.

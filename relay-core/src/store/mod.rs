@@ -308,6 +308,12 @@ pub trait Store: Send + std::fmt::Debug {
 /// Reads never see uncommitted mutations: the relay keeps what it wrote and has not yet seen
 /// committed in its own memory, and only forgets rows once they are durable.
 pub trait StoreRead: Send + std::fmt::Debug {
+    /// Makes the reader ready for its first read now (e.g. opens its connection), on the
+    /// thread that will read; a reader that needs nothing does nothing. Its reads connect
+    /// by themselves anyway: this only moves that wait ahead of the first read.
+    fn connect(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// The committed value of row `key` of `table`.
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
     /// Every committed row of `table` whose key starts with `prefix`, in key order.

@@ -82,6 +82,13 @@ impl MeteredReader {
 }
 
 impl StoreRead for MeteredReader {
+    fn connect(&mut self) -> Result<(), StoreError> {
+        let result = self.inner.connect();
+        if let Err(e) = &result {
+            self.metrics.store_error(StoreOp::Read, e);
+        }
+        result
+    }
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.timed(|r| r.get(table, key))
     }
