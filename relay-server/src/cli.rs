@@ -456,6 +456,14 @@ pub(crate) struct Args {
     #[arg(long, value_name = "ADDR", env = "RELAY_METRICS_LISTEN", help_heading = OPERATIONS)]
     pub(crate) metrics_listen: Option<SocketAddr>,
 
+    /// Lets --metrics-listen take an address other than loopback (0.0.0.0, a private
+    /// network's): the metrics show how many use the relay and how, so without this flag they
+    /// are refused anywhere but 127.0.0.1 or ::1. For a container whose metrics port only the
+    /// scraper reaches, or a private monitoring network.
+    #[arg(long, env = "RELAY_METRICS_PUBLIC", value_parser = clap::builder::BoolishValueParser::new(),
+          help_heading = OPERATIONS)]
+    pub(crate) metrics_public: bool,
+
     /// A TOML file of settings: keys are the flag names without the dashes
     /// (`listen = "0.0.0.0:8080"`, `max-queued-bytes = 1073741824`, `memory = true`,
     /// `push-allow-host = ["a", "b"]`). Flags and environment variables override it; unknown

@@ -71,7 +71,7 @@ mod cli;
 mod ops;
 
 use cli::{Args, Command, LogFormatArg};
-use seam::net::{Network as _, Tokio};
+use seam::net::{Network, Tokio};
 use tracing::{info, warn};
 
 /// File name of the SQLite store inside `--data`.
@@ -144,11 +144,17 @@ fn check(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// `--metrics-listen`, refused on the public port.
+/// `--metrics-listen`, refused on the public port, and anywhere but loopback without
+/// `--metrics-public`.
 fn metrics_addr(args: &Args) -> Result<Option<SocketAddr>> {
     let Some(addr) = args.metrics_listen else {
         return Ok(None);
     };
+    if !addr.ip().is_loopback() && !args.metrics_public {
+        bail!(
+            "--metrics-listen {addr} is not a loopback address: the metrics show how many use              the relay and how; serve them on 127.0.0.1 or [::1], or pass --metrics-public              (RELAY_METRICS_PUBLIC=true) when only your scraper reaches that address"
+        );
+    }
     let overlaps = addr.port() == args.listen.port()
         && (addr.ip() == args.listen.ip()
             || addr.ip().is_unspecified()
@@ -236,10 +242,23 @@ async fn run(args: Args) -> Result<()> {
     };
     let store = store_choice(&args)?;
     let secrets = secrets_dir(&args, &store)?;
+    let metrics_addr = metrics_addr(&args)?;
+    // Bind before anything is created: a relay started on a busy port leaves no key, data
+    // directory or database schema behind.
+    let listener = Tokio::bind(args.listen)
+        .await
+        .with_context(|| format!("--listen {}", args.listen))?;
+    let metrics_listener = match metrics_addr {
+        Some(addr) => Some(
+            Tokio::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-listen {addr}"))?,
+        ),
+        None => None,
+    };
     if let Some(dir) = &secrets {
         secrets::create_private_dir(dir)?;
     }
-    let metrics_addr = metrics_addr(&args)?;
     let metrics = metrics_addr.map(|_| Metrics::new());
     let (push, vapid_fingerprint) = push_delivery(&args, secrets.as_deref())?;
     // The subscription check and the transport share one destination policy.
@@ -283,12 +302,12 @@ async fn run(args: Args) -> Result<()> {
         server = server.with_test_mode();
     }
     server = server.with_drain_deadline(args.drain_deadline_ms);
-    if let (Some(addr), Some(metrics)) = (metrics_addr, metrics) {
-        server = with_metrics_listener(server, addr, metrics).await?;
+    if let (Some(addr), Some(listener), Some(metrics)) = (metrics_addr, metrics_listener, metrics) {
+        server = with_metrics_listener(server, addr, listener, metrics);
     }
     info!(listen = %args.listen, "starting relay");
     server
-        .run::<Tokio>(args.listen, shutdown_signal())
+        .serve::<Tokio>(listener, shutdown_signal())
         .await
         .with_context(|| format!("serving on {}", args.listen))
 }
@@ -448,16 +467,14 @@ fn serve_limits(args: &Args) -> seam::net::ServeLimits {
     }
 }
 
-/// Binds `--metrics-listen`, has `server` count into `metrics` and serves them there on a
-/// task of their own.
-async fn with_metrics_listener(
+/// Has `server` count into `metrics` and serves them on `listener` (bound to
+/// `--metrics-listen` `addr`) on a task of their own.
+fn with_metrics_listener(
     server: RelayServer,
     addr: SocketAddr,
+    listener: <Tokio as Network>::Listener,
     metrics: Metrics,
-) -> Result<RelayServer> {
-    let listener = Tokio::bind(addr)
-        .await
-        .with_context(|| format!("--metrics-listen {addr}"))?;
+) -> RelayServer {
     info!(%addr, path = relay_server::metrics::METRICS_PATH, "metrics listening");
     let server = server.with_metrics(metrics.clone());
     tokio::spawn(async move {
@@ -470,7 +487,7 @@ async fn with_metrics_listener(
             warn!(%error, "the metrics listener failed");
         }
     });
-    Ok(server)
+    server
 }
 
 /// `store`, timed and counted when metrics are on.

@@ -223,6 +223,68 @@ fn metrics_are_never_served_on_the_public_port() {
 }
 
 #[test]
+fn metrics_leave_loopback_only_when_the_operator_says_so() {
+    for metrics in ["0.0.0.0:9464", "[::]:9464", "10.1.2.3:9464"] {
+        let out = relay()
+            .args(["--memory", "--metrics-listen", metrics, "--check-config"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{metrics}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("not a loopback address") && stderr.contains("--metrics-public"),
+            "{stderr}"
+        );
+        let out = relay()
+            .args(["--memory", "--metrics-listen", metrics, "--metrics-public"])
+            .arg("--check-config")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{metrics}: {}", text(&out.stderr));
+        let out = relay()
+            .args(["--memory", "--metrics-listen", metrics, "--check-config"])
+            .env("RELAY_METRICS_PUBLIC", "true")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{metrics}: {}", text(&out.stderr));
+    }
+    for metrics in ["127.0.0.1:9464", "[::1]:9464"] {
+        let out = relay()
+            .args(["--memory", "--metrics-listen", metrics, "--check-config"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{metrics}: {}", text(&out.stderr));
+    }
+}
+
+/// A relay whose port (or metrics port) is taken fails before it creates anything: no data
+/// directory, no key, no database file is left behind.
+#[test]
+fn a_relay_on_a_busy_port_fails_before_it_creates_anything() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, ports) in [
+        ["--listen", busy.as_str(), "--metrics-listen", "127.0.0.1:0"],
+        ["--listen", "127.0.0.1:0", "--metrics-listen", busy.as_str()],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let data = tmp.path().join(format!("data-{i}"));
+        let out = relay()
+            .args(["--data", data.to_str().unwrap()])
+            .args(ports)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{ports:?}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(&busy), "{ports:?}: {stderr}");
+        assert!(!data.exists(), "{ports:?}: {} was created", data.display());
+    }
+}
+
+#[test]
 fn the_systemd_unit_passes_systemd_analyze_verify() {
     let unit = std::fs::read_to_string(repo_file("deploy/relay.service")).unwrap();
     for directive in [
