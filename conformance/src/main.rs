@@ -86,9 +86,12 @@ struct Cli {
     /// deliver to `http://` endpoints (its test mode; see README.md).
     #[arg(long, value_name = "URL")]
     push_probe: Option<String>,
-    /// Seed of the accounts' mnemonics and message ids.
-    #[arg(long, default_value_t = 7)]
-    seed: u64,
+    /// Seed of the accounts' mnemonics and message ids. By default a new one is drawn for
+    /// every run (and printed), so that a run against a relay that kept an earlier run's
+    /// accounts registers accounts of its own; give the printed one to repeat a run exactly
+    /// (against a fresh relay: the same seed registers the same accounts again).
+    #[arg(long)]
+    seed: Option<u64>,
     /// Write the JSON report here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -195,6 +198,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         return Ok(true);
     }
+    let seed = match cli.seed {
+        Some(seed) => seed,
+        None => getrandom::u64().context("reading OS randomness for the accounts' seed")?,
+    };
+    eprintln!("accounts seed {seed} (--seed {seed} repeats this run, against a fresh relay)");
     #[cfg(feature = "embedded")]
     type Embedded = Option<embedded::EmbeddedRelay>;
     #[cfg(not(feature = "embedded"))]
@@ -206,7 +214,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             (Some(url), _) => (None, url.clone(), Hooks::default()),
             (None, Some(cmd)) => {
                 let made_up = secret
-                    .get_or_insert_with(|| format!("conformance-{}", cli.seed))
+                    .get_or_insert_with(|| format!("conformance-{seed}"))
                     .clone();
                 let process = RelayProcess::start(cmd, Some(made_up), relay_dir.path()).await?;
                 eprintln!("relay started: {}", process.shown_command());
@@ -282,7 +290,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     let shared = Arc::new(
         Shared::new(
             hooks,
-            cli.seed,
+            seed,
             Duration::from_millis(cli.wait_ms),
             Duration::from_millis(cli.quiet_ms),
         )

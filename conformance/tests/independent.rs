@@ -145,3 +145,46 @@ async fn conformance_with_relay_cmd_catches_the_planted_ack_before_the_commit() 
         "the reason names the restart: {reason}"
     );
 }
+
+/// The runner as a team runs it against its long-lived relay: twice, without `--seed`. Each
+/// run draws its own accounts, so the second passes too; the same `--seed` twice registers
+/// the same accounts again, which the relay rightly answers with its 409 recovery body (so
+/// the check can fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_against_the_same_relay_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = format!(
+        "python3 {} --listen {{listen}} --data {{data}} --payment-secret {{payment_secret}}",
+        relay_py().display()
+    );
+    let process = RelayProcess::start(&cmd, Some(SECRET.to_owned()), dir.path())
+        .await
+        .unwrap_or_else(|e| panic!("the independent relay (python3 on PATH) did not start: {e}"));
+    let url = process.base_url();
+    let runner = |seed: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_conformance"));
+        command.args([
+            "--relay",
+            &url,
+            "--only",
+            "REG-003,REG-008,MSG-001",
+            "--quiet",
+        ]);
+        if let Some(seed) = seed {
+            command.args(["--seed", seed]);
+        }
+        let out = command.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), format!("{stdout}\n{stderr}"))
+    };
+    for run in 1..=2 {
+        let (code, out) = runner(None);
+        assert_eq!(code, Some(0), "run {run} without --seed:\n{out}");
+        assert!(out.contains("accounts seed "), "{out}");
+    }
+    assert_eq!(runner(Some("11")).0, Some(0));
+    let (code, out) = runner(Some("11"));
+    assert_eq!(code, Some(1), "the same seed twice:\n{out}");
+    drop(process);
+}
