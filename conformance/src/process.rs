@@ -1,7 +1,8 @@
 //! The relay as a process the runner owns (`--relay-cmd`): started from a command template,
 //! killed with `SIGKILL` and restarted on the same data directory by the DURABILITY cases.
 //!
-//! * `{listen}` becomes `127.0.0.1:PORT` (a free port), `{data}` a directory kept across
+//! * `{listen}` becomes `127.0.0.1:PORT` (a free port; a relay that exits before it listens
+//!   is started again on another, up to [`START_ATTEMPTS`] times), `{data}` a directory kept across
 //!   restarts, `{payment_secret}` the payment webhook secret (also in the environment as
 //!   `RELAY_PAYMENT_WEBHOOK_SECRET`).
 //! * The command runs under `sh -c` in a process group of its own, so `kill -9` reaches the
@@ -21,6 +22,10 @@ pub const RELAY_START_MS: u64 = 30_000;
 const POLL_MS: u64 = 20;
 /// Lines of the relay's log quoted in an error.
 const LOG_TAIL_LINES: usize = 12;
+/// Starts tried, each on a new free port, while the relay exits before it listens: the port
+/// the runner picked (bound and released) can be taken by another process before the relay
+/// binds it.
+pub const START_ATTEMPTS: u32 = 3;
 
 /// Why the relay process could not be run. Each message says what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +85,9 @@ pub struct RelayProcess {
 
 impl RelayProcess {
     /// Starts the relay of `template` with its data under `dir`, and waits until it listens.
+    /// A relay that exits before it listens (e.g. its port was taken meanwhile) is started
+    /// again on another free port, [`START_ATTEMPTS`] times in all; the last failure is
+    /// returned.
     pub async fn start(
         template: &str,
         secret: Option<String>,
@@ -92,23 +100,32 @@ impl RelayProcess {
             let what = what.to_owned();
             move |source| ProcessError::Io { what, source }
         };
-        let listen = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|l| l.local_addr())
-            .map_err(io("picking a free port on 127.0.0.1"))?;
         let data = dir.join("data");
         std::fs::create_dir_all(&data).map_err(io("creating the relay's data directory"))?;
         let mut process = Self {
             template: template.to_owned(),
             secret,
-            listen,
+            listen: free_port().map_err(io("picking a free port on 127.0.0.1"))?,
             data,
             log: dir.join("relay.log"),
             child: None,
             restarts: 0,
         };
-        process.spawn()?;
-        process.wait_listening().await?;
-        Ok(process)
+        let mut attempt = 1;
+        loop {
+            process.spawn()?;
+            match process.wait_listening().await {
+                Ok(()) => return Ok(process),
+                Err(ProcessError::Exited { status, .. }) if attempt < START_ATTEMPTS => {
+                    tracing::warn!(%status, listen = %process.listen, attempt,
+                        "the relay exited before it listened; starting it again on another port");
+                    process.child = None;
+                    process.listen = free_port().map_err(io("picking a free port on 127.0.0.1"))?;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -235,6 +252,11 @@ impl RelayProcess {
             log: self.log_tail(),
         })
     }
+}
+
+/// A port of 127.0.0.1 free now (bound and released).
+fn free_port() -> std::io::Result<SocketAddr> {
+    std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).and_then(|l| l.local_addr())
 }
 
 impl Drop for RelayProcess {

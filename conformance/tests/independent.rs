@@ -188,3 +188,46 @@ async fn a_second_run_against_the_same_relay_passes() {
     assert_eq!(code, Some(1), "the same seed twice:\n{out}");
     drop(process);
 }
+
+/// A relay command that exits before it listens (as a relay whose port another process took
+/// between the runner's pick and its bind does) is started again on another port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_exits_before_it_listens_is_started_again_on_another_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = format!(
+        "test -e {{data}}/tried || {{ touch {{data}}/tried; echo 'address in use: {{listen}}'; exit 98; }}; \
+         exec python3 {} --listen {{listen}} --data {{data}}",
+        relay_py().display()
+    );
+    let process = RelayProcess::start(&cmd, Some(SECRET.to_owned()), dir.path())
+        .await
+        .unwrap_or_else(|e| panic!("not started again: {e}"));
+    let log = process.log_tail();
+    let first = log
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("address in use: "))
+        .unwrap_or_else(|| panic!("the first attempt's line is missing:\n{log}"))
+        .to_owned();
+    assert_ne!(
+        format!("http://{first}"),
+        process.base_url(),
+        "started again on the same port"
+    );
+    let status = status_of_get(&process.base_url()).await;
+    assert!(status.is_some(), "the relay does not answer");
+}
+
+/// `GET /` over a bare TCP connection: the status line's code, if any answer came.
+async fn status_of_get(base: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let addr = base.strip_prefix("http://")?;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream
+        .write_all(b"GET /api/v1/pow/challenge HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .ok()?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.ok()?;
+    let text = String::from_utf8_lossy(&answer);
+    text.split_whitespace().nth(1)?.parse().ok()
+}
