@@ -229,16 +229,39 @@ class Relay:
                 self.db.durable()
             except Refusal as r:
                 self.db.durable()
-                return r.status, {"code": r.code, "detail": r.detail, **r.extra}, "application/json"
+                return self.http_error(r.status, r.code, r.detail, r.extra)
             except Exception as e:  # a bug of this relay: answer, log, keep serving
                 print(f"error: {req.method} {req.path}: {e!r}", file=sys.stderr, flush=True)
-                return 500, {"code": "INTERNAL", "detail": "internal error"}, "application/json"
+                return self.http_error(500, "INTERNAL", "internal error")
             if isinstance(out, tuple):
                 return out
             return 200, out, "application/json"
         if matched_path:
-            return 405, {"code": "METHOD_NOT_ALLOWED", "detail": f"{req.method} is not served here"}, "application/json"
-        return 404, {"code": "NO_ROUTE", "detail": f"no route {req.path}"}, "application/json"
+            return self.http_error(405, "METHOD_NOT_ALLOWED", f"{req.method} is not served here")
+        return self.http_error(404, "NO_ROUTE", f"no route {req.path}")
+
+    def http_error(self, status, code, detail, extra=None):
+        """An error response: `{code, detail, ...extra}`; with --text-errors the words alone
+        as text/plain, or, when the documents define the body (the repeated registration's
+        `{uuid, alias_id}`), that body alone."""
+        if self.args.text_errors:
+            if extra:
+                return status, dict(extra), "application/json"
+            return status, detail.encode(), "text/plain; charset=utf-8"
+        return status, {"code": code, "detail": detail, **(extra or {})}, "application/json"
+
+    def error_frame(self, code, detail):
+        """A WebSocket error frame (with --text-errors: the words only, no code)."""
+        if self.args.text_errors:
+            return {"type": "error", "detail": detail}
+        return {"type": "error", "code": code, "detail": detail}
+
+    def goaway_frame(self, reason):
+        """GOAWAY with the reason at top level and in `payload` (with --goaway-top-level: at
+        top level only, which every reference client reads)."""
+        if self.args.goaway_top_level:
+            return {"type": "goaway", "reason": reason}
+        return {"type": "goaway", "reason": reason, "payload": {"reason": reason}}
 
     def body(self, req):
         if not req.body.strip():
@@ -322,7 +345,7 @@ class Relay:
                   token, acct["uuid"], self.now() + self.args.token_lifetime_s * 1000)
         for c in list(self.conns.get(acct["uuid"], [])):
             if c.token in old:
-                c.send({"type": "goaway", "reason": "new_device_login", "payload": {"reason": "new_device_login"}})
+                c.send(self.goaway_frame("new_device_login"))
                 c.close()
         return {"token": token, "expires_in": self.args.token_lifetime_s}
 
@@ -759,13 +782,13 @@ class Relay:
         try:
             f = json.loads(text)
         except ValueError:
-            conn.send({"type": "error", "code": "BAD_JSON", "detail": "a frame is one JSON object"})
+            conn.send(self.error_frame("BAD_JSON", "a frame is one JSON object"))
             return
         if not isinstance(f, dict):
-            conn.send({"type": "error", "code": "BAD_JSON", "detail": "a frame is one JSON object"})
+            conn.send(self.error_frame("BAD_JSON", "a frame is one JSON object"))
             return
         if self.token_user(conn.token) != conn.uuid:
-            conn.send({"type": "goaway", "reason": "jwt_revoked", "payload": {"reason": "jwt_revoked"}})
+            conn.send(self.goaway_frame("jwt_revoked"))
             conn.close()
             return
         kind = f.get("type")
@@ -778,12 +801,12 @@ class Relay:
                 self.ws_call(conn, f)
         except Exception as e:  # a bug of this relay: answer, log, keep the socket
             print(f"error: frame {kind!r}: {e!r}", file=sys.stderr, flush=True)
-            conn.send({"type": "error", "code": "INTERNAL", "detail": "internal error"})
+            conn.send(self.error_frame("INTERNAL", "internal error"))
         self.db.durable()
         self.mdb.durable()
 
     def refuse(self, conn, code, detail, f):
-        frame = {"type": "error", "code": code, "detail": detail}
+        frame = self.error_frame(code, detail)
         if isinstance(f.get("id"), str):
             frame["id"] = f["id"]
         conn.send(frame)
@@ -889,12 +912,13 @@ class Relay:
                 try:
                     req = await wsio.read_request(reader, peer, self.args.max_body_bytes)
                 except (wsio.BadRequest, ValueError):
-                    writer.write(wsio.response_bytes(400, {"code": "BAD_HTTP", "detail": "not HTTP/1.1"}))
+                    writer.write(wsio.response_bytes(*self.http_error(400, "BAD_HTTP", "not HTTP/1.1")))
                     break
                 if req is None:
                     break
                 if isinstance(req, tuple):
-                    writer.write(wsio.response_bytes(413, {"code": "BODY_TOO_LARGE", "detail": f"bodies up to {self.args.max_body_bytes} bytes"}))
+                    writer.write(wsio.response_bytes(*self.http_error(
+                        413, "BODY_TOO_LARGE", f"bodies up to {self.args.max_body_bytes} bytes")))
                     await writer.drain()
                     continue
                 if req.path == "/ws" and req.header("upgrade", "").lower() == "websocket":
@@ -918,7 +942,8 @@ class Relay:
         who = self.ws_auth(req)
         key = req.header("sec-websocket-key")
         if who is None or not key:
-            writer.write(wsio.response_bytes(401, {"code": "UNAUTHENTICATED", "detail": "a valid ticket or token and its user_uuid"}))
+            writer.write(wsio.response_bytes(*self.http_error(
+                401, "UNAUTHENTICATED", "a valid ticket or token and its user_uuid")))
             await writer.drain()
             return
         writer.write(wsio.upgrade_bytes(key))
@@ -929,7 +954,7 @@ class Relay:
                 try:
                     got = await wsio.read_message(reader, self.args.max_frame_bytes)
                 except wsio.FrameTooLarge:
-                    conn.send({"type": "error", "code": "FRAME_TOO_LARGE", "detail": f"frames up to {self.args.max_frame_bytes} bytes"})
+                    conn.send(self.error_frame("FRAME_TOO_LARGE", f"frames up to {self.args.max_frame_bytes} bytes"))
                     conn.close(1009)
                     break
                 if got is None:
@@ -980,6 +1005,10 @@ def parse(argv):
     p.add_argument("--max-frame-bytes", type=int, default=256 * 1024)
     p.add_argument("--max-payload-bytes", type=int, default=128 * 1024)
     p.add_argument("--max-body-bytes", type=int, default=1024 * 1024)
+    p.add_argument("--text-errors", action="store_true",
+                   help="error bodies and frames carry words only, no code (statuses unchanged)")
+    p.add_argument("--goaway-top-level", action="store_true",
+                   help="GOAWAY carries its reason at top level only, not also in `payload`")
     p.add_argument("--plant", action="append", choices=["no-dedup", "ack-before-durable"],
                    help="a known bug, for testing the harness (repeatable)")
     return p.parse_args(argv)

@@ -11,7 +11,15 @@ pub use crate::verdict::{CaseResult, Failure, Hook, Level, Profile};
 
 /// Cases that are SHOULD by the documents but MUST under `--profile reference` (our relay's
 /// own choices: what it refuses, how, and with which code).
-pub const REFERENCE_MUST: &[&str] = &["MSG-017", "ERR-011", "PAY-005", "CALL-012", "TRADE-014"];
+pub const REFERENCE_MUST: &[&str] = &[
+    "MSG-017",
+    "ERR-011",
+    "PAY-005",
+    "CALL-012",
+    "TRADE-014",
+    "ERR-010",
+    "CH-009",
+];
 
 /// A boxed case future borrowing its context.
 pub type CaseFuture<'a> = Pin<Box<dyn Future<Output = CaseResult> + Send + 'a>>;

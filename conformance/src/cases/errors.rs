@@ -15,7 +15,7 @@ pub const CASES: &[Case] = &[
         "ERR-001",
         Must,
         "SPEC §Errors register 409",
-        "register: 409 when the public key is already registered; the body is an error body plus the existing account.",
+        "register: 409 when the public key is already registered; the body carries the existing account's `uuid` and `alias_id` (PROTOCOL §1.1; under the reference profile also our error code).",
         [],
         register_409
     ),
@@ -85,9 +85,9 @@ pub const CASES: &[Case] = &[
     ),
     case!(
         "ERR-010",
-        Must,
+        Should,
         "PROTOCOL §0 (the response body text matters), §9 (keep REST error bodies meaningful)",
-        "A non-2xx response body names a stable code: an UPPER_SNAKE string in `error` or `code` (our relay: `{error, message}`), checked on an unknown route (404).",
+        "An unknown route answers 404 (under the reference profile with our `{error, message}` body; the documents give neither the status nor the body).",
         [],
         unknown_route
     ),

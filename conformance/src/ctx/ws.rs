@@ -385,11 +385,12 @@ impl Ws {
     }
 
     /// Sends `frame`, which the relay must refuse (the caller then checks it was not acted
-    /// on). An `error` frame in answer must carry a stable code (in `error` or `code`).
+    /// on).
     ///
     /// * Documents profile: PROTOCOL.md defines no error frame ("how a WS-level 429 is
-    ///   signalled is not determinable"), so silence within the quiet period is a refusal too;
-    ///   `ours` (our relay's code) is not required. Returns the error frame if one came.
+    ///   signalled is not determinable"), so an `error` frame of any shape or silence within
+    ///   the quiet period is a refusal; `ours` (our relay's code) is not required. Returns the
+    ///   error frame if one came.
     /// * Reference profile: an `error` frame within the wait, with code `ours` when given.
     ///
     /// A frame with an `id` must never be acked.
