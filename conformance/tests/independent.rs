@@ -128,7 +128,7 @@ fn passes_the_documents(reports: &[CaseReport], url: &str) {
         bad.join("\n")
     );
     assert!(
-        !runner::must_failed(&reports),
+        !runner::must_failed(reports),
         "the run would exit non-zero"
     );
     let durability: Vec<_> = reports
