@@ -127,10 +127,7 @@ fn passes_the_documents(reports: &[CaseReport], url: &str) {
         "MUST failures or errors:\n{}",
         bad.join("\n")
     );
-    assert!(
-        !runner::must_failed(reports),
-        "the run would exit non-zero"
-    );
+    assert!(!runner::must_failed(reports), "the run would exit non-zero");
     let durability: Vec<_> = reports
         .iter()
         .filter(|r| r.area == "DURABILITY")

@@ -287,6 +287,37 @@ impl Oracle {
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|o| o.name() == name)
     }
+
+    /// Whether this oracle's violations are usually what another's cause: messages out of
+    /// order, missing or late follow from a seq reused, an ack lost or a crash that dropped
+    /// state, so a report lists them after those ([`causes_first`]).
+    pub const fn is_symptom(self) -> bool {
+        matches!(
+            self,
+            Self::SeqOrder
+                | Self::SeqGapFree
+                | Self::SeqUnique
+                | Self::Liveness
+                | Self::DeliveredExactlyOnce
+                | Self::SyncComplete
+                | Self::OutboxDrained
+                | Self::StuckClient
+        )
+    }
+}
+
+/// Sorts report lines (`[oracle] detail`, as a [`Violation`] shows) so that a report leads
+/// with what explains the rest: lines of oracles that are not [symptoms](Oracle::is_symptom)
+/// first, then the symptoms; each group by text. Duplicates are dropped.
+pub fn causes_first(lines: &mut Vec<String>) {
+    let symptom = |line: &str| {
+        line.strip_prefix('[')
+            .and_then(|rest| rest.split_once(']'))
+            .and_then(|(name, _)| Oracle::from_name(name))
+            .is_some_and(Oracle::is_symptom)
+    };
+    lines.sort_by(|a, b| (symptom(a), a).cmp(&(symptom(b), b)));
+    lines.dedup();
 }
 
 impl PartialOrd for Oracle {
@@ -311,6 +342,29 @@ impl fmt::Display for Oracle {
 #[cfg(test)]
 mod tests {
     use super::Oracle;
+
+    #[test]
+    fn a_report_leads_with_the_cause_not_its_symptoms() {
+        let mut lines = vec![
+            "[seq-order] conv c: seq 4 after 5".to_owned(),
+            "[liveness] m1 never arrived".to_owned(),
+            "[seq-reused] conv c seq 5 names m2 and m3".to_owned(),
+            "[seq-order] conv c: seq 4 after 5".to_owned(),
+            "[ack-lost] m1 acked, then gone".to_owned(),
+            "not an oracle line".to_owned(),
+        ];
+        super::causes_first(&mut lines);
+        assert_eq!(
+            lines,
+            [
+                "[ack-lost] m1 acked, then gone",
+                "[seq-reused] conv c seq 5 names m2 and m3",
+                "not an oracle line",
+                "[liveness] m1 never arrived",
+                "[seq-order] conv c: seq 4 after 5",
+            ]
+        );
+    }
 
     #[test]
     fn every_name_is_distinct_and_found_again() {

@@ -449,8 +449,8 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
     for app in apps.iter() {
         app.client.shutdown().await;
     }
-    violations.sort();
-    violations.dedup();
+    // The cause first: a seq reused or an ack lost before the order violations it causes.
+    crate::violation::causes_first(&mut violations);
     let (oracles, not_applicable) = oracle_lists(orders.is_some());
     let verdict = if setup_failed {
         Verdict::Setup
