@@ -870,7 +870,13 @@ class Relay:
             return
         if f["type"] == "delivered":
             self.mdb.x("UPDATE messages SET pending = 0 WHERE conv_id = ? AND recipient = ? AND seq <= ?", conv_id, conn.uuid, seq)
-        self.push(other, {"type": f["type"], "conv_id": conv_id, "seq": seq, "from": self.alias_of(conn.uuid)}, keep=True)
+        if f["type"] == "read" and "read-newest" in self.plants:
+            # PLANTED BUG: the sender is told the newest message was read, whatever was.
+            row = self.mdb.one("SELECT MAX(seq) AS s FROM messages WHERE conv_id = ?", conv_id)
+            seq = max(seq, row["s"] or 0) if row else seq
+        keep = not (f["type"] == "delivered" and "drop-offline-delivered" in self.plants)
+        # (PLANTED BUG drop-offline-delivered: a `delivered` for an offline sender is dropped.)
+        self.push(other, {"type": f["type"], "conv_id": conv_id, "seq": seq, "from": self.alias_of(conn.uuid)}, keep=keep)
 
     def ws_typing(self, conn, f):
         conv_id = f.get("conv_id")
@@ -1009,7 +1015,8 @@ def parse(argv):
                    help="error bodies and frames carry words only, no code (statuses unchanged)")
     p.add_argument("--goaway-top-level", action="store_true",
                    help="GOAWAY carries its reason at top level only, not also in `payload`")
-    p.add_argument("--plant", action="append", choices=["no-dedup", "ack-before-durable"],
+    p.add_argument("--plant", action="append",
+                   choices=["no-dedup", "ack-before-durable", "read-newest", "drop-offline-delivered"],
                    help="a known bug, for testing the harness (repeatable)")
     return p.parse_args(argv)
 

@@ -248,3 +248,15 @@ async fn status_of_get(base: &str) -> Option<u16> {
     let text = String::from_utf8_lossy(&answer);
     text.split_whitespace().nth(1)?.parse().ok()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_catches_the_planted_receipt_bugs() {
+    let (reports, _) = run(Some("read-newest"), &["RCPT-002", "RCPT-008"]).await;
+    assert_eq!(failed(&reports), ["RCPT-008"], "{reports:#?}");
+    let (reports, _) = run(
+        Some("drop-offline-delivered"),
+        &["RCPT-001", "RCPT-004", "RCPT-009"],
+    )
+    .await;
+    assert_eq!(failed(&reports), ["RCPT-009"], "{reports:#?}");
+}

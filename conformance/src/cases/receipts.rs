@@ -65,6 +65,22 @@ pub const CASES: &[Case] = &[
         [],
         read_up_to
     ),
+    case!(
+        "RCPT-008",
+        Must,
+        "PROTOCOL §3.1 read, §9",
+        "The relay forwards the seq the reader sent, never more: a `read` for an earlier message while a later one is unread reaches the sender with that earlier seq (a relay must not mark read what the reader never saw).",
+        [],
+        read_below_the_newest
+    ),
+    case!(
+        "RCPT-009",
+        Should,
+        "ARCHITECTURE One message step 6",
+        "A `delivered` receipt for an offline sender is kept and reaches it when it comes back, with the seq the recipient sent.",
+        [],
+        delivered_for_offline_sender
+    ),
 ];
 
 async fn sent_and_delivered(
@@ -169,4 +185,41 @@ async fn read_up_to(ctx: &mut Ctx) -> CaseResult {
     let r = wa.expect("read").await?;
     ensure!(u(&r, "seq")? == last, "read seq {} != {last}", r["seq"]);
     wa.expect_none("read").await
+}
+
+async fn read_below_the_newest(ctx: &mut Ctx) -> CaseResult {
+    let (p, mut wa, mut wb) = online(ctx).await?;
+    let first = sent_and_delivered(ctx, &p, &mut wa, &mut wb).await?;
+    let newest = sent_and_delivered(ctx, &p, &mut wa, &mut wb).await?;
+    ensure!(newest > first, "seqs {first} then {newest}");
+    wb.send(
+        &json!({"type": "read", "conv_id": p.conv, "seq": first, "to": p.a.alias, "crypto_v": 1}),
+    )
+    .await?;
+    let r = wa.expect("read").await?;
+    ensure!(
+        u(&r, "seq")? == first,
+        "the reader read up to seq {first}, the sender was told {} (newest {newest})",
+        r["seq"]
+    );
+    wa.expect_none("read").await
+}
+
+async fn delivered_for_offline_sender(ctx: &mut Ctx) -> CaseResult {
+    let (p, mut wa, mut wb) = online(ctx).await?;
+    let seq = sent_and_delivered(ctx, &p, &mut wa, &mut wb).await?;
+    drop(wa);
+    // Give the relay a moment to see the close before the receipt.
+    tokio::time::sleep(ctx.quiet()).await;
+    wb.send(&json!({"type": "delivered", "conv_id": p.conv, "seq": seq, "to": p.a.alias, "crypto_v": 1}))
+        .await?;
+    tokio::time::sleep(ctx.quiet()).await;
+    let mut wa2 = ctx.connect(&p.a, "A2").await?;
+    let r = wa2.expect("delivered").await?;
+    ensure!(
+        s(&r, "conv_id")? == p.conv && u(&r, "seq")? == seq,
+        "kept receipt {r}, expected conv {} seq {seq}",
+        p.conv
+    );
+    Ok(())
 }
