@@ -853,6 +853,9 @@ class Relay:
                   conv_id, seq, mid, conn.uuid, recipient, payload, cv, self.now())
         self.mdb.durable()
         conn.send({"type": "ack", "id": mid, "seq": seq})
+        if "invent-delivered" in self.plants:
+            # PLANTED BUG: the sender is told its message was delivered as soon as it is stored.
+            conn.send({"type": "delivered", "conv_id": conv_id, "seq": seq, "from": self.alias_of(recipient)})
         m = self.mdb.one("SELECT * FROM messages WHERE conv_id = ? AND seq = ?", conv_id, seq)
         for c in self.conns.get(recipient, []):
             if c.open and c.synced:
@@ -1016,7 +1019,8 @@ def parse(argv):
     p.add_argument("--goaway-top-level", action="store_true",
                    help="GOAWAY carries its reason at top level only, not also in `payload`")
     p.add_argument("--plant", action="append",
-                   choices=["no-dedup", "ack-before-durable", "read-newest", "drop-offline-delivered"],
+                   choices=["no-dedup", "ack-before-durable", "read-newest", "drop-offline-delivered",
+                            "invent-delivered"],
                    help="a known bug, for testing the harness (repeatable)")
     return p.parse_args(argv)
 

@@ -27,6 +27,23 @@ pub struct WireMsg {
     pub conv: String,
     /// Its seq, if it carried one.
     pub seq: Option<u64>,
+    /// When, in the order the run's sockets received the frames it taps (all clients').
+    pub at: u64,
+}
+
+/// A receipt (`delivered` or `read`) a sender's socket received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireReceipt {
+    /// The client that received it (the messages' sender).
+    pub client: usize,
+    /// `delivered` or `read`.
+    pub kind: String,
+    /// Conversation.
+    pub conv: String,
+    /// The seq it covers ("up to").
+    pub seq: u64,
+    /// When, in the same order as [`WireMsg::at`].
+    pub at: u64,
 }
 
 /// An `ack` frame a sender received, with the conversation of the message it acks.
@@ -49,6 +66,8 @@ pub struct WireSeen {
     pub msgs: Vec<WireMsg>,
     /// Every `ack` frame whose message's conversation is known.
     pub acks: Vec<WireAck>,
+    /// Every receipt with a conversation and a seq, in the order the sockets received them.
+    pub receipts: Vec<WireReceipt>,
 }
 
 /// Every route the clients use, as PROTOCOL.md writes it.
@@ -126,6 +145,9 @@ struct Log {
     msgs: Vec<WireMsg>,
     acks: Vec<(usize, String, u64)>,
     receipts: u64,
+    receipt_frames: Vec<WireReceipt>,
+    /// Tapped frames so far (the next one's `at`).
+    tapped: u64,
 }
 
 /// The taps of a run's clients, sharing one log.
@@ -180,6 +202,7 @@ impl WireLog {
     pub fn seen(&self, conv_of: &BTreeMap<String, String>) -> WireSeen {
         self.with(|l| WireSeen {
             msgs: l.msgs.clone(),
+            receipts: l.receipt_frames.clone(),
             acks: l
                 .acks
                 .iter()
@@ -271,21 +294,32 @@ impl WireTap for Tap {
         let kind = v.get("type").and_then(Value::as_str).unwrap_or("<no type>");
         let id = v.get("id").and_then(Value::as_str);
         let seq = v.get("seq").and_then(Value::as_u64);
+        let conv = v.get("conv_id").and_then(Value::as_str).unwrap_or_default();
         self.log.with(|l| {
             *l.frames.entry(kind.to_owned()).or_default() += 1;
+            let at = l.tapped;
+            l.tapped += 1;
             match (kind, id, seq) {
                 ("msg", Some(id), seq) => l.msgs.push(WireMsg {
                     client: self.client,
                     id: id.to_owned(),
-                    conv: v
-                        .get("conv_id")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
+                    conv: conv.to_owned(),
                     seq,
+                    at,
                 }),
                 ("ack", Some(id), Some(seq)) => l.acks.push((self.client, id.to_owned(), seq)),
-                ("delivered" | "read", _, _) => l.receipts += 1,
+                ("delivered" | "read", _, seq) => {
+                    l.receipts += 1;
+                    if let Some(seq) = seq.filter(|_| !conv.is_empty()) {
+                        l.receipt_frames.push(WireReceipt {
+                            client: self.client,
+                            kind: kind.to_owned(),
+                            conv: conv.to_owned(),
+                            seq,
+                            at,
+                        });
+                    }
+                }
                 ("error", _, _) => {
                     let code = error_code(&v);
                     let e = l

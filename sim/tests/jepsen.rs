@@ -455,3 +455,13 @@ fn a_bad_relay_command_is_one_line_with_the_fix() {
         );
     }
 }
+
+/// A relay that tells the sender `delivered` when it stores the message, not when the
+/// recipient has it: the wire shows the receipt before the recipient's socket got the
+/// message (whenever the recipient is away, or merely slower to read).
+#[test]
+fn jepsen_names_the_planted_invented_delivered_receipt() {
+    let report = caught("invent-delivered", |_| true, &["receipts"]);
+    assert_eq!(report.verdict, jepsen::Verdict::Fail);
+    println!("seed {}: {:?}", report.seed, report.violations);
+}

@@ -56,6 +56,7 @@ pub(super) fn check(
     wire_oracles::duplicate_delivery(wire, &mut found);
     wire_oracles::seq_reused(wire, &mut found);
     wire_oracles::ack_lost(wire, &observed.members, &mut found);
+    wire_oracles::receipts_causal(wire, &observed.members, &mut found);
     delivery::exactly_once(&observed, &mut found);
     delivery::non_participant(&observed, &mut found);
     delivery::seq_order(&observed, &mut found);

@@ -8,10 +8,11 @@
 //! | `duplicate-delivery` | no message id reaches its recipient under two different seqs (a re-send stored twice) |
 //! | `seq-reused` | no (conversation, seq) names two different message ids, across every ack and delivery seen |
 //! | `ack-lost` | every message acked to its sender (an `ack` frame) reached its recipient's socket by the end |
+//! | `receipts` | (its wire half) a `delivered`/`read` for seq N reaches the sender only after the other member's socket received a message of that conversation with seq N or later: a relay never invents a receipt |
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use crate::wiretap::{WireAck, WireMsg, WireSeen};
+pub use crate::wiretap::{WireAck, WireMsg, WireReceipt, WireSeen};
 
 use crate::scenario::Pair;
 use crate::violation::{Oracle, Violation};
@@ -99,6 +100,53 @@ pub fn ack_lost(seen: &WireSeen, members: &BTreeMap<&str, Pair>, out: &mut Vec<V
     }
 }
 
+/// `receipts`, causally on the wire: every receipt a sender's socket received was preceded
+/// (in the order the run's sockets received frames) by a `msg` of its conversation with that
+/// seq or a later one at the other member's socket. A client sends `delivered`/`read` only
+/// for what it received, after its socket received it, so a receipt before that was made up
+/// by the relay (e.g. `delivered` sent to the sender at acceptance, while the recipient was
+/// away).
+pub fn receipts_causal(seen: &WireSeen, members: &BTreeMap<&str, Pair>, out: &mut Vec<Violation>) {
+    // Per (recipient, conversation): the highest seq its socket had received, by time.
+    let mut got: BTreeMap<(usize, &str), Vec<(u64, u64)>> = BTreeMap::new();
+    for m in &seen.msgs {
+        if let Some(seq) = m.seq {
+            got.entry((m.client, m.conv.as_str()))
+                .or_default()
+                .push((m.at, seq));
+        }
+    }
+    let mut invented: Vec<&WireReceipt> = Vec::new();
+    for r in &seen.receipts {
+        let Some(pair) = members.get(r.conv.as_str()) else {
+            continue;
+        };
+        let reader = pair.peer(r.client);
+        let had = got
+            .get(&(reader, r.conv.as_str()))
+            .is_some_and(|msgs| msgs.iter().any(|&(at, seq)| at < r.at && seq >= r.seq));
+        if !had {
+            invented.push(r);
+        }
+    }
+    if let Some(first) = invented.first() {
+        let reader = members
+            .get(first.conv.as_str())
+            .map_or(first.client, |p| p.peer(first.client));
+        out.push(Violation::new(
+            Oracle::Receipts,
+            format!(
+                "{} receipt(s) reached the sender before the other member's socket had the message; first: {} {} seq {} to c{} before c{reader} received it",
+                invented.len(),
+                first.kind,
+                first.conv,
+                first.seq,
+                first.client
+            ),
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,7 +157,47 @@ mod tests {
             id: id.into(),
             conv: "c".into(),
             seq: Some(seq),
+            at: 0,
         }
+    }
+
+    fn at(m: WireMsg, at: u64) -> WireMsg {
+        WireMsg { at, ..m }
+    }
+
+    fn receipt(client: usize, seq: u64, at: u64) -> WireReceipt {
+        WireReceipt {
+            client,
+            kind: "delivered".into(),
+            conv: "c".into(),
+            seq,
+            at,
+        }
+    }
+
+    #[test]
+    fn a_receipt_before_the_recipient_had_the_message_was_invented() {
+        let members: BTreeMap<&str, Pair> = [("c", Pair { a: 0, b: 1 })].into_iter().collect();
+        let seen = WireSeen {
+            msgs: vec![at(msg(1, "m1", 1), 2), at(msg(1, "m2", 2), 5)],
+            acks: vec![],
+            receipts: vec![receipt(0, 1, 3), receipt(0, 2, 6)],
+        };
+        let mut out = Vec::new();
+        receipts_causal(&seen, &members, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let seen = WireSeen {
+            receipts: vec![receipt(0, 2, 4)],
+            ..seen
+        };
+        receipts_causal(&seen, &members, &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].oracle, Oracle::Receipts);
+        assert!(
+            out[0].detail.contains("delivered c seq 2"),
+            "{}",
+            out[0].detail
+        );
     }
 
     fn ack(client: usize, id: &str, seq: u64) -> WireAck {
@@ -127,12 +215,14 @@ mod tests {
         let seen = WireSeen {
             msgs: vec![msg(1, "m", 3), msg(1, "m", 3)],
             acks: vec![],
+            receipts: vec![],
         };
         duplicate_delivery(&seen, &mut out);
         assert!(out.is_empty(), "{out:?}");
         let seen = WireSeen {
             msgs: vec![msg(1, "m", 13), msg(1, "m", 14)],
             acks: vec![],
+            receipts: vec![],
         };
         duplicate_delivery(&seen, &mut out);
         assert_eq!(out[0].oracle, Oracle::DuplicateDelivery);
@@ -145,6 +235,7 @@ mod tests {
         let seen = WireSeen {
             msgs: vec![msg(1, "late", 16)],
             acks: vec![ack(0, "lost", 16), ack(0, "late", 16)],
+            receipts: vec![],
         };
         let mut out = Vec::new();
         seq_reused(&seen, &mut out);
