@@ -38,17 +38,23 @@ async fn run(plant: Option<&str>, only: &[&str]) -> (Vec<CaseReport>, String) {
     run_with(&flags, only).await
 }
 
-/// Starts the independent relay with `flags`, runs `only` (all when empty) under the
-/// documents profile.
-async fn run_with(flags: &str, only: &[&str]) -> (Vec<CaseReport>, String) {
-    let dir = tempfile::tempdir().unwrap();
+/// The independent relay as `--relay-cmd` starts it (test clock, the shared webhook secret),
+/// with `flags`, its data under `dir`.
+async fn start_independent(flags: &str, dir: &std::path::Path) -> RelayProcess {
     let cmd = format!(
         "python3 {} --listen {{listen}} --data {{data}} --test-clock --payment-secret {{payment_secret}} {flags}",
         relay_py().display()
     );
-    let process = RelayProcess::start(&cmd, Some(SECRET.to_owned()), dir.path())
+    RelayProcess::start(&cmd, Some(SECRET.to_owned()), dir)
         .await
-        .unwrap_or_else(|e| panic!("the independent relay (python3 on PATH) did not start: {e}"));
+        .unwrap_or_else(|e| panic!("the independent relay (python3 on PATH) did not start: {e}"))
+}
+
+/// Starts the independent relay with `flags`, runs `only` (all when empty) under the
+/// documents profile.
+async fn run_with(flags: &str, only: &[&str]) -> (Vec<CaseReport>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let process = start_independent(flags, dir.path()).await;
     let url = process.base_url();
     let hooks = Hooks {
         payment_secret: Some(SECRET.as_bytes().to_vec()),
@@ -170,13 +176,7 @@ async fn conformance_with_relay_cmd_catches_the_planted_ack_before_the_commit() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_run_against_the_same_relay_passes() {
     let dir = tempfile::tempdir().unwrap();
-    let cmd = format!(
-        "python3 {} --listen {{listen}} --data {{data}} --payment-secret {{payment_secret}}",
-        relay_py().display()
-    );
-    let process = RelayProcess::start(&cmd, Some(SECRET.to_owned()), dir.path())
-        .await
-        .unwrap_or_else(|e| panic!("the independent relay (python3 on PATH) did not start: {e}"));
+    let process = start_independent("", dir.path()).await;
     let url = process.base_url();
     let runner = |seed: Option<&str>| {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_conformance"));

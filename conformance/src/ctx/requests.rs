@@ -162,6 +162,11 @@ impl Resp {
 
     /// Requires exactly `status`; returns the JSON body.
     pub fn expect(&self, status: u16) -> Result<Value, Failure> {
+        self.status_is(status)?;
+        self.json()
+    }
+
+    fn status_is(&self, status: u16) -> Result<(), Failure> {
         ensure!(
             self.status == status,
             "{}: expected {status}, got {} {}",
@@ -169,20 +174,14 @@ impl Resp {
             self.status,
             String::from_utf8_lossy(&self.body)
         );
-        self.json()
+        Ok(())
     }
 
     /// Requires `status` (one the documents give); under the reference profile also our error
     /// body. Returns the body as JSON, or (documents profile) as a JSON string when it is not
     /// JSON: the documents give no error body shape.
     pub fn expect_error(&self, status: u16) -> Result<Value, Failure> {
-        ensure!(
-            self.status == status,
-            "{}: expected {status}, got {} {}",
-            self.what,
-            self.status,
-            String::from_utf8_lossy(&self.body)
-        );
+        self.status_is(status)?;
         self.error_body()
     }
 
