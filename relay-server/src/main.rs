@@ -245,17 +245,7 @@ async fn run(args: Args) -> Result<()> {
     let metrics_addr = metrics_addr(&args)?;
     // Bind before anything is created: a relay started on a busy port leaves no key, data
     // directory or database schema behind.
-    let listener = Tokio::bind(args.listen)
-        .await
-        .with_context(|| format!("--listen {}", args.listen))?;
-    let metrics_listener = match metrics_addr {
-        Some(addr) => Some(
-            Tokio::bind(addr)
-                .await
-                .with_context(|| format!("--metrics-listen {addr}"))?,
-        ),
-        None => None,
-    };
+    let (listener, metrics_listener) = bind(args.listen, metrics_addr).await?;
     if let Some(dir) = &secrets {
         secrets::create_private_dir(dir)?;
     }
@@ -310,6 +300,28 @@ async fn run(args: Args) -> Result<()> {
         .serve::<Tokio>(listener, shutdown_signal())
         .await
         .with_context(|| format!("serving on {}", args.listen))
+}
+
+/// The public listener on `listen` and, with `--metrics-listen`, the metrics listener.
+async fn bind(
+    listen: SocketAddr,
+    metrics: Option<SocketAddr>,
+) -> Result<(
+    <Tokio as Network>::Listener,
+    Option<<Tokio as Network>::Listener>,
+)> {
+    let listener = Tokio::bind(listen)
+        .await
+        .with_context(|| format!("--listen {listen}"))?;
+    let metrics = match metrics {
+        Some(addr) => Some(
+            Tokio::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-listen {addr}"))?,
+        ),
+        None => None,
+    };
+    Ok((listener, metrics))
 }
 
 /// `--memory`: a relay on a memory store and memory blobs, with a JWT signing key of its own
