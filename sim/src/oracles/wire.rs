@@ -107,32 +107,30 @@ pub fn ack_lost(seen: &WireSeen, members: &BTreeMap<&str, Pair>, out: &mut Vec<V
 /// by the relay (e.g. `delivered` sent to the sender at acceptance, while the recipient was
 /// away).
 pub fn receipts_causal(seen: &WireSeen, members: &BTreeMap<&str, Pair>, out: &mut Vec<Violation>) {
-    // Per (recipient, conversation): the highest seq its socket had received, by time.
-    let mut got: BTreeMap<(usize, &str), Vec<(u64, u64)>> = BTreeMap::new();
-    for m in &seen.msgs {
-        if let Some(seq) = m.seq {
-            got.entry((m.client, m.conv.as_str()))
-                .or_default()
-                .push((m.at, seq));
-        }
-    }
-    let mut invented: Vec<&WireReceipt> = Vec::new();
+    // Both lists are in the order the sockets received them: walk them together, keeping
+    // per (client, conversation) the highest seq its socket had received so far.
+    let mut newest: BTreeMap<(usize, &str), u64> = BTreeMap::new();
+    let mut msgs = seen.msgs.iter().peekable();
+    let mut invented: Vec<(&WireReceipt, usize)> = Vec::new();
     for r in &seen.receipts {
+        while let Some(m) = msgs.next_if(|m| m.at < r.at) {
+            if let Some(seq) = m.seq {
+                let hw = newest.entry((m.client, m.conv.as_str())).or_default();
+                *hw = (*hw).max(seq);
+            }
+        }
         let Some(pair) = members.get(r.conv.as_str()) else {
             continue;
         };
         let reader = pair.peer(r.client);
-        let had = got
+        if newest
             .get(&(reader, r.conv.as_str()))
-            .is_some_and(|msgs| msgs.iter().any(|&(at, seq)| at < r.at && seq >= r.seq));
-        if !had {
-            invented.push(r);
+            .is_none_or(|hw| *hw < r.seq)
+        {
+            invented.push((r, reader));
         }
     }
-    if let Some(first) = invented.first() {
-        let reader = members
-            .get(first.conv.as_str())
-            .map_or(first.client, |p| p.peer(first.client));
+    if let Some((first, reader)) = invented.first() {
         out.push(Violation::new(
             Oracle::Receipts,
             format!(
