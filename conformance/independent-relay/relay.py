@@ -835,6 +835,13 @@ class Relay:
         if len(payload.encode()) > self.args.max_payload_bytes:
             return self.refuse(conn, "PAYLOAD_TOO_LARGE", f"payload above {self.args.max_payload_bytes} bytes", f)
         fr = self.conv(conv_id, conn.uuid)
+        if fr is None and "rejected-can-message" in self.plants:
+            # PLANTED BUG: any friendship row between the two, whatever its status (pending,
+            # rejected), lets the requester write, in whatever conversation id it names.
+            other = self.by_alias(to)
+            fr = other and self.db.one(
+                "SELECT * FROM friendships WHERE (requester = ? AND recipient = ?) OR (requester = ? AND recipient = ?)",
+                conn.uuid, other["uuid"], other["uuid"], conn.uuid)
         if fr is None or self.alias_of(self.peer(fr, conn.uuid)) != to:
             return self.refuse(conn, "NOT_A_MEMBER", "no accepted conversation with this recipient", f)
         if "no-dedup" not in self.plants:
@@ -1020,7 +1027,7 @@ def parse(argv):
                    help="GOAWAY carries its reason at top level only, not also in `payload`")
     p.add_argument("--plant", action="append",
                    choices=["no-dedup", "ack-before-durable", "read-newest", "drop-offline-delivered",
-                            "invent-delivered"],
+                            "invent-delivered", "rejected-can-message"],
                    help="a known bug, for testing the harness (repeatable)")
     return p.parse_args(argv)
 

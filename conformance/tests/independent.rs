@@ -259,4 +259,17 @@ async fn conformance_catches_the_planted_receipt_bugs() {
     )
     .await;
     assert_eq!(failed(&reports), ["RCPT-009"], "{reports:#?}");
+    let (reports, _) = run(Some("invent-delivered"), &["RCPT-001", "RCPT-010"]).await;
+    assert_eq!(failed(&reports), ["RCPT-010"], "{reports:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_catches_the_planted_rejected_requester() {
+    let (reports, _) = run(
+        Some("rejected-can-message"),
+        &["E2EE-004", "E2EE-005", "E2EE-006", "MSG-001"],
+    )
+    .await;
+    // Its friendship row lets the requester write while pending too.
+    assert_eq!(failed(&reports), ["E2EE-005", "E2EE-006"], "{reports:#?}");
 }

@@ -152,11 +152,13 @@ pub enum Oracle {
     OrderConfirmed,
     /// `forged-refused`.
     ForgedRefused,
+    /// `receipt-kept`.
+    ReceiptKept,
 }
 
 impl Oracle {
     /// Every oracle, in the order they are declared.
-    pub const ALL: [Self; 59] = [
+    pub const ALL: [Self; 60] = [
         Self::DuplicateDelivery,
         Self::SeqReused,
         Self::DeliveredExactlyOnce,
@@ -216,6 +218,7 @@ impl Oracle {
         Self::UnexpectedAnswer,
         Self::OrderConfirmed,
         Self::ForgedRefused,
+        Self::ReceiptKept,
     ];
 
     /// The oracle's name in reports (`duplicate-delivery` ...).
@@ -280,6 +283,7 @@ impl Oracle {
             Self::UnexpectedAnswer => "unexpected-answer",
             Self::OrderConfirmed => "order-confirmed",
             Self::ForgedRefused => "forged-refused",
+            Self::ReceiptKept => "receipt-kept",
         }
     }
 

@@ -68,6 +68,11 @@ pub struct WireSeen {
     pub acks: Vec<WireAck>,
     /// Every receipt with a conversation and a seq, in the order the sockets received them.
     pub receipts: Vec<WireReceipt>,
+    /// Every read mark an app made (`client`: the reader; `kind`: `read`), noted just before
+    /// the app sent it, in the same order as the frames ([`WireLog::marked_read`]).
+    pub marks: Vec<WireReceipt>,
+    /// Every `retract` frame a socket received: (the client, the message id it names).
+    pub retracts: Vec<(usize, String)>,
 }
 
 /// Every route the clients use, as PROTOCOL.md writes it.
@@ -146,6 +151,8 @@ struct Log {
     acks: Vec<(usize, String, u64)>,
     receipts: u64,
     receipt_frames: Vec<WireReceipt>,
+    marks: Vec<WireReceipt>,
+    retracts: Vec<(usize, String)>,
     /// Tapped frames so far (the next one's `at`).
     tapped: u64,
 }
@@ -197,12 +204,30 @@ impl WireLog {
         self.with(|l| l.receipts)
     }
 
+    /// Notes that app `client` marked `conv` read up to `seq` (call it before the app sends the
+    /// receipt, so that every `read` the relay forwards comes after the mark it stems from).
+    pub fn marked_read(&self, client: usize, conv: &str, seq: u64) {
+        self.with(|l| {
+            let at = l.tapped;
+            l.tapped += 1;
+            l.marks.push(WireReceipt {
+                client,
+                kind: "read".to_owned(),
+                conv: conv.to_owned(),
+                seq,
+                at,
+            });
+        });
+    }
+
     /// What the oracles read: the acks are placed in the conversation their message was sent
     /// in (`conv_of`: message id → conversation).
     pub fn seen(&self, conv_of: &BTreeMap<String, String>) -> WireSeen {
         self.with(|l| WireSeen {
             msgs: l.msgs.clone(),
             receipts: l.receipt_frames.clone(),
+            marks: l.marks.clone(),
+            retracts: l.retracts.clone(),
             acks: l
                 .acks
                 .iter()
@@ -308,6 +333,7 @@ impl WireTap for Tap {
                     at,
                 }),
                 ("ack", Some(id), Some(seq)) => l.acks.push((self.client, id.to_owned(), seq)),
+                ("retract", Some(id), _) => l.retracts.push((self.client, id.to_owned())),
                 ("delivered" | "read", _, seq) => {
                     l.receipts += 1;
                     if let Some(seq) = seq.filter(|_| !conv.is_empty()) {

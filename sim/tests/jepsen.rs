@@ -358,7 +358,7 @@ fn the_independent_relay_passes_jepsen_mode() {
 }
 
 /// Runs up to three seeds whose plan is `wanted` against the independent relay with `plant`,
-/// until a run reports a violation of one of `oracles`; returns it.
+/// until a run reports a violation (or a SHOULD finding) of one of `oracles`; returns it.
 fn caught(
     plant: &str,
     wanted: fn(&[jepsen::JepsenEvent]) -> bool,
@@ -375,6 +375,7 @@ fn caught(
         if report
             .violations
             .iter()
+            .chain(&report.should)
             .any(|v| oracles.iter().any(|o| v.starts_with(&format!("[{o}]"))))
         {
             return report;
@@ -463,5 +464,49 @@ fn a_bad_relay_command_is_one_line_with_the_fix() {
 fn jepsen_names_the_planted_invented_delivered_receipt() {
     let report = caught("invent-delivered", |_| true, &["receipts"]);
     assert_eq!(report.verdict, jepsen::Verdict::Fail);
+    println!("seed {}: {:?}", report.seed, report.violations);
+}
+
+/// A relay that forwards `read` with the conversation's newest seq, not the one the reader
+/// sent: the clients mark read up to a message they received (not always the newest), and
+/// the wire shows a `read` beyond every mark of the reader.
+#[test]
+fn jepsen_names_the_planted_read_of_the_newest_seq() {
+    let report = caught("read-newest", |_| true, &["receipts"]);
+    assert_eq!(report.verdict, jepsen::Verdict::Fail);
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.contains("covered more than the reader marked read")),
+        "{:?}",
+        report.violations
+    );
+    println!("seed {}: {:?}", report.seed, report.violations);
+}
+
+/// A relay that drops a `delivered` receipt while its sender is offline: the receipt probe
+/// after healing finds it, as a SHOULD (the documents do not require receipts to be kept),
+/// so the verdict stays `pass`.
+#[test]
+fn jepsen_names_the_planted_dropped_offline_receipt_as_a_should() {
+    let report = caught("drop-offline-delivered", |_| true, &["receipt-kept"]);
+    assert_eq!(
+        report.verdict,
+        jepsen::Verdict::Pass,
+        "{:?}",
+        report.violations
+    );
+    assert_eq!(report.counts.receipt_probes, 1);
+    println!("seed {}: {:?}", report.seed, report.should);
+}
+
+/// A relay that lets a requester write on any friendship row (pending, rejected): the
+/// strangers after healing get their message to the account that rejected them through.
+#[test]
+fn jepsen_names_the_planted_rejected_requester_authz() {
+    let report = caught("rejected-can-message", |_| true, &["authz"]);
+    assert_eq!(report.verdict, jepsen::Verdict::Fail);
+    assert!(report.counts.stranger_attempts >= 5, "{:?}", report.counts);
     println!("seed {}: {:?}", report.seed, report.violations);
 }

@@ -81,6 +81,14 @@ pub const CASES: &[Case] = &[
         [],
         delivered_for_offline_sender
     ),
+    case!(
+        "RCPT-010",
+        Must,
+        "SPEC §Events delivered; PROTOCOL §3.1, §9",
+        "The relay forwards receipts, it never makes one up: while the recipient is offline, the sender of a message waiting for it gets no `delivered` or `read` for it.",
+        [],
+        no_receipt_before_the_recipient_has_it
+    ),
 ];
 
 async fn sent_and_delivered(
@@ -222,4 +230,15 @@ async fn delivered_for_offline_sender(ctx: &mut Ctx) -> CaseResult {
         p.conv
     );
     Ok(())
+}
+
+async fn no_receipt_before_the_recipient_has_it(ctx: &mut Ctx) -> CaseResult {
+    let (p, mut wa, wb) = online(ctx).await?;
+    drop(wb);
+    // Give the relay a moment to see the close before the message.
+    tokio::time::sleep(ctx.quiet()).await;
+    let (id, m) = ctx.msg(&p.key, &p.b, &p.conv, "held for B");
+    wa.send_msg(&id, &m).await?;
+    wa.expect_none("delivered").await?;
+    wa.expect_none("read").await
 }

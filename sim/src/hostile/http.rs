@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use wire::http::paths;
 
 use crate::world::relay_endpoint;
-use seam::net::{HttpClient, HttpRequest, TurmoilConnector};
+use seam::net::{Connector, HttpClient, HttpRequest, TurmoilConnector};
 
 /// Timeout of one raw HTTP request.
 const REQUEST_TIMEOUT_MS: u64 = 5_000;
@@ -29,8 +29,8 @@ pub(crate) fn http() -> HttpClient<TurmoilConnector> {
 }
 
 /// POSTs `body` (with `token`, if any); `(status, JSON body)`, `None` without an answer.
-pub(crate) async fn post(
-    http: &HttpClient<TurmoilConnector>,
+pub(crate) async fn post<C: Connector>(
+    http: &HttpClient<C>,
     path: &str,
     token: Option<&str>,
     body: &Value,
@@ -43,8 +43,8 @@ pub(crate) async fn post(
 }
 
 /// Sends `req`; `(status, body)`, `None` without an answer.
-pub(crate) async fn exchange(
-    http: &HttpClient<TurmoilConnector>,
+pub(crate) async fn exchange<C: Connector>(
+    http: &HttpClient<C>,
     req: HttpRequest,
 ) -> Option<(u16, Vec<u8>)> {
     let r = http.send(req).await.ok()?;
@@ -52,8 +52,8 @@ pub(crate) async fn exchange(
 }
 
 /// Sends `req`; `(status, JSON body or null)`, `None` without an answer.
-pub(crate) async fn json_exchange(
-    http: &HttpClient<TurmoilConnector>,
+pub(crate) async fn json_exchange<C: Connector>(
+    http: &HttpClient<C>,
     req: HttpRequest,
 ) -> Option<(u16, Value)> {
     let (status, body) = exchange(http, req).await?;
@@ -62,8 +62,8 @@ pub(crate) async fn json_exchange(
 
 /// PUTs `path` with no body (F3 as the web and Android clients send it) and `token`;
 /// `(status, JSON body)`, `None` without an answer.
-pub(crate) async fn put_empty(
-    http: &HttpClient<TurmoilConnector>,
+pub(crate) async fn put_empty<C: Connector>(
+    http: &HttpClient<C>,
     path: &str,
     token: &str,
 ) -> Option<(u16, Value)> {
@@ -76,8 +76,8 @@ pub(crate) async fn put_empty(
 
 /// The status of `method path` (with `{}` as the body of a POST or PUT, and `token` as its
 /// bearer), or `None` when the request got no answer.
-pub(crate) async fn status(
-    client: &HttpClient<TurmoilConnector>,
+pub(crate) async fn status<C: Connector>(
+    client: &HttpClient<C>,
     method: &http::Method,
     path: &str,
     token: Option<&str>,
@@ -93,8 +93,8 @@ pub(crate) async fn status(
 }
 
 /// GETs `path` with `token`; `(status, JSON body)`, `None` without an answer.
-pub(crate) async fn get(
-    http: &HttpClient<TurmoilConnector>,
+pub(crate) async fn get<C: Connector>(
+    http: &HttpClient<C>,
     path: &str,
     token: &str,
 ) -> Option<(u16, Value)> {
@@ -109,9 +109,17 @@ pub(crate) fn field(v: &Value, name: &str) -> Option<String> {
 /// Registers (or recovers, on 409) the account of `mnemonic` and logs in; `None` when the
 /// relay did not answer (the caller retries).
 pub(crate) async fn register(mnemonic: &str, nickname: &str) -> Option<RawAccount> {
-    let http = http();
+    register_with(&http(), mnemonic, nickname).await
+}
+
+/// [`register`] through `http` (a relay on any network).
+pub(crate) async fn register_with<C: Connector>(
+    http: &HttpClient<C>,
+    mnemonic: &str,
+    nickname: &str,
+) -> Option<RawAccount> {
     let identity = derive_identity(mnemonic, X25519Path::Spec).ok()?;
-    let (_, pow) = post(&http, paths::POW_CHALLENGE, None, &json!({})).await?;
+    let (_, pow) = post(http, paths::POW_CHALLENGE, None, &json!({})).await?;
     let challenge = field(&pow, "challenge_string")?;
     let difficulty = pow.get("difficulty").and_then(Value::as_u64).unwrap_or(0);
     let nonce =
@@ -122,18 +130,18 @@ pub(crate) async fn register(mnemonic: &str, nickname: &str) -> Option<RawAccoun
         "nickname": nickname,
         "pow_nonce": nonce,
     });
-    let (status, reg) = post(&http, paths::REGISTER, None, &body).await?;
+    let (status, reg) = post(http, paths::REGISTER, None, &body).await?;
     if !(200..300).contains(&status) && status != 409 {
         return None;
     }
     let uuid = field(&reg, "uuid")?;
     let alias = field(&reg, "alias_id")?;
-    let token = login(&http, &uuid, &identity).await?;
+    let token = login(http, &uuid, &identity).await?;
     Some(RawAccount { uuid, alias, token })
 }
 
-pub(crate) async fn login(
-    http: &HttpClient<TurmoilConnector>,
+pub(crate) async fn login<C: Connector>(
+    http: &HttpClient<C>,
     uuid: &str,
     identity: &client_core::keys::Identity,
 ) -> Option<String> {

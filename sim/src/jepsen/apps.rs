@@ -1,6 +1,8 @@
 //! The clients of a Jepsen-mode run and the history they write: `clients` apps (our async
 //! `Client` on real tokio, seeded) register, befriend in a ring (client `i` and `i+1`),
-//! learn their conversations and send to a random friend every 0.2-1.2 s; every app event
+//! learn their conversations and send to a random friend every 0.2-1.2 s, now and then
+//! marking a conversation read up to a message it received (not always the newest, as a
+//! person reading on a phone does); every app event
 //! that matters to the oracles goes to the [`History`], stamped in ms since the run started.
 
 use std::collections::BTreeMap;
@@ -245,12 +247,13 @@ pub(super) async fn ring_convs(apps: &[App]) -> BTreeMap<(usize, usize), String>
     out
 }
 
-/// Client `me` sends to a random friend every 0.2-1.2 s for `window_ms`.
+/// Client `me` sends to a random friend every 0.2-1.2 s for `window_ms`; after one send in
+/// [`READ_EVERY`] it marks a conversation read ([`read_some`]).
 pub(super) async fn traffic(
     me: usize,
     apps: &[App],
     convs: &BTreeMap<(usize, usize), String>,
-    history: &History,
+    (history, wire): (&History, &WireLog),
     seed: u64,
     window_ms: u64,
 ) {
@@ -278,6 +281,52 @@ pub(super) async fn traffic(
             Ok(id) => history.push(Some(me), json!({"send": id, "conv": conv, "to": peer})),
             Err(e) => history.push(Some(me), json!({"send_refused": e.to_string()})),
         }
+        if rng.next_u32() % READ_EVERY == 0 {
+            let (peer, conv) = mine[rng.next_u32() as usize % mine.len()];
+            read_some(
+                me,
+                &apps[me],
+                conv,
+                &apps[peer].alias,
+                &mut rng,
+                (history, wire),
+            )
+            .await;
+        }
+    }
+}
+
+/// One send in this many is followed by a read mark.
+const READ_EVERY: u32 = 3;
+
+/// App `me` marks `conv` read up to one of the messages it received there, drawn from the
+/// seed (the newest or an older one: the reader has not always scrolled to the end); the
+/// mark goes to the history and to the wire log before the app sends it.
+async fn read_some(
+    me: usize,
+    app: &App,
+    conv: &str,
+    to: &str,
+    rng: &mut ChaCha20Rng,
+    (history, wire): (&History, &WireLog),
+) {
+    let seqs: Vec<u64> = app
+        .store
+        .snapshot()
+        .get_history(conv, None, None)
+        .unwrap_or_default()
+        .iter()
+        .filter(|m| !m.is_me)
+        .filter_map(|m| m.seq)
+        .collect();
+    if seqs.is_empty() {
+        return;
+    }
+    let seq = seqs[rng.next_u32() as usize % seqs.len()];
+    history.push(Some(me), json!({"read": conv, "seq": seq}));
+    wire.marked_read(me, conv, seq);
+    if let Err(e) = app.client.mark_as_read(conv, seq, to).await {
+        history.push(Some(me), json!({"read_refused": e.to_string()}));
     }
 }
 

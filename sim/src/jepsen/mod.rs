@@ -56,6 +56,7 @@
 
 mod apps;
 mod plan;
+mod probes;
 mod process;
 mod vanity_orders;
 mod verdict;
@@ -72,6 +73,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use self::apps::{App, History, ring_convs, setup, tally, traffic};
+use self::probes::{Forged, ProbeReport};
 use self::process::{Proxy, RelayProcess, start_relay, wait_listening};
 use self::vanity_orders::VanityOrders;
 use crate::violation::{Oracle, Violation};
@@ -80,6 +82,7 @@ use seam::net::Endpoint;
 
 pub use self::apps::HistoryEntry;
 pub use self::plan::{DEFAULT_TOXICS, JepsenEvent, JepsenFault, draw_plan};
+pub use self::probes::{FORGED_SEQ, PROBE_WAIT_MS};
 pub use self::vanity_orders::{JEPSEN_COMMERCE_MS, JepsenOrder, Paid};
 pub use crate::wiretap::RouteCount;
 
@@ -93,7 +96,7 @@ pub const JEPSEN_SETUP_MS: u64 = 60_000;
 /// not see the traffic the oracles need: the run's verdict is `setup`.
 pub const MIN_ACKED_PER_CONVERSATION: usize = 2;
 /// The oracles this mode runs.
-pub const JEPSEN_ORACLES: [Oracle; 10] = [
+pub const JEPSEN_ORACLES: [Oracle; 11] = [
     Oracle::DuplicateDelivery,
     Oracle::SeqReused,
     Oracle::AckLost,
@@ -103,8 +106,12 @@ pub const JEPSEN_ORACLES: [Oracle; 10] = [
     Oracle::Receipts,
     Oracle::NonParticipant,
     Oracle::UnexpectedAnswer,
+    Oracle::Authz,
     Oracle::Setup,
 ];
+/// Oracles of what the documents recommend: their findings are reported apart
+/// ([`JepsenReport::should`]) and do not fail a run.
+pub const JEPSEN_SHOULD: [Oracle; 1] = [Oracle::ReceiptKept];
 /// The commerce oracles (run when the relay shares the harness's payment secret).
 pub const COMMERCE_ORACLES: [Oracle; 3] = [
     Oracle::OrderConfirmed,
@@ -124,7 +131,7 @@ pub const NOT_APPLICABLE: [&str; 12] = [
     "receipts-clear (needs the relay's queue)",
     "push (no push stand-ins in this mode)",
     "payment-applied-once / holds-released / channel-single-owner (need the relay's rows; channel trades and quota buys are not run in this mode)",
-    "authz / bad-input / stuck-client (no raw clients in this mode)",
+    "bad-input / stuck-client (the strangers of this mode send well-formed frames and keep reading)",
     "probes / media (not run in this mode)",
 ];
 
@@ -243,6 +250,9 @@ pub struct JepsenReport {
     pub verdict: Verdict,
     /// Violations found.
     pub violations: Vec<String>,
+    /// Findings against what the documents recommend ([`JEPSEN_SHOULD`]): reported, not a
+    /// failure.
+    pub should: Vec<String>,
     /// Messages acknowledged to their senders.
     pub acked: usize,
     /// Messages received by their recipients.
@@ -300,13 +310,17 @@ pub struct Counts {
     pub pauses: u32,
     /// Proxy phases run.
     pub proxy_phases: u32,
+    /// The strangers' attempts judged (after healing).
+    pub stranger_attempts: u32,
+    /// Receipt-kept probes judged (after healing).
+    pub receipt_probes: u32,
 }
 
 impl std::fmt::Display for Counts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} accounts, {} of {} conversations, {} sent, {} ack frames, {} msg frames, {} receipts, {} orders ({} paid), {} kills, {} pauses, {} proxy phases",
+            "{} accounts, {} of {} conversations, {} sent, {} ack frames, {} msg frames, {} receipts, {} orders ({} paid), {} kills, {} pauses, {} proxy phases, {} stranger attempts, {} receipt probes",
             self.accounts,
             self.conversations,
             self.conversations_wanted,
@@ -318,7 +332,9 @@ impl std::fmt::Display for Counts {
             self.orders_paid,
             self.kills,
             self.pauses,
-            self.proxy_phases
+            self.proxy_phases,
+            self.stranger_attempts,
+            self.receipt_probes
         )
     }
 }
@@ -393,7 +409,7 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
     let apps = Arc::new(apps);
     let traffic_start = history.now();
     history.push(None, json!({"phase": "traffic"}));
-    let senders = spawn_clients(config, &apps, &convs, &history, orders.as_ref());
+    let senders = spawn_clients(config, &apps, &convs, (&history, &wire), orders.as_ref());
     let mut counts = Counts {
         accounts: apps.len(),
         conversations: convs.len(),
@@ -408,6 +424,16 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
     if let Some(orders) = &orders {
         orders.check(&apps, &history, &mut violations).await;
     }
+    let mut probed = ProbeReport::default();
+    let forged = if setup_failed {
+        Forged::default()
+    } else {
+        history.push(None, json!({"phase": "probes"}));
+        let forged =
+            probes::strangers(&endpoint, config.seed, &apps, &convs, &history, &mut probed).await;
+        probes::receipt_kept(&apps, &convs, &history, &mut probed).await;
+        forged
+    };
     history.push(None, json!({"phase": "end"}));
     let entries = history.take();
     let (acked, received) = tally(&apps, &convs);
@@ -417,6 +443,9 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
     counts.acks_seen = seen.acks.len();
     counts.msgs_seen = seen.msgs.len();
     counts.receipts_seen = wire.receipts();
+    counts.stranger_attempts = probed.stranger_attempts;
+    counts.receipt_probes = probed.receipt_probes;
+    forged.judge(&seen, &mut probed.must);
     // Denominators of the traffic: too few and the oracles judged too little.
     let mut thin = Vec::new();
     if let Some(o) = &orders {
@@ -439,7 +468,11 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
     if !convs.is_empty() {
         short_conversations(&convs, &seen, &wire, &mut thin);
     }
+    for why in &probed.not_run {
+        thin.push(setup_violation(why, &wire));
+    }
     if !setup_failed {
+        violations.extend(probed.must.iter().map(ToString::to_string));
         verdict::check(&apps, &convs, &entries, &seen, &mut violations);
         verdict::unexpected_refusals(&wire.routes(), &mut violations);
     }
@@ -469,6 +502,7 @@ async fn run_async(config: &JepsenConfig) -> Result<JepsenReport, JepsenError> {
         not_applicable,
         verdict,
         violations,
+        should: probed.should.iter().map(ToString::to_string).collect(),
         acked: acked.len(),
         received: received.len(),
         restarts: relay.process.as_ref().map_or(0, |r| r.restarts),
@@ -577,15 +611,16 @@ fn spawn_clients(
     config: &JepsenConfig,
     apps: &Arc<Vec<App>>,
     convs: &BTreeMap<(usize, usize), String>,
-    history: &History,
+    (history, wire): (&History, &WireLog),
     orders: Option<&Arc<VanityOrders>>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     let (seed, window) = (config.seed, config.window_ms);
     for i in 0..apps.len() {
         let (apps_i, convs, history_i) = (Arc::clone(apps), convs.clone(), history.clone());
+        let wire_i = wire.clone();
         tasks.push(tokio::spawn(async move {
-            traffic(i, &apps_i, &convs, &history_i, seed, window).await;
+            traffic(i, &apps_i, &convs, (&history_i, &wire_i), seed, window).await;
         }));
         if let Some(orders) = orders {
             let (orders, apps, history) = (Arc::clone(orders), Arc::clone(apps), history.clone());
@@ -670,6 +705,7 @@ async fn heal(
 /// The oracles run and those not applicable (commerce's among them when it did not run).
 fn oracle_lists(commerce: bool) -> (Vec<&'static str>, Vec<&'static str>) {
     let mut oracles: Vec<&'static str> = JEPSEN_ORACLES.map(Oracle::name).to_vec();
+    oracles.extend(JEPSEN_SHOULD.map(Oracle::name));
     let mut not_applicable = NOT_APPLICABLE.to_vec();
     if commerce {
         oracles.extend(COMMERCE_ORACLES.map(Oracle::name));

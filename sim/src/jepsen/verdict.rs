@@ -170,5 +170,11 @@ fn seen(e: &HistoryEntry) -> Option<Seen<'_>> {
             .find(|s| format!("{s:?}").to_lowercase() == to)?;
         return Some(Seen::Status { who, id, status });
     }
+    if let (Some(conv), Some(seq)) = (
+        what.get("read").and_then(Value::as_str),
+        what.get("seq").and_then(Value::as_u64),
+    ) {
+        return Some(Seen::ReadMarked { who, conv, seq });
+    }
     what.get("authenticated").map(|_| Seen::Login { who })
 }

@@ -8,7 +8,7 @@
 //! | `duplicate-delivery` | no message id reaches its recipient under two different seqs (a re-send stored twice) |
 //! | `seq-reused` | no (conversation, seq) names two different message ids, across every ack and delivery seen |
 //! | `ack-lost` | every message acked to its sender (an `ack` frame) reached its recipient's socket by the end |
-//! | `receipts` | (its wire half) a `delivered`/`read` for seq N reaches the sender only after the other member's socket received a message of that conversation with seq N or later: a relay never invents a receipt |
+//! | `receipts` | (its wire half) a `delivered` for seq N reaches the sender only after the other member's socket received a message of that conversation with seq N or later, a `read` for seq N only after the other member marked it read up to N or later: a relay never invents a receipt nor forwards more than was sent |
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -101,32 +101,45 @@ pub fn ack_lost(seen: &WireSeen, members: &BTreeMap<&str, Pair>, out: &mut Vec<V
 }
 
 /// `receipts`, causally on the wire: every receipt a sender's socket received was preceded
-/// (in the order the run's sockets received frames) by a `msg` of its conversation with that
-/// seq or a later one at the other member's socket. A client sends `delivered`/`read` only
-/// for what it received, after its socket received it, so a receipt before that was made up
-/// by the relay (e.g. `delivered` sent to the sender at acceptance, while the recipient was
-/// away).
+/// (in the order the run's sockets received frames and the apps marked reads) by what it
+/// stands for at the other member:
+///
+/// * a `delivered` for seq N, by a `msg` of its conversation with seq N or later at the
+///   other member's socket (a client acknowledges only what it received, after it received
+///   it: an earlier `delivered` was made up by the relay, e.g. at acceptance, while the
+///   recipient was away);
+/// * a `read` for seq N, by the other member's app marking that conversation read up to N
+///   or later ([`WireSeen::marks`]): a relay forwards the seq the reader sent, never more
+///   (not "the newest message", which the reader may not have seen).
 pub fn receipts_causal(seen: &WireSeen, members: &BTreeMap<&str, Pair>, out: &mut Vec<Violation>) {
-    // Both lists are in the order the sockets received them: walk them together, keeping
-    // per (client, conversation) the highest seq its socket had received so far.
+    // The lists are in the order the sockets received them (and the apps marked): walk them
+    // together, keeping per (client, conversation) the highest seq received and marked so far.
     let mut newest: BTreeMap<(usize, &str), u64> = BTreeMap::new();
+    let mut marked: BTreeMap<(usize, &str), u64> = BTreeMap::new();
     let mut msgs = seen.msgs.iter().peekable();
+    let mut marks = seen.marks.iter().peekable();
     let mut invented: Vec<(&WireReceipt, usize)> = Vec::new();
+    let mut beyond: Vec<(&WireReceipt, usize, Option<u64>)> = Vec::new();
     for r in &seen.receipts {
         while let Some(m) = msgs.next_if(|m| m.at < r.at) {
             if let Some(seq) = m.seq {
-                let hw = newest.entry((m.client, m.conv.as_str())).or_default();
-                *hw = (*hw).max(seq);
+                raise(&mut newest, (m.client, m.conv.as_str()), seq);
             }
+        }
+        while let Some(m) = marks.next_if(|m| m.at < r.at) {
+            raise(&mut marked, (m.client, m.conv.as_str()), m.seq);
         }
         let Some(pair) = members.get(r.conv.as_str()) else {
             continue;
         };
         let reader = pair.peer(r.client);
-        if newest
-            .get(&(reader, r.conv.as_str()))
-            .is_none_or(|hw| *hw < r.seq)
-        {
+        let key = (reader, r.conv.as_str());
+        if r.kind == "read" {
+            let hw = marked.get(&key).copied();
+            if hw.is_none_or(|hw| hw < r.seq) {
+                beyond.push((r, reader, hw));
+            }
+        } else if newest.get(&key).is_none_or(|hw| *hw < r.seq) {
             invented.push((r, reader));
         }
     }
@@ -143,6 +156,27 @@ pub fn receipts_causal(seen: &WireSeen, members: &BTreeMap<&str, Pair>, out: &mu
             ),
         ));
     }
+    if let Some((first, reader, hw)) = beyond.first() {
+        let marked = hw.map_or_else(
+            || "had marked nothing read".to_owned(),
+            |hw| format!("had marked read up to seq {hw}"),
+        );
+        out.push(Violation::new(
+            Oracle::Receipts,
+            format!(
+                "{} read receipt(s) covered more than the reader marked read; first: read {} seq {} to c{} when c{reader} {marked}",
+                beyond.len(),
+                first.conv,
+                first.seq,
+                first.client
+            ),
+        ));
+    }
+}
+
+fn raise<'a>(hw: &mut BTreeMap<(usize, &'a str), u64>, key: (usize, &'a str), seq: u64) {
+    let v = hw.entry(key).or_default();
+    *v = (*v).max(seq);
 }
 
 #[cfg(test)]
@@ -180,6 +214,8 @@ mod tests {
             msgs: vec![at(msg(1, "m1", 1), 2), at(msg(1, "m2", 2), 5)],
             acks: vec![],
             receipts: vec![receipt(0, 1, 3), receipt(0, 2, 6)],
+            marks: vec![],
+            retracts: vec![],
         };
         let mut out = Vec::new();
         receipts_causal(&seen, &members, &mut out);
@@ -193,6 +229,48 @@ mod tests {
         assert_eq!(out[0].oracle, Oracle::Receipts);
         assert!(
             out[0].detail.contains("delivered c seq 2"),
+            "{}",
+            out[0].detail
+        );
+    }
+
+    #[test]
+    fn a_read_beyond_what_the_reader_marked_was_not_sent_by_it() {
+        let members: BTreeMap<&str, Pair> = [("c", Pair { a: 0, b: 1 })].into_iter().collect();
+        let read = |seq, at| WireReceipt {
+            kind: "read".into(),
+            ..receipt(0, seq, at)
+        };
+        let mark = |seq, at| WireReceipt {
+            kind: "read".into(),
+            ..receipt(1, seq, at)
+        };
+        // c1 received seqs 1..=3 and marked up to 2; the relay forwarded 2: as sent.
+        let seen = WireSeen {
+            msgs: vec![
+                msg(1, "m1", 1),
+                at(msg(1, "m2", 2), 1),
+                at(msg(1, "m3", 3), 2),
+            ],
+            acks: vec![],
+            receipts: vec![read(2, 5)],
+            marks: vec![mark(2, 4)],
+            retracts: vec![],
+        };
+        let mut out = Vec::new();
+        receipts_causal(&seen, &members, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        // The relay forwarded the newest seq instead: more than c1 read.
+        let seen = WireSeen {
+            receipts: vec![read(3, 5)],
+            ..seen
+        };
+        receipts_causal(&seen, &members, &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(
+            out[0]
+                .detail
+                .contains("read c seq 3 to c0 when c1 had marked read up to seq 2"),
             "{}",
             out[0].detail
         );
@@ -214,6 +292,8 @@ mod tests {
             msgs: vec![msg(1, "m", 3), msg(1, "m", 3)],
             acks: vec![],
             receipts: vec![],
+            marks: vec![],
+            retracts: vec![],
         };
         duplicate_delivery(&seen, &mut out);
         assert!(out.is_empty(), "{out:?}");
@@ -221,6 +301,8 @@ mod tests {
             msgs: vec![msg(1, "m", 13), msg(1, "m", 14)],
             acks: vec![],
             receipts: vec![],
+            marks: vec![],
+            retracts: vec![],
         };
         duplicate_delivery(&seen, &mut out);
         assert_eq!(out[0].oracle, Oracle::DuplicateDelivery);
@@ -234,6 +316,8 @@ mod tests {
             msgs: vec![msg(1, "late", 16)],
             acks: vec![ack(0, "lost", 16), ack(0, "late", 16)],
             receipts: vec![],
+            marks: vec![],
+            retracts: vec![],
         };
         let mut out = Vec::new();
         seq_reused(&seen, &mut out);

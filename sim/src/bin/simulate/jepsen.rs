@@ -91,7 +91,18 @@ pub(crate) fn jepsen(args: &Args) -> anyhow::Result<ExitCode> {
         );
         Ok(ExitCode::from(3))
     } else {
-        println!("verdict: pass: 0 violations");
+        let should: Vec<u64> = reports
+            .iter()
+            .filter(|r| !r.should.is_empty())
+            .map(|r| r.seed)
+            .collect();
+        if should.is_empty() {
+            println!("verdict: pass: 0 violations");
+        } else {
+            println!(
+                "verdict: pass: 0 violations (SHOULD findings in seeds {should:?}: what the documents recommend, not require)"
+            );
+        }
         Ok(ExitCode::SUCCESS)
     }
 }
@@ -105,7 +116,8 @@ fn jepsen_files(args: &Args, reports: &[JepsenReport]) -> anyhow::Result<()> {
             .map(|r| {
                 serde_json::json!({
                     "seed": r.seed, "verdict": r.verdict, "counts": r.counts, "routes": r.routes,
-                    "frames": r.frames, "violations": r.violations, "plan": r.plan,
+                    "frames": r.frames, "violations": r.violations, "should": r.should,
+                    "plan": r.plan,
                 })
             })
             .collect();
@@ -137,7 +149,11 @@ fn jepsen_files(args: &Args, reports: &[JepsenReport]) -> anyhow::Result<()> {
             );
             let body = xml_escape(&r.violations.join("\n"));
             match r.verdict {
-                jepsen::Verdict::Pass => xml.push_str("/>\n"),
+                jepsen::Verdict::Pass if r.should.is_empty() => xml.push_str("/>\n"),
+                jepsen::Verdict::Pass => {
+                    let should = xml_escape(&r.should.join("\n"));
+                    let _ = writeln!(xml, "><system-out>SHOULD: {should}</system-out></testcase>");
+                }
                 jepsen::Verdict::Fail => {
                     let _ = writeln!(
                         xml,
@@ -202,7 +218,7 @@ fn jepsen_report(args: &Args, report: &JepsenReport) -> anyhow::Result<()> {
     let written = path.map_or_else(String::new, |p| format!("; history {}", p.display()));
     let c = &report.counts;
     println!(
-        "seed {seed}: verdict {:?}: {} accounts, {} of {} conversations, {} sent, {} acked ({} ack frames), {} received ({} msg frames), {} receipts, {} orders ({} paid), {} kills, {} pauses, {} proxy phases, {} violation(s){written}",
+        "seed {seed}: verdict {:?}: {} accounts, {} of {} conversations, {} sent, {} acked ({} ack frames), {} received ({} msg frames), {} receipts, {} orders ({} paid), {} kills, {} pauses, {} proxy phases, {} stranger attempts, {} receipt probes, {} violation(s), {} SHOULD finding(s){written}",
         report.verdict,
         c.accounts,
         c.conversations,
@@ -218,7 +234,10 @@ fn jepsen_report(args: &Args, report: &JepsenReport) -> anyhow::Result<()> {
         c.kills,
         c.pauses,
         c.proxy_phases,
-        report.violations.len()
+        c.stranger_attempts,
+        c.receipt_probes,
+        report.violations.len(),
+        report.should.len()
     );
     let refusals: Vec<_> = report
         .routes
@@ -241,6 +260,9 @@ fn jepsen_report(args: &Args, report: &JepsenReport) -> anyhow::Result<()> {
     }
     for v in &report.violations {
         println!("VIOLATION seed {seed} {v}");
+    }
+    for v in &report.should {
+        println!("SHOULD seed {seed} {v} (recommended by the documents, not required)");
     }
     Ok(())
 }
