@@ -281,7 +281,7 @@ pub(super) async fn traffic(
             Ok(id) => history.push(Some(me), json!({"send": id, "conv": conv, "to": peer})),
             Err(e) => history.push(Some(me), json!({"send_refused": e.to_string()})),
         }
-        if rng.next_u32() % READ_EVERY == 0 {
+        if rng.next_u32().is_multiple_of(READ_EVERY) {
             let (peer, conv) = mine[rng.next_u32() as usize % mine.len()];
             read_some(
                 me,

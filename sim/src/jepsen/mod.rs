@@ -10,8 +10,9 @@
 //!
 //! * **Setup** (no faults): `clients` accounts register, befriend in a ring (client `i` and
 //!   `i+1`), learn their conversations, connect.
-//! * **Traffic window** (`window_ms`): every client sends to a random friend every 0.2-1.2 s;
-//!   the fault plan, drawn from the seed, runs meanwhile: proxy phases (toxics from the
+//! * **Traffic window** (`window_ms`): every client sends to a random friend every 0.2-1.2 s
+//!   and, after one send in three, marks a conversation read up to a message it received
+//!   (not always the newest); the fault plan, drawn from the seed, runs meanwhile: proxy phases (toxics from the
 //!   conformance vocabulary, [`fault_proxy::Plan`]: every connection through the proxy is cut
 //!   when a phase starts and new ones get the phase's toxics), `kill -9` of the relay and a
 //!   restart on the **same data directory**, `SIGSTOP` … `SIGCONT`.
@@ -21,9 +22,16 @@
 //!   vanity alias from a pool one smaller than the clients (they compete), paid through the
 //!   payment-processor stand-in with duplicated and forged webhook copies, abandoned, or
 //!   "paid" by a forger (see `vanity_orders`).
+//! * **Probes** after healing, on a calm network (`probes`): two strangers
+//!   made by hand over raw sockets (a non-member of the ring, a rejected requester) try a
+//!   `msg`, forged receipts and a retract, judged by what the relay did (`authz`); and the
+//!   receipt-kept probe (a `delivered` sent while its sender was offline reaches it when it
+//!   comes back: a SHOULD, reported in [`JepsenReport::should`], not a failure).
 //! * **Oracles** over what the clients saw ([`JEPSEN_ORACLES`], and [`COMMERCE_ORACLES`]):
 //!   at the wire, before the clients' own dedup (a [`client::WireTap`] per app,
-//!   [`crate::oracles::wire`]): `duplicate-delivery`, `seq-reused`, `ack-lost`; over what
+//!   [`crate::oracles::wire`]): `duplicate-delivery`, `seq-reused`, `ack-lost`, `receipts`
+//!   (a `delivered` only after the recipient's socket had the message, a `read` only up to what
+//!   the reader marked); over what
 //!   the apps showed: exactly-once delivery, liveness after healing, seq order, receipts,
 //!   non-participant (the simulator's own oracles, [`crate::oracles::delivery`] and
 //!   [`crate::oracles::receipts`], over the history and the client stores); a refusal the
@@ -49,7 +57,7 @@
 //! channel trades are not exercised in this mode yet.
 
 //!
-//! Modules: `plan` (the fault plan), `process` (the relay process, in a process group of its
+//! Modules: `plan` (the fault plan), `probes` (the strangers and the receipt-kept probe), `process` (the relay process, in a process group of its
 //! own, and the fault proxy), `apps` (the clients, their traffic and the history) with
 //! [`crate::wiretap`] (the clients' taps: routes, refusals, frames), `verdict` (the client-visible oracles),
 //! `vanity_orders` (the vanity-alias order flow and its oracles).

@@ -147,14 +147,17 @@ async fn send(ws: &mut Socket, frame: &Value) {
 /// Every JSON frame `ws` receives within `ms`.
 async fn frames(ws: &mut Socket, ms: u64) -> Vec<Value> {
     let mut out = Vec::new();
-    let until = tokio::time::Instant::now() + Duration::from_millis(ms);
-    while let Ok(Some(Ok(m))) = tokio::time::timeout_at(until, ws.next()).await {
-        if let WsMessage::Text(t) = m
-            && let Ok(v) = serde_json::from_str::<Value>(t.as_str())
-        {
-            out.push(v);
+    let read = async {
+        while let Some(Ok(m)) = ws.next().await {
+            if let WsMessage::Text(t) = m
+                && let Ok(v) = serde_json::from_str::<Value>(t.as_str())
+            {
+                out.push(v);
+            }
         }
-    }
+    };
+    // The watch ends when the time is up (or the relay closed the socket).
+    drop(tokio::time::timeout(Duration::from_millis(ms), read).await);
     out
 }
 
@@ -319,16 +322,13 @@ async fn alias_in(app: &App, conv: &str, fallback: &str) -> String {
 
 /// Polls `cond` every [`POLL_MS`] for at most [`PROBE_WAIT_MS`].
 async fn within(mut cond: impl FnMut() -> bool) -> bool {
-    let until = tokio::time::Instant::now() + Duration::from_millis(PROBE_WAIT_MS);
-    loop {
+    for _ in 0..PROBE_WAIT_MS / POLL_MS {
         if cond() {
             return true;
         }
-        if tokio::time::Instant::now() >= until {
-            return false;
-        }
         tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
     }
+    cond()
 }
 
 /// The status of message `id` in `app`'s store (`conv`), if it has it.
