@@ -126,14 +126,18 @@ fn uuid(rng: &mut ChaCha20Rng) -> String {
     )
 }
 
-/// Opens `account`'s socket and asks for its backlog.
+/// Opens `account`'s socket (with a ticket, else the token in the query, as the reference
+/// clients do) and asks for its backlog.
 async fn open(http: &HttpClient<TokioConnector>, account: &RawAccount) -> Option<Socket> {
-    let path = format!(
-        "{}?user_uuid={}&token={}",
-        paths::WS,
-        account.uuid,
-        account.token
+    let ticket = post(http, paths::WS_TICKET, Some(&account.token), &json!({}))
+        .await
+        .filter(|(status, _)| (200..300).contains(status))
+        .and_then(|(_, v)| field(&v, "ticket"));
+    let credential = ticket.map_or_else(
+        || format!("token={}", account.token),
+        |t| format!("ticket={t}"),
     );
+    let path = format!("{}?user_uuid={}&{credential}", paths::WS, account.uuid);
     let mut ws = http.connect_ws(WsRequest::new(path)).await.ok()?;
     send(&mut ws, &json!({"type": "sync", "crypto_v": 1})).await;
     Some(ws)
