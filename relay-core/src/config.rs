@@ -65,6 +65,9 @@ pub struct Config {
     pub max_offline_queue_bytes_total: u64,
     /// User lookups (`GET /api/v1/users/{alias}`) per account: burst and refill per hour.
     pub lookups: limits::Budget,
+    /// User lookups per client network (the shell's key of the client's address), on top of
+    /// [`Config::lookups`]: burst and refill per hour.
+    pub lookups_per_network: limits::Budget,
     /// Friend requests per account: burst and refill per hour.
     pub friend_requests: limits::Budget,
     /// Every other authenticated route per account: burst and refill per minute.
@@ -178,6 +181,7 @@ impl Default for Config {
             max_offline_queue_bytes_per_sender: limits::MAX_OFFLINE_QUEUE_BYTES_PER_SENDER,
             max_offline_queue_bytes_total: limits::MAX_OFFLINE_QUEUE_BYTES_TOTAL,
             lookups: limits::USER_LOOKUPS,
+            lookups_per_network: limits::USER_LOOKUPS_PER_NETWORK,
             friend_requests: limits::FRIEND_REQUESTS,
             account_requests: limits::ACCOUNT_REQUESTS,
             public_requests: limits::PUBLIC_REQUESTS_PER_ADDR,

@@ -52,6 +52,15 @@ pub const USER_LOOKUPS: Budget = Budget {
     per_window: 120,
     window_ms: HOUR_MS,
 };
+/// `GET /api/v1/users/{alias}` per client network (`Config::lookups_per_network`), on top of
+/// the account's budget: twice one account's (60 at once, 240 per hour), so that a household
+/// behind one address is not cornered while accounts registered from one network (10 an hour
+/// each) do not multiply the budget.
+pub const USER_LOOKUPS_PER_NETWORK: Budget = Budget {
+    burst: 60,
+    per_window: 240,
+    window_ms: HOUR_MS,
+};
 /// `POST /api/v1/friends/request` per account (`Config::friend_requests`): 50 at once, 60 per
 /// hour.
 pub const FRIEND_REQUESTS: Budget = Budget {

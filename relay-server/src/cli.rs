@@ -343,6 +343,22 @@ pub(crate) struct Args {
           default_value_t = seam::net::MAX_CONNECTIONS_PER_ADDR, help_heading = LIMITS)]
     pub(crate) max_connections_per_addr: usize,
 
+    /// Leading bits of a client's IPv4 address that name its network, the key of every
+    /// per-address bound (connections, registrations, proof-of-work challenges,
+    /// unauthenticated requests, user lookups): 32 = each address alone, 24 = a /24 is one
+    /// client.
+    #[arg(long, value_name = "BITS", env = "RELAY_IPV4_PREFIX",
+          default_value_t = seam::net::IPV4_PREFIX,
+          value_parser = clap::value_parser!(u8).range(8..=32), help_heading = LIMITS)]
+    pub(crate) ipv4_prefix: u8,
+
+    /// Leading bits of a client's IPv6 address that name its network (see --ipv4-prefix): 64
+    /// by default, as one host or site is given a /64 and may use any address in it.
+    #[arg(long, value_name = "BITS", env = "RELAY_IPV6_PREFIX",
+          default_value_t = seam::net::IPV6_PREFIX,
+          value_parser = clap::value_parser!(u8).range(16..=128), help_heading = LIMITS)]
+    pub(crate) ipv6_prefix: u8,
+
     /// Longest one write to a WebSocket may take; a client that does not read for this long is
     /// disconnected (what it had not acknowledged stays queued for its next sync).
     #[arg(long, value_name = "MS", env = "RELAY_WRITE_DEADLINE_MS",

@@ -286,7 +286,7 @@ async fn run(args: Args) -> Result<()> {
         .with_push(push)
         .with_commit_mode(commit_mode)
         .with_read_mode(read_mode);
-    server = server.with_limits(serve_limits(&args));
+    server = server.with_limits(serve_limits(&args)?);
     if args.test_mode {
         warn!("--test-mode: anyone can move this relay's clock; never use it in production");
         server = server.with_test_mode();
@@ -467,16 +467,17 @@ fn key_claims(
 }
 
 /// The connection limits from the flags.
-fn serve_limits(args: &Args) -> seam::net::ServeLimits {
-    seam::net::ServeLimits {
+fn serve_limits(args: &Args) -> Result<seam::net::ServeLimits> {
+    Ok(seam::net::ServeLimits {
         header_read_timeout_ms: args.header_read_timeout_ms,
         max_connections: args.max_connections,
         max_connections_per_addr: args.max_connections_per_addr,
+        prefixes: seam::net::NetworkPrefixes::new(args.ipv4_prefix, args.ipv6_prefix)?,
         write_deadline_ms: args.write_deadline_ms,
         outbound_queue_bytes: args.outbound_queue_bytes,
         body_read_timeout_ms: args.body_read_timeout_ms,
         body_min_bytes_per_s: args.body_min_bytes_per_s,
-    }
+    })
 }
 
 /// Has `server` count into `metrics` and serves them on `listener` (bound to

@@ -318,9 +318,10 @@ async fn relay_request(
     );
     req.query = parts.uri.query().unwrap_or_default().to_owned();
     req.authorization = header_str(&parts.headers, header::AUTHORIZATION.as_str());
-    // The client's IP only: PoW challenges are bound to the address, and a client's port
-    // differs per connection.
-    req.remote_addr = peer.0.ip().to_string();
+    // The client's network (its IP cut to the configured prefix, a port never): every
+    // per-address bound of the core (PoW challenges, registrations, public routes, lookups)
+    // counts one client per network.
+    req.remote_addr = app.limits.prefixes.network(peer.0.ip()).to_string();
     req.body = body;
     if let Some(resolver) = &app.resolver
         && req.method == relay_core::Method::Post

@@ -20,6 +20,7 @@
 mod client;
 mod connector;
 mod endpoint;
+mod networks;
 mod server;
 #[cfg(feature = "turmoil")]
 mod turmoil_listener;
@@ -35,6 +36,10 @@ pub use client::{
 pub use connector::TurmoilConnector;
 pub use connector::{Connector, TokioConnector};
 pub use endpoint::{Endpoint, EndpointError};
+pub use networks::{
+    IPV4_PREFIX, IPV6_PREFIX, MIN_IPV4_PREFIX, MIN_IPV6_PREFIX, Network as IpNetwork,
+    NetworkPrefixes, PrefixError,
+};
 pub use server::{
     BODY_MIN_BYTES_PER_S, BODY_READ_TIMEOUT_MS, ConnectionCounter, HEADER_READ_TIMEOUT_MS,
     MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDR, OUTBOUND_QUEUE_BYTES, PeerAddr, Refused,

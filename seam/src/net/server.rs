@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::{io, net::SocketAddr, time::Duration};
 
+use super::networks::{Network as IpNetwork, NetworkPrefixes};
 use axum::{
     Router,
     extract::{ConnectInfo, Request},
@@ -38,8 +39,11 @@ pub struct ServeLimits {
     pub header_read_timeout_ms: u64,
     /// Open connections in total (HTTP and WebSocket); past it, new ones are closed at once.
     pub max_connections: usize,
-    /// Open connections from one IP address; past it, new ones from it are closed at once.
+    /// Open connections from one network ([`prefixes`](Self::prefixes): an IPv4 address, an
+    /// IPv6 /64 by default); past it, new ones from it are closed at once.
     pub max_connections_per_addr: usize,
+    /// What a per-address bound counts as one client: the peer's address cut to its network.
+    pub prefixes: NetworkPrefixes,
     /// Longest a single write to a WebSocket may take, in ms: a client that stops reading is
     /// closed when it passes (used by the relay server's socket tasks).
     pub write_deadline_ms: u64,
@@ -97,6 +101,7 @@ impl Default for ServeLimits {
             header_read_timeout_ms: HEADER_READ_TIMEOUT_MS,
             max_connections: MAX_CONNECTIONS,
             max_connections_per_addr: MAX_CONNECTIONS_PER_ADDR,
+            prefixes: NetworkPrefixes::default(),
             write_deadline_ms: WRITE_DEADLINE_MS,
             outbound_queue_bytes: OUTBOUND_QUEUE_BYTES,
             body_read_timeout_ms: BODY_READ_TIMEOUT_MS,
@@ -105,11 +110,11 @@ impl Default for ServeLimits {
     }
 }
 
-/// Open connections, in total and per IP address; shared by the accept loop and the guards.
+/// Open connections, in total and per network; shared by the accept loop and the guards.
 #[derive(Debug, Default)]
 struct Counts {
     total: usize,
-    per_addr: BTreeMap<IpAddr, usize>,
+    per_addr: BTreeMap<IpNetwork, usize>,
     /// Connections closed at once since the start: over the total cap, over an address's cap.
     refused: Refused,
 }
@@ -139,6 +144,7 @@ impl ConnectionCounter {
     }
 
     fn admit(&self, ip: IpAddr, limits: &ServeLimits) -> Option<ConnGuard> {
+        let ip = limits.prefixes.network(ip);
         let mut c = self.0.lock().ok()?;
         let from_ip = c.per_addr.get(&ip).copied().unwrap_or(0);
         if c.total >= limits.max_connections {
@@ -163,7 +169,7 @@ impl ConnectionCounter {
 #[derive(Debug)]
 struct ConnGuard {
     counter: ConnectionCounter,
-    ip: IpAddr,
+    ip: IpNetwork,
 }
 
 impl Drop for ConnGuard {
