@@ -70,13 +70,16 @@ impl Cx<'_> {
     }
 
     /// Marks the credential `opened` used, in the commit of the answer that uses it. When the
-    /// relay already remembers [`Config::max_spent_credentials`](crate::config::Config::max_spent_credentials) unexpired ones it refuses
-    /// (429) rather than forget one early, which would let that one in again.
+    /// relay already remembers
+    /// [`Config::max_spent_credentials_per_account`](crate::config::Config::max_spent_credentials_per_account)
+    /// unexpired ones of the same account it refuses (429) rather than forget one early, which
+    /// would let that one in again; other accounts are not affected.
     fn spend(&mut self, opened: &Opened) -> Result<(), ApiError> {
-        if self.state.spent_count() >= self.config.max_spent_credentials {
+        if self.state.spent_count_of(&opened.owner) >= self.config.max_spent_credentials_per_account
+        {
             probes::probe!("credential:spent-full");
             return Err(ApiError::rate_limited(
-                "too many logins and socket upgrades in the last minutes; retry shortly",
+                "too many logins and socket upgrades for this account in the last minutes; retry shortly",
                 WS_TICKET_TTL_MS,
             ));
         }

@@ -83,9 +83,10 @@ pub struct Config {
     pub turn_secret: Option<TurnSecret>,
     /// Lifetime of TURN credentials, in seconds (also the `ttl` of `ice-config`).
     pub turn_ttl_s: u64,
-    /// Used auth challenges and tickets remembered until they expire; when full, logins and
-    /// ticket upgrades get 429 (see [`limits::MAX_SPENT_CREDENTIALS`]).
-    pub max_spent_credentials: usize,
+    /// Used auth challenges and tickets remembered per account until they expire; when an
+    /// account's are this many, its logins and ticket upgrades get 429 (see
+    /// [`limits::MAX_SPENT_CREDENTIALS_PER_ACCOUNT`]).
+    pub max_spent_credentials_per_account: usize,
     /// Estimated heap for message-id tombstones held in memory (see
     /// [`limits::TOMBSTONE_CACHE_BYTES`]); the sets of the least recently active authors are
     /// evicted past it and read from the store again when needed. An author whose set outweighs
@@ -192,7 +193,7 @@ impl Default for Config {
             turn_urls: Vec::new(),
             turn_secret: None,
             turn_ttl_s: limits::TURN_CREDENTIAL_TTL_S,
-            max_spent_credentials: limits::MAX_SPENT_CREDENTIALS,
+            max_spent_credentials_per_account: limits::MAX_SPENT_CREDENTIALS_PER_ACCOUNT,
             tombstone_cache_bytes: limits::TOMBSTONE_CACHE_BYTES,
             tombstone_set_by_row_min_bytes: limits::TOMBSTONE_SET_BY_ROW_MIN_BYTES,
             expiry_page_rows: limits::EXPIRY_PAGE_ROWS,

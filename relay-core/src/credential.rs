@@ -19,7 +19,7 @@
 //! Proof-of-work challenges stay in the relay's memory (`crate::auth`): registration sends
 //! only the nonce, never the challenge it solves, so the relay must remember what it issued.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use base64::Engine as _;
 use hmac::{Hmac, KeyInit, Mac as _};
@@ -69,6 +69,8 @@ pub(crate) struct Opened {
     pub(crate) expires_at: UnixMs,
     /// The spent-row key of this credential (kind letter and nonce).
     pub(crate) spent_key: String,
+    /// The account it was issued to (the bound value), charged for it once spent.
+    pub(crate) owner: String,
     pub(crate) extra: Vec<u8>,
 }
 
@@ -174,13 +176,62 @@ impl CredentialKey {
         Ok(Opened {
             expires_at,
             spent_key,
+            owner: bound.to_owned(),
             extra: signed[8 + NONCE_BYTES..].to_vec(),
         })
     }
 }
 
-/// Used credentials not yet expired, by spent-row key.
-pub(crate) type Spent = BTreeMap<String, UnixMs>;
+/// Used credentials not yet expired, by spent-row key, and how many each account holds.
+///
+/// Bounded per account, never in total: a full account is refused (429) its next login or
+/// ticket upgrade until one of its own expires, so filling the set locks out only whoever
+/// filled it. Its size is at most the accounts times
+/// [`Config::max_spent_credentials_per_account`](crate::config::Config::max_spent_credentials_per_account).
+#[derive(Debug, Default)]
+pub(crate) struct Spent {
+    /// Spent-row key → (expiry, owning account).
+    by_key: BTreeMap<String, (UnixMs, String)>,
+    /// Account → how many of `by_key` are its.
+    per_owner: HashMap<String, usize>,
+}
+
+impl Spent {
+    /// Whether the credential named `key` was used.
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        self.by_key.contains_key(key)
+    }
+
+    /// How many used credentials of `owner`'s are remembered.
+    pub(crate) fn count_of(&self, owner: &str) -> usize {
+        self.per_owner.get(owner).copied().unwrap_or(0)
+    }
+
+    /// Remembers `key`, used by `owner`, until `expires_at` (a key already there keeps its
+    /// first owner).
+    pub(crate) fn insert(&mut self, key: String, owner: String, expires_at: UnixMs) {
+        if let std::collections::btree_map::Entry::Vacant(e) = self.by_key.entry(key) {
+            *self.per_owner.entry(owner.clone()).or_insert(0) += 1;
+            e.insert((expires_at, owner));
+        }
+    }
+
+    /// Forgets `key` if it expired by `now`; whether it did.
+    pub(crate) fn remove_expired(&mut self, key: &str, now: UnixMs) -> bool {
+        if !self.by_key.get(key).is_some_and(|(at, _)| now >= *at) {
+            return false;
+        }
+        if let Some((_, owner)) = self.by_key.remove(key)
+            && let std::collections::hash_map::Entry::Occupied(mut n) = self.per_owner.entry(owner)
+        {
+            *n.get_mut() -= 1;
+            if *n.get() == 0 {
+                n.remove();
+            }
+        }
+        true
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -100,10 +100,13 @@ pub const AUTH_CHALLENGE_TTL_MS: u64 = 120_000;
 pub const JWT_TTL_MS: u64 = 24 * HOUR_MS;
 /// Lifetime of a WebSocket ticket.
 pub const WS_TICKET_TTL_MS: u64 = 30_000;
-/// Used auth challenges and tickets remembered (each until it expires, at most two minutes;
-/// ~100 bytes each in memory, one row in the store). When full, a login or a ticket's upgrade
-/// is refused with 429 until some expire: a used one is never forgotten early.
-pub const MAX_SPENT_CREDENTIALS: usize = 262_144;
+/// Used auth challenges and tickets remembered per account (each until it expires: a ticket
+/// after 30 s, a challenge after two minutes; ~150 bytes each in memory, one row in the store).
+/// When an account's are this many, its next login or ticket upgrade is refused with 429 until
+/// one expires: a used one is never forgotten early, and no account's use refuses another's.
+/// An honest client spends one ticket per connection and one challenge per login: 64 allows a
+/// reconnect every half second for a ticket's whole lifetime.
+pub const MAX_SPENT_CREDENTIALS_PER_ACCOUNT: usize = 64;
 /// Longest accepted bearer token / ticket string.
 pub const MAX_TOKEN_BYTES: usize = 4096;
 

@@ -348,7 +348,7 @@ pub fn limits_config(base: Config) -> Config {
         friend_requests: budget(60, 10 * MINUTE_MS),
         account_requests: budget(300, MINUTE_MS),
         public_requests: budget(120, MINUTE_MS),
-        max_spent_credentials: LIMITS_SPENT,
+        max_spent_credentials_per_account: LIMITS_SPENT,
         expiry_page_rows: 3,
         expiry_page_messages: 16,
         ..base
@@ -357,7 +357,7 @@ pub fn limits_config(base: Config) -> Config {
 
 /// The per-user message limit of a `limits` run (per minute).
 pub const LIMITS_MSGS_PER_MIN: u32 = 90;
-/// The spent-credential bound of a `limits` run.
+/// The spent-credential bound per account of a `limits` run.
 pub const LIMITS_SPENT: usize = 128;
 
 #[cfg(test)]

@@ -9,10 +9,13 @@ use crate::store::{Snapshot, StoreError, Table};
 use serde::{Deserialize, Serialize};
 use wire::UnixMs;
 
-/// The stored form of a spent credential: when its row may go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The stored form of a spent credential: when its row may go, and whose it was (empty in
+/// rows written before owners were recorded: charged to nobody, gone within two minutes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct SpentRow {
     expires_at: UnixMs,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    owner: String,
 }
 
 impl State {
@@ -21,45 +24,49 @@ impl State {
     pub(super) fn load_spent(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
         for (k, v) in snapshot.get(&Table::Spent).into_iter().flatten() {
             let row: SpentRow = decode(Table::Spent, k, v)?;
-            self.index_spent(k.clone(), row.expires_at);
+            self.index_spent(k.clone(), row.owner, row.expires_at);
         }
         Ok(())
     }
 }
 
 impl State {
-    fn index_spent(&mut self, key: String, expires_at: UnixMs) {
+    fn index_spent(&mut self, key: String, owner: String, expires_at: UnixMs) {
         self.timers.insert((expires_at, Timer::Spent(key.clone())));
-        self.spent.insert(key, expires_at);
+        self.spent.insert(key, owner, expires_at);
     }
 
     /// Whether the credential `opened` was used already.
     pub(crate) fn is_spent(&self, opened: &Opened) -> bool {
-        self.spent.contains_key(&opened.spent_key)
+        self.spent.contains(&opened.spent_key)
     }
 
-    /// How many used credentials are remembered (each until it expires).
-    pub(crate) fn spent_count(&self) -> usize {
-        self.spent.len()
+    /// How many used credentials of `owner`'s are remembered (each until it expires).
+    pub(crate) fn spent_count_of(&self, owner: &str) -> usize {
+        self.spent.count_of(owner)
     }
 
     /// Marks `opened` used, durably (in the batch of the answer that used it).
     pub(crate) fn put_spent(&mut self, opened: &Opened) {
         let row = SpentRow {
             expires_at: opened.expires_at,
+            owner: opened.owner.clone(),
         };
         // PLANTED BUG (SpentNotPersisted): the mark is kept in memory only, so a restart
         // forgets which credentials were used while they are still unexpired.
         if !planted!(self, SpentNotPersisted) {
             self.record(Table::Spent, &opened.spent_key, &row);
         }
-        self.index_spent(opened.spent_key.clone(), opened.expires_at);
+        self.index_spent(
+            opened.spent_key.clone(),
+            opened.owner.clone(),
+            opened.expires_at,
+        );
     }
 
     /// Forgets the spent credential `key` once it has expired (nothing could present it).
     pub(crate) fn expire_spent(&mut self, now: UnixMs, key: &str) {
-        if self.spent.get(key).is_some_and(|at| now >= *at) {
-            self.spent.remove(key);
+        if self.spent.remove_expired(key, now) {
             self.record_delete(Table::Spent, key);
         }
     }

@@ -397,15 +397,17 @@ fn a_credential_is_bound_to_its_account_kind_and_key() {
     assert_eq!(upgrade(&mut w, &u, &t), Ok(()), "the original still opens");
 }
 
-/// When the relay remembers as many used credentials as it may, a login or a ticket's
-/// upgrade gets 429 and uses nothing up; it goes through once one has expired.
+/// When the relay remembers as many used credentials of an account's as it may, that
+/// account's login or ticket upgrade gets 429 and uses nothing up; it goes through once one
+/// has expired. Another account is never refused for it.
 #[test]
 fn a_full_spent_set_refuses_rather_than_forgets() {
     let mut w = World::with_config(relay_core::Config {
-        max_spent_credentials: 2,
+        max_spent_credentials_per_account: 2,
         ..crate::world::fast_config()
     });
     let mut u = w.user("u");
+    let v = w.user("v");
     let t = ticket_of(&mut w, &u);
     assert_eq!(upgrade(&mut w, &u, &t), Ok(()));
     // Full: the login's challenge and the ticket.
@@ -417,6 +419,11 @@ fn a_full_spent_set_refuses_rather_than_forgets() {
         (r.status, r.error_code().unwrap().as_str()),
         (429, "RATE_LIMITED")
     );
+    // Another account (whose login spent one) still upgrades, then is full in turn.
+    let tv = ticket_of(&mut w, &v);
+    assert_eq!(upgrade(&mut w, &v, &tv), Ok(()), "u's full set refuses v");
+    let tv2 = ticket_of(&mut w, &v);
+    assert_eq!(upgrade(&mut w, &v, &tv2), Err("RATE_LIMITED".into()));
     w.advance(30_000);
     assert_eq!(
         upgrade(&mut w, &u, &t),

@@ -203,7 +203,7 @@ pub(super) async fn windows(d: &mut Drills<'_>) -> Outcome {
 pub(super) async fn spent_full(d: &mut Drills<'_>) -> Outcome {
     let mut out = Outcome::default();
     let mut account = d.account(121).await;
-    let cap = d.config.max_spent_credentials;
+    let cap = d.config.max_spent_credentials_per_account;
     let calm = Calm::now(d.ctx);
     let mut redeemed = 0;
     let mut full = false;
@@ -253,7 +253,7 @@ pub(super) async fn spent_full(d: &mut Drills<'_>) -> Outcome {
         return out;
     }
     out.expect(full, EXACT, || {
-        format!("{} tickets redeemed within one ticket lifetime ({WS_TICKET_TTL_MS} ms), past the spent-credential bound of {cap}, and none refused 429", cap + 1)
+        format!("{} tickets of one account redeemed within one ticket lifetime ({WS_TICKET_TTL_MS} ms), past the spent-credential bound of {cap} per account, and none refused 429", cap + 1)
     });
     if !full {
         return out;
@@ -267,6 +267,20 @@ pub(super) async fn spent_full(d: &mut Drills<'_>) -> Outcome {
             EXACT,
             format!("with the spent-credential set full, an upgrade with a token (which spends nothing) was refused {s}"),
         ))),
+    }
+    // Another account's tickets are not refused for this one's full set.
+    let other = d.account(122).await;
+    match ticket(&other).await {
+        Some(query) => match Socket::open_query(&query, false).await {
+            Ok(_) => out.check(None),
+            Err(_) if !calm.held(d.ctx, 0) => out.skip(),
+            Err(s) if s == 0 || s >= 500 => out.skip(),
+            Err(s) => out.check(Some(Violation::new(
+                EXACT,
+                format!("with one account's spent credentials at the bound, another account's ticket upgrade was refused {s}"),
+            ))),
+        },
+        None => out.skip(),
     }
     // Past every ticket's and challenge's lifetime, the set empties: a ticket works again.
     if !d

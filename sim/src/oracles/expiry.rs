@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `expiry` | no queued message is still stored at the end of the run more than [`SWEEP_SLACK_MS`] past its TTL on the relay's clock (the sweep, page after page, took every due queue); the drills' own expiry checks |
 //! | `queue-bounds` | no queue bound was ever exceeded in the store: per conversation (messages, bytes), per recipient (messages, bytes), per sender (bytes), in all (bytes), whatever the traffic |
-//! | `spent-bound` | the store never holds more spent credentials than the relay's bound (`max_spent_credentials`): the bound holds exactly, whatever the honest clients spent meanwhile |
+//! | `spent-bound` | the store never holds more spent credentials of one account than the relay's bound per account (`max_spent_credentials_per_account`) |
 //! | `drills` | every drill of a run without faults finished, and one that finished judged something or was kept from it by a fault (a drill that did nothing did not happen) |
 //!
 //! The liveness oracle asks [`expired_in_time`] whether a message it misses was taken by the
@@ -59,14 +59,15 @@ pub(super) fn nothing_stored_past_its_ttl(input: &Input<'_>, out: &mut Vec<Viola
     }
 }
 
-/// `spent-bound`: the store's spent credentials never outnumber the bound.
+/// `spent-bound`: no account's spent credentials in the store ever outnumber the bound per
+/// account.
 pub(super) fn spent_within_bound(input: &Input<'_>, out: &mut Vec<Violation>) {
-    let cap = input.relay.max_spent_credentials;
-    if let Some(&(at, most)) = input.history.spent_peaks.iter().find(|(_, n)| *n > cap) {
+    let cap = input.relay.max_spent_credentials_per_account;
+    if let Some((at, owner, most)) = input.history.spent_peaks.iter().find(|(_, _, n)| *n > cap) {
         out.push(Violation::new(
             Oracle::SpentBound,
             format!(
-                "the store held {most} spent credentials after a commit at {at} ms; the bound is {cap}"
+                "the store held {most} spent credentials of account {owner:?} after a commit at {at} ms; the bound per account is {cap}"
             ),
         ));
     }

@@ -140,11 +140,13 @@ pub struct History {
     /// Every committed write of a push-targets row: `(ms, account uuid, the row's JSON)`, a
     /// deleted row as `""` (what the `push` oracle holds a "gone" deletion to).
     pub push_targets: Vec<(u64, String, String)>,
-    /// The spent credentials in the store after every commit that added one: `(simulated
-    /// ms, how many)`.
-    pub spent_peaks: Vec<(u64, usize)>,
-    /// The spent credentials in the store now (their keys).
-    pub spent_live: BTreeSet<String>,
+    /// An account's spent credentials in the store after every commit that added one of its:
+    /// `(simulated ms, account, how many)`.
+    pub spent_peaks: Vec<(u64, String, usize)>,
+    /// The spent credentials in the store now: key → owning account (from the row).
+    pub spent_live: BTreeMap<String, String>,
+    /// How many of `spent_live` each account owns.
+    pub spent_per_owner: BTreeMap<String, usize>,
     /// What is queued, and the most each queue bound's subject ever held.
     pub queued: QueueLedger,
     /// Loads whose content differed from the committed model (SQLite): `(ms, detail)`.
@@ -190,7 +192,7 @@ fn text(v: &serde_json::Value, field: &str) -> String {
 impl History {
     /// Records what `batch` committed at simulated ms `at`.
     pub(super) fn record(&mut self, batch: &Batch, at: u64) {
-        let mut spent_added = false;
+        let mut spent_added: Vec<String> = Vec::new();
         let mut queue_changed = false;
         for m in batch {
             match m {
@@ -273,8 +275,12 @@ impl History {
                         self.push_targets.push((at, key.to_owned(), row));
                     }
                     Table::Spent => {
-                        self.spent_live.insert(key.to_owned());
-                        spent_added = true;
+                        let owner = json(value).map(|v| text(&v, "owner")).unwrap_or_default();
+                        if !self.spent_live.contains_key(key) {
+                            *self.spent_per_owner.entry(owner.clone()).or_insert(0) += 1;
+                        }
+                        self.spent_live.insert(key.to_owned(), owner.clone());
+                        spent_added.push(owner);
                     }
                     _ => {}
                 },
@@ -297,14 +303,20 @@ impl History {
                     table: Table::Spent,
                     key,
                 } => {
-                    self.spent_live.remove(key);
+                    if let Some(owner) = self.spent_live.remove(key)
+                        && let Some(n) = self.spent_per_owner.get_mut(&owner)
+                    {
+                        *n = n.saturating_sub(1);
+                    }
                 }
                 MutationRef::Delete { .. } | MutationRef::Expire { .. } => {}
             }
         }
-        if spent_added {
-            let live = self.spent_live.len();
-            self.spent_peaks.push((at, live));
+        spent_added.sort_unstable();
+        spent_added.dedup();
+        for owner in spent_added {
+            let live = self.spent_per_owner.get(&owner).copied().unwrap_or(0);
+            self.spent_peaks.push((at, owner, live));
         }
         if queue_changed {
             self.queued.note_peaks();
