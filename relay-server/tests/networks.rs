@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use client_core::encoding::to_base64;
@@ -17,50 +17,7 @@ use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpSocket;
 
 mod common;
-use common::{Account, FromAddr, account, client};
-
-/// Bound of every wait; only keeps a broken build from hanging.
-const WAIT: Duration = Duration::from_secs(30);
-
-/// A relay process on memory; killed when dropped.
-struct Relay {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-async fn start(flags: &[&str]) -> Relay {
-    let addr = free_addr();
-    let child = Command::new(env!("CARGO_BIN_EXE_relay"))
-        .args(["--listen", &addr.to_string(), "--memory"])
-        .args(["--pow-difficulty", "0", "--log", "warn"])
-        .args(flags)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let relay = Relay { child, addr };
-    for _ in 0..WAIT.as_millis() / 20 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            return relay;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the relay on {addr} did not listen");
-}
+use common::{Account, FromAddr, account, client, start};
 
 fn loopback(last: u8) -> FromAddr {
     FromAddr(Ipv4Addr::new(127, 0, 0, last))

@@ -191,3 +191,49 @@ pub(crate) async fn connect_with(
         .expect("sync");
     (ws, ticket)
 }
+
+/// A `relay` binary started by a test; killed when dropped.
+pub(crate) struct RelayProcess {
+    child: std::process::Child,
+    /// Where it listens (loopback).
+    pub(crate) addr: SocketAddr,
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the `relay` binary on memory (PoW off) with `flags`, on a free loopback port, and
+/// waits until it listens. A port taken between choosing and binding makes the process exit:
+/// it is tried again on another.
+pub(crate) async fn start(flags: &[&str]) -> RelayProcess {
+    use std::time::Duration;
+    for _ in 0..5 {
+        let addr = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_relay"))
+            .args(["--listen", &addr.to_string(), "--memory"])
+            .args(["--pow-difficulty", "0", "--log", "warn"])
+            .args(flags)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("spawn relay");
+        let mut relay = RelayProcess { child, addr };
+        // 30 s in all: only keeps a broken build from hanging.
+        for _ in 0..1500 {
+            if TcpStream::connect(addr).await.is_ok() {
+                return relay;
+            }
+            if relay.child.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    panic!("the relay did not listen");
+}
