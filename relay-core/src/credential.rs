@@ -19,7 +19,7 @@
 //! Proof-of-work challenges stay in the relay's memory (`crate::auth`): registration sends
 //! only the nonce, never the challenge it solves, so the relay must remember what it issued.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use hmac::{Hmac, KeyInit, Mac as _};
@@ -193,7 +193,7 @@ pub(crate) struct Spent {
     /// Spent-row key → (expiry, owning account).
     by_key: BTreeMap<String, (UnixMs, String)>,
     /// Account → how many of `by_key` are its.
-    per_owner: HashMap<String, usize>,
+    per_owner: BTreeMap<String, usize>,
 }
 
 impl Spent {
@@ -218,11 +218,11 @@ impl Spent {
 
     /// Forgets `key` if it expired by `now`; whether it did.
     pub(crate) fn remove_expired(&mut self, key: &str, now: UnixMs) -> bool {
-        if !self.by_key.get(key).is_some_and(|(at, _)| now >= *at) {
+        if self.by_key.get(key).is_none_or(|(at, _)| now < *at) {
             return false;
         }
         if let Some((_, owner)) = self.by_key.remove(key)
-            && let std::collections::hash_map::Entry::Occupied(mut n) = self.per_owner.entry(owner)
+            && let std::collections::btree_map::Entry::Occupied(mut n) = self.per_owner.entry(owner)
         {
             *n.get_mut() -= 1;
             if *n.get() == 0 {

@@ -365,6 +365,14 @@ pub(crate) struct Args {
           default_value_t = seam::net::WRITE_DEADLINE_MS, help_heading = LIMITS)]
     pub(crate) write_deadline_ms: u64,
 
+    /// How often the relay pings every WebSocket of its own accord (whatever the client
+    /// sends): keeps NAT bindings open and finds dead peers; a client that answers no ping and
+    /// sends nothing within --write-deadline-ms is disconnected.
+    #[arg(long, value_name = "MS", env = "RELAY_WS_PING_INTERVAL_MS",
+          default_value_t = seam::net::WS_PING_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(1_000..=3_600_000), help_heading = LIMITS)]
+    pub(crate) ws_ping_interval_ms: u64,
+
     /// Bytes of frames waiting to be written to one WebSocket; a client whose queue would
     /// pass this is disconnected (nothing acknowledged is lost: it re-syncs).
     #[arg(long, value_name = "BYTES", env = "RELAY_OUTBOUND_QUEUE_BYTES",

@@ -474,6 +474,7 @@ fn serve_limits(args: &Args) -> Result<seam::net::ServeLimits> {
         max_connections_per_addr: args.max_connections_per_addr,
         prefixes: seam::net::NetworkPrefixes::new(args.ipv4_prefix, args.ipv6_prefix)?,
         write_deadline_ms: args.write_deadline_ms,
+        ws_ping_interval_ms: args.ws_ping_interval_ms,
         outbound_queue_bytes: args.outbound_queue_bytes,
         body_read_timeout_ms: args.body_read_timeout_ms,
         body_min_bytes_per_s: args.body_min_bytes_per_s,

@@ -96,9 +96,12 @@ pub(super) async fn upgrade(
         upgrade = upgrade.protocols([protocol]);
     }
     let span = info_span!("ws", conn = connected.conn.0, user = %connected.user);
-    let deadline = Duration::from_millis(app.limits.write_deadline_ms);
+    let timing = Timing {
+        deadline: Duration::from_millis(app.limits.write_deadline_ms),
+        ping_every: Duration::from_millis(app.limits.ws_ping_interval_ms.max(1)),
+    };
     let response = upgrade.on_upgrade(move |socket| {
-        run_socket(socket, connected, inputs, guard, deadline).instrument(span)
+        run_socket(socket, connected, inputs, guard, timing).instrument(span)
     });
     debug_assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
     response
@@ -142,23 +145,35 @@ impl Drop for DisconnectGuard {
 /// the connection; what the client had not acknowledged stays queued in the core for its next
 /// `sync`.
 ///
+/// Besides, the task pings every `ping_every` ([`ServeLimits::ws_ping_interval_ms`]) of its own
+/// accord, unless a ping is already unanswered: an idle socket, or one whose client only sends
+/// (application-level `ping` frames included), is held to the same answer within `deadline`,
+/// and NAT bindings on the way stay open.
+///
 /// A client's Close is answered with a Close echoing its code (RFC 6455 §5.5.1), then the
 /// relay closes the TCP connection.
 ///
 /// [`ServeLimits::write_deadline_ms`]: seam::net::ServeLimits::write_deadline_ms
+/// [`ServeLimits::ws_ping_interval_ms`]: seam::net::ServeLimits::ws_ping_interval_ms
 async fn run_socket(
     mut socket: WebSocket,
     connected: Connected,
     inputs: mpsc::Sender<Input>,
     guard: DisconnectGuard,
-    deadline: Duration,
+    timing: Timing,
 ) {
     let Connected {
         conn, mut outbound, ..
     } = connected;
+    let Timing {
+        deadline,
+        ping_every,
+    } = timing;
     info!("websocket open");
     // While a ping is unanswered: the write deadline, restarted by anything the client sends.
     let mut unanswered: Option<Unanswered> = None;
+    let next_ping = tokio::time::sleep(ping_every);
+    tokio::pin!(next_ping);
     let why = loop {
         tokio::select! {
             biased;
@@ -169,6 +184,12 @@ async fn run_socket(
                 }
             },
             () = stuck(&mut unanswered) => break not_reading(&mut socket, deadline).await,
+            () = &mut next_ping => {
+                next_ping.set(tokio::time::sleep(ping_every));
+                if let Some(why) = ping(&mut socket, &mut unanswered, deadline).await {
+                    break why;
+                }
+            },
             message = socket.recv() => {
                 if unanswered.is_some() {
                     unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
@@ -187,6 +208,31 @@ async fn run_socket(
 /// The deadline of an unanswered ping.
 type Unanswered = std::pin::Pin<Box<tokio::time::Sleep>>;
 
+/// A socket task's clocks: how long a write (or an answer to a ping) may take, and how often
+/// the relay pings of its own accord.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    deadline: Duration,
+    ping_every: Duration,
+}
+
+/// Sends a Ping unless one is already unanswered, and starts its deadline. Returns why the
+/// socket must go, if the write failed.
+async fn ping(
+    socket: &mut WebSocket,
+    unanswered: &mut Option<Unanswered>,
+    deadline: Duration,
+) -> Option<&'static str> {
+    if unanswered.is_some() {
+        return None;
+    }
+    if let Err(why) = send_within(socket, Message::Ping(Bytes::new()), deadline).await {
+        return Some(why);
+    }
+    *unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
+    None
+}
+
 /// What the core queued for the socket (`None`: the core let go of it): writes it with
 /// everything queued after it, then pings unless a ping is already unanswered; or closes.
 /// Returns why the socket must go, if it must.
@@ -202,15 +248,7 @@ async fn write_out(
         return Some("closed by the relay");
     };
     match write_batch(socket, outbound, first, deadline).await {
-        Ok(None) => {
-            if unanswered.is_none() {
-                if let Err(why) = send_within(socket, Message::Ping(Bytes::new()), deadline).await {
-                    return Some(why);
-                }
-                *unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
-            }
-            None
-        }
+        Ok(None) => ping(socket, unanswered, deadline).await,
         Ok(Some((code, reason))) => {
             close_handshake(socket, code, reason, deadline).await;
             Some(reason)

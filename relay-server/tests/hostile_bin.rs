@@ -64,3 +64,37 @@ async fn burning_tickets_locks_out_only_the_burner() {
         "another account's upgrade is not refused for the burner's spent set"
     );
 }
+
+/// The relay pings every socket on its own schedule, not only after it wrote something: an
+/// idle socket hears a ping every `--ws-ping-interval-ms` (so a dead peer or a NAT that forgot
+/// the binding is found, and a live one's binding is kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_socket_is_pinged_on_the_relay_s_schedule() {
+    use futures_util::StreamExt as _;
+    let relay = start(&["--ws-ping-interval-ms", "1000"]).await;
+    let a = account(relay.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 1)), 3).await;
+    let (mut ws, _) = common::connect(relay.addr, &a).await;
+    let mut pings = 0;
+    // 3.5 s of reading (which answers each ping): the sync's answer, then nothing but pings.
+    let listen = async {
+        while let Some(Ok(message)) = ws.next().await {
+            if message.is_ping() {
+                pings += 1;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(3_500), listen).await;
+    assert!(
+        pings >= 3,
+        "{pings} pings in 3.5 s of an idle socket with a 1 s ping interval"
+    );
+}
+
+#[test]
+fn a_ping_interval_out_of_range_is_refused() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["--memory", "--ws-ping-interval-ms", "10", "--check-config"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a 10 ms ping interval was accepted");
+}

@@ -43,7 +43,7 @@ pub use networks::{
 pub use server::{
     BODY_MIN_BYTES_PER_S, BODY_READ_TIMEOUT_MS, ConnectionCounter, HEADER_READ_TIMEOUT_MS,
     MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDR, OUTBOUND_QUEUE_BYTES, PeerAddr, Refused,
-    ServeLimits, WRITE_DEADLINE_MS, serve, serve_with_limits,
+    ServeLimits, WRITE_DEADLINE_MS, WS_PING_INTERVAL_MS, serve, serve_with_limits,
 };
 #[cfg(feature = "turmoil")]
 pub use turmoil_listener::TurmoilListener;

@@ -47,6 +47,11 @@ pub struct ServeLimits {
     /// Longest a single write to a WebSocket may take, in ms: a client that stops reading is
     /// closed when it passes (used by the relay server's socket tasks).
     pub write_deadline_ms: u64,
+    /// How often the relay pings a WebSocket of its own accord, in ms, whatever the client
+    /// sends (an application-level `ping` frame does not stand in for it): a client that
+    /// answers no ping and sends nothing within [`ServeLimits::write_deadline_ms`] is closed.
+    /// Keeps NAT bindings open and finds dead peers on idle sockets.
+    pub ws_ping_interval_ms: u64,
     /// Bytes of encoded frames waiting to be written to one WebSocket; a frame that would
     /// take the queue past it closes the socket instead (one frame is always admitted to an
     /// empty queue). Bounds what a slow reader can hold.
@@ -83,6 +88,9 @@ pub const MAX_CONNECTIONS: usize = 20_000;
 pub const MAX_CONNECTIONS_PER_ADDR: usize = 512;
 /// Default of [`ServeLimits::write_deadline_ms`].
 pub const WRITE_DEADLINE_MS: u64 = 15_000;
+/// Default of [`ServeLimits::ws_ping_interval_ms`]: under the 30 s many NATs and mobile
+/// carriers keep an idle TCP binding.
+pub const WS_PING_INTERVAL_MS: u64 = 25_000;
 /// Default of [`ServeLimits::body_read_timeout_ms`]: a body must start arriving (and a small
 /// JSON body must arrive whole) within 10 s of its headers.
 pub const BODY_READ_TIMEOUT_MS: u64 = 10_000;
@@ -103,6 +111,7 @@ impl Default for ServeLimits {
             max_connections_per_addr: MAX_CONNECTIONS_PER_ADDR,
             prefixes: NetworkPrefixes::default(),
             write_deadline_ms: WRITE_DEADLINE_MS,
+            ws_ping_interval_ms: WS_PING_INTERVAL_MS,
             outbound_queue_bytes: OUTBOUND_QUEUE_BYTES,
             body_read_timeout_ms: BODY_READ_TIMEOUT_MS,
             body_min_bytes_per_s: BODY_MIN_BYTES_PER_S,
