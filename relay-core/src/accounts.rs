@@ -11,7 +11,7 @@ use crate::cx::Cx;
 use crate::directory::Lookup;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{
-    ALIAS_ATTEMPTS, MAX_NICKNAME_COMBINING_MARKS, MIN_NICKNAME_CHARS, STORAGE_QUOTA_BYTES,
+    ALIAS_ATTEMPTS, MAX_MEDIA_BYTES_PER_USER, MAX_NICKNAME_COMBINING_MARKS, MIN_NICKNAME_CHARS,
 };
 use crate::relations::Contacts;
 use crate::rows::AccountRow;
@@ -355,7 +355,8 @@ impl Cx<'_> {
         ))
     }
 
-    /// C2: what the relay holds for the caller (undelivered messages addressed to it).
+    /// C2: what the relay holds for the caller (undelivered messages addressed to it, and its
+    /// media, unfinished and completed) against its quota (see [`MAX_MEDIA_BYTES_PER_USER`]).
     pub(crate) fn http_storage_estimate(
         &mut self,
         now: UnixMs,
@@ -389,7 +390,8 @@ impl Cx<'_> {
             200,
             &StorageEstimate {
                 used_bytes: used,
-                quota_bytes: STORAGE_QUOTA_BYTES,
+                quota_bytes: MAX_MEDIA_BYTES_PER_USER
+                    .saturating_add(self.config.max_offline_queue_bytes_per_recipient),
                 message_count: count,
             },
         ))

@@ -240,8 +240,6 @@ pub const IDLE_TIMEOUT_MS: u64 = 90_000;
 pub const RATE_LIMITER_SWEEP_AT: usize = 10_000;
 /// Outstanding PoW challenges per client address; a new one evicts the oldest.
 pub const MAX_POW_CHALLENGES_PER_ADDR: usize = 8;
-/// Storage quota reported by `storage/estimate` (undelivered messages held for the caller).
-pub const STORAGE_QUOTA_BYTES: u64 = 100 * 1024 * 1024;
 
 // ---- commerce (channels, vanity aliases, payment orders; see NOTES.md "Commerce")
 
@@ -276,14 +274,23 @@ pub const MAX_PAYMENT_ID_BYTES: usize = 128;
 
 /// Media upload inits (M1) per user per minute; excess: 429 `RATE_LIMITED`.
 pub const MEDIA_UPLOADS_PER_MIN_PER_USER: u32 = 10;
-/// Unfinished uploads per account; excess M1: 403 `QUOTA_EXCEEDED`.
-pub const MAX_OPEN_UPLOADS_PER_USER: usize = 16;
-/// Media bytes (unfinished and completed) one account may hold; excess M2: 403 `QUOTA_EXCEEDED`.
-pub const MAX_MEDIA_BYTES_PER_USER: u64 = 4 * wire::limits::MAX_MEDIA_OBJECT_BYTES;
+/// Unfinished uploads per account at once (a minute's inits); excess M1: 403 `QUOTA_EXCEEDED`.
+pub const MAX_OPEN_UPLOADS_PER_USER: usize = 10;
+/// Media bytes (unfinished uploads and completed objects) one account may hold: one object of
+/// the largest size (about 100 MiB); excess M2: 403 `QUOTA_EXCEEDED`. `storage/estimate`
+/// reports it plus the account's offline-queue bound
+/// (`Config::max_offline_queue_bytes_per_recipient`) as `quota_bytes`, and everything held for
+/// the account (its media and the messages waiting for it) as `used_bytes`, which therefore
+/// never passes `quota_bytes`.
+pub const MAX_MEDIA_BYTES_PER_USER: u64 = wire::limits::MAX_MEDIA_OBJECT_BYTES;
 /// Lifetime of a completed media object, from completion.
 pub const MEDIA_TTL_MS: u64 = 24 * HOUR_MS;
-/// Lifetime of an unfinished upload, from init.
+/// Longest lifetime of an unfinished upload, from init, however busy.
 pub const INCOMPLETE_UPLOAD_TTL_MS: u64 = 2 * HOUR_MS;
+/// An unfinished upload that receives no part for this long is deleted with its parts (each
+/// part, and the init, start it again; never past [`INCOMPLETE_UPLOAD_TTL_MS`]). A 5 MiB part
+/// takes under two minutes at 50 KB/s.
+pub const INCOMPLETE_UPLOAD_IDLE_MS: u64 = 10 * MINUTE_MS;
 /// Push targets (subscriptions and tokens) per account; a new one evicts the oldest.
 pub const MAX_PUSH_TARGETS_PER_USER: usize = 4;
 /// Longest Web Push endpoint URL, in bytes.

@@ -16,7 +16,11 @@
 //!   conversation key, so restricting downloads to the uploader's contacts would add nothing
 //!   but a lookup (and break forwarding a media message to a third contact).
 //! * **Expiry**: a completed object lives `MEDIA_TTL_MS` (24 h) from completion, an unfinished
-//!   upload `INCOMPLETE_UPLOAD_TTL_MS` from init; both are purged by `handle_timeout`.
+//!   upload `INCOMPLETE_UPLOAD_IDLE_MS` (10 min) from its init or last part, and never past
+//!   `INCOMPLETE_UPLOAD_TTL_MS` (2 h) from init; both are purged by `handle_timeout`.
+//! * **Quota**: an account holds at most `MAX_MEDIA_BYTES_PER_USER` (the storage quota,
+//!   100 MiB) of parts, unfinished and completed alike, in at most `MAX_OPEN_UPLOADS_PER_USER`
+//!   unfinished uploads; `storage/estimate` counts them all.
 //!
 //! Metadata is one durable row per upload in [`Table::Media`](crate::store::Table::Media); bytes live in the
 //! [`crate::blob::BlobStore`] (see its module doc for the write / delete ordering).
@@ -42,8 +46,8 @@ use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse, query_param};
 use crate::ids::hex;
 use crate::limits::{
-    INCOMPLETE_UPLOAD_TTL_MS, MAX_MEDIA_BYTES_PER_USER, MAX_OPEN_UPLOADS_PER_USER, MEDIA_TTL_MS,
-    MEDIA_UPLOADS_PER_MIN_PER_USER,
+    INCOMPLETE_UPLOAD_IDLE_MS, INCOMPLETE_UPLOAD_TTL_MS, MAX_MEDIA_BYTES_PER_USER,
+    MAX_OPEN_UPLOADS_PER_USER, MEDIA_TTL_MS, MEDIA_UPLOADS_PER_MIN_PER_USER,
 };
 use crate::planted::planted;
 use crate::uploads::{PartRow, UploadRow};
@@ -235,7 +239,7 @@ impl Cx<'_> {
             created_at: now,
             parts: BTreeMap::new(),
             completed: None,
-            expires_at: now.plus_ms(INCOMPLETE_UPLOAD_TTL_MS),
+            expires_at: now.plus_ms(INCOMPLETE_UPLOAD_IDLE_MS),
         });
         Ok(HttpResponse::json(
             200,
@@ -298,6 +302,9 @@ impl Cx<'_> {
                 size,
             },
         );
+        row.expires_at = now
+            .plus_ms(INCOMPLETE_UPLOAD_IDLE_MS)
+            .min(row.created_at.plus_ms(INCOMPLETE_UPLOAD_TTL_MS));
         self.state.put_upload(row);
         Ok(HttpResponse::json(200, &ChunkResponse { etag }))
     }

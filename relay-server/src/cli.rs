@@ -164,10 +164,16 @@ pub(crate) struct Args {
     pub(crate) pg_schema: String,
 
     /// Directory of media parts on PostgreSQL (every relay of the database must see the same
-    /// one, e.g. a shared volume). Without it media parts are kept in memory and lost at a
-    /// failover or restart.
+    /// one, e.g. a shared volume). Without it media parts are spooled to a directory of this
+    /// process's (see --spool-dir) and lost at a failover or restart.
     #[arg(long, value_name = "DIR", env = "RELAY_BLOB_DIR", help_heading = STORE)]
     pub(crate) blob_dir: Option<PathBuf>,
+
+    /// Where a relay without a blob directory (--memory, or --postgres without --blob-dir)
+    /// spools media parts: a private directory is made in DIR and removed at exit (default:
+    /// the system's temporary directory). Media parts never stay in the relay's memory.
+    #[arg(long, value_name = "DIR", env = "RELAY_SPOOL_DIR", help_heading = STORE)]
+    pub(crate) spool_dir: Option<PathBuf>,
 
     /// Threads that read what the relay does not hold in memory (an account, a conversation,
     /// a queue, a sender's message ids) for a frame that needs it, so that no read ever holds

@@ -269,8 +269,12 @@ async fn run(args: Args) -> Result<()> {
         }
         _ => ReadMode::Core,
     };
+    // Media parts of a relay without a blob directory go to a spool directory of this
+    // process's (removed when it exits), never its memory.
+    let spool = media_spool(&args, &store)?;
+    let spool_dir = spool.as_ref().map(|d| d.path().to_path_buf());
     let mut server = match store {
-        StoreChoice::Memory => memory_server(config, seed, metrics.clone())?,
+        StoreChoice::Memory => memory_server(config, seed, metrics.clone(), spool_dir)?,
         StoreChoice::Sqlite(dir) => sqlite_server(&args, config, &dir, seed, metrics.clone())?,
         StoreChoice::Postgres(database) => postgres_server(
             &args,
@@ -280,6 +284,7 @@ async fn run(args: Args) -> Result<()> {
             vapid_fingerprint,
             seed,
             metrics.as_ref(),
+            spool_dir,
         )?,
     };
     server = server
@@ -324,21 +329,61 @@ async fn bind(
     Ok((listener, metrics))
 }
 
-/// `--memory`: a relay on a memory store and memory blobs, with a JWT signing key of its own
-/// drawn from the OS (nothing survives a restart).
-fn memory_server(mut config: Config, seed: u64, metrics: Option<Metrics>) -> Result<RelayServer> {
+/// The spool directory of a relay that keeps no blob directory (`--memory`, or `--postgres`
+/// without `--blob-dir`): a fresh private directory (0700) under `--spool-dir` (else the
+/// system's temporary directory), removed when the process exits. Media parts then cost disk,
+/// never the process's memory. `None` when the relay has a blob directory.
+fn media_spool(args: &Args, store: &StoreChoice) -> Result<Option<tempfile::TempDir>> {
+    let needed = match store {
+        StoreChoice::Memory => true,
+        StoreChoice::Postgres(_) => args.blob_dir.is_none(),
+        StoreChoice::Sqlite(_) => false,
+    };
+    if !needed {
+        return Ok(None);
+    }
+    let parent = args.spool_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new()
+        .prefix("relay-media-spool-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating the media spool in {}", parent.display()))?;
+    info!(dir = %dir.path().display(), "media parts are spooled here (removed at exit)");
+    Ok(Some(dir))
+}
+
+/// The blob store of a spool directory (see [`media_spool`]); memory only when there is none
+/// (never for the binary: `media_spool` makes one whenever the store has no blob directory).
+fn spool_blobs(
+    spool: Option<&Path>,
+) -> Result<Box<dyn relay_core::BlobStore>, relay_core::store::StoreError> {
+    match spool {
+        Some(dir) => FsBlobStore::open(dir)
+            .map(|b| Box::new(b) as Box<dyn relay_core::BlobStore>)
+            .map_err(|e| relay_core::store::StoreError::Backend(e.to_string())),
+        None => Ok(Box::new(MemoryBlobStore::new())),
+    }
+}
+
+/// `--memory`: a relay on a memory store with media parts in a spool directory, with a JWT
+/// signing key of its own drawn from the OS (nothing survives a restart).
+fn memory_server(
+    mut config: Config,
+    seed: u64,
+    metrics: Option<Metrics>,
+    spool: Option<PathBuf>,
+) -> Result<RelayServer> {
     warn!("--memory: nothing survives a restart");
     // A fresh random key per process (a seed-derived one could be recomputed).
     let mut key = [0u8; 32];
     getrandom::fill(&mut key)
         .map_err(|e| anyhow::anyhow!("reading OS randomness for the JWT key: {e}"))?;
     config.jwt_signing_key = Some(relay_core::JwtSigningKey(key));
-    let (store, blobs) = (MemoryStore::new(), MemoryBlobStore::new());
+    let store = MemoryStore::new();
     Ok(RelayServer::new(move || {
         Relay::with_blobs(
             config.clone(),
             metered(metrics.as_ref(), store.clone()),
-            Box::new(blobs.clone()),
+            spool_blobs(spool.as_deref())?,
             seed,
         )
     }))
@@ -378,6 +423,10 @@ fn sqlite_server(
 /// `--postgres`: a relay that campaigns on the database, with the JWT signing key of the
 /// secrets directory `dir`; its keys' fingerprints (the VAPID key's too, with Web Push) are
 /// claimed when it leads (see [`key_claims`]).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "what run() resolved before the store (keys, spool, metrics), each used once here"
+)]
 fn postgres_server(
     args: &Args,
     mut config: Config,
@@ -386,6 +435,7 @@ fn postgres_server(
     vapid_fingerprint: Option<KeyFingerprint>,
     seed: u64,
     metrics: Option<&Metrics>,
+    spool: Option<PathBuf>,
 ) -> Result<RelayServer> {
     let dir = dir.context("no secrets directory")?;
     let existed = dir.join(secrets::JWT_KEY_FILE).exists();
@@ -399,7 +449,7 @@ fn postgres_server(
              issued here are refused after a failover"
         );
     }
-    let blobs = blob_opener(args);
+    let blobs = blob_opener(args, spool);
     let keys = key_claims(args, jwt_fingerprint, vapid_fingerprint);
     info!(
         jwt = %jwt_fingerprint,
@@ -419,9 +469,9 @@ fn postgres_server(
     }))
 }
 
-/// Where a PostgreSQL relay keeps media parts: `--blob-dir`, else this process's memory (lost
-/// at a failover or restart, and said so).
-fn blob_opener(args: &Args) -> BlobOpener {
+/// Where a PostgreSQL relay keeps media parts: `--blob-dir`, else this process's spool
+/// directory (lost at a failover or restart, and said so).
+fn blob_opener(args: &Args, spool: Option<PathBuf>) -> BlobOpener {
     match &args.blob_dir {
         Some(blob_dir) => {
             let blob_dir = blob_dir.clone();
@@ -433,13 +483,10 @@ fn blob_opener(args: &Args) -> BlobOpener {
         }
         None => {
             warn!(
-                "--postgres without --blob-dir: media parts are kept in this process's \
-                 memory and lost at a failover or restart"
+                "--postgres without --blob-dir: media parts are spooled to a directory of \
+                 this process's and lost at a failover or restart"
             );
-            let blobs = MemoryBlobStore::new();
-            std::sync::Arc::new(move || {
-                Ok(Box::new(blobs.clone()) as Box<dyn relay_core::BlobStore>)
-            })
+            std::sync::Arc::new(move || spool_blobs(spool.as_deref()))
         }
     }
 }

@@ -98,3 +98,137 @@ fn a_ping_interval_out_of_range_is_refused() {
         .unwrap();
     assert!(!out.status.success(), "a 10 ms ping interval was accepted");
 }
+
+/// Bytes of one full media part.
+const PART: usize = wire::limits::MAX_MEDIA_PART_BYTES;
+
+/// Starts an upload of `a`'s: `(upload_id, media_key)`, or the refusal's status and code.
+async fn init_upload(relay: SocketAddr, a: &Account) -> Result<(String, String), (u16, String)> {
+    let http = client(relay, a.from);
+    let req = seam::net::HttpRequest::new(Method::POST, "/api/v1/media/upload-parts/init")
+        .json(&json!({"content_type": "application/octet-stream"}))
+        .unwrap()
+        .bearer(&a.token);
+    let r = http.send(req).await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+    if r.status.is_success() {
+        Ok((
+            v["upload_id"].as_str().unwrap().to_owned(),
+            v["media_key"].as_str().unwrap().to_owned(),
+        ))
+    } else {
+        Err((
+            r.status.as_u16(),
+            v["error"].as_str().unwrap_or("").to_owned(),
+        ))
+    }
+}
+
+/// Sends part `n` of `len` bytes; the status and error code.
+async fn put_part(
+    relay: SocketAddr,
+    a: &Account,
+    up: &(String, String),
+    n: u32,
+    len: usize,
+) -> (u16, String) {
+    let http = client(relay, a.from);
+    let path = format!(
+        "/api/v1/media/upload-parts/{}/chunk?mediaKey={}&partNumber={n}",
+        up.0, up.1
+    );
+    let req = seam::net::HttpRequest::new(Method::POST, path)
+        .body(vec![n as u8; len])
+        .bearer(&a.token);
+    let r = http.send(req).await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+    (
+        r.status.as_u16(),
+        v["error"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+/// Bytes of regular files under `dir`.
+fn bytes_under(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let meta = entry.metadata().unwrap();
+        total += if meta.is_dir() {
+            bytes_under(&entry.path())
+        } else {
+            meta.len()
+        };
+    }
+    total
+}
+
+/// Unfinished uploads on `--memory`: parts go to the spool directory, not the relay's memory;
+/// they count against the quota `storage/estimate` reports (about 100 MiB of media), past
+/// which a part is refused 403 `QUOTA_EXCEEDED`; at most ten are open at once; the spool
+/// directory goes when the relay exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_uploads_stay_inside_the_quota_and_out_of_memory() {
+    let spool = tempfile::tempdir().unwrap();
+    let mut relay = start(&["--spool-dir", spool.path().to_str().unwrap()]).await;
+    let a = account(relay.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 1)), 4).await;
+    let rss_before = relay.rss_bytes();
+    let mut uploads = Vec::new();
+    for _ in 0..10 {
+        uploads.push(
+            init_upload(relay.addr, &a)
+                .await
+                .expect("an upload within the allowance"),
+        );
+    }
+    assert_eq!(init_upload(relay.addr, &a).await.unwrap_err().0, 429);
+    // Full parts spread over the ten unfinished uploads until the quota refuses one.
+    let quota = relay_core::limits::MAX_MEDIA_BYTES_PER_USER;
+    let mut stored = 0u64;
+    let mut refused = None;
+    'fill: for n in 1..=3u32 {
+        for up in &uploads {
+            match put_part(relay.addr, &a, up, n, PART).await {
+                (200, _) => stored += PART as u64,
+                other => {
+                    refused = Some(other);
+                    break 'fill;
+                }
+            }
+        }
+    }
+    assert_eq!(
+        stored, quota,
+        "full parts stored before the quota refused one"
+    );
+    assert_eq!(refused, Some((403, "QUOTA_EXCEEDED".to_owned())));
+    let http = client(relay.addr, a.from);
+    let est = call(
+        &http,
+        Method::GET,
+        "/api/v1/storage/estimate",
+        &json!(null),
+        Some(&a.token),
+    )
+    .await;
+    assert_eq!(est["used_bytes"].as_u64(), Some(quota));
+    assert!(est["quota_bytes"].as_u64().unwrap() >= quota, "{est}");
+    // The bytes are on disk in the spool, not in the relay's memory.
+    assert!(
+        bytes_under(spool.path()) >= quota,
+        "spooled {}",
+        bytes_under(spool.path())
+    );
+    let grown = relay.rss_bytes().saturating_sub(rss_before);
+    assert!(
+        grown < quota / 2,
+        "the relay's RSS grew {} MiB while holding {} MiB of unfinished uploads",
+        grown >> 20,
+        quota >> 20
+    );
+    assert!(relay.terminate(), "SIGTERM: a clean exit");
+    assert_eq!(
+        std::fs::read_dir(spool.path()).unwrap().count(),
+        0,
+        "the spool directory is removed at exit"
+    );
+}

@@ -16,6 +16,7 @@ fn durations_are_the_documented_ones() {
     assert_eq!(l::CHANNEL_ORDER_TTL_MS, 30 * MIN);
     assert_eq!(l::MEDIA_TTL_MS, 24 * HOUR);
     assert_eq!(l::INCOMPLETE_UPLOAD_TTL_MS, 2 * HOUR);
+    assert_eq!(l::INCOMPLETE_UPLOAD_IDLE_MS, 10 * MIN);
     assert_eq!(l::TURN_CREDENTIAL_TTL_S, 86_400);
 }
 
@@ -27,11 +28,11 @@ fn sizes_are_the_documented_ones() {
     assert_eq!(l::MAX_OFFLINE_QUEUE_BYTES_PER_SENDER, 4 * MIB);
     assert_eq!(l::MAX_OFFLINE_QUEUE_BYTES_TOTAL, 1024 * MIB);
     assert_eq!(l::SYNC_WINDOW_BYTES, 512 * 1024);
-    assert_eq!(l::STORAGE_QUOTA_BYTES, 100 * MIB);
     assert_eq!(
         l::MAX_MEDIA_BYTES_PER_USER,
-        4 * wire::limits::MAX_MEDIA_OBJECT_BYTES
+        wire::limits::MAX_MEDIA_OBJECT_BYTES
     );
+    assert_eq!(l::MAX_MEDIA_BYTES_PER_USER / MIB, 100);
 }
 
 #[test]

@@ -277,8 +277,60 @@ fn every_refusal_has_its_status_and_code() {
     assert_eq!(w.get(paths::MEDIA_INIT, Some(&a.token)).status, 405);
 }
 
+/// An unfinished upload lives 10 minutes past its init or its last part, and never more than
+/// two hours from its init, however often parts come.
 #[test]
-fn objects_expire_after_24h_and_unfinished_uploads_after_2h() {
+fn an_unfinished_upload_expires_when_idle_and_at_two_hours_whatever_comes() {
+    let blobs = MemoryBlobStore::new();
+    let mut w = World::with_blobs(fast_config(), blobs.clone());
+    let a = w.user("alice");
+    let part = |w: &mut World, id: &str, key: &str, n: u32| {
+        chunk(w, &a.token, id, key, &n.to_string(), chunk_frame(9, 50))
+    };
+    // Idle: a part 9 minutes after init keeps it; 10 minutes after that part it is gone.
+    let (idle_id, idle_key) = init(&mut w, &a);
+    w.advance(9 * 60_000);
+    etag_of(&part(&mut w, &idle_id, &idle_key, 1));
+    w.advance(10 * 60_000 - 1);
+    etag_of(&part(&mut w, &idle_id, &idle_key, 2));
+    w.advance(10 * 60_000);
+    assert_eq!(
+        code(&part(&mut w, &idle_id, &idle_key, 3)),
+        "MEDIA_NOT_FOUND"
+    );
+    // Busy: a part every 9 minutes, yet gone two hours after its init.
+    let mut a = a;
+    w.login(&mut a);
+    let (busy_id, busy_key) = init(&mut w, &a);
+    let started = w.now;
+    let mut n = 0;
+    while w.now.get() + 9 * 60_000 < started.get() + 2 * 60 * 60 * 1000 {
+        w.advance(9 * 60_000);
+        n += 1;
+        etag_of(&chunk(
+            &mut w,
+            &a.token,
+            &busy_id,
+            &busy_key,
+            &n.to_string(),
+            chunk_frame(9, 50),
+        ));
+    }
+    w.advance(started.get() + 2 * 60 * 60 * 1000 - w.now.get());
+    let r = chunk(
+        &mut w,
+        &a.token,
+        &busy_id,
+        &busy_key,
+        "1",
+        chunk_frame(9, 50),
+    );
+    assert_eq!(code(&r), "MEDIA_NOT_FOUND");
+    assert_eq!(blobs.part_count(), 0);
+}
+
+#[test]
+fn objects_expire_after_24h_and_unfinished_uploads_when_idle() {
     let blobs = MemoryBlobStore::new();
     let mut w = World::with_blobs(fast_config(), blobs.clone());
     let a = w.user("alice");
@@ -295,7 +347,7 @@ fn objects_expire_after_24h_and_unfinished_uploads_after_2h() {
     assert_eq!(blobs.part_count(), 4);
     // The relay asks to be woken for the first expiry.
     assert!(w.relay.poll_timeout().is_some());
-    w.advance(2 * 60 * 60 * 1000);
+    w.advance(10 * 60 * 1000);
     let r = chunk(
         &mut w,
         &a.token,
@@ -308,7 +360,7 @@ fn objects_expire_after_24h_and_unfinished_uploads_after_2h() {
     assert_eq!(blobs.part_count(), 3);
     // Re-login: the token lives 24 h too.
     let mut a = a;
-    w.advance(DAY_MS - 2 * 60 * 60 * 1000 - 1);
+    w.advance(DAY_MS - 10 * 60 * 1000 - 1);
     w.login(&mut a);
     assert_eq!(download(&mut w, &a.token, &key).body, data);
     w.advance(1);
@@ -319,7 +371,7 @@ fn objects_expire_after_24h_and_unfinished_uploads_after_2h() {
 }
 
 #[test]
-fn uploads_are_rate_limited_per_user() {
+fn uploads_are_rate_limited_and_capped_per_user() {
     let mut w = World::new();
     let a = w.user("alice");
     let b = w.user("bob");
@@ -329,7 +381,12 @@ fn uploads_are_rate_limited_per_user() {
     let r = w.post(paths::MEDIA_INIT, json!({}), Some(&a.token));
     assert_eq!((r.status, code(&r).as_str()), (429, "RATE_LIMITED"));
     init(&mut w, &b);
+    // A new minute, but ten uploads are still unfinished: the cap on open uploads.
     w.advance(60_000);
+    let r = w.post(paths::MEDIA_INIT, json!({}), Some(&a.token));
+    assert_eq!((r.status, code(&r).as_str()), (403, "QUOTA_EXCEEDED"));
+    // Left idle, they expire and free their seats.
+    w.advance(10 * 60_000);
     init(&mut w, &a);
 }
 

@@ -8,7 +8,7 @@
 //! their sizes and etags, no bytes behind them) and restart from the store; only the parts
 //! that decide are uploaded for real.
 
-use relay_core::limits::MAX_MEDIA_BYTES_PER_USER;
+use relay_core::limits::{MAX_MEDIA_BYTES_PER_USER, MINUTE_MS};
 use relay_core::store::{Mutation, Store as _, Table};
 use relay_core::{BlobStore as _, MemoryBlobStore};
 use serde_json::{Value, json};
@@ -157,10 +157,11 @@ fn once_completed_an_upload_wakes_the_relay_at_its_new_expiry_only() {
     w.advance(HOUR_MS);
     assert_eq!(w.relay.poll_timeout(), None);
     let (id, key) = init(&mut w, &a);
-    assert_eq!(w.relay.poll_timeout(), Some(w.now.plus_ms(2 * HOUR_MS)));
+    assert_eq!(w.relay.poll_timeout(), Some(w.now.plus_ms(10 * MINUTE_MS)));
+    w.advance(60_000);
     let e = etag(&chunk(&mut w, &a, &id, &key, 1, b"x".to_vec()));
-    // A part does not move the expiry.
-    assert_eq!(w.relay.poll_timeout(), Some(w.now.plus_ms(2 * HOUR_MS)));
+    // A part moves the idle expiry on.
+    assert_eq!(w.relay.poll_timeout(), Some(w.now.plus_ms(10 * MINUTE_MS)));
     w.advance(60_000);
     let completed_at = w.now;
     let r = complete(
@@ -199,9 +200,9 @@ fn an_upload_and_an_object_end_exactly_at_their_expiry_even_before_the_timer_fir
     let (id, key) = init(&mut w, &a);
     let opened = w.now;
     // The clock moves without a tick: only the expiry checks of the handlers decide.
-    w.now = opened.plus_ms(2 * HOUR_MS - 1);
+    w.now = opened.plus_ms(10 * MINUTE_MS - 1);
     let e = etag(&chunk(&mut w, &a, &id, &key, 1, b"late".to_vec()));
-    w.now = opened.plus_ms(2 * HOUR_MS);
+    w.now = w.now.plus_ms(10 * MINUTE_MS);
     for r in [
         chunk(&mut w, &a, &id, &key, 2, b"too late".to_vec()),
         complete(
@@ -294,27 +295,29 @@ fn an_object_may_reach_its_byte_limit_exactly_and_not_one_byte_more() {
 
 #[test]
 fn an_account_may_hold_its_byte_limit_exactly_and_not_one_byte_more() {
-    assert_eq!(MAX_MEDIA_BYTES_PER_USER, 80 * P);
+    assert_eq!(MAX_MEDIA_BYTES_PER_USER, 20 * P);
     let blobs = MemoryBlobStore::new();
-    let mut w = World::with_blobs(fast_config(), blobs.clone());
+    let config = fast_config();
+    let queue_bound = config.max_offline_queue_bytes_per_recipient;
+    let mut w = World::with_blobs(config, blobs.clone());
     let mut a = w.user("alice");
     let b = w.user("bob");
     let (id, key) = init(&mut w, &a);
     let row = media_row(&w, &id);
-    // Three completed objects of 20 full parts each (60 parts), and this upload's parts 1-19.
-    for i in 1..=3u32 {
-        let mut other = with_full_parts(row.clone(), 1..=20);
-        other["upload_id"] = json!(format!("up-{i:024x}"));
-        other["media_key"] = json!(format!("m-{}{i}", "k".repeat(31)));
-        other["completed"] = json!(20);
-        put_media_row(&w, &other);
-    }
-    put_media_row(&w, &with_full_parts(row, 1..=19));
+    // A completed object of 10 full parts, and this unfinished upload's parts 1-9.
+    let mut other = with_full_parts(row.clone(), 1..=10);
+    other["upload_id"] = json!(format!("up-{:024x}", 1));
+    other["media_key"] = json!(format!("m-{}1", "k".repeat(31)));
+    other["completed"] = json!(10);
+    put_media_row(&w, &other);
+    put_media_row(&w, &with_full_parts(row, 1..=9));
     restart(&mut w, &blobs, &mut a);
+    // Unfinished parts count against the quota the estimate reports (media and queue).
     let est = w.get(paths::STORAGE_ESTIMATE, Some(&a.token)).body_json();
-    assert_eq!(est["used_bytes"], 79 * P);
-    // The 80th part: exactly at the limit.
-    let e20 = etag(&chunk(&mut w, &a, &id, &key, 20, full_part(20)));
+    assert_eq!(est["used_bytes"], 19 * P);
+    assert_eq!(est["quota_bytes"], 20 * P + queue_bound);
+    // The 20th part: exactly at the limit.
+    let e20 = etag(&chunk(&mut w, &a, &id, &key, 10, full_part(10)));
     // One byte more in another upload is refused; another account is not affected.
     let (id2, key2) = init(&mut w, &a);
     let (status, code, _) = status_code_message(&chunk(&mut w, &a, &id2, &key2, 1, vec![1]));
@@ -322,5 +325,5 @@ fn an_account_may_hold_its_byte_limit_exactly_and_not_one_byte_more() {
     let (id3, key3) = init(&mut w, &b);
     etag(&chunk(&mut w, &b, &id3, &key3, 1, vec![1]));
     // Replacing a part at the limit holds the same bytes: allowed.
-    assert_eq!(etag(&chunk(&mut w, &a, &id, &key, 20, full_part(20))), e20);
+    assert_eq!(etag(&chunk(&mut w, &a, &id, &key, 10, full_part(10))), e20);
 }

@@ -199,6 +199,39 @@ pub(crate) struct RelayProcess {
     pub(crate) addr: SocketAddr,
 }
 
+impl RelayProcess {
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory of the process, in bytes (Linux `/proc`).
+    pub(crate) fn rss_bytes(&self) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("/proc status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS");
+        kib * 1024
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the process to exit; whether it exited 0.
+    pub(crate) fn terminate(&mut self) -> bool {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status();
+        for _ in 0..1500 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        false
+    }
+}
+
 impl Drop for RelayProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
