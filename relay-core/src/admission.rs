@@ -4,12 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use wire::{UnixMs, UserUuid};
+use wire::{AliasId, OrderId, UnixMs, UserUuid};
 
 use crate::config::Config;
 use crate::limits::{
     AUTH_CHALLENGES_PER_MIN_PER_USER, HOUR_MS, MAX_PENDING_POW_CHALLENGES, MINUTE_MS,
-    POW_CHALLENGES_PER_MIN_PER_ADDR,
+    POW_CHALLENGES_PER_MIN_PER_ADDR, VANITY_REHOLD_COOLDOWN_MS,
 };
 use crate::ratelimit::RateLimiter;
 
@@ -76,6 +76,95 @@ impl<K: Ord + Clone, V> Expiring<K, V> {
     }
 }
 
+/// Who holds which unpaid vanity alias, in memory only: the network each hold was asked from
+/// (the order rows name the buying account, never an address), and the holders (accounts;
+/// networks for reserves) that may not hold an alias again yet after their hold lapsed.
+#[derive(Debug, Default)]
+pub(crate) struct VanityHolders {
+    /// Pending vanity order → the client network it was asked from.
+    network_of: BTreeMap<OrderId, String>,
+    /// (alias, holder: `a:` + account or `n:` + network) → until when it may not hold the
+    /// alias again.
+    cooldown: BTreeMap<(AliasId, String), UnixMs>,
+}
+
+/// The cooldown key of an account.
+fn account_key(user: &UserUuid) -> String {
+    format!("a:{user}")
+}
+
+/// The cooldown key of a network.
+fn network_key(network: &str) -> String {
+    format!("n:{network}")
+}
+
+impl VanityHolders {
+    /// Notes that `order` was asked from `network`.
+    pub(crate) fn held(&mut self, order: OrderId, network: String) {
+        self.network_of.insert(order, network);
+    }
+
+    /// The orders asked from `network` that `live` says still hold their alias unpaid.
+    pub(crate) fn of_network<'s>(
+        &'s self,
+        network: &'s str,
+        live: impl Fn(&OrderId) -> bool + 's,
+    ) -> impl Iterator<Item = &'s OrderId> + 's {
+        self.network_of
+            .iter()
+            .filter(move |(o, n)| n.as_str() == network && live(o))
+            .map(|(o, _)| o)
+    }
+
+    /// `order`'s hold of `alias` lapsed unpaid at `now`: its holder (the buying account, or
+    /// for a reserve the network it was asked from) may not hold `alias` again until
+    /// `now + VANITY_REHOLD_COOLDOWN_MS`. Another account of the same network may: people
+    /// behind one address are not each other's holders.
+    pub(crate) fn lapsed(
+        &mut self,
+        order: &OrderId,
+        alias: &AliasId,
+        buyer: Option<&UserUuid>,
+        now: UnixMs,
+    ) {
+        let until = now.plus_ms(VANITY_REHOLD_COOLDOWN_MS);
+        let network = self.network_of.remove(order);
+        let holder = match (buyer, network) {
+            (Some(user), _) => account_key(user),
+            (None, Some(network)) => network_key(&network),
+            (None, None) => return,
+        };
+        self.cooldown.insert((alias.clone(), holder), until);
+    }
+
+    /// `order` no longer holds unpaid (paid, or gone): forgets its network.
+    pub(crate) fn settled(&mut self, order: &OrderId) {
+        self.network_of.remove(order);
+    }
+
+    /// Until when the holder (`buyer`, or for a reserve `network`) may not hold `alias`
+    /// again, if it may not at `now`.
+    pub(crate) fn cooling(
+        &self,
+        alias: &AliasId,
+        buyer: Option<&UserUuid>,
+        network: &str,
+        now: UnixMs,
+    ) -> Option<UnixMs> {
+        let holder = buyer.map_or_else(|| network_key(network), account_key);
+        self.cooldown
+            .get(&(alias.clone(), holder))
+            .copied()
+            .filter(|until| now < *until)
+    }
+
+    /// Forgets cooldowns that are over, and the networks of orders `live` says no longer hold.
+    pub(crate) fn sweep(&mut self, now: UnixMs, live: impl Fn(&OrderId) -> bool) {
+        self.cooldown.retain(|_, until| now < *until);
+        self.network_of.retain(|o, _| live(o));
+    }
+}
+
 /// What registration and sign-in are admitted by, kept in memory only: the proof-of-work
 /// challenges issued (bounded, by client address) and the rate limits on asking for a
 /// challenge, on registering (per address) and on asking for an auth challenge (per account).
@@ -88,6 +177,8 @@ pub(crate) struct Admission {
     pub(crate) pow_rate: RateLimiter<String>,
     pub(crate) register_rate: RateLimiter<String>,
     pub(crate) auth_rate: RateLimiter<UserUuid>,
+    /// The networks of unpaid vanity holds and who may not hold an alias again yet.
+    pub(crate) vanity: VanityHolders,
 }
 
 impl Admission {
@@ -98,6 +189,7 @@ impl Admission {
             pow_rate: RateLimiter::new(POW_CHALLENGES_PER_MIN_PER_ADDR, MINUTE_MS),
             register_rate: RateLimiter::new(config.registrations_per_hour_per_addr, HOUR_MS),
             auth_rate: RateLimiter::new(AUTH_CHALLENGES_PER_MIN_PER_USER, MINUTE_MS),
+            vanity: VanityHolders::default(),
         }
     }
 

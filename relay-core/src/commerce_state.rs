@@ -94,6 +94,9 @@ pub(crate) struct OrderRow {
     /// A vanity order already bound to an account.
     pub(crate) used: bool,
     pub(crate) confirmed_at: Option<UnixMs>,
+    /// When a vanity order was bound (absent in rows written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) bound_at: Option<UnixMs>,
 }
 
 impl OrderRow {
@@ -117,6 +120,26 @@ impl OrderRow {
                 Transition::Confirmed
             }
             OrderState::Confirmed => Transition::Unchanged,
+        }
+    }
+
+    /// When this order was over, if it is: expired unpaid, or confirmed and all it sold given
+    /// (a vanity order once bound). `None` while pending, while a paid alias waits to be bound,
+    /// and while a refund is owed: such an order is kept (see [`ORDER_RETENTION_MS`](crate::limits::ORDER_RETENTION_MS)).
+    pub(crate) fn over_at(&self) -> Option<UnixMs> {
+        if self.refund_needed {
+            return None;
+        }
+        match (self.state, self.kind) {
+            (OrderState::Pending, _) => None,
+            (OrderState::Expired, _) => Some(self.expires_at),
+            (OrderState::Confirmed, OrderKind::Vanity) if !self.used => None,
+            (OrderState::Confirmed, OrderKind::Vanity) => Some(
+                self.bound_at
+                    .or(self.confirmed_at)
+                    .unwrap_or(self.expires_at),
+            ),
+            (OrderState::Confirmed, _) => Some(self.confirmed_at.unwrap_or(self.expires_at)),
         }
     }
 

@@ -9,6 +9,13 @@ pub struct Config {
     pub pow_difficulty: u32,
     /// Registrations per client address per hour.
     pub registrations_per_hour_per_addr: u32,
+    /// Unpaid vanity holds one account may have at once ([`limits::VANITY_HOLDS_PER_ACCOUNT`]).
+    pub vanity_holds_per_account: usize,
+    /// Unpaid vanity holds one client network may have at once
+    /// ([`limits::VANITY_HOLDS_PER_NETWORK`]).
+    pub vanity_holds_per_network: usize,
+    /// How long an order that is over is kept ([`limits::ORDER_RETENTION_MS`]).
+    pub order_retention_ms: u64,
     /// JWT lifetime in milliseconds.
     pub jwt_ttl_ms: u64,
     /// Undelivered message lifetime in milliseconds.
@@ -159,6 +166,9 @@ impl Default for Config {
         Self {
             pow_difficulty: limits::POW_DIFFICULTY,
             registrations_per_hour_per_addr: limits::REGISTRATIONS_PER_HOUR_PER_ADDR,
+            vanity_holds_per_account: limits::VANITY_HOLDS_PER_ACCOUNT,
+            vanity_holds_per_network: limits::VANITY_HOLDS_PER_NETWORK,
+            order_retention_ms: limits::ORDER_RETENTION_MS,
             jwt_ttl_ms: limits::JWT_TTL_MS,
             offline_ttl_ms: limits::OFFLINE_TTL_MS,
             idle_timeout_ms: limits::IDLE_TIMEOUT_MS,

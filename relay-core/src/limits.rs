@@ -262,6 +262,20 @@ pub const MAX_CHANNELS_MINE: usize = 1_000;
 pub const VANITY_SEARCH_MAX_RESULTS: usize = 50;
 /// How long a vanity purchase holds its alias (the order's lifetime).
 pub const ALIAS_HOLD_MS: u64 = 15 * MINUTE_MS;
+/// Unpaid vanity holds (pending orders) one account may have at once
+/// (`Config::vanity_holds_per_account`); the next purchase gets 429 `RATE_LIMITED` until one
+/// lapses or is paid.
+pub const VANITY_HOLDS_PER_ACCOUNT: usize = 3;
+/// Unpaid vanity holds one client network may have at once, purchases and reserves together
+/// (`Config::vanity_holds_per_network`; memory only, so a restart forgets whose they were).
+pub const VANITY_HOLDS_PER_NETWORK: usize = 10;
+/// After a hold lapses unpaid, neither its account nor its network may hold that alias again
+/// for this long: a hold is never renewed by its holder past its lifetime (memory only).
+pub const VANITY_REHOLD_COOLDOWN_MS: u64 = ALIAS_HOLD_MS;
+/// How long an order that is over (expired unpaid, or confirmed and fully used) is kept, then
+/// deleted from memory and the store (`Config::order_retention_ms`); its status is then 404.
+/// Orders owing a refund and paid vanity orders not yet bound are kept until that changes.
+pub const ORDER_RETENTION_MS: u64 = 7 * 24 * HOUR_MS;
 /// Lifetime of a channel trade or quota order.
 pub const CHANNEL_ORDER_TTL_MS: u64 = 30 * MINUTE_MS;
 /// Highest accepted price of a channel listing, in USDT.

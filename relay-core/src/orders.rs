@@ -2,7 +2,8 @@
 //! lifecycle `pending → confirmed | expired` (plus `expired → confirmed` for an honoured late
 //! payment), expiry on `handle_timeout`, what a confirmation applies, `payment_confirmed`
 //! delivery (live when connected, and re-sent on every `sync` of the buyer for
-//! `CONFIRM_REDELIVERY_TTL_MS`), and V5.
+//! `CONFIRM_REDELIVERY_TTL_MS`), V5, and the deletion of orders that are over once
+//! `Config::order_retention_ms` has passed (the same timer).
 
 use wire::frames::PaymentConfirmedFrame;
 use wire::http::{OrderKind, OrderState, OrderStatusResponse};
@@ -77,6 +78,7 @@ impl Cx<'_> {
             refund_needed: false,
             used: false,
             confirmed_at: None,
+            bound_at: None,
         };
         self.state.put_order(o.clone());
         o
@@ -92,8 +94,22 @@ impl Cx<'_> {
         if let Some(buyer) = &o.buyer {
             self.state.expire_pending_confirm(now, buyer, id);
         }
+        if o.over_at()
+            .is_some_and(|at| now >= at.plus_ms(self.config.order_retention_ms))
+        {
+            probes::probe!("order:purged");
+            self.state.delete_order(id);
+            return;
+        }
         if o.expire(now) == Transition::Expired {
             probes::probe!("order:expired");
+            if o.kind == OrderKind::Vanity
+                && let Ok(alias) = AliasId::parse(&o.target)
+            {
+                self.admission
+                    .vanity
+                    .lapsed(&o.id, &alias, o.buyer.as_ref(), now);
+            }
             self.state.put_order(o);
         }
     }
@@ -134,6 +150,7 @@ impl Cx<'_> {
         if o.confirm(now) != Transition::Confirmed {
             return;
         }
+        self.admission.vanity.settled(&o.id);
         match o.kind {
             OrderKind::Vanity => probes::probe!("order:confirmed:vanity"),
             OrderKind::ChannelQuota => {

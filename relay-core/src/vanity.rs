@@ -120,6 +120,70 @@ impl Cx<'_> {
         Ok(None)
     }
 
+    /// Whether a new unpaid hold of `alias` may be made for `buyer` (none: a reserve) asking
+    /// from `network` at `now`: not while the holder's own hold of it lapsed within the
+    /// cooldown, nor past the holds an account or a network may have at once. 429 with the
+    /// time until that changes.
+    fn may_hold(
+        &self,
+        now: UnixMs,
+        alias: &AliasId,
+        buyer: Option<&UserUuid>,
+        network: &str,
+    ) -> Result<(), ApiError> {
+        let wait = |until: UnixMs| until.get().saturating_sub(now.get()).max(1);
+        if let Some(until) = self.admission.vanity.cooling(alias, buyer, network, now) {
+            probes::probe!("vanity:rehold-refused");
+            return Err(ApiError::rate_limited(
+                "this alias was held for you until the hold lapsed unpaid; others may hold it first",
+                wait(until),
+            ));
+        }
+        let commerce = self.state.commerce();
+        let pending = |o: &wire::OrderId| {
+            commerce
+                .orders
+                .get(o)
+                .filter(|r| r.kind == OrderKind::Vanity && r.state == OrderState::Pending)
+        };
+        if let Some(user) = buyer {
+            let mine: Vec<UnixMs> = commerce
+                .alias_hold
+                .values()
+                .filter_map(pending)
+                .filter(|r| r.buyer.as_ref() == Some(user))
+                .map(|r| r.expires_at)
+                .collect();
+            if mine.len() >= self.config.vanity_holds_per_account {
+                probes::probe!("vanity:account-holds-full");
+                return Err(ApiError::rate_limited(
+                    format!(
+                        "at most {} unpaid alias holds per account at once; pay for one or let one lapse",
+                        self.config.vanity_holds_per_account
+                    ),
+                    wait(mine.into_iter().min().unwrap_or(now)),
+                ));
+            }
+        }
+        let ours: Vec<UnixMs> = self
+            .admission
+            .vanity
+            .of_network(network, |o| pending(o).is_some())
+            .filter_map(|o| pending(o).map(|r| r.expires_at))
+            .collect();
+        if ours.len() >= self.config.vanity_holds_per_network {
+            probes::probe!("vanity:network-holds-full");
+            return Err(ApiError::rate_limited(
+                format!(
+                    "at most {} unpaid alias holds per network at once",
+                    self.config.vanity_holds_per_network
+                ),
+                wait(ours.into_iter().min().unwrap_or(now)),
+            ));
+        }
+        Ok(())
+    }
+
     /// V2 (JWT): a 15-minute hold; the same buyer asking again gets the same order.
     pub(crate) fn http_vanity_purchase(
         &mut self,
@@ -134,6 +198,7 @@ impl Cx<'_> {
                 (200, o)
             }
             None => {
+                self.may_hold(now, &body.alias_id, Some(&user), &req.remote_addr)?;
                 probes::probe!("vanity:hold-created");
                 let (_, p) = price(&body.alias_id);
                 let o = self.create_order(
@@ -145,6 +210,9 @@ impl Cx<'_> {
                     p,
                     ALIAS_HOLD_MS,
                 );
+                self.admission
+                    .vanity
+                    .held(o.id.clone(), req.remote_addr.clone());
                 (201, o)
             }
         };
@@ -171,6 +239,7 @@ impl Cx<'_> {
     ) -> Result<HttpResponse, ApiError> {
         let body: PurchaseRequest = decode_body(&req.body)?;
         self.vanity_precheck(&body.alias_id, None)?;
+        self.may_hold(now, &body.alias_id, None, &req.remote_addr)?;
         probes::probe!("vanity:reserved");
         let (_, p) = price(&body.alias_id);
         let o = self.create_order(
@@ -182,6 +251,9 @@ impl Cx<'_> {
             p,
             ALIAS_HOLD_MS,
         );
+        self.admission
+            .vanity
+            .held(o.id.clone(), req.remote_addr.clone());
         Ok(HttpResponse::json(
             201,
             &ReserveOrder {
@@ -253,6 +325,7 @@ impl Cx<'_> {
         self.rebind(now, account, alias.clone());
         probes::probe!("vanity:bound");
         o.used = true;
+        o.bound_at = Some(now);
         o.buyer = Some(user);
         self.state.put_order(o);
         Ok(HttpResponse::json(200, &BindResponse { alias_id: alias }))

@@ -52,7 +52,7 @@ pub(super) fn open_state(
     reader: &mut dyn StoreRead,
 ) -> Result<State, StoreError> {
     let snapshot = store.load_eager()?;
-    let mut state = State::load(&snapshot, config.offline_ttl_ms)?;
+    let mut state = State::load(&snapshot, config.offline_ttl_ms, config.order_retention_ms)?;
     drop(snapshot);
     // Tables derived from others that a store written before them lacks: filled once.
     type Derive = fn(&mut dyn Store, &mut dyn StoreRead, usize) -> Result<u64, StoreError>;

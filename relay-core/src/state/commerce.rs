@@ -34,10 +34,7 @@ impl State {
         }
         for (k, v) in rows(Table::Orders) {
             let o: OrderRow = decode(Table::Orders, k, v)?;
-            if o.state == OrderState::Pending {
-                self.timers
-                    .insert((o.expires_at, Timer::Order(o.id.clone())));
-            }
+            self.arm_order(&o);
             self.index_order(o);
         }
         for (k, v) in rows(Table::Payments) {
@@ -192,14 +189,47 @@ impl State {
         c.orders.insert(o.id.clone(), o);
     }
 
-    /// Stores an order (and arms its expiry while pending).
+    /// Arms `o`'s timer: its expiry while pending, its deletion once over and kept for the
+    /// retention.
+    fn arm_order(&mut self, o: &OrderRow) {
+        let at = if o.state == OrderState::Pending {
+            Some(o.expires_at)
+        } else {
+            o.over_at().map(|at| at.plus_ms(self.order_retention_ms))
+        };
+        if let Some(at) = at {
+            self.timers.insert((at, Timer::Order(o.id.clone())));
+        }
+    }
+
+    /// Stores an order (and arms its expiry while pending, its deletion once over).
     pub(crate) fn put_order(&mut self, o: OrderRow) {
         self.record(Table::Orders, o.id.as_str(), &o);
-        if o.state == OrderState::Pending {
-            self.timers
-                .insert((o.expires_at, Timer::Order(o.id.clone())));
-        }
+        self.arm_order(&o);
         self.index_order(o);
+    }
+
+    /// Deletes order `id` and its payments from memory and the store (an order that is over,
+    /// past the retention).
+    pub(crate) fn delete_order(&mut self, id: &OrderId) {
+        let Some(o) = self.commerce.orders.remove(id) else {
+            return;
+        };
+        self.record_delete(Table::Orders, id.as_str());
+        if let Ok(alias) = AliasId::parse(&o.target)
+            && self.commerce.alias_hold.get(&alias) == Some(id)
+        {
+            self.commerce.alias_hold.remove(&alias);
+        }
+        if let Ok(ch) = ChannelId::parse(&o.target)
+            && self.commerce.channel_lock.get(&ch) == Some(id)
+        {
+            self.commerce.channel_lock.remove(&ch);
+        }
+        for payment in self.commerce.payments_of.remove(id).into_iter().flatten() {
+            self.commerce.payments.remove(&payment);
+            self.record_delete(Table::Payments, &payment);
+        }
     }
 
     fn index_payment(&mut self, p: PaymentRow) {

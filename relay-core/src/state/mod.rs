@@ -64,6 +64,8 @@ pub(crate) struct State {
     commerce: crate::commerce_state::Commerce,
     /// Used single-use credentials, until they expire (`crate::credential`).
     spent: crate::credential::Spent,
+    /// How long an order that is over is kept (`Config::order_retention_ms`).
+    order_retention_ms: u64,
     /// Mutations of the input being handled (its buffers reused from input to input).
     batch: Batch,
     /// Set when a record failed to serialise: the next commit is refused (fail-stop).
@@ -337,8 +339,15 @@ impl State {
 impl State {
     /// Rebuilds the state and its indexes from a snapshot (of the eager tables: the queues'
     /// counts come from [`State::index_queues`], once the summaries are known).
-    pub(crate) fn load(snapshot: &Snapshot, offline_ttl_ms: u64) -> Result<Self, StoreError> {
-        let mut s = Self::default();
+    pub(crate) fn load(
+        snapshot: &Snapshot,
+        offline_ttl_ms: u64,
+        order_retention_ms: u64,
+    ) -> Result<Self, StoreError> {
+        let mut s = Self {
+            order_retention_ms,
+            ..Self::default()
+        };
         let rows = |t: Table| snapshot.get(&t).into_iter().flat_map(|m| m.iter());
         for (k, v) in rows(Table::Meta) {
             s.meta.insert(k.clone(), decode(Table::Meta, k, v)?);

@@ -458,6 +458,9 @@ fn run(ops: Vec<Op>) {
                             .iter()
                             .any(|(o, _, b)| *o == order_id(&r) && *b == who)
                     );
+                } else if r.status == 429 {
+                    // The hold caps and the re-hold cooldown (see the vanity tests).
+                    assert_eq!(r.error_code().as_deref(), Some("RATE_LIMITED"));
                 } else {
                     assert_eq!(r.status, 409, "{:?}", r.body_json());
                 }

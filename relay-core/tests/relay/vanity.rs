@@ -1,6 +1,7 @@
 //! Vanity aliases: search, purchase and hold, reserve, bind, retired aliases, restart.
 
 use relay_core::HttpRequest;
+use relay_core::store::Store as _;
 use serde_json::json;
 use wire::ServerFrame;
 use wire::http::paths;
@@ -324,4 +325,157 @@ fn a_vanity_alias_its_owner_moved_away_from_is_never_sold_again() {
     );
     let s = w.get("/api/v1/vanity/search?q=88888888", None).body_json();
     assert!(s.as_array().unwrap().is_empty(), "{s}");
+}
+
+/// The featured aliases, cheapest first (what an abuser would try to corner).
+fn featured(w: &mut crate::world::World) -> Vec<String> {
+    w.get(paths::VANITY_SEARCH, None)
+        .body_json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["alias_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn reserve_from(
+    w: &mut crate::world::World,
+    network: &str,
+    alias: &str,
+) -> relay_core::HttpResponse {
+    w.http(
+        HttpRequest::new(relay_core::Method::Post, paths::VANITY_RESERVE)
+            .json(&json!({ "alias_id": alias }))
+            .from_addr(network),
+    )
+}
+
+/// An account holds at most three unpaid aliases at once, a network ten (purchases and
+/// reserves together); past either, 429 with the time until the first lapses. Another
+/// account or network is not refused, and a hold that lapses or is paid frees a place.
+#[test]
+fn unpaid_holds_are_capped_per_account_and_per_network() {
+    let mut w = cw();
+    let aliases = featured(&mut w);
+    let a = w.user("a");
+    let b = w.user("b");
+    let mut next = aliases.iter().cloned();
+    let take =
+        |w: &mut crate::world::World, u: &crate::world::User, alias: String| purchase(w, u, &alias);
+    let held: Vec<_> = (0..3)
+        .map(|_| take(&mut w, &a, next.next().unwrap()))
+        .collect();
+    assert!(held.iter().all(|r| r.status == 201));
+    let r = take(&mut w, &a, next.next().unwrap());
+    assert_eq!(r.status, 429, "{:?}", r.body_json());
+    assert_eq!(r.error_code().as_deref(), Some("RATE_LIMITED"));
+    assert_eq!(r.retry_after_s, Some(HOLD_MS / 1000));
+    // Paying for one frees a place.
+    let first = held[0].body_json();
+    pay(
+        &mut w,
+        first["order_id"].as_str().unwrap(),
+        first["price_usdt"].as_u64().unwrap(),
+    );
+    assert_eq!(take(&mut w, &a, next.next().unwrap()).status, 201);
+    // The network (every account here asks from the same one): 3 of a's, then b's and
+    // reserves up to ten.
+    for _ in 0..3 {
+        assert_eq!(take(&mut w, &b, next.next().unwrap()).status, 201);
+    }
+    let c = w.user("c");
+    for _ in 0..3 {
+        assert_eq!(take(&mut w, &c, next.next().unwrap()).status, 201);
+    }
+    let addr = HttpRequest::new(relay_core::Method::Get, "/").remote_addr;
+    let spare = next.next().unwrap();
+    assert_eq!(reserve_from(&mut w, &addr, &spare).status, 201, "the tenth");
+    let more = next.next().unwrap();
+    let r = reserve_from(&mut w, &addr, &more);
+    assert_eq!(
+        (r.status, r.error_code().as_deref()),
+        (429, Some("RATE_LIMITED"))
+    );
+    let d = w.user("d");
+    assert_eq!(
+        take(&mut w, &d, next.next().unwrap()).status,
+        429,
+        "an eleventh from the network"
+    );
+    // Another network is not refused.
+    assert_eq!(reserve_from(&mut w, "198.51.100.0/24", &more).status, 201);
+    // Once the holds lapse, the network may hold again.
+    w.advance(HOLD_MS);
+    assert_eq!(take(&mut w, &d, next.next().unwrap()).status, 201);
+}
+
+/// A hold that lapses unpaid is not renewed by its holder: the same account (or, for a
+/// reserve, the same network) may not hold that alias again for a hold's lifetime, while
+/// anyone else may at once.
+#[test]
+fn a_lapsed_hold_is_not_renewed_by_its_holder() {
+    let mut w = cw();
+    let aliases = featured(&mut w);
+    let (x, y) = (aliases[0].clone(), aliases[1].clone());
+    let a = w.user("a");
+    let b = w.user("b");
+    assert_eq!(purchase(&mut w, &a, &x).status, 201);
+    w.advance(HOLD_MS);
+    let r = purchase(&mut w, &a, &x);
+    assert_eq!(
+        (r.status, r.error_code().as_deref()),
+        (429, Some("RATE_LIMITED"))
+    );
+    assert_eq!(r.retry_after_s, Some(HOLD_MS / 1000));
+    // Another alias, and another account for this one, at once.
+    assert_eq!(purchase(&mut w, &a, &y).status, 201);
+    assert_eq!(purchase(&mut w, &b, &x).status, 201);
+    // A reserve's holder is its network.
+    let z = aliases[2].clone();
+    assert_eq!(reserve_from(&mut w, "192.0.2.9", &z).status, 201);
+    w.advance(HOLD_MS);
+    assert_eq!(reserve_from(&mut w, "192.0.2.9", &z).status, 429);
+    assert_eq!(reserve_from(&mut w, "192.0.2.10", &z).status, 201);
+    // After the cooldown the first holder may try again (when the alias is free).
+    w.advance(HOLD_MS);
+    assert_eq!(reserve_from(&mut w, "192.0.2.9", &aliases[0]).status, 201);
+}
+
+/// An order that is over is kept for the retention (7 days), then deleted from memory and the
+/// store: its status is then 404. An unpaid order counts from its expiry, a bound vanity
+/// order from its binding; a paid alias not yet bound is kept.
+#[test]
+fn orders_that_are_over_are_deleted_after_the_retention() {
+    use relay_core::limits::ORDER_RETENTION_MS;
+    let mut w = cw();
+    let aliases = featured(&mut w);
+    let a = w.user("a");
+    let unpaid = purchase(&mut w, &a, &aliases[0]).body_json();
+    let unpaid = unpaid["order_id"].as_str().unwrap().to_owned();
+    let paid = purchase(&mut w, &a, &aliases[1]).body_json();
+    let paid_id = paid["order_id"].as_str().unwrap().to_owned();
+    pay(&mut w, &paid_id, paid["price_usdt"].as_u64().unwrap());
+    w.advance(HOLD_MS);
+    assert_eq!(status_of(&mut w, &unpaid)["status"], "expired");
+    w.advance(ORDER_RETENTION_MS - 1);
+    assert_eq!(status_of(&mut w, &unpaid)["status"], "expired");
+    w.advance(1);
+    let r = w.get(&paths::with(paths::ORDER_STATUS, &unpaid), None);
+    assert_eq!(r.status, 404, "{:?}", r.body_json());
+    assert!(
+        !w.mem.clone().load().unwrap()[&relay_core::store::Table::Orders].contains_key(&unpaid)
+    );
+    // Paid, not bound: kept however long.
+    assert_eq!(status_of(&mut w, &paid_id)["status"], "confirmed");
+    let mut a = a;
+    w.login(&mut a);
+    let r = w.post(
+        paths::VANITY_BIND,
+        json!({"order_id": paid_id}),
+        Some(&a.token),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    w.advance(ORDER_RETENTION_MS);
+    let r = w.get(&paths::with(paths::ORDER_STATUS, &paid_id), None);
+    assert_eq!(r.status, 404, "bound, then kept for the retention");
 }
