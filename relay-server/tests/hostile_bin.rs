@@ -232,3 +232,63 @@ async fn unfinished_uploads_stay_inside_the_quota_and_out_of_memory() {
         "the spool directory is removed at exit"
     );
 }
+
+/// One network trying to corner the vanity catalogue without an account: its reserves stop at
+/// the per-network bound (429), search still lists the rest from anywhere, and a buyer from
+/// another network gets a featured alias.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_network_cannot_corner_the_vanity_catalogue() {
+    let relay = start(&[]).await;
+    let search = |from: Ipv4Addr| async move {
+        let http = client(relay.addr, FromAddr(from));
+        let v = call(
+            &http,
+            Method::GET,
+            "/api/v1/vanity/search",
+            &json!(null),
+            None,
+        )
+        .await;
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["alias_id"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let abuser = Ipv4Addr::new(127, 0, 0, 2);
+    let featured = search(abuser).await;
+    let http = client(relay.addr, FromAddr(abuser));
+    let mut held = 0;
+    let mut refused = None;
+    for alias in &featured {
+        let req = seam::net::HttpRequest::new(Method::POST, "/api/v1/vanity/reserve")
+            .json(&json!({ "alias_id": alias }))
+            .unwrap();
+        match http.send(req).await.unwrap().status.as_u16() {
+            201 => held += 1,
+            s => {
+                refused = Some(s);
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        (held, refused),
+        (relay_core::limits::VANITY_HOLDS_PER_NETWORK, Some(429)),
+        "reserves from one network"
+    );
+    let left = search(Ipv4Addr::new(127, 0, 0, 3)).await;
+    assert!(
+        left.len() >= featured.len().min(40),
+        "search shows {} featured aliases after the abuser's holds (was {})",
+        left.len(),
+        featured.len()
+    );
+    let buyer = account(relay.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 3)), 5).await;
+    let http = client(relay.addr, buyer.from);
+    let req = seam::net::HttpRequest::new(Method::POST, "/api/v1/vanity/purchase")
+        .json(&json!({ "alias_id": left[0] }))
+        .unwrap()
+        .bearer(&buyer.token);
+    assert_eq!(http.send(req).await.unwrap().status.as_u16(), 201);
+}

@@ -1,0 +1,378 @@
+"""Accounts flooding offline recipients, measured as an outsider: the relay's resident memory
+(VmRSS, VmHWM, RssAnon from /proc) beside its own queue gauges (`relay_queued_bytes`,
+`relay_queue_cache_bytes`, ...) at each phase. Needs Python's `cryptography` package.
+
+    cargo build --release -p relay-server --bin relay
+    python3 benches/scripts/offline_flood.py --relay-bin target/release/relay --accounts 100
+    python3 benches/scripts/offline_flood.py --wrap 'heaptrack -o /tmp/flood' [...]
+    MALLOC_ARENA_MAX=2 python3 benches/scripts/offline_flood.py [...]   # the relay inherits it
+
+Starts the relay (`--pow-difficulty 0`, `--log warn`, metrics on their own port) on a fresh
+SQLite data directory, registers N senders and N recipients (from 127.0.0.2, 127.0.0.3, ...:
+the relay allows 10 registrations per address per hour), makes each sender a friend of its own
+recipient, and keeps the recipients offline. Then, in waves:
+
+  flood   every sender (one thread each, its own WebSocket) sends `msg` frames of the largest
+          payload (48 KiB of base64) to its recipient, one at a time, until the queue bounds
+          refuse (QUEUE_FULL, SENDER_QUEUE_FULL, RECIPIENT_QUEUE_FULL, RELAY_QUEUE_FULL);
+          RATE_LIMITED waits and sends again
+  drain   every recipient connects, sends `sync` and answers each `msg` with `delivered`, until
+          the relay's `relay_queued_messages` reads 0; then the recipients disconnect
+
+and prints memory and gauges at start (everyone registered, befriended, senders connected),
+after each flood, after each drain, and --settle seconds after the last drain. Arguments after
+`--` go to the relay (e.g. `--queue-cache-bytes 1048576`).
+"""
+import argparse, base64, http.client, json, os, shlex, signal, socket, struct, subprocess, sys
+import tempfile, threading, time
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--relay-bin", default="target/release/relay", help="the relay binary")
+ap.add_argument("--accounts", type=int, default=100, help="senders (and as many recipients)")
+ap.add_argument("--data", help="SQLite data directory (must not exist; default: a fresh temp dir, removed after)")
+ap.add_argument("--port", type=int, default=0, help="relay port (default from the pid)")
+ap.add_argument("--waves", type=int, default=2, help="flood+drain rounds")
+ap.add_argument("--payload", type=int, default=48 * 1024, help="payload bytes (base64 text)")
+ap.add_argument("--settle", type=float, default=5.0, help="seconds to wait before the last sample")
+ap.add_argument("--wrap", default="", help="command prefix for the relay, e.g. 'heaptrack -o FILE'")
+ap.add_argument("--keep", action="store_true", help="keep the relay running at the end until Enter")
+args, relay_args = ap.parse_known_args()
+if relay_args and relay_args[0] == "--":
+    relay_args = relay_args[1:]
+
+port = args.port or 47000 + os.getpid() % 400 * 2
+metrics_port = port + 1
+raw = serialization.Encoding.Raw, serialization.PublicFormat.Raw
+b64 = lambda b: base64.b64encode(b).decode()
+REFUSED = {"QUEUE_FULL", "SENDER_QUEUE_FULL", "RECIPIENT_QUEUE_FULL", "RELAY_QUEUE_FULL"}
+
+
+# --- the relay process ---------------------------------------------------------------------
+
+def start_relay(data):
+    cmd = [*shlex.split(args.wrap), args.relay_bin, "--listen", f"127.0.0.1:{port}",
+           "--data", data, "--pow-difficulty", "0", "--log", "warn",
+           "--metrics-listen", f"127.0.0.1:{metrics_port}", *relay_args]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    t0 = time.time()
+    while True:
+        try:
+            st, _ = call("GET", "/readyz")
+            if st == 200:
+                break
+        except OSError:
+            pass
+        if p.poll() is not None:
+            sys.exit(f"the relay exited: {p.stderr.read().decode()[-2000:]}")
+        if time.time() - t0 > 120:
+            sys.exit("the relay was not ready within 120 s")
+        time.sleep(0.05)
+    return p, relay_pid(p.pid)
+
+
+def relay_pid(root):
+    """The pid of the relay binary itself: `root` or one of its descendants (under --wrap)."""
+    want = os.path.realpath(args.relay_bin)
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            if os.path.realpath(f"/proc/{pid}/exe") == want:
+                return pid
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                todo += [int(c) for c in open(f"/proc/{pid}/task/{tid}/children").read().split()]
+        except OSError:
+            pass
+    sys.exit("could not find the relay's process")
+
+
+def memory(pid):
+    status = open(f"/proc/{pid}/status").read()
+    kb = {l.split(":")[0]: int(l.split()[1]) for l in status.splitlines()
+          if l.split(":")[0] in ("VmRSS", "VmHWM", "RssAnon", "Threads")}
+    return kb
+
+
+def gauges():
+    _, text = call("GET", "/metrics", at=metrics_port)
+    out = {}
+    for line in text.decode().splitlines():
+        name = line.split(" ")[0]
+        if name in ("relay_queued_messages", "relay_queued_bytes", "relay_queue_cache_bytes",
+                    "relay_outbound_queued_bytes", "relay_tombstone_cache_bytes",
+                    "relay_account_cache_bytes", "relay_conversation_cache_bytes",
+                    "relay_contact_cache_bytes", "relay_queues_read_total"):
+            out[name] = float(line.split()[1])
+    return out
+
+
+MiB = 1 << 20
+rows = []
+
+
+def sample(phase, pid, extra=""):
+    m, g = memory(pid), gauges()
+    row = (phase, m["VmRSS"] / 1024, m["VmHWM"] / 1024, m["RssAnon"] / 1024, m["Threads"],
+           g.get("relay_queued_messages", 0), g.get("relay_queued_bytes", 0) / MiB,
+           g.get("relay_queue_cache_bytes", 0) / MiB, g.get("relay_outbound_queued_bytes", 0) / MiB,
+           sum(v for k, v in g.items() if k.endswith("_cache_bytes") and "queue" not in k) / MiB)
+    rows.append(row)
+    print(f"{phase:<14} RSS {row[1]:7.1f} MiB  HWM {row[2]:7.1f}  anon {row[3]:7.1f}  thr {row[4]:3d}"
+          f"  | queued {row[5]:6.0f} msgs {row[6]:7.1f} MiB  queue_cache {row[7]:6.1f} MiB"
+          f"  outbound {row[8]:5.1f}  other caches {row[9]:5.1f} MiB {extra}", flush=True)
+
+
+# --- HTTP and WebSocket helpers (as heavy_author.py, with a source address) ------------------
+
+def call(method, path, body=None, token=None, at=None, src=None):
+    c = http.client.HTTPConnection("127.0.0.1", at or port, timeout=60,
+                                   source_address=(src, 0) if src else None)
+    h = {"Content-Type": "application/json"}
+    if token:
+        h["Authorization"] = "Bearer " + token
+    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+    r = c.getresponse()
+    text = r.read()
+    c.close()
+    return r.status, (json.loads(text) if text and r.status < 300 and path.startswith("/api") else text)
+
+
+def account(nick, src):
+    sk, xk = ed25519.Ed25519PrivateKey.generate(), x25519.X25519PrivateKey.generate()
+    st, reg = call("POST", "/api/v1/register", {
+        "ed25519_public_key": b64(sk.public_key().public_bytes(*raw)),
+        "x25519_public_key": b64(xk.public_key().public_bytes(*raw)), "nickname": nick}, src=src)
+    assert st in (200, 201), (st, reg)
+    a = {"uuid": reg["uuid"], "alias": reg["alias_id"], "key": sk}
+    _, ch = call("POST", "/api/v1/auth/challenge", {"user_uuid": a["uuid"]}, src=src)
+    st, v = call("POST", "/api/v1/auth/verify", {"user_uuid": a["uuid"],
+                 "challenge": ch["challenge"], "signature": b64(sk.sign(ch["challenge"].encode()))},
+                 src=src)
+    assert st == 200, (st, v)
+    a["token"] = v["token"]
+    return a
+
+
+def befriend(x, y):
+    st, req = call("POST", "/api/v1/friends/request", {"to_alias_id": y["alias"]}, x["token"])
+    assert st in (200, 201), (st, req)
+    st, acc = call("POST", f"/api/v1/friends/{req['friendship_id']}/accept", {}, y["token"])
+    assert st == 200, (st, acc)
+    return acc["conversation_id"]
+
+
+def mask_bytes(body):
+    mask = os.urandom(4)
+    n = len(body)
+    key = (mask * (n // 4 + 1))[:n]
+    return mask + (int.from_bytes(body, "big") ^ int.from_bytes(key, "big")).to_bytes(n, "big")
+
+
+class Socket:
+    """A WebSocket client of text frames (masked, as a client must); answers pings."""
+
+    def __init__(self, a):
+        self.lock = threading.Lock()
+        self.s = socket.create_connection(("127.0.0.1", port))
+        self.s.sendall((f"GET /ws?user_uuid={a['uuid']}&token={a['token']} HTTP/1.1\r\n"
+                        f"Host: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            head += self.s.recv(1)
+        assert head.split()[1] == b"101", head
+        self.buf = b""
+
+    def frame(self, opcode, body):
+        n = len(body)
+        if n < 126:
+            head = bytes([0x80 | opcode, 0x80 | n])
+        elif n < 65536:
+            head = bytes([0x80 | opcode, 0x80 | 126]) + struct.pack(">H", n)
+        else:
+            head = bytes([0x80 | opcode, 0x80 | 127]) + struct.pack(">Q", n)
+        with self.lock:
+            self.s.sendall(head + mask_bytes(body))
+
+    def send(self, obj):
+        self.frame(1, json.dumps(obj, separators=(",", ":")).encode())
+
+    def exact(self, k):
+        while len(self.buf) < k:
+            chunk = self.s.recv(max(65536, k - len(self.buf)))
+            if not chunk:
+                raise ConnectionError("the relay closed the socket")
+            self.buf += chunk
+        out, self.buf = self.buf[:k], self.buf[k:]
+        return out
+
+    def recv(self):
+        """The next text frame as JSON (answering pings on the way); None for a close."""
+        while True:
+            b0, b1 = self.exact(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = struct.unpack(">H", self.exact(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", self.exact(8))[0]
+            body = self.exact(n)
+            op = b0 & 0x0F
+            if op == 1:
+                return json.loads(body)
+            if op == 9:
+                self.frame(10, body)
+            elif op == 8:
+                return None
+
+    def close(self):
+        try:
+            self.s.close()
+        except OSError:
+            pass
+
+
+# --- the phases ------------------------------------------------------------------------------
+
+def flood(wave, senders, recipients, convs, out):
+    """Each sender sends to its recipient until refused; `out` gets (parked msgs, bytes, codes)."""
+    payload = ("QUJD" * (args.payload // 4 + 1))[:args.payload]
+
+    def one(i):
+        ws, to, conv = senders[i]["ws"], recipients[i], convs[i]
+        k, parked, code = 0, 0, None
+        while True:
+            mid = f"w{wave}-s{i}-{k}"
+            ws.send({"type": "msg", "id": mid, "to": to["alias"], "conv_id": conv,
+                     "crypto_v": 1, "payload": payload})
+            while True:
+                f = ws.recv()
+                if f is None:
+                    raise ConnectionError(f"sender {i}: closed")
+                if f.get("type") == "ack" and f.get("id") == mid:
+                    parked, k = parked + 1, k + 1
+                    break
+                if f.get("type") == "error":
+                    break
+            if f.get("type") == "error":
+                code = f.get("error")
+                if code == "RATE_LIMITED":
+                    time.sleep(1)
+                    continue
+                if code in REFUSED:
+                    break
+                raise RuntimeError(f"sender {i}: {f}")
+        out[i] = (parked, code)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(senders))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def drain(recipients, pid):
+    """Every recipient connects, syncs and acknowledges each message until the relay holds none."""
+    stop = threading.Event()
+    got = [0] * len(recipients)
+
+    def one(i):
+        ws = Socket(recipients[i])
+        ws.s.settimeout(0.5)
+        ws.send({"type": "sync", "crypto_v": 1})
+        try:
+            while not stop.is_set():
+                try:
+                    f = ws.recv()
+                except socket.timeout:
+                    continue
+                if f is None:
+                    break
+                if f.get("type") == "msg":
+                    got[i] += 1
+                    ws.send({"type": "delivered", "conv_id": f["conv_id"], "seq": f["seq"],
+                             "to": f["from"], "crypto_v": 1})
+        finally:
+            ws.close()
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(recipients))]
+    for t in threads:
+        t.start()
+    t0 = time.time()
+    while gauges().get("relay_queued_messages", 1) > 0:
+        if time.time() - t0 > 600:
+            print("still queued after 600 s", file=sys.stderr)
+            break
+        time.sleep(0.2)
+    took = time.time() - t0
+    # Sampled while the recipients are still connected, then they go offline again.
+    sample_args = (sum(got), took)
+    stop.set()
+    for t in threads:
+        t.join()
+    return sample_args
+
+
+def main():
+    data = args.data or tempfile.mkdtemp(prefix="offline-flood-")
+    if args.data:
+        os.makedirs(data, mode=0o700)
+    else:
+        os.rmdir(data)
+    p, pid = start_relay(data)
+    try:
+        n = args.accounts
+        t0 = time.time()
+        senders, recipients = [], []
+        for i in range(2 * n):
+            src = f"127.0.{2 + i // (10 * 250)}.{2 + (i // 10) % 250}"
+            (senders if i < n else recipients).append(account(f"u{i}", src))
+        convs = [befriend(senders[i], recipients[i]) for i in range(n)]
+        for s in senders:
+            s["ws"] = Socket(s)
+            s["ws"].send({"type": "sync", "crypto_v": 1})
+        print(f"{n} senders and {n} recipients registered, befriended, senders connected in "
+              f"{time.time() - t0:.1f} s; relay pid {pid}; data {data}; payload {args.payload} B",
+              flush=True)
+        sample("start", pid)
+        for wave in range(1, args.waves + 1):
+            out = [None] * n
+            t0 = time.time()
+            flood(wave, senders, recipients, convs, out)
+            took = time.time() - t0
+            codes = {}
+            for _, c in out:
+                codes[c] = codes.get(c, 0) + 1
+            parked = sum(x for x, _ in out)
+            sample(f"flood {wave}", pid, f"[{parked} acked in {took:.1f} s, refused: {codes}]")
+            got, took = drain(recipients, pid)
+            sample(f"drain {wave}", pid, f"[{got} delivered in {took:.1f} s]")
+        time.sleep(args.settle)
+        sample(f"+{args.settle:g} s idle", pid)
+        for s in senders:
+            s["ws"].close()
+        time.sleep(1)
+        sample("senders gone", pid)
+        print("\n| phase | VmRSS MiB | VmHWM MiB | RssAnon MiB | threads | queued msgs | "
+              "queued MiB | queue_cache MiB | outbound MiB | other caches MiB |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r[0]} | {r[1]:.0f} | {r[2]:.0f} | {r[3]:.0f} | {r[4]} | {r[5]:.0f} | "
+                  f"{r[6]:.1f} | {r[7]:.1f} | {r[8]:.1f} | {r[9]:.1f} |")
+        if args.keep:
+            input("relay still running; Enter stops it ")
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            p.kill()
+        if not args.data:
+            subprocess.run(["rm", "-rf", data])
+
+
+main()
