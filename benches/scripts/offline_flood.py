@@ -39,6 +39,10 @@ ap.add_argument("--waves", type=int, default=2, help="flood+drain rounds")
 ap.add_argument("--payload", type=int, default=48 * 1024, help="payload bytes (base64 text)")
 ap.add_argument("--settle", type=float, default=5.0, help="seconds to wait before the last sample")
 ap.add_argument("--wrap", default="", help="command prefix for the relay, e.g. 'heaptrack -o FILE'")
+ap.add_argument("--no-drain", action="store_true", help="floods only (the recipients never connect)")
+ap.add_argument("--gdb-trim", action="store_true",
+                help="at the end, call glibc's malloc_trim(0) in the relay through gdb and sample again "
+                     "(what RSS is free memory the allocator kept)")
 ap.add_argument("--keep", action="store_true", help="keep the relay running at the end until Enter")
 args, relay_args = ap.parse_known_args()
 if relay_args and relay_args[0] == "--":
@@ -120,11 +124,12 @@ def sample(phase, pid, extra=""):
     row = (phase, m["VmRSS"] / 1024, m["VmHWM"] / 1024, m["RssAnon"] / 1024, m["Threads"],
            g.get("relay_queued_messages", 0), g.get("relay_queued_bytes", 0) / MiB,
            g.get("relay_queue_cache_bytes", 0) / MiB, g.get("relay_outbound_queued_bytes", 0) / MiB,
-           sum(v for k, v in g.items() if k.endswith("_cache_bytes") and "queue" not in k) / MiB)
+           sum(v for k, v in g.items() if k.endswith("_cache_bytes") and "queue" not in k) / MiB,
+           g.get("relay_queues_read_total", 0))
     rows.append(row)
     print(f"{phase:<14} RSS {row[1]:7.1f} MiB  HWM {row[2]:7.1f}  anon {row[3]:7.1f}  thr {row[4]:3d}"
           f"  | queued {row[5]:6.0f} msgs {row[6]:7.1f} MiB  queue_cache {row[7]:6.1f} MiB"
-          f"  outbound {row[8]:5.1f}  other caches {row[9]:5.1f} MiB {extra}", flush=True)
+          f"  outbound {row[8]:5.1f}  other caches {row[9]:5.1f} MiB  queue reads {row[10]:.0f} {extra}", flush=True)
 
 
 # --- HTTP and WebSocket helpers (as heavy_author.py, with a source address) ------------------
@@ -349,20 +354,25 @@ def main():
                 codes[c] = codes.get(c, 0) + 1
             parked = sum(x for x, _ in out)
             sample(f"flood {wave}", pid, f"[{parked} acked in {took:.1f} s, refused: {codes}]")
-            got, took = drain(recipients, pid)
-            sample(f"drain {wave}", pid, f"[{got} delivered in {took:.1f} s]")
+            if not args.no_drain:
+                got, took = drain(recipients, pid)
+                sample(f"drain {wave}", pid, f"[{got} delivered in {took:.1f} s]")
         time.sleep(args.settle)
         sample(f"+{args.settle:g} s idle", pid)
         for s in senders:
             s["ws"].close()
         time.sleep(1)
         sample("senders gone", pid)
+        if args.gdb_trim:
+            subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "call (int) malloc_trim(0)"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            sample("malloc_trim(0)", pid)
         print("\n| phase | VmRSS MiB | VmHWM MiB | RssAnon MiB | threads | queued msgs | "
-              "queued MiB | queue_cache MiB | outbound MiB | other caches MiB |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "queued MiB | queue_cache MiB | outbound MiB | other caches MiB | queues read (total) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r[0]} | {r[1]:.0f} | {r[2]:.0f} | {r[3]:.0f} | {r[4]} | {r[5]:.0f} | "
-                  f"{r[6]:.1f} | {r[7]:.1f} | {r[8]:.1f} | {r[9]:.1f} |")
+                  f"{r[6]:.1f} | {r[7]:.1f} | {r[8]:.1f} | {r[9]:.1f} | {r[10]:.0f} |")
         if args.keep:
             input("relay still running; Enter stops it ")
     finally:
