@@ -143,17 +143,27 @@ def holds(binary, networks=4):
         r.stop()
 
 
-def upgrade(relay, uuid, tok, src):
+def open_ws(relay, uuid, tok, src):
+    """A WebSocket upgrade with a fresh ticket: (status, socket, bytes read past the headers)."""
     _, v = call(relay, "POST", "/api/v1/ws/ticket", {}, tok, src)
     s = socket.create_connection(("127.0.0.1", relay.port), source_address=(src, 0))
-    s.sendall((f"GET /ws?user_uuid={uuid}&ticket={v['ticket']} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
-               "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-               "Sec-WebSocket-Version: 13\r\n\r\n").encode())
-    line = b""
-    while not line.endswith(b"\r\n"):
-        line += s.recv(1)
+    s.sendall((f"GET /ws?user_uuid={uuid}&ticket={v['ticket']} HTTP/1.1\r\nHost: x\r\n"
+               "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    return int(head.split()[1]), s, rest
+
+
+def upgrade(relay, uuid, tok, src):
+    st, s, _ = open_ws(relay, uuid, tok, src)
     s.close()
-    return int(line.split()[1])
+    return st
 
 
 def tickets(binary, n=300):
@@ -179,15 +189,7 @@ def pings(binary, wait_s=60):
     r = Relay(binary)
     try:
         uuid, tok = account(r, "127.0.0.2")
-        _, v = call(r, "POST", "/api/v1/ws/ticket", {}, tok, "127.0.0.2")
-        s = socket.create_connection(("127.0.0.1", r.port), source_address=("127.0.0.2", 0))
-        s.sendall((f"GET /ws?user_uuid={uuid}&ticket={v['ticket']} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
-                   "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                   "Sec-WebSocket-Version: 13\r\n\r\n").encode())
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            buf += s.recv(4096)
-        buf = buf.split(b"\r\n\r\n", 1)[1]
+        _, s, buf = open_ws(r, uuid, tok, "127.0.0.2")
         n, end = 0, time.time() + wait_s
         s.settimeout(0.5)
         while time.time() < end:
