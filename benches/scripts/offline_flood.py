@@ -43,6 +43,9 @@ ap.add_argument("--no-drain", action="store_true", help="floods only (the recipi
 ap.add_argument("--gdb-trim", action="store_true",
                 help="at the end, call glibc's malloc_trim(0) in the relay through gdb and sample again "
                      "(what RSS is free memory the allocator kept)")
+ap.add_argument("--sigkill", action="store_true",
+                help="end the relay with SIGKILL, not SIGTERM: under heaptrack, its 'leaked' is then "
+                     "what was live at the last sample, not after a graceful shutdown")
 ap.add_argument("--keep", action="store_true", help="keep the relay running at the end until Enter")
 args, relay_args = ap.parse_known_args()
 if relay_args and relay_args[0] == "--":
@@ -376,7 +379,7 @@ def main():
         if args.keep:
             input("relay still running; Enter stops it ")
     finally:
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGKILL if args.sigkill else signal.SIGTERM)
         try:
             p.wait(timeout=300)
         except subprocess.TimeoutExpired:
