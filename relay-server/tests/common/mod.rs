@@ -35,6 +35,9 @@ impl Connector for FromAddr {
     }
 }
 
+/// A client WebSocket of these tests.
+pub(crate) type Ws = WebSocketStream<TcpStream>;
+
 /// A registered, logged-in account.
 #[derive(Debug)]
 pub(crate) struct Account {
