@@ -262,22 +262,7 @@ async fn run(args: Args) -> Result<()> {
     let (push, vapid_fingerprint) = push_delivery(&args, secrets.as_deref())?;
     // The subscription check and the transport share one destination policy.
     push.configure(&mut config);
-    // A durable store's commit waits on the disk or the database: pipeline it on a thread of
-    // its own so the core task handles the next batch meanwhile. The memory store's commit
-    // costs less than the hand-off would.
-    let commit_mode = match store {
-        StoreChoice::Memory => CommitMode::Inline,
-        StoreChoice::Sqlite(_) | StoreChoice::Postgres(_) => CommitMode::Thread,
-    };
-    // Reads of SQLite wait on the disk, reads of PostgreSQL on a round trip: on threads of
-    // their own, the core task never waits for one. The memory store's reads cost less than
-    // a hand-off.
-    let read_mode = match store {
-        StoreChoice::Sqlite(_) | StoreChoice::Postgres(_) if args.read_threads > 0 => {
-            ReadMode::Threads(args.read_threads)
-        }
-        _ => ReadMode::Core,
-    };
+    let (commit_mode, read_mode) = store_modes(&args, &store);
     // Media parts of a relay without a blob directory go to a spool directory of this
     // process's (removed when it exits), never its memory.
     let spool = media_spool(&args, &store)?;
@@ -314,6 +299,25 @@ async fn run(args: Args) -> Result<()> {
         .serve::<Tokio>(listener, shutdown_signal())
         .await
         .with_context(|| format!("serving on {}", args.listen))
+}
+
+/// How `store` commits and reads: a durable store's commit waits on the disk or the database,
+/// so it is pipelined on a thread of its own (the core task handles the next batch meanwhile);
+/// reads of SQLite wait on the disk and of PostgreSQL on a round trip, so they run on threads of
+/// their own and the core task never waits for one. The memory store's commits and reads cost
+/// less than a hand-off would.
+fn store_modes(args: &Args, store: &StoreChoice) -> (CommitMode, ReadMode) {
+    let commit_mode = match store {
+        StoreChoice::Memory => CommitMode::Inline,
+        StoreChoice::Sqlite(_) | StoreChoice::Postgres(_) => CommitMode::Thread,
+    };
+    let read_mode = match store {
+        StoreChoice::Sqlite(_) | StoreChoice::Postgres(_) if args.read_threads > 0 => {
+            ReadMode::Threads(args.read_threads)
+        }
+        _ => ReadMode::Core,
+    };
+    (commit_mode, read_mode)
 }
 
 /// The public listener on `listen` and, with `--metrics-listen`, the metrics listener.

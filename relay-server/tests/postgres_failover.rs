@@ -94,19 +94,29 @@ impl Relay {
         Self::start_with(url, schema, secrets, log, &[])
     }
 
+    /// Starts a relay on a port of the kernel's choosing (read back from its log: no other
+    /// process can take the port in between). A relay that exits before it listens (refusing
+    /// its flags or keys) is returned too, with a placeholder address, for `exited` to judge.
     fn start_with(url: &str, schema: &str, secrets: &Path, log: PathBuf, extra: &[&str]) -> Self {
-        let addr = free_addr();
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_relay"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
             .args(["--postgres", url, "--pg-schema", schema, "--secrets-dir"])
             .arg(secrets)
-            .args(["--pow-difficulty", "0", "--log", "info", "--listen"])
-            .arg(addr.to_string())
+            .args([
+                "--pow-difficulty",
+                "0",
+                "--log",
+                "info",
+                "--listen",
+                "127.0.0.1:0",
+            ])
             .args(extra)
             .stdout(Stdio::from(out.try_clone().unwrap()))
             .stderr(Stdio::from(out))
             .spawn()
             .unwrap();
+        let addr = common::listening_addr(&log, &mut child)
+            .unwrap_or_else(|| SocketAddr::from((Ipv4Addr::LOCALHOST, 9)));
         Self { child, addr, log }
     }
 

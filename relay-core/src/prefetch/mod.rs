@@ -32,7 +32,9 @@
 //!   client sent before it closed its socket run before the connection is dropped.
 //! * **Bounded**: frames parked per connection and in all ([`MAX_PARKED_FRAMES`]), rounds of
 //!   reads per frame ([`MAX_READ_ROUNDS`]); reads in flight are at most one per parked
-//!   connection, and the shell's reader pool decides how many run at once.
+//!   connection and [`MAX_READS_IN_FLIGHT`] in all, and none is handed out while the rows read
+//!   ahead weigh [`MAX_ROWS_AHEAD_BYTES`] (but one, when none is in flight); the shell's reader
+//!   pool decides how many of those run at once.
 //!
 //! HTTP requests, upgrades and timers still read on the relay's task (counted in
 //! [`RelayStats::reads_inline`](crate::RelayStats::reads_inline)).
@@ -64,6 +66,14 @@ pub const MAX_PARKED_FRAMES: usize = 16_384;
 /// running. A read of a row not read yet is progress and is not counted: a `sync` reads one
 /// queue per conversation, and whatever else a frame needs, one read at a time.
 pub const MAX_READ_ROUNDS: u32 = 16;
+
+/// Bytes of rows read ahead the relay holds for frames waiting (a queue read whole can be
+/// 2 MiB): past it, no further read is handed to the shell until frames that held rows ran,
+/// unless none is in flight (so the frames holding rows always get the reads they wait for).
+pub const MAX_ROWS_AHEAD_BYTES: usize = 32 * 1024 * 1024;
+/// Reads handed to the shell and not yet reported, at most: what they return is not yet counted
+/// in [`MAX_ROWS_AHEAD_BYTES`], so the two together bound the rows read ahead.
+pub const MAX_READS_IN_FLIGHT: usize = 16;
 
 /// A frame waiting for a read (or queued behind one that is).
 #[derive(Debug)]
@@ -273,8 +283,16 @@ impl Prefetch {
         id
     }
 
-    /// The next read for the shell.
+    /// The next read for the shell, while the rows read ahead and the reads in flight are
+    /// within their bounds ([`MAX_ROWS_AHEAD_BYTES`], [`MAX_READS_IN_FLIGHT`]); with none in
+    /// flight, one is handed out whatever is held (the frames holding rows may wait for it).
     pub(crate) fn poll_read(&mut self) -> Option<ReadRequest> {
+        // Every asked read is either queued here or handed out and not yet reported.
+        let in_flight = self.pending.len().saturating_sub(self.requests.len());
+        let room = in_flight < MAX_READS_IN_FLIGHT && self.ahead.bytes() < MAX_ROWS_AHEAD_BYTES;
+        if in_flight > 0 && !room {
+            return None;
+        }
         self.requests.pop_front()
     }
 
@@ -502,6 +520,43 @@ mod tests {
         // The frame behind it, and the other connection's, miss: their read is asked again.
         assert!(p.reader().answer(get("u1")).is_err());
         assert_eq!(p.take_miss(), Some(get("u1")));
+    }
+
+    #[test]
+    fn reads_wait_while_the_rows_ahead_weigh_their_bound_but_one_always_goes() {
+        let mut p = Prefetch::default();
+        p.turn_on();
+        let big = || ReadDone {
+            id: ReadId(0),
+            result: Ok(ReadValue::Row(Some(vec![0; MAX_ROWS_AHEAD_BYTES / 2]))),
+        };
+        for c in 0..40 {
+            p.park(ConnId(c), ping(), get(&format!("u{c}")));
+        }
+        // At most MAX_READS_IN_FLIGHT handed out at once.
+        let first: Vec<_> = std::iter::from_fn(|| p.poll_read()).collect();
+        assert_eq!(first.len(), MAX_READS_IN_FLIGHT);
+        // Two big rows come back: the rows ahead weigh the bound, so no new read goes while
+        // others are in flight.
+        for r in &first[..2] {
+            p.complete(ReadDone { id: r.id, ..big() });
+        }
+        assert!(p.stats().rows_held_bytes >= MAX_ROWS_AHEAD_BYTES);
+        for r in &first[2..] {
+            p.complete(done(r.id));
+        }
+        // Nothing in flight: one read goes whatever is held.
+        let one = p.poll_read().expect("one read when none is in flight");
+        assert_eq!(
+            p.poll_read(),
+            None,
+            "a second waits while the rows weigh the bound"
+        );
+        // The frames that held the big rows ran: reads go again.
+        p.ran(ConnId(0));
+        p.ran(ConnId(1));
+        p.complete(done(one.id));
+        assert!(p.poll_read().is_some());
     }
 
     #[test]

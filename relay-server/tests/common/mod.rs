@@ -195,13 +195,41 @@ pub(crate) async fn connect_with(
     (ws, ticket)
 }
 
+/// The address a `relay` started with `--listen 127.0.0.1:0 --log info` (or more) bound, read
+/// from its log file `log` ("relay listening addr=…"); `None` when the process exited first or
+/// nothing was logged within 30 s. Port 0 leaves the choice to the kernel: no other process can
+/// hold the port between a test choosing it and the relay binding it.
+pub(crate) fn listening_addr(
+    log: &std::path::Path,
+    child: &mut std::process::Child,
+) -> Option<SocketAddr> {
+    for _ in 0..3000 {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(addr) = text
+            .lines()
+            .filter(|l| l.contains("relay listening"))
+            .find_map(|l| l.split("addr=").nth(1))
+            .and_then(|a| a.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+        {
+            return Some(addr);
+        }
+        if child.try_wait().ok().flatten().is_some() {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    None
+}
+
 /// A `relay` binary started by a test; killed when dropped.
 pub(crate) struct RelayProcess {
     child: std::process::Child,
     /// Where it listens (loopback).
     pub(crate) addr: SocketAddr,
+    /// Its log (info and above); removed with the directory when dropped.
+    _log_dir: tempfile::TempDir,
 }
-
 impl RelayProcess {
     /// The process id.
     pub(crate) fn pid(&self) -> u32 {
@@ -242,34 +270,31 @@ impl Drop for RelayProcess {
     }
 }
 
-/// Starts the `relay` binary on memory (PoW off) with `flags`, on a free loopback port, and
-/// waits until it listens. A port taken between choosing and binding makes the process exit:
-/// it is tried again on another.
+/// Starts the `relay` binary on memory (PoW off) with `flags` on a port of the kernel's
+/// choosing, and returns once it listens.
 pub(crate) async fn start(flags: &[&str]) -> RelayProcess {
-    use std::time::Duration;
-    for _ in 0..5 {
-        let addr = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|l| l.local_addr())
-            .expect("a free port");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_relay"))
-            .args(["--listen", &addr.to_string(), "--memory"])
-            .args(["--pow-difficulty", "0", "--log", "warn"])
-            .args(flags)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .expect("spawn relay");
-        let mut relay = RelayProcess { child, addr };
-        // 30 s in all: only keeps a broken build from hanging.
-        for _ in 0..1500 {
-            if TcpStream::connect(addr).await.is_ok() {
-                return relay;
-            }
-            if relay.child.try_wait().ok().flatten().is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    let log_dir = tempfile::tempdir().expect("a log directory");
+    let log = log_dir.path().join("relay.log");
+    let out = std::fs::File::create(&log).expect("the log file");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["--listen", "127.0.0.1:0", "--memory"])
+        .args(["--pow-difficulty", "0", "--log", "info"])
+        .args(flags)
+        .stdout(out.try_clone().expect("the log file"))
+        .stderr(out)
+        .spawn()
+        .expect("spawn relay");
+    let found = tokio::task::block_in_place(|| listening_addr(&log, &mut child));
+    let Some(addr) = found else {
+        let _ = child.kill();
+        panic!(
+            "the relay did not listen:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    };
+    RelayProcess {
+        child,
+        addr,
+        _log_dir: log_dir,
     }
-    panic!("the relay did not listen");
 }
