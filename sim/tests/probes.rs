@@ -39,9 +39,11 @@ fn the_catalogue_lists_every_probe_the_sources_declare() {
 /// Most probes the main sweep may miss, each with its reason (BENCHMARKS "The simulator
 /// beyond its catalogue": the longer sweep and relay-core's tests reach the rest). Two of
 /// them are the bounds of reads ahead (frames waiting per connection and in all), which no
-/// simulated client reaches, and two were reached by a seed or two until reads ahead moved
-/// their timing (BENCHMARKS "The core never waits for a frame's read").
-const MOST_MISSES: usize = 12;
+/// simulated client reaches, one was reached by a seed or two until reads ahead moved its
+/// timing (BENCHMARKS "The core never waits for a frame's read"), and three are the vanity hold
+/// caps (a fourth unpaid hold of one account, an eleventh of one network) and the deletion of
+/// orders a week after they are over, which no scenario buyer and no days run reach.
+const MOST_MISSES: usize = 14;
 
 #[test]
 fn every_probe_the_main_sweep_misses_says_why() {
