@@ -34,13 +34,6 @@ const WINDOW: usize = 16;
 /// Acknowledged messages (over all senders) before each kill.
 const KILL_AFTER_ACKS: [usize; 2] = [300, 700];
 
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 /// One `relay --data DIR` process; killed when dropped.
 struct Relay {
     child: Child,
@@ -49,10 +42,10 @@ struct Relay {
 }
 
 impl Relay {
+    /// Starts a relay on a port of the kernel's choosing (read back from its log).
     async fn start(data: &Path, log: PathBuf) -> Self {
-        let addr = free_addr();
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_relay"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
             .arg("--data")
             .arg(data)
             .args([
@@ -65,14 +58,21 @@ impl Relay {
                 "--frame-burst-per-conn",
                 "4294967295",
                 "--log",
-                "warn",
+                "info",
                 "--listen",
+                "127.0.0.1:0",
             ])
-            .arg(addr.to_string())
             .stdout(Stdio::from(out.try_clone().unwrap()))
             .stderr(Stdio::from(out))
             .spawn()
             .unwrap();
+        let Some(addr) = tokio::task::block_in_place(|| common::listening_addr(&log, &mut child))
+        else {
+            panic!(
+                "the relay never listened:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        };
         let relay = Self { child, addr, log };
         for _ in 0..(WAIT.as_millis() / 10) {
             if TcpStream::connect(addr).await.is_ok() {

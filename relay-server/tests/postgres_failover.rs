@@ -66,13 +66,6 @@ fn database(test: &str) -> Option<String> {
     }
 }
 
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 /// Elapsed time for the printed measurements only (never asserted).
 #[allow(
     clippy::disallowed_methods,
@@ -757,16 +750,16 @@ async fn a_rotation_is_recorded_once_and_never_undoes_a_later_one() {
 /// `--help`, and `--postgres` without a shared secrets directory refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_relay_is_live_and_ready_and_postgres_needs_a_secrets_dir() {
-    let addr = free_addr();
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("memory.log");
     let out = std::fs::File::create(&log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_relay"))
-        .args(["--memory", "--listen", &addr.to_string()])
+    let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["--memory", "--listen", "127.0.0.1:0", "--log", "info"])
         .stdout(Stdio::from(out.try_clone().unwrap()))
         .stderr(Stdio::from(out))
         .spawn()
         .unwrap();
+    let addr = common::listening_addr(&log, &mut child).expect("the relay listens");
     let relay = Relay { child, addr, log };
     let ready = wait_ready(&relay).await;
     assert_eq!(ready, json!({"status": "ready", "role": "active"}));
@@ -800,7 +793,7 @@ async fn a_single_relay_is_live_and_ready_and_postgres_needs_a_secrets_dir() {
             "--postgres",
             &format!("postgresql://relay:{secret}@127.0.0.1:9/chat"),
             "--listen",
-            &free_addr().to_string(),
+            "127.0.0.1:0",
         ])
         .env_remove("DATABASE_URL")
         .output()
@@ -831,7 +824,7 @@ async fn a_single_relay_is_live_and_ready_and_postgres_needs_a_secrets_dir() {
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_relay"))
             .args(flags)
-            .args(["--listen", &free_addr().to_string()])
+            .args(["--listen", "127.0.0.1:0"])
             .env_remove("RELAY_VAPID_SUBJECT")
             .output()
             .unwrap();
