@@ -9,7 +9,8 @@ use anyhow::{Context as _, Result};
 use relay_core::store::backup::{self, BackupReport};
 use relay_server::secrets;
 
-use super::{STORE_FILE, VAPID_KEY_FILE};
+use super::STORE_FILE;
+use super::push_setup::VAPID_KEY_FILE;
 
 /// `relay backup --data DIR --out FILE`.
 pub(crate) fn backup(data: &Path, out: &Path) -> Result<ExitCode> {
