@@ -104,15 +104,14 @@ impl VanityHolders {
         self.network_of.insert(order, network);
     }
 
-    /// The orders asked from `network` that `live` says still hold their alias unpaid.
+    /// The unpaid holds asked from `network` (each removed when it lapses or is paid).
     pub(crate) fn of_network<'s>(
         &'s self,
         network: &'s str,
-        live: impl Fn(&OrderId) -> bool + 's,
     ) -> impl Iterator<Item = &'s OrderId> + 's {
         self.network_of
             .iter()
-            .filter(move |(o, n)| n.as_str() == network && live(o))
+            .filter(move |(_, n)| n.as_str() == network)
             .map(|(o, _)| o)
     }
 
@@ -158,10 +157,9 @@ impl VanityHolders {
             .filter(|until| now < *until)
     }
 
-    /// Forgets cooldowns that are over, and the networks of orders `live` says no longer hold.
-    pub(crate) fn sweep(&mut self, now: UnixMs, live: impl Fn(&OrderId) -> bool) {
+    /// Forgets the cooldowns that are over.
+    pub(crate) fn sweep(&mut self, now: UnixMs) {
         self.cooldown.retain(|_, until| now < *until);
-        self.network_of.retain(|o, _| live(o));
     }
 }
 
@@ -203,6 +201,7 @@ impl Admission {
         self.pow_rate.sweep(now.get());
         self.register_rate.sweep(now.get());
         self.auth_rate.sweep(now.get());
+        self.vanity.sweep(now);
     }
 
     pub(crate) fn next_expiry(&self) -> Option<UnixMs> {

@@ -146,40 +146,39 @@ impl Cx<'_> {
                 .get(o)
                 .filter(|r| r.kind == OrderKind::Vanity && r.state == OrderState::Pending)
         };
+        // Past `cap` holds whose lapses are `expiries`: 429 until the first lapses.
+        let full = |expiries: Vec<UnixMs>, cap: usize, whose: &str| {
+            (expiries.len() >= cap).then(|| {
+                ApiError::rate_limited(
+                    format!(
+                        "at most {cap} unpaid alias holds per {whose} at once; pay for one or let one lapse"
+                    ),
+                    wait(expiries.into_iter().min().unwrap_or(now)),
+                )
+            })
+        };
         if let Some(user) = buyer {
-            let mine: Vec<UnixMs> = commerce
+            let mine = commerce
                 .alias_hold
                 .values()
                 .filter_map(pending)
                 .filter(|r| r.buyer.as_ref() == Some(user))
                 .map(|r| r.expires_at)
                 .collect();
-            if mine.len() >= self.config.vanity_holds_per_account {
+            if let Some(refusal) = full(mine, self.config.vanity_holds_per_account, "account") {
                 probes::probe!("vanity:account-holds-full");
-                return Err(ApiError::rate_limited(
-                    format!(
-                        "at most {} unpaid alias holds per account at once; pay for one or let one lapse",
-                        self.config.vanity_holds_per_account
-                    ),
-                    wait(mine.into_iter().min().unwrap_or(now)),
-                ));
+                return Err(refusal);
             }
         }
-        let ours: Vec<UnixMs> = self
+        let ours = self
             .admission
             .vanity
-            .of_network(network, |o| pending(o).is_some())
+            .of_network(network)
             .filter_map(|o| pending(o).map(|r| r.expires_at))
             .collect();
-        if ours.len() >= self.config.vanity_holds_per_network {
+        if let Some(refusal) = full(ours, self.config.vanity_holds_per_network, "network") {
             probes::probe!("vanity:network-holds-full");
-            return Err(ApiError::rate_limited(
-                format!(
-                    "at most {} unpaid alias holds per network at once",
-                    self.config.vanity_holds_per_network
-                ),
-                wait(ours.into_iter().min().unwrap_or(now)),
-            ));
+            return Err(refusal);
         }
         Ok(())
     }

@@ -668,12 +668,6 @@ impl Relay {
             self.fire(now, timer);
         }
         self.admission.sweep(now);
-        let orders = &self.state.commerce().orders;
-        self.admission.vanity.sweep(now, |o| {
-            orders
-                .get(o)
-                .is_some_and(|r| r.state == wire::http::OrderState::Pending)
-        });
         self.throttles.sweep(now);
         self.budgets.sweep(now.get());
         self.state.upload_limit().sweep(now.get());
