@@ -256,10 +256,10 @@ impl Cx<'_> {
         }
         let nickname = check_nickname(&body.nickname)?;
         let addr = req.remote_addr.clone();
-        if !self.admission.register_rate.check(now.get(), &addr) {
+        if !self.admission().register_rate.check(now.get(), &addr) {
             return Err(ApiError::rate_limited(
                 "too many registrations from this address; try again later",
-                self.admission
+                self.admission()
                     .register_rate
                     .retry_after_ms(now.get(), &addr),
             ));
@@ -269,7 +269,7 @@ impl Cx<'_> {
         let uuid = self.fresh_uuid()?;
         let alias_id = self.fresh_alias()?;
         self.check_pow(now, &addr, body.pow_nonce.as_deref())?;
-        self.admission.register_rate.record(now.get(), &addr);
+        self.admission_mut().register_rate.record(now.get(), &addr);
         self.state.put_account(AccountRow {
             uuid: uuid.clone(),
             alias_id: alias_id.clone(),

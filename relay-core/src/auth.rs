@@ -95,23 +95,23 @@ impl Cx<'_> {
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let addr = req.remote_addr.clone();
-        if !self.admission.pow_rate.allow(now.get(), &addr) {
+        if !self.admission_mut().pow_rate.allow(now.get(), &addr) {
             return Err(ApiError::rate_limited(
                 "too many proof-of-work challenges from this address",
-                self.admission.pow_rate.retry_after_ms(now.get(), &addr),
+                self.admission().pow_rate.retry_after_ms(now.get(), &addr),
             ));
         }
         let challenge = self.ids.challenge();
-        self.admission.pow.insert(
+        self.admission_mut().pow.insert(
             challenge.clone(),
             addr.clone(),
             now.plus_ms(POW_CHALLENGE_TTL_MS),
         );
-        let list = self.admission.pow_by_addr.entry(addr).or_default();
+        let list = self.admission_mut().pow_by_addr.entry(addr).or_default();
         list.push(challenge.clone());
         if list.len() > MAX_POW_CHALLENGES_PER_ADDR {
             let oldest = list.remove(0);
-            self.admission.pow.remove(&oldest);
+            self.admission_mut().pow.remove(&oldest);
         }
         Ok(HttpResponse::json(
             200,
@@ -147,12 +147,12 @@ impl Cx<'_> {
             ));
         }
         let candidates: Vec<String> = self
-            .admission
+            .admission()
             .pow_by_addr
             .get(addr)
             .map(|l| {
                 l.iter()
-                    .filter(|c| self.admission.pow.get(c, now).is_some())
+                    .filter(|c| self.admission().pow.get(c, now).is_some())
                     .cloned()
                     .collect()
             })
@@ -172,8 +172,8 @@ impl Cx<'_> {
                 "pow_nonce does not solve the challenge",
             ));
         };
-        self.admission.pow.remove(&solved);
-        if let Some(list) = self.admission.pow_by_addr.get_mut(addr) {
+        self.admission_mut().pow.remove(&solved);
+        if let Some(list) = self.admission_mut().pow_by_addr.get_mut(addr) {
             list.retain(|c| *c != solved);
         }
         Ok(())
@@ -193,10 +193,14 @@ impl Cx<'_> {
                 "no account with that user_uuid",
             ));
         }
-        if !self.admission.auth_rate.allow(now.get(), &body.user_uuid) {
+        if !self
+            .admission_mut()
+            .auth_rate
+            .allow(now.get(), &body.user_uuid)
+        {
             return Err(ApiError::rate_limited(
                 "too many auth challenges for this account",
-                self.admission
+                self.admission()
                     .auth_rate
                     .retry_after_ms(now.get(), &body.user_uuid),
             ));
@@ -442,7 +446,7 @@ impl Cx<'_> {
         };
         // Single session: the older socket of this account is told and closed.
         if let Some(old) = self.online(&user) {
-            let same_token = self.sessions.get(old).is_some_and(|c| c.jti == jti);
+            let same_token = self.sessions().get(old).is_some_and(|c| c.jti == jti);
             let reason = if same_token {
                 goaway_reason::SESSION_REPLACED
             } else {
@@ -452,7 +456,8 @@ impl Cx<'_> {
         }
         // A shell reusing a live ConnId: treat it as a disconnect of the old one.
         self.drop_conn(conn);
-        self.sessions.open(conn, Conn::new(user.clone(), jti, now));
+        self.sessions_mut()
+            .open(conn, Conn::new(user.clone(), jti, now));
         Ok(Accepted { user, subprotocol })
     }
 

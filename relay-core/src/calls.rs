@@ -117,7 +117,7 @@ impl Cx<'_> {
         let id = Some(c.call_id.to_string());
         // Charged once the signal's reads are done (a frame waiting for a read ahead is run
         // again: nothing may change before its reads).
-        if !self.throttles.call_signal_allowed(now, conn) {
+        if !self.throttles().call_signal_allowed(now, conn) {
             return self.send_error(
                 conn,
                 ErrorCode::RATE_LIMITED,
@@ -154,7 +154,7 @@ impl Cx<'_> {
             }
             peer => peer,
         };
-        self.throttles.charge_call_signal(now, conn);
+        self.throttles_mut().charge_call_signal(now, conn);
         let Some(peer) = peer else {
             return self.send_error(
                 conn,

@@ -41,13 +41,13 @@ pub(crate) struct Cx<'a> {
     /// The working state (`crate::state`).
     pub(crate) state: &'a mut State,
     /// Proof-of-work challenges and the sign-in limits (`crate::admission`).
-    pub(crate) admission: &'a mut Admission,
+    admission: &'a mut Admission,
     /// The open connections (`crate::sessions`).
-    pub(crate) sessions: &'a mut Sessions,
+    sessions: &'a mut Sessions,
     /// Frame-level limits (`crate::throttles`).
-    pub(crate) throttles: &'a mut Throttles,
+    throttles: &'a mut Throttles,
     /// Media part bytes (`crate::media`).
-    pub(crate) blobs: &'a mut dyn BlobStore,
+    blobs: &'a mut dyn BlobStore,
     /// What the relay did ([`crate::Relay::stats`]).
     pub(crate) stats: &'a mut RelayStats,
     /// Outputs of the input being handled; released after its commit.
@@ -57,6 +57,8 @@ pub(crate) struct Cx<'a> {
     /// The input changed something outside its batch and staged outputs (a frame refunded,
     /// messages released from a window): a read that misses may no longer end its attempt.
     changed: bool,
+    /// [`State::touched`] when the input began.
+    touched: u64,
 }
 
 impl<'a> Cx<'a> {
@@ -79,6 +81,7 @@ impl<'a> Cx<'a> {
         staged: &'a mut Vec<Output>,
         verified: Option<&'a (UserUuid, String)>,
     ) -> Self {
+        let touched = state.touched();
         Self {
             config,
             reader,
@@ -94,6 +97,7 @@ impl<'a> Cx<'a> {
             staged,
             verified,
             changed: false,
+            touched,
         }
     }
 
@@ -102,11 +106,60 @@ impl<'a> Cx<'a> {
         self.changed = true;
     }
 
+    /// Proof-of-work challenges and the sign-in limits, to read.
+    pub(crate) fn admission(&self) -> &Admission {
+        self.admission
+    }
+
+    /// Proof-of-work challenges and the sign-in limits, to change: the input has changed
+    /// something outside its batch ([`Cx::changed`]), so a read after it never ends an attempt.
+    pub(crate) fn admission_mut(&mut self) -> &mut Admission {
+        self.changed = true;
+        self.admission
+    }
+
+    /// The open connections, to read.
+    pub(crate) fn sessions(&self) -> &Sessions {
+        self.sessions
+    }
+
+    /// The open connections, to change ([`Cx::changed`]).
+    pub(crate) fn sessions_mut(&mut self) -> &mut Sessions {
+        self.changed = true;
+        self.sessions
+    }
+
+    /// The open connections, for a change that the same input run again makes exactly again
+    /// (a mark moved to a maximum): it does not count as changed ([`Cx::changed`]).
+    pub(crate) fn sessions_idempotent(&mut self) -> &mut Sessions {
+        self.sessions
+    }
+
+    /// Frame-level limits, to read.
+    pub(crate) fn throttles(&self) -> &Throttles {
+        self.throttles
+    }
+
+    /// Frame-level limits, to change ([`Cx::changed`]).
+    pub(crate) fn throttles_mut(&mut self) -> &mut Throttles {
+        self.changed = true;
+        self.throttles
+    }
+
+    /// Media part bytes; every use may change them ([`Cx::changed`]).
+    pub(crate) fn blobs_mut(&mut self) -> &mut dyn BlobStore {
+        self.changed = true;
+        &mut *self.blobs
+    }
+
     /// The state and a reader for a read through its caches. Reading ahead, a read that
     /// misses ends the frame's attempt only while the input has written and staged nothing
     /// (`crate::prefetch`); after that it is made on the relay's task.
     pub(crate) fn read_parts(&mut self) -> (&mut State, ReadCx<'_>) {
-        let clean = !self.changed && self.staged.is_empty() && self.state.batch().is_empty();
+        let clean = !self.changed
+            && self.staged.is_empty()
+            && self.state.batch().is_empty()
+            && self.state.touched() == self.touched;
         self.reader.may_park(clean);
         (&mut *self.state, ReadCx::new(&mut self.reader, self.stats))
     }

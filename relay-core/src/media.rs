@@ -292,7 +292,7 @@ impl Cx<'_> {
         }
         let etag = hex(&Sha256::digest(&req.body));
         // Bytes first (durably), then the metadata commit that names them.
-        self.blobs
+        self.blobs_mut()
             .put_part(row.upload_id.as_str(), part, &req.body)
             .map_err(|e| blob_error(&e))?;
         row.parts.insert(
@@ -380,7 +380,7 @@ impl Cx<'_> {
             .and_then(|r| r.completed.map(|n| (r.upload_id.clone(), n)))
             .ok_or_else(not_found)?;
         let bytes = self
-            .blobs
+            .blobs_mut()
             .assemble(id.as_str(), parts)
             .map_err(|e| blob_error(&e))?;
         Ok(HttpResponse::bytes(200, bytes))
@@ -404,8 +404,8 @@ impl Cx<'_> {
     pub(crate) fn collect_blobs(&mut self) {
         for (id, part) in std::mem::take(self.state.blob_garbage()) {
             let _ = match part {
-                None => self.blobs.delete(id.as_str()),
-                Some(p) => self.blobs.delete_part(id.as_str(), p),
+                None => self.blobs_mut().delete(id.as_str()),
+                Some(p) => self.blobs_mut().delete_part(id.as_str(), p),
             };
         }
     }
@@ -413,12 +413,12 @@ impl Cx<'_> {
     /// Startup: removes blobs that no committed upload names (a crash between a blob write
     /// and its metadata commit, or between a commit and its blob deletion).
     pub(crate) fn purge_orphan_blobs(&mut self) -> Result<(), BlobError> {
-        for id in self.blobs.list()? {
+        for id in self.blobs_mut().list()? {
             let known = UploadId::parse(&id)
                 .ok()
                 .and_then(|u| self.state.media().uploads.get(&u));
             match known {
-                None => self.blobs.delete(&id)?,
+                None => self.blobs_mut().delete(&id)?,
                 Some(row) => {
                     // Parts no committed row names: written before a commit that failed, or
                     // dropped at completion and not yet deleted.
@@ -426,7 +426,7 @@ impl Cx<'_> {
                         .filter(|p| !row.parts.contains_key(p))
                         .collect();
                     for p in doomed {
-                        self.blobs.delete_part(&id, p)?;
+                        self.blobs_mut().delete_part(&id, p)?;
                     }
                 }
             }

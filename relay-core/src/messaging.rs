@@ -184,7 +184,7 @@ impl Cx<'_> {
     }
 
     pub(crate) fn conn_user(&self, conn: ConnId) -> Option<UserUuid> {
-        self.sessions.user(conn).cloned()
+        self.sessions().user(conn).cloned()
     }
 
     /// A `msg` frame: judged first (nothing written), then accepted, acknowledged and
@@ -248,7 +248,7 @@ impl Cx<'_> {
                 "this message id was already used in another conversation",
             ));
         }
-        if !self.throttles.message_allowed(now, user) {
+        if !self.throttles().message_allowed(now, user) {
             return Err((ErrorCode::RATE_LIMITED, "too many messages; retry later"));
         }
         let charge = crate::limits::queued_message_bytes(m.id.as_str().len(), m.payload.len());
@@ -279,7 +279,7 @@ impl Cx<'_> {
         let Some(seq) = self.state.next_seq(&m.conv_id, user) else {
             return;
         };
-        self.throttles.charge_message(now, user);
+        self.throttles_mut().charge_message(now, user);
         self.state.put_tombstone(
             user,
             m.id.clone(),
@@ -330,7 +330,7 @@ impl Cx<'_> {
         if self.read_missed() {
             return; // run again once the alias is read
         }
-        if !self.throttles.allow_typing(now, &user) {
+        if !self.throttles_mut().allow_typing(now, &user) {
             return; // silently dropped
         }
         if let Some((peer, from)) = to {

@@ -106,7 +106,7 @@ impl Cx<'_> {
             if o.kind == OrderKind::Vanity
                 && let Ok(alias) = AliasId::parse(&o.target)
             {
-                self.admission
+                self.admission_mut()
                     .vanity
                     .lapsed(&o.id, &alias, o.buyer.as_ref(), now);
             }
@@ -150,7 +150,7 @@ impl Cx<'_> {
         if o.confirm(now) != Transition::Confirmed {
             return;
         }
-        self.admission.vanity.settled(&o.id);
+        self.admission_mut().vanity.settled(&o.id);
         match o.kind {
             OrderKind::Vanity => probes::probe!("order:confirmed:vanity"),
             OrderKind::ChannelQuota => {
@@ -187,7 +187,7 @@ impl Cx<'_> {
             // and kept either way for redelivery on every later `sync` of the buyer.
             let live = self.online(&buyer);
             let jti = live
-                .and_then(|c| self.sessions.get(c))
+                .and_then(|c| self.sessions().get(c))
                 .map(|c| c.jti.clone());
             if let Some(conn) = live {
                 self.send(

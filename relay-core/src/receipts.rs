@@ -119,7 +119,7 @@ impl Cx<'_> {
     /// beyond the first one after the highest seq pushed).
     fn never_sent(&self, user: &UserUuid, r: &ReceiptFrame) -> bool {
         let highest = self
-            .sessions
+            .sessions()
             .highest_pushed(user, &r.conv_id)
             .unwrap_or(Seq(0));
         let first_unsent = self

@@ -40,7 +40,7 @@ fn cost(conv: &ConvId, m: &Queued) -> usize {
 
 impl Cx<'_> {
     pub(crate) fn on_sync(&mut self, _now: UnixMs, conn: ConnId) {
-        let Some(user) = self.sessions.user(conn).cloned() else {
+        let Some(user) = self.sessions().user(conn).cloned() else {
             return;
         };
         // The user's conversations and every queue of theirs are read (if they are not in
@@ -57,7 +57,7 @@ impl Cx<'_> {
             );
             return self.close_unreadable(conn);
         };
-        let Some(c) = self.sessions.get_mut(conn) else {
+        let Some(c) = self.sessions_mut().get_mut(conn) else {
             return;
         };
         let first_sync = !c.synced;
@@ -73,7 +73,7 @@ impl Cx<'_> {
         self.replay_kept(conn, &user, &convs, &aliases);
         self.deliver_pending_confirms(conn, &user);
         let backlog = self.turn_order(&user, &convs);
-        if let Some(c) = self.sessions.get_mut(conn) {
+        if let Some(c) = self.sessions_mut().get_mut(conn) {
             for (_, conv) in backlog {
                 c.window.wait_turn(&conv);
             }
@@ -180,7 +180,7 @@ impl Cx<'_> {
     /// window of that (synced) connection has room (at once when no other conversation is
     /// waiting), else it waits for its turn.
     pub(crate) fn deliver_on(&mut self, conn: ConnId, conv: &ConvId) {
-        let Some(c) = self.sessions.get_mut(conn) else {
+        let Some(c) = self.sessions_mut().get_mut(conn) else {
             return;
         };
         if !c.synced {
@@ -196,7 +196,7 @@ impl Cx<'_> {
 
     /// Puts `conv` in the turn order of `conn` if it has unpushed messages and is not there yet.
     fn wait_turn(&mut self, conn: ConnId, conv: &ConvId) {
-        let Some(c) = self.sessions.get_mut(conn) else {
+        let Some(c) = self.sessions().get(conn) else {
             return;
         };
         let pushed = c.window.pushed(conv);
@@ -207,7 +207,9 @@ impl Cx<'_> {
         if !unpushed {
             return;
         }
-        c.window.wait_turn(conv);
+        if let Some(c) = self.sessions_mut().get_mut(conn) {
+            c.window.wait_turn(conv);
+        }
     }
 
     /// Gives turns while the window has room: each turn pushes the oldest unpushed message of
@@ -215,7 +217,7 @@ impl Cx<'_> {
     pub(crate) fn pump(&mut self, conn: ConnId) {
         loop {
             let Some(conv) = self
-                .sessions
+                .sessions_mut()
                 .get_mut(conn)
                 .filter(|c| c.synced)
                 .and_then(|c| c.window.take_turn())
@@ -226,13 +228,13 @@ impl Cx<'_> {
             self.changed();
             if !self.push_next(conn, &conv) && self.has_unpushed(conn, &conv) {
                 // No room: the conversation keeps its place at the front.
-                if let Some(c) = self.sessions.get_mut(conn) {
+                if let Some(c) = self.sessions_mut().get_mut(conn) {
                     c.window.keep_turn(conv);
                 }
                 return;
             }
             let more = self.has_unpushed(conn, &conv);
-            let Some(c) = self.sessions.get_mut(conn) else {
+            let Some(c) = self.sessions_mut().get_mut(conn) else {
                 return;
             };
             if more {
@@ -244,7 +246,7 @@ impl Cx<'_> {
     }
 
     fn has_unpushed(&self, conn: ConnId, conv: &ConvId) -> bool {
-        let Some(c) = self.sessions.get(conn) else {
+        let Some(c) = self.sessions().get(conn) else {
             return false;
         };
         let pushed = c.window.pushed(conv);
@@ -259,7 +261,7 @@ impl Cx<'_> {
     /// its `sync` replays the message).
     fn push_next(&mut self, conn: ConnId, conv: &ConvId) -> bool {
         // The sender is the other member (a queue holds what the other member wrote).
-        let Some(author) = self.sessions.get(conn).and_then(|c| {
+        let Some(author) = self.sessions().get(conn).and_then(|c| {
             let queue = self.state.queued().get(&c.user, conv)?;
             Some(queue.from.clone())
         }) else {
@@ -272,7 +274,7 @@ impl Cx<'_> {
         let (window_msgs, window_bytes) =
             (self.config.sync_window_msgs, self.config.sync_window_bytes);
         // Disjoint fields: the connection and the queue (both read).
-        let Some(c) = self.sessions.get(conn) else {
+        let Some(c) = self.sessions().get(conn) else {
             return false;
         };
         let Some(q) = self.state.queue(&c.user, conv) else {
@@ -305,14 +307,14 @@ impl Cx<'_> {
         if let Some(frame) = frame {
             self.send(conn, frame);
         }
-        self.sessions.pushed(conn, conv, seq, bytes);
+        self.sessions_mut().pushed(conn, conv, seq, bytes);
         true
     }
 
     /// Before the messages of `conv` up to `upto` are deleted by a receipt of `conn`: releases
     /// the ones in flight. Returns how many were.
     pub(crate) fn release(&mut self, conn: ConnId, conv: &ConvId, upto: Seq) -> usize {
-        let Some(c) = self.sessions.get_mut(conn) else {
+        let Some(c) = self.sessions().get(conn) else {
             return 0;
         };
         let Some((released, pushed)) = c.window.in_flight(conv) else {
@@ -327,9 +329,16 @@ impl Cx<'_> {
             n += 1;
             bytes += cost(conv, m);
         }
-        c.window.release(conv, limit, n, bytes);
-        if n > 0 {
-            self.changed();
+        if n == 0 {
+            // Nothing was in flight up to `upto`: only the released mark moves, which a run
+            // again of the same input moves to the same place.
+            if let Some(c) = self.sessions_idempotent().get_mut(conn) {
+                c.window.release(conv, limit, 0, 0);
+            }
+            return 0;
+        }
+        if let Some(c) = self.sessions_mut().get_mut(conn) {
+            c.window.release(conv, limit, n, bytes);
         }
         n
     }
@@ -340,7 +349,7 @@ impl Cx<'_> {
         let Some(conn) = self.online(user) else {
             return;
         };
-        let Some(c) = self.sessions.get_mut(conn) else {
+        let Some(c) = self.sessions().get(conn) else {
             return;
         };
         let Some((released, pushed)) = c.window.in_flight(conv) else {
@@ -353,7 +362,9 @@ impl Cx<'_> {
                 bytes += cost(conv, m);
             }
         }
-        c.window.recount(conv, n, bytes);
+        if let Some(c) = self.sessions_mut().get_mut(conn) {
+            c.window.recount(conv, n, bytes);
+        }
         self.pump(conn);
     }
 }

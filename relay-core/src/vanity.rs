@@ -132,7 +132,7 @@ impl Cx<'_> {
         network: &str,
     ) -> Result<(), ApiError> {
         let wait = |until: UnixMs| until.get().saturating_sub(now.get()).max(1);
-        if let Some(until) = self.admission.vanity.cooling(alias, buyer, network, now) {
+        if let Some(until) = self.admission().vanity.cooling(alias, buyer, network, now) {
             probes::probe!("vanity:rehold-refused");
             return Err(ApiError::rate_limited(
                 "this alias was held for you until the hold lapsed unpaid; others may hold it first",
@@ -171,7 +171,7 @@ impl Cx<'_> {
             }
         }
         let ours = self
-            .admission
+            .admission()
             .vanity
             .of_network(network)
             .filter_map(|o| pending(o).map(|r| r.expires_at))
@@ -209,7 +209,7 @@ impl Cx<'_> {
                     p,
                     ALIAS_HOLD_MS,
                 );
-                self.admission
+                self.admission_mut()
                     .vanity
                     .held(o.id.clone(), req.remote_addr.clone());
                 (201, o)
@@ -250,7 +250,7 @@ impl Cx<'_> {
             p,
             ALIAS_HOLD_MS,
         );
-        self.admission
+        self.admission_mut()
             .vanity
             .held(o.id.clone(), req.remote_addr.clone());
         Ok(HttpResponse::json(

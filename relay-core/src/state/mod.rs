@@ -66,6 +66,8 @@ pub(crate) struct State {
     spent: crate::credential::Spent,
     /// How long an order that is over is kept (`Config::order_retention_ms`).
     order_retention_ms: u64,
+    /// Changes to what is held in memory only ([`State::touched`]).
+    touched: u64,
     /// Mutations of the input being handled (its buffers reused from input to input).
     batch: Batch,
     /// Set when a record failed to serialise: the next commit is refused (fail-stop).
@@ -234,18 +236,28 @@ impl State {
 
     /// The media upload rate limit.
     pub(crate) fn upload_limit(&mut self) -> &mut crate::ratelimit::RateLimiter<UserUuid> {
+        self.touched += 1;
         &mut self.media.init_limit
     }
 
     /// The media blobs (whole uploads, or single parts) to delete once the batch that dropped
     /// them is durable.
     pub(crate) fn blob_garbage(&mut self) -> &mut Vec<(UploadId, Option<u32>)> {
+        self.touched += 1;
         &mut self.media.blob_garbage
     }
 
     /// When each recipient was last pushed to (the push interval).
     pub(crate) fn last_push(&mut self) -> &mut BTreeMap<UserUuid, UnixMs> {
+        self.touched += 1;
         &mut self.push.last_push
+    }
+
+    /// Changes so far to what is held in memory only (the upload limit, the blobs to delete,
+    /// the push interval): an input whose count moved has changed something no batch undoes
+    /// (`Cx::read_parts`).
+    pub(crate) fn touched(&self) -> u64 {
+        self.touched
     }
 
     /// The input's mutations, for the commit pipeline to take.
