@@ -36,6 +36,20 @@ impl IdGen {
         }
     }
 
+    /// Where the stream of random values is now ([`IdGen::rewind`]).
+    pub(crate) fn mark(&self) -> u128 {
+        self.rng.get_word_pos()
+    }
+
+    /// Goes back to `mark`: the values drawn since are drawn again. An input's attempt that
+    /// is dropped to wait for a read rewinds, so that its next run draws what it drew (a
+    /// fresh account id it checks against the store is the one whose row was read).
+    pub(crate) fn rewind(&mut self, mark: u128) {
+        if self.rng.get_word_pos() != mark {
+            self.rng.set_word_pos(mark);
+        }
+    }
+
     pub(crate) fn bytes<const N: usize>(&mut self) -> [u8; N] {
         let mut b = [0u8; N];
         self.rng.fill_bytes(&mut b);

@@ -31,6 +31,9 @@
 //!         Output::Send { conn, frame } => { let _text = frame.encode(); /* ws.send(text) */ }
 //!         Output::Close { conn, reason } => { /* ws.close() */ }
 //!         Output::Push { user, target, payload } => { /* Web Push / FCM / APNs, best effort */ }
+//!         // Only when reading ahead (below): answers to requests and upgrades that waited.
+//!         Output::Http { id, response } => { /* the reply of request `id` */ }
+//!         Output::Connect { conn, result } => { /* complete or refuse the upgrade */ }
 //!     }
 //! }
 //! if let Some(deadline) = relay.poll_timeout() {
@@ -68,6 +71,43 @@
 //!     // The relay failed: answer the batch's requests with 503, rebuild from the store.
 //!     Err(_) => {}
 //! }
+//! ```
+//!
+//! # Reading ahead
+//! A shell whose store reads are slow (a disk, a database round trip) keeps them off the
+//! relay's task: after [`Relay::read_ahead`], an input that needs a row not in memory waits
+//! for it while every other input is served. Frames go in as before; requests and upgrades
+//! go through [`Relay::handle_request`] and [`Relay::handle_connect_ahead`], whose `None` means
+//! "answered later by an output". The reads come out of [`Relay::poll_read`], run anywhere
+//! ([`prefetch::ReadRequest::run`] on a reader of the store) and go back with
+//! [`Relay::handle_read`]:
+//!
+//! ```
+//! # use relay_core::{Config, HttpRequest, Method, Output, Relay, RequestId};
+//! # use relay_core::store::MemoryStore;
+//! # use wire::UnixMs;
+//! # let now = UnixMs(1_700_000_000_000);
+//! let store = MemoryStore::new();
+//! let mut relay = Relay::new(Config::default(), Box::new(store.clone()), 42).unwrap();
+//! relay.read_ahead();
+//! let req = HttpRequest::new(Method::Get, "/api/v1/friends").bearer("not-a-token");
+//! let answer = match relay.handle_request(now, RequestId(1), req) {
+//!     Some(response) => response,
+//!     None => loop {
+//!         // … on a reader thread: run the read against the store's reader, then report it.
+//!         let read = relay.poll_read().expect("it waits for a read");
+//!         let done = read.run(&mut store.clone());
+//!         relay.handle_read(now, done);
+//!         let answered = std::iter::from_fn(|| relay.poll_output()).find_map(|o| match o {
+//!             Output::Http { id: RequestId(1), response } => Some(response),
+//!             _ => None,
+//!         });
+//!         if let Some(response) = answered {
+//!             break response;
+//!         }
+//!     },
+//! };
+//! assert_eq!(answer.status, 401);
 //! ```
 //!
 //! # Modules
@@ -168,5 +208,5 @@ pub use http::{ApiError, HttpRequest, HttpResponse, Method, Resolution};
 pub use planted::PlantedBug;
 pub use push_targets::PushTarget;
 pub use relay::{Relay, legacy_jwt_signing_key, storage_unavailable_response};
-pub use shell::{Accepted, CloseReason, ConnId, Output, WsConnect};
+pub use shell::{Accepted, CloseReason, ConnId, Output, RequestId, WsConnect};
 pub use stats::{PrefetchStats, RelayStats, WebhookStats};

@@ -8,6 +8,12 @@ use wire::{ServerFrame, UnixMs, UserUuid};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnId(pub u64);
 
+/// An HTTP request, numbered by the shell, that waits for a read ahead
+/// ([`Relay::handle_request`](super::Relay::handle_request)); its response comes out as
+/// [`Output::Http`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
 /// Why the relay asks the shell to close a socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CloseReason {
@@ -55,6 +61,24 @@ pub enum Output {
         target: crate::push_targets::PushTarget,
         /// Always `{"type":"new_msg"}`.
         payload: wire::http::PushPayload,
+    },
+    /// The response to request `id`, which waited for a read ahead
+    /// ([`Relay::handle_request`](super::Relay::handle_request) returned `None`); released
+    /// after the commit of what it wrote, as any response.
+    Http {
+        /// The shell's number for the request.
+        id: RequestId,
+        /// The response.
+        response: crate::http::HttpResponse,
+    },
+    /// The answer to the WebSocket upgrade of `conn`, which waited for a read ahead
+    /// ([`Relay::handle_connect_ahead`](super::Relay::handle_connect_ahead) returned `None`):
+    /// accepted (the shell completes the upgrade) or the response to send instead.
+    Connect {
+        /// The connection the shell numbered for the upgrade.
+        conn: ConnId,
+        /// What [`Relay::handle_connect`](super::Relay::handle_connect) would have returned.
+        result: Result<Accepted, crate::http::HttpResponse>,
     },
 }
 

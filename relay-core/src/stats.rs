@@ -36,9 +36,13 @@ pub struct RelayStats {
     /// Times a frame was parked on a read ahead ([`Relay::read_ahead`](crate::Relay::read_ahead)):
     /// once per cold read it needed.
     pub frames_parked: u64,
+    /// Times an HTTP request or a WebSocket upgrade was parked on a read ahead (once per cold
+    /// read it needed).
+    pub requests_parked: u64,
     /// Reads of the store made on the relay's own task: every read when it does not read
-    /// ahead; with it, those of HTTP requests, upgrades and timers (and a frame's read after
-    /// it changed something).
+    /// ahead; with it, those of timers, of the synchronous [`Relay::handle_http`](crate::Relay::handle_http)
+    /// and [`Relay::handle_connect`](crate::Relay::handle_connect), and an input's read after
+    /// it changed something.
     pub reads_inline: u64,
     /// Parked frames refused: too many waiting, or parked too many times
     /// (`crate::prefetch`'s bounds).
@@ -110,8 +114,10 @@ pub struct PrefetchStats {
     pub on: bool,
     /// Frames waiting for a read, or queued behind one that is.
     pub parked_frames: usize,
-    /// Connections with frames waiting.
+    /// Connections with frames (or an upgrade) waiting.
     pub parked_conns: usize,
+    /// HTTP requests and WebSocket upgrades waiting for a read.
+    pub parked_requests: usize,
     /// Reads asked for and not yet reported.
     pub reads_pending: usize,
     /// Of those, the ones the shell has not polled yet.

@@ -36,17 +36,27 @@
 //!   ahead weigh [`MAX_ROWS_AHEAD_BYTES`] (but one, when none is in flight); the shell's reader
 //!   pool decides how many of those run at once.
 //!
-//! HTTP requests, upgrades and timers still read on the relay's task (counted in
+//! * **Requests and upgrades too.** An HTTP request
+//!   ([`Relay::handle_request`](crate::Relay::handle_request)) or a WebSocket upgrade
+//!   ([`Relay::handle_connect_ahead`](crate::Relay::handle_connect_ahead)) is tried the same way
+//!   and parked on its first miss (its own waiter: no request waits behind another); its answer
+//!   comes out later as an output, after the commit of what it wrote. A request's budget is
+//!   charged once, however often it runs. Bounded by [`MAX_PARKED_REQUESTS`] and
+//!   [`MAX_PARKED_REQUEST_BYTES`].
+//!
+//! Timers still read on the relay's task (counted in
 //! [`RelayStats::reads_inline`](crate::RelayStats::reads_inline)).
 
 mod read;
 mod reader;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use wire::ClientFrame;
 
-use crate::shell::ConnId;
+use crate::http::HttpRequest;
+use crate::shell::{ConnId, RequestId, WsConnect};
 use crate::store::{Batch, MutationRef};
 
 pub use read::{ReadDone, ReadId, ReadOp, ReadRequest, ReadValue};
@@ -74,20 +84,60 @@ pub const MAX_ROWS_AHEAD_BYTES: usize = 32 * 1024 * 1024;
 /// Reads handed to the shell and not yet reported, at most: what they return is not yet counted
 /// in [`MAX_ROWS_AHEAD_BYTES`], so the two together bound the rows read ahead.
 pub const MAX_READS_IN_FLIGHT: usize = 16;
+/// HTTP requests and WebSocket upgrades waiting for reads, at most; one more is answered 503
+/// `STORAGE_UNAVAILABLE` (the relay's reads are behind; the client retries).
+pub const MAX_PARKED_REQUESTS: usize = 4_096;
+/// Bytes of request bodies waiting for reads, at most (a media part is up to 5 MiB); past it a
+/// request that would wait is answered 503 `STORAGE_UNAVAILABLE`.
+pub const MAX_PARKED_REQUEST_BYTES: usize = 64 * 1024 * 1024;
 
-/// A frame waiting for a read (or queued behind one that is).
+/// Who waits for a read: a connection (its frames, or its upgrade) or one HTTP request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Waiter {
+    /// A connection's frames in order, or the upgrade that opens it.
+    Conn(ConnId),
+    /// One HTTP request.
+    Request(RequestId),
+}
+
+/// What waits: a frame, an HTTP request or a WebSocket upgrade.
+#[derive(Debug, Clone)]
+pub(crate) enum Work {
+    /// A frame of the waiter's connection.
+    Frame(ClientFrame),
+    /// An HTTP request (shared: each run borrows it).
+    Http(Arc<HttpRequest>),
+    /// The upgrade of the waiter's connection.
+    Connect(WsConnect),
+}
+
+impl Work {
+    /// Body bytes it holds (bounded by [`MAX_PARKED_REQUEST_BYTES`]).
+    fn body_bytes(&self) -> usize {
+        match self {
+            Self::Http(req) => req.body.len(),
+            Self::Frame(_) | Self::Connect(_) => 0,
+        }
+    }
+
+    fn is_request(&self) -> bool {
+        !matches!(self, Self::Frame(_))
+    }
+}
+
+/// A frame, request or upgrade waiting for a read (or a frame queued behind one that is).
 #[derive(Debug)]
 struct Parked {
-    frame: ClientFrame,
-    /// Times it was parked again on a read its connection had done already.
+    work: Work,
+    /// Times it was parked again on a read its waiter had done already.
     rereads: u32,
-    /// It was charged to its connection's frame budget. A frame queued behind a parked one is
-    /// charged when it runs, as it would have been had nothing waited: a receipt ahead of it
-    /// may make it free first.
+    /// A frame: it was charged to its connection's frame budget (a frame queued behind a
+    /// parked one is charged when it runs, as it would have been had nothing waited: a receipt
+    /// ahead of it may make it free first). A request: its request budget was charged.
     charged: bool,
 }
 
-/// One connection's frames waiting: the head parked on a read, the rest behind it.
+/// One waiter's work: the head parked on a read, a connection's later frames behind it.
 #[derive(Debug, Default)]
 struct Waiting {
     frames: VecDeque<Parked>,
@@ -101,8 +151,8 @@ struct Waiting {
 #[derive(Debug)]
 struct Pending {
     op: ReadOp,
-    /// Connections whose head frame waits for it.
-    waiters: Vec<ConnId>,
+    /// Waiters whose head waits for it.
+    waiters: Vec<Waiter>,
     /// A row it reads was written after it was asked for: its result is dropped and the read
     /// asked again.
     stale: bool,
@@ -115,7 +165,7 @@ pub(crate) enum Reparked {
     Waiting,
     /// It was parked again on rows read already more than [`MAX_READ_ROUNDS`] times: refuse
     /// it with the refusal's code and words.
-    TooManyRounds(ClientFrame, Refusal),
+    TooManyRounds(Work, Refusal),
 }
 
 /// A frame that cannot wait for its reads: the error code and words it is refused with.
@@ -133,12 +183,14 @@ pub(crate) struct Prefetch {
     /// Reads for the shell to poll, in the order they were asked.
     requests: VecDeque<ReadRequest>,
     next_id: u64,
-    /// Each connection's frames waiting.
-    parked: BTreeMap<ConnId, Waiting>,
+    /// Each waiter's work.
+    parked: BTreeMap<Waiter, Waiting>,
     /// Frames in `parked`.
     parked_frames: usize,
-    /// Connections whose head's read came back, to run in this order.
-    ready: VecDeque<ConnId>,
+    /// Requests and upgrades in `parked`, and the bytes of their bodies.
+    parked_requests: (usize, usize),
+    /// Waiters whose head's read came back, to run in this order.
+    ready: VecDeque<Waiter>,
     /// Connections the client closed while frames of theirs waited: the frames run (a
     /// receipt sent before the close counts), then the connection is dropped.
     closing: std::collections::BTreeSet<ConnId>,
@@ -166,7 +218,19 @@ impl Prefetch {
 
     /// Whether `conn` has frames waiting (a new frame of it queues behind them).
     pub(crate) fn is_waiting(&self, conn: ConnId) -> bool {
-        self.parked.contains_key(&conn)
+        self.parked.contains_key(&Waiter::Conn(conn))
+    }
+
+    /// Whether one more request or upgrade, with a body of `bytes`, may wait: `Err` is the
+    /// refusal's code and words (503).
+    pub(crate) fn room_for_request(&self, bytes: usize) -> Result<(), Refusal> {
+        let (count, held) = self.parked_requests;
+        if count >= MAX_PARKED_REQUESTS || held.saturating_add(bytes) > MAX_PARKED_REQUEST_BYTES {
+            let code = wire::ErrorCode::STORAGE_UNAVAILABLE;
+            probes::refusal(code.as_str());
+            return Err((code, "the relay's reads are behind; retry shortly"));
+        }
+        Ok(())
     }
 
     /// Whether one more frame of `conn` may wait: `Err` is the refusal's code and words.
@@ -174,7 +238,8 @@ impl Prefetch {
         let per_conn = usize::try_from(burst)
             .unwrap_or(usize::MAX)
             .saturating_add(MAX_PARKED_FRAMES_PER_CONN);
-        if self.parked.get(&conn).map_or(0, |w| w.frames.len()) >= per_conn {
+        let waiting = self.parked.get(&Waiter::Conn(conn));
+        if waiting.map_or(0, |w| w.frames.len()) >= per_conn {
             let code = wire::ErrorCode::RATE_LIMITED;
             probes::refusal(code.as_str());
             return Err((
@@ -193,47 +258,49 @@ impl Prefetch {
     /// Queues `frame` behind `conn`'s parked frames, not charged to the frame budget (the
     /// caller gave its charge back: it is charged when it runs).
     pub(crate) fn queue_behind(&mut self, conn: ConnId, frame: ClientFrame) {
-        self.push(conn, frame, false);
+        self.push(Waiter::Conn(conn), Work::Frame(frame), false);
     }
 
-    fn push(&mut self, conn: ConnId, frame: ClientFrame, charged: bool) {
-        self.parked_frames += 1;
-        let waiting = self.parked.entry(conn).or_default();
+    fn push(&mut self, w: Waiter, work: Work, charged: bool) {
+        if work.is_request() {
+            self.parked_requests.0 += 1;
+            self.parked_requests.1 += work.body_bytes();
+        } else {
+            self.parked_frames += 1;
+        }
+        let waiting = self.parked.entry(w).or_default();
         waiting.frames.push_back(Parked {
-            frame,
+            work,
             rereads: 0,
             charged,
         });
     }
 
-    /// Parks `frame` of `conn` (which has nothing waiting, and was charged) on `op`.
-    pub(crate) fn park(&mut self, conn: ConnId, frame: ClientFrame, op: ReadOp) {
-        self.push(conn, frame, true);
-        let _ = self.parked_again(conn, op);
+    /// Parks `work` of `w` (which has nothing waiting) on `op`; `charged`: a frame was charged
+    /// to its frame budget, a request to its request budget.
+    pub(crate) fn park(&mut self, w: Waiter, work: Work, charged: bool, op: ReadOp) {
+        self.push(w, work, charged);
+        let _ = self.parked_again(w, op);
     }
 
-    /// Whether `conn`'s head frame is still to be charged to the frame budget.
-    pub(crate) fn head_uncharged(&self, conn: ConnId) -> bool {
+    /// Whether `w`'s head is still to be charged to its budget.
+    pub(crate) fn head_uncharged(&self, w: Waiter) -> bool {
         self.parked
-            .get(&conn)
+            .get(&w)
             .and_then(|w| w.frames.front())
             .is_some_and(|p| !p.charged)
     }
 
-    /// `conn`'s head frame was charged.
-    pub(crate) fn head_charged(&mut self, conn: ConnId) {
-        if let Some(p) = self
-            .parked
-            .get_mut(&conn)
-            .and_then(|w| w.frames.front_mut())
-        {
+    /// `w`'s head was charged.
+    pub(crate) fn head_charged(&mut self, w: Waiter) {
+        if let Some(p) = self.parked.get_mut(&w).and_then(|w| w.frames.front_mut()) {
             p.charged = true;
         }
     }
 
-    /// `conn`'s head frame ran again and missed `op`: it waits for that read now.
-    pub(crate) fn parked_again(&mut self, conn: ConnId, op: ReadOp) -> Reparked {
-        let Some(waiting) = self.parked.get_mut(&conn) else {
+    /// `w`'s head ran again and missed `op`: it waits for that read now.
+    pub(crate) fn parked_again(&mut self, w: Waiter, op: ReadOp) -> Reparked {
+        let Some(waiting) = self.parked.get_mut(&w) else {
             return Reparked::Waiting;
         };
         let Some(head) = waiting.frames.front_mut() else {
@@ -243,7 +310,7 @@ impl Prefetch {
             head.rereads += 1;
         }
         if head.rereads > MAX_READ_ROUNDS {
-            let Some(head) = self.pop_head(conn) else {
+            let Some(head) = self.pop_head(w) else {
                 return Reparked::Waiting;
             };
             let code = wire::ErrorCode::STORAGE_UNAVAILABLE;
@@ -262,7 +329,7 @@ impl Prefetch {
             None => self.ask(op),
         };
         if let Some(p) = self.pending.get_mut(&id) {
-            p.waiters.push(conn);
+            p.waiters.push(w);
         }
         Reparked::Waiting
     }
@@ -318,43 +385,62 @@ impl Prefetch {
         self.ready.extend(p.waiters);
     }
 
-    /// The next connection whose head frame may run again.
-    pub(crate) fn next_ready(&mut self) -> Option<ConnId> {
+    /// The next waiter whose head may run again.
+    pub(crate) fn next_ready(&mut self) -> Option<Waiter> {
         self.ready.pop_front()
     }
 
-    /// A copy of `conn`'s head frame, to run.
-    pub(crate) fn head(&self, conn: ConnId) -> Option<ClientFrame> {
-        self.parked
-            .get(&conn)?
-            .frames
-            .front()
-            .map(|p| p.frame.clone())
+    /// A copy of `w`'s head, to run (a request is shared, not copied).
+    pub(crate) fn head(&self, w: Waiter) -> Option<Work> {
+        self.parked.get(&w)?.frames.front().map(|p| p.work.clone())
     }
 
-    /// `conn`'s head frame ran to its end (once none waits, the rows its frames held may go).
-    pub(crate) fn ran(&mut self, conn: ConnId) {
-        let _ = self.pop_head(conn);
+    /// `w`'s head ran to its end (once none waits, the rows it held may go).
+    pub(crate) fn ran(&mut self, w: Waiter) {
+        let _ = self.pop_head(w);
     }
 
-    fn pop_head(&mut self, conn: ConnId) -> Option<ClientFrame> {
-        let waiting = self.parked.get_mut(&conn)?;
+    fn pop_head(&mut self, w: Waiter) -> Option<Work> {
+        let waiting = self.parked.get_mut(&w)?;
         let head = waiting.frames.pop_front()?;
-        self.parked_frames -= 1;
-        if waiting.frames.is_empty()
-            && let Some(waiting) = self.parked.remove(&conn)
-        {
+        let empty = waiting.frames.is_empty();
+        self.unpark(&head.work);
+        if empty && let Some(waiting) = self.parked.remove(&w) {
             for op in &waiting.holds {
                 self.ahead.release(op);
             }
         }
-        Some(head.frame)
+        Some(head.work)
+    }
+
+    /// `work` no longer waits: the counts of what waits go down.
+    fn unpark(&mut self, work: &Work) {
+        if work.is_request() {
+            self.parked_requests.0 -= 1;
+            self.parked_requests.1 -= work.body_bytes();
+        } else {
+            self.parked_frames -= 1;
+        }
+    }
+
+    /// Every request and upgrade waiting, taken out (the relay stopped: each is answered with
+    /// its refusal).
+    pub(crate) fn take_requests(&mut self) -> Vec<(Waiter, Work)> {
+        let requests: Vec<Waiter> = (self.parked.iter())
+            .filter(|(_, w)| w.frames.front().is_some_and(|p| p.work.is_request()))
+            .map(|(w, _)| *w)
+            .collect();
+        let mut taken = Vec::with_capacity(requests.len());
+        for w in requests {
+            taken.extend(self.remove(w).into_iter().map(|work| (w, work)));
+        }
+        taken
     }
 
     /// The client closed `conn`: `true` when frames of it wait, which run first (the caller
     /// drops the connection once they did, [`Prefetch::closed`]); `false`: drop it now.
     pub(crate) fn close_after_waiting(&mut self, conn: ConnId) -> bool {
-        if self.parked.contains_key(&conn) {
+        if self.parked.contains_key(&Waiter::Conn(conn)) {
             self.closing.insert(conn);
             return true;
         }
@@ -364,24 +450,34 @@ impl Prefetch {
     /// Whether `conn`, closed by its client while frames of it waited, has none left (its
     /// connection is to be dropped now; asked once).
     pub(crate) fn closed(&mut self, conn: ConnId) -> bool {
-        !self.parked.contains_key(&conn) && self.closing.remove(&conn)
+        !self.parked.contains_key(&Waiter::Conn(conn)) && self.closing.remove(&conn)
     }
 
-    /// `conn` is gone: its waiting frames are dropped (none was acknowledged) and the rows they
-    /// held released.
-    pub(crate) fn forget(&mut self, conn: ConnId) {
-        self.closing.remove(&conn);
-        let Some(waiting) = self.parked.remove(&conn) else {
-            return;
+    /// `w` is gone (a connection closed, the relay stopped): what it had waiting is dropped
+    /// (none of it was acknowledged) and the rows it held released.
+    pub(crate) fn forget(&mut self, w: Waiter) {
+        let _ = self.remove(w);
+    }
+
+    /// Takes out everything `w` had waiting, in order ([`Prefetch::forget`]).
+    fn remove(&mut self, w: Waiter) -> Vec<Work> {
+        if let Waiter::Conn(conn) = w {
+            self.closing.remove(&conn);
+        }
+        let Some(waiting) = self.parked.remove(&w) else {
+            return Vec::new();
         };
-        self.parked_frames -= waiting.frames.len();
+        for p in &waiting.frames {
+            self.unpark(&p.work);
+        }
         for op in &waiting.holds {
             self.ahead.release(op);
         }
         for p in self.pending.values_mut() {
-            p.waiters.retain(|c| *c != conn);
+            p.waiters.retain(|c| *c != w);
         }
-        self.ready.retain(|c| *c != conn);
+        self.ready.retain(|c| *c != w);
+        waiting.frames.into_iter().map(|p| p.work).collect()
     }
 
     /// An input wrote `batch`: reads of the rows it wrote, asked or done, are stale.
@@ -412,7 +508,9 @@ impl Prefetch {
         crate::stats::PrefetchStats {
             on: self.on,
             parked_frames: self.parked_frames,
-            parked_conns: self.parked.len(),
+            parked_conns: self.parked.len()
+                - self.parked.range(Waiter::Request(RequestId(0))..).count(),
+            parked_requests: self.parked_requests.0,
             reads_pending: self.pending.len(),
             reads_queued: self.requests.len(),
             rows_held_bytes: self.ahead.bytes(),
@@ -430,6 +528,16 @@ impl Prefetch {
 mod tests {
     use super::*;
     use crate::store::{StoreError, Table};
+
+    fn c(n: u64) -> Waiter {
+        Waiter::Conn(ConnId(n))
+    }
+
+    impl Prefetch {
+        fn park_frame(&mut self, conn: ConnId, frame: ClientFrame, op: ReadOp) {
+            self.park(Waiter::Conn(conn), Work::Frame(frame), true, op);
+        }
+    }
 
     fn ping() -> ClientFrame {
         ClientFrame::decode(r#"{"type":"ping"}"#).unwrap()
@@ -459,7 +567,7 @@ mod tests {
     fn a_read_whose_row_was_written_meanwhile_is_asked_again() {
         let mut p = Prefetch::default();
         p.turn_on();
-        p.park(ConnId(1), ping(), get("u1"));
+        p.park_frame(ConnId(1), ping(), get("u1"));
         let first = p.poll_read().unwrap();
         // A write of another row changes nothing; one of the row makes the read stale.
         written(&mut p, "u2");
@@ -470,7 +578,7 @@ mod tests {
         assert_eq!(again.op, get("u1"));
         assert_ne!(again.id, first.id);
         p.complete(done(again.id));
-        assert_eq!(p.next_ready(), Some(ConnId(1)));
+        assert_eq!(p.next_ready(), Some(c(1)));
         assert_eq!(
             p.reader().answer(get("u1")),
             Ok(ReadValue::Row(Some(b"old".to_vec())))
@@ -485,21 +593,21 @@ mod tests {
     fn frames_on_one_read_share_it_and_rows_go_when_their_frames_ran() {
         let mut p = Prefetch::default();
         p.turn_on();
-        p.park(ConnId(1), ping(), get("u1"));
-        p.park(ConnId(2), ping(), get("u1"));
+        p.park_frame(ConnId(1), ping(), get("u1"));
+        p.park_frame(ConnId(2), ping(), get("u1"));
         p.queue_behind(ConnId(1), ping());
         let read = p.poll_read().unwrap();
         assert_eq!(p.poll_read(), None, "one read for both");
         p.complete(done(read.id));
-        assert_eq!(p.next_ready(), Some(ConnId(1)));
-        assert_eq!(p.next_ready(), Some(ConnId(2)));
-        p.ran(ConnId(1));
+        assert_eq!(p.next_ready(), Some(c(1)));
+        assert_eq!(p.next_ready(), Some(c(2)));
+        p.ran(c(1));
         assert!(p.is_waiting(ConnId(1)), "the frame behind still waits");
         assert!(p.stats().rows_held_bytes > 0);
         // The frame behind reads the rows its connection's head waited for.
         assert!(p.reader().answer(get("u1")).is_ok());
-        p.ran(ConnId(1));
-        p.ran(ConnId(2));
+        p.ran(c(1));
+        p.ran(c(2));
         assert!(p.is_idle(), "{p:?}");
     }
 
@@ -507,9 +615,9 @@ mod tests {
     fn a_failed_read_answers_one_frame_and_the_others_read_again() {
         let mut p = Prefetch::default();
         p.turn_on();
-        p.park(ConnId(1), ping(), get("u1"));
+        p.park_frame(ConnId(1), ping(), get("u1"));
         p.queue_behind(ConnId(1), ping());
-        p.park(ConnId(2), ping(), get("u1"));
+        p.park_frame(ConnId(2), ping(), get("u1"));
         let read = p.poll_read().unwrap();
         p.complete(ReadDone {
             id: read.id,
@@ -531,7 +639,7 @@ mod tests {
             result: Ok(ReadValue::Row(Some(vec![0; MAX_ROWS_AHEAD_BYTES / 2]))),
         };
         for c in 0..40 {
-            p.park(ConnId(c), ping(), get(&format!("u{c}")));
+            p.park_frame(ConnId(c), ping(), get(&format!("u{c}")));
         }
         // At most MAX_READS_IN_FLIGHT handed out at once.
         let first: Vec<_> = std::iter::from_fn(|| p.poll_read()).collect();
@@ -553,8 +661,8 @@ mod tests {
             "a second waits while the rows weigh the bound"
         );
         // The frames that held the big rows ran: reads go again.
-        p.ran(ConnId(0));
-        p.ran(ConnId(1));
+        p.ran(c(0));
+        p.ran(c(1));
         p.complete(done(one.id));
         assert!(p.poll_read().is_some());
     }
@@ -563,10 +671,10 @@ mod tests {
     fn a_connection_that_goes_frees_what_it_held_and_its_read_wakes_nobody() {
         let mut p = Prefetch::default();
         p.turn_on();
-        p.park(ConnId(1), ping(), get("u1"));
+        p.park_frame(ConnId(1), ping(), get("u1"));
         p.queue_behind(ConnId(1), ping());
         let read = p.poll_read().unwrap();
-        p.forget(ConnId(1));
+        p.forget(c(1));
         assert_eq!(p.stats().parked_frames, 0);
         p.complete(done(read.id));
         assert_eq!(p.next_ready(), None);
@@ -577,7 +685,7 @@ mod tests {
     fn the_bounds_refuse_the_frame_that_would_pass_them() {
         let mut p = Prefetch::default();
         p.turn_on();
-        p.park(ConnId(1), ping(), get("u1"));
+        p.park_frame(ConnId(1), ping(), get("u1"));
         for _ in 1..MAX_PARKED_FRAMES_PER_CONN + 10 {
             assert!(p.room_for(ConnId(1), 10).is_ok());
             p.queue_behind(ConnId(1), ping());
@@ -592,28 +700,25 @@ mod tests {
         let mut p = Prefetch::default();
         p.turn_on();
         // New rows are progress, however many.
-        p.park(ConnId(1), ping(), get("k0"));
+        p.park_frame(ConnId(1), ping(), get("k0"));
         for round in 1..3 * MAX_READ_ROUNDS {
             let read = p.poll_read().unwrap();
             p.complete(done(read.id));
-            assert_eq!(p.next_ready(), Some(ConnId(1)));
+            assert_eq!(p.next_ready(), Some(c(1)));
             let next = get(&format!("k{round}"));
-            assert!(matches!(p.parked_again(ConnId(1), next), Reparked::Waiting));
+            assert!(matches!(p.parked_again(c(1), next), Reparked::Waiting));
         }
         // The same row again and again (written each time before the frame could run) is not.
         for _ in 0..MAX_READ_ROUNDS {
             let read = p.poll_read().unwrap();
             p.complete(done(read.id));
-            assert_eq!(p.next_ready(), Some(ConnId(1)));
-            assert!(matches!(
-                p.parked_again(ConnId(1), get("k0")),
-                Reparked::Waiting
-            ));
+            assert_eq!(p.next_ready(), Some(c(1)));
+            assert!(matches!(p.parked_again(c(1), get("k0")), Reparked::Waiting));
         }
         let read = p.poll_read().unwrap();
         p.complete(done(read.id));
         assert!(matches!(
-            p.parked_again(ConnId(1), get("k0")),
+            p.parked_again(c(1), get("k0")),
             Reparked::TooManyRounds(..)
         ));
         assert!(p.is_idle(), "{p:?}");

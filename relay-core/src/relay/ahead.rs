@@ -5,9 +5,11 @@
 use wire::frames::ErrorFrame;
 use wire::{ErrorCode, ServerFrame, UnixMs};
 
+use crate::http::HttpResponse;
+
 use super::Relay;
-use crate::prefetch::{ReadDone, ReadOp, ReadRequest, Reparked};
-use crate::shell::ConnId;
+use crate::prefetch::{ReadDone, ReadOp, ReadRequest, Reparked, Waiter, Work};
+use crate::shell::{ConnId, Output};
 
 impl Relay {
     /// Runs `frame` of `conn` against the rows read ahead. `Some`: it needs the read `op`
@@ -19,63 +21,106 @@ impl Relay {
         conn: ConnId,
         frame: wire::ClientFrame,
     ) -> Option<ReadOp> {
-        let stats = self.stats;
+        let (stats, mark) = (self.stats, self.ids.mark());
         self.reading_ahead = true;
         let missed = self.run_frame(now, conn, frame);
         self.reading_ahead = false;
         if missed.is_some() {
             // The attempt's refusal is dropped, and what it counted with it, but for the reads
-            // it made from the rows read ahead (work done, which its next run will not redo).
+            // it made from the rows read ahead (work done, which its next run will not redo);
+            // its next run draws the random values it drew.
             let tried = std::mem::replace(&mut self.stats, stats);
             self.stats.keep_reads(&tried);
+            self.ids.rewind(mark);
             self.stats.frames_parked += 1;
         }
         missed
     }
 
-    /// The read `done` came back: the frames parked on it run again, in the order they
-    /// were parked, each followed by the frames of its connection queued behind it (until one
-    /// needs another read). Drain `poll_output` afterwards, as after any input.
+    /// The read `done` came back: what was parked on it runs again, in the order it was
+    /// parked (a connection's frames followed by those queued behind them, until one needs
+    /// another read; a request or an upgrade, whose answer comes out as an output). Drain
+    /// `poll_output` afterwards, as after any input.
     pub fn handle_read(&mut self, now: UnixMs, done: ReadDone) {
         self.prefetch.complete(done);
-        while let Some(conn) = self.prefetch.next_ready() {
-            self.resume(now, conn);
+        while let Some(w) = self.prefetch.next_ready() {
+            self.resume(now, w);
         }
     }
 
-    /// Runs `conn`'s waiting frames in order until one needs another read; a connection its
+    /// Runs `w`'s waiting work in order until some needs another read; a connection its
     /// client closed meanwhile is dropped once none waits.
-    fn resume(&mut self, now: UnixMs, conn: ConnId) {
-        self.run_waiting(now, conn);
-        if self.prefetch.closed(conn) {
+    fn resume(&mut self, now: UnixMs, w: Waiter) {
+        self.run_waiting(now, w);
+        if let Waiter::Conn(conn) = w
+            && self.prefetch.closed(conn)
+        {
             self.cx().drop_conn(conn);
         }
     }
 
-    fn run_waiting(&mut self, now: UnixMs, conn: ConnId) {
-        while let Some(frame) = self.prefetch.head(conn) {
+    fn run_waiting(&mut self, now: UnixMs, w: Waiter) {
+        while let Some(work) = self.prefetch.head(w) {
             if self.failed {
-                self.prefetch.forget(conn);
+                self.prefetch.forget(w);
                 return;
             }
-            if self.prefetch.head_uncharged(conn) {
-                if !self.admit(now, conn) {
-                    // Over its budget (closed), or the relay closed it meanwhile.
-                    self.prefetch.forget(conn);
-                    return;
+            let missed = match (w, work) {
+                (Waiter::Conn(conn), Work::Frame(frame)) => {
+                    if self.prefetch.head_uncharged(w) {
+                        if !self.admit(now, conn) {
+                            // Over its budget (closed), or the relay closed it meanwhile.
+                            self.prefetch.forget(w);
+                            return;
+                        }
+                        self.prefetch.head_charged(w);
+                    }
+                    self.attempt(now, conn, frame)
                 }
-                self.prefetch.head_charged(conn);
-            }
-            let Some(op) = self.attempt(now, conn, frame) else {
-                self.prefetch.ran(conn);
+                (Waiter::Conn(conn), Work::Connect(req)) => self.resume_connect(now, conn, &req),
+                (Waiter::Request(id), Work::Http(req)) => {
+                    let mut charged = !self.prefetch.head_uncharged(w);
+                    let missed = self.resume_request(now, id, &req, &mut charged);
+                    if charged {
+                        self.prefetch.head_charged(w);
+                    }
+                    missed
+                }
+                // A waiter holds its own kind of work only.
+                _ => None,
+            };
+            let Some(op) = missed else {
+                self.prefetch.ran(w);
                 continue;
             };
-            match self.prefetch.parked_again(conn, op) {
+            match self.prefetch.parked_again(w, op) {
                 Reparked::Waiting => return,
-                Reparked::TooManyRounds(frame, (code, words)) => {
-                    self.refuse_waiting(conn, &frame, code, words);
+                Reparked::TooManyRounds(work, (code, words)) => {
+                    self.refuse_work(w, &work, code, words);
                 }
             }
+        }
+    }
+
+    /// Refuses `work` of `w`, which cannot wait for its reads: a frame with an error frame, a
+    /// request or an upgrade with its response (a bound of `crate::prefetch`, which chose the
+    /// code and counted the refusal's probe).
+    pub(super) fn refuse_work(&mut self, w: Waiter, work: &Work, code: ErrorCode, words: &str) {
+        match (w, work) {
+            (Waiter::Conn(conn), Work::Frame(frame)) => {
+                self.refuse_waiting(conn, frame, code, words);
+            }
+            (Waiter::Conn(conn), Work::Connect(_)) => {
+                self.stats.frames_refused_waiting += 1;
+                let result = Err(HttpResponse::error(503, &code, words));
+                self.outputs.push_back(Output::Connect { conn, result });
+            }
+            (Waiter::Request(id), Work::Http(_)) => {
+                self.stats.frames_refused_waiting += 1;
+                let response = HttpResponse::error(503, &code, words);
+                self.outputs.push_back(Output::Http { id, response });
+            }
+            _ => {}
         }
     }
 
@@ -109,7 +154,10 @@ impl Relay {
     /// a frame that needs a row not in memory is parked, and the read is asked of the shell
     /// ([`poll_read`](Relay::poll_read), [`ReadRequest::run`] on a reader of its own, off this
     /// thread, then [`handle_read`](Relay::handle_read)). See `crate::prefetch`. HTTP
-    /// requests, upgrades and timers still read on the caller's thread.
+    /// requests and upgrades read ahead when they come through
+    /// [`handle_request`](Relay::handle_request) and
+    /// [`handle_connect_ahead`](Relay::handle_connect_ahead); timers still read on the caller's
+    /// thread.
     pub fn read_ahead(&mut self) {
         self.prefetch.turn_on();
     }

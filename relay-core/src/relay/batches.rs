@@ -212,6 +212,11 @@ impl Relay {
         self.staged.clear();
         self.commits.drop_all();
         self.failed = true;
+        // Requests and upgrades waiting for reads are refused as a failed commit refuses.
+        for (w, work) in self.prefetch.take_requests() {
+            let words = "the relay's store failed; nothing was changed, retry later";
+            self.refuse_work(w, &work, ErrorCode::STORAGE_UNAVAILABLE, words);
+        }
         for conn in self.sessions.close_all() {
             self.outputs.push_back(Output::Close {
                 conn,

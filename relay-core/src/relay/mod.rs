@@ -17,14 +17,15 @@ use wire::{ErrorCode, ServerFrame, UnixMs, UserUuid};
 
 use crate::admission::Admission;
 use crate::budgets::{BudgetClass, Budgets};
-use crate::commit::{BatchFailed, BatchId, InputFailed, Pipeline, Reported, Sealed, SealedBatch};
+use crate::commit::InputFailed;
+use crate::commit::{BatchFailed, BatchId, Pipeline, Reported, Sealed, SealedBatch};
 use crate::config::Config;
 use crate::credential::CredentialKey;
 use crate::cx::Cx;
 use crate::http::{ApiError, HttpRequest, HttpResponse, Route};
 use crate::ids::IdGen;
 use crate::planted::planted;
-use crate::prefetch::{Inline, Prefetch, ReadOp, Reader};
+use crate::prefetch::{Inline, Prefetch, ReadOp, Reader, Waiter, Work};
 use crate::push_targets::PushTarget;
 use crate::rows::{Timer, meta};
 use crate::sessions::Sessions;
@@ -36,6 +37,7 @@ use crate::token::TokenKeys;
 mod ahead;
 mod batches;
 mod boot;
+mod requests;
 
 pub use boot::legacy_jwt_signing_key;
 use boot::{boot_ids, derived_jwt_seed, open_state};
@@ -293,30 +295,25 @@ impl Relay {
         if self.failed {
             return storage_unavailable().into_response();
         }
-        let resp = match crate::http::route(req.method, &req.path) {
-            Ok(route) => self.dispatch_http(now, route, req),
+        let result = match crate::http::route(req.method, &req.path) {
+            Ok(route) => self.dispatch_http(now, route, req, &mut false),
             Err(e) => Err(e),
         };
-        let resp = resp.unwrap_or_else(ApiError::into_response);
-        match self.finish() {
-            Ok(()) => {
-                if !self.commits.in_batch() {
-                    self.cx().collect_blobs();
-                }
-                resp
-            }
-            Err(InputFailed) => storage_unavailable().into_response(),
-        }
+        self.end_http(result, None)
+            .unwrap_or_else(|| storage_unavailable().into_response())
     }
 
+    /// Charges `req` to its budget unless `charged` says it was (a request run again after a
+    /// read ahead is charged once), then routes it.
     fn dispatch_http(
         &mut self,
         now: UnixMs,
         route: Route,
         req: &HttpRequest,
+        charged: &mut bool,
     ) -> Result<HttpResponse, ApiError> {
         self.verified = None;
-        self.charge_budget(now, &route, req)?;
+        self.charge_budget(now, &route, req, charged)?;
         let result = self.route_http(now, route, req);
         self.verified = None;
         result
@@ -324,12 +321,14 @@ impl Relay {
 
     /// Charges `req` to its budget (see [`Budgets`]); 429 `RATE_LIMITED` with `Retry-After`
     /// when it is used up. A request whose token does not verify is not charged: its handler
-    /// answers 401.
+    /// answers 401. `charged`: it was charged already (then it is not again), and is once this
+    /// returns `Ok`.
     fn charge_budget(
         &mut self,
         now: UnixMs,
         route: &Route,
         req: &HttpRequest,
+        charged: &mut bool,
     ) -> Result<(), ApiError> {
         let class = BudgetClass::of(route);
         let authenticated = match class {
@@ -343,8 +342,11 @@ impl Relay {
             },
         };
         let caller = authenticated.as_ref().map(|(user, _)| user);
-        self.budgets
-            .charge(now.get(), class, caller, &req.remote_addr)?;
+        if !*charged {
+            self.budgets
+                .charge(now.get(), class, caller, &req.remote_addr)?;
+            *charged = true;
+        }
         if authenticated.is_some() {
             self.verified = authenticated;
         }
@@ -488,7 +490,7 @@ impl Relay {
             conn,
             reason: CloseReason::RateLimited,
         });
-        self.prefetch.forget(conn);
+        self.prefetch.forget(Waiter::Conn(conn));
         self.cx().drop_conn(conn);
         let _ = self.finish();
         false
@@ -528,7 +530,8 @@ impl Relay {
         }
         let copy = frame.clone();
         if let Some(op) = self.attempt(now, conn, frame) {
-            self.prefetch.park(conn, copy, op);
+            self.prefetch
+                .park(Waiter::Conn(conn), Work::Frame(copy), true, op);
         }
     }
 
@@ -657,7 +660,7 @@ impl Relay {
                 conn,
                 reason: CloseReason::Idle,
             });
-            self.prefetch.forget(conn);
+            self.prefetch.forget(Waiter::Conn(conn));
             self.cx().drop_conn(conn);
         }
         while let Some((at, timer)) = self.state.timers().first().cloned() {

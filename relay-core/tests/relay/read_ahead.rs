@@ -1,10 +1,13 @@
 //! Reading ahead (`Relay::read_ahead`): a frame that needs a row not in memory is parked on
 //! its read, which the shell runs off the relay's task; everyone else is served meanwhile, the
 //! connection's later frames wait behind it in order, and a failed read refuses the frame.
+//! HTTP requests and upgrades wait the same way, each on its own, and are answered by an
+//! output.
 
 use relay_core::prefetch::ReadOp;
 use relay_core::store::Table;
-use relay_core::{Config, Output};
+use relay_core::{Config, ConnId, HttpRequest, HttpResponse, Method, Output, RequestId, WsConnect};
+use wire::http::paths;
 use wire::{ErrorCode, ServerFrame};
 
 use crate::world::{User, World, fast_config, frames};
@@ -185,4 +188,174 @@ fn frames_sent_before_a_close_still_run() {
     w.finish_reads();
     assert!(!w.relay.is_connected(b.conn.unwrap()));
     assert_eq!(queued_for_b(&w), 0, "the receipt counted");
+}
+
+/// A relay restarted reading ahead, with `a` and `b` registered before it (cold: nothing of
+/// them in memory) and `c` connected after it (warm).
+fn cold_and_warm() -> (World, User, User, User) {
+    let mut w = World::new();
+    let (a, b, mut c) = (w.user("a"), w.user("b"), w.user("c"));
+    let store = w.mem.clone();
+    w.restart(Box::new(store));
+    w.read_ahead(false);
+    w.connect(&mut c);
+    w.finish_reads();
+    (w, a, b, c)
+}
+
+fn get(path: &str, token: &str) -> HttpRequest {
+    HttpRequest::new(Method::Get, path).bearer(token)
+}
+
+/// The response to request `id` among `outs`.
+fn answer(outs: &[Output], id: u64) -> Option<HttpResponse> {
+    outs.iter().find_map(|o| match o {
+        Output::Http { id: i, response } if *i == RequestId(id) => Some(response.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_cold_users_request_waits_for_its_account_while_a_warm_one_is_answered() {
+    let (mut w, a, _, c) = cold_and_warm();
+    let parked = w.relay.stats().requests_parked;
+    let now = w.now;
+    assert_eq!(
+        w.relay
+            .handle_request(now, RequestId(1), get(paths::FRIENDS, &a.token)),
+        None,
+        "answered before its account was read"
+    );
+    w.drain();
+    let ReadOp::Get { table, key } = &w.reads.as_ref().unwrap()[0].0.op else {
+        panic!("not a keyed read");
+    };
+    assert_eq!((*table, key.as_str()), (Table::Accounts, a.uuid.as_str()));
+    assert_eq!(w.relay.prefetch().parked_requests, 1);
+    assert_eq!(w.relay.stats().requests_parked, parked + 1);
+
+    // Meanwhile the warm user's request (its account is in memory) is answered at once.
+    let ticket = HttpRequest::new(Method::Post, paths::WS_TICKET)
+        .json(&serde_json::json!({}))
+        .bearer(&c.token);
+    let warm = w.relay.handle_request(now, RequestId(2), ticket);
+    assert_eq!(warm.map(|r| r.status), Some(200));
+
+    // Its reads come back (the account, then its contacts): answered by an output.
+    let outs = w.finish_reads();
+    let resp = answer(&outs, 1).expect("the parked request's answer");
+    assert_eq!(resp.status, 200, "{:?}", resp.body_json());
+    let p = w.relay.prefetch();
+    assert_eq!(
+        (p.parked_requests, p.reads_pending, p.rows_held_bytes),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn a_request_that_waited_is_charged_to_its_budget_once() {
+    // A budget of 3 lookups: a request parked on reads and run again three times still
+    // costs one, so three requests of a cold user all pass and the fourth is refused.
+    let config = Config {
+        account_requests: relay_core::limits::Budget {
+            burst: 3,
+            per_window: 3,
+            window_ms: 60_000,
+        },
+        ..fast_config()
+    };
+    let mut w = World::with_config(config);
+    let (a, b) = (w.user("a"), w.user("b"));
+    w.befriend(&a, &b);
+    let store = w.mem.clone();
+    w.restart(Box::new(store));
+    w.read_ahead(false);
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| w.get(paths::FRIENDS, Some(&a.token)).status)
+        .collect();
+    assert_eq!(statuses, vec![200, 200, 200, 429]);
+    assert!(w.requests_parked >= 1, "no request waited");
+}
+
+#[test]
+fn a_cold_upgrade_waits_and_is_answered_by_an_output() {
+    let (mut w, a, _, _) = cold_and_warm();
+    let conn = ConnId(900);
+    let ws = WsConnect {
+        query: format!("user_uuid={}&token={}", a.uuid, a.token),
+        protocol: None,
+    };
+    let now = w.now;
+    assert!(w.relay.handle_connect_ahead(now, conn, ws).is_none());
+    assert!(!w.relay.is_connected(conn));
+    let outs = w.finish_reads();
+    let accepted = outs.iter().find_map(|o| match o {
+        Output::Connect { conn: c, result } if *c == conn => Some(result.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        accepted.expect("answered").map(|a| a.user.to_string()),
+        Ok(a.uuid)
+    );
+    assert!(w.relay.is_connected(conn));
+    assert_eq!(w.relay.prefetch().parked_conns, 0);
+}
+
+#[test]
+fn a_registration_that_waited_keeps_the_ids_it_checked_and_spends_its_proof_once() {
+    let (mut w, ..) = cold_and_warm();
+    let (sk, x) = w.fresh_keys();
+    let before = w.requests_parked;
+    let nonce = w.solve_pow("10.9.9.9");
+    let body = serde_json::json!({
+        "ed25519_public_key": crate::world::b64(sk.verifying_key().as_bytes()),
+        "x25519_public_key": crate::world::b64(&x),
+        "nickname": "late",
+        "pow_nonce": nonce,
+    });
+    let register = || {
+        HttpRequest::new(Method::Post, paths::REGISTER)
+            .json(&body)
+            .from_addr("10.9.9.9")
+    };
+    let resp = w.http(register());
+    assert_eq!(resp.status, 201, "{:?}", resp.body_json());
+    assert!(w.requests_parked > before, "the registration never waited");
+    // The account stored is the one answered (the id its reads checked).
+    let uuid = resp.body_json()["uuid"].as_str().unwrap().to_owned();
+    assert!(w.rows(Table::Accounts).iter().any(|(k, _)| *k == uuid));
+    // Its proof of work was used once: the same nonce for other keys is refused.
+    let (sk2, x2) = w.fresh_keys();
+    let again = serde_json::json!({
+        "ed25519_public_key": crate::world::b64(sk2.verifying_key().as_bytes()),
+        "x25519_public_key": crate::world::b64(&x2),
+        "nickname": "again",
+        "pow_nonce": body["pow_nonce"],
+    });
+    let resp = w.http(
+        HttpRequest::new(Method::Post, paths::REGISTER)
+            .json(&again)
+            .from_addr("10.9.9.9"),
+    );
+    assert_eq!(resp.status, 400, "{:?}", resp.body_json());
+}
+
+#[test]
+fn a_failed_read_answers_the_waiting_request_with_503_and_nothing_else() {
+    let (mut w, a, _, _) = cold_and_warm();
+    let now = w.now;
+    assert!(
+        w.relay
+            .handle_request(now, RequestId(7), get(paths::FRIENDS, &a.token))
+            .is_none()
+    );
+    w.drain();
+    w.mem.fail_reads(1);
+    w.complete_read(0);
+    let outs = w.drain();
+    let resp = answer(&outs, 7).expect("answered");
+    assert_eq!(resp.status, 503);
+    assert_eq!(resp.error_code().as_deref(), Some("STORAGE_UNAVAILABLE"));
+    // Asked again, it is read again and answered.
+    assert_eq!(w.get(paths::FRIENDS, Some(&a.token)).status, 200);
 }

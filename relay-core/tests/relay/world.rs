@@ -50,6 +50,10 @@ pub(crate) struct World {
     pub(crate) reads: Option<std::collections::VecDeque<(ReadRequest, Option<ReadDone>)>>,
     /// Reads ahead are run and reported as soon as they are asked ([`World::drain`]).
     pub(crate) reads_at_once: bool,
+    /// Requests numbered for `handle_request`.
+    next_request: u64,
+    /// Requests and upgrades this world saw wait for a read.
+    pub(crate) requests_parked: u64,
 }
 
 pub(crate) fn fast_config() -> Config {
@@ -89,6 +93,8 @@ impl World {
             refusing: false,
             reads: None,
             reads_at_once: false,
+            next_request: 0,
+            requests_parked: 0,
         }
     }
 
@@ -238,8 +244,44 @@ impl World {
         out
     }
 
+    /// Handles `req`. A relay reading ahead gets it through `handle_request`: when it waits
+    /// for reads, they are reported (oldest first) until its response comes out.
     pub(crate) fn http(&mut self, req: HttpRequest) -> HttpResponse {
-        self.relay.handle_http(self.now, &req)
+        if self.reads.is_none() {
+            return self.relay.handle_http(self.now, &req);
+        }
+        self.next_request += 1;
+        let id = relay_core::RequestId(self.next_request);
+        if let Some(response) = self.relay.handle_request(self.now, id, req) {
+            return response;
+        }
+        self.requests_parked += 1;
+        self.until_answered(|o| match o {
+            Output::Http { id: i, response } if *i == id => Some(response.clone()),
+            _ => None,
+        })
+    }
+
+    /// Drains, reporting waiting reads oldest first, until an output `answer` picks comes out.
+    fn until_answered<T>(&mut self, answer: impl Fn(&Output) -> Option<T>) -> T {
+        for round in 0.. {
+            let outs = self.drain();
+            if let Some(found) = outs.iter().find_map(&answer) {
+                return found;
+            }
+            // Each read it waits for is progress; a request that reads without end is a bug.
+            assert!(
+                round < 1_000,
+                "a request still waits: {:?}",
+                self.relay.prefetch()
+            );
+            assert!(
+                self.reads_waiting() > 0,
+                "a parked request waits for no read"
+            );
+            self.complete_read(0);
+        }
+        unreachable!()
     }
 
     /// A POST; a push subscription's endpoint host, when it is a name, comes with the
@@ -345,12 +387,26 @@ impl World {
     ) -> Result<ConnId, HttpResponse> {
         let conn = ConnId(self.next_conn);
         self.next_conn += 1;
-        let r = self
-            .relay
-            .handle_connect(self.now, conn, &WsConnect { query, protocol })
-            .map(|_| conn);
-        self.drain();
-        r
+        let ws = WsConnect { query, protocol };
+        if self.reads.is_none() {
+            let r = self.relay.handle_connect(self.now, conn, &ws).map(|_| conn);
+            self.drain();
+            return r;
+        }
+        let answer = match self.relay.handle_connect_ahead(self.now, conn, ws) {
+            Some(answer) => {
+                self.drain();
+                answer
+            }
+            None => {
+                self.requests_parked += 1;
+                self.until_answered(|o| match o {
+                    Output::Connect { conn: c, result } if *c == conn => Some(result.clone()),
+                    _ => None,
+                })
+            }
+        };
+        answer.map(|_| conn)
     }
 
     /// The committed rows of `table`, in key order.

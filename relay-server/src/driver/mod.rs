@@ -42,10 +42,12 @@ use super::{
 };
 use seam::clock::{self, Clock, OffsetClock};
 
+mod answers;
 mod inputs;
 mod sockets;
 mod support;
 
+use answers::{Answers, Parked};
 use inputs::Wakeup;
 pub(super) use inputs::{Connected, CoreParts, Input, Outbound, Phase, TermCtx};
 use sockets::{Farewell, Sent, Sockets};
@@ -69,6 +71,8 @@ pub(super) struct Core {
     readers: Readers,
     /// The answers of the open batch's inputs.
     answers: Answers,
+    /// Requests and upgrades waiting for a read ahead, answered by the relay's outputs.
+    parked: Parked,
     /// Inputs handled into the open batch.
     open_inputs: usize,
     /// No input arrived during the last commit: the load is light, and a commit thread's next
@@ -129,6 +133,7 @@ impl Core {
             read_mode,
             readers,
             answers: Answers::default(),
+            parked: Parked::default(),
             open_inputs: 0,
             quiet: true,
             arrived_in_flight: false,
@@ -331,6 +336,7 @@ impl Core {
         {
             refused += answers.refuse(not_leader_response);
         }
+        refused += self.parked.refuse(not_leader_response);
         while let Ok(input) = inputs.try_recv() {
             match input {
                 Input::Http { reply, .. } => {
@@ -503,11 +509,20 @@ impl Core {
         trace!(?input, "input");
         match input {
             Input::Http { req, reply } => {
-                let response = self.relay.handle_http(now, &req);
-                debug!(path = req.path, status = response.status, "http response");
-                self.answers.http.push((reply, response));
+                let path = tracing::enabled!(tracing::Level::DEBUG).then(|| req.path.clone());
+                let id = self.parked.next_id();
+                match self.relay.handle_request(now, id, req) {
+                    Some(response) => {
+                        debug!(path, status = response.status, "http response");
+                        self.answers.http.push((reply, response));
+                    }
+                    None => {
+                        debug!(path, "http request waits for a read");
+                        self.parked.http(id, reply);
+                    }
+                }
             }
-            Input::Connect { ws, reply } => self.connect(now, &ws, reply),
+            Input::Connect { ws, reply } => self.connect(now, ws, reply),
             Input::Frame { conn, decoded } => {
                 if let Some(metrics) = &self.metrics {
                     metrics.frame_received(decoded.as_ref().map_err(|_| ()));
@@ -551,7 +566,7 @@ impl Core {
     fn connect(
         &mut self,
         now: UnixMs,
-        ws: &WsConnect,
+        ws: WsConnect,
         reply: oneshot::Sender<Result<Connected, HttpResponse>>,
     ) {
         if self.draining {
@@ -565,7 +580,12 @@ impl Core {
         }
         let conn = ConnId(self.next_conn);
         self.next_conn += 1;
-        match self.relay.handle_connect(now, conn, ws) {
+        let Some(answer) = self.relay.handle_connect_ahead(now, conn, ws) else {
+            debug!(conn = conn.0, "websocket upgrade waits for a read");
+            self.parked.connect(conn, reply);
+            return;
+        };
+        match answer {
             Ok(accepted) => {
                 let outbound = self.sockets.open(conn);
                 let connected = Connected {
@@ -635,6 +655,11 @@ impl Core {
                         target,
                         payload,
                     } => self.push(user, target, payload),
+                    Output::Http { id, response } => {
+                        debug!(status = response.status, "http response after a read");
+                        self.parked.answer_http(id, response);
+                    }
+                    Output::Connect { conn, result } => self.connected(conn, result),
                     #[allow(
                         unreachable_patterns,
                         reason = "relay-core grows outputs; new ones are logged until handled"
@@ -743,6 +768,7 @@ impl Core {
             conversation_cache_bytes: self.relay.relation_cache().conversation_bytes,
             contact_cache_bytes: self.relay.relation_cache().contact_bytes,
             parked_frames: self.relay.prefetch().parked_frames,
+            parked_requests: self.relay.prefetch().parked_requests,
             reads_pending: self.relay.prefetch().reads_pending,
         });
     }
@@ -826,8 +852,51 @@ impl Core {
         );
     }
 
+    /// The relay answered an upgrade that waited for a read ahead (after the commit of what it
+    /// wrote): the socket opens, or the refusal goes back.
+    fn connected(&mut self, conn: ConnId, result: Result<relay_core::Accepted, HttpResponse>) {
+        let now = self.clock.now();
+        let Some(reply) = self.parked.take_connect(conn) else {
+            // Refused already (the relay was rebuilt meanwhile): the session is not served.
+            if result.is_ok() {
+                self.relay.handle_disconnect(now, conn);
+            }
+            return;
+        };
+        let accepted = match result {
+            Ok(accepted) => accepted,
+            Err(refusal) => {
+                debug!(status = refusal.status, "websocket refused after a read");
+                let _ = reply.send(Err(refusal));
+                return;
+            }
+        };
+        let connected = Connected {
+            conn,
+            user: accepted.user,
+            subprotocol: accepted.subprotocol,
+            outbound: self.sockets.open(conn),
+        };
+        if reply.send(Ok(connected)).is_err() {
+            // The upgrade handler went away (client gone) before the answer.
+            self.sockets.forget(conn);
+            self.relay.handle_disconnect(now, conn);
+        } else if let Some(metrics) = &self.metrics {
+            metrics.websocket_opened();
+        }
+    }
+
     /// Fail-stop recovery: drop the failed relay and open a new one from the store.
     fn rebuild(&mut self) {
+        // What waited for a read in the failed relay (or ran in a batch that was not
+        // committed) is refused: nothing of it was stored.
+        let refused = self.parked.refuse(relay_core::storage_unavailable_response);
+        if refused > 0 {
+            debug!(
+                refused,
+                "requests that waited for reads refused with the failed relay"
+            );
+        }
         let (code, reason) = close_for(CloseReason::StorageFailure);
         self.close_all(
             &[Farewell::Close { code, reason }],
@@ -859,29 +928,5 @@ async fn term_ended(end: Option<&TermEnd>) -> String {
     match end {
         Some(end) => end.wait().await,
         None => std::future::pending().await,
-    }
-}
-
-/// The answers of a batch's inputs, sent once the batch is committed.
-#[derive(Default)]
-struct Answers {
-    http: Vec<(oneshot::Sender<HttpResponse>, HttpResponse)>,
-    connects: Vec<(oneshot::Sender<Result<Connected, HttpResponse>>, Connected)>,
-    /// Test mode: clock moves, answered with the new now.
-    clock: Vec<(oneshot::Sender<UnixMs>, UnixMs)>,
-}
-
-impl Answers {
-    /// Answers every request and upgrade with `refusal()`; returns how many.
-    fn refuse(self, refusal: fn() -> HttpResponse) -> usize {
-        let n = self.http.len() + self.connects.len();
-        for (reply, _) in self.http {
-            let _ = reply.send(refusal());
-        }
-        for (reply, _) in self.connects {
-            let _ = reply.send(Err(refusal()));
-        }
-        // Clock moves: dropping the reply makes the handler answer with the server's refusal.
-        n
     }
 }

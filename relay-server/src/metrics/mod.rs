@@ -79,8 +79,10 @@ struct Families {
     tombstone_rows_read: Counter,
     tombstone_cache: Gauge,
     frames_parked: Counter,
+    requests_parked: Counter,
     reads_inline: Counter,
     prefetch_parked_frames: Gauge,
+    prefetch_parked_requests: Gauge,
     prefetch_reads_pending: Gauge,
     queues_read: Counter,
     queue_cache: Gauge,
@@ -159,8 +161,10 @@ impl Metrics {
             tombstone_rows_read: Counter::default(),
             tombstone_cache: Gauge::default(),
             frames_parked: Counter::default(),
+            requests_parked: Counter::default(),
             reads_inline: Counter::default(),
             prefetch_parked_frames: Gauge::default(),
+            prefetch_parked_requests: Gauge::default(),
             prefetch_reads_pending: Gauge::default(),
             queues_read: Counter::default(),
             queue_cache: Gauge::default(),
@@ -312,6 +316,9 @@ impl Metrics {
             .prefetch_parked_frames
             .set(gauge(core.parked_frames as u64));
         self.f
+            .prefetch_parked_requests
+            .set(gauge(core.parked_requests as u64));
+        self.f
             .prefetch_reads_pending
             .set(gauge(core.reads_pending as u64));
         self.f
@@ -406,6 +413,11 @@ impl Metrics {
             ),
             (&f.contacts_read, now.contacts_read, last.contacts_read),
             (&f.frames_parked, now.frames_parked, last.frames_parked),
+            (
+                &f.requests_parked,
+                now.requests_parked,
+                last.requests_parked,
+            ),
             (&f.reads_inline, now.reads_inline, last.reads_inline),
         ] {
             let n = now.saturating_sub(last);
@@ -509,6 +521,8 @@ pub(super) struct CoreGauges {
     pub(super) contact_cache_bytes: usize,
     /// Frames waiting for a read ahead (or queued behind one that is).
     pub(super) parked_frames: usize,
+    /// HTTP requests and WebSocket upgrades waiting for a read ahead.
+    pub(super) parked_requests: usize,
     /// Reads ahead asked and not yet done.
     pub(super) reads_pending: usize,
 }
@@ -647,14 +661,24 @@ fn register(r: &mut Registry, f: &Families) {
         f.frames_parked.clone(),
     );
     r.register(
+        "requests_parked",
+        "Times an HTTP request or a WebSocket upgrade waited for a read done off the core task (once per cold read it needed)",
+        f.requests_parked.clone(),
+    );
+    r.register(
         "reads_inline",
-        "Reads of the store made on the core task (every read of a relay that does not read ahead; with it, those of HTTP requests, upgrades and timers)",
+        "Reads of the store made on the core task (every read of a relay that does not read ahead; with it, those of timers)",
         f.reads_inline.clone(),
     );
     r.register(
         "prefetch_parked_frames",
         "Frames waiting for a read ahead, or queued behind one that is",
         f.prefetch_parked_frames.clone(),
+    );
+    r.register(
+        "prefetch_parked_requests",
+        "HTTP requests and WebSocket upgrades waiting for a read ahead",
+        f.prefetch_parked_requests.clone(),
     );
     r.register(
         "prefetch_reads_pending",
