@@ -278,11 +278,12 @@ pub(crate) fn with_conversation<R>(
     if let Some(c) = relations.conversations.read(conv) {
         return Ok(Some(f(&c.row)));
     }
-    stats.conversations_read += 1;
-    let Some(value) = reader
+    let read = reader
         .get(Table::Conversations, conv.as_str())
-        .inspect_err(|_| stats.conversation_read_failures += 1)?
-    else {
+        .inspect_err(|_| stats.conversation_read_failures += 1)?;
+    // Counted once read: a read that waits (reading ahead) counts when it is back.
+    stats.conversations_read += 1;
+    let Some(value) = read else {
         return Ok(None);
     };
     let mut row: ConversationRow = decode(Table::Conversations, conv.as_str(), &value)?;
@@ -318,13 +319,13 @@ pub(crate) fn with_contacts<R>(
     if let Some(c) = relations.contacts.read(user) {
         return Ok(f(c));
     }
-    stats.contacts_read += 1;
     let mut prefix = String::with_capacity(user.as_str().len() + 1);
     prefix.push_str(user.as_str());
     prefix.push('/');
     let rows = reader
         .scan_prefix(Table::Contacts, &prefix)
         .inspect_err(|_| stats.contact_read_failures += 1)?;
+    stats.contacts_read += 1;
     let mut list = Contacts(Vec::with_capacity(rows.len()));
     for (key, value) in &rows {
         let f: FriendshipRow = decode(Table::Contacts, key, value)?;
@@ -358,13 +359,13 @@ pub(crate) fn read_marks(
     if c.marks.is_some() {
         return Ok(());
     }
-    stats.receipt_marks_read += 1;
     let mut prefix = String::with_capacity(conv.as_str().len() + 1);
     prefix.push_str(conv.as_str());
     prefix.push('/');
     let rows = reader
         .scan_prefix(Table::ReceiptMarks, &prefix)
         .inspect_err(|_| stats.conversation_read_failures += 1)?;
+    stats.receipt_marks_read += 1;
     let mut marks = [[Seq(0); 2]; 2];
     for (key, value) in &rows {
         let m: ReceiptMarkRow = decode(Table::ReceiptMarks, key, value)?;

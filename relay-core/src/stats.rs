@@ -44,8 +44,8 @@ pub struct RelayStats {
     /// and [`Relay::handle_connect`](crate::Relay::handle_connect), and an input's read after
     /// it changed something.
     pub reads_inline: u64,
-    /// Parked frames refused: too many waiting, or parked too many times
-    /// (`crate::prefetch`'s bounds).
+    /// Frames, requests and upgrades refused for reads ahead: too many waiting, or parked too
+    /// many times (`crate::prefetch`'s bounds).
     pub frames_refused_waiting: u64,
     /// Queues read from the store (one recipient's messages in one conversation, needed while
     /// not in memory).
@@ -95,14 +95,15 @@ pub struct TombstoneCacheStats {
 
 impl RelayStats {
     /// Takes the counts of rows read from `other` (an attempt that was dropped: what it read
-    /// stays read).
+    /// stays read, held in the caches for its next run). Not single tombstones: they are not
+    /// held, so the next run reads them again, and counts them then.
     pub(crate) fn keep_reads(&mut self, other: &Self) {
         self.tombstone_sets_read = other.tombstone_sets_read;
-        self.tombstone_rows_read = other.tombstone_rows_read;
         self.queues_read = other.queues_read;
         self.accounts_read = other.accounts_read;
         self.conversations_read = other.conversations_read;
         self.contacts_read = other.contacts_read;
+        self.receipt_marks_read = other.receipt_marks_read;
     }
 }
 

@@ -42,8 +42,9 @@ fn the_catalogue_lists_every_probe_the_sources_declare() {
 /// simulated client reaches, one was reached by a seed or two until reads ahead moved its
 /// timing (BENCHMARKS "The core never waits for a frame's read"), and three are the vanity hold
 /// caps (a fourth unpaid hold of one account, an eleventh of one network) and the deletion of
-/// orders a week after they are over, which no scenario buyer and no days run reach.
-const MOST_MISSES: usize = 14;
+/// orders a week after they are over, which no scenario buyer and no days run reach; one is
+/// fail-stop refusing requests that wait for reads, which needs a commit fault in that window.
+const MOST_MISSES: usize = 15;
 
 #[test]
 fn every_probe_the_main_sweep_misses_says_why() {

@@ -214,8 +214,12 @@ impl Relay {
         self.failed = true;
         // Requests and upgrades waiting for reads are refused as a failed commit refuses.
         for (w, work) in self.prefetch.take_requests() {
-            let words = "the relay's store failed; nothing was changed, retry later";
-            self.refuse_work(w, &work, ErrorCode::STORAGE_UNAVAILABLE, words);
+            let (code, words) = (
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay's store failed; nothing was changed, retry later",
+            );
+            probes::refusal(code.as_str());
+            self.refuse_work(w, &work, code, words);
         }
         for conn in self.sessions.close_all() {
             self.outputs.push_back(Output::Close {

@@ -34,6 +34,7 @@ impl Relay {
             self.stats.frames_refused_waiting += 1;
             return Some(HttpResponse::error(503, &code, words));
         }
+        probes::probe!("prefetch:request-parked");
         self.stats.requests_parked += 1;
         let work = Work::Http(Arc::new(req));
         self.prefetch.park(Waiter::Request(id), work, charged, op);
@@ -62,6 +63,7 @@ impl Relay {
             self.stats.frames_refused_waiting += 1;
             return Some(Err(HttpResponse::error(503, &code, words)));
         }
+        probes::probe!("prefetch:upgrade-parked");
         self.stats.requests_parked += 1;
         self.prefetch
             .park(Waiter::Conn(conn), Work::Connect(req), false, op);

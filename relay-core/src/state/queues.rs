@@ -114,10 +114,11 @@ impl State {
             // PLANTED BUG (test-only): the stored queue is not read back.
             Queue::default()
         } else {
-            stats.queues_read += 1;
-            read_queue(reader, recipient, conv, &entry.from).inspect_err(|_| {
+            let q = read_queue(reader, recipient, conv, &entry.from).inspect_err(|_| {
                 stats.queue_read_failures += 1;
-            })?
+            })?;
+            stats.queues_read += 1;
+            q
         };
         let found = q.summary();
         if found != entry.summary && !planted!(self, EvictedQueueForgotten) {

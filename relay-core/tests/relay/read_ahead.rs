@@ -359,3 +359,34 @@ fn a_failed_read_answers_the_waiting_request_with_503_and_nothing_else() {
     // Asked again, it is read again and answered.
     assert_eq!(w.get(paths::FRIENDS, Some(&a.token)).status, 200);
 }
+
+#[test]
+fn a_failed_commit_refuses_the_requests_that_wait_for_reads() {
+    let (mut w, a, _, _) = cold_and_warm();
+    let now = w.now;
+    assert!(
+        w.relay
+            .handle_request(now, RequestId(3), get(paths::FRIENDS, &a.token))
+            .is_none()
+    );
+    // A registration (read on this task) writes, and its commit fails: the relay stops.
+    let (sk, x) = w.fresh_keys();
+    let body = serde_json::json!({
+        "ed25519_public_key": crate::world::b64(sk.verifying_key().as_bytes()),
+        "x25519_public_key": crate::world::b64(&x),
+        "nickname": "n",
+        "pow_nonce": w.solve_pow("10.1.1.1"),
+    });
+    w.mem.fail_commits(1);
+    let register = HttpRequest::new(Method::Post, paths::REGISTER)
+        .json(&body)
+        .from_addr("10.1.1.1");
+    assert_eq!(w.relay.handle_http(now, &register).status, 503);
+    assert!(w.relay.is_failed());
+    // The request that waited for a read is answered with the same refusal.
+    let outs = w.drain();
+    let resp = answer(&outs, 3).expect("the waiting request answered");
+    assert_eq!(resp.status, 503);
+    assert_eq!(resp.error_code().as_deref(), Some("STORAGE_UNAVAILABLE"));
+    assert_eq!(w.relay.prefetch().parked_requests, 0);
+}
