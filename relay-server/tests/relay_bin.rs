@@ -129,11 +129,9 @@ async fn data_directory_store_files_and_piped_logs() {
         assert!(!shared.join("relay.sqlite3").exists(), "nothing written");
     }
     let data = tmp.path().join("data");
-    let addr = free_addr();
     let log = tmp.path().join("relay.log");
-    let relay = start_relay(
+    let (relay, addr) = start_relay(
         &["--data".into(), data.to_str().unwrap().into()],
-        addr,
         log.clone(),
     )
     .await;
@@ -271,29 +269,28 @@ impl Drop for RelayProcess {
     }
 }
 
-async fn start_relay(args: &[String], addr: SocketAddr, log: PathBuf) -> RelayProcess {
+/// Starts the binary on a port of its own choosing (port 0: no race with other tests for
+/// a free port) and returns it with the address it logged.
+async fn start_relay(args: &[String], log: PathBuf) -> (RelayProcess, SocketAddr) {
     let out = std::fs::File::create(&log).unwrap();
     let child = relay_bin()
         .args(args)
-        .args(["--listen", &addr.to_string(), "--log", "info"])
+        .args(["--listen", "127.0.0.1:0", "--log", "info"])
         .stdout(Stdio::from(out.try_clone().unwrap()))
         .stderr(Stdio::from(out))
         .spawn()
         .unwrap();
     let mut relay = RelayProcess { child, log };
-    for _ in 0..3_000 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            return relay;
-        }
-        if relay.child.try_wait().unwrap().is_some() {
-            panic!(
-                "the relay exited:\n{}",
-                std::fs::read_to_string(&relay.log).unwrap()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the relay did not start listening");
+    let found = tokio::task::block_in_place(|| {
+        common::listening_addr(&relay.log, &mut relay.child)
+    });
+    let Some(addr) = found else {
+        panic!(
+            "the relay did not start listening:\n{}",
+            std::fs::read_to_string(&relay.log).unwrap()
+        );
+    };
+    (relay, addr)
 }
 
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
@@ -368,8 +365,7 @@ async fn the_binary_delivers_web_push_fcm_and_apns_to_the_stand_ins() {
     .iter()
     .map(|s| (*s).to_owned())
     .collect();
-    let addr = free_addr();
-    let relay = start_relay(&args, addr, tmp.path().join("relay.log")).await;
+    let (relay, addr) = start_relay(&args, tmp.path().join("relay.log")).await;
 
     // The key was created next to the JWT key, 0600, and is the one served.
     let key_file = data.join("vapid.pem");
