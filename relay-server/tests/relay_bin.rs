@@ -130,7 +130,7 @@ async fn data_directory_store_files_and_piped_logs() {
     }
     let data = tmp.path().join("data");
     let log = tmp.path().join("relay.log");
-    let (relay, addr) = start_relay(
+    let (relay, _addr) = start_relay(
         &["--data".into(), data.to_str().unwrap().into()],
         log.clone(),
     )
@@ -281,9 +281,8 @@ async fn start_relay(args: &[String], log: PathBuf) -> (RelayProcess, SocketAddr
         .spawn()
         .unwrap();
     let mut relay = RelayProcess { child, log };
-    let found = tokio::task::block_in_place(|| {
-        common::listening_addr(&relay.log, &mut relay.child)
-    });
+    let found =
+        tokio::task::block_in_place(|| common::listening_addr(&relay.log, &mut relay.child));
     let Some(addr) = found else {
         panic!(
             "the relay did not start listening:\n{}",
