@@ -26,12 +26,13 @@ Prints the three phases' ack times (p50, p99, max), the cold start's p99 over th
 the relay's read counters from its metrics. Arguments after `--` go to the relay (e.g.
 `--read-threads 0`: every read on the core task).
 """
-import base64, http.client, json, os, socket, struct, subprocess, sys, threading, time
+import base64, http.client, json, os, subprocess, sys, threading, time
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
 
 from relaystart import start, stop
+from wsclient import Socket
 
 args, relay_args = sys.argv[1:], []
 if "--" in args:
@@ -57,52 +58,6 @@ store = [*where, "--pow-difficulty", "0", "--ipv4-prefix", "32",
          "--metrics-listen", f"127.0.0.1:{metrics_port}"]
 raw = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 b64 = lambda b: base64.b64encode(b).decode()
-
-
-class Socket:
-    """A WebSocket client of text frames (masked, as a client must), enough for this script."""
-
-    def __init__(self, port, query, src="127.0.0.1"):
-        self.s = socket.create_connection(("127.0.0.1", port), source_address=(src, 0))
-        self.s.sendall((f"GET /ws?{query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                        "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                        "Sec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while not head.endswith(b"\r\n\r\n"):
-            chunk = self.s.recv(1)
-            assert chunk, "closed during the upgrade"
-            head += chunk
-        assert head.split()[1] == b"101", head
-
-    def send(self, obj):
-        body = json.dumps(obj, separators=(",", ":")).encode()
-        mask = os.urandom(4)
-        n = len(body)
-        head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126
-                                else bytes([0x80 | 126]) + struct.pack(">H", n))
-        self.s.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(body)))
-
-    def exact(self, k):
-        out = b""
-        while len(out) < k:
-            chunk = self.s.recv(k - len(out))
-            assert chunk, "the relay closed the socket"
-            out += chunk
-        return out
-
-    def recv(self):
-        b0, b1 = self.exact(2)
-        n = b1 & 0x7F
-        if n == 126:
-            n = struct.unpack(">H", self.exact(2))[0]
-        elif n == 127:
-            n = struct.unpack(">Q", self.exact(8))[0]
-        body = self.exact(n)
-        return json.loads(body) if b0 & 0x0F == 1 else None
-
-    def close(self):
-        self.s.close()
 
 
 def address(i):

@@ -26,12 +26,13 @@ With `--postgres URL` the relay runs on that database instead (schema `heavybenc
 first and left behind; keys in DIR), and the tombstones are written with one `INSERT … SELECT
 FROM generate_series` through `psql`.
 """
-import base64, http.client, json, os, socket, sqlite3, struct, sys, threading, time, uuid
+import base64, http.client, json, os, sqlite3, sys, threading, time, uuid
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
 
 from relaystart import start, stop
+from wsclient import Socket
 
 args, relay_args = sys.argv[1:], []
 if "--" in args:
@@ -93,45 +94,6 @@ def login(a):
     a["token"] = v["token"]
 
 
-class Socket:
-    """A WebSocket client of text frames (masked, as a client must), enough for this script."""
-
-    def __init__(self, a):
-        self.s = socket.create_connection(("127.0.0.1", port))
-        self.s.sendall((f"GET /ws?user_uuid={a['uuid']}&token={a['token']} HTTP/1.1\r\n"
-                        f"Host: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while not head.endswith(b"\r\n\r\n"):
-            head += self.s.recv(1)
-        assert head.split()[1] == b"101", head
-
-    def send(self, obj):
-        body = json.dumps(obj, separators=(",", ":")).encode()
-        mask = os.urandom(4)
-        n = len(body)
-        head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n))
-        self.s.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(body)))
-
-    def exact(self, k):
-        out = b""
-        while len(out) < k:
-            chunk = self.s.recv(k - len(out))
-            assert chunk, "the relay closed the socket"
-            out += chunk
-        return out
-
-    def recv(self):
-        b0, b1 = self.exact(2)
-        n = b1 & 0x7F
-        if n == 126:
-            n = struct.unpack(">H", self.exact(2))[0]
-        elif n == 127:
-            n = struct.unpack(">Q", self.exact(8))[0]
-        body = self.exact(n)
-        return json.loads(body) if b0 & 0x0F == 1 else None
-
-
 def tombstone_counters():
     _, text = call("GET", "/metrics", at=metrics_port)
     out = {}
@@ -177,7 +139,7 @@ class Bystanders:
     def __init__(self, c, d, conv):
         self.stop, self.acks, self.health = threading.Event(), [], []
         login(c)
-        self.ws = Socket(c)
+        self.ws = Socket(port, f"user_uuid={c['uuid']}&token={c['token']}")
         self.ws.send({"type": "sync", "crypto_v": 1})
         send_and_wait(self.ws, "warm", d, conv, b64(b"warm"))
         self.threads = [threading.Thread(target=self.talk, args=(d, conv)),
@@ -260,7 +222,7 @@ print(f"{n} tombstones of one author written in {time.perf_counter() - t0:.1f} s
 p, _, _, _ = start(relay, store, port)
 try:
     login(a)
-    ws = Socket(a)
+    ws = Socket(port, f"user_uuid={a['uuid']}&token={a['token']}")
     ws.send({"type": "sync", "crypto_v": 1})
     payload = b64(os.urandom(300))
     others = Bystanders(c, d, by_conv) if bystander else None

@@ -23,11 +23,13 @@ and prints memory and gauges at start (everyone registered, befriended, senders 
 after each flood, after each drain, and --settle seconds after the last drain. Arguments after
 `--` go to the relay (e.g. `--queue-cache-bytes 1048576`).
 """
-import argparse, base64, http.client, json, os, shlex, signal, socket, struct, subprocess, sys
+import argparse, base64, http.client, json, os, shlex, signal, socket, subprocess, sys
 import tempfile, threading, time
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
+
+from wsclient import Socket
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -174,74 +176,9 @@ def befriend(x, y):
     return acc["conversation_id"]
 
 
-def mask_bytes(body):
-    mask = os.urandom(4)
-    n = len(body)
-    key = (mask * (n // 4 + 1))[:n]
-    return mask + (int.from_bytes(body, "big") ^ int.from_bytes(key, "big")).to_bytes(n, "big")
-
-
-class Socket:
-    """A WebSocket client of text frames (masked, as a client must); answers pings."""
-
-    def __init__(self, a):
-        self.lock = threading.Lock()
-        self.s = socket.create_connection(("127.0.0.1", port))
-        self.s.sendall((f"GET /ws?user_uuid={a['uuid']}&token={a['token']} HTTP/1.1\r\n"
-                        f"Host: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while not head.endswith(b"\r\n\r\n"):
-            head += self.s.recv(1)
-        assert head.split()[1] == b"101", head
-        self.buf = b""
-
-    def frame(self, opcode, body):
-        n = len(body)
-        if n < 126:
-            head = bytes([0x80 | opcode, 0x80 | n])
-        elif n < 65536:
-            head = bytes([0x80 | opcode, 0x80 | 126]) + struct.pack(">H", n)
-        else:
-            head = bytes([0x80 | opcode, 0x80 | 127]) + struct.pack(">Q", n)
-        with self.lock:
-            self.s.sendall(head + mask_bytes(body))
-
-    def send(self, obj):
-        self.frame(1, json.dumps(obj, separators=(",", ":")).encode())
-
-    def exact(self, k):
-        while len(self.buf) < k:
-            chunk = self.s.recv(max(65536, k - len(self.buf)))
-            if not chunk:
-                raise ConnectionError("the relay closed the socket")
-            self.buf += chunk
-        out, self.buf = self.buf[:k], self.buf[k:]
-        return out
-
-    def recv(self):
-        """The next text frame as JSON (answering pings on the way); None for a close."""
-        while True:
-            b0, b1 = self.exact(2)
-            n = b1 & 0x7F
-            if n == 126:
-                n = struct.unpack(">H", self.exact(2))[0]
-            elif n == 127:
-                n = struct.unpack(">Q", self.exact(8))[0]
-            body = self.exact(n)
-            op = b0 & 0x0F
-            if op == 1:
-                return json.loads(body)
-            if op == 9:
-                self.frame(10, body)
-            elif op == 8:
-                return None
-
-    def close(self):
-        try:
-            self.s.close()
-        except OSError:
-            pass
+def query(a):
+    """The upgrade's query of account `a` (its token)."""
+    return f"user_uuid={a['uuid']}&token={a['token']}"
 
 
 # --- the phases ------------------------------------------------------------------------------
@@ -289,7 +226,7 @@ def drain(recipients, pid):
     got = [0] * len(recipients)
 
     def one(i):
-        ws = Socket(recipients[i])
+        ws = Socket(port, query(recipients[i]))
         ws.s.settimeout(0.5)
         ws.send({"type": "sync", "crypto_v": 1})
         try:
@@ -341,7 +278,7 @@ def main():
             (senders if i < n else recipients).append(account(f"u{i}", src))
         convs = [befriend(senders[i], recipients[i]) for i in range(n)]
         for s in senders:
-            s["ws"] = Socket(s)
+            s["ws"] = Socket(port, query(s))
             s["ws"].send({"type": "sync", "crypto_v": 1})
         print(f"{n} senders and {n} recipients registered, befriended, senders connected in "
               f"{time.time() - t0:.1f} s; relay pid {pid}; data {data}; payload {args.payload} B",

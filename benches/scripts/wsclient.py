@@ -1,0 +1,82 @@
+"""A WebSocket client of text frames for the bench scripts: masked, as a client must be; it
+answers the relay's pings while it reads. Enough for measuring a relay as an outsider, not a
+general client."""
+import json, os, socket, struct, threading
+
+
+def mask_bytes(body):
+    mask = os.urandom(4)
+    n = len(body)
+    key = (mask * (n // 4 + 1))[:n]
+    return mask + (int.from_bytes(body, "big") ^ int.from_bytes(key, "big")).to_bytes(n, "big")
+
+
+class Socket:
+    """One upgraded connection to the relay on 127.0.0.1:`port` (`/ws?` + `query`), from the
+    local address `src`."""
+
+    def __init__(self, port, query, src="127.0.0.1"):
+        self.lock = threading.Lock()
+        self.s = socket.create_connection(("127.0.0.1", port), source_address=(src, 0))
+        # Each frame is one write; without this a frame written while the previous one is not
+        # yet acknowledged waits for the peer's delayed ACK (40 ms on Linux).
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.s.sendall((f"GET /ws?{query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                        "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                        "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            chunk = self.s.recv(1)
+            if not chunk:
+                raise ConnectionError("the relay closed the connection during the upgrade")
+            head += chunk
+        assert head.split()[1] == b"101", head
+        self.buf = b""
+
+    def frame(self, opcode, body):
+        n = len(body)
+        if n < 126:
+            head = bytes([0x80 | opcode, 0x80 | n])
+        elif n < 65536:
+            head = bytes([0x80 | opcode, 0x80 | 126]) + struct.pack(">H", n)
+        else:
+            head = bytes([0x80 | opcode, 0x80 | 127]) + struct.pack(">Q", n)
+        with self.lock:
+            self.s.sendall(head + mask_bytes(body))
+
+    def send(self, obj):
+        self.frame(1, json.dumps(obj, separators=(",", ":")).encode())
+
+    def exact(self, k):
+        while len(self.buf) < k:
+            chunk = self.s.recv(max(65536, k - len(self.buf)))
+            if not chunk:
+                raise ConnectionError("the relay closed the socket")
+            self.buf += chunk
+        out, self.buf = self.buf[:k], self.buf[k:]
+        return out
+
+    def recv(self):
+        """The next text frame as JSON (answering pings on the way); None for a close."""
+        while True:
+            b0, b1 = self.exact(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = struct.unpack(">H", self.exact(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", self.exact(8))[0]
+            body = self.exact(n)
+            op = b0 & 0x0F
+            if op == 1:
+                return json.loads(body)
+            if op == 9:
+                self.frame(10, body)
+            elif op == 8:
+                return None
+
+    def close(self):
+        try:
+            self.s.close()
+        except OSError:
+            pass
