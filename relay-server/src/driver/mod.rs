@@ -15,9 +15,10 @@
 //! at once, before anything else queued, closing every socket (see [`Core::end_term`]).
 //!
 //! Submodules: `inputs` (what the handlers and the server's loop exchange with the core task,
-//! and what wakes it), `sockets` (the table of open WebSockets and what is queued on each) and
-//! `support` (close codes, the refusal after a term, the committer for a mode, the store
-//! stand-in).
+//! and what wakes it), `answers` (what the core owes the handlers), `upgrades` (a WebSocket
+//! upgrade answered, at once or after a read ahead), `sockets` (the table of open WebSockets
+//! and what is queued on each) and `support` (close codes, the refusal after a term, the
+//! committer for a mode, the store stand-in).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,6 +47,7 @@ mod answers;
 mod inputs;
 mod sockets;
 mod support;
+mod upgrades;
 
 use answers::{Answers, Parked};
 use inputs::Wakeup;
@@ -563,47 +565,6 @@ impl Core {
         self.answers.clock.push((reply, now));
     }
 
-    fn connect(
-        &mut self,
-        now: UnixMs,
-        ws: WsConnect,
-        reply: oneshot::Sender<Result<Connected, HttpResponse>>,
-    ) {
-        if self.draining {
-            let refusal = HttpResponse::error(
-                503,
-                &wire::ErrorCode::SERVER_SHUTTING_DOWN,
-                "the relay is shutting down; reconnect shortly",
-            );
-            let _ = reply.send(Err(refusal));
-            return;
-        }
-        let conn = ConnId(self.next_conn);
-        self.next_conn += 1;
-        let Some(answer) = self.relay.handle_connect_ahead(now, conn, ws) else {
-            debug!(conn = conn.0, "websocket upgrade waits for a read");
-            self.parked.connect(conn, reply);
-            return;
-        };
-        match answer {
-            Ok(accepted) => {
-                let outbound = self.sockets.open(conn);
-                let connected = Connected {
-                    conn,
-                    user: accepted.user,
-                    subprotocol: accepted.subprotocol,
-                    outbound,
-                };
-                // Answered once the batch is committed.
-                self.answers.connects.push((reply, connected));
-            }
-            Err(refusal) => {
-                debug!(status = refusal.status, "websocket refused");
-                let _ = reply.send(Err(refusal));
-            }
-        }
-    }
-
     /// Executes every queued output, in order; sockets whose queue is full are closed and
     /// reported disconnected (which may queue more outputs, drained in the same call).
     fn drain(&mut self) {
@@ -850,40 +811,6 @@ impl Core {
             inputs_handled = handled,
             "shutting down: queued inputs committed; GOAWAY and close 1001 sent to every socket"
         );
-    }
-
-    /// The relay answered an upgrade that waited for a read ahead (after the commit of what it
-    /// wrote): the socket opens, or the refusal goes back.
-    fn connected(&mut self, conn: ConnId, result: Result<relay_core::Accepted, HttpResponse>) {
-        let now = self.clock.now();
-        let Some(reply) = self.parked.take_connect(conn) else {
-            // Refused already (the relay was rebuilt meanwhile): the session is not served.
-            if result.is_ok() {
-                self.relay.handle_disconnect(now, conn);
-            }
-            return;
-        };
-        let accepted = match result {
-            Ok(accepted) => accepted,
-            Err(refusal) => {
-                debug!(status = refusal.status, "websocket refused after a read");
-                let _ = reply.send(Err(refusal));
-                return;
-            }
-        };
-        let connected = Connected {
-            conn,
-            user: accepted.user,
-            subprotocol: accepted.subprotocol,
-            outbound: self.sockets.open(conn),
-        };
-        if reply.send(Ok(connected)).is_err() {
-            // The upgrade handler went away (client gone) before the answer.
-            self.sockets.forget(conn);
-            self.relay.handle_disconnect(now, conn);
-        } else if let Some(metrics) = &self.metrics {
-            metrics.websocket_opened();
-        }
     }
 
     /// Fail-stop recovery: drop the failed relay and open a new one from the store.
