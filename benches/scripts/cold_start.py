@@ -26,13 +26,13 @@ Prints the three phases' ack times (p50, p99, max), the cold start's p99 over th
 the relay's read counters from its metrics. Arguments after `--` go to the relay (e.g.
 `--read-threads 0`: every read on the core task).
 """
-import base64, http.client, json, os, subprocess, sys, threading, time
+import base64, json, os, subprocess, sys, threading, time
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
 
 from relaystart import start, stop
-from wsclient import Socket
+from wsclient import Socket, request
 
 args, relay_args = sys.argv[1:], []
 if "--" in args:
@@ -67,15 +67,8 @@ def address(i):
 
 
 def call(method, path, body=None, token=None, src="127.0.0.1"):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60, source_address=(src, 0))
-    h = {"Content-Type": "application/json"}
-    if token:
-        h["Authorization"] = "Bearer " + token
-    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
-    r = c.getresponse()
-    text = r.read()
-    c.close()
-    return r.status, (json.loads(text) if text and r.status < 300 else text)
+    st, text = request(port, method, path, body, token, src)
+    return st, (json.loads(text) if text and st < 300 else text)
 
 
 def account(i):
@@ -203,9 +196,7 @@ def quantiles(xs):
 
 
 def counters():
-    c = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=10)
-    c.request("GET", "/metrics")
-    text = c.getresponse().read().decode()
+    text = request(metrics_port, "GET", "/metrics")[1].decode()
     names = ("relay_requests_parked_total", "relay_frames_parked_total",
              "relay_reads_inline_total", "relay_accounts_read_total")
     return {n: float(l.split()[1]) for l in text.splitlines() for n in names

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
 
 from relaystart import start, stop
-from wsclient import Socket
+from wsclient import Socket, request
 
 args, relay_args = sys.argv[1:], []
 if "--" in args:
@@ -66,15 +66,8 @@ b64 = lambda b: base64.b64encode(b).decode()
 
 
 def call(method, path, body=None, token=None, at=port):
-    c = http.client.HTTPConnection("127.0.0.1", at, timeout=60)
-    h = {"Content-Type": "application/json"}
-    if token:
-        h["Authorization"] = "Bearer " + token
-    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
-    r = c.getresponse()
-    text = r.read()
-    c.close()
-    return r.status, (json.loads(text) if text and r.status < 300 and path != "/metrics" else text)
+    st, text = request(at, method, path, body, token)
+    return st, (json.loads(text) if text and st < 300 and path != "/metrics" else text)
 
 
 def account(nick):

@@ -29,7 +29,7 @@ import tempfile, threading, time
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
 
-from wsclient import Socket
+from wsclient import Socket, request
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -140,16 +140,8 @@ def sample(phase, pid, extra=""):
 # --- HTTP and WebSocket helpers (as heavy_author.py, with a source address) ------------------
 
 def call(method, path, body=None, token=None, at=None, src=None):
-    c = http.client.HTTPConnection("127.0.0.1", at or port, timeout=60,
-                                   source_address=(src, 0) if src else None)
-    h = {"Content-Type": "application/json"}
-    if token:
-        h["Authorization"] = "Bearer " + token
-    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
-    r = c.getresponse()
-    text = r.read()
-    c.close()
-    return r.status, (json.loads(text) if text and r.status < 300 and path.startswith("/api") else text)
+    st, text = request(at or port, method, path, body, token, src)
+    return st, (json.loads(text) if text and st < 300 and path.startswith("/api") else text)
 
 
 def account(nick, src):

@@ -1,7 +1,23 @@
-"""A WebSocket client of text frames for the bench scripts: masked, as a client must be; it
-answers the relay's pings while it reads. Enough for measuring a relay as an outsider, not a
-general client."""
-import json, os, socket, struct, threading
+"""The bench scripts' client of a relay on loopback: one HTTP request per connection
+(`request`) and a WebSocket of text frames (`Socket`: masked, as a client must be; it answers
+the relay's pings while it reads). Enough for measuring a relay as an outsider, not a general
+client."""
+import http.client, json, os, socket, struct, threading
+
+
+def request(port, method, path, body=None, token=None, src=None):
+    """One request to 127.0.0.1:`port` (a JSON body, a bearer token, from the local address
+    `src`); returns the status and the raw body."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60,
+                                   source_address=(src, 0) if src else None)
+    h = {"Content-Type": "application/json"}
+    if token:
+        h["Authorization"] = "Bearer " + token
+    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+    r = c.getresponse()
+    text = r.read()
+    c.close()
+    return r.status, text
 
 
 def mask_bytes(body):
