@@ -26,13 +26,10 @@ Prints the three phases' ack times (p50, p99, max), the cold start's p99 over th
 the relay's read counters from its metrics. Arguments after `--` go to the relay (e.g.
 `--read-threads 0`: every read on the core task).
 """
-import base64, json, os, subprocess, sys, threading, time
-
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
+import json, os, subprocess, sys, threading, time
 
 from relaystart import start, stop
-from wsclient import Socket, request
+from wsclient import Socket, b64, befriend, request, signed_up
 
 args, relay_args = sys.argv[1:], []
 if "--" in args:
@@ -56,8 +53,6 @@ store = [*where, "--pow-difficulty", "0", "--ipv4-prefix", "32",
          "--msgs-per-min-per-user", "1000000", "--frames-per-min-per-conn", "10000000",
          "--frame-burst-per-conn", "100000", "--max-connections-per-addr", "1000",
          "--metrics-listen", f"127.0.0.1:{metrics_port}"]
-raw = serialization.Encoding.Raw, serialization.PublicFormat.Raw
-b64 = lambda b: base64.b64encode(b).decode()
 
 
 def address(i):
@@ -72,21 +67,7 @@ def call(method, path, body=None, token=None, src="127.0.0.1"):
 
 
 def account(i):
-    sk, xk = ed25519.Ed25519PrivateKey.generate(), x25519.X25519PrivateKey.generate()
-    src = address(i)
-    st, reg = call("POST", "/api/v1/register", {
-        "ed25519_public_key": b64(sk.public_key().public_bytes(*raw)),
-        "x25519_public_key": b64(xk.public_key().public_bytes(*raw)), "nickname": f"u{i}"},
-        src=src)
-    assert st in (200, 201), (st, reg)
-    a = {"uuid": reg["uuid"], "alias": reg["alias_id"], "key": sk, "src": src}
-    _, ch = call("POST", "/api/v1/auth/challenge", {"user_uuid": a["uuid"]}, src=src)
-    st, v = call("POST", "/api/v1/auth/verify", {"user_uuid": a["uuid"],
-                 "challenge": ch["challenge"], "signature": b64(sk.sign(ch["challenge"].encode()))},
-                 src=src)
-    assert st == 200, (st, v)
-    a["token"] = v["token"]
-    return a
+    return signed_up(port, f"u{i}", address(i))
 
 
 def in_threads(n, items, work):
@@ -112,16 +93,6 @@ def in_threads(n, items, work):
     if failed:
         sys.exit(f"failed: {failed[:3]}")
     return out
-
-
-def befriend(x, y):
-    st, req = call("POST", "/api/v1/friends/request", {"to_alias_id": y["alias"]}, x["token"],
-                   src=x["src"])
-    assert st in (200, 201), (st, req)
-    st, acc = call("POST", f"/api/v1/friends/{req['friendship_id']}/accept", {}, y["token"],
-                   src=y["src"])
-    assert st == 200, (st, acc)
-    return acc["conversation_id"]
 
 
 def first_touch(a):
@@ -207,7 +178,7 @@ p, _, _, _ = start(relay, store, port)
 t0 = time.perf_counter()
 everyone = in_threads(4, list(range(users + 10)), account)
 pairs = [(everyone[users + 2 * k], everyone[users + 2 * k + 1]) for k in range(5)]
-pairs = [(x, y, befriend(x, y)) for x, y in pairs]
+pairs = [(x, y, befriend(port, x, y)) for x, y in pairs]
 cold = everyone[:users]
 print(f"{users + 10} accounts registered and signed in in {time.perf_counter() - t0:.1f} s",
       flush=True)

@@ -26,13 +26,10 @@ With `--postgres URL` the relay runs on that database instead (schema `heavybenc
 first and left behind; keys in DIR), and the tombstones are written with one `INSERT … SELECT
 FROM generate_series` through `psql`.
 """
-import base64, http.client, json, os, sqlite3, sys, threading, time, uuid
-
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
+import http.client, json, os, sqlite3, sys, threading, time, uuid
 
 from relaystart import start, stop
-from wsclient import Socket, request
+from wsclient import Socket, b64, befriend, login, request, signed_up
 
 args, relay_args = sys.argv[1:], []
 if "--" in args:
@@ -61,30 +58,11 @@ store = [*where, "--pow-difficulty", "0",
 if bystander:
     # The bystander sends all along: past the default per-user message limit.
     store += ["--msgs-per-min-per-user", "1000000"]
-raw = serialization.Encoding.Raw, serialization.PublicFormat.Raw
-b64 = lambda b: base64.b64encode(b).decode()
 
 
 def call(method, path, body=None, token=None, at=port):
     st, text = request(at, method, path, body, token)
     return st, (json.loads(text) if text and st < 300 and path != "/metrics" else text)
-
-
-def account(nick):
-    sk, xk = ed25519.Ed25519PrivateKey.generate(), x25519.X25519PrivateKey.generate()
-    st, reg = call("POST", "/api/v1/register", {
-        "ed25519_public_key": b64(sk.public_key().public_bytes(*raw)),
-        "x25519_public_key": b64(xk.public_key().public_bytes(*raw)), "nickname": nick})
-    assert st in (200, 201), (st, reg)
-    return {"uuid": reg["uuid"], "alias": reg["alias_id"], "key": sk}
-
-
-def login(a):
-    _, ch = call("POST", "/api/v1/auth/challenge", {"user_uuid": a["uuid"]})
-    st, v = call("POST", "/api/v1/auth/verify", {"user_uuid": a["uuid"],
-                 "challenge": ch["challenge"], "signature": b64(a["key"].sign(ch["challenge"].encode()))})
-    assert st == 200, (st, v)
-    a["token"] = v["token"]
 
 
 def tombstone_counters():
@@ -95,14 +73,6 @@ def tombstone_counters():
             if line.startswith(name + " "):
                 out[name] = float(line.split()[1])
     return out
-
-
-def befriend(x, y):
-    st, req = call("POST", "/api/v1/friends/request", {"to_alias_id": y["alias"]}, x["token"])
-    assert st in (200, 201), (st, req)
-    st, acc = call("POST", f"/api/v1/friends/{req['friendship_id']}/accept", {}, y["token"])
-    assert st == 200, (st, acc)
-    return acc["conversation_id"]
 
 
 def send_and_wait(ws, mid, to, conv, payload):
@@ -131,7 +101,7 @@ class Bystanders:
 
     def __init__(self, c, d, conv):
         self.stop, self.acks, self.health = threading.Event(), [], []
-        login(c)
+        login(port, c)
         self.ws = Socket(port, f"user_uuid={c['uuid']}&token={c['token']}")
         self.ws.send({"type": "sync", "crypto_v": 1})
         send_and_wait(self.ws, "warm", d, conv, b64(b"warm"))
@@ -170,13 +140,11 @@ class Bystanders:
 
 
 p, _, _, _ = start(relay, store, port)
-a, b = account("heavy"), account("peer")
-login(a), login(b)
-conv = befriend(a, b)
+a, b = signed_up(port, "heavy"), signed_up(port, "peer")
+conv = befriend(port, a, b)
 if bystander:
-    c, d = account("by"), account("stander")
-    login(c), login(d)
-    by_conv = befriend(c, d)
+    c, d = signed_up(port, "by"), signed_up(port, "stander")
+    by_conv = befriend(port, c, d)
 stop(p)
 
 now_ms = int(time.time() * 1000)
@@ -214,7 +182,7 @@ print(f"{n} tombstones of one author written in {time.perf_counter() - t0:.1f} s
 
 p, _, _, _ = start(relay, store, port)
 try:
-    login(a)
+    login(port, a)
     ws = Socket(port, f"user_uuid={a['uuid']}&token={a['token']}")
     ws.send({"type": "sync", "crypto_v": 1})
     payload = b64(os.urandom(300))

@@ -23,13 +23,10 @@ and prints memory and gauges at start (everyone registered, befriended, senders 
 after each flood, after each drain, and --settle seconds after the last drain. Arguments after
 `--` go to the relay (e.g. `--queue-cache-bytes 1048576`).
 """
-import argparse, base64, http.client, json, os, shlex, signal, socket, subprocess, sys
+import argparse, json, os, shlex, signal, socket, subprocess, sys
 import tempfile, threading, time
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
-
-from wsclient import Socket, request
+from wsclient import Socket, befriend, request, signed_up
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,8 +52,6 @@ if relay_args and relay_args[0] == "--":
 
 port = args.port or 47000 + os.getpid() % 400 * 2
 metrics_port = port + 1
-raw = serialization.Encoding.Raw, serialization.PublicFormat.Raw
-b64 = lambda b: base64.b64encode(b).decode()
 REFUSED = {"QUEUE_FULL", "SENDER_QUEUE_FULL", "RECIPIENT_QUEUE_FULL", "RELAY_QUEUE_FULL"}
 
 
@@ -137,35 +132,14 @@ def sample(phase, pid, extra=""):
           f"  outbound {row[8]:5.1f}  other caches {row[9]:5.1f} MiB  queue reads {row[10]:.0f} {extra}", flush=True)
 
 
-# --- HTTP and WebSocket helpers (as heavy_author.py, with a source address) ------------------
+# --- HTTP helper (the client is benches/scripts/wsclient.py) ------------------------------------
 
 def call(method, path, body=None, token=None, at=None, src=None):
     st, text = request(at or port, method, path, body, token, src)
     return st, (json.loads(text) if text and st < 300 and path.startswith("/api") else text)
 
 
-def account(nick, src):
-    sk, xk = ed25519.Ed25519PrivateKey.generate(), x25519.X25519PrivateKey.generate()
-    st, reg = call("POST", "/api/v1/register", {
-        "ed25519_public_key": b64(sk.public_key().public_bytes(*raw)),
-        "x25519_public_key": b64(xk.public_key().public_bytes(*raw)), "nickname": nick}, src=src)
-    assert st in (200, 201), (st, reg)
-    a = {"uuid": reg["uuid"], "alias": reg["alias_id"], "key": sk}
-    _, ch = call("POST", "/api/v1/auth/challenge", {"user_uuid": a["uuid"]}, src=src)
-    st, v = call("POST", "/api/v1/auth/verify", {"user_uuid": a["uuid"],
-                 "challenge": ch["challenge"], "signature": b64(sk.sign(ch["challenge"].encode()))},
-                 src=src)
-    assert st == 200, (st, v)
-    a["token"] = v["token"]
-    return a
 
-
-def befriend(x, y):
-    st, req = call("POST", "/api/v1/friends/request", {"to_alias_id": y["alias"]}, x["token"])
-    assert st in (200, 201), (st, req)
-    st, acc = call("POST", f"/api/v1/friends/{req['friendship_id']}/accept", {}, y["token"])
-    assert st == 200, (st, acc)
-    return acc["conversation_id"]
 
 
 def query(a):
@@ -267,8 +241,8 @@ def main():
         senders, recipients = [], []
         for i in range(2 * n):
             src = f"127.0.{2 + i // (10 * 250)}.{2 + (i // 10) % 250}"
-            (senders if i < n else recipients).append(account(f"u{i}", src))
-        convs = [befriend(senders[i], recipients[i]) for i in range(n)]
+            (senders if i < n else recipients).append(signed_up(port, f"u{i}", src))
+        convs = [befriend(port, senders[i], recipients[i]) for i in range(n)]
         for s in senders:
             s["ws"] = Socket(port, query(s))
             s["ws"].send({"type": "sync", "crypto_v": 1})

@@ -1,8 +1,18 @@
 """The bench scripts' client of a relay on loopback: one HTTP request per connection
-(`request`) and a WebSocket of text frames (`Socket`: masked, as a client must be; it answers
-the relay's pings while it reads). Enough for measuring a relay as an outsider, not a general
-client."""
-import http.client, json, os, socket, struct, threading
+(`request`), an account registered and signed in (`register`, `login`, `signed_up`), two made
+friends (`befriend`), and a WebSocket of text frames (`Socket`: masked, as a client must be; it
+answers the relay's pings while it reads). Enough for measuring a relay as an outsider, not a
+general client. Needs Python's `cryptography` package."""
+import base64, http.client, json, os, socket, struct, threading
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
+
+RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
+
+
+def b64(b):
+    return base64.b64encode(b).decode()
 
 
 def request(port, method, path, body=None, token=None, src=None):
@@ -18,6 +28,52 @@ def request(port, method, path, body=None, token=None, src=None):
     text = r.read()
     c.close()
     return r.status, text
+
+
+def api(port, method, path, body=None, token=None, src=None):
+    """`request` to the API, its body decoded when it succeeded."""
+    st, text = request(port, method, path, body, token, src)
+    return st, (json.loads(text) if text and st < 300 else text)
+
+
+def register(port, nick, src=None):
+    """A new account (fresh keys) registered from `src`: uuid, alias, signing key, src."""
+    sk, xk = ed25519.Ed25519PrivateKey.generate(), x25519.X25519PrivateKey.generate()
+    st, reg = api(port, "POST", "/api/v1/register", {
+        "ed25519_public_key": b64(sk.public_key().public_bytes(*RAW)),
+        "x25519_public_key": b64(xk.public_key().public_bytes(*RAW)), "nickname": nick},
+        src=src)
+    assert st in (200, 201), (st, reg)
+    return {"uuid": reg["uuid"], "alias": reg["alias_id"], "key": sk, "src": src}
+
+
+def login(port, a):
+    """Signs account `a` in (challenge, signature): its token goes in `a["token"]`."""
+    src = a.get("src")
+    _, ch = api(port, "POST", "/api/v1/auth/challenge", {"user_uuid": a["uuid"]}, src=src)
+    st, v = api(port, "POST", "/api/v1/auth/verify", {"user_uuid": a["uuid"],
+                "challenge": ch["challenge"],
+                "signature": b64(a["key"].sign(ch["challenge"].encode()))}, src=src)
+    assert st == 200, (st, v)
+    a["token"] = v["token"]
+
+
+def signed_up(port, nick, src=None):
+    """`register` then `login`."""
+    a = register(port, nick, src)
+    login(port, a)
+    return a
+
+
+def befriend(port, x, y):
+    """`x` asks `y`, `y` accepts; returns their conversation's id."""
+    st, req = api(port, "POST", "/api/v1/friends/request", {"to_alias_id": y["alias"]},
+                  x["token"], src=x.get("src"))
+    assert st in (200, 201), (st, req)
+    st, acc = api(port, "POST", f"/api/v1/friends/{req['friendship_id']}/accept", {},
+                  y["token"], src=y.get("src"))
+    assert st == 200, (st, acc)
+    return acc["conversation_id"]
 
 
 def mask_bytes(body):
