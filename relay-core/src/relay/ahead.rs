@@ -26,12 +26,7 @@ impl Relay {
         let missed = self.run_frame(now, conn, frame);
         self.reading_ahead = false;
         if missed.is_some() {
-            // The attempt's refusal is dropped, and what it counted with it, but for the reads
-            // it made from the rows read ahead (work done, which its next run will not redo);
-            // its next run draws the random values it drew.
-            let tried = std::mem::replace(&mut self.stats, stats);
-            self.stats.keep_reads(&tried);
-            self.ids.rewind(mark);
+            self.drop_attempt(stats, mark);
             self.stats.frames_parked += 1;
         }
         missed

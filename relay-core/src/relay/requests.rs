@@ -146,20 +146,27 @@ impl Relay {
     }
 
     /// After an attempt that began with `stats` and the random values at `mark`: the read it
-    /// missed, if it may wait for it (it wrote and staged nothing; its counters are dropped,
-    /// but for its reads of rows read ahead, and the values it drew are drawn again by its
-    /// next run). A miss after a write cannot be undone: the attempt stands (answered as for
-    /// a failed read).
-    pub(super) fn missed(&mut self, stats: crate::stats::RelayStats, mark: u128) -> Option<ReadOp> {
+    /// missed, if it may wait for it (it wrote and staged nothing; it is dropped,
+    /// [`Relay::drop_attempt`]). A miss after a write cannot be undone: the attempt stands
+    /// (answered as for a failed read).
+    fn missed(&mut self, stats: crate::stats::RelayStats, mark: u128) -> Option<ReadOp> {
         let op = self.prefetch.take_miss()?;
         if !self.state.batch().is_empty() || !self.staged.is_empty() {
             debug_assert!(false, "a rule wrote before its read of {op:?}");
             return None;
         }
+        self.drop_attempt(stats, mark);
+        Some(op)
+    }
+
+    /// What an attempt that began with `stats` and the random values at `mark` leaves once it
+    /// is dropped to wait for a read: its counters go, but for the reads it made from the rows
+    /// read ahead (work done, which its next run will not redo); its next run draws the random
+    /// values it drew.
+    pub(super) fn drop_attempt(&mut self, stats: crate::stats::RelayStats, mark: u128) {
         let tried = std::mem::replace(&mut self.stats, stats);
         self.stats.keep_reads(&tried);
         self.ids.rewind(mark);
-        Some(op)
     }
 
     /// Ends a request's input: commits (or joins the batch) and releases its response. A

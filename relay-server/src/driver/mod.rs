@@ -488,16 +488,11 @@ impl Core {
         }
         let now = self.clock.now();
         for (reply, connected) in connects {
-            let conn = connected.conn;
-            if !committed {
-                self.sockets.forget(conn);
+            if committed {
+                self.hand_over(reply, connected, now);
+            } else {
+                self.sockets.forget(connected.conn);
                 let _ = reply.send(Err(relay_core::storage_unavailable_response()));
-            } else if reply.send(Ok(connected)).is_err() {
-                // The upgrade handler went away (client gone) before the answer.
-                self.sockets.forget(conn);
-                self.relay.handle_disconnect(now, conn);
-            } else if let Some(metrics) = &self.metrics {
-                metrics.websocket_opened();
             }
         }
         for (reply, at) in clock {

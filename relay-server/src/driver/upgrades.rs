@@ -78,8 +78,19 @@ impl Core {
             subprotocol: accepted.subprotocol,
             outbound: self.sockets.open(conn),
         };
+        self.hand_over(reply, connected, now);
+    }
+
+    /// Completes an accepted upgrade: its socket task gets the connection; if the upgrade
+    /// handler went away (client gone) before the answer, the socket and session are dropped.
+    pub(super) fn hand_over(
+        &mut self,
+        reply: oneshot::Sender<Result<Connected, HttpResponse>>,
+        connected: Connected,
+        now: UnixMs,
+    ) {
+        let conn = connected.conn;
         if reply.send(Ok(connected)).is_err() {
-            // The upgrade handler went away (client gone) before the answer.
             self.sockets.forget(conn);
             self.relay.handle_disconnect(now, conn);
         } else if let Some(metrics) = &self.metrics {
