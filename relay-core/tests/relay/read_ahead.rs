@@ -10,7 +10,7 @@ use relay_core::{Config, ConnId, HttpRequest, HttpResponse, Method, Output, Requ
 use wire::http::paths;
 use wire::{ErrorCode, ServerFrame};
 
-use crate::world::{User, World, fast_config, frames};
+use crate::world::{User, World, fast_config, frames, register_request};
 
 /// Acks among `outs` on `u`'s connection, as (id, seq).
 fn acks(outs: &[Output], u: &User) -> Vec<(String, u64)> {
@@ -307,18 +307,7 @@ fn a_registration_that_waited_keeps_the_ids_it_checked_and_spends_its_proof_once
     let (sk, x) = w.fresh_keys();
     let before = w.requests_parked;
     let nonce = w.solve_pow("10.9.9.9");
-    let body = serde_json::json!({
-        "ed25519_public_key": crate::world::b64(sk.verifying_key().as_bytes()),
-        "x25519_public_key": crate::world::b64(&x),
-        "nickname": "late",
-        "pow_nonce": nonce,
-    });
-    let register = || {
-        HttpRequest::new(Method::Post, paths::REGISTER)
-            .json(&body)
-            .from_addr("10.9.9.9")
-    };
-    let resp = w.http(register());
+    let resp = w.http(register_request(&sk, x, "late", &nonce, "10.9.9.9"));
     assert_eq!(resp.status, 201, "{:?}", resp.body_json());
     assert!(w.requests_parked > before, "the registration never waited");
     // The account stored is the one answered (the id its reads checked).
@@ -326,17 +315,7 @@ fn a_registration_that_waited_keeps_the_ids_it_checked_and_spends_its_proof_once
     assert!(w.rows(Table::Accounts).iter().any(|(k, _)| *k == uuid));
     // Its proof of work was used once: the same nonce for other keys is refused.
     let (sk2, x2) = w.fresh_keys();
-    let again = serde_json::json!({
-        "ed25519_public_key": crate::world::b64(sk2.verifying_key().as_bytes()),
-        "x25519_public_key": crate::world::b64(&x2),
-        "nickname": "again",
-        "pow_nonce": body["pow_nonce"],
-    });
-    let resp = w.http(
-        HttpRequest::new(Method::Post, paths::REGISTER)
-            .json(&again)
-            .from_addr("10.9.9.9"),
-    );
+    let resp = w.http(register_request(&sk2, x2, "again", &nonce, "10.9.9.9"));
     assert_eq!(resp.status, 400, "{:?}", resp.body_json());
 }
 
@@ -371,16 +350,9 @@ fn a_failed_commit_refuses_the_requests_that_wait_for_reads() {
     );
     // A registration (read on this task) writes, and its commit fails: the relay stops.
     let (sk, x) = w.fresh_keys();
-    let body = serde_json::json!({
-        "ed25519_public_key": crate::world::b64(sk.verifying_key().as_bytes()),
-        "x25519_public_key": crate::world::b64(&x),
-        "nickname": "n",
-        "pow_nonce": w.solve_pow("10.1.1.1"),
-    });
+    let nonce = w.solve_pow("10.1.1.1");
     w.mem.fail_commits(1);
-    let register = HttpRequest::new(Method::Post, paths::REGISTER)
-        .json(&body)
-        .from_addr("10.1.1.1");
+    let register = register_request(&sk, x, "n", &nonce, "10.1.1.1");
     assert_eq!(w.relay.handle_http(now, &register).status, 503);
     assert!(w.relay.is_failed());
     // The request that waited for a read is answered with the same refusal.

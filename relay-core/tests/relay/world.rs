@@ -332,17 +332,7 @@ impl World {
         addr: &str,
     ) -> HttpResponse {
         let nonce = self.solve_pow(addr);
-        let body = json!({
-            "ed25519_public_key": b64(sk.verifying_key().as_bytes()),
-            "x25519_public_key": b64(&x),
-            "nickname": nick,
-            "pow_nonce": nonce,
-        });
-        self.http(
-            HttpRequest::new(Method::Post, paths::REGISTER)
-                .json(&body)
-                .from_addr(addr),
-        )
+        self.http(register_request(sk, x, nick, &nonce, addr))
     }
 
     pub(crate) fn login(&mut self, u: &mut User) -> HttpResponse {
@@ -491,6 +481,25 @@ impl World {
 }
 
 /// The frames sent to `conn` among `outs`.
+/// `POST /api/v1/register` of keys `sk` and `x` from `addr`, with proof of work `nonce`.
+pub(crate) fn register_request(
+    sk: &SigningKey,
+    x: [u8; 32],
+    nick: &str,
+    nonce: &str,
+    addr: &str,
+) -> HttpRequest {
+    let body = json!({
+        "ed25519_public_key": b64(sk.verifying_key().as_bytes()),
+        "x25519_public_key": b64(&x),
+        "nickname": nick,
+        "pow_nonce": nonce,
+    });
+    HttpRequest::new(Method::Post, paths::REGISTER)
+        .json(&body)
+        .from_addr(addr)
+}
+
 pub(crate) fn frames(outs: &[Output], conn: ConnId) -> Vec<ServerFrame> {
     outs.iter()
         .filter_map(|o| match o {
