@@ -479,7 +479,7 @@ fn paid_unsettled(ctx: &HostCtx) -> Vec<String> {
 }
 
 /// Binds a confirmed order: the alias becomes this client's (a refusal settles it too; a lost
-/// answer, or a refusal of an expired token, is tried again on the next round).
+/// answer, a refusal of an expired token, or a 503, is tried again on the next round).
 async fn bind(ctx: &HostCtx, client: &Client<Turmoil>, order_id: &str) {
     let me = ctx.me;
     ctx.world
@@ -515,6 +515,15 @@ async fn bind(ctx: &HostCtx, client: &Client<Turmoil>, order_id: &str) {
             note(
                 ctx,
                 format!("c{me} bind {order_id} refused: 401 (tried again)"),
+            );
+        }
+        // The store was unavailable (or the relay was not the leader): the refusal says
+        // nothing of the order either, and an earlier attempt whose answer was lost may have
+        // bound it; tried again on the next round.
+        Err(ClientError::Status(503, _)) => {
+            note(
+                ctx,
+                format!("c{me} bind {order_id} refused: 503 (tried again)"),
             );
         }
         Err(ClientError::Status(s, _)) => {
