@@ -11,26 +11,77 @@
 //!
 //! [`StoreRead::expired`]: crate::store::StoreRead::expired
 
+use std::collections::VecDeque;
+
 use wire::UnixMs;
 
 use crate::limits;
+use crate::store::Expiries;
 
-/// When the stored queues are next read for expiry, and where a sweep cut short goes on.
+/// When the stored queues are next read for expiry, where a sweep cut short goes on, and the
+/// page a sweep is working through.
+///
+/// A sweep goes in steps, each its own input that reads before it writes (so that, reading
+/// ahead, a step that needs a row not read yet waits for it with nothing done): read a page
+/// of due queues ([`Step::ReadPage`]), then each queue in turn ([`Step::Queue`]: read it if it
+/// is not in memory, take its due messages out), then either go on after the page
+/// ([`Step::GoOn`]) or read when the next stored expiry is ([`Step::ReadNext`]).
 #[derive(Debug, Default)]
 pub(crate) struct Sweep {
     /// The offline TTL.
     ttl_ms: u64,
     /// When the next sweep is due (none: no stored message expires).
     at: Option<UnixMs>,
-    /// Where a sweep stopped (a full page, or the message bound): the next one reads after
-    /// this row (its expiry and key).
+    /// Where a sweep stopped (a full page, the message bound, a failed read): the next one
+    /// reads after this row (its expiry and key).
     after: Option<(u64, String)>,
     /// The earliest expiry written since the writes were last handed to a batch's pins.
     written: Option<UnixMs>,
     /// Due queues read per page.
     page_rows: usize,
-    /// Messages deleted per step at most.
+    /// Messages deleted per page at most.
     page_messages: usize,
+    /// The page being worked through, between its read and its end.
+    page: Option<Page>,
+    /// The earliest expiry armed while a page was being worked through: applied when it
+    /// ends, after the page set where the next sweep starts.
+    rearm: Option<UnixMs>,
+}
+
+/// A page of due queues read from the index, being worked through.
+#[derive(Debug)]
+struct Page {
+    /// The expiries it was read up to.
+    up_to: u64,
+    /// Where it was read from (where the sweep goes on should a later read fail).
+    from: Option<(u64, String)>,
+    /// The rows not handled yet: expiry and queue key.
+    rows: VecDeque<(u64, String)>,
+    /// It was a full page (more may be due after it).
+    full: bool,
+    /// Messages taken out so far.
+    expired: usize,
+    /// The last row handled.
+    last: Option<(u64, String)>,
+}
+
+/// What the message sweep does next ([`Sweep::next`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Nothing: no sweep is due.
+    Idle,
+    /// Read the page of due queues: expiries up to `up_to`, after `after`, `rows` at most.
+    ReadPage {
+        up_to: u64,
+        after: Option<(u64, String)>,
+        rows: usize,
+    },
+    /// Handle the queue `key` (the page's next row).
+    Queue(String),
+    /// The page was full or cut short by the message bound: go on after it shortly.
+    GoOn,
+    /// The page is done: read the next stored expiry after `up_to`.
+    ReadNext { up_to: u64 },
 }
 
 impl Sweep {
@@ -87,6 +138,9 @@ impl Sweep {
         if self.after.as_ref().is_some_and(|(a, _)| at.get() <= *a) {
             self.after = None;
         }
+        if self.page.is_some() {
+            self.rearm = Some(self.rearm.map_or(at, |r| r.min(at)));
+        }
     }
 
     /// [`Sweep::arm`] for what was written since the last move.
@@ -95,34 +149,74 @@ impl Sweep {
         self.arm(written);
     }
 
-    /// The bounds of one page: rows of the queue index read, messages taken out.
-    pub(crate) fn page(&self) -> (usize, usize) {
-        (self.page_rows, self.page_messages)
-    }
-
-    /// A sweep starts if one is due at `now`: where the last one stopped (`Some(None)`: from
-    /// the first due row). `None`: not due.
-    pub(crate) fn start(&mut self, now: UnixMs) -> Option<Option<(u64, String)>> {
-        if self.at.is_none_or(|at| at > now) {
-            return None;
+    /// What the sweep does next at `at` (the time the sweep came due: the reads it asks for
+    /// are keyed by it, so that a step run again after its read asks for the same read).
+    pub(crate) fn next(&self, at: UnixMs) -> Step {
+        let Some(page) = &self.page else {
+            if self.at.is_none_or(|due| due > at) {
+                return Step::Idle;
+            }
+            return Step::ReadPage {
+                up_to: at.get(),
+                after: self.after.clone(),
+                rows: self.page_rows,
+            };
+        };
+        match page.rows.front() {
+            Some((_, key)) if page.expired < self.page_messages => Step::Queue(key.clone()),
+            Some(_) => Step::GoOn,
+            None if page.full => Step::GoOn,
+            None => Step::ReadNext { up_to: page.up_to },
         }
-        Some(self.after.take())
     }
 
-    /// A read failed: the sweep goes on from `after` again at `retry`.
-    pub(crate) fn put_off(&mut self, after: Option<(u64, String)>, retry: UnixMs) {
-        self.after = after;
-        self.at = Some(retry);
+    /// The page of due queues up to `up_to` was read: it is worked through from now on.
+    pub(crate) fn page_read(&mut self, up_to: u64, rows: Expiries) {
+        let full = rows.len() >= self.page_rows;
+        self.page = Some(Page {
+            up_to,
+            from: self.after.take(),
+            rows: rows.into_iter().map(|(key, at)| (at, key)).collect(),
+            full,
+            expired: 0,
+            last: None,
+        });
     }
 
-    /// A page was full or cut short: the next sweep reads after `last`, at `at`.
-    pub(crate) fn go_on_after(&mut self, last: Option<(u64, String)>, at: UnixMs) {
-        self.after = last;
-        self.at = Some(at);
+    /// The page's next queue was handled: `expired` messages went.
+    pub(crate) fn queue_done(&mut self, expired: usize) {
+        if let Some(page) = &mut self.page {
+            page.last = page.rows.pop_front();
+            page.expired += expired;
+        }
     }
 
-    /// The sweep is done: the next is due at `at` (the next stored expiry, or a retry).
+    /// A read failed: the sweep goes on where it stood (after the last queue it handled) at
+    /// `retry`, reading its page again.
+    pub(crate) fn put_off(&mut self, retry: UnixMs) {
+        self.go_on(retry);
+    }
+
+    /// The page was full or cut short ([`Step::GoOn`]): the next sweep reads after its last
+    /// queue, at `at`.
+    pub(crate) fn go_on(&mut self, at: UnixMs) {
+        if let Some(page) = self.page.take() {
+            self.after = page.last.or(page.from);
+        }
+        self.end(Some(at));
+    }
+
+    /// The page is done ([`Step::ReadNext`]): the next sweep is due at `at` (the next stored
+    /// expiry, or a retry after a failed read).
     pub(crate) fn due_at(&mut self, at: Option<UnixMs>) {
+        self.page = None;
+        self.end(at);
+    }
+
+    /// A sweep ended: the next is due at `at`, or sooner for what was armed meanwhile.
+    fn end(&mut self, at: Option<UnixMs>) {
         self.at = at;
+        let rearm = self.rearm.take();
+        self.arm(rearm);
     }
 }

@@ -39,8 +39,11 @@ pub struct RelayStats {
     /// Times an HTTP request or a WebSocket upgrade was parked on a read ahead (once per cold
     /// read it needed).
     pub requests_parked: u64,
+    /// Times a step of the timed sweeps (expired tombstones and messages) was parked on a read
+    /// ahead.
+    pub sweeps_parked: u64,
     /// Reads of the store made on the relay's own task: every read when it does not read
-    /// ahead; with it, those of timers, of the synchronous [`Relay::handle_http`](crate::Relay::handle_http)
+    /// ahead; with it, those of the synchronous [`Relay::handle_http`](crate::Relay::handle_http)
     /// and [`Relay::handle_connect`](crate::Relay::handle_connect), and an input's read after
     /// it changed something.
     pub reads_inline: u64,
@@ -119,6 +122,8 @@ pub struct PrefetchStats {
     pub parked_conns: usize,
     /// HTTP requests and WebSocket upgrades waiting for a read.
     pub parked_requests: usize,
+    /// A step of the timed sweeps waits for a read.
+    pub sweep_waiting: bool,
     /// Reads asked for and not yet reported.
     pub reads_pending: usize,
     /// Of those, the ones the shell has not polled yet.

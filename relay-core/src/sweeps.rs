@@ -1,96 +1,132 @@
-//! The relay's timed sweeps over the store: expired messages (a page of queues at a time, the
-//! cursor in `expiry::Sweep`) and expired tombstones (one range delete), each run when its
-//! time comes (`Relay::handle_timeout`).
+//! The relay's timed sweeps over the store: expired tombstones (one range delete) and expired
+//! messages (a page of queues at a time, the cursor and the page in `expiry::Sweep`), run in
+//! steps when their time comes (`Relay::handle_timeout`).
+//!
+//! Each step is an input of its own that reads before it writes, so that a relay reading ahead
+//! (`crate::prefetch`) never reads for a sweep on its own task: a step whose read was not done
+//! yet ends with nothing changed ([`Cx::read_missed`]), the sweep waits for the read, and the
+//! step runs again once it is back. The reads are keyed by the time the sweep came due (`at`),
+//! not the time a step runs, so a step run again asks for the very read it waited for.
 
 use crate::cx::Cx;
+use crate::expiry::Step;
+use crate::limits;
 use crate::queue_index::parse_queue_key;
-use crate::store::StoreRead as _;
-use crate::store::Table;
+use crate::store::{StoreError, Table};
 use wire::UnixMs;
 
 impl Cx<'_> {
-    /// The range expiry of the tombstones, when due at `now`: one `Expire` mutation (committed
-    /// with this input), the sets in memory dropping theirs, and the next one scheduled at the
-    /// earliest expiry left (read from the store; the tombstones written since the last sweep
-    /// count too, since some may not be committed yet), but not sooner than
-    /// [`TOMBSTONE_SWEEP_MS`](crate::limits::TOMBSTONE_SWEEP_MS) from now. A failed read retries after that interval.
-    pub(crate) fn sweep_tombstones(&mut self, now: UnixMs) {
-        if self.state.tombstones().sweep_at().is_none_or(|at| at > now) {
-            return;
+    /// One step of the sweeps due at `at`, run at `now`: the tombstones' range expiry when it
+    /// is due, else the message sweep's next step. `true`: another step follows (the caller
+    /// ends this input first). `false`: the sweeps are done for now, or a read is awaited
+    /// ([`Cx::read_missed`]).
+    pub(crate) fn sweep_step(&mut self, now: UnixMs, at: UnixMs) -> bool {
+        if self
+            .state
+            .tombstones()
+            .sweep_at()
+            .is_some_and(|due| due <= at)
+        {
+            return self.sweep_tombstones(now, at);
         }
-        self.state.expire_tombstones(now);
-        let stored = match self.reader.next_expiry(Table::Tombstones, now.get()) {
+        match self.state.expiry_sweep().next(at) {
+            Step::Idle => false,
+            Step::ReadPage { up_to, after, rows } => {
+                let after = after.as_ref().map(|(at, k)| (*at, k.as_str()));
+                let page = self.read_index(|r| r.expired(Table::QueueIndex, up_to, after, rows));
+                match page {
+                    Ok(page) => {
+                        self.state.expiry_sweep().page_read(up_to, page);
+                        true
+                    }
+                    Err(_) => self.sweep_read_failed(now),
+                }
+            }
+            Step::Queue(key) => self.expire_queue(now, &key),
+            Step::GoOn => {
+                let next = now.plus_ms(limits::EXPIRY_PAGE_PAUSE_MS);
+                self.state.expiry_sweep().go_on(next);
+                false
+            }
+            Step::ReadNext { up_to } => {
+                match self.read_index(|r| r.next_expiry(Table::QueueIndex, up_to)) {
+                    Ok(next) => self.state.expiry_sweep().due_at(next.map(UnixMs)),
+                    Err(_) if self.read_missed() => {}
+                    Err(_) => {
+                        self.stats.queue_read_failures += 1;
+                        let retry = now.plus_ms(limits::QUEUE_READ_RETRY_MS);
+                        self.state.expiry_sweep().due_at(Some(retry));
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// The range expiry of the tombstones due at `at`: the next expiry after `at` read first
+    /// (from the store; the tombstones written since the last sweep count too, since some may
+    /// not be committed yet), then one `Expire` mutation (committed with this input), the sets
+    /// in memory dropping theirs, and the next sweep scheduled at the earliest expiry left,
+    /// but not sooner than [`TOMBSTONE_SWEEP_MS`](crate::limits::TOMBSTONE_SWEEP_MS) from
+    /// `now`. A failed read retries after that interval. `true` but when the read is awaited.
+    fn sweep_tombstones(&mut self, now: UnixMs, at: UnixMs) -> bool {
+        let stored = match self.read_index(|r| r.next_expiry(Table::Tombstones, at.get())) {
             Ok(next) => next.map(UnixMs),
+            Err(_) if self.read_missed() => return false,
             Err(_) => {
                 self.stats.tombstone_read_failures += 1;
                 Some(now)
             }
         };
+        self.state.expire_tombstones(at);
         self.state.tombstones_swept(now, stored);
+        true
     }
 
-    /// Deletes the queued messages whose TTL has ended, when the sweep is due: one page
-    /// (`Config::expiry_page_rows`, [`crate::limits::EXPIRY_PAGE_ROWS`]) of due queues from the store's index on the queue
-    /// index's expiry, each queue read (if it is not in memory) and its due messages taken
-    /// out, its index row rewritten with its next expiry (or deleted) and the backlog in
-    /// step, until `Config::expiry_page_messages` ([`crate::limits::EXPIRY_PAGE_MESSAGES`]) messages
-    /// went. A full page, or one cut
-    /// short by that bound, leaves the sweep due again
-    /// [`crate::limits::EXPIRY_PAGE_PAUSE_MS`] later, to go on after its last row (the inputs that
-    /// arrived meanwhile are handled between pages); otherwise it is due at the next stored
-    /// expiry. A failed read puts it off
-    /// by [`crate::limits::QUEUE_READ_RETRY_MS`] (the messages stay queued meanwhile).
-    pub(crate) fn sweep_messages(&mut self, now: UnixMs) {
-        let Some(after) = self.state.expiry_sweep().start(now) else {
-            return;
+    /// The message sweep's step for the due queue `key`: the queue read (if it is not in
+    /// memory), its due messages taken out, its index row rewritten with its next expiry (or
+    /// deleted) and the backlog in step ([`State::expire_queue`](crate::state::State::expire_queue)).
+    fn expire_queue(&mut self, now: UnixMs, key: &str) -> bool {
+        let Some((recipient, conv)) = parse_queue_key(key) else {
+            // Not a key the relay writes (it never names a queue the relay knows).
+            self.state.expiry_sweep().queue_done(0);
+            return true;
         };
-        let retry = now.plus_ms(crate::limits::QUEUE_READ_RETRY_MS);
-        let (page_rows, page_messages) = self.state.expiry_sweep().page();
-        let page = self.reader.expired(
-            Table::QueueIndex,
-            now.get(),
-            after.as_ref().map(|(at, k)| (*at, k.as_str())),
-            page_rows,
-        );
-        let Ok(page) = page else {
+        if self.read_queue(&recipient, &conv).is_err() {
+            // Read again later (the failure is counted by the read): the queues before this
+            // one are done (their due messages are gone from memory), so the sweep goes on
+            // after the last of them.
+            if !self.read_missed() {
+                let retry = now.plus_ms(limits::QUEUE_READ_RETRY_MS);
+                self.state.expiry_sweep().put_off(retry);
+            }
+            return false;
+        }
+        let expired = self.state.expire_queue(now, &recipient, &conv);
+        self.recount(&recipient, &conv);
+        self.state.expiry_sweep().queue_done(expired);
+        true
+    }
+
+    /// A read of the message sweep failed: the sweep goes on where it stood
+    /// [`QUEUE_READ_RETRY_MS`](crate::limits::QUEUE_READ_RETRY_MS) later (the messages stay
+    /// queued meanwhile). A read that was not done yet is awaited instead. `false`.
+    fn sweep_read_failed(&mut self, now: UnixMs) -> bool {
+        if !self.read_missed() {
             self.stats.queue_read_failures += 1;
-            self.state.expiry_sweep().put_off(after, retry);
-            return;
-        };
-        let mut expired = 0;
-        let mut last = None;
-        for (key, at) in &page {
-            if expired >= page_messages {
-                break;
-            }
-            last = Some((*at, key));
-            let Some((recipient, conv)) = parse_queue_key(key) else {
-                // Not a key the relay writes (it never names a queue the relay knows).
-                continue;
-            };
-            if self.read_queue(&recipient, &conv).is_err() {
-                // The whole page again later: the queues before this one are done (their
-                // due messages are gone from memory), so it is only read again.
-                self.state.expiry_sweep().put_off(after, retry);
-                return;
-            }
-            expired += self.state.expire_queue(now, &recipient, &conv);
-            self.recount(&recipient, &conv);
+            let retry = now.plus_ms(limits::QUEUE_READ_RETRY_MS);
+            self.state.expiry_sweep().put_off(retry);
         }
-        let cut_short = last.is_some_and(|(_, k)| page.last().is_some_and(|(l, _)| l != k));
-        if page.len() >= page_rows || cut_short {
-            let last = last.map(|(at, k)| (at, k.clone()));
-            let next = now.plus_ms(crate::limits::EXPIRY_PAGE_PAUSE_MS);
-            self.state.expiry_sweep().go_on_after(last, next);
-            return;
-        }
-        let next = match self.reader.next_expiry(Table::QueueIndex, now.get()) {
-            Ok(next) => next.map(UnixMs),
-            Err(_) => {
-                self.stats.queue_read_failures += 1;
-                Some(retry)
-            }
-        };
-        self.state.expiry_sweep().due_at(next);
+        false
+    }
+
+    /// A read of an expiry index through this input's reader (which may end the step:
+    /// [`Cx::read_parts`]).
+    fn read_index<T>(
+        &mut self,
+        read: impl FnOnce(&mut dyn crate::store::StoreRead) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let (_, cx) = self.read_parts();
+        read(cx.reader())
     }
 }

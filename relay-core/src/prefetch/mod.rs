@@ -91,18 +91,23 @@ pub const MAX_PARKED_REQUESTS: usize = 4_096;
 /// request that would wait is answered 503 `STORAGE_UNAVAILABLE`.
 pub const MAX_PARKED_REQUEST_BYTES: usize = 64 * 1024 * 1024;
 
-/// Who waits for a read: a connection (its frames, or its upgrade) or one HTTP request.
+/// Who waits for a read: the relay's timed sweeps, a connection (its frames, or its upgrade)
+/// or one HTTP request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Waiter {
+    /// The timed sweeps of expired tombstones and messages (one step waits at a time).
+    Sweep,
     /// A connection's frames in order, or the upgrade that opens it.
     Conn(ConnId),
     /// One HTTP request.
     Request(RequestId),
 }
 
-/// What waits: a frame, an HTTP request or a WebSocket upgrade.
+/// What waits: a frame, an HTTP request, a WebSocket upgrade or a step of the sweeps.
 #[derive(Debug, Clone)]
 pub(crate) enum Work {
+    /// The next step of the sweeps that came due at this time (their reads are keyed by it).
+    Sweep(wire::UnixMs),
     /// A frame of the waiter's connection.
     Frame(ClientFrame),
     /// An HTTP request (shared: each run borrows it).
@@ -116,12 +121,12 @@ impl Work {
     fn body_bytes(&self) -> usize {
         match self {
             Self::Http(req) => req.body.len(),
-            Self::Frame(_) | Self::Connect(_) => 0,
+            Self::Frame(_) | Self::Connect(_) | Self::Sweep(_) => 0,
         }
     }
 
     fn is_request(&self) -> bool {
-        !matches!(self, Self::Frame(_))
+        matches!(self, Self::Http(_) | Self::Connect(_))
     }
 }
 
@@ -216,6 +221,22 @@ impl Prefetch {
         self.ahead.take_miss()
     }
 
+    /// Whether a step of the sweeps waits for a read (no other sweep starts meanwhile).
+    pub(crate) fn sweep_waits(&self) -> bool {
+        self.parked.contains_key(&Waiter::Sweep)
+    }
+
+    /// The rows `w`'s head was parked on were used (a step of the sweeps that ran, whose
+    /// next step waits for other rows): they go once no one else holds them.
+    pub(crate) fn release_holds(&mut self, w: Waiter) {
+        let Some(waiting) = self.parked.get_mut(&w) else {
+            return;
+        };
+        for op in std::mem::take(&mut waiting.holds) {
+            self.ahead.release(&op);
+        }
+    }
+
     /// Whether `conn` has frames waiting (a new frame of it queues behind them).
     pub(crate) fn is_waiting(&self, conn: ConnId) -> bool {
         self.parked.contains_key(&Waiter::Conn(conn))
@@ -265,7 +286,7 @@ impl Prefetch {
         if work.is_request() {
             self.parked_requests.0 += 1;
             self.parked_requests.1 += work.body_bytes();
-        } else {
+        } else if matches!(work, Work::Frame(_)) {
             self.parked_frames += 1;
         }
         let waiting = self.parked.entry(w).or_default();
@@ -418,7 +439,7 @@ impl Prefetch {
         if work.is_request() {
             self.parked_requests.0 -= 1;
             self.parked_requests.1 -= work.body_bytes();
-        } else {
+        } else if matches!(work, Work::Frame(_)) {
             self.parked_frames -= 1;
         }
     }
@@ -509,7 +530,9 @@ impl Prefetch {
             on: self.on,
             parked_frames: self.parked_frames,
             parked_conns: self.parked.len()
-                - self.parked.range(Waiter::Request(RequestId(0))..).count(),
+                - self.parked.range(Waiter::Request(RequestId(0))..).count()
+                - usize::from(self.sweep_waits()),
+            sweep_waiting: self.sweep_waits(),
             parked_requests: self.parked_requests.0,
             reads_pending: self.pending.len(),
             reads_queued: self.requests.len(),

@@ -136,20 +136,23 @@ impl ReadOp {
         }
     }
 
-    /// Whether a write to `key` of `table` may change what this read returns (an expiry on
-    /// the table changes every read of it).
+    /// Whether a write to `key` of `table` may change what this read returns, so that its
+    /// result is stale (an expiry on the table changes every read of it). The reads of an
+    /// expiry index are views of the durable rows by design, never stale: the sweeps that
+    /// read them arm themselves for the rows written after (`expiry::Sweep::arm`; the
+    /// tombstones count the expiries not yet stored).
     pub(super) fn covers(&self, table: Table, key: Option<&str>) -> bool {
         if self.table() != table {
             return false;
         }
-        let Some(key) = key else {
-            return true;
-        };
-        match self {
-            Self::Get { key: k, .. } => k == key,
-            Self::ScanPrefix { prefix, .. } => key.starts_with(prefix.as_str()),
-            Self::ScanPage { after, .. } => after.as_deref().is_none_or(|a| key > a),
-            Self::LatestExpiries { .. } | Self::NextExpiry { .. } | Self::Expired { .. } => true,
+        match (self, key) {
+            (Self::LatestExpiries { .. } | Self::NextExpiry { .. } | Self::Expired { .. }, _) => {
+                false
+            }
+            (_, None) => true,
+            (Self::Get { key: k, .. }, Some(key)) => k == key,
+            (Self::ScanPrefix { prefix, .. }, Some(key)) => key.starts_with(prefix.as_str()),
+            (Self::ScanPage { after, .. }, Some(key)) => after.as_deref().is_none_or(|a| key > a),
         }
     }
 }

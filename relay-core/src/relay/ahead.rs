@@ -73,6 +73,7 @@ impl Relay {
                     self.attempt(now, conn, frame)
                 }
                 (Waiter::Conn(conn), Work::Connect(req)) => self.resume_connect(now, conn, &req),
+                (Waiter::Sweep, Work::Sweep(at)) => self.resume_sweep(now, at),
                 (Waiter::Request(id), Work::Http(req)) => {
                     let mut charged = !self.prefetch.head_uncharged(w);
                     let missed = self.resume_request(now, id, &req, &mut charged);
@@ -115,6 +116,8 @@ impl Relay {
                 let response = HttpResponse::error(503, &code, words);
                 self.outputs.push_back(Output::Http { id, response });
             }
+            // The sweeps refuse no one: they start again at the next timeout, where they
+            // stood.
             _ => {}
         }
     }

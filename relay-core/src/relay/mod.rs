@@ -27,7 +27,7 @@ use crate::ids::IdGen;
 use crate::planted::planted;
 use crate::prefetch::{Inline, Prefetch, ReadOp, Reader, Waiter, Work};
 use crate::push_targets::PushTarget;
-use crate::rows::{Timer, meta};
+use crate::rows::meta;
 use crate::sessions::Sessions;
 use crate::state::State;
 use crate::store::{Store, StoreError, Table};
@@ -38,6 +38,7 @@ mod ahead;
 mod batches;
 mod boot;
 mod requests;
+mod timers;
 
 pub use boot::legacy_jwt_signing_key;
 use boot::{boot_ids, derived_jwt_seed, open_state};
@@ -648,69 +649,6 @@ impl Relay {
         self.cx().drop_conn(conn);
     }
 
-    /// Fires every deadline at or before `now`: idle sockets, message / tombstone / pending
-    /// receipt expiry, used and ephemeral credential expiry.
-    pub fn handle_timeout(&mut self, now: UnixMs) {
-        if self.failed {
-            return;
-        }
-        let idle = self.sessions.idle(now, self.config.idle_timeout_ms);
-        for conn in idle {
-            self.staged.push(Output::Close {
-                conn,
-                reason: CloseReason::Idle,
-            });
-            self.prefetch.forget(Waiter::Conn(conn));
-            self.cx().drop_conn(conn);
-        }
-        while let Some((at, timer)) = self.state.timers().first().cloned() {
-            if at > now {
-                break;
-            }
-            self.state.pop_timer();
-            self.fire(now, timer);
-        }
-        self.admission.sweep(now);
-        self.throttles.sweep(now);
-        self.budgets.sweep(now.get());
-        self.state.upload_limit().sweep(now.get());
-        self.cx().sweep_push(now);
-        self.cx().sweep_tombstones(now);
-        self.cx().sweep_messages(now);
-        if self.finish().is_ok() && !self.commits.in_batch() {
-            self.cx().collect_blobs();
-        }
-    }
-
-    fn fire(&mut self, now: UnixMs, timer: Timer) {
-        let ttl = self.config.offline_ttl_ms;
-        match timer {
-            Timer::PendingReceipt(user, conv, kind) => {
-                let expired = self
-                    .state
-                    .pending_receipts()
-                    .get(&(user.clone(), conv.clone(), kind))
-                    .is_some_and(|r| now >= r.at.plus_ms(ttl));
-                if expired {
-                    self.state.delete_pending_receipt(&user, &conv, kind);
-                }
-            }
-            Timer::PendingRetract(user, id) => {
-                let expired = self
-                    .state
-                    .pending_retracts()
-                    .get(&(user.clone(), id.clone()))
-                    .is_some_and(|r| now >= r.at.plus_ms(ttl));
-                if expired {
-                    self.state.delete_pending_retract(&user, &id);
-                }
-            }
-            Timer::Order(id) => self.cx().expire_order(now, &id),
-            Timer::Spent(key) => self.state.expire_spent(now, &key),
-            Timer::Media(id) => self.cx().fire_media(now, &id),
-        }
-    }
-
     // ------------------------------------------------------------------ outputs
 
     /// The view the rules of one input work with (`crate::cx`): every part of the relay but
@@ -744,26 +682,6 @@ impl Relay {
     /// The next effect for the shell, in order.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
-    }
-
-    /// When [`handle_timeout`](Relay::handle_timeout) must be called next.
-    pub fn poll_timeout(&self) -> Option<UnixMs> {
-        if self.failed {
-            return None;
-        }
-        let timers = self.state.timers().first().map(|(at, _)| *at);
-        let idle = self.sessions.next_idle(self.config.idle_timeout_ms);
-        let pow_expiry = self.admission.next_expiry();
-        [
-            timers,
-            idle,
-            pow_expiry,
-            self.state.tombstones().sweep_at(),
-            self.state.queues().sweep().at(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
     }
 }
 

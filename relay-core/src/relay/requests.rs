@@ -149,7 +149,7 @@ impl Relay {
     /// missed, if it may wait for it (it wrote and staged nothing; it is dropped,
     /// [`Relay::drop_attempt`]). A miss after a write cannot be undone: the attempt stands
     /// (answered as for a failed read).
-    fn missed(&mut self, stats: crate::stats::RelayStats, mark: u128) -> Option<ReadOp> {
+    pub(super) fn missed(&mut self, stats: crate::stats::RelayStats, mark: u128) -> Option<ReadOp> {
         let op = self.prefetch.take_miss()?;
         if !self.state.batch().is_empty() || !self.staged.is_empty() {
             debug_assert!(false, "a rule wrote before its read of {op:?}");

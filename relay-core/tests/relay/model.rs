@@ -40,8 +40,10 @@ enum Op {
     Connect { who: usize },
     /// The outsider tries to send into the conversation.
     Intrude,
-    /// Time passes.
-    Advance { ms: u64 },
+    /// Time passes. A relay reading ahead: `settle` reports every waiting read afterwards
+    /// (the sweep that came due finishes now); otherwise the sweep may wait for its reads
+    /// across the steps that follow, messages sent and delivered meanwhile.
+    Advance { ms: u64, settle: bool },
     /// The relay crashes and restarts on the same store.
     Restart,
     /// Pipelined relay: each `(from, id)` is a `msg` in a batch of its own, sealed on top of
@@ -87,7 +89,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..2usize).prop_map(|who| Op::Disconnect { who }),
         2 => (0..2usize).prop_map(|who| Op::Connect { who }),
         1 => Just(Op::Intrude),
-        1 => (1..50_000u64).prop_map(|ms| Op::Advance { ms }),
+        1 => (1..50_000u64, any::<bool>()).prop_map(|(ms, settle)| Op::Advance { ms, settle }),
         1 => Just(Op::Restart),
         2 => (proptest::collection::vec((0..2usize, 0..12u8), 1..6), end())
             .prop_map(|(sends, end)| Op::InFlight { sends, end }),
@@ -314,14 +316,30 @@ fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
                     json!({"type":"msg","id":"evil","to":to,"conv_id":conv,"payload":"cA=="}),
                 )
             }
-            Op::Advance { ms } => {
+            Op::Advance { ms, settle } => {
                 w.now = w.now.plus_ms(ms);
                 model.now = w.now.get();
                 let failures = w.relay.stats().queue_read_failures;
                 w.relay.handle_timeout(w.now);
-                let outs = w.drain();
+                let mut outs = w.drain();
+                if settle {
+                    // Judged in order: what the timeout released, then what the reads did.
+                    observe(&w, &outs, &mut model, &mut online, &users, oc);
+                    outs.clear();
+                    settle_reads(&mut w, &mut model, &mut online, &users, oc);
+                    // As a shell does after every input: a deadline that passed meanwhile (a
+                    // sweep that waited found more due) fires now.
+                    while w.relay.poll_timeout().is_some_and(|at| at <= w.now) {
+                        w.relay.handle_timeout(w.now);
+                        let fired = w.drain();
+                        observe(&w, &fired, &mut model, &mut online, &users, oc);
+                        settle_reads(&mut w, &mut model, &mut online, &users, oc);
+                    }
+                }
                 if w.relay.stats().queue_read_failures != failures {
                     sweep_waits_until = w.now.get() + relay_core::limits::QUEUE_READ_RETRY_MS;
+                } else if w.relay.prefetch().sweep_waiting {
+                    // The sweep waits for a read: what it will delete is still stored.
                 } else if w.now.get() >= sweep_waits_until {
                     // The sweep read without a fault: nothing expired is left in the store.
                     let left: Vec<u64> = stored_seqs(&w)
@@ -615,12 +633,20 @@ fn a_sweep_whose_read_failed_waits_its_retry() {
             Op::Send { from: 1, id: 0 },
             Op::Advance {
                 ms: MODEL_TTL_MS - 10,
+                settle: true,
             },
             Op::ReadFault,
-            Op::Advance { ms: 20 },
-            Op::Advance { ms: 1 },
+            Op::Advance {
+                ms: 20,
+                settle: true,
+            },
+            Op::Advance {
+                ms: 1,
+                settle: true,
+            },
             Op::Advance {
                 ms: relay_core::limits::QUEUE_READ_RETRY_MS,
+                settle: true,
             },
         ]
     };

@@ -362,3 +362,163 @@ fn a_failed_commit_refuses_the_requests_that_wait_for_reads() {
     assert_eq!(resp.error_code().as_deref(), Some("STORAGE_UNAVAILABLE"));
     assert_eq!(w.relay.prefetch().parked_requests, 0);
 }
+
+/// A relay reading ahead whose store holds `a`'s `sent` messages to `b` (never online), and
+/// `c`, `d` connected, synced and warm; the relay restarted, so `b`'s queue is only in the
+/// store. Messages live `ttl_ms`; nobody idles out before a day.
+fn queued_then_restarted(sent: usize, ttl_ms: u64) -> (World, [User; 4], String, String) {
+    let config = Config {
+        offline_ttl_ms: ttl_ms,
+        idle_timeout_ms: 24 * 3_600_000,
+        ..fast_config()
+    };
+    let mut w = World::with_config(config);
+    let (mut a, b) = (w.user("a"), w.user("b"));
+    let (mut c, mut d) = (w.user("c"), w.user("d"));
+    let ab = w.befriend(&a, &b);
+    let cd = w.befriend(&c, &d);
+    w.connect(&mut a);
+    for i in 0..sent {
+        let outs = w.msg(&a, &b, &ab, &format!("old-{i}"));
+        assert_eq!(acks(&outs, &a).len(), 1);
+    }
+    let store = w.mem.clone();
+    w.restart(Box::new(store));
+    w.read_ahead(false);
+    for u in [&mut a, &mut c, &mut d] {
+        let conn = w.connect(u);
+        w.sync(conn);
+    }
+    w.finish_reads();
+    // `c` has sent once: its (empty) tombstone set is in memory.
+    w.msg(&c, &d, &cd, "warm");
+    w.finish_reads();
+    (w, [a, b, c, d], ab, cd)
+}
+
+/// The messages stored in `u`'s queues.
+fn stored_for(w: &World, u: &User) -> usize {
+    w.rows(Table::Messages)
+        .iter()
+        .filter(|(k, _)| k.starts_with(u.uuid.as_str()))
+        .count()
+}
+
+#[test]
+fn the_expiry_sweep_waits_for_its_reads_while_others_are_served() {
+    let (mut w, [_, b, c, d], _, cd) = queued_then_restarted(3, 60_000);
+    assert_eq!(stored_for(&w, &b), 3);
+    let (inline, parked) = (w.relay.stats().reads_inline, w.relay.stats().sweeps_parked);
+
+    // The TTL passes: the sweep needs the page of due queues, which is not in memory. It
+    // waits for it; nothing is read on the relay's task, and no deadline is set meanwhile
+    // (the read's return runs it).
+    w.advance(61_000);
+    assert!(w.relay.prefetch().sweep_waiting);
+    assert_eq!(w.reads_waiting(), 1);
+    assert!(
+        matches!(
+            &w.reads.as_ref().unwrap()[0].0.op,
+            ReadOp::Expired {
+                table: Table::QueueIndex,
+                ..
+            }
+        ),
+        "not the due queues' page"
+    );
+    assert_eq!(w.relay.stats().sweeps_parked, parked + 1);
+    assert!(w.relay.poll_timeout().is_none_or(|at| at > w.now));
+
+    // `c` is served at once while the sweep waits.
+    let outs = w.msg(&c, &d, &cd, "bystander");
+    assert_eq!(acks(&outs, &c).len(), 1);
+    assert_eq!(w.reads_waiting(), 1, "the bystander read nothing");
+
+    // The reads come back (the page, `b`'s queue, the next expiry): `a`'s messages are
+    // gone, and the relay read nothing on its own task.
+    w.finish_reads();
+    assert!(!w.relay.prefetch().sweep_waiting);
+    assert_eq!(stored_for(&w, &b), 0, "expired messages still stored");
+    assert!(w.relay.stats().sweeps_parked >= parked + 3);
+    assert_eq!(w.relay.stats().reads_inline, inline);
+    let p = w.relay.prefetch();
+    assert_eq!((p.reads_pending, p.rows_held_bytes), (0, 0));
+}
+
+#[test]
+fn a_message_sent_while_the_sweep_waits_for_its_queue_is_kept() {
+    let (mut w, [a, b, ..], ab, _) = queued_then_restarted(2, 60_000);
+    w.advance(61_000);
+    // The page comes back; the sweep waits for `b`'s queue.
+    w.complete_read(0);
+    w.drain();
+    assert!(w.relay.prefetch().sweep_waiting);
+    let ReadOp::ScanPrefix { table, prefix, .. } = &w.reads.as_ref().unwrap()[0].0.op else {
+        panic!("not a queue read");
+    };
+    assert_eq!(*table, Table::Messages);
+    assert!(prefix.starts_with(b.uuid.as_str()));
+
+    // `a` writes to that queue meanwhile (its frame waits for the same rows first).
+    let outs = w.msg(&a, &b, &ab, "fresh");
+    let outs = [outs, w.finish_reads()].concat();
+    assert_eq!(acks(&outs, &a), vec![("fresh".to_owned(), 3)]);
+    assert!(!w.relay.prefetch().sweep_waiting);
+    // The two due messages went, the fresh one stays (and expires at its own time).
+    assert_eq!(stored_for(&w, &b), 1);
+    assert_eq!(w.relay.queued_messages(), 1);
+    w.advance(61_000);
+    w.finish_reads();
+    assert_eq!(stored_for(&w, &b), 0);
+}
+
+#[test]
+fn a_failed_sweep_read_puts_the_sweep_off_and_answers_nobody() {
+    let (mut w, [_, b, ..], _, _) = queued_then_restarted(2, 60_000);
+    w.advance(61_000);
+    let failures = w.relay.stats().queue_read_failures;
+    w.mem.fail_reads(1);
+    w.complete_read(0);
+    let outs = w.drain();
+    assert!(
+        outs.is_empty(),
+        "a sweep's failed read answered someone: {outs:?}"
+    );
+    assert_eq!(w.relay.stats().queue_read_failures, failures + 1);
+    assert!(!w.relay.prefetch().sweep_waiting);
+    assert_eq!(stored_for(&w, &b), 2, "nothing deleted");
+    // It is tried again a second later, and then goes through.
+    let retry = w.relay.poll_timeout().expect("the sweep's retry");
+    assert_eq!(
+        retry,
+        w.now.plus_ms(relay_core::limits::QUEUE_READ_RETRY_MS)
+    );
+    w.advance(relay_core::limits::QUEUE_READ_RETRY_MS);
+    w.finish_reads();
+    assert_eq!(stored_for(&w, &b), 0);
+}
+
+#[test]
+fn the_tombstone_sweep_reads_its_next_expiry_off_the_task() {
+    let (mut w, _, _, _) = queued_then_restarted(2, 60_000);
+    let tombstones = w.rows(Table::Tombstones).len();
+    assert!(tombstones >= 2);
+    let inline = w.relay.stats().reads_inline;
+    w.advance(relay_core::limits::TOMBSTONE_TTL_MS + 1);
+    assert!(w.relay.prefetch().sweep_waiting);
+    assert!(matches!(
+        &w.reads.as_ref().unwrap()[0].0.op,
+        ReadOp::NextExpiry {
+            table: Table::Tombstones,
+            ..
+        }
+    ));
+    w.finish_reads();
+    assert!(!w.relay.prefetch().sweep_waiting);
+    assert_eq!(
+        w.rows(Table::Tombstones).len(),
+        0,
+        "expired tombstones stored"
+    );
+    assert_eq!(w.relay.stats().reads_inline, inline);
+}

@@ -80,6 +80,7 @@ struct Families {
     tombstone_cache: Gauge,
     frames_parked: Counter,
     requests_parked: Counter,
+    sweeps_parked: Counter,
     reads_inline: Counter,
     prefetch_parked_frames: Gauge,
     prefetch_parked_requests: Gauge,
@@ -162,6 +163,7 @@ impl Metrics {
             tombstone_cache: Gauge::default(),
             frames_parked: Counter::default(),
             requests_parked: Counter::default(),
+            sweeps_parked: Counter::default(),
             reads_inline: Counter::default(),
             prefetch_parked_frames: Gauge::default(),
             prefetch_parked_requests: Gauge::default(),
@@ -418,6 +420,7 @@ impl Metrics {
                 now.requests_parked,
                 last.requests_parked,
             ),
+            (&f.sweeps_parked, now.sweeps_parked, last.sweeps_parked),
             (&f.reads_inline, now.reads_inline, last.reads_inline),
         ] {
             let n = now.saturating_sub(last);
@@ -666,8 +669,13 @@ fn register(r: &mut Registry, f: &Families) {
         f.requests_parked.clone(),
     );
     r.register(
+        "sweeps_parked",
+        "Times a step of the timed expiry sweeps waited for a read done off the core task",
+        f.sweeps_parked.clone(),
+    );
+    r.register(
         "reads_inline",
-        "Reads of the store made on the core task (every read of a relay that does not read ahead; with it, those of timers)",
+        "Reads of the store made on the core task (every read of a relay that does not read ahead; with it, a read after an input changed something)",
         f.reads_inline.clone(),
     );
     r.register(
