@@ -39,7 +39,7 @@ fn cost(conv: &ConvId, m: &Queued) -> usize {
 }
 
 impl Cx<'_> {
-    pub(crate) fn on_sync(&mut self, _now: UnixMs, conn: ConnId) {
+    pub(crate) fn on_sync(&mut self, now: UnixMs, conn: ConnId) {
         let Some(user) = self.sessions().user(conn).cloned() else {
             return;
         };
@@ -67,6 +67,14 @@ impl Cx<'_> {
         self.changed();
         if first_sync {
             self.state.hold_queues(&user, convs.iter());
+        }
+        // What outlived the offline TTL is never replayed, whether or not the expiry sweep
+        // has reached its queue yet (it may be waiting for its reads, or pausing between
+        // pages): it goes now, as the sweep would take it.
+        for conv in &convs {
+            if self.state.expire_queue(now, &user, conv) > 0 {
+                probes::probe!("sync:expired-before-replay");
+            }
         }
         self.stats.syncs += 1;
         self.stats.sync_backlog_messages += self.state.backlog().of_recipient(&user).msgs as u64;

@@ -10,7 +10,7 @@ use relay_core::{Config, ConnId, HttpRequest, HttpResponse, Method, Output, Requ
 use wire::http::paths;
 use wire::{ErrorCode, ServerFrame};
 
-use crate::world::{User, World, fast_config, frames, register_request};
+use crate::world::{User, World, fast_config, frames, msgs, register_request};
 
 /// Acks among `outs` on `u`'s connection, as (id, seq).
 fn acks(outs: &[Output], u: &User) -> Vec<(String, u64)> {
@@ -521,4 +521,32 @@ fn the_tombstone_sweep_reads_its_next_expiry_off_the_task() {
         "expired tombstones stored"
     );
     assert_eq!(w.relay.stats().reads_inline, inline);
+}
+
+#[test]
+fn a_sync_while_the_sweep_waits_replays_nothing_past_its_ttl() {
+    let (mut w, [_, mut b, ..], _, _) = queued_then_restarted(3, 60_000);
+    let conn = w.connect(&mut b);
+    w.finish_reads();
+    w.advance(61_000);
+    assert!(w.relay.prefetch().sweep_waiting);
+    // `b` syncs: its contacts and queue are read for the sync (the sweep still waits for its
+    // page, the oldest read).
+    let mut outs = w.sync(conn);
+    assert!(w.reads_waiting() >= 2);
+    // The sync's reads come back first: what outlived the TTL is not replayed, and goes.
+    while w.reads_waiting() > 1 {
+        w.complete_read(1);
+        outs.extend(w.drain());
+    }
+    assert!(
+        msgs(&frames(&outs, conn)).is_empty(),
+        "replayed past its TTL: {outs:?}"
+    );
+    assert_eq!(stored_for(&w, &b), 0);
+    assert!(w.relay.prefetch().sweep_waiting);
+    // The sweep then finds nothing left to take.
+    w.finish_reads();
+    assert!(!w.relay.prefetch().sweep_waiting);
+    assert_eq!(w.relay.queued_messages(), 0);
 }
