@@ -1,8 +1,8 @@
 //! The expiry of queued messages: no timer per queue or message, but one deadline, the
 //! earliest expiry in the store's index on `queue_index.expires_at` (each queue's row carries
 //! when its oldest message's TTL ends, written with every change to the queue:
-//! `crate::queue_index`). When it passes, [`Cx::sweep_messages`](crate::cx::Cx::sweep_messages) reads the
-//! due queues in (expiry, key) pages ([`StoreRead::expired`]) and each loses its due messages
+//! `crate::queue_index`). When it passes, the sweep's steps ([`Cx::sweep_step`](crate::cx::Cx::sweep_step))
+//! read the due queues in (expiry, key) pages ([`StoreRead::expired`]) and each loses its due messages
 //! (`crate::queue`, `State::expire_queue`), its row rewritten with its next expiry.
 //!
 //! A read sees only durable rows, so a queue's expiry arms the sweep when the batch that wrote

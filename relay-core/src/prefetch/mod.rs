@@ -44,8 +44,19 @@
 //!   charged once, however often it runs. Bounded by [`MAX_PARKED_REQUESTS`] and
 //!   [`MAX_PARKED_REQUEST_BYTES`].
 //!
-//! Timers still read on the relay's task (counted in
-//! [`RelayStats::reads_inline`](crate::RelayStats::reads_inline)).
+//! * **The timed sweeps too.** The expiry of tombstones and messages runs in steps
+//!   (`crate::sweeps`), each an input that reads before it writes: the next tombstone expiry,
+//!   a page of due queues, each due queue not in memory, the next queue expiry. A step that
+//!   misses waits as the sweeps' waiter (`Waiter::Sweep`; no second sweep starts, and no
+//!   deadline is set for it, meanwhile) and runs again when its read is back; the rows it used
+//!   are let go after each step, so a page of large queues holds one at a time. The reads of
+//!   an expiry index are never stale (`ReadOp::covers`): they are views of the durable rows,
+//!   and the sweeps arm themselves for what is written after.
+//!
+//! What still reads on the relay's task (counted in
+//! [`RelayStats::reads_inline`](crate::RelayStats::reads_inline)): a read an input makes after
+//! it changed something (the rules read first; none is known to), and every read of a shell
+//! that does not read ahead.
 
 mod read;
 mod reader;

@@ -154,8 +154,8 @@ impl Relay {
     /// thread, then [`handle_read`](Relay::handle_read)). See `crate::prefetch`. HTTP
     /// requests and upgrades read ahead when they come through
     /// [`handle_request`](Relay::handle_request) and
-    /// [`handle_connect_ahead`](Relay::handle_connect_ahead); timers still read on the caller's
-    /// thread.
+    /// [`handle_connect_ahead`](Relay::handle_connect_ahead); the timed sweeps wait for their
+    /// reads the same way ([`handle_timeout`](Relay::handle_timeout)).
     pub fn read_ahead(&mut self) {
         self.prefetch.turn_on();
     }
