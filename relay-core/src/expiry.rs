@@ -170,6 +170,13 @@ impl Sweep {
         }
     }
 
+    /// The keys of the queues the page in progress has still to handle, in order.
+    pub(crate) fn page_keys(&self) -> impl Iterator<Item = &str> {
+        (self.page.iter())
+            .flat_map(|p| p.rows.iter())
+            .map(|(_, key)| key.as_str())
+    }
+
     /// The page of due queues up to `up_to` was read: it is worked through from now on.
     pub(crate) fn page_read(&mut self, up_to: u64, rows: Expiries) {
         let full = rows.len() >= self.page_rows;

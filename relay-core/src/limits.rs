@@ -205,6 +205,11 @@ pub const EXPIRY_PAGE_ROWS: usize = 128;
 /// that reaches it, and goes on after that queue next time): its work and batch per step,
 /// however full the due queues (`Config::expiry_page_messages`).
 pub const EXPIRY_PAGE_MESSAGES: usize = 2_048;
+/// Bytes of due queues (by their index entries) the expiry sweep asks for in one read when the
+/// next queue it handles is not in memory: that queue and the page's next ones not in memory
+/// are read together off the relay's task (one read handed to the shell, the queues taken from
+/// it one by one), so a page of cold queues costs a few reads, not one round trip each.
+pub const EXPIRY_READ_BYTES: u64 = 4 * 1024 * 1024;
 /// After a full page the sweep goes on this much later: a shell that fires a due deadline
 /// before it reads its inputs still handles them between pages, however long the sweep.
 pub const EXPIRY_PAGE_PAUSE_MS: u64 = 1;

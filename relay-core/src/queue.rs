@@ -343,17 +343,23 @@ impl Queues {
 
 /// Every stored message of the queue of `recipient` in `conv`, written by `from` (one prefix
 /// scan), checked to belong to it.
+/// The prefix of the message rows of the queue `(recipient, conv)`: what [`read_queue`] scans.
+pub(crate) fn queue_prefix(recipient: &UserUuid, conv: &ConvId) -> String {
+    let mut prefix = String::with_capacity(recipient.as_str().len() + conv.as_str().len() + 2);
+    prefix.push_str(recipient.as_str());
+    prefix.push('/');
+    prefix.push_str(conv.as_str());
+    prefix.push('/');
+    prefix
+}
+
 pub(crate) fn read_queue(
     reader: &mut dyn StoreRead,
     recipient: &UserUuid,
     conv: &ConvId,
     from: &UserUuid,
 ) -> Result<Queue, StoreError> {
-    let mut prefix = String::with_capacity(recipient.as_str().len() + conv.as_str().len() + 2);
-    prefix.push_str(recipient.as_str());
-    prefix.push('/');
-    prefix.push_str(conv.as_str());
-    prefix.push('/');
+    let prefix = queue_prefix(recipient, conv);
     let mut q = Queue::default();
     for (key, value) in reader.scan_prefix(Table::Messages, &prefix)? {
         let m: MessageRow = decode(Table::Messages, &key, &value)?;

@@ -26,6 +26,15 @@ pub enum ReadOp {
         /// Rows at most (`None`: all).
         max: Option<usize>,
     },
+    /// Several [`StoreRead::scan_prefix`] in one read (the expiry sweep's due queues): the
+    /// rows of each prefix, in the order given. It answers each of those scans
+    /// ([`ReadOp::ScanPrefix`] without a bound) on its own.
+    ScanPrefixes {
+        /// The table.
+        table: Table,
+        /// The keys' prefixes (none a prefix of another).
+        prefixes: Vec<String>,
+    },
     /// [`StoreRead::scan_page`].
     ScanPage {
         /// The table.
@@ -102,6 +111,13 @@ impl ReadOp {
                 prefix,
                 max: Some(max),
             } => ReadValue::Rows(reader.scan_prefix_max(*table, prefix, *max)?),
+            Self::ScanPrefixes { table, prefixes } => {
+                let mut rows = Vec::new();
+                for prefix in prefixes {
+                    rows.extend(reader.scan_prefix(*table, prefix)?);
+                }
+                ReadValue::Rows(rows)
+            }
             Self::ScanPage {
                 table,
                 after,
@@ -129,6 +145,7 @@ impl ReadOp {
         match self {
             Self::Get { table, .. }
             | Self::ScanPrefix { table, .. }
+            | Self::ScanPrefixes { table, .. }
             | Self::ScanPage { table, .. }
             | Self::LatestExpiries { table, .. }
             | Self::NextExpiry { table, .. }
@@ -152,6 +169,9 @@ impl ReadOp {
             (_, None) => true,
             (Self::Get { key: k, .. }, Some(key)) => k == key,
             (Self::ScanPrefix { prefix, .. }, Some(key)) => key.starts_with(prefix.as_str()),
+            (Self::ScanPrefixes { prefixes, .. }, Some(key)) => {
+                prefixes.iter().any(|p| key.starts_with(p.as_str()))
+            }
             (Self::ScanPage { after, .. }, Some(key)) => after.as_deref().is_none_or(|a| key > a),
         }
     }

@@ -11,6 +11,9 @@ use crate::store::{Expiries, Rows, StoreError, StoreRead, Table};
 #[derive(Debug, Default)]
 pub(crate) struct Ahead {
     rows: BTreeMap<ReadOp, Held>,
+    /// Each prefix of a held [`ReadOp::ScanPrefixes`], with that read: it answers the scan of
+    /// that prefix alone.
+    within: BTreeMap<(Table, String), ReadOp>,
     /// The first read of the current attempt that no row answered.
     missed: Option<ReadOp>,
     /// Estimated heap of `rows`.
@@ -35,14 +38,74 @@ impl Ahead {
             }
             // A failed read answers one frame (refused as for a failed read); any other frame
             // that waited for it reads again.
-            if let Some(failed) = self.rows.remove(&op) {
+            if let Some(failed) = self.remove(&op) {
                 return failed.result;
             }
+        }
+        if let Some(answer) = self.answer_within(&op) {
+            return answer;
         }
         if self.missed.is_none() {
             self.missed = Some(op);
         }
         Err(not_read_ahead())
+    }
+
+    /// The answer to a whole-prefix scan from a held read of several prefixes that has it.
+    fn answer_within(&mut self, op: &ReadOp) -> Option<Result<ReadValue, StoreError>> {
+        let ReadOp::ScanPrefix {
+            table,
+            prefix,
+            max: None,
+        } = op
+        else {
+            return None;
+        };
+        let many = self.within.get(&(*table, prefix.clone()))?.clone();
+        match &self.rows.get(&many)?.result {
+            Ok(ReadValue::Rows(rows)) => {
+                let mine = (rows.iter())
+                    .filter(|(k, _)| k.starts_with(prefix.as_str()))
+                    .cloned()
+                    .collect();
+                Some(Ok(ReadValue::Rows(mine)))
+            }
+            Ok(_) => Some(Err(mismatch())),
+            // As for any failed read: it answers once.
+            Err(_) => self.remove(&many).map(|failed| failed.result),
+        }
+    }
+
+    /// The held read of several prefixes `op` no longer answers for `prefix` (its rows are
+    /// dropped), only for its other prefixes.
+    fn narrow(&mut self, op: &ReadOp, table: Table, prefix: &str) {
+        let key = (table, prefix.to_owned());
+        if self.within.get(&key) == Some(op) {
+            self.within.remove(&key);
+        }
+        let Some(held) = self.rows.get_mut(op) else {
+            return;
+        };
+        let before = held_bytes(held);
+        if let Ok(ReadValue::Rows(rows)) = &mut held.result {
+            rows.retain(|(k, _)| !k.starts_with(prefix));
+        }
+        self.bytes = self.bytes - before + held_bytes(held);
+    }
+
+    /// Takes `op`'s result out, with what it weighed and the prefixes it answered.
+    fn remove(&mut self, op: &ReadOp) -> Option<Held> {
+        let held = self.rows.remove(op)?;
+        self.bytes -= held_bytes(&held);
+        if let ReadOp::ScanPrefixes { table, prefixes } = op {
+            for p in prefixes {
+                let key = (*table, p.clone());
+                if self.within.get(&key) == Some(op) {
+                    self.within.remove(&key);
+                }
+            }
+        }
+        Some(held)
     }
 
     /// Keeps the result of `op` for the `holders` frames that waited for it.
@@ -53,10 +116,14 @@ impl Ahead {
         holders: usize,
     ) {
         let held = Held { result, holders };
+        let _ = self.remove(&op);
         self.bytes += held_bytes(&held);
-        if let Some(old) = self.rows.insert(op, held) {
-            self.bytes -= held_bytes(&old);
+        if let ReadOp::ScanPrefixes { table, prefixes } = &op {
+            for p in prefixes {
+                self.within.insert((*table, p.clone()), op.clone());
+            }
         }
+        self.rows.insert(op, held);
     }
 
     /// Drops every row read that a write of `key` of `table` may have changed.
@@ -66,9 +133,14 @@ impl Ahead {
             .cloned()
             .collect();
         for op in stale {
-            if let Some(h) = self.rows.remove(&op) {
-                self.bytes -= held_bytes(&h);
+            if let (ReadOp::ScanPrefixes { prefixes, .. }, Some(key)) = (&op, key)
+                && let Some(prefix) = prefixes.iter().find(|p| key.starts_with(p.as_str()))
+            {
+                // Only that prefix's rows are stale: the others still answer their scans.
+                self.narrow(&op, table, prefix);
+                continue;
             }
+            let _ = self.remove(&op);
         }
     }
 
@@ -92,8 +164,7 @@ impl Ahead {
         if let Some(held) = self.rows.get_mut(op) {
             held.holders = held.holders.saturating_sub(1);
             if held.holders == 0 {
-                let gone = self.rows.remove(op).map_or(0, |h| held_bytes(&h));
-                self.bytes -= gone;
+                let _ = self.remove(op);
             }
         }
     }

@@ -7,8 +7,11 @@ use wire::UnixMs;
 
 use super::Relay;
 use crate::prefetch::{ReadOp, Waiter, Work};
+use crate::queue::queue_prefix;
+use crate::queue_index::parse_queue_key;
 use crate::rows::Timer;
 use crate::shell::{CloseReason, Output};
+use crate::store::Table;
 
 impl Relay {
     /// Fires every deadline at or before `now`: idle sockets, message / tombstone / pending
@@ -91,16 +94,56 @@ impl Relay {
             let more = self.cx().sweep_step(now, at);
             self.reading_ahead = false;
             if let Some(op) = self.missed(stats, mark) {
-                return Some(op);
+                return Some(self.widen(op));
             }
             if self.finish().is_err() {
                 return None;
             }
-            // The rows the step waited for were used: the next step's are others.
-            self.prefetch.release_holds(Waiter::Sweep);
             if !more {
                 return None;
             }
+        }
+    }
+
+    /// The read a step of the message sweep missed, widened when it is a due queue's: that
+    /// queue and the page's next ones not in memory, up to
+    /// [`EXPIRY_READ_BYTES`](crate::limits::EXPIRY_READ_BYTES) by their index entries, in one
+    /// read (each answers the step that reads it).
+    fn widen(&self, op: ReadOp) -> ReadOp {
+        let ReadOp::ScanPrefix {
+            table: Table::Messages,
+            prefix,
+            max: None,
+        } = &op
+        else {
+            return op;
+        };
+        let mut prefixes = Vec::new();
+        let mut bytes = 0;
+        for key in self.state.queues().sweep().page_keys() {
+            let Some((recipient, conv)) = parse_queue_key(key) else {
+                continue;
+            };
+            let Some(b) = self.state.queue_to_read(&recipient, &conv) else {
+                continue;
+            };
+            let p = queue_prefix(&recipient, &conv);
+            if prefixes.is_empty() && p != *prefix {
+                // Not the page's next queue: some other read.
+                return op;
+            }
+            if !prefixes.is_empty() && bytes + b > crate::limits::EXPIRY_READ_BYTES {
+                break;
+            }
+            bytes += b;
+            prefixes.push(p);
+        }
+        if prefixes.len() < 2 {
+            return op;
+        }
+        ReadOp::ScanPrefixes {
+            table: Table::Messages,
+            prefixes,
         }
     }
 
@@ -115,6 +158,8 @@ impl Relay {
     /// their next step needs.
     pub(super) fn resume_sweep(&mut self, now: UnixMs, at: UnixMs) -> Option<ReadOp> {
         let op = self.sweep(now, at)?;
+        // The rows the sweeps waited for were used: the next step's are others.
+        self.prefetch.release_holds(Waiter::Sweep);
         probes::probe!("prefetch:sweep-parked");
         self.stats.sweeps_parked += 1;
         Some(op)

@@ -166,6 +166,14 @@ impl State {
         self.put_meta(meta::QUEUE_EXPIRY_TTL, ttl.to_string());
     }
 
+    /// The bytes queued for `recipient` in `conv` (by its index entry) when they are stored
+    /// but not in memory: what [`State::load_queue`] would read. `None`: nothing to read.
+    pub(crate) fn queue_to_read(&self, recipient: &UserUuid, conv: &ConvId) -> Option<u64> {
+        let entry = self.queued.get(recipient, conv)?;
+        let key = (recipient.clone(), conv.clone());
+        (!self.queues.is_loaded(&key)).then_some(entry.summary.bytes)
+    }
+
     /// The messages queued for `recipient` in `conv`, by seq; `None` when there are none, or
     /// when they are not in memory (callers that need them [`State::load_queue`] first).
     pub(crate) fn queue(&self, recipient: &UserUuid, conv: &ConvId) -> Option<&Queue> {

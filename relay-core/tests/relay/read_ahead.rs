@@ -550,3 +550,51 @@ fn a_sync_while_the_sweep_waits_replays_nothing_past_its_ttl() {
     assert!(!w.relay.prefetch().sweep_waiting);
     assert_eq!(w.relay.queued_messages(), 0);
 }
+
+#[test]
+fn the_sweep_reads_a_pages_cold_queues_together() {
+    let config = Config {
+        offline_ttl_ms: 60_000,
+        idle_timeout_ms: 24 * 3_600_000,
+        ..fast_config()
+    };
+    let mut w = World::with_config(config);
+    let mut a = w.user("a");
+    let bs: Vec<User> = (0..4).map(|i| w.user(&format!("b{i}"))).collect();
+    let convs: Vec<String> = bs.iter().map(|b| w.befriend(&a, b)).collect();
+    w.connect(&mut a);
+    for (b, conv) in bs.iter().zip(&convs) {
+        for i in 0..2 {
+            let outs = w.msg(&a, b, conv, &format!("{}-{i}", b.alias));
+            assert_eq!(acks(&outs, &a).len(), 1);
+        }
+    }
+    let store = w.mem.clone();
+    w.restart(Box::new(store));
+    w.read_ahead(false);
+    w.advance(61_000);
+    w.complete_read(0);
+    w.drain();
+    // The page named four cold queues: one read asks for all of them.
+    assert_eq!(w.reads_waiting(), 1);
+    let ReadOp::ScanPrefixes { table, prefixes } = &w.reads.as_ref().unwrap()[0].0.op else {
+        panic!("not one read of the page's queues");
+    };
+    assert_eq!((*table, prefixes.len()), (Table::Messages, 4));
+    // It comes back: every queue loses its messages; then the next expiry is read.
+    w.complete_read(0);
+    w.drain();
+    assert!(matches!(
+        &w.reads.as_ref().unwrap()[0].0.op,
+        ReadOp::NextExpiry {
+            table: Table::QueueIndex,
+            ..
+        }
+    ));
+    w.finish_reads();
+    assert!(!w.relay.prefetch().sweep_waiting);
+    assert_eq!(w.rows(Table::Messages).len(), 0);
+    assert_eq!(w.relay.queued_messages(), 0);
+    let p = w.relay.prefetch();
+    assert_eq!((p.reads_pending, p.rows_held_bytes), (0, 0));
+}
