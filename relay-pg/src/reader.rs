@@ -3,7 +3,7 @@
 
 use std::{collections::BTreeMap, fmt, future::Future, sync::Arc, time::Duration};
 
-use relay_core::store::{Expiries, Rows, StoreError, StoreRead, Table, prefix_end};
+use relay_core::store::{Expiries, Rows, StoreError, StoreRead, Table, prefix_end, scan_each};
 use tokio_postgres::{Client, Statement};
 
 use crate::{
@@ -39,6 +39,9 @@ struct TableReads {
     get: Statement,
     scan_range_max: Statement,
     scan_from_max: Statement,
+    /// Every row within any of several key ranges, range by range (an index range scan
+    /// each: a join on the ranges lets the planner scan the whole table instead).
+    scan_ranges: Statement,
     page_first: Statement,
     page_after: Statement,
     expiring: Option<ExpiryReads>,
@@ -76,6 +79,11 @@ impl ReadConn {
             texts.push(format!(
                 "SELECT k, v FROM {name} WHERE k >= $1 ORDER BY k LIMIT $2"
             ));
+            texts.push(format!(
+                "SELECT s.k, s.v FROM unnest($1::text[], $2::text[]) WITH ORDINALITY \
+                 AS r(lo, hi, n) CROSS JOIN LATERAL (SELECT k, v FROM {name} \
+                 WHERE k >= r.lo AND k < r.hi ORDER BY k) s ORDER BY r.n, s.k"
+            ));
             texts.push(format!("SELECT k, v FROM {name} ORDER BY k LIMIT $1"));
             texts.push(format!(
                 "SELECT k, v FROM {name} WHERE k > $1 ORDER BY k LIMIT $2"
@@ -105,6 +113,7 @@ impl ReadConn {
         for t in Table::ALL {
             let get = next()?;
             let (scan_range_max, scan_from_max) = (next()?, next()?);
+            let scan_ranges = next()?;
             let (page_first, page_after) = (next()?, next()?);
             let expiring = if t.has_expiry() {
                 Some(ExpiryReads {
@@ -122,6 +131,7 @@ impl ReadConn {
                     get,
                     scan_range_max,
                     scan_from_max,
+                    scan_ranges,
                     page_first,
                     page_after,
                     expiring,
@@ -271,6 +281,24 @@ impl StoreRead for PgReader {
                 }
                 None => c.client.query(&reads.scan_from_max, &[&prefix, &max]).await,
             };
+            Ok(rows(&found.map_err(|e| read_failed(&e))?))
+        })
+    }
+
+    fn scan_prefixes(&mut self, table: Table, prefixes: &[String]) -> Result<Rows, StoreError> {
+        // One query for all the ranges (a round trip each would make a sweep of many small
+        // queues slow); a prefix without an end (all `char::MAX`) is scanned on its own.
+        let Some(ends) = prefixes
+            .iter()
+            .map(|p| prefix_end(p))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return scan_each(self, table, prefixes);
+        };
+        let starts = prefixes.to_vec();
+        self.read(move |c| async move {
+            let reads = c.reads(table)?;
+            let found = c.client.query(&reads.scan_ranges, &[&starts, &ends]).await;
             Ok(rows(&found.map_err(|e| read_failed(&e))?))
         })
     }

@@ -26,8 +26,8 @@ pub enum ReadOp {
         /// Rows at most (`None`: all).
         max: Option<usize>,
     },
-    /// Several [`StoreRead::scan_prefix`] in one read (the expiry sweep's due queues): the
-    /// rows of each prefix, in the order given. It answers each of those scans
+    /// [`StoreRead::scan_prefixes`]: several scans in one read (the expiry sweep's due
+    /// queues), the rows of each prefix in the order given. It answers each of those scans
     /// ([`ReadOp::ScanPrefix`] without a bound) on its own.
     ScanPrefixes {
         /// The table.
@@ -112,11 +112,7 @@ impl ReadOp {
                 max: Some(max),
             } => ReadValue::Rows(reader.scan_prefix_max(*table, prefix, *max)?),
             Self::ScanPrefixes { table, prefixes } => {
-                let mut rows = Vec::new();
-                for prefix in prefixes {
-                    rows.extend(reader.scan_prefix(*table, prefix)?);
-                }
-                ReadValue::Rows(rows)
+                ReadValue::Rows(reader.scan_prefixes(*table, prefixes)?)
             }
             Self::ScanPage {
                 table,

@@ -303,6 +303,19 @@ pub trait Store: Send + std::fmt::Debug {
     fn reader(&mut self) -> Result<Box<dyn StoreRead>, StoreError>;
 }
 
+/// [`StoreRead::scan_prefixes`] as one [`StoreRead::scan_prefix`] per prefix.
+pub fn scan_each<R: StoreRead + ?Sized>(
+    reader: &mut R,
+    table: Table,
+    prefixes: &[String],
+) -> Result<Rows, StoreError> {
+    let mut rows = Vec::new();
+    for prefix in prefixes {
+        rows.extend(reader.scan_prefix(table, prefix)?);
+    }
+    Ok(rows)
+}
+
 /// Keyed reads of committed rows, for the state the relay does not hold in memory.
 ///
 /// Reads never see uncommitted mutations: the relay keeps what it wrote and has not yet seen
@@ -332,6 +345,15 @@ pub trait StoreRead: Send + std::fmt::Debug {
         let mut rows = self.scan_prefix(table, prefix)?;
         rows.truncate(max);
         Ok(rows)
+    }
+    /// Every committed row of `table` whose key starts with one of `prefixes` (none a prefix
+    /// of another), prefix by prefix in the order given, each in key order: several
+    /// [`scan_prefix`](StoreRead::scan_prefix) in one read (the expiry sweep's due queues).
+    ///
+    /// The default makes one scan per prefix ([`scan_each`]); an implementation whose reads
+    /// are round trips should make one.
+    fn scan_prefixes(&mut self, table: Table, prefixes: &[String]) -> Result<Rows, StoreError> {
+        scan_each(self, table, prefixes)
     }
     /// At most `limit` committed rows of `table` whose keys come after `after` (from the first
     /// row when `None`), in key order: a lazy table read whole in pages of bounded size.

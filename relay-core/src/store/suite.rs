@@ -134,6 +134,13 @@ pub fn reads_see_committed_rows(s: &mut dyn Store) {
         keys(&r.scan_prefix_max(Table::Tombstones, "", 2).unwrap()),
         ["a", "a/1"]
     );
+    // Several prefixes in one read: prefix by prefix, in the order given.
+    let prefixes = ["ab/".to_owned(), "nothing/".to_owned(), "a/".to_owned()];
+    assert_eq!(
+        keys(&r.scan_prefixes(Table::Tombstones, &prefixes).unwrap()),
+        ["ab/1", "a/1", "a/2"]
+    );
+    assert!(r.scan_prefixes(Table::Tombstones, &[]).unwrap().is_empty());
     s.commit(&vec![del(Table::Tombstones, "a/1")].into())
         .unwrap();
     assert_eq!(

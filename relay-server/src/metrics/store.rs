@@ -103,6 +103,9 @@ impl StoreRead for MeteredReader {
     ) -> Result<Rows, StoreError> {
         self.timed(|r| r.scan_prefix_max(table, prefix, max))
     }
+    fn scan_prefixes(&mut self, table: Table, prefixes: &[String]) -> Result<Rows, StoreError> {
+        self.timed(|r| r.scan_prefixes(table, prefixes))
+    }
     fn scan_page(
         &mut self,
         table: Table,
