@@ -7,7 +7,9 @@
 //! * the documents profile: no MUST case fails and none errors, the DURABILITY cases included;
 //! * its planted bugs, one at a time: `--plant no-dedup` fails the dedup cases (MSG-004,
 //!   MSG-013); `--plant ack-before-durable` (acks before the commit, which a background task
-//!   does every 2 s) fails the DURABILITY cases, which kill -9 it right after an ack.
+//!   does every 2 s) fails the DURABILITY cases, which kill -9 it right after an ack;
+//! * the reference profile: a refusal in the relay's own words fails as wording, never as the
+//!   refused frame's effect.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
@@ -53,6 +55,11 @@ async fn start_independent(flags: &str, dir: &std::path::Path) -> RelayProcess {
 /// Starts the independent relay with `flags`, runs `only` (all when empty) under the
 /// documents profile.
 async fn run_with(flags: &str, only: &[&str]) -> (Vec<CaseReport>, String) {
+    run_under(Profile::Documents, flags, only).await
+}
+
+/// Starts the independent relay with `flags`, runs `only` (all when empty) under `profile`.
+async fn run_under(profile: Profile, flags: &str, only: &[&str]) -> (Vec<CaseReport>, String) {
     let dir = tempfile::tempdir().unwrap();
     let process = start_independent(flags, dir.path()).await;
     let url = process.base_url();
@@ -69,7 +76,7 @@ async fn run_with(flags: &str, only: &[&str]) -> (Vec<CaseReport>, String) {
             Duration::from_secs(5),
             Duration::from_millis(300),
         )
-        .with_profile(Profile::Documents),
+        .with_profile(profile),
     );
     let cfg = RunConfig {
         jobs: 8,
@@ -272,4 +279,37 @@ async fn conformance_catches_the_planted_rejected_requester() {
     .await;
     // Its friendship row lets the requester write while pending too.
     assert_eq!(failed(&reports), ["E2EE-005", "E2EE-006"], "{reports:#?}");
+}
+
+/// Under the reference profile a refusal in the independent relay's words (`code`, not our
+/// `error`) fails as wording only, saying the frame was refused; a frame the relay acts on
+/// (its planted rejected requester) fails as what it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_profile_tells_a_refusal_in_other_words_from_no_refusal() {
+    let only = ["E2EE-004", "E2EE-005", "E2EE-006", "E2EE-013"];
+    let reason = |r: &CaseReport| r.reason.clone().unwrap_or_default();
+    let (reports, _) = run_under(Profile::Reference, "", &only).await;
+    assert_eq!(failed(&reports), only, "{reports:#?}");
+    for r in &reports {
+        assert!(
+            reason(r)
+                .contains("refused (an error frame, no ack), but the frame is not our relay's"),
+            "{}: {}",
+            r.id,
+            reason(r)
+        );
+    }
+    let (reports, _) = run_under(Profile::Reference, "--plant rejected-can-message", &only).await;
+    for r in reports
+        .iter()
+        .filter(|r| ["E2EE-005", "E2EE-006"].contains(&r.id))
+    {
+        assert_eq!(r.status, Status::Fail, "{r:#?}");
+        assert!(
+            reason(r).contains("acked a frame it must refuse"),
+            "{}: {}",
+            r.id,
+            reason(r)
+        );
+    }
 }
