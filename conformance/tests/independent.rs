@@ -8,6 +8,8 @@
 //! * its planted bugs, one at a time: `--plant no-dedup` fails the dedup cases (MSG-004,
 //!   MSG-013); `--plant ack-before-durable` (acks before the commit, which a background task
 //!   does every 2 s) fails the DURABILITY cases, which kill -9 it right after an ack;
+//! * the runner's relay process: a start or a restart that exits before it listens is tried
+//!   again, and two runs against one relay both pass;
 //! * the reference profile: a refusal in the relay's own words fails as wording, never as the
 //!   refused frame's effect.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
@@ -239,6 +241,40 @@ async fn a_relay_that_exits_before_it_listens_is_started_again_on_another_port()
     );
     let status = status_of_get(&process.base_url()).await;
     assert!(status.is_some(), "the relay does not answer");
+}
+
+/// A relay whose restart after a kill exits before it listens (as one does when its port was
+/// taken while it was down) is started again on the same port, which the cases' clients know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_exits_before_it_listens_is_tried_again_on_the_same_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = format!(
+        "if test -e {{data}}/started && ! test -e {{data}}/refused; then \
+           touch {{data}}/refused; echo 'address in use: {{listen}}'; exit 98; fi; \
+         touch {{data}}/started; exec python3 {} --listen {{listen}} --data {{data}}",
+        relay_py().display()
+    );
+    let mut process = RelayProcess::start(&cmd, Some(SECRET.to_owned()), dir.path())
+        .await
+        .unwrap_or_else(|e| panic!("did not start: {e}"));
+    let before = process.base_url();
+    process
+        .kill_and_restart()
+        .await
+        .unwrap_or_else(|e| panic!("not restarted: {e}"));
+    assert_eq!(process.base_url(), before, "restarted on another port");
+    let log = process.log_tail();
+    assert!(
+        log.contains(&format!(
+            "address in use: {}",
+            before.trim_start_matches("http://")
+        )),
+        "the refused restart is not in the log:\n{log}"
+    );
+    assert!(
+        status_of_get(&before).await.is_some(),
+        "the relay does not answer after its restart"
+    );
 }
 
 /// `GET /` over a bare TCP connection: the status line's code, if any answer came.
