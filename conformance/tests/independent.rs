@@ -117,6 +117,51 @@ async fn a_relay_with_words_only_errors_and_a_top_level_goaway_passes_the_docume
     passes_the_documents(&reports, &url);
 }
 
+/// PROTOCOL.md defines no error frame: a relay that answers a refused WebSocket frame with
+/// nothing at all (no error frame, no ack) passes the documents as one that answers with an
+/// error frame does; so do its rate limit at PROTOCOL §1.10's 120 messages a minute and its
+/// size limits (given to the runner), refused by silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_refuses_by_silence_passes_the_documents() {
+    let (reports, url) = run_with("--silent-refusals --text-errors --goaway-top-level", &[]).await;
+    passes_the_documents(&reports, &url);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("limits.json");
+    let sizes = "--max-frame-bytes 65536 --max-payload-bytes 49152";
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_conformance"))
+        .args([
+            "--relay-cmd",
+            &format!(
+                "python3 {} --listen {{listen}} --data {{data}} --silent-refusals --msgs-per-min 120 {sizes}",
+                relay_py().display()
+            ),
+            "--only",
+            "MSG-019,MSG-014,WS-012",
+            "--quiet",
+            "--json",
+        ])
+        .arg(&json)
+        .args(sizes.split(' '))
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let passed: Vec<&str> = report["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "pass")
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(passed, ["WS-012", "MSG-014", "MSG-019"], "{said}");
+}
+
 /// No MUST case failed or errored, every DURABILITY case passed, and most cases ran.
 fn passes_the_documents(reports: &[CaseReport], url: &str) {
     println!(

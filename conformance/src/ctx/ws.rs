@@ -309,6 +309,17 @@ impl Ws {
         Ok(v)
     }
 
+    /// The `ack` or `error` frame about message `id` within `within`, if any came (others
+    /// stay queued).
+    pub async fn answer_to(&mut self, id: &str, within: Duration) -> Option<Value> {
+        self.first_within(
+            &["ack", "error"],
+            |v| v.get("id").and_then(Value::as_str) == Some(id),
+            within,
+        )
+        .await
+    }
+
     /// Waits for the first frame whose type is one of `types` and that matches `pred`.
     pub async fn expect_where_any(
         &mut self,
