@@ -519,7 +519,7 @@ class Relay:
     def post_create(self, req, cid):
         me = self.caller(req)
         c = self.channel(cid)
-        if c["owner"] != me["uuid"]:
+        if c["owner"] != me["uuid"] and not self.args.anyone_posts:
             raise Refusal(403, "NOT_OWNER", "only the channel's owner posts")
         b = self.body(req)
         kind, content = b.get("type", "text"), b.get("content")
@@ -1030,6 +1030,9 @@ def parse(argv):
                    help="GOAWAY carries its reason at top level only, not also in `payload`")
     p.add_argument("--silent-refusals", action="store_true",
                    help="a refused WebSocket frame gets no answer at all (no error frame, no ack)")
+    p.add_argument("--anyone-posts", action="store_true",
+                   help="any account may post in a channel (the documents give owner-only posting "
+                        "as a client-side rule, canPost), not only its owner")
     p.add_argument("--msgs-per-min", type=int, default=MSGS_PER_MIN,
                    help="new messages a user may send a minute; more are refused")
     p.add_argument("--plant", action="append",

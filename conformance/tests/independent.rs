@@ -405,3 +405,17 @@ async fn the_reference_profile_tells_a_refusal_in_other_words_from_no_refusal() 
         );
     }
 }
+
+/// The documents give owner-only posting as a client-side rule (PROTOCOL §1.4 CH7, `canPost`):
+/// a relay that lets any account post fails CH-009 (SHOULD) only, and a paid channel transfer
+/// (TRADE-009) is judged by the ChannelInfo roles, not by the seller being refused; under the
+/// reference profile both are our relay's rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_only_posting_is_the_reference_profiles_rule() {
+    let only = ["CH-007", "CH-009", "TRADE-009"];
+    let (reports, _) = run_with("--anyone-posts", &only).await;
+    assert_eq!(failed(&reports), ["CH-009"], "{reports:#?}");
+    assert!(!runner::must_failed(&reports), "{reports:#?}");
+    let (reports, _) = run_under(Profile::Reference, "--anyone-posts", &only).await;
+    assert_eq!(failed(&reports), ["CH-009", "TRADE-009"], "{reports:#?}");
+}

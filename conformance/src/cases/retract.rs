@@ -22,7 +22,7 @@ pub const CASES: &[Case] = &[
         "RETRACT-002",
         Must,
         "SPEC §Events retract (only own messages)",
-        "A retract of a message by someone other than its author is refused (error frame) and not forwarded.",
+        "A retract of a message by someone other than its author is refused and not forwarded (never acted on; an error frame of any shape or silence; our relay: an error frame).",
         [],
         non_author_refused
     ),
