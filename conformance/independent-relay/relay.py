@@ -519,7 +519,7 @@ class Relay:
     def post_create(self, req, cid):
         me = self.caller(req)
         c = self.channel(cid)
-        if c["owner"] != me["uuid"]:
+        if c["owner"] != me["uuid"] and not self.args.anyone_posts:
             raise Refusal(403, "NOT_OWNER", "only the channel's owner posts")
         b = self.body(req)
         kind, content = b.get("type", "text"), b.get("content")
@@ -782,10 +782,10 @@ class Relay:
         try:
             f = json.loads(text)
         except ValueError:
-            conn.send(self.error_frame("BAD_JSON", "a frame is one JSON object"))
+            self.refuse(conn, "BAD_JSON", "a frame is one JSON object", {})
             return
         if not isinstance(f, dict):
-            conn.send(self.error_frame("BAD_JSON", "a frame is one JSON object"))
+            self.refuse(conn, "BAD_JSON", "a frame is one JSON object", {})
             return
         if self.token_user(conn.token) != conn.uuid:
             conn.send(self.goaway_frame("jwt_revoked"))
@@ -806,6 +806,9 @@ class Relay:
         self.mdb.durable()
 
     def refuse(self, conn, code, detail, f):
+        """Refuses frame `f`: an error frame naming its id (with --silent-refusals: nothing)."""
+        if self.args.silent_refusals:
+            return
         frame = self.error_frame(code, detail)
         if isinstance(f.get("id"), str):
             frame["id"] = f["id"]
@@ -849,8 +852,8 @@ class Relay:
             if same:
                 conn.send({"type": "ack", "id": mid, "seq": same["seq"]})
                 return
-        if self.limited("msg", conn.uuid, MSGS_PER_MIN):
-            return self.refuse(conn, "RATE_LIMITED", f"more than {MSGS_PER_MIN} messages a minute", f)
+        if self.limited("msg", conn.uuid, self.args.msgs_per_min):
+            return self.refuse(conn, "RATE_LIMITED", f"more than {self.args.msgs_per_min} messages a minute", f)
         row = self.mdb.one("SELECT last_seq FROM counters WHERE conv_id = ?", conv_id)
         seq = (row["last_seq"] if row else 0) + 1
         self.mdb.x("INSERT OR REPLACE INTO counters (conv_id, last_seq) VALUES (?, ?)", conv_id, seq)
@@ -1025,6 +1028,13 @@ def parse(argv):
                    help="error bodies and frames carry words only, no code (statuses unchanged)")
     p.add_argument("--goaway-top-level", action="store_true",
                    help="GOAWAY carries its reason at top level only, not also in `payload`")
+    p.add_argument("--silent-refusals", action="store_true",
+                   help="a refused WebSocket frame gets no answer at all (no error frame, no ack)")
+    p.add_argument("--anyone-posts", action="store_true",
+                   help="any account may post in a channel (the documents give owner-only posting "
+                        "as a client-side rule, canPost), not only its owner")
+    p.add_argument("--msgs-per-min", type=int, default=MSGS_PER_MIN,
+                   help="new messages a user may send a minute; more are refused")
     p.add_argument("--plant", action="append",
                    choices=["no-dedup", "ack-before-durable", "read-newest", "drop-offline-delivered",
                             "invent-delivered", "rejected-can-message"],

@@ -213,9 +213,16 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         match (&cli.relay, &cli.relay_cmd) {
             (Some(url), _) => (None, url.clone(), Hooks::default()),
             (None, Some(cmd)) => {
-                let made_up = secret
-                    .get_or_insert_with(|| format!("conformance-{seed}"))
-                    .clone();
+                // Drawn apart from the accounts seed, which is printed.
+                let made_up = match &secret {
+                    Some(given) => given.clone(),
+                    None => format!(
+                        "conformance-{:016x}{:016x}",
+                        getrandom::u64().context("reading OS randomness for the webhook secret")?,
+                        getrandom::u64().context("reading OS randomness for the webhook secret")?
+                    ),
+                };
+                secret = Some(made_up.clone());
                 let process = RelayProcess::start(cmd, Some(made_up), relay_dir.path()).await?;
                 eprintln!("relay started: {}", process.shown_command());
                 let url = process.base_url();

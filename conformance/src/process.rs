@@ -1,10 +1,16 @@
 //! The relay as a process the runner owns (`--relay-cmd`): started from a command template,
 //! killed with `SIGKILL` and restarted on the same data directory by the DURABILITY cases.
 //!
-//! * `{listen}` becomes `127.0.0.1:PORT` (a free port; a relay that exits before it listens
-//!   is started again on another, up to [`START_ATTEMPTS`] times), `{data}` a directory kept across
-//!   restarts, `{payment_secret}` the payment webhook secret (also in the environment as
+//! * `{listen}` becomes `127.0.0.1:PORT`, `{data}` a directory kept across restarts,
+//!   `{payment_secret}` the payment webhook secret (also in the environment as
 //!   `RELAY_PAYMENT_WEBHOOK_SECRET`).
+//! * The port is one free when picked, drawn below the kernel's ephemeral range when it can be
+//!   ([`free_port`]): an outgoing connection anywhere on the machine takes its source port from
+//!   that range, so a port there can be taken between the pick and the relay's bind, or while
+//!   the relay is down between a kill and its restart. The pick and the bind still race: a
+//!   relay that exits before it listens is started again, on another port at the first start
+//!   (up to [`START_ATTEMPTS`] times) and on the same port after a kill (up to
+//!   [`RESTART_ATTEMPTS`] times, since the cases' clients know it).
 //! * The command runs under `sh -c` in a process group of its own, so `kill -9` reaches the
 //!   relay whether or not the command starts with `exec` (or is `cd dir && ./relay …`).
 //! * The relay's output goes to `relay.log` next to the data directory; an error quotes its
@@ -26,6 +32,15 @@ const LOG_TAIL_LINES: usize = 12;
 /// the runner picked (bound and released) can be taken by another process before the relay
 /// binds it.
 pub const START_ATTEMPTS: u32 = 3;
+/// Starts tried after a kill while the relay exits before it listens, on the same port.
+pub const RESTART_ATTEMPTS: u32 = 5;
+/// Pause before the second restart attempt; each later one waits twice as long.
+const RESTART_BACKOFF_MS: u64 = 200;
+/// The lowest port [`free_port`] draws (below it lie the well-known and registered services
+/// most often configured by hand).
+const PORT_FLOOR: u16 = 10_000;
+/// Ports of `[PORT_FLOOR, ephemeral start)` tried before falling back to an ephemeral one.
+const PORT_DRAWS: u32 = 64;
 
 /// Why the relay process could not be run. Each message says what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -201,9 +216,22 @@ impl RelayProcess {
             }
             tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
         }
-        self.spawn()?;
         self.restarts += 1;
-        self.wait_listening().await
+        let mut attempt = 1;
+        loop {
+            self.spawn()?;
+            match self.wait_listening().await {
+                Err(ProcessError::Exited { status, .. }) if attempt < RESTART_ATTEMPTS => {
+                    let pause = RESTART_BACKOFF_MS << (attempt - 1);
+                    tracing::warn!(%status, listen = %self.listen, attempt, pause_ms = pause,
+                        "the restarted relay exited before it listened; starting it again on its port");
+                    self.child = None;
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
     }
 
     /// `kill -9` of the relay's process group, and reaps it.
@@ -231,19 +259,28 @@ impl RelayProcess {
         }
     }
 
+    /// Waits until `{listen}` accepts connections while the command runs. A command that
+    /// exited with a failure is [`ProcessError::Exited`] even when something accepts on its
+    /// port: that is another process's listener (the relay's bind failed), not the relay. A
+    /// command that exited successfully while its port accepts (a relay that daemonizes) is
+    /// started.
     async fn wait_listening(&mut self) -> Result<(), ProcessError> {
         for _ in 0..RELAY_START_MS / POLL_MS {
-            if tokio::net::TcpStream::connect(self.listen).await.is_ok() {
-                return Ok(());
-            }
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                return Err(ProcessError::Exited {
-                    status: status.to_string(),
-                    listen: self.listen,
-                    log: self.log_tail(),
-                });
+            let accepts = tokio::net::TcpStream::connect(self.listen).await.is_ok();
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|child| child.try_wait().ok().flatten());
+            match exited {
+                Some(status) if !(accepts && status.success()) => {
+                    return Err(ProcessError::Exited {
+                        status: status.to_string(),
+                        listen: self.listen,
+                        log: self.log_tail(),
+                    });
+                }
+                _ if accepts => return Ok(()),
+                _ => {}
             }
             tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
         }
@@ -254,14 +291,60 @@ impl RelayProcess {
     }
 }
 
-/// A port of 127.0.0.1 free now (bound and released).
+/// A port of 127.0.0.1 free now (bound and released), drawn from `[PORT_FLOOR, E)` where `E`
+/// is the start of the kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`),
+/// which no outgoing connection's source port comes from; an ephemeral port (the kernel's
+/// pick) when that range is unknown or empty, or none of [`PORT_DRAWS`] draws is free.
 fn free_port() -> std::io::Result<SocketAddr> {
+    if let Some(end) = ephemeral_start().filter(|e| *e > PORT_FLOOR) {
+        for _ in 0..PORT_DRAWS {
+            let Ok(draw) = getrandom::u32() else { break };
+            let span = u32::from(end - PORT_FLOOR);
+            let port = PORT_FLOOR + u16::try_from(draw % span).unwrap_or_default();
+            if let Ok(addr) = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+                .and_then(|l| l.local_addr())
+            {
+                return Ok(addr);
+            }
+        }
+    }
     std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).and_then(|l| l.local_addr())
+}
+
+/// The first port of the kernel's ephemeral range, where the system says (Linux).
+fn ephemeral_start() -> Option<u16> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 impl Drop for RelayProcess {
     fn drop(&mut self) {
         self.signal_group("-CONT");
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picked_ports_are_free_and_below_the_ephemeral_range() {
+        let end = ephemeral_start().filter(|e| *e > PORT_FLOOR);
+        for _ in 0..20 {
+            let addr = free_port().unwrap();
+            assert!(addr.ip().is_loopback());
+            std::net::TcpListener::bind(addr).unwrap();
+            if let Some(end) = end {
+                assert!(
+                    (PORT_FLOOR..end).contains(&addr.port()),
+                    "{addr}: outside [{PORT_FLOOR}, {end})"
+                );
+            }
+        }
     }
 }

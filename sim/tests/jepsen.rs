@@ -510,3 +510,31 @@ fn jepsen_names_the_planted_rejected_requester_authz() {
     assert!(report.counts.stranger_attempts >= 5, "{:?}", report.counts);
     println!("seed {}: {:?}", report.seed, report.violations);
 }
+
+/// A relay command that exits before it listens at its first start and at its first restart
+/// after a kill (as a relay does whose port another process took meanwhile) is started again,
+/// on another port and then on its own, and the run goes on to its verdict.
+#[test]
+fn a_relay_that_exits_before_it_listens_is_started_again() {
+    let relay = independent_cmd(None);
+    let cmd = format!(
+        "if ! test -e {{data}}/refused-start; then \
+           touch {{data}}/refused-start; echo 'address in use: {{listen}}'; exit 98; fi; \
+         if test -e {{data}}/started && ! test -e {{data}}/refused-restart; then \
+           touch {{data}}/refused-restart; echo 'address in use: {{listen}}'; exit 98; fi; \
+         touch {{data}}/started; exec {relay}"
+    );
+    let seed = seeds_that_kill(&cmd, 1)[0];
+    let config = JepsenConfig {
+        window_ms: 10_000,
+        ..JepsenConfig::new(seed, RelayTarget::Command(cmd))
+    };
+    let report = jepsen::run(&config).expect("the harness runs");
+    assert!(report.restarts > 0, "seed {seed}: never restarted");
+    assert_eq!(
+        report.verdict,
+        jepsen::Verdict::Pass,
+        "seed {seed}: {:?}",
+        report.violations
+    );
+}

@@ -78,7 +78,7 @@ pub const CASES: &[Case] = &[
         "AUTH-009",
         Must,
         "PROTOCOL §0",
-        "A malformed bearer token is refused with 401.",
+        "A malformed bearer token is refused (a 4xx; our relay: 401). PROTOCOL gives 401 for revoked and stale tokens (§1.10), no status for one that is not a token at all.",
         [],
         garbage_token
     ),
@@ -288,13 +288,13 @@ async fn jwt_required(ctx: &mut Ctx) -> CaseResult {
 async fn garbage_token(ctx: &mut Ctx) -> CaseResult {
     ctx.get(paths::FRIENDS, Some("not.a.jwt"))
         .await?
-        .expect_error(401)?;
+        .refused(401)?;
     ctx.get(
         paths::FRIENDS,
         Some("eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ4In0.c2ln"),
     )
     .await?
-    .expect_error(401)?;
+    .refused(401)?;
     Ok(())
 }
 

@@ -266,8 +266,9 @@ async fn missing_call_id(ctx: &mut Ctx) -> CaseResult {
     if let Some(o) = f.as_object_mut() {
         o.remove("call_id");
     }
-    wa.expect_error_for(&f, None).await?;
-    wb.expect_none("call_hangup").await
+    let refusal = wa.refuses(&f).await?;
+    wb.expect_none("call_hangup").await?;
+    refusal.in_our_words(None)
 }
 
 async fn offline_peer(ctx: &mut Ctx) -> CaseResult {
@@ -284,9 +285,10 @@ async fn offline_peer(ctx: &mut Ctx) -> CaseResult {
             ("sdp_type", Value::from("offer")),
         ],
     )?;
-    wa.expect_error_for(&f, Some("PEER_OFFLINE")).await?;
+    let refusal = wa.refuses(&f).await?;
     let mut wb = ctx.connect(&p.b, "B").await?;
-    wb.expect_none("call_offer").await
+    wb.expect_none("call_offer").await?;
+    refusal.in_our_words(Some("PEER_OFFLINE"))
 }
 
 async fn non_contacts(ctx: &mut Ctx) -> CaseResult {
@@ -296,6 +298,7 @@ async fn non_contacts(ctx: &mut Ctx) -> CaseResult {
     let mut wc = ctx.connect(&c, "C").await?;
     let call_id = ctx.uuid();
     let f = json!({"type": "call_offer", "to": c.alias, "call_id": call_id, "from": a.alias, "crypto_v": 2, "payload": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="});
-    wa.expect_error_for(&f, None).await?;
-    wc.expect_none("call_offer").await
+    let refusal = wa.refuses(&f).await?;
+    wc.expect_none("call_offer").await?;
+    refusal.in_our_words(None)
 }

@@ -375,8 +375,9 @@ async fn payload_too_large(ctx: &mut Ctx) -> CaseResult {
     let id = ctx.uuid();
     let big = "A".repeat(limit + 4);
     let m = json!({"type": "msg", "id": id, "to": p.b.alias, "conv_id": p.conv, "crypto_v": 1, "payload": big});
-    wa.expect_error_for(&m, None).await?;
-    wb.expect_none("msg").await
+    let refusal = wa.refuses(&m).await?;
+    wb.expect_none("msg").await?;
+    refusal.in_our_words(None)
 }
 
 async fn typing(ctx: &mut Ctx) -> CaseResult {
@@ -408,9 +409,10 @@ async fn wrong_to(ctx: &mut Ctx) -> CaseResult {
     let c = ctx.account().await?;
     let mut wc = ctx.connect(&c, "C").await?;
     let (_id, m) = ctx.msg(&p.key, &c, &p.conv, "misrouted");
-    wa.expect_error_for(&m, None).await?;
+    let refusal = wa.refuses(&m).await?;
     wc.expect_none("msg").await?;
-    wb.expect_none("msg").await
+    wb.expect_none("msg").await?;
+    refusal.in_our_words(None)
 }
 
 async fn send_before_sync(ctx: &mut Ctx) -> CaseResult {

@@ -164,12 +164,11 @@ async fn receipt_for_offline_sender(ctx: &mut Ctx) -> CaseResult {
 async fn receipt_without_seq(ctx: &mut Ctx) -> CaseResult {
     let (p, mut wa, mut wb) = online(ctx).await?;
     sent_and_delivered(ctx, &p, &mut wa, &mut wb).await?;
-    wb.expect_error_for(
-        &json!({"type": "delivered", "conv_id": p.conv, "to": p.a.alias, "crypto_v": 1}),
-        Some("BAD_FRAME"),
-    )
-    .await?;
-    wa.expect_none("delivered").await
+    let refusal = wb
+        .refuses(&json!({"type": "delivered", "conv_id": p.conv, "to": p.a.alias, "crypto_v": 1}))
+        .await?;
+    wa.expect_none("delivered").await?;
+    refusal.in_our_words(Some("BAD_FRAME"))
 }
 
 async fn receipt_to_stranger(ctx: &mut Ctx) -> CaseResult {

@@ -22,7 +22,7 @@ pub const CASES: &[Case] = &[
         "RETRACT-002",
         Must,
         "SPEC §Events retract (only own messages)",
-        "A retract of a message by someone other than its author is refused (error frame) and not forwarded.",
+        "A retract of a message by someone other than its author is refused and not forwarded (never acted on; an error frame of any shape or silence; our relay: an error frame).",
         [],
         non_author_refused
     ),
@@ -82,12 +82,13 @@ async fn non_author_refused(ctx: &mut Ctx) -> CaseResult {
     let (id, m) = ctx.msg(&p.key, &p.b, &p.conv, "mine");
     wa.send_msg(&id, &m).await?;
     wb.expect("msg").await?;
-    wb.expect_error_for(
-        &json!({"type": "retract", "id": id, "to": p.a.alias, "conv_id": p.conv, "crypto_v": 1}),
-        None,
-    )
-    .await?;
-    wa.expect_none("retract").await
+    let refusal = wb
+        .refuses(
+            &json!({"type": "retract", "id": id, "to": p.a.alias, "conv_id": p.conv, "crypto_v": 1}),
+        )
+        .await?;
+    wa.expect_none("retract").await?;
+    refusal.in_our_words(None)
 }
 
 async fn no_time_limit(ctx: &mut Ctx) -> CaseResult {
@@ -138,12 +139,13 @@ async fn retract_offline(ctx: &mut Ctx) -> CaseResult {
 async fn unknown_id(ctx: &mut Ctx) -> CaseResult {
     let (p, mut wa, mut wb) = online(ctx).await?;
     let id = ctx.uuid();
-    wa.expect_error_for(
-        &json!({"type": "retract", "id": id, "to": p.b.alias, "conv_id": p.conv, "crypto_v": 1}),
-        None,
-    )
-    .await?;
-    wb.expect_none("retract").await
+    let refusal = wa
+        .refuses(
+            &json!({"type": "retract", "id": id, "to": p.b.alias, "conv_id": p.conv, "crypto_v": 1}),
+        )
+        .await?;
+    wb.expect_none("retract").await?;
+    refusal.in_our_words(None)
 }
 
 async fn forged_from(ctx: &mut Ctx) -> CaseResult {

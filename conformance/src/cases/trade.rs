@@ -79,7 +79,7 @@ pub const CASES: &[Case] = &[
         "TRADE-009",
         Must,
         "SPEC §States Payment order (confirmed); §Events payment_confirmed",
-        "When the channel order is paid, the buyer gets `payment_confirmed {order_id, ref_id: <channel id>}` and ownership is transferred: the buyer may post, the seller may not.",
+        "When the channel order is paid, the buyer gets `payment_confirmed {order_id, ref_id: <channel id>}` and ownership is transferred: the buyer's ChannelInfo says role `owner`, the seller's no longer does, and the buyer may post. Under the reference profile the seller's post is refused too (owner-only posting is a client-side rule in PROTOCOL §1.4 CH7).",
         [PaymentWebhook],
         buy_confirmed_transfers
     ),
@@ -288,13 +288,28 @@ async fn buy_confirmed_transfers(ctx: &mut Ctx) -> CaseResult {
     )
     .await?
     .ok()?;
-    ctx.post(
-        &path,
-        Some(&owner.token),
-        &json!({"type": "text", "content": "old owner"}),
-    )
-    .await?
-    .refused(403)?;
+    let info = format!("/api/v1/channels/{id}");
+    let role = |v: &Value| v.get("role").and_then(Value::as_str).map(str::to_owned);
+    let buyers = ctx.get(&info, Some(&buyer.token)).await?.ok()?;
+    ensure!(
+        role(&buyers).as_deref() == Some("owner"),
+        "after the paid transfer the buyer's ChannelInfo has role {:?}: {buyers}",
+        role(&buyers)
+    );
+    let sellers = ctx.get(&info, Some(&owner.token)).await?.ok()?;
+    ensure!(
+        role(&sellers).as_deref() != Some("owner"),
+        "after the paid transfer the seller's ChannelInfo still has role owner: {sellers}"
+    );
+    if ctx.reference() {
+        ctx.post(
+            &path,
+            Some(&owner.token),
+            &json!({"type": "text", "content": "old owner"}),
+        )
+        .await?
+        .refused(403)?;
+    }
     Ok(())
 }
 

@@ -18,7 +18,7 @@ mod ws;
 pub use self::accounts::{Account, Pair};
 pub use self::hooks::{ADVANCE_CLOCK_PATH, ClockControl, Hooks, PushProbe};
 pub use self::requests::{Kind, Resp, check_error_body, error_code, fields, id_text, s, u};
-pub use self::ws::Ws;
+pub use self::ws::{Refusal, Ws};
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -309,6 +309,17 @@ impl Ws {
         Ok(v)
     }
 
+    /// The `ack` or `error` frame about message `id` within `within`, if any came (others
+    /// stay queued).
+    pub async fn answer_to(&mut self, id: &str, within: Duration) -> Option<Value> {
+        self.first_within(
+            &["ack", "error"],
+            |v| v.get("id").and_then(Value::as_str) == Some(id),
+            within,
+        )
+        .await
+    }
+
     /// Waits for the first frame whose type is one of `types` and that matches `pred`.
     pub async fn expect_where_any(
         &mut self,
@@ -385,20 +396,26 @@ impl Ws {
     }
 
     /// Sends `frame`, which the relay must refuse (the caller then checks it was not acted
-    /// on).
-    ///
-    /// * Documents profile: PROTOCOL.md defines no error frame ("how a WS-level 429 is
-    ///   signalled is not determinable"), so an `error` frame of any shape or silence within
-    ///   the quiet period is a refusal; `ours` (our relay's code) is not required. Returns the
-    ///   error frame if one came.
-    /// * Reference profile: an `error` frame within the wait, with code `ours` when given.
-    ///
-    /// A frame with an `id` must never be acked.
+    /// on), and judges the refusal's wording at once ([`Ws::refuses`], then
+    /// [`Refusal::in_our_words`]). Returns the error frame if one came.
     pub async fn expect_error_for(
         &mut self,
         frame: &Value,
         ours: Option<&str>,
     ) -> Result<Option<Value>, Failure> {
+        let refusal = self.refuses(frame).await?;
+        refusal.in_our_words(ours)?;
+        Ok(refusal.frame)
+    }
+
+    /// Sends `frame`, which the relay must refuse, and judges what the relay did: a frame
+    /// with an `id` must never be acked. PROTOCOL.md defines no error frame ("how a WS-level
+    /// 429 is signalled is not determinable"), so an `error` frame of any shape, or silence,
+    /// is a refusal: within the quiet period under the documents profile, within the wait
+    /// under the reference profile (where our relay's error frame is looked for). The wording
+    /// is judged apart ([`Refusal::in_our_words`]), once the case has checked that the frame
+    /// had no effect, so a refusal in other words is never reported as the frame's effect.
+    pub async fn refuses(&mut self, frame: &Value) -> Result<Refusal, Failure> {
         let id = frame.get("id").and_then(Value::as_str).map(str::to_owned);
         self.send(frame).await?;
         let about = |v: &Value| match (&id, v.get("id").and_then(Value::as_str)) {
@@ -410,34 +427,73 @@ impl Ws {
             Profile::Reference => self.wait,
         };
         let answer = self.first_within(&["error", "ack"], about, within).await;
-        let Some(e) = answer else {
+        if let Some(e) = &answer {
             ensure!(
-                self.profile == Profile::Documents,
-                "{}: no `error` frame within {} ms",
-                self.channel,
-                within.as_millis()
-            );
-            return Ok(None);
-        };
-        ensure!(
-            e["type"] == "error",
-            "{}: the relay acked a frame it must refuse: {e}",
-            self.channel
-        );
-        check_error_body(&e, self.profile)
-            .map_err(|r| Failure::Fail(format!("{}: error frame: {r}", self.channel)))?;
-        if let (Some(code), Profile::Reference) = (ours, self.profile) {
-            ensure!(
-                e.get("error").and_then(Value::as_str) == Some(code),
-                "{}: expected error {code}, got {e}",
+                e["type"] == "error",
+                "{}: the relay acked a frame it must refuse: {e}",
                 self.channel
             );
         }
-        Ok(Some(e))
+        Ok(Refusal {
+            channel: self.channel.clone(),
+            frame: answer,
+            profile: self.profile,
+            within,
+        })
     }
 
     /// Whether the run holds the relay to our relay's own choices too.
     pub fn reference(&self) -> bool {
         self.profile == Profile::Reference
+    }
+}
+
+/// A frame the relay refused ([`Ws::refuses`]: not acked), with the `error` frame if one came.
+#[derive(Debug)]
+#[must_use = "under the reference profile the refusal's wording is judged too"]
+pub struct Refusal {
+    channel: String,
+    frame: Option<Value>,
+    profile: Profile,
+    within: Duration,
+}
+
+impl Refusal {
+    /// The `error` frame the relay answered with, if any.
+    pub fn frame(&self) -> Option<&Value> {
+        self.frame.as_ref()
+    }
+
+    /// The refusal's wording: anything (or nothing) under the documents profile, which give
+    /// no error frame; our relay's `{error, message}` frame under the reference profile, with
+    /// code `ours` when given. A failure says the frame was refused and only the words differ.
+    pub fn in_our_words(&self, ours: Option<&str>) -> CaseResult {
+        if self.profile == Profile::Documents {
+            return Ok(());
+        }
+        let Some(e) = &self.frame else {
+            fail!(
+                "{}: refused (not acked), but no `error` frame within {} ms (reference \
+                 profile: our relay answers a refused frame with one)",
+                self.channel,
+                self.within.as_millis()
+            );
+        };
+        check_error_body(e, self.profile).map_err(|r| {
+            Failure::Fail(format!(
+                "{}: refused (an error frame, no ack), but the frame is not our relay's \
+                 (reference profile): {r}",
+                self.channel
+            ))
+        })?;
+        if let Some(code) = ours {
+            ensure!(
+                e.get("error").and_then(Value::as_str) == Some(code),
+                "{}: refused (an error frame, no ack), but not with our relay's code {code} \
+                 (reference profile): {e}",
+                self.channel
+            );
+        }
+        Ok(())
     }
 }

@@ -17,6 +17,19 @@ use seam::net::Endpoint;
 const POLL_MS: u64 = 20;
 /// Attempts to bind the proxy's port again for a new phase.
 const PROXY_BIND_ATTEMPTS: u32 = 100;
+/// Starts of the relay tried, each on a new port, while it exits before it listens (its port,
+/// picked free, was taken before its bind).
+const START_ATTEMPTS: u32 = 3;
+/// Starts tried after a kill, on the same port (the proxy forwards there), while the relay
+/// exits before it listens.
+const RESTART_ATTEMPTS: u32 = 5;
+/// Pause before the second restart attempt; each later one waits twice as long.
+const RESTART_BACKOFF_MS: u64 = 200;
+/// The lowest port [`free_port`] draws (below it lie the services most often configured by
+/// hand).
+const PORT_FLOOR: u16 = 10_000;
+/// Ports of `[PORT_FLOOR, ephemeral start)` tried before falling back to an ephemeral one.
+const PORT_DRAWS: u64 = 64;
 
 /// A relay process the harness owns.
 pub(super) struct RelayProcess {
@@ -92,7 +105,9 @@ impl RelayProcess {
     }
 
     /// `kill -9`, then a restart on the same data directory after `down_ms` (and once the
-    /// killed relay's port is closed).
+    /// killed relay's port is closed); returns once it listens. A restart that exits before
+    /// it listens (its port taken while it was down) is tried again on the same port, up to
+    /// [`RESTART_ATTEMPTS`] times.
     pub(super) async fn kill_and_restart(&mut self, down_ms: u64) -> Result<(), JepsenError> {
         self.kill9();
         tokio::time::sleep(Duration::from_millis(down_ms)).await;
@@ -102,9 +117,50 @@ impl RelayProcess {
             }
             tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
         }
-        self.spawn()?;
         self.restarts += 1;
-        Ok(())
+        let mut attempt = 1;
+        loop {
+            self.spawn()?;
+            match self.wait_started().await {
+                Err(JepsenError::RelayExited { status, .. }) if attempt < RESTART_ATTEMPTS => {
+                    let pause = RESTART_BACKOFF_MS << (attempt - 1);
+                    tracing::warn!(%status, listen = %self.listen, attempt, pause_ms = pause,
+                        "the restarted relay exited before it listened; starting it again on its port");
+                    self.child = None;
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// Waits until the relay accepts connections on its port while its command runs. A
+    /// command that exited with a failure is [`JepsenError::RelayExited`] even when something
+    /// accepts on the port: another process's listener (the relay's bind failed), not the
+    /// relay; one that exited successfully while its port accepts (a relay that daemonizes)
+    /// is started.
+    async fn wait_started(&mut self) -> Result<(), JepsenError> {
+        for _ in 0..RELAY_START_MS / POLL_MS {
+            let accepts = tokio::net::TcpStream::connect(self.listen).await.is_ok();
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|child| child.try_wait().ok().flatten());
+            match exited {
+                Some(status) if !(accepts && status.success()) => {
+                    return Err(JepsenError::RelayExited {
+                        status: status.to_string(),
+                        listen: self.listen,
+                        log: self.log_tail(),
+                    });
+                }
+                _ if accepts => return Ok(()),
+                _ => {}
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
+        Err(JepsenError::RelayNotListening { addr: self.listen })
     }
 
     /// `SIGSTOP`, then `SIGCONT` after `for_ms`; whether the pause happened.
@@ -141,31 +197,50 @@ impl Drop for RelayProcess {
 }
 
 /// The relay of a run: `(its address, the process if the harness owns one, the target as
-/// given)`. A relay the harness starts keeps its data in `dir`.
+/// given)`. A relay the harness starts keeps its data in `dir` and listens when this returns;
+/// one that exits before it listens is started again on another port, up to
+/// [`START_ATTEMPTS`] times.
 pub(super) async fn start_relay(
     config: &JepsenConfig,
     dir: &Path,
 ) -> Result<(SocketAddr, Option<RelayProcess>, String), JepsenError> {
     match &config.target {
         RelayTarget::Command(template) => {
-            let listen = free_port()?;
+            if !template.contains("{listen}") {
+                return Err(JepsenError::NoListen);
+            }
             let data = dir.join("data");
             std::fs::create_dir_all(&data)?;
             let mut process = RelayProcess {
                 template: template.clone(),
                 payment_secret: config.payment_secret.clone(),
-                listen,
+                listen: free_port()?,
                 data,
                 log: dir.join("relay.log"),
                 child: None,
                 paused: false,
                 restarts: 0,
             };
-            if !template.contains("{listen}") {
-                return Err(JepsenError::NoListen);
+            let mut attempt = 1;
+            loop {
+                process.spawn()?;
+                match process.wait_started().await {
+                    Ok(()) => break,
+                    Err(JepsenError::RelayExited { status, .. }) if attempt < START_ATTEMPTS => {
+                        tracing::warn!(%status, listen = %process.listen, attempt,
+                            "the relay exited before it listened; starting it again on another port");
+                        process.child = None;
+                        process.listen = free_port()?;
+                        attempt += 1;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
-            process.spawn()?;
-            Ok((listen, Some(process), format!("--relay-cmd {template}")))
+            Ok((
+                process.listen,
+                Some(process),
+                format!("--relay-cmd {template}"),
+            ))
         }
         RelayTarget::Url(url) => {
             let bad = |why: String| JepsenError::BadUrl {
@@ -220,9 +295,40 @@ fn log_tail(path: &Path) -> String {
         .join("\n")
 }
 
-/// A free port on 127.0.0.1.
+/// A port of 127.0.0.1 free now (bound and released), drawn from `[PORT_FLOOR, E)` where `E`
+/// is the start of the kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`),
+/// which no outgoing connection's source port comes from: the clients' many connections can
+/// then never take the relay's or the proxy's port between its pick and its bind, nor while
+/// the relay is down after a kill or the proxy between two phases. An ephemeral port (the
+/// kernel's pick) when that range is unknown or empty, or none of [`PORT_DRAWS`] draws is
+/// free. The draws come from the standard library's per-process random hasher keys: which
+/// port a run gets is no input of its verdict.
 pub(super) fn free_port() -> std::io::Result<SocketAddr> {
+    use std::hash::BuildHasher as _;
+    if let Some(end) = ephemeral_start().filter(|e| *e > PORT_FLOOR) {
+        let keys = std::hash::RandomState::new();
+        let span = u64::from(end - PORT_FLOOR);
+        for draw in 0..PORT_DRAWS {
+            let offset = u16::try_from(keys.hash_one(draw) % span).unwrap_or_default();
+            if let Ok(addr) =
+                std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, PORT_FLOOR + offset))
+                    .and_then(|l| l.local_addr())
+            {
+                return Ok(addr);
+            }
+        }
+    }
     std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()
+}
+
+/// The first port of the kernel's ephemeral range, where the system says (Linux).
+fn ephemeral_start() -> Option<u16> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The proxy, restarted on the same port for each phase.
