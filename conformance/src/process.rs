@@ -5,7 +5,7 @@
 //!   `{payment_secret}` the payment webhook secret (also in the environment as
 //!   `RELAY_PAYMENT_WEBHOOK_SECRET`).
 //! * The port is one free when picked, drawn below the kernel's ephemeral range when it can be
-//!   ([`free_port`]): an outgoing connection anywhere on the machine takes its source port from
+//!   (`free_port`): an outgoing connection anywhere on the machine takes its source port from
 //!   that range, so a port there can be taken between the pick and the relay's bind, or while
 //!   the relay is down between a kill and its restart. The pick and the bind still race: a
 //!   relay that exits before it listens is started again, on another port at the first start
