@@ -80,9 +80,11 @@ impl Ahead {
     /// dropped), only for its other prefixes.
     fn narrow(&mut self, op: &ReadOp, table: Table, prefix: &str) {
         let key = (table, prefix.to_owned());
-        if self.within.get(&key) == Some(op) {
-            self.within.remove(&key);
+        if self.within.get(&key) != Some(op) {
+            // Narrowed already (each of the queue's writes comes here): nothing left to drop.
+            return;
         }
+        self.within.remove(&key);
         let Some(held) = self.rows.get_mut(op) else {
             return;
         };
