@@ -5,7 +5,7 @@
 //!   `{payment_secret}` the payment webhook secret (also in the environment as
 //!   `RELAY_PAYMENT_WEBHOOK_SECRET`).
 //! * The port is one free when picked, drawn below the kernel's ephemeral range when it can be
-//!   (`free_port`): an outgoing connection anywhere on the machine takes its source port from
+//!   (`fault_proxy::ports::free_port`): an outgoing connection anywhere on the machine takes its source port from
 //!   that range, so a port there can be taken between the pick and the relay's bind, or while
 //!   the relay is down between a kill and its restart. The pick and the bind still race: a
 //!   relay that exits before it listens is started again, on another port at the first start
@@ -16,11 +16,13 @@
 //! * The relay's output goes to `relay.log` next to the data directory; an error quotes its
 //!   last lines.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use fault_proxy::ports::free_port;
 
 /// How long a started relay may take to accept connections.
 pub const RELAY_START_MS: u64 = 30_000;
@@ -36,11 +38,6 @@ pub const START_ATTEMPTS: u32 = 3;
 pub const RESTART_ATTEMPTS: u32 = 5;
 /// Pause before the second restart attempt; each later one waits twice as long.
 const RESTART_BACKOFF_MS: u64 = 200;
-/// The lowest port [`free_port`] draws (below it lie the well-known and registered services
-/// most often configured by hand).
-const PORT_FLOOR: u16 = 10_000;
-/// Ports of `[PORT_FLOOR, ephemeral start)` tried before falling back to an ephemeral one.
-const PORT_DRAWS: u32 = 64;
 
 /// Why the relay process could not be run. Each message says what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -288,63 +285,5 @@ impl RelayProcess {
             listen: self.listen,
             log: self.log_tail(),
         })
-    }
-}
-
-/// A port of 127.0.0.1 free now (bound and released), drawn from `[PORT_FLOOR, E)` where `E`
-/// is the start of the kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`),
-/// which no outgoing connection's source port comes from; an ephemeral port (the kernel's
-/// pick) when that range is unknown or empty, or none of [`PORT_DRAWS`] draws is free.
-fn free_port() -> std::io::Result<SocketAddr> {
-    if let Some(end) = ephemeral_start().filter(|e| *e > PORT_FLOOR) {
-        for _ in 0..PORT_DRAWS {
-            let Ok(draw) = getrandom::u32() else { break };
-            let span = u32::from(end - PORT_FLOOR);
-            let port = PORT_FLOOR + u16::try_from(draw % span).unwrap_or_default();
-            if let Ok(addr) = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))
-                .and_then(|l| l.local_addr())
-            {
-                return Ok(addr);
-            }
-        }
-    }
-    std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).and_then(|l| l.local_addr())
-}
-
-/// The first port of the kernel's ephemeral range, where the system says (Linux).
-fn ephemeral_start() -> Option<u16> {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-impl Drop for RelayProcess {
-    fn drop(&mut self) {
-        self.signal_group("-CONT");
-        self.kill();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn picked_ports_are_free_and_below_the_ephemeral_range() {
-        let end = ephemeral_start().filter(|e| *e > PORT_FLOOR);
-        for _ in 0..20 {
-            let addr = free_port().unwrap();
-            assert!(addr.ip().is_loopback());
-            std::net::TcpListener::bind(addr).unwrap();
-            if let Some(end) = end {
-                assert!(
-                    (PORT_FLOOR..end).contains(&addr.port()),
-                    "{addr}: outside [{PORT_FLOOR}, {end})"
-                );
-            }
-        }
     }
 }

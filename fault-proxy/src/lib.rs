@@ -25,6 +25,8 @@
 //! rand 0.8, and it has neither holds nor half-open links. The toxics here are small state
 //! machines over tokio's `TcpStream`.
 
+pub mod ports;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,12 +2,13 @@
 //! command template, `kill -9`ed and restarted on the same data directory, `SIGSTOP`ped and
 //! `SIGCONT`inued) or a relay someone else runs, and the fault proxy in front of it.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use fault_proxy::ports::free_port;
 use fault_proxy::{FaultProxy, Plan};
 
 use super::{JepsenConfig, JepsenError, RELAY_START_MS, RelayTarget};
@@ -25,11 +26,6 @@ const START_ATTEMPTS: u32 = 3;
 const RESTART_ATTEMPTS: u32 = 5;
 /// Pause before the second restart attempt; each later one waits twice as long.
 const RESTART_BACKOFF_MS: u64 = 200;
-/// The lowest port [`free_port`] draws (below it lie the services most often configured by
-/// hand).
-const PORT_FLOOR: u16 = 10_000;
-/// Ports of `[PORT_FLOOR, ephemeral start)` tried before falling back to an ephemeral one.
-const PORT_DRAWS: u64 = 64;
 
 /// A relay process the harness owns.
 pub(super) struct RelayProcess {
@@ -293,42 +289,6 @@ fn log_tail(path: &Path) -> String {
         .map(|l| format!("  {l}"))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// A port of 127.0.0.1 free now (bound and released), drawn from `[PORT_FLOOR, E)` where `E`
-/// is the start of the kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`),
-/// which no outgoing connection's source port comes from: the clients' many connections can
-/// then never take the relay's or the proxy's port between its pick and its bind, nor while
-/// the relay is down after a kill or the proxy between two phases. An ephemeral port (the
-/// kernel's pick) when that range is unknown or empty, or none of [`PORT_DRAWS`] draws is
-/// free. The draws come from the standard library's per-process random hasher keys: which
-/// port a run gets is no input of its verdict.
-pub(super) fn free_port() -> std::io::Result<SocketAddr> {
-    use std::hash::BuildHasher as _;
-    if let Some(end) = ephemeral_start().filter(|e| *e > PORT_FLOOR) {
-        let keys = std::hash::RandomState::new();
-        let span = u64::from(end - PORT_FLOOR);
-        for draw in 0..PORT_DRAWS {
-            let offset = u16::try_from(keys.hash_one(draw) % span).unwrap_or_default();
-            if let Ok(addr) =
-                std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, PORT_FLOOR + offset))
-                    .and_then(|l| l.local_addr())
-            {
-                return Ok(addr);
-            }
-        }
-    }
-    std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()
-}
-
-/// The first port of the kernel's ephemeral range, where the system says (Linux).
-fn ephemeral_start() -> Option<u16> {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// The proxy, restarted on the same port for each phase.

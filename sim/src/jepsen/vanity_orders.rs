@@ -29,9 +29,9 @@ use serde_json::json;
 use wire::http::OrderState;
 
 use super::apps::{App, History};
-use super::process::free_port;
 use crate::violation::{Oracle, Violation};
 use client::{Client, ClientError};
+use fault_proxy::ports::free_port;
 use seam::net::{Endpoint, Tokio};
 use standins::{PaymentProcessor, WebhookPlan};
 
