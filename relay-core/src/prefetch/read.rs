@@ -32,8 +32,9 @@ pub enum ReadOp {
     ScanPrefixes {
         /// The table.
         table: Table,
-        /// The keys' prefixes (none a prefix of another).
-        prefixes: Vec<String>,
+        /// The keys' prefixes (none a prefix of another); shared, since the rows read ahead
+        /// index the read by each of them.
+        prefixes: std::sync::Arc<[String]>,
     },
     /// [`StoreRead::scan_page`].
     ScanPage {

@@ -100,7 +100,7 @@ impl Ahead {
         let held = self.rows.remove(op)?;
         self.bytes -= held_bytes(&held);
         if let ReadOp::ScanPrefixes { table, prefixes } = op {
-            for p in prefixes {
+            for p in prefixes.iter() {
                 let key = (*table, p.clone());
                 if self.within.get(&key) == Some(op) {
                     self.within.remove(&key);
@@ -121,7 +121,7 @@ impl Ahead {
         let _ = self.remove(&op);
         self.bytes += held_bytes(&held);
         if let ReadOp::ScanPrefixes { table, prefixes } = &op {
-            for p in prefixes {
+            for p in prefixes.iter() {
                 self.within.insert((*table, p.clone()), op.clone());
             }
         }

@@ -143,15 +143,20 @@ impl Relay {
         }
         ReadOp::ScanPrefixes {
             table: Table::Messages,
-            prefixes,
+            prefixes: prefixes.into(),
         }
     }
 
     /// The sweeps due at `at` wait for `op` (no other sweep starts meanwhile).
     fn park_sweep(&mut self, at: UnixMs, op: ReadOp) {
+        self.sweep_parked();
+        self.prefetch.park(Waiter::Sweep, Work::Sweep(at), true, op);
+    }
+
+    /// Counts a step of the sweeps parked on a read.
+    fn sweep_parked(&mut self) {
         probes::probe!("prefetch:sweep-parked");
         self.stats.sweeps_parked += 1;
-        self.prefetch.park(Waiter::Sweep, Work::Sweep(at), true, op);
     }
 
     /// The sweeps due at `at` run again after the read they waited for: `Some` is the read
@@ -160,8 +165,7 @@ impl Relay {
         let op = self.sweep(now, at)?;
         // The rows the sweeps waited for were used: the next step's are others.
         self.prefetch.release_holds(Waiter::Sweep);
-        probes::probe!("prefetch:sweep-parked");
-        self.stats.sweeps_parked += 1;
+        self.sweep_parked();
         Some(op)
     }
 

@@ -27,6 +27,16 @@ fn acks(outs: &[Output], u: &User) -> Vec<(String, u64)> {
 /// before the restart, so its tombstones are only in the store) and `c`, `d` connected and
 /// synced, their reads done. `config`: the relay's.
 fn restarted(config: Config, sent: usize) -> (World, [User; 4], String, String) {
+    restarted_with(config, sent, true)
+}
+
+/// [`restarted`], with `b` connected and synced too when `b_online` (otherwise `a`'s messages
+/// stay queued for it, only in the store).
+fn restarted_with(
+    config: Config,
+    sent: usize,
+    b_online: bool,
+) -> (World, [User; 4], String, String) {
     let mut w = World::with_config(config);
     let (mut a, mut b) = (w.user("a"), w.user("b"));
     let (mut c, mut d) = (w.user("c"), w.user("d"));
@@ -40,7 +50,11 @@ fn restarted(config: Config, sent: usize) -> (World, [User; 4], String, String) 
     let store = w.mem.clone();
     w.restart(Box::new(store));
     w.read_ahead(false);
-    for u in [&mut a, &mut b, &mut c, &mut d] {
+    let mut online = vec![&mut a, &mut c, &mut d];
+    if b_online {
+        online.push(&mut b);
+    }
+    for u in online {
         let conn = w.connect(u);
         w.sync(conn);
     }
@@ -372,28 +386,7 @@ fn queued_then_restarted(sent: usize, ttl_ms: u64) -> (World, [User; 4], String,
         idle_timeout_ms: 24 * 3_600_000,
         ..fast_config()
     };
-    let mut w = World::with_config(config);
-    let (mut a, b) = (w.user("a"), w.user("b"));
-    let (mut c, mut d) = (w.user("c"), w.user("d"));
-    let ab = w.befriend(&a, &b);
-    let cd = w.befriend(&c, &d);
-    w.connect(&mut a);
-    for i in 0..sent {
-        let outs = w.msg(&a, &b, &ab, &format!("old-{i}"));
-        assert_eq!(acks(&outs, &a).len(), 1);
-    }
-    let store = w.mem.clone();
-    w.restart(Box::new(store));
-    w.read_ahead(false);
-    for u in [&mut a, &mut c, &mut d] {
-        let conn = w.connect(u);
-        w.sync(conn);
-    }
-    w.finish_reads();
-    // `c` has sent once: its (empty) tombstone set is in memory.
-    w.msg(&c, &d, &cd, "warm");
-    w.finish_reads();
-    (w, [a, b, c, d], ab, cd)
+    restarted_with(config, sent, false)
 }
 
 /// The messages stored in `u`'s queues.
