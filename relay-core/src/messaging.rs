@@ -212,7 +212,7 @@ impl Cx<'_> {
 
     /// The checks of a `msg` of `user`, in order: the author's tombstones and the conversation
     /// are read (if not in memory), membership and `to`, the payload's alphabet, a known id,
-    /// the message rate, every queue bound, and the recipient's queue is read. Nothing is
+    /// the message rate, every queue bound, and a synced recipient's queue is read. Nothing is
     /// written; `Err`: the code and words of the refusal.
     fn judge_msg(
         &mut self,
@@ -253,8 +253,12 @@ impl Cx<'_> {
         }
         let charge = crate::limits::queued_message_bytes(m.id.as_str().len(), m.payload.len());
         self.queue_bounds(user, &recipient, &m.conv_id, charge)?;
-        // The recipient's queue is read (if not in memory) before the message joins it.
-        if self.read_queue(&recipient, &m.conv_id).is_err() {
+        // A synced recipient's queue is read (if not in memory: its queues are held while it
+        // is synced, so it is) before the message joins it: it is delivered from there.
+        // Anyone else's is not read: the message joins its tail (`State::put_message`), and
+        // the recipient's next `sync` reads the queue whole.
+        let synced = peer.is_some_and(|c| self.sessions().get(c).is_some_and(|s| s.synced));
+        if synced && self.read_queue(&recipient, &m.conv_id).is_err() {
             return Err((
                 ErrorCode::STORAGE_UNAVAILABLE,
                 "the relay could not read the recipient's queue; send it again",

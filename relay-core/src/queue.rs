@@ -59,8 +59,18 @@ impl Queued {
 }
 
 /// Queued messages in strictly increasing seq order, and the bytes they count.
+///
+/// A queue in memory is either the whole queue (read from the store, or created empty) or
+/// its *tail*: only messages appended since it was last read, the older ones in the store
+/// alone ([`Queue::tail`]). A message for an offline recipient whose queue is not in memory
+/// joins a tail, so a flood of messages to evicted queues reads nothing back; the tail is
+/// merged with the stored rows when the whole queue is next needed (`State::load_queue`).
 #[derive(Debug, Default)]
-pub(crate) struct Queue(VecDeque<Queued>, u64);
+pub(crate) struct Queue {
+    msgs: VecDeque<Queued>,
+    bytes: u64,
+    tail: bool,
+}
 
 /// An empty queue gives its buffer back above this capacity (so an idle conversation holds
 /// little), and keeps it below (so a conversation that is emptied by every receipt does not
@@ -69,50 +79,63 @@ const KEEP_EMPTY_CAPACITY: usize = 8;
 
 impl Queue {
     pub(crate) fn len(&self) -> usize {
-        self.0.len()
+        self.msgs.len()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.msgs.is_empty()
     }
 
     /// The bytes of every queued message ([`Queued::charge`]).
     pub(crate) fn bytes(&self) -> u64 {
-        self.1
+        self.bytes
+    }
+
+    /// An empty tail: the messages appended to a queue whose stored ones are not in memory.
+    pub(crate) fn tail() -> Self {
+        Self {
+            tail: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this is a tail ([`Queue::tail`]), not the whole queue.
+    pub(crate) fn is_tail(&self) -> bool {
+        self.tail
     }
 
     /// Queues `m`, replacing (and returning) a message with the same seq.
     pub(crate) fn insert(&mut self, m: Queued) -> Option<Queued> {
-        self.1 += m.charge();
-        let replaced = match self.0.back() {
+        self.bytes += m.charge();
+        let replaced = match self.msgs.back() {
             Some(last) if last.seq >= m.seq => match self.position(m.seq) {
-                Ok(i) => Some(std::mem::replace(&mut self.0[i], m)),
+                Ok(i) => Some(std::mem::replace(&mut self.msgs[i], m)),
                 Err(i) => {
-                    self.0.insert(i, m);
+                    self.msgs.insert(i, m);
                     None
                 }
             },
             _ => {
-                self.0.push_back(m);
+                self.msgs.push_back(m);
                 None
             }
         };
         if let Some(old) = &replaced {
-            self.1 -= old.charge();
+            self.bytes -= old.charge();
         }
         replaced
     }
 
     fn position(&self, seq: Seq) -> Result<usize, usize> {
-        self.0.binary_search_by_key(&seq, |m| m.seq)
+        self.msgs.binary_search_by_key(&seq, |m| m.seq)
     }
 
     /// Removes the message `seq`.
     pub(crate) fn remove(&mut self, seq: Seq) -> Option<Queued> {
         let i = self.position(seq).ok()?;
-        let m = self.0.remove(i);
+        let m = self.msgs.remove(i);
         if let Some(m) = &m {
-            self.1 -= m.charge();
+            self.bytes -= m.charge();
         }
         self.trim();
         m
@@ -120,10 +143,10 @@ impl Queue {
 
     /// Removes the oldest message if its seq is at most `upto`.
     pub(crate) fn pop_upto(&mut self, upto: Seq) -> Option<Queued> {
-        if self.0.front().is_some_and(|m| m.seq <= upto) {
-            let m = self.0.pop_front();
+        if self.msgs.front().is_some_and(|m| m.seq <= upto) {
+            let m = self.msgs.pop_front();
             if let Some(m) = &m {
-                self.1 -= m.charge();
+                self.bytes -= m.charge();
             }
             self.trim();
             m
@@ -133,27 +156,27 @@ impl Queue {
     }
 
     fn trim(&mut self) {
-        if self.0.is_empty() && self.0.capacity() > KEEP_EMPTY_CAPACITY {
-            self.0 = VecDeque::new();
+        if self.msgs.is_empty() && self.msgs.capacity() > KEEP_EMPTY_CAPACITY {
+            self.msgs = VecDeque::new();
         }
     }
 
     /// Every message, by seq.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Queued> {
-        self.0.iter()
+        self.msgs.iter()
     }
 
     /// The messages with seq >= `from`, by seq.
     #[inline]
     pub(crate) fn starting_at(&self, from: Seq) -> impl Iterator<Item = &Queued> {
-        let start = self.0.partition_point(|m| m.seq < from);
-        self.0.range(start..)
+        let start = self.msgs.partition_point(|m| m.seq < from);
+        self.msgs.range(start..)
     }
 
     /// The messages with seq <= `upto`, by seq.
     pub(crate) fn upto(&self, upto: Seq) -> impl Iterator<Item = &Queued> {
-        let end = self.0.partition_point(|m| m.seq <= upto);
-        self.0.range(..end)
+        let end = self.msgs.partition_point(|m| m.seq <= upto);
+        self.msgs.range(..end)
     }
 }
 
@@ -161,9 +184,9 @@ impl Queue {
     /// What this queue holds, as its conversation's row keeps it.
     pub(crate) fn summary(&self) -> QueueSummary {
         QueueSummary {
-            msgs: self.0.len() as u64,
+            msgs: self.msgs.len() as u64,
             bytes: self.bytes(),
-            oldest: self.0.iter().map(|m| m.at).min().unwrap_or_default(),
+            oldest: self.msgs.iter().map(|m| m.at).min().unwrap_or_default(),
         }
     }
 }
@@ -198,6 +221,9 @@ pub(crate) struct Queues {
     held: BTreeMap<UserUuid, Held>,
     /// When the stored queues are next read for expiry (`crate::expiry`).
     sweep: crate::expiry::Sweep,
+    /// Tails evicted since [`Queues::take_forgotten_tails`] was last called: a read of their
+    /// queue asked while they were in memory may lack their messages.
+    forgotten_tails: Vec<QueueKey>,
 }
 
 /// A held recipient ([`Queues::hold`]).
@@ -221,6 +247,7 @@ impl Queues {
             cache: Lru::new(bound),
             held: BTreeMap::new(),
             sweep: crate::expiry::Sweep::new(ttl_ms),
+            forgotten_tails: Vec::new(),
         }
     }
 
@@ -236,19 +263,41 @@ impl Queues {
         self.sweep.ttl_ms()
     }
 
-    /// The queue `key`, if it is in memory.
+    /// The queue `key`, if it is in memory whole (not a tail).
     pub(crate) fn get(&self, key: &QueueKey) -> Option<&Queue> {
-        self.cache.get(key)
+        self.cache.get(key).filter(|q| !q.is_tail())
     }
 
+    /// Whether the queue `key` is in memory whole (not a tail).
     pub(crate) fn is_loaded(&self, key: &QueueKey) -> bool {
-        self.cache.contains(key)
+        self.get(key).is_some()
+    }
+
+    /// The messages of the tail of `key` in memory ([`Queue::tail`]), by seq: what a read of
+    /// the stored queue may not hold yet.
+    pub(crate) fn tail_of(&self, key: &QueueKey) -> impl Iterator<Item = &Queued> {
+        self.cache
+            .get(key)
+            .filter(|q| q.is_tail())
+            .into_iter()
+            .flat_map(Queue::iter)
+    }
+
+    /// Appends `m` to the queue `key` without its stored messages: to the queue in memory
+    /// (whole or a tail), or to a new tail. Pinned until the batch being built is durable.
+    /// Returns the message it replaced (a seq already in memory).
+    pub(crate) fn append(&mut self, key: QueueKey, m: Queued) -> Option<Queued> {
+        if !self.cache.contains(&key) {
+            self.cache.insert(key.clone(), Queue::tail());
+        }
+        self.cache.write(&key, |q| q.insert(m)).flatten()
     }
 
     /// Adds the queue `key` as read from the store (or a new empty one), pinned while its
-    /// recipient is held. (A queue already in memory is replaced, keeping its pins.)
+    /// recipient is held. (A queue already in memory, whole or a tail, is replaced, keeping
+    /// its pins.)
     pub(crate) fn insert_loaded(&mut self, key: QueueKey, queue: Queue) {
-        let new = !self.cache.contains(&key);
+        let new = !self.is_loaded(&key);
         let held = new.then(|| self.held.get_mut(&key.0)).flatten();
         let pin = held.is_some_and(|h| h.pinned.insert(key.1.clone()));
         let pinned = pin.then(|| key.clone());
@@ -315,9 +364,21 @@ impl Queues {
         self.cache.unpin(written);
     }
 
-    /// See [`Lru::evict`].
+    /// See [`Lru::evict`]. The tails evicted are noted for [`Queues::take_forgotten_tails`].
     pub(crate) fn evict(&mut self) {
-        self.cache.evict();
+        let forgotten = &mut self.forgotten_tails;
+        self.cache.evict_with(|key, q| {
+            if q.is_tail() {
+                forgotten.push(key);
+            }
+        });
+    }
+
+    /// The tails evicted since the last call. Their messages are durable (only what no batch
+    /// in flight wrote is evicted), but a read of their queue that ran before their commit
+    /// lacks them: such a read must not be used.
+    pub(crate) fn take_forgotten_tails(&mut self) -> Vec<QueueKey> {
+        std::mem::take(&mut self.forgotten_tails)
     }
 
     /// What the cache holds now.

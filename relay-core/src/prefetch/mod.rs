@@ -68,7 +68,7 @@ use wire::ClientFrame;
 
 use crate::http::HttpRequest;
 use crate::shell::{ConnId, RequestId, WsConnect};
-use crate::store::{Batch, MutationRef};
+use crate::store::{Batch, MutationRef, Table};
 
 pub use read::{ReadDone, ReadId, ReadOp, ReadRequest, ReadValue};
 pub(crate) use reader::{Ahead, Inline, Reader};
@@ -523,7 +523,20 @@ impl Prefetch {
     }
 
     fn written_row(&mut self, m: MutationRef<'_>) {
-        let (table, key) = (m.table(), m.key());
+        self.stale_covering(m.table(), m.key());
+    }
+
+    /// Rows of `table` under `prefix` that were in memory only left it: a read of them asked
+    /// or done before may lack them (it may have run before their commit), so it is stale.
+    pub(crate) fn forgotten(&mut self, table: Table, prefix: &str) {
+        if self.pending.is_empty() && self.ahead.is_empty() {
+            return;
+        }
+        self.stale_covering(table, Some(prefix));
+    }
+
+    /// Reads that cover the row `key` of `table` (every row, for `None`) are stale.
+    fn stale_covering(&mut self, table: Table, key: Option<&str>) {
         if !table.is_lazy() {
             return;
         }

@@ -121,7 +121,7 @@ impl Relay {
             Reported::Durable(release) => {
                 self.outputs.extend(release.outputs);
                 self.state.unpin(release.pinned);
-                self.state.evict();
+                self.evict();
                 self.state.blob_garbage().extend(release.blob_garbage);
                 self.cx().collect_blobs();
                 Ok(())
@@ -159,8 +159,17 @@ impl Relay {
         let finished = self.commit_staged();
         // Tombstone sets and queues read by this input may be evicted now (those it wrote are
         // pinned until their commit is reported, when they are unpinned and evicted if need be).
-        self.state.evict();
+        self.evict();
         finished
+    }
+
+    /// Evicts what the caches hold beyond their bounds; reads ahead of an evicted queue tail
+    /// are stale (they may have run before the tail's commit).
+    fn evict(&mut self) {
+        self.state.evict();
+        for prefix in self.state.take_forgotten_tails() {
+            self.prefetch.forgotten(Table::Messages, &prefix);
+        }
     }
 
     /// Commits the input's mutations or hands them to the open batch ([`Relay::finish`]).

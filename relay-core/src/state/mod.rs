@@ -477,6 +477,16 @@ impl State {
         self.queues.evict();
     }
 
+    /// The prefixes of the queues whose tails were evicted since the last call (see
+    /// `Queues::take_forgotten_tails`): reads of them asked before are not to be used.
+    pub(crate) fn take_forgotten_tails(&mut self) -> Vec<String> {
+        let tails = self.queues.take_forgotten_tails();
+        tails
+            .iter()
+            .map(|(to, conv)| crate::queue::queue_prefix(to, conv))
+            .collect()
+    }
+
     // ---- tombstones
 
     /// Writes `(author, id)`'s tombstone (the author's set must be in memory) with its expiry.

@@ -90,9 +90,10 @@ impl State {
             .unwrap_or_default()
     }
 
-    /// Brings the queue of `recipient` in `conv` into memory: read from the store (one prefix
-    /// scan) unless it is there already or empty (an empty queue is created in memory by the
-    /// message that next joins it, [`State::put_message`]). Should the
+    /// Brings the queue of `recipient` in `conv` into memory whole: read from the store (one
+    /// prefix scan, with the messages of its tail in memory laid over the rows read) unless it
+    /// is there already or empty (an empty queue is created in memory by the message that next
+    /// joins it, [`State::put_message`]). Should the
     /// rows disagree with the queue's index entry, the rows win: the entry and the
     /// backlog are corrected (and the row recorded) and counted in `stats`. `Err`: the read
     /// failed; nothing changed.
@@ -110,7 +111,7 @@ impl State {
             // Nothing to read, nor to keep: a message for it creates the queue in memory.
             return Ok(());
         };
-        let q = if planted!(self, EvictedQueueForgotten) {
+        let mut q = if planted!(self, EvictedQueueForgotten) {
             // PLANTED BUG (test-only): the stored queue is not read back.
             Queue::default()
         } else {
@@ -120,6 +121,10 @@ impl State {
             stats.queues_read += 1;
             q
         };
+        // The tail's messages may be newer than the read (their commit still in flight).
+        for m in self.queues.tail_of(&key) {
+            q.insert(m.clone());
+        }
         let found = q.summary();
         if found != entry.summary && !planted!(self, EvictedQueueForgotten) {
             stats.queue_summaries_repaired += 1;
@@ -200,8 +205,9 @@ impl State {
         self.set_summary(recipient, conv, &from, old, new);
     }
 
-    /// Stores and queues `m`, written by `author` in `conv` for `recipient` (whose queue is in
-    /// memory if it holds messages: [`State::load_queue`]), with the queue's new index entry.
+    /// Stores and queues `m`, written by `author` in `conv` for `recipient`, with the queue's
+    /// new index entry: in the queue in memory, or (when its stored messages are not in
+    /// memory: [`State::load_queue`] reads them) in its tail.
     /// (The conversation's counters are the caller's: [`State::next_seq`].)
     pub(crate) fn put_message(
         &mut self,
@@ -233,17 +239,15 @@ impl State {
         }
         let usage = m.usage();
         let at = m.at;
-        let replaced = self.queues.write(&qkey, |q| q.insert(m));
-        debug_assert!(
-            replaced.is_some(),
-            "a message queued before its queue was read"
-        );
+        // A queue not in memory whole is not read for this: the message joins its tail (its
+        // seq is above every stored one's), and the index entry counts it.
+        let replaced = self.queues.append(qkey, m);
         if summary.msgs == 0 || at < summary.oldest {
             summary.oldest = at;
         }
         summary.msgs += 1;
         summary.bytes += usage.bytes;
-        if let Some(Some(old)) = replaced {
+        if let Some(old) = replaced {
             // A seq is never reused (a planted defect aside): the replaced copy leaves.
             summary.msgs -= 1;
             summary.bytes -= old.charge();
