@@ -286,11 +286,11 @@ impl Queues {
     /// Appends `m` to the queue `key` without its stored messages: to the queue in memory
     /// (whole or a tail), or to a new tail. Pinned until the batch being built is durable.
     /// Returns the message it replaced (a seq already in memory).
-    pub(crate) fn append(&mut self, key: QueueKey, m: Queued) -> Option<Queued> {
-        if !self.cache.contains(&key) {
+    pub(crate) fn append(&mut self, key: &QueueKey, m: Queued) -> Option<Queued> {
+        if !self.cache.contains(key) {
             self.cache.insert(key.clone(), Queue::tail());
         }
-        self.cache.write(&key, |q| q.insert(m)).flatten()
+        self.cache.write(key, |q| q.insert(m)).flatten()
     }
 
     /// Adds the queue `key` as read from the store (or a new empty one), pinned while its

@@ -241,7 +241,7 @@ impl State {
         let at = m.at;
         // A queue not in memory whole is not read for this: the message joins its tail (its
         // seq is above every stored one's), and the index entry counts it.
-        let replaced = self.queues.append(qkey, m);
+        let replaced = self.queues.append(&qkey, m);
         if summary.msgs == 0 || at < summary.oldest {
             summary.oldest = at;
         }
