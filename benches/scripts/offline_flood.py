@@ -214,14 +214,22 @@ def drain(recipients, pid):
     for t in threads:
         t.start()
     t0 = time.time()
-    while gauges().get("relay_queued_messages", 1) > 0:
+    # The highest RSS and queue cache gauge seen while the recipients drain (every 50 ms):
+    # a synced recipient's queues are held in the cache whatever its bound.
+    peak = {"rss": 0.0, "cache": 0.0}
+    while True:
+        g = gauges()
+        peak["rss"] = max(peak["rss"], memory(pid)["VmRSS"] / 1024)
+        peak["cache"] = max(peak["cache"], g.get("relay_queue_cache_bytes", 0) / MiB)
+        if g.get("relay_queued_messages", 1) <= 0:
+            break
         if time.time() - t0 > 600:
             print("still queued after 600 s", file=sys.stderr)
             break
-        time.sleep(0.2)
+        time.sleep(0.05)
     took = time.time() - t0
     # Sampled while the recipients are still connected, then they go offline again.
-    sample_args = (sum(got), took)
+    sample_args = (sum(got), took, peak)
     stop.set()
     for t in threads:
         t.join()
@@ -261,8 +269,10 @@ def main():
             parked = sum(x for x, _ in out)
             sample(f"flood {wave}", pid, f"[{parked} acked in {took:.1f} s, refused: {codes}]")
             if not args.no_drain:
-                got, took = drain(recipients, pid)
-                sample(f"drain {wave}", pid, f"[{got} delivered in {took:.1f} s]")
+                got, took, peak = drain(recipients, pid)
+                sample(f"drain {wave}", pid, f"[{got} delivered in {took:.1f} s; while draining: "
+                                             f"RSS up to {peak['rss']:.0f} MiB, queue_cache up to "
+                                             f"{peak['cache']:.0f} MiB]")
         time.sleep(args.settle)
         sample(f"+{args.settle:g} s idle", pid)
         for s in senders:

@@ -288,6 +288,7 @@ impl Queues {
     /// Returns the message it replaced (a seq already in memory).
     pub(crate) fn append(&mut self, key: &QueueKey, m: Queued) -> Option<Queued> {
         if !self.cache.contains(key) {
+            probes::probe!("queue:tail-started");
             self.cache.insert(key.clone(), Queue::tail());
         }
         self.cache.write(key, |q| q.insert(m)).flatten()

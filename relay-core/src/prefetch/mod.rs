@@ -532,6 +532,7 @@ impl Prefetch {
         if self.pending.is_empty() && self.ahead.is_empty() {
             return;
         }
+        probes::probe!("prefetch:tail-forgotten");
         self.stale_covering(table, Some(prefix));
     }
 

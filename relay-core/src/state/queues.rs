@@ -123,6 +123,7 @@ impl State {
         };
         // The tail's messages may be newer than the read (their commit still in flight).
         for m in self.queues.tail_of(&key) {
+            probes::probe!("queue:tail-merged");
             q.insert(m.clone());
         }
         let found = q.summary();
