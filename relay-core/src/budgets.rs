@@ -105,11 +105,31 @@ impl Budgets {
         if class != BudgetClass::Lookup || self.lookups_by_network.take(now, addr) {
             return Ok(());
         }
+        // Refused for the network: the account's own budget keeps its token.
+        self.lookups.refund(user);
         let wait = self.lookups_by_network.retry_after_ms(now, addr);
         Err(ApiError::rate_limited(
             "too many user lookups from this network; slow down",
             wait,
         ))
+    }
+
+    /// Gives back the token [`Budgets::charge`] took for one request of `class` from `caller`
+    /// at `addr`: the relay refused the request unserved, for a reason of its own.
+    pub(crate) fn refund(&mut self, class: BudgetClass, caller: Option<&UserUuid>, addr: &String) {
+        let bucket = match class {
+            BudgetClass::Exempt => return,
+            BudgetClass::Public => return self.public.refund(addr),
+            BudgetClass::Lookup => {
+                self.lookups_by_network.refund(addr);
+                &mut self.lookups
+            }
+            BudgetClass::FriendRequest => &mut self.friend_requests,
+            BudgetClass::Account => &mut self.account,
+        };
+        if let Some(user) = caller {
+            bucket.refund(user);
+        }
     }
 
     /// Forgets the buckets that refilled completely.
@@ -163,5 +183,63 @@ mod tests {
             b.charge(0, BudgetClass::Account, Some(&user(0)), &home)
                 .is_ok()
         );
+    }
+
+    /// How many lookups `who` is granted at `addr` at time 0, until the first refusal.
+    fn lookups_granted(b: &mut Budgets, who: &UserUuid, addr: &String) -> usize {
+        (0..1_000)
+            .take_while(|_| b.charge(0, BudgetClass::Lookup, Some(who), addr).is_ok())
+            .count()
+    }
+
+    /// A lookup refused for its network's budget leaves the account's own token in place:
+    /// once its network has room again (here: on another network), the account has its whole
+    /// burst.
+    #[test]
+    fn a_lookup_refused_for_the_network_keeps_the_accounts_token() {
+        let config = Config::default();
+        let mut b = Budgets::new(&config);
+        let home = "198.51.100.0/24".to_owned();
+        let per_network = config.lookups_per_network.burst;
+        let per_account = config.lookups.burst;
+        for n in 0..(per_network / per_account) {
+            let _ = lookups_granted(&mut b, &user(n as u8), &home);
+        }
+        let late = user(99);
+        for _ in 0..5 {
+            assert!(
+                b.charge(0, BudgetClass::Lookup, Some(&late), &home)
+                    .is_err()
+            );
+        }
+        let elsewhere = "203.0.113.9/32".to_owned();
+        assert_eq!(
+            lookups_granted(&mut b, &late, &elsewhere),
+            per_account as usize
+        );
+    }
+
+    /// A refund gives back exactly the token of the class charged: the account's (and its
+    /// network's, for a lookup), or the address's for a public route.
+    #[test]
+    fn a_refund_gives_back_the_token_charged() {
+        let config = Config::default();
+        let mut b = Budgets::new(&config);
+        let addr = "192.0.2.1/32".to_owned();
+        let per_account = lookups_granted(&mut b, &user(1), &addr);
+        b.refund(BudgetClass::Lookup, Some(&user(1)), &addr);
+        assert_eq!(lookups_granted(&mut b, &user(1), &addr), 1);
+        // A refund of another class leaves the lookups empty.
+        b.refund(BudgetClass::Account, Some(&user(1)), &addr);
+        b.refund(BudgetClass::Public, None, &addr);
+        assert_eq!(lookups_granted(&mut b, &user(1), &addr), 0);
+        assert!(per_account > 0);
+        let publics = (0..10_000)
+            .take_while(|_| b.charge(0, BudgetClass::Public, None, &addr).is_ok())
+            .count();
+        b.refund(BudgetClass::Public, None, &addr);
+        assert!(b.charge(0, BudgetClass::Public, None, &addr).is_ok());
+        assert!(b.charge(0, BudgetClass::Public, None, &addr).is_err());
+        assert!(publics > 0);
     }
 }

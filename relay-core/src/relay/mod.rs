@@ -131,6 +131,9 @@ pub struct Relay {
     /// The caller of the request being handled, once [`Relay::dispatch_http`] verified its
     /// token (every handler's `authenticate` then reuses it: one verification per request).
     verified: Option<(UserUuid, String)>,
+    /// The budget the request being handled was charged to, by this attempt (given back if
+    /// the relay refuses the request for its own reasons: `Relay::handle_request`).
+    charge: Option<(BudgetClass, Option<UserUuid>)>,
     /// Outputs of the input being handled; released after its commit.
     staged: Vec<Output>,
     /// The commit pipeline: the store (until a shell takes it), the open batch, the batches
@@ -192,6 +195,7 @@ impl Relay {
             blobs: Box::new(crate::blob::MemoryBlobStore::new()),
             budgets,
             verified: None,
+            charge: None,
             staged: Vec::new(),
             commits: Pipeline::new(store),
             outputs: VecDeque::new(),
@@ -347,6 +351,7 @@ impl Relay {
             self.budgets
                 .charge(now.get(), class, caller, &req.remote_addr)?;
             *charged = true;
+            self.charge = Some((class, caller.cloned()));
         }
         if authenticated.is_some() {
             self.verified = authenticated;

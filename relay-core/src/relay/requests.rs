@@ -26,12 +26,18 @@ impl Relay {
             return Some(self.handle_http(now, &req));
         }
         let mut charged = false;
+        self.charge = None;
         let op = match self.attempt_http(now, &req, &mut charged) {
             Ok(result) => return self.end_http(result, None),
             Err(op) => op,
         };
         if let Err((code, words)) = self.prefetch.room_for_request(req.body.len()) {
             self.stats.frames_refused_waiting += 1;
+            // Refused unserved: its budget's token goes back.
+            if let Some((class, caller)) = self.charge.take() {
+                self.budgets
+                    .refund(class, caller.as_ref(), &req.remote_addr);
+            }
             return Some(HttpResponse::error(503, &code, words));
         }
         probes::probe!("prefetch:request-parked");

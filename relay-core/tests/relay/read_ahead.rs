@@ -291,6 +291,47 @@ fn a_request_that_waited_is_charged_to_its_budget_once() {
     assert!(w.requests_parked >= 1, "no request waited");
 }
 
+/// A request charged to its budget and then refused because too much already waits for reads
+/// (503) gets its token back: the refusal is the relay's, not the client's spending.
+#[test]
+fn a_request_refused_for_the_waiting_bound_gives_its_budget_back() {
+    let config = Config {
+        account_requests: relay_core::limits::Budget {
+            burst: 3,
+            per_window: 3,
+            window_ms: 60_000,
+        },
+        ..fast_config()
+    };
+    let mut w = World::with_config(config);
+    let (a, b) = (w.user("a"), w.user("b"));
+    w.befriend(&a, &b);
+    let store = w.mem.clone();
+    w.restart(Box::new(store));
+    w.read_ahead(false);
+    // `a` warm, its contacts cold: the request is charged, then needs a read to go on. (The
+    // connection's ticket spends one of the three tokens.)
+    let mut a = a;
+    w.connect(&mut a);
+    w.finish_reads();
+    let too_big = get(paths::FRIENDS, &a.token).body(vec![
+        b' ';
+        relay_core::prefetch::MAX_PARKED_REQUEST_BYTES
+            + 1
+    ]);
+    let refused = w.relay.handle_request(w.now, RequestId(7), too_big);
+    assert_eq!(refused.map(|r| r.status), Some(503));
+    w.drain();
+    let statuses: Vec<u16> = (0..3)
+        .map(|_| w.get(paths::FRIENDS, Some(&a.token)).status)
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![200, 200, 429],
+        "the refused request kept its token"
+    );
+}
+
 #[test]
 fn a_cold_upgrade_waits_and_is_answered_by_an_output() {
     let (mut w, a, _, _) = cold_and_warm();
