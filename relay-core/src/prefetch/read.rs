@@ -32,8 +32,9 @@ pub enum ReadOp {
     ScanPrefixes {
         /// The table.
         table: Table,
-        /// The keys' prefixes (none a prefix of another); shared, since the rows read ahead
-        /// index the read by each of them.
+        /// The keys' prefixes, sorted, none a prefix of another (so the rows come back in key
+        /// order, and the prefix of a key is found by a binary search); shared, since the rows
+        /// read ahead index the read by each of them.
         prefixes: std::sync::Arc<[String]>,
     },
     /// [`StoreRead::scan_page`].
@@ -167,11 +168,20 @@ impl ReadOp {
             (Self::Get { key: k, .. }, Some(key)) => k == key,
             (Self::ScanPrefix { prefix, .. }, Some(key)) => key.starts_with(prefix.as_str()),
             (Self::ScanPrefixes { prefixes, .. }, Some(key)) => {
-                prefixes.iter().any(|p| key.starts_with(p.as_str()))
+                covering_prefix(prefixes, key).is_some()
             }
             (Self::ScanPage { after, .. }, Some(key)) => after.as_deref().is_none_or(|a| key > a),
         }
     }
+}
+
+/// The prefix among `prefixes` (sorted, none a prefix of another) that `key` starts with. The
+/// greatest prefix not above `key` is the only one it can start with: a prefix between it and
+/// `key` would start with it.
+pub(crate) fn covering_prefix<'a>(prefixes: &'a [String], key: &str) -> Option<&'a str> {
+    let i = prefixes.partition_point(|p| p.as_str() <= key);
+    let p = prefixes.get(i.checked_sub(1)?)?;
+    key.starts_with(p.as_str()).then_some(p.as_str())
 }
 
 /// A read the relay needs done before a parked frame can run again.
@@ -200,4 +210,31 @@ pub struct ReadDone {
     pub id: ReadId,
     /// What the read returned, or why it failed.
     pub result: Result<ReadValue, StoreError>,
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::covering_prefix;
+
+    proptest! {
+        /// The binary search finds the same prefix as a scan of every prefix, for sorted
+        /// prefixes none of which is a prefix of another (a queue's: `recipient/conv/`).
+        #[test]
+        fn finds_the_prefix_a_scan_finds(
+            queues in proptest::collection::btree_set(("[a-c]{1,3}", "[a-c]{1,3}"), 0..12),
+            key in ("[a-c]{0,3}", proptest::option::of("[a-c]{0,3}"), proptest::option::of("[0-9]{1,2}")),
+        ) {
+            let mut sorted: Vec<String> = queues.iter().map(|(r, c)| format!("{r}/{c}/")).collect();
+            sorted.sort();
+            let key = match key {
+                (r, Some(c), Some(seq)) => format!("{r}/{c}/{seq}"),
+                (r, Some(c), None) => format!("{r}/{c}"),
+                (r, None, _) => r,
+            };
+            let scanned = sorted.iter().find(|p| key.starts_with(p.as_str())).map(String::as_str);
+            prop_assert_eq!(covering_prefix(&sorted, &key), scanned);
+        }
+    }
 }

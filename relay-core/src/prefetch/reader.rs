@@ -20,6 +20,17 @@ pub(crate) struct Ahead {
     bytes: usize,
 }
 
+/// Where the rows of `prefix` are among `rows` of a [`ReadOp::ScanPrefixes`] (in key order: its
+/// prefixes are sorted).
+fn rows_of(rows: &Rows, prefix: &str) -> std::ops::Range<usize> {
+    let start = rows.partition_point(|(k, _)| k.as_str() < prefix);
+    let len = rows[start..]
+        .iter()
+        .take_while(|(k, _)| k.starts_with(prefix))
+        .count();
+    start..start + len
+}
+
 /// A read's result, kept while frames that waited for it may run again.
 #[derive(Debug)]
 struct Held {
@@ -64,10 +75,7 @@ impl Ahead {
         let many = self.within.get(&(*table, prefix.clone()))?.clone();
         match &self.rows.get(&many)?.result {
             Ok(ReadValue::Rows(rows)) => {
-                let mine = (rows.iter())
-                    .filter(|(k, _)| k.starts_with(prefix.as_str()))
-                    .cloned()
-                    .collect();
+                let mine = rows[rows_of(rows, prefix)].to_vec();
                 Some(Ok(ReadValue::Rows(mine)))
             }
             Ok(_) => Some(Err(mismatch())),
@@ -90,7 +98,8 @@ impl Ahead {
         };
         let before = held_bytes(held);
         if let Ok(ReadValue::Rows(rows)) = &mut held.result {
-            rows.retain(|(k, _)| !k.starts_with(prefix));
+            let mine = rows_of(rows, prefix);
+            rows.drain(mine);
         }
         self.bytes = self.bytes - before + held_bytes(held);
     }
@@ -136,7 +145,7 @@ impl Ahead {
             .collect();
         for op in stale {
             if let (ReadOp::ScanPrefixes { prefixes, .. }, Some(key)) = (&op, key)
-                && let Some(prefix) = prefixes.iter().find(|p| key.starts_with(p.as_str()))
+                && let Some(prefix) = super::read::covering_prefix(prefixes, key)
             {
                 // Only that prefix's rows are stale: the others still answer their scans.
                 self.narrow(&op, table, prefix);

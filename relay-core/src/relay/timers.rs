@@ -141,6 +141,9 @@ impl Relay {
         if prefixes.len() < 2 {
             return op;
         }
+        // A queue's prefix ends with its separator: none is a prefix of another.
+        prefixes.sort_unstable();
+        prefixes.dedup();
         ReadOp::ScanPrefixes {
             table: Table::Messages,
             prefixes: prefixes.into(),
