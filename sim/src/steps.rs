@@ -27,16 +27,18 @@
 //! run.check_all();
 //! ```
 //!
-//! The relay is the test relay of `relay_server::embedded` (memory store, proof of work at
-//! its lowest, the simulated clock) on host `relay`. Not here (yet): SQLite or a failover pair
-//! under the users' steps, the clock and storage faults, and the main sweep's oracles, which
-//! judge [`crate::harness`] worlds; the checks here are the steps' own.
+//! The relay, on host `relay`, runs the test relay's configuration of `relay_server::embedded`
+//! (proof of work at its lowest, test mode) on the simulated clock, over `relay_core`'s memory
+//! store or SQLite ([`StepsRelay`]), which outlive its power-offs. Not here (yet): a failover
+//! pair under the users' steps, clock jumps, and the main sweep's oracles, which judge
+//! [`crate::harness`] worlds; the checks here are the steps' own.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -45,7 +47,11 @@ use std::time::Duration;
 use client::{Client, ClientOptions, EventKind, SharedStore};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng as _;
-use relay_server::embedded::{TestClock, TestRelayOptions, test_relay_server};
+use relay_core::store::{MemoryStore, SqliteStore};
+use relay_core::{MemoryBlobStore, Relay};
+use relay_server::RelayServer;
+use relay_server::embedded::{TestClock, TestRelayOptions};
+use seam::clock::SimClock;
 use seam::net::{Endpoint, Turmoil};
 
 use crate::bounds::{RELAY, RELAY_PORT};
@@ -68,9 +74,25 @@ pub enum StepFault {
     Hold(String, String),
     /// Delivers the held segments.
     Release(String, String),
-    /// The relay host powers off and starts again at once (the test relay keeps nothing:
-    /// it comes back empty, as a relay whose disk was lost).
-    BounceRelay,
+    /// The relay host powers off (its store stays).
+    PowerOffRelay,
+    /// The relay host starts again, on its store.
+    PowerOnRelay,
+    /// The relay's next `n` commits fail (fail-stop, then a rebuild from the store); memory
+    /// relay only.
+    FailCommits(u32),
+    /// The relay's next `n` keyed store reads fail; memory relay only.
+    FailReads(u32),
+}
+
+/// The relay under the users' steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepsRelay {
+    /// `relay_core`'s memory store (it outlives a power-off; takes storage faults).
+    #[default]
+    Memory,
+    /// SQLite on a temporary file, reopened at every start.
+    Sqlite,
 }
 
 /// What a user's steps return: `Err` fails the run with the message.
@@ -88,6 +110,7 @@ struct Shared {
 /// A world of named users and their steps, described before it runs.
 pub struct Steps {
     seed: u64,
+    relay: StepsRelay,
     users: Vec<(String, StepsFn)>,
     faults: Vec<(u64, StepFault)>,
 }
@@ -97,6 +120,7 @@ impl fmt::Debug for Steps {
         let users: Vec<&str> = self.users.iter().map(|(n, _)| n.as_str()).collect();
         f.debug_struct("Steps")
             .field("seed", &self.seed)
+            .field("relay", &self.relay)
             .field("users", &users)
             .field("faults", &self.faults)
             .finish()
@@ -108,6 +132,7 @@ impl Steps {
     pub fn new(seed: u64) -> Self {
         Self {
             seed,
+            relay: StepsRelay::Memory,
             users: Vec::new(),
             faults: Vec::new(),
         }
@@ -126,6 +151,13 @@ impl Steps {
         self
     }
 
+    /// The relay's store (memory by default).
+    #[must_use]
+    pub fn relay(mut self, relay: StepsRelay) -> Self {
+        self.relay = relay;
+        self
+    }
+
     /// A fault `at_ms` simulated ms after the start.
     #[must_use]
     pub fn fault_at(mut self, at_ms: u64, fault: StepFault) -> Self {
@@ -141,21 +173,17 @@ impl Steps {
             .tick_duration(Duration::from_millis(4))
             .simulation_duration(Duration::from_secs(LIMIT_S))
             .build();
-        let options = TestRelayOptions {
-            listen: SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
-            seed: derive_u64(self.seed, TAG_STEPS, 0),
-            clock: TestClock::Sim,
-            ..TestRelayOptions::default()
+        let store = MemoryStore::new();
+        let sqlite_dir = match self.relay {
+            StepsRelay::Memory => None,
+            StepsRelay::Sqlite => Some(tempfile::tempdir().expect("a temporary directory")),
         };
-        sim.host(RELAY, move || {
-            let options = options.clone();
-            async move {
-                test_relay_server(&options)
-                    .run::<Turmoil>(options.listen, std::future::pending())
-                    .await?;
-                Ok(())
-            }
-        });
+        add_relay(
+            &mut sim,
+            derive_u64(self.seed, TAG_STEPS, 0),
+            &store,
+            sqlite_dir.as_ref().map(|d| d.path().join("relay.sqlite3")),
+        );
         for (index, (name, steps)) in self.users.into_iter().enumerate() {
             let user = UserSetup {
                 name: name.clone(),
@@ -171,7 +199,14 @@ impl Steps {
         }
         let mut faults = self.faults;
         faults.sort_by_key(|(at, _)| *at);
-        let failure = drive(&mut sim, &faults);
+        assert!(
+            self.relay == StepsRelay::Memory
+                || !faults
+                    .iter()
+                    .any(|(_, f)| matches!(f, StepFault::FailCommits(_) | StepFault::FailReads(_))),
+            "storage faults need the memory relay"
+        );
+        let failure = drive(&mut sim, &faults, &store);
         let mut trace = std::mem::take(&mut shared.borrow_mut().trace);
         // Each user's lines reach the trace when its steps next wait: ordered by time here.
         trace.sort_by_key(|line| {
@@ -190,8 +225,53 @@ impl Steps {
     }
 }
 
+/// The relay host: the test relay's configuration and test mode on the simulated clock, over
+/// `store` (memory) or the SQLite file `sqlite`, both outliving every power-off.
+fn add_relay(sim: &mut turmoil::Sim<'_>, seed: u64, store: &MemoryStore, sqlite: Option<PathBuf>) {
+    let options = TestRelayOptions {
+        listen: SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
+        seed,
+        clock: TestClock::Sim,
+        ..TestRelayOptions::default()
+    };
+    let (store, blobs) = (store.clone(), MemoryBlobStore::new());
+    sim.host(RELAY, move || {
+        let (config, store, blobs, sqlite) = (
+            options.config(),
+            store.clone(),
+            blobs.clone(),
+            sqlite.clone(),
+        );
+        let listen = options.listen;
+        async move {
+            let server = match sqlite {
+                None => RelayServer::in_memory(config, seed, store, blobs),
+                Some(path) => RelayServer::new(move || {
+                    let store = SqliteStore::open(&path)?;
+                    Relay::with_blobs(
+                        config.clone(),
+                        Box::new(store),
+                        Box::new(blobs.clone()),
+                        seed,
+                    )
+                }),
+            };
+            server
+                .with_test_mode()
+                .with_clock(SimClock::default())
+                .run::<Turmoil>(listen, std::future::pending())
+                .await?;
+            Ok(())
+        }
+    });
+}
+
 /// Steps `sim` to its end, applying each fault at its moment; the error that ended it early.
-fn drive(sim: &mut turmoil::Sim<'_>, faults: &[(u64, StepFault)]) -> Option<String> {
+fn drive(
+    sim: &mut turmoil::Sim<'_>,
+    faults: &[(u64, StepFault)],
+    store: &MemoryStore,
+) -> Option<String> {
     let mut next = 0;
     loop {
         let now = u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -201,7 +281,10 @@ fn drive(sim: &mut turmoil::Sim<'_>, faults: &[(u64, StepFault)]) -> Option<Stri
                 StepFault::Repair(a, b) => sim.repair(a.as_str(), b.as_str()),
                 StepFault::Hold(a, b) => sim.hold(a.as_str(), b.as_str()),
                 StepFault::Release(a, b) => sim.release(a.as_str(), b.as_str()),
-                StepFault::BounceRelay => sim.bounce(RELAY),
+                StepFault::PowerOffRelay => sim.crash(RELAY),
+                StepFault::PowerOnRelay => sim.bounce(RELAY),
+                StepFault::FailCommits(n) => store.fail_commits(*n),
+                StepFault::FailReads(n) => store.fail_reads(*n),
             }
             next += 1;
         }
@@ -279,7 +362,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One named user: its registered client and what the world shares.
+/// One named user: its registered client and what the world shares. The client stops when
+/// the user's steps return: a step that sent something waits for what it needs to see
+/// (an acknowledgement, a delivery) before it returns.
 pub struct User {
     name: String,
     alias: String,

@@ -4,7 +4,7 @@
 #[path = "../examples/own_steps.rs"]
 mod example;
 
-use sim::steps::Steps;
+use sim::steps::{StepFault, Steps, StepsRelay};
 
 #[test]
 fn the_example_runs_and_passes() {
@@ -45,4 +45,49 @@ fn the_readme_shows_the_example_file() {
         section.contains(&format!("```rust\n{source}```")),
         "README's example differs from sim/examples/own_steps.rs"
     );
+}
+
+/// A message sent after the relay powered off and came back (SQLite), or after commits failed
+/// (memory: fail-stop and rebuild), still arrives.
+#[test]
+fn a_message_arrives_across_a_relay_power_cycle_and_failed_commits() {
+    for (relay, faults) in [
+        (
+            StepsRelay::Sqlite,
+            vec![
+                (1_000, StepFault::PowerOffRelay),
+                (1_500, StepFault::PowerOnRelay),
+            ],
+        ),
+        (StepsRelay::Memory, vec![(1_000, StepFault::FailCommits(3))]),
+    ] {
+        let mut world = Steps::new(4)
+            .relay(relay)
+            .user("alice", |alice| async move {
+                let conv = alice.befriend("bob").await;
+                let bob = alice.alias_of("bob").await;
+                alice.sleep_ms(1_500).await;
+                let id = alice
+                    .client()
+                    .send_message(&conv, &bob, "after the fault", None)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // The client stops when the steps return: wait until bob has it.
+                alice
+                    .wait_for(|e| e.contains(&id) && e.contains("Delivered"))
+                    .await;
+                Ok(())
+            })
+            .user("bob", |bob| async move {
+                bob.befriend("alice").await;
+                bob.wait_for(|e| e.contains("after the fault")).await;
+                Ok(())
+            });
+        for (at, fault) in faults {
+            world = world.fault_at(at, fault);
+        }
+        let run = world.run();
+        run.check_all();
+        println!("{relay:?}: trace {}", run.trace_hash());
+    }
 }
