@@ -49,7 +49,7 @@
 //! | [`coverage`] | code probes over a sweep: hits per probe, the catalogue, probes never hit | `probes` |
 //! | [`report`] | HTML run reports: a timeline and latency plots per run, a summary per sweep | `faults`, `jepsen`, `runner`, `trace` |
 //! | [`harness`] | the simulator for `cargo test`: a [`World`](harness::World) from a seed, its relays, faults by name or at chosen moments, the oracles as assertions on the [`Run`](harness::Run), the replay command and run report of a failing check | `faults`, `oracles`, `report`, `runner`, `scenario` |
-//! | [`steps`] | a world of named users whose steps you write as async Rust against the client API, faults at chosen moments, its trace and hash | `bounds`, `seeds`, `time`, `trace` |
+//! | [`steps`] | a world of named users whose steps you write as async Rust against the client API, faults at chosen moments, its trace and hash, the app-level oracles that hold for any steps | `bounds`, `seeds`, `time`, `trace`, `violation` |
 
 pub mod bounds;
 pub mod class;

@@ -44,7 +44,8 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use client::{Client, ClientOptions, EventKind, SharedStore};
+use client::{Client, ClientEvent, ClientOptions, EventKind, SharedStore};
+use client_core::store::MessageStatus;
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng as _;
 use relay_core::store::{MemoryStore, SqliteStore};
@@ -57,6 +58,7 @@ use seam::net::{Endpoint, Turmoil};
 use crate::bounds::{RELAY, RELAY_PORT};
 use crate::seeds::{TAG_STEPS, derive_seed, derive_u64};
 use crate::time::{SkewClock, sim_ms, sleep_ms};
+use crate::violation::{Oracle, Violation};
 
 /// How often a step that waits (for another user, a friendship, an event) looks again.
 const POLL_MS: u64 = 50;
@@ -99,6 +101,66 @@ pub enum StepsRelay {
 pub type StepResult = Result<(), String>;
 
 type StepsFn = Box<dyn FnOnce(User) -> Pin<Box<dyn Future<Output = StepResult>>>>;
+
+/// What the users' apps showed, for the oracles: each message id with every user whose app
+/// showed it, and each message whose sender's app showed it delivered or read.
+#[derive(Debug, Default)]
+struct Observed {
+    shown: BTreeMap<String, Vec<String>>,
+    receipted: BTreeMap<String, String>,
+}
+
+impl Observed {
+    /// Records `event` of user `name`'s app.
+    fn record(&mut self, name: &str, event: &ClientEvent) {
+        match event {
+            ClientEvent::Message(m) => {
+                self.shown
+                    .entry(m.id.clone())
+                    .or_default()
+                    .push(name.to_owned());
+            }
+            ClientEvent::StatusChange {
+                id,
+                status: MessageStatus::Delivered | MessageStatus::Read,
+            } => {
+                self.receipted.insert(id.clone(), name.to_owned());
+            }
+            _ => {}
+        }
+    }
+
+    /// The main sweep's app-level oracles that hold for any steps: no app shows a message
+    /// twice (`delivered-exactly-once`), and no sender sees a message delivered or read that
+    /// no other app showed (`receipts`: a receipt the relay made up).
+    fn violations(&self) -> Vec<Violation> {
+        let mut out = Vec::new();
+        for (id, users) in &self.shown {
+            let mut seen = users.clone();
+            seen.sort();
+            seen.dedup();
+            if seen.len() != users.len() {
+                out.push(Violation::new(
+                    Oracle::DeliveredExactlyOnce,
+                    format!("message {id} shown more than once: {users:?}"),
+                ));
+            }
+        }
+        for (id, sender) in &self.receipted {
+            let shown_elsewhere = self
+                .shown
+                .get(id)
+                .is_some_and(|users| users.iter().any(|u| u != sender));
+            if !shown_elsewhere {
+                out.push(Violation::new(
+                    Oracle::Receipts,
+                    format!("{sender} saw message {id} delivered, but no other app showed it"),
+                ));
+            }
+        }
+        out
+    }
+}
 
 /// What the users of a world share: the trace and who registered under which alias.
 #[derive(Debug, Default)]
@@ -168,6 +230,7 @@ impl Steps {
     /// Runs the world until every user's steps ended (or failed); see [`StepsRun`].
     pub fn run(self) -> StepsRun {
         let shared = Rc::new(RefCell::new(Shared::default()));
+        let observed: Arc<Mutex<Observed>> = Arc::default();
         let mut sim = turmoil::Builder::new()
             .rng_seed(self.seed)
             .tick_duration(Duration::from_millis(4))
@@ -190,6 +253,7 @@ impl Steps {
                 seed: self.seed,
                 index: index as u64 + 1,
                 shared: Rc::clone(&shared),
+                observed: Arc::clone(&observed),
             };
             sim.client(name.as_str(), async move {
                 let user = user.start().await?;
@@ -216,11 +280,13 @@ impl Steps {
                 .unwrap_or(u64::MAX)
         });
         let hash = crate::trace::hash(&trace);
+        let violations = lock(&observed).violations();
         StepsRun {
             seed: self.seed,
             trace,
             hash,
             failure,
+            violations,
         }
     }
 }
@@ -302,6 +368,7 @@ struct UserSetup {
     seed: u64,
     index: u64,
     shared: Rc<RefCell<Shared>>,
+    observed: Arc<Mutex<Observed>>,
 }
 
 impl UserSetup {
@@ -322,7 +389,9 @@ impl UserSetup {
         let trace = Rc::clone(&self.shared);
         let pending: Arc<Mutex<Vec<String>>> = Arc::default();
         let queued = Arc::clone(&pending);
+        let observed = Arc::clone(&self.observed);
         client.on(EventKind::Any, move |event| {
+            lock(&observed).record(&name, event);
             let line = format!("{:>8} {name}: {event:?}", sim_ms());
             lock(&seen).push(line.clone());
             lock(&queued).push(line);
@@ -489,6 +558,7 @@ pub struct StepsRun {
     trace: Vec<String>,
     hash: String,
     failure: Option<String>,
+    violations: Vec<Violation>,
 }
 
 impl StepsRun {
@@ -508,10 +578,21 @@ impl StepsRun {
         self.failure.as_deref()
     }
 
-    /// Every user's steps ended without an error; otherwise panics with the error, the end
-    /// of the trace, and the command that runs this test again (same seed, same run).
+    /// What the oracles that hold for any steps found (see [`StepsRun::check_all`]).
+    pub fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+
+    /// Every user's steps ended without an error, and the main sweep's app-level oracles that
+    /// hold whatever the steps do found nothing: no app showed a message twice
+    /// (`delivered-exactly-once`), no sender saw a message delivered or read that no other app
+    /// showed (`receipts`). Otherwise panics with what failed, the end of the trace, and the
+    /// command that runs this test again (same seed, same run).
     pub fn check_all(&self) -> &Self {
-        if let Some(failure) = &self.failure {
+        let mut failures: Vec<String> = self.violations.iter().map(ToString::to_string).collect();
+        failures.extend(self.failure.clone());
+        if !failures.is_empty() {
+            let failure = failures.join("\n");
             let test = std::thread::current()
                 .name()
                 .unwrap_or("<this test>")
@@ -524,5 +605,24 @@ impl StepsRun {
             );
         }
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_shown_twice_and_a_receipt_nobody_saw_are_violations() {
+        let mut observed = Observed::default();
+        observed
+            .shown
+            .insert("m1".into(), vec!["bob".into(), "bob".into()]);
+        observed.shown.insert("m2".into(), vec!["alice".into()]);
+        observed.receipted.insert("m2".into(), "alice".into());
+        observed.shown.insert("m3".into(), vec!["bob".into()]);
+        observed.receipted.insert("m3".into(), "alice".into());
+        let oracles: Vec<Oracle> = observed.violations().iter().map(|v| v.oracle).collect();
+        assert_eq!(oracles, [Oracle::DeliveredExactlyOnce, Oracle::Receipts]);
     }
 }
