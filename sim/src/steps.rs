@@ -41,6 +41,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -50,8 +51,8 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng as _;
 use relay_core::store::{MemoryStore, SqliteStore};
 use relay_core::{MemoryBlobStore, Relay};
-use relay_server::RelayServer;
 use relay_server::embedded::{TestClock, TestRelayOptions};
+use relay_server::{CommitMode, ReadMode, RelayServer};
 use seam::clock::SimClock;
 use seam::net::{Endpoint, Turmoil};
 
@@ -85,6 +86,21 @@ pub enum StepFault {
     FailCommits(u32),
     /// The relay's next `n` keyed store reads fail; memory relay only.
     FailReads(u32),
+    /// From now on every keyed read of the relay's store waits this many ms (0: fast again);
+    /// the relay serves everyone else meanwhile.
+    SlowReads(u64),
+    /// From now on every commit of the relay waits this many ms before it is applied (0: fast
+    /// again); the relay goes on with the next batch meanwhile.
+    SlowCommits(u64),
+}
+
+/// What the relay host's faults reach: its memory store and the waits of its reads and
+/// commits.
+#[derive(Debug, Clone, Default)]
+struct RelayKnobs {
+    store: MemoryStore,
+    read_ms: Arc<AtomicU64>,
+    commit_ms: Arc<AtomicU64>,
 }
 
 /// The relay under the users' steps.
@@ -236,7 +252,7 @@ impl Steps {
             .tick_duration(Duration::from_millis(4))
             .simulation_duration(Duration::from_secs(LIMIT_S))
             .build();
-        let store = MemoryStore::new();
+        let knobs = RelayKnobs::default();
         let sqlite_dir = match self.relay {
             StepsRelay::Memory => None,
             StepsRelay::Sqlite => Some(tempfile::tempdir().expect("a temporary directory")),
@@ -244,7 +260,7 @@ impl Steps {
         add_relay(
             &mut sim,
             derive_u64(self.seed, TAG_STEPS, 0),
-            &store,
+            &knobs,
             sqlite_dir.as_ref().map(|d| d.path().join("relay.sqlite3")),
         );
         for (index, (name, steps)) in self.users.into_iter().enumerate() {
@@ -270,7 +286,7 @@ impl Steps {
                     .any(|(_, f)| matches!(f, StepFault::FailCommits(_) | StepFault::FailReads(_))),
             "storage faults need the memory relay"
         );
-        let failure = drive(&mut sim, &faults, &store);
+        let failure = drive(&mut sim, &faults, &knobs);
         let mut trace = std::mem::take(&mut shared.borrow_mut().trace);
         // Each user's lines reach the trace when its steps next wait: ordered by time here.
         trace.sort_by_key(|line| {
@@ -292,15 +308,18 @@ impl Steps {
 }
 
 /// The relay host: the test relay's configuration and test mode on the simulated clock, over
-/// `store` (memory) or the SQLite file `sqlite`, both outliving every power-off.
-fn add_relay(sim: &mut turmoil::Sim<'_>, seed: u64, store: &MemoryStore, sqlite: Option<PathBuf>) {
+/// the knobs' memory store or the SQLite file `sqlite`, both outliving every power-off; its
+/// reads and commits on tasks of the host's runtime (deterministic), each after the knobs'
+/// wait.
+fn add_relay(sim: &mut turmoil::Sim<'_>, seed: u64, knobs: &RelayKnobs, sqlite: Option<PathBuf>) {
     let options = TestRelayOptions {
         listen: SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
         seed,
         clock: TestClock::Sim,
         ..TestRelayOptions::default()
     };
-    let (store, blobs) = (store.clone(), MemoryBlobStore::new());
+    let (store, blobs) = (knobs.store.clone(), MemoryBlobStore::new());
+    let (read_ms, commit_ms) = (Arc::clone(&knobs.read_ms), Arc::clone(&knobs.commit_ms));
     sim.host(RELAY, move || {
         let (config, store, blobs, sqlite) = (
             options.config(),
@@ -309,6 +328,7 @@ fn add_relay(sim: &mut turmoil::Sim<'_>, seed: u64, store: &MemoryStore, sqlite:
             sqlite.clone(),
         );
         let listen = options.listen;
+        let (read_ms, commit_ms) = (Arc::clone(&read_ms), Arc::clone(&commit_ms));
         async move {
             let server = match sqlite {
                 None => RelayServer::in_memory(config, seed, store, blobs),
@@ -325,6 +345,12 @@ fn add_relay(sim: &mut turmoil::Sim<'_>, seed: u64, store: &MemoryStore, sqlite:
             server
                 .with_test_mode()
                 .with_clock(SimClock::default())
+                .with_read_mode(ReadMode::Task {
+                    delay: Some(Arc::new(move || read_ms.load(Ordering::Relaxed))),
+                })
+                .with_commit_mode(CommitMode::Task {
+                    delay: Some(Arc::new(move || commit_ms.load(Ordering::Relaxed))),
+                })
                 .run::<Turmoil>(listen, std::future::pending())
                 .await?;
             Ok(())
@@ -336,7 +362,7 @@ fn add_relay(sim: &mut turmoil::Sim<'_>, seed: u64, store: &MemoryStore, sqlite:
 fn drive(
     sim: &mut turmoil::Sim<'_>,
     faults: &[(u64, StepFault)],
-    store: &MemoryStore,
+    knobs: &RelayKnobs,
 ) -> Option<String> {
     let mut next = 0;
     loop {
@@ -349,8 +375,10 @@ fn drive(
                 StepFault::Release(a, b) => sim.release(a.as_str(), b.as_str()),
                 StepFault::PowerOffRelay => sim.crash(RELAY),
                 StepFault::PowerOnRelay => sim.bounce(RELAY),
-                StepFault::FailCommits(n) => store.fail_commits(*n),
-                StepFault::FailReads(n) => store.fail_reads(*n),
+                StepFault::FailCommits(n) => knobs.store.fail_commits(*n),
+                StepFault::FailReads(n) => knobs.store.fail_reads(*n),
+                StepFault::SlowReads(ms) => knobs.read_ms.store(*ms, Ordering::Relaxed),
+                StepFault::SlowCommits(ms) => knobs.commit_ms.store(*ms, Ordering::Relaxed),
             }
             next += 1;
         }

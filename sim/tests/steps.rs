@@ -47,10 +47,10 @@ fn the_readme_shows_the_example_file() {
     );
 }
 
-/// A message sent after the relay powered off and came back (SQLite), or after commits failed
-/// (memory: fail-stop and rebuild), still arrives.
+/// A message sent after the relay powered off and came back (SQLite), after commits failed
+/// (memory: fail-stop and rebuild), or while reads and commits are slow, still arrives.
 #[test]
-fn a_message_arrives_across_a_relay_power_cycle_and_failed_commits() {
+fn a_message_arrives_across_a_power_cycle_failed_commits_and_slow_store() {
     for (relay, faults) in [
         (
             StepsRelay::Sqlite,
@@ -60,6 +60,15 @@ fn a_message_arrives_across_a_relay_power_cycle_and_failed_commits() {
             ],
         ),
         (StepsRelay::Memory, vec![(1_000, StepFault::FailCommits(3))]),
+        (
+            StepsRelay::Sqlite,
+            vec![
+                (800, StepFault::SlowReads(700)),
+                (800, StepFault::SlowCommits(300)),
+                (4_000, StepFault::SlowReads(0)),
+                (4_000, StepFault::SlowCommits(0)),
+            ],
+        ),
     ] {
         let mut world = Steps::new(4)
             .relay(relay)
