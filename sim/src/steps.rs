@@ -28,10 +28,10 @@
 //! ```
 //!
 //! The relay, on host `relay`, runs the test relay's configuration of `relay_server::embedded`
-//! (proof of work at its lowest, test mode) on the simulated clock, over `relay_core`'s memory
-//! store or SQLite ([`StepsRelay`]), which outlive its power-offs. Not here (yet): a failover
-//! pair under the users' steps, clock jumps, and the main sweep's oracles, which judge
-//! [`crate::harness`] worlds; the checks here are the steps' own.
+//! (proof of work at its lowest, test mode) on the simulated clock (which a fault can jump
+//! forward), over `relay_core`'s memory store or SQLite ([`StepsRelay`]), which outlive its
+//! power-offs. Not here (yet): a failover pair under the users' steps, and the main sweep's
+//! oracles that need a drawn scenario (they judge [`crate::harness`] worlds).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -53,7 +53,7 @@ use relay_core::store::{MemoryStore, SqliteStore};
 use relay_core::{MemoryBlobStore, Relay};
 use relay_server::embedded::{TestClock, TestRelayOptions};
 use relay_server::{CommitMode, ReadMode, RelayServer};
-use seam::clock::SimClock;
+use seam::clock::{OffsetClock, SimClock};
 use seam::net::{Endpoint, Turmoil};
 
 use crate::bounds::{RELAY, RELAY_PORT};
@@ -92,13 +92,17 @@ pub enum StepFault {
     /// From now on every commit of the relay waits this many ms before it is applied (0: fast
     /// again); the relay goes on with the next batch meanwhile.
     SlowCommits(u64),
+    /// The relay's clock jumps this many ms forward (an NTP step: tokens, holds and messages
+    /// may expire); the users' clocks do not move.
+    RelayClockJump(u64),
 }
 
 /// What the relay host's faults reach: its memory store and the waits of its reads and
 /// commits.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct RelayKnobs {
     store: MemoryStore,
+    clock: OffsetClock,
     read_ms: Arc<AtomicU64>,
     commit_ms: Arc<AtomicU64>,
 }
@@ -183,6 +187,8 @@ impl Observed {
 struct Shared {
     trace: Vec<String>,
     aliases: BTreeMap<String, String>,
+    /// Users whose steps returned.
+    finished: usize,
 }
 
 /// A world of named users and their steps, described before it runs.
@@ -252,7 +258,7 @@ impl Steps {
             .tick_duration(Duration::from_millis(4))
             .simulation_duration(Duration::from_secs(LIMIT_S))
             .build();
-        let knobs = RelayKnobs::default();
+        let knobs = RelayKnobs::new();
         let sqlite_dir = match self.relay {
             StepsRelay::Memory => None,
             StepsRelay::Sqlite => Some(tempfile::tempdir().expect("a temporary directory")),
@@ -263,6 +269,7 @@ impl Steps {
             &knobs,
             sqlite_dir.as_ref().map(|d| d.path().join("relay.sqlite3")),
         );
+        let users = self.users.len();
         for (index, (name, steps)) in self.users.into_iter().enumerate() {
             let user = UserSetup {
                 name: name.clone(),
@@ -273,7 +280,13 @@ impl Steps {
             };
             sim.client(name.as_str(), async move {
                 let user = user.start().await?;
+                let online = Online {
+                    _client: user.client.clone(),
+                    pending: Arc::clone(&user.pending),
+                    shared: Rc::clone(&user.shared),
+                };
                 steps(user).await?;
+                online.until_all_finished(users).await;
                 Ok(())
             });
         }
@@ -307,6 +320,17 @@ impl Steps {
     }
 }
 
+impl RelayKnobs {
+    fn new() -> Self {
+        Self {
+            store: MemoryStore::new(),
+            clock: OffsetClock::new(Arc::new(SimClock::default())),
+            read_ms: Arc::default(),
+            commit_ms: Arc::default(),
+        }
+    }
+}
+
 /// The relay host: the test relay's configuration and test mode on the simulated clock, over
 /// the knobs' memory store or the SQLite file `sqlite`, both outliving every power-off; its
 /// reads and commits on tasks of the host's runtime (deterministic), each after the knobs'
@@ -320,6 +344,7 @@ fn add_relay(sim: &mut turmoil::Sim<'_>, seed: u64, knobs: &RelayKnobs, sqlite: 
     };
     let (store, blobs) = (knobs.store.clone(), MemoryBlobStore::new());
     let (read_ms, commit_ms) = (Arc::clone(&knobs.read_ms), Arc::clone(&knobs.commit_ms));
+    let clock = knobs.clock.clone();
     sim.host(RELAY, move || {
         let (config, store, blobs, sqlite) = (
             options.config(),
@@ -329,6 +354,7 @@ fn add_relay(sim: &mut turmoil::Sim<'_>, seed: u64, knobs: &RelayKnobs, sqlite: 
         );
         let listen = options.listen;
         let (read_ms, commit_ms) = (Arc::clone(&read_ms), Arc::clone(&commit_ms));
+        let clock = clock.clone();
         async move {
             let server = match sqlite {
                 None => RelayServer::in_memory(config, seed, store, blobs),
@@ -344,7 +370,7 @@ fn add_relay(sim: &mut turmoil::Sim<'_>, seed: u64, knobs: &RelayKnobs, sqlite: 
             };
             server
                 .with_test_mode()
-                .with_clock(SimClock::default())
+                .with_clock(clock)
                 .with_read_mode(ReadMode::Task {
                     delay: Some(Arc::new(move || read_ms.load(Ordering::Relaxed))),
                 })
@@ -379,6 +405,9 @@ fn drive(
                 StepFault::FailReads(n) => knobs.store.fail_reads(*n),
                 StepFault::SlowReads(ms) => knobs.read_ms.store(*ms, Ordering::Relaxed),
                 StepFault::SlowCommits(ms) => knobs.commit_ms.store(*ms, Ordering::Relaxed),
+                StepFault::RelayClockJump(ms) => {
+                    knobs.clock.advance(*ms);
+                }
             }
             next += 1;
         }
@@ -386,6 +415,32 @@ fn drive(
             Ok(true) => return None,
             Ok(false) => {}
             Err(e) => return Some(e.to_string()),
+        }
+    }
+}
+
+/// A user's client kept online after its steps returned, as an app stays open: until every
+/// user's steps returned (its receipts, resends and acknowledgements still flow meanwhile).
+struct Online {
+    _client: Client<Turmoil>,
+    pending: Arc<Mutex<Vec<String>>>,
+    shared: Rc<RefCell<Shared>>,
+}
+
+impl Online {
+    async fn until_all_finished(self, users: usize) {
+        self.shared.borrow_mut().finished += 1;
+        loop {
+            let lines = std::mem::take(&mut *lock(&self.pending));
+            let all_finished = {
+                let mut shared = self.shared.borrow_mut();
+                shared.trace.extend(lines);
+                shared.finished >= users
+            };
+            if all_finished {
+                return;
+            }
+            sleep_ms(POLL_MS).await;
         }
     }
 }
@@ -459,9 +514,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One named user: its registered client and what the world shares. The client stops when
-/// the user's steps return: a step that sent something waits for what it needs to see
-/// (an acknowledgement, a delivery) before it returns.
+/// One named user: its registered client and what the world shares. The client stays online
+/// after the user's steps return, until every user's steps returned (as an app stays open).
 pub struct User {
     name: String,
     alias: String,

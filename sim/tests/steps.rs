@@ -48,9 +48,9 @@ fn the_readme_shows_the_example_file() {
 }
 
 /// A message sent after the relay powered off and came back (SQLite), after commits failed
-/// (memory: fail-stop and rebuild), or while reads and commits are slow, still arrives.
+/// (memory: fail-stop and rebuild), while reads and commits are slow, or after the relay's clock jumped an hour, still arrives.
 #[test]
-fn a_message_arrives_across_a_power_cycle_failed_commits_and_slow_store() {
+fn a_message_arrives_across_relay_and_store_faults() {
     for (relay, faults) in [
         (
             StepsRelay::Sqlite,
@@ -69,6 +69,10 @@ fn a_message_arrives_across_a_power_cycle_failed_commits_and_slow_store() {
                 (4_000, StepFault::SlowCommits(0)),
             ],
         ),
+        (
+            StepsRelay::Memory,
+            vec![(1_000, StepFault::RelayClockJump(3_600_000))],
+        ),
     ] {
         let mut world = Steps::new(4)
             .relay(relay)
@@ -81,7 +85,6 @@ fn a_message_arrives_across_a_power_cycle_failed_commits_and_slow_store() {
                     .send_message(&conv, &bob, "after the fault", None)
                     .await
                     .map_err(|e| e.to_string())?;
-                // The client stops when the steps return: wait until bob has it.
                 alice
                     .wait_for(|e| e.contains(&id) && e.contains("Delivered"))
                     .await;
