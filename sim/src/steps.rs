@@ -679,9 +679,13 @@ impl StepsRun {
                 .name()
                 .unwrap_or("<this test>")
                 .to_owned();
+            // Cargo sets the package's name in the environment of the tests it runs.
+            let package = std::env::var("CARGO_PKG_NAME")
+                .map(|p| format!(" -p {p}"))
+                .unwrap_or_default();
             let tail = self.trace.len().saturating_sub(20);
             panic!(
-                "simulation steps failed (seed {}): {failure}\nlast trace lines:\n{}\nreplay: cargo test -- --exact {test}",
+                "simulation steps failed (seed {}): {failure}\nlast trace lines:\n{}\nreplay: cargo test{package} -- --exact {test}",
                 self.seed,
                 self.trace[tail..].join("\n")
             );
