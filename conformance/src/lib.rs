@@ -18,6 +18,8 @@
 //! - [`cases`]: the registry, one module per area.
 //! - [`runner`]: selection, bounded parallel execution, timeouts, expected failures.
 //! - [`report`]: terminal, JSON, JUnit XML and HTML reports.
+//! - [`cli`]: the runner's command line as a library: the `conformance` binary, and a relay
+//!   team's own runner with its cases registered after the built-in ones ([`cases::with`]).
 //! - [`process`]: the relay as a process the runner starts, kills and restarts
 //!   (`--relay-cmd`, the DURABILITY cases).
 //! - `embedded` (feature `embedded`, on by default): starting our own relay in-process
@@ -26,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cases;
+pub mod cli;
 pub mod ctx;
 #[cfg(feature = "embedded")]
 pub mod embedded;

@@ -10,6 +10,13 @@
 //!   println!("trace {}", report.trace_hash); // same seed, same hash
 //! ```
 //!
+//! In a test of your own, [`harness`] is the same run as a world you describe and check
+//! (README "Write your own simulation test"; examples in `sim/examples/`):
+//!
+//! ```text
+//!   World::from_seed(9).relays(Relays::Memory).faults("none").run().check_all();
+//! ```
+//!
 //! # Modules
 //!
 //! Listed from the leaves up; a module imports only modules listed above it (the import
@@ -41,6 +48,8 @@
 //! | [`jepsen`] | Jepsen mode: real sockets, a relay process, the same client-visible oracles | `oracles`, `scenario`, `trace`, `violation`, `wiretap` |
 //! | [`coverage`] | code probes over a sweep: hits per probe, the catalogue, probes never hit | `probes` |
 //! | [`report`] | HTML run reports: a timeline and latency plots per run, a summary per sweep | `faults`, `jepsen`, `runner`, `trace` |
+//! | [`harness`] | the simulator for `cargo test`: a [`World`](harness::World) from a seed, its relays, faults by name or at chosen moments, the oracles as assertions on the [`Run`](harness::Run), the replay command and run report of a failing check | `faults`, `oracles`, `report`, `runner`, `scenario` |
+//! | [`steps`] | a world of named users whose steps you write as async Rust against the client API, faults at chosen moments, its trace and hash, the app-level oracles that hold for any steps | `bounds`, `seeds`, `time`, `trace`, `violation` |
 
 pub mod bounds;
 pub mod class;
@@ -48,6 +57,7 @@ pub mod coverage;
 pub mod drills;
 pub mod failover;
 pub mod faults;
+pub mod harness;
 pub mod jepsen;
 pub mod oracles;
 #[cfg(feature = "planted-bugs")]
@@ -56,6 +66,7 @@ pub mod pushworld;
 pub mod report;
 pub mod scenario;
 pub mod shrink;
+pub mod steps;
 pub mod store;
 pub mod trace;
 pub mod violation;

@@ -14,6 +14,7 @@
 //! | [`TAG_RELAY_START`] | one start of a relay (`n`: its start on its host, from 0; seeded from the host's [`TAG_RELAY`] number, as the `relay` binary draws fresh randomness at each start) |
 //! | [`TAG_RELAY_KEY`] | the relay's configured JWT signing key (one per run: the key file the relays of a deployment share) |
 //! | [`TAG_READS`] | the relay's read latencies (`n` 0: the run's slowest read; `n` 1: each read's draw) |
+//! | [`TAG_STEPS`] | a `steps` world: its relay (`n` 0), each user's client (`n`: the user's number from 1) and mnemonic (that number shifted left by 32) |
 //! | [`client_tag`] | client `c`'s device `d` (`n`: its incarnation, from 1): `c << 8 \| d` |
 
 /// The scenario's draw.
@@ -38,6 +39,9 @@ pub(crate) const TAG_RELAY_START: u64 = 9;
 pub(crate) const TAG_RELAY_KEY: u64 = 10;
 /// The relay's read latencies.
 pub(crate) const TAG_READS: u64 = 11;
+/// A [`crate::steps`] world: its relay (`n` 0), each user's client (`n`: the user's number,
+/// from 1) and mnemonic (`n`: the number shifted left by 32).
+pub(crate) const TAG_STEPS: u64 = 12;
 
 /// The 32-byte seed of stream `(tag, n)` of run `seed`.
 pub(crate) fn derive_seed(seed: u64, tag: u64, n: u64) -> [u8; 32] {

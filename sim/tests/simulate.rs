@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 
 use sim::class::{Class, ClassChoice};
 use sim::faults::{FaultAction, FaultKind, FaultSelection, StoreChoice, StoreKind};
+use sim::harness::{Relays, World};
 use sim::oracles::Oracle;
 use sim::oracles::Violation;
 use sim::scenario::{ActionKind, Scale};
@@ -346,22 +347,26 @@ fn d1_a_large_backlog_reaches_a_returning_client() {
 /// its socket 60000 ms later`.
 #[test]
 fn d2_a_client_that_stops_reading_is_closed() {
-    let report = run(&config(1, "slow-consumer", StoreKind::Memory));
-    assert!(
-        report.plan.events.iter().any(|e| matches!(
-            &e.action,
-            FaultAction::Hostile {
-                act: sim::faults::HostileAct::StopReading { .. },
-                ..
-            }
-        )),
-        "the seed must stop a reader"
-    );
-    assert!(
-        violations_of(&report, Oracle::StuckClient).is_empty(),
-        "{}",
-        describe(&report, "slow-consumer", StoreKind::Memory)
-    );
+    let run = d2_world().run();
+    run.check_that("the seed must stop a reader", |r| {
+        r.plan.events.iter().any(|e| {
+            matches!(
+                &e.action,
+                FaultAction::Hostile {
+                    act: sim::faults::HostileAct::StopReading { .. },
+                    ..
+                }
+            )
+        })
+    })
+    .check(&[Oracle::StuckClient]);
+    println!("trace {}", run.trace_hash());
+}
+
+fn d2_world() -> World {
+    World::from_seed(1)
+        .relays(Relays::Memory)
+        .faults("slow-consumer")
 }
 
 /// Bug (client-core): a retract from a friend who bound a vanity alias after sending the
@@ -370,12 +375,13 @@ fn d2_a_client_that_stops_reading_is_closed() {
 /// retracts two earlier messages; c0 keeps them.
 #[test]
 fn retract_after_a_bind_lands() {
-    let report = run(&config(9, "none", StoreKind::Memory));
-    assert!(
-        violations_of(&report, Oracle::RetractLands).is_empty(),
-        "{}",
-        describe(&report, "none", StoreKind::Memory)
-    );
+    let run = retract_after_a_bind_world().run();
+    run.check(&[Oracle::RetractLands]);
+    println!("trace {}", run.trace_hash());
+}
+
+fn retract_after_a_bind_world() -> World {
+    World::from_seed(9).relays(Relays::Memory).faults("none")
 }
 
 /// Bug (relay-core): a retract forwarded live is not durable. The commit marks the tombstone
@@ -385,12 +391,13 @@ fn retract_after_a_bind_lands() {
 /// relay powers off after committing c1's retract; c0, online, keeps the message.
 #[test]
 fn retract_survives_a_crash_after_its_commit() {
-    let report = run(&config(13, "swarm", StoreKind::Memory));
-    assert!(
-        violations_of(&report, Oracle::RetractLands).is_empty(),
-        "{}",
-        describe(&report, "swarm", StoreKind::Memory)
-    );
+    let run = retract_survives_a_crash_world().run();
+    run.check(&[Oracle::RetractLands]);
+    println!("trace {}", run.trace_hash());
+}
+
+fn retract_survives_a_crash_world() -> World {
+    World::from_seed(13).relays(Relays::Memory).faults("swarm")
 }
 
 /// Bug (sim server shell, `server/driver.rs`): after a fail-stop whose rebuild failed, the
@@ -406,12 +413,13 @@ fn retract_survives_a_crash_after_its_commit() {
 /// stored identity (`machine.rs::connect_after_an_unanswered_reauthentication_reauthenticates`).
 #[test]
 fn relay_recovers_after_a_failed_rebuild() {
-    let report = run(&config(43, "swarm", StoreKind::Memory));
-    assert!(
-        report.violations.is_empty(),
-        "{}",
-        describe(&report, "swarm", StoreKind::Memory)
-    );
+    let run = relay_recovers_world().run();
+    run.check_all();
+    println!("trace {}", run.trace_hash());
+}
+
+fn relay_recovers_world() -> World {
+    World::from_seed(43).relays(Relays::Memory).faults("swarm")
 }
 
 /// Bug (client-core): a message from a friend who bound a vanity alias is parked until a
@@ -421,12 +429,42 @@ fn relay_recovers_after_a_failed_rebuild() {
 /// 195,404 ms and released only at 211,180 ms.
 #[test]
 fn message_from_a_new_alias_is_released_promptly() {
-    let report = run(&config(7, "relay-crash,client-crash", StoreKind::Sqlite));
-    assert!(
-        violations_of(&report, Oracle::Probes).is_empty(),
-        "{}",
-        describe(&report, "relay-crash,client-crash", StoreKind::Sqlite)
-    );
+    let run = new_alias_world().run();
+    run.check(&[Oracle::Probes]);
+    println!("trace {}", run.trace_hash());
+}
+
+fn new_alias_world() -> World {
+    World::from_seed(7)
+        .relays(Relays::Sqlite)
+        .faults("relay-crash,client-crash")
+}
+
+/// The tests above written on the scenario API (`sim::harness`) run exactly the configuration
+/// they ran as `sim::run(&config(..))` before: the same inputs, so the same trace hash.
+#[test]
+fn the_harness_worlds_are_the_configurations_these_tests_ran_before() {
+    for (world, before) in [
+        (d2_world(), config(1, "slow-consumer", StoreKind::Memory)),
+        (
+            retract_after_a_bind_world(),
+            config(9, "none", StoreKind::Memory),
+        ),
+        (
+            retract_survives_a_crash_world(),
+            config(13, "swarm", StoreKind::Memory),
+        ),
+        (
+            relay_recovers_world(),
+            config(43, "swarm", StoreKind::Memory),
+        ),
+        (
+            new_alias_world(),
+            config(7, "relay-crash,client-crash", StoreKind::Sqlite),
+        ),
+    ] {
+        assert_eq!(format!("{:?}", world.config()), format!("{before:?}"));
+    }
 }
 
 /// Simulator bug (runner): the primary device never came back after a second-device stay.

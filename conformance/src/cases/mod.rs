@@ -54,6 +54,58 @@ pub fn all() -> &'static [Case] {
     })
 }
 
+/// Why cases cannot be registered ([`with`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// The id is not `AREA-NNN` (an area of upper-case letters and digits that starts with a
+    /// letter, a dash, three digits).
+    #[error("case id {0:?} is not AREA-NNN (upper-case letters and digits, a dash, three digits)")]
+    MalformedId(&'static str),
+    /// Two cases (built-in or registered) share the id.
+    #[error("case id {0} is registered twice")]
+    DuplicateId(&'static str),
+    /// The case has no source or no statement: every case says what it checks and where that
+    /// is stated.
+    #[error("case {0} has no source or no statement")]
+    Unstated(&'static str),
+}
+
+/// Checks one case's id, source and statement.
+pub fn check(case: &Case) -> Result<(), RegistryError> {
+    let well_formed = case.id.split_once('-').is_some_and(|(area, n)| {
+        area.starts_with(|c: char| c.is_ascii_uppercase())
+            && area
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+            && n.len() == 3
+            && n.bytes().all(|b| b.is_ascii_digit())
+    });
+    if !well_formed {
+        return Err(RegistryError::MalformedId(case.id));
+    }
+    if case.source.trim().is_empty() || case.statement.trim().is_empty() {
+        return Err(RegistryError::Unstated(case.id));
+    }
+    Ok(())
+}
+
+/// The built-in cases ([`all`]) followed by `extra`, in order: how a relay team runs cases of
+/// its own (the same [`Case`], `case!`, levels, citations, hooks and reports) with the
+/// built-in ones. Every extra case is [`check`]ed, and no id may appear twice.
+pub fn with(extra: &[&[Case]]) -> Result<Vec<Case>, RegistryError> {
+    let mut registry = all().to_vec();
+    let mut seen: std::collections::BTreeSet<&'static str> =
+        registry.iter().map(|c| c.id).collect();
+    for case in extra.iter().flat_map(|cases| cases.iter()) {
+        check(case)?;
+        if !seen.insert(case.id) {
+            return Err(RegistryError::DuplicateId(case.id));
+        }
+        registry.push(*case);
+    }
+    Ok(registry)
+}
+
 /// Two contacts, both online (ticket sockets, `sync` sent).
 pub(crate) async fn online(
     ctx: &mut crate::ctx::Ctx,
@@ -75,6 +127,7 @@ mod tests {
         let mut seen = BTreeSet::new();
         for c in all() {
             assert!(seen.insert(c.id), "duplicate id {}", c.id);
+            assert_eq!(check(c), Ok(()));
             let (area, n) = c.id.split_once('-').expect("AREA-NNN");
             assert!(
                 area.bytes().all(|b| b.is_ascii_uppercase() || b == b'2'),
@@ -89,6 +142,41 @@ mod tests {
             assert!(!c.statement.is_empty() && !c.source.is_empty(), "{}", c.id);
         }
         assert!(all().len() >= 100, "{} cases", all().len());
+    }
+
+    async fn extra_check(_ctx: &mut crate::ctx::Ctx) -> crate::verdict::CaseResult {
+        Ok(())
+    }
+
+    #[test]
+    fn extra_cases_follow_the_built_in_ones_and_are_checked() {
+        const EXTRA: &[Case] = &[
+            crate::case!("TEAM1-001", Should, "our notes §1", "one", [], extra_check),
+            crate::case!("TEAM1-002", Must, "our notes §2", "two", [], extra_check),
+        ];
+        let registry = with(&[EXTRA]).expect("registered");
+        assert_eq!(registry.len(), all().len() + 2);
+        assert_eq!(registry[all().len()].id, "TEAM1-001");
+        assert_eq!(with(&[]).expect("built-in only").len(), all().len());
+        let twice = with(&[EXTRA, EXTRA]);
+        assert_eq!(twice.err(), Some(RegistryError::DuplicateId("TEAM1-001")));
+        let clash: &[Case] = &[crate::case!("MSG-001", Must, "s", "x", [], extra_check)];
+        assert_eq!(
+            with(&[clash]).err(),
+            Some(RegistryError::DuplicateId("MSG-001"))
+        );
+        for bad in ["msg-001", "MSG-01", "MSG001", "1MSG-001", "MSG-0011"] {
+            let case = Case {
+                id: bad,
+                ..EXTRA[0]
+            };
+            assert_eq!(check(&case), Err(RegistryError::MalformedId(bad)), "{bad}");
+        }
+        let unstated = Case {
+            statement: " ",
+            ..EXTRA[0]
+        };
+        assert_eq!(check(&unstated), Err(RegistryError::Unstated("TEAM1-001")));
     }
 
     /// Every MUST case (documents profile) cites only sections of SPEC.md or PROTOCOL.md that
