@@ -1,5 +1,6 @@
 //! Worlds of named users with steps of their own (`sim::steps`): the example in
-//! `sim/examples/own_steps.rs` runs here (so CI runs it), and a failing step fails the run.
+//! `sim/examples/own_steps.rs` runs here (so CI runs it; `tests/harness.rs` checks the README
+//! shows it), and a failing step fails the run.
 
 #[path = "../examples/own_steps.rs"]
 mod example;
@@ -25,25 +26,6 @@ fn a_failing_step_fails_the_run_with_its_error() {
         run.trace()
             .iter()
             .any(|l| l.contains("carol: registered as"))
-    );
-}
-
-#[test]
-fn the_readme_shows_the_example_file() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let readme = std::fs::read_to_string(format!("{root}/README.md")).expect("README.md");
-    let section = readme
-        .split("## Write your own simulation test")
-        .nth(1)
-        .expect("the README section");
-    let source = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/own_steps.rs"
-    ))
-    .expect("the example");
-    assert!(
-        section.contains(&format!("```rust\n{source}```")),
-        "README's example differs from sim/examples/own_steps.rs"
     );
 }
 

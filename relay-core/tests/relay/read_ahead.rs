@@ -266,10 +266,9 @@ fn a_cold_users_request_waits_for_its_account_while_a_warm_one_is_answered() {
     );
 }
 
-#[test]
-fn a_request_that_waited_is_charged_to_its_budget_once() {
-    // A budget of 3 lookups: a request parked on reads and run again three times still
-    // costs one, so three requests of a cold user all pass and the fourth is refused.
+/// Friends `a` and `b`, cold (registered before a restart), in a world reading ahead whose
+/// relay grants each account 3 requests a minute.
+fn three_requests_a_minute() -> (World, User) {
     let config = Config {
         account_requests: relay_core::limits::Budget {
             burst: 3,
@@ -284,6 +283,14 @@ fn a_request_that_waited_is_charged_to_its_budget_once() {
     let store = w.mem.clone();
     w.restart(Box::new(store));
     w.read_ahead(false);
+    (w, a)
+}
+
+#[test]
+fn a_request_that_waited_is_charged_to_its_budget_once() {
+    // A budget of 3 lookups: a request parked on reads and run again three times still
+    // costs one, so three requests of a cold user all pass and the fourth is refused.
+    let (mut w, a) = three_requests_a_minute();
     let statuses: Vec<u16> = (0..4)
         .map(|_| w.get(paths::FRIENDS, Some(&a.token)).status)
         .collect();
@@ -295,23 +302,9 @@ fn a_request_that_waited_is_charged_to_its_budget_once() {
 /// (503) gets its token back: the refusal is the relay's, not the client's spending.
 #[test]
 fn a_request_refused_for_the_waiting_bound_gives_its_budget_back() {
-    let config = Config {
-        account_requests: relay_core::limits::Budget {
-            burst: 3,
-            per_window: 3,
-            window_ms: 60_000,
-        },
-        ..fast_config()
-    };
-    let mut w = World::with_config(config);
-    let (a, b) = (w.user("a"), w.user("b"));
-    w.befriend(&a, &b);
-    let store = w.mem.clone();
-    w.restart(Box::new(store));
-    w.read_ahead(false);
+    let (mut w, mut a) = three_requests_a_minute();
     // `a` warm, its contacts cold: the request is charged, then needs a read to go on. (The
     // connection's ticket spends one of the three tokens.)
-    let mut a = a;
     w.connect(&mut a);
     w.finish_reads();
     let too_big = get(paths::FRIENDS, &a.token).body(vec![
