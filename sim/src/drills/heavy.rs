@@ -128,9 +128,7 @@ pub(super) async fn heavy_author(d: &mut Drills<'_>) -> Outcome {
     }
     pipelined(&mut out, &mut sa, &b.raw.alias, &conv, &id, &mut seqs).await;
     drop(sb);
-    if let Ok(mut sb) = b.socket(true).await {
-        sb.drain(10_000).await;
-        count(&mut b_got, &sb);
+    if synced_after_refusals(&mut b, &mut b_got).await {
         for (k, first) in seqs.iter().filter(|(k, _)| **k != RETRACTED_BY_AUTHOR) {
             let got = b_got.get(&id(*k)).cloned().unwrap_or_default();
             // A redelivery (its receipt lost) carries the same seq; a second message would not.
@@ -198,6 +196,29 @@ async fn pipelined(
         }
         seqs.insert(k, first);
     }
+}
+
+/// Sync attempts of the recipient at the end of the heavy-author drill.
+const SYNC_ATTEMPTS: u32 = 3;
+
+/// `b` connects, syncs and drains, adding what it got to `got`; a sync the relay refused
+/// because it could not read the queue (`STORAGE_UNAVAILABLE`, then a close: a storage fault)
+/// is made again on a new connection, as a client does. `false`: no sync went through.
+async fn synced_after_refusals(
+    b: &mut super::peer::DrillAccount,
+    got: &mut BTreeMap<String, Vec<u64>>,
+) -> bool {
+    for _ in 0..SYNC_ATTEMPTS {
+        let Ok(mut sb) = b.socket(true).await else {
+            return false;
+        };
+        sb.drain(10_000).await;
+        count(got, &sb);
+        if !(sb.ended && sb.errors.contains_key("STORAGE_UNAVAILABLE")) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Adds what `socket` delivered to `got` (the seqs per message id).
