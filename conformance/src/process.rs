@@ -239,7 +239,17 @@ impl RelayProcess {
             drop(child.wait());
         }
     }
+}
 
+impl Drop for RelayProcess {
+    /// The relay the runner started does not outlive it: its process group is killed (the
+    /// group is its own, so neither the runner's exit nor a Ctrl-C would reach it).
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl RelayProcess {
     /// The end of the relay's log.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();

@@ -333,6 +333,32 @@ async fn a_restart_that_exits_before_it_listens_is_tried_again_on_the_same_port(
     );
 }
 
+/// The relay the runner started goes with it: once its handle is dropped nothing listens on
+/// its port (the runner's cases and its command-line run end that way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_relay_process_stops_its_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let process = start_independent("", dir.path()).await;
+    let url = process.base_url();
+    assert!(
+        status_of_get(&url).await.is_some(),
+        "the relay does not answer"
+    );
+    drop(process);
+    let mut gone = false;
+    for _ in 0..50 {
+        if status_of_get(&url).await.is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        gone,
+        "the relay still answers at {url} after its handle was dropped"
+    );
+}
+
 /// `GET /` over a bare TCP connection: the status line's code, if any answer came.
 async fn status_of_get(base: &str) -> Option<u16> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
