@@ -22,12 +22,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use fault_proxy::ports::free_port;
+use fault_proxy::ports::{Started, free_port, wait_closed, wait_listening};
 
 /// How long a started relay may take to accept connections.
 pub const RELAY_START_MS: u64 = 30_000;
 /// Pause between two connection attempts while waiting for the relay.
 const POLL_MS: u64 = 20;
+/// [`RELAY_START_MS`] as a duration.
+const START_WAIT: Duration = Duration::from_millis(RELAY_START_MS);
 /// Lines of the relay's log quoted in an error.
 const LOG_TAIL_LINES: usize = 12;
 /// Starts tried, each on a new free port, while the relay exits before it listens: the port
@@ -205,14 +207,8 @@ impl RelayProcess {
     /// returns once it listens again.
     pub async fn kill_and_restart(&mut self) -> Result<(), ProcessError> {
         self.kill();
-        // The group's processes die asynchronously: start again once nothing listens, or the
-        // new relay could find its port still taken.
-        for _ in 0..RELAY_START_MS / POLL_MS {
-            if tokio::net::TcpStream::connect(self.listen).await.is_err() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-        }
+        // The group's processes die asynchronously: start again once nothing listens.
+        wait_closed(self.listen, START_WAIT, Duration::from_millis(POLL_MS)).await;
         self.restarts += 1;
         let mut attempt = 1;
         loop {
@@ -272,28 +268,18 @@ impl RelayProcess {
     /// command that exited successfully while its port accepts (a relay that daemonizes) is
     /// started.
     async fn wait_listening(&mut self) -> Result<(), ProcessError> {
-        for _ in 0..RELAY_START_MS / POLL_MS {
-            let accepts = tokio::net::TcpStream::connect(self.listen).await.is_ok();
-            let exited = self
-                .child
-                .as_mut()
-                .and_then(|child| child.try_wait().ok().flatten());
-            match exited {
-                Some(status) if !(accepts && status.success()) => {
-                    return Err(ProcessError::Exited {
-                        status: status.to_string(),
-                        listen: self.listen,
-                        log: self.log_tail(),
-                    });
-                }
-                _ if accepts => return Ok(()),
-                _ => {}
-            }
-            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        let poll = Duration::from_millis(POLL_MS);
+        match wait_listening(self.listen, self.child.as_mut(), START_WAIT, poll).await {
+            Started::Listening => Ok(()),
+            Started::Exited(status) => Err(ProcessError::Exited {
+                status: status.to_string(),
+                listen: self.listen,
+                log: self.log_tail(),
+            }),
+            Started::NotListening => Err(ProcessError::NotListening {
+                listen: self.listen,
+                log: self.log_tail(),
+            }),
         }
-        Err(ProcessError::NotListening {
-            listen: self.listen,
-            log: self.log_tail(),
-        })
     }
 }

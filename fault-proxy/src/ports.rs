@@ -46,6 +46,60 @@ pub fn ephemeral_start() -> Option<u16> {
         .ok()
 }
 
+/// How the wait for a started command's port ended ([`wait_listening`]).
+#[derive(Debug)]
+pub enum Started {
+    /// The port accepts connections while the command runs (or after it exited successfully:
+    /// a relay that daemonizes).
+    Listening,
+    /// The command exited first, with a failure, or successfully while nothing accepts.
+    Exited(std::process::ExitStatus),
+    /// Nothing accepted within the time given.
+    NotListening,
+}
+
+/// Waits up to `within` (looking every `poll`) until `listen` accepts connections while
+/// `child` runs. A command that exited with a failure is [`Started::Exited`] even when
+/// something accepts on its port: that is another process's listener (the command's bind
+/// failed), not the command's.
+pub async fn wait_listening(
+    listen: SocketAddr,
+    mut child: Option<&mut std::process::Child>,
+    within: std::time::Duration,
+    poll: std::time::Duration,
+) -> Started {
+    let tries = within.as_millis() / poll.as_millis().max(1);
+    for _ in 0..tries {
+        let accepts = tokio::net::TcpStream::connect(listen).await.is_ok();
+        let exited = child
+            .as_mut()
+            .and_then(|child| child.try_wait().ok().flatten());
+        match exited {
+            Some(status) if !(accepts && status.success()) => return Started::Exited(status),
+            _ if accepts => return Started::Listening,
+            _ => {}
+        }
+        tokio::time::sleep(poll).await;
+    }
+    Started::NotListening
+}
+
+/// Waits up to `within` (looking every `poll`) until nothing accepts on `listen`: a killed
+/// process group dies asynchronously, and its successor would find the port still taken.
+pub async fn wait_closed(
+    listen: SocketAddr,
+    within: std::time::Duration,
+    poll: std::time::Duration,
+) {
+    let tries = within.as_millis() / poll.as_millis().max(1);
+    for _ in 0..tries {
+        if tokio::net::TcpStream::connect(listen).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

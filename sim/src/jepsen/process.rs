@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use fault_proxy::ports::free_port;
+use fault_proxy::ports::{self, Started, free_port, wait_closed};
 use fault_proxy::{FaultProxy, Plan};
 
 use super::{JepsenConfig, JepsenError, RELAY_START_MS, RelayTarget};
@@ -16,6 +16,8 @@ use seam::net::Endpoint;
 
 /// Pause between two attempts to connect to the relay (or to bind the proxy again).
 const POLL_MS: u64 = 20;
+/// [`RELAY_START_MS`] as a duration.
+const START_WAIT: Duration = Duration::from_millis(RELAY_START_MS);
 /// Attempts to bind the proxy's port again for a new phase.
 const PROXY_BIND_ATTEMPTS: u32 = 100;
 /// Starts of the relay tried, each on a new port, while it exits before it listens (its port,
@@ -107,12 +109,7 @@ impl RelayProcess {
     pub(super) async fn kill_and_restart(&mut self, down_ms: u64) -> Result<(), JepsenError> {
         self.kill9();
         tokio::time::sleep(Duration::from_millis(down_ms)).await;
-        for _ in 0..RELAY_START_MS / POLL_MS {
-            if tokio::net::TcpStream::connect(self.listen).await.is_err() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-        }
+        wait_closed(self.listen, START_WAIT, Duration::from_millis(POLL_MS)).await;
         self.restarts += 1;
         let mut attempt = 1;
         loop {
@@ -137,26 +134,16 @@ impl RelayProcess {
     /// relay; one that exited successfully while its port accepts (a relay that daemonizes)
     /// is started.
     async fn wait_started(&mut self) -> Result<(), JepsenError> {
-        for _ in 0..RELAY_START_MS / POLL_MS {
-            let accepts = tokio::net::TcpStream::connect(self.listen).await.is_ok();
-            let exited = self
-                .child
-                .as_mut()
-                .and_then(|child| child.try_wait().ok().flatten());
-            match exited {
-                Some(status) if !(accepts && status.success()) => {
-                    return Err(JepsenError::RelayExited {
-                        status: status.to_string(),
-                        listen: self.listen,
-                        log: self.log_tail(),
-                    });
-                }
-                _ if accepts => return Ok(()),
-                _ => {}
-            }
-            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        let poll = Duration::from_millis(POLL_MS);
+        match ports::wait_listening(self.listen, self.child.as_mut(), START_WAIT, poll).await {
+            Started::Listening => Ok(()),
+            Started::Exited(status) => Err(JepsenError::RelayExited {
+                status: status.to_string(),
+                listen: self.listen,
+                log: self.log_tail(),
+            }),
+            Started::NotListening => Err(JepsenError::RelayNotListening { addr: self.listen }),
         }
-        Err(JepsenError::RelayNotListening { addr: self.listen })
     }
 
     /// `SIGSTOP`, then `SIGCONT` after `for_ms`; whether the pause happened.
