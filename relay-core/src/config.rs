@@ -31,6 +31,12 @@ pub struct Config {
     pub sync_window_msgs: usize,
     /// Bytes of `msg` frames in the sync window (`crate::limits::SYNC_WINDOW_BYTES`).
     pub sync_window_bytes: usize,
+    /// Messages per page of a synced recipient's queue read into memory, at most
+    /// (`crate::limits::QUEUE_PAGE_MSGS`).
+    pub queue_page_msgs: usize,
+    /// Bytes per page of a synced recipient's queue read into memory, about
+    /// (`crate::limits::QUEUE_PAGE_BYTES`).
+    pub queue_page_bytes: usize,
     /// Sustained inbound frames per connection per minute (the refill of its frame budget).
     pub frames_per_min_per_conn: u32,
     /// Capacity of a connection's frame budget, in frames.
@@ -176,6 +182,8 @@ impl Default for Config {
             max_offline_queue_per_conversation: limits::MAX_OFFLINE_QUEUE_PER_CONVERSATION,
             sync_window_msgs: limits::SYNC_WINDOW_MSGS,
             sync_window_bytes: limits::SYNC_WINDOW_BYTES,
+            queue_page_msgs: limits::QUEUE_PAGE_MSGS,
+            queue_page_bytes: limits::QUEUE_PAGE_BYTES,
             frames_per_min_per_conn: limits::MAX_FRAMES_PER_MIN_PER_CONN,
             frame_burst_per_conn: limits::MAX_FRAME_BURST_PER_CONN,
             jwt_signing_key: None,

@@ -229,6 +229,14 @@ pub const SYNC_WINDOW_MSGS: usize = 200;
 /// that one message may always be in flight. A shell's outbound buffer must hold at least
 /// twice this many bytes, so the relay's own replay never overflows it.
 pub const SYNC_WINDOW_BYTES: usize = 512 * 1024;
+/// Messages per page of a queue read for delivery (`Config::queue_page_msgs`): a synced
+/// recipient's queue is held in memory from its oldest message as far as pages were read, and
+/// the next page is read (before the frame that needs it runs) when less than half a page of
+/// what was not pushed yet is left. A window's worth, so one page fills an empty window.
+pub const QUEUE_PAGE_MSGS: usize = SYNC_WINDOW_MSGS;
+/// Bytes per page of a queue read for delivery, about (`Config::queue_page_bytes`; the page
+/// takes as many rows as the mean message of the part not read makes this).
+pub const QUEUE_PAGE_BYTES: usize = SYNC_WINDOW_BYTES;
 /// Upper bound of the bytes a server `msg` frame adds to its `id`, `conv_id` and `payload`
 /// (keys, `type`, the sender's alias, `seq`, `at`, `crypto_v`, quotes and commas).
 pub const MSG_FRAME_OVERHEAD_BYTES: usize = 192;

@@ -253,12 +253,18 @@ impl Cx<'_> {
         }
         let charge = crate::limits::queued_message_bytes(m.id.as_str().len(), m.payload.len());
         self.queue_bounds(user, &recipient, &m.conv_id, charge)?;
-        // A synced recipient's queue is read (if not in memory: its queues are held while it
-        // is synced, so it is) before the message joins it: it is delivered from there.
-        // Anyone else's is not read: the message joins its tail (`State::put_message`), and
-        // the recipient's next `sync` reads the queue whole.
+        // A synced recipient's queue is read as far as delivery needs (its front and what the
+        // window may take next: its queues are held while it is synced, so that is in memory
+        // unless delivery is about to read the next page) before the message joins it: it is
+        // delivered from there. Anyone else's is not read: the message joins its tail
+        // (`State::put_message`), and the recipient's next `sync` reads the queue.
         let synced = peer.is_some_and(|c| self.sessions().get(c).is_some_and(|s| s.synced));
-        if synced && self.read_queue(&recipient, &m.conv_id).is_err() {
+        let read = |cx: &mut Self| {
+            cx.read_queue_front(&recipient, &m.conv_id)?;
+            let room = cx.window_room(&recipient, None);
+            cx.read_queue_ahead(&recipient, &m.conv_id, room)
+        };
+        if synced && read(self).is_err() {
             return Err((
                 ErrorCode::STORAGE_UNAVAILABLE,
                 "the relay could not read the recipient's queue; send it again",
@@ -387,7 +393,10 @@ impl Cx<'_> {
                 id,
             );
         };
-        if self.read_queue(&other, &r.conv_id).is_err() {
+        if self
+            .read_queue_through(&other, &r.conv_id, tomb.seq)
+            .is_err()
+        {
             return unreadable(self, "the recipient's queue", id);
         }
         let dropped = self.state.drop_retracted(&other, &r.conv_id, tomb.seq);

@@ -28,7 +28,7 @@ use wire::{ConvId, MessageId, Seq, UnixMs, UserUuid};
 
 use crate::limits;
 use crate::lru::{Lru, Weigh};
-use crate::rows::{MessageRow, QueueSummary, Usage, decode};
+use crate::rows::{MessageRow, QueueSummary, Usage, decode, message_key};
 use crate::store::{StoreError, StoreRead, Table};
 
 /// A queued message: what its `msg` frame needs besides the conversation (recipient, sender
@@ -60,16 +60,67 @@ impl Queued {
 
 /// Queued messages in strictly increasing seq order, and the bytes they count.
 ///
-/// A queue in memory is either the whole queue (read from the store, or created empty) or
-/// its *tail*: only messages appended since it was last read, the older ones in the store
-/// alone ([`Queue::tail`]). A message for an offline recipient whose queue is not in memory
-/// joins a tail, so a flood of messages to evicted queues reads nothing back; the tail is
-/// merged with the stored rows when the whole queue is next needed (`State::load_queue`).
+/// A queue in memory is the whole queue (read from the store, or created empty), or a part of
+/// it with a [`Gap`]: stored messages not in memory. The part in memory is
+///
+/// * a **head**: the queue's oldest messages as far as they were read (`Gap::after`), read a
+///   page at a time (`State::load_queue_part`): a synced recipient's queue is held this way,
+///   so what delivery holds follows its window, not the backlog;
+/// * and a **tail**: the messages appended since the queue was last read, above the gap. A
+///   message for a recipient whose queue is not in memory starts a tail ([`Queue::tail`]), so a
+///   flood of messages to evicted queues reads nothing back.
+///
+/// The gap is read (and laid under the tail, whose commit may still be in flight) when the
+/// part of the queue it holds is needed.
 #[derive(Debug, Default)]
 pub(crate) struct Queue {
     msgs: VecDeque<Queued>,
     bytes: u64,
-    tail: bool,
+    gap: Option<Gap>,
+}
+
+/// The stored messages of a [`Queue`] that are not in memory: those above `after` (all the
+/// stored ones, when nothing was read) and below the tail. What they count was known when the
+/// gap opened (the queue's index entry, less what was in memory) and changes only as pages of
+/// it are read: nothing else writes to messages that are not in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Gap {
+    /// The highest seq read from the store: the end of the head (`None`: nothing read).
+    after: Option<Seq>,
+    msgs: u64,
+    bytes: u64,
+    /// The oldest `at` among the gap's messages: what the index entry said when the gap
+    /// opened, raised to the `at` of each page's last message as pages are read (messages are
+    /// queued in seq order at the relay's time; a step back of its clock delays the expiry of
+    /// what was queued across the step by at most the step).
+    oldest: UnixMs,
+}
+
+impl Gap {
+    /// A gap holding what `stored` counts, nothing of it read.
+    pub(crate) fn of(stored: QueueSummary) -> Self {
+        Self {
+            after: None,
+            msgs: stored.msgs,
+            bytes: stored.bytes,
+            oldest: stored.oldest,
+        }
+    }
+
+    /// The highest seq read from the store (`None`: nothing read).
+    pub(crate) fn after(&self) -> Option<Seq> {
+        self.after
+    }
+
+    /// The messages the gap holds.
+    pub(crate) fn msgs(&self) -> u64 {
+        self.msgs
+    }
+
+    /// The bytes the gap's messages count.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
 }
 
 /// An empty queue gives its buffer back above this capacity (so an idle conversation holds
@@ -91,17 +142,81 @@ impl Queue {
         self.bytes
     }
 
-    /// An empty tail: the messages appended to a queue whose stored ones are not in memory.
-    pub(crate) fn tail() -> Self {
+    /// An empty tail: the messages to append to a queue whose stored ones (`stored`) are not in
+    /// memory.
+    pub(crate) fn tail(stored: QueueSummary) -> Self {
+        Self::unread(stored)
+    }
+
+    /// A queue none of whose stored messages (`stored`) is in memory yet.
+    pub(crate) fn unread(stored: QueueSummary) -> Self {
         Self {
-            tail: true,
+            gap: Some(Gap::of(stored)),
             ..Self::default()
         }
     }
 
-    /// Whether this is a tail ([`Queue::tail`]), not the whole queue.
+    /// Whether this is only a tail ([`Queue::tail`]): nothing of the stored queue was read.
     pub(crate) fn is_tail(&self) -> bool {
-        self.tail
+        self.gap.is_some_and(|g| g.after.is_none())
+    }
+
+    /// The stored messages not in memory, if any.
+    pub(crate) fn gap(&self) -> Option<Gap> {
+        self.gap
+    }
+
+    /// What a read of the gap covers: the seqs above `Gap::after` (from the first when
+    /// `None`) and below the first message of the tail (`None`: no tail). `None`: no gap.
+    pub(crate) fn gap_range(&self) -> Option<(Option<Seq>, Option<Seq>)> {
+        let g = self.gap?;
+        let before = match g.after {
+            Some(after) => self.starting_at(after.next()).next(),
+            None => self.msgs.front(),
+        };
+        Some((g.after, before.map(|m| m.seq)))
+    }
+
+    /// Lays `rows` (read from the gap's range, [`Queue::gap_range`], in seq order) in the gap.
+    /// `more`: the read stopped at its bound, so stored messages may follow the last row;
+    /// otherwise it found every one and the gap closes.
+    /// Returns whether the queue is now in memory whole.
+    pub(crate) fn merge(&mut self, rows: Vec<Queued>, more: bool) -> bool {
+        let Some(mut g) = self.gap else {
+            return true;
+        };
+        for m in rows {
+            if g.after.is_some_and(|a| m.seq <= a) {
+                continue;
+            }
+            let charge = m.charge();
+            g.after = Some(m.seq);
+            g.oldest = g.oldest.max(m.at);
+            if self.insert(m).is_some() {
+                // The tail had it already (its commit was durable before the read).
+                continue;
+            }
+            g.msgs = g.msgs.saturating_sub(1);
+            g.bytes = g.bytes.saturating_sub(charge);
+        }
+        self.gap = more.then_some(g);
+        !more
+    }
+
+    /// The oldest message pushed after `pushed` would be (the lowest seq above it): `Next::Gap`
+    /// when that may be a stored message not read yet.
+    pub(crate) fn next_after(&self, pushed: Seq) -> Next<'_> {
+        let next = self.starting_at(pushed.next()).next();
+        match self.gap {
+            Some(g)
+                if g.msgs > 0
+                    && g.after.is_none_or(|a| a >= pushed)
+                    && next.is_none_or(|m| g.after.is_none_or(|a| m.seq > a)) =>
+            {
+                Next::Gap
+            }
+            _ => next.map_or(Next::None, Next::Msg),
+        }
     }
 
     /// Queues `m`, replacing (and returning) a message with the same seq.
@@ -180,13 +295,34 @@ impl Queue {
     }
 }
 
+/// What comes after a seq in a queue ([`Queue::next_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next<'a> {
+    /// This message.
+    Msg(&'a Queued),
+    /// A stored message not in memory, maybe: the gap must be read first.
+    Gap,
+    /// Nothing.
+    None,
+}
+
 impl Queue {
-    /// What this queue holds, as its conversation's row keeps it.
+    /// What this queue holds, as its conversation's row keeps it: the messages in memory and
+    /// those of the gap (whose oldest is a bound below theirs, [`Gap::oldest`]).
     pub(crate) fn summary(&self) -> QueueSummary {
+        let oldest = self.msgs.iter().map(|m| m.at).min();
+        let (gap_msgs, gap_bytes, oldest) = match self.gap {
+            Some(g) if g.msgs > 0 => (
+                g.msgs,
+                g.bytes,
+                Some(oldest.map_or(g.oldest, |o| o.min(g.oldest))),
+            ),
+            _ => (0, 0, oldest),
+        };
         QueueSummary {
-            msgs: self.msgs.len() as u64,
-            bytes: self.bytes(),
-            oldest: self.msgs.iter().map(|m| m.at).min().unwrap_or_default(),
+            msgs: self.msgs.len() as u64 + gap_msgs,
+            bytes: self.bytes() + gap_bytes,
+            oldest: oldest.unwrap_or_default(),
         }
     }
 }
@@ -263,48 +399,74 @@ impl Queues {
         self.sweep.ttl_ms()
     }
 
-    /// The queue `key`, if it is in memory whole (not a tail).
+    /// The queue `key`, if its oldest messages are in memory: whole, or a head and a gap (not
+    /// only a tail).
     pub(crate) fn get(&self, key: &QueueKey) -> Option<&Queue> {
         self.cache.get(key).filter(|q| !q.is_tail())
     }
 
-    /// Whether the queue `key` is in memory whole (not a tail).
+    /// Whether the oldest messages of the queue `key` are in memory ([`Queues::get`]).
     pub(crate) fn is_loaded(&self, key: &QueueKey) -> bool {
         self.get(key).is_some()
     }
 
-    /// The messages of the tail of `key` in memory ([`Queue::tail`]), by seq: what a read of
-    /// the stored queue may not hold yet.
-    pub(crate) fn tail_of(&self, key: &QueueKey) -> impl Iterator<Item = &Queued> {
-        self.cache
-            .get(key)
-            .filter(|q| q.is_tail())
-            .into_iter()
-            .flat_map(Queue::iter)
+    /// The queue `key` in memory, whatever part of it.
+    pub(crate) fn peek(&self, key: &QueueKey) -> Option<&Queue> {
+        self.cache.get(key)
     }
 
-    /// Appends `m` to the queue `key` without its stored messages: to the queue in memory
-    /// (whole or a tail), or to a new tail. Pinned until the batch being built is durable.
-    /// Returns the message it replaced (a seq already in memory).
-    pub(crate) fn append(&mut self, key: &QueueKey, m: Queued) -> Option<Queued> {
+    /// Appends `m` to the queue `key` without reading its stored messages (`stored` counts
+    /// them): to the queue in memory (whole, or above its gap), or to a new tail. Pinned until
+    /// the batch being built is durable. Returns the message it replaced (a seq already in
+    /// memory).
+    pub(crate) fn append(
+        &mut self,
+        key: &QueueKey,
+        m: Queued,
+        stored: QueueSummary,
+    ) -> Option<Queued> {
         if !self.cache.contains(key) {
             probes::probe!("queue:tail-started");
-            self.cache.insert(key.clone(), Queue::tail());
+            self.cache.insert(key.clone(), Queue::tail(stored));
         }
         self.cache.write(key, |q| q.insert(m)).flatten()
     }
 
-    /// Adds the queue `key` as read from the store (or a new empty one), pinned while its
-    /// recipient is held. (A queue already in memory, whole or a tail, is replaced, keeping
-    /// its pins.)
-    pub(crate) fn insert_loaded(&mut self, key: QueueKey, queue: Queue) {
-        let new = !self.is_loaded(&key);
-        let held = new.then(|| self.held.get_mut(&key.0)).flatten();
-        let pin = held.is_some_and(|h| h.pinned.insert(key.1.clone()));
-        let pinned = pin.then(|| key.clone());
-        self.cache.insert(key, queue);
-        if let Some(key) = pinned {
-            self.cache.pin(&key);
+    /// Adds a new empty queue `key`, pinned while its recipient is held.
+    pub(crate) fn insert_empty(&mut self, key: &QueueKey) {
+        self.cache.insert(key.clone(), Queue::default());
+        self.pin_if_held(key);
+    }
+
+    /// Lays `rows` read from the gap of the queue `key` in it ([`Queue::merge`]); a queue not
+    /// in memory is first added with all of `stored` in its gap. A queue whose oldest messages
+    /// this read brought into memory is pinned while its recipient is held.
+    pub(crate) fn merge(
+        &mut self,
+        key: &QueueKey,
+        stored: QueueSummary,
+        rows: Vec<Queued>,
+        more: bool,
+    ) -> bool {
+        if !self.cache.contains(key) {
+            self.cache.insert(key.clone(), Queue::unread(stored));
+        }
+        let was_loaded = self.is_loaded(key);
+        let merged = self
+            .cache
+            .update(key, |q| q.merge(rows, more))
+            .unwrap_or(true);
+        if !was_loaded && self.is_loaded(key) {
+            self.pin_if_held(key);
+        }
+        merged
+    }
+
+    /// Pins the queue `key` for its held recipient, once.
+    fn pin_if_held(&mut self, key: &QueueKey) {
+        let held = self.held.get_mut(&key.0);
+        if held.is_some_and(|h| h.pinned.insert(key.1.clone())) {
+            self.cache.pin(key);
         }
     }
 
@@ -376,8 +538,9 @@ impl Queues {
     }
 
     /// The tails evicted since the last call. Their messages are durable (only what no batch
-    /// in flight wrote is evicted), but a read of their queue that ran before their commit
-    /// lacks them: such a read must not be used.
+    /// in flight wrote is evicted), but a read of their whole queue that ran before their
+    /// commit lacks them: such a read must not be used. (A read of a page of the gap ends
+    /// below the tail's first message, so it never holds a message of the tail.)
     pub(crate) fn take_forgotten_tails(&mut self) -> Vec<QueueKey> {
         std::mem::take(&mut self.forgotten_tails)
     }
@@ -403,9 +566,7 @@ impl Queues {
     }
 }
 
-/// Every stored message of the queue of `recipient` in `conv`, written by `from` (one prefix
-/// scan), checked to belong to it.
-/// The prefix of the message rows of the queue `(recipient, conv)`: what [`read_queue`] scans.
+/// The prefix of the message rows of the queue `(recipient, conv)`: what a read of the whole queue scans.
 pub(crate) fn queue_prefix(recipient: &UserUuid, conv: &ConvId) -> String {
     let mut prefix = String::with_capacity(recipient.as_str().len() + conv.as_str().len() + 2);
     prefix.push_str(recipient.as_str());
@@ -415,15 +576,44 @@ pub(crate) fn queue_prefix(recipient: &UserUuid, conv: &ConvId) -> String {
     prefix
 }
 
-pub(crate) fn read_queue(
+/// The stored messages of the queue `(recipient, conv)` of `from` in its gap
+/// ([`Queue::gap_range`]: above `after`, below `before`), `page` rows at most (all when
+/// `None`), in seq order; and whether the read stopped at its bound (more may follow).
+pub(crate) fn read_gap(
     reader: &mut dyn StoreRead,
+    (recipient, conv, from): (&UserUuid, &ConvId, &UserUuid),
+    (after, before): (Option<Seq>, Option<Seq>),
+    page: Option<usize>,
+) -> Result<(Vec<Queued>, bool), StoreError> {
+    let prefix = queue_prefix(recipient, conv);
+    let rows = match (after, before, page) {
+        // The whole queue: one prefix scan (which the expiry sweep's read of many answers).
+        (None, None, None) => reader.scan_prefix(Table::Messages, &prefix)?,
+        _ => {
+            let start = after.map_or_else(
+                || prefix.clone(),
+                |a| message_key(recipient, conv, a.next()),
+            );
+            let end = match before {
+                Some(b) => message_key(recipient, conv, b),
+                None => crate::store::prefix_end(&prefix).unwrap_or_default(),
+            };
+            reader.scan_range(Table::Messages, &start, &end, page.unwrap_or(usize::MAX))?
+        }
+    };
+    let more = page.is_some_and(|p| rows.len() >= p);
+    Ok((decode_queued(rows, recipient, conv, from)?, more))
+}
+
+/// Message rows of the queue `(recipient, conv)` of `from`, checked to belong to it.
+fn decode_queued(
+    rows: crate::store::Rows,
     recipient: &UserUuid,
     conv: &ConvId,
     from: &UserUuid,
-) -> Result<Queue, StoreError> {
-    let prefix = queue_prefix(recipient, conv);
-    let mut q = Queue::default();
-    for (key, value) in reader.scan_prefix(Table::Messages, &prefix)? {
+) -> Result<Vec<Queued>, StoreError> {
+    let mut q = Vec::with_capacity(rows.len());
+    for (key, value) in rows {
         let m: MessageRow = decode(Table::Messages, &key, &value)?;
         // Written only for a member of the conversation by its other member: anything else
         // is a corrupt store.
@@ -434,7 +624,7 @@ pub(crate) fn read_queue(
                 Table::Messages.name()
             )));
         }
-        q.insert(Queued {
+        q.push(Queued {
             seq: m.seq,
             id: m.id,
             crypto_v: m.crypto_v,

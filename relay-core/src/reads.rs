@@ -4,6 +4,7 @@
 
 use crate::cx::Cx;
 use crate::directory::{Lookup, read_index};
+use crate::limits::msg_frame_bytes;
 use crate::relations::Contacts;
 use crate::rows::AccountRow;
 use crate::rows::Tombstone;
@@ -102,14 +103,183 @@ impl Cx<'_> {
         })
     }
 
-    /// [`State::load_queue`](crate::state::State::load_queue) on this relay's reader and counters.
+    /// The queue of `recipient` in `conv` brought into memory whole
+    /// ([`State::load_queue_part`](crate::state::State::load_queue_part)).
     pub(crate) fn read_queue(
         &mut self,
         recipient: &UserUuid,
         conv: &ConvId,
     ) -> Result<(), StoreError> {
         let (state, cx) = self.read_parts();
-        state.load_queue(cx, recipient, conv)
+        state.load_queue_part(cx, recipient, conv, None)
+    }
+
+    /// Reads the next page of the gap of the queue of `recipient` in `conv`
+    /// ([`State::page_rows`](crate::state::State::page_rows) rows).
+    fn read_queue_page(&mut self, recipient: &UserUuid, conv: &ConvId) -> Result<(), StoreError> {
+        let page = (self.config.queue_page_msgs, self.config.queue_page_bytes);
+        let rows = self.state.page_rows(recipient, conv, page);
+        let (state, cx) = self.read_parts();
+        state.load_queue_part(cx, recipient, conv, Some(rows))
+    }
+
+    /// The gap of the queue of `recipient` in `conv`, while it holds messages.
+    fn queue_gap(&self, recipient: &UserUuid, conv: &ConvId) -> Option<crate::queue::Gap> {
+        let key = (recipient.clone(), conv.clone());
+        self.state.queued().get(recipient, conv)?;
+        match self.state.queues().peek(&key) {
+            Some(q) => q.gap().filter(|g| g.msgs() > 0),
+            None => Some(crate::queue::Gap::of(self.state.summary(recipient, conv))),
+        }
+    }
+
+    /// The oldest messages of the queue of `recipient` in `conv` in memory: its first page is
+    /// read if they are not (what delivery starts from).
+    pub(crate) fn read_queue_front(
+        &mut self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+    ) -> Result<(), StoreError> {
+        if self
+            .queue_gap(recipient, conv)
+            .is_some_and(|g| g.after().is_none())
+        {
+            self.read_queue_page(recipient, conv)?;
+        }
+        Ok(())
+    }
+
+    /// Every stored message of the queue of `recipient` in `conv` up to `seq`, and the one
+    /// after it, in memory: what a change of the messages up to `seq` needs (the queue's
+    /// oldest message after it is then known). Read a page at a time.
+    pub(crate) fn read_queue_through(
+        &mut self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+        seq: wire::Seq,
+    ) -> Result<(), StoreError> {
+        while let Some(g) = self.queue_gap(recipient, conv) {
+            if g.after().is_some_and(|a| a > seq) {
+                break;
+            }
+            self.read_queue_page(recipient, conv)?;
+        }
+        Ok(())
+    }
+
+    /// The queue of `recipient` in `conv` in memory up to its first message that has not
+    /// expired at `now` (every expired one before it, as its messages are queued in time
+    /// order): what its expiry needs. Read a page at a time.
+    pub(crate) fn read_queue_unexpired(
+        &mut self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+        now: UnixMs,
+    ) -> Result<(), StoreError> {
+        let ttl = self.config.offline_ttl_ms;
+        while let Some(g) = self.queue_gap(recipient, conv) {
+            let key = (recipient.clone(), conv.clone());
+            let last_read = g.after().and_then(|a| {
+                let q = self.state.queues().peek(&key)?;
+                q.upto(a).last().map(|m| m.at)
+            });
+            if last_read.is_some_and(|at| now < at.plus_ms(ttl)) {
+                break;
+            }
+            self.read_queue_page(recipient, conv)?;
+        }
+        Ok(())
+    }
+
+    /// The room the window of `user`'s connection has (messages, bytes), once the messages of
+    /// `releasing` in flight on it are released (`None`: as it is). Nothing when `user` has
+    /// no synced connection.
+    pub(crate) fn window_room(
+        &self,
+        user: &UserUuid,
+        releasing: Option<&ConvId>,
+    ) -> (usize, usize) {
+        let Some(c) = self.online(user).and_then(|c| self.sessions().get(c)) else {
+            return (0, 0);
+        };
+        if !c.synced {
+            return (0, 0);
+        }
+        let (msgs, bytes) = c.window.flying(None);
+        let (freed_msgs, freed_bytes) =
+            releasing.map_or((0, 0), |conv| c.window.flying(Some(conv)));
+        (
+            self.config
+                .sync_window_msgs
+                .saturating_sub(msgs - freed_msgs.min(msgs)),
+            self.config
+                .sync_window_bytes
+                .saturating_sub(bytes - freed_bytes.min(bytes)),
+        )
+    }
+
+    /// [`Cx::read_queue_ahead`] for each queue of `user` in memory read in part (a synced
+    /// user's: delivery may push from any of them next), for a window with `room`.
+    pub(crate) fn read_ahead_of(
+        &mut self,
+        user: &UserUuid,
+        room: (usize, usize),
+    ) -> Result<(), StoreError> {
+        if room.0 == 0 {
+            return Ok(());
+        }
+        let convs: Vec<ConvId> = (self.state.queued().of(user))
+            .map(|(conv, _)| conv.clone())
+            .filter(|conv| {
+                let key = (user.clone(), conv.clone());
+                self.state
+                    .queues()
+                    .get(&key)
+                    .is_some_and(|q| q.gap().is_some())
+            })
+            .collect();
+        for conv in convs {
+            self.read_queue_ahead(user, &conv, room)?;
+        }
+        Ok(())
+    }
+
+    /// Reads pages of the queue of `recipient` in `conv` until what its connection has not
+    /// been pushed yet in memory fills `room` (messages, or bytes of their frames) or the
+    /// queue is in memory whole: so that delivery, which pushes from memory, has what the
+    /// window may take next without reading on the relay's task, and holds little more.
+    pub(crate) fn read_queue_ahead(
+        &mut self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+        room: (usize, usize),
+    ) -> Result<(), StoreError> {
+        let pushed = (self.online(recipient))
+            .and_then(|c| self.sessions().get(c))
+            .map_or(wire::Seq(0), |c| c.window.pushed(conv));
+        let key = (recipient.clone(), conv.clone());
+        while let Some(g) = self.queue_gap(recipient, conv) {
+            if let Some(after) = g.after() {
+                let (mut msgs, mut bytes) = (0usize, 0usize);
+                if let Some(q) = self.state.queues().peek(&key) {
+                    let unpushed = q.starting_at(pushed.next()).take_while(|m| m.seq <= after);
+                    for m in unpushed {
+                        msgs += 1;
+                        bytes += msg_frame_bytes(
+                            m.id.as_str().len(),
+                            conv.as_str().len(),
+                            m.payload.len(),
+                        );
+                    }
+                }
+                if msgs >= room.0 || bytes >= room.1 {
+                    return Ok(());
+                }
+                probes::probe!("queue:read-ahead");
+            }
+            self.read_queue_page(recipient, conv)?;
+        }
+        Ok(())
     }
 
     /// [`tombstones::lookup`](crate::tombstones::lookup) on this relay.

@@ -56,7 +56,7 @@ impl Cx<'_> {
             .map_or(Seq(0), |c| {
                 c.index_of(&other).map_or(Seq(0), |i| c.last_authored[i])
             });
-        let (from, to) = match self.receipt_reads(&user, &other, &r.conv_id) {
+        let (from, to) = match self.receipt_reads(&user, &other, r) {
             Ok(aliases) => aliases,
             Err(msg) => return self.refuse_unreadable_receipt(conn, r, msg, ref_type()),
         };
@@ -92,19 +92,26 @@ impl Cx<'_> {
         }
     }
 
-    /// What a receipt of `user` in `conv` reads before anything changes: the aliases of both
-    /// members (a forwarded receipt names them), `user`'s queue, the conversation's receipt
+    /// What a receipt `r` of `user` reads before anything changes: the aliases of both
+    /// members (a forwarded receipt names them), `user`'s queue in the conversation through
+    /// the receipt's seq, the next page of each of `user`'s queues delivery will push from
+    /// once the receipt opened the window (`Cx::read_queue_ahead`), the conversation's receipt
     /// marks (`member_check` read the conversation). `Err`: what to tell the client.
     fn receipt_reads(
         &mut self,
         user: &UserUuid,
         other: &UserUuid,
-        conv: &ConvId,
+        r: &ReceiptFrame,
     ) -> Result<(Option<AliasId>, Option<AliasId>), &'static str> {
+        let conv = &r.conv_id;
         let (Ok(from), Ok(to)) = (self.alias_of(user), self.alias_of(other)) else {
             return Err("the relay could not read the members' accounts; send the receipt again");
         };
-        if self.read_queue(user, conv).is_err() {
+        if self.read_queue_through(user, conv, r.seq).is_err() {
+            return Err("the relay could not read your queue; send the receipt again");
+        }
+        let room = self.window_room(user, Some(conv));
+        if self.read_ahead_of(user, room).is_err() {
             return Err("the relay could not read your queue; send the receipt again");
         }
         if self.read_marks(conv).is_err() {

@@ -427,6 +427,13 @@ pub(crate) fn write_message_key(k: &mut RowKey<'_>, recipient: &UserUuid, conv: 
     write_row_key(k, &[recipient.as_str(), conv.as_str()], Some(seq));
 }
 
+/// The key of the message row `recipient/conv/seq`.
+pub(crate) fn message_key(recipient: &UserUuid, conv: &ConvId, seq: Seq) -> String {
+    let mut key = String::new();
+    write_message_key(&mut RowKey::into(&mut key), recipient, conv, seq);
+    key
+}
+
 /// Writes the key of the tombstone (or pending retraction) row `author/id`.
 pub(crate) fn write_tombstone_key(k: &mut RowKey<'_>, author: &UserUuid, id: &MessageId) {
     write_row_key(k, &[author.as_str(), id.as_str()], None);

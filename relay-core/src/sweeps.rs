@@ -92,7 +92,17 @@ impl Cx<'_> {
             self.state.expiry_sweep().queue_done(0);
             return true;
         };
-        if self.read_queue(&recipient, &conv).is_err() {
+        // A queue read in part (a synced recipient's, held from its oldest message) is read on
+        // as far as its messages expired; any other is read whole.
+        let in_part = (self.state.queues())
+            .get(&(recipient.clone(), conv.clone()))
+            .is_some_and(|q| q.gap().is_some());
+        let read = if in_part {
+            self.read_queue_unexpired(&recipient, &conv, now)
+        } else {
+            self.read_queue(&recipient, &conv)
+        };
+        if read.is_err() {
             // Read again later (the failure is counted by the read): the queues before this
             // one are done (their due messages are gone from memory), so the sweep goes on
             // after the last of them.

@@ -24,7 +24,7 @@ use wire::{AliasId, ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 use crate::cx::Cx;
 use crate::limits::msg_frame_bytes;
 use crate::planted::planted;
-use crate::queue::Queued;
+use crate::queue::{Next, Queued};
 use crate::receipts::receipt_frame;
 use crate::rows::ReceiptKind;
 use crate::shell::ConnId;
@@ -43,10 +43,11 @@ impl Cx<'_> {
         let Some(user) = self.sessions().user(conn).cloned() else {
             return;
         };
-        // The user's conversations and every queue of theirs are read (if they are not in
-        // memory) before anything is replayed; the queues stay in memory while the connection
-        // is synced (delivery reads them per message). So are the aliases the replay names.
-        let Ok((convs, aliases)) = self.sync_reads(&user) else {
+        // The user's conversations and the first page of every queue of theirs (past what
+        // expired) are read (if they are not in memory) before anything is replayed; the
+        // queues stay in memory while the connection is synced (delivery pushes from them, and
+        // reads their next page ahead of need). So are the aliases the replay names.
+        let Ok((convs, aliases)) = self.sync_reads(now, &user) else {
             // The replay cannot be complete: the client reconnects and syncs again.
             self.send_error(
                 conn,
@@ -89,13 +90,22 @@ impl Cx<'_> {
         self.pump(conn);
     }
 
-    /// What a `sync` of `user` reads before it replays: its conversations (each queue read
-    /// into memory) and the alias of everyone the replay names (the senders of what is
-    /// queued, of the pending receipts and retractions, and the user).
-    fn sync_reads(&mut self, user: &UserUuid) -> Result<(Vec<ConvId>, Aliases), StoreError> {
+    /// What a `sync` of `user` reads before it replays: its conversations (of each queue, its
+    /// first page past what expired at `now`) and the alias of everyone the replay names (the
+    /// senders of what is queued, of the pending receipts and retractions, and the user).
+    fn sync_reads(
+        &mut self,
+        now: UnixMs,
+        user: &UserUuid,
+    ) -> Result<(Vec<ConvId>, Aliases), StoreError> {
         let convs = self.with_contacts(user, crate::relations::Contacts::conversations)?;
+        // The replay starts with an empty window: each queue is read as far as the window
+        // may take from it.
+        let room = (self.config.sync_window_msgs, self.config.sync_window_bytes);
         for conv in &convs {
-            self.read_queue(user, conv)?;
+            self.read_queue_front(user, conv)?;
+            self.read_queue_unexpired(user, conv, now)?;
+            self.read_queue_ahead(user, conv, room)?;
         }
         let named = convs
             .iter()
@@ -211,7 +221,7 @@ impl Cx<'_> {
         let unpushed = self
             .state
             .queue(&c.user, conv)
-            .is_some_and(|q| q.starting_at(pushed.next()).next().is_some());
+            .is_some_and(|q| q.next_after(pushed) != Next::None);
         if !unpushed {
             return;
         }
@@ -260,14 +270,23 @@ impl Cx<'_> {
         let pushed = c.window.pushed(conv);
         self.state
             .queue(&c.user, conv)
-            .is_some_and(|q| q.starting_at(pushed.next()).next().is_some())
+            .is_some_and(|q| q.next_after(pushed) != Next::None)
     }
 
     /// Pushes the oldest unpushed message of `conv` on `conn` if the window has room for it.
     /// The sender's alias is read first if its account is not in memory; a failed read closes
     /// the connection (nothing is marked pushed that was not sent: the client reconnects and
     /// its `sync` replays the message).
+    ///
+    /// When that message is in the queue's gap (not read yet), nothing is pushed while others
+    /// are in flight on the connection: each receipt reads ahead what delivery needs
+    /// (`Cx::read_queue_ahead`) before it runs, so the next one brings it. With nothing in
+    /// flight no receipt will come (the ones in flight expired or were retracted): the page is
+    /// read here, on the relay's task.
     fn push_next(&mut self, conn: ConnId, conv: &ConvId) -> bool {
+        if !self.page_in(conn, conv) {
+            return false;
+        }
         // The sender is the other member (a queue holds what the other member wrote).
         let Some(author) = self.sessions().get(conn).and_then(|c| {
             let queue = self.state.queued().get(&c.user, conv)?;
@@ -289,7 +308,7 @@ impl Cx<'_> {
             return false;
         };
         let pushed = c.window.pushed(conv);
-        let Some(m) = q.starting_at(pushed.next()).next() else {
+        let Next::Msg(m) = q.next_after(pushed) else {
             return false;
         };
         let bytes = cost(conv, m);
@@ -316,6 +335,36 @@ impl Cx<'_> {
             self.send(conn, frame);
         }
         self.sessions_mut().pushed(conn, conv, seq, bytes);
+        true
+    }
+
+    /// Whether the next message of `conv` to push on `conn` is in memory, reading its page
+    /// (on the relay's task) when it is not and nothing is in flight on `conn`
+    /// ([`Cx::push_next`]). `false`: it waits for a receipt's read ahead, or the read failed
+    /// (the connection is closed).
+    fn page_in(&mut self, conn: ConnId, conv: &ConvId) -> bool {
+        let Some(c) = self.sessions().get(conn) else {
+            return false;
+        };
+        let user = c.user.clone();
+        let pushed = c.window.pushed(conv);
+        let idle = c.window.is_empty();
+        let gap = self
+            .state
+            .queue(&user, conv)
+            .is_some_and(|q| q.next_after(pushed) == Next::Gap);
+        if !gap {
+            return true;
+        }
+        if !idle {
+            probes::probe!("sync:page-awaits-receipt");
+            return false;
+        }
+        probes::probe!("sync:page-read-inline");
+        if self.read_queue_through(&user, conv, pushed).is_err() {
+            self.close_unreadable(conn);
+            return false;
+        }
         true
     }
 

@@ -56,6 +56,19 @@ impl Window {
         self.msgs == 0 || (self.msgs < window_msgs && self.bytes + cost <= window_bytes)
     }
 
+    /// Whether nothing is in flight.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.msgs == 0
+    }
+
+    /// What is in flight (messages, bytes): of every conversation, or of `conv` alone.
+    pub(crate) fn flying(&self, conv: Option<&ConvId>) -> (usize, usize) {
+        match conv {
+            None => (self.msgs, self.bytes),
+            Some(conv) => self.convs.get(conv).map_or((0, 0), |f| (f.msgs, f.bytes)),
+        }
+    }
+
     /// Whether no conversation is waiting for its turn.
     pub(crate) fn nobody_waiting(&self) -> bool {
         self.turns.is_empty()

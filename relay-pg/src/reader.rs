@@ -303,6 +303,23 @@ impl StoreRead for PgReader {
         })
     }
 
+    fn scan_range(
+        &mut self,
+        table: Table,
+        start: &str,
+        end: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        let (start, end) = (start.to_owned(), end.to_owned());
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        self.read(move |c| async move {
+            let reads = c.reads(table)?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&start, &end, &max];
+            let found = c.client.query(&reads.scan_range_max, &params).await;
+            Ok(rows(&found.map_err(|e| read_failed(&e))?))
+        })
+    }
+
     fn scan_page(
         &mut self,
         table: Table,

@@ -37,6 +37,17 @@ pub enum ReadOp {
         /// read ahead index the read by each of them.
         prefixes: std::sync::Arc<[String]>,
     },
+    /// [`StoreRead::scan_range`]: a page of a queue.
+    ScanRange {
+        /// The table.
+        table: Table,
+        /// The first key the range holds.
+        start: String,
+        /// The range ends before this key.
+        end: String,
+        /// Rows at most.
+        max: usize,
+    },
     /// [`StoreRead::scan_page`].
     ScanPage {
         /// The table.
@@ -116,6 +127,12 @@ impl ReadOp {
             Self::ScanPrefixes { table, prefixes } => {
                 ReadValue::Rows(reader.scan_prefixes(*table, prefixes)?)
             }
+            Self::ScanRange {
+                table,
+                start,
+                end,
+                max,
+            } => ReadValue::Rows(reader.scan_range(*table, start, end, *max)?),
             Self::ScanPage {
                 table,
                 after,
@@ -144,6 +161,7 @@ impl ReadOp {
             Self::Get { table, .. }
             | Self::ScanPrefix { table, .. }
             | Self::ScanPrefixes { table, .. }
+            | Self::ScanRange { table, .. }
             | Self::ScanPage { table, .. }
             | Self::LatestExpiries { table, .. }
             | Self::NextExpiry { table, .. }
@@ -169,6 +187,13 @@ impl ReadOp {
             (Self::ScanPrefix { prefix, .. }, Some(key)) => key.starts_with(prefix.as_str()),
             (Self::ScanPrefixes { prefixes, .. }, Some(key)) => {
                 covering_prefix(prefixes, key).is_some()
+            }
+            // `key` may be a prefix (`Prefetch::forgotten`): the range covers it when it holds
+            // a key that starts with it.
+            (Self::ScanRange { start, end, .. }, Some(key)) => {
+                key < end.as_str()
+                    && crate::store::prefix_end(key)
+                        .is_none_or(|after| start.as_str() < after.as_str())
             }
             (Self::ScanPage { after, .. }, Some(key)) => after.as_deref().is_none_or(|a| key > a),
         }

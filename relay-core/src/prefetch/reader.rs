@@ -293,6 +293,21 @@ impl StoreRead for Reader<'_> {
         let (prefix, max) = (prefix.to_owned(), Some(max));
         rows(self.read(ReadOp::ScanPrefix { table, prefix, max }))
     }
+    fn scan_range(
+        &mut self,
+        table: Table,
+        start: &str,
+        end: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        let (start, end) = (start.to_owned(), end.to_owned());
+        rows(self.read(ReadOp::ScanRange {
+            table,
+            start,
+            end,
+            max,
+        }))
+    }
     fn scan_page(
         &mut self,
         table: Table,

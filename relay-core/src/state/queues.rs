@@ -4,7 +4,7 @@
 
 use crate::limits;
 use crate::planted::planted;
-use crate::queue::{Queue, Queued, read_queue};
+use crate::queue::{Queue, Queued, read_gap};
 use crate::queue_index::{QueueEntry, record_entry};
 use crate::rows::{MessageRecord, MessageRow, QueueSummary, decode, meta, write_message_key};
 use crate::state::State;
@@ -90,50 +90,89 @@ impl State {
             .unwrap_or_default()
     }
 
-    /// Brings the queue of `recipient` in `conv` into memory whole: read from the store (one
-    /// prefix scan, with the messages of its tail in memory laid over the rows read) unless it
-    /// is there already or empty (an empty queue is created in memory by the message that next
-    /// joins it, [`State::put_message`]). Should the
-    /// rows disagree with the queue's index entry, the rows win: the entry and the
-    /// backlog are corrected (and the row recorded) and counted in `stats`. `Err`: the read
-    /// failed; nothing changed.
-    pub(crate) fn load_queue(
+    /// Reads the next part of the gap of the queue of `recipient` in `conv` into memory (a queue
+    /// not in memory is all gap): `page` rows at most, or the rest of it (`None`), laid under
+    /// the tail in memory, whose commit may still be in flight. Nothing is read when the queue
+    /// is in memory whole, or empty (an empty queue is created in memory by the message that
+    /// next joins it, [`State::put_message`]). Once the queue is whole, should its rows
+    /// disagree with its index entry, the rows win: the entry and the backlog are corrected
+    /// (and the row recorded) and counted in `stats`. `Err`: the read failed; nothing changed.
+    pub(crate) fn load_queue_part(
         &mut self,
         super::ReadCx { reader, stats }: super::ReadCx<'_>,
         recipient: &UserUuid,
         conv: &ConvId,
+        page: Option<usize>,
     ) -> Result<(), StoreError> {
         let key = (recipient.clone(), conv.clone());
-        if self.queues.is_loaded(&key) {
-            return Ok(());
-        }
         let Some(entry) = self.queued.get(recipient, conv) else {
             // Nothing to read, nor to keep: a message for it creates the queue in memory.
             return Ok(());
         };
-        let mut q = if planted!(self, EvictedQueueForgotten) {
+        let (stored, from) = (entry.summary, entry.from.clone());
+        let (range, tail) = match self.queues.peek(&key) {
+            None => ((None, None), false),
+            Some(q) => match q.gap_range() {
+                None => return Ok(()),
+                Some(range) => (range, q.is_tail() && !q.is_empty()),
+            },
+        };
+        let (rows, more) = if planted!(self, EvictedQueueForgotten) {
             // PLANTED BUG (test-only): the stored queue is not read back.
-            Queue::default()
+            (Vec::new(), false)
         } else {
-            let q = read_queue(reader, recipient, conv, &entry.from).inspect_err(|_| {
+            let read = read_gap(reader, (recipient, conv, &from), range, page);
+            let read = read.inspect_err(|_| {
                 stats.queue_read_failures += 1;
             })?;
             stats.queues_read += 1;
-            q
+            read
         };
-        // The tail's messages may be newer than the read (their commit still in flight).
-        for m in self.queues.tail_of(&key) {
+        if tail {
+            // The tail's messages may be newer than the read (their commit still in flight).
             probes::probe!("queue:tail-merged");
-            q.insert(m.clone());
         }
-        let found = q.summary();
-        if found != entry.summary && !planted!(self, EvictedQueueForgotten) {
-            stats.queue_summaries_repaired += 1;
-            let (from, old) = (entry.from.clone(), entry.summary);
-            self.set_summary(recipient, conv, &from, old, found);
+        if more {
+            probes::probe!("queue:page-read");
         }
-        self.queues.insert_loaded(key, q);
+        if !self.queues.merge(&key, stored, rows, more) {
+            return Ok(());
+        }
+        let Some(found) = self.queues.peek(&key).map(Queue::summary) else {
+            return Ok(());
+        };
+        if found != stored && !planted!(self, EvictedQueueForgotten) {
+            // The gap counted what the entry said, and what it is has now been read; the
+            // oldest of a gap is a bound, the counts are not.
+            if (found.msgs, found.bytes) != (stored.msgs, stored.bytes) {
+                stats.queue_summaries_repaired += 1;
+            }
+            self.set_summary(recipient, conv, &from, stored, found);
+        }
         Ok(())
+    }
+
+    /// Rows per page of the gap of the queue of `recipient` in `conv`: about `bytes` of its
+    /// messages (at their mean size), at least one, at most `msgs`.
+    pub(crate) fn page_rows(
+        &self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+        (msgs, bytes): (usize, usize),
+    ) -> usize {
+        let key = (recipient.clone(), conv.clone());
+        let gap = match self.queues.peek(&key) {
+            Some(q) => q.gap().map(|g| (g.msgs(), g.bytes())),
+            None => Some((
+                self.summary(recipient, conv).msgs,
+                self.summary(recipient, conv).bytes,
+            )),
+        };
+        let mean = gap.and_then(|(n, b)| b.checked_div(n)).unwrap_or(1).max(1);
+        let rows = (bytes as u64 / mean).max(1);
+        usize::try_from(rows)
+            .unwrap_or(usize::MAX)
+            .clamp(1, msgs.max(1))
     }
 
     /// Sets what the queue `(recipient, conv)` of messages from `from` holds, from `old` to
@@ -172,8 +211,9 @@ impl State {
         self.put_meta(meta::QUEUE_EXPIRY_TTL, ttl.to_string());
     }
 
-    /// The bytes queued for `recipient` in `conv` (by its index entry) when they are stored
-    /// but not in memory: what [`State::load_queue`] would read. `None`: nothing to read.
+    /// The bytes queued for `recipient` in `conv` (by its index entry) when its oldest are
+    /// stored but not in memory: what [`State::load_queue_part`] would read. `None`: nothing
+    /// to read.
     pub(crate) fn queue_to_read(&self, recipient: &UserUuid, conv: &ConvId) -> Option<u64> {
         let entry = self.queued.get(recipient, conv)?;
         let key = (recipient.clone(), conv.clone());
@@ -181,7 +221,8 @@ impl State {
     }
 
     /// The messages queued for `recipient` in `conv`, by seq; `None` when there are none, or
-    /// when they are not in memory (callers that need them [`State::load_queue`] first).
+    /// when its oldest are not in memory (callers that need them [`State::load_queue_part`] first;
+    /// of a queue with a gap, only the part in memory).
     pub(crate) fn queue(&self, recipient: &UserUuid, conv: &ConvId) -> Option<&Queue> {
         self.queued.get(recipient, conv)?;
         let q = self.queues.get(&(recipient.clone(), conv.clone()));
@@ -208,7 +249,7 @@ impl State {
 
     /// Stores and queues `m`, written by `author` in `conv` for `recipient`, with the queue's
     /// new index entry: in the queue in memory, or (when its stored messages are not in
-    /// memory: [`State::load_queue`] reads them) in its tail.
+    /// memory: [`State::load_queue_part`] reads them) in its tail.
     /// (The conversation's counters are the caller's: [`State::next_seq`].)
     pub(crate) fn put_message(
         &mut self,
@@ -236,13 +277,13 @@ impl State {
         let old = self.summary(recipient, conv);
         let mut summary = old;
         if summary.msgs == 0 && !self.queues.is_loaded(&qkey) {
-            self.queues.insert_loaded(qkey.clone(), Queue::default());
+            self.queues.insert_empty(&qkey);
         }
         let usage = m.usage();
         let at = m.at;
         // A queue not in memory whole is not read for this: the message joins its tail (its
         // seq is above every stored one's), and the index entry counts it.
-        let replaced = self.queues.append(&qkey, m);
+        let replaced = self.queues.append(&qkey, m, old);
         if summary.msgs == 0 || at < summary.oldest {
             summary.oldest = at;
         }

@@ -169,7 +169,12 @@ impl Mutation {
 #[derive(Debug)]
 pub struct RowKey<'a>(&'a mut String);
 
-impl RowKey<'_> {
+impl<'a> RowKey<'a> {
+    /// A key written into `buf` (appended to what it holds).
+    pub(crate) fn into(buf: &'a mut String) -> Self {
+        Self(buf)
+    }
+
     /// Appends `s` to the key.
     pub fn push_str(&mut self, s: &str) {
         self.0.push_str(s);

@@ -204,6 +204,30 @@ impl StoreRead for MemoryStore {
             .collect())
     }
 
+    fn scan_range(
+        &mut self,
+        table: Table,
+        start: &str,
+        end: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        let inner = self.read()?;
+        let Some(rows) = inner.tables.get(&table) else {
+            return Ok(Vec::new());
+        };
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        Ok(rows
+            .range::<str, _>((
+                std::ops::Bound::Included(start),
+                std::ops::Bound::Excluded(end),
+            ))
+            .take(max)
+            .map(|(k, row)| (k.clone(), row.value.clone()))
+            .collect())
+    }
+
     fn scan_page(
         &mut self,
         table: Table,

@@ -355,6 +355,23 @@ pub trait StoreRead: Send + std::fmt::Debug {
     fn scan_prefixes(&mut self, table: Table, prefixes: &[String]) -> Result<Rows, StoreError> {
         scan_each(self, table, prefixes)
     }
+    /// At most `max` committed rows of `table` whose keys are at least `start` and below
+    /// `end`, in key order: a page of a queue (its rows between two seqs).
+    ///
+    /// The default filters [`scan_prefix`](StoreRead::scan_prefix) of the whole table; an
+    /// implementation over a large table should read only the range.
+    fn scan_range(
+        &mut self,
+        table: Table,
+        start: &str,
+        end: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        let mut rows = self.scan_prefix(table, "")?;
+        rows.retain(|(k, _)| k.as_str() >= start && k.as_str() < end);
+        rows.truncate(max);
+        Ok(rows)
+    }
     /// At most `limit` committed rows of `table` whose keys come after `after` (from the first
     /// row when `None`), in key order: a lazy table read whole in pages of bounded size.
     ///

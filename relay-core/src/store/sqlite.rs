@@ -429,6 +429,21 @@ impl StoreRead for SqliteReader {
         }
     }
 
+    fn scan_range(
+        &mut self,
+        table: Table,
+        start: &str,
+        end: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        let name = table.name();
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        self.rows(
+            &format!("SELECT k, v FROM {name} WHERE k >= ?1 AND k < ?2 ORDER BY k LIMIT ?3"),
+            params![start, end, max],
+        )
+    }
+
     fn scan_page(
         &mut self,
         table: Table,

@@ -134,6 +134,33 @@ pub fn reads_see_committed_rows(s: &mut dyn Store) {
         keys(&r.scan_prefix_max(Table::Tombstones, "", 2).unwrap()),
         ["a", "a/1"]
     );
+    // A range: from its start (included) to its end (excluded), at most `max` rows.
+    assert_eq!(
+        keys(&r.scan_range(Table::Tombstones, "a/", "a0", 10).unwrap()),
+        ["a/1", "a/2"]
+    );
+    assert_eq!(
+        keys(&r.scan_range(Table::Tombstones, "a/2", "a0", 10).unwrap()),
+        ["a/2"]
+    );
+    assert_eq!(
+        keys(&r.scan_range(Table::Tombstones, "a", "a/2", 10).unwrap()),
+        ["a", "a/1"]
+    );
+    assert_eq!(
+        keys(&r.scan_range(Table::Tombstones, "a", "b", 2).unwrap()),
+        ["a", "a/1"]
+    );
+    assert!(
+        r.scan_range(Table::Tombstones, "a0", "a/", 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        r.scan_range(Table::Tombstones, "a/1", "a/1", 10)
+            .unwrap()
+            .is_empty()
+    );
     // Several prefixes in one read: prefix by prefix, in the order given.
     let prefixes = ["ab/".to_owned(), "nothing/".to_owned(), "a/".to_owned()];
     assert_eq!(

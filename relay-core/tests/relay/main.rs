@@ -34,6 +34,7 @@ mod message_expiry;
 mod messaging;
 mod model;
 mod orders;
+mod paged_sync;
 mod pricing_rules;
 mod push;
 mod push_edges;

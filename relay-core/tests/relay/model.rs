@@ -186,6 +186,12 @@ fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
         conversation_cache_bytes: cache_bytes,
         contact_cache_bytes: cache_bytes,
         offline_ttl_ms: MODEL_TTL_MS,
+        // Without caches, queues are also read for delivery one message at a time.
+        queue_page_msgs: if cache_bytes == 0 {
+            1
+        } else {
+            relay_core::limits::QUEUE_PAGE_MSGS
+        },
         ..crate::world::fast_config()
     });
     if pipelined {

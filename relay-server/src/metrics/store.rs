@@ -106,6 +106,15 @@ impl StoreRead for MeteredReader {
     fn scan_prefixes(&mut self, table: Table, prefixes: &[String]) -> Result<Rows, StoreError> {
         self.timed(|r| r.scan_prefixes(table, prefixes))
     }
+    fn scan_range(
+        &mut self,
+        table: Table,
+        start: &str,
+        end: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        self.timed(|r| r.scan_range(table, start, end, max))
+    }
     fn scan_page(
         &mut self,
         table: Table,

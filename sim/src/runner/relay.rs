@@ -62,6 +62,7 @@ impl RelaySetup {
             account_cache_bytes: cache_bytes(run.seed),
             conversation_cache_bytes: cache_bytes(run.seed),
             contact_cache_bytes: cache_bytes(run.seed),
+            queue_page_msgs: queue_page_msgs(run.seed),
             ..relay_config()
         };
         Self {
@@ -118,6 +119,17 @@ fn cache_bytes(seed: u64) -> usize {
         0
     } else {
         relay_core::limits::TOMBSTONE_CACHE_BYTES
+    }
+}
+
+/// Messages per page of a synced recipient's queue, drawn per seed (independently of the
+/// caches): pages of two and of sixteen messages make delivery read ahead all the time; the
+/// default, a window's worth, as production runs.
+fn queue_page_msgs(seed: u64) -> usize {
+    match (seed / 2) % 3 {
+        0 => 2,
+        1 => 16,
+        _ => relay_core::limits::QUEUE_PAGE_MSGS,
     }
 }
 

@@ -600,6 +600,15 @@ impl StoreRead for FaultyReader {
     ) -> Result<Rows, StoreError> {
         self.read(table, |r| r.scan_prefix_max(table, prefix, max))
     }
+    fn scan_range(
+        &mut self,
+        table: Table,
+        start: &str,
+        end: &str,
+        max: usize,
+    ) -> Result<Rows, StoreError> {
+        self.read(table, |r| r.scan_range(table, start, end, max))
+    }
     fn scan_page(
         &mut self,
         table: Table,
