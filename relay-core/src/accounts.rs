@@ -355,36 +355,20 @@ impl Cx<'_> {
         ))
     }
 
-    /// C2: what the relay holds for the caller (undelivered messages addressed to it, and its
-    /// media, unfinished and completed) against its quota (see [`MAX_MEDIA_BYTES_PER_USER`]).
+    /// C2: what the relay holds for the caller (undelivered messages addressed to it, as the
+    /// queue bounds count them, and its media, unfinished and completed) against its quota
+    /// (see [`MAX_MEDIA_BYTES_PER_USER`]).
     pub(crate) fn http_storage_estimate(
         &mut self,
         now: UnixMs,
         req: &HttpRequest,
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
-        let (mut used, mut count) = (0u64, 0u64);
-        // Only the conversations with something queued for the caller count.
-        let convs: Vec<wire::ConvId> = self
-            .state
-            .queued()
-            .of(&user)
-            .map(|(c, _)| c.clone())
-            .collect();
-        for conv in convs {
-            self.read_queue(&user, &conv).map_err(|_| {
-                ApiError::new(
-                    ErrorCode::STORAGE_UNAVAILABLE,
-                    "the relay could not read your queued messages; retry later",
-                )
-            })?;
-            if let Some(q) = self.state.queue(&user, &conv) {
-                for m in q.iter() {
-                    used += m.payload.len() as u64;
-                    count += 1;
-                }
-            }
-        }
+        // The messages waiting for the caller as the queue bounds count them (the queue
+        // index: nothing is read), in the units of the queue bound in `quota_bytes`.
+        let (mut used, count) = (self.state.queued().of(&user))
+            .map(|(_, e)| e.summary)
+            .fold((0u64, 0u64), |(b, n), s| (b + s.bytes, n + s.msgs));
         used += self.media_bytes_of(&user);
         Ok(HttpResponse::json(
             200,

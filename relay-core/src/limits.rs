@@ -307,8 +307,8 @@ pub const MAX_OPEN_UPLOADS_PER_USER: usize = 10;
 /// the largest size (about 100 MiB); excess M2: 403 `QUOTA_EXCEEDED`. `storage/estimate`
 /// reports it plus the account's offline-queue bound
 /// (`Config::max_offline_queue_bytes_per_recipient`) as `quota_bytes`, and everything held for
-/// the account (its media and the messages waiting for it) as `used_bytes`, which therefore
-/// never passes `quota_bytes`.
+/// the account (its media, and the messages waiting for it as the queue bounds count them:
+/// [`queued_message_bytes`]) as `used_bytes`, which therefore never passes `quota_bytes`.
 pub const MAX_MEDIA_BYTES_PER_USER: u64 = wire::limits::MAX_MEDIA_OBJECT_BYTES;
 /// Lifetime of a completed media object, from completion.
 pub const MEDIA_TTL_MS: u64 = 24 * HOUR_MS;

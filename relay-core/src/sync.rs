@@ -356,6 +356,12 @@ impl Cx<'_> {
         if !gap {
             return true;
         }
+        let (window_msgs, window_bytes) =
+            (self.config.sync_window_msgs, self.config.sync_window_bytes);
+        if !c.window.has_room(window_msgs, window_bytes, 0) {
+            // The window is full: nothing would be pushed anyway.
+            return false;
+        }
         if !idle {
             probes::probe!("sync:page-awaits-receipt");
             return false;

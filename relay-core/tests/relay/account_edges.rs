@@ -47,9 +47,10 @@ fn nicknames_at_the_edges_of_marks_and_emoji_sequences() {
     }
 }
 
-/// The estimate counts every queued message's payload bytes and the caller's media bytes.
+/// The estimate counts every queued message as the queue bounds count it (from the queue
+/// index, reading no message) and the caller's media bytes.
 #[test]
-fn the_storage_estimate_sums_payloads_and_media() {
+fn the_storage_estimate_sums_queued_messages_and_media() {
     let mut w = World::with_blobs(fast_config(), MemoryBlobStore::new());
     let mut a = w.user("alice");
     let b = w.user("bob");
@@ -64,9 +65,14 @@ fn the_storage_estimate_sums_payloads_and_media() {
         );
     }
     let s = w.get(paths::STORAGE_ESTIMATE, Some(&b.token)).body_json();
+    // Each message as the queue bounds count it: its payload, its id and the relay's overhead.
+    let queued: u64 = payloads
+        .iter()
+        .map(|p| relay_core::limits::queued_message_bytes(2, p.len()))
+        .sum();
     assert_eq!(
         (s["used_bytes"].as_u64(), s["message_count"].as_u64()),
-        (Some(4 + 12 + 4), Some(3))
+        (Some(queued), Some(3))
     );
     // Bob's unfinished upload of 1,000 bytes counts too.
     let r = w.post(
@@ -88,7 +94,7 @@ fn the_storage_estimate_sums_payloads_and_media() {
     );
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     let s = w.get(paths::STORAGE_ESTIMATE, Some(&b.token)).body_json();
-    assert_eq!(s["used_bytes"].as_u64(), Some(20 + 1_000));
+    assert_eq!(s["used_bytes"].as_u64(), Some(queued + 1_000));
 }
 
 /// Invisible characters that are also combining marks (variation selectors, U+034F, the

@@ -202,3 +202,63 @@ fn a_sync_replays_nothing_that_expired_in_any_page() {
     }
     assert_eq!(got, [4, 5]);
 }
+
+/// A receipt refused because its read of the next page failed still releases what it covers
+/// (the client has it). With nothing left in flight no receipt would bring that page: the
+/// relay reads it on its own task and delivery goes on.
+#[test]
+fn a_page_no_receipt_will_read_ahead_is_read_on_the_relays_task() {
+    let mut w = World::with_config(paged(1, 1));
+    let (a, b, conv) = backlog(&mut w, 3);
+    let cb = b.conn.unwrap();
+    let mut got = pushed(&w.sync(cb), cb);
+    assert_eq!(got, [1]);
+    w.mem.fail_reads(1);
+    let outs = w.send(
+        cb,
+        json!({"type":"delivered","conv_id":conv,"seq":1,"to":a.alias}),
+    );
+    assert_eq!(
+        crate::world::errors(&frames(&outs, cb)),
+        ["STORAGE_UNAVAILABLE"]
+    );
+    got.extend(pushed(&outs, cb));
+    assert_eq!(got, [1, 2], "the page read on the relay's task");
+    got.extend(ack(&mut w, &b, &a, &conv, 2));
+    assert_eq!(got, [1, 2, 3]);
+}
+
+/// While messages are in flight, a page the window has room for and no read brought waits for
+/// the next receipt, which reads it ahead: nothing is read on the relay's task.
+#[test]
+fn a_page_waits_for_the_next_receipt_while_messages_are_in_flight() {
+    let mut w = World::with_config(paged(2, 1));
+    w.read_ahead(true);
+    let (a, b, conv) = backlog(&mut w, 4);
+    let cb = b.conn.unwrap();
+    let mut got = pushed(&w.sync(cb), cb);
+    assert_eq!(got, [1, 2]);
+    let inline = w.relay.stats().reads_inline;
+    w.mem.fail_reads(1);
+    let outs = w.send(
+        cb,
+        json!({"type":"delivered","conv_id":conv,"seq":1,"to":a.alias}),
+    );
+    assert_eq!(
+        crate::world::errors(&frames(&outs, cb)),
+        ["STORAGE_UNAVAILABLE"]
+    );
+    assert!(
+        pushed(&outs, cb).is_empty(),
+        "2 is in flight: the page waits"
+    );
+    got.extend(ack(&mut w, &b, &a, &conv, 2));
+    got.extend(ack(&mut w, &b, &a, &conv, 3));
+    assert_eq!(got, [1, 2, 3, 4]);
+    assert_eq!(
+        w.relay.stats().reads_inline,
+        inline,
+        "a page read on the relay's task"
+    );
+    assert_eq!(w.relay.stats().queue_summaries_repaired, 0);
+}
