@@ -218,28 +218,28 @@ impl Cx<'_> {
         )
     }
 
-    /// [`Cx::read_queue_ahead`] for each queue of `user` in memory read in part (a synced
-    /// user's: delivery may push from any of them next), for a window with `room`.
+    /// [`Cx::read_queue_ahead`] for `conv` and each conversation waiting for its turn on the
+    /// window of `user`'s connection (delivery pushes from those next), for a window with
+    /// `room`.
     pub(crate) fn read_ahead_of(
         &mut self,
         user: &UserUuid,
+        conv: &ConvId,
         room: (usize, usize),
     ) -> Result<(), StoreError> {
         if room.0 == 0 {
             return Ok(());
         }
-        let convs: Vec<ConvId> = (self.state.queued().of(user))
-            .map(|(conv, _)| conv.clone())
-            .filter(|conv| {
-                let key = (user.clone(), conv.clone());
-                self.state
-                    .queues()
-                    .get(&key)
-                    .is_some_and(|q| q.gap().is_some())
-            })
-            .collect();
-        for conv in convs {
-            self.read_queue_ahead(user, &conv, room)?;
+        self.read_queue_ahead(user, conv, room)?;
+        let Some(c) = self.online(user).and_then(|c| self.sessions().get(c)) else {
+            return Ok(());
+        };
+        if c.window.nobody_waiting() {
+            return Ok(());
+        }
+        let waiting: Vec<ConvId> = c.window.waiting().filter(|w| *w != conv).cloned().collect();
+        for w in waiting {
+            self.read_queue_ahead(user, &w, room)?;
         }
         Ok(())
     }

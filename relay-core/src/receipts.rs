@@ -111,7 +111,7 @@ impl Cx<'_> {
             return Err("the relay could not read your queue; send the receipt again");
         }
         let room = self.window_room(user, Some(conv));
-        if self.read_ahead_of(user, room).is_err() {
+        if self.read_ahead_of(user, conv, room).is_err() {
             return Err("the relay could not read your queue; send the receipt again");
         }
         if self.read_marks(conv).is_err() {

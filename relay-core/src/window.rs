@@ -69,6 +69,11 @@ impl Window {
         }
     }
 
+    /// The conversations waiting for their turn, in turn order.
+    pub(crate) fn waiting(&self) -> impl Iterator<Item = &ConvId> {
+        self.turns.iter()
+    }
+
     /// Whether no conversation is waiting for its turn.
     pub(crate) fn nobody_waiting(&self) -> bool {
         self.turns.is_empty()
