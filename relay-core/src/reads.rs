@@ -124,7 +124,11 @@ impl Cx<'_> {
     }
 
     /// The gap of the queue of `recipient` in `conv`, while it holds messages.
-    fn queue_gap(&self, recipient: &UserUuid, conv: &ConvId) -> Option<crate::queue::Gap> {
+    pub(crate) fn queue_gap(
+        &self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+    ) -> Option<crate::queue::Gap> {
         let key = (recipient.clone(), conv.clone());
         self.state.queued().get(recipient, conv)?;
         match self.state.queues().peek(&key) {
@@ -254,6 +258,9 @@ impl Cx<'_> {
         conv: &ConvId,
         room: (usize, usize),
     ) -> Result<(), StoreError> {
+        if self.queue_gap(recipient, conv).is_none() {
+            return Ok(());
+        }
         let pushed = (self.online(recipient))
             .and_then(|c| self.sessions().get(c))
             .map_or(wire::Seq(0), |c| c.window.pushed(conv));
