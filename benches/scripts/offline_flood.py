@@ -102,6 +102,10 @@ def memory(pid):
     return kb
 
 
+OTHER_CACHES = ("relay_tombstone_cache_bytes", "relay_account_cache_bytes",
+                "relay_conversation_cache_bytes", "relay_contact_cache_bytes")
+
+
 def gauges():
     _, text = call("GET", "/metrics", at=metrics_port)
     out = {}
@@ -214,13 +218,20 @@ def drain(recipients, pid):
     for t in threads:
         t.start()
     t0 = time.time()
-    # The highest RSS and queue cache gauge seen while the recipients drain (every 50 ms):
-    # a synced recipient's queues are held in the cache whatever its bound.
-    peak = {"rss": 0.0, "cache": 0.0}
+    # The highest RSS, queue cache and outbound gauges seen while the recipients drain (every
+    # 50 ms): a synced recipient's queues are held in the cache whatever its bound, and the
+    # frames pushed to it wait in its socket's outbound queue. `held` is the highest sum of
+    # the relay's own gauges of what it holds (queue cache, outbound, the other caches).
+    peak = {"rss": 0.0, "cache": 0.0, "outbound": 0.0, "held": 0.0}
     while True:
         g = gauges()
         peak["rss"] = max(peak["rss"], memory(pid)["VmRSS"] / 1024)
-        peak["cache"] = max(peak["cache"], g.get("relay_queue_cache_bytes", 0) / MiB)
+        cache = g.get("relay_queue_cache_bytes", 0) / MiB
+        outbound = g.get("relay_outbound_queued_bytes", 0) / MiB
+        others = sum(g.get(k, 0) for k in OTHER_CACHES) / MiB
+        peak["cache"] = max(peak["cache"], cache)
+        peak["outbound"] = max(peak["outbound"], outbound)
+        peak["held"] = max(peak["held"], cache + outbound + others)
         if g.get("relay_queued_messages", 1) <= 0:
             break
         if time.time() - t0 > 600:
@@ -272,7 +283,9 @@ def main():
                 got, took, peak = drain(recipients, pid)
                 sample(f"drain {wave}", pid, f"[{got} delivered in {took:.1f} s; while draining: "
                                              f"RSS up to {peak['rss']:.0f} MiB, queue_cache up to "
-                                             f"{peak['cache']:.0f} MiB]")
+                                             f"{peak['cache']:.0f} MiB, outbound up to "
+                                             f"{peak['outbound']:.0f} MiB, gauges' sum up to "
+                                             f"{peak['held']:.0f} MiB]")
         time.sleep(args.settle)
         sample(f"+{args.settle:g} s idle", pid)
         for s in senders:

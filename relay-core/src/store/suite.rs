@@ -134,7 +134,45 @@ pub fn reads_see_committed_rows(s: &mut dyn Store) {
         keys(&r.scan_prefix_max(Table::Tombstones, "", 2).unwrap()),
         ["a", "a/1"]
     );
-    // A range: from its start (included) to its end (excluded), at most `max` rows.
+    // Several prefixes in one read: prefix by prefix, in the order given.
+    let prefixes = ["ab/".to_owned(), "nothing/".to_owned(), "a/".to_owned()];
+    assert_eq!(
+        keys(&r.scan_prefixes(Table::Tombstones, &prefixes).unwrap()),
+        ["ab/1", "a/1", "a/2"]
+    );
+    assert!(r.scan_prefixes(Table::Tombstones, &[]).unwrap().is_empty());
+    s.commit(&vec![del(Table::Tombstones, "a/1")].into())
+        .unwrap();
+    assert_eq!(
+        keys(&r.scan_prefix(Table::Tombstones, "a/").unwrap()),
+        ["a/2"]
+    );
+    assert_eq!(
+        keys(&r.scan_prefix(Table::Tombstones, "").unwrap()),
+        ["a", "a/2", "a0", "ab/1"]
+    );
+}
+
+/// A range of keys: from its start (included) to its end (excluded), at most `max` rows, in
+/// key order, of its table only; an empty or inverted range holds nothing.
+pub fn ranges_hold_their_rows(s: &mut dyn Store) {
+    let mut r = s.reader().unwrap();
+    assert!(
+        r.scan_range(Table::Tombstones, "a", "b", 10)
+            .unwrap()
+            .is_empty()
+    );
+    s.commit(
+        &vec![
+            put(Table::Tombstones, "a/1", "x"),
+            put(Table::Tombstones, "a/2", "y"),
+            put(Table::Tombstones, "a0", "no"),
+            put(Table::Tombstones, "a", "no"),
+            put(Table::Messages, "a/3", "other table"),
+        ]
+        .into(),
+    )
+    .unwrap();
     assert_eq!(
         keys(&r.scan_range(Table::Tombstones, "a/", "a0", 10).unwrap()),
         ["a/1", "a/2"]
@@ -160,23 +198,6 @@ pub fn reads_see_committed_rows(s: &mut dyn Store) {
         r.scan_range(Table::Tombstones, "a/1", "a/1", 10)
             .unwrap()
             .is_empty()
-    );
-    // Several prefixes in one read: prefix by prefix, in the order given.
-    let prefixes = ["ab/".to_owned(), "nothing/".to_owned(), "a/".to_owned()];
-    assert_eq!(
-        keys(&r.scan_prefixes(Table::Tombstones, &prefixes).unwrap()),
-        ["ab/1", "a/1", "a/2"]
-    );
-    assert!(r.scan_prefixes(Table::Tombstones, &[]).unwrap().is_empty());
-    s.commit(&vec![del(Table::Tombstones, "a/1")].into())
-        .unwrap();
-    assert_eq!(
-        keys(&r.scan_prefix(Table::Tombstones, "a/").unwrap()),
-        ["a/2"]
-    );
-    assert_eq!(
-        keys(&r.scan_prefix(Table::Tombstones, "").unwrap()),
-        ["a", "a/2", "a0", "ab/1"]
     );
 }
 
@@ -440,6 +461,11 @@ macro_rules! store_suite {
             fn reads_see_committed_rows() {
                 let mut s = $make;
                 $crate::store::suite::reads_see_committed_rows(&mut s);
+            }
+            #[test]
+            fn ranges_hold_their_rows() {
+                let mut s = $make;
+                $crate::store::suite::ranges_hold_their_rows(&mut s);
             }
             #[test]
             fn pages_cover_the_table_in_key_order() {
