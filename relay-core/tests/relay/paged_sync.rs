@@ -36,6 +36,20 @@ fn ack(w: &mut World, b: &User, a: &User, conv: &str, seq: u64) -> Vec<u64> {
     pushed(&outs, cb)
 }
 
+/// `b` acknowledges `seq` of `conv` while the store fails its next read: the receipt is
+/// refused `STORAGE_UNAVAILABLE`; the seqs pushed to it in answer all the same.
+fn refused_ack(w: &mut World, b: &User, a: &User, conv: &str, seq: u64) -> Vec<u64> {
+    let cb = b.conn.unwrap();
+    w.mem.fail_reads(1);
+    let outs = w.send(
+        cb,
+        json!({"type":"delivered","conv_id":conv,"seq":seq,"to":a.alias}),
+    );
+    let refused = crate::world::errors(&frames(&outs, cb));
+    assert_eq!(refused, ["STORAGE_UNAVAILABLE"], "the receipt of {seq}");
+    pushed(&outs, cb)
+}
+
 /// Alice queues `n` messages for Bob (offline); the relay restarts, so nothing of them is in
 /// memory; Bob connects. Returns Alice, Bob and the conversation.
 fn backlog(w: &mut World, n: usize) -> (User, User, String) {
@@ -213,16 +227,8 @@ fn a_page_no_receipt_will_read_ahead_is_read_on_the_relays_task() {
     let cb = b.conn.unwrap();
     let mut got = pushed(&w.sync(cb), cb);
     assert_eq!(got, [1]);
-    w.mem.fail_reads(1);
-    let outs = w.send(
-        cb,
-        json!({"type":"delivered","conv_id":conv,"seq":1,"to":a.alias}),
-    );
-    assert_eq!(
-        crate::world::errors(&frames(&outs, cb)),
-        ["STORAGE_UNAVAILABLE"]
-    );
-    got.extend(pushed(&outs, cb));
+    let outs = refused_ack(&mut w, &b, &a, &conv, 1);
+    got.extend(outs);
     assert_eq!(got, [1, 2], "the page read on the relay's task");
     got.extend(ack(&mut w, &b, &a, &conv, 2));
     assert_eq!(got, [1, 2, 3]);
@@ -239,19 +245,8 @@ fn a_page_waits_for_the_next_receipt_while_messages_are_in_flight() {
     let mut got = pushed(&w.sync(cb), cb);
     assert_eq!(got, [1, 2]);
     let inline = w.relay.stats().reads_inline;
-    w.mem.fail_reads(1);
-    let outs = w.send(
-        cb,
-        json!({"type":"delivered","conv_id":conv,"seq":1,"to":a.alias}),
-    );
-    assert_eq!(
-        crate::world::errors(&frames(&outs, cb)),
-        ["STORAGE_UNAVAILABLE"]
-    );
-    assert!(
-        pushed(&outs, cb).is_empty(),
-        "2 is in flight: the page waits"
-    );
+    let outs = refused_ack(&mut w, &b, &a, &conv, 1);
+    assert!(outs.is_empty(), "2 is in flight: the page waits");
     got.extend(ack(&mut w, &b, &a, &conv, 2));
     got.extend(ack(&mut w, &b, &a, &conv, 3));
     assert_eq!(got, [1, 2, 3, 4]);
