@@ -31,7 +31,12 @@ from wsclient import Socket, befriend, request, signed_up
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                              formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--relay-bin", default="target/release/relay", help="the relay binary")
-ap.add_argument("--accounts", type=int, default=100, help="senders (and as many recipients)")
+ap.add_argument("--accounts", type=int, default=100, help="senders")
+ap.add_argument("--recipients", type=int, default=0,
+                help="recipients (default: one per sender); sender i writes to recipient i mod R, "
+                     "so each recipient has accounts/R conversations")
+ap.add_argument("--ack-delay-ms", type=float, default=0,
+                help="a recipient waits this long before each receipt while draining (a slow phone)")
 ap.add_argument("--data", help="SQLite data directory (must not exist; default: a fresh temp dir, removed after)")
 ap.add_argument("--port", type=int, default=0, help="relay port (default from the pid)")
 ap.add_argument("--waves", type=int, default=2, help="flood+drain rounds")
@@ -158,7 +163,7 @@ def flood(wave, senders, recipients, convs, out):
     payload = ("QUJD" * (args.payload // 4 + 1))[:args.payload]
 
     def one(i):
-        ws, to, conv = senders[i]["ws"], recipients[i], convs[i]
+        ws, to, conv = senders[i]["ws"], recipients[i % len(recipients)], convs[i]
         k, parked, code = 0, 0, None
         while True:
             mid = f"w{wave}-s{i}-{k}"
@@ -209,6 +214,8 @@ def drain(recipients, pid):
                     break
                 if f.get("type") == "msg":
                     got[i] += 1
+                    if args.ack_delay_ms:
+                        time.sleep(args.ack_delay_ms / 1000)
                     ws.send({"type": "delivered", "conv_id": f["conv_id"], "seq": f["seq"],
                              "to": f["from"], "crypto_v": 1})
         finally:
@@ -256,16 +263,17 @@ def main():
     p, pid = start_relay(data)
     try:
         n = args.accounts
+        r = args.recipients or n
         t0 = time.time()
         senders, recipients = [], []
-        for i in range(2 * n):
+        for i in range(n + r):
             src = f"127.0.{2 + i // (10 * 250)}.{2 + (i // 10) % 250}"
             (senders if i < n else recipients).append(signed_up(port, f"u{i}", src))
-        convs = [befriend(port, senders[i], recipients[i]) for i in range(n)]
+        convs = [befriend(port, senders[i], recipients[i % r]) for i in range(n)]
         for s in senders:
             s["ws"] = Socket(port, query(s))
             s["ws"].send({"type": "sync", "crypto_v": 1})
-        print(f"{n} senders and {n} recipients registered, befriended, senders connected in "
+        print(f"{n} senders and {r} recipients registered, befriended, senders connected in "
               f"{time.time() - t0:.1f} s; relay pid {pid}; data {data}; payload {args.payload} B",
               flush=True)
         sample("start", pid)

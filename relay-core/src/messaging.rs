@@ -264,9 +264,9 @@ impl Cx<'_> {
                 // In memory whole (or empty): nothing to read.
                 return Ok(());
             }
-            cx.read_queue_front(&recipient, &m.conv_id)?;
             let room = cx.window_room(&recipient, None);
-            cx.read_queue_ahead(&recipient, &m.conv_id, room)
+            cx.read_queue_front(&recipient, &m.conv_id, room)?;
+            cx.read_ahead_of(&recipient, &m.conv_id, room)
         };
         if synced && read(self).is_err() {
             return Err((

@@ -117,7 +117,21 @@ impl Cx<'_> {
     /// Reads the next page of the gap of the queue of `recipient` in `conv`
     /// ([`State::page_rows`](crate::state::State::page_rows) rows).
     fn read_queue_page(&mut self, recipient: &UserUuid, conv: &ConvId) -> Result<(), StoreError> {
-        let page = (self.config.queue_page_msgs, self.config.queue_page_bytes);
+        self.read_queue_page_within(recipient, conv, (usize::MAX, usize::MAX))
+    }
+
+    /// [`Cx::read_queue_page`], of at most `most` (messages, bytes) if that is less than a
+    /// page.
+    fn read_queue_page_within(
+        &mut self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+        most: (usize, usize),
+    ) -> Result<(), StoreError> {
+        let page = (
+            self.config.queue_page_msgs.min(most.0),
+            self.config.queue_page_bytes.min(most.1),
+        );
         let rows = self.state.page_rows(recipient, conv, page);
         let (state, cx) = self.read_parts();
         state.load_queue_part(cx, recipient, conv, Some(rows))
@@ -139,16 +153,20 @@ impl Cx<'_> {
 
     /// The oldest messages of the queue of `recipient` in `conv` in memory: its first page is
     /// read if they are not (what delivery starts from).
+    /// The page is of at most twice `room` (messages, bytes), the part of the window the
+    /// queue may fill first.
     pub(crate) fn read_queue_front(
         &mut self,
         recipient: &UserUuid,
         conv: &ConvId,
+        room: (usize, usize),
     ) -> Result<(), StoreError> {
         if self
             .queue_gap(recipient, conv)
             .is_some_and(|g| g.after().is_none())
         {
-            self.read_queue_page(recipient, conv)?;
+            let most = (room.0.saturating_mul(2), room.1.saturating_mul(2));
+            self.read_queue_page_within(recipient, conv, most)?;
         }
         Ok(())
     }
@@ -224,7 +242,7 @@ impl Cx<'_> {
 
     /// [`Cx::read_queue_ahead`] for `conv` and each conversation waiting for its turn on the
     /// window of `user`'s connection (delivery pushes from those next), for a window with
-    /// `room`.
+    /// `room`, which they share (they take turns).
     pub(crate) fn read_ahead_of(
         &mut self,
         user: &UserUuid,
@@ -234,14 +252,12 @@ impl Cx<'_> {
         if room.0 == 0 {
             return Ok(());
         }
+        let waiting: Vec<ConvId> = (self.online(user))
+            .and_then(|c| self.sessions().get(c))
+            .map(|c| c.window.waiting().filter(|w| *w != conv).cloned().collect())
+            .unwrap_or_default();
+        let room = crate::sync::share(room, 1 + waiting.len());
         self.read_queue_ahead(user, conv, room)?;
-        let Some(c) = self.online(user).and_then(|c| self.sessions().get(c)) else {
-            return Ok(());
-        };
-        if c.window.nobody_waiting() {
-            return Ok(());
-        }
-        let waiting: Vec<ConvId> = c.window.waiting().filter(|w| *w != conv).cloned().collect();
         for w in waiting {
             self.read_queue_ahead(user, &w, room)?;
         }
@@ -284,7 +300,10 @@ impl Cx<'_> {
                 }
                 probes::probe!("queue:read-ahead");
             }
-            self.read_queue_page(recipient, conv)?;
+            // Pages of twice the room at most: a conversation with a small share of the
+            // window (many take turns in it) holds little more than its share.
+            let most = (room.0.saturating_mul(2), room.1.saturating_mul(2));
+            self.read_queue_page_within(recipient, conv, most)?;
         }
         Ok(())
     }

@@ -34,6 +34,13 @@ use crate::window::Window;
 /// The alias of each account a replay names (`None`: the account has none).
 type Aliases = BTreeMap<UserUuid, Option<AliasId>>;
 
+/// Each one's share of a window's `room` (messages, bytes) among `n` conversations taking
+/// turns in it (rounded up: at least one message each).
+pub(crate) fn share(room: (usize, usize), n: usize) -> (usize, usize) {
+    let n = n.max(1);
+    (room.0.div_ceil(n), room.1.div_ceil(n))
+}
+
 fn cost(conv: &ConvId, m: &Queued) -> usize {
     msg_frame_bytes(m.id.as_str().len(), conv.as_str().len(), m.payload.len())
 }
@@ -99,11 +106,18 @@ impl Cx<'_> {
         user: &UserUuid,
     ) -> Result<(Vec<ConvId>, Aliases), StoreError> {
         let convs = self.with_contacts(user, crate::relations::Contacts::conversations)?;
-        // The replay starts with an empty window: each queue is read as far as the window
-        // may take from it.
-        let room = (self.config.sync_window_msgs, self.config.sync_window_bytes);
+        // The replay starts with an empty window, which the conversations with a backlog share
+        // (they take turns): each queue is read as far as its share may take from it.
+        let backlog = convs
+            .iter()
+            .filter(|conv| self.state.summary(user, conv).msgs > 0)
+            .count();
+        let room = share(
+            (self.config.sync_window_msgs, self.config.sync_window_bytes),
+            backlog,
+        );
         for conv in &convs {
-            self.read_queue_front(user, conv)?;
+            self.read_queue_front(user, conv, room)?;
             self.read_queue_unexpired(user, conv, now)?;
             self.read_queue_ahead(user, conv, room)?;
         }
@@ -232,23 +246,36 @@ impl Cx<'_> {
 
     /// Gives turns while the window has room: each turn pushes the oldest unpushed message of
     /// the conversation at the front, which then goes to the back if it has more.
+    ///
+    /// A conversation whose next message is in a page not read yet (it waits for a receipt's
+    /// read ahead, see [`Cx::push_next`]) passes its turn to the others, once each round.
     pub(crate) fn pump(&mut self, conn: ConnId) {
+        let mut passed = 0;
         loop {
-            let Some(conv) = self
+            let Some((conv, waiting)) = self
                 .sessions_mut()
                 .get_mut(conn)
                 .filter(|c| c.synced)
-                .and_then(|c| c.window.take_turn())
+                .and_then(|c| Some((c.window.take_turn()?, c.window.waiting().count())))
             else {
                 return;
             };
             // The window changed: a read from here on cannot end the attempt.
             self.changed();
-            if !self.push_next(conn, &conv) && self.has_unpushed(conn, &conv) {
-                // No room: the conversation keeps its place at the front.
-                if let Some(c) = self.sessions_mut().get_mut(conn) {
-                    c.window.keep_turn(conv);
+            if self.push_next(conn, &conv) {
+                passed = 0;
+            } else if self.has_unpushed(conn, &conv) {
+                let pass = passed < waiting && self.awaits_page(conn, &conv);
+                let Some(c) = self.sessions_mut().get_mut(conn) else {
+                    return;
+                };
+                if pass {
+                    passed += 1;
+                    c.window.next_round(conv);
+                    continue;
                 }
+                // No room: the conversation keeps its place at the front.
+                c.window.keep_turn(conv);
                 return;
             }
             let more = self.has_unpushed(conn, &conv);
@@ -261,6 +288,20 @@ impl Cx<'_> {
                 c.window.done(&conv);
             }
         }
+    }
+
+    /// Whether the next message of `conv` to push on `conn` is in a page not read yet while
+    /// the window has room (so the other conversations may go first).
+    fn awaits_page(&self, conn: ConnId, conv: &ConvId) -> bool {
+        let Some(c) = self.sessions().get(conn) else {
+            return false;
+        };
+        let room = (self.config.sync_window_msgs, self.config.sync_window_bytes);
+        c.window.has_room(room.0, room.1, 0)
+            && self
+                .state
+                .queue(&c.user, conv)
+                .is_some_and(|q| q.next_after(c.window.pushed(conv)) == Next::Gap)
     }
 
     fn has_unpushed(&self, conn: ConnId, conv: &ConvId) -> bool {

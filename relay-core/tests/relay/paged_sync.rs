@@ -257,3 +257,72 @@ fn a_page_waits_for_the_next_receipt_while_messages_are_in_flight() {
     );
     assert_eq!(w.relay.stats().queue_summaries_repaired, 0);
 }
+
+/// Every `msg` pushed to `conn` among `outs`: (conversation, seq, sender's alias).
+fn pushed_in(outs: &[relay_core::Output], conn: relay_core::ConnId) -> Vec<(String, u64, String)> {
+    frames(outs, conn)
+        .into_iter()
+        .filter_map(|f| match f {
+            wire::ServerFrame::Msg(m) => {
+                Some((m.conv_id.to_string(), m.seq.get(), m.from.to_string()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A recipient with a backlog in four conversations: their queues share the window (they take
+/// turns), so each is read about its share ahead, not a window each; every message arrives
+/// once, each conversation in seq order, the window full until the backlog runs out.
+#[test]
+fn conversations_with_a_backlog_share_the_window_they_are_read_ahead_for() {
+    let mut w = World::with_config(paged(4, 4));
+    w.read_ahead(true);
+    let mut b = w.user("bob");
+    let mut convs = Vec::new();
+    for i in 0..4 {
+        let mut a = w.user(&format!("a{i}"));
+        let conv = w.befriend(&a, &b);
+        let ca = w.connect(&mut a);
+        w.sync(ca);
+        for k in 1..=6 {
+            w.msg(&a, &b, &conv, &format!("m{i}-{k}"));
+        }
+        convs.push(conv);
+    }
+    w.restart(Box::new(w.mem.clone()));
+    let cb = w.connect(&mut b);
+    let mut got = pushed_in(&w.sync(cb), cb);
+    let mut next = 0;
+    let mut most_held = 0;
+    while next < got.len() {
+        assert_eq!(
+            got.len() - next,
+            4.min(24 - next),
+            "in flight after {next} receipts"
+        );
+        let (conv, seq, from) = got[next].clone();
+        next += 1;
+        let outs = w.send(
+            cb,
+            json!({"type":"delivered","conv_id":conv,"seq":seq,"to":from}),
+        );
+        got.extend(pushed_in(&outs, cb));
+        most_held = most_held.max(w.relay.queue_cache().messages);
+    }
+    assert_eq!(got.len(), 24);
+    for conv in &convs {
+        let seqs: Vec<u64> = got
+            .iter()
+            .filter(|(c, ..)| c == conv)
+            .map(|(_, s, _)| *s)
+            .collect();
+        assert_eq!(seqs.len(), 6, "{conv}: {seqs:?}");
+        assert!(seqs.windows(2).all(|p| p[0] < p[1]), "{conv}: {seqs:?}");
+    }
+    // A window (4) in flight, each of the four queues about its share (1) and a page ahead:
+    // never the 16 a window's read ahead for each would hold.
+    assert!(most_held <= 12, "{most_held} messages held");
+    assert_eq!(w.relay.stats().reads_inline, 0);
+    assert_eq!(w.relay.queued_messages(), 0);
+}
