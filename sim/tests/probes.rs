@@ -44,10 +44,10 @@ fn the_catalogue_lists_every_probe_the_sources_declare() {
 /// caps (a fourth unpaid hold of one account, an eleventh of one network) and the deletion of
 /// orders a week after they are over, which no scenario buyer and no days run reach; one is
 /// fail-stop refusing requests that wait for reads, which needs a commit fault in that window.
-/// Two are delivery's fallbacks for a page of a synced queue that no read ahead brought (a
-/// receipt refused because its read ahead failed), which relay-core's `paged_sync` tests
-/// reach; one is the accounts' `STORAGE_UNAVAILABLE`, whose only site the sweeps reached (the
-/// storage estimate's queue read) is gone.
+/// One is delivery's fallback for a page of a synced queue that no read ahead brought with
+/// nothing in flight, and one a sync racing the expiry sweep, both reached by relay-core's
+/// `paged_sync` tests; one is the accounts' `STORAGE_UNAVAILABLE`, whose only site the sweeps
+/// reached (the storage estimate's queue read) is gone.
 const MOST_MISSES: usize = 17;
 
 #[test]
