@@ -256,7 +256,7 @@ impl Cx<'_> {
             .and_then(|c| self.sessions().get(c))
             .map(|c| c.window.waiting().filter(|w| *w != conv).cloned().collect())
             .unwrap_or_default();
-        let room = crate::sync::share(room, 1 + waiting.len());
+        let room = crate::window::share(room, 1 + waiting.len());
         self.read_queue_ahead(user, conv, room)?;
         for w in waiting {
             self.read_queue_ahead(user, &w, room)?;

@@ -34,13 +34,6 @@ use crate::window::Window;
 /// The alias of each account a replay names (`None`: the account has none).
 type Aliases = BTreeMap<UserUuid, Option<AliasId>>;
 
-/// Each one's share of a window's `room` (messages, bytes) among `n` conversations taking
-/// turns in it (rounded up: at least one message each).
-pub(crate) fn share(room: (usize, usize), n: usize) -> (usize, usize) {
-    let n = n.max(1);
-    (room.0.div_ceil(n), room.1.div_ceil(n))
-}
-
 fn cost(conv: &ConvId, m: &Queued) -> usize {
     msg_frame_bytes(m.id.as_str().len(), conv.as_str().len(), m.payload.len())
 }
@@ -112,7 +105,7 @@ impl Cx<'_> {
             .iter()
             .filter(|conv| self.state.summary(user, conv).msgs > 0)
             .count();
-        let room = share(
+        let room = crate::window::share(
             (self.config.sync_window_msgs, self.config.sync_window_bytes),
             backlog,
         );

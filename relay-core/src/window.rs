@@ -7,6 +7,13 @@ use std::collections::{BTreeMap, VecDeque};
 
 use wire::{ConvId, Seq};
 
+/// Each one's share of a window's `room` (messages, bytes) among `n` conversations taking
+/// turns in it (rounded up: at least one message each).
+pub(crate) fn share(room: (usize, usize), n: usize) -> (usize, usize) {
+    let n = n.max(1);
+    (room.0.div_ceil(n), room.1.div_ceil(n))
+}
+
 /// The delivery window of one synced connection: what is in flight and whose turn is next.
 #[derive(Debug, Default)]
 pub(crate) struct Window {
