@@ -260,7 +260,7 @@ impl Cx<'_> {
         // (`State::put_message`), and the recipient's next `sync` reads the queue.
         let synced = peer.is_some_and(|c| self.sessions().get(c).is_some_and(|s| s.synced));
         let read = |cx: &mut Self| {
-            if cx.queue_gap(&recipient, &m.conv_id).is_none() {
+            if cx.state.queue_gap(&recipient, &m.conv_id).is_none() {
                 // In memory whole (or empty): nothing to read.
                 return Ok(());
             }

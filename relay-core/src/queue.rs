@@ -43,6 +43,16 @@ pub(crate) struct Queued {
 }
 
 impl Queued {
+    /// The bytes of its `msg` frame in `conv` ([`limits::msg_frame_bytes`]): what it counts in
+    /// a delivery window.
+    pub(crate) fn frame_bytes(&self, conv: &ConvId) -> usize {
+        limits::msg_frame_bytes(
+            self.id.as_str().len(),
+            conv.as_str().len(),
+            self.payload.len(),
+        )
+    }
+
     /// What this message counts against the queue bounds
     /// ([`crate::limits::queued_message_bytes`]).
     pub(crate) fn charge(&self) -> u64 {
@@ -67,7 +77,7 @@ impl Queued {
 ///   page at a time (`State::load_queue_part`): a synced recipient's queue is held this way,
 ///   so what delivery holds follows its window, not the backlog;
 /// * and a **tail**: the messages appended since the queue was last read, above the gap. A
-///   message for a recipient whose queue is not in memory starts a tail ([`Queue::tail`]), so a
+///   message for a recipient whose queue is not in memory starts a tail ([`Queue::unread`]), so a
 ///   flood of messages to evicted queues reads nothing back.
 ///
 /// The gap is read (and laid under the tail, whose commit may still be in flight) when the
@@ -142,13 +152,8 @@ impl Queue {
         self.bytes
     }
 
-    /// An empty tail: the messages to append to a queue whose stored ones (`stored`) are not in
-    /// memory.
-    pub(crate) fn tail(stored: QueueSummary) -> Self {
-        Self::unread(stored)
-    }
-
-    /// A queue none of whose stored messages (`stored`) is in memory yet.
+    /// A queue none of whose stored messages (`stored`) is in memory yet: the start of a tail,
+    /// or of a read of the queue.
     pub(crate) fn unread(stored: QueueSummary) -> Self {
         Self {
             gap: Some(Gap::of(stored)),
@@ -156,7 +161,7 @@ impl Queue {
         }
     }
 
-    /// Whether this is only a tail ([`Queue::tail`]): nothing of the stored queue was read.
+    /// Whether this is only a tail: nothing of the stored queue was read.
     pub(crate) fn is_tail(&self) -> bool {
         self.gap.is_some_and(|g| g.after.is_none())
     }
@@ -427,7 +432,7 @@ impl Queues {
     ) -> Option<Queued> {
         if !self.cache.contains(key) {
             probes::probe!("queue:tail-started");
-            self.cache.insert(key.clone(), Queue::tail(stored));
+            self.cache.insert(key.clone(), Queue::unread(stored));
         }
         self.cache.write(key, |q| q.insert(m)).flatten()
     }

@@ -4,7 +4,6 @@
 
 use crate::cx::Cx;
 use crate::directory::{Lookup, read_index};
-use crate::limits::msg_frame_bytes;
 use crate::relations::Contacts;
 use crate::rows::AccountRow;
 use crate::rows::Tombstone;
@@ -137,18 +136,10 @@ impl Cx<'_> {
         state.load_queue_part(cx, recipient, conv, Some(rows))
     }
 
-    /// The gap of the queue of `recipient` in `conv`, while it holds messages.
-    pub(crate) fn queue_gap(
-        &self,
-        recipient: &UserUuid,
-        conv: &ConvId,
-    ) -> Option<crate::queue::Gap> {
-        let key = (recipient.clone(), conv.clone());
-        self.state.queued().get(recipient, conv)?;
-        match self.state.queues().peek(&key) {
-            Some(q) => q.gap().filter(|g| g.msgs() > 0),
-            None => Some(crate::queue::Gap::of(self.state.summary(recipient, conv))),
-        }
+    /// The delivery window of `user`'s connection, if it is synced.
+    fn synced_window(&self, user: &UserUuid) -> Option<&crate::window::Window> {
+        let c = self.sessions().get(self.online(user)?)?;
+        c.synced.then_some(&c.window)
     }
 
     /// The oldest messages of the queue of `recipient` in `conv` in memory: its first page is
@@ -162,6 +153,7 @@ impl Cx<'_> {
         room: (usize, usize),
     ) -> Result<(), StoreError> {
         if self
+            .state
             .queue_gap(recipient, conv)
             .is_some_and(|g| g.after().is_none())
         {
@@ -180,7 +172,7 @@ impl Cx<'_> {
         conv: &ConvId,
         seq: wire::Seq,
     ) -> Result<(), StoreError> {
-        while let Some(g) = self.queue_gap(recipient, conv) {
+        while let Some(g) = self.state.queue_gap(recipient, conv) {
             if g.after().is_some_and(|a| a > seq) {
                 break;
             }
@@ -199,7 +191,7 @@ impl Cx<'_> {
         now: UnixMs,
     ) -> Result<(), StoreError> {
         let ttl = self.config.offline_ttl_ms;
-        while let Some(g) = self.queue_gap(recipient, conv) {
+        while let Some(g) = self.state.queue_gap(recipient, conv) {
             let key = (recipient.clone(), conv.clone());
             let last_read = g.after().and_then(|a| {
                 let q = self.state.queues().peek(&key)?;
@@ -221,15 +213,11 @@ impl Cx<'_> {
         user: &UserUuid,
         releasing: Option<&ConvId>,
     ) -> (usize, usize) {
-        let Some(c) = self.online(user).and_then(|c| self.sessions().get(c)) else {
+        let Some(window) = self.synced_window(user) else {
             return (0, 0);
         };
-        if !c.synced {
-            return (0, 0);
-        }
-        let (msgs, bytes) = c.window.flying(None);
-        let (freed_msgs, freed_bytes) =
-            releasing.map_or((0, 0), |conv| c.window.flying(Some(conv)));
+        let (msgs, bytes) = window.flying(None);
+        let (freed_msgs, freed_bytes) = releasing.map_or((0, 0), |conv| window.flying(Some(conv)));
         (
             self.config
                 .sync_window_msgs
@@ -252,9 +240,8 @@ impl Cx<'_> {
         if room.0 == 0 {
             return Ok(());
         }
-        let waiting: Vec<ConvId> = (self.online(user))
-            .and_then(|c| self.sessions().get(c))
-            .map(|c| c.window.waiting().filter(|w| *w != conv).cloned().collect())
+        let waiting: Vec<ConvId> = (self.synced_window(user))
+            .map(|w| w.waiting().filter(|w| *w != conv).cloned().collect())
             .unwrap_or_default();
         let room = crate::window::share(room, 1 + waiting.len());
         self.read_queue_ahead(user, conv, room)?;
@@ -274,25 +261,19 @@ impl Cx<'_> {
         conv: &ConvId,
         room: (usize, usize),
     ) -> Result<(), StoreError> {
-        if self.queue_gap(recipient, conv).is_none() {
+        if self.state.queue_gap(recipient, conv).is_none() {
             return Ok(());
         }
-        let pushed = (self.online(recipient))
-            .and_then(|c| self.sessions().get(c))
-            .map_or(wire::Seq(0), |c| c.window.pushed(conv));
+        let pushed = (self.synced_window(recipient)).map_or(wire::Seq(0), |w| w.pushed(conv));
         let key = (recipient.clone(), conv.clone());
-        while let Some(g) = self.queue_gap(recipient, conv) {
+        while let Some(g) = self.state.queue_gap(recipient, conv) {
             if let Some(after) = g.after() {
                 let (mut msgs, mut bytes) = (0usize, 0usize);
                 if let Some(q) = self.state.queues().peek(&key) {
                     let unpushed = q.starting_at(pushed.next()).take_while(|m| m.seq <= after);
                     for m in unpushed {
                         msgs += 1;
-                        bytes += msg_frame_bytes(
-                            m.id.as_str().len(),
-                            conv.as_str().len(),
-                            m.payload.len(),
-                        );
+                        bytes += m.frame_bytes(conv);
                     }
                 }
                 if msgs >= room.0 || bytes >= room.1 {

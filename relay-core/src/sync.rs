@@ -22,9 +22,8 @@ use wire::frames::{MsgDelivery, ReceiptDelivery, RetractDelivery};
 use wire::{AliasId, ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::cx::Cx;
-use crate::limits::msg_frame_bytes;
 use crate::planted::planted;
-use crate::queue::{Next, Queued};
+use crate::queue::Next;
 use crate::receipts::receipt_frame;
 use crate::rows::ReceiptKind;
 use crate::shell::ConnId;
@@ -33,10 +32,6 @@ use crate::window::Window;
 
 /// The alias of each account a replay names (`None`: the account has none).
 type Aliases = BTreeMap<UserUuid, Option<AliasId>>;
-
-fn cost(conv: &ConvId, m: &Queued) -> usize {
-    msg_frame_bytes(m.id.as_str().len(), conv.as_str().len(), m.payload.len())
-}
 
 impl Cx<'_> {
     pub(crate) fn on_sync(&mut self, now: UnixMs, conn: ConnId) {
@@ -345,7 +340,7 @@ impl Cx<'_> {
         let Next::Msg(m) = q.next_after(pushed) else {
             return false;
         };
-        let bytes = cost(conv, m);
+        let bytes = m.frame_bytes(conv);
         // PLANTED BUG (test-only) when `SyncIgnoresWindow`: no pacing.
         if !c.window.has_room(window_msgs, window_bytes, bytes)
             && !planted!(self.config, SyncIgnoresWindow)
@@ -374,29 +369,19 @@ impl Cx<'_> {
 
     /// Whether the next message of `conv` to push on `conn` is in memory, reading its page
     /// (on the relay's task) when it is not and nothing is in flight on `conn`
-    /// ([`Cx::push_next`]). `false`: it waits for a receipt's read ahead, or the read failed
-    /// (the connection is closed).
+    /// ([`Cx::push_next`]); also `true` when the window is full (nothing is pushed then).
+    /// `false`: it waits for a receipt's read ahead, or the read failed (the connection is
+    /// closed).
     fn page_in(&mut self, conn: ConnId, conv: &ConvId) -> bool {
+        if !self.awaits_page(conn, conv) {
+            // In memory, or the window is full (nothing is pushed anyway).
+            return true;
+        }
         let Some(c) = self.sessions().get(conn) else {
             return false;
         };
-        let user = c.user.clone();
-        let pushed = c.window.pushed(conv);
-        let idle = c.window.is_empty();
-        let gap = self
-            .state
-            .queue(&user, conv)
-            .is_some_and(|q| q.next_after(pushed) == Next::Gap);
-        if !gap {
-            return true;
-        }
-        let (window_msgs, window_bytes) =
-            (self.config.sync_window_msgs, self.config.sync_window_bytes);
-        if !c.window.has_room(window_msgs, window_bytes, 0) {
-            // The window is full: nothing would be pushed anyway.
-            return false;
-        }
-        if !idle {
+        let (user, pushed) = (c.user.clone(), c.window.pushed(conv));
+        if !c.window.is_empty() {
             probes::probe!("sync:page-awaits-receipt");
             return false;
         }
@@ -424,7 +409,7 @@ impl Cx<'_> {
         let (mut n, mut bytes) = (0, 0);
         for m in q.upto(limit).filter(|m| m.seq > released) {
             n += 1;
-            bytes += cost(conv, m);
+            bytes += m.frame_bytes(conv);
         }
         if n == 0 {
             // Nothing was in flight up to `upto`: only the released mark moves, which a run
@@ -456,7 +441,7 @@ impl Cx<'_> {
         if let Some(q) = self.state.queue(&c.user, conv) {
             for m in q.upto(pushed).filter(|m| m.seq > released) {
                 n += 1;
-                bytes += cost(conv, m);
+                bytes += m.frame_bytes(conv);
             }
         }
         if let Some(c) = self.sessions_mut().get_mut(conn) {

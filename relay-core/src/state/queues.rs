@@ -4,7 +4,7 @@
 
 use crate::limits;
 use crate::planted::planted;
-use crate::queue::{Queue, Queued, read_gap};
+use crate::queue::{Gap, Queue, Queued, read_gap};
 use crate::queue_index::{QueueEntry, record_entry};
 use crate::rows::{MessageRecord, MessageRow, QueueSummary, decode, meta, write_message_key};
 use crate::state::State;
@@ -152,6 +152,16 @@ impl State {
         Ok(())
     }
 
+    /// The stored messages of the queue of `recipient` in `conv` that are not in memory, while
+    /// there are any (all of them, when the queue is not in memory).
+    pub(crate) fn queue_gap(&self, recipient: &UserUuid, conv: &ConvId) -> Option<Gap> {
+        let entry = self.queued.get(recipient, conv)?;
+        match self.queues.peek(&(recipient.clone(), conv.clone())) {
+            Some(q) => q.gap().filter(|g| g.msgs() > 0),
+            None => Some(Gap::of(entry.summary)),
+        }
+    }
+
     /// Rows per page of the gap of the queue of `recipient` in `conv`: about `bytes` of its
     /// messages (at their mean size), at least one, at most `msgs`.
     pub(crate) fn page_rows(
@@ -160,15 +170,11 @@ impl State {
         conv: &ConvId,
         (msgs, bytes): (usize, usize),
     ) -> usize {
-        let key = (recipient.clone(), conv.clone());
-        let gap = match self.queues.peek(&key) {
-            Some(q) => q.gap().map(|g| (g.msgs(), g.bytes())),
-            None => Some((
-                self.summary(recipient, conv).msgs,
-                self.summary(recipient, conv).bytes,
-            )),
-        };
-        let mean = gap.and_then(|(n, b)| b.checked_div(n)).unwrap_or(1).max(1);
+        let gap = self.queue_gap(recipient, conv);
+        let mean = gap
+            .and_then(|g| g.bytes().checked_div(g.msgs()))
+            .unwrap_or(1)
+            .max(1);
         let rows = (bytes as u64 / mean).max(1);
         usize::try_from(rows)
             .unwrap_or(usize::MAX)
