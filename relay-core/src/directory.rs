@@ -52,6 +52,12 @@ impl Weigh for Cached {
     }
 }
 
+impl Weigh for UserUuid {
+    fn weight(&self) -> usize {
+        self.as_str().len()
+    }
+}
+
 /// A name an account is found by besides its uuid: a key of the `account_index` table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lookup<'a> {

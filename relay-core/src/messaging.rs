@@ -2,11 +2,13 @@
 //!
 //! * A `msg` is accepted only from a member of `conv_id` whose `to` is the other member
 //!   (else error frame `NOT_A_MEMBER`).
-//! * Dedup: every accepted id leaves a tombstone `(author, id) -> (conv, seq)` for
-//!   `TOMBSTONE_TTL_MS` (7 days, longer than the 24 h the message itself is held), so a resend
-//!   with the same id — e.g. the web client's resend-on-reconnect — gets the same `ack` with the
-//!   same `seq` and is never delivered twice. The same id in another conversation is refused
-//!   (`ALREADY_EXISTS`).
+//! * Dedup, per conversation: every accepted id leaves a tombstone `(conv, id) -> (author,
+//!   seq)` for `TOMBSTONE_TTL_MS` (7 days, longer than the 24 h the message itself is held), so
+//!   a resend with the same id in the same conversation — e.g. the web client's
+//!   resend-on-reconnect — gets the same `ack` with the same `seq` and is never delivered
+//!   twice. An id the conversation's other member already used is refused (`ALREADY_EXISTS`);
+//!   in another conversation the same id is a new message (each conversation's owner decides
+//!   its ids alone).
 //! * New messages: rate limit (`RATE_LIMITED`, no ack), bounded queues (no ack: the
 //!   conversation's share of the recipient's queue `QUEUE_FULL`, the recipient's whole backlog
 //!   `RECIPIENT_QUEUE_FULL`, the sender's undelivered bytes `SENDER_QUEUE_FULL`, the relay's
@@ -16,7 +18,8 @@
 //! * The `payload` must be standard base64 (else error frame `BAD_FRAME`, no ack); the relay
 //!   never looks further into it.
 //! * `typing`: members only, ephemeral, 30/min/user, excess silently dropped.
-//! * `retract`: only the author (looked up in the tombstones); a still-queued copy is dropped;
+//! * `retract`: only the author (the conversation's tombstone of the id names them); a
+//!   still-queued copy is dropped;
 //!   the `retract` is forwarded live when the recipient is connected, and kept either way and
 //!   re-sent on every `sync` of the recipient until the offline TTL (it has no ack: a live
 //!   frame may be lost in a dead socket or a crash after the commit). Clients deduplicate.
@@ -210,26 +213,29 @@ impl Cx<'_> {
         }
     }
 
-    /// The checks of a `msg` of `user`, in order: the author's tombstones and the conversation
-    /// are read (if not in memory), membership and `to`, the payload's alphabet, a known id,
-    /// the message rate, every queue bound, and a synced recipient's queue is read. Nothing is
-    /// written; `Err`: the code and words of the refusal.
+    /// The checks of a `msg` of `user`, in order: membership and `to` (the conversation is
+    /// read if not in memory), the conversation's tombstones are read (likewise), the
+    /// payload's alphabet, a known id, the message rate, every queue bound, and a synced
+    /// recipient's queue is read. Nothing is written; `Err`: the code and words of the
+    /// refusal.
     fn judge_msg(
         &mut self,
         now: UnixMs,
         user: &UserUuid,
         m: &MsgFrame,
     ) -> Result<MsgVerdict, (ErrorCode, &'static str)> {
-        // Whether this id is known is decided after the membership checks.
-        let known = self.tombstone(user, &m.id, now).map_err(|_| {
+        let recipient = self
+            .member_check(user, &m.conv_id, &m.to)
+            .map_err(NotMember::refusal)?;
+        // Whether this id is known is decided after the payload's check; the conversation's
+        // tombstones are read once the caller is known to be a member (a stranger's frame
+        // reads nothing more).
+        let known = self.tombstone(&m.conv_id, &m.id, now).map_err(|_| {
             (
                 ErrorCode::STORAGE_UNAVAILABLE,
                 "the relay could not read which message ids were already used; send it again",
             )
         })?;
-        let recipient = self
-            .member_check(user, &m.conv_id, &m.to)
-            .map_err(NotMember::refusal)?;
         let peer = self.online(&recipient);
         if !is_base64(&m.payload) {
             return Err((
@@ -240,12 +246,12 @@ impl Cx<'_> {
         // PLANTED BUG (test-only) when `NoMessageDedup`: the tombstone is never looked up.
         let dedup = !planted!(self.config, NoMessageDedup);
         if let Some(t) = known.filter(|_| dedup) {
-            if t.conv_id == m.conv_id {
+            if t.author == *user {
                 return Ok(MsgVerdict::Resent(t.seq));
             }
             return Err((
                 ErrorCode::ALREADY_EXISTS,
-                "this message id was already used in another conversation",
+                "this message id was already used by the other member of this conversation",
             ));
         }
         if !self.throttles().message_allowed(now, user) {
@@ -295,10 +301,10 @@ impl Cx<'_> {
         };
         self.throttles_mut().charge_message(now, user);
         self.state.put_tombstone(
-            user,
+            &m.conv_id,
             m.id.clone(),
             Tombstone {
-                conv_id: m.conv_id.clone(),
+                author: user.clone(),
                 seq,
                 expires_at: now.plus_ms(TOMBSTONE_TTL_MS.max(self.config.offline_ttl_ms)),
                 retracted: false,
@@ -385,7 +391,7 @@ impl Cx<'_> {
             Ok(None) => return,
             Err(_) => return unreadable(self, "your account", id),
         };
-        let Ok(tomb) = self.retracted_tombstone(&user, &other, r, now) else {
+        let Ok(tomb) = self.retracted_tombstone(&user, r, now) else {
             return unreadable(self, "the message's tombstone", id);
         };
         let Some(tomb) = tomb else {
@@ -411,7 +417,7 @@ impl Cx<'_> {
             probes::probe!("retract:repeated");
         } else {
             self.state.put_tombstone(
-                &user,
+                &r.conv_id,
                 r.id.clone(),
                 Tombstone {
                     retracted: true,
@@ -427,17 +433,14 @@ impl Cx<'_> {
     fn retracted_tombstone(
         &mut self,
         user: &UserUuid,
-        other: &UserUuid,
         r: &RetractFrame,
         now: UnixMs,
     ) -> Result<Option<Tombstone>, StoreError> {
-        let mut tomb = self.tombstone(user, &r.id, now)?;
-        // PLANTED BUG (RetractByAnyMember): the id is looked up in the conversation, under
-        // either member, so a member may retract the other one's message.
-        if tomb.is_none() && planted!(self.config, RetractByAnyMember) {
-            tomb = self.tombstone(other, &r.id, now)?;
-        }
-        Ok(tomb.filter(|t| t.conv_id == r.conv_id))
+        let tomb = self.tombstone(&r.conv_id, &r.id, now)?;
+        // PLANTED BUG (RetractByAnyMember): the author is not checked, so a member may
+        // retract the other one's message.
+        let any_member = planted!(self.config, RetractByAnyMember);
+        Ok(tomb.filter(|t| t.author == *user || any_member))
     }
 
     /// Sends the retraction `r` of `author` (with their alias) to `recipient`: live when the

@@ -292,11 +292,11 @@ impl Cx<'_> {
     /// [`tombstones::lookup`](crate::tombstones::lookup) on this relay.
     pub(crate) fn tombstone(
         &mut self,
-        author: &UserUuid,
+        conv: &ConvId,
         id: &MessageId,
         now: UnixMs,
     ) -> Result<Option<Tombstone>, StoreError> {
         let (state, cx) = self.read_parts();
-        state.tombstone(cx, author, id, now)
+        state.tombstone(cx, conv, id, now)
     }
 }

@@ -158,11 +158,11 @@ pub(crate) struct TombstoneRow {
     pub(crate) retracted: bool,
 }
 
-/// A tombstone in memory, keyed by `(author, id)` in [`State::tombstones`](crate::state::State::tombstones) (so the key is not
-/// stored twice).
+/// A tombstone in memory, keyed by `(conversation, id)` in
+/// [`State::tombstones`](crate::state::State::tombstones) (so the key is not stored twice).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Tombstone {
-    pub(crate) conv_id: ConvId,
+    pub(crate) author: UserUuid,
     pub(crate) seq: Seq,
     pub(crate) expires_at: UnixMs,
     pub(crate) retracted: bool,
@@ -269,6 +269,10 @@ pub(crate) mod meta {
     /// Present once every friendship has its `contacts` rows (written by the first start of a
     /// relay that reads contacts lazily, after it indexed the stored friendships).
     pub(crate) const CONTACTS: &str = "contacts";
+    /// Present once every tombstone is keyed by its conversation (`conv/id/author`; written by
+    /// the first start of a relay that dedups per conversation, after it rekeyed the rows of
+    /// older relays, which were keyed by author).
+    pub(crate) const TOMBSTONES_BY_CONVERSATION: &str = "tombstones_by_conversation";
     /// The offline TTL (ms) the `queue_index` rows' expiries were written under: a start under
     /// another TTL (or of a store from before queues had an expiry, without this row) rewrites
     /// them.
@@ -434,9 +438,19 @@ pub(crate) fn message_key(recipient: &UserUuid, conv: &ConvId, seq: Seq) -> Stri
     key
 }
 
-/// Writes the key of the tombstone (or pending retraction) row `author/id`.
-pub(crate) fn write_tombstone_key(k: &mut RowKey<'_>, author: &UserUuid, id: &MessageId) {
-    write_row_key(k, &[author.as_str(), id.as_str()], None);
+/// Writes the key of the tombstone row `conv/id/author`.
+pub(crate) fn write_tombstone_key(
+    k: &mut RowKey<'_>,
+    conv: &ConvId,
+    id: &MessageId,
+    author: &UserUuid,
+) {
+    write_row_key(k, &[conv.as_str(), id.as_str(), author.as_str()], None);
+}
+
+/// Writes the key of the pending retraction row `recipient/id`.
+pub(crate) fn write_pending_retract_key(k: &mut RowKey<'_>, recipient: &UserUuid, id: &MessageId) {
+    write_row_key(k, &[recipient.as_str(), id.as_str()], None);
 }
 
 /// Writes the key of the receipt mark row `conv/reader/kind`.
@@ -587,7 +601,10 @@ mod tests {
         b.delete_row(Table::Messages, |k| {
             write_message_key(k, &r, &c, Seq(u64::MAX));
         });
-        b.delete_row(Table::Tombstones, |k| write_tombstone_key(k, &r, &id));
+        b.delete_row(Table::Tombstones, |k| write_tombstone_key(k, &c, &id, &r));
+        b.delete_row(Table::PendingRetracts, |k| {
+            write_pending_retract_key(k, &r, &id);
+        });
         b.delete_row(Table::ReceiptMarks, |k| {
             write_mark_key(k, &c, &r, ReceiptKind::Read);
         });
@@ -600,6 +617,7 @@ mod tests {
             [
                 format!("{r}/{c}/{:020}", 42),
                 format!("{r}/{c}/{}", u64::MAX),
+                format!("{c}/{id}/{r}"),
                 format!("{r}/{id}"),
                 format!("{c}/{r}/read"),
                 format!("{r}/{c}/delivered"),

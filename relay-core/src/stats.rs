@@ -24,11 +24,11 @@ pub struct RelayStats {
     /// Messages waiting for the account when it sent `sync` (replayed after it, oldest
     /// first), summed over every `sync`.
     pub sync_backlog_messages: u64,
-    /// Authors' tombstone sets read from the store (the first `msg` or `retract` of an author
-    /// whose set was not in memory).
+    /// Conversations' tombstone sets read from the store (the first `msg` or `retract` in a
+    /// conversation whose set was not in memory).
     pub tombstone_sets_read: u64,
-    /// Single tombstones read from the store: the lookups of authors whose sets are too large
-    /// to hold whole, for ids not written since their entry was made.
+    /// Single tombstones read from the store: the lookups in conversations whose sets are too
+    /// large to hold whole, for ids not written since their entry was made.
     pub tombstone_rows_read: u64,
     /// Tombstone reads that failed (the frame was refused with `STORAGE_UNAVAILABLE`, or a
     /// range expiry was put off).
@@ -88,8 +88,8 @@ pub struct TombstoneCacheStats {
     /// Estimated heap of the sets in memory (bounded by `Config::tombstone_cache_bytes`, plus
     /// what the batches in flight pinned).
     pub bytes: usize,
-    /// Authors whose sets are in memory.
-    pub authors: usize,
+    /// Conversations whose sets are in memory.
+    pub conversations: usize,
     /// Tombstones in those sets.
     pub tombstones: usize,
     /// Sets evicted since the relay was built.

@@ -54,11 +54,16 @@ pub(super) fn open_state(
     let snapshot = store.load_eager()?;
     let mut state = State::load(&snapshot, config.offline_ttl_ms, config.order_retention_ms)?;
     drop(snapshot);
-    // Tables derived from others that a store written before them lacks: filled once.
+    // Tables derived from others that a store written before them lacks: filled once; and
+    // the tombstones of older relays, keyed by author, rekeyed by conversation once.
     type Derive = fn(&mut dyn Store, &mut dyn StoreRead, usize) -> Result<u64, StoreError>;
-    let derived: [(&str, Derive); 2] = [
+    let derived: [(&str, Derive); 3] = [
         (meta::ACCOUNT_INDEX, crate::directory::index_stored_accounts),
         (meta::CONTACTS, crate::relations::index_stored_friendships),
+        (
+            meta::TOMBSTONES_BY_CONVERSATION,
+            crate::tombstones::rekey_by_conversation,
+        ),
     ];
     for (done, derive) in derived {
         if !state.meta().contains_key(done) {

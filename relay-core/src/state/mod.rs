@@ -46,7 +46,7 @@ pub(crate) struct State {
     /// What every non-empty queue holds, by recipient and conversation (`crate::queue`; all
     /// of it in memory: the queue bounds need it).
     queued: crate::queue_index::QueueIndex,
-    /// (author, message id) -> tombstone, for the authors whose sets are in memory
+    /// (conversation, message id) -> tombstone, for the conversations whose sets are in memory
     /// (`crate::tombstones`; the rest are in the store).
     tombstones: crate::tombstones::Cache,
     pending_receipts: BTreeMap<(UserUuid, ConvId, ReceiptKind), PendingReceiptRow>,
@@ -84,7 +84,7 @@ pub(crate) struct Pins {
     accounts: Vec<UserUuid>,
     conversations: Vec<ConvId>,
     contacts: Vec<UserUuid>,
-    tombstones: Vec<UserUuid>,
+    tombstones: Vec<ConvId>,
     queues: Vec<crate::queue::QueueKey>,
     /// The earliest expiry of the messages the batch wrote: the expiry sweep is armed for it
     /// once the batch is durable (`crate::queue`).
@@ -162,15 +162,15 @@ impl State {
         crate::relations::read_marks(&mut self.relations, reader, stats, conv)
     }
 
-    /// The tombstone of `author`'s message `id` if one is live at `now`.
+    /// The tombstone of the message `id` in `conv` if one is live at `now`.
     pub(crate) fn tombstone(
         &mut self,
         ReadCx { reader, stats }: ReadCx<'_>,
-        author: &UserUuid,
+        conv: &ConvId,
         id: &MessageId,
         now: UnixMs,
     ) -> Result<Option<Tombstone>, StoreError> {
-        crate::tombstones::lookup(&mut self.tombstones, reader, stats, author, id, now)
+        crate::tombstones::lookup(&mut self.tombstones, reader, stats, conv, id, now)
     }
 }
 
@@ -489,23 +489,24 @@ impl State {
 
     // ---- tombstones
 
-    /// Writes `(author, id)`'s tombstone (the author's set must be in memory) with its expiry.
-    pub(crate) fn put_tombstone(&mut self, author: &UserUuid, id: MessageId, t: Tombstone) {
+    /// Writes the tombstone of `id` in `conv` (the conversation's set must be in memory) with
+    /// its expiry.
+    pub(crate) fn put_tombstone(&mut self, conv: &ConvId, id: MessageId, t: Tombstone) {
         let record = TombstoneRecord {
-            author,
+            author: &t.author,
             id: &id,
-            conv_id: &t.conv_id,
+            conv_id: conv,
             seq: t.seq,
             expires_at: t.expires_at,
             retracted: t.retracted,
         };
         self.batch.put_expiring_row(
             Table::Tombstones,
-            |k| write_tombstone_key(k, author, &id),
+            |k| write_tombstone_key(k, conv, &id, &t.author),
             |out| record.write_json(out),
             t.expires_at.get(),
         );
-        self.tombstones.put(author, id, t);
+        self.tombstones.put(conv, id, t);
     }
 
     /// Deletes every tombstone row expired at `now` (one range delete) and drops them from
@@ -551,7 +552,7 @@ impl State {
     pub(crate) fn put_pending_retract(&mut self, r: PendingRetractRow, offline_ttl_ms: u64) {
         self.record_keyed(
             Table::PendingRetracts,
-            |k| write_tombstone_key(k, &r.recipient, &r.id),
+            |k| write_pending_retract_key(k, &r.recipient, &r.id),
             &r,
         );
         self.timers.insert((
@@ -585,7 +586,7 @@ impl State {
             .is_some()
         {
             self.batch.delete_row(Table::PendingRetracts, |k| {
-                write_tombstone_key(k, recipient, id);
+                write_pending_retract_key(k, recipient, id);
             });
         }
     }
@@ -636,8 +637,9 @@ mod tests {
             UserUuid::parse("00000000-0000-4000-8000-000000000001").unwrap(),
             MessageId::parse("m-1").unwrap(),
         );
+        let conv = ConvId::parse("c-1").unwrap();
         let t = Tombstone {
-            conv_id: ConvId::parse("c-1").unwrap(),
+            author: author.clone(),
             seq: Seq(7),
             expires_at: UnixMs(9),
             retracted: true,
@@ -646,8 +648,8 @@ mod tests {
             tombstones: crate::tombstones::Cache::new(1 << 20, None),
             ..State::default()
         };
-        s.tombstones.insert_loaded(&author, [], UnixMs(0));
-        s.put_tombstone(&author, id.clone(), t.clone());
+        s.tombstones.insert_loaded(&conv, [], UnixMs(0));
+        s.put_tombstone(&conv, id.clone(), t.clone());
         let Some(crate::store::MutationRef::PutExpiring {
             key,
             value,
@@ -657,7 +659,7 @@ mod tests {
         else {
             panic!("one put with an expiry");
         };
-        assert_eq!(key, "00000000-0000-4000-8000-000000000001/m-1");
+        assert_eq!(key, "c-1/m-1/00000000-0000-4000-8000-000000000001");
         assert_eq!(expires_at, 9);
         let row: TombstoneRow = decode(Table::Tombstones, key, value).unwrap();
         assert_eq!(
@@ -665,7 +667,7 @@ mod tests {
             TombstoneRow {
                 author,
                 id,
-                conv_id: t.conv_id,
+                conv_id: conv,
                 seq: t.seq,
                 expires_at: t.expires_at,
                 retracted: true,

@@ -6,7 +6,7 @@ use relay_core::store::{Store as _, Table};
 use serde_json::{Value, json};
 
 use crate::world::online_and_offline as alice_and_offline_bob;
-use crate::world::{User, World, acks, frames};
+use crate::world::{User, World, acks, errors, frames};
 
 /// Every accepted message counts once, as online or offline by where its recipient was; a
 /// resend counts as deduplicated; a `sync` counts with the backlog it found.
@@ -317,4 +317,120 @@ fn a_retraction_in_flight_keeps_the_other_conversation_s_bytes_counted() {
         json!({"type":"retract","id":"b2","to":r.alias,"conv_id":conv_b}),
     );
     assert_eq!(pushed(&outs, cr), [(conv_b.clone(), 3)]);
+}
+
+/// Dedup is per conversation. An author's id used again in another conversation is a new
+/// message there, and a resend in either gets that conversation's first ack; the id the other
+/// member already used in a conversation is refused with `ALREADY_EXISTS` (no ack, nothing
+/// stored or delivered); a retraction names its conversation, and is the author's alone.
+#[test]
+fn message_ids_belong_to_their_conversation() {
+    let mut w = World::new();
+    let (mut a, mut b, c) = (w.user("a"), w.user("b"), w.user("c"));
+    let ab = w.befriend(&a, &b);
+    let ac = w.befriend(&a, &c);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    let sent = |w: &mut World, from: &User, to: &User, conv: &str, id: &str, conn| {
+        acks(&frames(&w.msg(from, to, conv, id), conn))
+    };
+    assert_eq!(sent(&mut w, &a, &b, &ab, "x", ca), [("x".into(), 1)]);
+    assert_eq!(sent(&mut w, &a, &c, &ac, "x", ca), [("x".into(), 1)]);
+    let dedup = w.relay.stats().messages_deduplicated;
+    assert_eq!(sent(&mut w, &a, &b, &ab, "x", ca), [("x".into(), 1)]);
+    assert_eq!(sent(&mut w, &a, &c, &ac, "x", ca), [("x".into(), 1)]);
+    assert_eq!(w.relay.stats().messages_deduplicated, dedup + 2);
+
+    let messages = w.rows(Table::Messages).len();
+    let outs = w.msg(&b, &a, &ab, "x");
+    assert!(acks(&frames(&outs, cb)).is_empty());
+    assert_eq!(errors(&frames(&outs, cb)), ["ALREADY_EXISTS"]);
+    assert!(frames(&outs, ca).is_empty(), "nothing delivered: {outs:?}");
+    assert_eq!(w.rows(Table::Messages).len(), messages);
+    assert_eq!(sent(&mut w, &b, &a, &ab, "y", cb), [("y".into(), 2)]);
+
+    let retract = |w: &mut World, conn, to: &User, conv: &str| {
+        let frame = json!({"type":"retract","id":"x","to":to.alias,"conv_id":conv});
+        errors(&frames(&w.send(conn, frame), conn))
+    };
+    assert_eq!(retract(&mut w, cb, &a, &ab), ["NOT_THE_AUTHOR"]);
+    assert!(retract(&mut w, ca, &c, &ac).is_empty());
+    let mut rows: Vec<_> = tombstones(&w, "x")
+        .iter()
+        .map(|r| (r["conv_id"] == *ac, r["retracted"].as_bool().unwrap()))
+        .collect();
+    rows.sort();
+    assert_eq!(
+        rows,
+        [(false, false), (true, true)],
+        "only ac's x is retracted"
+    );
+}
+
+/// A store written by a relay that kept tombstones per author (`author/id`) is rekeyed by
+/// conversation at the first start (values and expiries kept), and its ids still answer:
+/// a resend gets its first ack, the other member's reuse is refused, the author may retract.
+#[test]
+fn tombstones_keyed_by_author_are_rekeyed_at_start() {
+    let mut w = World::new();
+    let (mut a, mut b, conv) = alice_and_offline_bob(&mut w);
+    for id in ["m1", "m2", "m3"] {
+        w.msg(&a, &b, &conv, id);
+    }
+    let rows = w.rows(Table::Tombstones);
+    assert_eq!(rows.len(), 3);
+    // The store as an older relay left it: tombstones keyed by author, no meta row.
+    let mut old = relay_core::store::Batch::new();
+    for (key, value) in &rows {
+        let row: Value = serde_json::from_slice(value).unwrap();
+        let author_key = format!(
+            "{}/{}",
+            row["author"].as_str().unwrap(),
+            row["id"].as_str().unwrap()
+        );
+        old.delete(Table::Tombstones, key);
+        old.put_expiring(
+            Table::Tombstones,
+            &author_key,
+            value,
+            row["expires_at"].as_u64().unwrap(),
+        );
+    }
+    old.delete(Table::Meta, "tombstones_by_conversation");
+    w.mem.clone().commit(&old).unwrap();
+    assert!(
+        w.rows(Table::Tombstones)
+            .iter()
+            .all(|(k, _)| k.starts_with(&a.uuid))
+    );
+
+    let store = w.mem.clone();
+    w.restart(Box::new(store));
+    assert_eq!(w.rows(Table::Tombstones), rows, "rekeyed, values kept");
+    let store = w.mem.clone();
+    w.restart(Box::new(store));
+    assert_eq!(w.rows(Table::Tombstones), rows, "once");
+    w.login(&mut a);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    assert_eq!(
+        acks(&frames(&w.msg(&a, &b, &conv, "m2"), ca)),
+        [("m2".into(), 2)]
+    );
+    assert_eq!(
+        acks(&frames(&w.msg(&a, &b, &conv, "m4"), ca)),
+        [("m4".into(), 4)]
+    );
+    w.login(&mut b);
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    assert_eq!(
+        errors(&frames(&w.msg(&b, &a, &conv, "m1"), cb)),
+        ["ALREADY_EXISTS"]
+    );
+    let frame = json!({"type":"retract","id":"m3","to":b.alias,"conv_id":conv});
+    assert!(errors(&frames(&w.send(ca, frame), ca)).is_empty());
+    assert_eq!(tombstones(&w, "m3")[0]["retracted"], true);
 }

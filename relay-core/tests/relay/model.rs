@@ -97,6 +97,16 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The id a member sends for the drawn `n`: its own for most, one both members may use (the
+/// second to use it is refused) for the last few.
+fn msg_id(from: usize, n: u8) -> String {
+    if n >= 9 {
+        format!("both-{n}")
+    } else {
+        format!("m{from}-{n}")
+    }
+}
+
 /// The naive model: a list of everything accepted, who has acknowledged what.
 #[derive(Debug, Default)]
 struct Model {
@@ -106,8 +116,8 @@ struct Model {
     accepted_at: BTreeMap<u64, u64>,
     /// The relay's clock now.
     now: u64,
-    /// (author, id) -> seq
-    ids: BTreeMap<(usize, String), u64>,
+    /// id -> (author, seq): ids are the conversation's, whoever used one first
+    ids: BTreeMap<String, (usize, u64)>,
     /// Highest seq each member confirmed with `delivered`/`read`.
     confirmed: [u64; 2],
     /// seqs pushed to each member since it last confirmed (any push of a message to the
@@ -121,16 +131,20 @@ struct Model {
 
 impl Model {
     /// The relay acknowledged `id` of `from` with `seq`: a duplicate keeps its first seq, a
-    /// new id takes the next one (strictly increasing, gap-free).
+    /// new id takes the next one (strictly increasing, gap-free), and an id the other member
+    /// used first is never acknowledged (it is the conversation's).
     fn note_ack(&mut self, from: usize, id: &str, seq: u64) {
-        match self.ids.get(&(from, id.to_owned())) {
-            Some(s) => assert_eq!(*s, seq, "duplicate {id} got a new seq"),
+        match self.ids.get(id) {
+            Some((author, s)) => {
+                assert_eq!(*author, from, "{id}, the other member's, acknowledged");
+                assert_eq!(*s, seq, "duplicate {id} got a new seq");
+            }
             None => {
                 let next = self.accepted.keys().last().map_or(1, |l| l + 1);
                 assert_eq!(seq, next, "seq gap");
                 self.accepted.insert(seq, (from, id.to_owned()));
                 self.accepted_at.insert(seq, self.now);
-                self.ids.insert((from, id.to_owned()), seq);
+                self.ids.insert(id.to_owned(), (from, seq));
             }
         }
     }
@@ -215,7 +229,7 @@ fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
         let outs = match op {
             Op::Send { from, id } => {
                 let Some(conn) = online[from] else { continue };
-                let id = format!("m{from}-{id}");
+                let id = msg_id(from, id);
                 let to = users[1 - from].alias.clone();
                 let outs = w.send(
                     conn,
@@ -532,7 +546,7 @@ fn in_flight(
 ) -> Option<Vec<relay_core::Output>> {
     let send = |w: &mut World, from: usize, id: u8| {
         let conn = online[from]?;
-        let id = format!("m{from}-{id}");
+        let id = msg_id(from, id);
         let to = users[1 - from].alias.clone();
         let text =
             json!({"type":"msg","id":id,"to":to,"conv_id":conv,"payload":"cA=="}).to_string();

@@ -70,7 +70,8 @@ fn a_bystander_is_served_while_a_frame_waits_for_its_read() {
     let (mut w, [a, b, c, d], ab, cd) = restarted(fast_config(), 3);
     let parked = w.relay.stats().frames_parked;
 
-    // `a`'s first message since the restart needs its tombstones: parked, nothing sent yet.
+    // `a`'s first message since the restart needs its conversation, then the conversation's
+    // tombstones: parked, nothing sent yet.
     let outs = w.msg(&a, &b, &ab, "new-1");
     assert!(
         acks(&outs, &a).is_empty(),
@@ -78,12 +79,21 @@ fn a_bystander_is_served_while_a_frame_waits_for_its_read() {
     );
     assert_eq!(w.reads_waiting(), 1);
     assert_eq!(w.relay.stats().frames_parked, parked + 1);
+    let ReadOp::Get { table, key } = &w.reads.as_ref().unwrap()[0].0.op else {
+        panic!("not the conversation's read");
+    };
+    assert_eq!((*table, key.as_str()), (Table::Conversations, ab.as_str()));
+    w.complete_read(0);
+    let outs = w.drain();
+    assert!(acks(&outs, &a).is_empty(), "acked before its read");
+    assert_eq!(w.reads_waiting(), 1);
+    assert_eq!(w.relay.stats().frames_parked, parked + 2);
     let ReadOp::ScanPrefix { table, prefix, max } = &w.reads.as_ref().unwrap()[0].0.op else {
         panic!("not a tombstone set read");
     };
     assert_eq!(*table, Table::Tombstones);
     assert!(
-        prefix.starts_with(&a.uuid) && max.is_some(),
+        *prefix == format!("{ab}/") && max.is_some(),
         "{prefix} {max:?}"
     );
     // Its next frame queues behind it.
@@ -101,7 +111,7 @@ fn a_bystander_is_served_while_a_frame_waits_for_its_read() {
     );
     assert_eq!(w.reads_waiting(), 1);
 
-    // The read comes back (and those it leads to: the conversation, the recipient's queue):
+    // The read comes back (and those it leads to: the recipient's queue):
     // both of `a`'s messages run, in order, after the three before.
     let outs = w.finish_reads();
     assert_eq!(
@@ -128,7 +138,22 @@ fn a_set_too_large_to_hold_is_never_read_whole() {
     };
     let (mut w, [a, b, ..], ab, _) = restarted(config, 12);
     w.msg(&a, &b, &ab, "old-11");
-    // First the bounded read: one row more than a held set may have, not all twelve.
+    // The conversation first.
+    let reads = w.reads.as_ref().unwrap();
+    assert!(
+        matches!(
+            &reads[0].0.op,
+            ReadOp::Get {
+                table: Table::Conversations,
+                ..
+            }
+        ),
+        "{:?}",
+        reads[0].0.op
+    );
+    w.complete_read(0);
+    w.drain();
+    // Then the bounded read: one row more than a held set may have, not all twelve.
     let reads = w.reads.as_ref().unwrap();
     assert!(
         matches!(&reads[0].0.op, ReadOp::ScanPrefix { max: Some(10), .. }),
@@ -137,15 +162,16 @@ fn a_set_too_large_to_hold_is_never_read_whole() {
     );
     w.complete_read(0);
     w.drain();
-    // It came back full: the author is read by row, this id first.
+    // It came back full: the conversation is read by row, this id first (its rows: one,
+    // or two in a store rekeyed from per-author keys).
     let reads = w.reads.as_ref().unwrap();
     assert_eq!(reads.len(), 1);
-    let ReadOp::Get { table, key } = &reads[0].0.op else {
-        panic!("not a keyed read: {:?}", reads[0].0.op);
+    let ReadOp::ScanPrefix { table, prefix, max } = &reads[0].0.op else {
+        panic!("not a read of the id: {:?}", reads[0].0.op);
     };
     assert_eq!(
-        (*table, key.as_str()),
-        (Table::Tombstones, &*format!("{}/old-11", a.uuid))
+        (*table, prefix.as_str(), *max),
+        (Table::Tombstones, &*format!("{ab}/old-11/"), Some(2))
     );
     let outs = w.finish_reads();
     assert_eq!(acks(&outs, &a), vec![("old-11".to_owned(), 12)]);

@@ -649,7 +649,7 @@ fn register(r: &mut Registry, f: &Families) {
     );
     r.register(
         "tombstone_rows_read",
-        "Single message-id tombstones read from the store (authors whose sets are too large to hold whole are read by row)",
+        "Single message-id tombstones read from the store (conversations whose sets are too large to hold whole are read by row)",
         f.tombstone_rows_read.clone(),
     );
     r.register_with_unit(
