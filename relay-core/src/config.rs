@@ -101,11 +101,12 @@ pub struct Config {
     /// [`limits::MAX_SPENT_CREDENTIALS_PER_ACCOUNT`]).
     pub max_spent_credentials_per_account: usize,
     /// Estimated heap for message-id tombstones held in memory (see
-    /// [`limits::TOMBSTONE_CACHE_BYTES`]); the sets of the least recently active authors are
-    /// evicted past it and read from the store again when needed. An author whose set outweighs
-    /// an eighth of it (and [`limits::TOMBSTONE_SET_BY_ROW_MIN_BYTES`]) is read by row instead.
+    /// [`limits::TOMBSTONE_CACHE_BYTES`]); the sets of the least recently active conversations
+    /// are evicted past it and read from the store again when needed. A conversation whose set
+    /// outweighs an eighth of it (and [`limits::TOMBSTONE_SET_BY_ROW_MIN_BYTES`]) is read by
+    /// row instead.
     pub tombstone_cache_bytes: usize,
-    /// The smallest stored tombstone set of one author read by row rather than held whole,
+    /// The smallest stored tombstone set of one conversation read by row rather than held whole,
     /// when an eighth of [`Config::tombstone_cache_bytes`] is smaller (see
     /// [`limits::TOMBSTONE_SET_BY_ROW_MIN_BYTES`]).
     pub tombstone_set_by_row_min_bytes: usize,

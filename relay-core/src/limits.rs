@@ -158,17 +158,17 @@ pub const fn queued_message_bytes(id_bytes: usize, payload_bytes: usize) -> u64 
 /// message was delivered still gets the original seq.
 pub const TOMBSTONE_TTL_MS: u64 = 7 * 24 * HOUR_MS;
 /// Estimated heap for the message-id tombstones held in memory (whole sets of recently active
-/// authors; the rest are read from the store when needed, see `Config::tombstone_cache_bytes`).
+/// conversations; the rest are read from the store when needed, see `Config::tombstone_cache_bytes`).
 /// At ~150 bytes per tombstone, 64 MiB holds ~440,000 of them.
 pub const TOMBSTONE_CACHE_BYTES: usize = 64 * 1024 * 1024;
-/// The smallest stored tombstone set of one author read by row rather than whole: a set
-/// heavier than an eighth of the tombstone cache, and than this, is never held (its author's
-/// ids are then read one row at a time). At ~155 bytes per tombstone, ~420 of them; a relay
+/// The smallest stored tombstone set of one conversation read by row rather than whole: a set
+/// heavier than an eighth of the tombstone cache, and than this, is never held (the
+/// conversation's ids are then read one row at a time). At ~155 bytes per tombstone, ~420 of them; a relay
 /// without a cache still reads such small sets whole (`Config::tombstone_set_by_row_min_bytes`).
 pub const TOMBSTONE_SET_BY_ROW_MIN_BYTES: usize = 64 * 1024;
-/// The most rows of one author's stored tombstones read to hold the set whole: an author with
-/// more is read by row (its set is never read whole). Bounds what one cold author's first
-/// `msg` reads and decodes: ~4,000 rows (~0.6 MB), not the million a sender within the default
+/// The most rows of one conversation's stored tombstones read to hold the set whole: a
+/// conversation with more is read by row (its set is never read whole). Bounds what one cold
+/// conversation's first `msg` reads and decodes: ~4,000 rows (~0.6 MB), not the million a sender within the default
 /// rate limit can leave in a week.
 pub const TOMBSTONE_SET_READ_MAX_ROWS: usize = 4096;
 /// Estimated heap for the queued messages held in memory (whole queues of one recipient in one

@@ -1,7 +1,7 @@
 //! A cache of values by key over the store, bounded in estimated bytes, least recently used
 //! out first, whose entries can be pinned.
 //!
-//! The relay's caches of lazily read state (an author's tombstones, a recipient's queue of a
+//! The relay's caches of lazily read state (a conversation's tombstones, a recipient's queue of a
 //! conversation) share its one rule: **only clean entries are evicted**. A write pins what it
 //! changed until the batch that carries it is durable ([`Lru::write`], [`Lru::move_written`],
 //! [`Lru::unpin`]), so an entry read again from the store after an eviction holds everything

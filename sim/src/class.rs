@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `standard` | production limits, except proof of work (difficulty 1) and the per-address registration and per-user message limits (out of the honest traffic's way) | the drills every class runs: each authenticated route asked without any token, requests of the right shape with wrong values, lookups of aliases that exist and that do not |
 //! | `days` | as `standard`; the expiry sweep in pages of [`DAYS_PAGE_ROWS`] queues and [`DAYS_PAGE_MESSAGES`] messages; tokens live [`DAYS_JWT_TTL_MS`] | the world's clock (the relay's and every client's) jumps across idle stretches of hours inside the traffic window, [`DAYS_MIN_MS`] or more in all: queued messages expire (24 h), tokens expire (36 h), holds and orders lapse, rate windows pass; a drill queues messages of known ages, presents tokens before and after their lifetime |
-//! | `heavy` | no caches; an author's tombstones read by row past [`HEAVY_BY_ROW_BYTES`]; the expiry sweep in pages of 3 queues and 16 messages | big state built cheaply, then the relay power-cycled mid-load: a heavy author (hundreds of messages, re-sent and retracted after the restart), many queues, credentials issued before the restart presented after it, push turned off before it; requests over a failing store read |
+//! | `heavy` | no caches; a conversation's tombstones read by row past [`HEAVY_BY_ROW_BYTES`]; the expiry sweep in pages of 3 queues and 16 messages | big state built cheaply, then the relay power-cycled mid-load: a heavy author (hundreds of messages, re-sent and retracted after the restart), many queues, credentials issued before the restart presented after it, push turned off before it; requests over a failing store read |
 //! | `limits` | every limit scaled down ([`limits_config`]) so that each is reached in simulated minutes; production's push policy (public `https://` destinations only) | drills fill each request budget, rate limit, queue bound and the spent-credential set, and check that the refusal is the documented one, that the limit holds exactly, that what is below it works and that it frees up when it should |
 //!
 //! Each class also names its drills ([`Drill::of_class`]), run by the drill host
@@ -315,7 +315,7 @@ pub fn days_jumps(seed: u64, window_ms: u64) -> Vec<(u64, u64)> {
 
 // ---------------------------------------------------------------------------- heavy
 
-/// In a `heavy` run an author's stored tombstones heavier than this are read by row (about a
+/// In a `heavy` run a conversation's stored tombstones heavier than this are read by row (about a
 /// dozen tombstones; production: an eighth of the cache, at least 64 KiB).
 pub const HEAVY_BY_ROW_BYTES: usize = 2 * 1024;
 

@@ -53,7 +53,7 @@ const CASES: [Case; 31] = [
         oracles: &[Oracle::SeqUnique],
     },
     // Re-sends of an author whose tombstones left memory (even seeds run without a tombstone
-    // cache, so every author's set is read back at each message).
+    // cache, so every conversation's set is read back at each message).
     Case {
         bug: Planted::Relay(PlantedBug::EvictedTombstonesForgotten),
         scale: Scale::Small,

@@ -49,7 +49,7 @@ use crate::shell::{Accepted, CloseReason, ConnId, Output, WsConnect};
 ///
 /// # Methods
 /// * **Construction**: [`Relay::new`] loads the committed state from the store
-///   ([`Store::load_eager`]: everything but the tombstones, read per author when needed).
+///   ([`Store::load_eager`]: everything but the tombstones, read per conversation when needed).
 /// * **Inputs** (`handle_*`, each carries `now`): [`handle_http`](Relay::handle_http),
 ///   [`handle_connect`](Relay::handle_connect), [`handle_text`](Relay::handle_text),
 ///   [`handle_frame`](Relay::handle_frame), [`handle_disconnect`](Relay::handle_disconnect),

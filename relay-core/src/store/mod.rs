@@ -51,7 +51,7 @@ pub enum Table {
     /// conversation) when needed (`crate::queue`).
     Messages,
     /// Message-id tombstones (dedup and retract authorisation) by `author/message id`. Lazy
-    /// and expiring: read per author on first use, deleted by [`Mutation::Expire`].
+    /// and expiring: read per conversation on first use, deleted by [`Mutation::Expire`].
     Tombstones,
     /// Receipt high-water marks by `conv/reader/kind`. Lazy: read per conversation at its first
     /// receipt once it is in memory (`crate::relations`).

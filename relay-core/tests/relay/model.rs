@@ -5,7 +5,7 @@
 //! the test as a shell's committer would), where [`Op::InFlight`] keeps several batches in
 //! flight and then commits them, fails one, or crashes with some of them applied.
 //!
-//! Both run with the default tombstone cache and with none at all (every author's tombstones
+//! Both run with the default tombstone cache and with none at all (every conversation's tombstones
 //! are evicted at the end of every input and read from the store again), and keyed reads of
 //! the store fail now and then ([`Op::ReadFault`]).
 //!
@@ -684,7 +684,7 @@ proptest! {
         run(ops, false, relay_core::limits::TOMBSTONE_CACHE_BYTES);
     }
 
-    /// Without caches: every lookup reads the author's tombstones from the store, and every
+    /// Without caches: every lookup reads the conversation's tombstones from the store, and every
     /// queue not held by a synced connection is read back when next needed.
     #[test]
     fn relay_without_caches_matches_naive_model(

@@ -220,7 +220,7 @@ fn tombstone_rows_go_by_range_at_most_once_a_minute_also_after_a_restart() {
     assert!(keys(&w, Table::Tombstones).is_empty());
 }
 
-/// Without a tombstone cache every `msg` reads its author's tombstones from the store. A read
+/// Without a tombstone cache every `msg` reads its conversation's tombstones from the store. A read
 /// that fails refuses that frame with `STORAGE_UNAVAILABLE` and changes nothing: no ack, no
 /// row, the relay keeps serving; sent again, the message is stored once, and an earlier id is
 /// still known.

@@ -638,7 +638,7 @@ fn register(r: &mut Registry, f: &Families) {
     );
     r.register_with_unit(
         "store_read_duration",
-        "Duration of one keyed read of the store (an account, an author's tombstones, a queue, the next expiry)",
+        "Duration of one keyed read of the store (an account, a conversation's tombstones, a queue, the next expiry)",
         Unit::Seconds,
         f.read_duration.clone(),
     );

@@ -1,9 +1,9 @@
 //! `heavy-author` and `credentials`: state built before a relay power cycle, used after it
-//! (the `heavy` class runs without caches and reads an author's tombstones by row past
+//! (the `heavy` class runs without caches and reads a conversation's tombstones by row past
 //! [`crate::class::HEAVY_BY_ROW_BYTES`]).
 //!
 //! **heavy-author.** Author A writes [`MESSAGES`] messages to B (B takes the first half, then
-//! goes away), so A's tombstones are far past the by-row threshold; the relay is power-cycled.
+//! goes away), so their conversation's tombstones are far past the by-row threshold; the relay is power-cycled.
 //! Then A sends some of its old ids again: each must be acknowledged with the seq it first
 //! got (`dedup`); A retracts one of its old messages (it must not be refused: `retract`); B
 //! tries to retract another of A's (it must be refused `NOT_THE_AUTHOR`, and A never told of

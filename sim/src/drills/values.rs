@@ -21,7 +21,8 @@
 //! | `POST channels/{id}/posts` | content one byte over the bound | 413 `PAYLOAD_TOO_LARGE` |
 //! | `PUT channels/{id}/forsale` | an `expected_version` the channel does not have | 409 `VERSION_CONFLICT` |
 //! | `POST payments/webhook` (signed) | an empty `payment_id`; an order that does not exist | 400 `INVALID_FIELD`; 404 `ORDER_NOT_FOUND` |
-//! | `msg` | an id already used in another conversation | error frame `ALREADY_EXISTS`, no ack |
+//! | `msg` | an id the conversation's other member already used in it | error frame `ALREADY_EXISTS`, no ack |
+//! | `msg` | the author's id again, in another conversation | an `ack` (ids are each conversation's) |
 //! | `msg` | a payload that is not base64 | error frame `BAD_FRAME`, no ack |
 //!
 //! Oracle `values`: another status or code. An answer of 429 or 5xx, or none, is not judged
@@ -514,7 +515,8 @@ async fn again_to_a_friend(a: &RawAccount, b: &RawAccount, conv: &str, out: &mut
     }
 }
 
-/// A message id used again in another conversation, and a payload that is not base64.
+/// A message id the other member already used in the conversation, the author's id again in
+/// another conversation, and a payload that is not base64.
 async fn messages(a: &RawAccount, b: &RawAccount, c: &RawAccount, out: &mut Outcome) {
     let (Some(ab), Some(ac)) = (befriend(a, b).await, befriend(a, c).await) else {
         out.skip();
@@ -544,32 +546,56 @@ async fn messages(a: &RawAccount, b: &RawAccount, c: &RawAccount, out: &mut Outc
             return;
         }
     }
-    for (what, id, conv, to, body, code) in [
+    let Ok(mut other) = Socket::open(b, true).await else {
+        out.skip();
+        return;
+    };
+    // `true`: sent by the other member; `None`: an ack is the answer.
+    for (what, by_other, id, conv, to, body, code) in [
         (
-            "a message id already used in another conversation",
+            "a message id the other member already used in this conversation",
+            true,
+            id,
+            &ab,
+            &a.alias,
+            payload(64),
+            Some("ALREADY_EXISTS"),
+        ),
+        (
+            "the author's message id again, in another conversation",
+            false,
             id,
             &ac,
             &c.alias,
             payload(64),
-            "ALREADY_EXISTS",
+            None,
         ),
         (
             "a message whose payload is not base64",
+            false,
             "values-drill-2",
             &ab,
             &b.alias,
             "not base64!".to_owned(),
-            "BAD_FRAME",
+            Some("BAD_FRAME"),
         ),
     ] {
-        match socket.message(id, to, conv, &body).await {
+        let from = if by_other { &mut other } else { &mut socket };
+        match from.message(id, to, conv, &body).await {
             Answer::Silence => out.skip(),
             Answer::Refused(got) if got == "RATE_LIMITED" || got == "STORAGE_UNAVAILABLE" => {
                 out.skip();
             }
-            answer => out.expect(answer == Answer::Refused(code.to_owned()), ORACLE, || {
-                format!("{what}: {answer:?}, the relay documents an error frame {code} and no ack")
-            }),
+            answer => match code {
+                Some(code) => out.expect(answer == Answer::Refused(code.to_owned()), ORACLE, || {
+                    format!(
+                        "{what}: {answer:?}, the relay documents an error frame {code} and no ack"
+                    )
+                }),
+                None => out.expect(matches!(answer, Answer::Ack(_)), ORACLE, || {
+                    format!("{what}: {answer:?}, the relay documents a new message (an ack)")
+                }),
+            },
         }
     }
 }

@@ -160,7 +160,7 @@ pub enum FaultAction {
         /// How many.
         commits: u32,
     },
-    /// The relay's next `reads` keyed reads of the store fail (an account, an author's
+    /// The relay's next `reads` keyed reads of the store fail (an account, a conversation's
     /// tombstones, a queue, the next expiry), of one table when `table` names it: the inputs
     /// that needed them are refused, nothing is changed.
     FailReads {

@@ -18,7 +18,7 @@
 //!   [`FAULTED_COMMIT_DELAY_MS`] in the committer, so batches are in flight behind it;
 //! * **down**: every commit, load and keyed read fails until a simulated time (the rebuild
 //!   keeps failing and is retried);
-//! * **fail reads**: the next `n` keyed reads ([`StoreRead`]: an account, an author's
+//! * **fail reads**: the next `n` keyed reads ([`StoreRead`]: an account, a conversation's
 //!   tombstones, a queue, the next expiry), of one table or any, fail; nothing is changed, the
 //!   input that needed the read is refused;
 //! * **crash after commit**: the next commit is applied durably, then reported failed (so
