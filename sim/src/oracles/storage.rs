@@ -3,7 +3,7 @@
 //!
 //! | oracle | checks |
 //! |---|---|
-//! | `seq-unique` | in the relay's committed rows, a message (author, id) has one seq (a resend is deduplicated, never stored again) and a seq of a conversation belongs to one message (never reused, e.g. after a restart) |
+//! | `seq-unique` | in the relay's committed rows, a message id of a conversation is stored once, with one author and one seq (a resend is deduplicated, never stored again; the other member's use of it is refused), and a seq of a conversation belongs to one message (never reused, e.g. after a restart) |
 //! | `fail-stop` | every message acknowledged and every order handed out was committed first (the store's history has it) |
 //! | `retract-drops` | once a retract is committed (the message's tombstone marked retracted), no queued copy of the message is left in the committed rows: the copy's deletion is in that commit, or the copy was gone before |
 //! | `receipt-drops` | once a receipt mark is committed, no committed queued copy of a message it covers is left for its reader (the deletion is in that commit, or was before) |
@@ -96,13 +96,14 @@ pub(super) fn receipt_drops(input: &Input<'_>, out: &mut Vec<Violation>) {
 
 /// One seq per message, one message per seq, over every `Messages` row the relay committed.
 pub(super) fn seq_unique(input: &Input<'_>, out: &mut Vec<Violation>) {
+    // A message is its conversation's id: stored once, under one seq, by one author.
     let mut seqs_of: BTreeMap<(&str, &str), BTreeSet<(&str, u64)>> = BTreeMap::new();
     let mut ids_at: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
     for (from, id, conv, seq) in &input.history.assigned {
         seqs_of
-            .entry((from.as_str(), id.as_str()))
+            .entry((conv.as_str(), id.as_str()))
             .or_default()
-            .insert((conv.as_str(), *seq));
+            .insert((from.as_str(), *seq));
         ids_at
             .entry((conv.as_str(), *seq))
             .or_default()
@@ -111,13 +112,13 @@ pub(super) fn seq_unique(input: &Input<'_>, out: &mut Vec<Violation>) {
     let twice: Vec<String> = seqs_of
         .iter()
         .filter(|(_, s)| s.len() > 1)
-        .map(|((_, id), s)| format!("{id} stored as {s:?}"))
+        .map(|((conv, id), s)| format!("{id} in {conv} stored as (author, seq) {s:?}"))
         .collect();
     if let Some(first) = twice.first() {
         out.push(Violation::new(
             Oracle::SeqUnique,
             format!(
-                "{} message(s) stored under more than one seq (a resend was not deduplicated); first: {first}",
+                "{} message id(s) stored more than once in a conversation (a resend was not deduplicated, or the other member's id accepted); first: {first}",
                 twice.len()
             ),
         ));
