@@ -408,8 +408,12 @@ fn confirmed_to_buyer(
 
 /// Whether the relay may have let order `o`'s kept `payment_confirmed` lapse: it keeps one
 /// for a day on its clock (relay-core's `CONFIRM_REDELIVERY_TTL_MS`), and the buyer's primary
-/// device connected next (after the order was confirmed: the commit that confirmed it, and no
-/// earlier than its first genuine webhook copy's delay) only later than that, or never.
+/// device's next live connection (after the order was confirmed: the commit that confirmed
+/// it, and no earlier than its first genuine webhook copy's delay) began only later than
+/// that, or never. A connection is live when the relay was seen to serve it: something came
+/// from the relay over it before the device's network state changed again. One the relay
+/// lost at once (a power-off right after the socket opened) may have ended before the relay
+/// sent what it kept, and the client may not notice for a long while.
 fn confirm_lapsed(input: &MarketInput<'_>, o: &OrderRec) -> bool {
     const REDELIVERY_MS: u64 = 24 * 3_600_000;
     let delay = input
@@ -428,14 +432,34 @@ fn confirm_lapsed(input: &MarketInput<'_>, o: &OrderRec) -> bool {
         .copied()
         .unwrap_or(o.requested_ms + delay)
         .max(o.requested_ms + delay);
-    let next = input.records.iter().find_map(|r| match r {
-        Record::Event {
-            t_ms,
-            who,
-            event: Event::NetworkState(client_core::machine::NetworkState::Connected),
-        } if who.client == o.client && who.device == 0 && *t_ms >= earliest => Some(*t_ms),
-        _ => None,
-    });
+    let mut connected = None;
+    let mut next = None;
+    for r in input.records {
+        let Record::Event { t_ms, who, event } = r else {
+            continue;
+        };
+        if who.client != o.client || who.device != 0 || *t_ms < earliest {
+            continue;
+        }
+        match event {
+            Event::NetworkState(state) => {
+                connected = (*state == client_core::machine::NetworkState::Connected)
+                    .then_some(*t_ms);
+            }
+            Event::Message(_)
+            | Event::StatusChange { .. }
+            | Event::Typing { .. }
+            | Event::PaymentConfirmed { .. }
+            | Event::Retracted { .. }
+            | Event::Goaway(_) => {
+                if let Some(t) = connected {
+                    next = Some(t);
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
     next.is_none_or(|t| input.world.relay_elapsed(earliest, t) >= REDELIVERY_MS)
 }
 
