@@ -283,7 +283,7 @@ pub(crate) mod meta {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Timer {
     PendingReceipt(UserUuid, ConvId, ReceiptKind),
-    PendingRetract(UserUuid, MessageId),
+    PendingRetract(UserUuid, ConvId, MessageId),
     /// A media upload's or object's expiry (`crate::media`).
     Media(wire::UploadId),
     /// A payment order's expiry (`crate::commerce`).
@@ -448,9 +448,22 @@ pub(crate) fn write_tombstone_key(
     write_row_key(k, &[conv.as_str(), id.as_str(), author.as_str()], None);
 }
 
-/// Writes the key of the pending retraction row `recipient/id`.
-pub(crate) fn write_pending_retract_key(k: &mut RowKey<'_>, recipient: &UserUuid, id: &MessageId) {
-    write_row_key(k, &[recipient.as_str(), id.as_str()], None);
+/// The key of the pending retraction row of `r`.
+pub(crate) fn pending_retract_key(r: &PendingRetractRow) -> String {
+    let mut key = String::new();
+    write_pending_retract_key(&mut RowKey::into(&mut key), &r.recipient, &r.conv_id, &r.id);
+    key
+}
+
+/// Writes the key of the pending retraction row `recipient/conv/id` (a message id is its
+/// conversation's: two conversations may each have one).
+pub(crate) fn write_pending_retract_key(
+    k: &mut RowKey<'_>,
+    recipient: &UserUuid,
+    conv: &ConvId,
+    id: &MessageId,
+) {
+    write_row_key(k, &[recipient.as_str(), conv.as_str(), id.as_str()], None);
 }
 
 /// Writes the key of the receipt mark row `conv/reader/kind`.
@@ -603,7 +616,7 @@ mod tests {
         });
         b.delete_row(Table::Tombstones, |k| write_tombstone_key(k, &c, &id, &r));
         b.delete_row(Table::PendingRetracts, |k| {
-            write_pending_retract_key(k, &r, &id);
+            write_pending_retract_key(k, &r, &c, &id);
         });
         b.delete_row(Table::ReceiptMarks, |k| {
             write_mark_key(k, &c, &r, ReceiptKind::Read);
@@ -618,7 +631,7 @@ mod tests {
                 format!("{r}/{c}/{:020}", 42),
                 format!("{r}/{c}/{}", u64::MAX),
                 format!("{c}/{id}/{r}"),
-                format!("{r}/{id}"),
+                format!("{r}/{c}/{id}"),
                 format!("{c}/{r}/read"),
                 format!("{r}/{c}/delivered"),
             ]

@@ -68,14 +68,15 @@ impl Relay {
                     self.state.delete_pending_receipt(&user, &conv, kind);
                 }
             }
-            Timer::PendingRetract(user, id) => {
+            Timer::PendingRetract(user, conv, id) => {
+                let key = (user, conv, id);
                 let expired = self
                     .state
                     .pending_retracts()
-                    .get(&(user.clone(), id.clone()))
+                    .get(&key)
                     .is_some_and(|r| now >= r.at.plus_ms(ttl));
                 if expired {
-                    self.state.delete_pending_retract(&user, &id);
+                    self.state.delete_pending_retract(&key.0, &key.1, &key.2);
                 }
             }
             Timer::Order(id) => self.cx().expire_order(now, &id),

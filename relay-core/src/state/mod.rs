@@ -50,7 +50,7 @@ pub(crate) struct State {
     /// (`crate::tombstones`; the rest are in the store).
     tombstones: crate::tombstones::Cache,
     pending_receipts: BTreeMap<(UserUuid, ConvId, ReceiptKind), PendingReceiptRow>,
-    pending_retracts: BTreeMap<(UserUuid, MessageId), PendingRetractRow>,
+    pending_retracts: BTreeMap<(UserUuid, ConvId, MessageId), PendingRetractRow>,
     timers: BTreeSet<(UnixMs, Timer)>,
     /// What is queued per recipient, per sender and in total (the queue bounds).
     backlog: Backlog,
@@ -302,7 +302,9 @@ impl State {
     }
 
     /// The retractions kept for offline recipients.
-    pub(crate) fn pending_retracts(&self) -> &BTreeMap<(UserUuid, MessageId), PendingRetractRow> {
+    pub(crate) fn pending_retracts(
+        &self,
+    ) -> &BTreeMap<(UserUuid, ConvId, MessageId), PendingRetractRow> {
         &self.pending_retracts
     }
 
@@ -378,12 +380,18 @@ impl State {
         }
         for (k, v) in rows(Table::PendingRetracts) {
             let r: PendingRetractRow = decode(Table::PendingRetracts, k, v)?;
+            if *k != pending_retract_key(&r) {
+                // Written by an older relay as `recipient/id`: rekeyed in the start's commit.
+                s.batch.delete(Table::PendingRetracts, k);
+                s.put_pending_retract(r, offline_ttl_ms);
+                continue;
+            }
             s.timers.insert((
                 r.at.plus_ms(offline_ttl_ms),
-                Timer::PendingRetract(r.recipient.clone(), r.id.clone()),
+                Timer::PendingRetract(r.recipient.clone(), r.conv_id.clone(), r.id.clone()),
             ));
             s.pending_retracts
-                .insert((r.recipient.clone(), r.id.clone()), r);
+                .insert((r.recipient.clone(), r.conv_id.clone(), r.id.clone()), r);
         }
         s.load_commerce(snapshot)?;
         s.load_media(snapshot)?;
@@ -552,41 +560,50 @@ impl State {
     pub(crate) fn put_pending_retract(&mut self, r: PendingRetractRow, offline_ttl_ms: u64) {
         self.record_keyed(
             Table::PendingRetracts,
-            |k| write_pending_retract_key(k, &r.recipient, &r.id),
+            |k| write_pending_retract_key(k, &r.recipient, &r.conv_id, &r.id),
             &r,
         );
         self.timers.insert((
             r.at.plus_ms(offline_ttl_ms),
-            Timer::PendingRetract(r.recipient.clone(), r.id.clone()),
+            Timer::PendingRetract(r.recipient.clone(), r.conv_id.clone(), r.id.clone()),
         ));
         self.pending_retracts
-            .insert((r.recipient.clone(), r.id.clone()), r);
+            .insert((r.recipient.clone(), r.conv_id.clone(), r.id.clone()), r);
     }
 
-    /// The retractions waiting for `recipient`, by message id: one range of the map (not a
-    /// walk of every recipient's).
+    /// The retractions waiting for `recipient`, by conversation and message id: one range of
+    /// the map (not a walk of every recipient's).
     pub(crate) fn pending_retracts_of<'a>(
         &'a self,
         recipient: &'a UserUuid,
     ) -> impl Iterator<Item = &'a PendingRetractRow> + 'a {
-        // "-" sorts at or before every message id: every byte an id may hold is at least '-'.
-        let start = MessageId::parse("-").ok().map(|id| (recipient.clone(), id));
+        // "-" sorts at or before every conversation and message id: every byte one may hold
+        // is at least '-'.
+        let start = ConvId::parse("-")
+            .ok()
+            .zip(MessageId::parse("-").ok())
+            .map(|(conv, id)| (recipient.clone(), conv, id));
         start.into_iter().flat_map(move |start| {
             self.pending_retracts
                 .range(start..)
-                .take_while(move |((to, _), _)| to == recipient)
+                .take_while(move |((to, _, _), _)| to == recipient)
                 .map(|(_, r)| r)
         })
     }
 
-    pub(crate) fn delete_pending_retract(&mut self, recipient: &UserUuid, id: &MessageId) {
+    pub(crate) fn delete_pending_retract(
+        &mut self,
+        recipient: &UserUuid,
+        conv: &ConvId,
+        id: &MessageId,
+    ) {
         if self
             .pending_retracts
-            .remove(&(recipient.clone(), id.clone()))
+            .remove(&(recipient.clone(), conv.clone(), id.clone()))
             .is_some()
         {
             self.batch.delete_row(Table::PendingRetracts, |k| {
-                write_pending_retract_key(k, recipient, id);
+                write_pending_retract_key(k, recipient, conv, id);
             });
         }
     }
@@ -608,16 +625,16 @@ mod tests {
         /// every one would find for it, whatever the message ids.
         #[test]
         fn pending_retracts_of_a_recipient_are_one_range(
-            rows in proptest::collection::vec((0usize..4, token()), 0..40),
+            rows in proptest::collection::vec((0usize..4, token(), token()), 0..40),
         ) {
             let users: Vec<UserUuid> = (0u8..4).map(|i| UserUuid::from_random_bytes([i; 16])).collect();
             let mut s = State::default();
-            for (to, id) in &rows {
+            for (to, conv, id) in &rows {
                 s.put_pending_retract(
                     PendingRetractRow {
                         recipient: users[*to].clone(),
                         id: MessageId::parse(id).unwrap(),
-                        conv_id: ConvId::parse("c-1").unwrap(),
+                        conv_id: ConvId::parse(conv).unwrap(),
                         from: users[(*to + 1) % 4].clone(),
                         at: UnixMs(1),
                     },

@@ -434,3 +434,64 @@ fn tombstones_keyed_by_author_are_rekeyed_at_start() {
     assert!(errors(&frames(&w.send(ca, frame), ca)).is_empty());
     assert_eq!(tombstones(&w, "m3")[0]["retracted"], true);
 }
+
+/// The `retract` frames among `outs` sent to `conn`, as (conversation, id).
+fn retracts(outs: &[relay_core::Output], conn: relay_core::ConnId) -> Vec<(String, String)> {
+    let mut got: Vec<_> = frames(outs, conn)
+        .into_iter()
+        .filter_map(|f| match f {
+            wire::ServerFrame::Retract(r) => Some((r.conv_id.to_string(), r.id.to_string())),
+            _ => None,
+        })
+        .collect();
+    got.sort();
+    got
+}
+
+/// Retractions kept for an offline recipient are its conversations': two senders who retract
+/// the same id in their conversations with it both reach it at its next sync, also when a
+/// row was kept by an older relay under `recipient/id` (rekeyed at start).
+#[test]
+fn kept_retractions_are_keyed_by_conversation() {
+    let mut w = World::new();
+    let (mut a, mut b, mut r) = (w.user("a"), w.user("b"), w.user("r"));
+    let ar = w.befriend(&a, &r);
+    let br = w.befriend(&b, &r);
+    let ca = w.connect(&mut a);
+    w.sync(ca);
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    w.msg(&a, &r, &ar, "x");
+    w.msg(&b, &r, &br, "x");
+    for (conn, conv) in [(ca, &ar), (cb, &br)] {
+        let frame = json!({"type":"retract","id":"x","to":r.alias,"conv_id":conv});
+        assert!(errors(&frames(&w.send(conn, frame), conn)).is_empty());
+    }
+    let kept = w.rows(Table::PendingRetracts);
+    assert_eq!(kept.len(), 2, "one per conversation");
+    let mut both = vec![(ar.clone(), "x".to_owned()), (br.clone(), "x".to_owned())];
+    both.sort();
+    let cr = w.connect(&mut r);
+    assert_eq!(retracts(&w.sync(cr), cr), both);
+
+    // One row as an older relay kept it: `recipient/id`.
+    let (key, value) = kept.iter().find(|(k, _)| k.contains(&ar)).unwrap().clone();
+    let mut old = relay_core::store::Batch::new();
+    old.delete(Table::PendingRetracts, &key);
+    old.put(Table::PendingRetracts, &format!("{}/x", r.uuid), &value);
+    w.mem.clone().commit(&old).unwrap();
+    let store = w.mem.clone();
+    w.restart(Box::new(store));
+    let mut rows: Vec<_> = w
+        .rows(Table::PendingRetracts)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    rows.sort();
+    let mut keys: Vec<_> = kept.iter().map(|(k, _)| k.clone()).collect();
+    keys.sort();
+    assert_eq!(rows, keys, "rekeyed at start");
+    w.login(&mut r);
+    let cr = w.connect(&mut r);
+    assert_eq!(retracts(&w.sync(cr), cr), both);
+}

@@ -443,8 +443,8 @@ fn confirm_lapsed(input: &MarketInput<'_>, o: &OrderRec) -> bool {
         }
         match event {
             Event::NetworkState(state) => {
-                connected = (*state == client_core::machine::NetworkState::Connected)
-                    .then_some(*t_ms);
+                connected =
+                    (*state == client_core::machine::NetworkState::Connected).then_some(*t_ms);
             }
             Event::Message(_)
             | Event::StatusChange { .. }
