@@ -5,7 +5,8 @@
 //! oracles read it.
 //!
 //! ```text
-//! action     : purchase / buy / quota buy (retried on a lost response: same order back)
+//! action     : purchase / buy / quota buy (retried on a lost response: same order back;
+//!              every third channel buy is tapped twice: the same pending order back)
 //! pay        : PaymentProcessor::pay with a WebhookPlan drawn from the action's roll,
 //!              or abandoned (sometimes "paid" by a forger signing with the wrong secret)
 //! bind loop  : every client polls V5 for its paid vanity orders and binds the confirmed
@@ -402,6 +403,9 @@ pub(crate) async fn buy_channel(ctx: &HostCtx, client: &Client<Turmoil>, slot: u
                 order.payment_url.as_deref(),
                 Some(&order.pay_to),
             );
+            if slot % 3 == 0 {
+                buy_again(ctx, client, &id, order.order_id.as_str()).await;
+            }
             let rec = OrderRec {
                 price: order.price_usdt,
                 requested_ms,
@@ -410,6 +414,27 @@ pub(crate) async fn buy_channel(ctx: &HostCtx, client: &Client<Turmoil>, slot: u
             record_order(ctx, rec, pay);
         }
         Err(e) => note(ctx, format!("c{me} buy {id} refused: {e}")),
+    }
+}
+
+/// A buyer's double tap: channel `id` bought again while its order `first` is pending must
+/// answer with that order (the channel is held for it), never a second one.
+async fn buy_again(ctx: &HostCtx, client: &Client<Turmoil>, id: &str, first: &str) {
+    match retried!(client.channels().buy(id)) {
+        Ok(again) if again.order_id.as_str() != first => {
+            ctx.world
+                .borrow_mut()
+                .findings
+                .push(crate::violation::Violation::new(
+                    Oracle::OrderRecords,
+                    format!(
+                        "c{} bought channel {id} again while its order {first} was pending and got another order, {}",
+                        ctx.me, again.order_id
+                    ),
+                ));
+        }
+        Ok(_) => {}
+        Err(e) => note(ctx, format!("c{} buy {id} again refused: {e}", ctx.me)),
     }
 }
 

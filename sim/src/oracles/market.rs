@@ -8,7 +8,7 @@
 //! | `holds-released` | every order expired after the final clock jump, and what it held is for sale again; so is every alias of the scenario's pool that no order took, whether or not a buyer ever got an order for it |
 //! | `quota` | channels created within the free quota plus the seats bought; the relay counts the seats confirmed |
 //! | `commerce-model` | refund flags only on orders a genuine payment reached, never on confirmed ones but those paid in full twice |
-//! | `order-records` | what the store records of each order against what the run did: the price quoted, the amount paid (every genuine payment the relay answered, at the largest cumulative amount it answered, summed), a refund due when it was paid in full twice, the hold (15 min for an alias, 30 for a trade or seat), bound only if its buyer bound it, and only once confirmed; a purchase of an alias of the catalogue is never answered `ALIAS_NOT_FOUND` |
+//! | `order-records` | what the store records of each order against what the run did: the price quoted, the amount paid (every genuine payment the relay answered, at the largest cumulative amount it answered, summed), a refund due when it was paid in full twice, the hold (15 min for an alias, 30 for a trade or seat), bound only if its buyer bound it, and only once confirmed; a purchase of an alias of the catalogue is never answered `ALIAS_NOT_FOUND`; a channel bought again by its buyer while the order is pending answers with that order |
 //! | `bind-state` | a bind of an order the relay calls expired is refused (409); a bind repeated by the owner whose alias it still is, answered 200 |
 
 use std::collections::{BTreeMap, BTreeSet};
