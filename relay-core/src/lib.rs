@@ -162,6 +162,7 @@ mod cx;
 pub mod destination;
 mod directory;
 mod expiry;
+pub mod handoff;
 pub mod http;
 pub(crate) mod ids;
 pub mod limits;

@@ -1,0 +1,707 @@
+//! The hand-off between shards: how a message its conversation's owner shard committed reaches
+//! its recipient's shard exactly once and in order, over a transport that may lose, repeat and
+//! reorder what it carries, and across crashes of either side (ARCHITECTURE "Running N active
+//! relays"). Sans IO like the rest of the core: [`Outbox`] is the owner's side, [`Inbox`] the
+//! recipient shard's, and what passes between them ([`Handoff`], [`Applied`]) is a value the
+//! shell carries, in a process or between processes.
+//!
+//! * **Which shard.** Users are hashed into a fixed number of shards ([`ShardMap`]); a
+//!   conversation is owned by the shard of its lower member uuid, which alone assigns its seqs
+//!   and decides its message ids (the tombstones are the conversation's).
+//! * **The owner** commits the message, its seq, its tombstone and its outbox row in one
+//!   commit, then acknowledges the sender ([`Outbox::push`] is told of the row once it is
+//!   written). A row belongs to a *stream*, the messages of one conversation for one recipient
+//!   ([`Stream`]), and names the previous seq of its stream (`prev`): the seqs a recipient gets
+//!   from a conversation are not consecutive (the other member's own messages take seqs too),
+//!   so the chain of `prev` links is what tells a gap from the end. The caller knows `prev`
+//!   without a lookup: it is the last seq the sender authored in the conversation, which the
+//!   conversation's row keeps.
+//! * **At least once.** [`Outbox::poll`] hands out every row not acknowledged: at once the
+//!   first time, again [`RESEND_MS`] after the last time, at most [`MAX_IN_FLIGHT_PER_SHARD`]
+//!   in flight per destination (a slow or gone shard holds rows, not the owner's memory of
+//!   what it sent beyond that).
+//! * **The recipient's shard** applies a hand-off whose `prev` is its stream's last applied
+//!   seq, with every held one that follows it, in one commit of its own that also writes the
+//!   stream's new mark ([`Received::Apply`]); a hand-off already applied is answered with the
+//!   durable mark again ([`Received::Again`]); one past a gap is held until the gap is filled,
+//!   at most [`Inbox`]'s bound of them, beyond which it is dropped and sent again later. A mark
+//!   is acknowledged ([`Applied`]) only once the commit that wrote it is durable
+//!   ([`Inbox::durable`]), so a crash before that loses nothing the owner forgets.
+//! * **The owner again** deletes every row of the stream up to the acknowledged seq
+//!   ([`Outbox::on_applied`], acknowledgements are cumulative), in a commit of its own: a row
+//!   deleted late is sent again and answered as a repeat.
+//!
+//! After a crash the owner rebuilds its outbox from the stored rows ([`Outbox::push`] again,
+//! in any order) and the recipient's shard its marks from the stored marks
+//! ([`Inbox::restore`]); what was held, or applied without a durable commit, comes again from
+//! the outbox.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest as _, Sha256};
+use wire::{ConvId, Seq, UnixMs, UserUuid};
+
+/// How long a hand-off sent and not acknowledged waits before it is sent again.
+pub const RESEND_MS: u64 = 1_000;
+/// Hand-offs sent and not acknowledged (within [`RESEND_MS`]) per destination shard at most.
+pub const MAX_IN_FLIGHT_PER_SHARD: usize = 256;
+/// Hand-offs past a gap an [`Inbox`] holds by default ([`Inbox::new`]).
+pub const MAX_HELD: usize = 4_096;
+
+/// A shard: one owner of a share of the users and of the conversations they own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShardId(pub u16);
+
+/// Users hashed into a fixed number of shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardMap {
+    shards: u16,
+}
+
+impl ShardMap {
+    /// A map of `shards` shards (`None` for none).
+    pub fn new(shards: u16) -> Option<Self> {
+        (shards > 0).then_some(Self { shards })
+    }
+
+    /// How many shards there are.
+    pub fn shards(&self) -> u16 {
+        self.shards
+    }
+
+    /// The shard of `user`: SHA-256 of its uuid's text, so that every process and every build
+    /// agrees (a `std` hasher is seeded per process).
+    pub fn of_user(&self, user: &UserUuid) -> ShardId {
+        let digest = Sha256::digest(user.as_str().as_bytes());
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        let n = u64::from_be_bytes(first) % u64::from(self.shards);
+        // Below `shards`, a `u16`.
+        ShardId(u16::try_from(n).unwrap_or(0))
+    }
+
+    /// The shard that owns the conversation of `members`: its lower member's.
+    pub fn owner_of(&self, members: [&UserUuid; 2]) -> ShardId {
+        self.of_user(members[0].min(members[1]))
+    }
+}
+
+/// The messages of one conversation for one recipient: what a chain of `prev` links orders.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Stream {
+    /// Who the messages are for.
+    pub recipient: UserUuid,
+    /// Their conversation.
+    pub conv: ConvId,
+}
+
+/// One message handed from its conversation's owner shard to its recipient's shard: an outbox
+/// row of the owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handoff<T> {
+    /// The owner shard.
+    pub from: ShardId,
+    /// The recipient's shard.
+    pub to: ShardId,
+    /// Whose and which conversation's.
+    pub stream: Stream,
+    /// Its seq in the conversation.
+    pub seq: Seq,
+    /// The previous seq of its stream (`Seq(0)` for the first).
+    pub prev: Seq,
+    /// What is handed (the message).
+    pub item: T,
+}
+
+/// A recipient shard's acknowledgement: its stream is applied, durably, through `through`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The recipient's shard.
+    pub from: ShardId,
+    /// The owner shard.
+    pub to: ShardId,
+    /// Which stream.
+    pub stream: Stream,
+    /// The last seq applied.
+    pub through: Seq,
+}
+
+/// A hand-off whose chain does not hold: an owner's defect, refused rather than applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a hand-off of seq {seq} after {prev} does not follow the chain applied through {applied}")]
+pub struct Broken {
+    /// The hand-off's seq.
+    pub seq: Seq,
+    /// Its `prev`.
+    pub prev: Seq,
+    /// Its stream's last applied seq.
+    pub applied: Seq,
+}
+
+/// A row of the outbox in memory: what is handed, and when it was last sent.
+#[derive(Debug, Clone)]
+struct Row<T> {
+    prev: Seq,
+    item: T,
+    sent_at: Option<UnixMs>,
+}
+
+/// The rows of one stream not acknowledged yet, by seq, and where they go.
+#[derive(Debug, Clone)]
+struct Out<T> {
+    to: ShardId,
+    rows: BTreeMap<Seq, Row<T>>,
+}
+
+/// The owner shard's outbox in memory: every row its store holds, and when each was sent.
+#[derive(Debug, Clone)]
+pub struct Outbox<T> {
+    me: ShardId,
+    streams: BTreeMap<Stream, Out<T>>,
+}
+
+impl<T: Clone> Outbox<T> {
+    /// An empty outbox of shard `me`.
+    pub fn new(me: ShardId) -> Self {
+        Self {
+            me,
+            streams: BTreeMap::new(),
+        }
+    }
+
+    /// A row is stored (committed with its message, or read back at start): it is sent at the
+    /// next [`Outbox::poll`]. A row already held is kept as it is.
+    pub fn push(&mut self, to: ShardId, stream: Stream, seq: Seq, prev: Seq, item: T) {
+        let out = self.streams.entry(stream).or_insert_with(|| Out {
+            to,
+            rows: BTreeMap::new(),
+        });
+        out.rows.entry(seq).or_insert(Row {
+            prev,
+            item,
+            sent_at: None,
+        });
+    }
+
+    /// The rows to send at `now`: those never sent, and those sent [`RESEND_MS`] ago or more,
+    /// oldest seq of each stream first, at most [`MAX_IN_FLIGHT_PER_SHARD`] in flight per
+    /// destination. Each is marked sent at `now`.
+    pub fn poll(&mut self, now: UnixMs) -> Vec<Handoff<T>> {
+        let mut in_flight: BTreeMap<ShardId, usize> = BTreeMap::new();
+        for out in self.streams.values() {
+            let n = out
+                .rows
+                .values()
+                .filter(|r| r.sent_at.is_some_and(|at| now < at.plus_ms(RESEND_MS)))
+                .count();
+            *in_flight.entry(out.to).or_default() += n;
+        }
+        let mut sent = Vec::new();
+        for (stream, out) in &mut self.streams {
+            let flying = in_flight.entry(out.to).or_default();
+            for (seq, row) in &mut out.rows {
+                if *flying >= MAX_IN_FLIGHT_PER_SHARD {
+                    break;
+                }
+                if row.sent_at.is_some_and(|at| now < at.plus_ms(RESEND_MS)) {
+                    continue;
+                }
+                row.sent_at = Some(now);
+                *flying += 1;
+                sent.push(Handoff {
+                    from: self.me,
+                    to: out.to,
+                    stream: stream.clone(),
+                    seq: *seq,
+                    prev: row.prev,
+                    item: row.item.clone(),
+                });
+            }
+        }
+        sent
+    }
+
+    /// When a row is next due to be sent (`None`: nothing waits).
+    pub fn next_deadline(&self) -> Option<UnixMs> {
+        self.streams
+            .values()
+            .flat_map(|out| out.rows.values())
+            .map(|r| r.sent_at.map_or(UnixMs(0), |at| at.plus_ms(RESEND_MS)))
+            .min()
+    }
+
+    /// An acknowledgement arrived: the rows of its stream through its seq are applied. Returns
+    /// their seqs, for the caller to delete the rows (in a commit of its own).
+    pub fn on_applied(&mut self, a: &Applied) -> Vec<Seq> {
+        let Some(out) = self.streams.get_mut(&a.stream) else {
+            return Vec::new();
+        };
+        let later = out.rows.split_off(&Seq(a.through.get().saturating_add(1)));
+        let done = std::mem::replace(&mut out.rows, later);
+        if out.rows.is_empty() {
+            self.streams.remove(&a.stream);
+        }
+        done.into_keys().collect()
+    }
+
+    /// Rows not acknowledged yet.
+    pub fn len(&self) -> usize {
+        self.streams.values().map(|out| out.rows.len()).sum()
+    }
+
+    /// Whether every row is acknowledged.
+    pub fn is_empty(&self) -> bool {
+        self.streams.is_empty()
+    }
+}
+
+/// What an [`Inbox`] did with a hand-off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Received<T> {
+    /// Apply these, in order (the hand-off and the held ones it let through), in one commit
+    /// with the stream's mark through the last; then tell [`Inbox::durable`].
+    Apply(Vec<Handoff<T>>),
+    /// Already applied. `Some`: the acknowledgement to send again (the owner may have lost
+    /// it); `None`: its commit is not durable yet, and its acknowledgement follows then.
+    Again(Option<Applied>),
+    /// Held until the gap before it is filled.
+    Held,
+    /// Not kept: the inbox holds its most; the owner sends it again.
+    Dropped,
+}
+
+/// One stream's marks on the recipient's shard, and what it holds past a gap.
+#[derive(Debug, Clone)]
+struct In<T> {
+    owner: ShardId,
+    /// The last seq applied, its commit durable or not.
+    applied: Seq,
+    /// The last seq whose apply is durable.
+    durable: Seq,
+    /// Hand-offs past a gap, by their `prev`.
+    held: BTreeMap<Seq, Handoff<T>>,
+}
+
+/// The recipient shard's side: each stream's marks, and what it holds past a gap.
+#[derive(Debug, Clone)]
+pub struct Inbox<T> {
+    me: ShardId,
+    streams: BTreeMap<Stream, In<T>>,
+    held: usize,
+    max_held: usize,
+}
+
+impl<T> Inbox<T> {
+    /// An empty inbox of shard `me`, holding at most `max_held` hand-offs past gaps.
+    pub fn new(me: ShardId, max_held: usize) -> Self {
+        Self {
+            me,
+            streams: BTreeMap::new(),
+            held: 0,
+            max_held,
+        }
+    }
+
+    /// A stream's durable mark as stored (at start, or read before its first hand-off). A
+    /// stream the inbox never heard of is applied through `Seq(0)`.
+    pub fn restore(&mut self, owner: ShardId, stream: Stream, through: Seq) {
+        self.streams.insert(
+            stream,
+            In {
+                owner,
+                applied: through,
+                durable: through,
+                held: BTreeMap::new(),
+            },
+        );
+    }
+
+    /// What to do with the hand-off `h`. `Err`: its chain does not hold (refused, nothing
+    /// changed).
+    pub fn receive(&mut self, h: Handoff<T>) -> Result<Received<T>, Broken> {
+        let me = self.me;
+        let s = self.streams.entry(h.stream.clone()).or_insert_with(|| In {
+            owner: h.from,
+            applied: Seq(0),
+            durable: Seq(0),
+            held: BTreeMap::new(),
+        });
+        if h.seq <= h.prev || (h.prev < s.applied && s.applied < h.seq) {
+            return Err(Broken {
+                seq: h.seq,
+                prev: h.prev,
+                applied: s.applied,
+            });
+        }
+        if h.seq <= s.applied {
+            let ack = (h.seq <= s.durable).then(|| Applied {
+                from: me,
+                to: s.owner,
+                stream: h.stream.clone(),
+                through: s.durable,
+            });
+            return Ok(Received::Again(ack));
+        }
+        if h.prev > s.applied {
+            if s.held.contains_key(&h.prev) {
+                return Ok(Received::Held);
+            }
+            if self.held >= self.max_held {
+                return Ok(Received::Dropped);
+            }
+            s.held.insert(h.prev, h);
+            self.held += 1;
+            return Ok(Received::Held);
+        }
+        s.owner = h.from;
+        s.applied = h.seq;
+        let mut apply = vec![h];
+        while let Some(next) = s.held.remove(&s.applied) {
+            self.held -= 1;
+            s.applied = next.seq;
+            apply.push(next);
+        }
+        Ok(Received::Apply(apply))
+    }
+
+    /// The commit that applied `stream` through `through` is durable: the acknowledgement to
+    /// send its owner.
+    pub fn durable(&mut self, stream: &Stream, through: Seq) -> Option<Applied> {
+        let s = self.streams.get_mut(stream)?;
+        s.durable = s.durable.max(through);
+        Some(Applied {
+            from: self.me,
+            to: s.owner,
+            stream: stream.clone(),
+            through: s.durable,
+        })
+    }
+
+    /// Hand-offs held past gaps.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const OWNER: ShardId = ShardId(0);
+    const DEST: ShardId = ShardId(1);
+    /// Streams of the runs: two recipients on the destination shard, two conversations.
+    const STREAMS: usize = 4;
+
+    fn stream(i: usize) -> Stream {
+        Stream {
+            recipient: UserUuid::from_random_bytes([u8::try_from(i / 2).unwrap() + 1; 16]),
+            conv: ConvId::parse(&format!("c-{}", i % 2)).unwrap(),
+        }
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Op {
+        /// The owner commits a message of this stream (and its outbox row).
+        Commit(usize),
+        /// Time passes and the owner sends what is due.
+        Poll(u64),
+        /// The transport delivers this packet (an index into what is in flight).
+        Deliver(usize),
+        /// ... loses it.
+        Lose(usize),
+        /// ... repeats it.
+        Repeat(usize),
+        /// The recipient's shard commits what it applied.
+        CommitApplies,
+        /// The recipient's shard crashes: what it held and applied without a commit is lost.
+        CrashInbox,
+        /// The owner crashes: its outbox is rebuilt from the stored rows.
+        CrashOwner,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..STREAMS).prop_map(Op::Commit),
+            2 => (0..2_500u64).prop_map(Op::Poll),
+            6 => any::<usize>().prop_map(Op::Deliver),
+            1 => any::<usize>().prop_map(Op::Lose),
+            1 => any::<usize>().prop_map(Op::Repeat),
+            2 => Just(Op::CommitApplies),
+            1 => Just(Op::CrashInbox),
+            1 => Just(Op::CrashOwner),
+        ]
+    }
+
+    #[derive(Debug, Clone)]
+    enum Packet {
+        Handoff(Handoff<u64>),
+        Applied(Applied),
+    }
+
+    /// The naive model and the two sides under test.
+    struct Run {
+        now: UnixMs,
+        /// Each conversation's last seq (both streams of a conversation share its seqs).
+        conv_seq: [u64; 2],
+        /// Each stream's whole chain, as the owner committed it.
+        chain: Vec<Vec<u64>>,
+        /// The owner's stored rows: stream -> seq -> prev.
+        rows: BTreeMap<usize, BTreeMap<u64, u64>>,
+        outbox: Outbox<u64>,
+        /// What the recipient's shard applied durably, and without a commit yet, per stream.
+        durable: Vec<Vec<u64>>,
+        pending: Vec<Vec<u64>>,
+        inbox: Inbox<u64>,
+        net: Vec<Packet>,
+        max_held: usize,
+    }
+
+    impl Run {
+        fn new(max_held: usize) -> Self {
+            Self {
+                now: UnixMs(1),
+                conv_seq: [0; 2],
+                chain: vec![Vec::new(); STREAMS],
+                rows: BTreeMap::new(),
+                outbox: Outbox::new(OWNER),
+                durable: vec![Vec::new(); STREAMS],
+                pending: vec![Vec::new(); STREAMS],
+                inbox: Inbox::new(DEST, max_held),
+                net: Vec::new(),
+                max_held,
+            }
+        }
+
+        fn index(s: &Stream) -> usize {
+            (0..STREAMS).find(|i| stream(*i) == *s).unwrap()
+        }
+
+        fn step(&mut self, op: Op) {
+            match op {
+                Op::Commit(i) => {
+                    let c = i % 2;
+                    self.conv_seq[c] += 1;
+                    let seq = self.conv_seq[c];
+                    let prev = self.chain[i].last().copied().unwrap_or(0);
+                    self.chain[i].push(seq);
+                    self.rows.entry(i).or_default().insert(seq, prev);
+                    self.outbox.push(DEST, stream(i), Seq(seq), Seq(prev), seq);
+                }
+                Op::Poll(ms) => {
+                    self.now = self.now.plus_ms(ms);
+                    let sent = self.outbox.poll(self.now);
+                    self.net.extend(sent.into_iter().map(Packet::Handoff));
+                }
+                Op::Deliver(k) if !self.net.is_empty() => {
+                    let p = self.net.swap_remove(k % self.net.len());
+                    self.deliver(p);
+                }
+                Op::Lose(k) if !self.net.is_empty() => {
+                    self.net.swap_remove(k % self.net.len());
+                }
+                Op::Repeat(k) if !self.net.is_empty() => {
+                    let p = self.net[k % self.net.len()].clone();
+                    self.net.push(p);
+                }
+                Op::CommitApplies => self.commit_applies(),
+                Op::CrashInbox => {
+                    self.pending = vec![Vec::new(); STREAMS];
+                    self.inbox = Inbox::new(DEST, self.max_held);
+                    for (i, done) in self.durable.iter().enumerate() {
+                        if let Some(last) = done.last() {
+                            self.inbox.restore(OWNER, stream(i), Seq(*last));
+                        }
+                    }
+                }
+                Op::CrashOwner => {
+                    self.outbox = Outbox::new(OWNER);
+                    for (i, rows) in &self.rows {
+                        for (seq, prev) in rows.iter().rev() {
+                            self.outbox
+                                .push(DEST, stream(*i), Seq(*seq), Seq(*prev), *seq);
+                        }
+                    }
+                }
+                Op::Deliver(_) | Op::Lose(_) | Op::Repeat(_) => {}
+            }
+        }
+
+        fn deliver(&mut self, p: Packet) {
+            match p {
+                Packet::Handoff(h) => {
+                    assert_eq!(h.item, h.seq.get(), "the row's item travels with it");
+                    let i = Self::index(&h.stream);
+                    match self.inbox.receive(h).unwrap() {
+                        Received::Apply(list) => {
+                            for h in list {
+                                self.pending[i].push(h.seq.get());
+                            }
+                            let applied: Vec<u64> = self.durable[i]
+                                .iter()
+                                .chain(&self.pending[i])
+                                .copied()
+                                .collect();
+                            assert_eq!(
+                                applied[..],
+                                self.chain[i][..applied.len()],
+                                "stream {i}: applied out of order or twice"
+                            );
+                        }
+                        Received::Again(Some(a)) => self.net.push(Packet::Applied(a)),
+                        Received::Again(None) | Received::Held | Received::Dropped => {}
+                    }
+                    assert!(self.inbox.held() <= self.max_held);
+                }
+                Packet::Applied(a) => {
+                    let i = Self::index(&a.stream);
+                    assert!(
+                        self.durable[i].contains(&a.through.get()),
+                        "acknowledged {} of stream {i} before it was durable",
+                        a.through
+                    );
+                    for seq in self.outbox.on_applied(&a) {
+                        self.rows.get_mut(&i).unwrap().remove(&seq.get());
+                    }
+                }
+            }
+        }
+
+        fn commit_applies(&mut self) {
+            for i in 0..STREAMS {
+                let pending = std::mem::take(&mut self.pending[i]);
+                let Some(last) = pending.last().copied() else {
+                    continue;
+                };
+                self.durable[i].extend(pending);
+                let ack = self.inbox.durable(&stream(i), Seq(last)).unwrap();
+                self.net.push(Packet::Applied(ack));
+            }
+        }
+
+        /// The faults end: the transport delivers everything, the recipient commits, time
+        /// passes. Every chain ends applied once, whole, and every row acknowledged.
+        fn heal(&mut self) {
+            for _ in 0..10_000 {
+                while let Some(p) = self.net.pop() {
+                    self.deliver(p);
+                }
+                self.commit_applies();
+                if self.net.is_empty() && self.outbox.is_empty() {
+                    break;
+                }
+                if self.net.is_empty() {
+                    self.step(Op::Poll(RESEND_MS));
+                }
+            }
+            assert!(
+                self.outbox.is_empty(),
+                "{} rows never acknowledged",
+                self.outbox.len()
+            );
+            assert!(self.rows.values().all(BTreeMap::is_empty));
+            assert_eq!(
+                self.durable, self.chain,
+                "every message applied once, in order"
+            );
+            assert_eq!(self.inbox.held(), 0);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Whatever the transport loses, repeats or reorders and whichever side crashes, the
+        /// recipient's shard applies each stream's messages exactly once and in order, never
+        /// acknowledges what is not durable, and once the faults end every row is drained.
+        #[test]
+        fn handed_off_exactly_once_in_order(
+            ops in proptest::collection::vec(op(), 1..160),
+            max_held in 0usize..6,
+        ) {
+            let mut run = Run::new(max_held);
+            for op in ops {
+                run.step(op);
+            }
+            run.heal();
+        }
+    }
+
+    #[test]
+    fn a_gap_is_held_and_a_repeat_answered_with_the_durable_mark() {
+        let mut inbox = Inbox::new(DEST, 8);
+        let h = |seq: u64, prev: u64| Handoff {
+            from: OWNER,
+            to: DEST,
+            stream: stream(0),
+            seq: Seq(seq),
+            prev: Seq(prev),
+            item: seq,
+        };
+        assert_eq!(inbox.receive(h(5, 2)).unwrap(), Received::Held);
+        assert_eq!(inbox.receive(h(5, 2)).unwrap(), Received::Held);
+        assert_eq!(inbox.held(), 1);
+        let Received::Apply(list) = inbox.receive(h(2, 0)).unwrap() else {
+            panic!("not applied");
+        };
+        assert_eq!(list.iter().map(|h| h.seq.get()).collect::<Vec<_>>(), [2, 5]);
+        assert_eq!(inbox.held(), 0);
+        assert_eq!(inbox.receive(h(2, 0)).unwrap(), Received::Again(None));
+        let ack = inbox.durable(&stream(0), Seq(5)).unwrap();
+        assert_eq!((ack.to, ack.through), (OWNER, Seq(5)));
+        assert_eq!(inbox.receive(h(2, 0)).unwrap(), Received::Again(Some(ack)));
+        assert!(inbox.receive(h(7, 3)).is_err(), "a chain that skips seq 5");
+        assert!(inbox.receive(h(7, 7)).is_err(), "a link to itself");
+    }
+
+    #[test]
+    fn the_outbox_resends_bounded_and_forgets_what_is_acknowledged() {
+        let mut out = Outbox::new(OWNER);
+        for seq in 1..=(MAX_IN_FLIGHT_PER_SHARD as u64 + 10) {
+            out.push(DEST, stream(0), Seq(seq), Seq(seq - 1), seq);
+        }
+        let first = out.poll(UnixMs(0));
+        assert_eq!(first.len(), MAX_IN_FLIGHT_PER_SHARD);
+        assert!(out.poll(UnixMs(RESEND_MS - 1)).is_empty(), "all in flight");
+        assert_eq!(out.next_deadline(), Some(UnixMs(0)), "ten never sent");
+        let ack = Applied {
+            from: DEST,
+            to: OWNER,
+            stream: stream(0),
+            through: Seq(100),
+        };
+        assert_eq!(out.on_applied(&ack).len(), 100);
+        let next = out.poll(UnixMs(RESEND_MS - 1));
+        assert_eq!(next.len(), 10, "room for the ten never sent");
+        assert_eq!(next[0].seq, Seq(MAX_IN_FLIGHT_PER_SHARD as u64 + 1));
+        assert_eq!(
+            out.poll(UnixMs(RESEND_MS)).len(),
+            MAX_IN_FLIGHT_PER_SHARD - 100
+        );
+        assert_eq!(out.len(), MAX_IN_FLIGHT_PER_SHARD + 10 - 100);
+    }
+
+    #[test]
+    fn a_conversation_is_owned_by_its_lower_members_shard() {
+        let map = ShardMap::new(1_024).unwrap();
+        assert!(ShardMap::new(0).is_none());
+        let (a, b) = (
+            UserUuid::from_random_bytes([1; 16]),
+            UserUuid::from_random_bytes([2; 16]),
+        );
+        let lower = if a < b { &a } else { &b };
+        assert_eq!(map.owner_of([&a, &b]), map.of_user(lower));
+        assert_eq!(map.owner_of([&b, &a]), map.of_user(lower));
+        let spread: std::collections::BTreeSet<ShardId> = (0..=255u8)
+            .map(|i| map.of_user(&UserUuid::from_random_bytes([i; 16])))
+            .collect();
+        assert!(spread.len() > 200, "{} shards of 256 users", spread.len());
+        assert!(spread.iter().all(|s| s.0 < 1_024));
+        assert_eq!(ShardMap::new(1).unwrap().of_user(&a), ShardId(0));
+    }
+}
