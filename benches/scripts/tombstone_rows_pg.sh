@@ -28,7 +28,7 @@ start > /dev/null
 now=$(($(date +%s) * 1000)); ttl=$((7*24*3600*1000))
 t0=$(date +%s)
 psql "$url" -qc "INSERT INTO tombbench.tombstones (k, v, expires_at)
-  SELECT a || '/' || m, convert_to(json_build_object('author', a, 'id', m, 'conv_id', 'c' || (i % 997), 'seq', i / 10000 + 1, 'expires_at', e, 'retracted', false)::text, 'UTF8'), e
+  SELECT 'c' || (i % 997) || '/' || m || '/' || a, convert_to(json_build_object('author', a, 'id', m, 'conv_id', 'c' || (i % 997), 'seq', i / 10000 + 1, 'expires_at', e, 'retracted', false)::text, 'UTF8'), e
   FROM (SELECT i, '00000000-0000-4000-8000-' || lpad(to_hex(i % 10000 + 1), 12, '0') AS a,
                md5(i::text) || '-' || lpad((i % 1000)::text, 3, '0') AS m,
                $now + $ttl - ($n - i) * 3600000 / $n AS e FROM generate_series(1::bigint, $n) AS i) s" >/dev/null
