@@ -16,6 +16,10 @@
 //! * `relay_core/expire_holds_10000`: 10,000 pending vanity purchases (10 buyers × 1,000 aliases
 //!   of a 10,000-alias catalog), the clock moved past the 15-minute hold, `handle_timeout`.
 //!
+//! * `relay_core/handoff`: one message through the hand-off between shards
+//!   (`relay_core::handoff`): the owner's outbox row and its send, the recipient shard's apply,
+//!   the acknowledgement every 50 messages. What a message crossing shards adds in the core.
+//!
 //! Memory per idle connection is in `relay_memory.rs` (it needs a counting global allocator,
 //! which would also slow every allocation measured here).
 //!
@@ -395,6 +399,48 @@ fn expire_holds(c: &mut Criterion) {
     g.finish();
 }
 
+/// `relay_core/handoff`: one message handed from its conversation's owner shard to its
+/// recipient's through `relay_core::handoff`: the outbox's row, the poll that sends it, the
+/// inbox's apply, and every 50 messages the durable mark's acknowledgement and the outbox's
+/// deletes (as `route_msg` counts a receipt every 50). The core's own cost of a message that
+/// crosses shards, beside `route_msg`'s; no transport, no commit.
+fn handoff(c: &mut Criterion) {
+    use relay_core::handoff::{Inbox, MAX_HELD, Outbox, Received, ShardId, Stream};
+    let mut g = c.benchmark_group("relay_core");
+    g.throughput(Throughput::Elements(1));
+    let stream = Stream {
+        recipient: wire::UserUuid::from_random_bytes([7; 16]),
+        conv: ConvId::parse("c-0123456789abcdef01234567").expect("a conversation id"),
+    };
+    let item: std::sync::Arc<str> = msg_payload().into();
+    let mut out = Outbox::new(ShardId(0));
+    let mut inbox = Inbox::new(ShardId(1), MAX_HELD);
+    let mut seq = 0u64;
+    g.bench_function("handoff", |b| {
+        b.iter(|| {
+            seq += 1;
+            out.push(
+                ShardId(1),
+                stream.clone(),
+                Seq(seq),
+                Seq(seq - 1),
+                std::sync::Arc::clone(&item),
+            );
+            for h in out.poll(wire::UnixMs(seq)) {
+                if let Ok(Received::Apply(applied)) = inbox.receive(h) {
+                    black_box(applied);
+                }
+            }
+            if seq % RECEIPT_EVERY == 0
+                && let Some(ack) = inbox.durable(&stream, Seq(seq))
+            {
+                black_box(out.on_applied(&ack));
+            }
+        });
+    });
+    g.finish();
+}
+
 fn machine(_: &mut Criterion) {
     println!("{}", MachineInfo::detect());
 }
@@ -408,6 +454,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = relay_core;
     config = config();
-    targets = machine, route_msg, offline_sync, channel_fanout, expire_holds
+    targets = machine, route_msg, offline_sync, channel_fanout, expire_holds, handoff
 }
 criterion_main!(relay_core);
