@@ -431,7 +431,7 @@ fn handoff(c: &mut Criterion) {
                     black_box(applied);
                 }
             }
-            if seq % RECEIPT_EVERY == 0
+            if seq.is_multiple_of(RECEIPT_EVERY)
                 && let Some(ack) = inbox.durable(&stream, Seq(seq))
             {
                 black_box(out.on_applied(&ack));

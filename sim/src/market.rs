@@ -403,7 +403,7 @@ pub(crate) async fn buy_channel(ctx: &HostCtx, client: &Client<Turmoil>, slot: u
                 order.payment_url.as_deref(),
                 Some(&order.pay_to),
             );
-            if slot % 3 == 0 {
+            if slot.is_multiple_of(3) {
                 buy_again(ctx, client, &id, order.order_id.as_str()).await;
             }
             let rec = OrderRec {
