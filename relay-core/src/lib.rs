@@ -140,6 +140,8 @@
 //!   the stored rows with their keys and codecs.
 //! * **Values and rules every module uses**: [`config`], [`limits`], [`http`], [`token`],
 //!   [`pow`], [`pricing`], [`destination`], [`stats`], `ratelimit`, `ids`, `lru`.
+//! * **Beside the relay, not wired into it yet**: [`handoff`], the hand-off between shards
+//!   (the shard map, the owner's outbox, the recipient shard's inbox), sans IO like the rest.
 //!
 //! ARCHITECTURE.md's code map says what each module owns and imports; the `architecture`
 //! crate's tests hold it to the code.
