@@ -432,9 +432,9 @@ pub(crate) struct Args {
     pub(crate) max_queued_bytes_per_sender: u64,
 
     /// Estimated memory for the message-id tombstones (which answer a re-sent message with
-    /// its first ack) held in memory: whole sets of recently active senders; the others are
-    /// read from the store at their next message. A sender whose set outweighs an eighth of it
-    /// is read one id at a time instead. Bigger: fewer reads; smaller: less memory.
+    /// its first ack) held in memory: whole sets of recently active conversations; the others
+    /// are read from the store at their next message. A conversation whose set outweighs an
+    /// eighth of it is read one id at a time instead. Bigger: fewer reads; smaller: less memory.
     #[arg(long, value_name = "BYTES", env = "RELAY_TOMBSTONE_CACHE_BYTES",
           default_value_t = relay_core::limits::TOMBSTONE_CACHE_BYTES, help_heading = LIMITS)]
     pub(crate) tombstone_cache_bytes: usize,

@@ -644,7 +644,7 @@ fn register(r: &mut Registry, f: &Families) {
     );
     r.register(
         "tombstone_sets_read",
-        "Authors' message-id tombstones read from the store (not in memory at their first msg or retract)",
+        "Conversations' message-id tombstone sets read from the store (not in memory at their first msg or retract)",
         f.tombstone_sets_read.clone(),
     );
     r.register(
