@@ -36,7 +36,7 @@
 //! ([`Inbox::restore`]); what was held, or applied without a durable commit, comes again from
 //! the outbox.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use sha2::{Digest as _, Sha256};
 use wire::{ConvId, Seq, UnixMs, UserUuid};
@@ -138,12 +138,13 @@ pub struct Broken {
     pub applied: Seq,
 }
 
-/// A row of the outbox in memory: what is handed, and when it was last sent.
+/// A row of the outbox in memory: what is handed, and when it is due to be sent (`UnixMs(0)`:
+/// never sent, due at once).
 #[derive(Debug, Clone)]
 struct Row<T> {
     prev: Seq,
     item: T,
-    sent_at: Option<UnixMs>,
+    due: UnixMs,
 }
 
 /// The rows of one stream not acknowledged yet, by seq, and where they go.
@@ -153,11 +154,15 @@ struct Out<T> {
     rows: BTreeMap<Seq, Row<T>>,
 }
 
-/// The owner shard's outbox in memory: every row its store holds, and when each was sent.
+/// The owner shard's outbox in memory: every row its store holds, and per destination when each
+/// is due to be sent, so that a poll looks only at what is due and at what is in flight (at most
+/// [`MAX_IN_FLIGHT_PER_SHARD`]), however many rows a slow or gone destination holds back.
 #[derive(Debug, Clone)]
 pub struct Outbox<T> {
     me: ShardId,
     streams: BTreeMap<Stream, Out<T>>,
+    /// Per destination: (due, stream, seq) of each row.
+    schedule: BTreeMap<ShardId, BTreeSet<(UnixMs, Stream, Seq)>>,
 }
 
 impl<T: Clone> Outbox<T> {
@@ -166,53 +171,66 @@ impl<T: Clone> Outbox<T> {
         Self {
             me,
             streams: BTreeMap::new(),
+            schedule: BTreeMap::new(),
         }
     }
 
     /// A row is stored (committed with its message, or read back at start): it is sent at the
     /// next [`Outbox::poll`]. A row already held is kept as it is.
     pub fn push(&mut self, to: ShardId, stream: Stream, seq: Seq, prev: Seq, item: T) {
-        let out = self.streams.entry(stream).or_insert_with(|| Out {
+        let out = self.streams.entry(stream.clone()).or_insert_with(|| Out {
             to,
             rows: BTreeMap::new(),
         });
-        out.rows.entry(seq).or_insert(Row {
-            prev,
-            item,
-            sent_at: None,
-        });
+        if let std::collections::btree_map::Entry::Vacant(e) = out.rows.entry(seq) {
+            e.insert(Row {
+                prev,
+                item,
+                due: UnixMs(0),
+            });
+            let due = self.schedule.entry(out.to).or_default();
+            due.insert((UnixMs(0), stream, seq));
+        }
     }
 
     /// The rows to send at `now`: those never sent, and those sent [`RESEND_MS`] ago or more,
-    /// oldest seq of each stream first, at most [`MAX_IN_FLIGHT_PER_SHARD`] in flight per
-    /// destination. Each is marked sent at `now`.
+    /// the longest due first (among those never sent, each stream's oldest seq first), at most
+    /// [`MAX_IN_FLIGHT_PER_SHARD`] in flight per destination. Each is due again
+    /// [`RESEND_MS`] from `now`.
     pub fn poll(&mut self, now: UnixMs) -> Vec<Handoff<T>> {
-        let mut in_flight: BTreeMap<ShardId, usize> = BTreeMap::new();
-        for out in self.streams.values() {
-            let n = out
-                .rows
-                .values()
-                .filter(|r| r.sent_at.is_some_and(|at| now < at.plus_ms(RESEND_MS)))
-                .count();
-            *in_flight.entry(out.to).or_default() += n;
-        }
         let mut sent = Vec::new();
-        for (stream, out) in &mut self.streams {
-            let flying = in_flight.entry(out.to).or_default();
-            for (seq, row) in &mut out.rows {
-                if *flying >= MAX_IN_FLIGHT_PER_SHARD {
-                    break;
-                }
-                if row.sent_at.is_some_and(|at| now < at.plus_ms(RESEND_MS)) {
+        for (to, due) in &mut self.schedule {
+            // In flight: due after now, the end of the schedule.
+            let flying = due
+                .iter()
+                .rev()
+                .take_while(|(at, _, _)| *at > now)
+                .take(MAX_IN_FLIGHT_PER_SHARD)
+                .count();
+            let room = MAX_IN_FLIGHT_PER_SHARD.saturating_sub(flying);
+            let ready: Vec<(UnixMs, Stream, Seq)> = due
+                .iter()
+                .take_while(|(at, _, _)| *at <= now)
+                .take(room)
+                .cloned()
+                .collect();
+            for key in ready {
+                due.remove(&key);
+                let (_, stream, seq) = key;
+                let Some(row) = self
+                    .streams
+                    .get_mut(&stream)
+                    .and_then(|out| out.rows.get_mut(&seq))
+                else {
                     continue;
-                }
-                row.sent_at = Some(now);
-                *flying += 1;
+                };
+                row.due = now.plus_ms(RESEND_MS);
+                due.insert((row.due, stream.clone(), seq));
                 sent.push(Handoff {
                     from: self.me,
-                    to: out.to,
-                    stream: stream.clone(),
-                    seq: *seq,
+                    to: *to,
+                    stream,
+                    seq,
                     prev: row.prev,
                     item: row.item.clone(),
                 });
@@ -223,10 +241,9 @@ impl<T: Clone> Outbox<T> {
 
     /// When a row is next due to be sent (`None`: nothing waits).
     pub fn next_deadline(&self) -> Option<UnixMs> {
-        self.streams
+        self.schedule
             .values()
-            .flat_map(|out| out.rows.values())
-            .map(|r| r.sent_at.map_or(UnixMs(0), |at| at.plus_ms(RESEND_MS)))
+            .filter_map(|due| due.first().map(|(at, _, _)| *at))
             .min()
     }
 
@@ -238,6 +255,14 @@ impl<T: Clone> Outbox<T> {
         };
         let later = out.rows.split_off(&Seq(a.through.get().saturating_add(1)));
         let done = std::mem::replace(&mut out.rows, later);
+        if let Some(due) = self.schedule.get_mut(&out.to) {
+            for (seq, row) in &done {
+                due.remove(&(row.due, a.stream.clone(), *seq));
+            }
+            if due.is_empty() {
+                self.schedule.remove(&out.to);
+            }
+        }
         if out.rows.is_empty() {
             self.streams.remove(&a.stream);
         }
@@ -686,6 +711,35 @@ mod tests {
         assert_eq!(out.len(), MAX_IN_FLIGHT_PER_SHARD + 10 - 100);
     }
 
+    /// A destination that never answers holds its own rows back, not another destination's;
+    /// acknowledged rows leave the schedule too.
+    #[test]
+    fn a_silent_destination_does_not_hold_back_another() {
+        let mut out = Outbox::new(OWNER);
+        for seq in 1..=1_000u64 {
+            out.push(DEST, stream(0), Seq(seq), Seq(seq - 1), seq);
+        }
+        out.push(ShardId(2), stream(1), Seq(1), Seq(0), 1);
+        let mut now = UnixMs(0);
+        for _ in 0..3 {
+            let sent = out.poll(now);
+            let to_other = sent.iter().filter(|h| h.to == ShardId(2)).count();
+            assert_eq!(sent.len() - to_other, MAX_IN_FLIGHT_PER_SHARD);
+            assert_eq!(to_other, 1, "resent each time its row is due");
+            now = now.plus_ms(RESEND_MS);
+        }
+        let ack = |to, stream, through| Applied {
+            from: to,
+            to: OWNER,
+            stream,
+            through: Seq(through),
+        };
+        assert_eq!(out.on_applied(&ack(ShardId(2), stream(1), 1)), [Seq(1)]);
+        assert_eq!(out.on_applied(&ack(DEST, stream(0), 1_000)).len(), 1_000);
+        assert!(out.is_empty() && out.next_deadline().is_none());
+        assert!(out.poll(now).is_empty());
+    }
+
     #[test]
     fn a_conversation_is_owned_by_its_lower_members_shard() {
         let map = ShardMap::new(1_024).unwrap();
@@ -697,7 +751,7 @@ mod tests {
         let lower = if a < b { &a } else { &b };
         assert_eq!(map.owner_of([&a, &b]), map.of_user(lower));
         assert_eq!(map.owner_of([&b, &a]), map.of_user(lower));
-        let spread: std::collections::BTreeSet<ShardId> = (0..=255u8)
+        let spread: BTreeSet<ShardId> = (0..=255u8)
             .map(|i| map.of_user(&UserUuid::from_random_bytes([i; 16])))
             .collect();
         assert!(spread.len() > 200, "{} shards of 256 users", spread.len());
