@@ -307,6 +307,18 @@ struct In<T> {
     held: BTreeMap<Seq, Handoff<T>>,
 }
 
+impl<T> In<T> {
+    /// A stream of `owner` applied, durably, through `through`, holding nothing.
+    fn at(owner: ShardId, through: Seq) -> Self {
+        Self {
+            owner,
+            applied: through,
+            durable: through,
+            held: BTreeMap::new(),
+        }
+    }
+}
+
 /// The recipient shard's side: each stream's marks, and what it holds past a gap.
 #[derive(Debug, Clone)]
 pub struct Inbox<T> {
@@ -330,27 +342,17 @@ impl<T> Inbox<T> {
     /// A stream's durable mark as stored (at start, or read before its first hand-off). A
     /// stream the inbox never heard of is applied through `Seq(0)`.
     pub fn restore(&mut self, owner: ShardId, stream: Stream, through: Seq) {
-        self.streams.insert(
-            stream,
-            In {
-                owner,
-                applied: through,
-                durable: through,
-                held: BTreeMap::new(),
-            },
-        );
+        self.streams.insert(stream, In::at(owner, through));
     }
 
     /// What to do with the hand-off `h`. `Err`: its chain does not hold (refused, nothing
     /// changed).
     pub fn receive(&mut self, h: Handoff<T>) -> Result<Received<T>, Broken> {
         let me = self.me;
-        let s = self.streams.entry(h.stream.clone()).or_insert_with(|| In {
-            owner: h.from,
-            applied: Seq(0),
-            durable: Seq(0),
-            held: BTreeMap::new(),
-        });
+        let s = self
+            .streams
+            .entry(h.stream.clone())
+            .or_insert_with(|| In::at(h.from, Seq(0)));
         if h.seq <= h.prev || (h.prev < s.applied && s.applied < h.seq) {
             return Err(Broken {
                 seq: h.seq,

@@ -13,7 +13,7 @@
 //!   tombstone another (`conv/id/`), and the author, who the message limit is restored for at
 //!   start, is read from the key alone. One id has one tombstone in a conversation; a store
 //!   rekeyed from the per-author keys of older relays may hold two (both members once used the
-//!   id), and then the first message (the lower seq) is the one known ([`first`]).
+//!   id), and then the first message (the lower seq) is the one known.
 //! * **Per conversation, whole.** A conversation's set is read with one prefix scan of the
 //!   store the first time the relay needs it (its first `msg` or `retract` since it was
 //!   evicted), and then answers every lookup for that conversation from memory: a new id is
@@ -81,8 +81,9 @@ pub(crate) enum Known<'a> {
 }
 
 impl Set {
-    /// A whole set from its stored rows, those expired at `now` left out (and of two for one
-    /// id, the later: [`first`]).
+    /// A whole set from its stored rows, those expired at `now` left out. Of two live
+    /// tombstones of one id (a store rekeyed from per-author keys, where both members had used
+    /// the id), the one kept is the first message's (the lower seq).
     fn whole(rows: impl IntoIterator<Item = (MessageId, Tombstone)>, now: UnixMs) -> Self {
         let mut set = Self {
             whole: true,
@@ -117,15 +118,6 @@ impl Weigh for Set {
 
 fn entry_bytes(id: &MessageId, t: &Tombstone) -> usize {
     ENTRY_BYTES + id.as_str().len() + t.author.as_str().len()
-}
-
-/// Of two live tombstones of one id in one conversation (a store rekeyed from per-author
-/// keys, where both members had used the id), the one known: the first message's.
-fn first(a: Option<Tombstone>, b: Tombstone) -> Tombstone {
-    match a {
-        Some(a) if a.seq <= b.seq => a,
-        _ => b,
-    }
 }
 
 /// The conversations' sets in memory ([`Lru`]) and the schedule of the range expiry.
@@ -422,7 +414,8 @@ fn key_prefix(conv: &ConvId, id: Option<&MessageId>) -> String {
 }
 
 /// The stored tombstone of `id` in `conv` live at `now`, if any (one prefix scan of the id's
-/// rows: one, or two in a store rekeyed from per-author keys).
+/// rows: one, or two in a store rekeyed from per-author keys, of which [`Set::whole`] keeps
+/// the first message's).
 fn read_id(
     reader: &mut dyn StoreRead,
     conv: &ConvId,
@@ -430,17 +423,15 @@ fn read_id(
     now: UnixMs,
 ) -> Result<Option<Tombstone>, StoreError> {
     let prefix = key_prefix(conv, Some(id));
-    let mut found = None;
+    let mut rows = Vec::with_capacity(2);
     for (key, value) in reader.scan_prefix_max(Table::Tombstones, &prefix, 2)? {
         let (row_id, t) = split(conv, &key, &value)?;
         if row_id != *id {
             return Err(corrupt(&key, "another message's tombstone"));
         }
-        if now < t.expires_at {
-            found = Some(first(found, t));
-        }
+        rows.push((row_id, t));
     }
-    Ok(found)
+    Ok(Set::whole(rows, now).ids.remove(id))
 }
 
 fn corrupt(key: &str, what: &str) -> StoreError {

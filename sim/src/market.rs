@@ -244,14 +244,19 @@ fn check_payment_fields(
         }
     }
     if !wrong.is_empty() {
-        ctx.world
-            .borrow_mut()
-            .findings
-            .push(crate::violation::Violation::new(
-                Oracle::OrderRecords,
-                format!("order {order_id} was answered with {}", wrong.join(", ")),
-            ));
+        order_finding(
+            ctx,
+            format!("order {order_id} was answered with {}", wrong.join(", ")),
+        );
     }
+}
+
+/// Records an `order-records` finding: what the relay answered an order's buyer was wrong.
+fn order_finding(ctx: &HostCtx, what: String) {
+    ctx.world
+        .borrow_mut()
+        .findings
+        .push(crate::violation::Violation::new(Oracle::OrderRecords, what));
 }
 
 /// An order just placed, before its payment.
@@ -331,13 +336,12 @@ pub(crate) async fn buy_alias(ctx: &HostCtx, client: &Client<Turmoil>, alias: &s
             }
             // Every alias of the pool comes from the relay's catalogue.
             Err(ClientError::Status(status, body)) if body.contains("ALIAS_NOT_FOUND") => {
-                ctx.world
-                    .borrow_mut()
-                    .findings
-                    .push(crate::violation::Violation::new(
-                        Oracle::OrderRecords,
-                        format!("a purchase of {alias}, an alias of the relay's catalogue, was answered {status} ALIAS_NOT_FOUND"),
-                    ));
+                order_finding(
+                    ctx,
+                    format!(
+                        "a purchase of {alias}, an alias of the relay's catalogue, was answered {status} ALIAS_NOT_FOUND"
+                    ),
+                );
                 return;
             }
             Err(e) => {
@@ -422,16 +426,13 @@ pub(crate) async fn buy_channel(ctx: &HostCtx, client: &Client<Turmoil>, slot: u
 async fn buy_again(ctx: &HostCtx, client: &Client<Turmoil>, id: &str, first: &str) {
     match retried!(client.channels().buy(id)) {
         Ok(again) if again.order_id.as_str() != first => {
-            ctx.world
-                .borrow_mut()
-                .findings
-                .push(crate::violation::Violation::new(
-                    Oracle::OrderRecords,
-                    format!(
-                        "c{} bought channel {id} again while its order {first} was pending and got another order, {}",
-                        ctx.me, again.order_id
-                    ),
-                ));
+            order_finding(
+                ctx,
+                format!(
+                    "c{} bought channel {id} again while its order {first} was pending and got another order, {}",
+                    ctx.me, again.order_id
+                ),
+            );
         }
         Ok(_) => {}
         Err(e) => note(ctx, format!("c{} buy {id} again refused: {e}", ctx.me)),
