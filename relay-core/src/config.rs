@@ -132,6 +132,9 @@ pub struct Config {
     /// [`limits::CONTACT_CACHE_BYTES`]); the least recently used are evicted past it and read
     /// from the store again when needed.
     pub contact_cache_bytes: usize,
+    /// The shard this relay core runs (`crate::handoff`): a message for a user of another
+    /// shard leaves it as a hand-off. By default the one shard of a relay that is not sharded.
+    pub shard: crate::handoff::ShardPlace,
     /// A defect to plant, for the simulator's detection test only (feature `planted-bugs`,
     /// which no production build enables; see [`crate::PlantedBug`]). `None` by default.
     #[cfg(feature = "planted-bugs")]
@@ -221,6 +224,7 @@ impl Default for Config {
             account_cache_bytes: limits::ACCOUNT_CACHE_BYTES,
             conversation_cache_bytes: limits::CONVERSATION_CACHE_BYTES,
             contact_cache_bytes: limits::CONTACT_CACHE_BYTES,
+            shard: crate::handoff::ShardPlace::single(),
             #[cfg(feature = "planted-bugs")]
             planted_bug: None,
         }

@@ -200,6 +200,7 @@ impl Cx<'_> {
             members: [f.requester.clone(), f.addressee.clone()],
             last_seq: Seq(0),
             last_authored: [Seq(0), Seq(0)],
+            handed: [Seq(0), Seq(0)],
         });
         let requester = f.requester.clone();
         self.state.put_friendship(&FriendshipRow {

@@ -86,6 +86,55 @@ impl ShardMap {
     }
 }
 
+/// Where a relay core runs: the shard map of its deployment and the shard it is. A core owns
+/// the state of its shard's users and of the conversations their shard owns; what it decides
+/// for a user of another shard crosses as a hand-off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardPlace {
+    map: ShardMap,
+    me: ShardId,
+}
+
+impl ShardPlace {
+    /// Shard `me` of `map` (`None` if `map` has no such shard).
+    pub fn new(map: ShardMap, me: ShardId) -> Option<Self> {
+        (me.0 < map.shards()).then_some(Self { map, me })
+    }
+
+    /// The one shard of a relay that is not sharded: every user is its own.
+    pub fn single() -> Self {
+        Self {
+            map: ShardMap { shards: 1 },
+            me: ShardId(0),
+        }
+    }
+
+    /// The shard this core is.
+    pub fn me(&self) -> ShardId {
+        self.me
+    }
+
+    /// The deployment's shard map.
+    pub fn map(&self) -> ShardMap {
+        self.map
+    }
+
+    /// The shard of `user` if it is not this one (`None`: the user is this shard's).
+    pub fn elsewhere(&self, user: &UserUuid) -> Option<ShardId> {
+        if self.map.shards == 1 {
+            return None;
+        }
+        let shard = self.map.of_user(user);
+        (shard != self.me).then_some(shard)
+    }
+}
+
+impl Default for ShardPlace {
+    fn default() -> Self {
+        Self::single()
+    }
+}
+
 /// The messages of one conversation for one recipient: what a chain of `prev` links orders.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Stream {
@@ -113,6 +162,22 @@ pub struct Handoff<T> {
     pub item: T,
 }
 
+/// A message as its conversation's owner shard hands it to its recipient's shard: what the
+/// recipient's queue keeps of it (its seq is the hand-off's).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Message {
+    /// Its author, the conversation's other member.
+    pub author: UserUuid,
+    /// The author's id of it.
+    pub id: wire::MessageId,
+    /// The frame's `crypto_v`, if it had one.
+    pub crypto_v: Option<u32>,
+    /// The ciphertext, as the author sent it.
+    pub payload: wire::frames::Payload,
+    /// When the owner accepted it.
+    pub at: UnixMs,
+}
+
 /// A recipient shard's acknowledgement: its stream is applied, durably, through `through`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
@@ -124,6 +189,79 @@ pub struct Applied {
     pub stream: Stream,
     /// The last seq applied.
     pub through: Seq,
+}
+
+/// A `msg` of a user of shard `from` in a conversation shard `to` owns: the owner decides it
+/// (its id, its seq) and answers with a [`Verdict`]. Not durable: a submission lost with a
+/// crash leaves its sender without an `ack`, and the client sends the message again with the
+/// same id, as after any lost `ack`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submission {
+    /// The sender's shard.
+    pub from: ShardId,
+    /// The conversation's owner shard.
+    pub to: ShardId,
+    /// The sender's connection at its shard (the shell's number), for the answer.
+    pub conn: u64,
+    /// The sender.
+    pub author: UserUuid,
+    /// The frame as the sender sent it.
+    pub frame: wire::frames::MsgFrame,
+}
+
+/// The owner's answer to a [`Submission`], released after the commit that stored the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The owner shard.
+    pub from: ShardId,
+    /// The sender's shard.
+    pub to: ShardId,
+    /// The sender's connection at its shard.
+    pub conn: u64,
+    /// The sender (the answer goes to its connection only while that is still its).
+    pub author: UserUuid,
+    /// The message's id.
+    pub id: wire::MessageId,
+    /// What the owner decided.
+    pub outcome: Outcome,
+}
+
+/// What a conversation's owner decided for a submitted `msg`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A new message, stored with this seq.
+    New(Seq),
+    /// A resend of an id the conversation holds: its first seq.
+    Resent(Seq),
+    /// Refused: the error frame's code and words.
+    Refused(wire::ErrorCode, String),
+}
+
+/// What one shard's core sends another's: carried by the shell, in a process or between
+/// processes, to [`Relay::handle_crossing`](crate::Relay::handle_crossing) of the core that runs
+/// [`Crossing::to`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Crossing {
+    /// A message for the recipient's shard (at least once, from the owner's outbox).
+    Handoff(Handoff<Message>),
+    /// The recipient's shard applied hand-offs, durably.
+    Applied(Applied),
+    /// A sender's `msg` for its conversation's owner (at most once).
+    Submit(Submission),
+    /// The owner's answer to a submission.
+    Verdict(Verdict),
+}
+
+impl Crossing {
+    /// The shard it goes to.
+    pub fn to(&self) -> ShardId {
+        match self {
+            Self::Handoff(h) => h.to,
+            Self::Applied(a) => a.to,
+            Self::Submit(s) => s.to,
+            Self::Verdict(v) => v.to,
+        }
+    }
 }
 
 /// A hand-off whose chain does not hold: an owner's defect, refused rather than applied.

@@ -34,6 +34,9 @@
 //!         // Only when reading ahead (below): answers to requests and upgrades that waited.
 //!         Output::Http { id, response } => { /* the reply of request `id` */ }
 //!         Output::Connect { conn, result } => { /* complete or refuse the upgrade */ }
+//!         // Only when this core is one of several shards (`Config::shard`): carried to
+//!         // `handle_crossing` of the core that runs shard `c.to()`.
+//!         Output::Cross(c) => { /* to the core of shard `c.to()` */ }
 //!     }
 //! }
 //! if let Some(deadline) = relay.poll_timeout() {
@@ -188,6 +191,7 @@ mod relations;
 mod relay;
 mod rows;
 mod sessions;
+mod shards;
 mod shell;
 mod state;
 pub mod stats;

@@ -30,6 +30,7 @@ use wire::frames::{
 use wire::{AliasId, ConvId, ErrorCode, ServerFrame, UnixMs, UserUuid};
 
 use crate::cx::Cx;
+use crate::handoff::{Outcome, ShardId};
 use crate::limits::TOMBSTONE_TTL_MS;
 use crate::planted::planted;
 use crate::queue::Queued;
@@ -98,7 +99,7 @@ impl NotMember {
 }
 
 /// What the checks of a `msg` decided (`Relay::judge_msg`).
-enum MsgVerdict {
+pub(crate) enum MsgVerdict {
     /// A new message for `recipient`; `peer` is their open connection, if any.
     New {
         recipient: UserUuid,
@@ -107,6 +108,18 @@ enum MsgVerdict {
     /// A resend of an id the relay holds in the same conversation: acknowledged again with
     /// its first seq, not stored twice.
     Resent(wire::Seq),
+    /// The conversation is another shard's: the message is submitted to it, which decides.
+    Owner(ShardId),
+}
+
+/// Where the answer to a `msg` goes: the sender's connection here, or the sender's shard (a
+/// submitted `msg`, `crate::shards`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Answer {
+    /// The sender's connection on this shard.
+    Conn(ConnId),
+    /// The sender's shard, and its connection there.
+    Shard(ShardId, u64),
 }
 
 impl Cx<'_> {
@@ -196,15 +209,16 @@ impl Cx<'_> {
         let Some(user) = self.conn_user(conn) else {
             return;
         };
-        match self.judge_msg(now, &user, &m) {
+        match self.judge_msg(now, &user, &m, Answer::Conn(conn)) {
             Ok(MsgVerdict::New { recipient, peer }) => {
-                self.accept_msg(now, conn, &user, &recipient, peer, m);
+                self.accept_msg(now, Answer::Conn(conn), &user, &recipient, peer, m);
             }
             Ok(MsgVerdict::Resent(seq)) => {
                 probes::probe!("msg:deduplicated");
                 self.stats.messages_deduplicated += 1;
                 self.send(conn, ServerFrame::Ack(AckFrame { id: m.id, seq }));
             }
+            Ok(MsgVerdict::Owner(owner)) => self.submit(owner, conn, &user, m),
             Err((code, msg)) => {
                 // The id string is built only for a refusal (not on the routing path).
                 let id = Some(m.id.to_string());
@@ -213,20 +227,58 @@ impl Cx<'_> {
         }
     }
 
+    /// A `msg` of `user` in a conversation shard `owner` owns: its payload and the sender's
+    /// message rate are checked here (the sender's shard keeps its rate), the rest there.
+    fn owner_elsewhere(
+        &self,
+        now: UnixMs,
+        user: &UserUuid,
+        recipient: &UserUuid,
+        m: &MsgFrame,
+    ) -> Option<Result<MsgVerdict, (ErrorCode, &'static str)>> {
+        let place = self.config.shard;
+        let owner = place.map().owner_of([user, recipient]);
+        if owner == place.me() {
+            return None;
+        }
+        if !is_base64(&m.payload) {
+            return Some(Err((
+                ErrorCode::BAD_FRAME,
+                "payload is not base64 (standard alphabet)",
+            )));
+        }
+        if !self.throttles().message_allowed(now, user) {
+            return Some(Err((
+                ErrorCode::RATE_LIMITED,
+                "too many messages; retry later",
+            )));
+        }
+        Some(Ok(MsgVerdict::Owner(owner)))
+    }
+
     /// The checks of a `msg` of `user`, in order: membership and `to` (the conversation is
     /// read if not in memory), the conversation's tombstones are read (likewise), the
     /// payload's alphabet, a known id, the message rate, every queue bound, and a synced
     /// recipient's queue is read. Nothing is written; `Err`: the code and words of the
     /// refusal.
-    fn judge_msg(
+    ///
+    /// A `msg` `submitted` by the sender's shard was checked there for its rate; one of a user
+    /// of this shard in a conversation another shard owns goes there
+    /// ([`MsgVerdict::Owner`]).
+    pub(crate) fn judge_msg(
         &mut self,
         now: UnixMs,
         user: &UserUuid,
         m: &MsgFrame,
+        answer: Answer,
     ) -> Result<MsgVerdict, (ErrorCode, &'static str)> {
         let recipient = self
             .member_check(user, &m.conv_id, &m.to)
             .map_err(NotMember::refusal)?;
+        let submitted = matches!(answer, Answer::Shard(..));
+        if !submitted && let Some(elsewhere) = self.owner_elsewhere(now, user, &recipient, m) {
+            return elsewhere;
+        }
         // Whether this id is known is decided after the payload's check; the conversation's
         // tombstones are read once the caller is known to be a member (a stranger's frame
         // reads nothing more).
@@ -254,7 +306,7 @@ impl Cx<'_> {
                 "this message id was already used by the other member of this conversation",
             ));
         }
-        if !self.throttles().message_allowed(now, user) {
+        if !submitted && !self.throttles().message_allowed(now, user) {
             return Err((ErrorCode::RATE_LIMITED, "too many messages; retry later"));
         }
         let charge = crate::limits::queued_message_bytes(m.id.as_str().len(), m.payload.len());
@@ -264,17 +316,10 @@ impl Cx<'_> {
         // unless delivery is about to read the next page) before the message joins it: it is
         // delivered from there. Anyone else's is not read: the message joins its tail
         // (`State::put_message`), and the recipient's next `sync` reads the queue.
-        let synced = peer.is_some_and(|c| self.sessions().get(c).is_some_and(|s| s.synced));
-        let read = |cx: &mut Self| {
-            if cx.state.queue_gap(&recipient, &m.conv_id).is_none() {
-                // In memory whole (or empty): nothing to read.
-                return Ok(());
-            }
-            let room = cx.window_room(&recipient, None);
-            cx.read_queue_front(&recipient, &m.conv_id, room)?;
-            cx.read_ahead_of(&recipient, &m.conv_id, room)
-        };
-        if synced && read(self).is_err() {
+        if self
+            .read_for_delivery(peer, &recipient, &m.conv_id)
+            .is_err()
+        {
             return Err((
                 ErrorCode::STORAGE_UNAVAILABLE,
                 "the relay could not read the recipient's queue; send it again",
@@ -283,23 +328,46 @@ impl Cx<'_> {
         Ok(MsgVerdict::New { recipient, peer })
     }
 
+    /// The queue of `recipient` in `conv` read as far as delivering a new message needs, when
+    /// the recipient's connection `peer` is synced (else nothing is read).
+    pub(crate) fn read_for_delivery(
+        &mut self,
+        peer: Option<ConnId>,
+        recipient: &UserUuid,
+        conv: &ConvId,
+    ) -> Result<(), StoreError> {
+        let synced = peer.is_some_and(|c| self.sessions().get(c).is_some_and(|s| s.synced));
+        if !synced || self.state.queue_gap(recipient, conv).is_none() {
+            // Not delivered now, or in memory whole (or empty): nothing to read.
+            return Ok(());
+        }
+        let room = self.window_room(recipient, None);
+        self.read_queue_front(recipient, conv, room)?;
+        self.read_ahead_of(recipient, conv, room)
+    }
+
     /// A new message `m` of `user` that passed [`judge_msg`](Self::judge_msg): its seq, its
     /// tombstone and its place in the recipient's queue are written, the sender is
     /// acknowledged, and the recipient's connection (`peer`) gets it or a push is sent.
-    fn accept_msg(
+    pub(crate) fn accept_msg(
         &mut self,
         now: UnixMs,
-        conn: ConnId,
+        answer: Answer,
         user: &UserUuid,
         recipient: &UserUuid,
         peer: Option<ConnId>,
         m: MsgFrame,
     ) {
+        // The recipient's shard, if it is not this one: the message is handed to it.
+        let away = self.config.shard.elsewhere(recipient);
         // `judge_msg` found `user` in the conversation, so this is always `Some`.
-        let Some(seq) = self.state.next_seq(&m.conv_id, user) else {
+        let Some((seq, prev)) = self.state.next_seq(&m.conv_id, user, away.is_some()) else {
             return;
         };
-        self.throttles_mut().charge_message(now, user);
+        if let Answer::Conn(_) = answer {
+            // A submitted message is charged at its sender's shard.
+            self.throttles_mut().charge_message(now, user);
+        }
         self.state.put_tombstone(
             &m.conv_id,
             m.id.clone(),
@@ -317,13 +385,18 @@ impl Cx<'_> {
             payload: m.payload,
             at: now,
         };
+        if let Some(to) = away {
+            let stream = (recipient, &m.conv_id);
+            self.hand_off(now, to, stream, user, queued, prev);
+            return self.answer(answer, user, m.id, Outcome::New(seq));
+        }
         self.state.put_message(&m.conv_id, user, recipient, queued);
         if peer.is_some() {
             self.stats.messages_accepted_online += 1;
         } else {
             self.stats.messages_accepted_offline += 1;
         }
-        self.send(conn, ServerFrame::Ack(AckFrame { id: m.id, seq }));
+        self.answer(answer, user, m.id, Outcome::New(seq));
         match peer {
             Some(peer) => self.deliver_on(peer, &m.conv_id),
             None => self.push_new_msg(now, recipient),

@@ -208,14 +208,17 @@ impl Relations {
     }
 
     /// Assigns the next seq of `conv` (in memory) to a message by `author`, hands the
-    /// conversation with its new counters to `stored` and pins it as written. `None` when
+    /// conversation with its new counters to `stored` and pins it as written: the seq, and
+    /// when the message is `handed` to the other member's shard the seq of the author's
+    /// previous hand-off in `conv` (its stream's `prev`; `Seq(0)` otherwise). `None` when
     /// `conv` is not in memory or `author` is not a member.
     pub(crate) fn next_seq(
         &mut self,
         conv: &ConvId,
         author: &UserUuid,
+        handed: bool,
         stored: impl FnOnce(&ConversationRow),
-    ) -> Option<Seq> {
+    ) -> Option<(Seq, Seq)> {
         self.conversations
             .write(conv, |c| {
                 let c = &mut c.row;
@@ -223,8 +226,12 @@ impl Relations {
                 let seq = c.last_seq.next();
                 c.last_seq = seq;
                 c.last_authored[i] = seq;
+                let mut prev = Seq(0);
+                if handed {
+                    prev = std::mem::replace(&mut c.handed[i], seq);
+                }
                 stored(c);
-                Some(seq)
+                Some((seq, prev))
             })
             .flatten()
     }

@@ -47,6 +47,21 @@ pub(crate) struct ConversationRow {
     pub(crate) last_seq: Seq,
     /// The last seq authored by `members[i]` (0 if none).
     pub(crate) last_authored: [Seq; 2],
+    /// The last seq authored by `members[i]` that was handed to the other member's shard (0
+    /// if none; left out of the row then): the `prev` of the next hand-off of that stream
+    /// (`crate::handoff`).
+    #[serde(default = "unhanded", skip_serializing_if = "never_handed")]
+    pub(crate) handed: [Seq; 2],
+}
+
+/// No member's messages handed yet.
+fn unhanded() -> [Seq; 2] {
+    [Seq(0), Seq(0)]
+}
+
+/// Whether neither member's messages were ever handed to another shard.
+fn never_handed(handed: &[Seq; 2]) -> bool {
+    *handed == [Seq(0), Seq(0)]
 }
 
 /// What one member's queue of a conversation holds.
@@ -91,7 +106,15 @@ impl ConversationRow {
         json::uint(out, self.last_authored[0].get());
         out.push(b',');
         json::uint(out, self.last_authored[1].get());
-        out.extend_from_slice(b"]}");
+        out.push(b']');
+        if !never_handed(&self.handed) {
+            out.extend_from_slice(b",\"handed\":[");
+            json::uint(out, self.handed[0].get());
+            out.push(b',');
+            json::uint(out, self.handed[1].get());
+            out.push(b']');
+        }
+        out.push(b'}');
     }
 }
 
@@ -426,6 +449,46 @@ fn write_row_key(k: &mut RowKey<'_>, parts: &[&str], seq: Option<Seq>) {
     }
 }
 
+/// An outbox row: a message this shard decided for a user of shard `to`, not yet applied
+/// there (`crate::handoff`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct OutboxRow {
+    pub(crate) to: u16,
+    pub(crate) recipient: UserUuid,
+    pub(crate) conv_id: ConvId,
+    pub(crate) seq: Seq,
+    /// The previous seq of the same stream (0 for its first).
+    pub(crate) prev: Seq,
+    pub(crate) message: crate::handoff::Message,
+}
+
+/// An inbox mark: the stream `recipient/conv` from shard `owner` is applied through `through`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct InboxMarkRow {
+    pub(crate) owner: u16,
+    pub(crate) recipient: UserUuid,
+    pub(crate) conv_id: ConvId,
+    pub(crate) through: Seq,
+}
+
+/// Writes the key of the outbox row `shard/recipient/conv/seq` (the shard zero-padded to five
+/// digits, so a destination's rows are one prefix).
+pub(crate) fn write_outbox_key(
+    k: &mut RowKey<'_>,
+    to: u16,
+    recipient: &UserUuid,
+    conv: &ConvId,
+    seq: Seq,
+) {
+    let shard = format!("{to:05}");
+    write_row_key(k, &[&shard, recipient.as_str(), conv.as_str()], Some(seq));
+}
+
+/// Writes the key of the inbox mark `recipient/conv`.
+pub(crate) fn write_inbox_mark_key(k: &mut RowKey<'_>, recipient: &UserUuid, conv: &ConvId) {
+    write_row_key(k, &[recipient.as_str(), conv.as_str()], None);
+}
+
 /// Writes the key of the message row `recipient/conv/seq`.
 pub(crate) fn write_message_key(k: &mut RowKey<'_>, recipient: &UserUuid, conv: &ConvId, seq: Seq) {
     write_row_key(k, &[recipient.as_str(), conv.as_str()], Some(seq));
@@ -591,12 +654,14 @@ mod tests {
             members in (uuid(), uuid()),
             conv in token(),
             seqs in any::<(u64, u64, u64)>(),
+            handed in prop_oneof![Just((0, 0)), any::<(u64, u64)>()],
         ) {
             let c = ConversationRow {
                 id: ConvId::parse(&conv).unwrap(),
                 members: [members.0, members.1],
                 last_seq: Seq(seqs.0),
                 last_authored: [Seq(seqs.1), Seq(seqs.2)],
+                handed: [Seq(handed.0), Seq(handed.1)],
             };
             let mut out = Vec::new();
             c.write_json(&mut out);

@@ -80,6 +80,14 @@ pub enum Output {
         /// What [`Relay::handle_connect`](super::Relay::handle_connect) would have returned.
         result: Result<Accepted, crate::http::HttpResponse>,
     },
+    /// Something for the core of another shard (`crate::handoff`): the shell carries it to
+    /// [`Relay::handle_crossing`](super::Relay::handle_crossing) of the core that runs shard
+    /// [`Crossing::to`](crate::handoff::Crossing::to), on a transport that may lose, repeat or
+    /// reorder it. Released after the commit of what it follows from (a hand-off after its
+    /// outbox row, an acknowledgement after the apply, a verdict after the message). A
+    /// hand-off is emitted again every [`RESEND_MS`](crate::handoff::RESEND_MS) until it is
+    /// acknowledged. A relay of one shard never emits it.
+    Cross(crate::handoff::Crossing),
 }
 
 /// A connection accepted by [`Relay::handle_connect`](super::Relay::handle_connect).

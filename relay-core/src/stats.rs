@@ -79,6 +79,27 @@ pub struct RelayStats {
     pub contact_read_failures: u64,
     /// Payment webhooks, by what they did.
     pub webhooks: WebhookStats,
+    /// New `msg` frames stored and acknowledged for a user of another shard: written to the
+    /// outbox and handed to that shard (`crate::handoff`).
+    pub messages_handed_off: u64,
+    /// `msg` frames of this shard's users submitted to the shard that owns their
+    /// conversation, which decides them.
+    pub messages_submitted: u64,
+    /// Outbox rows deleted because their destination shard applied them.
+    pub handoffs_acknowledged: u64,
+    /// Messages handed from another shard applied here (each joins its recipient's queue
+    /// once).
+    pub handoffs_applied: u64,
+    /// Hand-offs received again after they were applied (acknowledged again).
+    pub handoffs_repeated: u64,
+    /// Hand-offs held past a gap in their stream until it is filled.
+    pub handoffs_held: u64,
+    /// Hand-offs not taken now (a failed read of the recipient's queue, or too many held):
+    /// their owner sends them again.
+    pub handoffs_deferred: u64,
+    /// Hand-offs refused because their chain contradicts what was applied (an owner's
+    /// defect).
+    pub handoffs_broken: u64,
 }
 
 /// The message-id tombstones held in memory, read with

@@ -92,6 +92,11 @@ impl Cx<'_> {
             self.state.expiry_sweep().queue_done(0);
             return true;
         };
+        if self.config.shard.elsewhere(&recipient).is_some() {
+            // Another shard's queue: that shard expires it.
+            self.state.expiry_sweep().queue_done(0);
+            return true;
+        }
         // A queue read in part (a synced recipient's, held from its oldest message) is read on
         // as far as its messages expired; any other is read whole.
         let in_part = (self.state.queues())

@@ -52,7 +52,13 @@ pub(super) fn open_state(
     reader: &mut dyn StoreRead,
 ) -> Result<State, StoreError> {
     let snapshot = store.load_eager()?;
-    let mut state = State::load(&snapshot, config.offline_ttl_ms, config.order_retention_ms)?;
+    let mut state = State::load(
+        &snapshot,
+        config.shard,
+        config.offline_ttl_ms,
+        config.order_retention_ms,
+    )?;
+    state.load_crossing(&snapshot, config.shard)?;
     drop(snapshot);
     // Tables derived from others that a store written before them lacks: filled once; and
     // the tombstones of older relays, keyed by author, rekeyed by conversation once.

@@ -643,6 +643,28 @@ impl Relay {
         let _ = self.finish();
     }
 
+    /// What the core of another shard sent this one (an [`Output::Cross`] of it): a message
+    /// handed from its conversation's owner, applied to its recipient's queue once and in its
+    /// stream's order, then delivered (a repeat is acknowledged again, one past a gap waits
+    /// for it); an acknowledgement of hand-offs, whose outbox rows are deleted; a sender's
+    /// `msg` for a conversation this shard owns, decided here; the owner's verdict on a `msg`
+    /// this shard submitted, answered on the sender's connection. What it answers follows
+    /// the commit. Drain `poll_output` afterwards, as after any input.
+    pub fn handle_crossing(&mut self, now: UnixMs, c: crate::handoff::Crossing) {
+        if self.failed {
+            return;
+        }
+        self.cx().on_crossing(now, c);
+        let _ = self.finish();
+    }
+
+    /// Outbox rows not yet applied by their destination shard, and hand-offs held here past
+    /// a gap.
+    pub fn handoff_backlog(&self) -> (usize, usize) {
+        let c = self.state.crossing();
+        (c.outbox_rows(), c.held())
+    }
+
     /// The shell saw `conn` close (or fail). Nothing is lost: undelivered messages stay queued.
     /// Frames of `conn` still waiting for a read ahead were sent before the close and run
     /// first; the connection is dropped once they did (what they answer goes nowhere).

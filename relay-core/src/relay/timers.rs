@@ -42,6 +42,7 @@ impl Relay {
         self.budgets.sweep(now.get());
         self.state.upload_limit().sweep(now.get());
         self.cx().sweep_push(now);
+        self.cx().send_handoffs(now);
         if self.finish().is_err() {
             return;
         }
@@ -182,6 +183,7 @@ impl Relay {
         let timers = self.state.timers().first().map(|(at, _)| *at);
         let idle = self.sessions.next_idle(self.config.idle_timeout_ms);
         let pow_expiry = self.admission.next_expiry();
+        let handoffs = self.state.crossing().deadline();
         let sweeps = if self.prefetch.sweep_waits() {
             [None, None]
         } else {
@@ -190,7 +192,7 @@ impl Relay {
                 self.state.queues().sweep().at(),
             ]
         };
-        [timers, idle, pow_expiry]
+        [timers, idle, pow_expiry, handoffs]
             .into_iter()
             .chain(sweeps)
             .flatten()

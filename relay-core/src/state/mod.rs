@@ -10,7 +10,7 @@
 //! together (a write that updates the map but forgets the mutation, or an index rebuilt
 //! differently on load, is a durability bug), so each area's writes sit side by side in one
 //! submodule: `accounts`, `relations`, `queues` (their index, reads, writes and expiry),
-//! `commerce`, `credentials`, `media`, `push`. What the state is made of (the caches, the
+//! `commerce`, `credentials`, `crossing` (the hand-off between shards), `media`, `push`. What the state is made of (the caches, the
 //! commerce records ...) lives in the modules below it, which never name `State`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +28,7 @@ use crate::rows::*;
 mod accounts;
 mod commerce;
 mod credentials;
+mod crossing;
 mod media;
 mod push;
 mod queues;
@@ -64,6 +65,8 @@ pub(crate) struct State {
     commerce: crate::commerce_state::Commerce,
     /// Used single-use credentials, until they expire (`crate::credential`).
     spent: crate::credential::Spent,
+    /// The outbox and inbox marks of the hand-off between shards (`crossing`).
+    crossing: crossing::Crossing,
     /// How long an order that is over is kept (`Config::order_retention_ms`).
     order_retention_ms: u64,
     /// Changes to what is held in memory only ([`State::touched`]).
@@ -353,8 +356,12 @@ impl State {
 impl State {
     /// Rebuilds the state and its indexes from a snapshot (of the eager tables: the queues'
     /// counts come from [`State::index_queues`], once the summaries are known).
+    ///
+    /// Of the rows kept per user, only those of `place`'s users are loaded: the rows of
+    /// another shard's users are that shard's (`crate::handoff`).
     pub(crate) fn load(
         snapshot: &Snapshot,
+        place: crate::handoff::ShardPlace,
         offline_ttl_ms: u64,
         order_retention_ms: u64,
     ) -> Result<Self, StoreError> {
@@ -363,14 +370,21 @@ impl State {
             ..Self::default()
         };
         let rows = |t: Table| snapshot.get(&t).into_iter().flat_map(|m| m.iter());
+        let theirs = |user: &UserUuid| place.elsewhere(user).is_some();
         for (k, v) in rows(Table::Meta) {
             s.meta.insert(k.clone(), decode(Table::Meta, k, v)?);
         }
         for (k, v) in rows(Table::QueueIndex) {
+            if crate::queue_index::parse_queue_key(k).is_some_and(|(r, _)| theirs(&r)) {
+                continue;
+            }
             s.queued.load(k, v)?;
         }
         for (k, v) in rows(Table::PendingReceipts) {
             let r: PendingReceiptRow = decode(Table::PendingReceipts, k, v)?;
+            if theirs(&r.recipient) {
+                continue;
+            }
             s.timers.insert((
                 r.at.plus_ms(offline_ttl_ms),
                 Timer::PendingReceipt(r.recipient.clone(), r.conv_id.clone(), r.kind),
@@ -380,6 +394,9 @@ impl State {
         }
         for (k, v) in rows(Table::PendingRetracts) {
             let r: PendingRetractRow = decode(Table::PendingRetracts, k, v)?;
+            if theirs(&r.recipient) {
+                continue;
+            }
             if *k != pending_retract_key(&r) {
                 // Written by an older relay as `recipient/id`: rekeyed in the start's commit.
                 s.batch.delete(Table::PendingRetracts, k);
@@ -395,7 +412,7 @@ impl State {
         }
         s.load_commerce(snapshot)?;
         s.load_media(snapshot)?;
-        s.load_push(snapshot)?;
+        s.load_push(snapshot, place)?;
         s.load_spent(snapshot)?;
         Ok(s)
     }

@@ -6,12 +6,20 @@ use crate::store::{Snapshot, StoreError, Table};
 use wire::UserUuid;
 
 impl State {
-    /// Loads the push rows of `snapshot` into the state (called by `State::load`).
-    pub(super) fn load_push(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+    /// Loads the push rows of `place`'s users in `snapshot` into the state (called by
+    /// `State::load`).
+    pub(super) fn load_push(
+        &mut self,
+        snapshot: &Snapshot,
+        place: crate::handoff::ShardPlace,
+    ) -> Result<(), StoreError> {
         for (k, v) in snapshot.get(&Table::PushTargets).into_iter().flatten() {
             let row: PushRow = serde_json::from_slice(v).map_err(|e| {
                 StoreError::Backend(format!("corrupt row {k:?} in table push_targets: {e}"))
             })?;
+            if place.elsewhere(&row.user).is_some() {
+                continue;
+            }
             self.push.targets.insert(row.user, row.targets);
         }
         Ok(())

@@ -63,11 +63,18 @@ impl State {
 
     /// Assigns the next seq of `conv` (in memory: [`with_conversation`](crate::relations::with_conversation)) to a message written
     /// by `author` and records the conversation with its new counters, in the batch that stores
-    /// the message. `None` when `conv` is not in memory or `author` is not a member.
-    pub(crate) fn next_seq(&mut self, conv: &ConvId, author: &UserUuid) -> Option<Seq> {
+    /// the message, with the stream's `prev` when the message is `handed` to another shard
+    /// ([`Relations::next_seq`](crate::relations::Relations::next_seq)). `None` when `conv` is
+    /// not in memory or `author` is not a member.
+    pub(crate) fn next_seq(
+        &mut self,
+        conv: &ConvId,
+        author: &UserUuid,
+        handed: bool,
+    ) -> Option<(Seq, Seq)> {
         let counter_stored = !planted!(self, SeqNotPersisted);
         let batch = &mut self.batch;
-        self.relations.next_seq(conv, author, |c| {
+        self.relations.next_seq(conv, author, handed, |c| {
             push_conversation(batch, c, counter_stored);
         })
     }

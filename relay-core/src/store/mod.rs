@@ -95,11 +95,17 @@ pub enum Table {
     /// carries when its queue's oldest message's TTL ends, and the relay finds the due queues
     /// with [`StoreRead::expired`] (it rewrites or deletes each row itself, never by range).
     QueueIndex,
+    /// Messages this shard decided for a user of another shard, until that shard applied
+    /// them, by `shard/recipient/conv/seq` (`crate::handoff`'s outbox).
+    Outbox,
+    /// The last seq applied per stream handed to this shard, by `recipient/conv`
+    /// (`crate::handoff`'s inbox marks).
+    InboxMarks,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Self; 23] = [
+    pub const ALL: [Self; 25] = [
         Self::Meta,
         Self::Accounts,
         Self::Friendships,
@@ -123,6 +129,8 @@ impl Table {
         Self::AccountIndex,
         Self::Contacts,
         Self::QueueIndex,
+        Self::Outbox,
+        Self::InboxMarks,
     ];
 
     /// The SQL table name.
@@ -151,6 +159,8 @@ impl Table {
             Self::AccountIndex => "account_index",
             Self::Contacts => "contacts",
             Self::QueueIndex => "queue_index",
+            Self::Outbox => "outbox",
+            Self::InboxMarks => "inbox_marks",
         }
     }
 

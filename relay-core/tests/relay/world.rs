@@ -73,12 +73,16 @@ impl World {
     }
 
     pub(crate) fn with_seed(config: Config, seed: u64) -> Self {
+        Self::on_store(config, MemoryStore::new(), seed)
+    }
+
+    /// A relay on `mem` as it is (another relay may share it: the shards of one process).
+    pub(crate) fn on_store(config: Config, mem: MemoryStore, seed: u64) -> Self {
         // The key a real relay keeps in its key file: tokens survive `restart` (another seed).
         let mut config = config;
         if config.jwt_signing_key.is_none() {
             config.jwt_signing_key = Some(relay_core::JwtSigningKey([0x5e; 32]));
         }
-        let mem = MemoryStore::new();
         let relay = Relay::new(config.clone(), Box::new(mem.clone()), seed).unwrap();
         Self {
             relay,

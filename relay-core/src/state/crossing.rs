@@ -1,0 +1,182 @@
+//! What crosses between shards (`crate::handoff`), held by the shard it belongs to: the outbox
+//! of the messages this shard decided for users of other shards, and the inbox marks of the
+//! streams other shards hand it. Each change is written to the batch of the input that makes
+//! it: an outbox row with its message, a mark with the messages it applies, a row's delete
+//! with the acknowledgement that ends it.
+
+use wire::{Seq, UnixMs};
+
+use crate::handoff::{
+    Applied, Broken, Handoff, Inbox, MAX_HELD, Message, Outbox, Received, ShardId, ShardPlace,
+    Stream,
+};
+use crate::rows::{InboxMarkRow, OutboxRow, decode, write_inbox_mark_key, write_outbox_key};
+use crate::state::State;
+use crate::store::{Snapshot, StoreError, Table};
+
+/// This shard's side of the hand-off.
+#[derive(Debug)]
+pub(crate) struct Crossing {
+    outbox: Outbox<Message>,
+    inbox: Inbox<Message>,
+}
+
+impl Default for Crossing {
+    fn default() -> Self {
+        Self::new(ShardPlace::single())
+    }
+}
+
+impl Crossing {
+    fn new(place: ShardPlace) -> Self {
+        Self {
+            outbox: Outbox::new(place.me()),
+            inbox: Inbox::new(place.me(), MAX_HELD),
+        }
+    }
+
+    /// When an outbox row is next due to be sent (`None`: nothing waits).
+    pub(crate) fn deadline(&self) -> Option<UnixMs> {
+        self.outbox.next_deadline()
+    }
+
+    /// Outbox rows not yet applied by their destination.
+    pub(crate) fn outbox_rows(&self) -> usize {
+        self.outbox.len()
+    }
+
+    /// Hand-offs held past a gap.
+    pub(crate) fn held(&self) -> usize {
+        self.inbox.held()
+    }
+}
+
+impl State {
+    /// Loads the outbox rows and inbox marks of shard `place` (eager tables): the outbox rows
+    /// of the conversations it owns, the marks of its users' streams.
+    pub(crate) fn load_crossing(
+        &mut self,
+        snapshot: &Snapshot,
+        place: ShardPlace,
+    ) -> Result<(), StoreError> {
+        let mut crossing = Crossing::new(place);
+        let rows = |t: Table| snapshot.get(&t).into_iter().flat_map(|m| m.iter());
+        for (k, v) in rows(Table::Outbox) {
+            let r: OutboxRow = decode(Table::Outbox, k, v)?;
+            // The rows of the conversations this shard owns.
+            if place.map().owner_of([&r.recipient, &r.message.author]) != place.me() {
+                continue;
+            }
+            let stream = Stream {
+                recipient: r.recipient,
+                conv: r.conv_id,
+            };
+            crossing
+                .outbox
+                .push(ShardId(r.to), stream, r.seq, r.prev, r.message);
+        }
+        for (k, v) in rows(Table::InboxMarks) {
+            let r: InboxMarkRow = decode(Table::InboxMarks, k, v)?;
+            if place.elsewhere(&r.recipient).is_some() {
+                continue;
+            }
+            let stream = Stream {
+                recipient: r.recipient,
+                conv: r.conv_id,
+            };
+            crossing.inbox.restore(ShardId(r.owner), stream, r.through);
+        }
+        self.crossing = crossing;
+        Ok(())
+    }
+
+    /// This shard's side of the hand-off.
+    pub(crate) fn crossing(&self) -> &Crossing {
+        &self.crossing
+    }
+
+    /// Writes the outbox row of message `seq` of `stream` for shard `to` (in the batch that
+    /// stores the message and its seq) and holds it to be sent.
+    pub(crate) fn hand_off(
+        &mut self,
+        to: ShardId,
+        stream: Stream,
+        seq: Seq,
+        prev: Seq,
+        message: Message,
+    ) {
+        let row = OutboxRow {
+            to: to.0,
+            recipient: stream.recipient.clone(),
+            conv_id: stream.conv.clone(),
+            seq,
+            prev,
+            message,
+        };
+        self.record_keyed(
+            Table::Outbox,
+            |k| write_outbox_key(k, to.0, &row.recipient, &row.conv_id, seq),
+            &row,
+        );
+        self.touched += 1;
+        self.crossing
+            .outbox
+            .push(to, stream, seq, prev, row.message);
+    }
+
+    /// The hand-offs to send at `now` (`crate::handoff::Outbox::poll`).
+    pub(crate) fn poll_handoffs(&mut self, now: UnixMs) -> Vec<Handoff<Message>> {
+        if self.crossing.outbox.is_empty() {
+            return Vec::new();
+        }
+        self.touched += 1;
+        self.crossing.outbox.poll(now)
+    }
+
+    /// Shard `a.from` applied `a.stream` through `a.through`: the outbox rows it covers are
+    /// deleted. Returns how many.
+    pub(crate) fn handoffs_applied(&mut self, a: &Applied) -> usize {
+        let done = self.crossing.outbox.on_applied(a);
+        for seq in &done {
+            self.batch.delete_row(Table::Outbox, |k| {
+                write_outbox_key(k, a.from.0, &a.stream.recipient, &a.stream.conv, *seq);
+            });
+        }
+        if !done.is_empty() {
+            self.touched += 1;
+        }
+        done.len()
+    }
+
+    /// What to do with hand-off `h` from another shard (`crate::handoff::Inbox::receive`).
+    pub(crate) fn receive_handoff(
+        &mut self,
+        h: Handoff<Message>,
+    ) -> Result<Received<Message>, Broken> {
+        self.touched += 1;
+        self.crossing.inbox.receive(h)
+    }
+
+    /// `stream` of shard `owner` is applied through `through`: its mark is written in the
+    /// batch that applies it. The acknowledgement for the owner; it may be released once the
+    /// batch is durable, which the relay's outputs wait for.
+    pub(crate) fn mark_applied(
+        &mut self,
+        owner: ShardId,
+        stream: &Stream,
+        through: Seq,
+    ) -> Option<Applied> {
+        let row = InboxMarkRow {
+            owner: owner.0,
+            recipient: stream.recipient.clone(),
+            conv_id: stream.conv.clone(),
+            through,
+        };
+        self.record_keyed(
+            Table::InboxMarks,
+            |k| write_inbox_mark_key(k, &row.recipient, &row.conv_id),
+            &row,
+        );
+        self.crossing.inbox.durable(stream, through)
+    }
+}

@@ -1,0 +1,391 @@
+//! Two relay cores as two shards of one deployment over one store. A message from the
+//! conversation's owner shard to a user of the other is handed over exactly once and in
+//! order, across lost, repeated and reordered hand-offs and crashes of either core; a message
+//! from the other member is submitted to the owner, which decides its seq.
+
+use relay_core::handoff::{Crossing, ShardId, ShardMap, ShardPlace};
+use relay_core::store::{MemoryStore, Table};
+use relay_core::{Output, Relay};
+use serde_json::Value;
+use wire::ServerFrame;
+
+use crate::world::{User, World, acks, fast_config, frames, msgs};
+
+/// What the transport between the two cores does with one output it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Deliver,
+    Lose,
+    Repeat,
+}
+
+/// Two shards and the transport between them.
+struct Two {
+    shards: [World; 2],
+    map: ShardMap,
+    /// Hand-offs and acknowledgements emitted and not yet carried, oldest first.
+    wire: Vec<Output>,
+}
+
+impl Two {
+    /// A world for setup: users registered and befriended on one unsharded relay, then two
+    /// cores started over its store, shard 0 and shard 1.
+    fn split(setup: World) -> Self {
+        let map = ShardMap::new(2).unwrap();
+        let mem: MemoryStore = setup.mem.clone();
+        let base = setup.config.clone();
+        drop(setup);
+        let shard = |i: u16| {
+            let mut config = base.clone();
+            config.shard = ShardPlace::new(map, ShardId(i)).unwrap();
+            World::on_store(config, mem.clone(), 7)
+        };
+        Self {
+            shards: [shard(0), shard(1)],
+            map,
+            wire: Vec::new(),
+        }
+    }
+
+    fn of(&self, u: &User) -> usize {
+        usize::from(self.map.of_user(&wire::UserUuid::parse(&u.uuid).unwrap()).0)
+    }
+
+    /// Keeps what crosses among `outs` for the transport.
+    fn keep(&mut self, outs: &[Output]) {
+        self.wire.extend(
+            outs.iter()
+                .filter(|o| matches!(o, Output::Cross(_)))
+                .cloned(),
+        );
+    }
+
+    /// Takes what waits on the transport, each with its fate (`fate(i, output)`), until
+    /// nothing is left; returns every output of the cores that is not a crossing.
+    fn carry(&mut self, mut fate: impl FnMut(usize, &Output) -> Fate) -> Vec<Output> {
+        let mut others = Vec::new();
+        let mut n = 0;
+        while !self.wire.is_empty() {
+            let o = self.wire.remove(0);
+            let times = match fate(n, &o) {
+                Fate::Deliver => 1,
+                Fate::Lose => 0,
+                Fate::Repeat => 2,
+            };
+            n += 1;
+            for _ in 0..times {
+                let Output::Cross(c) = &o else {
+                    unreachable!("only crossings are kept")
+                };
+                let w = &mut self.shards[usize::from(c.to().0)];
+                w.relay.handle_crossing(w.now, c.clone());
+                let outs = w.drain();
+                self.keep(&outs);
+                others.extend(outs.into_iter().filter(|o| !matches!(o, Output::Cross(_))));
+            }
+        }
+        others
+    }
+
+    /// Both cores' clocks move on by `ms`; what they send again is kept for the transport.
+    fn advance(&mut self, ms: u64) {
+        for i in 0..self.shards.len() {
+            let w = &mut self.shards[i];
+            w.now = w.now.plus_ms(ms);
+            w.relay.handle_timeout(w.now);
+            let outs = w.drain();
+            self.keep(&outs);
+        }
+    }
+
+    /// `from` (connected to its shard) sends message `id` to `to`; returns what its shard
+    /// answered at once (nothing crossed yet).
+    fn post(&mut self, from: &User, to: &User, conv: &str, id: &str) -> Vec<Output> {
+        let i = self.of(from);
+        let outs = self.shards[i].msg(from, to, conv, id);
+        self.keep(&outs);
+        outs
+    }
+
+    /// [`Two::post`] from the owner's side: returns the ack's seq.
+    fn send(&mut self, from: &User, to: &User, conv: &str, id: &str) -> u64 {
+        let outs = self.post(from, to, conv, id);
+        let acked = acks(&frames(&outs, from.conn.unwrap()));
+        assert_eq!(acked.len(), 1, "{outs:?}");
+        acked[0].1
+    }
+
+    /// The committed rows of `table`.
+    fn rows(&self, table: Table) -> usize {
+        self.shards[0].rows(table).len()
+    }
+}
+
+/// Users registered on `w` until two are on different shards of a two-shard map, returned as
+/// (the one whose shard owns their conversation, the other).
+fn across(w: &mut World) -> (User, User) {
+    let map = ShardMap::new(2).unwrap();
+    let shard = |u: &User| map.of_user(&wire::UserUuid::parse(&u.uuid).unwrap());
+    let first = w.user("first");
+    for n in 0..32 {
+        let u = w.user(&format!("user{n}"));
+        if shard(&u) != shard(&first) {
+            return if first.uuid < u.uuid {
+                (first, u)
+            } else {
+                (u, first)
+            };
+        }
+    }
+    panic!("32 users on one shard of two");
+}
+
+/// Owner `a` and recipient `b` on the two shards, befriended, each connected to its shard
+/// (`b` synced when `b_online`).
+fn two_shards(b_online: bool) -> (Two, User, User, String) {
+    let mut setup = World::with_config(fast_config());
+    let (mut a, mut b) = across(&mut setup);
+    let conv = setup.befriend(&a, &b);
+    let mut two = Two::split(setup);
+    let (ia, ib) = (two.of(&a), two.of(&b));
+    assert_ne!(ia, ib);
+    let ca = two.shards[ia].connect(&mut a);
+    two.shards[ia].sync(ca);
+    if b_online {
+        let cb = two.shards[ib].connect(&mut b);
+        two.shards[ib].sync(cb);
+    }
+    (two, a, b, conv)
+}
+
+fn delivered(outs: &[Output], u: &User) -> Vec<(String, u64)> {
+    msgs(&frames(outs, u.conn.unwrap()))
+}
+
+#[test]
+fn a_message_crosses_to_the_recipients_shard_once_and_its_outbox_row_goes() {
+    let (mut two, a, b, conv) = two_shards(true);
+    let seq = two.send(&a, &b, &conv, "m1");
+    assert_eq!(
+        two.rows(Table::Outbox),
+        1,
+        "the outbox row commits with the message"
+    );
+    assert_eq!(two.wire.len(), 1, "one hand-off, released with the ack");
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert_eq!(delivered(&out, &b), vec![("m1".to_owned(), seq)]);
+    assert_eq!(
+        two.rows(Table::Outbox),
+        0,
+        "acknowledged: the row is deleted"
+    );
+    let marks = two.shards[0].rows(Table::InboxMarks);
+    assert_eq!(marks.len(), 1);
+    let mark: Value = serde_json::from_slice(&marks[0].1).unwrap();
+    assert_eq!(mark["through"], seq);
+    let (ia, ib) = (two.of(&a), two.of(&b));
+    assert_eq!(two.shards[ia].relay.stats().messages_handed_off, 1);
+    assert_eq!(two.shards[ib].relay.stats().handoffs_applied, 1);
+    assert_eq!(two.shards[ia].relay.handoff_backlog(), (0, 0));
+    // Nothing more crosses once it is acknowledged.
+    two.advance(5_000);
+    assert!(two.wire.is_empty(), "{:?}", two.wire);
+}
+
+#[test]
+fn lost_repeated_and_reordered_handoffs_are_applied_once_in_order() {
+    let (mut two, a, mut b, conv) = two_shards(false);
+    let seqs: Vec<u64> = (1..=5)
+        .map(|i| two.send(&a, &b, &conv, &format!("m{i}")))
+        .collect();
+    // The first is lost, the third repeated, the rest arrive in reverse.
+    two.wire.reverse();
+    let first_seq = seqs[0];
+    two.carry(|_, o| match o {
+        Output::Cross(Crossing::Handoff(h)) if h.seq.get() == first_seq => Fate::Lose,
+        Output::Cross(Crossing::Handoff(h)) if h.seq.get() == seqs[2] => Fate::Repeat,
+        _ => Fate::Deliver,
+    });
+    let ib = two.of(&b);
+    assert_eq!(
+        two.shards[ib].relay.stats().handoffs_applied,
+        0,
+        "all wait for the first"
+    );
+    assert_eq!(two.shards[ib].relay.handoff_backlog().1, 4);
+    // The owner sends the first again after `RESEND_MS` (and the held ones too).
+    two.advance(relay_core::handoff::RESEND_MS);
+    two.carry(|_, _| Fate::Deliver);
+    assert_eq!(two.shards[ib].relay.stats().handoffs_applied, 5);
+    assert_eq!(two.rows(Table::Outbox), 0);
+    let cb = two.shards[ib].connect(&mut b);
+    let out = two.shards[ib].sync(cb);
+    let got = delivered(&out, &b);
+    let want: Vec<(String, u64)> = (1..=5).map(|i| (format!("m{i}"), seqs[i - 1])).collect();
+    assert_eq!(got, want, "each once, in seq order");
+}
+
+#[test]
+fn the_owner_crashing_before_the_apply_sends_the_handoff_again_from_its_outbox() {
+    let (mut two, a, b, conv) = two_shards(true);
+    let seq = two.send(&a, &b, &conv, "m1");
+    two.wire.clear(); // lost with the crash
+    let ia = two.of(&a);
+    let store = Box::new(two.shards[ia].mem.clone());
+    two.shards[ia].restart(store);
+    assert_eq!(
+        two.shards[ia].relay.handoff_backlog().0,
+        1,
+        "read back at start"
+    );
+    two.advance(1);
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert_eq!(delivered(&out, &b), vec![("m1".to_owned(), seq)]);
+    assert_eq!(two.rows(Table::Outbox), 0);
+}
+
+#[test]
+fn the_recipients_shard_crashing_after_the_apply_answers_the_resend_as_a_repeat() {
+    let (mut two, a, mut b, conv) = two_shards(false);
+    let seq = two.send(&a, &b, &conv, "m1");
+    // Applied, and its acknowledgement lost.
+    two.carry(|_, o| {
+        if matches!(o, Output::Cross(Crossing::Applied(_))) {
+            Fate::Lose
+        } else {
+            Fate::Deliver
+        }
+    });
+    let ib = two.of(&b);
+    let store = Box::new(two.shards[ib].mem.clone());
+    two.shards[ib].restart(store);
+    two.advance(relay_core::handoff::RESEND_MS);
+    two.carry(|_, _| Fate::Deliver);
+    assert_eq!(two.shards[ib].relay.stats().handoffs_repeated, 1);
+    assert_eq!(two.shards[ib].relay.stats().handoffs_applied, 0);
+    assert_eq!(two.rows(Table::Outbox), 0);
+    let cb = two.shards[ib].connect(&mut b);
+    let out = two.shards[ib].sync(cb);
+    assert_eq!(delivered(&out, &b), vec![("m1".to_owned(), seq)]);
+}
+
+#[test]
+fn a_resend_to_the_owner_is_acknowledged_again_and_not_handed_twice() {
+    let (mut two, a, b, conv) = two_shards(true);
+    let seq = two.send(&a, &b, &conv, "m1");
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert_eq!(delivered(&out, &b).len(), 1);
+    assert_eq!(two.send(&a, &b, &conv, "m1"), seq);
+    assert!(
+        two.wire.is_empty(),
+        "a resend hands nothing: {:?}",
+        two.wire
+    );
+    let ia = two.of(&a);
+    assert_eq!(two.shards[ia].relay.stats().messages_handed_off, 1);
+}
+
+#[test]
+fn a_relay_of_one_shard_hands_nothing_off() {
+    let mut w = World::new();
+    let (mut a, mut b) = across(&mut w);
+    let conv = w.befriend(&a, &b);
+    w.connect(&mut a);
+    let cb = w.connect(&mut b);
+    w.sync(cb);
+    let out = w.msg(&a, &b, &conv, "m1");
+    assert!(!out.iter().any(|o| matches!(o, Output::Cross(_))));
+    assert!(
+        frames(&out, cb)
+            .iter()
+            .any(|f| matches!(f, ServerFrame::Msg(_)))
+    );
+    assert_eq!(w.rows(Table::Outbox).len(), 0);
+    let _: &Relay = &w.relay;
+}
+
+#[test]
+fn each_shard_starts_with_its_own_users_queues_only() {
+    let (mut two, a, b, conv) = two_shards(false);
+    two.send(&a, &b, &conv, "m1");
+    two.carry(|_, _| Fate::Deliver);
+    let (ia, ib) = (two.of(&a), two.of(&b));
+    for i in [ia, ib] {
+        let store = Box::new(two.shards[i].mem.clone());
+        two.shards[i].restart(store);
+    }
+    assert_eq!(
+        two.shards[ib].relay.backlog_messages(),
+        1,
+        "b's queue, at b's shard"
+    );
+    assert_eq!(
+        two.shards[ia].relay.backlog_messages(),
+        0,
+        "not at the owner's"
+    );
+    assert_eq!(two.shards[ia].relay.handoff_backlog(), (0, 0));
+}
+
+#[test]
+fn the_other_members_message_is_decided_by_the_owner_and_acknowledged_after_its_verdict() {
+    let (mut two, a, b, conv) = two_shards(true);
+    let out = two.post(&b, &a, &conv, "from-b");
+    assert!(
+        acks(&frames(&out, b.conn.unwrap())).is_empty(),
+        "no ack before the owner's"
+    );
+    let out = two.carry(|_, _| Fate::Deliver);
+    let acked = acks(&frames(&out, b.conn.unwrap()));
+    assert_eq!(acked.len(), 1, "{out:?}");
+    let seq = acked[0].1;
+    assert_eq!(delivered(&out, &a), vec![("from-b".to_owned(), seq)]);
+    // The owner's own message takes the next seq of the same conversation.
+    let next = two.send(&a, &b, &conv, "from-a");
+    assert_eq!(next, seq + 1);
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert_eq!(delivered(&out, &b), vec![("from-a".to_owned(), next)]);
+    let (ia, ib) = (two.of(&a), two.of(&b));
+    assert_eq!(two.shards[ib].relay.stats().messages_submitted, 1);
+    assert_eq!(two.shards[ia].relay.stats().messages_handed_off, 1);
+    // A resend of b's id is answered with its first seq, and stored once.
+    two.post(&b, &a, &conv, "from-b");
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert_eq!(
+        acks(&frames(&out, b.conn.unwrap())),
+        vec![("from-b".to_owned(), seq)]
+    );
+    assert!(delivered(&out, &a).is_empty());
+}
+
+#[test]
+fn a_lost_submission_leaves_no_ack_and_its_resend_is_stored_once() {
+    let (mut two, a, b, conv) = two_shards(true);
+    let mut to_a = Vec::new();
+    two.post(&b, &a, &conv, "m1");
+    let out = two.carry(|_, _| Fate::Lose);
+    assert!(acks(&frames(&out, b.conn.unwrap())).is_empty());
+    // The verdict is lost instead: the message is stored, the sender not told.
+    two.post(&b, &a, &conv, "m2");
+    let out = two.carry(|_, o| {
+        if matches!(o, Output::Cross(Crossing::Verdict(_))) {
+            Fate::Lose
+        } else {
+            Fate::Deliver
+        }
+    });
+    assert!(acks(&frames(&out, b.conn.unwrap())).is_empty());
+    to_a.extend(delivered(&out, &a));
+    // The client sends both again (as after a reconnect).
+    two.post(&b, &a, &conv, "m1");
+    two.post(&b, &a, &conv, "m2");
+    let out = two.carry(|_, _| Fate::Deliver);
+    to_a.extend(delivered(&out, &a));
+    let mut acked = acks(&frames(&out, b.conn.unwrap()));
+    assert_eq!(acked.len(), 2, "{out:?}");
+    acked.sort_by_key(|(_, seq)| *seq);
+    assert_eq!(
+        to_a, acked,
+        "each delivered once, with the seq its ack named"
+    );
+}
