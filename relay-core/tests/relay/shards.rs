@@ -38,7 +38,10 @@ impl Two {
         let shard = |i: u16| {
             let mut config = base.clone();
             config.shard = ShardPlace::new(map, ShardId(i)).unwrap();
-            World::on_store(config, mem.clone(), 7)
+            let mut w = World::on_store(config, mem.clone(), 7);
+            // Connections numbered apart, so that outputs of both cores tell them apart.
+            w.next_conn = 1 + u64::from(i) * 1_000_000;
+            w
         };
         Self {
             shards: [shard(0), shard(1)],
@@ -388,4 +391,132 @@ fn a_lost_submission_leaves_no_ack_and_its_resend_is_stored_once() {
         to_a, acked,
         "each delivered once, with the seq its ack named"
     );
+}
+
+/// One step of a run of two shards.
+#[derive(Debug, Clone)]
+enum Step {
+    /// The owner-side member (`true`) or the other sends message `id` (a small pool: ids
+    /// come again, as resends).
+    Send(bool, u8),
+    /// The transport carries what waits: each lost, delivered or repeated by these draws
+    /// (cycled), reversed first when `true`.
+    Carry(Vec<u8>, bool),
+    /// Time passes on both cores.
+    Advance(u64),
+    /// A core crashes and starts again from the store; its member reconnects.
+    Restart(bool),
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        5 => (any::<bool>(), 0..12u8).prop_map(|(a, id)| Step::Send(a, id)),
+        4 => (proptest::collection::vec(any::<u8>(), 1..6), any::<bool>())
+            .prop_map(|(f, r)| Step::Carry(f, r)),
+        2 => (1..2_500u64).prop_map(Step::Advance),
+        1 => any::<bool>().prop_map(Step::Restart),
+    ]
+}
+
+/// What the run saw.
+#[derive(Default)]
+struct Seen {
+    /// Every ack: (sender is the owner-side member, id) -> seq.
+    acked: std::collections::BTreeMap<(bool, String), u64>,
+    /// Every message delivered: (to the owner-side member, id) -> seqs it came with.
+    delivered: std::collections::BTreeMap<(bool, String), std::collections::BTreeSet<u64>>,
+}
+
+impl Seen {
+    fn note(&mut self, outs: &[Output], a: &User, b: &User) -> Result<(), String> {
+        for (owner_side, u) in [(true, a), (false, b)] {
+            let Some(conn) = u.conn else { continue };
+            let fs = frames(outs, conn);
+            for (id, seq) in acks(&fs) {
+                let first = self.acked.entry((owner_side, id.clone())).or_insert(seq);
+                if *first != seq {
+                    return Err(format!("{id} acknowledged with {first} and then {seq}"));
+                }
+            }
+            for (id, seq) in msgs(&fs) {
+                self.delivered
+                    .entry((owner_side, id))
+                    .or_default()
+                    .insert(seq);
+            }
+        }
+        Ok(())
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Whatever the transport and the crashes do, once they stop: every acknowledged message
+    /// reaches its recipient with the seq its ack named, no id is delivered with two seqs, and
+    /// no seq of the conversation names two messages; both outboxes drain.
+    #[test]
+    fn two_shards_deliver_every_acknowledged_message_with_its_seq(
+        steps in proptest::collection::vec(step(), 1..40),
+    ) {
+        let (mut two, mut a, mut b, conv) = two_shards(true);
+        let mut seen = Seen::default();
+        for s in steps {
+            let outs = match s {
+                Step::Send(owner_side, id) => {
+                    let (from, to) = if owner_side { (&a, &b) } else { (&b, &a) };
+                    two.post(from, to, &conv, &format!("m{id}-{}", u8::from(owner_side)))
+                }
+                Step::Carry(fates, reverse) => {
+                    if reverse {
+                        two.wire.reverse();
+                    }
+                    two.carry(|n, _| match fates[n % fates.len()] % 8 {
+                        0 => Fate::Lose,
+                        1 => Fate::Repeat,
+                        _ => Fate::Deliver,
+                    })
+                }
+                Step::Advance(ms) => {
+                    two.advance(ms);
+                    Vec::new()
+                }
+                Step::Restart(owner_side) => {
+                    let u = if owner_side { &mut a } else { &mut b };
+                    let i = two.of(u);
+                    let store = Box::new(two.shards[i].mem.clone());
+                    two.shards[i].restart(store);
+                    let c = two.shards[i].connect(u);
+                    two.shards[i].sync(c)
+                }
+            };
+            seen.note(&outs, &a, &b).map_err(proptest::test_runner::TestCaseError::fail)?;
+        }
+        // Healing: nothing lost any more, time for every resend, then both reconnect.
+        for _ in 0..4 {
+            two.advance(relay_core::handoff::RESEND_MS);
+            let outs = two.carry(|_, _| Fate::Deliver);
+            seen.note(&outs, &a, &b).map_err(proptest::test_runner::TestCaseError::fail)?;
+        }
+        for owner_side in [true, false] {
+            let u = if owner_side { &mut a } else { &mut b };
+            let i = two.of(u);
+            let c = two.shards[i].connect(u);
+            let outs = two.shards[i].sync(c);
+            seen.note(&outs, &a, &b).map_err(proptest::test_runner::TestCaseError::fail)?;
+        }
+        proptest::prop_assert_eq!(two.shards[0].relay.handoff_backlog(), (0, 0));
+        proptest::prop_assert_eq!(two.shards[1].relay.handoff_backlog(), (0, 0));
+        let mut seqs = std::collections::BTreeSet::new();
+        for ((owner_side, id), seq) in &seen.acked {
+            proptest::prop_assert!(seqs.insert(*seq), "seq {} acknowledged twice", seq);
+            let got = seen.delivered.get(&(!owner_side, id.clone()));
+            proptest::prop_assert_eq!(
+                got.cloned(),
+                Some([*seq].into_iter().collect()),
+                "{} (acked {}) reached its recipient so", id, seq
+            );
+        }
+    }
 }
