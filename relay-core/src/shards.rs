@@ -60,13 +60,9 @@ impl Cx<'_> {
                 self.stats.messages_deduplicated += 1;
                 self.answer(answer, &author, m.id, Outcome::Resent(seq));
             }
-            Ok(MsgVerdict::Owner(_)) => {
-                // A submission is judged as the owner's (never sent on).
-                let refusal = "the conversation's owner shard could not decide this message";
-                let outcome =
-                    Outcome::Refused(wire::ErrorCode::STORAGE_UNAVAILABLE, refusal.into());
-                self.answer(answer, &author, m.id, outcome);
-            }
+            // Never: a submission is judged as the owner's, not sent on. Unanswered, the
+            // client sends it again.
+            Ok(MsgVerdict::Owner(_)) => self.stats.handoffs_broken += 1,
             Err((code, words)) => {
                 self.answer(answer, &author, m.id, Outcome::Refused(code, words.into()));
             }
