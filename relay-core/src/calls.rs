@@ -109,7 +109,7 @@ impl Cx<'_> {
     }
 
     /// A `call_*` frame from `conn`.
-    pub(crate) fn on_call(&mut self, now: UnixMs, conn: ConnId, mut c: CallSignal) {
+    pub(crate) fn on_call(&mut self, now: UnixMs, conn: ConnId, c: CallSignal) {
         let Some(user) = self.conn_user(conn) else {
             return;
         };
@@ -164,19 +164,50 @@ impl Cx<'_> {
                 id,
             );
         };
-        let (Some(peer_conn), Some(from)) = (self.online(&peer), from) else {
+        self.ring((conn, &user), &peer, c, from);
+    }
+
+    /// Sends call signal `c` of `caller` (its connection and user) to `peer`, stamped with
+    /// the caller's alias `from`: on the callee's connection, or through its shard when that
+    /// is another (whose core sends it on or answers `PEER_OFFLINE`). A callee without a
+    /// connection here (or a caller without an alias) is answered `PEER_OFFLINE`.
+    fn ring(
+        &mut self,
+        (conn, caller): (ConnId, &wire::UserUuid),
+        peer: &wire::UserUuid,
+        mut c: CallSignal,
+        from: Option<wire::AliasId>,
+    ) {
+        let offline = "the callee is not connected; call signals are never stored";
+        let (ref_type, id) = (c.kind.as_str().to_owned(), c.call_id.to_string());
+        let away = self.config.shard.elsewhere(peer);
+        let peer_conn = self.online(peer);
+        let Some(from) = from.filter(|_| away.is_some() || peer_conn.is_some()) else {
             return self.send_error(
                 conn,
                 ErrorCode::PEER_OFFLINE,
-                "the callee is not connected; call signals are never stored",
-                ref_type,
-                id,
+                offline,
+                Some(ref_type),
+                Some(id),
             );
         };
         // PLANTED BUG (CallFromNotStamped): a `from` the caller claimed is passed on.
-        if c.from.is_none() || !crate::planted::planted!(self.config, CallFromNotStamped) {
+        if c.from.is_none() || !planted!(self.config, CallFromNotStamped) {
             c.from = Some(from);
         }
-        self.send(peer_conn, ServerFrame::Call(c));
+        let frame = ServerFrame::Call(c);
+        match (away, peer_conn) {
+            (Some(shard), _) => {
+                let reply = crate::handoff::Reply::Error {
+                    code: ErrorCode::PEER_OFFLINE,
+                    words: offline.into(),
+                    ref_type,
+                    id: Some(id),
+                };
+                self.signal(shard, peer, frame, Some((conn, caller, reply)));
+            }
+            (None, Some(peer_conn)) => self.send(peer_conn, frame),
+            (None, None) => {}
+        }
     }
 }

@@ -206,7 +206,16 @@ pub struct Submission {
     /// The sender.
     pub author: UserUuid,
     /// The frame as the sender sent it.
-    pub frame: wire::frames::MsgFrame,
+    pub frame: Submitted,
+}
+
+/// A frame a user's shard submits to the conversation's owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submitted {
+    /// A message: the owner decides its id and seq.
+    Msg(wire::frames::MsgFrame),
+    /// A retraction: the owner's tombstone says whether the sender wrote the message.
+    Retract(wire::frames::RetractFrame),
 }
 
 /// The owner's answer to a [`Submission`], released after the commit that stored the message.
@@ -220,36 +229,147 @@ pub struct Verdict {
     pub conn: u64,
     /// The sender (the answer goes to its connection only while that is still its).
     pub author: UserUuid,
-    /// The message's id.
-    pub id: wire::MessageId,
-    /// What the owner decided.
-    pub outcome: Outcome,
+    /// What the sender is told.
+    pub reply: Reply,
 }
 
-/// What a conversation's owner decided for a submitted `msg`.
+/// What a shard answers a frame another shard submitted or signalled for its sender.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// A new message, stored with this seq.
-    New(Seq),
-    /// A resend of an id the conversation holds: its first seq.
-    Resent(Seq),
-    /// Refused: the error frame's code and words.
-    Refused(wire::ErrorCode, String),
+pub enum Reply {
+    /// The `ack` of message `id` with `seq`: a new message (`new`) or a resend.
+    Ack {
+        /// The message's id.
+        id: wire::MessageId,
+        /// Its seq.
+        seq: Seq,
+        /// Stored now (the sender's shard charges its message rate), not a resend.
+        new: bool,
+    },
+    /// An error frame.
+    Error {
+        /// Its code.
+        code: wire::ErrorCode,
+        /// Its words.
+        words: String,
+        /// The type of the frame refused.
+        ref_type: String,
+        /// The id of the frame refused, if it had one.
+        id: Option<String>,
+    },
+}
+
+/// A best-effort frame for a user of another shard (typing notices, call signals): sent on
+/// the user's connection if it has one there. Nothing keeps it: lost, it is gone, as when a
+/// connection drops it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Signal {
+    /// The sender's shard.
+    pub from: ShardId,
+    /// The user's shard.
+    pub to: ShardId,
+    /// Whom it is for.
+    pub user: UserUuid,
+    /// The frame, as it is sent.
+    pub frame: wire::ServerFrame,
+    /// What to answer the sender's connection (its number and its user) when the user has
+    /// no connection (`None`: nothing).
+    pub offline: Option<(u64, UserUuid, Reply)>,
+}
+
+/// What a notice between shards says ([`Notices`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Notice {
+    /// `reader` received (`read: false`) or read the messages `author` wrote in `conv`
+    /// through `seq`; `from` and `to` are their aliases, as the receipt frame names them.
+    Receipt {
+        /// `read` receipt, else `delivered`.
+        read: bool,
+        /// The conversation.
+        conv: ConvId,
+        /// Through which seq.
+        seq: Seq,
+        /// Who sent the receipt.
+        reader: UserUuid,
+        /// Whose messages it covers: whom it is for.
+        author: UserUuid,
+        /// The reader's alias.
+        from: Option<wire::AliasId>,
+        /// The author's alias.
+        to: Option<wire::AliasId>,
+    },
+    /// `author` retracted its message `id` (seq `seq`) of `conv`, for `recipient`; `from` is
+    /// the author's alias.
+    Retract {
+        /// The conversation.
+        conv: ConvId,
+        /// The message.
+        id: wire::MessageId,
+        /// Its seq.
+        seq: Seq,
+        /// Its author.
+        author: UserUuid,
+        /// The author's alias.
+        from: wire::AliasId,
+        /// Whom it is for.
+        recipient: UserUuid,
+    },
+}
+
+/// The key of a [`Notice`]: one per user, conversation and what it is about.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NoticeKey {
+    /// Whom it is for.
+    pub user: UserUuid,
+    /// The conversation.
+    pub conv: ConvId,
+    /// `delivered`, `read`, or `retract/<id>`.
+    pub what: String,
+}
+
+impl Notice {
+    /// Its key: a later receipt of the same kind replaces the one before.
+    pub fn key(&self) -> NoticeKey {
+        match self {
+            Self::Receipt {
+                read, conv, author, ..
+            } => NoticeKey {
+                user: author.clone(),
+                conv: conv.clone(),
+                what: if *read { "read" } else { "delivered" }.to_owned(),
+            },
+            Self::Retract {
+                conv,
+                id,
+                recipient,
+                ..
+            } => NoticeKey {
+                user: recipient.clone(),
+                conv: conv.clone(),
+                what: format!("retract/{}", id.as_str()),
+            },
+        }
+    }
 }
 
 /// What one shard's core sends another's: carried by the shell, in a process or between
 /// processes, to [`Relay::handle_crossing`](crate::Relay::handle_crossing) of the core that runs
 /// [`Crossing::to`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Crossing {
     /// A message for the recipient's shard (at least once, from the owner's outbox).
     Handoff(Handoff<Message>),
     /// The recipient's shard applied hand-offs, durably.
     Applied(Applied),
-    /// A sender's `msg` for its conversation's owner (at most once).
+    /// A sender's `msg` or `retract` for its conversation's owner (at most once).
     Submit(Submission),
-    /// The owner's answer to a submission.
+    /// The answer to a submission, or to a signal for a user without a connection.
     Verdict(Verdict),
+    /// A receipt or a retraction for a user of the shard it goes to (at least once).
+    Notice(NoticeSent<NoticeKey, Notice>),
+    /// A notice taken, durably.
+    Taken(NoticeTaken<NoticeKey>),
+    /// A typing notice or a call signal (at most once).
+    Signal(Signal),
 }
 
 impl Crossing {
@@ -260,6 +380,9 @@ impl Crossing {
             Self::Applied(a) => a.to,
             Self::Submit(s) => s.to,
             Self::Verdict(v) => v.to,
+            Self::Notice(n) => n.to,
+            Self::Taken(t) => t.to,
+            Self::Signal(s) => s.to,
         }
     }
 }
@@ -418,6 +541,155 @@ impl<T: Clone> Outbox<T> {
     }
 }
 
+/// A notice for a user of another shard that means the same however often it arrives (a
+/// receipt's "up to seq", a retraction): kept under its key until the destination
+/// acknowledges it, sent at once and again every [`RESEND_MS`]. A newer notice under the same
+/// key replaces the one before (a later receipt of the same kind), and an acknowledgement of
+/// the older one leaves it in place: each is numbered (`version`), and an acknowledgement
+/// names the number it answers.
+#[derive(Debug, Clone)]
+pub struct Notices<K, T> {
+    me: ShardId,
+    rows: BTreeMap<K, Noted<T>>,
+    /// (due, key) of each row: what a poll looks at.
+    schedule: BTreeSet<(UnixMs, K)>,
+    next_version: u64,
+}
+
+/// A notice row in memory.
+#[derive(Debug, Clone)]
+struct Noted<T> {
+    to: ShardId,
+    version: u64,
+    item: T,
+    due: UnixMs,
+}
+
+/// A notice on its way: carried to the core of shard `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoticeSent<K, T> {
+    /// The shard that keeps it until acknowledged.
+    pub from: ShardId,
+    /// The shard it is for.
+    pub to: ShardId,
+    /// Its key.
+    pub key: K,
+    /// Its number.
+    pub version: u64,
+    /// What it says.
+    pub item: T,
+}
+
+/// A notice taken, durably: carried back to the core of shard `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoticeTaken<K> {
+    /// The shard that took it.
+    pub from: ShardId,
+    /// The shard that sent it.
+    pub to: ShardId,
+    /// Its key.
+    pub key: K,
+    /// The number it answers.
+    pub version: u64,
+}
+
+impl<K: Ord + Clone, T: Clone> Notices<K, T> {
+    /// No notices, of shard `me`.
+    pub fn new(me: ShardId) -> Self {
+        Self {
+            me,
+            rows: BTreeMap::new(),
+            schedule: BTreeSet::new(),
+            next_version: 1,
+        }
+    }
+
+    /// A new notice for shard `to` under `key` (replacing one not yet acknowledged): its
+    /// number, for the row the caller writes with it.
+    pub fn put(&mut self, to: ShardId, key: K, item: T) -> u64 {
+        let version = self.next_version;
+        self.restore(to, key, version, item);
+        version
+    }
+
+    /// A notice row as stored (read back at start), or written now ([`Notices::put`]).
+    pub fn restore(&mut self, to: ShardId, key: K, version: u64, item: T) {
+        self.next_version = self.next_version.max(version.saturating_add(1));
+        if let Some(old) = self.rows.remove(&key) {
+            self.schedule.remove(&(old.due, key.clone()));
+        }
+        self.schedule.insert((UnixMs(0), key.clone()));
+        self.rows.insert(
+            key,
+            Noted {
+                to,
+                version,
+                item,
+                due: UnixMs(0),
+            },
+        );
+    }
+
+    /// The notices to send at `now`, each due again [`RESEND_MS`] later; at most
+    /// [`MAX_IN_FLIGHT_PER_SHARD`] a poll.
+    pub fn poll(&mut self, now: UnixMs) -> Vec<NoticeSent<K, T>> {
+        let due: Vec<(UnixMs, K)> = self
+            .schedule
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .take(MAX_IN_FLIGHT_PER_SHARD)
+            .cloned()
+            .collect();
+        let mut sent = Vec::with_capacity(due.len());
+        for entry in due {
+            self.schedule.remove(&entry);
+            let (_, key) = entry;
+            let Some(row) = self.rows.get_mut(&key) else {
+                continue;
+            };
+            row.due = now.plus_ms(RESEND_MS);
+            self.schedule.insert((row.due, key.clone()));
+            sent.push(NoticeSent {
+                from: self.me,
+                to: row.to,
+                key,
+                version: row.version,
+                item: row.item.clone(),
+            });
+        }
+        sent
+    }
+
+    /// When a notice is next due (`None`: none waits).
+    pub fn next_deadline(&self) -> Option<UnixMs> {
+        self.schedule.first().map(|(at, _)| *at)
+    }
+
+    /// An acknowledgement: `true` when it ends the row (the caller deletes it in a commit of
+    /// its own); `false` when the row is gone or newer than what was acknowledged.
+    pub fn on_taken(&mut self, key: &K, version: u64) -> bool {
+        let Some(row) = self.rows.get(key) else {
+            return false;
+        };
+        if row.version != version {
+            return false;
+        }
+        self.schedule.remove(&(row.due, key.clone()));
+        self.rows.remove(key);
+        true
+    }
+
+    /// Notices not acknowledged yet.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether every notice is acknowledged.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
 /// What an [`Inbox`] did with a hand-off.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Received<T> {
@@ -545,6 +817,11 @@ impl<T> Inbox<T> {
     /// Hand-offs held past gaps.
     pub fn held(&self) -> usize {
         self.held
+    }
+
+    /// The last seq of `stream` applied here (`Seq(0)`: none).
+    pub fn applied(&self, stream: &Stream) -> Seq {
+        self.streams.get(stream).map_or(Seq(0), |s| s.applied)
     }
 }
 
@@ -897,5 +1174,32 @@ mod tests {
         assert!(spread.len() > 200, "{} shards of 256 users", spread.len());
         assert!(spread.iter().all(|s| s.0 < 1_024));
         assert_eq!(ShardMap::new(1).unwrap().of_user(&a), ShardId(0));
+    }
+
+    #[test]
+    fn a_notice_replaced_before_its_acknowledgement_stays_until_its_own() {
+        let mut n: Notices<&str, u64> = Notices::new(OWNER);
+        let v1 = n.put(DEST, "read", 5);
+        assert_eq!(n.poll(UnixMs(10)).len(), 1);
+        let v2 = n.put(DEST, "read", 7);
+        assert!(v2 > v1);
+        assert!(!n.on_taken(&"read", v1), "the older one's acknowledgement");
+        let again = n.poll(UnixMs(11));
+        assert_eq!(again.len(), 1, "the newer is sent at once");
+        assert_eq!((again[0].item, again[0].version), (7, v2));
+        assert!(
+            n.poll(UnixMs(12)).is_empty(),
+            "then waits for its resend time"
+        );
+        assert_eq!(n.next_deadline(), Some(UnixMs(11 + RESEND_MS)));
+        assert_eq!(n.poll(UnixMs(11 + RESEND_MS)).len(), 1);
+        assert!(n.on_taken(&"read", v2));
+        assert!(n.is_empty());
+        assert_eq!(n.next_deadline(), None);
+        // Read back at start, numbering goes on after the highest stored.
+        let mut n: Notices<&str, u64> = Notices::new(OWNER);
+        n.restore(DEST, "read", 41, 9);
+        assert_eq!(n.put(DEST, "delivered", 3), 42);
+        assert_eq!(n.len(), 2);
     }
 }

@@ -30,7 +30,7 @@ use wire::frames::{
 use wire::{AliasId, ConvId, ErrorCode, ServerFrame, UnixMs, UserUuid};
 
 use crate::cx::Cx;
-use crate::handoff::{Outcome, ShardId};
+use crate::handoff::{Notice, Reply, ShardId, Submitted};
 use crate::limits::TOMBSTONE_TTL_MS;
 use crate::planted::planted;
 use crate::queue::Queued;
@@ -218,7 +218,7 @@ impl Cx<'_> {
                 self.stats.messages_deduplicated += 1;
                 self.send(conn, ServerFrame::Ack(AckFrame { id: m.id, seq }));
             }
-            Ok(MsgVerdict::Owner(owner)) => self.submit(owner, conn, &user, m),
+            Ok(MsgVerdict::Owner(owner)) => self.submit(owner, conn, &user, Submitted::Msg(m)),
             Err((code, msg)) => {
                 // The id string is built only for a refusal (not on the routing path).
                 let id = Some(m.id.to_string());
@@ -388,7 +388,12 @@ impl Cx<'_> {
         if let Some(to) = away {
             let stream = (recipient, &m.conv_id);
             self.hand_off(now, to, stream, user, queued, prev);
-            return self.answer(answer, user, m.id, Outcome::New(seq));
+            let ack = Reply::Ack {
+                id: m.id,
+                seq,
+                new: true,
+            };
+            return self.answer(answer, user, ack);
         }
         self.state.put_message(&m.conv_id, user, recipient, queued);
         if peer.is_some() {
@@ -396,7 +401,12 @@ impl Cx<'_> {
         } else {
             self.stats.messages_accepted_offline += 1;
         }
-        self.answer(answer, user, m.id, Outcome::New(seq));
+        let ack = Reply::Ack {
+            id: m.id,
+            seq,
+            new: true,
+        };
+        self.answer(answer, user, ack);
         match peer {
             Some(peer) => self.deliver_on(peer, &m.conv_id),
             None => self.push_new_msg(now, recipient),
@@ -414,11 +424,15 @@ impl Cx<'_> {
                 return self.send_error(conn, code, msg, Some("typing".into()), None);
             }
         };
+        // The other member's connection here, or its shard if it is another's.
+        let away = self.config.shard.elsewhere(&other);
+        let peer = self.online(&other);
         // Typing is best effort: a failed read of the caller's alias drops it. Read before the
         // notice is charged (nothing changes before a frame's reads).
-        let to = match self.online(&other) {
-            Some(peer) => self.alias_of(&user).ok().flatten().map(|from| (peer, from)),
-            None => None,
+        let from = if peer.is_some() || away.is_some() {
+            self.alias_of(&user).ok().flatten()
+        } else {
+            None
         };
         if self.read_missed() {
             return; // run again once the alias is read
@@ -426,14 +440,17 @@ impl Cx<'_> {
         if !self.throttles_mut().allow_typing(now, &user) {
             return; // silently dropped
         }
-        if let Some((peer, from)) = to {
-            self.send(
-                peer,
-                ServerFrame::Typing(TypingDelivery {
-                    from,
-                    conv_id: t.conv_id.clone(),
-                }),
-            );
+        let Some(from) = from else {
+            return;
+        };
+        let frame = ServerFrame::Typing(TypingDelivery {
+            from,
+            conv_id: t.conv_id.clone(),
+        });
+        match (away, peer) {
+            (Some(shard), _) => self.signal(shard, &other, frame, None),
+            (None, Some(peer)) => self.send(peer, frame),
+            (None, None) => {}
         }
     }
 
@@ -441,50 +458,77 @@ impl Cx<'_> {
         let Some(user) = self.conn_user(conn) else {
             return;
         };
+        self.retract_as(now, Answer::Conn(conn), user, r);
+    }
+
+    /// A `retract` of `user`, answered where `answer` says: decided here when this shard
+    /// owns the conversation (its tombstone names the author), else submitted to the owner.
+    /// The recipient's part (its queued copy dropped, the retraction forwarded and kept) is
+    /// done here when the recipient is this shard's, else sent to its shard as a notice.
+    pub(crate) fn retract_as(
+        &mut self,
+        now: UnixMs,
+        answer: Answer,
+        user: UserUuid,
+        r: &RetractFrame,
+    ) {
         let id = Some(r.id.to_string());
         let other = match self.member_check(&user, &r.conv_id, &r.to) {
             Ok(other) => other,
-            Err(e) => {
-                let (code, msg) = e.refusal();
-                return self.send_error(conn, code, msg, Some("retract".into()), id);
-            }
+            Err(e) => return self.refuse(answer, &user, e.refusal(), "retract", id),
         };
-        let unreadable = |relay: &mut Self, what: &str, id| {
-            relay.send_error(
-                conn,
-                ErrorCode::STORAGE_UNAVAILABLE,
-                &format!("the relay could not read {what}; send the retract again"),
-                Some("retract".into()),
-                id,
-            );
+        let place = self.config.shard;
+        let owner = place.map().owner_of([&user, &other]);
+        if let Answer::Conn(conn) = answer
+            && owner != place.me()
+        {
+            return self.submit(owner, conn, &user, Submitted::Retract(r.clone()));
+        }
+        let unreadable = |relay: &mut Self, user: &UserUuid, what: &str, id| {
+            let words = format!("the relay could not read {what}; send the retract again");
+            let refusal = (ErrorCode::STORAGE_UNAVAILABLE, words.as_str());
+            relay.refuse(answer, user, refusal, "retract", id);
         };
         // The caller's alias (the retraction's `from`), read before anything changes.
         let from = match self.alias_of(&user) {
             Ok(Some(from)) => from,
             Ok(None) => return,
-            Err(_) => return unreadable(self, "your account", id),
+            Err(_) => return unreadable(self, &user, "your account", id),
         };
         let Ok(tomb) = self.retracted_tombstone(&user, r, now) else {
-            return unreadable(self, "the message's tombstone", id);
+            return unreadable(self, &user, "the message's tombstone", id);
         };
         let Some(tomb) = tomb else {
-            return self.send_error(
-                conn,
+            let refusal = (
                 ErrorCode::NOT_THE_AUTHOR,
                 "only the author of a message can retract it (unknown id in this conversation)",
-                Some("retract".into()),
-                id,
             );
+            return self.refuse(answer, &user, refusal, "retract", id);
         };
-        if self
-            .read_queue_through(&other, &r.conv_id, tomb.seq)
-            .is_err()
+        let message = (r, tomb);
+        self.retract_decided(now, answer, (user, from), other, message);
+    }
+
+    /// A retraction the conversation's owner decided (`tomb`: the message's tombstone, whose
+    /// author is `author`): its tombstone marked, and the recipient's part done here or sent
+    /// to the recipient's shard.
+    fn retract_decided(
+        &mut self,
+        now: UnixMs,
+        answer: Answer,
+        (user, from): (UserUuid, AliasId),
+        other: UserUuid,
+        (r, tomb): (&RetractFrame, Tombstone),
+    ) {
+        let away = self.config.shard.elsewhere(&other);
+        if away.is_none()
+            && self
+                .read_queue_through(&other, &r.conv_id, tomb.seq)
+                .is_err()
         {
-            return unreadable(self, "the recipient's queue", id);
-        }
-        let dropped = self.state.drop_retracted(&other, &r.conv_id, tomb.seq);
-        if dropped {
-            probes::probe!("retract:dropped-queued-copy");
+            let words = "the relay could not read the recipient's queue; send the retract again";
+            let refusal = (ErrorCode::STORAGE_UNAVAILABLE, words);
+            return self.refuse(answer, &user, refusal, "retract", Some(r.id.to_string()));
         }
         if tomb.retracted {
             probes::probe!("retract:repeated");
@@ -498,7 +542,45 @@ impl Cx<'_> {
                 },
             );
         }
-        self.deliver_retract(now, (user, from), other, r, dropped);
+        let message = (&r.id, tomb.seq);
+        match away {
+            Some(shard) => {
+                let notice = Notice::Retract {
+                    conv: r.conv_id.clone(),
+                    id: r.id.clone(),
+                    seq: tomb.seq,
+                    author: user,
+                    from,
+                    recipient: other,
+                };
+                self.send_notice(now, shard, notice);
+            }
+            None => {
+                self.retract_for(now, (user, from), other, &r.conv_id, message);
+            }
+        }
+    }
+
+    /// The recipient's part of a retraction of message `id` (seq `seq`) of `conv` by `author`:
+    /// a queued copy is dropped and the retraction forwarded and kept. `false`: the
+    /// recipient's queue could not be read (nothing changed).
+    pub(crate) fn retract_for(
+        &mut self,
+        now: UnixMs,
+        author: (UserUuid, AliasId),
+        recipient: UserUuid,
+        conv: &ConvId,
+        (id, seq): (&wire::MessageId, wire::Seq),
+    ) -> bool {
+        if self.read_queue_through(&recipient, conv, seq).is_err() {
+            return false;
+        }
+        let dropped = self.state.drop_retracted(&recipient, conv, seq);
+        if dropped {
+            probes::probe!("retract:dropped-queued-copy");
+        }
+        self.deliver_retract(now, author, recipient, (conv, id), dropped);
+        true
     }
 
     /// The tombstone of `user`'s message `r.id` in `r.conv_id` (`None`: no such message of
@@ -516,35 +598,36 @@ impl Cx<'_> {
         Ok(tomb.filter(|t| t.author == *user || any_member))
     }
 
-    /// Sends the retraction `r` of `author` (with their alias) to `recipient`: live when the
-    /// recipient has a connection (it may be silently dead, or the relay may stop before the
-    /// frame leaves: a retract has no ack), and kept either way for redelivery on every later
-    /// `sync` of the recipient until the offline TTL. `dropped`: a queued copy of the message
-    /// was dropped (it may have been in flight on the recipient's connection).
+    /// Sends the retraction of message `id` of `conv` by `author` (with their alias) to
+    /// `recipient`: live when the recipient has a connection (it may be silently dead, or the
+    /// relay may stop before the frame leaves: a retract has no ack), and kept either way for
+    /// redelivery on every later `sync` of the recipient until the offline TTL. `dropped`: a
+    /// queued copy of the message was dropped (it may have been in flight on the recipient's
+    /// connection).
     fn deliver_retract(
         &mut self,
         now: UnixMs,
         (author, from): (UserUuid, AliasId),
         recipient: UserUuid,
-        r: &RetractFrame,
+        (conv, id): (&ConvId, &wire::MessageId),
         dropped: bool,
     ) {
         let frame = ServerFrame::Retract(RetractDelivery {
-            id: r.id.clone(),
+            id: id.clone(),
             from,
-            conv_id: r.conv_id.clone(),
+            conv_id: conv.clone(),
         });
         if let Some(peer) = self.online(&recipient) {
             self.send(peer, frame);
             if dropped {
-                self.recount(&recipient, &r.conv_id);
+                self.recount(&recipient, conv);
             }
         }
         self.state.put_pending_retract(
             PendingRetractRow {
                 recipient,
-                id: r.id.clone(),
-                conv_id: r.conv_id.clone(),
+                id: id.clone(),
+                conv_id: conv.clone(),
                 from: author,
                 at: now,
             },

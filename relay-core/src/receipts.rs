@@ -48,14 +48,7 @@ impl Cx<'_> {
                 return self.send_error(conn, code, msg, ref_type(), None);
             }
         };
-        // `member_check` read the conversation: it is in memory until the input ends.
-        let last_from_other = self
-            .state
-            .relations()
-            .conversation(&r.conv_id)
-            .map_or(Seq(0), |c| {
-                c.index_of(&other).map_or(Seq(0), |i| c.last_authored[i])
-            });
+        let last_from_other = self.last_from(&other, &user, &r.conv_id);
         let (from, to) = match self.receipt_reads(&user, &other, r) {
             Ok(aliases) => aliases,
             Err(msg) => return self.refuse_unreadable_receipt(conn, r, msg, ref_type()),
@@ -90,6 +83,26 @@ impl Cx<'_> {
         if !planted!(self.config, WindowNotRefilledOnReceipt) {
             self.pump(conn);
         }
+    }
+
+    /// The last seq `author` wrote to `reader` in `conv` that `reader` may have: what the
+    /// conversation's row says on the shard that owns it (`member_check` read it: it is in
+    /// memory until the input ends), else the last seq handed to `reader`'s shard.
+    fn last_from(&self, author: &UserUuid, reader: &UserUuid, conv: &ConvId) -> Seq {
+        let place = self.config.shard;
+        if place.map().owner_of([author, reader]) != place.me() {
+            let stream = crate::handoff::Stream {
+                recipient: reader.clone(),
+                conv: conv.clone(),
+            };
+            return self.state.crossing().applied(&stream);
+        }
+        self.state
+            .relations()
+            .conversation(conv)
+            .map_or(Seq(0), |c| {
+                c.index_of(author).map_or(Seq(0), |i| c.last_authored[i])
+            })
     }
 
     /// What a receipt `r` of `user` reads before anything changes: the aliases of both
@@ -163,7 +176,9 @@ impl Cx<'_> {
         }
     }
 
-    fn forward_receipt(
+    /// Sends `reader`'s receipt (`kind`, through `seq` in `conv`) to `author`: on its
+    /// connection, else kept for its next `sync`; through its shard when that is another.
+    pub(crate) fn forward_receipt(
         &mut self,
         now: UnixMs,
         kind: ReceiptKind,
@@ -172,6 +187,18 @@ impl Cx<'_> {
         (reader, from): (&UserUuid, Option<AliasId>),
         (author, to): (&UserUuid, Option<AliasId>),
     ) {
+        if let Some(shard) = self.config.shard.elsewhere(author) {
+            let notice = crate::handoff::Notice::Receipt {
+                read: kind == ReceiptKind::Read,
+                conv: conv.clone(),
+                seq,
+                reader: reader.clone(),
+                author: author.clone(),
+                from,
+                to,
+            };
+            return self.send_notice(now, shard, notice);
+        }
         match self.online(author) {
             Some(peer) => {
                 let frame = ReceiptDelivery {

@@ -484,6 +484,22 @@ pub(crate) fn write_outbox_key(
     write_row_key(k, &[&shard, recipient.as_str(), conv.as_str()], Some(seq));
 }
 
+/// A notice row: a receipt or retraction for a user of shard `to`, numbered `version`, until
+/// that shard took it (`crate::handoff::Notices`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct NoticeRow {
+    pub(crate) to: u16,
+    pub(crate) version: u64,
+    pub(crate) notice: crate::handoff::Notice,
+}
+
+/// Writes the key of the notice row `shard/user/conv/what` of `key` for shard `to`.
+pub(crate) fn write_notice_key(k: &mut RowKey<'_>, to: u16, key: &crate::handoff::NoticeKey) {
+    let shard = format!("{to:05}");
+    let parts = [&shard, key.user.as_str(), key.conv.as_str(), &key.what];
+    write_row_key(k, &parts, None);
+}
+
 /// Writes the key of the inbox mark `recipient/conv`.
 pub(crate) fn write_inbox_mark_key(k: &mut RowKey<'_>, recipient: &UserUuid, conv: &ConvId) {
     write_row_key(k, &[recipient.as_str(), conv.as_str()], None);

@@ -11,13 +11,24 @@
 //!   a synced connection (or pushes to an offline recipient) and acknowledges them to the
 //!   owner, both released after that commit. A repeat is acknowledged again; a hand-off past
 //!   a gap waits for the gap. The apply never refuses a message: the owner acknowledged it.
+//! * **A sender whose shard does not own the conversation** submits its `msg` or `retract`
+//!   to the owner, which decides it and answers with a verdict (the `ack` or the error frame),
+//!   released after the owner's commit; a lost submission or verdict leaves the client without
+//!   an answer, and it sends the frame again.
+//! * **Receipts and retractions for a user of another shard** are notices: kept by the shard
+//!   that decided them until the user's shard has applied them (a receipt forwarded or kept
+//!   for the offline author, a retraction dropping the queued copy and forwarded or kept),
+//!   sent again until then. Typing notices and call signals are best effort: lost, they are
+//!   gone; a call signal for a user with no connection is answered `PEER_OFFLINE` by the
+//!   callee's shard.
 
-use wire::frames::{AckFrame, MsgFrame};
-use wire::{ConvId, MessageId, Seq, ServerFrame, UnixMs, UserUuid};
+use wire::frames::AckFrame;
+use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::cx::Cx;
 use crate::handoff::{
-    Applied, Crossing, Handoff, Message, Outcome, Received, ShardId, Stream, Submission, Verdict,
+    Applied, Crossing, Handoff, Message, Notice, NoticeSent, NoticeTaken, Received, Reply, ShardId,
+    Signal, Stream, Submission, Submitted, Verdict,
 };
 use crate::messaging::{Answer, MsgVerdict};
 use crate::queue::Queued;
@@ -31,89 +42,219 @@ impl Cx<'_> {
             Crossing::Applied(a) => self.on_applied(&a),
             Crossing::Submit(s) => self.on_submit(now, s),
             Crossing::Verdict(v) => self.on_verdict(now, v),
+            Crossing::Notice(n) => self.on_notice(now, n),
+            Crossing::Taken(t) => self.on_taken(&t),
+            Crossing::Signal(s) => self.on_signal(s),
         }
     }
 
-    /// The sender's side: `m` of `author` on `conn`, in a conversation shard `owner` owns,
-    /// goes there to be decided.
-    pub(crate) fn submit(&mut self, owner: ShardId, conn: ConnId, author: &UserUuid, m: MsgFrame) {
-        self.stats.messages_submitted += 1;
+    /// The sender's side: `frame` of `author` on `conn`, about a conversation shard `owner`
+    /// owns, goes there to be decided.
+    pub(crate) fn submit(
+        &mut self,
+        owner: ShardId,
+        conn: ConnId,
+        author: &UserUuid,
+        frame: Submitted,
+    ) {
+        self.stats.messages_submitted += u64::from(matches!(frame, Submitted::Msg(_)));
         self.stage(Output::Cross(Crossing::Submit(Submission {
             from: self.config.shard.me(),
             to: owner,
             conn: conn.0,
             author: author.clone(),
-            frame: m,
+            frame,
         })));
     }
 
     /// The owner's side: a submitted `msg`, judged and accepted as its own sender's would be
-    /// (but for the rate, the sender shard's), answered with a verdict.
+    /// (but for the rate, the sender shard's), or a submitted `retract`; answered with a
+    /// verdict.
     fn on_submit(&mut self, now: UnixMs, s: Submission) {
         let answer = Answer::Shard(s.from, s.conn);
-        let (author, m) = (s.author, s.frame);
+        let author = s.author;
+        let m = match s.frame {
+            Submitted::Msg(m) => m,
+            Submitted::Retract(r) => return self.retract_as(now, answer, author, &r),
+        };
         match self.judge_msg(now, &author, &m, answer) {
             Ok(MsgVerdict::New { recipient, peer }) => {
                 self.accept_msg(now, answer, &author, &recipient, peer, m);
             }
             Ok(MsgVerdict::Resent(seq)) => {
                 self.stats.messages_deduplicated += 1;
-                self.answer(answer, &author, m.id, Outcome::Resent(seq));
+                let ack = Reply::Ack {
+                    id: m.id,
+                    seq,
+                    new: false,
+                };
+                self.answer(answer, &author, ack);
             }
             // Never: a submission is judged as the owner's, not sent on. Unanswered, the
             // client sends it again.
             Ok(MsgVerdict::Owner(_)) => self.stats.handoffs_broken += 1,
             Err((code, words)) => {
-                self.answer(answer, &author, m.id, Outcome::Refused(code, words.into()));
+                let refusal = Reply::Error {
+                    code,
+                    words: words.into(),
+                    ref_type: "msg".into(),
+                    id: Some(m.id.to_string()),
+                };
+                self.answer(answer, &author, refusal);
             }
         }
     }
 
-    /// The sender's side: the owner's verdict on a submitted `msg`, answered on the sender's
-    /// connection if it is still open (else the client sends the message again on its next).
+    /// The sender's side: another shard's answer to a frame of the sender, sent on its
+    /// connection if that is still open (else the client sends the frame again on its next).
     fn on_verdict(&mut self, now: UnixMs, v: Verdict) {
         let conn = ConnId(v.conn);
         if self.conn_user(conn).as_ref() != Some(&v.author) {
             return;
         }
-        if let Outcome::New(_) = v.outcome {
+        if let Reply::Ack { new: true, .. } = v.reply {
             self.throttles_mut().charge_message(now, &v.author);
         }
-        self.answer_conn(conn, v.id, v.outcome);
+        self.reply_on(conn, v.reply);
     }
 
-    /// Answers a `msg` of `author`: on its connection here, or to its shard.
-    pub(crate) fn answer(
-        &mut self,
-        answer: Answer,
-        author: &UserUuid,
-        id: MessageId,
-        outcome: Outcome,
-    ) {
+    /// Answers a frame of `author`: on its connection here, or to its shard.
+    pub(crate) fn answer(&mut self, answer: Answer, author: &UserUuid, reply: Reply) {
         match answer {
-            Answer::Conn(conn) => self.answer_conn(conn, id, outcome),
+            Answer::Conn(conn) => self.reply_on(conn, reply),
             Answer::Shard(to, conn) => self.stage(Output::Cross(Crossing::Verdict(Verdict {
                 from: self.config.shard.me(),
                 to,
                 conn,
                 author: author.clone(),
-                id,
-                outcome,
+                reply,
             }))),
         }
     }
 
-    /// The `ack` of a `msg` on `conn`, or its error frame.
-    fn answer_conn(&mut self, conn: ConnId, id: MessageId, outcome: Outcome) {
-        match outcome {
-            Outcome::New(seq) | Outcome::Resent(seq) => {
-                self.send(conn, ServerFrame::Ack(AckFrame { id, seq }));
-            }
-            Outcome::Refused(code, words) => {
-                let id = Some(id.to_string());
-                self.send_error(conn, code, &words, Some("msg".into()), id);
+    /// Refuses a frame of `author` (the error frame's code, words, type and id), where
+    /// `answer` says.
+    #[cfg_attr(feature = "probes", track_caller)]
+    pub(crate) fn refuse(
+        &mut self,
+        answer: Answer,
+        author: &UserUuid,
+        (code, words): (ErrorCode, &str),
+        ref_type: &str,
+        id: Option<String>,
+    ) {
+        match answer {
+            Answer::Conn(conn) => self.send_error(conn, code, words, Some(ref_type.into()), id),
+            Answer::Shard(..) => {
+                let reply = Reply::Error {
+                    code,
+                    words: words.into(),
+                    ref_type: ref_type.into(),
+                    id,
+                };
+                self.answer(answer, author, reply);
             }
         }
+    }
+
+    /// An `ack` or an error frame on `conn`.
+    fn reply_on(&mut self, conn: ConnId, reply: Reply) {
+        match reply {
+            Reply::Ack { id, seq, .. } => {
+                self.send(conn, ServerFrame::Ack(AckFrame { id, seq }));
+            }
+            Reply::Error {
+                code,
+                words,
+                ref_type,
+                id,
+            } => self.send_error(conn, code, &words, Some(ref_type), id),
+        }
+    }
+
+    /// A best-effort frame for `user`, a user of shard `to`; `offline`: what to answer the
+    /// sender's connection (`conn` of `author`) if `user` has no connection there.
+    pub(crate) fn signal(
+        &mut self,
+        to: ShardId,
+        user: &UserUuid,
+        frame: ServerFrame,
+        offline: Option<(ConnId, &UserUuid, Reply)>,
+    ) {
+        self.stage(Output::Cross(Crossing::Signal(Signal {
+            from: self.config.shard.me(),
+            to,
+            user: user.clone(),
+            frame,
+            offline: offline.map(|(conn, author, reply)| (conn.0, author.clone(), reply)),
+        })));
+    }
+
+    /// A best-effort frame from another shard: sent if its user is connected, else the
+    /// sender is answered if it asked to be.
+    fn on_signal(&mut self, s: Signal) {
+        match (self.online(&s.user), s.offline) {
+            (Some(peer), _) => self.send(peer, s.frame),
+            (None, Some((conn, author, reply))) => {
+                self.answer(Answer::Shard(s.from, conn), &author, reply);
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// A receipt or a retraction for `notice`'s user, a user of shard `to`: kept (in this
+    /// input's commit) and sent until that shard has taken it.
+    pub(crate) fn send_notice(&mut self, now: UnixMs, to: ShardId, notice: Notice) {
+        self.state.put_notice(to, notice);
+        self.send_handoffs(now);
+    }
+
+    /// A notice from another shard, applied as the frame that caused it would have been on
+    /// this shard (a receipt forwarded or kept for an offline author, a retraction dropping
+    /// the queued copy and forwarded or kept), and acknowledged after that commit; a failed
+    /// read leaves it unacknowledged, and it comes again.
+    fn on_notice(&mut self, now: UnixMs, n: NoticeSent<crate::handoff::NoticeKey, Notice>) {
+        let taken = match n.item {
+            Notice::Receipt {
+                read,
+                conv,
+                seq,
+                reader,
+                author,
+                from,
+                to,
+            } => {
+                let kind = if read {
+                    crate::rows::ReceiptKind::Read
+                } else {
+                    crate::rows::ReceiptKind::Delivered
+                };
+                self.forward_receipt(now, kind, &conv, seq, (&reader, from), (&author, to));
+                true
+            }
+            Notice::Retract {
+                conv,
+                id,
+                seq,
+                author,
+                from,
+                recipient,
+            } => self.retract_for(now, (author, from), recipient, &conv, (&id, seq)),
+        };
+        if taken {
+            self.stats.notices_taken += 1;
+            self.stage(Output::Cross(Crossing::Taken(NoticeTaken {
+                from: self.config.shard.me(),
+                to: n.from,
+                key: n.key,
+                version: n.version,
+            })));
+        }
+    }
+
+    /// Shard `t.from` took a notice of this one: its row goes.
+    fn on_taken(&mut self, t: &NoticeTaken<crate::handoff::NoticeKey>) {
+        self.state.notice_taken(t);
     }
 
     /// The owner's side: message `m` of `author` for `stream` (its recipient and conversation),
@@ -149,6 +290,9 @@ impl Cx<'_> {
     pub(crate) fn send_handoffs(&mut self, now: UnixMs) {
         for h in self.state.poll_handoffs(now) {
             self.stage(Output::Cross(Crossing::Handoff(h)));
+        }
+        for n in self.state.poll_notices(now) {
+            self.stage(Output::Cross(Crossing::Notice(n)));
         }
     }
 

@@ -97,6 +97,8 @@ pub struct RelayStats {
     /// Hand-offs not taken now (a failed read of the recipient's queue, or too many held):
     /// their owner sends them again.
     pub handoffs_deferred: u64,
+    /// Receipts and retractions from other shards applied here (`crate::handoff::Notices`).
+    pub notices_taken: u64,
     /// Hand-offs refused because their chain contradicts what was applied (an owner's
     /// defect).
     pub handoffs_broken: u64,

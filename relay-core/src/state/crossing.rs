@@ -7,10 +7,13 @@
 use wire::{Seq, UnixMs};
 
 use crate::handoff::{
-    Applied, Broken, Handoff, Inbox, MAX_HELD, Message, Outbox, Received, ShardId, ShardPlace,
-    Stream,
+    Applied, Broken, Handoff, Inbox, MAX_HELD, Message, Notice, NoticeKey, NoticeSent, NoticeTaken,
+    Notices, Outbox, Received, ShardId, ShardPlace, Stream,
 };
-use crate::rows::{InboxMarkRow, OutboxRow, decode, write_inbox_mark_key, write_outbox_key};
+use crate::rows::{
+    InboxMarkRow, NoticeRow, OutboxRow, decode, write_inbox_mark_key, write_notice_key,
+    write_outbox_key,
+};
 use crate::state::State;
 use crate::store::{Snapshot, StoreError, Table};
 
@@ -19,6 +22,7 @@ use crate::store::{Snapshot, StoreError, Table};
 pub(crate) struct Crossing {
     outbox: Outbox<Message>,
     inbox: Inbox<Message>,
+    notices: Notices<NoticeKey, Notice>,
 }
 
 impl Default for Crossing {
@@ -32,17 +36,26 @@ impl Crossing {
         Self {
             outbox: Outbox::new(place.me()),
             inbox: Inbox::new(place.me(), MAX_HELD),
+            notices: Notices::new(place.me()),
         }
     }
 
     /// When an outbox row is next due to be sent (`None`: nothing waits).
     pub(crate) fn deadline(&self) -> Option<UnixMs> {
-        self.outbox.next_deadline()
+        [self.outbox.next_deadline(), self.notices.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    /// Outbox rows not yet applied by their destination.
+    /// Outbox rows and notices not yet taken by their destination.
     pub(crate) fn outbox_rows(&self) -> usize {
-        self.outbox.len()
+        self.outbox.len() + self.notices.len()
+    }
+
+    /// The last seq of `stream` applied here (`Seq(0)`: none).
+    pub(crate) fn applied(&self, stream: &Stream) -> Seq {
+        self.inbox.applied(stream)
     }
 
     /// Hand-offs held past a gap.
@@ -86,6 +99,16 @@ impl State {
             };
             crossing.inbox.restore(ShardId(r.owner), stream, r.through);
         }
+        for (k, v) in rows(Table::Notices) {
+            let r: NoticeRow = decode(Table::Notices, k, v)?;
+            // The notices this shard decided: those for users of other shards.
+            if notice_source(&r.notice, place) {
+                let key = r.notice.key();
+                crossing
+                    .notices
+                    .restore(ShardId(r.to), key, r.version, r.notice);
+            }
+        }
         self.crossing = crossing;
         Ok(())
     }
@@ -122,6 +145,37 @@ impl State {
         self.crossing
             .outbox
             .push(to, stream, seq, prev, row.message);
+    }
+
+    /// Keeps `notice` for shard `to` until it is taken (its row in this input's batch).
+    pub(crate) fn put_notice(&mut self, to: ShardId, notice: Notice) {
+        let key = notice.key();
+        let version = self.crossing.notices.put(to, key.clone(), notice.clone());
+        let row = NoticeRow {
+            to: to.0,
+            version,
+            notice,
+        };
+        self.record_keyed(Table::Notices, |k| write_notice_key(k, to.0, &key), &row);
+        self.touched += 1;
+    }
+
+    /// The notices to send at `now`.
+    pub(crate) fn poll_notices(&mut self, now: UnixMs) -> Vec<NoticeSent<NoticeKey, Notice>> {
+        if self.crossing.notices.is_empty() {
+            return Vec::new();
+        }
+        self.touched += 1;
+        self.crossing.notices.poll(now)
+    }
+
+    /// Shard `t.from` took a notice: its row goes, unless a newer one replaced it.
+    pub(crate) fn notice_taken(&mut self, t: &NoticeTaken<NoticeKey>) {
+        if self.crossing.notices.on_taken(&t.key, t.version) {
+            self.batch
+                .delete_row(Table::Notices, |k| write_notice_key(k, t.from.0, &t.key));
+            self.touched += 1;
+        }
     }
 
     /// The hand-offs to send at `now` (`crate::handoff::Outbox::poll`).
@@ -179,4 +233,17 @@ impl State {
         );
         self.crossing.inbox.durable(stream, through)
     }
+}
+
+/// Whether shard `place` decided `notice`: a receipt at its reader's shard, a retraction at
+/// its conversation's owner.
+fn notice_source(notice: &Notice, place: ShardPlace) -> bool {
+    let map = place.map();
+    let source = match notice {
+        Notice::Receipt { reader, .. } => map.of_user(reader),
+        Notice::Retract {
+            author, recipient, ..
+        } => map.owner_of([author, recipient]),
+    };
+    source == place.me()
 }

@@ -101,11 +101,14 @@ pub enum Table {
     /// The last seq applied per stream handed to this shard, by `recipient/conv`
     /// (`crate::handoff`'s inbox marks).
     InboxMarks,
+    /// Receipts and retractions this shard decided for users of other shards, until that
+    /// shard took them, by `shard/user/conv/what` (`crate::handoff`'s notices).
+    Notices,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Self; 25] = [
+    pub const ALL: [Self; 26] = [
         Self::Meta,
         Self::Accounts,
         Self::Friendships,
@@ -131,6 +134,7 @@ impl Table {
         Self::QueueIndex,
         Self::Outbox,
         Self::InboxMarks,
+        Self::Notices,
     ];
 
     /// The SQL table name.
@@ -161,6 +165,7 @@ impl Table {
             Self::QueueIndex => "queue_index",
             Self::Outbox => "outbox",
             Self::InboxMarks => "inbox_marks",
+            Self::Notices => "notices",
         }
     }
 

@@ -6,7 +6,7 @@
 use relay_core::handoff::{Crossing, ShardId, ShardMap, ShardPlace};
 use relay_core::store::{MemoryStore, Table};
 use relay_core::{Output, Relay};
-use serde_json::Value;
+use serde_json::{Value, json};
 use wire::ServerFrame;
 
 use crate::world::{User, World, acks, fast_config, frames, msgs};
@@ -519,4 +519,154 @@ proptest::proptest! {
             );
         }
     }
+}
+
+impl Two {
+    /// `from` sends `frame` on its connection; returns what its shard answered at once.
+    fn frame(&mut self, from: &User, frame: &Value) -> Vec<Output> {
+        let i = self.of(from);
+        let outs = self.shards[i].send(from.conn.unwrap(), frame.clone());
+        self.keep(&outs);
+        outs
+    }
+}
+
+/// The receipts among `outs` for `u`: (read, conv, seq, from).
+fn receipts(outs: &[Output], u: &User) -> Vec<(bool, u64, String)> {
+    frames(outs, u.conn.unwrap())
+        .into_iter()
+        .filter_map(|f| match f {
+            ServerFrame::Delivered(r) => Some((false, r.seq.get(), r.from?.to_string())),
+            ServerFrame::Read(r) => Some((true, r.seq.get(), r.from?.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn receipts_cross_to_the_authors_shard_both_ways_and_wait_for_an_offline_author() {
+    let (mut two, mut a, mut b, conv) = two_shards(true);
+    // a (the owner's side) writes to b; b's read receipt crosses back as a notice.
+    let seq = two.send(&a, &b, &conv, "m1");
+    two.carry(|_, _| Fate::Deliver);
+    let read = json!({"type":"read","conv_id":conv,"seq":seq,"to":a.alias});
+    two.frame(&b, &read);
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert_eq!(receipts(&out, &a), vec![(true, seq, b.alias.clone())]);
+    assert_eq!(two.rows(Table::Notices), 0, "taken: the notice row is gone");
+    // b writes to a (submitted to the owner); a's receipt crosses to b's shard, b offline:
+    // kept there for b's next sync, and sent again until taken.
+    two.post(&b, &a, &conv, "m2");
+    let out = two.carry(|_, _| Fate::Deliver);
+    let seq2 = acks(&frames(&out, b.conn.unwrap()))[0].1;
+    let ib = two.of(&b);
+    two.shards[ib]
+        .relay
+        .handle_disconnect(two.shards[ib].now, b.conn.unwrap());
+    let delivered = json!({"type":"delivered","conv_id":conv,"seq":seq2,"to":b.alias});
+    two.frame(&a, &delivered);
+    assert_eq!(
+        two.rows(Table::Notices),
+        1,
+        "kept with the receipt's commit"
+    );
+    two.carry(|_, _| Fate::Lose);
+    two.advance(relay_core::handoff::RESEND_MS);
+    two.carry(|_, _| Fate::Deliver);
+    assert_eq!(two.rows(Table::Notices), 0);
+    let cb = two.shards[ib].connect(&mut b);
+    let out = two.shards[ib].sync(cb);
+    assert_eq!(receipts(&out, &b), vec![(false, seq2, a.alias.clone())]);
+    // A receipt beyond what reached b's shard is refused there.
+    let beyond = json!({"type":"read","conv_id":conv,"seq":seq + 5,"to":a.alias});
+    let out = two.frame(&b, &beyond);
+    assert_eq!(
+        crate::world::errors(&frames(&out, cb)),
+        vec!["INVALID_RECEIPT"]
+    );
+    let _ = &mut a;
+}
+
+#[test]
+fn retractions_cross_to_the_recipients_shard_and_the_owner_judges_the_other_members() {
+    let (mut two, a, mut b, conv) = two_shards(false);
+    let seq = two.send(&a, &b, &conv, "m1");
+    two.carry(|_, _| Fate::Deliver);
+    // a retracts while b is offline: b's shard drops the queued copy and keeps the retraction.
+    let retract = json!({"type":"retract","id":"m1","to":b.alias,"conv_id":conv});
+    two.frame(&a, &retract);
+    two.carry(|_, _| Fate::Deliver);
+    let ib = two.of(&b);
+    let cb = two.shards[ib].connect(&mut b);
+    let out = two.shards[ib].sync(cb);
+    assert!(
+        delivered(&out, &b).is_empty(),
+        "the copy was dropped: {out:?}"
+    );
+    let retracted: Vec<String> = frames(&out, cb)
+        .into_iter()
+        .filter_map(|f| match f {
+            ServerFrame::Retract(r) => Some(r.id.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retracted, vec!["m1".to_owned()]);
+    // b may not retract a's message: the owner refuses, and b is told.
+    let not_bs = json!({"type":"retract","id":"m1","to":a.alias,"conv_id":conv});
+    two.frame(&b, &not_bs);
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert_eq!(
+        crate::world::errors(&frames(&out, cb)),
+        vec!["NOT_THE_AUTHOR"]
+    );
+    // b's own message, retracted by b: the owner drops a's queued copy... a is online, so
+    // it gets the retraction live.
+    two.post(&b, &a, &conv, "m2");
+    two.carry(|_, _| Fate::Deliver);
+    let own = json!({"type":"retract","id":"m2","to":a.alias,"conv_id":conv});
+    two.frame(&b, &own);
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert!(
+        frames(&out, a.conn.unwrap())
+            .iter()
+            .any(|f| matches!(f, ServerFrame::Retract(r) if r.id.as_str() == "m2")),
+        "{out:?}"
+    );
+    assert!(seq > 0);
+}
+
+#[test]
+fn typing_and_call_signals_cross_at_most_once_and_an_offline_callee_is_answered() {
+    let (mut two, a, mut b, conv) = two_shards(true);
+    let typing = json!({"type":"typing","conv_id":conv,"to":b.alias,"crypto_v":1});
+    two.frame(&a, &typing);
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert!(
+        frames(&out, b.conn.unwrap())
+            .iter()
+            .any(|f| matches!(f, ServerFrame::Typing(_)))
+    );
+    // A call to b rings on b's shard.
+    let ia = two.of(&a);
+    let outs = two.shards[ia].call(&a, "call_offer", &b.alias, "call-1");
+    two.keep(&outs);
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert!(
+        frames(&out, b.conn.unwrap())
+            .iter()
+            .any(|f| matches!(f, ServerFrame::Call(_)))
+    );
+    // b gone: b's shard answers a's connection.
+    let ib = two.of(&b);
+    two.shards[ib]
+        .relay
+        .handle_disconnect(two.shards[ib].now, b.conn.unwrap());
+    let outs = two.shards[ia].call(&a, "call_offer", &b.alias, "call-2");
+    two.keep(&outs);
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert_eq!(
+        crate::world::errors(&frames(&out, a.conn.unwrap())),
+        vec!["PEER_OFFLINE"]
+    );
+    let _ = &mut b;
 }
