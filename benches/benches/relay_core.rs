@@ -20,6 +20,12 @@
 //!   (`relay_core::handoff`): the owner's outbox row and its send, the recipient shard's apply,
 //!   the acknowledgement every 50 messages. What a message crossing shards adds in the core.
 //!
+//! * `relay_core/route_msg_across`: `route_msg`'s `handle_frame` row with A and B on two
+//!   shards of a two-shard map (two relay cores over one store, A's shard owning the
+//!   conversation): A's `msg` at A's core, its hand-off carried to B's core and applied and
+//!   delivered there, the acknowledgement carried back (1 per 50, as B's receipts). Both
+//!   cores' time, no transport: what crossing shards costs over `route_msg`.
+//!
 //! Memory per idle connection is in `relay_memory.rs` (it needs a counting global allocator,
 //! which would also slow every allocation measured here).
 //!
@@ -399,6 +405,154 @@ fn expire_holds(c: &mut Criterion) {
     g.finish();
 }
 
+/// Two cores of a two-shard map over one store, A on the owner's shard and B on the other's,
+/// both connected and synced.
+struct Across {
+    cores: [benches::relay_world::RelayWorld; 2],
+    a: Account,
+    b: Account,
+    /// A's and B's shards.
+    at: [usize; 2],
+    pair: (ConvId, AliasId, AliasId),
+    payload: String,
+    sent: u64,
+}
+
+impl Across {
+    fn new() -> Self {
+        use relay_core::handoff::{ShardId, ShardMap, ShardPlace};
+        let map = ShardMap::new(2).expect("two shards");
+        let shard = |a: &Account| {
+            usize::from(
+                map.of_user(&wire::UserUuid::parse(&a.uuid).expect("uuid"))
+                    .0,
+            )
+        };
+        let mem = relay_core::store::MemoryStore::new();
+        let mut setup = RelayWorld::with_store(bench_config(), Box::new(mem.clone()));
+        let first = setup.account();
+        let second = std::iter::repeat_with(|| setup.account())
+            .find(|b| shard(b) != shard(&first))
+            .expect("an account on the other shard");
+        let (mut a, mut b) = if first.uuid < second.uuid {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        let conv = setup.befriend(&a, &b);
+        drop(setup);
+        let core = |i: u16| {
+            let mut config = bench_config();
+            config.shard = ShardPlace::new(map, ShardId(i)).expect("a shard of the map");
+            RelayWorld::with_store(config, Box::new(mem.clone()))
+        };
+        let mut cores = [core(0), core(1)];
+        let at = [shard(&a), shard(&b)];
+        for (u, i) in [(&mut a, at[0]), (&mut b, at[1])] {
+            let c = cores[i].connect(u);
+            cores[i].sync(c);
+        }
+        Self {
+            pair: (
+                ConvId::parse(&conv).expect("conv id"),
+                AliasId::parse(&a.alias).expect("alias"),
+                AliasId::parse(&b.alias).expect("alias"),
+            ),
+            cores,
+            a,
+            b,
+            at,
+            payload: msg_payload(),
+            sent: 0,
+        }
+    }
+
+    /// Hands `outs`' crossings to the cores they go to, and theirs, until none is left;
+    /// returns the other outputs.
+    fn carry(&mut self, mut outs: Vec<Output>) -> usize {
+        let mut other = 0;
+        while let Some(o) = outs.pop() {
+            match o {
+                Output::Cross(c) => {
+                    let w = &mut self.cores[usize::from(c.to().0)];
+                    w.relay.handle_crossing(w.now, c);
+                    w.drain_into(&mut outs);
+                }
+                o => {
+                    black_box(o);
+                    other += 1;
+                }
+            }
+        }
+        other
+    }
+
+    /// A's message `n`, handled and carried: the outputs that are not crossings.
+    fn send(&mut self, n: u64) -> usize {
+        let (conv, _, b_alias) = &self.pair;
+        let m = MsgFrame {
+            id: MessageId::parse(&format!("bench-{n}")).expect("message id"),
+            to: b_alias.clone(),
+            conv_id: conv.clone(),
+            crypto_v: Some(1),
+            payload: self.payload.clone().into(),
+        };
+        let w = &mut self.cores[self.at[0]];
+        w.relay
+            .handle_frame(w.now, self.a.conn(), ClientFrame::Msg(m));
+        w.now = w.now.plus_ms(FRAME_SPACING_MS);
+        let mut outs = Vec::new();
+        w.drain_into(&mut outs);
+        self.carry(outs)
+    }
+
+    /// B's `delivered` through everything sent, carried (its notice to A's shard).
+    fn receipt(&mut self) {
+        let (conv, a_alias, _) = &self.pair;
+        let r = ClientFrame::Delivered(ReceiptFrame {
+            conv_id: conv.clone(),
+            seq: Seq(self.sent),
+            to: a_alias.clone(),
+            crypto_v: Some(1),
+        });
+        let w = &mut self.cores[self.at[1]];
+        w.relay.handle_frame(w.now, self.b.conn(), r);
+        let mut outs = Vec::new();
+        w.drain_into(&mut outs);
+        self.carry(outs);
+    }
+}
+
+fn route_msg_across(c: &mut Criterion) {
+    let mut g = c.benchmark_group("relay_core/route_msg_across");
+    g.throughput(Throughput::Elements(1));
+    let mut across = None;
+    g.bench_function("handle_frame", |bench| {
+        let p = across.get_or_insert_with(Across::new);
+        bench.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut outputs = 0;
+            for _ in 0..iters {
+                let start = benches::wall_now();
+                outputs += p.send(p.sent + 1);
+                total += start.elapsed();
+                p.sent += 1;
+                if p.sent.is_multiple_of(RECEIPT_EVERY) {
+                    p.receipt();
+                }
+            }
+            // Every message must have produced exactly its ack and its delivery.
+            assert_eq!(
+                outputs as u64,
+                2 * iters,
+                "a message was refused or not delivered"
+            );
+            total
+        });
+    });
+    g.finish();
+}
+
 /// `relay_core/handoff`: one message handed from its conversation's owner shard to its
 /// recipient's through `relay_core::handoff`: the outbox's row, the poll that sends it, the
 /// inbox's apply, and every 50 messages the durable mark's acknowledgement and the outbox's
@@ -454,6 +608,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = relay_core;
     config = config();
-    targets = machine, route_msg, offline_sync, channel_fanout, expire_holds, handoff
+    targets = machine, route_msg, route_msg_across, offline_sync, channel_fanout, expire_holds, handoff
 }
 criterion_main!(relay_core);
