@@ -408,7 +408,7 @@ fn expire_holds(c: &mut Criterion) {
 /// Two cores of a two-shard map over one store, A on the owner's shard and B on the other's,
 /// both connected and synced.
 struct Across {
-    cores: [benches::relay_world::RelayWorld; 2],
+    cores: [RelayWorld; 2],
     a: Account,
     b: Account,
     /// A's and B's shards.
