@@ -406,6 +406,11 @@ enum Step {
     Advance(u64),
     /// A core crashes and starts again from the store; its member reconnects.
     Restart(bool),
+    /// A member (the owner-side one when `true`) sends a `read` receipt through the last seq
+    /// delivered to it.
+    Read(bool),
+    /// A member retracts the `n`-th of the messages it was acknowledged.
+    Retract(bool, u8),
 }
 
 fn step() -> impl proptest::strategy::Strategy<Value = Step> {
@@ -416,7 +421,13 @@ fn step() -> impl proptest::strategy::Strategy<Value = Step> {
             .prop_map(|(f, r)| Step::Carry(f, r)),
         2 => (1..2_500u64).prop_map(Step::Advance),
         1 => any::<bool>().prop_map(Step::Restart),
+        2 => any::<bool>().prop_map(Step::Read),
+        1 => (any::<bool>(), any::<u8>()).prop_map(|(a, n)| Step::Retract(a, n)),
     ]
+}
+
+fn is_retract_submission(o: &Output) -> bool {
+    matches!(o, Output::Cross(Crossing::Submit(s)) if matches!(s.frame, relay_core::handoff::Submitted::Retract(_)))
 }
 
 /// What the run saw.
@@ -426,6 +437,14 @@ struct Seen {
     acked: std::collections::BTreeMap<(bool, String), u64>,
     /// Every message delivered: (to the owner-side member, id) -> seqs it came with.
     delivered: std::collections::BTreeMap<(bool, String), std::collections::BTreeSet<u64>>,
+    /// The highest `read` receipt each member sent and was not refused (owner-side first).
+    read_sent: [u64; 2],
+    /// The highest `read` receipt each member got.
+    read_got: [u64; 2],
+    /// Retractions sent: (by the owner-side member, id).
+    retracted: std::collections::BTreeSet<(bool, String)>,
+    /// Retractions each member got: (to the owner-side member, id).
+    retractions: std::collections::BTreeSet<(bool, String)>,
 }
 
 impl Seen {
@@ -444,6 +463,16 @@ impl Seen {
                     .entry((owner_side, id))
                     .or_default()
                     .insert(seq);
+            }
+            let me = usize::from(!owner_side);
+            for f in &fs {
+                match f {
+                    ServerFrame::Read(r) => self.read_got[me] = self.read_got[me].max(r.seq.get()),
+                    ServerFrame::Retract(r) => {
+                        self.retractions.insert((owner_side, r.id.to_string()));
+                    }
+                    _ => {}
+                }
             }
         }
         Ok(())
@@ -472,7 +501,11 @@ proptest::proptest! {
                     if reverse {
                         two.wire.reverse();
                     }
-                    two.carry(|n, _| match fates[n % fates.len()] % 8 {
+                    two.carry(|n, o| match fates[n % fates.len()] % 8 {
+                        // A `retract` has no ack, so nothing tells its client to send it again:
+                        // its submission is lost only with the process (which also drops the
+                        // author's connection), not by one core's crash as here.
+                        0 if is_retract_submission(o) => Fate::Deliver,
                         0 => Fate::Lose,
                         1 => Fate::Repeat,
                         _ => Fate::Deliver,
@@ -481,6 +514,45 @@ proptest::proptest! {
                 Step::Advance(ms) => {
                     two.advance(ms);
                     Vec::new()
+                }
+                Step::Read(owner_side) => {
+                    let (reader, author) = if owner_side { (&a, &b) } else { (&b, &a) };
+                    let last = seen
+                        .delivered
+                        .iter()
+                        .filter(|((to, _), _)| *to == owner_side)
+                        .flat_map(|(_, seqs)| seqs.iter().copied())
+                        .max();
+                    match last {
+                        Some(seq) => {
+                            let read = json!({"type":"read","conv_id":conv,"seq":seq,"to":author.alias});
+                            let outs = two.frame(reader, &read);
+                            let refused = !crate::world::errors(&frames(&outs, reader.conn.unwrap())).is_empty();
+                            let me = usize::from(!owner_side);
+                            if !refused {
+                                seen.read_sent[me] = seen.read_sent[me].max(seq);
+                            }
+                            outs
+                        }
+                        None => Vec::new(),
+                    }
+                }
+                Step::Retract(owner_side, n) => {
+                    let (author, to) = if owner_side { (&a, &b) } else { (&b, &a) };
+                    let mine: Vec<String> = seen
+                        .acked
+                        .keys()
+                        .filter(|(by, _)| *by == owner_side)
+                        .map(|(_, id)| id.clone())
+                        .collect();
+                    if mine.is_empty() {
+                        Vec::new()
+                    } else {
+                        let id = mine[usize::from(n) % mine.len()].clone();
+                        seen.retracted.insert((owner_side, id.clone()));
+                        let r = json!({"type":"retract","id":id,"to":to.alias,"conv_id":conv});
+                        two.frame(author, &r)
+                    }
                 }
                 Step::Restart(owner_side) => {
                     let u = if owner_side { &mut a } else { &mut b };
@@ -512,10 +584,26 @@ proptest::proptest! {
         for ((owner_side, id), seq) in &seen.acked {
             proptest::prop_assert!(seqs.insert(*seq), "seq {} acknowledged twice", seq);
             let got = seen.delivered.get(&(!owner_side, id.clone()));
+            if seen.retracted.contains(&(*owner_side, id.clone())) {
+                // Its queued copy may have been dropped; any copy that came has its seq.
+                let once = got.is_none_or(|seqs| seqs.len() == 1 && seqs.contains(seq));
+                proptest::prop_assert!(once, "retracted {} came with {:?}", id, got);
+                continue;
+            }
             proptest::prop_assert_eq!(
                 got.cloned(),
                 Some([*seq].into_iter().collect()),
                 "{} (acked {}) reached its recipient so", id, seq
+            );
+        }
+        // Every receipt reached its author; every retraction of an acknowledged message, its
+        // recipient.
+        proptest::prop_assert!(seen.read_got[0] >= seen.read_sent[1], "reads to the owner side");
+        proptest::prop_assert!(seen.read_got[1] >= seen.read_sent[0], "reads to the other");
+        for (by, id) in &seen.retracted {
+            proptest::prop_assert!(
+                seen.retractions.contains(&(!by, id.clone())),
+                "the retraction of {} did not reach its recipient", id
             );
         }
     }
