@@ -92,7 +92,7 @@ impl Cx<'_> {
                 ));
             }
             Some(f) => f.id,
-            None => self.state.next_friendship_id(),
+            None => self.state.next_friendship_id(self.config.shard),
         };
         self.state.put_friendship(&FriendshipRow {
             id,

@@ -283,6 +283,16 @@ pub(crate) mod meta {
     pub(crate) const JWT_SIGNING_KEY: &str = "jwt_signing_key";
     pub(crate) const BOOT_COUNT: &str = "boot_count";
     pub(crate) const NEXT_FRIENDSHIP_ID: &str = "next_friendship_id";
+
+    /// The key of a counter of shard `shard`: `base` for shard 0 (the key an unsharded relay
+    /// writes), `base/shard` for the others.
+    pub(crate) fn of_shard(base: &str, shard: crate::handoff::ShardId) -> String {
+        if shard.0 == 0 {
+            base.to_owned()
+        } else {
+            format!("{base}/{}", shard.0)
+        }
+    }
     /// Present once every account has its `account_index` rows (written by the first start of
     /// a relay that reads accounts lazily, after it indexed the stored accounts).
     pub(crate) const ACCOUNT_INDEX: &str = "account_index";

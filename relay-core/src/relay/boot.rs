@@ -93,19 +93,25 @@ pub(super) fn open_state(
 }
 
 /// The id generator of this boot: seeded from `seed` and the boot count, which is counted
-/// up (so two boots from one seed draw different ids).
-pub(super) fn boot_ids(state: &mut State, seed: u64) -> IdGen {
+/// up (so two boots from one seed draw different ids). Each shard of a map counts its own
+/// boots and mixes its number in (shard 0 as an unsharded relay), so that two shards started
+/// from one seed never draw the same ids.
+pub(super) fn boot_ids(state: &mut State, seed: u64, shard: crate::handoff::ShardId) -> IdGen {
+    let key = meta::of_shard(meta::BOOT_COUNT, shard);
     let boot: u64 = state
         .meta()
-        .get(meta::BOOT_COUNT)
+        .get(&key)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let mut h = Sha256::new();
     h.update(seed.to_le_bytes());
     h.update(boot.to_le_bytes());
+    if shard.0 != 0 {
+        h.update(shard.0.to_le_bytes());
+    }
     let digest = h.finalize();
     let mut s = [0u8; 8];
     s.copy_from_slice(&digest[..8]);
-    state.put_meta(meta::BOOT_COUNT, (boot + 1).to_string());
+    state.put_meta(&key, (boot + 1).to_string());
     IdGen::new(u64::from_le_bytes(s))
 }

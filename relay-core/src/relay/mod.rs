@@ -152,7 +152,7 @@ impl Relay {
         let mut store = store;
         let mut reader = store.reader()?;
         let mut state = open_state(&config, &mut *store, &mut *reader)?;
-        let ids = boot_ids(&mut state, seed);
+        let ids = boot_ids(&mut state, seed, config.shard.me());
         let jwt_seed = match &config.jwt_signing_key {
             Some(key) => key.0,
             None => derived_jwt_seed(seed),

@@ -454,13 +454,28 @@ impl State {
         self.meta.remove(key);
     }
 
-    pub(crate) fn next_friendship_id(&mut self) -> FriendshipId {
-        let next = self
-            .meta
-            .get(meta::NEXT_FRIENDSHIP_ID)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(1);
-        self.put_meta(meta::NEXT_FRIENDSHIP_ID, (next + 1).to_string());
+    /// A friendship id no shard of `place`'s map has given or will give: each shard gives the
+    /// ids `≡ shard + 1 (mod shards)` from its own counter (`next_friendship_id`, with `/shard`
+    /// but for shard 0), which starts past every counter stored when it is first used. With
+    /// one shard: 1, 2, 3, … as an unsharded relay always gave them.
+    pub(crate) fn next_friendship_id(&mut self, place: crate::handoff::ShardPlace) -> FriendshipId {
+        let key = meta::of_shard(meta::NEXT_FRIENDSHIP_ID, place.me());
+        let stored = |v: &String| v.parse::<u64>().ok();
+        let start = self.meta.get(&key).and_then(stored).unwrap_or_else(|| {
+            // Past every id given so far, by any shard under any map.
+            (self.meta.range(meta::NEXT_FRIENDSHIP_ID.to_owned()..))
+                .take_while(|(k, _)| k.starts_with(meta::NEXT_FRIENDSHIP_ID))
+                .filter_map(|(_, v)| stored(v))
+                .max()
+                .unwrap_or(1)
+        });
+        // The first id of this shard's residue from `start` (a counter an unsharded relay
+        // left is shard 0's, and need not be one of its ids).
+        let shards = u64::from(place.map().shards());
+        let wanted = u64::from(place.me().0) % shards;
+        let start = start.max(1);
+        let next = start + (shards + wanted - (start - 1) % shards) % shards;
+        self.put_meta(&key, (next + shards).to_string());
         FriendshipId(next)
     }
 
@@ -633,11 +648,47 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn one_shard_gives_friendship_ids_as_an_unsharded_relay() {
+        let mut s = State::default();
+        let one = crate::handoff::ShardPlace::single();
+        let ids: Vec<u64> = (0..3).map(|_| s.next_friendship_id(one).get()).collect();
+        assert_eq!(ids, [1, 2, 3]);
+        assert_eq!(s.meta[meta::NEXT_FRIENDSHIP_ID], "4");
+    }
+
     fn token() -> impl Strategy<Value = String> {
         "[A-Za-z0-9._:-]{1,128}"
     }
 
     proptest! {
+        /// The shards of a map give disjoint friendship ids, each past every counter stored
+        /// (an unsharded relay's included), and one shard gives 1, 2, 3, … as before.
+        #[test]
+        fn friendship_ids_of_the_shards_never_meet(
+            shards in 1u16..5,
+            legacy in prop::option::of(1u64..1_000),
+            draws in proptest::collection::vec(0u16..5, 1..60),
+        ) {
+            use crate::handoff::{ShardId, ShardMap, ShardPlace};
+            let map = ShardMap::new(shards).unwrap();
+            let mut states: Vec<State> = (0..shards).map(|_| State::default()).collect();
+            for s in &mut states {
+                if let Some(next) = legacy {
+                    s.meta.insert(meta::NEXT_FRIENDSHIP_ID.to_owned(), next.to_string());
+                }
+            }
+            let mut given = BTreeSet::new();
+            for d in draws {
+                let shard = d % shards;
+                let place = ShardPlace::new(map, ShardId(shard)).unwrap();
+                let id = states[usize::from(shard)].next_friendship_id(place).get();
+                prop_assert!(given.insert(id), "id {} given twice", id);
+                prop_assert!(id >= legacy.unwrap_or(1));
+                prop_assert_eq!((id - 1) % u64::from(shards), u64::from(shard));
+            }
+        }
+
         /// A recipient's pending retractions, read as one range, are exactly those a walk of
         /// every one would find for it, whatever the message ids.
         #[test]

@@ -758,3 +758,18 @@ fn typing_and_call_signals_cross_at_most_once_and_an_offline_callee_is_answered(
     );
     let _ = &mut b;
 }
+
+#[test]
+fn each_shard_counts_its_own_boots() {
+    let (two, _a, _b, _conv) = two_shards(false);
+    let meta: Vec<String> = two.shards[0]
+        .rows(Table::Meta)
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| k.starts_with("boot_count"))
+        .collect();
+    assert_eq!(
+        meta,
+        vec!["boot_count".to_owned(), "boot_count/1".to_owned()]
+    );
+}
