@@ -538,6 +538,11 @@ impl<T: Clone> Outbox<T> {
         self.streams.values().map(|out| out.rows.len()).sum()
     }
 
+    /// Rows of `stream` not acknowledged yet.
+    pub fn stream_len(&self, stream: &Stream) -> usize {
+        self.streams.get(stream).map_or(0, |out| out.rows.len())
+    }
+
     /// Whether every row is acknowledged.
     pub fn is_empty(&self) -> bool {
         self.streams.is_empty()

@@ -164,7 +164,16 @@ impl Cx<'_> {
         let c = &self.config;
         // The queue's index entry: the queue itself may be only in the store.
         let q = self.state.summary(recipient, conv);
-        let (conv_msgs, conv_bytes) = (q.msgs, q.bytes);
+        let (mut conv_msgs, conv_bytes) = (q.msgs, q.bytes);
+        if c.shard.elsewhere(recipient).is_some() {
+            // Another shard's user: its queue is there; what this shard holds of the
+            // conversation's share is what it handed and that shard has not applied yet.
+            let stream = crate::handoff::Stream {
+                recipient: recipient.clone(),
+                conv: conv.clone(),
+            };
+            conv_msgs = self.state.crossing().unapplied(&stream) as u64;
+        }
         if conv_msgs >= c.max_offline_queue_per_conversation as u64
             || conv_bytes + charge > c.max_offline_queue_bytes_per_conversation
         {

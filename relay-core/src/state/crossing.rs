@@ -53,6 +53,11 @@ impl Crossing {
         self.outbox.len() + self.notices.len()
     }
 
+    /// Messages of `stream` handed to its recipient's shard and not yet applied there.
+    pub(crate) fn unapplied(&self, stream: &Stream) -> usize {
+        self.outbox.stream_len(stream)
+    }
+
     /// The last seq of `stream` applied here (`Seq(0)`: none).
     pub(crate) fn applied(&self, stream: &Stream) -> Seq {
         self.inbox.applied(stream)

@@ -146,7 +146,12 @@ fn across(w: &mut World) -> (User, User) {
 /// Owner `a` and recipient `b` on the two shards, befriended, each connected to its shard
 /// (`b` synced when `b_online`).
 fn two_shards(b_online: bool) -> (Two, User, User, String) {
-    let mut setup = World::with_config(fast_config());
+    two_shards_with(fast_config(), b_online)
+}
+
+/// [`two_shards`] with `config` on every core.
+fn two_shards_with(config: relay_core::Config, b_online: bool) -> (Two, User, User, String) {
+    let mut setup = World::with_config(config);
     let (mut a, mut b) = across(&mut setup);
     let conv = setup.befriend(&a, &b);
     let mut two = Two::split(setup);
@@ -772,4 +777,30 @@ fn each_shard_counts_its_own_boots() {
         meta,
         vec!["boot_count".to_owned(), "boot_count/1".to_owned()]
     );
+}
+
+#[test]
+fn an_owner_holds_at_most_the_conversations_share_unapplied() {
+    let config = relay_core::Config {
+        max_offline_queue_per_conversation: 3,
+        ..fast_config()
+    };
+    let (mut two, a, b, conv) = two_shards_with(config, false);
+    for i in 0..3 {
+        two.send(&a, &b, &conv, &format!("m{i}"));
+    }
+    // Nothing carried: the recipient's shard has applied none of them.
+    let out = two.post(&a, &b, &conv, "m3");
+    assert_eq!(
+        crate::world::errors(&frames(&out, a.conn.unwrap())),
+        vec!["QUEUE_FULL"]
+    );
+    assert_eq!(
+        two.rows(Table::Outbox),
+        3,
+        "the refused message was not stored"
+    );
+    two.carry(|_, _| Fate::Deliver);
+    assert_eq!(two.rows(Table::Outbox), 0);
+    two.send(&a, &b, &conv, "m4");
 }
