@@ -53,7 +53,9 @@ use crate::shell::{Accepted, CloseReason, ConnId, Output, WsConnect};
 /// * **Inputs** (`handle_*`, each carries `now`): [`handle_http`](Relay::handle_http),
 ///   [`handle_connect`](Relay::handle_connect), [`handle_text`](Relay::handle_text),
 ///   [`handle_frame`](Relay::handle_frame), [`handle_disconnect`](Relay::handle_disconnect),
-///   [`handle_timeout`](Relay::handle_timeout); without `now`,
+///   [`handle_timeout`](Relay::handle_timeout), [`handle_crossing`](Relay::handle_crossing)
+///   (what another shard's core sent this one, when the relay is one of several shards,
+///   `crate::handoff`); without `now`,
 ///   [`handle_committed`](Relay::handle_committed) (a pipelined commit's outcome).
 /// * **Commits**: [`begin_batch`](Relay::begin_batch) / [`commit_batch`](Relay::commit_batch)
 ///   (group commit), [`take_store`](Relay::take_store) / [`seal_batch`](Relay::seal_batch)
