@@ -172,7 +172,7 @@ impl Cx<'_> {
                 recipient: recipient.clone(),
                 conv: conv.clone(),
             };
-            conv_msgs = self.state.crossing().unapplied(&stream) as u64;
+            conv_msgs = self.state.handoffs().unapplied(&stream) as u64;
         }
         if conv_msgs >= c.max_offline_queue_per_conversation as u64
             || conv_bytes + charge > c.max_offline_queue_bytes_per_conversation

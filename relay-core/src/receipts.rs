@@ -95,7 +95,7 @@ impl Cx<'_> {
                 recipient: reader.clone(),
                 conv: conv.clone(),
             };
-            return self.state.crossing().applied(&stream);
+            return self.state.handoffs().applied(&stream);
         }
         self.state
             .relations()

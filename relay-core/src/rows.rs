@@ -481,8 +481,7 @@ pub(crate) struct InboxMarkRow {
     pub(crate) through: Seq,
 }
 
-/// Writes the key of the outbox row `shard/recipient/conv/seq` (the shard zero-padded to five
-/// digits, so a destination's rows are one prefix).
+/// Writes the key of the outbox row `shard/recipient/conv/seq`.
 pub(crate) fn write_outbox_key(
     k: &mut RowKey<'_>,
     to: u16,
@@ -490,8 +489,14 @@ pub(crate) fn write_outbox_key(
     conv: &ConvId,
     seq: Seq,
 ) {
-    let shard = format!("{to:05}");
+    let shard = shard_part(to);
     write_row_key(k, &[&shard, recipient.as_str(), conv.as_str()], Some(seq));
+}
+
+/// The first part of a row key kept per destination shard: the shard zero-padded to five
+/// digits, so that a destination's rows are one prefix in shard order.
+fn shard_part(to: u16) -> String {
+    format!("{to:05}")
 }
 
 /// A notice row: a receipt or retraction for a user of shard `to`, numbered `version`, until
@@ -505,7 +510,7 @@ pub(crate) struct NoticeRow {
 
 /// Writes the key of the notice row `shard/user/conv/what` of `key` for shard `to`.
 pub(crate) fn write_notice_key(k: &mut RowKey<'_>, to: u16, key: &crate::handoff::NoticeKey) {
-    let shard = format!("{to:05}");
+    let shard = shard_part(to);
     let parts = [&shard, key.user.as_str(), key.conv.as_str(), &key.what];
     write_row_key(k, &parts, None);
 }
@@ -715,6 +720,14 @@ mod tests {
         b.delete_row(Table::PendingReceipts, |k| {
             write_pending_receipt_key(k, &r, &c, ReceiptKind::Delivered);
         });
+        b.delete_row(Table::Outbox, |k| write_outbox_key(k, 3, &r, &c, Seq(7)));
+        b.delete_row(Table::InboxMarks, |k| write_inbox_mark_key(k, &r, &c));
+        let notice = crate::handoff::NoticeKey {
+            user: r.clone(),
+            conv: c.clone(),
+            what: "read".into(),
+        };
+        b.delete_row(Table::Notices, |k| write_notice_key(k, 12, &notice));
         let keys: Vec<_> = b.iter().filter_map(|m| m.key()).collect();
         assert_eq!(
             keys,
@@ -725,6 +738,9 @@ mod tests {
                 format!("{r}/{c}/{id}"),
                 format!("{c}/{r}/read"),
                 format!("{r}/{c}/delivered"),
+                format!("00003/{r}/{c}/{:020}", 7),
+                format!("{r}/{c}"),
+                format!("00012/{r}/{c}/read"),
             ]
         );
     }

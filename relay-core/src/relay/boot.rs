@@ -58,7 +58,7 @@ pub(super) fn open_state(
         config.offline_ttl_ms,
         config.order_retention_ms,
     )?;
-    state.load_crossing(&snapshot, config.shard)?;
+    state.load_handoffs(&snapshot, config.shard)?;
     drop(snapshot);
     // Tables derived from others that a store written before them lacks: filled once; and
     // the tombstones of older relays, keyed by author, rekeyed by conversation once.

@@ -663,7 +663,7 @@ impl Relay {
     /// Outbox rows not yet applied by their destination shard, and hand-offs held here past
     /// a gap.
     pub fn handoff_backlog(&self) -> (usize, usize) {
-        let c = self.state.crossing();
+        let c = self.state.handoffs();
         (c.outbox_rows(), c.held())
     }
 

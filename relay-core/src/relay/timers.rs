@@ -183,7 +183,7 @@ impl Relay {
         let timers = self.state.timers().first().map(|(at, _)| *at);
         let idle = self.sessions.next_idle(self.config.idle_timeout_ms);
         let pow_expiry = self.admission.next_expiry();
-        let handoffs = self.state.crossing().deadline();
+        let handoffs = self.state.handoffs().deadline();
         let sweeps = if self.prefetch.sweep_waits() {
             [None, None]
         } else {

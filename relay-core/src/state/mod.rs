@@ -10,7 +10,7 @@
 //! together (a write that updates the map but forgets the mutation, or an index rebuilt
 //! differently on load, is a durability bug), so each area's writes sit side by side in one
 //! submodule: `accounts`, `relations`, `queues` (their index, reads, writes and expiry),
-//! `commerce`, `credentials`, `crossing` (the hand-off between shards), `media`, `push`. What the state is made of (the caches, the
+//! `commerce`, `credentials`, `handoffs` (the hand-off between shards), `media`, `push`. What the state is made of (the caches, the
 //! commerce records ...) lives in the modules below it, which never name `State`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,7 +28,7 @@ use crate::rows::*;
 mod accounts;
 mod commerce;
 mod credentials;
-mod crossing;
+mod handoffs;
 mod media;
 mod push;
 mod queues;
@@ -65,8 +65,8 @@ pub(crate) struct State {
     commerce: crate::commerce_state::Commerce,
     /// Used single-use credentials, until they expire (`crate::credential`).
     spent: crate::credential::Spent,
-    /// The outbox and inbox marks of the hand-off between shards (`crossing`).
-    crossing: crossing::Crossing,
+    /// The outbox, inbox marks and notices of the hand-off between shards (`handoffs`).
+    handoffs: handoffs::Handoffs,
     /// How long an order that is over is kept (`Config::order_retention_ms`).
     order_retention_ms: u64,
     /// Changes to what is held in memory only ([`State::touched`]).

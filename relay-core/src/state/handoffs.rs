@@ -19,19 +19,19 @@ use crate::store::{Snapshot, StoreError, Table};
 
 /// This shard's side of the hand-off.
 #[derive(Debug)]
-pub(crate) struct Crossing {
+pub(crate) struct Handoffs {
     outbox: Outbox<Message>,
     inbox: Inbox<Message>,
     notices: Notices<NoticeKey, Notice>,
 }
 
-impl Default for Crossing {
+impl Default for Handoffs {
     fn default() -> Self {
         Self::new(ShardPlace::single())
     }
 }
 
-impl Crossing {
+impl Handoffs {
     fn new(place: ShardPlace) -> Self {
         Self {
             outbox: Outbox::new(place.me()),
@@ -72,12 +72,12 @@ impl Crossing {
 impl State {
     /// Loads the outbox rows and inbox marks of shard `place` (eager tables): the outbox rows
     /// of the conversations it owns, the marks of its users' streams.
-    pub(crate) fn load_crossing(
+    pub(crate) fn load_handoffs(
         &mut self,
         snapshot: &Snapshot,
         place: ShardPlace,
     ) -> Result<(), StoreError> {
-        let mut crossing = Crossing::new(place);
+        let mut handoffs = Handoffs::new(place);
         let rows = |t: Table| snapshot.get(&t).into_iter().flat_map(|m| m.iter());
         for (k, v) in rows(Table::Outbox) {
             let r: OutboxRow = decode(Table::Outbox, k, v)?;
@@ -89,7 +89,7 @@ impl State {
                 recipient: r.recipient,
                 conv: r.conv_id,
             };
-            crossing
+            handoffs
                 .outbox
                 .push(ShardId(r.to), stream, r.seq, r.prev, r.message);
         }
@@ -102,25 +102,25 @@ impl State {
                 recipient: r.recipient,
                 conv: r.conv_id,
             };
-            crossing.inbox.restore(ShardId(r.owner), stream, r.through);
+            handoffs.inbox.restore(ShardId(r.owner), stream, r.through);
         }
         for (k, v) in rows(Table::Notices) {
             let r: NoticeRow = decode(Table::Notices, k, v)?;
             // The notices this shard decided: those for users of other shards.
             if notice_source(&r.notice, place) {
                 let key = r.notice.key();
-                crossing
+                handoffs
                     .notices
                     .restore(ShardId(r.to), key, r.version, r.notice);
             }
         }
-        self.crossing = crossing;
+        self.handoffs = handoffs;
         Ok(())
     }
 
     /// This shard's side of the hand-off.
-    pub(crate) fn crossing(&self) -> &Crossing {
-        &self.crossing
+    pub(crate) fn handoffs(&self) -> &Handoffs {
+        &self.handoffs
     }
 
     /// Writes the outbox row of message `seq` of `stream` for shard `to` (in the batch that
@@ -147,7 +147,7 @@ impl State {
             &row,
         );
         self.touched += 1;
-        self.crossing
+        self.handoffs
             .outbox
             .push(to, stream, seq, prev, row.message);
     }
@@ -155,7 +155,7 @@ impl State {
     /// Keeps `notice` for shard `to` until it is taken (its row in this input's batch).
     pub(crate) fn put_notice(&mut self, to: ShardId, notice: Notice) {
         let key = notice.key();
-        let version = self.crossing.notices.put(to, key.clone(), notice.clone());
+        let version = self.handoffs.notices.put(to, key.clone(), notice.clone());
         let row = NoticeRow {
             to: to.0,
             version,
@@ -167,16 +167,16 @@ impl State {
 
     /// The notices to send at `now`.
     pub(crate) fn poll_notices(&mut self, now: UnixMs) -> Vec<NoticeSent<NoticeKey, Notice>> {
-        if self.crossing.notices.is_empty() {
+        if self.handoffs.notices.is_empty() {
             return Vec::new();
         }
         self.touched += 1;
-        self.crossing.notices.poll(now)
+        self.handoffs.notices.poll(now)
     }
 
     /// Shard `t.from` took a notice: its row goes, unless a newer one replaced it.
     pub(crate) fn notice_taken(&mut self, t: &NoticeTaken<NoticeKey>) {
-        if self.crossing.notices.on_taken(&t.key, t.version) {
+        if self.handoffs.notices.on_taken(&t.key, t.version) {
             self.batch
                 .delete_row(Table::Notices, |k| write_notice_key(k, t.from.0, &t.key));
             self.touched += 1;
@@ -185,17 +185,17 @@ impl State {
 
     /// The hand-offs to send at `now` (`crate::handoff::Outbox::poll`).
     pub(crate) fn poll_handoffs(&mut self, now: UnixMs) -> Vec<Handoff<Message>> {
-        if self.crossing.outbox.is_empty() {
+        if self.handoffs.outbox.is_empty() {
             return Vec::new();
         }
         self.touched += 1;
-        self.crossing.outbox.poll(now)
+        self.handoffs.outbox.poll(now)
     }
 
     /// Shard `a.from` applied `a.stream` through `a.through`: the outbox rows it covers are
     /// deleted. Returns how many.
     pub(crate) fn handoffs_applied(&mut self, a: &Applied) -> usize {
-        let done = self.crossing.outbox.on_applied(a);
+        let done = self.handoffs.outbox.on_applied(a);
         for seq in &done {
             self.batch.delete_row(Table::Outbox, |k| {
                 write_outbox_key(k, a.from.0, &a.stream.recipient, &a.stream.conv, *seq);
@@ -213,7 +213,7 @@ impl State {
         h: Handoff<Message>,
     ) -> Result<Received<Message>, Broken> {
         self.touched += 1;
-        self.crossing.inbox.receive(h)
+        self.handoffs.inbox.receive(h)
     }
 
     /// `stream` of shard `owner` is applied through `through`: its mark is written in the
@@ -236,7 +236,7 @@ impl State {
             |k| write_inbox_mark_key(k, &row.recipient, &row.conv_id),
             &row,
         );
-        self.crossing.inbox.durable(stream, through)
+        self.handoffs.inbox.durable(stream, through)
     }
 }
 
