@@ -103,6 +103,8 @@ pub(crate) enum MsgVerdict {
     /// A new message for `recipient`; `peer` is their open connection, if any.
     New {
         recipient: UserUuid,
+        /// The recipient's shard, when it is not this one.
+        away: Option<ShardId>,
         peer: Option<ConnId>,
     },
     /// A resend of an id the relay holds in the same conversation: acknowledged again with
@@ -157,7 +159,7 @@ impl Cx<'_> {
     fn queue_bounds(
         &self,
         sender: &UserUuid,
-        recipient: &UserUuid,
+        (recipient, away): (&UserUuid, Option<ShardId>),
         conv: &ConvId,
         charge: u64,
     ) -> Result<(), (ErrorCode, &'static str)> {
@@ -165,7 +167,7 @@ impl Cx<'_> {
         // The queue's index entry: the queue itself may be only in the store.
         let q = self.state.summary(recipient, conv);
         let (mut conv_msgs, conv_bytes) = (q.msgs, q.bytes);
-        if c.shard.elsewhere(recipient).is_some() {
+        if away.is_some() {
             // Another shard's user: its queue is there; what this shard holds of the
             // conversation's share is what it handed and that shard has not applied yet.
             let stream = crate::handoff::Stream {
@@ -219,8 +221,13 @@ impl Cx<'_> {
             return;
         };
         match self.judge_msg(now, &user, &m, Answer::Conn(conn)) {
-            Ok(MsgVerdict::New { recipient, peer }) => {
-                self.accept_msg(now, Answer::Conn(conn), &user, &recipient, peer, m);
+            Ok(MsgVerdict::New {
+                recipient,
+                away,
+                peer,
+            }) => {
+                let to = (&recipient, away);
+                self.accept_msg(now, Answer::Conn(conn), &user, to, peer, m);
             }
             Ok(MsgVerdict::Resent(seq)) => {
                 probes::probe!("msg:deduplicated");
@@ -236,20 +243,18 @@ impl Cx<'_> {
         }
     }
 
-    /// A `msg` of `user` in a conversation shard `owner` owns: its payload and the sender's
-    /// message rate are checked here (the sender's shard keeps its rate), the rest there.
+    /// A `msg` of `user`, a user of this shard, to `recipient` of shard `away` (`None`: this
+    /// one), when the conversation's owner is that other shard (its lower member's): its
+    /// payload and the sender's message rate are checked here (the sender's shard keeps its
+    /// rate), the rest there. `None`: this shard owns the conversation.
     fn owner_elsewhere(
         &self,
         now: UnixMs,
         user: &UserUuid,
-        recipient: &UserUuid,
+        (recipient, away): (&UserUuid, Option<ShardId>),
         m: &MsgFrame,
     ) -> Option<Result<MsgVerdict, (ErrorCode, &'static str)>> {
-        let place = self.config.shard;
-        let owner = place.map().owner_of([user, recipient]);
-        if owner == place.me() {
-            return None;
-        }
+        let owner = away.filter(|_| recipient < user)?;
         if !is_base64(&m.payload) {
             return Some(Err((
                 ErrorCode::BAD_FRAME,
@@ -285,7 +290,10 @@ impl Cx<'_> {
             .member_check(user, &m.conv_id, &m.to)
             .map_err(NotMember::refusal)?;
         let submitted = matches!(answer, Answer::Shard(..));
-        if !submitted && let Some(elsewhere) = self.owner_elsewhere(now, user, &recipient, m) {
+        // The recipient's shard, found once for the whole message.
+        let away = self.config.shard.elsewhere(&recipient);
+        let to = (&recipient, away);
+        if !submitted && let Some(elsewhere) = self.owner_elsewhere(now, user, to, m) {
             return elsewhere;
         }
         // Whether this id is known is decided after the payload's check; the conversation's
@@ -319,7 +327,7 @@ impl Cx<'_> {
             return Err((ErrorCode::RATE_LIMITED, "too many messages; retry later"));
         }
         let charge = crate::limits::queued_message_bytes(m.id.as_str().len(), m.payload.len());
-        self.queue_bounds(user, &recipient, &m.conv_id, charge)?;
+        self.queue_bounds(user, to, &m.conv_id, charge)?;
         // A synced recipient's queue is read as far as delivery needs (its front and what the
         // window may take next: its queues are held while it is synced, so that is in memory
         // unless delivery is about to read the next page) before the message joins it: it is
@@ -334,7 +342,11 @@ impl Cx<'_> {
                 "the relay could not read the recipient's queue; send it again",
             ));
         }
-        Ok(MsgVerdict::New { recipient, peer })
+        Ok(MsgVerdict::New {
+            recipient,
+            away,
+            peer,
+        })
     }
 
     /// The queue of `recipient` in `conv` read as far as delivering a new message needs, when
@@ -363,12 +375,11 @@ impl Cx<'_> {
         now: UnixMs,
         answer: Answer,
         user: &UserUuid,
-        recipient: &UserUuid,
+        (recipient, away): (&UserUuid, Option<ShardId>),
         peer: Option<ConnId>,
         m: MsgFrame,
     ) {
-        // The recipient's shard, if it is not this one: the message is handed to it.
-        let away = self.config.shard.elsewhere(recipient);
+        // `away`: the recipient's shard, if it is not this one; the message is handed to it.
         // `judge_msg` found `user` in the conversation, so this is always `Some`.
         let Some((seq, prev)) = self.state.next_seq(&m.conv_id, user, away.is_some()) else {
             return;

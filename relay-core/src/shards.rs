@@ -78,8 +78,12 @@ impl Cx<'_> {
             Submitted::Retract(r) => return self.retract_as(now, answer, author, &r),
         };
         match self.judge_msg(now, &author, &m, answer) {
-            Ok(MsgVerdict::New { recipient, peer }) => {
-                self.accept_msg(now, answer, &author, &recipient, peer, m);
+            Ok(MsgVerdict::New {
+                recipient,
+                away,
+                peer,
+            }) => {
+                self.accept_msg(now, answer, &author, (&recipient, away), peer, m);
             }
             Ok(MsgVerdict::Resent(seq)) => {
                 self.stats.messages_deduplicated += 1;

@@ -1,0 +1,232 @@
+//! Notices between shards: receipts and retractions for a user of another shard, kept until
+//! that shard has taken them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use wire::{ConvId, Seq, UnixMs, UserUuid};
+
+use super::{MAX_IN_FLIGHT_PER_SHARD, RESEND_MS, ShardId};
+
+/// What a notice between shards says ([`Notices`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Notice {
+    /// `reader` received (`read: false`) or read the messages `author` wrote in `conv`
+    /// through `seq`; `from` and `to` are their aliases, as the receipt frame names them.
+    Receipt {
+        /// `read` receipt, else `delivered`.
+        read: bool,
+        /// The conversation.
+        conv: ConvId,
+        /// Through which seq.
+        seq: Seq,
+        /// Who sent the receipt.
+        reader: UserUuid,
+        /// Whose messages it covers: whom it is for.
+        author: UserUuid,
+        /// The reader's alias.
+        from: Option<wire::AliasId>,
+        /// The author's alias.
+        to: Option<wire::AliasId>,
+    },
+    /// `author` retracted its message `id` (seq `seq`) of `conv`, for `recipient`; `from` is
+    /// the author's alias.
+    Retract {
+        /// The conversation.
+        conv: ConvId,
+        /// The message.
+        id: wire::MessageId,
+        /// Its seq.
+        seq: Seq,
+        /// Its author.
+        author: UserUuid,
+        /// The author's alias.
+        from: wire::AliasId,
+        /// Whom it is for.
+        recipient: UserUuid,
+    },
+}
+
+/// The key of a [`Notice`]: one per user, conversation and what it is about.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NoticeKey {
+    /// Whom it is for.
+    pub user: UserUuid,
+    /// The conversation.
+    pub conv: ConvId,
+    /// `delivered`, `read`, or `retract/<id>`.
+    pub what: String,
+}
+
+impl Notice {
+    /// Its key: a later receipt of the same kind replaces the one before.
+    pub fn key(&self) -> NoticeKey {
+        match self {
+            Self::Receipt {
+                read, conv, author, ..
+            } => NoticeKey {
+                user: author.clone(),
+                conv: conv.clone(),
+                what: if *read { "read" } else { "delivered" }.to_owned(),
+            },
+            Self::Retract {
+                conv,
+                id,
+                recipient,
+                ..
+            } => NoticeKey {
+                user: recipient.clone(),
+                conv: conv.clone(),
+                what: format!("retract/{}", id.as_str()),
+            },
+        }
+    }
+}
+
+/// A notice for a user of another shard that means the same however often it arrives (a
+/// receipt's "up to seq", a retraction): kept under its key until the destination
+/// acknowledges it, sent at once and again every [`RESEND_MS`]. A newer notice under the same
+/// key replaces the one before (a later receipt of the same kind), and an acknowledgement of
+/// the older one leaves it in place: each is numbered (`version`), and an acknowledgement
+/// names the number it answers.
+#[derive(Debug, Clone)]
+pub struct Notices<K, T> {
+    me: ShardId,
+    rows: BTreeMap<K, Noted<T>>,
+    /// (due, key) of each row: what a poll looks at.
+    schedule: BTreeSet<(UnixMs, K)>,
+    next_version: u64,
+}
+
+/// A notice row in memory.
+#[derive(Debug, Clone)]
+struct Noted<T> {
+    to: ShardId,
+    version: u64,
+    item: T,
+    due: UnixMs,
+}
+
+/// A notice on its way: carried to the core of shard `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoticeSent<K, T> {
+    /// The shard that keeps it until acknowledged.
+    pub from: ShardId,
+    /// The shard it is for.
+    pub to: ShardId,
+    /// Its key.
+    pub key: K,
+    /// Its number.
+    pub version: u64,
+    /// What it says.
+    pub item: T,
+}
+
+/// A notice taken, durably: carried back to the core of shard `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoticeTaken<K> {
+    /// The shard that took it.
+    pub from: ShardId,
+    /// The shard that sent it.
+    pub to: ShardId,
+    /// Its key.
+    pub key: K,
+    /// The number it answers.
+    pub version: u64,
+}
+
+impl<K: Ord + Clone, T: Clone> Notices<K, T> {
+    /// No notices, of shard `me`.
+    pub fn new(me: ShardId) -> Self {
+        Self {
+            me,
+            rows: BTreeMap::new(),
+            schedule: BTreeSet::new(),
+            next_version: 1,
+        }
+    }
+
+    /// A new notice for shard `to` under `key` (replacing one not yet acknowledged): its
+    /// number, for the row the caller writes with it.
+    pub fn put(&mut self, to: ShardId, key: K, item: T) -> u64 {
+        let version = self.next_version;
+        self.restore(to, key, version, item);
+        version
+    }
+
+    /// A notice row as stored (read back at start), or written now ([`Notices::put`]).
+    pub fn restore(&mut self, to: ShardId, key: K, version: u64, item: T) {
+        self.next_version = self.next_version.max(version.saturating_add(1));
+        if let Some(old) = self.rows.remove(&key) {
+            self.schedule.remove(&(old.due, key.clone()));
+        }
+        self.schedule.insert((UnixMs(0), key.clone()));
+        self.rows.insert(
+            key,
+            Noted {
+                to,
+                version,
+                item,
+                due: UnixMs(0),
+            },
+        );
+    }
+
+    /// The notices to send at `now`, each due again [`RESEND_MS`] later; at most
+    /// [`MAX_IN_FLIGHT_PER_SHARD`] a poll.
+    pub fn poll(&mut self, now: UnixMs) -> Vec<NoticeSent<K, T>> {
+        let due: Vec<(UnixMs, K)> = self
+            .schedule
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .take(MAX_IN_FLIGHT_PER_SHARD)
+            .cloned()
+            .collect();
+        let mut sent = Vec::with_capacity(due.len());
+        for entry in due {
+            self.schedule.remove(&entry);
+            let (_, key) = entry;
+            let Some(row) = self.rows.get_mut(&key) else {
+                continue;
+            };
+            row.due = now.plus_ms(RESEND_MS);
+            self.schedule.insert((row.due, key.clone()));
+            sent.push(NoticeSent {
+                from: self.me,
+                to: row.to,
+                key,
+                version: row.version,
+                item: row.item.clone(),
+            });
+        }
+        sent
+    }
+
+    /// When a notice is next due (`None`: none waits).
+    pub fn next_deadline(&self) -> Option<UnixMs> {
+        self.schedule.first().map(|(at, _)| *at)
+    }
+
+    /// An acknowledgement: `true` when it ends the row (the caller deletes it in a commit of
+    /// its own); `false` when the row is gone or newer than what was acknowledged.
+    pub fn on_taken(&mut self, key: &K, version: u64) -> bool {
+        let Some(row) = self.rows.get(key) else {
+            return false;
+        };
+        if row.version != version {
+            return false;
+        }
+        self.schedule.remove(&(row.due, key.clone()));
+        self.rows.remove(key);
+        true
+    }
+
+    /// Notices not acknowledged yet.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether every notice is acknowledged.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
