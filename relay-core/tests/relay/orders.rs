@@ -27,6 +27,10 @@ pub(crate) fn commerce_config() -> Config {
             burst: 1_000_000,
             ..relay_core::limits::USER_LOOKUPS
         },
+        lookups_per_network: relay_core::limits::Budget {
+            burst: 1_000_000,
+            ..relay_core::limits::USER_LOOKUPS_PER_NETWORK
+        },
         ..fast_config()
     }
 }
@@ -601,7 +605,7 @@ fn run(ops: Vec<Op>) {
                 Some(&users[0].token.clone()),
             );
             let holders = users.iter().filter(|u| u.alias == alias).count();
-            assert_eq!(usize::from(r.status == 200), holders, "{alias}");
+            assert_eq!(usize::from(r.status == 200), holders, "{alias} {} {:?}", r.status, r.body_json());
         }
         // No alias bound twice: each alias resolves to at most one user, and that user has it.
         let holders: Vec<&User> = users.iter().collect();
