@@ -35,6 +35,48 @@ pub(crate) struct FriendshipRow {
     pub(crate) status: FriendStatus,
     pub(crate) conversation_id: Option<ConvId>,
     pub(crate) created_at: UnixMs,
+    /// Its revision at its pair's owner shard (one per write; 0 for rows written before
+    /// revisions, left out of the row then): a member's shard applies a newer revision only
+    /// (`crate::handoff::Contact`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) rev: u64,
+}
+
+/// Whether a revision is 0 (left out of its row).
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl From<FriendshipRow> for crate::handoff::Contact {
+    fn from(f: FriendshipRow) -> Self {
+        Self {
+            id: f.id,
+            requester: f.requester,
+            addressee: f.addressee,
+            status: f.status,
+            conversation_id: f.conversation_id,
+            created_at: f.created_at,
+            rev: f.rev,
+        }
+    }
+}
+
+impl From<crate::handoff::Contact> for FriendshipRow {
+    fn from(c: crate::handoff::Contact) -> Self {
+        Self {
+            id: c.id,
+            requester: c.requester,
+            addressee: c.addressee,
+            status: c.status,
+            conversation_id: c.conversation_id,
+            created_at: c.created_at,
+            rev: c.rev,
+        }
+    }
 }
 
 /// A two-member conversation and its seq counters. (Rows written before the queues were
@@ -511,7 +553,7 @@ pub(crate) struct NoticeRow {
 /// Writes the key of the notice row `shard/user/conv/what` of `key` for shard `to`.
 pub(crate) fn write_notice_key(k: &mut RowKey<'_>, to: u16, key: &crate::handoff::NoticeKey) {
     let shard = shard_part(to);
-    let parts = [&shard, key.user.as_str(), key.conv.as_str(), &key.what];
+    let parts = [&shard, key.user.as_str(), &key.what];
     write_row_key(k, &parts, None);
 }
 
@@ -724,8 +766,7 @@ mod tests {
         b.delete_row(Table::InboxMarks, |k| write_inbox_mark_key(k, &r, &c));
         let notice = crate::handoff::NoticeKey {
             user: r.clone(),
-            conv: c.clone(),
-            what: "read".into(),
+            what: format!("{c}/read"),
         };
         b.delete_row(Table::Notices, |k| write_notice_key(k, 12, &notice));
         let keys: Vec<_> = b.iter().filter_map(|m| m.key()).collect();

@@ -27,9 +27,10 @@ use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::cx::Cx;
 use crate::handoff::{
-    Applied, Crossing, Handoff, Message, Notice, NoticeSent, NoticeTaken, Received, Reply, ShardId,
-    Signal, Stream, Submission, Submitted, Verdict,
+    Answered, Applied, Crossing, Forward, Handoff, Message, Notice, NoticeSent, NoticeTaken,
+    PairOp, Received, Reply, ShardId, Signal, Stream, Submission, Submitted, Verdict,
 };
+use crate::http::{ApiError, HttpResponse};
 use crate::messaging::{Answer, MsgVerdict};
 use crate::queue::Queued;
 use crate::shell::{ConnId, Output};
@@ -45,6 +46,88 @@ impl Cx<'_> {
             Crossing::Notice(n) => self.on_notice(now, n),
             Crossing::Taken(t) => self.on_taken(&t),
             Crossing::Signal(s) => self.on_signal(s),
+            Crossing::Forward(f) => self.on_forward(now, f),
+            // The dispatcher's: it knows which requests wait (`Relay::handle_crossing`).
+            Crossing::Answered(a) => self.on_answered(a, false),
+        }
+    }
+
+    /// The user's side: the request being handled (`Cx::request`) of `user` is decided by
+    /// shard `owner` and goes there; the dispatcher withholds the response this returns, and
+    /// the owner's answer comes back ([`Cx::on_answered`]). A request that cannot wait for an
+    /// answer (a shell that does not number its requests, or too many waiting) is answered
+    /// 503 `STORAGE_UNAVAILABLE`.
+    pub(crate) fn forward(
+        &mut self,
+        owner: ShardId,
+        user: &UserUuid,
+        op: PairOp,
+    ) -> Result<HttpResponse, ApiError> {
+        let Some(id) = self.request else {
+            return Err(ApiError::new(
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "another shard decides this request and it cannot wait for it now; try again",
+            ));
+        };
+        self.stats.requests_forwarded += 1;
+        self.stage(Output::Cross(Crossing::Forward(Forward {
+            from: self.config.shard.me(),
+            to: owner,
+            id: id.0,
+            user: user.clone(),
+            op,
+        })));
+        Ok(HttpResponse::json(202, &wire::http::OkResponse::OK))
+    }
+
+    /// The owner's side: a request forwarded by the user's shard, decided here and answered,
+    /// with the friendship as written for the caller's list, after this input's commit.
+    fn on_forward(&mut self, now: UnixMs, f: Forward) {
+        let other = match &f.op {
+            PairOp::Request { target, .. } => target,
+            PairOp::Accept { other, .. } | PairOp::Reject { other, .. } => other,
+        };
+        let result = if self.pair_elsewhere(&f.user, other).is_some() {
+            Err(ApiError::new(
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "this request went to a shard that does not decide it; try again",
+            ))
+        } else {
+            match f.op {
+                PairOp::Request { target, announce } => {
+                    self.befriend(now, &f.user, &target, announce)
+                }
+                PairOp::Accept { id, other, from } => self.accept(now, &f.user, &other, id, from),
+                PairOp::Reject { id, other } => self.reject(now, &f.user, &other, id),
+            }
+        };
+        let (response, contact) = match result {
+            Ok((response, row)) => (response, Some(row.into())),
+            Err(e) => (e.into_response(), None),
+        };
+        self.stage(Output::Cross(Crossing::Answered(Answered {
+            from: self.config.shard.me(),
+            to: f.from,
+            id: f.id,
+            user: f.user,
+            response,
+            contact,
+        })));
+    }
+
+    /// The user's side: the owner's answer to a forwarded request. The friendship it wrote
+    /// goes into the caller's list first, then the response is released after this input's
+    /// commit, if the request still `waited` (else it was answered 503 when it timed out).
+    pub(crate) fn on_answered(&mut self, a: Answered, waited: bool) {
+        if let Some(row) = a.contact {
+            let _ = self.take_contact(&a.user, &row.into(), None);
+        }
+        if waited {
+            let id = crate::shell::RequestId(a.id);
+            self.stage(Output::Http {
+                id,
+                response: a.response,
+            });
         }
     }
 
@@ -244,6 +327,11 @@ impl Cx<'_> {
                 from,
                 recipient,
             } => self.retract_for(now, (author, from), recipient, &conv, (&id, seq)),
+            Notice::Contact {
+                user,
+                row,
+                announce,
+            } => self.take_contact(&user, &row.into(), announce),
         };
         if taken {
             self.stats.notices_taken += 1;

@@ -97,8 +97,13 @@ pub struct RelayStats {
     /// Hand-offs not taken now (a failed read of the recipient's queue, or too many held):
     /// their owner sends them again.
     pub handoffs_deferred: u64,
-    /// Receipts and retractions from other shards applied here (`crate::handoff::Notices`).
+    /// Receipts, retractions and friendships from other shards applied here
+    /// (`crate::handoff::Notices`).
     pub notices_taken: u64,
+    /// HTTP requests forwarded to the shard that decides them (a friendship's owner).
+    pub requests_forwarded: u64,
+    /// Forwarded requests answered 503 here because their answer did not come in time.
+    pub forwards_timed_out: u64,
     /// Hand-offs refused because their chain contradicts what was applied (an owner's
     /// defect).
     pub handoffs_broken: u64,

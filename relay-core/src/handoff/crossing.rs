@@ -1,9 +1,14 @@
 //! What one shard's core sends another's besides hand-offs and notices: submissions to a
-//! conversation's owner, its verdicts, best-effort signals, and the envelope of them all.
+//! conversation's owner and its verdicts, requests forwarded to a friendship's owner and its
+//! answers, best-effort signals, and the envelope of them all.
 
-use wire::{Seq, UserUuid};
+use wire::{AliasId, FriendshipId, Seq, UserUuid};
 
-use super::{Applied, Handoff, Message, Notice, NoticeKey, NoticeSent, NoticeTaken, ShardId};
+use super::{
+    Announce, Applied, Contact, Handoff, Message, Notice, NoticeKey, NoticeSent, NoticeTaken,
+    ShardId,
+};
+use crate::http::HttpResponse;
 
 /// A `msg` of a user of shard `from` in a conversation shard `to` owns: the owner decides it
 /// (its id, its seq) and answers with a [`Verdict`]. Not durable: a submission lost with a
@@ -90,6 +95,73 @@ pub struct Signal {
     pub offline: Option<(u64, UserUuid, Reply)>,
 }
 
+/// An HTTP request of a user of shard `from` about a friendship shard `to` decides (its pair's
+/// owner, the lower member's shard): the user's shard authenticated and charged it; the owner
+/// decides it and answers with an [`Answered`]. At most once, like the HTTP exchange itself: a
+/// request whose answer does not come in time is answered 503 at the user's shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forward {
+    /// The user's shard.
+    pub from: ShardId,
+    /// The pair's owner shard.
+    pub to: ShardId,
+    /// The request's number at the user's shard (the shell's), for the answer.
+    pub id: u64,
+    /// The caller, authenticated.
+    pub user: UserUuid,
+    /// What it asks.
+    pub op: PairOp,
+}
+
+/// What a forwarded request asks of a friendship's owner shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PairOp {
+    /// A friend request to `target` (a user of the owner shard), with the `friend_request`
+    /// frame for it (the caller's alias and nickname).
+    Request {
+        /// Whom it asks.
+        target: UserUuid,
+        /// The frame for `target`.
+        announce: Option<Announce>,
+    },
+    /// Accept friendship `id` with `other` (a user of the owner shard); `from` is the caller's
+    /// alias, for the `friend_accepted` frame.
+    Accept {
+        /// The friendship.
+        id: FriendshipId,
+        /// Its other member.
+        other: UserUuid,
+        /// The caller's alias.
+        from: Option<AliasId>,
+    },
+    /// Reject friendship `id` with `other` (a user of the owner shard).
+    Reject {
+        /// The friendship.
+        id: FriendshipId,
+        /// Its other member.
+        other: UserUuid,
+    },
+}
+
+/// The owner's answer to a [`Forward`], released after the owner's commit: the response, and
+/// the friendship as the owner wrote it for the caller's list (applied before the response is
+/// released, so the caller reads what it wrote; a notice carries it too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    /// The owner shard.
+    pub from: ShardId,
+    /// The user's shard.
+    pub to: ShardId,
+    /// The request's number at the user's shard.
+    pub id: u64,
+    /// The caller.
+    pub user: UserUuid,
+    /// The response.
+    pub response: HttpResponse,
+    /// The friendship as written, for the caller's list (`None`: nothing written).
+    pub contact: Option<Contact>,
+}
+
 /// What one shard's core sends another's: carried by the shell, in a process or between
 /// processes, to [`Relay::handle_crossing`](crate::Relay::handle_crossing) of the core that runs
 /// [`Crossing::to`].
@@ -109,6 +181,10 @@ pub enum Crossing {
     Taken(NoticeTaken<NoticeKey>),
     /// A typing notice or a call signal (at most once).
     Signal(Signal),
+    /// An HTTP request for a friendship's owner (at most once).
+    Forward(Forward),
+    /// The answer to a forwarded request.
+    Answered(Answered),
 }
 
 impl Crossing {
@@ -122,6 +198,80 @@ impl Crossing {
             Self::Notice(n) => n.to,
             Self::Taken(t) => t.to,
             Self::Signal(s) => s.to,
+            Self::Forward(f) => f.to,
+            Self::Answered(a) => a.to,
         }
+    }
+}
+
+/// How long a shard waits for the answer to a request it forwarded before it answers the
+/// request 503 `STORAGE_UNAVAILABLE` itself (a late answer is then dropped).
+pub const FORWARD_TIMEOUT_MS: u64 = 5_000;
+
+/// Forwarded requests waiting for their answers at one shard at most; past it a request that
+/// must be forwarded is answered 503 `STORAGE_UNAVAILABLE` at once.
+pub const MAX_FORWARDS_WAITING: usize = 4_096;
+
+/// The requests a shard forwarded and is waiting to answer: each until its answer comes or
+/// [`FORWARD_TIMEOUT_MS`] passed.
+#[derive(Debug, Clone, Default)]
+pub struct Awaiting {
+    /// Number -> when it times out.
+    due: std::collections::BTreeMap<u64, wire::UnixMs>,
+    /// (when it times out, number), soonest first.
+    schedule: std::collections::BTreeSet<(wire::UnixMs, u64)>,
+}
+
+impl Awaiting {
+    /// Whether another request may be forwarded ([`MAX_FORWARDS_WAITING`]).
+    pub fn has_room(&self) -> bool {
+        self.due.len() < MAX_FORWARDS_WAITING
+    }
+
+    /// Request `id` was forwarded at `now`.
+    pub fn start(&mut self, id: u64, now: wire::UnixMs) {
+        let at = now.plus_ms(FORWARD_TIMEOUT_MS);
+        if let Some(old) = self.due.insert(id, at) {
+            self.schedule.remove(&(old, id));
+        }
+        self.schedule.insert((at, id));
+    }
+
+    /// The answer to `id` came: `true` when it was still waited for (then it is answered).
+    pub fn answered(&mut self, id: u64) -> bool {
+        let Some(at) = self.due.remove(&id) else {
+            return false;
+        };
+        self.schedule.remove(&(at, id));
+        true
+    }
+
+    /// The requests whose answers did not come by `now`, no longer waited for.
+    pub fn expired(&mut self, now: wire::UnixMs) -> Vec<u64> {
+        let mut gone = Vec::new();
+        while let Some(&(at, id)) = self.schedule.first() {
+            if at > now {
+                break;
+            }
+            self.schedule.pop_first();
+            self.due.remove(&id);
+            gone.push(id);
+        }
+        gone
+    }
+
+    /// When the next request times out (`None`: none waits).
+    pub fn next_deadline(&self) -> Option<wire::UnixMs> {
+        self.schedule.first().map(|(at, _)| *at)
+    }
+
+    /// How many wait.
+    pub fn len(&self) -> usize {
+        self.due.len()
+    }
+
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.due.is_empty()
     }
 }

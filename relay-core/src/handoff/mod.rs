@@ -46,9 +46,12 @@ mod outbox;
 #[cfg(test)]
 mod tests;
 
-pub use crossing::{Crossing, Reply, Signal, Submission, Submitted, Verdict};
+pub use crossing::{
+    Answered, Awaiting, Crossing, FORWARD_TIMEOUT_MS, Forward, MAX_FORWARDS_WAITING, PairOp, Reply,
+    Signal, Submission, Submitted, Verdict,
+};
 pub use inbox::{Inbox, Received};
-pub use notices::{Notice, NoticeKey, NoticeSent, NoticeTaken, Notices};
+pub use notices::{Announce, Contact, Notice, NoticeKey, NoticeSent, NoticeTaken, Notices};
 pub use outbox::Outbox;
 
 /// How long a hand-off sent and not acknowledged waits before it is sent again.

@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use wire::{ConvId, Seq, UnixMs, UserUuid};
+use wire::http::FriendStatus;
+use wire::{ConvId, FriendshipId, Seq, UnixMs, UserUuid};
 
 use super::{MAX_IN_FLIGHT_PER_SHARD, RESEND_MS, ShardId};
 
@@ -44,16 +45,62 @@ pub enum Notice {
         /// Whom it is for.
         recipient: UserUuid,
     },
+    /// The friendship `row` as its pair's owner shard wrote it, for `user`'s list of contacts
+    /// at `user`'s shard; `announce`: the frame `user` is sent if connected when it is
+    /// applied.
+    Contact {
+        /// Whose list it goes to.
+        user: UserUuid,
+        /// The friendship.
+        row: Contact,
+        /// The frame it announces to `user`, if any.
+        announce: Option<Announce>,
+    },
 }
 
-/// The key of a [`Notice`]: one per user, conversation and what it is about.
+/// A friendship as its pair's owner shard wrote it: what a member's list of contacts keeps.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Contact {
+    /// Its id.
+    pub id: FriendshipId,
+    /// Who asked.
+    pub requester: UserUuid,
+    /// Who was asked.
+    pub addressee: UserUuid,
+    /// Pending, accepted or rejected.
+    pub status: FriendStatus,
+    /// The conversation an accept created.
+    pub conversation_id: Option<ConvId>,
+    /// When it was asked first (ms).
+    pub created_at: UnixMs,
+    /// Its revision: each write of the friendship by its owner counts one up, so that a
+    /// member's shard applies a revision only over an older one, whatever order they arrive.
+    pub rev: u64,
+}
+
+/// The frame a [`Notice::Contact`] announces to its user.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Announce {
+    /// `friend_request`: the requester's alias and nickname.
+    Request {
+        /// The requester's alias.
+        from: wire::AliasId,
+        /// The requester's nickname.
+        nickname: String,
+    },
+    /// `friend_accepted`: the addressee's alias.
+    Accepted {
+        /// The addressee's alias.
+        from: wire::AliasId,
+    },
+}
+
+/// The key of a [`Notice`]: one per user and what it is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct NoticeKey {
     /// Whom it is for.
     pub user: UserUuid,
-    /// The conversation.
-    pub conv: ConvId,
-    /// `delivered`, `read`, or `retract/<id>`.
+    /// `<conv>/delivered`, `<conv>/read`, `<conv>/retract/<id>` or `friendship/<id>`.
     pub what: String,
 }
 
@@ -65,8 +112,7 @@ impl Notice {
                 read, conv, author, ..
             } => NoticeKey {
                 user: author.clone(),
-                conv: conv.clone(),
-                what: if *read { "read" } else { "delivered" }.to_owned(),
+                what: format!("{conv}/{}", if *read { "read" } else { "delivered" }),
             },
             Self::Retract {
                 conv,
@@ -75,8 +121,11 @@ impl Notice {
                 ..
             } => NoticeKey {
                 user: recipient.clone(),
-                conv: conv.clone(),
-                what: format!("retract/{}", id.as_str()),
+                what: format!("{conv}/retract/{}", id.as_str()),
+            },
+            Self::Contact { user, row, .. } => NoticeKey {
+                user: user.clone(),
+                what: format!("friendship/{}", row.id.get()),
             },
         }
     }

@@ -133,6 +133,12 @@ pub struct Relay {
     /// The caller of the request being handled, once [`Relay::dispatch_http`] verified its
     /// token (every handler's `authenticate` then reuses it: one verification per request).
     verified: Option<(UserUuid, String)>,
+    /// The number of the request being handled when its answer may come later as
+    /// [`Output::Http`] and another may wait for its answer: a rule may then forward it to
+    /// the shard that decides it.
+    request: Option<crate::shell::RequestId>,
+    /// The requests forwarded to other shards, waiting for their answers.
+    forwards: crate::handoff::Awaiting,
     /// The budget the request being handled was charged to, by this attempt (given back if
     /// the relay refuses the request for its own reasons: `Relay::handle_request`).
     charge: Option<(BudgetClass, Option<UserUuid>)>,
@@ -197,6 +203,8 @@ impl Relay {
             blobs: Box::new(crate::blob::MemoryBlobStore::new()),
             budgets,
             verified: None,
+            request: None,
+            forwards: crate::handoff::Awaiting::default(),
             charge: None,
             staged: Vec::new(),
             commits: Pipeline::new(store),
@@ -298,15 +306,11 @@ impl Relay {
     // ------------------------------------------------------------------ inputs
 
     /// Handles one REST request and returns its response (released after its commit).
+    /// A request that another shard decides (a friendship of a user of another shard) cannot
+    /// wait here: it is answered 503 `STORAGE_UNAVAILABLE`; a sharded relay's shell uses
+    /// [`handle_request`](Relay::handle_request).
     pub fn handle_http(&mut self, now: UnixMs, req: &HttpRequest) -> HttpResponse {
-        if self.failed {
-            return storage_unavailable().into_response();
-        }
-        let result = match crate::http::route(req.method, &req.path) {
-            Ok(route) => self.dispatch_http(now, route, req, &mut false),
-            Err(e) => Err(e),
-        };
-        self.end_http(result, None)
+        self.http_now(now, req, None)
             .unwrap_or_else(|| storage_unavailable().into_response())
     }
 
@@ -656,7 +660,13 @@ impl Relay {
         if self.failed {
             return;
         }
-        self.cx().on_crossing(now, c);
+        match c {
+            crate::handoff::Crossing::Answered(a) => {
+                let waited = self.forwards.answered(a.id);
+                self.cx().on_answered(a, waited);
+            }
+            c => self.cx().on_crossing(now, c),
+        }
         let _ = self.finish();
     }
 
@@ -705,6 +715,7 @@ impl Relay {
             &mut self.stats,
             &mut self.staged,
             self.verified.as_ref(),
+            self.request,
         )
     }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use wire::UnixMs;
 
 use super::{InputFailed, Relay, storage_unavailable};
+use crate::handoff::Crossing;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::prefetch::{ReadOp, Waiter, Work};
 use crate::shell::{Accepted, ConnId, Output, RequestId, WsConnect};
@@ -23,12 +24,15 @@ impl Relay {
         req: HttpRequest,
     ) -> Option<HttpResponse> {
         if !self.prefetch.is_on() || self.failed {
-            return Some(self.handle_http(now, &req));
+            return self.http_now(now, &req, Some(id));
         }
         let mut charged = false;
         self.charge = None;
-        let op = match self.attempt_http(now, &req, &mut charged) {
-            Ok(result) => return self.end_http(result, None),
+        let op = match self.attempt_http(now, id, &req, &mut charged) {
+            Ok(result) => {
+                let forwarded = self.forwarded(now);
+                return self.end_http(result, None, forwarded);
+            }
             Err(op) => op,
         };
         if let Err((code, words)) = self.prefetch.room_for_request(req.body.len()) {
@@ -85,9 +89,10 @@ impl Relay {
         req: &HttpRequest,
         charged: &mut bool,
     ) -> Option<ReadOp> {
-        match self.attempt_http(now, req, charged) {
+        match self.attempt_http(now, id, req, charged) {
             Ok(result) => {
-                let _ = self.end_http(result, Some(id));
+                let forwarded = self.forwarded(now);
+                let _ = self.end_http(result, Some(id), forwarded);
                 None
             }
             Err(op) => {
@@ -123,17 +128,53 @@ impl Relay {
     fn attempt_http(
         &mut self,
         now: UnixMs,
+        id: RequestId,
         req: &HttpRequest,
         charged: &mut bool,
     ) -> Result<Result<HttpResponse, ApiError>, ReadOp> {
         let (stats, mark) = (self.stats, self.ids.mark());
         self.reading_ahead = true;
+        self.request = Some(id).filter(|_| self.forwards.has_room());
         let result = match crate::http::route(req.method, &req.path) {
             Ok(route) => self.dispatch_http(now, route, req, charged),
             Err(e) => Err(e),
         };
         self.reading_ahead = false;
-        self.missed(stats, mark).map_or(Ok(result), Err)
+        self.missed(stats, mark).map_or(Ok(result), |op| {
+            self.request = None;
+            Err(op)
+        })
+    }
+
+    /// Runs `req` now, reading inline; `id` is its number when its answer may come later as
+    /// [`Output::Http`] (then a rule may forward it to another shard, and `None` is
+    /// returned: the answer comes with `id`).
+    pub(super) fn http_now(
+        &mut self,
+        now: UnixMs,
+        req: &HttpRequest,
+        id: Option<RequestId>,
+    ) -> Option<HttpResponse> {
+        if self.failed {
+            return Some(storage_unavailable().into_response());
+        }
+        self.request = id.filter(|_| self.forwards.has_room());
+        let result = match crate::http::route(req.method, &req.path) {
+            Ok(route) => self.dispatch_http(now, route, req, &mut false),
+            Err(e) => Err(e),
+        };
+        let forwarded = self.forwarded(now);
+        self.end_http(result, None, forwarded)
+    }
+
+    /// Whether the request just run was forwarded to another shard (a rule staged its
+    /// [`Crossing::Forward`]): its number and when, for [`Relay::end_http`].
+    fn forwarded(&mut self, now: UnixMs) -> Option<(RequestId, UnixMs)> {
+        let id = self.request.take()?;
+        self.staged
+            .iter()
+            .any(|o| matches!(o, Output::Cross(Crossing::Forward(f)) if f.id == id.0))
+            .then_some((id, now))
     }
 
     /// Runs the upgrade `req` of `conn` against the rows read ahead, as
@@ -177,22 +218,29 @@ impl Relay {
 
     /// Ends a request's input: commits (or joins the batch) and releases its response. A
     /// request that waited (`resumed`) gets it as [`Output::Http`] after the commit; one that
-    /// did not gets it back (`Some`), as [`handle_http`](Relay::handle_http) returns it.
+    /// did not gets it back (`Some`), as [`handle_http`](Relay::handle_http) returns it. A
+    /// request `forwarded` to another shard gets its answer from there (it is waited for
+    /// from then on, `Relay::handle_crossing`).
     pub(super) fn end_http(
         &mut self,
         result: Result<HttpResponse, ApiError>,
         resumed: Option<RequestId>,
+        forwarded: Option<(RequestId, UnixMs)>,
     ) -> Option<HttpResponse> {
         let response = result.unwrap_or_else(ApiError::into_response);
-        let response = match resumed {
-            Some(id) => {
+        let response = match (resumed, forwarded) {
+            (_, Some(_)) => None,
+            (Some(id), None) => {
                 self.staged.push(Output::Http { id, response });
                 None
             }
-            None => Some(response),
+            (None, None) => Some(response),
         };
         match self.finish() {
             Ok(()) => {
+                if let Some((id, at)) = forwarded {
+                    self.forwards.start(id.0, at);
+                }
                 if !self.commits.in_batch() {
                     self.cx().collect_blobs();
                 }

@@ -3,9 +3,10 @@
 //! sweeps of the store (`crate::sweeps`), which run in steps and, reading ahead, wait for
 //! their reads off the relay's task like any input (`crate::prefetch`).
 
-use wire::UnixMs;
+use wire::{ErrorCode, UnixMs};
 
 use super::Relay;
+use crate::http::HttpResponse;
 use crate::prefetch::{ReadOp, Waiter, Work};
 use crate::queue::queue_prefix;
 use crate::queue_index::parse_queue_key;
@@ -43,6 +44,16 @@ impl Relay {
         self.state.upload_limit().sweep(now.get());
         self.cx().sweep_push(now);
         self.cx().send_handoffs(now);
+        for id in self.forwards.expired(now) {
+            self.stats.forwards_timed_out += 1;
+            let response = HttpResponse::error(
+                503,
+                &ErrorCode::STORAGE_UNAVAILABLE,
+                "the shard that decides this request did not answer in time; try again",
+            );
+            let id = crate::shell::RequestId(id);
+            self.staged.push(Output::Http { id, response });
+        }
         if self.finish().is_err() {
             return;
         }
@@ -184,6 +195,7 @@ impl Relay {
         let idle = self.sessions.next_idle(self.config.idle_timeout_ms);
         let pow_expiry = self.admission.next_expiry();
         let handoffs = self.state.handoffs().deadline();
+        let forwards = self.forwards.next_deadline();
         let sweeps = if self.prefetch.sweep_waits() {
             [None, None]
         } else {
@@ -192,7 +204,7 @@ impl Relay {
                 self.state.queues().sweep().at(),
             ]
         };
-        [timers, idle, pow_expiry, handoffs]
+        [timers, idle, pow_expiry, handoffs, forwards]
             .into_iter()
             .chain(sweeps)
             .flatten()

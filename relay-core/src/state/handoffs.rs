@@ -241,7 +241,7 @@ impl State {
 }
 
 /// Whether shard `place` decided `notice`: a receipt at its reader's shard, a retraction at
-/// its conversation's owner.
+/// its conversation's owner, a friendship at its pair's owner.
 fn notice_source(notice: &Notice, place: ShardPlace) -> bool {
     let map = place.map();
     let source = match notice {
@@ -249,6 +249,7 @@ fn notice_source(notice: &Notice, place: ShardPlace) -> bool {
         Notice::Retract {
             author, recipient, ..
         } => map.owner_of([author, recipient]),
+        Notice::Contact { row, .. } => map.owner_of([&row.requester, &row.addressee]),
     };
     source == place.me()
 }

@@ -1,6 +1,7 @@
 //! Conversations, friendships and receipt marks written on the working state: each change
 //! cached and recorded in the input's batch (see `crate::relations` for the caches).
 
+use crate::handoff::ShardPlace;
 use crate::planted::planted;
 use crate::relations::write_contact_key;
 use crate::rows::{
@@ -41,18 +42,28 @@ impl State {
         self.relations.set_mark(conv, reader, kind, seq);
     }
 
-    /// Writes friendship `f` (its record by id and its row in each member's contacts); both
-    /// members' contacts must be in memory ([`with_contacts`](crate::relations::with_contacts)), where it is written too.
-    pub(crate) fn put_friendship(&mut self, f: &FriendshipRow) {
+    /// Writes friendship `f` at its pair's owner shard, `place`: its record by id, and its row
+    /// in the contacts of each member of this shard (another shard's member gets it from a
+    /// notice, `crate::contacts`). Those members' contacts must be in memory
+    /// ([`with_contacts`](crate::relations::with_contacts)), where it is written too.
+    pub(crate) fn put_friendship(&mut self, f: &FriendshipRow, place: ShardPlace) {
         self.record(Table::Friendships, &format!("{:020}", f.id.get()), f);
         for member in [&f.requester, &f.addressee] {
-            self.record_keyed(Table::Contacts, |k| write_contact_key(k, member, f.id), f);
-            let written = self.relations.put_friendship(member, f);
-            debug_assert!(
-                written,
-                "a friendship written before its member's contacts were read"
-            );
+            if place.elsewhere(member).is_none() {
+                self.put_contact(member, f);
+            }
         }
+    }
+
+    /// Writes friendship `f` into `member`'s contacts (in memory first:
+    /// [`with_contacts`](crate::relations::with_contacts)).
+    pub(crate) fn put_contact(&mut self, member: &UserUuid, f: &FriendshipRow) {
+        self.record_keyed(Table::Contacts, |k| write_contact_key(k, member, f.id), f);
+        let written = self.relations.put_friendship(member, f);
+        debug_assert!(
+            written,
+            "a friendship written before its member's contacts were read"
+        );
     }
 
     /// Writes the new conversation `c` (kept in memory until its batch is durable).

@@ -605,7 +605,13 @@ fn run(ops: Vec<Op>) {
                 Some(&users[0].token.clone()),
             );
             let holders = users.iter().filter(|u| u.alias == alias).count();
-            assert_eq!(usize::from(r.status == 200), holders, "{alias} {} {:?}", r.status, r.body_json());
+            assert_eq!(
+                usize::from(r.status == 200),
+                holders,
+                "{alias} {} {:?}",
+                r.status,
+                r.body_json()
+            );
         }
         // No alias bound twice: each alias resolves to at most one user, and that user has it.
         let holders: Vec<&User> = users.iter().collect();
