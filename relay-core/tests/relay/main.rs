@@ -45,6 +45,7 @@ mod redaction;
 mod refunds;
 mod relay_api;
 mod relay_restart;
+mod shard_friends;
 mod shards;
 mod state_rows;
 mod stores;

@@ -5,7 +5,7 @@
 
 use relay_core::handoff::{Crossing, ShardId, ShardMap, ShardPlace};
 use relay_core::store::{MemoryStore, Table};
-use relay_core::{Output, Relay};
+use relay_core::{HttpRequest, HttpResponse, Output, Relay, RequestId};
 use serde_json::{Value, json};
 use wire::ServerFrame;
 
@@ -13,24 +13,26 @@ use crate::world::{User, World, acks, fast_config, frames, msgs};
 
 /// What the transport between the two cores does with one output it carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fate {
+pub(crate) enum Fate {
     Deliver,
     Lose,
     Repeat,
 }
 
 /// Two shards and the transport between them.
-struct Two {
-    shards: [World; 2],
+pub(crate) struct Two {
+    pub(crate) shards: [World; 2],
     map: ShardMap,
     /// Hand-offs and acknowledgements emitted and not yet carried, oldest first.
-    wire: Vec<Output>,
+    pub(crate) wire: Vec<Output>,
+    /// The number of the last request sent through [`Two::request`].
+    next_request: u64,
 }
 
 impl Two {
     /// A world for setup: users registered and befriended on one unsharded relay, then two
     /// cores started over its store, shard 0 and shard 1.
-    fn split(setup: World) -> Self {
+    pub(crate) fn split(setup: World) -> Self {
         let map = ShardMap::new(2).unwrap();
         let mem: MemoryStore = setup.mem.clone();
         let base = setup.config.clone();
@@ -47,10 +49,11 @@ impl Two {
             shards: [shard(0), shard(1)],
             map,
             wire: Vec::new(),
+            next_request: 0,
         }
     }
 
-    fn of(&self, u: &User) -> usize {
+    pub(crate) fn of(&self, u: &User) -> usize {
         usize::from(self.map.of_user(&wire::UserUuid::parse(&u.uuid).unwrap()).0)
     }
 
@@ -65,7 +68,7 @@ impl Two {
 
     /// Takes what waits on the transport, each with its fate (`fate(i, output)`), until
     /// nothing is left; returns every output of the cores that is not a crossing.
-    fn carry(&mut self, mut fate: impl FnMut(usize, &Output) -> Fate) -> Vec<Output> {
+    pub(crate) fn carry(&mut self, mut fate: impl FnMut(usize, &Output) -> Fate) -> Vec<Output> {
         let mut others = Vec::new();
         let mut n = 0;
         while !self.wire.is_empty() {
@@ -91,7 +94,7 @@ impl Two {
     }
 
     /// Both cores' clocks move on by `ms`; what they send again is kept for the transport.
-    fn advance(&mut self, ms: u64) {
+    pub(crate) fn advance(&mut self, ms: u64) {
         for i in 0..self.shards.len() {
             let w = &mut self.shards[i];
             w.now = w.now.plus_ms(ms);
@@ -118,15 +121,48 @@ impl Two {
         acked[0].1
     }
 
+    /// `u`'s request to its shard, numbered as a shell numbers it (so that it may be
+    /// forwarded to the other shard), with what crosses carried with its `fate` until nothing
+    /// is left: its answer (`None`: none came yet) and every other output of the cores.
+    pub(crate) fn request(
+        &mut self,
+        u: &User,
+        req: HttpRequest,
+        fate: impl FnMut(usize, &Output) -> Fate,
+    ) -> (Option<HttpResponse>, Vec<Output>) {
+        self.next_request += 1;
+        let id = RequestId(self.next_request);
+        let w = &mut self.shards[self.of(u)];
+        let now = w.now;
+        let at_once = w.relay.handle_request(now, id, req);
+        let outs = w.drain();
+        self.keep(&outs);
+        let mut others: Vec<Output> = outs
+            .into_iter()
+            .filter(|o| !matches!(o, Output::Cross(_)))
+            .collect();
+        others.extend(self.carry(fate));
+        let answer = at_once.or_else(|| answer_to(&others, id));
+        (answer, others)
+    }
+
     /// The committed rows of `table`.
-    fn rows(&self, table: Table) -> usize {
+    pub(crate) fn rows(&self, table: Table) -> usize {
         self.shards[0].rows(table).len()
     }
 }
 
+/// The answer to request `id` among `outs`.
+pub(crate) fn answer_to(outs: &[Output], id: RequestId) -> Option<HttpResponse> {
+    outs.iter().find_map(|o| match o {
+        Output::Http { id: i, response } if *i == id => Some(response.clone()),
+        _ => None,
+    })
+}
+
 /// Users registered on `w` until two are on different shards of a two-shard map, returned as
 /// (the one whose shard owns their conversation, the other).
-fn across(w: &mut World) -> (User, User) {
+pub(crate) fn across(w: &mut World) -> (User, User) {
     let map = ShardMap::new(2).unwrap();
     let shard = |u: &User| map.of_user(&wire::UserUuid::parse(&u.uuid).unwrap());
     let first = w.user("first");
