@@ -54,9 +54,9 @@ pub(crate) struct Cx<'a> {
     staged: &'a mut Vec<Output>,
     /// The caller of the HTTP request being handled, once the dispatcher verified its token.
     verified: Option<&'a (UserUuid, String)>,
-    /// The number of the HTTP request being handled when a rule may forward it to another
-    /// shard (its answer then comes later: `crate::shards`).
-    pub(crate) request: Option<crate::shell::RequestId>,
+    /// The number a forward of the HTTP request being handled gets, when a rule may forward
+    /// it to another shard (its answer then comes later: `crate::shards`).
+    pub(crate) request: Option<u64>,
     /// The input changed something outside its batch and staged outputs (a frame refunded,
     /// messages released from a window): a read that misses may no longer end its attempt.
     changed: bool,
@@ -83,7 +83,7 @@ impl<'a> Cx<'a> {
         stats: &'a mut RelayStats,
         staged: &'a mut Vec<Output>,
         verified: Option<&'a (UserUuid, String)>,
-        request: Option<crate::shell::RequestId>,
+        request: Option<u64>,
     ) -> Self {
         let touched = state.touched();
         Self {

@@ -363,7 +363,65 @@ pub(crate) enum Route {
     PaymentWebhook,
 }
 
+/// Which shard of a sharded relay decides a route (`crate::relay` forwards a request that
+/// reached another, `crate::handoff::Forwarded`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Home {
+    /// Whichever shard it reaches: it keeps nothing, or reads through the store only (a user
+    /// lookup, the ICE servers, the push key).
+    Any,
+    /// The caller's (its token's subject): what an account keeps (contacts, queues, tickets,
+    /// push targets). A friendship's change goes on from there to the pair's owner.
+    Caller,
+    /// The shard of the account the body names (`user_uuid`): sign-in.
+    Named,
+    /// The registry shard, shard 0: what the whole relay shares (registration's names and its
+    /// proof of work, channels, vanity aliases, orders and payments, media).
+    Registry,
+}
+
 impl Route {
+    /// The shard that decides this route ([`Home`]).
+    pub(crate) fn home(&self) -> Home {
+        match self {
+            Self::User(_) | Self::PushVapidKey | Self::IceConfig => Home::Any,
+            Self::WsTicket
+            | Self::Friends
+            | Self::FriendRequest
+            | Self::FriendAcceptPath(_)
+            | Self::FriendAcceptBody
+            | Self::FriendReject(_)
+            | Self::ActiveConversations
+            | Self::StorageEstimate
+            | Self::PushSubscribe
+            | Self::PushRegister
+            | Self::PushDisable => Home::Caller,
+            Self::AuthChallenge | Self::AuthVerify => Home::Named,
+            Self::PowChallenge
+            | Self::Register
+            | Self::MediaInit
+            | Self::MediaChunk(_)
+            | Self::MediaComplete(_)
+            | Self::MediaDownload
+            | Self::ChannelSearch
+            | Self::ChannelsMine
+            | Self::ChannelCreate
+            | Self::Channel(_)
+            | Self::ChannelSubscribe(_)
+            | Self::ChannelPosts(_)
+            | Self::ChannelForSale(_)
+            | Self::ChannelBuy(_)
+            | Self::ChannelQuotaBuy
+            | Self::ListChannel
+            | Self::VanitySearch
+            | Self::VanityPurchase
+            | Self::VanityBind
+            | Self::VanityReserve
+            | Self::OrderStatus(_)
+            | Self::PaymentWebhook => Home::Registry,
+        }
+    }
+
     /// The route's path template (`users/{alias}`): a fixed name per route, never a value
     /// taken from the request (shells label metrics with it).
     pub(crate) fn name(&self) -> &'static str {

@@ -27,7 +27,7 @@ use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::cx::Cx;
 use crate::handoff::{
-    Answered, Applied, Crossing, Forward, Handoff, Message, Notice, NoticeSent, NoticeTaken,
+    Answered, Applied, Crossing, Forward, Forwarded, Handoff, Message, Notice, NoticeSent, NoticeTaken,
     PairOp, Received, Reply, ShardId, Signal, Stream, Submission, Submitted, Verdict,
 };
 use crate::http::{ApiError, HttpResponse};
@@ -48,7 +48,7 @@ impl Cx<'_> {
             Crossing::Signal(s) => self.on_signal(s),
             Crossing::Forward(f) => self.on_forward(now, f),
             // The dispatcher's: it knows which requests wait (`Relay::handle_crossing`).
-            Crossing::Answered(a) => self.on_answered(a, false),
+            Crossing::Answered(_) => debug_assert!(false, "an answer is the dispatcher's"),
         }
     }
 
@@ -73,9 +73,11 @@ impl Cx<'_> {
         self.stage(Output::Cross(Crossing::Forward(Forward {
             from: self.config.shard.me(),
             to: owner,
-            id: id.0,
-            user: user.clone(),
-            op,
+            id,
+            op: Forwarded::Pair {
+                user: user.clone(),
+                op,
+            },
         })));
         Ok(HttpResponse::json(202, &wire::http::OkResponse::OK))
     }
@@ -83,53 +85,39 @@ impl Cx<'_> {
     /// The owner's side: a request forwarded by the user's shard, decided here and answered,
     /// with the friendship as written for the caller's list, after this input's commit.
     fn on_forward(&mut self, now: UnixMs, f: Forward) {
-        let other = match &f.op {
+        let Forwarded::Pair { user, op } = f.op else {
+            debug_assert!(false, "a whole request is the dispatcher's");
+            return;
+        };
+        let other = match &op {
             PairOp::Request { target, .. } => target,
             PairOp::Accept { other, .. } | PairOp::Reject { other, .. } => other,
         };
-        let result = if self.pair_elsewhere(&f.user, other).is_some() {
+        let result = if self.pair_elsewhere(&user, other).is_some() {
             Err(ApiError::new(
                 ErrorCode::STORAGE_UNAVAILABLE,
                 "this request went to a shard that does not decide it; try again",
             ))
         } else {
-            match f.op {
-                PairOp::Request { target, announce } => {
-                    self.befriend(now, &f.user, &target, announce)
-                }
-                PairOp::Accept { id, other, from } => self.accept(now, &f.user, &other, id, from),
-                PairOp::Reject { id, other } => self.reject(now, &f.user, &other, id),
+            match op {
+                PairOp::Request { target, announce } => self.befriend(now, &user, &target, announce),
+                PairOp::Accept { id, other, from } => self.accept(now, &user, &other, id, from),
+                PairOp::Reject { id, other } => self.reject(now, &user, &other, id),
             }
         };
         let (response, contact) = match result {
-            Ok((response, row)) => (response, Some(row.into())),
+            Ok((response, row)) => (response, Some((user, row.into()))),
             Err(e) => (e.into_response(), None),
         };
         self.stage(Output::Cross(Crossing::Answered(Answered {
             from: self.config.shard.me(),
             to: f.from,
             id: f.id,
-            user: f.user,
             response,
             contact,
         })));
     }
 
-    /// The user's side: the owner's answer to a forwarded request. The friendship it wrote
-    /// goes into the caller's list first, then the response is released after this input's
-    /// commit, if the request still `waited` (else it was answered 503 when it timed out).
-    pub(crate) fn on_answered(&mut self, a: Answered, waited: bool) {
-        if let Some(row) = a.contact {
-            let _ = self.take_contact(&a.user, &row.into(), None);
-        }
-        if waited {
-            let id = crate::shell::RequestId(a.id);
-            self.stage(Output::Http {
-                id,
-                response: a.response,
-            });
-        }
-    }
 
     /// The sender's side: `frame` of `author` on `conn`, about a conversation shard `owner`
     /// owns, goes there to be decided.

@@ -8,7 +8,7 @@ use super::{
     Announce, Applied, Contact, Handoff, Message, Notice, NoticeKey, NoticeSent, NoticeTaken,
     ShardId,
 };
-use crate::http::HttpResponse;
+use crate::http::{HttpRequest, HttpResponse};
 
 /// A `msg` of a user of shard `from` in a conversation shard `to` owns: the owner decides it
 /// (its id, its seq) and answers with a [`Verdict`]. Not durable: a submission lost with a
@@ -95,22 +95,43 @@ pub struct Signal {
     pub offline: Option<(u64, UserUuid, Reply)>,
 }
 
-/// An HTTP request of a user of shard `from` about a friendship shard `to` decides (its pair's
-/// owner, the lower member's shard): the user's shard authenticated and charged it; the owner
-/// decides it and answers with an [`Answered`]. At most once, like the HTTP exchange itself: a
-/// request whose answer does not come in time is answered 503 at the user's shard.
+/// An HTTP request for the shard that decides it, from the shard it reached: shard `to`
+/// decides it (or sends it on) and answers with an [`Answered`]. At most once, like the HTTP
+/// exchange itself: a request whose answer does not come in time is answered 503 where it
+/// waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forward {
-    /// The user's shard.
+    /// The shard it comes from.
     pub from: ShardId,
-    /// The pair's owner shard.
+    /// The shard it goes to.
     pub to: ShardId,
-    /// The request's number at the user's shard (the shell's), for the answer.
+    /// Its number at `from`, for the answer.
     pub id: u64,
-    /// The caller, authenticated.
-    pub user: UserUuid,
     /// What it asks.
-    pub op: PairOp,
+    pub op: Forwarded,
+}
+
+/// What a forwarded request asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Forwarded {
+    /// A change of a friendship of `user` (authenticated and charged at its shard, where it
+    /// comes from), for the pair's owner.
+    Pair {
+        /// The caller.
+        user: UserUuid,
+        /// The change.
+        op: PairOp,
+    },
+    /// A whole request, for the shard that decides its route. `caller` is its caller with
+    /// its token's id, verified by the caller's own shard (which holds the account, so its
+    /// check of the token's session is the one that counts) when the request comes from
+    /// there; `None`: the receiving shard authenticates it. Charged where it arrived.
+    Request {
+        /// The verified caller, if it comes from the caller's shard.
+        caller: Option<(UserUuid, String)>,
+        /// The request.
+        req: HttpRequest,
+    },
 }
 
 /// What a forwarded request asks of a friendship's owner shard.
@@ -143,23 +164,22 @@ pub enum PairOp {
     },
 }
 
-/// The owner's answer to a [`Forward`], released after the owner's commit: the response, and
-/// the friendship as the owner wrote it for the caller's list (applied before the response is
-/// released, so the caller reads what it wrote; a notice carries it too).
+/// The answer to a [`Forward`], released after the commit of what it wrote: the response,
+/// and for a friendship's change the friendship as its owner wrote it, for the caller's list
+/// (applied at the caller's shard before the response goes on, so the caller reads what it
+/// wrote; a notice carries it too).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answered {
-    /// The owner shard.
+    /// The shard that answers.
     pub from: ShardId,
-    /// The user's shard.
+    /// The shard the request came from.
     pub to: ShardId,
-    /// The request's number at the user's shard.
+    /// The request's number there.
     pub id: u64,
-    /// The caller.
-    pub user: UserUuid,
     /// The response.
     pub response: HttpResponse,
-    /// The friendship as written, for the caller's list (`None`: nothing written).
-    pub contact: Option<Contact>,
+    /// The friendship as written and whose list it goes to (`None`: nothing written).
+    pub contact: Option<(UserUuid, Contact)>,
 }
 
 /// What one shard's core sends another's: carried by the shell, in a process or between
@@ -212,50 +232,69 @@ pub const FORWARD_TIMEOUT_MS: u64 = 5_000;
 /// must be forwarded is answered 503 `STORAGE_UNAVAILABLE` at once.
 pub const MAX_FORWARDS_WAITING: usize = 4_096;
 
-/// The requests a shard forwarded and is waiting to answer: each until its answer comes or
-/// [`FORWARD_TIMEOUT_MS`] passed.
+/// Where the answer to a forwarded request goes once it comes (or the request times out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyTo {
+    /// To the shell, as the answer of its request with this number.
+    Http(u64),
+    /// To shard `to`, which forwarded it here as its request `id`.
+    Shard {
+        /// The shard it came from.
+        to: ShardId,
+        /// Its number there.
+        id: u64,
+    },
+}
+
+/// The requests a shard forwarded and is waiting to answer, by the number it gave each: each
+/// until its answer comes or [`FORWARD_TIMEOUT_MS`] passed.
 #[derive(Debug, Clone, Default)]
 pub struct Awaiting {
-    /// Number -> when it times out.
-    due: std::collections::BTreeMap<u64, wire::UnixMs>,
+    /// Number -> where its answer goes, when it times out.
+    due: std::collections::BTreeMap<u64, (ReplyTo, wire::UnixMs)>,
     /// (when it times out, number), soonest first.
     schedule: std::collections::BTreeSet<(wire::UnixMs, u64)>,
+    /// The last number given.
+    last: u64,
 }
 
 impl Awaiting {
-    /// Whether another request may be forwarded ([`MAX_FORWARDS_WAITING`]).
-    pub fn has_room(&self) -> bool {
-        self.due.len() < MAX_FORWARDS_WAITING
+    /// The number the next forwarded request gets, if another may wait
+    /// ([`MAX_FORWARDS_WAITING`]).
+    pub fn next_id(&self) -> Option<u64> {
+        (self.due.len() < MAX_FORWARDS_WAITING).then_some(self.last + 1)
     }
 
-    /// Request `id` was forwarded at `now`.
-    pub fn start(&mut self, id: u64, now: wire::UnixMs) {
+    /// Request `id` (from [`Awaiting::next_id`]) was forwarded at `now`; its answer goes to
+    /// `reply`.
+    pub fn start(&mut self, id: u64, reply: ReplyTo, now: wire::UnixMs) {
         let at = now.plus_ms(FORWARD_TIMEOUT_MS);
-        if let Some(old) = self.due.insert(id, at) {
+        self.last = self.last.max(id);
+        if let Some((_, old)) = self.due.insert(id, (reply, at)) {
             self.schedule.remove(&(old, id));
         }
         self.schedule.insert((at, id));
     }
 
-    /// The answer to `id` came: `true` when it was still waited for (then it is answered).
-    pub fn answered(&mut self, id: u64) -> bool {
-        let Some(at) = self.due.remove(&id) else {
-            return false;
-        };
+    /// The answer to `id` came: where it goes, when it was still waited for.
+    pub fn answered(&mut self, id: u64) -> Option<ReplyTo> {
+        let (reply, at) = self.due.remove(&id)?;
         self.schedule.remove(&(at, id));
-        true
+        Some(reply)
     }
 
-    /// The requests whose answers did not come by `now`, no longer waited for.
-    pub fn expired(&mut self, now: wire::UnixMs) -> Vec<u64> {
+    /// The requests whose answers did not come by `now` (no longer waited for): where each
+    /// one's refusal goes.
+    pub fn expired(&mut self, now: wire::UnixMs) -> Vec<ReplyTo> {
         let mut gone = Vec::new();
         while let Some(&(at, id)) = self.schedule.first() {
             if at > now {
                 break;
             }
             self.schedule.pop_first();
-            self.due.remove(&id);
-            gone.push(id);
+            if let Some((reply, _)) = self.due.remove(&id) {
+                gone.push(reply);
+            }
         }
         gone
     }

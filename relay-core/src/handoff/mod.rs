@@ -47,8 +47,8 @@ mod outbox;
 mod tests;
 
 pub use crossing::{
-    Answered, Awaiting, Crossing, FORWARD_TIMEOUT_MS, Forward, MAX_FORWARDS_WAITING, PairOp, Reply,
-    Signal, Submission, Submitted, Verdict,
+    Answered, Awaiting, Crossing, FORWARD_TIMEOUT_MS, Forward, Forwarded, MAX_FORWARDS_WAITING, PairOp,
+    Reply, ReplyTo, Signal, Submission, Submitted, Verdict,
 };
 pub use inbox::{Inbox, Received};
 pub use notices::{Announce, Contact, Notice, NoticeKey, NoticeSent, NoticeTaken, Notices};
@@ -56,6 +56,9 @@ pub use outbox::Outbox;
 
 /// How long a hand-off sent and not acknowledged waits before it is sent again.
 pub const RESEND_MS: u64 = 1_000;
+/// The shard that decides what the whole relay shares rather than one account or pair:
+/// registration's names, channels, vanity aliases, orders and payments, media.
+pub const REGISTRY_SHARD: ShardId = ShardId(0);
 /// Hand-offs sent and not acknowledged (within [`RESEND_MS`]) per destination shard at most.
 pub const MAX_IN_FLIGHT_PER_SHARD: usize = 256;
 /// Hand-offs past a gap an [`Inbox`] holds by default ([`Inbox::new`]).

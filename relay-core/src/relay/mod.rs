@@ -37,6 +37,7 @@ use crate::token::TokenKeys;
 mod ahead;
 mod batches;
 mod boot;
+mod forwards;
 mod requests;
 mod timers;
 
@@ -133,10 +134,10 @@ pub struct Relay {
     /// The caller of the request being handled, once [`Relay::dispatch_http`] verified its
     /// token (every handler's `authenticate` then reuses it: one verification per request).
     verified: Option<(UserUuid, String)>,
-    /// The number of the request being handled when its answer may come later as
-    /// [`Output::Http`] and another may wait for its answer: a rule may then forward it to
-    /// the shard that decides it.
-    request: Option<crate::shell::RequestId>,
+    /// The number a forward of the request being handled would get, when its answer may
+    /// come later and another forward may wait ([`crate::handoff::Awaiting::next_id`]): a
+    /// rule may then forward it to the shard that decides it.
+    request: Option<u64>,
     /// The requests forwarded to other shards, waiting for their answers.
     forwards: crate::handoff::Awaiting,
     /// The budget the request being handled was charged to, by this attempt (given back if
@@ -325,7 +326,10 @@ impl Relay {
     ) -> Result<HttpResponse, ApiError> {
         self.verified = None;
         self.charge_budget(now, &route, req, charged)?;
-        let result = self.route_http(now, route, req);
+        let result = match self.home_elsewhere(&route, req, false) {
+            Some(to) => self.forward_request(to, req),
+            None => self.route_http(now, route, req),
+        };
         self.verified = None;
         result
     }
@@ -661,10 +665,13 @@ impl Relay {
             return;
         }
         match c {
-            crate::handoff::Crossing::Answered(a) => {
-                let waited = self.forwards.answered(a.id);
-                self.cx().on_answered(a, waited);
-            }
+            crate::handoff::Crossing::Answered(a) => self.on_answered(a),
+            crate::handoff::Crossing::Forward(crate::handoff::Forward {
+                from,
+                id,
+                op: crate::handoff::Forwarded::Request { caller, req },
+                ..
+            }) => return self.on_forwarded_request(now, (from, id), caller, &req),
             c => self.cx().on_crossing(now, c),
         }
         let _ = self.finish();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use wire::UnixMs;
 
 use super::{InputFailed, Relay, storage_unavailable};
-use crate::handoff::Crossing;
+use crate::handoff::ReplyTo;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::prefetch::{ReadOp, Waiter, Work};
 use crate::shell::{Accepted, ConnId, Output, RequestId, WsConnect};
@@ -28,9 +28,9 @@ impl Relay {
         }
         let mut charged = false;
         self.charge = None;
-        let op = match self.attempt_http(now, id, &req, &mut charged) {
+        let op = match self.attempt_http(now, &req, &mut charged) {
             Ok(result) => {
-                let forwarded = self.forwarded(now);
+                let forwarded = self.forwarded(now, ReplyTo::Http(id.0));
                 return self.end_http(result, None, forwarded);
             }
             Err(op) => op,
@@ -89,9 +89,9 @@ impl Relay {
         req: &HttpRequest,
         charged: &mut bool,
     ) -> Option<ReadOp> {
-        match self.attempt_http(now, id, req, charged) {
+        match self.attempt_http(now, req, charged) {
             Ok(result) => {
-                let forwarded = self.forwarded(now);
+                let forwarded = self.forwarded(now, ReplyTo::Http(id.0));
                 let _ = self.end_http(result, Some(id), forwarded);
                 None
             }
@@ -128,13 +128,12 @@ impl Relay {
     fn attempt_http(
         &mut self,
         now: UnixMs,
-        id: RequestId,
         req: &HttpRequest,
         charged: &mut bool,
     ) -> Result<Result<HttpResponse, ApiError>, ReadOp> {
         let (stats, mark) = (self.stats, self.ids.mark());
         self.reading_ahead = true;
-        self.request = Some(id).filter(|_| self.forwards.has_room());
+        self.request = self.forwards.next_id();
         let result = match crate::http::route(req.method, &req.path) {
             Ok(route) => self.dispatch_http(now, route, req, charged),
             Err(e) => Err(e),
@@ -158,23 +157,14 @@ impl Relay {
         if self.failed {
             return Some(storage_unavailable().into_response());
         }
-        self.request = id.filter(|_| self.forwards.has_room());
+        self.request = id.and_then(|_| self.forwards.next_id());
         let result = match crate::http::route(req.method, &req.path) {
             Ok(route) => self.dispatch_http(now, route, req, &mut false),
             Err(e) => Err(e),
         };
-        let forwarded = self.forwarded(now);
+        let forwarded = id.and_then(|id| self.forwarded(now, ReplyTo::Http(id.0)));
+        self.request = None;
         self.end_http(result, None, forwarded)
-    }
-
-    /// Whether the request just run was forwarded to another shard (a rule staged its
-    /// [`Crossing::Forward`]): its number and when, for [`Relay::end_http`].
-    fn forwarded(&mut self, now: UnixMs) -> Option<(RequestId, UnixMs)> {
-        let id = self.request.take()?;
-        self.staged
-            .iter()
-            .any(|o| matches!(o, Output::Cross(Crossing::Forward(f)) if f.id == id.0))
-            .then_some((id, now))
     }
 
     /// Runs the upgrade `req` of `conn` against the rows read ahead, as
@@ -225,7 +215,7 @@ impl Relay {
         &mut self,
         result: Result<HttpResponse, ApiError>,
         resumed: Option<RequestId>,
-        forwarded: Option<(RequestId, UnixMs)>,
+        forwarded: Option<(u64, ReplyTo, UnixMs)>,
     ) -> Option<HttpResponse> {
         let response = result.unwrap_or_else(ApiError::into_response);
         let response = match (resumed, forwarded) {
@@ -238,8 +228,8 @@ impl Relay {
         };
         match self.finish() {
             Ok(()) => {
-                if let Some((id, at)) = forwarded {
-                    self.forwards.start(id.0, at);
+                if let Some((id, reply, at)) = forwarded {
+                    self.forwards.start(id, reply, at);
                 }
                 if !self.commits.in_batch() {
                     self.cx().collect_blobs();

@@ -3,10 +3,9 @@
 //! sweeps of the store (`crate::sweeps`), which run in steps and, reading ahead, wait for
 //! their reads off the relay's task like any input (`crate::prefetch`).
 
-use wire::{ErrorCode, UnixMs};
+use wire::UnixMs;
 
 use super::Relay;
-use crate::http::HttpResponse;
 use crate::prefetch::{ReadOp, Waiter, Work};
 use crate::queue::queue_prefix;
 use crate::queue_index::parse_queue_key;
@@ -44,16 +43,7 @@ impl Relay {
         self.state.upload_limit().sweep(now.get());
         self.cx().sweep_push(now);
         self.cx().send_handoffs(now);
-        for id in self.forwards.expired(now) {
-            self.stats.forwards_timed_out += 1;
-            let response = HttpResponse::error(
-                503,
-                &ErrorCode::STORAGE_UNAVAILABLE,
-                "the shard that decides this request did not answer in time; try again",
-            );
-            let id = crate::shell::RequestId(id);
-            self.staged.push(Output::Http { id, response });
-        }
+        self.expire_forwards(now);
         if self.finish().is_err() {
             return;
         }
