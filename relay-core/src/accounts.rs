@@ -278,6 +278,7 @@ impl Cx<'_> {
             x25519_public_key: body.x25519_public_key,
             created_at: now,
             current_jti: None,
+            alias_at: UnixMs(0),
         });
         Ok(HttpResponse::json(
             201,

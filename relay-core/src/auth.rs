@@ -335,6 +335,12 @@ impl Cx<'_> {
             Err(e) => return Err(token_error(e)),
         };
         let user = UserUuid::parse(&claims.sub).map_err(|_| token_error(TokenError::Malformed))?;
+        if self.config.shard.elsewhere(&user).is_some() {
+            // Another shard's account: its session is that shard's to check (this shard's
+            // copy of the account may be stale), and every route a token opens is decided
+            // there or reaches its shard through it (`crate::http::Home`).
+            return Ok((user, claims.jti));
+        }
         match self.account(&user)? {
             Some(a) if a.current_jti.as_deref() == Some(claims.jti.as_str()) => {
                 Ok((user, claims.jti))

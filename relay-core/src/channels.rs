@@ -364,7 +364,8 @@ impl Cx<'_> {
         Ok(HttpResponse::json(201, &CreatePostResponse { post_id }))
     }
 
-    /// Sends `post` of channel `id` live to its online subscribers, then to its `owner`
+    /// Sends `post` of channel `id` live to its online subscribers (those of other shards
+    /// through their shards), then to its `owner`
     /// (whose other views are not tracked: the owner gets the frame too, so every open client
     /// shows the post). Order: subscriber uuid order, owner last.
     fn fan_out_post(&mut self, id: &ChannelId, owner: UserUuid, post: &ChannelPost) {
@@ -379,15 +380,18 @@ impl Cx<'_> {
             .collect();
         targets.push(owner);
         for t in targets {
-            if let Some(conn) = self.online(&t) {
-                self.send(
-                    conn,
-                    ServerFrame::ChannelPost(ChannelPostFrame {
-                        conv_id: id.clone(),
-                        channel_id: id.clone(),
-                        post: post.clone(),
-                    }),
-                );
+            let frame = || {
+                ServerFrame::ChannelPost(ChannelPostFrame {
+                    conv_id: id.clone(),
+                    channel_id: id.clone(),
+                    post: post.clone(),
+                })
+            };
+            // A subscriber of another shard gets it there, as best effort as here.
+            if let Some(shard) = self.config.shard.elsewhere(&t) {
+                self.signal(shard, &t, frame(), None);
+            } else if let Some(conn) = self.online(&t) {
+                self.send(conn, frame());
             }
         }
     }

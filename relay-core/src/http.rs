@@ -367,11 +367,13 @@ pub(crate) enum Route {
 /// reached another, `crate::handoff::Forwarded`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Home {
-    /// Whichever shard it reaches: it keeps nothing, or reads through the store only (a user
-    /// lookup, the ICE servers, the push key).
+    /// Whichever shard it reaches (no route is, today: every authenticated route is decided
+    /// at its caller's shard, or reaches the registry through it).
     Any,
-    /// The caller's (its token's subject): what an account keeps (contacts, queues, tickets,
-    /// push targets). A friendship's change goes on from there to the pair's owner.
+    /// The caller's (its token's subject), the only shard that checks the token's session:
+    /// what an account keeps (contacts, queues, tickets, push targets), and the reads of an
+    /// authenticated caller (a user lookup, the ICE servers, the push key). A friendship's
+    /// change goes on from there to the pair's owner.
     Caller,
     /// The shard of the account the body names (`user_uuid`): sign-in.
     Named,
@@ -384,8 +386,10 @@ impl Route {
     /// The shard that decides this route ([`Home`]).
     pub(crate) fn home(&self) -> Home {
         match self {
-            Self::User(_) | Self::PushVapidKey | Self::IceConfig => Home::Any,
-            Self::WsTicket
+            Self::User(_)
+            | Self::PushVapidKey
+            | Self::IceConfig
+            | Self::WsTicket
             | Self::Friends
             | Self::FriendRequest
             | Self::FriendAcceptPath(_)

@@ -11,6 +11,7 @@ use wire::{AliasId, ChannelId, ErrorCode, OrderId, ServerFrame, UnixMs, UserUuid
 
 use crate::commerce_state::{ChannelRow, OrderRow, PendingConfirmRow, Transition};
 use crate::cx::Cx;
+use crate::handoff::Notice;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::ids::hex;
 use crate::shell::ConnId;
@@ -183,29 +184,61 @@ impl Cx<'_> {
         let frame = o.buyer.clone().map(|b| (b, o.id.clone(), o.ref_id()));
         self.state.put_order(o);
         if let Some((buyer, order_id, ref_id)) = frame {
-            // Live when the buyer has a connection (it may be silently dead: no ack exists),
-            // and kept either way for redelivery on every later `sync` of the buyer.
-            let live = self.online(&buyer);
-            let jti = live
-                .and_then(|c| self.sessions().get(c))
-                .map(|c| c.jti.clone());
-            if let Some(conn) = live {
-                self.send(
-                    conn,
-                    ServerFrame::PaymentConfirmed(PaymentConfirmedFrame {
-                        order_id: order_id.clone(),
-                        ref_id: ref_id.clone(),
-                    }),
-                );
+            match self.config.shard.elsewhere(&buyer) {
+                // The buyer's shard keeps it (its `sync` sends it) and sends it live.
+                Some(shard) => {
+                    let notice = Notice::Confirmed {
+                        user: buyer,
+                        order_id,
+                        ref_id,
+                        at: now,
+                    };
+                    self.send_notice(now, shard, notice);
+                }
+                None => {
+                    self.confirm_to_buyer(buyer, order_id, ref_id, now);
+                }
             }
-            self.state.put_pending_confirm(PendingConfirmRow {
-                user: buyer,
-                order_id,
-                ref_id,
-                at: now,
-                jti,
-            });
         }
+    }
+
+    /// The `payment_confirmed` of `order_id` for `buyer`, a user of this shard: live when the
+    /// buyer has a connection (it may be silently dead: no ack exists), and kept either way
+    /// for redelivery on every later `sync` of the buyer. Once: a confirmation kept already is
+    /// neither sent live nor kept again (`false`).
+    pub(crate) fn confirm_to_buyer(
+        &mut self,
+        buyer: UserUuid,
+        order_id: OrderId,
+        ref_id: String,
+        at: UnixMs,
+    ) -> bool {
+        let kept = (self.state.commerce().pending_confirms)
+            .contains_key(&(buyer.clone(), order_id.clone()));
+        if kept {
+            return false;
+        }
+        let live = self.online(&buyer);
+        let jti = live
+            .and_then(|c| self.sessions().get(c))
+            .map(|c| c.jti.clone());
+        if let Some(conn) = live {
+            self.send(
+                conn,
+                ServerFrame::PaymentConfirmed(PaymentConfirmedFrame {
+                    order_id: order_id.clone(),
+                    ref_id: ref_id.clone(),
+                }),
+            );
+        }
+        self.state.put_pending_confirm(PendingConfirmRow {
+            user: buyer,
+            order_id,
+            ref_id,
+            at,
+            jti,
+        });
+        true
     }
 
     /// On `sync`: every kept `payment_confirmed` of the user, in order id order, whatever the

@@ -24,6 +24,19 @@ pub(crate) struct AccountRow {
     pub(crate) created_at: UnixMs,
     /// The only JWT id currently accepted for this account (a new login replaces it).
     pub(crate) current_jti: Option<String>,
+    /// When its alias was last bound by the registry shard (0: never; left out of the row
+    /// then): a later bind's notice replaces the alias only over an earlier one.
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub(crate) alias_at: UnixMs,
+}
+
+/// Whether a time is 0 (left out of its row).
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero_ms(t: &UnixMs) -> bool {
+    t.get() == 0
 }
 
 /// A friendship between `requester` and `addressee`.
@@ -363,6 +376,8 @@ pub(crate) enum Timer {
     Media(wire::UploadId),
     /// A payment order's expiry (`crate::commerce`).
     Order(wire::OrderId),
+    /// The end of a kept `payment_confirmed`'s redelivery, by its buyer and order.
+    Confirm(UserUuid, wire::OrderId),
     /// A used credential's expiry (`crate::credential`), by its spent-row key.
     Spent(String),
 }

@@ -27,8 +27,8 @@ use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::cx::Cx;
 use crate::handoff::{
-    Answered, Applied, Crossing, Forward, Forwarded, Handoff, Message, Notice, NoticeSent, NoticeTaken,
-    PairOp, Received, Reply, ShardId, Signal, Stream, Submission, Submitted, Verdict,
+    Answered, Applied, Crossing, Forward, Forwarded, Handoff, Message, Notice, NoticeSent,
+    NoticeTaken, PairOp, Received, Reply, ShardId, Signal, Stream, Submission, Submitted, Verdict,
 };
 use crate::http::{ApiError, HttpResponse};
 use crate::messaging::{Answer, MsgVerdict};
@@ -100,7 +100,9 @@ impl Cx<'_> {
             ))
         } else {
             match op {
-                PairOp::Request { target, announce } => self.befriend(now, &user, &target, announce),
+                PairOp::Request { target, announce } => {
+                    self.befriend(now, &user, &target, announce)
+                }
                 PairOp::Accept { id, other, from } => self.accept(now, &user, &other, id, from),
                 PairOp::Reject { id, other } => self.reject(now, &user, &other, id),
             }
@@ -117,7 +119,6 @@ impl Cx<'_> {
             contact,
         })));
     }
-
 
     /// The sender's side: `frame` of `author` on `conn`, about a conversation shard `owner`
     /// owns, goes there to be decided.
@@ -320,6 +321,16 @@ impl Cx<'_> {
                 row,
                 announce,
             } => self.take_contact(&user, &row.into(), announce),
+            Notice::Confirmed {
+                user,
+                order_id,
+                ref_id,
+                at,
+            } => {
+                self.confirm_to_buyer(user, order_id, ref_id, at);
+                true
+            }
+            Notice::Rebind { user, alias, at } => self.take_rebind(&user, alias, at),
         };
         if taken {
             self.stats.notices_taken += 1;

@@ -11,6 +11,7 @@ use wire::{AliasId, ErrorCode, IsoTime, UnixMs, UserUuid};
 use crate::channels::search_text;
 use crate::commerce_state::{AliasFate, AliasRow, OrderRow};
 use crate::cx::Cx;
+use crate::handoff::Notice;
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{ALIAS_HOLD_MS, VANITY_SEARCH_MAX_RESULTS};
 use crate::pricing::price;
@@ -293,7 +294,11 @@ impl Cx<'_> {
         let alias = AliasId::parse(&o.target).map_err(|_| not_found())?;
         if o.used {
             // A retry after a lost response is answered again; anything else is a conflict.
-            if self.alias_of(&user)?.as_ref() == Some(&alias) {
+            // The alias's own row says so at once; the account (another shard's, with
+            // several) may not have taken the bind yet.
+            let bound_here = (self.state.commerce().aliases.get(&alias))
+                .is_some_and(|a| a.user == user && a.fate == AliasFate::Bound);
+            if bound_here || self.alias_of(&user)?.as_ref() == Some(&alias) {
                 probes::probe!("vanity:bind-retry-answered");
                 return Ok(HttpResponse::json(200, &BindResponse { alias_id: alias }));
             }
@@ -331,11 +336,23 @@ impl Cx<'_> {
     }
 
     /// Gives `account` the alias `alias`: its former alias is retired (it still routes to
-    /// the account), the new one bound to it.
+    /// the account), the new one bound to it. The account row is its user's shard's: for a
+    /// user of another shard it changes there, when that shard takes the notice.
     fn rebind(&mut self, now: UnixMs, mut account: AccountRow, alias: AliasId) {
         let user = account.uuid.clone();
         let old = std::mem::replace(&mut account.alias_id, alias.clone());
-        self.state.put_account(account);
+        account.alias_at = now;
+        match self.config.shard.elsewhere(&user) {
+            Some(shard) => {
+                let notice = Notice::Rebind {
+                    user: user.clone(),
+                    alias: alias.clone(),
+                    at: now,
+                };
+                self.send_notice(now, shard, notice);
+            }
+            None => self.state.put_account(account),
+        }
         self.state.put_alias_row(AliasRow {
             alias: old,
             user: user.clone(),
@@ -348,6 +365,26 @@ impl Cx<'_> {
             fate: AliasFate::Bound,
             at: now,
         });
+    }
+
+    /// A bind the registry shard decided, for `user`, a user of this shard: its account takes
+    /// `alias` unless a later bind was applied already. `false`: the account could not be read
+    /// (it comes again).
+    pub(crate) fn take_rebind(&mut self, user: &UserUuid, alias: AliasId, at: UnixMs) -> bool {
+        let Ok(account) = self.account(user) else {
+            return false;
+        };
+        let Some(account) = account else {
+            return true;
+        };
+        if account.alias_at >= at || account.alias_id == alias {
+            return true;
+        }
+        let mut account = AccountRow::clone(&account);
+        account.alias_id = alias;
+        account.alias_at = at;
+        self.state.put_account(account);
+        true
     }
 }
 

@@ -47,8 +47,8 @@ mod outbox;
 mod tests;
 
 pub use crossing::{
-    Answered, Awaiting, Crossing, FORWARD_TIMEOUT_MS, Forward, Forwarded, MAX_FORWARDS_WAITING, PairOp,
-    Reply, ReplyTo, Signal, Submission, Submitted, Verdict,
+    Answered, Awaiting, Crossing, FORWARD_TIMEOUT_MS, Forward, Forwarded, MAX_FORWARDS_WAITING,
+    PairOp, Reply, ReplyTo, Signal, Submission, Submitted, Verdict,
 };
 pub use inbox::{Inbox, Received};
 pub use notices::{Announce, Contact, Notice, NoticeKey, NoticeSent, NoticeTaken, Notices};

@@ -1,5 +1,5 @@
-//! Notices between shards: receipts and retractions for a user of another shard, kept until
-//! that shard has taken them.
+//! Notices between shards: receipts, retractions, friendships, payment confirmations and
+//! alias binds for a user of another shard, kept until that shard has taken them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -55,6 +55,28 @@ pub enum Notice {
         row: Contact,
         /// The frame it announces to `user`, if any.
         announce: Option<Announce>,
+    },
+    /// The registry shard confirmed `user`'s order `order_id` (paid) at `at`: `user`'s shard
+    /// keeps the `payment_confirmed` for its syncs and sends it live.
+    Confirmed {
+        /// The buyer.
+        user: UserUuid,
+        /// The order.
+        order_id: wire::OrderId,
+        /// What the frame names (an alias, a channel, the order).
+        ref_id: String,
+        /// When it was confirmed.
+        at: UnixMs,
+    },
+    /// The registry shard bound `alias` to `user` at `at` (a vanity bind): `user`'s shard
+    /// changes the account (its alias and the alias's lookup row).
+    Rebind {
+        /// The account.
+        user: UserUuid,
+        /// Its new alias.
+        alias: wire::AliasId,
+        /// When it was bound.
+        at: UnixMs,
     },
 }
 
@@ -126,6 +148,14 @@ impl Notice {
             Self::Contact { user, row, .. } => NoticeKey {
                 user: user.clone(),
                 what: format!("friendship/{}", row.id.get()),
+            },
+            Self::Confirmed { user, order_id, .. } => NoticeKey {
+                user: user.clone(),
+                what: format!("confirmed/{order_id}"),
+            },
+            Self::Rebind { user, .. } => NoticeKey {
+                user: user.clone(),
+                what: "alias".to_owned(),
             },
         }
     }

@@ -82,6 +82,7 @@ impl Relay {
                 }
             }
             Timer::Order(id) => self.cx().expire_order(now, &id),
+            Timer::Confirm(user, order) => self.state.expire_pending_confirm(now, &user, &order),
             Timer::Spent(key) => self.state.expire_spent(now, &key),
             Timer::Media(id) => self.cx().fire_media(now, &id),
         }

@@ -12,9 +12,31 @@ use wire::http::{OrderKind, OrderState};
 use wire::{AliasId, ChannelId, OrderId, UnixMs, UserUuid};
 
 impl State {
-    /// Loads the commerce tables (called at the end of [`State::load`]).
-    pub(crate) fn load_commerce(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+    /// Loads the commerce tables (called at the end of [`State::load`]): the registry shard's
+    /// (`crate::handoff::REGISTRY_SHARD`) channels, orders, payments and sold aliases, and the
+    /// kept confirmations of `place`'s users (a buyer's `sync` sends them).
+    pub(crate) fn load_commerce(
+        &mut self,
+        snapshot: &Snapshot,
+        place: crate::handoff::ShardPlace,
+    ) -> Result<(), StoreError> {
         let rows = |t: Table| snapshot.get(&t).into_iter().flat_map(|m| m.iter());
+        for (k, v) in rows(Table::PendingConfirms) {
+            let p: PendingConfirmRow = decode(Table::PendingConfirms, k, v)?;
+            if place.elsewhere(&p.user).is_some() {
+                continue;
+            }
+            self.timers.insert((
+                p.at.plus_ms(CONFIRM_REDELIVERY_TTL_MS),
+                Timer::Confirm(p.user.clone(), p.order_id.clone()),
+            ));
+            self.commerce
+                .pending_confirms
+                .insert((p.user.clone(), p.order_id.clone()), p);
+        }
+        if place.me() != crate::handoff::REGISTRY_SHARD {
+            return Ok(());
+        }
         for (k, v) in rows(Table::Channels) {
             self.index_channel(decode(Table::Channels, k, v)?);
         }
@@ -44,16 +66,6 @@ impl State {
         for (k, v) in rows(Table::Aliases) {
             let a: AliasRow = decode(Table::Aliases, k, v)?;
             self.commerce.aliases.insert(a.alias.clone(), a);
-        }
-        for (k, v) in rows(Table::PendingConfirms) {
-            let p: PendingConfirmRow = decode(Table::PendingConfirms, k, v)?;
-            self.timers.insert((
-                p.at.plus_ms(CONFIRM_REDELIVERY_TTL_MS),
-                Timer::Order(p.order_id.clone()),
-            ));
-            self.commerce
-                .pending_confirms
-                .insert((p.user.clone(), p.order_id.clone()), p);
         }
         Ok(())
     }
@@ -265,7 +277,7 @@ impl State {
             .map(|a| &a.user)
     }
 
-    /// Keeps a confirmation for redelivery (purged by the order's timer after
+    /// Keeps a confirmation for redelivery (purged by its timer after
     /// [`CONFIRM_REDELIVERY_TTL_MS`]); drops the user's oldest beyond
     /// [`MAX_PENDING_CONFIRMS_PER_USER`].
     pub(crate) fn put_pending_confirm(&mut self, p: PendingConfirmRow) {
@@ -275,7 +287,7 @@ impl State {
         }
         self.timers.insert((
             p.at.plus_ms(CONFIRM_REDELIVERY_TTL_MS),
-            Timer::Order(p.order_id.clone()),
+            Timer::Confirm(p.user.clone(), p.order_id.clone()),
         ));
         let user = p.user.clone();
         self.commerce

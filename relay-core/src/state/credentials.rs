@@ -21,9 +21,21 @@ struct SpentRow {
 impl State {
     /// Loads the spent rows of `snapshot` into the state (called by `State::load`); rows already past
     /// their expiry are deleted by the first `handle_timeout`.
-    pub(super) fn load_spent(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+    pub(super) fn load_spent(
+        &mut self,
+        snapshot: &Snapshot,
+        place: crate::handoff::ShardPlace,
+    ) -> Result<(), StoreError> {
         for (k, v) in snapshot.get(&Table::Spent).into_iter().flatten() {
             let row: SpentRow = decode(Table::Spent, k, v)?;
+            // An account's credentials are spent at its shard (its sign-ins and upgrades).
+            let shard = match wire::UserUuid::parse(&row.owner) {
+                Ok(user) => place.map().of_user(&user),
+                Err(_) => crate::handoff::REGISTRY_SHARD,
+            };
+            if place.map().shards() > 1 && shard != place.me() {
+                continue;
+            }
             self.index_spent(k.clone(), row.owner, row.expires_at);
         }
         Ok(())

@@ -250,6 +250,7 @@ fn notice_source(notice: &Notice, place: ShardPlace) -> bool {
             author, recipient, ..
         } => map.owner_of([author, recipient]),
         Notice::Contact { row, .. } => map.owner_of([&row.requester, &row.addressee]),
+        Notice::Confirmed { .. } | Notice::Rebind { .. } => crate::handoff::REGISTRY_SHARD,
     };
     source == place.me()
 }

@@ -8,8 +8,16 @@ use crate::uploads::UploadRow;
 use wire::UploadId;
 
 impl State {
-    /// Loads the media rows of `snapshot` into the state (called by `State::load`).
-    pub(super) fn load_media(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+    /// Loads the media rows of `snapshot` into the state (called by `State::load`): the
+    /// registry shard's (`crate::handoff::REGISTRY_SHARD`), which serves media.
+    pub(super) fn load_media(
+        &mut self,
+        snapshot: &Snapshot,
+        place: crate::handoff::ShardPlace,
+    ) -> Result<(), StoreError> {
+        if place.me() != crate::handoff::REGISTRY_SHARD {
+            return Ok(());
+        }
         for (k, v) in snapshot.get(&Table::Media).into_iter().flatten() {
             let row: UploadRow = serde_json::from_slice(v).map_err(|e| {
                 StoreError::Backend(format!("corrupt row {k:?} in table media: {e}"))

@@ -410,10 +410,10 @@ impl State {
             s.pending_retracts
                 .insert((r.recipient.clone(), r.conv_id.clone(), r.id.clone()), r);
         }
-        s.load_commerce(snapshot)?;
-        s.load_media(snapshot)?;
+        s.load_commerce(snapshot, place)?;
+        s.load_media(snapshot, place)?;
         s.load_push(snapshot, place)?;
-        s.load_spent(snapshot)?;
+        s.load_spent(snapshot, place)?;
         Ok(s)
     }
 

@@ -46,6 +46,7 @@ mod refunds;
 mod relay_api;
 mod relay_restart;
 mod shard_friends;
+mod shard_registry;
 mod shards;
 mod state_rows;
 mod stores;

@@ -122,7 +122,8 @@ fn a_request_of_the_other_member_is_decided_at_the_owner_and_both_lists_agree() 
     assert_eq!(mine[0]["conversation_id"], conv.as_str());
     // The conversation works both ways across the shards.
     let outs = two.shards[ib].msg(&b, &a, &conv, "m1");
-    two.wire.extend(outs.into_iter().filter(|o| matches!(o, Output::Cross(_))));
+    two.wire
+        .extend(outs.into_iter().filter(|o| matches!(o, Output::Cross(_))));
     let outs = two.carry(|_, _| Fate::Deliver);
     assert_eq!(msgs(&frames(&outs, a.conn.unwrap())).len(), 1);
 }
@@ -141,7 +142,10 @@ fn an_accept_of_the_other_member_is_forwarded_and_answered_with_the_conversation
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     let conv = r.body_json()["conversation_id"].clone();
     let got = friend_frames(&outs, &a);
-    assert!(matches!(&got[..], [ServerFrame::FriendAccepted(_)]), "{got:?}");
+    assert!(
+        matches!(&got[..], [ServerFrame::FriendAccepted(_)]),
+        "{got:?}"
+    );
     assert_eq!(friends(&mut two, &b)[0]["conversation_id"], conv);
     assert_eq!(friends(&mut two, &a)[0]["conversation_id"], conv);
     // Accepting again is answered with the same conversation.

@@ -130,9 +130,19 @@ impl Two {
         req: HttpRequest,
         fate: impl FnMut(usize, &Output) -> Fate,
     ) -> (Option<HttpResponse>, Vec<Output>) {
+        self.request_at(self.of(u), req, fate)
+    }
+
+    /// [`Two::request`] to shard `i`, whoever sends it.
+    pub(crate) fn request_at(
+        &mut self,
+        i: usize,
+        req: HttpRequest,
+        fate: impl FnMut(usize, &Output) -> Fate,
+    ) -> (Option<HttpResponse>, Vec<Output>) {
         self.next_request += 1;
         let id = RequestId(self.next_request);
-        let w = &mut self.shards[self.of(u)];
+        let w = &mut self.shards[i];
         let now = w.now;
         let at_once = w.relay.handle_request(now, id, req);
         let outs = w.drain();

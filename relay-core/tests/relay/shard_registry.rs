@@ -1,0 +1,222 @@
+//! What the whole relay shares, on two shards: registration, channels, vanity aliases, orders
+//! and payments are decided by the registry shard (shard 0), whichever shard a request
+//! reaches; sign-in at the account's shard; and their effects on another shard's users (a
+//! channel post, a payment confirmation, a bound alias) reach those users at their shard.
+
+use relay_core::handoff::REGISTRY_SHARD;
+use relay_core::{HttpRequest, HttpResponse, Method, Output};
+use serde_json::json;
+use wire::ServerFrame;
+use wire::http::paths;
+
+use crate::orders::{SECRET, commerce_config};
+use crate::shards::{Fate, Two, across};
+use crate::world::{User, World, b64, frames, register_request};
+
+/// Two shards with one user registered on each (`users[i]` on shard `i`), each connected and
+/// synced to its shard.
+fn one_on_each() -> (Two, [User; 2]) {
+    let mut setup = World::with_config(commerce_config());
+    let (a, b) = across(&mut setup);
+    let mut two = Two::split(setup);
+    let mut users = if two.of(&a) == 0 { [a, b] } else { [b, a] };
+    for (i, u) in users.iter_mut().enumerate() {
+        let c = two.shards[i].connect(u);
+        two.shards[i].sync(c);
+    }
+    (two, users)
+}
+
+/// A request to shard `i`, everything delivered: its answer and the other outputs.
+fn at(two: &mut Two, i: usize, req: HttpRequest) -> (HttpResponse, Vec<Output>) {
+    let (answer, outs) = two.request_at(i, req, |_, _| Fate::Deliver);
+    (answer.expect("answered"), outs)
+}
+
+fn post(path: &str, body: &serde_json::Value, token: Option<&str>) -> HttpRequest {
+    let r = HttpRequest::new(Method::Post, path).json(body);
+    match token {
+        Some(t) => r.bearer(t),
+        None => r,
+    }
+}
+
+#[test]
+fn a_registration_is_decided_at_the_registry_and_its_account_signs_in_at_its_own_shard() {
+    let (mut two, _) = one_on_each();
+    let other = 1 - usize::from(REGISTRY_SHARD.0);
+    // The proof of work and the registration reach the other shard: both go to the registry.
+    let (r, _) = at(
+        &mut two,
+        other,
+        HttpRequest::new(Method::Post, paths::POW_CHALLENGE).from_addr("10.9.9.9"),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    let v = r.body_json();
+    let nonce = relay_core::pow::solve(
+        v["challenge_string"].as_str().unwrap(),
+        u32::try_from(v["difficulty"].as_u64().unwrap()).unwrap(),
+    );
+    // Keys no world here made.
+    let sk = ed25519_dalek::SigningKey::from_bytes(&[201; 32]);
+    let x = [77; 32];
+    let (r, _) = at(
+        &mut two,
+        other,
+        register_request(&sk, x, "newcomer", &nonce, "10.9.9.9"),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body_json());
+    let uuid = r.body_json()["uuid"].as_str().unwrap().to_owned();
+    assert!(two.shards[other].relay.stats().requests_forwarded >= 2);
+    // The same keys again, wherever they arrive, meet the one registry: 409.
+    let (r, _) = at(
+        &mut two,
+        other,
+        register_request(&sk, x, "newcomer", &nonce, "10.9.9.9"),
+    );
+    assert_eq!(r.status, 409, "{:?}", r.body_json());
+    // Sign-in reaches shard 0 and 1 alike: the account's shard decides it.
+    for i in [0, 1] {
+        let (c, _) = at(
+            &mut two,
+            i,
+            post(paths::AUTH_CHALLENGE, &json!({"user_uuid": uuid}), None),
+        );
+        assert_eq!(c.status, 200, "{:?}", c.body_json());
+        let challenge = c.body_json()["challenge"].as_str().unwrap().to_owned();
+        use ed25519_dalek::Signer as _;
+        let sig = sk.sign(challenge.as_bytes());
+        let body =
+            json!({"user_uuid": uuid, "challenge": challenge, "signature": b64(&sig.to_bytes())});
+        let (r, _) = at(&mut two, i, post(paths::AUTH_VERIFY, &body, None));
+        assert_eq!(r.status, 200, "{:?}", r.body_json());
+        // Its token works at either shard for the caller's routes.
+        let token = r.body_json()["token"].as_str().unwrap().to_owned();
+        let (r, _) = at(
+            &mut two,
+            1 - i,
+            HttpRequest::new(Method::Get, paths::FRIENDS).bearer(&token),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.body_json());
+    }
+}
+
+#[test]
+fn a_channel_post_reaches_its_subscribers_on_every_shard() {
+    let (mut two, users) = one_on_each();
+    let owner = &users[1];
+    let (r, _) = at(
+        &mut two,
+        1,
+        post(
+            paths::CHANNELS,
+            &json!({"name": "feed", "description": "d", "is_public": true}),
+            Some(&owner.token),
+        ),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body_json());
+    let ch = r.body_json()["channel_id"].as_str().unwrap().to_owned();
+    let (r, _) = at(
+        &mut two,
+        0,
+        post(
+            &paths::with(paths::CHANNEL_SUBSCRIBE, &ch),
+            &json!({}),
+            Some(&users[0].token),
+        ),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    let (r, outs) = at(
+        &mut two,
+        1,
+        post(
+            &paths::with(paths::CHANNEL_POSTS, &ch),
+            &json!({"content": "hello"}),
+            Some(&owner.token),
+        ),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body_json());
+    for u in &users {
+        let got = frames(&outs, u.conn.unwrap());
+        assert!(
+            matches!(&got[..], [ServerFrame::ChannelPost(p)] if p.channel_id.as_str() == ch),
+            "{got:?}"
+        );
+    }
+}
+
+/// The payment webhook's request for `order`, paid in full.
+fn paid(order: &str, price: u64) -> HttpRequest {
+    let body = json!({"payment_id": format!("pay-{order}"), "order_id": order, "payment_status": "finished", "paid_usdt": price})
+        .to_string();
+    let sig = relay_core::payments::sign_webhook(SECRET, body.as_bytes());
+    HttpRequest::new(Method::Post, paths::PAYMENT_WEBHOOK)
+        .body(body)
+        .header("x-payment-signature", sig)
+}
+
+#[test]
+fn a_confirmation_and_a_bind_for_a_buyer_of_another_shard_reach_it_there() {
+    let (mut two, mut users) = one_on_each();
+    let buyer = users[1].clone();
+    let (r, _) = at(
+        &mut two,
+        1,
+        post(
+            paths::VANITY_PURCHASE,
+            &json!({"alias_id": "88888888"}),
+            Some(&buyer.token),
+        ),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body_json());
+    let order = r.body_json()["order_id"].as_str().unwrap().to_owned();
+    let price = r.body_json()["price_usdt"].as_u64().unwrap();
+    // The webhook reaches the buyer's shard: the registry decides it, and the buyer's shard
+    // sends the confirmation live and keeps it.
+    let (r, outs) = at(&mut two, 1, paid(&order, price));
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    let live: Vec<_> = frames(&outs, buyer.conn.unwrap())
+        .into_iter()
+        .filter(|f| matches!(f, ServerFrame::PaymentConfirmed(_)))
+        .collect();
+    assert_eq!(live.len(), 1, "{outs:?}");
+    // Kept at the buyer's shard, across its restart: its next sync sends it again.
+    let store = Box::new(two.shards[1].mem.clone());
+    two.shards[1].restart(store);
+    let c = two.shards[1].connect(&mut users[1]);
+    let again = two.shards[1].sync(c);
+    assert!(
+        frames(&again, c)
+            .iter()
+            .any(|f| matches!(f, ServerFrame::PaymentConfirmed(p) if p.order_id.as_str() == order)),
+        "{again:?}"
+    );
+    // The bind is decided at the registry; the account changes at the buyer's shard.
+    let (r, _) = at(
+        &mut two,
+        1,
+        post(
+            paths::VANITY_BIND,
+            &json!({"order_id": order}),
+            Some(&users[1].token),
+        ),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    let w = &mut two.shards[1];
+    let r = w.get(
+        &paths::with(paths::USER, "88888888"),
+        Some(&users[1].token.clone()),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    // A retry of the bind is answered again, not refused.
+    let (r, _) = at(
+        &mut two,
+        1,
+        post(
+            paths::VANITY_BIND,
+            &json!({"order_id": order}),
+            Some(&users[1].token),
+        ),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+}
