@@ -214,6 +214,7 @@ pub use http::{ApiError, HttpRequest, HttpResponse, Method, Resolution};
 #[cfg(feature = "planted-bugs")]
 pub use planted::PlantedBug;
 pub use push_targets::PushTarget;
+pub use relay::forwards::{shard_for_request, shard_for_upgrade};
 pub use relay::{Relay, legacy_jwt_signing_key, storage_unavailable_response};
 pub use shell::{Accepted, CloseReason, ConnId, Output, RequestId, WsConnect};
 pub use stats::{PrefetchStats, RelayStats, WebhookStats};

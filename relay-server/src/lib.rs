@@ -115,6 +115,7 @@ use axum::{
 };
 use relay_core::{
     Config, MemoryBlobStore, Relay,
+    handoff::{ShardId, ShardMap, ShardPlace},
     store::{MemoryStore, StoreError},
 };
 use tokio::sync::{mpsc, oneshot, watch};
@@ -124,7 +125,7 @@ use seam::clock::{Clock, OffsetClock, SystemClock};
 use seam::net::{ConnectionCounter, Network, ServeLimits, serve_with_limits};
 
 use self::driver::Phase;
-use self::driver::{CoreParts, Input, PushSink, TermCtx};
+use self::driver::{CoreParts, Cores, Input, PushSink, TermCtx};
 use self::leadership::{
     CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, Leadership, Term, TermEnd,
 };
@@ -167,8 +168,9 @@ pub type RelayOpener = Box<dyn FnMut() -> Result<Relay, StoreError> + Send>;
 
 /// How a server gets its relay.
 enum Mode {
-    /// Opens it at start and serves until shutdown.
-    Single(RelayOpener),
+    /// Opens it at start and serves until shutdown: one relay core per shard, each opened by
+    /// its opener (one for an unsharded relay).
+    Single(Vec<RelayOpener>),
     /// Campaigns; serves while it leads ([`leadership`]).
     Campaign(Box<dyn Leadership>),
 }
@@ -207,7 +209,27 @@ impl RelayServer {
     /// fail-stop: it must open the **same** store), on the [`SystemClock`], without push
     /// delivery.
     pub fn new(open: impl FnMut() -> Result<Relay, StoreError> + Send + 'static) -> Self {
-        Self::with_mode(Mode::Single(Box::new(open)))
+        Self::with_mode(Mode::Single(vec![Box::new(open)]))
+    }
+
+    /// A sharded server: `shards` relay cores over one store, each running one shard of
+    /// `ShardMap::new(shards)` and opened (and rebuilt after a fail-stop) by `open` with its
+    /// [`ShardPlace`] (which the relay's [`Config::shard`] must be). Requests and upgrades go to
+    /// the core of their account's shard, and what a core sends another shard's
+    /// (`Output::Cross`) to that core. `shards` 0 is taken for 1.
+    pub fn sharded(
+        shards: u16,
+        open: impl FnMut(ShardPlace) -> Result<Relay, StoreError> + Clone + Send + 'static,
+    ) -> Self {
+        let map = ShardMap::new(shards.max(1)).unwrap_or_else(|| ShardPlace::single().map());
+        let openers = (0..map.shards())
+            .filter_map(|i| ShardPlace::new(map, ShardId(i)))
+            .map(|place| {
+                let mut open = open.clone();
+                Box::new(move || open(place)) as RelayOpener
+            })
+            .collect();
+        Self::with_mode(Mode::Single(openers))
     }
 
     /// A server that serves only while it leads among several (active/standby; see
@@ -243,9 +265,24 @@ impl RelayServer {
         store: MemoryStore,
         blobs: MemoryBlobStore,
     ) -> Self {
-        Self::new(move || {
+        Self::in_memory_sharded(1, config, seed, store, blobs)
+    }
+
+    /// [`in_memory`](Self::in_memory) with `shards` relay cores ([`sharded`](Self::sharded)).
+    pub fn in_memory_sharded(
+        shards: u16,
+        config: Config,
+        seed: u64,
+        store: MemoryStore,
+        blobs: MemoryBlobStore,
+    ) -> Self {
+        Self::sharded(shards, move |place| {
+            let config = Config {
+                shard: place,
+                ..config.clone()
+            };
             Relay::with_blobs(
-                config.clone(),
+                config,
                 Box::new(store.clone()),
                 Box::new(blobs.clone()),
                 seed,
@@ -386,7 +423,7 @@ impl RelayServer {
         self.attach_metrics();
         let ctx = self.core_ctx(clock, test_clock);
         let (fatal_tx, fatal_rx) = oneshot::channel::<String>();
-        let mode = std::mem::replace(&mut self.mode, Mode::Single(Box::new(no_relay)));
+        let mode = std::mem::replace(&mut self.mode, Mode::Single(vec![Box::new(no_relay)]));
         let core = match mode {
             Mode::Single(open) => self.start_single::<N>(open, &ctx, &phase_tx, stop_rx)?,
             Mode::Campaign(leadership) => {
@@ -481,31 +518,69 @@ impl RelayServer {
         }
     }
 
-    /// A single server: opens the relay with `open` (an error fails the start), starts push
-    /// delivery, turns the phase active with a new core's inputs and spawns that core.
+    /// A single server: opens each core's relay with its opener (an error fails the start),
+    /// starts push delivery, turns the phase active with the cores' inputs and spawns them
+    /// (a sharded server's cores send each other what crosses between shards).
     fn start_single<N: Network>(
         &mut self,
-        mut open: RelayOpener,
+        openers: Vec<RelayOpener>,
         ctx: &CoreCtx,
         phase: &watch::Sender<Phase>,
         stop: watch::Receiver<bool>,
     ) -> io::Result<tokio::task::JoinHandle<()>> {
-        let relay = open().map_err(io::Error::other)?;
+        let mut relays = Vec::with_capacity(openers.len());
+        for mut open in openers {
+            relays.push((open().map_err(io::Error::other)?, open));
+        }
+        let map = relays[0].0.config().shard.map();
         if let Some(metrics) = &self.metrics {
-            metrics.set_queued_bytes_limit(relay.config().max_offline_queue_bytes_total);
+            metrics.set_queued_bytes_limit(relays[0].0.config().max_offline_queue_bytes_total);
             metrics.leading(None);
         }
         let parts = self.start_push::<N>();
-        let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE_CAPACITY);
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..relays.len())
+            .map(|_| mpsc::channel(INPUT_QUEUE_CAPACITY))
+            .unzip();
+        let cores = Cores::new(map, senders);
         let store_down = Arc::new(AtomicBool::new(false));
         phase.send_replace(Phase::Active {
-            inputs: inputs_tx,
+            inputs: cores.clone(),
             epoch: None,
             store_down: Arc::clone(&store_down),
         });
-        let core = ctx.core(relay, open, parts.push, store_down, None);
+        let peers: driver::Peers = cores.all().iter().map(mpsc::Sender::downgrade).collect();
+        let sharded = relays.len() > 1;
+        // One core takes the push worker's gone reports; with several, a task hands each to
+        // its user's core.
+        let (mut gone, routed) = match (parts.gone, sharded) {
+            (Some(gone), true) => (None, Some(tokio::spawn(route_gone(gone, cores.clone())))),
+            (gone, _) => (gone, None),
+        };
+        drop(cores);
+        let mut push = parts.push;
+        let mut tasks = Vec::with_capacity(relays.len());
+        for ((relay, open), inputs) in relays.into_iter().zip(receivers) {
+            let core = ctx.core(relay, open, push.take(), Arc::clone(&store_down), None);
+            let core = if sharded {
+                core.with_peers(Arc::clone(&peers))
+            } else {
+                core
+            };
+            let stop = stop.clone();
+            let gone = gone.take();
+            tasks.push(tokio::spawn(async move {
+                core.run(inputs, stop, gone).await;
+            }));
+        }
         Ok(tokio::spawn(async move {
-            core.run(inputs_rx, stop, parts.gone).await;
+            for task in tasks {
+                if let Err(error) = task.await {
+                    error!(%error, "a relay core task ended abnormally");
+                }
+            }
+            if let Some(routed) = routed {
+                routed.abort();
+            }
         }))
     }
 
@@ -547,6 +622,17 @@ impl RelayServer {
                 push: None,
                 gone: None,
             },
+        }
+    }
+}
+
+/// Hands each of the push worker's gone reports to the core of its user's shard (a sharded
+/// server's); ends when the worker does.
+async fn route_gone(mut gone: mpsc::Receiver<relay_push::GoneTarget>, cores: Cores) {
+    while let Some(report) = gone.recv().await {
+        let core = cores.for_user(&report.user);
+        if core.send(Input::Gone(report)).await.is_err() {
+            break;
         }
     }
 }
@@ -713,7 +799,7 @@ impl Supervisor {
                 return false;
             }
             *phase = Phase::Active {
-                inputs: inputs_tx,
+                inputs: Cores::one(inputs_tx),
                 epoch,
                 store_down: Arc::clone(&store_down),
             };

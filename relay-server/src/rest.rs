@@ -12,13 +12,13 @@ use axum::{
 use http_body_util::BodyExt as _;
 use hyper::body::Body as _;
 use relay_core::HttpResponse;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use wire::{
     ErrorBody, ErrorCode,
     limits::{MAX_JSON_BODY_BYTES, MAX_MEDIA_PART_BYTES},
 };
 
-use super::driver::{Input, Phase};
+use super::driver::{Cores, Input, Phase};
 use super::leadership::{NOT_LEADER, NOT_LEADER_RETRY_AFTER_S};
 use seam::net::PeerAddr;
 
@@ -43,8 +43,8 @@ pub(super) struct App {
 }
 
 impl App {
-    /// The current core's inputs; `None` when there is none (answer [`Self::refusal`]).
-    pub(super) fn inputs(&self) -> Option<mpsc::Sender<Input>> {
+    /// The current cores' inputs; `None` when there are none (answer [`Self::refusal`]).
+    pub(super) fn cores(&self) -> Option<Cores> {
         match &*self.phase.borrow() {
             Phase::Active { inputs, .. } => Some(inputs.clone()),
             Phase::Standby | Phase::Stopping => None,
@@ -343,9 +343,10 @@ async fn relay_request(
 /// Hands `req` to the current core and answers with its response (timed by route when metrics
 /// are on); the server's refusal when there is no core or it went away.
 async fn ask_core(app: &App, req: relay_core::HttpRequest) -> Response {
-    let Some(inputs) = app.inputs() else {
+    let Some(cores) = app.cores() else {
         return app.refusal();
     };
+    let inputs = cores.for_request(&req);
     let timed = app.metrics.as_ref().map(|metrics| {
         let route = relay_core::http::route_name(req.method, &req.path);
         (metrics, route, super::metrics::Stopwatch::start())
@@ -392,18 +393,31 @@ async fn advance_clock(app: &App, body: &[u8]) -> Response {
             "expected {\"ms\": <non-negative integer>}",
         );
     };
-    let Some(inputs) = app.inputs() else {
+    let Some(cores) = app.cores() else {
         return app.refusal();
     };
-    let (reply, answer) = oneshot::channel();
-    if inputs
-        .send(Input::AdvanceClock { ms, reply })
-        .await
-        .is_err()
-    {
-        return app.refusal();
+    // Every core moves its clock (they read one clock; each fires its own timers), and the
+    // answer waits for all of them.
+    let mut answers = Vec::with_capacity(cores.all().len());
+    for inputs in cores.all() {
+        let (reply, answer) = oneshot::channel();
+        if inputs
+            .send(Input::AdvanceClock { ms, reply })
+            .await
+            .is_err()
+        {
+            return app.refusal();
+        }
+        answers.push(answer);
     }
-    match answer.await {
+    let mut latest = None;
+    for answer in answers {
+        match answer.await {
+            Ok(now) => latest = latest.max(Some(now)),
+            Err(_) => return app.refusal(),
+        }
+    }
+    match latest.ok_or(()) {
         Ok(now) => {
             let body = serde_json::to_vec(&AdvancedClock { now_ms: now.0 }).unwrap_or_default();
             relay_response(HttpResponse {

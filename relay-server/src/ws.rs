@@ -69,10 +69,12 @@ pub(super) async fn upgrade(
             .map(str::to_owned),
         ..WsConnect::default()
     };
-    // The inputs of the core serving now: this socket belongs to its term, and ends with it.
-    let Some(inputs) = app.inputs() else {
+    // The inputs of the core serving its account now: this socket belongs to its term, and
+    // ends with it.
+    let Some(cores) = app.cores() else {
         return app.refusal();
     };
+    let inputs = cores.for_upgrade(&ws.query);
     let (reply, answer) = oneshot::channel();
     if inputs.send(Input::Connect { ws, reply }).await.is_err() {
         return app.refusal();

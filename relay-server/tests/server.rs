@@ -187,6 +187,11 @@ fn describe(frame: &Value) -> String {
 
 /// Everything the server must do, as seen by two clients; returns the observed trace.
 async fn scenario<C: Connector>(http: &HttpClient<C>) -> Vec<String> {
+    scenario_of(http).await.0
+}
+
+/// [`scenario`], with the uuids of its two clients.
+async fn scenario_of<C: Connector>(http: &HttpClient<C>) -> (Vec<String>, [String; 2]) {
     let mut trace = Vec::new();
 
     // CORS preflight.
@@ -314,7 +319,7 @@ async fn scenario<C: Connector>(http: &HttpClient<C>) -> Vec<String> {
         describe(&next_frame(&mut alice_ws).await)
     ));
     drop(bob_ws);
-    trace
+    (trace, [alice.uuid, bob.uuid])
 }
 
 fn expected_scenario() -> Vec<String> {
@@ -725,4 +730,55 @@ async fn without_test_mode_the_clock_route_is_unknown() {
     drop(http);
     stop.notify_one();
     task.await.unwrap().unwrap();
+}
+
+/// The same scenario on a sharded server: two, three and four relay cores over one store,
+/// each serving its shard's accounts, with friendships decided by the pair's owner core, the
+/// registration by the registry core, and messages, receipts and typing notices crossing
+/// between cores. Clients see exactly what an unsharded relay shows them.
+#[tokio::test]
+async fn sharded_relay_on_loopback_sockets() {
+    // With this seed the two clients share shard 1 of 2, are on shards 3 and 4 of 5, share
+    // shard 0 of 7 (the registry's), and are on shards 7 and 3 of 8: on one core, on two,
+    // on the core that also decides registrations.
+    let mut placements = Vec::new();
+    for shards in [2, 5, 7, 8] {
+        let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(Notify::new());
+        let stopped = Arc::clone(&stop);
+        let server = RelayServer::in_memory_sharded(
+            shards,
+            config(),
+            SEED,
+            MemoryStore::new(),
+            MemoryBlobStore::new(),
+        );
+        let server = tokio::spawn(server.serve::<Tokio>(listener, async move {
+            stopped.notified().await;
+        }));
+        let http = HttpClient::new(Tokio::connector(), Endpoint::from(addr));
+        let (trace, users) = scenario_of(&http).await;
+        assert_eq!(trace, expected_scenario(), "{shards} shards");
+        let map = relay_core::handoff::ShardMap::new(shards).unwrap();
+        placements.push(users.map(|u| map.of_user(&wire::UserUuid::parse(&u).unwrap()).0));
+        let carol = register(&http, 3, "carol").await;
+        let mut ws = open_ws(&http, &carol).await;
+        let seen = shutdown_check(&http, &mut ws, || stop.notify_one()).await;
+        assert_eq!(seen, expected_shutdown(), "{shards} shards");
+        drop(ws);
+        drop(http);
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("graceful shutdown finishes")
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(
+        placements,
+        [[1, 1], [3, 4], [0, 0], [7, 3]],
+        "the clients' shards"
+    );
 }

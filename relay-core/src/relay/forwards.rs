@@ -14,7 +14,9 @@
 use wire::{ErrorCode, UnixMs, UserUuid};
 
 use super::Relay;
-use crate::handoff::{Answered, Crossing, Forward, Forwarded, REGISTRY_SHARD, ReplyTo, ShardId};
+use crate::handoff::{
+    Answered, Crossing, Forward, Forwarded, REGISTRY_SHARD, ReplyTo, ShardId, ShardMap,
+};
 use crate::http::{ApiError, Home, HttpRequest, HttpResponse, Route};
 use crate::shell::{Output, RequestId};
 
@@ -180,6 +182,36 @@ impl Relay {
             self.answer(reply, response);
         }
     }
+}
+
+/// The shard whose core a shell hands `req` to, so that it is seldom forwarded: its caller's
+/// (the subject its bearer token claims, unchecked: the core checks it), the account its
+/// body names (sign-in), else the registry shard. Any core decides correctly whatever it is
+/// given (it forwards); this only saves the hop.
+pub fn shard_for_request(map: ShardMap, req: &HttpRequest) -> ShardId {
+    if map.shards() == 1 {
+        return ShardId(0);
+    }
+    let bearer = req.authorization.as_deref().and_then(|h| {
+        let (scheme, token) = h.trim().split_once(' ')?;
+        scheme
+            .eq_ignore_ascii_case("bearer")
+            .then_some(token.trim())
+    });
+    if let Some(user) = bearer.and_then(crate::token::claimed_subject) {
+        return map.of_user(&user);
+    }
+    if let Ok(named) = serde_json::from_slice::<NamesAccount>(&req.body) {
+        return map.of_user(&named.user_uuid);
+    }
+    REGISTRY_SHARD
+}
+
+/// The shard whose core a shell hands a WebSocket upgrade to: the one of the account its
+/// query names (`user_uuid`); `None` when it names none (any core refuses it).
+pub fn shard_for_upgrade(map: ShardMap, query: &str) -> Option<ShardId> {
+    let user = crate::http::query_param(query, "user_uuid")?;
+    Some(map.of_user(&UserUuid::parse(&user).ok()?))
 }
 
 /// The refusal of a request another shard decides when it cannot wait for the answer (a

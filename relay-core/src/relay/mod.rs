@@ -37,7 +37,7 @@ use crate::token::TokenKeys;
 mod ahead;
 mod batches;
 mod boot;
-mod forwards;
+pub(crate) mod forwards;
 mod requests;
 mod timers;
 

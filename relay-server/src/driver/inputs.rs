@@ -4,6 +4,7 @@
 //! core is given for its term.
 
 use super::*;
+use relay_core::handoff::{ShardId, ShardMap};
 
 /// A message to the core task.
 pub(crate) enum Input {
@@ -30,6 +31,11 @@ pub(crate) enum Input {
         ms: u64,
         reply: oneshot::Sender<UnixMs>,
     },
+    /// What another shard's core sent this one ([`Relay::handle_crossing`]).
+    Cross(relay_core::handoff::Crossing),
+    /// The push worker reported a target of this shard's user gone (a sharded server routes
+    /// the worker's reports to their users' cores).
+    Gone(GoneTarget),
 }
 
 impl std::fmt::Debug for Input {
@@ -44,6 +50,8 @@ impl std::fmt::Debug for Input {
             },
             Self::Disconnect { conn } => write!(f, "Disconnect({})", conn.0),
             Self::AdvanceClock { ms, .. } => write!(f, "AdvanceClock({ms} ms)"),
+            Self::Cross(c) => write!(f, "Cross(to shard {})", c.to().0),
+            Self::Gone(g) => write!(f, "Gone({})", g.target.kind()),
         }
     }
 }
@@ -82,9 +90,9 @@ pub(crate) enum Phase {
     /// Not leading (a campaigning server before it leads, or between terms): every route but
     /// the probes answers 503 `NOT_LEADER`.
     Standby,
-    /// Serving: the way to the current core task.
+    /// Serving: the way to the current core tasks.
     Active {
-        inputs: mpsc::Sender<Input>,
+        inputs: Cores,
         /// The term's fencing token (campaigning servers).
         epoch: Option<u64>,
         /// The relay failed and could not yet be rebuilt from its store.
@@ -92,6 +100,59 @@ pub(crate) enum Phase {
     },
     /// Shut down: the core task is gone or going.
     Stopping,
+}
+
+/// The inputs of a server's cores, one per shard (one for an unsharded relay), and how a
+/// handler picks the core of a request or an upgrade.
+#[derive(Clone, Debug)]
+pub(crate) struct Cores {
+    map: ShardMap,
+    inputs: Arc<[mpsc::Sender<Input>]>,
+}
+
+impl Cores {
+    /// The cores of the shards of `map`, in shard order.
+    pub(crate) fn new(map: ShardMap, inputs: Vec<mpsc::Sender<Input>>) -> Self {
+        debug_assert_eq!(inputs.len(), usize::from(map.shards()));
+        Self {
+            map,
+            inputs: inputs.into(),
+        }
+    }
+
+    /// The one core of an unsharded relay.
+    pub(crate) fn one(inputs: mpsc::Sender<Input>) -> Self {
+        Self::new(
+            relay_core::handoff::ShardPlace::single().map(),
+            vec![inputs],
+        )
+    }
+
+    /// The core to hand `req` to ([`relay_core::shard_for_request`]: any core decides it
+    /// right; this one seldom forwards it).
+    pub(crate) fn for_request(&self, req: &relay_core::HttpRequest) -> mpsc::Sender<Input> {
+        self.at(relay_core::shard_for_request(self.map, req))
+    }
+
+    /// The core of the account an upgrade's query names (its first core when it names none:
+    /// any core refuses it).
+    pub(crate) fn for_upgrade(&self, query: &str) -> mpsc::Sender<Input> {
+        self.at(relay_core::shard_for_upgrade(self.map, query).unwrap_or(ShardId(0)))
+    }
+
+    /// The core of `user`'s shard.
+    pub(crate) fn for_user(&self, user: &UserUuid) -> mpsc::Sender<Input> {
+        self.at(self.map.of_user(user))
+    }
+
+    /// Every core, in shard order.
+    pub(crate) fn all(&self) -> &[mpsc::Sender<Input>] {
+        &self.inputs
+    }
+
+    fn at(&self, shard: ShardId) -> mpsc::Sender<Input> {
+        self.inputs[usize::from(shard.0) % self.inputs.len()].clone()
+    }
 }
 
 impl Phase {

@@ -51,7 +51,7 @@ mod upgrades;
 
 use answers::{Answers, Parked};
 use inputs::Wakeup;
-pub(super) use inputs::{Connected, CoreParts, Input, Outbound, Phase, TermCtx};
+pub(super) use inputs::{Connected, CoreParts, Cores, Input, Outbound, Phase, TermCtx};
 use sockets::{Farewell, Sent, Sockets};
 use support::{close_code, close_for, next_gone, not_leader_response, pipeline_for};
 
@@ -106,7 +106,14 @@ pub(super) struct Core {
     metrics: Option<Metrics>,
     /// The relay's counters when they were last added to `metrics`.
     exported: RelayStats,
+    /// The cores of the other shards of a sharded server, by shard (this one's place too),
+    /// for what the relay sends them (`Output::Cross`); weak, so that a core still stops
+    /// once the handlers and sockets dropped its inputs.
+    peers: Option<Peers>,
 }
+
+/// The inputs of every core of a sharded server, by shard, held weakly.
+pub(crate) type Peers = Arc<[mpsc::WeakSender<Input>]>;
 
 impl Core {
     #[allow(
@@ -152,7 +159,15 @@ impl Core {
             term,
             metrics,
             exported: RelayStats::default(),
+            peers: None,
         }
+    }
+
+    /// Sends what the relay emits for other shards to their cores, `peers` (a sharded
+    /// server's).
+    pub(super) fn with_peers(mut self, peers: Peers) -> Self {
+        self.peers = Some(peers);
+        self
     }
 
     /// Runs until every input sender is gone (after shutdown: the router and all sockets), or
@@ -350,7 +365,11 @@ impl Core {
                     let _ = reply.send(Err(not_leader_response()));
                 }
                 // Dropping the reply: the handler answers with the server's refusal.
-                Input::AdvanceClock { .. } | Input::Frame { .. } | Input::Disconnect { .. } => {}
+                Input::AdvanceClock { .. }
+                | Input::Frame { .. }
+                | Input::Disconnect { .. }
+                | Input::Cross(_)
+                | Input::Gone(_) => {}
             }
         }
         self.store_down.store(false, Ordering::Relaxed);
@@ -536,6 +555,36 @@ impl Core {
                 self.relay.handle_disconnect(now, conn);
             }
             Input::AdvanceClock { ms, reply } => self.advance_clock(ms, reply),
+            Input::Cross(c) => {
+                if !self.rebuild_pending {
+                    self.relay.handle_crossing(now, c);
+                }
+            }
+            Input::Gone(report) => self.push_gone(&report),
+        }
+    }
+
+    /// Hands `c` to the core of its shard without waiting: a core never blocks on another
+    /// (two that did could wait on each other). A full or gone core loses it, as a network
+    /// would: hand-offs and notices are sent again, a forwarded request or a submission is
+    /// answered by its timeout or its client's retry.
+    fn cross(&self, c: relay_core::handoff::Crossing) {
+        let to = usize::from(c.to().0);
+        let Some(peer) = self
+            .peers
+            .as_ref()
+            .and_then(|p| p.get(to))
+            .and_then(|p| p.upgrade())
+        else {
+            debug!(to, "crossing for a core that is gone: dropped");
+            return;
+        };
+        if let Err(e) = peer.try_send(Input::Cross(c)) {
+            debug!(
+                to,
+                full = matches!(e, mpsc::error::TrySendError::Full(_)),
+                "crossing dropped"
+            );
         }
     }
 
@@ -616,6 +665,7 @@ impl Core {
                         self.parked.answer_http(id, response);
                     }
                     Output::Connect { conn, result } => self.connected(conn, result),
+                    Output::Cross(c) => self.cross(c),
                     #[allow(
                         unreachable_patterns,
                         reason = "relay-core grows outputs; new ones are logged until handled"
