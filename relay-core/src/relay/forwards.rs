@@ -211,7 +211,7 @@ pub fn shard_for_request(map: ShardMap, req: &HttpRequest) -> ShardId {
 /// query names (`user_uuid`); `None` when it names none (any core refuses it).
 pub fn shard_for_upgrade(map: ShardMap, query: &str) -> Option<ShardId> {
     let user = crate::http::query_param(query, "user_uuid")?;
-    Some(map.of_user(&UserUuid::parse(&user).ok()?))
+    Some(map.of_user(&UserUuid::parse(user).ok()?))
 }
 
 /// The refusal of a request another shard decides when it cannot wait for the answer (a
