@@ -425,7 +425,7 @@ impl RelayServer {
         let (fatal_tx, fatal_rx) = oneshot::channel::<String>();
         let mode = std::mem::replace(&mut self.mode, Mode::Single(vec![Box::new(no_relay)]));
         let core = match mode {
-            Mode::Single(open) => self.start_single::<N>(open, &ctx, &phase_tx, stop_rx)?,
+            Mode::Single(openers) => self.start_single::<N>(openers, &ctx, &phase_tx, &stop_rx)?,
             Mode::Campaign(leadership) => {
                 self.start_campaign::<N>(leadership, ctx, &phase_tx, stop_rx, fatal_tx)
             }
@@ -526,7 +526,7 @@ impl RelayServer {
         openers: Vec<RelayOpener>,
         ctx: &CoreCtx,
         phase: &watch::Sender<Phase>,
-        stop: watch::Receiver<bool>,
+        stop: &watch::Receiver<bool>,
     ) -> io::Result<tokio::task::JoinHandle<()>> {
         let mut relays = Vec::with_capacity(openers.len());
         for mut open in openers {
