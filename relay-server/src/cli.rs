@@ -184,6 +184,14 @@ pub(crate) struct Args {
           default_value_t = relay_server::READ_THREADS, help_heading = STORE)]
     pub(crate) read_threads: usize,
 
+    /// Shards of the relay: its accounts are spread over N relay cores (tasks) over the one
+    /// store, each the only owner of its shard's state, with what crosses between shards
+    /// handed over exactly once (ARCHITECTURE "Running N active relays"). 1 is an unsharded
+    /// relay. With --memory and --data; a --postgres relay runs one.
+    #[arg(long, value_name = "N", env = "RELAY_SHARDS", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=1024), help_heading = STORE)]
+    pub(crate) shards: u16,
+
     // ------------------------------------------------------------------ secrets
     /// Directory of the key files every relay of a PostgreSQL database shares:
     /// DIR/jwt-signing.key (and DIR/vapid.pem with --vapid-subject), created mode 0600 on first

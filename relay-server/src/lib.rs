@@ -557,10 +557,11 @@ impl RelayServer {
             (gone, _) => (gone, None),
         };
         drop(cores);
-        let mut push = parts.push;
         let mut tasks = Vec::with_capacity(relays.len());
         for ((relay, open), inputs) in relays.into_iter().zip(receivers) {
-            let core = ctx.core(relay, open, push.take(), Arc::clone(&store_down), None);
+            // Every core pushes through the one worker.
+            let push = parts.push.as_ref().map(|PushSink(worker)| PushSink(worker.clone()));
+            let core = ctx.core(relay, open, push, Arc::clone(&store_down), None);
             let core = if sharded {
                 core.with_peers(Arc::clone(&peers))
             } else {

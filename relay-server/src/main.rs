@@ -262,8 +262,17 @@ async fn run(args: Args) -> Result<()> {
     // process's (removed when it exits), never its memory.
     let spool = media_spool(&args, &store)?;
     let spool_dir = spool.as_ref().map(|d| d.path().to_path_buf());
+    if args.shards > 1 && matches!(store, StoreChoice::Postgres(_)) {
+        anyhow::bail!(
+            "--shards {} with --postgres: a relay that campaigns on PostgreSQL runs one shard \
+             (sharding with --memory or --data)",
+            args.shards
+        );
+    }
     let mut server = match store {
-        StoreChoice::Memory => memory_server(config, seed, metrics.clone(), spool_dir)?,
+        StoreChoice::Memory => {
+            memory_server(config, seed, metrics.clone(), spool_dir, args.shards)?
+        }
         StoreChoice::Sqlite(dir) => sqlite_server(&args, config, &dir, seed, metrics.clone())?,
         StoreChoice::Postgres(database) => postgres_server(
             &args,
@@ -379,6 +388,7 @@ fn memory_server(
     seed: u64,
     metrics: Option<Metrics>,
     spool: Option<PathBuf>,
+    shards: u16,
 ) -> Result<RelayServer> {
     warn!("--memory: nothing survives a restart");
     // A fresh random key per process (a seed-derived one could be recomputed).
@@ -387,9 +397,13 @@ fn memory_server(
         .map_err(|e| anyhow::anyhow!("reading OS randomness for the JWT key: {e}"))?;
     config.jwt_signing_key = Some(relay_core::JwtSigningKey(key));
     let store = MemoryStore::new();
-    Ok(RelayServer::new(move || {
+    Ok(RelayServer::sharded(shards, move |place| {
+        let config = Config {
+            shard: place,
+            ..config.clone()
+        };
         Relay::with_blobs(
-            config.clone(),
+            config,
             metered(metrics.as_ref(), store.clone()),
             spool_blobs(spool.as_deref())?,
             seed,
@@ -418,13 +432,17 @@ fn sqlite_server(
         None
     };
     config.jwt_signing_key = Some(jwt_key(args, dir, legacy)?);
-    info!(store = %store_path.display(), "durable store");
-    Ok(RelayServer::new(move || {
+    info!(store = %store_path.display(), shards = args.shards, "durable store");
+    Ok(RelayServer::sharded(args.shards, move |place| {
         let store = SqliteStore::open(&store_path)?;
         let blobs = FsBlobStore::open(&blob_dir)
             .map_err(|e| relay_core::store::StoreError::Backend(e.to_string()))?;
         let store = metered(metrics.as_ref(), store);
-        Relay::with_blobs(config.clone(), store, Box::new(blobs), seed)
+        let config = Config {
+            shard: place,
+            ..config.clone()
+        };
+        Relay::with_blobs(config, store, Box::new(blobs), seed)
     }))
 }
 

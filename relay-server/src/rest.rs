@@ -396,10 +396,11 @@ async fn advance_clock(app: &App, body: &[u8]) -> Response {
     let Some(cores) = app.cores() else {
         return app.refusal();
     };
-    // Every core moves its clock (they read one clock; each fires its own timers), and the
-    // answer waits for all of them.
-    let mut answers = Vec::with_capacity(cores.all().len());
-    for inputs in cores.all() {
+    // The cores read one clock: the first moves it, then every other fires what became due
+    // on its own shard (a move of 0); the answer waits for all of them.
+    let mut latest = None;
+    for (i, inputs) in cores.all().iter().enumerate() {
+        let ms = if i == 0 { ms } else { 0 };
         let (reply, answer) = oneshot::channel();
         if inputs
             .send(Input::AdvanceClock { ms, reply })
@@ -408,10 +409,6 @@ async fn advance_clock(app: &App, body: &[u8]) -> Response {
         {
             return app.refusal();
         }
-        answers.push(answer);
-    }
-    let mut latest = None;
-    for answer in answers {
         match answer.await {
             Ok(now) => latest = latest.max(Some(now)),
             Err(_) => return app.refusal(),

@@ -23,6 +23,10 @@ const STATEMENT_CACHE_CAPACITY: usize = 4 * Table::ALL.len();
 /// WAL reader must wait for).
 const READ_BUSY_TIMEOUT_MS: u64 = 5_000;
 
+/// How long the write connection waits for the database's write lock: only the cores of
+/// other shards of a sharded relay (`relay --shards`) commit to the same file, one at a time.
+const WRITE_BUSY_TIMEOUT_MS: u64 = 5_000;
+
 /// Schema version written by this build.
 ///
 /// 1: one `(k, v)` table per [`Table`]. 2: an `expires_at` column (with its index) in the
@@ -145,6 +149,8 @@ impl SqliteStore {
     fn init(conn: Connection, target: PathBuf) -> Result<Self, StoreError> {
         // One upsert and one delete per table stay prepared across commits.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+        conn.busy_timeout(std::time::Duration::from_millis(WRITE_BUSY_TIMEOUT_MS))
+            .map_err(|e| backend(&e))?;
         // `journal_mode` returns a row, so it is read rather than executed.
         let _mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
