@@ -33,6 +33,36 @@ async fn suite_passes_against_the_embedded_relay_on_loopback() {
     common::verdict("loopback", &reports, &url, Profile::Reference);
 }
 
+/// The whole suite against a sharded relay: three relay cores over one store, each the owner
+/// of its shard's accounts (`relay --shards 3`). What a client sees is the unsharded relay's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_passes_against_a_sharded_embedded_relay_on_loopback() {
+    let options = relay_server::embedded::TestRelayOptions {
+        shards: 3,
+        ..Default::default()
+    };
+    let relay = relay_server::embedded::start_test_relay::<seam::net::Tokio>(options)
+        .await
+        .expect("sharded embedded relay");
+    let endpoint = Endpoint::parse(&relay.base_url).expect("endpoint");
+    let transports = transport::loopback_factory(endpoint);
+    let hooks = embedded::loopback_hooks().await.expect("push probe");
+    let shared = Arc::new(
+        Shared::new(
+            hooks,
+            common::SEED,
+            Duration::from_secs(5),
+            Duration::from_millis(300),
+        )
+        .with_profile(Profile::Reference),
+    );
+    let cfg = common::config(8);
+    let reports = runner::run(cases::all(), transports, shared, &cfg, &|_| {}).await;
+    let url = relay.base_url.clone();
+    relay.stop().await;
+    common::verdict("loopback, 3 shards", &reports, &url, Profile::Reference);
+}
+
 /// Runs the cases with ids starting with `only` through a fault proxy per case.
 async fn run_faulted(only: &[&str], plan: &str, seed: u64) -> (Vec<runner::CaseReport>, String) {
     let relay = embedded::start_loopback().await.expect("embedded relay");

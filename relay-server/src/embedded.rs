@@ -101,6 +101,8 @@ pub struct TestRelayOptions {
     /// Delivers Web Push (see the module doc); off: no push delivery, and the VAPID route
     /// serves the placeholder.
     pub web_push: bool,
+    /// Relay cores, one per shard ([`RelayServer::sharded`]; default 1).
+    pub shards: u16,
 }
 
 impl fmt::Debug for TestRelayOptions {
@@ -131,6 +133,7 @@ impl Default for TestRelayOptions {
             msgs_per_min_per_user: Config::default().msgs_per_min_per_user,
             clock: TestClock::System,
             web_push: true,
+            shards: 1,
         }
     }
 }
@@ -193,7 +196,8 @@ pub fn test_relay_server_with(options: &TestRelayOptions, config: Config) -> Rel
         #[cfg(feature = "turmoil")]
         TestClock::Sim => Arc::new(SimClock::default()),
     };
-    let mut server = RelayServer::in_memory(
+    let mut server = RelayServer::in_memory_sharded(
+        options.shards,
         config,
         options.seed,
         MemoryStore::new(),

@@ -560,7 +560,10 @@ impl RelayServer {
         let mut tasks = Vec::with_capacity(relays.len());
         for ((relay, open), inputs) in relays.into_iter().zip(receivers) {
             // Every core pushes through the one worker.
-            let push = parts.push.as_ref().map(|PushSink(worker)| PushSink(worker.clone()));
+            let push = parts
+                .push
+                .as_ref()
+                .map(|PushSink(worker)| PushSink(worker.clone()));
             let core = ctx.core(relay, open, push, Arc::clone(&store_down), None);
             let core = if sharded {
                 core.with_peers(Arc::clone(&peers))
