@@ -80,7 +80,7 @@ mod seeds;
 mod time;
 mod world;
 
-pub use runner::{Replay, RunConfig, RunReport, RunStats, run};
+pub use runner::{Replay, RunConfig, RunReport, RunStats, ShardsChoice, run};
 pub use time::SkewClock;
 
 /// Whether tokio's random choices (which ready branch an unbiased `select!` takes, in which

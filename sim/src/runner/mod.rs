@@ -79,6 +79,8 @@ pub struct RunConfig {
     pub faults: FaultSelection,
     /// Which store the relay uses.
     pub store: StoreChoice,
+    /// How many relay cores (shards) the relay runs.
+    pub shards: ShardsChoice,
     /// Which class of run (see [`crate::class`]).
     pub class: ClassChoice,
     /// Scan every log event (DEBUG and above) for the canary oracle.
@@ -107,6 +109,7 @@ impl RunConfig {
             clients: Some(4),
             faults: FaultSelection::Swarm,
             store: StoreChoice::Drawn,
+            shards: ShardsChoice::Fixed(1),
             class: ClassChoice::Mixed,
             capture_logs: true,
             log: None,
@@ -164,6 +167,10 @@ impl RunConfig {
             drills: Drill::of_class(class),
             scenario,
             plan,
+            shards: match self.shards {
+                ShardsChoice::Fixed(n) => n.max(1),
+                ShardsChoice::Drawn => relay::relay_shards(self.seed),
+            },
         }
     }
 }
@@ -185,6 +192,47 @@ pub struct Replay {
     pub scenario: Scenario,
     /// The fault plan.
     pub plan: FaultPlan,
+    /// Relay cores (shards) of the relay (replay files written before shards existed: 1).
+    #[serde(default = "one_shard")]
+    pub shards: u16,
+}
+
+/// An unsharded relay's one core.
+fn one_shard() -> u16 {
+    1
+}
+
+/// How many relay cores (shards) a run's relay runs: a fixed number, or drawn from the seed
+/// (1 to 4; `relay --shards`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardsChoice {
+    /// This many.
+    Fixed(u16),
+    /// Drawn per seed.
+    Drawn,
+}
+
+impl std::str::FromStr for ShardsChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "drawn" {
+            return Ok(Self::Drawn);
+        }
+        match s.parse::<u16>() {
+            Ok(n) if (1..=1024).contains(&n) => Ok(Self::Fixed(n)),
+            _ => Err(format!("expected `drawn` or a shard count 1..=1024, got {s:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for ShardsChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Fixed(n) => write!(f, "{n}"),
+            Self::Drawn => f.write_str("drawn"),
+        }
+    }
 }
 
 /// The outcome of one run.
@@ -200,6 +248,8 @@ pub struct RunReport {
     pub scenario: Scenario,
     /// The fault plan that ran.
     pub plan: FaultPlan,
+    /// Relay cores (shards) of the relay.
+    pub shards: u16,
     /// Application-level trace lines.
     pub trace: Vec<String>,
     /// SHA-256 of the trace.
@@ -237,6 +287,7 @@ impl RunReport {
             drills: self.drills.clone(),
             scenario: self.scenario.clone(),
             plan: self.plan.clone(),
+            shards: self.shards,
         }
     }
 }
@@ -294,6 +345,7 @@ pub fn run(config: &RunConfig) -> RunReport {
         drills: replay.drills,
         scenario: replay.scenario,
         plan: replay.plan,
+        shards: replay.shards,
         trace: lines,
         trace_hash,
         violations: inner.violations,

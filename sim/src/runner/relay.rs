@@ -204,14 +204,26 @@ pub(super) fn add_relay_hosts(
             add_campaigning_relay(sim, host, &relay, derive_u64(seed, TAG_RELAY, n as u64 + 1));
         }
     } else {
-        add_relay(sim, relay, derive_u64(seed, TAG_RELAY, 0), inline);
+        let shards = parts.replay.shards;
+        add_relay(sim, relay, derive_u64(seed, TAG_RELAY, 0), (inline, shards));
     }
 }
 
+/// Relay cores of a run's relay, one per shard (`relay --shards`): 1 to [`MAX_RELAY_SHARDS`],
+/// drawn from the seed (a campaigning relay of the failover topology runs one).
+pub(crate) fn relay_shards(seed: u64) -> u16 {
+    let n = derive_u64(seed, TAG_RELAY, 10) % u64::from(MAX_RELAY_SHARDS);
+    1 + u16::try_from(n).unwrap_or(0)
+}
+
+/// The most relay cores a run's relay has.
+pub(crate) const MAX_RELAY_SHARDS: u16 = 4;
+
 /// The one relay of a run: a supervisor that starts the relay again when it exits (the
 /// relay binary exits when it cannot open its store at start, e.g. the store is down). It
-/// commits `inline` on its core task, or pipelined on a task ([`commit_mode`]).
-fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, inline: bool) {
+/// commits `inline` on its core tasks, or pipelined on a task ([`commit_mode`]), and runs
+/// `shards` relay cores over the store.
+fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, (inline, shards): (bool, u16)) {
     // Counted across the host's power cycles (each runs this closure again).
     let starts = Arc::new(AtomicU64::new(0));
     sim.host(RELAY, move || {
@@ -233,16 +245,20 @@ fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, inline: bool
                     commit_mode(&store)
                 };
                 let reads = read_mode(&store);
-                let open = move || {
+                let open = move |place| {
+                    let config = Config {
+                        shard: place,
+                        ..config.clone()
+                    };
                     Relay::with_blobs(
-                        config.clone(),
+                        config,
                         Box::new(store.open()?),
                         Box::new(blobs.clone()),
                         relay_seed,
                     )
                 };
                 let delivery = relay.deliver_pushes.then_some(delivery);
-                let server = RelayServer::new(open)
+                let server = RelayServer::sharded(shards, open)
                     .with_commit_mode(commit)
                     .with_read_mode(reads)
                     .with_metrics(relay.metrics.clone());

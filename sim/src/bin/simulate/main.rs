@@ -29,6 +29,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use sim::class::ClassChoice;
 use sim::faults::{FaultSelection, StoreChoice};
+use sim::ShardsChoice;
 use sim::oracles::Oracle;
 use sim::report::{SummaryRow, Timeline};
 use sim::scenario::Scale;
@@ -83,6 +84,10 @@ struct Args {
     /// The relay's store: `drawn` (SQLite in about a third of the seeds), `memory`, `sqlite`.
     #[arg(long, default_value = "drawn")]
     store: StoreChoice,
+
+    /// Relay cores of the relay (`relay --shards`): a count, or `drawn` (1 to 4 per seed).
+    #[arg(long, default_value = "1")]
+    shards: ShardsChoice,
 
     /// Seed class: `mixed` (a quarter of the seeds each), or one of `standard`, `days` (the
     /// world's clock jumps across idle stretches: three days and more of TTLs, token
@@ -260,6 +265,9 @@ pub(crate) fn options_line_with(args: &Args, faults: &FaultSelection) -> String 
         "--scale {} --faults {faults} --store {}",
         args.scale, args.store
     );
+    if args.shards != ShardsChoice::Fixed(1) {
+        let _ = write!(s, " --shards {}", args.shards);
+    }
     if let Some(c) = args.clients {
         let _ = write!(s, " --clients {c}");
     }
@@ -327,6 +335,7 @@ pub(crate) fn config(args: &Args, seed: u64) -> RunConfig {
         clients: args.clients.or((args.scale == Scale::Small).then_some(4)),
         faults: args.faults.clone(),
         store: args.store,
+        shards: args.shards,
         class: args.class,
         capture_logs: !args.no_log_capture,
         log: args.log.clone(),
