@@ -197,6 +197,25 @@ impl Directory {
         (old, new)
     }
 
+    /// The account `user`'s shard bound `alias` to it at `at` (another shard's account): the
+    /// copy in memory, if any, takes it unless it has that bind or a later one (what the store
+    /// holds already: nothing is pinned).
+    pub(crate) fn refresh_alias(&mut self, user: &UserUuid, alias: &AliasId, at: wire::UnixMs) {
+        let Some(old) = self.cached(user).cloned() else {
+            return;
+        };
+        if old.alias_at >= at || old.alias_id == *alias {
+            return;
+        }
+        let mut new = AccountRow::clone(&old);
+        new.alias_id = alias.clone();
+        new.alias_at = at;
+        self.unindex(&old);
+        self.index(&new);
+        let new = Arc::new(new);
+        self.accounts.update(user, |c| *c = Cached(new));
+    }
+
     /// Moves the accounts written since the last move into `batch` ([`Lru::move_written`]).
     pub(crate) fn move_written(&mut self, batch: &mut Vec<UserUuid>) {
         self.accounts.move_written(batch);

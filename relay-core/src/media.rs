@@ -411,8 +411,12 @@ impl Cx<'_> {
     }
 
     /// Startup: removes blobs that no committed upload names (a crash between a blob write
-    /// and its metadata commit, or between a commit and its blob deletion).
+    /// and its metadata commit, or between a commit and its blob deletion). Only at the shard
+    /// that holds the uploads, the registry's: another shard's core knows none of them.
     pub(crate) fn purge_orphan_blobs(&mut self) -> Result<(), BlobError> {
+        if self.config.shard.me() != crate::handoff::REGISTRY_SHARD {
+            return Ok(());
+        }
         for id in self.blobs_mut().list()? {
             let known = UploadId::parse(&id)
                 .ok()

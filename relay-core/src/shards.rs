@@ -330,7 +330,13 @@ impl Cx<'_> {
                 self.confirm_to_buyer(user, order_id, ref_id, at);
                 true
             }
-            Notice::Rebind { user, alias, at } => self.take_rebind(&user, alias, at),
+            Notice::Rebind { user, alias, at } => self.take_rebind(&user, &alias, at),
+            Notice::Alias {
+                user, alias, at, ..
+            } => {
+                self.state.refresh_alias(&user, &alias, at);
+                true
+            }
         };
         if taken {
             self.stats.notices_taken += 1;
@@ -435,9 +441,16 @@ impl Cx<'_> {
                 at: h.item.at,
             };
             let (recipient, conv) = (&h.stream.recipient, &h.stream.conv);
+            self.stats.handoffs_applied += 1;
+            // Retracted before it came (the retraction's notice and the hand-off race): its
+            // retraction is kept for the recipient, and the message is never queued.
+            let key = (recipient.clone(), conv.clone(), queued.id.clone());
+            if self.state.pending_retracts().contains_key(&key) {
+                probes::probe!("retract:before-handoff");
+                continue;
+            }
             self.state
                 .put_message(conv, &h.item.author, recipient, queued);
-            self.stats.handoffs_applied += 1;
         }
         if let Some(ack) = self.state.mark_applied(owner, &stream, through) {
             self.stage(Output::Cross(Crossing::Applied(ack)));

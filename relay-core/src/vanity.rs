@@ -370,20 +370,34 @@ impl Cx<'_> {
     /// A bind the registry shard decided, for `user`, a user of this shard: its account takes
     /// `alias` unless a later bind was applied already. `false`: the account could not be read
     /// (it comes again).
-    pub(crate) fn take_rebind(&mut self, user: &UserUuid, alias: AliasId, at: UnixMs) -> bool {
+    pub(crate) fn take_rebind(&mut self, user: &UserUuid, alias: &AliasId, at: UnixMs) -> bool {
         let Ok(account) = self.account(user) else {
             return false;
         };
         let Some(account) = account else {
             return true;
         };
-        if account.alias_at >= at || account.alias_id == alias {
+        if account.alias_at >= at || account.alias_id == *alias {
             return true;
         }
         let mut account = AccountRow::clone(&account);
-        account.alias_id = alias;
+        account.alias_id = alias.clone();
         account.alias_at = at;
         self.state.put_account(account);
+        // Every other shard's copy of the account takes the new alias.
+        let place = self.config.shard;
+        for i in 0..place.map().shards() {
+            let shard = crate::handoff::ShardId(i);
+            if shard != place.me() {
+                let notice = Notice::Alias {
+                    user: user.clone(),
+                    alias: alias.clone(),
+                    at,
+                    shard,
+                };
+                self.send_notice(at, shard, notice);
+            }
+        }
         true
     }
 }

@@ -65,7 +65,9 @@ pub const MAX_IN_FLIGHT_PER_SHARD: usize = 256;
 pub const MAX_HELD: usize = 4_096;
 
 /// A shard: one owner of a share of the users and of the conversations they own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct ShardId(pub u16);
 
 /// Users hashed into a fixed number of shards.

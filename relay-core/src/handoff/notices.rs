@@ -68,6 +68,19 @@ pub enum Notice {
         /// When it was confirmed.
         at: UnixMs,
     },
+    /// `user`'s shard changed the account's alias to `alias` (bound at `at`): shard `shard`'s
+    /// copy of the account, if it holds one, takes it (so that its lookups and routing by
+    /// the new alias find the account).
+    Alias {
+        /// The account.
+        user: UserUuid,
+        /// Its new alias.
+        alias: wire::AliasId,
+        /// When it was bound.
+        at: UnixMs,
+        /// The shard whose copy it is for.
+        shard: ShardId,
+    },
     /// The registry shard bound `alias` to `user` at `at` (a vanity bind): `user`'s shard
     /// changes the account (its alias and the alias's lookup row).
     Rebind {
@@ -156,6 +169,10 @@ impl Notice {
             Self::Rebind { user, .. } => NoticeKey {
                 user: user.clone(),
                 what: "alias".to_owned(),
+            },
+            Self::Alias { user, shard, .. } => NoticeKey {
+                user: user.clone(),
+                what: format!("alias/{}", shard.0),
             },
         }
     }

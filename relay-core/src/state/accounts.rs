@@ -5,8 +5,15 @@ use crate::directory::Lookup;
 use crate::rows::AccountRow;
 use crate::state::State;
 use crate::store::Table;
+use wire::{AliasId, UnixMs, UserUuid};
 
 impl State {
+    /// Another shard's account changed its alias (`crate::handoff::Notice::Alias`): the copy
+    /// in memory takes it; nothing is written (the account's shard wrote it).
+    pub(crate) fn refresh_alias(&mut self, user: &UserUuid, alias: &AliasId, at: UnixMs) {
+        self.directory.refresh_alias(user, alias, at);
+    }
+
     /// Writes account `a` (a new account, or a new state of one read in the same input) and
     /// its lookup keys that changed: the index rows of names it no longer has are deleted
     /// (another account may take them later), those of new names put.

@@ -251,6 +251,7 @@ fn notice_source(notice: &Notice, place: ShardPlace) -> bool {
         } => map.owner_of([author, recipient]),
         Notice::Contact { row, .. } => map.owner_of([&row.requester, &row.addressee]),
         Notice::Confirmed { .. } | Notice::Rebind { .. } => crate::handoff::REGISTRY_SHARD,
+        Notice::Alias { user, .. } => map.of_user(user),
     };
     source == place.me()
 }

@@ -208,6 +208,14 @@ fn a_confirmation_and_a_bind_for_a_buyer_of_another_shard_reach_it_there() {
         Some(&users[1].token.clone()),
     );
     assert_eq!(r.status, 200, "{:?}", r.body_json());
+    // The other shard's copy of the account (the registry read it for the bind) takes the
+    // new alias: its users find the buyer by it.
+    let w = &mut two.shards[0];
+    let r = w.get(
+        &paths::with(paths::USER, "88888888"),
+        Some(&users[0].token.clone()),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
     // A retry of the bind is answered again, not refused.
     let (r, _) = at(
         &mut two,

@@ -221,7 +221,9 @@ impl std::str::FromStr for ShardsChoice {
         }
         match s.parse::<u16>() {
             Ok(n) if (1..=1024).contains(&n) => Ok(Self::Fixed(n)),
-            _ => Err(format!("expected `drawn` or a shard count 1..=1024, got {s:?}")),
+            _ => Err(format!(
+                "expected `drawn` or a shard count 1..=1024, got {s:?}"
+            )),
         }
     }
 }

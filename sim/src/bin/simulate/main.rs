@@ -27,9 +27,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
+use sim::ShardsChoice;
 use sim::class::ClassChoice;
 use sim::faults::{FaultSelection, StoreChoice};
-use sim::ShardsChoice;
 use sim::oracles::Oracle;
 use sim::report::{SummaryRow, Timeline};
 use sim::scenario::Scale;
