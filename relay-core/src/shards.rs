@@ -54,7 +54,7 @@ impl Cx<'_> {
 
     /// The user's side: the request being handled (`Cx::request`) of `user` is decided by
     /// shard `owner` and goes there; the dispatcher withholds the response this returns, and
-    /// the owner's answer comes back ([`Cx::on_answered`]). A request that cannot wait for an
+    /// the owner's answer comes back (`Relay::on_answered`). A request that cannot wait for an
     /// answer (a shell that does not number its requests, or too many waiting) is answered
     /// 503 `STORAGE_UNAVAILABLE`.
     pub(crate) fn forward(

@@ -8,7 +8,7 @@
 //! whose check of the token's session is the one that counts (another shard's copy of the
 //! account may be stale): a request for the registry that reaches a shard other than its
 //! caller's goes to the caller's shard first. The shard that forwarded a request waits for its
-//! answer ([`Awaiting`]) and passes it on, to the shell or to the shard it came from; one that
+//! answer ([`Awaiting`](crate::handoff::Awaiting)) and passes it on, to the shell or to the shard it came from; one that
 //! does not come in [`FORWARD_TIMEOUT_MS`](crate::handoff::FORWARD_TIMEOUT_MS) is a 503.
 
 use wire::{ErrorCode, UnixMs, UserUuid};
