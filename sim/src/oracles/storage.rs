@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `seq-unique` | in the relay's committed rows, a message id of a conversation is stored once, with one author and one seq (a resend is deduplicated, never stored again; the other member's use of it is refused), and a seq of a conversation belongs to one message (never reused, e.g. after a restart) |
 //! | `fail-stop` | every message acknowledged and every order handed out was committed first (the store's history has it) |
-//! | `retract-drops` | once a retract is committed (the message's tombstone marked retracted), no queued copy of the message is left in the committed rows: the copy's deletion is in that commit, or the copy was gone before |
+//! | `retract-drops` | once a retract is committed (the message's tombstone marked retracted), no queued copy of the message is left in the committed rows: the copy's deletion is in that commit, or the copy was gone before; with a sharded relay, where the recipient's copy is another shard's, the retract commits a notice for that shard, and the copy's deletion comes at the latest in the commit where that shard took it (the notice row's deletion follows it) |
 //! | `receipt-drops` | once a receipt mark is committed, no committed queued copy of a message it covers is left for its reader (the deletion is in that commit, or was before) |
 //! | `store-intact` | every reopen of the store (restart, rebuild) loads exactly what was committed, every table and row (SQLite); nothing is committed while the relay is powered off |
 //! | `queue-summaries` | in the relay's final rows, the queue index holds one row per non-empty queue, saying what its stored messages give (messages, bytes, oldest, sender) between the members of a stored conversation: the relay reads queues only when needed and trusts the index for its bounds and timers meanwhile |
@@ -30,7 +30,13 @@ pub(super) fn retract_drops(input: &Input<'_>, out: &mut Vec<Violation>) {
         .values()
         .filter_map(|m| {
             let retracted = *input.history.retracted_ids.get(&m.id)?;
-            (m.at_ms <= retracted && m.deleted_ms.is_none_or(|d| d > retracted)).then(|| {
+            // A notice of the retract for the recipient's shard: the copy goes by the time
+            // that shard took it (not taken by the end: the outbox oracles judge the notice).
+            let due = match input.history.retract_notices.get(&m.id) {
+                Some(&(put, taken)) if put <= retracted => taken?,
+                _ => retracted,
+            };
+            (m.at_ms <= due && m.deleted_ms.is_none_or(|d| d > due)).then(|| {
                 let until = m
                     .deleted_ms
                     .map_or_else(|| "the end".to_owned(), |d| format!("{d} ms"));

@@ -129,6 +129,10 @@ pub struct History {
     /// Message ids whose tombstone was committed as retracted (the relay accepted the
     /// retract), with the simulated ms of that commit.
     pub retracted_ids: BTreeMap<String, u64>,
+    /// A sharded relay's retractions for another shard's recipient, by message id: when the
+    /// first notice row of it was committed and when one of its rows was first deleted (the
+    /// recipient's shard took it), in simulated ms.
+    pub retract_notices: BTreeMap<String, (u64, Option<u64>)>,
     /// Every order id with a committed row.
     pub orders: BTreeSet<String>,
     /// When each order's row was first committed confirmed (simulated ms).
@@ -176,6 +180,12 @@ pub struct Counts {
     pub failed_reads: u64,
     /// Commits and loads refused because their epoch was over (failover topology).
     pub fenced: u64,
+}
+
+/// The message id a notice row's key names when it is a retraction's
+/// (`{shard}/{recipient}/{conv}/retract/{id}`, relay-core's `handoff::NoticeKey`).
+fn retracted_by_notice(key: &str) -> Option<String> {
+    key.rsplit_once("/retract/").map(|(_, id)| id.to_owned())
 }
 
 fn json(value: &[u8]) -> Option<serde_json::Value> {
@@ -274,6 +284,11 @@ impl History {
                         let row = String::from_utf8_lossy(value).into_owned();
                         self.push_targets.push((at, key.to_owned(), row));
                     }
+                    Table::Notices => {
+                        if let Some(id) = retracted_by_notice(key) {
+                            self.retract_notices.entry(id).or_insert((at, None));
+                        }
+                    }
                     Table::Spent => {
                         let owner = json(value).map(|v| text(&v, "owner")).unwrap_or_default();
                         if !self.spent_live.contains_key(key) {
@@ -298,6 +313,16 @@ impl History {
                         row.deleted_ms.get_or_insert(at);
                     }
                     self.queued.delete(key);
+                }
+                MutationRef::Delete {
+                    table: Table::Notices,
+                    key,
+                } => {
+                    if let Some(n) = retracted_by_notice(key)
+                        .and_then(|id| self.retract_notices.get_mut(&id))
+                    {
+                        n.1.get_or_insert(at);
+                    }
                 }
                 MutationRef::Delete {
                     table: Table::Spent,
