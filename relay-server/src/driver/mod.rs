@@ -620,23 +620,7 @@ impl Core {
             while let Some(output) = self.relay.poll_output() {
                 match output {
                     Output::Send { conn, frame } => {
-                        if !self.sockets.is_open(conn) {
-                            trace!(conn = conn.0, "frame for a socket already gone");
-                            continue;
-                        }
-                        trace!(conn = conn.0, frame = frame.frame_type(), "frame out");
-                        if let Some(metrics) = &self.metrics {
-                            metrics.frame_sent(&frame);
-                        }
-                        let text = match &last {
-                            Some((f, text)) if *f == frame => text.clone(),
-                            _ => {
-                                let text = Utf8Bytes::from(frame.encode());
-                                last = Some((frame, text.clone()));
-                                text
-                            }
-                        };
-                        if !self.deliver(conn, text) {
+                        if !self.send_frame(conn, frame, &mut last) {
                             overflowed.push(conn);
                         }
                     }
@@ -681,6 +665,34 @@ impl Core {
                 self.relay.handle_disconnect(now, conn);
             }
         }
+    }
+
+    /// Queues `frame` on `conn` if it is open, encoded once for a run of the same frame
+    /// (`last`: the frame encoded last, and its text); `false` when the socket's queue is full
+    /// (it is then dropped).
+    fn send_frame(
+        &mut self,
+        conn: ConnId,
+        frame: ServerFrame,
+        last: &mut Option<(ServerFrame, Utf8Bytes)>,
+    ) -> bool {
+        if !self.sockets.is_open(conn) {
+            trace!(conn = conn.0, "frame for a socket already gone");
+            return true;
+        }
+        trace!(conn = conn.0, frame = frame.frame_type(), "frame out");
+        if let Some(metrics) = &self.metrics {
+            metrics.frame_sent(&frame);
+        }
+        let text = match last {
+            Some((f, text)) if *f == frame => text.clone(),
+            _ => {
+                let text = Utf8Bytes::from(frame.encode());
+                *last = Some((frame, text.clone()));
+                text
+            }
+        };
+        self.deliver(conn, text)
     }
 
     /// The close code and reason of `reason`; a commit that failed because this relay's term

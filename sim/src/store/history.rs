@@ -318,8 +318,8 @@ impl History {
                     table: Table::Notices,
                     key,
                 } => {
-                    if let Some(n) = retracted_by_notice(key)
-                        .and_then(|id| self.retract_notices.get_mut(&id))
+                    if let Some(n) =
+                        retracted_by_notice(key).and_then(|id| self.retract_notices.get_mut(&id))
                     {
                         n.1.get_or_insert(at);
                     }
