@@ -13,9 +13,13 @@ use seam::net::Endpoint;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suite_passes_against_the_embedded_relay_on_loopback() {
     let relay = embedded::start_loopback().await.expect("embedded relay");
+    whole_suite_passes(relay, "loopback").await;
+}
+
+/// Every case, every hook (the push probe included: PUSH-008 runs), against `relay`.
+async fn whole_suite_passes(relay: embedded::EmbeddedRelay, label: &str) {
     let endpoint = Endpoint::parse(&relay.base_url).expect("endpoint");
     let transports = transport::loopback_factory(endpoint);
-    // Every hook, the push probe included: PUSH-008 runs.
     let hooks = embedded::loopback_hooks().await.expect("push probe");
     let shared = Arc::new(
         Shared::new(
@@ -30,7 +34,7 @@ async fn suite_passes_against_the_embedded_relay_on_loopback() {
     let reports = runner::run(cases::all(), transports, shared, &cfg, &|_| {}).await;
     let url = relay.base_url.clone();
     relay.stop().await;
-    common::verdict("loopback", &reports, &url, Profile::Reference);
+    common::verdict(label, &reports, &url, Profile::Reference);
 }
 
 /// The whole suite against a sharded relay: three relay cores over one store, each the owner
@@ -44,23 +48,7 @@ async fn suite_passes_against_a_sharded_embedded_relay_on_loopback() {
     let relay = relay_server::embedded::start_test_relay::<seam::net::Tokio>(options)
         .await
         .expect("sharded embedded relay");
-    let endpoint = Endpoint::parse(&relay.base_url).expect("endpoint");
-    let transports = transport::loopback_factory(endpoint);
-    let hooks = embedded::loopback_hooks().await.expect("push probe");
-    let shared = Arc::new(
-        Shared::new(
-            hooks,
-            common::SEED,
-            Duration::from_secs(5),
-            Duration::from_millis(300),
-        )
-        .with_profile(Profile::Reference),
-    );
-    let cfg = common::config(8);
-    let reports = runner::run(cases::all(), transports, shared, &cfg, &|_| {}).await;
-    let url = relay.base_url.clone();
-    relay.stop().await;
-    common::verdict("loopback, 3 shards", &reports, &url, Profile::Reference);
+    whole_suite_passes(relay, "loopback, 3 shards").await;
 }
 
 /// Runs the cases with ids starting with `only` through a fault proxy per case.

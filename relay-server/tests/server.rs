@@ -486,23 +486,30 @@ fn relay_crash_and_restart_replays_acked_messages() {
 
 #[tokio::test]
 async fn relay_on_loopback_sockets() {
+    let server = RelayServer::in_memory(config(), SEED, MemoryStore::new(), MemoryBlobStore::new());
+    scenario_and_shutdown_on_loopback(server, "one core").await;
+}
+
+/// The scenario, then a graceful shutdown with a socket open, against `server` on loopback;
+/// returns the uuids of the scenario's two clients.
+async fn scenario_and_shutdown_on_loopback(server: RelayServer, label: &str) -> [String; 2] {
     let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .await
         .unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = Arc::new(Notify::new());
     let stopped = Arc::clone(&stop);
-    let server = RelayServer::in_memory(config(), SEED, MemoryStore::new(), MemoryBlobStore::new());
     let server = tokio::spawn(server.serve::<Tokio>(listener, async move {
         stopped.notified().await;
     }));
     let http = HttpClient::new(Tokio::connector(), Endpoint::from(addr));
-    assert_eq!(scenario(&http).await, expected_scenario());
+    let (trace, users) = scenario_of(&http).await;
+    assert_eq!(trace, expected_scenario(), "{label}");
 
     let carol = register(&http, 3, "carol").await;
     let mut ws = open_ws(&http, &carol).await;
     let seen = shutdown_check(&http, &mut ws, || stop.notify_one()).await;
-    assert_eq!(seen, expected_shutdown());
+    assert_eq!(seen, expected_shutdown(), "{label}");
     drop(ws);
     drop(http);
     tokio::time::timeout(Duration::from_secs(5), server)
@@ -510,6 +517,7 @@ async fn relay_on_loopback_sockets() {
         .expect("graceful shutdown finishes")
         .unwrap()
         .unwrap();
+    users
 }
 
 // ---- the stand-ins, on turmoil
@@ -732,7 +740,7 @@ async fn without_test_mode_the_clock_route_is_unknown() {
     task.await.unwrap().unwrap();
 }
 
-/// The same scenario on a sharded server: two, three and four relay cores over one store,
+/// The same scenario on a sharded server: two, five, seven and eight relay cores over one store,
 /// each serving its shard's accounts, with friendships decided by the pair's owner core, the
 /// registration by the registry core, and messages, receipts and typing notices crossing
 /// between cores. Clients see exactly what an unsharded relay shows them.
@@ -743,12 +751,6 @@ async fn sharded_relay_on_loopback_sockets() {
     // on the core that also decides registrations.
     let mut placements = Vec::new();
     for shards in [2, 5, 7, 8] {
-        let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
-            .await
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        let stop = Arc::new(Notify::new());
-        let stopped = Arc::clone(&stop);
         let server = RelayServer::in_memory_sharded(
             shards,
             config(),
@@ -756,25 +758,9 @@ async fn sharded_relay_on_loopback_sockets() {
             MemoryStore::new(),
             MemoryBlobStore::new(),
         );
-        let server = tokio::spawn(server.serve::<Tokio>(listener, async move {
-            stopped.notified().await;
-        }));
-        let http = HttpClient::new(Tokio::connector(), Endpoint::from(addr));
-        let (trace, users) = scenario_of(&http).await;
-        assert_eq!(trace, expected_scenario(), "{shards} shards");
+        let users = scenario_and_shutdown_on_loopback(server, &format!("{shards} shards")).await;
         let map = relay_core::handoff::ShardMap::new(shards).unwrap();
         placements.push(users.map(|u| map.of_user(&wire::UserUuid::parse(&u).unwrap()).0));
-        let carol = register(&http, 3, "carol").await;
-        let mut ws = open_ws(&http, &carol).await;
-        let seen = shutdown_check(&http, &mut ws, || stop.notify_one()).await;
-        assert_eq!(seen, expected_shutdown(), "{shards} shards");
-        drop(ws);
-        drop(http);
-        tokio::time::timeout(Duration::from_secs(5), server)
-            .await
-            .expect("graceful shutdown finishes")
-            .unwrap()
-            .unwrap();
     }
     assert_eq!(
         placements,
