@@ -82,6 +82,14 @@ struct Families {
     requests_parked: Counter,
     sweeps_parked: Counter,
     reads_inline: Counter,
+    handed_off_messages: Counter,
+    messages_submitted: Counter,
+    handoffs_applied: Counter,
+    handoffs_repeated: Counter,
+    handoffs_held: Counter,
+    notices_taken: Counter,
+    requests_forwarded: Counter,
+    forwards_timed_out: Counter,
     prefetch_parked_frames: Gauge,
     prefetch_parked_requests: Gauge,
     prefetch_reads_pending: Gauge,
@@ -163,6 +171,14 @@ impl Metrics {
             tombstone_cache: Gauge::default(),
             frames_parked: Counter::default(),
             requests_parked: Counter::default(),
+            handed_off_messages: Counter::default(),
+            messages_submitted: Counter::default(),
+            handoffs_applied: Counter::default(),
+            handoffs_repeated: Counter::default(),
+            handoffs_held: Counter::default(),
+            notices_taken: Counter::default(),
+            requests_forwarded: Counter::default(),
+            forwards_timed_out: Counter::default(),
             sweeps_parked: Counter::default(),
             reads_inline: Counter::default(),
             prefetch_parked_frames: Gauge::default(),
@@ -422,6 +438,38 @@ impl Metrics {
             ),
             (&f.sweeps_parked, now.sweeps_parked, last.sweeps_parked),
             (&f.reads_inline, now.reads_inline, last.reads_inline),
+            (
+                &f.handed_off_messages,
+                now.messages_handed_off,
+                last.messages_handed_off,
+            ),
+            (
+                &f.messages_submitted,
+                now.messages_submitted,
+                last.messages_submitted,
+            ),
+            (
+                &f.handoffs_applied,
+                now.handoffs_applied,
+                last.handoffs_applied,
+            ),
+            (
+                &f.handoffs_repeated,
+                now.handoffs_repeated,
+                last.handoffs_repeated,
+            ),
+            (&f.handoffs_held, now.handoffs_held, last.handoffs_held),
+            (&f.notices_taken, now.notices_taken, last.notices_taken),
+            (
+                &f.requests_forwarded,
+                now.requests_forwarded,
+                last.requests_forwarded,
+            ),
+            (
+                &f.forwards_timed_out,
+                now.forwards_timed_out,
+                last.forwards_timed_out,
+            ),
         ] {
             let n = now.saturating_sub(last);
             if n > 0 {
@@ -677,6 +725,46 @@ fn register(r: &mut Registry, f: &Families) {
         "reads_inline",
         "Reads of the store made on the core task (every read of a relay that does not read ahead; with it, a read after an input changed something)",
         f.reads_inline.clone(),
+    );
+    r.register(
+        "messages_handed_off",
+        "Messages stored for a recipient of another shard: each an outbox row until that shard applies it",
+        f.handed_off_messages.clone(),
+    );
+    r.register(
+        "messages_submitted",
+        "msg frames of this server's users submitted to the shard that owns their conversation",
+        f.messages_submitted.clone(),
+    );
+    r.register(
+        "handoffs_applied",
+        "Messages from another shard applied to their recipient's queue (each once)",
+        f.handoffs_applied.clone(),
+    );
+    r.register(
+        "handoffs_repeated",
+        "Hand-offs received again after they were applied (acknowledged again)",
+        f.handoffs_repeated.clone(),
+    );
+    r.register(
+        "handoffs_held",
+        "Hand-offs held past a gap in their stream until it was filled",
+        f.handoffs_held.clone(),
+    );
+    r.register(
+        "notices_taken",
+        "Receipts, retractions, friendships, payment confirmations and alias changes from other shards applied",
+        f.notices_taken.clone(),
+    );
+    r.register(
+        "requests_forwarded",
+        "HTTP requests forwarded to the shard that decides them",
+        f.requests_forwarded.clone(),
+    );
+    r.register(
+        "forwards_timed_out",
+        "Forwarded requests answered 503 because the deciding shard did not answer in time",
+        f.forwards_timed_out.clone(),
     );
     r.register(
         "prefetch_parked_frames",
