@@ -330,7 +330,7 @@ impl Cx<'_> {
                 self.confirm_to_buyer(user, order_id, ref_id, at);
                 true
             }
-            Notice::Rebind { user, alias, at } => self.take_rebind(&user, &alias, at),
+            Notice::Rebind { user, alias, at } => self.take_rebind(now, &user, &alias, at),
             Notice::Alias {
                 user, alias, at, ..
             } => {

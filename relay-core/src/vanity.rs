@@ -370,7 +370,13 @@ impl Cx<'_> {
     /// A bind the registry shard decided, for `user`, a user of this shard: its account takes
     /// `alias` unless a later bind was applied already. `false`: the account could not be read
     /// (it comes again).
-    pub(crate) fn take_rebind(&mut self, user: &UserUuid, alias: &AliasId, at: UnixMs) -> bool {
+    pub(crate) fn take_rebind(
+        &mut self,
+        now: UnixMs,
+        user: &UserUuid,
+        alias: &AliasId,
+        at: UnixMs,
+    ) -> bool {
         let Ok(account) = self.account(user) else {
             return false;
         };
@@ -395,7 +401,7 @@ impl Cx<'_> {
                     at,
                     shard,
                 };
-                self.send_notice(at, shard, notice);
+                self.send_notice(now, shard, notice);
             }
         }
         true
