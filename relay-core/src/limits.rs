@@ -142,7 +142,12 @@ pub const MAX_OFFLINE_QUEUE_BYTES_PER_RECIPIENT: u64 = 32 * 1024 * 1024;
 /// no ack. What an attacker's accounts can park is this times their number.
 pub const MAX_OFFLINE_QUEUE_BYTES_PER_SENDER: u64 = 4 * 1024 * 1024;
 /// Bytes queued over every recipient (`Config::max_offline_queue_bytes_total`). When full:
-/// error frame `RELAY_QUEUE_FULL`, no ack.
+/// error frame `RELAY_QUEUE_FULL`, no ack. A relay of several shards splits it: each shard
+/// decides at most its share (`crate::handoff::total_share`), which holds the total exactly.
+/// (The other bounds are kept by each conversation's owner shard from what the recipient's
+/// shard reports, `crate::handoff::Views`: a conversation's exactly; a recipient's backlog and
+/// a sender's bytes, shared by several owners, may be passed by what the other owners had in
+/// flight at the same moment.)
 pub const MAX_OFFLINE_QUEUE_BYTES_TOTAL: u64 = 1024 * 1024 * 1024;
 /// What a queued message costs besides its payload and id, in bytes: an estimate of the
 /// relay's heap per queued message (queue slot, expiry timer, row bookkeeping).

@@ -155,53 +155,87 @@ impl Cx<'_> {
     /// Whether one more message of `charge` bytes from `sender` to `recipient` in `conv` fits
     /// every queue bound (see `crate::limits`): the conversation's (the sender's share of the
     /// recipient's queue), the recipient's over all conversations, the sender's over all
-    /// recipients, and the relay's total. `Err`: the code and message of the refusal.
+    /// recipients, and this shard's share of the relay's total. `Err`: the code and message of
+    /// the refusal.
+    ///
+    /// What another shard's user has queued there is what that shard last reported
+    /// (`crate::handoff::Views`) plus what this shard handed it and it has not applied; a
+    /// report that says full and is stale is asked for again while the message is refused.
     fn queue_bounds(
-        &self,
+        &mut self,
+        now: UnixMs,
         sender: &UserUuid,
         (recipient, away): (&UserUuid, Option<ShardId>),
         conv: &ConvId,
         charge: u64,
     ) -> Result<(), (ErrorCode, &'static str)> {
         let c = &self.config;
-        // The queue's index entry: the queue itself may be only in the store.
-        let q = self.state.summary(recipient, conv);
-        let (mut conv_msgs, conv_bytes) = (q.msgs, q.bytes);
-        if away.is_some() {
-            // Another shard's user: its queue is there; what this shard holds of the
-            // conversation's share is what it handed and that shard has not applied yet.
-            let stream = crate::handoff::Stream {
-                recipient: recipient.clone(),
-                conv: conv.clone(),
-            };
-            conv_msgs = self.state.handoffs().unapplied(&stream) as u64;
-        }
-        if conv_msgs >= c.max_offline_queue_per_conversation as u64
-            || conv_bytes + charge > c.max_offline_queue_bytes_per_conversation
+        let h = self.state.handoffs();
+        let (views, handed) = (h.views(), h.unapplied_fill());
+        let stream = crate::handoff::Stream {
+            recipient: recipient.clone(),
+            conv: conv.clone(),
+        };
+        let (conv_fill, to) = match away {
+            Some(shard) if !views.synced(shard) => {
+                return Err((
+                    ErrorCode::STORAGE_UNAVAILABLE,
+                    "the relay is starting and does not know yet how full the recipient's queue is; send it again",
+                ));
+            }
+            // Another shard's user: its queue is there.
+            Some(_) => (
+                views.stream(&stream).plus(handed.stream(&stream)),
+                views.recipient(recipient).plus(handed.recipient(recipient)),
+            ),
+            None => {
+                let q = self.state.summary(recipient, conv);
+                let r = self.state.backlog().of_recipient(recipient);
+                let fill = |msgs, bytes| crate::handoff::Fill { msgs, bytes };
+                (fill(q.msgs, q.bytes), fill(r.msgs as u64, r.bytes))
+            }
+        };
+        let full = if conv_fill.msgs >= c.max_offline_queue_per_conversation as u64
+            || conv_fill.bytes + charge > c.max_offline_queue_bytes_per_conversation
         {
-            return Err((
+            Some((
                 ErrorCode::QUEUE_FULL,
                 "the recipient's offline queue for this conversation is full; retry later",
-            ));
-        }
-        let to = self.state.backlog().of_recipient(recipient);
-        if to.msgs >= c.max_offline_queue_per_recipient
+            ))
+        } else if to.msgs >= c.max_offline_queue_per_recipient as u64
             || to.bytes + charge > c.max_offline_queue_bytes_per_recipient
         {
-            return Err((
+            Some((
                 ErrorCode::RECIPIENT_QUEUE_FULL,
                 "the recipient has too many undelivered messages; retry later",
-            ));
+            ))
+        } else {
+            None
+        };
+        if let Some(refusal) = full {
+            if let Some(shard) = away
+                && self.state.handoffs_mut_views().ask_if_stale(&stream, now)
+            {
+                self.ask_level(shard, stream);
+            }
+            return Err(refusal);
         }
-        if self.state.backlog().of_sender(sender).bytes + charge
-            > c.max_offline_queue_bytes_per_sender
-        {
+        let c = &self.config;
+        let h = self.state.handoffs();
+        let (views, handed) = (h.views(), h.unapplied_fill());
+        let b = self.state.backlog();
+        let sent =
+            b.of_sender(sender).bytes + views.author(sender).bytes + handed.author(sender).bytes;
+        if sent + charge > c.max_offline_queue_bytes_per_sender {
             return Err((
                 ErrorCode::SENDER_QUEUE_FULL,
                 "you have too many undelivered messages; retry when your contacts have received some",
             ));
         }
-        if self.state.backlog().total.bytes + charge > c.max_offline_queue_bytes_total {
+        let total = b.total.bytes + views.total().bytes + handed.total().bytes;
+        let share =
+            crate::handoff::total_share(c.max_offline_queue_bytes_total, c.shard.map().shards());
+        if total + charge > share {
             return Err((
                 ErrorCode::RELAY_QUEUE_FULL,
                 "the relay holds as many undelivered messages as it may; retry later",
@@ -327,7 +361,7 @@ impl Cx<'_> {
             return Err((ErrorCode::RATE_LIMITED, "too many messages; retry later"));
         }
         let charge = crate::limits::queued_message_bytes(m.id.as_str().len(), m.payload.len());
-        self.queue_bounds(user, to, &m.conv_id, charge)?;
+        self.queue_bounds(now, user, to, &m.conv_id, charge)?;
         // A synced recipient's queue is read as far as delivery needs (its front and what the
         // window may take next: its queues are held while it is synced, so that is in memory
         // unless delivery is about to read the next page) before the message joins it: it is

@@ -27,8 +27,9 @@ use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 
 use crate::cx::Cx;
 use crate::handoff::{
-    Answered, Applied, Crossing, Forward, Forwarded, Handoff, Message, Notice, NoticeSent,
-    NoticeTaken, PairOp, Received, Reply, ShardId, Signal, Stream, Submission, Submitted, Verdict,
+    Answered, Applied, Crossing, Forward, Forwarded, Handoff, Levels, LevelsAsked, Message, Notice,
+    NoticeSent, NoticeTaken, PairOp, Received, Reply, ShardId, Signal, Stream, Submission,
+    Submitted, Verdict,
 };
 use crate::http::{ApiError, HttpResponse};
 use crate::messaging::{Answer, MsgVerdict};
@@ -40,13 +41,18 @@ impl Cx<'_> {
     pub(crate) fn on_crossing(&mut self, now: UnixMs, c: Crossing) {
         match c {
             Crossing::Handoff(h) => self.on_handoff(now, h),
-            Crossing::Applied(a) => self.on_applied(&a),
+            Crossing::Applied(a) => self.on_applied(now, &a),
             Crossing::Submit(s) => self.on_submit(now, s),
             Crossing::Verdict(v) => self.on_verdict(now, v),
             Crossing::Notice(n) => self.on_notice(now, n),
             Crossing::Taken(t) => self.on_taken(&t),
             Crossing::Signal(s) => self.on_signal(s),
             Crossing::Forward(f) => self.on_forward(now, f),
+            Crossing::LevelsAsked(q) => {
+                let levels = self.state.levels_for(q.from, q.stream);
+                self.stage(Output::Cross(Crossing::Levels(levels)));
+            }
+            Crossing::Levels(l) => self.on_levels(now, &l),
             // The dispatcher's: it knows which requests wait (`Relay::handle_crossing`).
             Crossing::Answered(_) => debug_assert!(false, "an answer is the dispatcher's"),
         }
@@ -394,9 +400,48 @@ impl Cx<'_> {
     }
 
     /// The owner's side: shard `a.from` applied `a.stream` through `a.through`.
-    pub(crate) fn on_applied(&mut self, a: &Applied) {
-        let deleted = self.state.handoffs_applied(a);
+    pub(crate) fn on_applied(&mut self, now: UnixMs, a: &Applied) {
+        let deleted = self.state.handoffs_applied(a, now);
         self.stats.handoffs_acknowledged += deleted as u64;
+    }
+
+    /// The owner's side: a recipients' shard reports how full their queues are.
+    fn on_levels(&mut self, now: UnixMs, l: &Levels) {
+        let views = self.state.handoffs_mut_views();
+        if l.complete {
+            let map = self.config.shard.map();
+            views.report_all(l, now, |u| map.of_user(u));
+        } else {
+            for (stream, author, level) in &l.streams {
+                views.report(stream, author.as_ref(), *level, now);
+            }
+        }
+    }
+
+    /// The owner's side: asks the recipients' shards that did not yet say how full their
+    /// queues are (after a start), once every `RESEND_MS`.
+    pub(crate) fn ask_levels(&mut self, now: UnixMs) {
+        let place = self.config.shard;
+        let ask = self
+            .state
+            .handoffs_mut_views()
+            .to_ask(place.me(), place.map().shards(), now);
+        for to in ask {
+            self.stage(Output::Cross(Crossing::LevelsAsked(LevelsAsked {
+                from: place.me(),
+                to,
+                stream: None,
+            })));
+        }
+    }
+
+    /// The owner's side: asks shard `to` how full `stream`'s queue is now.
+    pub(crate) fn ask_level(&mut self, to: ShardId, stream: Stream) {
+        self.stage(Output::Cross(Crossing::LevelsAsked(LevelsAsked {
+            from: self.config.shard.me(),
+            to,
+            stream: Some(stream),
+        })));
     }
 
     /// The recipient shard's side: hand-off `h` from its conversation's owner shard.
@@ -414,7 +459,8 @@ impl Cx<'_> {
             Ok(Received::Apply(applied)) => self.apply_handoffs(now, owner, applied),
             Ok(Received::Again(ack)) => {
                 self.stats.handoffs_repeated += 1;
-                if let Some(ack) = ack {
+                if let Some(mut ack) = ack {
+                    ack.level = self.state.level(&ack.stream);
                     self.stage(Output::Cross(Crossing::Applied(ack)));
                 }
             }

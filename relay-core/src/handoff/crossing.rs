@@ -5,8 +5,8 @@
 use wire::{AliasId, FriendshipId, Seq, UserUuid};
 
 use super::{
-    Announce, Applied, Contact, Handoff, Message, Notice, NoticeKey, NoticeSent, NoticeTaken,
-    ShardId,
+    Announce, Applied, Contact, Handoff, Levels, LevelsAsked, Message, Notice, NoticeKey,
+    NoticeSent, NoticeTaken, ShardId,
 };
 use crate::http::{HttpRequest, HttpResponse};
 
@@ -205,6 +205,11 @@ pub enum Crossing {
     Forward(Forward),
     /// The answer to a forwarded request.
     Answered(Answered),
+    /// An owner asks a recipients' shard how full their queues are (at most once).
+    LevelsAsked(LevelsAsked),
+    /// How full queues are, for their conversations' owner (at most once; a lost report
+    /// leaves the owner's view too high, and it asks again).
+    Levels(Levels),
 }
 
 impl Crossing {
@@ -220,6 +225,8 @@ impl Crossing {
             Self::Signal(s) => s.to,
             Self::Forward(f) => f.to,
             Self::Answered(a) => a.to,
+            Self::LevelsAsked(q) => q.to,
+            Self::Levels(l) => l.to,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use wire::Seq;
 
-use super::{Applied, Broken, Handoff, ShardId, Stream};
+use super::{Applied, Broken, Handoff, Level, ShardId, Stream};
 
 /// What an [`Inbox`] did with a hand-off.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +93,7 @@ impl<T> Inbox<T> {
                 to: s.owner,
                 stream: h.stream.clone(),
                 through: s.durable,
+                level: Level::default(),
             });
             return Ok(Received::Again(ack));
         }
@@ -128,6 +129,7 @@ impl<T> Inbox<T> {
             to: s.owner,
             stream: stream.clone(),
             through: s.durable,
+            level: Level::default(),
         })
     }
 

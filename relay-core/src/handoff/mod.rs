@@ -41,6 +41,7 @@ use wire::{ConvId, Seq, UnixMs, UserUuid};
 
 mod crossing;
 mod inbox;
+mod levels;
 mod notices;
 mod outbox;
 #[cfg(test)]
@@ -51,6 +52,7 @@ pub use crossing::{
     PairOp, Reply, ReplyTo, Signal, Submission, Submitted, Verdict,
 };
 pub use inbox::{Inbox, Received};
+pub use levels::{Fill, LEVELS_STALE_MS, Level, Levels, LevelsAsked, Tally, Views, total_share};
 pub use notices::{Announce, Contact, Notice, NoticeKey, NoticeSent, NoticeTaken, Notices};
 pub use outbox::Outbox;
 
@@ -210,6 +212,9 @@ pub struct Applied {
     pub stream: Stream,
     /// The last seq applied.
     pub through: Seq,
+    /// The stream's level and its recipient's backlog after the apply (filled by the
+    /// recipient's shard; [`Level::default`] where the inbox builds it).
+    pub level: Level,
 }
 
 /// A hand-off whose chain does not hold: an owner's defect, refused rather than applied.

@@ -45,8 +45,8 @@ impl<T: Clone> Outbox<T> {
     }
 
     /// A row is stored (committed with its message, or read back at start): it is sent at the
-    /// next [`Outbox::poll`]. A row already held is kept as it is.
-    pub fn push(&mut self, to: ShardId, stream: Stream, seq: Seq, prev: Seq, item: T) {
+    /// next [`Outbox::poll`]. A row already held is kept as it is (and `false` returned).
+    pub fn push(&mut self, to: ShardId, stream: Stream, seq: Seq, prev: Seq, item: T) -> bool {
         let out = self.streams.entry(stream.clone()).or_insert_with(|| Out {
             to,
             rows: BTreeMap::new(),
@@ -59,7 +59,9 @@ impl<T: Clone> Outbox<T> {
             });
             let due = self.schedule.entry(out.to).or_default();
             due.insert((UnixMs(0), stream, seq));
+            return true;
         }
+        false
     }
 
     /// The rows to send at `now`: those never sent, and those sent [`RESEND_MS`] ago or more,
@@ -117,8 +119,8 @@ impl<T: Clone> Outbox<T> {
     }
 
     /// An acknowledgement arrived: the rows of its stream through its seq are applied. Returns
-    /// their seqs, for the caller to delete the rows (in a commit of its own).
-    pub fn on_applied(&mut self, a: &Applied) -> Vec<Seq> {
+    /// their seqs and items, for the caller to delete the rows (in a commit of its own).
+    pub fn on_applied(&mut self, a: &Applied) -> Vec<(Seq, T)> {
         let Some(out) = self.streams.get_mut(&a.stream) else {
             return Vec::new();
         };
@@ -135,7 +137,7 @@ impl<T: Clone> Outbox<T> {
         if out.rows.is_empty() {
             self.streams.remove(&a.stream);
         }
-        done.into_keys().collect()
+        done.into_iter().map(|(seq, row)| (seq, row.item)).collect()
     }
 
     /// Rows not acknowledged yet.

@@ -178,7 +178,7 @@ impl Run {
                     "acknowledged {} of stream {i} before it was durable",
                     a.through
                 );
-                for seq in self.outbox.on_applied(&a) {
+                for (seq, _) in self.outbox.on_applied(&a) {
                     self.rows.get_mut(&i).unwrap().remove(&seq.get());
                 }
             }
@@ -287,6 +287,7 @@ fn the_outbox_resends_bounded_and_forgets_what_is_acknowledged() {
         to: OWNER,
         stream: stream(0),
         through: Seq(100),
+        level: Level::default(),
     };
     assert_eq!(out.on_applied(&ack).len(), 100);
     let next = out.poll(UnixMs(RESEND_MS - 1));
@@ -321,8 +322,12 @@ fn a_silent_destination_does_not_hold_back_another() {
         to: OWNER,
         stream,
         through: Seq(through),
+        level: Level::default(),
     };
-    assert_eq!(out.on_applied(&ack(ShardId(2), stream(1), 1)), [Seq(1)]);
+    assert_eq!(
+        out.on_applied(&ack(ShardId(2), stream(1), 1)),
+        [(Seq(1), 1)]
+    );
     assert_eq!(out.on_applied(&ack(DEST, stream(0), 1_000)).len(), 1_000);
     assert!(out.is_empty() && out.next_deadline().is_none());
     assert!(out.poll(now).is_empty());

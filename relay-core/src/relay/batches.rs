@@ -156,6 +156,11 @@ impl Relay {
         // Reads ahead of the rows this input wrote are stale now.
         self.prefetch.written(self.state.batch());
         self.stats.reads_inline = self.reader.reads();
+        // The owners of the streams whose queues fell are told, after this commit.
+        for levels in self.state.take_falls() {
+            self.staged
+                .push(Output::Cross(crate::handoff::Crossing::Levels(levels)));
+        }
         let finished = self.commit_staged();
         // Tombstone sets and queues read by this input may be evicted now (those it wrote are
         // pinned until their commit is reported, when they are unpinned and evicted if need be).

@@ -43,6 +43,7 @@ impl Relay {
         self.state.upload_limit().sweep(now.get());
         self.cx().sweep_push(now);
         self.cx().send_handoffs(now);
+        self.cx().ask_levels(now);
         self.expire_forwards(now);
         if self.finish().is_err() {
             return;

@@ -4,11 +4,13 @@
 //! it: an outbox row with its message, a mark with the messages it applies, a row's delete
 //! with the acknowledgement that ends it.
 
-use wire::{Seq, UnixMs};
+use std::collections::BTreeMap;
+
+use wire::{Seq, UnixMs, UserUuid};
 
 use crate::handoff::{
-    Applied, Broken, Handoff, Inbox, MAX_HELD, Message, Notice, NoticeKey, NoticeSent, NoticeTaken,
-    Notices, Outbox, Received, ShardId, ShardPlace, Stream,
+    Applied, Broken, Fill, Handoff, Inbox, Level, Levels, MAX_HELD, Message, Notice, NoticeKey,
+    NoticeSent, NoticeTaken, Notices, Outbox, Received, ShardId, ShardPlace, Stream, Tally, Views,
 };
 use crate::rows::{
     InboxMarkRow, NoticeRow, OutboxRow, decode, write_inbox_mark_key, write_notice_key,
@@ -20,9 +22,17 @@ use crate::store::{Snapshot, StoreError, Table};
 /// This shard's side of the hand-off.
 #[derive(Debug)]
 pub(crate) struct Handoffs {
+    place: ShardPlace,
     outbox: Outbox<Message>,
+    /// What the outbox holds, counted (the owner's side of the queue bounds).
+    unapplied: Tally,
     inbox: Inbox<Message>,
     notices: Notices<NoticeKey, Notice>,
+    /// How full other shards' queues of the conversations this shard owns are.
+    views: Views,
+    /// Streams of this shard's users that another shard owns and whose queues fell in this
+    /// input, with their authors: their levels go to their owners.
+    fell: BTreeMap<Stream, UserUuid>,
 }
 
 impl Default for Handoffs {
@@ -34,28 +44,54 @@ impl Default for Handoffs {
 impl Handoffs {
     fn new(place: ShardPlace) -> Self {
         Self {
+            place,
             outbox: Outbox::new(place.me()),
+            unapplied: Tally::default(),
             inbox: Inbox::new(place.me(), MAX_HELD),
             notices: Notices::new(place.me()),
+            views: Views::default(),
+            fell: BTreeMap::new(),
         }
     }
 
-    /// When an outbox row is next due to be sent (`None`: nothing waits).
+    /// Keeps `message` in the outbox row of `stream` (new, or read back at start), counted.
+    fn push(&mut self, to: ShardId, stream: Stream, (seq, prev): (Seq, Seq), message: Message) {
+        let fill = charge(&message);
+        let author = message.author.clone();
+        if self.outbox.push(to, stream.clone(), seq, prev, message) {
+            self.unapplied.add(&stream, &author, fill);
+        }
+    }
+
+    /// What the outbox holds, counted.
+    pub(crate) fn unapplied_fill(&self) -> &Tally {
+        &self.unapplied
+    }
+
+    /// How full other shards' queues are, as reported.
+    pub(crate) fn views(&self) -> &Views {
+        &self.views
+    }
+
+    /// When an outbox row is next due to be sent, or the question about other shards' levels
+    /// (`None`: nothing waits).
     pub(crate) fn deadline(&self) -> Option<UnixMs> {
-        [self.outbox.next_deadline(), self.notices.next_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        let ask = self
+            .views
+            .next_ask(self.place.me(), self.place.map().shards());
+        [
+            self.outbox.next_deadline(),
+            self.notices.next_deadline(),
+            ask,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Outbox rows and notices not yet taken by their destination.
     pub(crate) fn outbox_rows(&self) -> usize {
         self.outbox.len() + self.notices.len()
-    }
-
-    /// Messages of `stream` handed to its recipient's shard and not yet applied there.
-    pub(crate) fn unapplied(&self, stream: &Stream) -> usize {
-        self.outbox.stream_len(stream)
     }
 
     /// The last seq of `stream` applied here (`Seq(0)`: none).
@@ -89,9 +125,7 @@ impl State {
                 recipient: r.recipient,
                 conv: r.conv_id,
             };
-            handoffs
-                .outbox
-                .push(ShardId(r.to), stream, r.seq, r.prev, r.message);
+            handoffs.push(ShardId(r.to), stream, (r.seq, r.prev), r.message);
         }
         for (k, v) in rows(Table::InboxMarks) {
             let r: InboxMarkRow = decode(Table::InboxMarks, k, v)?;
@@ -123,6 +157,11 @@ impl State {
         &self.handoffs
     }
 
+    /// How full other shards' queues are, as reported (to take a report or ask again).
+    pub(crate) fn handoffs_mut_views(&mut self) -> &mut Views {
+        &mut self.handoffs.views
+    }
+
     /// Writes the outbox row of message `seq` of `stream` for shard `to` (in the batch that
     /// stores the message and its seq) and holds it to be sent.
     pub(crate) fn hand_off(
@@ -147,9 +186,7 @@ impl State {
             &row,
         );
         self.touched += 1;
-        self.handoffs
-            .outbox
-            .push(to, stream, seq, prev, row.message);
+        self.handoffs.push(to, stream, (seq, prev), row.message);
     }
 
     /// Keeps `notice` for shard `to` until it is taken (its row in this input's batch).
@@ -192,11 +229,17 @@ impl State {
         self.handoffs.outbox.poll(now)
     }
 
-    /// Shard `a.from` applied `a.stream` through `a.through`: the outbox rows it covers are
-    /// deleted. Returns how many.
-    pub(crate) fn handoffs_applied(&mut self, a: &Applied) -> usize {
+    /// Shard `a.from` applied `a.stream` through `a.through` (acknowledged at `now`): the
+    /// outbox rows it covers are deleted, and its level taken with them. Returns how many.
+    pub(crate) fn handoffs_applied(&mut self, a: &Applied, now: UnixMs) -> usize {
         let done = self.handoffs.outbox.on_applied(a);
-        for seq in &done {
+        let h = &mut self.handoffs;
+        for (_, m) in &done {
+            h.unapplied.sub(&a.stream, &m.author, charge(m));
+        }
+        let author = done.first().map(|(_, m)| &m.author);
+        h.views.report(&a.stream, author, a.level, now);
+        for (seq, _) in &done {
             self.batch.delete_row(Table::Outbox, |k| {
                 write_outbox_key(k, a.from.0, &a.stream.recipient, &a.stream.conv, *seq);
             });
@@ -236,7 +279,108 @@ impl State {
             |k| write_inbox_mark_key(k, &row.recipient, &row.conv_id),
             &row,
         );
-        self.handoffs.inbox.durable(stream, through)
+        let level = self.level(stream);
+        let mut ack = self.handoffs.inbox.durable(stream, through)?;
+        ack.level = level;
+        Some(ack)
+    }
+
+    /// What this shard holds of `stream` (a stream of its user) and of its recipient's
+    /// backlog.
+    pub(crate) fn level(&self, stream: &Stream) -> Level {
+        let q = self.summary(&stream.recipient, &stream.conv);
+        let r = self.backlog.of_recipient(&stream.recipient);
+        Level {
+            stream: Fill {
+                msgs: q.msgs,
+                bytes: q.bytes,
+            },
+            recipient: Fill {
+                msgs: r.msgs as u64,
+                bytes: r.bytes,
+            },
+        }
+    }
+
+    /// The queue of `recipient` from `from` in `conv` fell from `old` to `new`: if another
+    /// shard owns the conversation, its level goes there after this input.
+    pub(crate) fn note_fall(
+        &mut self,
+        (recipient, from, conv): (&UserUuid, &UserUuid, &wire::ConvId),
+        old: Fill,
+        new: Fill,
+    ) {
+        let place = self.handoffs.place;
+        if place.map().shards() == 1 || (new.msgs >= old.msgs && new.bytes >= old.bytes) {
+            return;
+        }
+        if place.map().owner_of([recipient, from]) != place.me() {
+            let stream = Stream {
+                recipient: recipient.clone(),
+                conv: conv.clone(),
+            };
+            self.handoffs.fell.insert(stream, from.clone());
+        }
+    }
+
+    /// The level reports of this input's falls, one per owner.
+    pub(crate) fn take_falls(&mut self) -> Vec<Levels> {
+        if self.handoffs.fell.is_empty() {
+            return Vec::new();
+        }
+        let fell = std::mem::take(&mut self.handoffs.fell);
+        let place = self.handoffs.place;
+        let mut reports: Vec<Levels> = Vec::new();
+        for (stream, author) in fell {
+            let owner = place.map().owner_of([&author, &stream.recipient]);
+            let level = self.level(&stream);
+            let entry = (stream, Some(author), level);
+            match reports.iter_mut().find(|r| r.to == owner) {
+                Some(r) => r.streams.push(entry),
+                None => reports.push(Levels {
+                    from: place.me(),
+                    to: owner,
+                    streams: vec![entry],
+                    complete: false,
+                }),
+            }
+        }
+        reports
+    }
+
+    /// The answer to shard `to`'s question: the level of `stream`, or of every stream of this
+    /// shard's users that `to` owns.
+    pub(crate) fn levels_for(&self, to: ShardId, stream: Option<Stream>) -> Levels {
+        let place = self.handoffs.place;
+        let streams = match stream {
+            Some(s) => {
+                let author = self.queued_from(&s.recipient, &s.conv);
+                let level = self.level(&s);
+                vec![(s, author, level)]
+            }
+            None => self
+                .queued_streams()
+                .filter(|(s, from)| place.map().owner_of([&s.recipient, from]) == to)
+                .map(|(s, from)| {
+                    let level = self.level(&s);
+                    (s, Some(from), level)
+                })
+                .collect(),
+        };
+        Levels {
+            from: place.me(),
+            to,
+            streams,
+            complete: true,
+        }
+    }
+}
+
+/// What a message counts against the queue bounds.
+fn charge(m: &Message) -> Fill {
+    Fill {
+        msgs: 1,
+        bytes: crate::limits::queued_message_bytes(m.id.as_str().len(), m.payload.len()),
     }
 }
 

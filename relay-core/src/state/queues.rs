@@ -2,6 +2,7 @@
 //! queued messages, the queue index and the backlog counts kept exact, a queue's expiry
 //! (see `crate::queue` for the cache, `crate::queue_index` for the index).
 
+use crate::handoff::{Fill, Stream};
 use crate::limits;
 use crate::planted::planted;
 use crate::queue::{Gap, Queue, Queued, read_gap};
@@ -88,6 +89,22 @@ impl State {
             .get(recipient, conv)
             .map(|e| e.summary)
             .unwrap_or_default()
+    }
+
+    /// Who wrote what is queued for `recipient` in `conv` (`None` when nothing is).
+    pub(crate) fn queued_from(&self, recipient: &UserUuid, conv: &ConvId) -> Option<UserUuid> {
+        self.queued.get(recipient, conv).map(|e| e.from.clone())
+    }
+
+    /// Every stream with something queued, with who wrote it.
+    pub(crate) fn queued_streams(&self) -> impl Iterator<Item = (Stream, UserUuid)> + '_ {
+        self.queued.iter().map(|(to, conv, e)| {
+            let stream = Stream {
+                recipient: to.clone(),
+                conv: conv.clone(),
+            };
+            (stream, e.from.clone())
+        })
     }
 
     /// Reads the next part of the gap of the queue of `recipient` in `conv` into memory (a queue
@@ -193,6 +210,11 @@ impl State {
     ) {
         self.backlog
             .replace(recipient, from, old.usage(), new.usage());
+        let fill = |q: QueueSummary| Fill {
+            msgs: q.msgs,
+            bytes: q.bytes,
+        };
+        self.note_fall((recipient, from, conv), fill(old), fill(new));
         let entry = (new.msgs > 0).then(|| QueueEntry {
             from: from.clone(),
             summary: new,

@@ -181,8 +181,7 @@ fn a_confirmation_and_a_bind_for_a_buyer_of_another_shard_reach_it_there() {
         .collect();
     assert_eq!(live.len(), 1, "{outs:?}");
     // Kept at the buyer's shard, across its restart: its next sync sends it again.
-    let store = Box::new(two.shards[1].mem.clone());
-    two.shards[1].restart(store);
+    two.restart(1);
     let c = two.shards[1].connect(&mut users[1]);
     let again = two.shards[1].sync(c);
     assert!(

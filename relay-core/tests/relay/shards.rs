@@ -45,12 +45,44 @@ impl Two {
             w.next_conn = 1 + u64::from(i) * 1_000_000;
             w
         };
-        Self {
+        let mut two = Self {
             shards: [shard(0), shard(1)],
             map,
             wire: Vec::new(),
             next_request: 0,
+        };
+        for i in 0..2 {
+            two.learn_levels(i);
         }
+        two
+    }
+
+    /// Core `i` (just started) asks the other how full its queues are, and takes the answer;
+    /// what else waits on the transport waits on.
+    pub(crate) fn learn_levels(&mut self, i: usize) {
+        let waiting = std::mem::take(&mut self.wire);
+        let w = &mut self.shards[i];
+        w.relay.handle_timeout(w.now);
+        let outs = w.drain();
+        self.keep(&outs);
+        let levels = |o: &Output| {
+            matches!(
+                o,
+                Output::Cross(Crossing::LevelsAsked(_) | Crossing::Levels(_))
+            )
+        };
+        let (asked, rest): (Vec<Output>, Vec<Output>) =
+            std::mem::take(&mut self.wire).into_iter().partition(levels);
+        self.wire = asked;
+        self.carry(|_, _| Fate::Deliver);
+        self.wire = waiting.into_iter().chain(rest).collect();
+    }
+
+    /// Core `i` crashes and starts again from the store, and learns the other's levels.
+    pub(crate) fn restart(&mut self, i: usize) {
+        let store = Box::new(self.shards[i].mem.clone());
+        self.shards[i].restart(store);
+        self.learn_levels(i);
     }
 
     pub(crate) fn of(&self, u: &User) -> usize {
@@ -285,8 +317,7 @@ fn the_owner_crashing_before_the_apply_sends_the_handoff_again_from_its_outbox()
     let seq = two.send(&a, &b, &conv, "m1");
     two.wire.clear(); // lost with the crash
     let ia = two.of(&a);
-    let store = Box::new(two.shards[ia].mem.clone());
-    two.shards[ia].restart(store);
+    two.restart(ia);
     assert_eq!(
         two.shards[ia].relay.handoff_backlog().0,
         1,
@@ -311,8 +342,7 @@ fn the_recipients_shard_crashing_after_the_apply_answers_the_resend_as_a_repeat(
         }
     });
     let ib = two.of(&b);
-    let store = Box::new(two.shards[ib].mem.clone());
-    two.shards[ib].restart(store);
+    two.restart(ib);
     two.advance(relay_core::handoff::RESEND_MS);
     two.carry(|_, _| Fate::Deliver);
     assert_eq!(two.shards[ib].relay.stats().handoffs_repeated, 1);
@@ -365,8 +395,7 @@ fn each_shard_starts_with_its_own_users_queues_only() {
     two.carry(|_, _| Fate::Deliver);
     let (ia, ib) = (two.of(&a), two.of(&b));
     for i in [ia, ib] {
-        let store = Box::new(two.shards[i].mem.clone());
-        two.shards[i].restart(store);
+        two.restart(i);
     }
     assert_eq!(
         two.shards[ib].relay.backlog_messages(),
@@ -608,8 +637,7 @@ proptest::proptest! {
                 Step::Restart(owner_side) => {
                     let u = if owner_side { &mut a } else { &mut b };
                     let i = two.of(u);
-                    let store = Box::new(two.shards[i].mem.clone());
-                    two.shards[i].restart(store);
+                    two.restart(i);
                     let c = two.shards[i].connect(u);
                     two.shards[i].sync(c)
                 }
@@ -848,5 +876,84 @@ fn an_owner_holds_at_most_the_conversations_share_unapplied() {
     );
     two.carry(|_, _| Fate::Deliver);
     assert_eq!(two.rows(Table::Outbox), 0);
-    two.send(&a, &b, &conv, "m4");
+    // Applied, they are queued at the recipient's shard, which said so with its
+    // acknowledgement: the conversation's share is still full.
+    let out = two.post(&a, &b, &conv, "m4");
+    assert_eq!(
+        crate::world::errors(&frames(&out, a.conn.unwrap())),
+        vec!["QUEUE_FULL"]
+    );
+    // The recipient takes them: its shard reports the fall, and there is room again.
+    let ib = two.of(&b);
+    let mut b = b;
+    let cb = two.shards[ib].connect(&mut b);
+    let out = two.shards[ib].sync(cb);
+    let got = delivered(&out, &b);
+    assert_eq!(got.len(), 3);
+    let last = got[2].1;
+    let receipt = json!({"type":"delivered","conv_id":conv,"seq":last,"to":a.alias});
+    two.frame(&b, &receipt);
+    two.carry(|_, _| Fate::Deliver);
+    two.send(&a, &b, &conv, "m5");
+}
+
+/// A core that started and has not yet heard how full the other shard's queues are refuses a
+/// message for that shard's users `STORAGE_UNAVAILABLE` (the client sends it again), and
+/// takes it once the other shard answered.
+#[test]
+fn after_a_start_a_message_waits_for_the_other_shards_levels() {
+    let (mut two, mut a, b, conv) = two_shards(false);
+    let ia = two.of(&a);
+    let store = Box::new(two.shards[ia].mem.clone());
+    two.shards[ia].restart(store);
+    two.shards[ia].connect(&mut a);
+    let out = two.post(&a, &b, &conv, "m1");
+    assert_eq!(
+        crate::world::errors(&frames(&out, a.conn.unwrap())),
+        vec!["STORAGE_UNAVAILABLE"]
+    );
+    two.learn_levels(ia);
+    two.send(&a, &b, &conv, "m1");
+}
+
+/// A fall whose report is lost leaves the owner's view full: the message is refused, and
+/// once the view is a second old the owner asks again, and the answer makes room.
+#[test]
+fn a_lost_fall_report_is_asked_for_again_once_the_view_is_stale() {
+    let config = relay_core::Config {
+        max_offline_queue_per_conversation: 2,
+        ..fast_config()
+    };
+    let (mut two, a, mut b, conv) = two_shards_with(config, false);
+    two.send(&a, &b, &conv, "m1");
+    let last = two.send(&a, &b, &conv, "m2");
+    two.carry(|_, _| Fate::Deliver);
+    let ib = two.of(&b);
+    let cb = two.shards[ib].connect(&mut b);
+    two.shards[ib].sync(cb);
+    let receipt = json!({"type":"delivered","conv_id":conv,"seq":last,"to":a.alias});
+    two.frame(&b, &receipt);
+    let lose_levels = |_, o: &Output| {
+        if matches!(o, Output::Cross(Crossing::Levels(_))) {
+            Fate::Lose
+        } else {
+            Fate::Deliver
+        }
+    };
+    two.carry(lose_levels);
+    let refused = |two: &mut Two, id: &str| {
+        let out = two.post(&a, &b, &conv, id);
+        crate::world::errors(&frames(&out, a.conn.unwrap()))
+    };
+    assert_eq!(refused(&mut two, "m3"), vec!["QUEUE_FULL"]);
+    assert!(
+        !two.wire
+            .iter()
+            .any(|o| matches!(o, Output::Cross(Crossing::LevelsAsked(_)))),
+        "a fresh view is not asked for"
+    );
+    two.advance(relay_core::handoff::LEVELS_STALE_MS);
+    assert_eq!(refused(&mut two, "m3"), vec!["QUEUE_FULL"]);
+    two.carry(|_, _| Fate::Deliver);
+    two.send(&a, &b, &conv, "m3");
 }
