@@ -383,7 +383,7 @@ impl Cx<'_> {
             recipient: stream.0.clone(),
             conv: stream.1.clone(),
         };
-        self.state.hand_off(to, stream, m.seq, prev, message);
+        self.state.hand_off(to, &stream, m.seq, prev, message);
         self.stats.messages_handed_off += 1;
         self.send_handoffs(now);
     }

@@ -24,7 +24,7 @@
 //! relay's total is split: each shard decides at most its share ([`total_share`]), counted
 //! over what it stores and what it handed, which holds the total exactly.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use wire::{UnixMs, UserUuid};
 
@@ -106,9 +106,9 @@ pub fn total_share(total: u64, shards: u16) -> u64 {
 /// was not acknowledged.
 #[derive(Debug, Clone, Default)]
 pub struct Tally {
-    by_stream: HashMap<Stream, Fill>,
-    by_recipient: HashMap<UserUuid, Fill>,
-    by_author: HashMap<UserUuid, Fill>,
+    by_stream: BTreeMap<Stream, Fill>,
+    by_recipient: BTreeMap<UserUuid, Fill>,
+    by_author: BTreeMap<UserUuid, Fill>,
     total: Fill,
 }
 
@@ -164,7 +164,7 @@ impl Tally {
 }
 
 /// Takes `fill` off `key`'s entry; an entry that empties goes.
-fn take_from<K: std::hash::Hash + Eq>(map: &mut HashMap<K, Fill>, key: &K, fill: Fill) {
+fn take_from<K: Ord>(map: &mut BTreeMap<K, Fill>, key: &K, fill: Fill) {
     if let Some(f) = map.get_mut(key) {
         *f = f.minus(fill);
         if f.is_empty() {
@@ -187,16 +187,16 @@ struct View {
 /// answered the question asked after a start.
 #[derive(Debug, Clone, Default)]
 pub struct Views {
-    streams: HashMap<Stream, View>,
-    recipients: HashMap<UserUuid, (Fill, UnixMs)>,
-    by_author: HashMap<UserUuid, Fill>,
+    streams: BTreeMap<Stream, View>,
+    recipients: BTreeMap<UserUuid, (Fill, UnixMs)>,
+    by_author: BTreeMap<UserUuid, Fill>,
     total: Fill,
     /// Shards that reported every stream this owner has there since it started.
     synced: BTreeSet<ShardId>,
     /// When the question about them all last went out (`None`: not since the start).
     asked_all: Option<UnixMs>,
     /// When each stream was last asked for.
-    asked: HashMap<Stream, UnixMs>,
+    asked: BTreeMap<Stream, UnixMs>,
 }
 
 impl Views {

@@ -55,11 +55,11 @@ impl Handoffs {
     }
 
     /// Keeps `message` in the outbox row of `stream` (new, or read back at start), counted.
-    fn push(&mut self, to: ShardId, stream: Stream, (seq, prev): (Seq, Seq), message: Message) {
+    fn push(&mut self, to: ShardId, stream: &Stream, (seq, prev): (Seq, Seq), message: Message) {
         let fill = charge(&message);
         let author = message.author.clone();
         if self.outbox.push(to, stream.clone(), seq, prev, message) {
-            self.unapplied.add(&stream, &author, fill);
+            self.unapplied.add(stream, &author, fill);
         }
     }
 
@@ -125,7 +125,7 @@ impl State {
                 recipient: r.recipient,
                 conv: r.conv_id,
             };
-            handoffs.push(ShardId(r.to), stream, (r.seq, r.prev), r.message);
+            handoffs.push(ShardId(r.to), &stream, (r.seq, r.prev), r.message);
         }
         for (k, v) in rows(Table::InboxMarks) {
             let r: InboxMarkRow = decode(Table::InboxMarks, k, v)?;
@@ -167,7 +167,7 @@ impl State {
     pub(crate) fn hand_off(
         &mut self,
         to: ShardId,
-        stream: Stream,
+        stream: &Stream,
         seq: Seq,
         prev: Seq,
         message: Message,

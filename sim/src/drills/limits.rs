@@ -385,6 +385,20 @@ fn charge(what: &str, alias: &str, payload: usize) -> u64 {
 /// land before that message is refused for a full queue.
 const RECEIPTS_LAND_MS: u64 = 2_000;
 
+/// Whether one shard owns every conversation of `pairs` (the uuids of its two members): a
+/// sharded relay keeps a recipient's and a sender's bounds per conversation owner shard
+/// (`relay_core::limits`), so they are exact only then (always, unsharded).
+fn one_owner(d: &Drills<'_>, pairs: &[(&str, &str)]) -> bool {
+    let map = d.config.shard.map();
+    let owner = |(a, b): &(&str, &str)| {
+        let a = wire::UserUuid::parse(a).ok()?;
+        let b = wire::UserUuid::parse(b).ok()?;
+        Some(map.owner_of([&a, &b]))
+    };
+    let owners: std::collections::BTreeSet<_> = pairs.iter().map(owner).collect();
+    owners.len() <= 1 && !owners.contains(&None)
+}
+
 /// Each offline-queue bound filled (see the module doc).
 pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
     let mut out = Outcome::default();
@@ -473,16 +487,25 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
     // 3. One sender's bytes over three recipients.
     let mut s3 = d.account(103).await;
     let mut to3 = Vec::new();
+    let mut pairs3 = Vec::new();
     for k in 0..3 {
         let r = d.account(104 + k).await;
         if let Some(conv) = befriend(&s3.raw, &r.raw).await {
             to3.push((r.raw.alias.clone(), conv));
+            pairs3.push((s3.raw.uuid.clone(), r.raw.uuid.clone()));
         }
     }
     let per = charge("sender bytes", &s3.raw.alias, big);
     let fits = c.max_offline_queue_bytes_per_sender / per;
+    let pairs: Vec<(&str, &str)> = pairs3
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
     // Each conversation must take its share without reaching its own bound first.
-    if to3.len() == 3 && fits.div_ceil(3) * per <= c.max_offline_queue_bytes_per_conversation {
+    if to3.len() == 3
+        && one_owner(d, &pairs)
+        && fits.div_ceil(3) * per <= c.max_offline_queue_bytes_per_conversation
+    {
         out.merge(
             fill(
                 d,
@@ -511,7 +534,14 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
             senders.push((s, conv));
         }
     }
-    if senders.len() == 2 && half < c.max_offline_queue_per_conversation as u64 {
+    let pairs: Vec<(&str, &str)> = senders
+        .iter()
+        .map(|(s, _)| (s.raw.uuid.as_str(), r4.raw.uuid.as_str()))
+        .collect();
+    if senders.len() == 2
+        && one_owner(d, &pairs)
+        && half < c.max_offline_queue_per_conversation as u64
+    {
         let to = [(r4.raw.alias.clone(), senders[0].1.clone())];
         let (mut first, mut second) = (senders[0].0.clone(), senders[1].0.clone());
         let (filled, acked) = fill(
@@ -557,8 +587,10 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
     let r5 = d.account(111).await;
     let mut acked_bytes = 0;
     let mut complete = true;
+    let mut senders5 = Vec::new();
     for k in 0..4u64 {
         let mut sender = d.account(112 + k).await;
+        senders5.push(sender.raw.uuid.clone());
         let Some(conv) = befriend(&sender.raw, &r5.raw).await else {
             complete = false;
             break;
@@ -571,7 +603,12 @@ pub(super) async fn queues(d: &mut Drills<'_>) -> Outcome {
             .max_offline_queue_bytes_per_recipient
             .saturating_sub(acked_bytes);
         let fits = if last { room / per } else { 2.min(room / per) };
+        let pairs: Vec<(&str, &str)> = senders5
+            .iter()
+            .map(|s| (s.as_str(), r5.raw.uuid.as_str()))
+            .collect();
         if last
+            && one_owner(d, &pairs)
             && fits * per + per
                 <= c.max_offline_queue_bytes_per_conversation
                     .min(c.max_offline_queue_bytes_per_sender)

@@ -5,7 +5,7 @@
 //! | oracle | checks |
 //! |---|---|
 //! | `expiry` | no queued message is still stored at the end of the run more than [`SWEEP_SLACK_MS`] past its TTL on the relay's clock (the sweep, page after page, took every due queue); the drills' own expiry checks |
-//! | `queue-bounds` | no queue bound was ever exceeded in the store: per conversation (messages, bytes), per recipient (messages, bytes), per sender (bytes), in all (bytes), whatever the traffic |
+//! | `queue-bounds` | no queue bound was ever exceeded in the store: per conversation (messages, bytes), per recipient (messages, bytes), per sender (bytes), in all (bytes), whatever the traffic; of a sharded relay, a recipient's and a sender's bounds times the shards (each conversation owner shard keeps them over what it sees) |
 //! | `spent-bound` | the store never holds more spent credentials of one account than the relay's bound per account (`max_spent_credentials_per_account`) |
 //! | `drills` | every drill of a run without faults finished, and one that finished judged something or was kept from it by a fault (a drill that did nothing did not happen) |
 //!
@@ -80,6 +80,9 @@ pub(super) fn queues_within_bounds(input: &Input<'_>, out: &mut Vec<Violation>) 
     let c = input.relay;
     let q = &input.history.queued;
     let mut over = Vec::new();
+    // A sharded relay keeps a recipient's and a sender's bounds per conversation owner shard
+    // (`relay_core::limits`): at most the bound times the shards in all.
+    let owners = u64::from(c.shard.map().shards());
     let ((n, b), conv) = &q.peak_conv;
     if *n > c.max_offline_queue_per_conversation as u64
         || *b > c.max_offline_queue_bytes_per_conversation
@@ -90,18 +93,20 @@ pub(super) fn queues_within_bounds(input: &Input<'_>, out: &mut Vec<Violation>) 
         ));
     }
     let ((n, b), recipient) = &q.peak_recipient;
-    if *n > c.max_offline_queue_per_recipient as u64 || *b > c.max_offline_queue_bytes_per_recipient
-    {
+    let (most_n, most_b) = (
+        c.max_offline_queue_per_recipient as u64 * owners,
+        c.max_offline_queue_bytes_per_recipient * owners,
+    );
+    if *n > most_n || *b > most_b {
         over.push(format!(
-            "recipient {recipient:?} had {n} messages, {b} bytes queued (bounds {} and {})",
-            c.max_offline_queue_per_recipient, c.max_offline_queue_bytes_per_recipient
+            "recipient {recipient:?} had {n} messages, {b} bytes queued (bounds {most_n} and {most_b})"
         ));
     }
     let (b, sender) = &q.peak_sender;
-    if *b > c.max_offline_queue_bytes_per_sender {
+    let most = c.max_offline_queue_bytes_per_sender * owners;
+    if *b > most {
         over.push(format!(
-            "sender {sender:?} had {b} bytes queued (bound {})",
-            c.max_offline_queue_bytes_per_sender
+            "sender {sender:?} had {b} bytes queued (bound {most})"
         ));
     }
     if q.peak_total > c.max_offline_queue_bytes_total {

@@ -93,6 +93,29 @@ impl RelaySetup {
     }
 }
 
+impl RelaySetup {
+    /// This setup for a relay of `shards` cores. Its configuration names the shard map (each
+    /// core runs its own shard of it), so that the drills and oracles know it; the relay's
+    /// total of queued bytes is the unsharded total times `shards`, so that each shard's
+    /// share of it (`relay_core::handoff::total_share`) is what one relay has.
+    pub(super) fn sharded(&self, shards: u16) -> Self {
+        let mut s = self.clone();
+        if let Some(place) = relay_core::handoff::ShardMap::new(shards)
+            .filter(|_| shards > 1)
+            .and_then(|map| {
+                relay_core::handoff::ShardPlace::new(map, relay_core::handoff::ShardId(0))
+            })
+        {
+            s.config.shard = place;
+            s.config.max_offline_queue_bytes_total = s
+                .config
+                .max_offline_queue_bytes_total
+                .saturating_mul(u64::from(shards));
+        }
+        s
+    }
+}
+
 /// The relay's configuration in every run of the `standard` class (but for a planted bug);
 /// the other classes change it ([`Class::relay_config`]).
 fn relay_config() -> Config {
