@@ -279,6 +279,7 @@ impl Cx<'_> {
             created_at: now,
             current_jti: None,
             alias_at: UnixMs(0),
+            former_aliases: Vec::new(),
         });
         Ok(HttpResponse::json(
             201,

@@ -208,8 +208,7 @@ impl Directory {
             return;
         }
         let mut new = AccountRow::clone(&old);
-        new.alias_id = alias.clone();
-        new.alias_at = at;
+        new.rebind(alias.clone(), at);
         self.unindex(&old);
         self.index(&new);
         let new = Arc::new(new);

@@ -122,6 +122,11 @@ pub const MAX_NICKNAME_COMBINING_MARKS: usize = 4;
 /// Attempts at drawing an unused `u` + 8 digits alias before giving up with 503.
 pub const ALIAS_ATTEMPTS: u32 = 64;
 
+/// Former aliases an account keeps (`AccountRow::former_aliases`): a message addressed to one
+/// of them is taken on every shard. Past it, the oldest is forgotten there (the registry shard
+/// still routes it, from its alias table).
+pub const MAX_FORMER_ALIASES: usize = 16;
+
 /// How long an undelivered message is kept for its recipient.
 pub const OFFLINE_TTL_MS: u64 = 24 * HOUR_MS;
 /// Undelivered messages per (recipient, conversation); when full: error frame `QUEUE_FULL`

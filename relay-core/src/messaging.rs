@@ -141,9 +141,10 @@ impl Cx<'_> {
             .flatten()
             .ok_or(not_member)?;
         let named = state
-            .with_account(cx, &other, |a| a.alias_id == *to)
+            .with_account(cx, &other, |a| a.is_named(to))
             .map_err(|_| NotMember::Unreadable)?;
-        // A retired alias (replaced by a bound vanity alias) still routes to its account.
+        // A retired alias (replaced by a bound vanity alias) still routes to its account: the
+        // account row keeps its latest former aliases, the registry's alias table them all.
         if named != Some(true) && self.state.retired_alias_owner(to) != Some(&other) {
             return Err(NotMember::Refused(
                 "`to` is not the other member of this conversation",

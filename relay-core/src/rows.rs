@@ -28,6 +28,35 @@ pub(crate) struct AccountRow {
     /// then): a later bind's notice replaces the alias only over an earlier one.
     #[serde(default, skip_serializing_if = "is_zero_ms")]
     pub(crate) alias_at: UnixMs,
+    /// The aliases it had before, oldest first (retired by binds: each still names the
+    /// account, so a message addressed to it is taken), at most
+    /// [`MAX_FORMER_ALIASES`](crate::limits::MAX_FORMER_ALIASES); left out of the row while
+    /// empty. Every shard that reads the account knows them (the registry's alias table is
+    /// the registry shard's alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) former_aliases: Vec<AliasId>,
+}
+
+impl AccountRow {
+    /// Takes `alias`, bound at `at`: the one it had joins its former aliases.
+    pub(crate) fn rebind(&mut self, alias: AliasId, at: UnixMs) {
+        let old = std::mem::replace(&mut self.alias_id, alias);
+        self.alias_at = at;
+        if old != self.alias_id && !self.former_aliases.contains(&old) {
+            self.former_aliases.push(old);
+        }
+        self.former_aliases.retain(|a| *a != self.alias_id);
+        let over = self
+            .former_aliases
+            .len()
+            .saturating_sub(crate::limits::MAX_FORMER_ALIASES);
+        self.former_aliases.drain(..over);
+    }
+
+    /// Whether `alias` names this account: its alias or a former one.
+    pub(crate) fn is_named(&self, alias: &AliasId) -> bool {
+        self.alias_id == *alias || self.former_aliases.contains(alias)
+    }
 }
 
 /// Whether a time is 0 (left out of its row).

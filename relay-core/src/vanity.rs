@@ -340,8 +340,8 @@ impl Cx<'_> {
     /// user of another shard it changes there, when that shard takes the notice.
     fn rebind(&mut self, now: UnixMs, mut account: AccountRow, alias: AliasId) {
         let user = account.uuid.clone();
-        let old = std::mem::replace(&mut account.alias_id, alias.clone());
-        account.alias_at = now;
+        let old = account.alias_id.clone();
+        account.rebind(alias.clone(), now);
         match self.config.shard.elsewhere(&user) {
             Some(shard) => {
                 let notice = Notice::Rebind {
@@ -387,8 +387,7 @@ impl Cx<'_> {
             return true;
         }
         let mut account = AccountRow::clone(&account);
-        account.alias_id = alias.clone();
-        account.alias_at = at;
+        account.rebind(alias.clone(), at);
         self.state.put_account(account);
         // Every other shard's copy of the account takes the new alias.
         let place = self.config.shard;

@@ -227,3 +227,55 @@ fn a_confirmation_and_a_bind_for_a_buyer_of_another_shard_reach_it_there() {
     );
     assert_eq!(r.status, 200, "{:?}", r.body_json());
 }
+
+/// A message addressed to an alias its recipient had before a bind is taken on a shard that
+/// is not the registry (which alone holds the alias table): the account row keeps its former
+/// aliases.
+#[test]
+fn a_former_alias_still_names_its_account_on_every_shard() {
+    let mut setup = World::with_config(commerce_config());
+    let map = relay_core::handoff::ShardMap::new(2).unwrap();
+    let on_one = |u: &User| map.of_user(&wire::UserUuid::parse(&u.uuid).unwrap()).0 == 1;
+    let mut mine = Vec::new();
+    for n in 0..64 {
+        let u = setup.user(&format!("user{n}"));
+        if on_one(&u) {
+            mine.push(u);
+        }
+        if mine.len() == 2 {
+            break;
+        }
+    }
+    let [mut buyer, mut friend]: [User; 2] = mine.try_into().expect("two users on shard 1");
+    let conv = setup.befriend(&buyer, &friend);
+    let mut two = Two::split(setup);
+    for u in [&mut buyer, &mut friend] {
+        let c = two.shards[1].connect(u);
+        two.shards[1].sync(c);
+    }
+    let (r, _) = at(
+        &mut two,
+        1,
+        post(
+            paths::VANITY_PURCHASE,
+            &json!({"alias_id": "77777777"}),
+            Some(&buyer.token),
+        ),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body_json());
+    let order = r.body_json()["order_id"].as_str().unwrap().to_owned();
+    let price = r.body_json()["price_usdt"].as_u64().unwrap();
+    let (r, _) = at(&mut two, 1, paid(&order, price));
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    let bind = post(
+        paths::VANITY_BIND,
+        &json!({"order_id": order}),
+        Some(&buyer.token),
+    );
+    let (r, _) = at(&mut two, 1, bind);
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    // `buyer` still carries its former alias: the friend's client has not heard of the bind.
+    let outs = two.shards[1].msg(&friend, &buyer, &conv, "to-the-old-alias");
+    let acked = crate::world::acks(&frames(&outs, friend.conn.unwrap()));
+    assert_eq!(acked.len(), 1, "{outs:?}");
+}

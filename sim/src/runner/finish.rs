@@ -78,6 +78,7 @@ pub(super) fn finish(
         terms: history.terms.len() as u64,
         fenced: history.counts.fenced,
         webhook_bounds,
+        handed_off: handed_off(&parts.metrics.encode()),
     };
     let (routes, times, drill_counts, relay_elapsed_ms) = {
         let world = parts.world.borrow();
@@ -228,6 +229,15 @@ fn check(
         snapshot: &snapshot,
     };
     oracles::webhook_counts(&webhooks, violations)
+}
+
+/// The relay's count of messages handed to another shard, from its metrics exposition.
+fn handed_off(exposition: &str) -> u64 {
+    exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("relay_messages_handed_off_total "))
+        .filter_map(|v| v.trim().parse::<u64>().ok())
+        .sum()
 }
 
 /// Messages that reached a recipient's app, distinct per (recipient, id).

@@ -321,6 +321,9 @@ pub struct RunStats {
     pub fenced: u64,
     /// Bounds on the relay's webhook counters that the `webhook-counts` oracle judged.
     pub webhook_bounds: u64,
+    /// Messages the relay's cores handed to another shard's core (0 with one shard; from the
+    /// relay's metrics, `relay_messages_handed_off_total`).
+    pub handed_off: u64,
 }
 
 /// Runs one seed (or the replay in `config`).
