@@ -351,7 +351,10 @@ impl Cx<'_> {
                 };
                 self.send_notice(now, shard, notice);
             }
-            None => self.state.put_account(account),
+            None => {
+                self.state.put_account(account);
+                self.announce_alias(now, &user, &alias, now);
+            }
         }
         self.state.put_alias_row(AliasRow {
             alias: old,
@@ -389,7 +392,13 @@ impl Cx<'_> {
         let mut account = AccountRow::clone(&account);
         account.rebind(alias.clone(), at);
         self.state.put_account(account);
-        // Every other shard's copy of the account takes the new alias.
+        self.announce_alias(now, user, alias, at);
+        true
+    }
+
+    /// `user`, a user of this shard, took `alias` (bound at `at`): every other shard's copy
+    /// of its account takes it too.
+    fn announce_alias(&mut self, now: UnixMs, user: &UserUuid, alias: &AliasId, at: UnixMs) {
         let place = self.config.shard;
         for i in 0..place.map().shards() {
             let shard = crate::handoff::ShardId(i);
@@ -403,7 +412,6 @@ impl Cx<'_> {
                 self.send_notice(now, shard, notice);
             }
         }
-        true
     }
 }
 

@@ -279,3 +279,50 @@ fn a_former_alias_still_names_its_account_on_every_shard() {
     let acked = crate::world::acks(&frames(&outs, friend.conn.unwrap()));
     assert_eq!(acked.len(), 1, "{outs:?}");
 }
+
+/// A user of the registry shard binds an alias: another shard, which had read its account
+/// before, takes the new alias too (a message to it from there is taken).
+#[test]
+fn a_bind_at_the_registry_reaches_every_other_shards_copy_of_the_account() {
+    let mut setup = World::with_config(commerce_config());
+    let (a, b) = across(&mut setup);
+    let conv = setup.befriend(&a, &b);
+    let mut two = Two::split(setup);
+    let [mut buyer, mut friend] = if two.of(&a) == 0 { [a, b] } else { [b, a] };
+    let c = two.shards[0].connect(&mut buyer);
+    two.shards[0].sync(c);
+    let c = two.shards[1].connect(&mut friend);
+    two.shards[1].sync(c);
+    // The friend's shard reads the buyer's account for this message.
+    two.shards[1].msg(&friend, &buyer, &conv, "before");
+    two.carry(|_, _| Fate::Deliver);
+    let purchase = post(
+        paths::VANITY_PURCHASE,
+        &json!({"alias_id": "66666666"}),
+        Some(&buyer.token),
+    );
+    let (r, _) = at(&mut two, 0, purchase);
+    assert_eq!(r.status, 201, "{:?}", r.body_json());
+    let order = r.body_json()["order_id"].as_str().unwrap().to_owned();
+    let price = r.body_json()["price_usdt"].as_u64().unwrap();
+    let (r, _) = at(&mut two, 0, paid(&order, price));
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    let bind = post(
+        paths::VANITY_BIND,
+        &json!({"order_id": order}),
+        Some(&buyer.token),
+    );
+    let (r, _) = at(&mut two, 0, bind);
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    two.carry(|_, _| Fate::Deliver);
+    let renamed = User {
+        alias: "66666666".into(),
+        ..buyer.clone()
+    };
+    let mut outs = two.shards[1].msg(&friend, &renamed, &conv, "after");
+    two.keep(&outs);
+    // The owner may be either shard: the ack comes at once, or with the owner's verdict.
+    outs.extend(two.carry(|_, _| Fate::Deliver));
+    let acked = crate::world::acks(&frames(&outs, friend.conn.unwrap()));
+    assert_eq!(acked.len(), 1, "{outs:?}");
+}

@@ -90,7 +90,7 @@ impl Two {
     }
 
     /// Keeps what crosses among `outs` for the transport.
-    fn keep(&mut self, outs: &[Output]) {
+    pub(crate) fn keep(&mut self, outs: &[Output]) {
         self.wire.extend(
             outs.iter()
                 .filter(|o| matches!(o, Output::Cross(_)))
