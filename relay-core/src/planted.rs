@@ -108,12 +108,20 @@ pub enum PlantedBug {
     /// restart) starts its seq counters again from 0, so new messages reuse seqs and the
     /// recipient's client drops them as already seen.
     EvictedConversationForgotten,
+    /// `handoff`: the owner deletes a hand-off's outbox row when it sends it, not when the
+    /// recipient's shard acknowledges its durable apply, so a hand-off lost with a crash (or
+    /// a full peer) is never sent again and its message never arrives.
+    HandoffRowDeletedOnSend,
+    /// `receipts`: a receipt for an author of another shard is applied at the reader's shard
+    /// as if the author were its own (sent to a connection it does not have, kept for an
+    /// author it does not serve), so the author never learns of it.
+    ReceiptAtReadersShard,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 28] = [
+    pub const ALL: [Self; 30] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -142,6 +150,8 @@ impl PlantedBug {
         Self::EvictedQueueForgotten,
         Self::EvictedAccountForgotten,
         Self::EvictedConversationForgotten,
+        Self::HandoffRowDeletedOnSend,
+        Self::ReceiptAtReadersShard,
     ];
 }
 

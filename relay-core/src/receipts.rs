@@ -187,7 +187,14 @@ impl Cx<'_> {
         (reader, from): (&UserUuid, Option<AliasId>),
         (author, to): (&UserUuid, Option<AliasId>),
     ) {
-        if let Some(shard) = self.config.shard.elsewhere(author) {
+        // PLANTED BUG (test-only) when `ReceiptAtReadersShard`: the author's shard is not
+        // asked; the receipt is applied here.
+        let elsewhere = self
+            .config
+            .shard
+            .elsewhere(author)
+            .filter(|_| !crate::planted::planted!(self.config, ReceiptAtReadersShard));
+        if let Some(shard) = elsewhere {
             let notice = crate::handoff::Notice::Receipt {
                 read: kind == ReceiptKind::Read,
                 conv: conv.clone(),

@@ -392,6 +392,18 @@ impl Cx<'_> {
     /// never before their outbox rows are durable).
     pub(crate) fn send_handoffs(&mut self, now: UnixMs) {
         for h in self.state.poll_handoffs(now) {
+            if crate::planted::planted!(self.config, HandoffRowDeletedOnSend) {
+                // PLANTED BUG (test-only): the row goes as the hand-off leaves, not when its
+                // apply is acknowledged.
+                let sent = Applied {
+                    from: h.to,
+                    to: h.from,
+                    stream: h.stream.clone(),
+                    through: h.seq,
+                    level: crate::handoff::Level::default(),
+                };
+                self.state.handoffs_applied(&sent, now);
+            }
             self.stage(Output::Cross(Crossing::Handoff(h)));
         }
         for n in self.state.poll_notices(now) {

@@ -408,6 +408,7 @@ pub(crate) struct Args {
 
     /// Bytes of undelivered messages the relay holds in memory over all recipients; past it
     /// new messages get the error frame RELAY_QUEUE_FULL (nothing acknowledged is dropped).
+    /// With --shards N each shard decides at most BYTES / N of it.
     #[arg(long, value_name = "BYTES", env = "RELAY_MAX_QUEUED_BYTES",
           default_value_t = relay_core::limits::MAX_OFFLINE_QUEUE_BYTES_TOTAL, help_heading = LIMITS)]
     pub(crate) max_queued_bytes: u64,

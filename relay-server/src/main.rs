@@ -269,6 +269,17 @@ async fn run(args: Args) -> Result<()> {
             args.shards
         );
     }
+    let share = relay_core::handoff::total_share(config.max_offline_queue_bytes_total, args.shards);
+    if args.shards > 1 && share < config.max_offline_queue_bytes_per_recipient {
+        warn!(
+            shards = args.shards,
+            share,
+            per_recipient = config.max_offline_queue_bytes_per_recipient,
+            "each shard decides at most its share of --max-queued-bytes: one shard's share is \
+             below what one recipient may have queued, so a recipient may be refused \
+             RELAY_QUEUE_FULL before its own bound"
+        );
+    }
     let mut server = match store {
         StoreChoice::Memory => {
             memory_server(config, seed, metrics.clone(), spool_dir, args.shards)?

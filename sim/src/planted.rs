@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 31] = [
+    pub const ALL: [Self; 33] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -76,6 +76,8 @@ impl Planted {
         Self::Relay(PlantedBug::EvictedQueueForgotten),
         Self::Relay(PlantedBug::EvictedAccountForgotten),
         Self::Relay(PlantedBug::EvictedConversationForgotten),
+        Self::Relay(PlantedBug::HandoffRowDeletedOnSend),
+        Self::Relay(PlantedBug::ReceiptAtReadersShard),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -116,6 +118,8 @@ impl Planted {
             Self::Relay(PlantedBug::EvictedConversationForgotten) => {
                 "evicted-conversation-forgotten"
             }
+            Self::Relay(PlantedBug::HandoffRowDeletedOnSend) => "handoff-row-deleted-on-send",
+            Self::Relay(PlantedBug::ReceiptAtReadersShard) => "receipt-at-readers-shard",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

@@ -33,7 +33,7 @@ struct Case {
     oracles: &'static [Oracle],
 }
 
-const CASES: [Case; 31] = [
+const CASES: [Case; 33] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -241,6 +241,27 @@ const CASES: [Case; 31] = [
         faults: "none",
         oracles: &[Oracle::Liveness, Oracle::SyncComplete],
     },
+    // The owner shard forgets a hand-off once it sent it: one lost with a crash of the relay
+    // (both cores) never comes. Runs on two relay cores.
+    Case {
+        bug: Planted::Relay(PlantedBug::HandoffRowDeletedOnSend),
+        scale: Scale::Small,
+        faults: "swarm",
+        oracles: &[
+            Oracle::DeliveredExactlyOnce,
+            Oracle::Liveness,
+            Oracle::Probes,
+            Oracle::OutboxDrained,
+        ],
+    },
+    // A receipt kept at the reader's shard never reaches an author of the other shard (the
+    // probes' receipts after healing). Runs on two relay cores.
+    Case {
+        bug: Planted::Relay(PlantedBug::ReceiptAtReadersShard),
+        scale: Scale::Small,
+        faults: "swarm",
+        oracles: &[Oracle::Probes],
+    },
     // A missing write deadline needs a raw client that stops reading (one swarm seed in ten has one).
     Case {
         bug: Planted::NoWriteDeadline,
@@ -279,15 +300,30 @@ fn config(case: &Case, seed: u64, planted: Option<Planted>) -> RunConfig {
         faults: case.faults.parse::<FaultSelection>().expect("valid faults"),
         store: StoreChoice::Drawn,
         planted,
+        shards: sim::ShardsChoice::Fixed(shards(case.bug)),
         ..RunConfig::new(seed)
+    }
+}
+
+/// The relay cores a case's runs have: two for the bugs of the hand-off between shards.
+fn shards(bug: Planted) -> u16 {
+    match bug {
+        Planted::Relay(PlantedBug::HandoffRowDeletedOnSend | PlantedBug::ReceiptAtReadersShard) => {
+            2
+        }
+        _ => 1,
     }
 }
 
 fn command(case: &Case, seeds: &Range<u64>, planted: Option<Planted>) -> String {
     let plant = planted.map_or_else(String::new, |p| format!(" --plant {p}"));
     format!(
-        "cargo run --release -p sim --features planted-bugs --bin simulate -- --seeds {}..{} --scale {} --faults {}{plant}",
-        seeds.start, seeds.end, case.scale, case.faults
+        "cargo run --release -p sim --features planted-bugs --bin simulate -- --seeds {}..{} --scale {} --faults {} --shards {}{plant}",
+        seeds.start,
+        seeds.end,
+        case.scale,
+        case.faults,
+        shards(case.bug)
     )
 }
 
@@ -358,6 +394,18 @@ fn every_planted_bug_has_a_case() {
             "{bug} needs exactly one case"
         );
     }
+}
+
+/// A hand-off's outbox row deleted when it is sent, not when its apply is acknowledged.
+#[test]
+fn catches_a_handoff_row_deleted_on_send() {
+    detects(Planted::Relay(PlantedBug::HandoffRowDeletedOnSend));
+}
+
+/// A receipt for another shard's author applied at the reader's shard.
+#[test]
+fn catches_a_receipt_applied_at_the_readers_shard() {
+    detects(Planted::Relay(PlantedBug::ReceiptAtReadersShard));
 }
 
 #[test]

@@ -5,14 +5,14 @@
 //! |---|---|
 //! | `liveness` | every live acknowledged message reaches its recipient within [`DELIVERY_BOUND_MS`] of healing, or of its ack if later, however large the backlog, unless the sweep took it once its TTL had passed on the relay's clock |
 //! | `sync-complete` | a client that connects on a healthy network and stays connected gets everything queued for it at that moment within [`SYNC_BOUND_MS`] |
-//! | `probes` | after healing, every probe message, typing notice and call offer (and its answer) arrives within [`PROBE_BOUND_MS`]; a call between clocks skewed more than the signal window apart is refused instead |
+//! | `probes` | after healing, every probe message (and its `delivered` receipt back at its sender), typing notice and call offer (and its answer) arrives within [`PROBE_BOUND_MS`]; a call between clocks skewed more than the signal window apart is refused instead |
 //! | `outbox-drained` | after the liveness phase no primary device has an unacknowledged outbox intent |
 //! | `media` | media a recipient downloads decrypts to what its sender uploaded, unless it outlived its TTL on the relay's clock (then `expiry`: it must be gone) |
 
 use std::collections::BTreeMap;
 
 use client_core::machine::{Event, NetworkState};
-use client_core::store::ClientStore as _;
+use client_core::store::{ClientStore as _, MessageStatus};
 use wire::frames::CallKind;
 
 use super::observed::{Ack, Observed};
@@ -230,8 +230,17 @@ fn missing_probe(input: &Input<'_>, p: &ProbeRec) -> Option<String> {
         })
     };
     match p.kind {
-        "message" => (!seen_by(p.to, &|e| matches!(e, Event::Message(m) if m.id == p.id)))
-            .then(|| "message".to_owned()),
+        "message" => {
+            if !seen_by(p.to, &|e| matches!(e, Event::Message(m) if m.id == p.id)) {
+                return Some("message".to_owned());
+            }
+            // Its recipient's app sent `delivered` on it: the sender learns of it.
+            let receipt = |e: &Event| {
+                matches!(e, Event::StatusChange { id, status } if *id == p.id
+                    && matches!(status, MessageStatus::Delivered | MessageStatus::Read))
+            };
+            (!seen_by(p.from, &receipt)).then(|| "delivered receipt of the message".to_owned())
+        }
         "typing" => (!seen_by(
             p.to,
             &|e| matches!(e, Event::Typing { conversation_id, .. } if *conversation_id == p.conv),
