@@ -957,3 +957,30 @@ fn a_lost_fall_report_is_asked_for_again_once_the_view_is_stale() {
     two.carry(|_, _| Fate::Deliver);
     two.send(&a, &b, &conv, "m3");
 }
+
+/// Each of two shards decides at most half of the relay's total of queued bytes: the owner
+/// counts what it handed to the other shard (and the levels reported back) against its share.
+#[test]
+fn each_shard_decides_at_most_its_share_of_the_relays_total() {
+    let id = |n: usize| format!("t{n:03}");
+    let charge = |n: usize| {
+        let payload = crate::world::b64(format!("p-{}", id(n)).as_bytes());
+        relay_core::limits::queued_message_bytes(id(n).len(), payload.len())
+    };
+    let fits = 5;
+    let config = relay_core::Config {
+        // Two shards: each decides half, room for `fits` messages and not one more.
+        max_offline_queue_bytes_total: 2 * (fits * charge(0) + charge(0) - 1),
+        ..fast_config()
+    };
+    let (mut two, a, b, conv) = two_shards_with(config, false);
+    for n in 0..fits as usize {
+        two.send(&a, &b, &conv, &id(n));
+        two.carry(|_, _| Fate::Deliver);
+    }
+    let out = two.post(&a, &b, &conv, &id(fits as usize));
+    assert_eq!(
+        crate::world::errors(&frames(&out, a.conn.unwrap())),
+        vec!["RELAY_QUEUE_FULL"]
+    );
+}
