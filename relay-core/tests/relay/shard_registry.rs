@@ -253,27 +253,7 @@ fn a_former_alias_still_names_its_account_on_every_shard() {
         let c = two.shards[1].connect(u);
         two.shards[1].sync(c);
     }
-    let (r, _) = at(
-        &mut two,
-        1,
-        post(
-            paths::VANITY_PURCHASE,
-            &json!({"alias_id": "77777777"}),
-            Some(&buyer.token),
-        ),
-    );
-    assert_eq!(r.status, 201, "{:?}", r.body_json());
-    let order = r.body_json()["order_id"].as_str().unwrap().to_owned();
-    let price = r.body_json()["price_usdt"].as_u64().unwrap();
-    let (r, _) = at(&mut two, 1, paid(&order, price));
-    assert_eq!(r.status, 200, "{:?}", r.body_json());
-    let bind = post(
-        paths::VANITY_BIND,
-        &json!({"order_id": order}),
-        Some(&buyer.token),
-    );
-    let (r, _) = at(&mut two, 1, bind);
-    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    buy_and_bind(&mut two, 1, &buyer, "77777777");
     // `buyer` still carries its former alias: the friend's client has not heard of the bind.
     let outs = two.shards[1].msg(&friend, &buyer, &conv, "to-the-old-alias");
     let acked = crate::world::acks(&frames(&outs, friend.conn.unwrap()));
@@ -296,24 +276,7 @@ fn a_bind_at_the_registry_reaches_every_other_shards_copy_of_the_account() {
     // The friend's shard reads the buyer's account for this message.
     two.shards[1].msg(&friend, &buyer, &conv, "before");
     two.carry(|_, _| Fate::Deliver);
-    let purchase = post(
-        paths::VANITY_PURCHASE,
-        &json!({"alias_id": "66666666"}),
-        Some(&buyer.token),
-    );
-    let (r, _) = at(&mut two, 0, purchase);
-    assert_eq!(r.status, 201, "{:?}", r.body_json());
-    let order = r.body_json()["order_id"].as_str().unwrap().to_owned();
-    let price = r.body_json()["price_usdt"].as_u64().unwrap();
-    let (r, _) = at(&mut two, 0, paid(&order, price));
-    assert_eq!(r.status, 200, "{:?}", r.body_json());
-    let bind = post(
-        paths::VANITY_BIND,
-        &json!({"order_id": order}),
-        Some(&buyer.token),
-    );
-    let (r, _) = at(&mut two, 0, bind);
-    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    buy_and_bind(&mut two, 0, &buyer, "66666666");
     two.carry(|_, _| Fate::Deliver);
     let renamed = User {
         alias: "66666666".into(),
@@ -325,4 +288,26 @@ fn a_bind_at_the_registry_reaches_every_other_shards_copy_of_the_account() {
     outs.extend(two.carry(|_, _| Fate::Deliver));
     let acked = crate::world::acks(&frames(&outs, friend.conn.unwrap()));
     assert_eq!(acked.len(), 1, "{outs:?}");
+}
+
+/// `buyer` buys vanity alias `alias`, pays for it and binds it, each through shard `i`.
+fn buy_and_bind(two: &mut Two, i: usize, buyer: &User, alias: &str) {
+    let purchase = post(
+        paths::VANITY_PURCHASE,
+        &json!({"alias_id": alias}),
+        Some(&buyer.token),
+    );
+    let (r, _) = at(two, i, purchase);
+    assert_eq!(r.status, 201, "{:?}", r.body_json());
+    let order = r.body_json()["order_id"].as_str().unwrap().to_owned();
+    let price = r.body_json()["price_usdt"].as_u64().unwrap();
+    let (r, _) = at(two, i, paid(&order, price));
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    let bind = post(
+        paths::VANITY_BIND,
+        &json!({"order_id": order}),
+        Some(&buyer.token),
+    );
+    let (r, _) = at(two, i, bind);
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
 }
