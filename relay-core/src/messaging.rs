@@ -30,7 +30,7 @@ use wire::frames::{
 use wire::{AliasId, ConvId, ErrorCode, ServerFrame, UnixMs, UserUuid};
 
 use crate::cx::Cx;
-use crate::handoff::{Notice, Reply, ShardId, Submitted};
+use crate::handoff::{Fill, Notice, Reply, ShardId, Submitted};
 use crate::limits::TOMBSTONE_TTL_MS;
 use crate::planted::planted;
 use crate::queue::Queued;
@@ -170,32 +170,8 @@ impl Cx<'_> {
         conv: &ConvId,
         charge: u64,
     ) -> Result<(), (ErrorCode, &'static str)> {
+        let (conv_fill, to) = self.recipient_levels(recipient, away, conv)?;
         let c = &self.config;
-        let h = self.state.handoffs();
-        let (views, handed) = (h.views(), h.unapplied_fill());
-        let stream = crate::handoff::Stream {
-            recipient: recipient.clone(),
-            conv: conv.clone(),
-        };
-        let (conv_fill, to) = match away {
-            Some(shard) if !views.synced(shard) => {
-                return Err((
-                    ErrorCode::STORAGE_UNAVAILABLE,
-                    "the relay is starting and does not know yet how full the recipient's queue is; send it again",
-                ));
-            }
-            // Another shard's user: its queue is there.
-            Some(_) => (
-                views.stream(&stream).plus(handed.stream(&stream)),
-                views.recipient(recipient).plus(handed.recipient(recipient)),
-            ),
-            None => {
-                let q = self.state.summary(recipient, conv);
-                let r = self.state.backlog().of_recipient(recipient);
-                let fill = |msgs, bytes| crate::handoff::Fill { msgs, bytes };
-                (fill(q.msgs, q.bytes), fill(r.msgs as u64, r.bytes))
-            }
-        };
         let full = if conv_fill.msgs >= c.max_offline_queue_per_conversation as u64
             || conv_fill.bytes + charge > c.max_offline_queue_bytes_per_conversation
         {
@@ -214,13 +190,62 @@ impl Cx<'_> {
             None
         };
         if let Some(refusal) = full {
-            if let Some(shard) = away
-                && self.state.handoffs_mut_views().ask_if_stale(&stream, now)
-            {
-                self.ask_level(shard, stream);
+            if let Some(shard) = away {
+                let stream = crate::handoff::Stream {
+                    recipient: recipient.clone(),
+                    conv: conv.clone(),
+                };
+                if self.state.handoffs_mut_views().ask_if_stale(&stream, now) {
+                    self.ask_level(shard, stream);
+                }
             }
             return Err(refusal);
         }
+        self.shared_bounds(sender, charge)
+    }
+
+    /// What is queued for `recipient` in `conv`, and for `recipient` in all, as this shard
+    /// knows it: its own queues, or (`away`: another shard's user) that shard's last report
+    /// plus what this shard handed it and it has not applied (refused until that shard's
+    /// first report after a start).
+    fn recipient_levels(
+        &self,
+        recipient: &UserUuid,
+        away: Option<ShardId>,
+        conv: &ConvId,
+    ) -> Result<(Fill, Fill), (ErrorCode, &'static str)> {
+        let Some(shard) = away else {
+            let q = self.state.summary(recipient, conv);
+            let r = self.state.backlog().of_recipient(recipient);
+            let fill = |msgs, bytes| Fill { msgs, bytes };
+            return Ok((fill(q.msgs, q.bytes), fill(r.msgs as u64, r.bytes)));
+        };
+        let h = self.state.handoffs();
+        let (views, handed) = (h.views(), h.unapplied_fill());
+        if !views.synced(shard) {
+            return Err((
+                ErrorCode::STORAGE_UNAVAILABLE,
+                "the relay is starting and does not know yet how full the recipient's queue is; send it again",
+            ));
+        }
+        let stream = crate::handoff::Stream {
+            recipient: recipient.clone(),
+            conv: conv.clone(),
+        };
+        Ok((
+            views.stream(&stream).plus(handed.stream(&stream)),
+            views.recipient(recipient).plus(handed.recipient(recipient)),
+        ))
+    }
+
+    /// The bounds several conversations share: the sender's bytes over all its recipients
+    /// (what this shard stores of them, and what it handed to other shards and they hold), and
+    /// this shard's share of the relay's total.
+    fn shared_bounds(
+        &self,
+        sender: &UserUuid,
+        charge: u64,
+    ) -> Result<(), (ErrorCode, &'static str)> {
         let c = &self.config;
         let h = self.state.handoffs();
         let (views, handed) = (h.views(), h.unapplied_fill());
