@@ -269,17 +269,7 @@ async fn run(args: Args) -> Result<()> {
             args.shards
         );
     }
-    let share = relay_core::handoff::total_share(config.max_offline_queue_bytes_total, args.shards);
-    if args.shards > 1 && share < config.max_offline_queue_bytes_per_recipient {
-        warn!(
-            shards = args.shards,
-            share,
-            per_recipient = config.max_offline_queue_bytes_per_recipient,
-            "each shard decides at most its share of --max-queued-bytes: one shard's share is \
-             below what one recipient may have queued, so a recipient may be refused \
-             RELAY_QUEUE_FULL before its own bound"
-        );
-    }
+    warn_if_share_below_a_recipient(&config, args.shards);
     let mut server = match store {
         StoreChoice::Memory => {
             memory_server(config, seed, metrics.clone(), spool_dir, args.shards)?
@@ -389,6 +379,22 @@ fn spool_blobs(
             .map(|b| Box::new(b) as Box<dyn relay_core::BlobStore>)
             .map_err(|e| relay_core::store::StoreError::Backend(e.to_string())),
         None => Ok(Box::new(MemoryBlobStore::new())),
+    }
+}
+
+/// Warns when a shard's share of the relay's total of queued bytes is below what one recipient
+/// may have queued: each shard decides at most its share.
+fn warn_if_share_below_a_recipient(config: &Config, shards: u16) {
+    let share = relay_core::handoff::total_share(config.max_offline_queue_bytes_total, shards);
+    if shards > 1 && share < config.max_offline_queue_bytes_per_recipient {
+        warn!(
+            shards,
+            share,
+            per_recipient = config.max_offline_queue_bytes_per_recipient,
+            "each shard decides at most its share of --max-queued-bytes: one shard's share is \
+             below what one recipient may have queued, so a recipient may be refused \
+             RELAY_QUEUE_FULL before its own bound"
+        );
     }
 }
 
