@@ -452,7 +452,7 @@ impl Across {
             let c = cores[i].connect(u);
             cores[i].sync(c);
         }
-        Self {
+        let mut across = Self {
             pair: (
                 ConvId::parse(&conv).expect("conv id"),
                 AliasId::parse(&a.alias).expect("alias"),
@@ -464,7 +464,16 @@ impl Across {
             at,
             payload: msg_payload(),
             sent: 0,
+        };
+        // As after any start, each core asks the other how full its queues are.
+        for i in 0..2 {
+            let w = &mut across.cores[i];
+            w.relay.handle_timeout(w.now);
+            let mut outs = Vec::new();
+            w.drain_into(&mut outs);
+            across.carry(outs);
         }
+        across
     }
 
     /// Hands `outs`' crossings to the cores they go to, and theirs, until none is left;
