@@ -314,7 +314,9 @@ impl State {
         if place.map().shards() == 1 || (new.msgs >= old.msgs && new.bytes >= old.bytes) {
             return;
         }
-        if place.map().owner_of([recipient, from]) != place.me() {
+        // The recipient is this shard's: the conversation is another's only when its author
+        // is the lower member and of another shard (no hash when the recipient is lower).
+        if from < recipient && place.elsewhere(from).is_some() {
             let stream = Stream {
                 recipient: recipient.clone(),
                 conv: conv.clone(),

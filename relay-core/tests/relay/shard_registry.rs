@@ -191,15 +191,15 @@ fn a_confirmation_and_a_bind_for_a_buyer_of_another_shard_reach_it_there() {
         "{again:?}"
     );
     // The bind is decided at the registry; the account changes at the buyer's shard.
-    let (r, _) = at(
-        &mut two,
-        1,
+    let token = users[1].token.clone();
+    let bind = || {
         post(
             paths::VANITY_BIND,
             &json!({"order_id": order}),
-            Some(&users[1].token),
-        ),
-    );
+            Some(&token),
+        )
+    };
+    let (r, _) = at(&mut two, 1, bind());
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     let w = &mut two.shards[1];
     let r = w.get(
@@ -216,15 +216,7 @@ fn a_confirmation_and_a_bind_for_a_buyer_of_another_shard_reach_it_there() {
     );
     assert_eq!(r.status, 200, "{:?}", r.body_json());
     // A retry of the bind is answered again, not refused.
-    let (r, _) = at(
-        &mut two,
-        1,
-        post(
-            paths::VANITY_BIND,
-            &json!({"order_id": order}),
-            Some(&users[1].token),
-        ),
-    );
+    let (r, _) = at(&mut two, 1, bind());
     assert_eq!(r.status, 200, "{:?}", r.body_json());
 }
 
