@@ -178,6 +178,19 @@ async fn wait_ready(relay: &Relay) -> Value {
     panic!("{} never became ready:\n{}", relay.addr, relay.log());
 }
 
+/// Waits until a leader resumed after a pause has noticed that its term ended, then checks
+/// that it answers as a standby. Until it notices (its lease connection or its next commit
+/// tells it), `/readyz` may still answer 200 with its old epoch; any commit it tries is fenced.
+async fn wait_deposed(relay: &Relay) {
+    for _ in 0..(WAIT.as_millis() / 10) {
+        match probe(relay.addr, "/readyz").await {
+            Some((200, _)) | None => tokio::time::sleep(Duration::from_millis(10)).await,
+            Some(_) => return wait_standby(relay).await,
+        }
+    }
+    panic!("{} still answers as a leader:\n{}", relay.addr, relay.log());
+}
+
 /// Waits until `relay` answers as a standby, and checks what a standby answers.
 async fn wait_standby(relay: &Relay) {
     for _ in 0..(WAIT.as_millis() / 10) {
@@ -734,7 +747,7 @@ async fn a_rotation_is_recorded_once_and_never_undoes_a_later_one() {
     let second = wait_ready(&x).await;
     assert!(second["epoch"].as_u64() > first["epoch"].as_u64());
     r.signal("-CONT");
-    wait_standby(&r).await;
+    wait_deposed(&r).await;
     // R campaigns again; when X dies, R wins the lock and must refuse (X's key is the record).
     x.kill();
     let status = r.exited().await;
