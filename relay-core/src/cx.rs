@@ -246,6 +246,7 @@ impl<'a> Cx<'a> {
         let Some(c) = self.sessions.close(conn) else {
             return;
         };
+        self.state.submissions_closed(conn.0);
         if c.synced {
             self.state.release_queues(&c.user);
         }

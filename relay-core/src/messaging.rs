@@ -294,7 +294,9 @@ impl Cx<'_> {
                 self.stats.messages_deduplicated += 1;
                 self.send(conn, ServerFrame::Ack(AckFrame { id: m.id, seq }));
             }
-            Ok(MsgVerdict::Owner(owner)) => self.submit(owner, conn, &user, Submitted::Msg(m)),
+            Ok(MsgVerdict::Owner(owner)) => {
+                self.submit(now, (owner, conn), &user, Submitted::Msg(m));
+            }
             Err((code, msg)) => {
                 // The id string is built only for a refusal (not on the routing path).
                 let id = Some(m.id.to_string());
@@ -562,7 +564,7 @@ impl Cx<'_> {
         if let Answer::Conn(conn) = answer
             && owner != place.me()
         {
-            return self.submit(owner, conn, &user, Submitted::Retract(r.clone()));
+            return self.submit(now, (owner, conn), &user, Submitted::Retract(r.clone()));
         }
         let unreadable = |relay: &mut Self, user: &UserUuid, what: &str, id| {
             let words = format!("the relay could not read {what}; send the retract again");

@@ -130,19 +130,21 @@ impl Cx<'_> {
     /// owns, goes there to be decided.
     pub(crate) fn submit(
         &mut self,
-        owner: ShardId,
-        conn: ConnId,
+        now: UnixMs,
+        (owner, conn): (ShardId, ConnId),
         author: &UserUuid,
         frame: Submitted,
     ) {
         self.stats.messages_submitted += u64::from(matches!(frame, Submitted::Msg(_)));
-        self.stage(Output::Cross(Crossing::Submit(Submission {
+        let submission = Submission {
             from: self.config.shard.me(),
             to: owner,
             conn: conn.0,
             author: author.clone(),
             frame,
-        })));
+        };
+        self.state.submission_sent(&submission, now);
+        self.stage(Output::Cross(Crossing::Submit(submission)));
     }
 
     /// The owner's side: a submitted `msg`, judged and accepted as its own sender's would be
@@ -190,6 +192,7 @@ impl Cx<'_> {
     /// The sender's side: another shard's answer to a frame of the sender, sent on its
     /// connection if that is still open (else the client sends the frame again on its next).
     fn on_verdict(&mut self, now: UnixMs, v: Verdict) {
+        self.state.submission_answered(v.conn, &v.reply);
         let conn = ConnId(v.conn);
         if self.conn_user(conn).as_ref() != Some(&v.author) {
             return;
@@ -408,6 +411,10 @@ impl Cx<'_> {
         }
         for n in self.state.poll_notices(now) {
             self.stage(Output::Cross(Crossing::Notice(n)));
+        }
+        for s in self.state.poll_submissions(now) {
+            self.stats.submissions_resent += 1;
+            self.stage(Output::Cross(Crossing::Submit(s)));
         }
     }
 

@@ -85,6 +85,9 @@ pub struct RelayStats {
     /// `msg` frames of this shard's users submitted to the shard that owns their
     /// conversation, which decides them.
     pub messages_submitted: u64,
+    /// Submitted `msg` frames sent again because their verdicts had not come
+    /// (`crate::handoff::Submissions`).
+    pub submissions_resent: u64,
     /// Outbox rows deleted because their destination shard applied them.
     pub handoffs_acknowledged: u64,
     /// Messages handed from another shard applied here (each joins its recipient's queue

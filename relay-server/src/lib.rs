@@ -132,6 +132,7 @@ use self::leadership::{
 use self::metrics::Metrics;
 
 pub use self::committer::{CommitDelay, CommitMode, PIPELINE_DEPTH};
+pub use self::driver::{CrossingTransit, Transit};
 pub use self::outbound::OutboundBytes;
 pub use self::push::{NET_PUSH_MAX_IDLE, NetPushTransport, PushDelivery};
 pub use self::readers::{READ_THREADS, ReadDelay, ReadMode};
@@ -189,6 +190,7 @@ pub struct RelayServer {
     drain_deadline_ms: u64,
     commit_mode: CommitMode,
     read_mode: ReadMode,
+    transit: Option<CrossingTransit>,
 }
 
 impl fmt::Debug for RelayServer {
@@ -254,6 +256,7 @@ impl RelayServer {
             drain_deadline_ms: DRAIN_DEADLINE_MS,
             commit_mode: CommitMode::Inline,
             read_mode: ReadMode::Core,
+            transit: None,
         }
     }
 
@@ -374,6 +377,16 @@ impl RelayServer {
     #[must_use]
     pub fn with_read_mode(mut self, mode: ReadMode) -> Self {
         self.read_mode = mode;
+        self
+    }
+
+    /// Passes what crosses between the cores of a sharded server through `transit`, which may
+    /// lose, repeat or delay each crossing as a network between processes would (see
+    /// [`Transit`]); without it, each is handed to its core at once. For a harness that checks
+    /// the hand-off protocol (the simulator); a relay for users has no use for it.
+    #[must_use]
+    pub fn with_crossing_transit(mut self, transit: CrossingTransit) -> Self {
+        self.transit = Some(transit);
         self
     }
 
@@ -566,7 +579,7 @@ impl RelayServer {
                 .map(|PushSink(worker)| PushSink(worker.clone()));
             let core = ctx.core(relay, open, push, Arc::clone(&store_down), None);
             let core = if sharded {
-                core.with_peers(Arc::clone(&peers))
+                core.with_peers(Arc::clone(&peers), self.transit.clone())
             } else {
                 core
             };

@@ -35,6 +35,7 @@
 //! | [`scenario`] | the scenario drawn from a seed: accounts, pairs, strangers, timed actions | `bounds`, `class` |
 //! | [`faults`] | fault kinds, swarm selection, the fault plan and its draw | `bounds`, `scenario` |
 //! | [`store`] | the relay's store with storage faults, the failover lease, the commit history | `faults`, `time` |
+//! | [`transit`] | what happens to each crossing between a sharded relay's cores (lost, repeated, delayed) while a fault of the plan lasts, drawn per crossing, and the counts | `time` |
 //! | [`pushworld`] | the push stand-ins the relay delivers to for real | `bounds`, `seeds` |
 //! | [`failover`] | active/standby relays: [`SimLeadership`](failover::SimLeadership), the load balancer | `bounds`, `store`, `time` |
 //! | `world` | the state the hosts share (`World`, `HostCtx`), the commerce ledger, what the drills did | `bounds`, `class`, `faults`, `pushworld`, `scenario`, `store`, `time`, `trace`, `violation` |
@@ -69,6 +70,7 @@ pub mod shrink;
 pub mod steps;
 pub mod store;
 pub mod trace;
+pub mod transit;
 pub mod violation;
 pub mod wiretap;
 

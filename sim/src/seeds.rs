@@ -5,7 +5,7 @@
 //! |---|---|
 //! | [`TAG_SCENARIO`] | the scenario's draw |
 //! | [`TAG_PLAN`] | the fault plan's draw |
-//! | [`TAG_RELAY`] | the relay's RNG (`n`: 0 for `relay`, 1 and 2 for the failover topology's relays; 9: whether it commits inline; 10: its shards) |
+//! | [`TAG_RELAY`] | the relay's RNG (`n`: 0 for `relay`, 1 and 2 for the failover topology's relays; 9: whether it commits inline; 10: its shards; 11: what happens to the crossings between its cores) |
 //! | [`TAG_AUDITOR`] | the commerce auditor's mnemonic |
 //! | [`TAG_MEDIA`] | the plaintext of media action `n` |
 //! | [`TAG_PUSH`] | the push stand-ins' keys and the relay's push worker |

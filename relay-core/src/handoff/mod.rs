@@ -44,6 +44,7 @@ mod inbox;
 mod levels;
 mod notices;
 mod outbox;
+mod submissions;
 #[cfg(test)]
 mod tests;
 
@@ -55,6 +56,7 @@ pub use inbox::{Inbox, Received};
 pub use levels::{Fill, LEVELS_STALE_MS, Level, Levels, LevelsAsked, Tally, Views, total_share};
 pub use notices::{Announce, Contact, Notice, NoticeKey, NoticeSent, NoticeTaken, Notices};
 pub use outbox::Outbox;
+pub use submissions::{MAX_SUBMISSIONS_WAITING, Submissions};
 
 /// How long a hand-off sent and not acknowledged waits before it is sent again.
 pub const RESEND_MS: u64 = 1_000;

@@ -10,7 +10,8 @@ use wire::{Seq, UnixMs, UserUuid};
 
 use crate::handoff::{
     Applied, Broken, Fill, Handoff, Inbox, Level, Levels, MAX_HELD, Message, Notice, NoticeKey,
-    NoticeSent, NoticeTaken, Notices, Outbox, Received, ShardId, ShardPlace, Stream, Tally, Views,
+    NoticeSent, NoticeTaken, Notices, Outbox, Received, Reply, ShardId, ShardPlace, Stream,
+    Submission, Submissions, Tally, Views,
 };
 use crate::rows::{
     InboxMarkRow, NoticeRow, OutboxRow, decode, write_inbox_mark_key, write_notice_key,
@@ -33,6 +34,9 @@ pub(crate) struct Handoffs {
     /// Streams of this shard's users that another shard owns and whose queues fell in this
     /// input, with their authors: their levels go to their owners.
     fell: BTreeMap<Stream, UserUuid>,
+    /// Messages this shard's users submitted to other shards, waiting for their verdicts
+    /// (in memory only: a closed connection's client sends them again).
+    submissions: Submissions,
 }
 
 impl Default for Handoffs {
@@ -51,6 +55,7 @@ impl Handoffs {
             notices: Notices::new(place.me()),
             views: Views::default(),
             fell: BTreeMap::new(),
+            submissions: Submissions::default(),
         }
     }
 
@@ -82,6 +87,7 @@ impl Handoffs {
         [
             self.outbox.next_deadline(),
             self.notices.next_deadline(),
+            self.submissions.next_deadline(),
             ask,
         ]
         .into_iter()
@@ -218,6 +224,38 @@ impl State {
                 .delete_row(Table::Notices, |k| write_notice_key(k, t.from.0, &t.key));
             self.touched += 1;
         }
+    }
+
+    /// Submission `s` was sent at `now`: a message is sent again until its verdict comes
+    /// (`crate::handoff::Submissions`).
+    pub(crate) fn submission_sent(&mut self, s: &Submission, now: UnixMs) {
+        if self.handoffs.submissions.sent(s, now) {
+            self.touched += 1;
+        }
+    }
+
+    /// The verdict `reply` for a frame of connection `conn` came.
+    pub(crate) fn submission_answered(&mut self, conn: u64, reply: &Reply) {
+        if self.handoffs.submissions.answered(conn, reply) {
+            self.touched += 1;
+        }
+    }
+
+    /// Connection `conn` closed: its submissions are not sent again.
+    pub(crate) fn submissions_closed(&mut self, conn: u64) {
+        if !self.handoffs.submissions.is_empty() {
+            self.handoffs.submissions.closed(conn);
+            self.touched += 1;
+        }
+    }
+
+    /// The submissions to send again at `now`.
+    pub(crate) fn poll_submissions(&mut self, now: UnixMs) -> Vec<Submission> {
+        if self.handoffs.submissions.is_empty() {
+            return Vec::new();
+        }
+        self.touched += 1;
+        self.handoffs.submissions.due(now)
     }
 
     /// The hand-offs to send at `now` (`crate::handoff::Outbox::poll`).

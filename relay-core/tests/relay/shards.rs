@@ -473,6 +473,41 @@ fn a_lost_submission_leaves_no_ack_and_its_resend_is_stored_once() {
     );
 }
 
+#[test]
+fn a_submission_whose_verdict_does_not_come_is_sent_again_on_the_open_connection() {
+    let (mut two, a, b, conv) = two_shards(true);
+    let ib = two.of(&b);
+    two.post(&b, &a, &conv, "m1");
+    two.carry(|_, _| Fate::Lose);
+    two.post(&b, &a, &conv, "m2");
+    let out = two.carry(|_, o| {
+        if matches!(o, Output::Cross(Crossing::Verdict(_))) {
+            Fate::Lose
+        } else {
+            Fate::Deliver
+        }
+    });
+    let mut to_a = delivered(&out, &a);
+    assert_eq!(to_a.len(), 1, "m2 is stored, its verdict lost");
+    // No reconnect: b's shard sends both again once the resend period passed.
+    two.advance(relay_core::handoff::RESEND_MS - 1);
+    two.carry(|_, _| Fate::Deliver);
+    assert_eq!(two.shards[ib].relay.stats().submissions_resent, 0);
+    two.advance(1);
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert_eq!(two.shards[ib].relay.stats().submissions_resent, 2);
+    to_a.extend(delivered(&out, &a));
+    let mut acked = acks(&frames(&out, b.conn.unwrap()));
+    acked.sort_by_key(|(_, seq)| *seq);
+    to_a.sort_by_key(|(_, seq)| *seq);
+    assert_eq!(acked.len(), 2, "{out:?}");
+    assert_eq!(to_a, acked, "each stored once, with the seq its ack named");
+    // Answered: nothing is sent again.
+    two.advance(relay_core::handoff::RESEND_MS * 3);
+    two.carry(|_, _| Fate::Deliver);
+    assert_eq!(two.shards[ib].relay.stats().submissions_resent, 2);
+}
+
 /// One step of a run of two shards.
 #[derive(Debug, Clone)]
 enum Step {

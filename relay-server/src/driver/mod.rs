@@ -54,6 +54,7 @@ mod upgrades;
 use answers::{Answers, Parked};
 use inputs::Wakeup;
 pub(super) use inputs::{Connected, CoreParts, Cores, Input, Outbound, Phase, TermCtx};
+pub use outputs::{CrossingTransit, Transit};
 use sockets::{Farewell, Sent, Sockets};
 use support::{close_code, close_for, next_gone, not_leader_response, pipeline_for};
 
@@ -112,6 +113,8 @@ pub(super) struct Core {
     /// for what the relay sends them (`Output::Cross`); weak, so that a core still stops
     /// once the handlers and sockets dropped its inputs.
     peers: Option<Peers>,
+    /// What happens to each crossing on its way to its core (`None`: it is handed at once).
+    transit: Option<CrossingTransit>,
 }
 
 /// The inputs of every core of a sharded server, by shard, held weakly.
@@ -162,13 +165,15 @@ impl Core {
             metrics,
             exported: RelayStats::default(),
             peers: None,
+            transit: None,
         }
     }
 
     /// Sends what the relay emits for other shards to their cores, `peers` (a sharded
-    /// server's).
-    pub(super) fn with_peers(mut self, peers: Peers) -> Self {
+    /// server's), through `transit` when there is one.
+    pub(super) fn with_peers(mut self, peers: Peers, transit: Option<CrossingTransit>) -> Self {
         self.peers = Some(peers);
+        self.transit = transit;
         self
     }
 

@@ -2,14 +2,49 @@
 //! (encoded once for a run of the same frame), closes, pushes to the worker, the answers of
 //! requests and upgrades that waited, and what crosses to another shard's core.
 
+use std::time::Duration;
+
+use relay_core::handoff::Crossing;
+
 use super::*;
+
+/// What happens to one crossing on its way from one core to another: what a network between
+/// processes may do to it. The hand-off protocol is built for all of it (a hand-off, an
+/// acknowledgement or a notice lost is sent again; one repeated is answered as a repeat; one
+/// delayed arrives after later ones), so a harness can check that it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transit {
+    /// Handed to its core at once (what a server without a transit does).
+    Deliver,
+    /// Lost.
+    Lose,
+    /// Handed twice, one copy after the other.
+    Twice,
+    /// Handed after this long: later crossings may overtake it.
+    Delay(Duration),
+}
+
+/// Decides what happens to each crossing ([`RelayServer::with_crossing_transit`](crate::RelayServer::with_crossing_transit)).
+pub type CrossingTransit = Arc<dyn Fn(&Crossing) -> Transit + Send + Sync>;
+
+/// Hands `c` to `peer`'s input queue without waiting; a full queue loses it.
+fn hand(peer: &mpsc::Sender<Input>, to: usize, c: Crossing) {
+    if let Err(e) = peer.try_send(Input::Cross(c)) {
+        debug!(
+            to,
+            full = matches!(e, mpsc::error::TrySendError::Full(_)),
+            "crossing dropped"
+        );
+    }
+}
 
 impl Core {
     /// Hands `c` to the core of its shard without waiting: a core never blocks on another
     /// (two that did could wait on each other). A full or gone core loses it, as a network
     /// would: hand-offs and notices are sent again, a forwarded request or a submission is
-    /// answered by its timeout or its client's retry.
-    pub(super) fn cross(&self, c: relay_core::handoff::Crossing) {
+    /// answered by its timeout or its client's retry. A server with a transit passes `c`
+    /// through it first.
+    pub(super) fn cross(&self, c: Crossing) {
         let to = usize::from(c.to().0);
         let Some(peer) = self
             .peers
@@ -20,12 +55,24 @@ impl Core {
             debug!(to, "crossing for a core that is gone: dropped");
             return;
         };
-        if let Err(e) = peer.try_send(Input::Cross(c)) {
-            debug!(
-                to,
-                full = matches!(e, mpsc::error::TrySendError::Full(_)),
-                "crossing dropped"
-            );
+        match self.transit.as_ref().map_or(Transit::Deliver, |t| t(&c)) {
+            Transit::Deliver => hand(&peer, to, c),
+            Transit::Lose => debug!(to, "crossing lost in transit"),
+            Transit::Twice => {
+                hand(&peer, to, c.clone());
+                hand(&peer, to, c);
+            }
+            Transit::Delay(wait) => {
+                // Held weakly, so that a delayed crossing never keeps a stopped core's
+                // queue open.
+                let peer = peer.downgrade();
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    if let Some(peer) = peer.upgrade() {
+                        hand(&peer, to, c);
+                    }
+                });
+            }
         }
     }
 

@@ -84,6 +84,7 @@ struct Families {
     reads_inline: Counter,
     handed_off_messages: Counter,
     messages_submitted: Counter,
+    submissions_resent: Counter,
     handoffs_applied: Counter,
     handoffs_repeated: Counter,
     handoffs_held: Counter,
@@ -173,6 +174,7 @@ impl Metrics {
             requests_parked: Counter::default(),
             handed_off_messages: Counter::default(),
             messages_submitted: Counter::default(),
+            submissions_resent: Counter::default(),
             handoffs_applied: Counter::default(),
             handoffs_repeated: Counter::default(),
             handoffs_held: Counter::default(),
@@ -607,6 +609,11 @@ fn register(r: &mut Registry, f: &Families) {
         "messages_submitted",
         "msg frames of this server's users submitted to the shard that owns their conversation",
         f.messages_submitted.clone(),
+    );
+    r.register(
+        "submissions_resent",
+        "Submitted msg frames sent again to their conversation's shard because no verdict came in time",
+        f.submissions_resent.clone(),
     );
     r.register(
         "handoffs_applied",

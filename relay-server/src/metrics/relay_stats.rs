@@ -108,6 +108,11 @@ impl Metrics {
                 last.messages_submitted,
             ),
             (
+                &f.submissions_resent,
+                now.submissions_resent,
+                last.submissions_resent,
+            ),
+            (
                 &f.handoffs_applied,
                 now.handoffs_applied,
                 last.handoffs_applied,

@@ -207,6 +207,45 @@ pub enum FaultAction {
         /// What.
         act: HostileAct,
     },
+    /// For `ms`, each crossing between the cores of a sharded relay is lost, handed twice or
+    /// delayed (up to `delay_max_ms`) with these chances in percent (see [`crate::transit`]).
+    Crossings {
+        /// How long, in ms.
+        ms: u64,
+        /// Percent lost.
+        lose_pct: u8,
+        /// Percent handed twice (of what may come twice).
+        twice_pct: u8,
+        /// Percent delayed.
+        delay_pct: u8,
+        /// The longest delay, in ms.
+        delay_max_ms: u64,
+    },
+    /// The next `commits` commits of one shard's store fail; the other shards commit on.
+    ShardCommitsFail {
+        /// The shard.
+        shard: u16,
+        /// How many.
+        commits: u32,
+    },
+    /// One shard's store is down for `ms` (commits, loads and reads); the other shards'
+    /// are up.
+    ShardStoreDown {
+        /// The shard.
+        shard: u16,
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// The next commit that writes a row of `table` (its SQL name) is durable, then the
+    /// relay powers off before sending anything; it restarts `restart_after_ms` later.
+    /// `outbox`: an owner's hand-off committed and not yet applied; `inbox_marks`: an apply
+    /// durable and not yet acknowledged.
+    CrashAfterCommitOf {
+        /// The table.
+        table: String,
+        /// Delay of the restart.
+        restart_after_ms: u64,
+    },
 }
 
 impl fmt::Display for FaultAction {
@@ -249,6 +288,29 @@ impl fmt::Display for FaultAction {
             ),
             Self::Freeze { ms } => write!(f, "active relay freezes for {ms} ms"),
             Self::Hostile { host, act } => write!(f, "{host} {act}"),
+            Self::Crossings {
+                ms,
+                lose_pct,
+                twice_pct,
+                delay_pct,
+                delay_max_ms,
+            } => write!(
+                f,
+                "crossings between relay cores for {ms} ms: {lose_pct}% lost, {twice_pct}% twice, {delay_pct}% delayed <= {delay_max_ms} ms"
+            ),
+            Self::ShardCommitsFail { shard, commits } => {
+                write!(f, "next {commits} commit(s) of relay shard {shard} fail")
+            }
+            Self::ShardStoreDown { shard, ms } => {
+                write!(f, "store of relay shard {shard} down for {ms} ms")
+            }
+            Self::CrashAfterCommitOf {
+                table,
+                restart_after_ms,
+            } => write!(
+                f,
+                "relay powers off after its next commit writing {table} (restart +{restart_after_ms} ms)"
+            ),
         }
     }
 }
@@ -265,6 +327,9 @@ impl FaultAction {
                 | Self::StallCommit { .. }
                 | Self::CrashAfterCommit { .. }
                 | Self::CrashMidBatch { .. }
+                | Self::ShardCommitsFail { .. }
+                | Self::ShardStoreDown { .. }
+                | Self::CrashAfterCommitOf { .. }
         )
     }
 

@@ -1,6 +1,7 @@
 //! The fault plan of one run ([`FaultPlan`]) and its draw from the seed: for each enabled
 //! kind, one to three faults at random times in the traffic window (a storm once), and the
-//! bounds of the payment webhooks' faults ([`WebhookFaults`]).
+//! bounds of the payment webhooks' faults ([`WebhookFaults`]). The `handoff` kind is drawn
+//! last, and only for a sharded relay, so that the plans of every other run stay as they were.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -67,36 +68,38 @@ impl fmt::Display for WebhookFaults {
 pub(super) const DAYS_FAILED_SWEEP_READS: u32 = 2;
 
 impl FaultPlan {
-    /// Draws a plan for `scenario` over a traffic window of `window_ms`.
+    /// Draws a plan for `scenario` over a traffic window of `window_ms`, for a relay of
+    /// `shards` cores.
     pub fn draw(
         rng: &mut ChaCha20Rng,
         selection: &FaultSelection,
         store: StoreChoice,
         scenario: &Scenario,
-        window_ms: u64,
+        (window_ms, shards): (u64, u16),
     ) -> Self {
-        let kinds: BTreeSet<FaultKind> = match selection {
+        // Every kind but `handoff`, which is drawn last (see the module docs).
+        let first = || {
+            FaultKind::ALL
+                .into_iter()
+                .filter(|k| *k != FaultKind::Handoff)
+        };
+        let mut kinds: BTreeSet<FaultKind> = match selection {
             FaultSelection::Only(k) => k.clone(),
             FaultSelection::Swarm => loop {
-                let k: BTreeSet<FaultKind> = FaultKind::ALL
-                    .into_iter()
-                    .filter(|_| rng.next_u32() % 8 < 3)
-                    .collect();
+                let k: BTreeSet<FaultKind> = first().filter(|_| rng.next_u32() % 8 < 3).collect();
                 if !k.is_empty() {
                     break k;
                 }
             },
             FaultSelection::Weighted(weights) => loop {
-                let k: BTreeSet<FaultKind> = FaultKind::ALL
-                    .into_iter()
+                let k: BTreeSet<FaultKind> = first()
                     .filter(|kind| {
                         let w = weights.get(kind).copied().unwrap_or(SWARM_DEFAULT_WEIGHT);
                         rng.next_u32() % SWARM_WEIGHT_SCALE < w
                     })
                     .collect();
-                let all_zero = FaultKind::ALL
-                    .iter()
-                    .all(|kind| weights.get(kind).copied().unwrap_or(SWARM_DEFAULT_WEIGHT) == 0);
+                let all_zero = first()
+                    .all(|kind| weights.get(&kind).copied().unwrap_or(SWARM_DEFAULT_WEIGHT) == 0);
                 if !k.is_empty() || all_zero {
                     break k;
                 }
@@ -127,7 +130,7 @@ impl FaultPlan {
             window_ms,
             events: Vec::new(),
         };
-        for kind in &kinds {
+        for kind in kinds.iter().filter(|k| **k != FaultKind::Handoff) {
             d.kind(*kind, latency_ms);
         }
         let webhook = if kinds.contains(&FaultKind::Webhook) {
@@ -135,6 +138,22 @@ impl FaultPlan {
         } else {
             WebhookFaults::default()
         };
+        // The failover topology's relays run one core each.
+        let shards = if kinds.contains(&FaultKind::Failover) {
+            1
+        } else {
+            shards
+        };
+        if shards > 1 && d.handoff_enabled(selection) {
+            kinds.insert(FaultKind::Handoff);
+            let count = 1 + d.rng.next_u32() % 3;
+            for _ in 0..count {
+                d.handoff(shards);
+            }
+        } else if shards <= 1 {
+            // Nothing crosses between the cores of a relay of one.
+            kinds.remove(&FaultKind::Handoff);
+        }
         let mut events = d.events;
         // Stable: by time, then by insertion order.
         events.sort_by_key(|e| e.at_ms);
@@ -206,6 +225,10 @@ impl FaultPlan {
                 FaultAction::CrashAfterCommit { .. } => FaultKind::CommitCrash,
                 FaultAction::CrashMidBatch { .. } => FaultKind::BatchCrash,
                 FaultAction::Freeze { .. } => FaultKind::Failover,
+                FaultAction::Crossings { .. }
+                | FaultAction::ShardCommitsFail { .. }
+                | FaultAction::ShardStoreDown { .. }
+                | FaultAction::CrashAfterCommitOf { .. } => FaultKind::Handoff,
                 FaultAction::Hostile { act, .. } => match act {
                     HostileAct::Flood { .. } => FaultKind::Abuse,
                     HostileAct::Dishonest { .. } => FaultKind::Dishonest,
@@ -314,8 +337,76 @@ impl Drawer<'_> {
             FaultKind::Abuse => return self.abuse(),
             FaultKind::Failover => self.failover(),
             FaultKind::Dishonest => return self.dishonest(),
+            // Drawn last, for a sharded relay only (`handoff`).
+            FaultKind::Handoff => return ControlFlow::Break(()),
         }
         ControlFlow::Continue(())
+    }
+
+    /// Whether `selection` takes the `handoff` kind (a swarm draws it here, after the rest).
+    fn handoff_enabled(&mut self, selection: &FaultSelection) -> bool {
+        match selection {
+            FaultSelection::Only(k) => k.contains(&FaultKind::Handoff),
+            FaultSelection::Swarm => self.rng.next_u32() % 8 < 3,
+            FaultSelection::Weighted(weights) => {
+                let w = weights
+                    .get(&FaultKind::Handoff)
+                    .copied()
+                    .unwrap_or(SWARM_DEFAULT_WEIGHT);
+                self.rng.next_u32() % SWARM_WEIGHT_SCALE < w
+            }
+        }
+    }
+
+    /// One fault of the hand-off between the cores of a relay of `shards`: crossings lost,
+    /// repeated and delayed for a while (half the time); one shard's store failing alone; or
+    /// a power-off right after an owner commits a hand-off or a recipient's shard applies one.
+    fn handoff(&mut self, shards: u16) {
+        let at = self.at();
+        match self.rng.next_u32() % 4 {
+            0 | 1 => {
+                let ms = 2_000 + self.rng.next_u64() % 20_000;
+                let pct = |d: &mut Self, max: u32| (d.rng.next_u32() % max) as u8;
+                let action = FaultAction::Crossings {
+                    ms,
+                    lose_pct: pct(self, 30),
+                    twice_pct: pct(self, 30),
+                    delay_pct: pct(self, 40),
+                    delay_max_ms: 10 + self.rng.next_u64() % 3_000,
+                };
+                self.push(at, action);
+            }
+            2 => {
+                let shard = (self.rng.next_u32() % u32::from(shards.max(1))) as u16;
+                let action = if self.rng.next_u32().is_multiple_of(2) {
+                    FaultAction::ShardCommitsFail {
+                        shard,
+                        commits: 1 + self.rng.next_u32() % 3,
+                    }
+                } else {
+                    FaultAction::ShardStoreDown {
+                        shard,
+                        ms: 500 + self.rng.next_u64() % 5_000,
+                    }
+                };
+                self.push(at, action);
+            }
+            _ => {
+                let table = if self.rng.next_u32().is_multiple_of(2) {
+                    relay_core::store::Table::Outbox
+                } else {
+                    relay_core::store::Table::InboxMarks
+                };
+                let restart_after_ms = 500 + self.rng.next_u64() % 10_000;
+                self.push(
+                    at,
+                    FaultAction::CrashAfterCommitOf {
+                        table: table.name().to_owned(),
+                        restart_after_ms,
+                    },
+                );
+            }
+        }
     }
 
     /// A client host and the relay cut apart both ways, later repaired.

@@ -466,13 +466,16 @@ fn classify(action: &FaultAction) -> Shape {
         FaultAction::Crash { host } => Shape::Opens(format!("power {host}"), Process),
         FaultAction::Restart { host } => Shape::Closes(format!("power {host}")),
         FaultAction::Freeze { ms } => Shape::Lasts(*ms, Process),
-        FaultAction::StoreDown { ms } | FaultAction::StallCommit { ms } => {
-            Shape::Lasts(*ms, Storage)
-        }
+        FaultAction::StoreDown { ms }
+        | FaultAction::StallCommit { ms }
+        | FaultAction::ShardStoreDown { ms, .. } => Shape::Lasts(*ms, Storage),
+        FaultAction::Crossings { ms, .. } => Shape::Lasts(*ms, Network),
         FaultAction::FailCommits { .. }
         | FaultAction::FailReads { .. }
         | FaultAction::CrashAfterCommit { .. }
-        | FaultAction::CrashMidBatch { .. } => Shape::Instant(Storage),
+        | FaultAction::CrashMidBatch { .. }
+        | FaultAction::ShardCommitsFail { .. }
+        | FaultAction::CrashAfterCommitOf { .. } => Shape::Instant(Storage),
         FaultAction::ClockJump { .. }
         | FaultAction::WorldJump { .. }
         | FaultAction::SetSkew { .. } => Shape::Instant(Clock),

@@ -79,6 +79,7 @@ pub(super) fn finish(
         fenced: history.counts.fenced,
         webhook_bounds,
         handed_off: handed_off(&parts.metrics.encode()),
+        crossings_faulted: parts.crossings.counts().faulted(),
     };
     let (routes, times, drill_counts, relay_elapsed_ms) = {
         let world = parts.world.borrow();
@@ -127,6 +128,16 @@ fn closing_notes(
             counts.commits, counts.failed, counts.reads, counts.failed_reads
         ),
     });
+    let crossings = parts.crossings.counts();
+    if crossings.sent > 0 {
+        parts.trace.push(Record::Note {
+            t_ms: end_ms,
+            text: format!(
+                "crossings between relay cores: {} sent, {} lost, {} handed twice, {} delayed",
+                crossings.sent, crossings.lost, crossings.repeated, crossings.delayed
+            ),
+        });
+    }
     let count = |k: PushKind| seen.iter().filter(|p| p.kind == k).count();
     parts.trace.push(Record::Note {
         t_ms: end_ms,

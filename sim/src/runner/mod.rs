@@ -47,10 +47,11 @@ use crate::faults::{FaultKind, FaultPlan, FaultSelection, StoreChoice};
 use crate::oracles;
 use crate::pushworld::PushWorld;
 use crate::scenario::{DrawParams, Scale, Scenario};
-use crate::seeds::{TAG_PLAN, TAG_SCENARIO, derive_seed};
+use crate::seeds::{TAG_PLAN, TAG_RELAY, TAG_SCENARIO, derive_seed, derive_u64};
 use crate::store::SimStore;
 use crate::time::SkewClock;
 use crate::trace::{self, Record, Trace};
+use crate::transit::CrossingFaults;
 use crate::violation::Violation;
 use crate::world::ledger::Payments;
 use crate::world::{HostCtx, Shared, relay_endpoint};
@@ -149,13 +150,17 @@ impl RunConfig {
             },
         );
         scenario.fit_class(class);
+        let shards = match self.shards {
+            ShardsChoice::Fixed(n) => n.max(1),
+            ShardsChoice::Drawn => relay::relay_shards(self.seed),
+        };
         let mut rng = ChaCha20Rng::from_seed(derive_seed(self.seed, TAG_PLAN, 0));
         let mut plan = FaultPlan::draw(
             &mut rng,
             &self.faults,
             self.store,
             &scenario,
-            TRAFFIC_WINDOW_MS,
+            (TRAFFIC_WINDOW_MS, shards),
         );
         if class == Class::Days {
             plan.add_world_jumps(&crate::class::days_jumps(self.seed, TRAFFIC_WINDOW_MS));
@@ -167,10 +172,7 @@ impl RunConfig {
             drills: Drill::of_class(class),
             scenario,
             plan,
-            shards: match self.shards {
-                ShardsChoice::Fixed(n) => n.max(1),
-                ShardsChoice::Drawn => relay::relay_shards(self.seed),
-            },
+            shards,
         }
     }
 }
@@ -324,6 +326,9 @@ pub struct RunStats {
     /// Messages the relay's cores handed to another shard's core (0 with one shard; from the
     /// relay's metrics, `relay_messages_handed_off_total`).
     pub handed_off: u64,
+    /// Crossings between the relay's cores that the `handoff` faults lost, repeated or
+    /// delayed.
+    pub crossings_faulted: u64,
 }
 
 /// Runs one seed (or the replay in `config`).
@@ -400,6 +405,8 @@ pub(super) struct Parts<'r> {
     /// What every start of every relay host counts for an operator (one registry over the
     /// run, as one scraped series accumulates across restarts).
     metrics: relay_server::metrics::Metrics,
+    /// What happens to the crossings between the relay's cores (`handoff` faults).
+    crossings: CrossingFaults,
 }
 
 impl<'r> Parts<'r> {
@@ -429,6 +436,7 @@ impl<'r> Parts<'r> {
             clocks: (0..clients).map(|_| SkewClock::default()).collect(),
             auditor_clock: SkewClock::default(),
             metrics: relay_server::metrics::Metrics::new(),
+            crossings: CrossingFaults::new(derive_u64(replay.seed, TAG_RELAY, 11)),
         }
     }
 

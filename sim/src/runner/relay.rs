@@ -20,6 +20,7 @@ use crate::pushworld::PushWorld;
 use crate::seeds::{TAG_READS, TAG_RELAY, TAG_RELAY_KEY, TAG_RELAY_START, derive_seed, derive_u64};
 use crate::store::SimStore;
 use crate::time::sleep_ms;
+use crate::transit::CrossingFaults;
 use relay_server::metrics::Metrics;
 use relay_server::{CommitMode, PushDelivery, ReadMode, RelayServer};
 use seam::clock::OffsetClock;
@@ -173,6 +174,7 @@ struct RelayParts {
     clock: OffsetClock,
     push: PushWorld,
     metrics: Metrics,
+    crossings: CrossingFaults,
 }
 
 impl RelayParts {
@@ -204,6 +206,7 @@ pub(super) fn add_relay_hosts(
         clock: parts.relay_clock.clone(),
         push: parts.push.clone(),
         metrics: parts.metrics.clone(),
+        crossings: parts.crossings.clone(),
     };
     let seed = parts.replay.seed;
     let slowest = crate::store::READ_DELAY_MAX_MS
@@ -268,20 +271,21 @@ fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, (inline, sha
                     commit_mode(&store)
                 };
                 let reads = read_mode(&store);
-                let open = move |place| {
+                let open = move |place: relay_core::handoff::ShardPlace| {
                     let config = Config {
                         shard: place,
                         ..config.clone()
                     };
                     Relay::with_blobs(
                         config,
-                        Box::new(store.open()?),
+                        Box::new(store.open_shard(place.me().0)?),
                         Box::new(blobs.clone()),
                         relay_seed,
                     )
                 };
                 let delivery = relay.deliver_pushes.then_some(delivery);
                 let server = RelayServer::sharded(shards, open)
+                    .with_crossing_transit(relay.crossings.transit())
                     .with_commit_mode(commit)
                     .with_read_mode(reads)
                     .with_metrics(relay.metrics.clone());

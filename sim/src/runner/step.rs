@@ -35,6 +35,7 @@ use crate::scenario::ActionKind;
 use crate::store::StoreCtl;
 use crate::time::SkewClock;
 use crate::trace::{Record, Trace};
+use crate::transit::{CrossingFaults, CrossingOdds};
 use crate::violation::{Oracle, Violation};
 use crate::world::{RunnerRequest, Shared};
 use seam::clock::OffsetClock;
@@ -94,6 +95,8 @@ pub(super) struct Sim<'a> {
     /// Every app's clock (the clients', the auditor's): a world jump moves them all.
     app_clocks: Vec<SkewClock>,
     store: StoreCtl,
+    /// What happens to the crossings between the relay's cores (`handoff` faults).
+    crossings: CrossingFaults,
     internal: BTreeMap<u64, Vec<Internal>>,
     trace: Trace,
     /// Where power-offs of the relay are recorded ([`World::relay_off_ms`](crate::world::World::relay_off_ms)).
@@ -288,6 +291,38 @@ impl Sim<'_> {
                 self.store.crash_mid_batch(*restart_after_ms);
             }
             FaultAction::Freeze { ms } => self.freeze(now + ms),
+            FaultAction::Crossings {
+                ms,
+                lose_pct,
+                twice_pct,
+                delay_pct,
+                delay_max_ms,
+            } => {
+                let odds = CrossingOdds {
+                    lose_pct: *lose_pct,
+                    twice_pct: *twice_pct,
+                    delay_pct: *delay_pct,
+                    delay_max_ms: *delay_max_ms,
+                };
+                self.crossings.arm(odds, now + ms);
+            }
+            FaultAction::ShardCommitsFail { shard, commits } => {
+                self.store.fail_shard_commits(*shard, *commits);
+            }
+            FaultAction::ShardStoreDown { shard, ms } => {
+                self.store.shard_down_until(*shard, now + ms);
+            }
+            FaultAction::CrashAfterCommitOf {
+                table,
+                restart_after_ms,
+            } => {
+                let table = relay_core::store::Table::ALL
+                    .into_iter()
+                    .find(|t| t.name() == table);
+                if let Some(table) = table {
+                    self.store.crash_after_commit_of(table, *restart_after_ms);
+                }
+            }
             FaultAction::Hostile { host, act } => self.hostile(host, act),
             FaultAction::Partition { .. }
             | FaultAction::Repair { .. }
@@ -449,6 +484,7 @@ impl Sim<'_> {
             self.thaw(&h);
         }
         self.store.heal();
+        self.crossings.heal();
         let hosts = self.hosts.clone();
         for h in hosts.iter().filter(|h| *h != RELAY) {
             self.sim.repair(h.as_str(), RELAY);
@@ -486,6 +522,7 @@ impl<'a> Sim<'a> {
                 .cloned()
                 .collect(),
             store,
+            crossings: parts.crossings.clone(),
             internal: BTreeMap::new(),
             trace: parts.trace.clone(),
             world: parts.world.clone(),

@@ -54,7 +54,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use relay_core::store::{
-    Batch, Expiries, MemoryStore, Rows, Snapshot, SqliteStore, Store, StoreError, StoreRead, Table,
+    Batch, Expiries, MemoryStore, MutationRef, Rows, Snapshot, SqliteStore, Store, StoreError,
+    StoreRead, Table,
 };
 
 use crate::faults::StoreKind;
@@ -110,6 +111,20 @@ struct FaultState {
     /// Reads the relay made ahead of a parked frame, and how many waited.
     reads_ahead: u64,
     reads_delayed: u64,
+    /// A sharded relay: faults of one shard's store alone, by shard.
+    shards: BTreeMap<u16, ShardFaults>,
+    /// Power off after the next commit that writes a row of this table (restart delay).
+    crash_after_commit_of: Option<(Table, u64)>,
+}
+
+/// Faults of one shard's store alone: what a sharded relay whose shards keep their stores
+/// apart meets when one of them fails (the other shards commit on).
+#[derive(Debug, Default)]
+struct ShardFaults {
+    /// The shard's next commits that fail.
+    fail_next: u32,
+    /// The shard's commits, loads and reads fail until then (simulated ms).
+    down_until_ms: Option<u64>,
 }
 
 /// The leadership lease of the failover topology (see the module docs).
@@ -178,6 +193,27 @@ impl StoreCtl {
         c.fail_reads = 1;
         c.fail_reads_of = Some(table);
         true
+    }
+
+    /// The next `n` commits of shard `shard`'s store fail (the other shards' commit on).
+    pub fn fail_shard_commits(&self, shard: u16, n: u32) {
+        let mut c = self.lock();
+        c.shards.entry(shard).or_default().fail_next += n;
+    }
+
+    /// Every commit, load and read of shard `shard`'s store fails until simulated
+    /// `until_ms` (the other shards' go on).
+    pub fn shard_down_until(&self, shard: u16, until_ms: u64) {
+        let mut c = self.lock();
+        let f = c.shards.entry(shard).or_default();
+        f.down_until_ms = Some(f.down_until_ms.map_or(until_ms, |u| u.max(until_ms)));
+    }
+
+    /// The next commit that writes a row of `table` is durable, then fails, and the relay is
+    /// powered off (e.g. an owner's hand-off row written and not yet applied, or an apply
+    /// durable and not yet acknowledged).
+    pub fn crash_after_commit_of(&self, table: Table, restart_after_ms: u64) {
+        self.lock().crash_after_commit_of = Some((table, restart_after_ms));
     }
 
     /// Every commit and load fails until simulated `until_ms`.
@@ -288,6 +324,8 @@ impl StoreCtl {
         c.down_until_ms = None;
         c.crash_after_commit = None;
         c.crash_mid_batch = None;
+        c.shards.clear();
+        c.crash_after_commit_of = None;
     }
 
     /// A copy of the history.
@@ -390,6 +428,26 @@ impl FaultState {
         self.down_until_restart || self.down_until_ms.is_some_and(|u| sim_ms() < u)
     }
 
+    /// Whether the store is down for `shard` (the whole store, or that shard's alone).
+    fn is_down_for(&self, shard: Option<u16>) -> bool {
+        self.is_down()
+            || shard
+                .and_then(|s| self.shards.get(&s))
+                .and_then(|f| f.down_until_ms)
+                .is_some_and(|u| sim_ms() < u)
+    }
+
+    /// Takes one of `shard`'s armed commit failures, if it has one.
+    fn take_shard_failure(&mut self, shard: Option<u16>) -> bool {
+        match shard.and_then(|s| self.shards.get_mut(&s)) {
+            Some(f) if f.fail_next > 0 => {
+                f.fail_next -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The fence: `Err` when a store opened for `fence` (host, epoch) may no longer write.
     fn fenced(&mut self, fence: Option<&(String, u64)>) -> Result<(), StoreError> {
         let Some((host, epoch)) = fence else {
@@ -453,6 +511,8 @@ pub struct FaultyStore {
     ctl: StoreCtl,
     /// Failover: the (host, epoch) this store was opened for.
     fence: Option<(String, u64)>,
+    /// The shard of a sharded relay this store was opened for (its faults of one shard).
+    shard: Option<u16>,
 }
 
 impl FaultyStore {
@@ -469,7 +529,7 @@ impl FaultyStore {
     fn checked_load(&mut self, eager: bool) -> Result<Snapshot, StoreError> {
         let ctl = self.ctl.clone();
         ctl.lock().fenced(self.fence.as_ref())?;
-        if ctl.lock().is_down() {
+        if ctl.lock().is_down_for(self.shard) {
             ctl.lock().history.counts.failed_loads += 1;
             return Err(StoreError::Backend("injected: store down".into()));
         }
@@ -507,6 +567,7 @@ impl Store for FaultyStore {
         Ok(Box::new(FaultyReader {
             inner: self.inner().reader()?,
             ctl: self.ctl.clone(),
+            shard: self.shard,
         }))
     }
 
@@ -519,9 +580,13 @@ impl Store for FaultyStore {
                 let at = sim_ms();
                 c.history.commits_while_off.push(at);
             }
-            if c.is_down() {
+            if c.is_down_for(self.shard) {
                 c.history.counts.failed += 1;
                 return Err(StoreError::Backend("injected: store down".into()));
+            }
+            if c.take_shard_failure(self.shard) {
+                c.history.counts.failed += 1;
+                return Err(StoreError::Backend("injected: shard commit failed".into()));
             }
             if c.fail_next > 0 {
                 c.fail_next -= 1;
@@ -539,6 +604,17 @@ impl Store for FaultyStore {
         let mut c = ctl.lock();
         c.history.counts.commits += 1;
         c.record(batch);
+        if let Some((_, restart_after_ms)) = c
+            .crash_after_commit_of
+            .filter(|&(table, _)| writes_to(batch, table))
+        {
+            c.crash_after_commit_of = None;
+            c.down_until_restart = true;
+            c.crash_request = Some(CrashRequest { restart_after_ms });
+            return Err(StoreError::Backend(
+                "injected: power lost after the commit".into(),
+            ));
+        }
         if let Some(restart_after_ms) = c.crash_after_commit.take() {
             // Durable, but the process dies before it can release anything.
             c.down_until_restart = true;
@@ -551,12 +627,21 @@ impl Store for FaultyStore {
     }
 }
 
+/// Whether `batch` writes a row of `table`.
+fn writes_to(batch: &Batch, table: Table) -> bool {
+    batch.into_iter().any(|m| match m {
+        MutationRef::Put { table: t, .. } | MutationRef::PutExpiring { table: t, .. } => t == table,
+        MutationRef::Delete { .. } | MutationRef::Expire { .. } => false,
+    })
+}
+
 /// The keyed reads of a [`FaultyStore`]: they fail while the store is down or when a read
 /// fault is armed, and are counted.
 #[derive(Debug)]
 struct FaultyReader {
     inner: Box<dyn StoreRead>,
     ctl: StoreCtl,
+    shard: Option<u16>,
 }
 
 impl FaultyReader {
@@ -567,7 +652,7 @@ impl FaultyReader {
     ) -> Result<T, StoreError> {
         {
             let mut c = self.ctl.lock();
-            if c.is_down() {
+            if c.is_down_for(self.shard) {
                 c.history.counts.failed_reads += 1;
                 return Err(StoreError::Backend("injected: store down".into()));
             }
@@ -709,7 +794,16 @@ impl SimStore {
             backend,
             ctl: self.ctl.clone(),
             fence: None,
+            shard: None,
         })
+    }
+
+    /// [`open`](Self::open) for shard `shard` of a sharded relay: the faults armed for that
+    /// shard alone hit this store too.
+    pub fn open_shard(&self, shard: u16) -> Result<FaultyStore, StoreError> {
+        let mut store = self.open()?;
+        store.shard = Some(shard);
+        Ok(store)
     }
 
     /// Opens the store for the leader of `epoch` on `host` (failover): every commit and load

@@ -334,7 +334,7 @@ fn summarize(
     );
     let sum = |f: fn(&sim::RunStats) -> u64| results.iter().map(|r| f(&r.stats)).sum::<u64>();
     println!(
-        "denominators: {} of {} conversations set up, {} messages acked, {} received, {} receipts applied, {} bounds on the relay's webhook counters, {} messages handed between shards; fewest acked in one seed: {}",
+        "denominators: {} of {} conversations set up, {} messages acked, {} received, {} receipts applied, {} bounds on the relay's webhook counters, {} messages handed between shards ({} crossings faulted); fewest acked in one seed: {}",
         sum(|s| s.conversations),
         sum(|s| s.pairs),
         sum(|s| s.acked),
@@ -342,6 +342,7 @@ fn summarize(
         sum(|s| s.receipts),
         sum(|s| s.webhook_bounds),
         sum(|s| s.handed_off),
+        sum(|s| s.crossings_faulted),
         results.iter().map(|r| r.stats.acked).min().unwrap_or(0)
     );
     classes_line(results);
