@@ -479,7 +479,7 @@ impl Cx<'_> {
             Ok(Received::Again(ack)) => {
                 self.stats.handoffs_repeated += 1;
                 if let Some(mut ack) = ack {
-                    ack.level = self.state.level(&ack.stream);
+                    ack.level = self.state.level(&ack.stream, None);
                     self.stage(Output::Cross(Crossing::Applied(ack)));
                 }
             }

@@ -38,7 +38,7 @@
 //! | [`transit`] | what happens to each crossing between a sharded relay's cores (lost, repeated, delayed) while a fault of the plan lasts, drawn per crossing, and the counts | `time` |
 //! | [`pushworld`] | the push stand-ins the relay delivers to for real | `bounds`, `seeds` |
 //! | [`failover`] | active/standby relays: [`SimLeadership`](failover::SimLeadership), the load balancer | `bounds`, `store`, `time` |
-//! | `world` | the state the hosts share (`World`, `HostCtx`), the commerce ledger, what the drills did | `bounds`, `class`, `faults`, `pushworld`, `scenario`, `store`, `time`, `trace`, `violation` |
+//! | `world` | the state the hosts share (`World`, `HostCtx`), the commerce ledger, what the drills did | `bounds`, `class`, `faults`, `pushworld`, `scenario`, `store`, `time`, `trace`, `transit`, `violation` |
 //! | `market` | the scripted purchases, listings, buys, payments, binds and the commerce audit | `scenario`, `time`, `world` |
 //! | `hostile` | raw clients: floods, dishonest requests, slow consumers, storms | `bounds`, `faults`, `time`, `violation`, `world` |
 //! | [`drills`] | the drill host: raw clients that fill every limit, outlive expiries, build heavy state across restarts, call routes as strangers, meet failing store reads | `bounds`, `class`, `hostile`, `scenario`, `seeds`, `time`, `violation`, `world` |

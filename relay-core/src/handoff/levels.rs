@@ -17,6 +17,12 @@
 //!   each answered ([`Levels::complete`]); until then a message that needs a view is refused
 //!   `STORAGE_UNAVAILABLE` ("send it again").
 //!
+//! * **A late report changes nothing.** Each level carries the [`Stamp`] of its measurement
+//!   (the recipient shard's incarnation and a count of its measurements), so that a report or
+//!   an acknowledgement that a transport delayed past a later one is not taken over the later
+//!   one. Only a view that holds something keeps its stamp: a late report that finds none
+//!   makes the view too high, never too low.
+//!
 //! A conversation has one owner, so its bound holds exactly. A recipient's backlog and a
 //! sender's bytes are shared by the owners of their conversations: each owner counts what the
 //! reports say plus what it handed itself, so owners deciding for one recipient (or sender) at
@@ -63,6 +69,16 @@ impl Fill {
     }
 }
 
+/// When a recipient's shard measured a level: its incarnation (its boot count), then the
+/// count of its measurements in that incarnation. A later measurement has a greater stamp.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Stamp {
+    /// The measuring shard's boot count.
+    pub boot: u64,
+    /// Its measurements in that boot, this one included.
+    pub n: u64,
+}
+
 /// What a recipient's shard holds of one stream, and of its recipient's whole backlog.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Level {
@@ -70,6 +86,8 @@ pub struct Level {
     pub stream: Fill,
     /// Everything queued for the recipient, from every conversation.
     pub recipient: Fill,
+    /// When it was measured.
+    pub stamp: Stamp,
 }
 
 /// A question to a recipient's shard, answered with a [`Levels`].
@@ -95,6 +113,9 @@ pub struct Levels {
     /// Whether these are all the streams `from` holds for `to` (the answer to a question
     /// about them all): any other is empty.
     pub complete: bool,
+    /// When they were measured (a complete report's streams it does not list were empty
+    /// then).
+    pub stamp: Stamp,
 }
 
 /// The part of the relay's total of queued bytes one of `shards` shards may decide.
@@ -180,6 +201,8 @@ struct View {
     stream: Fill,
     /// When it came.
     at: UnixMs,
+    /// When it was measured.
+    stamp: Stamp,
 }
 
 /// An owner's views of other shards' queues: each stream's last report, each recipient's
@@ -188,7 +211,8 @@ struct View {
 #[derive(Debug, Clone, Default)]
 pub struct Views {
     streams: BTreeMap<Stream, View>,
-    recipients: BTreeMap<UserUuid, (Fill, UnixMs)>,
+    /// Each recipient's backlog: what, when it came, when it was measured.
+    recipients: BTreeMap<UserUuid, (Fill, UnixMs, Stamp)>,
     by_author: BTreeMap<UserUuid, Fill>,
     total: Fill,
     /// Shards that reported every stream this owner has there since it started.
@@ -200,7 +224,8 @@ pub struct Views {
 }
 
 impl Views {
-    /// Takes stream `stream`'s report, received at `now`.
+    /// Takes stream `stream`'s report, received at `now`; what the views hold from a later
+    /// measurement is kept.
     pub fn report(
         &mut self,
         stream: &Stream,
@@ -208,6 +233,27 @@ impl Views {
         level: Level,
         now: UnixMs,
     ) {
+        let recipient_later = self
+            .recipients
+            .get(&stream.recipient)
+            .is_some_and(|r| r.2 > level.stamp);
+        if !recipient_later {
+            if level.recipient.is_empty() {
+                self.recipients.remove(&stream.recipient);
+            } else {
+                self.recipients.insert(
+                    stream.recipient.clone(),
+                    (level.recipient, now, level.stamp),
+                );
+            }
+        }
+        if self
+            .streams
+            .get(stream)
+            .is_some_and(|v| v.stamp > level.stamp)
+        {
+            return;
+        }
         self.asked.remove(stream);
         let old = self.streams.remove(stream);
         let author = author
@@ -218,12 +264,6 @@ impl Views {
         {
             take_from(&mut self.by_author, a, old.stream);
             self.total = self.total.minus(old.stream);
-        }
-        if level.recipient.is_empty() {
-            self.recipients.remove(&stream.recipient);
-        } else {
-            self.recipients
-                .insert(stream.recipient.clone(), (level.recipient, now));
         }
         if level.stream.is_empty() {
             return;
@@ -239,6 +279,7 @@ impl Views {
                 author,
                 stream: level.stream,
                 at: now,
+                stamp: level.stamp,
             },
         );
     }
@@ -252,11 +293,17 @@ impl Views {
             .filter(|s| of(&s.recipient) == levels.from && !listed.contains(s))
             .cloned()
             .collect();
+        let empty = Level {
+            stamp: levels.stamp,
+            ..Level::default()
+        };
         for s in gone {
-            self.report(&s, None, Level::default(), now);
+            self.report(&s, None, empty, now);
         }
-        self.recipients.retain(|r, _| {
-            of(r) != levels.from || levels.streams.iter().any(|(s, _, _)| s.recipient == *r)
+        self.recipients.retain(|r, (_, _, stamp)| {
+            of(r) != levels.from
+                || *stamp > levels.stamp
+                || levels.streams.iter().any(|(s, _, _)| s.recipient == *r)
         });
         for (s, author, level) in &levels.streams {
             self.report(s, author.as_ref(), *level, now);
@@ -363,6 +410,7 @@ mod tests {
         Level {
             stream: fill(s.0, s.1),
             recipient: fill(r.0, r.1),
+            stamp: Stamp::default(),
         }
     }
 
@@ -444,6 +492,7 @@ mod tests {
             to: ShardId(0),
             streams: vec![(stream(2, "c2"), Some(user(9)), level((1, 10), (4, 40)))],
             complete: true,
+            stamp: Stamp::default(),
         };
         v.report_all(&all, UnixMs(2), of);
         assert!(v.synced(ShardId(1)) && !v.synced(ShardId(2)));
@@ -453,6 +502,51 @@ mod tests {
         assert_eq!(v.recipient(&user(2)), fill(4, 40));
         assert_eq!(v.stream(&stream(3, "c3")), fill(1, 10), "another shard's");
         assert_eq!(v.author(&user(9)), fill(2, 20));
+    }
+
+    #[test]
+    fn a_report_measured_before_the_one_held_is_not_taken() {
+        let mut v = Views::default();
+        let s = stream(1, "c1");
+        let at = |n, l: Level| Level {
+            stamp: Stamp { boot: 1, n },
+            ..l
+        };
+        v.report(
+            &s,
+            Some(&user(9)),
+            at(5, level((2, 20), (4, 40))),
+            UnixMs(10),
+        );
+        // An acknowledgement measured earlier, delayed past the later report.
+        v.report(&s, None, at(3, level((1, 10), (1, 10))), UnixMs(11));
+        assert_eq!(v.stream(&s), fill(2, 20));
+        assert_eq!(v.recipient(&user(1)), fill(4, 40));
+        assert_eq!(v.total(), fill(2, 20));
+        // Nor an earlier "empty".
+        v.report(&s, None, at(4, Level::default()), UnixMs(12));
+        assert_eq!(v.stream(&s), fill(2, 20));
+        // Nor an earlier whole report that did not list it.
+        let all = Levels {
+            from: ShardId(1),
+            to: ShardId(0),
+            streams: Vec::new(),
+            complete: true,
+            stamp: Stamp { boot: 1, n: 4 },
+        };
+        v.report_all(&all, UnixMs(13), |_| ShardId(1));
+        assert_eq!(v.stream(&s), fill(2, 20));
+        assert_eq!(v.recipient(&user(1)), fill(4, 40));
+        // A later one, or one of a later incarnation, is.
+        v.report(&s, None, at(6, level((1, 10), (3, 30))), UnixMs(14));
+        assert_eq!(v.stream(&s), fill(1, 10));
+        let reboot = Level {
+            stamp: Stamp { boot: 2, n: 1 },
+            ..Level::default()
+        };
+        v.report(&s, None, reboot, UnixMs(15));
+        assert_eq!(v.stream(&s), Fill::default());
+        assert_eq!(v.total(), Fill::default());
     }
 
     #[test]
@@ -489,6 +583,7 @@ mod tests {
             to: me,
             streams: Vec::new(),
             complete: true,
+            stamp: Stamp::default(),
         };
         v.report_all(&answer(ShardId(0)), UnixMs(7), |_| ShardId(0));
         let later = UnixMs(5 + super::super::RESEND_MS);

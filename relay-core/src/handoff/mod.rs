@@ -53,7 +53,9 @@ pub use crossing::{
     PairOp, Reply, ReplyTo, Signal, Submission, Submitted, Verdict,
 };
 pub use inbox::{Inbox, Received};
-pub use levels::{Fill, LEVELS_STALE_MS, Level, Levels, LevelsAsked, Tally, Views, total_share};
+pub use levels::{
+    Fill, LEVELS_STALE_MS, Level, Levels, LevelsAsked, Stamp, Tally, Views, total_share,
+};
 pub use notices::{Announce, Contact, Notice, NoticeKey, NoticeSent, NoticeTaken, Notices};
 pub use outbox::Outbox;
 pub use submissions::{MAX_SUBMISSIONS_WAITING, Submissions};

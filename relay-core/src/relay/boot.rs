@@ -113,5 +113,6 @@ pub(super) fn boot_ids(state: &mut State, seed: u64, shard: crate::handoff::Shar
     let mut s = [0u8; 8];
     s.copy_from_slice(&digest[..8]);
     state.put_meta(&key, (boot + 1).to_string());
+    state.set_handoffs_boot(boot);
     IdGen::new(u64::from_le_bytes(s))
 }

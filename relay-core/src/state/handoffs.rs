@@ -10,7 +10,7 @@ use wire::{Seq, UnixMs, UserUuid};
 
 use crate::handoff::{
     Applied, Broken, Fill, Handoff, Inbox, Level, Levels, MAX_HELD, Message, Notice, NoticeKey,
-    NoticeSent, NoticeTaken, Notices, Outbox, Received, Reply, ShardId, ShardPlace, Stream,
+    NoticeSent, NoticeTaken, Notices, Outbox, Received, Reply, ShardId, ShardPlace, Stamp, Stream,
     Submission, Submissions, Tally, Views,
 };
 use crate::rows::{
@@ -37,6 +37,10 @@ pub(crate) struct Handoffs {
     /// Messages this shard's users submitted to other shards, waiting for their verdicts
     /// (in memory only: a closed connection's client sends them again).
     submissions: Submissions,
+    /// This shard's incarnation (its boot count) and the levels it measured in it: the
+    /// stamps of its level reports.
+    boot: u64,
+    measured: u64,
 }
 
 impl Default for Handoffs {
@@ -56,6 +60,8 @@ impl Handoffs {
             views: Views::default(),
             fell: BTreeMap::new(),
             submissions: Submissions::default(),
+            boot: 0,
+            measured: 0,
         }
     }
 
@@ -317,15 +323,30 @@ impl State {
             |k| write_inbox_mark_key(k, &row.recipient, &row.conv_id),
             &row,
         );
-        let level = self.level(stream);
+        let level = self.level(stream, None);
         let mut ack = self.handoffs.inbox.durable(stream, through)?;
         ack.level = level;
         Some(ack)
     }
 
+    /// This shard starts its `boot`-th incarnation: its level reports are stamped with it.
+    pub(crate) fn set_handoffs_boot(&mut self, boot: u64) {
+        self.handoffs.boot = boot;
+        self.handoffs.measured = 0;
+    }
+
+    /// A new stamp of a measurement of levels.
+    fn stamp(&mut self) -> Stamp {
+        self.handoffs.measured += 1;
+        Stamp {
+            boot: self.handoffs.boot,
+            n: self.handoffs.measured,
+        }
+    }
+
     /// What this shard holds of `stream` (a stream of its user) and of its recipient's
-    /// backlog.
-    pub(crate) fn level(&self, stream: &Stream) -> Level {
+    /// backlog, measured now (with `stamp`, or a new one).
+    pub(crate) fn level(&mut self, stream: &Stream, stamp: Option<Stamp>) -> Level {
         let q = self.summary(&stream.recipient, &stream.conv);
         let r = self.backlog.of_recipient(&stream.recipient);
         Level {
@@ -337,6 +358,7 @@ impl State {
                 msgs: r.msgs as u64,
                 bytes: r.bytes,
             },
+            stamp: stamp.unwrap_or_else(|| self.stamp()),
         }
     }
 
@@ -370,10 +392,11 @@ impl State {
         }
         let fell = std::mem::take(&mut self.handoffs.fell);
         let place = self.handoffs.place;
+        let stamp = self.stamp();
         let mut reports: Vec<Levels> = Vec::new();
         for (stream, author) in fell {
             let owner = place.map().owner_of([&author, &stream.recipient]);
-            let level = self.level(&stream);
+            let level = self.level(&stream, Some(stamp));
             let entry = (stream, Some(author), level);
             match reports.iter_mut().find(|r| r.to == owner) {
                 Some(r) => r.streams.push(entry),
@@ -382,6 +405,7 @@ impl State {
                     to: owner,
                     streams: vec![entry],
                     complete: false,
+                    stamp,
                 }),
             }
         }
@@ -390,28 +414,35 @@ impl State {
 
     /// The answer to shard `to`'s question: the level of `stream`, or of every stream of this
     /// shard's users that `to` owns.
-    pub(crate) fn levels_for(&self, to: ShardId, stream: Option<Stream>) -> Levels {
+    pub(crate) fn levels_for(&mut self, to: ShardId, stream: Option<Stream>) -> Levels {
         let place = self.handoffs.place;
+        let stamp = self.stamp();
         let streams = match stream {
             Some(s) => {
                 let author = self.queued_from(&s.recipient, &s.conv);
-                let level = self.level(&s);
+                let level = self.level(&s, Some(stamp));
                 vec![(s, author, level)]
             }
-            None => self
-                .queued_streams()
-                .filter(|(s, from)| place.map().owner_of([&s.recipient, from]) == to)
-                .map(|(s, from)| {
-                    let level = self.level(&s);
-                    (s, Some(from), level)
-                })
-                .collect(),
+            None => {
+                let owned: Vec<(Stream, UserUuid)> = self
+                    .queued_streams()
+                    .filter(|(s, from)| place.map().owner_of([&s.recipient, from]) == to)
+                    .collect();
+                owned
+                    .into_iter()
+                    .map(|(s, from)| {
+                        let level = self.level(&s, Some(stamp));
+                        (s, Some(from), level)
+                    })
+                    .collect()
+            }
         };
         Levels {
             from: place.me(),
             to,
             streams,
             complete: true,
+            stamp,
         }
     }
 }

@@ -98,6 +98,7 @@ pub(crate) struct Calm {
     relay: String,
     store_faults: u64,
     failed_reads: u64,
+    crossings_faulted: u64,
 }
 
 impl Calm {
@@ -110,6 +111,7 @@ impl Calm {
             relay: w.active_relay(),
             store_faults: w.store_faults,
             failed_reads: w.store_failed_reads,
+            crossings_faulted: w.crossings_faulted(),
         }
     }
 
@@ -125,7 +127,8 @@ impl Calm {
     }
 
     /// Whether nothing happened to the relay since `self` (no power-off, takeover, store
-    /// fault of the plan, failed store read or clock jump) but the clock jumps the drill itself asked for
+    /// fault of the plan, failed store read, crossing between its cores lost, repeated or
+    /// delayed, or clock jump) but the clock jumps the drill itself asked for
     /// (`own_jumps`).
     pub(crate) fn held(&self, ctx: &HostCtx, own_jumps: usize) -> bool {
         self.held_but_reads(ctx, own_jumps, 0)
@@ -139,6 +142,7 @@ impl Calm {
             && now.relay == self.relay
             && now.store_faults == self.store_faults
             && now.failed_reads <= self.failed_reads + own_reads
+            && now.crossings_faulted == self.crossings_faulted
             && now.jumps == self.jumps + own_jumps
     }
 }

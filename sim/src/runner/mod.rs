@@ -481,6 +481,7 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
     if sim.failover {
         parts.world.borrow_mut().lease = Some(store.ctl().clone());
     }
+    parts.world.borrow_mut().crossings = Some(parts.crossings.clone());
     // A campaigning relay (the failover topology) runs one shard.
     let relay = &relay.sharded(if sim.failover { 1 } else { replay.shards });
     #[cfg(feature = "planted-bugs")]

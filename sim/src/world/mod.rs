@@ -24,6 +24,7 @@ use crate::scenario::Scenario;
 use crate::store::StoreCtl;
 use crate::time::{SkewClock, sim_ms, sleep_ms};
 use crate::trace::{Device, Record, Trace};
+use crate::transit::CrossingFaults;
 use crate::violation::Violation;
 
 /// A raw client's slow-consumer episode.
@@ -146,6 +147,8 @@ pub(crate) struct World {
     pub(crate) store_failed_reads: u64,
     /// The failover topology's lease (who is active).
     pub(crate) lease: Option<StoreCtl>,
+    /// What happens to the crossings between the relay's cores (`handoff` faults).
+    pub(crate) crossings: Option<CrossingFaults>,
 }
 
 /// What the drills did: per drill, the checks judged and the steps a fault left unjudged,
@@ -185,6 +188,11 @@ pub(crate) enum RunnerRequest {
 }
 
 impl World {
+    /// Crossings between the relay's cores a `handoff` fault lost, repeated or delayed so far.
+    pub(crate) fn crossings_faulted(&self) -> u64 {
+        self.crossings.as_ref().map_or(0, |c| c.counts().faulted())
+    }
+
     /// How far the relay's clock moved between the simulated times `from` and `to`: the
     /// simulated time between them plus every jump after `from`, up to and including `to`.
     pub(crate) fn relay_elapsed(&self, from: u64, to: u64) -> u64 {
