@@ -116,12 +116,20 @@ pub enum PlantedBug {
     /// as if the author were its own (sent to a connection it does not have, kept for an
     /// author it does not serve), so the author never learns of it.
     ReceiptAtReadersShard,
+    /// `handoff`: a hand-off the recipient's shard already applied is applied again when it
+    /// comes again (after a lost acknowledgement, or repeated by the transport) instead of
+    /// being answered as a repeat, so its message is queued and delivered twice.
+    HandoffApplyNotIdempotent,
+    /// `handoff`: a hand-off past a gap in its stream is applied at once, its mark moved
+    /// through it, instead of being held until the gap is filled: the owner, acknowledged
+    /// through it, forgets the missing one, and what comes is out of order.
+    HandoffGapNotHeld,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 30] = [
+    pub const ALL: [Self; 32] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -152,6 +160,8 @@ impl PlantedBug {
         Self::EvictedConversationForgotten,
         Self::HandoffRowDeletedOnSend,
         Self::ReceiptAtReadersShard,
+        Self::HandoffApplyNotIdempotent,
+        Self::HandoffGapNotHeld,
     ];
 }
 

@@ -474,8 +474,21 @@ impl Cx<'_> {
             return;
         }
         let owner = h.from;
+        let planted = (crate::planted::planted!(self.config, HandoffApplyNotIdempotent)
+            || crate::planted::planted!(self.config, HandoffGapNotHeld))
+        .then(|| h.clone());
         match self.state.receive_handoff(h) {
             Ok(Received::Apply(applied)) => self.apply_handoffs(now, owner, applied),
+            Ok(Received::Again(_))
+                if crate::planted::planted!(self.config, HandoffApplyNotIdempotent) =>
+            {
+                // PLANTED BUG (test-only): a repeat is applied again.
+                self.apply_handoffs(now, owner, planted.into_iter().collect());
+            }
+            Ok(Received::Held) if crate::planted::planted!(self.config, HandoffGapNotHeld) => {
+                // PLANTED BUG (test-only): past a gap, applied at once.
+                self.apply_handoffs(now, owner, planted.into_iter().collect());
+            }
             Ok(Received::Again(ack)) => {
                 self.stats.handoffs_repeated += 1;
                 if let Some(mut ack) = ack {

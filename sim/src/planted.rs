@@ -47,7 +47,7 @@ pub enum Planted {
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 33] = [
+    pub const ALL: [Self; 35] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -78,6 +78,8 @@ impl Planted {
         Self::Relay(PlantedBug::EvictedConversationForgotten),
         Self::Relay(PlantedBug::HandoffRowDeletedOnSend),
         Self::Relay(PlantedBug::ReceiptAtReadersShard),
+        Self::Relay(PlantedBug::HandoffApplyNotIdempotent),
+        Self::Relay(PlantedBug::HandoffGapNotHeld),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
@@ -120,6 +122,8 @@ impl Planted {
             }
             Self::Relay(PlantedBug::HandoffRowDeletedOnSend) => "handoff-row-deleted-on-send",
             Self::Relay(PlantedBug::ReceiptAtReadersShard) => "receipt-at-readers-shard",
+            Self::Relay(PlantedBug::HandoffApplyNotIdempotent) => "handoff-apply-not-idempotent",
+            Self::Relay(PlantedBug::HandoffGapNotHeld) => "handoff-gap-not-held",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",

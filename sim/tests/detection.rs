@@ -33,7 +33,7 @@ struct Case {
     oracles: &'static [Oracle],
 }
 
-const CASES: [Case; 33] = [
+const CASES: [Case; 35] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -262,6 +262,33 @@ const CASES: [Case; 33] = [
         faults: "swarm",
         oracles: &[Oracle::Probes],
     },
+    // A repeated hand-off applied again: the transport's repeats, and resends after a lost
+    // acknowledgement (the `handoff` faults). A repeat that comes while its message is still
+    // queued changes nothing a client sees; the queue's index counts it twice. Runs on two
+    // relay cores.
+    Case {
+        bug: Planted::Relay(PlantedBug::HandoffApplyNotIdempotent),
+        scale: Scale::Small,
+        faults: "handoff",
+        oracles: &[
+            Oracle::DeliveredExactlyOnce,
+            Oracle::DuplicateDelivery,
+            Oracle::QueueSummaries,
+        ],
+    },
+    // A hand-off past a gap applied at once: the gaps a lossy, reordering transport makes
+    // (the `handoff` faults). Runs on two relay cores.
+    Case {
+        bug: Planted::Relay(PlantedBug::HandoffGapNotHeld),
+        scale: Scale::Small,
+        faults: "handoff",
+        oracles: &[
+            Oracle::DeliveredExactlyOnce,
+            Oracle::SeqOrder,
+            Oracle::OutboxDrained,
+            Oracle::Liveness,
+        ],
+    },
     // A missing write deadline needs a raw client that stops reading (one swarm seed in ten has one).
     Case {
         bug: Planted::NoWriteDeadline,
@@ -308,9 +335,12 @@ fn config(case: &Case, seed: u64, planted: Option<Planted>) -> RunConfig {
 /// The relay cores a case's runs have: two for the bugs of the hand-off between shards.
 fn shards(bug: Planted) -> u16 {
     match bug {
-        Planted::Relay(PlantedBug::HandoffRowDeletedOnSend | PlantedBug::ReceiptAtReadersShard) => {
-            2
-        }
+        Planted::Relay(
+            PlantedBug::HandoffRowDeletedOnSend
+            | PlantedBug::ReceiptAtReadersShard
+            | PlantedBug::HandoffApplyNotIdempotent
+            | PlantedBug::HandoffGapNotHeld,
+        ) => 2,
         _ => 1,
     }
 }
@@ -400,6 +430,18 @@ fn every_planted_bug_has_a_case() {
 #[test]
 fn catches_a_handoff_row_deleted_on_send() {
     detects(Planted::Relay(PlantedBug::HandoffRowDeletedOnSend));
+}
+
+/// A repeated hand-off applied again at the recipient's shard.
+#[test]
+fn catches_a_handoff_applied_twice() {
+    detects(Planted::Relay(PlantedBug::HandoffApplyNotIdempotent));
+}
+
+/// A hand-off past a gap applied at once.
+#[test]
+fn catches_a_gap_not_held() {
+    detects(Planted::Relay(PlantedBug::HandoffGapNotHeld));
 }
 
 /// A receipt for another shard's author applied at the reader's shard.
