@@ -144,6 +144,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Every family, registered under the `relay_` prefix.
+    // Long on purpose: one line per family, the table of them all.
     pub fn new() -> Self {
         let mut r = Registry::with_prefix("relay");
         let f = Families {

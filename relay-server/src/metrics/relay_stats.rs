@@ -43,6 +43,7 @@ impl Metrics {
             d(now.sync_backlog_messages, last.sync_backlog_messages),
         );
         self.read_stats(now, last);
+        self.handoff_stats(now, last);
         let (w, lw) = (&now.webhooks, &last.webhooks);
         add(&f.refunds_needed, d(w.refund_needed, lw.refund_needed));
         for (result, n) in [
@@ -97,6 +98,19 @@ impl Metrics {
             ),
             (&f.sweeps_parked, now.sweeps_parked, last.sweeps_parked),
             (&f.reads_inline, now.reads_inline, last.reads_inline),
+        ] {
+            let n = now.saturating_sub(last);
+            if n > 0 {
+                counter.inc_by(n);
+            }
+        }
+    }
+
+    /// What crossed between the relay's shards since `last`: hand-offs, submissions,
+    /// notices, forwarded requests.
+    fn handoff_stats(&self, now: &RelayStats, last: &RelayStats) {
+        let f = &*self.f;
+        for (counter, now, last) in [
             (
                 &f.handed_off_messages,
                 now.messages_handed_off,
