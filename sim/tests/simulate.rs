@@ -131,13 +131,23 @@ fn same_seed_same_trace_in_one_process() {
          by the run's seed: the workspace's .cargo/config.toml sets it; a RUSTFLAGS in the \
          environment replaces that list (add `--cfg tokio_unstable` to it)"
     );
-    same_trace_in_one_process("relay-crash,client-crash,storm,commit-crash");
+    same_trace_in_one_process(5, "relay-crash,client-crash,storm,commit-crash", 1);
     // Two relays behind a load balancer, takeovers, a fenced old leader.
-    same_trace_in_one_process("failover,relay-crash");
+    same_trace_in_one_process(5, "failover,relay-crash", 1);
+    // Three relay cores, crossings between them lost, repeated and delayed, one shard's store
+    // down, a power-off right after an apply.
+    same_trace_in_one_process(2, "handoff", 3);
 }
 
-fn same_trace_in_one_process(faults: &'static str) {
-    let first = run(&config(5, faults, StoreKind::Memory));
+fn same_trace_in_one_process(seed: u64, faults: &'static str, shards: u16) {
+    let config = move |seed| RunConfig {
+        shards: sim::ShardsChoice::Fixed(shards),
+        ..config(seed, faults, StoreKind::Memory)
+    };
+    let first = run(&config(seed));
+    if shards > 1 {
+        assert!(first.stats.crossings_faulted > 0, "{}", first.plan);
+    }
     for extra in 1..=3 {
         // Shift tokio's process-global task-id counter (the old source of divergence).
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -149,12 +159,12 @@ fn same_trace_in_one_process(faults: &'static str) {
             }
         });
     }
-    let second = run(&config(5, faults, StoreKind::Memory));
+    let second = run(&config(seed));
     assert_eq!(
         first.trace_hash, second.trace_hash,
-        "seed 5 must replay bit for bit in one process"
+        "seed {seed} must replay bit for bit in one process"
     );
-    let other_thread = std::thread::spawn(move || run(&config(5, faults, StoreKind::Memory)))
+    let other_thread = std::thread::spawn(move || run(&config(seed)))
         .join()
         .expect("thread");
     assert_eq!(
@@ -163,7 +173,7 @@ fn same_trace_in_one_process(faults: &'static str) {
     );
     assert_ne!(
         first.trace_hash,
-        run(&config(6, faults, StoreKind::Memory)).trace_hash,
+        run(&config(seed + 1)).trace_hash,
         "the seed matters"
     );
 }
