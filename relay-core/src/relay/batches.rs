@@ -81,6 +81,10 @@ impl Relay {
             self.commits.drop_open();
             return Err(BatchFailed);
         }
+        // The batch's level reports, one per owner for all its inputs, join it last.
+        if self.commits.in_batch() && self.stage_falls() && self.commit_staged().is_err() {
+            return Err(BatchFailed);
+        }
         match self.commits.seal(self.state.blob_garbage()) {
             Sealed::Nothing => Ok(None),
             Sealed::Now(release) => {
@@ -156,16 +160,28 @@ impl Relay {
         // Reads ahead of the rows this input wrote are stale now.
         self.prefetch.written(self.state.batch());
         self.stats.reads_inline = self.reader.reads();
-        // The owners of the streams whose queues fell are told, after this commit.
-        for levels in self.state.take_falls() {
-            self.staged
-                .push(Output::Cross(crate::handoff::Crossing::Levels(levels)));
+        // The owners of the streams whose queues fell are told after this commit; inside a
+        // batch, once for all its inputs when it is sealed (`seal_batch`).
+        if !self.commits.in_batch() {
+            self.stage_falls();
         }
         let finished = self.commit_staged();
         // Tombstone sets and queues read by this input may be evicted now (those it wrote are
         // pinned until their commit is reported, when they are unpinned and evicted if need be).
         self.evict();
         finished
+    }
+
+    /// Stages a level report for each owner of a stream whose queue fell since the last
+    /// ones (`crate::handoff::levels`); `false` when none fell.
+    fn stage_falls(&mut self) -> bool {
+        let reports = self.state.take_falls();
+        let any = !reports.is_empty();
+        for levels in reports {
+            self.staged
+                .push(Output::Cross(crate::handoff::Crossing::Levels(levels)));
+        }
+        any
     }
 
     /// Evicts what the caches hold beyond their bounds; reads ahead of an evicted queue tail

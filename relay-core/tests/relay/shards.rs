@@ -993,6 +993,50 @@ fn a_lost_fall_report_is_asked_for_again_once_the_view_is_stale() {
     two.send(&a, &b, &conv, "m3");
 }
 
+/// The queues that fell in one group commit are reported to their owner once, when the batch
+/// is committed, with their levels after every input of it.
+#[test]
+fn the_falls_of_one_batch_go_to_their_owner_in_one_report() {
+    let (mut two, a, mut b, conv) = two_shards(false);
+    let first = two.send(&a, &b, &conv, "m1");
+    let last = two.send(&a, &b, &conv, "m2");
+    two.carry(|_, _| Fate::Deliver);
+    let ib = two.of(&b);
+    let cb = two.shards[ib].connect(&mut b);
+    two.shards[ib].sync(cb);
+    let reports = |outs: &[Output]| -> Vec<relay_core::handoff::Levels> {
+        outs.iter()
+            .filter_map(|o| match o {
+                Output::Cross(Crossing::Levels(l)) => Some(l.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let w = &mut two.shards[ib];
+    w.relay.begin_batch();
+    let mut outs = Vec::new();
+    for seq in [first, last] {
+        let receipt = json!({"type":"delivered","conv_id":conv,"seq":seq,"to":a.alias});
+        outs.extend(w.send(cb, receipt));
+    }
+    assert!(reports(&outs).is_empty(), "nothing before the commit");
+    w.relay.commit_batch().unwrap();
+    let reports = reports(&w.drain());
+    assert_eq!(
+        reports.len(),
+        1,
+        "one report for both receipts: {reports:?}"
+    );
+    let [(_, _, level)] = reports[0].streams.as_slice() else {
+        panic!("one stream: {reports:?}");
+    };
+    assert_eq!(
+        level.stream,
+        relay_core::handoff::Fill::default(),
+        "as after both"
+    );
+}
+
 /// Each of two shards decides at most half of the relay's total of queued bytes: the owner
 /// counts what it handed to the other shard (and the levels reported back) against its share.
 #[test]
