@@ -474,9 +474,18 @@ impl Cx<'_> {
             return;
         }
         let owner = h.from;
-        let planted = (crate::planted::planted!(self.config, HandoffApplyNotIdempotent)
-            || crate::planted::planted!(self.config, HandoffGapNotHeld))
+        // The hand-off as it came, for the planted bugs of the apply (test-only).
+        #[cfg(feature = "planted-bugs")]
+        let planted = matches!(
+            self.config.planted_bug,
+            Some(
+                crate::planted::PlantedBug::HandoffApplyNotIdempotent
+                    | crate::planted::PlantedBug::HandoffGapNotHeld
+            )
+        )
         .then(|| h.clone());
+        #[cfg(not(feature = "planted-bugs"))]
+        let planted: Option<Handoff<Message>> = None;
         match self.state.receive_handoff(h) {
             Ok(Received::Apply(applied)) => self.apply_handoffs(now, owner, applied),
             Ok(Received::Again(_))
