@@ -574,7 +574,7 @@ impl Cx<'_> {
         // The caller's alias (the retraction's `from`), read before anything changes.
         let from = match self.alias_of(&user) {
             Ok(Some(from)) => from,
-            Ok(None) => return,
+            Ok(None) => return self.retract_taken(answer, &user, &r.id),
             Err(_) => return unreadable(self, &user, "your account", id),
         };
         let Ok(tomb) = self.retracted_tombstone(&user, r, now) else {
@@ -624,6 +624,7 @@ impl Cx<'_> {
                 },
             );
         }
+        self.retract_taken(answer, &user, &r.id);
         let message = (&r.id, tomb.seq);
         match away {
             Some(shard) => {
@@ -640,6 +641,14 @@ impl Cx<'_> {
             None => {
                 self.retract_for(now, (user, from), other, &r.conv_id, message);
             }
+        }
+    }
+
+    /// A retraction submitted by another shard (`answer`) is decided: that shard stops sending
+    /// it again (the sender is told nothing; a `retract` has no answer).
+    fn retract_taken(&mut self, answer: Answer, user: &UserUuid, id: &wire::MessageId) {
+        if let Answer::Shard(..) = answer {
+            self.answer(answer, user, Reply::Taken { id: id.clone() });
         }
     }
 

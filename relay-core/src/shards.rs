@@ -254,6 +254,7 @@ impl Cx<'_> {
                 ref_type,
                 id,
             } => self.send_error(conn, code, &words, Some(ref_type), id),
+            Reply::Taken { .. } => {}
         }
     }
 

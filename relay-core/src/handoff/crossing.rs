@@ -75,6 +75,12 @@ pub enum Reply {
         /// The id of the frame refused, if it had one.
         id: Option<String>,
     },
+    /// A submitted `retract` was decided (the retraction done, or nothing to do): the sender
+    /// is told nothing (the frame has no answer), and its shard stops sending it again.
+    Taken {
+        /// The id of the message it retracts.
+        id: wire::MessageId,
+    },
 }
 
 /// A best-effort frame for a user of another shard (typing notices, call signals): sent on

@@ -1,8 +1,10 @@
-//! The sender's shard's side of a submitted `msg`: each one sent to its conversation's owner
-//! is kept until its verdict comes, and sent again every [`RESEND_MS`] until then (the owner
-//! answers a repeat by the message's id, as a resend: the same seq, nothing stored twice).
-//! A submission lost on its way, or a verdict lost on its way back, so never leaves its
-//! sender waiting on an open connection for an `ack` that cannot come.
+//! The sender's shard's side of a submitted `msg` or `retract`: each one sent to its
+//! conversation's owner is kept until its verdict comes, and sent again every [`RESEND_MS`]
+//! until then (the owner answers a repeated `msg` by the message's id, as a resend: the same
+//! seq, nothing stored twice; a repeated `retract` finds the message retracted already). A
+//! submission lost on its way, or a verdict lost on its way back, so never leaves its sender
+//! waiting on an open connection for an `ack` that cannot come, nor a retraction undone.
+//! A `retract` has no answer on the wire: its verdict is [`Reply::Taken`], or a refusal.
 //!
 //! A submission is kept while its connection is open: a closed one's client sends its
 //! unacknowledged messages again on its next connection. At most [`MAX_SUBMISSIONS_WAITING`]
@@ -15,62 +17,87 @@ use wire::{MessageId, UnixMs};
 
 use super::{RESEND_MS, Reply, Submission, Submitted};
 
-/// Submitted messages without a verdict that one shard keeps, and sends again, at most.
+/// Submissions without a verdict that one shard keeps, and sends again, at most.
 pub const MAX_SUBMISSIONS_WAITING: usize = 4_096;
 
-/// The `msg` submissions of a sender's shard waiting for their verdicts: by connection and
+/// What a submission is, with the id of the message it names.
+type Key = (Kind, MessageId);
+
+/// The frame a submission carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Msg,
+    Retract,
+}
+
+/// The submissions of a sender's shard waiting for their verdicts: by connection, frame and
 /// message id, with when each is sent again.
 #[derive(Debug, Clone, Default)]
 pub struct Submissions {
-    /// Connection -> message id -> (the submission, when it is sent again).
-    waiting: BTreeMap<u64, BTreeMap<MessageId, (Submission, UnixMs)>>,
-    /// (when it is sent again, connection, id), soonest first.
-    schedule: BTreeSet<(UnixMs, u64, MessageId)>,
+    /// Connection -> (frame, message id) -> (the submission, when it is sent again).
+    waiting: BTreeMap<u64, BTreeMap<Key, (Submission, UnixMs)>>,
+    /// (when it is sent again, connection, (frame, id)), soonest first.
+    schedule: BTreeSet<(UnixMs, u64, Key)>,
     /// How many wait, over every connection.
     len: usize,
 }
 
+/// What `s` is.
+fn key_of(s: &Submission) -> Key {
+    match &s.frame {
+        Submitted::Msg(m) => (Kind::Msg, m.id.clone()),
+        Submitted::Retract(r) => (Kind::Retract, r.id.clone()),
+    }
+}
+
+/// What `reply` answers (`None`: no submission).
+fn answers(reply: &Reply) -> Option<Key> {
+    match reply {
+        Reply::Ack { id, .. } => Some((Kind::Msg, id.clone())),
+        Reply::Taken { id } => Some((Kind::Retract, id.clone())),
+        Reply::Error { ref_type, id, .. } => {
+            let kind = match ref_type.as_str() {
+                "msg" => Kind::Msg,
+                "retract" => Kind::Retract,
+                _ => return None,
+            };
+            let id = MessageId::parse(id.as_deref()?).ok()?;
+            Some((kind, id))
+        }
+    }
+}
+
 impl Submissions {
-    /// `s` was sent at `now`: a `msg` is kept until its verdict comes (`false`: not kept, a
-    /// retraction or past [`MAX_SUBMISSIONS_WAITING`]). Sent again for an id already waiting,
-    /// it replaces that one.
+    /// `s` was sent at `now`: it is kept until its verdict comes (`false`: not kept, past
+    /// [`MAX_SUBMISSIONS_WAITING`]). Sent again while the same one waits, it replaces it.
     pub fn sent(&mut self, s: &Submission, now: UnixMs) -> bool {
-        let Submitted::Msg(m) = &s.frame else {
-            return false;
-        };
+        let key = key_of(s);
         let held = self
             .waiting
             .get(&s.conn)
-            .is_some_and(|c| c.contains_key(&m.id));
+            .is_some_and(|c| c.contains_key(&key));
         if !held && self.len >= MAX_SUBMISSIONS_WAITING {
             return false;
         }
         let at = now.plus_ms(RESEND_MS);
         let conn = self.waiting.entry(s.conn).or_default();
-        match conn.insert(m.id.clone(), (s.clone(), at)) {
+        match conn.insert(key.clone(), (s.clone(), at)) {
             Some((_, old)) => {
-                self.schedule.remove(&(old, s.conn, m.id.clone()));
+                self.schedule.remove(&(old, s.conn, key.clone()));
             }
             None => self.len += 1,
         }
-        self.schedule.insert((at, s.conn, m.id.clone()));
+        self.schedule.insert((at, s.conn, key));
         true
     }
 
     /// The verdict `reply` for a frame of connection `conn` came: its submission no longer
     /// waits. `true` if one did.
     pub fn answered(&mut self, conn: u64, reply: &Reply) -> bool {
-        let id = match reply {
-            Reply::Ack { id, .. } => Some(id.clone()),
-            Reply::Error { ref_type, id, .. } if ref_type == "msg" => {
-                id.as_deref().and_then(|id| MessageId::parse(id).ok())
-            }
-            Reply::Error { .. } => None,
-        };
         let Some(waiting) = self.waiting.get_mut(&conn) else {
             return false;
         };
-        let Some((id, (_, at))) = id.and_then(|id| waiting.remove_entry(&id)) else {
+        let Some((id, (_, at))) = answers(reply).and_then(|key| waiting.remove_entry(&key)) else {
             return false;
         };
         if waiting.is_empty() {
@@ -95,15 +122,15 @@ impl Submissions {
     pub fn due(&mut self, now: UnixMs) -> Vec<Submission> {
         let mut again = Vec::new();
         let next = now.plus_ms(RESEND_MS);
-        while let Some((at, conn, id)) = self.schedule.first().cloned() {
+        while let Some((at, conn, key)) = self.schedule.first().cloned() {
             if at > now {
                 break;
             }
             self.schedule.pop_first();
-            if let Some((s, due)) = self.waiting.get_mut(&conn).and_then(|c| c.get_mut(&id)) {
+            if let Some((s, due)) = self.waiting.get_mut(&conn).and_then(|c| c.get_mut(&key)) {
                 *due = next;
                 again.push(s.clone());
-                self.schedule.insert((next, conn, id));
+                self.schedule.insert((next, conn, key));
             }
         }
         again
@@ -145,13 +172,63 @@ mod tests {
         }
     }
 
+    fn retract(conn: u64, id: &str) -> Submission {
+        let frame: wire::frames::RetractFrame = serde_json::from_value(serde_json::json!({
+            "id": id, "to": "bob_1", "conv_id": "c-1"
+        }))
+        .unwrap();
+        Submission {
+            frame: Submitted::Retract(frame),
+            ..msg(conn, id)
+        }
+    }
+
     fn ids(due: &[Submission]) -> Vec<(u64, String)> {
         due.iter()
             .map(|s| match &s.frame {
                 Submitted::Msg(m) => (s.conn, m.id.to_string()),
-                Submitted::Retract(_) => (s.conn, "retract".into()),
+                Submitted::Retract(r) => (s.conn, format!("retract {}", r.id)),
             })
             .collect()
+    }
+
+    #[test]
+    fn a_retraction_waits_for_its_own_verdict_beside_its_message() {
+        let mut subs = Submissions::default();
+        subs.sent(&msg(1, "m1"), UnixMs(0));
+        subs.sent(&retract(1, "m1"), UnixMs(0));
+        assert_eq!(subs.len(), 2);
+        let ack = Reply::Ack {
+            id: MessageId::parse("m1").unwrap(),
+            seq: Seq(1),
+            new: true,
+        };
+        assert!(subs.answered(1, &ack));
+        assert_eq!(
+            ids(&subs.due(UnixMs(RESEND_MS))),
+            [(1, "retract m1".into())]
+        );
+        let refused_msg = Reply::Error {
+            code: ErrorCode::NOT_THE_AUTHOR,
+            words: String::new(),
+            ref_type: "msg".into(),
+            id: Some("m1".into()),
+        };
+        assert!(!subs.answered(1, &refused_msg), "not the retraction's");
+        let taken = Reply::Taken {
+            id: MessageId::parse("m1").unwrap(),
+        };
+        assert!(subs.answered(1, &taken));
+        assert!(subs.is_empty());
+        subs.sent(&retract(1, "m2"), UnixMs(0));
+        let refused = Reply::Error {
+            code: ErrorCode::NOT_THE_AUTHOR,
+            words: String::new(),
+            ref_type: "retract".into(),
+            id: Some("m2".into()),
+        };
+        assert!(subs.answered(1, &refused));
+        assert!(subs.is_empty());
     }
 
     #[test]

@@ -837,6 +837,36 @@ fn retractions_cross_to_the_recipients_shard_and_the_owner_judges_the_other_memb
     assert!(seq > 0);
 }
 
+/// A retraction submitted to the owner and lost on its way is sent again until the owner
+/// decided it (a `retract` has no answer on the wire: the verdict only stops the resends).
+#[test]
+fn a_lost_retraction_is_sent_again_until_the_owner_took_it() {
+    let (mut two, a, b, conv) = two_shards(true);
+    let ib = two.of(&b);
+    two.post(&b, &a, &conv, "m2");
+    two.carry(|_, _| Fate::Deliver);
+    let own = json!({"type":"retract","id":"m2","to":a.alias,"conv_id":conv});
+    two.frame(&b, &own);
+    let out = two.carry(|_, _| Fate::Lose);
+    let retracted_at_a = |out: &[Output]| {
+        frames(out, a.conn.unwrap())
+            .iter()
+            .any(|f| matches!(f, ServerFrame::Retract(r) if r.id.as_str() == "m2"))
+    };
+    assert!(!retracted_at_a(&out));
+    two.advance(relay_core::handoff::RESEND_MS);
+    let out = two.carry(|_, _| Fate::Deliver);
+    assert!(retracted_at_a(&out), "{out:?}");
+    assert!(
+        frames(&out, b.conn.unwrap()).is_empty(),
+        "b is told nothing"
+    );
+    assert_eq!(two.shards[ib].relay.stats().submissions_resent, 1);
+    two.advance(relay_core::handoff::RESEND_MS * 3);
+    two.carry(|_, _| Fate::Deliver);
+    assert_eq!(two.shards[ib].relay.stats().submissions_resent, 1, "taken");
+}
+
 #[test]
 fn typing_and_call_signals_cross_at_most_once_and_an_offline_callee_is_answered() {
     let (mut two, a, mut b, conv) = two_shards(true);
