@@ -89,7 +89,11 @@ impl State {
         if roll < lose {
             self.counts.lost += 1;
             Transit::Lose
-        } else if roll < lose.saturating_add(twice) && repeatable(c) {
+        } else if roll < lose.saturating_add(twice) {
+            // What is sent at most once is handed as it is.
+            if !repeatable(c) {
+                return Transit::Deliver;
+            }
             self.counts.repeated += 1;
             Transit::Twice
         } else if roll < lose.saturating_add(twice).saturating_add(delay) {
