@@ -192,6 +192,15 @@ mod tests {
             .collect()
     }
 
+    fn refusal(ref_type: &str, id: &str) -> Reply {
+        Reply::Error {
+            code: ErrorCode::NOT_THE_AUTHOR,
+            words: String::new(),
+            ref_type: ref_type.into(),
+            id: Some(id.into()),
+        }
+    }
+
     #[test]
     fn a_retraction_waits_for_its_own_verdict_beside_its_message() {
         let mut subs = Submissions::default();
@@ -208,26 +217,17 @@ mod tests {
             ids(&subs.due(UnixMs(RESEND_MS))),
             [(1, "retract m1".into())]
         );
-        let refused_msg = Reply::Error {
-            code: ErrorCode::NOT_THE_AUTHOR,
-            words: String::new(),
-            ref_type: "msg".into(),
-            id: Some("m1".into()),
-        };
-        assert!(!subs.answered(1, &refused_msg), "not the retraction's");
+        assert!(
+            !subs.answered(1, &refusal("msg", "m1")),
+            "not the retraction's"
+        );
         let taken = Reply::Taken {
             id: MessageId::parse("m1").unwrap(),
         };
         assert!(subs.answered(1, &taken));
         assert!(subs.is_empty());
         subs.sent(&retract(1, "m2"), UnixMs(0));
-        let refused = Reply::Error {
-            code: ErrorCode::NOT_THE_AUTHOR,
-            words: String::new(),
-            ref_type: "retract".into(),
-            id: Some("m2".into()),
-        };
-        assert!(subs.answered(1, &refused));
+        assert!(subs.answered(1, &refusal("retract", "m2")));
         assert!(subs.is_empty());
     }
 
@@ -247,13 +247,7 @@ mod tests {
         let mut subs = Submissions::default();
         subs.sent(&msg(1, "m1"), UnixMs(0));
         subs.sent(&msg(1, "m2"), UnixMs(0));
-        let other = Reply::Error {
-            code: ErrorCode::RATE_LIMITED,
-            words: String::new(),
-            ref_type: "typing".into(),
-            id: Some("m1".into()),
-        };
-        assert!(!subs.answered(1, &other));
+        assert!(!subs.answered(1, &refusal("typing", "m1")));
         assert!(!subs.answered(
             2,
             &Reply::Ack {
@@ -269,13 +263,7 @@ mod tests {
         };
         assert!(subs.answered(1, &ack));
         assert!(!subs.answered(1, &ack), "answered once");
-        let refused = Reply::Error {
-            code: ErrorCode::RATE_LIMITED,
-            words: String::new(),
-            ref_type: "msg".into(),
-            id: Some("m2".into()),
-        };
-        assert!(subs.answered(1, &refused));
+        assert!(subs.answered(1, &refusal("msg", "m2")));
         assert!(subs.is_empty());
         assert_eq!(subs.next_deadline(), None);
     }
