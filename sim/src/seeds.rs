@@ -59,6 +59,16 @@ pub(crate) fn client_tag(client: usize, device: u8) -> u64 {
     (client as u64) << 8 | u64::from(device)
 }
 
+/// The next number of a splitmix64 stream whose state is `state` (a cheap draw per event for
+/// what a lock guards: the store's read latencies, the crossings' faults).
+pub(crate) fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// The first number drawn from stream `(tag, n)` (a seed for an API that takes a `u64`):
 /// every bit depends on the seed, the tag and `n`.
 pub(crate) fn derive_u64(seed: u64, tag: u64, n: u64) -> u64 {

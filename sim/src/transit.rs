@@ -19,6 +19,7 @@ use std::time::Duration;
 use relay_core::handoff::Crossing;
 use relay_server::{CrossingTransit, Transit};
 
+use crate::seeds::splitmix64;
 use crate::time::sim_ms;
 
 /// What a crossing fault does while it lasts: each crossing is lost, repeated or delayed
@@ -59,20 +60,12 @@ impl CrossingCounts {
 struct State {
     /// The fault in force and when it ends (simulated ms).
     armed: Option<(CrossingOdds, u64)>,
-    /// The draw's state (splitmix64).
+    /// The draw's state ([`splitmix64`]).
     rng: u64,
     counts: CrossingCounts,
 }
 
 impl State {
-    fn next(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     /// What happens to `c` at `now`.
     fn decide(&mut self, c: &Crossing, now: u64) -> Transit {
         self.counts.sent += 1;
@@ -83,7 +76,7 @@ impl State {
             self.armed = None;
             return Transit::Deliver;
         }
-        let z = self.next();
+        let z = splitmix64(&mut self.rng);
         let roll = (z % 100) as u8;
         let (lose, twice, delay) = (odds.lose_pct, odds.twice_pct, odds.delay_pct);
         if roll < lose {

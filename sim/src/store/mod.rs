@@ -59,6 +59,7 @@ use relay_core::store::{
 };
 
 use crate::faults::StoreKind;
+use crate::seeds::splitmix64;
 use crate::time::sim_ms;
 
 mod history;
@@ -237,11 +238,7 @@ impl StoreCtl {
         if c.read_delay_max_ms == 0 {
             return 0;
         }
-        c.read_delay_state = c.read_delay_state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = c.read_delay_state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
+        let z = splitmix64(&mut c.read_delay_state);
         let max = c.read_delay_max_ms;
         let cap = if z.is_multiple_of(4) {
             max
