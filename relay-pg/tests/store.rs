@@ -1,4 +1,5 @@
-//! `PgStore` against a real PostgreSQL: relay-core's shared store suite, unchanged, then what a
+//! `PgStore` against a real PostgreSQL: relay-core's shared store suite, unchanged (two stores
+//! of one leader side by side too, as the cores of a sharded relay would), then what a
 //! networked store adds (durability across connections and leaders, atomicity of a failing
 //! batch, large batches against a naive model, migrations, a newer schema refused, the expiry
 //! column of a fresh and of a migrated database, keyed reads that outlive a failed read).
@@ -56,10 +57,11 @@ fn suite_store() -> Option<SuiteStore> {
 
 relay_core::store_suite!(
     postgres,
-    match super::suite_store() {
+    match suite_store() {
         Some(store) => store,
         None => return,
-    }
+    },
+    beside = |s: &mut SuiteStore| s._leader.store().expect("a second store of the leader")
 );
 
 fn put(table: Table, key: &str, value: &[u8]) -> Mutation {

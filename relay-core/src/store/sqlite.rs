@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use rusqlite::{Connection, OpenFlags, params};
 
@@ -39,10 +40,62 @@ const WRITE_BUSY_TIMEOUT_MS: u64 = 5_000;
 /// each queue's oldest message and its offline TTL.
 pub const SCHEMA_VERSION: i64 = 5;
 
+/// The turns of the stores of this process that commit to one database (the cores of a
+/// sharded relay, each with its store): a commit waits for its turn here, first come first
+/// served, and holds it through its transaction.
+///
+/// Without it the writers would meet at SQLite's write lock, whose busy handler sleeps between
+/// tries (1 ms, then 2, 5, 10 … up to 100 ms a try): a waiting commit would sleep on after the
+/// lock came free, and a core committing back to back could take the lock again and again
+/// before a sleeping one woke. The busy handler stays for writers of other processes (a
+/// backup, a tool).
+#[derive(Debug, Clone, Default)]
+pub struct WriteTurns(Arc<(Mutex<Turns>, Condvar)>);
+
+/// Tickets handed out and the one being served.
+#[derive(Debug, Default)]
+struct Turns {
+    next: u64,
+    serving: u64,
+}
+
+/// A turn taken: the next one is served when it is dropped.
+struct Turn<'a>(&'a WriteTurns);
+
+impl WriteTurns {
+    /// Waits until every commit that asked before this one is done.
+    fn take(&self) -> Turn<'_> {
+        let (lock, served) = &*self.0;
+        let mut turns = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let mine = turns.next;
+        turns.next += 1;
+        while turns.serving != mine {
+            turns = served.wait(turns).unwrap_or_else(PoisonError::into_inner);
+        }
+        Turn(self)
+    }
+
+    /// Commits waiting for their turn (the one being served not counted).
+    pub fn waiting(&self) -> u64 {
+        let turns = self.0.0.lock().unwrap_or_else(PoisonError::into_inner);
+        (turns.next - turns.serving).saturating_sub(1)
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let (lock, served) = &*self.0.0;
+        lock.lock().unwrap_or_else(PoisonError::into_inner).serving += 1;
+        served.notify_all();
+    }
+}
+
 /// A [`Store`] on an SQLite database file.
 #[derive(Debug)]
 pub struct SqliteStore {
     conn: Connection,
+    /// Whose commit is next, shared with the stores opened beside this one.
+    turns: WriteTurns,
     /// What a reader opens: the file, or the shared-cache URI of an in-memory database.
     target: PathBuf,
     /// The write statements' SQL per table, built once (a commit looks its statements up in
@@ -112,13 +165,22 @@ impl SqliteStore {
     /// journals the database file's mode), and existing files open to the group or others are
     /// narrowed to it.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_taking_turns(path, WriteTurns::default())
+    }
+
+    /// [`open`](Self::open), committing in `turns` with the other stores of this process
+    /// opened with them on the same database (one per core of a sharded relay).
+    pub fn open_taking_turns(
+        path: impl AsRef<Path>,
+        turns: WriteTurns,
+    ) -> Result<Self, StoreError> {
         let path = path.as_ref();
         let private = |p: &Path| {
             private_files::make_private(p).map_err(|e| StoreError::Backend(e.to_string()))
         };
         private(path)?;
         let conn = Connection::open(path).map_err(|e| backend(&e))?;
-        let store = Self::init(conn, path.to_owned())?;
+        let store = Self::init(conn, path.to_owned(), turns)?;
         for suffix in ["-wal", "-shm"] {
             let mut journal = path.as_os_str().to_owned();
             journal.push(suffix);
@@ -143,10 +205,26 @@ impl SqliteStore {
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&uri, flags).map_err(|e| backend(&e))?;
-        Self::init(conn, uri)
+        Self::init(conn, uri, WriteTurns::default())
     }
 
-    fn init(conn: Connection, target: PathBuf) -> Result<Self, StoreError> {
+    /// Another store on this one's database, with a write connection of its own, committing
+    /// in turn with this one (a second core's store, as
+    /// [`open_taking_turns`](Self::open_taking_turns) opens it; an in-memory database too).
+    pub fn beside(&self) -> Result<Self, StoreError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&self.target, flags).map_err(|e| backend(&e))?;
+        Self::init(conn, self.target.clone(), self.turns.clone())
+    }
+
+    /// The turns this store commits in (what a store opened beside it shares).
+    pub fn turns(&self) -> &WriteTurns {
+        &self.turns
+    }
+
+    fn init(conn: Connection, target: PathBuf, turns: WriteTurns) -> Result<Self, StoreError> {
         // One upsert and one delete per table stay prepared across commits.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         conn.busy_timeout(std::time::Duration::from_millis(WRITE_BUSY_TIMEOUT_MS))
@@ -168,9 +246,13 @@ impl SqliteStore {
                 supported: SCHEMA_VERSION,
             });
         }
-        migrate(&conn)?;
+        {
+            let _turn = turns.take();
+            migrate(&conn)?;
+        }
         Ok(Self {
             conn,
+            turns,
             target,
             writes: WriteSql::all(),
         })
@@ -288,6 +370,7 @@ impl Store for SqliteStore {
                 .get(&table)
                 .ok_or_else(|| StoreError::Backend(format!("no SQL for table {}", table.name())))
         };
+        let _turn = self.turns.take();
         let tx = self.conn.transaction().map_err(|e| backend(&e))?;
         for (m, _) in batch.iter().zip(&last).filter(|(_, last)| **last) {
             match m {
@@ -530,5 +613,42 @@ impl StoreRead for SqliteReader {
             .and_then(|mut stmt| stmt.query_row(params![after], |r| r.get(0)))
             .map_err(|e| backend(&e))?;
         Ok(at.and_then(|at| u64::try_from(at).ok()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::{Arc, Mutex};
+
+    use super::WriteTurns;
+
+    /// Commits are served in the order they asked, each after the one before it was done.
+    #[test]
+    fn turns_are_served_in_the_order_taken() {
+        let turns = WriteTurns::default();
+        let served = Arc::new(Mutex::new(Vec::new()));
+        let first = turns.take();
+        std::thread::scope(|scope| {
+            for i in 0..4u64 {
+                let (turns, served) = (&turns, Arc::clone(&served));
+                scope.spawn(move || {
+                    let _turn = turns.take();
+                    served.lock().unwrap().push(i);
+                });
+                // The next one asks only once this one waits.
+                while turns.waiting() < i + 1 {
+                    std::thread::yield_now();
+                }
+            }
+            assert!(
+                served.lock().unwrap().is_empty(),
+                "none served before the first is done"
+            );
+            drop(first);
+        });
+        assert_eq!(*served.lock().unwrap(), [0, 1, 2, 3]);
+        assert_eq!(turns.waiting(), 0);
     }
 }

@@ -429,79 +429,196 @@ pub fn load_eager_leaves_out_the_lazy_tables(s: &mut dyn Store) {
     assert_eq!(all[&Table::Accounts]["u"], b"bob");
 }
 
+/// Two stores on one database (the cores of a sharded relay), each writing rows of its own:
+/// each sees what the other committed, whole and by key, prefix and expiry in its reader, and
+/// a row one of them deletes is gone for both.
+pub fn stores_beside_see_each_other<'s>(a: &'s mut dyn Store, b: &'s mut dyn Store) {
+    let mut ra = a.reader().unwrap();
+    let mut rb = b.reader().unwrap();
+    a.commit(
+        &vec![
+            put(Table::Accounts, "u0", "alice"),
+            put_exp(Table::Tombstones, "u0/c/1", "m1", 40),
+        ]
+        .into(),
+    )
+    .unwrap();
+    b.commit(
+        &vec![
+            put(Table::Accounts, "u1", "bob"),
+            put_exp(Table::Tombstones, "u1/c/1", "m2", 20),
+        ]
+        .into(),
+    )
+    .unwrap();
+    a.commit(&vec![put(Table::Accounts, "u0", "alice2")].into())
+        .unwrap();
+    for s in [&mut *a, &mut *b] {
+        assert_eq!(get(s, Table::Accounts, "u0").as_deref(), Some("alice2"));
+        assert_eq!(get(s, Table::Accounts, "u1").as_deref(), Some("bob"));
+    }
+    for r in [&mut ra, &mut rb] {
+        assert_eq!(
+            r.get(Table::Accounts, "u1").unwrap().as_deref(),
+            Some(&b"bob"[..])
+        );
+        assert_eq!(
+            r.get(Table::Accounts, "u0").unwrap().as_deref(),
+            Some(&b"alice2"[..])
+        );
+        assert_eq!(
+            keys(&r.scan_prefix(Table::Tombstones, "u1/").unwrap()),
+            ["u1/c/1"]
+        );
+        assert_eq!(r.next_expiry(Table::Tombstones, 0).unwrap(), Some(20));
+        assert_eq!(r.next_expiry(Table::Tombstones, 20).unwrap(), Some(40));
+    }
+    b.commit(&vec![del(Table::Tombstones, "u1/c/1")].into())
+        .unwrap();
+    for r in [&mut ra, &mut rb] {
+        assert_eq!(r.get(Table::Tombstones, "u1/c/1").unwrap(), None);
+        assert_eq!(r.next_expiry(Table::Tombstones, 0).unwrap(), Some(40));
+    }
+}
+
+/// Commits of each side in [`stores_beside_commit_at_once`].
+const COMMITS_AT_ONCE: usize = 150;
+
+/// Two stores on one database commit at once, each from a thread of its own, many small
+/// batches that each add a row and rewrite a row of its own: every commit succeeds (none
+/// refused because the other held the database), and every row is there afterwards, the
+/// rewritten ones with their last value.
+pub fn stores_beside_commit_at_once<'s>(a: &'s mut dyn Store, b: &'s mut dyn Store) {
+    fn commit_many(s: &mut dyn Store, side: &str) {
+        for i in 0..COMMITS_AT_ONCE {
+            s.commit(
+                &vec![
+                    put(Table::Messages, &format!("{side}/{i:04}"), side),
+                    put(Table::Accounts, side, &i.to_string()),
+                ]
+                .into(),
+            )
+            .unwrap_or_else(|e| panic!("commit {i} of {side}: {e}"));
+        }
+    }
+    std::thread::scope(|scope| {
+        scope.spawn(|| commit_many(a, "a"));
+        scope.spawn(|| commit_many(b, "b"));
+    });
+    let last = (COMMITS_AT_ONCE - 1).to_string();
+    for s in [&mut *a, &mut *b] {
+        let snap = s.load().unwrap();
+        for side in ["a", "b"] {
+            let prefix = format!("{side}/");
+            let rows = snap[&Table::Messages]
+                .keys()
+                .filter(|k| k.starts_with(&prefix))
+                .count();
+            assert_eq!(rows, COMMITS_AT_ONCE, "rows of {side}");
+            assert_eq!(snap[&Table::Accounts][side], last.as_bytes());
+        }
+    }
+}
+
 /// Expands to a module `$modname` with one `#[test]` per check of [`crate::store::suite`], each on a
 /// fresh store built by `$make` (an expression evaluated inside the test; it may `return` to skip).
+///
+/// With `beside = $beside` (a closure from `&mut` the fresh store to another store on the same
+/// database, as each core of a sharded relay opens its own), the checks of two stores side by
+/// side run too.
 #[macro_export]
 macro_rules! store_suite {
+    ($modname:ident, $make:expr, beside = $beside:expr) => {
+        mod $modname {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::store_suite!(@one $make);
+            #[test]
+            fn stores_beside_see_each_other() {
+                let mut a = $make;
+                let mut b = ($beside)(&mut a);
+                $crate::store::suite::stores_beside_see_each_other(&mut a, &mut b);
+            }
+            #[test]
+            fn stores_beside_commit_at_once() {
+                let mut a = $make;
+                let mut b = ($beside)(&mut a);
+                $crate::store::suite::stores_beside_commit_at_once(&mut a, &mut b);
+            }
+        }
+    };
     ($modname:ident, $make:expr) => {
         mod $modname {
             #[allow(unused_imports)]
             use super::*;
-            #[test]
-            fn empty_store_loads_empty() {
-                let mut s = $make;
-                $crate::store::suite::empty_store_loads_empty(&mut s);
-            }
-            #[test]
-            fn batch_applies_in_order() {
-                let mut s = $make;
-                $crate::store::suite::batch_applies_in_order(&mut s);
-            }
-            #[test]
-            fn tables_are_independent_and_ordered() {
-                let mut s = $make;
-                $crate::store::suite::tables_are_independent_and_ordered(&mut s);
-            }
-            #[test]
-            fn empty_batch_is_ok() {
-                let mut s = $make;
-                $crate::store::suite::empty_batch_is_ok(&mut s);
-            }
-            #[test]
-            fn reads_see_committed_rows() {
-                let mut s = $make;
-                $crate::store::suite::reads_see_committed_rows(&mut s);
-            }
-            #[test]
-            fn ranges_hold_their_rows() {
-                let mut s = $make;
-                $crate::store::suite::ranges_hold_their_rows(&mut s);
-            }
-            #[test]
-            fn pages_cover_the_table_in_key_order() {
-                let mut s = $make;
-                $crate::store::suite::pages_cover_the_table_in_key_order(&mut s);
-            }
-            #[test]
-            fn expiring_rows_expire_by_range() {
-                let mut s = $make;
-                $crate::store::suite::expiring_rows_expire_by_range(&mut s);
-            }
-            #[test]
-            fn due_rows_are_read_in_pages() {
-                let mut s = $make;
-                $crate::store::suite::due_rows_are_read_in_pages(&mut s);
-            }
-            #[test]
-            fn rewrites_keep_or_move_the_expiry() {
-                let mut s = $make;
-                $crate::store::suite::rewrites_keep_or_move_the_expiry(&mut s);
-            }
-            #[test]
-            fn expiry_applies_in_batch_order() {
-                let mut s = $make;
-                $crate::store::suite::expiry_applies_in_batch_order(&mut s);
-            }
-            #[test]
-            fn expiry_on_a_plain_table_is_refused() {
-                let mut s = $make;
-                $crate::store::suite::expiry_on_a_plain_table_is_refused(&mut s);
-            }
-            #[test]
-            fn load_eager_leaves_out_the_lazy_tables() {
-                let mut s = $make;
-                $crate::store::suite::load_eager_leaves_out_the_lazy_tables(&mut s);
-            }
+            $crate::store_suite!(@one $make);
+        }
+    };
+    (@one $make:expr) => {
+        #[test]
+        fn empty_store_loads_empty() {
+            let mut s = $make;
+            $crate::store::suite::empty_store_loads_empty(&mut s);
+        }
+        #[test]
+        fn batch_applies_in_order() {
+            let mut s = $make;
+            $crate::store::suite::batch_applies_in_order(&mut s);
+        }
+        #[test]
+        fn tables_are_independent_and_ordered() {
+            let mut s = $make;
+            $crate::store::suite::tables_are_independent_and_ordered(&mut s);
+        }
+        #[test]
+        fn empty_batch_is_ok() {
+            let mut s = $make;
+            $crate::store::suite::empty_batch_is_ok(&mut s);
+        }
+        #[test]
+        fn reads_see_committed_rows() {
+            let mut s = $make;
+            $crate::store::suite::reads_see_committed_rows(&mut s);
+        }
+        #[test]
+        fn ranges_hold_their_rows() {
+            let mut s = $make;
+            $crate::store::suite::ranges_hold_their_rows(&mut s);
+        }
+        #[test]
+        fn pages_cover_the_table_in_key_order() {
+            let mut s = $make;
+            $crate::store::suite::pages_cover_the_table_in_key_order(&mut s);
+        }
+        #[test]
+        fn expiring_rows_expire_by_range() {
+            let mut s = $make;
+            $crate::store::suite::expiring_rows_expire_by_range(&mut s);
+        }
+        #[test]
+        fn due_rows_are_read_in_pages() {
+            let mut s = $make;
+            $crate::store::suite::due_rows_are_read_in_pages(&mut s);
+        }
+        #[test]
+        fn rewrites_keep_or_move_the_expiry() {
+            let mut s = $make;
+            $crate::store::suite::rewrites_keep_or_move_the_expiry(&mut s);
+        }
+        #[test]
+        fn expiry_applies_in_batch_order() {
+            let mut s = $make;
+            $crate::store::suite::expiry_applies_in_batch_order(&mut s);
+        }
+        #[test]
+        fn expiry_on_a_plain_table_is_refused() {
+            let mut s = $make;
+            $crate::store::suite::expiry_on_a_plain_table_is_refused(&mut s);
+        }
+        #[test]
+        fn load_eager_leaves_out_the_lazy_tables() {
+            let mut s = $make;
+            $crate::store::suite::load_eager_leaves_out_the_lazy_tables(&mut s);
         }
     };
 }
@@ -511,8 +628,60 @@ mod tests {
     use super::{del, get, put};
     use crate::store::{Store, Table};
 
-    store_suite!(memory, crate::store::MemoryStore::new());
-    store_suite!(sqlite, crate::store::SqliteStore::open_in_memory().unwrap());
+    store_suite!(
+        memory,
+        crate::store::MemoryStore::new(),
+        beside = |s: &mut crate::store::MemoryStore| s.clone()
+    );
+    store_suite!(
+        sqlite,
+        crate::store::SqliteStore::open_in_memory().unwrap(),
+        beside = |s: &mut crate::store::SqliteStore| s.beside().unwrap()
+    );
+    store_suite!(
+        sqlite_file,
+        TempSqlite::new(),
+        beside = |s: &mut TempSqlite| s.beside()
+    );
+
+    /// An SQLite store on a file of its own, removed with it.
+    #[derive(Debug)]
+    struct TempSqlite {
+        store: crate::store::SqliteStore,
+        dir: std::sync::Arc<tempfile::TempDir>,
+    }
+
+    impl TempSqlite {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let store = crate::store::SqliteStore::open(dir.path().join("relay.db")).unwrap();
+            Self {
+                store,
+                dir: std::sync::Arc::new(dir),
+            }
+        }
+
+        fn beside(&mut self) -> Self {
+            Self {
+                store: self.store.beside().unwrap(),
+                dir: std::sync::Arc::clone(&self.dir),
+            }
+        }
+    }
+
+    impl Store for TempSqlite {
+        fn load(&mut self) -> Result<crate::store::Snapshot, crate::store::StoreError> {
+            self.store.load()
+        }
+
+        fn commit(&mut self, batch: &crate::store::Batch) -> Result<(), crate::store::StoreError> {
+            self.store.commit(batch)
+        }
+
+        fn reader(&mut self) -> Result<Box<dyn crate::store::StoreRead>, crate::store::StoreError> {
+            self.store.reader()
+        }
+    }
 
     #[test]
     fn memory_commit_then_reopen() {
