@@ -19,7 +19,8 @@
 //! this process and the relay; it says so), with the relay's resident set after it and the
 //! echo at as many connections: the generator's own ceiling at that size. `-- --large-only`
 //! runs only that row; `-- --small-only` every row but that one, and no simulator sweep (a
-//! quicker before/after of a change to the relay).
+//! quicker before/after of a change to the relay); `-- --store NAME` (`memory`, `sqlite` or
+//! `pg`) only that store's rows.
 //!
 //! Each relay row also says how much CPU the relay process used (`/proc/<pid>/stat`) and what
 //! share of the run its core task was busy (`relay_core_busy_seconds_total`, scraped from the
@@ -476,6 +477,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let full = std::env::args().any(|a| a == "--bench");
     let large_only = std::env::args().any(|a| a == "--large-only");
     let small_only = std::env::args().any(|a| a == "--small-only");
+    let args: Vec<String> = std::env::args().collect();
+    let only_store = args
+        .iter()
+        .position(|a| a == "--store")
+        .map(|i| args.get(i + 1).cloned().ok_or("--store needs a name"))
+        .transpose()?;
     println!("{}", MachineInfo::detect());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -517,6 +524,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     "(PostgreSQL row skipped: set {POSTGRES_URL_ENV} to a database URL to measure it)"
                 ),
             }
+            if let Some(only) = &only_store
+                && !stores.iter().any(|(name, _)| name == only)
+            {
+                return Err(format!("--store {only}: not one of the stores measured here").into());
+            }
+            let stores = stores
+                .into_iter()
+                .filter(|(name, _)| only_store.as_ref().is_none_or(|only| only == name));
             for (store, args) in stores {
                 let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
                 all.extend(RELAY_LOAD_ARGS);
