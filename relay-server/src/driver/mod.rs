@@ -36,7 +36,7 @@ use wire::{ClientFrame, FrameError, ServerFrame, UnixMs, UserUuid, frames::Goawa
 
 use super::committer::{CommitMode, Committer, Completion};
 use super::leadership::{CLOSE_NOT_LEADER, TermEnd};
-use super::metrics::{CloseKind, Metrics, Stopwatch, close_kind};
+use super::metrics::{CloseKind, CoreShare, Metrics, Stopwatch, close_kind};
 use super::outbound::{Charge, OutboundBytes};
 use super::readers::{ReadMode, Readers};
 use super::{
@@ -109,6 +109,8 @@ pub(super) struct Core {
     metrics: Option<Metrics>,
     /// The relay's counters when they were last added to `metrics`.
     exported: RelayStats,
+    /// This core's share of the gauges of `metrics`.
+    gauges: Option<CoreShare>,
     /// The cores of the other shards of a sharded server, by shard (this one's place too),
     /// for what the relay sends them (`Output::Cross`); weak, so that a core still stops
     /// once the handlers and sockets dropped its inputs.
@@ -162,6 +164,7 @@ impl Core {
             test_clock,
             store_down,
             term,
+            gauges: metrics.clone().map(CoreShare::new),
             metrics,
             exported: RelayStats::default(),
             peers: None,
@@ -612,7 +615,7 @@ impl Core {
     /// Adds the relay's counters since the last export to the metrics and sets the core's
     /// gauges (`inputs`: inputs waiting).
     fn export(&mut self, inputs: usize) {
-        let Some(metrics) = &self.metrics else {
+        let (Some(metrics), Some(gauges)) = (&self.metrics, &mut self.gauges) else {
             return;
         };
         let now = *self.relay.stats();
@@ -620,7 +623,7 @@ impl Core {
             metrics.relay_stats(&now, &self.exported);
             self.exported = now;
         }
-        metrics.core_gauges(crate::metrics::CoreGauges {
+        gauges.report(crate::metrics::CoreGauges {
             websockets: self.sockets.len(),
             inputs,
             queued_messages: self.relay.backlog_messages(),

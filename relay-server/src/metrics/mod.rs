@@ -321,38 +321,6 @@ impl Metrics {
         self.f.failstops.inc();
     }
 
-    /// The core's gauges after a round: sockets, inputs waiting, the relay's backlog.
-    pub(super) fn core_gauges(&self, core: CoreGauges) {
-        self.f.websockets.set(gauge(core.websockets as u64));
-        self.f.input_queue.set(gauge(core.inputs as u64));
-        self.f
-            .queued_messages
-            .set(gauge(core.queued_messages as u64));
-        self.f.queued_bytes.set(gauge(core.queued_bytes));
-        self.f
-            .tombstone_cache
-            .set(gauge(core.tombstone_cache_bytes as u64));
-        self.f.queue_cache.set(gauge(core.queue_cache_bytes as u64));
-        self.f
-            .prefetch_parked_frames
-            .set(gauge(core.parked_frames as u64));
-        self.f
-            .prefetch_parked_requests
-            .set(gauge(core.parked_requests as u64));
-        self.f
-            .prefetch_reads_pending
-            .set(gauge(core.reads_pending as u64));
-        self.f
-            .account_cache
-            .set(gauge(core.account_cache_bytes as u64));
-        self.f
-            .conversation_cache
-            .set(gauge(core.conversation_cache_bytes as u64));
-        self.f
-            .contact_cache
-            .set(gauge(core.contact_cache_bytes as u64));
-    }
-
     /// The relay answered a request of `route` (a [`relay_core::http::route_name`]) with
     /// `status`, `seconds` after it was read.
     pub(super) fn http_response(&self, route: &'static str, status: u16, seconds: f64) {
@@ -421,6 +389,99 @@ impl Metrics {
             inner: store,
             metrics: self.clone(),
         }
+    }
+}
+
+/// One core's share of the gauges every core of a sharded server adds to (each gauge is the
+/// sum over the cores): the core reports its values after every batch of inputs and the share
+/// moves each gauge by the difference from its last report; dropped with its core (stopped,
+/// or its term ended), it takes what it added back.
+pub(super) struct CoreShare {
+    metrics: Metrics,
+    last: CoreGauges,
+}
+
+impl CoreShare {
+    pub(super) fn new(metrics: Metrics) -> Self {
+        Self {
+            metrics,
+            last: CoreGauges::default(),
+        }
+    }
+
+    /// The core's gauges after a round: sockets, inputs waiting, the relay's backlog, its
+    /// caches and reads ahead.
+    pub(super) fn report(&mut self, now: CoreGauges) {
+        let f = &self.metrics.f;
+        let last = std::mem::replace(&mut self.last, now);
+        let moves: [(&Gauge, usize, usize); 11] = [
+            (&f.websockets, last.websockets, now.websockets),
+            (&f.input_queue, last.inputs, now.inputs),
+            (
+                &f.queued_messages,
+                last.queued_messages,
+                now.queued_messages,
+            ),
+            (
+                &f.tombstone_cache,
+                last.tombstone_cache_bytes,
+                now.tombstone_cache_bytes,
+            ),
+            (
+                &f.queue_cache,
+                last.queue_cache_bytes,
+                now.queue_cache_bytes,
+            ),
+            (
+                &f.prefetch_parked_frames,
+                last.parked_frames,
+                now.parked_frames,
+            ),
+            (
+                &f.prefetch_parked_requests,
+                last.parked_requests,
+                now.parked_requests,
+            ),
+            (
+                &f.prefetch_reads_pending,
+                last.reads_pending,
+                now.reads_pending,
+            ),
+            (
+                &f.account_cache,
+                last.account_cache_bytes,
+                now.account_cache_bytes,
+            ),
+            (
+                &f.conversation_cache,
+                last.conversation_cache_bytes,
+                now.conversation_cache_bytes,
+            ),
+            (
+                &f.contact_cache,
+                last.contact_cache_bytes,
+                now.contact_cache_bytes,
+            ),
+        ];
+        for (g, was, is) in moves {
+            shift(g, was as u64, is as u64);
+        }
+        shift(&f.queued_bytes, last.queued_bytes, now.queued_bytes);
+    }
+}
+
+impl Drop for CoreShare {
+    fn drop(&mut self) {
+        self.report(CoreGauges::default());
+    }
+}
+
+/// Moves `g` by `is - was`.
+fn shift(g: &Gauge, was: u64, is: u64) {
+    if is >= was {
+        g.inc_by(gauge(is - was));
+    } else {
+        g.dec_by(gauge(was - is));
     }
 }
 
@@ -823,5 +884,38 @@ mod tests {
             text.contains(r#"relay_frames_received_total{frame="undecodable"} 1"#),
             "{text}"
         );
+    }
+
+    /// The value of the unlabelled series `name` in the exposition.
+    fn value(metrics: &Metrics, name: &str) -> i64 {
+        let text = metrics.encode();
+        let line = text
+            .lines()
+            .find(|l| l.split(' ').next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
+    /// The cores of a sharded server add their gauges up; a core gone takes its part back.
+    #[test]
+    fn the_cores_gauges_add_up() {
+        let metrics = Metrics::new();
+        let mut first = CoreShare::new(metrics.clone());
+        let mut second = CoreShare::new(metrics.clone());
+        let gauges = |websockets, queued_bytes| CoreGauges {
+            websockets,
+            queued_bytes,
+            ..CoreGauges::default()
+        };
+        first.report(gauges(3, 100));
+        second.report(gauges(5, 40));
+        assert_eq!(value(&metrics, "relay_websockets"), 8);
+        assert_eq!(value(&metrics, "relay_queued_bytes"), 140);
+        first.report(gauges(1, 10));
+        assert_eq!(value(&metrics, "relay_websockets"), 6);
+        assert_eq!(value(&metrics, "relay_queued_bytes"), 50);
+        drop(second);
+        assert_eq!(value(&metrics, "relay_websockets"), 1);
+        assert_eq!(value(&metrics, "relay_queued_bytes"), 10);
     }
 }
