@@ -42,6 +42,13 @@ pub struct RelayStats {
     /// Times a step of the timed sweeps (expired tombstones and messages) was parked on a read
     /// ahead.
     pub sweeps_parked: u64,
+    /// Times what another shard sent (a hand-off to apply, a submission to decide, a notice)
+    /// was parked on a read ahead.
+    pub crossings_parked: u64,
+    /// Crossings dropped because [`MAX_PARKED_CROSSINGS`](crate::prefetch::MAX_PARKED_CROSSINGS)
+    /// waited for reads already, or one was parked again too often (their sender sends again
+    /// what the hand-off needs).
+    pub crossings_dropped_waiting: u64,
     /// Reads of the store made on the relay's own task: every read when it does not read
     /// ahead; with it, those of the synchronous [`Relay::handle_http`](crate::Relay::handle_http)
     /// and [`Relay::handle_connect`](crate::Relay::handle_connect), and an input's read after
@@ -153,6 +160,8 @@ pub struct PrefetchStats {
     pub parked_conns: usize,
     /// HTTP requests and WebSocket upgrades waiting for a read.
     pub parked_requests: usize,
+    /// What other shards sent waiting for a read, or queued behind what does.
+    pub parked_crossings: usize,
     /// A step of the timed sweeps waits for a read.
     pub sweep_waiting: bool,
     /// Reads asked for and not yet reported.

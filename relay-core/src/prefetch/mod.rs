@@ -44,6 +44,13 @@
 //!   charged once, however often it runs. Bounded by [`MAX_PARKED_REQUESTS`] and
 //!   [`MAX_PARKED_REQUEST_BYTES`].
 //!
+//! * **What other shards send too.** A crossing ([`Relay::handle_crossing`](crate::Relay::handle_crossing):
+//!   a hand-off to apply, a submission to decide, a notice) is tried the same way and parked
+//!   on its first miss as the crossings' waiter (`Waiter::Crossings`); the crossings after it
+//!   queue behind it in the order they came, at most [`MAX_PARKED_CROSSINGS`] (one more is
+//!   dropped, as a full input queue drops it: its shard sends again what the hand-off needs).
+//!   A forwarded request waits as a request; an answer to one never reads.
+//!
 //! * **The timed sweeps too.** The expiry of tombstones and messages runs in steps
 //!   (`crate::sweeps`), each an input that reads before it writes: the next tombstone expiry,
 //!   a page of due queues, each due queue not in memory, the next queue expiry. A step that
@@ -98,6 +105,10 @@ pub const MAX_READS_IN_FLIGHT: usize = 16;
 /// HTTP requests and WebSocket upgrades waiting for reads, at most; one more is answered 503
 /// `STORAGE_UNAVAILABLE` (the relay's reads are behind; the client retries).
 pub const MAX_PARKED_REQUESTS: usize = 4_096;
+/// What other shards sent that waits for reads (the crossing parked and those queued behind
+/// it), at most; one more is dropped, as a full core's input queue drops it (what the hand-off
+/// protocol needs is sent again).
+pub const MAX_PARKED_CROSSINGS: usize = 4_096;
 /// Bytes of request bodies waiting for reads, at most (a media part is up to 5 MiB); past it a
 /// request that would wait is answered 503 `STORAGE_UNAVAILABLE`.
 pub const MAX_PARKED_REQUEST_BYTES: usize = 64 * 1024 * 1024;
@@ -108,6 +119,9 @@ pub const MAX_PARKED_REQUEST_BYTES: usize = 64 * 1024 * 1024;
 pub(crate) enum Waiter {
     /// The timed sweeps of expired tombstones and messages (one step waits at a time).
     Sweep,
+    /// What other shards sent, in the order it came (one crossing waits at a time, the
+    /// later ones behind it).
+    Crossings,
     /// A connection's frames in order, or the upgrade that opens it.
     Conn(ConnId),
     /// One HTTP request.
@@ -125,6 +139,8 @@ pub(crate) enum Work {
     Http(Arc<HttpRequest>),
     /// The upgrade of the waiter's connection.
     Connect(WsConnect),
+    /// What the core of another shard sent.
+    Cross(Box<crate::handoff::Crossing>),
 }
 
 impl Work {
@@ -132,7 +148,7 @@ impl Work {
     fn body_bytes(&self) -> usize {
         match self {
             Self::Http(req) => req.body.len(),
-            Self::Frame(_) | Self::Connect(_) | Self::Sweep(_) => 0,
+            Self::Frame(_) | Self::Connect(_) | Self::Sweep(_) | Self::Cross(_) => 0,
         }
     }
 
@@ -205,6 +221,8 @@ pub(crate) struct Prefetch {
     parked_frames: usize,
     /// Requests and upgrades in `parked`, and the bytes of their bodies.
     parked_requests: (usize, usize),
+    /// Crossings in `parked`.
+    parked_crossings: usize,
     /// Waiters whose head's read came back, to run in this order.
     ready: VecDeque<Waiter>,
     /// Connections the client closed while frames of theirs waited: the frames run (a
@@ -246,6 +264,21 @@ impl Prefetch {
         for op in std::mem::take(&mut waiting.holds) {
             self.ahead.release(&op);
         }
+    }
+
+    /// Whether a crossing waits for a read (a new one queues behind it).
+    pub(crate) fn crossings_wait(&self) -> bool {
+        self.parked.contains_key(&Waiter::Crossings)
+    }
+
+    /// Queues `c` behind the crossings that wait; `false` (dropped): [`MAX_PARKED_CROSSINGS`]
+    /// wait already.
+    pub(crate) fn queue_crossing(&mut self, c: crate::handoff::Crossing) -> bool {
+        if self.parked_crossings >= MAX_PARKED_CROSSINGS {
+            return false;
+        }
+        self.push(Waiter::Crossings, Work::Cross(Box::new(c)), true);
+        true
     }
 
     /// Whether `conn` has frames waiting (a new frame of it queues behind them).
@@ -299,6 +332,8 @@ impl Prefetch {
             self.parked_requests.1 += work.body_bytes();
         } else if matches!(work, Work::Frame(_)) {
             self.parked_frames += 1;
+        } else if matches!(work, Work::Cross(_)) {
+            self.parked_crossings += 1;
         }
         let waiting = self.parked.entry(w).or_default();
         waiting.frames.push_back(Parked {
@@ -452,6 +487,8 @@ impl Prefetch {
             self.parked_requests.1 -= work.body_bytes();
         } else if matches!(work, Work::Frame(_)) {
             self.parked_frames -= 1;
+        } else if matches!(work, Work::Cross(_)) {
+            self.parked_crossings -= 1;
         }
     }
 
@@ -556,7 +593,9 @@ impl Prefetch {
             parked_frames: self.parked_frames,
             parked_conns: self.parked.len()
                 - self.parked.range(Waiter::Request(RequestId(0))..).count()
-                - usize::from(self.sweep_waits()),
+                - usize::from(self.sweep_waits())
+                - usize::from(self.crossings_wait()),
+            parked_crossings: self.parked_crossings,
             sweep_waiting: self.sweep_waits(),
             parked_requests: self.parked_requests.0,
             reads_pending: self.pending.len(),

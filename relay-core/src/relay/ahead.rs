@@ -8,6 +8,7 @@ use wire::{ErrorCode, ServerFrame, UnixMs};
 use crate::http::HttpResponse;
 
 use super::Relay;
+use crate::handoff::Crossing;
 use crate::prefetch::{ReadDone, ReadOp, ReadRequest, Reparked, Waiter, Work};
 use crate::shell::{ConnId, Output};
 
@@ -30,6 +31,46 @@ impl Relay {
             self.stats.frames_parked += 1;
         }
         missed
+    }
+
+    /// What another shard sent, read ahead: queued behind the crossings that wait for reads
+    /// (in the order they came), else tried against the rows read so far and parked on its
+    /// first miss. One that finds [`MAX_PARKED_CROSSINGS`](crate::prefetch::MAX_PARKED_CROSSINGS)
+    /// waiting is dropped, as a full input queue drops it: its sender sends again what the
+    /// hand-off needs.
+    pub(super) fn cross_ahead(&mut self, now: UnixMs, c: Crossing) {
+        if self.prefetch.crossings_wait() {
+            if !self.prefetch.queue_crossing(c) {
+                self.stats.crossings_dropped_waiting += 1;
+            }
+            return;
+        }
+        if let Some(op) = self.attempt_crossing(now, c.clone()) {
+            self.prefetch
+                .park(Waiter::Crossings, Work::Cross(Box::new(c)), true, op);
+        }
+    }
+
+    /// Runs crossing `c` against the rows read ahead, as [`attempt`](Relay::attempt) runs a
+    /// frame. `Some`: it needs the read `op` first, and nothing of the attempt is left.
+    fn attempt_crossing(&mut self, now: UnixMs, c: Crossing) -> Option<ReadOp> {
+        let (stats, mark) = (self.stats, self.ids.mark());
+        self.reading_ahead = true;
+        self.cx().on_crossing(now, c);
+        self.reading_ahead = false;
+        if let Some(op) = self.prefetch.take_miss() {
+            if self.state.batch().is_empty() {
+                self.staged.clear();
+                self.drop_attempt(stats, mark);
+                probes::probe!("prefetch:crossing-parked");
+                self.stats.crossings_parked += 1;
+                return Some(op);
+            }
+            // A rule wrote before it read: the attempt stands (as for a failed read).
+            debug_assert!(false, "a rule wrote before its read of {op:?}");
+        }
+        let _ = self.finish();
+        None
     }
 
     /// The read `done` came back: what was parked on it runs again, in the order it was
@@ -74,6 +115,7 @@ impl Relay {
                 }
                 (Waiter::Conn(conn), Work::Connect(req)) => self.resume_connect(now, conn, &req),
                 (Waiter::Sweep, Work::Sweep(at)) => self.resume_sweep(now, at),
+                (Waiter::Crossings, Work::Cross(c)) => self.attempt_crossing(now, *c),
                 (Waiter::Request(id), Work::Http(req)) => {
                     let mut charged = !self.prefetch.head_uncharged(w);
                     let missed = self.resume_request(now, id, &req, &mut charged);
@@ -116,6 +158,8 @@ impl Relay {
                 let response = HttpResponse::error(503, &code, words);
                 self.outputs.push_back(Output::Http { id, response });
             }
+            // Its sender sends again what the hand-off needs.
+            (Waiter::Crossings, Work::Cross(_)) => self.stats.crossings_dropped_waiting += 1,
             // The sweeps refuse no one: they start again at the next timeout, where they
             // stood.
             _ => {}

@@ -672,6 +672,7 @@ impl Relay {
                 op: crate::handoff::Forwarded::Request { caller, req },
                 ..
             }) => return self.on_forwarded_request(now, (from, id), caller, &req),
+            c if self.prefetch.is_on() => return self.cross_ahead(now, c),
             c => self.cx().on_crossing(now, c),
         }
         let _ = self.finish();

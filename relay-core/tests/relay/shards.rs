@@ -441,6 +441,53 @@ fn the_other_members_message_is_decided_by_the_owner_and_acknowledged_after_its_
     assert!(delivered(&out, &a).is_empty());
 }
 
+/// A core reading ahead never reads for what another shard sent on its own task: a
+/// submission whose conversation is not in memory (the owner just started) waits for its
+/// reads, what comes after it waits behind it in order, and both are decided once the reads
+/// are back.
+#[test]
+fn a_submission_the_owner_cannot_judge_from_memory_waits_for_its_reads_in_order() {
+    let (mut two, a, b, conv) = two_shards(true);
+    let ia = two.of(&a);
+    two.post(&b, &a, &conv, "before");
+    two.carry(|_, _| Fate::Deliver);
+    two.shards[ia].read_ahead(false);
+    two.restart(ia);
+    let inline = two.shards[ia].relay.stats().reads_inline;
+    let out = two.post(&b, &a, &conv, "m1");
+    assert!(acks(&frames(&out, b.conn.unwrap())).is_empty());
+    two.carry(|_, _| Fate::Deliver);
+    let owner = &two.shards[ia];
+    assert_eq!(owner.relay.stats().crossings_parked, 1);
+    assert!(
+        owner.reads_waiting() > 0,
+        "its reads are asked of the shell"
+    );
+    two.post(&b, &a, &conv, "m2");
+    two.carry(|_, _| Fate::Deliver);
+    let owner = &two.shards[ia];
+    assert_eq!(
+        owner.relay.prefetch().parked_crossings,
+        2,
+        "behind the first"
+    );
+    assert_eq!(owner.relay.stats().crossings_parked, 1);
+    let outs = two.shards[ia].finish_reads();
+    two.keep(&outs);
+    let out = two.carry(|_, _| Fate::Deliver);
+    let acked = acks(&frames(&out, b.conn.unwrap()));
+    let ids: Vec<&str> = acked.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["m1", "m2"], "{out:?}");
+    assert!(acked[0].1 < acked[1].1, "decided in the order they came");
+    let owner = &two.shards[ia];
+    assert_eq!(owner.relay.prefetch().parked_crossings, 0);
+    assert_eq!(
+        owner.relay.stats().reads_inline,
+        inline,
+        "no read on the core"
+    );
+}
+
 #[test]
 fn a_lost_submission_leaves_no_ack_and_its_resend_is_stored_once() {
     let (mut two, a, b, conv) = two_shards(true);

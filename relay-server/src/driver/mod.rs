@@ -635,6 +635,7 @@ impl Core {
             contact_cache_bytes: self.relay.relation_cache().contact_bytes,
             parked_frames: self.relay.prefetch().parked_frames,
             parked_requests: self.relay.prefetch().parked_requests,
+            parked_crossings: self.relay.prefetch().parked_crossings,
             reads_pending: self.relay.prefetch().reads_pending,
         });
     }

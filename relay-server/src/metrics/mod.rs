@@ -81,6 +81,8 @@ struct Families {
     frames_parked: Counter,
     requests_parked: Counter,
     sweeps_parked: Counter,
+    crossings_parked: Counter,
+    crossings_dropped_waiting: Counter,
     reads_inline: Counter,
     handed_off_messages: Counter,
     messages_submitted: Counter,
@@ -93,6 +95,7 @@ struct Families {
     forwards_timed_out: Counter,
     prefetch_parked_frames: Gauge,
     prefetch_parked_requests: Gauge,
+    prefetch_parked_crossings: Gauge,
     prefetch_reads_pending: Gauge,
     queues_read: Counter,
     queue_cache: Gauge,
@@ -183,9 +186,12 @@ impl Metrics {
             requests_forwarded: Counter::default(),
             forwards_timed_out: Counter::default(),
             sweeps_parked: Counter::default(),
+            crossings_parked: Counter::default(),
+            crossings_dropped_waiting: Counter::default(),
             reads_inline: Counter::default(),
             prefetch_parked_frames: Gauge::default(),
             prefetch_parked_requests: Gauge::default(),
+            prefetch_parked_crossings: Gauge::default(),
             prefetch_reads_pending: Gauge::default(),
             queues_read: Counter::default(),
             queue_cache: Gauge::default(),
@@ -414,7 +420,7 @@ impl CoreShare {
     pub(super) fn report(&mut self, now: CoreGauges) {
         let f = &self.metrics.f;
         let last = std::mem::replace(&mut self.last, now);
-        let moves: [(&Gauge, usize, usize); 11] = [
+        let moves: [(&Gauge, usize, usize); 12] = [
             (&f.websockets, last.websockets, now.websockets),
             (&f.input_queue, last.inputs, now.inputs),
             (
@@ -441,6 +447,11 @@ impl CoreShare {
                 &f.prefetch_parked_requests,
                 last.parked_requests,
                 now.parked_requests,
+            ),
+            (
+                &f.prefetch_parked_crossings,
+                last.parked_crossings,
+                now.parked_crossings,
             ),
             (
                 &f.prefetch_reads_pending,
@@ -510,6 +521,8 @@ pub(super) struct CoreGauges {
     pub(super) parked_frames: usize,
     /// HTTP requests and WebSocket upgrades waiting for a read ahead.
     pub(super) parked_requests: usize,
+    /// What other shards sent waiting for a read ahead (or queued behind what does).
+    pub(super) parked_crossings: usize,
     /// Reads ahead asked and not yet done.
     pub(super) reads_pending: usize,
 }
@@ -658,6 +671,16 @@ fn register(r: &mut Registry, f: &Families) {
         f.sweeps_parked.clone(),
     );
     r.register(
+        "crossings_parked",
+        "Times what another shard sent (a hand-off, a submission, a notice) waited for a read done off the core task",
+        f.crossings_parked.clone(),
+    );
+    r.register(
+        "crossings_dropped_waiting",
+        "What other shards sent dropped because too much of it waited for reads (sent again by its shard)",
+        f.crossings_dropped_waiting.clone(),
+    );
+    r.register(
         "reads_inline",
         "Reads of the store made on the core task (every read of a relay that does not read ahead; with it, a read after an input changed something)",
         f.reads_inline.clone(),
@@ -716,6 +739,11 @@ fn register(r: &mut Registry, f: &Families) {
         "prefetch_parked_requests",
         "HTTP requests and WebSocket upgrades waiting for a read ahead",
         f.prefetch_parked_requests.clone(),
+    );
+    r.register(
+        "prefetch_parked_crossings",
+        "What other shards sent waiting for a read ahead, or queued behind what does",
+        f.prefetch_parked_crossings.clone(),
     );
     r.register(
         "prefetch_reads_pending",

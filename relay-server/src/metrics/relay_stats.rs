@@ -97,6 +97,16 @@ impl Metrics {
                 last.requests_parked,
             ),
             (&f.sweeps_parked, now.sweeps_parked, last.sweeps_parked),
+            (
+                &f.crossings_parked,
+                now.crossings_parked,
+                last.crossings_parked,
+            ),
+            (
+                &f.crossings_dropped_waiting,
+                now.crossings_dropped_waiting,
+                last.crossings_dropped_waiting,
+            ),
             (&f.reads_inline, now.reads_inline, last.reads_inline),
         ] {
             let n = now.saturating_sub(last);
