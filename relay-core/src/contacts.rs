@@ -19,6 +19,7 @@ use crate::handoff::{Announce, Notice, PairOp, ShardId};
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::planted::planted;
 use crate::rows::{ConversationRow, FriendshipRow};
+use crate::store::Table;
 
 fn not_found() -> ApiError {
     ApiError::new(
@@ -166,18 +167,65 @@ impl Cx<'_> {
         user: &UserUuid,
         id: FriendshipId,
     ) -> Result<HttpResponse, ApiError> {
-        let other = self.other_member(user, id)?;
+        let other = match self.other_member(user, id) {
+            Err(e) if e.code == ErrorCode::FRIENDSHIP_NOT_FOUND => {
+                let Some(owner) = self.minted_elsewhere(id) else {
+                    return Err(e);
+                };
+                let from = self.alias_of(user)?;
+                let op = PairOp::Accept {
+                    id,
+                    other: None,
+                    from,
+                };
+                return self.forward(owner, user, op);
+            }
+            other => other?,
+        };
         // The caller's alias (for the frame), read before anything changes.
         let me = self.alias_of(user)?;
         if let Some(owner) = self.pair_elsewhere(user, &other) {
             let op = PairOp::Accept {
                 id,
-                other,
+                other: Some(other),
                 from: me,
             };
             return self.forward(owner, user, op);
         }
         self.accept(now, user, &other, id, me).map(|(r, _)| r)
+    }
+
+    /// The shard that gave friendship id `id` when it is another (each shard of a map gives the
+    /// ids `≡ shard + 1 (mod shards)`): the pair's owner, which holds a friendship before the
+    /// notice that brings its copy to the other member's shard has come. A caller's shard that
+    /// does not hold `id` asks there.
+    fn minted_elsewhere(&self, id: FriendshipId) -> Option<ShardId> {
+        let place = self.config.shard;
+        let shards = u64::from(place.map().shards());
+        let minted = ShardId(u16::try_from(id.get().saturating_sub(1) % shards).ok()?);
+        (shards > 1 && minted != place.me()).then_some(minted)
+    }
+
+    /// The other member of friendship `id` as its record says (at the pair's owner shard, for
+    /// a caller whose shard did not hold it yet); `FRIENDSHIP_NOT_FOUND` when there is no
+    /// such record or `user` is not one of its members.
+    pub(crate) fn member_of_record(
+        &mut self,
+        user: &UserUuid,
+        id: FriendshipId,
+    ) -> Result<UserUuid, ApiError> {
+        let key = format!("{:020}", id.get());
+        let (_, cx) = self.read_parts();
+        let row = cx
+            .reader()
+            .get(Table::Friendships, &key)?
+            .ok_or_else(not_found)?;
+        let f: FriendshipRow = crate::rows::decode(Table::Friendships, &key, &row)?;
+        match (f.requester == *user, f.addressee == *user) {
+            (true, _) => Ok(f.addressee),
+            (_, true) => Ok(f.requester),
+            _ => Err(not_found()),
+        }
     }
 
     /// The other member of `user`'s friendship `id` (`FRIENDSHIP_NOT_FOUND` when `user` has no
@@ -362,9 +410,21 @@ impl Cx<'_> {
     ) -> Result<HttpResponse, ApiError> {
         let (user, _) = self.authenticate(now, req)?;
         let id = FriendshipId::parse(id).map_err(|_| not_found())?;
-        let other = self.other_member(&user, id)?;
+        let other = match self.other_member(&user, id) {
+            Err(e) if e.code == ErrorCode::FRIENDSHIP_NOT_FOUND => {
+                let Some(owner) = self.minted_elsewhere(id) else {
+                    return Err(e);
+                };
+                return self.forward(owner, &user, PairOp::Reject { id, other: None });
+            }
+            other => other?,
+        };
         if let Some(owner) = self.pair_elsewhere(&user, &other) {
-            return self.forward(owner, &user, PairOp::Reject { id, other });
+            let op = PairOp::Reject {
+                id,
+                other: Some(other),
+            };
+            return self.forward(owner, &user, op);
         }
         self.reject(now, &user, &other, id).map(|(r, _)| r)
     }

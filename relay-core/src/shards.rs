@@ -96,22 +96,28 @@ impl Cx<'_> {
             return;
         };
         let other = match &op {
-            PairOp::Request { target, .. } => target,
-            PairOp::Accept { other, .. } | PairOp::Reject { other, .. } => other,
+            PairOp::Request { target, .. } => Ok(target.clone()),
+            PairOp::Accept { other: Some(o), .. } | PairOp::Reject { other: Some(o), .. } => {
+                Ok(o.clone())
+            }
+            PairOp::Accept {
+                id, other: None, ..
+            }
+            | PairOp::Reject { id, other: None } => self.member_of_record(&user, *id),
         };
-        let result = if self.pair_elsewhere(&user, other).is_some() {
-            Err(ApiError::new(
+        let result = match other {
+            Err(e) => Err(e),
+            Ok(other) if self.pair_elsewhere(&user, &other).is_some() => Err(ApiError::new(
                 ErrorCode::STORAGE_UNAVAILABLE,
                 "this request went to a shard that does not decide it; try again",
-            ))
-        } else {
-            match op {
+            )),
+            Ok(other) => match op {
                 PairOp::Request { target, announce } => {
                     self.befriend(now, &user, &target, announce)
                 }
-                PairOp::Accept { id, other, from } => self.accept(now, &user, &other, id, from),
-                PairOp::Reject { id, other } => self.reject(now, &user, &other, id),
-            }
+                PairOp::Accept { id, from, .. } => self.accept(now, &user, &other, id, from),
+                PairOp::Reject { id, .. } => self.reject(now, &user, &other, id),
+            },
         };
         let (response, contact) = match result {
             Ok((response, row)) => (response, Some((user, row.into()))),

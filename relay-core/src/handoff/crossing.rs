@@ -156,8 +156,9 @@ pub enum PairOp {
     Accept {
         /// The friendship.
         id: FriendshipId,
-        /// Its other member.
-        other: UserUuid,
+        /// Its other member; `None`: the caller's shard did not hold the friendship yet (its
+        /// notice had not come), and the owner reads it by its id.
+        other: Option<UserUuid>,
         /// The caller's alias.
         from: Option<AliasId>,
     },
@@ -165,8 +166,8 @@ pub enum PairOp {
     Reject {
         /// The friendship.
         id: FriendshipId,
-        /// Its other member.
-        other: UserUuid,
+        /// Its other member (`None` as for [`PairOp::Accept`]).
+        other: Option<UserUuid>,
     },
 }
 

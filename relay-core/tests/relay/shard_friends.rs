@@ -275,3 +275,36 @@ fn the_answer_carries_the_callers_row_when_the_notice_is_late() {
     assert_eq!(two.rows(Table::Notices), 0);
     assert_eq!(friends(&mut two, &b).len(), 1);
 }
+
+/// The addressee accepts before its shard holds the friendship (the notice that brings its
+/// copy has not come): its shard asks the shard that gave the id, the pair's owner, which
+/// decides from the friendship's record. An id no friendship has is still not found there.
+#[test]
+fn an_accept_that_overtakes_its_friendships_notice_is_decided_by_the_owner() {
+    let (mut two, a, b) = strangers();
+    let (answer, _) = two.request(&a, ask_req(&a, &b), |_, o| match o {
+        Output::Cross(Crossing::Notice(_)) => Fate::Lose,
+        _ => Fate::Deliver,
+    });
+    let r = answer.expect("answered");
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    let id = r.body_json()["friendship_id"].as_u64().unwrap();
+    assert!(friends(&mut two, &b).is_empty(), "the notice has not come");
+    let ib = two.of(&b);
+    let (r, _) = run(&mut two, &b, accept_req(&b, id + 2));
+    assert_eq!(r.status, 404, "{:?}", r.body_json());
+    assert_eq!(r.body_json()["error"], "FRIENDSHIP_NOT_FOUND");
+    let (r, _) = run(&mut two, &b, accept_req(&b, id));
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    assert!(r.body_json()["conversation_id"].is_string());
+    assert_eq!(two.shards[ib].relay.stats().requests_forwarded, 2);
+    let mine = friends(&mut two, &b);
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0]["status"], "accepted");
+    // The lost notice comes again, late: it does not undo the accept.
+    two.advance(relay_core::handoff::RESEND_MS);
+    two.carry(|_, _| Fate::Deliver);
+    assert_eq!(friends(&mut two, &b)[0]["status"], "accepted");
+    assert_eq!(friends(&mut two, &a)[0]["status"], "accepted");
+    assert_eq!(two.rows(Table::Notices), 0);
+}
