@@ -55,7 +55,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use relay_core::store::{
     Batch, Expiries, MemoryStore, MutationRef, Rows, Snapshot, SqliteStore, Store, StoreError,
-    StoreRead, Table,
+    StoreRead, Table, WriteTurns,
 };
 
 use crate::faults::StoreKind;
@@ -722,6 +722,9 @@ pub struct SimStore {
     kind: StoreKind,
     memory: MemoryStore,
     path: Option<Arc<TempPath>>,
+    /// The turns in which the SQLite stores opened here commit (one per core of a sharded
+    /// relay, as `relay --data --shards` opens them).
+    turns: WriteTurns,
     ctl: StoreCtl,
 }
 
@@ -766,6 +769,7 @@ impl SimStore {
             kind,
             memory: MemoryStore::new(),
             path,
+            turns: WriteTurns::default(),
             ctl,
         })
     }
@@ -785,7 +789,10 @@ impl SimStore {
     pub fn open(&self) -> Result<FaultyStore, StoreError> {
         let backend = match &self.path {
             None => Backend::Memory(self.memory.clone()),
-            Some(path) => Backend::Sqlite(SqliteStore::open(&path.0)?),
+            Some(path) => Backend::Sqlite(SqliteStore::open_taking_turns(
+                &path.0,
+                self.turns.clone(),
+            )?),
         };
         Ok(FaultyStore {
             backend,
