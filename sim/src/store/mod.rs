@@ -789,10 +789,9 @@ impl SimStore {
     pub fn open(&self) -> Result<FaultyStore, StoreError> {
         let backend = match &self.path {
             None => Backend::Memory(self.memory.clone()),
-            Some(path) => Backend::Sqlite(SqliteStore::open_taking_turns(
-                &path.0,
-                self.turns.clone(),
-            )?),
+            Some(path) => {
+                Backend::Sqlite(SqliteStore::open_taking_turns(&path.0, self.turns.clone())?)
+            }
         };
         Ok(FaultyStore {
             backend,
