@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use relay_core::handoff::ShardId;
 use relay_core::store::{Batch, Store, StoreError};
 use relay_core::{BatchId, SealedBatch};
 use tokio::sync::mpsc;
@@ -36,9 +37,9 @@ use tracing::{error, warn};
 /// one transaction; more would only hold more acknowledgements back.
 pub const PIPELINE_DEPTH: usize = 4;
 
-/// Before each commit of [`CommitMode::Task`]: how long to wait first, in ms (0: none). The
-/// simulator's slow-commit fault.
-pub type CommitDelay = Arc<dyn Fn() -> u64 + Send + Sync>;
+/// Before each commit of [`CommitMode::Task`]: how long the core of the given shard waits
+/// first, in ms (0: none). The simulator's slow-commit faults (one aimed at one shard too).
+pub type CommitDelay = Arc<dyn Fn(ShardId) -> u64 + Send + Sync>;
 
 /// Where a server's commits run.
 #[derive(Clone, Default)]
@@ -140,10 +141,10 @@ enum How {
 }
 
 impl Committer {
-    /// Starts a committer of `mode` that owns `store`. When its thread cannot be spawned, the
-    /// store is lost with the closure: every batch is then reported failed (fail-stop), and
-    /// the rebuild opens the store again and retries.
-    pub(crate) fn start(mode: &CommitMode, store: Box<dyn Store>) -> Self {
+    /// Starts a committer of `mode` that owns `store`, the store of shard `shard`'s core. When
+    /// its thread cannot be spawned, the store is lost with the closure: every batch is then
+    /// reported failed (fail-stop), and the rebuild opens the store again and retries.
+    pub(crate) fn start(mode: &CommitMode, store: Box<dyn Store>, shard: ShardId) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let how = match mode {
             CommitMode::Inline => How::Inline {
@@ -177,7 +178,8 @@ impl Committer {
                 let (requests, rx) = mpsc::channel(PIPELINE_DEPTH);
                 let (tx, done) = mpsc::channel(PIPELINE_DEPTH);
                 let stopped = Arc::clone(&stop);
-                tokio::spawn(task_loop(store, rx, tx, stopped, delay.clone()));
+                let delay = delay.clone().map(|d| (d, shard));
+                tokio::spawn(task_loop(store, rx, tx, stopped, delay));
                 How::Task { requests, done }
             }
         };
@@ -345,7 +347,7 @@ async fn task_loop(
     mut requests: mpsc::Receiver<Request>,
     done: mpsc::Sender<Completion>,
     stop: Arc<AtomicBool>,
-    delay: Option<CommitDelay>,
+    delay: Option<(CommitDelay, ShardId)>,
 ) {
     let mut failed = false;
     while let Some(first) = requests.recv().await {
@@ -357,7 +359,7 @@ async fn task_loop(
             }
         }
         // A slow commit: what arrives meanwhile queues for the next one.
-        let wait_ms = delay.as_ref().map_or(0, |d| d());
+        let wait_ms = delay.as_ref().map_or(0, |(d, shard)| d(*shard));
         if wait_ms > 0 {
             tokio::time::sleep(Duration::from_millis(wait_ms)).await;
         }

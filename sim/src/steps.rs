@@ -375,7 +375,7 @@ fn add_relay(sim: &mut turmoil::Sim<'_>, seed: u64, knobs: &RelayKnobs, sqlite: 
                     delay: Some(Arc::new(move || read_ms.load(Ordering::Relaxed))),
                 })
                 .with_commit_mode(CommitMode::Task {
-                    delay: Some(Arc::new(move || commit_ms.load(Ordering::Relaxed))),
+                    delay: Some(Arc::new(move |_| commit_ms.load(Ordering::Relaxed))),
                 })
                 .run::<Turmoil>(listen, std::future::pending())
                 .await?;

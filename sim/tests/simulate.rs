@@ -660,6 +660,7 @@ fn sharded_relays_pass_every_oracle() {
         (6, 2, Class::Days, "none"),
         (15, 4, Class::Standard, "handoff"),
         (2, 3, Class::Heavy, "handoff"),
+        (6, 3, Class::Heavy, "handoff"),
     ] {
         let report = run(&RunConfig {
             class: ClassChoice::Only(class),
@@ -675,6 +676,7 @@ fn sharded_relays_pass_every_oracle() {
                 FaultAction::ShardCommitsFail { .. } | FaultAction::ShardStoreDown { .. } => {
                     "one shard's store"
                 }
+                FaultAction::ShardCommitSlow { .. } => "one shard's commit slow",
                 FaultAction::CrashAfterCommitOf { .. } => "power-off around a hand-off",
                 _ => continue,
             };
@@ -692,7 +694,7 @@ fn sharded_relays_pass_every_oracle() {
     assert!(faulted > 0, "no crossing met a hand-off fault");
     assert_eq!(
         handoff_faults.len(),
-        3,
+        4,
         "every family of hand-off faults is drawn: {handoff_faults:?}"
     );
 }

@@ -28,7 +28,8 @@ pub(super) fn pipeline_for(
         Box::new(NoStore)
     });
     let readers = Readers::start(read, &mut *store, relay);
-    (Committer::start(commit, store), readers)
+    let shard = relay.config().shard.me();
+    (Committer::start(commit, store, shard), readers)
 }
 
 /// The store of a relay whose store was taken elsewhere: refuses everything.

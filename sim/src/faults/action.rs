@@ -228,6 +228,14 @@ pub enum FaultAction {
         /// How many.
         commits: u32,
     },
+    /// The next commit of one shard's core takes `ms` (its later batches wait behind it); the
+    /// other shards commit on.
+    ShardCommitSlow {
+        /// The shard.
+        shard: u16,
+        /// Milliseconds.
+        ms: u64,
+    },
     /// One shard's store is down for `ms` (commits, loads and reads); the other shards'
     /// are up.
     ShardStoreDown {
@@ -304,6 +312,9 @@ impl fmt::Display for FaultAction {
             Self::ShardStoreDown { shard, ms } => {
                 write!(f, "store of relay shard {shard} down for {ms} ms")
             }
+            Self::ShardCommitSlow { shard, ms } => {
+                write!(f, "next commit of relay shard {shard} takes {ms} ms")
+            }
             Self::CrashAfterCommitOf {
                 table,
                 restart_after_ms,
@@ -329,6 +340,7 @@ impl FaultAction {
                 | Self::CrashMidBatch { .. }
                 | Self::ShardCommitsFail { .. }
                 | Self::ShardStoreDown { .. }
+                | Self::ShardCommitSlow { .. }
                 | Self::CrashAfterCommitOf { .. }
         )
     }

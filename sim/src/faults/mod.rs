@@ -23,7 +23,7 @@
 //! | `clock-skew` | client clocks run minutes away from the relay's (both ways), from the start |
 //! | `abuse` | a raw client sends malformed frames at a high rate |
 //! | `dishonest` | a raw client makes requests no honest client makes (others' conversations, orders, channels, friendships, identities) |
-//! | `handoff` | a sharded relay only: crossings between its cores lost, repeated or delayed for a while; one shard's store failing alone (commits, or down for a while); a power-off right after an owner's hand-off is committed, or right after an apply is durable |
+//! | `handoff` | a sharded relay only: crossings between its cores lost, repeated or delayed for a while; one shard's store failing alone (commits, or down for a while), or its next commit slow while the other shards commit on; a power-off right after an owner's hand-off is committed, or right after an apply is durable |
 //! | `failover` | two relays share the store, one active (a lease and a fencing epoch), behind a load balancer; the active one freezes (SIGSTOP-like) past its lease or powers off, and the standby takes over (see `super::failover`) |
 //!
 //! Modules: `action` (what one event does), `plan` (the plan and its draw).
@@ -85,7 +85,7 @@ pub enum FaultKind {
     /// kind, every relay crash of the plan hits the active relay.
     Failover,
     /// A sharded relay's hand-off between its cores: crossings lost, repeated, delayed; one
-    /// shard's store failing alone; power-offs between an owner's commit and the apply, and
+    /// shard's store failing or slow alone; power-offs between an owner's commit and the apply, and
     /// between the apply and its acknowledgement. Drawn only for a sharded relay.
     Handoff,
 }

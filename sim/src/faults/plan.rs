@@ -228,6 +228,7 @@ impl FaultPlan {
                 FaultAction::Crossings { .. }
                 | FaultAction::ShardCommitsFail { .. }
                 | FaultAction::ShardStoreDown { .. }
+                | FaultAction::ShardCommitSlow { .. }
                 | FaultAction::CrashAfterCommitOf { .. } => FaultKind::Handoff,
                 FaultAction::Hostile { act, .. } => match act {
                     HostileAct::Flood { .. } => FaultKind::Abuse,
@@ -359,7 +360,8 @@ impl Drawer<'_> {
     }
 
     /// One fault of the hand-off between the cores of a relay of `shards`: crossings lost,
-    /// repeated and delayed for a while (half the time); one shard's store failing alone; or
+    /// repeated and delayed for a while (half the time); one shard's store failing or slow
+    /// alone; or
     /// a power-off right after an owner commits a hand-off or a recipient's shard applies one.
     fn handoff(&mut self, shards: u16) {
         let at = self.at();
@@ -378,16 +380,19 @@ impl Drawer<'_> {
             }
             2 => {
                 let shard = (self.rng.next_u32() % u32::from(shards.max(1))) as u16;
-                let action = if self.rng.next_u32().is_multiple_of(2) {
-                    FaultAction::ShardCommitsFail {
+                let action = match self.rng.next_u32() % 3 {
+                    0 => FaultAction::ShardCommitsFail {
                         shard,
                         commits: 1 + self.rng.next_u32() % 3,
-                    }
-                } else {
-                    FaultAction::ShardStoreDown {
+                    },
+                    1 => FaultAction::ShardStoreDown {
                         shard,
                         ms: 500 + self.rng.next_u64() % 5_000,
-                    }
+                    },
+                    _ => FaultAction::ShardCommitSlow {
+                        shard,
+                        ms: 200 + self.rng.next_u64() % 3_000,
+                    },
                 };
                 self.push(at, action);
             }

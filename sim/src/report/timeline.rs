@@ -468,7 +468,8 @@ fn classify(action: &FaultAction) -> Shape {
         FaultAction::Freeze { ms } => Shape::Lasts(*ms, Process),
         FaultAction::StoreDown { ms }
         | FaultAction::StallCommit { ms }
-        | FaultAction::ShardStoreDown { ms, .. } => Shape::Lasts(*ms, Storage),
+        | FaultAction::ShardStoreDown { ms, .. }
+        | FaultAction::ShardCommitSlow { ms, .. } => Shape::Lasts(*ms, Storage),
         FaultAction::Crossings { ms, .. } => Shape::Lasts(*ms, Network),
         FaultAction::FailCommits { .. }
         | FaultAction::FailReads { .. }

@@ -301,7 +301,9 @@ fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, (inline, sha
 fn commit_mode(store: &SimStore) -> CommitMode {
     let ctl = store.ctl().clone();
     CommitMode::Task {
-        delay: Some(Arc::new(move || ctl.commit_delay())),
+        delay: Some(Arc::new(move |shard: relay_core::handoff::ShardId| {
+            ctl.commit_delay(shard.0)
+        })),
     }
 }
 

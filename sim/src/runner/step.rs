@@ -312,6 +312,10 @@ impl Sim<'_> {
             FaultAction::ShardStoreDown { shard, ms } => {
                 self.store.shard_down_until(*shard, now + ms);
             }
+            FaultAction::ShardCommitSlow { shard, ms } => {
+                self.store.stall_shard_commit(*shard, *ms);
+                self.world.borrow_mut().relay_stalled = true;
+            }
             FaultAction::CrashAfterCommitOf {
                 table,
                 restart_after_ms,

@@ -126,6 +126,8 @@ struct ShardFaults {
     fail_next: u32,
     /// The shard's commits, loads and reads fail until then (simulated ms).
     down_until_ms: Option<u64>,
+    /// Ms the shard's next commit waits before it is applied (0: none).
+    stall_next_ms: u64,
 }
 
 /// The leadership lease of the failover topology (see the module docs).
@@ -264,11 +266,24 @@ impl StoreCtl {
         c.stall_next_ms = c.stall_next_ms.max(ms);
     }
 
-    /// The wait armed for the next commit, once (what the relay's committer asks before each
-    /// commit; 0: none).
-    pub fn commit_delay(&self) -> u64 {
+    /// The next commit of shard `shard`'s core waits `ms` before it is applied (the other
+    /// shards' commit on).
+    pub fn stall_shard_commit(&self, shard: u16, ms: u64) {
         let mut c = self.lock();
-        let ms = std::mem::take(&mut c.stall_next_ms);
+        let f = c.shards.entry(shard).or_default();
+        f.stall_next_ms = f.stall_next_ms.max(ms);
+    }
+
+    /// The wait armed for the next commit of shard `shard`'s core, once (what the relay's
+    /// committer asks before each commit; 0: none): a wait armed for whichever core commits
+    /// next, or one armed for that shard.
+    pub fn commit_delay(&self, shard: u16) -> u64 {
+        let mut c = self.lock();
+        let own = c
+            .shards
+            .get_mut(&shard)
+            .map_or(0, |f| std::mem::take(&mut f.stall_next_ms));
+        let ms = std::mem::take(&mut c.stall_next_ms).max(own);
         if ms > 0 {
             c.stalled_until_ms = c.stalled_until_ms.max(sim_ms() + ms);
         }
@@ -279,7 +294,9 @@ impl StoreCtl {
     /// batch or of the ones after it until it ends.
     pub fn stalled(&self) -> bool {
         let c = self.lock();
-        c.stall_next_ms > 0 || sim_ms() < c.stalled_until_ms
+        c.stall_next_ms > 0
+            || c.shards.values().any(|f| f.stall_next_ms > 0)
+            || sim_ms() < c.stalled_until_ms
     }
 
     /// The next commit is durable, then fails, and the relay is powered off.
@@ -823,5 +840,25 @@ impl SimStore {
             None => self.memory.clone().load(),
             Some(path) => SqliteStore::open(&path.0)?.load(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreCtl;
+
+    /// A stall aimed at one shard delays that shard's next commit only; one aimed at whichever
+    /// core commits next is taken by the first to commit.
+    #[test]
+    fn a_stall_aimed_at_one_shard_delays_its_next_commit_only() {
+        let ctl = StoreCtl::default();
+        ctl.stall_shard_commit(1, 500);
+        assert!(ctl.stalled());
+        assert_eq!(ctl.commit_delay(0), 0, "the other shard commits on");
+        assert_eq!(ctl.commit_delay(1), 500);
+        assert_eq!(ctl.commit_delay(1), 0, "once");
+        ctl.stall_next_commit(300);
+        assert_eq!(ctl.commit_delay(0), 300);
+        assert_eq!(ctl.commit_delay(1), 0);
     }
 }

@@ -79,7 +79,8 @@ struct Args {
     /// clock-skew, abuse, dishonest, failover (two relays on one store behind a load
     /// balancer; the active one freezes or dies and the standby takes over), handoff (a
     /// sharded relay only, see `--shards`: crossings between its cores lost, repeated or
-    /// delayed, one shard's store failing alone, power-offs around the hand-off's commits).
+    /// delayed, one shard's store failing or slow alone, power-offs around the hand-off's
+    /// commits).
     #[arg(long, default_value = "swarm")]
     faults: FaultSelection,
 
