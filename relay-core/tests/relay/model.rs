@@ -133,8 +133,10 @@ pub(crate) struct Model {
     /// seqs pushed to each member since it last confirmed (any push of a message to the
     /// member counts as "sent to it").
     pushed: [BTreeSet<u64>; 2],
-    /// Highest receipt seq forwarded to each member, per kind.
+    /// Highest receipt seq forwarded to each member, per kind (delivered, read).
     forwarded: [[u64; 2]; 2],
+    /// Highest receipt seq each member sent and the relay took, per kind.
+    taken: [[u64; 2]; 2],
     /// Every connection a member opened, and whose it was.
     pub(crate) conns: BTreeMap<ConnId, usize>,
     /// The last seq pushed on each connection.
@@ -212,7 +214,7 @@ impl Model {
     /// `who` sent a receipt through `seq`, which the relay `refused` or took: a receipt may be
     /// taken only if every undelivered message to `who` up to `seq` was pushed to it (an
     /// expired one may be gone without a push); a taken one confirms them.
-    pub(crate) fn note_receipt(&mut self, who: usize, seq: u64, refused: bool) {
+    pub(crate) fn note_receipt(&mut self, who: usize, seq: u64, read: bool, refused: bool) {
         let valid = seq >= 1
             && self
                 .accepted
@@ -229,6 +231,24 @@ impl Model {
                 "accepted an invalid receipt for {seq}"
             );
             self.confirmed[who] = self.confirmed[who].max(seq);
+            let k = usize::from(read);
+            self.taken[who][k] = self.taken[who][k].max(seq);
+        }
+    }
+
+    /// Once everything was forwarded: each member got the last receipt of each kind the other
+    /// sent (with receipts out of order, one of them at least).
+    pub(crate) fn check_receipts_reached(&self) {
+        for who in 0..2 {
+            for k in 0..2 {
+                let (sent, got) = (self.taken[1 - who][k], self.forwarded[who][k]);
+                let reached = if self.receipts_in_order {
+                    got >= sent
+                } else {
+                    sent == 0 || got > 0
+                };
+                assert!(reached, "receipts of kind {k} to {who}: {sent} sent, {got} got");
+            }
         }
     }
 
@@ -406,7 +426,7 @@ fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
                 let refused = frames(&outs, conn)
                     .iter()
                     .any(|f| matches!(f, ServerFrame::Error(_)));
-                model.note_receipt(who, seq, refused);
+                model.note_receipt(who, seq, kind == "read", refused);
                 outs
             }
             Op::Disconnect { who } => {

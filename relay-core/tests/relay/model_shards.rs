@@ -12,13 +12,15 @@
 //! After every step, what holds whatever the transport does: no message pushed twice or out
 //! of seq order on one connection, nor after its recipient confirmed it; two message ids
 //! never share a seq, an id keeps its seq, an id the other member used first is never
-//! acknowledged; a receipt is taken only for what was pushed; a sync at the owner's shard
-//! replays exactly the undelivered messages, one at the other shard a prefix of them (what
-//! its shard applied). At the end of each case the transport heals (everything delivered,
-//! time past the resend intervals until nothing crosses), both members connect again, and
-//! every message acknowledged or delivered is then delivered exactly once and in order, the
-//! seqs have no gap, and the outbox and notice rows are drained. The cases are counted: most
-//! must have handed messages over and submitted some, and some must have faulted them.
+//! acknowledged; a receipt is taken only for what was pushed, and forwarded only as sent; a
+//! sync at the owner's shard replays exactly the undelivered messages, one at the other shard
+//! a prefix of them (what its shard applied). At the end of each case the transport heals
+//! (everything delivered, time past the resend intervals until nothing crosses), both members
+//! connect again, and every message acknowledged or delivered is then delivered exactly once
+//! and in order, the seqs have no gap, each member got the other's receipts (at a sharded
+//! relay a late receipt notice may come after a newer one: the ignored tests at the end), and
+//! the outbox and notice rows are drained. The cases are counted: most must have handed
+//! messages over and submitted some, and some must have faulted them.
 
 use std::cell::RefCell;
 
@@ -277,7 +279,7 @@ impl Case {
                 let refused = frames(&outs, conn)
                     .iter()
                     .any(|f| matches!(f, ServerFrame::Error(_)));
-                self.model.note_receipt(who, seq, refused);
+                self.model.note_receipt(who, seq, kind == "read", refused);
                 self.observe(&outs);
             }
             Op::Disconnect { who } => {
@@ -360,8 +362,8 @@ impl Case {
     /// The transport heals: everything waiting is delivered, and time passes a resend
     /// interval at a time until nothing crosses and no hand-off waits; then both members
     /// connect again. Checks that every message the model knows reached its recipient once
-    /// and in seq order, that the seqs have no gap, and that the outboxes and notices are
-    /// drained.
+    /// and in seq order, that the seqs have no gap, that receipts reached their authors, and
+    /// that the outboxes and notices are drained.
     fn heal(&mut self) {
         self.two.shards[0].mem.fail_reads(0);
         for round in 0.. {
@@ -402,6 +404,7 @@ impl Case {
                 "{id} ({seq}) never reached its recipient"
             );
         }
+        self.model.check_receipts_reached();
         self.traffic.checked += n;
         assert_eq!(self.two.rows(Table::Outbox), 0, "an outbox row left");
         assert_eq!(self.two.rows(Table::Notices), 0, "a notice left");
