@@ -247,7 +247,10 @@ impl Model {
                 } else {
                     sent == 0 || got > 0
                 };
-                assert!(reached, "receipts of kind {k} to {who}: {sent} sent, {got} got");
+                assert!(
+                    reached,
+                    "receipts of kind {k} to {who}: {sent} sent, {got} got"
+                );
             }
         }
     }
@@ -304,7 +307,9 @@ impl Model {
                         // A message another shard decided may come before its ack.
                         self.note_ack(1 - who, m.id.as_str(), seq);
                     }
-                    let (author, id) = &self.accepted[&seq];
+                    let Some((author, id)) = self.accepted.get(&seq) else {
+                        panic!("{seq} pushed, and no ack or delivery named it");
+                    };
                     assert_ne!(*author, who, "own message echoed");
                     assert_eq!(id, m.id.as_str());
                     assert_eq!(m.from.as_str(), users[*author].alias);

@@ -313,7 +313,8 @@ impl Case {
                 }
                 let oc = *self.outsiders.last().expect("connected");
                 let to = self.users[1].alias.clone();
-                let evil = json!({"type":"msg","id":"evil","to":to,"conv_id":conv,"payload":"cA=="});
+                let evil =
+                    json!({"type":"msg","id":"evil","to":to,"conv_id":conv,"payload":"cA=="});
                 let outs = self.two.shards[i].send(oc, evil);
                 self.two.keep(&outs);
                 self.observe(&outs);
@@ -438,7 +439,10 @@ struct Tally {
 #[test]
 fn a_sharded_relay_matches_the_naive_model() {
     let mut config = ProptestConfig::with_cases(CASES);
-    config.test_name = Some(concat!(module_path!(), "::a_sharded_relay_matches_the_naive_model"));
+    config.test_name = Some(concat!(
+        module_path!(),
+        "::a_sharded_relay_matches_the_naive_model"
+    ));
     config.source_file = Some(file!());
     let mut runner = TestRunner::new(config);
     let tally = RefCell::new(Tally::default());
@@ -461,8 +465,14 @@ fn a_sharded_relay_matches_the_naive_model() {
         tally.crossed_both_ways * 2 >= tally.cases,
         "too few cases crossed both ways: {tally:?}"
     );
-    assert!(tally.faulted * 3 >= tally.cases, "too few faulted: {tally:?}");
-    assert!(tally.crashed * 4 >= tally.cases, "too few crashed: {tally:?}");
+    assert!(
+        tally.faulted * 3 >= tally.cases,
+        "too few faulted: {tally:?}"
+    );
+    assert!(
+        tally.crashed * 4 >= tally.cases,
+        "too few crashed: {tally:?}"
+    );
     assert!(
         tally.checked >= u64::from(tally.cases) * 3,
         "too few messages checked: {tally:?}"
