@@ -37,7 +37,7 @@ use crate::shards::{Fate, Two, across};
 use crate::world::{T0, User, World, fast_config, frames};
 
 /// Cases per run (each up to 80 steps).
-const CASES: u32 = 512;
+const CASES: u32 = 1024;
 
 /// One step of a case.
 #[derive(Debug, Clone)]
@@ -175,6 +175,7 @@ impl Case {
             .judge(outs, &self.online, &self.users, &self.outsiders);
     }
 
+    /// The outsider connects at its shard and syncs.
     fn connect_outsider(&mut self) {
         let i = self.two.of(&self.outsider);
         let conn = model::connect(&mut self.two.shards[i], &mut self.outsider);
@@ -214,10 +215,11 @@ impl Case {
                 if reverse {
                     self.two.wire.reverse();
                 }
+                let reversed = if reverse { self.two.wire.len() } else { 0 };
                 let traffic = &mut self.traffic;
                 let outs = self.two.carry(|n, o| {
                     let fate = fate(fates[n % fates.len()]);
-                    traffic.count(o, fate, reverse);
+                    traffic.count(o, fate, n < reversed);
                     fate
                 });
                 self.observe(&outs);
