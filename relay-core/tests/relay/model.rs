@@ -355,6 +355,26 @@ pub(crate) fn replayed(outs: &[relay_core::Output], conn: ConnId) -> Vec<u64> {
         .collect()
 }
 
+/// The test configuration with `cache_bytes` the bound of every cache over the store
+/// (accounts, tombstones, queues, conversations, contacts; 0: every read state is evicted
+/// after each input that does not pin it).
+pub(crate) fn caches(cache_bytes: usize) -> relay_core::Config {
+    relay_core::Config {
+        tombstone_cache_bytes: cache_bytes,
+        queue_cache_bytes: cache_bytes,
+        account_cache_bytes: cache_bytes,
+        conversation_cache_bytes: cache_bytes,
+        contact_cache_bytes: cache_bytes,
+        // Without caches, queues are also read for delivery one message at a time.
+        queue_page_msgs: if cache_bytes == 0 {
+            1
+        } else {
+            relay_core::limits::QUEUE_PAGE_MSGS
+        },
+        ..crate::world::fast_config()
+    }
+}
+
 /// `cache_bytes`: the bound of every cache over the store (accounts, tombstones, queues,
 /// conversations, contacts; 0: every read state is evicted after each input that does not
 /// pin it).
@@ -368,19 +388,8 @@ fn run(ops: Vec<Op>, pipelined: bool, cache_bytes: usize) {
 /// judged.
 fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
     let mut w = World::with_config(relay_core::Config {
-        tombstone_cache_bytes: cache_bytes,
-        queue_cache_bytes: cache_bytes,
-        account_cache_bytes: cache_bytes,
-        conversation_cache_bytes: cache_bytes,
-        contact_cache_bytes: cache_bytes,
         offline_ttl_ms: MODEL_TTL_MS,
-        // Without caches, queues are also read for delivery one message at a time.
-        queue_page_msgs: if cache_bytes == 0 {
-            1
-        } else {
-            relay_core::limits::QUEUE_PAGE_MSGS
-        },
-        ..crate::world::fast_config()
+        ..caches(cache_bytes)
     });
     if pipelined {
         w.pipeline();

@@ -34,7 +34,7 @@ use wire::ServerFrame;
 
 use crate::model::{self, Model, Op};
 use crate::shards::{Fate, Two, across};
-use crate::world::{T0, User, World, fast_config, frames};
+use crate::world::{T0, User, World, frames};
 
 /// Cases per run (each up to 80 steps).
 const CASES: u32 = 1024;
@@ -131,10 +131,10 @@ struct Case {
 }
 
 impl Case {
-    /// The members registered and befriended on one relay, whose store two cores then share;
-    /// everyone connected at their shard.
-    fn new() -> Self {
-        let mut setup = World::with_config(fast_config());
+    /// The members registered and befriended on one relay, whose store two cores then share
+    /// (every cache bounded by `cache_bytes`); everyone connected at their shard.
+    fn new(cache_bytes: usize) -> Self {
+        let mut setup = World::with_config(model::caches(cache_bytes));
         let (owner_side, other) = across(&mut setup);
         let outsider = setup.user("c");
         let conv = setup.befriend(&owner_side, &other);
@@ -415,8 +415,8 @@ impl Case {
 }
 
 /// Runs one case; returns what its transport did.
-fn run(steps: Vec<Step>) -> Traffic {
-    let mut case = Case::new();
+fn run(steps: Vec<Step>, cache_bytes: usize) -> Traffic {
+    let mut case = Case::new(cache_bytes);
     for step in steps {
         case.step(step);
     }
@@ -438,19 +438,17 @@ struct Tally {
     checked: u64,
 }
 
-#[test]
-fn a_sharded_relay_matches_the_naive_model() {
+/// Runs the cases of test `name` with every cache bounded by `cache_bytes`, and checks that
+/// they did what they are for.
+fn cases(name: &'static str, cache_bytes: usize) {
     let mut config = ProptestConfig::with_cases(CASES);
-    config.test_name = Some(concat!(
-        module_path!(),
-        "::a_sharded_relay_matches_the_naive_model"
-    ));
+    config.test_name = Some(name);
     config.source_file = Some(file!());
     let mut runner = TestRunner::new(config);
     let tally = RefCell::new(Tally::default());
     let steps = proptest::collection::vec(step(), 1..80);
     if let Err(e) = runner.run(&steps, |steps| {
-        let t = run(steps);
+        let t = run(steps, cache_bytes);
         let mut tally = tally.borrow_mut();
         tally.cases += 1;
         tally.crossed_both_ways += u32::from(t.handoffs > 0 && t.submissions > 0);
@@ -462,7 +460,7 @@ fn a_sharded_relay_matches_the_naive_model() {
         panic!("{e}\n{runner}");
     }
     let tally = tally.into_inner();
-    eprintln!("{tally:?}");
+    eprintln!("{name}: {tally:?}");
     assert!(
         tally.crossed_both_ways * 2 >= tally.cases,
         "too few cases crossed both ways: {tally:?}"
@@ -481,12 +479,33 @@ fn a_sharded_relay_matches_the_naive_model() {
     );
 }
 
+#[test]
+fn a_sharded_relay_matches_the_naive_model() {
+    cases(
+        concat!(module_path!(), "::a_sharded_relay_matches_the_naive_model"),
+        relay_core::limits::TOMBSTONE_CACHE_BYTES,
+    );
+}
+
+/// Without caches: every core reads what it needs from the shared store again at each input
+/// (tombstones at the owner, queues and inbox marks at the recipient's shard).
+#[test]
+fn a_sharded_relay_without_caches_matches_the_naive_model() {
+    cases(
+        concat!(
+            module_path!(),
+            "::a_sharded_relay_without_caches_matches_the_naive_model"
+        ),
+        0,
+    );
+}
+
 /// Member 1 (at the other shard) sends two messages, and member 0 (at the owner) confirms
 /// them one by one: two receipt notices for member 1's shard, which the transport delivers
 /// newest first; returns the receipts member 1 then gets, live or, when `offline`, at its
 /// next sync.
 fn receipts_reordered(offline: bool) -> Vec<u64> {
-    let mut case = Case::new();
+    let mut case = Case::new(relay_core::limits::TOMBSTONE_CACHE_BYTES);
     for id in 0..2 {
         case.step(Step::Model(Op::Send { from: 1, id }));
     }
