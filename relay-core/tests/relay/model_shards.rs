@@ -161,18 +161,18 @@ impl Case {
         self.two.of(&self.users[who])
     }
 
-    /// Judges one step's outputs (of either core): members whose connection their core
-    /// closed go offline.
+    /// Judges one step's outputs (of either core), then members whose connection their core
+    /// closed go offline (what was sent on it before its close reached the client).
     fn observe(&mut self, outs: &[Output]) {
+        self.model.note_acks(outs, &self.online);
+        self.model
+            .judge(outs, &self.online, &self.users, &self.outsiders);
         for who in 0..2 {
             let i = self.shard_of(who);
             if self.online[who].is_some_and(|c| !self.two.shards[i].relay.is_connected(c)) {
                 self.online[who] = None;
             }
         }
-        self.model.note_acks(outs, &self.online);
-        self.model
-            .judge(outs, &self.online, &self.users, &self.outsiders);
     }
 
     /// The outsider connects at its shard and syncs.
