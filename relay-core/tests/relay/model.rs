@@ -107,6 +107,17 @@ pub(crate) fn msg_id(from: usize, n: u8) -> String {
     }
 }
 
+/// A `msg` frame with id `id` for the member whose alias is `to`, in conversation `conv`.
+pub(crate) fn msg_frame(id: &str, to: &str, conv: &str) -> serde_json::Value {
+    json!({"type":"msg","id":id,"to":to,"conv_id":conv,"payload":"cA=="})
+}
+
+/// A receipt of `kind` (`delivered` or `read`) through `seq` of conversation `conv`, for the
+/// member whose alias is `to`.
+pub(crate) fn receipt_frame(kind: &str, conv: &str, seq: u64, to: &str) -> serde_json::Value {
+    json!({"type":kind,"conv_id":conv,"seq":seq,"to":to})
+}
+
 /// The naive model: a list of everything accepted, who has acknowledged what.
 #[derive(Debug, Default)]
 pub(crate) struct Model {
@@ -414,10 +425,7 @@ fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
                 let Some(conn) = online[from] else { continue };
                 let id = msg_id(from, id);
                 let to = users[1 - from].alias.clone();
-                let outs = w.send(
-                    conn,
-                    json!({"type":"msg","id":id,"to":to,"conv_id":conv,"payload":"cA=="}),
-                );
+                let outs = w.send(conn, msg_frame(&id, &to, &conv));
                 for f in frames(&outs, conn) {
                     if let ServerFrame::Ack(a) = f {
                         model.note_ack(from, &id, a.seq.get());
@@ -434,7 +442,7 @@ fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
                     "read"
                 };
                 let to = users[1 - who].alias.clone();
-                let mut outs = w.send(conn, json!({"type":kind,"conv_id":conv,"seq":seq,"to":to}));
+                let mut outs = w.send(conn, receipt_frame(kind, &conv, seq, &to));
                 outs.extend(w.finish_reads());
                 model.note_acks(&outs, &online);
                 let refused = frames(&outs, conn)
@@ -452,17 +460,7 @@ fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
             Op::Connect { who } => {
                 settle_reads(&mut w, &mut model, &mut online, &users, oc);
                 let mut u = users[who].clone();
-                let mut conn = connect(&mut w, &mut u);
-                let mut outs = w.sync(conn);
-                outs.extend(w.finish_reads());
-                if refused_sync(&outs, conn) {
-                    // A read fault hit a read of the sync: the connection is closed with
-                    // nothing replayed, and the client's next connection syncs in full.
-                    conn = connect(&mut w, &mut u);
-                    outs = w.sync(conn);
-                    outs.extend(w.finish_reads());
-                    assert!(!refused_sync(&outs, conn), "a second sync refused");
-                }
+                let (conn, outs) = connect_and_sync(&mut w, &mut u);
                 users[who] = u;
                 online[who] = Some(conn);
                 model.note_connected(who, conn);
@@ -481,10 +479,7 @@ fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
             }
             Op::Intrude => {
                 let to = users[1].alias.clone();
-                w.send(
-                    oc,
-                    json!({"type":"msg","id":"evil","to":to,"conv_id":conv,"payload":"cA=="}),
-                )
+                w.send(oc, msg_frame("evil", &to, &conv))
             }
             Op::Advance { ms, settle } => {
                 w.now = w.now.plus_ms(ms);
@@ -613,7 +608,7 @@ fn stored_seqs(w: &World) -> Vec<u64> {
 
 /// Connects `u`; a ticket request or upgrade refused with 503 (a read fault hit the account's
 /// read: nothing changed) is tried again, as a client does.
-pub(crate) fn connect(w: &mut World, u: &mut User) -> ConnId {
+fn connect(w: &mut World, u: &mut User) -> ConnId {
     match w.try_connect(u) {
         Ok(conn) => conn,
         Err(503) => w.try_connect(u).expect("a second connection refused"),
@@ -621,9 +616,26 @@ pub(crate) fn connect(w: &mut World, u: &mut User) -> ConnId {
     }
 }
 
+/// Connects `u` and syncs; returns the connection and every output. A sync a read fault
+/// refused (the connection is closed with nothing replayed) is followed by a second
+/// connection, which syncs in full.
+pub(crate) fn connect_and_sync(w: &mut World, u: &mut User) -> (ConnId, Vec<relay_core::Output>) {
+    let mut conn = connect(w, u);
+    let mut outs = w.sync(conn);
+    outs.extend(w.finish_reads());
+    if refused_sync(&outs, conn) {
+        conn = connect(w, u);
+        let len = outs.len();
+        outs.extend(w.sync(conn));
+        outs.extend(w.finish_reads());
+        assert!(!refused_sync(&outs[len..], conn), "a second sync refused");
+    }
+    (conn, outs)
+}
+
 /// Whether `sync` on `conn` was refused for a failed read: an error frame
 /// `STORAGE_UNAVAILABLE`, the connection closed, and no message replayed.
-pub(crate) fn refused_sync(outs: &[relay_core::Output], conn: ConnId) -> bool {
+fn refused_sync(outs: &[relay_core::Output], conn: ConnId) -> bool {
     let refused = frames(outs, conn).iter().any(
         |f| matches!(f, ServerFrame::Error(e) if e.error == wire::ErrorCode::STORAGE_UNAVAILABLE),
     );
@@ -660,8 +672,7 @@ fn in_flight(
         let conn = online[from]?;
         let id = msg_id(from, id);
         let to = users[1 - from].alias.clone();
-        let text =
-            json!({"type":"msg","id":id,"to":to,"conv_id":conv,"payload":"cA=="}).to_string();
+        let text = msg_frame(&id, &to, conv).to_string();
         w.relay.handle_text(w.now, conn, &text);
         Some(())
     };

@@ -29,7 +29,6 @@ use proptest::test_runner::TestRunner;
 use relay_core::handoff::{Crossing, RESEND_MS};
 use relay_core::store::Table;
 use relay_core::{ConnId, Output};
-use serde_json::json;
 use wire::ServerFrame;
 
 use crate::model::{self, Model, Op};
@@ -178,8 +177,7 @@ impl Case {
     /// The outsider connects at its shard and syncs.
     fn connect_outsider(&mut self) {
         let i = self.two.of(&self.outsider);
-        let conn = model::connect(&mut self.two.shards[i], &mut self.outsider);
-        let outs = self.two.shards[i].sync(conn);
+        let (conn, outs) = model::connect_and_sync(&mut self.two.shards[i], &mut self.outsider);
         self.two.keep(&outs);
         self.outsiders.push(conn);
         self.observe(&outs);
@@ -260,7 +258,7 @@ impl Case {
                 };
                 let id = model::msg_id(from, id);
                 let to = self.users[1 - from].alias.clone();
-                let msg = json!({"type":"msg","id":id,"to":to,"conv_id":conv,"payload":"cA=="});
+                let msg = model::msg_frame(&id, &to, &conv);
                 let outs = self.two.shards[self.shard_of(from)].send(conn, msg);
                 self.two.keep(&outs);
                 self.observe(&outs);
@@ -275,7 +273,7 @@ impl Case {
                     "read"
                 };
                 let to = self.users[1 - who].alias.clone();
-                let receipt = json!({"type":kind,"conv_id":conv,"seq":seq,"to":to});
+                let receipt = model::receipt_frame(kind, &conv, seq, &to);
                 let outs = self.two.shards[self.shard_of(who)].send(conn, receipt);
                 self.two.keep(&outs);
                 let refused = frames(&outs, conn)
@@ -315,8 +313,7 @@ impl Case {
                 }
                 let oc = *self.outsiders.last().expect("connected");
                 let to = self.users[1].alias.clone();
-                let evil =
-                    json!({"type":"msg","id":"evil","to":to,"conv_id":conv,"payload":"cA=="});
+                let evil = model::msg_frame("evil", &to, &conv);
                 let outs = self.two.shards[i].send(oc, evil);
                 self.two.keep(&outs);
                 self.observe(&outs);
@@ -345,16 +342,7 @@ impl Case {
     /// sync); returns the seqs replayed.
     fn connect(&mut self, who: usize) -> Vec<u64> {
         let i = self.shard_of(who);
-        let w = &mut self.two.shards[i];
-        let mut conn = model::connect(w, &mut self.users[who]);
-        let mut outs = w.sync(conn);
-        if model::refused_sync(&outs, conn) {
-            self.two.keep(&outs);
-            let w = &mut self.two.shards[i];
-            conn = model::connect(w, &mut self.users[who]);
-            outs = w.sync(conn);
-            assert!(!model::refused_sync(&outs, conn), "a second sync refused");
-        }
+        let (conn, outs) = model::connect_and_sync(&mut self.two.shards[i], &mut self.users[who]);
         self.two.keep(&outs);
         self.online[who] = Some(conn);
         self.model.note_connected(who, conn);
