@@ -33,6 +33,7 @@ mod message_edges;
 mod message_expiry;
 mod messaging;
 mod model;
+mod model_shards;
 mod orders;
 mod paged_sync;
 mod pricing_rules;

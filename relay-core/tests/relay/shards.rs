@@ -112,28 +112,40 @@ impl Two {
             };
             n += 1;
             for _ in 0..times {
-                let Output::Cross(c) = &o else {
-                    unreachable!("only crossings are kept")
-                };
-                let w = &mut self.shards[usize::from(c.to().0)];
-                w.relay.handle_crossing(w.now, c.clone());
-                let outs = w.drain();
-                self.keep(&outs);
-                others.extend(outs.into_iter().filter(|o| !matches!(o, Output::Cross(_))));
+                others.extend(self.hand(&o));
             }
         }
         others
     }
 
-    /// Both cores' clocks move on by `ms`; what they send again is kept for the transport.
-    pub(crate) fn advance(&mut self, ms: u64) {
+    /// Hands crossing `o` to the core it goes to; what that core sends on is kept for the
+    /// transport, and its other outputs are returned.
+    pub(crate) fn hand(&mut self, o: &Output) -> Vec<Output> {
+        let Output::Cross(c) = o else {
+            unreachable!("only crossings are kept")
+        };
+        let w = &mut self.shards[usize::from(c.to().0)];
+        w.relay.handle_crossing(w.now, c.clone());
+        let outs = w.drain();
+        self.keep(&outs);
+        outs.into_iter()
+            .filter(|o| !matches!(o, Output::Cross(_)))
+            .collect()
+    }
+
+    /// Both cores' clocks move on by `ms`; what they send again is kept for the transport,
+    /// and their other outputs are returned.
+    pub(crate) fn advance(&mut self, ms: u64) -> Vec<Output> {
+        let mut others = Vec::new();
         for i in 0..self.shards.len() {
             let w = &mut self.shards[i];
             w.now = w.now.plus_ms(ms);
             w.relay.handle_timeout(w.now);
             let outs = w.drain();
             self.keep(&outs);
+            others.extend(outs.into_iter().filter(|o| !matches!(o, Output::Cross(_))));
         }
+        others
     }
 
     /// `from` (connected to its shard) sends message `id` to `to`; returns what its shard
