@@ -201,9 +201,8 @@ impl Cx<'_> {
     /// does not hold `id` asks there.
     fn minted_elsewhere(&self, id: FriendshipId) -> Option<ShardId> {
         let place = self.config.shard;
-        let shards = u64::from(place.map().shards());
-        let minted = ShardId(u16::try_from(id.get().saturating_sub(1) % shards).ok()?);
-        (shards > 1 && minted != place.me()).then_some(minted)
+        let minted = crate::state::State::friendship_giver(id, place.map());
+        (place.map().shards() > 1 && minted != place.me()).then_some(minted)
     }
 
     /// The other member of friendship `id` as its record says (at the pair's owner shard, for

@@ -479,6 +479,16 @@ impl State {
         FriendshipId(next)
     }
 
+    /// The shard of `map` that gave friendship id `id` ([`State::next_friendship_id`]'s
+    /// residues; an id an unsharded relay gave before has one too, not its giver's).
+    pub(crate) fn friendship_giver(
+        id: FriendshipId,
+        map: crate::handoff::ShardMap,
+    ) -> crate::handoff::ShardId {
+        let shards = u64::from(map.shards());
+        crate::handoff::ShardId(u16::try_from(id.get().saturating_sub(1) % shards).unwrap_or(0))
+    }
+
     // ---- the caches over the store
 
     /// Hands the cache entries written since the last move to `batch`'s pins.

@@ -219,11 +219,6 @@ impl SqliteStore {
         Self::init(conn, self.target.clone(), self.turns.clone())
     }
 
-    /// The turns this store commits in (what a store opened beside it shares).
-    pub fn turns(&self) -> &WriteTurns {
-        &self.turns
-    }
-
     fn init(conn: Connection, target: PathBuf, turns: WriteTurns) -> Result<Self, StoreError> {
         // One upsert and one delete per table stay prepared across commits.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);

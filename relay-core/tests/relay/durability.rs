@@ -30,16 +30,7 @@ fn sqlite_crash_and_reopen_loses_nothing_acknowledged() {
     // Bob reads a prefix and acknowledges it.
     let cb = w.connect(&mut b);
     let outs = w.sync(cb);
-    let first: Vec<u64> = frames(&outs, cb)
-        .iter()
-        .filter_map(|f| {
-            if let ServerFrame::Msg(m) = f {
-                Some(m.seq.get())
-            } else {
-                None
-            }
-        })
-        .collect();
+    let first = crate::model::replayed(&outs, cb);
     assert_eq!(first.len(), 10);
     w.send(
         cb,

@@ -36,11 +36,13 @@ use wire::{ClientFrame, ErrorCode, ServerFrame};
 
 use super::OutboundBytes;
 
+mod core_share;
 mod labels;
 mod live;
 mod relay_stats;
 mod store;
 
+pub(crate) use self::core_share::{CoreGauges, CoreShare};
 pub(crate) use self::labels::close_kind;
 pub use self::labels::*;
 use self::labels::{client_kind, refusal, server_kind};
@@ -396,135 +398,6 @@ impl Metrics {
             metrics: self.clone(),
         }
     }
-}
-
-/// One core's share of the gauges every core of a sharded server adds to (each gauge is the
-/// sum over the cores): the core reports its values after every batch of inputs and the share
-/// moves each gauge by the difference from its last report; dropped with its core (stopped,
-/// or its term ended), it takes what it added back.
-pub(super) struct CoreShare {
-    metrics: Metrics,
-    last: CoreGauges,
-}
-
-impl CoreShare {
-    pub(super) fn new(metrics: Metrics) -> Self {
-        Self {
-            metrics,
-            last: CoreGauges::default(),
-        }
-    }
-
-    /// The core's gauges after a round: sockets, inputs waiting, the relay's backlog, its
-    /// caches and reads ahead.
-    pub(super) fn report(&mut self, now: CoreGauges) {
-        let f = &self.metrics.f;
-        let last = std::mem::replace(&mut self.last, now);
-        let moves: [(&Gauge, usize, usize); 12] = [
-            (&f.websockets, last.websockets, now.websockets),
-            (&f.input_queue, last.inputs, now.inputs),
-            (
-                &f.queued_messages,
-                last.queued_messages,
-                now.queued_messages,
-            ),
-            (
-                &f.tombstone_cache,
-                last.tombstone_cache_bytes,
-                now.tombstone_cache_bytes,
-            ),
-            (
-                &f.queue_cache,
-                last.queue_cache_bytes,
-                now.queue_cache_bytes,
-            ),
-            (
-                &f.prefetch_parked_frames,
-                last.parked_frames,
-                now.parked_frames,
-            ),
-            (
-                &f.prefetch_parked_requests,
-                last.parked_requests,
-                now.parked_requests,
-            ),
-            (
-                &f.prefetch_parked_crossings,
-                last.parked_crossings,
-                now.parked_crossings,
-            ),
-            (
-                &f.prefetch_reads_pending,
-                last.reads_pending,
-                now.reads_pending,
-            ),
-            (
-                &f.account_cache,
-                last.account_cache_bytes,
-                now.account_cache_bytes,
-            ),
-            (
-                &f.conversation_cache,
-                last.conversation_cache_bytes,
-                now.conversation_cache_bytes,
-            ),
-            (
-                &f.contact_cache,
-                last.contact_cache_bytes,
-                now.contact_cache_bytes,
-            ),
-        ];
-        for (g, was, is) in moves {
-            shift(g, was as u64, is as u64);
-        }
-        shift(&f.queued_bytes, last.queued_bytes, now.queued_bytes);
-    }
-}
-
-impl Drop for CoreShare {
-    fn drop(&mut self) {
-        self.report(CoreGauges::default());
-    }
-}
-
-/// Moves `g` by `is - was`.
-fn shift(g: &Gauge, was: u64, is: u64) {
-    if is >= was {
-        g.inc_by(gauge(is - was));
-    } else {
-        g.dec_by(gauge(was - is));
-    }
-}
-
-/// The core task's gauges, set after every batch of inputs.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct CoreGauges {
-    /// Authenticated WebSockets open.
-    pub(super) websockets: usize,
-    /// Inputs waiting for the core task.
-    pub(super) inputs: usize,
-    /// Undelivered messages held.
-    pub(super) queued_messages: usize,
-    /// Their bytes, as the queue bounds count them.
-    pub(super) queued_bytes: u64,
-    /// Estimated heap of the tombstones in memory.
-    pub(super) tombstone_cache_bytes: usize,
-    /// Estimated heap of the queued messages in memory.
-    pub(super) queue_cache_bytes: usize,
-    /// Estimated heap of the accounts in memory.
-    pub(super) account_cache_bytes: usize,
-    /// Estimated heap of the conversations in memory.
-    pub(super) conversation_cache_bytes: usize,
-    /// Estimated heap of the contact lists in memory.
-    pub(super) contact_cache_bytes: usize,
-    /// Frames waiting for a read ahead (or queued behind one that is).
-    pub(super) parked_frames: usize,
-    /// HTTP requests and WebSocket upgrades waiting for a read ahead.
-    pub(super) parked_requests: usize,
-    /// What other shards sent waiting for a read ahead (or queued behind what does).
-    pub(super) parked_crossings: usize,
-    /// Reads ahead asked and not yet done.
-    pub(super) reads_pending: usize,
 }
 
 fn gauge(n: u64) -> i64 {
@@ -912,38 +785,5 @@ mod tests {
             text.contains(r#"relay_frames_received_total{frame="undecodable"} 1"#),
             "{text}"
         );
-    }
-
-    /// The value of the unlabelled series `name` in the exposition.
-    fn value(metrics: &Metrics, name: &str) -> i64 {
-        let text = metrics.encode();
-        let line = text
-            .lines()
-            .find(|l| l.split(' ').next() == Some(name))
-            .unwrap_or_else(|| panic!("no {name} in {text}"));
-        line.rsplit(' ').next().unwrap().parse().unwrap()
-    }
-
-    /// The cores of a sharded server add their gauges up; a core gone takes its part back.
-    #[test]
-    fn the_cores_gauges_add_up() {
-        let metrics = Metrics::new();
-        let mut first = CoreShare::new(metrics.clone());
-        let mut second = CoreShare::new(metrics.clone());
-        let gauges = |websockets, queued_bytes| CoreGauges {
-            websockets,
-            queued_bytes,
-            ..CoreGauges::default()
-        };
-        first.report(gauges(3, 100));
-        second.report(gauges(5, 40));
-        assert_eq!(value(&metrics, "relay_websockets"), 8);
-        assert_eq!(value(&metrics, "relay_queued_bytes"), 140);
-        first.report(gauges(1, 10));
-        assert_eq!(value(&metrics, "relay_websockets"), 6);
-        assert_eq!(value(&metrics, "relay_queued_bytes"), 50);
-        drop(second);
-        assert_eq!(value(&metrics, "relay_websockets"), 1);
-        assert_eq!(value(&metrics, "relay_queued_bytes"), 10);
     }
 }
