@@ -230,6 +230,9 @@ pub const SUMMARISE_PAGE_ROWS: usize = 10_000;
 /// How often, at most, expired tombstone rows are deleted from the store (one range delete;
 /// lookups ignore an expired tombstone at once, so this only bounds how long its row lingers).
 pub const TOMBSTONE_SWEEP_MS: u64 = MINUTE_MS;
+/// How often the registry shard of a sharded relay, which deletes every shard's expired
+/// tombstone rows, looks for some when it knows of none due (the other shards write them).
+pub const TOMBSTONE_COLLECT_MS: u64 = 10 * MINUTE_MS;
 /// Messages pushed on one connection (across all its conversations) and not yet released by a
 /// `delivered`/`read` (`Config::sync_window_msgs`); the rest wait until receipts open the window.
 /// A shell's outbound queue must hold at least twice this many frames.

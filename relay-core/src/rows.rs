@@ -351,6 +351,16 @@ pub(crate) struct PendingReceiptRow {
     pub(crate) at: UnixMs,
 }
 
+/// The highest seq of a `kind` receipt that `author`'s shard took from another shard for
+/// `author` in `conv`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ReceiptTakenRow {
+    pub(crate) author: UserUuid,
+    pub(crate) conv_id: ConvId,
+    pub(crate) kind: ReceiptKind,
+    pub(crate) seq: Seq,
+}
+
 /// A retraction waiting for its offline `recipient`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PendingRetractRow {
@@ -666,6 +676,16 @@ pub(crate) fn write_pending_receipt_key(
     write_row_key(k, &[recipient.as_str(), conv.as_str(), kind.as_str()], None);
 }
 
+/// Writes the key of the receipt-taken row `author/conv/kind`.
+pub(crate) fn write_receipt_taken_key(
+    k: &mut RowKey<'_>,
+    author: &UserUuid,
+    conv: &ConvId,
+    kind: ReceiptKind,
+) {
+    write_row_key(k, &[author.as_str(), conv.as_str(), kind.as_str()], None);
+}
+
 /// Records the row of conversation `c` in `batch`. `counter_stored` is false only for the
 /// PLANTED BUG (test-only) `SeqNotPersisted`: the row is stored without its seq counter (as
 /// it was created), which stays in memory only, so a restart reuses seqs.
@@ -813,6 +833,9 @@ mod tests {
             what: format!("{c}/read"),
         };
         b.delete_row(Table::Notices, |k| write_notice_key(k, 12, &notice));
+        b.delete_row(Table::ReceiptsTaken, |k| {
+            write_receipt_taken_key(k, &r, &c, ReceiptKind::Read);
+        });
         let keys: Vec<_> = b.iter().filter_map(|m| m.key()).collect();
         assert_eq!(
             keys,
@@ -826,6 +849,7 @@ mod tests {
                 format!("00003/{r}/{c}/{:020}", 7),
                 format!("{r}/{c}"),
                 format!("00012/{r}/{c}/read"),
+                format!("{r}/{c}/read"),
             ]
         );
     }

@@ -302,8 +302,9 @@ impl Cx<'_> {
     }
 
     /// A notice from another shard, applied as the frame that caused it would have been on
-    /// this shard (a receipt forwarded or kept for an offline author, a retraction dropping
-    /// the queued copy and forwarded or kept), and acknowledged after that commit; a failed
+    /// this shard (a receipt forwarded or kept for an offline author unless a newer one was
+    /// taken before it, a retraction dropping the queued copy and forwarded or kept), and
+    /// acknowledged after that commit; a failed
     /// read leaves it unacknowledged, and it comes again.
     fn on_notice(&mut self, now: UnixMs, n: NoticeSent<crate::handoff::NoticeKey, Notice>) {
         let taken = match n.item {
@@ -321,7 +322,9 @@ impl Cx<'_> {
                 } else {
                     crate::rows::ReceiptKind::Delivered
                 };
-                self.forward_receipt(now, kind, &conv, seq, (&reader, from), (&author, to));
+                if self.state.take_receipt(&author, &conv, kind, seq) {
+                    self.forward_receipt(now, kind, &conv, seq, (&reader, from), (&author, to));
+                }
                 true
             }
             Notice::Retract {

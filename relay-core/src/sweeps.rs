@@ -65,8 +65,11 @@ impl Cx<'_> {
 
     /// The range expiry of the tombstones due at `at`: the next expiry after `at` read first
     /// (from the store; the tombstones written since the last sweep count too, since some may
-    /// not be committed yet), then one `Expire` mutation (committed with this input), the sets
-    /// in memory dropping theirs, and the next sweep scheduled at the earliest expiry left,
+    /// not be committed yet), then, at the registry shard only, one `Expire` mutation
+    /// (committed with this input) that deletes every shard's expired rows (the rows are
+    /// garbage: reads leave expired tombstones out, so which shard deletes them changes
+    /// nothing another sees, and one collector keeps the table's deletes with one owner), the
+    /// sets in memory dropping theirs, and the next sweep scheduled at the earliest expiry left,
     /// but not sooner than [`TOMBSTONE_SWEEP_MS`](crate::limits::TOMBSTONE_SWEEP_MS) from
     /// `now`. A failed read retries after that interval. `true` but when the read is awaited.
     fn sweep_tombstones(&mut self, now: UnixMs, at: UnixMs) -> bool {
@@ -78,7 +81,8 @@ impl Cx<'_> {
                 Some(now)
             }
         };
-        self.state.expire_tombstones(at);
+        let collector = self.config.shard.me() == crate::handoff::REGISTRY_SHARD;
+        self.state.expire_tombstones(at, collector);
         self.state.tombstones_swept(now, stored);
         true
     }

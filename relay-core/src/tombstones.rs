@@ -133,6 +133,9 @@ pub(crate) struct Cache {
     sweep_at: Option<UnixMs>,
     /// The earliest expiry of the tombstones written since the last range expiry.
     written_since_sweep: Option<UnixMs>,
+    /// How long after a range expiry that found nothing due the next one comes anyway: at the
+    /// collector of a sharded relay, whose store gets tombstones other shards write.
+    collect_every: Option<u64>,
     /// A defect to plant (feature `planted-bugs`; see [`crate::PlantedBug`]).
     #[cfg(feature = "planted-bugs")]
     pub(crate) planted_bug: Option<crate::PlantedBug>,
@@ -154,6 +157,7 @@ impl Cache {
             largest_set: (bound / 8).max(TOMBSTONE_SET_BY_ROW_MIN_BYTES),
             sweep_at,
             written_since_sweep: None,
+            collect_every: None,
             #[cfg(feature = "planted-bugs")]
             planted_bug: None,
         }
@@ -166,6 +170,14 @@ impl Cache {
         self
     }
 
+    /// This cache at the collector of a sharded relay: a range expiry is due at once, and
+    /// then at least every `ms`.
+    pub(crate) fn collecting_every(mut self, ms: u64) -> Self {
+        self.collect_every = Some(ms);
+        self.sweep_at = Some(UnixMs(0));
+        self
+    }
+
     /// When the next range expiry is due.
     pub(crate) fn sweep_at(&self) -> Option<UnixMs> {
         self.sweep_at
@@ -173,12 +185,18 @@ impl Cache {
 
     /// The range expiry ran at `now`; `stored` is the earliest expiry left in the store. The
     /// next is due at the earliest of that and of the tombstones written since the last sweep
-    /// (some may not be committed yet), but not sooner than [`TOMBSTONE_SWEEP_MS`] from now.
+    /// (some may not be committed yet), but not sooner than [`TOMBSTONE_SWEEP_MS`] from now;
+    /// at a collector, no later than its interval from now.
     pub(crate) fn swept(&mut self, now: UnixMs, stored: Option<UnixMs>) {
         let written = self.written_since_sweep.take().filter(|at| *at > now);
         let next = stored.into_iter().chain(written).min();
         let earliest = now.plus_ms(TOMBSTONE_SWEEP_MS);
-        self.sweep_at = next.map(|at| at.max(earliest));
+        let collect = self.collect_every.map(|ms| now.plus_ms(ms));
+        self.sweep_at = next
+            .map(|at| at.max(earliest))
+            .into_iter()
+            .chain(collect)
+            .min();
     }
 
     /// Whether `conv` has an entry in memory (its whole set, or, read by row, what was written
@@ -699,6 +717,29 @@ mod tests {
         assert!(c.is_loaded(&a) && !c.is_loaded(&b) && c.is_loaded(&d));
         assert_eq!(c.bytes(), 2 * one);
         assert_eq!(c.evictions(), 3);
+    }
+
+    #[test]
+    fn a_collector_sweeps_at_once_and_then_at_least_every_interval() {
+        let mut c = Cache::new(0, None);
+        c.swept(UnixMs(1_000), None);
+        assert_eq!(c.sweep_at(), None, "nothing due, nothing written: no sweep");
+        let mut c = Cache::new(0, None).collecting_every(600_000);
+        assert_eq!(c.sweep_at(), Some(UnixMs(0)), "due at once");
+        c.swept(UnixMs(1_000), None);
+        assert_eq!(c.sweep_at(), Some(UnixMs(601_000)));
+        c.swept(UnixMs(1_000), Some(UnixMs(90_000)));
+        assert_eq!(
+            c.sweep_at(),
+            Some(UnixMs(90_000)),
+            "a known expiry comes first"
+        );
+        c.swept(UnixMs(1_000), Some(UnixMs(9_000_000)));
+        assert_eq!(
+            c.sweep_at(),
+            Some(UnixMs(601_000)),
+            "the interval comes first"
+        );
     }
 
     #[test]

@@ -179,9 +179,11 @@ impl Relay {
         let sweep_at = crate::tombstones::first_sweep(&mut *reader)?;
         let first_expiry = reader.next_expiry(Table::QueueIndex, 0)?;
         state.expiry_sweep().set_first(first_expiry.map(UnixMs));
-        #[allow(unused_mut, reason = "planted bugs set a field")]
         let mut tombstones = crate::tombstones::Cache::new(config.tombstone_cache_bytes, sweep_at)
             .with_by_row_min(config.tombstone_set_by_row_min_bytes);
+        if config.shard.map().shards() > 1 && config.shard.me() == crate::handoff::REGISTRY_SHARD {
+            tombstones = tombstones.collecting_every(crate::limits::TOMBSTONE_COLLECT_MS);
+        }
         #[cfg(feature = "planted-bugs")]
         {
             tombstones.planted_bug = config.planted_bug;

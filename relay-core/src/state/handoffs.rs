@@ -1,12 +1,13 @@
 //! What crosses between shards (`crate::handoff`), held by the shard it belongs to: the outbox
 //! of the messages this shard decided for users of other shards, and the inbox marks of the
-//! streams other shards hand it. Each change is written to the batch of the input that makes
+//! streams other shards hand it, the receipt marks of the receipts they sent its users. Each
+//! change is written to the batch of the input that makes
 //! it: an outbox row with its message, a mark with the messages it applies, a row's delete
 //! with the acknowledgement that ends it.
 
 use std::collections::BTreeMap;
 
-use wire::{Seq, UnixMs, UserUuid};
+use wire::{ConvId, Seq, UnixMs, UserUuid};
 
 use crate::handoff::{
     Applied, Broken, Fill, Handoff, Inbox, Level, Levels, MAX_HELD, Message, Notice, NoticeKey,
@@ -14,8 +15,8 @@ use crate::handoff::{
     Submission, Submissions, Tally, Views,
 };
 use crate::rows::{
-    InboxMarkRow, NoticeRow, OutboxRow, decode, write_inbox_mark_key, write_notice_key,
-    write_outbox_key,
+    InboxMarkRow, NoticeRow, OutboxRow, ReceiptKind, ReceiptTakenRow, decode, write_inbox_mark_key,
+    write_notice_key, write_outbox_key, write_receipt_taken_key,
 };
 use crate::state::State;
 use crate::store::{Snapshot, StoreError, Table};
@@ -29,6 +30,9 @@ pub(crate) struct Handoffs {
     unapplied: Tally,
     inbox: Inbox<Message>,
     notices: Notices<NoticeKey, Notice>,
+    /// The highest seq of each kind of receipt taken from another shard for each of this
+    /// shard's users, by author, conversation and kind: its receipt marks.
+    receipts: BTreeMap<(UserUuid, ConvId, ReceiptKind), Seq>,
     /// How full other shards' queues of the conversations this shard owns are.
     views: Views,
     /// Streams of this shard's users that another shard owns and whose queues fell in this
@@ -57,6 +61,7 @@ impl Handoffs {
             unapplied: Tally::default(),
             inbox: Inbox::new(place.me(), MAX_HELD),
             notices: Notices::new(place.me()),
+            receipts: BTreeMap::new(),
             views: Views::default(),
             fell: BTreeMap::new(),
             submissions: Submissions::default(),
@@ -160,8 +165,46 @@ impl State {
                     .restore(ShardId(r.to), key, r.version, r.notice);
             }
         }
+        for (k, v) in rows(Table::ReceiptsTaken) {
+            let r: ReceiptTakenRow = decode(Table::ReceiptsTaken, k, v)?;
+            if place.elsewhere(&r.author).is_none() {
+                handoffs
+                    .receipts
+                    .insert((r.author, r.conv_id, r.kind), r.seq);
+            }
+        }
         self.handoffs = handoffs;
         Ok(())
+    }
+
+    /// Whether a receipt notice of `kind` through `seq`, for `author` (a user of this shard)
+    /// in `conv`, is news: above the highest taken before, which it becomes (written in this
+    /// input's batch). One that is not came late, after a newer one overtook it on the way,
+    /// and says nothing the author was not told.
+    pub(crate) fn take_receipt(
+        &mut self,
+        author: &UserUuid,
+        conv: &ConvId,
+        kind: ReceiptKind,
+        seq: Seq,
+    ) -> bool {
+        let key = (author.clone(), conv.clone(), kind);
+        if self.handoffs.receipts.get(&key).is_some_and(|&s| s >= seq) {
+            return false;
+        }
+        let row = ReceiptTakenRow {
+            author: author.clone(),
+            conv_id: conv.clone(),
+            kind,
+            seq,
+        };
+        self.record_keyed(
+            Table::ReceiptsTaken,
+            |k| write_receipt_taken_key(k, author, conv, kind),
+            &row,
+        );
+        self.handoffs.receipts.insert(key, seq);
+        true
     }
 
     /// This shard's side of the hand-off.
@@ -366,7 +409,7 @@ impl State {
     /// shard owns the conversation, its level goes there after this input.
     pub(crate) fn note_fall(
         &mut self,
-        (recipient, from, conv): (&UserUuid, &UserUuid, &wire::ConvId),
+        (recipient, from, conv): (&UserUuid, &UserUuid, &ConvId),
         old: Fill,
         new: Fill,
     ) {

@@ -559,10 +559,13 @@ impl State {
         self.tombstones.put(conv, id, t);
     }
 
-    /// Deletes every tombstone row expired at `now` (one range delete) and drops them from
-    /// the sets in memory.
-    pub(crate) fn expire_tombstones(&mut self, now: UnixMs) {
-        self.batch.expire(Table::Tombstones, now.get());
+    /// Drops every tombstone expired at `now` from the sets in memory and, when `rows`,
+    /// deletes their rows from the store (one range delete, of every shard's: an expired
+    /// tombstone is read by no one, and one shard, the registry, collects them all).
+    pub(crate) fn expire_tombstones(&mut self, now: UnixMs, rows: bool) {
+        if rows {
+            self.batch.expire(Table::Tombstones, now.get());
+        }
         self.tombstones.expire(now);
     }
 

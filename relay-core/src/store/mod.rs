@@ -104,11 +104,15 @@ pub enum Table {
     /// Receipts and retractions this shard decided for users of other shards, until that
     /// shard took them, by `shard/user/conv/what` (`crate::handoff`'s notices).
     Notices,
+    /// The highest seq of each kind of receipt this shard took from other shards for each of
+    /// its users, by `user/conv/kind`: a receipt notice at or below it is late (a newer one
+    /// overtook it) and is dropped (`crate::handoff`'s receipt marks).
+    ReceiptsTaken,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Self; 26] = [
+    pub const ALL: [Self; 27] = [
         Self::Meta,
         Self::Accounts,
         Self::Friendships,
@@ -135,6 +139,7 @@ impl Table {
         Self::Outbox,
         Self::InboxMarks,
         Self::Notices,
+        Self::ReceiptsTaken,
     ];
 
     /// The SQL table name.
@@ -166,6 +171,7 @@ impl Table {
             Self::Outbox => "outbox",
             Self::InboxMarks => "inbox_marks",
             Self::Notices => "notices",
+            Self::ReceiptsTaken => "receipts_taken",
         }
     }
 

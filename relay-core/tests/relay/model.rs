@@ -134,9 +134,6 @@ pub(crate) struct Model {
     /// message is also learned from its delivery, and a new seq is checked for reuse rather
     /// than for a gap (the run's end checks that the seqs have none).
     acks_may_lag: bool,
-    /// Receipts are forwarded to a member only forwards (not at a sharded relay, where a
-    /// late receipt notice is forwarded after a newer one: `model_shards.rs`'s ignored tests).
-    receipts_in_order: bool,
     /// id -> (author, seq): ids are the conversation's, whoever used one first
     ids: BTreeMap<String, (usize, u64)>,
     /// Highest seq each member confirmed with `delivered`/`read`.
@@ -156,12 +153,11 @@ pub(crate) struct Model {
 
 impl Model {
     /// A model of nothing sent yet, for a relay whose offline TTL is `ttl_ms`; `sharded`: its
-    /// acks may lag and its receipts come out of order.
+    /// acks may lag.
     pub(crate) fn new(ttl_ms: u64, sharded: bool) -> Self {
         Self {
             ttl_ms,
             acks_may_lag: sharded,
-            receipts_in_order: !sharded,
             ..Self::default()
         }
     }
@@ -248,18 +244,13 @@ impl Model {
     }
 
     /// Once everything was forwarded: each member got the last receipt of each kind the other
-    /// sent (with receipts out of order, one of them at least).
+    /// sent.
     pub(crate) fn check_receipts_reached(&self) {
         for who in 0..2 {
             for k in 0..2 {
                 let (sent, got) = (self.taken[1 - who][k], self.forwarded[who][k]);
-                let reached = if self.receipts_in_order {
-                    got >= sent
-                } else {
-                    sent == 0 || got > 0
-                };
                 assert!(
-                    reached,
+                    got >= sent,
                     "receipts of kind {k} to {who}: {sent} sent, {got} got"
                 );
             }
@@ -340,10 +331,7 @@ impl Model {
                         seq <= self.confirmed[1 - who],
                         "a receipt for {seq} the other member did not send"
                     );
-                    assert!(
-                        !self.receipts_in_order || seq > self.forwarded[who][k],
-                        "receipt moved backwards"
-                    );
+                    assert!(seq > self.forwarded[who][k], "receipt moved backwards");
                     self.forwarded[who][k] = self.forwarded[who][k].max(seq);
                 }
                 _ => {}

@@ -4,6 +4,7 @@
 //! channel post, a payment confirmation, a bound alias) reach those users at their shard.
 
 use relay_core::handoff::REGISTRY_SHARD;
+use relay_core::store::Table;
 use relay_core::{HttpRequest, HttpResponse, Method, Output};
 use serde_json::json;
 use wire::ServerFrame;
@@ -302,4 +303,38 @@ fn buy_and_bind(two: &mut Two, i: usize, buyer: &User, alias: &str) {
     );
     let (r, _) = at(two, i, bind);
     assert_eq!(r.status, 200, "{:?}", r.body_json());
+}
+
+/// Only the registry shard deletes expired tombstone rows (one range delete of every
+/// shard's): another shard's sweep drops its expired tombstones from memory and writes
+/// nothing, so no shard deletes rows of conversations it does not own.
+#[test]
+fn only_the_registry_collects_expired_tombstones() {
+    let mut setup = World::new();
+    let (a, b) = across(&mut setup);
+    let conv = setup.befriend(&a, &b);
+    let mut two = Two::split(setup);
+    let mut users = if two.of(&a) == 0 { [a, b] } else { [b, a] };
+    for (i, u) in users.iter_mut().enumerate() {
+        let c = two.shards[i].connect(u);
+        two.shards[i].sync(c);
+    }
+    for (i, id) in [(0, "m0"), (1, "m1")] {
+        let outs = two.shards[i].msg(&users[i], &users[1 - i], &conv, id);
+        two.keep(&outs);
+        two.carry(|_, _| Fate::Deliver);
+    }
+    let stored = two.rows(Table::Tombstones);
+    assert_eq!(stored, 2, "one tombstone per message");
+    let past = relay_core::limits::TOMBSTONE_TTL_MS + 60_000;
+    let other = 1 - usize::from(REGISTRY_SHARD.0);
+    for i in [other, usize::from(REGISTRY_SHARD.0)] {
+        let w = &mut two.shards[i];
+        w.now = w.now.plus_ms(past);
+        w.relay.handle_timeout(w.now);
+        let outs = w.drain();
+        two.keep(&outs);
+        let left = if i == other { stored } else { 0 };
+        assert_eq!(two.rows(Table::Tombstones), left, "after shard {i}'s sweep");
+    }
 }
