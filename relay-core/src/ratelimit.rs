@@ -47,6 +47,16 @@ impl<K: Ord + Clone> RateLimiter<K> {
         e.1 = e.1.saturating_add(1);
     }
 
+    /// Takes back one event recorded for `key` in its current window (an event of a window
+    /// that has ended counts for nothing any more).
+    pub(crate) fn unrecord(&mut self, now: u64, key: &K) {
+        if let Some((start, count)) = self.windows.get_mut(key)
+            && now < start.saturating_add(self.window_ms)
+        {
+            *count = count.saturating_sub(1);
+        }
+    }
+
     /// Checks and records in one step; returns whether the event is allowed.
     pub(crate) fn allow(&mut self, now: u64, key: &K) -> bool {
         let ok = self.check(now, key);

@@ -28,7 +28,7 @@ use wire::{ConvId, ErrorCode, Seq, ServerFrame, UnixMs, UserUuid};
 use crate::cx::Cx;
 use crate::handoff::{
     Answered, Applied, Crossing, Forward, Forwarded, Handoff, Levels, LevelsAsked, Message, Notice,
-    NoticeSent, NoticeTaken, PairOp, Received, Reply, ShardId, Signal, Stream, Submission,
+    NoticeSent, NoticeTaken, PairOp, Received, Reply, Sent, ShardId, Signal, Stream, Submission,
     Submitted, Verdict,
 };
 use crate::http::{ApiError, HttpResponse};
@@ -141,7 +141,8 @@ impl Cx<'_> {
         author: &UserUuid,
         frame: Submitted,
     ) {
-        self.stats.messages_submitted += u64::from(matches!(frame, Submitted::Msg(_)));
+        let msg = matches!(frame, Submitted::Msg(_));
+        self.stats.messages_submitted += u64::from(msg);
         let submission = Submission {
             from: self.config.shard.me(),
             to: owner,
@@ -149,7 +150,11 @@ impl Cx<'_> {
             author: author.clone(),
             frame,
         };
-        self.state.submission_sent(&submission, now);
+        // A message is charged to its sender's rate as it goes, once (not again while the
+        // same one waits): charged at its verdict, a burst would pass before the first came.
+        if self.state.submission_sent(&submission, now) != Sent::Again && msg {
+            self.throttles_mut().charge_message(now, author);
+        }
         self.stage(Output::Cross(Crossing::Submit(submission)));
     }
 
@@ -197,14 +202,21 @@ impl Cx<'_> {
 
     /// The sender's side: another shard's answer to a frame of the sender, sent on its
     /// connection if that is still open (else the client sends the frame again on its next).
+    /// A message's charge is given back when the first verdict for it that comes refuses it
+    /// or finds it stored already.
     fn on_verdict(&mut self, now: UnixMs, v: Verdict) {
-        self.state.submission_answered(v.conn, &v.reply);
+        let first = self.state.submission_answered(v.conn, &v.reply);
+        let not_stored_now = match &v.reply {
+            Reply::Ack { new, .. } => !new,
+            Reply::Error { ref_type, .. } => ref_type == "msg",
+            Reply::Taken { .. } => false,
+        };
+        if first && not_stored_now {
+            self.throttles_mut().refund_message(now, &v.author);
+        }
         let conn = ConnId(v.conn);
         if self.conn_user(conn).as_ref() != Some(&v.author) {
             return;
-        }
-        if let Reply::Ack { new: true, .. } = v.reply {
-            self.throttles_mut().charge_message(now, &v.author);
         }
         self.reply_on(conn, v.reply);
     }

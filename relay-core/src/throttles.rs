@@ -59,10 +59,18 @@ impl Throttles {
         self.messages.check(now.get(), user)
     }
 
-    /// Counts a message of `user` that was accepted.
+    /// Counts a message of `user` that was accepted (or submitted to its conversation's
+    /// owner, which decides whether it is).
     #[inline]
     pub(crate) fn charge_message(&mut self, now: UnixMs, user: &UserUuid) {
         self.messages.record(now.get(), user);
+    }
+
+    /// Gives back a message of `user` charged when it was submitted, which its conversation's
+    /// owner refused or found stored already.
+    #[inline]
+    pub(crate) fn refund_message(&mut self, now: UnixMs, user: &UserUuid) {
+        self.messages.unrecord(now.get(), user);
     }
 
     /// Charges a `typing` notice of `user`; `false`: over the limit (dropped).

@@ -61,7 +61,8 @@ pub enum Reply {
         id: wire::MessageId,
         /// Its seq.
         seq: Seq,
-        /// Stored now (the sender's shard charges its message rate), not a resend.
+        /// Stored now, not a resend (a resend gives back the charge the sender's shard made to
+        /// its message rate when it submitted it).
         new: bool,
     },
     /// An error frame.

@@ -58,7 +58,7 @@ pub use levels::{
 };
 pub use notices::{Announce, Contact, Notice, NoticeKey, NoticeSent, NoticeTaken, Notices};
 pub use outbox::Outbox;
-pub use submissions::{MAX_SUBMISSIONS_WAITING, Submissions};
+pub use submissions::{MAX_SUBMISSIONS_WAITING, Sent, Submissions};
 
 /// How long a hand-off sent and not acknowledged waits before it is sent again.
 pub const RESEND_MS: u64 = 1_000;

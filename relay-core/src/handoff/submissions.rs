@@ -67,28 +67,44 @@ fn answers(reply: &Reply) -> Option<Key> {
     }
 }
 
+/// What [`Submissions::sent`] did with a submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Kept until its verdict comes: none like it waited.
+    Kept,
+    /// The same frame of the same connection waited: this one replaces it.
+    Again,
+    /// Not kept: [`MAX_SUBMISSIONS_WAITING`] wait already.
+    NotKept,
+}
+
 impl Submissions {
-    /// `s` was sent at `now`: it is kept until its verdict comes (`false`: not kept, past
-    /// [`MAX_SUBMISSIONS_WAITING`]). Sent again while the same one waits, it replaces it.
-    pub fn sent(&mut self, s: &Submission, now: UnixMs) -> bool {
+    /// `s` was sent at `now`: it is kept until its verdict comes, unless
+    /// [`MAX_SUBMISSIONS_WAITING`] wait already. Sent again while the same one waits, it
+    /// replaces it.
+    pub fn sent(&mut self, s: &Submission, now: UnixMs) -> Sent {
         let key = key_of(s);
         let held = self
             .waiting
             .get(&s.conn)
             .is_some_and(|c| c.contains_key(&key));
         if !held && self.len >= MAX_SUBMISSIONS_WAITING {
-            return false;
+            return Sent::NotKept;
         }
         let at = now.plus_ms(RESEND_MS);
         let conn = self.waiting.entry(s.conn).or_default();
-        match conn.insert(key.clone(), (s.clone(), at)) {
+        let sent = match conn.insert(key.clone(), (s.clone(), at)) {
             Some((_, old)) => {
                 self.schedule.remove(&(old, s.conn, key.clone()));
+                Sent::Again
             }
-            None => self.len += 1,
-        }
+            None => {
+                self.len += 1;
+                Sent::Kept
+            }
+        };
         self.schedule.insert((at, s.conn, key));
-        true
+        sent
     }
 
     /// The verdict `reply` for a frame of connection `conn` came: its submission no longer
@@ -234,7 +250,7 @@ mod tests {
     #[test]
     fn a_submission_without_a_verdict_goes_again_every_resend_period() {
         let mut subs = Submissions::default();
-        assert!(subs.sent(&msg(1, "m1"), UnixMs(0)));
+        assert_eq!(subs.sent(&msg(1, "m1"), UnixMs(0)), Sent::Kept);
         assert!(subs.due(UnixMs(RESEND_MS - 1)).is_empty());
         assert_eq!(ids(&subs.due(UnixMs(RESEND_MS))), [(1, "m1".into())]);
         assert!(subs.due(UnixMs(RESEND_MS + 1)).is_empty());
@@ -277,11 +293,16 @@ mod tests {
         assert_eq!(ids(&subs.due(UnixMs(RESEND_MS))), [(2, "m1".into())]);
         assert_eq!(subs.len(), 1);
         for n in 1..MAX_SUBMISSIONS_WAITING {
-            assert!(subs.sent(&msg(3, &format!("n{n}")), UnixMs(0)));
+            assert_eq!(subs.sent(&msg(3, &format!("n{n}")), UnixMs(0)), Sent::Kept);
         }
-        assert!(!subs.sent(&msg(3, "over"), UnixMs(0)), "past the bound");
-        assert!(
+        assert_eq!(
+            subs.sent(&msg(3, "over"), UnixMs(0)),
+            Sent::NotKept,
+            "past the bound"
+        );
+        assert_eq!(
             subs.sent(&msg(2, "m1"), UnixMs(5)),
+            Sent::Again,
             "one waiting may be sent again"
         );
         assert_eq!(subs.len(), MAX_SUBMISSIONS_WAITING);

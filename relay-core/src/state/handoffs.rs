@@ -11,8 +11,8 @@ use wire::{ConvId, Seq, UnixMs, UserUuid};
 
 use crate::handoff::{
     Applied, Broken, Fill, Handoff, Inbox, Level, Levels, MAX_HELD, Message, Notice, NoticeKey,
-    NoticeSent, NoticeTaken, Notices, Outbox, Received, Reply, ShardId, ShardPlace, Stamp, Stream,
-    Submission, Submissions, Tally, Views,
+    NoticeSent, NoticeTaken, Notices, Outbox, Received, Reply, Sent, ShardId, ShardPlace, Stamp,
+    Stream, Submission, Submissions, Tally, Views,
 };
 use crate::rows::{
     InboxMarkRow, NoticeRow, OutboxRow, ReceiptKind, ReceiptTakenRow, decode, write_inbox_mark_key,
@@ -277,17 +277,21 @@ impl State {
 
     /// Submission `s` was sent at `now`: a message is sent again until its verdict comes
     /// (`crate::handoff::Submissions`).
-    pub(crate) fn submission_sent(&mut self, s: &Submission, now: UnixMs) {
-        if self.handoffs.submissions.sent(s, now) {
+    pub(crate) fn submission_sent(&mut self, s: &Submission, now: UnixMs) -> Sent {
+        let sent = self.handoffs.submissions.sent(s, now);
+        if sent != Sent::NotKept {
             self.touched += 1;
         }
+        sent
     }
 
     /// The verdict `reply` for a frame of connection `conn` came.
-    pub(crate) fn submission_answered(&mut self, conn: u64, reply: &Reply) {
-        if self.handoffs.submissions.answered(conn, reply) {
+    pub(crate) fn submission_answered(&mut self, conn: u64, reply: &Reply) -> bool {
+        let waited = self.handoffs.submissions.answered(conn, reply);
+        if waited {
             self.touched += 1;
         }
+        waited
     }
 
     /// Connection `conn` closed: its submissions are not sent again.

@@ -1,7 +1,8 @@
 //! The rate limiters at their edges: a fixed window ends exactly `window` ms after its first
 //! event (not a millisecond earlier or later), the timer's sweep never forgets a live window or
 //! a bucket that is not full, a limit of 0 allows nothing, and a token bucket's `Retry-After` is
-//! exactly the time until its next token, fractions included.
+//! exactly the time until its next token, fractions included; at a sharded relay a message
+//! submitted to its conversation's owner is charged as it goes.
 
 use relay_core::Config;
 use relay_core::limits::{Budget, HOUR_MS};
@@ -148,4 +149,50 @@ fn a_timer_tick_does_not_refill_a_lookup_budget() {
     assert_eq!(lookup(&mut w, &u).0, 404);
     assert_eq!(lookup(&mut w, &u).0, 404);
     assert_eq!(lookup(&mut w, &u), (429, Some(30)));
+}
+
+/// At a sharded relay the message rate of a sender whose conversation another shard owns is
+/// charged at its shard as each message is submitted, not when its verdict comes back: a
+/// burst sent before any verdict is refused past the limit. A message the owner finds stored
+/// already (a resend) gives its charge back.
+#[test]
+fn a_submitted_message_is_charged_as_it_goes_and_a_resend_is_refunded() {
+    use crate::shards::{Fate, Two, across};
+    let mut setup = World::with_config(Config {
+        msgs_per_min_per_user: 2,
+        ..fast_config()
+    });
+    let (mut owner, mut sender) = across(&mut setup);
+    let conv = setup.befriend(&owner, &sender);
+    let mut two = Two::split(setup);
+    let (io, is) = (two.of(&owner), two.of(&sender));
+    for (i, u) in [(io, &mut owner), (is, &mut sender)] {
+        let c = two.shards[i].connect(u);
+        two.shards[i].sync(c);
+    }
+    let cs = sender.conn.unwrap();
+    // What the sender's shard answers at once: nothing (submitted) or RATE_LIMITED.
+    let send = |two: &mut Two, id: &str| {
+        let outs = two.shards[is].msg(&sender, &owner, &conv, id);
+        two.keep(&outs);
+        errors(&frames(&outs, cs))
+    };
+    assert!(send(&mut two, "m1").is_empty());
+    assert!(send(&mut two, "m2").is_empty());
+    assert_eq!(
+        send(&mut two, "m3"),
+        ["RATE_LIMITED"],
+        "two submitted, none answered"
+    );
+    let outs = two.carry(|_, _| Fate::Deliver);
+    assert_eq!(acks(&frames(&outs, cs)).len(), 2);
+    // A minute later: m2 again is a resend, whose charge comes back.
+    two.advance(60_000);
+    two.carry(|_, _| Fate::Deliver);
+    assert!(send(&mut two, "m2").is_empty());
+    let outs = two.carry(|_, _| Fate::Deliver);
+    assert_eq!(acks(&frames(&outs, cs)).len(), 1, "the first ack, again");
+    assert!(send(&mut two, "m4").is_empty());
+    assert!(send(&mut two, "m5").is_empty());
+    assert_eq!(send(&mut two, "m6"), ["RATE_LIMITED"]);
 }
