@@ -22,9 +22,12 @@
 //! quicker before/after of a change to the relay); `-- --store NAME` (`memory`, `sqlite` or
 //! `pg`) only that store's rows.
 //!
-//! Each relay row also says how much CPU the relay process used (`/proc/<pid>/stat`) and what
-//! share of the run its core task was busy (`relay_core_busy_seconds_total`, scraped from the
-//! relay's `--metrics-listen`): whether the one task that owns the state was the ceiling.
+//! Each relay row also says how much CPU the relay process used (`/proc/<pid>/stat`), in cores
+//! and per message (the load-robust figure: CPU time over every message of the run, warm-up
+//! included), and what share of the run its core tasks were busy
+//! (`relay_core_busy_seconds_total`, scraped from the relay's `--metrics-listen`, summed over
+//! the cores): whether the tasks that own the state were the ceiling. The relay reads
+//! `RELAY_SHARDS` from the environment: `RELAY_SHARDS=K` runs it with K cores.
 //!
 //! Not a criterion bench (per-message p99 is the point). Run with
 //! `cargo build --release -p relay-server --bin relay --bin simulate && cargo bench -p benches --bench e2e`.
@@ -428,14 +431,16 @@ async fn one_process(
     let before = relay.usage()?;
     let ran = wall_now();
     let report = run_relay_load(bench, pairs, &cfg).await?;
-    let (cores, busy) = relay
-        .usage()?
-        .shares_since(&before, ran.elapsed().as_secs_f64());
+    let elapsed = ran.elapsed().as_secs_f64();
+    let (cores, busy) = relay.usage()?.shares_since(&before, elapsed);
     let busy = busy.map_or("(not exported)".to_owned(), |b| {
         format!("{:.0} %", b * 100.0)
     });
+    // Every message of the run, warm-up included, as the CPU time is.
+    let sent = report.messages + s.pairs * s.warmup;
+    let per_msg = cores * elapsed * 1e6 / sent.max(1) as f64;
     let usage = format!(
-        "|   relay process (warm-up included): {cores:.2} cores of CPU, its core task busy {busy} of the time"
+        "|   relay process (warm-up included): {cores:.2} cores of CPU, {per_msg:.1} µs of CPU per message, its core tasks busy {busy} of the time"
     );
     if s.in_flight > 1 {
         println!("| {store:<6} store, relay process:");
