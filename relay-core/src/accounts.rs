@@ -9,6 +9,7 @@ use wire::{AliasId, ErrorCode, UnixMs, UserUuid};
 
 use crate::cx::Cx;
 use crate::directory::Lookup;
+use crate::handoff::{Forwarded, REGISTRY_SHARD};
 use crate::http::{ApiError, HttpRequest, HttpResponse};
 use crate::limits::{
     ALIAS_ATTEMPTS, MAX_MEDIA_BYTES_PER_USER, MAX_NICKNAME_COMBINING_MARKS, MIN_NICKNAME_CHARS,
@@ -359,7 +360,8 @@ impl Cx<'_> {
 
     /// C2: what the relay holds for the caller (undelivered messages addressed to it, as the
     /// queue bounds count them, and its media, unfinished and completed) against its quota
-    /// (see [`MAX_MEDIA_BYTES_PER_USER`]).
+    /// (see [`MAX_MEDIA_BYTES_PER_USER`]). The caller's shard counts its queues; the registry
+    /// shard, which holds the media, answers (forwarded there with the queues' count).
     pub(crate) fn http_storage_estimate(
         &mut self,
         now: UnixMs,
@@ -368,18 +370,33 @@ impl Cx<'_> {
         let (user, _) = self.authenticate(now, req)?;
         // The messages waiting for the caller as the queue bounds count them (the queue
         // index: nothing is read), in the units of the queue bound in `quota_bytes`.
-        let (mut used, count) = (self.state.queued().of(&user))
+        let (bytes, msgs) = (self.state.queued().of(&user))
             .map(|(_, e)| e.summary)
             .fold((0u64, 0u64), |(b, n), s| (b + s.bytes, n + s.msgs));
-        used += self.media_bytes_of(&user);
-        Ok(HttpResponse::json(
+        let place = self.config.shard;
+        if place.map().shards() > 1 && place.me() != REGISTRY_SHARD {
+            let op = Forwarded::Storage {
+                user,
+                queued_bytes: bytes,
+                queued_msgs: msgs,
+            };
+            return self.forward_op(REGISTRY_SHARD, op);
+        }
+        Ok(self.storage_estimate(&user, (bytes, msgs)))
+    }
+
+    /// The storage estimate of `user`, whose queues hold `queued` (bytes as the queue bounds
+    /// count them, messages), with its media as this shard holds them (all of them at the
+    /// registry shard).
+    pub(crate) fn storage_estimate(&self, user: &UserUuid, queued: (u64, u64)) -> HttpResponse {
+        HttpResponse::json(
             200,
             &StorageEstimate {
-                used_bytes: used,
+                used_bytes: queued.0 + self.media_bytes_of(user),
                 quota_bytes: MAX_MEDIA_BYTES_PER_USER
                     .saturating_add(self.config.max_offline_queue_bytes_per_recipient),
-                message_count: count,
+                message_count: queued.1,
             },
-        ))
+        )
     }
 }

@@ -69,6 +69,19 @@ impl Cx<'_> {
         user: &UserUuid,
         op: PairOp,
     ) -> Result<HttpResponse, ApiError> {
+        let op = Forwarded::Pair {
+            user: user.clone(),
+            op,
+        };
+        self.forward_op(owner, op)
+    }
+
+    /// [`Cx::forward`] of any request `op` a rule forwards to shard `to`.
+    pub(crate) fn forward_op(
+        &mut self,
+        to: ShardId,
+        op: Forwarded,
+    ) -> Result<HttpResponse, ApiError> {
         let Some(id) = self.request else {
             return Err(ApiError::new(
                 ErrorCode::STORAGE_UNAVAILABLE,
@@ -78,23 +91,49 @@ impl Cx<'_> {
         self.stats.requests_forwarded += 1;
         self.stage(Output::Cross(Crossing::Forward(Forward {
             from: self.config.shard.me(),
-            to: owner,
+            to,
             id,
-            op: Forwarded::Pair {
-                user: user.clone(),
-                op,
-            },
+            op,
         })));
         Ok(HttpResponse::json(202, &wire::http::OkResponse::OK))
     }
 
-    /// The owner's side: a request forwarded by the user's shard, decided here and answered,
-    /// with the friendship as written for the caller's list, after this input's commit.
+    /// The deciding side: a request forwarded by the user's shard (a friendship's change at
+    /// the pair's owner, a storage estimate at the registry), decided here and answered, with
+    /// the friendship as written for the caller's list, after this input's commit.
     fn on_forward(&mut self, now: UnixMs, f: Forward) {
-        let Forwarded::Pair { user, op } = f.op else {
-            debug_assert!(false, "a whole request is the dispatcher's");
-            return;
+        let (response, contact) = match f.op {
+            Forwarded::Pair { user, op } => self.decide_pair(now, user, op),
+            Forwarded::Storage {
+                user,
+                queued_bytes,
+                queued_msgs,
+            } => (
+                self.storage_estimate(&user, (queued_bytes, queued_msgs)),
+                None,
+            ),
+            Forwarded::Request { .. } => {
+                debug_assert!(false, "a whole request is the dispatcher's");
+                return;
+            }
         };
+        self.stage(Output::Cross(Crossing::Answered(Answered {
+            from: self.config.shard.me(),
+            to: f.from,
+            id: f.id,
+            response,
+            contact,
+        })));
+    }
+
+    /// A friendship's change `op` of `user`, decided at the pair's owner: the response, and
+    /// the friendship as written for the caller's list.
+    fn decide_pair(
+        &mut self,
+        now: UnixMs,
+        user: UserUuid,
+        op: PairOp,
+    ) -> (HttpResponse, Option<(UserUuid, crate::handoff::Contact)>) {
         let other = match &op {
             PairOp::Request { target, .. } => Ok(target.clone()),
             PairOp::Accept { other: Some(o), .. } | PairOp::Reject { other: Some(o), .. } => {
@@ -119,17 +158,10 @@ impl Cx<'_> {
                 PairOp::Reject { id, .. } => self.reject(now, &user, &other, id),
             },
         };
-        let (response, contact) = match result {
+        match result {
             Ok((response, row)) => (response, Some((user, row.into()))),
             Err(e) => (e.into_response(), None),
-        };
-        self.stage(Output::Cross(Crossing::Answered(Answered {
-            from: self.config.shard.me(),
-            to: f.from,
-            id: f.id,
-            response,
-            contact,
-        })));
+        }
     }
 
     /// The sender's side: `frame` of `author` on `conn`, about a conversation shard `owner`

@@ -129,6 +129,17 @@ pub enum Forwarded {
         /// The change.
         op: PairOp,
     },
+    /// The storage estimate of `user` (authenticated at its shard, where it comes from), for
+    /// the registry shard, which holds the media: what `user`'s queues hold at its shard comes
+    /// with it, and the registry answers the whole estimate.
+    Storage {
+        /// The caller.
+        user: UserUuid,
+        /// What its queues hold, in the queue bounds' bytes.
+        queued_bytes: u64,
+        /// How many messages they hold.
+        queued_msgs: u64,
+    },
     /// A whole request, for the shard that decides its route. `caller` is its caller with
     /// its token's id, verified by the caller's own shard (which holds the account, so its
     /// check of the token's session is the one that counts) when the request comes from

@@ -406,6 +406,9 @@ fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
     // After a sweep's read failed the relay sweeps again `QUEUE_READ_RETRY_MS` later, not at
     // the next timeout (its documented wait): until then expired messages may stay stored.
     let mut sweep_waits_until = 0;
+    // The sweep's read failures counted so far: one may come during any operation (a read
+    // the sweep waits for is settled by the next operation that settles reads).
+    let mut failures_seen = 0;
     for op in ops {
         model.now = w.now.get();
         let outs = match op {
@@ -470,6 +473,10 @@ fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
                 w.send(oc, msg_frame("evil", &to, &conv))
             }
             Op::Advance { ms, settle } => {
+                if w.relay.stats().queue_read_failures != failures_seen {
+                    // It failed since the last advance, at this time (time moves only here).
+                    sweep_waits_until = w.now.get() + relay_core::limits::QUEUE_READ_RETRY_MS;
+                }
                 w.now = w.now.plus_ms(ms);
                 model.now = w.now.get();
                 let failures = w.relay.stats().queue_read_failures;
@@ -501,6 +508,7 @@ fn run_reading(ops: Vec<Op>, pipelined: bool, cache_bytes: usize, ahead: bool) {
                         .collect();
                     assert!(left.is_empty(), "expired messages {left:?} still stored");
                 }
+                failures_seen = w.relay.stats().queue_read_failures;
                 for o in &mut online {
                     if o.is_some_and(|c| !w.relay.is_connected(c)) {
                         *o = None;

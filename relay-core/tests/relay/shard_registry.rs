@@ -338,3 +338,42 @@ fn only_the_registry_collects_expired_tombstones() {
         assert_eq!(two.rows(Table::Tombstones), left, "after shard {i}'s sweep");
     }
 }
+
+/// The storage estimate of a user of another shard than the registry counts its media too:
+/// its shard counts its queues and forwards the estimate to the registry, which holds the
+/// media and answers the whole of it.
+#[test]
+fn a_storage_estimate_counts_the_media_the_registry_holds() {
+    let (mut two, users) = one_on_each();
+    let registry = usize::from(REGISTRY_SHARD.0);
+    let other = 1 - registry;
+    let store = Box::new(two.shards[registry].mem.clone());
+    let blobs = Box::new(relay_core::MemoryBlobStore::new());
+    two.shards[registry].restart_with_blobs(store, blobs);
+    let u = &users[other];
+    let init = post(
+        paths::MEDIA_INIT,
+        &json!({"content_type": "application/octet-stream"}),
+        Some(&u.token),
+    );
+    let (r, _) = at(&mut two, other, init);
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    let v = r.body_json();
+    let (upload, key) = (
+        v["upload_id"].as_str().unwrap(),
+        v["media_key"].as_str().unwrap(),
+    );
+    let chunk = HttpRequest::new(
+        Method::Post,
+        format!("/api/v1/media/upload-parts/{upload}/chunk?mediaKey={key}&partNumber=1"),
+    )
+    .body(vec![7; 1_000])
+    .bearer(&u.token);
+    let (r, _) = at(&mut two, other, chunk);
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    let estimate = HttpRequest::new(Method::Get, paths::STORAGE_ESTIMATE).bearer(&u.token);
+    let (r, _) = at(&mut two, other, estimate);
+    assert_eq!(r.status, 200, "{:?}", r.body_json());
+    assert_eq!(r.body_json()["used_bytes"], 1_000, "{:?}", r.body_json());
+    assert_eq!(two.shards[other].relay.stats().requests_forwarded, 3);
+}
