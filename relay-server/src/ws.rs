@@ -44,6 +44,11 @@ const CLOSE_TOO_BIG: u16 = 1009;
 const CLOSE_GOING_AWAY: u16 = 1001;
 /// RFC 6455 "try again later": the client stopped reading.
 const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
+/// After a write, the socket task pings (in the write's own flush) unless a ping is
+/// unanswered or it sent one less than this long ago (or the write deadline, if shorter): a
+/// busy socket is pinged about once a second, not once per frame, so a client that stops
+/// reading is found at most this long later than the deadline alone would find it.
+pub(crate) const WRITE_PING_GAP_MS: u64 = 1_000;
 
 /// The upgrade: ask the core to authenticate (query and `Sec-WebSocket-Protocol`); refuse
 /// with its response, or upgrade (echoing the sub-protocol it chose) and run the socket.
@@ -140,7 +145,8 @@ impl Drop for DisconnectGuard {
 /// that stops reading fills its TCP window and then the library's write buffer, and the write
 /// that does not finish in time is the end of the connection. A client that stops reading
 /// *before* that (its buffers absorb a few frames, so every write completes) is found with a
-/// ping: after a write the task sends a Ping unless one is already unanswered, and a client
+/// ping: a write carries a Ping in its flush unless one is already unanswered or was sent less
+/// than [`WRITE_PING_GAP_MS`] (or `deadline`) ago, and a client
 /// that neither answers it (every WebSocket client answers pings as it reads, RFC 6455 §5.5.2)
 /// nor sends anything at all within `deadline` is taken to have stopped reading. Either way the
 /// socket task ends, the socket and everything queued for it are freed, and the core forgets
@@ -172,31 +178,31 @@ async fn run_socket(
         ping_every,
     } = timing;
     info!("websocket open");
-    // While a ping is unanswered: the write deadline, restarted by anything the client sends.
-    let mut unanswered: Option<Unanswered> = None;
+    let mut pings = Pings::new(deadline);
     let next_ping = tokio::time::sleep(ping_every);
     tokio::pin!(next_ping);
     let why = loop {
         tokio::select! {
             biased;
             out = outbound.recv() => {
-                let written = write_out(&mut socket, &mut outbound, out, &mut unanswered, deadline);
+                let written = write_out(&mut socket, &mut outbound, out, &mut pings, deadline);
                 if let Some(why) = written.await {
                     break why;
                 }
             },
-            () = stuck(&mut unanswered) => break not_reading(&mut socket, deadline).await,
+            () = stuck(&mut pings.unanswered) => break not_reading(&mut socket, deadline).await,
+            () = stuck(&mut pings.gap) => pings.gap = None,
             () = &mut next_ping => {
                 next_ping.set(tokio::time::sleep(ping_every));
-                if let Some(why) = ping(&mut socket, &mut unanswered, deadline).await {
+                if let Some(why) = ping(&mut socket, &mut pings, deadline).await {
                     break why;
                 }
             },
             message = socket.recv() => {
-                if unanswered.is_some() {
-                    unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
+                if pings.unanswered.is_some() {
+                    pings.unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
                 }
-                let read = read_in(&mut socket, message, conn, &inputs, &mut unanswered, deadline);
+                let read = read_in(&mut socket, message, conn, &inputs, &mut pings.unanswered, deadline);
                 if let Some(why) = read.await {
                     break why;
                 }
@@ -207,8 +213,40 @@ async fn run_socket(
     drop(guard);
 }
 
-/// The deadline of an unanswered ping.
+/// The deadline of an unanswered ping (or the end of the gap after one).
 type Unanswered = std::pin::Pin<Box<tokio::time::Sleep>>;
+
+/// A socket task's pings: the one unanswered, if any, and the gap after the last one.
+struct Pings {
+    /// While a ping is unanswered: the write deadline, restarted by anything the client sends.
+    unanswered: Option<Unanswered>,
+    /// Until the gap after the last ping has passed (the socket task's loop clears it).
+    gap: Option<Unanswered>,
+    /// Least time between a ping and one that rides with a write.
+    gap_length: Duration,
+}
+
+impl Pings {
+    fn new(deadline: Duration) -> Self {
+        Self {
+            unanswered: None,
+            gap: None,
+            gap_length: deadline.min(Duration::from_millis(WRITE_PING_GAP_MS)),
+        }
+    }
+
+    /// Whether the next write carries a ping.
+    fn due_with_write(&self) -> bool {
+        self.unanswered.is_none() && self.gap.is_none()
+    }
+
+    /// A ping went out: its answer is due within `deadline`, the next with a write after the
+    /// gap.
+    fn sent(&mut self, deadline: Duration) {
+        self.unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
+        self.gap = Some(Box::pin(tokio::time::sleep(self.gap_length)));
+    }
+}
 
 /// A socket task's clocks: how long a write (or an answer to a ping) may take, and how often
 /// the relay pings of its own accord.
@@ -222,35 +260,41 @@ struct Timing {
 /// socket must go, if the write failed.
 async fn ping(
     socket: &mut WebSocket,
-    unanswered: &mut Option<Unanswered>,
+    pings: &mut Pings,
     deadline: Duration,
 ) -> Option<&'static str> {
-    if unanswered.is_some() {
+    if pings.unanswered.is_some() {
         return None;
     }
     if let Err(why) = send_within(socket, Message::Ping(Bytes::new()), deadline).await {
         return Some(why);
     }
-    *unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
+    pings.sent(deadline);
     None
 }
 
 /// What the core queued for the socket (`None`: the core let go of it): writes it with
-/// everything queued after it, then pings unless a ping is already unanswered; or closes.
-/// Returns why the socket must go, if it must.
+/// everything queued after it, and a ping when one is due ([`Pings::due_with_write`]); or
+/// closes. Returns why the socket must go, if it must.
 async fn write_out(
     socket: &mut WebSocket,
     outbound: &mut mpsc::Receiver<Outbound>,
     out: Option<Outbound>,
-    unanswered: &mut Option<Unanswered>,
+    pings: &mut Pings,
     deadline: Duration,
 ) -> Option<&'static str> {
     let Some(first) = out else {
         close_handshake(socket, CLOSE_GOING_AWAY, "closed by the relay", deadline).await;
         return Some("closed by the relay");
     };
-    match write_batch(socket, outbound, first, deadline).await {
-        Ok(None) => ping(socket, unanswered, deadline).await,
+    let ping = pings.due_with_write();
+    match write_batch(socket, outbound, (first, ping), deadline).await {
+        Ok(None) => {
+            if ping {
+                pings.sent(deadline);
+            }
+            None
+        }
         Ok(Some((code, reason))) => {
             close_handshake(socket, code, reason, deadline).await;
             Some(reason)
@@ -326,9 +370,10 @@ async fn read_in(
     }
 }
 
-/// Resolves when the unanswered ping's deadline passes; pends forever without one.
-async fn stuck(unanswered: &mut Option<Unanswered>) {
-    match unanswered {
+/// Resolves when `timer` (an unanswered ping's deadline, or the gap after a ping) passes;
+/// pends forever without one.
+async fn stuck(timer: &mut Option<Unanswered>) {
+    match timer {
         Some(sleep) => sleep.as_mut().await,
         None => std::future::pending().await,
     }
@@ -338,12 +383,13 @@ async fn stuck(unanswered: &mut Option<Unanswered>) {
 pub const MAX_WRITE_BATCH: usize = 64;
 
 /// Writes `first` and every frame already queued after it (up to [`MAX_WRITE_BATCH`]) with a
-/// single flush, all within `deadline`. `Ok(Some(close))`: a close came after them (the
-/// frames before it were written). `Err`: why the socket must go.
+/// single flush, all within `deadline`, a Ping after them when `ping` says so. `Ok(Some(close))`:
+/// a close came after them (the frames before it were written, no ping). `Err`: why the
+/// socket must go.
 async fn write_batch(
     socket: &mut WebSocket,
     outbound: &mut mpsc::Receiver<Outbound>,
-    first: Outbound,
+    (first, ping): (Outbound, bool),
     deadline: Duration,
 ) -> Result<Option<(u16, &'static str)>, &'static str> {
     let mut close = None;
@@ -365,6 +411,9 @@ async fn write_batch(
             if charges.len() < MAX_WRITE_BATCH {
                 next = outbound.try_recv().ok();
             }
+        }
+        if ping && close.is_none() {
+            socket.feed(Message::Ping(Bytes::new())).await?;
         }
         socket.flush().await
     };

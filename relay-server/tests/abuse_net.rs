@@ -247,6 +247,116 @@ async fn a_quietly_stuck_reader_is_closed_at_the_write_deadline() {
     r.stop().await;
 }
 
+/// A `msg` frame from a to b.
+fn msg(n: usize, to: &str, conv: &str) -> Message {
+    Message::text(
+        json!({"type":"msg","id":format!("m{n}"),"to":to,"conv_id":conv,"crypto_v":1,"payload":"aGk="})
+            .to_string(),
+    )
+}
+
+/// A busy socket is not pinged once per write: the pings that ride with writes are at least
+/// a second apart, so a burst of messages read at once brings one or two.
+#[tokio::test]
+async fn a_busy_socket_is_pinged_about_once_a_second() {
+    let r = start(server(Config::default(), ServeLimits::default())).await;
+    let a = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 1)), 1).await;
+    let b = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 2)), 2).await;
+    let conv = befriend(r.addr, &a, &b).await;
+    let (mut reader, _) = connect(r.addr, &b).await;
+    let (mut sender, _) = connect(r.addr, &a).await;
+    const MESSAGES: usize = 40;
+    let (mut msgs, mut pings) = (0, 0);
+    let started = wall_clock();
+    for n in 0..MESSAGES {
+        sender.send(msg(n, &b.alias, &conv)).await.unwrap();
+        // Each read before the next send: every frame is a write of its own.
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), reader.next()).await {
+                Ok(Some(Ok(Message::Ping(_)))) => pings += 1,
+                Ok(Some(Ok(Message::Text(t)))) if t.as_str().contains("\"msg\"") => {
+                    msgs += 1;
+                    break;
+                }
+                Ok(Some(Ok(_))) => {}
+                other => panic!("b's socket: {other:?}"),
+            }
+        }
+    }
+    let took = started.elapsed();
+    assert_eq!(msgs, MESSAGES);
+    let most = 2 + usize::try_from(took.as_millis() / 1_000).unwrap();
+    assert!(
+        (1..=most).contains(&pings),
+        "{pings} pings over {MESSAGES} writes in {took:?}"
+    );
+    r.stop().await;
+}
+
+/// A client that read and answered pings, then stopped reading, is found by the next ping that
+/// rides with a write once the gap has passed: closed within the gap and the deadline.
+#[tokio::test]
+async fn a_reader_that_stops_midway_is_closed_within_the_gap_and_the_deadline() {
+    const DEADLINE_MS: u64 = 400;
+    let r = start(server(
+        Config::default(),
+        ServeLimits {
+            write_deadline_ms: DEADLINE_MS,
+            ..ServeLimits::default()
+        },
+    ))
+    .await;
+    let a = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 1)), 1).await;
+    let b = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 2)), 2).await;
+    let conv = befriend(r.addr, &a, &b).await;
+    let (mut stops, _) = connect(r.addr, &b).await;
+    let (mut ws, _) = connect(r.addr, &a).await;
+    assert!(wait_open(&r.connections, 2, Duration::from_secs(5)).await);
+    // b reads its first message (and answers the ping that came with it), then stops.
+    ws.send(msg(0, &b.alias, &conv)).await.unwrap();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), stops.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) if t.as_str().contains("\"msg\"") => break,
+            Ok(Some(Ok(_))) => {}
+            other => panic!("b's socket: {other:?}"),
+        }
+    }
+    // The pong goes out with the next read or flush.
+    stops.flush().await.unwrap();
+    let stopped = wall_clock();
+    // a keeps writing to b (and reads its acks, so it answers its own pings).
+    let (mut sink, mut stream) = ws.split();
+    let reader = tokio::spawn(async move { while let Some(Ok(_)) = stream.next().await {} });
+    let writer = tokio::spawn(async move {
+        for n in 1..200 {
+            if sink.send(msg(n, &b.alias, &conv)).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    assert!(
+        wait_open(&r.connections, 1, Duration::from_secs(10)).await,
+        "the reader that stopped is still open after {:?}",
+        stopped.elapsed()
+    );
+    let took = stopped.elapsed();
+    // At most the gap (the deadline here) after the last ping, then the deadline: a margin
+    // of two more for a loaded machine.
+    assert!(
+        took < Duration::from_millis(DEADLINE_MS * 4),
+        "closed after {took:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(DEADLINE_MS),
+        "closed after {took:?}, before the deadline"
+    );
+    writer.abort();
+    reader.abort();
+    drop(stops);
+    r.stop().await;
+}
+
 fn subscription(endpoint: &str) -> Value {
     use base64::Engine as _;
     let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
