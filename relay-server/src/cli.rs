@@ -192,6 +192,15 @@ pub(crate) struct Args {
           value_parser = clap::value_parser!(u16).range(1..=1024), help_heading = STORE)]
     pub(crate) shards: u16,
 
+    /// Runs each relay core on a thread of its own with its sockets (thread per core): a
+    /// frame read from a socket, its handling and the frames it causes for sockets of the same
+    /// shard cross no thread; commits and reads stay on their own threads. `false` runs the
+    /// cores as tasks on the shared runtime. A --postgres relay's core is a task either way.
+    #[arg(long, value_name = "BOOL", env = "RELAY_CORE_THREADS", default_value_t = true,
+          action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new(), help_heading = STORE)]
+    pub(crate) core_threads: bool,
+
     // ------------------------------------------------------------------ secrets
     /// Directory of the key files every relay of a PostgreSQL database shares:
     /// DIR/jwt-signing.key (and DIR/vapid.pem with --vapid-subject), created mode 0600 on first

@@ -125,7 +125,7 @@ use seam::clock::{Clock, OffsetClock, SystemClock};
 use seam::net::{ConnectionCounter, Network, ServeLimits, serve_with_limits};
 
 use self::driver::Phase;
-use self::driver::{CoreParts, Cores, Input, PushSink, TermCtx};
+use self::driver::{CoreParts, CoreThread, Cores, Input, PushSink, TermCtx};
 use self::leadership::{
     CAMPAIGN_RETRY_MAX_MS, CAMPAIGN_RETRY_MS, CampaignError, Leadership, Term, TermEnd,
 };
@@ -191,6 +191,8 @@ pub struct RelayServer {
     commit_mode: CommitMode,
     read_mode: ReadMode,
     transit: Option<CrossingTransit>,
+    core_threads: bool,
+    on_core_threads: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl fmt::Debug for RelayServer {
@@ -257,6 +259,8 @@ impl RelayServer {
             commit_mode: CommitMode::Inline,
             read_mode: ReadMode::Core,
             transit: None,
+            core_threads: false,
+            on_core_threads: Arc::default(),
         }
     }
 
@@ -390,6 +394,23 @@ impl RelayServer {
         self
     }
 
+    /// Runs each core on a thread of its own, with its sockets (tokio TCP connections move
+    /// there after their upgrade; others stay where they were accepted): thread per core.
+    /// Without it, the cores are tasks on the runtime `serve` runs on (the simulator's way:
+    /// turmoil hosts have one thread each). A campaigning (`--postgres`) server's cores are
+    /// tasks either way.
+    #[must_use]
+    pub fn with_core_threads(mut self) -> Self {
+        self.core_threads = true;
+        self
+    }
+
+    /// Counts the WebSockets served on their core's thread so far ([`with_core_threads`](Self::with_core_threads);
+    /// shared: read it while the server runs).
+    pub fn sockets_on_core_threads(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        Arc::clone(&self.on_core_threads)
+    }
+
     /// Counts the connections this server holds open (shared: read it while it runs).
     pub fn connections(&self) -> ConnectionCounter {
         self.connections.clone()
@@ -450,6 +471,7 @@ impl RelayServer {
             limits: self.limits,
             resolver: self.resolver.clone(),
             metrics: self.metrics.clone(),
+            on_core_threads: Arc::clone(&self.on_core_threads),
         });
         let (fatal_seen_tx, fatal_seen) = oneshot::channel::<String>();
         let shutdown = stop_on(shutdown, fatal_rx, fatal_seen_tx, stop_tx);
@@ -554,7 +576,17 @@ impl RelayServer {
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..relays.len())
             .map(|_| mpsc::channel(INPUT_QUEUE_CAPACITY))
             .unzip();
-        let cores = Cores::new(map, senders);
+        let threads = match self.core_threads {
+            true => (0..relays.len())
+                .map(CoreThread::new)
+                .collect::<io::Result<_>>()?,
+            false => Vec::new(),
+        };
+        let mut cores = Cores::new(map, senders);
+        if self.core_threads {
+            cores = cores.with_homes(threads.iter().map(CoreThread::home).collect());
+        }
+        let mut threads = threads.into_iter();
         let store_down = Arc::new(AtomicBool::new(false));
         phase.send_replace(Phase::Active {
             inputs: cores.clone(),
@@ -577,17 +609,28 @@ impl RelayServer {
                 .push
                 .as_ref()
                 .map(|PushSink(worker)| PushSink(worker.clone()));
-            let core = ctx.core(relay, open, push, Arc::clone(&store_down), None);
-            let core = if sharded {
-                core.with_peers(Arc::clone(&peers), self.transit.clone())
-            } else {
-                core
+            let (ctx, store_down, stop, gone) = (
+                ctx.clone(),
+                Arc::clone(&store_down),
+                stop.clone(),
+                gone.take(),
+            );
+            let peers = sharded.then(|| (Arc::clone(&peers), self.transit.clone()));
+            // Built where it runs: on its thread's runtime, if it has one.
+            let run = move || {
+                let core = ctx.core(relay, open, push, store_down, None);
+                let core = match peers {
+                    Some((peers, transit)) => core.with_peers(peers, transit),
+                    None => core,
+                };
+                core.run(inputs, stop, gone)
             };
-            let stop = stop.clone();
-            let gone = gone.take();
-            tasks.push(tokio::spawn(async move {
-                core.run(inputs, stop, gone).await;
-            }));
+            tasks.push(match threads.next() {
+                Some(thread) => thread.run(run)?,
+                None => tokio::spawn(async move {
+                    run().await;
+                }),
+            });
         }
         Ok(tokio::spawn(async move {
             for task in tasks {
@@ -685,6 +728,7 @@ fn no_relay() -> Result<Relay, StoreError> {
 }
 
 /// What every core of a server shares.
+#[derive(Clone)]
 struct CoreCtx {
     clock: Arc<dyn Clock>,
     commit_mode: CommitMode,

@@ -291,6 +291,9 @@ async fn run(args: Args) -> Result<()> {
         .with_commit_mode(commit_mode)
         .with_read_mode(read_mode);
     server = server.with_limits(serve_limits(&args)?);
+    if args.core_threads {
+        server = server.with_core_threads();
+    }
     if args.test_mode {
         warn!("--test-mode: anyone can move this relay's clock; never use it in production");
         server = server.with_test_mode();

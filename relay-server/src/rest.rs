@@ -40,6 +40,8 @@ pub(super) struct App {
     pub(super) resolver: Option<Arc<dyn relay_push::dns::Resolve>>,
     /// Counts the relay's answers by route ([`super::metrics`]).
     pub(super) metrics: Option<super::metrics::Metrics>,
+    /// Counts the sockets served on their core's thread (`ws`).
+    pub(super) on_core_threads: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl App {

@@ -1,21 +1,30 @@
-//! `GET /ws`: authenticate through the core before upgrading, then one task per socket.
+//! `GET /ws`: authenticate through the core before upgrading, then one task per socket, on
+//! its core's thread when the core has one (the socket's TCP connection moves there after the
+//! upgrade, [`seam::net::MovedTcp`]), else where the upgrade was served.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::{
-    extract::{
-        RawQuery, State,
-        ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade},
-    },
-    http::{HeaderMap, StatusCode, header},
-    response::{IntoResponse, Response},
+    extract::{RawQuery, Request, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::Response,
 };
 use bytes::Bytes;
-use futures_util::SinkExt as _;
-use relay_core::{ConnId, WsConnect};
+use futures_util::{SinkExt as _, StreamExt as _};
+use hyper::upgrade::{OnUpgrade, Upgraded};
+use hyper_util::rt::TokioIo;
+use relay_core::{ConnId, HttpResponse, WsConnect};
+use seam::net::MovedTcp;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{Instrument as _, debug, info, info_span, trace};
-use wire::{ClientFrame, limits::MAX_FRAME_BYTES};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
+use tracing::{Instrument as _, Span, debug, info, info_span, trace};
+use wire::{ClientFrame, ErrorCode, limits::MAX_FRAME_BYTES};
 
 use super::driver::{Connected, Input, Outbound};
 use super::rest::{App, relay_response};
@@ -50,18 +59,26 @@ const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
 /// reading is found at most this long later than the deadline alone would find it.
 pub(crate) const WRITE_PING_GAP_MS: u64 = 1_000;
 
-/// The upgrade: ask the core to authenticate (query and `Sec-WebSocket-Protocol`); refuse
-/// with its response, or upgrade (echoing the sub-protocol it chose) and run the socket.
+/// The upgrade: check the handshake (RFC 6455 §4.2.1), ask the core to authenticate (query
+/// and `Sec-WebSocket-Protocol`); refuse with its response, or upgrade (echoing the
+/// sub-protocol it chose) and run the socket.
 pub(super) async fn upgrade(
     State(app): State<App>,
     RawQuery(query): RawQuery,
-    headers: HeaderMap,
-    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+    mut request: Request,
 ) -> Response {
-    let upgrade = match upgrade {
-        Ok(upgrade) => upgrade,
-        Err(rejection) => return rejection.into_response(),
+    let accept = match handshake(request.headers()) {
+        Ok(accept) => accept,
+        Err(refusal) => return relay_response(refusal),
     };
+    let Some(on_upgrade) = request.extensions_mut().remove::<OnUpgrade>() else {
+        return relay_response(HttpResponse::error(
+            400,
+            &ErrorCode::BAD_REQUEST,
+            "this connection cannot be upgraded to a WebSocket (HTTP/1.1 is needed)",
+        ));
+    };
+    let headers = request.headers();
     #[allow(
         clippy::needless_update,
         reason = "relay-core is growing: new WsConnect fields keep their defaults here"
@@ -79,7 +96,7 @@ pub(super) async fn upgrade(
     let Some(cores) = app.cores() else {
         return app.refusal();
     };
-    let inputs = cores.for_upgrade(&ws.query);
+    let (inputs, home) = cores.for_upgrade(&ws.query);
     let (reply, answer) = oneshot::channel();
     if inputs.send(Input::Connect { ws, reply }).await.is_err() {
         return app.refusal();
@@ -93,25 +110,146 @@ pub(super) async fn upgrade(
         conn: connected.conn,
         inputs: inputs.clone(),
     };
-    let mut upgrade = upgrade
+    let response = switching_protocols(&accept, connected.subprotocol);
+    let span = info_span!("ws", conn = connected.conn.0, user = %connected.user);
+    let socket = Socket {
+        connected,
+        inputs,
+        guard,
+        on_core_threads: Arc::clone(&app.on_core_threads),
+        timing: Timing {
+            deadline: Duration::from_millis(app.limits.write_deadline_ms),
+            ping_every: Duration::from_millis(app.limits.ws_ping_interval_ms.max(1)),
+        },
+    };
+    // Hyper hands the connection over once the response is written.
+    let upgraded = async move {
+        match on_upgrade.await {
+            Ok(upgraded) => socket.serve(upgraded, home).await,
+            // The guard reports the connection gone.
+            Err(error) => debug!(%error, "websocket upgrade failed"),
+        }
+    };
+    tokio::spawn(upgraded.instrument(span));
+    response
+}
+
+/// The checks of an upgrade's handshake (RFC 6455 §4.2.1; the method is the router's):
+/// the `Sec-WebSocket-Accept` value, or the refusal.
+fn handshake(headers: &HeaderMap) -> Result<HeaderValue, HttpResponse> {
+    let has = |name: header::HeaderName, token: &str| {
+        headers.get_all(name).iter().any(|value| {
+            value
+                .as_bytes()
+                .split(|&b| b == b',')
+                .any(|part| part.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+        })
+    };
+    let refuse = |message: &str| HttpResponse::error(400, &ErrorCode::BAD_REQUEST, message);
+    if !has(header::CONNECTION, "upgrade") {
+        return Err(refuse(
+            "GET /ws is a WebSocket upgrade: the Connection header must include `upgrade`",
+        ));
+    }
+    if !has(header::UPGRADE, "websocket") {
+        return Err(refuse(
+            "GET /ws is a WebSocket upgrade: the Upgrade header must be `websocket`",
+        ));
+    }
+    if !has(header::SEC_WEBSOCKET_VERSION, "13") {
+        return Err(refuse("Sec-WebSocket-Version must be 13"));
+    }
+    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
+        return Err(refuse("the Sec-WebSocket-Key header is missing"));
+    };
+    HeaderValue::from_str(&derive_accept_key(key.as_bytes()))
+        .map_err(|_| refuse("the Sec-WebSocket-Key header is not valid"))
+}
+
+/// The `101 Switching Protocols` answer, with the sub-protocol the relay chose, if any.
+fn switching_protocols(accept: &HeaderValue, protocol: Option<&str>) -> Response {
+    let mut response = Response::new(axum::body::Body::empty());
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept.clone());
+    if let Some(protocol) = protocol.and_then(|p| HeaderValue::from_str(p).ok()) {
+        headers.insert(header::SEC_WEBSOCKET_PROTOCOL, protocol);
+    }
+    response
+}
+
+/// The library's settings for a relay socket (see the constants above).
+fn socket_config() -> WebSocketConfig {
+    WebSocketConfig::default()
         .read_buffer_size(WS_READ_BUFFER_BYTES)
         .write_buffer_size(WS_WRITE_BUFFER_BYTES)
         .max_write_buffer_size(WS_MAX_WRITE_BUFFER_BYTES)
-        .max_message_size(HARD_MAX_MESSAGE_BYTES)
-        .max_frame_size(HARD_MAX_MESSAGE_BYTES);
-    if let Some(protocol) = connected.subprotocol {
-        upgrade = upgrade.protocols([protocol]);
+        .max_message_size(Some(HARD_MAX_MESSAGE_BYTES))
+        .max_frame_size(Some(HARD_MAX_MESSAGE_BYTES))
+}
+
+/// An accepted socket waiting for its connection.
+struct Socket {
+    connected: Connected,
+    inputs: mpsc::Sender<Input>,
+    guard: DisconnectGuard,
+    /// Counts the sockets served on their core's thread.
+    on_core_threads: Arc<AtomicU64>,
+    timing: Timing,
+}
+
+impl Socket {
+    /// Serves the upgraded connection: on `home`, the thread of its core, when it has one and
+    /// the connection is a tokio TCP one (moved there off this runtime); else here.
+    async fn serve(self, upgraded: Upgraded, home: Option<tokio::runtime::Handle>) {
+        let upgraded = match home {
+            Some(home) => match MovedTcp::take(upgraded) {
+                Ok(Ok(moved)) => {
+                    let on_home = async move {
+                        match moved.register() {
+                            Ok((io, read)) => {
+                                self.on_core_threads.fetch_add(1, Ordering::Relaxed);
+                                let socket = WebSocketStream::from_partially_read(
+                                    io,
+                                    read.to_vec(),
+                                    Role::Server,
+                                    Some(socket_config()),
+                                );
+                                self.run(socket.await).await;
+                            }
+                            Err(error) => debug!(%error, "websocket not registered on its core"),
+                        }
+                    };
+                    home.spawn(on_home.instrument(Span::current()));
+                    return;
+                }
+                Ok(Err(error)) => {
+                    debug!(%error, "websocket not moved to its core");
+                    return;
+                }
+                Err(upgraded) => upgraded,
+            },
+            None => upgraded,
+        };
+        let io = TokioIo::new(upgraded);
+        let socket =
+            WebSocketStream::from_raw_socket(io, Role::Server, Some(socket_config())).await;
+        self.run(socket).await;
     }
-    let span = info_span!("ws", conn = connected.conn.0, user = %connected.user);
-    let timing = Timing {
-        deadline: Duration::from_millis(app.limits.write_deadline_ms),
-        ping_every: Duration::from_millis(app.limits.ws_ping_interval_ms.max(1)),
-    };
-    let response = upgrade.on_upgrade(move |socket| {
-        run_socket(socket, connected, inputs, guard, timing).instrument(span)
-    });
-    debug_assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
-    response
+
+    async fn run<S: AsyncRead + AsyncWrite + Unpin>(self, socket: WebSocketStream<S>) {
+        let Self {
+            connected,
+            inputs,
+            guard,
+            timing,
+            ..
+        } = self;
+        run_socket(socket, connected, &inputs, timing).await;
+        drop(guard);
+    }
 }
 
 /// Reports the connection gone to the core when the socket task ends **or never starts**
@@ -163,11 +301,10 @@ impl Drop for DisconnectGuard {
 ///
 /// [`ServeLimits::write_deadline_ms`]: seam::net::ServeLimits::write_deadline_ms
 /// [`ServeLimits::ws_ping_interval_ms`]: seam::net::ServeLimits::ws_ping_interval_ms
-async fn run_socket(
-    mut socket: WebSocket,
+async fn run_socket<S: AsyncRead + AsyncWrite + Unpin>(
+    mut socket: WebSocketStream<S>,
     connected: Connected,
-    inputs: mpsc::Sender<Input>,
-    guard: DisconnectGuard,
+    inputs: &mpsc::Sender<Input>,
     timing: Timing,
 ) {
     let Connected {
@@ -198,11 +335,11 @@ async fn run_socket(
                     break why;
                 }
             },
-            message = socket.recv() => {
+            message = socket.next() => {
                 if pings.unanswered.is_some() {
                     pings.unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
                 }
-                let read = read_in(&mut socket, message, conn, &inputs, &mut pings.unanswered, deadline);
+                let read = read_in(&mut socket, message, conn, inputs, &mut pings.unanswered, deadline);
                 if let Some(why) = read.await {
                     break why;
                 }
@@ -210,7 +347,6 @@ async fn run_socket(
         }
     };
     info!(why, "websocket closed");
-    drop(guard);
 }
 
 /// The deadline of an unanswered ping (or the end of the gap after one).
@@ -258,8 +394,8 @@ struct Timing {
 
 /// Sends a Ping unless one is already unanswered, and starts its deadline. Returns why the
 /// socket must go, if the write failed.
-async fn ping(
-    socket: &mut WebSocket,
+async fn ping<S: AsyncRead + AsyncWrite + Unpin>(
+    socket: &mut WebSocketStream<S>,
     pings: &mut Pings,
     deadline: Duration,
 ) -> Option<&'static str> {
@@ -276,8 +412,8 @@ async fn ping(
 /// What the core queued for the socket (`None`: the core let go of it): writes it with
 /// everything queued after it, and a ping when one is due ([`Pings::due_with_write`]); or
 /// closes. Returns why the socket must go, if it must.
-async fn write_out(
-    socket: &mut WebSocket,
+async fn write_out<S: AsyncRead + AsyncWrite + Unpin>(
+    socket: &mut WebSocketStream<S>,
     outbound: &mut mpsc::Receiver<Outbound>,
     out: Option<Outbound>,
     pings: &mut Pings,
@@ -305,7 +441,10 @@ async fn write_out(
 
 /// The client answered no ping and sent nothing within the deadline: says so with a close
 /// frame (within [`CLOSE_LINGER_MS`], without waiting for a reply) and gives the reason.
-async fn not_reading(socket: &mut WebSocket, deadline: Duration) -> &'static str {
+async fn not_reading<S: AsyncRead + AsyncWrite + Unpin>(
+    socket: &mut WebSocketStream<S>,
+    deadline: Duration,
+) -> &'static str {
     debug!(
         deadline_ms = deadline.as_millis(),
         "no answer to a ping and nothing received: the client is not reading"
@@ -318,9 +457,9 @@ async fn not_reading(socket: &mut WebSocket, deadline: Duration) -> &'static str
 
 /// What the client sent: frames are decoded and handed to the core, a pong clears the
 /// unanswered ping, a close is answered. Returns why the socket must go, if it must.
-async fn read_in(
-    socket: &mut WebSocket,
-    message: Option<Result<Message, axum::Error>>,
+async fn read_in<S: AsyncRead + AsyncWrite + Unpin>(
+    socket: &mut WebSocketStream<S>,
+    message: Option<Result<Message, tungstenite::Error>>,
     conn: ConnId,
     inputs: &mpsc::Sender<Input>,
     unanswered: &mut Option<Unanswered>,
@@ -349,7 +488,7 @@ async fn read_in(
             *unanswered = None;
             None
         }
-        Some(Ok(Message::Ping(_))) => None,
+        Some(Ok(Message::Ping(_) | Message::Frame(_))) => None,
         Some(Ok(Message::Close(_))) => {
             // The library queued the reply (the client's code echoed); writing it
             // out completes the handshake, and dropping the socket closes TCP.
@@ -360,9 +499,7 @@ async fn read_in(
         Some(Err(error)) => {
             debug!(%error, "websocket read failed");
             // Over the library's limit: say why before the socket goes.
-            // (axum wraps tungstenite's error without exposing its kind; its
-            // `Capacity` errors render as "Space limit exceeded: …").
-            if error.to_string().contains("Space limit exceeded") {
+            if matches!(error, tungstenite::Error::Capacity(_)) {
                 close_handshake(socket, CLOSE_TOO_BIG, "message too big", deadline).await;
             }
             Some("read failed")
@@ -386,8 +523,8 @@ pub const MAX_WRITE_BATCH: usize = 64;
 /// single flush, all within `deadline`, a Ping after them when `ping` says so. `Ok(Some(close))`:
 /// a close came after them (the frames before it were written, no ping). `Err`: why the
 /// socket must go.
-async fn write_batch(
-    socket: &mut WebSocket,
+async fn write_batch<S: AsyncRead + AsyncWrite + Unpin>(
+    socket: &mut WebSocketStream<S>,
     outbound: &mut mpsc::Receiver<Outbound>,
     (first, ping): (Outbound, bool),
     deadline: Duration,
@@ -433,8 +570,8 @@ async fn write_batch(
 /// Sends a close frame and waits (at most [`CLOSE_LINGER_MS`]) for the client's close reply,
 /// discarding anything else it still sends: closing the TCP connection with unread input
 /// would reset it, and a reset can destroy frames the client has not read yet (the GOAWAY).
-async fn close_handshake(
-    socket: &mut WebSocket,
+async fn close_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    socket: &mut WebSocketStream<S>,
     code: u16,
     reason: &'static str,
     deadline: Duration,
@@ -446,7 +583,7 @@ async fn close_handshake(
         return;
     }
     let linger = async {
-        while let Some(Ok(message)) = socket.recv().await {
+        while let Some(Ok(message)) = socket.next().await {
             if matches!(message, Message::Close(_)) {
                 break;
             }
@@ -456,8 +593,8 @@ async fn close_handshake(
 }
 
 /// Writes one message within `deadline`; the error says why the socket must go.
-async fn send_within(
-    socket: &mut WebSocket,
+async fn send_within<S: AsyncRead + AsyncWrite + Unpin>(
+    socket: &mut WebSocketStream<S>,
     message: Message,
     deadline: Duration,
 ) -> Result<(), &'static str> {
@@ -476,7 +613,7 @@ async fn send_within(
 
 fn close(code: u16, reason: &'static str) -> Message {
     Message::Close(Some(CloseFrame {
-        code,
+        code: code.into(),
         reason: Utf8Bytes::from_static(reason),
     }))
 }

@@ -247,6 +247,50 @@ async fn a_quietly_stuck_reader_is_closed_at_the_write_deadline() {
     r.stop().await;
 }
 
+/// A `GET /ws` that is not a valid WebSocket handshake is refused 400 `BAD_REQUEST` with a
+/// message naming what is wrong, before authentication; a valid one without credentials gets
+/// the relay's own refusal.
+#[tokio::test]
+async fn a_broken_websocket_handshake_is_refused_with_a_code() {
+    let r = start(server(Config::default(), ServeLimits::default())).await;
+    let ok = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    let cases = [
+        ("", "Connection"),
+        ("Connection: keep-alive, Upgrade\r\n", "Upgrade header"),
+        ("Connection: Upgrade\r\nUpgrade: h2c\r\n", "Upgrade header"),
+        (
+            "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 8\r\n",
+            "Version",
+        ),
+        (
+            "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n",
+            "Key",
+        ),
+    ];
+    for (headers, names) in cases {
+        let answer = raw_get(r.addr, headers).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{headers:?}: {answer}");
+        assert!(answer.contains("\"BAD_REQUEST\""), "{headers:?}: {answer}");
+        assert!(answer.contains(names), "{headers:?}: {answer}");
+    }
+    let answer = raw_get(r.addr, ok).await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    r.stop().await;
+}
+
+/// `GET /ws` with `headers` on a fresh connection: the answer's head and body.
+async fn raw_get(addr: SocketAddr, headers: &str) -> String {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET /ws HTTP/1.1\r\nHost: relay\r\n{headers}\r\n");
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
 /// A `msg` frame from a to b.
 fn msg(n: usize, to: &str, conv: &str) -> Message {
     Message::text(

@@ -768,3 +768,28 @@ async fn sharded_relay_on_loopback_sockets() {
         "the clients' shards"
     );
 }
+
+/// The same scenario with each core on a thread of its own (thread per core): every socket
+/// moves to its core's thread after its upgrade and is served there, through the shutdown's
+/// GOAWAY; on one core and on three.
+#[tokio::test]
+async fn thread_per_core_relay_on_loopback_sockets() {
+    for shards in [1, 3] {
+        let server = RelayServer::in_memory_sharded(
+            shards,
+            config(),
+            SEED,
+            MemoryStore::new(),
+            MemoryBlobStore::new(),
+        )
+        .with_core_threads();
+        let moved = server.sockets_on_core_threads();
+        let label = format!("{shards} core threads");
+        scenario_and_shutdown_on_loopback(server, &label).await;
+        let moved = moved.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            moved >= 2,
+            "{label}: {moved} sockets served on a core's thread"
+        );
+    }
+}

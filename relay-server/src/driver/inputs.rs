@@ -108,6 +108,9 @@ pub(crate) enum Phase {
 pub(crate) struct Cores {
     map: ShardMap,
     inputs: Arc<[mpsc::Sender<Input>]>,
+    /// The runtime of each core's thread, in shard order, when the cores run on threads of
+    /// their own (their sockets are served there); empty otherwise.
+    homes: Arc<[tokio::runtime::Handle]>,
 }
 
 impl Cores {
@@ -117,6 +120,16 @@ impl Cores {
         Self {
             map,
             inputs: inputs.into(),
+            homes: Arc::new([]),
+        }
+    }
+
+    /// The same cores, each on its thread whose runtime is `homes[shard]`.
+    pub(crate) fn with_homes(self, homes: Vec<tokio::runtime::Handle>) -> Self {
+        debug_assert_eq!(homes.len(), self.inputs.len());
+        Self {
+            homes: homes.into(),
+            ..self
         }
     }
 
@@ -135,9 +148,17 @@ impl Cores {
     }
 
     /// The core of the account an upgrade's query names (its first core when it names none:
-    /// any core refuses it).
-    pub(crate) fn for_upgrade(&self, query: &str) -> mpsc::Sender<Input> {
-        self.at(relay_core::shard_for_upgrade(self.map, query).unwrap_or(ShardId(0)))
+    /// any core refuses it), and the runtime of its thread if it has one.
+    pub(crate) fn for_upgrade(
+        &self,
+        query: &str,
+    ) -> (mpsc::Sender<Input>, Option<tokio::runtime::Handle>) {
+        let shard = relay_core::shard_for_upgrade(self.map, query).unwrap_or(ShardId(0));
+        let home = self
+            .homes
+            .get(usize::from(shard.0) % self.inputs.len().max(1))
+            .cloned();
+        (self.at(shard), home)
     }
 
     /// The core of `user`'s shard.

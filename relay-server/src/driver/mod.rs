@@ -19,18 +19,19 @@
 //! outputs executed: frames, closes, pushes, answers, crossings to the other cores), `upgrades` (a WebSocket
 //! upgrade answered, at once or after a read ahead), `sockets` (the table of open WebSockets
 //! and what is queued on each) and `support` (close codes, the refusal after a term, the
-//! committer for a mode, the store stand-in).
+//! committer for a mode, the store stand-in) and `threads` (a core on a thread of its own,
+//! with its sockets).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::{mem, sync::Arc};
 
-use axum::extract::ws::Utf8Bytes;
 use relay_core::{
     BatchId, CloseReason, ConnId, HttpResponse, Output, Relay, RelayStats, WsConnect,
 };
 use relay_push::{GoneTarget, PushWorker, Submitted};
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tracing::{debug, error, info, trace, warn};
 use wire::{ClientFrame, FrameError, ServerFrame, UnixMs, UserUuid, frames::GoawayFrame};
 
@@ -49,6 +50,7 @@ mod inputs;
 mod outputs;
 mod sockets;
 mod support;
+mod threads;
 mod upgrades;
 
 use answers::{Answers, Parked};
@@ -57,6 +59,7 @@ pub(super) use inputs::{Connected, CoreParts, Cores, Input, Outbound, Phase, Ter
 pub use outputs::{CrossingTransit, Transit};
 use sockets::{Farewell, Sent, Sockets};
 use support::{close_code, close_for, next_gone, not_leader_response, pipeline_for};
+pub(super) use threads::CoreThread;
 
 /// Where the relay's push outputs go: the delivery worker ([`super::PushDelivery`]); gone
 /// reports come back to [`Core::run`].

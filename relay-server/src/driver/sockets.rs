@@ -9,10 +9,10 @@ use std::mem;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use axum::extract::ws::Utf8Bytes;
 use relay_core::ConnId;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::inputs::Outbound;
 use super::support::close_code;

@@ -20,6 +20,7 @@
 mod client;
 mod connector;
 mod endpoint;
+mod moved;
 mod networks;
 mod server;
 #[cfg(feature = "turmoil")]
@@ -36,6 +37,7 @@ pub use client::{
 pub use connector::TurmoilConnector;
 pub use connector::{Connector, TokioConnector};
 pub use endpoint::{Endpoint, EndpointError};
+pub use moved::{MovedTcp, ServedTcp};
 pub use networks::{
     IPV4_PREFIX, IPV6_PREFIX, MIN_IPV4_PREFIX, MIN_IPV6_PREFIX, Network as IpNetwork,
     NetworkPrefixes, PrefixError,

@@ -176,7 +176,7 @@ impl ConnectionCounter {
 /// One admitted connection; dropping it (with the socket, also after an upgrade) frees its
 /// place.
 #[derive(Debug)]
-struct ConnGuard {
+pub(super) struct ConnGuard {
     counter: ConnectionCounter,
     ip: IpNetwork,
 }
@@ -202,9 +202,9 @@ impl Drop for ConnGuard {
 
 /// A socket that carries its [`ConnGuard`]: the place is freed when the socket is dropped,
 /// whoever holds it then (hyper, or the WebSocket task after an upgrade).
-struct Guarded<I> {
-    io: I,
-    _guard: ConnGuard,
+pub(super) struct Guarded<I> {
+    pub(super) io: I,
+    pub(super) _guard: ConnGuard,
 }
 
 impl<I: AsyncRead + Unpin> AsyncRead for Guarded<I> {

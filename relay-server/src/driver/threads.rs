@@ -1,0 +1,65 @@
+//! Cores on threads of their own (thread per core): each core of a server that runs them so
+//! gets a current-thread tokio runtime on a thread named after its shard; the core task runs
+//! there, and so do its sockets' tasks (their connections move there after the upgrade,
+//! `ws`), so that a frame read from a socket, the core's handling of it and the frames it
+//! writes to sockets of the same core cross no thread. Commits and reads ahead stay on the
+//! committer's and readers' threads.
+
+use std::future::Future;
+use std::io;
+
+use tokio::runtime::{Builder, Handle, Runtime};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tracing::error;
+
+/// The runtime of one core's thread, built before the core is, so that its sockets can be
+/// sent there from the start ([`CoreThread::home`]).
+pub(crate) struct CoreThread {
+    shard: usize,
+    runtime: Runtime,
+}
+
+impl CoreThread {
+    /// The runtime for the core of `shard` (not running yet).
+    pub(crate) fn new(shard: usize) -> io::Result<Self> {
+        let runtime = Builder::new_current_thread()
+            .enable_all()
+            .thread_name(format!("relay-core-{shard}"))
+            .build()?;
+        Ok(Self { shard, runtime })
+    }
+
+    /// Where the core's tasks are spawned.
+    pub(crate) fn home(&self) -> Handle {
+        self.runtime.handle().clone()
+    }
+
+    /// Builds the core on its runtime (`make`, which may spawn tasks there) and runs it on a
+    /// thread of its own until it returns; the task returned (on the caller's runtime)
+    /// ends with it.
+    pub(crate) fn run<C, F>(self, make: C) -> io::Result<JoinHandle<()>>
+    where
+        C: FnOnce() -> F + Send + 'static,
+        F: Future,
+    {
+        let Self { shard, runtime } = self;
+        let (done, ended) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(format!("relay-core-{shard}"))
+            .spawn(move || {
+                let core = {
+                    let _entered = runtime.enter();
+                    make()
+                };
+                drop(runtime.block_on(core));
+                // Socket tasks still lingering on this runtime end with it.
+                let _ = done.send(());
+            })?;
+        Ok(tokio::spawn(async move {
+            if ended.await.is_err() {
+                error!(shard, "a relay core thread ended abnormally");
+            }
+        }))
+    }
+}
