@@ -184,7 +184,7 @@ pub(crate) struct Args {
           default_value_t = relay_server::READ_THREADS, help_heading = STORE)]
     pub(crate) read_threads: usize,
 
-    /// Shards of the relay: its accounts are spread over N relay cores (tasks) over the one
+    /// Shards of the relay: its accounts are spread over N relay cores (see --core-threads) over the one
     /// store, each the only owner of its shard's state, with what crosses between shards
     /// handed over exactly once (ARCHITECTURE "Running N active relays"). 1 is an unsharded
     /// relay. With --memory and --data; a --postgres relay runs one.

@@ -576,17 +576,7 @@ impl RelayServer {
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..relays.len())
             .map(|_| mpsc::channel(INPUT_QUEUE_CAPACITY))
             .unzip();
-        let threads = match self.core_threads {
-            true => (0..relays.len())
-                .map(CoreThread::new)
-                .collect::<io::Result<_>>()?,
-            false => Vec::new(),
-        };
-        let mut cores = Cores::new(map, senders);
-        if self.core_threads {
-            cores = cores.with_homes(threads.iter().map(CoreThread::home).collect());
-        }
-        let mut threads = threads.into_iter();
+        let (cores, mut threads) = CoreThread::for_cores(self.core_threads, map, senders)?;
         let store_down = Arc::new(AtomicBool::new(false));
         phase.send_replace(Phase::Active {
             inputs: cores.clone(),
@@ -609,12 +599,8 @@ impl RelayServer {
                 .push
                 .as_ref()
                 .map(|PushSink(worker)| PushSink(worker.clone()));
-            let (ctx, store_down, stop, gone) = (
-                ctx.clone(),
-                Arc::clone(&store_down),
-                stop.clone(),
-                gone.take(),
-            );
+            let (ctx, store_down) = (ctx.clone(), Arc::clone(&store_down));
+            let (stop, gone) = (stop.clone(), gone.take());
             let peers = sharded.then(|| (Arc::clone(&peers), self.transit.clone()));
             // Built where it runs: on its thread's runtime, if it has one.
             let run = move || {
@@ -625,12 +611,7 @@ impl RelayServer {
                 };
                 core.run(inputs, stop, gone)
             };
-            tasks.push(match threads.next() {
-                Some(thread) => thread.run(run)?,
-                None => tokio::spawn(async move {
-                    run().await;
-                }),
-            });
+            tasks.push(CoreThread::spawn(threads.next(), run)?);
         }
         Ok(tokio::spawn(async move {
             for task in tasks {

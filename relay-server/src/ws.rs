@@ -78,33 +78,9 @@ pub(super) async fn upgrade(
             "this connection cannot be upgraded to a WebSocket (HTTP/1.1 is needed)",
         ));
     };
-    let headers = request.headers();
-    #[allow(
-        clippy::needless_update,
-        reason = "relay-core is growing: new WsConnect fields keep their defaults here"
-    )]
-    let ws = WsConnect {
-        query: query.unwrap_or_default(),
-        protocol: headers
-            .get(header::SEC_WEBSOCKET_PROTOCOL)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-        ..WsConnect::default()
-    };
-    // The inputs of the core serving its account now: this socket belongs to its term, and
-    // ends with it.
-    let Some(cores) = app.cores() else {
-        return app.refusal();
-    };
-    let (inputs, home) = cores.for_upgrade(&ws.query);
-    let (reply, answer) = oneshot::channel();
-    if inputs.send(Input::Connect { ws, reply }).await.is_err() {
-        return app.refusal();
-    }
-    let connected = match answer.await {
-        Ok(Ok(connected)) => connected,
-        Ok(Err(refusal)) => return relay_response(refusal),
-        Err(_) => return app.refusal(),
+    let (connected, inputs, home) = match authenticate(&app, query, request.headers()).await {
+        Ok(accepted) => accepted,
+        Err(refusal) => return refusal,
     };
     let guard = DisconnectGuard {
         conn: connected.conn,
@@ -132,6 +108,50 @@ pub(super) async fn upgrade(
     };
     tokio::spawn(upgraded.instrument(span));
     response
+}
+
+/// Asks the core of the account the query names to authenticate the upgrade: the accepted
+/// connection, that core's inputs and its thread's runtime, or the refusal.
+async fn authenticate(
+    app: &App,
+    query: Option<String>,
+    headers: &HeaderMap,
+) -> Result<
+    (
+        Connected,
+        mpsc::Sender<Input>,
+        Option<tokio::runtime::Handle>,
+    ),
+    Response,
+> {
+    #[allow(
+        clippy::needless_update,
+        reason = "relay-core is growing: new WsConnect fields keep their defaults here"
+    )]
+    let ws = WsConnect {
+        query: query.unwrap_or_default(),
+        protocol: headers
+            .get(header::SEC_WEBSOCKET_PROTOCOL)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        ..WsConnect::default()
+    };
+    // The inputs of the core serving its account now: this socket belongs to its term, and
+    // ends with it.
+    let Some(cores) = app.cores() else {
+        return Err(app.refusal());
+    };
+    let (inputs, home) = cores.for_upgrade(&ws.query);
+    let (reply, answer) = oneshot::channel();
+    if inputs.send(Input::Connect { ws, reply }).await.is_err() {
+        return Err(app.refusal());
+    }
+    let connected = match answer.await {
+        Ok(Ok(connected)) => connected,
+        Ok(Err(refusal)) => return Err(relay_response(refusal)),
+        Err(_) => return Err(app.refusal()),
+    };
+    Ok((connected, inputs, home))
 }
 
 /// The checks of an upgrade's handshake (RFC 6455 §4.2.1; the method is the router's):

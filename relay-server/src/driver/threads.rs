@@ -8,10 +8,13 @@
 use std::future::Future;
 use std::io;
 
+use relay_core::handoff::ShardMap;
 use tokio::runtime::{Builder, Handle, Runtime};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::error;
+
+use super::{Cores, Input};
 
 /// The runtime of one core's thread, built before the core is, so that its sockets can be
 /// sent there from the start ([`CoreThread::home`]).
@@ -28,6 +31,41 @@ impl CoreThread {
             .thread_name(format!("relay-core-{shard}"))
             .build()?;
         Ok(Self { shard, runtime })
+    }
+
+    /// The inputs of the cores of `map` (`senders`, in shard order), and with `threads` a
+    /// thread for each, in the same order, which the inputs name as its core's home.
+    pub(crate) fn for_cores(
+        threads: bool,
+        map: ShardMap,
+        senders: Vec<mpsc::Sender<Input>>,
+    ) -> io::Result<(Cores, std::vec::IntoIter<Self>)> {
+        if !threads {
+            return Ok((Cores::new(map, senders), Vec::new().into_iter()));
+        }
+        let threads = (0..senders.len())
+            .map(Self::new)
+            .collect::<io::Result<Vec<_>>>()?;
+        let homes = threads.iter().map(Self::home).collect();
+        Ok((
+            Cores::new(map, senders).with_homes(homes),
+            threads.into_iter(),
+        ))
+    }
+
+    /// Runs the core `make` builds on `thread` ([`CoreThread::run`]), or as a task on the
+    /// caller's runtime without one.
+    pub(crate) fn spawn<C, F>(thread: Option<Self>, make: C) -> io::Result<JoinHandle<()>>
+    where
+        C: FnOnce() -> F + Send + 'static,
+        F: Future + Send + 'static,
+    {
+        match thread {
+            Some(thread) => thread.run(make),
+            None => Ok(tokio::spawn(async move {
+                make().await;
+            })),
+        }
     }
 
     /// Where the core's tasks are spawned.
