@@ -38,11 +38,13 @@ async fn whole_suite_passes(relay: embedded::EmbeddedRelay, label: &str) {
 }
 
 /// The whole suite against a sharded relay: three relay cores over one store, each the owner
-/// of its shard's accounts (`relay --shards 3`). What a client sees is the unsharded relay's.
+/// of its shard's accounts and on a thread of its own with its sockets (`relay --shards 3`,
+/// thread per core as the binary runs it). What a client sees is the unsharded relay's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suite_passes_against_a_sharded_embedded_relay_on_loopback() {
     let options = relay_server::embedded::TestRelayOptions {
         shards: 3,
+        core_threads: true,
         ..Default::default()
     };
     let relay = relay_server::embedded::start_test_relay::<seam::net::Tokio>(options)

@@ -103,6 +103,9 @@ pub struct TestRelayOptions {
     pub web_push: bool,
     /// Relay cores, one per shard ([`RelayServer::sharded`]; default 1).
     pub shards: u16,
+    /// Each core on a thread of its own with its sockets
+    /// ([`RelayServer::with_core_threads`]; tokio networks only; default off).
+    pub core_threads: bool,
 }
 
 impl fmt::Debug for TestRelayOptions {
@@ -118,6 +121,8 @@ impl fmt::Debug for TestRelayOptions {
             .field("msgs_per_min_per_user", &self.msgs_per_min_per_user)
             .field("clock", &self.clock)
             .field("web_push", &self.web_push)
+            .field("shards", &self.shards)
+            .field("core_threads", &self.core_threads)
             .finish_non_exhaustive()
     }
 }
@@ -134,6 +139,7 @@ impl Default for TestRelayOptions {
             clock: TestClock::System,
             web_push: true,
             shards: 1,
+            core_threads: false,
         }
     }
 }
@@ -206,6 +212,9 @@ pub fn test_relay_server_with(options: &TestRelayOptions, config: Config) -> Rel
     .with_test_mode();
     if let Some(push) = options.push_delivery() {
         server = server.with_push(push);
+    }
+    if options.core_threads {
+        server = server.with_core_threads();
     }
     server.clock = clock;
     server
