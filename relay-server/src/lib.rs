@@ -588,7 +588,10 @@ impl RelayServer {
         // One core takes the push worker's gone reports; with several, a task hands each to
         // its user's core.
         let (mut gone, routed) = match (parts.gone, sharded) {
-            (Some(gone), true) => (None, Some(tokio::spawn(route_gone(gone, cores.clone())))),
+            (Some(gone), true) => (
+                None,
+                Some(tokio::spawn(route_gone(gone, map, peers.clone()))),
+            ),
             (gone, _) => (gone, None),
         };
         drop(cores);
@@ -668,10 +671,19 @@ impl RelayServer {
 }
 
 /// Hands each of the push worker's gone reports to the core of its user's shard (a sharded
-/// server's); ends when the worker does.
-async fn route_gone(mut gone: mpsc::Receiver<relay_push::GoneTarget>, cores: Cores) {
+/// server's); ends when the worker does or a core has stopped. Holds the cores' inputs
+/// weakly, as the cores hold each other's.
+async fn route_gone(
+    mut gone: mpsc::Receiver<relay_push::GoneTarget>,
+    map: ShardMap,
+    cores: driver::Peers,
+) {
     while let Some(report) = gone.recv().await {
-        let core = cores.for_user(&report.user);
+        // Weak: a core still stops once the handlers and sockets dropped its inputs.
+        let shard = usize::from(map.of_user(&report.user).0);
+        let Some(core) = cores.get(shard).and_then(mpsc::WeakSender::upgrade) else {
+            break;
+        };
         if core.send(Input::Gone(report)).await.is_err() {
             break;
         }

@@ -793,3 +793,27 @@ async fn thread_per_core_relay_on_loopback_sockets() {
         );
     }
 }
+
+/// A sharded server with push delivery stops as soon as it is asked, on the shared runtime
+/// and with its cores on threads: nothing the server keeps (the task that routes the push
+/// worker's gone reports to their users' cores) holds a core's inputs, which would keep the
+/// cores waiting until the drain deadline (10 s).
+#[tokio::test]
+async fn a_sharded_server_with_push_stops_without_waiting_for_the_drain_deadline() {
+    for core_threads in [false, true] {
+        let options = relay_server::embedded::TestRelayOptions {
+            shards: 2,
+            core_threads,
+            web_push: true,
+            ..Default::default()
+        };
+        let relay = relay_server::embedded::start_test_relay::<Tokio>(options)
+            .await
+            .unwrap();
+        let stopped = tokio::time::timeout(Duration::from_secs(3), relay.stop()).await;
+        assert!(
+            stopped.is_ok(),
+            "core threads {core_threads}: not stopped within 3 s"
+        );
+    }
+}

@@ -161,11 +161,6 @@ impl Cores {
         (self.at(shard), home)
     }
 
-    /// The core of `user`'s shard.
-    pub(crate) fn for_user(&self, user: &UserUuid) -> mpsc::Sender<Input> {
-        self.at(self.map.of_user(user))
-    }
-
     /// Every core, in shard order.
     pub(crate) fn all(&self) -> &[mpsc::Sender<Input>] {
         &self.inputs
