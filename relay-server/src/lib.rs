@@ -568,10 +568,7 @@ impl RelayServer {
             relays.push((open().map_err(io::Error::other)?, open));
         }
         let map = relays[0].0.config().shard.map();
-        if let Some(metrics) = &self.metrics {
-            metrics.set_queued_bytes_limit(relays[0].0.config().max_offline_queue_bytes_total);
-            metrics.leading(None);
-        }
+        self.metrics_single(relays[0].0.config());
         let parts = self.start_push::<N>();
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..relays.len())
             .map(|_| mpsc::channel(INPUT_QUEUE_CAPACITY))
@@ -606,8 +603,10 @@ impl RelayServer {
             let (stop, gone) = (stop.clone(), gone.take());
             let peers = sharded.then(|| (Arc::clone(&peers), self.transit.clone()));
             // Built where it runs: on its thread's runtime, if it has one.
-            let run = move || {
-                let core = ctx.core(relay, open, push, store_down, None);
+            let run = move |own_thread: bool| {
+                let core = ctx
+                    .core(relay, open, push, store_down, None)
+                    .with_sockets_on_its_thread(own_thread);
                 let core = match peers {
                     Some((peers, transit)) => core.with_peers(peers, transit),
                     None => core,
@@ -626,6 +625,15 @@ impl RelayServer {
                 routed.abort();
             }
         }))
+    }
+
+    /// Has the metrics (if on) say a single server's queued-bytes limit and that it leads
+    /// without a term.
+    fn metrics_single(&self, config: &Config) {
+        if let Some(metrics) = &self.metrics {
+            metrics.set_queued_bytes_limit(config.max_offline_queue_bytes_total);
+            metrics.leading(None);
+        }
     }
 
     /// A campaigning server: starts push delivery and spawns the [`Supervisor`], which serves

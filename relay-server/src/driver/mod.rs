@@ -86,6 +86,9 @@ pub(super) struct Core {
     /// No input arrived during the last commit: the load is light, and a commit thread's next
     /// batch may be committed on this task ([`Committer::submit`]).
     quiet: bool,
+    /// The core's thread also serves its sockets ([`CoreThread`]): a commit on this task
+    /// would hold every one of them for its length, so none is, however light the load.
+    sockets_on_thread: bool,
     /// An input arrived while a batch was in flight (reset when none is).
     arrived_in_flight: bool,
     /// The answers of every sealed batch whose commit is not reported yet, oldest first (as
@@ -155,6 +158,7 @@ impl Core {
             parked: Parked::default(),
             open_inputs: 0,
             quiet: true,
+            sockets_on_thread: false,
             arrived_in_flight: false,
             waiting: VecDeque::new(),
             clock,
@@ -173,6 +177,13 @@ impl Core {
             peers: None,
             transit: None,
         }
+    }
+
+    /// `on`: runs on a thread of its own that also serves its sockets ([`CoreThread`]), and
+    /// never commits on its task (see [`Core::sockets_on_thread`]).
+    pub(super) fn with_sockets_on_its_thread(mut self, on: bool) -> Self {
+        self.sockets_on_thread = on;
+        self
     }
 
     /// Sends what the relay emits for other shards to their cores, `peers` (a sharded
@@ -426,7 +437,7 @@ impl Core {
             || self.committer.in_flight() == 0
             || self.open_inputs >= MAX_BATCH_INPUTS;
         if self.relay.is_failed() || (due && self.committer.has_room()) {
-            let quiet = self.quiet && inputs.is_empty();
+            let quiet = self.quiet && inputs.is_empty() && !self.sockets_on_thread;
             if self.seal_as(quiet) {
                 // Committed here: what arrived meanwhile waits in the queue.
                 self.quiet = inputs.is_empty();

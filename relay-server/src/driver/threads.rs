@@ -54,16 +54,16 @@ impl CoreThread {
     }
 
     /// Runs the core `make` builds on `thread` ([`CoreThread::run`]), or as a task on the
-    /// caller's runtime without one.
+    /// caller's runtime without one; `make` is told which (`true`: on a thread of its own).
     pub(crate) fn spawn<C, F>(thread: Option<Self>, make: C) -> io::Result<JoinHandle<()>>
     where
-        C: FnOnce() -> F + Send + 'static,
+        C: FnOnce(bool) -> F + Send + 'static,
         F: Future + Send + 'static,
     {
         match thread {
-            Some(thread) => thread.run(make),
+            Some(thread) => thread.run(move || make(true)),
             None => Ok(tokio::spawn(async move {
-                make().await;
+                make(false).await;
             })),
         }
     }
