@@ -25,7 +25,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 mod common;
-use common::{FromAddr, account, befriend, client, connect};
+use common::{Account, FromAddr, account, befriend, client, connect};
 
 struct Running {
     addr: SocketAddr,
@@ -195,16 +195,13 @@ async fn a_clients_close_is_answered_with_its_code() {
     r.stop().await;
 }
 
-/// A client that stops reading (and sending) while its buffers still absorb what the relay
-/// writes is closed at the write deadline, not at the 90 s idle timeout; a client that keeps
-/// reading is not.
-#[tokio::test]
-async fn a_quietly_stuck_reader_is_closed_at_the_write_deadline() {
-    const DEADLINE_MS: u64 = 500;
+/// A server whose write deadline is `deadline_ms`, with two friends on it (from two addresses)
+/// and their conversation.
+async fn friends_with_deadline(deadline_ms: u64) -> (Running, Account, Account, String) {
     let r = start(server(
         Config::default(),
         ServeLimits {
-            write_deadline_ms: DEADLINE_MS,
+            write_deadline_ms: deadline_ms,
             ..ServeLimits::default()
         },
     ))
@@ -212,6 +209,16 @@ async fn a_quietly_stuck_reader_is_closed_at_the_write_deadline() {
     let a = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 1)), 1).await;
     let b = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 2)), 2).await;
     let conv = befriend(r.addr, &a, &b).await;
+    (r, a, b, conv)
+}
+
+/// A client that stops reading (and sending) while its buffers still absorb what the relay
+/// writes is closed at the write deadline, not at the 90 s idle timeout; a client that keeps
+/// reading is not.
+#[tokio::test]
+async fn a_quietly_stuck_reader_is_closed_at_the_write_deadline() {
+    const DEADLINE_MS: u64 = 500;
+    let (r, a, b, conv) = friends_with_deadline(DEADLINE_MS).await;
     let (stuck, _) = connect(r.addr, &b).await;
     let (mut ws, _) = connect(r.addr, &a).await;
     assert!(wait_open(&r.connections, 2, Duration::from_secs(5)).await);
@@ -300,22 +307,11 @@ fn msg(n: usize, to: &str, conv: &str) -> Message {
 }
 
 /// A client that read and answered pings, then stopped reading, is found by the next ping that
-/// rides with a write (once the gap after the last one has passed, if there is one): closed
-/// within the gap and the deadline.
+/// rides with a write: closed at the write deadline.
 #[tokio::test]
-async fn a_reader_that_stops_midway_is_closed_within_the_gap_and_the_deadline() {
+async fn a_reader_that_stops_midway_is_closed_at_the_write_deadline() {
     const DEADLINE_MS: u64 = 400;
-    let r = start(server(
-        Config::default(),
-        ServeLimits {
-            write_deadline_ms: DEADLINE_MS,
-            ..ServeLimits::default()
-        },
-    ))
-    .await;
-    let a = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 1)), 1).await;
-    let b = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 2)), 2).await;
-    let conv = befriend(r.addr, &a, &b).await;
+    let (r, a, b, conv) = friends_with_deadline(DEADLINE_MS).await;
     let (mut stops, _) = connect(r.addr, &b).await;
     let (mut ws, _) = connect(r.addr, &a).await;
     assert!(wait_open(&r.connections, 2, Duration::from_secs(5)).await);
@@ -348,8 +344,7 @@ async fn a_reader_that_stops_midway_is_closed_within_the_gap_and_the_deadline() 
         stopped.elapsed()
     );
     let took = stopped.elapsed();
-    // At most the gap (the deadline here) after the last ping, then the deadline: a margin
-    // of two more for a loaded machine.
+    // The deadline after the next write's ping, with a margin for a loaded machine.
     assert!(
         took < Duration::from_millis(DEADLINE_MS * 4),
         "closed after {took:?}"

@@ -751,13 +751,7 @@ async fn sharded_relay_on_loopback_sockets() {
     // on the core that also decides registrations.
     let mut placements = Vec::new();
     for shards in [2, 5, 7, 8] {
-        let server = RelayServer::in_memory_sharded(
-            shards,
-            config(),
-            SEED,
-            MemoryStore::new(),
-            MemoryBlobStore::new(),
-        );
+        let server = sharded_server(shards);
         let users = scenario_and_shutdown_on_loopback(server, &format!("{shards} shards")).await;
         let map = relay_core::handoff::ShardMap::new(shards).unwrap();
         placements.push(users.map(|u| map.of_user(&wire::UserUuid::parse(&u).unwrap()).0));
@@ -769,20 +763,24 @@ async fn sharded_relay_on_loopback_sockets() {
     );
 }
 
+/// The test server (memory stores) on `shards` cores.
+fn sharded_server(shards: u16) -> RelayServer {
+    RelayServer::in_memory_sharded(
+        shards,
+        config(),
+        SEED,
+        MemoryStore::new(),
+        MemoryBlobStore::new(),
+    )
+}
+
 /// The same scenario with each core on a thread of its own (thread per core): every socket
 /// moves to its core's thread after its upgrade and is served there, through the shutdown's
 /// GOAWAY; on one core and on three.
 #[tokio::test]
 async fn thread_per_core_relay_on_loopback_sockets() {
     for shards in [1, 3] {
-        let server = RelayServer::in_memory_sharded(
-            shards,
-            config(),
-            SEED,
-            MemoryStore::new(),
-            MemoryBlobStore::new(),
-        )
-        .with_core_threads();
+        let server = sharded_server(shards).with_core_threads();
         let moved = server.sockets_on_core_threads();
         let label = format!("{shards} core threads");
         scenario_and_shutdown_on_loopback(server, &label).await;
