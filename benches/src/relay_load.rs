@@ -42,7 +42,7 @@ use seam::net::{
 use serde_json::{Value, json};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{Barrier, mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use wire::{ServerFrame, UnixMs};
 
 use crate::{quantile, wall_now};
@@ -684,7 +684,7 @@ async fn run_pairs(
     cfg: &RelayLoadConfig,
 ) -> Result<Vec<PairRun>, RelayLoadError> {
     let barrier = Arc::new(Barrier::new(pairs.len()));
-    let mut tasks = Vec::with_capacity(pairs.len());
+    let mut settled = JoinSet::new();
     for (index, pair) in pairs.into_iter().enumerate() {
         let (tx, rx) = mpsc::unbounded_channel();
         let Pair { a, b, conv } = pair;
@@ -715,30 +715,70 @@ async fn run_pairs(
         } else {
             tokio::spawn(sender(side))
         };
-        tasks.push((send, recv));
+        settled.spawn(PairTasks { send, recv }.settle());
     }
-    let mut runs = Vec::with_capacity(tasks.len());
-    for (send, recv) in tasks {
-        match send.await? {
-            Ok(run) => runs.push(run),
-            // The sender only sees that its recipient stopped; the recipient knows why.
-            Err(e) => {
-                recv.await??;
-                return Err(e);
-            }
-        }
-        recv.await??;
+    // The first pair that fails ends the run with its error (dropping the set aborts the
+    // others): its partners wait at the barrier or for frames that never come, so waiting
+    // for the pairs in order would only show the run's deadline.
+    let mut runs = Vec::with_capacity(settled.len());
+    while let Some(run) = settled.join_next().await {
+        runs.push(run??);
     }
     Ok(runs)
 }
+
+/// A pair's two tasks, aborted when dropped (a run that failed leaves none behind).
+struct PairTasks {
+    send: JoinHandle<Result<PairRun, RelayLoadError>>,
+    recv: JoinHandle<Result<(), RelayLoadError>>,
+}
+
+impl PairTasks {
+    /// The pair's run once both sides are done, or the first error of either: the
+    /// recipient's when both failed (the sender only sees that its recipient stopped; the
+    /// recipient knows why).
+    async fn settle(mut self) -> Result<PairRun, RelayLoadError> {
+        tokio::select! {
+            recv = &mut self.recv => {
+                recv??;
+                (&mut self.send).await?
+            }
+            send = &mut self.send => match send? {
+                Ok(run) => {
+                    (&mut self.recv).await??;
+                    Ok(run)
+                }
+                Err(e) => match tokio::time::timeout(RECIPIENT_GRACE, &mut self.recv).await {
+                    Ok(Ok(Err(why))) => Err(why),
+                    _ => Err(e),
+                },
+            },
+        }
+    }
+}
+
+impl Drop for PairTasks {
+    fn drop(&mut self) {
+        self.send.abort();
+        self.recv.abort();
+    }
+}
+
+/// How long a failed sender's recipient has to report why it stopped.
+const RECIPIENT_GRACE: Duration = Duration::from_secs(1);
 
 /// Reads server frames until the `ack` of `id`; receipts routed back to the sender are skipped.
 async fn read_ack(ws: &mut RelayWs, id: &str) -> Result<(), RelayLoadError> {
     loop {
         match next_frame(ws).await? {
             ServerFrame::Ack(a) if a.id.as_str() == id => return Ok(()),
-            ServerFrame::Delivered(_) | ServerFrame::Read(_) => {}
-            other => return Err(protocol(format!("sender waiting for ack {id}: {other:?}"))),
+            other @ (ServerFrame::Ack(_) | ServerFrame::Error(_) | ServerFrame::Goaway(_)) => {
+                return Err(protocol(format!("sender waiting for ack {id}: {other:?}")));
+            }
+            // Receipts, and notifications a client takes in passing: a `friend_accepted`
+            // can come after the connect that follows the acceptance when the two accounts
+            // live on different shards.
+            _ => {}
         }
     }
 }
@@ -890,8 +930,11 @@ async fn receiver(
         let m = loop {
             match next_frame(&mut peer.ws).await? {
                 ServerFrame::Msg(m) => break m,
-                ServerFrame::Ack(_) => {}
-                other => return Err(protocol(format!("recipient: {other:?}"))),
+                other @ (ServerFrame::Error(_) | ServerFrame::Goaway(_)) => {
+                    return Err(protocol(format!("recipient: {other:?}")));
+                }
+                // As the sender's (`read_ack`).
+                _ => {}
             }
         };
         let at = wall_now();

@@ -80,6 +80,7 @@ pub(super) async fn upgrade(
     let guard = DisconnectGuard {
         conn: connected.conn,
         inputs: inputs.clone(),
+        slow: false,
     };
     let response = switching_protocols(&accept, connected.subprotocol);
     let span = info_span!("ws", conn = connected.conn.0, user = %connected.user);
@@ -262,7 +263,9 @@ impl Socket {
             timing,
             ..
         } = self;
-        run_socket(socket, connected, &inputs, timing).await;
+        let why = run_socket(socket, connected, &inputs, timing).await;
+        let mut guard = guard;
+        guard.slow = matches!(why, NOT_READING | PAST_DEADLINE);
         drop(guard);
     }
 }
@@ -272,11 +275,16 @@ impl Socket {
 struct DisconnectGuard {
     conn: ConnId,
     inputs: mpsc::Sender<Input>,
+    /// The socket task ended it for not reading ([`Input::Disconnect`]).
+    slow: bool,
 }
 
 impl Drop for DisconnectGuard {
     fn drop(&mut self) {
-        let input = Input::Disconnect { conn: self.conn };
+        let input = Input::Disconnect {
+            conn: self.conn,
+            slow: self.slow,
+        };
         match self.inputs.try_send(input) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
             Err(mpsc::error::TrySendError::Full(input)) => {
@@ -313,6 +321,8 @@ impl Drop for DisconnectGuard {
 /// A client's Close is answered with a Close echoing its code (RFC 6455 §5.5.1), then the
 /// relay closes the TCP connection.
 ///
+/// Returns why the socket ended.
+///
 /// [`ServeLimits::write_deadline_ms`]: seam::net::ServeLimits::write_deadline_ms
 /// [`ServeLimits::ws_ping_interval_ms`]: seam::net::ServeLimits::ws_ping_interval_ms
 async fn run_socket<S: AsyncRead + AsyncWrite + Unpin>(
@@ -320,7 +330,7 @@ async fn run_socket<S: AsyncRead + AsyncWrite + Unpin>(
     connected: Connected,
     inputs: &mpsc::Sender<Input>,
     timing: Timing,
-) {
+) -> &'static str {
     let Connected {
         conn, mut outbound, ..
     } = connected;
@@ -360,7 +370,13 @@ async fn run_socket<S: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     info!(why, "websocket closed");
+    why
 }
+
+/// Why a socket task ended a client that answered no ping and sent nothing in time.
+const NOT_READING: &str = "not reading";
+/// Why a socket task ended a client whose write did not finish in time.
+const PAST_DEADLINE: &str = "write deadline passed";
 
 /// The deadline of an unanswered ping.
 type Unanswered = std::pin::Pin<Box<tokio::time::Sleep>>;
@@ -454,7 +470,7 @@ async fn not_reading<S: AsyncRead + AsyncWrite + Unpin>(
     // Said once, briefly: a client that does not read will not see it.
     let linger = Duration::from_millis(CLOSE_LINGER_MS);
     let _ = send_within(socket, close(CLOSE_TRY_AGAIN_LATER, "not reading"), linger).await;
-    "not reading"
+    NOT_READING
 }
 
 /// What the client sent: frames are decoded and handed to the core, a pong clears the
@@ -563,7 +579,7 @@ async fn write_batch<S: AsyncRead + AsyncWrite + Unpin>(
                 deadline_ms = deadline.as_millis(),
                 "write deadline passed: the client is not reading"
             );
-            Err("write deadline passed")
+            Err(PAST_DEADLINE)
         }
     }
 }
@@ -607,7 +623,7 @@ async fn send_within<S: AsyncRead + AsyncWrite + Unpin>(
                 deadline_ms = deadline.as_millis(),
                 "write deadline passed: the client is not reading"
             );
-            Err("write deadline passed")
+            Err(PAST_DEADLINE)
         }
     }
 }

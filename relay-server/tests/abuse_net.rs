@@ -15,6 +15,7 @@ use futures_util::{SinkExt as _, StreamExt as _};
 use relay_core::{Config, MemoryBlobStore, store::MemoryStore};
 use relay_push::dns::{BoxFuture, Resolve, StaticResolver};
 use relay_server::RelayServer;
+use relay_server::metrics::Metrics;
 use seam::net::{ConnectionCounter, Listener as _, Network, ServeLimits, Tokio};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -30,6 +31,8 @@ use common::{Account, FromAddr, account, befriend, client, connect};
 struct Running {
     addr: SocketAddr,
     connections: ConnectionCounter,
+    /// What the server counts (attached by [`start`]).
+    metrics: Metrics,
     stop: Arc<Notify>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -47,6 +50,8 @@ async fn start(server: RelayServer) -> Running {
         .unwrap();
     let addr = listener.local_addr().unwrap();
     let connections = server.connections();
+    let metrics = Metrics::new();
+    let server = server.with_metrics(metrics.clone());
     let stop = Arc::new(Notify::new());
     let stopped = Arc::clone(&stop);
     let task = tokio::spawn(server.serve::<Tokio>(listener, async move {
@@ -55,6 +60,7 @@ async fn start(server: RelayServer) -> Running {
     Running {
         addr,
         connections,
+        metrics,
         stop,
         task,
     }
@@ -353,6 +359,18 @@ async fn a_reader_that_stops_midway_is_closed_at_the_write_deadline() {
         took >= Duration::from_millis(DEADLINE_MS),
         "closed after {took:?}, before the deadline"
     );
+    // Counted as the relay's close of a client too slow to read, not as a client gone.
+    let exposition = r.metrics.encode();
+    assert!(
+        exposition.contains(r#"relay_websocket_closes_total{reason="too_slow"} 1"#),
+        "{exposition}"
+    );
+    let client_gone = exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix(r#"relay_websocket_closes_total{reason="client_gone"} "#))
+        .map(|v| v.trim().parse::<f64>().unwrap())
+        .sum::<f64>();
+    assert!(client_gone == 0.0, "{exposition}");
     writer.abort();
     reader.abort();
     drop(stops);

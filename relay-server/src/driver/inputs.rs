@@ -24,8 +24,9 @@ pub(crate) enum Input {
         conn: ConnId,
         decoded: Result<ClientFrame, FrameError>,
     },
-    /// The socket ended (closed, failed, or its task was dropped).
-    Disconnect { conn: ConnId },
+    /// The socket ended (closed, failed, or its task was dropped); `slow`: the socket task
+    /// ended it because the client did not read in time (a write or a ping past its deadline).
+    Disconnect { conn: ConnId, slow: bool },
     /// Test mode only: move the clock forward by `ms`, fire due timers, answer the new now.
     AdvanceClock {
         ms: u64,
@@ -48,7 +49,7 @@ impl std::fmt::Debug for Input {
                 Ok(frame) => write!(f, "Frame({}, {})", conn.0, frame.frame_type()),
                 Err(e) => write!(f, "Frame({}, undecodable: {})", conn.0, e.code()),
             },
-            Self::Disconnect { conn } => write!(f, "Disconnect({})", conn.0),
+            Self::Disconnect { conn, slow } => write!(f, "Disconnect({}, slow: {slow})", conn.0),
             Self::AdvanceClock { ms, .. } => write!(f, "AdvanceClock({ms} ms)"),
             Self::Cross(c) => write!(f, "Cross(to shard {})", c.to().0),
             Self::Gone(g) => write!(f, "Gone({})", g.target.kind()),

@@ -569,12 +569,18 @@ impl Core {
                 }
                 self.relay.handle_decoded(now, conn, decoded);
             }
-            Input::Disconnect { conn } => {
-                // Still known: the socket ended without the relay closing it.
+            Input::Disconnect { conn, slow } => {
+                // Still known: the socket ended without the relay's core closing it: the
+                // client went, or its task found it not reading.
                 if self.sockets.forget(conn)
                     && let Some(metrics) = &self.metrics
                 {
-                    metrics.websocket_closed(CloseKind::ClientGone);
+                    let kind = if slow {
+                        CloseKind::TooSlow
+                    } else {
+                        CloseKind::ClientGone
+                    };
+                    metrics.websocket_closed(kind);
                 }
                 self.relay.handle_disconnect(now, conn);
             }
