@@ -196,9 +196,7 @@ pub(crate) struct Args {
     /// frame read from a socket, its handling and the frames it causes for sockets of the same
     /// shard cross no thread; commits and reads stay on their own threads. `false` runs the
     /// cores as tasks on the shared runtime. A --postgres relay's core is a task either way.
-    /// Off by default: with --data and --shards 2 or more, a run on loopback can stall (every
-    /// thread idle, a wake-up lost; not found yet).
-    #[arg(long, value_name = "BOOL", env = "RELAY_CORE_THREADS", default_value_t = false,
+    #[arg(long, value_name = "BOOL", env = "RELAY_CORE_THREADS", default_value_t = true,
           action = clap::ArgAction::Set,
           value_parser = clap::builder::BoolishValueParser::new(), help_heading = STORE)]
     pub(crate) core_threads: bool,
