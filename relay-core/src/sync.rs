@@ -30,6 +30,12 @@ use crate::shell::ConnId;
 use crate::store::StoreError;
 use crate::window::Window;
 
+/// Why a `sync` whose reads failed, or could not be done, is refused; the connection closes
+/// with it, so that the client (whichever it is) reconnects and syncs again rather than stay
+/// connected without its replay.
+pub(crate) const SYNC_UNREADABLE: &str =
+    "the relay could not read your queued messages; reconnect and sync again";
+
 /// The alias of each account a replay names (`None`: the account has none).
 type Aliases = BTreeMap<UserUuid, Option<AliasId>>;
 
@@ -47,7 +53,7 @@ impl Cx<'_> {
             self.send_error(
                 conn,
                 ErrorCode::STORAGE_UNAVAILABLE,
-                "the relay could not read your queued messages; reconnect and sync again",
+                SYNC_UNREADABLE,
                 Some("sync".into()),
                 None,
             );

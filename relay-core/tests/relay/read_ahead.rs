@@ -651,3 +651,53 @@ fn the_sweep_reads_a_pages_cold_queues_together() {
     let p = w.relay.prefetch();
     assert_eq!((p.reads_pending, p.rows_held_bytes), (0, 0));
 }
+
+/// A `sync` refused for a bound of prefetch closes its connection, as a sync whose reads
+/// failed does: a client left connected without its replay would get nothing queued until it
+/// reconnects (the reference clients do not send a `sync` again on an error). The bound here
+/// is the frames one connection may have waiting; a hub's queue written so often that its
+/// reads go stale past `MAX_READ_ROUNDS` is refused the same way. Reconnected, it syncs.
+#[test]
+fn a_sync_refused_while_frames_wait_closes_its_connection() {
+    use relay_core::CloseReason;
+    use relay_core::prefetch::MAX_PARKED_FRAMES_PER_CONN;
+
+    let config = fast_config();
+    let burst = config.frame_burst_per_conn as usize;
+    let (mut w, [_, mut b, ..], _, _) = restarted_with(config, 2, false);
+    let conn = w.connect(&mut b);
+    w.finish_reads();
+    w.sync(conn);
+    assert!(w.reads_waiting() > 0, "the sync waits for b's reads");
+    for _ in 0..burst + MAX_PARKED_FRAMES_PER_CONN {
+        w.send(conn, serde_json::json!({"type": "ping"}));
+    }
+    let refused = w.sync(conn);
+    let errors: Vec<_> = frames(&refused, conn)
+        .into_iter()
+        .filter_map(|f| match f {
+            ServerFrame::Error(e) => Some((e.error, e.ref_type)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        errors,
+        vec![(ErrorCode::RATE_LIMITED, Some("sync".to_owned()))],
+        "{refused:?}"
+    );
+    assert!(
+        refused.iter().any(|o| matches!(
+            o,
+            Output::Close { conn: c, reason: CloseReason::StorageUnavailable } if *c == conn
+        )),
+        "the connection is closed with the refusal: {refused:?}"
+    );
+    w.finish_reads();
+    assert!(!w.relay.is_connected(conn));
+    // Reconnected, it syncs: both messages arrive.
+    let conn = w.connect(&mut b);
+    w.finish_reads();
+    w.sync(conn);
+    let outs = w.finish_reads();
+    assert_eq!(msgs(&frames(&outs, conn)).len(), 2, "{outs:?}");
+}

@@ -148,6 +148,14 @@ impl Core {
             return true;
         }
         trace!(conn = conn.0, frame = frame.frame_type(), "frame out");
+        if let ServerFrame::Error(e) = &frame {
+            debug!(
+                conn = conn.0,
+                code = e.error.as_str(),
+                refused = e.ref_type.as_deref(),
+                "error frame out"
+            );
+        }
         if let Some(metrics) = &self.metrics {
             metrics.frame_sent(&frame);
         }
