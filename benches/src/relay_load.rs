@@ -739,6 +739,7 @@ impl PairTasks {
     /// recipient knows why).
     async fn settle(mut self) -> Result<PairRun, RelayLoadError> {
         tokio::select! {
+            biased;
             recv = &mut self.recv => {
                 recv??;
                 (&mut self.send).await?

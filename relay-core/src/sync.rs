@@ -30,12 +30,6 @@ use crate::shell::ConnId;
 use crate::store::StoreError;
 use crate::window::Window;
 
-/// Why a `sync` whose reads failed, or could not be done, is refused; the connection closes
-/// with it, so that the client (whichever it is) reconnects and syncs again rather than stay
-/// connected without its replay.
-pub(crate) const SYNC_UNREADABLE: &str =
-    "the relay could not read your queued messages; reconnect and sync again";
-
 /// The alias of each account a replay names (`None`: the account has none).
 type Aliases = BTreeMap<UserUuid, Option<AliasId>>;
 
@@ -50,14 +44,7 @@ impl Cx<'_> {
         // reads their next page ahead of need). So are the aliases the replay names.
         let Ok((convs, aliases)) = self.sync_reads(now, &user) else {
             // The replay cannot be complete: the client reconnects and syncs again.
-            self.send_error(
-                conn,
-                ErrorCode::STORAGE_UNAVAILABLE,
-                SYNC_UNREADABLE,
-                Some("sync".into()),
-                None,
-            );
-            return self.close_unreadable(conn);
+            return self.refuse_sync(conn, ErrorCode::STORAGE_UNAVAILABLE);
         };
         let Some(c) = self.sessions_mut().get_mut(conn) else {
             return;
@@ -89,6 +76,21 @@ impl Cx<'_> {
             }
         }
         self.pump(conn);
+    }
+
+    /// Refuses the `sync` of `conn` with `code` (`STORAGE_UNAVAILABLE`: its reads failed, or
+    /// could not be done; else a bound of the frames waiting for reads) and closes the
+    /// connection, so that the client (whichever it is: the reference clients never send a
+    /// `sync` again on an error) reconnects and syncs again rather than stay connected without
+    /// its replay.
+    pub(crate) fn refuse_sync(&mut self, conn: ConnId, code: ErrorCode) {
+        let words = if code == ErrorCode::STORAGE_UNAVAILABLE {
+            "the relay could not read your queued messages; reconnect and sync again"
+        } else {
+            "too many frames wait for the store on this connection; reconnect and sync again"
+        };
+        self.send_error(conn, code, words, Some("sync".into()), None);
+        self.close_unreadable(conn);
     }
 
     /// What a `sync` of `user` reads before it replays: its conversations (of each queue, its

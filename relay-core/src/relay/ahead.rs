@@ -11,7 +11,6 @@ use super::Relay;
 use crate::handoff::Crossing;
 use crate::prefetch::{ReadDone, ReadOp, ReadRequest, Reparked, Waiter, Work};
 use crate::shell::{ConnId, Output};
-use crate::sync::SYNC_UNREADABLE;
 
 impl Relay {
     /// Runs `frame` of `conn` against the rows read ahead. `Some`: it needs the read `op`
@@ -169,9 +168,7 @@ impl Relay {
 
     /// Refuses `frame` of `conn`, which cannot wait for its reads (a bound of
     /// `crate::prefetch`, which chose the code and counted the refusal's probe). A refused
-    /// `sync` closes the connection too, as one whose reads failed does (`crate::sync`): a
-    /// client left connected without its replay would get nothing queued until it
-    /// reconnects, and reference clients do not send a `sync` again on an error.
+    /// `sync` closes the connection too, as one whose reads failed does (`Cx::refuse_sync`).
     pub(super) fn refuse_waiting(
         &mut self,
         conn: ConnId,
@@ -181,30 +178,25 @@ impl Relay {
     ) {
         use wire::ClientFrame as F;
         self.stats.frames_refused_waiting += 1;
+        if matches!(frame, F::Sync(_)) {
+            probes::probe!("sync:refused-waiting");
+            self.prefetch.forget(Waiter::Conn(conn));
+            self.cx().refuse_sync(conn, code);
+            let _ = self.finish();
+            return;
+        }
         let id = match frame {
             F::Msg(m) => Some(m.id.to_string()),
             F::Retract(r) => Some(r.id.to_string()),
             _ => None,
         };
-        let sync = matches!(frame, F::Sync(_));
-        let unreadable = code == ErrorCode::STORAGE_UNAVAILABLE;
         let frame = ErrorFrame {
             error: code,
-            message: match (sync, unreadable) {
-                (true, true) => SYNC_UNREADABLE,
-                (true, false) => "too many frames wait for the store on this connection; reconnect and sync again",
-                (false, _) => words,
-            }
-            .into(),
+            message: words.into(),
             ref_type: Some(frame.frame_type().to_owned()),
             id,
         };
         self.cx().send(conn, ServerFrame::Error(frame));
-        if sync {
-            probes::probe!("sync:refused-waiting");
-            self.prefetch.forget(Waiter::Conn(conn));
-            self.cx().close_unreadable(conn);
-        }
         let _ = self.finish();
     }
 
