@@ -179,7 +179,6 @@ impl Relay {
         use wire::ClientFrame as F;
         self.stats.frames_refused_waiting += 1;
         if matches!(frame, F::Sync(_)) {
-            probes::probe!("sync:refused-waiting");
             self.prefetch.forget(Waiter::Conn(conn));
             self.cx().refuse_sync(conn, code);
             let _ = self.finish();
