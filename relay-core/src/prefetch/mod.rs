@@ -23,7 +23,10 @@
 //! * **A row read ahead is never stale when used.** A read is only asked for a row that is not
 //!   in memory, and a lazy row leaves memory only once every write to it is durable, so the
 //!   store already holds its newest value. What the relay writes to a row after asking for it
-//!   marks the read stale (`Prefetch::written`): a stale result is dropped and read again.
+//!   marks the read stale if it is not back yet (`Prefetch::written`): a stale result is
+//!   dropped and read again. Rows already back take the write in when they are one row or a
+//!   whole scan (they then answer what the store holds once the write is durable), and are
+//!   dropped otherwise (a bounded scan or page, whose bound the write may move).
 //! * **A failed read** answers one frame that waited for it, as an inline read failure does:
 //!   the documented `STORAGE_UNAVAILABLE` refusal and nothing else; any other frame that
 //!   waited for it reads again.
@@ -559,8 +562,22 @@ impl Prefetch {
         }
     }
 
+    /// A read not back yet that covers the row is stale; the rows back take the write in,
+    /// or are dropped ([`Ahead::written`]).
     fn written_row(&mut self, m: MutationRef<'_>) {
-        self.stale_covering(m.table(), m.key());
+        let (table, key, value) = match m {
+            MutationRef::Put { table, key, value }
+            | MutationRef::PutExpiring {
+                table, key, value, ..
+            } => (table, key, Some(value)),
+            MutationRef::Delete { table, key } => (table, key, None),
+            MutationRef::Expire { table, .. } => return self.stale_covering(table, None),
+        };
+        if !table.is_lazy() {
+            return;
+        }
+        self.stale_pending(table, Some(key));
+        self.ahead.written(table, key, value);
     }
 
     /// Rows of `table` under `prefix` that were in memory only left it: a read of them asked
@@ -578,12 +595,18 @@ impl Prefetch {
         if !table.is_lazy() {
             return;
         }
+        self.stale_pending(table, key);
+        self.ahead.drop_covering(table, key);
+    }
+
+    /// Reads not back yet that cover the row `key` of `table` (every row, for `None`) are
+    /// stale: they may have run before or after the write.
+    fn stale_pending(&mut self, table: Table, key: Option<&str>) {
         for p in self.pending.values_mut() {
             if p.op.covers(table, key) {
                 p.stale = true;
             }
         }
-        self.ahead.drop_covering(table, key);
     }
 
     /// What waits now (metrics).
@@ -670,10 +693,64 @@ mod tests {
             p.reader().answer(get("u1")),
             Ok(ReadValue::Row(Some(b"old".to_vec())))
         );
-        // A write after it came back drops the row: the frame's next attempt misses again.
+        // A write after it came back is taken in: the frame's next attempt reads it.
         written(&mut p, "u1");
-        assert!(p.reader().answer(get("u1")).is_err());
-        assert_eq!(p.take_miss(), Some(get("u1")));
+        assert_eq!(
+            p.reader().answer(get("u1")),
+            Ok(ReadValue::Row(Some(b"{}".to_vec())))
+        );
+        assert_eq!(p.take_miss(), None);
+    }
+
+    fn scan(prefix: &str, max: Option<usize>) -> ReadOp {
+        ReadOp::ScanPrefix {
+            table: Table::Accounts,
+            prefix: prefix.to_owned(),
+            max,
+        }
+    }
+
+    fn rows(keys: &[(&str, &[u8])]) -> ReadValue {
+        ReadValue::Rows(
+            keys.iter()
+                .map(|(k, v)| ((*k).to_owned(), v.to_vec()))
+                .collect(),
+        )
+    }
+
+    /// Rows back from a whole scan take the relay's writes in (puts in key order, deletes),
+    /// as the store will hold them; a bounded scan, whose bound a write may move, is dropped
+    /// and read again, and so is a row whose read failed.
+    #[test]
+    fn rows_back_take_writes_in_or_are_read_again() {
+        let mut p = Prefetch::default();
+        p.turn_on();
+        p.park_frame(ConnId(1), ping(), scan("p/", None));
+        p.park_frame(ConnId(2), ping(), scan("p/", Some(2)));
+        p.park_frame(ConnId(3), ping(), get("q"));
+        let reads: Vec<_> = std::iter::from_fn(|| p.poll_read()).collect();
+        assert_eq!(reads.len(), 3);
+        for r in &reads {
+            let result = match &r.op {
+                ReadOp::Get { .. } => Err(crate::store::StoreError::Backend("down".into())),
+                _ => Ok(rows(&[("p/a", b"1"), ("p/c", b"3")])),
+            };
+            p.complete(ReadDone { id: r.id, result });
+        }
+        let mut batch = Batch::new();
+        batch.put(Table::Accounts, "p/b", b"2");
+        batch.delete(Table::Accounts, "p/c");
+        batch.put(Table::Accounts, "p/a", b"one");
+        batch.put(Table::Accounts, "q", b"{}");
+        p.written(&batch);
+        assert_eq!(
+            p.reader().answer(scan("p/", None)),
+            Ok(rows(&[("p/a", b"one"), ("p/b", b"2")]))
+        );
+        assert!(p.reader().answer(scan("p/", Some(2))).is_err());
+        assert_eq!(p.take_miss(), Some(scan("p/", Some(2))));
+        assert!(p.reader().answer(get("q")).is_err());
+        assert_eq!(p.take_miss(), Some(get("q")));
     }
 
     #[test]

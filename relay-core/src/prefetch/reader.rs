@@ -31,6 +31,18 @@ fn rows_of(rows: &Rows, prefix: &str) -> std::ops::Range<usize> {
     start..start + len
 }
 
+/// Writes the row `key` (`value`: its new value; `None`: deleted) into `rows`, in key order.
+fn write_row(rows: &mut Rows, key: &str, value: Option<&[u8]>) {
+    match (rows.binary_search_by(|(k, _)| k.as_str().cmp(key)), value) {
+        (Ok(i), Some(v)) => v.clone_into(&mut rows[i].1),
+        (Ok(i), None) => {
+            rows.remove(i);
+        }
+        (Err(i), Some(v)) => rows.insert(i, (key.to_owned(), v.to_vec())),
+        (Err(_), None) => {}
+    }
+}
+
 /// A read's result, kept while frames that waited for it may run again.
 #[derive(Debug)]
 struct Held {
@@ -139,19 +151,61 @@ impl Ahead {
 
     /// Drops every row read that a write of `key` of `table` may have changed.
     pub(super) fn drop_covering(&mut self, table: Table, key: Option<&str>) {
-        let stale: Vec<ReadOp> = (self.rows.keys())
+        for op in self.covering(table, key) {
+            self.drop_one(&op, table, key);
+        }
+    }
+
+    /// The reads held that cover the row `key` of `table` (every row, for `None`).
+    fn covering(&self, table: Table, key: Option<&str>) -> Vec<ReadOp> {
+        (self.rows.keys())
             .filter(|op| op.covers(table, key))
             .cloned()
-            .collect();
-        for op in stale {
-            if let (ReadOp::ScanPrefixes { prefixes, .. }, Some(key)) = (&op, key)
-                && let Some(prefix) = super::read::covering_prefix(prefixes, key)
-            {
-                // Only that prefix's rows are stale: the others still answer their scans.
-                self.narrow(&op, table, prefix);
+            .collect()
+    }
+
+    /// Drops what `op` read that a write of `key` of `table` may have changed.
+    fn drop_one(&mut self, op: &ReadOp, table: Table, key: Option<&str>) {
+        if let (ReadOp::ScanPrefixes { prefixes, .. }, Some(key)) = (op, key)
+            && let Some(prefix) = super::read::covering_prefix(prefixes, key)
+        {
+            // Only that prefix's rows are stale: the others still answer their scans.
+            self.narrow(op, table, prefix);
+            return;
+        }
+        let _ = self.remove(op);
+    }
+
+    /// The relay wrote the row `key` of `table` (`value`: its new value; `None`: deleted).
+    /// A row read (`Get`) or a whole scan (`ScanPrefix` without a bound) that holds it takes
+    /// the write in, and so answers what the store holds once the write is durable (the read
+    /// was not stale when it came back, and only this shard writes its rows); any other read
+    /// that covers it (a bounded scan or page, whose bound the write may move; a failed read)
+    /// is dropped, to be read again. A hub's rows, written all the time, would otherwise be
+    /// read again and again by a frame that needs several reads.
+    pub(super) fn written(&mut self, table: Table, key: &str, value: Option<&[u8]>) {
+        for op in self.covering(table, Some(key)) {
+            let Some(held) = self.rows.get_mut(&op) else {
                 continue;
+            };
+            let before = held_bytes(held);
+            let taken = match (&op, &mut held.result) {
+                (ReadOp::Get { .. }, Ok(ReadValue::Row(row))) => {
+                    *row = value.map(<[u8]>::to_vec);
+                    true
+                }
+                (ReadOp::ScanPrefix { max: None, .. }, Ok(ReadValue::Rows(rows))) => {
+                    write_row(rows, key, value);
+                    true
+                }
+                _ => false,
+            };
+            if taken {
+                let after = held_bytes(held);
+                self.bytes = self.bytes - before + after;
+            } else {
+                self.drop_one(&op, table, Some(key));
             }
-            let _ = self.remove(&op);
         }
     }
 
