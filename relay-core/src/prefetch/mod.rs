@@ -732,7 +732,7 @@ mod tests {
         assert_eq!(reads.len(), 3);
         for r in &reads {
             let result = match &r.op {
-                ReadOp::Get { .. } => Err(crate::store::StoreError::Backend("down".into())),
+                ReadOp::Get { .. } => Err(StoreError::Backend("down".into())),
                 _ => Ok(rows(&[("p/a", b"1"), ("p/c", b"3")])),
             };
             p.complete(ReadDone { id: r.id, result });
