@@ -259,12 +259,11 @@ impl Socket {
         let Self {
             connected,
             inputs,
-            guard,
+            mut guard,
             timing,
             ..
         } = self;
         let why = run_socket(socket, connected, &inputs, timing).await;
-        let mut guard = guard;
         guard.slow = matches!(why, NOT_READING | PAST_DEADLINE);
         drop(guard);
     }
