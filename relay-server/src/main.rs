@@ -50,7 +50,7 @@ use anyhow::{Context as _, Result, bail};
 use relay_core::{
     Config, FsBlobStore, MemoryBlobStore, Relay,
     config::WebhookSecret,
-    store::{MemoryStore, SqliteStore, WriteTurns},
+    store::{MemoryStore, SqliteStore, WriteGroup},
 };
 use relay_pg::{CampaignOptions, KeyClaim, KeyFingerprint, KeyKind, PgConfig};
 use relay_push::VapidSubject;
@@ -453,10 +453,10 @@ fn sqlite_server(
     };
     config.jwt_signing_key = Some(jwt_key(args, dir, legacy)?);
     info!(store = %store_path.display(), shards = args.shards, "durable store");
-    // The cores commit to the one file in turn.
-    let turns = WriteTurns::default();
+    // The cores commit to the one file together (group commit).
+    let group = WriteGroup::default();
     Ok(RelayServer::sharded(args.shards, move |place| {
-        let store = SqliteStore::open_taking_turns(&store_path, turns.clone())?;
+        let store = SqliteStore::open_in_group(&store_path, group.clone())?;
         let blobs = FsBlobStore::open(&blob_dir)
             .map_err(|e| relay_core::store::StoreError::Backend(e.to_string()))?;
         let store = metered(metrics.as_ref(), store);

@@ -32,7 +32,7 @@ pub use batch::{Batch, Iter as BatchIter, MutationRef, RowKey};
 pub use memory::MemoryStore;
 #[cfg(any(test, feature = "test-suite"))]
 pub use memory::NullStore;
-pub use sqlite::{SCHEMA_VERSION, SqliteStore, WriteTurns};
+pub use sqlite::{SCHEMA_VERSION, SqliteStore, WriteGroup};
 
 /// The logical tables of the relay. Adding a table is additive (new SQL table, no migration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

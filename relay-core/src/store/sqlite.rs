@@ -6,11 +6,14 @@
 //! ([`StoreRead`]) go through a second, read-only connection: in WAL mode it reads the last
 //! committed state while the first one commits.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use rusqlite::{Connection, OpenFlags, params};
+
+mod group;
+pub use group::WriteGroup;
 
 use super::{
     Batch, Expiries, MutationRef, Rows, Snapshot, Store, StoreError, StoreRead, Table, no_expiry,
@@ -24,8 +27,9 @@ const STATEMENT_CACHE_CAPACITY: usize = 4 * Table::ALL.len();
 /// WAL reader must wait for).
 const READ_BUSY_TIMEOUT_MS: u64 = 5_000;
 
-/// How long the write connection waits for the database's write lock: only the cores of
-/// other shards of a sharded relay (`relay --shards`) commit to the same file, one at a time.
+/// How long the write connection waits for the database's write lock. Only another process's
+/// writer (a backup, a tool) makes it wait: this process's stores on one database (the cores
+/// of a sharded relay, `relay --shards`) write in a [`WriteGroup`], one at a time.
 const WRITE_BUSY_TIMEOUT_MS: u64 = 5_000;
 
 /// Schema version written by this build.
@@ -40,67 +44,17 @@ const WRITE_BUSY_TIMEOUT_MS: u64 = 5_000;
 /// each queue's oldest message and its offline TTL.
 pub const SCHEMA_VERSION: i64 = 5;
 
-/// The turns of the stores of this process that commit to one database (the cores of a
-/// sharded relay, each with its store): a commit waits for its turn here, first come first
-/// served, and holds it through its transaction.
-///
-/// Without it the writers would meet at SQLite's write lock, whose busy handler sleeps between
-/// tries (1 ms, then 2, 5, 10 … up to 100 ms a try): a waiting commit would sleep on after the
-/// lock came free, and a core committing back to back could take the lock again and again
-/// before a sleeping one woke. The busy handler stays for writers of other processes (a
-/// backup, a tool).
-#[derive(Debug, Clone, Default)]
-pub struct WriteTurns(Arc<(Mutex<Turns>, Condvar)>);
-
-/// Tickets handed out and the one being served.
-#[derive(Debug, Default)]
-struct Turns {
-    next: u64,
-    serving: u64,
-}
-
-/// A turn taken: the next one is served when it is dropped.
-struct Turn<'a>(&'a WriteTurns);
-
-impl WriteTurns {
-    /// Waits until every commit that asked before this one is done.
-    fn take(&self) -> Turn<'_> {
-        let (lock, served) = &*self.0;
-        let mut turns = lock.lock().unwrap_or_else(PoisonError::into_inner);
-        let mine = turns.next;
-        turns.next += 1;
-        while turns.serving != mine {
-            turns = served.wait(turns).unwrap_or_else(PoisonError::into_inner);
-        }
-        Turn(self)
-    }
-
-    /// Commits waiting for their turn (the one being served not counted).
-    pub fn waiting(&self) -> u64 {
-        let turns = self.0.0.lock().unwrap_or_else(PoisonError::into_inner);
-        (turns.next - turns.serving).saturating_sub(1)
-    }
-}
-
-impl Drop for Turn<'_> {
-    fn drop(&mut self) {
-        let (lock, served) = &*self.0.0;
-        lock.lock().unwrap_or_else(PoisonError::into_inner).serving += 1;
-        served.notify_all();
-    }
-}
-
 /// A [`Store`] on an SQLite database file.
 #[derive(Debug)]
 pub struct SqliteStore {
     conn: Connection,
-    /// Whose commit is next, shared with the stores opened beside this one.
-    turns: WriteTurns,
+    /// The stores opened beside this one, which commit with it ([`WriteGroup`]).
+    group: WriteGroup,
     /// What a reader opens: the file, or the shared-cache URI of an in-memory database.
     target: PathBuf,
     /// The write statements' SQL per table, built once (a commit looks its statements up in
     /// the connection's cache by this text, row by row).
-    writes: std::collections::BTreeMap<Table, WriteSql>,
+    writes: BTreeMap<Table, WriteSql>,
 }
 
 /// The SQL of the writes to one table.
@@ -145,7 +99,7 @@ impl WriteSql {
         }
     }
 
-    fn all() -> std::collections::BTreeMap<Table, Self> {
+    fn all() -> BTreeMap<Table, Self> {
         Table::ALL.into_iter().map(|t| (t, Self::of(t))).collect()
     }
 }
@@ -165,22 +119,19 @@ impl SqliteStore {
     /// journals the database file's mode), and existing files open to the group or others are
     /// narrowed to it.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        Self::open_taking_turns(path, WriteTurns::default())
+        Self::open_in_group(path, WriteGroup::default())
     }
 
-    /// [`open`](Self::open), committing in `turns` with the other stores of this process
-    /// opened with them on the same database (one per core of a sharded relay).
-    pub fn open_taking_turns(
-        path: impl AsRef<Path>,
-        turns: WriteTurns,
-    ) -> Result<Self, StoreError> {
+    /// [`open`](Self::open), committing in `group` with the other stores of this process
+    /// opened in it on the same database (one per core of a sharded relay).
+    pub fn open_in_group(path: impl AsRef<Path>, group: WriteGroup) -> Result<Self, StoreError> {
         let path = path.as_ref();
         let private = |p: &Path| {
             private_files::make_private(p).map_err(|e| StoreError::Backend(e.to_string()))
         };
         private(path)?;
         let conn = Connection::open(path).map_err(|e| backend(&e))?;
-        let store = Self::init(conn, path.to_owned(), turns)?;
+        let store = Self::init(conn, path.to_owned(), group)?;
         for suffix in ["-wal", "-shm"] {
             let mut journal = path.as_os_str().to_owned();
             journal.push(suffix);
@@ -205,21 +156,21 @@ impl SqliteStore {
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&uri, flags).map_err(|e| backend(&e))?;
-        Self::init(conn, uri, WriteTurns::default())
+        Self::init(conn, uri, WriteGroup::default())
     }
 
     /// Another store on this one's database, with a write connection of its own, committing
-    /// in turn with this one (a second core's store, as
-    /// [`open_taking_turns`](Self::open_taking_turns) opens it; an in-memory database too).
+    /// in a group with this one (a second core's store, as
+    /// [`open_in_group`](Self::open_in_group) opens it; an in-memory database too).
     pub fn beside(&self) -> Result<Self, StoreError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&self.target, flags).map_err(|e| backend(&e))?;
-        Self::init(conn, self.target.clone(), self.turns.clone())
+        Self::init(conn, self.target.clone(), self.group.clone())
     }
 
-    fn init(conn: Connection, target: PathBuf, turns: WriteTurns) -> Result<Self, StoreError> {
+    fn init(conn: Connection, target: PathBuf, group: WriteGroup) -> Result<Self, StoreError> {
         // One upsert and one delete per table stay prepared across commits.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         conn.busy_timeout(std::time::Duration::from_millis(WRITE_BUSY_TIMEOUT_MS))
@@ -241,13 +192,10 @@ impl SqliteStore {
                 supported: SCHEMA_VERSION,
             });
         }
-        {
-            let _turn = turns.take();
-            migrate(&conn)?;
-        }
+        group.alone(|| migrate(&conn))?;
         Ok(Self {
             conn,
-            turns,
+            group,
             target,
             writes: WriteSql::all(),
         })
@@ -351,59 +299,13 @@ impl Store for SqliteStore {
             return Ok(());
         }
         super::refuse_misplaced_expiry(batch)?;
-        // Within one transaction only the last mutation of each row matters (a batch of many
-        // inputs rewrites the same conversation row once per message): the others are skipped.
-        let mut seen = std::collections::BTreeSet::new();
-        let mut last = vec![false; batch.len()];
-        for (i, m) in batch.iter().enumerate().rev() {
-            // A range expiry is applied in its place; of the keyed writes only the last counts.
-            last[i] = m.key().is_none_or(|key| seen.insert((m.table(), key)));
-        }
-        let writes = &self.writes;
-        let sql = |table: Table| {
-            writes
-                .get(&table)
-                .ok_or_else(|| StoreError::Backend(format!("no SQL for table {}", table.name())))
-        };
-        let _turn = self.turns.take();
-        let tx = self.conn.transaction().map_err(|e| backend(&e))?;
-        for (m, _) in batch.iter().zip(&last).filter(|(_, last)| **last) {
-            match m {
-                MutationRef::Put { table, key, value } => tx
-                    .prepare_cached(&sql(table)?.upsert)
-                    .and_then(|mut stmt| stmt.execute(params![key, value])),
-                MutationRef::PutExpiring {
-                    table,
-                    key,
-                    value,
-                    expires_at,
-                } => {
-                    let at = sql_ms(expires_at)?;
-                    let sql = sql(table)?;
-                    let put = |text: &str| {
-                        tx.prepare_cached(text)
-                            .and_then(|mut stmt| stmt.execute(params![key, value, at]))
-                    };
-                    // Most rewrites keep the row's expiry: try the write that leaves the
-                    // index alone first.
-                    match put(&sql.upsert_same_expiry) {
-                        Ok(0) => put(&sql.upsert_expiring),
-                        done => done,
-                    }
-                }
-                MutationRef::Delete { table, key } => tx
-                    .prepare_cached(&sql(table)?.delete)
-                    .and_then(|mut stmt| stmt.execute(params![key])),
-                MutationRef::Expire { table, up_to } => {
-                    let up_to = sql_ms(up_to)?;
-                    tx.prepare_cached(&sql(table)?.expire)
-                        .and_then(|mut stmt| stmt.execute(params![up_to]))
-                }
-            }
-            .map_err(|e| backend(&e))?;
-        }
-        // Dropping `tx` on the error paths above rolls back.
-        tx.commit().map_err(|e| backend(&e))
+        let Self {
+            conn,
+            group,
+            writes,
+            ..
+        } = self;
+        group.commit(batch, |batches| write(conn, writes, batches))
     }
 
     fn load_eager(&mut self) -> Result<Snapshot, StoreError> {
@@ -420,6 +322,79 @@ impl Store for SqliteStore {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         Ok(Box::new(SqliteReader { conn }))
     }
+}
+
+/// Writes `batches` in one transaction on `conn`, in order: all of them or none.
+fn write(
+    conn: &mut Connection,
+    writes: &BTreeMap<Table, WriteSql>,
+    batches: &[&Batch],
+) -> Result<(), StoreError> {
+    let tx = conn.transaction().map_err(|e| backend(&e))?;
+    for batch in batches {
+        write_batch(&tx, writes, batch)?;
+    }
+    // Dropping `tx` on the error paths above rolls back.
+    tx.commit().map_err(|e| backend(&e))
+}
+
+/// Writes `batch`'s mutations in the open transaction `tx`.
+fn write_batch(
+    tx: &rusqlite::Transaction<'_>,
+    writes: &BTreeMap<Table, WriteSql>,
+    batch: &Batch,
+) -> Result<(), StoreError> {
+    // Within one transaction only the last mutation of each row matters (a batch of many
+    // inputs rewrites the same conversation row once per message): the others are skipped.
+    // (Batches of different stores written together touch different rows: those of their
+    // shards.)
+    let mut seen = std::collections::BTreeSet::new();
+    let mut last = vec![false; batch.len()];
+    for (i, m) in batch.iter().enumerate().rev() {
+        // A range expiry is applied in its place; of the keyed writes only the last counts.
+        last[i] = m.key().is_none_or(|key| seen.insert((m.table(), key)));
+    }
+    let sql = |table: Table| {
+        writes
+            .get(&table)
+            .ok_or_else(|| StoreError::Backend(format!("no SQL for table {}", table.name())))
+    };
+    for (m, _) in batch.iter().zip(&last).filter(|(_, last)| **last) {
+        match m {
+            MutationRef::Put { table, key, value } => tx
+                .prepare_cached(&sql(table)?.upsert)
+                .and_then(|mut stmt| stmt.execute(params![key, value])),
+            MutationRef::PutExpiring {
+                table,
+                key,
+                value,
+                expires_at,
+            } => {
+                let at = sql_ms(expires_at)?;
+                let sql = sql(table)?;
+                let put = |text: &str| {
+                    tx.prepare_cached(text)
+                        .and_then(|mut stmt| stmt.execute(params![key, value, at]))
+                };
+                // Most rewrites keep the row's expiry: try the write that leaves the index
+                // alone first.
+                match put(&sql.upsert_same_expiry) {
+                    Ok(0) => put(&sql.upsert_expiring),
+                    done => done,
+                }
+            }
+            MutationRef::Delete { table, key } => tx
+                .prepare_cached(&sql(table)?.delete)
+                .and_then(|mut stmt| stmt.execute(params![key])),
+            MutationRef::Expire { table, up_to } => {
+                let up_to = sql_ms(up_to)?;
+                tx.prepare_cached(&sql(table)?.expire)
+                    .and_then(|mut stmt| stmt.execute(params![up_to]))
+            }
+        }
+        .map_err(|e| backend(&e))?;
+    }
+    Ok(())
 }
 
 /// Every row of `tables`, in key order.
@@ -615,35 +590,33 @@ impl StoreRead for SqliteReader {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use std::sync::{Arc, Mutex};
+    use super::{SqliteStore, write};
+    use crate::store::{Batch, Store as _, Table};
 
-    use super::WriteTurns;
+    fn put(key: &str) -> Batch {
+        let mut b = Batch::new();
+        b.put(Table::Accounts, key, b"v");
+        b
+    }
 
-    /// Commits are served in the order they asked, each after the one before it was done.
+    /// The batches of a group's write land together, and a write that fails on one of them
+    /// leaves none of them.
     #[test]
-    fn turns_are_served_in_the_order_taken() {
-        let turns = WriteTurns::default();
-        let served = Arc::new(Mutex::new(Vec::new()));
-        let first = turns.take();
-        std::thread::scope(|scope| {
-            for i in 0..4u64 {
-                let (turns, served) = (&turns, Arc::clone(&served));
-                scope.spawn(move || {
-                    let _turn = turns.take();
-                    served.lock().unwrap().push(i);
-                });
-                // The next one asks only once this one waits.
-                while turns.waiting() < i + 1 {
-                    std::thread::yield_now();
-                }
-            }
-            assert!(
-                served.lock().unwrap().is_empty(),
-                "none served before the first is done"
-            );
-            drop(first);
-        });
-        assert_eq!(*served.lock().unwrap(), [0, 1, 2, 3]);
-        assert_eq!(turns.waiting(), 0);
+    fn batches_written_together_are_all_or_nothing() {
+        let mut store = SqliteStore::open_in_memory().unwrap();
+        let mut bad = Batch::new();
+        // An expiry past SQLite's integers.
+        bad.put_expiring(Table::Tombstones, "t", b"v", u64::MAX);
+        let SqliteStore { conn, writes, .. } = &mut store;
+        assert!(write(conn, writes, &[&put("a"), &bad, &put("c")]).is_err());
+        assert!(
+            store.load().unwrap().is_empty(),
+            "nothing of a failed write"
+        );
+        let SqliteStore { conn, writes, .. } = &mut store;
+        write(conn, writes, &[&put("a"), &put("c")]).unwrap();
+        let rows = store.load().unwrap();
+        let keys: Vec<&String> = rows[&Table::Accounts].keys().collect();
+        assert_eq!(keys, ["a", "c"]);
     }
 }

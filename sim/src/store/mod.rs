@@ -55,7 +55,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use relay_core::store::{
     Batch, Expiries, MemoryStore, MutationRef, Rows, Snapshot, SqliteStore, Store, StoreError,
-    StoreRead, Table, WriteTurns,
+    StoreRead, Table, WriteGroup,
 };
 
 use crate::faults::StoreKind;
@@ -739,9 +739,9 @@ pub struct SimStore {
     kind: StoreKind,
     memory: MemoryStore,
     path: Option<Arc<TempPath>>,
-    /// The turns in which the SQLite stores opened here commit (one per core of a sharded
+    /// The group in which the SQLite stores opened here commit (one per core of a sharded
     /// relay, as `relay --data --shards` opens them).
-    turns: WriteTurns,
+    group: WriteGroup,
     ctl: StoreCtl,
 }
 
@@ -786,7 +786,7 @@ impl SimStore {
             kind,
             memory: MemoryStore::new(),
             path,
-            turns: WriteTurns::default(),
+            group: WriteGroup::default(),
             ctl,
         })
     }
@@ -806,9 +806,7 @@ impl SimStore {
     pub fn open(&self) -> Result<FaultyStore, StoreError> {
         let backend = match &self.path {
             None => Backend::Memory(self.memory.clone()),
-            Some(path) => {
-                Backend::Sqlite(SqliteStore::open_taking_turns(&path.0, self.turns.clone())?)
-            }
+            Some(path) => Backend::Sqlite(SqliteStore::open_in_group(&path.0, self.group.clone())?),
         };
         Ok(FaultyStore {
             backend,
