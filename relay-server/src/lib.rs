@@ -120,7 +120,7 @@ use relay_core::{
     store::{MemoryStore, StoreError},
 };
 use tokio::sync::{mpsc, oneshot, watch};
-use tracing::{error, info, warn};
+use tracing::{Instrument as _, Span, error, info, info_span, warn};
 
 use seam::clock::{Clock, OffsetClock, SystemClock};
 use seam::net::{ConnectionCounter, Network, ServeLimits, serve_with_limits};
@@ -602,6 +602,7 @@ impl RelayServer {
             let (ctx, store_down) = (ctx.clone(), Arc::clone(&store_down));
             let (stop, gone) = (stop.clone(), gone.take());
             let peers = sharded.then(|| (Arc::clone(&peers), self.transit.clone()));
+            let span = core_span(sharded, &relay);
             // Built where it runs: on its thread's runtime, if it has one.
             let run = move |own_thread: bool| {
                 let core = ctx
@@ -611,20 +612,11 @@ impl RelayServer {
                     Some((peers, transit)) => core.with_peers(peers, transit),
                     None => core,
                 };
-                core.run(inputs, stop, gone)
+                core.run(inputs, stop, gone).instrument(span)
             };
             tasks.push(CoreThread::spawn(threads.next(), run)?);
         }
-        Ok(tokio::spawn(async move {
-            for task in tasks {
-                if let Err(error) = task.await {
-                    error!(%error, "a relay core task ended abnormally");
-                }
-            }
-            if let Some(routed) = routed {
-                routed.abort();
-            }
-        }))
+        Ok(tokio::spawn(join_cores(tasks, routed)))
     }
 
     /// A campaigning server: starts push delivery and spawns the [`Supervisor`], which serves
@@ -712,6 +704,31 @@ async fn stop_on(
 async fn drain_deadline(mut stop: watch::Receiver<bool>, drain_deadline_ms: u64) {
     let _ = stop.wait_for(|stop| *stop).await;
     tokio::time::sleep(Duration::from_millis(drain_deadline_ms)).await;
+}
+
+/// Waits for the cores' tasks to end, then stops the task that routes gone reports to them.
+async fn join_cores(
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    routed: Option<tokio::task::JoinHandle<()>>,
+) {
+    for task in tasks {
+        if let Err(error) = task.await {
+            error!(%error, "a relay core task ended abnormally");
+        }
+    }
+    if let Some(routed) = routed {
+        routed.abort();
+    }
+}
+
+/// The span of a core's logs (and its sockets'): a sharded server's cores number their
+/// connections each from 1, and the shard tells them apart.
+fn core_span(sharded: bool, relay: &Relay) -> Span {
+    if sharded {
+        info_span!("core", shard = relay.config().shard.me().0)
+    } else {
+        Span::none()
+    }
 }
 
 /// The placeholder left in a [`RelayServer`] whose mode was taken by `serve`.

@@ -26,7 +26,7 @@ use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tracing::{Instrument as _, Span, debug, info, info_span, trace};
 use wire::{ClientFrame, ErrorCode, limits::MAX_FRAME_BYTES};
 
-use super::driver::{Connected, Input, Outbound};
+use super::driver::{Connected, Input, Outbound, UpgradeCore};
 use super::rest::{App, relay_response};
 
 /// Messages larger than this are refused by the WebSocket library itself (the socket is then
@@ -73,17 +73,23 @@ pub(super) async fn upgrade(
             "this connection cannot be upgraded to a WebSocket (HTTP/1.1 is needed)",
         ));
     };
-    let (connected, inputs, home) = match authenticate(&app, query, request.headers()).await {
+    let (connected, core) = match authenticate(&app, query, request.headers()).await {
         Ok(accepted) => accepted,
         Err(refusal) => return refusal,
     };
+    let UpgradeCore {
+        shard,
+        inputs,
+        home,
+    } = core;
     let guard = DisconnectGuard {
         conn: connected.conn,
         inputs: inputs.clone(),
         slow: false,
     };
     let response = switching_protocols(&accept, connected.subprotocol);
-    let span = info_span!("ws", conn = connected.conn.0, user = %connected.user);
+    // Connection ids are per core: the shard tells a sharded relay's sockets apart.
+    let span = info_span!("ws", shard = shard.0, conn = connected.conn.0, user = %connected.user);
     let socket = Socket {
         connected,
         inputs,
@@ -112,14 +118,7 @@ async fn authenticate(
     app: &App,
     query: Option<String>,
     headers: &HeaderMap,
-) -> Result<
-    (
-        Connected,
-        mpsc::Sender<Input>,
-        Option<tokio::runtime::Handle>,
-    ),
-    Response,
-> {
+) -> Result<(Connected, UpgradeCore), Response> {
     #[allow(
         clippy::needless_update,
         reason = "relay-core is growing: new WsConnect fields keep their defaults here"
@@ -137,9 +136,14 @@ async fn authenticate(
     let Some(cores) = app.cores() else {
         return Err(app.refusal());
     };
-    let (inputs, home) = cores.for_upgrade(&ws.query);
+    let core = cores.for_upgrade(&ws.query);
     let (reply, answer) = oneshot::channel();
-    if inputs.send(Input::Connect { ws, reply }).await.is_err() {
+    if core
+        .inputs
+        .send(Input::Connect { ws, reply })
+        .await
+        .is_err()
+    {
         return Err(app.refusal());
     }
     let connected = match answer.await {
@@ -147,7 +151,7 @@ async fn authenticate(
         Ok(Err(refusal)) => return Err(relay_response(refusal)),
         Err(_) => return Err(app.refusal()),
     };
-    Ok((connected, inputs, home))
+    Ok((connected, core))
 }
 
 /// The checks of an upgrade's handshake (RFC 6455 §4.2.1; the method is the router's):

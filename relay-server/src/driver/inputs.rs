@@ -149,17 +149,18 @@ impl Cores {
     }
 
     /// The core of the account an upgrade's query names (its first core when it names none:
-    /// any core refuses it), and the runtime of its thread if it has one.
-    pub(crate) fn for_upgrade(
-        &self,
-        query: &str,
-    ) -> (mpsc::Sender<Input>, Option<tokio::runtime::Handle>) {
+    /// any core refuses it).
+    pub(crate) fn for_upgrade(&self, query: &str) -> UpgradeCore {
         let shard = relay_core::shard_for_upgrade(self.map, query).unwrap_or(ShardId(0));
         let home = self
             .homes
             .get(usize::from(shard.0) % self.inputs.len().max(1))
             .cloned();
-        (self.at(shard), home)
+        UpgradeCore {
+            shard,
+            inputs: self.at(shard),
+            home,
+        }
     }
 
     /// Every core, in shard order.
@@ -170,6 +171,16 @@ impl Cores {
     fn at(&self, shard: ShardId) -> mpsc::Sender<Input> {
         self.inputs[usize::from(shard.0) % self.inputs.len()].clone()
     }
+}
+
+/// The core that serves an upgraded connection ([`Cores::for_upgrade`]).
+pub(crate) struct UpgradeCore {
+    /// Its shard (for the socket's logs).
+    pub(crate) shard: ShardId,
+    /// Its inputs.
+    pub(crate) inputs: mpsc::Sender<Input>,
+    /// The runtime of its thread, if it has one: the socket is served there.
+    pub(crate) home: Option<tokio::runtime::Handle>,
 }
 
 impl Phase {

@@ -55,7 +55,9 @@ mod upgrades;
 
 use answers::{Answers, Parked};
 use inputs::Wakeup;
-pub(super) use inputs::{Connected, CoreParts, Cores, Input, Outbound, Phase, TermCtx};
+pub(super) use inputs::{
+    Connected, CoreParts, Cores, Input, Outbound, Phase, TermCtx, UpgradeCore,
+};
 pub use outputs::{CrossingTransit, Transit};
 use sockets::{Farewell, Sent, Sockets};
 use support::{close_code, close_for, next_gone, not_leader_response, pipeline_for};
