@@ -432,15 +432,26 @@ async fn one_process(
     let ran = wall_now();
     let report = run_relay_load(bench, pairs, &cfg).await?;
     let elapsed = ran.elapsed().as_secs_f64();
-    let (cores, busy) = relay.usage()?.shares_since(&before, elapsed);
+    let after = relay.usage()?;
+    let (cores, busy) = after.shares_since(&before, elapsed);
     let busy = busy.map_or("(not exported)".to_owned(), |b| {
         format!("{:.0} %", b * 100.0)
     });
     // Every message of the run, warm-up included, as the CPU time is.
     let sent = report.messages + s.pairs * s.warmup;
     let per_msg = cores * elapsed * 1e6 / sent.max(1) as f64;
+    let commits = after
+        .commits_since(&before)
+        .map_or(String::new(), |(count, mean, rows)| {
+            format!(
+                "; {:.1} messages and {:.1} rows per store commit, {:.2} ms each",
+                sent as f64 / count.max(1.0),
+                rows / count.max(1.0),
+                mean * 1e3
+            )
+        });
     let usage = format!(
-        "|   relay process (warm-up included): {cores:.2} cores of CPU, {per_msg:.1} µs of CPU per message, its core tasks busy {busy} of the time"
+        "|   relay process (warm-up included): {cores:.2} cores of CPU, {per_msg:.1} µs of CPU per message, its core tasks busy {busy} of the time{commits}"
     );
     if s.in_flight > 1 {
         println!("| {store:<6} store, relay process:");

@@ -42,6 +42,11 @@ pub struct Usage {
     /// Time its core task spent working (`relay_core_busy_seconds_total`; `None` from a relay
     /// that does not export it).
     pub core_busy_seconds: Option<f64>,
+    /// Store commits and the time they took (`relay_store_commit_duration_seconds`'s count
+    /// and sum; `None` from a relay that does not export it).
+    pub commits: Option<(f64, f64)>,
+    /// Rows the store commits wrote or deleted (`relay_store_commit_rows_sum`).
+    pub commit_rows: Option<f64>,
 }
 
 impl Usage {
@@ -54,6 +59,15 @@ impl Usage {
                 .zip(before.core_busy_seconds)
                 .map(|(now, then)| (now - then) / wall_seconds),
         )
+    }
+
+    /// Store commits from `before` to `self`: how many, their mean duration in seconds, and
+    /// the rows they wrote or deleted.
+    pub fn commits_since(&self, before: &Self) -> Option<(f64, f64, f64)> {
+        let ((count, sum), (count_before, sum_before)) = self.commits.zip(before.commits)?;
+        let count = count - count_before;
+        let rows = self.commit_rows.zip(before.commit_rows)?;
+        Some((count, (sum - sum_before) / count.max(1.0), rows.0 - rows.1))
     }
 }
 
@@ -150,9 +164,14 @@ impl RelayProcess {
             / USER_HZ;
         let metrics = http_get(self.metrics_addr, "/metrics")?;
         let core_busy_seconds = parse_sample(&metrics, "relay_core_busy_seconds_total");
+        let commits = parse_sample(&metrics, "relay_store_commit_duration_seconds_count").zip(
+            parse_sample(&metrics, "relay_store_commit_duration_seconds_sum"),
+        );
         Ok(Usage {
             cpu_seconds,
             core_busy_seconds,
+            commits,
+            commit_rows: parse_sample(&metrics, "relay_store_commit_rows_sum"),
         })
     }
 
