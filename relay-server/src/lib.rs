@@ -56,7 +56,8 @@
 //!   itself and reports the sockets disconnected). In-flight requests are served to the end;
 //!   `serve` returns once every handler and socket task is gone, or after the drain deadline
 //!   ([`DRAIN_DEADLINE_MS`], [`RelayServer::with_drain_deadline`]) with whatever is still
-//!   open. Every ack and 2xx was sent after its commit, so nothing acknowledged is lost. A
+//!   open: at the deadline each core stops where it is, and a core on a thread of its own
+//!   closes the sockets still on that thread as its thread ends. Every ack and 2xx was sent after its commit, so nothing acknowledged is lost. A
 //!   campaigning server's term then ends and its leadership is released (PostgreSQL: a
 //!   standby takes over at once).
 //! * **Metrics** ([`RelayServer::with_metrics`], [`metrics`]): counters, gauges and histograms
@@ -603,6 +604,7 @@ impl RelayServer {
             let (stop, gone) = (stop.clone(), gone.take());
             let peers = sharded.then(|| (Arc::clone(&peers), self.transit.clone()));
             let span = core_span(sharded, &relay);
+            let deadline = drain_deadline(stop.clone(), self.drain_deadline_ms);
             // Built where it runs: on its thread's runtime, if it has one.
             let run = move |own_thread: bool| {
                 let core = ctx
@@ -612,7 +614,7 @@ impl RelayServer {
                     Some((peers, transit)) => core.with_peers(peers, transit),
                     None => core,
                 };
-                core.run(inputs, stop, gone).instrument(span)
+                abandoned_at(core.run(inputs, stop, gone), deadline).instrument(span)
             };
             tasks.push(CoreThread::spawn(threads.next(), run)?);
         }
@@ -704,6 +706,17 @@ async fn stop_on(
 async fn drain_deadline(mut stop: watch::Receiver<bool>, drain_deadline_ms: u64) {
     let _ = stop.wait_for(|stop| *stop).await;
     tokio::time::sleep(Duration::from_millis(drain_deadline_ms)).await;
+}
+
+/// Runs a core until it stops, or until the drain deadline passes: then the core is dropped,
+/// and with a thread of its own the thread ends, closing the sockets it still serves (the
+/// server has stopped waiting for them).
+async fn abandoned_at<T>(core: impl Future<Output = T>, deadline: impl Future<Output = ()>) {
+    tokio::select! {
+        biased;
+        _ = core => {}
+        () = deadline => warn!("drain deadline passed: the core stops with its sockets"),
+    }
 }
 
 /// Waits for the cores' tasks to end, then stops the task that routes gone reports to them.

@@ -815,3 +815,45 @@ async fn a_sharded_server_with_push_stops_without_waiting_for_the_drain_deadline
         );
     }
 }
+
+/// A socket whose client never answers the shutdown's close is still open when the drain
+/// deadline (here shorter than the close's linger) passes: its core's thread stops then, and
+/// the socket closes with it (nothing of the server runs on after it returned).
+#[tokio::test]
+async fn a_core_thread_stops_at_the_drain_deadline_with_the_sockets_it_still_serves() {
+    use tokio::io::AsyncReadExt as _;
+    let server = sharded_server(2)
+        .with_core_threads()
+        .with_drain_deadline(300);
+    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = Arc::new(Notify::new());
+    let stopped = Arc::clone(&stop);
+    let server = tokio::spawn(server.serve::<Tokio>(listener, async move {
+        stopped.notified().await;
+    }));
+    let http = HttpClient::new(Tokio::connector(), Endpoint::from(addr));
+    let carol = register(&http, 3, "carol").await;
+    let mut ws = open_ws(&http, &carol).await;
+    stop.notify_one();
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("the server stops at its drain deadline")
+        .unwrap()
+        .unwrap();
+    // Read below the WebSocket, which would answer the close: the GOAWAY and the close
+    // frame come, then the end of the stream.
+    let tcp = ws.get_mut();
+    // (Left to itself, its socket task would wait for the close reply for 2 s, the linger.)
+    let ended = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut buf = [0u8; 4096];
+        while tcp.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the socket is closed once the deadline passed"
+    );
+}
