@@ -24,9 +24,10 @@
 //!
 //! Each relay row also says how much CPU the relay process used (`/proc/<pid>/stat`), in cores
 //! and per message (the load-robust figure: CPU time over every message of the run, warm-up
-//! included), and what share of the run its core tasks were busy
-//! (`relay_core_busy_seconds_total`, scraped from the relay's `--metrics-listen`, summed over
-//! the cores): whether the tasks that own the state were the ceiling. The relay reads
+//! included), what share of the run each of its core tasks was busy
+//! (`relay_core_busy_seconds_total`, by shard, scraped from the relay's `--metrics-listen`):
+//! whether the tasks that own the state were the ceiling, and how many messages and rows each
+//! store commit carried, and how long it took (`relay_store_commit_*`). The relay reads
 //! `RELAY_SHARDS` from the environment: `RELAY_SHARDS=K` runs it with K cores.
 //!
 //! Not a criterion bench (per-message p99 is the point). Run with
@@ -434,9 +435,12 @@ async fn one_process(
     let elapsed = ran.elapsed().as_secs_f64();
     let after = relay.usage()?;
     let (cores, busy) = after.shares_since(&before, elapsed);
-    let busy = busy.map_or("(not exported)".to_owned(), |b| {
-        format!("{:.0} %", b * 100.0)
-    });
+    let busy = if busy.is_empty() {
+        "(not exported)".to_owned()
+    } else {
+        let each: Vec<String> = busy.iter().map(|b| format!("{:.0} %", b * 100.0)).collect();
+        each.join(" + ")
+    };
     // Every message of the run, warm-up included, as the CPU time is.
     let sent = report.messages + s.pairs * s.warmup;
     let per_msg = cores * elapsed * 1e6 / sent.max(1) as f64;

@@ -35,13 +35,14 @@ pub struct RelayProcess {
 }
 
 /// What a relay process has used since it started ([`RelayProcess::usage`]).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Usage {
     /// CPU time of the whole process (all threads, user and system).
     pub cpu_seconds: f64,
-    /// Time its core task spent working (`relay_core_busy_seconds_total`; `None` from a relay
-    /// that does not export it).
-    pub core_busy_seconds: Option<f64>,
+    /// Time each of its core tasks spent working, in shard order
+    /// (`relay_core_busy_seconds_total`, by `shard`; one unlabelled sample from a relay older
+    /// than that label; empty from a relay that does not export it).
+    pub core_busy_seconds: Vec<f64>,
     /// Store commits and the time they took (`relay_store_commit_duration_seconds`'s count
     /// and sum; `None` from a relay that does not export it).
     pub commits: Option<(f64, f64)>,
@@ -51,13 +52,15 @@ pub struct Usage {
 
 impl Usage {
     /// What was used from `before` to `self`, as shares of `wall_seconds`: (cores of CPU the
-    /// process used, fraction of the time its core task was busy).
-    pub fn shares_since(&self, before: &Self, wall_seconds: f64) -> (f64, Option<f64>) {
+    /// process used, fraction of the time each core task was busy, in shard order).
+    pub fn shares_since(&self, before: &Self, wall_seconds: f64) -> (f64, Vec<f64>) {
         (
             (self.cpu_seconds - before.cpu_seconds) / wall_seconds,
             self.core_busy_seconds
-                .zip(before.core_busy_seconds)
-                .map(|(now, then)| (now - then) / wall_seconds),
+                .iter()
+                .zip(&before.core_busy_seconds)
+                .map(|(now, then)| (now - then) / wall_seconds)
+                .collect(),
         )
     }
 
@@ -163,7 +166,14 @@ impl RelayProcess {
             .ok_or_else(|| io::Error::other("unreadable stat"))? as f64
             / USER_HZ;
         let metrics = http_get(self.metrics_addr, "/metrics")?;
-        let core_busy_seconds = parse_sample(&metrics, "relay_core_busy_seconds_total");
+        let mut core_busy_seconds: Vec<f64> =
+            parse_by_label(&metrics, "relay_core_busy_seconds_total", "shard")
+                .into_iter()
+                .map(|(_, v)| v)
+                .collect();
+        if core_busy_seconds.is_empty() {
+            core_busy_seconds.extend(parse_sample(&metrics, "relay_core_busy_seconds_total"));
+        }
         let commits = parse_sample(&metrics, "relay_store_commit_duration_seconds_count").zip(
             parse_sample(&metrics, "relay_store_commit_duration_seconds_sum"),
         );
@@ -208,6 +218,24 @@ pub fn parse_sample(text: &str, name: &str) -> Option<f64> {
     })
 }
 
+/// The samples of `name` labelled with a numeric `label` alone, in the label's order.
+pub fn parse_by_label(text: &str, name: &str, label: &str) -> Vec<(u64, f64)> {
+    let prefix = format!("{name}{{{label}=\"");
+    let mut found: Vec<(u64, f64)> = text
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(prefix.as_str())?;
+            let (key, rest) = rest.split_once("\"} ")?;
+            Some((
+                key.parse().ok()?,
+                rest.split_whitespace().next()?.parse().ok()?,
+            ))
+        })
+        .collect();
+    found.sort_by_key(|(key, _)| *key);
+    found
+}
+
 /// The `VmRSS:  1234 kB` line of a `/proc/<pid>/status`, in bytes.
 pub fn parse_vm_rss(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
@@ -223,7 +251,7 @@ pub fn parse_vm_rss(status: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_cpu_ticks, parse_sample, parse_vm_rss};
+    use super::{parse_by_label, parse_cpu_ticks, parse_sample, parse_vm_rss};
 
     #[test]
     fn cpu_ticks_are_user_plus_system() {
@@ -241,6 +269,19 @@ mod tests {
             Some(1.25)
         );
         assert_eq!(parse_sample(text, "relay_core"), None);
+    }
+
+    #[test]
+    fn samples_are_read_by_label_in_its_order() {
+        let text = "# TYPE relay_core_busy_seconds counter\n\
+                    relay_core_busy_seconds_total{shard=\"10\"} 3.5\n\
+                    relay_core_busy_seconds_total{shard=\"2\"} 1.25\n\
+                    relay_core_busy_seconds_total{shard=\"x\"} 9\n\
+                    relay_core_busy_seconds_total_x{shard=\"1\"} 9\n# EOF\n";
+        assert_eq!(
+            parse_by_label(text, "relay_core_busy_seconds_total", "shard"),
+            [(2, 1.25), (10, 3.5)]
+        );
     }
 
     #[test]

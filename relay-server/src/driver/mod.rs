@@ -316,7 +316,7 @@ impl Core {
         self.drain();
         self.export(inputs.len());
         if let (Some(metrics), Some(busy)) = (&self.metrics, busy) {
-            metrics.core_busy(busy.seconds());
+            metrics.core_busy(self.relay.config().shard.me().0, busy.seconds());
         }
     }
 

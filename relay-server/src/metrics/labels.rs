@@ -201,6 +201,12 @@ pub(super) struct ServiceLabels {
     pub(super) service: PushService,
 }
 
+/// A core's shard (below the relay's shard count: a bounded set, never about anyone).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ShardLabels {
+    pub(super) shard: u16,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct VersionLabels {
     pub(super) version: &'static str,

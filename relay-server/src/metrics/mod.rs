@@ -11,7 +11,7 @@
 //!   time ([`Metrics::attach_connections`], [`Metrics::attach_push`]).
 //! * **Labels** are closed sets of fixed names ([`LABEL_VALUES`] lists every one): frame
 //!   types, close reasons, route templates (`users/{alias}`, never a path), push services and
-//!   results. No label ever carries an account, alias, id, token or address: cardinality stays
+//!   results; and a core's shard, a number below the relay's `--shards`. No label ever carries an account, alias, id, token or address: cardinality stays
 //!   bounded and a scrape tells nothing about anyone.
 //! * **Cost**: a few atomic additions per batch and per frame; a server built without
 //!   [`RelayServer::with_metrics`](super::RelayServer::with_metrics) (the simulator) counts
@@ -110,7 +110,7 @@ struct Families {
     store_errors: Family<StoreErrorLabels, Counter>,
     fenced_commits: Counter,
     failstops: Counter,
-    core_busy: Counter<f64, AtomicU64>,
+    core_busy: Family<ShardLabels, Counter<f64, AtomicU64>>,
     input_queue: Gauge,
     queued_messages: Gauge,
     queued_bytes: Gauge,
@@ -206,7 +206,7 @@ impl Metrics {
             store_errors: Family::default(),
             fenced_commits: Counter::default(),
             failstops: Counter::default(),
-            core_busy: Counter::default(),
+            core_busy: Family::default(),
             input_queue: Gauge::default(),
             queued_messages: Gauge::default(),
             queued_bytes: Gauge::default(),
@@ -318,10 +318,13 @@ impl Metrics {
         self.f.batch_inputs.observe(n as f64);
     }
 
-    /// The core task worked `seconds` on one wake-up (inputs, timers, commit reports: all but
-    /// waiting).
-    pub(super) fn core_busy(&self, seconds: f64) {
-        self.f.core_busy.inc_by(seconds);
+    /// The core task of `shard` worked `seconds` on one wake-up (inputs, timers, commit
+    /// reports: all but waiting).
+    pub(super) fn core_busy(&self, shard: u16, seconds: f64) {
+        self.f
+            .core_busy
+            .get_or_create(&ShardLabels { shard })
+            .inc_by(seconds);
     }
 
     /// A fail-stop: the relay is rebuilt from its store.
@@ -480,7 +483,7 @@ fn register(r: &mut Registry, f: &Families) {
     );
     r.register_with_unit(
         "core_busy",
-        "Time the core task spent working (inputs, timers, commit reports) rather than waiting: its rate is the core's utilisation, 1 when it is the ceiling",
+        "Time each core task spent working (inputs, timers, commit reports) rather than waiting, by shard: its rate is the core's utilisation, 1 when it is the ceiling",
         Unit::Seconds,
         f.core_busy.clone(),
     );
