@@ -504,14 +504,17 @@ impl Relay {
         if self.throttles.take_frame(now, user) {
             return true;
         }
-        self.staged.push(Output::Close {
-            conn,
-            reason: CloseReason::RateLimited,
-        });
-        self.prefetch.forget(Waiter::Conn(conn));
-        self.cx().drop_conn(conn);
+        self.close_conn(conn, CloseReason::RateLimited);
         let _ = self.finish();
         false
+    }
+
+    /// Closes `conn` for `reason`: the close is staged, the frames it parked are forgotten and
+    /// its session ends.
+    fn close_conn(&mut self, conn: ConnId, reason: CloseReason) {
+        self.staged.push(Output::Close { conn, reason });
+        self.prefetch.forget(Waiter::Conn(conn));
+        self.cx().drop_conn(conn);
     }
 
     fn refuse_undecodable(&mut self, now: UnixMs, conn: ConnId, e: &wire::FrameError) {

@@ -10,7 +10,7 @@ use crate::prefetch::{ReadOp, Waiter, Work};
 use crate::queue::queue_prefix;
 use crate::queue_index::parse_queue_key;
 use crate::rows::Timer;
-use crate::shell::{CloseReason, Output};
+use crate::shell::CloseReason;
 use crate::store::Table;
 
 impl Relay {
@@ -23,12 +23,7 @@ impl Relay {
         }
         let idle = self.sessions.idle(now, self.config.idle_timeout_ms);
         for conn in idle {
-            self.staged.push(Output::Close {
-                conn,
-                reason: CloseReason::Idle,
-            });
-            self.prefetch.forget(Waiter::Conn(conn));
-            self.cx().drop_conn(conn);
+            self.close_conn(conn, CloseReason::Idle);
         }
         while let Some((at, timer)) = self.state.timers().first().cloned() {
             if at > now {
