@@ -53,6 +53,11 @@ const CLOSE_TOO_BIG: u16 = 1009;
 const CLOSE_GOING_AWAY: u16 = 1001;
 /// RFC 6455 "try again later": the client stopped reading.
 const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
+/// After a write, the socket task pings (in the write's own flush) unless a ping is
+/// unanswered or it sent one less than this long ago (or the write deadline, if shorter): a
+/// busy socket is pinged about once a second, not once per write, so a client that stops
+/// reading is found at most this long later than the deadline alone would find it.
+pub(crate) const WRITE_PING_GAP_MS: u64 = 1_000;
 
 /// The upgrade: check the handshake (RFC 6455 §4.2.1), ask the core to authenticate (query
 /// and `Sec-WebSocket-Protocol`); refuse with its response, or upgrade (echoing the
@@ -309,7 +314,8 @@ impl Drop for DisconnectGuard {
 /// that stops reading fills its TCP window and then the library's write buffer, and the write
 /// that does not finish in time is the end of the connection. A client that stops reading
 /// *before* that (its buffers absorb a few frames, so every write completes) is found with a
-/// ping: a write carries a Ping in its flush unless one is already unanswered, and a client
+/// ping: a write carries a Ping in its flush unless one is already unanswered or was sent less
+/// than [`WRITE_PING_GAP_MS`] (or `deadline`) ago, and a client
 /// that neither answers it (every WebSocket client answers pings as it reads, RFC 6455 §5.5.2)
 /// nor sends anything at all within `deadline` is taken to have stopped reading. Either way the
 /// socket task ends, the socket and everything queued for it are freed, and the core forgets
@@ -342,7 +348,7 @@ async fn run_socket<S: AsyncRead + AsyncWrite + Unpin>(
         ping_every,
     } = timing;
     info!("websocket open");
-    let mut pings = Pings::default();
+    let mut pings = Pings::new(deadline);
     let next_ping = tokio::time::sleep(ping_every);
     tokio::pin!(next_ping);
     let why = loop {
@@ -355,6 +361,7 @@ async fn run_socket<S: AsyncRead + AsyncWrite + Unpin>(
                 }
             },
             () = stuck(&mut pings.unanswered) => break not_reading(&mut socket, deadline).await,
+            () = stuck(&mut pings.gap) => pings.gap = None,
             () = &mut next_ping => {
                 next_ping.set(tokio::time::sleep(ping_every));
                 if let Some(why) = ping(&mut socket, &mut pings, deadline).await {
@@ -384,24 +391,38 @@ const PAST_DEADLINE: &str = "write deadline passed";
 /// The deadline of an unanswered ping.
 type Unanswered = std::pin::Pin<Box<tokio::time::Sleep>>;
 
-/// A socket task's pings: the one unanswered, if any.
-#[derive(Default)]
+/// A socket task's pings: the one unanswered, if any, and the gap after the last one.
 struct Pings {
     /// While a ping is unanswered: the write deadline, restarted by anything the client sends.
     unanswered: Option<Unanswered>,
+    /// Until the gap after the last ping has passed (the socket task's loop clears it).
+    gap: Option<Unanswered>,
+    /// Least time between a ping and the next one that rides with a write.
+    gap_length: Duration,
 }
 
 impl Pings {
-    /// Whether the next write carries a ping: unless one is unanswered. (A gap of a second
-    /// between pings on a busy socket made the simulator's syncs of large backlogs crawl, a
-    /// window refilled every few hundred ms; not understood yet.)
-    fn due_with_write(&self) -> bool {
-        self.unanswered.is_none()
+    /// No ping sent yet; pings that ride with writes at least [`WRITE_PING_GAP_MS`] apart, or
+    /// `deadline` if shorter.
+    fn new(deadline: Duration) -> Self {
+        Self {
+            unanswered: None,
+            gap: None,
+            gap_length: deadline.min(Duration::from_millis(WRITE_PING_GAP_MS)),
+        }
     }
 
-    /// A ping went out: its answer is due within `deadline`.
+    /// Whether the next write carries a ping: unless one is unanswered, or the last one went
+    /// out less than the gap ago.
+    fn due_with_write(&self) -> bool {
+        self.unanswered.is_none() && self.gap.is_none()
+    }
+
+    /// A ping went out: its answer is due within `deadline`, and the next write's ping after
+    /// the gap.
     fn sent(&mut self, deadline: Duration) {
         self.unanswered = Some(Box::pin(tokio::time::sleep(deadline)));
+        self.gap = Some(Box::pin(tokio::time::sleep(self.gap_length)));
     }
 }
 
@@ -528,7 +549,8 @@ async fn read_in<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Resolves when `timer` (an unanswered ping's deadline) passes; pends forever without one.
+/// Resolves when `timer` (an unanswered ping's deadline, or the gap after a ping) passes;
+/// pends forever without one.
 async fn stuck(timer: &mut Option<Unanswered>) {
     match timer {
         Some(sleep) => sleep.as_mut().await,

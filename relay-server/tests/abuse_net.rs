@@ -312,10 +312,49 @@ fn msg(n: usize, to: &str, conv: &str) -> Message {
     )
 }
 
-/// A client that read and answered pings, then stopped reading, is found by the next ping that
-/// rides with a write: closed at the write deadline.
+/// A busy socket is not pinged once per write: the pings that ride with writes are at least
+/// a second apart, so a burst of messages read one by one brings one or two.
 #[tokio::test]
-async fn a_reader_that_stops_midway_is_closed_at_the_write_deadline() {
+async fn a_busy_socket_is_pinged_about_once_a_second() {
+    let r = start(server(Config::default(), ServeLimits::default())).await;
+    let a = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 1)), 1).await;
+    let b = account(r.addr, FromAddr(Ipv4Addr::new(127, 0, 0, 2)), 2).await;
+    let conv = befriend(r.addr, &a, &b).await;
+    let (mut reader, _) = connect(r.addr, &b).await;
+    let (mut sender, _) = connect(r.addr, &a).await;
+    const MESSAGES: usize = 40;
+    let (mut msgs, mut pings) = (0, 0);
+    let started = wall_clock();
+    for n in 0..MESSAGES {
+        sender.send(msg(n, &b.alias, &conv)).await.unwrap();
+        // Each read before the next send: every frame is a write of its own.
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), reader.next()).await {
+                Ok(Some(Ok(Message::Ping(_)))) => pings += 1,
+                Ok(Some(Ok(Message::Text(t)))) if t.as_str().contains("\"msg\"") => {
+                    msgs += 1;
+                    break;
+                }
+                Ok(Some(Ok(_))) => {}
+                other => panic!("b's socket: {other:?}"),
+            }
+        }
+    }
+    let took = started.elapsed();
+    assert_eq!(msgs, MESSAGES);
+    let most = 2 + usize::try_from(took.as_millis() / 1_000).unwrap();
+    assert!(
+        (1..=most).contains(&pings),
+        "{pings} pings over {MESSAGES} writes in {took:?}"
+    );
+    r.stop().await;
+}
+
+/// A client that read and answered pings, then stopped reading, is found by the next ping that
+/// rides with a write once the gap after the last one has passed: closed within the gap and
+/// the deadline.
+#[tokio::test]
+async fn a_reader_that_stops_midway_is_closed_within_the_gap_and_the_deadline() {
     const DEADLINE_MS: u64 = 400;
     let (r, a, b, conv) = friends_with_deadline(DEADLINE_MS).await;
     let (mut stops, _) = connect(r.addr, &b).await;
@@ -350,7 +389,8 @@ async fn a_reader_that_stops_midway_is_closed_at_the_write_deadline() {
         stopped.elapsed()
     );
     let took = stopped.elapsed();
-    // The deadline after the next write's ping, with a margin for a loaded machine.
+    // At most the gap (the deadline here) after the last ping, then the deadline: a margin
+    // of two more for a loaded machine.
     assert!(
         took < Duration::from_millis(DEADLINE_MS * 4),
         "closed after {took:?}"
