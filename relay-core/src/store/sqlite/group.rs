@@ -25,9 +25,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::store::{Batch, StoreError};
 
-/// The stores of this process that commit to one database, writing together: see the
-/// [module](self) doc. Cloning it gives another handle on the same group; a store opened
-/// without one is in a group of its own.
+/// The stores of this process that commit to one database, writing together: a commit that
+/// comes while another store writes is handed over, and the next writer writes every batch
+/// handed over meanwhile in one transaction (a batch fails only for itself). Cloning it gives
+/// another handle on the same group; a store opened without one is in a group of its own.
 #[derive(Debug, Clone, Default)]
 pub struct WriteGroup(Arc<Shared>);
 
