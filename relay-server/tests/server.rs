@@ -490,9 +490,15 @@ async fn relay_on_loopback_sockets() {
     scenario_and_shutdown_on_loopback(server, "one core").await;
 }
 
-/// The scenario, then a graceful shutdown with a socket open, against `server` on loopback;
-/// returns the uuids of the scenario's two clients.
-async fn scenario_and_shutdown_on_loopback(server: RelayServer, label: &str) -> [String; 2] {
+/// `server` serving on a loopback port until `stop` is notified: a client of it, the stop,
+/// and the task that serves.
+async fn serve_on_loopback(
+    server: RelayServer,
+) -> (
+    HttpClient<<Tokio as Network>::Connector>,
+    Arc<Notify>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .await
         .unwrap();
@@ -502,7 +508,17 @@ async fn scenario_and_shutdown_on_loopback(server: RelayServer, label: &str) -> 
     let server = tokio::spawn(server.serve::<Tokio>(listener, async move {
         stopped.notified().await;
     }));
-    let http = HttpClient::new(Tokio::connector(), Endpoint::from(addr));
+    (
+        HttpClient::new(Tokio::connector(), Endpoint::from(addr)),
+        stop,
+        server,
+    )
+}
+
+/// The scenario, then a graceful shutdown with a socket open, against `server` on loopback;
+/// returns the uuids of the scenario's two clients.
+async fn scenario_and_shutdown_on_loopback(server: RelayServer, label: &str) -> [String; 2] {
+    let (http, stop, server) = serve_on_loopback(server).await;
     let (trace, users) = scenario_of(&http).await;
     assert_eq!(trace, expected_scenario(), "{label}");
 
@@ -825,16 +841,7 @@ async fn a_core_thread_stops_at_the_drain_deadline_with_the_sockets_it_still_ser
     let server = sharded_server(2)
         .with_core_threads()
         .with_drain_deadline(300);
-    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
-        .await
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = Arc::new(Notify::new());
-    let stopped = Arc::clone(&stop);
-    let server = tokio::spawn(server.serve::<Tokio>(listener, async move {
-        stopped.notified().await;
-    }));
-    let http = HttpClient::new(Tokio::connector(), Endpoint::from(addr));
+    let (http, stop, server) = serve_on_loopback(server).await;
     let carol = register(&http, 3, "carol").await;
     let mut ws = open_ws(&http, &carol).await;
     stop.notify_one();
