@@ -455,6 +455,9 @@ fn sqlite_server(
     info!(store = %store_path.display(), shards = args.shards, "durable store");
     // The cores commit to the one file together (group commit).
     let group = WriteGroup::default();
+    if let Some(metrics) = &metrics {
+        metrics.attach_write_group(group.clone());
+    }
     Ok(RelayServer::sharded(args.shards, move |place| {
         let store = SqliteStore::open_in_group(&store_path, group.clone())?;
         let blobs = FsBlobStore::open(&blob_dir)

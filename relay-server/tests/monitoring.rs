@@ -55,6 +55,7 @@ async fn exposition() -> String {
         [7; 32],
     );
     metrics.attach_push(worker);
+    metrics.attach_write_group(relay_core::store::WriteGroup::default());
     metrics.encode()
 }
 

@@ -1,5 +1,6 @@
 //! What is read at scrape time ([`Live`]): connections, outbound bytes, the push worker's
-//! occupancy and the queued-bytes limit, encoded as constant metrics by the collector.
+//! occupancy, the queued-bytes limit and a SQLite relay's group commit, encoded as constant
+//! metrics by the collector.
 
 use std::sync::PoisonError;
 
@@ -75,6 +76,24 @@ impl Collector for Live {
         }
         if let Some(worker) = &sources.push {
             encode_push(&mut encoder, worker)?;
+        }
+        if let Some(group) = &sources.write_group {
+            let (writes, batches) = group.written();
+            for (name, help, n) in [
+                (
+                    "store_group_writes",
+                    "Transactions the SQLite stores of the relay's cores wrote for their commits.",
+                    writes,
+                ),
+                (
+                    "store_group_commits",
+                    "Commits those transactions carried: more than the transactions is commits that shared one (and its fsync).",
+                    batches,
+                ),
+            ] {
+                let m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+                ConstCounter::new(n).encode(m)?;
+            }
         }
         Ok(())
     }

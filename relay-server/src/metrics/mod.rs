@@ -29,7 +29,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
-use relay_core::store::{Store, StoreError};
+use relay_core::store::{Store, StoreError, WriteGroup};
 use relay_push::PushWorker;
 use seam::net::{ConnectionCounter, Network, ServeLimits};
 use wire::{ClientFrame, ErrorCode, ServerFrame};
@@ -127,6 +127,7 @@ struct Sources {
     outbound: Option<OutboundBytes>,
     push: Option<PushWorker>,
     queued_bytes_limit: Option<u64>,
+    write_group: Option<WriteGroup>,
 }
 
 /// The collector of [`Sources`].
@@ -249,6 +250,12 @@ impl Metrics {
     /// Reads the push worker's counters and occupancy at scrape time.
     pub fn attach_push(&self, worker: PushWorker) {
         self.live.sources().push = Some(worker);
+    }
+
+    /// Reads the group commit of a SQLite relay's cores at scrape time (its writes and the
+    /// commits they carried).
+    pub fn attach_write_group(&self, group: WriteGroup) {
+        self.live.sources().write_group = Some(group);
     }
 
     /// The relay's bound on undelivered bytes (`relay_queued_bytes_limit`).
