@@ -10,6 +10,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
+use relay_core::store::WriteGroup;
 use relay_push::{PushStats, PushWorker};
 
 use super::labels::*;
@@ -78,25 +79,35 @@ impl Collector for Live {
             encode_push(&mut encoder, worker)?;
         }
         if let Some(group) = &sources.write_group {
-            let (writes, batches) = group.written();
-            for (name, help, n) in [
-                (
-                    "store_group_writes",
-                    "Transactions the SQLite stores of the relay's cores wrote for their commits.",
-                    writes,
-                ),
-                (
-                    "store_group_commits",
-                    "Commits those transactions carried: more than the transactions is commits that shared one (and its fsync).",
-                    batches,
-                ),
-            ] {
-                let m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-                ConstCounter::new(n).encode(m)?;
-            }
+            encode_write_group(&mut encoder, group)?;
         }
         Ok(())
     }
+}
+
+/// A SQLite relay's group commit: the transactions its cores' stores wrote, and the commits
+/// they carried.
+fn encode_write_group(
+    encoder: &mut DescriptorEncoder<'_>,
+    group: &WriteGroup,
+) -> Result<(), std::fmt::Error> {
+    let (writes, batches) = group.written();
+    for (name, help, n) in [
+        (
+            "store_group_writes",
+            "Transactions the SQLite stores of the relay's cores wrote for their commits.",
+            writes,
+        ),
+        (
+            "store_group_commits",
+            "Commits those transactions carried: more than the transactions is commits that shared one (and its fsync).",
+            batches,
+        ),
+    ] {
+        let m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        ConstCounter::new(n).encode(m)?;
+    }
+    Ok(())
 }
 
 /// The push worker's metrics: deliveries by service and result, retries by service, and its
