@@ -274,9 +274,32 @@ impl SenderSide {
     /// frame (inside the throughput).
     fn frame(&mut self, i: usize) -> (String, String) {
         let payload = encrypt_payload(&self.peer.key, &self.plaintext, &mut self.rng);
-        let id = format!("m{}-{i}", self.index);
+        let id = self.id(i);
         let frame = msg_frame(&id, &self.to, &self.conv, &payload);
         (id, frame)
+    }
+
+    /// Message `i`'s id.
+    fn id(&self, i: usize) -> String {
+        format!("m{}-{i}", self.index)
+    }
+
+    /// Ends the run (closing the socket, best effort: late receipts may still be in flight)
+    /// with what it measured since `start`.
+    async fn finish(
+        &mut self,
+        start: Instant,
+        delivery: Vec<Duration>,
+        ack: Vec<Duration>,
+    ) -> PairRun {
+        let end = wall_now();
+        let _ = self.peer.ws.close(None).await;
+        PairRun {
+            start,
+            end,
+            delivery,
+            ack,
+        }
     }
 
     /// When the recipient read message `i` (messages arrive in order).
@@ -319,15 +342,7 @@ async fn sender(mut s: SenderSide) -> Result<PairRun, RelayLoadError> {
             delivery.push(at.saturating_duration_since(t0));
         }
     }
-    let end = wall_now();
-    // Best effort: late receipts may still be in flight.
-    let _ = s.peer.ws.close(None).await;
-    Ok(PairRun {
-        start,
-        end,
-        delivery,
-        ack,
-    })
+    Ok(s.finish(start, delivery, ack).await)
 }
 
 /// A sender with up to `cfg.in_flight_per_pair` messages unacknowledged (acks come back in
@@ -353,7 +368,8 @@ async fn sender_windowed(mut s: SenderSide) -> Result<PairRun, RelayLoadError> {
             sent_at.push(wall_now());
             s.peer.ws.send(WsMessage::text(frame)).await?;
         }
-        read_ack(&mut s.peer.ws, &format!("m{}-{acked}", s.index)).await?;
+        let id = s.id(acked);
+        read_ack(&mut s.peer.ws, &id).await?;
         if acked >= cfg.warmup_msgs_per_pair {
             ack.push(sent_at[acked].elapsed());
         }
@@ -366,14 +382,7 @@ async fn sender_windowed(mut s: SenderSide) -> Result<PairRun, RelayLoadError> {
             delivery.push(at.saturating_duration_since(*sent));
         }
     }
-    let end = wall_now();
-    let _ = s.peer.ws.close(None).await;
-    Ok(PairRun {
-        start,
-        end,
-        delivery,
-        ack,
-    })
+    Ok(s.finish(start, delivery, ack).await)
 }
 
 async fn receiver(
