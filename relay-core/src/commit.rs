@@ -8,9 +8,9 @@
 //! release, unpin or drop (its rules are in the `Relay` type's doc: group commit, pipelined
 //! commits, fail-stop).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
-use crate::shell::Output;
+use crate::shell::{ConnId, Output};
 use crate::state::Pins;
 use crate::store::{Batch, Spares, Store, StoreError};
 
@@ -130,6 +130,9 @@ pub(crate) struct Pipeline {
     /// Emptied batches kept for the next groups: their buffers' capacity is reused, so a
     /// steady stream of batches allocates none.
     spares: Spares,
+    /// How many outputs for each connection the open batch and the batches in flight hold
+    /// (a frame that may go before its input's commit must not pass them).
+    held: BTreeMap<ConnId, usize>,
 }
 
 impl Pipeline {
@@ -142,6 +145,26 @@ impl Pipeline {
             next_batch: 0,
             failed_at: None,
             spares: Spares::default(),
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// Whether the open batch or a batch in flight holds an output for `conn`.
+    pub(crate) fn holds(&self, conn: ConnId) -> bool {
+        self.held.contains_key(&conn)
+    }
+
+    /// Counts `outputs` as held (`true`) or let go.
+    fn count_held(&mut self, outputs: &[Output], held: bool) {
+        for conn in outputs.iter().filter_map(Output::conn) {
+            if held {
+                *self.held.entry(conn).or_default() += 1;
+            } else if let Some(n) = self.held.get_mut(&conn) {
+                *n -= 1;
+                if *n == 0 {
+                    self.held.remove(&conn);
+                }
+            }
         }
     }
 
@@ -222,6 +245,8 @@ impl Pipeline {
         mutations: &mut Batch,
         outputs: &mut Vec<Output>,
     ) -> Option<&mut Pins> {
+        self.group.as_ref()?;
+        self.count_held(outputs, true);
         let group = self.group.as_mut()?;
         group.mutations.append(mutations);
         group.outputs.append(outputs);
@@ -250,6 +275,7 @@ impl Pipeline {
             self.group = Some(self.new_group());
         }
         if group.mutations.is_empty() && self.in_flight.is_empty() {
+            self.count_held(&group.outputs, false);
             return Sealed::Now(Release {
                 outputs: group.outputs,
                 pinned: group.pinned,
@@ -283,7 +309,11 @@ impl Pipeline {
                 outputs: Vec::new(),
             };
         }
-        match self.in_flight.pop_front() {
+        let batch = self.in_flight.pop_front();
+        if let Some(batch) = &batch {
+            self.count_held(&batch.release.outputs, false);
+        }
+        match batch {
             Some(batch) if committed => Reported::Durable(batch.release),
             Some(batch) => Reported::Failed {
                 first: id,
@@ -319,10 +349,13 @@ impl Pipeline {
     pub(crate) fn drop_all(&mut self) {
         self.group = None;
         self.in_flight.clear();
+        self.held.clear();
     }
 
     /// Drops the open batch (a relay that failed seals nothing).
     pub(crate) fn drop_open(&mut self) {
-        self.group = None;
+        if let Some(group) = self.group.take() {
+            self.count_held(&group.outputs, false);
+        }
     }
 }

@@ -7,9 +7,10 @@
 //!   released after that commit) and again every `RESEND_MS` until the recipient's shard
 //!   acknowledges it. Its acknowledgement deletes the rows it covers.
 //! * **The recipient's shard** applies the hand-offs that follow its stream's chain, each
-//!   into the recipient's queue, with the stream's mark, in one commit; then delivers them to
-//!   a synced connection (or pushes to an offline recipient) and acknowledges them to the
-//!   owner, both released after that commit. A repeat is acknowledged again; a hand-off past
+//!   into the recipient's queue, with the stream's mark, in one commit; delivers them to a
+//!   synced connection at once (the owner's commit made them durable, and its outbox hands
+//!   them over again should the apply be lost; `Relay`'s drain order), or pushes to an
+//!   offline recipient, and acknowledges them to the owner after that commit. A repeat is acknowledged again; a hand-off past
 //!   a gap waits for the gap. The apply never refuses a message: the owner acknowledged it.
 //! * **A sender whose shard does not own the conversation** submits its `msg` or `retract`
 //!   to the owner, which decides it and answers with a verdict (the `ack` or the error frame),

@@ -90,6 +90,18 @@ pub enum Output {
     Cross(crate::handoff::Crossing),
 }
 
+impl Output {
+    /// The connection it is for, if any (a frame, a close, an upgrade's answer).
+    pub(crate) fn conn(&self) -> Option<ConnId> {
+        match self {
+            Self::Send { conn, .. } | Self::Close { conn, .. } | Self::Connect { conn, .. } => {
+                Some(*conn)
+            }
+            Self::Push { .. } | Self::Http { .. } | Self::Cross(_) => None,
+        }
+    }
+}
+
 /// A connection accepted by [`Relay::handle_connect`](super::Relay::handle_connect).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accepted {

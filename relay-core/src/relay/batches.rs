@@ -165,11 +165,75 @@ impl Relay {
         if !self.commits.in_batch() {
             self.stage_falls();
         }
+        self.release_handed_early();
         let finished = self.commit_staged();
         // Tombstone sets and queues read by this input may be evicted now (those it wrote are
         // pinned until their commit is reported, when they are unpinned and evicted if need be).
         self.evict();
         finished
+    }
+
+    /// Releases at once the frames of this input that deliver messages handed over by their
+    /// conversation's owner shard (seq at or below their stream's applied mark): the owner's
+    /// commit made them durable before it handed them over, and its outbox row hands them
+    /// over again should this shard lose their apply, as it does when an acknowledgement is
+    /// lost. So a message between two shards waits for one commit before its recipient sees
+    /// it, as one within a shard does; the acknowledgement of the apply still waits for the
+    /// apply's commit. A connection's frames keep their order: none goes early past a frame
+    /// for its connection that waits for a commit (held in a batch, or staged before it).
+    fn release_handed_early(&mut self) {
+        let delivers = |o: &Output| {
+            matches!(
+                o,
+                Output::Send {
+                    frame: ServerFrame::Msg(_),
+                    ..
+                }
+            )
+        };
+        if self.config.shard.map().shards() < 2
+            || !self.commits.in_batch()
+            || !self.staged.iter().any(delivers)
+        {
+            return;
+        }
+        let mut waiting = std::collections::BTreeSet::new();
+        let staged = std::mem::take(&mut self.staged);
+        for o in staged {
+            match o.conn() {
+                Some(conn)
+                    if !waiting.contains(&conn)
+                        && !self.commits.holds(conn)
+                        && self.handed_over(&o, conn) =>
+                {
+                    self.outputs.push_back(o);
+                }
+                Some(conn) => {
+                    waiting.insert(conn);
+                    self.staged.push(o);
+                }
+                None => self.staged.push(o),
+            }
+        }
+    }
+
+    /// Whether `o` delivers to `conn` a message its conversation's owner shard handed over.
+    fn handed_over(&self, o: &Output, conn: ConnId) -> bool {
+        let Output::Send {
+            frame: ServerFrame::Msg(m),
+            ..
+        } = o
+        else {
+            return false;
+        };
+        let Some(c) = self.sessions.get(conn) else {
+            return false;
+        };
+        let stream = crate::handoff::Stream {
+            recipient: c.user.clone(),
+            conv: m.conv_id.clone(),
+        };
+        m.seq <= self.state.handoffs().applied(&stream)
     }
 
     /// Stages a level report for each owner of a stream whose queue fell since the last

@@ -70,7 +70,10 @@ use crate::shell::{Accepted, CloseReason, ConnId, Output, WsConnect};
 /// After **every** input the shell drains `poll_output` until `None` and executes the outputs
 /// in that order (they are per-connection FIFO and deterministic), then re-arms its timer with
 /// `poll_timeout`. An input's outputs (and an HTTP response) are released only after the
-/// input's mutations were committed to the store in one transaction.
+/// input's mutations were committed to the store in one transaction, but for one kind: the
+/// frames that deliver a message handed over by another shard's core (durable at its owner
+/// before it was handed over) go at once, unless a frame for their connection still waits
+/// for a commit (a connection's frames keep their order).
 ///
 /// # Group commit
 /// A shell that handles several inputs at a time may commit them together: after

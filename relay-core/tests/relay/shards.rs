@@ -290,6 +290,94 @@ fn a_message_crosses_to_the_recipients_shard_once_and_its_outbox_row_goes() {
     assert!(two.wire.is_empty(), "{:?}", two.wire);
 }
 
+/// The hand-offs waiting on the transport, taken off it (nothing is carried).
+fn handoffs_waiting(two: &mut Two) -> Vec<Crossing> {
+    std::mem::take(&mut two.wire)
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Cross(c @ Crossing::Handoff(_)) => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// On a recipient shard whose commits are pipelined, a hand-off reaches its recipient's
+/// connection as soon as it is applied, before the apply's commit: its owner's commit made it
+/// durable. The acknowledgement to the owner still waits for the apply's commit.
+#[test]
+fn a_handoff_is_delivered_before_its_apply_commits_and_acknowledged_after() {
+    let (mut two, a, b, conv) = two_shards(true);
+    let ib = two.of(&b);
+    two.shards[ib].pipeline();
+    let seq = two.send(&a, &b, &conv, "m1");
+    let handoffs = handoffs_waiting(&mut two);
+    assert_eq!(handoffs.len(), 1);
+    let w = &mut two.shards[ib];
+    w.relay.handle_crossing(w.now, handoffs[0].clone());
+    let early = w.released();
+    assert_eq!(delivered(&early, &b), vec![("m1".to_owned(), seq)]);
+    assert!(
+        !early
+            .iter()
+            .any(|o| matches!(o, Output::Cross(Crossing::Applied(_)))),
+        "acknowledged before the apply's commit: {early:?}"
+    );
+    w.settle();
+    let after = w.released();
+    assert!(
+        after
+            .iter()
+            .any(|o| matches!(o, Output::Cross(Crossing::Applied(_)))),
+        "{after:?}"
+    );
+    assert!(delivered(&after, &b).is_empty(), "delivered once");
+}
+
+/// A frame for the recipient's connection that waits for a commit holds the hand-off's
+/// delivery behind it: a connection's frames keep their order.
+#[test]
+fn a_handoff_waits_behind_a_frame_of_its_connection_that_waits_for_a_commit() {
+    let (mut two, a, b, conv) = two_shards(true);
+    let ib = two.of(&b);
+    two.shards[ib].pipeline();
+    let seqs: Vec<u64> = ["m1", "m2"]
+        .iter()
+        .map(|id| two.send(&a, &b, &conv, id))
+        .collect();
+    let handoffs = handoffs_waiting(&mut two);
+    assert_eq!(handoffs.len(), 2);
+    let w = &mut two.shards[ib];
+    let cb = b.conn.unwrap();
+    w.relay.handle_crossing(w.now, handoffs[0].clone());
+    assert_eq!(delivered(&w.released(), &b).len(), 1, "m1 went early");
+    // `b` sends a frame the relay refuses: the error frame waits for the open batch's
+    // commit ...
+    w.relay
+        .handle_text(w.now, cb, &json!({"type": "no such frame"}).to_string());
+    assert!(frames(&w.released(), cb).is_empty(), "the refusal waits");
+    // ... and so does m2, which would otherwise pass it.
+    w.relay.handle_crossing(w.now, handoffs[1].clone());
+    assert!(
+        delivered(&w.released(), &b).is_empty(),
+        "m2 passed a held frame"
+    );
+    w.settle();
+    let after = frames(&w.released(), cb);
+    let got = msgs(&after);
+    assert!(
+        got.contains(&("m2".to_owned(), seqs[1])),
+        "m2 after the commit: {after:?}"
+    );
+    let m2_at = after
+        .iter()
+        .position(|f| matches!(f, ServerFrame::Msg(m) if m.seq.get() == seqs[1]))
+        .unwrap();
+    assert!(
+        matches!(after[..m2_at], [ServerFrame::Error(_)]),
+        "the refusal first: {after:?}"
+    );
+}
+
 #[test]
 fn lost_repeated_and_reordered_handoffs_are_applied_once_in_order() {
     let (mut two, a, mut b, conv) = two_shards(false);
