@@ -131,13 +131,16 @@ pub(crate) struct Pipeline {
     /// steady stream of batches allocates none.
     spares: Spares,
     /// How many outputs for each connection the open batch and the batches in flight hold
-    /// (a frame that may go before its input's commit must not pass them).
+    /// (a frame that may go before its input's commit must not pass them), when `counts_held`.
     held: BTreeMap<ConnId, usize>,
+    /// Whether `held` is kept: only a relay of several shards releases frames early.
+    counts_held: bool,
 }
 
 impl Pipeline {
-    /// A pipeline that commits through `store` itself until a shell takes it.
-    pub(crate) fn new(store: Box<dyn Store>) -> Self {
+    /// A pipeline that commits through `store` itself until a shell takes it; `counts_held`:
+    /// it counts the outputs it holds per connection ([`Pipeline::holds`]).
+    pub(crate) fn new(store: Box<dyn Store>, counts_held: bool) -> Self {
         Self {
             store: Some(store),
             group: None,
@@ -146,16 +149,21 @@ impl Pipeline {
             failed_at: None,
             spares: Spares::default(),
             held: BTreeMap::new(),
+            counts_held,
         }
     }
 
-    /// Whether the open batch or a batch in flight holds an output for `conn`.
+    /// Whether the open batch or a batch in flight holds an output for `conn` (never, unless
+    /// the pipeline counts them).
     pub(crate) fn holds(&self, conn: ConnId) -> bool {
         self.held.contains_key(&conn)
     }
 
     /// Counts `outputs` as held (`true`) or let go.
     fn count_held(&mut self, outputs: &[Output], held: bool) {
+        if !self.counts_held {
+            return;
+        }
         for conn in outputs.iter().filter_map(Output::conn) {
             if held {
                 *self.held.entry(conn).or_default() += 1;

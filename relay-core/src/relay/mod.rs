@@ -194,6 +194,7 @@ impl Relay {
         state.open_tombstones(tombstones);
         let throttles = Throttles::new(&config, msg_limit);
         let budgets = Budgets::new(&config);
+        let sharded = config.shard.map().shards() > 1;
         Ok(Self {
             admission: Admission::new(&config),
             config,
@@ -213,7 +214,9 @@ impl Relay {
             forwards: crate::handoff::Awaiting::default(),
             charge: None,
             staged: Vec::new(),
-            commits: Pipeline::new(store),
+            // Only a relay of several shards releases frames before their commit
+            // (`release_handed_early`), past none the pipeline holds for their connection.
+            commits: Pipeline::new(store, sharded),
             outputs: VecDeque::new(),
             failed: false,
             stats: crate::stats::RelayStats::default(),
