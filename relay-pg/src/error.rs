@@ -33,6 +33,42 @@ pub enum PgError {
         /// The epoch this writer held.
         epoch: u64,
     },
+    /// This writer no longer owns the shard under this epoch (the shard moved to another node,
+    /// or this node's lease lapsed); nothing was committed.
+    #[error("fenced: shard {shard} epoch {epoch} has ended")]
+    ShardFenced {
+        /// The shard.
+        shard: u16,
+        /// The epoch this writer held it under.
+        epoch: u64,
+    },
+    /// The schema is served the other way: by an active/standby relay when a cluster node
+    /// joins, or by a cluster when a relay campaigns. Nothing was written.
+    #[error("{0}")]
+    WrongMode(String),
+    /// The cluster was created with another number of shards than this node's (users are
+    /// hashed into them, so it is fixed for the cluster's life). Nothing was written.
+    #[error("the cluster has {recorded} shards, this node is configured with {ours}")]
+    ShardsDiffer {
+        /// The cluster's.
+        recorded: u32,
+        /// This node's.
+        ours: u32,
+    },
+    /// A live node holds this node's name (its previous life, whose lease has not lapsed yet,
+    /// or another process configured with the same name). Nothing was written.
+    #[error(
+        "node name {name} is held by a live node (incarnation {incarnation}, address {address:?}) \
+         until its lease lapses; give each node its own name"
+    )]
+    NodeNameInUse {
+        /// The name.
+        name: String,
+        /// The live incarnation.
+        incarnation: u64,
+        /// The address it registered.
+        address: String,
+    },
     /// A key of this relay is not the one the relays of this schema use (its fingerprint differs
     /// from the recorded one): the candidate refused to lead and wrote nothing. Every mismatch
     /// is listed; fingerprints are shown as short prefixes.
@@ -47,7 +83,9 @@ impl From<PgError> for StoreError {
     fn from(e: PgError) -> Self {
         match e {
             PgError::SchemaVersion { found, supported } => Self::SchemaVersion { found, supported },
-            PgError::Fenced { epoch } => Self::Fenced { epoch },
+            PgError::Fenced { epoch } | PgError::ShardFenced { epoch, .. } => {
+                Self::Fenced { epoch }
+            }
             other => Self::Backend(other.to_string()),
         }
     }
@@ -66,10 +104,11 @@ pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// A driver error as a [`PgError`]: the fence's SQLSTATE becomes [`PgError::Fenced`].
-pub(crate) fn classify(e: &tokio_postgres::Error, epoch: u64) -> PgError {
+/// A driver error as a [`PgError`]: the fence's SQLSTATE becomes `fenced` (the error of the
+/// fence the statement ran under).
+pub(crate) fn classify(e: &tokio_postgres::Error, fenced: PgError) -> PgError {
     match e.as_db_error() {
-        Some(db) if db.code().code() == FENCED_SQLSTATE => PgError::Fenced { epoch },
+        Some(db) if db.code().code() == FENCED_SQLSTATE => fenced,
         _ => PgError::Backend(describe(e)),
     }
 }

@@ -102,6 +102,11 @@ pub enum LostReason {
         /// The epoch found in the database.
         epoch: u64,
     },
+    /// A cluster node's lease had lapsed when it tried to renew it: its shards may be another
+    /// node's already.
+    LeaseLapsed,
+    /// A cluster node left ([`crate::Member::leave`] or dropped).
+    Left,
 }
 
 impl fmt::Display for LostReason {
@@ -111,6 +116,8 @@ impl fmt::Display for LostReason {
             Self::SessionEnded(why) => write!(f, "lock session ended: {why}"),
             Self::HeartbeatFailed(why) => write!(f, "heartbeat failed: {why}"),
             Self::Superseded { epoch } => write!(f, "superseded by epoch {epoch}"),
+            Self::LeaseLapsed => f.write_str("the node's lease had lapsed"),
+            Self::Left => f.write_str("left the cluster"),
         }
     }
 }
@@ -253,8 +260,13 @@ impl Leader {
         PgStore::connect(
             Arc::clone(&self.runtime),
             &self.config,
-            self.epoch(),
-            Some(self.watch()),
+            crate::Fence::Leader {
+                epoch: self.epoch(),
+            },
+            Some({
+                let watch = self.watch();
+                Arc::new(move || watch.is_leading())
+            }),
         )
     }
 

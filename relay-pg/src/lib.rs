@@ -1,6 +1,8 @@
 //! The relay on PostgreSQL: [`PgStore`], relay-core's [`Store`](relay_core::store::Store) over a
 //! networked database, and **active/standby leadership with epoch fencing** so that many relay
-//! processes can point at one database while exactly one of them serves.
+//! processes can point at one database while exactly one of them serves, or a **cluster** whose
+//! nodes each own some of the deployment's shards, every shard fenced by its own epoch
+//! ([see below](#a-cluster-of-nodes)).
 //!
 //! # How a shell uses it
 //!
@@ -73,6 +75,19 @@
 //! unknown outcome: the store reports an error, the relay fails stop and rebuilds from the
 //! database, and clients re-send with the same message ids (the relay's dedup makes it harmless).
 //!
+//! # A cluster of nodes
+//!
+//! [`join`] makes this process a node of the cluster of the schema (creating it with
+//! [`JoinOptions::shards`] shards when it is the first). Each node holds a **lease** on the
+//! database's clock, renewed by its heartbeat and never once it lapsed; the live node first by
+//! name spreads the shards evenly over the live nodes (`shards(id, epoch, owner, …)`): a dead
+//! node's shards at once, a joining node's share by **handover** (the owner stops the shard and
+//! hands it over with [`Member::hand_over`], or it is taken at the deadline). Every change of
+//! owner takes the shard's next epoch, and [`Member::store`] opens a store whose every commit
+//! runs `relay_fence_shard(shard, epoch)`: the guarantee of the leader's fence, per shard. A
+//! node paused past its lease or cut from the database commits nothing for a shard it lost.
+//! A schema is served by a cluster or by an active relay, never both ([`PgError::WrongMode`]).
+//!
 //! # Keys shared by every relay
 //!
 //! The relays of one schema must use the same keys (the shell's JWT signing key: tokens issued
@@ -100,8 +115,9 @@
 //! Tables live in their own schema (default [`DEFAULT_SCHEMA`], see [`PgConfig::with_schema`]):
 //! one `(k TEXT COLLATE "C" PRIMARY KEY, v BYTEA)` table per relay-core
 //! [`Table`](relay_core::store::Table), the layout of `SqliteStore` (an expiring table also has
-//! an indexed `expires_at BIGINT`, epoch milliseconds), `schema_migrations`, and the
-//! one-row `leader` table, and `key_fingerprints` (see [below](#keys-shared-by-every-relay)).
+//! an indexed `expires_at BIGINT`, epoch milliseconds), `schema_migrations`, the
+//! one-row `leader` table, `key_fingerprints` (see [below](#keys-shared-by-every-relay)), and
+//! a cluster's `cluster`, `nodes` and `shards` tables.
 //! Migrations are the embedded files `migrations/NNNN_*.sql`
 //! ([`MIGRATIONS`]); only a new leader applies them, and a schema newer than [`SCHEMA_VERSION`] is
 //! refused.
@@ -109,6 +125,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod cluster;
 mod config;
 mod error;
 mod keys;
@@ -118,6 +135,12 @@ mod runtime;
 mod schema;
 mod store;
 
+pub use cluster::{
+    CLUSTER_HEARTBEAT_INTERVAL_MS, CLUSTER_HEARTBEAT_TIMEOUT_MS, CLUSTER_LEASE_MS,
+    CLUSTER_LOCK_CLASS, HANDOVER_DEADLINE_MS, JoinOptions, MAX_CLUSTER_SHARDS,
+    MAX_HANDOVERS_PLANNED, MAX_NODE_ADDRESS_BYTES, MAX_NODE_NAME_BYTES, MEMBERSHIP_LOCK_TIMEOUT_MS,
+    Member, MemberStatus, MemberWatch, NodeId, ShardTerm, join, join_blocking,
+};
 pub use config::{
     APPLICATION_NAME, CLIENT_KEEPALIVE_IDLE_MS, CONNECT_TIMEOUT_MS, DEFAULT_SCHEMA,
     MAX_PASSWORD_FILE_BYTES, MAX_SCHEMA_NAME_BYTES, PASSWORD_ENV, PASSWORD_FILE_ENV, PgConfig,
@@ -135,6 +158,6 @@ pub use leader::{
 };
 pub use schema::{MIGRATIONS, Migration, SCHEMA_VERSION};
 pub use store::{
-    COMMIT_TIMEOUT_MS, IDLE_IN_TRANSACTION_TIMEOUT_MS, LOAD_TIMEOUT_MS, MAX_ROW_BYTES, PgStore,
-    READ_TIMEOUT_MS, STORE_KEEPALIVE_IDLE_S,
+    COMMIT_TIMEOUT_MS, Fence, IDLE_IN_TRANSACTION_TIMEOUT_MS, LOAD_TIMEOUT_MS, MAX_ROW_BYTES,
+    PgStore, READ_TIMEOUT_MS, STORE_KEEPALIVE_IDLE_S,
 };

@@ -12,7 +12,9 @@
 //!   epoch if it could not do so before, and finally checks and records the fingerprints of the
 //!   relay's keys ([`crate::keys`]), all in the same transaction. A standby running a newer build
 //!   therefore never changes the schema under a running older leader, and a candidate whose keys
-//!   are refused leaves nothing behind.
+//!   are refused leaves nothing behind. A schema that holds a cluster is refused.
+//! * **A cluster node** migrates in its join transaction ([`migrate_pending`], under the
+//!   cluster's lock; see `crate::cluster`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -78,13 +80,21 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0008_queue_expiry",
         sql: include_str!("../migrations/0008_queue_expiry.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_cluster",
+        sql: include_str!("../migrations/0009_cluster.sql"),
+    },
 ];
 
 /// Schema version written by this build (the last migration's).
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// First version that has the `leader` row and `relay_fence`.
-const LEADER_VERSION: i64 = 2;
+pub(crate) const LEADER_VERSION: i64 = 2;
+
+/// First version that has the cluster's tables and `relay_fence_shard`.
+pub(crate) const CLUSTER_VERSION: i64 = 9;
 
 /// Advisory-lock class of the bootstrap transaction lock (`'RLYM'`); the low half is the
 /// schema name's hash.
@@ -134,13 +144,14 @@ pub(crate) async fn bootstrap(client: &mut Client, schema: &str) -> Result<i64, 
         .await
         .map_err(|e| backend(&e))?;
     }
-    let found = current_version(&tx, schema).await?;
+    let found = version_in(&tx, schema).await?;
     tx.commit().await.map_err(|e| backend(&e))?;
     refuse_newer(found)?;
     Ok(found)
 }
 
-async fn current_version(
+/// The schema's version as `schema_migrations` records it (0 for none).
+pub(crate) async fn version_in(
     tx: &tokio_postgres::Transaction<'_>,
     schema: &str,
 ) -> Result<i64, PgError> {
@@ -174,12 +185,45 @@ pub(crate) async fn migrate_and_bump(
     claims: &BTreeMap<KeyKind, KeyClaim>,
 ) -> Result<(i64, Vec<KeyEvent>), PgError> {
     let tx = client.transaction().await.map_err(|e| backend(&e))?;
-    let found = current_version(&tx, schema).await?;
-    refuse_newer(found)?;
+    let found = version_in(&tx, schema).await?;
     let mut epoch = None;
     if found >= LEADER_VERSION {
         epoch = Some(bump(&tx, holder).await?);
     }
+    migrate_pending(&tx, schema, found).await?;
+    let epoch = match epoch {
+        Some(epoch) => epoch,
+        None => bump(&tx, holder).await?,
+    };
+    // After the bump, whose row lock orders this with a cluster's creation (which takes the
+    // epoch from 0 to 1 under the same lock): a cluster's schema has no leader.
+    if let Some(row) = tx
+        .query_opt("SELECT shards FROM cluster WHERE id = 1", &[])
+        .await
+        .map_err(|e| backend(&e))?
+    {
+        let shards: i32 = row.get(0);
+        return Err(PgError::WrongMode(format!(
+            "schema {schema} belongs to a cluster of {shards} shards: start this relay as a \
+             node of that cluster, not as an active/standby relay"
+        )));
+    }
+    // After the bump: the epoch row's update lock, held to the commit, serializes this with
+    // every other candidate's transaction. On an error the transaction rolls back when dropped.
+    let events = keys::check_and_record(&tx, schema, claims, holder, epoch).await?;
+    tx.commit().await.map_err(|e| backend(&e))?;
+    Ok((epoch, events))
+}
+
+/// Applies the migrations after version `found` (a newer schema is refused), creates the
+/// tables of relay-core that no migration knows and checks the expiring tables' columns, in
+/// the caller's transaction.
+pub(crate) async fn migrate_pending(
+    tx: &tokio_postgres::Transaction<'_>,
+    schema: &str,
+    found: i64,
+) -> Result<(), PgError> {
+    refuse_newer(found)?;
     for m in MIGRATIONS.iter().filter(|m| m.version > found) {
         tx.batch_execute(m.sql)
             .await
@@ -192,17 +236,8 @@ pub(crate) async fn migrate_and_bump(
         .map_err(|e| backend(&e))?;
         tracing::info!(schema, migration = m.name, "applied migration");
     }
-    create_missing_tables(&tx, schema).await?;
-    check_expiry_columns(&tx, schema).await?;
-    let epoch = match epoch {
-        Some(epoch) => epoch,
-        None => bump(&tx, holder).await?,
-    };
-    // After the bump: the epoch row's update lock, held to the commit, serializes this with
-    // every other candidate's transaction. On an error the transaction rolls back when dropped.
-    let events = keys::check_and_record(&tx, schema, claims, holder, epoch).await?;
-    tx.commit().await.map_err(|e| backend(&e))?;
-    Ok((epoch, events))
+    create_missing_tables(tx, schema).await?;
+    check_expiry_columns(tx, schema).await
 }
 
 async fn bump(tx: &tokio_postgres::Transaction<'_>, holder: &str) -> Result<i64, PgError> {

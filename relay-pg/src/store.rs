@@ -1,8 +1,10 @@
-//! [`PgStore`]: relay-core's [`Store`] over PostgreSQL, fenced by a leadership epoch.
+//! [`PgStore`]: relay-core's [`Store`] over PostgreSQL, fenced by a leadership epoch or, in a
+//! cluster, by one shard's epoch ([`Fence`]).
 //!
 //! **One round trip per commit.** A batch is first reduced to its net effect per table (a
 //! [`Plan`], rules below), then sent as one pipeline of prepared statements on the store's
-//! connection: `BEGIN`, `SELECT relay_fence(epoch)`, then per touched table, in this order, at
+//! connection: `BEGIN`, `SELECT relay_fence(epoch)` (or `relay_fence_shard(shard, epoch)`),
+//! then per touched table, in this order, at
 //! most one `DELETE … WHERE expires_at <= $1` (a range expiry, expiring tables only), one
 //! `INSERT … SELECT FROM unnest($keys, $values[, $expiries]) ON CONFLICT (k) DO UPDATE` and one
 //! `DELETE … WHERE k = ANY($keys)` (a single row uses the plain `VALUES ($1, $2[, $3])` /
@@ -34,7 +36,7 @@
 //! everything: open a new one.
 //!
 //! `load` reads every table in one `REPEATABLE READ` snapshot with one `UNION ALL` query, after
-//! checking the epoch in the same snapshot; `load_eager` the same without the lazy tables
+//! checking the epoch (the leader's or the shard's) in the same snapshot; `load_eager` the same without the lazy tables
 //! ([`Table::is_lazy`]), which it does not read at all.
 //!
 //! **Keyed reads** ([`Store::reader`]) go through a connection of their own, on the crate's
@@ -50,7 +52,7 @@ use relay_core::store::{Batch, MutationRef, Snapshot, Store, StoreError, StoreRe
 use tokio_postgres::{Client, NoTls, Statement, types::ToSql};
 
 use crate::{
-    LeaderWatch, PgConfig, PgError,
+    PgConfig, PgError,
     error::{classify, describe},
     runtime::PgRuntime,
 };
@@ -94,20 +96,62 @@ pub(crate) fn no_expiry(table: Table) -> PgError {
     ))
 }
 
+/// What a store's commits are fenced by: the leadership epoch of an active/standby relay, or
+/// one shard's epoch in a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    /// `relay_fence(epoch)`: the schema's leader epoch.
+    Leader {
+        /// The epoch.
+        epoch: u64,
+    },
+    /// `relay_fence_shard(shard, epoch)`: the shard's epoch.
+    Shard {
+        /// The shard.
+        shard: u16,
+        /// Its epoch.
+        epoch: u64,
+    },
+}
+
+impl Fence {
+    /// The epoch.
+    pub fn epoch(self) -> u64 {
+        match self {
+            Self::Leader { epoch } | Self::Shard { epoch, .. } => epoch,
+        }
+    }
+
+    /// The error of a commit this fence refused.
+    pub(crate) fn refused(self) -> PgError {
+        match self {
+            Self::Leader { epoch } => PgError::Fenced { epoch },
+            Self::Shard { shard, epoch } => PgError::ShardFenced { shard, epoch },
+        }
+    }
+}
+
+/// What tells a store, without I/O, whether its fence still holds as far as its owner knows
+/// (a leadership still leading, a cluster node still holding the shard under the epoch), so
+/// that it refuses before sending anything.
+pub(crate) type Tenure = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// relay-core's [`Store`] over PostgreSQL. Every commit is one transaction that first checks,
 /// under a share lock on the epoch row, that the database's leadership epoch is still this
 /// store's; otherwise it fails with [`StoreError::Fenced`] and applies nothing.
 ///
 /// Get one from [`crate::Leader::store`] (which also refuses commits as soon as the leader knows
-/// it lost) or, for a process that does its own leader election, [`PgStore::open_fenced`].
+/// it lost), from [`crate::Member::store`] in a cluster (fenced by one shard's epoch, and
+/// refusing as soon as the node knows the shard moved) or, for a process that does its own
+/// election, [`PgStore::open_fenced`] or [`PgStore::open_shard_fenced`].
 /// Blocking calls: safe on a tokio worker thread and on plain threads (the connection lives on the
 /// crate's own thread). After a failed commit the store refuses everything (open a new one),
 /// except a batch refused before anything was sent (see the module doc).
 pub struct PgStore {
     runtime: Arc<PgRuntime>,
     conn: Option<Arc<DataConn>>,
-    epoch: u64,
-    leadership: Option<LeaderWatch>,
+    fence: Fence,
+    tenure: Option<Tenure>,
     fenced: bool,
     /// What readers connect with (its `Debug` and `Display` never show the password).
     config: PgConfig,
@@ -117,7 +161,7 @@ impl fmt::Debug for PgStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PgStore")
             .field("target", &self.config.to_string())
-            .field("epoch", &self.epoch)
+            .field("fence", &self.fence)
             .field("connected", &self.conn.is_some())
             .field("fenced", &self.fenced)
             .finish()
@@ -129,22 +173,31 @@ impl PgStore {
     /// must exist: a [`crate::campaign`] created it). Safe whoever holds the leadership lock: the
     /// fence is enforced by the database. Blocking.
     pub fn open_fenced(config: &PgConfig, epoch: u64) -> Result<Self, PgError> {
-        Self::connect(Arc::new(PgRuntime::start()?), config, epoch, None)
+        let fence = Fence::Leader { epoch };
+        Self::connect(Arc::new(PgRuntime::start()?), config, fence, None)
+    }
+
+    /// A store that commits only while `shard`'s epoch in the cluster's `shards` table is
+    /// `epoch` (the cluster must exist: a [`crate::join`] created it). Safe whoever owns the
+    /// shard: the fence is enforced by the database. Blocking.
+    pub fn open_shard_fenced(config: &PgConfig, shard: u16, epoch: u64) -> Result<Self, PgError> {
+        let fence = Fence::Shard { shard, epoch };
+        Self::connect(Arc::new(PgRuntime::start()?), config, fence, None)
     }
 
     pub(crate) fn connect(
         runtime: Arc<PgRuntime>,
         config: &PgConfig,
-        epoch: u64,
-        leadership: Option<LeaderWatch>,
+        fence: Fence,
+        tenure: Option<Tenure>,
     ) -> Result<Self, PgError> {
         let driver_config = config.clone();
         let conn = runtime.block_on(async move { DataConn::connect(&driver_config).await })?;
         Ok(Self {
             runtime,
             conn: Some(Arc::new(conn)),
-            epoch,
-            leadership,
+            fence,
+            tenure,
             fenced: false,
             config: config.clone(),
         })
@@ -152,14 +205,19 @@ impl PgStore {
 
     /// The epoch this store commits under.
     pub fn epoch(&self) -> u64 {
-        self.epoch
+        self.fence.epoch()
+    }
+
+    /// What this store's commits are fenced by.
+    pub fn fence(&self) -> Fence {
+        self.fence
     }
 
     /// The connection, unless the store is fenced or broken.
     fn usable(&self) -> Result<Arc<DataConn>, PgError> {
-        let lost = self.leadership.as_ref().is_some_and(|l| !l.is_leading());
+        let lost = self.tenure.as_ref().is_some_and(|holds| !holds());
         if self.fenced || lost {
-            return Err(PgError::Fenced { epoch: self.epoch });
+            return Err(self.fence.refused());
         }
         self.conn.clone().ok_or_else(|| {
             PgError::Backend("the connection failed earlier; open a new store".into())
@@ -170,12 +228,9 @@ impl PgStore {
     fn settle<T>(&mut self, result: Result<T, PgError>) -> Result<T, StoreError> {
         match &result {
             Ok(_) => {}
-            Err(PgError::Fenced { .. }) => {
+            Err(PgError::Fenced { .. } | PgError::ShardFenced { .. }) => {
                 self.fenced = true;
-                tracing::error!(
-                    epoch = self.epoch,
-                    "commit refused: fenced by a newer leader"
-                );
+                tracing::error!(fence = ?self.fence, "commit refused: the fence has ended");
             }
             Err(e) => {
                 self.conn = None;
@@ -188,10 +243,10 @@ impl PgStore {
     /// `load` (every table) or `load_eager` (all but the lazy ones).
     fn load_tables(&mut self, eager: bool) -> Result<Snapshot, StoreError> {
         let result = self.usable().and_then(|conn| {
-            let epoch = self.epoch;
+            let fence = self.fence;
             self.runtime.block_on(async move {
                 let timeout = Duration::from_millis(LOAD_TIMEOUT_MS);
-                tokio::time::timeout(timeout, conn.load(epoch, eager))
+                tokio::time::timeout(timeout, conn.load(fence, eager))
                     .await
                     .unwrap_or_else(|_| {
                         Err(PgError::Backend(format!(
@@ -223,10 +278,10 @@ impl Store for PgStore {
         }
         // Refused here, nothing was sent: the connection is as it was and stays usable.
         let plan = Plan::new(batch).map_err(StoreError::from)?;
-        let epoch = self.epoch;
+        let fence = self.fence;
         let result = self.runtime.block_on(async move {
             let timeout = Duration::from_millis(COMMIT_TIMEOUT_MS);
-            tokio::time::timeout(timeout, conn.commit(epoch, &plan))
+            tokio::time::timeout(timeout, conn.commit(fence, &plan))
                 .await
                 .unwrap_or_else(|_| {
                     Err(PgError::Backend(format!(
@@ -366,8 +421,10 @@ struct Statements {
     begin: Statement,
     commit: Statement,
     fence: Statement,
+    fence_shard: Statement,
     begin_snapshot: Statement,
     epoch: Statement,
+    shard_epoch: Statement,
     load_all: Statement,
     load_eager: Statement,
     upsert: BTreeMap<Table, Statement>,
@@ -420,15 +477,28 @@ impl DataConn {
     }
 
     /// One pipelined transaction (see the module doc).
-    async fn commit(&self, epoch: u64, plan: &Plan) -> Result<(), PgError> {
-        let epoch_param = epoch_param(epoch)?;
+    async fn commit(&self, fence: Fence, plan: &Plan) -> Result<(), PgError> {
+        let epoch_param = epoch_param(fence.epoch())?;
+        let shard_param = match fence {
+            Fence::Shard { shard, .. } => i32::from(shard),
+            Fence::Leader { .. } => 0,
+        };
         let c = &self.client;
         let s = &self.statements;
         let mut steps: Vec<Step<'_>> = Vec::with_capacity(3 + 3 * plan.0.len());
         steps.push(Box::pin(c.execute_raw(&s.begin, NO_PARAMS)));
-        steps.push(Box::pin(
-            c.execute_raw(&s.fence, [&epoch_param as &(dyn ToSql + Sync)]),
-        ));
+        steps.push(match fence {
+            Fence::Leader { .. } => {
+                Box::pin(c.execute_raw(&s.fence, [&epoch_param as &(dyn ToSql + Sync)]))
+            }
+            Fence::Shard { .. } => Box::pin(c.execute_raw(
+                &s.fence_shard,
+                [
+                    &shard_param as &(dyn ToSql + Sync),
+                    &epoch_param as &(dyn ToSql + Sync),
+                ],
+            )),
+        });
         for (table, ops) in &plan.0 {
             if let Some(up_to) = &ops.expire_up_to {
                 // `Plan::new` refuses an expiry on a table without one.
@@ -485,7 +555,7 @@ impl DataConn {
                     // was sent, so the server did not abort the transaction.
                     tracing::error!(error = %describe(&e), "a statement was not sent but COMMIT succeeded");
                 }
-                return Err(classify(&e, epoch));
+                return Err(classify(&e, fence.refused()));
             }
         }
         Ok(())
@@ -493,21 +563,22 @@ impl DataConn {
 
     /// Every row (of the tables that are not lazy, when `eager`), in one snapshot that also
     /// shows the epoch is still ours.
-    async fn load(&self, epoch: u64, eager: bool) -> Result<Snapshot, PgError> {
+    async fn load(&self, fence: Fence, eager: bool) -> Result<Snapshot, PgError> {
         let backend = |e: &tokio_postgres::Error| PgError::Backend(describe(e));
         let c = &self.client;
         let s = &self.statements;
         c.execute_raw(&s.begin_snapshot, NO_PARAMS)
             .await
             .map_err(|e| backend(&e))?;
-        let current: i64 = c
-            .query_one(&s.epoch, &[])
-            .await
-            .map_err(|e| backend(&e))?
-            .get(0);
-        if u64::try_from(current).ok() != Some(epoch) {
+        let current: Option<i64> = match fence {
+            Fence::Leader { .. } => c.query_opt(&s.epoch, &[]).await,
+            Fence::Shard { shard, .. } => c.query_opt(&s.shard_epoch, &[&i32::from(shard)]).await,
+        }
+        .map_err(|e| backend(&e))?
+        .map(|row| row.get(0));
+        if current.and_then(|c| u64::try_from(c).ok()) != Some(fence.epoch()) {
             // The caller drops this connection; the server rolls the snapshot back.
-            return Err(PgError::Fenced { epoch });
+            return Err(fence.refused());
         }
         let mut snapshot = Snapshot::new();
         let load = if eager { &s.load_eager } else { &s.load_all };
@@ -608,8 +679,10 @@ async fn prepare(client: &Client) -> Result<Statements, PgError> {
         "BEGIN".to_owned(),
         "COMMIT".to_owned(),
         "SELECT relay_fence($1)".to_owned(),
+        "SELECT relay_fence_shard($1, $2)".to_owned(),
         "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_owned(),
         "SELECT epoch FROM leader WHERE id = 1".to_owned(),
+        "SELECT epoch FROM shards WHERE id = $1".to_owned(),
         load_query(false),
         load_query(true),
     ];
@@ -631,15 +704,9 @@ async fn prepare(client: &Client) -> Result<Statements, PgError> {
     }
     let mut prepared = prepare_all(client, &texts).await?;
     let mut next = || next_statement(&mut prepared);
-    let (begin, commit, fence, begin_snapshot, epoch, load_all, load_eager) = (
-        next()?,
-        next()?,
-        next()?,
-        next()?,
-        next()?,
-        next()?,
-        next()?,
-    );
+    let (begin, commit, fence, fence_shard) = (next()?, next()?, next()?, next()?);
+    let (begin_snapshot, epoch, shard_epoch) = (next()?, next()?, next()?);
+    let (load_all, load_eager) = (next()?, next()?);
     let (mut upsert, mut delete) = (BTreeMap::new(), BTreeMap::new());
     let (mut upsert_one, mut delete_one) = (BTreeMap::new(), BTreeMap::new());
     let mut expire = BTreeMap::new();
@@ -656,8 +723,10 @@ async fn prepare(client: &Client) -> Result<Statements, PgError> {
         begin,
         commit,
         fence,
+        fence_shard,
         begin_snapshot,
         epoch,
+        shard_epoch,
         load_all,
         load_eager,
         upsert,
