@@ -139,7 +139,7 @@ pub use cluster::{
     CLUSTER_HEARTBEAT_INTERVAL_MS, CLUSTER_HEARTBEAT_TIMEOUT_MS, CLUSTER_LEASE_MS,
     CLUSTER_LOCK_CLASS, HANDOVER_DEADLINE_MS, JoinOptions, MAX_CLUSTER_SHARDS,
     MAX_HANDOVERS_PLANNED, MAX_NODE_ADDRESS_BYTES, MAX_NODE_NAME_BYTES, MEMBERSHIP_LOCK_TIMEOUT_MS,
-    Member, MemberStatus, MemberWatch, NodeId, ShardTerm, join, join_blocking,
+    Member, MemberStatus, MemberWatch, NodeId, ShardOwner, ShardTerm, join, join_blocking,
 };
 pub use config::{
     APPLICATION_NAME, CLIENT_KEEPALIVE_IDLE_MS, CONNECT_TIMEOUT_MS, DEFAULT_SCHEMA,

@@ -308,9 +308,23 @@ fn leaving_lets_every_shard_go_to_the_others_at_once() {
     wait_until("a owns every shard", || owned(&a).len() == 4);
     let b = join(&db, options("b", 4));
     hand_over_marked_until(&a, &b, 2);
+    // Each node knows who serves every shard, and where.
+    wait_until("both directories name both nodes", || {
+        [&a, &b].iter().all(|m| {
+            let d = m.watch().directory();
+            d.len() == 4 && d.values().filter(|o| o.node == "b").count() == 2
+        })
+    });
+    for (shard, o) in a.watch().directory() {
+        assert_eq!(o.address, format!("127.0.0.1:0/{}", o.node));
+        assert!(owned(if o.node == "a" { &a } else { &b }).contains(&shard));
+    }
     let start = Instant::now();
     b.leave();
     wait_until("a owns every shard again", || owned(&a).len() == 4);
+    wait_until("a's directory names only a", || {
+        a.watch().directory().values().all(|o| o.node == "a")
+    });
     // Well before b's lease (1.5 s) would have lapsed.
     assert!(
         start.elapsed() < Duration::from_millis(1_400),

@@ -40,6 +40,13 @@
 //!   and stands by (every route but the probes: 503 `NOT_LEADER` with `Retry-After`) until it
 //!   leads; it then opens the relay and serves; when the term ends it goes fail-stop at once
 //!   (every socket closed) and stands by again.
+//! * **Cluster node** ([`RelayServer::clustered`], [`cluster`]): the server binds at once,
+//!   joins the cluster and serves each shard its membership owns with a core of its own (a
+//!   term per shard, its store fenced by the shard's epoch); a shard planned to move has its
+//!   core stopped (its batches in flight let finish) before it is handed over; a request or an
+//!   upgrade for a shard not served here is refused like a standby's (503 `NOT_LEADER`), and
+//!   a crossing for one is dropped (the hand-off protocol sends it again). When the membership
+//!   ends every core stops at once and the node joins again.
 //! * **Test mode** ([`RelayServer::with_test_mode`], `relay --test-mode`; **never in
 //!   production**): the clock becomes an [`OffsetClock`] and
 //!   `POST /api/v1/test/advance-clock {"ms": u64}` answers `200 {"now_ms": u64}` after moving
@@ -89,6 +96,7 @@
 //! size, never payloads, tokens or tickets), lifecycle at INFO, failures at WARN / ERROR; as
 //! text or one JSON object per line ([`logging`]).
 
+pub mod cluster;
 mod committer;
 mod driver;
 pub mod embedded;
@@ -121,11 +129,12 @@ use relay_core::{
     store::{MemoryStore, StoreError},
 };
 use tokio::sync::{mpsc, oneshot, watch};
-use tracing::{Instrument as _, Span, error, info, info_span, warn};
+use tracing::{Instrument as _, Span, debug, error, info, info_span, warn};
 
 use seam::clock::{Clock, OffsetClock, SystemClock};
 use seam::net::{ConnectionCounter, Network, ServeLimits, serve_with_limits};
 
+use self::cluster::{ClusterSupervisor, Membership};
 use self::driver::Phase;
 use self::driver::{CoreParts, CoreThread, Input, PushSink, TermCtx};
 use self::leadership::Leadership;
@@ -175,6 +184,8 @@ enum Mode {
     Single(Vec<RelayOpener>),
     /// Campaigns; serves while it leads ([`leadership`]).
     Campaign(Box<dyn Leadership>),
+    /// A cluster node: serves the shards its membership owns ([`cluster`]).
+    Cluster(Box<dyn Membership>),
 }
 
 /// A relay server ready to run: how to open the relay, which clock, where pushes go.
@@ -243,6 +254,14 @@ impl RelayServer {
     /// term ends.
     pub fn campaigning(leadership: impl Leadership) -> Self {
         Self::with_mode(Mode::Campaign(Box::new(leadership)))
+    }
+
+    /// A cluster node (see [`cluster`]): it binds at once, joins the cluster with
+    /// `membership`, serves the shards it owns (one core each, opened with the shard's epoch)
+    /// and follows the membership as they come and go; requests and upgrades for a shard it
+    /// does not serve are refused (503 `NOT_LEADER`).
+    pub fn clustered(membership: impl Membership) -> Self {
+        Self::with_mode(Mode::Cluster(Box::new(membership)))
     }
 
     fn with_mode(mode: Mode) -> Self {
@@ -464,6 +483,9 @@ impl RelayServer {
             Mode::Campaign(leadership) => {
                 self.start_campaign::<N>(leadership, ctx, &phase_tx, stop_rx, fatal_tx)
             }
+            Mode::Cluster(membership) => {
+                self.start_cluster::<N>(membership, ctx, &phase_tx, stop_rx, fatal_tx)
+            }
         };
         info!(%addr, "relay listening");
         let router = router(rest::App {
@@ -581,7 +603,7 @@ impl RelayServer {
             epoch: None,
             store_down: Arc::clone(&store_down),
         });
-        let peers: driver::Peers = cores.all().iter().map(mpsc::Sender::downgrade).collect();
+        let peers = driver::fixed_peers(cores.weak());
         let sharded = relays.len() > 1;
         // One core takes the push worker's gone reports; with several, a task hands each to
         // its user's core.
@@ -602,7 +624,7 @@ impl RelayServer {
                 .map(|PushSink(worker)| PushSink(worker.clone()));
             let (ctx, store_down) = (ctx.clone(), Arc::clone(&store_down));
             let (stop, gone) = (stop.clone(), gone.take());
-            let peers = sharded.then(|| (Arc::clone(&peers), self.transit.clone()));
+            let peers = sharded.then(|| (peers.clone(), self.transit.clone()));
             let span = core_span(sharded, &relay);
             let deadline = drain_deadline(stop.clone(), self.drain_deadline_ms);
             // Built where it runs: on its thread's runtime, if it has one.
@@ -641,6 +663,27 @@ impl RelayServer {
         tokio::spawn(supervisor.run(parts, fatal))
     }
 
+    /// A cluster node: starts push delivery and spawns the [`ClusterSupervisor`], which serves
+    /// the shards of each membership (a join that fails for good is reported on `fatal`).
+    fn start_cluster<N: Network>(
+        &mut self,
+        membership: Box<dyn Membership>,
+        ctx: CoreCtx,
+        phase: &Arc<watch::Sender<Phase>>,
+        stop: watch::Receiver<bool>,
+        fatal: oneshot::Sender<String>,
+    ) -> tokio::task::JoinHandle<()> {
+        let parts = self.start_push::<N>();
+        let supervisor = ClusterSupervisor {
+            membership,
+            ctx,
+            phase: Arc::clone(phase),
+            stop,
+            transit: self.transit.clone(),
+        };
+        tokio::spawn(supervisor.run(parts, fatal))
+    }
+
     /// Starts push delivery (once per server: it outlives the terms of a campaigning one).
     fn start_push<N: Network>(&mut self) -> CoreParts {
         // The worker signs with the base clock, never the test-mode offset (see `push`).
@@ -674,11 +717,20 @@ async fn route_gone(
     while let Some(report) = gone.recv().await {
         // Weak: a core still stops once the handlers and sockets dropped its inputs.
         let shard = usize::from(map.of_user(&report.user).0);
-        let Some(core) = cores.get(shard).and_then(mpsc::WeakSender::upgrade) else {
-            break;
-        };
-        if core.send(Input::Gone(report)).await.is_err() {
-            break;
+        let core = cores
+            .borrow()
+            .get(shard)
+            .and_then(|core| core.as_ref()?.upgrade());
+        match core {
+            Some(core) => {
+                if core.send(Input::Gone(report)).await.is_err() && cores.has_changed().is_err() {
+                    break;
+                }
+            }
+            // A fixed table: its core stopped, so the server does. A live one (a cluster
+            // node's): the shard is not served here now, and its report is dropped.
+            None if cores.has_changed().is_err() => break,
+            None => debug!(shard, "gone report for a shard not served here: dropped"),
         }
     }
 }

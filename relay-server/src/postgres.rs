@@ -21,11 +21,19 @@
 //! first term this process wins only: a later term of the same process checks like any other
 //! relay, so it never undoes a rotation another relay made since.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc};
 
-use relay_core::{Config, Relay, blob::BlobStore, store::StoreError};
-use relay_pg::{CampaignOptions, KeyKind, KeyMismatch, PgConfig, PgError};
+use relay_core::{
+    Config, Relay,
+    blob::BlobStore,
+    handoff::{ShardMap, ShardPlace},
+    store::{Store, StoreError},
+};
+use relay_pg::{
+    CampaignOptions, JoinOptions, KeyKind, KeyMismatch, Member, MemberStatus, PgConfig, PgError,
+};
 
+use super::cluster::{JoinFuture, Membership, Node, Owned, ShardLease};
 use super::leadership::{CampaignError, CampaignFuture, Leadership, Term, TermEnd, TermStore};
 
 /// Makes the blob store of each relay opened (media parts).
@@ -115,7 +123,7 @@ impl Leadership for PgLeadership {
             let metrics = self.metrics.clone();
             let open = move || {
                 let store = opener_leader.store().map_err(StoreError::from)?;
-                let store: Box<dyn relay_core::store::Store> = match &metrics {
+                let store: Box<dyn Store> = match &metrics {
                     Some(metrics) => Box::new(metrics.meter(store)),
                     None => Box::new(store),
                 };
@@ -129,6 +137,166 @@ impl Leadership for PgLeadership {
                 holder: Box::new(leader),
             })
         })
+    }
+}
+
+/// A node of the cluster of one PostgreSQL schema ([`relay_pg::join`]): its shards' relays
+/// open on stores fenced by each shard's epoch, wrapped in a [`TermStore`] so that a fenced
+/// commit ends that shard's term at once.
+pub struct PgMembership {
+    database: PgConfig,
+    options: JoinOptions,
+    config: Config,
+    seed: u64,
+    blobs: BlobOpener,
+    metrics: Option<super::metrics::Metrics>,
+}
+
+impl std::fmt::Debug for PgMembership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgMembership")
+            .field("database", &self.database)
+            .field("node", &self.options.node)
+            .field("shards", &self.options.shards)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgMembership {
+    /// Node `options.node` of the cluster on `database`, serving relays of `config` (its
+    /// shard is set per shard; its JWT key must be every node's), media parts in the stores
+    /// `blobs` makes, RNG seeded by `seed`.
+    pub fn new(
+        database: PgConfig,
+        options: JoinOptions,
+        config: Config,
+        seed: u64,
+        blobs: BlobOpener,
+    ) -> Self {
+        Self {
+            database,
+            options,
+            config,
+            seed,
+            blobs,
+            metrics: None,
+        }
+    }
+
+    /// Times and counts every commit and load of the relays it opens in `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: super::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Opens shard `place`'s relay under `epoch` from `member`'s fenced store.
+    fn open(
+        &self,
+        member: &Member,
+        place: ShardPlace,
+        epoch: u64,
+        end: TermEnd,
+    ) -> Result<Relay, StoreError> {
+        let store = member.store(place.me().0).map_err(StoreError::from)?;
+        if store.epoch() != epoch {
+            // The shard moved on since the node decided to open it.
+            return Err(StoreError::Fenced { epoch });
+        }
+        let store: Box<dyn Store> = match &self.metrics {
+            Some(metrics) => Box::new(metrics.meter(store)),
+            None => Box::new(store),
+        };
+        let config = Config {
+            shard: place,
+            ..self.config.clone()
+        };
+        let store = TermStore::new(store, end);
+        Relay::with_blobs(config, Box::new(store), (self.blobs)()?, self.seed)
+    }
+}
+
+impl Membership for PgMembership {
+    fn join(&mut self) -> JoinFuture<'_> {
+        Box::pin(async move {
+            let member = relay_pg::join(self.database.clone(), self.options.clone())
+                .await
+                .map_err(|e| match e {
+                    PgError::Config(_)
+                    | PgError::SchemaVersion { .. }
+                    | PgError::WrongMode(_)
+                    | PgError::ShardsDiffer { .. } => CampaignError::Fatal(e.to_string()),
+                    PgError::KeysDiffer(mismatches) => {
+                        CampaignError::Fatal(refusal_to_lead(&mismatches))
+                    }
+                    other => CampaignError::Retry(other.to_string()),
+                })?;
+            // A rotation is recorded now; later joins of this process only check.
+            for claim in self.options.keys.values_mut() {
+                claim.replace = false;
+            }
+            let map = ShardMap::new(member.shards_total())
+                .ok_or_else(|| CampaignError::Fatal("a cluster of no shards".into()))?;
+            let name = member.node().name.clone();
+            let (owned_tx, owned) = tokio::sync::watch::channel(owned_of(&member.watch().status()));
+            let mut watch = member.watch();
+            tokio::spawn(async move {
+                loop {
+                    let status = watch.changed().await;
+                    let lost = matches!(status, MemberStatus::Lost(_));
+                    if owned_tx.send(owned_of(&status)).is_err() || lost {
+                        break;
+                    }
+                }
+            });
+            let member = Arc::new(member);
+            let opener = Self {
+                database: self.database.clone(),
+                options: self.options.clone(),
+                config: self.config.clone(),
+                seed: self.seed,
+                blobs: Arc::clone(&self.blobs),
+                metrics: self.metrics.clone(),
+            };
+            let (for_open, for_hand_over) = (Arc::clone(&member), Arc::clone(&member));
+            Ok(Node {
+                name,
+                map,
+                owned,
+                open: Box::new(move |place, epoch, end| opener.open(&for_open, place, epoch, end)),
+                hand_over: Box::new(move |shard, epoch| {
+                    let member = Arc::clone(&for_hand_over);
+                    Box::pin(async move {
+                        let to = member
+                            .hand_over(shard, epoch)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        tracing::info!(shard, epoch, to = ?to, "handed the shard over");
+                        Ok(())
+                    })
+                }),
+                holder: Box::new(member),
+            })
+        })
+    }
+}
+
+/// What a node owns, as the cluster's shell sees it.
+fn owned_of(status: &MemberStatus) -> Owned {
+    match status {
+        MemberStatus::Owns(shards) => Owned::Shards(
+            shards
+                .iter()
+                .map(|(shard, term)| {
+                    let lease = ShardLease {
+                        epoch: term.epoch,
+                        leaving: term.handover_to.is_some(),
+                    };
+                    (*shard, lease)
+                })
+                .collect::<BTreeMap<_, _>>(),
+        ),
+        MemberStatus::Lost(why) => Owned::Lost(why.to_string()),
     }
 }
 

@@ -62,6 +62,13 @@ impl App {
         }
     }
 
+    /// The answer for a request or an upgrade whose shard this cluster node does not serve
+    /// now: 503 `NOT_LEADER` with `Retry-After`, as a standby's (the client tries again, and a
+    /// load balancer sends it on).
+    pub(super) fn not_here(&self) -> Response {
+        not_leader()
+    }
+
     fn is_standby(&self) -> bool {
         matches!(&*self.phase.borrow(), Phase::Standby)
     }
@@ -348,7 +355,9 @@ async fn ask_core(app: &App, req: relay_core::HttpRequest) -> Response {
     let Some(cores) = app.cores() else {
         return app.refusal();
     };
-    let inputs = cores.for_request(&req);
+    let Some(inputs) = cores.for_request(&req) else {
+        return app.not_here();
+    };
     let timed = app.metrics.as_ref().map(|metrics| {
         let route = relay_core::http::route_name(req.method, &req.path);
         (metrics, route, super::metrics::Stopwatch::start())
@@ -401,7 +410,7 @@ async fn advance_clock(app: &App, body: &[u8]) -> Response {
     // The cores read one clock: the first moves it, then every other fires what became due
     // on its own shard (a move of 0); the answer waits for all of them.
     let mut latest = None;
-    for (i, inputs) in cores.all().iter().enumerate() {
+    for (i, inputs) in cores.all().enumerate() {
         let ms = if i == 0 { ms } else { 0 };
         let (reply, answer) = oneshot::channel();
         if inputs

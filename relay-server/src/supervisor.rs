@@ -137,7 +137,7 @@ impl Supervisor {
     ) -> CoreParts {
         let term = TermCtx {
             end: end.clone(),
-            phase: Arc::clone(&self.phase),
+            phase: Some(Arc::clone(&self.phase)),
         };
         let core = self
             .ctx
@@ -163,7 +163,7 @@ async fn stand_by_when_ended(end: TermEnd, phase: Arc<watch::Sender<Phase>>) {
 }
 
 /// Waits `retry_ms` (doubled for next time, up to the maximum); false on shutdown.
-async fn pause(mut stop: watch::Receiver<bool>, retry_ms: &mut u64) -> bool {
+pub(super) async fn pause(mut stop: watch::Receiver<bool>, retry_ms: &mut u64) -> bool {
     let delay = Duration::from_millis(*retry_ms);
     *retry_ms = (*retry_ms * 2).min(CAMPAIGN_RETRY_MAX_MS);
     tokio::select! {

@@ -141,7 +141,9 @@ async fn authenticate(
     let Some(cores) = app.cores() else {
         return Err(app.refusal());
     };
-    let core = cores.for_upgrade(&ws.query);
+    let Some(core) = cores.for_upgrade(&ws.query) else {
+        return Err(app.not_here());
+    };
     let (reply, answer) = oneshot::channel();
     if core
         .inputs

@@ -166,6 +166,15 @@ pub struct ShardTerm {
     pub handover_to: Option<String>,
 }
 
+/// Who serves a shard: its owner's name and the address it registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardOwner {
+    /// The owner's node name.
+    pub node: String,
+    /// Where it is reached ([`JoinOptions::address`]).
+    pub address: String,
+}
+
 /// Where a node stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemberStatus {
@@ -181,6 +190,7 @@ pub enum MemberStatus {
 pub struct MemberWatch {
     node: NodeId,
     status: watch::Receiver<MemberStatus>,
+    directory: watch::Receiver<BTreeMap<u16, ShardOwner>>,
 }
 
 impl MemberWatch {
@@ -206,6 +216,12 @@ impl MemberWatch {
             MemberStatus::Owns(shards) => shards,
             MemberStatus::Lost(_) => BTreeMap::new(),
         }
+    }
+
+    /// Who serves each shard whose owner's lease runs, as of the last heartbeat (a shard
+    /// between owners is missing).
+    pub fn directory(&self) -> BTreeMap<u16, ShardOwner> {
+        self.directory.borrow().clone()
     }
 
     /// Whether `shard` is still owned under `epoch` (no I/O).
@@ -414,6 +430,7 @@ async fn start(
         .get(0);
     tracing::info!(target_db = %config, node = %me.name, incarnation = me.incarnation, "joined the cluster");
     let (status_tx, status) = watch::channel(MemberStatus::Owns(BTreeMap::new()));
+    let (directory_tx, directory) = watch::channel(BTreeMap::new());
     let (commands, commands_rx) = mpsc::channel(16);
     let (leave, leave_rx) = oneshot::channel();
     let heartbeat = Heartbeat {
@@ -423,11 +440,16 @@ async fn start(
         options,
         owned: BTreeMap::new(),
         status: status_tx,
+        directory: directory_tx,
         _runtime: runtime,
     };
     tokio::spawn(heartbeat.run(ended_rx, leave_rx, commands_rx));
     Ok(Started {
-        watch: MemberWatch { node: me, status },
+        watch: MemberWatch {
+            node: me,
+            status,
+            directory,
+        },
         session_pid,
         commands,
         leave,
@@ -479,6 +501,7 @@ struct Heartbeat {
     options: JoinOptions,
     owned: BTreeMap<u16, ShardTerm>,
     status: watch::Sender<MemberStatus>,
+    directory: watch::Sender<BTreeMap<u16, ShardOwner>>,
     /// Keeps the crate's thread running until the heartbeat is done (a dropped [`Member`]
     /// still leaves).
     _runtime: Arc<PgRuntime>,
@@ -550,7 +573,7 @@ impl Heartbeat {
             }
             Ok(Err(e)) => return Some(LostReason::HeartbeatFailed(e.to_string())),
             Ok(Ok(sql::Renewed::Lapsed)) => return Some(LostReason::LeaseLapsed),
-            Ok(Ok(sql::Renewed::Owns(shards))) => self.publish(shards),
+            Ok(Ok(sql::Renewed::Owns { shards, directory })) => self.publish(shards, directory),
         }
         // Bounded, so that the next renewal comes in time whatever the round does.
         let round = Duration::from_millis(self.options.heartbeat_interval_ms);
@@ -566,7 +589,9 @@ impl Heartbeat {
                     self.options.lease_ms,
                 );
                 match tokio::time::timeout(timeout, owned).await {
-                    Ok(Ok(sql::Renewed::Owns(shards))) => self.publish(shards),
+                    Ok(Ok(sql::Renewed::Owns { shards, directory })) => {
+                        self.publish(shards, directory);
+                    }
                     Ok(Ok(sql::Renewed::Lapsed)) => return Some(LostReason::LeaseLapsed),
                     _ => {}
                 }
@@ -581,7 +606,16 @@ impl Heartbeat {
         None
     }
 
-    fn publish(&mut self, shards: BTreeMap<u16, ShardTerm>) {
+    fn publish(&mut self, shards: BTreeMap<u16, ShardTerm>, directory: BTreeMap<u16, ShardOwner>) {
+        self.directory.send_if_modified(|known| {
+            let changed = *known != directory;
+            *known = directory;
+            changed
+        });
+        self.set_owned(shards);
+    }
+
+    fn set_owned(&mut self, shards: BTreeMap<u16, ShardTerm>) {
         if shards != self.owned {
             tracing::info!(
                 node = %self.me.name,
@@ -601,7 +635,7 @@ impl Heartbeat {
                 if result.is_ok() && self.owned.get(&shard).is_some_and(|t| t.epoch == epoch) {
                     let mut owned = self.owned.clone();
                     owned.remove(&shard);
-                    self.publish(owned);
+                    self.set_owned(owned);
                 }
                 let _ = done.send(result);
             }

@@ -9,7 +9,7 @@ use futures_util::future::join_all;
 use tokio_postgres::{Client, Statement, Transaction};
 
 use super::{
-    JoinOptions, ShardTerm,
+    JoinOptions, ShardOwner, ShardTerm,
     plan::{NodeId, ShardRow, Step},
 };
 use crate::{PgError, error::describe, keys, schema};
@@ -190,6 +190,7 @@ fn ms(value: u64) -> i64 {
 pub(super) struct Statements {
     renew: Statement,
     owned: Statement,
+    directory: Statement,
     live: Statement,
     rows: Statement,
     assign: Statement,
@@ -208,6 +209,10 @@ impl Statements {
              WHERE name = $1 AND incarnation = $2 AND lease_until > clock_timestamp()",
             "SELECT id, epoch, handover_to FROM shards \
              WHERE owner = $1 AND owner_incarnation = $2 ORDER BY id",
+            // Who serves each shard: its owner, if that incarnation's lease runs.
+            "SELECT s.id, n.name, n.address FROM shards s JOIN nodes n \
+             ON n.name = s.owner AND n.incarnation = s.owner_incarnation \
+             WHERE n.lease_until > clock_timestamp() ORDER BY s.id",
             "SELECT name, incarnation FROM nodes WHERE lease_until > clock_timestamp() ORDER BY name",
             "SELECT id, epoch, owner, owner_incarnation, handover_to, \
              handover_due <= clock_timestamp() FROM shards ORDER BY id",
@@ -243,6 +248,7 @@ impl Statements {
         Ok(Self {
             renew: next()?,
             owned: next()?,
+            directory: next()?,
             live: next()?,
             rows: next()?,
             assign: next()?,
@@ -257,13 +263,17 @@ impl Statements {
 
 /// A renewal's outcome.
 pub(super) enum Renewed {
-    /// The lease runs on; the shards this incarnation owns.
-    Owns(std::collections::BTreeMap<u16, ShardTerm>),
+    /// The lease runs on; the shards this incarnation owns, and who serves every shard.
+    Owns {
+        shards: std::collections::BTreeMap<u16, ShardTerm>,
+        directory: std::collections::BTreeMap<u16, ShardOwner>,
+    },
     /// The lease had lapsed: this incarnation owns nothing any more.
     Lapsed,
 }
 
-/// Renews the lease and reads what the node owns (pipelined: one round trip).
+/// Renews the lease and reads what the node owns and who owns the rest (pipelined: one round
+/// trip).
 pub(super) async fn renew(
     client: &Client,
     s: &Statements,
@@ -275,9 +285,10 @@ pub(super) async fn renew(
     let renew_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&me.name, &inc, &lease];
     let owned_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&me.name, &inc];
     // Sent together, answered in order: one round trip.
-    let (renewed, owned) = tokio::join!(
+    let (renewed, owned, directory) = tokio::join!(
         client.execute(&s.renew, &renew_params),
         client.query(&s.owned, &owned_params),
+        client.query(&s.directory, &[]),
     );
     if renewed.map_err(|e| backend(&e))? == 0 {
         return Ok(Renewed::Lapsed);
@@ -298,7 +309,19 @@ pub(super) async fn renew(
             },
         );
     }
-    Ok(Renewed::Owns(shards))
+    let directory = directory
+        .map_err(|e| backend(&e))?
+        .iter()
+        .filter_map(|row| {
+            let id = u16::try_from(row.get::<_, i32>(0)).ok()?;
+            let owner = ShardOwner {
+                node: row.get(1),
+                address: row.get(2),
+            };
+            Some((id, owner))
+        })
+        .collect();
+    Ok(Renewed::Owns { shards, directory })
 }
 
 /// The coordinator's round (the live node first by name): read, plan, apply. Returns how many

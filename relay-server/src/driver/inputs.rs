@@ -103,12 +103,12 @@ pub(crate) enum Phase {
     Stopping,
 }
 
-/// The inputs of a server's cores, one per shard (one for an unsharded relay), and how a
-/// handler picks the core of a request or an upgrade.
+/// The inputs of a server's cores, one per shard (one for an unsharded relay; a cluster node
+/// has only the shards it owns), and how a handler picks the core of a request or an upgrade.
 #[derive(Clone, Debug)]
 pub(crate) struct Cores {
     map: ShardMap,
-    inputs: Arc<[mpsc::Sender<Input>]>,
+    inputs: Arc<[Option<mpsc::Sender<Input>>]>,
     /// The runtime of each core's thread, in shard order, when the cores run on threads of
     /// their own (their sockets are served there); empty otherwise.
     homes: Arc<[tokio::runtime::Handle]>,
@@ -117,6 +117,11 @@ pub(crate) struct Cores {
 impl Cores {
     /// The cores of the shards of `map`, in shard order.
     pub(crate) fn new(map: ShardMap, inputs: Vec<mpsc::Sender<Input>>) -> Self {
+        Self::partial(map, inputs.into_iter().map(Some).collect())
+    }
+
+    /// The cores of some shards of `map` (`None`: not served here), in shard order.
+    pub(crate) fn partial(map: ShardMap, inputs: Vec<Option<mpsc::Sender<Input>>>) -> Self {
         debug_assert_eq!(inputs.len(), usize::from(map.shards()));
         Self {
             map,
@@ -143,35 +148,47 @@ impl Cores {
     }
 
     /// The core to hand `req` to ([`relay_core::shard_for_request`]: any core decides it
-    /// right; this one seldom forwards it).
-    pub(crate) fn for_request(&self, req: &relay_core::HttpRequest) -> mpsc::Sender<Input> {
+    /// right; this one seldom forwards it); `None` when its shard is not served here.
+    pub(crate) fn for_request(&self, req: &relay_core::HttpRequest) -> Option<mpsc::Sender<Input>> {
         self.at(relay_core::shard_for_request(self.map, req))
     }
 
-    /// The core of the account an upgrade's query names (its first core when it names none:
-    /// any core refuses it).
-    pub(crate) fn for_upgrade(&self, query: &str) -> UpgradeCore {
+    /// The core of the account an upgrade's query names (the first shard's when it names
+    /// none: any core refuses it); `None` when that shard is not served here.
+    pub(crate) fn for_upgrade(&self, query: &str) -> Option<UpgradeCore> {
         let shard = relay_core::shard_for_upgrade(self.map, query).unwrap_or(ShardId(0));
         let home = self
             .homes
             .get(usize::from(shard.0) % self.inputs.len().max(1))
             .cloned();
-        UpgradeCore {
+        Some(UpgradeCore {
             shard,
-            inputs: self.at(shard),
+            inputs: self.at(shard)?,
             home,
-        }
+        })
     }
 
-    /// Every core, in shard order.
-    pub(crate) fn all(&self) -> &[mpsc::Sender<Input>] {
-        &self.inputs
+    /// Every core served here, in shard order.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &mpsc::Sender<Input>> {
+        self.inputs.iter().flatten()
     }
 
-    fn at(&self, shard: ShardId) -> mpsc::Sender<Input> {
+    /// Every shard's core, held weakly, by shard (what the cores of a sharded server send
+    /// each other crossings through).
+    pub(crate) fn weak(&self) -> PeerTable {
+        self.inputs
+            .iter()
+            .map(|inputs| inputs.as_ref().map(mpsc::Sender::downgrade))
+            .collect()
+    }
+
+    fn at(&self, shard: ShardId) -> Option<mpsc::Sender<Input>> {
         self.inputs[usize::from(shard.0) % self.inputs.len()].clone()
     }
 }
+
+/// The inputs of every shard's core by shard, held weakly (`None`: not served here).
+pub(crate) type PeerTable = Arc<[Option<mpsc::WeakSender<Input>>]>;
 
 /// The core that serves an upgraded connection ([`Cores::for_upgrade`]).
 pub(crate) struct UpgradeCore {
@@ -222,10 +239,12 @@ pub(crate) struct CoreParts {
     pub(crate) gone: Option<mpsc::Receiver<GoneTarget>>,
 }
 
-/// The term a core serves, for a campaigning server.
+/// The term a core serves, for a campaigning server (the whole relay) or a cluster node (one
+/// shard).
 pub(crate) struct TermCtx {
     /// Ends the core when it ends.
     pub(crate) end: TermEnd,
-    /// Set to [`Phase::Standby`] the moment the term ends.
-    pub(crate) phase: Arc<watch::Sender<Phase>>,
+    /// Set to [`Phase::Standby`] the moment the term ends (a campaigning server's; a cluster
+    /// node's other shards serve on).
+    pub(crate) phase: Option<Arc<watch::Sender<Phase>>>,
 }

@@ -56,7 +56,7 @@ mod upgrades;
 use answers::{Answers, Parked};
 use inputs::Wakeup;
 pub(super) use inputs::{
-    Connected, CoreParts, Cores, Input, Outbound, Phase, TermCtx, UpgradeCore,
+    Connected, CoreParts, Cores, Input, Outbound, PeerTable, Phase, TermCtx, UpgradeCore,
 };
 pub use outputs::{CrossingTransit, Transit};
 use sockets::{Farewell, Sent, Sockets};
@@ -127,8 +127,14 @@ pub(super) struct Core {
     transit: Option<CrossingTransit>,
 }
 
-/// The inputs of every core of a sharded server, by shard, held weakly.
-pub(crate) type Peers = Arc<[mpsc::WeakSender<Input>]>;
+/// The inputs of every core of a sharded server, by shard, held weakly: fixed for a process
+/// that runs every shard, updated as a cluster node's shards come and go.
+pub(crate) type Peers = watch::Receiver<PeerTable>;
+
+/// Peers that never change.
+pub(crate) fn fixed_peers(table: PeerTable) -> Peers {
+    watch::channel(table).1
+}
 
 impl Core {
     #[allow(
@@ -356,8 +362,8 @@ impl Core {
     /// queued is refused with `NOT_LEADER`, and the relay is dropped with the core: nothing
     /// more is committed or acknowledged by this term.
     fn end_term(&mut self, why: &str, inputs: &mut mpsc::Receiver<Input>) {
-        if let Some(term) = &self.term {
-            Phase::stand_by(&term.phase);
+        if let Some(phase) = self.term.as_ref().and_then(|t| t.phase.as_ref()) {
+            Phase::stand_by(phase);
         }
         let sockets = self.close_all(
             &[Farewell::Close {
@@ -399,10 +405,18 @@ impl Core {
             }
         }
         self.store_down.store(false, Ordering::Relaxed);
-        error!(
-            reason = why,
-            sockets, refused, "leadership ended: fail-stop, every socket closed; standing by"
-        );
+        if self.term.as_ref().is_some_and(|t| t.phase.is_some()) {
+            error!(
+                reason = why,
+                sockets, refused, "leadership ended: fail-stop, every socket closed; standing by"
+            );
+        } else {
+            // A cluster node's shard: the node's other shards serve on.
+            info!(
+                reason = why,
+                sockets, refused, "the shard's term ended: its core stops, its sockets closed"
+            );
+        }
     }
 
     /// A read ahead came back: the frames parked on it run in the open batch.

@@ -49,8 +49,7 @@ impl Core {
         let Some(peer) = self
             .peers
             .as_ref()
-            .and_then(|p| p.get(to))
-            .and_then(|p| p.upgrade())
+            .and_then(|p| p.borrow().get(to).and_then(|p| p.as_ref()?.upgrade()))
         else {
             debug!(to, "crossing for a core that is gone: dropped");
             return;

@@ -8,11 +8,12 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use client_core::encoding::to_base64;
 use client_core::keys::{EcdhKeyPair, SigningKeyPair};
-use futures_util::SinkExt as _;
+use futures_util::{SinkExt as _, StreamExt as _};
 use seam::net::{Connector, Endpoint, HttpClient, HttpRequest};
 use serde_json::{Value, json};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 /// Connects from a chosen loopback source address (so a test can look for it in logs, or
@@ -297,4 +298,41 @@ pub(crate) async fn start(flags: &[&str]) -> RelayProcess {
         addr,
         _log_dir: log_dir,
     }
+}
+
+/// Sends message `id` to `to` in `conv` on `ws` until it is acknowledged, sending it again
+/// (same id) after each `STORAGE_UNAVAILABLE` (a core that has just started refuses a message
+/// until it knows the recipient's queue level) as a client does; panics on any other error,
+/// on a socket that ends, or after 30 s. Frames other than its answer are skipped.
+pub(crate) async fn send_acked(ws: &mut Ws, id: &str, to: &Account, conv: &str) -> u64 {
+    let frame = json!({"type": "msg", "id": id, "to": to.alias, "conv_id": conv,
+        "crypto_v": 1, "payload": "aGk="})
+    .to_string();
+    let answered = async {
+        loop {
+            ws.send(Message::text(frame.clone())).await.expect("send");
+            loop {
+                let text = match ws.next().await {
+                    Some(Ok(Message::Text(text))) => text,
+                    Some(Ok(Message::Close(_)) | Err(_)) | None => panic!("the socket ended"),
+                    Some(Ok(_)) => continue,
+                };
+                let v: Value = serde_json::from_str(&text).expect("json frame");
+                match (v["type"].as_str(), v["id"].as_str()) {
+                    (Some("ack"), Some(acked)) if acked == id => {
+                        return v["seq"].as_u64().expect("seq");
+                    }
+                    (Some("error"), Some(refused)) if refused == id => {
+                        assert_eq!(v["error"], "STORAGE_UNAVAILABLE", "{v}");
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), answered)
+        .await
+        .expect("acknowledged in time")
 }

@@ -1,0 +1,484 @@
+//! A cluster node: a [`RelayServer`](super::RelayServer) that serves the shards its membership
+//! owns, one relay core each, and follows the membership as shards come and go.
+//!
+//! A server built with [`RelayServer::clustered`](super::RelayServer::clustered) binds its
+//! listener at once and loops:
+//!
+//! ```text
+//!   joining ──join() won──► member: one core per owned shard ──membership lost──► joining …
+//!   every route 503 NOT_LEADER    a shard gained: open it (its epoch), start its core
+//!                                 a shard to hand over: stop its core, then hand it over
+//!                                 a shard lost: stop its core at once
+//! ```
+//!
+//! * **Each shard is a term of its own** ([`TermEnd`]): its store is fenced by the shard's
+//!   epoch (a commit fenced ends that shard's term alone), and its core stops when the term
+//!   ends, as a campaigning server's does (every socket of the shard closed with 1012, inputs
+//!   still queued refused, the batches in flight let finish), while the node's other shards
+//!   serve on. Only then is a shard planned to move handed over, so its last commits are in
+//!   before the next owner's epoch begins; a shard taken from the node (its lease lapsed, a
+//!   forced move) has its commits fenced by the database whatever the core still does.
+//! * **Requests and upgrades** go to the core of their shard when this node serves it, and are
+//!   refused otherwise (503 `NOT_LEADER` with `Retry-After`), as by a standby. What a core
+//!   sends another shard (`Output::Cross`) goes to that shard's core when this node serves it
+//!   and is dropped otherwise, as a crossing lost on the way: the hand-off protocol sends it
+//!   again until the shard's core acknowledges it.
+//! * **The membership ends** (lease lapsed, session gone): every core stops at once and the
+//!   node joins again. A failed join is retried with the campaign's backoff, except a fatal one
+//!   (a schema served the other way, another shard count, keys that differ), which stops the
+//!   server.
+//!
+//! The mechanism knows nothing of PostgreSQL: [`super::postgres::PgMembership`] implements
+//! [`Membership`] over `relay_pg::join`, and a test can implement it with channels.
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex, atomic::AtomicBool},
+};
+
+use relay_core::{
+    Relay,
+    handoff::{ShardId, ShardMap, ShardPlace},
+    store::StoreError,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{Instrument as _, error, info, info_span, warn};
+
+use super::driver::{self, CoreParts, Cores, Input, PeerTable, Phase, PushSink, TermCtx};
+use super::leadership::{CAMPAIGN_RETRY_MS, CampaignError, TermEnd};
+use super::supervisor::pause;
+use super::{CoreCtx, CrossingTransit, INPUT_QUEUE_CAPACITY, RelayOpener, count_leading};
+
+/// The boxed future of [`Membership::join`].
+pub type JoinFuture<'a> = Pin<Box<dyn Future<Output = Result<Node, CampaignError>> + Send + 'a>>;
+
+/// A way to be a node of a cluster (a database's leases, a test's channels).
+pub trait Membership: Send + 'static {
+    /// Joins the cluster and returns the membership (a node waits here). Dropping the future
+    /// abandons the join.
+    fn join(&mut self) -> JoinFuture<'_>;
+}
+
+/// A shard a node owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardLease {
+    /// Its epoch: the shard's store is fenced by it.
+    pub epoch: u64,
+    /// Planned to move to another node: stop it and hand it over.
+    pub leaving: bool,
+}
+
+/// What a node owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owned {
+    /// The shards it owns (possibly none).
+    Shards(BTreeMap<u16, ShardLease>),
+    /// The membership ended, with why: every shard is lost.
+    Lost(String),
+}
+
+/// Opens the relay of one shard under one epoch; its store's fenced commits end `end` (see
+/// [`super::leadership::TermStore`]).
+pub type ShardOpener = Box<dyn FnMut(ShardPlace, u64, TermEnd) -> Result<Relay, StoreError> + Send>;
+
+/// The boxed future of a [`HandOver`].
+pub type HandOverFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// Hands a stopped shard (`shard`, `epoch`) to the node it is planned for.
+pub type HandOver = Box<dyn FnMut(u16, u64) -> HandOverFuture + Send>;
+
+/// One membership of a cluster.
+pub struct Node {
+    /// The node's name (logs).
+    pub name: String,
+    /// The cluster's shards.
+    pub map: ShardMap,
+    /// What the node owns, as its membership learns it.
+    pub owned: watch::Receiver<Owned>,
+    /// Opens a shard's relay (at its start, and again to rebuild after a failed commit).
+    pub open: ShardOpener,
+    /// Hands a stopped shard over.
+    pub hand_over: HandOver,
+    /// Held while the membership lasts, then dropped (e.g. a `relay_pg::Member`, which leaves
+    /// the cluster when dropped).
+    pub holder: Box<dyn Send>,
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Node")
+            .field("name", &self.name)
+            .field("shards", &self.map.shards())
+            .field("owned", &*self.owned.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A shard this node serves: its core's way in, its term, and the core's task.
+struct Local {
+    epoch: u64,
+    end: TermEnd,
+    inputs: mpsc::Sender<Input>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// One membership being served: how to open and hand over its shards, and the cores of the
+/// shards served here.
+struct Serving {
+    name: String,
+    map: ShardMap,
+    open: Arc<Mutex<ShardOpener>>,
+    hand_over: HandOver,
+    local: BTreeMap<u16, Local>,
+    /// Each core's task says its shard here when it ends.
+    ended: mpsc::Sender<u16>,
+}
+
+/// A cluster node's loop: join, serve the owned shards as they change, join again.
+pub(super) struct ClusterSupervisor {
+    pub(super) membership: Box<dyn Membership>,
+    pub(super) ctx: CoreCtx,
+    pub(super) phase: Arc<watch::Sender<Phase>>,
+    pub(super) stop: watch::Receiver<bool>,
+    pub(super) transit: Option<CrossingTransit>,
+}
+
+impl ClusterSupervisor {
+    /// Joins, serves every membership and joins again after each, until shutdown or until a
+    /// join fails for good (its reason goes to `fatal`).
+    pub(super) async fn run(mut self, parts: CoreParts, fatal: oneshot::Sender<String>) {
+        let mut retry_ms = CAMPAIGN_RETRY_MS;
+        // Outlives the memberships: the push worker's gone reports go to whichever core
+        // serves their user's shard.
+        let (peers_tx, peers) = watch::channel::<PeerTable>(Arc::new([]));
+        let routed = parts.gone.map(|gone| {
+            // The map is the cluster's, known at the first join; until then nothing is routed.
+            tokio::spawn(route_gone_when_joined(gone, peers.clone()))
+        });
+        let push = parts.push;
+        loop {
+            if *self.stop.borrow() {
+                break;
+            }
+            let joined = {
+                let mut stop = self.stop.clone();
+                tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|stop| *stop) => break,
+                    joined = self.membership.join() => joined,
+                }
+            };
+            let node = match joined {
+                Ok(node) => node,
+                Err(CampaignError::Fatal(why)) => {
+                    let _ = fatal.send(why);
+                    break;
+                }
+                Err(CampaignError::Retry(why)) => {
+                    warn!(reason = %why, retry_ms, "joining the cluster failed; retrying");
+                    if !pause(self.stop.clone(), &mut retry_ms).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            retry_ms = CAMPAIGN_RETRY_MS;
+            info!(node = %node.name, shards = node.map.shards(), "cluster member: serving the shards it owns");
+            let why = self.serve(node, &peers_tx, push.as_ref()).await;
+            info!(reason = %why, "cluster membership over");
+        }
+        if let Some(routed) = routed {
+            routed.abort();
+        }
+        info!("cluster node stopped");
+    }
+
+    /// Serves one membership until it ends or the server stops; returns why it ended.
+    async fn serve(
+        &mut self,
+        node: Node,
+        peers_tx: &watch::Sender<PeerTable>,
+        push: Option<&PushSink>,
+    ) -> String {
+        let Node {
+            name,
+            map,
+            mut owned,
+            open,
+            hand_over,
+            holder,
+        } = node;
+        let (ended_tx, mut ended_rx) = mpsc::channel::<u16>(usize::from(map.shards()));
+        let mut here = Serving {
+            name,
+            map,
+            open: Arc::new(Mutex::new(open)),
+            hand_over,
+            local: BTreeMap::new(),
+            ended: ended_tx,
+        };
+        let mut stop = self.stop.clone();
+        let why = loop {
+            let now = owned.borrow_and_update().clone();
+            match now {
+                Owned::Lost(why) => break why,
+                Owned::Shards(shards) => self.follow(&shards, &mut here, peers_tx, push).await,
+            }
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|stop| *stop) => break "the server is stopping".to_owned(),
+                changed = owned.changed() => {
+                    if changed.is_err() {
+                        break "the membership's watch was dropped".to_owned();
+                    }
+                }
+                Some(shard) = ended_rx.recv() => {
+                    // A core that stopped by itself (its term ended: a fenced commit): the shard
+                    // is dropped here, and started again if the membership still says so.
+                    if here.local.get(&shard).is_some_and(|l| l.task.is_finished()) {
+                        here.local.remove(&shard);
+                        self.publish(map, &here.local, peers_tx);
+                    }
+                }
+            }
+        };
+        self.stop_all(&mut here.local, &why).await;
+        peers_tx.send_replace(Arc::new([]));
+        drop(holder);
+        why
+    }
+
+    /// Brings the cores served here in line with `shards`: stops those no longer owned under
+    /// their epoch and those planned to leave (handing these over), starts the new ones.
+    async fn follow(
+        &mut self,
+        shards: &BTreeMap<u16, ShardLease>,
+        here: &mut Serving,
+        peers_tx: &watch::Sender<PeerTable>,
+        push: Option<&PushSink>,
+    ) {
+        let mut moves = Moves::default();
+        let going = going(&mut here.local, shards);
+        if !going.is_empty() {
+            // Handlers stop sending to those cores before they stop.
+            self.publish(here.map, &here.local, peers_tx);
+            let_go(going, &mut here.hand_over, &mut moves).await;
+        }
+        for (shard, lease) in shards {
+            if lease.leaving || here.local.contains_key(shard) {
+                continue;
+            }
+            let Some(place) = ShardPlace::new(here.map, ShardId(*shard)) else {
+                continue;
+            };
+            if let Some(started) =
+                self.start(place, lease.epoch, &here.open, peers_tx, push, &here.ended)
+            {
+                here.local.insert(*shard, started);
+                moves.gained += 1;
+            }
+        }
+        if moves.changed() {
+            info!(node = %here.name, serving = ?here.local.keys().collect::<Vec<_>>(), gained = moves.gained, lost = moves.lost, handed_over = moves.handed, "cluster: the shards served here changed");
+            self.publish(here.map, &here.local, peers_tx);
+        }
+    }
+
+    /// Stops every core: at once when the membership ended (the node stands by), by the
+    /// drain when the server stops.
+    async fn stop_all(&mut self, local: &mut BTreeMap<u16, Local>, why: &str) {
+        let stopping = *self.stop.borrow();
+        for (_, l) in std::mem::take(local) {
+            if !stopping {
+                l.end.end(why);
+            }
+            drop(l.inputs);
+            let _ = l.task.await;
+        }
+        if !stopping {
+            Phase::stand_by(&self.phase);
+        }
+    }
+
+    /// Opens shard `place` under `epoch` and starts its core; `None` (logged) when it cannot
+    /// be opened now (the next change of the membership tries again).
+    fn start(
+        &self,
+        place: ShardPlace,
+        epoch: u64,
+        open: &Arc<Mutex<ShardOpener>>,
+        peers_tx: &watch::Sender<PeerTable>,
+        push: Option<&PushSink>,
+        ended: &mpsc::Sender<u16>,
+    ) -> Option<Local> {
+        let shard = place.me().0;
+        let end = TermEnd::new();
+        let opened = open
+            .lock()
+            .map_err(|_| StoreError::Backend("a shard opener panicked".into()))
+            .and_then(|mut open| open(place, epoch, end.clone()));
+        let relay = match opened {
+            Ok(relay) => relay,
+            Err(e) => {
+                error!(shard, epoch, error = %e, "opening the shard failed");
+                return None;
+            }
+        };
+        count_leading(self.ctx.metrics.as_ref(), relay.config(), None);
+        let reopen: RelayOpener = {
+            let (open, end) = (Arc::clone(open), end.clone());
+            Box::new(move || {
+                let mut open = open
+                    .lock()
+                    .map_err(|_| StoreError::Backend("a shard opener panicked".into()))?;
+                open(place, epoch, end.clone())
+            })
+        };
+        let (inputs, receiver) = mpsc::channel(INPUT_QUEUE_CAPACITY);
+        let term = TermCtx {
+            end: end.clone(),
+            phase: None,
+        };
+        let push = push.map(|PushSink(worker)| PushSink(worker.clone()));
+        let core = self
+            .ctx
+            .core(
+                relay,
+                reopen,
+                push,
+                Arc::new(AtomicBool::new(false)),
+                Some(term),
+            )
+            .with_peers(peers_tx.subscribe(), self.transit.clone());
+        let stop = self.stop.clone();
+        let ended = ended.clone();
+        let span = info_span!("core", shard);
+        let task = tokio::spawn(
+            async move {
+                core.run(receiver, stop, None).await;
+                let _ = ended.try_send(shard);
+            }
+            .instrument(span),
+        );
+        info!(shard, epoch, "serving the shard");
+        Some(Local {
+            epoch,
+            end,
+            inputs,
+            task,
+        })
+    }
+
+    /// Tells the handlers and the cores which shards are served here now.
+    fn publish(
+        &self,
+        map: ShardMap,
+        local: &BTreeMap<u16, Local>,
+        peers_tx: &watch::Sender<PeerTable>,
+    ) {
+        let inputs: Vec<Option<mpsc::Sender<Input>>> = (0..map.shards())
+            .map(|shard| local.get(&shard).map(|l| l.inputs.clone()))
+            .collect();
+        let cores = Cores::partial(map, inputs);
+        peers_tx.send_replace(cores.weak());
+        self.phase.send_if_modified(|phase| {
+            if matches!(phase, Phase::Stopping) {
+                return false;
+            }
+            *phase = Phase::Active {
+                inputs: cores,
+                epoch: None,
+                store_down: Arc::new(AtomicBool::new(false)),
+            };
+            true
+        });
+    }
+}
+
+/// Takes out of `local` the shards no longer owned under their epoch (`false`) and those
+/// planned to leave (`true`).
+fn going(
+    local: &mut BTreeMap<u16, Local>,
+    shards: &BTreeMap<u16, ShardLease>,
+) -> Vec<(u16, Local, bool)> {
+    let leaving: Vec<(u16, bool)> = local
+        .iter()
+        .filter_map(|(shard, l)| match shards.get(shard) {
+            Some(lease) if lease.epoch == l.epoch && !lease.leaving => None,
+            Some(lease) if lease.epoch == l.epoch => Some((*shard, true)),
+            _ => Some((*shard, false)),
+        })
+        .collect();
+    leaving
+        .into_iter()
+        .filter_map(|(shard, planned)| Some((shard, local.remove(&shard)?, planned)))
+        .collect()
+}
+
+/// Stops the cores of `going` (at once: their terms end) and hands over the shards planned
+/// to leave once their cores let their last batches finish.
+async fn let_go(going: Vec<(u16, Local, bool)>, hand_over: &mut HandOver, moves: &mut Moves) {
+    for (shard, l, planned) in going {
+        let why = if planned {
+            "the shard is handed over to another node"
+        } else {
+            "the shard moved to another node"
+        };
+        l.end.end(why);
+        drop(l.inputs);
+        // The core lets its batches in flight finish before it ends.
+        let _ = l.task.await;
+        if planned {
+            match hand_over(shard, l.epoch).await {
+                Ok(()) => moves.handed += 1,
+                Err(e) => {
+                    warn!(shard, error = %e, "handing the shard over failed: its move is forced at the deadline");
+                }
+            }
+        } else {
+            moves.lost += 1;
+        }
+    }
+}
+
+/// What one look at the membership changed here.
+#[derive(Debug, Default)]
+struct Moves {
+    gained: usize,
+    lost: usize,
+    handed: usize,
+}
+
+impl Moves {
+    fn changed(&self) -> bool {
+        self.gained + self.lost + self.handed > 0
+    }
+}
+
+/// Hands each gone report to the core serving its user's shard, once the node knows the
+/// cluster's map (from the size of the peer table); a report for a shard not served here is
+/// dropped (its target stays until the next push to it is refused again).
+async fn route_gone_when_joined(
+    mut gone: mpsc::Receiver<relay_push::GoneTarget>,
+    peers: driver::Peers,
+) {
+    while let Some(report) = gone.recv().await {
+        let core = {
+            let table = peers.borrow();
+            let map = u16::try_from(table.len()).ok().and_then(ShardMap::new);
+            map.and_then(|map| {
+                let shard = usize::from(map.of_user(&report.user).0);
+                table.get(shard).and_then(|core| core.as_ref()?.upgrade())
+            })
+        };
+        match core {
+            Some(core) => {
+                let _ = core.send(Input::Gone(report)).await;
+            }
+            None => tracing::debug!("gone report for a shard not served here: dropped"),
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Two cluster nodes (`RelayServer::clustered` over `PgMembership`, in this process, on
+//! loopback) on one PostgreSQL schema: the first serves every shard alone; when the second
+//! joins, the first stops one shard's core and hands it over, and each node then serves its
+//! own shard's users and refuses the other's; when the first leaves, the second serves every
+//! shard, and messages acknowledged by the first reach their recipient through the second
+//! exactly once, in order.
+//!
+//! Needs `RELAY_TEST_POSTGRES_URL` (`relay-pg/scripts/pg-test-cluster.sh`); without it the test
+//! prints `SKIPPED …` and passes, unless `RELAY_TEST_POSTGRES_REQUIRED=1` (CI), where it fails.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Account, FromAddr, Ws, account, befriend, client, connect, send_acked};
+use futures_util::StreamExt as _;
+use relay_core::handoff::ShardMap;
+use relay_core::{Config, MemoryBlobStore};
+use relay_pg::{JoinOptions, PgConfig};
+use relay_server::RelayServer;
+use relay_server::postgres::PgMembership;
+use seam::net::{HttpRequest, Listener as _, Network as _, Tokio};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_tungstenite::tungstenite::Message;
+
+/// Bound of every wait; only keeps a broken build from hanging.
+const WAIT: Duration = Duration::from_secs(30);
+const SHARDS: u16 = 2;
+
+fn database(test: &str) -> Option<String> {
+    match std::env::var("RELAY_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("RELAY_TEST_POSTGRES_REQUIRED").as_deref() != Ok("1"),
+                "{test}: RELAY_TEST_POSTGRES_REQUIRED=1 but RELAY_TEST_POSTGRES_URL is not set"
+            );
+            eprintln!("SKIPPED {test}: RELAY_TEST_POSTGRES_URL is not set");
+            None
+        }
+    }
+}
+
+/// A node serving on a loopback port until its stop is notified.
+struct Running {
+    addr: SocketAddr,
+    stop: Arc<Notify>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn node(pg: &PgConfig, name: &str) -> Running {
+    let options = JoinOptions {
+        address: name.to_owned(),
+        lease_ms: 1_500,
+        heartbeat_interval_ms: 100,
+        heartbeat_timeout_ms: 300,
+        ..JoinOptions::new(name, SHARDS)
+    };
+    let config = Config {
+        pow_difficulty: 0,
+        ..Config::default()
+    };
+    let blobs: relay_server::postgres::BlobOpener =
+        Arc::new(|| Ok(Box::new(MemoryBlobStore::new())));
+    let server = RelayServer::clustered(PgMembership::new(pg.clone(), options, config, 5, blobs));
+    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = Arc::new(Notify::new());
+    let stopped = Arc::clone(&stop);
+    let task = tokio::spawn(server.serve::<Tokio>(listener, async move {
+        stopped.notified().await;
+    }));
+    Running { addr, stop, task }
+}
+
+async fn within<T>(what: &str, done: impl Future<Output = T>) -> T {
+    tokio::time::timeout(WAIT, done)
+        .await
+        .unwrap_or_else(|_| panic!("not in time: {what}"))
+}
+
+/// The status of a ticket request by `who` at `relay` (its shard's core answers it).
+async fn ticket_status(relay: SocketAddr, who: &Account) -> u16 {
+    let req = HttpRequest::new(http::Method::POST, "/api/v1/ws/ticket")
+        .json(&json!({}))
+        .unwrap()
+        .bearer(&who.token);
+    match client(relay, who.from).send(req).await {
+        Ok(resp) => resp.status.as_u16(),
+        Err(_) => 0,
+    }
+}
+
+/// Waits until `who`'s requests are answered 200 at `relay`.
+async fn served_at(relay: SocketAddr, who: &Account) {
+    within("served at the node", async {
+        while ticket_status(relay, who).await != 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// Every message `ws` gets until 1.5 s pass without one, as (id, seq).
+async fn inbox(ws: &mut Ws) -> Vec<(String, u64)> {
+    let mut got = Vec::new();
+    while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_millis(1500), ws.next()).await {
+        if let Message::Text(text) = m {
+            let v: Value = serde_json::from_str(&text).unwrap();
+            if v["type"] == "msg" {
+                got.push((
+                    v["id"].as_str().unwrap().to_owned(),
+                    v["seq"].as_u64().unwrap(),
+                ));
+            }
+        }
+    }
+    got
+}
+
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the takeover is timed for the printed report; nothing asserts on it"
+)]
+fn now() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_nodes_share_the_shards_and_one_serves_them_all_when_the_other_leaves() {
+    let test = "two_nodes_share_the_shards_and_one_serves_them_all_when_the_other_leaves";
+    let Some(url) = database(test) else { return };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("info,relay_server=debug")
+        .with_test_writer()
+        .try_init();
+    let schema = format!("cluster_{}", std::process::id());
+    let pg = PgConfig::from_url(&url)
+        .unwrap()
+        .with_schema(&schema)
+        .unwrap();
+
+    // The first node alone: both shards. The registry (shard 0) answers registrations.
+    let n1 = node(&pg, "n1").await;
+    let home = FromAddr(Ipv4Addr::LOCALHOST);
+    within("n1 serves", async {
+        loop {
+            let req = HttpRequest::new(http::Method::GET, "/api/v1/pow/challenge");
+            let answered = client(n1.addr, home).send(req).await;
+            if answered.is_ok_and(|r| r.status.as_u16() == 200) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let a = account(n1.addr, home, 1).await;
+    let b = account(n1.addr, home, 2).await;
+    let map = ShardMap::new(SHARDS).unwrap();
+    let shard_of = |who: &Account| map.of_user(&wire::UserUuid::parse(&who.uuid).unwrap()).0;
+    assert_eq!(
+        (shard_of(&a), shard_of(&b)),
+        (0, 1),
+        "the seed puts them apart"
+    );
+    let conv = befriend(n1.addr, &a, &b).await;
+    let (mut ws_a, _) = connect(n1.addr, &a).await;
+    for id in ["m1", "m2", "m3"] {
+        send_acked(&mut ws_a, id, &b, &conv).await;
+    }
+
+    // The second node joins: n1 hands shard 1 (b's) over; each node serves its own shard.
+    let n2 = node(&pg, "n2").await;
+    served_at(n2.addr, &b).await;
+    assert_eq!(
+        ticket_status(n1.addr, &b).await,
+        503,
+        "n1 no longer serves b"
+    );
+    assert_eq!(ticket_status(n1.addr, &a).await, 200, "n1 still serves a");
+    assert_eq!(ticket_status(n2.addr, &a).await, 503, "n2 does not serve a");
+    send_acked(&mut ws_a, "m4", &b, &conv).await;
+
+    // n1 leaves: n2 serves every shard; b gets each message once, in order.
+    drop(ws_a);
+    let left = now();
+    n1.stop.notify_one();
+    within("n1 stops", n1.task).await.unwrap().unwrap();
+    served_at(n2.addr, &a).await;
+    eprintln!(
+        "shard 0 served by n2 {:?} after n1 began to leave",
+        left.elapsed()
+    );
+    let (mut ws_b, _) = connect(n2.addr, &b).await;
+    let got = inbox(&mut ws_b).await;
+    let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["m1", "m2", "m3", "m4"], "{got:?}");
+    assert!(got.windows(2).all(|w| w[0].1 < w[1].1), "{got:?}");
+    let (mut ws_a, _) = connect(n2.addr, &a).await;
+    send_acked(&mut ws_a, "m5", &b, &conv).await;
+    let live = inbox(&mut ws_b).await;
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(live[0].0, "m5");
+
+    drop((ws_a, ws_b));
+    n2.stop.notify_one();
+    within("n2 stops", n2.task).await.unwrap().unwrap();
+}
