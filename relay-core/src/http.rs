@@ -8,7 +8,9 @@ use serde::Serialize;
 use wire::{ErrorBody, ErrorCode};
 
 /// HTTP methods the relay distinguishes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Method {
     /// `GET`
     Get,
@@ -36,7 +38,7 @@ impl Method {
 }
 
 /// One HTTP request, as the shell received it.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HttpRequest {
     /// The method.
     pub method: Method,
@@ -50,6 +52,7 @@ pub struct HttpRequest {
     /// `CF-Connecting-IP`).
     pub remote_addr: String,
     /// The raw body.
+    #[serde(with = "base64_bytes")]
     pub body: Vec<u8>,
     /// Other request headers the relay reads (names in lower case), e.g. the payment
     /// webhook's `x-payment-signature`. Shells may pass every header; the relay looks up only
@@ -63,7 +66,7 @@ pub struct HttpRequest {
 
 /// A host name and the addresses a shell's resolver returned for it (empty: it did not
 /// resolve).
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Resolution {
     /// The name, as it appears in the request (compared case-insensitively, trailing dot
     /// ignored).
@@ -688,5 +691,67 @@ mod tests {
         assert_eq!(query_param("user_uuid=a&ticket=b", "ticket"), Some("b"));
         assert_eq!(query_param("user_uuid=a&ticket", "ticket"), Some(""));
         assert_eq!(query_param("", "ticket"), None);
+    }
+}
+
+/// Bodies as standard base64 text when a request or a response crosses between nodes
+/// (`crate::handoff::envelope`).
+mod base64_bytes {
+    use base64::Engine as _;
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// An [`HttpResponse`] as it crosses between nodes (`crate::handoff::envelope`): its content
+/// type by name, one of the types the relay answers with.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ResponseWire {
+    status: u16,
+    #[serde(with = "base64_bytes")]
+    body: Vec<u8>,
+    content_type: String,
+    retry_after_s: Option<u64>,
+}
+
+impl Serialize for HttpResponse {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ResponseWire {
+            status: self.status,
+            body: self.body.clone(),
+            content_type: self.content_type.to_owned(),
+            retry_after_s: self.retry_after_s,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for HttpResponse {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let r = ResponseWire::deserialize(d)?;
+        let content_type = [CONTENT_TYPE_JSON, CONTENT_TYPE_OCTET_STREAM]
+            .into_iter()
+            .find(|known| *known == r.content_type)
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "content type {:?} is not one the relay answers with",
+                    r.content_type
+                ))
+            })?;
+        Ok(Self {
+            status: r.status,
+            body: r.body,
+            content_type,
+            retry_after_s: r.retry_after_s,
+        })
     }
 }

@@ -14,7 +14,7 @@ use crate::http::{HttpRequest, HttpResponse};
 /// (its id, its seq) and answers with a [`Verdict`]. Not durable: a submission lost with a
 /// crash leaves its sender without an `ack`, and the client sends the message again with the
 /// same id, as after any lost `ack`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Submission {
     /// The sender's shard.
     pub from: ShardId,
@@ -29,7 +29,7 @@ pub struct Submission {
 }
 
 /// A frame a user's shard submits to the conversation's owner.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Submitted {
     /// A message: the owner decides its id and seq.
     Msg(wire::frames::MsgFrame),
@@ -38,7 +38,7 @@ pub enum Submitted {
 }
 
 /// The owner's answer to a [`Submission`], released after the commit that stored the message.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Verdict {
     /// The owner shard.
     pub from: ShardId,
@@ -53,7 +53,7 @@ pub struct Verdict {
 }
 
 /// What a shard answers a frame another shard submitted or signalled for its sender.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Reply {
     /// The `ack` of message `id` with `seq`: a new message (`new`) or a resend.
     Ack {
@@ -87,7 +87,7 @@ pub enum Reply {
 /// A best-effort frame for a user of another shard (typing notices, call signals): sent on
 /// the user's connection if it has one there. Nothing keeps it: lost, it is gone, as when a
 /// connection drops it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Signal {
     /// The sender's shard.
     pub from: ShardId,
@@ -95,7 +95,8 @@ pub struct Signal {
     pub to: ShardId,
     /// Whom it is for.
     pub user: UserUuid,
-    /// The frame, as it is sent.
+    /// The frame, as it is sent (between nodes: its wire text).
+    #[serde(with = "frame_text")]
     pub frame: wire::ServerFrame,
     /// What to answer the sender's connection (its number and its user) when the user has
     /// no connection (`None`: nothing).
@@ -106,7 +107,7 @@ pub struct Signal {
 /// decides it (or sends it on) and answers with an [`Answered`]. At most once, like the HTTP
 /// exchange itself: a request whose answer does not come in time is answered 503 where it
 /// waits.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Forward {
     /// The shard it comes from.
     pub from: ShardId,
@@ -119,7 +120,7 @@ pub struct Forward {
 }
 
 /// What a forwarded request asks.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Forwarded {
     /// A change of a friendship of `user` (authenticated and charged at its shard, where it
     /// comes from), for the pair's owner.
@@ -153,7 +154,7 @@ pub enum Forwarded {
 }
 
 /// What a forwarded request asks of a friendship's owner shard.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PairOp {
     /// A friend request to `target` (a user of the owner shard), with the `friend_request`
     /// frame for it (the caller's alias and nickname).
@@ -187,7 +188,7 @@ pub enum PairOp {
 /// and for a friendship's change the friendship as its owner wrote it, for the caller's list
 /// (applied at the caller's shard before the response goes on, so the caller reads what it
 /// wrote; a notice carries it too).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Answered {
     /// The shard that answers.
     pub from: ShardId,
@@ -204,7 +205,7 @@ pub struct Answered {
 /// What one shard's core sends another's: carried by the shell, in a process or between
 /// processes, to [`Relay::handle_crossing`](crate::Relay::handle_crossing) of the core that runs
 /// [`Crossing::to`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Crossing {
     /// A message for the recipient's shard (at least once, from the owner's outbox).
     Handoff(Handoff<Message>),
@@ -338,5 +339,24 @@ impl Awaiting {
     /// Whether none waits.
     pub fn is_empty(&self) -> bool {
         self.due.is_empty()
+    }
+}
+
+/// A server frame as its wire text when a signal crosses between nodes.
+mod frame_text {
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        frame: &wire::ServerFrame,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&frame.encode())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<wire::ServerFrame, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        wire::ServerFrame::decode(&text).map_err(serde::de::Error::custom)
     }
 }

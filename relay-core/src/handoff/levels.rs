@@ -40,7 +40,7 @@ use super::{ShardId, Stream};
 pub const LEVELS_STALE_MS: u64 = 1_000;
 
 /// A count of queued messages and their bytes (as `crate::limits` counts them).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Fill {
     /// Messages.
     pub msgs: u64,
@@ -71,7 +71,18 @@ impl Fill {
 
 /// When a recipient's shard measured a level: its incarnation (its boot count), then the
 /// count of its measurements in that incarnation. A later measurement has a greater stamp.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct Stamp {
     /// The measuring shard's boot count.
     pub boot: u64,
@@ -80,7 +91,7 @@ pub struct Stamp {
 }
 
 /// What a recipient's shard holds of one stream, and of its recipient's whole backlog.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Level {
     /// The stream's queue.
     pub stream: Fill,
@@ -91,7 +102,7 @@ pub struct Level {
 }
 
 /// A question to a recipient's shard, answered with a [`Levels`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LevelsAsked {
     /// The owner that asks.
     pub from: ShardId,
@@ -102,7 +113,7 @@ pub struct LevelsAsked {
 }
 
 /// Levels a recipient's shard reports to an owner: after a fall, or as an answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Levels {
     /// The recipients' shard.
     pub from: ShardId,

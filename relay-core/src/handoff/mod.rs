@@ -40,6 +40,7 @@ use sha2::{Digest as _, Sha256};
 use wire::{ConvId, Seq, UnixMs, UserUuid};
 
 mod crossing;
+pub mod envelope;
 mod inbox;
 mod levels;
 mod notices;
@@ -163,7 +164,9 @@ impl Default for ShardPlace {
 }
 
 /// The messages of one conversation for one recipient: what a chain of `prev` links orders.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Stream {
     /// Who the messages are for.
     pub recipient: UserUuid,
@@ -173,7 +176,7 @@ pub struct Stream {
 
 /// One message handed from its conversation's owner shard to its recipient's shard: an outbox
 /// row of the owner.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Handoff<T> {
     /// The owner shard.
     pub from: ShardId,
@@ -206,7 +209,7 @@ pub struct Message {
 }
 
 /// A recipient shard's acknowledgement: its stream is applied, durably, through `through`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Applied {
     /// The recipient's shard.
     pub from: ShardId,

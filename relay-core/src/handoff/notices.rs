@@ -131,7 +131,7 @@ pub enum Announce {
 }
 
 /// The key of a [`Notice`]: one per user and what it is about.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct NoticeKey {
     /// Whom it is for.
     pub user: UserUuid,
@@ -203,7 +203,7 @@ struct Noted<T> {
 }
 
 /// A notice on its way: carried to the core of shard `to`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NoticeSent<K, T> {
     /// The shard that keeps it until acknowledged.
     pub from: ShardId,
@@ -218,7 +218,7 @@ pub struct NoticeSent<K, T> {
 }
 
 /// A notice taken, durably: carried back to the core of shard `to`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NoticeTaken<K> {
     /// The shard that took it.
     pub from: ShardId,
