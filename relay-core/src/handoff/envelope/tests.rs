@@ -84,6 +84,7 @@ fn request() -> HttpRequest {
 }
 
 /// One crossing of every kind (and of every kind of what a kind carries).
+// Long on purpose: a table of values, one entry per kind.
 fn every_crossing() -> Vec<Crossing> {
     let (a, b) = (ShardId(0), ShardId(1));
     let error = Reply::Error {
