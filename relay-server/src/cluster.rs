@@ -20,9 +20,10 @@
 //!   forced move) has its commits fenced by the database whatever the core still does.
 //! * **Requests and upgrades** go to the core of their shard when this node serves it, and are
 //!   refused otherwise (503 `NOT_LEADER` with `Retry-After`), as by a standby. What a core
-//!   sends another shard (`Output::Cross`) goes to that shard's core when this node serves it
-//!   and is dropped otherwise, as a crossing lost on the way: the hand-off protocol sends it
-//!   again until the shard's core acknowledges it.
+//!   sends another shard (`Output::Cross`) goes to that shard's core when this node serves it,
+//!   and otherwise to the node the membership's directory names ([`super::peers`], when the
+//!   server has a cluster key), or is lost on the way: the hand-off protocol sends it again
+//!   until the shard's core acknowledges it.
 //! * **The membership ends** (lease lapsed, session gone): every core stops at once and the
 //!   node joins again. A failed join is retried with the campaign's backoff, except a fatal one
 //!   (a schema served the other way, another shard count, keys that differ), which stops the
@@ -47,8 +48,11 @@ use relay_core::{
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{Instrument as _, error, info, info_span, warn};
 
-use super::driver::{self, CoreParts, Cores, Input, PeerTable, Phase, PushSink, TermCtx};
+use super::driver::{
+    self, CoreParts, Cores, Input, PeerTable, Phase, PushSink, RemoteSink, TermCtx,
+};
 use super::leadership::{CAMPAIGN_RETRY_MS, CampaignError, TermEnd};
+use super::peers::Remote;
 use super::supervisor::pause;
 use super::{CoreCtx, CrossingTransit, INPUT_QUEUE_CAPACITY, RelayOpener, count_leading};
 
@@ -98,6 +102,9 @@ pub struct Node {
     pub map: ShardMap,
     /// What the node owns, as its membership learns it.
     pub owned: watch::Receiver<Owned>,
+    /// Where each shard served by a node is served: that node's address (its listener, where
+    /// the other nodes' links connect).
+    pub directory: watch::Receiver<BTreeMap<u16, String>>,
     /// Opens a shard's relay (at its start, and again to rebuild after a failed commit).
     pub open: ShardOpener,
     /// Hands a stopped shard over.
@@ -135,6 +142,8 @@ struct Serving {
     local: BTreeMap<u16, Local>,
     /// Each core's task says its shard here when it ends.
     ended: mpsc::Sender<u16>,
+    /// The links to the other nodes, if crossings go there.
+    remote: Option<RemoteSink>,
 }
 
 /// A cluster node's loop: join, serve the owned shards as they change, join again.
@@ -144,7 +153,14 @@ pub(super) struct ClusterSupervisor {
     pub(super) phase: Arc<watch::Sender<Phase>>,
     pub(super) stop: watch::Receiver<bool>,
     pub(super) transit: Option<CrossingTransit>,
+    /// Makes a membership's links to the other nodes (node name, directory); `None`: a
+    /// crossing for a shard not served here is dropped.
+    pub(super) remote: Option<RemoteFactory>,
 }
+
+/// Makes the links of a node (its name) to the addresses of a directory.
+pub(super) type RemoteFactory =
+    Arc<dyn Fn(String, watch::Receiver<BTreeMap<u16, String>>) -> Remote + Send + Sync>;
 
 impl ClusterSupervisor {
     /// Joins, serves every membership and joins again after each, until shutdown or until a
@@ -207,10 +223,15 @@ impl ClusterSupervisor {
             name,
             map,
             mut owned,
+            directory,
             open,
             hand_over,
             holder,
         } = node;
+        let remote = self.remote.as_ref().map(|make| {
+            let links = make(name.clone(), directory);
+            Arc::new(move |c: &relay_core::handoff::Crossing| links.send(c)) as RemoteSink
+        });
         let (ended_tx, mut ended_rx) = mpsc::channel::<u16>(usize::from(map.shards()));
         let mut here = Serving {
             name,
@@ -219,6 +240,7 @@ impl ClusterSupervisor {
             hand_over,
             local: BTreeMap::new(),
             ended: ended_tx,
+            remote,
         };
         let mut stop = self.stop.clone();
         let why = loop {
@@ -274,9 +296,7 @@ impl ClusterSupervisor {
             let Some(place) = ShardPlace::new(here.map, ShardId(*shard)) else {
                 continue;
             };
-            if let Some(started) =
-                self.start(place, lease.epoch, &here.open, peers_tx, push, &here.ended)
-            {
+            if let Some(started) = self.start(place, lease.epoch, here, peers_tx, push) {
                 here.local.insert(*shard, started);
                 moves.gained += 1;
             }
@@ -309,11 +329,11 @@ impl ClusterSupervisor {
         &self,
         place: ShardPlace,
         epoch: u64,
-        open: &Arc<Mutex<ShardOpener>>,
+        here: &Serving,
         peers_tx: &watch::Sender<PeerTable>,
         push: Option<&PushSink>,
-        ended: &mpsc::Sender<u16>,
     ) -> Option<Local> {
+        let (open, ended) = (&here.open, &here.ended);
         let shard = place.me().0;
         let end = TermEnd::new();
         let opened = open
@@ -352,7 +372,8 @@ impl ClusterSupervisor {
                 Arc::new(AtomicBool::new(false)),
                 Some(term),
             )
-            .with_peers(peers_tx.subscribe(), self.transit.clone());
+            .with_peers(peers_tx.subscribe(), self.transit.clone())
+            .with_remote(here.remote.clone());
         let stop = self.stop.clone();
         let ended = ended.clone();
         let span = info_span!("core", shard);

@@ -44,9 +44,11 @@
 //!   joins the cluster and serves each shard its membership owns with a core of its own (a
 //!   term per shard, its store fenced by the shard's epoch); a shard planned to move has its
 //!   core stopped (its batches in flight let finish) before it is handed over; a request or an
-//!   upgrade for a shard not served here is refused like a standby's (503 `NOT_LEADER`), and
-//!   a crossing for one is dropped (the hand-off protocol sends it again). When the membership
-//!   ends every core stops at once and the node joins again.
+//!   upgrade for a shard not served here is refused like a standby's (503 `NOT_LEADER`). A
+//!   crossing for one goes to the node serving it ([`peers`], with a cluster key: a WebSocket
+//!   link per node, envelopes dropped when a link is full or fails, as the hand-off protocol
+//!   allows), or is dropped without a key. When the membership ends every core stops at once
+//!   and the node joins again.
 //! * **Test mode** ([`RelayServer::with_test_mode`], `relay --test-mode`; **never in
 //!   production**): the clock becomes an [`OffsetClock`] and
 //!   `POST /api/v1/test/advance-clock {"ms": u64}` answers `200 {"now_ms": u64}` after moving
@@ -104,6 +106,7 @@ pub mod leadership;
 pub mod logging;
 pub mod metrics;
 mod outbound;
+pub mod peers;
 pub mod postgres;
 mod push;
 mod readers;
@@ -205,6 +208,7 @@ pub struct RelayServer {
     transit: Option<CrossingTransit>,
     core_threads: bool,
     on_core_threads: Arc<std::sync::atomic::AtomicU64>,
+    cluster_key: Option<peers::ClusterKey>,
 }
 
 impl fmt::Debug for RelayServer {
@@ -264,6 +268,14 @@ impl RelayServer {
         Self::with_mode(Mode::Cluster(Box::new(membership)))
     }
 
+    /// A cluster node's key, the same on every node (see [`peers`]): crossings for shards
+    /// another node serves go there, and the other nodes' links are accepted on
+    /// [`peers::PEER_PATH`]. Without it a cluster node drops them.
+    pub fn with_cluster_key(mut self, key: peers::ClusterKey) -> Self {
+        self.cluster_key = Some(key);
+        self
+    }
+
     fn with_mode(mode: Mode) -> Self {
         Self {
             mode,
@@ -281,6 +293,7 @@ impl RelayServer {
             transit: None,
             core_threads: false,
             on_core_threads: Arc::default(),
+            cluster_key: None,
         }
     }
 
@@ -488,14 +501,7 @@ impl RelayServer {
             }
         };
         info!(%addr, "relay listening");
-        let router = router(rest::App {
-            phase: phase_rx,
-            test_mode: self.test_mode,
-            limits: self.limits,
-            resolver: self.resolver.clone(),
-            metrics: self.metrics.clone(),
-            on_core_threads: Arc::clone(&self.on_core_threads),
-        });
+        let router = router(self.app(phase_rx));
         let (fatal_seen_tx, fatal_seen) = oneshot::channel::<String>();
         let shutdown = stop_on(shutdown, fatal_rx, fatal_seen_tx, stop_tx);
         let connections = self.connections.clone();
@@ -531,6 +537,25 @@ impl RelayServer {
         match fatal_seen.await {
             Ok(why) => Err(io::Error::other(why)),
             Err(_) => Ok(()),
+        }
+    }
+
+    /// What the handlers share: the way to the cores (`phase`), the limits, the metrics, a
+    /// cluster node's check of the other nodes' links.
+    fn app(&self, phase: watch::Receiver<Phase>) -> rest::App {
+        rest::App {
+            phase,
+            test_mode: self.test_mode,
+            limits: self.limits,
+            resolver: self.resolver.clone(),
+            metrics: self.metrics.clone(),
+            on_core_threads: Arc::clone(&self.on_core_threads),
+            cluster: self.cluster_key.clone().map(|key| {
+                let clock = Arc::clone(&self.clock);
+                rest::PeerCheck(Arc::new(move |value: &str| {
+                    peers::verify(&key, value, clock.now().0 / 1_000)
+                }))
+            }),
         }
     }
 
@@ -680,8 +705,26 @@ impl RelayServer {
             phase: Arc::clone(phase),
             stop,
             transit: self.transit.clone(),
+            remote: self.remote_factory::<N>(),
         };
         tokio::spawn(supervisor.run(parts, fatal))
+    }
+
+    /// A cluster node with a key: how each membership makes its links to the other nodes
+    /// (on this runtime, over network `N`).
+    fn remote_factory<N: Network>(&self) -> Option<cluster::RemoteFactory> {
+        let key = self.cluster_key.clone()?;
+        let clock = Arc::clone(&self.clock);
+        let runtime = tokio::runtime::Handle::current();
+        Some(Arc::new(move |me, directory| {
+            peers::Remote::new::<N>(
+                me,
+                key.clone(),
+                Arc::clone(&clock),
+                directory,
+                runtime.clone(),
+            )
+        }))
     }
 
     /// Starts push delivery (once per server: it outlives the terms of a campaigning one).
@@ -852,6 +895,7 @@ fn count_leading(metrics: Option<&Metrics>, config: &Config, epoch: Option<u64>)
 fn router(app: rest::App) -> Router {
     Router::new()
         .route("/ws", get(ws::upgrade))
+        .route(peers::PEER_PATH, get(peers::upgrade))
         .route("/api/v1/{*rest}", any(rest::api))
         .route(HEALTHZ_PATH, get(rest::healthz))
         .route(READYZ_PATH, get(rest::readyz))

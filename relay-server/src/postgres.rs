@@ -238,17 +238,7 @@ impl Membership for PgMembership {
             let map = ShardMap::new(member.shards_total())
                 .ok_or_else(|| CampaignError::Fatal("a cluster of no shards".into()))?;
             let name = member.node().name.clone();
-            let (owned_tx, owned) = tokio::sync::watch::channel(owned_of(&member.watch().status()));
-            let mut watch = member.watch();
-            tokio::spawn(async move {
-                loop {
-                    let status = watch.changed().await;
-                    let lost = matches!(status, MemberStatus::Lost(_));
-                    if owned_tx.send(owned_of(&status)).is_err() || lost {
-                        break;
-                    }
-                }
-            });
+            let (owned, directory) = (follow_owned(&member), follow_directory(&member));
             let member = Arc::new(member);
             let opener = Self {
                 database: self.database.clone(),
@@ -263,6 +253,7 @@ impl Membership for PgMembership {
                 name,
                 map,
                 owned,
+                directory,
                 open: Box::new(move |place, epoch, end| opener.open(&for_open, place, epoch, end)),
                 hand_over: Box::new(move |shard, epoch| {
                     let member = Arc::clone(&for_hand_over);
@@ -279,6 +270,41 @@ impl Membership for PgMembership {
             })
         })
     }
+}
+
+/// What `member` owns, as the cluster's shell sees it, as it changes.
+fn follow_owned(member: &Member) -> tokio::sync::watch::Receiver<Owned> {
+    let (owned_tx, owned) = tokio::sync::watch::channel(owned_of(&member.watch().status()));
+    let mut watch = member.watch();
+    tokio::spawn(async move {
+        loop {
+            let status = watch.changed().await;
+            let lost = matches!(status, MemberStatus::Lost(_));
+            if owned_tx.send(owned_of(&status)).is_err() || lost {
+                break;
+            }
+        }
+    });
+    owned
+}
+
+/// The address of the node serving each shard, as `member` learns it.
+fn follow_directory(member: &Member) -> tokio::sync::watch::Receiver<BTreeMap<u16, String>> {
+    let (directory_tx, directory) = tokio::sync::watch::channel(BTreeMap::new());
+    let mut owners = member.watch().directory_watch();
+    tokio::spawn(async move {
+        loop {
+            let addresses: BTreeMap<u16, String> = owners
+                .borrow_and_update()
+                .iter()
+                .map(|(shard, owner)| (*shard, owner.address.clone()))
+                .collect();
+            if directory_tx.send(addresses).is_err() || owners.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    directory
 }
 
 /// What a node owns, as the cluster's shell sees it.

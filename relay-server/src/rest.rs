@@ -42,6 +42,22 @@ pub(super) struct App {
     pub(super) metrics: Option<super::metrics::Metrics>,
     /// Counts the sockets served on their core's thread (`ws`).
     pub(super) on_core_threads: Arc<std::sync::atomic::AtomicU64>,
+    /// A cluster node's check of the other nodes' links: the node an `Authorization` value
+    /// proves, if it does; `None`: no such route.
+    pub(super) cluster: Option<PeerCheck>,
+}
+
+/// Checks another node's proof (an `Authorization` value): the node it proves, if any.
+#[derive(Clone)]
+pub(super) struct PeerCheck(pub(super) Arc<Prove>);
+
+/// What a [`PeerCheck`] runs.
+pub(super) type Prove = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+impl std::fmt::Debug for PeerCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerCheck")
+    }
 }
 
 impl App {

@@ -163,7 +163,7 @@ async fn authenticate(
 
 /// The checks of an upgrade's handshake (RFC 6455 §4.2.1; the method is the router's):
 /// the `Sec-WebSocket-Accept` value, or the refusal.
-fn handshake(headers: &HeaderMap) -> Result<HeaderValue, HttpResponse> {
+pub(super) fn handshake(headers: &HeaderMap) -> Result<HeaderValue, HttpResponse> {
     let has = |name: header::HeaderName, token: &str| {
         headers.get_all(name).iter().any(|value| {
             value
@@ -194,7 +194,7 @@ fn handshake(headers: &HeaderMap) -> Result<HeaderValue, HttpResponse> {
 }
 
 /// The `101 Switching Protocols` answer, with the sub-protocol the relay chose, if any.
-fn switching_protocols(accept: &HeaderValue, protocol: Option<&str>) -> Response {
+pub(super) fn switching_protocols(accept: &HeaderValue, protocol: Option<&str>) -> Response {
     let mut response = Response::new(axum::body::Body::empty());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let headers = response.headers_mut();

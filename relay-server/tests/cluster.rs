@@ -52,6 +52,8 @@ impl Membership for Hand {
                 name: "n1".into(),
                 map: ShardMap::new(SHARDS).unwrap(),
                 owned: self.owned.clone(),
+                // One node: no shard is served elsewhere.
+                directory: watch::channel(std::collections::BTreeMap::new()).1,
                 open: Box::new(move |place, _epoch, end| {
                     let config = Config {
                         shard: place,

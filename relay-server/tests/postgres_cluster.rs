@@ -21,6 +21,7 @@ use relay_core::handoff::ShardMap;
 use relay_core::{Config, MemoryBlobStore};
 use relay_pg::{JoinOptions, PgConfig};
 use relay_server::RelayServer;
+use relay_server::peers::ClusterKey;
 use relay_server::postgres::PgMembership;
 use seam::net::{HttpRequest, Listener as _, Network as _, Tokio};
 use serde_json::{Value, json};
@@ -53,8 +54,12 @@ struct Running {
 }
 
 async fn node(pg: &PgConfig, name: &str) -> Running {
+    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
     let options = JoinOptions {
-        address: name.to_owned(),
+        address: addr.to_string(),
         lease_ms: 1_500,
         heartbeat_interval_ms: 100,
         heartbeat_timeout_ms: 300,
@@ -66,11 +71,8 @@ async fn node(pg: &PgConfig, name: &str) -> Running {
     };
     let blobs: relay_server::postgres::BlobOpener =
         Arc::new(|| Ok(Box::new(MemoryBlobStore::new())));
-    let server = RelayServer::clustered(PgMembership::new(pg.clone(), options, config, 5, blobs));
-    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
-        .await
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
+    let server = RelayServer::clustered(PgMembership::new(pg.clone(), options, config, 5, blobs))
+        .with_cluster_key(ClusterKey::new([42; 32]));
     let stop = Arc::new(Notify::new());
     let stopped = Arc::clone(&stop);
     let task = tokio::spawn(server.serve::<Tokio>(listener, async move {
@@ -185,7 +187,16 @@ async fn two_nodes_share_the_shards_and_one_serves_them_all_when_the_other_leave
     );
     assert_eq!(ticket_status(n1.addr, &a).await, 200, "n1 still serves a");
     assert_eq!(ticket_status(n2.addr, &a).await, 503, "n2 does not serve a");
+    // Between the nodes: a at n1 sends m4, b at n2 gets it at once.
+    let (mut ws_b, _) = connect(n2.addr, &b).await;
     send_acked(&mut ws_a, "m4", &b, &conv).await;
+    let live: Vec<String> = inbox(&mut ws_b)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert!(live.contains(&"m4".to_owned()), "{live:?}");
+    drop(ws_b);
 
     // n1 leaves: n2 serves every shard; b gets each message once, in order.
     drop(ws_a);

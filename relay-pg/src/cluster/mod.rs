@@ -224,6 +224,11 @@ impl MemberWatch {
         self.directory.borrow().clone()
     }
 
+    /// [`MemberWatch::directory`] as a watch, to follow its changes.
+    pub fn directory_watch(&self) -> watch::Receiver<BTreeMap<u16, ShardOwner>> {
+        self.directory.clone()
+    }
+
     /// Whether `shard` is still owned under `epoch` (no I/O).
     pub fn holds(&self, shard: u16, epoch: u64) -> bool {
         self.status.has_changed().is_ok()

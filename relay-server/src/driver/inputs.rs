@@ -168,6 +168,11 @@ impl Cores {
         })
     }
 
+    /// The core of `shard`, if it is served here.
+    pub(crate) fn for_shard(&self, shard: ShardId) -> Option<mpsc::Sender<Input>> {
+        self.at(shard)
+    }
+
     /// Every core served here, in shard order.
     pub(crate) fn all(&self) -> impl Iterator<Item = &mpsc::Sender<Input>> {
         self.inputs.iter().flatten()

@@ -125,11 +125,17 @@ pub(super) struct Core {
     peers: Option<Peers>,
     /// What happens to each crossing on its way to its core (`None`: it is handed at once).
     transit: Option<CrossingTransit>,
+    /// A cluster node's links to the other nodes, for crossings to shards not served here.
+    remote: Option<RemoteSink>,
 }
 
 /// The inputs of every core of a sharded server, by shard, held weakly: fixed for a process
 /// that runs every shard, updated as a cluster node's shards come and go.
 pub(crate) type Peers = watch::Receiver<PeerTable>;
+
+/// Where a cluster node's core sends a crossing for a shard not served here (its links to
+/// the other nodes); it never waits.
+pub(crate) type RemoteSink = Arc<dyn Fn(&relay_core::handoff::Crossing) + Send + Sync>;
 
 /// Peers that never change.
 pub(crate) fn fixed_peers(table: PeerTable) -> Peers {
@@ -184,6 +190,7 @@ impl Core {
             exported: RelayStats::default(),
             peers: None,
             transit: None,
+            remote: None,
         }
     }
 
@@ -191,6 +198,12 @@ impl Core {
     /// never commits on its task (see [`Core::sockets_on_thread`]).
     pub(super) fn with_sockets_on_its_thread(mut self, on: bool) -> Self {
         self.sockets_on_thread = on;
+        self
+    }
+
+    /// Sends what the relay emits for shards not served here to the nodes serving them.
+    pub(super) fn with_remote(mut self, remote: Option<RemoteSink>) -> Self {
+        self.remote = remote;
         self
     }
 

@@ -51,7 +51,11 @@ impl Core {
             .as_ref()
             .and_then(|p| p.borrow().get(to).and_then(|p| p.as_ref()?.upgrade()))
         else {
-            debug!(to, "crossing for a core that is gone: dropped");
+            match &self.remote {
+                // A cluster node: another node serves that shard, or none does now.
+                Some(remote) => remote(&c),
+                None => debug!(to, "crossing for a core that is gone: dropped"),
+            }
             return;
         };
         match self.transit.as_ref().map_or(Transit::Deliver, |t| t(&c)) {

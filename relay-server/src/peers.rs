@@ -1,0 +1,321 @@
+//! Crossings between the nodes of a cluster: what a core sends a shard served by another node
+//! goes there as an envelope (`relay_core::handoff::envelope`) on a WebSocket between the two
+//! nodes, and the receiving node hands it to the core of its shard.
+//!
+//! * **Outgoing** ([`Remote`]): a crossing for a shard not served here goes to its owner's
+//!   address as the membership's directory names it, through one link per address: a task
+//!   that connects to `PEER_PATH` with this node's proof, writes the envelopes queued for it
+//!   and connects again ([`PEER_RECONNECT_MS`]) when the connection fails. A full queue
+//!   ([`PEER_QUEUE`]), an owner the directory does not know and an envelope queued when the
+//!   connection failed are lost, as a crossing lost on the way: the hand-off protocol sends
+//!   what must arrive again, and the rest (typing, a forward answered by its timeout) may be
+//!   lost anyway.
+//! * **Incoming** (`GET PEER_PATH`): the upgrade needs a proof ([`proof`]): HMAC-SHA256 under
+//!   the cluster's key of the sending node's name and the time, within
+//!   [`PEER_PROOF_SKEW_S`] of this node's clock; without a cluster key the route does not
+//!   exist (404). Each envelope is decoded (at most
+//!   [`MAX_ENVELOPE_BYTES`](relay_core::handoff::envelope::MAX_ENVELOPE_BYTES)) and handed to
+//!   the core of its shard without waiting; one for a shard not served here, or whose core's
+//!   queue is full, is dropped. A malformed envelope is logged (without its text) and skipped.
+
+use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
+
+use axum::{
+    extract::{Request, State},
+    response::{IntoResponse as _, Response},
+};
+use futures_util::{SinkExt as _, StreamExt as _};
+use hmac::{KeyInit as _, Mac as _};
+use http::{StatusCode, header::AUTHORIZATION};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use relay_core::handoff::{Crossing, ShardId, envelope};
+use seam::clock::Clock;
+use seam::net::{Endpoint, HttpClient, Network, WsMessage, WsRequest};
+use tokio::sync::{mpsc, watch};
+use tokio_tungstenite::{
+    WebSocketStream,
+    tungstenite::protocol::{Role, WebSocketConfig},
+};
+use tracing::{debug, info, warn};
+
+use super::driver::Input;
+use super::rest::App;
+
+/// The path nodes send each other crossings on (a WebSocket).
+pub const PEER_PATH: &str = "/cluster/v1/crossings";
+/// Envelopes waiting for one remote node's link at most; more are dropped.
+pub const PEER_QUEUE: usize = 4_096;
+/// Delay before a link connects again after its connection failed.
+pub const PEER_RECONNECT_MS: u64 = 500;
+/// How far a proof's time may be from the receiving node's clock.
+pub const PEER_PROOF_SKEW_S: u64 = 300;
+/// Connecting a link (TCP and the upgrade) within this time, or trying again.
+pub const PEER_CONNECT_TIMEOUT_MS: u64 = 3_000;
+
+/// The secret the nodes of a cluster prove they belong to it with. Never shown.
+#[derive(Clone)]
+pub struct ClusterKey([u8; 32]);
+
+impl ClusterKey {
+    /// A key from 32 secret bytes, the same on every node.
+    pub fn new(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    fn mac(&self, node: &str, at_s: u64) -> String {
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        mac.update(format!("securechat cluster crossings v1|{node}|{at_s}").as_bytes());
+        hex(&mac.finalize().into_bytes())
+    }
+}
+
+impl fmt::Debug for ClusterKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClusterKey(<redacted>)")
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The `Authorization` value of node `node` at `at_s` (seconds since the epoch):
+/// `Cluster <node> <at_s> <hex HMAC>`.
+pub fn proof(key: &ClusterKey, node: &str, at_s: u64) -> String {
+    format!("Cluster {node} {at_s} {}", key.mac(node, at_s))
+}
+
+/// The node a proof is from, if it holds at `now_s`.
+pub(crate) fn verify(key: &ClusterKey, value: &str, now_s: u64) -> Option<String> {
+    let mut parts = value.strip_prefix("Cluster ")?.split(' ');
+    let (node, at, mac) = (parts.next()?, parts.next()?, parts.next()?);
+    let at_s: u64 = at.parse().ok()?;
+    if parts.next().is_some() || now_s.abs_diff(at_s) > PEER_PROOF_SKEW_S {
+        return None;
+    }
+    let expected = key.mac(node, at_s);
+    // Compared in full whatever differs first: the time it takes says nothing of the key.
+    let same = expected.len() == mac.len()
+        && expected
+            .bytes()
+            .zip(mac.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    same.then(|| node.to_owned())
+}
+
+/// Where the crossings for shards not served here go: this node's links to the others.
+pub(crate) struct Remote {
+    me: String,
+    key: ClusterKey,
+    clock: Arc<dyn Clock>,
+    directory: watch::Receiver<BTreeMap<u16, String>>,
+    links: std::sync::Mutex<BTreeMap<String, mpsc::Sender<String>>>,
+    start_link: Arc<dyn Fn(Link) + Send + Sync>,
+}
+
+/// One link's work: where to, its queue, and how to prove who it is.
+pub(crate) struct Link {
+    address: String,
+    queue: mpsc::Receiver<String>,
+    me: String,
+    key: ClusterKey,
+    clock: Arc<dyn Clock>,
+}
+
+impl Remote {
+    /// The links of node `me`, to the addresses `directory` names, started on `runtime`
+    /// over network `N`.
+    pub(crate) fn new<N: Network>(
+        me: String,
+        key: ClusterKey,
+        clock: Arc<dyn Clock>,
+        directory: watch::Receiver<BTreeMap<u16, String>>,
+        runtime: tokio::runtime::Handle,
+    ) -> Self {
+        Self {
+            me,
+            key,
+            clock,
+            directory,
+            links: std::sync::Mutex::default(),
+            start_link: Arc::new(move |link| drop(runtime.spawn(link.run::<N>()))),
+        }
+    }
+
+    /// Sends `c` to the node serving its shard, without waiting (see the module doc).
+    pub(crate) fn send(&self, c: &Crossing) {
+        let to = c.to().0;
+        let Some(address) = self.directory.borrow().get(&to).cloned() else {
+            debug!(to, "crossing for a shard no node serves now: dropped");
+            return;
+        };
+        let Ok(mut links) = self.links.lock() else {
+            return;
+        };
+        let link = links.entry(address.clone()).or_insert_with(|| {
+            let (sender, queue) = mpsc::channel(PEER_QUEUE);
+            (self.start_link)(Link {
+                address: address.clone(),
+                queue,
+                me: self.me.clone(),
+                key: self.key.clone(),
+                clock: Arc::clone(&self.clock),
+            });
+            sender
+        });
+        match link.try_send(envelope::encode(c)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                debug!(to, %address, "crossing dropped: the link's queue is full");
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                links.remove(&address);
+            }
+        }
+    }
+}
+
+impl Link {
+    /// Connects, writes what is queued, connects again after a failure; ends when the node's
+    /// [`Remote`] is dropped (its queue closes).
+    async fn run<N: Network>(mut self) {
+        let Ok(endpoint) = Endpoint::parse(&format!("http://{}", self.address)) else {
+            warn!(address = %self.address, "a node's address is not host:port: no link to it");
+            return;
+        };
+        let client = HttpClient::new(N::connector(), endpoint);
+        loop {
+            let at_s = self.clock.now().0 / 1_000;
+            let request = WsRequest::new(PEER_PATH)
+                .header(AUTHORIZATION, proof(&self.key, &self.me, at_s))
+                .timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS));
+            match client.connect_ws(request).await {
+                Ok(mut ws) => {
+                    info!(address = %self.address, "link to a node open");
+                    while let Some(text) = self.queue.recv().await {
+                        if ws.send(WsMessage::text(text)).await.is_err() {
+                            break;
+                        }
+                    }
+                    if self.queue.is_closed() {
+                        let _ = ws.close(None).await;
+                        return;
+                    }
+                    warn!(address = %self.address, "link to a node failed: connecting again");
+                }
+                Err(error) => debug!(address = %self.address, %error, "link to a node not open"),
+            }
+            // What waited for a link that failed is stale: the protocol sends it again.
+            while self.queue.try_recv().is_ok() {}
+            tokio::time::sleep(Duration::from_millis(PEER_RECONNECT_MS)).await;
+            if self.queue.is_closed() {
+                return;
+            }
+        }
+    }
+}
+
+/// `GET PEER_PATH`: another node's link (see the module doc).
+pub(super) async fn upgrade(State(app): State<App>, mut request: Request) -> Response {
+    let Some(check) = app.cluster.clone() else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let from = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| (check.0)(v));
+    let Some(from) = from else {
+        return StatusCode::UNAUTHORIZED.into_response();
+    };
+    let accept = match super::ws::handshake(request.headers()) {
+        Ok(accept) => accept,
+        Err(refusal) => return super::rest::relay_response(refusal),
+    };
+    let Some(on_upgrade) = request.extensions_mut().remove::<OnUpgrade>() else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else {
+            return;
+        };
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(envelope::MAX_ENVELOPE_BYTES))
+            .max_frame_size(Some(envelope::MAX_ENVELOPE_BYTES));
+        let ws =
+            WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
+                .await;
+        info!(from = %from, "link from a node open");
+        receive(ws, &app).await;
+        info!(from = %from, "link from a node closed");
+    });
+    super::ws::switching_protocols(&accept, None)
+}
+
+/// Hands each envelope of a link to the core of its shard.
+async fn receive<S>(mut ws: WebSocketStream<S>, app: &App)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    while let Some(Ok(message)) = ws.next().await {
+        let WsMessage::Text(text) = message else {
+            continue;
+        };
+        let crossing = match envelope::decode(&text) {
+            Ok(c) => c,
+            Err(error) => {
+                warn!(%error, "an envelope from a node was refused");
+                continue;
+            }
+        };
+        let shard: ShardId = crossing.to();
+        let core = app.cores().and_then(|cores| cores.for_shard(shard));
+        match core {
+            Some(core) => {
+                if core.try_send(Input::Cross(crossing)).is_err() {
+                    debug!(
+                        to = shard.0,
+                        "crossing from a node dropped: its core is busy or gone"
+                    );
+                }
+            }
+            None => debug!(
+                to = shard.0,
+                "crossing from a node for a shard not served here"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proof_holds_for_its_node_near_its_time_and_under_its_key_only() {
+        let key = ClusterKey::new([7; 32]);
+        let p = proof(&key, "n1", 1_000_000);
+        assert_eq!(verify(&key, &p, 1_000_000).as_deref(), Some("n1"));
+        assert_eq!(
+            verify(&key, &p, 1_000_000 + PEER_PROOF_SKEW_S).as_deref(),
+            Some("n1")
+        );
+        assert_eq!(verify(&key, &p, 1_000_000 + PEER_PROOF_SKEW_S + 1), None);
+        assert_eq!(verify(&ClusterKey::new([8; 32]), &p, 1_000_000), None);
+        let forged = p.replacen("n1", "n2", 1);
+        assert_eq!(verify(&key, &forged, 1_000_000), None);
+        for bad in [
+            "",
+            "Cluster",
+            "Cluster n1",
+            "Bearer x",
+            &format!("{p} extra"),
+        ] {
+            assert_eq!(verify(&key, bad, 1_000_000), None, "{bad}");
+        }
+        assert!(!format!("{key:?}").contains('7'));
+    }
+}
