@@ -2,7 +2,7 @@
 //! goes there as an envelope (`relay_core::handoff::envelope`) on a WebSocket between the two
 //! nodes, and the receiving node hands it to the core of its shard.
 //!
-//! * **Outgoing** ([`Remote`]): a crossing for a shard not served here goes to its owner's
+//! * **Outgoing** (`Remote`): a crossing for a shard not served here goes to its owner's
 //!   address as the membership's directory names it, through one link per address: a task
 //!   that connects to `PEER_PATH` with this node's proof, writes the envelopes queued for it
 //!   and connects again ([`PEER_RECONNECT_MS`]) when the connection fails. A full queue

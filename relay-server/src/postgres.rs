@@ -43,10 +43,41 @@ pub type BlobOpener = Arc<dyn Fn() -> Result<Box<dyn BlobStore>, StoreError> + S
 pub struct PgLeadership {
     database: PgConfig,
     options: CampaignOptions,
+    parts: RelayParts,
+}
+
+/// What a relay opened on a fenced PostgreSQL store is made of, besides the store.
+#[derive(Clone)]
+struct RelayParts {
     config: Config,
     seed: u64,
     blobs: BlobOpener,
     metrics: Option<super::metrics::Metrics>,
+}
+
+impl RelayParts {
+    /// The relay of `config` (its shard `place` in a cluster) over `store`, metered when
+    /// metrics are on, whose fenced commits end `end`.
+    fn open(
+        &self,
+        store: relay_pg::PgStore,
+        place: Option<ShardPlace>,
+        end: TermEnd,
+    ) -> Result<Relay, StoreError> {
+        let store: Box<dyn Store> = match &self.metrics {
+            Some(metrics) => Box::new(metrics.meter(store)),
+            None => Box::new(store),
+        };
+        let config = match place {
+            Some(shard) => Config {
+                shard,
+                ..self.config.clone()
+            },
+            None => self.config.clone(),
+        };
+        let store = TermStore::new(store, end);
+        Relay::with_blobs(config, Box::new(store), (self.blobs)()?, self.seed)
+    }
 }
 
 impl std::fmt::Debug for PgLeadership {
@@ -69,13 +100,16 @@ impl PgLeadership {
         seed: u64,
         blobs: BlobOpener,
     ) -> Self {
-        Self {
-            database,
-            options,
+        let parts = RelayParts {
             config,
             seed,
             blobs,
             metrics: None,
+        };
+        Self {
+            database,
+            options,
+            parts,
         }
     }
 
@@ -83,7 +117,7 @@ impl PgLeadership {
     /// commits) in `metrics`.
     #[must_use]
     pub fn with_metrics(mut self, metrics: super::metrics::Metrics) -> Self {
-        self.metrics = Some(metrics);
+        self.parts.metrics = Some(metrics);
         self
     }
 }
@@ -115,20 +149,11 @@ impl Leadership for PgLeadership {
                 watcher.end(format!("leadership lost: {why}"));
             });
             let leader = Arc::new(leader);
-            let opener_leader = Arc::clone(&leader);
-            let opener_end = end.clone();
-            let config = self.config.clone();
-            let seed = self.seed;
-            let blobs = Arc::clone(&self.blobs);
-            let metrics = self.metrics.clone();
+            let (opener_leader, opener_end) = (Arc::clone(&leader), end.clone());
+            let parts = self.parts.clone();
             let open = move || {
                 let store = opener_leader.store().map_err(StoreError::from)?;
-                let store: Box<dyn Store> = match &metrics {
-                    Some(metrics) => Box::new(metrics.meter(store)),
-                    None => Box::new(store),
-                };
-                let store = TermStore::new(store, opener_end.clone());
-                Relay::with_blobs(config.clone(), Box::new(store), blobs()?, seed)
+                parts.open(store, None, opener_end.clone())
             };
             Ok(Term {
                 open: Box::new(open),
@@ -146,10 +171,7 @@ impl Leadership for PgLeadership {
 pub struct PgMembership {
     database: PgConfig,
     options: JoinOptions,
-    config: Config,
-    seed: u64,
-    blobs: BlobOpener,
-    metrics: Option<super::metrics::Metrics>,
+    parts: RelayParts,
 }
 
 impl std::fmt::Debug for PgMembership {
@@ -173,47 +195,41 @@ impl PgMembership {
         seed: u64,
         blobs: BlobOpener,
     ) -> Self {
-        Self {
-            database,
-            options,
+        let parts = RelayParts {
             config,
             seed,
             blobs,
             metrics: None,
+        };
+        Self {
+            database,
+            options,
+            parts,
         }
     }
 
     /// Times and counts every commit and load of the relays it opens in `metrics`.
     #[must_use]
     pub fn with_metrics(mut self, metrics: super::metrics::Metrics) -> Self {
-        self.metrics = Some(metrics);
+        self.parts.metrics = Some(metrics);
         self
     }
+}
 
-    /// Opens shard `place`'s relay under `epoch` from `member`'s fenced store.
-    fn open(
-        &self,
-        member: &Member,
-        place: ShardPlace,
-        epoch: u64,
-        end: TermEnd,
-    ) -> Result<Relay, StoreError> {
-        let store = member.store(place.me().0).map_err(StoreError::from)?;
-        if store.epoch() != epoch {
-            // The shard moved on since the node decided to open it.
-            return Err(StoreError::Fenced { epoch });
-        }
-        let store: Box<dyn Store> = match &self.metrics {
-            Some(metrics) => Box::new(metrics.meter(store)),
-            None => Box::new(store),
-        };
-        let config = Config {
-            shard: place,
-            ..self.config.clone()
-        };
-        let store = TermStore::new(store, end);
-        Relay::with_blobs(config, Box::new(store), (self.blobs)()?, self.seed)
+/// Opens shard `place`'s relay under `epoch` from `member`'s fenced store.
+fn open_shard(
+    parts: &RelayParts,
+    member: &Member,
+    place: ShardPlace,
+    epoch: u64,
+    end: TermEnd,
+) -> Result<Relay, StoreError> {
+    let store = member.store(place.me().0).map_err(StoreError::from)?;
+    if store.epoch() != epoch {
+        // The shard moved on since the node decided to open it.
+        return Err(StoreError::Fenced { epoch });
     }
+    parts.open(store, Some(place), end)
 }
 
 impl Membership for PgMembership {
@@ -240,21 +256,16 @@ impl Membership for PgMembership {
             let name = member.node().name.clone();
             let (owned, directory) = (follow_owned(&member), follow_directory(&member));
             let member = Arc::new(member);
-            let opener = Self {
-                database: self.database.clone(),
-                options: self.options.clone(),
-                config: self.config.clone(),
-                seed: self.seed,
-                blobs: Arc::clone(&self.blobs),
-                metrics: self.metrics.clone(),
-            };
+            let parts = self.parts.clone();
             let (for_open, for_hand_over) = (Arc::clone(&member), Arc::clone(&member));
             Ok(Node {
                 name,
                 map,
                 owned,
                 directory,
-                open: Box::new(move |place, epoch, end| opener.open(&for_open, place, epoch, end)),
+                open: Box::new(move |place, epoch, end| {
+                    open_shard(&parts, &for_open, place, epoch, end)
+                }),
                 hand_over: Box::new(move |shard, epoch| {
                     let member = Arc::clone(&for_hand_over);
                     Box::pin(async move {

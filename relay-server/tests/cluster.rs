@@ -11,7 +11,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Account, FromAddr, Ws, account, befriend, client, connect, send_acked};
+use common::{Account, FromAddr, Ws, account, befriend, client, connect, inbox, send_acked};
 use futures_util::{SinkExt as _, StreamExt as _};
 use relay_core::handoff::ShardMap;
 use relay_core::store::MemoryStore;
@@ -134,23 +134,6 @@ async fn next_of(ws: &mut Ws, kind: &str) -> Value {
             return v;
         }
     }
-}
-
-/// Every message `ws` gets within 1.5 s of quiet, as (id, seq).
-async fn inbox(ws: &mut Ws) -> Vec<(String, u64)> {
-    let mut got = Vec::new();
-    while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_millis(1500), ws.next()).await {
-        if let Message::Text(text) = m {
-            let v: Value = serde_json::from_str(&text).unwrap();
-            if v["type"] == "msg" {
-                got.push((
-                    v["id"].as_str().unwrap().to_owned(),
-                    v["seq"].as_u64().unwrap(),
-                ));
-            }
-        }
-    }
-    got
 }
 
 fn msg(id: &str, to: &Account, conv: &str) -> Message {

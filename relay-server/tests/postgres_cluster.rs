@@ -15,8 +15,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Account, FromAddr, Ws, account, befriend, client, connect, send_acked};
-use futures_util::StreamExt as _;
+use common::{
+    Account, FromAddr, account, befriend, client, connect, database, inbox, now, send_acked,
+};
 use relay_core::handoff::ShardMap;
 use relay_core::{Config, MemoryBlobStore};
 use relay_pg::{JoinOptions, PgConfig};
@@ -24,27 +25,12 @@ use relay_server::RelayServer;
 use relay_server::peers::ClusterKey;
 use relay_server::postgres::PgMembership;
 use seam::net::{HttpRequest, Listener as _, Network as _, Tokio};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::Notify;
-use tokio_tungstenite::tungstenite::Message;
 
 /// Bound of every wait; only keeps a broken build from hanging.
 const WAIT: Duration = Duration::from_secs(30);
 const SHARDS: u16 = 2;
-
-fn database(test: &str) -> Option<String> {
-    match std::env::var("RELAY_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("RELAY_TEST_POSTGRES_REQUIRED").as_deref() != Ok("1"),
-                "{test}: RELAY_TEST_POSTGRES_REQUIRED=1 but RELAY_TEST_POSTGRES_URL is not set"
-            );
-            eprintln!("SKIPPED {test}: RELAY_TEST_POSTGRES_URL is not set");
-            None
-        }
-    }
-}
 
 /// A node serving on a loopback port until its stop is notified.
 struct Running {
@@ -107,31 +93,6 @@ async fn served_at(relay: SocketAddr, who: &Account) {
         }
     })
     .await;
-}
-
-/// Every message `ws` gets until 1.5 s pass without one, as (id, seq).
-async fn inbox(ws: &mut Ws) -> Vec<(String, u64)> {
-    let mut got = Vec::new();
-    while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_millis(1500), ws.next()).await {
-        if let Message::Text(text) = m {
-            let v: Value = serde_json::from_str(&text).unwrap();
-            if v["type"] == "msg" {
-                got.push((
-                    v["id"].as_str().unwrap().to_owned(),
-                    v["seq"].as_u64().unwrap(),
-                ));
-            }
-        }
-    }
-    got
-}
-
-#[allow(
-    clippy::disallowed_methods,
-    reason = "the takeover is timed for the printed report; nothing asserts on it"
-)]
-fn now() -> std::time::Instant {
-    std::time::Instant::now()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -37,7 +37,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 mod common;
-use common::{Account, FromAddr, account, befriend, call, client};
+use common::{Account, FromAddr, account, befriend, call, client, database, now};
 
 /// Bound of every wait; only keeps a broken build from hanging.
 const WAIT: Duration = Duration::from_secs(60);
@@ -47,33 +47,6 @@ const PAIRS: usize = 4;
 const MESSAGES: usize = 40;
 /// Acknowledged messages (over all senders) before the active relay is killed.
 const KILL_AFTER_ACKS: usize = 50;
-
-/// The database URL, or `None` after printing why the test is skipped (a failure where
-/// PostgreSQL is required).
-fn database(test: &str) -> Option<String> {
-    match std::env::var("RELAY_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("RELAY_TEST_POSTGRES_REQUIRED").as_deref() != Ok("1"),
-                "{test}: RELAY_TEST_POSTGRES_REQUIRED=1 but RELAY_TEST_POSTGRES_URL is not set"
-            );
-            eprintln!(
-                "SKIPPED {test}: RELAY_TEST_POSTGRES_URL is not set (start a cluster with relay-pg/scripts/pg-test-cluster.sh)"
-            );
-            None
-        }
-    }
-}
-
-/// Elapsed time for the printed measurements only (never asserted).
-#[allow(
-    clippy::disallowed_methods,
-    reason = "the test measures the takeover for its printed report; nothing asserts on it"
-)]
-fn now() -> std::time::Instant {
-    std::time::Instant::now()
-}
 
 /// One `relay --postgres` process; killed when dropped.
 struct Relay {

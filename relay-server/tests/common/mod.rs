@@ -336,3 +336,47 @@ pub(crate) async fn send_acked(ws: &mut Ws, id: &str, to: &Account, conv: &str) 
         .await
         .expect("acknowledged in time")
 }
+
+/// The test database's URL, or `None` after printing why the test is skipped (a failure where
+/// PostgreSQL is required: `RELAY_TEST_POSTGRES_REQUIRED=1`).
+pub(crate) fn database(test: &str) -> Option<String> {
+    match std::env::var("RELAY_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("RELAY_TEST_POSTGRES_REQUIRED").as_deref() != Ok("1"),
+                "{test}: RELAY_TEST_POSTGRES_REQUIRED=1 but RELAY_TEST_POSTGRES_URL is not set"
+            );
+            eprintln!(
+                "SKIPPED {test}: RELAY_TEST_POSTGRES_URL is not set (start a cluster with relay-pg/scripts/pg-test-cluster.sh)"
+            );
+            None
+        }
+    }
+}
+
+/// Elapsed time for the printed measurements only (never asserted).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests time what they print for their reports; nothing asserts on it"
+)]
+pub(crate) fn now() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+/// Every message `ws` gets until 1.5 s pass without a frame, as (id, seq).
+pub(crate) async fn inbox(ws: &mut Ws) -> Vec<(String, u64)> {
+    let mut got = Vec::new();
+    while let Ok(Some(Ok(m))) =
+        tokio::time::timeout(std::time::Duration::from_millis(1500), ws.next()).await
+    {
+        if let Message::Text(text) = m {
+            let v: Value = serde_json::from_str(&text).expect("json frame");
+            if v["type"] == "msg" {
+                let id = v["id"].as_str().expect("id").to_owned();
+                got.push((id, v["seq"].as_u64().expect("seq")));
+            }
+        }
+    }
+    got
+}

@@ -87,8 +87,10 @@ fn request() -> HttpRequest {
 // Long on purpose: a table of values, one entry per kind.
 fn every_crossing() -> Vec<Crossing> {
     let (a, b) = (ShardId(0), ShardId(1));
+    // Read from its name, as the envelope carries it.
+    let code: wire::ErrorCode = serde_json::from_str("\"QUEUE_FULL\"").unwrap();
     let error = Reply::Error {
-        code: wire::ErrorCode::QUEUE_FULL,
+        code,
         words: "the recipient's queue is full".into(),
         ref_type: "msg".into(),
         id: Some("m-1".into()),
