@@ -17,6 +17,10 @@
 //!   [`MAX_ENVELOPE_BYTES`](relay_core::handoff::envelope::MAX_ENVELOPE_BYTES)) and handed to
 //!   the core of its shard without waiting; one for a shard not served here, or whose core's
 //!   queue is full, is dropped. A malformed envelope is logged (without its text) and skipped.
+//! * **Where the links belong**: the proof authenticates the upgrade, not each envelope, and
+//!   the link is plain HTTP, so whoever sees a proof can use it again within its window. The
+//!   nodes' addresses belong on their private network, and a load balancer in front of the
+//!   nodes should not pass `/cluster/` from clients.
 
 use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
 
