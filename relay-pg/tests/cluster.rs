@@ -12,6 +12,7 @@ mod common;
 
 use std::{
     collections::BTreeSet,
+    io::Write as _,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -360,6 +361,35 @@ fn a_killed_nodes_name_waits_for_its_lease_then_is_the_next_incarnation() {
     wait_until("the new life owns both shards", || owned(&again).len() == 2);
     assert!(again.watch().shards().values().all(|t| t.epoch == 2));
     drop(a);
+}
+
+#[test]
+fn a_dead_nodes_shards_are_served_elsewhere_within_its_lease_and_a_second() {
+    let Some(db) = TestDb::new() else { return };
+    let a = join(&db, options("a", 4));
+    wait_until("a owns every shard", || owned(&a).len() == 4);
+    let b = join(&db, options("b", 4));
+    hand_over_marked_until(&a, &b, 2);
+    let b_epochs = b.watch().shards();
+    // b dies as a killed process does: its session ends, nothing is released, its lease
+    // runs out on the database's clock.
+    let pid = b.session_pid();
+    let died = Instant::now();
+    db.admin()
+        .exec(&format!("SELECT pg_terminate_backend({pid})"));
+    wait_until("a owns every shard again", || owned(&a).len() == 4);
+    let took = died.elapsed();
+    let _ = writeln!(
+        std::io::stderr(),
+        "a dead node's shards owned elsewhere after {took:?} (lease 1.5 s)"
+    );
+    assert!(took < Duration::from_millis(1_500 + 1_000), "{took:?}");
+    // Each of b's shards moved on to its next epoch.
+    let terms = a.watch().shards();
+    for (shard, term) in b_epochs {
+        assert_eq!(terms[&shard].epoch, term.epoch + 1);
+    }
+    drop(b);
 }
 
 #[test]
