@@ -52,9 +52,11 @@ use super::driver::{
     self, CoreParts, Cores, Input, PeerTable, Phase, PushSink, RemoteSink, TermCtx,
 };
 use super::leadership::{CAMPAIGN_RETRY_MS, CampaignError, TermEnd};
-use super::peers::Remote;
+use super::peers::{ClusterKey, Remote};
 use super::supervisor::pause;
 use super::{CoreCtx, CrossingTransit, INPUT_QUEUE_CAPACITY, RelayOpener, count_leading};
+use seam::clock::Clock;
+use seam::net::Network;
 
 /// The boxed future of [`Membership::join`].
 pub type JoinFuture<'a> = Pin<Box<dyn Future<Output = Result<Node, CampaignError>> + Send + 'a>>;
@@ -161,6 +163,25 @@ pub(super) struct ClusterSupervisor {
 /// Makes the links of a node (its name) to the addresses of a directory.
 pub(super) type RemoteFactory =
     Arc<dyn Fn(String, watch::Receiver<BTreeMap<u16, String>>) -> Remote + Send + Sync>;
+
+/// With a cluster key: how each membership makes its links to the other nodes, proved with
+/// `key` at `clock`'s time, on the calling runtime, over network `N`.
+pub(super) fn remote_factory<N: Network>(
+    key: Option<ClusterKey>,
+    clock: Arc<dyn Clock>,
+) -> Option<RemoteFactory> {
+    let key = key?;
+    let runtime = tokio::runtime::Handle::current();
+    Some(Arc::new(move |me, directory| {
+        Remote::new::<N>(
+            me,
+            key.clone(),
+            Arc::clone(&clock),
+            directory,
+            runtime.clone(),
+        )
+    }))
+}
 
 impl ClusterSupervisor {
     /// Joins, serves every membership and joins again after each, until shutdown or until a

@@ -705,26 +705,9 @@ impl RelayServer {
             phase: Arc::clone(phase),
             stop,
             transit: self.transit.clone(),
-            remote: self.remote_factory::<N>(),
+            remote: cluster::remote_factory::<N>(self.cluster_key.clone(), Arc::clone(&self.clock)),
         };
         tokio::spawn(supervisor.run(parts, fatal))
-    }
-
-    /// A cluster node with a key: how each membership makes its links to the other nodes
-    /// (on this runtime, over network `N`).
-    fn remote_factory<N: Network>(&self) -> Option<cluster::RemoteFactory> {
-        let key = self.cluster_key.clone()?;
-        let clock = Arc::clone(&self.clock);
-        let runtime = tokio::runtime::Handle::current();
-        Some(Arc::new(move |me, directory| {
-            peers::Remote::new::<N>(
-                me,
-                key.clone(),
-                Arc::clone(&clock),
-                directory,
-                runtime.clone(),
-            )
-        }))
     }
 
     /// Starts push delivery (once per server: it outlives the terms of a campaigning one).
