@@ -56,6 +56,17 @@ struct RelayParts {
 }
 
 impl RelayParts {
+    /// Relays of `config`, seeded by `seed`, media parts in the stores `blobs` makes; no
+    /// metrics until `with_metrics`.
+    fn new(config: Config, seed: u64, blobs: BlobOpener) -> Self {
+        Self {
+            config,
+            seed,
+            blobs,
+            metrics: None,
+        }
+    }
+
     /// The relay of `config` (its shard `place` in a cluster) over `store`, metered when
     /// metrics are on, whose fenced commits end `end`.
     fn open(
@@ -100,12 +111,7 @@ impl PgLeadership {
         seed: u64,
         blobs: BlobOpener,
     ) -> Self {
-        let parts = RelayParts {
-            config,
-            seed,
-            blobs,
-            metrics: None,
-        };
+        let parts = RelayParts::new(config, seed, blobs);
         Self {
             database,
             options,
@@ -195,12 +201,7 @@ impl PgMembership {
         seed: u64,
         blobs: BlobOpener,
     ) -> Self {
-        let parts = RelayParts {
-            config,
-            seed,
-            blobs,
-            metrics: None,
-        };
+        let parts = RelayParts::new(config, seed, blobs);
         Self {
             database,
             options,
