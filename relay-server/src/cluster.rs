@@ -33,7 +33,7 @@
 //! [`Membership`] over `relay_pg::join`, and a test can implement it with channels.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     fmt,
     future::Future,
     pin::Pin,
@@ -52,11 +52,12 @@ use super::driver::{
     self, CoreParts, Cores, Input, PeerTable, Phase, PushSink, RemoteSink, TermCtx,
 };
 use super::leadership::{CAMPAIGN_RETRY_MS, CampaignError, TermEnd};
+use super::onward::Routes;
 use super::peers::{ClusterKey, Remote};
 use super::supervisor::pause;
 use super::{CoreCtx, CrossingTransit, INPUT_QUEUE_CAPACITY, RelayOpener, count_leading};
 use seam::clock::Clock;
-use seam::net::Network;
+use seam::net::{ConnectionCounter, Network};
 
 /// The boxed future of [`Membership::join`].
 pub type JoinFuture<'a> = Pin<Box<dyn Future<Output = Result<Node, CampaignError>> + Send + 'a>>;
@@ -107,6 +108,9 @@ pub struct Node {
     /// Where each shard served by a node is served: that node's address (its listener, where
     /// the other nodes' links connect).
     pub directory: watch::Receiver<BTreeMap<u16, String>>,
+    /// This node's own address as the directory names it (what it never passes a request
+    /// on to).
+    pub address: String,
     /// Opens a shard's relay (at its start, and again to rebuild after a failed commit).
     pub open: ShardOpener,
     /// Hands a stopped shard over.
@@ -158,6 +162,11 @@ pub(super) struct ClusterSupervisor {
     /// Makes a membership's links to the other nodes (node name, directory); `None`: a
     /// crossing for a shard not served here is dropped.
     pub(super) remote: Option<RemoteFactory>,
+    /// Where the handlers pass on what another node serves: each membership's directory,
+    /// empty between memberships ([`super::onward`]).
+    pub(super) routes: watch::Sender<Routes>,
+    /// The server's connections: the nodes' addresses are exempt from the per-address cap.
+    pub(super) connections: ConnectionCounter,
 }
 
 /// Makes the links of a node (its name) to the addresses of a directory.
@@ -181,6 +190,28 @@ pub(super) fn remote_factory<N: Network>(
             runtime.clone(),
         )
     }))
+}
+
+/// Keeps `routes` (and the connection cap's exempt addresses) in line with a membership's
+/// `directory` until the membership's watch ends or the task is aborted.
+async fn follow_directory(
+    (node, address): (String, String),
+    mut directory: watch::Receiver<BTreeMap<u16, String>>,
+    routes: watch::Sender<Routes>,
+    connections: ConnectionCounter,
+) {
+    loop {
+        let now = Routes {
+            node: node.clone(),
+            address: address.clone(),
+            shards: directory.borrow_and_update().clone(),
+        };
+        connections.set_exempt(now.node_ips());
+        routes.send_replace(now);
+        if directory.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 impl ClusterSupervisor {
@@ -245,10 +276,17 @@ impl ClusterSupervisor {
             map,
             mut owned,
             directory,
+            address,
             open,
             hand_over,
             holder,
         } = node;
+        let routing = tokio::spawn(follow_directory(
+            (name.clone(), address),
+            directory.clone(),
+            self.routes.clone(),
+            self.connections.clone(),
+        ));
         let remote = self.remote.as_ref().map(|make| {
             let links = make(name.clone(), directory);
             Arc::new(move |c: &relay_core::handoff::Crossing| links.send(c)) as RemoteSink
@@ -289,6 +327,9 @@ impl ClusterSupervisor {
             }
         };
         self.stop_all(&mut here.local, &why).await;
+        routing.abort();
+        self.routes.send_replace(Routes::default());
+        self.connections.set_exempt(BTreeSet::new());
         peers_tx.send_replace(Arc::new([]));
         drop(holder);
         why

@@ -99,12 +99,14 @@
 //! text or one JSON object per line ([`logging`]).
 
 pub mod cluster;
+mod cluster_key;
 mod committer;
 mod driver;
 pub mod embedded;
 pub mod leadership;
 pub mod logging;
 pub mod metrics;
+pub mod onward;
 mod outbound;
 pub mod peers;
 pub mod postgres;
@@ -491,17 +493,23 @@ impl RelayServer {
         let ctx = self.core_ctx(clock, test_clock);
         let (fatal_tx, fatal_rx) = oneshot::channel::<String>();
         let mode = std::mem::replace(&mut self.mode, Mode::Single(vec![Box::new(no_relay)]));
+        let mut onward = None;
         let core = match mode {
             Mode::Single(openers) => self.start_single::<N>(openers, &ctx, &phase_tx, &stop_rx)?,
             Mode::Campaign(leadership) => {
                 self.start_campaign::<N>(leadership, ctx, &phase_tx, stop_rx, fatal_tx)
             }
             Mode::Cluster(membership) => {
-                self.start_cluster::<N>(membership, ctx, &phase_tx, stop_rx, fatal_tx)
+                let (routes_tx, routes) = watch::channel(onward::Routes::default());
+                onward = self.cluster_key.clone().map(|key| {
+                    onward::Onward::new::<N>(key, Arc::clone(&self.clock), routes, stop_rx.clone())
+                });
+                let started = (membership, routes_tx);
+                self.start_cluster::<N>(started, ctx, &phase_tx, stop_rx, fatal_tx)
             }
         };
         info!(%addr, "relay listening");
-        let router = router(self.app(phase_rx));
+        let router = router(self.app(phase_rx, onward));
         let (fatal_seen_tx, fatal_seen) = oneshot::channel::<String>();
         let shutdown = stop_on(shutdown, fatal_rx, fatal_seen_tx, stop_tx);
         let connections = self.connections.clone();
@@ -542,7 +550,7 @@ impl RelayServer {
 
     /// What the handlers share: the way to the cores (`phase`), the limits, the metrics, a
     /// cluster node's check of the other nodes' links.
-    fn app(&self, phase: watch::Receiver<Phase>) -> rest::App {
+    fn app(&self, phase: watch::Receiver<Phase>, onward: Option<onward::Onward>) -> rest::App {
         rest::App {
             phase,
             test_mode: self.test_mode,
@@ -553,9 +561,10 @@ impl RelayServer {
             cluster: self.cluster_key.clone().map(|key| {
                 let clock = Arc::clone(&self.clock);
                 rest::PeerCheck(Arc::new(move |value: &str| {
-                    peers::verify(&key, value, clock.now().0 / 1_000)
+                    cluster_key::verify(&key, value, clock.now().0 / 1_000)
                 }))
             }),
+            onward,
         }
     }
 
@@ -692,7 +701,7 @@ impl RelayServer {
     /// the shards of each membership (a join that fails for good is reported on `fatal`).
     fn start_cluster<N: Network>(
         &mut self,
-        membership: Box<dyn Membership>,
+        (membership, routes): (Box<dyn Membership>, watch::Sender<onward::Routes>),
         ctx: CoreCtx,
         phase: &Arc<watch::Sender<Phase>>,
         stop: watch::Receiver<bool>,
@@ -706,6 +715,8 @@ impl RelayServer {
             stop,
             transit: self.transit.clone(),
             remote: cluster::remote_factory::<N>(self.cluster_key.clone(), Arc::clone(&self.clock)),
+            routes,
+            connections: self.connections.clone(),
         };
         tokio::spawn(supervisor.run(parts, fatal))
     }

@@ -22,14 +22,13 @@
 //!   nodes' addresses belong on their private network, and a load balancer in front of the
 //!   nodes should not pass `/cluster/` from clients.
 
-use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use axum::{
     extract::{Request, State},
     response::{IntoResponse as _, Response},
 };
 use futures_util::{SinkExt as _, StreamExt as _};
-use hmac::{KeyInit as _, Mac as _};
 use http::{StatusCode, header::AUTHORIZATION};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
@@ -43,6 +42,7 @@ use tokio_tungstenite::{
 };
 use tracing::{debug, info, warn};
 
+pub use super::cluster_key::{ClusterKey, PEER_PROOF_SKEW_S, proof};
 use super::driver::Input;
 use super::rest::App;
 
@@ -52,63 +52,8 @@ pub const PEER_PATH: &str = "/cluster/v1/crossings";
 pub const PEER_QUEUE: usize = 4_096;
 /// Delay before a link connects again after its connection failed.
 pub const PEER_RECONNECT_MS: u64 = 500;
-/// How far a proof's time may be from the receiving node's clock.
-pub const PEER_PROOF_SKEW_S: u64 = 300;
 /// Connecting a link (TCP and the upgrade) within this time, or trying again.
 pub const PEER_CONNECT_TIMEOUT_MS: u64 = 3_000;
-
-/// The secret the nodes of a cluster prove they belong to it with. Never shown.
-#[derive(Clone)]
-pub struct ClusterKey([u8; 32]);
-
-impl ClusterKey {
-    /// A key from 32 secret bytes, the same on every node.
-    pub fn new(bytes: [u8; 32]) -> Self {
-        Self(bytes)
-    }
-
-    fn mac(&self, node: &str, at_s: u64) -> String {
-        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.0)
-            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
-        mac.update(format!("securechat cluster crossings v1|{node}|{at_s}").as_bytes());
-        hex(&mac.finalize().into_bytes())
-    }
-}
-
-impl fmt::Debug for ClusterKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ClusterKey(<redacted>)")
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The `Authorization` value of node `node` at `at_s` (seconds since the epoch):
-/// `Cluster <node> <at_s> <hex HMAC>`.
-pub fn proof(key: &ClusterKey, node: &str, at_s: u64) -> String {
-    format!("Cluster {node} {at_s} {}", key.mac(node, at_s))
-}
-
-/// The node a proof is from, if it holds at `now_s`.
-pub(crate) fn verify(key: &ClusterKey, value: &str, now_s: u64) -> Option<String> {
-    let mut parts = value.strip_prefix("Cluster ")?.split(' ');
-    let (node, at, mac) = (parts.next()?, parts.next()?, parts.next()?);
-    let at_s: u64 = at.parse().ok()?;
-    if parts.next().is_some() || now_s.abs_diff(at_s) > PEER_PROOF_SKEW_S {
-        return None;
-    }
-    let expected = key.mac(node, at_s);
-    // Compared in full whatever differs first: the time it takes says nothing of the key.
-    let same = expected.len() == mac.len()
-        && expected
-            .bytes()
-            .zip(mac.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0;
-    same.then(|| node.to_owned())
-}
 
 /// Where the crossings for shards not served here go: this node's links to the others.
 pub(crate) struct Remote {
@@ -291,35 +236,5 @@ where
                 "crossing from a node for a shard not served here"
             ),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_proof_holds_for_its_node_near_its_time_and_under_its_key_only() {
-        let key = ClusterKey::new([7; 32]);
-        let p = proof(&key, "n1", 1_000_000);
-        assert_eq!(verify(&key, &p, 1_000_000).as_deref(), Some("n1"));
-        assert_eq!(
-            verify(&key, &p, 1_000_000 + PEER_PROOF_SKEW_S).as_deref(),
-            Some("n1")
-        );
-        assert_eq!(verify(&key, &p, 1_000_000 + PEER_PROOF_SKEW_S + 1), None);
-        assert_eq!(verify(&ClusterKey::new([8; 32]), &p, 1_000_000), None);
-        let forged = p.replacen("n1", "n2", 1);
-        assert_eq!(verify(&key, &forged, 1_000_000), None);
-        for bad in [
-            "",
-            "Cluster",
-            "Cluster n1",
-            "Bearer x",
-            &format!("{p} extra"),
-        ] {
-            assert_eq!(verify(&key, bad, 1_000_000), None, "{bad}");
-        }
-        assert!(!format!("{key:?}").contains('7'));
     }
 }

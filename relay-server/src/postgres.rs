@@ -264,6 +264,7 @@ impl Membership for PgMembership {
                 map,
                 owned,
                 directory,
+                address: self.options.address.clone(),
                 open: Box::new(move |place, epoch, end| {
                     open_shard(&parts, &for_open, place, epoch, end)
                 }),

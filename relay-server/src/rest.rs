@@ -45,6 +45,9 @@ pub(super) struct App {
     /// A cluster node's check of the other nodes' links: the node an `Authorization` value
     /// proves, if it does; `None`: no such route.
     pub(super) cluster: Option<PeerCheck>,
+    /// A cluster node's way to the nodes serving the shards it does not (`None`: such a
+    /// request is refused, [`App::not_here`]).
+    pub(super) onward: Option<super::onward::Onward>,
 }
 
 /// Checks another node's proof (an `Authorization` value): the node it proves, if any.
@@ -103,7 +106,8 @@ pub(super) async fn healthz(State(app): State<App>) -> Response {
     )
 }
 
-/// `GET /readyz`: 200 while this relay serves clients; 503 with the wire error body otherwise
+/// `GET /readyz`: 200 while this relay serves clients, with the shards it serves (all of them
+/// but on a cluster node); 503 with the wire error body otherwise
 /// (`NOT_LEADER` on a standby, `STORAGE_UNAVAILABLE` while its store is down,
 /// `SERVER_SHUTTING_DOWN`).
 pub(super) async fn readyz(State(app): State<App>) -> Response {
@@ -119,8 +123,12 @@ pub(super) async fn readyz(State(app): State<App>) -> Response {
             );
             response
         }
-        Phase::Active { epoch, .. } => {
-            let mut body = serde_json::json!({"status": "ready", "role": "active"});
+        Phase::Active { epoch, inputs, .. } => {
+            let mut body = serde_json::json!({
+                "status": "ready",
+                "role": "active",
+                "shards": inputs.served(),
+            });
             if let Some(epoch) = epoch {
                 body["epoch"] = epoch.into();
             }
@@ -295,9 +303,27 @@ pub(super) async fn api(
     {
         return advance_clock(&app, &body).await;
     }
-    let req = relay_request(&app, &parts, peer, body).await;
+    // A request another node passed on carries its client's network; it is never passed on
+    // again (see `onward`).
+    let forwarded = app
+        .onward
+        .as_ref()
+        .and_then(|onward| onward.client_of(&parts.headers));
+    let req = relay_request(&app, &parts, peer, forwarded.as_deref(), body);
     tracing::debug!(method = %parts.method, path = parts.uri.path(), "http request");
-    ask_core(&app, req).await
+    let Some(cores) = app.cores() else {
+        return app.refusal();
+    };
+    match cores.for_request(&req) {
+        Ok(inputs) => ask_core(&app, inputs, req).await,
+        Err(shard) => match (&app.onward, forwarded) {
+            (Some(onward), None) => onward
+                .request(shard, &parts, req.body, &req.remote_addr)
+                .await
+                .unwrap_or_else(|| app.not_here()),
+            _ => app.not_here(),
+        },
+    }
 }
 
 /// Reads the request's body within its route's limit and the body deadline; `Err` is the
@@ -328,13 +354,14 @@ async fn request_body(app: &App, parts: &Parts, body: Body) -> Result<Vec<u8>, R
     }
 }
 
-/// The relay's request: method, path, query, `Authorization`, the client's IP, the body, the
-/// resolution of a push subscription's endpoint (when the server resolves them) and every
-/// header whose value is text.
-async fn relay_request(
+/// The relay's request: method, path, query, `Authorization`, the client's network (`client`
+/// when another node passed the request on, else the peer's), the body and every header
+/// whose value is text (but the one another node's proof travels in).
+fn relay_request(
     app: &App,
     parts: &Parts,
     peer: PeerAddr,
+    client: Option<&str>,
     body: Vec<u8>,
 ) -> relay_core::HttpRequest {
     let mut req = relay_core::HttpRequest::new(
@@ -346,18 +373,15 @@ async fn relay_request(
     // The client's network (its IP cut to the configured prefix, a port never): every
     // per-address bound of the core (PoW challenges, registrations, public routes, lookups)
     // counts one client per network.
-    req.remote_addr = app.limits.prefixes.network(peer.0.ip()).to_string();
+    req.remote_addr = match client {
+        Some(client) => client.to_owned(),
+        None => app.limits.prefixes.network(peer.0.ip()).to_string(),
+    };
     req.body = body;
-    if let Some(resolver) = &app.resolver
-        && req.method == relay_core::Method::Post
-        && req.path == wire::http::paths::PUSH_SUBSCRIBE
-        && req.authorization.is_some()
-    {
-        req.resolved = resolve_endpoint(&**resolver, &req.body).await;
-    }
     req.headers = parts
         .headers
         .iter()
+        .filter(|(name, _)| name.as_str() != super::onward::FORWARDED_HEADER)
         .filter_map(|(name, value)| {
             Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
         })
@@ -365,15 +389,21 @@ async fn relay_request(
     req
 }
 
-/// Hands `req` to the current core and answers with its response (timed by route when metrics
-/// are on); the server's refusal when there is no core or it went away.
-async fn ask_core(app: &App, req: relay_core::HttpRequest) -> Response {
-    let Some(cores) = app.cores() else {
-        return app.refusal();
-    };
-    let Some(inputs) = cores.for_request(&req) else {
-        return app.not_here();
-    };
+/// Hands `req` to the core of its shard (`inputs`), with the resolution of a push
+/// subscription's endpoint when the server resolves them, and answers with its response
+/// (timed by route when metrics are on); the server's refusal when the core went away.
+async fn ask_core(
+    app: &App,
+    inputs: tokio::sync::mpsc::Sender<Input>,
+    mut req: relay_core::HttpRequest,
+) -> Response {
+    if let Some(resolver) = &app.resolver
+        && req.method == relay_core::Method::Post
+        && req.path == wire::http::paths::PUSH_SUBSCRIBE
+        && req.authorization.is_some()
+    {
+        req.resolved = resolve_endpoint(&**resolver, &req.body).await;
+    }
     let timed = app.metrics.as_ref().map(|metrics| {
         let route = relay_core::http::route_name(req.method, &req.path);
         (metrics, route, super::metrics::Stopwatch::start())

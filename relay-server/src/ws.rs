@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::{
-    extract::{RawQuery, Request, State},
+    extract::{ConnectInfo, RawQuery, Request, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::Response,
 };
@@ -16,7 +16,7 @@ use futures_util::{SinkExt as _, StreamExt as _};
 use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
 use relay_core::{ConnId, HttpResponse, WsConnect};
-use seam::net::MovedTcp;
+use seam::net::{MovedTcp, PeerAddr};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
@@ -64,6 +64,7 @@ pub(crate) const WRITE_PING_GAP_MS: u64 = 1_000;
 /// sub-protocol it chose) and run the socket.
 pub(super) async fn upgrade(
     State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<PeerAddr>,
     RawQuery(query): RawQuery,
     mut request: Request,
 ) -> Response {
@@ -71,6 +72,18 @@ pub(super) async fn upgrade(
         Ok(accept) => accept,
         Err(refusal) => return relay_response(refusal),
     };
+    // A cluster node passes an upgrade for a shard another node serves on to it, once.
+    if let Some(onward) = &app.onward
+        && onward.client_of(request.headers()).is_none()
+        && let Some(cores) = app.cores()
+        && let Err(shard) = cores.for_upgrade(query.as_deref().unwrap_or_default())
+    {
+        let client = app.limits.prefixes.network(peer.0.ip()).to_string();
+        return onward
+            .upgrade(shard, request, &client)
+            .await
+            .unwrap_or_else(|| app.not_here());
+    }
     let Some(on_upgrade) = request.extensions_mut().remove::<OnUpgrade>() else {
         return relay_response(HttpResponse::error(
             400,
@@ -141,7 +154,7 @@ async fn authenticate(
     let Some(cores) = app.cores() else {
         return Err(app.refusal());
     };
-    let Some(core) = cores.for_upgrade(&ws.query) else {
+    let Ok(core) = cores.for_upgrade(&ws.query) else {
         return Err(app.not_here());
     };
     let (reply, answer) = oneshot::channel();

@@ -54,6 +54,7 @@ impl Membership for Hand {
                 owned: self.owned.clone(),
                 // One node: no shard is served elsewhere.
                 directory: watch::channel(std::collections::BTreeMap::new()).1,
+                address: "127.0.0.1:1".into(),
                 open: Box::new(move |place, _epoch, end| {
                     let config = Config {
                         shard: place,

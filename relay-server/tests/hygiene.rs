@@ -136,12 +136,28 @@ async fn connections_over_the_per_address_cap_are_closed_and_places_come_back() 
         "closed before the header deadline could have closed it"
     );
     assert_eq!(r.connections.open(), PER_ADDR);
+    // An exempt address (a cluster's other node) is counted in the total only.
+    r.connections
+        .set_exempt(std::collections::BTreeSet::from([std::net::IpAddr::from(
+            Ipv4Addr::LOCALHOST,
+        )]));
+    let mut exempt = TcpStream::connect(r.addr).await.unwrap();
+    wait_open(&r.connections, PER_ADDR + 1).await;
+    exempt
+        .write_all(b"GET /api/v1/nope HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = exempt.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 404"), "{:?}", &buf[..n]);
+    r.connections.set_exempt(std::collections::BTreeSet::new());
+    drop(exempt);
+    wait_open(&r.connections, PER_ADDR).await;
     // A request on a held connection still works.
     let s = &mut held[0];
     s.write_all(b"GET /api/v1/nope HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
-    let mut buf = [0u8; 64];
     let n = s.read(&mut buf).await.unwrap();
     assert!(buf[..n].starts_with(b"HTTP/1.1 404"), "{:?}", &buf[..n]);
     drop(held);

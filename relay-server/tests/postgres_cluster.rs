@@ -1,9 +1,10 @@
 //! Two cluster nodes (`RelayServer::clustered` over `PgMembership`, in this process, on
 //! loopback) on one PostgreSQL schema: the first serves every shard alone; when the second
 //! joins, the first stops one shard's core and hands it over, and each node then serves its
-//! own shard's users and refuses the other's; when the first leaves, the second serves every
-//! shard, and messages acknowledged by the first reach their recipient through the second
-//! exactly once, in order.
+//! own shard's users and passes the other's requests and sockets on to it (with the client's
+//! address, which the owner's per-address limits count); when the first leaves, the second
+//! serves every shard, and messages acknowledged by the first reach their recipient through
+//! the second exactly once, in order.
 //!
 //! Needs `RELAY_TEST_POSTGRES_URL` (`relay-pg/scripts/pg-test-cluster.sh`); without it the test
 //! prints `SKIPPED …` and passes, unless `RELAY_TEST_POSTGRES_REQUIRED=1` (CI), where it fails.
@@ -15,6 +16,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use client_core::encoding::to_base64;
+use client_core::keys::{EcdhKeyPair, SigningKeyPair};
 use common::{
     Account, FromAddr, account, befriend, client, connect, database, inbox, now, send_acked,
 };
@@ -53,6 +56,7 @@ async fn node(pg: &PgConfig, name: &str) -> Running {
     };
     let config = Config {
         pow_difficulty: 0,
+        registrations_per_hour_per_addr: 3,
         ..Config::default()
     };
     let blobs: relay_server::postgres::BlobOpener =
@@ -80,19 +84,59 @@ async fn ticket_status(relay: SocketAddr, who: &Account) -> u16 {
         .unwrap()
         .bearer(&who.token);
     match client(relay, who.from).send(req).await {
-        Ok(resp) => resp.status.as_u16(),
+        Ok(resp) => {
+            if resp.status.as_u16() != 200 {
+                eprintln!("ticket at {relay}: {} {:?}", resp.status, resp.body);
+            }
+            resp.status.as_u16()
+        }
         Err(_) => 0,
     }
 }
 
 /// Waits until `who`'s requests are answered 200 at `relay`.
-async fn served_at(relay: SocketAddr, who: &Account) {
-    within("served at the node", async {
+async fn answered_at(relay: SocketAddr, who: &Account) {
+    within("answered at the node", async {
         while ticket_status(relay, who).await != 200 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await;
+}
+
+/// The shards `relay` serves itself, as its `/readyz` says (none while it does not answer 200).
+async fn shards_served(relay: SocketAddr) -> Vec<u16> {
+    let req = HttpRequest::new(http::Method::GET, "/readyz");
+    match client(relay, FromAddr(Ipv4Addr::LOCALHOST)).send(req).await {
+        Ok(resp) if resp.status.as_u16() == 200 => {
+            let body: serde_json::Value = serde_json::from_slice(&resp.body).unwrap();
+            serde_json::from_value(body["shards"].clone()).unwrap()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Waits until `relay` serves exactly `shards` itself.
+async fn serving(relay: SocketAddr, shards: &[u16]) {
+    within("the node serves its shards", async {
+        while shards_served(relay).await != shards {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// The status of a registration (PoW off) of key seed `k` from `from` at `relay`.
+async fn register_status(relay: SocketAddr, from: FromAddr, k: u8) -> u16 {
+    let req = HttpRequest::new(http::Method::POST, "/api/v1/register")
+        .json(&json!({
+            "ed25519_public_key": to_base64(&SigningKeyPair::from_private_bytes(&[k; 32]).public_key()),
+            "x25519_public_key": to_base64(&EcdhKeyPair::from_private_bytes([k; 32]).public_key()),
+            "nickname": format!("user{k}"),
+            "pow_nonce": "0",
+        }))
+        .unwrap();
+    client(relay, from).send(req).await.unwrap().status.as_u16()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -138,33 +182,56 @@ async fn two_nodes_share_the_shards_and_one_serves_them_all_when_the_other_leave
         send_acked(&mut ws_a, id, &b, &conv).await;
     }
 
-    // The second node joins: n1 hands shard 1 (b's) over; each node serves its own shard.
+    // The second node joins: n1 hands shard 1 (b's) over; each node serves its own shard, and
+    // passes what the other serves on to it.
     let n2 = node(&pg, "n2").await;
-    served_at(n2.addr, &b).await;
-    assert_eq!(
-        ticket_status(n1.addr, &b).await,
-        503,
-        "n1 no longer serves b"
-    );
-    assert_eq!(ticket_status(n1.addr, &a).await, 200, "n1 still serves a");
-    assert_eq!(ticket_status(n2.addr, &a).await, 503, "n2 does not serve a");
-    // Between the nodes: a at n1 sends m4, b at n2 gets it at once.
-    let (mut ws_b, _) = connect(n2.addr, &b).await;
+    serving(n2.addr, &[1]).await;
+    serving(n1.addr, &[0]).await;
+    // (A node whose directory still names it for a shard that left refuses for that moment.)
+    for (at, who) in [(n1.addr, &a), (n1.addr, &b), (n2.addr, &a), (n2.addr, &b)] {
+        answered_at(at, who).await;
+    }
+    // Between the nodes: a at n1 sends m4, b gets it at once, on a socket opened at n1 (and
+    // passed on to n2, which serves b's shard).
+    let (mut ws_b_via_n1, _) = connect(n1.addr, &b).await;
     send_acked(&mut ws_a, "m4", &b, &conv).await;
-    let live: Vec<String> = inbox(&mut ws_b)
+    let live: Vec<String> = inbox(&mut ws_b_via_n1)
         .await
         .into_iter()
         .map(|(id, _)| id)
         .collect();
     assert!(live.contains(&"m4".to_owned()), "{live:?}");
-    drop(ws_b);
+    drop(ws_b_via_n1);
+    // a's socket opened at n2 is served by n1, and sends through it.
+    let (mut ws_a_via_n2, _) = connect(n2.addr, &a).await;
+    send_acked(&mut ws_a_via_n2, "m4b", &b, &conv).await;
+    drop(ws_a_via_n2);
+    // A request passed on counts its client's address at the owner, not the node's: the
+    // registry (shard 0, at n1) allows 3 registrations per address an hour; a and b took 2
+    // from 127.0.0.1.
+    let (one, two) = (
+        FromAddr(Ipv4Addr::new(127, 0, 0, 2)),
+        FromAddr(Ipv4Addr::new(127, 0, 0, 3)),
+    );
+    let statuses = [
+        register_status(n2.addr, one, 11).await,
+        register_status(n2.addr, one, 12).await,
+        register_status(n2.addr, one, 13).await,
+        register_status(n2.addr, one, 14).await,
+        register_status(n2.addr, two, 15).await,
+    ];
+    assert_eq!(
+        statuses,
+        [201, 201, 201, 429, 201],
+        "registrations through n2"
+    );
 
     // n1 leaves: n2 serves every shard; b gets each message once, in order.
     drop(ws_a);
     let left = now();
     n1.stop.notify_one();
     within("n1 stops", n1.task).await.unwrap().unwrap();
-    served_at(n2.addr, &a).await;
+    serving(n2.addr, &[0, 1]).await;
     eprintln!(
         "shard 0 served by n2 {:?} after n1 began to leave",
         left.elapsed()
@@ -172,7 +239,7 @@ async fn two_nodes_share_the_shards_and_one_serves_them_all_when_the_other_leave
     let (mut ws_b, _) = connect(n2.addr, &b).await;
     let got = inbox(&mut ws_b).await;
     let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
-    assert_eq!(ids, ["m1", "m2", "m3", "m4"], "{got:?}");
+    assert_eq!(ids, ["m1", "m2", "m3", "m4", "m4b"], "{got:?}");
     assert!(got.windows(2).all(|w| w[0].1 < w[1].1), "{got:?}");
     let (mut ws_a, _) = connect(n2.addr, &a).await;
     send_acked(&mut ws_a, "m5", &b, &conv).await;

@@ -148,22 +148,27 @@ impl Cores {
     }
 
     /// The core to hand `req` to ([`relay_core::shard_for_request`]: any core decides it
-    /// right; this one seldom forwards it); `None` when its shard is not served here.
-    pub(crate) fn for_request(&self, req: &relay_core::HttpRequest) -> Option<mpsc::Sender<Input>> {
-        self.at(relay_core::shard_for_request(self.map, req))
+    /// right; this one seldom forwards it); `Err` with its shard when that shard is not
+    /// served here.
+    pub(crate) fn for_request(
+        &self,
+        req: &relay_core::HttpRequest,
+    ) -> Result<mpsc::Sender<Input>, ShardId> {
+        let shard = relay_core::shard_for_request(self.map, req);
+        self.at(shard).ok_or(shard)
     }
 
     /// The core of the account an upgrade's query names (the first shard's when it names
-    /// none: any core refuses it); `None` when that shard is not served here.
-    pub(crate) fn for_upgrade(&self, query: &str) -> Option<UpgradeCore> {
+    /// none: any core refuses it); `Err` with its shard when that shard is not served here.
+    pub(crate) fn for_upgrade(&self, query: &str) -> Result<UpgradeCore, ShardId> {
         let shard = relay_core::shard_for_upgrade(self.map, query).unwrap_or(ShardId(0));
         let home = self
             .homes
             .get(usize::from(shard.0) % self.inputs.len().max(1))
             .cloned();
-        Some(UpgradeCore {
+        Ok(UpgradeCore {
             shard,
-            inputs: self.at(shard)?,
+            inputs: self.at(shard).ok_or(shard)?,
             home,
         })
     }
@@ -171,6 +176,17 @@ impl Cores {
     /// The core of `shard`, if it is served here.
     pub(crate) fn for_shard(&self, shard: ShardId) -> Option<mpsc::Sender<Input>> {
         self.at(shard)
+    }
+
+    /// The shards served here, in order.
+    pub(crate) fn served(&self) -> Vec<u16> {
+        (0..self.map.shards())
+            .filter(|&shard| {
+                self.inputs
+                    .get(usize::from(shard))
+                    .is_some_and(Option::is_some)
+            })
+            .collect()
     }
 
     /// Every core served here, in shard order.

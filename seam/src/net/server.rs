@@ -1,7 +1,7 @@
 //! Server side of the seam: axum's router on any listener, through hyper with per-connection
 //! limits (header-read deadline, connection caps).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -126,6 +126,8 @@ struct Counts {
     per_addr: BTreeMap<IpNetwork, usize>,
     /// Connections closed at once since the start: over the total cap, over an address's cap.
     refused: Refused,
+    /// Addresses the per-address cap does not count ([`ConnectionCounter::set_exempt`]).
+    exempt: BTreeSet<IpAddr>,
 }
 
 /// Connections [`serve_with_limits`] closed at once, since it started, by the cap they hit.
@@ -152,15 +154,24 @@ impl ConnectionCounter {
         self.0.lock().map(|c| c.refused).unwrap_or_default()
     }
 
-    fn admit(&self, ip: IpAddr, limits: &ServeLimits) -> Option<ConnGuard> {
-        let ip = limits.prefixes.network(ip);
+    /// Has the per-address cap leave connections from `ips` alone (they still count in the
+    /// total): e.g. a cluster's other nodes, each connection of which they passed on for a
+    /// client they counted themselves. Replaces the previous set.
+    pub fn set_exempt(&self, ips: BTreeSet<IpAddr>) {
+        if let Ok(mut c) = self.0.lock() {
+            c.exempt = ips;
+        }
+    }
+
+    fn admit(&self, peer: IpAddr, limits: &ServeLimits) -> Option<ConnGuard> {
+        let ip = limits.prefixes.network(peer);
         let mut c = self.0.lock().ok()?;
         let from_ip = c.per_addr.get(&ip).copied().unwrap_or(0);
         if c.total >= limits.max_connections {
             c.refused.total_cap += 1;
             return None;
         }
-        if from_ip >= limits.max_connections_per_addr {
+        if from_ip >= limits.max_connections_per_addr && !c.exempt.contains(&peer) {
             c.refused.per_addr_cap += 1;
             return None;
         }
