@@ -42,17 +42,20 @@ pub enum KeyKind {
     Jwt,
     /// The Web Push (VAPID) key: browsers' subscriptions are bound to its public key.
     Vapid,
+    /// A cluster's key: its nodes prove their links and the requests they pass on with it.
+    Cluster,
 }
 
 impl KeyKind {
     /// Every kind, in the order they are checked.
-    pub const ALL: [Self; 2] = [Self::Jwt, Self::Vapid];
+    pub const ALL: [Self; 3] = [Self::Jwt, Self::Vapid, Self::Cluster];
 
-    /// The name stored in the `kind` column (`jwt`, `vapid`).
+    /// The name stored in the `kind` column (`jwt`, `vapid`, `cluster`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Jwt => "jwt",
             Self::Vapid => "vapid",
+            Self::Cluster => "cluster",
         }
     }
 

@@ -35,6 +35,7 @@ use layers::{Parsed, parse_from, redact_database_url};
 /// Help headings, in the order `--help` shows them.
 const LISTEN: &str = "Listen";
 const STORE: &str = "Store";
+const CLUSTER: &str = "Cluster and load balancer";
 const SECRETS: &str = "Secrets";
 const PUSH: &str = "Push";
 const PAYMENTS: &str = "Payments";
@@ -187,7 +188,8 @@ pub(crate) struct Args {
     /// Shards of the relay: its accounts are spread over N relay cores (see --core-threads) over the one
     /// store, each the only owner of its shard's state, with what crosses between shards
     /// handed over exactly once (ARCHITECTURE "Running N active relays"). 1 is an unsharded
-    /// relay. With --memory and --data; a --postgres relay runs one.
+    /// relay. With --memory and --data, and a cluster's (--cluster-node: the count is the
+    /// cluster's, the same on every node); a --postgres relay that is no cluster node runs one.
     #[arg(long, value_name = "N", env = "RELAY_SHARDS", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=1024), help_heading = STORE)]
     pub(crate) shards: u16,
@@ -200,6 +202,33 @@ pub(crate) struct Args {
           action = clap::ArgAction::Set,
           value_parser = clap::builder::BoolishValueParser::new(), help_heading = STORE)]
     pub(crate) core_threads: bool,
+
+    // ------------------------------------------------------------------ cluster
+    /// Runs this relay as node NAME of a cluster on the --postgres database and schema
+    /// (README "Running a cluster"): the cluster's --shards are spread over its live nodes,
+    /// each shard served by one node at a time and moved when a node joins, leaves or dies;
+    /// a request or a WebSocket for a shard another node serves is passed on to it, so clients
+    /// may reach any node. Every node needs the same --shards and the same
+    /// --secrets-dir DIR/cluster.key (created on first start). NAME is unique in the cluster.
+    #[arg(long, value_name = "NAME", env = "RELAY_CLUSTER_NODE",
+          help_heading = CLUSTER)]
+    pub(crate) cluster_node: Option<String>,
+
+    /// The address the other nodes reach this one at (HOST:PORT on the nodes' private
+    /// network). Default: --listen, unless it is an unspecified address (0.0.0.0, ::).
+    #[arg(long, value_name = "HOST:PORT", env = "RELAY_CLUSTER_ADDRESS",
+          requires = "cluster_node", help_heading = CLUSTER)]
+    pub(crate) cluster_address: Option<String>,
+
+    /// A load balancer in front of this relay (its IP address; repeat the flag, or separate
+    /// them with commas in the variable): for a request or a WebSocket from it, the last
+    /// X-Forwarded-For entry is the client's address, which the per-address bounds count
+    /// (HAProxy: `option forwardfor`); its own connections are not held to
+    /// --max-connections-per-addr. Never an address clients connect from: they could claim
+    /// any address.
+    #[arg(long = "trusted-proxy", value_name = "IP", env = "RELAY_TRUSTED_PROXIES",
+          value_delimiter = ',', help_heading = CLUSTER)]
+    pub(crate) trusted_proxies: Vec<std::net::IpAddr>,
 
     // ------------------------------------------------------------------ secrets
     /// Directory of the key files every relay of a PostgreSQL database shares:

@@ -192,6 +192,9 @@ pub(super) fn remote_factory<N: Network>(
     }))
 }
 
+/// Why the per-address connection cap does not count the nodes' addresses.
+const NODES_EXEMPT: &str = "the cluster's nodes pass connections on";
+
 /// Keeps `routes` (and the connection cap's exempt addresses) in line with a membership's
 /// `directory` until the membership's watch ends or the task is aborted.
 async fn follow_directory(
@@ -206,7 +209,7 @@ async fn follow_directory(
             address: address.clone(),
             shards: directory.borrow_and_update().clone(),
         };
-        connections.set_exempt(now.node_ips());
+        connections.set_exempt(NODES_EXEMPT, now.node_ips());
         routes.send_replace(now);
         if directory.changed().await.is_err() {
             return;
@@ -329,7 +332,7 @@ impl ClusterSupervisor {
         self.stop_all(&mut here.local, &why).await;
         routing.abort();
         self.routes.send_replace(Routes::default());
-        self.connections.set_exempt(BTreeSet::new());
+        self.connections.set_exempt(NODES_EXEMPT, BTreeSet::new());
         peers_tx.send_replace(Arc::new([]));
         drop(holder);
         why

@@ -211,6 +211,7 @@ pub struct RelayServer {
     core_threads: bool,
     on_core_threads: Arc<std::sync::atomic::AtomicU64>,
     cluster_key: Option<peers::ClusterKey>,
+    trusted_proxies: Arc<std::collections::BTreeSet<std::net::IpAddr>>,
 }
 
 impl fmt::Debug for RelayServer {
@@ -278,6 +279,18 @@ impl RelayServer {
         self
     }
 
+    /// Load balancers in front of this relay (their addresses): a request or an upgrade from
+    /// one counts as the client's that the last `X-Forwarded-For` entry names for the
+    /// per-address bounds, and their connections are not held to the per-address connection
+    /// cap. Never name an address clients can connect from: they could claim any address.
+    pub fn with_trusted_proxies(
+        mut self,
+        proxies: std::collections::BTreeSet<std::net::IpAddr>,
+    ) -> Self {
+        self.trusted_proxies = Arc::new(proxies);
+        self
+    }
+
     fn with_mode(mode: Mode) -> Self {
         Self {
             mode,
@@ -296,6 +309,7 @@ impl RelayServer {
             core_threads: false,
             on_core_threads: Arc::default(),
             cluster_key: None,
+            trusted_proxies: Arc::default(),
         }
     }
 
@@ -490,6 +504,8 @@ impl RelayServer {
         let phase_tx = Arc::new(phase_tx);
         let (test_clock, clock) = self.core_clock();
         self.attach_metrics();
+        self.connections
+            .set_exempt("trusted proxies", (*self.trusted_proxies).clone());
         let ctx = self.core_ctx(clock, test_clock);
         let (fatal_tx, fatal_rx) = oneshot::channel::<String>();
         let mode = std::mem::replace(&mut self.mode, Mode::Single(vec![Box::new(no_relay)]));
@@ -565,6 +581,7 @@ impl RelayServer {
                 }))
             }),
             onward,
+            trusted_proxies: Arc::clone(&self.trusted_proxies),
         }
     }
 

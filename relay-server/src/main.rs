@@ -12,6 +12,8 @@
 //! relay --memory --test-mode --pow-difficulty 1  # conformance runs (NEVER in production)
 //! DATABASE_URL=postgresql://relay@db/chat RELAY_POSTGRES_PASSWORD_FILE=/run/secrets/pg \
 //!   relay --secrets-dir /etc/relay/secrets       # PostgreSQL: run two, one is active
+//! relay --postgres URL --secrets-dir S --shards 12 --cluster-node n1 --listen 10.0.0.1:8080
+//!                                                # a cluster node: N of them share the shards
 //! relay --data d --vapid-subject mailto:ops@example.org          # + Web Push (key: d/vapid.pem)
 //! relay --data d --fcm-credentials fcm.json                      # + FCM (Android)
 //! relay --data d --apns-key AuthKey.p8 --apns-key-id K --apns-team-id T --apns-topic org.app
@@ -33,6 +35,12 @@
 //! differ refuses to lead and exits non-zero, saying how to fix it (`--rotate-jwt-key` /
 //! `--rotate-vapid-key` record a new key on purpose).
 //!
+//! A cluster (README "Running a cluster"): with `--cluster-node NAME` every relay of the
+//! database and schema is active for a share of its `--shards`; the nodes prove themselves
+//! to each other with `--secrets-dir`'s `cluster.key` (its fingerprint is checked like the
+//! other keys'), pass requests and WebSockets on to the node serving their shard, and send
+//! each other what crosses between shards.
+//!
 //! Stops gracefully on Ctrl-C or SIGTERM (the drain): no new connections, the inputs already
 //! received committed and answered, GOAWAY `server_shutdown` and close 1001 to every socket,
 //! exit within `--drain-deadline-ms`; every acknowledgement was sent after its commit, so
@@ -52,13 +60,14 @@ use relay_core::{
     config::WebhookSecret,
     store::{MemoryStore, SqliteStore, WriteGroup},
 };
-use relay_pg::{CampaignOptions, KeyClaim, KeyFingerprint, KeyKind, PgConfig};
+use relay_pg::{CampaignOptions, JoinOptions, KeyClaim, KeyFingerprint, KeyKind, PgConfig};
 use relay_push::VapidSubject;
 use relay_server::{
     CommitMode, ReadMode, RelayServer,
     logging::LogFormat,
     metrics::Metrics,
-    postgres::{BlobOpener, PgLeadership},
+    peers::ClusterKey,
+    postgres::{BlobOpener, PgLeadership, PgMembership},
     secrets,
 };
 
@@ -262,12 +271,16 @@ async fn run(args: Args) -> Result<()> {
     // process's (removed when it exits), never its memory.
     let spool = media_spool(&args, &store)?;
     let spool_dir = spool.as_ref().map(|d| d.path().to_path_buf());
-    if args.shards > 1 && matches!(store, StoreChoice::Postgres(_)) {
+    let postgres = matches!(store, StoreChoice::Postgres(_));
+    if args.shards > 1 && postgres && args.cluster_node.is_none() {
         anyhow::bail!(
             "--shards {} with --postgres: a relay that campaigns on PostgreSQL runs one shard \
-             (sharding with --memory or --data)",
+             (sharding with --memory or --data, or a cluster with --cluster-node NAME)",
             args.shards
         );
+    }
+    if args.cluster_node.is_some() && !postgres {
+        bail!("--cluster-node needs a PostgreSQL store (--postgres URL, or DATABASE_URL)");
     }
     warn_if_share_below_a_recipient(&config, args.shards);
     let mut server = match store {
@@ -291,6 +304,10 @@ async fn run(args: Args) -> Result<()> {
         .with_commit_mode(commit_mode)
         .with_read_mode(read_mode);
     server = server.with_limits(serve_limits(&args)?);
+    if !args.trusted_proxies.is_empty() {
+        info!(proxies = ?args.trusted_proxies, "X-Forwarded-For is believed from these addresses");
+        server = server.with_trusted_proxies(args.trusted_proxies.iter().copied().collect());
+    }
     if args.core_threads {
         server = server.with_core_threads();
     }
@@ -507,6 +524,15 @@ fn postgres_server(
         vapid = %vapid_fingerprint.map_or_else(|| "none (no Web Push)".to_owned(), |f| f.to_string()),
         "key fingerprints (every relay of the database must show the same)"
     );
+    if let Some(node) = &args.cluster_node {
+        return cluster_node(
+            args,
+            node,
+            (database, dir, keys),
+            (config, seed, blobs),
+            metrics,
+        );
+    }
     let options = CampaignOptions {
         holder: format!("relay pid {} listen {}", std::process::id(), args.listen),
         keys,
@@ -518,6 +544,59 @@ fn postgres_server(
         Some(metrics) => leadership.with_metrics(metrics.clone()),
         None => leadership,
     }))
+}
+
+/// `--cluster-node NAME`: node NAME of the cluster on `database`, with the keys `keys` claims
+/// and the cluster key of the secrets directory `dir` (claimed with them when it joins).
+fn cluster_node(
+    args: &Args,
+    node: &str,
+    (database, dir, mut keys): (PgConfig, &Path, BTreeMap<KeyKind, KeyClaim>),
+    (config, seed, blobs): (Config, u64, BlobOpener),
+    metrics: Option<&Metrics>,
+) -> Result<RelayServer> {
+    let address = cluster_address(args)?;
+    let existed = dir.join(secrets::CLUSTER_KEY_FILE).exists();
+    let (key, fingerprint) = secrets::load_or_create_cluster_key(dir)?;
+    if !existed {
+        warn!(
+            file = %dir.join(secrets::CLUSTER_KEY_FILE).display(),
+            "new cluster key: copy it to every node of this cluster, or the others refuse \
+             this node when it joins"
+        );
+    }
+    keys.insert(KeyKind::Cluster, KeyClaim::new(fingerprint));
+    let options = JoinOptions {
+        address: address.clone(),
+        keys,
+        ..JoinOptions::new(node, args.shards)
+    };
+    options.validate()?;
+    info!(node, %address, shards = args.shards, cluster_key = %fingerprint, database = %database, "cluster node: joining");
+    let membership = PgMembership::new(database, options, config, seed, blobs);
+    let membership = match metrics {
+        Some(metrics) => membership.with_metrics(metrics.clone()),
+        None => membership,
+    };
+    Ok(RelayServer::clustered(membership).with_cluster_key(ClusterKey::new(*key)))
+}
+
+/// The address the other nodes reach this one at: `--cluster-address`, else `--listen` when
+/// it names an address (not 0.0.0.0 or ::).
+fn cluster_address(args: &Args) -> Result<String> {
+    match &args.cluster_address {
+        Some(address) => {
+            seam::net::Endpoint::parse(&format!("http://{address}"))
+                .with_context(|| format!("--cluster-address {address} is not HOST:PORT"))?;
+            Ok(address.clone())
+        }
+        None if args.listen.ip().is_unspecified() => bail!(
+            "--listen {} names no address the other nodes can reach: give --cluster-address \
+             HOST:PORT",
+            args.listen
+        ),
+        None => Ok(args.listen.to_string()),
+    }
 }
 
 /// Where a PostgreSQL relay keeps media parts: `--blob-dir`, else this process's spool

@@ -177,18 +177,7 @@ impl Onward {
             debug!(shard = shard.0, "no node serves the shard of a request now");
             return None;
         };
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut request = seam::net::HttpRequest::new(parts.method.clone(), path)
-            .timeout(Duration::from_millis(ONWARD_TIMEOUT_MS))
-            .body(body);
-        for (name, value) in passed_on(&parts.headers) {
-            if let Ok(value) = value.to_str() {
-                request = request.header(name.clone(), value);
-            }
-        }
-        let forwarded = cluster_key::forwarded(&self.key, &me, self.now_s(), client);
-        request = request.header(HeaderName::from_static(FORWARDED_HEADER), forwarded);
-        match self.hop.request(&address, request).await {
+        match self.send(&me, &address, parts, body, client).await {
             Ok(answer) => {
                 let mut response = Response::new(Body::from(answer.body));
                 *response.status_mut() = answer.status;
@@ -200,6 +189,60 @@ impl Onward {
                 None
             }
         }
+    }
+
+    /// Sends a request (its head `parts`, its `body`) from a client of network `client` to
+    /// node `address`, as node `me` passes it on.
+    async fn send(
+        &self,
+        me: &str,
+        address: &str,
+        parts: &Parts,
+        body: Vec<u8>,
+        client: &str,
+    ) -> Result<seam::net::HttpResponse, String> {
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut request = seam::net::HttpRequest::new(parts.method.clone(), path)
+            .timeout(Duration::from_millis(ONWARD_TIMEOUT_MS))
+            .body(body);
+        for (name, value) in passed_on(&parts.headers) {
+            if let Ok(value) = value.to_str() {
+                request = request.header(name.clone(), value);
+            }
+        }
+        let forwarded = cluster_key::forwarded(&self.key, me, self.now_s(), client);
+        request = request.header(HeaderName::from_static(FORWARDED_HEADER), forwarded);
+        self.hop.request(address, request).await
+    }
+
+    /// Sends a request to every other node the directory names (test mode's clock: every
+    /// node's moves alike) and waits for their answers; `Err` names a node that did not
+    /// answer 200.
+    pub(crate) async fn to_every_node(
+        &self,
+        parts: &Parts,
+        body: &[u8],
+        client: &str,
+    ) -> Result<usize, String> {
+        let (me, addresses) = {
+            let routes = self.routes.borrow();
+            let others: BTreeSet<String> = routes
+                .shards
+                .values()
+                .filter(|address| **address != routes.address)
+                .cloned()
+                .collect();
+            (routes.node.clone(), others)
+        };
+        for address in &addresses {
+            let answer = self
+                .send(&me, address, parts, body.to_vec(), client)
+                .await?;
+            if answer.status != StatusCode::OK {
+                return Err(format!("node {address} answered {}", answer.status));
+            }
+        }
+        Ok(addresses.len())
     }
 
     /// Passes a WebSocket upgrade of `shard` from a client of network `client` on to the node

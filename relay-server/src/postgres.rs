@@ -368,6 +368,12 @@ fn fix(kind: KeyKind) -> &'static str {
              get pushes again once they subscribe to the new key), then copy the new key to the \
              others. A relay without --vapid-subject is not checked."
         }
+        KeyKind::Cluster => {
+            "start every node of this cluster with the same cluster key (the same \
+             --secrets-dir DIR/cluster.key file; with another key, the nodes could neither \
+             link nor pass requests on to each other). Copy one node's DIR/cluster.key to the \
+             others."
+        }
     }
 }
 

@@ -22,6 +22,8 @@ use super::driver::{Cores, Input, Phase};
 use super::leadership::{NOT_LEADER, NOT_LEADER_RETRY_AFTER_S};
 use seam::net::PeerAddr;
 
+/// The header a trusted proxy names the client in ([`App::client_network`]).
+const FORWARDED_FOR: &str = "x-forwarded-for";
 /// The liveness probe's path: 200 for as long as the process serves HTTP.
 pub const HEALTHZ_PATH: &str = "/healthz";
 /// The readiness probe's path: 200 only while this relay serves clients (the active one).
@@ -48,6 +50,8 @@ pub(super) struct App {
     /// A cluster node's way to the nodes serving the shards it does not (`None`: such a
     /// request is refused, [`App::not_here`]).
     pub(super) onward: Option<super::onward::Onward>,
+    /// Load balancers whose `X-Forwarded-For` names the client.
+    pub(super) trusted_proxies: Arc<std::collections::BTreeSet<std::net::IpAddr>>,
 }
 
 /// Checks another node's proof (an `Authorization` value): the node it proves, if any.
@@ -86,6 +90,25 @@ impl App {
     /// load balancer sends it on).
     pub(super) fn not_here(&self) -> Response {
         not_leader()
+    }
+
+    /// The network a request or an upgrade counts as (its IP cut to the configured prefix,
+    /// a port never): the peer's, or the client's the last `X-Forwarded-For` entry names when
+    /// the peer is a trusted proxy.
+    pub(super) fn client_network(&self, peer: &PeerAddr, headers: &HeaderMap) -> String {
+        let mut ip = peer.0.ip();
+        if self.trusted_proxies.contains(&ip)
+            && let Some(named) = headers
+                .get_all(FORWARDED_FOR)
+                .iter()
+                .next_back()
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.rsplit(',').next())
+                .and_then(|v| v.trim().parse().ok())
+        {
+            ip = named;
+        }
+        self.limits.prefixes.network(ip).to_string()
     }
 
     fn is_standby(&self) -> bool {
@@ -297,18 +320,25 @@ pub(super) async fn api(
         Ok(body) => body,
         Err(refused) => return refused,
     };
-    if app.test_mode
-        && parts.method == Method::POST
-        && parts.uri.path() == super::ADVANCE_CLOCK_PATH
-    {
-        return advance_clock(&app, &body).await;
-    }
     // A request another node passed on carries its client's network; it is never passed on
     // again (see `onward`).
     let forwarded = app
         .onward
         .as_ref()
         .and_then(|onward| onward.client_of(&parts.headers));
+    if app.test_mode
+        && parts.method == Method::POST
+        && parts.uri.path() == super::ADVANCE_CLOCK_PATH
+    {
+        if let (Some(onward), None) = (&app.onward, &forwarded) {
+            let client = app.client_network(&peer, &parts.headers);
+            if let Err(why) = onward.to_every_node(&parts, &body, &client).await {
+                tracing::warn!(%why, "test mode: another node's clock did not move");
+                return unavailable();
+            }
+        }
+        return advance_clock(&app, &body).await;
+    }
     let req = relay_request(&app, &parts, peer, forwarded.as_deref(), body);
     tracing::debug!(method = %parts.method, path = parts.uri.path(), "http request");
     let Some(cores) = app.cores() else {
@@ -375,7 +405,7 @@ fn relay_request(
     // counts one client per network.
     req.remote_addr = match client {
         Some(client) => client.to_owned(),
-        None => app.limits.prefixes.network(peer.0.ip()).to_string(),
+        None => app.client_network(&peer, &parts.headers),
     };
     req.body = body;
     req.headers = parts
@@ -441,7 +471,8 @@ async fn resolve_endpoint(
     Some(relay_core::Resolution { host, addrs })
 }
 
-/// Test mode: `{"ms": u64}` → the core moves its clock, fires due timers → `{"now_ms": u64}`.
+/// Test mode: `{"ms": u64}` → the core moves its clock, fires due timers → `{"now_ms": u64}`
+/// (a cluster node has every other node move theirs first).
 async fn advance_clock(app: &App, body: &[u8]) -> Response {
     let Ok(AdvanceClock { ms }) = serde_json::from_slice::<AdvanceClock>(body) else {
         return error_response(
@@ -454,7 +485,8 @@ async fn advance_clock(app: &App, body: &[u8]) -> Response {
         return app.refusal();
     };
     // The cores read one clock: the first moves it, then every other fires what became due
-    // on its own shard (a move of 0); the answer waits for all of them.
+    // on its own shard (a move of 0); the answer waits for all of them. (A cluster node
+    // serving no shard has no core to move it: refused.)
     let mut latest = None;
     for (i, inputs) in cores.all().enumerate() {
         let ms = if i == 0 { ms } else { 0 };

@@ -3,6 +3,8 @@
 //! [`private_files`] (0600, atomic, refused when open to group or others), as the push crate's
 //! VAPID key and credentials are.
 //!
+//! * `DIR/cluster.key` (a cluster node's, in its secrets directory): 32 random bytes, base64,
+//!   created mode 0600 when missing; the same file on every node ([`load_or_create_cluster_key`]).
 //! * `DIR/jwt-signing.key`: 32 random bytes, base64, created mode 0600 on first start. A relay
 //!   whose data directory still has the key in the store's `meta` table (an older version)
 //!   moves it to the file, so tokens issued before the upgrade stay valid; [`relay_core::Relay`]
@@ -68,25 +70,61 @@ pub fn load_or_create_jwt_key(
 ) -> Result<JwtSigningKey, SecretsError> {
     let path = dir.join(JWT_KEY_FILE);
     if !rotate && path.exists() {
-        let text = read_private(&path)?;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(text.trim())
-            .ok()
-            .and_then(|k| <[u8; 32]>::try_from(k.as_slice()).ok())
-            .ok_or_else(|| SecretsError::Malformed { path: path.clone() })?;
-        return Ok(JwtSigningKey(bytes));
+        return Ok(JwtSigningKey(read_key(&path)?));
     }
     let key = match legacy.filter(|_| !rotate) {
         Some(k) => k,
-        None => {
-            let mut bytes = [0u8; 32];
-            getrandom::fill(&mut bytes).map_err(|e| SecretsError::Random(e.to_string()))?;
-            JwtSigningKey(bytes)
-        }
+        None => JwtSigningKey(random_key()?),
     };
-    let text = Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(key.0));
-    write_private(&path, text.as_bytes())?;
+    write_key(&path, &key.0)?;
     Ok(key)
+}
+
+/// Name of a cluster's key file in the secrets directory.
+pub const CLUSTER_KEY_FILE: &str = "cluster.key";
+
+/// The cluster key of the secrets directory `dir` (`DIR/cluster.key`, 32 bytes of base64,
+/// created mode 0600 when missing) and its fingerprint: every node of a cluster must have the
+/// same, which the database checks when a node joins. Refuses a key file open to group or
+/// others.
+pub fn load_or_create_cluster_key(
+    dir: &Path,
+) -> Result<(Zeroizing<[u8; 32]>, KeyFingerprint), SecretsError> {
+    let path = dir.join(CLUSTER_KEY_FILE);
+    let bytes = if path.exists() {
+        read_key(&path)?
+    } else {
+        let bytes = random_key()?;
+        write_key(&path, &bytes)?;
+        bytes
+    };
+    let fingerprint = keyed_fingerprint(&bytes, CLUSTER_FINGERPRINT_TAG);
+    Ok((Zeroizing::new(bytes), fingerprint))
+}
+
+/// A key file's 32 bytes (base64 in a private file).
+fn read_key(path: &Path) -> Result<[u8; 32], SecretsError> {
+    let text = read_private(path)?;
+    base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .ok()
+        .and_then(|k| <[u8; 32]>::try_from(k.as_slice()).ok())
+        .ok_or_else(|| SecretsError::Malformed {
+            path: path.to_path_buf(),
+        })
+}
+
+/// 32 bytes of OS randomness for a new key.
+fn random_key() -> Result<[u8; 32], SecretsError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| SecretsError::Random(e.to_string()))?;
+    Ok(bytes)
+}
+
+/// Writes a key file: base64, mode 0600, atomically.
+fn write_key(path: &Path, bytes: &[u8; 32]) -> Result<(), SecretsError> {
+    let text = Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(bytes));
+    Ok(write_private(path, text.as_bytes())?)
 }
 
 /// Domain tag of the JWT signing key's fingerprint: the HMAC message.
@@ -102,11 +140,20 @@ pub const VAPID_FINGERPRINT_TAG: &[u8] = b"securechat relay key fingerprint v1: 
 /// only a search of all 2^256 keys could test a guess), and the domain tag makes it a value no
 /// other part of the relay computes with that key (which only ever signs tokens with Ed25519).
 pub fn jwt_key_fingerprint(key: &JwtSigningKey) -> KeyFingerprint {
-    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(&key.0) else {
+    keyed_fingerprint(&key.0, JWT_FINGERPRINT_TAG)
+}
+
+/// Domain tag of the cluster key's fingerprint: the HMAC message (keyed by the cluster key,
+/// as the JWT key's fingerprint is by that key).
+pub const CLUSTER_FINGERPRINT_TAG: &[u8] = b"securechat relay key fingerprint v1: cluster key";
+
+/// HMAC-SHA256 keyed by a secret key over its domain `tag`.
+fn keyed_fingerprint(key: &[u8], tag: &[u8]) -> KeyFingerprint {
+    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(key) else {
         // HMAC takes keys of any length: unreachable, but never a panic in the relay.
-        return KeyFingerprint::from_bytes(Sha256::digest(JWT_FINGERPRINT_TAG).into());
+        return KeyFingerprint::from_bytes(Sha256::digest(tag).into());
     };
-    mac.update(JWT_FINGERPRINT_TAG);
+    mac.update(tag);
     KeyFingerprint::from_bytes(mac.finalize().into_bytes().into())
 }
 
@@ -246,6 +293,28 @@ mod tests {
         assert_ne!(k2, k1);
         assert_eq!(load_or_create_jwt_key(&dir, None, false).unwrap(), k2);
         assert_eq!(mode(&dir.join(JWT_KEY_FILE)), 0o600);
+    }
+
+    #[test]
+    fn a_cluster_key_is_created_0600_once_and_its_fingerprint_follows_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_, f1) = load_or_create_cluster_key(tmp.path()).unwrap();
+        let path = tmp.path().join(CLUSTER_KEY_FILE);
+        assert_eq!(mode(&path), 0o600);
+        let (_, again) = load_or_create_cluster_key(tmp.path()).unwrap();
+        assert_eq!(again, f1, "the file is read, not replaced");
+        let other = tempfile::tempdir().unwrap();
+        let (_, f2) = load_or_create_cluster_key(other.path()).unwrap();
+        assert_ne!(f2, f1, "a new key, a new fingerprint");
+        // Not the JWT key's fingerprint for the same bytes (another domain).
+        let bytes = read_key(&path).unwrap();
+        assert_ne!(jwt_key_fingerprint(&JwtSigningKey(bytes)), f1);
+        std::fs::write(&path, "not a key").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let err = load_or_create_cluster_key(tmp.path())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cluster.key"), "{err}");
     }
 
     #[test]

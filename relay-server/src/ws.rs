@@ -78,7 +78,7 @@ pub(super) async fn upgrade(
         && let Some(cores) = app.cores()
         && let Err(shard) = cores.for_upgrade(query.as_deref().unwrap_or_default())
     {
-        let client = app.limits.prefixes.network(peer.0.ip()).to_string();
+        let client = app.client_network(&peer, request.headers());
         return onward
             .upgrade(shard, request, &client)
             .await

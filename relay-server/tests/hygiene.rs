@@ -137,10 +137,10 @@ async fn connections_over_the_per_address_cap_are_closed_and_places_come_back() 
     );
     assert_eq!(r.connections.open(), PER_ADDR);
     // An exempt address (a cluster's other node) is counted in the total only.
-    r.connections
-        .set_exempt(std::collections::BTreeSet::from([std::net::IpAddr::from(
-            Ipv4Addr::LOCALHOST,
-        )]));
+    r.connections.set_exempt(
+        "a cluster's nodes",
+        std::collections::BTreeSet::from([std::net::IpAddr::from(Ipv4Addr::LOCALHOST)]),
+    );
     let mut exempt = TcpStream::connect(r.addr).await.unwrap();
     wait_open(&r.connections, PER_ADDR + 1).await;
     exempt
@@ -150,7 +150,8 @@ async fn connections_over_the_per_address_cap_are_closed_and_places_come_back() 
     let mut buf = [0u8; 64];
     let n = exempt.read(&mut buf).await.unwrap();
     assert!(buf[..n].starts_with(b"HTTP/1.1 404"), "{:?}", &buf[..n]);
-    r.connections.set_exempt(std::collections::BTreeSet::new());
+    r.connections
+        .set_exempt("a cluster's nodes", std::collections::BTreeSet::new());
     drop(exempt);
     wait_open(&r.connections, PER_ADDR).await;
     // A request on a held connection still works.

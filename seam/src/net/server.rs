@@ -126,8 +126,8 @@ struct Counts {
     per_addr: BTreeMap<IpNetwork, usize>,
     /// Connections closed at once since the start: over the total cap, over an address's cap.
     refused: Refused,
-    /// Addresses the per-address cap does not count ([`ConnectionCounter::set_exempt`]).
-    exempt: BTreeSet<IpAddr>,
+    /// Addresses the per-address cap does not count, by why ([`ConnectionCounter::set_exempt`]).
+    exempt: BTreeMap<&'static str, BTreeSet<IpAddr>>,
 }
 
 /// Connections [`serve_with_limits`] closed at once, since it started, by the cap they hit.
@@ -155,11 +155,16 @@ impl ConnectionCounter {
     }
 
     /// Has the per-address cap leave connections from `ips` alone (they still count in the
-    /// total): e.g. a cluster's other nodes, each connection of which they passed on for a
-    /// client they counted themselves. Replaces the previous set.
-    pub fn set_exempt(&self, ips: BTreeSet<IpAddr>) {
+    /// total) for reason `why`: e.g. a cluster's other nodes, each connection of which they
+    /// passed on for a client they counted themselves, or a load balancer in front. Replaces
+    /// the set of that reason (an empty set removes it).
+    pub fn set_exempt(&self, why: &'static str, ips: BTreeSet<IpAddr>) {
         if let Ok(mut c) = self.0.lock() {
-            c.exempt = ips;
+            if ips.is_empty() {
+                c.exempt.remove(why);
+            } else {
+                c.exempt.insert(why, ips);
+            }
         }
     }
 
@@ -171,7 +176,8 @@ impl ConnectionCounter {
             c.refused.total_cap += 1;
             return None;
         }
-        if from_ip >= limits.max_connections_per_addr && !c.exempt.contains(&peer) {
+        let exempt = c.exempt.values().any(|ips| ips.contains(&peer));
+        if from_ip >= limits.max_connections_per_addr && !exempt {
             c.refused.per_addr_cap += 1;
             return None;
         }
