@@ -51,20 +51,34 @@ start_node() {
   echo $! >"$dir/$node.pid"
 }
 
-# Waits until the load balancer answers /readyz 200 through every node's shards.
+# The number of shards node $1 serves now (its /readyz), or nothing.
+served() {
+  http_get "$(cat "$dir/$1.port")" /readyz | grep -o '"shards":\[[0-9,]*\]' | tr -cd ',0-9' \
+    | awk -F, '{ print ($0 == "" ? 0 : NF) }' || true
+}
+
+# Waits until every node is ready and serves its even share of the shards (the moves of the
+# nodes' joins are over), the load balancer answers, and then LEVELS_S more seconds: a shard's
+# new core learns how full the other shards' queues are within about a second, and refuses a
+# message to another shard's user until it does (STORAGE_UNAVAILABLE, "send it again").
 wait_ready() {
-  local lb=$1 nodes=$2
+  local lb=$1 nodes=$2 shards=$3 share
+  share=$((shards / nodes))
   for _ in $(seq 1 600); do
-    local ready=0
+    local even=0 total=0 count
     for n in $(seq 1 "$nodes"); do
-      http_get "$(cat "$dir/n$n.port")" /readyz | grep -q '"ready"' && ready=$((ready + 1))
+      count=$(served "n$n")
+      count=${count:-0}
+      total=$((total + count))
+      [ "$count" -ge "$share" ] && [ "$count" -le $((share + 1)) ] && even=$((even + 1))
     done
-    if [ "$ready" = "$nodes" ] && http_get "$lb" /readyz | grep -q '"ready"'; then
+    if [ "$even" = "$nodes" ] && [ "$total" = "$shards" ] && http_get "$lb" /readyz | grep -q '"ready"'; then
+      sleep "${LEVELS_S:-1.5}"
       return 0
     fi
     sleep 0.1
   done
-  echo "the cluster did not become ready; logs in $dir" >&2
+  echo "the cluster did not become ready with an even spread of shards; logs in $dir" >&2
   return 1
 }
 
@@ -108,6 +122,7 @@ case "$cmd" in
     [ -x "$BIN_DIR/relay" ] || { echo "no $BIN_DIR/relay (cargo build -p relay-server --bin relay)" >&2; exit 2; }
     pg_url=${RELAY_TEST_POSTGRES_URL:-}
     if [ -z "$pg_url" ]; then
+      chmod 755 "$dir"   # the throwaway PostgreSQL runs as another user and keeps its data here
       "$root/relay-pg/scripts/pg-test-cluster.sh" start "$dir/pg" >"$dir/pg.env"
       pg_url=$(sed -n "s/^export RELAY_TEST_POSTGRES_URL='\(.*\)'$/\1/p" "$dir/pg.env")
     fi
@@ -135,7 +150,7 @@ case "$cmd" in
     write_haproxy "$lb" "$nodes"
     haproxy -f "$dir/haproxy.cfg" >"$dir/haproxy.log" 2>&1 &
     echo $! >"$dir/haproxy.pid"
-    wait_ready "$lb" "$nodes"
+    wait_ready "$lb" "$nodes" "$shards"
     echo "export CLUSTER_URL=http://127.0.0.1:$lb"
     for n in $(seq 1 "$nodes"); do
       echo "export CLUSTER_N${n}_URL=http://127.0.0.1:$(cat "$dir/n$n.port")"

@@ -160,7 +160,7 @@ async fn request_pending(ctx: &mut Ctx) -> CaseResult {
         sent["status"] == "pending" && sent["direction"] == "sent",
         "requester sees {sent}"
     );
-    let Some(recv) = ctx.friend_entry(&b, &a.alias).await? else {
+    let Some(recv) = ctx.friend_entry_once(&b, &a.alias, |_| true).await? else {
         fail!("the recipient's F1 lacks the request")
     };
     ensure!(
@@ -222,7 +222,8 @@ async fn accept(ctx: &mut Ctx) -> CaseResult {
         friendship_id: id,
     };
     for (who, other) in [(&p.a, &p.b.alias), (&p.b, &p.a.alias)] {
-        let Some(e) = ctx.friend_entry(who, other).await? else {
+        let accepted = |e: &Value| e["status"] == "accepted";
+        let Some(e) = ctx.friend_entry_once(who, other, accepted).await? else {
             fail!("no F1 entry")
         };
         ensure!(
@@ -292,7 +293,8 @@ async fn reject(ctx: &mut Ctx) -> CaseResult {
     )
     .await?
     .ok()?;
-    let Some(e) = ctx.friend_entry(&b, &a.alias).await? else {
+    let rejected = |e: &Value| e["status"] == "rejected";
+    let Some(e) = ctx.friend_entry_once(&b, &a.alias, rejected).await? else {
         fail!("the rejected entry vanished from the recipient's F1")
     };
     ensure!(

@@ -319,11 +319,11 @@ async fn garbage_ciphertext(ctx: &mut Ctx) -> CaseResult {
 async fn keys_not_substituted(ctx: &mut Ctx) -> CaseResult {
     let p = ctx.pair().await?;
     let ea = ctx
-        .friend_entry(&p.b, &p.a.alias)
+        .friend_entry_once(&p.b, &p.a.alias, |_| true)
         .await?
         .ok_or("no F1 entry for A")?;
     let eb = ctx
-        .friend_entry(&p.a, &p.b.alias)
+        .friend_entry_once(&p.a, &p.b.alias, |_| true)
         .await?
         .ok_or("no F1 entry for B")?;
     ensure!(

@@ -25,6 +25,10 @@ use super::requests::{id_text, s, u};
 use crate::fail;
 use crate::verdict::Failure;
 
+/// How long a change one member made may take to show in the other member's F1 list.
+pub(super) const FRIEND_VISIBLE_WITHIN_MS: u64 = 5_000;
+/// How often the other member's list is read again meanwhile.
+pub(super) const FRIEND_POLL_MS: u64 = 25;
 /// How often account creation retries a rate-limited PoW challenge (5 s apart).
 const POW_RATE_RETRIES: u32 = 24;
 
@@ -136,6 +140,29 @@ impl Ctx {
             .cloned())
     }
 
+    /// The F1 entry `acct` sees for `other` once `holds` holds for it, read again every
+    /// [`FRIEND_POLL_MS`] for about [`FRIEND_VISIBLE_WITHIN_MS`]; else the last entry read
+    /// (the case then says what it saw). What one member did shows in the other member's list
+    /// a little later on a relay of several processes, as the other member's client learns it
+    /// from an event and reads its list then; neither document asks for it at once.
+    pub async fn friend_entry_once(
+        &mut self,
+        acct: &Account,
+        other: &str,
+        holds: impl Fn(&Value) -> bool,
+    ) -> Result<Option<Value>, Failure> {
+        // Counted in pauses, not read off a clock (the reads' own time only lengthens it).
+        let mut pauses = FRIEND_VISIBLE_WITHIN_MS / FRIEND_POLL_MS;
+        loop {
+            let entry = self.friend_entry(acct, other).await?;
+            if entry.as_ref().is_some_and(&holds) || pauses == 0 {
+                return Ok(entry);
+            }
+            pauses -= 1;
+            tokio::time::sleep(Duration::from_millis(FRIEND_POLL_MS)).await;
+        }
+    }
+
     /// `a` asks `b`; returns the friendship id as `b` sees it (a setup step).
     pub async fn request_friend(&mut self, a: &Account, b: &Account) -> Result<Value, Failure> {
         self.request_friend_unchecked(a, b)
@@ -155,7 +182,7 @@ impl Ctx {
         )
         .await?
         .ok()?;
-        let Some(entry) = self.friend_entry(b, &a.alias).await? else {
+        let Some(entry) = self.friend_entry_once(b, &a.alias, |_| true).await? else {
             fail!("the recipient's friends list has no entry for the requester");
         };
         entry
