@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Jepsen mode against a three-node cluster at its load balancer's address
+# (deploy/cluster/loopback.sh), with process faults on single nodes during the traffic
+# window: kill -9 of one node and its restart, then SIGSTOP of another past its lease and its
+# SIGCONT. The simulator's apps run the scenario through the load balancer (and its fault
+# proxy's toxics), then heal and judge what every client saw (README "Testing another relay
+# implementation": delivered exactly once, seq order, acks never lost, receipts, liveness).
+#
+#   cargo build --release -p relay-server --bin relay -p sim --bin simulate
+#   deploy/cluster/jepsen.sh [BIN_DIR] [SEED]     # e.g. target/release 1
+#
+# Settings: WINDOW_MS (the traffic window, 24000), CLUSTER_SHARDS (6); the faults' times are
+# fractions of the window. Writes DIR/jepsen.json (the report with its history), prints the
+# simulator's verdict and, from the nodes' logs, how long the faulted nodes' shards were away;
+# exits with the simulator's code, or 4 when a fault did not land (no shard moved).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin=${1:-target/release}
+seed=${2:-1}
+window=${WINDOW_MS:-24000}
+work=$(mktemp -d /tmp/relay-cluster-jepsen.XXXXXX)
+chmod 755 "$work"
+faults=
+cleanup() {
+  [ -n "$faults" ] && kill "$faults" 2>/dev/null || true
+  deploy/cluster/loopback.sh stop "$work" || true
+}
+trap cleanup EXIT
+
+secret=jepsen-webhook-secret
+export RELAY_PAYMENT_WEBHOOK_SECRET=$secret   # a restarted node needs it too
+cluster_env=$(RELAY_ARGS="--pow-difficulty 0 --log info" deploy/cluster/loopback.sh start "$work" "$bin")
+eval "$cluster_env"
+echo "cluster at $CLUSTER_URL (logs in $work)"
+
+# The faults, timed from the start of the run (the apps' setup takes a second or two first).
+at() { python3 -c "print($window * $1 / 1000)"; }
+stamp() { python3 -c 'import time; print(time.time())' >"$work/$1.at"; }
+(
+  sleep "$(at 0.25)"; echo "fault: kill -9 n2"; stamp kill; deploy/cluster/loopback.sh kill "$work" n2
+  sleep "$(at 0.15)"; echo "fault: restart n2"; deploy/cluster/loopback.sh restart "$work" n2
+  sleep "$(at 0.15)"; echo "fault: SIGSTOP n3 (past its 3 s lease)"; stamp pause
+  deploy/cluster/loopback.sh pause "$work" n3
+  sleep 5; echo "fault: SIGCONT n3"; deploy/cluster/loopback.sh resume "$work" n3
+) &
+faults=$!
+
+status=0
+"$bin/simulate" --relay-url "$CLUSTER_URL" --payment-secret "$secret" --seed "$seed" \
+  --window-ms "$window" --history "$work/jepsen.json" || status=$?
+wait "$faults" || true
+faults=
+
+# Did the faults land, and how long were the shards of the killed and the paused node away?
+# (From the nodes' logs: when another node owned them, and when it served them.)
+python3 - "$work" <<'PY' || status=4
+import datetime, re, sys
+work = sys.argv[1]
+def at(line):
+    stamp = re.search(r"\d{4}-\d\d-\d\dT[\d:.]+Z", re.sub(r"\x1b\[[0-9;]*m", "", line))
+    return datetime.datetime.fromisoformat(stamp.group(0).replace("Z", "+00:00")).timestamp() if stamp else None
+def lines(node):
+    return [re.sub(r"\x1b\[[0-9;]*m", "", l) for l in open(f"{work}/{node}.log", errors="replace")]
+def first_after(nodes, t, text):
+    found = [at(l) for n in nodes for l in lines(n) if text in l and (at(l) or 0) > t]
+    return min(found) if found else None
+ok = True
+for fault, node, others in [("kill", "n2", ["n1", "n3"]), ("pause", "n3", ["n1", "n2"])]:
+    t = float(open(f"{work}/{fault}.at").read())
+    owned = first_after(others, t, "the shards this node owns changed")
+    served = first_after(others, t, "the shards served here changed")
+    if owned is None or served is None:
+        print(f"{fault} of {node}: its shards never moved (the fault did not land)")
+        ok = False
+        continue
+    print(f"{fault} of {node}: its shards owned elsewhere {1000 * (owned - t):.0f} ms after, served {1000 * (served - t):.0f} ms after (lease 3000 ms)")
+rejoined = sum("joined the cluster" in l for l in lines("n2"))
+lost = any("cluster membership lost" in l for l in lines("n3"))
+print(f"n2 joined {rejoined} times; n3 lost its membership: {lost}")
+sys.exit(0 if ok and rejoined >= 2 and lost else 1)
+PY
+echo "report: $work/jepsen.json; node logs: $work/n*.log"
+exit "$status"
