@@ -20,7 +20,9 @@
 //! echo at as many connections: the generator's own ceiling at that size. `-- --large-only`
 //! runs only that row; `-- --small-only` every row but that one, and no simulator sweep (a
 //! quicker before/after of a change to the relay); `-- --store NAME` (`memory`, `sqlite` or
-//! `pg`) only that store's rows.
+//! `pg`) only that store's rows; `-- --relay-addr HOST:PORT` measures the relay serving there
+//! instead (e.g. a cluster's load balancer, `deploy/cluster/loopback.sh` with the bench's
+//! limits in `RELAY_ARGS`): the relay rows only, without the echo and the CPU shares.
 //!
 //! Each relay row also says how much CPU the relay process used (`/proc/<pid>/stat`), in cores
 //! and per message (the load-robust figure: CPU time over every message of the run, warm-up
@@ -35,6 +37,7 @@
 //! Without the release `relay` it measures the relay in process (memory store) instead. Without
 //! `--bench` (as `cargo test --benches` runs it) it does a tiny in-process smoke run only.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -401,6 +404,48 @@ const RELAY_LOAD_ARGS: [&str; 10] = [
     "warn",
 ];
 
+/// `--relay-addr HOST:PORT`: measure the relay that serves there instead of starting one. It
+/// must run with the bench's limits (`RELAY_LOAD_ARGS`).
+fn relay_addr(args: &[String]) -> Result<Option<SocketAddr>, Box<dyn std::error::Error>> {
+    let Some(i) = args.iter().position(|a| a == "--relay-addr") else {
+        return Ok(None);
+    };
+    let addr = args.get(i + 1).ok_or("--relay-addr needs HOST:PORT")?;
+    Ok(Some(
+        addr.parse()
+            .map_err(|e| format!("--relay-addr {addr}: {e}"))?,
+    ))
+}
+
+/// One scenario against a relay at another's address: its loads and latencies only.
+async fn one_external(
+    bench: &mut BenchRelay,
+    s: &Scenario,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let setup = wall_now();
+    let pairs = bench.pairs(s.pairs).await?;
+    eprintln!(
+        "external: setup of {} pair(s): {:.2} s",
+        s.pairs,
+        setup.elapsed().as_secs_f64()
+    );
+    let cfg = RelayLoadConfig {
+        warmup_msgs_per_pair: s.warmup,
+        msgs_per_pair: s.per_pair,
+        plaintext_bytes: PLAINTEXT_BYTES,
+        receipt_batch: RECEIPT_BATCH,
+        deadline: s.deadline(),
+        in_flight_per_pair: s.in_flight,
+    };
+    let report = run_relay_load(bench, pairs, &cfg).await?;
+    if s.in_flight > 1 {
+        print_windowed(&report, s.in_flight);
+    } else {
+        print_relay(&report);
+    }
+    Ok(())
+}
+
 async fn one_process(
     store: &str,
     relay: &RelayProcess,
@@ -520,6 +565,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .filter(|s| !large_only || s.store_only.is_some())
         .filter(|s| !small_only || s.store_only.is_none())
         .collect();
+    if let Some(addr) = relay_addr(&args)? {
+        // A relay someone else started (e.g. a cluster's load balancer): the same loads, no
+        // echo and no CPU shares (its processes are not this bench's).
+        return rt.block_on(async {
+            let mut bench = BenchRelay::external(addr)?;
+            for s in list.iter().filter(|s| s.store_only.is_none()) {
+                one_external(&mut bench, s).await?;
+            }
+            Ok(())
+        });
+    }
     match relay_binary().filter(|_| full) {
         Some(binary) => {
             let echo = EchoProcess::spawn()?;

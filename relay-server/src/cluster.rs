@@ -52,6 +52,7 @@ use super::driver::{
     self, CoreParts, Cores, Input, PeerTable, Phase, PushSink, RemoteSink, TermCtx,
 };
 use super::leadership::{CAMPAIGN_RETRY_MS, CampaignError, TermEnd};
+use super::metrics::ShardMove;
 use super::onward::Routes;
 use super::peers::{ClusterKey, Remote};
 use super::supervisor::pause;
@@ -366,6 +367,11 @@ impl ClusterSupervisor {
                 moves.gained += 1;
             }
         }
+        if let Some(metrics) = &self.ctx.metrics {
+            metrics.cluster_moves(ShardMove::Gained, moves.gained as u64);
+            metrics.cluster_moves(ShardMove::Lost, moves.lost as u64);
+            metrics.cluster_moves(ShardMove::HandedOver, moves.handed as u64);
+        }
         if moves.changed() {
             info!(node = %here.name, serving = ?here.local.keys().collect::<Vec<_>>(), gained = moves.gained, lost = moves.lost, handed_over = moves.handed, "cluster: the shards served here changed");
             self.publish(here.map, &here.local, peers_tx);
@@ -470,6 +476,11 @@ impl ClusterSupervisor {
             .collect();
         let cores = Cores::partial(map, inputs);
         peers_tx.send_replace(cores.weak());
+        if let Some(metrics) = &self.ctx.metrics {
+            for shard in 0..map.shards() {
+                metrics.cluster_shard(shard, local.get(&shard).map(|l| l.epoch), local.len());
+            }
+        }
         self.phase.send_if_modified(|phase| {
             if matches!(phase, Phase::Stopping) {
                 return false;

@@ -518,7 +518,9 @@ impl RelayServer {
             Mode::Cluster(membership) => {
                 let (routes_tx, routes) = watch::channel(onward::Routes::default());
                 onward = self.cluster_key.clone().map(|key| {
-                    onward::Onward::new::<N>(key, Arc::clone(&self.clock), routes, stop_rx.clone())
+                    let watches = (routes, stop_rx.clone());
+                    let clock = Arc::clone(&self.clock);
+                    onward::Onward::new::<N>(key, clock, watches, self.metrics.clone())
                 });
                 let started = (membership, routes_tx);
                 self.start_cluster::<N>(started, ctx, &phase_tx, stop_rx, fatal_tx)

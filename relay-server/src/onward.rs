@@ -59,6 +59,7 @@ use tokio::sync::watch;
 use tracing::debug;
 
 use super::cluster_key::{self, ClusterKey};
+use super::metrics::{Metrics, PassedKind, Stopwatch};
 
 /// The header a passed-on request carries its client's network in, under the cluster key.
 pub const FORWARDED_HEADER: &str = "x-securechat-forwarded";
@@ -110,6 +111,8 @@ pub(crate) struct Onward {
     hop: Arc<dyn Hop>,
     /// The server's stop: joined connections end with it.
     stop: watch::Receiver<bool>,
+    /// Counts and times what is passed on, when the server has metrics.
+    metrics: Option<Metrics>,
 }
 
 impl fmt::Debug for Onward {
@@ -122,12 +125,12 @@ impl fmt::Debug for Onward {
 
 impl Onward {
     /// The way on over network `N`, to the nodes `routes` names, signed with `key` at
-    /// `clock`'s time; joined connections end when `stop` turns true.
+    /// `clock`'s time; joined connections end when `stop` turns true; counted in `metrics`.
     pub(crate) fn new<N: Network>(
         key: ClusterKey,
         clock: Arc<dyn Clock>,
-        routes: watch::Receiver<Routes>,
-        stop: watch::Receiver<bool>,
+        (routes, stop): (watch::Receiver<Routes>, watch::Receiver<bool>),
+        metrics: Option<Metrics>,
     ) -> Self {
         Self {
             key,
@@ -138,6 +141,14 @@ impl Onward {
                 pools: Mutex::default(),
             }),
             stop,
+            metrics,
+        }
+    }
+
+    /// Counts one thing passed on and, when answered, the hop's time.
+    fn count(&self, kind: PassedKind, answered: bool, watch: Option<Stopwatch>) {
+        if let (Some(metrics), Some(watch)) = (&self.metrics, watch) {
+            metrics.passed_on(kind, answered, watch.seconds());
         }
     }
 
@@ -177,7 +188,10 @@ impl Onward {
             debug!(shard = shard.0, "no node serves the shard of a request now");
             return None;
         };
-        match self.send(&me, &address, parts, body, client).await {
+        let watch = self.metrics.as_ref().map(|_| Stopwatch::start());
+        let sent = self.send(&me, &address, parts, body, client).await;
+        self.count(PassedKind::Request, sent.is_ok(), watch);
+        match sent {
             Ok(answer) => {
                 let mut response = Response::new(Body::from(answer.body));
                 *response.status_mut() = answer.status;
@@ -264,11 +278,13 @@ impl Onward {
         let (mut parts, _) = request.into_parts();
         let from_client = parts.extensions.remove::<OnUpgrade>()?;
         let forwarded = cluster_key::forwarded(&self.key, &me, self.now_s(), client);
+        let watch = self.metrics.as_ref().map(|_| Stopwatch::start());
         let asked = tokio::time::timeout(
             Duration::from_millis(ONWARD_CONNECT_TIMEOUT_MS),
             self.ask_upgrade(&address, &parts, forwarded),
         )
         .await;
+        self.count(PassedKind::Upgrade, matches!(asked, Ok(Ok(_))), watch);
         let mut answer = match asked {
             Ok(Ok(answer)) => answer,
             Ok(Err(error)) => {

@@ -25,6 +25,7 @@ use relay_core::handoff::ShardMap;
 use relay_core::{Config, MemoryBlobStore};
 use relay_pg::{JoinOptions, PgConfig};
 use relay_server::RelayServer;
+use relay_server::metrics::Metrics;
 use relay_server::peers::ClusterKey;
 use relay_server::postgres::PgMembership;
 use seam::net::{HttpRequest, Listener as _, Network as _, Tokio};
@@ -38,6 +39,7 @@ const SHARDS: u16 = 2;
 /// A node serving on a loopback port until its stop is notified.
 struct Running {
     addr: SocketAddr,
+    metrics: Metrics,
     stop: Arc<Notify>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -61,14 +63,22 @@ async fn node(pg: &PgConfig, name: &str) -> Running {
     };
     let blobs: relay_server::postgres::BlobOpener =
         Arc::new(|| Ok(Box::new(MemoryBlobStore::new())));
-    let server = RelayServer::clustered(PgMembership::new(pg.clone(), options, config, 5, blobs))
-        .with_cluster_key(ClusterKey::new([42; 32]));
+    let metrics = Metrics::new();
+    let membership = PgMembership::new(pg.clone(), options, config, 5, blobs);
+    let server = RelayServer::clustered(membership.with_metrics(metrics.clone()))
+        .with_cluster_key(ClusterKey::new([42; 32]))
+        .with_metrics(metrics.clone());
     let stop = Arc::new(Notify::new());
     let stopped = Arc::clone(&stop);
     let task = tokio::spawn(server.serve::<Tokio>(listener, async move {
         stopped.notified().await;
     }));
-    Running { addr, stop, task }
+    Running {
+        addr,
+        metrics,
+        stop,
+        task,
+    }
 }
 
 async fn within<T>(what: &str, done: impl Future<Output = T>) -> T {
@@ -225,6 +235,24 @@ async fn two_nodes_share_the_shards_and_one_serves_them_all_when_the_other_leave
         [201, 201, 201, 429, 201],
         "registrations through n2"
     );
+    // The metrics say what each node serves, under which epoch, and what it passed on.
+    let (m1, m2) = (n1.metrics.encode(), n2.metrics.encode());
+    assert!(m1.contains("relay_cluster_shards_served 1\n"), "{m1}");
+    assert!(
+        m2.contains("relay_cluster_shard_epoch{shard=\"1\"} 2\n"),
+        "{m2}"
+    );
+    assert!(
+        m1.contains("relay_cluster_shard_moves_total{change=\"handed_over\"} 1\n"),
+        "{m1}"
+    );
+    for m in [&m1, &m2] {
+        assert!(
+            m.contains("relay_passed_on_total{kind=\"request\",result=\"answered\"}")
+                && m.contains("relay_passed_on_total{kind=\"upgrade\",result=\"answered\"}"),
+            "{m}"
+        );
+    }
 
     // n1 leaves: n2 serves every shard; b gets each message once, in order.
     drop(ws_a);

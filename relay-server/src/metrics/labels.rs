@@ -124,6 +124,32 @@ label_enum! {
     }
 }
 
+label_enum! {
+    /// How the shards a cluster node serves changed.
+    ShardMove { Gained => "gained", Lost => "lost", HandedOver => "handed_over" }
+}
+
+label_enum! {
+    /// What a cluster node passed on to the node serving its shard.
+    PassedKind { Request => "request", Upgrade => "upgrade" }
+}
+
+label_enum! {
+    /// Whether the node it was passed on to answered (`no_answer`: refused 503 here).
+    PassedResult { Answered => "answered", NoAnswer => "no_answer" }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct MoveLabels {
+    pub(super) change: ShardMove,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct PassedLabels {
+    pub(super) kind: PassedKind,
+    pub(super) result: PassedResult,
+}
+
 /// Every label value the metrics can carry: the enums above, route templates
 /// ([`relay_core::http::ROUTE_NAMES`]) and the build's version.
 pub const LABEL_VALUES: &[&[&str]] = &[
@@ -139,6 +165,9 @@ pub const LABEL_VALUES: &[&[&str]] = &[
     Cap::ALL,
     PushService::ALL,
     PushResult::ALL,
+    ShardMove::ALL,
+    PassedKind::ALL,
+    PassedResult::ALL,
     relay_core::http::ROUTE_NAMES,
     &[env!("CARGO_PKG_VERSION")],
 ];

@@ -36,6 +36,7 @@ use wire::{ClientFrame, ErrorCode, ServerFrame};
 
 use super::OutboundBytes;
 
+mod cluster;
 mod core_share;
 mod labels;
 mod live;
@@ -118,6 +119,11 @@ struct Families {
     epoch: Gauge,
     terms: Counter,
     draining: Gauge,
+    cluster_shards_served: Gauge,
+    cluster_shard_epoch: Family<ShardLabels, Gauge>,
+    cluster_shard_moves: Family<MoveLabels, Counter>,
+    passed_on: Family<PassedLabels, Counter>,
+    passed_on_duration: Histogram,
 }
 
 /// What is read at scrape time.
@@ -215,6 +221,11 @@ impl Metrics {
             epoch: Gauge::default(),
             terms: Counter::default(),
             draining: Gauge::default(),
+            cluster_shards_served: Gauge::default(),
+            cluster_shard_epoch: Family::default(),
+            cluster_shard_moves: Family::default(),
+            passed_on: Family::default(),
+            passed_on_duration: Histogram::new(exponential_buckets(0.000_1, 2.0, 18)),
         };
         register(&mut r, &f);
         let live = Live::default();
@@ -728,6 +739,7 @@ fn register(r: &mut Registry, f: &Families) {
         "1 once a shutdown began: no new connections, sockets closing",
         f.draining.clone(),
     );
+    cluster::register(r, f);
     let info = prometheus_client::metrics::info::Info::new(VersionLabels {
         version: env!("CARGO_PKG_VERSION"),
     });
