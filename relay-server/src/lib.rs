@@ -502,30 +502,8 @@ impl RelayServer {
         let deadline_stop = stop_rx.clone();
         let (phase_tx, phase_rx) = watch::channel(Phase::Standby);
         let phase_tx = Arc::new(phase_tx);
-        let (test_clock, clock) = self.core_clock();
-        self.attach_metrics();
-        self.connections
-            .set_exempt("trusted proxies", (*self.trusted_proxies).clone());
-        let ctx = self.core_ctx(clock, test_clock);
         let (fatal_tx, fatal_rx) = oneshot::channel::<String>();
-        let mode = std::mem::replace(&mut self.mode, Mode::Single(vec![Box::new(no_relay)]));
-        let mut onward = None;
-        let core = match mode {
-            Mode::Single(openers) => self.start_single::<N>(openers, &ctx, &phase_tx, &stop_rx)?,
-            Mode::Campaign(leadership) => {
-                self.start_campaign::<N>(leadership, ctx, &phase_tx, stop_rx, fatal_tx)
-            }
-            Mode::Cluster(membership) => {
-                let (routes_tx, routes) = watch::channel(onward::Routes::default());
-                onward = self.cluster_key.clone().map(|key| {
-                    let watches = (routes, stop_rx.clone());
-                    let clock = Arc::clone(&self.clock);
-                    onward::Onward::new::<N>(key, clock, watches, self.metrics.clone())
-                });
-                let started = (membership, routes_tx);
-                self.start_cluster::<N>(started, ctx, &phase_tx, stop_rx, fatal_tx)
-            }
-        };
+        let (core, onward) = self.start_cores::<N>(&phase_tx, stop_rx, fatal_tx)?;
         info!(%addr, "relay listening");
         let router = router(self.app(phase_rx, onward));
         let (fatal_seen_tx, fatal_seen) = oneshot::channel::<String>();
@@ -564,6 +542,43 @@ impl RelayServer {
             Ok(why) => Err(io::Error::other(why)),
             Err(_) => Ok(()),
         }
+    }
+
+    /// Starts the cores as the server's mode says (a cluster node: also its way to the other
+    /// nodes), with the clock, metrics and limits they share: the task that ends with them.
+    fn start_cores<N: Network>(
+        &mut self,
+        phase_tx: &Arc<watch::Sender<Phase>>,
+        stop_rx: watch::Receiver<bool>,
+        fatal_tx: oneshot::Sender<String>,
+    ) -> io::Result<(tokio::task::JoinHandle<()>, Option<onward::Onward>)> {
+        let (test_clock, clock) = self.core_clock();
+        self.attach_metrics();
+        self.connections
+            .set_exempt("trusted proxies", (*self.trusted_proxies).clone());
+        let ctx = self.core_ctx(clock, test_clock);
+        let mode = std::mem::replace(&mut self.mode, Mode::Single(vec![Box::new(no_relay)]));
+        Ok(match mode {
+            Mode::Single(openers) => {
+                let core = self.start_single::<N>(openers, &ctx, phase_tx, &stop_rx)?;
+                (core, None)
+            }
+            Mode::Campaign(leadership) => {
+                let core = self.start_campaign::<N>(leadership, ctx, phase_tx, stop_rx, fatal_tx);
+                (core, None)
+            }
+            Mode::Cluster(membership) => {
+                let (routes_tx, routes) = watch::channel(onward::Routes::default());
+                let onward = self.cluster_key.clone().map(|key| {
+                    let watches = (routes, stop_rx.clone());
+                    let clock = Arc::clone(&self.clock);
+                    onward::Onward::new::<N>(key, clock, watches, self.metrics.clone())
+                });
+                let started = (membership, routes_tx);
+                let core = self.start_cluster::<N>(started, ctx, phase_tx, stop_rx, fatal_tx);
+                (core, onward)
+            }
+        })
     }
 
     /// What the handlers share: the way to the cores (`phase`), the limits, the metrics, a

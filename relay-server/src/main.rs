@@ -218,6 +218,31 @@ fn store_choice(args: &Args) -> Result<StoreChoice> {
 }
 
 /// The directory of the key files: --data, or --secrets-dir on PostgreSQL.
+/// `--shards` above 1 on PostgreSQL is a cluster's (`--cluster-node`), which needs PostgreSQL.
+fn check_shards(args: &Args, store: &StoreChoice) -> Result<()> {
+    let postgres = matches!(store, StoreChoice::Postgres(_));
+    if args.shards > 1 && postgres && args.cluster_node.is_none() {
+        bail!(
+            "--shards {} with --postgres: a relay that campaigns on PostgreSQL runs one shard \
+             (sharding with --memory or --data, or a cluster with --cluster-node NAME)",
+            args.shards
+        );
+    }
+    if args.cluster_node.is_some() && !postgres {
+        bail!("--cluster-node needs a PostgreSQL store (--postgres URL, or DATABASE_URL)");
+    }
+    Ok(())
+}
+
+/// `--trusted-proxy`: the load balancers whose `X-Forwarded-For` names the client.
+fn with_proxies(server: RelayServer, args: &Args) -> RelayServer {
+    if args.trusted_proxies.is_empty() {
+        return server;
+    }
+    info!(proxies = ?args.trusted_proxies, "X-Forwarded-For is believed from these addresses");
+    server.with_trusted_proxies(args.trusted_proxies.iter().copied().collect())
+}
+
 fn secrets_dir(args: &Args, store: &StoreChoice) -> Result<Option<PathBuf>> {
     match store {
         StoreChoice::Memory => {
@@ -254,6 +279,7 @@ async fn run(args: Args) -> Result<()> {
         None => os_seed()?,
     };
     let store = store_choice(&args)?;
+    check_shards(&args, &store)?;
     let secrets = secrets_dir(&args, &store)?;
     let metrics_addr = metrics_addr(&args)?;
     // Bind before anything is created: a relay started on a busy port leaves no key, data
@@ -271,17 +297,6 @@ async fn run(args: Args) -> Result<()> {
     // process's (removed when it exits), never its memory.
     let spool = media_spool(&args, &store)?;
     let spool_dir = spool.as_ref().map(|d| d.path().to_path_buf());
-    let postgres = matches!(store, StoreChoice::Postgres(_));
-    if args.shards > 1 && postgres && args.cluster_node.is_none() {
-        anyhow::bail!(
-            "--shards {} with --postgres: a relay that campaigns on PostgreSQL runs one shard \
-             (sharding with --memory or --data, or a cluster with --cluster-node NAME)",
-            args.shards
-        );
-    }
-    if args.cluster_node.is_some() && !postgres {
-        bail!("--cluster-node needs a PostgreSQL store (--postgres URL, or DATABASE_URL)");
-    }
     warn_if_share_below_a_recipient(&config, args.shards);
     let mut server = match store {
         StoreChoice::Memory => {
@@ -303,11 +318,7 @@ async fn run(args: Args) -> Result<()> {
         .with_push(push)
         .with_commit_mode(commit_mode)
         .with_read_mode(read_mode);
-    server = server.with_limits(serve_limits(&args)?);
-    if !args.trusted_proxies.is_empty() {
-        info!(proxies = ?args.trusted_proxies, "X-Forwarded-For is believed from these addresses");
-        server = server.with_trusted_proxies(args.trusted_proxies.iter().copied().collect());
-    }
+    server = with_proxies(server.with_limits(serve_limits(&args)?), &args);
     if args.core_threads {
         server = server.with_core_threads();
     }
