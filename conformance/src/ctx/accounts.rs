@@ -141,7 +141,7 @@ impl Ctx {
     }
 
     /// The F1 entry `acct` sees for `other` once `holds` holds for it, read again every
-    /// [`FRIEND_POLL_MS`] for about [`FRIEND_VISIBLE_WITHIN_MS`]; else the last entry read
+    /// 25 ms for about 5 s; else the last entry read
     /// (the case then says what it saw). What one member did shows in the other member's list
     /// a little later on a relay of several processes, as the other member's client learns it
     /// from an event and reads its list then; neither document asks for it at once.
