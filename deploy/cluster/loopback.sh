@@ -15,7 +15,8 @@
 # Settings from the environment: CLUSTER_NODES (3), CLUSTER_SHARDS (6), CLUSTER_PORT (the
 # load balancer's port; default a free one), RELAY_ARGS (more flags for every node, e.g.
 # "--test-mode --pow-difficulty 1"), RELAY_PAYMENT_WEBHOOK_SECRET (passed to every node).
-# Every node logs to DIR/NODE.log, HAProxy to DIR/haproxy.log. The nodes believe HAProxy's
+# Every node logs to DIR/NODE.log, HAProxy to DIR/haproxy.log; each node's metrics are at the
+# CLUSTER_N<i>_METRICS address it prints. The nodes believe HAProxy's
 # X-Forwarded-For (--trusted-proxy 127.0.0.1): on loopback every local process could claim
 # an address; on machines of their own, name the load balancer's address only.
 set -euo pipefail
@@ -44,9 +45,11 @@ start_node() {
   port=$(cat "$dir/$node.port")
   # shellcheck disable=SC1091
   . "$dir/cluster.env"
+  [ -f "$dir/$node.metrics" ] || free_port >"$dir/$node.metrics"
   # shellcheck disable=SC2086
   "$BIN_DIR/relay" --postgres "$PG_URL" --pg-schema "$SCHEMA" --secrets-dir "$dir/secrets" \
     --shards "$SHARDS" --cluster-node "$node" --listen "127.0.0.1:$port" \
+    --metrics-listen "127.0.0.1:$(cat "$dir/$node.metrics")" \
     --trusted-proxy 127.0.0.1 ${RELAY_ARGS:-} >>"$dir/$node.log" 2>&1 &
   echo $! >"$dir/$node.pid"
 }
@@ -154,6 +157,7 @@ case "$cmd" in
     echo "export CLUSTER_URL=http://127.0.0.1:$lb"
     for n in $(seq 1 "$nodes"); do
       echo "export CLUSTER_N${n}_URL=http://127.0.0.1:$(cat "$dir/n$n.port")"
+      echo "export CLUSTER_N${n}_METRICS=http://127.0.0.1:$(cat "$dir/n$n.metrics")/metrics"
     done
     ;;
   kill)
