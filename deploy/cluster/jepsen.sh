@@ -9,8 +9,9 @@
 #   cargo build --release -p relay-server --bin relay -p sim --bin simulate
 #   deploy/cluster/jepsen.sh [BIN_DIR] [SEED]     # e.g. target/release 1
 #
-# Settings: WINDOW_MS (the traffic window, 24000), CLUSTER_SHARDS (6); the faults' times are
-# fractions of the window. Writes DIR/jepsen.json (the report with its history), prints the
+# Settings: WINDOW_MS (the traffic window, 24000), CLUSTER_SHARDS (6), PROXY_TOXICS (the
+# proxy's toxics; `none` leaves the node faults alone); the faults' times are fractions of the
+# window. Also prints each message's latency by the phase it was sent in. Writes DIR/jepsen.json (the report with its history), prints the
 # simulator's verdict and, from the nodes' logs, how long the faulted nodes' shards were away;
 # exits with the simulator's code, or 4 when a fault did not land (no shard moved).
 set -euo pipefail
@@ -38,23 +39,26 @@ at() { python3 -c "print($window * $1 / 1000)"; }
 stamp() { python3 -c 'import time; print(time.time())' >"$work/$1.at"; }
 (
   sleep "$(at 0.25)"; echo "fault: kill -9 n2"; stamp kill; deploy/cluster/loopback.sh kill "$work" n2
-  sleep "$(at 0.15)"; echo "fault: restart n2"; deploy/cluster/loopback.sh restart "$work" n2
+  sleep "$(at 0.15)"; echo "fault: restart n2"; stamp restarted
+  deploy/cluster/loopback.sh restart "$work" n2
   sleep "$(at 0.15)"; echo "fault: SIGSTOP n3 (past its 3 s lease)"; stamp pause
   deploy/cluster/loopback.sh pause "$work" n3
-  sleep 5; echo "fault: SIGCONT n3"; deploy/cluster/loopback.sh resume "$work" n3
+  sleep 5; echo "fault: SIGCONT n3"; stamp resumed; deploy/cluster/loopback.sh resume "$work" n3
 ) &
 faults=$!
 
 status=0
+stamp start
 "$bin/simulate" --relay-url "$CLUSTER_URL" --payment-secret "$secret" --seed "$seed" \
-  --window-ms "$window" --history "$work/jepsen.json" || status=$?
+  --window-ms "$window" --proxy-toxics "${PROXY_TOXICS:-latency,bandwidth,slicer,reset_peer,hold}" \
+  --history "$work/jepsen.json" || status=$?
 wait "$faults" || true
 faults=
 
 # Did the faults land, and how long were the shards of the killed and the paused node away?
 # (From the nodes' logs: when another node owned them, and when it served them.)
 python3 - "$work" <<'PY' || status=4
-import datetime, re, sys
+import datetime, json, re, sys
 work = sys.argv[1]
 def at(line):
     stamp = re.search(r"\d{4}-\d\d-\d\dT[\d:.]+Z", re.sub(r"\x1b\[[0-9;]*m", "", line))
@@ -74,6 +78,21 @@ for fault, node, others in [("kill", "n2", ["n1", "n3"]), ("pause", "n3", ["n1",
         ok = False
         continue
     print(f"{fault} of {node}: its shards owned elsewhere {1000 * (owned - t):.0f} ms after, served {1000 * (served - t):.0f} ms after (lease 3000 ms)")
+# Each message's latency (sent → the recipient's socket had it), by the phase it was sent in.
+start = float(open(f"{work}/start.at").read())
+history = json.load(open(f"{work}/jepsen.json"))["history"]
+sent = {e["what"]["send"]: e["t_ms"] for e in history if "send" in e["what"]}
+got = {}
+for e in history:
+    if "message" in e["what"] and not e["what"].get("is_me"):
+        got.setdefault(e["what"]["message"], e["t_ms"])
+marks = [("before", 0.0)] + [(name, 1000 * (float(open(f"{work}/{f}.at").read()) - start)) for f, name in
+         [("kill", "n2 killed"), ("restarted", "n2 joins again"), ("pause", "n3 paused"), ("resumed", "n3 resumed")]]
+for i, (name, begin) in enumerate(marks):
+    end = marks[i + 1][1] if i + 1 < len(marks) else float("inf")
+    xs = sorted(got[m] - t for m, t in sent.items() if m in got and begin <= t < end)
+    if xs:
+        print(f"  sent {name:<15} {len(xs):>4} messages, latency p50 {xs[len(xs) // 2]} ms, p99 {xs[min(len(xs) - 1, int(len(xs) * 0.99))]} ms, max {xs[-1]} ms")
 rejoined = sum("joined the cluster" in l for l in lines("n2"))
 lost = any("cluster membership lost" in l for l in lines("n3"))
 print(f"n2 joined {rejoined} times; n3 lost its membership: {lost}")
