@@ -84,6 +84,18 @@ impl Scenario {
         let msgs = self.pairs * (self.warmup + self.per_pair);
         RUN_DEADLINE.max(Duration::from_secs((msgs / SLOWEST_MSGS_PER_SEC) as u64))
     }
+
+    /// The load this scenario runs.
+    fn load(&self) -> RelayLoadConfig {
+        RelayLoadConfig {
+            warmup_msgs_per_pair: self.warmup,
+            msgs_per_pair: self.per_pair,
+            plaintext_bytes: PLAINTEXT_BYTES,
+            receipt_batch: RECEIPT_BATCH,
+            deadline: self.deadline(),
+            in_flight_per_pair: self.in_flight,
+        }
+    }
 }
 
 fn scenarios(full: bool) -> Vec<Scenario> {
@@ -237,14 +249,7 @@ async fn one(relay: &mut BenchRelay, s: &Scenario) -> Result<(), Box<dyn std::er
         s.pairs,
         setup.elapsed().as_secs_f64()
     );
-    let cfg = RelayLoadConfig {
-        warmup_msgs_per_pair: s.warmup,
-        msgs_per_pair: s.per_pair,
-        plaintext_bytes: PLAINTEXT_BYTES,
-        receipt_batch: RECEIPT_BATCH,
-        deadline: s.deadline(),
-        in_flight_per_pair: s.in_flight,
-    };
+    let cfg = s.load();
     let report = run_relay_load(relay, pairs, &cfg).await?;
     if s.in_flight > 1 {
         print_windowed(&report, s.in_flight);
@@ -429,14 +434,7 @@ async fn one_external(
         s.pairs,
         setup.elapsed().as_secs_f64()
     );
-    let cfg = RelayLoadConfig {
-        warmup_msgs_per_pair: s.warmup,
-        msgs_per_pair: s.per_pair,
-        plaintext_bytes: PLAINTEXT_BYTES,
-        receipt_batch: RECEIPT_BATCH,
-        deadline: s.deadline(),
-        in_flight_per_pair: s.in_flight,
-    };
+    let cfg = s.load();
     let report = run_relay_load(bench, pairs, &cfg).await?;
     if s.in_flight > 1 {
         print_windowed(&report, s.in_flight);
@@ -466,14 +464,7 @@ async fn one_process(
     let frame_bytes = pairs
         .first()
         .map_or(PLAINTEXT_BYTES, |p| msg_frame_len(p, PLAINTEXT_BYTES));
-    let cfg = RelayLoadConfig {
-        warmup_msgs_per_pair: s.warmup,
-        msgs_per_pair: s.per_pair,
-        plaintext_bytes: PLAINTEXT_BYTES,
-        receipt_batch: RECEIPT_BATCH,
-        deadline: s.deadline(),
-        in_flight_per_pair: s.in_flight,
-    };
+    let cfg = s.load();
     let before = relay.usage()?;
     let ran = wall_now();
     let report = run_relay_load(bench, pairs, &cfg).await?;

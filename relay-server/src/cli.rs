@@ -226,7 +226,7 @@ pub(crate) struct Args {
     /// (HAProxy: `option forwardfor`); its own connections are not held to
     /// --max-connections-per-addr. Never an address clients connect from: they could claim
     /// any address.
-    #[arg(long = "trusted-proxy", value_name = "IP", env = "RELAY_TRUSTED_PROXIES",
+    #[arg(long = "trusted-proxy", value_name = "IP", env = "RELAY_TRUSTED_PROXY",
           value_delimiter = ',', help_heading = CLUSTER)]
     pub(crate) trusted_proxies: Vec<std::net::IpAddr>,
 

@@ -32,8 +32,8 @@
 //!   response, e.g. 401, *before* upgrading). Every response carries permissive CORS headers
 //!   and `OPTIONS` is answered as a preflight (the PWA is served from another origin).
 //! * **Probes**: `GET /healthz` answers 200 `{"status":"live","role":…}` while the process
-//!   serves HTTP; `GET /readyz` answers 200 `{"status":"ready","role":"active"}` while it
-//!   serves clients, else 503 with the wire error body: `NOT_LEADER` (a standby),
+//!   serves HTTP; `GET /readyz` answers 200 `{"status":"ready","role":"active","shards":[…]}`
+//!   (the shards it serves) while it serves clients, else 503 with the wire error body: `NOT_LEADER` (a standby),
 //!   `STORAGE_UNAVAILABLE` (the store is down and the relay could not be rebuilt),
 //!   `SERVER_SHUTTING_DOWN`. Point a load balancer's health check at `/readyz`.
 //! * **Active/standby** ([`RelayServer::campaigning`], [`leadership`]): the server binds at once

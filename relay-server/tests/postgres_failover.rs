@@ -748,7 +748,10 @@ async fn a_single_relay_is_live_and_ready_and_postgres_needs_a_secrets_dir() {
     let addr = common::listening_addr(&log, &mut child).expect("the relay listens");
     let relay = Relay { child, addr, log };
     let ready = wait_ready(&relay).await;
-    assert_eq!(ready, json!({"status": "ready", "role": "active"}));
+    assert_eq!(
+        ready,
+        json!({"status": "ready", "role": "active", "shards": [0]})
+    );
     let (status, live) = probe(addr, "/healthz").await.unwrap();
     assert_eq!(
         (status, live),
