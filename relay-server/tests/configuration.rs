@@ -355,3 +355,47 @@ fn the_container_file_builds_in_two_stages_and_runs_unprivileged() {
     let ignore = std::fs::read_to_string(repo_file("deploy/Containerfile.dockerignore")).unwrap();
     assert!(ignore.lines().any(|l| l == "target"));
 }
+
+/// The cluster's example files (`deploy/cluster/`): a node's configuration passes
+/// `--check-config` as a cluster node (its keys and directories redirected to a temporary
+/// directory), and HAProxy's keeps the nodes' links private, names the client and checks
+/// readiness.
+#[test]
+fn the_cluster_example_is_a_cluster_node_behind_a_load_balancer_it_believes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = relay()
+        .args([
+            "--config",
+            repo_file("deploy/cluster/relay-node.toml")
+                .to_str()
+                .unwrap(),
+            "--check-config",
+        ])
+        .env("RELAY_SECRETS_DIR", dir.path().join("secrets"))
+        .env("RELAY_BLOB_DIR", dir.path().join("blobs"))
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}{stdout}", text(&out.stderr));
+    for line in [
+        "cluster-node = \"n1\"  # file",
+        "shards = 12  # file",
+        "trusted-proxy = [\"10.0.0.10\"]  # file",
+        "listen = \"10.0.0.11:8080\"  # file",
+    ] {
+        assert!(stdout.contains(line), "{line} not in:\n{stdout}");
+    }
+    let haproxy = std::fs::read_to_string(repo_file("deploy/cluster/haproxy.cfg")).unwrap();
+    for directive in [
+        "http-request deny deny_status 404 if { path_beg /cluster/ }",
+        "option forwardfor",
+        "option httpchk GET /readyz",
+        "timeout tunnel",
+        "server n1 10.0.0.11:8080 check",
+    ] {
+        assert!(
+            haproxy.contains(directive),
+            "{directive} not in deploy/cluster/haproxy.cfg"
+        );
+    }
+}
