@@ -88,8 +88,8 @@ wait_ready() {
 write_haproxy() {
   local lb=$1 nodes=$2
   {
+    # No global maxconn: HAProxy derives it from the open-file limit it is given.
     echo "global"
-    echo "    maxconn 4096"
     echo "defaults"
     echo "    mode http"
     echo "    timeout connect 2s"
