@@ -52,11 +52,7 @@ async fn start(server: RelayServer) -> Running {
     let connections = server.connections();
     let metrics = Metrics::new();
     let server = server.with_metrics(metrics.clone());
-    let stop = Arc::new(Notify::new());
-    let stopped = Arc::clone(&stop);
-    let task = tokio::spawn(server.serve::<Tokio>(listener, async move {
-        stopped.notified().await;
-    }));
+    let (stop, task) = common::serve_until_notified(server, listener);
     Running {
         addr,
         connections,

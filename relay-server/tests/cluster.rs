@@ -21,7 +21,7 @@ use relay_server::cluster::{JoinFuture, Membership, Node, Owned, ShardLease};
 use relay_server::leadership::TermStore;
 use seam::net::{HttpRequest, Listener as _, Network as _, Tokio};
 use serde_json::{Value, json};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message;
 
 const SHARDS: u16 = 2;
@@ -161,11 +161,7 @@ async fn a_node_follows_its_membership_shard_by_shard() {
         .await
         .unwrap();
     let relay = listener.local_addr().unwrap();
-    let stop = Arc::new(Notify::new());
-    let stopped = Arc::clone(&stop);
-    let served = tokio::spawn(server.serve::<Tokio>(listener, async move {
-        stopped.notified().await;
-    }));
+    let (stop, served) = common::serve_until_notified(server, listener);
 
     // Both shards served here: the whole path works, across the two cores.
     let home = FromAddr(Ipv4Addr::LOCALHOST);

@@ -54,11 +54,7 @@ async fn start_with(config: Config, limits: ServeLimits) -> Running {
         .with_limits(limits);
     let connections = server.connections();
     let outbound = server.outbound_bytes();
-    let stop = Arc::new(Notify::new());
-    let stopped = Arc::clone(&stop);
-    let task = tokio::spawn(server.serve::<Tokio>(listener, async move {
-        stopped.notified().await;
-    }));
+    let (stop, task) = common::serve_until_notified(server, listener);
     Running {
         addr,
         connections,

@@ -22,7 +22,6 @@ use relay_core::{Config, MemoryBlobStore, store::MemoryStore};
 use relay_server::RelayServer;
 use seam::net::{Listener as _, Network, Tokio};
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 mod common;
@@ -84,11 +83,7 @@ async fn run_flow() -> Secrets {
         ..Config::default()
     };
     let server = RelayServer::in_memory(config, 3, MemoryStore::new(), MemoryBlobStore::new());
-    let stop = Arc::new(Notify::new());
-    let stopped = Arc::clone(&stop);
-    let task = tokio::spawn(server.serve::<Tokio>(listener, async move {
-        stopped.notified().await;
-    }));
+    let (stop, task) = common::serve_until_notified(server, listener);
 
     let alice = account(relay, FromAddr(ALICE_ADDR), 1).await;
     let bob = account(relay, FromAddr(BOB_ADDR), 2).await;

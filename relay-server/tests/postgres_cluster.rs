@@ -69,11 +69,7 @@ async fn node(pg: &PgConfig, name: &str) -> Running {
     let server = RelayServer::clustered(membership.with_metrics(metrics.clone()))
         .with_cluster_key(ClusterKey::new([42; 32]))
         .with_metrics(metrics.clone());
-    let stop = Arc::new(Notify::new());
-    let stopped = Arc::clone(&stop);
-    let task = tokio::spawn(server.serve::<Tokio>(listener, async move {
-        stopped.notified().await;
-    }));
+    let (stop, task) = common::serve_until_notified(server, listener);
     Running {
         addr,
         metrics,

@@ -380,3 +380,20 @@ pub(crate) async fn inbox(ws: &mut Ws) -> Vec<(String, u64)> {
     }
     got
 }
+
+/// Serves `server` on `listener` on a task of its own until the returned `Notify` is notified:
+/// the stop, and the task (the server's result once it has drained).
+pub(crate) fn serve_until_notified(
+    server: relay_server::RelayServer,
+    listener: <seam::net::Tokio as seam::net::Network>::Listener,
+) -> (
+    std::sync::Arc<tokio::sync::Notify>,
+    tokio::task::JoinHandle<io::Result<()>>,
+) {
+    let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+    let stopped = std::sync::Arc::clone(&stop);
+    let task = tokio::spawn(server.serve::<seam::net::Tokio>(listener, async move {
+        stopped.notified().await;
+    }));
+    (stop, task)
+}
