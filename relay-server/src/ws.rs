@@ -72,18 +72,24 @@ pub(super) async fn upgrade(
         Ok(accept) => accept,
         Err(refusal) => return relay_response(refusal),
     };
-    // A cluster node passes an upgrade for a shard another node serves on to it, once.
-    if let Some(onward) = &app.onward
-        && onward.client_of(request.headers()).is_none()
-        && let Some(cores) = app.cores()
-        && let Err(shard) = cores.for_upgrade(query.as_deref().unwrap_or_default())
-    {
-        let client = app.client_network(&peer, request.headers());
-        return onward
-            .upgrade(shard, request, &client)
-            .await
-            .unwrap_or_else(|| app.not_here());
-    }
+    // The core serving the account now: this socket belongs to its term, and ends with it.
+    let Some(cores) = app.cores() else {
+        return app.refusal();
+    };
+    let core = match cores.for_upgrade(query.as_deref().unwrap_or_default()) {
+        Ok(core) => core,
+        // A cluster node passes an upgrade for a shard another node serves on to it, once.
+        Err(shard) => match &app.onward {
+            Some(onward) if onward.client_of(request.headers()).is_none() => {
+                let client = app.client_network(&peer, request.headers());
+                return onward
+                    .upgrade(shard, request, &client)
+                    .await
+                    .unwrap_or_else(|| app.not_here());
+            }
+            _ => return app.not_here(),
+        },
+    };
     let Some(on_upgrade) = request.extensions_mut().remove::<OnUpgrade>() else {
         return relay_response(HttpResponse::error(
             400,
@@ -91,8 +97,8 @@ pub(super) async fn upgrade(
             "this connection cannot be upgraded to a WebSocket (HTTP/1.1 is needed)",
         ));
     };
-    let (connected, core) = match authenticate(&app, query, request.headers()).await {
-        Ok(accepted) => accepted,
+    let connected = match authenticate(&app, &core, query, request.headers()).await {
+        Ok(connected) => connected,
         Err(refusal) => return refusal,
     };
     let UpgradeCore {
@@ -130,13 +136,14 @@ pub(super) async fn upgrade(
     response
 }
 
-/// Asks the core of the account the query names to authenticate the upgrade: the accepted
-/// connection, that core's inputs and its thread's runtime, or the refusal.
+/// Asks `core` (the one of the account the query names) to authenticate the upgrade: the
+/// accepted connection, or the refusal.
 async fn authenticate(
     app: &App,
+    core: &UpgradeCore,
     query: Option<String>,
     headers: &HeaderMap,
-) -> Result<(Connected, UpgradeCore), Response> {
+) -> Result<Connected, Response> {
     #[allow(
         clippy::needless_update,
         reason = "relay-core is growing: new WsConnect fields keep their defaults here"
@@ -148,14 +155,6 @@ async fn authenticate(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
         ..WsConnect::default()
-    };
-    // The inputs of the core serving its account now: this socket belongs to its term, and
-    // ends with it.
-    let Some(cores) = app.cores() else {
-        return Err(app.refusal());
-    };
-    let Ok(core) = cores.for_upgrade(&ws.query) else {
-        return Err(app.not_here());
     };
     let (reply, answer) = oneshot::channel();
     if core
@@ -171,7 +170,7 @@ async fn authenticate(
         Ok(Err(refusal)) => return Err(relay_response(refusal)),
         Err(_) => return Err(app.refusal()),
     };
-    Ok((connected, core))
+    Ok(connected)
 }
 
 /// The checks of an upgrade's handshake (RFC 6455 §4.2.1; the method is the router's):
