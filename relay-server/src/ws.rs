@@ -101,6 +101,18 @@ pub(super) async fn upgrade(
         Ok(connected) => connected,
         Err(refusal) => return refusal,
     };
+    serve_upgraded(&app, core, connected, &accept, on_upgrade)
+}
+
+/// Answers an accepted upgrade with 101 and spawns the socket's task, which runs once Hyper
+/// hands the connection over.
+fn serve_upgraded(
+    app: &App,
+    core: UpgradeCore,
+    connected: Connected,
+    accept: &HeaderValue,
+    on_upgrade: OnUpgrade,
+) -> Response {
     let UpgradeCore {
         shard,
         inputs,
@@ -111,7 +123,7 @@ pub(super) async fn upgrade(
         inputs: inputs.clone(),
         slow: false,
     };
-    let response = switching_protocols(&accept, connected.subprotocol);
+    let response = switching_protocols(accept, connected.subprotocol);
     // Connection ids are per core: the shard tells a sharded relay's sockets apart.
     let span = info_span!("ws", shard = shard.0, conn = connected.conn.0, user = %connected.user);
     let socket = Socket {
