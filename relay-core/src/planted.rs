@@ -124,12 +124,16 @@ pub enum PlantedBug {
     /// through it, instead of being held until the gap is filled: the owner, acknowledged
     /// through it, forgets the missing one, and what comes is out of order.
     HandoffGapNotHeld,
+    /// `handoff`: a shard's core that starts (the shard's next owner after a move, or the same
+    /// relay after a restart) does not load its outbox rows, so the hand-offs its previous
+    /// term had not had acknowledged are never sent again and their messages never arrive.
+    HandoffOutboxNotResumed,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl PlantedBug {
     /// Every planted bug.
-    pub const ALL: [Self; 32] = [
+    pub const ALL: [Self; 33] = [
         Self::AckWithoutCommit,
         Self::ReceiptClearsBeyondSeq,
         Self::NoMessageDedup,
@@ -162,6 +166,7 @@ impl PlantedBug {
         Self::ReceiptAtReadersShard,
         Self::HandoffApplyNotIdempotent,
         Self::HandoffGapNotHeld,
+        Self::HandoffOutboxNotResumed,
     ];
 }
 

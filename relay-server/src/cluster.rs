@@ -170,9 +170,9 @@ pub(super) struct ClusterSupervisor {
     pub(super) connections: ConnectionCounter,
 }
 
-/// Makes the links of a node (its name) to the addresses of a directory.
+/// Makes the links of a node (its name and its own address) to the addresses of a directory.
 pub(super) type RemoteFactory =
-    Arc<dyn Fn(String, watch::Receiver<BTreeMap<u16, String>>) -> Remote + Send + Sync>;
+    Arc<dyn Fn((String, String), watch::Receiver<BTreeMap<u16, String>>) -> Remote + Send + Sync>;
 
 /// With a cluster key: how each membership makes its links to the other nodes, proved with
 /// `key` at `clock`'s time, on the calling runtime, over network `N`.
@@ -183,13 +183,7 @@ pub(super) fn remote_factory<N: Network>(
     let key = key?;
     let runtime = tokio::runtime::Handle::current();
     Some(Arc::new(move |me, directory| {
-        Remote::new::<N>(
-            me,
-            key.clone(),
-            Arc::clone(&clock),
-            directory,
-            runtime.clone(),
-        )
+        Remote::new::<N>(me, key.clone(), Arc::clone(&clock), directory, &runtime)
     }))
 }
 
@@ -286,13 +280,13 @@ impl ClusterSupervisor {
             holder,
         } = node;
         let routing = tokio::spawn(follow_directory(
-            (name.clone(), address),
+            (name.clone(), address.clone()),
             directory.clone(),
             self.routes.clone(),
             self.connections.clone(),
         ));
         let remote = self.remote.as_ref().map(|make| {
-            let links = make(name.clone(), directory);
+            let links = make((name.clone(), address), directory);
             Arc::new(move |c: &relay_core::handoff::Crossing| links.send(c)) as RemoteSink
         });
         let (ended_tx, mut ended_rx) = mpsc::channel::<u16>(usize::from(map.shards()));
@@ -349,11 +343,21 @@ impl ClusterSupervisor {
         push: Option<&PushSink>,
     ) {
         let mut moves = Moves::default();
+        // Planned to leave before its core started here: nothing ran here under its epoch,
+        // so it is handed over at once.
+        let never_started: Vec<(u16, u64)> = shards
+            .iter()
+            .filter(|(shard, lease)| lease.leaving && !here.local.contains_key(shard))
+            .map(|(shard, lease)| (*shard, lease.epoch))
+            .collect();
         let going = going(&mut here.local, shards);
         if !going.is_empty() {
             // Handlers stop sending to those cores before they stop.
             self.publish(here.map, &here.local, peers_tx);
             let_go(going, &mut here.hand_over, &mut moves).await;
+        }
+        for (shard, epoch) in never_started {
+            hand_over_one(&mut here.hand_over, (shard, epoch), &mut moves).await;
         }
         for (shard, lease) in shards {
             if lease.leaving || here.local.contains_key(shard) {
@@ -529,14 +533,19 @@ async fn let_go(going: Vec<(u16, Local, bool)>, hand_over: &mut HandOver, moves:
         // The core lets its batches in flight finish before it ends.
         let _ = l.task.await;
         if planned {
-            match hand_over(shard, l.epoch).await {
-                Ok(()) => moves.handed += 1,
-                Err(e) => {
-                    warn!(shard, error = %e, "handing the shard over failed: its move is forced at the deadline");
-                }
-            }
+            hand_over_one(hand_over, (shard, l.epoch), moves).await;
         } else {
             moves.lost += 1;
+        }
+    }
+}
+
+/// Hands `shard` of `epoch` over (its core stopped, or never started here).
+async fn hand_over_one(hand_over: &mut HandOver, (shard, epoch): (u16, u64), moves: &mut Moves) {
+    match hand_over(shard, epoch).await {
+        Ok(()) => moves.handed += 1,
+        Err(e) => {
+            warn!(shard, error = %e, "handing the shard over failed: its move is forced at the deadline");
         }
     }
 }

@@ -9,7 +9,10 @@
 //!   ([`PEER_QUEUE`]), an owner the directory does not know and an envelope queued when the
 //!   connection failed are lost, as a crossing lost on the way: the hand-off protocol sends
 //!   what must arrive again, and the rest (typing, a forward answered by its timeout) may be
-//!   lost anyway.
+//!   lost anyway. A crossing for a shard the directory names no other node for (none, or
+//!   this node, which just gave it up: the directory follows the membership a heartbeat
+//!   later) waits up to [`HELD_CROSSING_MS`] for the directory to name one (at most
+//!   [`HELD_CROSSINGS`] wait), so that a forward's answer is not lost to a move.
 //! * **Incoming** (`GET PEER_PATH`): the upgrade needs a proof ([`proof`]): HMAC-SHA256 under
 //!   the cluster's key of the sending node's name and the time, within
 //!   [`PEER_PROOF_SKEW_S`] of this node's clock; without a cluster key the route does not
@@ -22,7 +25,11 @@
 //!   nodes' addresses belong on their private network, and a load balancer in front of the
 //!   nodes should not pass `/cluster/` from clients.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::Arc,
+    time::Duration,
+};
 
 use axum::{
     extract::{Request, State},
@@ -40,7 +47,7 @@ use tokio_tungstenite::{
     WebSocketStream,
     tungstenite::protocol::{Role, WebSocketConfig},
 };
-use tracing::{debug, info, warn};
+use tracing::{debug, info, trace, warn};
 
 pub use super::cluster_key::{ClusterKey, PEER_PROOF_SKEW_S, proof};
 use super::driver::Input;
@@ -55,13 +62,28 @@ pub const PEER_RECONNECT_MS: u64 = 500;
 /// Connecting a link (TCP and the upgrade) within this time, or trying again.
 pub const PEER_CONNECT_TIMEOUT_MS: u64 = 3_000;
 
+/// A crossing for a shard the directory names no other node for waits this long at most for
+/// it to name one, then is dropped.
+pub const HELD_CROSSING_MS: u64 = 2_000;
+/// Crossings waiting for the directory at most; one past it is dropped.
+pub const HELD_CROSSINGS: usize = 1_024;
+
 /// Where the crossings for shards not served here go: this node's links to the others.
 pub(crate) struct Remote {
+    inner: Arc<Links>,
+}
+
+/// A node's links, and the crossings waiting for the directory to name their shard's owner.
+struct Links {
     me: String,
+    /// This node's own address as the directory names it.
+    address: String,
     key: ClusterKey,
     clock: Arc<dyn Clock>,
     directory: watch::Receiver<BTreeMap<u16, String>>,
     links: std::sync::Mutex<BTreeMap<String, mpsc::Sender<String>>>,
+    /// Crossings for a shard no other node is named for yet, each with when it is dropped.
+    held: std::sync::Mutex<VecDeque<(u64, Crossing)>>,
     start_link: Arc<dyn Fn(Link) + Send + Sync>,
 }
 
@@ -75,39 +97,110 @@ pub(crate) struct Link {
 }
 
 impl Remote {
-    /// The links of node `me`, to the addresses `directory` names, started on `runtime`
-    /// over network `N`.
+    /// The links of node `me` (its own address `address`), to the addresses `directory`
+    /// names, started on `runtime` over network `N`.
     pub(crate) fn new<N: Network>(
-        me: String,
+        (me, address): (String, String),
         key: ClusterKey,
         clock: Arc<dyn Clock>,
         directory: watch::Receiver<BTreeMap<u16, String>>,
-        runtime: tokio::runtime::Handle,
+        runtime: &tokio::runtime::Handle,
     ) -> Self {
-        Self {
+        let link_runtime = runtime.clone();
+        let inner = Arc::new(Links {
             me,
+            address,
             key,
             clock,
-            directory,
+            directory: directory.clone(),
             links: std::sync::Mutex::default(),
-            start_link: Arc::new(move |link| drop(runtime.spawn(link.run::<N>()))),
-        }
+            held: std::sync::Mutex::default(),
+            start_link: Arc::new(move |link| drop(link_runtime.spawn(link.run::<N>()))),
+        });
+        runtime.spawn(release_held(Arc::downgrade(&inner), directory));
+        Self { inner }
     }
 
     /// Sends `c` to the node serving its shard, without waiting (see the module doc).
     pub(crate) fn send(&self, c: &Crossing) {
-        let to = c.to().0;
-        let Some(address) = self.directory.borrow().get(&to).cloned() else {
-            debug!(to, "crossing for a shard no node serves now: dropped");
+        self.inner.send(c);
+    }
+}
+
+/// Sends the held crossings whose shard the directory names a node for, each time it
+/// changes, until the links are dropped or the directory ends.
+async fn release_held(
+    links: std::sync::Weak<Links>,
+    mut directory: watch::Receiver<BTreeMap<u16, String>>,
+) {
+    while directory.changed().await.is_ok() {
+        let Some(links) = links.upgrade() else {
             return;
         };
+        let held = links
+            .held
+            .lock()
+            .map(|mut held| std::mem::take(&mut *held))
+            .unwrap_or_default();
+        for (until, c) in held {
+            links.send_or_hold(c, until);
+        }
+    }
+}
+
+impl Links {
+    /// The address of the node serving shard `to`, unless the directory names none or
+    /// this node (which no longer serves it: it just moved).
+    fn owner(&self, to: u16) -> Option<String> {
+        self.directory
+            .borrow()
+            .get(&to)
+            .filter(|address| **address != self.address)
+            .cloned()
+    }
+
+    fn send(&self, c: &Crossing) {
+        let until = self.clock.now().0.saturating_add(HELD_CROSSING_MS);
+        self.send_or_hold(c.clone(), until);
+    }
+
+    /// Sends `c` to its shard's owner, or holds it until `until` for the directory to name
+    /// one (a shard that just moved: the directory follows the membership a moment later).
+    fn send_or_hold(&self, c: Crossing, until: u64) {
+        let to = c.to().0;
+        if let Some(address) = self.owner(to) {
+            self.to_link(&address, &c);
+            return;
+        }
+        let now = self.clock.now().0;
+        let Ok(mut held) = self.held.lock() else {
+            return;
+        };
+        while held.front().is_some_and(|(until, _)| *until <= now) {
+            held.pop_front();
+            debug!("crossing dropped: no node was named for its shard in time");
+        }
+        if until <= now || held.len() >= HELD_CROSSINGS {
+            debug!(to, "crossing for a shard no other node serves now: dropped");
+            return;
+        }
+        trace!(
+            to,
+            "crossing held until the directory names its shard's node"
+        );
+        held.push_back((until, c));
+    }
+
+    /// Queues `c` on the link to `address`, starting the link if there is none.
+    fn to_link(&self, address: &str, c: &Crossing) {
+        let to = c.to().0;
         let Ok(mut links) = self.links.lock() else {
             return;
         };
-        let link = links.entry(address.clone()).or_insert_with(|| {
+        let link = links.entry(address.to_owned()).or_insert_with(|| {
             let (sender, queue) = mpsc::channel(PEER_QUEUE);
             (self.start_link)(Link {
-                address: address.clone(),
+                address: address.to_owned(),
                 queue,
                 me: self.me.clone(),
                 key: self.key.clone(),
@@ -116,12 +209,12 @@ impl Remote {
             sender
         });
         match link.try_send(envelope::encode(c)) {
-            Ok(()) => {}
+            Ok(()) => trace!(to, %address, "crossing to a node"),
             Err(mpsc::error::TrySendError::Full(_)) => {
                 debug!(to, %address, "crossing dropped: the link's queue is full");
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
-                links.remove(&address);
+                links.remove(address);
             }
         }
     }
@@ -221,6 +314,7 @@ where
             }
         };
         let shard: ShardId = crossing.to();
+        trace!(to = shard.0, "crossing from a node");
         let core = app.cores().and_then(|cores| cores.for_shard(shard));
         match core {
             Some(core) => {

@@ -21,6 +21,11 @@ pub const RELAY: &str = "relay";
 pub const RELAY_A: &str = "relay-a";
 /// The second relay of the failover topology.
 pub const RELAY_B: &str = "relay-b";
+/// The third node of the cluster topology (the first two are [`RELAY_A`] and [`RELAY_B`]).
+pub const RELAY_C: &str = "relay-c";
+/// The fewest shards a run of the cluster topology has (more when the run's relay is drawn
+/// with more).
+pub const MIN_CLUSTER_SHARDS: u16 = 4;
 /// Host name of the payment processor stand-in.
 pub const PAY: &str = "pay";
 /// The webhook secret the relay and the payment processor stand-in share (the drills sign
@@ -99,3 +104,8 @@ pub const STORM_WAVE_MS: u64 = 4;
 /// How long a failover lease lasts without renewal (PostgreSQL: the lock session's
 /// `idle_session_timeout`, 3 s in `relay_pg`).
 pub const LEASE_MS: u64 = 3_000;
+/// Cluster topology: after a node's lease lapsed, each of its shards is served by another
+/// node (its core opened under the shard's next epoch) within this long: the next heartbeat
+/// of a live node moves it, the new owner's next one starts its core (two renewal periods),
+/// plus scheduling. From the dead node's last renewal: the lease plus this.
+pub const TAKEOVER_BOUND_MS: u64 = 1_500;

@@ -151,20 +151,21 @@ impl Leadership for SimLeadership {
     }
 }
 
-/// The load balancer on the `relay` host: each accepted connection goes to the lease holder
-/// (refused, i.e. closed at once, while nobody holds it). An end is passed on as an end, after
+/// The load balancer on the `relay` host: each accepted connection goes to the relay `pick`
+/// names (the lease holder; in the cluster topology, the live nodes in turn), and is refused,
+/// i.e. closed at once, while it names none. An end is passed on as an end, after
 /// every byte before it (a half-close, as TCP proxies do): a relay that closes a socket
 /// cleanly — its Close frame, then its FIN — is seen so by the client, whose later bytes the
 /// balancer reads and drops for 10 s (`LINGER_MS`) rather than reset it with them unread. A failure
 /// (a reset, a failed write) on either side tears the whole connection down: a relay that
 /// resets a client it stopped reading for is seen by that client as a reset, as without a
 /// balancer.
-pub async fn balancer(ctl: StoreCtl, port: u16) -> std::io::Result<()> {
+pub async fn balancer(mut pick: impl FnMut() -> Option<String>, port: u16) -> std::io::Result<()> {
     let listener =
         turmoil::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))).await?;
     loop {
         let (client, _) = listener.accept().await?;
-        let Some(target) = ctl.leader() else {
+        let Some(target) = pick() else {
             drop(client);
             continue;
         };

@@ -38,6 +38,7 @@
 //! | [`transit`] | what happens to each crossing between a sharded relay's cores (lost, repeated, delayed) while a fault of the plan lasts, drawn per crossing, and the counts | `seeds`, `time` |
 //! | [`pushworld`] | the push stand-ins the relay delivers to for real | `bounds`, `seeds` |
 //! | [`failover`] | active/standby relays: [`SimLeadership`](failover::SimLeadership), the load balancer | `bounds`, `store`, `time` |
+//! | [`cluster`] | cluster nodes: [`SimMembership`](cluster::SimMembership) over the store's membership tables, the balancer's pick | `bounds`, `failover`, `store`, `time` |
 //! | `world` | the state the hosts share (`World`, `HostCtx`), the commerce ledger, what the drills did | `bounds`, `class`, `faults`, `pushworld`, `scenario`, `store`, `time`, `trace`, `transit`, `violation` |
 //! | `market` | the scripted purchases, listings, buys, payments, binds and the commerce audit | `scenario`, `time`, `world` |
 //! | `hostile` | raw clients: floods, dishonest requests, slow consumers, storms | `bounds`, `faults`, `time`, `violation`, `world` |
@@ -54,6 +55,7 @@
 
 pub mod bounds;
 pub mod class;
+pub mod cluster;
 pub mod coverage;
 pub mod drills;
 pub mod failover;

@@ -43,11 +43,19 @@ pub enum Planted {
     /// epoch: a frozen leader that resumes after the standby took over still commits, next to
     /// the new leader (split brain).
     UnfencedStore,
+    /// The cluster topology's shard stores ([`crate::cluster`]) check no shard epoch: a node
+    /// that lost a shard (frozen past its lease, cut from the database) still commits for
+    /// it after the move.
+    ShardUnfenced,
+    /// The cluster topology's membership renews a node's lease after it lapsed, and its
+    /// renewal writes the shards it last owned back to it under their current epochs: the
+    /// node that took them over meanwhile and the renewed one both serve them.
+    LeaseRenewedAfterLapse,
 }
 
 impl Planted {
     /// Every planted bug.
-    pub const ALL: [Self; 35] = [
+    pub const ALL: [Self; 38] = [
         Self::Relay(PlantedBug::AckWithoutCommit),
         Self::Relay(PlantedBug::ReceiptClearsBeyondSeq),
         Self::Relay(PlantedBug::NoMessageDedup),
@@ -80,9 +88,12 @@ impl Planted {
         Self::Relay(PlantedBug::ReceiptAtReadersShard),
         Self::Relay(PlantedBug::HandoffApplyNotIdempotent),
         Self::Relay(PlantedBug::HandoffGapNotHeld),
+        Self::Relay(PlantedBug::HandoffOutboxNotResumed),
         Self::NoWriteDeadline,
         Self::NoPushDelivery,
         Self::UnfencedStore,
+        Self::ShardUnfenced,
+        Self::LeaseRenewedAfterLapse,
     ];
 
     /// CLI name.
@@ -124,9 +135,12 @@ impl Planted {
             Self::Relay(PlantedBug::ReceiptAtReadersShard) => "receipt-at-readers-shard",
             Self::Relay(PlantedBug::HandoffApplyNotIdempotent) => "handoff-apply-not-idempotent",
             Self::Relay(PlantedBug::HandoffGapNotHeld) => "handoff-gap-not-held",
+            Self::Relay(PlantedBug::HandoffOutboxNotResumed) => "handoff-outbox-not-resumed",
             Self::NoWriteDeadline => "no-write-deadline",
             Self::NoPushDelivery => "no-push-delivery",
             Self::UnfencedStore => "unfenced-store",
+            Self::ShardUnfenced => "shard-unfenced",
+            Self::LeaseRenewedAfterLapse => "lease-renewed-after-lapse",
         }
     }
 
@@ -134,7 +148,11 @@ impl Planted {
     pub fn relay_bug(self) -> Option<PlantedBug> {
         match self {
             Self::Relay(bug) => Some(bug),
-            Self::NoWriteDeadline | Self::NoPushDelivery | Self::UnfencedStore => None,
+            Self::NoWriteDeadline
+            | Self::NoPushDelivery
+            | Self::UnfencedStore
+            | Self::ShardUnfenced
+            | Self::LeaseRenewedAfterLapse => None,
         }
     }
 
@@ -145,7 +163,11 @@ impl Planted {
                 write_deadline_ms: NO_WRITE_DEADLINE_MS,
                 ..limits
             },
-            Self::Relay(_) | Self::NoPushDelivery | Self::UnfencedStore => limits,
+            Self::Relay(_)
+            | Self::NoPushDelivery
+            | Self::UnfencedStore
+            | Self::ShardUnfenced
+            | Self::LeaseRenewedAfterLapse => limits,
         }
     }
 }

@@ -154,11 +154,19 @@ pub enum Oracle {
     ForgedRefused,
     /// `receipt-kept`.
     ReceiptKept,
+    /// `shard-epochs`.
+    ShardEpochs,
+    /// `takeover`.
+    Takeover,
+    /// `ownership`.
+    Ownership,
+    /// `handoffs-drained`.
+    HandoffsDrained,
 }
 
 impl Oracle {
     /// Every oracle, in the order they are declared.
-    pub const ALL: [Self; 60] = [
+    pub const ALL: [Self; 64] = [
         Self::DuplicateDelivery,
         Self::SeqReused,
         Self::DeliveredExactlyOnce,
@@ -219,6 +227,10 @@ impl Oracle {
         Self::OrderConfirmed,
         Self::ForgedRefused,
         Self::ReceiptKept,
+        Self::ShardEpochs,
+        Self::Takeover,
+        Self::Ownership,
+        Self::HandoffsDrained,
     ];
 
     /// The oracle's name in reports (`duplicate-delivery` ...).
@@ -284,6 +296,10 @@ impl Oracle {
             Self::OrderConfirmed => "order-confirmed",
             Self::ForgedRefused => "forged-refused",
             Self::ReceiptKept => "receipt-kept",
+            Self::ShardEpochs => "shard-epochs",
+            Self::Takeover => "takeover",
+            Self::Ownership => "ownership",
+            Self::HandoffsDrained => "handoffs-drained",
         }
     }
 

@@ -58,7 +58,8 @@ pub(super) fn open_state(
         config.offline_ttl_ms,
         config.order_retention_ms,
     )?;
-    state.load_handoffs(&snapshot, config.shard)?;
+    let resume_outbox = !crate::planted::planted!(config, HandoffOutboxNotResumed);
+    state.load_handoffs(&snapshot, (config.shard, resume_outbox))?;
     drop(snapshot);
     // Tables derived from others that a store written before them lacks: filled once; and
     // the tombstones of older relays, keyed by author, rekeyed by conversation once.

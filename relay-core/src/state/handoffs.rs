@@ -124,15 +124,21 @@ impl Handoffs {
 
 impl State {
     /// Loads the outbox rows and inbox marks of shard `place` (eager tables): the outbox rows
-    /// of the conversations it owns, the marks of its users' streams.
+    /// of the conversations it owns (unless `resume_outbox` is off: only a planted bug turns
+    /// it off), the marks of its users' streams.
     pub(crate) fn load_handoffs(
         &mut self,
         snapshot: &Snapshot,
-        place: ShardPlace,
+        (place, resume_outbox): (ShardPlace, bool),
     ) -> Result<(), StoreError> {
         let mut handoffs = Handoffs::new(place);
         let rows = |t: Table| snapshot.get(&t).into_iter().flat_map(|m| m.iter());
-        for (k, v) in rows(Table::Outbox) {
+        let outbox = if resume_outbox {
+            snapshot.get(&Table::Outbox)
+        } else {
+            None
+        };
+        for (k, v) in outbox.into_iter().flat_map(|m| m.iter()) {
             let r: OutboxRow = decode(Table::Outbox, k, v)?;
             // The rows of the conversations this shard owns.
             if place.map().owner_of([&r.recipient, &r.message.author]) != place.me() {

@@ -40,22 +40,31 @@ pub(super) async fn setup(ctx: &HostCtx, client: &Client<Turmoil>) {
 async fn send_requests(ctx: &HostCtx, client: &Client<Turmoil>, aliases: &BTreeMap<usize, String>) {
     let me = ctx.me;
     for (_, pair) in ctx.scenario.pairs_of(me).filter(|(_, p)| p.a == me) {
-        let to = &aliases[&pair.b];
-        while client.contacts().send_friend_request(to).await.is_err() {
-            sleep_ms(RETRY_MS).await;
-        }
+        request_friend(client, &aliases[&pair.b]).await;
     }
     for r in ctx.scenario.rejections.iter().filter(|r| r.client == me) {
         wait_until(ctx, |w| w.strangers.contains_key(&r.stranger)).await;
         let to = ctx.world.borrow().strangers[&r.stranger].1.clone();
-        while client.contacts().send_friend_request(&to).await.is_err() {
-            sleep_ms(RETRY_MS).await;
+        request_friend(client, &to).await;
+    }
+}
+
+/// A friend request to `to`, sent until it is answered `200`, or `409` (the friendship
+/// exists: an earlier attempt took effect although its answer was lost, e.g. a 503 when the
+/// shard that waited for it moved to another node).
+async fn request_friend(client: &Client<Turmoil>, to: &str) {
+    loop {
+        match client.contacts().send_friend_request(to).await {
+            Ok(_) | Err(client::ClientError::Status(409, _)) => return,
+            Err(_) => sleep_ms(RETRY_MS).await,
         }
     }
 }
 
-/// Accepts every request of a pair this client is the second member of, until none is
-/// pending.
+/// Accepts every request of a pair this client is the second member of, until each one is
+/// in its friends list and accepted. A request may show a while after its sender had it
+/// answered: with shards on several nodes, the entry reaches the recipient's shard as a
+/// notice, sent again until that shard takes it.
 async fn accept_requests(
     ctx: &HostCtx,
     client: &Client<Turmoil>,
@@ -73,11 +82,14 @@ async fn accept_requests(
             sleep_ms(RETRY_MS).await;
             continue;
         };
-        let mut pending = 0;
-        for f in &friends {
-            if incoming.contains(f.alias_id.as_str())
-                && f.status != wire::http::FriendStatus::Accepted
-            {
+        let (mut accepted, mut pending) = (0, 0);
+        for f in friends
+            .iter()
+            .filter(|f| incoming.contains(f.alias_id.as_str()))
+        {
+            if f.status == wire::http::FriendStatus::Accepted {
+                accepted += 1;
+            } else {
                 pending += 1;
                 drop(
                     client
@@ -87,8 +99,12 @@ async fn accept_requests(
                 );
             }
         }
-        if pending == 0 {
+        if accepted == incoming.len() {
             break;
+        }
+        // Nothing to accept yet: a request has not reached this client's list.
+        if pending == 0 {
+            sleep_ms(RETRY_MS).await;
         }
     }
 }

@@ -200,6 +200,13 @@ pub enum FaultAction {
         /// Milliseconds.
         ms: u64,
     },
+    /// The busiest cluster node is cut from the database for `ms`, not from its clients or
+    /// the other nodes: its commits fail, its heartbeats go unanswered (cluster topology
+    /// only).
+    CutFromStore {
+        /// Milliseconds.
+        ms: u64,
+    },
     /// Tells a raw client host to do something.
     Hostile {
         /// Host name (`x0`, ...).
@@ -295,6 +302,9 @@ impl fmt::Display for FaultAction {
                 "relay powers off mid-batch (restart +{restart_after_ms} ms)"
             ),
             Self::Freeze { ms } => write!(f, "active relay freezes for {ms} ms"),
+            Self::CutFromStore { ms } => {
+                write!(f, "busiest node cut from the database for {ms} ms")
+            }
             Self::Hostile { host, act } => write!(f, "{host} {act}"),
             Self::Crossings {
                 ms,

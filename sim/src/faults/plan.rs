@@ -15,7 +15,9 @@ use super::{
     FaultAction, FaultEvent, FaultKind, FaultSelection, HostileAct, SWARM_DEFAULT_WEIGHT,
     SWARM_WEIGHT_SCALE, StoreChoice, StoreKind,
 };
-use crate::bounds::{LEASE_MS, PAY, RELAY, STORM_WAVE, STORM_WAVE_MS, STUCK_MIN_PROVOKE};
+use crate::bounds::{
+    LEASE_MS, MIN_CLUSTER_SHARDS, PAY, RELAY, STORM_WAVE, STORM_WAVE_MS, STUCK_MIN_PROVOKE,
+};
 use crate::scenario::{Scale, Scenario};
 
 /// The faults of one run.
@@ -130,7 +132,11 @@ impl FaultPlan {
             window_ms,
             events: Vec::new(),
         };
-        for kind in kinds.iter().filter(|k| **k != FaultKind::Handoff) {
+        let cluster = kinds.contains(&FaultKind::Cluster);
+        for kind in kinds
+            .iter()
+            .filter(|k| **k != FaultKind::Handoff && !(cluster && **k == FaultKind::Failover))
+        {
             d.kind(*kind, latency_ms);
         }
         let webhook = if kinds.contains(&FaultKind::Webhook) {
@@ -138,8 +144,14 @@ impl FaultPlan {
         } else {
             WebhookFaults::default()
         };
-        // The failover topology's relays run one core each.
-        let shards = if kinds.contains(&FaultKind::Failover) {
+        // The failover topology's relays run one core each; a cluster has at least
+        // `MIN_CLUSTER_SHARDS` shards (the cluster topology replaces the failover one).
+        if kinds.contains(&FaultKind::Cluster) {
+            kinds.remove(&FaultKind::Failover);
+        }
+        let shards = if kinds.contains(&FaultKind::Cluster) {
+            shards.max(MIN_CLUSTER_SHARDS)
+        } else if kinds.contains(&FaultKind::Failover) {
             1
         } else {
             shards
@@ -224,7 +236,11 @@ impl FaultPlan {
                 FaultAction::StallCommit { .. } => FaultKind::CommitSlow,
                 FaultAction::CrashAfterCommit { .. } => FaultKind::CommitCrash,
                 FaultAction::CrashMidBatch { .. } => FaultKind::BatchCrash,
+                FaultAction::Freeze { .. } if self.kinds.contains(&FaultKind::Cluster) => {
+                    FaultKind::Cluster
+                }
                 FaultAction::Freeze { .. } => FaultKind::Failover,
+                FaultAction::CutFromStore { .. } => FaultKind::Cluster,
                 FaultAction::Crossings { .. }
                 | FaultAction::ShardCommitsFail { .. }
                 | FaultAction::ShardStoreDown { .. }
@@ -337,6 +353,7 @@ impl Drawer<'_> {
             FaultKind::ClockSkew => self.clock_skew(),
             FaultKind::Abuse => return self.abuse(),
             FaultKind::Failover => self.failover(),
+            FaultKind::Cluster => self.cluster(),
             FaultKind::Dishonest => return self.dishonest(),
             // Drawn last, for a sharded relay only (`handoff`).
             FaultKind::Handoff => return ControlFlow::Break(()),
@@ -592,6 +609,20 @@ impl Drawer<'_> {
             self.push(e, FaultAction::Restart { host: RELAY.into() });
         } else {
             self.push(s, FaultAction::Freeze { ms: e - s });
+        }
+    }
+
+    /// The busiest cluster node powers off and restarts (a join under load), freezes for
+    /// shorter or longer than its lease, or is cut from the database for a while.
+    fn cluster(&mut self) {
+        let (s, e) = self.span(LEASE_MS * 4);
+        match self.rng.next_u32() % 3 {
+            0 => {
+                self.push(s, FaultAction::Crash { host: RELAY.into() });
+                self.push(e, FaultAction::Restart { host: RELAY.into() });
+            }
+            1 => self.push(s, FaultAction::Freeze { ms: e - s }),
+            _ => self.push(s, FaultAction::CutFromStore { ms: e - s }),
         }
     }
 

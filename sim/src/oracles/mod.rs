@@ -12,6 +12,7 @@
 //! | `market` | `payment-applied-once`, `alias-unique`, `channel-single-owner`, `holds-released`, `quota`, `commerce-model`, `order-records`, `bind-state` |
 //! | [`wire`] | `duplicate-delivery`, `seq-reused` (simulator and Jepsen mode), `ack-lost` (Jepsen mode): over the frames each socket received, before the client's dedup |
 //! | `operator` | `webhook-counts` (the relay's metrics against the webhooks the run sent) |
+//! | `cluster` | `shard-epochs`, `takeover`, `ownership`, `handoffs-drained` (the cluster topology's membership and shards, over what the shared store recorded) |
 //! | `expiry` | `expiry`, `spent-bound`, `queue-bounds`, `drills`, and what the drill host found (`lookup`, `tokenless`, `values`, `reads`, `push-off`, `dedup`, `retract`, `credentials`, `limit-exact`, `push-policy`; see [`crate::drills`]) |
 //!
 //! and `setup`, `host-error`, `panic` from the runner and the sweep. [`observed`] is the
@@ -22,6 +23,7 @@
 //! still-queued copy on `retract`, and a later receipt "up to seq" covers it.
 
 pub mod adversaries;
+mod cluster;
 pub mod delivery;
 mod expiry;
 mod liveness;
@@ -43,7 +45,7 @@ use self::observed::{Ack, Observed, Seen, acked_in};
 use crate::faults::FaultPlan;
 use crate::pushworld::SeenPush;
 use crate::scenario::{Pair, Scenario};
-use crate::store::History;
+use crate::store::{ClusterRecord, History};
 use crate::trace::Record;
 use crate::world::World;
 use client::SharedStore;
@@ -83,6 +85,8 @@ pub(crate) struct Input<'a> {
     pub(crate) relay: &'a relay_core::Config,
     /// The drills the drill host was to run.
     pub(crate) drills: &'a [crate::class::Drill],
+    /// The cluster topology's record (`shards` 0: not a cluster run).
+    pub(crate) cluster: &'a ClusterRecord,
 }
 
 /// Runs every store/trace oracle (after the raw clients' own findings).
@@ -133,6 +137,7 @@ pub(crate) fn check_all(input: &Input<'_>, out: &mut Vec<Violation>) {
     expiry::spent_within_bound(input, out);
     expiry::queues_within_bounds(input, out);
     expiry::drills(input, out);
+    cluster::cluster(input, out);
 }
 
 /// What the clients of a run observed, from its trace.

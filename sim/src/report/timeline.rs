@@ -470,7 +470,9 @@ fn classify(action: &FaultAction) -> Shape {
         | FaultAction::StallCommit { ms }
         | FaultAction::ShardStoreDown { ms, .. }
         | FaultAction::ShardCommitSlow { ms, .. } => Shape::Lasts(*ms, Storage),
-        FaultAction::Crossings { ms, .. } => Shape::Lasts(*ms, Network),
+        FaultAction::Crossings { ms, .. } | FaultAction::CutFromStore { ms } => {
+            Shape::Lasts(*ms, Network)
+        }
         FaultAction::FailCommits { .. }
         | FaultAction::FailReads { .. }
         | FaultAction::CrashAfterCommit { .. }

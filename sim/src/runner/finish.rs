@@ -149,7 +149,13 @@ fn closing_notes(
             seen.iter().filter(|p| p.gone).count()
         ),
     });
-    if failover {
+    let cluster = store.ctl().cluster_record();
+    if cluster.shards > 0 {
+        parts.trace.push(Record::Note {
+            t_ms: end_ms,
+            text: cluster_note(&cluster),
+        });
+    } else if failover {
         let history = store.ctl().history();
         let terms: Vec<String> = history
             .terms
@@ -171,6 +177,31 @@ fn closing_notes(
     });
 }
 
+/// The cluster's moves and takeover times, for the trace's end.
+fn cluster_note(cluster: &crate::store::ClusterRecord) -> String {
+    let takeovers: Vec<u64> = cluster
+        .forced
+        .iter()
+        .filter_map(|m| {
+            let opened = cluster
+                .opened
+                .iter()
+                .filter(|(_, shard, epoch, _)| *shard == m.shard && *epoch >= m.epoch)
+                .map(|(at, ..)| *at)
+                .min()?;
+            Some(opened.saturating_sub(m.lapsed_ms))
+        })
+        .collect();
+    format!(
+        "cluster: {} joins, {} forced moves, {} handed over, {} shard cores opened; takeover after a lapse (ms) {:?}",
+        cluster.joins.len(),
+        cluster.forced.len(),
+        cluster.handed_over,
+        cluster.opened.len(),
+        takeovers
+    )
+}
+
 /// Every oracle over what the run left (the commerce ones only after a complete setup);
 /// the bounds `webhook-counts` judged.
 fn check(
@@ -185,6 +216,7 @@ fn check(
     let plan = &parts.replay.plan;
     let history = store.ctl().history();
     let snapshot = store.snapshot().unwrap_or_default();
+    let cluster = store.ctl().cluster_record();
     let w = parts.world.borrow();
     let input = oracles::Input {
         scenario: &parts.scenario,
@@ -203,6 +235,7 @@ fn check(
         skews: &parts.clocks.iter().map(SkewClock::get).collect::<Vec<_>>(),
         relay,
         drills: &parts.replay.drills,
+        cluster: &cluster,
     };
     oracles::check_all(&input, violations);
     if violations.iter().any(|v| v.oracle == Oracle::Setup) {

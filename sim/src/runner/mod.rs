@@ -165,6 +165,12 @@ impl RunConfig {
         if class == Class::Days {
             plan.add_world_jumps(&crate::class::days_jumps(self.seed, TRAFFIC_WINDOW_MS));
         }
+        // A cluster's shards are spread over its nodes: it has a few at least.
+        let shards = if plan.kinds.contains(&FaultKind::Cluster) {
+            shards.max(crate::bounds::MIN_CLUSTER_SHARDS)
+        } else {
+            shards
+        };
         Replay {
             seed: self.seed,
             bind_vanity: self.bind_vanity,
@@ -482,12 +488,18 @@ fn run_inner(replay: &Replay, relay: &RelaySetup) -> Inner {
         parts.world.borrow_mut().lease = Some(store.ctl().clone());
     }
     parts.world.borrow_mut().crossings = Some(parts.crossings.clone());
-    // A campaigning relay (the failover topology) runs one shard.
-    let relay = &relay.sharded(if sim.failover { 1 } else { replay.shards });
-    #[cfg(feature = "planted-bugs")]
-    if relay.unfenced {
-        store.ctl().set_unfenced();
+    // A campaigning relay (the failover topology) runs one shard; a cluster's membership
+    // spreads the run's shards over its nodes.
+    let relay = &relay.sharded(if sim.failover && !sim.cluster {
+        1
+    } else {
+        replay.shards
+    });
+    if sim.cluster {
+        store.ctl().cluster_enable(replay.shards);
     }
+    #[cfg(feature = "planted-bugs")]
+    relay.plant(store.ctl());
     relay::add_relay_hosts(&mut sim, &parts, &store, relay);
     hosts::add_pay_host(&mut sim, &parts);
     hosts::add_client_hosts(&mut sim, &parts);

@@ -39,9 +39,9 @@ pub(super) struct RelaySetup {
     /// Subscriptions checked with production's push policy (public `https://` destinations
     /// only), whatever the push stand-ins need (the `limits` class).
     production_push: bool,
-    /// Planted: the shared store of the failover topology checks no epoch.
+    /// A bug planted in the shared store (the failover topology's or the cluster's).
     #[cfg(feature = "planted-bugs")]
-    pub(super) unfenced: bool,
+    planted: Option<crate::planted::Planted>,
 }
 
 impl RelaySetup {
@@ -89,7 +89,19 @@ impl RelaySetup {
             #[cfg(not(feature = "planted-bugs"))]
             push: true,
             #[cfg(feature = "planted-bugs")]
-            unfenced: run.planted == Some(crate::planted::Planted::UnfencedStore),
+            planted: run.planted,
+        }
+    }
+
+    /// Plants the run's bug of the shared store, if it has one.
+    #[cfg(feature = "planted-bugs")]
+    pub(super) fn plant(&self, ctl: &crate::store::StoreCtl) {
+        use crate::planted::Planted;
+        match self.planted {
+            Some(Planted::UnfencedStore) => ctl.set_unfenced(),
+            Some(Planted::ShardUnfenced) => ctl.cluster_unfenced(),
+            Some(Planted::LeaseRenewedAfterLapse) => ctl.cluster_renew_lapsed(),
+            _ => {}
         }
     }
 }
@@ -224,7 +236,9 @@ pub(super) fn add_relay_hosts(
             .kinds
             .contains(&crate::faults::FaultKind::CommitSlow)
         && derive_u64(seed, TAG_RELAY, 9).is_multiple_of(2);
-    if sim.failover {
+    if sim.cluster {
+        add_cluster(sim, &relay, seed, parts.replay.shards);
+    } else if sim.failover {
         add_balancer(sim, store);
         for (n, host) in [RELAY_A, RELAY_B].into_iter().enumerate() {
             add_campaigning_relay(sim, host, &relay, derive_u64(seed, TAG_RELAY, n as u64 + 1));
@@ -322,8 +336,77 @@ fn add_balancer(sim: &mut Sim<'_>, store: &SimStore) {
     sim.host(RELAY, move || {
         let ctl = ctl.clone();
         async move {
-            failover::balancer(ctl, RELAY_PORT).await?;
+            failover::balancer(|| ctl.leader(), RELAY_PORT).await?;
             Ok(())
+        }
+    });
+}
+
+/// The cluster topology: its load balancer on the `relay` host and its nodes, each a
+/// cluster node over the shared store's membership (see [`crate::cluster`]) with the
+/// cluster key every node of the run shares.
+fn add_cluster(sim: &mut Sim<'_>, relay: &RelayParts, seed: u64, shards: u16) {
+    let ctl = relay.store.ctl().clone();
+    sim.host(RELAY, move || {
+        let ctl = ctl.clone();
+        async move {
+            failover::balancer(crate::cluster::round_robin(ctl), RELAY_PORT).await?;
+            Ok(())
+        }
+    });
+    let Some(map) = relay_core::handoff::ShardMap::new(shards) else {
+        return;
+    };
+    let key = derive_seed(seed, TAG_RELAY_KEY, 1);
+    for (n, host) in crate::cluster::NODES.into_iter().enumerate() {
+        let relay_seed = derive_u64(seed, TAG_RELAY, 20 + n as u64);
+        add_cluster_node(sim, host, relay, (map, key), relay_seed);
+    }
+}
+
+/// One node of the cluster topology: it joins, serves the shards it owns, and joins again
+/// when its membership ends.
+fn add_cluster_node(
+    sim: &mut Sim<'_>,
+    host: &'static str,
+    relay: &RelayParts,
+    (map, key): (relay_core::handoff::ShardMap, [u8; 32]),
+    relay_seed: u64,
+) {
+    let relay = relay.clone();
+    let starts = Arc::new(AtomicU64::new(0));
+    sim.host(host, move || {
+        let relay = relay.clone();
+        let starts = Arc::clone(&starts);
+        async move {
+            loop {
+                let relay_seed = start_seed(relay_seed, starts.fetch_add(1, Ordering::Relaxed));
+                let mut config = relay.config.clone();
+                let delivery = relay.push_delivery(&mut config);
+                let blobs = relay.blobs.clone();
+                let make: crate::cluster::MakeShard = Arc::new(move |place, fenced| {
+                    let config = Config {
+                        shard: place,
+                        ..config.clone()
+                    };
+                    Relay::with_blobs(
+                        config,
+                        Box::new(fenced),
+                        Box::new(blobs.clone()),
+                        relay_seed,
+                    )
+                });
+                let membership =
+                    crate::cluster::SimMembership::new(host, relay.store.clone(), map, make);
+                let server = RelayServer::clustered(membership)
+                    .with_cluster_key(relay_server::peers::ClusterKey::new(key))
+                    .with_crossing_transit(relay.crossings.transit())
+                    .with_commit_mode(commit_mode(&relay.store))
+                    .with_read_mode(read_mode(&relay.store))
+                    .with_metrics(relay.metrics.clone());
+                let delivery = relay.deliver_pushes.then_some(delivery);
+                serve_relay(server, relay.limits, &relay.clock, delivery).await;
+            }
         }
     });
 }

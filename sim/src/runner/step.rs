@@ -81,6 +81,8 @@ enum Internal {
     Restart(String),
     /// A frozen relay host resumes (failover).
     Thaw(String),
+    /// A cluster node cut from the database reaches it again.
+    Reconnect(String),
 }
 
 /// The turmoil world plus the runner's bookkeeping.
@@ -107,6 +109,9 @@ pub(super) struct Sim<'a> {
     /// The failover topology: `relay` is a load balancer in front of `relay-a` and `relay-b`
     /// (see [`crate::failover`]); a crash or restart of `relay` hits one of them.
     pub(super) failover: bool,
+    /// The cluster topology (a `failover` world too: `relay` is the load balancer): three
+    /// nodes (see [`crate::cluster`]); a crash, freeze or cut hits the busiest node.
+    pub(super) cluster: bool,
     /// Relay hosts powered off by a crash of `relay` (failover), oldest first: a restart of
     /// `relay` starts the oldest.
     relay_down: VecDeque<String>,
@@ -130,16 +135,43 @@ impl Sim<'_> {
         self.internal.entry(at).or_default().push(what);
     }
 
+    /// The relay hosts behind the balancer (failover, cluster).
+    fn nodes(&self) -> &'static [&'static str] {
+        if self.cluster {
+            &crate::cluster::NODES
+        } else {
+            &[RELAY_A, RELAY_B]
+        }
+    }
+
+    /// Whether `host` is a relay host behind the balancer.
+    fn is_node(&self, host: &str) -> bool {
+        self.failover && self.nodes().contains(&host)
+    }
+
+    /// The relay host a fault of `relay` hits: the lease holder (failover) or the busiest
+    /// node (cluster), among those up and not frozen; else the first such.
+    fn target(&self) -> Option<String> {
+        let up: Vec<String> = self
+            .nodes()
+            .iter()
+            .map(|h| (*h).to_owned())
+            .filter(|h| !self.links.down.contains(h) && !self.links.frozen.contains(h))
+            .collect();
+        let chosen = if self.cluster {
+            self.store.cluster_busiest(&up)
+        } else {
+            self.store.holder().filter(|h| up.contains(h))
+        };
+        chosen.or_else(|| up.first().cloned())
+    }
+
     /// Cuts every link from `host`, drops its runtime, restores the links. In the failover
-    /// topology, `relay` means the active relay (the lease holder; else the first relay up).
+    /// topology, `relay` means the active relay (the lease holder; else the first relay up);
+    /// in the cluster topology, the busiest node.
     fn power_off(&mut self, host: &str) {
         if self.failover && host == RELAY {
-            let up = |h: &String| !self.links.down.contains(h);
-            let target = self
-                .store
-                .holder()
-                .filter(up)
-                .or_else(|| [RELAY_A, RELAY_B].map(str::to_owned).into_iter().find(up));
+            let target = self.target();
             let Some(target) = target else {
                 self.note("no relay up to power off".into());
                 return;
@@ -156,7 +188,7 @@ impl Sim<'_> {
         for h in &others {
             self.sim.partition_oneway(host, h.as_str());
         }
-        let relay = host == RELAY || host == RELAY_A || host == RELAY_B;
+        let relay = host == RELAY || self.is_node(host);
         if host == RELAY {
             self.store.set_powered_off(true);
         } else if relay {
@@ -200,7 +232,7 @@ impl Sim<'_> {
         if self.links.down.remove(host) {
             if host == RELAY {
                 self.store.set_powered_off(false);
-            } else if host == RELAY_A || host == RELAY_B {
+            } else if self.is_node(host) {
                 self.store.set_dead(host, false);
             }
             self.sim.bounce(host);
@@ -213,10 +245,13 @@ impl Sim<'_> {
         if !self.failover {
             return;
         }
-        let target = self
-            .store
-            .holder()
-            .filter(|h| !self.links.down.contains(h) && !self.links.frozen.contains(h));
+        let target = if self.cluster {
+            self.target()
+        } else {
+            self.store
+                .holder()
+                .filter(|h| !self.links.down.contains(h) && !self.links.frozen.contains(h))
+        };
         let Some(target) = target else {
             self.note("no active relay to freeze".into());
             return;
@@ -236,6 +271,18 @@ impl Sim<'_> {
         let now = self.now();
         self.world.borrow_mut().relay_off_ms.push(now);
         self.schedule(until, Internal::Thaw(target));
+    }
+
+    /// Cuts the busiest cluster node from the database until `until` (its links to clients
+    /// and the other nodes stay).
+    fn cut_from_store(&mut self, until: u64) {
+        let Some(target) = self.cluster.then(|| self.target()).flatten() else {
+            self.note("no cluster node to cut from the database".into());
+            return;
+        };
+        self.note(format!("{target} is cut from the database"));
+        self.store.set_cut(&target, true);
+        self.schedule(until, Internal::Reconnect(target));
     }
 
     fn thaw(&mut self, host: &str) {
@@ -291,6 +338,7 @@ impl Sim<'_> {
                 self.store.crash_mid_batch(*restart_after_ms);
             }
             FaultAction::Freeze { ms } => self.freeze(now + ms),
+            FaultAction::CutFromStore { ms } => self.cut_from_store(now + ms),
             FaultAction::Crossings {
                 ms,
                 lose_pct,
@@ -419,12 +467,8 @@ impl Sim<'_> {
     /// failover topology.)
     fn hostile(&mut self, host: &str, act: &HostileAct) {
         if matches!(act, HostileAct::StopReading { .. }) {
-            let relays: &[&str] = if self.failover {
-                &[RELAY, RELAY_A, RELAY_B]
-            } else {
-                &[RELAY]
-            };
-            for &relay in relays {
+            let nodes: &[&str] = if self.failover { self.nodes() } else { &[] };
+            for &relay in std::iter::once(&RELAY).chain(nodes) {
                 self.sim.set_link_latency(
                     host,
                     relay,
@@ -476,6 +520,7 @@ impl Sim<'_> {
                 match what {
                     Internal::Restart(h) => self.power_on(&h),
                     Internal::Thaw(h) => self.thaw(&h),
+                    Internal::Reconnect(h) => self.store.set_cut(&h, false),
                 }
             }
         }
@@ -501,7 +546,7 @@ impl Sim<'_> {
         for h in std::mem::take(&mut self.links.down) {
             if h == RELAY {
                 self.store.set_powered_off(false);
-            } else if h == RELAY_A || h == RELAY_B {
+            } else if self.is_node(&h) {
                 self.store.set_dead(&h, false);
             }
             self.sim.bounce(h.as_str());
@@ -513,6 +558,7 @@ impl<'a> Sim<'a> {
     /// The runner's bookkeeping around a turmoil world that has no hosts yet.
     pub(super) fn new(sim: turmoil::Sim<'a>, parts: &Parts<'_>, store: StoreCtl) -> Self {
         let plan = &parts.replay.plan;
+        let cluster = plan.kinds.contains(&crate::faults::FaultKind::Cluster);
         Self {
             sim,
             hosts: Vec::new(),
@@ -531,7 +577,8 @@ impl<'a> Sim<'a> {
             trace: parts.trace.clone(),
             world: parts.world.clone(),
             steady_latency_ms: plan.latency_ms.0,
-            failover: plan.kinds.contains(&crate::faults::FaultKind::Failover),
+            failover: plan.kinds.contains(&crate::faults::FaultKind::Failover) || cluster,
+            cluster,
             relay_down: VecDeque::new(),
         }
     }

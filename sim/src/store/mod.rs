@@ -62,8 +62,11 @@ use crate::faults::StoreKind;
 use crate::seeds::splitmix64;
 use crate::time::sim_ms;
 
+mod cluster;
 mod history;
 
+pub use self::cluster::{Beat, ClusterRecord, ForcedMove};
+use self::cluster::{Cluster, ShardFence};
 pub use self::history::{CommittedMessage, Counts, History, QueueLedger};
 
 /// How long a commit hit by an injected failure or crash waits before it is applied (or
@@ -116,6 +119,8 @@ struct FaultState {
     shards: BTreeMap<u16, ShardFaults>,
     /// Power off after the next commit that writes a row of this table (restart delay).
     crash_after_commit_of: Option<(Table, u64)>,
+    /// Cluster topology: nodes, shard owners and epochs.
+    cluster: Cluster,
 }
 
 /// Faults of one shard's store alone: what a sharded relay whose shards keep their stores
@@ -340,6 +345,7 @@ impl StoreCtl {
         c.crash_mid_batch = None;
         c.shards.clear();
         c.crash_after_commit_of = None;
+        c.cluster.heal();
     }
 
     /// A copy of the history.
@@ -412,10 +418,13 @@ impl StoreCtl {
     /// Failover: `host`'s process freezes (`true`) or resumes.
     pub fn set_frozen(&self, host: &str, frozen: bool) {
         let mut c = self.lock();
-        if frozen {
-            c.lease.frozen.insert(host.to_owned());
+        let changed = if frozen {
+            c.lease.frozen.insert(host.to_owned())
         } else {
-            c.lease.frozen.remove(host);
+            c.lease.frozen.remove(host)
+        };
+        if changed {
+            c.cluster.trouble(host, frozen);
         }
     }
 
@@ -423,11 +432,14 @@ impl StoreCtl {
     /// outage (the database itself is fine; the standby may commit).
     pub fn set_dead(&self, host: &str, dead: bool) {
         let mut c = self.lock();
-        if dead {
-            c.lease.dead.insert(host.to_owned());
+        let changed = if dead {
             c.down_until_restart = false;
+            c.lease.dead.insert(host.to_owned())
         } else {
-            c.lease.dead.remove(host);
+            c.lease.dead.remove(host)
+        };
+        if changed {
+            c.cluster.trouble(host, dead);
         }
     }
 
@@ -460,6 +472,18 @@ impl FaultState {
             }
             _ => false,
         }
+    }
+
+    /// A cluster node's shard store's fence (see `cluster`), its refusals counted.
+    fn shard_fenced(&mut self, fence: Option<&ShardFence>, commit: bool) -> Result<(), StoreError> {
+        let Some(fence) = fence else {
+            return Ok(());
+        };
+        let checked = self.cluster.fence(fence, commit);
+        if matches!(checked, Err(StoreError::Fenced { .. })) {
+            self.history.counts.fenced += 1;
+        }
+        checked
     }
 
     /// The fence: `Err` when a store opened for `fence` (host, epoch) may no longer write.
@@ -525,6 +549,8 @@ pub struct FaultyStore {
     ctl: StoreCtl,
     /// Failover: the (host, epoch) this store was opened for.
     fence: Option<(String, u64)>,
+    /// Cluster: the (node, shard, epoch) this store was opened for.
+    shard_fence: Option<ShardFence>,
     /// The shard of a sharded relay this store was opened for (its faults of one shard).
     shard: Option<u16>,
 }
@@ -543,6 +569,7 @@ impl FaultyStore {
     fn checked_load(&mut self, eager: bool) -> Result<Snapshot, StoreError> {
         let ctl = self.ctl.clone();
         ctl.lock().fenced(self.fence.as_ref())?;
+        ctl.lock().shard_fenced(self.shard_fence.as_ref(), false)?;
         if ctl.lock().is_down_for(self.shard) {
             ctl.lock().history.counts.failed_loads += 1;
             return Err(StoreError::Backend("injected: store down".into()));
@@ -590,6 +617,7 @@ impl Store for FaultyStore {
         {
             let mut c = ctl.lock();
             c.fenced(self.fence.as_ref())?;
+            c.shard_fenced(self.shard_fence.as_ref(), true)?;
             if c.powered_off {
                 let at = sim_ms();
                 c.history.commits_while_off.push(at);
@@ -812,6 +840,7 @@ impl SimStore {
             backend,
             ctl: self.ctl.clone(),
             fence: None,
+            shard_fence: None,
             shard: None,
         })
     }
@@ -829,6 +858,25 @@ impl SimStore {
     pub fn open_fenced(&self, host: &str, epoch: u64) -> Result<FaultyStore, StoreError> {
         let mut store = self.open()?;
         store.fence = Some((host.to_owned(), epoch));
+        Ok(store)
+    }
+
+    /// Opens shard `shard`'s store for the core a cluster node `host` runs under `epoch`:
+    /// every commit and load first checks that `epoch` is still the shard's.
+    pub fn open_cluster_shard(
+        &self,
+        host: &str,
+        shard: u16,
+        epoch: u64,
+    ) -> Result<FaultyStore, StoreError> {
+        let mut store = self.open_shard(shard)?;
+        let fence = ShardFence {
+            host: host.to_owned(),
+            shard,
+            epoch,
+        };
+        self.ctl.cluster_opened(&fence);
+        store.shard_fence = Some(fence);
         Ok(store)
     }
 

@@ -177,7 +177,9 @@ struct Args {
     /// Plants one known bug in the relay (test builds only: feature `planted-bugs`), to see
     /// which seeds catch it: ack-without-commit, receipt-clears-beyond-seq, no-message-dedup,
     /// sync-stops-at-empty-conversation, seq-not-persisted, sync-ignores-window,
-    /// token-signature-ignored, no-write-deadline, no-push-delivery, unfenced-store.
+    /// token-signature-ignored, no-write-deadline, no-push-delivery, unfenced-store,
+    /// shard-unfenced, lease-renewed-after-lapse, handoff-outbox-not-resumed, … (an unknown
+    /// name lists them all).
     #[cfg(feature = "planted-bugs")]
     #[arg(long, value_name = "BUG")]
     plant: Option<sim::planted::Planted>,
