@@ -133,7 +133,10 @@ fn publish<T: PartialEq>(tx: &watch::Sender<T>, value: T) {
 
 /// A node's heartbeat: renews its lease every [`RENEW_MS`] and publishes what it owns and
 /// where the others are; ends its membership when the store says so, or when no heartbeat
-/// was answered for a lease (the node cannot know it still owns anything).
+/// was answered for a lease (the node cannot know it still owns anything). While the node
+/// is frozen (a stopped process), the heartbeat does nothing: after it resumes, what reached
+/// its cores meanwhile is served before its next heartbeat learns the lease lapsed, and only
+/// the shards' fences keep those commits out.
 async fn heartbeat(
     ctl: StoreCtl,
     host: String,
@@ -152,7 +155,7 @@ async fn heartbeat(
                 owned.send_replace(Owned::Lost("no heartbeat answered within the lease".into()));
                 return;
             }
-            Beat::Unanswered => {}
+            Beat::Unanswered | Beat::Paused => {}
             Beat::Lost(why) => {
                 owned.send_replace(Owned::Lost(why));
                 return;

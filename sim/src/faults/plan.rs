@@ -612,17 +612,18 @@ impl Drawer<'_> {
         }
     }
 
-    /// The busiest cluster node powers off and restarts (a join under load), freezes for
-    /// shorter or longer than its lease, or is cut from the database for a while.
+    /// The busiest cluster node freezes for shorter or longer than its lease (half the
+    /// time), powers off and restarts (a join under load), or is cut from the database for a
+    /// while.
     fn cluster(&mut self) {
         let (s, e) = self.span(LEASE_MS * 4);
-        match self.rng.next_u32() % 3 {
+        match self.rng.next_u32() % 4 {
             0 => {
                 self.push(s, FaultAction::Crash { host: RELAY.into() });
                 self.push(e, FaultAction::Restart { host: RELAY.into() });
             }
-            1 => self.push(s, FaultAction::Freeze { ms: e - s }),
-            _ => self.push(s, FaultAction::CutFromStore { ms: e - s }),
+            1 => self.push(s, FaultAction::CutFromStore { ms: e - s }),
+            _ => self.push(s, FaultAction::Freeze { ms: e - s }),
         }
     }
 

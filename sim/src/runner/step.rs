@@ -192,7 +192,7 @@ impl Sim<'_> {
         if host == RELAY {
             self.store.set_powered_off(true);
         } else if relay {
-            self.store.set_dead(host, true);
+            self.store.set_dead(host, true, self.now());
         }
         if relay {
             let now = self.now();
@@ -233,7 +233,7 @@ impl Sim<'_> {
             if host == RELAY {
                 self.store.set_powered_off(false);
             } else if self.is_node(host) {
-                self.store.set_dead(host, false);
+                self.store.set_dead(host, false, self.now());
             }
             self.sim.bounce(host);
         }
@@ -258,7 +258,7 @@ impl Sim<'_> {
         };
         self.note(format!("the active relay is {target}"));
         self.links.frozen.insert(target.clone());
-        self.store.set_frozen(&target, true);
+        self.store.set_frozen(&target, true, self.now());
         let others: Vec<String> = self
             .hosts
             .iter()
@@ -281,7 +281,7 @@ impl Sim<'_> {
             return;
         };
         self.note(format!("{target} is cut from the database"));
-        self.store.set_cut(&target, true);
+        self.store.set_cut(&target, true, self.now());
         self.schedule(until, Internal::Reconnect(target));
     }
 
@@ -289,7 +289,7 @@ impl Sim<'_> {
         if !self.links.frozen.remove(host) {
             return;
         }
-        self.store.set_frozen(host, false);
+        self.store.set_frozen(host, false, self.now());
         let others: Vec<String> = self.hosts.iter().filter(|h| *h != host).cloned().collect();
         for h in &others {
             self.sim.release(host, h.as_str());
@@ -520,7 +520,7 @@ impl Sim<'_> {
                 match what {
                     Internal::Restart(h) => self.power_on(&h),
                     Internal::Thaw(h) => self.thaw(&h),
-                    Internal::Reconnect(h) => self.store.set_cut(&h, false),
+                    Internal::Reconnect(h) => self.store.set_cut(&h, false, now),
                 }
             }
         }
@@ -533,6 +533,7 @@ impl Sim<'_> {
             self.thaw(&h);
         }
         self.store.heal();
+        self.store.cluster_heal(self.now());
         self.crossings.heal();
         let hosts = self.hosts.clone();
         for h in hosts.iter().filter(|h| *h != RELAY) {
@@ -547,7 +548,7 @@ impl Sim<'_> {
             if h == RELAY {
                 self.store.set_powered_off(false);
             } else if self.is_node(&h) {
-                self.store.set_dead(&h, false);
+                self.store.set_dead(&h, false, self.now());
             }
             self.sim.bounce(h.as_str());
         }

@@ -116,24 +116,19 @@ pub(super) struct Cluster {
 pub enum Beat {
     /// Still a member: the shards it owns, shard → (epoch, leaving).
     Owns(BTreeMap<u16, (u64, bool)>),
-    /// No answer (the node is frozen or cut from the database; it tries again).
+    /// No answer (the node is cut from the database; it tries again).
     Unanswered,
+    /// The node's process is stopped (a freeze): its heartbeat does not run at all, so it
+    /// neither renews nor notices that its lease runs out.
+    Paused,
     /// The membership is over, with why.
     Lost(String),
 }
 
 impl Cluster {
-    /// Every node reaches the database again.
-    pub(super) fn heal(&mut self) {
-        for host in std::mem::take(&mut self.cut) {
-            self.trouble(&host, false);
-        }
-    }
-
-    /// `host` stops (`true`) or starts again being able to serve (recorded for the
+    /// `host` stops (`true`) or starts again being able to serve at `now` (recorded for the
     /// `takeover` oracle).
-    pub(super) fn trouble(&mut self, host: &str, on: bool) {
-        let now = sim_ms();
+    pub(super) fn trouble(&mut self, host: &str, on: bool, now: u64) {
         let t = &mut self.record.troubles;
         if on {
             t.push((host.to_owned(), now, None));
@@ -336,7 +331,7 @@ impl StoreCtl {
         let now = sim_ms();
         let mut c = self.lock();
         if c.lease.frozen.contains(host) {
-            return Beat::Unanswered;
+            return Beat::Paused;
         }
         let k = &mut c.cluster;
         if k.cut.contains(host) {
@@ -457,8 +452,17 @@ impl StoreCtl {
             .cloned()
     }
 
-    /// `host` is cut from the database (`true`) or reaches it again.
-    pub fn set_cut(&self, host: &str, cut: bool) {
+    /// Every node reaches the database again (at `now`, the runner's simulated ms).
+    pub fn cluster_heal(&self, now: u64) {
+        let mut c = self.lock();
+        for host in std::mem::take(&mut c.cluster.cut) {
+            c.cluster.trouble(&host, false, now);
+        }
+    }
+
+    /// `host` is cut from the database (`true`) or reaches it again, at `now` (the runner's
+    /// simulated ms).
+    pub fn set_cut(&self, host: &str, cut: bool, now: u64) {
         let mut c = self.lock();
         let changed = if cut {
             c.cluster.cut.insert(host.to_owned())
@@ -466,7 +470,7 @@ impl StoreCtl {
             c.cluster.cut.remove(host)
         };
         if changed {
-            c.cluster.trouble(host, cut);
+            c.cluster.trouble(host, cut, now);
         }
     }
 

@@ -345,7 +345,6 @@ impl StoreCtl {
         c.crash_mid_batch = None;
         c.shards.clear();
         c.crash_after_commit_of = None;
-        c.cluster.heal();
     }
 
     /// A copy of the history.
@@ -415,8 +414,8 @@ impl StoreCtl {
         self.lock().lease.holder.clone()
     }
 
-    /// Failover: `host`'s process freezes (`true`) or resumes.
-    pub fn set_frozen(&self, host: &str, frozen: bool) {
+    /// Failover: `host`'s process freezes (`true`) or resumes, at `now` (the runner's simulated ms).
+    pub fn set_frozen(&self, host: &str, frozen: bool, now: u64) {
         let mut c = self.lock();
         let changed = if frozen {
             c.lease.frozen.insert(host.to_owned())
@@ -424,13 +423,13 @@ impl StoreCtl {
             c.lease.frozen.remove(host)
         };
         if changed {
-            c.cluster.trouble(host, frozen);
+            c.cluster.trouble(host, frozen, now);
         }
     }
 
     /// Failover: `host` powers off (`true`) or on. A relay that dies ends its store's crash
-    /// outage (the database itself is fine; the standby may commit).
-    pub fn set_dead(&self, host: &str, dead: bool) {
+    /// outage (the database itself is fine; the standby may commit). `now`: the runner's simulated ms.
+    pub fn set_dead(&self, host: &str, dead: bool, now: u64) {
         let mut c = self.lock();
         let changed = if dead {
             c.down_until_restart = false;
@@ -439,7 +438,7 @@ impl StoreCtl {
             c.lease.dead.remove(host)
         };
         if changed {
-            c.cluster.trouble(host, dead);
+            c.cluster.trouble(host, dead, now);
         }
     }
 
