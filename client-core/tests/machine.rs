@@ -1455,3 +1455,42 @@ fn a_retract_delivered_twice_is_one_event() {
         .count();
     assert_eq!(n, 1);
 }
+
+#[test]
+fn a_contacts_sync_refused_401_under_an_open_socket_reauthenticates_and_keeps_it() {
+    let mut c = ready(0);
+    let now = 10;
+    // the token expired while the socket stayed open: the friends list is refused
+    c.sync_contacts(now);
+    let r = next_http(&mut c);
+    assert_eq!(r.path, "/api/v1/friends");
+    reply(
+        &mut c,
+        now,
+        &r,
+        401,
+        json!({"error": "TOKEN_EXPIRED", "message": "expired"}),
+    );
+    assert_eq!(c.bearer_token(), None);
+    auth_round(&mut c, now); // challenge + verify with the stored identity
+    assert!(c.is_connected(), "the socket is kept");
+    assert!(c.poll_connection().is_none(), "no reconnect");
+    let ev = events(&mut c);
+    assert!(ev.iter().any(|e| matches!(e, Event::Authenticated { .. })));
+    assert!(!ev.iter().any(|e| matches!(e, Event::AuthFailed(_))));
+    // the next sync carries the fresh token and passes
+    sync_friends(&mut c, now, friend(BOB, X25519Path::Spec));
+    // a refusal right after a refresh that did not help waits for the next connection
+    c.sync_contacts(now);
+    let r = next_http(&mut c);
+    reply(&mut c, now, &r, 401, json!({"error": "TOKEN_EXPIRED"}));
+    auth_round(&mut c, now);
+    c.sync_contacts(now);
+    let r = next_http(&mut c);
+    reply(&mut c, now, &r, 401, json!({"error": "TOKEN_EXPIRED"}));
+    assert!(
+        c.poll_http().is_none(),
+        "a second refusal in one episode does not re-authenticate again"
+    );
+    assert!(c.is_connected());
+}

@@ -243,3 +243,42 @@ async fn wait_serving(relay: SocketAddr) {
     })
     .await;
 }
+
+/// A shard the membership gives the node already planned to leave (a forced move and a
+/// rebalance in one round) is handed over at once, without a core: nothing ran under its
+/// epoch here, and waiting would leave it with no node serving it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_planned_to_leave_before_it_started_is_handed_over_at_once() {
+    let (set_owned, owned) = watch::channel(owns(&[(0, 1, false)]));
+    let handed = Arc::new(Mutex::new(Vec::new()));
+    let server = RelayServer::clustered(Hand {
+        owned,
+        store: MemoryStore::new(),
+        blobs: MemoryBlobStore::new(),
+        handed: Arc::clone(&handed),
+        joins: Arc::new(Mutex::new(0)),
+    });
+    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let relay = listener.local_addr().unwrap();
+    let (stop, served) = common::serve_until_notified(server, listener);
+    wait_serving(relay).await;
+
+    set_owned.send_replace(owns(&[(0, 1, false), (1, 4, true)]));
+    soon("the handover", async {
+        while handed.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(*handed.lock().unwrap(), vec![(1, 4)]);
+    // Shard 0 is served on.
+    wait_serving(relay).await;
+    stop.notify_one();
+    tokio::time::timeout(SOON, served)
+        .await
+        .expect("the node stops")
+        .unwrap()
+        .unwrap();
+}

@@ -104,6 +104,8 @@ pub const STORM_WAVE_MS: u64 = 4;
 /// How long a failover lease lasts without renewal (PostgreSQL: the lock session's
 /// `idle_session_timeout`, 3 s in `relay_pg`).
 pub const LEASE_MS: u64 = 3_000;
+/// How often a failover leader renews its lease, and a cluster node its own (its heartbeat).
+pub const RENEW_MS: u64 = 500;
 /// Cluster topology: after a node's lease lapsed, each of its shards is served by another
 /// node (its core opened under the shard's next epoch) within this long: the next heartbeat
 /// of a live node moves it, the new owner's next one starts its core (two renewal periods),

@@ -39,8 +39,7 @@ use relay_server::cluster::{JoinFuture, Membership, Node, Owned, ShardLease};
 use relay_server::leadership::{CAMPAIGN_RETRY_MS, TermStore};
 use tokio::sync::watch;
 
-use crate::bounds::{LEASE_MS, RELAY_PORT};
-use crate::failover::RENEW_MS;
+use crate::bounds::{LEASE_MS, RELAY_PORT, RENEW_MS};
 use crate::store::{Beat, FaultyStore, SimStore, StoreCtl};
 use crate::time::{sim_ms, sleep_ms};
 

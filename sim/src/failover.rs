@@ -37,13 +37,11 @@ use relay_core::Relay;
 use relay_core::store::StoreError;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::bounds::LEASE_MS;
+use crate::bounds::{LEASE_MS, RENEW_MS};
 use crate::store::{FaultyStore, Renewal, SimStore, StoreCtl};
 use crate::time::sleep_ms;
 use relay_server::leadership::{CampaignFuture, Leadership, Term, TermEnd, TermStore};
 
-/// How often the leader renews its lease.
-pub const RENEW_MS: u64 = 500;
 /// How often a standby tries to take the lease.
 pub const CAMPAIGN_POLL_MS: u64 = 250;
 /// Buffer of each direction of a balanced connection.

@@ -34,11 +34,11 @@
 //! | [`class`] | seed classes: the relay's configuration of each, their drills, the `days` class's clock jumps | `seeds` |
 //! | [`scenario`] | the scenario drawn from a seed: accounts, pairs, strangers, timed actions | `bounds`, `class` |
 //! | [`faults`] | fault kinds, swarm selection, the fault plan and its draw | `bounds`, `scenario` |
-//! | [`store`] | the relay's store with storage faults, the failover lease, the commit history | `faults`, `seeds`, `time` |
+//! | [`store`] | the relay's store with storage faults, the failover lease, the cluster's membership tables and shard fences, the commit history | `faults`, `seeds`, `time` |
 //! | [`transit`] | what happens to each crossing between a sharded relay's cores (lost, repeated, delayed) while a fault of the plan lasts, drawn per crossing, and the counts | `seeds`, `time` |
 //! | [`pushworld`] | the push stand-ins the relay delivers to for real | `bounds`, `seeds` |
 //! | [`failover`] | active/standby relays: [`SimLeadership`](failover::SimLeadership), the load balancer | `bounds`, `store`, `time` |
-//! | [`cluster`] | cluster nodes: [`SimMembership`](cluster::SimMembership) over the store's membership tables, the balancer's pick | `bounds`, `failover`, `store`, `time` |
+//! | [`cluster`] | cluster nodes: [`SimMembership`](cluster::SimMembership) over the store's membership tables, the balancer's pick | `bounds`, `store`, `time` |
 //! | `world` | the state the hosts share (`World`, `HostCtx`), the commerce ledger, what the drills did | `bounds`, `class`, `faults`, `pushworld`, `scenario`, `store`, `time`, `trace`, `transit`, `violation` |
 //! | `market` | the scripted purchases, listings, buys, payments, binds and the commerce audit | `scenario`, `time`, `world` |
 //! | `hostile` | raw clients: floods, dishonest requests, slow consumers, storms | `bounds`, `faults`, `time`, `violation`, `world` |

@@ -33,7 +33,7 @@ struct Case {
     oracles: &'static [Oracle],
 }
 
-const CASES: [Case; 35] = [
+const CASES: [Case; 38] = [
     Case {
         bug: Planted::Relay(PlantedBug::AckWithoutCommit),
         scale: Scale::Small,
@@ -318,6 +318,35 @@ const CASES: [Case; 35] = [
             Oracle::ReceiptsClear,
         ],
     },
+    // The cluster topology's shard stores check no epoch: a node frozen past its lease
+    // serves, after it resumes, what reached it meanwhile, and commits it under an epoch that
+    // is over, next to the shard's new owner.
+    Case {
+        bug: Planted::ShardUnfenced,
+        scale: Scale::Small,
+        faults: "cluster",
+        oracles: &[Oracle::ShardEpochs],
+    },
+    // The cluster's membership renews a lapsed lease and writes the node's shards back to
+    // it: the node that took them over and the renewed one serve them under one epoch.
+    Case {
+        bug: Planted::LeaseRenewedAfterLapse,
+        scale: Scale::Small,
+        faults: "cluster",
+        oracles: &[Oracle::ShardEpochs],
+    },
+    // A shard's next owner does not resume its outbox: what the node it left had not had
+    // acknowledged (its acks held by a freeze, lost to a power-off) is never sent again.
+    Case {
+        bug: Planted::Relay(PlantedBug::HandoffOutboxNotResumed),
+        scale: Scale::Small,
+        faults: "cluster",
+        oracles: &[
+            Oracle::HandoffsDrained,
+            Oracle::Liveness,
+            Oracle::DeliveredExactlyOnce,
+        ],
+    },
 ];
 
 fn config(case: &Case, seed: u64, planted: Option<Planted>) -> RunConfig {
@@ -332,9 +361,13 @@ fn config(case: &Case, seed: u64, planted: Option<Planted>) -> RunConfig {
     }
 }
 
-/// The relay cores a case's runs have: two for the bugs of the hand-off between shards.
+/// The relay cores a case's runs have: two for the bugs of the hand-off between shards, the
+/// cluster topology's least for the cluster's.
 fn shards(bug: Planted) -> u16 {
     match bug {
+        Planted::ShardUnfenced
+        | Planted::LeaseRenewedAfterLapse
+        | Planted::Relay(PlantedBug::HandoffOutboxNotResumed) => sim::bounds::MIN_CLUSTER_SHARDS,
         Planted::Relay(
             PlantedBug::HandoffRowDeletedOnSend
             | PlantedBug::ReceiptAtReadersShard
@@ -424,6 +457,24 @@ fn every_planted_bug_has_a_case() {
             "{bug} needs exactly one case"
         );
     }
+}
+
+/// A cluster node's shard store without its fence.
+#[test]
+fn catches_a_shard_commit_without_its_fence() {
+    detects(Planted::ShardUnfenced);
+}
+
+/// A cluster node's lease renewed after it lapsed.
+#[test]
+fn catches_a_lease_renewed_after_it_lapsed() {
+    detects(Planted::LeaseRenewedAfterLapse);
+}
+
+/// A shard's next owner that does not resume its outbox.
+#[test]
+fn catches_an_outbox_not_resumed_by_the_next_owner() {
+    detects(Planted::Relay(PlantedBug::HandoffOutboxNotResumed));
 }
 
 /// A hand-off's outbox row deleted when it is sent, not when its apply is acknowledged.

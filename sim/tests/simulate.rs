@@ -698,3 +698,38 @@ fn sharded_relays_pass_every_oracle() {
         "every family of hand-off faults is drawn: {handoff_faults:?}"
     );
 }
+
+/// The cluster topology in CI: three relay nodes share the shards over one store behind a
+/// load balancer; seeds of every class whose plans freeze a node past its lease, power one
+/// off (it joins again under load) and cut one from the database. Each passes every oracle
+/// (the cluster's own among them), every seed moved shards, and every family of node fault
+/// landed.
+#[test]
+fn a_cluster_of_three_nodes_passes_every_oracle() {
+    let mut failures = Vec::new();
+    let mut families = BTreeSet::new();
+    for seed in [7, 14, 16, 22] {
+        let faults = "cluster";
+        let report = run(&RunConfig {
+            faults: faults.parse::<FaultSelection>().expect("valid fault list"),
+            ..RunConfig::new(seed)
+        });
+        assert!(
+            report.stats.shard_moves > 0,
+            "seed {seed}: no shard moved between the nodes"
+        );
+        for e in &report.plan.events {
+            match &e.action {
+                FaultAction::Freeze { .. } => families.insert("freeze"),
+                FaultAction::Crash { .. } => families.insert("power-off"),
+                FaultAction::CutFromStore { .. } => families.insert("cut from the database"),
+                _ => continue,
+            };
+        }
+        if !report.violations.is_empty() {
+            failures.push(describe(&report, faults, StoreChoice::Drawn));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert_eq!(families.len(), 3, "every node fault landed: {families:?}");
+}

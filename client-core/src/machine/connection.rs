@@ -130,6 +130,32 @@ impl<S: ClientStore> Client<S> {
         self.reauthenticate(now_ms);
     }
 
+    /// A call made with the token was refused `401` while the socket may still be open (the
+    /// token expired under a long-lived socket, or was revoked): the token is dropped and the
+    /// machine re-authenticates once with the stored identity, keeping the socket. Not after a
+    /// GOAWAY (the other device keeps the session), not while an auth flow runs, and once per
+    /// episode: the budget comes back with an open socket or a call the token passed.
+    pub(super) fn rest_token_refused(&mut self) {
+        if self.link.state == Conn::Goaway || self.link.reauth_spent || self.flow.is_some() {
+            return;
+        }
+        let Some(stored) = self.stored.clone() else {
+            return;
+        };
+        self.link.reauth_spent = true;
+        self.token = None;
+        // A stored identity that no longer derives its keys cannot re-authenticate: the next
+        // connection attempt reports it.
+        let _ = self.start_auth_round(&stored, true);
+    }
+
+    /// A call made with the token passed: a later refusal is a new episode.
+    pub(super) fn token_passed(&mut self) {
+        if self.link.state == Conn::Open {
+            self.link.reauth_spent = false;
+        }
+    }
+
     /// Runs challenge/verify for the stored identity (unless an auth flow already runs: its
     /// token serves as well); `on_verify` reconnects.
     fn reauthenticate(&mut self, now_ms: u64) {

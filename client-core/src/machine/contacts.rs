@@ -14,6 +14,9 @@
 //! * A failed sync (no answer, a 5xx) while messages are parked or retracts held is retried
 //!   after [`CONTACTS_RETRY_BASE_MS`], doubling up to [`CONTACTS_RETRY_MAX_MS`], until one
 //!   succeeds: what waits for it must not wait for the next reconnect.
+//! * A sync refused `401` (a token that expired while the socket stayed open) re-authenticates
+//!   with the stored identity, keeping the socket (once per episode, never after a GOAWAY;
+//!   see the [machine doc](crate::machine)); the retry then carries the fresh token.
 
 use serde_json::Value;
 use wire::http::FriendProfile;
@@ -132,6 +135,11 @@ impl<S: ClientStore> Client<S> {
         v: Option<Value>,
     ) -> Result<(), ClientError> {
         let listed = ok_status(status);
+        if status == 401 {
+            self.rest_token_refused();
+        } else if listed {
+            self.token_passed();
+        }
         self.on_friends(now_ms, status, v)?;
         if std::mem::take(&mut self.contacts.resync) {
             self.sync_contacts(now_ms);

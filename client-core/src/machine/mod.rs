@@ -65,7 +65,9 @@
 //!   ignored), otherwise two devices of one account would keep revoking each other. The re-auth
 //!   path is for a 401 without a preceding GOAWAY (the socket died before the GOAWAY arrived,
 //!   the token expired); an app `connect` after a GOAWAY is the user taking the session back,
-//!   so a 401 then re-authenticates too (and the other device gets the GOAWAY).
+//!   so a 401 then re-authenticates too (and the other device gets the GOAWAY). A contacts
+//!   sync refused 401 while the socket stays open (its token expired under it) re-authenticates
+//!   the same way, keeping the socket; its budget also comes back with a sync the token passed.
 //! * **Outbox**: an intent stays until the relay's `ack` for its id; on every open `sync` is sent,
 //!   then every intent is re-sent with the same id in `(addedAt, id)` order. Each transmission
 //!   counts an attempt; an intent that already used [`ClientConfig::outbox_max_attempts`]

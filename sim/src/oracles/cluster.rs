@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use relay_core::store::Table;
 
 use super::Input;
-use crate::bounds::TAKEOVER_BOUND_MS;
+use crate::bounds::{RENEW_MS, TAKEOVER_BOUND_MS};
 use crate::store::ClusterRecord;
 use crate::violation::{Oracle, Violation};
 
@@ -116,7 +116,7 @@ fn takeover(input: &Input<'_>, record: &ClusterRecord, out: &mut Vec<Violation>)
 /// `ownership`: the table and what each live node was told agree at the end.
 fn ownership(input: &Input<'_>, record: &ClusterRecord, out: &mut Vec<Violation>) {
     // A move in the last two heartbeats may not have reached its new owner yet.
-    if input.end_ms.saturating_sub(record.changed_ms) < 2 * crate::failover::RENEW_MS {
+    if input.end_ms.saturating_sub(record.changed_ms) < 2 * RENEW_MS {
         return;
     }
     for (shard, (owner, epoch)) in &record.owners {

@@ -77,6 +77,10 @@ pub(super) fn finish(
         loads: history.counts.loads,
         terms: history.terms.len() as u64,
         fenced: history.counts.fenced,
+        shard_moves: {
+            let cluster = store.ctl().cluster_record();
+            cluster.forced.len() as u64 + cluster.handed_over
+        },
         webhook_bounds,
         handed_off: handed_off(&parts.metrics.encode()),
         crossings_faulted: parts.crossings.counts().faulted(),

@@ -325,8 +325,11 @@ pub struct RunStats {
     pub loads: u64,
     /// Leadership terms (failover topology; 0 otherwise).
     pub terms: u64,
-    /// Commits and loads refused by the fence (failover topology).
+    /// Commits and loads refused by the fence (failover and cluster topologies).
     pub fenced: u64,
+    /// Shard moves between the cluster topology's nodes: forced (a lease lapsed) and handed
+    /// over (planned), 0 otherwise.
+    pub shard_moves: u64,
     /// Bounds on the relay's webhook counters that the `webhook-counts` oracle judged.
     pub webhook_bounds: u64,
     /// Messages the relay's cores handed to another shard's core (0 with one shard; from the

@@ -77,7 +77,9 @@ struct Args {
     /// list of partition, oneway, hold, latency, relay-crash, client-crash, webhook,
     /// commit-fail, commit-slow, commit-crash, batch-crash, slow-consumer, storm,
     /// clock-skew, abuse, dishonest, failover (two relays on one store behind a load
-    /// balancer; the active one freezes or dies and the standby takes over), handoff (a
+    /// balancer; the active one freezes or dies and the standby takes over), cluster (three
+    /// relay nodes share the shards over one store behind a load balancer; the busiest
+    /// freezes past its lease, dies and rejoins, or is cut from the database), handoff (a
     /// sharded relay only, see `--shards`: crossings between its cores lost, repeated or
     /// delayed, one shard's store failing or slow alone, power-offs around the hand-off's
     /// commits).
