@@ -4,8 +4,11 @@
 //!
 //! * **Outgoing** (`Remote`): a crossing for a shard not served here goes to its owner's
 //!   address as the membership's directory names it, through one link per address: a task
-//!   that connects to `PEER_PATH` with this node's proof, writes the envelopes queued for it
-//!   and connects again ([`PEER_RECONNECT_MS`]) when the connection fails. A full queue
+//!   that connects to `PEER_PATH` with this node's proof, writes the envelopes queued for it,
+//!   pings every [`PEER_PING_MS`] and connects again ([`PEER_RECONNECT_MS`]) when the
+//!   connection fails, a write takes over [`PEER_WRITE_TIMEOUT_MS`] or nothing came back
+//!   for [`PEER_SILENT_MS`] (a node gone without a word, a network that dropped what was
+//!   sent). A full queue
 //!   ([`PEER_QUEUE`]), an owner the directory does not know and an envelope queued when the
 //!   connection failed are lost, as a crossing lost on the way: the hand-off protocol sends
 //!   what must arrive again, and the rest (typing, a forward answered by its timeout) may be
@@ -41,7 +44,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use relay_core::handoff::{Crossing, ShardId, envelope};
 use seam::clock::Clock;
-use seam::net::{Endpoint, HttpClient, Network, WsMessage, WsRequest};
+use seam::net::{Endpoint, HttpClient, Network, WsMessage, WsRequest, WsStream};
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::{
     WebSocketStream,
@@ -61,6 +64,13 @@ pub const PEER_QUEUE: usize = 4_096;
 pub const PEER_RECONNECT_MS: u64 = 500;
 /// Connecting a link (TCP and the upgrade) within this time, or trying again.
 pub const PEER_CONNECT_TIMEOUT_MS: u64 = 3_000;
+/// A link pings the node it writes to this often.
+pub const PEER_PING_MS: u64 = 1_000;
+/// A link that heard nothing back (a pong, any frame) for this long is opened again.
+pub const PEER_SILENT_MS: u64 = 3_000;
+/// A write on a link that does not finish within this time ends the link (it is opened
+/// again).
+pub const PEER_WRITE_TIMEOUT_MS: u64 = 3_000;
 
 /// A crossing for a shard the directory names no other node for waits this long at most for
 /// it to name one, then is dropped.
@@ -237,16 +247,12 @@ impl Link {
             match client.connect_ws(request).await {
                 Ok(mut ws) => {
                     info!(address = %self.address, "link to a node open");
-                    while let Some(text) = self.queue.recv().await {
-                        if ws.send(WsMessage::text(text)).await.is_err() {
-                            break;
-                        }
-                    }
+                    let why = self.serve(&mut ws).await;
                     if self.queue.is_closed() {
                         let _ = ws.close(None).await;
                         return;
                     }
-                    warn!(address = %self.address, "link to a node failed: connecting again");
+                    warn!(address = %self.address, why, "link to a node failed: connecting again");
                 }
                 Err(error) => debug!(address = %self.address, %error, "link to a node not open"),
             }
@@ -255,6 +261,48 @@ impl Link {
             tokio::time::sleep(Duration::from_millis(PEER_RECONNECT_MS)).await;
             if self.queue.is_closed() {
                 return;
+            }
+        }
+    }
+
+    /// Writes what is queued on `ws` and pings it every [`PEER_PING_MS`]; returns why the
+    /// link ended: the queue closed, a write failed or took over [`PEER_WRITE_TIMEOUT_MS`], or
+    /// nothing (a pong, any frame) came back for [`PEER_SILENT_MS`] (a peer gone without a
+    /// word, or a network that dropped what was sent: the link is opened again rather than
+    /// written into the void).
+    async fn serve<S>(&mut self, ws: &mut WsStream<S>) -> &'static str
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let mut ping = tokio::time::interval(Duration::from_millis(PEER_PING_MS));
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut heard = self.clock.now().0;
+        loop {
+            let out = tokio::select! {
+                biased;
+                text = self.queue.recv() => match text {
+                    Some(text) => WsMessage::text(text),
+                    None => return "its node's links were dropped",
+                },
+                frame = ws.next() => match frame {
+                    Some(Ok(_)) => {
+                        heard = self.clock.now().0;
+                        continue;
+                    }
+                    Some(Err(_)) | None => return "the connection ended",
+                },
+                _ = ping.tick() => {
+                    if self.clock.now().0.saturating_sub(heard) >= PEER_SILENT_MS {
+                        return "nothing came back from the node";
+                    }
+                    WsMessage::Ping(Vec::new().into())
+                }
+            };
+            let wrote =
+                tokio::time::timeout(Duration::from_millis(PEER_WRITE_TIMEOUT_MS), ws.send(out))
+                    .await;
+            if !matches!(wrote, Ok(Ok(()))) {
+                return "a write failed or did not finish in time";
             }
         }
     }

@@ -25,7 +25,7 @@
 //! | `dishonest` | a raw client makes requests no honest client makes (others' conversations, orders, channels, friendships, identities) |
 //! | `handoff` | a sharded relay only: crossings between its cores lost, repeated or delayed for a while; one shard's store failing alone (commits, or down for a while), or its next commit slow while the other shards commit on; a power-off right after an owner's hand-off is committed, or right after an apply is durable |
 //! | `failover` | two relays share the store, one active (a lease and a fencing epoch), behind a load balancer; the active one freezes (SIGSTOP-like) past its lease or powers off, and the standby takes over (see `super::failover`) |
-//! | `cluster` | three relay nodes serve the shards over the store (a lease per node, an owner and an epoch per shard), behind a load balancer; the busiest node powers off and restarts (its shards move, then it joins again under load), freezes past its lease, or is cut from the database but not from its clients (see `super::cluster`); with it, `failover` is not drawn |
+//! | `cluster` | three relay nodes serve the shards over the store (a lease per node, an owner and an epoch per shard), behind a load balancer; the busiest node powers off and restarts (its shards move, then it joins again under load), freezes past its lease, or is cut from the database but not from its clients; or two nodes lose the links between them (see `super::cluster`); with it, `failover` is not drawn |
 //!
 //! Modules: `action` (what one event does), `plan` (the plan and its draw).
 

@@ -16,7 +16,8 @@ use super::{
     SWARM_WEIGHT_SCALE, StoreChoice, StoreKind,
 };
 use crate::bounds::{
-    LEASE_MS, MIN_CLUSTER_SHARDS, PAY, RELAY, STORM_WAVE, STORM_WAVE_MS, STUCK_MIN_PROVOKE,
+    LEASE_MS, MIN_CLUSTER_SHARDS, PAY, RELAY, RELAY_A, RELAY_B, RELAY_C, STORM_WAVE, STORM_WAVE_MS,
+    STUCK_MIN_PROVOKE,
 };
 use crate::scenario::{Scale, Scenario};
 
@@ -222,6 +223,9 @@ impl FaultPlan {
         for e in &self.events {
             let k = match &e.action {
                 FaultAction::Partition { a, b } if a == PAY || b == PAY => FaultKind::Webhook,
+                FaultAction::Partition { a, b } if a.starts_with(RELAY) && b.starts_with(RELAY) => {
+                    FaultKind::Cluster
+                }
                 FaultAction::Partition { .. } => FaultKind::Partition,
                 FaultAction::PartitionOneway { .. } => FaultKind::OneWay,
                 FaultAction::Hold { .. } => FaultKind::Hold,
@@ -612,17 +616,31 @@ impl Drawer<'_> {
         }
     }
 
-    /// The busiest cluster node freezes for shorter or longer than its lease (half the
-    /// time), powers off and restarts (a join under load), or is cut from the database for a
-    /// while.
+    /// The busiest cluster node freezes for shorter or longer than its lease (two times in
+    /// five), powers off and restarts (a join under load), or is cut from the database for a
+    /// while; or two nodes lose the links between them (not to the database or the clients).
     fn cluster(&mut self) {
         let (s, e) = self.span(LEASE_MS * 4);
-        match self.rng.next_u32() % 4 {
+        match self.rng.next_u32() % 5 {
             0 => {
                 self.push(s, FaultAction::Crash { host: RELAY.into() });
                 self.push(e, FaultAction::Restart { host: RELAY.into() });
             }
             1 => self.push(s, FaultAction::CutFromStore { ms: e - s }),
+            2 => {
+                let nodes = [RELAY_A, RELAY_B, RELAY_C];
+                let first = self.rng.next_u32() as usize % nodes.len();
+                let (a, b) = (nodes[first], nodes[(first + 1) % nodes.len()]);
+                let (a, b) = (a.to_owned(), b.to_owned());
+                self.push(
+                    s,
+                    FaultAction::Partition {
+                        a: a.clone(),
+                        b: b.clone(),
+                    },
+                );
+                self.push(e, FaultAction::Repair { a, b });
+            }
             _ => self.push(s, FaultAction::Freeze { ms: e - s }),
         }
     }

@@ -540,6 +540,13 @@ impl Sim<'_> {
             self.sim.repair(h.as_str(), RELAY);
             self.sim.release(h.as_str(), RELAY);
         }
+        // The links between the nodes behind the balancer.
+        let nodes = if self.failover { self.nodes() } else { &[] };
+        for (n, a) in nodes.iter().enumerate() {
+            for b in &nodes[n + 1..] {
+                self.sim.repair(*a, *b);
+            }
+        }
         self.links.dirs.clear();
         self.sim
             .set_max_message_latency(Duration::from_millis(plan.latency_ms.1));
