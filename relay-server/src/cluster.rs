@@ -38,6 +38,7 @@ use std::{
     future::Future,
     pin::Pin,
     sync::{Arc, Mutex, atomic::AtomicBool},
+    time::Duration,
 };
 
 use relay_core::{
@@ -59,6 +60,12 @@ use super::supervisor::pause;
 use super::{CoreCtx, CrossingTransit, INPUT_QUEUE_CAPACITY, RelayOpener, count_leading};
 use seam::clock::Clock;
 use seam::net::{ConnectionCounter, Network};
+
+/// A shard owned here whose store could not be opened is tried again after this long,
+/// doubling up to [`SHARD_OPEN_RETRY_MAX_MS`].
+pub const SHARD_OPEN_RETRY_MS: u64 = 500;
+/// The longest pause between two attempts to open a shard owned here.
+pub const SHARD_OPEN_RETRY_MAX_MS: u64 = 8_000;
 
 /// The boxed future of [`Membership::join`].
 pub type JoinFuture<'a> = Pin<Box<dyn Future<Output = Result<Node, CampaignError>> + Send + 'a>>;
@@ -300,15 +307,24 @@ impl ClusterSupervisor {
             remote,
         };
         let mut stop = self.stop.clone();
+        let mut retry_ms = SHARD_OPEN_RETRY_MS;
         let why = loop {
             let now = owned.borrow_and_update().clone();
-            match now {
+            let unopened = match now {
                 Owned::Lost(why) => break why,
                 Owned::Shards(shards) => self.follow(&shards, &mut here, peers_tx, push).await,
+            };
+            if !unopened {
+                retry_ms = SHARD_OPEN_RETRY_MS;
             }
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|stop| *stop) => break "the server is stopping".to_owned(),
+                // A shard owned here that could not be opened (its store failed): tried again
+                // after a pause (doubling), not only at the membership's next change.
+                () = tokio::time::sleep(Duration::from_millis(retry_ms)), if unopened => {
+                    retry_ms = (retry_ms * 2).min(SHARD_OPEN_RETRY_MAX_MS);
+                }
                 changed = owned.changed() => {
                     if changed.is_err() {
                         break "the membership's watch was dropped".to_owned();
@@ -335,13 +351,15 @@ impl ClusterSupervisor {
 
     /// Brings the cores served here in line with `shards`: stops those no longer owned under
     /// their epoch and those planned to leave (handing these over), starts the new ones.
+    /// Returns whether a shard owned here could not be opened.
     async fn follow(
         &mut self,
         shards: &BTreeMap<u16, ShardLease>,
         here: &mut Serving,
         peers_tx: &watch::Sender<PeerTable>,
         push: Option<&PushSink>,
-    ) {
+    ) -> bool {
+        let mut unopened = false;
         let mut moves = Moves::default();
         // Planned to leave before its core started here: nothing ran here under its epoch,
         // so it is handed over at once.
@@ -369,6 +387,8 @@ impl ClusterSupervisor {
             if let Some(started) = self.start(place, lease.epoch, here, peers_tx, push) {
                 here.local.insert(*shard, started);
                 moves.gained += 1;
+            } else {
+                unopened = true;
             }
         }
         if let Some(metrics) = &self.ctx.metrics {
@@ -380,6 +400,7 @@ impl ClusterSupervisor {
             info!(node = %here.name, serving = ?here.local.keys().collect::<Vec<_>>(), gained = moves.gained, lost = moves.lost, handed_over = moves.handed, "cluster: the shards served here changed");
             self.publish(here.map, &here.local, peers_tx);
         }
+        unopened
     }
 
     /// Stops every core: at once when the membership ended (the node stands by), by the
@@ -399,7 +420,8 @@ impl ClusterSupervisor {
     }
 
     /// Opens shard `place` under `epoch` and starts its core; `None` (logged) when it cannot
-    /// be opened now (the next change of the membership tries again).
+    /// be opened now (tried again after [`SHARD_OPEN_RETRY_MS`], or at the membership's next
+    /// change).
     fn start(
         &self,
         place: ShardPlace,

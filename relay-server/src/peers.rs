@@ -186,9 +186,16 @@ impl Links {
         let Ok(mut held) = self.held.lock() else {
             return;
         };
-        while held.front().is_some_and(|(until, _)| *until <= now) {
-            held.pop_front();
-            debug!("crossing dropped: no node was named for its shard in time");
+        while let Some((_, old)) = held
+            .front()
+            .is_some_and(|(until, _)| *until <= now)
+            .then(|| held.pop_front())
+            .flatten()
+        {
+            debug!(
+                to = old.to().0,
+                "crossing dropped: no node was named for its shard in time"
+            );
         }
         if until <= now || held.len() >= HELD_CROSSINGS {
             debug!(to, "crossing for a shard no other node serves now: dropped");

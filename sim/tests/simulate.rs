@@ -701,7 +701,8 @@ fn sharded_relays_pass_every_oracle() {
 
 /// The cluster topology in CI: three relay nodes share the shards over one store behind a
 /// load balancer; seeds of every class whose plans freeze a node past its lease, power one
-/// off (it joins again under load) and cut one from the database. Each passes every oracle
+/// off (it joins again under load), cut one from the database and partition two nodes from
+/// each other. Each passes every oracle
 /// (the cluster's own among them), every seed moved shards, and every family of node fault
 /// landed.
 #[test]
@@ -723,6 +724,7 @@ fn a_cluster_of_three_nodes_passes_every_oracle() {
                 FaultAction::Freeze { .. } => families.insert("freeze"),
                 FaultAction::Crash { .. } => families.insert("power-off"),
                 FaultAction::CutFromStore { .. } => families.insert("cut from the database"),
+                FaultAction::Partition { .. } => families.insert("nodes partitioned"),
                 _ => continue,
             };
         }
@@ -731,5 +733,5 @@ fn a_cluster_of_three_nodes_passes_every_oracle() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    assert_eq!(families.len(), 3, "every node fault landed: {families:?}");
+    assert_eq!(families.len(), 4, "every node fault landed: {families:?}");
 }

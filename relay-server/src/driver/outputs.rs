@@ -53,7 +53,7 @@ impl Core {
         else {
             match &self.remote {
                 // A cluster node: another node serves that shard, or none does now.
-                Some(remote) => remote(&c),
+                Some(remote) => self.to_remote(remote, c),
                 None => debug!(to, "crossing for a core that is gone: dropped"),
             }
             return;
@@ -74,6 +74,26 @@ impl Core {
                     if let Some(peer) = peer.upgrade() {
                         hand(&peer, to, c);
                     }
+                });
+            }
+        }
+    }
+
+    /// Sends `c` to the node serving its shard, through the transit when there is one (the
+    /// network between nodes is the simulator's to fault, as between cores).
+    fn to_remote(&self, remote: &RemoteSink, c: Crossing) {
+        match self.transit.as_ref().map_or(Transit::Deliver, |t| t(&c)) {
+            Transit::Deliver => remote(&c),
+            Transit::Lose => debug!(to = c.to().0, "crossing lost in transit"),
+            Transit::Twice => {
+                remote(&c);
+                remote(&c);
+            }
+            Transit::Delay(wait) => {
+                let remote = Arc::clone(remote);
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    remote(&c);
                 });
             }
         }
