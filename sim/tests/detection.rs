@@ -336,11 +336,12 @@ const CASES: [Case; 38] = [
         oracles: &[Oracle::ShardEpochs],
     },
     // A shard's next owner does not resume its outbox: what the node it left had not had
-    // acknowledged (its acks held by a freeze, lost to a power-off) is never sent again.
+    // acknowledged is never sent again. Acknowledgements missing when a shard moves need
+    // crossings lost or held on the way (the `handoff` faults, between nodes as between cores).
     Case {
         bug: Planted::Relay(PlantedBug::HandoffOutboxNotResumed),
         scale: Scale::Small,
-        faults: "cluster",
+        faults: "cluster,handoff",
         oracles: &[
             Oracle::HandoffsDrained,
             Oracle::Liveness,

@@ -99,6 +99,9 @@ pub(crate) struct Calm {
     store_faults: u64,
     failed_reads: u64,
     crossings_faulted: u64,
+    /// Shard moves between cluster nodes (a shard's new core refuses what needs the other
+    /// shards' levels until it has them).
+    shard_moves: u64,
 }
 
 impl Calm {
@@ -112,6 +115,7 @@ impl Calm {
             store_faults: w.store_faults,
             failed_reads: w.store_failed_reads,
             crossings_faulted: w.crossings_faulted(),
+            shard_moves: w.shard_moves(),
         }
     }
 
@@ -128,7 +132,7 @@ impl Calm {
 
     /// Whether nothing happened to the relay since `self` (no power-off, takeover, store
     /// fault of the plan, failed store read, crossing between its cores lost, repeated or
-    /// delayed, or clock jump) but the clock jumps the drill itself asked for
+    /// delayed, shard moved between cluster nodes, or clock jump) but the clock jumps the drill itself asked for
     /// (`own_jumps`).
     pub(crate) fn held(&self, ctx: &HostCtx, own_jumps: usize) -> bool {
         self.held_but_reads(ctx, own_jumps, 0)
@@ -143,6 +147,7 @@ impl Calm {
             && now.store_faults == self.store_faults
             && now.failed_reads <= self.failed_reads + own_reads
             && now.crossings_faulted == self.crossings_faulted
+            && now.shard_moves == self.shard_moves
             && now.jumps == self.jumps + own_jumps
     }
 }

@@ -352,6 +352,7 @@ impl FaultAction {
                 | Self::ShardStoreDown { .. }
                 | Self::ShardCommitSlow { .. }
                 | Self::CrashAfterCommitOf { .. }
+                | Self::CutFromStore { .. }
         )
     }
 

@@ -32,9 +32,10 @@ pub(super) async fn stop_reading(
     provoke: u32,
     pause_ms: Option<u64>,
 ) -> Findings {
-    // Straight to the active relay in the failover topology: the bound is the relay's, and
-    // the balancer's buffers in between would only need more answers to fill.
-    let target = ctx.world.borrow().active_relay();
+    // Straight to the active relay in the failover topology (in the cluster topology, to the
+    // node serving the account): the bound is the relay's, and the buffers of a balancer or
+    // a node passing the socket on in between would only need more answers to fill.
+    let target = ctx.world.borrow().relay_serving(&account.uuid);
     let Ok(Ok((mut reader, mut writer))) = open_ws_at(&target, &ws_query(account)).await else {
         return Findings::new();
     };

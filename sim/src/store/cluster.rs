@@ -93,6 +93,13 @@ pub struct ClusterRecord {
     pub changed_ms: u64,
 }
 
+impl ClusterRecord {
+    /// Shard moves so far (forced and handed over).
+    pub fn moves(&self) -> u64 {
+        self.forced.len() as u64 + self.handed_over
+    }
+}
+
 /// The cluster's tables and what was recorded of them.
 #[derive(Debug, Default)]
 pub(super) struct Cluster {
@@ -482,6 +489,11 @@ impl StoreCtl {
             fence.epoch,
             fence.host.clone(),
         ));
+    }
+
+    /// Shard moves so far (forced and handed over): what a drill's step must not overlap.
+    pub fn cluster_moves(&self) -> u64 {
+        self.lock().cluster.record.moves()
     }
 
     /// What the oracles read of the cluster.

@@ -217,6 +217,24 @@ impl World {
         seam::clock::SIM_EPOCH_BASE.0 + t + jumped
     }
 
+    /// Shard moves between the cluster topology's nodes so far (0 in other topologies).
+    pub(crate) fn shard_moves(&self) -> u64 {
+        self.lease.as_ref().map_or(0, StoreCtl::cluster_moves)
+    }
+
+    /// The relay host that serves account `uuid` itself: in the cluster topology the node its
+    /// shard's owner is (no balancer or node passing its socket on in between), else
+    /// [`active_relay`](Self::active_relay).
+    pub(crate) fn relay_serving(&self, uuid: &str) -> String {
+        let owner = self.lease.as_ref().and_then(|ctl| {
+            let record = ctl.cluster_record();
+            let map = relay_core::handoff::ShardMap::new(record.shards)?;
+            let user = wire::UserUuid::parse(uuid).ok()?;
+            ctl.cluster_directory().remove(&map.of_user(&user).0)
+        });
+        owner.unwrap_or_else(|| self.active_relay())
+    }
+
     /// The host of the active relay: `relay`, or in the failover topology the lease holder
     /// (`relay`, the balancer, while nobody holds it).
     pub(crate) fn active_relay(&self) -> String {
