@@ -299,7 +299,8 @@ impl StoreCtl {
         c.cluster.record.shards = shards;
     }
 
-    /// Planted (test-only): a lapsed lease is renewed (see [`Cluster`]).
+    /// Planted (test-only): a renewal takes a lapsed lease, and writes the node's last shards
+    /// back to it under their current epochs.
     pub fn cluster_renew_lapsed(&self) {
         self.lock().cluster.renew_lapsed = true;
     }
