@@ -154,6 +154,8 @@ struct Serving {
     open: Arc<Mutex<ShardOpener>>,
     hand_over: HandOver,
     local: BTreeMap<u16, Local>,
+    /// The shards (and epochs) handed over in this membership: each is handed over once.
+    handed: BTreeSet<(u16, u64)>,
     /// Each core's task says its shard here when it ends.
     ended: mpsc::Sender<u16>,
     /// The links to the other nodes, if crossings go there.
@@ -296,30 +298,52 @@ impl ClusterSupervisor {
             let links = make((name.clone(), address), directory);
             Arc::new(move |c: &relay_core::handoff::Crossing| links.send(c)) as RemoteSink
         });
-        let (ended_tx, mut ended_rx) = mpsc::channel::<u16>(usize::from(map.shards()));
+        let (ended_tx, ended_rx) = mpsc::channel::<u16>(usize::from(map.shards()));
         let mut here = Serving {
             name,
             map,
             open: Arc::new(Mutex::new(open)),
             hand_over,
             local: BTreeMap::new(),
+            handed: BTreeSet::new(),
             ended: ended_tx,
             remote,
         };
+        let why = self
+            .follow_until_lost(&mut owned, &mut here, ended_rx, (peers_tx, push))
+            .await;
+        self.stop_all(&mut here.local, &why).await;
+        routing.abort();
+        self.routes.send_replace(Routes::default());
+        self.connections.set_exempt(NODES_EXEMPT, BTreeSet::new());
+        peers_tx.send_replace(Arc::new([]));
+        drop(holder);
+        why
+    }
+
+    /// Follows `owned` until the membership ends (or the server stops): returns why.
+    async fn follow_until_lost(
+        &mut self,
+        owned: &mut watch::Receiver<Owned>,
+        here: &mut Serving,
+        mut ended_rx: mpsc::Receiver<u16>,
+        (peers_tx, push): (&watch::Sender<PeerTable>, Option<&PushSink>),
+    ) -> String {
+        let map = here.map;
         let mut stop = self.stop.clone();
         let mut retry_ms = SHARD_OPEN_RETRY_MS;
-        let why = loop {
+        loop {
             let now = owned.borrow_and_update().clone();
             let unopened = match now {
-                Owned::Lost(why) => break why,
-                Owned::Shards(shards) => self.follow(&shards, &mut here, peers_tx, push).await,
+                Owned::Lost(why) => return why,
+                Owned::Shards(shards) => self.follow(&shards, here, peers_tx, push).await,
             };
             if !unopened {
                 retry_ms = SHARD_OPEN_RETRY_MS;
             }
             tokio::select! {
                 biased;
-                _ = stop.wait_for(|stop| *stop) => break "the server is stopping".to_owned(),
+                _ = stop.wait_for(|stop| *stop) => return "the server is stopping".to_owned(),
                 // A shard owned here that could not be opened (its store failed): tried again
                 // after a pause (doubling), not only at the membership's next change.
                 () = tokio::time::sleep(Duration::from_millis(retry_ms)), if unopened => {
@@ -327,7 +351,7 @@ impl ClusterSupervisor {
                 }
                 changed = owned.changed() => {
                     if changed.is_err() {
-                        break "the membership's watch was dropped".to_owned();
+                        return "the membership's watch was dropped".to_owned();
                     }
                 }
                 Some(shard) = ended_rx.recv() => {
@@ -339,14 +363,7 @@ impl ClusterSupervisor {
                     }
                 }
             }
-        };
-        self.stop_all(&mut here.local, &why).await;
-        routing.abort();
-        self.routes.send_replace(Routes::default());
-        self.connections.set_exempt(NODES_EXEMPT, BTreeSet::new());
-        peers_tx.send_replace(Arc::new([]));
-        drop(holder);
-        why
+        }
     }
 
     /// Brings the cores served here in line with `shards`: stops those no longer owned under
@@ -367,15 +384,23 @@ impl ClusterSupervisor {
             .iter()
             .filter(|(shard, lease)| lease.leaving && !here.local.contains_key(shard))
             .map(|(shard, lease)| (*shard, lease.epoch))
+            .filter(|planned| !here.handed.contains(planned))
             .collect();
         let going = going(&mut here.local, shards);
         if !going.is_empty() {
+            here.handed.extend(
+                going
+                    .iter()
+                    .filter(|(.., planned)| *planned)
+                    .map(|(shard, l, _)| (*shard, l.epoch)),
+            );
             // Handlers stop sending to those cores before they stop.
             self.publish(here.map, &here.local, peers_tx);
             let_go(going, &mut here.hand_over, &mut moves).await;
         }
-        for (shard, epoch) in never_started {
-            hand_over_one(&mut here.hand_over, (shard, epoch), &mut moves).await;
+        for planned in never_started {
+            here.handed.insert(planned);
+            hand_over_one(&mut here.hand_over, planned, &mut moves).await;
         }
         for (shard, lease) in shards {
             if lease.leaving || here.local.contains_key(shard) {

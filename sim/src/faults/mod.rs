@@ -25,7 +25,7 @@
 //! | `dishonest` | a raw client makes requests no honest client makes (others' conversations, orders, channels, friendships, identities) |
 //! | `handoff` | a sharded relay only: crossings between its cores lost, repeated or delayed for a while; one shard's store failing alone (commits, or down for a while), or its next commit slow while the other shards commit on; a power-off right after an owner's hand-off is committed, or right after an apply is durable |
 //! | `failover` | two relays share the store, one active (a lease and a fencing epoch), behind a load balancer; the active one freezes (SIGSTOP-like) past its lease or powers off, and the standby takes over (see `super::failover`) |
-//! | `cluster` | three relay nodes serve the shards over the store (a lease per node, an owner and an epoch per shard), behind a load balancer; the busiest node powers off and restarts (its shards move, then it joins again under load), freezes past its lease, or is cut from the database but not from its clients; or two nodes lose the links between them (see `super::cluster`); with it, `failover` is not drawn |
+//! | `cluster` | three relay nodes serve the shards over the store (a lease per node, an owner and an epoch per shard), behind a load balancer; the busiest node powers off and restarts (its shards move, then it joins again under load), freezes past its lease, or is cut from the database but not from its clients; or two nodes lose the links between them (see `super::cluster`); with it, `failover` is not drawn; never drawn by the swarm |
 //!
 //! Modules: `action` (what one event does), `plan` (the plan and its draw).
 
@@ -85,15 +85,17 @@ pub enum FaultKind {
     /// standby takes over, and a frozen relay that resumes must commit nothing. With this
     /// kind, every relay crash of the plan hits the active relay.
     Failover,
-    /// Three relay nodes share the shards over the store (a lease per node, an owner and an
-    /// epoch per shard) behind a load balancer: the busiest node powers off and restarts,
-    /// freezes past its lease, or is cut from the database; its shards move to the others
-    /// and back. With this kind, every relay crash of the plan hits the busiest node.
-    Cluster,
     /// A sharded relay's hand-off between its cores: crossings lost, repeated, delayed; one
     /// shard's store failing or slow alone; power-offs between an owner's commit and the apply, and
     /// between the apply and its acknowledgement. Drawn only for a sharded relay.
     Handoff,
+    /// Three relay nodes share the shards over the store (a lease per node, an owner and an
+    /// epoch per shard) behind a load balancer: the busiest node powers off and restarts,
+    /// freezes past its lease, or is cut from the database; its shards move to the others
+    /// and back; or two nodes lose their links. With this kind, every relay crash of the plan
+    /// hits the busiest node. Never drawn by the swarm (a topology of its own: `all` or by
+    /// name).
+    Cluster,
 }
 
 impl FaultKind {
@@ -116,8 +118,8 @@ impl FaultKind {
         Self::Abuse,
         Self::Dishonest,
         Self::Failover,
-        Self::Cluster,
         Self::Handoff,
+        Self::Cluster,
     ];
 
     /// CLI name.

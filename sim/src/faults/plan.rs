@@ -80,11 +80,12 @@ impl FaultPlan {
         scenario: &Scenario,
         (window_ms, shards): (u64, u16),
     ) -> Self {
-        // Every kind but `handoff`, which is drawn last (see the module docs).
+        // Every kind but `handoff`, which is drawn last (see the module docs), and `cluster`,
+        // a topology of its own that only `all` or its name selects.
         let first = || {
             FaultKind::ALL
                 .into_iter()
-                .filter(|k| *k != FaultKind::Handoff)
+                .filter(|k| !matches!(k, FaultKind::Handoff | FaultKind::Cluster))
         };
         let mut kinds: BTreeSet<FaultKind> = match selection {
             FaultSelection::Only(k) => k.clone(),
