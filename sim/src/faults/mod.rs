@@ -25,7 +25,7 @@
 //! | `dishonest` | a raw client makes requests no honest client makes (others' conversations, orders, channels, friendships, identities) |
 //! | `handoff` | a sharded relay only: crossings between its cores lost, repeated or delayed for a while; one shard's store failing alone (commits, or down for a while), or its next commit slow while the other shards commit on; a power-off right after an owner's hand-off is committed, or right after an apply is durable |
 //! | `failover` | two relays share the store, one active (a lease and a fencing epoch), behind a load balancer; the active one freezes (SIGSTOP-like) past its lease or powers off, and the standby takes over (see `super::failover`) |
-//! | `cluster` | three relay nodes serve the shards over the store (a lease per node, an owner and an epoch per shard), behind a load balancer; the busiest node powers off and restarts (its shards move, then it joins again under load), freezes past its lease, or is cut from the database but not from its clients; or two nodes lose the links between them (see `super::cluster`); with it, `failover` is not drawn; never drawn by the swarm |
+//! | `cluster` | three relay nodes serve the shards over the store (a lease per node, an owner and an epoch per shard), behind a load balancer; the busiest node powers off and restarts (its shards move, then it joins again under load), freezes past its lease, or is cut from the database but not from its clients; or two nodes lose the links between them (see `super::cluster`); with it, `failover` is not drawn; never drawn by the swarm or `all`, only by name |
 //!
 //! Modules: `action` (what one event does), `plan` (the plan and its draw).
 
@@ -93,8 +93,8 @@ pub enum FaultKind {
     /// epoch per shard) behind a load balancer: the busiest node powers off and restarts,
     /// freezes past its lease, or is cut from the database; its shards move to the others
     /// and back; or two nodes lose their links. With this kind, every relay crash of the plan
-    /// hits the busiest node. Never drawn by the swarm (a topology of its own: `all` or by
-    /// name).
+    /// hits the busiest node. A topology of its own: never drawn by the swarm or `all`, only
+    /// by name.
     Cluster,
 }
 
@@ -219,7 +219,13 @@ impl FromStr for FaultSelection {
         }
         match s {
             "swarm" => Ok(Self::Swarm),
-            "all" => Ok(Self::Only(FaultKind::ALL.into_iter().collect())),
+            // Every kind of the single-relay and failover topologies; `cluster` is named.
+            "all" => Ok(Self::Only(
+                FaultKind::ALL
+                    .into_iter()
+                    .filter(|k| *k != FaultKind::Cluster)
+                    .collect(),
+            )),
             "none" => Ok(Self::Only(BTreeSet::new())),
             list => list
                 .split(',')
@@ -240,7 +246,11 @@ impl fmt::Display for FaultSelection {
                 write!(f, "swarm:{}", parts.join(","))
             }
             Self::Only(k) if k.is_empty() => f.write_str("none"),
-            Self::Only(k) if k.len() == FaultKind::ALL.len() => f.write_str("all"),
+            Self::Only(k)
+                if k.len() == FaultKind::ALL.len() - 1 && !k.contains(&FaultKind::Cluster) =>
+            {
+                f.write_str("all")
+            }
             Self::Only(k) => {
                 let names: Vec<&str> = k.iter().map(|k| k.name()).collect();
                 f.write_str(&names.join(","))

@@ -81,7 +81,7 @@ impl FaultPlan {
         (window_ms, shards): (u64, u16),
     ) -> Self {
         // Every kind but `handoff`, which is drawn last (see the module docs), and `cluster`,
-        // a topology of its own that only `all` or its name selects.
+        // a topology of its own that only its name selects.
         let first = || {
             FaultKind::ALL
                 .into_iter()

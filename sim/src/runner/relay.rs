@@ -264,45 +264,62 @@ pub(crate) const MAX_RELAY_SHARDS: u16 = 4;
 /// commits `inline` on its core tasks, or pipelined on a task ([`commit_mode`]), and runs
 /// `shards` relay cores over the store.
 fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, (inline, shards): (bool, u16)) {
-    // Counted across the host's power cycles (each runs this closure again).
+    supervised(
+        sim,
+        RELAY,
+        relay,
+        relay_seed,
+        move |relay, config, relay_seed| {
+            let (store, blobs) = (relay.store.clone(), relay.blobs.clone());
+            let commit = if inline {
+                CommitMode::Inline
+            } else {
+                commit_mode(&store)
+            };
+            let reads = read_mode(&store);
+            let open = move |place: relay_core::handoff::ShardPlace| {
+                let config = Config {
+                    shard: place,
+                    ..config.clone()
+                };
+                Relay::with_blobs(
+                    config,
+                    Box::new(store.open_shard(place.me().0)?),
+                    Box::new(blobs.clone()),
+                    relay_seed,
+                )
+            };
+            RelayServer::sharded(shards, open)
+                .with_crossing_transit(relay.crossings.transit())
+                .with_commit_mode(commit)
+                .with_read_mode(reads)
+                .with_metrics(relay.metrics.clone())
+        },
+    );
+}
+
+/// A relay host's supervisor: at each start (counted across the host's power cycles, each
+/// of which runs the host's closure again) `build` makes the server from the run's relay
+/// parts, the start's configuration (its push policy made to agree with the delivery) and
+/// the start's seed; the server is started again whenever it exits.
+fn supervised(
+    sim: &mut Sim<'_>,
+    host: &str,
+    relay: RelayParts,
+    relay_seed: u64,
+    build: impl Fn(&RelayParts, Config, u64) -> RelayServer + Clone + 'static,
+) {
     let starts = Arc::new(AtomicU64::new(0));
-    sim.host(RELAY, move || {
-        let relay = relay.clone();
+    sim.host(host, move || {
+        let (relay, build) = (relay.clone(), build.clone());
         let starts = Arc::clone(&starts);
         async move {
             loop {
                 let relay_seed = start_seed(relay_seed, starts.fetch_add(1, Ordering::Relaxed));
-                let RelayParts {
-                    store,
-                    blobs,
-                    mut config,
-                    ..
-                } = relay.clone();
+                let mut config = relay.config.clone();
                 let delivery = relay.push_delivery(&mut config);
-                let commit = if inline {
-                    CommitMode::Inline
-                } else {
-                    commit_mode(&store)
-                };
-                let reads = read_mode(&store);
-                let open = move |place: relay_core::handoff::ShardPlace| {
-                    let config = Config {
-                        shard: place,
-                        ..config.clone()
-                    };
-                    Relay::with_blobs(
-                        config,
-                        Box::new(store.open_shard(place.me().0)?),
-                        Box::new(blobs.clone()),
-                        relay_seed,
-                    )
-                };
+                let server = build(&relay, config, relay_seed);
                 let delivery = relay.deliver_pushes.then_some(delivery);
-                let server = RelayServer::sharded(shards, open)
-                    .with_crossing_transit(relay.crossings.transit())
-                    .with_commit_mode(commit)
-                    .with_read_mode(reads)
-                    .with_metrics(relay.metrics.clone());
                 serve_relay(server, relay.limits, &relay.clock, delivery).await;
             }
         }
@@ -373,42 +390,35 @@ fn add_cluster_node(
     (map, key): (relay_core::handoff::ShardMap, [u8; 32]),
     relay_seed: u64,
 ) {
-    let relay = relay.clone();
-    let starts = Arc::new(AtomicU64::new(0));
-    sim.host(host, move || {
-        let relay = relay.clone();
-        let starts = Arc::clone(&starts);
-        async move {
-            loop {
-                let relay_seed = start_seed(relay_seed, starts.fetch_add(1, Ordering::Relaxed));
-                let mut config = relay.config.clone();
-                let delivery = relay.push_delivery(&mut config);
-                let blobs = relay.blobs.clone();
-                let make: crate::cluster::MakeShard = Arc::new(move |place, fenced| {
-                    let config = Config {
-                        shard: place,
-                        ..config.clone()
-                    };
-                    Relay::with_blobs(
-                        config,
-                        Box::new(fenced),
-                        Box::new(blobs.clone()),
-                        relay_seed,
-                    )
-                });
-                let membership =
-                    crate::cluster::SimMembership::new(host, relay.store.clone(), map, make);
-                let server = RelayServer::clustered(membership)
-                    .with_cluster_key(relay_server::peers::ClusterKey::new(key))
-                    .with_crossing_transit(relay.crossings.transit())
-                    .with_commit_mode(commit_mode(&relay.store))
-                    .with_read_mode(read_mode(&relay.store))
-                    .with_metrics(relay.metrics.clone());
-                let delivery = relay.deliver_pushes.then_some(delivery);
-                serve_relay(server, relay.limits, &relay.clock, delivery).await;
-            }
-        }
-    });
+    supervised(
+        sim,
+        host,
+        relay.clone(),
+        relay_seed,
+        move |relay, config, relay_seed| {
+            let blobs = relay.blobs.clone();
+            let make: crate::cluster::MakeShard = Arc::new(move |place, fenced| {
+                let config = Config {
+                    shard: place,
+                    ..config.clone()
+                };
+                Relay::with_blobs(
+                    config,
+                    Box::new(fenced),
+                    Box::new(blobs.clone()),
+                    relay_seed,
+                )
+            });
+            let membership =
+                crate::cluster::SimMembership::new(host, relay.store.clone(), map, make);
+            RelayServer::clustered(membership)
+                .with_cluster_key(relay_server::peers::ClusterKey::new(key))
+                .with_crossing_transit(relay.crossings.transit())
+                .with_commit_mode(commit_mode(&relay.store))
+                .with_read_mode(read_mode(&relay.store))
+                .with_metrics(relay.metrics.clone())
+        },
+    );
 }
 
 /// One relay of the failover topology: it campaigns for the shared store's lease, serves
@@ -419,35 +429,28 @@ fn add_campaigning_relay(
     relay: &RelayParts,
     relay_seed: u64,
 ) {
-    let relay = relay.clone();
-    let starts = Arc::new(AtomicU64::new(0));
-    sim.host(host, move || {
-        let relay = relay.clone();
-        let starts = Arc::clone(&starts);
-        async move {
-            loop {
-                let relay_seed = start_seed(relay_seed, starts.fetch_add(1, Ordering::Relaxed));
-                let mut config = relay.config.clone();
-                let delivery = relay.push_delivery(&mut config);
-                let blobs = relay.blobs.clone();
-                let make: failover::MakeRelay = Arc::new(move |fenced| {
-                    Relay::with_blobs(
-                        config.clone(),
-                        Box::new(fenced),
-                        Box::new(blobs.clone()),
-                        relay_seed,
-                    )
-                });
-                let leadership = SimLeadership::new(host, relay.store.clone(), make);
-                let server = RelayServer::campaigning(leadership)
-                    .with_commit_mode(commit_mode(&relay.store))
-                    .with_read_mode(read_mode(&relay.store))
-                    .with_metrics(relay.metrics.clone());
-                let delivery = relay.deliver_pushes.then_some(delivery);
-                serve_relay(server, relay.limits, &relay.clock, delivery).await;
-            }
-        }
-    });
+    supervised(
+        sim,
+        host,
+        relay.clone(),
+        relay_seed,
+        move |relay, config, relay_seed| {
+            let blobs = relay.blobs.clone();
+            let make: failover::MakeRelay = Arc::new(move |fenced| {
+                Relay::with_blobs(
+                    config.clone(),
+                    Box::new(fenced),
+                    Box::new(blobs.clone()),
+                    relay_seed,
+                )
+            });
+            let leadership = SimLeadership::new(host, relay.store.clone(), make);
+            RelayServer::campaigning(leadership)
+                .with_commit_mode(commit_mode(&relay.store))
+                .with_read_mode(read_mode(&relay.store))
+                .with_metrics(relay.metrics.clone())
+        },
+    );
 }
 
 /// The RNG seed of start `start` of a relay host whose number is `host_seed`: the `relay`
