@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use relay_core::store::StoreError;
 
-use super::StoreCtl;
+use super::{FaultyStore, SimStore, StoreCtl};
 use crate::time::sim_ms;
 
 /// The fence of a store opened by a cluster node: which node, shard and epoch.
@@ -516,5 +516,26 @@ impl StoreCtl {
             .map(|(n, _)| n.clone())
             .collect();
         record
+    }
+}
+
+impl SimStore {
+    /// Opens shard `shard`'s store for the core a cluster node `host` runs under `epoch`:
+    /// every commit and load first checks that `epoch` is still the shard's.
+    pub fn open_cluster_shard(
+        &self,
+        host: &str,
+        shard: u16,
+        epoch: u64,
+    ) -> Result<FaultyStore, StoreError> {
+        let mut store = self.open_shard(shard)?;
+        let fence = ShardFence {
+            host: host.to_owned(),
+            shard,
+            epoch,
+        };
+        self.ctl.cluster_opened(&fence);
+        store.shard_fence = Some(fence);
+        Ok(store)
     }
 }

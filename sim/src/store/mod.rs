@@ -860,25 +860,6 @@ impl SimStore {
         Ok(store)
     }
 
-    /// Opens shard `shard`'s store for the core a cluster node `host` runs under `epoch`:
-    /// every commit and load first checks that `epoch` is still the shard's.
-    pub fn open_cluster_shard(
-        &self,
-        host: &str,
-        shard: u16,
-        epoch: u64,
-    ) -> Result<FaultyStore, StoreError> {
-        let mut store = self.open_shard(shard)?;
-        let fence = ShardFence {
-            host: host.to_owned(),
-            shard,
-            epoch,
-        };
-        self.ctl.cluster_opened(&fence);
-        store.shard_fence = Some(fence);
-        Ok(store)
-    }
-
     /// The committed content, read through a separate handle (no faults, not recorded).
     pub fn snapshot(&self) -> Result<Snapshot, StoreError> {
         match &self.path {
