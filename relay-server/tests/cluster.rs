@@ -221,6 +221,14 @@ async fn a_node_follows_its_membership_shard_by_shard() {
     assert_eq!(*joins.lock().unwrap(), 2);
 
     drop((ws_a, ws_b));
+    stop_node(&stop, served).await;
+}
+
+/// Stops the node and waits for it, within [`SOON`].
+async fn stop_node(
+    stop: &tokio::sync::Notify,
+    served: tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     stop.notify_one();
     tokio::time::timeout(SOON, served)
         .await
@@ -275,10 +283,5 @@ async fn a_shard_planned_to_leave_before_it_started_is_handed_over_at_once() {
     assert_eq!(*handed.lock().unwrap(), vec![(1, 4)]);
     // Shard 0 is served on.
     wait_serving(relay).await;
-    stop.notify_one();
-    tokio::time::timeout(SOON, served)
-        .await
-        .expect("the node stops")
-        .unwrap()
-        .unwrap();
+    stop_node(&stop, served).await;
 }

@@ -94,12 +94,7 @@ fn takeover(input: &Input<'_>, record: &ClusterRecord, out: &mut Vec<Violation>)
         {
             continue;
         }
-        let served = record
-            .opened
-            .iter()
-            .filter(|(_, shard, epoch, _)| *shard == m.shard && *epoch >= m.epoch)
-            .map(|(at, ..)| *at)
-            .min();
+        let served = record.served_at(m);
         if served.is_none_or(|at| at > deadline) {
             let when = served.map_or_else(|| "never".to_owned(), |at| format!("at {at} ms"));
             out.push(Violation::new(

@@ -9,7 +9,7 @@ use super::step::Ended;
 use super::{Inner, Parts, RunStats};
 use crate::oracles;
 use crate::pushworld::{PushKind, SeenPush};
-use crate::store::SimStore;
+use crate::store::{ClusterRecord, SimStore};
 use crate::time::SkewClock;
 use crate::trace::Record;
 use crate::violation::{Oracle, Violation};
@@ -41,11 +41,12 @@ pub(super) fn finish(
     mut violations: Vec<Violation>,
 ) -> Inner {
     let seen = parts.push.seen();
-    closing_notes(parts, store, failover, ended.end_ms, &seen);
+    let cluster = store.ctl().cluster_record();
+    closing_notes(parts, store, (failover, &cluster), ended.end_ms, &seen);
     let records = parts.trace.records();
     let webhook_bounds = check(
         parts,
-        store,
+        (store, &cluster),
         relay,
         &records,
         &seen,
@@ -77,10 +78,7 @@ pub(super) fn finish(
         loads: history.counts.loads,
         terms: history.terms.len() as u64,
         fenced: history.counts.fenced,
-        shard_moves: {
-            let cluster = store.ctl().cluster_record();
-            cluster.forced.len() as u64 + cluster.handed_over
-        },
+        shard_moves: cluster.moves(),
         webhook_bounds,
         handed_off: handed_off(&parts.metrics.encode()),
         crossings_faulted: parts.crossings.counts().faulted(),
@@ -120,7 +118,7 @@ pub(super) fn finish(
 fn closing_notes(
     parts: &Parts<'_>,
     store: &SimStore,
-    failover: bool,
+    (failover, cluster): (bool, &ClusterRecord),
     end_ms: u64,
     seen: &[SeenPush],
 ) {
@@ -153,11 +151,10 @@ fn closing_notes(
             seen.iter().filter(|p| p.gone).count()
         ),
     });
-    let cluster = store.ctl().cluster_record();
     if cluster.shards > 0 {
         parts.trace.push(Record::Note {
             t_ms: end_ms,
-            text: cluster_note(&cluster),
+            text: cluster_note(cluster),
         });
     } else if failover {
         let history = store.ctl().history();
@@ -182,19 +179,11 @@ fn closing_notes(
 }
 
 /// The cluster's moves and takeover times, for the trace's end.
-fn cluster_note(cluster: &crate::store::ClusterRecord) -> String {
+fn cluster_note(cluster: &ClusterRecord) -> String {
     let takeovers: Vec<u64> = cluster
         .forced
         .iter()
-        .filter_map(|m| {
-            let opened = cluster
-                .opened
-                .iter()
-                .filter(|(_, shard, epoch, _)| *shard == m.shard && *epoch >= m.epoch)
-                .map(|(at, ..)| *at)
-                .min()?;
-            Some(opened.saturating_sub(m.lapsed_ms))
-        })
+        .filter_map(|m| Some(cluster.served_at(m)?.saturating_sub(m.lapsed_ms)))
         .collect();
     format!(
         "cluster: {} joins, {} forced moves, {} handed over, {} shard cores opened; takeover after a lapse (ms) {:?}",
@@ -210,7 +199,7 @@ fn cluster_note(cluster: &crate::store::ClusterRecord) -> String {
 /// the bounds `webhook-counts` judged.
 fn check(
     parts: &Parts<'_>,
-    store: &SimStore,
+    (store, cluster): (&SimStore, &ClusterRecord),
     relay: &relay_core::Config,
     records: &[Record],
     seen: &[SeenPush],
@@ -220,7 +209,6 @@ fn check(
     let plan = &parts.replay.plan;
     let history = store.ctl().history();
     let snapshot = store.snapshot().unwrap_or_default();
-    let cluster = store.ctl().cluster_record();
     let w = parts.world.borrow();
     let input = oracles::Input {
         scenario: &parts.scenario,
@@ -239,7 +227,7 @@ fn check(
         skews: &parts.clocks.iter().map(SkewClock::get).collect::<Vec<_>>(),
         relay,
         drills: &parts.replay.drills,
-        cluster: &cluster,
+        cluster,
     };
     oracles::check_all(&input, violations);
     if violations.iter().any(|v| v.oracle == Oracle::Setup) {

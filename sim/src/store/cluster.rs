@@ -94,6 +94,16 @@ pub struct ClusterRecord {
 }
 
 impl ClusterRecord {
+    /// When forced move `m`'s shard was served again: the first core opened for it under the
+    /// move's epoch or a later one.
+    pub fn served_at(&self, m: &ForcedMove) -> Option<u64> {
+        self.opened
+            .iter()
+            .filter(|(_, shard, epoch, _)| *shard == m.shard && *epoch >= m.epoch)
+            .map(|(at, ..)| *at)
+            .min()
+    }
+
     /// Shard moves so far (forced and handed over).
     pub fn moves(&self) -> u64 {
         self.forced.len() as u64 + self.handed_over
@@ -146,6 +156,16 @@ impl Cluster {
         {
             open.2 = Some(now);
         }
+    }
+
+    /// The shards `host` owns, recorded as what it was last told.
+    fn tell(&mut self, host: &str) -> BTreeMap<u16, (u64, bool)> {
+        let owned = self.owned(host);
+        self.record.told.insert(
+            host.to_owned(),
+            owned.iter().map(|(s, (e, _))| (*s, *e)).collect(),
+        );
+        owned
     }
 
     /// The shards `host` owns.
@@ -326,11 +346,7 @@ impl StoreCtl {
         k.nodes.insert(host.to_owned(), now + lease_ms);
         k.record.joins.push((now, host.to_owned()));
         k.coordinate(now);
-        let owned = k.owned(host);
-        k.record.told.insert(
-            host.to_owned(),
-            owned.iter().map(|(s, (e, _))| (*s, *e)).collect(),
-        );
+        let owned = k.tell(host);
         Some(owned)
     }
 
@@ -368,11 +384,7 @@ impl StoreCtl {
         }
         k.nodes.insert(host.to_owned(), now + lease_ms);
         k.coordinate(now);
-        let owned = k.owned(host);
-        k.record.told.insert(
-            host.to_owned(),
-            owned.iter().map(|(s, (e, _))| (*s, *e)).collect(),
-        );
+        let owned = k.tell(host);
         Beat::Owns(owned)
     }
 
@@ -490,6 +502,11 @@ impl StoreCtl {
             fence.epoch,
             fence.host.clone(),
         ));
+    }
+
+    /// The cluster's shard count (0: not a cluster run).
+    pub fn cluster_shards(&self) -> u16 {
+        self.lock().cluster.record.shards
     }
 
     /// Shard moves so far (forced and handed over): what a drill's step must not overlap.

@@ -227,8 +227,7 @@ impl World {
     /// [`active_relay`](Self::active_relay).
     pub(crate) fn relay_serving(&self, uuid: &str) -> String {
         let owner = self.lease.as_ref().and_then(|ctl| {
-            let record = ctl.cluster_record();
-            let map = relay_core::handoff::ShardMap::new(record.shards)?;
+            let map = relay_core::handoff::ShardMap::new(ctl.cluster_shards())?;
             let user = wire::UserUuid::parse(uuid).ok()?;
             ctl.cluster_directory().remove(&map.of_user(&user).0)
         });
