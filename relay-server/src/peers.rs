@@ -23,6 +23,9 @@
 //!   [`MAX_ENVELOPE_BYTES`](relay_core::handoff::envelope::MAX_ENVELOPE_BYTES)) and handed to
 //!   the core of its shard without waiting; one for a shard not served here, or whose core's
 //!   queue is full, is dropped. A malformed envelope is logged (without its text) and skipped.
+//!   The link ends with the server that accepted it: when it stops (a shutdown), the link is
+//!   closed, so the sending node connects again, to whatever serves the address next, rather
+//!   than write into a server that is gone.
 //! * **Where the links belong**: the proof authenticates the upgrade, not each envelope, and
 //!   the link is plain HTTP, so whoever sees a proof can use it again within its window. The
 //!   nodes' addresses belong on their private network, and a load balancer in front of the
@@ -53,7 +56,7 @@ use tokio_tungstenite::{
 use tracing::{debug, info, trace, warn};
 
 pub use super::cluster_key::{ClusterKey, PEER_PROOF_SKEW_S, proof};
-use super::driver::Input;
+use super::driver::{Input, Phase};
 use super::rest::App;
 
 /// The path nodes send each other crossings on (a WebSocket).
@@ -352,12 +355,31 @@ pub(super) async fn upgrade(State(app): State<App>, mut request: Request) -> Res
     super::ws::switching_protocols(&accept, None)
 }
 
-/// Hands each envelope of a link to the core of its shard.
+/// Hands each envelope of a link to the core of its shard, until the link ends or the server
+/// stops (the link is then closed).
 async fn receive<S>(mut ws: WebSocketStream<S>, app: &App)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    while let Some(Ok(message)) = ws.next().await {
+    let mut phase = app.phase.clone();
+    loop {
+        let stopping = phase.wait_for(|p| matches!(p, Phase::Stopping));
+        let message = tokio::select! {
+            biased;
+            stopped = stopping => {
+                drop(stopped);
+                None
+            }
+            message = ws.next() => Some(message),
+        };
+        let Some(message) = message else {
+            let close = ws.close(None);
+            let _ = tokio::time::timeout(Duration::from_millis(PEER_WRITE_TIMEOUT_MS), close).await;
+            return;
+        };
+        let Some(Ok(message)) = message else {
+            return;
+        };
         let WsMessage::Text(text) = message else {
             continue;
         };

@@ -19,11 +19,16 @@
 //! real nodes.
 //!
 //! The faults: a node powers off (its lease lapses and its shards move at once) and restarts
-//! (it joins again and takes a share back: a join under load); a node freezes past its lease
-//! (SIGSTOP-like; when it resumes, its heartbeat is refused and it stops every core); a node
-//! is cut from the database but not from its clients (its commits fail, its heartbeats go
-//! unanswered, it gives its membership up once the lease would have lapsed). What is checked
-//! on top of the client-visible oracles: `crate::oracles`' cluster family.
+//! (it joins again and takes a share back: a join under load); a node leaves on purpose (its
+//! server's shutdown, as on SIGTERM: it drains, stops its cores and gives its shards up, see
+//! [`Departures`]) and starts again later; a node freezes past its lease (SIGSTOP-like; when
+//! it resumes, its heartbeat is refused and it stops every core); a node is cut from the
+//! database but not from its clients (its commits fail, its heartbeats go unanswered, it
+//! gives its membership up once the lease would have lapsed), or from the load balancer but
+//! not from the database (its clients' connections go silent; its shards stay its own and
+//! the other nodes pass it their requests); two nodes lose the links between them, both ways
+//! or one way. What is checked on top of the client-visible oracles: `crate::oracles`'
+//! cluster family.
 //!
 //! Differences from PostgreSQL, on purpose: the coordinator's round runs at every node's
 //! heartbeat (relay-pg elects one coordinator), and the load balancer's health check is
@@ -212,15 +217,66 @@ impl Membership for SimMembership {
     }
 }
 
-/// The load balancer's pick: the live nodes in turn (none: the connection is refused).
-pub fn round_robin(ctl: StoreCtl) -> impl FnMut() -> Option<String> {
+/// The nodes asked to leave the cluster and stay away (fault `Leave`): the runner asks and
+/// lets them back; each node's host stops its server when asked (a graceful shutdown, as the
+/// `relay` binary's on SIGTERM) and starts it again once let back.
+#[derive(Debug, Clone)]
+pub struct Departures(Arc<watch::Sender<std::collections::BTreeSet<String>>>);
+
+impl Default for Departures {
+    fn default() -> Self {
+        Self(Arc::new(
+            watch::channel(std::collections::BTreeSet::new()).0,
+        ))
+    }
+}
+
+impl Departures {
+    /// Asks `host` to leave (`true`) or lets it back.
+    pub fn set(&self, host: &str, away: bool) {
+        self.0.send_if_modified(|set| {
+            if away {
+                set.insert(host.to_owned())
+            } else {
+                set.remove(host)
+            }
+        });
+    }
+
+    /// Lets every node back (healing).
+    pub fn clear(&self) {
+        self.0.send_if_modified(|set| {
+            let had = !set.is_empty();
+            set.clear();
+            had
+        });
+    }
+
+    /// Resolves once `host` is asked to leave.
+    pub async fn asked(&self, host: &str) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|set| set.contains(host)).await;
+    }
+
+    /// Resolves once `host` may serve (at once unless it was asked to leave).
+    pub async fn back(&self, host: &str) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|set| !set.contains(host)).await;
+    }
+}
+
+/// The load balancer's pick: the live nodes in turn, each connection's first choice the next
+/// one, the others after it for a redispatch (none: the connection is refused).
+pub fn round_robin(ctl: StoreCtl) -> impl FnMut() -> Vec<String> {
     let mut next = 0usize;
     move || {
-        let live = ctl.cluster_live();
+        let mut live = ctl.cluster_live();
         if live.is_empty() {
-            return None;
+            return live;
         }
         next = next.wrapping_add(1);
-        live.get(next % live.len()).cloned()
+        let first = next % live.len();
+        live.rotate_left(first);
+        live
     }
 }

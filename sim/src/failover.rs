@@ -149,27 +149,39 @@ impl Leadership for SimLeadership {
     }
 }
 
-/// The load balancer on the `relay` host: each accepted connection goes to the relay `pick`
-/// names (the lease holder; in the cluster topology, the live nodes in turn), and is refused,
-/// i.e. closed at once, while it names none. An end is passed on as an end, after
+/// Further relays the balancer tries when connecting to the first fails, as
+/// `deploy/cluster/haproxy.cfg` does (`retries 2`, `option redispatch`).
+pub const REDISPATCH_RETRIES: usize = 2;
+
+/// The load balancer on the `relay` host: each accepted connection goes to the first relay
+/// `pick` names that accepts it (the lease holder; in the cluster topology, the live nodes in
+/// turn), trying at most [`REDISPATCH_RETRIES`] more, and is refused, i.e. closed at once,
+/// while it names none or none accepts. An end is passed on as an end, after
 /// every byte before it (a half-close, as TCP proxies do): a relay that closes a socket
 /// cleanly — its Close frame, then its FIN — is seen so by the client, whose later bytes the
 /// balancer reads and drops for 10 s (`LINGER_MS`) rather than reset it with them unread. A failure
 /// (a reset, a failed write) on either side tears the whole connection down: a relay that
 /// resets a client it stopped reading for is seen by that client as a reset, as without a
 /// balancer.
-pub async fn balancer(mut pick: impl FnMut() -> Option<String>, port: u16) -> std::io::Result<()> {
+pub async fn balancer(mut pick: impl FnMut() -> Vec<String>, port: u16) -> std::io::Result<()> {
     let listener =
         turmoil::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))).await?;
     loop {
         let (client, _) = listener.accept().await?;
-        let Some(target) = pick() else {
+        let targets = pick();
+        if targets.is_empty() {
             drop(client);
             continue;
-        };
+        }
         tokio::spawn(async move {
-            let Ok(upstream) = turmoil::net::TcpStream::connect((target.as_str(), port)).await
-            else {
+            let mut upstream = None;
+            for target in targets.iter().take(1 + REDISPATCH_RETRIES) {
+                if let Ok(u) = turmoil::net::TcpStream::connect((target.as_str(), port)).await {
+                    upstream = Some(u);
+                    break;
+                }
+            }
+            let Some(upstream) = upstream else {
                 return;
             };
             let (mut cr, mut cw) = client.into_split();

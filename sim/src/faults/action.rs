@@ -207,6 +207,20 @@ pub enum FaultAction {
         /// Milliseconds.
         ms: u64,
     },
+    /// The busiest cluster node leaves the cluster on purpose (a planned stop, as on
+    /// SIGTERM: it drains, stops its cores and gives its shards up) and starts again `ms`
+    /// later, joining under load (cluster topology only).
+    Leave {
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// The busiest cluster node is cut from the load balancer for `ms`, not from the
+    /// database or the other nodes: its clients' connections through the balancer go silent,
+    /// and its shards stay its own (cluster topology only).
+    CutFromBalancer {
+        /// Milliseconds.
+        ms: u64,
+    },
     /// Tells a raw client host to do something.
     Hostile {
         /// Host name (`x0`, ...).
@@ -304,6 +318,15 @@ impl fmt::Display for FaultAction {
             Self::Freeze { ms } => write!(f, "active relay freezes for {ms} ms"),
             Self::CutFromStore { ms } => {
                 write!(f, "busiest node cut from the database for {ms} ms")
+            }
+            Self::Leave { ms } => {
+                write!(
+                    f,
+                    "busiest node leaves the cluster and starts again after {ms} ms"
+                )
+            }
+            Self::CutFromBalancer { ms } => {
+                write!(f, "busiest node cut from the load balancer for {ms} ms")
             }
             Self::Hostile { host, act } => write!(f, "{host} {act}"),
             Self::Crossings {

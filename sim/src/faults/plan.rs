@@ -228,6 +228,11 @@ impl FaultPlan {
                     FaultKind::Cluster
                 }
                 FaultAction::Partition { .. } => FaultKind::Partition,
+                FaultAction::PartitionOneway { from, to }
+                    if from.starts_with(RELAY) && to.starts_with(RELAY) =>
+                {
+                    FaultKind::Cluster
+                }
                 FaultAction::PartitionOneway { .. } => FaultKind::OneWay,
                 FaultAction::Hold { .. } => FaultKind::Hold,
                 FaultAction::MaxLatency { .. } => FaultKind::Latency,
@@ -245,7 +250,9 @@ impl FaultPlan {
                     FaultKind::Cluster
                 }
                 FaultAction::Freeze { .. } => FaultKind::Failover,
-                FaultAction::CutFromStore { .. } => FaultKind::Cluster,
+                FaultAction::CutFromStore { .. }
+                | FaultAction::Leave { .. }
+                | FaultAction::CutFromBalancer { .. } => FaultKind::Cluster,
                 FaultAction::Crossings { .. }
                 | FaultAction::ShardCommitsFail { .. }
                 | FaultAction::ShardStoreDown { .. }
@@ -617,30 +624,35 @@ impl Drawer<'_> {
         }
     }
 
-    /// The busiest cluster node freezes for shorter or longer than its lease (two times in
-    /// five), powers off and restarts (a join under load), or is cut from the database for a
-    /// while; or two nodes lose the links between them (not to the database or the clients).
+    /// One node fault of the cluster topology, on the busiest node unless said: it freezes
+    /// for shorter or longer than its lease (two times in eight), powers off and restarts (a
+    /// join under load), leaves on purpose and starts again, is cut from the database for a
+    /// while, or from the load balancer; or two nodes lose the links between them, both ways
+    /// or one way only (not to the database or the clients).
     fn cluster(&mut self) {
         let (s, e) = self.span(LEASE_MS * 4);
-        match self.rng.next_u32() % 5 {
+        match self.rng.next_u32() % 8 {
             0 => {
                 self.push(s, FaultAction::Crash { host: RELAY.into() });
                 self.push(e, FaultAction::Restart { host: RELAY.into() });
             }
             1 => self.push(s, FaultAction::CutFromStore { ms: e - s }),
-            2 => {
+            2 => self.push(s, FaultAction::Leave { ms: e - s }),
+            3 => self.push(s, FaultAction::CutFromBalancer { ms: e - s }),
+            4 | 5 => {
                 let nodes = [RELAY_A, RELAY_B, RELAY_C];
                 let first = self.rng.next_u32() as usize % nodes.len();
                 let (a, b) = (nodes[first], nodes[(first + 1) % nodes.len()]);
                 let (a, b) = (a.to_owned(), b.to_owned());
-                self.push(
-                    s,
-                    FaultAction::Partition {
-                        a: a.clone(),
-                        b: b.clone(),
-                    },
-                );
-                self.push(e, FaultAction::Repair { a, b });
+                if self.rng.next_u32().is_multiple_of(2) {
+                    let (from, to) = (a.clone(), b.clone());
+                    self.push(s, FaultAction::PartitionOneway { from, to });
+                    self.push(e, FaultAction::RepairOneway { from: a, to: b });
+                } else {
+                    let (x, y) = (a.clone(), b.clone());
+                    self.push(s, FaultAction::Partition { a: x, b: y });
+                    self.push(e, FaultAction::Repair { a, b });
+                }
             }
             _ => self.push(s, FaultAction::Freeze { ms: e - s }),
         }

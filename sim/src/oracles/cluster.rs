@@ -4,7 +4,7 @@
 //! | oracle | checks |
 //! |---|---|
 //! | `shard-epochs` | no commit was taken under an epoch of a shard that was over (a node that lost the shard, frozen or cut off, wrote nothing after the move), and each epoch of a shard has one writer (two nodes never both serve a shard under the same epoch) |
-//! | `takeover` | after a node's lease lapsed, each shard it owned was served again (a core opened under its next epoch or a later one) within [`TAKEOVER_BOUND_MS`] of the lapse, unless the node it went to could not serve meanwhile (powered off, frozen, cut from the database) or the store itself was faulted |
+//! | `takeover` | after a node's lease lapsed or it left, each shard it owned was served again (a core opened under its next epoch or a later one) within [`TAKEOVER_BOUND_MS`] of the lapse or the leave, unless the node it went to could not serve meanwhile (powered off, frozen, cut from the database) or the store itself was faulted |
 //! | `ownership` | at the end, every shard has an owner with a live lease, and every live node was last told exactly the shards the table gives it |
 //! | `handoffs-drained` | at the end, after healing and the liveness phase, no hand-off is left in the relay's outbox: every one was applied by its recipient's shard and acknowledged, across every move |
 //!
@@ -16,7 +16,7 @@ use relay_core::store::Table;
 
 use super::Input;
 use crate::bounds::{RENEW_MS, TAKEOVER_BOUND_MS};
-use crate::store::ClusterRecord;
+use crate::store::{ClusterRecord, Freed};
 use crate::violation::{Oracle, Violation};
 
 /// Every cluster oracle, when the run had the cluster topology.
@@ -73,7 +73,7 @@ fn troubled(record: &ClusterRecord, host: &str, (from, until): (u64, u64)) -> bo
         .any(|(h, start, end)| h == host && *start <= until && end.is_none_or(|e| e >= from))
 }
 
-/// `takeover`: each forced move served within the bound of its lapse.
+/// `takeover`: each forced move served within the bound of its lapse or leave.
 fn takeover(input: &Input<'_>, record: &ClusterRecord, out: &mut Vec<Violation>) {
     let store_faulted = input.plan.kinds.iter().any(|k| k.is_storage())
         || input
@@ -84,12 +84,12 @@ fn takeover(input: &Input<'_>, record: &ClusterRecord, out: &mut Vec<Violation>)
     if moves == 0 {
         out.push(Violation::new(
             Oracle::Takeover,
-            "no shard moved in a cluster run (neither a lapsed lease nor a join): nothing was judged",
+            "no shard moved in a cluster run (no lapsed lease, leave or join): nothing was judged",
         ));
         return;
     }
     for m in &record.forced {
-        let deadline = m.lapsed_ms + TAKEOVER_BOUND_MS;
+        let deadline = m.freed_ms + TAKEOVER_BOUND_MS;
         if deadline > input.end_ms || store_faulted || troubled(record, &m.to, (m.at_ms, deadline))
         {
             continue;
@@ -97,11 +97,15 @@ fn takeover(input: &Input<'_>, record: &ClusterRecord, out: &mut Vec<Violation>)
         let served = record.served_at(m);
         if served.is_none_or(|at| at > deadline) {
             let when = served.map_or_else(|| "never".to_owned(), |at| format!("at {at} ms"));
+            let freed = match m.cause {
+                Freed::Lapsed => "its lease lapsed",
+                Freed::Left => "it left",
+            };
             out.push(Violation::new(
                 Oracle::Takeover,
                 format!(
-                    "shard {} of {} (lease lapsed at {} ms) went to {} under epoch {} at {} ms and was served {when}, past the bound of {TAKEOVER_BOUND_MS} ms after the lapse",
-                    m.shard, m.from, m.lapsed_ms, m.to, m.epoch, m.at_ms
+                    "shard {} of {} ({freed} at {} ms) went to {} under epoch {} at {} ms and was served {when}, past the bound of {TAKEOVER_BOUND_MS} ms",
+                    m.shard, m.from, m.freed_ms, m.to, m.epoch, m.at_ms
                 ),
             ));
         }

@@ -465,14 +465,14 @@ fn classify(action: &FaultAction) -> Shape {
         FaultAction::MaxLatency { .. } => Shape::Opens("latency".into(), Network),
         FaultAction::Crash { host } => Shape::Opens(format!("power {host}"), Process),
         FaultAction::Restart { host } => Shape::Closes(format!("power {host}")),
-        FaultAction::Freeze { ms } => Shape::Lasts(*ms, Process),
+        FaultAction::Freeze { ms } | FaultAction::Leave { ms } => Shape::Lasts(*ms, Process),
         FaultAction::StoreDown { ms }
         | FaultAction::StallCommit { ms }
         | FaultAction::ShardStoreDown { ms, .. }
         | FaultAction::ShardCommitSlow { ms, .. } => Shape::Lasts(*ms, Storage),
-        FaultAction::Crossings { ms, .. } | FaultAction::CutFromStore { ms } => {
-            Shape::Lasts(*ms, Network)
-        }
+        FaultAction::Crossings { ms, .. }
+        | FaultAction::CutFromStore { ms }
+        | FaultAction::CutFromBalancer { ms } => Shape::Lasts(*ms, Network),
         FaultAction::FailCommits { .. }
         | FaultAction::FailReads { .. }
         | FaultAction::CrashAfterCommit { .. }

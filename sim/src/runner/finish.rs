@@ -183,10 +183,10 @@ fn cluster_note(cluster: &ClusterRecord) -> String {
     let takeovers: Vec<u64> = cluster
         .forced
         .iter()
-        .filter_map(|m| Some(cluster.served_at(m)?.saturating_sub(m.lapsed_ms)))
+        .filter_map(|m| Some(cluster.served_at(m)?.saturating_sub(m.freed_ms)))
         .collect();
     format!(
-        "cluster: {} joins, {} forced moves, {} handed over, {} shard cores opened; takeover after a lapse (ms) {:?}",
+        "cluster: {} joins, {} forced moves (a lapse or a leave), {} handed over, {} shard cores opened; takeover after the shard was freed (ms) {:?}",
         cluster.joins.len(),
         cluster.forced.len(),
         cluster.handed_over,

@@ -416,6 +416,8 @@ pub(super) struct Parts<'r> {
     metrics: relay_server::metrics::Metrics,
     /// What happens to the crossings between the relay's cores (`handoff` faults).
     crossings: CrossingFaults,
+    /// The cluster nodes asked to leave (fault `Leave`).
+    departures: crate::cluster::Departures,
 }
 
 impl<'r> Parts<'r> {
@@ -446,6 +448,7 @@ impl<'r> Parts<'r> {
             auditor_clock: SkewClock::default(),
             metrics: relay_server::metrics::Metrics::new(),
             crossings: CrossingFaults::new(derive_u64(replay.seed, TAG_RELAY, 11)),
+            departures: crate::cluster::Departures::default(),
         }
     }
 

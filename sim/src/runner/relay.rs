@@ -187,6 +187,8 @@ struct RelayParts {
     push: PushWorld,
     metrics: Metrics,
     crossings: CrossingFaults,
+    /// The cluster nodes asked to leave (none outside the cluster topology).
+    departures: crate::cluster::Departures,
 }
 
 impl RelayParts {
@@ -219,6 +221,7 @@ pub(super) fn add_relay_hosts(
         push: parts.push.clone(),
         metrics: parts.metrics.clone(),
         crossings: parts.crossings.clone(),
+        departures: parts.departures.clone(),
     };
     let seed = parts.replay.seed;
     let slowest = crate::store::READ_DELAY_MAX_MS
@@ -301,7 +304,9 @@ fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, (inline, sha
 /// A relay host's supervisor: at each start (counted across the host's power cycles, each
 /// of which runs the host's closure again) `build` makes the server from the run's relay
 /// parts, the start's configuration (its push policy made to agree with the delivery) and
-/// the start's seed; the server is started again whenever it exits.
+/// the start's seed; the server is started again whenever it exits. A host asked to leave
+/// (a cluster node, see [`crate::cluster::Departures`]) shuts its server down gracefully and
+/// starts it again once let back.
 fn supervised(
     sim: &mut Sim<'_>,
     host: &str,
@@ -310,17 +315,24 @@ fn supervised(
     build: impl Fn(&RelayParts, Config, u64) -> RelayServer + Clone + 'static,
 ) {
     let starts = Arc::new(AtomicU64::new(0));
+    let name = host.to_owned();
     sim.host(host, move || {
         let (relay, build) = (relay.clone(), build.clone());
         let starts = Arc::clone(&starts);
+        let host = name.clone();
         async move {
             loop {
+                relay.departures.back(&host).await;
                 let relay_seed = start_seed(relay_seed, starts.fetch_add(1, Ordering::Relaxed));
                 let mut config = relay.config.clone();
                 let delivery = relay.push_delivery(&mut config);
                 let server = build(&relay, config, relay_seed);
                 let delivery = relay.deliver_pushes.then_some(delivery);
-                serve_relay(server, relay.limits, &relay.clock, delivery).await;
+                let asked = {
+                    let (departures, host) = (relay.departures.clone(), host.clone());
+                    async move { departures.asked(&host).await }
+                };
+                serve_relay(server, (relay.limits, &relay.clock), delivery, asked).await;
             }
         }
     });
@@ -353,7 +365,7 @@ fn add_balancer(sim: &mut Sim<'_>, store: &SimStore) {
     sim.host(RELAY, move || {
         let ctl = ctl.clone();
         async move {
-            failover::balancer(|| ctl.leader(), RELAY_PORT).await?;
+            failover::balancer(|| ctl.leader().into_iter().collect(), RELAY_PORT).await?;
             Ok(())
         }
     });
@@ -460,14 +472,15 @@ fn start_seed(host_seed: u64, start: u64) -> u64 {
     derive_u64(host_seed, TAG_RELAY_START, start)
 }
 
-/// One start of a relay host's server, configured as every relay of a run is; returns once
-/// the server exited (it could not open its store, or its leadership failed for good) and the
-/// restart delay passed: the host's supervisor loop starts it again.
+/// One start of a relay host's server, configured as every relay of a run is, until
+/// `shutdown` (a cluster node asked to leave); returns once the server exited (shut down, it
+/// could not open its store, or its leadership failed for good) and the restart delay
+/// passed: the host's supervisor loop starts it again.
 async fn serve_relay(
     server: RelayServer,
-    limits: ServeLimits,
-    clock: &OffsetClock,
+    (limits, clock): (ServeLimits, &OffsetClock),
     delivery: Option<PushDelivery>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let mut server = server.with_limits(limits).with_clock(clock.clone());
     if let Some(delivery) = delivery {
@@ -476,7 +489,7 @@ async fn serve_relay(
     let served = server
         .run::<Turmoil>(
             SocketAddr::from((Ipv4Addr::UNSPECIFIED, RELAY_PORT)),
-            std::future::pending(),
+            shutdown,
         )
         .await;
     if let Err(error) = served {

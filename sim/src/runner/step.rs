@@ -83,6 +83,10 @@ enum Internal {
     Thaw(String),
     /// A cluster node cut from the database reaches it again.
     Reconnect(String),
+    /// A cluster node that left may start again (it joins under load).
+    Return(String),
+    /// A cluster node cut from the load balancer reaches it again.
+    Rejoin(String),
 }
 
 /// The turmoil world plus the runner's bookkeeping.
@@ -115,6 +119,8 @@ pub(super) struct Sim<'a> {
     /// Relay hosts powered off by a crash of `relay` (failover), oldest first: a restart of
     /// `relay` starts the oldest.
     relay_down: VecDeque<String>,
+    /// The cluster nodes asked to leave (their hosts shut their servers down).
+    departures: crate::cluster::Departures,
 }
 
 impl Sim<'_> {
@@ -285,6 +291,41 @@ impl Sim<'_> {
         self.schedule(until, Internal::Reconnect(target));
     }
 
+    /// Asks the busiest cluster node to leave (a graceful shutdown: it drains, stops its
+    /// cores, gives its shards up) and lets it start again at `until`.
+    fn leave(&mut self, until: u64) {
+        let Some(target) = self.cluster.then(|| self.target()).flatten() else {
+            self.note("no cluster node to leave".into());
+            return;
+        };
+        self.note(format!("{target} is asked to leave the cluster"));
+        self.departures.set(&target, true);
+        self.store.set_departed(&target, true, self.now());
+        self.schedule(until, Internal::Return(target));
+    }
+
+    /// Lets a cluster node that left start again.
+    fn come_back(&mut self, host: &str) {
+        self.departures.set(host, false);
+        self.store.set_departed(host, false, self.now());
+    }
+
+    /// Cuts the busiest cluster node from the load balancer (both ways) until `until`; its
+    /// links to the database and the other nodes stay.
+    fn cut_from_balancer(&mut self, until: u64) {
+        let Some(target) = self.cluster.then(|| self.target()).flatten() else {
+            self.note("no cluster node to cut from the load balancer".into());
+            return;
+        };
+        self.note(format!("{target} is cut from the load balancer"));
+        let cut = FaultAction::Partition {
+            a: RELAY.to_owned(),
+            b: target.clone(),
+        };
+        self.apply_to_links(&cut);
+        self.schedule(until, Internal::Rejoin(target));
+    }
+
     fn thaw(&mut self, host: &str) {
         if !self.links.frozen.remove(host) {
             return;
@@ -339,6 +380,8 @@ impl Sim<'_> {
             }
             FaultAction::Freeze { ms } => self.freeze(now + ms),
             FaultAction::CutFromStore { ms } => self.cut_from_store(now + ms),
+            FaultAction::Leave { ms } => self.leave(now + ms),
+            FaultAction::CutFromBalancer { ms } => self.cut_from_balancer(now + ms),
             FaultAction::Crossings {
                 ms,
                 lose_pct,
@@ -521,6 +564,13 @@ impl Sim<'_> {
                     Internal::Restart(h) => self.power_on(&h),
                     Internal::Thaw(h) => self.thaw(&h),
                     Internal::Reconnect(h) => self.store.set_cut(&h, false, now),
+                    Internal::Return(h) => self.come_back(&h),
+                    Internal::Rejoin(h) => {
+                        self.apply_to_links(&FaultAction::Repair {
+                            a: RELAY.to_owned(),
+                            b: h,
+                        });
+                    }
                 }
             }
         }
@@ -534,6 +584,11 @@ impl Sim<'_> {
         }
         self.store.heal();
         self.store.cluster_heal(self.now());
+        for host in self.nodes() {
+            if self.cluster {
+                self.come_back(host);
+            }
+        }
         self.crossings.heal();
         let hosts = self.hosts.clone();
         for h in hosts.iter().filter(|h| *h != RELAY) {
@@ -588,6 +643,7 @@ impl<'a> Sim<'a> {
             failover: plan.kinds.contains(&crate::faults::FaultKind::Failover) || cluster,
             cluster,
             relay_down: VecDeque::new(),
+            departures: parts.departures.clone(),
         }
     }
 

@@ -43,17 +43,29 @@ struct ShardRow {
     leaving: bool,
 }
 
-/// A forced move: the shard of a node whose lease lapsed, given to another at once.
+/// Why a node's shards were freed all at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freed {
+    /// Its lease lapsed (it died, froze or was cut off).
+    Lapsed,
+    /// It left on purpose (a planned stop).
+    Left,
+}
+
+/// A forced move: the shard of a node whose lease lapsed or that left, given to another at
+/// once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForcedMove {
     /// The shard.
     pub shard: u16,
     /// Its new epoch.
     pub epoch: u64,
-    /// The node that lost it and when its lease had lapsed (simulated ms).
+    /// The node that lost it.
     pub from: String,
-    /// When the lease lapsed.
-    pub lapsed_ms: u64,
+    /// Why it lost it.
+    pub cause: Freed,
+    /// When it was freed: when the lease lapsed, or when the node left (simulated ms).
+    pub freed_ms: u64,
     /// The node it went to.
     pub to: String,
     /// When it moved.
@@ -209,18 +221,7 @@ impl Cluster {
                 if self.rows[shard].owner.as_deref() != Some(node.as_str()) {
                     continue;
                 }
-                self.rows[shard].owner = None;
-                if let Some(to) = self.assign(shard) {
-                    let epoch = self.rows[shard].epoch;
-                    self.record.forced.push(ForcedMove {
-                        shard: u16::try_from(shard).unwrap_or(u16::MAX),
-                        epoch,
-                        from: node.clone(),
-                        lapsed_ms: *until,
-                        to,
-                        at_ms: now,
-                    });
-                }
+                self.free(shard, node, (Freed::Lapsed, *until), now);
             }
         }
         for shard in 0..self.rows.len() {
@@ -229,6 +230,24 @@ impl Cluster {
             }
         }
         self.plan_move();
+    }
+
+    /// Takes `shard` from `node` (for `cause`, at `freed_ms`) and gives it to the least
+    /// loaded live node at once, recorded as a forced move.
+    fn free(&mut self, shard: usize, node: &str, (cause, freed_ms): (Freed, u64), now: u64) {
+        self.rows[shard].owner = None;
+        if let Some(to) = self.assign(shard) {
+            let epoch = self.rows[shard].epoch;
+            self.record.forced.push(ForcedMove {
+                shard: u16::try_from(shard).unwrap_or(u16::MAX),
+                epoch,
+                from: node.to_owned(),
+                cause,
+                freed_ms,
+                to,
+                at_ms: now,
+            });
+        }
     }
 
     /// Gives ownerless `shard` to the least loaded live node under the next epoch.
@@ -412,8 +431,9 @@ impl StoreCtl {
         k.coordinate(now);
     }
 
-    /// `host` leaves (its membership was dropped): its shards go to the others at once. A
-    /// powered-off host never leaves: its lease lapses.
+    /// `host` leaves (its membership was dropped: its server stopped, or its heartbeat
+    /// learned the membership was over): its shards go to the others at once. A powered-off
+    /// host never leaves: its lease lapses.
     pub fn cluster_leave(&self, host: &str) {
         let now = sim_ms();
         let mut c = self.lock();
@@ -425,9 +445,9 @@ impl StoreCtl {
             return;
         }
         k.nodes.remove(host);
-        for row in &mut k.rows {
-            if row.owner.as_deref() == Some(host) {
-                row.owner = None;
+        for shard in 0..k.rows.len() {
+            if k.rows[shard].owner.as_deref() == Some(host) {
+                k.free(shard, host, (Freed::Left, now), now);
             }
         }
         k.record.told.insert(host.to_owned(), BTreeMap::new());
@@ -470,6 +490,12 @@ impl StoreCtl {
             .max_by_key(|n| c.cluster.count(n))
             .filter(|n| c.cluster.count(n) > 0)
             .cloned()
+    }
+
+    /// `host` was asked to leave (`true`: it cannot serve until it joins again) or may come
+    /// back, at `now` (the runner's simulated ms), recorded for the `takeover` oracle.
+    pub fn set_departed(&self, host: &str, departed: bool, now: u64) {
+        self.lock().cluster.trouble(host, departed, now);
     }
 
     /// Every node reaches the database again (at `now`, the runner's simulated ms).

@@ -65,7 +65,7 @@ use crate::time::sim_ms;
 mod cluster;
 mod history;
 
-pub use self::cluster::{Beat, ClusterRecord, ForcedMove};
+pub use self::cluster::{Beat, ClusterRecord, ForcedMove, Freed};
 use self::cluster::{Cluster, ShardFence};
 pub use self::history::{CommittedMessage, Counts, History, QueueLedger};
 
