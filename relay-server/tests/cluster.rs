@@ -2,7 +2,7 @@
 //! hand over one memory store: the node serves the shards it owns, stops a shard's core before
 //! handing it over, refuses what it does not serve, serves a shard again under its next epoch
 //! with nothing acknowledged lost or delivered twice, and stops every core when the membership
-//! ends, then joins again.
+//! ends, then joins again; a link another node opened ends when the server stops.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
@@ -284,4 +284,59 @@ async fn a_shard_planned_to_leave_before_it_started_is_handed_over_at_once() {
     // Shard 0 is served on.
     wait_serving(relay).await;
     stop_node(&stop, served).await;
+}
+
+/// A link another node opened to this one ends when this node's server stops: left open, the
+/// sender would write its crossings into a server that is gone (answering its pings) rather
+/// than connect again to whatever serves the address next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_from_another_node_is_closed_when_the_server_stops() {
+    let key = relay_server::peers::ClusterKey::new([7; 32]);
+    let (_set_owned, owned) = watch::channel(owns(&[(0, 1, false), (1, 1, false)]));
+    let server = RelayServer::clustered(Hand {
+        owned,
+        store: MemoryStore::new(),
+        blobs: MemoryBlobStore::new(),
+        handed: Arc::new(Mutex::new(Vec::new())),
+        joins: Arc::new(Mutex::new(0)),
+    })
+    .with_cluster_key(key.clone());
+    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let relay = listener.local_addr().unwrap();
+    let (stop, served) = common::serve_until_notified(server, listener);
+    wait_serving(relay).await;
+
+    // The server's clock (the system's).
+    let now_s = seam::clock::Clock::now(&seam::clock::SystemClock).0 / 1_000;
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
+            "ws://{relay}{}",
+            relay_server::peers::PEER_PATH
+        ))
+        .unwrap();
+    request.headers_mut().insert(
+        http::header::AUTHORIZATION,
+        relay_server::peers::proof(&key, "n2", now_s)
+            .parse()
+            .unwrap(),
+    );
+    let tcp = tokio::net::TcpStream::connect(relay).await.unwrap();
+    let (mut link, _) = tokio_tungstenite::client_async(request, tcp).await.unwrap();
+    // The link is served: a ping is answered.
+    link.send(Message::Ping(Vec::new().into())).await.unwrap();
+    let pong = soon("a pong", link.next()).await;
+    assert!(matches!(pong, Some(Ok(Message::Pong(_)))), "{pong:?}");
+
+    stop_node(&stop, served).await;
+    soon("the link ends", async {
+        loop {
+            match link.next().await {
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
 }
