@@ -243,6 +243,42 @@ fn keep_alive_reuses_one_connection() {
     sim.run().unwrap();
 }
 
+/// Counts the connections it opens.
+#[derive(Clone)]
+struct Counting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Connector for Counting {
+    type Stream = <<Turmoil as Network>::Connector as Connector>::Stream;
+
+    async fn connect(&self, endpoint: &Endpoint) -> std::io::Result<Self::Stream> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Turmoil::connector().connect(endpoint).await
+    }
+}
+
+/// A pooled connection idle for [`seam::net::IDLE_EXPIRY_MS`] is not reused: the server may
+/// be closing it at that moment (its header-read timeout), and a request written into it then
+/// is lost.
+#[test]
+fn an_idle_connection_past_its_expiry_is_not_reused() {
+    let mut sim = sim_with_server(4);
+    sim.client(CLIENT, async move {
+        let opened = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let endpoint = Endpoint::parse(&format!("http://{SERVER}:{PORT}")).unwrap();
+        let http = HttpClient::new(Counting(std::sync::Arc::clone(&opened)), endpoint);
+        let count = || opened.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(http.send(HttpRequest::get("/v1/hello")).await?.status, 200);
+        tokio::time::sleep(ms(seam::net::IDLE_EXPIRY_MS / 2)).await;
+        assert_eq!(http.send(HttpRequest::get("/v1/hello")).await?.status, 200);
+        assert_eq!(count(), 1, "reused while fresh");
+        tokio::time::sleep(ms(seam::net::IDLE_EXPIRY_MS + 1)).await;
+        assert_eq!(http.send(HttpRequest::get("/v1/hello")).await?.status, 200);
+        assert_eq!(count(), 2, "a fresh connection after the expiry");
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
 /// Holds, partitions and repairs the client-server link around requests and a WebSocket;
 /// returns the observed trace with simulated timestamps.
 fn partition_trace(seed: u64) -> Vec<String> {

@@ -2,7 +2,9 @@
 //!
 //! Built on hyper's connection-level API rather than hyper-util's pooled `Client`: that pool
 //! reads `std::time::Instant::now()` for idle expiry, which would leak the wall clock into a
-//! simulation. Here the pool is a bounded stack of idle connections with no timers at all.
+//! simulation. Here the pool is a bounded stack of idle connections, each closed rather than
+//! reused once it was idle for [`IDLE_EXPIRY_MS`] on tokio's clock (turmoil's in a
+//! simulation), with no timers.
 
 use std::{
     fmt,
@@ -31,7 +33,28 @@ pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 /// Default bound of the idle-connection pool; when full, the oldest idle connection is closed.
 pub const MAX_IDLE_CONNECTIONS: usize = 4;
 
+/// A connection idle this long is closed rather than reused: well under the time servers close
+/// an idle kept-alive connection after (this crate's server: its header-read timeout,
+/// [`HEADER_READ_TIMEOUT_MS`](super::server::HEADER_READ_TIMEOUT_MS); hyper's default: 30 s).
+/// A request written into a connection the server is closing at that moment fails
+/// ("connection closed before message completed") and cannot be sent again safely: the server
+/// may have read it.
+pub const IDLE_EXPIRY_MS: u64 = 4_000;
+
 type Sender = http1::SendRequest<Full<Bytes>>;
+
+/// An idle connection of the pool: its endpoint, its sender, since when it is idle.
+type Idle = (Authority, Sender, tokio::time::Instant);
+
+/// Now on tokio's clock: the pool's one clock read (turmoil's simulated time in a simulation,
+/// never the wall clock), for idle expiry.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the IO shell's idle pool: tokio's clock, simulated under turmoil"
+)]
+fn pool_now() -> tokio::time::Instant {
+    tokio::time::Instant::now()
+}
 
 /// One HTTP request: method, origin-form path (with query), headers, body.
 #[derive(Clone, Debug)]
@@ -190,7 +213,7 @@ pub struct HttpClient<C> {
     timeout: Duration,
     max_idle: usize,
     max_response_bytes: usize,
-    idle: Arc<Mutex<Vec<(Authority, Sender)>>>,
+    idle: Arc<Mutex<Vec<Idle>>>,
 }
 
 impl<C: Connector> HttpClient<C> {
@@ -330,17 +353,21 @@ impl<C: Connector> HttpClient<C> {
         Ok(sender)
     }
 
-    /// Most recently used idle connection to the current endpoint that is still usable.
+    /// Most recently used idle connection to the current endpoint that is still usable (open,
+    /// and idle for less than [`IDLE_EXPIRY_MS`]).
     async fn take_idle(&self) -> Option<Sender> {
         loop {
-            let mut sender = {
+            let (mut sender, since) = {
                 let mut idle = self.lock_idle();
                 let index = idle
                     .iter()
-                    .rposition(|(authority, _)| authority == self.endpoint.authority())?;
-                idle.remove(index).1
+                    .rposition(|(authority, ..)| authority == self.endpoint.authority())?;
+                let (_, sender, since) = idle.remove(index);
+                (sender, since)
             };
-            if !sender.is_closed() && sender.ready().await.is_ok() {
+            let fresh =
+                pool_now().saturating_duration_since(since) < Duration::from_millis(IDLE_EXPIRY_MS);
+            if fresh && !sender.is_closed() && sender.ready().await.is_ok() {
                 return Some(sender);
             }
         }
@@ -354,10 +381,10 @@ impl<C: Connector> HttpClient<C> {
         if idle.len() >= self.max_idle {
             idle.remove(0);
         }
-        idle.push((self.endpoint.authority().clone(), sender));
+        idle.push((self.endpoint.authority().clone(), sender, pool_now()));
     }
 
-    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<(Authority, Sender)>> {
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
         // The pool holds no invariant a panicking holder could break.
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -14,8 +14,8 @@
 //!   idle connections, a timeout on every request) that also opens WebSockets
 //!   ([`HttpClient::connect_ws`], tokio-tungstenite over the same connector).
 //!
-//! Nothing here reads the wall clock: every timeout is a `tokio::time` timer, which turmoil
-//! drives with its own virtual clock.
+//! Nothing here reads the wall clock: every timeout is a `tokio::time` timer, and the idle
+//! pool's expiry reads tokio's clock, which turmoil drives with its own virtual clock.
 
 mod client;
 mod connector;
@@ -30,7 +30,7 @@ mod ws;
 use std::{io, net::SocketAddr};
 
 pub use client::{
-    DEFAULT_REQUEST_TIMEOUT_MS, HttpClient, HttpError, HttpRequest, HttpResponse,
+    DEFAULT_REQUEST_TIMEOUT_MS, HttpClient, HttpError, HttpRequest, HttpResponse, IDLE_EXPIRY_MS,
     MAX_IDLE_CONNECTIONS, MAX_RESPONSE_BYTES,
 };
 #[cfg(feature = "turmoil")]
