@@ -20,6 +20,7 @@
 
 use std::collections::BTreeSet;
 
+use futures_util::{StreamExt as _, stream};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
 use wire::OrderId;
@@ -41,6 +42,12 @@ const WEBHOOK_ATTEMPTS: u32 = 60;
 const WEBHOOK_RETRY_MS: u64 = 2_000;
 /// Attempts of one scripted commerce call when its response is lost.
 const CALL_ATTEMPTS: u32 = 5;
+/// Attempts of one read of the audit (see `read_retried!`).
+const READ_ATTEMPTS: u32 = 8;
+/// Reads of the audit in flight at once: the answers do not change any more (every hold
+/// expired), and one at a time does not fit before the probes when each passes a load
+/// balancer and a node that passes it on at a high latency.
+const AUDIT_READS_IN_FLIGHT: usize = 4;
 /// Percent of paid orders (under the `webhook` fault) paid once, finished, one USDT short.
 const SHORT_PAYMENT_PCT: u32 = 10;
 /// Percent of paid orders (under the `webhook` fault) whose payment the processor reports
@@ -204,6 +211,32 @@ macro_rules! retried {
                     result = Some(Ok(v));
                     break;
                 }
+                Err(e @ (ClientError::Status(..) | ClientError::BadResponse(_))) => {
+                    result = Some(Err(e));
+                    break;
+                }
+                Err(e) => last = e,
+            }
+            sleep_ms(500).await;
+        }
+        result.unwrap_or(Err(last))
+    }};
+}
+
+/// Retries a read while its response is lost or the relay says to try again (503, 429: a
+/// node that does not serve the shard now, a store that is down, a rate); any other status
+/// is final. Reads change nothing, so a retry is always safe.
+macro_rules! read_retried {
+    ($call:expr) => {{
+        let mut last = ClientError::Stopped;
+        let mut result = None;
+        for _ in 0..READ_ATTEMPTS {
+            match $call.await {
+                Ok(v) => {
+                    result = Some(Ok(v));
+                    break;
+                }
+                Err(e @ ClientError::Status(503 | 429, _)) => last = e,
                 Err(e @ (ClientError::Status(..) | ClientError::BadResponse(_))) => {
                     result = Some(Err(e));
                     break;
@@ -684,7 +717,8 @@ fn audit_targets(ctx: &HostCtx) -> (Vec<String>, Vec<String>, BTreeSet<String>) 
     (orders, channels, aliases)
 }
 
-/// V5 of every order, vanity search for every alias, detail of every channel.
+/// V5 of every order, vanity search for every alias, detail of every channel,
+/// [`AUDIT_READS_IN_FLIGHT`] at a time.
 async fn read_public_state(
     ctx: &HostCtx,
     client: &Client<Turmoil>,
@@ -692,33 +726,40 @@ async fn read_public_state(
     aliases: BTreeSet<String>,
     channels: &[String],
 ) {
-    for id in orders {
-        let state = retried!(client.vanity().order_status(&id))
-            .ok()
-            .map(|s| s.status);
-        ctx.world.borrow_mut().ledger.audit.states.insert(id, state);
-    }
-    for alias in aliases {
-        if let Ok(items) = retried!(client.vanity().search(&alias)) {
+    let states: Vec<(String, Option<OrderState>)> = stream::iter(orders)
+        .map(|id| async move {
+            let state = read_retried!(client.vanity().order_status(&id))
+                .ok()
+                .map(|s| s.status);
+            (id, state)
+        })
+        .buffer_unordered(AUDIT_READS_IN_FLIGHT)
+        .collect()
+        .await;
+    let listed: Vec<(String, bool)> = stream::iter(aliases)
+        .map(|alias| async move {
+            let items = read_retried!(client.vanity().search(&alias)).ok()?;
             let listed = items.iter().any(|i| i.alias_id.as_str() == alias);
-            ctx.world
-                .borrow_mut()
-                .ledger
-                .audit
-                .searchable
-                .insert(alias, listed);
-        }
-    }
-    for id in channels {
-        if let Ok(detail) = retried!(client.channels().detail(id)) {
-            ctx.world
-                .borrow_mut()
-                .ledger
-                .audit
-                .for_sale
-                .insert(id.clone(), detail.for_sale == Some(true));
-        }
-    }
+            Some((alias, listed))
+        })
+        .buffer_unordered(AUDIT_READS_IN_FLIGHT)
+        .filter_map(std::future::ready)
+        .collect()
+        .await;
+    let for_sale: Vec<(String, bool)> = stream::iter(channels)
+        .map(|id| async move {
+            let detail = read_retried!(client.channels().detail(id)).ok()?;
+            Some((id.clone(), detail.for_sale == Some(true)))
+        })
+        .buffer_unordered(AUDIT_READS_IN_FLIGHT)
+        .filter_map(std::future::ready)
+        .collect()
+        .await;
+    let mut w = ctx.world.borrow_mut();
+    let audit = &mut w.ledger.audit;
+    audit.states.extend(states);
+    audit.searchable.extend(listed);
+    audit.for_sale.extend(for_sale);
 }
 
 /// Tries to buy every channel still for sale whose trade orders were never confirmed: the
