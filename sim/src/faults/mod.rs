@@ -25,7 +25,7 @@
 //! | `dishonest` | a raw client makes requests no honest client makes (others' conversations, orders, channels, friendships, identities) |
 //! | `handoff` | a sharded relay only: crossings between its cores lost, repeated or delayed for a while; one shard's store failing alone (commits, or down for a while), or its next commit slow while the other shards commit on; a power-off right after an owner's hand-off is committed, or right after an apply is durable |
 //! | `failover` | two relays share the store, one active (a lease and a fencing epoch), behind a load balancer; the active one freezes (SIGSTOP-like) past its lease or powers off, and the standby takes over (see `super::failover`) |
-//! | `cluster` | three relay nodes serve the shards over the store (a lease per node, an owner and an epoch per shard), behind a load balancer; the busiest node powers off and restarts (its shards move, then it joins again under load), freezes past its lease, or is cut from the database but not from its clients; or two nodes lose the links between them (see `super::cluster`); with it, `failover` is not drawn; never drawn by the swarm or `all`, only by name |
+//! | `cluster` | three relay nodes serve the shards over the store (a lease per node, an owner and an epoch per shard), behind a load balancer; the busiest node powers off and restarts (its shards move, then it joins again under load), leaves on purpose (a graceful shutdown) and starts again, freezes past its lease, or is cut from the database but not from its clients, or from the load balancer but not from the database; or two nodes lose the links between them, both ways or one way (see `super::cluster`); with it, `failover` is not drawn; never drawn by the swarm or `all`, only by name |
 //!
 //! Modules: `action` (what one event does), `plan` (the plan and its draw).
 
@@ -91,8 +91,9 @@ pub enum FaultKind {
     Handoff,
     /// Three relay nodes share the shards over the store (a lease per node, an owner and an
     /// epoch per shard) behind a load balancer: the busiest node powers off and restarts,
-    /// freezes past its lease, or is cut from the database; its shards move to the others
-    /// and back; or two nodes lose their links. With this kind, every relay crash of the plan
+    /// leaves on purpose and starts again, freezes past its lease, or is cut from the
+    /// database or from the load balancer; its shards move to the others and back; or two
+    /// nodes lose their links, both ways or one way. With this kind, every relay crash of the plan
     /// hits the busiest node. A topology of its own: never drawn by the swarm or `all`, only
     /// by name.
     Cluster,

@@ -79,7 +79,8 @@ struct Args {
     /// clock-skew, abuse, dishonest, failover (two relays on one store behind a load
     /// balancer; the active one freezes or dies and the standby takes over), cluster (three
     /// relay nodes share the shards over one store behind a load balancer; the busiest
-    /// freezes past its lease, dies and rejoins, or is cut from the database), handoff (a
+    /// freezes past its lease, dies and rejoins, leaves and comes back, or is cut from the
+    /// database or the balancer; two nodes lose their links), handoff (a
     /// sharded relay only, see `--shards`: crossings between its cores lost, repeated or
     /// delayed, one shard's store failing or slow alone, power-offs around the hand-off's
     /// commits).
