@@ -237,6 +237,24 @@ async fn stop_node(
         .unwrap();
 }
 
+/// Starts `server` on a loopback port and waits until it serves: its address, its stop and
+/// its task (for [`stop_node`]).
+async fn start_serving(
+    server: RelayServer,
+) -> (
+    SocketAddr,
+    Arc<tokio::sync::Notify>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .unwrap();
+    let relay = listener.local_addr().unwrap();
+    let (stop, served) = common::serve_until_notified(server, listener);
+    wait_serving(relay).await;
+    (relay, stop, served)
+}
+
 /// Waits until the node serves (the proof-of-work challenge answers something but 503).
 async fn wait_serving(relay: SocketAddr) {
     soon("the node serves", async {
@@ -266,12 +284,7 @@ async fn a_shard_planned_to_leave_before_it_started_is_handed_over_at_once() {
         handed: Arc::clone(&handed),
         joins: Arc::new(Mutex::new(0)),
     });
-    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
-        .await
-        .unwrap();
-    let relay = listener.local_addr().unwrap();
-    let (stop, served) = common::serve_until_notified(server, listener);
-    wait_serving(relay).await;
+    let (relay, stop, served) = start_serving(server).await;
 
     set_owned.send_replace(owns(&[(0, 1, false), (1, 4, true)]));
     soon("the handover", async {
@@ -301,12 +314,7 @@ async fn a_link_from_another_node_is_closed_when_the_server_stops() {
         joins: Arc::new(Mutex::new(0)),
     })
     .with_cluster_key(key.clone());
-    let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
-        .await
-        .unwrap();
-    let relay = listener.local_addr().unwrap();
-    let (stop, served) = common::serve_until_notified(server, listener);
-    wait_serving(relay).await;
+    let (relay, stop, served) = start_serving(server).await;
 
     // The server's clock (the system's).
     let now_s = seam::clock::Clock::now(&seam::clock::SystemClock).0 / 1_000;

@@ -42,7 +42,7 @@ const WEBHOOK_ATTEMPTS: u32 = 60;
 const WEBHOOK_RETRY_MS: u64 = 2_000;
 /// Attempts of one scripted commerce call when its response is lost.
 const CALL_ATTEMPTS: u32 = 5;
-/// Attempts of one read of the audit (see `read_retried!`).
+/// Attempts of one read of the audit (`retried!(read …)`).
 const READ_ATTEMPTS: u32 = 8;
 /// Reads of the audit in flight at once: the answers do not change any more (every hold
 /// expired), and one at a time does not fit before the probes when each passes a load
@@ -200,43 +200,27 @@ fn pay_with_faults(
 }
 
 /// Retries a client call while its response is lost (transport errors); a relay status is
-/// final. (A macro: the module handles the calls borrow are temporaries.)
+/// final. `retried!(read CALL)`: a read, also retried while the relay says to try again (503,
+/// 429: a node that does not serve the shard now, a store that is down, a rate), up to
+/// `READ_ATTEMPTS` times; reads change nothing, so a retry is always safe. (A macro: the
+/// module handles the calls borrow are temporaries.)
 macro_rules! retried {
-    ($call:expr) => {{
+    ($call:expr) => {
+        retried!(@ $call, CALL_ATTEMPTS, false)
+    };
+    (read $call:expr) => {
+        retried!(@ $call, READ_ATTEMPTS, true)
+    };
+    (@ $call:expr, $attempts:expr, $read:expr) => {{
         let mut last = ClientError::Stopped;
         let mut result = None;
-        for _ in 0..CALL_ATTEMPTS {
+        for _ in 0..$attempts {
             match $call.await {
                 Ok(v) => {
                     result = Some(Ok(v));
                     break;
                 }
-                Err(e @ (ClientError::Status(..) | ClientError::BadResponse(_))) => {
-                    result = Some(Err(e));
-                    break;
-                }
-                Err(e) => last = e,
-            }
-            sleep_ms(500).await;
-        }
-        result.unwrap_or(Err(last))
-    }};
-}
-
-/// Retries a read while its response is lost or the relay says to try again (503, 429: a
-/// node that does not serve the shard now, a store that is down, a rate); any other status
-/// is final. Reads change nothing, so a retry is always safe.
-macro_rules! read_retried {
-    ($call:expr) => {{
-        let mut last = ClientError::Stopped;
-        let mut result = None;
-        for _ in 0..READ_ATTEMPTS {
-            match $call.await {
-                Ok(v) => {
-                    result = Some(Ok(v));
-                    break;
-                }
-                Err(e @ ClientError::Status(503 | 429, _)) => last = e,
+                Err(e @ ClientError::Status(503 | 429, _)) if $read => last = e,
                 Err(e @ (ClientError::Status(..) | ClientError::BadResponse(_))) => {
                     result = Some(Err(e));
                     break;
@@ -728,7 +712,7 @@ async fn read_public_state(
 ) {
     let states: Vec<(String, Option<OrderState>)> = stream::iter(orders)
         .map(|id| async move {
-            let state = read_retried!(client.vanity().order_status(&id))
+            let state = retried!(read client.vanity().order_status(&id))
                 .ok()
                 .map(|s| s.status);
             (id, state)
@@ -738,7 +722,7 @@ async fn read_public_state(
         .await;
     let listed: Vec<(String, bool)> = stream::iter(aliases)
         .map(|alias| async move {
-            let items = read_retried!(client.vanity().search(&alias)).ok()?;
+            let items = retried!(read client.vanity().search(&alias)).ok()?;
             let listed = items.iter().any(|i| i.alias_id.as_str() == alias);
             Some((alias, listed))
         })
@@ -748,7 +732,7 @@ async fn read_public_state(
         .await;
     let for_sale: Vec<(String, bool)> = stream::iter(channels)
         .map(|id| async move {
-            let detail = read_retried!(client.channels().detail(id)).ok()?;
+            let detail = retried!(read client.channels().detail(id)).ok()?;
             Some((id.clone(), detail.for_sale == Some(true)))
         })
         .buffer_unordered(AUDIT_READS_IN_FLIGHT)
