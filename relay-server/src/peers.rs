@@ -69,7 +69,8 @@ pub const PEER_RECONNECT_MS: u64 = 500;
 pub const PEER_CONNECT_TIMEOUT_MS: u64 = 3_000;
 /// A link pings the node it writes to this often.
 pub const PEER_PING_MS: u64 = 1_000;
-/// A link that heard nothing back (a pong, any frame) for this long is opened again.
+/// A link that heard nothing back (a pong, any frame) for this long is opened again (counted
+/// on the ping timer: this many ms' worth of pings unanswered, whatever the wall clock does).
 pub const PEER_SILENT_MS: u64 = 3_000;
 /// A write on a link that does not finish within this time ends the link (it is opened
 /// again).
@@ -286,7 +287,9 @@ impl Link {
     {
         let mut ping = tokio::time::interval(Duration::from_millis(PEER_PING_MS));
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut heard = self.clock.now().0;
+        // Pings sent since anything came back, counted on the ping timer rather than read off
+        // the wall clock, so that a clock step (NTP) does not make every link look silent.
+        let mut unanswered: u64 = 0;
         loop {
             let out = tokio::select! {
                 biased;
@@ -296,15 +299,16 @@ impl Link {
                 },
                 frame = ws.next() => match frame {
                     Some(Ok(_)) => {
-                        heard = self.clock.now().0;
+                        unanswered = 0;
                         continue;
                     }
                     Some(Err(_)) | None => return "the connection ended",
                 },
                 _ = ping.tick() => {
-                    if self.clock.now().0.saturating_sub(heard) >= PEER_SILENT_MS {
+                    if unanswered.saturating_mul(PEER_PING_MS) >= PEER_SILENT_MS {
                         return "nothing came back from the node";
                     }
+                    unanswered += 1;
                     WsMessage::Ping(Vec::new().into())
                 }
             };
