@@ -584,8 +584,8 @@ impl Sim<'_> {
         }
         self.store.heal();
         self.store.cluster_heal(self.now());
-        for host in self.nodes() {
-            if self.cluster {
+        if self.cluster {
+            for host in self.nodes() {
                 self.come_back(host);
             }
         }
