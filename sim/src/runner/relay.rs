@@ -267,44 +267,58 @@ pub(crate) const MAX_RELAY_SHARDS: u16 = 4;
 /// commits `inline` on its core tasks, or pipelined on a task ([`commit_mode`]), and runs
 /// `shards` relay cores over the store.
 fn add_relay(sim: &mut Sim<'_>, relay: RelayParts, relay_seed: u64, (inline, shards): (bool, u16)) {
-    supervised(
-        sim,
-        RELAY,
-        relay,
-        relay_seed,
-        move |relay, config, relay_seed| {
-            let (store, blobs) = (relay.store.clone(), relay.blobs.clone());
-            let commit = if inline {
-                CommitMode::Inline
-            } else {
-                commit_mode(&store)
-            };
-            let reads = read_mode(&store);
-            let open = move |place: relay_core::handoff::ShardPlace| {
-                let config = Config {
-                    shard: place,
-                    ..config.clone()
-                };
-                Relay::with_blobs(
-                    config,
-                    Box::new(store.open_shard(place.me().0)?),
-                    Box::new(blobs.clone()),
-                    relay_seed,
-                )
-            };
-            RelayServer::sharded(shards, open)
-                .with_crossing_transit(relay.crossings.transit())
-                .with_commit_mode(commit)
-                .with_read_mode(reads)
-                .with_metrics(relay.metrics.clone())
-        },
-    );
+    supervised(sim, RELAY, relay, relay_seed, move |relay, cores| {
+        let store = relay.store.clone();
+        let commit = if inline {
+            CommitMode::Inline
+        } else {
+            commit_mode(&store)
+        };
+        let reads = read_mode(&store);
+        let open = move |place: relay_core::handoff::ShardPlace| {
+            cores.open(place, store.open_shard(place.me().0)?)
+        };
+        RelayServer::sharded(shards, open)
+            .with_crossing_transit(relay.crossings.transit())
+            .with_commit_mode(commit)
+            .with_read_mode(reads)
+            .with_metrics(relay.metrics.clone())
+    });
+}
+
+/// What every relay core of one start of a relay host is built from: the start's
+/// configuration, the run's blobs, the start's seed.
+#[derive(Clone)]
+struct Cores {
+    config: Config,
+    blobs: MemoryBlobStore,
+    seed: u64,
+}
+
+impl Cores {
+    /// The core of shard `place` over `store`.
+    fn open(
+        &self,
+        place: relay_core::handoff::ShardPlace,
+        store: impl relay_core::store::Store + 'static,
+    ) -> Result<Relay, relay_core::store::StoreError> {
+        let config = Config {
+            shard: place,
+            ..self.config.clone()
+        };
+        Relay::with_blobs(
+            config,
+            Box::new(store),
+            Box::new(self.blobs.clone()),
+            self.seed,
+        )
+    }
 }
 
 /// A relay host's supervisor: at each start (counted across the host's power cycles, each
 /// of which runs the host's closure again) `build` makes the server from the run's relay
-/// parts, the start's configuration (its push policy made to agree with the delivery) and
-/// the start's seed; the server is started again whenever it exits. A host asked to leave
+/// parts and the start's [`Cores`] (its configuration, its push policy made to agree with
+/// the delivery, and its seed); the server is started again whenever it exits. A host asked to leave
 /// (a cluster node, see [`crate::cluster::Departures`]) shuts its server down gracefully and
 /// starts it again once let back.
 fn supervised(
@@ -312,7 +326,7 @@ fn supervised(
     host: &str,
     relay: RelayParts,
     relay_seed: u64,
-    build: impl Fn(&RelayParts, Config, u64) -> RelayServer + Clone + 'static,
+    build: impl Fn(&RelayParts, Cores) -> RelayServer + Clone + 'static,
 ) {
     let starts = Arc::new(AtomicU64::new(0));
     let name = host.to_owned();
@@ -326,7 +340,12 @@ fn supervised(
                 let relay_seed = start_seed(relay_seed, starts.fetch_add(1, Ordering::Relaxed));
                 let mut config = relay.config.clone();
                 let delivery = relay.push_delivery(&mut config);
-                let server = build(&relay, config, relay_seed);
+                let cores = Cores {
+                    config,
+                    blobs: relay.blobs.clone(),
+                    seed: relay_seed,
+                };
+                let server = build(&relay, cores);
                 let delivery = relay.deliver_pushes.then_some(delivery);
                 let asked = {
                     let (departures, host) = (relay.departures.clone(), host.clone());
@@ -402,35 +421,17 @@ fn add_cluster_node(
     (map, key): (relay_core::handoff::ShardMap, [u8; 32]),
     relay_seed: u64,
 ) {
-    supervised(
-        sim,
-        host,
-        relay.clone(),
-        relay_seed,
-        move |relay, config, relay_seed| {
-            let blobs = relay.blobs.clone();
-            let make: crate::cluster::MakeShard = Arc::new(move |place, fenced| {
-                let config = Config {
-                    shard: place,
-                    ..config.clone()
-                };
-                Relay::with_blobs(
-                    config,
-                    Box::new(fenced),
-                    Box::new(blobs.clone()),
-                    relay_seed,
-                )
-            });
-            let membership =
-                crate::cluster::SimMembership::new(host, relay.store.clone(), map, make);
-            RelayServer::clustered(membership)
-                .with_cluster_key(relay_server::peers::ClusterKey::new(key))
-                .with_crossing_transit(relay.crossings.transit())
-                .with_commit_mode(commit_mode(&relay.store))
-                .with_read_mode(read_mode(&relay.store))
-                .with_metrics(relay.metrics.clone())
-        },
-    );
+    supervised(sim, host, relay.clone(), relay_seed, move |relay, cores| {
+        let make: crate::cluster::MakeShard =
+            Arc::new(move |place, fenced| cores.open(place, fenced));
+        let membership = crate::cluster::SimMembership::new(host, relay.store.clone(), map, make);
+        RelayServer::clustered(membership)
+            .with_cluster_key(relay_server::peers::ClusterKey::new(key))
+            .with_crossing_transit(relay.crossings.transit())
+            .with_commit_mode(commit_mode(&relay.store))
+            .with_read_mode(read_mode(&relay.store))
+            .with_metrics(relay.metrics.clone())
+    });
 }
 
 /// One relay of the failover topology: it campaigns for the shared store's lease, serves
@@ -441,28 +442,15 @@ fn add_campaigning_relay(
     relay: &RelayParts,
     relay_seed: u64,
 ) {
-    supervised(
-        sim,
-        host,
-        relay.clone(),
-        relay_seed,
-        move |relay, config, relay_seed| {
-            let blobs = relay.blobs.clone();
-            let make: failover::MakeRelay = Arc::new(move |fenced| {
-                Relay::with_blobs(
-                    config.clone(),
-                    Box::new(fenced),
-                    Box::new(blobs.clone()),
-                    relay_seed,
-                )
-            });
-            let leadership = SimLeadership::new(host, relay.store.clone(), make);
-            RelayServer::campaigning(leadership)
-                .with_commit_mode(commit_mode(&relay.store))
-                .with_read_mode(read_mode(&relay.store))
-                .with_metrics(relay.metrics.clone())
-        },
-    );
+    supervised(sim, host, relay.clone(), relay_seed, move |relay, cores| {
+        let make: failover::MakeRelay =
+            Arc::new(move |fenced| cores.open(cores.config.shard, fenced));
+        let leadership = SimLeadership::new(host, relay.store.clone(), make);
+        RelayServer::campaigning(leadership)
+            .with_commit_mode(commit_mode(&relay.store))
+            .with_read_mode(read_mode(&relay.store))
+            .with_metrics(relay.metrics.clone())
+    });
 }
 
 /// The RNG seed of start `start` of a relay host whose number is `host_seed`: the `relay`
