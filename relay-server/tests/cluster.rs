@@ -19,6 +19,7 @@ use relay_core::{Config, MemoryBlobStore, Relay};
 use relay_server::RelayServer;
 use relay_server::cluster::{JoinFuture, Membership, Node, Owned, ShardLease};
 use relay_server::leadership::TermStore;
+use relay_server::metrics::Metrics;
 use seam::net::{HttpRequest, Listener as _, Network as _, Tokio};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -150,13 +151,15 @@ async fn a_node_follows_its_membership_shard_by_shard() {
     let (set_owned, owned) = watch::channel(owns(&[(0, 1, false), (1, 1, false)]));
     let handed = Arc::new(Mutex::new(Vec::new()));
     let joins = Arc::new(Mutex::new(0));
+    let metrics = Metrics::new();
     let server = RelayServer::clustered(Hand {
         owned,
         store: MemoryStore::new(),
         blobs: MemoryBlobStore::new(),
         handed: Arc::clone(&handed),
         joins: Arc::clone(&joins),
-    });
+    })
+    .with_metrics(metrics.clone());
     let listener = Tokio::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .await
         .unwrap();
@@ -170,8 +173,14 @@ async fn a_node_follows_its_membership_shard_by_shard() {
     let b = account(relay, home, 2).await;
     let conv = befriend(relay, &a, &b).await;
     let map = ShardMap::new(SHARDS).unwrap();
-    let shard_of = |who: &Account| map.of_user(&wire::UserUuid::parse(&who.uuid).unwrap()).0;
+    let uuid = |who: &Account| wire::UserUuid::parse(&who.uuid).unwrap();
+    let shard_of = |who: &Account| map.of_user(&uuid(who)).0;
     let moving = shard_of(&b);
+    let owner = map.owner_of([&uuid(&a), &uuid(&b)]).0;
+    assert!(
+        shard_of(&a) != moving && owner != moving,
+        "the accounts' seeds put a and the conversation on the shard that stays"
+    );
     let (mut ws_a, _) = connect(relay, &a).await;
     let (mut ws_b, _) = connect(relay, &b).await;
     send_acked(&mut ws_a, "m1", &b, &conv).await;
@@ -194,9 +203,16 @@ async fn a_node_follows_its_membership_shard_by_shard() {
     // While b's shard is away a sends m2: acknowledged by the conversation's owner once it
     // is served (here, or when b's shard is back), delivered to b exactly once.
     ws_a.send(msg("m2", &b, &conv)).await.unwrap();
-    if shard_of(&a) != moving {
-        assert_eq!(ticket_status(relay, &a).await, 200);
-    }
+    assert_eq!(next_of(&mut ws_a, "ack").await["id"], "m2");
+    assert_eq!(ticket_status(relay, &a).await, 200);
+    // Its hand-off waits in the owner's outbox, and the metrics show it.
+    let outbox = |shard: u16| {
+        gauge(
+            &metrics,
+            &format!("relay_shard_outbox{{shard=\"{shard}\"}}"),
+        )
+    };
+    assert_eq!(outbox(owner), Some(1));
 
     // The shard comes back under its next epoch: b syncs and gets m1 (never receipted) and
     // m2, each once, in seq order.
@@ -209,6 +225,13 @@ async fn a_node_follows_its_membership_shard_by_shard() {
     let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(ids, ["m1", "m2"], "{got:?}");
     assert!(got[0].1 < got[1].1);
+    // The shard that came back applied it: the owner's outbox drained.
+    soon("the outbox drains", async {
+        while outbox(owner) != Some(0) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
 
     // The membership ends: every core stops at once, everything is refused; the node joins
     // again once it owns shards again.
@@ -222,6 +245,13 @@ async fn a_node_follows_its_membership_shard_by_shard() {
 
     drop((ws_a, ws_b));
     stop_node(&stop, served).await;
+}
+
+/// The value of the gauge series `series` (its name and labels) in the exposition, if any.
+fn gauge(metrics: &Metrics, series: &str) -> Option<i64> {
+    let text = metrics.encode();
+    let line = text.lines().find(|l| l.split(' ').next() == Some(series))?;
+    line.rsplit(' ').next()?.parse().ok()
 }
 
 /// Stops the node and waits for it, within [`SOON`].

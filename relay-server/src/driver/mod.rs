@@ -161,6 +161,7 @@ impl Core {
         metrics: Option<Metrics>,
     ) -> Self {
         let (committer, readers) = pipeline_for(&commit_mode, &read_mode, &mut relay);
+        let shard = relay.config().shard.me().0;
         Self {
             relay,
             open,
@@ -185,7 +186,7 @@ impl Core {
             test_clock,
             store_down,
             term,
-            gauges: metrics.clone().map(CoreShare::new),
+            gauges: (metrics.clone()).map(|m| CoreShare::new(m, shard)),
             metrics,
             exported: RelayStats::default(),
             peers: None,
@@ -672,6 +673,7 @@ impl Core {
             metrics.relay_stats(&now, &self.exported);
             self.exported = now;
         }
+        let (outbox_rows, handoffs_held) = self.relay.handoff_backlog();
         gauges.report(crate::metrics::CoreGauges {
             websockets: self.sockets.len(),
             inputs,
@@ -686,6 +688,8 @@ impl Core {
             parked_requests: self.relay.prefetch().parked_requests,
             parked_crossings: self.relay.prefetch().parked_crossings,
             reads_pending: self.relay.prefetch().reads_pending,
+            outbox_rows,
+            handoffs_held,
         });
     }
 

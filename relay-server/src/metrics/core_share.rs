@@ -3,21 +3,27 @@
 
 use prometheus_client::metrics::gauge::Gauge;
 
-use super::{Metrics, gauge};
+use super::{Metrics, ShardLabels, gauge};
 
 /// One core's share of the gauges every core of a sharded server adds to (each gauge is the
 /// sum over the cores): the core reports its values after every batch of inputs and the share
 /// moves each gauge by the difference from its last report; dropped with its core (stopped,
 /// or its term ended), it takes what it added back.
+///
+/// The gauges labelled by shard (its outbox, the hand-offs it holds) are this core's shard's
+/// series: a core gone sets them back by what it added, so a cluster node that lost a shard
+/// shows 0 for it.
 pub(crate) struct CoreShare {
     metrics: Metrics,
+    shard: u16,
     last: CoreGauges,
 }
 
 impl CoreShare {
-    pub(crate) fn new(metrics: Metrics) -> Self {
+    pub(crate) fn new(metrics: Metrics, shard: u16) -> Self {
         Self {
             metrics,
+            shard,
             last: CoreGauges::default(),
         }
     }
@@ -85,6 +91,19 @@ impl CoreShare {
             shift(g, was as u64, is as u64);
         }
         shift(&f.queued_bytes, last.queued_bytes, now.queued_bytes);
+        let labels = ShardLabels { shard: self.shard };
+        for (family, was, is) in [
+            (&f.shard_outbox, last.outbox_rows, now.outbox_rows),
+            (
+                &f.shard_handoffs_held,
+                last.handoffs_held,
+                now.handoffs_held,
+            ),
+        ] {
+            if was != is {
+                shift(&family.get_or_create(&labels), was as u64, is as u64);
+            }
+        }
     }
 }
 
@@ -132,13 +151,17 @@ pub(crate) struct CoreGauges {
     pub(crate) parked_crossings: usize,
     /// Reads ahead asked and not yet done.
     pub(crate) reads_pending: usize,
+    /// The shard's outbox rows: hand-offs and notices other shards have not taken yet.
+    pub(crate) outbox_rows: usize,
+    /// Hand-offs the shard holds past a gap in their stream.
+    pub(crate) handoffs_held: usize,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The value of the unlabelled series `name` in the exposition.
+    /// The value of the series `name` (with its labels, if any) in the exposition.
     fn value(metrics: &Metrics, name: &str) -> i64 {
         let text = metrics.encode();
         let line = text
@@ -152,8 +175,8 @@ mod tests {
     #[test]
     fn the_cores_gauges_add_up() {
         let metrics = Metrics::new();
-        let mut first = CoreShare::new(metrics.clone());
-        let mut second = CoreShare::new(metrics.clone());
+        let mut first = CoreShare::new(metrics.clone(), 0);
+        let mut second = CoreShare::new(metrics.clone(), 1);
         let gauges = |websockets, queued_bytes| CoreGauges {
             websockets,
             queued_bytes,
@@ -169,5 +192,34 @@ mod tests {
         drop(second);
         assert_eq!(value(&metrics, "relay_websockets"), 1);
         assert_eq!(value(&metrics, "relay_queued_bytes"), 10);
+    }
+
+    /// Each core's outbox is its shard's series; a core gone (its shard moved to another
+    /// node) sets its series back to 0, and a later core of the same shard starts from there.
+    #[test]
+    fn each_shard_has_its_outbox_series() {
+        let metrics = Metrics::new();
+        let (mut first, mut second) = (
+            CoreShare::new(metrics.clone(), 0),
+            CoreShare::new(metrics.clone(), 2),
+        );
+        let outbox = |outbox_rows, handoffs_held| CoreGauges {
+            outbox_rows,
+            handoffs_held,
+            ..CoreGauges::default()
+        };
+        first.report(outbox(7, 1));
+        second.report(outbox(3, 0));
+        assert_eq!(value(&metrics, "relay_shard_outbox{shard=\"0\"}"), 7);
+        assert_eq!(value(&metrics, "relay_shard_outbox{shard=\"2\"}"), 3);
+        assert_eq!(value(&metrics, "relay_shard_handoffs_held{shard=\"0\"}"), 1);
+        first.report(outbox(2, 0));
+        assert_eq!(value(&metrics, "relay_shard_outbox{shard=\"0\"}"), 2);
+        assert_eq!(value(&metrics, "relay_shard_handoffs_held{shard=\"0\"}"), 0);
+        drop(second);
+        assert_eq!(value(&metrics, "relay_shard_outbox{shard=\"2\"}"), 0);
+        let mut again = CoreShare::new(metrics.clone(), 2);
+        again.report(outbox(5, 0));
+        assert_eq!(value(&metrics, "relay_shard_outbox{shard=\"2\"}"), 5);
     }
 }

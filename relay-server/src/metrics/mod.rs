@@ -112,6 +112,8 @@ struct Families {
     fenced_commits: Counter,
     failstops: Counter,
     core_busy: Family<ShardLabels, Counter<f64, AtomicU64>>,
+    shard_outbox: Family<ShardLabels, Gauge>,
+    shard_handoffs_held: Family<ShardLabels, Gauge>,
     input_queue: Gauge,
     queued_messages: Gauge,
     queued_bytes: Gauge,
@@ -214,6 +216,8 @@ impl Metrics {
             fenced_commits: Counter::default(),
             failstops: Counter::default(),
             core_busy: Family::default(),
+            shard_outbox: Family::default(),
+            shard_handoffs_held: Family::default(),
             input_queue: Gauge::default(),
             queued_messages: Gauge::default(),
             queued_bytes: Gauge::default(),
@@ -504,6 +508,16 @@ fn register(r: &mut Registry, f: &Families) {
         "Time each core task spent working (inputs, timers, commit reports) rather than waiting, by shard: its rate is the core's utilisation, 1 when it is the ceiling",
         Unit::Seconds,
         f.core_busy.clone(),
+    );
+    r.register(
+        "shard_outbox",
+        "Hand-offs and notices a shard stored for other shards and they have not taken yet (its outbox rows), by shard: it grows while a destination shard is slow, cut off or not served, and drains once it applies them",
+        f.shard_outbox.clone(),
+    );
+    r.register(
+        "shard_handoffs_held",
+        "Hand-offs a shard received past a gap in their stream and holds until the gap is filled, by shard",
+        f.shard_handoffs_held.clone(),
     );
     r.register(
         "batch_inputs",
