@@ -91,6 +91,12 @@ impl CoreShare {
             shift(g, was as u64, is as u64);
         }
         shift(&f.queued_bytes, last.queued_bytes, now.queued_bytes);
+        self.shard_series(&last, &now);
+    }
+
+    /// The gauges of this core's shard: its outbox, the hand-offs it holds.
+    fn shard_series(&self, last: &CoreGauges, now: &CoreGauges) {
+        let f = &self.metrics.f;
         let labels = ShardLabels { shard: self.shard };
         for (family, was, is) in [
             (&f.shard_outbox, last.outbox_rows, now.outbox_rows),
