@@ -215,6 +215,7 @@ pub use http::{ApiError, HttpRequest, HttpResponse, Method, Resolution};
 pub use planted::PlantedBug;
 pub use push_targets::PushTarget;
 pub use relay::forwards::{shard_for_request, shard_for_upgrade};
+pub use relay::gate::{MAX_HELD_UPGRADES, START_HOLD_MS};
 pub use relay::{Relay, legacy_jwt_signing_key, storage_unavailable_response};
 pub use shell::{Accepted, CloseReason, ConnId, Output, RequestId, WsConnect};
 pub use stats::{PrefetchStats, RelayStats, WebhookStats};

@@ -39,6 +39,9 @@ pub struct RelayStats {
     /// Times an HTTP request or a WebSocket upgrade was parked on a read ahead (once per cold
     /// read it needed).
     pub requests_parked: u64,
+    /// WebSocket upgrades held after a start until the other shards said how full their
+    /// users' queues are (at most [`START_HOLD_MS`](crate::START_HOLD_MS)).
+    pub upgrades_held: u64,
     /// Times a step of the timed sweeps (expired tombstones and messages) was parked on a read
     /// ahead.
     pub sweeps_parked: u64,

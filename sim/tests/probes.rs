@@ -47,11 +47,12 @@ fn the_catalogue_lists_every_probe_the_sources_declare() {
 /// One is delivery's fallback for a page of a synced queue that no read ahead brought with
 /// nothing in flight, and one a sync racing the expiry sweep, both reached by relay-core's
 /// `paged_sync` tests; one is the accounts' `STORAGE_UNAVAILABLE`, whose only site the sweeps
-/// reached (the storage estimate's queue read) is gone. Three are a sharded relay's, which the
+/// reached (the storage estimate's queue read) is gone. Four are a sharded relay's, which the
 /// main sweep does not run yet: a request forwarded to a friendship's owner shard that cannot
-/// wait or is not answered in time (relay-core's `shard_friends` tests reach them), and a
-/// retraction that reaches the recipient's shard before its message.
-const MOST_MISSES: usize = 20;
+/// wait or is not answered in time (relay-core's `shard_friends` tests reach them), a
+/// retraction that reaches the recipient's shard before its message, and an upgrade held at a
+/// core that has not heard yet from every other shard (relay-core's `shards` tests).
+const MOST_MISSES: usize = 21;
 
 #[test]
 fn every_probe_the_main_sweep_misses_says_why() {

@@ -82,6 +82,8 @@ impl Relay {
         while let Some(w) = self.prefetch.next_ready() {
             self.resume(now, w);
         }
+        // A crossing that waited may have brought the levels a held upgrade waits for.
+        self.open_gate(now);
     }
 
     /// Runs `w`'s waiting work in order until some needs another read; a connection its

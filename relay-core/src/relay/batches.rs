@@ -315,6 +315,7 @@ impl Relay {
             probes::refusal(code.as_str());
             self.refuse_work(w, &work, code, words);
         }
+        self.refuse_all_held();
         for conn in self.sessions.close_all() {
             self.outputs.push_back(Output::Close {
                 conn,

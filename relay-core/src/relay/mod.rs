@@ -5,7 +5,8 @@
 //! an ack mean "stored" (what is staged, when it is released, what a failed commit discards and
 //! closes) are read here, in `batches` (the relay's side of the pipeline: group commit, sealed
 //! batches, the end of every input, fail-stop) and in `commit`; `ahead` is the relay's side of
-//! reads ahead (a frame tried, parked on its first miss and run again when its read is back); `types` holds the vocabulary
+//! reads ahead (a frame tried, parked on its first miss and run again when its read is back);
+//! `gate` holds WebSocket upgrades after a start until the other shards' levels are known; `types` holds the vocabulary
 //! shared with the shell. Every rule of the service itself lives in its own module
 //! (`messaging`, `sync`, `orders`, …).
 
@@ -38,6 +39,7 @@ mod ahead;
 mod batches;
 mod boot;
 pub(crate) mod forwards;
+pub(crate) mod gate;
 mod requests;
 mod timers;
 
@@ -143,6 +145,9 @@ pub struct Relay {
     request: Option<u64>,
     /// The requests forwarded to other shards, waiting for their answers.
     forwards: crate::handoff::Awaiting,
+    /// WebSocket upgrades held after a start until the other shards' levels are known
+    /// (`gate`).
+    gate: gate::Gate,
     /// The budget the request being handled was charged to, by this attempt (given back if
     /// the relay refuses the request for its own reasons: `Relay::handle_request`).
     charge: Option<(BudgetClass, Option<UserUuid>)>,
@@ -212,6 +217,7 @@ impl Relay {
             verified: None,
             request: None,
             forwards: crate::handoff::Awaiting::default(),
+            gate: gate::Gate::default(),
             charge: None,
             staged: Vec::new(),
             // Only a relay of several shards releases frames before their commit
@@ -683,7 +689,12 @@ impl Relay {
                 op: crate::handoff::Forwarded::Request { caller, req },
                 ..
             }) => return self.on_forwarded_request(now, (from, id), caller, &req),
-            c if self.prefetch.is_on() => return self.cross_ahead(now, c),
+            c if self.prefetch.is_on() => {
+                self.cross_ahead(now, c);
+                // The levels a held upgrade waits for may have come.
+                self.open_gate(now);
+                return;
+            }
             c => self.cx().on_crossing(now, c),
         }
         let _ = self.finish();
@@ -700,6 +711,9 @@ impl Relay {
     /// Frames of `conn` still waiting for a read ahead were sent before the close and run
     /// first; the connection is dropped once they did (what they answer goes nowhere).
     pub fn handle_disconnect(&mut self, _now: UnixMs, conn: ConnId) {
+        if self.forget_held(conn) {
+            return;
+        }
         // Frames that wait for a read were sent before the close: they run first.
         if self.prefetch.close_after_waiting(conn) {
             return;

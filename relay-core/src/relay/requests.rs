@@ -65,13 +65,34 @@ impl Relay {
         if !self.prefetch.is_on() || self.failed {
             return Some(self.handle_connect(now, conn, &req));
         }
+        match self.hold_upgrade(now, conn, req) {
+            Ok(()) => None,
+            Err(req) => self.connect_ahead(now, conn, req, false),
+        }
+    }
+
+    /// Runs the upgrade `req` of `conn` against the rows read ahead and parks it on its first
+    /// miss. `Some` is its answer, unless `later` (an upgrade held at the gate): then every
+    /// answer comes out as [`Output::Connect`].
+    pub(super) fn connect_ahead(
+        &mut self,
+        now: UnixMs,
+        conn: ConnId,
+        req: WsConnect,
+        later: bool,
+    ) -> Option<Result<Accepted, HttpResponse>> {
         let op = match self.attempt_connect(now, conn, &req) {
-            Ok(result) => return self.end_connect(conn, result, false),
+            Ok(result) => return self.end_connect(conn, result, later),
             Err(op) => op,
         };
         if let Err((code, words)) = self.prefetch.room_for_request(0) {
             self.stats.frames_refused_waiting += 1;
-            return Some(Err(HttpResponse::error(503, &code, words)));
+            let result = Err(HttpResponse::error(503, &code, words));
+            if later {
+                self.outputs.push_back(Output::Connect { conn, result });
+                return None;
+            }
+            return Some(result);
         }
         probes::probe!("prefetch:upgrade-parked");
         self.stats.requests_parked += 1;

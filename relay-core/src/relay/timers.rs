@@ -51,6 +51,7 @@ impl Relay {
         if !self.failed && !self.commits.in_batch() {
             self.cx().collect_blobs();
         }
+        self.open_gate(now);
     }
 
     fn fire(&mut self, now: UnixMs, timer: Timer) {
@@ -183,6 +184,7 @@ impl Relay {
         let pow_expiry = self.admission.next_expiry();
         let handoffs = self.state.handoffs().deadline();
         let forwards = self.forwards.next_deadline();
+        let held = self.gate.next_deadline();
         let sweeps = if self.prefetch.sweep_waits() {
             [None, None]
         } else {
@@ -191,7 +193,7 @@ impl Relay {
                 self.state.queues().sweep().at(),
             ]
         };
-        [timers, idle, pow_expiry, handoffs, forwards]
+        [timers, idle, pow_expiry, handoffs, forwards, held]
             .into_iter()
             .chain(sweeps)
             .flatten()

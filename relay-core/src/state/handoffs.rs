@@ -106,6 +106,14 @@ impl Handoffs {
         .min()
     }
 
+    /// Whether every other shard said how full its users' queues are since this core
+    /// started (always, with one shard).
+    pub(crate) fn levels_known(&self) -> bool {
+        (self.views)
+            .next_ask(self.place.me(), self.place.map().shards())
+            .is_none()
+    }
+
     /// Outbox rows and notices not yet taken by their destination.
     pub(crate) fn outbox_rows(&self) -> usize {
         self.outbox.len() + self.notices.len()

@@ -1128,6 +1128,79 @@ fn after_a_start_a_message_waits_for_the_other_shards_levels() {
     two.send(&a, &b, &conv, "m1");
 }
 
+/// A core that reads ahead holds a WebSocket upgrade after its start until the other shard
+/// said how full its queues are, so that the first messages a reconnecting client sends are
+/// not refused for it: the upgrade is answered once the levels came, and the message that
+/// follows is acknowledged.
+#[test]
+fn after_a_start_an_upgrade_waits_for_the_other_shards_levels() {
+    let (mut two, mut a, b, conv) = two_shards(false);
+    let ia = two.of(&a);
+    two.shards[ia].read_ahead(true);
+    let store = Box::new(two.shards[ia].mem.clone());
+    two.shards[ia].restart(store);
+    let (conn, at_once) = two.shards[ia].begin_connect(&a);
+    assert!(at_once.is_none(), "held: {at_once:?}");
+    assert_eq!(two.shards[ia].relay.stats().upgrades_held, 1);
+    // Its first timeout asks the other shard, whose answer opens the gate.
+    let w = &mut two.shards[ia];
+    w.relay.handle_timeout(w.now);
+    let outs = w.drain();
+    assert!(
+        !outs.iter().any(|o| matches!(o, Output::Connect { .. })),
+        "{outs:?}"
+    );
+    two.keep(&outs);
+    let outs = two.carry(|_, _| Fate::Deliver);
+    let answered = outs
+        .iter()
+        .any(|o| matches!(o, Output::Connect { conn: c, result: Ok(_) } if *c == conn));
+    assert!(answered, "{outs:?}");
+    a.conn = Some(conn);
+    two.shards[ia].sync(conn);
+    two.send(&a, &b, &conv, "m1");
+}
+
+/// The gate is bounded in time: when the other shard does not answer, a held upgrade goes
+/// through after `START_HOLD_MS`, and a message that needs the levels is refused as before
+/// (the client sends it again).
+#[test]
+fn a_held_upgrade_goes_through_when_the_levels_do_not_come() {
+    let (mut two, mut a, b, conv) = two_shards(false);
+    let ia = two.of(&a);
+    two.shards[ia].read_ahead(true);
+    let store = Box::new(two.shards[ia].mem.clone());
+    two.shards[ia].restart(store);
+    let (conn, at_once) = two.shards[ia].begin_connect(&a);
+    assert!(at_once.is_none(), "held: {at_once:?}");
+    let w = &mut two.shards[ia];
+    let due = w.now.plus_ms(relay_core::START_HOLD_MS);
+    assert!(w.relay.poll_timeout().is_some_and(|at| at <= due));
+    w.now = wire::UnixMs(due.get() - 1);
+    w.relay.handle_timeout(w.now);
+    let early = w.drain();
+    assert!(
+        !early.iter().any(|o| matches!(o, Output::Connect { .. })),
+        "not before its time: {early:?}"
+    );
+    w.now = due;
+    w.relay.handle_timeout(w.now);
+    let outs = w.drain();
+    assert!(
+        outs.iter()
+            .any(|o| matches!(o, Output::Connect { conn: c, result: Ok(_) } if *c == conn)),
+        "{outs:?}"
+    );
+    // The questions are lost on the way: nothing crossed.
+    a.conn = Some(conn);
+    two.shards[ia].sync(conn);
+    let out = two.post(&a, &b, &conv, "m1");
+    assert_eq!(
+        crate::world::errors(&frames(&out, conn)),
+        vec!["STORAGE_UNAVAILABLE"]
+    );
+}
+
 /// A fall whose report is lost leaves the owner's view full: the message is refused, and
 /// once the view is a second old the owner asks again, and the answer makes room.
 #[test]

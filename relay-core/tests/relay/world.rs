@@ -414,6 +414,26 @@ impl World {
             .unwrap_or_default()
     }
 
+    /// Asks for a ticket and hands its upgrade to a relay that reads ahead: the connection's
+    /// number and the answer, if it came at once (`None`: it comes later as
+    /// [`Output::Connect`]).
+    pub(crate) fn begin_connect(
+        &mut self,
+        u: &User,
+    ) -> (ConnId, Option<Result<relay_core::Accepted, HttpResponse>>) {
+        let t = self.post(paths::WS_TICKET, json!({}), Some(&u.token.clone()));
+        assert_eq!(t.status, 200, "{:?}", t.body_json());
+        let ticket = t.body_json()["ticket"].as_str().unwrap().to_owned();
+        let conn = ConnId(self.next_conn);
+        self.next_conn += 1;
+        let ws = WsConnect {
+            query: format!("user_uuid={}&ticket={ticket}", u.uuid),
+            protocol: None,
+        };
+        let answer = self.relay.handle_connect_ahead(self.now, conn, ws);
+        (conn, answer)
+    }
+
     /// Connects with a ticket; `Err`: the status of the refused ticket request or upgrade.
     pub(crate) fn try_connect(&mut self, u: &mut User) -> Result<ConnId, u16> {
         let t = self.post(paths::WS_TICKET, json!({}), Some(&u.token.clone()));

@@ -113,6 +113,7 @@ struct Families {
     failstops: Counter,
     core_busy: Family<ShardLabels, Counter<f64, AtomicU64>>,
     shard_outbox: Family<ShardLabels, Gauge>,
+    upgrades_held: Counter,
     shard_handoffs_held: Family<ShardLabels, Gauge>,
     input_queue: Gauge,
     queued_messages: Gauge,
@@ -217,6 +218,7 @@ impl Metrics {
             failstops: Counter::default(),
             core_busy: Family::default(),
             shard_outbox: Family::default(),
+            upgrades_held: Counter::default(),
             shard_handoffs_held: Family::default(),
             input_queue: Gauge::default(),
             queued_messages: Gauge::default(),
@@ -597,6 +599,11 @@ fn register(r: &mut Registry, f: &Families) {
         "messages_handed_off",
         "Messages stored for a recipient of another shard: each an outbox row until that shard applies it",
         f.handed_off_messages.clone(),
+    );
+    r.register(
+        "upgrades_held",
+        "WebSocket upgrades a core that had just started held until the other shards said how full their users' queues are (at most 2 s), so that the messages a reconnecting client sends first are not refused",
+        f.upgrades_held.clone(),
     );
     r.register(
         "messages_submitted",

@@ -147,6 +147,7 @@ impl Metrics {
                 last.handoffs_repeated,
             ),
             (&f.handoffs_held, now.handoffs_held, last.handoffs_held),
+            (&f.upgrades_held, now.upgrades_held, last.upgrades_held),
             (&f.notices_taken, now.notices_taken, last.notices_taken),
             (
                 &f.requests_forwarded,
