@@ -12,8 +12,10 @@
 # Settings: WINDOW_MS (the traffic window, 24000), CLUSTER_SHARDS (6), PROXY_TOXICS (the
 # proxy's toxics; `none` leaves the node faults alone); the faults' times are fractions of the
 # window. Also prints each message's latency by the phase it was sent in. Writes DIR/jepsen.json (the report with its history), prints the
-# simulator's verdict and, from the nodes' logs, how long the faulted nodes' shards were away;
-# exits with the simulator's code, or 4 when a fault did not land (no shard moved).
+# simulator's verdict and, from the nodes' logs, how long the faulted nodes' shards were away,
+# and from their metrics what their shards' outboxes hold at the end; exits with the
+# simulator's code, 4 when a fault did not land (no shard moved), 5 when an outbox did not
+# drain.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-target/release}
@@ -97,6 +99,32 @@ rejoined = sum("joined the cluster" in l for l in lines("n2"))
 lost = any("cluster membership lost" in l for l in lines("n3"))
 print(f"n2 joined {rejoined} times; n3 lost its membership: {lost}")
 sys.exit(0 if ok and rejoined >= 2 and lost else 1)
+PY
+# The nodes' metrics once the run is over: every shard's outbox drained (a row left is a
+# hand-off its recipient's shard never took), and the upgrades each node held after a start
+# until it knew how full the other shards' queues are. Exits 5 when an outbox stays full.
+python3 - <<'PY' || { if [ "$status" = 0 ]; then status=5; fi; }
+import os, re, sys, time, urllib.request
+nodes = {f"n{i}": os.environ[f"CLUSTER_N{i}_METRICS"] for i in (1, 2, 3)}
+def scrape(url):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    outbox = {int(m.group(1)): int(float(m.group(2)))
+              for m in re.finditer(r'^relay_shard_outbox\{shard="(\d+)"\} (\S+)$', text, re.M)}
+    held = re.search(r"^relay_upgrades_held_total (\S+)$", text, re.M)
+    return outbox, int(float(held.group(1))) if held else 0
+deadline = time.time() + 10
+while True:
+    seen = {n: scrape(url) for n, url in nodes.items()}
+    left = {n: {s: k for s, k in o.items() if k} for n, (o, _) in seen.items()}
+    if not any(left.values()) or time.time() > deadline:
+        break
+    time.sleep(0.5)
+for n, (outbox, held) in seen.items():
+    print(f"{n}: upgrades held after a start {held}; outbox rows by shard {dict(sorted(outbox.items()))}")
+if any(left.values()):
+    print(f"outboxes not drained 10 s after the run: {left}")
+    sys.exit(1)
 PY
 echo "report: $work/jepsen.json; node logs: $work/n*.log"
 exit "$status"

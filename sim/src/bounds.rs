@@ -111,3 +111,8 @@ pub const RENEW_MS: u64 = 500;
 /// of a live node moves it, the new owner's next one starts its core (two renewal periods),
 /// plus scheduling. From the dead node's last renewal: the lease plus this.
 pub const TAKEOVER_BOUND_MS: u64 = 1_500;
+/// Cluster topology: how long a hand-off committed as the run ends may still wait for its
+/// acknowledgement before `handoffs-drained` holds its outbox row against the relay (the
+/// drills go on to the end, so the last rows are in flight): a lease and a takeover (a node
+/// a drill powered off), the recipient's commit and the owner's, and one resend.
+pub const HANDOFF_SETTLE_MS: u64 = LEASE_MS + TAKEOVER_BOUND_MS + 2 * 1_000 + 1_000;

@@ -157,6 +157,9 @@ pub struct History {
     pub load_mismatches: Vec<(u64, String)>,
     /// Commits attempted while the relay was powered off: `(ms)`.
     pub commits_while_off: Vec<u64>,
+    /// The outbox rows in the store now (hand-offs not yet acknowledged by their recipient's
+    /// shard), by key, with the simulated ms of their commit.
+    pub outbox: BTreeMap<String, u64>,
     /// Leadership wins (failover topology): `(ms, host, epoch)`.
     pub terms: Vec<(u64, String, u64)>,
     /// Commits that succeeded, failed by injection, and loads.
@@ -280,6 +283,9 @@ impl History {
                             ));
                         }
                     }
+                    Table::Outbox => {
+                        self.outbox.insert(key.to_owned(), at);
+                    }
                     Table::PushTargets => {
                         let row = String::from_utf8_lossy(value).into_owned();
                         self.push_targets.push((at, key.to_owned(), row));
@@ -313,6 +319,12 @@ impl History {
                         row.deleted_ms.get_or_insert(at);
                     }
                     self.queued.delete(key);
+                }
+                MutationRef::Delete {
+                    table: Table::Outbox,
+                    key,
+                } => {
+                    self.outbox.remove(key);
                 }
                 MutationRef::Delete {
                     table: Table::Notices,
