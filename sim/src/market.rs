@@ -425,7 +425,7 @@ pub(crate) async fn buy_channel(ctx: &HostCtx, client: &Client<Turmoil>, slot: u
                 Some(&order.pay_to),
             );
             if slot.is_multiple_of(3) {
-                buy_again(ctx, client, &id, order.order_id.as_str()).await;
+                buy_again(ctx, client, &id, order.order_id.as_str(), requested_ms).await;
             }
             let rec = OrderRec {
                 price: order.price_usdt,
@@ -438,10 +438,22 @@ pub(crate) async fn buy_channel(ctx: &HostCtx, client: &Client<Turmoil>, slot: u
     }
 }
 
-/// A buyer's double tap: channel `id` bought again while its order `first` is pending must
-/// answer with that order (the channel is held for it), never a second one.
-async fn buy_again(ctx: &HostCtx, client: &Client<Turmoil>, id: &str, first: &str) {
-    match retried!(client.channels().buy(id)) {
+/// A buyer's double tap: channel `id` bought again while its order `first` (asked for at
+/// simulated `asked_ms`) is pending must answer with that order (the channel is held for it),
+/// never a second one. When the relay's clock passed the order's hold meanwhile (a clock
+/// jump), the first order may be over, and a new one is right: the tap is not judged.
+async fn buy_again(ctx: &HostCtx, client: &Client<Turmoil>, id: &str, first: &str, asked_ms: u64) {
+    let answer = retried!(client.channels().buy(id));
+    let held = ctx.world.borrow().relay_elapsed(asked_ms, sim_ms())
+        < relay_core::limits::CHANNEL_ORDER_TTL_MS;
+    match answer {
+        Ok(again) if !held => note(
+            ctx,
+            format!(
+                "c{} bought channel {id} again after the relay's clock passed its order's hold: got {} (not judged)",
+                ctx.me, again.order_id
+            ),
+        ),
         Ok(again) if again.order_id.as_str() != first => {
             order_finding(
                 ctx,

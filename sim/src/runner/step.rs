@@ -545,15 +545,23 @@ impl Sim<'_> {
         let stalled = self.store.stalled();
         self.world.borrow_mut().relay_stalled = stalled;
         if let Some(req) = self.store.take_crash_request() {
+            // In a cluster the node whose commit asked for it powers off: what it committed
+            // is durable and unacknowledged, and its shards move.
+            let host = match req.host {
+                Some(node) if self.cluster && self.is_node(&node) => node,
+                _ => RELAY.to_owned(),
+            };
+            let who = if host == RELAY {
+                "relay"
+            } else {
+                host.as_str()
+            };
             self.note(format!(
-                "relay powers off (store fault); restart in {} ms",
+                "{who} powers off (store fault); restart in {} ms",
                 req.restart_after_ms
             ));
-            self.power_off(RELAY);
-            self.schedule(
-                now + req.restart_after_ms,
-                Internal::Restart(RELAY.to_owned()),
-            );
+            self.power_off(&host);
+            self.schedule(now + req.restart_after_ms, Internal::Restart(host));
         }
         while let Some(entry) = self.internal.first_entry() {
             if *entry.key() > now {

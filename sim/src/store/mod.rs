@@ -81,10 +81,13 @@ pub const FAULTED_COMMIT_DELAY_MS: u64 = 250;
 pub const READ_DELAY_MAX_MS: [u64; 4] = [0, 2, 20, 200];
 
 /// A power-off the store asks the runner for (crash after commit / mid-batch).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CrashRequest {
     /// Delay of the restart, in ms.
     pub restart_after_ms: u64,
+    /// The host whose commit asked for it: the cluster node or the failover relay that
+    /// opened the store (`None`: a relay of one host).
+    pub host: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -555,6 +558,12 @@ pub struct FaultyStore {
 }
 
 impl FaultyStore {
+    /// The host that opened this store: a cluster node, or a failover relay.
+    fn writer(&self) -> Option<String> {
+        let node = self.shard_fence.as_ref().map(|f| f.host.clone());
+        node.or_else(|| self.fence.as_ref().map(|(host, _)| host.clone()))
+    }
+
     fn inner(&mut self) -> &mut dyn Store {
         match &mut self.backend {
             Backend::Memory(s) => s,
@@ -613,6 +622,7 @@ impl Store for FaultyStore {
 
     fn commit(&mut self, batch: &Batch) -> Result<(), StoreError> {
         let ctl = self.ctl.clone();
+        let writer = self.writer();
         {
             let mut c = ctl.lock();
             c.fenced(self.fence.as_ref())?;
@@ -637,7 +647,10 @@ impl Store for FaultyStore {
             if let Some(restart_after_ms) = c.crash_mid_batch.take() {
                 c.history.counts.failed += 1;
                 c.down_until_restart = true;
-                c.crash_request = Some(CrashRequest { restart_after_ms });
+                c.crash_request = Some(CrashRequest {
+                    restart_after_ms,
+                    host: writer.clone(),
+                });
                 return Err(StoreError::Backend("injected: power lost mid-batch".into()));
             }
         }
@@ -651,7 +664,10 @@ impl Store for FaultyStore {
         {
             c.crash_after_commit_of = None;
             c.down_until_restart = true;
-            c.crash_request = Some(CrashRequest { restart_after_ms });
+            c.crash_request = Some(CrashRequest {
+                restart_after_ms,
+                host: writer.clone(),
+            });
             return Err(StoreError::Backend(
                 "injected: power lost after the commit".into(),
             ));
@@ -659,7 +675,10 @@ impl Store for FaultyStore {
         if let Some(restart_after_ms) = c.crash_after_commit.take() {
             // Durable, but the process dies before it can release anything.
             c.down_until_restart = true;
-            c.crash_request = Some(CrashRequest { restart_after_ms });
+            c.crash_request = Some(CrashRequest {
+                restart_after_ms,
+                host: writer.clone(),
+            });
             return Err(StoreError::Backend(
                 "injected: power lost after the commit".into(),
             ));
