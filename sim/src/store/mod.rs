@@ -649,7 +649,7 @@ impl Store for FaultyStore {
                 c.down_until_restart = true;
                 c.crash_request = Some(CrashRequest {
                     restart_after_ms,
-                    host: writer.clone(),
+                    host: writer,
                 });
                 return Err(StoreError::Backend("injected: power lost mid-batch".into()));
             }
@@ -666,7 +666,7 @@ impl Store for FaultyStore {
             c.down_until_restart = true;
             c.crash_request = Some(CrashRequest {
                 restart_after_ms,
-                host: writer.clone(),
+                host: writer,
             });
             return Err(StoreError::Backend(
                 "injected: power lost after the commit".into(),
@@ -677,7 +677,7 @@ impl Store for FaultyStore {
             c.down_until_restart = true;
             c.crash_request = Some(CrashRequest {
                 restart_after_ms,
-                host: writer.clone(),
+                host: writer,
             });
             return Err(StoreError::Backend(
                 "injected: power lost after the commit".into(),
