@@ -48,6 +48,7 @@ mod relay_api;
 mod relay_restart;
 mod shard_friends;
 mod shard_registry;
+mod shard_start;
 mod shards;
 mod state_rows;
 mod stores;

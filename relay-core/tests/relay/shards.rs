@@ -5,7 +5,7 @@
 
 use relay_core::handoff::{Crossing, ShardId, ShardMap, ShardPlace};
 use relay_core::store::{MemoryStore, Table};
-use relay_core::{ConnId, HttpRequest, HttpResponse, Output, Relay, RequestId};
+use relay_core::{HttpRequest, HttpResponse, Output, Relay, RequestId};
 use serde_json::{Value, json};
 use wire::ServerFrame;
 
@@ -150,7 +150,7 @@ impl Two {
 
     /// `from` (connected to its shard) sends message `id` to `to`; returns what its shard
     /// answered at once (nothing crossed yet).
-    fn post(&mut self, from: &User, to: &User, conv: &str, id: &str) -> Vec<Output> {
+    pub(crate) fn post(&mut self, from: &User, to: &User, conv: &str, id: &str) -> Vec<Output> {
         let i = self.of(from);
         let outs = self.shards[i].msg(from, to, conv, id);
         self.keep(&outs);
@@ -158,7 +158,7 @@ impl Two {
     }
 
     /// [`Two::post`] from the owner's side: returns the ack's seq.
-    fn send(&mut self, from: &User, to: &User, conv: &str, id: &str) -> u64 {
+    pub(crate) fn send(&mut self, from: &User, to: &User, conv: &str, id: &str) -> u64 {
         let outs = self.post(from, to, conv, id);
         let acked = acks(&frames(&outs, from.conn.unwrap()));
         assert_eq!(acked.len(), 1, "{outs:?}");
@@ -235,7 +235,7 @@ pub(crate) fn across(w: &mut World) -> (User, User) {
 
 /// Owner `a` and recipient `b` on the two shards, befriended, each connected to its shard
 /// (`b` synced when `b_online`).
-fn two_shards(b_online: bool) -> (Two, User, User, String) {
+pub(crate) fn two_shards(b_online: bool) -> (Two, User, User, String) {
     two_shards_with(fast_config(), b_online)
 }
 
@@ -1126,82 +1126,6 @@ fn after_a_start_a_message_waits_for_the_other_shards_levels() {
     );
     two.learn_levels(ia);
     two.send(&a, &b, &conv, "m1");
-}
-
-/// Owner `a`'s shard restarted reading ahead, and `a`'s upgrade handed to it and held (no
-/// answer yet): the harness, `a`, `b`, their conversation, `a`'s shard and the upgrade's
-/// connection.
-fn restarted_with_a_held_upgrade() -> (Two, User, User, String, usize, ConnId) {
-    let (mut two, a, b, conv) = two_shards(false);
-    let ia = two.of(&a);
-    two.shards[ia].read_ahead(true);
-    let store = Box::new(two.shards[ia].mem.clone());
-    two.shards[ia].restart(store);
-    let (conn, at_once) = two.shards[ia].begin_connect(&a);
-    assert!(at_once.is_none(), "held: {at_once:?}");
-    assert_eq!(two.shards[ia].relay.stats().upgrades_held, 1);
-    (two, a, b, conv, ia, conn)
-}
-
-/// Whether any upgrade was answered among `outs`.
-fn any_upgrade_answered(outs: &[Output]) -> bool {
-    outs.iter().any(|o| matches!(o, Output::Connect { .. }))
-}
-
-/// Whether the upgrade of `conn` was accepted among `outs`.
-fn upgrade_accepted(outs: &[Output], conn: ConnId) -> bool {
-    outs.iter()
-        .any(|o| matches!(o, Output::Connect { conn: c, result: Ok(_) } if *c == conn))
-}
-
-/// A core that reads ahead holds a WebSocket upgrade after its start until the other shard
-/// said how full its queues are, so that the first messages a reconnecting client sends are
-/// not refused for it: the upgrade is answered once the levels came, and the message that
-/// follows is acknowledged.
-#[test]
-fn after_a_start_an_upgrade_waits_for_the_other_shards_levels() {
-    let (mut two, mut a, b, conv, ia, conn) = restarted_with_a_held_upgrade();
-    // Its first timeout asks the other shard, whose answer opens the gate.
-    let w = &mut two.shards[ia];
-    w.relay.handle_timeout(w.now);
-    let outs = w.drain();
-    assert!(!any_upgrade_answered(&outs), "{outs:?}");
-    two.keep(&outs);
-    let outs = two.carry(|_, _| Fate::Deliver);
-    assert!(upgrade_accepted(&outs, conn), "{outs:?}");
-    a.conn = Some(conn);
-    two.shards[ia].sync(conn);
-    two.send(&a, &b, &conv, "m1");
-}
-
-/// The gate is bounded in time: when the other shard does not answer, a held upgrade goes
-/// through after `START_HOLD_MS`, and a message that needs the levels is refused as before
-/// (the client sends it again).
-#[test]
-fn a_held_upgrade_goes_through_when_the_levels_do_not_come() {
-    let (mut two, mut a, b, conv, ia, conn) = restarted_with_a_held_upgrade();
-    let w = &mut two.shards[ia];
-    let due = w.now.plus_ms(relay_core::START_HOLD_MS);
-    assert!(w.relay.poll_timeout().is_some_and(|at| at <= due));
-    w.now = wire::UnixMs(due.get() - 1);
-    w.relay.handle_timeout(w.now);
-    let early = w.drain();
-    assert!(
-        !any_upgrade_answered(&early),
-        "not before its time: {early:?}"
-    );
-    w.now = due;
-    w.relay.handle_timeout(w.now);
-    let outs = w.drain();
-    assert!(upgrade_accepted(&outs, conn), "{outs:?}");
-    // The questions are lost on the way: nothing crossed.
-    a.conn = Some(conn);
-    two.shards[ia].sync(conn);
-    let out = two.post(&a, &b, &conv, "m1");
-    assert_eq!(
-        crate::world::errors(&frames(&out, conn)),
-        vec!["STORAGE_UNAVAILABLE"]
-    );
 }
 
 /// A fall whose report is lost leaves the owner's view full: the message is refused, and
